@@ -1,0 +1,62 @@
+"""File helpers shared by every command: bounded reads and all-or-nothing writes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import InputError, ModelFileError
+
+__all__ = ["read_bounded", "write_atomic", "check_writable"]
+
+
+def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "file") -> bytes:
+    """Read a whole file that must not exceed ``limit`` bytes."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > limit:
+            raise ModelFileError(p, f"{what} is {size} bytes, larger than the {limit}-byte limit")
+        with p.open("rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise ModelFileError(p, f"no such {what}") from None
+    except IsADirectoryError:
+        raise ModelFileError(p, f"is a directory, expected a {what}") from None
+    except PermissionError:
+        raise ModelFileError(p, f"permission denied reading the {what}") from None
+    if len(data) > limit:
+        raise ModelFileError(p, f"{what} grew past the {limit}-byte limit while being read")
+    return data
+
+
+def check_writable(path: str | os.PathLike, *, what: str = "--plot") -> Path:
+    """Fail early, before any work, when ``path`` cannot be written."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{what} {str(p)!r}: directory {str(parent)!r} does not exist")
+    if p.is_dir():
+        raise InputError(f"{what} {str(p)!r}: is a directory; give a file name")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{what} {str(p)!r}: directory is not writable")
+    return p
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` completely or not at all (temp file + rename)."""
+    p = Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,75 @@
+"""The ``gpuplan`` command line: a thin layer that parses arguments, calls the library and renders.
+
+Each subcommand lives in its own module (``gpuplan.cli.<name>``) exposing ``register(subparsers)``
+and ``run(args) -> int``. Modules are imported only to build their parser; anything heavy (torch,
+matplotlib) is imported inside ``run``. Every :class:`~gpuplan.errors.InputError` becomes one line on
+stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..errors import GpuplanError, InputError
+
+__all__ = ["main", "build_parser", "CliError"]
+
+#: Subcommand -> module. Order is the order of ``gpuplan --help``.
+COMMANDS = {
+    "fit": "gpuplan.cli.fit",
+    "gpus": "gpuplan.cli.gpus",
+    "models": "gpuplan.cli.models",
+    "speed": "gpuplan.cli.speed",
+    "flops": "gpuplan.cli.flops",
+    "trace": "gpuplan.cli.trace",
+    "bench": "gpuplan.cli.bench",
+    "profile": "gpuplan.cli.profile",
+    "serve": "gpuplan.cli.serve",
+}
+
+
+class CliError(InputError):
+    """Bad command-line usage (argparse's complaint, on one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise CliError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpuplan",
+        description="Will this model fit on this GPU, how fast will it run, and what do I change?",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module in COMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:  # a subcommand not built yet
+            if e.name != module:
+                raise
+            continue
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except GpuplanError as e:
+        print(f"gpuplan: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gpuplan: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,158 @@
+"""The value types every analysis consumes: a model is a list of parameter tensors, plus (when
+known) its architecture.
+
+Listing tensors rather than a few totals lets one representation serve every consumer: parameter
+counts by component, Adafactor's factored states (matrix shapes), quantization conventions (which
+tensors stay unquantized), LoRA targets (which linear modules), and the exact per-tensor dtypes read
+from a checkpoint's safetensors headers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Mapping
+
+__all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "Architecture", "Model"]
+
+#: Components parameters are split into, in display order.
+COMPONENTS = ("embeddings", "attention", "mlp", "experts", "router", "norms", "head", "other")
+
+Component = Literal["embeddings", "attention", "mlp", "experts", "router", "norms", "head", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParamTensor:
+    """``count`` identical parameter tensors (e.g. one per layer) of one shape."""
+
+    name: str
+    """Checkpoint-style name; ``{i}`` stands for the layer index (and ``{e}`` the expert)."""
+    shape: tuple[int, ...]
+    count: int
+    """How many tensors of this name pattern and shape exist (layers x experts ...)."""
+    component: Component
+    module: str
+    """Leaf module name as PEFT ``target_modules`` and quantizers see it (``q_proj``, ``c_attn``,
+    ``dense_h_to_4h``, ``lm_head``, ``embed_tokens`` ...)."""
+    linear: bool
+    """True for the 2-D weight of a matmul layer (nn.Linear / Conv1D): quantizable, LoRA-targetable."""
+    dtype: str | None = None
+    """Stored dtype when read from a checkpoint (safetensors names: ``BF16``, ``F32`` ...)."""
+    layer: int | None = None
+    """The layer index when tensors of the same name differ by layer (GGUF mixes); else None."""
+
+    @property
+    def numel(self) -> int:
+        """Elements in one tensor."""
+        return math.prod(self.shape)
+
+    @property
+    def total(self) -> int:
+        """Elements in all ``count`` tensors."""
+        return self.numel * self.count
+
+    @property
+    def in_features(self) -> int:
+        """For a linear weight, the input dimension (nn.Linear stores (out, in))."""
+        return self.shape[-1]
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[0]
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Exact parameter counts, split by component."""
+
+    total: int
+    by_component: Mapping[str, int]
+    active: int
+    """Parameters used per token: equals ``total`` except for mixture-of-experts models."""
+    embedding: int
+    """Input embedding parameters (token, position, type); ``total - embedding`` is the
+    non-embedding count used by scaling laws and FLOP formulas."""
+
+    def __post_init__(self) -> None:
+        assert sum(self.by_component.values()) == self.total, "components must sum to the total"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Architecture:
+    """A network's shape, from its config.json numbers. Only what analyses need is kept; the raw
+    config is there for the rest."""
+
+    name: str
+    family: str
+    """config.json ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, gemma2, phi3, gpt2,
+    gpt_neox, opt, falcon, bert, vit."""
+    kind: Literal["decoder", "encoder", "vision"]
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    """MLP width of a dense layer (per expert for MoE see ``moe_intermediate_size``)."""
+    vocab_size: int
+    """0 for vision models."""
+    max_position_embeddings: int
+    """Longest sequence the architecture supports (vision: number of patches + 1)."""
+    tie_word_embeddings: bool
+    mlp: Literal["gelu", "gated"]
+    """``gelu``: up + down (two matrices, any pointwise activation); ``gated``: gate, up, down
+    (SwiGLU / GeGLU)."""
+    activation: str
+    """config.json ``hidden_act``."""
+    norm: Literal["layernorm", "rmsnorm"]
+    position: Literal["learned", "rotary", "alibi", "none"]
+    parallel_attn_mlp: bool = False
+    """Attention and MLP read the same normed input (Falcon, GPT-J, GPT-NeoX parallel residual)."""
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    sliding_window: int | None = None
+    sliding_window_layers: tuple[int, ...] = ()
+    """Indices of layers that use ``sliding_window`` (empty = none, or all when the config says
+    every layer slides)."""
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    torch_dtype: str | None = None
+    image_size: int = 0
+    patch_size: int = 0
+    num_channels: int = 0
+    num_labels: int = 0
+    hf_class: str = ""
+    """The transformers class the parameter list corresponds to (``LlamaForCausalLM`` ...)."""
+    tensors: tuple[ParamTensor, ...] = ()
+    config: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = ""
+    """Where the config numbers come from (catalog file's source URL, or the user's path)."""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """Elements of K and V cached per token: 2 x layers x kv_heads x head_dim."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    """What the planner plans for: a name, its parameter tensors, and its architecture if known."""
+
+    name: str
+    params: ParamCounts
+    tensors: tuple[ParamTensor, ...] = ()
+    """Empty when only a bare count is known (``--params 7B``)."""
+    architecture: Architecture | None = None
+    source: Literal["catalog", "config", "safetensors", "count"] = "count"
+    checkpoint_dtype: str | None = None
+    """Dominant stored dtype when read from safetensors."""
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,162 @@
+"""Units: the one place where bytes, counts, FLOPs and seconds are parsed and formatted.
+
+Internally gpuplan uses integers of bytes and floats of FLOPs and seconds. Decimal units
+(GB = 10^9 bytes) are the default display, as in the source documents, papers and vendor
+sheets; binary units (GiB = 2^30) on request. PyTorch's own messages are in GiB.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from .errors import InputError
+
+__all__ = [
+    "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
+    "ByteUnits", "parse_count", "parse_bytes", "parse_positive_int",
+    "format_bytes", "format_count", "format_flops", "format_rate", "format_seconds",
+    "MAX_PARAMS",
+]
+
+KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+
+ByteUnits = Literal["GB", "GiB"]
+
+#: Largest parameter count accepted: 10^15 (a thousand times the largest model trained so far).
+MAX_PARAMS = 10**15
+
+_COUNT_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+_COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KkMmBbGgTt]?)\s*$")
+
+_BYTE_SUFFIX = {
+    "": 1, "B": 1,
+    "KB": KB, "MB": MB, "GB": GB, "TB": TB,
+    "KIB": KiB, "MIB": MiB, "GIB": GiB, "TIB": TiB,
+}
+_BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_count(text: str | int | float, *, what: str = "--params", maximum: int = MAX_PARAMS) -> int:
+    """Parse a positive count such as ``7B``, ``350M``, ``1.3e9`` or ``124439808``.
+
+    Suffixes are decimal: K = 10^3, M = 10^6, B (or G) = 10^9, T = 10^12.
+    """
+    accepted = "a positive count such as 7B, 350M, 1.3e9 or 124439808"
+    if isinstance(text, bool):
+        raise InputError(f"{what} {text!r}: expected {accepted}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _COUNT_RE.match(text)
+        if not m:
+            raise InputError(f"{what} {text!r}: expected {accepted}")
+        value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
+    if not math.isfinite(value) or value < 1:
+        raise InputError(f"{what} {text!r}: expected {accepted}")
+    if value > maximum:
+        raise InputError(f"{what} {text!r}: larger than the limit {maximum:.0e}; expected {accepted}")
+    return int(round(value))
+
+
+def parse_positive_int(text: str | int, *, what: str, maximum: int | None = None) -> int:
+    """Parse an integer >= 1 (batch, sequence length, GPU count ...)."""
+    try:
+        value = int(text)
+        if isinstance(text, float) or str(value) != str(text).strip().lstrip("+"):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InputError(f"{what} {text!r}: expected a whole number >= 1") from None
+    if value < 1:
+        raise InputError(f"{what} {text!r}: expected a whole number >= 1")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{what} {text!r}: at most {maximum} is supported")
+    return value
+
+
+def parse_bytes(text: str | int, *, what: str = "size") -> int:
+    """Parse a byte size such as ``80GB``, ``80 GiB``, ``512MiB`` or ``1024`` (bytes)."""
+    accepted = "a size such as 80GB, 24GiB or 512MiB"
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise InputError(f"{what} {text!r}: expected {accepted}")
+        return text
+    m = _BYTES_RE.match(str(text))
+    if not m or m.group(2).upper() not in _BYTE_SUFFIX:
+        raise InputError(f"{what} {text!r}: expected {accepted}")
+    value = float(m.group(1)) * _BYTE_SUFFIX[m.group(2).upper()]
+    if not math.isfinite(value) or value < 0 or value > 2**62:
+        raise InputError(f"{what} {text!r}: expected {accepted}")
+    return int(round(value))
+
+
+def format_bytes(n: float, units: ByteUnits = "GB", *, digits: int = 1) -> str:
+    """``14e9 -> '14.0 GB'``; small values step down (MB/MiB, kB/KiB) so nothing reads 0.0."""
+    if units not in ("GB", "GiB"):
+        raise InputError(f"units {units!r}: expected GB or GiB")
+    if units == "GB":
+        steps = (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB))
+    else:
+        steps = (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
+    sign = "-" if n < 0 else ""
+    a = abs(n)
+    if a == 0:
+        return f"0 {units}"
+    (top, top_scale), (mid, mid_scale) = steps[0], steps[1]
+    # The main unit (GB/GiB) covers 0.1 .. 10,000 of itself, so a table reads in one unit.
+    if a >= 10_000 * mid_scale:
+        return f"{sign}{a / top_scale:.{digits}f} {top}"
+    if a >= mid_scale / 10:
+        return f"{sign}{a / mid_scale:.{digits}f} {mid}"
+    for name, scale in steps[2:]:
+        if a >= scale:
+            return f"{sign}{a / scale:.{digits}f} {name}"
+    return f"{sign}{a:.0f} B"
+
+
+def format_count(n: float, *, digits: int = 2) -> str:
+    """``6738415616 -> '6.74B'`` (decimal suffixes, as parameter counts are quoted)."""
+    a = abs(n)
+    for name, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if a >= scale:
+            return f"{n / scale:.{digits}f}{name}"
+    return f"{n:.0f}"
+
+
+def format_flops(n: float, *, digits: int = 2) -> str:
+    """``3.1e12 -> '3.10 TFLOP'``."""
+    a = abs(n)
+    for name, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9),
+                        ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if a >= scale:
+            return f"{n / scale:.{digits}f} {name}"
+    return f"{n:.0f} FLOP"
+
+
+def format_rate(n: float, unit: str = "FLOP/s", *, digits: int = 1) -> str:
+    """``989.4e12 -> '989.4 TFLOP/s'``; ``3.35e12, 'B/s' -> '3.4 TB/s'``."""
+    a = abs(n)
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if a >= scale:
+            return f"{n / scale:.{digits}f} {prefix}{unit}"
+    return f"{n:.{digits}f} {unit}"
+
+
+def format_seconds(s: float) -> str:
+    """Human duration: ``0.00042 -> '420 µs'``, ``93784 -> '1.1 days'``."""
+    a = abs(s)
+    if a < 1e-6:
+        return f"{s * 1e9:.0f} ns"
+    if a < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if a < 1:
+        return f"{s * 1e3:.1f} ms"
+    if a < 120:
+        return f"{s:.2f} s"
+    if a < 7200:
+        return f"{s / 60:.1f} min"
+    if a < 2 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
