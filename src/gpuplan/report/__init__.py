@@ -1,1 +1,1 @@
-"""Rendering only: rich tables, JSON and charts over the library's result objects. Nothing here computes."""
+"""Rendering only: terminal tables, JSON and charts of result objects. Nothing here computes."""
