@@ -152,3 +152,39 @@ def test_config_variants_match_transformers_on_meta(variant):
     assert ours.params.total == sum(p.numel() for p in hf.parameters())
     saved = revert_weight_conversion(hf, dict(hf.named_parameters()))
     assert _expand(ours) == {k: tuple(v.shape) for k, v in saved.items()}
+
+
+# Real checkpoints written by transformers (tiny random models, CPU): the headers give the same
+# counts as the model, sharded or not, including transformers 5's per-expert MoE layout on disk.
+CHECKPOINTS = {
+    "mixtral-sharded": ("mixtral", "MixtralForCausalLM",
+                        dict(_SMALL, intermediate_size=48, num_key_value_heads=2,
+                             num_local_experts=3, num_experts_per_tok=2), "20KB"),
+    "gpt2-tied": ("gpt2", "GPT2LMHeadModel",
+                  dict(n_embd=32, n_layer=2, n_head=4, vocab_size=97, n_positions=16,
+                       bos_token_id=0, eos_token_id=0), None),
+    "qwen2-moe-bf16": ("qwen2_moe", "Qwen2MoeForCausalLM",
+                       dict(_SMALL, intermediate_size=48, moe_intermediate_size=16,
+                            shared_expert_intermediate_size=24, num_experts=4,
+                            num_experts_per_tok=2, num_key_value_heads=2), "30KB"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHECKPOINTS))
+def test_saved_checkpoints_read_back_exactly(tmp_path, case):
+    model_type, cls_name, cfg, shard = CHECKPOINTS[case]
+    torch.manual_seed(0)
+    hf = getattr(transformers, cls_name)(transformers.AutoConfig.for_model(model_type, **cfg))
+    if case.endswith("bf16"):
+        hf = hf.to(torch.bfloat16)
+    kwargs = {"max_shard_size": shard} if shard else {}
+    hf.save_pretrained(tmp_path, **kwargs)
+    assert (tmp_path / "model.safetensors.index.json").exists() == bool(shard)
+    m = load_model(str(tmp_path))
+    assert m.source == "safetensors" and m.architecture is not None
+    assert m.params.total == sum(p.numel() for p in hf.parameters())
+    assert m.checkpoint_dtype == ("BF16" if case.endswith("bf16") else "F32")
+    assert not [n for n in m.notes if "not in the checkpoint" in n or "not parameters" in n]
+    # The checkpoint's tensors fall on the architecture's patterns, with the same components.
+    arch_names = {t.name: t.component for t in m.architecture.tensors}
+    assert {t.name: t.component for t in m.tensors} == arch_names

@@ -138,8 +138,10 @@ def _tensors_from_headers(headers: list[HeaderTensor], arch: Architecture | None
             meta[k] = (comp, _module_of(h.name), linear, False, None)
         groups[k] += 1
 
+    order = {t.name: n for n, t in enumerate(arch.tensors)} if arch is not None else {}
     tensors = []
-    for k, count in groups.items():
+    for k, count in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
+                                                            kv[0][0], kv[0][3] or 0)):
         name, shape, dtype, layer = k
         comp, module, linear, transposed, layer = meta[k]
         tensors.append(ParamTensor(name=name, shape=shape, count=count, component=comp,  # type: ignore[arg-type]
@@ -273,6 +275,7 @@ def from_param_count(n: int | str, *, name: str | None = None) -> Model:
     by["other"] = total
     params = ParamCounts(total=total, by_component=MappingProxyType(by), active=total,
                          embedding=0)
-    return Model(name=name or f"{format_count(total)} parameters", params=params, source="count",
+    return Model(name=name or f"{format_count(total)}-parameter model", params=params,
+                 source="count",
                  notes=("only the parameter count is known: no split by component, and no "
                         "architecture for activations or the KV cache",))
