@@ -188,3 +188,102 @@ def test_saved_checkpoints_read_back_exactly(tmp_path, case):
     # The checkpoint's tensors fall on the architecture's patterns, with the same components.
     arch_names = {t.name: t.component for t in m.architecture.tensors}
     assert {t.name: t.component for t in m.tensors} == arch_names
+
+
+# Random small configs of every family, against the same oracle (hypothesis).
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+
+
+@st.composite
+def _random_config(draw, family):
+    heads = draw(st.sampled_from([1, 2, 4]))
+    hd = draw(st.sampled_from([4, 8]))
+    H = heads * hd
+    kv = draw(st.sampled_from([k for k in (1, 2, 4) if heads % k == 0]))
+    L = draw(st.integers(1, 3))
+    V = draw(st.integers(5, 40))
+    I = draw(st.integers(4, 40))
+    tie = draw(st.booleans())
+    ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if family in ("llama", "mistral", "qwen2", "phi3", "gemma2", "mixtral", "qwen2_moe"):
+        cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads,
+                   num_key_value_heads=kv, vocab_size=V, intermediate_size=I,
+                   tie_word_embeddings=tie, **ids)
+        if family == "llama":
+            cfg.update(attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+        if family == "gemma2":
+            cfg.update(head_dim=draw(st.sampled_from([4, 8, 16])))
+        if family == "mixtral":
+            E = draw(st.integers(1, 4))
+            cfg.update(num_local_experts=E, num_experts_per_tok=draw(st.integers(1, E)))
+        if family == "qwen2_moe":
+            E = draw(st.integers(1, 4))
+            cfg.update(num_experts=E, num_experts_per_tok=draw(st.integers(1, E)),
+                       moe_intermediate_size=draw(st.integers(2, 20)),
+                       shared_expert_intermediate_size=draw(st.integers(2, 20)),
+                       decoder_sparse_step=draw(st.integers(1, 2)),
+                       mlp_only_layers=draw(st.lists(st.integers(0, L - 1), max_size=2,
+                                                     unique=True)))
+    elif family == "gpt2":
+        cfg = dict(n_embd=H, n_layer=L, n_head=heads, vocab_size=V,
+                   n_positions=draw(st.integers(4, 30)), n_inner=draw(st.one_of(st.none(),
+                                                                              st.integers(4, 40))),
+                   tie_word_embeddings=tie, **ids)
+    elif family == "gpt_neox":
+        cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads, vocab_size=V,
+                   intermediate_size=I, attention_bias=draw(st.booleans()),
+                   tie_word_embeddings=tie, **ids)
+    elif family == "opt":
+        cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads, vocab_size=V,
+                   ffn_dim=I, word_embed_proj_dim=draw(st.sampled_from([H, 4, 12])),
+                   do_layer_norm_before=draw(st.booleans()), enable_bias=draw(st.booleans()),
+                   layer_norm_elementwise_affine=draw(st.booleans()),
+                   max_position_embeddings=draw(st.integers(4, 30)), tie_word_embeddings=tie,
+                   bos_token_id=0, eos_token_id=0, pad_token_id=1)
+    elif family == "falcon":
+        new = draw(st.booleans())
+        cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads, vocab_size=V,
+                   new_decoder_architecture=new, multi_query=draw(st.booleans()),
+                   num_kv_heads=kv, parallel_attn=draw(st.booleans()), bias=draw(st.booleans()),
+                   ffn_hidden_size=I, tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0)
+    elif family == "bert":
+        cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads, vocab_size=V,
+                   intermediate_size=I, type_vocab_size=draw(st.integers(1, 3)),
+                   max_position_embeddings=draw(st.integers(4, 30)), tie_word_embeddings=tie)
+    else:
+        patch = draw(st.sampled_from([4, 8]))
+        cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads,
+                   intermediate_size=I, patch_size=patch, image_size=patch * draw(st.integers(1, 3)),
+                   num_channels=draw(st.integers(1, 3)), qkv_bias=draw(st.booleans()),
+                   num_labels=draw(st.integers(0, 5)))
+    return cfg
+
+
+_CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+          "qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
+          "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+          "gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "opt": "OPTForCausalLM",
+          "falcon": "FalconForCausalLM", "bert": "BertForMaskedLM",
+          "vit": "ViTForImageClassification"}
+
+
+@pytest.mark.parametrize("family", sorted(_CLASS))
+@hypothesis.settings(max_examples=12, deadline=None, derandomize=True, database=None)
+@hypothesis.given(data=st.data())
+def test_random_configs_match_transformers_on_meta(family, data):
+    from transformers.core_model_loading import revert_weight_conversion
+
+    from gpuplan.models import architecture_from_config, count_params
+    from gpuplan.models._types import Model
+
+    cfg = data.draw(_random_config(family))
+    hf_config = transformers.AutoConfig.for_model(family, **cfg)
+    with torch.device("meta"):
+        hf = getattr(transformers, _CLASS[family])(hf_config)
+    arch = architecture_from_config({"model_type": family, **cfg}, name="random")
+    ours = Model(name="random", params=count_params(arch.tensors, arch), tensors=arch.tensors,
+                 architecture=arch, source="config")
+    assert ours.params.total == sum(p.numel() for p in hf.parameters())
+    saved = revert_weight_conversion(hf, dict(hf.named_parameters()))
+    assert _expand(ours) == {k: tuple(v.shape) for k, v in saved.items()}
