@@ -31,13 +31,14 @@ def run(args: argparse.Namespace) -> int:
 
     from ..models import SUPPORTED_FAMILIES, catalog_entry, catalog_names, load_model
     from ..report import models as report
+    from ..report._console import console_for
 
     if args.model is not None:
         model = load_model(args.model)
         if args.json:
             print(json.dumps(report.model_json(model), indent=2))
             return 0
-        console = _console(sys.stdout, width=160)
+        console = console_for(sys.stdout, width=160)
         for part in report.model_detail(model):
             console.print(part)
         return 0
@@ -50,14 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.catalog_json(models, aliases), indent=2))
         return 0
     table = report.catalog_table(models, sources=args.sources)
-    _console(sys.stdout, width=260 if args.sources else 160).print(table)
+    console_for(sys.stdout, width=260 if args.sources else 160).print(table)
     return 0
 
 
-def _console(stream, *, width: int):
-    from rich.console import Console
-
-    # A pipe or a capture gets a wide, uncoloured table instead of rich's 80-column fallback.
-    if stream.isatty():
-        return Console(file=stream)
-    return Console(file=stream, width=width, no_color=True, highlight=False)
