@@ -104,10 +104,6 @@ def make_optimizer(name: str, params, impl: OptimizerImpl):
         return torch.optim.AdamW(params, lr=_LR, **kw)
     if name == "adam":
         return torch.optim.Adam(params, lr=_LR, **kw)
-    if name in ("sgd", "sgd-momentum", "adafactor", "adagrad", "rmsprop") and impl == "fused":
-        if name not in ("sgd", "sgd-momentum", "adagrad"):
-            raise UnsupportedError(f"--optimizer-impl fused: torch has no fused {name}; use "
-                                   "foreach or for-loop")
     if name == "sgd":
         return torch.optim.SGD(params, lr=_LR, momentum=0.0, **kw)
     if name == "sgd-momentum":

@@ -81,6 +81,8 @@ class Recorder(TorchDispatchMode):
         self.op_names: list[str] = ["-"]
         self._op_index = {"-": 0}
         self._current_op = 0
+        #: a label standing in for the module (the optimizer step runs outside any module)
+        self.module_label: str | None = None
         #: op -> handler(func, args, kwargs) replacing the call (fake-tensor emulations)
         self.overrides: dict = {}
 
@@ -98,7 +100,9 @@ class Recorder(TorchDispatchMode):
         if not self.track_modules:
             return 0
         parents = self.mod_tracker.parents
-        if len(parents) <= 1:
+        if self.module_label is not None:
+            name = self.module_label
+        elif len(parents) <= 1:
             name = "-"
         else:
             name = max((p for p in parents if p != "Global"), key=lambda p: (p.count("."), p))

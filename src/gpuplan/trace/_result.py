@@ -88,6 +88,9 @@ class TraceResult:
     peak_module: str
     """The innermost module running when the peak was reached (``(backward)`` when in its
     backward)."""
+    peak_event: int
+    """Index of the allocation that reached the peak, counted from the start of the reported
+    iteration (the timeline's ``event`` axis)."""
     phase_peaks: Mapping[str, int]
     """The highest total reached in each phase."""
     flops_forward: float
@@ -118,7 +121,8 @@ class TraceResult:
             "attention": self.attention, "traced_on": self.traced_on, "params": self.params,
             "per_gpu": dict(self.per_gpu), "categories": dict(self.categories),
             "total_bytes": self.total_bytes, "peak_phase": self.peak_phase,
-            "peak_module": self.peak_module, "phase_peaks": dict(self.phase_peaks),
+            "peak_module": self.peak_module, "peak_event": self.peak_event,
+            "phase_peaks": dict(self.phase_peaks),
             "flops_forward": self.flops_forward, "flops_backward": self.flops_backward,
             "flops_decode": self.flops_decode,
             "unrounded_peak_bytes": self.unrounded_peak_bytes,

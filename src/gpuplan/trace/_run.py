@@ -37,6 +37,7 @@ def per_gpu(at_peak: dict[str, int], total: int, mode: str) -> dict[str, int]:
         "activations_bytes": g("activations", 0) + g("backward", 0) + g("kv_cache", 0),
         "temporaries_bytes": g("autocast_cache", 0) + g("optimizer_temporaries", 0)
         + g("other", 0),
+        "gathered_params_bytes": 0,
         "overhead_bytes": 0,
         "total_bytes": total,
     }
@@ -119,7 +120,7 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
         traced_on="fake", params=fake.params,
         per_gpu=MappingProxyType(per_gpu(rp.at_peak, rp.peak_bytes, mode)),
         categories=MappingProxyType(dict(rp.at_peak)),
-        peak_phase=rp.peak_phase, peak_module=rp.peak_module,
+        peak_phase=rp.peak_phase, peak_module=rp.peak_module, peak_event=rp.peak_event,
         phase_peaks=MappingProxyType(dict(rp.phase_peaks)),
         flops_forward=fake.flops.get("forward", 0.0),
         flops_backward=fake.flops.get("backward", 0.0),

@@ -201,8 +201,8 @@ def build(source: ModelSource, *, dtype, attention: str, batch: int, seq: int, d
             raise InputError(f"model {source.name}: the factory must return (model, example_batch), "
                              f"got {type(out).__name__}")
         model, example = out
-        model = model.to(device=device, dtype=dtype)
-        example = _to_device(example, device)
+        _cast_module(model, dtype)
+        example = _to_device(example, device, dtype if dtype != torch.float32 else None)
         return Built(model=model, task="custom", make_batch=lambda: example, has_cache=False,
                      notes=["factory model: the loss is output.loss, a scalar output, or the sum "
                             "of the output"])
@@ -267,13 +267,36 @@ def _max_positions(cfg) -> int | None:
     return None
 
 
-def _to_device(batch, device):
+def _cast_module(model, dtype) -> None:
+    """Give every floating parameter and buffer ``dtype``, keeping tied parameters tied (done by hand:
+    ``Module.to`` swaps tensors, which fake parameters refuse)."""
+    import torch
+
+    done: dict[int, torch.Tensor] = {}
+    for mod in model.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is None or not p.is_floating_point() or p.dtype == dtype:
+                continue
+            new = done.get(id(p))
+            if new is None:
+                with torch.no_grad():
+                    new = torch.nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
+                done[id(p)] = new
+            mod._parameters[name] = new
+        for name, b in list(mod._buffers.items()):
+            if b is not None and b.is_floating_point() and b.dtype != dtype:
+                mod._buffers[name] = b.to(dtype)
+
+
+def _to_device(batch, device, dtype=None):
     import torch
 
     if isinstance(batch, torch.Tensor):
+        if dtype is not None and batch.is_floating_point():
+            return batch.to(device=device, dtype=dtype)
         return batch.to(device)
     if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
+        return {k: _to_device(v, device, dtype) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(v, device) for v in batch)
+        return type(batch)(_to_device(v, device, dtype) for v in batch)
     return batch

@@ -21,6 +21,10 @@ from ._recorder import Recorder
 from ._result import Emulation
 from ._spec import Built, ModelSource, build
 
+#: Optimizers torch.optim implements (the others are emulated for their memory; see ``_optim``).
+TORCH_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adagrad", "rmsprop")
+FUSED_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adagrad")
+
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _LOSS_SCALE = 65536.0
 
@@ -130,6 +134,22 @@ def _selective(model, counts: Counter):
 # The run
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers logs config advice while building; the trace prints its own output."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    prev = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(prev)
+
+
 def _forward_loss(built: Built, model, batch, use_cache_kw: bool):
     if built.task == "custom":
         if isinstance(batch, dict):
@@ -176,7 +196,8 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
     scale = _LOSS_SCALE if (recipe is not None and recipe.compute_dtype == "fp16") else None
     custom_flops = _attention.flop_formulas()
 
-    with warnings.catch_warnings(), fake_mode, contextlib.ExitStack() as stack:
+    with warnings.catch_warnings(), _quiet_transformers(), fake_mode, \
+            contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
         built = build(source, dtype=dtype, attention=cfg.attention, batch=cfg.batch,
                       seq=cfg.seq, device=device, skip_init=fake)
@@ -258,6 +279,8 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
             rec.classify(grads, "gradients")
             rec.set_phase("optimizer", "optimizer_temporaries")
             rec.allow_item_placeholder = fake
+            inner = opt.inner if mixed else opt
+            rec.module_label = f"{type(inner).__name__}.step" + (" (fp32 master)" if mixed else "")
             if scale is not None and mixed is None and grads:
                 torch._foreach_mul_(grads, 1.0 / scale)
             del grads
@@ -268,6 +291,7 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
             counts["host-step-counters"] = len(host)
             opt.zero_grad(set_to_none=True)
             rec.allow_item_placeholder = False
+            rec.module_label = None
 
         try:
             if train:
@@ -384,9 +408,10 @@ _EMULATION_TEXT = {
                           "non-fused CUDA optimizers (not counted)",
     "grad-scaler": "fp16 loss scaling: loss scaled, gradients unscaled in place (the inf check's "
                    ".item() sync allocates nothing and is skipped)",
-    "optimizer-item-placeholder": "host syncs for a number inside the optimizer step (.item(), "
-                                  "e.g. Adafactor's parameter norms) answered with a placeholder "
-                                  "under fake tensors; they do not change what is allocated",
+    "optimizer-item-placeholder": "host reads of a number (.item() of step counters and norms in "
+                                  "the optimizer step, transformers' packed-batch check) answered "
+                                  "with a placeholder under fake tensors; they change no "
+                                  "allocation",
     "selective-recompute": "attention cores checkpointed (Megatron selective recomputation)",
     "recompute-under-emulation": "checkpointed layers recomputed in backward under the same "
                                  "emulations",
@@ -407,7 +432,7 @@ def emulations(out: RunOutput, cfg: StepConfig, blocks: int) -> tuple[Emulation,
                              detail=_EMULATION_TEXT["sdpa-cuda-backend"] + " ("
                              + ", ".join(f"{k}: {v}" for k, v in sorted(sdpa.items())) + ")"))
     if cfg.mode == "train":
-        if cfg.optimizer_impl == "foreach":
+        if cfg.optimizer_impl == "foreach" and cfg.optimizer in TORCH_OPTIMIZERS:
             res.append(Emulation(name="optimizer-foreach-default", count=1,
                                  detail=_EMULATION_TEXT["optimizer-foreach-default"]))
         for key in ("host-step-counters", "grad-scaler", "optimizer-item-placeholder",
@@ -435,6 +460,10 @@ def check_config(cfg: StepConfig) -> None:
     if cfg.mode == "train":
         get_recipe(cfg.precision)
         get_optimizer(cfg.optimizer or "")
+        if cfg.optimizer_impl == "fused" and cfg.optimizer not in FUSED_OPTIMIZERS:
+            raise UnsupportedError(
+                f"--optimizer-impl fused: torch has no fused {cfg.optimizer} (fused: "
+                f"{', '.join(FUSED_OPTIMIZERS)}); use foreach or for-loop")
     else:
         from ..formats import get_weight_format
 
