@@ -23,7 +23,7 @@ REAL_MAX_PARAMS = 400_000_000
 
 
 def trace_step(
-    model: str | dict,
+    model,
     *,
     mode: Literal["train", "infer"] = "train",
     batch: int = 1,
@@ -38,8 +38,8 @@ def trace_step(
 ) -> TraceResult:
     """Trace one step of ``model`` and return what a GPU would hold.
 
-    ``model``: a catalog name, a config.json path or model directory, a raw config dict, or
-    ``path/to/file.py:factory`` (a function returning ``(model, example_batch)``; the user's own
+    ``model``: a catalog name, a config.json path or model directory, a raw config dict, a
+    :class:`gpuplan.models.Model` with an architecture, or ``path/to/file.py:factory`` (a function returning ``(model, example_batch)``; the user's own
     code, run knowingly). ``precision``: a training recipe (``amp-bf16`` default, ``amp-fp16``,
     ``bf16``, ``fp32``, ``mixed-bf16``, ``mixed-fp16``) or, for ``mode="infer"``, a weight dtype
     (``bf16`` default, ``fp16``, ``fp32``). ``device="cuda"`` also runs the step for real on the GPU

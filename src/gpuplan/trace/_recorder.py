@@ -74,7 +74,6 @@ class Recorder(TorchDispatchMode):
         self.param_sids: set[int] = set()
         self.autocast_active = False
         self.counts_autocast_cache = 0
-        self.paused = 0
         self.item_placeholders = 0
         self.allow_item_placeholder = False
         self.op_of: list[int] = []         # per sid: index into self.op_names (what allocated it)
@@ -197,8 +196,6 @@ class Recorder(TorchDispatchMode):
             out = handler(func, args, kwargs or {})
         else:
             out = func(*args, **(kwargs or {}))
-        if self.paused:
-            return out
         name = func.__name__
         idx = self._op_index.get(name)
         if idx is None:

@@ -105,6 +105,9 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
         measured = _measure_cuda(source, cfg, rp.peak_bytes)
 
     notes = list(fake.notes)
+    if measured is not None and device == "cpu" and fake.counts.get("softmax-half-to-float"):
+        notes.append("the real CPU run cannot read fp16 and write fp32 in one softmax kernel "
+                     "(half_to_float): it makes an fp32 copy that the trace, like CUDA, does not")
     if mode == "train" and checkpointing == "selective":
         notes.append("selective checkpointing: the attention core (scores, softmax, dropout, "
                       "weighted sum) is recomputed in backward, as in Megatron-LM (Korthikanti "
@@ -148,7 +151,13 @@ def _measure_cuda(source, cfg: StepConfig, traced: int) -> Measurement:
 
     t0 = time.perf_counter()
     torch.cuda.empty_cache()
-    run(source, cfg, fake=False, device=str(dev), emulate=False, between=between)
+    try:
+        run(source, cfg, fake=False, device=str(dev), emulate=False, between=between)
+    except torch.OutOfMemoryError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "out of memory"
+        raise UnsupportedError(
+            f"--device cuda: the step does not fit on {torch.cuda.get_device_name()} ({first}); "
+            f"the trace says it needs {traced / 1e9:.2f} GB at its peak") from None
     torch.cuda.synchronize()
     allocated = int(torch.cuda.max_memory_allocated())
     reserved = int(torch.cuda.max_memory_reserved())

@@ -46,6 +46,13 @@ def resolve(spec: str | dict) -> ModelSource:
     if isinstance(spec, dict):
         name = str(spec.get("_name_or_path") or spec.get("model_type") or "config")
         return ModelSource(name=name, config=dict(spec), origin="dict")
+    arch = getattr(spec, "architecture", None)
+    if arch is not None and getattr(arch, "config", None):  # a gpuplan.models.Model
+        return ModelSource(name=str(getattr(spec, "name", arch.name)), config=dict(arch.config),
+                           origin="model")
+    if hasattr(spec, "architecture"):
+        raise InputError(f"model {getattr(spec, 'name', spec)!r}: known only by its parameter "
+                         "count; the trace needs an architecture (a catalog name or config.json)")
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"model {spec!r}: expected a catalog name, a config.json path, a model "
                          "directory or path/to/file.py:factory")
