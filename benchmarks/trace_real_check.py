@@ -18,6 +18,8 @@ HERE = Path(__file__).resolve().parent
 
 CASES = [
     dict(mode="train", batch=2, seq=256, precision="amp-bf16", checkpointing="none"),
+    dict(mode="train", batch=2, seq=256, precision="amp-bf16", checkpointing="selective",
+         attention="eager"),
     dict(mode="train", batch=2, seq=256, precision="amp-bf16", checkpointing="full"),
     dict(mode="train", batch=2, seq=256, precision="mixed-bf16", checkpointing="none"),
     dict(mode="infer", batch=2, seq=256, precision="bf16"),
@@ -51,6 +53,9 @@ def main() -> int:
         for k, v in r.per_gpu.items():
             mv = m.per_gpu[k]
             lines.append(f"| {k} | {v:,} | {mv:,} | {mv - v:+,} |")
+        for ph, v in r.phase_peaks.items():
+            mv = m.phase_peaks[ph]
+            lines.append(f"| peak of the {ph} phase | {v:,} | {mv:,} | {mv - v:+,} |")
         lines.append("")
         print(title, r.total_bytes, m.peak_bytes, f"{m.ratio:.6f}",
               f"{time.perf_counter() - t0:.1f}s", flush=True)

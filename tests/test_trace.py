@@ -72,6 +72,8 @@ def test_fake_trace_equals_real_cpu_run(cfg, kw):
         measured = m.per_gpu[key]
         assert abs(measured - traced) <= 0.01 * max(traced, 1), key
     assert m.peak_phase == r.peak_phase
+    for phase, traced in r.phase_peaks.items():  # the whole timeline, not just its top
+        assert abs(m.phase_peaks[phase] - traced) <= 0.01 * traced, phase
     assert r.per_gpu["total_bytes"] == sum(v for k, v in r.per_gpu.items() if k != "total_bytes")
 
 
@@ -146,6 +148,24 @@ def make():
     msg = str(e.value)
     assert "\n" not in msg
     assert "user_model.py:make" in msg and "aten." in msg
+
+
+def test_a_failing_operator_is_named_in_one_line(tmp_path):
+    spec = _write_factory(tmp_path, """
+import torch
+class Wrong(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3, 3))
+    def forward(self, x):
+        return (x @ self.w).sum()        # (4, 8) @ (3, 3): no GPU would run this either
+def make():
+    return Wrong(), torch.randn(4, 8)
+""")
+    with pytest.raises(UnsupportedError) as e:
+        trace_step(spec, precision="fp32")
+    msg = str(e.value)
+    assert "\n" not in msg and "aten.mm" in msg and "user_model.py:make" in msg
 
 
 def test_unknown_model_type_is_one_line_and_runs_no_code(tmp_path):

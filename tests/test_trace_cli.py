@@ -72,3 +72,14 @@ def test_missing_file_and_unknown_catalog_name(tmp_path, capsys):
     assert "no such" in capsys.readouterr().err
     assert main(["trace", "llama-9.9-1t"]) == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_importing_the_trace_package_and_cli_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, gpuplan.trace, gpuplan.cli.trace, gpuplan.report.trace\n"
+            "print(' '.join(m for m in ('torch', 'transformers', 'matplotlib') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

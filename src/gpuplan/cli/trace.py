@@ -12,21 +12,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="catalog name (`gpuplan models`), config.json, model directory, "
                    "or path/to/file.py:factory (your own code: a function returning "
                    "(model, example_batch))")
-    p.add_argument("--mode", default="train", help="train (default) or infer")
-    p.add_argument("--batch", default="1", metavar="B", help="batch size (default 1)")
-    p.add_argument("--seq", default="512", metavar="S", help="sequence length (default 512)")
+    p.add_argument("--mode", help="train (default) or infer")
+    p.add_argument("--batch", metavar="B", help="batch size (default 1)")
+    p.add_argument("--seq", metavar="S", help="sequence length (default 512)")
     p.add_argument("--precision", metavar="NAME",
                    help="train: amp-bf16 (default), amp-fp16, bf16, fp32, mixed-bf16, mixed-fp16; "
                         "infer: bf16 (default), fp16, fp32")
-    p.add_argument("--optimizer", default="adamw", metavar="NAME",
+    p.add_argument("--optimizer", metavar="NAME",
                    help="adamw (default), adam, sgd, sgd-momentum, adafactor, adagrad, rmsprop, "
                         "lion, adamw-8bit")
-    p.add_argument("--optimizer-impl", default="foreach", metavar="IMPL",
+    p.add_argument("--optimizer-impl", metavar="IMPL",
                    help="foreach (CUDA's default), fused, for-loop")
-    p.add_argument("--checkpointing", default="none", metavar="LEVEL",
+    p.add_argument("--checkpointing", metavar="LEVEL",
                    help="none (default), selective (attention core recomputed), full (every layer)")
-    p.add_argument("--attention", default="sdpa", metavar="IMPL", help="sdpa (default) or eager")
-    p.add_argument("--device", default="cpu", metavar="DEV",
+    p.add_argument("--attention", metavar="IMPL", help="sdpa (default) or eager")
+    p.add_argument("--device", metavar="DEV",
                    help="cpu (default: trace only) or cuda (also run it on the GPU and report "
                         "torch.cuda.max_memory_allocated/reserved beside the trace)")
     p.add_argument("--real", action="store_true",
@@ -49,18 +49,23 @@ def run(args: argparse.Namespace) -> int:
         if not args.plot.lower().endswith(".png"):
             raise InputError(f"--plot {args.plot!r}: the chart is a PNG; give a file name ending "
                              "in .png")
-    if args.real and args.device != "cpu":
+    if args.real and args.device not in (None, "cpu"):
         raise InputError("--real runs the step on this machine's CPU; use it with --device cpu "
                          "(--device cuda always runs the step for real on the GPU)")
-    batch = parse_positive_int(args.batch, what="--batch", maximum=1 << 20)
-    seq = parse_positive_int(args.seq, what="--seq", maximum=1 << 24)
+    # Unset options keep trace_step's own defaults (defined once, there).
+    kw: dict = {"real": args.real}
+    if args.batch is not None:
+        kw["batch"] = parse_positive_int(args.batch, what="--batch", maximum=1 << 20)
+    if args.seq is not None:
+        kw["seq"] = parse_positive_int(args.seq, what="--seq", maximum=1 << 24)
+    for name in ("mode", "precision", "optimizer", "optimizer_impl", "checkpointing", "attention",
+                 "device"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
 
     from ..trace import trace_step
 
-    result = trace_step(args.model, mode=args.mode, batch=batch, seq=seq,
-                        precision=args.precision, optimizer=args.optimizer,
-                        optimizer_impl=args.optimizer_impl, checkpointing=args.checkpointing,
-                        attention=args.attention, device=args.device, real=args.real)
+    result = trace_step(args.model, **kw)
     from ..report.trace import plot_timeline, render_trace, trace_json
 
     if args.plot:

@@ -47,7 +47,7 @@ def trace_step(
     ``device="cpu", real=True`` runs it with real CPU tensors (models up to
     :data:`REAL_MAX_PARAMS` parameters) and reports the measured live bytes.
     """
-    from ..errors import MissingDependencyError
+    from ..errors import InputError, MissingDependencyError
     from ..units import parse_positive_int
 
     try:
@@ -59,6 +59,8 @@ def trace_step(
 
     from . import _run
 
+    if mode not in ("train", "infer"):
+        raise InputError(f"--mode {mode!r}: expected train or infer")
     batch = parse_positive_int(batch, what="--batch", maximum=1 << 20)
     seq = parse_positive_int(seq, what="--seq", maximum=1 << 24)
     return _run.trace(model, mode=mode, batch=batch, seq=seq, precision=precision,

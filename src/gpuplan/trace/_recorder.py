@@ -80,6 +80,8 @@ class Recorder(TorchDispatchMode):
         self.op_names: list[str] = ["-"]
         self._op_index = {"-": 0}
         self._current_op = 0
+        #: the operator being dispatched (names the culprit when one fails)
+        self.in_flight = None
         #: a label standing in for the module (the optimizer step runs outside any module)
         self.module_label: str | None = None
         #: op -> handler(func, args, kwargs) replacing the call (fake-tensor emulations)
@@ -191,11 +193,13 @@ class Recorder(TorchDispatchMode):
                 self.item_placeholders += 1
                 dt = args[0].dtype
                 return True if dt == torch.bool else (1.0 if dt.is_floating_point else 1)
+        self.in_flight = func
         handler = self.overrides.get(func)
         if handler is not None:
             out = handler(func, args, kwargs or {})
         else:
             out = func(*args, **(kwargs or {}))
+        self.in_flight = None
         name = func.__name__
         idx = self._op_index.get(name)
         if idx is None:
@@ -235,7 +239,6 @@ class Recorder(TorchDispatchMode):
         ncat = len(CATEGORIES)
         host = _CAT_INDEX["host"]
         cur = [0] * ncat
-        raw_total = 0
         size = [rounded(b) for b in self.nbytes]
         cat = self.category
         ev_sid = self.ev_sid
@@ -243,7 +246,6 @@ class Recorder(TorchDispatchMode):
         best = -1
         best_i = start_event
         phase_peaks: dict[str, int] = {}
-        totals = []
         for i in range(len(ev_sid)):
             e = ev_sid[i]
             s = (e if e > 0 else -e) - 1
@@ -253,9 +255,7 @@ class Recorder(TorchDispatchMode):
             b = size[s] if e > 0 else -size[s]
             cur[c] += b
             total += b
-            raw_total += self.nbytes[s] if e > 0 else -self.nbytes[s]
             if i >= start_event:
-                totals.append((i, total))
                 ph = self.phases[self.ev_phase[i]]
                 if total > phase_peaks.get(ph, -1):
                     phase_peaks[ph] = total

@@ -45,13 +45,17 @@ class Measurement:
     per_gpu: Mapping[str, int] | None = None
     """Per-category bytes at the measured peak (CPU real runs only)."""
     peak_phase: str | None = None
+    phase_peaks: Mapping[str, int] | None = None
+    """The highest measured total in each phase (CPU real runs only)."""
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return {"device": self.device, "method": self.method, "peak_bytes": self.peak_bytes,
                 "reserved_bytes": self.reserved_bytes, "ratio": round(self.ratio, 6),
                 "per_gpu": dict(self.per_gpu) if self.per_gpu is not None else None,
-                "peak_phase": self.peak_phase, "seconds": round(self.seconds, 3)}
+                "peak_phase": self.peak_phase,
+                "phase_peaks": dict(self.phase_peaks) if self.phase_peaks is not None else None,
+                "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True, kw_only=True)

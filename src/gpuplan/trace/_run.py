@@ -100,7 +100,8 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
             peak_bytes=r.peak_bytes, reserved_bytes=None,
             ratio=r.peak_bytes / rp.peak_bytes if rp.peak_bytes else float("nan"),
             per_gpu=MappingProxyType(per_gpu(r.at_peak, r.peak_bytes, mode)),
-            peak_phase=r.peak_phase, seconds=time.perf_counter() - t1)
+            peak_phase=r.peak_phase, phase_peaks=MappingProxyType(dict(r.phase_peaks)),
+            seconds=time.perf_counter() - t1)
     elif device == "cuda":
         measured = _measure_cuda(source, cfg, rp.peak_bytes)
 

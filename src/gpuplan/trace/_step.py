@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import InputError, UnsupportedError
+from ..errors import GpuplanError, InputError, UnsupportedError
 from ..formats import get_optimizer, get_recipe
 from . import _attention
 from ._emulate import cuda_emulation, grouped_mm_override, unpacked_batch_mask
@@ -177,13 +177,44 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
     ``fake``: under FakeTensorMode; else real tensors on ``device``. ``emulate``: install the CUDA
     emulations (off for a real CUDA run, which needs none). ``between()`` is called after the warm-up
     iteration (a CUDA run resets its peak statistics there).
+
+    A failure inside an operator (a fake kernel that needs values, a shape or dtype check) becomes
+    one line naming the model and the operator.
     """
+    import logging
+
+    rec = Recorder(track_modules=track_modules)
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)  # it logs a traceback for every failing meta kernel
+    try:
+        return _run(source, cfg, rec, fake=fake, device=device, emulate=emulate,
+                    between=between)
+    except _fake_errors() as e:
+        func = getattr(e, "func", None) or rec.in_flight
+        what = f"operator {func}" if func is not None else type(e).__name__
+        raise UnsupportedError(
+            f"not traceable under fake tensors: {source.name} calls {what}, whose output depends "
+            "on tensor values; trace a small config with --device cpu --real") from None
+    except (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError) as e:
+        if rec.in_flight is None or isinstance(e, GpuplanError) or (
+                not fake and "out of memory" in str(e).lower()):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise UnsupportedError(
+            f"not traceable: {source.name} failed in operator {rec.in_flight} "
+            f"({type(e).__name__}: {first})") from None
+    finally:
+        fake_log.setLevel(level)
+
+
+def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, device: str,
+         emulate: bool, between) -> RunOutput:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
     t0 = time.perf_counter()
     counts: Counter = Counter()
-    rec = Recorder(track_modules=track_modules)
     flops: dict[str, float] = {}
     dtype = _model_dtype(cfg)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
@@ -293,6 +324,9 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
             rec.allow_item_placeholder = False
             rec.module_label = None
 
+        def mark() -> tuple[Counter, int, int]:
+            return Counter(counts), rec.counts_autocast_cache, rec.item_placeholders
+
         try:
             if train:
                 # FLOPs are counted in the warm-up iteration (the graph is the same), so that the
@@ -300,26 +334,23 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
                 train_iteration(True)
                 if between is not None:
                     between()
-                start = len(rec.ev_sid)
+                start, base = len(rec.ev_sid), mark()
                 train_iteration(False)
             else:
                 if between is not None:
                     between()
-                start = len(rec.ev_sid)
+                start, base = len(rec.ev_sid), mark()
                 _infer(built, model, rec, flops, counter, notes)
-        except _fake_errors() as e:
-            func = getattr(e, "func", None)
-            what = f"operator {func}" if func is not None else type(e).__name__
-            raise UnsupportedError(
-                f"not traceable under fake tensors: {source.name} calls {what}, whose output "
-                "depends on tensor values; trace a small config with --device cpu --real"
-            ) from None
         finally:
             rec.autocast_active = False
         replay = rec.replay(start)
-    counts["autocast-weight-cache"] = rec.counts_autocast_cache
-    counts["optimizer-item-placeholder"] = rec.item_placeholders
-    return RunOutput(replay=replay, params=n_params, flops=flops, counts=counts, notes=notes,
+    # Emulation counts of the reported iteration only.
+    reported = counts - base[0]
+    if counts.get("host-step-counters"):
+        reported["host-step-counters"] = counts["host-step-counters"]
+    reported["autocast-weight-cache"] = rec.counts_autocast_cache - base[1]
+    reported["optimizer-item-placeholder"] = rec.item_placeholders - base[2]
+    return RunOutput(replay=replay, params=n_params, flops=flops, counts=reported, notes=notes,
                      seconds=time.perf_counter() - t0, recorder=rec)
 
 
