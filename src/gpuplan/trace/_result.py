@@ -67,15 +67,21 @@ class TraceResult:
     """
 
     model: str
+    """The spec as given (catalog name, path, ``file.py:factory``) or the config's model_type."""
     mode: Mode
     batch: int
     seq: int
+    """Tokens per sequence (ignored by vision models, whose note says so)."""
     precision: str
+    """Training recipe (formats.TRAINING_RECIPES) or inference weight dtype."""
     optimizer: str | None
     """None for inference."""
     optimizer_impl: str | None
+    """``foreach`` (CUDA's default), ``fused`` or ``for-loop``; None for inference."""
     checkpointing: str
+    """none / selective (attention core recomputed) / full (every layer)."""
     attention: str
+    """sdpa (backend chosen as on CUDA) or eager."""
     traced_on: Literal["fake", "cpu-real"]
     """``fake``: FakeTensorMode (shapes only, no storage); ``cpu-real``: real CPU tensors."""
     params: int
