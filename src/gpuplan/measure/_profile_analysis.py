@@ -74,6 +74,11 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
+def _ceil(x: float) -> int:
+    """Ceiling that ignores float noise (8.0000000001 -> 8)."""
+    return math.ceil(x - 1e-9)
+
+
 def _median(xs: Sequence[float]) -> float:
     return statistics.median(xs)
 
@@ -295,7 +300,7 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
             # One worker makes one batch in `load` seconds; W workers deliver W/load batches per
             # second; the rest of the step takes `busy`, so W >= load / busy keeps up.
             load = (m["data_wait"] or 0.0) if w == 0 else w * r.step_time_s
-            need = max(2, math.ceil(load / busy)) if w == 0 else max(w + 1, math.ceil(load / busy))
+            need = max(2, _ceil(load / busy)) if w == 0 else max(w + 1, _ceil(load / busy))
             cpu_txt = f" ({cpus} CPU{'s' if cpus != 1 else ''} available to this process)" if cpus else ""
             if cpus and need > cpus:
                 out.append((wait, f"loading a batch takes ~{format_seconds(load)} of CPU work but the "

@@ -175,9 +175,9 @@ class Profiler:
         if ok:
             rec.close_detached()
         else:
-            rec.drop_detached()
-            if rec.cur is not None:
+            if rec.cur is not None or rec.detached is not None:
                 rec.notes.append("the step in progress when the loop stopped is left out")
+            rec.drop_detached()
         rec.finish()
 
     def _limit_reached(self) -> None:

@@ -1,0 +1,280 @@
+"""CUDA code paths on a CPU-only machine, by faking ``torch.cuda`` with a simulated GPU.
+
+The fake GPU is a queue on the host clock: ``launch(s)`` enqueues ``s`` seconds of work that starts
+when the previous work is done (or now); an event completes when all work enqueued before it has
+finished; ``synchronize()`` sleeps until the queue is empty. Copies to "cuda" go through a fake
+``Tensor.to``: from pageable memory they block the host until done (as CUDA's pageable copies
+do), from pinned memory with non_blocking=True they are only enqueued.
+
+Checked here: events are read only once complete; ``torch.cuda.synchronize`` runs twice per
+profile (anchor and end), never per step; compute / data-loading / transfer / launch-bound loops
+get their verdict; step times match the simulated GPU's work (the oracle); pageable copies bring
+the pin_memory advice and pinned ones do not; memory statistics drive the memory advice.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuplan.measure.profile import profile  # noqa: E402
+
+PAGEABLE_BW = 0.5e9   # bytes/s of the simulated pageable copies
+PINNED_BW = 2.0e9
+
+
+class FakeGPU:
+    def __init__(self, total_memory=80 * 10**9, peak_reserved=10 * 10**9):
+        self.queue_end = 0.0
+        self.sync_calls = 0
+        self.events = 0
+        self.pinned: set[int] = set()
+        self.total_memory = total_memory
+        self.peak_reserved = peak_reserved
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                assert enable_timing, "profiler events must be timing events"
+                self.t = None
+
+            def record(self, stream=None):
+                gpu.events += 1
+                self.t = max(time.perf_counter(), gpu.queue_end)
+
+            def query(self):
+                return self.t is not None and time.perf_counter() >= self.t
+
+            def synchronize(self):
+                gpu._sleep_until(self.t)
+
+            def elapsed_time(self, other):
+                if not (self.query() and other.query()):
+                    raise RuntimeError("elapsed_time on an event that has not completed")
+                return (other.t - self.t) * 1e3
+
+        self.Event = Event
+
+    def _sleep_until(self, t):
+        # sleep most of the way, spin the last millisecond (sleep overshoots on a busy machine)
+        left = t - time.perf_counter()
+        if left > 0.002:
+            time.sleep(left - 0.001)
+        while time.perf_counter() < t:
+            pass
+
+    def launch(self, seconds):
+        self.queue_end = max(time.perf_counter(), self.queue_end) + seconds
+
+    def synchronize(self, device=None):
+        self.sync_calls += 1
+        self._sleep_until(self.queue_end)
+
+    def wait_idle(self):  # a host-blocking operation (pageable copy, .item())
+        self._sleep_until(self.queue_end)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    g = FakeGPU()
+    c = torch.cuda
+    monkeypatch.setattr(c, "Event", g.Event)
+    monkeypatch.setattr(c, "synchronize", g.synchronize)
+    monkeypatch.setattr(c, "is_available", lambda: True)
+    monkeypatch.setattr(c, "is_initialized", lambda: True)
+    monkeypatch.setattr(c, "current_device", lambda: 0)
+    monkeypatch.setattr(c, "current_stream", lambda device=None: "stream0")
+    monkeypatch.setattr(c, "get_device_name", lambda device=None: "Fake GPU 80GB")
+    monkeypatch.setattr(c, "get_device_properties", lambda device=None: types.SimpleNamespace(total_memory=g.total_memory))
+    monkeypatch.setattr(c, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(c, "max_memory_allocated", lambda device=None: int(g.peak_reserved * 0.9))
+    monkeypatch.setattr(c, "max_memory_reserved", lambda device=None: g.peak_reserved)
+
+    real_to = torch.Tensor.to
+
+    def fake_to(self, *args, **kwargs):
+        dev = kwargs.get("device", args[0] if args else None)
+        if isinstance(dev, str) and dev.startswith("cuda"):
+            nbytes = self.numel() * self.element_size()
+            if id(self) in g.pinned and kwargs.get("non_blocking"):
+                g.launch(nbytes / PINNED_BW)
+            else:
+                g.launch(nbytes / (PINNED_BW if id(self) in g.pinned else PAGEABLE_BW))
+                g.wait_idle()  # pageable (or blocking) copies return when done
+            return self  # the data stays a CPU tensor; the timeline is what is simulated
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, device=None: id(self) in g.pinned)
+    return g
+
+
+class _GpuWork(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gpu, fwd_s, bwd_s):
+        ctx.gpu, ctx.bwd_s = gpu, bwd_s
+        gpu.launch(fwd_s)
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.gpu.launch(ctx.bwd_s)
+        return grad, None, None, None
+
+
+class FakeModel(torch.nn.Module):
+    """A model whose forward and backward enqueue simulated GPU work; ``host_s`` of host time
+    is spent issuing it (kernel launches)."""
+
+    def __init__(self, gpu, fwd_s, bwd_s, host_fwd_s=0.0, host_bwd_s=0.0):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4))
+        self.gpu, self.fwd_s, self.bwd_s = gpu, fwd_s, bwd_s
+        self.host_fwd_s, self.host_bwd_s = host_fwd_s, host_bwd_s
+
+    def forward(self, x):
+        if self.host_fwd_s:
+            time.sleep(self.host_fwd_s)
+        y = _GpuWork.apply(x[:, :4] * self.w, self.gpu, self.fwd_s, self.bwd_s)
+        if self.host_bwd_s:
+            y = _HostCost.apply(y, self.host_bwd_s)
+        return y.sum()
+
+
+class _HostCost(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, s):
+        ctx.s = s
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.s)
+        return grad, None
+
+
+class FakeSGD(torch.optim.SGD):
+    def __init__(self, params, gpu, opt_s):
+        super().__init__(params, lr=0.0)
+        self.gpu, self.opt_s = gpu, opt_s
+
+    def step(self, closure=None):
+        self.gpu.launch(self.opt_s)
+        return super().step(closure)
+
+
+def _run(gpu, *, n=8, batch_bytes=4096, fwd=0.0, bwd=0.0, opt=0.0, host_fwd=0.0, host_bwd=0.0,
+         load_s=0.0, pinned=False, item=False, warmup=1):
+    model = FakeModel(gpu, fwd, bwd, host_fwd, host_bwd)
+    optim = FakeSGD(model.parameters(), gpu, opt)
+    numel = batch_bytes // 4
+    batches = [torch.ones(4, numel // 4) for _ in range(n + warmup)]
+    if pinned:
+        gpu.pinned.update(id(b) for b in batches)
+
+    def loader():
+        for b in batches:
+            if load_s:
+                time.sleep(load_s)
+            yield b
+
+    with profile(model, optim, warmup=warmup, device="cuda") as prof:
+        for b in prof.wrap(loader()):
+            x = b.to("cuda", non_blocking=pinned)
+            loss = model(x)
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            if item:
+                gpu.wait_idle()  # loss.item(): the host waits for the GPU
+    return prof.report()
+
+
+@pytest.mark.parametrize("item", [False, True], ids=["async", "item-each-step"])
+def test_compute_bound_gpu_loop(gpu, item):
+    fwd, bwd, opt = 0.010, 0.020, 0.003
+    r = _run(gpu, fwd=fwd, bwd=bwd, opt=opt, item=item)
+    assert r.verdict == "compute"
+    assert r.device == "cuda:0" and r.gpu is not None
+    # Oracle: the simulated GPU needs fwd + bwd + opt (+ the 4 kB copy) per step.
+    work = fwd + bwd + opt
+    assert r.step_time_s == pytest.approx(work, rel=0.10)
+    assert r.breakdown["forward"] == pytest.approx(fwd / work, abs=0.06)
+    assert r.breakdown["backward"] == pytest.approx(bwd / work, abs=0.06)
+    assert r.breakdown["optimizer"] == pytest.approx(opt / work, abs=0.06)
+    assert r.gpu.busy_fraction_min > 0.7
+    # Two synchronizations per profile (clock anchor and end), none per step.
+    assert gpu.sync_calls == 2
+    # Each step's parts sum to its duration.
+    for s in r.per_step:
+        assert sum(s.parts_s.values()) == pytest.approx(s.duration_s, rel=1e-9, abs=1e-12)
+    # fp32 parameters, no autocast on a GPU: the mixed-precision advice.
+    assert any("autocast" in a for a in r.advice)
+
+
+def test_data_loading_bound_gpu_loop(gpu):
+    r = _run(gpu, fwd=0.002, bwd=0.003, load_s=0.030)
+    assert r.verdict == "data-loading"
+    # The host waits 30 ms per batch; the GPU's 5 ms of work runs during the next wait, so the
+    # step is ~30 ms and the exposed wait ~25 ms of it.
+    assert r.step_time_s == pytest.approx(0.030, rel=0.15)
+    assert r.breakdown["data_wait"] == pytest.approx(0.025 / 0.030, abs=0.08)
+    assert gpu.sync_calls == 2
+
+
+def test_transfer_bound_pageable_copies_get_pin_memory_advice(gpu):
+    nbytes = 8_000_000  # 16 ms at the simulated pageable 0.5 GB/s
+    r = _run(gpu, batch_bytes=nbytes, fwd=0.001, bwd=0.002)
+    assert r.verdict == "transfer"
+    t = r.transfer
+    assert t.h2d_bytes_per_step == nbytes  # numel * element_size of each batch
+    assert t.pageable_fraction == 1.0
+    assert t.non_blocking_fraction == 0.0
+    assert t.copies_per_step == 1
+    # 8 MB in ~16 ms: the measured bandwidth is the simulated one
+    assert t.bandwidth_bytes_per_s == pytest.approx(PAGEABLE_BW, rel=0.15)
+    assert any("pin_memory=True" in a and "non_blocking=True" in a for a in r.advice)
+
+
+def test_pinned_non_blocking_copies_get_no_pin_memory_advice(gpu):
+    nbytes = 40_000_000  # 20 ms at the simulated pinned 2 GB/s
+    r = _run(gpu, batch_bytes=nbytes, fwd=0.001, bwd=0.002, pinned=True)
+    assert r.transfer.pageable_fraction == 0.0
+    assert r.transfer.non_blocking_fraction == 1.0
+    assert r.verdict == "transfer"
+    assert not any("pin_memory=True" in a for a in r.advice)
+    assert any("keep data on the GPU" in a for a in r.advice)
+
+
+def test_launch_bound_loop_is_host_overhead(gpu):
+    # The host spends 15 + 10 ms issuing work that takes the GPU 0.5 + 0.5 ms.
+    r = _run(gpu, fwd=0.0005, bwd=0.0005, host_fwd=0.015, host_bwd=0.010)
+    assert r.verdict == "host-overhead"
+    assert r.gpu.busy_fraction_min < 0.2
+    assert any("torch.compile" in a and "CUDA graphs" in a for a in r.advice)
+
+
+def test_memory_near_limit_advises_checkpointing(gpu):
+    gpu.peak_reserved = int(0.95 * gpu.total_memory)
+    r = _run(gpu, fwd=0.005, bwd=0.010, opt=0.001, n=4)
+    assert r.gpu.peak_reserved_bytes == gpu.peak_reserved
+    assert r.gpu.total_memory_bytes == gpu.total_memory
+    assert r.gpu.peak_allocated_bytes == int(gpu.peak_reserved * 0.9)
+    assert any("gradient checkpointing" in a for a in r.advice)
+
+
+def test_autocast_suppresses_mixed_precision_advice(gpu, monkeypatch):
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda *a: True)
+    r = _run(gpu, fwd=0.005, bwd=0.010, n=4)
+    assert r.verdict == "compute"
+    assert not any("autocast" in a for a in r.advice)
+
+
+def test_no_per_step_sync_even_with_many_steps(gpu):
+    _run(gpu, n=30, fwd=0.0005, bwd=0.0005)
+    assert gpu.sync_calls == 2
+    assert gpu.events > 30 * 4  # events were used instead
