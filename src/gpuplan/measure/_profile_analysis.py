@@ -113,7 +113,9 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
         medians["data_wait"] = None
     durations = [s.duration_s for s in steps]
     step_med = _median(durations)
-    overhead = sum(s.overhead_s for s in steps) / total
+    # Median over steps of the share spent in the profiler's hooks: robust to a step in which the
+    # process was preempted inside a hook (which would otherwise inflate a plain sum).
+    overhead = _median([s.overhead_s / s.duration_s if s.duration_s > 0 else 0.0 for s in steps])
 
     samples = [s.samples for s in steps]
     samples_per_s = sum(samples) / total if all(x is not None for x in samples) else None  # type: ignore[arg-type]

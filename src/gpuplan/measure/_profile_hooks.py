@@ -168,11 +168,14 @@ class Instrumentation:
         compiling = self._compiling
         rec = self.rec
         tid = self.tid
+        devices: dict[Any, Any] = {}  # "cuda:0" -> torch.device, parsed once
 
         def to(self_t: Any, *args: Any, **kwargs: Any) -> Any:
-            if compiling() or get_ident() != tid or rec.cur is None or not rec.active:
+            if compiling():
                 return orig(self_t, *args, **kwargs)
             t0 = perf_counter()
+            if rec.cur is None or not rec.active or get_ident() != tid:
+                return orig(self_t, *args, **kwargs)
             d = kwargs.get("device")
             if d is None and args:
                 a = args[0]
@@ -183,7 +186,12 @@ class Instrumentation:
             if d is None or isinstance(d, dtype_t):
                 rec.overhead += perf_counter() - t0
                 return orig(self_t, *args, **kwargs)
-            dst = d if isinstance(d, device_t) else device_t(d)
+            if isinstance(d, device_t):
+                dst = d
+            else:
+                dst = devices.get(d)
+                if dst is None:
+                    dst = devices[d] = device_t(d)
             src = self_t.device
             if dst.type == src.type and (dst.index is None or src.index is None or dst.index == src.index):
                 rec.overhead += perf_counter() - t0
@@ -200,9 +208,11 @@ class Instrumentation:
         tid = self.tid
 
         def cuda(self_t: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
-            if compiling() or get_ident() != tid or rec.cur is None or not rec.active:
+            if compiling():
                 return orig(self_t, device, non_blocking, **kwargs)
             t0 = perf_counter()
+            if rec.cur is None or not rec.active or get_ident() != tid:
+                return orig(self_t, device, non_blocking, **kwargs)
             src = self_t.device
             if device is None:
                 dst = torch.device("cuda")
@@ -226,9 +236,11 @@ class Instrumentation:
         cpu_dev = torch.device("cpu")
 
         def cpu(self_t: Any, *args: Any, **kwargs: Any) -> Any:
-            if compiling() or get_ident() != tid or rec.cur is None or not rec.active:
+            if compiling():
                 return orig(self_t, *args, **kwargs)
             t0 = perf_counter()
+            if rec.cur is None or not rec.active or get_ident() != tid:
+                return orig(self_t, *args, **kwargs)
             src = self_t.device
             if src.type == "cpu":
                 rec.overhead += perf_counter() - t0
@@ -244,9 +256,11 @@ class Instrumentation:
         tid = self.tid
 
         def copy_(self_t: Any, src_t: Any, non_blocking: bool = False) -> Any:
-            if compiling() or get_ident() != tid or rec.cur is None or not rec.active:
+            if compiling():
                 return orig(self_t, src_t, non_blocking)
             t0 = perf_counter()
+            if rec.cur is None or not rec.active or get_ident() != tid:
+                return orig(self_t, src_t, non_blocking)
             if isinstance(src_t, Tensor):
                 src, dst = src_t.device, self_t.device
                 if src.type != dst.type or (src.index != dst.index and src.type != "cpu"):
@@ -264,9 +278,11 @@ class Instrumentation:
         tid = self.tid
 
         def backward(*args: Any, **kwargs: Any) -> Any:
-            if compiling() or get_ident() != tid or rec.cur is None or not rec.active:
+            if compiling():
                 return orig(*args, **kwargs)
             t0 = perf_counter()
+            if rec.cur is None or not rec.active or get_ident() != tid:
+                return orig(*args, **kwargs)
             rec.push("backward", t0)
             rec.overhead += perf_counter() - t0
             try:
@@ -282,17 +298,17 @@ class Instrumentation:
 
     # -- optimizer
     def _opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        t0 = perf_counter()
         if get_ident() != self.tid or not self.rec.active:
             return None
-        t0 = perf_counter()
         self.rec.push("optimizer", t0)
         self.rec.overhead += perf_counter() - t0
         return None
 
     def _opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        t0 = perf_counter()
         if get_ident() != self.tid or not self.rec.active:
             return None
-        t0 = perf_counter()
         self.rec.pop("optimizer", t0)
         self.rec.overhead += perf_counter() - t0
         return None
@@ -312,11 +328,11 @@ class Instrumentation:
 
     # -- root modules
     def _root_pre(self, module: Any, args: tuple, kwargs: dict | None = None) -> None:
-        if self._in_root is not None or get_ident() != self.tid or not self.rec.active:
-            return None
         if self._compiling():
             return None
         t0 = perf_counter()
+        if self._in_root is not None or get_ident() != self.tid or not self.rec.active:
+            return None
         self._in_root = module
         if not self._roots_hooked and all(m is not module for m in self._roots):
             self._roots.append(module)
@@ -325,9 +341,9 @@ class Instrumentation:
         return None
 
     def _root_post(self, module: Any, args: Any, *rest: Any) -> None:
+        t0 = perf_counter()
         if module is not self._in_root or get_ident() != self.tid:
             return None
-        t0 = perf_counter()
         self._in_root = None
         self.rec.pop("forward", t0)
         if self._swap_pending:

@@ -159,6 +159,75 @@ def batch_sizes(batch: Any, tokens_per_sample: int | None) -> tuple[int | None, 
     return samples, None, None
 
 
+class BatchSizer:
+    """:func:`batch_sizes`, with the places of the tensors remembered from the first batch so a
+    steady stream of same-shaped batches costs a lookup, not a search."""
+
+    def __init__(self, tokens_per_sample: int | None) -> None:
+        self.tps = tokens_per_sample
+        self._type: type | None = None
+        self._samples_at: Any = None
+        self._tokens_at: Any = None
+        self._mask_at: Any = None
+        self.source: str | None = None
+
+    @staticmethod
+    def _get(batch: Any, at: Any) -> Any:
+        return batch if at is _SELF else batch[at]
+
+    def __call__(self, batch: Any) -> tuple[int | None, int | None]:
+        if type(batch) is self._type and self._samples_at is not None:
+            try:
+                samples = int(self._get(batch, self._samples_at).shape[0])
+                tokens = None
+                if self.tps:
+                    tokens = samples * self.tps
+                elif self._mask_at is not None:
+                    tokens = int(self._get(batch, self._mask_at).sum())
+                elif self._tokens_at is not None:
+                    tokens = int(self._get(batch, self._tokens_at).numel())
+                return samples, tokens
+            except Exception:  # noqa: BLE001 - the structure changed: search again
+                pass
+        samples, tokens, source = batch_sizes(batch, self.tps)
+        self._learn(batch)
+        if source and self.source is None:
+            self.source = source
+        return samples, tokens
+
+    def _learn(self, batch: Any) -> None:
+        import torch
+
+        self._type, self._samples_at, self._tokens_at, self._mask_at = type(batch), None, None, None
+        if isinstance(batch, torch.Tensor):
+            places = [(_SELF, batch)]
+        elif isinstance(batch, (list, tuple)):
+            places = [(i, v) for i, v in enumerate(batch) if isinstance(v, torch.Tensor)]
+        elif isinstance(batch, collections.abc.Mapping):
+            places = [(k, v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
+        else:
+            return
+        self._samples_at = next((at for at, t in places if t.dim() >= 1), None)
+        if self._samples_at is None or self.tps:
+            return
+        by_key = dict(places)
+        ids = by_key.get("input_ids")
+        if ids is not None and ids.dim() == 2:
+            mask = by_key.get("attention_mask")
+            if mask is not None and mask.shape == ids.shape and mask.device.type == "cpu":
+                self._mask_at = "attention_mask"
+            else:
+                self._tokens_at = "input_ids"
+            return
+        for at, t in places:
+            if t.dim() == 2 and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
+                self._tokens_at = at
+                return
+
+
+_SELF = object()
+
+
 def loader_info(obj: Any) -> LoaderInfo:
     from torch.utils.data import DataLoader
 
@@ -226,8 +295,10 @@ class Recorder:
         self.max_steps = max_steps
         self.device_pref = device
         self.tokens_per_sample = tokens_per_sample
+        self.sizer = BatchSizer(tokens_per_sample)
         self.on_limit = on_limit
         self.timer: HostTimer | CudaTimer | None = None
+        self._cuda_initialized: Callable[[], bool] | None = None
         self.active = True
         self.stack: list[str] = []
         self.cur: _Step | None = None
@@ -246,7 +317,7 @@ class Recorder:
         self.param_dtype: str | None = None
         self.autocast = False
         self.notes: list[str] = []
-        self.loaders: collections.Counter = collections.Counter()
+        self._loader_counts: dict[int, list] = {}  # id(LoaderInfo) -> [info, steps]
         self.gpu_memory: tuple[int | None, int | None, int | None] = (None, None, None)
         self.device_name = "cpu"
         self.limit_reached = False
@@ -263,9 +334,11 @@ class Recorder:
         if self.device_pref == "cuda":
             want_cuda = True
         elif self.device_pref is None:
-            import torch
+            if self._cuda_initialized is None:
+                import torch
 
-            want_cuda = bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+                self._cuda_initialized = torch.cuda.is_initialized
+            want_cuda = bool(self._cuda_initialized())  # a flag; True only where CUDA works
         if not want_cuda:
             if self.timer is None:
                 self.timer = HostTimer()
@@ -286,6 +359,13 @@ class Recorder:
             self.notes.append(f"peak memory statistics unavailable: {e}")
         self.timer = CudaTimer(cuda, idx)
         self.device_name = str(cuda.get_device_name(idx))
+
+    @property
+    def main_loader(self) -> LoaderInfo | None:
+        """The data source that fed the most measured steps."""
+        if not self._loader_counts:
+            return None
+        return max(self._loader_counts.values(), key=lambda e: e[1])[0]
 
     @property
     def device(self) -> str:
@@ -384,7 +464,11 @@ class Recorder:
             return
         self.measured.append(st)
         if st.loader is not None:
-            self.loaders[st.loader] += 1
+            entry = self._loader_counts.get(id(st.loader))
+            if entry is None:
+                self._loader_counts[id(st.loader)] = [st.loader, 1]
+            else:
+                entry[1] += 1
         if isinstance(self.timer, CudaTimer):
             self.pending.append(st)
             self._drain(block=False)
@@ -431,12 +515,11 @@ class Recorder:
         self._mark(now, _effective(self.stack))
         st.loader = loader
         try:
-            samples, tokens, source = batch_sizes(batch, self.tokens_per_sample)
+            st.samples, st.tokens = self.sizer(batch)
         except Exception:  # noqa: BLE001 - an exotic batch type: sizes stay unknown
-            samples, tokens, source = None, None, None
-        st.samples, st.tokens = samples, tokens
-        if source and self.tokens_source is None:
-            self.tokens_source = source
+            st.samples, st.tokens = None, None
+        if self.tokens_source is None and self.sizer.source:
+            self.tokens_source = self.sizer.source
 
     def fetch_exhausted(self) -> None:
         """The iterator raised StopIteration: the open step only held the failed fetch."""

@@ -144,7 +144,8 @@ class ProfileReport:
     step_time_p10_s: float
     step_time_p90_s: float
     overhead_fraction: float
-    """Time inside the profiler's own hooks / measured step time."""
+    """The profiler's own cost: median over the measured steps of (time inside its hooks / the
+    step's time). See benchmarks/profile_overhead_results.md for the A/B check."""
     breakdown: Mapping[str, float | None]
     """Fraction of the total step time per phase (keys :data:`PHASES`); they sum to 1.
     ``data_wait`` is None when no DataLoader/wrapped loader was seen (unknown, not zero)."""

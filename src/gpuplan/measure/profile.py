@@ -258,7 +258,7 @@ class Profiler:
             local_ranks = 1
         if cpus and local_ranks > 1:
             cpus = max(1, cpus // local_ranks)
-        loader = rec.loaders.most_common(1)[0][0] if rec.loaders else None
+        loader = rec.main_loader
         total, peak_a, peak_r = rec.gpu_memory
         notes = list(rec.notes)
         if rec.dropped_eval:
