@@ -227,8 +227,7 @@ def main() -> int:
     name = torch.cuda.get_device_name() if dev.type == "cuda" else platform.processor() or "cpu"
     summary = [f"# gpuplan profile: prepared loops on {name}", "",
                f"torch {torch.__version__}, CUDA {torch.version.cuda}, Python {platform.python_version()}, "
-               f"{os.cpu_count()} CPUs; command: `bash benchmarks/profile_gpu_loops.sh`"
-               + (" (--quick)" if a.quick else ""), "",
+               f"{os.cpu_count()} CPUs; command: `python {' '.join(sys.argv)}`", "",
                "| loop | expected | verdict | median step | data wait | transfer | fwd+bwd+opt | other | GPU busy | overhead (self) |",
                "|---|---|---|---|---|---|---|---|---|---|"]
     loops = {

@@ -45,6 +45,14 @@ if __name__ == "__main__":
 """
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # in-process scripts: steadier timings on a shared machine
+    yield
+    torch.set_num_threads(n)
+
+
 def _script(tmp_path, name="train.py", sleep=0.002, extra="pass", body=None):
     p = tmp_path / name
     p.write_text(textwrap.dedent(body) if body is not None else TRAIN.format(sleep=sleep, extra=extra))
@@ -60,6 +68,8 @@ def test_profiles_an_unmodified_script_then_stops_it(tmp_path, capsys):
     assert "script finished" not in out  # stopped after the measured steps
     assert "6 step(s) measured after 2 warm-up" in out
     assert "DATA-LOADING bound" in out
+    assert "DataLoader(batch_size=4, num_workers=0" in out  # the script's loader was found
+    assert "num_workers=" in out.split("Advice", 1)[1]
     assert "then stopped the script" in out
     assert "profiler overhead:" in out
     # everything the profiler patched is back

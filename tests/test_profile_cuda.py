@@ -35,6 +35,7 @@ class FakeGPU:
         self.pinned: set[int] = set()
         self.total_memory = total_memory
         self.peak_reserved = peak_reserved
+        self.copy_times: list[float] = []  # host time each blocking copy took (an oracle)
         gpu = self
 
         class Event:
@@ -99,12 +100,16 @@ def gpu(monkeypatch):
     def fake_to(self, *args, **kwargs):
         dev = kwargs.get("device", args[0] if args else None)
         if isinstance(dev, str) and dev.startswith("cuda"):
+            t0 = time.perf_counter()
+            busy_until = g.queue_end  # the copy starts after the work already queued
             nbytes = self.numel() * self.element_size()
             if id(self) in g.pinned and kwargs.get("non_blocking"):
                 g.launch(nbytes / PINNED_BW)
             else:
                 g.launch(nbytes / (PINNED_BW if id(self) in g.pinned else PAGEABLE_BW))
                 g.wait_idle()  # pageable (or blocking) copies return when done
+                # the copy's own time: from when it could start until the host had it back
+                g.copy_times.append(time.perf_counter() - max(t0, busy_until))
             return self  # the data stays a CPU tensor; the timeline is what is simulated
         return real_to(self, *args, **kwargs)
 
@@ -167,8 +172,20 @@ class FakeSGD(torch.optim.SGD):
         return super().step(closure)
 
 
+class LoopClock:
+    """The test loop's own clocks: when each iteration ended, how long each batch took to make."""
+
+    def __init__(self):
+        self.ends: list[float] = []
+        self.loads: list[float] = []
+
+    def steps(self, report):
+        # measured step k runs from fetch k (just after iteration k-1 ended) to fetch k+1
+        return [self.ends[s.index] - self.ends[s.index - 1] for s in report.per_step]
+
+
 def _run(gpu, *, n=8, batch_bytes=4096, fwd=0.0, bwd=0.0, opt=0.0, host_fwd=0.0, host_bwd=0.0,
-         load_s=0.0, pinned=False, item=False, warmup=1):
+         load_s=0.0, pinned=False, item=False, warmup=1, clock=None):
     model = FakeModel(gpu, fwd, bwd, host_fwd, host_bwd)
     optim = FakeSGD(model.parameters(), gpu, opt)
     numel = batch_bytes // 4
@@ -176,10 +193,14 @@ def _run(gpu, *, n=8, batch_bytes=4096, fwd=0.0, bwd=0.0, opt=0.0, host_fwd=0.0,
     if pinned:
         gpu.pinned.update(id(b) for b in batches)
 
+    clock = clock if clock is not None else LoopClock()
+
     def loader():
         for b in batches:
+            t = time.perf_counter()
             if load_s:
                 time.sleep(load_s)
+            clock.loads.append(time.perf_counter() - t)
             yield b
 
     with profile(model, optim, warmup=warmup, device="cuda") as prof:
@@ -191,21 +212,28 @@ def _run(gpu, *, n=8, batch_bytes=4096, fwd=0.0, bwd=0.0, opt=0.0, host_fwd=0.0,
             optim.step()
             if item:
                 gpu.wait_idle()  # loss.item(): the host waits for the GPU
+            clock.ends.append(time.perf_counter())
     return prof.report()
 
 
 @pytest.mark.parametrize("item", [False, True], ids=["async", "item-each-step"])
 def test_compute_bound_gpu_loop(gpu, item):
     fwd, bwd, opt = 0.010, 0.020, 0.003
-    r = _run(gpu, fwd=fwd, bwd=bwd, opt=opt, item=item)
+    clock = LoopClock()
+    r = _run(gpu, fwd=fwd, bwd=bwd, opt=opt, item=item, clock=clock)
     assert r.verdict == "compute"
     assert r.device == "cuda:0" and r.gpu is not None
-    # Oracle: the simulated GPU needs fwd + bwd + opt (+ the 4 kB copy) per step.
     work = fwd + bwd + opt
-    assert r.step_time_s == pytest.approx(work, rel=0.10)
-    assert r.breakdown["forward"] == pytest.approx(fwd / work, abs=0.06)
-    assert r.breakdown["backward"] == pytest.approx(bwd / work, abs=0.06)
-    assert r.breakdown["optimizer"] == pytest.approx(opt / work, abs=0.06)
+    if item:
+        # The host waits for the GPU every step: the loop's own clock is the step time.
+        assert sum(s.duration_s for s in r.per_step) == pytest.approx(sum(clock.steps(r)), rel=0.05)
+    else:
+        # The host runs ahead: the simulated GPU's queue (fwd + bwd + opt per step, plus a 4 kB
+        # copy) sets the pace.
+        assert r.step_time_s == pytest.approx(work, rel=0.10)
+        assert r.breakdown["forward"] == pytest.approx(fwd / work, abs=0.06)
+        assert r.breakdown["backward"] == pytest.approx(bwd / work, abs=0.06)
+        assert r.breakdown["optimizer"] == pytest.approx(opt / work, abs=0.06)
     assert r.gpu.busy_fraction_min > 0.7
     # Two synchronizations per profile (clock anchor and end), none per step.
     assert gpu.sync_calls == 2
@@ -217,12 +245,16 @@ def test_compute_bound_gpu_loop(gpu, item):
 
 
 def test_data_loading_bound_gpu_loop(gpu):
-    r = _run(gpu, fwd=0.002, bwd=0.003, load_s=0.030)
+    clock = LoopClock()
+    r = _run(gpu, fwd=0.002, bwd=0.003, load_s=0.030, clock=clock)
     assert r.verdict == "data-loading"
-    # The host waits 30 ms per batch; the GPU's 5 ms of work runs during the next wait, so the
-    # step is ~30 ms and the exposed wait ~25 ms of it.
-    assert r.step_time_s == pytest.approx(0.030, rel=0.15)
-    assert r.breakdown["data_wait"] == pytest.approx(0.025 / 0.030, abs=0.08)
+    # The steps tile the loop's own clock ...
+    assert sum(s.duration_s for s in r.per_step) == pytest.approx(sum(clock.steps(r)), rel=0.05)
+    # ... and the GPU's 5 ms of work runs during the next wait, so only (load - 5 ms) of each
+    # load is exposed.
+    load = sum(clock.loads[s.index] for s in r.per_step)
+    exposed = sum(s.parts_s["data_wait"] for s in r.per_step)
+    assert exposed == pytest.approx(load - 0.005 * r.steps, rel=0.10)
     assert gpu.sync_calls == 2
 
 
@@ -235,8 +267,9 @@ def test_transfer_bound_pageable_copies_get_pin_memory_advice(gpu):
     assert t.pageable_fraction == 1.0
     assert t.non_blocking_fraction == 0.0
     assert t.copies_per_step == 1
-    # 8 MB in ~16 ms: the measured bandwidth is the simulated one
-    assert t.bandwidth_bytes_per_s == pytest.approx(PAGEABLE_BW, rel=0.15)
+    # The copies' own durations (timed inside the fake .to) give the bandwidth oracle.
+    measured = [gpu.copy_times[s.index] for s in r.per_step]
+    assert t.bandwidth_bytes_per_s == pytest.approx(nbytes * len(measured) / sum(measured), rel=0.05)
     assert any("pin_memory=True" in a and "non_blocking=True" in a for a in r.advice)
 
 

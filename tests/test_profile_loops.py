@@ -7,6 +7,7 @@ small per-step allowance for the hooks' own time). No wall-clock speed claims ar
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -34,7 +35,7 @@ class SlowDataset(Dataset):
 
     def __init__(self, n, sleep_s, dim=32):
         self.n, self.sleep_s, self.dim = n, sleep_s, dim
-        self.item_time = 0.0
+        self.item_times: list[float] = []  # in fetch order (num_workers=0)
 
     def __len__(self):
         return self.n
@@ -44,7 +45,7 @@ class SlowDataset(Dataset):
         time.sleep(self.sleep_s)
         x = torch.full((self.dim,), float(i))
         y = torch.tensor(i % 4)
-        self.item_time += time.perf_counter() - t
+        self.item_times.append(time.perf_counter() - t)
         return x, y
 
 
@@ -53,6 +54,25 @@ def _mlp(dim, hidden, layers):
     for _ in range(layers - 1):
         mods += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
     return torch.nn.Sequential(*mods, torch.nn.Linear(hidden, 4))
+
+
+class TimedLoader:
+    """Iterates a loader and times each next() itself: the data-wait oracle."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.fetch_times: list[float] = []
+
+    def __iter__(self):
+        it = iter(self.loader)
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.fetch_times.append(time.perf_counter() - t)
+            yield batch
 
 
 class Clocks:
@@ -84,20 +104,20 @@ def _train(prof, loader, model, opt, clocks, limit=None):
 
 def test_slow_dataset_is_data_loading_bound_and_parts_match_the_loops_clocks():
     ds = SlowDataset(n=4 * 12, sleep_s=0.004)
-    loader = DataLoader(ds, batch_size=4)
+    timed = TimedLoader(DataLoader(ds, batch_size=4))
     model = _mlp(32, 32, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     clocks = Clocks()
     t_start = time.perf_counter()
     with profile(model, opt, warmup=2) as prof:
-        _train(prof, loader, model, opt, clocks)
+        _train(prof, timed, model, opt, clocks)
     t_loop = time.perf_counter() - t_start
     r = prof.report()
     assert r.verdict == "data-loading"
     assert r.steps == 10
     assert r.status == "complete"
-    assert r.loader.kind == "DataLoader" and r.loader.num_workers == 0
-    assert any("num_workers=" in a for a in r.advice)
+    assert r.loader.kind == "TimedLoader"
+    assert any("DataLoader with num_workers > 0" in a for a in r.advice)
     assert r.samples_per_step == 4
     # Per step the attributed parts sum to the step's duration ...
     for s in r.per_step:
@@ -108,18 +128,19 @@ def test_slow_dataset_is_data_loading_bound_and_parts_match_the_loops_clocks():
     own = sum(clocks.body_end[k] - clocks.body_end[k - 1] for k in idx)
     assert sum(s.duration_s for s in r.per_step) == pytest.approx(own, rel=0.05)
     assert sum(s.duration_s for s in r.per_step) < t_loop
-    # Data wait vs the dataset's own clock (4 items per batch, 12 batches; 10 measured).
-    wait = sum(s.parts_s["data_wait"] for s in r.per_step)
-    per_batch_items = ds.item_time / 12
-    assert wait >= 0.95 * per_batch_items * 10
-    assert wait <= 1.05 * per_batch_items * 10 + HOOK_SLACK_S * 10 * 4  # + collate
+    # Data wait vs the dataset's own clock, per step (medians: one step in which the process was
+    # preempted between two clocks must not decide the test).
+    # The loop's own timing of each next() on the DataLoader (TimedLoader) is the oracle; the
+    # dataset's sleeps are a lower bound.
+    waits = [s.parts_s["data_wait"] for s in r.per_step]
+    assert statistics.median(waits) == pytest.approx(
+        statistics.median(timed.fetch_times[k] for k in idx), rel=0.05, abs=HOOK_SLACK_S)
+    assert statistics.median(waits) >= 0.95 * statistics.median(sum(ds.item_times[4 * k:4 * k + 4]) for k in idx)
     # Forward and backward vs the loop's own timing of model(x) and loss.backward().
-    fwd = sum(s.parts_s["forward"] for s in r.per_step)
-    bwd = sum(s.parts_s["backward"] for s in r.per_step)
-    own_fwd = sum(clocks.fwd[k] for k in idx)
-    own_bwd = sum(clocks.bwd[k] for k in idx)
-    assert own_fwd * 0.90 - HOOK_SLACK_S * 10 <= fwd <= own_fwd * 1.05
-    assert own_bwd * 0.90 - HOOK_SLACK_S * 10 <= bwd <= own_bwd * 1.05
+    assert statistics.median(s.parts_s["forward"] for s in r.per_step) == pytest.approx(
+        statistics.median(clocks.fwd[k] for k in idx), rel=0.05, abs=HOOK_SLACK_S)
+    assert statistics.median(s.parts_s["backward"] for s in r.per_step) == pytest.approx(
+        statistics.median(clocks.bwd[k] for k in idx), rel=0.05, abs=HOOK_SLACK_S)
     assert 0 < r.overhead_fraction < 0.5
 
 
@@ -138,8 +159,8 @@ def test_heavy_model_cheap_data_is_compute_bound():
     idx = [s.index for s in r.per_step]
     own = sum(clocks.body_end[k] - clocks.body_end[k - 1] for k in idx)
     assert sum(s.duration_s for s in r.per_step) == pytest.approx(own, rel=0.05)
-    fwd = sum(s.parts_s["forward"] for s in r.per_step)
-    assert fwd == pytest.approx(sum(clocks.fwd[k] for k in idx), rel=0.05)
+    assert statistics.median(s.parts_s["forward"] for s in r.per_step) == pytest.approx(
+        statistics.median(clocks.fwd[k] for k in idx), rel=0.05, abs=HOOK_SLACK_S)
 
 
 def test_loop_without_a_dataloader_reports_data_wait_unknown():

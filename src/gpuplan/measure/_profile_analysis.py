@@ -354,7 +354,8 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
     if _launch_bound(r):
         out.append((shares["host-overhead"], "the GPU waits for the host's kernel launches: torch.compile "
                     "(mode='reduce-overhead' adds CUDA graphs) or CUDA graphs cut launch overhead, and "
-                    "a larger batch gives every launch more work"))
+                    "a larger batch gives every launch more work; also look for synchronizing calls "
+                    "(.item(), .cpu(), data-dependent shapes) inside forward/backward"))
     if other >= ADVICE_SHARE or (r.verdict == "host-overhead" and not _launch_bound(r)):
         out.append((other, f"{format_seconds(m['other'] or 0.0)} per step is spent outside the model and "
                            "optimizer: look for per-step Python work, logging, metric computation and "
