@@ -244,3 +244,23 @@ def test_torchrun_two_ranks_one_report(tmp_path):
     assert by_rank[1]["breakdown"]["data_wait"] > by_rank[0]["breakdown"]["data_wait"]
     assert d["slowest_rank"] == 1
     assert list(gather_dir.iterdir()) == []  # the exchange directory was cleaned up
+
+
+def test_gather_with_torch_distributed(tmp_path):
+    """The collective way (several nodes with a live process group), on a one-process gloo group."""
+    import torch.distributed as dist
+
+    from gpuplan.measure._profile_analysis import RunInfo, analyze
+    from gpuplan.measure._profile_dist import DistEnv, gather_reports
+    from gpuplan.measure._profile_types import PHASES, StepRecord
+
+    steps = [StepRecord(index=i, duration_s=0.01, parts_s={**dict.fromkeys(PHASES, 0.0), "forward": 0.01})
+             for i in range(3)]
+    local = analyze(steps, RunInfo())
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        r = gather_reports(local, env=DistEnv(0, 1, 1), mode="collective")
+    finally:
+        dist.destroy_process_group()
+    assert r.world_size == 1 and [s.rank for s in r.ranks] == [0]
+    assert r.step_time_s == local.step_time_s

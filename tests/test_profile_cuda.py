@@ -311,3 +311,25 @@ def test_no_per_step_sync_even_with_many_steps(gpu):
     _run(gpu, n=30, fwd=0.0005, bwd=0.0005)
     assert gpu.sync_calls == 2
     assert gpu.events > 30 * 4  # events were used instead
+
+
+def test_cuda_first_used_mid_run(gpu, monkeypatch):
+    """device=None: host clocks until CUDA is initialized, then events; host-timed steps are dropped."""
+    state = {"init": False}
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["init"])
+    model = FakeModel(gpu, 0.002, 0.002)
+    opt = FakeSGD(model.parameters(), gpu, 0.0)
+    with profile(model, opt, warmup=1) as prof:
+        for i, b in enumerate(prof.wrap([torch.ones(4, 8) for _ in range(10)])):
+            if i == 3:
+                state["init"] = True  # e.g. the first .cuda() call of the script
+            model(b).backward()
+            opt.step()
+    r = prof.report()
+    assert r.device == "cuda:0"
+    assert any("CUDA was first used" in n for n in r.notes)
+    # the switch happens at fetch 4: steps 0-2 (host-timed) and step 3 (open) are dropped; step 4
+    # is the warm-up; steps 5-9 are measured (step 9 ends at the fetch that finds no more batches)
+    assert r.steps == 5
+    assert [s.index for s in r.per_step] == [5, 6, 7, 8, 9]
+    assert gpu.sync_calls == 2

@@ -166,15 +166,23 @@ def test_heavy_model_cheap_data_is_compute_bound():
 def test_loop_without_a_dataloader_reports_data_wait_unknown():
     model = _mlp(64, 128, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    own_fwd = []
     with profile(model, opt, warmup=1) as prof:
         for _ in range(8):
             x = torch.randn(16, 64)  # batches made in the loop: no loader to time
             y = torch.randint(0, 4, (16,))
-            loss = torch.nn.functional.cross_entropy(model(x), y)
+            t = time.perf_counter()
+            out = model(x)
+            own_fwd.append(time.perf_counter() - t)
+            loss = torch.nn.functional.cross_entropy(out, y)
             opt.zero_grad()
             loss.backward()
             opt.step()
     r = prof.report()
+    # step k starts at forward k: its forward part is the loop's own timing of model(x)
+    assert statistics.median(s.parts_s["forward"] for s in r.per_step) == pytest.approx(
+        statistics.median(own_fwd[s.index] for s in r.per_step), rel=0.05, abs=HOOK_SLACK_S)
+    assert all(s.parts_s["other"] > 0 and s.parts_s["backward"] > 0 for s in r.per_step)
     assert r.breakdown["data_wait"] is None
     assert r.to_dict()["breakdown"]["data_wait"] is None
     assert sum(v for v in r.breakdown.values() if v is not None) == pytest.approx(1)
@@ -361,3 +369,32 @@ def test_device_copies_are_counted():
     assert r.transfer.copies_per_step == 1
     assert r.transfer.h2d_bytes_per_step == 4 * 8 * 4
     assert r.transfer.pageable_fraction == 1.0
+
+
+def test_measured_vs_estimated_step_time():
+    ds = TensorDataset(torch.randn(40, 8), torch.randint(0, 4, (40,)))
+    model = _mlp(8, 8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    seen = []
+
+    def estimate(report):  # the hook for gpuplan's speed model: gets the measured report
+        seen.append(report.samples_per_step)
+        return 0.5e-3
+
+    with profile(model, opt, warmup=1, expected_step_time_s=estimate) as prof:
+        for x, y in prof.wrap(DataLoader(ds, batch_size=4)):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    r = prof.report()
+    assert seen == [4]
+    assert r.expected_step_time_s == 0.5e-3
+    assert r.measured_over_expected == pytest.approx(r.step_time_s / 0.5e-3)
+    assert any("estimated" in e for e in r.evidence)
+    with pytest.raises(InputError, match="expected_step_time_s"):
+        profile(model, opt, expected_step_time_s=-1)
+    with profile(model, opt, warmup=1, expected_step_time_s=lambda r: float("nan")) as prof:
+        for x, y in prof.wrap(DataLoader(ds, batch_size=4)):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    with pytest.raises(InputError, match="returned nan"):
+        prof.report()

@@ -348,11 +348,14 @@ class Recorder:
 
         cuda = torch.cuda
         idx = int(cuda.current_device())
-        if self.timer is not None and (self.measured or self.counted):
-            self.notes.append(f"CUDA was first used at step {self.n_seen}; the {self.counted} steps "
-                              "before it were timed on the host and are left out")
+        if self.timer is not None:
+            if self.measured or self.counted:
+                self.notes.append(f"CUDA was first used at step {self.n_seen}; the {self.counted} steps "
+                                  "before it were timed on the host and are left out")
             self.measured.clear()
             self.counted = 0
+            self.cur = None  # host-timed marks cannot be mixed with events
+            self.detached = None
         try:
             cuda.reset_peak_memory_stats(idx)
         except Exception as e:  # noqa: BLE001 - statistics are optional; say so
@@ -436,8 +439,8 @@ class Recorder:
             prev.t.append(now)
             prev.h.append(h)
             self._close(prev)
-        if label != "other":
-            self.stack.append(label)
+        if label == "data_wait":
+            self.stack.append(label)  # popped by end_fetch; a forward boundary is pushed by its hook
 
     def _close(self, st: _Step) -> None:
         st.overhead = self.overhead - st.ovh_start
