@@ -42,8 +42,6 @@ DEFAULT_WARMUP = 3
 #: Steps the CLI measures after the warm-up.
 DEFAULT_STEPS = 50
 
-ExpectedStepTime = "float | Callable[[ProfileReport], float] | None"
-
 _active: "Profiler | None" = None
 
 
