@@ -1,0 +1,126 @@
+"""``gpuplan flops matmul MxK KxN``: the exact arithmetic of one matrix product, and how much of a
+GPU it can occupy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+__all__ = ["register", "run", "parse_shape"]
+
+_SHAPE = re.compile(r"^\s*(\d+)\s*[xX\u00d7*]\s*(\d+)\s*$")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "flops", help="exact multiplies and additions of a matmul, and the work it gives a GPU",
+        description="FLOP counting worked examples.")
+    sub = p.add_subparsers(dest="what", metavar="WHAT", parser_class=type(p))
+    m = sub.add_parser(
+        "matmul", help="an (M x K) @ (K x N) product",
+        description="Exact multiplies (M*K*N) and additions (M*(K-1)*N) of a matrix product "
+                    "beside the 2*M*K*N FLOP convention; with --gpu, its output elements against "
+                    "the GPU's resident threads and SM tiles, and its estimated time on the GPU "
+                    "(with the copies in and out) and on this machine's CPU.")
+    m.add_argument("a", metavar="MxK", help="left matrix shape, e.g. 1x3")
+    m.add_argument("b", metavar="KxN", help="right matrix shape, e.g. 3x2")
+    m.add_argument("--batch", default="1", help="independent products (default 1)")
+    m.add_argument("--bias", action="store_true", help="a bias is added to every output")
+    m.add_argument("--gpu", default=None, help="GPU SKU or alias")
+    m.add_argument("--dtype", default=None,
+                   help="GPU matmul dtype (default bf16 where supported, else fp16, else fp32)")
+    m.add_argument("--tile", default="128x128",
+                   help="thread-block output tile for wave quantization (default 128x128)")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=run)
+    p.set_defaults(func=_no_what)
+
+
+def _no_what(args: argparse.Namespace) -> int:
+    from ..errors import InputError
+    raise InputError("say what to count: `gpuplan flops matmul MxK KxN`")
+
+
+def parse_shape(text: str, what: str) -> tuple[int, int]:
+    from ..errors import InputError
+
+    m = _SHAPE.match(text)
+    if not m:
+        raise InputError(f"{what} {text!r}: expected ROWSxCOLS with whole numbers >= 1, e.g. 1x3")
+    r, c = int(m.group(1)), int(m.group(2))
+    if r < 1 or c < 1:
+        raise InputError(f"{what} {text!r}: sizes must be >= 1")
+    return r, c
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..compute import (
+        count_matmul, default_efficiency, device_from_cpu, device_from_gpu, small_work,
+        time_matmul,
+    )
+    from ..errors import InputError
+    from ..units import format_seconds, parse_positive_int
+
+    m, k = parse_shape(args.a, "MxK")
+    k2, n = parse_shape(args.b, "KxN")
+    if k != k2:
+        raise InputError(f"inner sizes differ: {args.a} @ {args.b} (K={k} vs {k2}); the left "
+                         "matrix's columns must equal the right matrix's rows")
+    tile = parse_shape(args.tile, "--tile")
+    batch = parse_positive_int(args.batch, what="--batch")
+    mm = count_matmul(m, k, n, batch=batch, bias=args.bias)
+    out: dict = mm.to_dict()
+    small = None
+    times = []
+    verdict = None
+    alias = None
+    if args.gpu:
+        from ..hardware import resolve_gpu
+        gpu, alias = resolve_gpu(args.gpu)
+        dev = device_from_gpu(gpu)
+        dtype = args.dtype or next((d for d in ("bf16", "fp16", "fp32") if dev.supports(d)),
+                                   "fp32")
+        dev.peak(dtype)  # a clear error for a dtype the GPU lacks
+        small = small_work(m, n, gpu, batch=batch, tile=tile)
+        out.update({"gpu": gpu.name, **{kk: v for kk, v in small.to_dict().items()}})
+        from ..compute import apply_measured, load_measured
+        measured = load_measured()
+        dev, eff = apply_measured(dev, default_efficiency(dev), measured)
+        g = time_matmul(mm, dev, eff, dtype)
+        times.append(g)
+        cpu_dev = None
+        try:
+            from ..hardware.cpu import detect_cpu
+        except ModuleNotFoundError as e:
+            if e.name != "gpuplan.hardware.cpu":
+                raise
+        else:
+            cpu = detect_cpu()
+            if cpu.peak_fp32_flops:
+                cpu_dev, ceff = apply_measured(device_from_cpu(cpu),
+                                               default_efficiency(device_from_cpu(cpu)), measured)
+                times.append(time_matmul(mm, cpu_dev, ceff, "fp32"))
+        if len(times) == 2:
+            c, gg = times[1].total_s, times[0].total_s
+            if c <= gg:
+                verdict = (f"No GPU needed for this product: this CPU ({format_seconds(c)}) beats "
+                           f"the {gpu.name} end to end ({format_seconds(gg)}, of which launches "
+                           f"and copies {format_seconds(gg - times[0].compute_s)})")
+            else:
+                verdict = (f"The {gpu.name} is {c / gg:.1f}x faster than this CPU end to end "
+                           f"({format_seconds(gg)} vs {format_seconds(c)})")
+        out["times"] = [t.to_dict() for t in times]
+        out["verdict"] = verdict
+        if alias:
+            out["gpu_note"] = alias
+    if args.json:
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from ..report.speed import render_matmul
+    if alias:
+        print(f"note: {alias}", file=sys.stderr)
+    render_matmul(mm, small=small, times=times or None, verdict=verdict)
+    return 0
