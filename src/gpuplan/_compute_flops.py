@@ -497,18 +497,33 @@ def is_layer_op(op: Op) -> bool:
     return op.group not in ("embedding", "head", "optimizer", "")
 
 
-def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int) -> tuple[Op, ...]:
+def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
+                 weight_grads: bool = True) -> tuple[Op, ...]:
     """The backward of each forward op: 2x the FLOPs of every matmul (dX and dW), FlashAttention's
-    backward at 2.5x its forward (it recomputes the scores), elementwise ops at 2x their bytes."""
+    backward at 2.5x its forward (it recomputes the scores), elementwise ops at 2x their bytes.
+
+    ``weight_grads=False`` (a frozen base under LoRA): weight matmuls compute dX only, and the
+    embedding needs no backward at all.
+    """
     out: list[Op] = []
     a = act_bytes
     for op in fwd:
         if op.kind == "matmul":
             b, m, k, n = op.shape or (1, 1, 1, 1)
+            if op.weight_elements and op.group == "embedding":
+                # a patch embedding's input (the pixels) needs no gradient: dW only
+                if weight_grads:
+                    out.append(replace(op, phase="backward",
+                                       bytes=b * m * k * a + b * m * n * a
+                                       + op.weight_elements * grad_bytes))
+                continue
             if op.weight_elements:
                 w_read = op.bytes - b * m * k * a - b * m * n * a  # as the forward read it
                 dx = b * m * n * a + w_read + b * m * k * a
                 dw = b * m * k * a + b * m * n * a + op.weight_elements * grad_bytes
+                if not weight_grads:
+                    out.append(replace(op, phase="backward", bytes=dx))
+                    continue
             else:
                 dx = b * m * n * a + b * k * n * a + b * m * k * a
                 dw = b * m * k * a + b * m * n * a + b * k * n * a
@@ -521,6 +536,8 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int) -> tup
                                counted_flops=2 * op.counted_flops, bytes=2 * op.bytes,
                                kernels=3))
         else:
+            if op.group == "embedding" and not weight_grads:
+                continue
             out.append(replace(op, phase="backward", flops=2 * op.flops, bytes=2 * op.bytes,
                                kernels=op.kernels + 1))
     return tuple(out)
@@ -599,7 +616,7 @@ class FlopsBreakdown:
     forward_flops: float
     """Whole model, one forward pass."""
     backward_flops: float
-    """2x the forward (dX and dW of every matmul)."""
+    """2x the forward (dX and dW of every matmul), except that a patch embedding needs no dX."""
     recompute_flops: float
     """Extra forward work of activation checkpointing."""
     model_flops: float
@@ -649,7 +666,9 @@ def flops_breakdown(arch: Architecture, *, batch: int, seq: int,
             attention_flops=attn,
             by_op=tuple((o.name, o.counted_flops) for o in ops if o.counted_flops)))
     forward = sum(op.counted_flops * op.count for op in fwd)
-    backward = 2 * forward if mode == "train" else 0.0
+    backward = sum(op.counted_flops * op.count
+                   for op in backward_ops(fwd, act_bytes=2, grad_bytes=2)) \
+        if mode == "train" else 0.0
     rec = sum(op.counted_flops * op.count for op in recompute_ops(fwd, recompute, attention)) \
         if mode == "train" else 0.0
     tokens = batch * seq

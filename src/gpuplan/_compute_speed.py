@@ -24,6 +24,7 @@ from .formats import (
     TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes,
 )
 from .hardware import GPU
+from .job import Job
 from .models._types import Architecture, Model
 from .units import format_seconds
 
@@ -32,12 +33,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Phase", "SpeedEstimate", "CpuComparison", "SweepPoint", "BatchSweep", "estimate_speed",
+    "estimate_speed_for_job", "KV_BYTES",
     "batch_sweep", "input_bytes_per_sample", "Mode", "Recompute", "Attention",
 ]
 
 Mode = Literal["train", "infer"]
 Recompute = Literal["none", "selective", "full"]
-Attention = Literal["flash", "eager"]
+Attention = Literal["flash", "sdpa", "eager"]
+"""``flash`` (``sdpa`` is the same here: PyTorch's fused flash/memory-efficient kernels) skips fully
+masked blocks and never stores the scores; ``eager`` materializes the s x s scores."""
+
+#: Bytes per KV-cache element by dtype name.
+KV_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 _ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 2}
 
@@ -59,10 +66,12 @@ class Phase:
     peak_flops: float
     """Dense peak of the compute dtype (the MFU denominator)."""
     dtype: str
+    micro_steps: int = 1
+    """Gradient-accumulation micro-batches in the step (their ops' counts include it)."""
 
     @property
     def tokens(self) -> int:
-        return self.batch * self.q_len
+        return self.batch * self.q_len * self.micro_steps
 
     @property
     def kernels(self) -> int:
@@ -126,7 +135,7 @@ class Phase:
 
     def to_dict(self, *, ops: bool = True) -> dict:
         d = {"name": self.name, "batch": self.batch, "q_len": self.q_len, "kv_len": self.kv_len,
-             "tokens": self.tokens, "time_s": self.time_s, "kernel_time_s": self.kernel_time_s,
+             "micro_steps": self.micro_steps, "tokens": self.tokens, "time_s": self.time_s, "kernel_time_s": self.kernel_time_s,
              "launch_time_s": self.launch_time_s, "kernels": self.kernels,
              "tokens_per_s": self.tokens_per_s, "flops": self.flops,
              "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
@@ -179,6 +188,10 @@ class SpeedEstimate:
     gpus: int
     recompute: Recompute
     attention: Attention
+    grad_accum: int = 1
+    zero: int = 0
+    trainable_params: int = 0
+    """Parameters receiving gradients (LoRA: the adapters only)."""
     step: Phase
     """The step the headline numbers describe: a training step; for a decoder's inference, one
     decode step (one new token per sequence); for an encoder's inference, one forward pass."""
@@ -244,7 +257,7 @@ class SpeedEstimate:
         rt = self.request_time_s
         if rt is not None:
             return self.gpus * self.batch / rt
-        return self.gpus * self.batch / self.step_time_s
+        return self.gpus * self.batch * self.step.micro_steps / self.step_time_s
 
     @property
     def mfu(self) -> float:
@@ -263,7 +276,8 @@ class SpeedEstimate:
             "model": self.model, "gpu": self.gpu, "mode": self.mode,
             "precision": self.precision, "dtype": self.dtype, "batch": self.batch,
             "seq": self.seq, "gpus": self.gpus, "recompute": self.recompute,
-            "attention": self.attention,
+            "attention": self.attention, "grad_accum": self.grad_accum, "zero": self.zero,
+            "trainable_params": self.trainable_params,
             "flops_per_step": self.flops_per_step,
             "model_flops_per_step": self.model_flops_per_step,
             "model_flops_per_token": self.model_flops_per_token,
@@ -415,19 +429,35 @@ def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
     return n
 
 
-def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len) -> Phase:
+def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1) -> Phase:
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
-                 peak_flops=device.peak(dtype), dtype=dtype)
+                 peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps)
+
+
+def _lora_params(arch: Architecture, rank: int) -> int:
+    """PEFT's default LoRA targets for decoder LMs (q_proj and v_proj): r x (in + out) each."""
+    nq, nkv = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
+    return arch.num_layers * rank * (2 * arch.hidden_size + nq + nkv)
+
+
+@dataclass(frozen=True)
+class _Train:
+    optimizer: str
+    grad_accum: int
+    zero: int
+    gpus: int
+    lora: bool
+    trainable: int | None
 
 
 def _build(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
            eff: Efficiency, prec: _Prec, *, mode: Mode, batch: int, seq: int, recompute: Recompute,
-           attention: Attention, optimizer: str, new_tokens: int) -> tuple[Phase, Phase | None,
-                                                                          int]:
-    """(headline step, prefill or None, trainable parameters)."""
+           attention: str, train: _Train, new_tokens: int, context: int | None,
+           kv_bytes: int | None) -> tuple[Phase, Phase | None, int, int]:
+    """(headline step, prefill or None, parameters, trainable parameters)."""
     kw = dict(act_bytes=prec.act, weight_bytes=prec.weight, head_bytes=prec.head,
-              embed_bytes=prec.embed, kv_bytes=prec.act, grad_bytes=prec.grad,
+              embed_bytes=prec.embed, kv_bytes=kv_bytes or prec.act, grad_bytes=prec.grad,
               attention=attention)
     if mode == "train":
         shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=True)
@@ -436,31 +466,42 @@ def _build(arch: Architecture | None, n_params: int, tensors: tuple, device: Dev
         else:
             fwd = build_forward_ops(arch, shape, **kw)
             n_params = n_params or _params_estimate(arch, fwd)
-        ops = list(fwd)
-        ops += backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad)
-        ops += recompute_ops(fwd, recompute, attention) if arch is not None else [
+        micro = list(fwd)
+        micro += backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad,
+                              weight_grads=not train.lora)
+        micro += recompute_ops(fwd, recompute, attention) if arch is not None else [
             replace(o, phase="recompute") for o in fwd if recompute == "full"]
-        opt = get_optimizer(optimizer)
-        states, _ = optimizer_state_bytes(opt, tensors or None, n_params, prec.state)
-        ops.append(optimizer_op(n_params, state_bytes_total=states, grad_bytes=prec.grad,
-                                weight_bytes=prec.weight_store, master_bytes=prec.master,
-                                tensors=len(tensors) or 1))
         if prec.autocast:
             mm = [o for o in fwd if o.weight_elements]
-            ops.append(Op(name="autocast.cast", op_class="norm_elementwise", kind="elementwise",
-                          phase="forward", count=1, flops=0.0, counted_flops=0.0,
-                          bytes=6.0 * n_params, parallel_work=max(1, n_params),
-                          kernels=sum(o.count * o.kernels for o in mm) or 1, group="head"))
+            micro.append(Op(name="autocast.cast", op_class="norm_elementwise",
+                            kind="elementwise", phase="forward", count=1, flops=0.0,
+                            counted_flops=0.0, bytes=6.0 * n_params,
+                            parallel_work=max(1, n_params),
+                            kernels=sum(o.count * o.kernels for o in mm) or 1, group="head"))
+        ops = [replace(o, count=o.count * train.grad_accum) for o in micro]
+        if train.lora:
+            trainable = train.trainable or (_lora_params(arch, 16) if arch is not None
+                                             else max(1, n_params // 1000))
+            opt_tensors = None
+        else:
+            trainable = n_params
+            opt_tensors = tensors or None
+        opt = get_optimizer(train.optimizer)
+        states, _ = optimizer_state_bytes(opt, opt_tensors, trainable, prec.state)
+        shard = train.gpus if train.zero >= 1 else 1  # ZeRO >= 1: each GPU updates its shard
+        ops.append(optimizer_op(max(1, trainable // shard), state_bytes_total=states / shard,
+                                grad_bytes=prec.grad, weight_bytes=prec.weight_store,
+                                master_bytes=prec.master, tensors=len(tensors) or 1))
         return (_phase("train", ops, device, eff, prec.dtype, batch=batch, q_len=seq,
-                       kv_len=seq), None, n_params)
+                       kv_len=seq, micro_steps=train.grad_accum), None, n_params, trainable)
     if arch is not None and arch.kind != "decoder":
         shape = StepShape(batch=batch, q_len=seq, kv_len=seq)
         fwd = build_forward_ops(arch, shape, **kw)
         return (_phase("forward", fwd, device, eff, prec.dtype, batch=batch, q_len=seq,
-                       kv_len=seq), None, n_params)
+                       kv_len=seq), None, n_params, 0)
     pre_shape = StepShape(batch=batch, q_len=seq, kv_len=seq, logits_tokens=batch)
-    context = seq + new_tokens // 2
-    dec_shape = StepShape(batch=batch, q_len=1, kv_len=context, decode=True)
+    ctx = context if context is not None else seq + new_tokens // 2
+    dec_shape = StepShape(batch=batch, q_len=1, kv_len=ctx, decode=True)
     if arch is None:
         pre = _count_only_ops(n_params, pre_shape, prec, device.parallel_slots)
         dec = _count_only_ops(n_params, dec_shape, prec, device.parallel_slots)
@@ -468,8 +509,8 @@ def _build(arch: Architecture | None, n_params: int, tensors: tuple, device: Dev
         pre = build_forward_ops(arch, pre_shape, **kw)
         dec = build_forward_ops(arch, dec_shape, **kw)
     prefill = _phase("prefill", pre, device, eff, prec.dtype, batch=batch, q_len=seq, kv_len=seq)
-    decode = _phase("decode", dec, device, eff, prec.dtype, batch=batch, q_len=1, kv_len=context)
-    return decode, prefill, n_params
+    decode = _phase("decode", dec, device, eff, prec.dtype, batch=batch, q_len=1, kv_len=ctx)
+    return decode, prefill, n_params, 0
 
 
 def estimate_speed(
@@ -484,7 +525,14 @@ def estimate_speed(
     gpus: int = 1,
     recompute: Recompute = "none",
     attention: Attention = "flash",
+    grad_accum: int = 1,
+    zero: int = 0,
+    lora: bool = False,
+    trainable_params: int | None = None,
+    lora_base: str | None = None,
     new_tokens: int = 128,
+    context: int | None = None,
+    kv_dtype: str | None = None,
     link: str | float | None = None,
     overlap_comm: bool = True,
     pinned: bool = True,
@@ -501,8 +549,13 @@ def estimate_speed(
 ) -> SpeedEstimate:
     """Estimate one step of ``model`` on ``gpu`` (and on ``gpus`` data-parallel GPUs).
 
-    ``batch`` is per GPU. ``precision``: a training recipe (``mixed-bf16`` by default) or, for
-    inference, a weight format (``bf16`` by default). ``efficiency`` overrides the default
+    ``batch`` is per GPU (a micro-batch; ``grad_accum`` of them make a step). ``precision``: a
+    training recipe (``mixed-bf16`` by default) or, for inference, a weight format (``bf16`` by
+    default). ``zero``: ZeRO stage of the data parallelism (3 moves 1.5x the gradient bytes; >= 1
+    shards the optimizer step). ``lora``: the base is frozen (no weight gradients) and only
+    ``trainable_params`` (default: rank-16 adapters on q and v) are all-reduced and updated.
+    Inference: decode attends to ``context`` tokens (default seq + new_tokens / 2) cached in
+    ``kv_dtype`` (default the compute dtype's 16 bits). ``efficiency`` overrides the default
     achievable fractions; ``measured`` is a bench ``Measured`` (``"auto"``: this machine's latest
     stored run, applied only when it measured this very GPU; None: defaults only). ``cpu``: also
     estimate the job on that CPU and say whether it needs a GPU at all.
@@ -511,8 +564,18 @@ def estimate_speed(
         raise InputError(f"mode {mode!r}: expected train or infer")
     if recompute not in ("none", "selective", "full"):
         raise InputError(f"recompute {recompute!r}: expected none, selective or full")
-    if attention not in ("flash", "eager"):
-        raise InputError(f"attention {attention!r}: expected flash or eager")
+    if attention not in ("flash", "sdpa", "eager"):
+        raise InputError(f"attention {attention!r}: expected flash (or sdpa) or eager")
+    kernel_attention = "eager" if attention == "eager" else "flash"
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise InputError(f"zero {zero!r}: expected a ZeRO stage 0, 1, 2 or 3")
+    if kv_dtype is not None and kv_dtype not in KV_BYTES:
+        raise InputError(f"kv dtype {kv_dtype!r}: expected one of {', '.join(KV_BYTES)}")
+    grad_accum = _validate_int(grad_accum, "gradient accumulation", 10**6)
+    if context is not None:
+        context = _validate_int(context, "context", 10**8)
+    if trainable_params is not None:
+        trainable_params = _validate_int(trainable_params, "trainable parameters", 10**15)
     batch = _validate_int(batch, "batch", 10**7)
     gpus = _validate_int(gpus, "GPU count", 10**6)
     new_tokens = _validate_int(new_tokens, "new tokens", 10**7)
@@ -539,13 +602,30 @@ def estimate_speed(
     if measured is not None and efficiency is None:
         device, eff = apply_measured(device, eff, measured)
     prec = _precision(mode, precision, device, tf32)
+    if lora_base is not None:
+        if not lora or mode != "train":
+            raise InputError("a LoRA base format needs lora=True in training (--lora-rank)")
+        if lora_base not in WEIGHT_FORMATS:
+            raise UnknownNameError("weight format", lora_base, list(WEIGHT_FORMATS))
+        fmt = WEIGHT_FORMATS[lora_base]
+        w = fmt.bits / 8  # the frozen base is read in its storage format (QLoRA: nf4)
+        prec = replace(prec, weight=w)
+        if fmt.name not in ("fp32", "bf16", "fp16"):
+            notes.append(f"frozen base in {fmt.name}: weights read at {fmt.bits:.2f} bits; the "
+                         "dequantization work is not modeled")
     if prec.dtype == "fp32" and device.supports("tf32"):
         notes.append("fp32 matmuls at the fp32 (not TF32) peak, PyTorch's default; "
                      "torch.backends.cuda.matmul.allow_tf32=True is --tf32")
-    step, prefill, n_params = _build(arch, n_params, tensors, device, eff, prec, mode=mode,
-                                     batch=batch, seq=seq, recompute=recompute,
-                                     attention=attention, optimizer=optimizer,
-                                     new_tokens=new_tokens)
+    train = _Train(optimizer=optimizer, grad_accum=grad_accum if mode == "train" else 1,
+                   zero=zero, gpus=gpus, lora=lora, trainable=trainable_params)
+    if lora and trainable_params is None and mode == "train":
+        notes.append("LoRA adapters assumed rank 16 on q and v (PEFT's default targets); pass "
+                     "trainable_params for the exact count")
+    kvb = None if kv_dtype is None else KV_BYTES[kv_dtype]
+    step, prefill, n_params, trainable = _build(
+        arch, n_params, tensors, device, eff, prec, mode=mode, batch=batch, seq=seq,
+        recompute=recompute, attention=kernel_attention, train=train, new_tokens=new_tokens,
+        context=context, kv_bytes=kvb)
     if mode == "infer" and gpus > 1:
         notes.append(f"inference on {gpus} GPUs = {gpus} independent replicas (no tensor "
                      "parallelism modeled)")
@@ -557,7 +637,7 @@ def estimate_speed(
     if prefill is not None:
         xfer_bytes = 8 * batch  # each decode step sends one new token id per sequence
     else:
-        xfer_bytes = per_sample * batch
+        xfer_bytes = per_sample * batch * step.micro_steps
     transfer = estimate_transfer(xfer_bytes, device, eff, compute_s=step.time_s, pinned=pinned,
                                  overlap=overlap_transfer)
     prefill_transfer = None
@@ -568,13 +648,20 @@ def estimate_speed(
     scaling = None
     if mode == "train":
         lname, lbw = link_bandwidth(link, device)
+        # ZeRO-3 gathers the weights in forward and backward and reduce-scatters the gradients:
+        # 1.5x the bytes of an all-reduce (Rajbhandari et al. 2020, sec. 7.2.2), overlappable
+        # with forward and backward; stages 0-2 move one all-reduce's bytes during backward.
+        volume = trainable * prec.grad * (1.5 if zero == 3 else 1.0)
+        window = step.backward_s + (sum(t.total_s for t in step.ops if t.op.phase == "forward")
+                                    if zero == 3 else 0.0)
         scaling = data_parallel_scaling(
-            step_s=step.time_s + transfer.exposed_s, backward_s=step.backward_s,
-            gradient_bytes=n_params * prec.grad, gpus=gpus, link=lname, link_bandwidth=lbw,
+            step_s=step.time_s + transfer.exposed_s, backward_s=window,
+            gradient_bytes=int(volume), gpus=gpus, link=lname, link_bandwidth=lbw,
             eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype, batch=batch,
-        seq=seq, gpus=gpus, recompute=recompute, attention=attention, step=step,
+        seq=seq, gpus=gpus, recompute=recompute, attention=attention,
+        grad_accum=step.micro_steps, zero=zero, trainable_params=trainable, step=step,
         prefill=prefill, new_tokens=new_tokens if prefill is not None else None,
         transfer=transfer, prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         ridge_point=device.peak(prec.dtype) / device.memory_bandwidth,
@@ -587,10 +674,9 @@ def estimate_speed(
     if cpu is not None:
         est = replace(est, cpu=_compare_cpu(est, model, cpu, measured=measured, mode=mode,
                                             batch=batch, seq=seq, recompute=recompute,
-                                            attention=attention, optimizer=optimizer,
-                                            new_tokens=new_tokens, input_bytes=input_bytes,
-                                            train_tokens=train_tokens,
-                                            train_samples=train_samples, epochs=epochs))
+                                            attention=kernel_attention, train=train,
+                                            new_tokens=new_tokens, context=context,
+                                            kv_bytes=kvb))
     return est
 
 
@@ -620,24 +706,24 @@ SHORT_JOB_S = 600.0
 
 
 def _compare_cpu(est: SpeedEstimate, model, cpu: CPU, *, measured, mode, batch, seq, recompute,
-                 attention, optimizer, new_tokens, input_bytes, train_tokens, train_samples,
-                 epochs) -> CpuComparison:
+                 attention, train, new_tokens, context, kv_bytes) -> CpuComparison:
     dev = device_from_cpu(cpu)
     eff = default_efficiency(dev)
     if measured is not None:
         dev, eff = apply_measured(dev, eff, measured)
     arch, _, n_params, tensors = _arch_and_name(model)
     prec = _precision(mode, "fp32", dev, False)
-    step, prefill, _ = _build(arch, n_params, tensors, dev, eff, prec, mode=mode, batch=batch,
-                              seq=seq, recompute=recompute, attention=attention,
-                              optimizer=optimizer, new_tokens=new_tokens)
+    step, prefill, _, _ = _build(arch, n_params, tensors, dev, eff, prec, mode=mode, batch=batch,
+                                 seq=seq, recompute=recompute, attention=attention,
+                                 train=replace(train, zero=0, gpus=1), new_tokens=new_tokens,
+                                 context=context, kv_bytes=kv_bytes)
     cpu_step = step.time_s
     gpu_step = est.step.time_s + est.transfer.exposed_s
     speedup = cpu_step / gpu_step
     cpu_job = gpu_job = None
     if est.training_time is not None:
         per = est.training_time.work / (est.step.tokens if est.training_time.unit == "tokens"
-                                        else est.batch)
+                                        else est.batch * est.step.micro_steps)
         cpu_job, gpu_job = per * cpu_step, per * gpu_step
     elif prefill is not None and est.prefill is not None:
         cpu_job = prefill.time_s + new_tokens * cpu_step
@@ -719,3 +805,35 @@ def batch_sweep(model: Model | Architecture, gpu: GPU, *, batches: Sequence[int]
     best = max(p.tokens_per_s for p in pts)
     sat = next(p.batch for p in pts if p.tokens_per_s >= threshold * best)
     return BatchSweep(points=tuple(pts), saturation_batch=sat, threshold=threshold)
+
+
+def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | None = None,
+                           trainable_params: int | None = None, measured: Any = "auto",
+                           **kwargs: Any) -> dict[str, SpeedEstimate]:
+    """:func:`estimate_speed` for each mode of a :class:`~gpuplan.job.Job` (``train`` and/or
+    ``infer``), keyed by mode. ``model`` is the loaded model when ``job.model`` is a name;
+    ``trainable_params``: the exact LoRA adapter count when known (the memory accounting has it).
+    Extra keyword arguments (``link``, ``train_tokens``, ``price_per_gpu_hour`` ...) pass through.
+    """
+    m = job.model if isinstance(job.model, (Model, Architecture)) else model
+    if m is None:
+        raise InputError(f"job.model {job.model!r} is a name: pass the loaded model as model=")
+    if measured == "auto":
+        measured = load_measured()
+    out: dict[str, SpeedEstimate] = {}
+    common = dict(batch=job.batch, seq=job.seq, gpus=job.gpus, measured=measured,
+                  attention=job.attention)
+    if job.trains:
+        out["train"] = estimate_speed(
+            m, gpu, mode="train", precision=job.precision, optimizer=job.optimizer,
+            recompute=job.checkpointing, grad_accum=job.grad_accum, zero=job.zero,
+            lora=job.lora_rank is not None, lora_base=job.lora_base,
+            trainable_params=trainable_params, **common, **kwargs)
+    if job.infers:
+        kw = {k: v for k, v in kwargs.items() if k not in ("train_tokens", "train_samples",
+                                                           "epochs", "price_per_gpu_hour",
+                                                           "link", "overlap_comm")}
+        out["infer"] = estimate_speed(
+            m, gpu, mode="infer", precision=job.infer_precision, context=job.context,
+            kv_dtype=job.kv_dtype, **common, **kw)
+    return out

@@ -19,8 +19,8 @@ from ._compute_flops import (
     flops_breakdown, optimizer_op, recompute_ops,
 )
 from ._compute_speed import (
-    MIN_USEFUL_SPEEDUP, SHORT_JOB_S, BatchSweep, CpuComparison, Phase, SpeedEstimate, SweepPoint,
-    batch_sweep, estimate_speed, input_bytes_per_sample,
+    KV_BYTES, MIN_USEFUL_SPEEDUP, SHORT_JOB_S, BatchSweep, CpuComparison, Phase, SpeedEstimate,
+    SweepPoint, batch_sweep, estimate_speed, estimate_speed_for_job, input_bytes_per_sample,
 )
 from ._compute_time import (
     DEFAULT_TILE, MatmulTime, OpTime, RooflineClass, ScalingRow, ScalingTable, SmallWork,
@@ -44,6 +44,7 @@ __all__ = [
     "allreduce_time", "link_bandwidth", "ScalingRow", "ScalingTable", "data_parallel_scaling",
     "TrainingTime", "time_to_train",
     # the estimate
-    "Phase", "SpeedEstimate", "CpuComparison", "estimate_speed", "input_bytes_per_sample",
+    "Phase", "SpeedEstimate", "CpuComparison", "estimate_speed", "estimate_speed_for_job",
+    "input_bytes_per_sample", "KV_BYTES",
     "SweepPoint", "BatchSweep", "batch_sweep", "MIN_USEFUL_SPEEDUP", "SHORT_JOB_S",
 ]
