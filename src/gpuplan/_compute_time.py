@@ -329,8 +329,8 @@ def estimate_transfer(bytes_per_step: int, device: Device, eff: Efficiency, *,
             "the copy is more than 10% of the compute: keep the data on the GPU (load the "
             "dataset or a large chunk of it once), or send less per step (uint8 images "
             "normalized on the GPU, int32 token ids)")
-    advice.append("copy each batch once per step and read results back rarely "
-                  "(loss.item() forces a synchronization: log every N steps)")
+    advice.append("copy each batch once per step and read results back rarely (.item() and "
+                  ".cpu() wait for the GPU: log the loss every N steps, not every step)")
     return TransferEstimate(bytes_per_step=int(bytes_per_step), link=device.host_link,
                             link_bandwidth=device.host_link_bandwidth, pinned=pinned,
                             efficiency=frac, time_s=t, compute_s=compute_s, overlapped=overlap,
@@ -365,7 +365,7 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
         link = "nvlink" if device.interconnect_bandwidth else "pcie"
     if isinstance(link, (int, float)) and not isinstance(link, bool):
         gbps = float(link)
-        name = f"{gbps:g} GB/s link"
+        name = "network link"
     else:
         text = str(link).strip().lower().replace(" ", "")
         if text == "nvlink":
@@ -382,7 +382,7 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
             raise InputError(f"--link {link!r}: expected nvlink, pcie, or a bandwidth such as "
                              "50 (GB/s), 50GB/s or 400Gb/s") from None
         gbps = float(m.group(1)) * (1 / 8 if m.group(2) in ("Gb/s", "Gbps", "Gbit/s") else 1.0)
-        name = f"{gbps:g} GB/s link"
+        name = f"network link ({str(link).strip()})"
     if not (gbps > 0 and math.isfinite(gbps)):
         raise InputError(f"--link {link!r}: expected a bandwidth > 0 GB/s")
     return name, gbps * 1e9

@@ -1,0 +1,99 @@
+"""`gpuplan speed` end to end: JSON fields, text, the roofline plot, and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuplan.cli import main
+from gpuplan.models._types import Architecture, Model, ParamCounts
+
+# Llama-2-7B's config.json numbers (meta-llama/Llama-2-7b-hf): 6,738,415,616 parameters.
+LLAMA = Architecture(
+    name="llama-2-7b", family="llama", kind="decoder", hidden_size=4096, num_layers=32,
+    num_heads=32, num_kv_heads=32, head_dim=128, intermediate_size=11008, vocab_size=32000,
+    max_position_embeddings=4096, tie_word_embeddings=False, mlp="gated", activation="silu",
+    norm="rmsnorm", position="rotary")
+N = 6_738_415_616
+
+
+@pytest.fixture(autouse=True)
+def fake_loader(monkeypatch):
+    """The model catalog is another module's work: load_model is replaced by the Llama above."""
+    import gpuplan.models
+
+    def load(spec):
+        if spec != "llama-2-7b":
+            from gpuplan.errors import UnknownNameError
+            raise UnknownNameError("model", spec, ["llama-2-7b"])
+        return Model(name=spec, params=ParamCounts(total=N, by_component={"other": N}, active=N,
+                                                   embedding=0), architecture=LLAMA)
+
+    monkeypatch.setattr(gpuplan.models, "load_model", load)
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", "/nonexistent-dir/bench.sqlite")
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_json_fields(capsys):
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--batch", "4", "--json",
+                       "--no-measured")
+    assert rc == 0, err
+    d = json.loads(out)
+    for k in ("flops_per_step", "model_flops_per_token", "step_time_s", "tokens_per_s", "mfu",
+              "bound"):
+        assert k in d
+    assert d["bound"] in ("compute", "memory")
+    assert d["gpu"] == "H100-SXM-80GB" and "alias" in d["gpu_note"]
+    assert d["tokens_per_s"] == pytest.approx(4 * 2048 / d["step_time_s"])
+    assert d["efficiency"]["basis"]["matmul"].startswith("default")
+
+
+def test_infer_sweep_and_text(capsys):
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
+                       "--batch", "8", "--seq", "512", "--sweep", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["step"]["name"] == "decode" and d["prefill"]["name"] == "prefill"
+    assert d["sweep"]["saturation_batch"] in [p["batch"] for p in d["sweep"]["points"]]
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
+                       "--ops")
+    assert rc == 0, err
+    assert "decode" in out and "prefill" in out and "Roofline by op class" in out
+
+
+def test_plot_is_written(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "roofline.png"
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--plot", str(path))
+    assert rc == 0, err
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in tmp_path.iterdir() if p.name != "roofline.png"]  # no temp file left
+
+
+@pytest.mark.parametrize("argv,match", [
+    (("--gpu", "T4"), "T4 has no bf16 support"),
+    (("--gpu", "V100", "--mode", "infer"), "use --precision fp16"),
+    (("--gpu", "h100", "--gpus", "0"), "--gpus '0'"),
+    (("--gpu", "h100", "--batch", "-2"), "--batch '-2'"),
+    (("--gpu", "h100", "--seq", "0"), "--seq '0'"),
+    (("--gpu", "h200x"), "unknown GPU 'h200x'"),
+    (("--gpu", "h100", "--link", "fast"), "--link 'fast'"),
+    (("--gpu", "h100", "--price", "-1", "--tokens", "1B"), "--price '-1'"),
+    (("--gpu", "h100", "--plot", "/nonexistent-dir/x.png"), "does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, match):
+    rc, out, err = run(capsys, "speed", "llama-2-7b", *argv)
+    assert rc == 2
+    assert match in err
+    assert err.count("\n") == 1 and err.startswith("gpuplan: error:")
+
+
+def test_unknown_model(capsys):
+    rc, out, err = run(capsys, "speed", "llama-2-7c", "--gpu", "h100")
+    assert rc == 2 and "did you mean 'llama-2-7b'" in err
