@@ -121,8 +121,8 @@ def test_more_flops_never_take_less_time(m, k, n, grow, by):
     b = count_matmul(m + by * (grow == "m"), k + by * (grow == "k"), n + by * (grow == "n"))
     assert b.flops > a.flops
     ta, tb = (time_matmul(x, dev, eff, "bf16") for x in (a, b))
-    assert tb.compute_s >= ta.compute_s
-    assert tb.total_s >= ta.total_s
+    assert tb.compute_s >= ta.compute_s * (1 - 1e-12)  # float rounding only
+    assert tb.total_s >= ta.total_s * (1 - 1e-12)
 
 
 def _scaled(gpu: GPU, f_peak: float, f_bw: float, f_sm: float, f_pcie: int) -> GPU:

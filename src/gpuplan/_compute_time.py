@@ -4,8 +4,9 @@ all-reduce, and time and cost to train.
 The time of one op is ``max(FLOPs / achievable compute, bytes / achievable bandwidth)``, where the
 achievable compute is the dense peak x the matmul fraction x the *occupancy* -- the share of the
 device the op's independent outputs can fill (outputs / resident threads, at most 1: the source
-document's "a 128 x 128 output ... roughly 16x less work than the card keeps resident"). A step adds
-one launch overhead per kernel.
+document's "a 128 x 128 output ... roughly 16x less work than the card keeps resident"). The memory
+term has no occupancy factor (a small op's latency is below the launch overhead that the step adds
+for every kernel).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class OpTime:
     compute_s: float
     """Executed FLOPs / (peak x matmul (or fused-attention) fraction x occupancy)."""
     memory_s: float
-    """Bytes / (bandwidth x memory fraction) (elementwise ops: also / occupancy)."""
+    """Bytes / (bandwidth x memory fraction)."""
     occupancy: float
     """Share of the device's resident threads the op's independent outputs can fill (<= 1)."""
     dtype: str
@@ -88,16 +89,20 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str) -> 
     vec = device.vector_flops * eff.matmul_fraction("fp32" if device.supports("fp32") else dtype)
     bw = device.memory_bandwidth * eff.memory
     out = []
+    slots = device.parallel_slots
     for op in ops:
-        occ = min(1.0, op.parallel_work / device.parallel_slots)
+        p = op.parallel_work
+        occ = min(1.0, p / slots)
+        # FLOPs per output x the outputs the device could have run in that time: an op with
+        # fewer outputs than resident threads takes as long as one that fills them
+        per_output = op.flops / p
         if op.kind == "elementwise":
-            compute = op.flops / (vec * occ) if op.flops else 0.0
-            memory = op.bytes / (bw * occ)
+            compute = per_output * max(p, slots) / vec if op.flops else 0.0
             used = "fp32"
         else:
-            compute = op.flops / ((fa if op.kind == "attention" else mm) * occ)
-            memory = op.bytes / bw
+            compute = per_output * max(p, slots) / (fa if op.kind == "attention" else mm)
             used = dtype
+        memory = op.bytes / bw
         out.append(OpTime(op=op, compute_s=compute, memory_s=memory, occupancy=occ, dtype=used))
     return tuple(out)
 
