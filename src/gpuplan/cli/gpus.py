@@ -30,13 +30,14 @@ def run(args: argparse.Namespace) -> int:
 
     from ..hardware import all_gpus, resolve_gpu
     from ..report import gpus as report
+    from ..report._console import console_for
 
     if args.name is not None:
         gpu, note = resolve_gpu(args.name)  # unknown -> UnknownGPUError: one line, exit 2
         if args.json:
             print(json.dumps(report.gpu_json(gpu, query=args.name, note=note), indent=2))
             return 0
-        console = _console(sys.stdout, width=200)
+        console = console_for(sys.stdout, width=200)
         for part in report.gpu_detail(gpu, units=args.units, note=note):
             console.print(part)
         return 0
@@ -46,14 +47,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.catalog_json(gpus), indent=2))
         return 0
     table = report.gpus_table(gpus, units=args.units, sources=args.sources)
-    _console(sys.stdout, width=340 if args.sources else 200).print(table)
+    console_for(sys.stdout, width=340 if args.sources else 200).print(table)
     return 0
 
 
-def _console(stream, *, width: int):
-    from rich.console import Console
-
-    # A pipe or a capture gets a wide, uncoloured table instead of rich's 80-column fallback.
-    if stream.isatty():
-        return Console(file=stream)
-    return Console(file=stream, width=width, no_color=True, highlight=False)
