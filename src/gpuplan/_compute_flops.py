@@ -395,6 +395,13 @@ def default_seq(arch: Architecture) -> int:
     return min(2048, arch.max_position_embeddings or 2048)
 
 
+def _embed_width(arch: Architecture) -> int:
+    """Width of the word embeddings (OPT's ``word_embed_proj_dim``), else the hidden size."""
+    e = (arch.config or {}).get("word_embed_proj_dim")
+    return int(e) if isinstance(e, int) and not isinstance(e, bool) and e > 0 else \
+        arch.hidden_size
+
+
 def _embedding_ops(arch: Architecture, shape: StepShape, nb: _Bytes) -> list[Op]:
     B, T, h, a = shape.batch, shape.batch * shape.q_len, arch.hidden_size, nb.act
     ops: list[Op] = []
@@ -405,8 +412,11 @@ def _embedding_ops(arch: Architecture, shape: StepShape, nb: _Bytes) -> list[Op]
         ops.append(_ew("embed.positions", "embedding", elements=T * h, nbytes=3 * T * h * a,
                        flops_per=1, kernels=2))
         return ops
-    ops.append(_ew("embed.tokens", "embedding", elements=T * h,
-                   nbytes=T * h * (nb.embed + a) + T * 8, flops_per=0))
+    e = _embed_width(arch)
+    ops.append(_ew("embed.tokens", "embedding", elements=T * e,
+                   nbytes=T * e * (nb.embed + a) + T * 8, flops_per=0))
+    if e != h:  # OPT-350m: word embeddings of width e, projected to the hidden size
+        ops.append(_mm("embed.project_in", "embedding", b=1, m=T, k=e, n=h, act=a, w=nb.weight))
     if arch.position == "learned":
         ops.append(_ew("embed.positions", "embedding", elements=T * h,
                        nbytes=T * h * (nb.embed + 2 * a), flops_per=1, kernels=2))
@@ -428,7 +438,11 @@ def _head_ops(arch: Architecture, shape: StepShape, nb: _Bytes) -> list[Op]:
         if arch.vocab_size:
             L = shape.logits_tokens if shape.logits_tokens is not None else T
             V = arch.vocab_size
-            ops.append(_mm("logits.head", "logits", b=1, m=L, k=h, n=V, act=a, w=nb.head))
+            e = _embed_width(arch)
+            if e != h:
+                ops.append(_mm("logits.project_out", "logits", b=1, m=L, k=h, n=e, act=a,
+                               w=nb.weight))
+            ops.append(_mm("logits.head", "logits", b=1, m=L, k=e, n=V, act=a, w=nb.head))
             if shape.train:
                 # cross-entropy upcasts the logits to fp32: read them, write and read the fp32 copy
                 ops.append(_ew("logits.loss", "logits", elements=L * V, nbytes=L * V * (a + 8),
@@ -510,7 +524,7 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
     for op in fwd:
         if op.kind == "matmul":
             b, m, k, n = op.shape or (1, 1, 1, 1)
-            if op.weight_elements and op.group == "embedding":
+            if op.weight_elements and op.name == "embed.patches":
                 # a patch embedding's input (the pixels) needs no gradient: dW only
                 if weight_grads:
                     out.append(replace(op, phase="backward",
