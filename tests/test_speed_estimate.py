@@ -255,6 +255,22 @@ def test_job_adapter():
     assert out["infer"].mode == "infer" and out["infer"].precision == "bf16"
 
 
+def test_speed_section_for_fit_json():
+    from gpuplan.compute import speed_section
+    from gpuplan.job import Job
+
+    job = Job(model="llama-2-7b", mode="both", batch=1, seq=512)
+    sec = speed_section(job, [H100, get_gpu("T4")], model=LLAMA2_7B, measured=None)
+    json.dumps(sec)
+    h100, t4 = sec["gpus"]
+    assert h100["gpu"] == "H100-SXM-80GB"
+    for k in ("flops_per_step", "model_flops_per_token", "step_time_s", "tokens_per_s", "mfu",
+              "bound"):
+        assert k in h100["train"] and k in h100["infer"]
+    assert h100["infer"]["decode_tokens_per_s"] == h100["infer"]["tokens_per_s"]
+    assert "T4 has no bf16" in t4["error"]  # one GPU's dtype does not sink the plan
+
+
 # --------------------------------------------------------------------------------------------------
 # Bad input: one clear error naming the value and the way out
 

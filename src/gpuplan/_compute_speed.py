@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Phase", "SpeedEstimate", "CpuComparison", "SweepPoint", "BatchSweep", "estimate_speed",
-    "estimate_speed_for_job", "KV_BYTES",
+    "estimate_speed_for_job", "speed_section", "SECTION_FIELDS", "KV_BYTES",
     "batch_sweep", "input_bytes_per_sample", "Mode", "Recompute", "Attention",
 ]
 
@@ -837,3 +837,53 @@ def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | 
             m, gpu, mode="infer", precision=job.infer_precision, context=job.context,
             kv_dtype=job.kv_dtype, **common, **kw)
     return out
+
+
+#: The headline fields of an estimate that ``speed_section`` keeps.
+SECTION_FIELDS = ("flops_per_step", "model_flops_per_step", "model_flops_per_token",
+                  "step_time_s", "tokens_per_s", "samples_per_s", "mfu", "hfu", "bound",
+                  "precision", "dtype", "batch", "seq", "gpus")
+
+
+def _headline(e: SpeedEstimate) -> dict:
+    d = e.to_dict(ops=False)
+    out = {k: d[k] for k in SECTION_FIELDS}
+    if e.prefill is not None:
+        out["prefill_tokens_per_s"] = e.prefill.tokens_per_s
+        out["prefill_bound"] = e.prefill.bound
+        out["decode_tokens_per_s"] = e.tokens_per_s
+        out["request_time_s"] = e.request_time_s
+        out["new_tokens"] = e.new_tokens
+    if e.scaling is not None and e.gpus > 1:
+        out["data_parallel_efficiency"] = e.scaling.rows[-1].efficiency
+    if e.training_time is not None:
+        out["training_time"] = e.training_time.to_dict()
+    return out
+
+
+def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture | None = None,
+                  trainable_params: int | None = None, measured: Any = "auto",
+                  **kwargs: Any) -> dict:
+    """The ``"speed"`` section of ``gpuplan fit --json``: per GPU and mode, the headline numbers
+    of :func:`estimate_speed_for_job`. A GPU that cannot run the job's dtype gets ``{"error":
+    ...}`` instead (e.g. bf16 on a T4), so one GPU never sinks the whole plan."""
+    if measured == "auto":
+        measured = load_measured()
+    rows = []
+    basis = None
+    for gpu in gpus:
+        try:
+            est = estimate_speed_for_job(job, gpu, model=model, trainable_params=trainable_params,
+                                         measured=measured, **kwargs)
+        except UnsupportedError as e:
+            rows.append({"gpu": gpu.name, "error": str(e)})
+            continue
+        row: dict[str, Any] = {"gpu": gpu.name}
+        for mode, e in est.items():
+            row[mode] = _headline(e)
+            basis = basis or e.efficiency.to_dict()
+        rows.append(row)
+    return {"gpus": rows, "efficiency": basis,
+            "conventions": "model FLOPs count matmuls only, attention over the full s x s square "
+                           "(Megatron/PaLM); step time = sum over ops of max(compute, memory) at "
+                           "the stated achievable fractions + kernel launches; see docs/speed.md"}

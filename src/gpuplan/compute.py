@@ -21,6 +21,7 @@ from ._compute_flops import (
 from ._compute_speed import (
     KV_BYTES, MIN_USEFUL_SPEEDUP, SHORT_JOB_S, BatchSweep, CpuComparison, Phase, SpeedEstimate,
     SweepPoint, batch_sweep, estimate_speed, estimate_speed_for_job, input_bytes_per_sample,
+    speed_section,
 )
 from ._compute_time import (
     DEFAULT_TILE, MatmulTime, OpTime, RooflineClass, ScalingRow, ScalingTable, SmallWork,
@@ -45,6 +46,6 @@ __all__ = [
     "TrainingTime", "time_to_train",
     # the estimate
     "Phase", "SpeedEstimate", "CpuComparison", "estimate_speed", "estimate_speed_for_job",
-    "input_bytes_per_sample", "KV_BYTES",
+    "input_bytes_per_sample", "KV_BYTES", "speed_section",
     "SweepPoint", "BatchSweep", "batch_sweep", "MIN_USEFUL_SPEEDUP", "SHORT_JOB_S",
 ]
