@@ -143,7 +143,7 @@ def test_palm_540b_mfu_from_reported_throughput():
 # BF16 table): throughput in tokens/s, MFU and HFU, computed with H100 SXM's 989.5 TFLOP/s dense
 # bf16 (composer GPU_AVAILABLE_FLOPS = 1.979e15 / 2). Model shapes from the same repository's
 # scripts/train/yamls/pretrain/mpt-*.yaml: expansion_ratio 4, vocab 50368.
-MPT = {"7b": (4096, 32, 32), "30b": (7168, 64, 48), "70b": (8192, 64, 80)}
+MPT = {"7b": (4096, 32, 32), "30b": (7168, 56, 48), "70b": (8192, 64, 80)}
 MPT_ROWS = [
     # model, seq, gpus, MFU %, HFU %, tokens/s, activation checkpointing
     ("7b", 2048, 8, 46.44, 46.44, 85144, False),
