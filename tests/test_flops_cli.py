@@ -59,3 +59,45 @@ def test_seed_128x128_on_h100(capsys):
 def test_bad_shapes(capsys, argv, match):
     rc, out, err = run(capsys, "flops", "matmul", *argv)
     assert rc == 2 and match in err and err.count("\n") == 1
+
+
+class _CPU:
+    """Stand-in for gpuplan.hardware.cpu.CPU (2 cores, AVX2 with 2 FMA units, 3 GHz)."""
+
+    model_name, vendor, physical_cores, simd_bits = "Test CPU", "GenuineIntel", 2, 256
+    peak_fp32_flops = 2 * 3e9 * 8 * 2 * 2
+    peak_fp64_flops = peak_fp32_flops / 2
+    peak_basis = "estimate: 2 cores x 3.00 GHz x 8 fp32 lanes x 2 FMA units x 2"
+
+
+@pytest.fixture
+def fake_cpu(monkeypatch):
+    import sys
+    import types
+
+    mod = types.ModuleType("gpuplan.hardware.cpu")
+    mod.detect_cpu = lambda **kw: _CPU()
+    monkeypatch.setitem(sys.modules, "gpuplan.hardware.cpu", mod)
+
+
+def test_seed_experiment_tiny_vs_4000(capsys, fake_cpu):
+    # seed 003: a 4000 x 4000 product is "large enough to give the GPU enough independent work";
+    # "with very small matrices, the overhead of launching work on the GPU and moving data to VRAM
+    # can outweigh any benefit".
+    rc, out, _ = run(capsys, "flops", "matmul", "1x3", "3x2", "--gpu", "h100", "--json")
+    d = json.loads(out)
+    gpu, cpu = d["times"]
+    assert cpu["device"] == "Test CPU" and gpu["device"] == "H100-SXM-80GB"
+    assert cpu["total_s"] < gpu["total_s"]
+    assert d["verdict"].startswith("No GPU needed")
+    rc, out, _ = run(capsys, "flops", "matmul", "4000x4000", "4000x4000", "--gpu", "h100",
+                     "--json")
+    d = json.loads(out)
+    gpu, cpu = d["times"]
+    # fp32 (torch.randn): 2 x 4000^3 FLOPs at 80% of H100's 66.9 TFLOP/s fp32; the CPU at 70% of
+    # its 192 GFLOP/s estimate; three 64 MB copies over PCIe 5.0 x16 at 80%
+    assert gpu["compute_s"] == pytest.approx(2 * 4000**3 / (66.9e12 * 0.8), rel=0.01)
+    assert cpu["compute_s"] == pytest.approx(2 * 4000**3 / (_CPU.peak_fp32_flops * 0.7))
+    assert gpu["transfer_s"] == pytest.approx(3 * 4000**2 * 4 / (63.0e9 * 0.8), rel=0.01)
+    assert gpu["total_s"] < cpu["total_s"] / 100
+    assert "faster than this CPU" in d["verdict"]

@@ -78,3 +78,27 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, match):
 def test_unknown_model(capsys):
     rc, out, err = run(capsys, "speed", "llama-2-7c", "--gpu", "h100")
     assert rc == 2 and "llama-2-7b" in err and err.count("\n") == 1
+
+
+class _CPU:
+    model_name, vendor, physical_cores, simd_bits = "Test CPU", "GenuineIntel", 2, 256
+    peak_fp32_flops = 2 * 3e9 * 8 * 2 * 2
+    peak_fp64_flops = peak_fp32_flops / 2
+    peak_basis = "estimate: 2 cores x 3.00 GHz x 8 fp32 lanes x 2 FMA units x 2"
+
+
+def test_vs_cpu(capsys, monkeypatch):
+    import sys
+    import types
+
+    mod = types.ModuleType("gpuplan.hardware.cpu")
+    mod.detect_cpu = lambda **kw: _CPU()
+    monkeypatch.setitem(sys.modules, "gpuplan.hardware.cpu", mod)
+    rc, out, err = run(capsys, "speed", "gpt2", "--gpu", "h100", "--mode", "infer", "--seq", "16",
+                       "--new-tokens", "4", "--vs-cpu", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["cpu"]["cpu"] == "Test CPU" and isinstance(d["cpu"]["needs_gpu"], bool)
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--batch", "8",
+                       "--vs-cpu")
+    assert rc == 0 and "A GPU pays off" in out

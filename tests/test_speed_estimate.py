@@ -129,6 +129,19 @@ def test_decode_throughput_grows_with_batch_and_never_exceeds_the_compute_bound(
         assert e.tokens_per_s <= bound
 
 
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(1, 64), db=st.integers(0, 64), s=st.integers(1, 4096), ds=st.integers(0, 512),
+       mode=st.sampled_from(["train", "infer"]), attention=st.sampled_from(["flash", "eager"]))
+def test_more_work_never_takes_less_time(b, db, s, ds, mode, attention):
+    kw = dict(mode=mode, attention=attention, measured=None)
+    small = estimate_speed(GPT2, H100, batch=b, seq=s, **kw)
+    big = estimate_speed(GPT2, H100, batch=b + db, seq=s + ds, **kw)
+    assert big.step.flops >= small.step.flops
+    t_small = small.request_time_s if mode == "infer" else small.step_time_s
+    t_big = big.request_time_s if mode == "infer" else big.step_time_s
+    assert t_big >= t_small * (1 - 1e-12)
+
+
 def test_decode_saturates_as_the_kv_cache_dominates():
     tps = [estimate_speed(LLAMA2_7B, H100, mode="infer", batch=b, seq=1024, context=1024,
                           measured=None).tokens_per_s for b in (1, 4, 16, 64, 256)]

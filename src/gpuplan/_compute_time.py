@@ -32,6 +32,11 @@ __all__ = [
 
 Bound = Literal["compute", "memory"]
 
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: an unbounded ratio (no bytes, no compute) is null."""
+    return None if math.isinf(x) or math.isnan(x) else x
+
 #: Output tile of one thread block assumed for wave quantization: 128 x 128, the CUTLASS/cuBLAS
 #: default tensor-op tile on Ampere and Hopper (cuBLAS also picks 64..256 per side; Hopper kernels
 #: often use 128 x 256). Give ``tile=`` to change it.
@@ -73,7 +78,8 @@ class OpTime:
         o = self.op
         return {"name": o.name, "class": o.op_class, "kind": o.kind, "phase": o.phase,
                 "group": o.group, "count": o.count, "flops": o.flops,
-                "counted_flops": o.counted_flops, "bytes": o.bytes, "intensity": o.intensity,
+                "counted_flops": o.counted_flops, "bytes": o.bytes,
+                "intensity": _finite(o.intensity),
                 "kernels": o.kernels, "occupancy": self.occupancy, "compute_s": self.compute_s,
                 "memory_s": self.memory_s, "time_s": self.time_s, "total_s": self.total_s,
                 "bound": self.bound, "dtype": self.dtype,
@@ -126,7 +132,7 @@ class RooflineClass:
 
     def to_dict(self) -> dict:
         return {"class": self.op_class, "flops": self.flops, "bytes": self.bytes,
-                "intensity": self.intensity, "time_s": self.time_s, "kernels": self.kernels,
+                "intensity": _finite(self.intensity), "time_s": self.time_s, "kernels": self.kernels,
                 "bound": self.bound}
 
 
@@ -301,7 +307,7 @@ class TransferEstimate:
                 "link_bandwidth": self.link_bandwidth, "pinned": self.pinned,
                 "efficiency": self.efficiency, "achievable_bandwidth": self.achievable_bandwidth,
                 "time_s": self.time_s, "compute_s": self.compute_s,
-                "ratio_to_compute": self.ratio_to_compute, "overlapped": self.overlapped,
+                "ratio_to_compute": _finite(self.ratio_to_compute), "overlapped": self.overlapped,
                 "exposed_s": self.exposed_s, "advice": list(self.advice)}
 
 
