@@ -613,6 +613,11 @@ def estimate_speed(
         if fmt.name not in ("fp32", "bf16", "fp16"):
             notes.append(f"frozen base in {fmt.name}: weights read at {fmt.bits:.2f} bits; the "
                          "dequantization work is not modeled")
+    if mode == "infer" and prec.name in WEIGHT_FORMATS and prec.name not in (
+            "fp32", "bf16", "fp16") and WEIGHT_FORMATS[prec.name].compute_dtype in (
+            "bf16", "fp16"):
+        notes.append(f"{prec.name} weights are read at {WEIGHT_FORMATS[prec.name].bits:.2f} bits "
+                     f"and multiplied in {prec.dtype}; the dequantization work is not modeled")
     if prec.dtype == "fp32" and device.supports("tf32"):
         notes.append("fp32 matmuls at the fp32 (not TF32) peak, PyTorch's default; "
                      "torch.backends.cuda.matmul.allow_tf32=True is --tf32")
