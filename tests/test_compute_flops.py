@@ -4,7 +4,6 @@ own FLOP counter on real Hugging Face models of every architecture family."""
 
 from __future__ import annotations
 
-import math
 
 import pytest
 

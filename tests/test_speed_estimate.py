@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpuplan.compute import (
-    Efficiency, batch_sweep, default_efficiency, device_from_gpu, estimate_speed,
+    batch_sweep, default_efficiency, device_from_gpu, estimate_speed,
     estimate_speed_for_job, flops_breakdown,
 )
 from gpuplan.errors import InputError, UnknownNameError, UnsupportedError
