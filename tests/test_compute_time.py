@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpuplan.compute import (
-    Efficiency, Op, allreduce_time, apply_measured, count_matmul, data_parallel_scaling,
+    Op, allreduce_time, apply_measured, count_matmul, data_parallel_scaling,
     default_efficiency, device_from_gpu, estimate_transfer, link_bandwidth, small_work,
     time_matmul, time_ops, time_to_train,
 )
