@@ -101,3 +101,24 @@ def test_seed_experiment_tiny_vs_4000(capsys, fake_cpu):
     assert gpu["transfer_s"] == pytest.approx(3 * 4000**2 * 4 / (63.0e9 * 0.8), rel=0.01)
     assert gpu["total_s"] < cpu["total_s"] / 100
     assert "faster than this CPU" in d["verdict"]
+
+
+def test_flops_model_per_layer_and_total(capsys):
+    # Llama-2-7B: forward = 2 x tokens x (weights multiplied: every linear tensor) + the s^2 term
+    # 4 x B x s^2 x (32 heads x 128) per layer x 32 layers.
+    from gpuplan.models import load_model
+
+    m = load_model("llama-2-7b")
+    n = sum(t.total for t in m.tensors if t.linear)
+    rc, out, _ = run(capsys, "flops", "model", "llama-2-7b", "--seq", "4096", "--batch", "2",
+                     "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["tokens"] == 8192 and d["matmul_params"] == n
+    assert d["forward_flops"] == 2 * 8192 * n + 4 * 2 * 4096**2 * 4096 * 32
+    assert d["backward_flops"] == 2 * d["forward_flops"]
+    (layer,) = d["layers"]
+    assert layer["count"] == 32 and layer["by_op"]["attn.core"] == 4 * 2 * 4096**2 * 4096
+    rc, out, _ = run(capsys, "flops", "model", "llama-2-7b")
+    assert rc == 0 and "one dense layer (x32)" in out
+    rc, out, err = run(capsys, "flops", "model", "llama-2-7b", "--seq", "0")
+    assert rc == 2 and "--seq '0'" in err

@@ -36,6 +36,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="thread-block output tile for wave quantization (default 128x128)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=run)
+    mo = sub.add_parser(
+        "model", help="per-layer and per-model FLOPs of a training step or a forward pass",
+        description="Counted (matmul) FLOPs of MODEL for BATCH sequences of SEQ tokens: each "
+                    "layer's ops, the embedding and head, forward, backward (2x) and recompute; "
+                    "the attention s^2 term over the full square (Megatron/PaLM convention).")
+    mo.add_argument("model", help="catalog name, config.json path or model directory")
+    mo.add_argument("--batch", default="1")
+    mo.add_argument("--seq", default=None, help="default min(2048, the model's maximum)")
+    mo.add_argument("--mode", choices=("train", "forward"), default="train")
+    mo.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    mo.add_argument("--attention", choices=("flash", "eager"), default="flash")
+    mo.add_argument("--json", action="store_true")
+    mo.set_defaults(func=run_model)
     p.set_defaults(func=_no_what)
 
 
@@ -127,4 +140,55 @@ def run(args: argparse.Namespace) -> int:
     if alias:
         print(f"note: {alias}", file=sys.stderr)
     render_matmul(mm, small=small, times=times or None, verdict=verdict)
+    return 0
+
+
+def run_model(args: argparse.Namespace) -> int:
+    from ..compute import default_seq, flops_breakdown
+    from ..errors import InputError
+    from ..models import load_model
+    from ..units import format_flops, parse_positive_int
+
+    batch = parse_positive_int(args.batch, what="--batch", maximum=10**7)
+    model = load_model(args.model)
+    arch = model.architecture
+    if arch is None:
+        raise InputError(f"{args.model!r}: per-layer FLOPs need the architecture (a config.json)")
+    seq = default_seq(arch) if args.seq is None else parse_positive_int(args.seq, what="--seq",
+                                                                        maximum=10**8)
+    fb = flops_breakdown(arch, batch=batch, seq=seq, mode=args.mode, recompute=args.recompute,
+                         attention=args.attention)
+    if args.json:
+        json.dump({"model": model.name, "batch": batch, "seq": seq, "mode": args.mode,
+                   **fb.to_dict()}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from rich.table import Table
+
+    from ..report._console import console_for
+    c = console_for(width=160)
+    c.print(f"[bold]{model.name}[/bold]: {args.mode}, batch {batch} x seq {fb.tokens // batch} "
+            f"= {fb.tokens:,} tokens (matmul FLOPs; attention over the full s x s square)")
+    for layer in fb.layers:
+        t = Table(title=f"one {layer.kind} layer (x{layer.count}), forward", title_justify="left")
+        t.add_column("op")
+        t.add_column("FLOPs", justify="right")
+        for name, f in layer.by_op:
+            t.add_row(name, format_flops(f))
+        t.add_row("[bold]layer[/bold]", f"[bold]{format_flops(layer.forward_flops)}[/bold]")
+        c.print(t)
+    t = Table(title="model", show_header=False, title_justify="left")
+    t.add_column("what")
+    t.add_column("FLOPs", justify="right")
+    t.add_row("embedding (forward)", format_flops(fb.embedding_forward_flops))
+    t.add_row("head (forward)", format_flops(fb.head_forward_flops))
+    t.add_row("forward", format_flops(fb.forward_flops))
+    if args.mode == "train":
+        t.add_row("backward (2x forward)", format_flops(fb.backward_flops))
+        t.add_row(f"recompute ({args.recompute})", format_flops(fb.recompute_flops))
+    t.add_row("model FLOPs (MFU)", format_flops(fb.model_flops))
+    t.add_row("hardware FLOPs (HFU)", format_flops(fb.hardware_flops))
+    t.add_row("model FLOPs per token", format_flops(fb.model_flops_per_token))
+    t.add_row("weights multiplied per token (N)", f"{fb.matmul_params:,}")
+    c.print(t)
     return 0
