@@ -102,3 +102,23 @@ def test_vs_cpu(capsys, monkeypatch):
     rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--batch", "8",
                        "--vs-cpu")
     assert rc == 0 and "A GPU pays off" in out
+
+
+def test_speed_and_flops_commands_import_nothing_heavy():
+    # the analytic speed model answers without torch, numpy or matplotlib (DESIGN.md)
+    import subprocess
+    import sys
+
+    code = (
+        "import io, contextlib, os\n"
+        "os.environ['GPUPLAN_BENCH_DB'] = '/nonexistent-dir/bench.sqlite'\n"
+        "from gpuplan.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['speed', 'llama-3.1-8b', '--gpu', 'h100', '--json']) == 0\n"
+        "    assert main(['speed', 'llama-3.1-8b', '--gpu', 'h100', '--mode', 'infer']) == 0\n"
+        "    assert main(['flops', 'matmul', '128x128', '128x128', '--gpu', 'h100']) == 0\n"
+        "import sys; print(' '.join(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    mods = set(out.stdout.split())
+    assert not [m for m in ("torch", "transformers", "numpy", "matplotlib") if m in mods]
