@@ -34,8 +34,9 @@ DEFAULT_BASIS: dict[str, str] = {
         "table"),
     "matmul_other": "0.70 of the dense peak: assumed (no published measurement for this vendor)",
     "matmul_cpu": (
-        "0.70 of the estimated peak: assumed for an optimized BLAS (the estimate itself assumes "
-        "the nominal clock and FMA pipes, an upper bound)"),
+        "0.80 of the estimated peak: PyTorch's fp32 matmul reached 86% of it (286 of 333 "
+        "GFLOP/s, 4000 x 4000) on this project's 2-core AVX-512 Xeon, 93% on one core "
+        "(benchmarks/speed_cpu_matmul.md); the estimate's clock and FMA pipes are assumptions"),
     "attention_gpu": (
         "0.50 of the dense peak for a fused (Flash) attention kernel: FlashAttention-2 reaches "
         "50-73% of A100's peak forward and less backward (Dao 2023), and about 35% of H100's "
@@ -48,7 +49,8 @@ DEFAULT_BASIS: dict[str, str] = {
         "5 us per kernel launch, added to the step: CUDA's driver and runtime take about 4-6 us "
         "per launch, and eager PyTorch adds its dispatch on top (NVIDIA, Getting Started with CUDA "
         "Graphs); CUDA graphs or torch.compile reduce it"),
-    "launch_cpu": "2 us per op: eager PyTorch's dispatch of a small CPU op (assumed)",
+    "launch_cpu": ("2 us per op: eager PyTorch's dispatch of a tiny CPU op measured 1.97 us "
+                   "(benchmarks/speed_cpu_matmul.md)"),
     "pcie_pinned": (
         "0.80 of the PCIe link: pinned (page-locked) memory is copied by DMA; packet overhead "
         "leaves 75-85% of the signalling rate (NVIDIA's CUDA FAQ: 6.0 of 8.0 GB/s on PCIe 2.0 "
@@ -188,7 +190,7 @@ def default_efficiency(device: Device) -> Efficiency:
     """The stated defaults for a device (see :data:`DEFAULT_BASIS`)."""
     if device.kind == "cpu":
         return Efficiency(
-            matmul=0.70, attention=0.70, memory=0.70, launch_s=2e-6, pcie_pinned=0.80,
+            matmul=0.80, attention=0.80, memory=0.70, launch_s=2e-6, pcie_pinned=0.80,
             pcie_pageable=0.40, comm=0.80,
             basis={"matmul": "default: " + DEFAULT_BASIS["matmul_cpu"],
                    "attention": "default: as the matmuls (a CPU attention is plain GEMMs)",
