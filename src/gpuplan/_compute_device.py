@@ -215,10 +215,12 @@ def default_efficiency(device: Device) -> Efficiency:
 def load_measured(db: str | None = None) -> Any | None:
     """This machine's latest stored bench run (``gpuplan.measure.store.latest_run``), or None when
     there is none or the bench is not part of this installation."""
+    import importlib
+
     try:
-        from .measure import store
-    except ModuleNotFoundError as e:  # the bench is not installed in this build
-        if e.name and e.name.startswith("gpuplan.measure"):
+        store = importlib.import_module("gpuplan.measure.store")
+    except ModuleNotFoundError as e:  # the bench is not part of this build
+        if e.name in ("gpuplan.measure", "gpuplan.measure.store"):
             return None
         raise
     return store.latest_run(db)
