@@ -738,20 +738,20 @@ def _compare_cpu(est: SpeedEstimate, model, cpu: CPU, *, measured, mode, batch, 
     g = est.gpu
     if speedup < 1:
         needs, verdict = False, (
-            f"No GPU needed: this CPU is {1 / speedup:.1f}x faster than a {g} for this job -- "
+            f"No GPU needed: this CPU is {1 / speedup:.1f}x faster than the {g} for this job -- "
             "the work per step is too small to fill the GPU, so kernel-launch and transfer "
             "overheads outweigh its arithmetic")
     elif speedup < MIN_USEFUL_SPEEDUP:
         needs, verdict = False, (
-            f"No GPU needed: a {g} would be only {speedup:.1f}x faster than this CPU "
+            f"No GPU needed: the {g} would be only {speedup:.1f}x faster than this CPU "
             f"({format_seconds(gpu_step)} vs {format_seconds(cpu_step)} per step)")
     elif cpu_job is not None and cpu_job < SHORT_JOB_S:
         needs, verdict = False, (
             f"No GPU needed: this CPU finishes the whole job in {format_seconds(cpu_job)} "
-            f"(a {g}: {format_seconds(gpu_job)})")
+            f"(the {g}: {format_seconds(gpu_job)})")
     else:
         needs, verdict = True, (
-            f"A GPU pays off: a {g} is {speedup:.0f}x faster than this CPU "
+            f"A GPU pays off: the {g} is {speedup:.0f}x faster than this CPU "
             f"({format_seconds(gpu_step)} vs {format_seconds(cpu_step)} per step"
             + (f"; whole job {format_seconds(gpu_job)} vs {format_seconds(cpu_job)}"
                if cpu_job is not None else "") + ")")

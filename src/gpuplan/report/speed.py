@@ -140,11 +140,14 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
 
     if est.training_time is not None:
         tt = est.training_time
+        hours = f"{tt.gpu_hours:,.0f}" if tt.gpu_hours >= 100 else f"{tt.gpu_hours:.3g}"
         line = (f"[bold]Time to train[/bold]: {format_count(tt.work)} {tt.unit} at "
-                f"{tt.rate_per_s:,.0f} {tt.unit}/s = {tt.days:,.2f} days on {tt.gpus} GPU"
-                f"{'s' if tt.gpus > 1 else ''} ({tt.gpu_hours:,.0f} GPU-hours)")
+                f"{tt.rate_per_s:,.0f} {tt.unit}/s = {format_seconds(tt.seconds)}"
+                + (f" ({tt.days:,.1f} days)" if tt.days >= 2 else "")
+                + f" on {tt.gpus} GPU{'s' if tt.gpus > 1 else ''} ({hours} GPU-hours)")
         if tt.cost is not None:
-            line += f", ${tt.cost:,.0f} at ${tt.price_per_gpu_hour:g}/GPU-hour"
+            cost = f"{tt.cost:,.0f}" if tt.cost >= 100 else f"{tt.cost:,.2f}"
+            line += f", ${cost} at ${tt.price_per_gpu_hour:g}/GPU-hour"
         c.print(line)
 
     if est.cpu is not None:
@@ -159,7 +162,7 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
             + (f"; measured: {', '.join(eff.measured)}" if eff.measured else
                " (defaults; `gpuplan bench` on this machine replaces them)"))
     c.print("An estimate from arithmetic at these fractions: an upper bound for a tuned stack "
-            "(1.35-1.77x above MosaicML's measured H100 runs; docs/speed.md, Calibration)")
+            "(1.2-1.8x above published measured runs; docs/speed.md, Calibration)")
     for n in est.notes:
         c.print(f"note: {n}")
 
