@@ -22,6 +22,8 @@ __all__ = ["register", "run"]
 _EPILOG = """\
 gpuplan's options go before the script; everything after the script is the script's own.
 Under torchrun:  torchrun --nproc_per_node N -m gpuplan profile train.py ...
+Measured vs estimated: gpuplan profile --model llama-3.1-8b [--gpu H100-SXM-80GB] train.py ...
+(a transformers model's own config is read without --model; --no-estimate turns it off).
 Exit status: the script's own (0 when gpuplan stopped it after --steps); 1 when no step was
 measured; 2 for bad gpuplan arguments.
 """
@@ -50,7 +52,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens-per-sample", metavar="N",
                    help="tokens per sample, for tokens/s when the batch does not show them")
     p.add_argument("--expected-step-time", metavar="SECONDS",
-                   help="an estimated step time to compare the measurement with")
+                   help="your own estimated step time to compare the measurement with (replaces "
+                        "the speed model's estimate)")
+    p.add_argument("--model", metavar="NAME_OR_CONFIG",
+                   help="the architecture the script trains, for the speed model's estimate: a "
+                        "catalog name (`gpuplan models`), a config.json or a model directory "
+                        "(default: a transformers model's config, else its parameter count)")
+    p.add_argument("--gpu", metavar="SKU",
+                   help="the catalog GPU the script runs on (default: the CUDA device's exact "
+                        "name; `gpuplan gpus` lists them)")
+    p.add_argument("--precision", metavar="RECIPE",
+                   help="the training recipe for the estimate (amp-bf16, mixed-bf16, bf16, fp32, "
+                        "...; default: inferred from autocast and the parameter dtype)")
+    p.add_argument("--no-estimate", action="store_true",
+                   help="do not compare with the speed model's estimate")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="timing: CUDA events once CUDA is in use (auto), or force one")
     p.add_argument("--gather-timeout", default="300", metavar="SECONDS",
@@ -90,6 +105,17 @@ def run(args: argparse.Namespace) -> int:
     expected = None if args.expected_step_time is None else _seconds(
         args.expected_step_time, "--expected-step-time")
     gather_timeout = _seconds(args.gather_timeout, "--gather-timeout")
+    named = [f for f, v in (("--model", args.model), ("--gpu", args.gpu),
+                            ("--precision", args.precision)) if v is not None]
+    if named and expected is not None:
+        raise InputError(f"give either --expected-step-time or {'/'.join(named)} (the speed "
+                         "model's estimate), not both")
+    if named and args.no_estimate:
+        raise InputError(f"{'/'.join(named)} configure the estimate that --no-estimate turns off")
+    if named:
+        from ..measure._profile_estimate import prepare_estimate
+
+        prepare_estimate(plan_model=args.model, gpu=args.gpu, precision=args.precision)
     from ..measure._profile_script import check_script
 
     check_script(args.script)
@@ -118,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
             args.script, list(args.script_args), steps=steps, warmup=warmup, then=args.then,
             tokens_per_sample=tps, expected_step_time_s=expected,
             device=None if args.device == "auto" else args.device,
+            plan_model=args.model, gpu=args.gpu, precision=args.precision,
+            estimate=not args.no_estimate,
         )
     sys.stdout.flush()  # the script's own output first
     if outcome.traceback_text:

@@ -74,6 +74,10 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
+def _times(x: float) -> str:
+    return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
+
+
 def _ceil(x: float) -> int:
     """Ceiling that ignores float noise (8.0000000001 -> 8)."""
     return math.ceil(x - 1e-9)
@@ -282,7 +286,7 @@ def _evidence(r: ProfileReport, shares: dict[str, float]) -> tuple[str, ...]:
                   f"p90 {format_seconds(r.step_time_p90_s)}")
     if r.expected_step_time_s and r.measured_over_expected is not None:
         ev.append(f"measured step {step} vs {format_seconds(r.expected_step_time_s)} estimated "
-                  f"({r.measured_over_expected:.2f}x)")
+                  f"({_times(r.measured_over_expected)})")
     return tuple(ev)
 
 

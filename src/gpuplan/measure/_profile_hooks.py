@@ -301,6 +301,8 @@ class Instrumentation:
         t0 = perf_counter()
         if get_ident() != self.tid or not self.rec.active:
             return None
+        if id(opt) not in self.rec.optimizers:
+            self.rec.optimizers[id(opt)] = opt
         self.rec.push("optimizer", t0)
         self.rec.overhead += perf_counter() - t0
         return None
@@ -350,6 +352,11 @@ class Instrumentation:
             self._swap_to_root_hooks()
         self.rec.overhead += perf_counter() - t0
         return None
+
+    @property
+    def roots(self) -> tuple[Any, ...]:
+        """The root modules: the given model, or the top-level module calls found so far."""
+        return tuple(self._roots)
 
     def _hook_roots(self, roots: list[Any]) -> None:
         for m in roots:

@@ -169,13 +169,15 @@ class BatchSizer:
         self._samples_at: Any = None
         self._tokens_at: Any = None
         self._mask_at: Any = None
+        self._pos_at: Any = None
         self.source: str | None = None
 
     @staticmethod
     def _get(batch: Any, at: Any) -> Any:
         return batch if at is _SELF else batch[at]
 
-    def __call__(self, batch: Any) -> tuple[int | None, int | None]:
+    def __call__(self, batch: Any) -> tuple[int | None, int | None, int | None]:
+        """(samples, tokens, positions): positions count padding (what the model computes on)."""
         if type(batch) is self._type and self._samples_at is not None:
             try:
                 samples = int(self._get(batch, self._samples_at).shape[0])
@@ -186,19 +188,33 @@ class BatchSizer:
                     tokens = int(self._get(batch, self._mask_at).sum())
                 elif self._tokens_at is not None:
                     tokens = int(self._get(batch, self._tokens_at).numel())
-                return samples, tokens
+                return samples, tokens, self._positions(batch, samples)
             except Exception:  # noqa: BLE001 - the structure changed: search again
                 pass
         samples, tokens, source = batch_sizes(batch, self.tps)
         self._learn(batch)
         if source and self.source is None:
             self.source = source
-        return samples, tokens
+        positions = None
+        if samples is not None:
+            try:
+                positions = self._positions(batch, samples)
+            except Exception:  # noqa: BLE001
+                positions = None
+        return samples, tokens, positions
+
+    def _positions(self, batch: Any, samples: int) -> int | None:
+        if self.tps:
+            return samples * self.tps
+        if self._pos_at is None:
+            return None
+        return int(self._get(batch, self._pos_at).numel())
 
     def _learn(self, batch: Any) -> None:
         import torch
 
         self._type, self._samples_at, self._tokens_at, self._mask_at = type(batch), None, None, None
+        self._pos_at = None
         if isinstance(batch, torch.Tensor):
             places = [(_SELF, batch)]
         elif isinstance(batch, (list, tuple)):
@@ -218,10 +234,11 @@ class BatchSizer:
                 self._mask_at = "attention_mask"
             else:
                 self._tokens_at = "input_ids"
+            self._pos_at = "input_ids"
             return
         for at, t in places:
             if t.dim() == 2 and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
-                self._tokens_at = at
+                self._tokens_at = self._pos_at = at
                 return
 
 
@@ -254,6 +271,7 @@ class _Step:
     ovh_start: float
     samples: int | None = None
     tokens: int | None = None
+    positions: int | None = None
     h2d: int = 0
     d2h: int = 0
     pageable: int = 0
@@ -316,6 +334,14 @@ class Recorder:
         self.tokens_source: str | None = None
         self.param_dtype: str | None = None
         self.autocast = False
+        self.autocast_dtype: str | None = None
+        """dtype of the first autocast region seen around a root forward (``bfloat16`` ...)."""
+        self.tf32: bool | None = None
+        """TF32 matmuls allowed (``torch.backends.cuda.matmul.allow_tf32`` or a float32 matmul
+        precision below ``highest``) at the first root forward."""
+        self.optimizers: dict[int, Any] = {}
+        """The optimizers whose ``step()`` was observed, by id (their types name the estimate's
+        optimizer)."""
         self.notes: list[str] = []
         self._loader_counts: dict[int, list] = {}  # id(LoaderInfo) -> [info, steps]
         self.gpu_memory: tuple[int | None, int | None, int | None] = (None, None, None)
@@ -518,9 +544,9 @@ class Recorder:
         self._mark(now, _effective(self.stack))
         st.loader = loader
         try:
-            st.samples, st.tokens = self.sizer(batch)
+            st.samples, st.tokens, st.positions = self.sizer(batch)
         except Exception:  # noqa: BLE001 - an exotic batch type: sizes stay unknown
-            st.samples, st.tokens = None, None
+            st.samples, st.tokens, st.positions = None, None, None
         if self.tokens_source is None and self.sizer.source:
             self.tokens_source = self.sizer.source
 
@@ -584,16 +610,23 @@ class Recorder:
                 st.samples = samples
                 if samples is not None and self.tokens_per_sample:
                     st.tokens = samples * self.tokens_per_sample
+                    st.positions = st.tokens
                     self.tokens_source = f"tokens_per_sample={self.tokens_per_sample}"
+                elif samples is not None:
+                    st.positions = _int_positions(args, kwargs, torch, samples)
         if st is not None and st.first_root is None:
             st.first_root = module
         if self.param_dtype is None:
             p = next(iter(module.parameters()), None) if hasattr(module, "parameters") else None
             if p is not None:
                 self.param_dtype = str(p.dtype).removeprefix("torch.")
+        if self.tf32 is None:
+            self.tf32 = _tf32_allowed(torch)
         if not self.autocast:
             dev = "cuda" if self.timer is not None and self.timer.kind == "cuda" else "cpu"
             self.autocast = bool(torch.is_autocast_enabled(dev))
+            if self.autocast:
+                self.autocast_dtype = _autocast_dtype(torch, dev)
         self.push("forward", now)
 
     # -- the end
@@ -637,7 +670,8 @@ class Recorder:
                 a = attribute(st.t, st.labels)
             out.append(StepRecord(
                 index=st.index, duration_s=a.duration_s, parts_s=a.parts_s,
-                samples=st.samples, tokens=st.tokens, h2d_bytes=st.h2d, d2h_bytes=st.d2h,
+                samples=st.samples, tokens=st.tokens, positions=st.positions,
+                h2d_bytes=st.h2d, d2h_bytes=st.d2h,
                 pageable_bytes=st.pageable, non_blocking_bytes=st.nonblocking, copies=st.copies,
                 overhead_s=st.overhead, gpu_busy_min_s=a.gpu_busy_min_s,
                 gpu_busy_max_s=a.gpu_busy_max_s, host_paced_s=a.host_paced_s,
@@ -651,6 +685,39 @@ def _first_dim(args: tuple, kwargs: dict | None, torch: Any) -> int | None:
         if isinstance(v, torch.Tensor) and v.dim() >= 1:
             return int(v.shape[0])
     return None
+
+
+def _int_positions(args: tuple, kwargs: dict | None, torch: Any, samples: int) -> int | None:
+    """B x S of the first integer (B, S) tensor among a root forward's arguments (token ids)."""
+    values = (*args, *((kwargs or {}).values()))
+    for v in values:
+        if (isinstance(v, torch.Tensor) and v.dim() == 2 and int(v.shape[0]) == samples
+                and not v.is_floating_point() and not v.is_complex() and v.dtype != torch.bool):
+            return int(v.numel())
+    return None
+
+
+def _tf32_allowed(torch: Any) -> bool:
+    try:
+        if torch.backends.cuda.matmul.allow_tf32:
+            return True
+    except Exception:  # noqa: BLE001 - a build without the CUDA backend flags
+        pass
+    try:
+        return torch.get_float32_matmul_precision() != "highest"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _autocast_dtype(torch: Any, dev: str) -> str | None:
+    try:
+        dt = torch.get_autocast_dtype(dev)  # torch >= 2.4
+    except Exception:  # noqa: BLE001
+        try:
+            dt = torch.get_autocast_gpu_dtype() if dev == "cuda" else torch.get_autocast_cpu_dtype()
+        except Exception:  # noqa: BLE001
+            return None
+    return str(dt).removeprefix("torch.")
 
 
 def _cpu_name() -> str:

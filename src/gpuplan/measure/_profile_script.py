@@ -96,6 +96,10 @@ def run_script(
     tokens_per_sample: int | None = None,
     expected_step_time_s: float | None = None,
     device: str | None = None,
+    plan_model: str | None = None,
+    gpu: str | None = None,
+    precision: str | None = None,
+    estimate: bool = True,
 ) -> tuple[ScriptRun, "object"]:
     """Run the script under the profiler. Returns the outcome and the Profiler (for gathering)."""
     from ._profile_recorder import StopProfiling
@@ -109,6 +113,7 @@ def run_script(
 
     prof = Profiler(None, None, warmup=warmup, steps=steps, device=device,
                     tokens_per_sample=tokens_per_sample, expected_step_time_s=expected_step_time_s,
+                    plan_model=plan_model, gpu=gpu, precision=precision, estimate=estimate,
                     _patch_loaders=True, _on_limit=on_limit)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [str(script), *argv]

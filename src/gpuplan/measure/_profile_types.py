@@ -7,12 +7,13 @@ which is how rank 0 of a ``torchrun`` job assembles the other ranks' results.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, Mapping, get_args
 
 __all__ = [
     "PHASES", "COMPUTE_PHASES", "Phase", "Verdict", "Status", "SCHEMA",
-    "StepRecord", "LoaderInfo", "TransferInfo", "GpuInfo", "RankSummary", "ProfileReport",
+    "StepRecord", "LoaderInfo", "TransferInfo", "GpuInfo", "RankSummary", "EstimateInfo",
+    "ProfileReport",
 ]
 
 #: The parts a step's wall time is split into, in display order.
@@ -44,6 +45,10 @@ class StepRecord:
     """Batch size (first dimension of the batch), None when it could not be read."""
     tokens: int | None = None
     """Token positions in the batch, None when unknown."""
+    positions: int | None = None
+    """Sequence positions the model computes on, padding included (B x S of the batch's
+    ``input_ids`` or first integer (B, S) tensor; ``tokens_per_sample`` x samples when given), None
+    when no sequence dimension was seen. The speed-model estimate uses it for the sequence length."""
     h2d_bytes: int = 0
     """Bytes copied host -> device during the step."""
     d2h_bytes: int = 0
@@ -129,6 +134,73 @@ class RankSummary:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EstimateInfo:
+    """The estimated step time the measurement is compared with, and what it rests on.
+
+    ``source='speed-model'``: gpuplan's speed model (``gpuplan.compute.estimate_speed``) for the
+    architecture, device, batch, sequence length and recipe listed here, each with where it came
+    from. ``source='given'``: a number (or a function's result) the user supplied; the other fields
+    are then None.
+    """
+
+    source: Literal["speed-model", "given"]
+    step_time_s: float
+    """The estimated step: kernels + launch overhead + the exposed input copy (speed model)."""
+    basis: Literal["architecture", "parameter-count", "given"]
+    """``architecture``: per-op FLOPs and bytes of the named architecture; ``parameter-count``:
+    the speed model's count-only path (2·N FLOPs per token forward, 6·N with backward, weights
+    read once, no attention term) -- a rough, optimistic figure."""
+    model: str | None = None
+    model_source: str | None = None
+    """``plan_model``, ``the nn.Module's transformers config`` or ``parameter count of the
+    nn.Module``."""
+    params: int | None = None
+    """Parameters the estimate counts (the architecture's, or the module's outside embedding
+    tables for ``parameter-count``)."""
+    device: str | None = None
+    """Catalog GPU SKU, or this machine's CPU model name."""
+    device_kind: Literal["gpu", "cpu"] | None = None
+    device_source: str | None = None
+    """How the device was identified: the exact CUDA device name, the ``gpu`` argument, or this
+    machine's CPU (``gpuplan.hardware.cpu``)."""
+    mode: Literal["train", "forward"] | None = None
+    """``train`` when backward or optimizer steps were measured, else forward passes."""
+    precision: str | None = None
+    """The speed model's recipe (training) or weight format (forward)."""
+    precision_source: str | None = None
+    tf32: bool = False
+    batch: int | None = None
+    """Samples per step (the most common measured batch)."""
+    seq: int | None = None
+    """Sequence length (measured positions per sample, padding included)."""
+    optimizer: str | None = None
+    optimizer_source: str | None = None
+    attention: str | None = None
+    recompute: str | None = None
+    input_bytes_per_step: int | None = None
+    """Host-to-device bytes per step the estimate copies (the measured ones)."""
+    pinned: bool | None = None
+    compute_s: float | None = None
+    """The estimate's forward + backward + optimizer kernels and launches, without the copy."""
+    transfer_exposed_s: float | None = None
+    measured_compute_s: float | None = None
+    """Median measured forward + backward + optimizer time per step."""
+    measured_compute_over_expected: float | None = None
+    bound: str | None = None
+    """``compute`` or ``memory``: where the estimate's step spends most of its time."""
+    model_flops_per_step: float | None = None
+    """Counted matmul FLOPs per step (the MFU numerator)."""
+    peak_flops: float | None = None
+    """The device's dense peak for the compute dtype (the CPU: its estimated or measured peak)."""
+    measured_mfu: float | None = None
+    """Model FLOPs per step / (measured median step time x peak)."""
+    efficiency: Mapping[str, Any] | None = None
+    """The achievable fractions used, with ``basis`` (where each number comes from) and
+    ``measured`` (the fields taken from a ``gpuplan bench`` run)."""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProfileReport:
     """What the training loop spent its time on, the verdict, and what to change.
 
@@ -167,6 +239,11 @@ class ProfileReport:
     expected_step_time_s: float | None = None
     """The estimate the measurement is compared with (speed model or user given)."""
     measured_over_expected: float | None = None
+    estimate: EstimateInfo | None = None
+    """Where ``expected_step_time_s`` comes from: the speed model's inputs and basis, or ``given``."""
+    estimate_unavailable: str | None = None
+    """Why there is no speed-model estimate (e.g. a GPU not in the catalog), one line; None when
+    there is one, or when no estimate was asked for."""
     evidence: tuple[str, ...] = ()
     """The numbers behind the verdict, one sentence each."""
     advice: tuple[str, ...] = ()
@@ -209,13 +286,16 @@ class ProfileReport:
         d["ranks"] = [dict(r, breakdown=dict(r["breakdown"])) for r in d["ranks"]]
         d["breakdown"] = dict(self.breakdown)
         d["breakdown_median_s"] = dict(self.breakdown_median_s)
+        if d["estimate"] is not None:
+            d["estimate"]["notes"] = list(d["estimate"]["notes"])
         return _finite(d)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProfileReport":
         """Read back :meth:`to_dict` output (e.g. another rank's result)."""
         kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
-        for key, typ in (("transfer", TransferInfo), ("gpu", GpuInfo), ("loader", LoaderInfo)):
+        for key, typ in (("transfer", TransferInfo), ("gpu", GpuInfo), ("loader", LoaderInfo),
+                         ("estimate", EstimateInfo)):
             if kw.get(key) is not None:
                 kw[key] = typ(**kw[key])
         steps = []
@@ -223,6 +303,8 @@ class ProfileReport:
             parts = {k: (0.0 if v is None else v) for k, v in s["parts_s"].items()}
             steps.append(StepRecord(**{**s, "parts_s": parts}))
         kw["per_step"] = tuple(steps)
+        if kw.get("estimate") is not None:
+            kw["estimate"] = replace(kw["estimate"], notes=tuple(kw["estimate"].notes))
         kw["ranks"] = tuple(RankSummary(**r) for r in kw.get("ranks", ()))
         for key in ("evidence", "advice", "notes"):
             kw[key] = tuple(kw.get(key, ()))

@@ -29,12 +29,13 @@ from typing import Any, Callable, Iterable, Iterator
 from ..errors import InputError, MissingDependencyError
 from ._profile_analysis import NoStepsError, RunInfo, analyze
 from ._profile_types import (
-    PHASES, GpuInfo, LoaderInfo, ProfileReport, RankSummary, StepRecord, TransferInfo,
+    PHASES, EstimateInfo, GpuInfo, LoaderInfo, ProfileReport, RankSummary, StepRecord,
+    TransferInfo,
 )
 
 __all__ = [
     "profile", "Profiler", "ProfileReport", "StepRecord", "LoaderInfo", "TransferInfo", "GpuInfo",
-    "RankSummary", "NoStepsError", "PHASES", "DEFAULT_WARMUP", "DEFAULT_STEPS",
+    "RankSummary", "EstimateInfo", "NoStepsError", "PHASES", "DEFAULT_WARMUP", "DEFAULT_STEPS",
 ]
 
 #: Steps left out at the start (lazy initialization, allocator warm-up, autotuning, compilation).
@@ -76,6 +77,10 @@ class Profiler:
         device: str | None = None,
         tokens_per_sample: int | None = None,
         expected_step_time_s: float | Callable[[ProfileReport], float] | None = None,
+        plan_model: Any = None,
+        gpu: Any = None,
+        precision: str | None = None,
+        estimate: bool = True,
         _patch_loaders: bool = False,
         _on_limit: Callable[[], None] | None = None,
     ) -> None:
@@ -92,6 +97,21 @@ class Profiler:
                 raise InputError(f"expected_step_time_s={expected_step_time_s!r}: expected seconds > 0 "
                                  "or a function of the report that returns them")
         self._expected = expected_step_time_s
+        if not isinstance(estimate, bool):
+            raise InputError(f"estimate={estimate!r}: expected True or False")
+        named = [k for k, v in (("plan_model", plan_model), ("gpu", gpu), ("precision", precision))
+                 if v is not None]
+        if named and expected_step_time_s is not None:
+            raise InputError(f"give either expected_step_time_s or {'/'.join(named)} (the speed "
+                             "model's estimate), not both")
+        if named and not estimate:
+            raise InputError(f"{'/'.join(named)} configure the speed model's estimate, which "
+                             "estimate=False turns off")
+        self._est_req = None
+        if estimate and expected_step_time_s is None:
+            from ._profile_estimate import prepare_estimate
+
+            self._est_req = prepare_estimate(plan_model=plan_model, gpu=gpu, precision=precision)
         self._model = model
         self._optimizer = optimizer
         self._patch_loaders = _patch_loaders
@@ -282,20 +302,62 @@ class Profiler:
             notes=tuple(notes),
         )
 
+    def _facts(self) -> Any:
+        """What the run showed besides the steps, for the speed model's estimate."""
+        from ._profile_estimate import RunFacts
+
+        rec, torch = self._rec, _torch()
+        module = self._model
+        if module is None and self._inst is not None:
+            roots = [m for m in self._inst.roots if hasattr(m, "parameters")]
+            if roots:
+                module = max(roots, key=lambda m: sum(p.numel() for p in m.parameters()))
+        opts = tuple(rec.optimizers.values())
+        if not opts and self._inst is not None:
+            opts = tuple(self._inst.optimizers)
+        try:
+            world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+        except ValueError:
+            world = 1
+        return RunFacts(module=module, training=rec.saw_training, param_dtype=rec.param_dtype,
+                        autocast=rec.autocast, autocast_dtype=rec.autocast_dtype,
+                        tf32=bool(rec.tf32), optimizers=opts, world_size=world,
+                        torch_threads=torch.get_num_threads())
+
     def report(self) -> ProfileReport:
-        """The report of the measured steps. Raises :class:`NoStepsError` when there are none."""
+        """The report of the measured steps. Raises :class:`NoStepsError` when there are none.
+
+        With the speed model's estimate (the default), the report also holds the estimated step
+        time, measured / estimated, and the estimate's inputs and basis (``report.estimate``), or
+        one line saying why there is none (``report.estimate_unavailable``).
+        """
+        from dataclasses import replace
+
         if self._rec is None:
             raise NoStepsError("the profile was never entered: use `with gpuplan.profile(...) as prof:`")
         run = self._run_info()
-        report = analyze(self._rec.records(), run)
+        records = self._rec.records()
+        report = analyze(records, run)
         if callable(self._expected):
             est = self._expected(report)
             if est is not None:
                 if not isinstance(est, (int, float)) or not math.isfinite(est) or est <= 0:
                     raise InputError(f"expected_step_time_s returned {est!r}: expected seconds > 0 or None")
-                from dataclasses import replace
+                report = analyze(records, replace(run, expected_step_time_s=float(est)))
+                report = replace(report, estimate=EstimateInfo(
+                    source="given", step_time_s=float(est), basis="given"))
+        elif self._expected is not None:
+            report = replace(report, estimate=EstimateInfo(
+                source="given", step_time_s=float(self._expected), basis="given"))
+        elif self._est_req is not None:
+            from ._profile_estimate import estimate_step
 
-                report = analyze(self._rec.records(), replace(run, expected_step_time_s=float(est)))
+            info, why = estimate_step(report, self._est_req, self._facts())
+            if info is not None:
+                report = analyze(records, replace(run, expected_step_time_s=info.step_time_s))
+                report = replace(report, estimate=info)
+            else:
+                report = replace(report, estimate_unavailable=why)
         return report
 
     def gather_report(self, *, timeout_s: float = 300.0) -> ProfileReport:
@@ -323,6 +385,10 @@ def profile(
     device: str | None = None,
     tokens_per_sample: int | None = None,
     expected_step_time_s: float | Callable[[ProfileReport], float] | None = None,
+    plan_model: Any = None,
+    gpu: Any = None,
+    precision: str | None = None,
+    estimate: bool = True,
 ) -> Profiler:
     """Profile the training loop run inside the ``with`` block.
 
@@ -332,8 +398,20 @@ def profile(
     device: ``'cpu'`` or ``'cuda'`` timing (None: CUDA events once CUDA is initialized).
     tokens_per_sample: for tokens/s when the batch does not show it (e.g. fixed-length sequences
     produced inside the model).
-    expected_step_time_s: an estimate to compare with (seconds, or a function of the measured
-    report, e.g. one that asks gpuplan's speed model) -- the report shows measured vs estimated.
+    expected_step_time_s: your own estimate to compare with (seconds, or a function of the
+    measured report); it replaces the speed model's.
+
+    The speed model's estimate (on unless ``estimate=False`` or ``expected_step_time_s`` is given):
+    the report says how far the measured step is from gpuplan's estimate for the same batch,
+    sequence length and recipe. plan_model: the architecture -- a catalog name
+    (``"llama-3.1-8b"``), a config.json path or model directory, a gpuplan ``Model``, or a
+    parameter count; None: read from a transformers model's ``config``, else only the module's
+    parameter count (a labelled, rough estimate). gpu: the catalog SKU (``"H100-SXM-80GB"``, an
+    alias); None: the CUDA device's exact name through the catalog (no estimate for a name the
+    catalog lacks -- no peak is guessed); on the CPU the speed model's CPU estimate. precision: the
+    training recipe (``amp-bf16``, ``fp32``, ...; weight formats for forward-only loops); None:
+    inferred from autocast and the parameter dtype. Names are checked here, before the loop.
     """
     return Profiler(model, optimizer, warmup=warmup, steps=steps, device=device,
-                    tokens_per_sample=tokens_per_sample, expected_step_time_s=expected_step_time_s)
+                    tokens_per_sample=tokens_per_sample, expected_step_time_s=expected_step_time_s,
+                    plan_model=plan_model, gpu=gpu, precision=precision, estimate=estimate)

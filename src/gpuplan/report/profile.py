@@ -76,9 +76,7 @@ def render_text(r: Any) -> str:
         out.append(line)
     else:
         out.append("throughput  unknown (batch size not found in the batch)")
-    if r.expected_step_time_s:
-        out.append(f"estimate    {format_seconds(r.expected_step_time_s)} per step: measured is "
-                   f"{r.measured_over_expected:.2f}x the estimate")
+    out.extend(_estimate_lines(r))
     out.append("")
     out.append(f"  {'phase':<11}{'share':>8}  {'median/step':>12}")
     for p, label in PHASE_LABELS.items():
@@ -143,6 +141,64 @@ def render_text(r: Any) -> str:
     out.append(f"profiler overhead: {_pct(r.overhead_fraction)} of the measured step time "
                "(time inside gpuplan's hooks)")
     return "\n".join(out)
+
+
+_BASIS_TEXT = {
+    "architecture": "per-op FLOPs and bytes of the architecture",
+    "parameter-count": ("parameter count only: 6·N FLOPs per token (2·N forward, 4·N backward), "
+                        "weights read once, no attention term -- rough and optimistic"),
+}
+
+
+def _times(x: float) -> str:
+    return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
+
+
+def _estimate_lines(r: Any) -> list[str]:
+    """The estimate block: measured vs estimated, the estimate's inputs and basis; or why none."""
+    e = getattr(r, "estimate", None)
+    pad = " " * 12
+    if e is None:
+        why = getattr(r, "estimate_unavailable", None)
+        return [f"estimate    none: {why}"] if why else []
+    ratio = r.measured_over_expected
+    head = (f"estimate    {format_seconds(e.step_time_s)} per step"
+            + (" (given)" if e.source == "given" else " by gpuplan's speed model")
+            + (f": measured is {_times(ratio)} the estimate" if ratio is not None else ""))
+    if e.source == "given":
+        return [head]
+    lines = [head]
+    shape = f"batch {e.batch}" + (f" x seq {e.seq}" if e.seq is not None else "")
+    lines.append(f"{pad}{e.model} [{e.model_source}] on {e.device} [{e.device_source}]")
+    recipe = f"{e.precision} [{e.precision_source}]" + (", TF32" if e.tf32 else "")
+    what = "training step" if e.mode == "train" else "forward pass"
+    opt = f", {e.optimizer} [{e.optimizer_source}]" if e.optimizer else ""
+    lines.append(f"{pad}{what}, {shape}, {recipe}{opt}"
+                 + (f", attention {e.attention}" if e.attention else "")
+                 + (f", recompute {e.recompute}" if e.recompute else ""))
+    if e.compute_s is not None and e.measured_compute_s is not None:
+        line = (f"{pad}forward+backward+optimizer {format_seconds(e.measured_compute_s)} measured vs "
+                f"{format_seconds(e.compute_s)} estimated")
+        if e.measured_compute_over_expected is not None:
+            line += f" ({_times(e.measured_compute_over_expected)})"
+        if e.transfer_exposed_s:
+            line += f"; estimated exposed copy {format_seconds(e.transfer_exposed_s)}"
+        lines.append(line)
+    if e.measured_mfu is not None:
+        bound = f"; the estimated step is {e.bound}-bound" if e.bound else ""
+        lines.append(f"{pad}measured MFU {e.measured_mfu * 100:.1f}% of the {e.device}'s "
+                     f"{format_rate(e.peak_flops, 'FLOP/s')} {e.precision} peak{bound}")
+    eff = e.efficiency or {}
+    fr = [f"matmul {eff['matmul']:.2f}" if "matmul" in eff else "",
+          f"memory {eff['memory']:.2f}" if "memory" in eff else "",
+          f"launch {eff['launch_s'] * 1e6:.0f} us" if "launch_s" in eff else ""]
+    measured = eff.get("measured") or []
+    src = ("measured by gpuplan bench: " + ", ".join(measured)) if measured else "defaults, docs/speed.md"
+    lines.append(f"{pad}basis: {_BASIS_TEXT.get(e.basis, e.basis)}; achievable "
+                 f"{', '.join(x for x in fr if x)} ({src})")
+    for n in e.notes:
+        lines.append(f"{pad}note: {n}")
+    return lines
 
 
 def render_json(r: Any, *, indent: int | None = 2) -> str:
