@@ -52,11 +52,13 @@ class EstimateRequest:
     model: Any = None
     """A gpuplan ``Model`` or ``Architecture`` (loaded from ``plan_model``), None: derive it."""
     model_spec: str | None = None
+    """``plan_model`` as the user wrote it."""
     gpu: Any = None
     """A catalog ``GPU`` (from ``gpu``), None: from the CUDA device name."""
     gpu_note: str | None = None
     """The alias resolution (``h100 is an alias of H100-SXM-80GB``)."""
     precision: str | None = None
+    """A training recipe or weight format; None: inferred from the run."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,13 +68,21 @@ class RunFacts:
     module: Any = None
     """The root ``nn.Module`` (the largest one called at the top level), None when unknown."""
     training: bool = True
+    """Backward or optimizer steps were measured (else forward-only steps)."""
     param_dtype: str | None = None
+    """dtype of the root module's first parameter (``float32`` ...)."""
     autocast: bool = False
+    """torch.autocast was active around a root forward."""
     autocast_dtype: str | None = None
+    """Its dtype (``bfloat16``, ``float16``)."""
     tf32: bool = False
+    """TF32 matmuls were allowed."""
     optimizers: tuple[Any, ...] = ()
+    """The optimizers whose ``step()`` ran."""
     world_size: int = 1
+    """``WORLD_SIZE`` of a distributed run."""
     torch_threads: int | None = None
+    """``torch.get_num_threads()``."""
 
 
 def prepare_estimate(*, plan_model: Any = None, gpu: Any = None,

@@ -144,6 +144,7 @@ class EstimateInfo:
     """
 
     source: Literal["speed-model", "given"]
+    """Who made the estimate."""
     step_time_s: float
     """The estimated step: kernels + launch overhead + the exposed input copy (speed model)."""
     basis: Literal["architecture", "parameter-count", "given"]
@@ -151,8 +152,9 @@ class EstimateInfo:
     the speed model's count-only path (2·N FLOPs per token forward, 6·N with backward, weights
     read once, no attention term) -- a rough, optimistic figure."""
     model: str | None = None
+    """The architecture's (or count-only model's) name."""
     model_source: str | None = None
-    """``plan_model``, ``the nn.Module's transformers config`` or ``parameter count of the
+    """``plan_model``, ``the nn.Module's transformers config (...)`` or ``parameter count of the
     nn.Module``."""
     params: int | None = None
     """Parameters the estimate counts (the architecture's, or the module's outside embedding
@@ -160,34 +162,44 @@ class EstimateInfo:
     device: str | None = None
     """Catalog GPU SKU, or this machine's CPU model name."""
     device_kind: Literal["gpu", "cpu"] | None = None
+    """Whether ``device`` is a catalog GPU or this machine's CPU."""
     device_source: str | None = None
     """How the device was identified: the exact CUDA device name, the ``gpu`` argument, or this
     machine's CPU (``gpuplan.hardware.cpu``)."""
     mode: Literal["train", "forward"] | None = None
     """``train`` when backward or optimizer steps were measured, else forward passes."""
     precision: str | None = None
-    """The speed model's recipe (training) or weight format (forward)."""
+    """The speed model's recipe (training) or weight format (forward); ``fp32`` on the CPU."""
     precision_source: str | None = None
+    """How the recipe was found (autocast dtype and parameter dtype seen, or the argument)."""
     tf32: bool = False
+    """fp32 matmuls at the TF32 peak (TF32 was allowed in the run)."""
     batch: int | None = None
     """Samples per step (the most common measured batch)."""
     seq: int | None = None
     """Sequence length (measured positions per sample, padding included)."""
     optimizer: str | None = None
+    """The speed model's optimizer name (training only)."""
     optimizer_source: str | None = None
+    """Which optimizer type was seen, or what was assumed."""
     attention: str | None = None
+    """``flash`` (fused) or ``eager`` attention (architecture basis only)."""
     recompute: str | None = None
+    """Activation recompute, ``none`` or ``full`` (training on an architecture only)."""
     input_bytes_per_step: int | None = None
     """Host-to-device bytes per step the estimate copies (the measured ones)."""
     pinned: bool | None = None
+    """Whether the estimate's copy is from pinned memory (None on the CPU)."""
     compute_s: float | None = None
     """The estimate's forward + backward + optimizer kernels and launches, without the copy."""
     transfer_exposed_s: float | None = None
+    """The estimate's input copy time not hidden behind compute."""
     measured_compute_s: float | None = None
     """Median measured forward + backward + optimizer time per step."""
     measured_compute_over_expected: float | None = None
+    """``measured_compute_s / compute_s``."""
     bound: str | None = None
-    """``compute`` or ``memory``: where the estimate's step spends most of its time."""
+    """``compute`` or ``memory``: where the estimate's step spends most of its time (GPU)."""
     model_flops_per_step: float | None = None
     """Counted matmul FLOPs per step (the MFU numerator)."""
     peak_flops: float | None = None
@@ -198,6 +210,7 @@ class EstimateInfo:
     """The achievable fractions used, with ``basis`` (where each number comes from) and
     ``measured`` (the fields taken from a ``gpuplan bench`` run)."""
     notes: tuple[str, ...] = ()
+    """What the estimate assumed or could not see, one sentence each."""
 
 
 @dataclass(frozen=True, kw_only=True)
