@@ -73,8 +73,11 @@ def _budget(text: str | None) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"--budget {text!r}: expected seconds, e.g. --budget 2") from None
-    return value  # range checked by BenchConfig
+        value = float("nan")
+    if not (0 < value <= 3600):  # also rejects nan
+        raise InputError(f"--budget {text!r}: expected seconds per measurement, more than 0 and "
+                         "at most 3600, e.g. --budget 2")
+    return value
 
 
 def _stored(args, console) -> int:
@@ -147,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
             db_path = store.check_db(args.db)
         except store.StoreError as e:
             save_error = str(e)
-            err.print(f"gpuplan: error: {e}; the results will be printed but not saved",
-                      markup=False)
+            print(f"gpuplan: error: {e}; the results will be printed but not saved",
+                  file=sys.stderr)
 
     bar = None
     show_bar = err.is_terminal
@@ -191,14 +194,14 @@ def run(args: argparse.Namespace) -> int:
             doc["save_error"] = save_error
         print(json.dumps(doc, indent=1))
         for n in result.notes:
-            err.print(n, markup=False)
+            print(n, file=sys.stderr)
     else:
         report.render_run(result, console, saved_to=saved_line)
     if args.plot:
-        err.print(f"Wrote {args.plot}", markup=False)
+        print(f"Wrote {args.plot}", file=sys.stderr)
     if save_error:
         if db_path is not None:  # the early check passed, the save itself failed
-            err.print(f"gpuplan: error: {save_error}; the results above were not saved",
-                      markup=False)
+            print(f"gpuplan: error: {save_error}; the results above were not saved",
+                  file=sys.stderr)
         return 2
     return 0

@@ -292,7 +292,7 @@ def _plan(torch, config: BenchConfig, cpu: CPU, devices: list[_Device],
                 if short:
                     where, f = short[0]
                     limit = max_size_for(f, d)
-                    msg = (f"an {n}x{n} {d} matmul needs 3 x N^2 x {ELEMENT_BYTES[d]} B = "
+                    msg = (f"a {n}x{n} {d} matmul needs 3 x N^2 x {ELEMENT_BYTES[d]} B = "
                            f"{format_bytes(need)} on {where}, but {format_bytes(f)} is free")
                     if strict:
                         raise InputError(f"--size {n}: {msg}; the largest that fits is "

@@ -123,9 +123,9 @@ def render_run(run: BenchRun, console: "Console", *, saved_to: str | None = None
     from rich.table import Table
 
     for line in _machine_lines(run):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     for n in run.notes:
-        console.print(n, highlight=False, markup=False)
+        console.print(n, highlight=False, markup=False, soft_wrap=True)
 
     if run.matmul:
         has_gpu = any(m.device != "cpu" for m in run.matmul)
@@ -151,7 +151,7 @@ def render_run(run: BenchRun, console: "Console", *, saved_to: str | None = None
         console.print("% of peak: GPU against the catalog's dense peak for that dtype; CPU against "
                       "the estimated fp32 peak." + (" end-to-end = copies to the GPU, matmul, copy "
                                                    "back." if has_gpu else ""),
-                      highlight=False, markup=False)
+                      highlight=False, markup=False, soft_wrap=True)
 
     cross = run.crossovers
     for c in cross:
@@ -162,7 +162,7 @@ def render_run(run: BenchRun, console: "Console", *, saved_to: str | None = None
             if es is not None:
                 text += (f"; counting the copies {format_seconds(es)}, {cs / es:.1f}x "
                          f"{'faster' if es < cs else 'SLOWER'}")
-            console.print(text + ".", highlight=False, markup=False)
+            console.print(text + ".", highlight=False, markup=False, soft_wrap=True)
             continue
         t = Table(title=f"CPU vs {c.gpu}, {c.dtype}: where the GPU starts to win",
                   title_justify="left")
@@ -175,7 +175,7 @@ def render_run(run: BenchRun, console: "Console", *, saved_to: str | None = None
                       "GPU" if gs < cs else "CPU",
                       "-" if es is None else ("GPU" if es < cs else "CPU"))
         console.print(t)
-        console.print(_crossover_sentence(c), highlight=False, markup=False)
+        console.print(_crossover_sentence(c), highlight=False, markup=False, soft_wrap=True)
 
     if run.bandwidth:
         t = Table(title="Bandwidth", title_justify="left")
@@ -195,9 +195,10 @@ def render_run(run: BenchRun, console: "Console", *, saved_to: str | None = None
                       format_seconds(o.iqr_s) + (" noisy" if o.noisy else ""))
         console.print(t)
     for w in run.warnings:
-        console.print(f"warning: {w}", style="yellow", highlight=False, markup=False)
+        console.print(f"warning: {w}", style="yellow", highlight=False, markup=False,
+                      soft_wrap=True)
     if saved_to:
-        console.print(saved_to, highlight=False, markup=False)
+        console.print(saved_to, highlight=False, markup=False, soft_wrap=True)
 
 
 def _best(run: BenchRun, gpu: bool) -> str:
@@ -215,7 +216,7 @@ def render_history(runs: Iterable[BenchRun], console: "Console", *, this_key: st
     runs = list(runs)
     if not runs:
         console.print(f"No stored bench runs in {db}; `gpuplan bench` makes one.",
-                      highlight=False, markup=False)
+                      highlight=False, markup=False, soft_wrap=True)
         return
     t = Table(title=f"Stored bench runs ({db})", title_justify="left")
     for col in ("run", "when (UTC)", "host", "CPU", "GPUs", "cases", "best CPU TFLOP/s",
@@ -228,7 +229,7 @@ def render_history(runs: Iterable[BenchRun], console: "Console", *, this_key: st
                   r.machine.cpu_model, gpus, str(len(r.matmul)), _best(r, False), _best(r, True))
     console.print(t)
     if this_key:
-        console.print("* this machine", highlight=False, markup=False)
+        console.print("* this machine", highlight=False, markup=False, soft_wrap=True)
 
 
 def _change(a: float, b: float, *, higher_is_better: bool) -> str:
@@ -248,12 +249,12 @@ def render_compare(a: BenchRun, b: BenchRun, console: "Console") -> None:
     from rich.table import Table
 
     console.print(f"A = run {a.run_id} ({a.created_utc}), B = run {b.run_id} ({b.created_utc})",
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)
     ma, mb = asdict(a.machine), asdict(b.machine)
     for k in ma:
         if k not in ("key",) and ma[k] != mb.get(k):
             console.print(f"machine {k}: A {ma[k]!r} -> B {mb.get(k)!r}", highlight=False,
-                          markup=False)
+                          markup=False, soft_wrap=True)
     ta = {(m.device, m.dtype, m.size): m for m in a.matmul}
     tb = {(m.device, m.dtype, m.size): m for m in b.matmul}
     keys = sorted(set(ta) | set(tb), key=lambda k: (k[0] != "cpu", k[0], k[1], k[2]))
