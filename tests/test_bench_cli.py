@@ -155,3 +155,15 @@ def test_the_cli_module_imports_nothing_heavy():
             "heavy = {'torch', 'numpy', 'matplotlib', 'rich'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_progress_bar_on_a_terminal_leaves_stdout_clean(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TTY_INTERACTIVE", "1")
+    import rich.console
+    monkeypatch.setattr(rich.console.Console, "is_terminal", property(lambda self: True))
+    assert main(["bench", "--size", "64", "--size", "96", "--no-bandwidth", "--no-save",
+                 *QUICK]) == 0
+    out, err = capsys.readouterr()
+    assert "fp32" in out

@@ -118,3 +118,30 @@ def test_without_torch_one_line_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(MissingDependencyError, match=r"needs torch.*pip install 'gpuplan\[torch\]'"):
         run_bench(BenchConfig(sizes=(64,)))
+
+
+def test_progress_is_reported_for_every_case_and_at_the_end():
+    seen = []
+    run = run_bench(BenchConfig(sizes=(64, 96), device="cpu", **QUICK),
+                    progress=lambda label, done, total: seen.append((label, done, total)))
+    total = len(run.matmul) + len(run.bandwidth) + len(run.overhead)
+    assert [d for _, d, _ in seen] == list(range(total + 1))
+    assert all(t == total for _, _, t in seen)
+    assert seen[0][0] == "cpu fp32 64x64 matmul" and seen[-1][0] == "done"
+
+
+def test_out_of_memory_during_a_run_is_a_clear_error_or_a_skip(monkeypatch):
+    real = bench._matmul
+
+    def oom(torch_, dev, dtype, n, *a, **k):
+        if n == 96:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate")
+        return real(torch_, dev, dtype, n, *a, **k)
+    monkeypatch.setattr(bench, "_matmul", oom)
+    with pytest.raises(InputError, match=r"--size 96: .*out of memory.*smaller --size"):
+        run_bench(BenchConfig(sizes=(64, 96), device="cpu", bandwidth=False, **QUICK))
+    monkeypatch.setattr(bench, "SWEEP_SIZES", (64, 96))
+    run = run_bench(BenchConfig(sweep=True, dtypes=("fp32",), device="cpu", bandwidth=False,
+                                **QUICK))
+    assert [m.size for m in run.matmul] == [64]
+    assert any("Skipped" in n and "96x96" in n for n in run.notes)

@@ -386,6 +386,12 @@ def _overhead(torch, dev: _Device, budget_s: float):
     return _timer(torch, dev, budget_s)(lambda: x.add_(1.0))
 
 
+def _is_oom(e: BaseException) -> bool:
+    text = str(e)
+    return (type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower()
+            or "can't allocate memory" in text)
+
+
 def _noisy_warning(what: str, t: _timing.Timing) -> str:
     return (f"{what}: spread (IQR/median) {100 * t.spread:.0f}% is above "
             f"{100 * t.target_spread:.0f}% after {t.samples} samples ({t.elapsed_s:.1f} s): the "
@@ -446,7 +452,19 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
             ctx = torch.cuda.device(dev.index) if dev.is_cuda else nullcontext()
             with ctx:
                 if case.what == "matmul":
-                    res, (t, e2e) = _matmul(torch, dev, case.dtype, case.size, config, cpu, threads)
+                    try:
+                        res, (t, e2e) = _matmul(torch, dev, case.dtype, case.size, config, cpu,
+                                                threads)
+                    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
+                        if not _is_oom(e):
+                            raise
+                        msg = (f"{case.label}: out of memory on {dev.name} although the free "
+                               "memory looked sufficient (other processes, fragmentation)")
+                        if config.sizes is not None:
+                            raise InputError(f"--size {case.size}: {msg}; try a smaller --size") \
+                                from None
+                        notes.append(f"Skipped: {msg}.")
+                        continue
                     matmul.append(res)
                     if t.noisy:
                         warnings.append(_noisy_warning(case.label, t))
