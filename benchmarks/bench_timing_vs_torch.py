@@ -18,13 +18,22 @@ import os
 import platform
 import statistics
 import sys
+import time
 from datetime import datetime, timezone
 
 import torch
 import torch.utils.benchmark as tb
 
 from gpuplan.hardware.cpu import detect_cpu
+from gpuplan.measure import _timing
 from gpuplan.measure._timing import measure
+
+
+CLOCK_WORDS = {
+    "wall": "time.perf_counter (wall clock)",
+    "thread": "time.thread_time (CPU time of this thread: preemption by other processes is not "
+              "counted)",
+}
 
 
 def main() -> int:
@@ -34,12 +43,25 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1.0,
                     help="gpuplan budget_s and torch min_run_time, seconds")
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for both timers (default: every CPU this process may use)")
+    ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                    help="wall: time.perf_counter (what users see); thread: time.thread_time, the "
+                         "CPU time of this thread only -- immune to preemption by other processes "
+                         "on a shared machine (needs --threads 1: the matmul then runs in this "
+                         "thread)")
     ap.add_argument("--json")
     ap.add_argument("--md")
     args = ap.parse_args()
 
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = args.threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                               else os.cpu_count())
+    if args.clock == "thread" and threads != 1:
+        ap.error("--clock thread needs --threads 1 (other threads' work is not this thread's time)")
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
+    _timing.perf_counter = clock  # the one clock gpuplan's timer reads
     torch.set_num_threads(threads)
+    load0 = os.getloadavg()[0]
     rows = []
     for n in args.sizes:
         g = torch.Generator().manual_seed(n)
@@ -52,7 +74,8 @@ def main() -> int:
             ours.append(t.median_s)
             m = tb.Timer("torch.matmul(a, b, out=c)", globals={"torch": torch, "a": a, "b": b,
                                                                "c": c},
-                         num_threads=threads).blocked_autorange(min_run_time=args.budget)
+                         num_threads=threads, timer=clock).blocked_autorange(
+                             min_run_time=args.budget)
             theirs.append(m.median)
         ratios = [o / t for o, t in zip(ours, theirs)]
         ratio = statistics.median(ratios)
@@ -73,7 +96,8 @@ def main() -> int:
         "machine": {"cpu": cpu.model_name, "physical_cores": cpu.physical_cores,
                     "logical_cores": cpu.logical_cores, "threads": threads,
                     "torch": torch.__version__, "python": platform.python_version()},
-        "budget_s": args.budget, "rounds": args.rounds, "tolerance": args.tolerance,
+        "clock": args.clock, "budget_s": args.budget, "rounds": args.rounds,
+        "tolerance": args.tolerance, "load_average_1min": [load0, os.getloadavg()[0]],
         "rows": rows, "all_within_tolerance": all(r["within_tolerance"] for r in rows),
     }
     if args.json:
@@ -84,8 +108,10 @@ def main() -> int:
             "# gpuplan's timer vs `torch.utils.benchmark.Timer.blocked_autorange`",
             "",
             f"Machine: {cpu.model_name}, {cpu.physical_cores} cores / {cpu.logical_cores} threads, "
-            f"torch {torch.__version__}, {threads} threads for both timers. Shared machine "
-            "(other jobs running), so each size is measured in "
+            f"torch {torch.__version__}, {threads} thread(s) for both timers, clock: "
+            f"{CLOCK_WORDS[args.clock]}. "
+            f"Shared machine: 1-minute load average {load0:.1f} at the start, "
+            f"{os.getloadavg()[0]:.1f} at the end ({cpu.logical_cores} CPUs). Each size is measured in "
             f"{args.rounds} interleaved rounds (gpuplan, torch, gpuplan, torch, ...) and the "
             "median of the per-round ratios is reported.",
             "",

@@ -82,7 +82,7 @@ class CPU:
     frequency_hz: float | None
     """Clock used for the estimate, Hz."""
     frequency_source: str
-    """Where the clock came from (``cpufreq max``, ``model name``, ``cpu MHz``, ``given``, ``unknown``)."""
+    """Where the clock came from: ``given``, cpufreq max, model name, ``cpu MHz``, or ``unknown``."""
     flags: frozenset[str]
     """The CPU feature flags (x86 ``flags`` / Arm ``Features``)."""
     peak_fp32_flops: float | None

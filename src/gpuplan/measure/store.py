@@ -33,7 +33,8 @@ from ._bench_types import (
 )
 
 __all__ = [
-    "SCHEMA_VERSION", "StoreError", "Measured", "default_db_path", "db_path", "summarize", "save_run", "load_run",
+    "SCHEMA_VERSION", "StoreError", "Measured", "default_db_path", "db_path", "summarize",
+    "save_run", "load_run",
     "list_runs", "latest_run", "resolve_run", "check_db", "machine_fingerprint", "machine_key",
 ]
 
