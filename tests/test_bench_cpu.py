@@ -145,3 +145,13 @@ def test_out_of_memory_during_a_run_is_a_clear_error_or_a_skip(monkeypatch):
                                 **QUICK))
     assert [m.size for m in run.matmul] == [64]
     assert any("Skipped" in n and "96x96" in n for n in run.notes)
+
+
+def test_a_busy_machine_is_stated(monkeypatch):
+    monkeypatch.setattr(bench, "_load", lambda: 4.0 * (os.cpu_count() or 1))
+    run = run_bench(BenchConfig(sizes=(64,), device="cpu", bandwidth=False, **QUICK))
+    assert sum("already busy" in w for w in run.warnings) == 1
+    assert run.settings["load_average_1min_start"] == 4.0 * (os.cpu_count() or 1)
+    monkeypatch.setattr(bench, "_load", lambda: 0.0)
+    run = run_bench(BenchConfig(sizes=(64,), device="cpu", bandwidth=False, **QUICK))
+    assert not any("already busy" in w for w in run.warnings)

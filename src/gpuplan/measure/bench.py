@@ -386,6 +386,14 @@ def _overhead(torch, dev: _Device, budget_s: float):
     return _timer(torch, dev, budget_s)(lambda: x.add_(1.0))
 
 
+def _load() -> float | None:
+    """The 1-minute load average (Unix), recorded so a noisy run can be understood later."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def _is_oom(e: BaseException) -> bool:
     text = str(e)
     return (type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower()
@@ -439,7 +447,14 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
         "copy_bytes": config.copy_bytes if config.bandwidth else None,
         "matmul_call": MATMUL_CALL, "end_to_end_call": END_TO_END_CALL if config.end_to_end else None,
         "torch_version": str(torch.__version__),
+        "load_average_1min_start": _load(),
     }
+    busy = settings["load_average_1min_start"]
+    if busy is not None and busy > 0.75 * (os.cpu_count() or 1):
+        warnings.append(
+            f"the machine was already busy (1-minute load average {busy:.1f} on "
+            f"{os.cpu_count()} CPUs): timings include waiting for other processes, and "
+            "multi-threaded CPU matmuls suffer most; rerun when it is idle")
     matmul: list[MatmulResult] = []
     bandwidth: list[BandwidthResult] = []
     overhead: list[OverheadResult] = []
@@ -489,6 +504,7 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
             progress("done", len(cases), len(cases))
     finally:
         torch.set_num_threads(default_threads)
+    settings["load_average_1min_end"] = _load()
     return BenchRun(
         created_utc=created, machine=machine_fingerprint(gpus="torch", cpu=cpu),
         matmul=tuple(matmul), bandwidth=tuple(bandwidth), overhead=tuple(overhead),
