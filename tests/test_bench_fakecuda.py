@@ -200,7 +200,7 @@ class _Mode(TorchFunctionMode):
                 fake.device_op("d2h", src.nbytes / D2H[False] + COPY_LATENCY, nbytes=src.nbytes)
                 fake.in_flight = False  # .cpu() waits for the stream
             return out
-        if func is torch.matmul and gpu:  # device work is virtual: skip the real arithmetic
+        if func is torch.matmul:  # time is virtual: skip the real arithmetic (CPU and "GPU")
             a, b = args[0], args[1]
             out = kwargs.get("out")
             if out is None:
@@ -254,6 +254,7 @@ def fake(monkeypatch):
 
 
 def _run(fake, **kw):
+    kw.setdefault("threads", 1)
     kw.setdefault("budget_s", 0.05)
     kw.setdefault("copy_bytes", 1 << 20)
     with fake.mode():
