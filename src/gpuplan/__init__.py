@@ -8,11 +8,34 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import GpuplanError, InputError, MissingDependencyError, ModelFileError, UnknownNameError
+from .errors import (
+    GpuplanError, InputError, MissingDependencyError, ModelFileError, UnknownNameError,
+    UnsupportedError,
+)
+from .fit import GpuVerdict, Plan, plan
 from .hardware import GPU, all_gpus, get_gpu
+from .job import Job
+from .memory import InferMemory, TrainMemory, infer_memory, train_memory
+from .models import Architecture, Model, from_param_count, load_model
 
 __all__ = [
     "__version__",
+    # errors
     "GpuplanError", "InputError", "MissingDependencyError", "ModelFileError", "UnknownNameError",
-    "GPU", "all_gpus", "get_gpu",
+    "UnsupportedError",
+    # inputs
+    "Job", "Model", "Architecture", "load_model", "from_param_count", "GPU", "get_gpu", "all_gpus",
+    # the accounting
+    "plan", "Plan", "GpuVerdict", "train_memory", "infer_memory", "TrainMemory", "InferMemory",
+    # measuring (need torch, imported on first use)
+    "profile",
 ]
+
+
+def __getattr__(name: str):
+    # gpuplan.profile(...) needs torch only when a profile is entered: import it on first use.
+    if name == "profile":
+        from .measure.profile import profile
+
+        return profile
+    raise AttributeError(f"module 'gpuplan' has no attribute {name!r}")

@@ -1,0 +1,210 @@
+"""Verdicts: does a job fit on each GPU, with how much headroom, and on how many of them.
+
+:func:`plan` is the library's front door: a :class:`~gpuplan.job.Job` and a list of GPUs in, a
+frozen :class:`Plan` out (memory per GPU for training and inference, a verdict per GPU, and the
+seed's ratio of training to inference memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
+from .job import Job
+from .memory import InferMemory, TrainMemory, infer_memory, train_memory
+from .models import Model, load_model
+from .overhead import OverheadLevel
+
+__all__ = ["GpuVerdict", "Plan", "plan", "resolve_model", "resolve_gpus", "MAX_GPUS"]
+
+#: Largest GPU count the "how many GPUs" search considers.
+MAX_GPUS = 4096
+
+#: Tensor-parallel degrees tried for inference (within and across nodes).
+_TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+
+Verdict = Literal["fits", "tight", "does not fit"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuVerdict:
+    """How a job sits on one GPU model."""
+
+    name: str
+    gpu: GPU
+    alias_note: str | None
+    usable_bytes: int
+    """Device memory as the device reports it; runtime overhead is a line of the job."""
+    train_fits: bool | None = None
+    train_verdict: Verdict | None = None
+    """``tight``: fits with the expected overhead, not with the high end of its band."""
+    train_headroom_bytes: int | None = None
+    train_min_gpus: int | None = None
+    """Smallest number of this GPU that fits the training job with ZeRO-3 (None: none does)."""
+    infer_fits: bool | None = None
+    infer_verdict: Verdict | None = None
+    infer_headroom_bytes: int | None = None
+    infer_min_gpus: int | None = None
+    """Smallest tensor-parallel degree of this GPU that serves the job (None: none up to 64)."""
+
+    def to_dict(self) -> dict:
+        d = {
+            "name": self.name,
+            "usable_bytes": self.usable_bytes,
+            "train_fits": self.train_fits,
+            "infer_fits": self.infer_fits,
+            "train_verdict": self.train_verdict,
+            "infer_verdict": self.infer_verdict,
+            "train_headroom_bytes": self.train_headroom_bytes,
+            "infer_headroom_bytes": self.infer_headroom_bytes,
+            "train_min_gpus_zero3": self.train_min_gpus,
+            "infer_min_gpus_tensor_parallel": self.infer_min_gpus,
+        }
+        if self.alias_note:
+            d["alias_note"] = self.alias_note
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Everything gpuplan knows about a job's memory, and a verdict per GPU."""
+
+    job: Job
+    model: Model
+    train: TrainMemory | None
+    infer: InferMemory | None
+    gpus: tuple[GpuVerdict, ...]
+    notes: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict)
+    """Sections added by other analyses (speed, suggestions, trace) keyed by name."""
+
+    @property
+    def train_to_infer_ratio(self) -> float | None:
+        """The seed's ratio: training model states over inference weights ("8x", "28x")."""
+        if self.train is None or self.infer is None or self.infer.weights_bytes == 0:
+            return None
+        return self.train.model_states_bytes / self.infer.weights_bytes
+
+    def to_dict(self) -> dict:
+        m = self.model
+        arch = m.architecture
+        model = {
+            "name": m.name,
+            "params": m.params.total,
+            "active_params": m.params.active,
+            "params_by_component": dict(m.params.by_component),
+            "source": m.source,
+        }
+        if arch is not None:
+            model.update(family=arch.family, layers=arch.num_layers, hidden_size=arch.hidden_size,
+                         heads=arch.num_heads, kv_heads=arch.num_kv_heads, vocab_size=arch.vocab_size,
+                         max_position_embeddings=arch.max_position_embeddings)
+        out: dict = {"model": model, "job": _job_dict(self.job)}
+        if self.train is not None:
+            out["train"] = self.train.to_dict()
+        if self.infer is not None:
+            out["infer"] = self.infer.to_dict()
+        ratio = self.train_to_infer_ratio
+        if ratio is not None:
+            out["train_to_infer_ratio"] = ratio
+        out["gpus"] = [g.to_dict() for g in self.gpus]
+        out["notes"] = list(self.notes)
+        out.update(self.extra)
+        return out
+
+
+def _job_dict(job: Job) -> dict:
+    return {
+        "mode": job.mode, "precision": job.precision, "infer_precision": job.infer_precision,
+        "optimizer": job.optimizer, "batch": job.batch, "seq": job.seq,
+        "grad_accum": job.grad_accum, "gpus": job.gpus, "zero": job.zero,
+        "offload_optimizer": job.offload_optimizer, "lora_rank": job.lora_rank,
+        "lora_targets": list(job.lora_targets) if job.lora_targets else None,
+        "lora_base": job.lora_base, "checkpointing": job.checkpointing,
+        "attention": job.attention, "kv_dtype": job.kv_dtype, "context": job.context,
+    }
+
+
+def resolve_model(model: str | Model) -> Model:
+    return model if isinstance(model, Model) else load_model(model)
+
+
+def resolve_gpus(gpus: Iterable[str | GPU] | None) -> list[tuple[GPU, str | None]]:
+    names = DEFAULT_SHORTLIST if gpus is None else gpus
+    out = []
+    for g in names:
+        out.append((g, None) if isinstance(g, GPU) else resolve_gpu(g))
+    return out
+
+
+def _verdict(total_expected: int, total_high: int, usable: int) -> Verdict:
+    if total_expected > usable:
+        return "does not fit"
+    return "fits" if total_high <= usable else "tight"
+
+
+def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel) -> int | None:
+    """Smallest N with ZeRO-3 over N GPUs such that one GPU's peak fits. Per-GPU memory falls as
+    N grows (for N >= 2), so a binary search over [2, MAX_GPUS] finds it."""
+    def fits(n: int) -> bool:
+        return train_memory(model, job.with_(zero=3 if n > 1 else job.zero, gpus=n),
+                            overhead_level=level).total_bytes <= usable
+
+    if fits(1):
+        return 1
+    if not fits(MAX_GPUS):
+        return None
+    lo, hi = 2, MAX_GPUS  # fits(hi) holds
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel) -> int | None:
+    for tp in _TP_DEGREES:
+        if infer_memory(model, job, tensor_parallel=tp, overhead_level=level).total_bytes <= usable:
+            return tp
+    return None
+
+
+def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
+         overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True) -> Plan:
+    """Memory of ``job`` per GPU and a verdict for each of ``gpus`` (default: a shortlist)."""
+    model = resolve_model(job.model)
+    resolved = resolve_gpus(gpus)
+    train = train_memory(model, job, overhead_level=overhead_level) if job.trains else None
+    infer = infer_memory(model, job, overhead_level=overhead_level) if job.infers else None
+    train_high = (train_memory(model, job, overhead_level="high").total_bytes
+                  if train is not None else None)
+    infer_high = (infer_memory(model, job, overhead_level="high").total_bytes
+                  if infer is not None else None)
+
+    verdicts = []
+    for gpu, note in resolved:
+        usable = gpu.memory_bytes
+        v: dict = {}
+        if train is not None:
+            v.update(
+                train_fits=train.total_bytes <= usable,
+                train_verdict=_verdict(train.total_bytes, train_high, usable),
+                train_headroom_bytes=usable - train.total_bytes,
+                train_min_gpus=(_min_train_gpus(model, job, usable, overhead_level)
+                                if search_gpu_counts else None),
+            )
+        if infer is not None:
+            v.update(
+                infer_fits=infer.total_bytes <= usable,
+                infer_verdict=_verdict(infer.total_bytes, infer_high, usable),
+                infer_headroom_bytes=usable - infer.total_bytes,
+                infer_min_gpus=(_min_infer_gpus(model, job, usable, overhead_level)
+                                if search_gpu_counts else None),
+            )
+        verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
+                                   **v))
+    notes = tuple(model.notes)
+    return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes)

@@ -1,0 +1,455 @@
+"""Number formats: training precision recipes, optimizers, and inference weight formats.
+
+Each is a named layout with its bytes spelled out and a source, so the accounting reads like the
+seed document's table (bytes per parameter per line item) and every figure can be checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from .errors import UnknownNameError
+from .models._types import Architecture, ParamTensor
+
+__all__ = [
+    "TrainingRecipe", "OptimizerSpec", "WeightFormat",
+    "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS",
+    "get_recipe", "get_optimizer", "get_weight_format",
+    "optimizer_state_bytes", "weights_bytes_in_format",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Training precision recipes (DESIGN.md: "Precision recipes are named layouts, not one number")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingRecipe:
+    """Where each copy of the parameters lives during training, in bytes per parameter."""
+
+    name: str
+    weight_bytes: int
+    """Bytes of the weights the model computes with (the module's parameters)."""
+    grad_bytes: int
+    """Bytes of each gradient element (same dtype as the parameters)."""
+    master_bytes: int
+    """Bytes of a separate fp32 master copy held for the optimizer (0 when the weights are fp32)."""
+    state_bytes: int
+    """Default bytes of one optimizer-state element (fp32 = 4; pure bf16 keeps states in bf16)."""
+    compute_dtype: Literal["fp32", "bf16", "fp16"]
+    """The dtype the matmuls run in (for the speed model)."""
+    autocast: bool
+    """torch.autocast over fp32 parameters: a 16-bit copy of each weight is cached for the step."""
+    description: str
+    source: str
+
+
+TRAINING_RECIPES: dict[str, TrainingRecipe] = {
+    r.name: r
+    for r in (
+        TrainingRecipe(
+            name="mixed-bf16", weight_bytes=2, grad_bytes=2, master_bytes=4, state_bytes=4,
+            compute_dtype="bf16", autocast=False,
+            description="bf16 weights and gradients, fp32 master copy and optimizer states "
+                        "(the seed's table; Megatron-LM, DeepSpeed bf16)",
+            source="seed 000: 2 + 2 + 4 + 8 bytes per parameter with Adam; "
+                   "Rajbhandari et al. 2020 (ZeRO), sec. 3.1: 16 bytes per parameter",
+        ),
+        TrainingRecipe(
+            name="mixed-fp16", weight_bytes=2, grad_bytes=2, master_bytes=4, state_bytes=4,
+            compute_dtype="fp16", autocast=False,
+            description="fp16 weights and gradients with loss scaling, fp32 master copy and "
+                        "optimizer states (Micikevicius et al. 2018; DeepSpeed fp16)",
+            source="Micikevicius et al. 2018, Mixed Precision Training; ZeRO sec. 3.1",
+        ),
+        TrainingRecipe(
+            name="amp-bf16", weight_bytes=4, grad_bytes=4, master_bytes=0, state_bytes=4,
+            compute_dtype="bf16", autocast=True,
+            description="torch.autocast(bf16) over fp32 parameters: fp32 weights, gradients and "
+                        "states; autocast caches a bf16 copy of each weight during the step",
+            source="PyTorch AMP docs (torch.autocast); DESIGN.md measured layout",
+        ),
+        TrainingRecipe(
+            name="amp-fp16", weight_bytes=4, grad_bytes=4, master_bytes=0, state_bytes=4,
+            compute_dtype="fp16", autocast=True,
+            description="torch.autocast(fp16) + GradScaler over fp32 parameters",
+            source="PyTorch AMP docs (torch.autocast, torch.amp.GradScaler)",
+        ),
+        TrainingRecipe(
+            name="bf16", weight_bytes=2, grad_bytes=2, master_bytes=0, state_bytes=2,
+            compute_dtype="bf16", autocast=False,
+            description="pure bf16: parameters, gradients and (by default) optimizer states in "
+                        "bf16, as torch.optim keeps states in the parameter dtype",
+            source="torch.optim.AdamW: exp_avg = zeros_like(param)",
+        ),
+        TrainingRecipe(
+            name="fp32", weight_bytes=4, grad_bytes=4, master_bytes=0, state_bytes=4,
+            compute_dtype="fp32", autocast=False,
+            description="everything in fp32",
+            source="-",
+        ),
+    )
+}
+
+
+def get_recipe(name: str) -> TrainingRecipe:
+    try:
+        return TRAINING_RECIPES[name]
+    except KeyError:
+        raise UnknownNameError("training precision", name, TRAINING_RECIPES,
+                               hint="training recipes: " + ", ".join(TRAINING_RECIPES)) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Optimizers
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerSpec:
+    """An optimizer's persistent state, per parameter."""
+
+    name: str
+    states: int
+    """Full-size state tensors per parameter (Adam: exp_avg and exp_avg_sq = 2)."""
+    kind: Literal["plain", "factored", "8bit"] = "plain"
+    description: str
+    tradeoff: str
+    """What choosing it costs (said by the solver)."""
+    source: str
+
+
+OPTIMIZERS: dict[str, OptimizerSpec] = {
+    o.name: o
+    for o in (
+        OptimizerSpec(name="sgd", states=0, description="plain SGD, no state",
+                      tradeoff="no momentum: usually slower convergence for transformers",
+                      source="torch.optim.SGD (momentum=0 keeps no buffer)"),
+        OptimizerSpec(name="sgd-momentum", states=1, description="SGD with a momentum buffer",
+                      tradeoff="slower convergence than Adam for transformers",
+                      source="torch.optim.SGD: momentum_buffer"),
+        OptimizerSpec(name="adam", states=2, description="Adam: first and second moments",
+                      tradeoff="the reference", source="Kingma & Ba 2015; torch.optim.Adam"),
+        OptimizerSpec(name="adamw", states=2, description="AdamW: first and second moments",
+                      tradeoff="the reference",
+                      source="Loshchilov & Hutter 2019; torch.optim.AdamW (exp_avg, exp_avg_sq)"),
+        OptimizerSpec(name="adafactor", states=0, kind="factored",
+                      description="Adafactor without momentum: row and column second-moment "
+                                  "factors for each matrix, full second moment for vectors",
+                      tradeoff="factored second moment, no momentum: may need tuning",
+                      source="Shazeer & Stern 2018; transformers.optimization.Adafactor "
+                             "(beta1=None by default)"),
+        OptimizerSpec(name="adamw-8bit", states=2, kind="8bit",
+                      description="bitsandbytes AdamW8bit: two uint8 states with one fp32 absmax "
+                                  "per 256-element block; tensors under 4096 elements stay 32-bit",
+                      tradeoff="8-bit states: matches 32-bit Adam in the authors' experiments",
+                      source="Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization; "
+                             "bitsandbytes Optimizer8bit (blocks of 256, min_8bit_size=4096)"),
+        OptimizerSpec(name="lion", states=1, description="Lion: one momentum buffer",
+                      tradeoff="needs a smaller learning rate than AdamW",
+                      source="Chen et al. 2023, Symbolic Discovery of Optimization Algorithms"),
+        OptimizerSpec(name="adagrad", states=1, description="Adagrad: a running sum of squares",
+                      tradeoff="decaying effective learning rate",
+                      source="torch.optim.Adagrad (state 'sum')"),
+        OptimizerSpec(name="rmsprop", states=1, description="RMSprop: a running mean of squares "
+                                                            "(no momentum buffer at momentum=0)",
+                      tradeoff="no momentum by default",
+                      source="torch.optim.RMSprop (state 'square_avg')"),
+    )
+}
+
+_BNB_BLOCK = 256
+_BNB_MIN_8BIT_SIZE = 4096
+
+
+def get_optimizer(name: str) -> OptimizerSpec:
+    try:
+        return OPTIMIZERS[name]
+    except KeyError:
+        raise UnknownNameError("optimizer", name, OPTIMIZERS,
+                               hint="optimizers: " + ", ".join(OPTIMIZERS)) from None
+
+
+def optimizer_state_bytes(opt: OptimizerSpec, tensors: tuple[ParamTensor, ...] | None,
+                          n_params: int, state_bytes: int) -> tuple[int, str | None]:
+    """Bytes of optimizer state for the trainable parameters.
+
+    ``tensors`` are the trainable parameter tensors when shapes are known, else None (then
+    ``n_params`` is used and shape-dependent optimizers state an assumption, returned as a note).
+    ``state_bytes`` is the bytes of one 32-bit-or-16-bit state element chosen by the recipe.
+    """
+    if opt.kind == "plain":
+        return opt.states * state_bytes * n_params, None
+    if opt.kind == "8bit":
+        if tensors is None:
+            per = 1 + 4 / _BNB_BLOCK  # uint8 state + fp32 absmax per block
+            return math.ceil(opt.states * per * n_params), (
+                "shapes unknown: every tensor assumed large enough for 8-bit states")
+        total = 0
+        for t in tensors:
+            n = t.numel
+            if n < _BNB_MIN_8BIT_SIZE:
+                total += opt.states * 4 * n * t.count
+            else:
+                blocks = -(-n // _BNB_BLOCK)
+                total += opt.states * (n + 4 * blocks) * t.count
+        return total, None
+    # factored (Adafactor)
+    if tensors is None:
+        return state_bytes * n_params, (
+            "shapes unknown: Adafactor assumed unfactored (an upper bound, 1 state per parameter)")
+    total = 0
+    for t in tensors:
+        if len(t.shape) >= 2:
+            rows = math.prod(t.shape[:-1])
+            cols = math.prod(t.shape[:-2]) * t.shape[-1]
+            total += (rows + cols) * state_bytes * t.count
+        else:
+            total += t.numel * state_bytes * t.count
+    return total, None
+
+
+# --------------------------------------------------------------------------------------------------
+# Inference weight formats
+
+#: GGML block types: (bytes per block, elements per block). From ggml's block structs.
+_GGML = {
+    "F32": (4, 1), "F16": (2, 1), "BF16": (2, 1),
+    "Q8_0": (34, 32),    # 32 int8 + fp16 scale
+    "Q4_0": (18, 32),    # 16 bytes of nibbles + fp16 scale: 4.5 bits
+    "Q5_0": (22, 32),    # 5.5 bits
+    "Q5_1": (24, 32),    # 6.0 bits
+    "Q4_K": (144, 256),  # 4.5 bits
+    "Q5_K": (176, 256),  # 5.5 bits
+    "Q6_K": (210, 256),  # 6.5625 bits
+}
+# When a row length is not a multiple of 256, llama.cpp falls back from k-quants to these.
+_GGML_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+
+
+def _ggml_bytes(gtype: str, shape: tuple[int, ...]) -> int:
+    row = shape[-1]
+    block_bytes, block = _GGML[gtype]
+    if row % block:
+        if gtype in _GGML_FALLBACK:
+            return _ggml_bytes(_GGML_FALLBACK[gtype], shape)
+        return _ggml_bytes("F16", shape)
+    return math.prod(shape) // block * block_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightFormat:
+    """How weights are stored for inference."""
+
+    name: str
+    bits: float
+    """Effective bits per quantized weight, scales and zero points included (the figure used when
+    the architecture is unknown and every parameter is assumed quantized)."""
+    compute_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8"]
+    """What the matmuls run in (dequantized formats compute in 16-bit)."""
+    description: str
+    convention: str
+    """Which tensors stay unquantized, by the format's own tooling."""
+    source: str
+    _tensor_bytes: Callable[[ParamTensor, Architecture | None], int]
+
+    def tensor_bytes(self, t: ParamTensor, arch: Architecture | None = None) -> int:
+        """Bytes of all ``t.count`` copies of one parameter tensor in this format."""
+        return self._tensor_bytes(t, arch)
+
+
+def _dense(nbytes: int) -> Callable[[ParamTensor, Architecture | None], int]:
+    return lambda t, arch: t.total * nbytes
+
+
+def _in_blocks(t: ParamTensor) -> bool:
+    """A matmul weight inside the transformer blocks (what quantizers convert)."""
+    return t.linear and t.component in ("attention", "mlp", "experts")
+
+
+def _groupwise(bits: int, group: int, scale_bits: int, zero_bits: int,
+               per_in_bits: int = 0) -> Callable[[ParamTensor, Architecture | None], int]:
+    """Packed ``bits``-bit weights, one scale (+ zero point) per ``group`` inputs per output, and
+    optionally ``per_in_bits`` per input row (GPTQ's g_idx). Unquantized tensors in 16-bit."""
+
+    def f(t: ParamTensor, arch: Architecture | None) -> int:
+        if not _in_blocks(t):
+            return t.total * 2
+        out, inp = t.out_features, t.in_features
+        groups = -(-inp // group)
+        nbits = out * inp * bits + out * groups * (scale_bits + zero_bits) + inp * per_in_bits
+        return -(-nbits // 8) * t.count
+
+    return f
+
+
+def _bnb_int8(t: ParamTensor, arch: Architecture | None) -> int:
+    # LLM.int8(): int8 weight + one fp32 scale per output row (SCB); lm_head kept in 16-bit.
+    if t.linear and t.component != "head" and t.component != "embeddings":
+        out = t.out_features
+        return (t.numel + 4 * out) * t.count
+    return t.total * 2
+
+
+def _bnb_nf4(double_quant: bool) -> Callable[[ParamTensor, Architecture | None], int]:
+    # NF4 packs two weights per byte with an absmax per 64 weights: fp32 (4.5 bits), or with
+    # double quantization an 8-bit absmax plus one fp32 scale per 256 absmax values.
+    def f(t: ParamTensor, arch: Architecture | None) -> int:
+        if not (t.linear and t.component not in ("head", "embeddings")):
+            return t.total * 2
+        n = t.numel
+        blocks = -(-n // 64)
+        if double_quant:
+            scale = blocks * 1 + (-(-blocks // 256)) * 4 + 4  # + the nested offset
+        else:
+            scale = blocks * 4
+        return (-(-n // 2) + scale) * t.count
+
+    return f
+
+
+def _fp8(t: ParamTensor, arch: Architecture | None) -> int:
+    # Per-tensor-scaled fp8 (e4m3) linears in the blocks; embeddings, head and norms in 16-bit.
+    if _in_blocks(t):
+        return (t.numel + 4) * t.count
+    return t.total * 2
+
+
+_GGUF_DOWN = ("down_proj", "w2", "dense_4h_to_h", "fc2")
+_GGUF_FUSED_QKV = ("qkv_proj", "query_key_value", "c_attn")
+
+
+def _use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp's layer-position rule: first and last eighth, and every third layer between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _gguf_mix_type(t: ParamTensor, arch: Architecture, i: int, default: str) -> str:
+    """The Q4_K_M type of a linear weight in layer ``i``."""
+    more = _use_more_bits(i, arch.num_layers)
+    if t.module == "v_proj":
+        if arch.num_experts == 8:
+            return "Q8_0"          # "for the 8-expert model, bumping this to Q8_0 trades ~128MB"
+        if more:
+            return "Q6_K"
+        # llama.cpp's LLM_TYPE_70B (llama arch, 80 layers, GQA) gets Q5_K attn_v.
+        is_70b = (arch.family in ("llama", "mistral") and arch.num_layers == 80
+                  and arch.num_kv_heads < arch.num_heads)
+        return "Q5_K" if is_70b else default
+    if t.module in _GGUF_DOWN or (t.module == "c_proj" and t.component == "mlp"):
+        return "Q6_K" if more else default
+    if t.module in _GGUF_FUSED_QKV:
+        return "Q5_K"
+    return default
+
+
+def _gguf(default: str, mix: bool) -> Callable[[ParamTensor, Architecture | None], int]:
+    """llama.cpp's type choice per tensor (src/llama-quant.cpp, llama_tensor_get_type)."""
+
+    def f(t: ParamTensor, arch: Architecture | None) -> int:
+        if len(t.shape) < 2:
+            return t.total * 4                       # 1-D tensors (norms, biases) stay F32
+        is_output = t.component == "head" or (
+            arch is not None and arch.tie_word_embeddings and t.component == "embeddings"
+            and t.module in ("embed_tokens", "wte", "word_embeddings", "embed_in"))
+        if is_output:
+            falcon = arch is not None and arch.family == "falcon"
+            gtype = "Q8_0" if (default == "Q8_0" or falcon) else "Q6_K"
+            return _ggml_bytes(gtype, t.shape) * t.count
+        n = arch.num_layers if arch is not None else 0
+        if not mix or arch is None or not t.linear or t.count % n:
+            return _ggml_bytes(default, t.shape) * t.count
+        per_layer = t.count // n
+        return per_layer * sum(_ggml_bytes(_gguf_mix_type(t, arch, i, default), t.shape)
+                               for i in range(n))
+
+    return f
+
+
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    w.name: w
+    for w in (
+        WeightFormat(name="fp32", bits=32, compute_dtype="fp32", description="32-bit float",
+                     convention="every tensor", source="-", _tensor_bytes=_dense(4)),
+        WeightFormat(name="bf16", bits=16, compute_dtype="bf16", description="bfloat16",
+                     convention="every tensor", source="-", _tensor_bytes=_dense(2)),
+        WeightFormat(name="fp16", bits=16, compute_dtype="fp16", description="float16",
+                     convention="every tensor", source="-", _tensor_bytes=_dense(2)),
+        WeightFormat(name="fp8", bits=8, compute_dtype="fp8",
+                     description="fp8 e4m3 weights with a per-tensor fp32 scale",
+                     convention="linear layers of the blocks; embeddings, head, norms in 16-bit",
+                     source="Micikevicius et al. 2022, FP8 Formats for Deep Learning; "
+                            "vLLM/llm-compressor FP8 per-tensor scheme",
+                     _tensor_bytes=_fp8),
+        WeightFormat(name="int8", bits=8, compute_dtype="int8",
+                     description="LLM.int8(): int8 weights, one fp32 scale per output channel",
+                     convention="every nn.Linear except the LM head; embeddings in 16-bit",
+                     source="Dettmers et al. 2022, LLM.int8(); bitsandbytes Int8Params (SCB)",
+                     _tensor_bytes=_bnb_int8),
+        WeightFormat(name="nf4", bits=4.5, compute_dtype="bf16",
+                     description="bitsandbytes NF4, block 64, fp32 absmax per block",
+                     convention="every nn.Linear except the LM head; embeddings in 16-bit",
+                     source="Dettmers et al. 2023, QLoRA; bitsandbytes Params4bit (blocksize 64)",
+                     _tensor_bytes=_bnb_nf4(False)),
+        WeightFormat(name="nf4-dq", bits=4 + 8 / 64 + 32 / (64 * 256), compute_dtype="bf16",
+                     description="NF4 with double quantization: 8-bit absmax per 64 weights, fp32 "
+                                 "scale per 256 absmax values",
+                     convention="every nn.Linear except the LM head; embeddings in 16-bit",
+                     source="Dettmers et al. 2023, QLoRA sec. 3 (Double Quantization: 0.127 "
+                            "bits/parameter of constants)",
+                     _tensor_bytes=_bnb_nf4(True)),
+        WeightFormat(name="gptq-4bit", bits=4 + (16 + 4) / 128, compute_dtype="fp16",
+                     description="GPTQ 4-bit, group 128: packed int4, fp16 scale and 4-bit zero "
+                                 "per group, int32 g_idx per input",
+                     convention="linear layers of the blocks; embeddings and head in fp16",
+                     source="Frantar et al. 2023, GPTQ; AutoGPTQ QuantLinear (qweight, qzeros, "
+                            "scales, g_idx)",
+                     _tensor_bytes=_groupwise(4, 128, 16, 4, per_in_bits=32)),
+        WeightFormat(name="awq-4bit", bits=4 + (16 + 4) / 128, compute_dtype="fp16",
+                     description="AWQ 4-bit, group 128: packed int4, fp16 scale and 4-bit zero "
+                                 "per group",
+                     convention="linear layers of the blocks; embeddings and head in fp16",
+                     source="Lin et al. 2024, AWQ; AutoAWQ WQLinear_GEMM (qweight, qzeros, scales)",
+                     _tensor_bytes=_groupwise(4, 128, 16, 4)),
+        WeightFormat(name="q8_0", bits=8.5, compute_dtype="fp16",
+                     description="GGUF Q8_0: blocks of 32 int8 with an fp16 scale (34 bytes)",
+                     convention="llama.cpp: 2-D tensors Q8_0, 1-D tensors F32",
+                     source="ggml block_q8_0; llama.cpp llama_tensor_get_type",
+                     _tensor_bytes=_gguf("Q8_0", False)),
+        WeightFormat(name="q4_0", bits=4.5, compute_dtype="fp16",
+                     description="GGUF Q4_0: blocks of 32 4-bit weights with an fp16 scale "
+                                 "(18 bytes, 4.5 bits per weight)",
+                     convention="llama.cpp: 2-D tensors Q4_0, output head Q6_K, 1-D tensors F32",
+                     source="ggml block_q4_0; llama.cpp llama_tensor_get_type",
+                     _tensor_bytes=_gguf("Q4_0", False)),
+        WeightFormat(name="q4_k_m", bits=4.5 * 0.8 + 6.5625 * 0.2, compute_dtype="fp16",
+                     description="GGUF Q4_K_M: Q4_K super-blocks (4.5 bits), with attn_v and "
+                                 "ffn_down in Q6_K (6.5625 bits) on the use_more_bits layers",
+                     convention="llama.cpp: Q4_K; attn_v/ffn_down Q6_K on first/last eighth and "
+                                "every third layer; output Q6_K; 1-D tensors F32. Without an "
+                                "architecture: 80% Q4_K / 20% Q6_K assumed",
+                     source="ggml block_q4_K/block_q6_K; llama.cpp llama_tensor_get_type",
+                     _tensor_bytes=_gguf("Q4_K", True)),
+    )
+}
+
+#: Inference formats ordered by effective bits (largest first).
+INFERENCE_ORDER = tuple(sorted(WEIGHT_FORMATS, key=lambda n: -WEIGHT_FORMATS[n].bits))
+
+
+def get_weight_format(name: str) -> WeightFormat:
+    try:
+        return WEIGHT_FORMATS[name]
+    except KeyError:
+        raise UnknownNameError("weight format", name, WEIGHT_FORMATS,
+                               hint="inference formats: " + ", ".join(WEIGHT_FORMATS)) from None
+
+
+def weights_bytes_in_format(fmt: WeightFormat, tensors: tuple[ParamTensor, ...],
+                            arch: Architecture | None, n_params: int) -> int:
+    """Bytes of all weights in ``fmt``: per tensor when the tensors are known, else every
+    parameter at the format's effective bits."""
+    if not tensors:
+        return math.ceil(n_params * fmt.bits / 8)
+    return sum(fmt.tensor_bytes(t, arch) for t in tensors)

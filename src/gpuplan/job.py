@@ -1,0 +1,131 @@
+"""What is being run: the one description every analysis (memory, speed, fit, solver) takes.
+
+A :class:`Job` is keyword-only and validates itself: every bad value is rejected here, once, with a
+message naming the value and the accepted form, so the CLI, the web layer and library users get the
+same errors and the same defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
+
+from .errors import InputError
+from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
+from .models import Model
+
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "KV_DTYPES", "DEFAULT_SEQ"]
+
+Mode = Literal["train", "infer", "both"]
+Checkpointing = Literal["none", "selective", "full"]
+Attention = Literal["eager", "sdpa"]
+
+#: KV-cache element formats and their bytes.
+KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+#: Sequence length used when none is given and the architecture allows it.
+DEFAULT_SEQ = 2048
+
+#: Largest ZeRO stage.
+_ZERO_STAGES = (0, 1, 2, 3)
+
+
+def _choice(value: str, options: tuple[str, ...], what: str) -> str:
+    if value not in options:
+        raise InputError(f"{what} {value!r}: expected one of {', '.join(options)}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """A training and/or inference job on one model."""
+
+    model: str | Model
+    """Catalog name, config.json path, model directory, or a loaded :class:`Model`."""
+    mode: Mode = "both"
+    """``train``, ``infer`` or ``both``."""
+    precision: str = "mixed-bf16"
+    """Training precision recipe (see ``gpuplan.formats.TRAINING_RECIPES``)."""
+    infer_precision: str = "bf16"
+    """Inference weight format (see ``gpuplan.formats.WEIGHT_FORMATS``)."""
+    optimizer: str = "adamw"
+    optimizer_states: Literal["auto", "fp32", "bf16"] = "auto"
+    """Dtype of optimizer states; ``auto`` follows the recipe (fp32, or bf16 for pure bf16)."""
+    batch: int = 1
+    """Micro-batch size per GPU (sequences, or images for vision models)."""
+    seq: int | None = None
+    """Sequence length; None = the architecture's context, capped at 2048 (vision: its patches)."""
+    grad_accum: int = 1
+    """Gradient-accumulation steps (global batch = batch x grad_accum x gpus)."""
+    gpus: int = 1
+    """Data-parallel GPUs (the ZeRO/FSDP world size)."""
+    zero: int = 0
+    """ZeRO stage: 0 = DDP (replicated), 1 = optimizer states, 2 = + gradients, 3 = + weights
+    (FSDP full shard)."""
+    offload_optimizer: bool = False
+    """Keep the fp32 master copy and optimizer states in host memory (ZeRO-Offload)."""
+    lora_rank: int | None = None
+    """Train LoRA adapters of this rank instead of the full model."""
+    lora_targets: tuple[str, ...] | None = None
+    """Module names the adapters attach to; None = PEFT's default for the family; ``all-linear``."""
+    lora_base: str | None = None
+    """Weight format of the frozen base under LoRA; ``nf4`` makes it QLoRA. None = the recipe's
+    weight dtype."""
+    checkpointing: Checkpointing = "none"
+    """Activation checkpointing: none, selective (attention recomputed) or full (per layer)."""
+    attention: Attention = "sdpa"
+    """Attention implementation: eager keeps s x s scores; sdpa (flash/mem-efficient) keeps O(s)."""
+    kv_dtype: str | None = None
+    """KV-cache element format for inference; None = the inference compute dtype (16-bit)."""
+    context: int | None = None
+    """Inference: tokens held in the KV cache per sequence (prompt + generated); None = seq."""
+    fused_optimizer: bool = False
+    """AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""
+
+    def __post_init__(self) -> None:
+        _choice(self.mode, get_args(Mode), "mode")
+        if self.precision not in TRAINING_RECIPES:
+            get_recipe(self.precision)  # raises with suggestions
+        if self.infer_precision not in WEIGHT_FORMATS:
+            get_weight_format(self.infer_precision)
+        if self.optimizer not in OPTIMIZERS:
+            get_optimizer(self.optimizer)
+        _choice(self.optimizer_states, ("auto", "fp32", "bf16"), "optimizer states")
+        _choice(self.checkpointing, get_args(Checkpointing), "checkpointing")
+        _choice(self.attention, get_args(Attention), "attention")
+        for name in ("batch", "grad_accum", "gpus"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"{name} {v!r}: expected a whole number >= 1")
+        for name in ("seq", "context", "lora_rank"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InputError(f"{name} {v!r}: expected a whole number >= 1")
+        if self.zero not in _ZERO_STAGES or isinstance(self.zero, bool):
+            raise InputError(f"zero {self.zero!r}: expected a ZeRO stage 0, 1, 2 or 3")
+        if self.lora_base is not None:
+            if self.lora_rank is None:
+                raise InputError("lora base format given without a LoRA rank; add --lora-rank R")
+            get_weight_format(self.lora_base)
+        if self.lora_targets is not None and self.lora_rank is None:
+            raise InputError("LoRA targets given without a LoRA rank; add --lora-rank R")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise InputError(f"kv dtype {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+        if self.offload_optimizer and self.optimizer == "sgd":
+            raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
+
+    @property
+    def trains(self) -> bool:
+        return self.mode in ("train", "both")
+
+    @property
+    def infers(self) -> bool:
+        return self.mode in ("infer", "both")
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch * self.grad_accum * self.gpus
+
+    def with_(self, **changes: object) -> "Job":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)

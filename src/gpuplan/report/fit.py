@@ -1,0 +1,120 @@
+"""Terminal rendering of a :class:`~gpuplan.fit.Plan`: the seed's table, totals, verdicts."""
+
+from __future__ import annotations
+
+from typing import IO
+
+from ..fit import Plan
+from ..memory import InferMemory, TrainMemory
+from ..units import ByteUnits, format_bytes, format_count
+
+__all__ = ["render_plan"]
+
+_VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
+
+
+def _bpp(x: float | None) -> str:
+    if x is None:
+        return ""
+    return f"{x:.2f}".rstrip("0").rstrip(".") if x else "0"
+
+
+def _train_table(t: TrainMemory, units: ByteUnits):
+    from rich.table import Table
+
+    table = Table(title=f"Training: {t.precision}, {t.optimizer}", title_justify="left",
+                  show_footer=True)
+    table.add_column("line item", footer=f"total (peak, {t.peak_phase})")
+    table.add_column("bytes per parameter", justify="right")
+    table.add_column("per GPU", justify="right", footer=format_bytes(t.total_bytes, units))
+    for line in t.lines:
+        if line.key in ("activations", "temporaries") and not line.bytes and not line.note:
+            continue
+        label = line.label + (f" [dim]({line.note})[/dim]" if line.note else "")
+        table.add_row(label, _bpp(line.bytes_per_param), format_bytes(line.bytes, units))
+    table.add_section()
+    table.add_row("[bold]model states[/bold] (weights + gradients + master + optimizer)",
+                  _bpp(t.model_states_bytes / t.params), format_bytes(t.model_states_bytes, units))
+    return table
+
+
+def _infer_table(i: InferMemory, units: ByteUnits):
+    from rich.table import Table
+
+    table = Table(title=f"Inference: {i.precision}", title_justify="left", show_footer=True)
+    table.add_column("line item", footer=f"total (peak, {i.peak_phase})")
+    table.add_column("bytes per parameter", justify="right")
+    table.add_column("per GPU", justify="right", footer=format_bytes(i.total_bytes, units))
+    for line in i.lines:
+        label = line.label + (f" [dim]({line.note})[/dim]" if line.note else "")
+        table.add_row(label, _bpp(line.bytes_per_param), format_bytes(line.bytes, units))
+    return table
+
+
+def _verdict_table(p: Plan, units: ByteUnits):
+    from rich.table import Table
+
+    table = Table(title="Per GPU", title_justify="left")
+    table.add_column("GPU")
+    table.add_column("memory", justify="right")
+    if p.train is not None:
+        table.add_column("train", justify="center")
+        table.add_column("headroom", justify="right")
+        table.add_column("ZeRO-3 GPUs", justify="right")
+    if p.infer is not None:
+        table.add_column("infer", justify="center")
+        table.add_column("headroom", justify="right")
+        table.add_column("TP GPUs", justify="right")
+    for g in p.gpus:
+        row = [g.name, format_bytes(g.usable_bytes, units)]
+        if p.train is not None:
+            style = _VERDICT_STYLE[g.train_verdict]
+            row += [f"[{style}]{g.train_verdict}[/{style}]",
+                    format_bytes(g.train_headroom_bytes, units),
+                    "> 4096" if g.train_min_gpus is None else str(g.train_min_gpus)]
+        if p.infer is not None:
+            style = _VERDICT_STYLE[g.infer_verdict]
+            row += [f"[{style}]{g.infer_verdict}[/{style}]",
+                    format_bytes(g.infer_headroom_bytes, units),
+                    "> 64" if g.infer_min_gpus is None else str(g.infer_min_gpus)]
+        table.add_row(*row)
+    return table
+
+
+def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None) -> None:
+    from ._console import console_for
+
+    console = console_for(file, width=160)
+    m = p.model
+    src = {"catalog": "catalog", "config": "config.json", "safetensors": "safetensors headers",
+           "count": "parameter count"}[m.source]
+    head = f"[bold]{m.name}[/bold]: {format_count(m.params.total)} parameters ({m.params.total:,}; {src})"
+    if m.params.active != m.params.total:
+        head += f", {format_count(m.params.active)} active per token"
+    console.print(head)
+    j = p.job
+    shape = f"batch {j.batch}" + (f" x seq {j.seq}" if j.seq else "")
+    par = f", {j.gpus} GPUs, ZeRO-{j.zero}" if j.gpus > 1 or j.zero else ""
+    console.print(f"[dim]{shape}{par}; units: {units} "
+                  f"({'10^9' if units == 'GB' else '2^30'} bytes)[/dim]")
+    for g in p.gpus:
+        if g.alias_note:
+            console.print(f"[dim]{g.alias_note}[/dim]")
+    if p.train is not None:
+        console.print(_train_table(p.train, units))
+    if p.infer is not None:
+        console.print(_infer_table(p.infer, units))
+    ratio = p.train_to_infer_ratio
+    if ratio is not None:
+        console.print(
+            f"Training needs [bold]{ratio:.1f}x[/bold] the memory of inference "
+            f"(model states {format_bytes(p.train.model_states_bytes, units)} vs "
+            f"{p.infer.precision} weights {format_bytes(p.infer.weights_bytes, units)}).")
+    console.print(_verdict_table(p, units))
+    notes = list(p.notes)
+    if p.train is not None:
+        notes += list(p.train.notes)
+    if p.infer is not None:
+        notes += [n for n in p.infer.notes if n not in notes]
+    for n in notes:
+        console.print(f"[dim]note: {n}[/dim]")
