@@ -41,7 +41,7 @@ timeout 420 "$PY" -m gpuplan bench --sweep --budget "$BUDGET" --json \
 rc=$?
 tail -n 5 "$OUT/gpu_sweep.stderr"
 echo "sweep exit status: $rc"
-COLUMNS=160 "$PY" -m gpuplan bench --show latest > "$OUT/gpu_sweep.txt" 2>&1 || true
+"$PY" -m gpuplan bench --show latest > "$OUT/gpu_sweep.txt" 2>&1 || true
 
 echo "== the source document's 4000 x 4000 fp32 default =="
 timeout 90 "$PY" -m gpuplan bench --no-bandwidth --json > "$OUT/seed_4000.json" \
@@ -59,6 +59,19 @@ for r in rows:
     verdict = "unknown (GPU not in the catalog)" if pct is None else ("PASS" if pct >= 70 else "FAIL")
     print(f"{r['device']} {r['device_name']}: {r['tflops']:.1f} TFLOP/s, "
           f"{'-' if pct is None else f'{pct:.1f}%'} of dense peak -> {verdict}")
+if any(r.get("percent_of_peak") is None for r in rows):
+    # torch names some SKUs alike (an H200 SXM and an H200 NVL are both "NVIDIA H200"), so the
+    # bench never picks a peak for them; list the candidates for a human to read beside the
+    # power limit in env.txt.
+    from gpuplan.hardware import all_gpus
+    for r in rows:
+        if r.get("percent_of_peak") is None:
+            stem = r["device_name"].replace("NVIDIA ", "").split()[0].lower()
+            for g in all_gpus():
+                if g.name.lower().startswith(stem) and g.supports("bf16"):
+                    print(f"  candidate {g.name} ({g.tdp_watts} W): dense bf16 "
+                          f"{g.peak('bf16') / 1e12:.1f} TFLOP/s -> "
+                          f"{100 * r['tflops'] * 1e12 / g.peak('bf16'):.1f}%")
 for c in doc["crossover"]:
     print(f"{c['gpu']} {c['dtype']}: GPU wins from N={c['compute_crossover']} (compute), "
           f"N={c['end_to_end_crossover']} (end-to-end)")

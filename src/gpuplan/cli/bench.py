@@ -114,10 +114,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .._io import check_writable
+    from ..report._console import console_for
     from ..units import parse_bytes, parse_positive_int
 
-    console = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    console = console_for(sys.stdout, width=160)
+    err = Console(stderr=True, highlight=False)  # only for the progress bar, on a terminal
     if args.plot:
         check_writable(args.plot, what="--plot")
     if args.history or args.compare or args.show:
