@@ -155,3 +155,16 @@ def test_a_busy_machine_is_stated(monkeypatch):
     monkeypatch.setattr(bench, "_load", lambda: 0.0)
     run = run_bench(BenchConfig(sizes=(64,), device="cpu", bandwidth=False, **QUICK))
     assert not any("already busy" in w for w in run.warnings)
+
+
+def test_the_cpu_peak_is_of_the_cores_in_use():
+    cpu = detect_cpu()
+    if not cpu.peak_fp32_flops:
+        pytest.skip("no CPU peak estimate on this machine")
+    run = run_bench(BenchConfig(sizes=(64,), device="cpu", threads=1, bandwidth=False, **QUICK))
+    (m,) = run.matmul
+    assert m.threads == 1
+    # one thread can use one core: the estimate for all cores divided by the core count
+    assert m.peak_flops == pytest.approx(cpu.peak_fp32_flops / cpu.physical_cores)
+    if cpu.physical_cores > 1:
+        assert "scaled to the 1 of" in m.peak_source

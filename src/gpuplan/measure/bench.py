@@ -190,7 +190,7 @@ def _free_bytes(torch, dev: _Device) -> int | None:
     return available_memory_bytes()
 
 
-def _peak(dev: _Device, dtype: str, cpu: CPU) -> tuple[float | None, str | None]:
+def _peak(dev: _Device, dtype: str, cpu: CPU, threads: int) -> tuple[float | None, str | None]:
     if dev.is_cuda:
         if dev.catalog is None:
             return None, None
@@ -199,7 +199,13 @@ def _peak(dev: _Device, dtype: str, cpu: CPU) -> tuple[float | None, str | None]
         except UnsupportedError:
             return None, None
     peak = cpu.peak(dtype)
-    return (peak, cpu.peak_basis) if peak else (None, None)
+    if not peak:
+        return None, None
+    used = min(threads, cpu.physical_cores)
+    if used < cpu.physical_cores:  # fewer threads than cores: the peak of the cores in use
+        return (peak * used / cpu.physical_cores,
+                f"{cpu.peak_basis}; scaled to the {used} of {cpu.physical_cores} cores used")
+    return peak, cpu.peak_basis
 
 
 @contextmanager
@@ -346,7 +352,7 @@ def _matmul(torch, dev: _Device, dtype: str, n: int, config: BenchConfig, cpu: C
                 b_d = b_h.to(dev.tdev)
                 return torch.matmul(a_d, b_d).cpu()
             e2e = timer(end_to_end)
-    peak, source = _peak(dev, dtype, cpu)
+    peak, source = _peak(dev, dtype, cpu, threads)
     return MatmulResult(
         device=dev.name, device_name=dev.label, dtype=dtype, size=n, median_s=t.median_s,
         iqr_s=t.iqr_s, min_s=t.min_s, samples=t.samples, inner=t.inner, noisy=t.noisy,
