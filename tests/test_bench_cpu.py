@@ -168,3 +168,23 @@ def test_the_cpu_peak_is_of_the_cores_in_use():
     assert m.peak_flops == pytest.approx(cpu.peak_fp32_flops / cpu.physical_cores)
     if cpu.physical_cores > 1:
         assert "scaled to the 1 of" in m.peak_source
+
+
+def test_measurements_started_on_a_crowded_machine_are_warned_about(monkeypatch):
+    cpus = os.cpu_count() or 1
+    monkeypatch.setattr(bench, "_runnable", lambda: cpus + 3)
+    run = run_bench(BenchConfig(sizes=(64, 96), device="cpu", bandwidth=False, **QUICK))
+    (w,) = [w for w in run.warnings if "runnable tasks" in w]
+    assert w.startswith(f"2 of 2 measurements") and f"up to {cpus + 3} on {cpus}" in w
+    assert run.settings["crowded_cases"] == 2
+    monkeypatch.setattr(bench, "_runnable", lambda: 1)
+    run = run_bench(BenchConfig(sizes=(64,), device="cpu", bandwidth=False, **QUICK))
+    assert run.settings["crowded_cases"] == 0 and not any("runnable" in w for w in run.warnings)
+
+
+def test_runnable_reads_proc_loadavg():
+    r = bench._runnable()
+    if os.path.exists("/proc/loadavg"):
+        assert isinstance(r, int) and r >= 1  # this process is running
+    else:
+        assert r is None

@@ -400,6 +400,15 @@ def _load() -> float | None:
         return None
 
 
+def _runnable() -> int | None:
+    """Runnable tasks right now, this process included (``/proc/loadavg``, Linux), else None."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read(256).split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _is_oom(e: BaseException) -> bool:
     text = str(e)
     return (type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower()
@@ -465,10 +474,15 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
     bandwidth: list[BandwidthResult] = []
     overhead: list[OverheadResult] = []
     torch.set_num_threads(threads)
+    cpus = os.cpu_count() or 1
+    crowded: list[tuple[str, int]] = []
     try:
         for k, case in enumerate(cases):
             if progress:
                 progress(case.label, k, len(cases))
+            runnable = _runnable()
+            if runnable is not None and runnable > cpus:
+                crowded.append((case.label, runnable))
             dev = by_name[case.dev]
             ctx = torch.cuda.device(dev.index) if dev.is_cuda else nullcontext()
             with ctx:
@@ -511,6 +525,15 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
     finally:
         torch.set_num_threads(default_threads)
     settings["load_average_1min_end"] = _load()
+    settings["crowded_cases"] = len(crowded)
+    if crowded:
+        worst = max(r for _, r in crowded)
+        names = ", ".join(label for label, _ in crowded[:3]) + (", ..." if len(crowded) > 3 else "")
+        warnings.append(
+            f"{len(crowded)} of {len(cases)} measurements started with more runnable tasks than "
+            f"CPUs (up to {worst} on {cpus}; {names}): other processes competed for the CPU, so "
+            "those CPU timings -- multi-threaded ones most of all -- are inflated; rerun when the "
+            "machine is idle")
     return BenchRun(
         created_utc=created, machine=machine_fingerprint(gpus="torch", cpu=cpu),
         matmul=tuple(matmul), bandwidth=tuple(bandwidth), overhead=tuple(overhead),
