@@ -348,11 +348,17 @@ def plot_run(run: BenchRun, path: str) -> None:
             ax.axvline(n, color="black", ls=ls, lw=1, alpha=0.7)
         ax_t.annotate(f"GPU wins from N={n} ({kind}): {', '.join(who)}", (n, top), fontsize=7,
                       rotation=90, va="top", ha="right")
-    if run.machine.cpu_peak_fp32_flops:
-        ax_f.axhline(run.machine.cpu_peak_fp32_flops / 1e12, color="gray", lw=0.8, ls="-")
-        ax_f.annotate("CPU fp32 peak (estimate)", (min(series_sizes), run.machine.cpu_peak_fp32_flops
-                      / 1e12), fontsize=7, color="gray", va="bottom")
-    ticks = sorted(series_sizes)
+    cpu_peaks = [m.peak_flops for m in run.matmul if m.device == "cpu" and m.peak_flops]
+    cpu_peak = cpu_peaks[0] if cpu_peaks else run.machine.cpu_peak_fp32_flops
+    if cpu_peak:
+        ax_f.axhline(cpu_peak / 1e12, color="gray", lw=0.8, ls="-")
+        ax_f.annotate("CPU fp32 peak (estimate, cores used)", (min(series_sizes), cpu_peak / 1e12),
+                      fontsize=7, color="gray", va="bottom")
+    ticks: list[int] = []
+    for n in sorted(series_sizes, reverse=True):  # drop a label crowding its neighbour (4000/4096)
+        if not ticks or ticks[-1] / n >= 1.3:
+            ticks.append(n)
+    ticks.sort()
     for ax, ylabel in ((ax_t, "seconds per matmul (median)"), (ax_f, "achieved TFLOP/s")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -362,7 +368,8 @@ def plot_run(run: BenchRun, path: str) -> None:
         ax.grid(True, which="both", alpha=0.3)
     ax_f.legend(fontsize=7, loc="lower right")
     gpus = ", ".join(g.name for g in run.machine.gpus) or "no GPU"
-    fig.suptitle(f"gpuplan bench: {run.machine.cpu_model} ({run.settings.get('threads')} threads) "
+    th = run.settings.get("threads")
+    fig.suptitle(f"gpuplan bench: {run.machine.cpu_model} ({th} thread{'' if th == 1 else 's'}) "
                  f"vs {gpus}  [solid: CPU, dashed: GPU compute, dotted: GPU end-to-end]",
                  fontsize=9)
     buf = io.BytesIO()
