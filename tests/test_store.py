@@ -253,3 +253,24 @@ def test_the_default_location_is_created_on_first_save(monkeypatch, tmp_path):
     rid = save_run(_run())
     assert (tmp_path / "xdg" / "gpuplan" / "bench.sqlite").is_file()
     assert load_run(rid).run_id == rid
+
+
+def test_check_db_writes_nothing(tmp_path, monkeypatch):
+    from gpuplan.measure.store import check_db
+
+    new = tmp_path / "new.sqlite"
+    assert check_db(new) == new and not new.exists()  # created by the first save only
+    monkeypatch.delenv("GPUPLAN_BENCH_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    check_db()
+    assert not (tmp_path / "xdg").exists()
+    db = tmp_path / "b.sqlite"
+    save_run(_run(), db)
+    before = db.read_bytes()
+    assert check_db(db) == db and db.read_bytes() == before
+    with pytest.raises(StoreError, match="does not exist"):
+        check_db(tmp_path / "nope" / "b.sqlite")
+    bad = tmp_path / "junk.sqlite"
+    bad.write_bytes(b"junk" * 500)
+    with pytest.raises(StoreError, match="corrupt"):
+        check_db(bad)

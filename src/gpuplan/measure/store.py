@@ -197,16 +197,32 @@ def _machine_from_json(text: str) -> Machine:
 
 
 def check_db(db: str | os.PathLike | None = None) -> Path:
-    """Open (creating if needed) the database for writing and check its schema; return its path.
+    """Check, before a long measurement, that the run can be saved; return the database's path.
 
-    Run before a long measurement so that a bad ``--db`` is reported at once.
+    An existing file is opened and its schema checked (nothing is written); a missing one only
+    needs a writable directory (it is created on the first save), so a run that then fails leaves
+    no file behind.
     """
     path = _path(db)
+    if path.is_dir():
+        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
+    if not path.exists():
+        probe = path.parent
+        if path != default_db_path() and not probe.is_dir():
+            raise StoreError(f"bench database {str(path)!r}: directory {str(probe)!r} does "
+                             "not exist; create it or pass --db PATH")
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent  # the default directory is created on the first save
+        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+            raise StoreError(f"bench database {str(path)!r} cannot be written (directory "
+                             f"{str(probe)!r} is not writable); pass --db WRITABLE.sqlite (or set "
+                             "GPUPLAN_BENCH_DB)")
+        return path
     conn = _connect(path, write=True)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        _check_schema(conn, path, create=True)
-        conn.execute("COMMIT")
+        _check_schema(conn, path, create=False)  # refuses a foreign or newer database
+        conn.execute("ROLLBACK")
     except sqlite3.Error as e:
         _rollback(conn)
         raise _explain(e, path, "checking it", write=True) from None
