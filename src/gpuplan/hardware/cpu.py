@@ -22,7 +22,6 @@ import platform
 import re
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 __all__ = [
