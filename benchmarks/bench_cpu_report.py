@@ -81,8 +81,9 @@ def main() -> int:
             f"**The machine was shared** with other jobs (1-minute load average up to "
             f"{max(loads):.1f} on {mc['logical_cores']} CPUs): wall-clock medians of",
             "multi-threaded matmuls then include waiting for a descheduled thread at every barrier,",
-            "which shows up as ~16-20 ms for matmuls that take microseconds on an idle machine (with",
-            "a *small* spread, so only the load warning flags it). The single-thread sweep is the",
+            "which shows up as 8-20 ms for matmuls that take microseconds on an idle machine (with",
+            "a *small* spread, so only the load and crowding warnings flag it), and large matmuls",
+            "get roughly one core's worth of throughput. The single-thread sweep is the",
             "trustworthy one here; the timer itself is checked against torch.utils.benchmark in",
             "`bench_timing_vs_torch_*.md`.",
             "",
