@@ -1,0 +1,428 @@
+"""Stored bench runs: a local SQLite database (standard library only, never imports torch).
+
+Every ``gpuplan bench`` run is saved, with the machine's fingerprint, in one transaction: a run is
+stored whole or not at all, and a failed write (locked, full, read-only) leaves every earlier run as
+it was. A file that is not a gpuplan bench database -- corrupt, another program's, or written by a
+newer gpuplan -- is never modified; the error says so in one line.
+
+Where: ``--db PATH``, else ``$GPUPLAN_BENCH_DB``, else ``$XDG_DATA_HOME/gpuplan/bench.sqlite``
+(``~/.local/share/gpuplan/bench.sqlite``; ``%LOCALAPPDATA%\\gpuplan\\bench.sqlite`` on Windows).
+
+The speed model reads this machine's latest measurements with :func:`latest_run`::
+
+    m = latest_run()                     # None when this machine has no stored run
+    m.flops("cuda:0", "bf16")            # achieved FLOP/s at the largest size measured
+    m.fraction_of_peak("cuda:0", "bf16") # achieved / catalog dense peak
+    m.bandwidth_of("cuda:0", "device_copy"), m.overhead_of("cuda:0", "kernel_launch")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from ..errors import InputError
+from ._bench_machine import machine_fingerprint, machine_key
+from ._bench_types import (
+    BandwidthResult, BenchRun, GPUInfo, Machine, MatmulResult, OverheadResult,
+)
+
+__all__ = [
+    "SCHEMA_VERSION", "StoreError", "Measured", "default_db_path", "db_path", "summarize",
+    "save_run", "load_run",
+    "list_runs", "latest_run", "resolve_run", "check_db", "machine_fingerprint", "machine_key",
+]
+
+#: Bumped whenever the tables change; a database from a newer gpuplan is refused, not rewritten.
+SCHEMA_VERSION = 1
+#: ``PRAGMA application_id`` marking a gpuplan bench database ("gpb1").
+APPLICATION_ID = 0x67706231
+#: Seconds to wait for another process's lock before giving up.
+LOCK_TIMEOUT_S = 5.0
+
+_SCHEMA = """
+CREATE TABLE runs (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_utc   TEXT NOT NULL,
+    machine_key   TEXT NOT NULL,
+    machine_json  TEXT NOT NULL,
+    settings_json TEXT NOT NULL,
+    notes_json    TEXT NOT NULL,
+    warnings_json TEXT NOT NULL
+);
+CREATE INDEX runs_by_machine ON runs (machine_key, id);
+CREATE TABLE matmul (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    device TEXT NOT NULL, device_name TEXT NOT NULL, dtype TEXT NOT NULL, size INTEGER NOT NULL,
+    median_s REAL NOT NULL, iqr_s REAL NOT NULL, min_s REAL NOT NULL,
+    samples INTEGER NOT NULL, inner INTEGER NOT NULL, noisy INTEGER NOT NULL,
+    threads INTEGER, tf32 INTEGER NOT NULL, peak_flops REAL, peak_source TEXT,
+    end_to_end_median_s REAL, end_to_end_iqr_s REAL, device_median_s REAL
+);
+CREATE TABLE bandwidth (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    device TEXT NOT NULL, kind TEXT NOT NULL, nbytes INTEGER NOT NULL,
+    median_s REAL NOT NULL, iqr_s REAL NOT NULL, noisy INTEGER NOT NULL
+);
+CREATE TABLE overhead (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    device TEXT NOT NULL, kind TEXT NOT NULL,
+    median_s REAL NOT NULL, iqr_s REAL NOT NULL, noisy INTEGER NOT NULL
+);
+"""
+
+_ROW_TABLES = (("matmul", MatmulResult), ("bandwidth", BandwidthResult), ("overhead", OverheadResult))
+
+
+class StoreError(InputError):
+    """The bench database cannot be read or written (one line: the path, the problem, the remedy)."""
+
+
+def default_db_path() -> Path:
+    """``$GPUPLAN_BENCH_DB``, else the user's data directory (see the module docstring)."""
+    env = os.environ.get("GPUPLAN_BENCH_DB")
+    if env:
+        return Path(env).expanduser()
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        base = Path(os.environ["LOCALAPPDATA"])
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "gpuplan" / "bench.sqlite"
+
+
+def db_path(db: str | os.PathLike | None = None) -> Path:
+    """The database file ``db`` names, or :func:`default_db_path` when None."""
+    return default_db_path() if db is None else Path(db).expanduser()
+
+
+_path = db_path
+
+
+def _explain(e: BaseException, path: Path, doing: str, *, write: bool = False) -> StoreError:
+    msg = str(e)
+    low = msg.lower()
+    name = getattr(e, "sqlite_errorname", "") or ""
+    if "BUSY" in name or "LOCKED" in name or "locked" in low or "busy" in low:
+        text = (f"bench database {str(path)!r} is locked by another process (waited "
+                f"{LOCK_TIMEOUT_S:g} s) while {doing}; try again when it finishes, or pass --db "
+                "OTHER.sqlite")
+    elif "NOTADB" in name or "CORRUPT" in name or "not a database" in low or "malformed" in low:
+        text = (f"bench database {str(path)!r} is corrupt or not a SQLite database ({msg}); it was "
+                "left untouched: move it aside or pass --db NEW.sqlite")
+    elif ("READONLY" in name or "CANTOPEN" in name or "PERM" in name or "readonly" in low
+          or "unable to open" in low or isinstance(e, PermissionError)):
+        text = (f"bench database {str(path)!r} cannot be {'written' if write else 'read'} "
+                f"({msg}); check the directory's permissions or pass --db WRITABLE.sqlite "
+                "(or set GPUPLAN_BENCH_DB)")
+    elif "FULL" in name or "disk is full" in low:
+        text = f"bench database {str(path)!r}: the disk is full ({msg}); nothing was saved"
+    else:
+        text = f"bench database {str(path)!r}: {msg} while {doing}"
+    return StoreError(text)
+
+
+def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
+    if write:
+        if path.is_dir():
+            raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
+        if path == default_db_path() and not path.parent.exists():
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise _explain(e, path, "creating its directory", write=True) from None
+        if not path.parent.is_dir():
+            raise StoreError(f"bench database {str(path)!r}: directory {str(path.parent)!r} does "
+                             "not exist; create it or pass --db PATH")
+        uri = f"{path.resolve().as_uri()}?mode=rwc"
+    else:
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as e:
+        raise _explain(e, path, "opening it", write=write) from None
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.Error as e:
+        conn.close()
+        raise _explain(e, path, "opening it", write=write) from None
+    return conn
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path, *, create: bool) -> bool:
+    """True when the schema is ours (creating it in the open transaction if ``create``)."""
+    app = conn.execute("PRAGMA application_id").fetchone()[0]
+    ver = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if app == 0 and ver == 0 and not tables:
+        if not create:
+            return False
+        for stmt in _SCHEMA.split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return True
+    if app != APPLICATION_ID:
+        raise StoreError(f"bench database {str(path)!r} is a SQLite file but not a gpuplan bench "
+                         "database; it was left untouched: pass --db NEW.sqlite")
+    if ver > SCHEMA_VERSION:
+        raise StoreError(f"bench database {str(path)!r} has schema version {ver}, written by a newer "
+                         f"gpuplan (this one reads version {SCHEMA_VERSION}); upgrade gpuplan or "
+                         "pass --db NEW.sqlite")
+    return True
+
+
+def _value(v: object) -> object:
+    return int(v) if isinstance(v, bool) else v
+
+
+def _from_row(cls: type, names: list[str], row: tuple) -> object:
+    kw = {}
+    for f in fields(cls):
+        v = row[names.index(f.name)]
+        kw[f.name] = bool(v) if f.type == "bool" and v is not None else v
+    return cls(**kw)
+
+
+def _machine_from_json(text: str) -> Machine:
+    d = json.loads(text)
+    d["gpus"] = tuple(GPUInfo(**g) for g in d.get("gpus", ()))
+    known = {f.name for f in fields(Machine)}
+    return Machine(**{k: v for k, v in d.items() if k in known})
+
+
+def check_db(db: str | os.PathLike | None = None) -> Path:
+    """Check, before a long measurement, that the run can be saved; return the database's path.
+
+    An existing file is opened and its schema checked (nothing is written); a missing one only
+    needs a writable directory (it is created on the first save), so a run that then fails leaves
+    no file behind.
+    """
+    path = _path(db)
+    if path.is_dir():
+        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
+    if not path.exists():
+        probe = path.parent
+        if path != default_db_path() and not probe.is_dir():
+            raise StoreError(f"bench database {str(path)!r}: directory {str(probe)!r} does "
+                             "not exist; create it or pass --db PATH")
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent  # the default directory is created on the first save
+        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+            raise StoreError(f"bench database {str(path)!r} cannot be written (directory "
+                             f"{str(probe)!r} is not writable); pass --db WRITABLE.sqlite (or set "
+                             "GPUPLAN_BENCH_DB)")
+        return path
+    conn = _connect(path, write=True)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        _check_schema(conn, path, create=False)  # refuses a foreign or newer database
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as e:
+        _rollback(conn)
+        raise _explain(e, path, "checking it", write=True) from None
+    except BaseException:
+        _rollback(conn)
+        raise
+    finally:
+        conn.close()
+    return path
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
+    """Store ``run`` in one transaction and return its id; on any failure nothing is written."""
+    path = _path(db)
+    conn = _connect(path, write=True)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        _check_schema(conn, path, create=True)
+        cur = conn.execute(
+            "INSERT INTO runs (created_utc, machine_key, machine_json, settings_json, notes_json, "
+            "warnings_json) VALUES (?, ?, ?, ?, ?, ?)",
+            (run.created_utc, run.machine.key, json.dumps(asdict(run.machine)),
+             json.dumps(dict(run.settings)), json.dumps(list(run.notes)),
+             json.dumps(list(run.warnings))),
+        )
+        run_id = int(cur.lastrowid)
+        for table, cls in _ROW_TABLES:
+            names = [f.name for f in fields(cls)]
+            sql = (f"INSERT INTO {table} (run_id, {', '.join(names)}) "
+                   f"VALUES (?, {', '.join('?' * len(names))})")
+            rows = [(run_id, *(_value(getattr(r, n)) for n in names)) for r in getattr(run, table)]
+            conn.executemany(sql, rows)
+        conn.execute("COMMIT")
+    except sqlite3.Error as e:
+        _rollback(conn)
+        raise _explain(e, path, "saving the run", write=True) from None
+    except BaseException:
+        _rollback(conn)
+        raise
+    finally:
+        conn.close()
+    return run_id
+
+
+def _read(db: str | os.PathLike | None, fn):
+    """Run ``fn(conn)`` on a read-only connection; None when the database does not exist yet."""
+    path = _path(db)
+    if not path.exists():
+        return None
+    if path.is_dir():
+        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
+    conn = _connect(path, write=False)
+    try:
+        if not _check_schema(conn, path, create=False):
+            return None
+        return fn(conn)
+    except sqlite3.Error as e:
+        raise _explain(e, path, "reading it") from None
+    finally:
+        conn.close()
+
+
+def _load(conn: sqlite3.Connection, run_id: int) -> BenchRun | None:
+    row = conn.execute(
+        "SELECT id, created_utc, machine_json, settings_json, notes_json, warnings_json "
+        "FROM runs WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        return None
+    parts = {}
+    for table, cls in _ROW_TABLES:
+        names = [f.name for f in fields(cls)]
+        rows = conn.execute(f"SELECT {', '.join(names)} FROM {table} WHERE run_id = ? "
+                            "ORDER BY rowid", (run_id,)).fetchall()
+        parts[table] = tuple(_from_row(cls, names, r) for r in rows)
+    return BenchRun(
+        run_id=row[0], created_utc=row[1], machine=_machine_from_json(row[2]),
+        settings=json.loads(row[3]), notes=tuple(json.loads(row[4])),
+        warnings=tuple(json.loads(row[5])), **parts,
+    )
+
+
+def load_run(run_id: int, db: str | os.PathLike | None = None) -> BenchRun:
+    """The stored run ``run_id``; a clear error when there is none."""
+    got = _read(db, lambda c: _load(c, run_id))
+    if got is None:
+        raise StoreError(f"no bench run {run_id} in {str(_path(db))!r}; `gpuplan bench --history` "
+                         "lists the stored runs")
+    return got
+
+
+def list_runs(db: str | os.PathLike | None = None, *, machine: str | None = None,
+              limit: int | None = None) -> tuple[BenchRun, ...]:
+    """Stored runs, newest first, optionally of one machine key only."""
+    def fn(conn):
+        sql = "SELECT id FROM runs"
+        args: list[object] = []
+        if machine is not None:
+            sql += " WHERE machine_key = ?"
+            args.append(machine)
+        sql += " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        return tuple(_load(conn, r[0]) for r in conn.execute(sql, args).fetchall())
+    return _read(db, fn) or ()
+
+
+def resolve_run(ref: str | int, db: str | os.PathLike | None = None) -> int:
+    """A run id from ``12``, ``latest`` or ``latest~N`` (N runs before the latest)."""
+    text = str(ref).strip().lower()
+    if text.isdigit():
+        return int(text)
+    back = 0
+    if text.startswith("latest~") and text[7:].isdigit():
+        back = int(text[7:])
+    elif text != "latest":
+        raise InputError(f"run {ref!r}: expected a run id (see `gpuplan bench --history`), "
+                         "'latest' or 'latest~N'")
+    ids = _read(db, lambda c: [r[0] for r in c.execute("SELECT id FROM runs ORDER BY id DESC")])
+    if not ids or back >= len(ids):
+        have = len(ids or [])
+        raise StoreError(f"run {ref!r}: the database {str(_path(db))!r} holds {have} run(s)")
+    return ids[back]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """What the speed model needs from this machine's latest run (all rates in base units)."""
+
+    run_id: int
+    created_utc: str
+    machine: Machine
+    device_names: Mapping[str, str]
+    """``cpu`` / ``cuda:N`` -> CPU model or GPU name (match GPUs with ``gpu_from_device_name``)."""
+    matmul_flops: Mapping[tuple[str, str], float]
+    """(device, dtype) -> achieved matmul FLOP/s at the largest size measured for that pair."""
+    matmul_size: Mapping[tuple[str, str], int]
+    """(device, dtype) -> the size those FLOP/s were measured at."""
+    matmul_peak_flops: Mapping[tuple[str, str], float]
+    """(device, dtype) -> the peak compared with (catalog dense or CPU estimate), where known."""
+    bandwidth: Mapping[tuple[str, str], float]
+    """(device, kind) -> bytes/s; kinds in ``BANDWIDTH_KINDS`` (copies count read + write)."""
+    overhead_s: Mapping[tuple[str, str], float]
+    """(device, kind) -> seconds per op (``kernel_launch`` on GPUs, ``op_dispatch`` on the CPU)."""
+
+    def flops(self, device: str, dtype: str) -> float | None:
+        return self.matmul_flops.get((device, dtype))
+
+    def fraction_of_peak(self, device: str, dtype: str) -> float | None:
+        """Achieved / peak (a fraction, not percent); None when the peak is unknown."""
+        got, peak = self.matmul_flops.get((device, dtype)), self.matmul_peak_flops.get((device, dtype))
+        return got / peak if got is not None and peak else None
+
+    def bandwidth_of(self, device: str, kind: str) -> float | None:
+        return self.bandwidth.get((device, kind))
+
+    def overhead_of(self, device: str, kind: str) -> float | None:
+        return self.overhead_s.get((device, kind))
+
+
+def summarize(run: BenchRun) -> Measured:
+    """Reduce a run to the figures the speed model uses."""
+    names = {"cpu": run.machine.cpu_model}
+    best: dict[tuple[str, str], MatmulResult] = {}
+    for m in run.matmul:
+        names[m.device] = m.device_name
+        k = (m.device, m.dtype)
+        if k not in best or m.size > best[k].size:
+            best[k] = m
+    return Measured(
+        run_id=int(run.run_id or 0), created_utc=run.created_utc, machine=run.machine,
+        device_names=MappingProxyType(names),
+        matmul_flops=MappingProxyType({k: m.achieved_flops for k, m in best.items()}),
+        matmul_size=MappingProxyType({k: m.size for k, m in best.items()}),
+        matmul_peak_flops=MappingProxyType({k: m.peak_flops for k, m in best.items() if m.peak_flops}),
+        bandwidth=MappingProxyType({(b.device, b.kind): b.bytes_per_s for b in run.bandwidth}),
+        overhead_s=MappingProxyType({(o.device, o.kind): o.median_s for o in run.overhead}),
+    )
+
+
+def latest_run(db: str | os.PathLike | None = None,
+               machine: str | Machine | None = None) -> Measured | None:
+    """This machine's (or ``machine``'s key's) most recent stored run, or None if it has none.
+
+    Torch-free and fast: "this machine" is matched by host name, CPU model and core counts.
+    Raises :class:`StoreError` when the database exists but cannot be read.
+    """
+    if machine is None:
+        key = machine_fingerprint(gpus="none").key
+    elif isinstance(machine, Machine):
+        key = machine.key
+    else:
+        key = machine
+    runs = list_runs(db, machine=key, limit=1)
+    return summarize(runs[0]) if runs else None
