@@ -37,6 +37,12 @@ FAKE_CPU = types.SimpleNamespace(
     peak_basis="2 cores x 3.125 GHz x 16 lanes x 2 (one FMA pipe) = 200 GFLOP/s (a test CPU)")
 
 
+@pytest.fixture(autouse=True)
+def no_stored_bench_run(tmp_path, monkeypatch):
+    """No bench database: the defaults apply on both sides of every comparison."""
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", str(tmp_path / "no-bench.sqlite"))
+
+
 @pytest.fixture
 def fake_cpu_model(monkeypatch):
     mod = types.ModuleType("gpuplan.hardware.cpu")
@@ -188,6 +194,39 @@ def test_forward_only_loop_of_a_decoder_is_compared_with_the_prefill(monkeypatch
     assert any("prefill" in n for n in e.notes)
 
 
+def test_measured_bench_numbers_replace_the_defaults(monkeypatch):
+    from gpuplan.measure.store import Measured
+
+    FakeCuda(monkeypatch, "NVIDIA H100 80GB HBM3")
+    # A stored bench run of this very GPU: 40 TFLOP/s fp32 matmul, 2.9 TB/s device copy, 4 us
+    # per launch (numbers made up for the test; what matters is that they are used).
+    run = Measured(run_id=7, created_utc="2025-01-01T00:00:00Z", machine=None,
+                   device_names={"cpu": "Test CPU", "cuda:0": "NVIDIA H100 80GB HBM3"},
+                   matmul_flops={("cuda:0", "fp32"): 40e12},
+                   matmul_size={("cuda:0", "fp32"): 8192},
+                   matmul_peak_flops={}, bandwidth={("cuda:0", "device_copy"): 2.9e12},
+                   overhead_s={("cuda:0", "kernel_launch"): 4e-6})
+    import gpuplan.compute
+
+    monkeypatch.setattr(gpuplan.compute, "load_measured", lambda db=None: run)
+    model = TokenModel()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    r = _train(model, opt, _token_batches(5), to_cuda=True, plan_model="llama-3.1-8b")
+    oracle = estimate_speed(load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"), mode="train",
+                            batch=4, seq=12, precision="fp32", optimizer="adamw", input_bytes=192,
+                            pinned=False, overlap_transfer=False, measured=run)
+    default = estimate_speed(load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"), mode="train",
+                             batch=4, seq=12, precision="fp32", optimizer="adamw", input_bytes=192,
+                             pinned=False, overlap_transfer=False, measured=None)
+    assert oracle.step_time_s != default.step_time_s
+    assert r.expected_step_time_s == pytest.approx(oracle.step_time_s, rel=1e-12)
+    eff = r.estimate.efficiency
+    assert {"matmul_fp32", "memory", "launch_s"} <= set(eff["measured"])
+    peak = get_gpu("H100-SXM-80GB").peak("fp32")
+    assert eff["matmul_by_dtype"]["fp32"] == pytest.approx(40e12 / peak)
+    assert "measured by gpuplan bench" in str(r)
+
+
 def test_unknown_gpu_name_gives_no_estimate_and_says_why(monkeypatch):
     FakeCuda(monkeypatch, "NVIDIA H200")  # not an exact device name in the catalog
     model = TokenModel()
@@ -294,6 +333,23 @@ def test_transformers_model_on_the_cpu_is_read_from_its_config(fake_cpu_model):
     assert d["estimate"]["efficiency"]["basis"]["matmul"].startswith(("default", "measured"))
     back = ProfileReport.from_dict(d)
     assert back.estimate == r.estimate and back.measured_over_expected == r.measured_over_expected
+
+
+def test_this_machines_cpu_model(monkeypatch):
+    from gpuplan.hardware.cpu import detect_cpu
+
+    cpu = detect_cpu()
+    model = TokenModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    r = _train(model, opt, _token_batches(4), plan_model="gpt2")
+    if cpu.peak_fp32_flops is None:  # a CPU whose peak cannot be estimated: said so
+        assert r.estimate is None and "peak" in r.estimate_unavailable
+        return
+    oracle = estimate_speed(load_model("gpt2"), get_gpu("L4"), mode="train", batch=4, seq=12,
+                            precision="fp32", optimizer="sgd", cpu=cpu, measured=None)
+    assert r.estimate.device == cpu.model_name
+    assert r.measured_over_expected == pytest.approx(r.step_time_s / oracle.cpu.cpu_step_s,
+                                                     rel=1e-12)
 
 
 def test_cpu_without_the_cpu_model_says_so(no_cpu_model):
