@@ -81,6 +81,15 @@ class Job:
     """Inference: tokens held in the KV cache per sequence (prompt + generated); None = seq."""
     fused_optimizer: bool = False
     """AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""
+    use_cache: bool = True
+    """transformers builds a KV cache during a training forward when the config's ``use_cache``
+    is on (the default for decoders) and checkpointing is off; False models ``use_cache=False``."""
+    lora_dropout: float = 0.0
+    """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
+    each adapted layer's input."""
+    prefill_logits: Literal["all", "last"] = "all"
+    """Inference prefill computes logits for every prompt position (transformers without
+    ``logits_to_keep``) or only the last (vLLM, ``logits_to_keep=1``)."""
 
     def __post_init__(self) -> None:
         _choice(self.mode, get_args(Mode), "mode")
@@ -111,6 +120,10 @@ class Job:
             raise InputError("LoRA targets given without a LoRA rank; add --lora-rank R")
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
             raise InputError(f"kv dtype {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+        _choice(self.prefill_logits, ("all", "last"), "prefill logits")
+        if isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float)) \
+                or not 0 <= self.lora_dropout < 1:
+            raise InputError(f"lora dropout {self.lora_dropout!r}: expected a number in [0, 1)")
         if self.offload_optimizer and self.optimizer == "sgd":
             raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
 
