@@ -271,7 +271,10 @@ def measure_step(model, batch: dict, *, optimizer: str = "adamw", autocast: bool
             with ctx, hooks:
                 loss = model(**batch).loss
             tracker.phase = "backward"
-            loss.backward()
+            # checkpoint recompute re-enters the forward's autocast state (torch.utils.checkpoint)
+            rctx = CudaAutocast() if (autocast and checkpointing) else contextlib.nullcontext()
+            with rctx:
+                loss.backward()
             del loss
         tracker.phase = "optimizer"
         if masters is not None:

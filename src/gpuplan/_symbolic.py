@@ -73,6 +73,8 @@ class Regime:
     """Bytes of a parameter element and of the residual stream (4 or 2)."""
     autocast: int = 0
     """torch.autocast's lower-precision bytes (2), or 0 when autocast is off."""
+    fp16: bool = False
+    """The 16-bit type is float16 (not bfloat16): CUDA fuses softmax(fp16 -> fp32)."""
 
     @property
     def compute(self) -> int:
@@ -127,6 +129,12 @@ class _Op:
     """Extra bytes the forward kernel allocates internally while it runs."""
     region: str = ""
     """Name of the recompute region the op belongs to (selective checkpointing)."""
+    live: tuple = ()
+    """Tensors referenced until the op returns without being its autograd inputs (the argument
+    of a function that converts it first)."""
+    promotes: bool = False
+    """An elementwise product whose backward computes an operand's gradient in the (wider)
+    output dtype before casting it down (type promotion)."""
 
 
 class Graph:
@@ -138,6 +146,7 @@ class Graph:
         self.storages: list[_Storage] = []
         self.weight_copies: dict[int, Tensor] = {}
         self.region = ""
+        self.kept: set[int] = set()
 
     # ---- tensor creation -------------------------------------------------------------------
 
@@ -162,6 +171,11 @@ class Graph:
     def view(self, x: Tensor, numel: Form | None = None) -> Tensor:
         return Tensor(x.numel if numel is None else numel, x.dt, x.grad, x.st, param=x.param,
                       name=x.name + "'", view_of=x)
+
+    def keep(self, x: Tensor) -> None:
+        """Keep ``x`` alive until the end of this block (a local variable of the layer's
+        forward, such as the attention weights it unpacks and ignores)."""
+        self.kept.add(id(x.st))
 
     def hold(self, x: Tensor) -> None:
         """Keep ``x`` alive until the end of the block's forward (a Python reference or a cache)."""
@@ -285,6 +299,7 @@ class Graph:
         y = self._new(out if out is not None else a.numel, self._promote(a, b), a.grad or b.grad,
                       "act", name)
         self._op(name, [a, b], [y], saved=saved)
+        self.ops[-1].promotes = True
         return y
 
     def unary_saves_input(self, x: Tensor, name: str, fp32: bool = False) -> Tensor:
@@ -314,8 +329,15 @@ class Graph:
         """softmax / log_softmax: saves the output. ``dt`` is an explicit dtype argument; under
         autocast a softmax without one runs in fp32 (CUDA's fp32_set_opt_dtype list)."""
         out_dt = dt if dt is not None else (4 if self.r.autocast else x.dt)
+        orig = x
+        if out_dt != x.dt and not (self.r.fp16 and not log):
+            # at::softmax converts the input first (input.toType(dtype)); only a CUDA float16
+            # input takes the fused half-to-float kernel
+            x = self._cast(x, out_dt)
         y = self._new(x.numel, out_dt, x.grad, "act", name)
         self._op(name, [x], [y], saved=[y])
+        if orig is not x:
+            self.ops[-1].live = (orig,)
         return y
 
     def layer_norm(self, x: Tensor, rows: Form, w: Tensor | None, name: str = "layer_norm") -> Tensor:
@@ -413,6 +435,9 @@ class LayerProfile:
     bwd_points: list = field(default_factory=list)
     """Backward candidates (act, temp, grads) relative to the state before the block's backward
     (its saved tensors and the incoming gradient counted in that state)."""
+    bwd_points_acc: list = field(default_factory=list)
+    """The same, for a micro-step whose parameter gradients already exist: each new parameter
+    gradient is a temporary summed into ``.grad`` (gradient accumulation, tied weights)."""
     grad_out: Form = ZERO
     """The gradient that flows out of the block to the previous one."""
     param_grads: Form = ZERO
@@ -428,7 +453,7 @@ def _root(t: Tensor) -> Tensor:
 
 
 def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region: str = "",
-             recompute: bool = False) -> LayerProfile:
+             recompute: bool = False, debug: list | None = None) -> LayerProfile:
     """Replay the block's forward and backward and return its profile.
 
     ``outputs`` are the block's results: alive at the end of its forward (the next block, or the
@@ -440,7 +465,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     """
     ops = g.ops
     prof = LayerProfile()
-    out_st = {id(t.st) for t in outputs if t.st is not None}
+    out_st = {id(t.st) for t in outputs if t.st is not None} | g.kept
 
     def kept(st: _Storage) -> bool:
         return any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)
@@ -461,7 +486,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     # ---- forward: allocate outputs, free what is neither saved, held nor used again ---------
     last_use: dict[int, int] = {}
     for i, op in enumerate(ops):
-        for t in op.inputs:
+        for t in (*op.inputs, *op.live):
             if t.st is not None:
                 last_use[id(t.st)] = i
     act = ZERO
@@ -486,7 +511,9 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             else:
                 tmp = tmp + st.nbytes
         fwd.append((act, tmp + op.fwd_temp))
-        for t in op.inputs + op.outputs:
+        if debug is not None:
+            debug.append(("F " + op.name, (act, tmp + op.fwd_temp, ZERO, ZERO)))
+        for t in (*op.inputs, *op.live, *op.outputs):
             st = t.st
             if st is None or id(st) not in alive or st.held or id(st) in out_st:
                 continue
@@ -511,11 +538,11 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     act = ZERO
     tmp = ZERO
     pgrad = ZERO
-    points: list[tuple[Form, Form, Form]] = []
+    points: list[tuple[Form, Form, Form, Form]] = []
     if recompute:
         # Full checkpointing: the caller holds only the block input; re-run the forward first.
         for a, t in fwd:
-            points.append((a - inputs_kept, t, ZERO))
+            points.append((a - inputs_kept, t, ZERO, ZERO))
         act = prof.saved - inputs_kept
         tmp = prof.autocast_copies
     recomputed = False
@@ -526,7 +553,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             if drop_region and op.region == drop_region and not recomputed:
                 recomputed = True
                 act = act + prof.region_saved
-                points.append((act, tmp, pgrad))
+                points.append((act, tmp, pgrad, ZERO))
             new = ZERO
             accum = ZERO
             new_param = ZERO
@@ -551,7 +578,18 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
                         new_keys[k] = t.nbytes
             for f in new_keys.values():
                 new = new + f
-            points.append((act, tmp + new + accum + op.bwd_temp, pgrad + new_param))
+            # type promotion (a 16-bit operand times an fp32 one): the operand's gradient is
+            # computed in the output dtype first, then cast down -- both exist for a moment
+            out_dt = max((t.dt for t in op.outputs if t.grad), default=0)
+            promo = ZERO
+            if op.promotes:
+                for t in op.inputs:
+                    if t.grad and not t.param and t.dt < out_dt:
+                        promo = promo + t.numel * out_dt
+            points.append((act, tmp + new + accum + promo + op.bwd_temp, pgrad + new_param,
+                           new_param))
+            if debug is not None:
+                debug.append((op.name, points[-1]))
             for k, f in new_keys.items():
                 grads[k] = f
             tmp = tmp + new
@@ -578,6 +616,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     for f in grads.values():
         prof.grad_out = prof.grad_out + f
     prof.param_grads = pgrad
-    points.append((act, tmp, pgrad))
-    prof.bwd_points = prune(points)
+    points.append((act, tmp, pgrad, ZERO))
+    prof.bwd_points = prune([(a, t, p) for a, t, p, _ in points])
+    prof.bwd_points_acc = prune([(a, t + n, ZERO) for a, t, _, n in points])
     return prof

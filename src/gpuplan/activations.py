@@ -56,8 +56,8 @@ def regime_for(precision: str) -> Regime:
     if precision == "fp32":
         return Regime(param=4)
     if precision in ("amp-bf16", "amp-fp16"):
-        return Regime(param=4, autocast=2)
-    return Regime(param=2)  # mixed-bf16, mixed-fp16, bf16
+        return Regime(param=4, autocast=2, fp16=precision == "amp-fp16")
+    return Regime(param=2, fp16=precision == "mixed-fp16")  # mixed-bf16, mixed-fp16, bf16
 
 
 def seq_for(model: Model, job: Job) -> int | None:
@@ -324,8 +324,10 @@ def _eager_core(c: _Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_
         probs = g.to(probs, q2.dt if not g.r.autocast else g.r.autocast)
     else:
         probs = g.softmax(scores, name="softmax")
-        probs = g.to(probs, v2.dt if not g.r.autocast else probs.dt)
+        if sp.family == "gpt2":
+            probs = g.to(probs, v2.dt)  # attn_weights.type(value.dtype)
     probs = g.dropout(probs, dropout, "attn_dropout")
+    g.keep(probs)  # returned as attn_weights; the layer unpacks it into a local (`x, _ = ...`)
     out = g.matmul(probs, v2, BS * (heads * d), "attn_out")
     g.region = ""
     return g.contiguous(out, "attn_out.t")
@@ -615,20 +617,22 @@ def _head_block(c: _Ctx, x: Tensor) -> Tensor:
                           name="classifier")
         return g.cross_entropy(g.to(logits, logits.dt), Form(b=1), sp.labels)
     if sp.family == "bert":
+        g.hold(x)  # the encoder's last_hidden_state, held by its output
         t = c.linear(x, h, h, "cls.transform.dense")
         t = _activation(c, t, "cls.transform.act")
         t = _layernorm(c, t, "cls.transform.LayerNorm")
         logits = g.linear(t, g.param(V * h, "decoder", trainable=not c.o.frozen), BS * V,
                           name="decoder")
+        g.hold(logits)
         return g.cross_entropy(logits, BS, V)
-    if sp.family == "gpt_neox":
-        x = _layernorm(c, x, "final_layer_norm")
-    elif sp.family == "opt":
+    if sp.family in ("gpt_neox", "opt"):
         x = _layernorm(c, x, "final_layer_norm")
     else:
         x = _norm(c, x, "norm")
+    g.hold(x)  # last_hidden_state: held by the base model's output until the forward returns
     logits = g.linear(x, g.param(V * h, "lm_head", trainable=not c.o.frozen), BS * V,
                       name="lm_head")
+    g.hold(logits)  # returned in the model output: alive until the forward returns
     if sp.softcap_final:
         logits = g.scale(g.unary_saves_output(g.scale(logits, "softcap.div"), "softcap.tanh"),
                          "softcap.mul")
@@ -798,13 +802,14 @@ def _ev(forms, b, s):
     return [f(b, s) for f in forms]
 
 
-def train_activations(model: Model, job: Job, *, grad_bytes: int, param_grad_bytes: int | None = None
-                      ) -> TrainActivations:
+def train_activations(model: Model, job: Job, *, grad_bytes: int,
+                      seq: int | None = None, batch: int | None = None) -> TrainActivations:
     """Activations, temporaries and gradients at the forward and backward peaks of one micro-step.
 
-    ``grad_bytes`` are the parameter-gradient bytes this GPU holds after backward (sharded by ZeRO-2
-    and up). With ``grad_accum`` > 1 the gradients of earlier micro-steps are alive through the
-    last micro-step's forward and backward.
+    ``grad_bytes`` are the parameter-gradient bytes this GPU holds once backward is done (sharded
+    by ZeRO-2 and up). Parameter gradients appear during backward in the order the layers'
+    backward produces them; with ``grad_accum`` > 1 the last micro-step starts with all of them
+    alive (earlier micro-steps made them) and each new gradient is summed into them.
     """
     arch = model.architecture
     if arch is None:
@@ -812,129 +817,105 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int, param_grad_byt
             known=False, summary="not included: architecture unknown",
             notes=("activations not included: only a parameter count is known; give a catalog "
                    "name or a config.json for batch/sequence-dependent memory",))
-    prof = step_profile(model, job)
-    b = job.batch
-    s = seq_for(model, job)
-    return _train_from_profile(prof, b, s, grad_bytes=grad_bytes, accumulating=job.grad_accum > 1,
-                               tied=arch.tie_word_embeddings, vocab_h=arch.vocab_size * arch.hidden_size,
-                               job=job)
+    s = seq if seq is not None else seq_for(model, job)
+    b = batch if batch is not None else job.batch
+    prof = step_profile(model, job, seq=s)
+    return _train_from_profile(prof, b, s, grad_bytes=grad_bytes,
+                               accumulating=job.grad_accum > 1, tied=arch.tie_word_embeddings,
+                               attention=job.attention)
 
 
 def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, accumulating: bool,
-                        tied: bool, vocab_h: int, job: Job) -> TrainActivations:
+                        tied: bool, attention: str) -> TrainActivations:
     ckpt = prof.checkpointing
     E, H = prof.embed, prof.head
-    runs = prof.layers
-    n_layers = sum(n for n, _ in runs)
-    inputs = prof.inputs(b, s) + prof.mask_saved(b, s)
+    inputs = prof.inputs(b, s)
     mask = prof.mask(b, s)
-    # per-layer quantities at (b, s)
     L = []
-    for n, p in runs:
+    for n, p in prof.layers:
         saved = p.saved(b, s)
         kept = prof.layer_input(b, s) if ckpt == "full" else saved
-        L.append(dict(n=n, p=p, saved=saved, kept=kept, copies=p.autocast_copies(b, s),
-                      held=p.held(b, s), pgrad=p.param_grads(b, s)))
-    saved_layers = sum(x["n"] * x["kept"] for x in L)
-    copies_layers = sum(x["n"] * x["copies"] for x in L)
-    held_layers = sum(x["n"] * x["held"] for x in L)
+        L.append((n, p, saved, kept, p.autocast_copies(b, s), p.held(b, s), p.param_grads(b, s)))
+    saved_layers = sum(n * kept for n, _, _, kept, _, _, _ in L)
+    copies_layers = sum(n * c for n, _, _, _, c, _, _ in L)
     e_saved, h_saved = E.saved(b, s), H.saved(b, s)
     e_copies, h_copies = E.autocast_copies(b, s), H.autocast_copies(b, s)
+    e_pg, h_pg = E.param_grads(b, s), H.param_grads(b, s)
+    total_pg = e_pg + h_pg + sum(n * pg for n, *_, pg in L)
+    scale = grad_bytes / total_pg if total_pg else 0.0
     grads_before = grad_bytes if accumulating else 0
 
-    # ---- forward: the last layer's forward, and the head (logits, loss)
-    fwd_best = (-1, 0, 0, "")
-    base_act = inputs + e_saved
-    base_tmp = mask + e_copies
-    cum_act, cum_tmp = base_act, base_tmp
-    for x in L:
-        p = x["p"]
-        # the peak inside the last layer of the run
-        act_before = cum_act + (x["n"] - 1) * x["kept"]
-        tmp_before = cum_tmp + (x["n"] - 1) * (x["copies"] + x["held"])
+    # ---- forward: inside the last layer, then the head (logits, loss) ----------------------
+    best_f = (-1, 0, 0, "")
+    act = inputs + e_saved
+    tmp = mask + e_copies
+    for n, p, saved, kept, copies, held, _ in L:
+        a0 = act + (n - 1) * kept
+        t0 = tmp + (n - 1) * (copies + held)
         for fa, ft in p.fwd_points:
             a, t = fa(b, s), ft(b, s)
             if ckpt == "full":
                 a, t = 0, a + t  # nothing but the input is kept; the rest is transient
-            tot = act_before + a + tmp_before + t
-            if tot > fwd_best[0]:
-                fwd_best = (tot, act_before + a, tmp_before + t, "forward, last layer")
-        cum_act += x["n"] * x["kept"]
-        cum_tmp += x["n"] * (x["copies"] + x["held"])
+            if a0 + a + t0 + t > best_f[0]:
+                best_f = (a0 + a + t0 + t, a0 + a, t0 + t, "forward")
+        act += n * kept
+        tmp += n * (copies + held)
     for fa, ft in H.fwd_points:
-        a, t = cum_act + fa(b, s), cum_tmp + h_copies + ft(b, s)
-        if a + t > fwd_best[0]:
-            fwd_best = (a + t, a, t, "forward, logits and loss")
-    fwd_total, fwd_act, fwd_tmp, fwd_where = fwd_best
+        a, t = act + fa(b, s), tmp + h_copies + ft(b, s)
+        if a + t > best_f[0]:
+            best_f = (a + t, a, t, "forward, logits and loss")
+    _, fwd_act, fwd_tmp, fwd_where = best_f
 
-    # ---- backward: the head (loss gradient: the logits spike), the layers, the embeddings
-    # The KV cache and the mask die with the forward; autocast copies persist (saved) unless the
-    # layers were checkpointed (then the recompute makes them again, one layer at a time).
-    act = inputs + e_saved + saved_layers + h_saved
-    tmp = e_copies + h_copies + (0 if ckpt == "full" else copies_layers)
-    g_extra = 0  # parameter gradients made so far in this backward
-    best = (-1, 0, 0, 0, "")
+    # ---- backward: the loss (the logits spike), the layers in reverse, the embeddings -------
+    # The KV cache and the masks die with the forward. Autocast's weight copies are saved by the
+    # graph (freed layer by layer) -- unless the layers were checkpointed, then the recompute
+    # makes them again one layer at a time.
+    best = [-1, 0, 0, 0, ""]
 
     def consider(a, t, gr, where):
-        nonlocal best
-        tot = a + t + gr
-        if tot > best[0]:
-            best = (tot, a, t, gr, where)
+        if a + t + gr > best[0]:
+            best[:] = [a + t + gr, a, t, gr, where]
 
-    for ba, bt, bg in H.bwd_points:
-        consider(act + ba(b, s), tmp + bt(b, s), grads_before + bg(b, s) if not accumulating
-                 else grads_before + _transient_grad(bg(b, s)), "start of backward (logits gradient)")
+    def walk(points_plain, points_acc, a0, t0, pg0, where, accumulate_into=False):
+        if accumulating or accumulate_into:
+            for ba, bt, _ in points_acc:
+                consider(a0 + ba(b, s), t0 + bt(b, s),
+                         grads_before + (0 if accumulating else round(pg0 * scale)), where)
+        else:
+            for ba, bt, bg in points_plain:
+                consider(a0 + ba(b, s), t0 + bt(b, s), round((pg0 + bg(b, s)) * scale), where)
+
+    act = inputs + e_saved + saved_layers + h_saved
+    tmp = e_copies + h_copies + (0 if ckpt == "full" else copies_layers)
+    pg = 0
+    walk(H.bwd_points, H.bwd_points_acc, act, tmp, pg, "start of backward (logits gradient)")
     act -= h_saved
     tmp -= h_copies
-    head_pg = H.param_grads(b, s)
-    g_extra += head_pg
-    grad_flow = prof.layer_input(b, s)  # the hidden-state gradient handed to the last layer
-    for x in reversed(L):
-        p, n = x["p"], x["n"]
-        per_layer_g = x["pgrad"]
-        # state before the first (last-in-order) layer of this run and before its first one
-        for k in (0, n - 1):
-            a0 = act - k * x["kept"]
-            t0 = tmp - (0 if ckpt == "full" else k * x["copies"]) + grad_flow
-            g0 = g_extra + k * per_layer_g
-            for ba, bt, bg in p.bwd_points:
-                gr = bg(b, s)
-                if accumulating:
-                    consider(a0 + ba(b, s), t0 + bt(b, s) + gr, grads_before,
-                             "backward through the layers")
-                else:
-                    consider(a0 + ba(b, s), t0 + bt(b, s), g0 + gr, "backward through the layers")
-        act -= n * x["kept"]
+    pg += h_pg
+    flow = prof.layer_input(b, s)  # the hidden-state gradient passed down the layers
+    for n, p, saved, kept, copies, held, lpg in reversed(L):
+        for k in sorted({0, n - 1}):
+            walk(p.bwd_points, p.bwd_points_acc, act - k * kept,
+                 tmp + flow - (0 if ckpt == "full" else k * copies), pg + k * lpg,
+                 "backward through the layers")
+        act -= n * kept
         if ckpt != "full":
-            tmp -= n * x["copies"]
-        g_extra += n * per_layer_g
-    for ba, bt, bg in E.bwd_points:
-        gr = bg(b, s)
-        if tied or accumulating:
-            consider(act + ba(b, s), tmp + grad_flow + bt(b, s) + gr, grads_before + g_extra,
-                     "end of backward (embedding gradient)")
-        else:
-            consider(act + ba(b, s), tmp + grad_flow + bt(b, s),
-                     grads_before + g_extra + gr, "end of backward (embedding gradient)")
-    bwd_total, bwd_act, bwd_tmp, bwd_grads, bwd_where = best
-    if not accumulating:
-        bwd_grads = min(bwd_grads, grad_bytes) if grad_bytes else bwd_grads
+            tmp -= n * copies
+        pg += n * lpg
+    walk(E.bwd_points, E.bwd_points_acc, act, tmp + flow, pg,
+         "end of backward (embedding gradient)", accumulate_into=tied)
+    _, bwd_act, bwd_tmp, bwd_grads, bwd_where = best
 
-    saved_all = inputs + e_saved + sum(x["n"] * x["saved"] for x in L) + h_saved
-    per_layer = tuple(x["saved"] for x in L)
+    saved_all = inputs + e_saved + sum(n * saved for n, _, saved, *_ in L) + h_saved
+    kept_all = inputs + e_saved + saved_layers + h_saved
     summary = (f"{_fmt_gb(saved_all)} saved for backward at batch {b} x seq {s}"
-               + (f", {ckpt} checkpointing keeps {_fmt_gb(inputs + e_saved + saved_layers + h_saved)}"
-                  if ckpt != "none" else "")
-               + f"; {job.attention} attention")
+               + (f"; {ckpt} checkpointing keeps {_fmt_gb(kept_all)}" if ckpt != "none" else "")
+               + f"; {attention} attention")
     return TrainActivations(
         known=True, forward_peak=fwd_act, forward_temporaries=fwd_tmp, forward_detail=fwd_where,
         backward_peak=bwd_act, backward_temporaries=bwd_tmp, backward_grads=bwd_grads,
         backward_detail=bwd_where, summary=summary, saved_bytes=saved_all,
-        per_layer_bytes=per_layer, notes=prof.notes)
-
-
-def _transient_grad(x: int) -> int:
-    return x
+        per_layer_bytes=tuple(saved for _, _, saved, *_ in L), notes=prof.notes)
 
 
 def _fmt_gb(n: int) -> str:

@@ -278,12 +278,14 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
         gathered = _gathered_unit_bytes(model, recipe, base_bytes > 0, job)
 
     weights = weights_trainable + base_bytes
+    _act.check_seq(model, job)
     act = _act.train_activations(model, job, grad_bytes=grads)
     notes.extend(act.notes)
+    step_tmp, step_detail = _act.optimizer_step_temporaries(
+        job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
 
-    phases = _train_phases(job, recipe, opt, weights=weights, grads=grads, master=master,
-                           opt_bytes=opt_bytes, gathered=gathered, act=act, trainable=trainable,
-                           model=model)
+    phases = _train_phases(job, weights=weights, grads=grads, master=master, opt_bytes=opt_bytes,
+                           gathered=gathered, act=act, step_tmp=step_tmp, step_detail=step_detail)
     peak_phase = max(phases, key=lambda p: phases[p].total)
     at_peak = phases[peak_phase]
     overhead = runtime_overhead(
@@ -378,25 +380,26 @@ class _Phase:
                 + self.temporaries + self.gathered)
 
 
-def _train_phases(job: Job, recipe: TrainingRecipe, opt, *, weights: int, grads: int, master: int,
-                  opt_bytes: int, gathered: int, act: "_act.TrainActivations", trainable: int,
-                  model: Model) -> dict[str, _Phase]:
-    """Memory at the phases of a step. Gradients are freed by zero_grad(set_to_none=True) after
-    the step, so forward runs without them; they appear during backward as activations are freed;
-    the optimizer step adds its temporaries."""
+def _train_phases(job: Job, *, weights: int, grads: int, master: int, opt_bytes: int,
+                  gathered: int, act: "_act.TrainActivations", step_tmp: int,
+                  step_detail: str) -> dict[str, _Phase]:
+    """Memory at the peak of each phase of a step (DESIGN.md, "What a training step really
+    holds"). zero_grad(set_to_none=True) frees the gradients after the step, so the first
+    micro-step's forward runs without them; with gradient accumulation the last micro-step's
+    forward and backward run with all of them alive. The optimizer step holds the gradients, the
+    states and the step's temporaries; the activations are gone by then."""
     base = dict(weights=weights, master=master, optimizer=opt_bytes, gathered=gathered)
-    phases = {
-        "forward": _Phase(gradients=0, activations=act.forward_peak,
+    accum = grads if job.grad_accum > 1 else 0
+    return {
+        "forward": _Phase(gradients=accum, activations=act.forward_peak,
                           temporaries=act.forward_temporaries, detail=act.forward_detail, **base),
-        "backward": _Phase(gradients=act.backward_grads,
-                           activations=act.backward_peak, temporaries=act.backward_temporaries,
-                           detail=act.backward_detail, **base),
-        "optimizer": _Phase(gradients=grads, activations=0,
-                            temporaries=_act.optimizer_step_temporaries(job, recipe, opt, trainable,
-                                                                        model),
-                            detail="optimizer-step temporaries", **base),
+        "backward": _Phase(gradients=act.backward_grads if act.known else grads,
+                           activations=act.backward_peak,
+                           temporaries=act.backward_temporaries, detail=act.backward_detail,
+                           **base),
+        "optimizer": _Phase(gradients=grads, activations=0, temporaries=step_tmp,
+                            detail=step_detail or "optimizer step", **base),
     }
-    return phases
 
 
 # --------------------------------------------------------------------------------------------------
@@ -415,7 +418,8 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
         notes.append(f"layer shapes unknown: every parameter assumed stored as {fmt.name} "
                      f"({fmt.bits:g} bits)")
     kv_dtype = job.kv_dtype or ("fp32" if fmt.compute_dtype == "fp32" else "bf16")
-    kv = _act.kv_cache_bytes(model, job, KV_DTYPES[kv_dtype])
+    _act.check_seq(model, job)
+    kv = _act.kv_cache_bytes(model, job, kv_dtype=kv_dtype)
     act = _act.infer_activations(model, job, fmt)
     notes.extend(act.notes)
     if tensor_parallel > 1:
