@@ -27,4 +27,15 @@ __all__ = [
     "Job", "Model", "Architecture", "load_model", "from_param_count", "GPU", "get_gpu", "all_gpus",
     # the accounting
     "plan", "Plan", "GpuVerdict", "train_memory", "infer_memory", "TrainMemory", "InferMemory",
+    # measuring (need torch, imported on first use)
+    "profile",
 ]
+
+
+def __getattr__(name: str):
+    # gpuplan.profile(...) needs torch only when a profile is entered: import it on first use.
+    if name == "profile":
+        from .measure.profile import profile
+
+        return profile
+    raise AttributeError(f"module 'gpuplan' has no attribute {name!r}")

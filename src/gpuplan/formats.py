@@ -276,7 +276,7 @@ def _groupwise(bits: int, group: int, scale_bits: int, zero_bits: int,
     def f(t: ParamTensor, arch: Architecture | None) -> int:
         if not _in_blocks(t):
             return t.total * 2
-        out, inp = math.prod(t.shape[:-1]), t.shape[-1]
+        out, inp = t.out_features, t.in_features
         groups = -(-inp // group)
         nbits = out * inp * bits + out * groups * (scale_bits + zero_bits) + inp * per_in_bits
         return -(-nbits // 8) * t.count
@@ -287,7 +287,7 @@ def _groupwise(bits: int, group: int, scale_bits: int, zero_bits: int,
 def _bnb_int8(t: ParamTensor, arch: Architecture | None) -> int:
     # LLM.int8(): int8 weight + one fp32 scale per output row (SCB); lm_head kept in 16-bit.
     if t.linear and t.component != "head" and t.component != "embeddings":
-        out = math.prod(t.shape[:-1])
+        out = t.out_features
         return (t.numel + 4 * out) * t.count
     return t.total * 2
 
@@ -316,7 +316,7 @@ def _fp8(t: ParamTensor, arch: Architecture | None) -> int:
     return t.total * 2
 
 
-_GGUF_DOWN = ("down_proj", "w2", "dense_4h_to_h", "fc2", "c_proj_mlp")
+_GGUF_DOWN = ("down_proj", "w2", "dense_4h_to_h", "fc2")
 _GGUF_FUSED_QKV = ("qkv_proj", "query_key_value", "c_attn")
 
 
@@ -337,7 +337,7 @@ def _gguf_mix_type(t: ParamTensor, arch: Architecture, i: int, default: str) -> 
         is_70b = (arch.family in ("llama", "mistral") and arch.num_layers == 80
                   and arch.num_kv_heads < arch.num_heads)
         return "Q5_K" if is_70b else default
-    if t.module in _GGUF_DOWN:
+    if t.module in _GGUF_DOWN or (t.module == "c_proj" and t.component == "mlp"):
         return "Q6_K" if more else default
     if t.module in _GGUF_FUSED_QKV:
         return "Q5_K"

@@ -200,7 +200,7 @@ def lora_tensors(model: Model, rank: int, targets: tuple[str, ...] | None) -> tu
         chosen = [t for t in linears if t.module in targets]
     out: list[ParamTensor] = []
     for t in chosen:
-        o, i = t.shape
+        o, i = t.out_features, t.in_features
         base = t.name.rsplit(".weight", 1)[0]
         out.append(ParamTensor(f"{base}.lora_A.weight", (rank, i), t.count, t.component,
                                "lora_A", True))
@@ -352,9 +352,19 @@ def _gathered_unit_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: 
         # Unknown layout: assume 1/32 of the model per unit (a 32-layer model), stated.
         unit = math.ceil(model.params.total / 32)
     else:
-        per_layer = sum(t.total for t in model.tensors if t.count % arch.num_layers == 0
-                        and t.component not in ("embeddings", "head"))
-        unit = max(per_layer // arch.num_layers,
+        # One transformer layer is the wrapped unit (the largest layer where layers differ,
+        # e.g. dense and MoE layers interleaved); embeddings and head are units of their own.
+        layers: dict[int, int] = {}
+        shared = 0
+        for t in model.tensors:
+            if t.component in ("embeddings", "head") or (t.layer is None and t.count % arch.num_layers):
+                continue
+            if t.layer is not None:
+                layers[t.layer] = layers.get(t.layer, 0) + t.total
+            else:
+                shared += t.total // arch.num_layers
+        per_layer = max((shared + v for v in layers.values()), default=shared)
+        unit = max(per_layer,
                    max((t.total for t in model.tensors if t.component in ("embeddings", "head")),
                        default=0))
     elem = recipe.weight_bytes

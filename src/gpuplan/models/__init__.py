@@ -2,38 +2,37 @@
 user's config.json or model directory, safetensors headers, or a bare parameter count.
 
 Every route ends in a :class:`Model`: exact parameter tensors split by component, and the
-:class:`Architecture` when one is known.
+:class:`Architecture` when one is known. Importing this package imports neither torch nor numpy;
+reading *.safetensors headers imports the ``safetensors`` library (and numpy) when it happens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from ._catalog import (CatalogEntry, catalog_config, catalog_entry, catalog_keys,
+                       catalog_names)
+from ._counts import count_params
+from ._families import HF_CLASSES, SUPPORTED_FAMILIES, build_architecture
+from ._load import from_param_count, load_model
+from ._safetensors import read_header
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = [
-    "COMPONENTS", "Architecture", "Model", "ParamCounts", "ParamTensor",
-    "load_model", "from_param_count", "catalog_names", "catalog_config", "architecture_from_config",
+    "COMPONENTS", "Architecture", "Model", "ParamCounts", "ParamTensor", "CatalogEntry",
+    "SUPPORTED_FAMILIES", "HF_CLASSES",
+    "load_model", "from_param_count", "catalog_names", "catalog_config", "catalog_entry",
+    "catalog_keys", "architecture_from_config", "count_params", "read_header",
 ]
 
 
-def load_model(spec: str) -> Model:  # pragma: no cover - implemented by the models work
-    """A catalog name (``llama-3.1-8b``), a config.json path, or a model directory
-    (config.json and optionally *.safetensors) -> :class:`Model`."""
-    raise NotImplementedError
+def architecture_from_config(config: Mapping[str, object], *, name: str,
+                             source: str = "") -> Architecture:
+    """Normalize a config.json dict into an :class:`Architecture` with its exact tensor list.
 
-
-def from_param_count(n: int, *, name: str | None = None) -> Model:  # pragma: no cover
-    """A model known only by its parameter count (``--params 7B``)."""
-    raise NotImplementedError
-
-
-def catalog_names() -> tuple[str, ...]:  # pragma: no cover
-    raise NotImplementedError
-
-
-def catalog_config(name: str) -> dict:  # pragma: no cover
-    """The raw config.json dict of a catalog model (for transformers / the trace)."""
-    raise NotImplementedError
-
-
-def architecture_from_config(config: dict, *, name: str, source: str = "") -> Architecture:  # pragma: no cover
-    raise NotImplementedError
+    Raises :class:`~gpuplan.errors.ModelFileError` naming ``source`` (or ``name``) and the key
+    for a missing or malformed value, and for a ``model_type`` outside
+    :data:`SUPPORTED_FAMILIES`.
+    """
+    arch, _notes = build_architecture(config, name=name, source=source, where=source or name)
+    return arch

@@ -41,6 +41,9 @@ class ParamTensor:
     """Stored dtype when read from a checkpoint (safetensors names: ``BF16``, ``F32`` ...)."""
     layer: int | None = None
     """The layer index when tensors of the same name differ by layer (GGUF mixes); else None."""
+    transposed: bool = False
+    """Stored as (in_features, out_features) -- GPT-2's ``Conv1D`` -- rather than nn.Linear's
+    (out_features, in_features)."""
 
     @property
     def numel(self) -> int:
@@ -54,12 +57,18 @@ class ParamTensor:
 
     @property
     def in_features(self) -> int:
-        """For a linear weight, the input dimension (nn.Linear stores (out, in))."""
-        return self.shape[-1]
+        """For a linear weight, the input dimension (nn.Linear stores (out, in); Conv1D (in, out))."""
+        return self.shape[0] if self.transposed else self.shape[-1]
 
     @property
     def out_features(self) -> int:
-        return self.shape[0]
+        """For a linear weight, the output dimension."""
+        return self.shape[-1] if self.transposed else self.shape[0]
+
+    @property
+    def per_layer(self) -> bool:
+        """True when the name holds a ``{i}`` layer placeholder."""
+        return "{i}" in self.name
 
 
 @dataclass(frozen=True)
@@ -112,13 +121,21 @@ class Architecture:
     attention_bias: bool = False
     mlp_bias: bool = False
     num_experts: int = 0
+    """Routed experts per MoE layer (0 for a dense model)."""
     experts_per_token: int = 0
+    """Routed experts each token is sent to (top-k)."""
     moe_intermediate_size: int = 0
+    """MLP width of one routed expert."""
     shared_expert_intermediate_size: int = 0
+    """MLP width of the always-active shared expert (Qwen-MoE); 0 when there is none."""
+    moe_layers: tuple[int, ...] = ()
+    """Indices of the layers whose MLP is a mixture of experts (every layer for Mixtral); the
+    other layers have a dense MLP of ``intermediate_size``. Empty for dense models."""
     sliding_window: int | None = None
+    """Tokens a sliding-window attention layer looks back over; None when no layer slides."""
     sliding_window_layers: tuple[int, ...] = ()
-    """Indices of layers that use ``sliding_window`` (empty = none, or all when the config says
-    every layer slides)."""
+    """Indices of the layers that use ``sliding_window`` (every index for Mistral-7B v0.1, the even
+    ones for Gemma-2); empty exactly when ``sliding_window`` is None."""
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     torch_dtype: str | None = None
@@ -136,6 +153,13 @@ class Architecture:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def num_patches(self) -> int:
+        """Image patches per image (vision models); 0 otherwise."""
+        if not self.patch_size:
+            return 0
+        return (self.image_size // self.patch_size) ** 2
 
     @property
     def kv_elements_per_token(self) -> int:

@@ -82,9 +82,9 @@ def _verdict_table(p: Plan, units: ByteUnits):
 
 
 def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None) -> None:
-    from rich.console import Console
+    from ._console import console_for
 
-    console = Console(file=file, highlight=False)
+    console = console_for(file, width=160)
     m = p.model
     src = {"catalog": "catalog", "config": "config.json", "safetensors": "safetensors headers",
            "count": "parameter count"}[m.source]

@@ -1,0 +1,152 @@
+"""``gpuplan profile script.py [args...]``: why is this training loop slow?
+
+Runs the unmodified script with the profiler installed, measures ``--steps`` steps after
+``--warmup``, then prints the verdict (data-loading, transfer, host-overhead or compute bound),
+the evidence and the advice. Under ``torchrun`` every rank measures and rank 0 prints one report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+
+from ..errors import InputError
+from ..measure._profile_analysis import NoStepsError
+from ..measure.profile import DEFAULT_STEPS, DEFAULT_WARMUP
+from ..units import parse_positive_int
+
+__all__ = ["register", "run"]
+
+_EPILOG = """\
+gpuplan's options go before the script; everything after the script is the script's own.
+Under torchrun:  torchrun --nproc_per_node N -m gpuplan profile train.py ...
+Exit status: the script's own (0 when gpuplan stopped it after --steps); 1 when no step was
+measured; 2 for bad gpuplan arguments.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "profile",
+        help="run a training script and say what bounds it: data loading, transfer, host or compute",
+        description="Run an unmodified training script under the profiler and report where each step's "
+                    "time goes (data wait, host-device transfer, forward, backward, optimizer, other), "
+                    "the verdict and what to change.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--steps", default=str(DEFAULT_STEPS), metavar="N",
+                   help=f"steps to measure after the warm-up (default {DEFAULT_STEPS})")
+    p.add_argument("--warmup", default=str(DEFAULT_WARMUP), metavar="K",
+                   help=f"steps left out at the start (default {DEFAULT_WARMUP})")
+    p.add_argument("--then", choices=("stop", "continue"), default="stop",
+                   help="after the measured steps: stop the script (default) or let it finish at full "
+                        "speed with the profiler removed")
+    p.add_argument("--json", action="store_true",
+                   help="print the report as JSON on stdout (the script's own stdout goes to stderr)")
+    p.add_argument("--plot", metavar="FILE.png", help="write a per-step stacked time chart")
+    p.add_argument("--tokens-per-sample", metavar="N",
+                   help="tokens per sample, for tokens/s when the batch does not show them")
+    p.add_argument("--expected-step-time", metavar="SECONDS",
+                   help="an estimated step time to compare the measurement with")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="timing: CUDA events once CUDA is in use (auto), or force one")
+    p.add_argument("--gather-timeout", default="300", metavar="SECONDS",
+                   help="under torchrun: how long rank 0 waits for the other ranks (default 300)")
+    p.add_argument("script", help="the training script (a .py file)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    p.set_defaults(func=run)
+
+
+def _seconds(text: str, what: str) -> float:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not math.isfinite(v) or v <= 0:
+        raise InputError(f"{what} {text!r}: expected a number of seconds > 0, e.g. 0.25")
+    return v
+
+
+def _warmup(text: str) -> int:
+    try:
+        v = int(text)
+        ok = str(v) == str(text).strip().lstrip("+") and v >= 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(f"--warmup {text!r}: expected a whole number >= 0")
+    return v
+
+
+def run(args: argparse.Namespace) -> int:
+    # Validate everything before the script runs: bad arguments are one line and exit 2.
+    steps = parse_positive_int(args.steps, what="--steps", maximum=1_000_000)
+    warmup = _warmup(args.warmup)
+    tps = None if args.tokens_per_sample is None else parse_positive_int(
+        args.tokens_per_sample, what="--tokens-per-sample")
+    expected = None if args.expected_step_time is None else _seconds(
+        args.expected_step_time, "--expected-step-time")
+    gather_timeout = _seconds(args.gather_timeout, "--gather-timeout")
+    from ..measure._profile_script import check_script
+
+    check_script(args.script)
+    from ..measure._profile_dist import dist_env
+
+    env = dist_env()
+    is_reporter = env is None or env.rank == 0
+    if args.plot and is_reporter:
+        from .._io import check_writable
+
+        check_writable(args.plot, what="--plot")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            from ..errors import MissingDependencyError
+
+            raise MissingDependencyError("matplotlib", "plot", "--plot") from None
+
+    from ..measure._profile_dist import gather_reports
+    from ..measure._profile_script import run_script
+    from ..report.profile import plot_profile, render_json, render_text
+
+    redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with redirect:
+        outcome, _ = run_script(
+            args.script, list(args.script_args), steps=steps, warmup=warmup, then=args.then,
+            tokens_per_sample=tps, expected_step_time_s=expected,
+            device=None if args.device == "auto" else args.device,
+        )
+    sys.stdout.flush()  # the script's own output first
+    if outcome.traceback_text:
+        sys.stderr.write(outcome.traceback_text)
+        sys.stderr.flush()
+    report = outcome.report
+    if env is not None:
+        try:
+            report = gather_reports(outcome.report, failure=outcome.no_steps, timeout_s=gather_timeout, env=env)
+        except NoStepsError as e:
+            print(f"gpuplan profile: no rank measured a step: {e}", file=sys.stderr)
+            return outcome.exit_code or 1
+        if not is_reporter:
+            return outcome.exit_code
+    if report is None:
+        how = {"error": "the script raised before", "interrupted": "the script was interrupted before",
+               "stopped": "the script was stopped before"}.get(outcome.status, "the script ended before")
+        print(f"gpuplan profile: no step measured: {how} completing a training step after the "
+              f"warm-up ({outcome.no_steps})", file=sys.stderr)
+        return outcome.exit_code or 1
+    if args.json:
+        print(render_json(report))
+    else:
+        if outcome.status in ("error", "interrupted"):
+            print("\n--- gpuplan: partial report of the steps completed before the script stopped ---",
+                  file=sys.stderr, flush=True)
+        print(render_text(report))
+    if args.plot:
+        plot_profile(report, args.plot)
+        if not args.json:
+            print(f"chart written to {args.plot}")
+    return outcome.exit_code

@@ -1,0 +1,124 @@
+"""The shipped catalog: one JSON file per model in ``models/catalog/``.
+
+Each file is the published config.json's numbers (facts, unchanged) plus a ``_gpuplan`` block:
+``name`` (the catalog key), ``aliases``, ``source`` (the URL of the config.json on the Hugging
+Face Hub), ``hf_class`` (the class whose parameters are counted) and optional ``notes``.
+Lookups are case-insensitive over names and aliases.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from ..errors import ModelFileError
+from ._counts import count_params
+from ._families import HF_CLASSES, build_architecture
+from ._types import Architecture, Model
+
+__all__ = ["CatalogEntry", "catalog_names", "catalog_entry", "catalog_config",
+           "catalog_architecture", "catalog_model", "resolve_catalog_name", "catalog_keys"]
+
+_META = "_gpuplan"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatalogEntry:
+    """A catalog model's identity and provenance."""
+
+    name: str
+    """The catalog key (``llama-3.1-8b``)."""
+    aliases: tuple[str, ...]
+    """Other accepted names, including the Hub repository id."""
+    source: str
+    """URL of the config.json the numbers come from."""
+    hf_class: str
+    """The transformers class whose parameters are counted."""
+    family: str
+    """config.json ``model_type``."""
+    notes: str = ""
+    """Which version, and anything that differs from the file at ``source``."""
+
+
+@cache
+def _load() -> tuple[dict[str, tuple[CatalogEntry, dict]], dict[str, str]]:
+    entries: dict[str, tuple[CatalogEntry, dict]] = {}
+    index: dict[str, str] = {}
+    folder = resources.files("gpuplan.models") / "catalog"
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not item.name.endswith(".json"):
+            continue
+        where = f"gpuplan catalog file {item.name}"
+        try:
+            raw = json.loads(item.read_text(encoding="utf-8"))
+            meta = raw.pop(_META)
+            entry = CatalogEntry(name=meta["name"], aliases=tuple(meta.get("aliases", ())),
+                                 source=meta["source"], hf_class=meta["hf_class"],
+                                 family=raw["model_type"], notes=meta.get("notes", ""))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # a packaging bug
+            raise ModelFileError(where, f"malformed catalog entry ({e!r})") from None
+        if HF_CLASSES.get(entry.family) != entry.hf_class:
+            raise ModelFileError(where, f"hf_class {entry.hf_class} does not match the "
+                                        f"{entry.family} family")
+        for key in (entry.name, *entry.aliases):
+            low = key.lower()
+            if low in index:
+                raise ModelFileError(where, f"name {key!r} is already used by {index[low]}")
+            index[low] = entry.name
+        entries[entry.name] = (entry, raw)
+    return entries, index
+
+
+def catalog_names() -> tuple[str, ...]:
+    """Every catalog model's name, sorted."""
+    return tuple(sorted(_load()[0]))
+
+
+def catalog_keys() -> tuple[str, ...]:
+    """Names and aliases (what "did you mean" chooses from)."""
+    entries = _load()[0]
+    return tuple(k for e, _ in entries.values() for k in (e.name, *e.aliases))
+
+
+def resolve_catalog_name(spec: str) -> str | None:
+    """The catalog name ``spec`` refers to (case-insensitive, aliases included), or None."""
+    return _load()[1].get(spec.strip().lower())
+
+
+def _get(name: str) -> tuple[CatalogEntry, dict]:
+    key = resolve_catalog_name(name)
+    if key is None:
+        from ..errors import UnknownNameError  # noqa: PLC0415
+        raise UnknownNameError("model", name, catalog_keys(),
+                               hint="`gpuplan models` lists the catalog")
+    return _load()[0][key]
+
+
+def catalog_entry(name: str) -> CatalogEntry:
+    return _get(name)[0]
+
+
+def catalog_config(name: str) -> dict:
+    """A fresh copy of the catalog model's config.json dict (without the ``_gpuplan`` block), for
+    transformers (``AutoConfig.for_model(**cfg)``) or the trace."""
+    return copy.deepcopy(_get(name)[1])
+
+
+@cache
+def catalog_architecture(name: str) -> Architecture:
+    entry, raw = _get(name)
+    arch, _notes = build_architecture(raw, name=entry.name, source=entry.source,
+                                      where=f"catalog model {entry.name}")
+    return arch
+
+
+@cache
+def catalog_model(name: str) -> Model:
+    entry = catalog_entry(name)
+    arch = catalog_architecture(entry.name)
+    notes = (entry.notes,) if entry.notes else ()
+    return Model(name=entry.name, params=count_params(arch.tensors, arch), tensors=arch.tensors,
+                 architecture=arch, source="catalog", notes=notes)

@@ -1,0 +1,281 @@
+"""``load_model``: a catalog name, a config.json, a model directory, or *.safetensors files."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from types import MappingProxyType
+
+from ..errors import InputError, ModelFileError, UnknownNameError, closest
+from ..units import format_count, parse_count
+from ._catalog import catalog_keys, catalog_model, resolve_catalog_name
+from ._config import read_json_file
+from ._counts import count_params
+from ._families import build_architecture
+from ._safetensors import HeaderTensor, read_checkpoint_dir, read_header
+from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
+
+__all__ = ["load_model", "from_param_count", "model_from_config", "model_from_checkpoint"]
+
+#: First name components that are the base-model prefix (``model.layers...``); checkpoints saved
+#: from the base model, or by older code, omit them.
+_BASE_PREFIXES = frozenset({"model", "transformer", "gpt_neox", "bert", "vit"})
+
+#: Non-parameter buffers some checkpoints carry (GPT-2's causal mask, rotary tables, position
+#: ids); they are skipped, not counted.
+_BUFFER_RE = re.compile(r"(?:^|\.)(?:attn\.bias|attn\.masked_bias|inv_freq|position_ids|"
+                        r"rotary_emb\.[^.]+|attention\.bias|attention\.masked_bias)$")
+
+
+def _normalize(name: str) -> tuple[str, int | None, int | None]:
+    """Checkpoint name -> (key, layer, expert): the base prefix dropped, the first numeric
+    component replaced by ``{i}`` and the second by ``{e}``, LayerNorm gamma/beta renamed."""
+    parts = name.split(".")
+    if len(parts) > 1 and parts[0] in _BASE_PREFIXES:
+        parts = parts[1:]
+    found: list[int] = []
+    for k, p in enumerate(parts):
+        if p.isdigit() and len(found) < 2:
+            found.append(int(p))
+            parts[k] = "{i}" if len(found) == 1 else "{e}"
+    if parts[-1] == "gamma":
+        parts[-1] = "weight"
+    elif parts[-1] == "beta":
+        parts[-1] = "bias"
+    return (".".join(parts), found[0] if found else None,
+            found[1] if len(found) > 1 else None)
+
+
+def _generic_pattern(name: str) -> str:
+    """Header name with its first two numeric components replaced by ``{i}`` and ``{e}``."""
+    parts = name.split(".")
+    n = 0
+    for k, p in enumerate(parts):
+        if p.isdigit() and n < 2:
+            parts[k] = "{i}" if n == 0 else "{e}"
+            n += 1
+    return ".".join(parts)
+
+
+def _guess_component(name: str) -> str:
+    low = name.lower()
+    last = low.rsplit(".", 1)[0]
+    if ".experts." in low:
+        return "experts"
+    if "norm" in low or ".ln_" in low or low.startswith("ln_") or ".ln." in low:
+        return "norms"
+    if re.search(r"(^|\.)(gate|router)\.weight$", low) or "shared_expert_gate" in low:
+        return "router"
+    if any(s in low for s in ("embed_tokens", "wte.", "wpe.", "word_embeddings", "embed_in",
+                              "position_embeddings", "token_type_embeddings", "embeddings.")):
+        return "embeddings"
+    if any(s in last for s in ("lm_head", "embed_out", "classifier", "cls.predictions")) or \
+            low in ("output.weight",):
+        return "head"
+    if any(s in low for s in ("attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj")):
+        return "attention"
+    if any(s in low for s in ("mlp", "ffn", "feed_forward", "fc1", "fc2", "dense_h_to_4h",
+                              "dense_4h_to_h", "intermediate", "gate_proj", "up_proj",
+                              "down_proj")):
+        return "mlp"
+    return "other"
+
+
+def _module_of(name: str) -> str:
+    parts = name.split(".")
+    return parts[-2] if len(parts) >= 2 else parts[0]
+
+
+def _tensors_from_headers(headers: list[HeaderTensor], arch: Architecture | None
+                          ) -> tuple[tuple[ParamTensor, ...], list[str], str | None]:
+    """Group header tensors into ParamTensors (exact shapes and dtypes from the files), using the
+    architecture's names, components and modules where they match. Returns (tensors, notes,
+    dominant dtype)."""
+    notes: list[str] = []
+    by_key: dict[str, ParamTensor] = {}
+    by_layer: dict[tuple[str, int], ParamTensor] = {}
+    if arch is not None:
+        for t in arch.tensors:
+            key, i, _e = _normalize(t.name)
+            if t.layer is not None:
+                by_layer[(key, t.layer)] = t
+            else:
+                by_key[key] = t
+
+    groups: Counter[tuple] = Counter()
+    meta: dict[tuple, tuple[str, str, bool, bool, int | None]] = {}
+    matched: Counter[tuple[str, int | None]] = Counter()
+    buffers: list[str] = []
+    unmatched: list[str] = []
+    mismatched: list[str] = []
+    elements_by_dtype: Counter[str] = Counter()
+    for h in headers:
+        key, i, _e = _normalize(h.name)
+        t = by_layer.get((key, i)) if i is not None else None
+        t = t or by_key.get(key)
+        if t is None and _BUFFER_RE.search(h.name):
+            buffers.append(h.name)
+            continue
+        elements_by_dtype[h.dtype] += h.numel
+        if t is not None:
+            matched[(t.name, t.layer)] += 1
+            if h.shape != t.shape and len(mismatched) < 3:
+                mismatched.append(f"{h.name} is {list(h.shape)}, config.json implies "
+                                  f"{list(t.shape)}")
+            k = (t.name, h.shape, h.dtype, t.layer)
+            meta[k] = (t.component, t.module, t.linear and len(h.shape) == len(t.shape),
+                       t.transposed, t.layer)
+        else:
+            if arch is not None:
+                unmatched.append(h.name)
+            pat = _generic_pattern(h.name)
+            comp = _guess_component(h.name)
+            k = (pat, h.shape, h.dtype, None)
+            linear = (len(h.shape) == 2 and h.name.endswith(".weight")
+                      and comp in ("attention", "mlp", "experts", "head", "router"))
+            meta[k] = (comp, _module_of(h.name), linear, False, None)
+        groups[k] += 1
+
+    order = {t.name: n for n, t in enumerate(arch.tensors)} if arch is not None else {}
+    tensors = []
+    for k, count in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
+                                                            kv[0][0], kv[0][3] or 0)):
+        name, shape, dtype, layer = k
+        comp, module, linear, transposed, layer = meta[k]
+        tensors.append(ParamTensor(name=name, shape=shape, count=count, component=comp,  # type: ignore[arg-type]
+                                   module=module, linear=linear, dtype=dtype, layer=layer,
+                                   transposed=transposed))
+
+    if buffers:
+        notes.append(f"skipped {len(buffers)} non-parameter buffers in the checkpoint "
+                     f"(e.g. {buffers[0]})")
+    if arch is not None:
+        if unmatched:
+            notes.append(f"{len(unmatched)} checkpoint tensors are not parameters of "
+                         f"{arch.hf_class} per config.json (e.g. {unmatched[0]}); counted from "
+                         f"the headers")
+        missing = [(t.name, t.count - matched[(t.name, t.layer)]) for t in arch.tensors
+                   if matched[(t.name, t.layer)] < t.count]
+        if missing:
+            n = sum(m for _, m in missing)
+            notes.append(f"{n} tensors config.json implies are not in the checkpoint "
+                         f"(e.g. {missing[0][0]})")
+        if mismatched:
+            notes.append("shapes differ from config.json: " + "; ".join(mismatched))
+    dominant = elements_by_dtype.most_common(1)[0][0] if elements_by_dtype else None
+    return tuple(tensors), notes, dominant
+
+
+def _arch_from_file(path: Path, name: str) -> tuple[Architecture, tuple[str, ...]]:
+    config = read_json_file(path)
+    arch, notes = build_architecture(config, name=name, source=str(path), where=str(path))
+    extra: list[str] = []
+    q = config.get("quantization_config")
+    if isinstance(q, dict):
+        extra.append(f"config.json has a quantization_config (quant_method "
+                     f"{q.get('quant_method')!r}): a checkpoint's header counts are its packed "
+                     f"storage, not parameters")
+    return arch, notes + tuple(extra)
+
+
+def _dir_name(p: Path) -> str:
+    return p.resolve().name or str(p)
+
+
+def model_from_config(path: str | os.PathLike, *, name: str | None = None) -> Model:
+    """A :class:`Model` from a config.json file alone (tensors implied by the architecture)."""
+    p = Path(path)
+    name = name or (_dir_name(p.parent) if p.name == "config.json" else p.stem)
+    arch, notes = _arch_from_file(p, name)
+    return Model(name=name, params=count_params(arch.tensors, arch), tensors=arch.tensors,
+                 architecture=arch, source="config", notes=notes)
+
+
+def model_from_checkpoint(headers: list[HeaderTensor], *, name: str,
+                          arch: Architecture | None, notes: list[str]) -> Model:
+    tensors, more, dominant = _tensors_from_headers(headers, arch)
+    notes = list(notes) + more
+    if arch is None:
+        notes.append("no config.json: the architecture (layers, heads, context) is unknown, so "
+                     "activations and the KV cache cannot be estimated")
+    return Model(name=name, params=count_params(tensors, arch), tensors=tensors,
+                 architecture=arch, source="safetensors", checkpoint_dtype=dominant,
+                 notes=tuple(notes))
+
+
+def _from_dir(d: Path) -> Model:
+    name = _dir_name(d)
+    cfg = d / "config.json"
+    arch = None
+    notes: list[str] = []
+    if cfg.is_file():
+        arch, arch_notes = _arch_from_file(cfg, name)
+        notes.extend(arch_notes)
+    headers, st_notes = read_checkpoint_dir(d)
+    notes.extend(st_notes)
+    if not headers:
+        if arch is None:
+            raise ModelFileError(d, "holds neither a config.json nor *.safetensors files")
+        others = [p.name for p in sorted(d.glob("*.bin"))[:1] + sorted(d.glob("*.pt"))[:1]]
+        if others:
+            notes.append(f"{others[0]} is not read (pickle files are never opened); counts come "
+                         f"from config.json")
+        return Model(name=name, params=count_params(arch.tensors, arch), tensors=arch.tensors,
+                     architecture=arch, source="config", notes=tuple(notes))
+    return model_from_checkpoint(headers, name=name, arch=arch, notes=notes)
+
+
+def _looks_like_path(s: str) -> bool:
+    return (os.sep in s or "/" in s or "\\" in s or s.startswith((".", "~"))
+            or s.endswith((".json", ".safetensors")))
+
+
+def load_model(spec: str | os.PathLike) -> Model:
+    """A catalog name (``llama-3.1-8b``, any case, aliases such as ``gpt2-small`` or the Hub id),
+    a config.json path, a model directory (config.json and/or *.safetensors, sharded or not), or
+    one .safetensors file -> :class:`Model`."""
+    if not isinstance(spec, (str, os.PathLike)):
+        raise InputError(f"model {spec!r}: expected a catalog name or a path")
+    s = os.fspath(spec)
+    if isinstance(s, bytes):
+        s = os.fsdecode(s)
+    if not s.strip():
+        raise InputError("model '': expected a catalog name (see `gpuplan models`) or a path to "
+                         "a config.json or model directory")
+    key = resolve_catalog_name(s) if isinstance(spec, str) else None
+    if key is not None:
+        return catalog_model(key)
+    p = Path(s).expanduser()
+    if p.is_dir():
+        return _from_dir(p)
+    if p.is_file():
+        if p.suffix == ".safetensors":
+            return model_from_checkpoint(list(read_header(p).tensors), name=p.stem, arch=None,
+                                         notes=[])
+        return model_from_config(p)
+    if p.exists():
+        raise ModelFileError(p, "is not a regular file or directory")
+    if _looks_like_path(s):
+        guess = closest(Path(s).name, catalog_keys())
+        hint = f"; did you mean the catalog model {guess[0]!r}?" if guess else ""
+        raise ModelFileError(p, "no such file or directory (gpuplan reads local files and never "
+                                "downloads)" + hint)
+    raise UnknownNameError("model", s, catalog_keys(),
+                           hint="see `gpuplan models`, or give a path to a config.json or a "
+                                "model directory")
+
+
+def from_param_count(n: int | str, *, name: str | None = None) -> Model:
+    """A model known only by its parameter count (``--params 7B``): no split by component (all
+    of it is ``other``), no architecture."""
+    total = parse_count(n)
+    by = dict.fromkeys(COMPONENTS, 0)
+    by["other"] = total
+    params = ParamCounts(total=total, by_component=MappingProxyType(by), active=total,
+                         embedding=0)
+    return Model(name=name or f"{format_count(total)}-parameter model", params=params,
+                 source="count",
+                 notes=("only the parameter count is known: no split by component, and no "
+                        "architecture for activations or the KV cache",))
