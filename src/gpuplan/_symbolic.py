@@ -467,14 +467,34 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     prof = LayerProfile()
     out_st = {id(t.st) for t in outputs if t.st is not None} | g.kept
 
+    # Selective recompute keeps the region's inputs (Q, K, V for the attention core) so that the
+    # region can be re-run; what the region saves itself is dropped.
+    region_inputs: set[int] = set()
+    if drop_region:
+        producer: dict[int, int] = {}
+        for i, op in enumerate(ops):
+            for t in op.outputs:
+                if t.st is not None:
+                    producer.setdefault(id(t.st), i)
+        for op in ops:
+            if op.region == drop_region:
+                for t in op.inputs:
+                    if t.st is None or t.param:
+                        continue
+                    p = producer.get(id(t.st))
+                    if (p is None or ops[p].region != drop_region) and t.st.cat in ("act", "input"):
+                        region_inputs.add(id(t.st))
+
     def kept(st: _Storage) -> bool:
+        if id(st) in region_inputs:
+            return True
         return any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)
 
     inputs_kept = ZERO
     for st in g.storages:
         if st.cat == "autocast":
             prof.autocast_copies = prof.autocast_copies + st.nbytes
-        elif st.cat in ("act", "input") and st.saved_by and kept(st):
+        elif st.cat in ("act", "input") and (st.saved_by or id(st) in region_inputs) and kept(st):
             prof.saved = prof.saved + st.nbytes
             if st.cat == "input":
                 inputs_kept = inputs_kept + st.nbytes
@@ -495,7 +515,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     for st in g.storages:
         if st.cat == "input":
             alive.add(id(st))
-            if st.saved_by and kept(st):
+            if (st.saved_by or id(st) in region_inputs) and kept(st):
                 act = act + st.nbytes
             else:
                 tmp = tmp + st.nbytes
@@ -506,7 +526,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             if st is None or id(st) in alive:
                 continue
             alive.add(id(st))
-            if st.cat == "act" and st.saved_by and kept(st):
+            if st.cat == "act" and (st.saved_by or id(st) in region_inputs) and kept(st):
                 act = act + st.nbytes
             else:
                 tmp = tmp + st.nbytes
@@ -517,7 +537,8 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             st = t.st
             if st is None or id(st) not in alive or st.held or id(st) in out_st:
                 continue
-            if st.cat == "autocast" or (st.saved_by and kept(st)) or st.cat == "const":
+            if st.cat == "autocast" or ((st.saved_by or id(st) in region_inputs) and kept(st)) \
+                    or st.cat == "const":
                 continue
             if last_use.get(id(st), -1) <= i:
                 alive.discard(id(st))
@@ -535,6 +556,8 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     for st in g.storages:
         if st.saved_by and (st.cat == "autocast" or kept(st) or recompute):
             pending[id(st)] = len(st.saved_by)
+        elif id(st) in region_inputs:
+            pending[id(st)] = 0
     act = ZERO
     tmp = ZERO
     pgrad = ZERO

@@ -304,7 +304,6 @@ def _eager_core(c: _Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_
     g, sp = c.g, c.sp
     heads, d = sp.heads, sp.d
     groups = heads // max(sp.kv, 1)
-    g.region = "attn_core"
     q2 = q if q_contig else g.contiguous(q, "q.bmm")
     if groups > 1:
         k2 = g.expand_copy(k, BS * (heads * d), "k.repeat_kv")
@@ -312,6 +311,9 @@ def _eager_core(c: _Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_
     else:
         k2 = k if kv_contig else g.contiguous(k, "k.bmm")
         v2 = v if kv_contig else g.contiguous(v, "v.bmm")
+    # the recompute region of selective checkpointing (Korthikanti et al. sec. 4.2): from the
+    # batched-matmul-ready Q, K, V to the attention output; its s^2 tensors are not kept
+    g.region = "attn_core"
     scores = g.matmul(q2, k2, BSS * heads, "scores")
     scores = g.scale(scores, "scores.scaled")
     if sp.softcap_attn:
@@ -666,12 +668,13 @@ class StepProfile:
 
 
 def _sliding_mask(arch: Architecture, sp: _Spec, attention: str, s: int) -> bool:
-    return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral")
+    return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral", "phi3")
                 and arch.sliding_window and s > arch.sliding_window)
 
 
 def _opts(job: Job, sp: _Spec, lora_targets: frozenset, sdpa_mask: bool = False) -> _Opts:
-    cache = job.use_cache and job.checkpointing == "none" and sp.kind == "decoder"
+    # transformers turns the cache off when gradient checkpointing is enabled (full checkpointing)
+    cache = job.use_cache and job.checkpointing != "full" and sp.kind == "decoder"
     frozen = job.lora_rank is not None
     return _Opts(attention=job.attention, cache=cache, lora=lora_targets,
                  lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
