@@ -453,7 +453,8 @@ def _root(t: Tensor) -> Tensor:
 
 
 def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region: str = "",
-             recompute: bool = False, debug: list | None = None) -> LayerProfile:
+             recompute: bool = False, inference: bool = False,
+             debug: list | None = None) -> LayerProfile:
     """Replay the block's forward and backward and return its profile.
 
     ``outputs`` are the block's results: alive at the end of its forward (the next block, or the
@@ -486,6 +487,8 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
                         region_inputs.add(id(t.st))
 
     def kept(st: _Storage) -> bool:
+        if inference:
+            return False  # torch.inference_mode(): nothing is saved for a backward
         if id(st) in region_inputs:
             return True
         return any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)
@@ -544,6 +547,8 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
                 alive.discard(id(st))
                 tmp = tmp - st.nbytes
     prof.fwd_points = prune([(a, t) for a, t in fwd])
+    if inference:
+        return prof
 
     # ---- backward ---------------------------------------------------------------------------
     # Relative to the state before it: the block's kept saved tensors, its autocast copies and

@@ -971,109 +971,171 @@ def optimizer_step_temporaries(job: Job, recipe, opt, trainable: int, model: Mod
 
 
 def kv_cache_per_token(arch: Architecture, elem_bytes: float, *, context: int) -> float:
-    """KV-cache bytes per sequence for ``context`` tokens: 2 * layers * kv_heads * head_dim *
-    bytes per token, with sliding-window layers capped at their window."""
+    """KV-cache bytes of one sequence holding ``context`` tokens: 2 (K and V) * kv_heads *
+    head_dim * bytes per token and layer, each sliding-window layer capped at its window
+    (Mistral-7B v0.1: every layer, 4096; Gemma-2: every other layer)."""
     per_layer_tok = 2 * arch.num_kv_heads * arch.head_dim * elem_bytes
-    sliding = set(arch.sliding_window_layers or ())
-    if arch.sliding_window and not sliding:
-        sliding = set(range(arch.num_layers))
-    total = 0.0
-    for i in range(arch.num_layers):
-        tokens = min(context, arch.sliding_window) if (arch.sliding_window and i in sliding) else context
-        total += per_layer_tok * tokens
-    return total
+    window = arch.sliding_window
+    sliding = len(arch.sliding_window_layers or ()) if window else 0
+    full = arch.num_layers - sliding
+    capped = min(context, window) if window else context
+    return per_layer_tok * (full * context + sliding * capped)
 
 
-#: KV formats: bytes per element and the per-block scales the common implementations keep.
-#: fp8 (vLLM ``kv_cache_dtype="fp8"``): e4m3 elements with one fp32 scale per layer for K and V
-#: (``k_scale``, ``v_scale``: 8 bytes per layer, negligible). int8 (a per-token, per-head scheme
-#: such as KIVI / LMDeploy's int8 KV): an fp16 scale and zero point per head per token: 4 bytes
-#: per head_dim elements.
-def _kv_elem_bytes(kv_dtype: str, head_dim: int) -> float:
+#: KV-cache element formats: bytes per element including the scales common implementations keep.
+#: fp8 (vLLM ``kv_cache_dtype="fp8"``, e4m3): one fp32 scale per layer for K and one for V --
+#: 8 bytes a layer, counted. int8 (per-token, per-head asymmetric quantization, as LMDeploy's and
+#: KIVI-style int8 caches keep it): an fp16 scale and an fp16 zero point per head and token, i.e.
+#: 4 bytes per ``head_dim`` elements.
+def kv_elem_bytes(kv_dtype: str, head_dim: int) -> float:
     base = KV_DTYPES[kv_dtype]
     if kv_dtype == "int8":
         return base + 4 / head_dim
-    return base
+    return float(base)
 
 
 def kv_cache_bytes(model: Model, job: Job, elem_bytes: int | None = None, *,
-                   kv_dtype: str | None = None) -> int:
-    """KV-cache bytes for the job's batch and context (prompt + generated tokens)."""
+                   kv_dtype: str | None = None, context: int | None = None) -> int:
+    """KV-cache bytes of the job: ``batch`` sequences of ``context`` tokens (prompt + generated;
+    default ``job.context`` or the sequence length)."""
     arch = model.architecture
     if arch is None or arch.kind != "decoder":
         return 0
-    ctx = job.context or seq_for(model, job)
-    if kv_dtype is not None:
-        eb = _kv_elem_bytes(kv_dtype, arch.head_dim)
-    else:
-        eb = elem_bytes
-    return math.ceil(kv_cache_per_token(arch, eb, context=ctx) * job.batch)
+    ctx = context if context is not None else (job.context or seq_for(model, job))
+    eb = kv_elem_bytes(kv_dtype, arch.head_dim) if kv_dtype is not None else float(elem_bytes)
+    total = kv_cache_per_token(arch, eb, context=ctx) * job.batch
+    if kv_dtype == "fp8":
+        total += 8 * arch.num_layers
+    return math.ceil(total)
 
 
 @dataclass(frozen=True, kw_only=True)
 class InferActivations:
     peak: int = 0
-    """Working-set bytes at the inference peak (beyond weights and KV cache)."""
+    """Working-set bytes at the inference peak (beyond weights and the KV cache)."""
     peak_phase: str = "decode"
     prefill_bytes: int = 0
+    """Working set of the prefill (the prompt through the model at once)."""
     decode_bytes: int = 0
+    """Working set of one decode step (one new token per sequence)."""
     summary: str = ""
     kv_summary: str = ""
     notes: tuple[str, ...] = ()
 
 
+def _infer_regime(fmt) -> Regime:
+    return Regime(param=4 if fmt.compute_dtype == "fp32" else 2,
+                  fp16=fmt.compute_dtype == "fp16")
+
+
+@lru_cache(maxsize=256)
+def _prefill_profile(sp: _Spec, regime: Regime, attention: str, dequant: bool, sdpa_mask: bool,
+                     logits_all: bool) -> tuple[LayerProfile, LayerProfile, LayerProfile]:
+    """Layer, embeddings and head replayed under torch.inference_mode(): nothing is saved, every
+    tensor dies after its last use; what remains is each op's working set."""
+    o = _Opts(attention=attention, cache=False, lora=frozenset(), lora_rank=0, lora_dropout=0.0,
+              quantized=dequant, frozen=True, sdpa_mask=sdpa_mask)
+    g = Graph(regime)
+    c = _Ctx(g, sp, o)
+    x = g.input(BS * sp.h, regime.param, grad=False, name="hidden")
+    mask = g.constant(Form(bss=1), regime.param, "mask") if attention == "eager" else None
+    y = _layer(c, x, mask, sp.moe_layers[0] if sp.moe_layers else 0)
+    layer = simulate(g, [y], param_grad_dt=0, inference=True)
+    g = Graph(regime)
+    c = _Ctx(g, sp, o)
+    e = simulate(g, [_embed_block(c, g.constant(BS, 8, "input_ids"))], param_grad_dt=0,
+                 inference=True)
+    g = Graph(regime)
+    c = _Ctx(g, sp, o)
+    hx = g.input(BS * sp.h, regime.param, grad=False, name="hidden")
+    head = simulate(g, [_infer_head(c, hx, logits_all)], param_grad_dt=0, inference=True)
+    return layer, e, head
+
+
+def _infer_head(c: _Ctx, x: Tensor, logits_all: bool) -> Tensor:
+    """Final norm and the output head; generate() keeps the last position's logits in fp32."""
+    g, sp = c.g, c.sp
+    h, V = sp.h, sp.vocab
+    if sp.kind == "vision":
+        x = _layernorm(c, x, "layernorm")
+        pooled = g.index(x, Form(b=h), None, name="pooled")
+        return g.linear(pooled, c.w(h * sp.labels, "classifier"), Form(b=sp.labels),
+                        name="classifier")
+    if sp.family == "bert":
+        t = _layernorm(c, _activation(c, c.linear(x, h, h, "cls.transform.dense"), "act"), "ln")
+        return g.linear(t, c.w(V * h, "decoder"), BS * V, name="decoder")
+    x = _layernorm(c, x, "final_layer_norm") if sp.family in ("gpt_neox", "opt") else _norm(c, x, "norm")
+    if logits_all:
+        logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
+    else:
+        last = g.index(x, Form(b=h), None, name="last_position")
+        logits = g.linear(last, c.w(V * h, "lm_head"), Form(b=V), name="lm_head")
+    return g.to(logits, 4)  # next_token_logits.to(float32) in generate()
+
+
 def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
-    """The working set of serving: prefill runs the prompt through the model at once (its largest
-    transient is a layer's MLP intermediate or the attention, plus the logits), decode one token
-    per sequence. Logits: transformers computes them for every prompt position in prefill unless
-    ``logits_to_keep`` is set; vLLM only for the last -- ``job.prefill_logits`` chooses ("all" by
-    default, as transformers' ``generate`` does without ``logits_to_keep``)."""
+    """The working set of serving, beyond the weights and the KV cache.
+
+    Prefill runs the prompt (``seq`` tokens x ``batch`` sequences) through the model at once: its
+    largest transient is a layer's (the MLP intermediates, or eager attention's b*heads*s*s
+    scores) or the head's logits. Decode runs one token per sequence against the cache. Weight
+    formats that dequantize to 16-bit for each matmul (bitsandbytes nf4) hold one dequantized
+    linear at a time; fused int8/fp8/GPTQ/AWQ kernels do not materialize the weight.
+    """
     arch = model.architecture
     if arch is None:
         return InferActivations(summary="not included: architecture unknown",
-                                notes=("inference activations not included: architecture unknown",))
-    sp = _spec(arch)
+                                notes=("inference activations not included: only a parameter "
+                                       "count is known",))
+    sp = _spec_cached(arch)
     b = job.batch
     prompt = seq_for(model, job)
-    dt = 4 if fmt.compute_dtype == "fp32" else 2
-    logits_pos = prompt if (job.prefill_logits == "all" or sp.kind != "decoder") else 1
-    pre = _forward_working_set(sp, b, prompt, dt, job.attention, logits_pos)
+    regime = _infer_regime(fmt)
+    dequant = fmt.name in ("nf4", "nf4-dq")
+    layer, emb, head = _prefill_profile(
+        sp, regime, job.attention, dequant, _sliding_mask(arch, sp, job.attention, prompt),
+        job.prefill_logits == "all" or sp.kind != "decoder")
+    resid = b * prompt * sp.h * regime.param
+    pre = max([a(b, prompt) + t(b, prompt) for a, t in layer.fwd_points]
+              + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
+              + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])
+    if job.attention == "eager" and sp.kind == "decoder":
+        pre += b * prompt * prompt * regime.param  # the (b, 1, s, s) mask, built once
+    dec = 0
     if sp.kind == "decoder":
-        dec = _forward_working_set(sp, b, 1, dt, job.attention, 1, kv_len=job.context or prompt)
-    else:
-        dec = 0
+        ctx = job.context or prompt
+        dec = _decode_working_set(sp, arch, b, ctx, regime.param, job.attention, dequant)
     peak, phase = (pre, "prefill") if pre >= dec else (dec, "decode")
     summary = (f"prefill of {b} x {prompt} tokens {_fmt_gb(pre)}"
                + (f", decode {_fmt_gb(dec)}" if sp.kind == "decoder" else ""))
+    notes = []
+    if sp.kind == "decoder" and job.prefill_logits == "all":
+        notes.append("prefill computes logits for every prompt position (a plain forward); "
+                     "generate() and vLLM keep only the last")
+    del resid
     return InferActivations(peak=peak, peak_phase=phase, prefill_bytes=pre, decode_bytes=dec,
-                            summary=summary)
+                            summary=summary, notes=tuple(notes))
 
 
-def _forward_working_set(sp: _Spec, b: int, s: int, dt: int, attention: str, logits_pos: int,
-                         kv_len: int | None = None) -> int:
-    """Largest transient of an inference forward (under inference_mode nothing is saved): the
-    residual stream, a layer's biggest intermediate set, and at the end the logits (in the
-    compute dtype, plus transformers' fp32 upcast in generate's logits processing)."""
+def _decode_working_set(sp: _Spec, arch: Architecture, b: int, ctx: int, dt: int, attention: str,
+                        dequant: bool) -> int:
+    """One new token per sequence: the residual stream and a layer's intermediates for b tokens,
+    the attention over ``ctx`` cached positions (eager: b*heads*ctx scores in fp32 and 16-bit;
+    flash-decoding: O(b*heads) partials), transformers' DynamicCache update (torch.cat makes a
+    new K/V tensor for the layer while the old one is alive: one layer's cache, duplicated), and
+    the next-token logits (16-bit and fp32)."""
     h = sp.h
-    tokens = b * s
-    kv_len = kv_len if kv_len is not None else s
-    resid = tokens * h * dt * 2
-    if sp.experts:
-        inter = sp.moe_inter * sp.top_k
-        mlp = tokens * (h * sp.top_k + 3 * inter) * dt + tokens * sp.experts * 4
-        if sp.shared_inter:
-            mlp += tokens * 3 * sp.shared_inter * dt
-    elif sp.family in _DECODER_ROPE:
-        mlp = tokens * 3 * sp.inter * dt
+    inter = (sp.moe_inter * sp.top_k + sp.shared_inter) if sp.experts else sp.inter
+    mlp = b * (3 * inter + 2 * h) * dt
+    kv_layer = 2 * sp.kv * sp.d * dt * b * ctx
+    if attention == "eager":
+        att = b * sp.heads * ctx * (4 + dt) + b * 4 * sp.heads * sp.d * dt
+        if sp.kv < sp.heads:
+            att += kv_layer * sp.heads // sp.kv  # repeat_kv copies the cached K and V
     else:
-        mlp = tokens * 2 * sp.inter * dt
-    if attention == "eager" or sp.falcon_mqa_math:
-        att = b * sp.heads * s * kv_len * (4 + dt) + tokens * 3 * sp.heads * sp.d * dt
-    else:
-        att = tokens * 4 * sp.heads * sp.d * dt
-    layer = resid + max(mlp, att)
-    if sp.kind == "vision":
-        head = b * sp.labels * 4
-    else:
-        head = resid // 2 + b * logits_pos * sp.vocab * (dt + 4)
-    return max(layer, head)
+        att = b * 4 * sp.heads * sp.d * dt
+    w = 0
+    if dequant:
+        w = max(sp.inter, sp.moe_inter) * h * dt
+    logits = b * sp.vocab * (dt + 4)
+    return max(b * h * dt * 2 + max(mlp, att + kv_layer) + w, logits + b * h * dt)

@@ -140,6 +140,12 @@ class InferMemory:
     lines: tuple[Line, ...]
     notes: tuple[str, ...] = ()
     tensor_parallel: int = 1
+    kv_cache_full_bytes: int = 0
+    """KV cache once the whole context is cached (the decode phase's)."""
+    prefill_bytes: int = 0
+    """KV cache of the prompt + the prefill working set (the prefill phase, without weights)."""
+    decode_bytes: int = 0
+    """KV cache of the whole context + one decode step's working set."""
 
     def per_gpu(self) -> dict[str, int]:
         return {
@@ -157,6 +163,9 @@ class InferMemory:
             "tensor_parallel": self.tensor_parallel,
             "per_gpu": self.per_gpu(),
             "peak_phase": self.peak_phase,
+            "phases": {"prefill": self.weights_bytes + self.prefill_bytes,
+                       "decode": self.weights_bytes + self.decode_bytes},
+            "kv_cache_full_bytes": self.kv_cache_full_bytes,
             "overhead": self.overhead.to_dict(),
             "lines": [_line_dict(l) for l in self.lines],
             "notes": list(self.notes),
@@ -429,25 +438,54 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
                      f"({fmt.bits:g} bits)")
     kv_dtype = job.kv_dtype or ("fp32" if fmt.compute_dtype == "fp32" else "bf16")
     _act.check_seq(model, job)
-    kv = _act.kv_cache_bytes(model, job, kv_dtype=kv_dtype)
+    arch = model.architecture
+    prompt = _act.seq_for(model, job)
+    context = job.context or prompt
+    kv_full = _act.kv_cache_bytes(model, job, kv_dtype=kv_dtype, context=context)
+    kv_prompt = _act.kv_cache_bytes(model, job, kv_dtype=kv_dtype, context=min(prompt or 0, context or 0))
     act = _act.infer_activations(model, job, fmt)
     notes.extend(act.notes)
     if tensor_parallel > 1:
         weights = shard(weights, tensor_parallel)
-        kv = shard(kv, tensor_parallel)
+        # K/V heads are split over the tensor-parallel ranks; with fewer KV heads than ranks
+        # each rank still holds a whole head (replicated)
+        if arch is not None and arch.kind == "decoder":
+            per_rank = -(-arch.num_kv_heads // tensor_parallel)
+            kv_full = -(-kv_full * per_rank // arch.num_kv_heads)
+            kv_prompt = -(-kv_prompt * per_rank // arch.num_kv_heads)
+        ws_scale = tensor_parallel
+    else:
+        ws_scale = 1
+    pre_ws = -(-act.prefill_bytes // ws_scale)
+    dec_ws = -(-act.decode_bytes // ws_scale)
+    # The prompt's cache during prefill, the whole context's during decode.
+    if kv_prompt + pre_ws >= kv_full + dec_ws:
+        peak_phase, kv, working = "prefill", kv_prompt, pre_ws
+    else:
+        peak_phase, kv, working = "decode", kv_full, dec_ws
     overhead = runtime_overhead(gpus=tensor_parallel, zero=0, grad_bytes=0, grad_elem_bytes=2,
-                                dynamic=kv + act.peak, level=overhead_level, training=False)
-    total = weights + kv + act.peak + overhead.bytes
+                                dynamic=kv + working, level=overhead_level, training=False)
+    total = weights + kv + working + overhead.bytes
+    kv_note = ""
+    if arch is not None and arch.kind == "decoder":
+        per_tok = kv_full / max(1, job.batch * (context or 1))
+        kv_note = (f"{job.batch} x {context} tokens, {per_tok / 1e3:.1f} kB per token"
+                   + (f"; {len(arch.sliding_window_layers)} sliding-window layers capped at "
+                      f"{arch.sliding_window}" if arch.sliding_window else ""))
+        if kv != kv_full:
+            kv_note += f"; {kv_full:,} bytes once {context} tokens are cached"
     lines = (
         Line(key="weights", label=f"weights, {fmt.name}", bytes=weights,
              bytes_per_param=weights / n, note=fmt.convention if model.tensors else ""),
-        Line(key="kv_cache", label=f"KV cache, {kv_dtype}", bytes=kv, note=act.kv_summary),
-        Line(key="activations", label="activations", bytes=act.peak, note=act.summary),
+        Line(key="kv_cache", label=f"KV cache, {kv_dtype}", bytes=kv, note=kv_note),
+        Line(key="activations", label=f"activations ({peak_phase})", bytes=working,
+             note=act.summary),
         Line(key="overhead", label=f"runtime overhead ({overhead_level})", bytes=overhead.bytes),
     )
     return InferMemory(
         precision=fmt.name, params=n, weights_bytes=weights, kv_cache_bytes=kv,
-        activations_bytes=act.peak, overhead_bytes=overhead.bytes, total_bytes=total,
-        peak_phase=act.peak_phase, kv_dtype=kv_dtype, overhead=overhead, lines=lines,
-        notes=tuple(notes), tensor_parallel=tensor_parallel,
+        activations_bytes=working, overhead_bytes=overhead.bytes, total_bytes=total,
+        peak_phase=peak_phase, kv_dtype=kv_dtype, overhead=overhead, lines=lines,
+        notes=tuple(notes), tensor_parallel=tensor_parallel, kv_cache_full_bytes=kv_full,
+        prefill_bytes=kv_prompt + pre_ws, decode_bytes=kv_full + dec_ws,
     )
