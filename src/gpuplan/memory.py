@@ -228,8 +228,43 @@ def _state_bytes(recipe: TrainingRecipe, job: Job) -> int:
     return 4 if job.optimizer_states == "fp32" else 2
 
 
-def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected") -> TrainMemory:
-    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
+@dataclass(frozen=True)
+class _States:
+    """The batch-independent part of a training job's memory (cached per model and job knobs)."""
+
+    state_b: int
+    trainable: int
+    base: int
+    base_label: str
+    weights_trainable: int
+    grads: int
+    master: int
+    opt: int
+    host: int
+    gathered: int
+    step_tmp: int
+    step_detail: str
+    notes: tuple[str, ...]
+
+
+_STATES: dict[tuple, tuple[Model, _States]] = {}
+
+
+def _train_states(model: Model, job: Job) -> _States:
+    key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
+           job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
+           job.fused_optimizer)
+    hit = _STATES.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    st = _compute_states(model, job)
+    if len(_STATES) > 4096:
+        _STATES.clear()
+    _STATES[key] = (model, st)
+    return st
+
+
+def _compute_states(model: Model, job: Job) -> _States:
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
     n = model.params.total
@@ -285,13 +320,30 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     gathered = 0
     if z >= 3 and g > 1:
         gathered = _gathered_unit_bytes(model, recipe, base_bytes > 0, job)
+    step_tmp, step_detail = _act.optimizer_step_temporaries(
+        job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
+    return _States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
+                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
+                   host=host, gathered=gathered, step_tmp=step_tmp, step_detail=step_detail,
+                   notes=tuple(notes))
 
+
+def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected",
+                 overhead_overrides=None) -> TrainMemory:
+    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
+    recipe = get_recipe(job.precision)
+    opt = get_optimizer(job.optimizer)
+    n = model.params.total
+    st = _train_states(model, job)
+    notes = list(st.notes)
+    state_b, trainable, base_bytes, base_label = st.state_b, st.trainable, st.base, st.base_label
+    weights_trainable, grads, master, opt_bytes = st.weights_trainable, st.grads, st.master, st.opt
+    g, z, host, gathered = job.gpus, job.zero, st.host, st.gathered
     weights = weights_trainable + base_bytes
     _act.check_seq(model, job)
     act = _act.train_activations(model, job, grad_bytes=grads)
     notes.extend(act.notes)
-    step_tmp, step_detail = _act.optimizer_step_temporaries(
-        job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
+    step_tmp, step_detail = st.step_tmp, st.step_detail
 
     phases = _train_phases(job, weights=weights, grads=grads, master=master, opt_bytes=opt_bytes,
                            gathered=gathered, act=act, step_tmp=step_tmp, step_detail=step_detail)
@@ -300,7 +352,7 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     overhead = runtime_overhead(
         gpus=g, zero=z, grad_bytes=trainable * recipe.grad_bytes, grad_elem_bytes=recipe.grad_bytes,
         dynamic=at_peak.gradients + at_peak.activations + at_peak.temporaries,
-        level=overhead_level)
+        level=overhead_level, overrides=overhead_overrides)
     total = at_peak.total + overhead.bytes
 
     per_param = lambda b: b / n  # noqa: E731
@@ -426,7 +478,7 @@ def _train_phases(job: Job, *, weights: int, grads: int, master: int, opt_bytes:
 
 
 def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
-                 overhead_level: OverheadLevel = "expected") -> InferMemory:
+                 overhead_level: OverheadLevel = "expected", overhead_overrides=None) -> InferMemory:
     """Per-GPU memory of serving ``model`` in ``job.infer_precision`` (weights sharded over
     ``tensor_parallel`` GPUs when > 1)."""
     fmt = get_weight_format(job.infer_precision)
@@ -464,7 +516,8 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
     else:
         peak_phase, kv, working = "decode", kv_full, dec_ws
     overhead = runtime_overhead(gpus=tensor_parallel, zero=0, grad_bytes=0, grad_elem_bytes=2,
-                                dynamic=kv + working, level=overhead_level, training=False)
+                                dynamic=kv + working, level=overhead_level, training=False,
+                                overrides=overhead_overrides)
     total = weights + kv + working + overhead.bytes
     kv_note = ""
     if arch is not None and arch.kind == "decoder":
