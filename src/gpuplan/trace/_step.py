@@ -1,0 +1,505 @@
+"""The traced step: build the model, run the real training (or inference) step twice under the
+recorder and the CUDA emulations, and turn the recorded events into a :class:`TraceResult`."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import GpuplanError, InputError, UnsupportedError
+from ..formats import get_optimizer, get_recipe
+from . import _attention
+from ._emulate import cuda_emulation, grouped_mm_override, unpacked_batch_mask
+from ._optim import MixedPrecision, host_step_counters, make_optimizer, state_tensors
+from ._recorder import Recorder
+from ._result import Emulation
+from ._spec import Built, ModelSource, build
+
+#: Optimizers torch.optim implements (the others are emulated for their memory; see ``_optim``).
+TORCH_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adagrad", "rmsprop")
+FUSED_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adagrad")
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_LOSS_SCALE = 65536.0
+
+
+@dataclass
+class StepConfig:
+    mode: str
+    batch: int
+    seq: int
+    precision: str
+    optimizer: str | None
+    optimizer_impl: str
+    checkpointing: str
+    attention: str
+
+
+@dataclass
+class RunOutput:
+    """What one run (fake or real) produced."""
+
+    replay: object
+    params: int
+    flops: dict[str, float]
+    counts: Counter
+    notes: list[str]
+    seconds: float
+    recorder: Recorder = field(repr=False, default=None)
+
+
+def _fake_errors() -> tuple[type[BaseException], ...]:
+    from torch._subclasses import fake_tensor as ft
+
+    errs: list[type[BaseException]] = [ft.DataDependentOutputException,
+                                       ft.DynamicOutputShapeException,
+                                       ft.UnsupportedOperatorException,
+                                       ft.UnsupportedFakeTensorException]
+    try:
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+        errs.append(GuardOnDataDependentSymNode)
+    except ImportError:  # pragma: no cover - older torch
+        pass
+    return tuple(errs)
+
+
+def _model_dtype(cfg: StepConfig) -> torch.dtype:
+    if cfg.mode == "infer":
+        return _DTYPES[cfg.precision]
+    recipe = get_recipe(cfg.precision)
+    if recipe.weight_bytes == 4:
+        return torch.float32
+    return torch.float16 if recipe.compute_dtype == "fp16" else torch.bfloat16
+
+
+def _unique_params(model) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    out = []
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpointing
+
+
+@contextlib.contextmanager
+def _selective(model, counts: Counter):
+    """Megatron-LM's "selective" recomputation (Korthikanti et al. 2022): the attention core
+    (scores, softmax, dropout, weighted sum) is checkpointed and recomputed in backward; everything
+    else is saved. Done by wrapping transformers' attention functions for the duration."""
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    def wrap(fn):
+        def core(module, query, key, value, attention_mask, *args, **kwargs):
+            if not (torch.is_grad_enabled() and module.training):
+                return fn(module, query, key, value, attention_mask, *args, **kwargs)
+            counts["selective-recompute"] += 1
+            return checkpoint(fn, module, query, key, value, attention_mask, *args,
+                              use_reentrant=False, **kwargs)
+        return core
+
+    patched: list[tuple[object, str, object]] = []
+    mods = {type(m).__module__ for m in model.modules()}
+    for name in mods:
+        mod = sys.modules.get(name)
+        fn = getattr(mod, "eager_attention_forward", None) if mod else None
+        if callable(fn):
+            patched.append((mod, "eager_attention_forward", fn))
+            setattr(mod, "eager_attention_forward", wrap(fn))
+    mapping = ALL_ATTENTION_FUNCTIONS._global_mapping
+    sdpa = mapping.get("sdpa")
+    if sdpa is not None:
+        mapping["sdpa"] = wrap(sdpa)
+    try:
+        yield
+    finally:
+        for mod, attr, fn in patched:
+            setattr(mod, attr, fn)
+        if sdpa is not None:
+            mapping["sdpa"] = sdpa
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers logs config advice while building; the trace prints its own output."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    prev = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(prev)
+
+
+def _forward_loss(built: Built, model, batch, use_cache_kw: bool):
+    if built.task == "custom":
+        if isinstance(batch, dict):
+            out = model(**batch)
+        elif isinstance(batch, (list, tuple)):
+            out = model(*batch)
+        else:
+            out = model(batch)
+        loss = getattr(out, "loss", None)
+        if loss is None:
+            if isinstance(out, (list, tuple)):
+                out = out[0]
+            loss = out if out.numel() == 1 else out.sum()
+        return loss
+    kwargs = dict(batch)
+    if use_cache_kw:
+        kwargs["use_cache"] = False
+    return model(**kwargs).loss
+
+
+def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu",
+        emulate: bool = True, between=None, track_modules: bool = True) -> RunOutput:
+    """Build and step the model once for warm-up and once recorded.
+
+    ``fake``: under FakeTensorMode; else real tensors on ``device``. ``emulate``: install the CUDA
+    emulations (off for a real CUDA run, which needs none). ``between()`` is called after the warm-up
+    iteration (a CUDA run resets its peak statistics there).
+
+    A failure inside an operator (a fake kernel that needs values, a shape or dtype check) becomes
+    one line naming the model and the operator.
+    """
+    import logging
+
+    rec = Recorder(track_modules=track_modules)
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)  # it logs a traceback for every failing meta kernel
+    try:
+        return _run(source, cfg, rec, fake=fake, device=device, emulate=emulate,
+                    between=between)
+    except _fake_errors() as e:
+        func = getattr(e, "func", None) or rec.in_flight
+        what = f"operator {func}" if func is not None else type(e).__name__
+        raise UnsupportedError(
+            f"not traceable under fake tensors: {source.name} calls {what}, whose output depends "
+            "on tensor values; trace a small config with --device cpu --real") from None
+    except (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError) as e:
+        if rec.in_flight is None or isinstance(e, GpuplanError) or (
+                not fake and "out of memory" in str(e).lower()):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise UnsupportedError(
+            f"not traceable: {source.name} failed in operator {rec.in_flight} "
+            f"({type(e).__name__}: {first})") from None
+    finally:
+        fake_log.setLevel(level)
+
+
+def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, device: str,
+         emulate: bool, between) -> RunOutput:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    t0 = time.perf_counter()
+    counts: Counter = Counter()
+    flops: dict[str, float] = {}
+    dtype = _model_dtype(cfg)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+    notes: list[str] = []
+    train = cfg.mode == "train"
+    recipe = get_recipe(cfg.precision) if train else None
+    autocast_dtype = None
+    if recipe is not None and recipe.autocast:
+        autocast_dtype = _DTYPES[recipe.compute_dtype]
+    scale = _LOSS_SCALE if (recipe is not None and recipe.compute_dtype == "fp16") else None
+    custom_flops = _attention.flop_formulas()
+
+    with warnings.catch_warnings(), _quiet_transformers(), fake_mode, \
+            contextlib.ExitStack() as stack:
+        warnings.simplefilter("ignore")
+        built = build(source, dtype=dtype, attention=cfg.attention, batch=cfg.batch,
+                      seq=cfg.seq, device=device, skip_init=fake)
+        model = built.model
+        notes.extend(built.notes)
+        params = _unique_params(model)
+        n_params = sum(p.numel() for p in params)
+        model.train(train)
+        if train and cfg.checkpointing == "full":
+            if not hasattr(model, "gradient_checkpointing_enable"):
+                raise UnsupportedError("--checkpointing full needs a transformers model "
+                                       "(gradient_checkpointing_enable)")
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+        if train and cfg.checkpointing == "selective":
+            if built.task == "custom":
+                raise UnsupportedError("--checkpointing selective needs a transformers model "
+                                       "(its attention functions are wrapped)")
+            stack.enter_context(_selective(model, counts))
+
+        for p in params:
+            rec.param_sids.add(rec.track(p, "parameters"))
+        for b in model.buffers():
+            rec.track(b, "buffers")
+        opt = None
+        mixed = None
+        if train:
+            trainable = [p for p in params if p.requires_grad]
+            if recipe.master_bytes:
+                mixed = MixedPrecision(
+                    trainable, lambda ps: make_optimizer(cfg.optimizer, ps, cfg.optimizer_impl),
+                    scale=scale)
+                rec.classify(mixed.masters, "master_weights")
+                mixed.on_master_grads = lambda gs: rec.classify(gs, "gradients")
+                opt = mixed
+            else:
+                opt = make_optimizer(cfg.optimizer, trainable, cfg.optimizer_impl)
+
+        if emulate:
+            emu = stack.enter_context(cuda_emulation(counts, fake=fake))
+            stack.enter_context(unpacked_batch_mask(counts, rec))
+            if fake:
+                rec.overrides.update(grouped_mm_override(counts))
+        else:
+            emu = _NoEmulation()
+        rec.autocast_active = autocast_dtype is not None
+        stack.enter_context(rec)
+        device_type = torch.device(device).type
+
+        def counter():
+            return FlopCounterMode(display=False, custom_mapping=custom_flops)
+
+        def train_iteration(record_flops: bool) -> None:
+            rec.set_phase("forward", "activations")
+            batch = built.make_batch()
+            fc = counter() if record_flops else contextlib.nullcontext()
+            with fc:
+                if autocast_dtype is not None:
+                    with torch.autocast(device_type, dtype=autocast_dtype):
+                        loss = _forward_loss(built, model, batch, built.task == "causal-lm")
+                else:
+                    loss = _forward_loss(built, model, batch, built.task == "causal-lm")
+            emu.clear_cache()
+            if record_flops:
+                flops["forward"] = float(fc.get_total_flops())
+            rec.set_phase("backward", "backward")
+            fc = counter() if record_flops else contextlib.nullcontext()
+            with fc:
+                if scale is not None:
+                    counts["grad-scaler"] += 1
+                    (loss * scale).backward()
+                else:
+                    loss.backward()
+            if record_flops:
+                flops["backward"] = float(fc.get_total_flops())
+            del loss, batch
+            emu.clear_cache()
+            grads = [p.grad for p in params if p.grad is not None]
+            rec.classify(grads, "gradients")
+            rec.set_phase("optimizer", "optimizer_temporaries")
+            rec.allow_item_placeholder = fake
+            inner = opt.inner if mixed else opt
+            rec.module_label = f"{type(inner).__name__}.step" + (" (fp32 master)" if mixed else "")
+            if scale is not None and mixed is None and grads:
+                torch._foreach_mul_(grads, 1.0 / scale)
+            del grads
+            opt.step()
+            rec.classify(state_tensors(opt), "optimizer_state")
+            host = host_step_counters(opt.inner if mixed else opt, cfg.optimizer_impl)
+            rec.classify(host, "host")
+            counts["host-step-counters"] = len(host)
+            opt.zero_grad(set_to_none=True)
+            rec.allow_item_placeholder = False
+            rec.module_label = None
+
+        def mark() -> tuple[Counter, int, int]:
+            return Counter(counts), rec.counts_autocast_cache, rec.item_placeholders
+
+        try:
+            if train:
+                # FLOPs are counted in the warm-up iteration (the graph is the same), so that the
+                # counter's module hooks cannot touch the lifetimes of the reported iteration.
+                train_iteration(True)
+                if between is not None:
+                    between()
+                start, base = len(rec.ev_sid), mark()
+                train_iteration(False)
+            else:
+                if between is not None:
+                    between()
+                start, base = len(rec.ev_sid), mark()
+                _infer(built, model, rec, flops, counter, notes)
+        finally:
+            rec.autocast_active = False
+        replay = rec.replay(start)
+    # Emulation counts of the reported iteration only.
+    reported = counts - base[0]
+    if counts.get("host-step-counters"):
+        reported["host-step-counters"] = counts["host-step-counters"]
+    reported["autocast-weight-cache"] = rec.counts_autocast_cache - base[1]
+    reported["optimizer-item-placeholder"] = rec.item_placeholders - base[2]
+    return RunOutput(replay=replay, params=n_params, flops=flops, counts=reported, notes=notes,
+                     seconds=time.perf_counter() - t0, recorder=rec)
+
+
+class _NoEmulation:
+    def clear_cache(self) -> None:
+        pass
+
+
+def _infer(built: Built, model, rec: Recorder, flops: dict, counter, notes: list[str]) -> None:
+    with torch.inference_mode():
+        if built.has_cache:
+            from transformers import DynamicCache
+
+            rec.set_phase("prefill", "activations")
+            batch = built.make_batch()
+            ids = batch["input_ids"]
+            cache = DynamicCache(config=model.config)
+            fc = counter()
+            with fc:
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                            logits_to_keep=1)
+                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
+                    -1, keepdim=True)
+            flops["forward"] = float(fc.get_total_flops())
+            del out, batch, ids
+            rec.classify(_cache_tensors(cache), "kv_cache")
+            rec.set_phase("decode", "activations")
+            fc = counter()
+            with fc:
+                out = model(input_ids=nxt, past_key_values=cache, use_cache=True,
+                            logits_to_keep=1)
+                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
+                    -1, keepdim=True)
+            flops["decode"] = float(fc.get_total_flops())
+            del out
+            rec.classify(_cache_tensors(cache), "kv_cache")
+            del cache, nxt
+            notes.append("inference: prefill of the prompt with logits for the last position "
+                         "only (as generate() does), then one decode step, DynamicCache")
+        else:
+            rec.set_phase("forward", "activations")
+            batch = built.make_batch()
+            batch = {k: v for k, v in batch.items() if k != "labels"} \
+                if isinstance(batch, dict) else batch
+            fc = counter()
+            with fc:
+                if isinstance(batch, dict):
+                    out = model(**batch)
+                elif isinstance(batch, (list, tuple)):
+                    out = model(*batch)
+                else:
+                    out = model(batch)
+            flops["forward"] = float(fc.get_total_flops())
+            del out, batch
+
+
+def _cache_tensors(cache) -> list[torch.Tensor]:
+    out = []
+    for layer in getattr(cache, "layers", ()):
+        for attr in ("keys", "values"):
+            t = getattr(layer, attr, None)
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Emulation report
+
+_EMULATION_TEXT = {
+    "allocator-rounding-512": "every block rounded up to the CUDA caching allocator's 512 bytes",
+    "autocast-op-lists": "op calls cast by CUDA's autocast policy (fp32 for softmax, layer_norm, "
+                         "pow, exp, sum, losses ...; CPU-only autocast entries disabled)",
+    "autocast-weight-cache": "16-bit copies of fp32 weights made (and cached) by autocast",
+    "fused-dropout": "dropout calls given CUDA's fused kernel (1-byte bool mask, not a noise "
+                     "tensor in the activation dtype)",
+    "softmax-half-to-float": "fp16 softmax/log_softmax to fp32 without a converted copy",
+    "sdpa-cuda-backend": "scaled_dot_product_attention calls routed to the backend CUDA picks",
+    "grouped-mm-dtype": "fp32/fp16 grouped matmuls (MoE experts) allocated as CUDA's fallback "
+                        "kernel does (the fake kernel only accepts bf16)",
+    "causal-mask-skip": "transformers' packed-sequence check answered 'not packed' as on a GPU "
+                        "(no explicit s x s mask; SDPA runs with is_causal)",
+    "optimizer-foreach-default": "optimizer given CUDA's default foreach implementation (CPU "
+                                 "tensors default to the per-tensor loop)",
+    "host-step-counters": "optimizer step counters kept on the host, as torch.optim does for "
+                          "non-fused CUDA optimizers (not counted)",
+    "grad-scaler": "fp16 loss scaling: loss scaled, gradients unscaled in place (the inf check's "
+                   ".item() sync allocates nothing and is skipped)",
+    "optimizer-item-placeholder": "host reads of a number (.item() of step counters and norms in "
+                                  "the optimizer step, transformers' packed-batch check) answered "
+                                  "with a placeholder under fake tensors; they change no "
+                                  "allocation",
+    "selective-recompute": "attention cores checkpointed (Megatron selective recomputation)",
+    "recompute-under-emulation": "checkpointed layers recomputed in backward under the same "
+                                 "emulations",
+}
+
+
+def emulations(out: RunOutput, cfg: StepConfig, blocks: int) -> tuple[Emulation, ...]:
+    c = out.counts
+    res = [Emulation(name="allocator-rounding-512", count=blocks,
+                     detail=_EMULATION_TEXT["allocator-rounding-512"])]
+    for key in ("autocast-op-lists", "autocast-weight-cache", "fused-dropout",
+                "softmax-half-to-float", "causal-mask-skip", "grouped-mm-dtype"):
+        if c.get(key):
+            res.append(Emulation(name=key, count=int(c[key]), detail=_EMULATION_TEXT[key]))
+    sdpa = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("sdpa-cuda-backend:")}
+    if sdpa:
+        res.append(Emulation(name="sdpa-cuda-backend", count=int(sum(sdpa.values())),
+                             detail=_EMULATION_TEXT["sdpa-cuda-backend"] + " ("
+                             + ", ".join(f"{k}: {v}" for k, v in sorted(sdpa.items())) + ")"))
+    if cfg.mode == "train":
+        if cfg.optimizer_impl == "foreach" and cfg.optimizer in TORCH_OPTIMIZERS:
+            res.append(Emulation(name="optimizer-foreach-default", count=1,
+                                 detail=_EMULATION_TEXT["optimizer-foreach-default"]))
+        for key in ("host-step-counters", "grad-scaler", "optimizer-item-placeholder",
+                    "selective-recompute"):
+            if c.get(key):
+                res.append(Emulation(name=key, count=int(c[key]), detail=_EMULATION_TEXT[key]))
+        if cfg.checkpointing != "none":
+            res.append(Emulation(name="recompute-under-emulation", count=1,
+                                 detail=_EMULATION_TEXT["recompute-under-emulation"]))
+    return tuple(res)
+
+
+def check_config(cfg: StepConfig) -> None:
+    """Validate names before any work (one-line errors)."""
+    if cfg.mode not in ("train", "infer"):
+        raise InputError(f"--mode {cfg.mode!r}: expected train or infer")
+    if cfg.checkpointing not in ("none", "selective", "full"):
+        raise InputError(f"--checkpointing {cfg.checkpointing!r}: expected none, selective or "
+                         "full")
+    if cfg.attention not in ("eager", "sdpa"):
+        raise InputError(f"--attention {cfg.attention!r}: expected eager or sdpa")
+    if cfg.optimizer_impl not in ("foreach", "fused", "for-loop"):
+        raise InputError(f"--optimizer-impl {cfg.optimizer_impl!r}: expected foreach, fused or "
+                         "for-loop")
+    if cfg.mode == "train":
+        get_recipe(cfg.precision)
+        get_optimizer(cfg.optimizer or "")
+        if cfg.optimizer_impl == "fused" and cfg.optimizer not in FUSED_OPTIMIZERS:
+            raise UnsupportedError(
+                f"--optimizer-impl fused: torch has no fused {cfg.optimizer} (fused: "
+                f"{', '.join(FUSED_OPTIMIZERS)}); use foreach or for-loop")
+    else:
+        from ..formats import get_weight_format
+
+        fmt = get_weight_format(cfg.precision)
+        if fmt.name not in _DTYPES:
+            raise UnsupportedError(
+                f"not traceable: --precision {cfg.precision} is a quantized format; the trace runs "
+                "fp32, bf16 or fp16 weights (gpuplan fit plans quantized formats)")
