@@ -58,7 +58,9 @@ def _run(family, regime, attention):
     arch = P.architecture(family, config)
     m = Model(name=family, architecture=arch,
               params=ParamCounts(total=n, by_component={"other": n}, active=n, embedding=0))
-    job = Job(model=m, precision=RECIPE[regime], attention=attention, batch=B, seq=S)
+    # the probe calls model(**batch): transformers keeps the config default use_cache=True
+    job = Job(model=m, precision=RECIPE[regime], attention=attention, batch=B, seq=S,
+              use_cache=True)
     return r, m, job
 
 

@@ -394,11 +394,20 @@ class Graph:
         return out
 
     def cross_entropy(self, logits: Tensor, rows: Form, vocab: int, name: str = "loss") -> Tensor:
-        """F.cross_entropy = log_softmax (output saved; fp32 under autocast) + nll_loss."""
-        lsm = self.softmax(logits, log=True, name=name + ".log_softmax")
-        loss = self._new(ONE, lsm.dt, True, "act", name)
-        self._op(name + ".nll", [lsm], [loss])
+        """F.cross_entropy = log_softmax(x, dtype=x.dtype) (output saved) + nll_loss (saves its
+        input). autocast leaves the explicit dtype alone but runs nll_loss in fp32 (CUDA's fp32
+        list): a 16-bit input's log-probabilities are copied to fp32 and that copy is saved too."""
+        lsm = self.softmax(logits, dt=logits.dt, log=True, name=name + ".log_softmax")
+        x = self._cast(lsm, 4) if self.r.autocast else lsm
+        loss = self._new(ONE, x.dt, True, "act", name)
+        self._op(name + ".nll", [x], [loss], saved=[x])
         return loss
+
+    def touch(self, *xs: Tensor) -> None:
+        """A Python reference keeps ``xs`` alive until this point (a local variable of the
+        function that is still running)."""
+        self._op("touch", [], [])
+        self.ops[-1].live = tuple(xs)
 
 
 def prune(forms: list[tuple[Form, ...]]) -> list[tuple[Form, ...]]:
@@ -444,6 +453,9 @@ class LayerProfile:
     """Parameter-gradient bytes the block's backward leaves behind."""
     region_saved: Form = ZERO
     """Saved bytes inside the recompute region (dropped by selective checkpointing)."""
+    fwd_points_nosave: list = field(default_factory=list)
+    """Forward candidates when nothing is kept (a checkpointed layer's forward: the pack hook
+    drops what would be saved, so tensors die after their last use)."""
 
 
 def _root(t: Tensor) -> Tensor:

@@ -280,13 +280,16 @@ def _activation(c: _Ctx, x: Tensor, name: str) -> Tensor:
     if act == "relu":
         return g.unary_saves_output(x, name)
     if act in ("gelu_new", "gelu_fast"):
-        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x.pow(3))))
+        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x.pow(3)))), evaluated left to right:
+        # 0.5 * x first, held while the bracket is computed; x is the function's argument
+        t7 = g.scale(x, name + ".half")
         t1 = g.unary_saves_input(x, name + ".pow", fp32=True)
         t3 = g.add(x, g.scale(t1), name + ".inner")
         t5 = g.unary_saves_output(g.scale(t3), name + ".tanh")
         t6 = g.scale(t5, name + ".1+tanh")
-        t7 = g.scale(x, name + ".half")
-        return g.mul(t7, t6, name=name)
+        y = g.mul(t7, t6, name=name)
+        g.touch(x)
+        return y
     if act == "quick_gelu":
         s = g.unary_saves_output(g.scale(x), name + ".sigmoid")
         return g.mul(x, s, name=name)
@@ -420,7 +423,9 @@ def _attention(c: _Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
             out = g.contiguous(out, "attn_out.t")  # flash's output follows q's memory layout
     oname = {"gpt2": "c_proj", "gpt_neox": "dense", "falcon": "dense", "bert": "dense",
              "vit": "dense", "opt": "out_proj"}.get(fam, "o_proj")
-    return c.linear(out, qd, h, oname)
+    y = c.linear(out, qd, h, oname)
+    g.touch(q, k, v)  # the attention forward's locals live until it returns
+    return y
 
 
 def _math_sdpa_mqa(c: _Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -538,6 +543,7 @@ def _layer(c: _Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     fam = sp.family
     moe = sp.experts and layer in sp.moe_layers
     p = sp.hidden_dropout
+    g.keep(x)  # the caller's loop variable holds the layer input until the layer returns
     if fam == "bert":  # post-LN
         a = g.dropout(_attention(c, x, mask, layer), p, "attn.dropout")
         x1 = _layernorm(c, g.add(a, x, "residual1"), "attention.output.LayerNorm")
@@ -558,10 +564,17 @@ def _layer(c: _Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
         m = _mlp(c, _norm(c, x1, "pre_feedforward_layernorm"))
         return g.add(x1, _norm(c, m, "post_feedforward_layernorm"), "residual2")
     # pre-norm: llama family, gpt2, opt, vit, phi3, neox (sequential)
-    a = _attention(c, _norm(c, x, "input_layernorm"), mask, layer)
+    n1 = _norm(c, x, "input_layernorm")
+    a = _attention(c, n1, mask, layer)
     a = g.dropout(a, p, "attn.dropout")
     x1 = g.add(a, x, "residual1")
     n2 = _norm(c, x1, "post_attention_layernorm")
+    if fam == "gpt2":
+        g.keep(a)   # GPT2Block: attn_output and the ln_2 output stay bound to locals
+        g.keep(n2)
+    elif fam == "vit":
+        g.keep(n1)  # ViTLayer: hidden_states_norm and attention_output stay bound to locals
+        g.keep(a)
     m = _moe(c, n2) if moe else _mlp(c, n2)
     m = g.dropout(m, p, "mlp.dropout")
     return g.add(x1, m, "residual2")
@@ -715,6 +728,8 @@ def _profile_cached(sp: _Spec, regime: Regime, o: _Opts, checkpointing: str) -> 
             y = _layer(c, x, mask, layer_idx)
             if checkpointing == "full":
                 prof = simulate(g, [y], param_grad_dt=grad_dt, recompute=True)
+                prof.fwd_points_nosave = simulate(g, [y], param_grad_dt=grad_dt,
+                                                  inference=True).fwd_points
             elif checkpointing == "selective":
                 prof = simulate(g, [y], param_grad_dt=grad_dt, drop_region="attn_core")
             else:
@@ -867,16 +882,14 @@ def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, a
     for n, p, saved, kept, copies, held, _ in L:
         a0 = act + (n - 1) * kept
         t0 = tmp + (n - 1) * (copies + held)
-        for fa, ft in p.fwd_points:
+        for fa, ft in (p.fwd_points_nosave if ckpt == "full" else p.fwd_points):
             a, t = fa(b, s), ft(b, s)
-            if ckpt == "full":
-                a, t = 0, a + t  # nothing but the input is kept; the rest is transient
             if a0 + a + t0 + t > best_f[0]:
                 best_f = (a0 + a + t0 + t, a0 + a, t0 + t, "forward")
         act += n * kept
         tmp += n * (copies + held)
-    for fa, ft in H.fwd_points:
-        a, t = act + fa(b, s), tmp + h_copies + ft(b, s)
+    for fa, ft in H.fwd_points:  # (the head's own autocast copies are in its points)
+        a, t = act + fa(b, s), tmp + ft(b, s)
         if a + t > best_f[0]:
             best_f = (a + t, a, t, "forward, logits and loss")
     _, fwd_act, fwd_tmp, fwd_where = best_f
@@ -1117,7 +1130,10 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     if sp.kind == "decoder":
         ctx = job.context or prompt
         dec = _decode_working_set(sp, arch, b, ctx, regime.param, job.attention, dequant)
-    peak, phase = (pre, "prefill") if pre >= dec else (dec, "decode")
+    if sp.kind != "decoder":
+        peak, phase = pre, "forward"
+    else:
+        peak, phase = (pre, "prefill") if pre >= dec else (dec, "decode")
     summary = (f"prefill of {b} x {prompt} tokens {_fmt_gb(pre)}"
                + (f", decode {_fmt_gb(dec)}" if sp.kind == "decoder" else ""))
     notes = []

@@ -81,9 +81,11 @@ class Job:
     """Inference: tokens held in the KV cache per sequence (prompt + generated); None = seq."""
     fused_optimizer: bool = False
     """AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""
-    use_cache: bool = True
-    """transformers builds a KV cache during a training forward when the config's ``use_cache``
-    is on (the default for decoders) and checkpointing is off; False models ``use_cache=False``."""
+    use_cache: bool = False
+    """Training forward with transformers' KV cache: False (the default) models
+    ``model(..., use_cache=False)``, as training loops commonly call it and as ``gpuplan trace``
+    runs; True models a call that leaves the config's ``use_cache=True``: a DynamicCache copies K
+    and V in every layer (checkpointing turns it off either way)."""
     lora_dropout: float = 0.0
     """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
     each adapted layer's input."""

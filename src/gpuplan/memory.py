@@ -511,7 +511,9 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
     pre_ws = -(-act.prefill_bytes // ws_scale)
     dec_ws = -(-act.decode_bytes // ws_scale)
     # The prompt's cache during prefill, the whole context's during decode.
-    if kv_prompt + pre_ws >= kv_full + dec_ws:
+    if arch is not None and arch.kind != "decoder":
+        peak_phase, kv, working = "forward", 0, pre_ws
+    elif kv_prompt + pre_ws >= kv_full + dec_ws:
         peak_phase, kv, working = "prefill", kv_prompt, pre_ws
     else:
         peak_phase, kv, working = "decode", kv_full, dec_ws
