@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .compute import SpeedEstimate, estimate_speed
 from .errors import (
     GpuplanError, InputError, MissingDependencyError, ModelFileError, UnknownNameError,
     UnsupportedError,
@@ -27,6 +28,8 @@ __all__ = [
     "Job", "Model", "Architecture", "load_model", "from_param_count", "GPU", "get_gpu", "all_gpus",
     # the accounting
     "plan", "Plan", "GpuVerdict", "train_memory", "infer_memory", "TrainMemory", "InferMemory",
+    # the speed model
+    "estimate_speed", "SpeedEstimate",
     # measuring (need torch, imported on first use)
     "profile",
 ]

@@ -26,7 +26,6 @@ COMMANDS = {
     "trace": "gpuplan.cli.trace",
     "bench": "gpuplan.cli.bench",
     "profile": "gpuplan.cli.profile",
-    "serve": "gpuplan.cli.serve",
 }
 
 

@@ -1,0 +1,300 @@
+"""What a device can really do: peak rates from the catalog (GPU) or the CPU estimate, and the
+*achievable* fractions of them, stated with their basis and replaced by this machine's measured
+numbers (``gpuplan bench``) when a stored run exists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, Mapping
+
+from .errors import InputError, UnsupportedError
+from .hardware import GPU, gpu_from_device_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .hardware.cpu import CPU
+
+__all__ = [
+    "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
+    "apply_measured", "load_measured", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
+]
+
+#: CPU memory bandwidth assumed when nothing was measured: two channels of DDR4-3200
+#: (2 x 8 bytes x 3.2 GT/s = 51.2 GB/s). Stated as an assumption wherever it is used.
+ASSUMED_CPU_MEMORY_BANDWIDTH = 51.2e9
+
+#: Where each default fraction comes from.
+DEFAULT_BASIS: dict[str, str] = {
+    "matmul_nvidia": (
+        "0.80 of the dense peak: the best-shape bf16 matmul reaches 80.3% on H100 SXM (794.5 of "
+        "989 TFLOP/s) and 86.9% on A100 SXM (271.2 of 312) in S. Bekman's Maximum Achievable "
+        "Matmul FLOPS table (ml-engineering, compute/accelerator); the lower figure is used"),
+    "matmul_amd": (
+        "0.60 of the dense peak: MI300X reaches 60.1% (781.9 of 1300 TFLOP/s) in the same MAMF "
+        "table"),
+    "matmul_other": "0.70 of the dense peak: assumed (no published measurement for this vendor)",
+    "matmul_cpu": (
+        "0.80 of the estimated peak: PyTorch's fp32 matmul reached 86% of it (286 of 333 "
+        "GFLOP/s, 4000 x 4000) on this project's 2-core AVX-512 Xeon, 93% on one core "
+        "(benchmarks/speed_cpu_matmul.md); the estimate's clock and FMA pipes are assumptions"),
+    "attention_gpu": (
+        "0.50 of the dense peak for a fused (Flash) attention kernel: FlashAttention-2 reaches "
+        "50-73% of A100's peak forward and less backward (Dao 2023), and about 35% of H100's "
+        "(FlashAttention-3 paper, Shah et al. 2024, which reaches up to 75%)"),
+    "memory_gpu": (
+        "0.85 of the datasheet memory bandwidth: streaming copy kernels reach 84-93% (e.g. H100 "
+        "PCIe memcpy 1.86 of 2.0 TB/s; coalesced loads on H100 SXM 2.8 of 3.35 TB/s)"),
+    "memory_cpu": "0.70 of the DRAM bandwidth: STREAM-like copies typically reach 60-80%",
+    "launch_gpu": (
+        "5 us per kernel launch, added to the step: CUDA's driver and runtime take about 4-6 us "
+        "per launch, and eager PyTorch adds its dispatch on top (NVIDIA, Getting Started with CUDA "
+        "Graphs); CUDA graphs or torch.compile reduce it"),
+    "launch_cpu": ("2 us per op: eager PyTorch's dispatch of a tiny CPU op measured 1.97 us "
+                   "(benchmarks/speed_cpu_matmul.md)"),
+    "pcie_pinned": (
+        "0.80 of the PCIe link: pinned (page-locked) memory is copied by DMA; packet overhead "
+        "leaves 75-85% of the signalling rate (NVIDIA's CUDA FAQ: 6.0 of 8.0 GB/s on PCIe 2.0 "
+        "x16)"),
+    "pcie_pageable": (
+        "0.40 of the PCIe link: pageable memory is first copied into a pinned staging buffer by "
+        "the CPU, which roughly halves the rate of a pinned copy (assumed; measure with gpuplan "
+        "bench)"),
+    "comm": (
+        "0.80 of the per-direction link bandwidth for a ring all-reduce's bus bandwidth: NCCL "
+        "reaches about 80% of NVLink's per-direction rate (e.g. ~240 of 300 GB/s on A100 NVLink 3)"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """A device as the speed model sees it: peaks, bandwidth, parallelism, links."""
+
+    name: str
+    kind: Literal["gpu", "cpu"]
+    vendor: str = ""
+    peak_flops: Mapping[str, float]
+    """Dense peak FLOP/s of the matrix units per dtype (a CPU: the *estimated* peak)."""
+    vector_flops: float
+    """Peak FP32 FLOP/s of the vector units (CUDA cores / SIMD), for elementwise ops."""
+    memory_bandwidth: float
+    """Device-memory (or host DRAM) bandwidth, bytes/s."""
+    parallel_slots: int
+    """Independent outputs the device keeps in flight: resident threads (SMs x threads per SM),
+    or cores x FP32 SIMD lanes on a CPU."""
+    host_link_bandwidth: float | None = None
+    """Theoretical one-direction host link (PCIe) bandwidth, bytes/s; None on a CPU."""
+    host_link: str = ""
+    """``PCIe 5.0 x16`` ..."""
+    interconnect: str | None = None
+    interconnect_bandwidth: float | None = None
+    """GPU-to-GPU bandwidth, both directions summed (as vendors quote it)."""
+    sm_count: int = 0
+    source: str = ""
+    peak_basis: str = ""
+    """How the peak was obtained (catalog dense figure, or the CPU estimate's arithmetic)."""
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in self.peak_flops
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak for ``dtype``; a one-line error naming the alternatives when absent."""
+        try:
+            return self.peak_flops[dtype]
+        except KeyError:
+            have = [d for d in ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+                    if d in self.peak_flops]
+            raise UnsupportedError(
+                f"{self.name} has no {dtype} peak (it supports {', '.join(have) or 'none'})"
+            ) from None
+
+
+def device_from_gpu(gpu: GPU) -> Device:
+    """The speed model's view of a catalog GPU."""
+    if "fp32" not in gpu.peak_flops:
+        raise InputError(f"{gpu.name}: the catalog gives no fp32 peak, needed for elementwise ops")
+    return Device(
+        name=gpu.name, kind="gpu", vendor=gpu.vendor, peak_flops=gpu.peak_flops,
+        vector_flops=gpu.peak_flops["fp32"], memory_bandwidth=gpu.memory_bandwidth,
+        parallel_slots=gpu.resident_threads, host_link_bandwidth=gpu.pcie_bandwidth,
+        host_link=f"PCIe {gpu.pcie_gen}.0 x{gpu.pcie_lanes}", interconnect=gpu.interconnect,
+        interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
+        source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})")
+
+
+def device_from_cpu(cpu: CPU, *, memory_bandwidth: float | None = None) -> Device:
+    """The speed model's view of this machine's CPU (fp32 and fp64 only: the estimate's dtypes)."""
+    if cpu.peak_fp32_flops is None:
+        raise InputError(f"CPU {cpu.model_name!r}: no peak estimate ({cpu.peak_basis}); "
+                         "run `gpuplan bench` to measure it")
+    peaks = {"fp32": cpu.peak_fp32_flops}
+    if cpu.peak_fp64_flops:
+        peaks["fp64"] = cpu.peak_fp64_flops
+    lanes = (cpu.simd_bits or 128) // 32
+    return Device(
+        name=cpu.model_name, kind="cpu", vendor=cpu.vendor, peak_flops=MappingProxyType(peaks),
+        vector_flops=cpu.peak_fp32_flops,
+        memory_bandwidth=memory_bandwidth or ASSUMED_CPU_MEMORY_BANDWIDTH,
+        parallel_slots=max(1, cpu.physical_cores * lanes), source="this machine",
+        peak_basis=cpu.peak_basis)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Efficiency:
+    """The achievable fractions the step time uses, each with where it came from."""
+
+    matmul: float
+    """Fraction of the dense peak a large matmul reaches."""
+    attention: float
+    """Fraction of the dense peak a fused attention kernel reaches."""
+    memory: float
+    """Fraction of the memory bandwidth a streaming kernel reaches."""
+    launch_s: float
+    """Seconds of overhead per kernel launch (per op on a CPU), added to the step."""
+    pcie_pinned: float
+    """Fraction of the PCIe link a copy from pinned host memory reaches."""
+    pcie_pageable: float
+    """Fraction of the PCIe link a copy from pageable host memory reaches."""
+    comm: float
+    """Fraction of the per-direction link bandwidth a ring all-reduce reaches (bus bandwidth)."""
+    matmul_by_dtype: Mapping[str, float] = field(default_factory=dict)
+    """Measured fractions per dtype, which take precedence over ``matmul``."""
+    basis: Mapping[str, str] = field(default_factory=dict)
+    """Field name -> where the number comes from (``default: ...`` or ``measured: ...``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1.5):
+                raise InputError(f"efficiency {name}={v!r}: expected a fraction > 0 (at most "
+                                 "1.5, for a measured rate above the catalog's peak)")
+        if self.launch_s < 0:
+            raise InputError(f"launch overhead {self.launch_s!r} s: expected >= 0")
+
+    def matmul_fraction(self, dtype: str) -> float:
+        return self.matmul_by_dtype.get(dtype, self.matmul)
+
+    @property
+    def measured(self) -> tuple[str, ...]:
+        """The fields replaced by measurements."""
+        return tuple(k for k, v in self.basis.items() if v.startswith("measured"))
+
+    def to_dict(self) -> dict:
+        return {"matmul": self.matmul, "matmul_by_dtype": dict(self.matmul_by_dtype),
+                "attention": self.attention,
+                "memory": self.memory, "launch_s": self.launch_s,
+                "pcie_pinned": self.pcie_pinned, "pcie_pageable": self.pcie_pageable,
+                "comm": self.comm, "basis": dict(self.basis), "measured": list(self.measured)}
+
+
+def default_efficiency(device: Device) -> Efficiency:
+    """The stated defaults for a device (see :data:`DEFAULT_BASIS`)."""
+    if device.kind == "cpu":
+        return Efficiency(
+            matmul=0.80, attention=0.80, memory=0.70, launch_s=2e-6, pcie_pinned=0.80,
+            pcie_pageable=0.40, comm=0.80,
+            basis={"matmul": "default: " + DEFAULT_BASIS["matmul_cpu"],
+                   "attention": "default: as the matmuls (a CPU attention is plain GEMMs)",
+                   "memory": "default: " + DEFAULT_BASIS["memory_cpu"],
+                   "launch_s": "default: " + DEFAULT_BASIS["launch_cpu"]})
+    vendor = device.vendor.lower()
+    key = "matmul_nvidia" if vendor == "nvidia" else "matmul_amd" if vendor == "amd" \
+        else "matmul_other"
+    frac = {"matmul_nvidia": 0.80, "matmul_amd": 0.60, "matmul_other": 0.70}[key]
+    return Efficiency(
+        matmul=frac, attention=min(frac, 0.50), memory=0.85, launch_s=5e-6, pcie_pinned=0.80,
+        pcie_pageable=0.40, comm=0.80,
+        basis={"matmul": "default: " + DEFAULT_BASIS[key],
+               "attention": "default: " + DEFAULT_BASIS["attention_gpu"],
+               "memory": "default: " + DEFAULT_BASIS["memory_gpu"],
+               "launch_s": "default: " + DEFAULT_BASIS["launch_gpu"],
+               "pcie_pinned": "default: " + DEFAULT_BASIS["pcie_pinned"],
+               "pcie_pageable": "default: " + DEFAULT_BASIS["pcie_pageable"],
+               "comm": "default: " + DEFAULT_BASIS["comm"]})
+
+
+def load_measured(db: str | None = None) -> Any | None:
+    """This machine's latest stored bench run (``gpuplan.measure.store.latest_run``), or None when
+    there is none or the bench is not part of this installation."""
+    import importlib
+
+    try:
+        store = importlib.import_module("gpuplan.measure.store")
+    except ModuleNotFoundError as e:  # the bench is not part of this build
+        if e.name in ("gpuplan.measure", "gpuplan.measure.store"):
+            return None
+        raise
+    return store.latest_run(db)
+
+
+def _device_key_for(measured: Any, device: Device) -> str | None:
+    """The measured device (``cpu``, ``cuda:N``) that is ``device``, matched exactly."""
+    names: Mapping[str, str] = getattr(measured, "device_names", {}) or {}
+    if device.kind == "cpu":
+        return "cpu" if "cpu" in names else None
+    for key, name in names.items():
+        if key == "cpu":
+            continue
+        gpu = gpu_from_device_name(name)
+        if (gpu is not None and gpu.name == device.name) or name == device.name:
+            return key
+    return None
+
+
+def apply_measured(device: Device, eff: Efficiency, measured: Any) -> tuple[Device, Efficiency]:
+    """Replace the defaults by the numbers ``measured`` (a bench ``Measured``) holds for ``device``.
+
+    Only a run of *this* device counts: a GPU is matched by its exact device name through the
+    catalog. A CPU's measured FP32 matmul rate and memory copy bandwidth replace its estimated
+    peak and assumed bandwidth outright (fraction 1.0 of the measured rate).
+    """
+    if measured is None:
+        return device, eff
+    key = _device_key_for(measured, device)
+    if key is None:
+        return device, eff
+    tag = f"measured: gpuplan bench run {getattr(measured, 'run_id', '?')} " \
+          f"({getattr(measured, 'created_utc', '?')}) on {key}"
+    basis = dict(eff.basis)
+    changes: dict[str, Any] = {}
+    if device.kind == "cpu":
+        got = measured.flops(key, "fp32")
+        if got:
+            peaks = dict(device.peak_flops)
+            peaks["fp32"] = got
+            device = replace(device, peak_flops=MappingProxyType(peaks),
+                             peak_basis=f"{tag}: {got / 1e9:.1f} GFLOP/s fp32 matmul")
+            changes["matmul"] = 1.0
+            basis["matmul"] = f"{tag}: the measured rate is used as the achievable peak"
+        bw = measured.bandwidth_of(key, "host_copy")
+        if bw:
+            device = replace(device, memory_bandwidth=bw)
+            changes["memory"] = 1.0
+            basis["memory"] = f"{tag}: host memory copy {bw / 1e9:.1f} GB/s"
+        ov = measured.overhead_of(key, "op_dispatch")
+        if ov is not None:
+            changes["launch_s"] = ov
+            basis["launch_s"] = f"{tag}: op dispatch {ov * 1e6:.1f} us"
+        return device, replace(eff, basis=basis, **changes)
+    by_dtype = dict(eff.matmul_by_dtype)
+    for dtype in device.peak_flops:
+        got = measured.flops(key, dtype)
+        if got:
+            by_dtype[dtype] = got / device.peak(dtype)
+            basis[f"matmul_{dtype}"] = (f"{tag}: {got / 1e12:.1f} TFLOP/s {dtype} matmul = "
+                                        f"{100 * by_dtype[dtype]:.1f}% of the dense peak")
+    changes["matmul_by_dtype"] = MappingProxyType(by_dtype)
+    bw = measured.bandwidth_of(key, "device_copy")
+    if bw:
+        changes["memory"] = bw / device.memory_bandwidth
+        basis["memory"] = f"{tag}: device copy {bw / 1e9:.0f} GB/s"
+    if device.host_link_bandwidth:
+        for kind, name in (("h2d_pinned", "pcie_pinned"), ("h2d_pageable", "pcie_pageable")):
+            bw = measured.bandwidth_of(key, kind)
+            if bw:
+                changes[name] = bw / device.host_link_bandwidth
+                basis[name] = f"{tag}: {kind} {bw / 1e9:.1f} GB/s"
+    ov = measured.overhead_of(key, "kernel_launch")
+    if ov is not None:
+        changes["launch_s"] = ov
+        basis["launch_s"] = f"{tag}: kernel launch {ov * 1e6:.1f} us"
+    return device, replace(eff, basis=basis, **changes)

@@ -1,0 +1,544 @@
+"""Time on a device: the roofline of each op, small-work occupancy, host transfers, data-parallel
+all-reduce, and time and cost to train.
+
+The time of one op is ``max(FLOPs / achievable compute, bytes / achievable bandwidth)``, where the
+achievable compute is the dense peak x the matmul fraction x the *occupancy* -- the share of the
+device the op's independent outputs can fill (outputs / resident threads, at most 1: the source
+document's "a 128 x 128 output ... roughly 16x less work than the card keeps resident"). The memory
+term has no occupancy factor (a small op's latency is below the launch overhead that the step adds
+for every kernel).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from ._compute_device import Device, Efficiency
+from ._compute_flops import OP_CLASSES, MatmulCount, Op
+from .errors import InputError, UnsupportedError
+from .hardware import GPU
+
+__all__ = [
+    "OpTime", "RooflineClass", "time_ops", "roofline_classes", "step_bound",
+    "SmallWork", "small_work", "DEFAULT_TILE",
+    "TransferEstimate", "estimate_transfer",
+    "allreduce_time", "ScalingRow", "ScalingTable", "data_parallel_scaling", "link_bandwidth",
+    "TrainingTime", "time_to_train",
+    "MatmulTime", "time_matmul",
+]
+
+Bound = Literal["compute", "memory"]
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: an unbounded ratio (no bytes, no compute) is null."""
+    return None if math.isinf(x) or math.isnan(x) else x
+
+#: Output tile of one thread block assumed for wave quantization: 128 x 128, the CUTLASS/cuBLAS
+#: default tensor-op tile on Ampere and Hopper (cuBLAS also picks 64..256 per side; Hopper kernels
+#: often use 128 x 256). Give ``tile=`` to change it.
+DEFAULT_TILE = (128, 128)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpTime:
+    """One op of a step on one device (times per instance unless ``total``)."""
+
+    op: Op
+    compute_s: float
+    """Executed FLOPs / (peak x matmul (or fused-attention) fraction x occupancy)."""
+    memory_s: float
+    """Bytes / (bandwidth x memory fraction)."""
+    occupancy: float
+    """Share of the device's resident threads the op's independent outputs can fill (<= 1)."""
+    dtype: str
+    """The peak used: the compute dtype for matrix ops, ``fp32`` vector units for elementwise."""
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.time_s * self.op.count
+
+    @property
+    def bound(self) -> Bound:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    @property
+    def achieved_flops(self) -> float:
+        """Executed FLOP/s while the op runs (its height on the roofline)."""
+        return self.op.flops / self.time_s if self.time_s else 0.0
+
+    def to_dict(self) -> dict:
+        o = self.op
+        return {"name": o.name, "class": o.op_class, "kind": o.kind, "phase": o.phase,
+                "group": o.group, "count": o.count, "flops": o.flops,
+                "counted_flops": o.counted_flops, "bytes": o.bytes,
+                "intensity": _finite(o.intensity),
+                "kernels": o.kernels, "occupancy": self.occupancy, "compute_s": self.compute_s,
+                "memory_s": self.memory_s, "time_s": self.time_s, "total_s": self.total_s,
+                "bound": self.bound, "dtype": self.dtype,
+                **({"shape": list(o.shape)} if o.shape else {})}
+
+
+def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str) -> tuple[OpTime, ...]:
+    """The roofline time of every op; matrix ops run at ``dtype``'s peak, elementwise ops on the
+    FP32 vector units."""
+    peak = device.peak(dtype)
+    mm = peak * eff.matmul_fraction(dtype)
+    fa = peak * eff.attention
+    vec = device.vector_flops * eff.matmul_fraction("fp32" if device.supports("fp32") else dtype)
+    bw = device.memory_bandwidth * eff.memory
+    out = []
+    slots = device.parallel_slots
+    for op in ops:
+        p = op.parallel_work
+        occ = min(1.0, p / slots)
+        # FLOPs per output x the outputs the device could have run in that time: an op with
+        # fewer outputs than resident threads takes as long as one that fills them
+        per_output = op.flops / p
+        if op.kind == "elementwise":
+            compute = per_output * max(p, slots) / vec if op.flops else 0.0
+            used = "fp32"
+        else:
+            compute = per_output * max(p, slots) / (fa if op.kind == "attention" else mm)
+            used = dtype
+        memory = op.bytes / bw
+        out.append(OpTime(op=op, compute_s=compute, memory_s=memory, occupancy=occ, dtype=used))
+    return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RooflineClass:
+    """The ops of one class summed over a step."""
+
+    op_class: str
+    flops: float
+    """Executed FLOPs."""
+    bytes: float
+    time_s: float
+    kernels: int
+    bound: Bound
+    """Where most of this class's time goes."""
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else math.inf
+
+    def to_dict(self) -> dict:
+        return {"class": self.op_class, "flops": self.flops, "bytes": self.bytes,
+                "intensity": _finite(self.intensity), "time_s": self.time_s, "kernels": self.kernels,
+                "bound": self.bound}
+
+
+def roofline_classes(times: Sequence[OpTime]) -> tuple[RooflineClass, ...]:
+    out = []
+    for cls in OP_CLASSES:
+        mine = [t for t in times if t.op.op_class == cls]
+        if not mine:
+            continue
+        c = sum(t.total_s for t in mine if t.bound == "compute")
+        m = sum(t.total_s for t in mine if t.bound == "memory")
+        out.append(RooflineClass(
+            op_class=cls, flops=sum(t.op.flops * t.op.count for t in mine),
+            bytes=sum(t.op.bytes * t.op.count for t in mine), time_s=c + m,
+            kernels=sum(t.op.kernels * t.op.count for t in mine),
+            bound="compute" if c >= m else "memory"))
+    return tuple(out)
+
+
+def step_bound(times: Sequence[OpTime]) -> Bound:
+    """``compute`` when compute-bound ops take at least half the (kernel) time."""
+    c = sum(t.total_s for t in times if t.bound == "compute")
+    m = sum(t.total_s for t in times if t.bound == "memory")
+    return "compute" if c >= m else "memory"
+
+
+# --------------------------------------------------------------------------------------------------
+# Small work
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmallWork:
+    """How much of a GPU one matmul's output can occupy."""
+
+    output_elements: int
+    """Independent dot products (batch x M x N)."""
+    resident_threads: int
+    """Threads the whole chip keeps resident: SMs x max threads per SM."""
+    work_shortfall: float
+    """resident threads / output elements: above 1, the chip has that many times more thread
+    slots than the matmul has independent outputs (the seed's 128 x 128 on H100-SXM: 16.5)."""
+    thread_occupancy: float
+    """min(1, output elements / resident threads)."""
+    tile: tuple[int, int]
+    """Output tile of one thread block assumed (see :data:`DEFAULT_TILE`)."""
+    tiles: int
+    """Thread blocks: batch x ceil(M / tile rows) x ceil(N / tile columns)."""
+    sm_count: int
+    waves: int
+    """ceil(tiles / SMs): rounds of thread blocks the SMs run."""
+    wave_efficiency: float
+    """tiles / (waves x SMs): the busy share of the SM-rounds (wave quantization)."""
+
+    @property
+    def sms_busy(self) -> int:
+        return min(self.tiles, self.sm_count)
+
+    def to_dict(self) -> dict:
+        return {"output_elements": self.output_elements,
+                "resident_threads": self.resident_threads, "work_shortfall": self.work_shortfall,
+                "thread_occupancy": self.thread_occupancy, "tile": list(self.tile),
+                "tiles": self.tiles, "sm_count": self.sm_count, "sms_busy": self.sms_busy,
+                "waves": self.waves, "wave_efficiency": self.wave_efficiency}
+
+
+def small_work(m: int, n: int, gpu: GPU | Device, *, batch: int = 1,
+               tile: tuple[int, int] = DEFAULT_TILE) -> SmallWork:
+    """Output tiles vs SMs and output elements vs resident threads for a (batch x) M x N output."""
+    for v, what in ((m, "M"), (n, "N"), (batch, "batch"), (tile[0], "tile rows"),
+                    (tile[1], "tile columns")):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{what} {v!r}: expected a whole number >= 1")
+    if isinstance(gpu, GPU):
+        resident, sms = gpu.resident_threads, gpu.sm_count
+    else:
+        resident, sms = gpu.parallel_slots, gpu.sm_count
+    if not sms:
+        raise InputError(f"{gpu.name}: small-work analysis needs a GPU's SM count")
+    out = batch * m * n
+    tiles = batch * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    waves = math.ceil(tiles / sms)
+    return SmallWork(output_elements=out, resident_threads=resident,
+                     work_shortfall=resident / out, thread_occupancy=min(1.0, out / resident),
+                     tile=tile, tiles=tiles, sm_count=sms, waves=waves,
+                     wave_efficiency=tiles / (waves * sms))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatmulTime:
+    """One matmul on one device: compute, and end to end with the copies in and out."""
+
+    device: str
+    dtype: str
+    compute_s: float
+    """Kernel time: max(FLOPs / (achievable peak x occupancy), bytes / achievable bandwidth)."""
+    launch_s: float
+    transfer_s: float
+    """Host-to-device copies of both operands and the copy of the result back (0 on a CPU)."""
+    occupancy: float
+    bound: Bound
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.launch_s + self.transfer_s
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "dtype": self.dtype, "compute_s": self.compute_s,
+                "launch_s": self.launch_s, "transfer_s": self.transfer_s,
+                "total_s": self.total_s, "occupancy": self.occupancy, "bound": self.bound}
+
+
+_ELEM = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+def time_matmul(mm: MatmulCount, device: Device, eff: Efficiency, dtype: str, *,
+                transfer: bool = True, pinned: bool = True) -> MatmulTime:
+    """The seed's experiment as an estimate: time of ``A @ B`` on ``device`` (GPU: plus copying A
+    and B over PCIe and C back, one launch overhead per copy and for the kernel)."""
+    e = _ELEM.get(dtype, 4)
+    op = Op(name="matmul", op_class="mlp", kind="matmul", phase="forward", count=1,
+            flops=float(mm.flops), counted_flops=float(mm.flops),
+            bytes=float(e * mm.batch * (mm.m * mm.k + mm.k * mm.n + mm.m * mm.n)),
+            parallel_work=mm.output_elements, kernels=1, shape=(mm.batch, mm.m, mm.k, mm.n))
+    t = time_ops([op], device, eff, dtype)[0]
+    xfer = 0.0
+    launches = 1
+    if transfer and device.kind == "gpu" and device.host_link_bandwidth:
+        frac = eff.pcie_pinned if pinned else eff.pcie_pageable
+        xfer = op.bytes / (device.host_link_bandwidth * frac)
+        launches += 3
+    return MatmulTime(device=device.name, dtype=dtype, compute_s=t.time_s,
+                      launch_s=launches * eff.launch_s, transfer_s=xfer, occupancy=t.occupancy,
+                      bound=t.bound)
+
+
+# --------------------------------------------------------------------------------------------------
+# Host-to-device transfers
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferEstimate:
+    """Copying each step's batch from host memory to the GPU."""
+
+    bytes_per_step: int
+    link: str
+    link_bandwidth: float
+    """Theoretical one-direction bandwidth of the link, bytes/s."""
+    pinned: bool
+    efficiency: float
+    """Fraction of the link reached (pinned or pageable, default or measured)."""
+    time_s: float
+    """Copy time per step, one launch overhead included."""
+    compute_s: float
+    """The step's compute time it is compared with."""
+    overlapped: bool
+    """Copies run on a side stream while the previous step computes (needs pinned memory)."""
+    exposed_s: float
+    """Time the copy adds to the step: all of it when not overlapped; what exceeds the compute
+    time when overlapped."""
+    advice: tuple[str, ...]
+
+    @property
+    def achievable_bandwidth(self) -> float:
+        return self.link_bandwidth * self.efficiency
+
+    @property
+    def ratio_to_compute(self) -> float:
+        return self.time_s / self.compute_s if self.compute_s else math.inf
+
+    def to_dict(self) -> dict:
+        return {"bytes_per_step": self.bytes_per_step, "link": self.link,
+                "link_bandwidth": self.link_bandwidth, "pinned": self.pinned,
+                "efficiency": self.efficiency, "achievable_bandwidth": self.achievable_bandwidth,
+                "time_s": self.time_s, "compute_s": self.compute_s,
+                "ratio_to_compute": _finite(self.ratio_to_compute), "overlapped": self.overlapped,
+                "exposed_s": self.exposed_s, "advice": list(self.advice)}
+
+
+def estimate_transfer(bytes_per_step: int, device: Device, eff: Efficiency, *,
+                      compute_s: float, pinned: bool = True,
+                      overlap: bool | None = None) -> TransferEstimate:
+    """H2D time of one step's inputs vs the step's compute; overlapped by default when pinned
+    (``pin_memory=True`` + ``non_blocking=True``: a pageable copy blocks the host)."""
+    if device.kind != "gpu" or not device.host_link_bandwidth:
+        raise InputError(f"{device.name}: host-to-device transfers apply to a GPU")
+    if bytes_per_step < 0:
+        raise InputError(f"bytes per step {bytes_per_step!r}: expected >= 0")
+    overlap = pinned if overlap is None else overlap
+    if overlap and not pinned:
+        raise InputError("a copy from pageable memory cannot overlap compute (the host blocks); "
+                         "use pinned memory (DataLoader(pin_memory=True)) or no overlap")
+    frac = eff.pcie_pinned if pinned else eff.pcie_pageable
+    t = bytes_per_step / (device.host_link_bandwidth * frac) + eff.launch_s
+    exposed = max(0.0, t - compute_s) if overlap else t
+    advice = []
+    if not pinned:
+        advice.append(
+            f"pin the host batch (DataLoader(pin_memory=True)) and copy with "
+            f".to('cuda', non_blocking=True): pinned copies run at about "
+            f"{device.host_link_bandwidth * eff.pcie_pinned / 1e9:.0f} GB/s instead of "
+            f"{device.host_link_bandwidth * eff.pcie_pageable / 1e9:.0f} GB/s and can overlap "
+            "the previous step's compute")
+    if compute_s and t > 0.1 * compute_s:
+        advice.append(
+            "the copy is more than 10% of the compute: keep the data on the GPU (load the "
+            "dataset or a large chunk of it once), or send less per step (uint8 images "
+            "normalized on the GPU, int32 token ids)")
+    advice.append("copy each batch once per step and read results back rarely (.item() and "
+                  ".cpu() wait for the GPU: log the loss every N steps, not every step)")
+    return TransferEstimate(bytes_per_step=int(bytes_per_step), link=device.host_link,
+                            link_bandwidth=device.host_link_bandwidth, pinned=pinned,
+                            efficiency=frac, time_s=t, compute_s=compute_s, overlapped=overlap,
+                            exposed_s=exposed, advice=tuple(advice))
+
+
+# --------------------------------------------------------------------------------------------------
+# Data-parallel scaling
+
+
+def allreduce_time(nbytes: float, n: int, bus_bandwidth: float) -> float:
+    """Ring all-reduce: each GPU sends and receives 2(N-1)/N x the buffer (reduce-scatter, then
+    all-gather), at the per-direction bus bandwidth. Zero for one GPU."""
+    if n < 1:
+        raise InputError(f"GPU count {n!r}: expected a whole number >= 1")
+    if bus_bandwidth <= 0:
+        raise InputError(f"link bandwidth {bus_bandwidth!r}: expected > 0")
+    return 2 * (n - 1) / n * nbytes / bus_bandwidth
+
+
+_LINK_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(GB/s|GBps|GB|Gb/s|Gbps|Gbit/s)?\s*$")
+
+
+def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float]:
+    """(name, per-direction bytes/s) of the link gradients are all-reduced over.
+
+    ``nvlink``: half the catalog's total GPU-to-GPU bandwidth (vendors sum both directions);
+    ``pcie``: the GPU's PCIe link, one direction; a number or ``"50GB/s"``/``"400Gb/s"``: a network
+    link per GPU in GB/s (Gb/s divided by 8). None: NVLink when the GPU has it, else PCIe.
+    """
+    if link is None:
+        link = "nvlink" if device.interconnect_bandwidth else "pcie"
+    if isinstance(link, (int, float)) and not isinstance(link, bool):
+        gbps = float(link)
+        name = "network link"
+    else:
+        text = str(link).strip().lower().replace(" ", "")
+        if text == "nvlink":
+            if not device.interconnect_bandwidth:
+                raise UnsupportedError(f"{device.name} has no NVLink/GPU-to-GPU link in the "
+                                       "catalog; use --link pcie or a network speed in GB/s")
+            return (device.interconnect or "NVLink"), device.interconnect_bandwidth / 2
+        if text == "pcie":
+            if not device.host_link_bandwidth:
+                raise InputError(f"{device.name} has no PCIe link in the catalog")
+            return device.host_link, device.host_link_bandwidth
+        m = _LINK_RE.match(str(link))
+        if not m:
+            raise InputError(f"--link {link!r}: expected nvlink, pcie, or a bandwidth such as "
+                             "50 (GB/s), 50GB/s or 400Gb/s") from None
+        gbps = float(m.group(1)) * (1 / 8 if m.group(2) in ("Gb/s", "Gbps", "Gbit/s") else 1.0)
+        name = f"network link ({str(link).strip()})"
+    if not (gbps > 0 and math.isfinite(gbps)):
+        raise InputError(f"--link {link!r}: expected a bandwidth > 0 GB/s")
+    return name, gbps * 1e9
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingRow:
+    gpus: int
+    step_time_s: float
+    allreduce_s: float
+    exposed_comm_s: float
+    speedup: float
+    """N x single-GPU step time / N-GPU step time (same per-GPU batch)."""
+    efficiency: float
+    """speedup / N."""
+    tokens_per_s: float
+
+    def to_dict(self) -> dict:
+        return {"gpus": self.gpus, "step_time_s": self.step_time_s,
+                "allreduce_s": self.allreduce_s, "exposed_comm_s": self.exposed_comm_s,
+                "speedup": self.speedup, "efficiency": self.efficiency,
+                "tokens_per_s": self.tokens_per_s}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingTable:
+    """Data parallelism over 1..N GPUs: every GPU runs the same step, then gradients are summed."""
+
+    link: str
+    link_bandwidth: float
+    """Per-direction bytes/s."""
+    bus_efficiency: float
+    gradient_bytes: int
+    overlap: bool
+    bucket_bytes: int
+    rows: tuple[ScalingRow, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"link": self.link, "link_bandwidth": self.link_bandwidth,
+                "bus_efficiency": self.bus_efficiency, "gradient_bytes": self.gradient_bytes,
+                "overlap": self.overlap, "bucket_bytes": self.bucket_bytes,
+                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+
+
+def _gpu_counts(n: int) -> list[int]:
+    if n <= 16:
+        return list(range(1, n + 1))
+    out, k = [], 1
+    while k < n:
+        out.append(k)
+        k *= 2
+    return out + [n]
+
+
+def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: int, gpus: int,
+                          link: str, link_bandwidth: float, eff: Efficiency, overlap: bool = True,
+                          tokens_per_step: float, bucket_bytes: int = 25 * 1024 * 1024
+                          ) -> ScalingTable:
+    """Speed-up and efficiency of data parallelism for 1..``gpus`` GPUs.
+
+    Without overlap the whole all-reduce follows the backward pass. With overlap (PyTorch DDP's
+    default: gradients are reduced in ``bucket_bytes`` buckets, 25 MiB, while backward continues)
+    only what does not fit under the backward time is exposed, and never less than the last
+    bucket's all-reduce. The bandwidth term only: NCCL's per-step latency is not modeled.
+    """
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InputError(f"GPU count {gpus!r}: expected a whole number >= 1")
+    bus = link_bandwidth * eff.comm
+    rows = []
+    base = None
+    for n in _gpu_counts(gpus):
+        ar = allreduce_time(gradient_bytes, n, bus)
+        if n > 1:
+            ar += math.ceil(gradient_bytes / bucket_bytes) * eff.launch_s
+        if n == 1:
+            exposed = 0.0
+        elif overlap:
+            last = allreduce_time(min(bucket_bytes, gradient_bytes), n, bus) + eff.launch_s
+            exposed = max(ar - backward_s, last)
+        else:
+            exposed = ar
+        t = step_s + exposed
+        base = t if base is None else base
+        speedup = n * base / t
+        rows.append(ScalingRow(gpus=n, step_time_s=t, allreduce_s=ar, exposed_comm_s=exposed,
+                               speedup=speedup, efficiency=speedup / n,
+                               tokens_per_s=n * tokens_per_step / t))
+    notes = ["bandwidth term only (NCCL's per-hop latency is ignored): small models scale worse "
+             "than shown"]
+    if "nvlink" in link.lower() and gpus > 8:
+        notes.append("NVLink joins the GPUs of one server (8 on HGX boards); beyond it gradients "
+                     "cross the network: give --link the network's GB/s per GPU")
+    return ScalingTable(link=link, link_bandwidth=link_bandwidth, bus_efficiency=eff.comm,
+                        gradient_bytes=int(gradient_bytes), overlap=overlap,
+                        bucket_bytes=bucket_bytes, rows=tuple(rows), notes=tuple(notes))
+
+
+# --------------------------------------------------------------------------------------------------
+# Time and cost to train
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingTime:
+    work: float
+    """Tokens (or samples) to process."""
+    unit: Literal["tokens", "samples"]
+    rate_per_s: float
+    """Tokens (samples) per second over all GPUs."""
+    gpus: int
+    seconds: float
+    price_per_gpu_hour: float | None = None
+
+    @property
+    def days(self) -> float:
+        return self.seconds / 86400
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.seconds * self.gpus / 3600
+
+    @property
+    def cost(self) -> float | None:
+        return None if self.price_per_gpu_hour is None else self.gpu_hours * self.price_per_gpu_hour
+
+    def to_dict(self) -> dict:
+        return {"work": self.work, "unit": self.unit, "rate_per_s": self.rate_per_s,
+                "gpus": self.gpus, "seconds": self.seconds, "days": self.days,
+                "gpu_hours": self.gpu_hours, "price_per_gpu_hour": self.price_per_gpu_hour,
+                "cost": self.cost}
+
+
+def time_to_train(*, work: float, rate_per_s: float, gpus: int,
+                  unit: Literal["tokens", "samples"] = "tokens",
+                  price_per_gpu_hour: float | None = None) -> TrainingTime:
+    """Wall-clock time to process ``work`` tokens (samples) at ``rate_per_s`` on ``gpus`` GPUs, and
+    its cost at ``price_per_gpu_hour``."""
+    if not (work > 0 and math.isfinite(work)):
+        raise InputError(f"{unit} to train on {work!r}: expected a number > 0")
+    if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
+        raise InputError(f"throughput {rate_per_s!r} {unit}/s: expected > 0")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InputError(f"GPU count {gpus!r}: expected a whole number >= 1")
+    if price_per_gpu_hour is not None and not (price_per_gpu_hour >= 0
+                                               and math.isfinite(price_per_gpu_hour)):
+        raise InputError(f"price per GPU-hour {price_per_gpu_hour!r}: expected a number >= 0")
+    return TrainingTime(work=float(work), unit=unit, rate_per_s=float(rate_per_s), gpus=gpus,
+                        seconds=work / rate_per_s, price_per_gpu_hour=price_per_gpu_hour)

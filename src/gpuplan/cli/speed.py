@@ -1,0 +1,145 @@
+"""``gpuplan speed MODEL --gpu G``: FLOPs, roofline, step time, throughput and MFU of a job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "speed", help="how fast a model trains or serves on a GPU, and why",
+        description="Estimate one training or inference step of MODEL on GPU: FLOPs, the "
+                    "roofline of each op class, step time, tokens/s, MFU; prefill vs decode; "
+                    "input copies; data-parallel scaling; time and cost to train; and whether "
+                    "the job needs a GPU at all.")
+    p.add_argument("model", help="catalog name, config.json path or model directory")
+    p.add_argument("--gpu", required=True, help="GPU SKU or alias (see `gpuplan gpus`)")
+    p.add_argument("--mode", choices=("train", "infer"), default="train")
+    p.add_argument("--batch", default="1", help="sequences per GPU per step (default 1)")
+    p.add_argument("--seq", default=None,
+                   help="sequence (prompt) length; default min(2048, the model's maximum)")
+    p.add_argument("--gpus", default="1", help="data-parallel GPUs (default 1)")
+    p.add_argument("--precision", default=None,
+                   help="training recipe (default mixed-bf16) or inference weight format "
+                        "(default bf16)")
+    p.add_argument("--optimizer", default="adamw")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="activation checkpointing (default none)")
+    p.add_argument("--attention", choices=("flash", "eager"), default="flash",
+                   help="fused attention that skips masked blocks, or materialized scores")
+    p.add_argument("--new-tokens", default="128", help="inference: tokens generated per sequence")
+    p.add_argument("--link", default=None,
+                   help="gradient all-reduce link: nvlink, pcie, or GB/s per GPU (e.g. 50, "
+                        "400Gb/s); default NVLink when the GPU has it")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="all-reduce after backward instead of overlapped with it")
+    p.add_argument("--pageable", action="store_true",
+                   help="host batches in pageable memory (no pin_memory): slower, not overlapped")
+    p.add_argument("--tokens", default=None, help="training tokens for time and cost (e.g. 300B)")
+    p.add_argument("--samples", default=None, help="training samples per epoch (instead of "
+                                                   "--tokens)")
+    p.add_argument("--epochs", default="1", help="epochs over --tokens/--samples (default 1)")
+    p.add_argument("--price", default=None, help="price per GPU-hour, for the cost")
+    p.add_argument("--tf32", action="store_true", help="fp32 matmuls on TF32 tensor cores")
+    p.add_argument("--vs-cpu", action="store_true",
+                   help="also estimate the job on this machine's CPU and say if a GPU is needed")
+    p.add_argument("--sweep", action="store_true",
+                   help="batch sizes 1..1024: where throughput saturates")
+    p.add_argument("--no-measured", action="store_true",
+                   help="use the default achievable fractions even when `gpuplan bench` "
+                        "measured this GPU")
+    p.add_argument("--ops", action="store_true", help="list every op of the step")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw the roofline with the step's ops")
+    p.set_defaults(func=run)
+
+
+def _float(text: str | None, what: str, *, positive: bool) -> float | None:
+    from ..errors import InputError
+
+    if text is None:
+        return None
+    try:
+        v = float(str(text).lstrip("$"))
+    except ValueError:
+        raise InputError(f"{what} {text!r}: expected a number") from None
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise InputError(f"{what} {text!r}: expected a number {'>' if positive else '>='} 0")
+    return v
+
+
+def run(args: argparse.Namespace) -> int:
+    from .._io import check_writable
+    from ..compute import batch_sweep, estimate_speed
+    from ..errors import InputError
+    from ..hardware import resolve_gpu
+    from ..models import load_model
+    from ..units import parse_count, parse_positive_int
+
+    batch = parse_positive_int(args.batch, what="--batch", maximum=10**7)
+    gpus = parse_positive_int(args.gpus, what="--gpus", maximum=10**6)
+    seq = None if args.seq is None else parse_positive_int(args.seq, what="--seq",
+                                                           maximum=10**8)
+    new_tokens = parse_positive_int(args.new_tokens, what="--new-tokens", maximum=10**7)
+    tokens = None if args.tokens is None else parse_count(args.tokens, what="--tokens")
+    samples = None if args.samples is None else parse_count(args.samples, what="--samples")
+    epochs = _float(args.epochs, "--epochs", positive=True)
+    price = _float(args.price, "--price", positive=False)
+    if args.plot:
+        check_writable(args.plot, what="--plot")
+    gpu, alias = resolve_gpu(args.gpu)
+    model = load_model(args.model)
+    cpu = None
+    if args.vs_cpu:
+        try:
+            from ..hardware.cpu import detect_cpu
+        except ModuleNotFoundError as e:
+            if e.name != "gpuplan.hardware.cpu":
+                raise
+            raise InputError("--vs-cpu needs gpuplan.hardware.cpu (the bench's CPU model), "
+                             "which this build lacks") from None
+        cpu = detect_cpu()
+    kw = dict(mode=args.mode, seq=seq, precision=args.precision, optimizer=args.optimizer,
+              gpus=gpus, recompute=args.recompute, attention=args.attention,
+              new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
+              pinned=not args.pageable, tf32=args.tf32)
+    if args.no_measured:
+        kw["measured"] = None
+    est = estimate_speed(model, gpu, batch=batch, train_tokens=tokens, train_samples=samples,
+                         epochs=epochs, price_per_gpu_hour=price, cpu=cpu, **kw)
+    sweep = batch_sweep(model, gpu, **kw) if args.sweep else None
+    if args.plot:
+        from ..report.speed import plot_roofline
+        plot_roofline(est, args.plot)
+    if args.json:
+        d = est.to_dict()
+        if alias:
+            d["gpu_note"] = alias
+        if sweep is not None:
+            d["sweep"] = sweep.to_dict()
+        if args.plot:
+            d["plot"] = args.plot
+        json.dump(d, sys.stdout, indent=2, default=_json_default)
+        sys.stdout.write("\n")
+        return 0
+    from ..report.speed import render_speed, render_sweep
+    if alias:
+        print(f"note: {alias}", file=sys.stderr)
+    render_speed(est, ops=args.ops)
+    if sweep is not None:
+        render_sweep(sweep)
+    if args.plot:
+        print(f"roofline written to {args.plot}")
+    return 0
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, float) and math.isinf(o):
+        return None
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")

@@ -1,0 +1,271 @@
+"""Rendering of the speed model: terminal tables (rich), JSON-ready dicts, and the roofline chart
+(matplotlib, imported when drawn). Nothing here computes an estimate."""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import TYPE_CHECKING, Any
+
+from .._io import write_atomic
+from ..errors import MissingDependencyError
+from ..units import format_bytes, format_count, format_flops, format_rate, format_seconds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..compute import BatchSweep, MatmulCount, MatmulTime, SmallWork, SpeedEstimate
+
+__all__ = ["render_speed", "render_matmul", "render_sweep", "plot_roofline", "CLASS_LABELS"]
+
+#: Display names of the op classes.
+CLASS_LABELS = {
+    "attention": "attention matmuls", "mlp": "MLP matmuls", "norm_elementwise": "norms/elementwise",
+    "embedding": "embedding", "logits": "logits", "optimizer": "optimizer step",
+}
+
+
+def _console(console: Any = None) -> Any:
+    if console is not None:
+        return console
+    from ._console import console_for
+    return console_for(width=160)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _intensity(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:,.1f}"
+
+
+def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) -> None:
+    """Print an estimate as a few compact tables."""
+    from rich.table import Table
+
+    c = _console(console)
+    mode = "training" if est.mode == "train" else "inference"
+    c.print(f"[bold]{est.model}[/bold] on [bold]{est.gpu}[/bold] x{est.gpus} -- {mode}, "
+            f"{est.precision} ({est.dtype} matmuls), batch {est.batch} per GPU x seq {est.seq}"
+            + (f", recompute {est.recompute}" if est.recompute != "none" else "")
+            + f", {est.attention} attention")
+
+    t = Table(title="Step", show_header=False, title_justify="left")
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    what = {"train": "training step", "decode": "decode step (1 new token per sequence)",
+            "forward": "forward pass", "prefill": "prefill"}[est.step.name]
+    t.add_row("step", what)
+    t.add_row("FLOPs per step (counted, recompute incl.)", format_flops(est.flops_per_step))
+    t.add_row("model FLOPs per token (MFU)", format_flops(est.model_flops_per_token))
+    t.add_row("bytes moved per step", format_bytes(est.step.bytes))
+    t.add_row("kernel time (sum of max(compute, memory))", format_seconds(est.step.kernel_time_s))
+    t.add_row(f"launch overhead ({est.step.kernels:,} kernels x "
+              f"{est.efficiency.launch_s * 1e6:.1f} us)", format_seconds(est.step.launch_time_s))
+    if est.transfer.exposed_s:
+        t.add_row("exposed input copy", format_seconds(est.transfer.exposed_s))
+    if est.comm_exposed_s:
+        t.add_row("exposed gradient all-reduce", format_seconds(est.comm_exposed_s))
+    t.add_row("[bold]step time[/bold]", f"[bold]{format_seconds(est.step_time_s)}[/bold]")
+    t.add_row("tokens/s" + (" (all GPUs)" if est.gpus > 1 else ""),
+              f"{est.tokens_per_s:,.0f}")
+    t.add_row("samples/s" + (" (whole requests)" if est.request_time_s is not None else ""),
+              f"{est.samples_per_s:,.2f}")
+    t.add_row("MFU / HFU", f"{_pct(est.mfu)} / {_pct(est.hfu)}")
+    t.add_row("bound", est.bound)
+    t.add_row(f"ridge point ({est.dtype})", f"{est.ridge_point:,.0f} FLOP/B (achievable "
+              f"{est.achievable_ridge_point:,.0f})")
+    c.print(t)
+
+    r = Table(title="Roofline by op class", title_justify="left")
+    for col in ("class", "FLOPs", "bytes", "FLOP/B", "time", "share", "bound"):
+        r.add_column(col, justify="left" if col == "class" else "right")
+    total = est.step.kernel_time_s or 1.0
+    for cl in est.step.classes:
+        r.add_row(CLASS_LABELS.get(cl.op_class, cl.op_class), format_flops(cl.flops),
+                  format_bytes(cl.bytes), _intensity(cl.intensity), format_seconds(cl.time_s),
+                  _pct(cl.time_s / total), cl.bound)
+    c.print(r)
+
+    if ops:
+        o = Table(title="Ops", title_justify="left")
+        for col in ("op", "phase", "x", "FLOPs", "bytes", "FLOP/B", "occupancy", "time",
+                    "bound"):
+            o.add_column(col, justify="left" if col in ("op", "phase") else "right")
+        for ot in est.step.ops:
+            o.add_row(f"{ot.op.group}:{ot.op.name}" if ot.op.group else ot.op.name,
+                      ot.op.phase, str(ot.op.count), format_flops(ot.op.flops),
+                      format_bytes(ot.op.bytes), _intensity(ot.op.intensity),
+                      f"{ot.occupancy:.3f}", format_seconds(ot.total_s), ot.bound)
+        c.print(o)
+
+    if est.prefill is not None:
+        p = Table(title="Inference phases", title_justify="left")
+        for col in ("phase", "tokens", "time", "tokens/s", "MFU", "bound"):
+            p.add_column(col, justify="left" if col == "phase" else "right")
+        p.add_row(f"prefill ({est.batch} x {est.seq} prompt tokens)", f"{est.prefill.tokens:,}",
+                  format_seconds(est.prefill.time_s), f"{est.prefill.tokens_per_s:,.0f}",
+                  _pct(est.prefill.mfu), est.prefill.bound)
+        p.add_row(f"decode (context {est.step.kv_len})", f"{est.step.tokens:,}",
+                  format_seconds(est.step_time_s), f"{est.step.tokens / est.step_time_s:,.0f}",
+                  _pct(est.mfu), est.bound)
+        c.print(p)
+        c.print(f"request: prefill + {est.new_tokens} new tokens = "
+                f"{format_seconds(est.request_time_s)} per batch of {est.batch}")
+
+    x = est.transfer
+    c.print(f"[bold]Input copy[/bold]: {format_bytes(x.bytes_per_step)} per step over {x.link} "
+            f"({'pinned' if x.pinned else 'pageable'}, {format_rate(x.achievable_bandwidth, 'B/s')}"
+            f") = {format_seconds(x.time_s)}, {x.ratio_to_compute:.1%} of the compute; "
+            + ("overlapped" if x.overlapped else "not overlapped")
+            + (f", adds {format_seconds(x.exposed_s)}" if x.exposed_s else ", adds nothing"))
+    for a in x.advice:
+        c.print(f"  - {a}")
+
+    if est.scaling is not None and est.gpus > 1:
+        s = est.scaling
+        st = Table(title=f"Data parallel over {s.link} ({format_rate(s.link_bandwidth, 'B/s')} per "
+                         f"direction, bus {_pct(s.bus_efficiency)}), gradients "
+                         f"{format_bytes(s.gradient_bytes)}, "
+                         + ("overlapped with backward" if s.overlap else "after backward"),
+                   title_justify="left")
+        for col in ("GPUs", "all-reduce", "exposed", "step", "speed-up", "efficiency"):
+            st.add_column(col, justify="right")
+        for row in s.rows:
+            st.add_row(str(row.gpus), format_seconds(row.allreduce_s),
+                       format_seconds(row.exposed_comm_s), format_seconds(row.step_time_s),
+                       f"{row.speedup:.2f}x", _pct(row.efficiency))
+        c.print(st)
+        for n in s.notes:
+            c.print(f"  note: {n}")
+
+    if est.training_time is not None:
+        tt = est.training_time
+        hours = f"{tt.gpu_hours:,.0f}" if tt.gpu_hours >= 100 else f"{tt.gpu_hours:.3g}"
+        line = (f"[bold]Time to train[/bold]: {format_count(tt.work)} {tt.unit} at "
+                f"{tt.rate_per_s:,.0f} {tt.unit}/s = {format_seconds(tt.seconds)}"
+                + (f" ({tt.days:,.1f} days)" if tt.days >= 2 else "")
+                + f" on {tt.gpus} GPU{'s' if tt.gpus > 1 else ''} ({hours} GPU-hours)")
+        if tt.cost is not None:
+            cost = f"{tt.cost:,.0f}" if tt.cost >= 100 else f"{tt.cost:,.2f}"
+            line += f", ${cost} at ${tt.price_per_gpu_hour:g}/GPU-hour"
+        c.print(line)
+
+    if est.cpu is not None:
+        cc = est.cpu
+        c.print(f"[bold]CPU vs GPU[/bold]: {cc.verdict}")
+        c.print(f"  CPU: {cc.cpu} ({cc.cpu_dtype}); {cc.cpu_peak_basis}")
+
+    eff = est.efficiency
+    c.print(f"Achievable fractions: matmul {_pct(eff.matmul_fraction(est.dtype))}, attention "
+            f"{_pct(eff.attention)}, memory {_pct(eff.memory)}, launch "
+            f"{eff.launch_s * 1e6:.1f} us"
+            + (f"; measured: {', '.join(eff.measured)}" if eff.measured else
+               " (defaults; `gpuplan bench` on this machine replaces them)"))
+    c.print("An estimate from arithmetic at these fractions: an upper bound for a tuned stack "
+            "(1.2-1.8x above published measured runs; docs/speed.md, Calibration)")
+    for n in est.notes:
+        c.print(f"note: {n}")
+
+
+def render_matmul(mm: MatmulCount, *, small: SmallWork | None = None,
+                  times: list[MatmulTime] | None = None, verdict: str | None = None,
+                  console: Any = None) -> None:
+    """The worked example of one matmul: exact counts, and on a GPU how much of it the work fills."""
+    from rich.table import Table
+
+    c = _console(console)
+    shape = f"{mm.m}x{mm.k} @ {mm.k}x{mm.n}" + (f" (batch {mm.batch})" if mm.batch > 1 else "")
+    t = Table(title=f"matmul {shape}", show_header=False, title_justify="left")
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("multiplies (M*K*N)", f"{mm.multiplies:,}")
+    t.add_row("additions (M*(K-1)*N" + (" + bias" if mm.bias else "") + ")", f"{mm.additions:,}")
+    t.add_row("multiply-adds per row (one example: K*N)", f"{mm.k * mm.n:,}")
+    t.add_row("FLOPs (2*M*K*N convention)", f"{mm.flops:,}")
+    t.add_row("output elements (independent dot products)", f"{mm.output_elements:,}")
+    if small is not None:
+        t.add_row("resident threads (SMs x threads/SM)", f"{small.resident_threads:,}")
+        t.add_row("work shortfall (resident threads / outputs)", f"{small.work_shortfall:,.1f}x"
+                  if small.work_shortfall >= 1 else f"{small.work_shortfall:.3f} (enough work)")
+        t.add_row(f"tiles of {small.tile[0]}x{small.tile[1]} vs {small.sm_count} SMs",
+                  f"{small.tiles:,} tiles, {small.waves} wave(s), "
+                  f"{_pct(small.wave_efficiency)} of SM-rounds busy")
+    c.print(t)
+    if times:
+        tt = Table(title="estimated time", title_justify="left")
+        for col in ("device", "dtype", "kernel", "launches", "copies", "total", "bound"):
+            tt.add_column(col, justify="left" if col == "device" else "right")
+        for m in times:
+            tt.add_row(m.device, m.dtype, format_seconds(m.compute_s), format_seconds(m.launch_s),
+                       format_seconds(m.transfer_s), format_seconds(m.total_s), m.bound)
+        c.print(tt)
+    if verdict:
+        c.print(verdict)
+
+
+def render_sweep(sweep: BatchSweep, *, console: Any = None) -> None:
+    from rich.table import Table
+
+    c = _console(console)
+    t = Table(title="Batch sweep", title_justify="left")
+    for col in ("batch", "step", "tokens/s", "samples/s", "MFU", "bound"):
+        t.add_column(col, justify="right")
+    for p in sweep.points:
+        mark = " <" if p.batch == sweep.saturation_batch else ""
+        t.add_row(f"{p.batch}{mark}", format_seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}",
+                  f"{p.samples_per_s:,.2f}", _pct(p.mfu), p.bound)
+    c.print(t)
+    c.print(f"throughput saturates at batch {sweep.saturation_batch} "
+            f"({_pct(sweep.threshold)} of the best in this sweep); memory is not checked here "
+            "(see gpuplan fit)")
+
+
+def plot_roofline(est: SpeedEstimate, path: str) -> None:
+    """Draw the roofline of ``est``'s step with its ops on it; written atomically to ``path``."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependencyError("matplotlib", "plot", "--plot") from None
+
+    peak = est.step.peak_flops
+    eff = est.efficiency
+    bw = peak / est.ridge_point
+    ach_peak = peak * eff.matmul_fraction(est.dtype)
+    ach_bw = bw * eff.memory
+    pts = [t for t in est.step.ops if t.op.bytes > 0 and t.op.flops > 0 and t.time_s > 0]
+    xs = [t.op.intensity for t in pts]
+    lo = min([0.1] + [x / 3 for x in xs])
+    hi = max([est.ridge_point * 30] + [x * 3 for x in xs])
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+
+    fig = Figure(figsize=(8, 5.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.loglog(grid, [min(peak, bw * x) for x in grid], color="black", lw=1.5,
+              label=f"peak: {format_rate(peak)} {est.dtype}, {format_rate(bw, 'B/s')}")
+    ax.loglog(grid, [min(ach_peak, ach_bw * x) for x in grid], color="gray", lw=1, ls="--",
+              label=f"achievable: {_pct(eff.matmul_fraction(est.dtype))} compute, "
+                    f"{_pct(eff.memory)} bandwidth")
+    ax.axvline(est.ridge_point, color="black", lw=0.5, ls=":")
+    ax.annotate(f"ridge {est.ridge_point:,.0f} FLOP/B", (est.ridge_point, peak),
+                textcoords="offset points", xytext=(4, -12), fontsize=8)
+    colors = {"attention": "tab:blue", "mlp": "tab:orange", "norm_elementwise": "tab:green",
+              "embedding": "tab:purple", "logits": "tab:red", "optimizer": "tab:brown"}
+    seen = set()
+    for t in pts:
+        cls = t.op.op_class
+        label = CLASS_LABELS.get(cls, cls) if cls not in seen else None
+        seen.add(cls)
+        ax.scatter([t.op.intensity], [max(t.achieved_flops, peak * 1e-6)],
+                   s=14 + 60 * t.total_s / max(est.step.kernel_time_s, 1e-30),
+                   color=colors.get(cls, "gray"), alpha=0.75, label=label, zorder=3)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of device memory traffic)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(f"{est.model} on {est.gpu}: {est.step.name} step, batch {est.batch} x seq "
+                 f"{est.seq} ({est.bound}-bound, MFU {_pct(est.mfu)})", fontsize=10)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.legend(fontsize=8, loc="lower right")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    write_atomic(path, buf.getvalue())

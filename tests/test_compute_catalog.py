@@ -1,0 +1,50 @@
+"""The speed model over every catalog model: the weights its matmuls multiply by are exactly the
+model's linear tensors (+ a tied output head, + a vision patch embedding), and an estimate of each
+in training and inference is consistent with its own definitions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuplan.compute import StepShape, build_forward_ops, estimate_speed
+from gpuplan.hardware import get_gpu
+from gpuplan.models import catalog_names, load_model
+
+H100 = get_gpu("H100-SXM-80GB")
+
+
+@pytest.mark.parametrize("name", catalog_names())
+def test_matmul_weights_are_the_models_linear_tensors(name):
+    m = load_model(name)
+    a = m.architecture
+    fwd = build_forward_ops(a, StepShape(batch=1, q_len=8, kv_len=8), act_bytes=2, weight_bytes=2)
+    mine = sum(op.weight_elements * op.count for op in fwd if op.weight_elements)
+    expected = sum(t.total for t in m.tensors if t.linear)
+    head_tied = a.tie_word_embeddings and (a.kind == "decoder" or "MaskedLM" in a.hf_class)
+    if head_tied:  # the output head multiplies by the (non-linear-listed) embedding table
+        table = next(t for t in m.tensors if t.component == "embeddings"
+                     and t.shape[0] == a.vocab_size)
+        expected += table.total
+    if a.kind == "vision":  # the patch embedding is a convolution: a matmul over patches
+        conv = next(t for t in m.tensors if t.component == "embeddings" and len(t.shape) == 4)
+        expected += conv.total
+    assert mine == expected
+
+
+@pytest.mark.parametrize("name", catalog_names())
+def test_estimates_are_consistent(name):
+    m = load_model(name)
+    for mode in ("train", "infer"):
+        e = estimate_speed(m, H100, mode=mode, batch=2, seq=256, measured=None)
+        d = json.loads(json.dumps(e.to_dict(ops=False)))
+        assert d["bound"] in ("compute", "memory")
+        assert 0 < e.mfu <= e.efficiency.matmul
+        assert e.flops_per_step >= e.model_flops_per_step > 0
+        assert e.step_time_s >= e.step.kernel_time_s + e.step.launch_time_s
+        assert e.tokens_per_s == pytest.approx(e.step.tokens / e.step_time_s)
+        if mode == "train":
+            # every parameter is updated: the optimizer reads and writes them all
+            opt = next(t for t in e.step.ops if t.op.phase == "optimizer")
+            assert opt.op.bytes >= 16 * m.params.total  # 2 + 4 + 4 + 8 read, more written

@@ -1,0 +1,124 @@
+"""`gpuplan speed` end to end: JSON fields, text, the roofline plot, and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuplan.cli import main
+
+
+@pytest.fixture(autouse=True)
+def no_bench_db(monkeypatch):
+    """No stored bench run: the defaults are used (a run on this machine would replace them)."""
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", "/nonexistent-dir/bench.sqlite")
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_json_fields(capsys):
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--batch", "4", "--json",
+                       "--no-measured")
+    assert rc == 0, err
+    d = json.loads(out)
+    for k in ("flops_per_step", "model_flops_per_token", "step_time_s", "tokens_per_s", "mfu",
+              "bound"):
+        assert k in d
+    assert d["bound"] in ("compute", "memory")
+    assert d["gpu"] == "H100-SXM-80GB" and "alias" in d["gpu_note"]
+    assert d["tokens_per_s"] == pytest.approx(4 * 2048 / d["step_time_s"])
+    assert d["efficiency"]["basis"]["matmul"].startswith("default")
+
+
+def test_infer_sweep_and_text(capsys):
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
+                       "--batch", "8", "--seq", "512", "--sweep", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["step"]["name"] == "decode" and d["prefill"]["name"] == "prefill"
+    assert d["sweep"]["saturation_batch"] in [p["batch"] for p in d["sweep"]["points"]]
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
+                       "--ops")
+    assert rc == 0, err
+    assert "decode" in out and "prefill" in out and "Roofline by op class" in out
+
+
+def test_plot_is_written(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "roofline.png"
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--plot", str(path))
+    assert rc == 0, err
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in tmp_path.iterdir() if p.name != "roofline.png"]  # no temp file left
+
+
+@pytest.mark.parametrize("argv,match", [
+    (("--gpu", "T4"), "T4 has no bf16 support"),
+    (("--gpu", "V100", "--mode", "infer"), "use --precision fp16"),
+    (("--gpu", "h100", "--gpus", "0"), "--gpus '0'"),
+    (("--gpu", "h100", "--batch", "-2"), "--batch '-2'"),
+    (("--gpu", "h100", "--seq", "0"), "--seq '0'"),
+    (("--gpu", "h200x"), "unknown GPU 'h200x'"),
+    (("--gpu", "h100", "--link", "fast"), "--link 'fast'"),
+    (("--gpu", "h100", "--price", "-1", "--tokens", "1B"), "--price '-1'"),
+    (("--gpu", "h100", "--plot", "/nonexistent-dir/x.png"), "does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, match):
+    rc, out, err = run(capsys, "speed", "llama-2-7b", *argv)
+    assert rc == 2
+    assert match in err
+    assert err.count("\n") == 1 and err.startswith("gpuplan: error:")
+
+
+def test_unknown_model(capsys):
+    rc, out, err = run(capsys, "speed", "llama-2-7c", "--gpu", "h100")
+    assert rc == 2 and "llama-2-7b" in err and err.count("\n") == 1
+
+
+class _CPU:
+    model_name, vendor, physical_cores, simd_bits = "Test CPU", "GenuineIntel", 2, 256
+    peak_fp32_flops = 2 * 3e9 * 8 * 2 * 2
+    peak_fp64_flops = peak_fp32_flops / 2
+    peak_basis = "estimate: 2 cores x 3.00 GHz x 8 fp32 lanes x 2 FMA units x 2"
+
+
+def test_vs_cpu(capsys, monkeypatch):
+    import sys
+    import types
+
+    mod = types.ModuleType("gpuplan.hardware.cpu")
+    mod.detect_cpu = lambda **kw: _CPU()
+    monkeypatch.setitem(sys.modules, "gpuplan.hardware.cpu", mod)
+    rc, out, err = run(capsys, "speed", "gpt2", "--gpu", "h100", "--mode", "infer", "--seq", "16",
+                       "--new-tokens", "4", "--vs-cpu", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["cpu"]["cpu"] == "Test CPU" and isinstance(d["cpu"]["needs_gpu"], bool)
+    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--batch", "8",
+                       "--vs-cpu")
+    assert rc == 0 and "A GPU pays off" in out
+
+
+def test_speed_and_flops_commands_import_nothing_heavy():
+    # the analytic speed model answers without torch, numpy or matplotlib (DESIGN.md)
+    import subprocess
+    import sys
+
+    code = (
+        "import io, contextlib, os\n"
+        "os.environ['GPUPLAN_BENCH_DB'] = '/nonexistent-dir/bench.sqlite'\n"
+        "from gpuplan.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['speed', 'llama-3.1-8b', '--gpu', 'h100', '--json']) == 0\n"
+        "    assert main(['speed', 'llama-3.1-8b', '--gpu', 'h100', '--mode', 'infer']) == 0\n"
+        "    assert main(['flops', 'matmul', '128x128', '128x128', '--gpu', 'h100']) == 0\n"
+        "import sys; print(' '.join(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    mods = set(out.stdout.split())
+    assert not [m for m in ("torch", "transformers", "numpy", "matplotlib") if m in mods]
