@@ -38,22 +38,29 @@ class Form(tuple):
         return tuple.__new__(cls, (bs, bss, s, ss, b, one))
 
     def __add__(self, o: "Form") -> "Form":  # type: ignore[override]
-        return Form(*(x + y for x, y in zip(self, o)))
+        a0, a1, a2, a3, a4, a5 = self
+        b0, b1, b2, b3, b4, b5 = o
+        return tuple.__new__(Form, (a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4, a5 + b5))
 
     def __sub__(self, o: "Form") -> "Form":
-        return Form(*(x - y for x, y in zip(self, o)))
+        a0, a1, a2, a3, a4, a5 = self
+        b0, b1, b2, b3, b4, b5 = o
+        return tuple.__new__(Form, (a0 - b0, a1 - b1, a2 - b2, a3 - b3, a4 - b4, a5 - b5))
 
     def __mul__(self, k: int) -> "Form":  # type: ignore[override]
-        return Form(*(x * k for x in self))
+        a0, a1, a2, a3, a4, a5 = self
+        return tuple.__new__(Form, (a0 * k, a1 * k, a2 * k, a3 * k, a4 * k, a5 * k))
 
     __rmul__ = __mul__
 
     def __call__(self, b: int, s: int) -> int:
         bs, bss, s1, ss, b1, one = self
-        return bs * b * s + bss * b * s * s + s1 * s + ss * s * s + b1 * b + one
+        return (bs + bss * s) * b * s + (s1 + ss * s) * s + b1 * b + one
 
     def dominates(self, o: "Form") -> bool:
-        return all(x >= y for x, y in zip(self, o))
+        a0, a1, a2, a3, a4, a5 = self
+        b0, b1, b2, b3, b4, b5 = o
+        return a0 >= b0 and a1 >= b1 and a2 >= b2 and a3 >= b3 and a4 >= b4 and a5 >= b5
 
 
 ZERO = Form()
@@ -411,18 +418,18 @@ class Graph:
 
 
 def prune(forms: list[tuple[Form, ...]]) -> list[tuple[Form, ...]]:
-    """Drop candidate points whose total form is dominated by another's (never the peak)."""
-    totals = [sum(f, ZERO) for f in forms]
-    keep = []
-    for i, ti in enumerate(totals):
-        dominated = False
-        for j, tj in enumerate(totals):
-            if i != j and tj.dominates(ti) and (tj != ti or j < i):
-                dominated = True
-                break
-        if not dominated:
-            keep.append(forms[i])
-    return keep
+    """Drop candidate points whose total form is dominated by another's (never the peak): a
+    skyline, built in one pass against the points kept so far."""
+    kept: list[tuple[Form, tuple]] = []
+    for f in forms:
+        t = ZERO
+        for x in f:
+            t = t + x
+        if any(k.dominates(t) for k, _ in kept):
+            continue
+        kept = [(k, g) for k, g in kept if not t.dominates(k)]
+        kept.append((t, f))
+    return [f for _, f in kept]
 
 
 @dataclass

@@ -32,7 +32,11 @@ _ZERO_STAGES = (0, 1, 2, 3)
 
 def _choice(value: str, options: tuple[str, ...], what: str) -> str:
     if value not in options:
-        raise InputError(f"{what} {value!r}: expected one of {', '.join(options)}")
+        from .errors import closest
+
+        near = closest(str(value), options, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise InputError(f"{what} {value!r}: expected one of {', '.join(options)}{hint}")
     return value
 
 
@@ -145,3 +149,11 @@ class Job:
     def with_(self, **changes: object) -> "Job":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+    def _evolve(self, **changes: object) -> "Job":
+        """A copy with fields changed *without* validation, for searches that only set values
+        they took from the accepted sets (the solver); everything else uses :meth:`with_`."""
+        new = object.__new__(Job)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
