@@ -552,10 +552,11 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
                          f"size ({arch.max_position_embeddings} tokens)")
     limit = arch.max_position_embeddings
     planner = _Planner(model, overhead_level, overhead_overrides)
+    prompt = job.seq or min(limit, 2048)  # inference: the prompt stays, the context grows
 
     def fits(s: int) -> bool:
         cand = (job.with_(seq=s, context=None) if mode == "train"
-                else job.with_(seq=min(job.seq or s, s), context=s))
+                else job.with_(seq=min(prompt, s), context=s))
         p = planner.peak(mode, cand)
         return p is not None and p <= gpu.memory_bytes
 
