@@ -386,6 +386,8 @@ def _score(changes: tuple[Change, ...], extra_gpus: int) -> tuple[float, int]:
             s += 0.05 * math.log2(max(1, 64 / max(c.value, 1)))
         if c.knob == "gpu":
             s += 0.3 * math.log2(1 + _GPU_MEMORY[c.value] / 1e10)
+        if c.knob == "infer_precision":  # fewer bits, more quality risk: prefer the wider format
+            s += 0.5 * (16 - WEIGHT_FORMATS[c.value].bits) / 16
     return s, tier
 
 
@@ -412,6 +414,10 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         ctx = job.context or seq
         groups = _infer_knobs(model, job, seq, ctx)
     groups.append(_gpu_alternatives(gpu))
+    fits_already = base_peak <= usable
+    if fits_already:
+        # it fits: show only what lowers the peak without more or other hardware
+        groups = [[(c, d) for c, d in g if c.tier != _HARDWARE] for g in groups]
     groups = [g for g in groups if g]
 
     found: list[Suggestion] = []
@@ -444,7 +450,7 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
                        fits=peak <= target.memory_bytes,
                        extra_compute=sum(c.extra_compute for c in changes), tier=tier,
                        score=score)
-        if s.fits:
+        if s.fits and (not fits_already or peak < base_peak):
             found.append(s)
         elif best_miss is None or (peak - target.memory_bytes
                                    < best_miss.peak_bytes - best_miss.usable_bytes):
@@ -484,12 +490,16 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         if len(picked) >= top:
             break
 
-    fits_already = base_peak <= usable
     seconds = time.perf_counter() - t0
-    if picked:
-        msg = (f"{'fits' if fits_already else 'does not fit'} on {gpu.name} "
-               f"({format_bytes(base_peak)} of {format_bytes(usable)}); "
-               f"{len(picked)} change(s) that fit below")
+    if picked and fits_already:
+        msg = (f"fits on {gpu.name} ({format_bytes(base_peak)} of {format_bytes(usable)}); "
+               f"{len(picked)} change(s) that lower the peak below")
+    elif picked:
+        msg = (f"does not fit on {gpu.name} ({format_bytes(base_peak)} of "
+               f"{format_bytes(usable)}); {len(picked)} change(s) that fit below")
+    elif fits_already:
+        msg = (f"fits on {gpu.name} ({format_bytes(base_peak)} of {format_bytes(usable)}); no "
+               "change gpuplan tries lowers the peak")
     else:
         miss = best_miss
         msg = (f"no change gpuplan tries makes this {mode} job fit on {gpu.name} "
@@ -498,7 +508,7 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
                   if miss else ""))
     return Suggestions(mode=mode, gpu=gpu.name, usable_bytes=usable, current_peak_bytes=base_peak,
                        fits_already=fits_already, suggestions=tuple(picked),
-                       closest_miss=None if picked else best_miss,
+                       closest_miss=None if picked or fits_already else best_miss,
                        evaluated=candidates, planned=planner.evaluated, seconds=seconds,
                        message=msg)
 

@@ -110,7 +110,8 @@ def _solver_tables(p: Plan, units: ByteUnits):
         table.add_column("headroom", justify="right")
         table.add_column("what it costs")
         for i, s in enumerate(r.suggestions, 1):
-            gpus = f" on {s.gpu_count} GPUs" if s.gpu_count > 1 else ""
+            gpus = (f" on {s.gpu_count} GPUs" if s.gpu_count > 1 and "GPUs" not in s.summary
+                    and "--gpus" not in s.summary else "")
             table.add_row(str(i), s.summary + gpus, format_bytes(s.peak_bytes, units),
                           format_bytes(s.headroom_bytes, units), "; ".join(s.costs))
         out.append(table)
