@@ -173,13 +173,19 @@ def _verdict(total_expected: int, total_high: int, usable: int) -> Verdict:
 
 
 def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
-                    overrides=None) -> int | None:
+                    overrides=None, memo: dict | None = None) -> int | None:
     """Smallest N with ZeRO-3 over N GPUs such that one GPU's peak fits. Per-GPU memory falls as
-    N grows (for N >= 2), so a binary search over [2, MAX_GPUS] finds it."""
+    N grows (for N >= 2), so a binary search over [2, MAX_GPUS] finds it. ``memo`` shares the
+    per-N totals between the GPUs of one plan."""
+    memo = {} if memo is None else memo
+
     def fits(n: int) -> bool:
-        return train_memory(model, job.with_(zero=3 if n > 1 else job.zero, gpus=n),
-                            overhead_level=level,
-                            overhead_overrides=overrides).total_bytes <= usable
+        if n not in memo:
+            # the same job with valid values changed: no need to validate it again
+            memo[n] = train_memory(model, job._evolve(zero=3 if n > 1 else job.zero, gpus=n),
+                                   overhead_level=level,
+                                   overhead_overrides=overrides).total_bytes
+        return memo[n] <= usable
 
     if fits(1):
         return 1
@@ -196,10 +202,13 @@ def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
 
 
 def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
-                    overrides=None) -> int | None:
+                    overrides=None, memo: dict | None = None) -> int | None:
+    memo = {} if memo is None else memo
     for tp in _TP_DEGREES:
-        if infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
-                        overhead_overrides=overrides).total_bytes <= usable:
+        if tp not in memo:
+            memo[tp] = infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
+                                    overhead_overrides=overrides).total_bytes
+        if memo[tp] <= usable:
             return tp
     return None
 
@@ -241,6 +250,8 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
 
     verdicts = []
     reports = []
+    train_memo: dict = {}
+    infer_memo: dict = {}
     for gpu, note in resolved:
         usable = gpu.memory_bytes
         v: dict = {}
@@ -251,7 +262,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                 train_verdict=_verdict(train.total_bytes, train_high, usable),
                 train_headroom_bytes=usable - train.total_bytes,
                 train_min_gpus=(_min_train_gpus(model, job, usable, overhead_level,
-                                                overhead_overrides)
+                                                overhead_overrides, train_memo)
                                 if search_gpu_counts else None),
             )
             modes.append(("train", train.total_bytes <= usable))
@@ -261,7 +272,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                 infer_verdict=_verdict(infer.total_bytes, infer_high, usable),
                 infer_headroom_bytes=usable - infer.total_bytes,
                 infer_min_gpus=(_min_infer_gpus(model, job, usable, overhead_level,
-                                                overhead_overrides)
+                                                overhead_overrides, infer_memo)
                                 if search_gpu_counts else None),
             )
             modes.append(("infer", infer.total_bytes <= usable))

@@ -385,13 +385,14 @@ def _score(changes: tuple[Change, ...], extra_gpus: int) -> tuple[float, int]:
         if c.knob == "micro_batch":
             s += 0.05 * math.log2(max(1, 64 / max(c.value, 1)))
         if c.knob == "gpu":
-            s += 0.3 * math.log2(1 + _GPU_MEMORY[c.value] / 1e10)
+            s += 0.3 * math.log2(1 + _gpu_memory(c.value) / 1e10)
         if c.knob == "infer_precision":  # fewer bits, more quality risk: prefer the wider format
             s += 0.5 * (16 - WEIGHT_FORMATS[c.value].bits) / 16
     return s, tier
 
 
-_GPU_MEMORY = {g.name: g.memory_bytes for g in all_gpus()}
+def _gpu_memory(name: str) -> int:
+    return next(g.memory_bytes for g in all_gpus() if g.name == name)
 
 
 def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
