@@ -86,6 +86,8 @@ class TrainMemory:
     activations_known: bool = True
     phases: dict[str, int] = field(default_factory=dict)
     """Total bytes at each phase of the step (the peak is the largest)."""
+    activation_detail: dict = field(default_factory=dict)
+    """Saved-for-backward bytes in total and per layer kind, and where each phase peaks."""
 
     @property
     def model_states_bytes(self) -> int:
@@ -117,6 +119,7 @@ class TrainMemory:
             "peak_phase": self.peak_phase,
             "phases": dict(self.phases),
             "activations_known": self.activations_known,
+            "activation_detail": dict(self.activation_detail),
             "overhead": self.overhead.to_dict(),
             "lines": [_line_dict(l) for l in self.lines],
             "notes": list(self.notes),
@@ -392,6 +395,10 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
         overhead_bytes=overhead.bytes, total_bytes=total, peak_phase=peak_phase, host_bytes=host,
         overhead=overhead, lines=tuple(lines), notes=tuple(notes),
         activations_known=act.known, phases={p: v.total for p, v in phases.items()},
+        activation_detail=({"saved_bytes": act.saved_bytes,
+                            "per_layer_saved_bytes": list(act.per_layer_bytes),
+                            "forward_peak_at": act.forward_detail,
+                            "backward_peak_at": act.backward_detail} if act.known else {}),
     )
 
 
