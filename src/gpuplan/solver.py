@@ -274,15 +274,13 @@ def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[
         ])
     if not job.offload_optimizer and job.optimizer != "sgd":
         recipe = get_recipe(job.precision)
-        moved = 4 * (job.lora_rank and 1 or 1)
-        del moved
         pcie = gpu.pcie_bandwidth
         traffic = model.params.total * (recipe.grad_bytes + recipe.weight_bytes)
         groups.append([(Change(knob="offload_optimizer", value=True, tier=_THROUGHPUT,
                                text="--offload-optimizer",
                                cost=f"optimizer step on the CPU: {format_bytes(traffic)} of "
                                     f"gradients and weights cross PCIe each step (~"
-                                    f"{traffic / pcie:.1f} s at {gpu.name}'s link) and host "
+                                    f"{traffic / pcie:.1f} s at {pcie / 1e9:.0f} GB/s) and host "
                                     "memory for the states"),
                         {"offload_optimizer": True, "fused_optimizer": False})])
     par = []
