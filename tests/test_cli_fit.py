@@ -88,3 +88,89 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
     assert len(lines) == 1, err
     assert needle in lines[0]
     assert "Traceback" not in err
+
+
+# ---- activations, KV cache, overhead, suggestions, direct queries, plot (issue 3) -------------
+
+def test_fit_fills_activations_kv_and_overhead(capsys):
+    code, out, err = run(capsys, "fit", "llama-3.1-8b", "--batch", "2", "--seq", "2048",
+                         "--checkpointing", "selective", "--attention", "eager", "--json",
+                         "--gpu", "H200-SXM-141GB")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["train"]["activations_known"] is True
+    assert d["train"]["peak_phase"] in ("forward", "backward", "optimizer")
+    assert set(d["train"]["phases"]) == {"forward", "backward", "optimizer"}
+    assert d["train"]["per_gpu"]["overhead_bytes"] > 0
+    # KV cache of 2 sequences x 2048 tokens: 2 x 32 layers x 8 KV heads x 128 x 2 bytes a token
+    assert d["infer"]["per_gpu"]["kv_cache_bytes"] == 2 * 32 * 8 * 128 * 2 * 2048 * 2
+    assert d["infer"]["peak_phase"] in ("prefill", "decode")
+    assert "suggestions" in d and isinstance(d["suggestions"], list)
+
+
+def test_suggestions_when_a_named_gpu_does_not_fit(capsys):
+    code, out, err = run(capsys, "fit", "llama-3.1-8b", "--mode", "train", "--gpu", "RTX-4090",
+                         "--batch", "2", "--seq", "1024", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["gpus"][0]["train_fits"] is False
+    assert d["suggestions"], d.get("solver")
+    for s in d["suggestions"]:
+        assert s["fits"] and s["peak_bytes"] <= s["usable_bytes"]
+        assert s["changes"] and all(c["cost"] for c in s["changes"])
+    # and the table says it too
+    code, out, err = run(capsys, "fit", "llama-3.1-8b", "--mode", "train", "--gpu", "RTX-4090",
+                         "--batch", "2", "--seq", "1024")
+    assert code == 0 and "What to change (train, RTX-4090)" in out
+
+
+def test_max_batch_and_max_seq(capsys):
+    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "T4", "--max-batch", "--max-seq",
+                         "--seq", "512", "--json")
+    assert code == 0, err
+    g = json.loads(out)["gpus"][0]
+    for k in ("train_max_batch", "infer_max_batch", "train_max_seq", "infer_max_seq"):
+        assert isinstance(g[k], int) and g[k] >= 1, k
+    assert g["infer_max_seq"] == 1024  # gpt2's position limit binds before memory
+
+
+def test_cuda_context_override_on_the_command_line(capsys):
+    _, out, _ = run(capsys, "fit", "gpt2", "--mode", "infer", "--gpu", "T4", "--json")
+    _, out2, _ = run(capsys, "fit", "gpt2", "--mode", "infer", "--gpu", "T4", "--json",
+                     "--cuda-context", "1GB")
+    a, b = json.loads(out)["infer"], json.loads(out2)["infer"]
+    ctx = next(i for i in a["overhead"]["items"] if i["name"] == "CUDA context")
+    assert b["per_gpu"]["overhead_bytes"] - a["per_gpu"]["overhead_bytes"] == \
+        10**9 - ctx["expected_bytes"]
+
+
+def test_plot_is_written_atomically(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "fit.png"
+    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "T4", "--gpu", "RTX-4090",
+                         "--plot", str(path))
+    assert code == 0, err
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["fit.png"]  # no temporary left behind
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["fit", "gpt2", "--batch", "0"], "--batch"),
+    (["fit", "gpt2", "--seq", "-1"], "--seq"),
+    (["fit", "gpt2", "--seq", "4096"], "at most 1024"),
+    (["fit", "llama-2-7b", "--mode", "infer", "--context", "9000"], "at most 4096"),
+    (["fit", "gpt2", "--checkpointing", "fulll"], "'full'"),
+    (["fit", "gpt2", "--attention", "flash"], "eager, sdpa"),
+    (["fit", "gpt2", "--cuda-context", "lots"], "--cuda-context"),
+    (["fit", "gpt2", "--fragmentation", "2"], "--fragmentation"),
+    (["fit", "gpt2", "--plot", "/nonexistent-dir/x.png"], "does not exist"),
+    (["fit", "gpt2", "--plot", "out.svg"], ".png"),
+])
+def test_issue3_bad_input_one_line_exit_2(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert needle in lines[0]

@@ -8,13 +8,16 @@ seed's ratio of training to inference memory).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
 from .models import Model, load_model
 from .overhead import OverheadLevel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .solver import Suggestion, Suggestions
 
 __all__ = ["GpuVerdict", "Plan", "plan", "resolve_model", "resolve_gpus", "MAX_GPUS"]
 
@@ -47,6 +50,14 @@ class GpuVerdict:
     infer_headroom_bytes: int | None = None
     infer_min_gpus: int | None = None
     """Smallest tensor-parallel degree of this GPU that serves the job (None: none up to 64)."""
+    train_max_batch: int | None = None
+    """``--max-batch``: the largest micro-batch that fits on one of this GPU (0: not even 1)."""
+    infer_max_batch: int | None = None
+    """``--max-batch``: the most concurrent sequences that fit (0: not even 1)."""
+    train_max_seq: int | None = None
+    """``--max-seq``: the longest training sequence that fits (0: not even 1 token)."""
+    infer_max_seq: int | None = None
+    """``--max-seq``: the longest context (prompt + generated) that fits (0: not even 1)."""
 
     def to_dict(self) -> dict:
         d = {
@@ -61,6 +72,10 @@ class GpuVerdict:
             "train_min_gpus_zero3": self.train_min_gpus,
             "infer_min_gpus_tensor_parallel": self.infer_min_gpus,
         }
+        for key in ("train_max_batch", "infer_max_batch", "train_max_seq", "infer_max_seq"):
+            v = getattr(self, key)
+            if v is not None:
+                d[key] = v
         if self.alias_note:
             d["alias_note"] = self.alias_note
         return d
@@ -77,7 +92,14 @@ class Plan:
     gpus: tuple[GpuVerdict, ...]
     notes: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
-    """Sections added by other analyses (speed, suggestions, trace) keyed by name."""
+    """Sections added by other analyses (speed, trace) keyed by name."""
+    solver: tuple["Suggestions", ...] = ()
+    """What to change, per GPU and mode, where the solver ran (see :func:`plan`)."""
+
+    @property
+    def suggestions(self) -> tuple["Suggestion", ...]:
+        """Every suggested change, for every GPU the solver ran on, best first per GPU."""
+        return tuple(s for r in self.solver for s in r.suggestions)
 
     @property
     def train_to_infer_ratio(self) -> float | None:
@@ -109,6 +131,10 @@ class Plan:
         if ratio is not None:
             out["train_to_infer_ratio"] = ratio
         out["gpus"] = [g.to_dict() for g in self.gpus]
+        out["suggestions"] = [s.to_dict() for s in self.suggestions]
+        if self.solver:
+            out["solver"] = [{k: v for k, v in r.to_dict().items() if k != "suggestions"}
+                             for r in self.solver]
         out["notes"] = list(self.notes)
         out.update(self.extra)
         return out
@@ -123,6 +149,8 @@ def _job_dict(job: Job) -> dict:
         "lora_targets": list(job.lora_targets) if job.lora_targets else None,
         "lora_base": job.lora_base, "checkpointing": job.checkpointing,
         "attention": job.attention, "kv_dtype": job.kv_dtype, "context": job.context,
+        "fused_optimizer": job.fused_optimizer, "use_cache": job.use_cache,
+        "prefill_logits": job.prefill_logits,
     }
 
 
@@ -144,12 +172,20 @@ def _verdict(total_expected: int, total_high: int, usable: int) -> Verdict:
     return "fits" if total_high <= usable else "tight"
 
 
-def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel) -> int | None:
+def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
+                    overrides=None, memo: dict | None = None) -> int | None:
     """Smallest N with ZeRO-3 over N GPUs such that one GPU's peak fits. Per-GPU memory falls as
-    N grows (for N >= 2), so a binary search over [2, MAX_GPUS] finds it."""
+    N grows (for N >= 2), so a binary search over [2, MAX_GPUS] finds it. ``memo`` shares the
+    per-N totals between the GPUs of one plan."""
+    memo = {} if memo is None else memo
+
     def fits(n: int) -> bool:
-        return train_memory(model, job.with_(zero=3 if n > 1 else job.zero, gpus=n),
-                            overhead_level=level).total_bytes <= usable
+        if n not in memo:
+            # the same job with valid values changed: no need to validate it again
+            memo[n] = train_memory(model, job._evolve(zero=3 if n > 1 else job.zero, gpus=n),
+                                   overhead_level=level,
+                                   overhead_overrides=overrides).total_bytes
+        return memo[n] <= usable
 
     if fits(1):
         return 1
@@ -165,46 +201,94 @@ def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel) -
     return lo
 
 
-def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel) -> int | None:
+def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
+                    overrides=None, memo: dict | None = None) -> int | None:
+    memo = {} if memo is None else memo
     for tp in _TP_DEGREES:
-        if infer_memory(model, job, tensor_parallel=tp, overhead_level=level).total_bytes <= usable:
+        if tp not in memo:
+            memo[tp] = infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
+                                    overhead_overrides=overrides).total_bytes
+        if memo[tp] <= usable:
             return tp
     return None
 
 
+def _query(fn, *args, **kw) -> int:
+    """A max-batch / max-seq answer; 0 when not even the smallest fits."""
+    from .errors import InputError
+
+    try:
+        return fn(*args, **kw)
+    except InputError:
+        return 0
+
+
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
-         overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True) -> Plan:
-    """Memory of ``job`` per GPU and a verdict for each of ``gpus`` (default: a shortlist)."""
+         overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True,
+         overhead_overrides=None, suggest: bool | None = None, max_batch: bool = False,
+         max_seq: bool = False, top: int = 3) -> Plan:
+    """Memory of ``job`` per GPU and a verdict for each of ``gpus`` (default: a shortlist).
+
+    ``suggest``: run the solver (:mod:`gpuplan.solver`) for every GPU -- ``True``; only for the
+    GPUs named in ``gpus`` on which the job does not fit -- ``None`` (the default: nothing runs
+    for the default shortlist); never -- ``False``. ``max_batch`` / ``max_seq`` answer the direct
+    queries for each GPU.
+    """
+    from . import solver as _solver
+
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
-    train = train_memory(model, job, overhead_level=overhead_level) if job.trains else None
-    infer = infer_memory(model, job, overhead_level=overhead_level) if job.infers else None
-    train_high = (train_memory(model, job, overhead_level="high").total_bytes
+    kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
+    train = train_memory(model, job, **kw) if job.trains else None
+    infer = infer_memory(model, job, **kw) if job.infers else None
+    train_high = (train_memory(model, job, overhead_level="high",
+                               overhead_overrides=overhead_overrides).total_bytes
                   if train is not None else None)
-    infer_high = (infer_memory(model, job, overhead_level="high").total_bytes
+    infer_high = (infer_memory(model, job, overhead_level="high",
+                               overhead_overrides=overhead_overrides).total_bytes
                   if infer is not None else None)
 
     verdicts = []
+    reports = []
+    train_memo: dict = {}
+    infer_memo: dict = {}
     for gpu, note in resolved:
         usable = gpu.memory_bytes
         v: dict = {}
+        modes = []
         if train is not None:
             v.update(
                 train_fits=train.total_bytes <= usable,
                 train_verdict=_verdict(train.total_bytes, train_high, usable),
                 train_headroom_bytes=usable - train.total_bytes,
-                train_min_gpus=(_min_train_gpus(model, job, usable, overhead_level)
+                train_min_gpus=(_min_train_gpus(model, job, usable, overhead_level,
+                                                overhead_overrides, train_memo)
                                 if search_gpu_counts else None),
             )
+            modes.append(("train", train.total_bytes <= usable))
         if infer is not None:
             v.update(
                 infer_fits=infer.total_bytes <= usable,
                 infer_verdict=_verdict(infer.total_bytes, infer_high, usable),
                 infer_headroom_bytes=usable - infer.total_bytes,
-                infer_min_gpus=(_min_infer_gpus(model, job, usable, overhead_level)
+                infer_min_gpus=(_min_infer_gpus(model, job, usable, overhead_level,
+                                                overhead_overrides, infer_memo)
                                 if search_gpu_counts else None),
             )
+            modes.append(("infer", infer.total_bytes <= usable))
+        for mode, fits in modes:
+            mjob = job.with_(mode=mode)
+            if max_batch:
+                v[f"{mode}_max_batch"] = _query(_solver.max_batch, model, mjob, gpu, mode=mode,
+                                                **kw)
+            if max_seq and model.architecture is not None \
+                    and model.architecture.kind != "vision":
+                v[f"{mode}_max_seq"] = _query(_solver.max_seq, model, mjob, gpu, mode=mode, **kw)
+            run = suggest is True or (suggest is None and gpus is not None and not fits)
+            if run:
+                reports.append(_solver.suggest(model, mjob, gpu, mode=mode, top=top, **kw))
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
                                    **v))
     notes = tuple(model.notes)
-    return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes)
+    return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
+                solver=tuple(reports))

@@ -32,7 +32,11 @@ _ZERO_STAGES = (0, 1, 2, 3)
 
 def _choice(value: str, options: tuple[str, ...], what: str) -> str:
     if value not in options:
-        raise InputError(f"{what} {value!r}: expected one of {', '.join(options)}")
+        from .errors import closest
+
+        near = closest(str(value), options, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise InputError(f"{what} {value!r}: expected one of {', '.join(options)}{hint}")
     return value
 
 
@@ -81,6 +85,18 @@ class Job:
     """Inference: tokens held in the KV cache per sequence (prompt + generated); None = seq."""
     fused_optimizer: bool = False
     """AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""
+    use_cache: bool = False
+    """Training forward with transformers' KV cache: False (the default) models
+    ``model(..., use_cache=False)``, as training loops commonly call it and as ``gpuplan trace``
+    runs; True models a call that leaves the config's ``use_cache=True``: a DynamicCache copies K
+    and V in every layer (checkpointing turns it off either way)."""
+    lora_dropout: float = 0.0
+    """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
+    each adapted layer's input."""
+    prefill_logits: Literal["all", "last"] = "last"
+    """Inference prefill computes logits for the last prompt position only (transformers'
+    ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
+    a plain forward over the prompt, as scoring or perplexity runs do)."""
 
     def __post_init__(self) -> None:
         _choice(self.mode, get_args(Mode), "mode")
@@ -111,6 +127,10 @@ class Job:
             raise InputError("LoRA targets given without a LoRA rank; add --lora-rank R")
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
             raise InputError(f"kv dtype {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+        _choice(self.prefill_logits, ("all", "last"), "prefill logits")
+        if isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float)) \
+                or not 0 <= self.lora_dropout < 1:
+            raise InputError(f"lora dropout {self.lora_dropout!r}: expected a number in [0, 1)")
         if self.offload_optimizer and self.optimizer == "sgd":
             raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
 
@@ -129,3 +149,11 @@ class Job:
     def with_(self, **changes: object) -> "Job":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+    def _evolve(self, **changes: object) -> "Job":
+        """A copy with fields changed *without* validation, for searches that only set values
+        they took from the accepted sets (the solver); everything else uses :meth:`with_`."""
+        new = object.__new__(Job)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new

@@ -86,6 +86,8 @@ class TrainMemory:
     activations_known: bool = True
     phases: dict[str, int] = field(default_factory=dict)
     """Total bytes at each phase of the step (the peak is the largest)."""
+    activation_detail: dict = field(default_factory=dict)
+    """Saved-for-backward bytes in total and per layer kind, and where each phase peaks."""
 
     @property
     def model_states_bytes(self) -> int:
@@ -117,6 +119,7 @@ class TrainMemory:
             "peak_phase": self.peak_phase,
             "phases": dict(self.phases),
             "activations_known": self.activations_known,
+            "activation_detail": dict(self.activation_detail),
             "overhead": self.overhead.to_dict(),
             "lines": [_line_dict(l) for l in self.lines],
             "notes": list(self.notes),
@@ -140,6 +143,12 @@ class InferMemory:
     lines: tuple[Line, ...]
     notes: tuple[str, ...] = ()
     tensor_parallel: int = 1
+    kv_cache_full_bytes: int = 0
+    """KV cache once the whole context is cached (the decode phase's)."""
+    prefill_bytes: int = 0
+    """KV cache of the prompt + the prefill working set (the prefill phase, without weights)."""
+    decode_bytes: int = 0
+    """KV cache of the whole context + one decode step's working set."""
 
     def per_gpu(self) -> dict[str, int]:
         return {
@@ -157,6 +166,9 @@ class InferMemory:
             "tensor_parallel": self.tensor_parallel,
             "per_gpu": self.per_gpu(),
             "peak_phase": self.peak_phase,
+            "phases": {"prefill": self.weights_bytes + self.prefill_bytes,
+                       "decode": self.weights_bytes + self.decode_bytes},
+            "kv_cache_full_bytes": self.kv_cache_full_bytes,
             "overhead": self.overhead.to_dict(),
             "lines": [_line_dict(l) for l in self.lines],
             "notes": list(self.notes),
@@ -219,8 +231,43 @@ def _state_bytes(recipe: TrainingRecipe, job: Job) -> int:
     return 4 if job.optimizer_states == "fp32" else 2
 
 
-def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected") -> TrainMemory:
-    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
+@dataclass(frozen=True)
+class _States:
+    """The batch-independent part of a training job's memory (cached per model and job knobs)."""
+
+    state_b: int
+    trainable: int
+    base: int
+    base_label: str
+    weights_trainable: int
+    grads: int
+    master: int
+    opt: int
+    host: int
+    gathered: int
+    step_tmp: int
+    step_detail: str
+    notes: tuple[str, ...]
+
+
+_STATES: dict[tuple, tuple[Model, _States]] = {}
+
+
+def _train_states(model: Model, job: Job) -> _States:
+    key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
+           job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
+           job.fused_optimizer)
+    hit = _STATES.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    st = _compute_states(model, job)
+    if len(_STATES) > 4096:
+        _STATES.clear()
+    _STATES[key] = (model, st)
+    return st
+
+
+def _compute_states(model: Model, job: Job) -> _States:
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
     n = model.params.total
@@ -276,20 +323,39 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     gathered = 0
     if z >= 3 and g > 1:
         gathered = _gathered_unit_bytes(model, recipe, base_bytes > 0, job)
+    step_tmp, step_detail = _act.optimizer_step_temporaries(
+        job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
+    return _States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
+                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
+                   host=host, gathered=gathered, step_tmp=step_tmp, step_detail=step_detail,
+                   notes=tuple(notes))
 
+
+def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected",
+                 overhead_overrides=None) -> TrainMemory:
+    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
+    recipe = get_recipe(job.precision)
+    opt = get_optimizer(job.optimizer)
+    n = model.params.total
+    st = _train_states(model, job)
+    notes = list(st.notes)
+    state_b, trainable, base_bytes, base_label = st.state_b, st.trainable, st.base, st.base_label
+    weights_trainable, grads, master, opt_bytes = st.weights_trainable, st.grads, st.master, st.opt
+    g, z, host, gathered = job.gpus, job.zero, st.host, st.gathered
     weights = weights_trainable + base_bytes
+    _act.check_seq(model, job)
     act = _act.train_activations(model, job, grad_bytes=grads)
     notes.extend(act.notes)
+    step_tmp, step_detail = st.step_tmp, st.step_detail
 
-    phases = _train_phases(job, recipe, opt, weights=weights, grads=grads, master=master,
-                           opt_bytes=opt_bytes, gathered=gathered, act=act, trainable=trainable,
-                           model=model)
+    phases = _train_phases(job, weights=weights, grads=grads, master=master, opt_bytes=opt_bytes,
+                           gathered=gathered, act=act, step_tmp=step_tmp, step_detail=step_detail)
     peak_phase = max(phases, key=lambda p: phases[p].total)
     at_peak = phases[peak_phase]
     overhead = runtime_overhead(
         gpus=g, zero=z, grad_bytes=trainable * recipe.grad_bytes, grad_elem_bytes=recipe.grad_bytes,
         dynamic=at_peak.gradients + at_peak.activations + at_peak.temporaries,
-        level=overhead_level)
+        level=overhead_level, overrides=overhead_overrides)
     total = at_peak.total + overhead.bytes
 
     per_param = lambda b: b / n  # noqa: E731
@@ -329,6 +395,10 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
         overhead_bytes=overhead.bytes, total_bytes=total, peak_phase=peak_phase, host_bytes=host,
         overhead=overhead, lines=tuple(lines), notes=tuple(notes),
         activations_known=act.known, phases={p: v.total for p, v in phases.items()},
+        activation_detail=({"saved_bytes": act.saved_bytes,
+                            "per_layer_saved_bytes": list(act.per_layer_bytes),
+                            "forward_peak_at": act.forward_detail,
+                            "backward_peak_at": act.backward_detail} if act.known else {}),
     )
 
 
@@ -388,25 +458,26 @@ class _Phase:
                 + self.temporaries + self.gathered)
 
 
-def _train_phases(job: Job, recipe: TrainingRecipe, opt, *, weights: int, grads: int, master: int,
-                  opt_bytes: int, gathered: int, act: "_act.TrainActivations", trainable: int,
-                  model: Model) -> dict[str, _Phase]:
-    """Memory at the phases of a step. Gradients are freed by zero_grad(set_to_none=True) after
-    the step, so forward runs without them; they appear during backward as activations are freed;
-    the optimizer step adds its temporaries."""
+def _train_phases(job: Job, *, weights: int, grads: int, master: int, opt_bytes: int,
+                  gathered: int, act: "_act.TrainActivations", step_tmp: int,
+                  step_detail: str) -> dict[str, _Phase]:
+    """Memory at the peak of each phase of a step (DESIGN.md, "What a training step really
+    holds"). zero_grad(set_to_none=True) frees the gradients after the step, so the first
+    micro-step's forward runs without them; with gradient accumulation the last micro-step's
+    forward and backward run with all of them alive. The optimizer step holds the gradients, the
+    states and the step's temporaries; the activations are gone by then."""
     base = dict(weights=weights, master=master, optimizer=opt_bytes, gathered=gathered)
-    phases = {
-        "forward": _Phase(gradients=0, activations=act.forward_peak,
+    accum = grads if job.grad_accum > 1 else 0
+    return {
+        "forward": _Phase(gradients=accum, activations=act.forward_peak,
                           temporaries=act.forward_temporaries, detail=act.forward_detail, **base),
-        "backward": _Phase(gradients=act.backward_grads,
-                           activations=act.backward_peak, temporaries=act.backward_temporaries,
-                           detail=act.backward_detail, **base),
-        "optimizer": _Phase(gradients=grads, activations=0,
-                            temporaries=_act.optimizer_step_temporaries(job, recipe, opt, trainable,
-                                                                        model),
-                            detail="optimizer-step temporaries", **base),
+        "backward": _Phase(gradients=act.backward_grads if act.known else grads,
+                           activations=act.backward_peak,
+                           temporaries=act.backward_temporaries, detail=act.backward_detail,
+                           **base),
+        "optimizer": _Phase(gradients=grads, activations=0, temporaries=step_tmp,
+                            detail=step_detail or "optimizer step", **base),
     }
-    return phases
 
 
 # --------------------------------------------------------------------------------------------------
@@ -414,7 +485,7 @@ def _train_phases(job: Job, recipe: TrainingRecipe, opt, *, weights: int, grads:
 
 
 def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
-                 overhead_level: OverheadLevel = "expected") -> InferMemory:
+                 overhead_level: OverheadLevel = "expected", overhead_overrides=None) -> InferMemory:
     """Per-GPU memory of serving ``model`` in ``job.infer_precision`` (weights sharded over
     ``tensor_parallel`` GPUs when > 1)."""
     fmt = get_weight_format(job.infer_precision)
@@ -425,25 +496,58 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
         notes.append(f"layer shapes unknown: every parameter assumed stored as {fmt.name} "
                      f"({fmt.bits:g} bits)")
     kv_dtype = job.kv_dtype or ("fp32" if fmt.compute_dtype == "fp32" else "bf16")
-    kv = _act.kv_cache_bytes(model, job, KV_DTYPES[kv_dtype])
+    _act.check_seq(model, job)
+    arch = model.architecture
+    prompt = _act.seq_for(model, job)
+    context = job.context or prompt
+    kv_full = _act.kv_cache_bytes(model, job, kv_dtype=kv_dtype, context=context)
+    kv_prompt = _act.kv_cache_bytes(model, job, kv_dtype=kv_dtype, context=min(prompt or 0, context or 0))
     act = _act.infer_activations(model, job, fmt)
     notes.extend(act.notes)
     if tensor_parallel > 1:
         weights = shard(weights, tensor_parallel)
-        kv = shard(kv, tensor_parallel)
+        # K/V heads are split over the tensor-parallel ranks; with fewer KV heads than ranks
+        # each rank still holds a whole head (replicated)
+        if arch is not None and arch.kind == "decoder":
+            per_rank = -(-arch.num_kv_heads // tensor_parallel)
+            kv_full = -(-kv_full * per_rank // arch.num_kv_heads)
+            kv_prompt = -(-kv_prompt * per_rank // arch.num_kv_heads)
+        ws_scale = tensor_parallel
+    else:
+        ws_scale = 1
+    pre_ws = -(-act.prefill_bytes // ws_scale)
+    dec_ws = -(-act.decode_bytes // ws_scale)
+    # The prompt's cache during prefill, the whole context's during decode.
+    if arch is not None and arch.kind != "decoder":
+        peak_phase, kv, working = "forward", 0, pre_ws
+    elif kv_prompt + pre_ws >= kv_full + dec_ws:
+        peak_phase, kv, working = "prefill", kv_prompt, pre_ws
+    else:
+        peak_phase, kv, working = "decode", kv_full, dec_ws
     overhead = runtime_overhead(gpus=tensor_parallel, zero=0, grad_bytes=0, grad_elem_bytes=2,
-                                dynamic=kv + act.peak, level=overhead_level, training=False)
-    total = weights + kv + act.peak + overhead.bytes
+                                dynamic=kv + working, level=overhead_level, training=False,
+                                overrides=overhead_overrides)
+    total = weights + kv + working + overhead.bytes
+    kv_note = ""
+    if arch is not None and arch.kind == "decoder":
+        per_tok = kv_full / max(1, job.batch * (context or 1))
+        kv_note = (f"{job.batch} x {context} tokens, {per_tok / 1e3:.1f} kB per token"
+                   + (f"; {len(arch.sliding_window_layers)} sliding-window layers capped at "
+                      f"{arch.sliding_window}" if arch.sliding_window else ""))
+        if kv != kv_full:
+            kv_note += f"; {kv_full:,} bytes once {context} tokens are cached"
     lines = (
         Line(key="weights", label=f"weights, {fmt.name}", bytes=weights,
              bytes_per_param=weights / n, note=fmt.convention if model.tensors else ""),
-        Line(key="kv_cache", label=f"KV cache, {kv_dtype}", bytes=kv, note=act.kv_summary),
-        Line(key="activations", label="activations", bytes=act.peak, note=act.summary),
+        Line(key="kv_cache", label=f"KV cache, {kv_dtype}", bytes=kv, note=kv_note),
+        Line(key="activations", label=f"activations ({peak_phase})", bytes=working,
+             note=act.summary),
         Line(key="overhead", label=f"runtime overhead ({overhead_level})", bytes=overhead.bytes),
     )
     return InferMemory(
         precision=fmt.name, params=n, weights_bytes=weights, kv_cache_bytes=kv,
-        activations_bytes=act.peak, overhead_bytes=overhead.bytes, total_bytes=total,
-        peak_phase=act.peak_phase, kv_dtype=kv_dtype, overhead=overhead, lines=lines,
-        notes=tuple(notes), tensor_parallel=tensor_parallel,
+        activations_bytes=working, overhead_bytes=overhead.bytes, total_bytes=total,
+        peak_phase=peak_phase, kv_dtype=kv_dtype, overhead=overhead, lines=lines,
+        notes=tuple(notes), tensor_parallel=tensor_parallel, kv_cache_full_bytes=kv_full,
+        prefill_bytes=kv_prompt + pre_ws, decode_bytes=kv_full + dec_ws,
     )

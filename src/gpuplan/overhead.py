@@ -12,7 +12,8 @@ from typing import Literal
 from .errors import InputError
 from .units import MiB
 
-__all__ = ["OverheadItem", "Overhead", "OverheadLevel", "runtime_overhead", "LEVELS"]
+__all__ = ["OverheadItem", "Overhead", "OverheadLevel", "runtime_overhead", "LEVELS",
+           "OVERRIDABLE"]
 
 OverheadLevel = Literal["low", "expected", "high"]
 LEVELS = ("low", "expected", "high")
@@ -55,35 +56,45 @@ class Overhead:
         }
 
 
-#: CUDA context with lazy module loading (default since PyTorch 1.13 / CUDA 11.7):
-#: 287,047,680 bytes measured in pytorch/pytorch#86509 (666,632,192 with eager loading);
-#: "around 400MB" (pytorch/pytorch#109888). A training step loads more kernels than that probe.
+#: CUDA context with lazy module loading (PyTorch's default since 1.13 with CUDA >= 11.7):
+#: 287,047,680 bytes after one small tensor op, measured in pytorch/pytorch PR #86509 (and
+#: 666,632,192 bytes with eager module loading, CUDA_MODULE_LOADING=DEFAULT then); "around
+#: 400MB" on first use (ptrblck, pytorch/pytorch#109888). A training step loads many more kernels
+#: than that one-op probe, so the expected figure sits between the two measurements.
 _CONTEXT = OverheadItem(
     name="CUDA context",
     low=287_047_680, expected=450 * MiB, high=666_632_192 + 256 * MiB,
-    basis="driver + loaded kernels with lazy module loading: 287 MB measured in "
-          "pytorch/pytorch#86509 (667 MB with eager loading); ~400 MB (pytorch/pytorch#109888)",
+    basis="driver state + kernels loaded on use: 287,047,680 B after one op with lazy loading, "
+          "666,632,192 B with eager loading (pytorch/pytorch PR #86509); ~400 MB "
+          "(pytorch/pytorch#109888); high = eager loading + 256 MiB of further modules "
+          "(assumption)",
 )
 
-#: cuBLAS default workspace ":4096:2:16:8" (8.1 MiB), 32 MiB on Hopper; cuBLASLt up to 32 MiB on
-#: Hopper (pytorch/pytorch#89027, #120925; cuBLAS docs, cublasSetWorkspace).
+#: cuBLAS workspace: PyTorch's default CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8" = 2 x 4 MiB +
+#: 8 x 16 KiB = 8.125 MiB per handle and stream, 32 MiB on Hopper (pytorch/pytorch PR #89027,
+#: CublasHandlePool.cpp parseChosenWorkspaceSize); cuBLASLt 1 MiB raised to the cuBLAS
+#: recommendation, 32 MiB on Hopper (PR #120925; cuBLAS docs, cublasSetWorkspace). Both are
+#: allocated through the caching allocator the first time a matmul runs on a stream.
 _WORKSPACE = OverheadItem(
     name="cuBLAS/cuBLASLt workspaces",
-    low=9 * MiB, expected=64 * MiB, high=128 * MiB,
-    basis="cuBLAS 8 MiB (32 MiB on Hopper) + cuBLASLt 1-32 MiB per stream "
-          "(pytorch/pytorch#89027, #120925; cuBLAS docs: cublasSetWorkspace)",
+    low=8 * MiB + 128 * 1024, expected=64 * MiB, high=128 * MiB,
+    basis="cuBLAS :4096:2:16:8 = 8.125 MiB (32 MiB on Hopper) + cuBLASLt up to 32 MiB, per "
+          "stream (pytorch/pytorch PRs #89027, #120925; cuBLAS docs: cublasSetWorkspace); "
+          "high: a second stream (e.g. a communication-overlap stream) with its own",
 )
 
 
 def _nccl(gpus: int) -> OverheadItem:
-    # NCCL_BUFFSIZE defaults to 4 MiB per channel and connection; rings/trees use up to 32
-    # channels with send+recv buffers each; NVLS on Hopper adds more.
+    # NCCL_BUFFSIZE defaults to 4 MiB (4194304 B) per channel and peer connection (NCCL docs,
+    # Environment Variables: NCCL_BUFFSIZE); a ring/tree communicator uses up to 32 channels
+    # (NCCL_MAX_NCHANNELS), each with its send/receive buffers; NVLS (NVLink SHARP, Hopper)
+    # adds multicast buffers. 16 channels x 2 peers x 4 MiB x 4 (send/recv, ring+tree) = 512 MiB.
     return OverheadItem(
         name="NCCL buffers",
         low=64 * MiB, expected=512 * MiB, high=2048 * MiB,
-        basis=f"{gpus} GPUs: NCCL_BUFFSIZE 4 MiB per channel and peer connection, up to 32 "
-              "channels (NCCL docs, env NCCL_BUFFSIZE); NVLS/NVLink SHARP buffers on Hopper "
-              "raise it",
+        basis=f"{gpus} GPUs: NCCL_BUFFSIZE 4 MiB per channel and peer connection (NCCL docs); "
+              "expected 16 channels x 2 peers x send/recv x ring+tree = 512 MiB; low 4 channels; "
+              "high 32 channels with NVLS buffers (assumption within those documented sizes)",
     )
 
 
@@ -122,19 +133,47 @@ def _fragmentation(dynamic: int) -> OverheadItem:
     )
 
 
+#: Items a user may set to an exact figure (``--cuda-context 0.5GB``, ``--fragmentation 0.1``).
+OVERRIDABLE = ("cuda_context", "workspaces", "nccl", "fragmentation")
+
+
+def _fixed(item: OverheadItem, value: int, how: str) -> OverheadItem:
+    return OverheadItem(name=item.name, low=value, expected=value, high=value,
+                        basis=f"set by the user ({how}); default basis: {item.basis}")
+
+
 def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: int,
                      dynamic: int, level: OverheadLevel = "expected",
-                     training: bool = True) -> Overhead:
+                     training: bool = True, overrides=None) -> Overhead:
     """The overhead of one GPU process of a job; ``dynamic`` is the bytes of tensors freed and
-    re-allocated each step (the fragmentation basis)."""
+    re-allocated each step (the fragmentation basis). ``overrides`` maps names in
+    :data:`OVERRIDABLE` to bytes (``fragmentation``: a fraction of the dynamic bytes)."""
     if level not in LEVELS:
         raise InputError(f"overhead level {level!r}: expected one of {', '.join(LEVELS)}")
-    items = [_CONTEXT, _WORKSPACE]
+    over = dict(overrides or {})
+    unknown = [k for k in over if k not in OVERRIDABLE]
+    if unknown:
+        raise InputError(f"overhead item {unknown[0]!r}: expected one of {', '.join(OVERRIDABLE)}")
+    ctx = _CONTEXT if "cuda_context" not in over else _fixed(
+        _CONTEXT, int(over["cuda_context"]), f"{int(over['cuda_context']):,} B")
+    ws = _WORKSPACE if "workspaces" not in over else _fixed(
+        _WORKSPACE, int(over["workspaces"]), f"{int(over['workspaces']):,} B")
+    items = [ctx, ws]
     if gpus > 1:
-        items.append(_nccl(gpus))
+        nccl = _nccl(gpus)
+        if "nccl" in over:
+            nccl = _fixed(nccl, int(over["nccl"]), f"{int(over['nccl']):,} B")
+        items.append(nccl)
         if training and zero == 0:
             items.append(_ddp_buckets(grad_bytes))
         elif training:
             items.append(_zero_buckets(grad_elem_bytes, zero))
-    items.append(_fragmentation(dynamic))
+    frag = _fragmentation(dynamic)
+    if "fragmentation" in over:
+        f = float(over["fragmentation"])
+        if not 0 <= f < 1:
+            raise InputError(f"fragmentation {f!r}: expected a fraction in [0, 1), e.g. 0.1")
+        frag = _fixed(frag, int(dynamic * f), f"{f:g} of the {dynamic:,} B freed and "
+                                               "re-allocated each step")
+    items.append(frag)
     return Overhead(items=tuple(items), level=level)

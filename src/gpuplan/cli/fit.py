@@ -50,8 +50,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-dtype", metavar="DTYPE", help="KV-cache format: bf16, fp16, fp8, int8, fp32")
     p.add_argument("--context", type=str, metavar="T",
                    help="inference: tokens in the KV cache per sequence (default: --seq)")
+    p.add_argument("--prefill-logits", choices=("last", "all"), default=None,
+                   help="inference prefill computes logits for the last prompt position "
+                        "(generate(), vLLM; default) or for all (a scoring forward)")
+    p.add_argument("--use-cache", action="store_true", default=None,
+                   help="training forward keeps transformers' KV cache (config use_cache=True); "
+                        "default: use_cache=False")
     p.add_argument("--overhead", choices=("low", "expected", "high"), default="expected",
                    help="which end of the runtime-overhead band to plan with")
+    p.add_argument("--cuda-context", metavar="SIZE",
+                   help="set the CUDA context overhead exactly, e.g. 0.5GB (measured on your "
+                        "machine: nvidia-smi after the first CUDA op)")
+    p.add_argument("--fragmentation", metavar="F",
+                   help="caching-allocator fragmentation as a fraction of the bytes freed and "
+                        "re-allocated each step, e.g. 0.1")
+    p.add_argument("--suggest", action="store_true",
+                   help="show the cheapest changes that make the job fit, for every GPU (they "
+                        "are shown anyway for GPUs named with --gpu that the job does not fit)")
+    p.add_argument("--max-batch", action="store_true",
+                   help="the largest micro-batch (train) / concurrent sequences (infer) that fit")
+    p.add_argument("--max-seq", action="store_true",
+                   help="the longest sequence (train) / context (infer) that fits")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the stacked per-GPU breakdown with each GPU's capacity "
+                        "(needs matplotlib)")
     p.add_argument("--units", choices=("GB", "GiB"), default="GB",
                    help="GB = 10^9 bytes (default), GiB = 2^30")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -88,9 +110,11 @@ def job_from_args(args: argparse.Namespace):
         v = getattr(args, name)
         if v is not None:
             kw[name] = v
-    for name in ("offload_optimizer", "fused_optimizer"):
+    for name in ("offload_optimizer", "fused_optimizer", "use_cache"):
         if getattr(args, name):
             kw[name] = True
+    if args.prefill_logits is not None:
+        kw["prefill_logits"] = args.prefill_logits
     for name, flag in (("batch", "--batch"), ("seq", "--seq"), ("grad_accum", "--grad-accum"),
                        ("gpus", "--gpus"), ("lora_rank", "--lora-rank"), ("context", "--context")):
         v = getattr(args, name)
@@ -109,11 +133,42 @@ def job_from_args(args: argparse.Namespace):
     return Job(model=model, **kw)
 
 
+def overrides_from_args(args: argparse.Namespace) -> dict | None:
+    """``--cuda-context`` / ``--fragmentation`` as overhead overrides."""
+    from ..units import parse_bytes
+
+    out: dict = {}
+    if args.cuda_context is not None:
+        out["cuda_context"] = parse_bytes(args.cuda_context, what="--cuda-context")
+    if args.fragmentation is not None:
+        try:
+            f = float(args.fragmentation)
+        except ValueError:
+            f = float("nan")
+        if not 0 <= f < 1:
+            raise InputError(f"--fragmentation {args.fragmentation!r}: expected a fraction in "
+                             "[0, 1), e.g. 0.1")
+        out["fragmentation"] = f
+    return out or None
+
+
 def run(args: argparse.Namespace) -> int:
+    from .._io import check_writable
     from ..fit import plan
 
+    if args.plot:
+        check_writable(args.plot, what="--plot")
+        if not args.plot.lower().endswith(".png"):
+            raise InputError(f"--plot {args.plot!r}: expected a .png file name")
     job = job_from_args(args)
-    result = plan(job, args.gpu, overhead_level=args.overhead)
+    overrides = overrides_from_args(args)
+    result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
+                  suggest=True if args.suggest else None, max_batch=args.max_batch,
+                  max_seq=args.max_seq)
+    if args.plot:
+        from ..report.fit_plot import plot_plan
+
+        plot_plan(result, args.plot, units=args.units)
     if args.json:
         import json
 
@@ -122,4 +177,6 @@ def run(args: argparse.Namespace) -> int:
         from ..report.fit import render_plan
 
         render_plan(result, units=args.units)
+        if args.plot:
+            print(f"plot written to {args.plot}")
     return 0

@@ -35,6 +35,10 @@ def _train_table(t: TrainMemory, units: ByteUnits):
     table.add_section()
     table.add_row("[bold]model states[/bold] (weights + gradients + master + optimizer)",
                   _bpp(t.model_states_bytes / t.params), format_bytes(t.model_states_bytes, units))
+    if t.phases:
+        table.add_row("[dim]phases (tensors, no overhead): "
+                      + ", ".join(f"{k} {format_bytes(v, units)}" for k, v in t.phases.items())
+                      + "[/dim]", "", "")
     return table
 
 
@@ -65,6 +69,12 @@ def _verdict_table(p: Plan, units: ByteUnits):
         table.add_column("infer", justify="center")
         table.add_column("headroom", justify="right")
         table.add_column("TP GPUs", justify="right")
+    queries = [k for k in ("train_max_batch", "train_max_seq", "infer_max_batch", "infer_max_seq")
+               if any(getattr(g, k) is not None for g in p.gpus)]
+    titles = {"train_max_batch": "max batch (train)", "train_max_seq": "max seq (train)",
+              "infer_max_batch": "max sequences (infer)", "infer_max_seq": "max context (infer)"}
+    for k in queries:
+        table.add_column(titles[k], justify="right")
     for g in p.gpus:
         row = [g.name, format_bytes(g.usable_bytes, units)]
         if p.train is not None:
@@ -77,8 +87,35 @@ def _verdict_table(p: Plan, units: ByteUnits):
             row += [f"[{style}]{g.infer_verdict}[/{style}]",
                     format_bytes(g.infer_headroom_bytes, units),
                     "> 64" if g.infer_min_gpus is None else str(g.infer_min_gpus)]
+        for k in queries:
+            v = getattr(g, k)
+            row.append("-" if v is None else ("none fits" if v == 0 else f"{v:,}"))
         table.add_row(*row)
     return table
+
+
+def _solver_tables(p: Plan, units: ByteUnits):
+    from rich.table import Table
+
+    out = []
+    for r in p.solver:
+        title = f"What to change ({r.mode}, {r.gpu}): {r.message}"
+        if not r.suggestions:
+            out.append(title)
+            continue
+        table = Table(title=title, title_justify="left")
+        table.add_column("#", justify="right")
+        table.add_column("change")
+        table.add_column("peak", justify="right")
+        table.add_column("headroom", justify="right")
+        table.add_column("what it costs")
+        for i, s in enumerate(r.suggestions, 1):
+            gpus = (f" on {s.gpu_count} GPUs" if s.gpu_count > 1 and "GPUs" not in s.summary
+                    and "--gpus" not in s.summary else "")
+            table.add_row(str(i), s.summary + gpus, format_bytes(s.peak_bytes, units),
+                          format_bytes(s.headroom_bytes, units), "; ".join(s.costs))
+        out.append(table)
+    return out
 
 
 def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None) -> None:
@@ -111,6 +148,8 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
             f"(model states {format_bytes(p.train.model_states_bytes, units)} vs "
             f"{p.infer.precision} weights {format_bytes(p.infer.weights_bytes, units)}).")
     console.print(_verdict_table(p, units))
+    for t in _solver_tables(p, units):
+        console.print(t)
     notes = list(p.notes)
     if p.train is not None:
         notes += list(p.train.notes)

@@ -1,0 +1,669 @@
+"""A symbolic autograd: what a training step allocates, saves and frees, as formulas in batch and
+sequence length.
+
+The activation model is not a closed-form guess. Each model family's forward pass is written out
+op by op (``gpuplan.activations``, mirroring the transformers code it describes), and this module
+replays it the way PyTorch would on a CUDA device:
+
+* every op allocates its outputs, saves for backward exactly the tensors its autograd formula
+  saves (``linear`` its input, ``silu`` its input, ``softmax`` its output, ``mul`` each operand
+  whose partner requires grad, ...), and non-saved tensors are freed after their last use;
+* ``torch.autocast`` is applied by CUDA's op lists: matmuls in 16-bit with a cached 16-bit copy of
+  each weight, ``layer_norm``/``pow``/``rsqrt``/``softmax``/``log_softmax`` in fp32, everything
+  else in the dtype type promotion gives;
+* the backward pass walks the ops in reverse: gradients of inputs are allocated, the gradient of an
+  op's output is freed when the op has run, saved tensors are freed when their last user has run,
+  parameter gradients stay.
+
+Sizes are :class:`Form` values -- integer coefficients of the monomials ``b*s``, ``b*s^2``, ``s``,
+``s^2``, ``b`` and ``1`` -- so one replay of one layer serves every batch and sequence length, and
+the planner (and the solver, thousands of times per second) only evaluates a few dot products.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+__all__ = ["Form", "ZERO", "BS", "BSS", "S", "SS", "B", "ONE", "Regime", "Graph", "Tensor",
+           "LayerProfile", "simulate", "prune"]
+
+
+class Form(tuple):
+    """Integer coefficients of (b*s, b*s^2, s, s^2, b, 1)."""
+
+    __slots__ = ()
+
+    def __new__(cls, bs=0, bss=0, s=0, ss=0, b=0, one=0):
+        return tuple.__new__(cls, (bs, bss, s, ss, b, one))
+
+    def __add__(self, o: "Form") -> "Form":  # type: ignore[override]
+        a0, a1, a2, a3, a4, a5 = self
+        b0, b1, b2, b3, b4, b5 = o
+        return tuple.__new__(Form, (a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4, a5 + b5))
+
+    def __sub__(self, o: "Form") -> "Form":
+        a0, a1, a2, a3, a4, a5 = self
+        b0, b1, b2, b3, b4, b5 = o
+        return tuple.__new__(Form, (a0 - b0, a1 - b1, a2 - b2, a3 - b3, a4 - b4, a5 - b5))
+
+    def __mul__(self, k: int) -> "Form":  # type: ignore[override]
+        a0, a1, a2, a3, a4, a5 = self
+        return tuple.__new__(Form, (a0 * k, a1 * k, a2 * k, a3 * k, a4 * k, a5 * k))
+
+    __rmul__ = __mul__
+
+    def __call__(self, b: int, s: int) -> int:
+        bs, bss, s1, ss, b1, one = self
+        return (bs + bss * s) * b * s + (s1 + ss * s) * s + b1 * b + one
+
+    def dominates(self, o: "Form") -> bool:
+        a0, a1, a2, a3, a4, a5 = self
+        b0, b1, b2, b3, b4, b5 = o
+        return a0 >= b0 and a1 >= b1 and a2 >= b2 and a3 >= b3 and a4 >= b4 and a5 >= b5
+
+
+ZERO = Form()
+BS = Form(bs=1)
+BSS = Form(bss=1)
+S = Form(s=1)
+SS = Form(ss=1)
+B = Form(b=1)
+ONE = Form(one=1)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """How dtypes flow in a recipe: parameter bytes, and the autocast compute bytes (0 = none)."""
+
+    param: int
+    """Bytes of a parameter element and of the residual stream (4 or 2)."""
+    autocast: int = 0
+    """torch.autocast's lower-precision bytes (2), or 0 when autocast is off."""
+    fp16: bool = False
+    """The 16-bit type is float16 (not bfloat16): CUDA fuses softmax(fp16 -> fp32)."""
+
+    @property
+    def compute(self) -> int:
+        """Bytes of a matmul output."""
+        return self.autocast or self.param
+
+
+class _Storage:
+    __slots__ = ("size", "nbytes", "cat", "saved_by", "uses", "held", "alive", "name")
+
+    def __init__(self, nbytes: Form, cat: str, name: str) -> None:
+        self.nbytes = nbytes
+        self.cat = cat
+        self.saved_by: list[int] = []
+        self.uses: list[int] = []
+        self.held = False
+        self.alive = True
+        self.name = name
+
+
+class Tensor:
+    """A symbolic tensor: a view of a storage, with a dtype size and a requires-grad flag."""
+
+    __slots__ = ("numel", "dt", "grad", "st", "param", "name", "view_of")
+
+    def __init__(self, numel: Form, dt: int, grad: bool, st: _Storage | None, *, param: bool = False,
+                 name: str = "", view_of: "Tensor | None" = None) -> None:
+        self.numel = numel
+        self.dt = dt
+        self.grad = grad
+        self.st = st
+        self.param = param
+        self.name = name
+        self.view_of = view_of
+
+    @property
+    def nbytes(self) -> Form:
+        return self.numel * self.dt
+
+
+@dataclass
+class _Op:
+    name: str
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    saved: list[_Storage]
+    bwd_temp: Form = ZERO
+    """Extra bytes a backward kernel allocates internally while it runs (flash's dq accumulator)."""
+    split_grad: bool = False
+    """Backward allocates one full-size gradient of the (single) input from per-output pieces."""
+    fwd_temp: Form = ZERO
+    """Extra bytes the forward kernel allocates internally while it runs."""
+    region: str = ""
+    """Name of the recompute region the op belongs to (selective checkpointing)."""
+    live: tuple = ()
+    """Tensors referenced until the op returns without being its autograd inputs (the argument
+    of a function that converts it first)."""
+    promotes: bool = False
+    """An elementwise product whose backward computes an operand's gradient in the (wider)
+    output dtype before casting it down (type promotion)."""
+
+
+class Graph:
+    """Records the forward ops of one block (a layer, or the embeddings, or the head and loss)."""
+
+    def __init__(self, regime: Regime) -> None:
+        self.r = regime
+        self.ops: list[_Op] = []
+        self.storages: list[_Storage] = []
+        self.weight_copies: dict[int, Tensor] = {}
+        self.region = ""
+        self.kept: set[int] = set()
+
+    # ---- tensor creation -------------------------------------------------------------------
+
+    def _new(self, numel: Form, dt: int, grad: bool, cat: str = "act", name: str = "") -> Tensor:
+        st = _Storage(numel * dt, cat, name)
+        self.storages.append(st)
+        return Tensor(numel, dt, grad, st, name=name)
+
+    def input(self, numel: Form, dt: int, *, grad: bool = True, name: str = "x") -> Tensor:
+        """A tensor that exists before the block (its bytes belong to whoever saves it first)."""
+        return self._new(numel, dt, grad, "input", name)
+
+    def constant(self, numel: Form, dt: int, name: str = "const") -> Tensor:
+        """A tensor alive for the whole step that needs no gradient (cos/sin tables, masks, ids)."""
+        t = self._new(numel, dt, False, "const", name)
+        t.st.held = True
+        return t
+
+    def param(self, numel: int, name: str = "w", *, trainable: bool = True) -> Tensor:
+        return Tensor(ONE * numel, self.r.param, trainable, None, param=True, name=name)
+
+    def view(self, x: Tensor, numel: Form | None = None) -> Tensor:
+        return Tensor(x.numel if numel is None else numel, x.dt, x.grad, x.st, param=x.param,
+                      name=x.name + "'", view_of=x)
+
+    def keep(self, x: Tensor) -> None:
+        """Keep ``x`` alive until the end of this block (a local variable of the layer's
+        forward, such as the attention weights it unpacks and ignores)."""
+        self.kept.add(id(x.st))
+
+    def hold(self, x: Tensor) -> None:
+        """Keep ``x`` alive until the end of the block's forward (a Python reference or a cache)."""
+        if x.st is not None:
+            x.st.held = True
+
+    # ---- recording -------------------------------------------------------------------------
+
+    def _op(self, name: str, inputs: Iterable[Tensor], outputs: list[Tensor],
+            saved: Iterable[Tensor] = (), bwd_temp: Form = ZERO, split_grad: bool = False,
+            fwd_temp: Form = ZERO) -> None:
+        i = len(self.ops)
+        inputs = list(inputs)
+        sv: list[_Storage] = []
+        for t in saved:
+            if t.st is not None and t.st not in sv:
+                sv.append(t.st)
+                t.st.saved_by.append(i)
+        for t in inputs:
+            if t.st is not None:
+                t.st.uses.append(i)
+        self.ops.append(_Op(name, inputs, outputs, sv, bwd_temp, split_grad, fwd_temp, self.region))
+
+    def _cast(self, x: Tensor, dt: int) -> Tensor:
+        """``x.to(dt)``: the same tensor when the size already matches (a no-op), else a copy.
+        Under autocast a parameter's cast is cached (one copy per weight per step)."""
+        if x.dt == dt:
+            return x
+        if x.param:
+            key = id(x)
+            if key not in self.weight_copies:
+                y = self._new(x.numel, dt, True, "autocast", x.name + ".cast")
+                self._op("cast_w", [x], [y])
+                self.weight_copies[key] = y
+            return self.weight_copies[key]
+        y = self._new(x.numel, dt, x.grad, "act", x.name + ".to")
+        self._op("to", [x], [y])
+        return y
+
+    def to(self, x: Tensor, dt: int) -> Tensor:
+        return self._cast(x, dt)
+
+    @staticmethod
+    def _promote(*xs: Tensor) -> int:
+        return max(x.dt for x in xs)
+
+    # ---- ops (each mirrors its autograd formula's saved tensors) ---------------------------
+
+    def linear(self, x: Tensor, w: Tensor, out: Form, *, name: str = "linear",
+               quantized: int = 0, autocast: bool = True) -> Tensor:
+        """nn.Linear / Conv1D / addmm: saves the input when the weight needs a gradient and the
+        weight when the input does (parameters are not activations). ``quantized`` > 0 is a
+        frozen 4-bit base weight of that many 16-bit bytes (bitsandbytes MatMul4Bit): the input
+        is saved whenever it needs a gradient, and a dequantized copy of the weight exists while
+        the matmul runs, forward and backward."""
+        if self.r.autocast and autocast:
+            x = self._cast(x, self.r.autocast)
+            if not quantized:
+                w = self._cast(w, self.r.autocast)
+        y = self._new(out, self._promote(x, w) if not quantized else x.dt, x.grad or w.grad,
+                      "act", name)
+        saved = []
+        if w.grad or (quantized and x.grad):
+            saved.append(x)
+        if x.grad and not w.param and not quantized:
+            saved.append(w)
+        self._op(name, [x, w], [y], saved=saved, bwd_temp=ONE * quantized, fwd_temp=ONE * quantized)
+        return y
+
+    def matmul(self, a: Tensor, b: Tensor, out: Form, name: str = "matmul", *,
+               autocast: bool = True) -> Tensor:
+        """torch.matmul of two activations (attention): saves both operands. ``autocast=False``
+        for matmuls inside a kernel (SDPA's math path), which autocast does not see."""
+        if self.r.autocast and autocast:
+            a = self._cast(a, self.r.autocast)
+            b = self._cast(b, self.r.autocast)
+        y = self._new(out, self._promote(a, b), a.grad or b.grad, "act", name)
+        self._op(name, [a, b], [y], saved=[a, b])
+        return y
+
+    def contiguous(self, x: Tensor, name: str = "copy") -> Tensor:
+        """A copy (reshape of a non-contiguous view, ``.contiguous()``): saves nothing."""
+        y = self._new(x.numel, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y])
+        return y
+
+    def expand_copy(self, x: Tensor, numel: Form, name: str = "expand") -> Tensor:
+        """``x`` broadcast to more heads and copied (repeat_kv's expand + reshape)."""
+        y = self._new(numel, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y])
+        return y
+
+    def cat(self, xs: list[Tensor], name: str = "cat") -> Tensor:
+        numel = ZERO
+        for x in xs:
+            numel = numel + x.numel
+        y = self._new(numel, self._promote(*xs), any(x.grad for x in xs), "act", name)
+        self._op(name, xs, [y])
+        return y
+
+    def split(self, x: Tensor, parts: list[Form]) -> list[Tensor]:
+        """chunk / split: views of one storage; backward concatenates a full-size gradient."""
+        outs = [Tensor(p, x.dt, x.grad, x.st, name=f"{x.name}[{i}]") for i, p in enumerate(parts)]
+        self._op("split", [x], outs, split_grad=True)
+        return outs
+
+    def add(self, a: Tensor, b: Tensor, name: str = "add") -> Tensor:
+        y = self._new(a.numel, self._promote(a, b), a.grad or b.grad, "act", name)
+        self._op(name, [a, b], [y])
+        return y
+
+    def scale(self, x: Tensor, name: str = "scale") -> Tensor:
+        """Multiply or divide by a Python number: saves nothing."""
+        y = self._new(x.numel, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y])
+        return y
+
+    def mul(self, a: Tensor, b: Tensor, out: Form | None = None, name: str = "mul") -> Tensor:
+        """Elementwise product: saves b when a needs a gradient and a when b does."""
+        saved = ([b] if a.grad else []) + ([a] if b.grad else [])
+        y = self._new(out if out is not None else a.numel, self._promote(a, b), a.grad or b.grad,
+                      "act", name)
+        self._op(name, [a, b], [y], saved=saved)
+        self.ops[-1].promotes = True
+        return y
+
+    def unary_saves_input(self, x: Tensor, name: str, fp32: bool = False) -> Tensor:
+        """silu, gelu (exact or tanh-approximate), pow(x, n): the input is saved."""
+        if fp32 and self.r.autocast:
+            x = self._cast(x, 4)
+        y = self._new(x.numel, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y], saved=[x])
+        return y
+
+    def unary_saves_output(self, x: Tensor, name: str, fp32: bool = False) -> Tensor:
+        """tanh, sigmoid, relu, rsqrt: the output is saved."""
+        if fp32 and self.r.autocast:
+            x = self._cast(x, 4)
+        y = self._new(x.numel, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y], saved=[y])
+        return y
+
+    def reduce(self, x: Tensor, out: Form, name: str = "mean") -> Tensor:
+        """mean / sum over the last dimension: saves nothing (only the shape)."""
+        y = self._new(out, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y])
+        return y
+
+    def softmax(self, x: Tensor, dt: int | None = None, *, log: bool = False,
+                name: str = "softmax") -> Tensor:
+        """softmax / log_softmax: saves the output. ``dt`` is an explicit dtype argument; under
+        autocast a softmax without one runs in fp32 (CUDA's fp32_set_opt_dtype list)."""
+        out_dt = dt if dt is not None else (4 if self.r.autocast else x.dt)
+        orig = x
+        if out_dt != x.dt and not (self.r.fp16 and not log):
+            # at::softmax converts the input first (input.toType(dtype)); only a CUDA float16
+            # input takes the fused half-to-float kernel
+            x = self._cast(x, out_dt)
+        y = self._new(x.numel, out_dt, x.grad, "act", name)
+        self._op(name, [x], [y], saved=[y])
+        if orig is not x:
+            self.ops[-1].live = (orig,)
+        return y
+
+    def layer_norm(self, x: Tensor, rows: Form, w: Tensor | None, name: str = "layer_norm") -> Tensor:
+        """native_layer_norm: saves the input and fp32 mean and rstd per row (CUDA's accumulate
+        type); autocast runs it in fp32."""
+        if self.r.autocast:
+            x = self._cast(x, 4)
+        mean = self._new(rows, 4, False, "act", name + ".mean")
+        rstd = self._new(rows, 4, False, "act", name + ".rstd")
+        y = self._new(x.numel, x.dt, x.grad or (w is not None and w.grad), "act", name)
+        self._op(name, [x] + ([w] if w is not None else []), [y, mean, rstd], saved=[x, mean, rstd])
+        return y
+
+    def dropout(self, x: Tensor, p: float, name: str = "dropout") -> Tensor:
+        """CUDA's fused native_dropout: a 1-byte bool mask is saved; p == 0 is a no-op."""
+        if p <= 0:
+            return x
+        mask = self._new(x.numel, 1, False, "act", name + ".mask")
+        y = self._new(x.numel, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y, mask], saved=[mask])
+        return y
+
+    def embedding(self, ids: Tensor, w: Tensor, out: Form, name: str = "embedding") -> Tensor:
+        """Saves the indices (an input tensor that exists anyway)."""
+        y = self._new(out, w.dt, True, "act", name)
+        self._op(name, [w], [y], saved=[ids])
+        return y
+
+    def saved_const(self, numel: Form, dt: int, name: str) -> Tensor:
+        """An index tensor made in the forward (no gradient) that a later op saves."""
+        return self._new(numel, dt, False, "act", name)
+
+    def index(self, x: Tensor, out: Form, idx: Tensor | None = None, name: str = "index") -> Tensor:
+        """x[idx] (a gather of rows): saves the indices; backward scatters into a full-size gradient."""
+        y = self._new(out, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y], saved=[idx] if idx is not None else [])
+        return y
+
+    def sdpa_flash(self, q: Tensor, k: Tensor, v: Tensor, heads: int, head_dim: int, *,
+                   kv_heads: int, out_copy_layout: bool, name: str = "sdpa",
+                   extra_saved: list[Tensor] = ()) -> Tensor:
+        """FlashAttention-2 (CUDA, 16-bit): saves q, k, v, the output and an fp32 logsumexp of
+        b*heads*s. Its backward allocates an fp32 dq accumulator (b*s*heads*head_dim) and, for
+        GQA, dk/dv expanded to every query head (flash_api.cpp mha_bwd)."""
+        if self.r.autocast:
+            q, k, v = (self._cast(t, self.r.autocast) for t in (q, k, v))
+        out = self._new(BS * (heads * head_dim), q.dt, True, "act", name)
+        lse = self._new(BS * heads, 4, False, "act", name + ".lse")
+        temp = BS * (4 * heads * head_dim) + BS * (4 * heads)
+        if kv_heads != heads:
+            temp = temp + BS * (2 * q.dt * heads * head_dim)
+        self._op(name, [q, k, v], [out, lse], saved=[q, k, v, out, lse, *extra_saved],
+                 bwd_temp=temp)
+        return out
+
+    def cross_entropy(self, logits: Tensor, rows: Form, vocab: int, name: str = "loss") -> Tensor:
+        """F.cross_entropy = log_softmax(x, dtype=x.dtype) (output saved) + nll_loss (saves its
+        input). autocast leaves the explicit dtype alone but runs nll_loss in fp32 (CUDA's fp32
+        list): a 16-bit input's log-probabilities are copied to fp32 and that copy is saved too."""
+        lsm = self.softmax(logits, dt=logits.dt, log=True, name=name + ".log_softmax")
+        x = self._cast(lsm, 4) if self.r.autocast else lsm
+        loss = self._new(ONE, x.dt, True, "act", name)
+        self._op(name + ".nll", [x], [loss], saved=[x])
+        return loss
+
+    def touch(self, *xs: Tensor) -> None:
+        """A Python reference keeps ``xs`` alive until this point (a local variable of the
+        function that is still running)."""
+        self._op("touch", [], [])
+        self.ops[-1].live = tuple(xs)
+
+
+def prune(forms: list[tuple[Form, ...]]) -> list[tuple[Form, ...]]:
+    """Drop candidate points whose total form is dominated by another's (never the peak): a
+    skyline, built in one pass against the points kept so far."""
+    kept: list[tuple[Form, tuple]] = []
+    for f in forms:
+        t = ZERO
+        for x in f:
+            t = t + x
+        if any(k.dominates(t) for k, _ in kept):
+            continue
+        kept = [(k, g) for k, g in kept if not t.dominates(k)]
+        kept.append((t, f))
+    return [f for _, f in kept]
+
+
+@dataclass
+class LayerProfile:
+    """What one block does to memory, as forms in (b, s).
+
+    Candidate points are (activations, temporaries, gradients) triples relative to the state
+    before the block; the peak inside the block is the largest total among them.
+    """
+
+    saved: Form = ZERO
+    """Bytes saved for backward by the block and alive after its forward."""
+    autocast_copies: Form = ZERO
+    """16-bit weight copies autocast made in the block (alive until its backward)."""
+    held: Form = ZERO
+    """Tensors the block keeps alive until the end of the whole forward (KV cache, masks)."""
+    fwd_points: list = field(default_factory=list)
+    """Forward candidates (act, temp): saved-so-far and non-saved live tensors."""
+    bwd_points: list = field(default_factory=list)
+    """Backward candidates (act, temp, grads) relative to the state before the block's backward
+    (its saved tensors and the incoming gradient counted in that state)."""
+    bwd_points_acc: list = field(default_factory=list)
+    """The same, for a micro-step whose parameter gradients already exist: each new parameter
+    gradient is a temporary summed into ``.grad`` (gradient accumulation, tied weights)."""
+    grad_out: Form = ZERO
+    """The gradient that flows out of the block to the previous one."""
+    param_grads: Form = ZERO
+    """Parameter-gradient bytes the block's backward leaves behind."""
+    region_saved: Form = ZERO
+    """Saved bytes inside the recompute region (dropped by selective checkpointing)."""
+    fwd_points_nosave: list = field(default_factory=list)
+    """Forward candidates when nothing is kept (a checkpointed layer's forward: the pack hook
+    drops what would be saved, so tensors die after their last use)."""
+
+
+def _root(t: Tensor) -> Tensor:
+    while t.view_of is not None:
+        t = t.view_of
+    return t
+
+
+def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region: str = "",
+             recompute: bool = False, inference: bool = False,
+             debug: list | None = None) -> LayerProfile:
+    """Replay the block's forward and backward and return its profile.
+
+    ``outputs`` are the block's results: alive at the end of its forward (the next block, or the
+    caller, owns them) and carrying the gradient that starts its backward. ``drop_region`` names
+    a region whose saved tensors are not kept in forward (selective checkpointing) and are
+    recreated by a recompute when the backward reaches it. ``recompute`` re-runs the whole
+    forward just before the backward (full checkpointing): the caller then keeps only the block's
+    input.
+    """
+    ops = g.ops
+    prof = LayerProfile()
+    out_st = {id(t.st) for t in outputs if t.st is not None} | g.kept
+
+    # Selective recompute keeps the region's inputs (Q, K, V for the attention core) so that the
+    # region can be re-run; what the region saves itself is dropped.
+    region_inputs: set[int] = set()
+    if drop_region:
+        producer: dict[int, int] = {}
+        for i, op in enumerate(ops):
+            for t in op.outputs:
+                if t.st is not None:
+                    producer.setdefault(id(t.st), i)
+        for op in ops:
+            if op.region == drop_region:
+                for t in op.inputs:
+                    if t.st is None or t.param:
+                        continue
+                    p = producer.get(id(t.st))
+                    if (p is None or ops[p].region != drop_region) and t.st.cat in ("act", "input"):
+                        region_inputs.add(id(t.st))
+
+    def kept(st: _Storage) -> bool:
+        if inference:
+            return False  # torch.inference_mode(): nothing is saved for a backward
+        if id(st) in region_inputs:
+            return True
+        return any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)
+
+    inputs_kept = ZERO
+    for st in g.storages:
+        if st.cat == "autocast":
+            prof.autocast_copies = prof.autocast_copies + st.nbytes
+        elif st.cat in ("act", "input") and (st.saved_by or id(st) in region_inputs) and kept(st):
+            prof.saved = prof.saved + st.nbytes
+            if st.cat == "input":
+                inputs_kept = inputs_kept + st.nbytes
+        if drop_region and st.cat == "act" and st.saved_by and not kept(st):
+            prof.region_saved = prof.region_saved + st.nbytes
+        if st.held and st.cat == "act" and not (st.saved_by and kept(st)):
+            prof.held = prof.held + st.nbytes
+
+    # ---- forward: allocate outputs, free what is neither saved, held nor used again ---------
+    last_use: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        for t in (*op.inputs, *op.live):
+            if t.st is not None:
+                last_use[id(t.st)] = i
+    act = ZERO
+    tmp = ZERO
+    alive: set[int] = set()
+    for st in g.storages:
+        if st.cat == "input":
+            alive.add(id(st))
+            if (st.saved_by or id(st) in region_inputs) and kept(st):
+                act = act + st.nbytes
+            else:
+                tmp = tmp + st.nbytes
+    fwd: list[tuple[Form, Form]] = [(act, tmp)]
+    for i, op in enumerate(ops):
+        for t in op.outputs:
+            st = t.st
+            if st is None or id(st) in alive:
+                continue
+            alive.add(id(st))
+            if st.cat == "act" and (st.saved_by or id(st) in region_inputs) and kept(st):
+                act = act + st.nbytes
+            else:
+                tmp = tmp + st.nbytes
+        fwd.append((act, tmp + op.fwd_temp))
+        if debug is not None:
+            debug.append(("F " + op.name, (act, tmp + op.fwd_temp, ZERO, ZERO)))
+        for t in (*op.inputs, *op.live, *op.outputs):
+            st = t.st
+            if st is None or id(st) not in alive or st.held or id(st) in out_st:
+                continue
+            if st.cat == "autocast" or ((st.saved_by or id(st) in region_inputs) and kept(st)) \
+                    or st.cat == "const":
+                continue
+            if last_use.get(id(st), -1) <= i:
+                alive.discard(id(st))
+                tmp = tmp - st.nbytes
+    prof.fwd_points = prune([(a, t) for a, t in fwd])
+    if inference:
+        return prof
+
+    # ---- backward ---------------------------------------------------------------------------
+    # Relative to the state before it: the block's kept saved tensors, its autocast copies and
+    # the gradients of its outputs are already counted by the caller.
+    grads: dict[int, Form] = {}
+    for t in outputs:
+        if t.grad:
+            grads[id(_root(t))] = t.nbytes
+    pending: dict[int, int] = {}
+    for st in g.storages:
+        if st.saved_by and (st.cat == "autocast" or kept(st) or recompute):
+            pending[id(st)] = len(st.saved_by)
+        elif id(st) in region_inputs:
+            pending[id(st)] = 0
+    act = ZERO
+    tmp = ZERO
+    pgrad = ZERO
+    points: list[tuple[Form, Form, Form, Form]] = []
+    if recompute:
+        # Full checkpointing: the caller holds only the block input; re-run the forward first.
+        for a, t in fwd:
+            points.append((a - inputs_kept, t, ZERO, ZERO))
+        act = prof.saved - inputs_kept
+        tmp = prof.autocast_copies
+    recomputed = False
+    for i in range(len(ops) - 1, -1, -1):
+        op = ops[i]
+        out_keys = {id(_root(t)) for t in op.outputs if t.grad}
+        if any(k in grads for k in out_keys):
+            if drop_region and op.region == drop_region and not recomputed:
+                recomputed = True
+                act = act + prof.region_saved
+                points.append((act, tmp, pgrad, ZERO))
+            new = ZERO
+            accum = ZERO
+            new_param = ZERO
+            new_keys: dict[int, Form] = {}
+            if op.split_grad:
+                k = id(_root(op.inputs[0]))
+                if k in grads:
+                    accum = accum + op.inputs[0].nbytes
+                else:
+                    new_keys[k] = op.inputs[0].nbytes
+            else:
+                for t in op.inputs:
+                    if not t.grad:
+                        continue
+                    if t.param:
+                        new_param = new_param + t.numel * param_grad_dt
+                        continue
+                    k = id(_root(t))
+                    if k in grads or k in new_keys:
+                        accum = accum + t.nbytes
+                    else:
+                        new_keys[k] = t.nbytes
+            for f in new_keys.values():
+                new = new + f
+            # type promotion (a 16-bit operand times an fp32 one): the operand's gradient is
+            # computed in the output dtype first, then cast down -- both exist for a moment
+            out_dt = max((t.dt for t in op.outputs if t.grad), default=0)
+            promo = ZERO
+            if op.promotes:
+                for t in op.inputs:
+                    if t.grad and not t.param and t.dt < out_dt:
+                        promo = promo + t.numel * out_dt
+            points.append((act, tmp + new + accum + promo + op.bwd_temp, pgrad + new_param,
+                           new_param))
+            if debug is not None:
+                debug.append((op.name, points[-1]))
+            for k, f in new_keys.items():
+                grads[k] = f
+            tmp = tmp + new
+            pgrad = pgrad + new_param
+            in_keys = {id(_root(t)) for t in op.inputs}
+            for k in out_keys:
+                if k in grads and k not in in_keys:
+                    tmp = tmp - grads.pop(k)
+        for st in op.saved:
+            k = id(st)
+            if k not in pending:
+                continue
+            pending[k] -= 1
+            if pending[k]:
+                continue
+            del pending[k]
+            if st.cat == "autocast":
+                tmp = tmp - st.nbytes
+            elif st.cat in ("act", "input") and (kept(st) or recomputed or recompute):
+                act = act - st.nbytes
+        if op.name == "cast_w" and recompute:
+            pass
+    prof.grad_out = ZERO
+    for f in grads.values():
+        prof.grad_out = prof.grad_out + f
+    prof.param_grads = pgrad
+    points.append((act, tmp, pgrad, ZERO))
+    prof.bwd_points = prune([(a, t, p) for a, t, p, _ in points])
+    prof.bwd_points_acc = prune([(a, t + n, ZERO) for a, t, _, n in points])
+    return prof

@@ -1,0 +1,574 @@
+"""What to change to make a job fit: a search over the knobs people actually turn.
+
+:func:`suggest` tries one, two and three changes at a time -- micro-batch with gradient
+accumulation (global batch kept), checkpointing, attention implementation, fused optimizer,
+8-bit Adam / Adafactor / SGD, pure bf16, LoRA / QLoRA, ZeRO stage and GPU count, optimizer
+offload, a shorter sequence, a bigger GPU from the catalog; for inference the weight format, the
+KV-cache dtype, the context, the number of concurrent sequences, tensor parallelism, last-position
+prefill logits and a bigger GPU -- and returns the cheapest few that fit, each re-planned with the
+full accounting and carrying its cost in plain words: the extra compute of recompute (from the
+speed model's FLOP count), more GPUs, PCIe traffic, or the quality and convergence trade-off.
+
+:func:`max_batch` and :func:`max_seq` answer the direct queries by bisection (memory never
+decreases with batch or sequence: a property the tests hold the planner to).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from .errors import InputError
+from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe
+from .hardware import GPU, all_gpus
+from .job import Job
+from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
+from .models import Model
+from .overhead import OverheadLevel
+from .units import format_bytes
+
+__all__ = ["Change", "Suggestion", "Suggestions", "suggest", "max_batch", "max_seq",
+           "DEFAULT_TOP"]
+
+#: How many suggestions are shown.
+DEFAULT_TOP = 3
+
+Mode = Literal["train", "infer"]
+
+# Cost tiers: what a change costs the user, cheapest first.
+_FREE, _THROUGHPUT, _HARDWARE, _QUALITY = 0, 1, 2, 3
+_TIER_NAMES = {_FREE: "free", _THROUGHPUT: "slower step", _HARDWARE: "more or other hardware",
+               _QUALITY: "changes the result"}
+
+#: Quality notes for inference weight formats (the papers' own findings).
+_FORMAT_TRADEOFF = {
+    "fp8": "fp8 weights: near 16-bit quality on H100-class GPUs (Micikevicius et al. 2022)",
+    "int8": "LLM.int8(): no degradation up to 175B in the authors' tests (Dettmers et al. 2022); "
+            "slower matmuls",
+    "q8_0": "8.5-bit GGUF: near 16-bit perplexity (llama.cpp's quantize tables)",
+    "gptq-4bit": "4-bit GPTQ: small perplexity increase, larger on small models (Frantar et al. "
+                 "2023)",
+    "awq-4bit": "4-bit AWQ: small perplexity increase (Lin et al. 2024)",
+    "nf4": "4-bit NF4: small quality loss; dequantized per matmul, slower (Dettmers et al. 2023)",
+    "nf4-dq": "4-bit NF4 with double quantization: as nf4, 0.37 bits/param less (Dettmers et "
+              "al. 2023)",
+    "q4_k_m": "4.8-bit GGUF k-quant: small perplexity increase (llama.cpp's quantize tables)",
+    "q4_0": "4.5-bit GGUF: larger perplexity increase than k-quants (llama.cpp's tables)",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One knob turned."""
+
+    knob: str
+    """Job field (``checkpointing``, ``optimizer`` ...) or ``gpu``/``micro_batch``/``lora``."""
+    value: object
+    text: str
+    """What to do, as a command-line user would say it."""
+    tier: int
+    cost: str
+    """What it costs, in plain words."""
+    extra_compute: float = 0.0
+    """Fraction of extra step FLOPs (recompute)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suggestion:
+    """A set of changes, re-planned: the job it makes, its peak, and what it costs."""
+
+    mode: Mode
+    changes: tuple[Change, ...]
+    job: Job
+    gpu: str
+    gpu_count: int
+    peak_bytes: int
+    usable_bytes: int
+    fits: bool
+    extra_compute: float
+    """Fraction of extra step FLOPs (activation recompute), 0 when none."""
+    tier: int
+    score: float
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.usable_bytes - self.peak_bytes
+
+    @property
+    def summary(self) -> str:
+        return " + ".join(c.text for c in self.changes)
+
+    @property
+    def costs(self) -> tuple[str, ...]:
+        return tuple(c.cost for c in self.changes)
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode, "gpu": self.gpu, "gpus": self.gpu_count,
+            "changes": [{"knob": c.knob, "value": c.value, "text": c.text, "cost": c.cost,
+                         "cost_kind": _TIER_NAMES[c.tier]} for c in self.changes],
+            "summary": self.summary, "peak_bytes": self.peak_bytes,
+            "usable_bytes": self.usable_bytes, "headroom_bytes": self.headroom_bytes,
+            "fits": self.fits, "extra_compute_fraction": round(self.extra_compute, 4),
+            "cost_kind": _TIER_NAMES[self.tier],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suggestions:
+    """The answer of :func:`suggest` for one GPU and one mode."""
+
+    mode: Mode
+    gpu: str
+    usable_bytes: int
+    current_peak_bytes: int
+    fits_already: bool
+    suggestions: tuple[Suggestion, ...]
+    closest_miss: Suggestion | None
+    """When nothing fits: the candidate that came closest."""
+    evaluated: int
+    """Candidate configurations evaluated (a job on a GPU)."""
+    planned: int = 0
+    """Distinct jobs run through the full accounting (the rest reuse a result)."""
+    seconds: float
+    message: str
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode, "gpu": self.gpu, "usable_bytes": self.usable_bytes,
+            "current_peak_bytes": self.current_peak_bytes, "fits_already": self.fits_already,
+            "suggestions": [s.to_dict() for s in self.suggestions],
+            "closest_miss": self.closest_miss.to_dict() if self.closest_miss else None,
+            "evaluated": self.evaluated, "planned": self.planned, "message": self.message,
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job) if f.name != "model")
+
+
+class _Planner:
+    """Plans candidate jobs (the full accounting), counting them."""
+
+    def __init__(self, model: Model, level: OverheadLevel, overrides) -> None:
+        self.model = model
+        self.level = level
+        self.overrides = overrides
+        self.evaluated = 0
+        self._cache: dict = {}
+
+    def peak(self, mode: Mode, job: Job, tp: int = 1) -> int | None:
+        key = (mode, tp) + tuple(getattr(job, f) for f in _JOB_FIELDS)
+        hit = self._cache.get(key)
+        if hit is not None or key in self._cache:
+            return hit
+        self.evaluated += 1
+        try:
+            if mode == "train":
+                v = train_memory(self.model, job, overhead_level=self.level,
+                                 overhead_overrides=self.overrides).total_bytes
+            else:
+                v = infer_memory(self.model, job, tensor_parallel=tp, overhead_level=self.level,
+                                 overhead_overrides=self.overrides).total_bytes
+        except InputError:
+            v = None  # a combination the job cannot express (e.g. seq past the limit)
+        self._cache[key] = v
+        return v
+
+
+def _recompute_fraction(model: Model, job: Job, checkpointing: str, seq: int) -> float:
+    """Extra step FLOPs of activation recompute, from the speed model's counted FLOPs
+    (full checkpointing re-runs each layer's forward: about a third more)."""
+    arch = model.architecture
+    if arch is None:
+        return 1 / 3 if checkpointing == "full" else 0.0
+    try:
+        from .compute import flops_breakdown
+
+        fb = flops_breakdown(arch, batch=job.batch, seq=seq, recompute=checkpointing,
+                             attention="eager" if job.attention == "eager" else "flash")
+        return fb.recompute_flops / fb.model_flops if fb.model_flops else 0.0
+    except Exception:  # noqa: BLE001 - the speed model is optional here; fall back, stated
+        return 1 / 3 if checkpointing == "full" else 0.05
+
+
+# --------------------------------------------------------------------------------------------------
+# Knobs
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[Change, dict]]]:
+    """Groups of alternatives; a candidate takes at most one change from each group."""
+    groups: list[list[tuple[Change, dict]]] = []
+    per_gpu = job.batch * job.grad_accum
+    mb = []
+    for b in sorted(_divisors(per_gpu), reverse=True):
+        if b >= job.batch:
+            continue
+        ga = per_gpu // b
+        mb.append((Change(knob="micro_batch", value=b, tier=_THROUGHPUT,
+                          text=f"--batch {b} --grad-accum {ga}",
+                          cost=f"same global batch ({b} x {ga} per GPU); same FLOPs in smaller "
+                               "matmuls: lower GPU utilization"),
+                   {"batch": b, "grad_accum": ga}))
+    groups.append(mb[:6])
+    order = ("none", "selective", "full")
+    ck = []
+    for level in order[order.index(job.checkpointing) + 1:]:
+        frac = _recompute_fraction(model, job, level, seq)
+        what = ("recomputes the attention core" if level == "selective"
+                else "recomputes every layer's forward")
+        ck.append((Change(knob="checkpointing", value=level, tier=_THROUGHPUT,
+                          text=f"--checkpointing {level}", extra_compute=frac,
+                          cost=f"{what}: +{100 * frac:.0f}% step FLOPs"),
+                   {"checkpointing": level}))
+    groups.append(ck)
+    if job.attention == "eager":
+        groups.append([(Change(knob="attention", value="sdpa", tier=_FREE,
+                               text="--attention sdpa",
+                               cost="none (flash/memory-efficient kernels are also faster)"),
+                        {"attention": "sdpa"})])
+    opt_alts = []
+    if job.optimizer in ("adam", "adamw", "adagrad", "rmsprop") and not job.fused_optimizer \
+            and not job.offload_optimizer:
+        opt_alts.append((Change(knob="fused_optimizer", value=True, tier=_FREE,
+                                text="--fused-optimizer",
+                                cost="none (the same update, one fused kernel, no full-size "
+                                     "temporary)"),
+                         {"fused_optimizer": True}))
+    for name in ("adamw-8bit", "adafactor", "sgd"):
+        if name != job.optimizer and job.lora_rank is None:
+            opt_alts.append((Change(knob="optimizer", value=name, tier=_QUALITY,
+                                    text=f"--optimizer {name}",
+                                    cost=OPTIMIZERS[name].tradeoff),
+                             {"optimizer": name, "fused_optimizer": False,
+                              "offload_optimizer": False}))
+    groups.append(opt_alts)
+    if job.precision in ("mixed-bf16", "amp-bf16", "fp32", "mixed-fp16", "amp-fp16"):
+        groups.append([(Change(knob="precision", value="bf16", tier=_QUALITY,
+                               text="--precision bf16",
+                               cost="pure bf16: no fp32 master weights, updates below bf16's "
+                                    "resolution round away (needs e.g. stochastic rounding)"),
+                        {"precision": "bf16"})])
+    if job.lora_rank is None and model.tensors and model.architecture is not None \
+            and model.architecture.family in DEFAULT_LORA_TARGETS:
+        groups.append([
+            (Change(knob="lora", value=16, tier=_QUALITY, text="--lora-rank 16",
+                    cost="trains rank-16 adapters on a frozen base: a fine-tune, not full "
+                         "training (Hu et al. 2021)"),
+             {"lora_rank": 16}),
+            (Change(knob="lora", value="qlora", tier=_QUALITY,
+                    text="--lora-rank 16 --lora-base nf4",
+                    cost="QLoRA: rank-16 adapters on an NF4 base, dequantized per matmul (slower); "
+                         "matched 16-bit fine-tuning in Dettmers et al. 2023"),
+             {"lora_rank": 16, "lora_base": "nf4"}),
+        ])
+    if not job.offload_optimizer and job.optimizer != "sgd":
+        recipe = get_recipe(job.precision)
+        pcie = gpu.pcie_bandwidth
+        traffic = model.params.total * (recipe.grad_bytes + recipe.weight_bytes)
+        groups.append([(Change(knob="offload_optimizer", value=True, tier=_THROUGHPUT,
+                               text="--offload-optimizer",
+                               cost=f"optimizer step on the CPU: {format_bytes(traffic)} of "
+                                    f"gradients and weights cross PCIe each step (~"
+                                    f"{traffic / pcie:.1f} s at {pcie / 1e9:.0f} GB/s) and host "
+                                    "memory for the states"),
+                        {"offload_optimizer": True, "fused_optimizer": False})])
+    par = []
+    for n in (2, 4, 8, 16, 32, 64, 128, 256, 512):
+        if n <= job.gpus:
+            continue
+        for z in (1, 2, 3):
+            if z < job.zero:
+                continue
+            ga = job.grad_accum
+            keep = ga * job.gpus % n == 0
+            new_ga = ga * job.gpus // n if keep else ga
+            par.append((Change(knob="zero", value=(n, z), tier=_HARDWARE,
+                               text=f"--gpus {n} --zero {z}" + (f" --grad-accum {new_ga}"
+                                                                if new_ga != ga else ""),
+                               cost=f"{n} GPUs instead of {job.gpus}; ZeRO-{z} "
+                                    + {1: "shards optimizer states",
+                                       2: "shards states and gradients",
+                                       3: "shards everything, gathers weights every layer"}[z]
+                                    + ("" if keep else "; the global batch grows")),
+                        {"gpus": n, "zero": z, "grad_accum": new_ga}))
+    groups.append(par)
+    return groups
+
+
+def _infer_knobs(model: Model, job: Job, prompt: int, context: int) -> list[list[tuple[Change, dict]]]:
+    groups: list[list[tuple[Change, dict]]] = []
+    cur_bits = WEIGHT_FORMATS[job.infer_precision].bits
+    fmts = []
+    for name in ("fp8", "int8", "q8_0", "awq-4bit", "gptq-4bit", "q4_k_m", "nf4"):
+        if WEIGHT_FORMATS[name].bits < cur_bits:
+            fmts.append((Change(knob="infer_precision", value=name, tier=_QUALITY,
+                                text=f"--precision {name}", cost=_FORMAT_TRADEOFF[name]),
+                         {"infer_precision": name}))
+    groups.append(fmts)
+    arch = model.architecture
+    if arch is not None and arch.kind == "decoder":
+        kv = []
+        cur = job.kv_dtype or "bf16"
+        for name, cost in (("fp8", "fp8 KV cache: small accuracy loss (vLLM docs: fp8 e4m3 KV)"),
+                           ("int8", "int8 KV cache with per-token scales: small accuracy loss")):
+            if name != cur:
+                kv.append((Change(knob="kv_dtype", value=name, tier=_QUALITY,
+                                  text=f"--kv-dtype {name}", cost=cost), {"kv_dtype": name}))
+        groups.append(kv)
+        ctxs = []
+        c = context // 2
+        while c >= 256 and len(ctxs) < 4:
+            ctxs.append((Change(knob="context", value=c, tier=_QUALITY, text=f"--context {c}",
+                                cost=f"at most {c} tokens per sequence (prompt + reply)"),
+                         {"context": c, "seq": min(prompt, c)}))
+            c //= 2
+        groups.append(ctxs)
+    if job.batch > 1:
+        bs = []
+        b = job.batch // 2
+        while b >= 1 and len(bs) < 4:
+            bs.append((Change(knob="batch", value=b, tier=_QUALITY, text=f"--batch {b}",
+                              cost=f"serves {b} sequences at once instead of {job.batch}: "
+                                   "lower throughput"),
+                       {"batch": b}))
+            b //= 2
+        groups.append(bs)
+    if job.attention == "eager":
+        groups.append([(Change(knob="attention", value="sdpa", tier=_FREE,
+                               text="--attention sdpa", cost="none"), {"attention": "sdpa"})])
+    if job.prefill_logits == "all":
+        groups.append([(Change(knob="prefill_logits", value="last", tier=_FREE,
+                               text="logits for the last prompt position only",
+                               cost="none for generation (generate() does this)"),
+                        {"prefill_logits": "last"})])
+    groups.append([(Change(knob="tensor_parallel", value=n, tier=_HARDWARE,
+                           text=f"tensor parallel over {n} GPUs",
+                           cost=f"{n} GPUs; all-reduces in every layer"), {"_tp": n})
+                   for n in (2, 4, 8)])
+    return groups
+
+
+def _gpu_alternatives(gpu: GPU) -> list[tuple[Change, dict]]:
+    out = []
+    for g in sorted(all_gpus(), key=lambda g: g.memory_bytes):
+        if g.memory_bytes > gpu.memory_bytes:
+            out.append((Change(knob="gpu", value=g.name, tier=_HARDWARE, text=f"--gpu {g.name}",
+                               cost=f"a {g.name} ({format_bytes(g.memory_bytes)}) instead of a "
+                                    f"{gpu.name}"),
+                        {"_gpu": g}))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Search
+
+
+def _score(changes: tuple[Change, ...], extra_gpus: int) -> tuple[float, int]:
+    tier = max((c.tier for c in changes), default=_FREE)
+    s = sum({_FREE: 0.1, _THROUGHPUT: 1.0, _HARDWARE: 3.0, _QUALITY: 5.0}[c.tier]
+            for c in changes)
+    s += sum(2 * c.extra_compute for c in changes) + 0.05 * math.log2(1 + extra_gpus)
+    for c in changes:
+        if c.knob == "micro_batch":
+            s += 0.05 * math.log2(max(1, 64 / max(c.value, 1)))
+        if c.knob == "gpu":
+            s += 0.3 * math.log2(1 + _gpu_memory(c.value) / 1e10)
+        if c.knob == "infer_precision":  # fewer bits, more quality risk: prefer the wider format
+            s += 0.5 * (16 - WEIGHT_FORMATS[c.value].bits) / 16
+    return s, tier
+
+
+def _gpu_memory(name: str) -> int:
+    return next(g.memory_bytes for g in all_gpus() if g.name == name)
+
+
+def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
+            overhead_level: OverheadLevel = "expected", overhead_overrides=None,
+            top: int = DEFAULT_TOP, max_changes: int = 3) -> Suggestions:
+    """The cheapest changes that make ``job`` fit on ``gpu`` (one GPU of that model per
+    process), each re-planned with the full accounting."""
+    from .activations import seq_for
+
+    t0 = time.perf_counter()
+    planner = _Planner(model, overhead_level, overhead_overrides)
+    usable = gpu.memory_bytes
+    seq = seq_for(model, job) or 2048
+    base_peak = planner.peak(mode, job)
+    if base_peak is None:
+        raise InputError("the job cannot be planned as given; check --seq and --context")
+    if mode == "train":
+        groups = _train_knobs(model, job, gpu, seq)
+    else:
+        ctx = job.context or seq
+        groups = _infer_knobs(model, job, seq, ctx)
+    groups.append(_gpu_alternatives(gpu))
+    fits_already = base_peak <= usable
+    if fits_already:
+        # it fits: show only what lowers the peak without more or other hardware
+        groups = [[(c, d) for c, d in g if c.tier != _HARDWARE] for g in groups]
+    groups = [g for g in groups if g]
+
+    found: list[Suggestion] = []
+    best_miss: Suggestion | None = None
+    candidates = 0
+
+    def evaluate(combo: tuple[tuple[Change, dict], ...]) -> Suggestion | None:
+        nonlocal best_miss, candidates
+        candidates += 1
+        kw: dict = {}
+        tp = 1
+        target = gpu
+        for _, d in combo:
+            for k, v in d.items():
+                if k == "_tp":
+                    tp = v
+                elif k == "_gpu":
+                    target = v
+                else:
+                    kw[k] = v
+        cand = job._evolve(**kw) if kw else job
+        peak = planner.peak(mode, cand, tp)
+        if peak is None:
+            return None
+        changes = tuple(c for c, _ in combo)
+        count = cand.gpus if mode == "train" else tp
+        score, tier = _score(changes, count - (job.gpus if mode == "train" else 1))
+        s = Suggestion(mode=mode, changes=changes, job=cand, gpu=target.name, gpu_count=count,
+                       peak_bytes=peak, usable_bytes=target.memory_bytes,
+                       fits=peak <= target.memory_bytes,
+                       extra_compute=sum(c.extra_compute for c in changes), tier=tier,
+                       score=score)
+        if s.fits and (not fits_already or peak < base_peak):
+            found.append(s)
+        elif best_miss is None or (peak - target.memory_bytes
+                                   < best_miss.peak_bytes - best_miss.usable_bytes):
+            best_miss = s
+        return s
+
+    # one change, then pairs, then triples of changes from different groups; a combination
+    # that already contains a fitting sub-combination is not extended (it only costs more)
+    fitting: list[frozenset] = []
+    for k in range(1, max_changes + 1):
+        for gs in itertools.combinations(range(len(groups)), k):
+            for combo in itertools.product(*(groups[i] for i in gs)):
+                names = frozenset(c.text for c, _ in combo)
+                if any(f <= names for f in fitting):
+                    continue
+                s = evaluate(combo)
+                if s is not None and s.fits:
+                    fitting.append(names)
+        if len(found) >= 4 * top and k >= 2:
+            break
+
+    found.sort(key=lambda s: (s.score, len(s.changes), s.peak_bytes))
+    picked: list[Suggestion] = []
+    for s in found:
+        # a distinct idea each time: not a superset of one already picked, and not the same
+        # knobs turned further (4 GPUs after 2 already fit)
+        texts = {c.text for c in s.changes}
+        knobs = {c.knob for c in s.changes}
+        if any({c.text for c in p.changes} <= texts or {c.knob for c in p.changes} == knobs
+               for p in picked):
+            continue
+        # re-plan with the full accounting (the same call the CLI makes) -- it must fit
+        check = planner.peak(mode, s.job, s.gpu_count if mode == "infer" else 1)
+        if check is None or check > s.usable_bytes:
+            continue
+        picked.append(s)
+        if len(picked) >= top:
+            break
+
+    seconds = time.perf_counter() - t0
+    if picked and fits_already:
+        msg = (f"fits on {gpu.name} ({format_bytes(base_peak)} of {format_bytes(usable)}); "
+               f"{len(picked)} change(s) that lower the peak below")
+    elif picked:
+        msg = (f"does not fit on {gpu.name} ({format_bytes(base_peak)} of "
+               f"{format_bytes(usable)}); {len(picked)} change(s) that fit below")
+    elif fits_already:
+        msg = (f"fits on {gpu.name} ({format_bytes(base_peak)} of {format_bytes(usable)}); no "
+               "change gpuplan tries lowers the peak")
+    else:
+        miss = best_miss
+        msg = (f"no change gpuplan tries makes this {mode} job fit on {gpu.name} "
+               f"({format_bytes(usable)})"
+               + (f"; closest: {miss.summary} needs {format_bytes(miss.peak_bytes)}"
+                  if miss else ""))
+    return Suggestions(mode=mode, gpu=gpu.name, usable_bytes=usable, current_peak_bytes=base_peak,
+                       fits_already=fits_already, suggestions=tuple(picked),
+                       closest_miss=None if picked or fits_already else best_miss,
+                       evaluated=candidates, planned=planner.evaluated, seconds=seconds,
+                       message=msg)
+
+
+# --------------------------------------------------------------------------------------------------
+# Direct queries
+
+
+def _bisect_max(fits, lo: int, hi: int) -> int:
+    """Largest x in [lo, hi] with fits(x), given fits(lo) and monotonicity."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def max_batch(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
+              overhead_level: OverheadLevel = "expected", overhead_overrides=None,
+              limit: int = 1 << 20) -> int:
+    """The largest micro-batch (training) or number of concurrent sequences (inference) that
+    fits on one ``gpu``; an :class:`InputError` naming the need when not even 1 fits."""
+    planner = _Planner(model, overhead_level, overhead_overrides)
+
+    def fits(b: int) -> bool:
+        p = planner.peak(mode, job.with_(batch=b))
+        return p is not None and p <= gpu.memory_bytes
+
+    if not fits(1):
+        need = planner.peak(mode, job.with_(batch=1))
+        raise InputError(f"not even batch 1 fits on {gpu.name}: it needs "
+                         f"{format_bytes(need or 0)} of {format_bytes(gpu.memory_bytes)}; try "
+                         "--suggest")
+    hi = 1
+    while hi < limit and fits(hi * 2):
+        hi *= 2
+    return _bisect_max(fits, hi, min(hi * 2 - 1, limit))
+
+
+def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
+            overhead_level: OverheadLevel = "expected", overhead_overrides=None) -> int:
+    """The longest sequence (training) or context (inference: prompt + generated tokens) that
+    fits on one ``gpu``, up to the architecture's limit."""
+    arch = model.architecture
+    if arch is None:
+        raise InputError("--max-seq needs the architecture: give a catalog name or a config.json")
+    if arch.kind == "vision":
+        raise InputError(f"{model.name} is a vision model: its sequence is fixed by the image "
+                         f"size ({arch.max_position_embeddings} tokens)")
+    limit = arch.max_position_embeddings
+    planner = _Planner(model, overhead_level, overhead_overrides)
+    prompt = job.seq or min(limit, 2048)  # inference: the prompt stays, the context grows
+
+    def fits(s: int) -> bool:
+        cand = (job.with_(seq=s, context=None) if mode == "train"
+                else job.with_(seq=min(prompt, s), context=s))
+        p = planner.peak(mode, cand)
+        return p is not None and p <= gpu.memory_bytes
+
+    if not fits(1):
+        raise InputError(f"not even a 1-token sequence fits on {gpu.name}; try --suggest")
+    return _bisect_max(fits, 1, limit)

@@ -1,0 +1,160 @@
+"""The KV cache and the inference working set, against hand calculations and real transformers
+caches."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan import activations as A
+from gpuplan.errors import InputError
+from gpuplan.formats import WEIGHT_FORMATS
+from gpuplan.job import Job
+from gpuplan.memory import infer_memory
+from gpuplan.models import load_model
+
+
+def kv(name, **kw):
+    m = load_model(name)
+    job = Job(model=m, mode="infer", **kw)
+    return m, job, A.kv_cache_bytes(m, job, kv_dtype=kw.get("kv_dtype") or "bf16")
+
+
+def test_llama31_8b_gqa_128kib_per_token():
+    # 2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes = 131,072 bytes per token
+    _, _, b = kv("llama-3.1-8b", batch=1, seq=4096)
+    assert b == 2 * 32 * 8 * 128 * 2 * 4096
+
+
+def test_llama2_7b_mha_half_a_megabyte_per_token():
+    _, _, b = kv("llama-2-7b", batch=3, seq=1000)
+    assert b == 2 * 32 * 32 * 128 * 2 * 1000 * 3
+
+
+def test_mistral_sliding_window_caps_every_layer():
+    # Mistral-7B v0.1: sliding_window 4096 on every layer: a 16k context caches 4096 tokens
+    m = load_model("mistral-7b")
+    assert m.architecture.sliding_window == 4096
+    _, _, b = kv("mistral-7b", batch=1, seq=1024, context=16384)
+    assert b == 2 * 32 * 8 * 128 * 2 * 4096
+
+
+def test_gemma2_alternating_layers():
+    # Gemma-2-9B: 42 layers, every other one slides over 4096 tokens; 8 KV heads of 256 dims
+    _, _, b = kv("gemma-2-9b", batch=1, seq=8192)
+    per_tok_layer = 2 * 8 * 256 * 2
+    assert b == per_tok_layer * (21 * 8192 + 21 * 4096)
+
+
+@pytest.mark.parametrize("dtype,per_elem", [("fp16", 2), ("fp8", 1), ("fp32", 4)])
+def test_kv_dtypes(dtype, per_elem):
+    _, _, b = kv("llama-3.1-8b", batch=2, seq=1024, kv_dtype=dtype)
+    extra = 8 * 32 if dtype == "fp8" else 0  # one fp32 scale for K and one for V per layer
+    assert b == 2 * 32 * 8 * 128 * per_elem * 1024 * 2 + extra
+
+
+def test_int8_kv_keeps_a_scale_and_zero_point_per_head_and_token():
+    # 1 byte per element + an fp16 scale and fp16 zero point per (head, token): 4 bytes / 128
+    _, _, b = kv("llama-3.1-8b", batch=1, seq=1024, kv_dtype="int8")
+    assert b == 2 * 32 * 8 * 1024 * (128 + 4)
+
+
+def test_batch_one_vs_a_large_batch():
+    # the seed: inference can run at batch 1 or a large batch -- the cache grows with the batch
+    m = load_model("llama-3.1-8b")
+    one = infer_memory(m, Job(model=m, mode="infer", batch=1, seq=2048))
+    big = infer_memory(m, Job(model=m, mode="infer", batch=64, seq=2048))
+    assert big.kv_cache_bytes == 64 * one.kv_cache_bytes
+    assert big.weights_bytes == one.weights_bytes
+    assert big.total_bytes > one.total_bytes + 63 * one.kv_cache_bytes
+
+
+def test_decode_holds_the_whole_context_prefill_the_prompt():
+    m = load_model("llama-3.1-8b")
+    i = infer_memory(m, Job(model=m, mode="infer", batch=8, seq=512, context=8192))
+    assert i.peak_phase == "decode"
+    assert i.kv_cache_bytes == 2 * 32 * 8 * 128 * 2 * 8192 * 8 == i.kv_cache_full_bytes
+
+
+def test_prefill_logits_for_every_position_or_the_last():
+    # a plain forward over a 4096-token prompt makes b*s*V logits (bf16, then fp32); generate()
+    # and vLLM only the last position's
+    m = load_model("llama-3.1-8b")
+    bf16 = WEIGHT_FORMATS["bf16"]
+    last = A.infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096), bf16)
+    allp = A.infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096,
+                                      prefill_logits="all"), bf16)
+    V = 128256
+    assert allp.prefill_bytes >= 4 * 4096 * V * (2 + 4)
+    assert last.prefill_bytes < allp.prefill_bytes / 4
+
+
+def test_tensor_parallel_splits_kv_heads_but_never_below_one_head():
+    m = load_model("llama-3.1-70b")  # 8 KV heads
+    job = Job(model=m, mode="infer", batch=1, seq=1024)
+    full = A.kv_cache_bytes(m, job, kv_dtype="bf16")
+    tp8 = infer_memory(m, job, tensor_parallel=8)
+    tp16 = infer_memory(m, job, tensor_parallel=16)
+    assert tp8.kv_cache_full_bytes == full // 8
+    assert tp16.kv_cache_full_bytes == full // 8  # one whole head per rank, replicated
+
+
+def test_context_longer_than_the_model_supports():
+    m = load_model("llama-2-7b")
+    with pytest.raises(InputError, match="at most 4096"):
+        infer_memory(m, Job(model=m, mode="infer", context=8192))
+
+
+def test_real_transformers_cache_equals_the_formula():
+    # DESIGN.md: the KV cache of a real run is 2*layers*kv_heads*head_dim*bytes per token
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import activation_probe as P
+    from gpuplan.models import Model, ParamCounts
+
+    cfg = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=300, max_position_embeddings=512,
+               sliding_window=None)
+    model = P.build("mistral", cfg, dtype=torch.bfloat16, attn="sdpa").eval()
+    arch = P.architecture("mistral", cfg)
+    m = Model(name="tiny", architecture=arch,
+              params=ParamCounts(total=1, by_component={"other": 1}, active=1, embedding=0))
+    ids = torch.randint(0, 300, (3, 50))
+    with torch.inference_mode():
+        out = model(input_ids=ids, use_cache=True)
+    cache = out.past_key_values
+    real = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    job = Job(model=m, mode="infer", batch=3, seq=50)
+    assert real == A.kv_cache_bytes(m, job, kv_dtype="bf16")
+    del transformers
+
+
+def test_sliding_window_convention_against_transformers():
+    # transformers' DynamicSlidingWindowLayer keeps the last sliding_window - 1 tokens; gpuplan
+    # (like vLLM's block tables) counts the whole window: one token per layer more.
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import activation_probe as P
+    from gpuplan.models import Model, ParamCounts
+
+    cfg = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=300, max_position_embeddings=512,
+               sliding_window=16)
+    model = P.build("mistral", cfg, dtype=torch.bfloat16, attn="sdpa").eval()
+    arch = P.architecture("mistral", cfg)
+    m = Model(name="tiny", architecture=arch,
+              params=ParamCounts(total=1, by_component={"other": 1}, active=1, embedding=0))
+    with torch.inference_mode():
+        out = model(input_ids=torch.randint(0, 300, (2, 50)), use_cache=True)
+    real = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)
+    ours = A.kv_cache_bytes(m, Job(model=m, mode="infer", batch=2, seq=50), kv_dtype="bf16")
+    one_token_per_layer = 2 * 2 * 32 * 2 * 2 * 3  # K+V x kv heads x dims x bytes x batch x layers
+    assert ours == 2 * 2 * 32 * 2 * 2 * 16 * 3
+    assert real == ours - one_token_per_layer
