@@ -80,11 +80,9 @@ def test_live_trace_within_5_percent(name, mode, batch, seq, ck):
     assert phase == r.peak_phase
 
 
-def test_mixed_recipes_keep_16bit_gradients_through_the_step_a_stated_convention():
-    # gpuplan's mixed-* step keeps the 16-bit gradients (the accounting's "gradients, 16-bit"
-    # line) and adds the fp32 master-gradient copy as a step temporary; the trace's Megatron-style
-    # wrapper (Float16OptimizerWithFloat16Params) frees each 16-bit gradient as it copies it.
-    # The two differ by exactly those 16-bit gradients, 2 bytes per parameter, at the step.
+def test_mixed_recipes_agree_with_the_trace_at_the_step():
+    # Both keep the 16-bit gradients (the accounting's "gradients, 16-bit" line) through the step
+    # and add the fp32 master-gradient copy while the optimizer runs, as DeepSpeed does.
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from gpuplan.trace import trace_step
@@ -93,5 +91,7 @@ def test_mixed_recipes_keep_16bit_gradients_through_the_step_a_stated_convention
     m = load_model("gpt2")
     t = train_memory(m, Job(model=m, mode="train", precision="mixed-bf16", batch=2, seq=256))
     assert r.peak_phase == t.peak_phase == "optimizer"
-    assert (t.total_bytes - t.overhead_bytes) - r.total_bytes == pytest.approx(
-        2 * m.params.total, rel=0.001)
+    got = t.total_bytes - t.overhead_bytes
+    assert abs(got - r.total_bytes) <= TOLERANCE * r.total_bytes, (got, r.total_bytes)
+    # the 16-bit gradients are alive at the traced peak, beside the fp32 master gradients
+    assert r.per_gpu["gradients_bytes"] >= (2 + 4) * m.params.total

@@ -146,12 +146,14 @@ class MixedPrecision:
     """The ``mixed-bf16`` / ``mixed-fp16`` recipe: 16-bit model parameters and gradients, an fp32
     master copy the optimizer steps on.
 
-    Faithful to Megatron-LM's ``Float16OptimizerWithFloat16Params``: the master copy is made once
-    (``param.detach().clone().float()``); at the step each 16-bit gradient is copied into an fp32
-    master gradient and freed right after its copy (``main_param.grad = model_param.grad.float();
-    model_param.grad = None``); the optimizer steps the master weights; they are copied back into
-    the 16-bit parameters in place; master gradients are dropped by ``zero_grad``. With fp16 the
-    loss is scaled and the master gradients unscaled in place.
+    The layout of the seed's table and of DeepSpeed's fp16/bf16 optimizers: the master copy is
+    made once (``param.detach().clone().float()``); at the step each 16-bit gradient is copied into
+    an fp32 master gradient (``main_param.grad = model_param.grad.float()``) while the 16-bit
+    gradients stay allocated until ``zero_grad``; the optimizer steps the master weights; they are
+    copied back into the 16-bit parameters in place; ``zero_grad`` drops both gradients. With fp16
+    the loss is scaled and the master gradients unscaled in place. (Megatron-LM's
+    ``Float16OptimizerWithFloat16Params`` frees each 16-bit gradient right after its copy, which
+    peaks 2 bytes per parameter lower at the step; docs/trace.md.)
     """
 
     def __init__(self, params, make_inner, *, scale: float | None) -> None:
@@ -168,7 +170,6 @@ class MixedPrecision:
             if p.grad is not None:
                 m.grad = p.grad.float()
                 grads.append(m.grad)
-            p.grad = None
         if self.on_master_grads is not None:
             self.on_master_grads(grads)
         if self.scale is not None and grads:
