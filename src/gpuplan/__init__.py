@@ -18,6 +18,7 @@ from .hardware import GPU, all_gpus, get_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
 from .models import Architecture, Model, from_param_count, load_model
+from .solver import Suggestion, Suggestions, max_batch, max_seq, suggest
 
 __all__ = [
     "__version__",
@@ -28,6 +29,8 @@ __all__ = [
     "Job", "Model", "Architecture", "load_model", "from_param_count", "GPU", "get_gpu", "all_gpus",
     # the accounting
     "plan", "Plan", "GpuVerdict", "train_memory", "infer_memory", "TrainMemory", "InferMemory",
+    # the make-it-fit solver
+    "suggest", "Suggestion", "Suggestions", "max_batch", "max_seq",
     # the speed model
     "estimate_speed", "SpeedEstimate",
     # measuring (need torch, imported on first use)
