@@ -276,7 +276,7 @@ def test_cuda_device_without_a_gpu_says_so(monkeypatch):
 
 
 def test_result_json_has_the_fit_fields():
-    r = trace_step(TINY_LLAMA, batch=1, seq=16)
+    r = trace_step(TINY_LLAMA, batch=1, seq=16, precision="amp-bf16")
     d = json.loads(json.dumps(r.to_dict()))
     for key in ("weights_bytes", "gradients_bytes", "master_weights_bytes", "optimizer_bytes",
                 "activations_bytes", "temporaries_bytes", "overhead_bytes", "total_bytes"):

@@ -26,7 +26,8 @@ def cfg(tmp_path):
 def test_json_output_lines_up_with_fit(cfg, capsys):
     assert main(["trace", cfg, "--batch", "2", "--seq", "32", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["mode"] == "train" and d["precision"] == "amp-bf16" and d["optimizer"] == "adamw"
+    # the defaults are gpuplan fit's: the seed's mixed-bf16 with AdamW
+    assert d["mode"] == "train" and d["precision"] == "mixed-bf16" and d["optimizer"] == "adamw"
     assert d["per_gpu"]["total_bytes"] == d["total_bytes"] > 0
     assert d["peak_phase"] in ("forward", "backward", "optimizer")
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from .errors import InputError
+from .job import default_seq
 from .models._types import Architecture
 
 __all__ = [
@@ -385,14 +386,6 @@ def _vision_patches(arch: Architecture) -> int:
     if not arch.image_size or not arch.patch_size:
         raise InputError(f"{arch.name}: a vision model needs image_size and patch_size")
     return (arch.image_size // arch.patch_size) ** 2
-
-
-def default_seq(arch: Architecture) -> int:
-    """The sequence length used when none is given: the patches + [CLS] of a vision model, else
-    min(2048, max_position_embeddings)."""
-    if arch.kind == "vision":
-        return _vision_patches(arch) + 1
-    return min(2048, arch.max_position_embeddings or 2048)
 
 
 def _embed_width(arch: Architecture) -> int:

@@ -584,7 +584,7 @@ def estimate_speed(
     arch, name, n_params, tensors = _arch_and_name(model)
     notes: list[str] = []
     if arch is None:
-        seq = 2048 if seq is None else _validate_int(seq, "sequence length", 10**8)
+        seq = default_seq(None) if seq is None else _validate_int(seq, "sequence length", 10**8)
         notes.append("architecture unknown (parameter count only): 2N FLOPs per token forward, "
                      "no attention term, no per-op roofline, no small-work occupancy")
     elif arch.kind == "vision":

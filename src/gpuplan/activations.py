@@ -31,7 +31,7 @@ from functools import lru_cache
 
 from ._symbolic import BS, BSS, ONE, SS, ZERO, Form, Graph, LayerProfile, Regime, Tensor, simulate
 from .errors import InputError
-from .job import KV_DTYPES, Job
+from .job import KV_DTYPES, Job, default_seq, seq_limit
 from .models import Architecture, Model
 
 __all__ = [
@@ -61,22 +61,13 @@ def regime_for(precision: str) -> Regime:
 
 
 def seq_for(model: Model, job: Job) -> int | None:
-    """The sequence length the job runs at: ``job.seq``, else the architecture's context capped
-    at 2048 (vision: its patches + the class token). None when no architecture is known."""
-    arch = model.architecture
+    """The sequence length the job runs at: ``job.seq``, else :func:`gpuplan.job.default_seq`.
+    None when no architecture is known."""
     if job.seq is not None:
         return job.seq
-    if arch is None:
+    if model.architecture is None:
         return None
-    if arch.kind == "vision":
-        return _vision_tokens(arch)
-    return min(arch.max_position_embeddings, 2048)
-
-
-def _vision_tokens(arch: Architecture) -> int:
-    if arch.patch_size:
-        return (arch.image_size // arch.patch_size) ** 2 + 1
-    return arch.max_position_embeddings
+    return default_seq(model.architecture)
 
 
 def check_seq(model: Model, job: Job) -> None:
@@ -84,7 +75,7 @@ def check_seq(model: Model, job: Job) -> None:
     arch = model.architecture
     if arch is None:
         return
-    limit = _vision_tokens(arch) if arch.kind == "vision" else arch.max_position_embeddings
+    limit = seq_limit(arch)
     for name, v in (("seq", job.seq), ("context", job.context)):
         if v is not None and v > limit:
             what = ("tokens per image (patches + class token)" if arch.kind == "vision"

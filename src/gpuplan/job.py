@@ -12,9 +12,11 @@ from typing import Literal, get_args
 
 from .errors import InputError
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
-from .models import Model
+from .models import Architecture, Model
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "KV_DTYPES", "DEFAULT_SEQ"]
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+           "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
+           "seq_limit"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -23,8 +25,30 @@ Attention = Literal["eager", "sdpa"]
 #: KV-cache element formats and their bytes.
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
+#: The default training recipe and inference weight format (the seed's case), defined once.
+DEFAULT_TRAIN_PRECISION = "mixed-bf16"
+DEFAULT_INFER_PRECISION = "bf16"
+
 #: Sequence length used when none is given and the architecture allows it.
 DEFAULT_SEQ = 2048
+
+
+def seq_limit(arch: Architecture) -> int:
+    """The longest sequence the architecture runs: its position limit, or for a vision model its
+    patches + the class token."""
+    if arch.kind == "vision" and arch.patch_size:
+        return arch.num_patches + 1
+    return arch.max_position_embeddings
+
+
+def default_seq(arch: Architecture | None) -> int:
+    """The sequence length every analysis uses when none is given: the architecture's limit capped
+    at :data:`DEFAULT_SEQ` (a vision model: its patches + [CLS]); DEFAULT_SEQ when unknown."""
+    if arch is None:
+        return DEFAULT_SEQ
+    if arch.kind == "vision":
+        return seq_limit(arch)
+    return min(DEFAULT_SEQ, arch.max_position_embeddings or DEFAULT_SEQ)
 
 #: Largest ZeRO stage.
 _ZERO_STAGES = (0, 1, 2, 3)
@@ -48,9 +72,9 @@ class Job:
     """Catalog name, config.json path, model directory, or a loaded :class:`Model`."""
     mode: Mode = "both"
     """``train``, ``infer`` or ``both``."""
-    precision: str = "mixed-bf16"
+    precision: str = DEFAULT_TRAIN_PRECISION
     """Training precision recipe (see ``gpuplan.formats.TRAINING_RECIPES``)."""
-    infer_precision: str = "bf16"
+    infer_precision: str = DEFAULT_INFER_PRECISION
     """Inference weight format (see ``gpuplan.formats.WEIGHT_FORMATS``)."""
     optimizer: str = "adamw"
     optimizer_states: Literal["auto", "fp32", "bf16"] = "auto"

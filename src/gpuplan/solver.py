@@ -24,7 +24,7 @@ from typing import Literal
 from .errors import InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe
 from .hardware import GPU, all_gpus
-from .job import Job
+from .job import Job, default_seq
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .models import Model
 from .overhead import OverheadLevel
@@ -403,7 +403,7 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     t0 = time.perf_counter()
     planner = _Planner(model, overhead_level, overhead_overrides)
     usable = gpu.memory_bytes
-    seq = seq_for(model, job) or 2048
+    seq = job.seq or default_seq(model.architecture)
     base_peak = planner.peak(mode, job)
     if base_peak is None:
         raise InputError("the job cannot be planned as given; check --seq and --context")
@@ -561,7 +561,7 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
                          f"size ({arch.max_position_embeddings} tokens)")
     limit = arch.max_position_embeddings
     planner = _Planner(model, overhead_level, overhead_overrides)
-    prompt = job.seq or min(limit, 2048)  # inference: the prompt stays, the context grows
+    prompt = job.seq or default_seq(arch)  # inference: the prompt stays, the context grows
 
     def fits(s: int) -> bool:
         cand = (job.with_(seq=s, context=None) if mode == "train"

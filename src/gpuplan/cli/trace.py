@@ -14,9 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(model, example_batch))")
     p.add_argument("--mode", help="train (default) or infer")
     p.add_argument("--batch", metavar="B", help="batch size (default 1)")
-    p.add_argument("--seq", metavar="S", help="sequence length (default 512)")
+    p.add_argument("--seq", metavar="S", help="sequence length (default: the model's context, at most 2048)")
     p.add_argument("--precision", metavar="NAME",
-                   help="train: amp-bf16 (default), amp-fp16, bf16, fp32, mixed-bf16, mixed-fp16; "
+                   help="train: mixed-bf16 (default), mixed-fp16, amp-bf16, amp-fp16, bf16, fp32; "
                         "infer: bf16 (default), fp16, fp32")
     p.add_argument("--optimizer", metavar="NAME",
                    help="adamw (default), adam, sgd, sgd-momentum, adafactor, adagrad, rmsprop, "

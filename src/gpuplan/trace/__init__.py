@@ -27,7 +27,7 @@ def trace_step(
     *,
     mode: Literal["train", "infer"] = "train",
     batch: int = 1,
-    seq: int = 512,
+    seq: int | None = None,
     precision: str | None = None,
     optimizer: str = "adamw",
     optimizer_impl: Literal["foreach", "fused", "for-loop"] = "foreach",
@@ -40,9 +40,10 @@ def trace_step(
 
     ``model``: a catalog name, a config.json path or model directory, a raw config dict, a
     :class:`gpuplan.models.Model` with an architecture, or ``path/to/file.py:factory`` (a function returning ``(model, example_batch)``; the user's own
-    code, run knowingly). ``precision``: a training recipe (``amp-bf16`` default, ``amp-fp16``,
-    ``bf16``, ``fp32``, ``mixed-bf16``, ``mixed-fp16``) or, for ``mode="infer"``, a weight dtype
-    (``bf16`` default, ``fp16``, ``fp32``). ``device="cuda"`` also runs the step for real on the GPU
+    code, run knowingly). ``seq``: None = the sequence every gpuplan analysis defaults to
+    (:func:`gpuplan.job.default_seq`). ``precision``: a training recipe (``mixed-bf16`` default,
+    as for ``gpuplan fit``; ``amp-bf16``, ``amp-fp16``, ``bf16``, ``fp32``, ``mixed-fp16``) or, for
+    ``mode="infer"``, a weight dtype (``bf16`` default, ``fp16``, ``fp32``). ``device="cuda"`` also runs the step for real on the GPU
     and reports ``torch.cuda.max_memory_allocated``/``max_memory_reserved`` in ``measured``;
     ``device="cpu", real=True`` runs it with real CPU tensors (models up to
     :data:`REAL_MAX_PARAMS` parameters) and reports the measured live bytes.
@@ -62,7 +63,8 @@ def trace_step(
     if mode not in ("train", "infer"):
         raise InputError(f"--mode {mode!r}: expected train or infer")
     batch = parse_positive_int(batch, what="--batch", maximum=1 << 20)
-    seq = parse_positive_int(seq, what="--seq", maximum=1 << 24)
+    if seq is not None:
+        seq = parse_positive_int(seq, what="--seq", maximum=1 << 24)
     return _run.trace(model, mode=mode, batch=batch, seq=seq, precision=precision,
                       optimizer=optimizer, optimizer_impl=optimizer_impl,
                       checkpointing=checkpointing, attention=attention, device=device, real=real)

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import torch
 
 from ..errors import InputError, UnsupportedError
+from ..job import DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION
 from . import REAL_MAX_PARAMS
 from ._recorder import BLOCK
 from ._result import Measurement, TraceResult
@@ -64,10 +65,28 @@ def _blocks(out: RunOutput) -> int:
     return sum(1 for b in rec.nbytes if b % BLOCK)
 
 
+def _default_seq(source) -> int:
+    """The sequence every gpuplan analysis defaults to, for this model's architecture."""
+    from ..job import DEFAULT_SEQ, default_seq
+    from ..models import architecture_from_config
+
+    if source.config is None:  # a user's factory: its example batch sets the shape
+        return default_seq(None)
+    try:
+        return default_seq(architecture_from_config(source.config, name=source.name))
+    except InputError:
+        # A model_type transformers builds but gpuplan's planner does not know: its own limit.
+        limit = source.config.get("max_position_embeddings") or source.config.get("n_positions")
+        return min(DEFAULT_SEQ, limit) if isinstance(limit, int) and limit > 0 else DEFAULT_SEQ
+
+
 def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, checkpointing,
           attention, device, real) -> TraceResult:
     if precision is None:
-        precision = "amp-bf16" if mode == "train" else "bf16"
+        precision = DEFAULT_TRAIN_PRECISION if mode == "train" else DEFAULT_INFER_PRECISION
+    source = resolve(model)
+    if seq is None:
+        seq = _default_seq(source)
     cfg = StepConfig(mode=mode, batch=batch, seq=seq, precision=precision,
                      optimizer=optimizer if mode == "train" else None,
                      optimizer_impl=optimizer_impl, checkpointing=checkpointing,
@@ -115,8 +134,8 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
                       "et al. 2022); with flash attention that saves only the logsumexp")
     if mode == "train" and get_master(precision):
         notes.append("mixed precision: fp32 master copy stepped by the optimizer; 16-bit grads "
-                     "copied to fp32 one tensor at a time and freed (Megatron-LM "
-                     "Float16OptimizerWithFloat16Params)")
+                     "copied to fp32 master grads at the step and kept until zero_grad (the "
+                     "seed's layout, as DeepSpeed; Megatron-LM frees them as it copies)")
     return TraceResult(
         model=source.name, mode=mode, batch=batch, seq=seq, precision=precision,
         optimizer=cfg.optimizer, optimizer_impl=optimizer_impl if mode == "train" else None,
