@@ -77,7 +77,7 @@ def test_infer_mode_precision_is_the_weight_format(capsys):
     (["fit", "--params", "7B", "--zero", "5"], "--zero"),
     (["fit", "--params", "7B", "--gpus", "0"], "--gpus"),
     (["fit", "--params", "7B", "--batch", "x"], "--batch"),
-    (["fit"], "no model given"),
+    (["fit", "gpt2", "--params", "7B"], "not both"),
     (["fit", "--params", "7B", "--bogus"], "--bogus"),
 ])
 def test_bad_input_one_line_exit_2(capsys, argv, needle):
@@ -174,3 +174,63 @@ def test_issue3_bad_input_one_line_exit_2(capsys, argv, needle):
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert needle in lines[0]
+
+
+def test_no_model_plans_the_seed_example(capsys):
+    # The README's quick start: `gpuplan fit` on the built-in defaults is the seed's 7B case.
+    code, out, err = run(capsys, "fit", "--gpu", "H100-SXM-80GB")
+    assert code == 0, err
+    assert "source document's example" in out
+    for text in ("14.0 GB", "28.0 GB", "56.0 GB", "112.0 GB", "8.0x"):
+        assert text in out
+
+
+def test_fit_json_has_a_speed_section_per_gpu(capsys):
+    from gpuplan.compute import estimate_speed
+    from gpuplan.hardware import get_gpu
+    from gpuplan.models import load_model
+
+    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "H100-SXM-80GB", "--gpu", "T4",
+                         "--batch", "4", "--seq", "512", "--json")
+    assert code == 0, err
+    sec = json.loads(out)["speed"]
+    rows = {r["gpu"]: r for r in sec["gpus"]}
+    # the same estimate the speed model gives for this job, computed here independently
+    e = estimate_speed(load_model("gpt2"), get_gpu("H100-SXM-80GB"), mode="train", batch=4,
+                       seq=512, precision="mixed-bf16", measured=None)
+    h = rows["H100-SXM-80GB"]["train"]
+    assert h["flops_per_step"] == e.flops_per_step
+    for k in ("model_flops_per_token", "step_time_s", "tokens_per_s", "mfu", "bound"):
+        assert k in h
+    # T4 has no bf16: the row says so instead of sinking the plan
+    assert "bf16" in rows["T4"]["error"] and "fp16" in rows["T4"]["error"]
+
+
+def test_fit_no_speed_leaves_the_section_out(capsys):
+    code, out, _ = run(capsys, "fit", "--params", "7B", "--json", "--no-speed")
+    assert code == 0 and "speed" not in json.loads(out)
+
+
+def test_fit_trace_side_by_side(capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "H100-SXM-80GB", "--batch", "2",
+                         "--seq", "128", "--trace", "--json", "--no-speed")
+    assert code == 0, err
+    d = json.loads(out)
+    by_mode = {c["mode"]: c for c in d["trace"]}
+    for mode in ("train", "infer"):
+        c = by_mode[mode]
+        a, t = c["analytic"]["total_bytes"], c["traced"]["total_bytes"]
+        # the analytic total is the plan's minus its runtime overhead (a trace has none)
+        plan = d[mode]["per_gpu"]
+        assert a == plan["total_bytes"] - plan["overhead_bytes"]
+        assert c["difference_percent"]["total_bytes"] == pytest.approx(100 * (a - t) / t)
+        assert abs(a - t) <= 0.05 * t   # the two independent answers agree within 5%
+
+
+def test_fit_trace_says_what_it_cannot_trace(capsys):
+    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "H100-SXM-80GB", "--mode", "infer",
+                         "--precision", "q4_0", "--trace", "--no-speed")
+    assert code == 0, err
+    assert "not traced: the q4_0 weight format is not traced" in out

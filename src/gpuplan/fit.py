@@ -226,13 +226,14 @@ def _query(fn, *args, **kw) -> int:
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
          overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True,
          overhead_overrides=None, suggest: bool | None = None, max_batch: bool = False,
-         max_seq: bool = False, top: int = 3) -> Plan:
+         max_seq: bool = False, top: int = 3, speed: bool = False) -> Plan:
     """Memory of ``job`` per GPU and a verdict for each of ``gpus`` (default: a shortlist).
 
     ``suggest``: run the solver (:mod:`gpuplan.solver`) for every GPU -- ``True``; only for the
     GPUs named in ``gpus`` on which the job does not fit -- ``None`` (the default: nothing runs
     for the default shortlist); never -- ``False``. ``max_batch`` / ``max_seq`` answer the direct
-    queries for each GPU.
+    queries for each GPU. ``speed``: add the speed model's headline numbers per GPU
+    (``plan.extra["speed"]``, :func:`gpuplan.compute.speed_section`).
     """
     from . import solver as _solver
 
@@ -290,5 +291,12 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
                                    **v))
     notes = tuple(model.notes)
+    extra: dict = {}
+    if speed:
+        from .compute import speed_section
+
+        extra["speed"] = speed_section(
+            job, [g.gpu for g in verdicts], model=model,
+            trainable_params=train.trainable_params if train is not None else None)
     return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
-                solver=tuple(reports))
+                solver=tuple(reports), extra=extra)

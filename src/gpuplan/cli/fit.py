@@ -8,6 +8,9 @@ from ..errors import InputError
 
 HELP = "memory per GPU for training and inference, and a verdict per GPU"
 
+#: With no model named, ``gpuplan fit`` plans the source document's example: 7B parameters.
+SEED_PARAMS = 7_000_000_000
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help=HELP, description=HELP)
@@ -76,6 +79,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(needs matplotlib)")
     p.add_argument("--units", choices=("GB", "GiB"), default="GB",
                    help="GB = 10^9 bytes (default), GiB = 2^30")
+    p.add_argument("--trace", action="store_true",
+                   help="also trace the job's real step under fake tensors (needs torch) and show "
+                        "analytic and traced bytes side by side")
+    p.add_argument("--no-speed", action="store_true",
+                   help="leave out the speed model's estimate per GPU")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=run)
 
@@ -89,9 +97,10 @@ def job_from_args(args: argparse.Namespace):
     if args.model and args.params:
         raise InputError("give a model or --params, not both")
     if not args.model and not args.params:
-        raise InputError("no model given: name one (e.g. llama-3.1-8b; `gpuplan models` lists them) "
-                         "or give --params 7B")
-    model = from_param_count(parse_count(args.params)) if args.params else args.model
+        # The built-in default: the source document's example, a 7B model.
+        model = from_param_count(SEED_PARAMS)
+    else:
+        model = from_param_count(parse_count(args.params)) if args.params else args.model
 
     kw: dict = {}
     mode = args.mode or "both"
@@ -164,7 +173,12 @@ def run(args: argparse.Namespace) -> int:
     overrides = overrides_from_args(args)
     result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
                   suggest=True if args.suggest else None, max_batch=args.max_batch,
-                  max_seq=args.max_seq)
+                  max_seq=args.max_seq, speed=not args.no_speed)
+    trace = None
+    if args.trace:
+        from ..crosscheck import compare_with_trace
+
+        trace = compare_with_trace(result)
     if args.plot:
         from ..report.fit_plot import plot_plan
 
@@ -172,11 +186,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        print(json.dumps(result.to_dict(), indent=2))
+        d = result.to_dict()
+        if trace is not None:
+            d["trace"] = [c.to_dict() for c in trace]
+        print(json.dumps(d, indent=2))
     else:
         from ..report.fit import render_plan
 
-        render_plan(result, units=args.units)
+        if not args.model and not args.params:
+            print("no model given: planning the source document's example, a 7B model "
+                  "(name one, e.g. `gpuplan fit llama-3.1-8b`, or give --params)")
+        render_plan(result, units=args.units, trace=trace)
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0

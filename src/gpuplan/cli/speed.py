@@ -28,10 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="training recipe (default mixed-bf16) or inference weight format "
                         "(default bf16)")
     p.add_argument("--optimizer", default="adamw")
-    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
-                   help="activation checkpointing (default none)")
-    p.add_argument("--attention", choices=("flash", "eager"), default="flash",
-                   help="fused attention that skips masked blocks, or materialized scores")
+    p.add_argument("--checkpointing", "--recompute", dest="recompute",
+                   choices=("none", "selective", "full"), default="none",
+                   help="activation checkpointing, as in `gpuplan fit` (default none)")
+    p.add_argument("--attention", choices=("sdpa", "flash", "eager"), default="sdpa",
+                   help="sdpa (flash: fused, skips masked blocks; the default) or eager "
+                        "(materialized scores)")
     p.add_argument("--new-tokens", default="128", help="inference: tokens generated per sequence")
     p.add_argument("--link", default=None,
                    help="gradient all-reduce link: nvlink, pcie, or GB/s per GPU (e.g. 50, "

@@ -118,7 +118,82 @@ def _solver_tables(p: Plan, units: ByteUnits):
     return out
 
 
-def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None) -> None:
+def _speed_table(p: Plan):
+    """The speed model's headline per GPU (``plan.extra["speed"]``), when it was asked for."""
+    from rich.table import Table
+
+    from ..units import format_seconds
+
+    sec = p.extra.get("speed")
+    if not sec:
+        return None
+    table = Table(title="Speed (estimate; `gpuplan speed MODEL --gpu G` explains it)",
+                  title_justify="left")
+    table.add_column("GPU")
+    if p.train is not None:
+        for c in ("train step", "tokens/s", "MFU", "bound"):
+            table.add_column(c, justify="right")
+    if p.infer is not None:
+        for c in ("prefill tok/s", "decode tok/s"):
+            table.add_column(c, justify="right")
+    errors = []
+    for row in sec["gpus"]:
+        cells = [row["gpu"]]
+        if "error" in row:
+            n = (4 if p.train is not None else 0) + (2 if p.infer is not None else 0)
+            table.add_row(*cells, *["—"] * n)
+            errors.append(f"{row['gpu']}: {row['error']}")
+            continue
+        if p.train is not None:
+            t = row["train"]
+            cells += [format_seconds(t["step_time_s"]), f"{t['tokens_per_s']:,.0f}",
+                      f"{100 * t['mfu']:.0f}%", t["bound"]]
+        if p.infer is not None:
+            i = row["infer"]
+            cells += [f"{i.get('prefill_tokens_per_s', float('nan')):,.0f}",
+                      f"{i.get('decode_tokens_per_s', i['tokens_per_s']):,.0f}"]
+        table.add_row(*cells)
+    if errors:
+        table.caption = "; ".join(errors)
+        table.caption_justify = "left"
+    return table
+
+
+def _trace_table(comparisons, units: ByteUnits):
+    """``fit --trace``: analytic and traced bytes side by side, difference in percent."""
+    from rich.table import Table
+
+    out = []
+    for c in comparisons:
+        if c.skipped:
+            out.append(f"[dim]{c.mode}: not traced: {c.skipped}[/dim]")
+            continue
+        table = Table(title=f"{c.mode.capitalize()}: analytic vs traced (fake tensors, "
+                            f"{c.trace_seconds:.1f} s)", title_justify="left")
+        table.add_column("per GPU")
+        table.add_column("analytic", justify="right")
+        table.add_column("traced", justify="right")
+        table.add_column("difference", justify="right")
+        for k in c.analytic:
+            a, t, d = c.analytic[k], c.traced[k], c.difference_percent[k]
+            if k != "total_bytes" and a == 0 and t == 0:
+                continue
+            label = ("total (peak, runtime overhead excluded)" if k == "total_bytes"
+                     else k.removesuffix("_bytes").replace("_", " "))
+            diff = "—" if d is None else f"{d:+.1f}%"
+            if k == "total_bytes":
+                table.add_section()
+            table.add_row(label, format_bytes(a, units), format_bytes(t, units), diff)
+        out.append(table)
+        out.append(f"[dim]peak phase: analytic {c.analytic_phase}, traced {c.traced_phase} "
+                   f"({c.traced_module}). The totals are what is validated; the two split "
+                   "transient bytes between activations, temporaries and gradients by different "
+                   "conventions (docs/memory.md, docs/trace.md).[/dim]")
+    return out
+
+
+def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None,
+                trace=None) -> None:
     from ._console import console_for
 
     console = console_for(file, width=160)
@@ -148,6 +223,12 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
             f"(model states {format_bytes(p.train.model_states_bytes, units)} vs "
             f"{p.infer.precision} weights {format_bytes(p.infer.weights_bytes, units)}).")
     console.print(_verdict_table(p, units))
+    speed = _speed_table(p)
+    if speed is not None:
+        console.print(speed)
+    if trace is not None:
+        for part in _trace_table(trace, units):
+            console.print(part)
     for t in _solver_tables(p, units):
         console.print(t)
     notes = list(p.notes)

@@ -40,6 +40,18 @@ class ModelSource:
     """Where the spec came from: ``catalog``, ``config``, ``dict`` or ``factory``."""
 
 
+def _plain(obj):
+    """A config as plain dicts and lists (a Model keeps read-only mapping proxies, which
+    transformers' config deep-copy cannot pickle)."""
+    from collections.abc import Mapping
+
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
 def resolve(spec: str | dict) -> ModelSource:
     """Turn a model spec into a :class:`ModelSource` (reads files with bounds; runs no code except a
     factory the user names explicitly)."""
@@ -48,8 +60,8 @@ def resolve(spec: str | dict) -> ModelSource:
         return ModelSource(name=name, config=dict(spec), origin="dict")
     arch = getattr(spec, "architecture", None)
     if arch is not None and getattr(arch, "config", None):  # a gpuplan.models.Model
-        return ModelSource(name=str(getattr(spec, "name", arch.name)), config=dict(arch.config),
-                           origin="model")
+        return ModelSource(name=str(getattr(spec, "name", arch.name)),
+                           config=_plain(arch.config), origin="model")
     if hasattr(spec, "architecture"):
         raise InputError(f"model {getattr(spec, 'name', spec)!r}: known only by its parameter "
                          "count; the trace needs an architecture (a catalog name or config.json)")

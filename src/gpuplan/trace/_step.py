@@ -262,7 +262,9 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
                     trainable, lambda ps: make_optimizer(cfg.optimizer, ps, cfg.optimizer_impl),
                     scale=scale)
                 rec.classify(mixed.masters, "master_weights")
-                mixed.on_master_grads = lambda gs: rec.classify(gs, "gradients")
+                # fp32 master gradients exist only during the step: a step temporary, beside
+                # the 16-bit gradients of the "gradients" line (the seed's layout)
+                mixed.on_master_grads = lambda gs: rec.classify(gs, "optimizer_temporaries")
                 opt = mixed
             else:
                 opt = make_optimizer(cfg.optimizer, trainable, cfg.optimizer_impl)
