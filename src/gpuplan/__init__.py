@@ -8,7 +8,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .compute import SpeedEstimate, estimate_speed
 from .errors import (
     GpuplanError, InputError, MissingDependencyError, ModelFileError, UnknownNameError,
     UnsupportedError,
@@ -18,7 +17,6 @@ from .hardware import GPU, all_gpus, get_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
 from .models import Architecture, Model, from_param_count, load_model
-from .solver import Suggestion, Suggestions, max_batch, max_seq, suggest
 
 __all__ = [
     "__version__",
@@ -38,10 +36,19 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # gpuplan.profile(...) needs torch only when a profile is entered: import it on first use.
-    if name == "profile":
-        from .measure.profile import profile
+# Imported on first use (PEP 562): the speed model and the solver are not needed to plan memory,
+# and gpuplan.profile(...) needs torch only when a profile is entered.
+_LAZY = {
+    "estimate_speed": ".compute", "SpeedEstimate": ".compute",
+    "suggest": ".solver", "Suggestion": ".solver", "Suggestions": ".solver",
+    "max_batch": ".solver", "max_seq": ".solver",
+    "profile": ".measure.profile",
+}
 
-        return profile
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'gpuplan' has no attribute {name!r}")

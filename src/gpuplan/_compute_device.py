@@ -218,9 +218,12 @@ def load_measured(db: str | None = None) -> Any | None:
     import importlib
 
     try:
+        paths = importlib.import_module("gpuplan.measure._paths")
+        if not paths.db_path(db).exists():  # nothing measured on this machine yet
+            return None
         store = importlib.import_module("gpuplan.measure.store")
     except ModuleNotFoundError as e:  # the bench is not part of this build
-        if e.name in ("gpuplan.measure", "gpuplan.measure.store"):
+        if e.name in ("gpuplan.measure", "gpuplan.measure.store", "gpuplan.measure._paths"):
             return None
         raise
     return store.latest_run(db)

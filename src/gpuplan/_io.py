@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from .errors import InputError, ModelFileError
@@ -46,6 +45,8 @@ def check_writable(path: str | os.PathLike, *, what: str = "--plot") -> Path:
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     """Write ``data`` to ``path`` completely or not at all (temp file + rename)."""
+    import tempfile  # only commands that write files pay for it
+
     p = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")

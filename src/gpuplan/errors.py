@@ -6,7 +6,6 @@ Messages are one line: the bad value, what is accepted, and the way out. The CLI
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -73,6 +72,8 @@ class UnsupportedError(InputError):
 
 def closest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
     """The known names closest to ``name`` (case-insensitive), best first."""
+    import difflib  # only an error pays for it
+
     known = list(known)
     by_lower = {k.lower(): k for k in known}
     hits = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.5)

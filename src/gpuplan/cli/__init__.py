@@ -38,13 +38,17 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{message} (see `{self.prog} --help`)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or with just ``only`` (what ``gpuplan fit ...`` needs:
+    the other commands' modules are then never imported, which keeps a plan's start-up short)."""
     parser = _Parser(
         prog="gpuplan",
         description="Will this model fit on this GPU, how fast will it run, and what do I change?",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:  # a subcommand not built yet
@@ -58,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        parser = build_parser()
+        parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

@@ -13,8 +13,7 @@ import math
 import sys
 
 from ..errors import InputError
-from ..measure._profile_analysis import NoStepsError
-from ..measure.profile import DEFAULT_STEPS, DEFAULT_WARMUP
+from ..measure._profile_defaults import DEFAULT_STEPS, DEFAULT_WARMUP
 from ..units import parse_positive_int
 
 __all__ = ["register", "run"]
@@ -97,6 +96,8 @@ def _warmup(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..measure._profile_analysis import NoStepsError
+
     # Validate everything before the script runs: bad arguments are one line and exit 2.
     steps = parse_positive_int(args.steps, what="--steps", maximum=1_000_000)
     warmup = _warmup(args.warmup)

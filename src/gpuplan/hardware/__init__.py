@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
+import os
 from types import MappingProxyType
 from typing import Mapping
 
@@ -222,7 +222,8 @@ _KNOWN_KEYS = {
 
 @cache
 def _catalog() -> tuple[dict[str, GPU], dict[str, str]]:
-    raw = json.loads(resources.files(__package__).joinpath("gpus.json").read_text("utf-8"))
+    with open(os.path.join(os.path.dirname(__file__), "gpus.json"), encoding="utf-8") as f:
+        raw = json.load(f)
     if raw.get("schema") != 1:
         raise ValueError(f"gpus.json: schema {raw.get('schema')!r}, expected 1")
     by_key: dict[str, GPU] = {}

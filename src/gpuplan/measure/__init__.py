@@ -7,15 +7,18 @@ how the speed model uses this machine's measured throughput and bandwidth.
 
 from __future__ import annotations
 
-from ._bench_types import (
-    BandwidthResult, BenchRun, Crossover, GPUInfo, Machine, MatmulResult, OverheadResult,
-    crossovers, matmul_flops,
-)
-from .bench import BenchConfig, run_bench
-from .store import (
-    Measured, StoreError, default_db_path, latest_run, list_runs, load_run, machine_fingerprint,
-    save_run,
-)
+# Exported lazily (PEP 562): importing this package, as every command does to find the stored
+# bench results, must not pay for the bench and profiler modules.
+_EXPORTS = {
+    "BandwidthResult": "._bench_types", "BenchRun": "._bench_types", "Crossover": "._bench_types",
+    "GPUInfo": "._bench_types", "Machine": "._bench_types", "MatmulResult": "._bench_types",
+    "OverheadResult": "._bench_types", "crossovers": "._bench_types",
+    "matmul_flops": "._bench_types",
+    "BenchConfig": ".bench", "run_bench": ".bench",
+    "Measured": ".store", "StoreError": ".store", "default_db_path": ".store",
+    "latest_run": ".store", "list_runs": ".store", "load_run": ".store",
+    "machine_fingerprint": ".store", "save_run": ".store",
+}
 
 __all__ = [
     "BenchConfig", "run_bench",
@@ -24,3 +27,11 @@ __all__ = [
     "Measured", "StoreError", "default_db_path", "latest_run", "list_runs", "load_run",
     "save_run", "machine_fingerprint",
 ]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

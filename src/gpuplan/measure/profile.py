@@ -38,10 +38,7 @@ __all__ = [
     "RankSummary", "EstimateInfo", "NoStepsError", "PHASES", "DEFAULT_WARMUP", "DEFAULT_STEPS",
 ]
 
-#: Steps left out at the start (lazy initialization, allocator warm-up, autotuning, compilation).
-DEFAULT_WARMUP = 3
-#: Steps the CLI measures after the warm-up.
-DEFAULT_STEPS = 50
+from ._profile_defaults import DEFAULT_STEPS, DEFAULT_WARMUP  # noqa: E402 (re-exported)
 
 _active: "Profiler | None" = None
 

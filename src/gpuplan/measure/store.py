@@ -28,6 +28,7 @@ from typing import Mapping
 
 from ..errors import InputError
 from ._bench_machine import machine_fingerprint, machine_key
+from ._paths import db_path, default_db_path
 from ._bench_types import (
     BandwidthResult, BenchRun, GPUInfo, Machine, MatmulResult, OverheadResult,
 )
@@ -81,23 +82,6 @@ _ROW_TABLES = (("matmul", MatmulResult), ("bandwidth", BandwidthResult), ("overh
 
 class StoreError(InputError):
     """The bench database cannot be read or written (one line: the path, the problem, the remedy)."""
-
-
-def default_db_path() -> Path:
-    """``$GPUPLAN_BENCH_DB``, else the user's data directory (see the module docstring)."""
-    env = os.environ.get("GPUPLAN_BENCH_DB")
-    if env:
-        return Path(env).expanduser()
-    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
-        base = Path(os.environ["LOCALAPPDATA"])
-    else:
-        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "gpuplan" / "bench.sqlite"
-
-
-def db_path(db: str | os.PathLike | None = None) -> Path:
-    """The database file ``db`` names, or :func:`default_db_path` when None."""
-    return default_db_path() if db is None else Path(db).expanduser()
 
 
 _path = db_path
@@ -418,6 +402,8 @@ def latest_run(db: str | os.PathLike | None = None,
     Torch-free and fast: "this machine" is matched by host name, CPU model and core counts.
     Raises :class:`StoreError` when the database exists but cannot be read.
     """
+    if not db_path(db).exists():  # nothing stored yet: no need to fingerprint this machine
+        return None
     if machine is None:
         key = machine_fingerprint(gpus="none").key
     elif isinstance(machine, Machine):

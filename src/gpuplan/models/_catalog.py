@@ -12,7 +12,7 @@ import copy
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+import os
 
 from ..errors import ModelFileError
 from ._counts import count_params
@@ -47,13 +47,14 @@ class CatalogEntry:
 def _load() -> tuple[dict[str, tuple[CatalogEntry, dict]], dict[str, str]]:
     entries: dict[str, tuple[CatalogEntry, dict]] = {}
     index: dict[str, str] = {}
-    folder = resources.files("gpuplan.models") / "catalog"
-    for item in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not item.name.endswith(".json"):
+    folder = os.path.join(os.path.dirname(__file__), "catalog")
+    for fname in sorted(os.listdir(folder)):
+        if not fname.endswith(".json"):
             continue
-        where = f"gpuplan catalog file {item.name}"
+        where = f"gpuplan catalog file {fname}"
         try:
-            raw = json.loads(item.read_text(encoding="utf-8"))
+            with open(os.path.join(folder, fname), encoding="utf-8") as f:
+                raw = json.load(f)
             meta = raw.pop(_META)
             entry = CatalogEntry(name=meta["name"], aliases=tuple(meta.get("aliases", ())),
                                  source=meta["source"], hf_class=meta["hf_class"],
