@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import os
+from pathlib import Path
 import re
 import subprocess
 import sys
@@ -309,7 +310,7 @@ def test_each_device_name_belongs_to_one_sku():
 # --- the loader validates the data ----------------------------------------------------------------
 
 def _base_record() -> dict:
-    raw = json.loads((hardware.resources.files("gpuplan.hardware") / "gpus.json").read_text("utf-8"))
+    raw = json.loads((Path(hardware.__file__).parent / "gpus.json").read_text("utf-8"))
     return copy.deepcopy(next(r for r in raw["gpus"] if r["name"] == "H100-SXM-80GB"))
 
 
