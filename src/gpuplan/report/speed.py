@@ -143,7 +143,6 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
         hours = f"{tt.gpu_hours:,.0f}" if tt.gpu_hours >= 100 else f"{tt.gpu_hours:.3g}"
         line = (f"[bold]Time to train[/bold]: {format_count(tt.work)} {tt.unit} at "
                 f"{tt.rate_per_s:,.0f} {tt.unit}/s = {format_seconds(tt.seconds)}"
-                + (f" ({tt.days:,.1f} days)" if tt.days >= 2 else "")
                 + f" on {tt.gpus} GPU{'s' if tt.gpus > 1 else ''} ({hours} GPU-hours)")
         if tt.cost is not None:
             cost = f"{tt.cost:,.0f}" if tt.cost >= 100 else f"{tt.cost:,.2f}"
