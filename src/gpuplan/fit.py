@@ -166,6 +166,12 @@ def resolve_gpus(gpus: Iterable[str | GPU] | None) -> list[tuple[GPU, str | None
     return out
 
 
+def _total_at(mem: TrainMemory | InferMemory, level: OverheadLevel) -> int:
+    """The job's total with the runtime overhead taken at ``level`` of its band: the tensors are
+    the same at every level, so only the overhead line changes."""
+    return mem.total_bytes - mem.overhead_bytes + sum(i.at(level) for i in mem.overhead.items)
+
+
 def _verdict(total_expected: int, total_high: int, usable: int) -> Verdict:
     if total_expected > usable:
         return "does not fit"
@@ -240,44 +246,28 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
-    train = train_memory(model, job, **kw) if job.trains else None
-    infer = infer_memory(model, job, **kw) if job.infers else None
-    train_high = (train_memory(model, job, overhead_level="high",
-                               overhead_overrides=overhead_overrides).total_bytes
-                  if train is not None else None)
-    infer_high = (infer_memory(model, job, overhead_level="high",
-                               overhead_overrides=overhead_overrides).total_bytes
-                  if infer is not None else None)
-
+    mems = {}
+    if job.trains:
+        mems["train"] = train_memory(model, job, **kw)
+    if job.infers:
+        mems["infer"] = infer_memory(model, job, **kw)
+    searches = {"train": _min_train_gpus, "infer": _min_infer_gpus}
+    memos: dict[str, dict] = {mode: {} for mode in mems}
     verdicts = []
     reports = []
-    train_memo: dict = {}
-    infer_memo: dict = {}
     for gpu, note in resolved:
         usable = gpu.memory_bytes
         v: dict = {}
-        modes = []
-        if train is not None:
-            v.update(
-                train_fits=train.total_bytes <= usable,
-                train_verdict=_verdict(train.total_bytes, train_high, usable),
-                train_headroom_bytes=usable - train.total_bytes,
-                train_min_gpus=(_min_train_gpus(model, job, usable, overhead_level,
-                                                overhead_overrides, train_memo)
-                                if search_gpu_counts else None),
-            )
-            modes.append(("train", train.total_bytes <= usable))
-        if infer is not None:
-            v.update(
-                infer_fits=infer.total_bytes <= usable,
-                infer_verdict=_verdict(infer.total_bytes, infer_high, usable),
-                infer_headroom_bytes=usable - infer.total_bytes,
-                infer_min_gpus=(_min_infer_gpus(model, job, usable, overhead_level,
-                                                overhead_overrides, infer_memo)
-                                if search_gpu_counts else None),
-            )
-            modes.append(("infer", infer.total_bytes <= usable))
-        for mode, fits in modes:
+        for mode, mem in mems.items():
+            fits = mem.total_bytes <= usable
+            v.update({
+                f"{mode}_fits": fits,
+                f"{mode}_verdict": _verdict(mem.total_bytes, _total_at(mem, "high"), usable),
+                f"{mode}_headroom_bytes": usable - mem.total_bytes,
+                f"{mode}_min_gpus": (searches[mode](model, job, usable, overhead_level,
+                                                   overhead_overrides, memos[mode])
+                                     if search_gpu_counts else None),
+            })
             mjob = job.with_(mode=mode)
             if max_batch:
                 v[f"{mode}_max_batch"] = _query(_solver.max_batch, model, mjob, gpu, mode=mode,
@@ -290,6 +280,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                 reports.append(_solver.suggest(model, mjob, gpu, mode=mode, top=top, **kw))
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
                                    **v))
+    train, infer = mems.get("train"), mems.get("infer")
     notes = tuple(model.notes)
     extra: dict = {}
     if speed:
