@@ -19,19 +19,27 @@ def _bpp(x: float | None) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".") if x else "0"
 
 
-def _train_table(t: TrainMemory, units: ByteUnits):
+def _lines_table(title: str, mem: TrainMemory | InferMemory, units: ByteUnits, *,
+                 skip_empty: bool = False):
+    """The seed's shape: one row per line item, bytes per parameter, bytes per GPU, the peak.
+    ``skip_empty``: leave out empty, unexplained activation/temporary rows."""
     from rich.table import Table
 
-    table = Table(title=f"Training: {t.precision}, {t.optimizer}", title_justify="left",
-                  show_footer=True)
-    table.add_column("line item", footer=f"total (peak, {t.peak_phase})")
+    table = Table(title=title, title_justify="left", show_footer=True)
+    table.add_column("line item", footer=f"total (peak, {mem.peak_phase})")
     table.add_column("bytes per parameter", justify="right")
-    table.add_column("per GPU", justify="right", footer=format_bytes(t.total_bytes, units))
-    for line in t.lines:
-        if line.key in ("activations", "temporaries") and not line.bytes and not line.note:
+    table.add_column("per GPU", justify="right", footer=format_bytes(mem.total_bytes, units))
+    for line in mem.lines:
+        if skip_empty and line.key in ("activations", "temporaries") and not line.bytes \
+                and not line.note:
             continue
         label = line.label + (f" [dim]({line.note})[/dim]" if line.note else "")
         table.add_row(label, _bpp(line.bytes_per_param), format_bytes(line.bytes, units))
+    return table
+
+
+def _train_table(t: TrainMemory, units: ByteUnits):
+    table = _lines_table(f"Training: {t.precision}, {t.optimizer}", t, units, skip_empty=True)
     table.add_section()
     table.add_row("[bold]model states[/bold] (weights + gradients + master + optimizer)",
                   _bpp(t.model_states_bytes / t.params), format_bytes(t.model_states_bytes, units))
@@ -43,16 +51,7 @@ def _train_table(t: TrainMemory, units: ByteUnits):
 
 
 def _infer_table(i: InferMemory, units: ByteUnits):
-    from rich.table import Table
-
-    table = Table(title=f"Inference: {i.precision}", title_justify="left", show_footer=True)
-    table.add_column("line item", footer=f"total (peak, {i.peak_phase})")
-    table.add_column("bytes per parameter", justify="right")
-    table.add_column("per GPU", justify="right", footer=format_bytes(i.total_bytes, units))
-    for line in i.lines:
-        label = line.label + (f" [dim]({line.note})[/dim]" if line.note else "")
-        table.add_row(label, _bpp(line.bytes_per_param), format_bytes(line.bytes, units))
-    return table
+    return _lines_table(f"Inference: {i.precision}", i, units)
 
 
 def _verdict_table(p: Plan, units: ByteUnits):
