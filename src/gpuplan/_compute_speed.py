@@ -13,7 +13,8 @@ from ._compute_device import (
     load_measured,
 )
 from ._compute_flops import (
-    Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, recompute_ops,
+    Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, positive_int,
+    recompute_ops,
 )
 from ._compute_time import (
     OpTime, RooflineClass, ScalingTable, TrainingTime, TransferEstimate, data_parallel_scaling,
@@ -432,14 +433,6 @@ def input_bytes_per_sample(arch: Architecture | None, seq: int, mode: Mode) -> i
 # The estimate
 
 
-def _validate_int(v: object, what: str, maximum: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise InputError(f"{what} {v!r}: expected a whole number >= 1")
-    if maximum is not None and v > maximum:
-        raise InputError(f"{what} {v!r}: at most {maximum} is supported")
-    return v
-
-
 def _check_job(*, mode: object, recompute: object, attention: object, kv_dtype: object,
                batch: object, grad_accum: object, new_tokens: object, context: object,
                trainable_params: object) -> None:
@@ -452,20 +445,20 @@ def _check_job(*, mode: object, recompute: object, attention: object, kv_dtype: 
         raise InputError(f"attention {attention!r}: expected flash (or sdpa) or eager")
     if kv_dtype is not None and kv_dtype not in KV_BYTES:
         raise InputError(f"kv dtype {kv_dtype!r}: expected one of {', '.join(KV_BYTES)}")
-    _validate_int(grad_accum, "gradient accumulation", 10**6)
+    positive_int(grad_accum, "gradient accumulation", 10**6)
     if context is not None:
-        _validate_int(context, "context", 10**8)
+        positive_int(context, "context", 10**8)
     if trainable_params is not None:
-        _validate_int(trainable_params, "trainable parameters", 10**15)
-    _validate_int(batch, "batch", 10**7)
-    _validate_int(new_tokens, "new tokens", 10**7)
+        positive_int(trainable_params, "trainable parameters", 10**15)
+    positive_int(batch, "batch", 10**7)
+    positive_int(new_tokens, "new tokens", 10**7)
 
 
 def _resolve_seq(arch: Architecture | None, seq: int | None, notes: list[str]) -> int:
     """The sequence length the step uses (a vision model's: its patches), with a note where it is
     not what was asked or not what the model was built for."""
     if arch is None:
-        seq = default_seq(None) if seq is None else _validate_int(seq, "sequence length", 10**8)
+        seq = default_seq(None) if seq is None else positive_int(seq, "sequence length", 10**8)
         notes.append("architecture unknown (parameter count only): 2N FLOPs per token forward, "
                      "no attention term, no per-op roofline, no small-work occupancy")
     elif arch.kind == "vision":
@@ -474,7 +467,7 @@ def _resolve_seq(arch: Architecture | None, seq: int | None, notes: list[str]) -
             notes.append(f"a vision model's sequence is its patches + [CLS]: {want}, not {seq}")
         seq = want
     else:
-        seq = default_seq(arch) if seq is None else _validate_int(seq, "sequence length", 10**8)
+        seq = default_seq(arch) if seq is None else positive_int(seq, "sequence length", 10**8)
         if arch.max_position_embeddings and seq > arch.max_position_embeddings:
             notes.append(f"seq {seq} exceeds the model's max_position_embeddings "
                          f"({arch.max_position_embeddings})")
@@ -652,7 +645,7 @@ def estimate_speed(
                trainable_params=trainable_params)
     if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
         raise InputError(f"zero {zero!r}: expected a ZeRO stage 0, 1, 2 or 3")
-    _validate_int(gpus, "GPU count", 10**6)
+    positive_int(gpus, "GPU count", 10**6)
     kernel_attention = "eager" if attention == "eager" else "flash"
     arch, name, n_params, tensors = _arch_and_name(model)
     notes: list[str] = []
