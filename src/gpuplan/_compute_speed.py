@@ -25,7 +25,7 @@ from .formats import (
     TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes,
 )
 from .hardware import GPU
-from .job import Job
+from .job import KV_DTYPES, Job
 from .models._types import Architecture, Model
 from .units import format_seconds
 
@@ -45,8 +45,8 @@ Attention = Literal["flash", "sdpa", "eager"]
 """``flash`` (``sdpa`` is the same here: PyTorch's fused flash/memory-efficient kernels) skips fully
 masked blocks and never stores the scores; ``eager`` materializes the s x s scores."""
 
-#: Bytes per KV-cache element by dtype name.
-KV_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+#: Bytes per KV-cache element by dtype name: the job's (and the memory accounting's) one table.
+KV_BYTES = KV_DTYPES
 
 _ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 2}
 
