@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpuplan.compute import (
-    batch_sweep, default_efficiency, device_from_gpu, estimate_speed,
+    batch_sweep, default_efficiency, device_from_gpu, estimate_cpu_speed, estimate_speed,
     estimate_speed_for_job, flops_breakdown,
 )
 from gpuplan.errors import InputError, UnknownNameError, UnsupportedError
 from gpuplan.hardware import get_gpu
+from gpuplan.models import from_param_count
 from gpuplan.models._types import Architecture, Model, ParamCounts
 
 H100 = get_gpu("H100-SXM-80GB")
@@ -233,6 +234,76 @@ def test_cpu_verdict_small_job_needs_no_gpu_large_job_does():
     short = estimate_speed(GPT2, H100, batch=1, seq=64, cpu=FakeCPU(), train_tokens=64 * 20,
                            measured=None)
     assert short.cpu.cpu_job_s < 600 and not short.cpu.needs_gpu
+
+
+
+class CpuBench:
+    """A stored bench run of this CPU (the interface of gpuplan.measure.store.Measured)."""
+
+    run_id, created_utc, device_names = 3, "2025-01-01T00:00:00Z", {"cpu": "Test CPU"}
+
+    def flops(self, device, dtype):
+        return 150e9 if (device, dtype) == ("cpu", "fp32") else None
+
+    def bandwidth_of(self, device, kind):
+        return 20e9 if (device, kind) == ("cpu", "host_copy") else None
+
+    def overhead_of(self, device, kind):
+        return 3e-6 if (device, kind) == ("cpu", "op_dispatch") else None
+
+
+def test_cpu_estimate_of_a_training_step_by_hand():
+    # N = 100M parameters known by count only, 8 x 512 tokens, plain SGD: 6N FLOPs per token
+    # (2N forward + 4N backward) at 0.80 of the CPU's fp32 peak, and the update reads the weight
+    # and the gradient and writes the weight (3 x 4 bytes per parameter) at 0.70 of the assumed
+    # 51.2 GB/s DRAM; 2 us per op dispatch is left in the tolerance (a few ops in a 16 s step).
+    n, tokens = 100_000_000, 8 * 512
+    peak = FakeCPU.peak_fp32_flops
+    e = estimate_cpu_speed(from_param_count(n), FakeCPU(), batch=8, seq=512, optimizer="sgd",
+                           measured=None)
+    assert (e.cpu, e.dtype, e.mode, e.batch, e.seq) == ("Test CPU", "fp32", "train", 8, 512)
+    assert e.peak_basis == FakeCPU.peak_basis and e.step.peak_flops == peak
+    assert e.step.model_flops == 6 * n * tokens
+    assert e.step_time_s == pytest.approx(6 * n * tokens / (0.80 * peak)
+                                          + 12 * n / (0.70 * 51.2e9), rel=1e-5)
+    assert any("parameter count only" in note for note in e.notes)
+    # a bench run of this CPU replaces the estimated peak and the assumed bandwidth outright
+    m = estimate_cpu_speed(from_param_count(n), FakeCPU(), batch=8, seq=512, optimizer="sgd",
+                           measured=CpuBench())
+    assert m.step_time_s == pytest.approx(6 * n * tokens / 150e9 + 12 * n / 20e9, rel=1e-5)
+    assert m.peak_basis.startswith("measured") and m.efficiency.launch_s == 3e-6
+    assert set(m.efficiency.measured) == {"matmul", "memory", "launch_s"}
+
+
+def test_cpu_side_of_estimate_speed_is_the_cpu_estimate_whatever_the_gpu():
+    job = dict(mode="train", batch=2, seq=256, optimizer="sgd-momentum", recompute="full",
+               attention="eager", grad_accum=3, lora=True, measured=None)
+    alone = estimate_cpu_speed(GPT2, FakeCPU(), **job)
+    for gpu in (H100, A100):
+        beside = estimate_speed(GPT2, gpu, cpu=FakeCPU(), precision="fp32", **job).cpu
+        assert beside.cpu_step_s == alone.step_time_s
+        assert (beside.cpu, beside.cpu_dtype) == (alone.cpu, alone.dtype)
+    # the job's options reach the CPU step: each one changes it
+    for change in (dict(grad_accum=1), dict(recompute="none"), dict(attention="flash"),
+                   dict(lora=False), dict(optimizer="adamw")):
+        assert estimate_cpu_speed(GPT2, FakeCPU(), **{**job, **change}).step_time_s \
+            != alone.step_time_s, change
+    # a decoder's inference: prefill, then decode steps over the cache
+    inf = estimate_cpu_speed(GPT2, FakeCPU(), mode="infer", batch=2, seq=256, new_tokens=16,
+                             measured=None)
+    assert (inf.step.name, inf.step.q_len, inf.prefill.q_len) == ("decode", 1, 256)
+    assert inf.request_time_s == pytest.approx(inf.prefill.time_s + 16 * inf.step.time_s)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(mode="serve"), "mode 'serve'"), (dict(batch=0), "batch 0"),
+    (dict(seq=2.5), "sequence length 2.5"), (dict(kv_dtype="fp4"), "kv dtype 'fp4'"),
+    (dict(optimizer="adamx"), "adamx"),
+])
+def test_cpu_estimate_bad_values_are_one_line_errors(kw, match):
+    with pytest.raises(InputError, match=match) as ei:
+        estimate_cpu_speed(GPT2, FakeCPU(), **{"measured": None, **kw})
+    assert "\n" not in str(ei.value)
 
 
 def test_batch_sweep_finds_where_throughput_saturates():

@@ -53,11 +53,14 @@ _ACT_FLOPS = {"gelu": 8, "relu": 1, "silu": 4}
 _SOFTMAX_FLOPS = 5
 
 
-def _positive(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+def positive_int(value: object, what: str, maximum: int | None = None) -> int:
+    """``value`` when it is an int >= 1 (not a bool, not a string) and at most ``maximum``; else a
+    one-line :class:`InputError` naming ``what`` and the value. The speed model's one check of a
+    whole-number argument (the CLI parses text with :func:`gpuplan.units.parse_positive_int`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{what} {value!r}: expected a whole number >= 1")
-    if value < 1:
-        raise InputError(f"{what} {value!r}: expected a whole number >= 1")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{what} {value!r}: at most {maximum} is supported")
     return value
 
 
@@ -117,8 +120,8 @@ class MatmulCount:
 
 def count_matmul(m: int, k: int, n: int, *, batch: int = 1, bias: bool = False) -> MatmulCount:
     """Exact counts of an (M x K) @ (K x N) product; every size must be a whole number >= 1."""
-    return MatmulCount(m=_positive(m, "M"), k=_positive(k, "K"), n=_positive(n, "N"),
-                       batch=_positive(batch, "batch"), bias=bool(bias))
+    return MatmulCount(m=positive_int(m, "M"), k=positive_int(k, "K"), n=positive_int(n, "N"),
+                       batch=positive_int(batch, "batch"), bias=bool(bias))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -653,7 +656,7 @@ def flops_breakdown(arch: Architecture, *, batch: int, seq: int,
 
     Every token's logits are computed (training, or a scoring forward pass).
     """
-    batch, seq = _positive(batch, "batch"), _positive(seq, "sequence length")
+    batch, seq = positive_int(batch, "batch"), positive_int(seq, "sequence length")
     if arch.kind == "vision":
         seq = default_seq(arch)
     shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=mode == "train")

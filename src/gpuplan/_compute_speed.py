@@ -1,6 +1,6 @@
 """The speed estimate of a job: one step's ops timed on a device, throughput, MFU/HFU, prefill and
-decode, transfers, data-parallel scaling, time and cost to train, and the same job on this
-machine's CPU."""
+decode, transfers, data-parallel scaling, time and cost to train, and the same job on a CPU
+(alone, or against the GPU)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from ._compute_device import (
     load_measured,
 )
 from ._compute_flops import (
-    Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, recompute_ops,
+    Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, positive_int,
+    recompute_ops,
 )
 from ._compute_time import (
     OpTime, RooflineClass, ScalingTable, TrainingTime, TransferEstimate, data_parallel_scaling,
@@ -24,7 +25,7 @@ from .formats import (
     TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes,
 )
 from .hardware import GPU
-from .job import Job
+from .job import KV_DTYPES, Job
 from .models._types import Architecture, Model
 from .units import format_seconds
 
@@ -32,9 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .hardware.cpu import CPU
 
 __all__ = [
-    "Phase", "SpeedEstimate", "CpuComparison", "SweepPoint", "BatchSweep", "estimate_speed",
-    "estimate_speed_for_job", "speed_section", "SECTION_FIELDS", "KV_BYTES",
-    "batch_sweep", "input_bytes_per_sample", "Mode", "Recompute", "Attention",
+    "Phase", "SpeedEstimate", "CpuEstimate", "CpuComparison", "SweepPoint", "BatchSweep",
+    "estimate_speed", "estimate_cpu_speed", "estimate_speed_for_job", "speed_section",
+    "SECTION_FIELDS", "KV_BYTES", "batch_sweep", "input_bytes_per_sample", "Mode", "Recompute",
+    "Attention",
 ]
 
 Mode = Literal["train", "infer"]
@@ -43,8 +45,8 @@ Attention = Literal["flash", "sdpa", "eager"]
 """``flash`` (``sdpa`` is the same here: PyTorch's fused flash/memory-efficient kernels) skips fully
 masked blocks and never stores the scores; ``eager`` materializes the s x s scores."""
 
-#: Bytes per KV-cache element by dtype name.
-KV_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+#: Bytes per KV-cache element by dtype name: the job's (and the memory accounting's) one table.
+KV_BYTES = KV_DTYPES
 
 _ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 2}
 
@@ -144,6 +146,44 @@ class Phase:
         if ops:
             d["ops"] = [t.to_dict() for t in self.ops]
         return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuEstimate:
+    """One step of a job on a CPU, in fp32 (the CPU side has fp32 peaks only), on one device: no
+    host-to-device copy, no data parallelism."""
+
+    model: str
+    cpu: str
+    """The CPU's model name."""
+    peak_basis: str
+    """How its fp32 peak was obtained: the estimate's arithmetic, or a ``gpuplan bench`` run."""
+    mode: Mode
+    batch: int
+    seq: int
+    step: Phase
+    """A training step; for a decoder's inference, one decode step; for an encoder's inference,
+    one forward pass (as :attr:`SpeedEstimate.step`)."""
+    prefill: Phase | None = None
+    new_tokens: int | None = None
+    """Tokens generated per sequence (decoder inference)."""
+    efficiency: Efficiency
+    notes: tuple[str, ...] = ()
+
+    @property
+    def dtype(self) -> str:
+        return self.step.dtype
+
+    @property
+    def step_time_s(self) -> float:
+        return self.step.time_s
+
+    @property
+    def request_time_s(self) -> float | None:
+        """Decoder inference: prefill + ``new_tokens`` decode steps for one batch."""
+        if self.prefill is None or self.new_tokens is None:
+            return None
+        return self.prefill.time_s + self.new_tokens * self.step.time_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -393,12 +433,49 @@ def input_bytes_per_sample(arch: Architecture | None, seq: int, mode: Mode) -> i
 # The estimate
 
 
-def _validate_int(v: object, what: str, maximum: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise InputError(f"{what} {v!r}: expected a whole number >= 1")
-    if maximum is not None and v > maximum:
-        raise InputError(f"{what} {v!r}: at most {maximum} is supported")
-    return v
+def _check_job(*, mode: object, recompute: object, attention: object, kv_dtype: object,
+               batch: object, grad_accum: object, new_tokens: object, context: object,
+               trainable_params: object) -> None:
+    """The checks of a job's options that every device's estimate shares (one line each)."""
+    if mode not in ("train", "infer"):
+        raise InputError(f"mode {mode!r}: expected train or infer")
+    if recompute not in ("none", "selective", "full"):
+        raise InputError(f"recompute {recompute!r}: expected none, selective or full")
+    if attention not in ("flash", "sdpa", "eager"):
+        raise InputError(f"attention {attention!r}: expected flash (or sdpa) or eager")
+    if kv_dtype is not None and kv_dtype not in KV_BYTES:
+        raise InputError(f"kv dtype {kv_dtype!r}: expected one of {', '.join(KV_BYTES)}")
+    positive_int(grad_accum, "gradient accumulation", 10**6)
+    if context is not None:
+        positive_int(context, "context", 10**8)
+    if trainable_params is not None:
+        positive_int(trainable_params, "trainable parameters", 10**15)
+    positive_int(batch, "batch", 10**7)
+    positive_int(new_tokens, "new tokens", 10**7)
+
+
+def _resolve_seq(arch: Architecture | None, seq: int | None, notes: list[str]) -> int:
+    """The sequence length the step uses (a vision model's: its patches), with a note where it is
+    not what was asked or not what the model was built for."""
+    if arch is None:
+        seq = default_seq(None) if seq is None else positive_int(seq, "sequence length", 10**8)
+        notes.append("architecture unknown (parameter count only): 2N FLOPs per token forward, "
+                     "no attention term, no per-op roofline, no small-work occupancy")
+    elif arch.kind == "vision":
+        want = default_seq(arch)
+        if seq is not None and seq != want:
+            notes.append(f"a vision model's sequence is its patches + [CLS]: {want}, not {seq}")
+        seq = want
+    else:
+        seq = default_seq(arch) if seq is None else positive_int(seq, "sequence length", 10**8)
+        if arch.max_position_embeddings and seq > arch.max_position_embeddings:
+            notes.append(f"seq {seq} exceeds the model's max_position_embeddings "
+                         f"({arch.max_position_embeddings})")
+    return seq
+
+
+_LORA_NOTE = ("LoRA adapters assumed rank 16 on q and v (PEFT's default targets); pass "
+              "trainable_params for the exact count")
 
 
 def _arch_and_name(model: Model | Architecture) -> tuple[Architecture | None, str, int, tuple]:
@@ -560,43 +637,19 @@ def estimate_speed(
     ``kv_dtype`` (default the compute dtype's 16 bits). ``efficiency`` overrides the default
     achievable fractions; ``measured`` is a bench ``Measured`` (``"auto"``: this machine's latest
     stored run, applied only when it measured this very GPU; None: defaults only). ``cpu``: also
-    estimate the job on that CPU and say whether it needs a GPU at all.
+    estimate the job on that CPU (:func:`estimate_cpu_speed`) and say whether it needs a GPU at
+    all.
     """
-    if mode not in ("train", "infer"):
-        raise InputError(f"mode {mode!r}: expected train or infer")
-    if recompute not in ("none", "selective", "full"):
-        raise InputError(f"recompute {recompute!r}: expected none, selective or full")
-    if attention not in ("flash", "sdpa", "eager"):
-        raise InputError(f"attention {attention!r}: expected flash (or sdpa) or eager")
-    kernel_attention = "eager" if attention == "eager" else "flash"
+    _check_job(mode=mode, recompute=recompute, attention=attention, kv_dtype=kv_dtype,
+               batch=batch, grad_accum=grad_accum, new_tokens=new_tokens, context=context,
+               trainable_params=trainable_params)
     if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
         raise InputError(f"zero {zero!r}: expected a ZeRO stage 0, 1, 2 or 3")
-    if kv_dtype is not None and kv_dtype not in KV_BYTES:
-        raise InputError(f"kv dtype {kv_dtype!r}: expected one of {', '.join(KV_BYTES)}")
-    grad_accum = _validate_int(grad_accum, "gradient accumulation", 10**6)
-    if context is not None:
-        context = _validate_int(context, "context", 10**8)
-    if trainable_params is not None:
-        trainable_params = _validate_int(trainable_params, "trainable parameters", 10**15)
-    batch = _validate_int(batch, "batch", 10**7)
-    gpus = _validate_int(gpus, "GPU count", 10**6)
-    new_tokens = _validate_int(new_tokens, "new tokens", 10**7)
+    positive_int(gpus, "GPU count", 10**6)
+    kernel_attention = "eager" if attention == "eager" else "flash"
     arch, name, n_params, tensors = _arch_and_name(model)
     notes: list[str] = []
-    if arch is None:
-        seq = default_seq(None) if seq is None else _validate_int(seq, "sequence length", 10**8)
-        notes.append("architecture unknown (parameter count only): 2N FLOPs per token forward, "
-                     "no attention term, no per-op roofline, no small-work occupancy")
-    elif arch.kind == "vision":
-        want = default_seq(arch)
-        if seq is not None and seq != want:
-            notes.append(f"a vision model's sequence is its patches + [CLS]: {want}, not {seq}")
-        seq = want
-    else:
-        seq = default_seq(arch) if seq is None else _validate_int(seq, "sequence length", 10**8)
-        if arch.max_position_embeddings and seq > arch.max_position_embeddings:
-            notes.append(f"seq {seq} exceeds the model's max_position_embeddings "
-                         f"({arch.max_position_embeddings})")
+    seq = _resolve_seq(arch, seq, notes)
     device = device_from_gpu(gpu)
     eff = efficiency or default_efficiency(device)
     if measured == "auto":
@@ -626,8 +679,7 @@ def estimate_speed(
     train = _Train(optimizer=optimizer, grad_accum=grad_accum if mode == "train" else 1,
                    zero=zero, gpus=gpus, lora=lora, trainable=trainable_params)
     if lora and trainable_params is None and mode == "train":
-        notes.append("LoRA adapters assumed rank 16 on q and v (PEFT's default targets); pass "
-                     "trainable_params for the exact count")
+        notes.append(_LORA_NOTE)
     kvb = None if kv_dtype is None else KV_BYTES[kv_dtype]
     step, prefill, n_params, trainable = _build(
         arch, n_params, tensors, device, eff, prec, mode=mode, batch=batch, seq=seq,
@@ -679,11 +731,12 @@ def estimate_speed(
     if tt is not None:
         est = replace(est, training_time=tt)
     if cpu is not None:
-        est = replace(est, cpu=_compare_cpu(est, model, cpu, measured=measured, mode=mode,
-                                            batch=batch, seq=seq, recompute=recompute,
-                                            attention=kernel_attention, train=train,
-                                            new_tokens=new_tokens, context=context,
-                                            kv_bytes=kvb))
+        on_cpu = estimate_cpu_speed(
+            model, cpu, mode=mode, batch=batch, seq=seq, optimizer=optimizer,
+            recompute=recompute, attention=attention, grad_accum=grad_accum, lora=lora,
+            trainable_params=trainable_params, new_tokens=new_tokens, context=context,
+            kv_dtype=kv_dtype, measured=measured)
+        est = replace(est, cpu=_compare_cpu(est, on_cpu))
     return est
 
 
@@ -706,25 +759,67 @@ def _training_time(est: SpeedEstimate, tokens, samples, epochs, price) -> Traini
                          unit="samples", price_per_gpu_hour=price)
 
 
+def estimate_cpu_speed(
+    model: Model | Architecture,
+    cpu: CPU,
+    *,
+    mode: Mode = "train",
+    batch: int = 1,
+    seq: int | None = None,
+    optimizer: str = "adamw",
+    recompute: Recompute = "none",
+    attention: Attention = "flash",
+    grad_accum: int = 1,
+    lora: bool = False,
+    trainable_params: int | None = None,
+    new_tokens: int = 128,
+    context: int | None = None,
+    kv_dtype: str | None = None,
+    measured: Any | None | Literal["auto"] = "auto",
+) -> CpuEstimate:
+    """Estimate one step of ``model`` on ``cpu`` (a ``gpuplan.hardware.cpu`` CPU: its estimated
+    fp32 peak), in fp32, the CPU side's only dtype.
+
+    The job's options mean what they mean to :func:`estimate_speed`, which uses this for its
+    ``cpu=`` comparison. ``measured``: a bench ``Measured`` whose CPU matmul rate, copy bandwidth
+    and op dispatch replace the estimate and the defaults (``"auto"``: this machine's latest stored
+    run; None: defaults only).
+    """
+    _check_job(mode=mode, recompute=recompute, attention=attention, kv_dtype=kv_dtype,
+               batch=batch, grad_accum=grad_accum, new_tokens=new_tokens, context=context,
+               trainable_params=trainable_params)
+    arch, name, n_params, tensors = _arch_and_name(model)
+    notes: list[str] = []
+    seq = _resolve_seq(arch, seq, notes)
+    if lora and trainable_params is None and mode == "train":
+        notes.append(_LORA_NOTE)
+    dev = device_from_cpu(cpu)
+    if measured == "auto":
+        measured = load_measured()
+    dev, eff = apply_measured(dev, default_efficiency(dev), measured)
+    prec = _precision(mode, "fp32", dev, False)
+    train = _Train(optimizer=optimizer, grad_accum=grad_accum if mode == "train" else 1, zero=0,
+                   gpus=1, lora=lora, trainable=trainable_params)
+    step, prefill, _, _ = _build(
+        arch, n_params, tensors, dev, eff, prec, mode=mode, batch=batch, seq=seq,
+        recompute=recompute, attention="eager" if attention == "eager" else "flash", train=train,
+        new_tokens=new_tokens, context=context,
+        kv_bytes=None if kv_dtype is None else KV_BYTES[kv_dtype])
+    return CpuEstimate(model=name, cpu=dev.name, peak_basis=dev.peak_basis, mode=mode,
+                       batch=batch, seq=seq, step=step, prefill=prefill,
+                       new_tokens=new_tokens if prefill is not None else None, efficiency=eff,
+                       notes=tuple(notes))
+
+
 #: The verdict's policy: a GPU is "not needed" below this speed-up ...
 MIN_USEFUL_SPEEDUP = 2.0
 #: ... or when the CPU finishes the whole job within this many seconds.
 SHORT_JOB_S = 600.0
 
 
-def _compare_cpu(est: SpeedEstimate, model, cpu: CPU, *, measured, mode, batch, seq, recompute,
-                 attention, train, new_tokens, context, kv_bytes) -> CpuComparison:
-    dev = device_from_cpu(cpu)
-    eff = default_efficiency(dev)
-    if measured is not None:
-        dev, eff = apply_measured(dev, eff, measured)
-    arch, _, n_params, tensors = _arch_and_name(model)
-    prec = _precision(mode, "fp32", dev, False)
-    step, prefill, _, _ = _build(arch, n_params, tensors, dev, eff, prec, mode=mode, batch=batch,
-                                 seq=seq, recompute=recompute, attention=attention,
-                                 train=replace(train, zero=0, gpus=1), new_tokens=new_tokens,
-                                 context=context, kv_bytes=kv_bytes)
-    cpu_step = step.time_s
+def _compare_cpu(est: SpeedEstimate, on_cpu: CpuEstimate) -> CpuComparison:
+    """The verdict: does ``est``'s job need its GPU, given the same job ``on_cpu``?"""
+    cpu_step = on_cpu.step_time_s
     gpu_step = est.step.time_s + est.transfer.exposed_s
     speedup = cpu_step / gpu_step
     cpu_job = gpu_job = None
@@ -732,9 +827,9 @@ def _compare_cpu(est: SpeedEstimate, model, cpu: CPU, *, measured, mode, batch, 
         per = est.training_time.work / (est.step.tokens if est.training_time.unit == "tokens"
                                         else est.batch * est.step.micro_steps)
         cpu_job, gpu_job = per * cpu_step, per * gpu_step
-    elif prefill is not None and est.prefill is not None:
-        cpu_job = prefill.time_s + new_tokens * cpu_step
-        gpu_job = est.prefill.time_s + new_tokens * gpu_step
+    elif on_cpu.request_time_s is not None and est.prefill is not None:
+        cpu_job = on_cpu.request_time_s
+        gpu_job = est.prefill.time_s + est.new_tokens * gpu_step
     g = est.gpu
     if speedup < 1:
         needs, verdict = False, (
@@ -755,9 +850,10 @@ def _compare_cpu(est: SpeedEstimate, model, cpu: CPU, *, measured, mode, batch, 
             f"({format_seconds(gpu_step)} vs {format_seconds(cpu_step)} per step"
             + (f"; whole job {format_seconds(gpu_job)} vs {format_seconds(cpu_job)}"
                if cpu_job is not None else "") + ")")
-    return CpuComparison(cpu=dev.name, cpu_peak_basis=dev.peak_basis, cpu_dtype=prec.dtype,
-                         cpu_step_s=cpu_step, gpu=g, gpu_step_s=gpu_step, speedup=speedup,
-                         cpu_job_s=cpu_job, gpu_job_s=gpu_job, needs_gpu=needs, verdict=verdict)
+    return CpuComparison(cpu=on_cpu.cpu, cpu_peak_basis=on_cpu.peak_basis,
+                         cpu_dtype=on_cpu.dtype, cpu_step_s=cpu_step, gpu=g, gpu_step_s=gpu_step,
+                         speedup=speedup, cpu_job_s=cpu_job, gpu_job_s=gpu_job, needs_gpu=needs,
+                         verdict=verdict)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from ._compute_device import Device, Efficiency
-from ._compute_flops import OP_CLASSES, MatmulCount, Op
+from ._compute_flops import OP_CLASSES, MatmulCount, Op, positive_int
 from .errors import InputError, UnsupportedError
 from .hardware import GPU
 
@@ -203,8 +203,7 @@ def small_work(m: int, n: int, gpu: GPU | Device, *, batch: int = 1,
     """Output tiles vs SMs and output elements vs resident threads for a (batch x) M x N output."""
     for v, what in ((m, "M"), (n, "N"), (batch, "batch"), (tile[0], "tile rows"),
                     (tile[1], "tile columns")):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"{what} {v!r}: expected a whole number >= 1")
+        positive_int(v, what)
     if isinstance(gpu, GPU):
         resident, sms = gpu.resident_threads, gpu.sm_count
     else:
@@ -460,8 +459,7 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
     only what does not fit under the backward time is exposed, and never less than the last
     bucket's all-reduce. The bandwidth term only: NCCL's per-step latency is not modeled.
     """
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise InputError(f"GPU count {gpus!r}: expected a whole number >= 1")
+    positive_int(gpus, "GPU count")
     bus = link_bandwidth * eff.comm
     rows = []
     base = None
@@ -535,8 +533,7 @@ def time_to_train(*, work: float, rate_per_s: float, gpus: int,
         raise InputError(f"{unit} to train on {work!r}: expected a number > 0")
     if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
         raise InputError(f"throughput {rate_per_s!r} {unit}/s: expected > 0")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise InputError(f"GPU count {gpus!r}: expected a whole number >= 1")
+    positive_int(gpus, "GPU count")
     if price_per_gpu_hour is not None and not (price_per_gpu_hour >= 0
                                                and math.isfinite(price_per_gpu_hour)):
         raise InputError(f"price per GPU-hour {price_per_gpu_hour!r}: expected a number >= 0")

@@ -19,9 +19,9 @@ from ._compute_flops import (
     flops_breakdown, optimizer_op, recompute_ops,
 )
 from ._compute_speed import (
-    KV_BYTES, MIN_USEFUL_SPEEDUP, SHORT_JOB_S, BatchSweep, CpuComparison, Phase, SpeedEstimate,
-    SweepPoint, batch_sweep, estimate_speed, estimate_speed_for_job, input_bytes_per_sample,
-    speed_section,
+    KV_BYTES, MIN_USEFUL_SPEEDUP, SHORT_JOB_S, BatchSweep, CpuComparison, CpuEstimate, Phase,
+    SpeedEstimate, SweepPoint, batch_sweep, estimate_cpu_speed, estimate_speed,
+    estimate_speed_for_job, input_bytes_per_sample, speed_section,
 )
 from ._compute_time import (
     DEFAULT_TILE, MatmulTime, OpTime, RooflineClass, ScalingRow, ScalingTable, SmallWork,
@@ -45,7 +45,8 @@ __all__ = [
     "allreduce_time", "link_bandwidth", "ScalingRow", "ScalingTable", "data_parallel_scaling",
     "TrainingTime", "time_to_train",
     # the estimate
-    "Phase", "SpeedEstimate", "CpuComparison", "estimate_speed", "estimate_speed_for_job",
+    "Phase", "SpeedEstimate", "CpuEstimate", "CpuComparison", "estimate_speed",
+    "estimate_cpu_speed", "estimate_speed_for_job",
     "input_bytes_per_sample", "KV_BYTES", "speed_section",
     "SweepPoint", "BatchSweep", "batch_sweep", "MIN_USEFUL_SPEEDUP", "SHORT_JOB_S",
 ]

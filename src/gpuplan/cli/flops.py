@@ -107,7 +107,6 @@ def run(args: argparse.Namespace) -> int:
         dev, eff = apply_measured(dev, default_efficiency(dev), measured)
         g = time_matmul(mm, dev, eff, dtype)
         times.append(g)
-        cpu_dev = None
         try:
             from ..hardware.cpu import detect_cpu
         except ModuleNotFoundError as e:
@@ -116,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             cpu = detect_cpu()
             if cpu.peak_fp32_flops:
-                cpu_dev, ceff = apply_measured(device_from_cpu(cpu),
-                                               default_efficiency(device_from_cpu(cpu)), measured)
+                cpu_dev = device_from_cpu(cpu)
+                cpu_dev, ceff = apply_measured(cpu_dev, default_efficiency(cpu_dev), measured)
                 times.append(time_matmul(mm, cpu_dev, ceff, "fp32"))
         if len(times) == 2:
             c, gg = times[1].total_s, times[0].total_s

@@ -4,9 +4,10 @@ After the loop ran, the profiler knows the batch (samples per step), the sequenc
 positions per sample), the recipe (autocast dtype, parameter dtype, TF32), the optimizer, the
 host-to-device bytes and the device. With the architecture -- named by the user, read from a
 ``transformers`` model's ``config``, or, as a labelled fallback, only the module's parameter count --
-and a device the catalog knows exactly, :func:`gpuplan.compute.estimate_speed` gives the step time
-to compare with. Anything missing means no estimate and one line saying why: a GPU whose device
-name is not an exact catalog name gets no guessed peak.
+and a device the catalog knows exactly, :func:`gpuplan.compute.estimate_speed` (on the CPU,
+:func:`gpuplan.compute.estimate_cpu_speed`) gives the step time to compare with. Anything missing
+means no estimate and one line saying why: a GPU whose device name is not an exact catalog name
+gets no guessed peak.
 
 Pure Python apart from reading the root ``nn.Module`` handed in; imports gpuplan's speed model and
 catalogs when used.
@@ -26,12 +27,7 @@ from ..errors import GpuplanError, InputError
 from ._profile_types import COMPUTE_PHASES, EstimateInfo, ProfileReport
 
 __all__ = ["EstimateRequest", "RunFacts", "prepare_estimate", "estimate_step", "optimizer_name",
-           "infer_precision", "CPU_REFERENCE_GPU"]
-
-#: ``estimate_speed`` needs a GPU even when only its CPU side is used (``cpu=``); the CPU step does
-#: not depend on which one. This catalog SKU is passed when the run was on the CPU and no ``gpu``
-#: was named.
-CPU_REFERENCE_GPU = "H100-SXM-80GB"
+           "infer_precision"]
 
 #: torch.optim (and common third-party) optimizer class names -> the speed model's optimizer names.
 _OPTIMIZERS = {
@@ -373,10 +369,8 @@ def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
 
 
 def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> EstimateInfo:
-    from ..compute import (
-        apply_measured, default_efficiency, device_from_cpu, estimate_speed, load_measured,
-    )
-    from ..hardware import get_gpu, gpu_from_device_name
+    from ..compute import estimate_cpu_speed, estimate_speed, load_measured
+    from ..hardware import gpu_from_device_name
     from ..models import Architecture
 
     notes: list[str] = []
@@ -413,7 +407,6 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
             notes.append(f"gpu={req.gpu.name} not used: this run was on the CPU, and the estimate "
                          "is for the device that ran it")
         cpu = _cpu()
-        gpu = get_gpu(CPU_REFERENCE_GPU)
         device_source = "this machine's CPU (gpuplan.hardware.cpu)"
 
     # -- the model and the shapes
@@ -463,13 +456,13 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
         notes.append("no host-to-device copy was observed: the estimate copies nothing")
 
     measured = load_measured()
-    kw: dict[str, Any] = dict(batch=batch, seq=seq, precision=precision, optimizer=optimizer,
-                              recompute=recompute, attention=attention,
-                              input_bytes=per_sample, pinned=pinned, overlap_transfer=overlap,
+    kw: dict[str, Any] = dict(mode="train" if training else "infer", batch=batch, seq=seq,
+                              optimizer=optimizer, recompute=recompute, attention=attention,
                               measured=measured)
     mode = "train" if training else "forward"
     if on_gpu:
-        est = estimate_speed(model, gpu, mode="train" if training else "infer", tf32=tf32, **kw)
+        est = estimate_speed(model, gpu, precision=precision, tf32=tf32, input_bytes=per_sample,
+                             pinned=pinned, overlap_transfer=overlap, **kw)
         if training or est.prefill is None:
             expected = est.step_time_s
             phase = est.step
@@ -496,21 +489,14 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
             raise _NoEstimate("forward-only loops of decoders (or of models known by parameter "
                               "count) have no CPU estimate: the speed model's CPU side times "
                               "training steps and encoder forwards")
-        kw.update(precision="fp32", input_bytes=0)
-        est = estimate_speed(model, gpu, mode="train" if training else "infer", cpu=cpu, **kw)
-        assert est.cpu is not None
-        expected = compute_s = est.cpu.cpu_step_s
+        est = estimate_cpu_speed(model, cpu, **kw)
+        expected = compute_s = est.step_time_s
         exposed = 0.0
-        dev = device_from_cpu(cpu)
-        eff = default_efficiency(dev)
-        if measured is not None:
-            dev, eff = apply_measured(dev, eff, measured)
-        peak = dev.peak("fp32")
-        phase = est.step
+        peak = est.step.peak_flops
         model_flops = est.step.model_flops
-        efficiency = eff.to_dict()
-        efficiency["peak_basis"] = dev.peak_basis
-        device_name, device_kind = dev.name, "cpu"
+        efficiency = est.efficiency.to_dict()
+        efficiency["peak_basis"] = est.peak_basis
+        device_name, device_kind = est.cpu, "cpu"
         precision, precision_source = "fp32", precision_source + "; the CPU estimate is fp32"
         bound = None
         threads, cores = facts.torch_threads, getattr(cpu, "physical_cores", None)
