@@ -30,7 +30,7 @@ __all__ = [
     # the make-it-fit solver
     "suggest", "Suggestion", "Suggestions", "max_batch", "max_seq",
     # the speed model
-    "estimate_speed", "SpeedEstimate",
+    "estimate_speed", "estimate_cpu_speed", "SpeedEstimate",
     # measuring (need torch, imported on first use)
     "profile",
 ]
@@ -39,7 +39,7 @@ __all__ = [
 # Imported on first use (PEP 562): the speed model and the solver are not needed to plan memory,
 # and gpuplan.profile(...) needs torch only when a profile is entered.
 _LAZY = {
-    "estimate_speed": ".compute", "SpeedEstimate": ".compute",
+    "estimate_speed": ".compute", "SpeedEstimate": ".compute", "estimate_cpu_speed": ".compute",
     "suggest": ".solver", "Suggestion": ".solver", "Suggestions": ".solver",
     "max_batch": ".solver", "max_seq": ".solver",
     "profile": ".measure.profile",
