@@ -366,30 +366,23 @@ def _infer(built: Built, model, rec: Recorder, flops: dict, counter, notes: list
         if built.has_cache:
             from transformers import DynamicCache
 
-            rec.set_phase("prefill", "activations")
+            rec.set_phase("prefill", "activations")  # the prompt is allocated in the prefill
             batch = built.make_batch()
             ids = batch["input_ids"]
             cache = DynamicCache(config=model.config)
-            fc = counter()
-            with fc:
-                out = model(input_ids=ids, past_key_values=cache, use_cache=True,
-                            logits_to_keep=1)
-                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
-                    -1, keepdim=True)
-            flops["forward"] = float(fc.get_total_flops())
-            del out, batch, ids
-            rec.classify(_cache_tensors(cache), "kv_cache")
-            rec.set_phase("decode", "activations")
-            fc = counter()
-            with fc:
-                out = model(input_ids=nxt, past_key_values=cache, use_cache=True,
-                            logits_to_keep=1)
-                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
-                    -1, keepdim=True)
-            flops["decode"] = float(fc.get_total_flops())
-            del out
-            rec.classify(_cache_tensors(cache), "kv_cache")
-            del cache, nxt
+            for phase, key in (("prefill", "forward"), ("decode", "decode")):
+                rec.set_phase(phase, "activations")
+                fc = counter()
+                with fc:
+                    out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                                logits_to_keep=1)
+                    ids = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
+                        -1, keepdim=True)
+                flops[key] = float(fc.get_total_flops())
+                del out
+                batch = None  # the prompt is freed after the prefill's logits (decode: no-op)
+                rec.classify(_cache_tensors(cache), "kv_cache")
+            del cache, ids
             notes.append("inference: prefill of the prompt with logits for the last position "
                          "only (as generate() does), then one decode step, DynamicCache")
         else:
