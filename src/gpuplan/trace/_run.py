@@ -97,7 +97,6 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
     if device == "cuda" and not torch.cuda.is_available():
         raise UnsupportedError("--device cuda: torch sees no CUDA GPU on this machine; use "
                                "--device cpu --real to check the trace against a real CPU run")
-    source = resolve(model)
 
     t0 = time.perf_counter()
     fake = run(source, cfg, fake=True)
