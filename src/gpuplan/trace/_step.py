@@ -150,14 +150,18 @@ def _quiet_transformers():
         hf_logging.set_verbosity(prev)
 
 
-def _forward_loss(built: Built, model, batch, use_cache_kw: bool):
+def _call(model, batch):
+    """Call a model on its batch: keyword arguments, positional arguments, or one input."""
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (list, tuple)):
+        return model(*batch)
+    return model(batch)
+
+
+def _forward_loss(built: Built, model, batch):
     if built.task == "custom":
-        if isinstance(batch, dict):
-            out = model(**batch)
-        elif isinstance(batch, (list, tuple)):
-            out = model(*batch)
-        else:
-            out = model(batch)
+        out = _call(model, batch)
         loss = getattr(out, "loss", None)
         if loss is None:
             if isinstance(out, (list, tuple)):
@@ -165,7 +169,7 @@ def _forward_loss(built: Built, model, batch, use_cache_kw: bool):
             loss = out if out.numel() == 1 else out.sum()
         return loss
     kwargs = dict(batch)
-    if use_cache_kw:
+    if built.has_cache:
         kwargs["use_cache"] = False
     return model(**kwargs).loss
 
@@ -290,9 +294,9 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
             with fc:
                 if autocast_dtype is not None:
                     with torch.autocast(device_type, dtype=autocast_dtype):
-                        loss = _forward_loss(built, model, batch, built.task == "causal-lm")
+                        loss = _forward_loss(built, model, batch)
                 else:
-                    loss = _forward_loss(built, model, batch, built.task == "causal-lm")
+                    loss = _forward_loss(built, model, batch)
             emu.clear_cache()
             if record_flops:
                 flops["forward"] = float(fc.get_total_flops())
@@ -392,12 +396,7 @@ def _infer(built: Built, model, rec: Recorder, flops: dict, counter, notes: list
                 if isinstance(batch, dict) else batch
             fc = counter()
             with fc:
-                if isinstance(batch, dict):
-                    out = model(**batch)
-                elif isinstance(batch, (list, tuple)):
-                    out = model(*batch)
-                else:
-                    out = model(batch)
+                out = _call(model, batch)
             flops["forward"] = float(fc.get_total_flops())
             del out, batch
 
