@@ -291,12 +291,10 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
             rec.set_phase("forward", "activations")
             batch = built.make_batch()
             fc = counter() if record_flops else contextlib.nullcontext()
-            with fc:
-                if autocast_dtype is not None:
-                    with torch.autocast(device_type, dtype=autocast_dtype):
-                        loss = _forward_loss(built, model, batch)
-                else:
-                    loss = _forward_loss(built, model, batch)
+            amp = (torch.autocast(device_type, dtype=autocast_dtype) if autocast_dtype is not None
+                   else contextlib.nullcontext())
+            with fc, amp:
+                loss = _forward_loss(built, model, batch)
             emu.clear_cache()
             if record_flops:
                 flops["forward"] = float(fc.get_total_flops())
@@ -323,7 +321,7 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
             del grads
             opt.step()
             rec.classify(state_tensors(opt), "optimizer_state")
-            host = host_step_counters(opt.inner if mixed else opt, cfg.optimizer_impl)
+            host = host_step_counters(inner, cfg.optimizer_impl)
             rec.classify(host, "host")
             counts["host-step-counters"] = len(host)
             opt.zero_grad(set_to_none=True)
