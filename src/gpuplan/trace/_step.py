@@ -175,7 +175,7 @@ def _forward_loss(built: Built, model, batch):
 
 
 def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu",
-        emulate: bool = True, between=None, track_modules: bool = True) -> RunOutput:
+        emulate: bool = True, between=None) -> RunOutput:
     """Build and step the model once for warm-up and once recorded.
 
     ``fake``: under FakeTensorMode; else real tensors on ``device``. ``emulate``: install the CUDA
@@ -187,7 +187,7 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
     """
     import logging
 
-    rec = Recorder(track_modules=track_modules)
+    rec = Recorder()
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)  # it logs a traceback for every failing meta kernel
