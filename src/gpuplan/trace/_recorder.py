@@ -176,10 +176,6 @@ class Recorder(TorchDispatchMode):
                 n += 1
         return n
 
-    def live_bytes(self) -> int:
-        return sum(rounded(self.nbytes[s]) for s in self._refs
-                   if self.category[s] != _CAT_INDEX["host"])
-
     # ------------------------------------------------------------------ dispatch
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,8 +49,7 @@ class RunOutput:
     flops: dict[str, float]
     counts: Counter
     notes: list[str]
-    seconds: float
-    recorder: Recorder = field(repr=False, default=None)
+    recorder: Recorder = field(repr=False)
 
 
 def _fake_errors() -> tuple[type[BaseException], ...]:
@@ -217,7 +215,6 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
-    t0 = time.perf_counter()
     counts: Counter = Counter()
     flops: dict[str, float] = {}
     dtype = _model_dtype(cfg)
@@ -355,7 +352,7 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
     reported["autocast-weight-cache"] = rec.counts_autocast_cache - base[1]
     reported["optimizer-item-placeholder"] = rec.item_placeholders - base[2]
     return RunOutput(replay=replay, params=n_params, flops=flops, counts=reported, notes=notes,
-                     seconds=time.perf_counter() - t0, recorder=rec)
+                     recorder=rec)
 
 
 class _NoEmulation:
