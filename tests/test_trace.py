@@ -130,6 +130,20 @@ def make():
     assert r.flops_backward == 4 * m_ * k_ * n_  # grad of the input and of the weight
 
 
+def test_the_factory_file_is_executed_once(tmp_path):
+    # The user's own code runs knowingly, but once: resolving the spec imports the file.
+    log = tmp_path / "imports.log"
+    spec = _write_factory(tmp_path, f"""
+import torch
+with open({str(log)!r}, "a") as f:
+    f.write("imported\\n")
+def make():
+    return torch.nn.Linear(4, 4), torch.randn(2, 4)
+""")
+    trace_step(spec, precision="fp32", optimizer="sgd")
+    assert log.read_text().splitlines() == ["imported"]
+
+
 def test_model_that_needs_values_fails_with_one_line(tmp_path):
     spec = _write_factory(tmp_path, """
 import torch

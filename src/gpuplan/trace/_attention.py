@@ -247,7 +247,7 @@ def flop_formulas() -> dict:
     formulas: 4*b*h*sq*sk*d forward, 2.5x that backward)."""
     from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
-    o = ops()
+    ops()  # registers torch.ops.gpuplan.*
 
     def _expand(q, k):
         # FLOPs count every query head against the (shared) key/value heads.
@@ -265,4 +265,4 @@ def flop_formulas() -> dict:
         torch.ops.gpuplan.efficient_fwd: fwd,
         torch.ops.gpuplan.flash_bwd: bwd,
         torch.ops.gpuplan.efficient_bwd: bwd,
-    } if o else {}
+    }

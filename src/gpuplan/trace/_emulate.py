@@ -248,8 +248,7 @@ def _softmax_kernel(state: _State, log: bool):
 
 
 @contextlib.contextmanager
-def cuda_emulation(counts: Counter, *, fake: bool, attention_backend: bool = True
-                   ) -> Iterator[_State]:
+def cuda_emulation(counts: Counter, *, fake: bool) -> Iterator[_State]:
     """Install the CUDA emulations for the duration of the block (process-wide, undone on exit)."""
     state = _State(counts, fake)
     lib = torch.library.Library("aten", "IMPL")
@@ -275,9 +274,8 @@ def cuda_emulation(counts: Counter, *, fake: bool, attention_backend: bool = Tru
             lib.impl("dropout", _dropout_kernel(state), "CompositeImplicitAutograd")
             lib.impl("softmax.int", _softmax_kernel(state, False), "CompositeImplicitAutograd")
             lib.impl("log_softmax.int", _softmax_kernel(state, True), "CompositeImplicitAutograd")
-            if attention_backend:
-                lib.impl("scaled_dot_product_attention", _attention.sdpa_kernel(counts, fake),
-                         "CompositeImplicitAutograd")
+            lib.impl("scaled_dot_product_attention", _attention.sdpa_kernel(counts, fake),
+                     "CompositeImplicitAutograd")
         yield state
     finally:
         lib._destroy()

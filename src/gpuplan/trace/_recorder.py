@@ -150,7 +150,7 @@ class Recorder(TorchDispatchMode):
             self.category.append(self.category[sid])
             self.op_of.append(self._current_op)
             self._sid_of[st] = new
-            self._refs[new] = self._refs.pop(sid)
+            del self._refs[sid]  # its free is the event just recorded
             self._refs[new] = weakref.ref(st, self._freed(new))
             self.ev_sid.append(new + 1)
             self.ev_phase.append(self.phase)
@@ -175,10 +175,6 @@ class Recorder(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and self.track(t, category) is not None:
                 n += 1
         return n
-
-    def live_bytes(self) -> int:
-        return sum(rounded(self.nbytes[s]) for s in self._refs
-                   if self.category[s] != _CAT_INDEX["host"])
 
     # ------------------------------------------------------------------ dispatch
 

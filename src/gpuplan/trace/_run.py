@@ -9,6 +9,7 @@ from types import MappingProxyType
 import torch
 
 from ..errors import InputError, UnsupportedError
+from ..formats import get_recipe
 from ..job import DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION
 from . import REAL_MAX_PARAMS
 from ._recorder import BLOCK
@@ -97,7 +98,6 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
     if device == "cuda" and not torch.cuda.is_available():
         raise UnsupportedError("--device cuda: torch sees no CUDA GPU on this machine; use "
                                "--device cpu --real to check the trace against a real CPU run")
-    source = resolve(model)
 
     t0 = time.perf_counter()
     fake = run(source, cfg, fake=True)
@@ -132,7 +132,7 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
         notes.append("selective checkpointing: the attention core (scores, softmax, dropout, "
                       "weighted sum) is recomputed in backward, as in Megatron-LM (Korthikanti "
                       "et al. 2022); with flash attention that saves only the logsumexp")
-    if mode == "train" and get_master(precision):
+    if mode == "train" and get_recipe(precision).master_bytes:
         notes.append("mixed precision: fp32 master copy stepped by the optimizer; 16-bit grads "
                      "copied to fp32 master grads at the step and kept until zero_grad (the "
                      "seed's layout, as DeepSpeed; Megatron-LM frees them as it copies)")
@@ -151,13 +151,6 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
         unrounded_peak_bytes=rp.unrounded_at_peak, timeline=_timeline(rp.timeline),
         emulations=emulations(fake, cfg, _blocks(fake)), notes=tuple(notes),
         measured=measured, seconds=seconds)
-
-
-def get_master(precision: str) -> bool:
-    from ..formats import TRAINING_RECIPES
-
-    r = TRAINING_RECIPES.get(precision)
-    return bool(r and r.master_bytes)
 
 
 def _measure_cuda(source, cfg: StepConfig, traced: int) -> Measurement:

@@ -140,9 +140,12 @@ class Built:
     model: Any
     task: Task
     make_batch: Callable[[], dict | tuple | Any]
-    has_cache: bool
-    config: Any = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_cache(self) -> bool:
+        """A causal LM: it keeps a KV cache when generating (and is told not to in training)."""
+        return self.task == "causal-lm"
 
 
 _TASK_SUFFIXES = (("ForCausalLM", "causal-lm"), ("LMHeadModel", "causal-lm"),
@@ -222,7 +225,7 @@ def build(source: ModelSource, *, dtype, attention: str, batch: int, seq: int, d
         model, example = out
         _cast_module(model, dtype)
         example = _to_device(example, device, dtype if dtype != torch.float32 else None)
-        return Built(model=model, task="custom", make_batch=lambda: example, has_cache=False,
+        return Built(model=model, task="custom", make_batch=lambda: example,
                      notes=["factory model: the loss is output.loss, a scalar output, or the sum "
                             "of the output"])
 
@@ -255,8 +258,7 @@ def build(source: ModelSource, *, dtype, attention: str, batch: int, seq: int, d
                 return {"input_ids": ids, "labels": labels}
             return {"input_ids": ids, "labels": ids}
 
-        return Built(model=model, task=task, make_batch=make_batch,
-                     has_cache=task == "causal-lm", config=cfg, notes=notes)
+        return Built(model=model, task=task, make_batch=make_batch, notes=notes)
 
     # image classification
     size = int(getattr(cfg, "image_size", 224))
@@ -270,8 +272,7 @@ def build(source: ModelSource, *, dtype, attention: str, batch: int, seq: int, d
         labels = torch.randint(0, n_labels, (batch,), device=device)
         return {"pixel_values": pix, "labels": labels}
 
-    return Built(model=model, task=task, make_batch=make_vision_batch, has_cache=False,
-                 config=cfg, notes=notes)
+    return Built(model=model, task=task, make_batch=make_vision_batch, notes=notes)
 
 
 def _max_positions(cfg) -> int | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,8 +49,7 @@ class RunOutput:
     flops: dict[str, float]
     counts: Counter
     notes: list[str]
-    seconds: float
-    recorder: Recorder = field(repr=False, default=None)
+    recorder: Recorder = field(repr=False)
 
 
 def _fake_errors() -> tuple[type[BaseException], ...]:
@@ -150,14 +148,18 @@ def _quiet_transformers():
         hf_logging.set_verbosity(prev)
 
 
-def _forward_loss(built: Built, model, batch, use_cache_kw: bool):
+def _call(model, batch):
+    """Call a model on its batch: keyword arguments, positional arguments, or one input."""
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (list, tuple)):
+        return model(*batch)
+    return model(batch)
+
+
+def _forward_loss(built: Built, model, batch):
     if built.task == "custom":
-        if isinstance(batch, dict):
-            out = model(**batch)
-        elif isinstance(batch, (list, tuple)):
-            out = model(*batch)
-        else:
-            out = model(batch)
+        out = _call(model, batch)
         loss = getattr(out, "loss", None)
         if loss is None:
             if isinstance(out, (list, tuple)):
@@ -165,13 +167,13 @@ def _forward_loss(built: Built, model, batch, use_cache_kw: bool):
             loss = out if out.numel() == 1 else out.sum()
         return loss
     kwargs = dict(batch)
-    if use_cache_kw:
+    if built.has_cache:
         kwargs["use_cache"] = False
     return model(**kwargs).loss
 
 
 def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu",
-        emulate: bool = True, between=None, track_modules: bool = True) -> RunOutput:
+        emulate: bool = True, between=None) -> RunOutput:
     """Build and step the model once for warm-up and once recorded.
 
     ``fake``: under FakeTensorMode; else real tensors on ``device``. ``emulate``: install the CUDA
@@ -183,7 +185,7 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
     """
     import logging
 
-    rec = Recorder(track_modules=track_modules)
+    rec = Recorder()
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)  # it logs a traceback for every failing meta kernel
@@ -213,7 +215,6 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
-    t0 = time.perf_counter()
     counts: Counter = Counter()
     flops: dict[str, float] = {}
     dtype = _model_dtype(cfg)
@@ -287,12 +288,10 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
             rec.set_phase("forward", "activations")
             batch = built.make_batch()
             fc = counter() if record_flops else contextlib.nullcontext()
-            with fc:
-                if autocast_dtype is not None:
-                    with torch.autocast(device_type, dtype=autocast_dtype):
-                        loss = _forward_loss(built, model, batch, built.task == "causal-lm")
-                else:
-                    loss = _forward_loss(built, model, batch, built.task == "causal-lm")
+            amp = (torch.autocast(device_type, dtype=autocast_dtype) if autocast_dtype is not None
+                   else contextlib.nullcontext())
+            with fc, amp:
+                loss = _forward_loss(built, model, batch)
             emu.clear_cache()
             if record_flops:
                 flops["forward"] = float(fc.get_total_flops())
@@ -319,7 +318,7 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
             del grads
             opt.step()
             rec.classify(state_tensors(opt), "optimizer_state")
-            host = host_step_counters(opt.inner if mixed else opt, cfg.optimizer_impl)
+            host = host_step_counters(inner, cfg.optimizer_impl)
             rec.classify(host, "host")
             counts["host-step-counters"] = len(host)
             opt.zero_grad(set_to_none=True)
@@ -353,7 +352,7 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
     reported["autocast-weight-cache"] = rec.counts_autocast_cache - base[1]
     reported["optimizer-item-placeholder"] = rec.item_placeholders - base[2]
     return RunOutput(replay=replay, params=n_params, flops=flops, counts=reported, notes=notes,
-                     seconds=time.perf_counter() - t0, recorder=rec)
+                     recorder=rec)
 
 
 class _NoEmulation:
@@ -366,30 +365,23 @@ def _infer(built: Built, model, rec: Recorder, flops: dict, counter, notes: list
         if built.has_cache:
             from transformers import DynamicCache
 
-            rec.set_phase("prefill", "activations")
+            rec.set_phase("prefill", "activations")  # the prompt is allocated in the prefill
             batch = built.make_batch()
             ids = batch["input_ids"]
             cache = DynamicCache(config=model.config)
-            fc = counter()
-            with fc:
-                out = model(input_ids=ids, past_key_values=cache, use_cache=True,
-                            logits_to_keep=1)
-                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
-                    -1, keepdim=True)
-            flops["forward"] = float(fc.get_total_flops())
-            del out, batch, ids
-            rec.classify(_cache_tensors(cache), "kv_cache")
-            rec.set_phase("decode", "activations")
-            fc = counter()
-            with fc:
-                out = model(input_ids=nxt, past_key_values=cache, use_cache=True,
-                            logits_to_keep=1)
-                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
-                    -1, keepdim=True)
-            flops["decode"] = float(fc.get_total_flops())
-            del out
-            rec.classify(_cache_tensors(cache), "kv_cache")
-            del cache, nxt
+            for phase, key in (("prefill", "forward"), ("decode", "decode")):
+                rec.set_phase(phase, "activations")
+                fc = counter()
+                with fc:
+                    out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                                logits_to_keep=1)
+                    ids = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(
+                        -1, keepdim=True)
+                flops[key] = float(fc.get_total_flops())
+                del out
+                batch = None  # the prompt is freed after the prefill's logits (decode: no-op)
+                rec.classify(_cache_tensors(cache), "kv_cache")
+            del cache, ids
             notes.append("inference: prefill of the prompt with logits for the last position "
                          "only (as generate() does), then one decode step, DynamicCache")
         else:
@@ -399,12 +391,7 @@ def _infer(built: Built, model, rec: Recorder, flops: dict, counter, notes: list
                 if isinstance(batch, dict) else batch
             fc = counter()
             with fc:
-                if isinstance(batch, dict):
-                    out = model(**batch)
-                elif isinstance(batch, (list, tuple)):
-                    out = model(*batch)
-                else:
-                    out = model(batch)
+                out = _call(model, batch)
             flops["forward"] = float(fc.get_total_flops())
             del out, batch
 
