@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ..errors import InputError
 from ._bench_machine import machine_fingerprint, machine_key
@@ -202,19 +203,9 @@ def check_db(db: str | os.PathLike | None = None) -> Path:
                              f"{str(probe)!r} is not writable); pass --db WRITABLE.sqlite (or set "
                              "GPUPLAN_BENCH_DB)")
         return path
-    conn = _connect(path, write=True)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
+    with _write_transaction(path, "checking it") as conn:
         _check_schema(conn, path, create=False)  # refuses a foreign or newer database
-        conn.execute("ROLLBACK")
-    except sqlite3.Error as e:
-        _rollback(conn)
-        raise _explain(e, path, "checking it", write=True) from None
-    except BaseException:
-        _rollback(conn)
-        raise
-    finally:
-        conn.close()
+        conn.execute("ROLLBACK")  # only checked: nothing to keep
     return path
 
 
@@ -226,12 +217,30 @@ def _rollback(conn: sqlite3.Connection) -> None:
         pass
 
 
-def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
-    """Store ``run`` in one transaction and return its id; on any failure nothing is written."""
-    path = _path(db)
+@contextmanager
+def _write_transaction(path: Path, doing: str) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` on ``path``; committed when the block ends (unless it ended the
+    transaction itself), rolled back on any failure, an SQLite error explained in one line."""
     conn = _connect(path, write=True)
     try:
         conn.execute("BEGIN IMMEDIATE")
+        yield conn
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+    except sqlite3.Error as e:
+        _rollback(conn)
+        raise _explain(e, path, doing, write=True) from None
+    except BaseException:
+        _rollback(conn)
+        raise
+    finally:
+        conn.close()
+
+
+def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
+    """Store ``run`` in one transaction and return its id; on any failure nothing is written."""
+    path = _path(db)
+    with _write_transaction(path, "saving the run") as conn:
         _check_schema(conn, path, create=True)
         cur = conn.execute(
             "INSERT INTO runs (created_utc, machine_key, machine_json, settings_json, notes_json, "
@@ -247,15 +256,6 @@ def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
                    f"VALUES (?, {', '.join('?' * len(names))})")
             rows = [(run_id, *(_value(getattr(r, n)) for n in names)) for r in getattr(run, table)]
             conn.executemany(sql, rows)
-        conn.execute("COMMIT")
-    except sqlite3.Error as e:
-        _rollback(conn)
-        raise _explain(e, path, "saving the run", write=True) from None
-    except BaseException:
-        _rollback(conn)
-        raise
-    finally:
-        conn.close()
     return run_id
 
 
