@@ -112,9 +112,9 @@ def _explain(e: BaseException, path: Path, doing: str, *, write: bool = False) -
 
 
 def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
+    if path.is_dir():
+        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
     if write:
-        if path.is_dir():
-            raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
         if path == default_db_path() and not path.parent.exists():
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,8 +189,6 @@ def check_db(db: str | os.PathLike | None = None) -> Path:
     no file behind.
     """
     path = _path(db)
-    if path.is_dir():
-        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
     if not path.exists():
         probe = path.parent
         if path != default_db_path() and not probe.is_dir():
@@ -264,8 +262,6 @@ def _read(db: str | os.PathLike | None, fn):
     path = _path(db)
     if not path.exists():
         return None
-    if path.is_dir():
-        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
     conn = _connect(path, write=False)
     try:
         if not _check_schema(conn, path, create=False):
