@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with redirect:
-        outcome, _ = run_script(
+        outcome = run_script(
             args.script, list(args.script_args), steps=steps, warmup=warmup, then=args.then,
             tokens_per_sample=tps, expected_step_time_s=expected,
             device=None if args.device == "auto" else args.device,
