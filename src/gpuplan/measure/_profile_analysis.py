@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..errors import GpuplanError
 from ..units import format_bytes, format_rate, format_seconds
+from ._timing import quantile
 from ._profile_types import (
     COMPUTE_PHASES, PHASES, GpuInfo, LoaderInfo, ProfileReport, RankSummary, Status, StepRecord,
     TransferInfo, Verdict,
@@ -87,16 +88,6 @@ def _median(xs: Sequence[float]) -> float:
     return statistics.median(xs)
 
 
-def _quantile(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    if len(s) == 1:
-        return s[0]
-    pos = q * (len(s) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
     """Build the report of one process's measured steps."""
     if not steps:
@@ -117,6 +108,7 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
         medians["data_wait"] = None
     durations = [s.duration_s for s in steps]
     step_med = _median(durations)
+    by_duration = sorted(durations)
     # Median over steps of the share spent in the profiler's hooks: robust to a step in which the
     # process was preempted inside a hook (which would otherwise inflate a plain sum).
     overhead = _median([s.overhead_s / s.duration_s if s.duration_s > 0 else 0.0 for s in steps])
@@ -141,8 +133,8 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
         verdict=verdict,
         steps=len(steps),
         step_time_s=step_med,
-        step_time_p10_s=_quantile(durations, 0.10),
-        step_time_p90_s=_quantile(durations, 0.90),
+        step_time_p10_s=quantile(by_duration, 0.10),
+        step_time_p90_s=quantile(by_duration, 0.90),
         overhead_fraction=overhead,
         breakdown=breakdown,
         breakdown_median_s=medians,
