@@ -85,9 +85,6 @@ class StoreError(InputError):
     """The bench database cannot be read or written (one line: the path, the problem, the remedy)."""
 
 
-_path = db_path
-
-
 def _explain(e: BaseException, path: Path, doing: str, *, write: bool = False) -> StoreError:
     msg = str(e)
     low = msg.lower()
@@ -188,7 +185,7 @@ def check_db(db: str | os.PathLike | None = None) -> Path:
     needs a writable directory (it is created on the first save), so a run that then fails leaves
     no file behind.
     """
-    path = _path(db)
+    path = db_path(db)
     if not path.exists():
         probe = path.parent
         if path != default_db_path() and not probe.is_dir():
@@ -237,7 +234,7 @@ def _write_transaction(path: Path, doing: str) -> Iterator[sqlite3.Connection]:
 
 def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
     """Store ``run`` in one transaction and return its id; on any failure nothing is written."""
-    path = _path(db)
+    path = db_path(db)
     with _write_transaction(path, "saving the run") as conn:
         _check_schema(conn, path, create=True)
         cur = conn.execute(
@@ -259,7 +256,7 @@ def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
 
 def _read(db: str | os.PathLike | None, fn):
     """Run ``fn(conn)`` on a read-only connection; None when the database does not exist yet."""
-    path = _path(db)
+    path = db_path(db)
     if not path.exists():
         return None
     conn = _connect(path, write=False)
@@ -296,7 +293,7 @@ def load_run(run_id: int, db: str | os.PathLike | None = None) -> BenchRun:
     """The stored run ``run_id``; a clear error when there is none."""
     got = _read(db, lambda c: _load(c, run_id))
     if got is None:
-        raise StoreError(f"no bench run {run_id} in {str(_path(db))!r}; `gpuplan bench --history` "
+        raise StoreError(f"no bench run {run_id} in {str(db_path(db))!r}; `gpuplan bench --history` "
                          "lists the stored runs")
     return got
 
@@ -332,7 +329,7 @@ def resolve_run(ref: str | int, db: str | os.PathLike | None = None) -> int:
     ids = _read(db, lambda c: [r[0] for r in c.execute("SELECT id FROM runs ORDER BY id DESC")])
     if not ids or back >= len(ids):
         have = len(ids or [])
-        raise StoreError(f"run {ref!r}: the database {str(_path(db))!r} holds {have} run(s)")
+        raise StoreError(f"run {ref!r}: the database {str(db_path(db))!r} holds {have} run(s)")
     return ids[back]
 
 
