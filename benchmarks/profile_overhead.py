@@ -28,6 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader, TensorDataset
 
+from gpuplan.hardware.cpu import detect_cpu
 from gpuplan.measure.profile import Profiler, profile
 
 # (batch, width, layers): chosen to give steps of roughly 1, 10, 25 and 60 ms on one CPU thread
@@ -125,13 +126,7 @@ def main() -> int:
                f"{ab('cli') * 100:+.2f}% | {ab('plain2') * 100:+.2f}% | {ab('torchfunctionmode') * 100:+.2f}% |")
         lines.append(row)
         print(row, flush=True)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    meta = (f"torch {torch.__version__}, Python {platform.python_version()}, {cpu}, "
+    meta = (f"torch {torch.__version__}, Python {platform.python_version()}, {detect_cpu().model_name}, "
             f"{os.cpu_count()} CPUs, torch threads {a.threads}, {a.rounds} rounds x {a.steps} steps per arm")
     text = "\n".join(lines) + "\n\n" + meta + "\n"
     print(meta)

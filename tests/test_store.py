@@ -218,6 +218,10 @@ def test_unwritable_locations_are_clear_errors(tmp_path):
         save_run(_run(), tmp_path / "no" / "such" / "dir" / "b.sqlite")
     with pytest.raises(StoreError, match="is a directory"):
         save_run(_run(), tmp_path)
+    with pytest.raises(StoreError, match="is a directory"):
+        store.check_db(tmp_path)
+    with pytest.raises(StoreError, match="is a directory"):
+        list_runs(tmp_path)
     with pytest.raises(StoreError, match="cannot be (written|read)"):
         save_run(_run(), "/proc/gpuplan-bench-test.sqlite")  # procfs: no files can be created
 

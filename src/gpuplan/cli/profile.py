@@ -113,10 +113,7 @@ def run(args: argparse.Namespace) -> int:
                          "model's estimate), not both")
     if named and args.no_estimate:
         raise InputError(f"{'/'.join(named)} configure the estimate that --no-estimate turns off")
-    if named:
-        from ..measure._profile_estimate import prepare_estimate
-
-        prepare_estimate(plan_model=args.model, gpu=args.gpu, precision=args.precision)
+    # --model/--gpu/--precision are checked by the Profiler run_script makes, before the script runs.
     from ..measure._profile_script import check_script
 
     check_script(args.script)
@@ -141,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with redirect:
-        outcome, _ = run_script(
+        outcome = run_script(
             args.script, list(args.script_args), steps=steps, warmup=warmup, then=args.then,
             tokens_per_sample=tps, expected_step_time_s=expected,
             device=None if args.device == "auto" else args.device,

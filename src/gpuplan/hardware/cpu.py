@@ -262,35 +262,27 @@ def detect_cpu(*, frequency_hz: float | None = None, fma_units: int | None = Non
     )
 
 
-def _meminfo(key: str) -> int | None:
+def _memory_bytes(meminfo_key: str, sysconf_pages: str) -> int | None:
+    """``/proc/meminfo``'s ``meminfo_key``, else ``sysconf_pages`` x the page size; None if unknown."""
     text = _read_text("/proc/meminfo")
     if text:
-        m = re.search(rf"^{key}:\s+(\d+)\s*kB", text, re.MULTILINE)
+        m = re.search(rf"^{meminfo_key}:\s+(\d+)\s*kB", text, re.MULTILINE)
         if m:
             return int(m.group(1)) * 1024
-    return None
+    try:
+        return os.sysconf(sysconf_pages) * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def available_memory_bytes() -> int | None:
     """Host memory available to a new allocation (``MemAvailable``), bytes; None if unknown."""
-    got = _meminfo("MemAvailable")
-    if got is None:
-        try:
-            got = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return None
-    return got
+    return _memory_bytes("MemAvailable", "SC_AVPHYS_PAGES")
 
 
 def total_memory_bytes() -> int | None:
     """Installed host memory (``MemTotal``), bytes; None if unknown."""
-    got = _meminfo("MemTotal")
-    if got is None:
-        try:
-            got = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return None
-    return got
+    return _memory_bytes("MemTotal", "SC_PHYS_PAGES")
 
 
 def hostname() -> str:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..errors import GpuplanError
 from ..units import format_bytes, format_rate, format_seconds
+from ._timing import quantile
 from ._profile_types import (
     COMPUTE_PHASES, PHASES, GpuInfo, LoaderInfo, ProfileReport, RankSummary, Status, StepRecord,
     TransferInfo, Verdict,
@@ -87,16 +88,6 @@ def _median(xs: Sequence[float]) -> float:
     return statistics.median(xs)
 
 
-def _quantile(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    if len(s) == 1:
-        return s[0]
-    pos = q * (len(s) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
     """Build the report of one process's measured steps."""
     if not steps:
@@ -117,6 +108,7 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
         medians["data_wait"] = None
     durations = [s.duration_s for s in steps]
     step_med = _median(durations)
+    by_duration = sorted(durations)
     # Median over steps of the share spent in the profiler's hooks: robust to a step in which the
     # process was preempted inside a hook (which would otherwise inflate a plain sum).
     overhead = _median([s.overhead_s / s.duration_s if s.duration_s > 0 else 0.0 for s in steps])
@@ -130,7 +122,7 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
     transfer = _transfer_info(steps, sums["transfer"])
     gpu = _gpu_info(steps, run, total)
 
-    shares = _verdict_shares(breakdown, steps, total, gpu is not None)
+    shares = _verdict_shares(breakdown, steps, total, gpu)
     verdict: Verdict = max(shares, key=lambda k: shares[k])  # type: ignore[assignment]
 
     ratio = None
@@ -141,8 +133,8 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
         verdict=verdict,
         steps=len(steps),
         step_time_s=step_med,
-        step_time_p10_s=_quantile(durations, 0.10),
-        step_time_p90_s=_quantile(durations, 0.90),
+        step_time_p10_s=quantile(by_duration, 0.10),
+        step_time_p90_s=quantile(by_duration, 0.90),
         overhead_fraction=overhead,
         breakdown=breakdown,
         breakdown_median_s=medians,
@@ -206,17 +198,16 @@ def _gpu_info(steps: Sequence[StepRecord], run: RunInfo, total: float) -> GpuInf
     )
 
 
-def _verdict_shares(breakdown, steps, total, on_gpu: bool) -> dict[str, float]:
+def _verdict_shares(breakdown, steps, total, gpu: GpuInfo | None) -> dict[str, float]:
     """Shares of the step behind each verdict. On CUDA, forward/backward/optimizer time that the
     host paced counts as host overhead when it is most of that time (launch-bound), and GPU work
     proven busy inside 'other' counts as compute."""
     compute = sum(breakdown[p] or 0.0 for p in COMPUTE_PHASES)
     host = breakdown["other"] or 0.0
-    if on_gpu:
-        paced = sum(s.host_paced_s or 0.0 for s in steps) / total
-        if compute > 0 and paced > (1 - LAUNCH_BOUND_PACED) * compute:
-            host += paced
-            compute -= paced
+    if gpu is not None:
+        if _launch_bound(breakdown, gpu):
+            host += gpu.host_paced_fraction
+            compute -= gpu.host_paced_fraction
         other_busy = min(breakdown["other"] or 0.0, sum(s.other_gpu_busy_s or 0.0 for s in steps) / total)
         host -= other_busy
         compute += other_busy
@@ -228,11 +219,12 @@ def _verdict_shares(breakdown, steps, total, on_gpu: bool) -> dict[str, float]:
     }
 
 
-def _launch_bound(report: ProfileReport) -> bool:
-    if report.gpu is None:
+def _launch_bound(breakdown: Mapping[str, float | None], gpu: GpuInfo | None) -> bool:
+    """On CUDA: the host paced most of the forward/backward/optimizer time."""
+    if gpu is None:
         return False
-    compute = sum(report.breakdown[p] or 0.0 for p in COMPUTE_PHASES)
-    return compute > 0 and report.gpu.host_paced_fraction > (1 - LAUNCH_BOUND_PACED) * compute
+    compute = sum(breakdown[p] or 0.0 for p in COMPUTE_PHASES)
+    return compute > 0 and gpu.host_paced_fraction > (1 - LAUNCH_BOUND_PACED) * compute
 
 
 def _auto_notes(run: RunInfo, steps: Sequence[StepRecord]) -> tuple[str, ...]:
@@ -275,7 +267,7 @@ def _evidence(r: ProfileReport, shares: dict[str, float]) -> tuple[str, ...]:
         ev.append(f"forward+backward+optimizer take {_pct(compute)} of the step; the GPU was busy "
                   f"between {_pct(g.busy_fraction_min)} and {_pct(g.busy_fraction_max)} of the step "
                   f"and proven busy for {_pct(proven / compute)} of forward+backward+optimizer")
-        if _launch_bound(r):
+        if _launch_bound(b, r.gpu):
             ev.append("the GPU finished each phase soon after the host issued it: the host's launches "
                       "(or synchronizing calls such as .item()) set the pace")
     elif compute > 0 and (r.verdict == "compute" or compute >= ADVICE_SHARE):
@@ -355,12 +347,12 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
 
     # --- host overhead
     other = b["other"] or 0.0
-    if _launch_bound(r):
+    if _launch_bound(b, r.gpu):
         out.append((shares["host-overhead"], "the GPU waits for the host's kernel launches: torch.compile "
                     "(mode='reduce-overhead' adds CUDA graphs) or CUDA graphs cut launch overhead, and "
                     "a larger batch gives every launch more work; also look for synchronizing calls "
                     "(.item(), .cpu(), data-dependent shapes) inside forward/backward"))
-    if other >= ADVICE_SHARE or (r.verdict == "host-overhead" and not _launch_bound(r)):
+    if other >= ADVICE_SHARE or (r.verdict == "host-overhead" and not _launch_bound(b, r.gpu)):
         out.append((other, f"{format_seconds(m['other'] or 0.0)} per step is spent outside the model and "
                            "optimizer: look for per-step Python work, logging, metric computation and "
                            "synchronizing calls (.item(), printing tensors) and do them every N steps"))
@@ -382,7 +374,7 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
                                 f"{format_bytes(peak)} of {format_bytes(total_mem)}): gradient "
                                 "checkpointing frees activation memory for a larger batch at the cost of "
                                 "one extra forward (~1/3 more compute)"))
-                elif peak < MEMORY_HEADROOM * total_mem and (g.busy_fraction_max < 0.9 or _launch_bound(r)):
+                elif peak < MEMORY_HEADROOM * total_mem and (g.busy_fraction_max < 0.9 or _launch_bound(b, r.gpu)):
                     out.append((compute * 0.7, f"peak reserved memory is {format_bytes(peak)} of "
                                 f"{format_bytes(total_mem)}: a larger batch gives the GPU more work per "
                                 "kernel"))

@@ -555,18 +555,6 @@ class Recorder:
         self.cur = None
         self.stack.clear()
 
-    def close_open_step(self, now: float) -> None:
-        """The loop ended (the wrapped iterator was closed): the open step ends now."""
-        st = self.cur
-        if st is None:
-            return
-        self._ensure_timer()
-        st.t.append(now)
-        st.h.append(self.timer.mark() if self.timer is not None else None)
-        self.cur = None
-        self.stack.clear()
-        self._close(st)
-
     def abort_open_step(self) -> None:
         self.cur = None
         self.stack.clear()

@@ -100,8 +100,8 @@ def run_script(
     gpu: str | None = None,
     precision: str | None = None,
     estimate: bool = True,
-) -> tuple[ScriptRun, "object"]:
-    """Run the script under the profiler. Returns the outcome and the Profiler (for gathering)."""
+) -> ScriptRun:
+    """Run the script under the profiler and say how it ended and what was measured."""
     from ._profile_recorder import StopProfiling
     from .profile import Profiler
 
@@ -146,4 +146,4 @@ def run_script(
         why = None
     except NoStepsError as e:
         report, why = None, str(e)
-    return ScriptRun(report=report, no_steps=why, status=status, exit_code=code, traceback_text=tb), prof
+    return ScriptRun(report=report, no_steps=why, status=status, exit_code=code, traceback_text=tb)

@@ -58,10 +58,31 @@ def _check_count(value: Any, what: str, minimum: int) -> int:
 
 
 class Profiler:
-    """A profile in progress; use :func:`profile` to make one.
+    """Profile the training loop run inside the ``with`` block (``gpuplan.profile`` is this class).
+
+    model: the root ``nn.Module`` (None: the top-level module calls are found automatically).
+    optimizer: an optimizer or a list of them (None: every optimizer's step is observed).
+    warmup: steps left out at the start. steps: stop measuring after this many (None: all).
+    device: ``'cpu'`` or ``'cuda'`` timing (None: CUDA events once CUDA is initialized).
+    tokens_per_sample: for tokens/s when the batch does not show it (e.g. fixed-length sequences
+    produced inside the model).
+    expected_step_time_s: your own estimate to compare with (seconds, or a function of the
+    measured report); it replaces the speed model's.
+
+    The speed model's estimate (on unless ``estimate=False`` or ``expected_step_time_s`` is given):
+    the report says how far the measured step is from gpuplan's estimate for the same batch,
+    sequence length and recipe. plan_model: the architecture -- a catalog name
+    (``"llama-3.1-8b"``), a config.json path or model directory, a gpuplan ``Model``, or a
+    parameter count; None: read from a transformers model's ``config``, else only the module's
+    parameter count (a labelled, rough estimate). gpu: the catalog SKU (``"H100-SXM-80GB"``, an
+    alias); None: the CUDA device's exact name through the catalog (no estimate for a name the
+    catalog lacks -- no peak is guessed); on the CPU the speed model's CPU estimate. precision: the
+    training recipe (``amp-bf16``, ``fp32``, ...; weight formats for forward-only loops); None:
+    inferred from autocast and the parameter dtype. Names are checked here, before the loop.
 
     ``wrap(loader)`` times the wait for each batch; :meth:`report` builds the report (after the
-    ``with`` block, or inside it for the steps finished so far).
+    ``with`` block, or inside it for the steps finished so far). ``_patch_loaders`` and
+    ``_on_limit`` are for ``gpuplan profile`` (every DataLoader timed; stop after ``steps``).
     """
 
     def __init__(
@@ -373,42 +394,5 @@ class Profiler:
         return gather_reports(local, failure=failure, timeout_s=timeout_s)
 
 
-def profile(
-    model: Any = None,
-    optimizer: Any = None,
-    *,
-    warmup: int = DEFAULT_WARMUP,
-    steps: int | None = None,
-    device: str | None = None,
-    tokens_per_sample: int | None = None,
-    expected_step_time_s: float | Callable[[ProfileReport], float] | None = None,
-    plan_model: Any = None,
-    gpu: Any = None,
-    precision: str | None = None,
-    estimate: bool = True,
-) -> Profiler:
-    """Profile the training loop run inside the ``with`` block.
-
-    model: the root ``nn.Module`` (None: the top-level module calls are found automatically).
-    optimizer: an optimizer or a list of them (None: every optimizer's step is observed).
-    warmup: steps left out at the start. steps: stop measuring after this many (None: all).
-    device: ``'cpu'`` or ``'cuda'`` timing (None: CUDA events once CUDA is initialized).
-    tokens_per_sample: for tokens/s when the batch does not show it (e.g. fixed-length sequences
-    produced inside the model).
-    expected_step_time_s: your own estimate to compare with (seconds, or a function of the
-    measured report); it replaces the speed model's.
-
-    The speed model's estimate (on unless ``estimate=False`` or ``expected_step_time_s`` is given):
-    the report says how far the measured step is from gpuplan's estimate for the same batch,
-    sequence length and recipe. plan_model: the architecture -- a catalog name
-    (``"llama-3.1-8b"``), a config.json path or model directory, a gpuplan ``Model``, or a
-    parameter count; None: read from a transformers model's ``config``, else only the module's
-    parameter count (a labelled, rough estimate). gpu: the catalog SKU (``"H100-SXM-80GB"``, an
-    alias); None: the CUDA device's exact name through the catalog (no estimate for a name the
-    catalog lacks -- no peak is guessed); on the CPU the speed model's CPU estimate. precision: the
-    training recipe (``amp-bf16``, ``fp32``, ...; weight formats for forward-only loops); None:
-    inferred from autocast and the parameter dtype. Names are checked here, before the loop.
-    """
-    return Profiler(model, optimizer, warmup=warmup, steps=steps, device=device,
-                    tokens_per_sample=tokens_per_sample, expected_step_time_s=expected_step_time_s,
-                    plan_model=plan_model, gpu=gpu, precision=precision, estimate=estimate)
+#: ``with gpuplan.profile(model, optimizer) as prof:`` -- the profiler is its own context manager.
+profile = Profiler

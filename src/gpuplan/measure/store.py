@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ..errors import InputError
 from ._bench_machine import machine_fingerprint, machine_key
@@ -84,9 +85,6 @@ class StoreError(InputError):
     """The bench database cannot be read or written (one line: the path, the problem, the remedy)."""
 
 
-_path = db_path
-
-
 def _explain(e: BaseException, path: Path, doing: str, *, write: bool = False) -> StoreError:
     msg = str(e)
     low = msg.lower()
@@ -111,9 +109,9 @@ def _explain(e: BaseException, path: Path, doing: str, *, write: bool = False) -
 
 
 def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
+    if path.is_dir():
+        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
     if write:
-        if path.is_dir():
-            raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
         if path == default_db_path() and not path.parent.exists():
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,9 +185,7 @@ def check_db(db: str | os.PathLike | None = None) -> Path:
     needs a writable directory (it is created on the first save), so a run that then fails leaves
     no file behind.
     """
-    path = _path(db)
-    if path.is_dir():
-        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
+    path = db_path(db)
     if not path.exists():
         probe = path.parent
         if path != default_db_path() and not probe.is_dir():
@@ -202,19 +198,9 @@ def check_db(db: str | os.PathLike | None = None) -> Path:
                              f"{str(probe)!r} is not writable); pass --db WRITABLE.sqlite (or set "
                              "GPUPLAN_BENCH_DB)")
         return path
-    conn = _connect(path, write=True)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
+    with _write_transaction(path, "checking it") as conn:
         _check_schema(conn, path, create=False)  # refuses a foreign or newer database
-        conn.execute("ROLLBACK")
-    except sqlite3.Error as e:
-        _rollback(conn)
-        raise _explain(e, path, "checking it", write=True) from None
-    except BaseException:
-        _rollback(conn)
-        raise
-    finally:
-        conn.close()
+        conn.execute("ROLLBACK")  # only checked: nothing to keep
     return path
 
 
@@ -226,12 +212,30 @@ def _rollback(conn: sqlite3.Connection) -> None:
         pass
 
 
-def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
-    """Store ``run`` in one transaction and return its id; on any failure nothing is written."""
-    path = _path(db)
+@contextmanager
+def _write_transaction(path: Path, doing: str) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` on ``path``; committed when the block ends (unless it ended the
+    transaction itself), rolled back on any failure, an SQLite error explained in one line."""
     conn = _connect(path, write=True)
     try:
         conn.execute("BEGIN IMMEDIATE")
+        yield conn
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+    except sqlite3.Error as e:
+        _rollback(conn)
+        raise _explain(e, path, doing, write=True) from None
+    except BaseException:
+        _rollback(conn)
+        raise
+    finally:
+        conn.close()
+
+
+def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
+    """Store ``run`` in one transaction and return its id; on any failure nothing is written."""
+    path = db_path(db)
+    with _write_transaction(path, "saving the run") as conn:
         _check_schema(conn, path, create=True)
         cur = conn.execute(
             "INSERT INTO runs (created_utc, machine_key, machine_json, settings_json, notes_json, "
@@ -247,25 +251,14 @@ def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
                    f"VALUES (?, {', '.join('?' * len(names))})")
             rows = [(run_id, *(_value(getattr(r, n)) for n in names)) for r in getattr(run, table)]
             conn.executemany(sql, rows)
-        conn.execute("COMMIT")
-    except sqlite3.Error as e:
-        _rollback(conn)
-        raise _explain(e, path, "saving the run", write=True) from None
-    except BaseException:
-        _rollback(conn)
-        raise
-    finally:
-        conn.close()
     return run_id
 
 
 def _read(db: str | os.PathLike | None, fn):
     """Run ``fn(conn)`` on a read-only connection; None when the database does not exist yet."""
-    path = _path(db)
+    path = db_path(db)
     if not path.exists():
         return None
-    if path.is_dir():
-        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
     conn = _connect(path, write=False)
     try:
         if not _check_schema(conn, path, create=False):
@@ -300,7 +293,7 @@ def load_run(run_id: int, db: str | os.PathLike | None = None) -> BenchRun:
     """The stored run ``run_id``; a clear error when there is none."""
     got = _read(db, lambda c: _load(c, run_id))
     if got is None:
-        raise StoreError(f"no bench run {run_id} in {str(_path(db))!r}; `gpuplan bench --history` "
+        raise StoreError(f"no bench run {run_id} in {str(db_path(db))!r}; `gpuplan bench --history` "
                          "lists the stored runs")
     return got
 
@@ -336,7 +329,7 @@ def resolve_run(ref: str | int, db: str | os.PathLike | None = None) -> int:
     ids = _read(db, lambda c: [r[0] for r in c.execute("SELECT id FROM runs ORDER BY id DESC")])
     if not ids or back >= len(ids):
         have = len(ids or [])
-        raise StoreError(f"run {ref!r}: the database {str(_path(db))!r} holds {have} run(s)")
+        raise StoreError(f"run {ref!r}: the database {str(db_path(db))!r} holds {have} run(s)")
     return ids[back]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .._io import write_atomic
 from ..errors import MissingDependencyError
@@ -270,33 +270,34 @@ def render_compare(a: BenchRun, b: BenchRun, console: "Console") -> None:
                       _change(x.median_s, y.median_s, higher_is_better=False) if x and y else "-",
                       _tflops(x.tflops) if x else "-", _tflops(y.tflops) if y else "-")
         console.print(t)
-    ba = {(r.device, r.kind): r for r in a.bandwidth}
-    bb = {(r.device, r.kind): r for r in b.bandwidth}
-    if ba or bb:
-        t = Table(title="Bandwidth GB/s (higher is better)", title_justify="left")
-        for col in ("device", "what", "A", "B", "B vs A"):
-            t.add_column(col, justify="left" if col in ("device", "what") else "right")
-        for k in sorted(set(ba) | set(bb)):
-            x, y = ba.get(k), bb.get(k)
-            t.add_row(k[0], BANDWIDTH_KINDS.get(k[1], k[1]),
-                      f"{x.bytes_per_s / 1e9:.1f}" if x else "-",
-                      f"{y.bytes_per_s / 1e9:.1f}" if y else "-",
-                      _change(x.bytes_per_s, y.bytes_per_s, higher_is_better=True)
-                      if x and y else "-")
-        console.print(t)
-    oa = {(r.device, r.kind): r for r in a.overhead}
-    ob = {(r.device, r.kind): r for r in b.overhead}
-    if oa or ob:
-        t = Table(title="Fixed cost per operation (lower is better)", title_justify="left")
-        for col in ("device", "what", "A", "B", "B vs A"):
-            t.add_column(col, justify="left" if col in ("device", "what") else "right")
-        for k in sorted(set(oa) | set(ob)):
-            x, y = oa.get(k), ob.get(k)
-            t.add_row(k[0], OVERHEAD_KINDS.get(k[1], k[1]),
-                      format_seconds(x.median_s) if x else "-",
-                      format_seconds(y.median_s) if y else "-",
-                      _change(x.median_s, y.median_s, higher_is_better=False) if x and y else "-")
-        console.print(t)
+    _compare_table(console, "Bandwidth GB/s (higher is better)", a.bandwidth, b.bandwidth,
+                   BANDWIDTH_KINDS, lambda r: r.bytes_per_s, lambda v: f"{v / 1e9:.1f}",
+                   higher_is_better=True)
+    _compare_table(console, "Fixed cost per operation (lower is better)", a.overhead, b.overhead,
+                   OVERHEAD_KINDS, lambda r: r.median_s, format_seconds, higher_is_better=False)
+
+
+def _compare_table(console: "Console", title: str, rows_a: Iterable, rows_b: Iterable,
+                   kinds: dict[str, str], value: Callable[[Any], float],
+                   fmt: Callable[[float], str], *, higher_is_better: bool) -> None:
+    """A vs B for results keyed by (device, kind): the bandwidths, the fixed costs."""
+    from rich.table import Table
+
+    ra = {(r.device, r.kind): r for r in rows_a}
+    rb = {(r.device, r.kind): r for r in rows_b}
+    if not (ra or rb):
+        return
+    t = Table(title=title, title_justify="left")
+    for col in ("device", "what", "A", "B", "B vs A"):
+        t.add_column(col, justify="left" if col in ("device", "what") else "right")
+    for k in sorted(set(ra) | set(rb)):
+        x, y = ra.get(k), rb.get(k)
+        t.add_row(k[0], kinds.get(k[1], k[1]),
+                  fmt(value(x)) if x else "-",
+                  fmt(value(y)) if y else "-",
+                  _change(value(x), value(y), higher_is_better=higher_is_better)
+                  if x and y else "-")
+    console.print(t)
 
 
 def plot_run(run: BenchRun, path: str) -> None:
