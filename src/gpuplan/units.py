@@ -61,16 +61,17 @@ def parse_count(text: str | int | float, *, what: str = "--params", maximum: int
     return int(round(value))
 
 
-def parse_positive_int(text: str | int, *, what: str, maximum: int | None = None) -> int:
-    """Parse an integer >= 1 (batch, sequence length, GPU count ...)."""
+def parse_positive_int(text: str | int, *, what: str, maximum: int | None = None,
+                       minimum: int = 1) -> int:
+    """Parse an integer >= ``minimum`` (1 by default: batch, sequence length, GPU count ...)."""
     try:
         value = int(text)
         if isinstance(text, float) or str(value) != str(text).strip().lstrip("+"):
             raise ValueError
     except (TypeError, ValueError):
-        raise InputError(f"{what} {text!r}: expected a whole number >= 1") from None
-    if value < 1:
-        raise InputError(f"{what} {text!r}: expected a whole number >= 1")
+        raise InputError(f"{what} {text!r}: expected a whole number >= {minimum}") from None
+    if value < minimum:
+        raise InputError(f"{what} {text!r}: expected a whole number >= {minimum}")
     if maximum is not None and value > maximum:
         raise InputError(f"{what} {text!r}: at most {maximum} is supported")
     return value

@@ -84,23 +84,12 @@ def _seconds(text: str, what: str) -> float:
     return v
 
 
-def _warmup(text: str) -> int:
-    try:
-        v = int(text)
-        ok = str(v) == str(text).strip().lstrip("+") and v >= 0
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise InputError(f"--warmup {text!r}: expected a whole number >= 0")
-    return v
-
-
 def run(args: argparse.Namespace) -> int:
     from ..measure._profile_analysis import NoStepsError
 
     # Validate everything before the script runs: bad arguments are one line and exit 2.
     steps = parse_positive_int(args.steps, what="--steps", maximum=1_000_000)
-    warmup = _warmup(args.warmup)
+    warmup = parse_positive_int(args.warmup, what="--warmup", minimum=0)
     tps = None if args.tokens_per_sample is None else parse_positive_int(
         args.tokens_per_sample, what="--tokens-per-sample")
     expected = None if args.expected_step_time is None else _seconds(
