@@ -223,26 +223,27 @@ class _Ctx:
         return y
 
 
-def _rmsnorm(c: _Ctx, x: Tensor, name: str) -> Tensor:
-    """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
-    g, h = c.g, c.sp.h
+def _rms_normed(c: _Ctx, x: Tensor, name: str) -> Tensor:
+    """The part every RMSNorm shares: x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)."""
+    g = c.g
     xf = g.to(x, 4)
     p = g.unary_saves_input(xf, name + ".pow", fp32=True)
     m = g.reduce(p, BS, name + ".mean")
     r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
-    n = g.mul(xf, r, out=BS * h, name=name + ".normed")
-    nd = g.to(n, x.dt)
+    return g.mul(xf, r, out=BS * c.sp.h, name=name + ".normed")
+
+
+def _rmsnorm(c: _Ctx, x: Tensor, name: str) -> Tensor:
+    """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
+    g, h = c.g, c.sp.h
+    nd = g.to(_rms_normed(c, x, name), x.dt)
     return g.mul(c.w(h, name), nd, out=BS * h, name=name)
 
 
 def _gemma_rmsnorm(c: _Ctx, x: Tensor, name: str) -> Tensor:
     """Gemma2RMSNorm: n = _norm(x.float()); (n * (1 + weight.float())).type_as(x)."""
     g, h = c.g, c.sp.h
-    xf = g.to(x, 4)
-    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
-    m = g.reduce(p, BS, name + ".mean")
-    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
-    n = g.mul(xf, r, out=BS * h, name=name + ".normed")
+    n = _rms_normed(c, x, name)
     w1 = g.scale(g.to(c.w(h, name), 4), name + ".1+w")
     y = g.mul(n, w1, out=BS * h, name=name)
     return g.to(y, x.dt)
