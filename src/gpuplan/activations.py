@@ -26,10 +26,10 @@ emulation) and records every saved tensor and the live bytes op by op;
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
-from ._symbolic import BS, BSS, ONE, SS, ZERO, Form, Graph, LayerProfile, Regime, Tensor, simulate
+from ._symbolic import BS, BSS, ONE, ZERO, Form, Graph, LayerProfile, Regime, Tensor, simulate
 from .errors import InputError
 from .job import KV_DTYPES, Job, default_seq, seq_limit
 from .models import Architecture, Model
@@ -101,16 +101,13 @@ class _Spec:
     act: str
     norm: str
     parallel: bool
-    attn_bias: bool
     experts: int
     top_k: int
     moe_inter: int
     shared_inter: int
-    moe_every_layer: bool
     attn_dropout: float
     hidden_dropout: float
     embd_dropout: float
-    tied: bool
     labels: int
     layers: int
     moe_layers: tuple[int, ...]
@@ -120,7 +117,6 @@ class _Spec:
     norm_topk: bool
     channels: int
     patch: int
-    image: int
 
 
 _SPECS: dict[int, tuple[Architecture, _Spec]] = {}
@@ -167,19 +163,18 @@ def _spec(arch: Architecture) -> _Spec:
         family=fam, kind=arch.kind, h=arch.hidden_size, heads=arch.num_heads,
         kv=arch.num_kv_heads, d=arch.head_dim, inter=arch.intermediate_size,
         vocab=arch.vocab_size, act=arch.activation, norm=arch.norm,
-        parallel=arch.parallel_attn_mlp, attn_bias=arch.attention_bias,
+        parallel=arch.parallel_attn_mlp,
         experts=arch.num_experts, top_k=arch.experts_per_token,
         moe_inter=arch.moe_intermediate_size or arch.intermediate_size,
         shared_inter=arch.shared_expert_intermediate_size,
-        moe_every_layer=len(moe_layers) == arch.num_layers,
         attn_dropout=attn_dropout, hidden_dropout=hidden_dropout, embd_dropout=embd_dropout,
-        tied=arch.tie_word_embeddings, labels=arch.num_labels or 2, layers=arch.num_layers,
+        labels=arch.num_labels or 2, layers=arch.num_layers,
         moe_layers=moe_layers,
         softcap_attn=float(cfg.get("attn_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
         softcap_final=float(cfg.get("final_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
         falcon_mqa_math=(fam == "falcon" and not new_arch and arch.num_kv_heads < arch.num_heads),
         norm_topk=bool(cfg.get("norm_topk_prob", fam == "mixtral")),
-        channels=arch.num_channels or 3, patch=arch.patch_size, image=arch.image_size,
+        channels=arch.num_channels or 3, patch=arch.patch_size,
     )
 
 
@@ -482,8 +477,7 @@ def _moe(c: _Ctx, x: Tensor) -> Tensor:
     g, sp = c.g, c.sp
     h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
     # router: F.linear(x, gate.weight), softmax in fp32, top-k (+ renormalize)
-    logits = c.linear(x, h, E, "router") if False else g.linear(
-        x, c.w(E * h, "router"), BS * E, name="router")
+    logits = g.linear(x, c.w(E * h, "router"), BS * E, name="router")
     if sp.family == "mixtral":
         probs = g.softmax(g.to(logits, 4), name="router.softmax")
     else:
@@ -665,8 +659,6 @@ class StepProfile:
     """The batch tensors (input ids and labels, int64) or images."""
     mask: Form
     """An explicit attention mask the model builds once per forward (eager), held in forward."""
-    mask_saved: Form
-    """A mask SDPA saves for backward (sliding window shorter than the sequence)."""
     checkpointing: str
     regime: Regime
     notes: tuple[str, ...] = ()
@@ -702,7 +694,6 @@ def _profile_cached(sp: _Spec, regime: Regime, o: _Opts, checkpointing: str) -> 
         else:
             runs.append((1, k))
     mask_form = ZERO
-    mask_saved = ZERO
     if sp.kind == "decoder" and (o.attention == "eager" or sp.family == "falcon"):
         mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
     if sp.kind == "decoder" and o.attention == "sdpa" and o.sdpa_mask:
@@ -748,7 +739,6 @@ def _profile_cached(sp: _Spec, regime: Regime, o: _Opts, checkpointing: str) -> 
                      "that core already keeps only O(s) statistics, so it saves little")
     return StepProfile(embed=embed, layers=tuple(layer_profiles), head=head,
                        layer_input=BS * (sp.h * pdt), inputs=inputs, mask=mask_form,
-                       mask_saved=mask_saved,
                        checkpointing=checkpointing, regime=regime, notes=tuple(notes))
 
 
@@ -806,10 +796,6 @@ class TrainActivations:
     per_layer_bytes: tuple[int, ...] = ()
     """Saved bytes of each distinct layer kind (dense, MoE), no checkpointing."""
     notes: tuple[str, ...] = ()
-
-
-def _ev(forms, b, s):
-    return [f(b, s) for f in forms]
 
 
 def train_activations(model: Model, job: Job, *, grad_bytes: int,
@@ -1112,7 +1098,6 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     layer, emb, head = _prefill_profile(
         sp, regime, job.attention, dequant, _sliding_mask(arch, sp, job.attention, prompt),
         job.prefill_logits == "all" or sp.kind != "decoder")
-    resid = b * prompt * sp.h * regime.param
     pre = max([a(b, prompt) + t(b, prompt) for a, t in layer.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])
@@ -1132,7 +1117,6 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     if sp.kind == "decoder" and job.prefill_logits == "all":
         notes.append("prefill computes logits for every prompt position (a plain forward); "
                      "generate() and vLLM keep only the last")
-    del resid
     return InferActivations(peak=peak, peak_phase=phase, prefill_bytes=pre, decode_bytes=dec,
                             summary=summary, notes=tuple(notes))
 
