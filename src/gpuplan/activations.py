@@ -149,10 +149,7 @@ def _spec(arch: Architecture) -> _Spec:
     else:
         attn_dropout = arch.attention_dropout
         hidden_dropout = arch.hidden_dropout
-    if fam == "bert":
-        attn_dropout = float(cfg.get("attention_probs_dropout_prob", attn_dropout) or 0.0)
-        hidden_dropout = float(cfg.get("hidden_dropout_prob", hidden_dropout) or 0.0)
-    if fam == "vit":
+    if fam in ("bert", "vit"):
         attn_dropout = float(cfg.get("attention_probs_dropout_prob", attn_dropout) or 0.0)
         hidden_dropout = float(cfg.get("hidden_dropout_prob", hidden_dropout) or 0.0)
     if fam == "opt":
