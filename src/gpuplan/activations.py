@@ -604,32 +604,43 @@ def _vit_embed(c: _Ctx) -> Tensor:
     return g.dropout(x, sp.hidden_dropout, "embed.dropout")
 
 
+def _final_norm(c: _Ctx, x: Tensor) -> Tensor:
+    """The norm after the last layer of a decoder."""
+    if c.sp.family in ("gpt_neox", "opt"):
+        return _layernorm(c, x, "final_layer_norm")
+    return _norm(c, x, "norm")
+
+
+def _vit_classifier(c: _Ctx, x: Tensor) -> Tensor:
+    """ViTForImageClassification's head: the final LayerNorm, the [CLS] row, the classifier."""
+    g, sp = c.g, c.sp
+    x = _layernorm(c, x, "layernorm")
+    pooled = g.index(x, Form(b=sp.h), None, name="pooled")
+    return g.linear(pooled, c.w(sp.h * sp.labels, "classifier"), Form(b=sp.labels),
+                    name="classifier")
+
+
+def _bert_transform(c: _Ctx, x: Tensor) -> Tensor:
+    """BertPredictionHeadTransform: dense, activation, LayerNorm (before the MLM decoder)."""
+    t = c.linear(x, c.sp.h, c.sp.h, "cls.transform.dense")
+    t = _activation(c, t, "cls.transform.act")
+    return _layernorm(c, t, "cls.transform.LayerNorm")
+
+
 def _head_block(c: _Ctx, x: Tensor) -> Tensor:
     """Final norm, the output head and the loss."""
     g, sp = c.g, c.sp
     h, V = sp.h, sp.vocab
     if sp.kind == "vision":
-        x = _layernorm(c, x, "layernorm")
-        pooled = g.index(x, ONE * 0 + Form(b=h), None, name="pooled")
-        logits = g.linear(pooled, c.w(h * sp.labels, "classifier"), Form(b=sp.labels),
-                          name="classifier")
-        return g.cross_entropy(g.to(logits, logits.dt), Form(b=1), sp.labels)
+        return g.cross_entropy(_vit_classifier(c, x), Form(b=1), sp.labels)
     if sp.family == "bert":
         g.hold(x)  # the encoder's last_hidden_state, held by its output
-        t = c.linear(x, h, h, "cls.transform.dense")
-        t = _activation(c, t, "cls.transform.act")
-        t = _layernorm(c, t, "cls.transform.LayerNorm")
-        logits = g.linear(t, g.param(V * h, "decoder", trainable=not c.o.frozen), BS * V,
-                          name="decoder")
+        logits = g.linear(_bert_transform(c, x), c.w(V * h, "decoder"), BS * V, name="decoder")
         g.hold(logits)
         return g.cross_entropy(logits, BS, V)
-    if sp.family in ("gpt_neox", "opt"):
-        x = _layernorm(c, x, "final_layer_norm")
-    else:
-        x = _norm(c, x, "norm")
+    x = _final_norm(c, x)
     g.hold(x)  # last_hidden_state: held by the base model's output until the forward returns
-    logits = g.linear(x, g.param(V * h, "lm_head", trainable=not c.o.frozen), BS * V,
-                      name="lm_head")
+    logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
     g.hold(logits)  # returned in the model output: alive until the forward returns
     if sp.softcap_final:
         logits = g.scale(g.unary_saves_output(g.scale(logits, "softcap.div"), "softcap.tanh"),
@@ -1057,14 +1068,10 @@ def _infer_head(c: _Ctx, x: Tensor, logits_all: bool) -> Tensor:
     g, sp = c.g, c.sp
     h, V = sp.h, sp.vocab
     if sp.kind == "vision":
-        x = _layernorm(c, x, "layernorm")
-        pooled = g.index(x, Form(b=h), None, name="pooled")
-        return g.linear(pooled, c.w(h * sp.labels, "classifier"), Form(b=sp.labels),
-                        name="classifier")
+        return _vit_classifier(c, x)
     if sp.family == "bert":
-        t = _layernorm(c, _activation(c, c.linear(x, h, h, "cls.transform.dense"), "act"), "ln")
-        return g.linear(t, c.w(V * h, "decoder"), BS * V, name="decoder")
-    x = _layernorm(c, x, "final_layer_norm") if sp.family in ("gpt_neox", "opt") else _norm(c, x, "norm")
+        return g.linear(_bert_transform(c, x), c.w(V * h, "decoder"), BS * V, name="decoder")
+    x = _final_norm(c, x)
     if logits_all:
         logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
     else:
