@@ -19,6 +19,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Literal
 
 from .errors import InputError
@@ -150,7 +151,8 @@ class Suggestions:
 # Evaluation
 
 
-_JOB_FIELDS = tuple(f.name for f in fields(Job) if f.name != "model")
+#: A job's fields but the model, as one tuple: the planner's cache key (one C call per candidate).
+_JOB_KEY = attrgetter(*(f.name for f in fields(Job) if f.name != "model"))
 
 
 class _Planner:
@@ -164,7 +166,7 @@ class _Planner:
         self._cache: dict = {}
 
     def peak(self, mode: Mode, job: Job, tp: int = 1) -> int | None:
-        key = (mode, tp) + tuple(getattr(job, f) for f in _JOB_FIELDS)
+        key = (mode, tp) + _JOB_KEY(job)
         hit = self._cache.get(key)
         if hit is not None or key in self._cache:
             return hit
