@@ -491,10 +491,6 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         if any({c.text for c in p.changes} <= texts or {c.knob for c in p.changes} == knobs
                for p in picked):
             continue
-        # re-plan with the full accounting (the same call the CLI makes) -- it must fit
-        check = planner.peak(mode, s.job, s.gpu_count if mode == "infer" else 1)
-        if check is None or check > s.usable_bytes:
-            continue
         picked.append(s)
         if len(picked) >= top:
             break
