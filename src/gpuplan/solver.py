@@ -432,7 +432,9 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     best_miss: Suggestion | None = None
     candidates = 0
 
-    def evaluate(combo: tuple[tuple[Change, dict, tuple], ...]) -> Suggestion | None:
+    def evaluate(combo: tuple[tuple[Change, dict, tuple], ...]) -> bool:
+        """Plan one candidate; keep it when it fits and helps, or when it is the closest miss
+        so far (only then is it scored). True when it fits."""
         nonlocal best_miss, candidates
         candidates += 1
         kw: dict = {}
@@ -449,22 +451,24 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         cand = job._evolve(**kw) if kw else job
         peak = planner.peak(mode, cand, tp)
         if peak is None:
-            return None
+            return False
+        fits = peak <= target.memory_bytes
+        helps = fits and (not fits_already or peak < base_peak)
+        if not helps and best_miss is not None and (
+                peak - target.memory_bytes >= best_miss.peak_bytes - best_miss.usable_bytes):
+            return fits
         changes = tuple(c for c, _, _ in combo)
         count = cand.gpus if mode == "train" else tp
         score = _score([t for _, _, t in combo], count - (job.gpus if mode == "train" else 1))
-        tier = max(c.tier for c in changes)
         s = Suggestion(mode=mode, changes=changes, job=cand, gpu=target.name, gpu_count=count,
-                       peak_bytes=peak, usable_bytes=target.memory_bytes,
-                       fits=peak <= target.memory_bytes,
-                       extra_compute=sum(c.extra_compute for c in changes), tier=tier,
-                       score=score)
-        if s.fits and (not fits_already or peak < base_peak):
+                       peak_bytes=peak, usable_bytes=target.memory_bytes, fits=fits,
+                       extra_compute=sum(c.extra_compute for c in changes),
+                       tier=max(c.tier for c in changes), score=score)
+        if helps:
             found.append(s)
-        elif best_miss is None or (peak - target.memory_bytes
-                                   < best_miss.peak_bytes - best_miss.usable_bytes):
+        else:
             best_miss = s
-        return s
+        return fits
 
     # one change, then pairs, then triples of changes from different groups; a combination
     # that already contains a fitting sub-combination is not extended (it only costs more)
@@ -475,8 +479,7 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
                 names = frozenset(c.text for c, _, _ in combo)
                 if any(f <= names for f in fitting):
                     continue
-                s = evaluate(combo)
-                if s is not None and s.fits:
+                if evaluate(combo):
                     fitting.append(names)
         if len(found) >= 4 * top and k >= 2:
             break
