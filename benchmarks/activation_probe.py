@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
-from gpuplan.models import Architecture
+from gpuplan.models import HF_CLASSES, Architecture
 
 ROUND = 512
 
@@ -318,28 +318,15 @@ def measure_step(model, batch: dict, *, optimizer: str = "adamw", autocast: bool
 
 
 def build(family: str, config: dict, *, dtype=torch.float32, attn: str = "sdpa"):
-    """A transformers model of ``family`` built from ``config`` numbers, in train mode."""
+    """A transformers model of ``family`` (the class gpuplan's tensor lists reproduce,
+    :data:`gpuplan.models.HF_CLASSES`) built from ``config`` numbers, in train mode."""
     import transformers
 
-    cls = {
-        "llama": ("LlamaConfig", "LlamaForCausalLM"),
-        "mistral": ("MistralConfig", "MistralForCausalLM"),
-        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-        "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
-        "phi3": ("Phi3Config", "Phi3ForCausalLM"),
-        "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
-        "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
-        "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
-        "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
-        "opt": ("OPTConfig", "OPTForCausalLM"),
-        "falcon": ("FalconConfig", "FalconForCausalLM"),
-        "bert": ("BertConfig", "BertForMaskedLM"),
-        "vit": ("ViTConfig", "ViTForImageClassification"),
-    }[family]
-    cfg = getattr(transformers, cls[0])(**config)
+    cfg = hf_config(family, config)
     cfg._attn_implementation = attn
     torch.manual_seed(0)
-    model = getattr(transformers, cls[1])._from_config(cfg, dtype=dtype, attn_implementation=attn)
+    model = getattr(transformers, HF_CLASSES[family])._from_config(cfg, dtype=dtype,
+                                                                   attn_implementation=attn)
     model.train()
     return model
 
@@ -350,27 +337,10 @@ def lm_batch(vocab: int, b: int, s: int) -> dict:
     return {"input_ids": ids, "labels": ids.clone()}
 
 
-_CLASSES = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM"),
-    "mistral": ("MistralConfig", "MistralForCausalLM"),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
-    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
-    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
-    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
-    "opt": ("OPTConfig", "OPTForCausalLM"),
-    "falcon": ("FalconConfig", "FalconForCausalLM"),
-    "bert": ("BertConfig", "BertForMaskedLM"),
-    "vit": ("ViTConfig", "ViTForImageClassification"),
-}
-
-
 def hf_config(family: str, config: dict):
     import transformers
 
-    return getattr(transformers, _CLASSES[family][0])(**config)
+    return transformers.AutoConfig.for_model(family, **config)
 
 
 def architecture(family: str, config: dict) -> Architecture:
