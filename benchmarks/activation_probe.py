@@ -23,13 +23,13 @@ CPU dispatcher (DESIGN.md, "Tracing on a CPU-only machine"):
 * ``amp`` recipes: CUDA autocast's op lists (softmax, layer_norm, pow ... in fp32; matmuls in
   16-bit) are emulated by :class:`CudaAutocast` (the CPU's autocast lists differ).
 
-Run ``python benchmarks/activation_probe.py`` for a table of cases (see ``main``).
+It has no command line of its own: ``tests/test_activations_probe.py`` and ``tests/test_kv.py``
+import it and run the cases.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import weakref
 from dataclasses import dataclass, field
 
@@ -200,7 +200,7 @@ class StepResult:
 
 def _layers(model) -> list[torch.nn.Module]:
     for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers",
-                 "transformer.h", "bert.encoder.layer", "vit.encoder.layer", "vit.layers"):
+                 "bert.encoder.layer", "vit.encoder.layer", "vit.layers"):
         obj = model
         try:
             for part in path.split("."):
