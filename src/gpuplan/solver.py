@@ -25,7 +25,7 @@ from typing import Literal
 from .errors import InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe
 from .hardware import GPU, all_gpus
-from .job import Job, default_seq
+from .job import Job, default_seq, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .models import Model
 from .overhead import OverheadLevel
@@ -565,10 +565,10 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     arch = model.architecture
     if arch is None:
         raise InputError("--max-seq needs the architecture: give a catalog name or a config.json")
+    limit = seq_limit(arch)
     if arch.kind == "vision":
         raise InputError(f"{model.name} is a vision model: its sequence is fixed by the image "
-                         f"size ({arch.max_position_embeddings} tokens)")
-    limit = arch.max_position_embeddings
+                         f"size ({limit} tokens)")
     planner = _Planner(model, overhead_level, overhead_overrides)
     prompt = job.seq or default_seq(arch)  # inference: the prompt stays, the context grows
 
