@@ -23,13 +23,13 @@ CPU dispatcher (DESIGN.md, "Tracing on a CPU-only machine"):
 * ``amp`` recipes: CUDA autocast's op lists (softmax, layer_norm, pow ... in fp32; matmuls in
   16-bit) are emulated by :class:`CudaAutocast` (the CPU's autocast lists differ).
 
-Run ``python benchmarks/activation_probe.py`` for a table of cases (see ``main``).
+It has no command line of its own: ``tests/test_activations_probe.py`` and ``tests/test_kv.py``
+import it and run the cases.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import weakref
 from dataclasses import dataclass, field
 
@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
-from gpuplan.models import Architecture
+from gpuplan.models import HF_CLASSES, Architecture, architecture_from_config
 
 ROUND = 512
 
@@ -200,7 +200,7 @@ class StepResult:
 
 def _layers(model) -> list[torch.nn.Module]:
     for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers",
-                 "transformer.h", "bert.encoder.layer", "vit.encoder.layer", "vit.layers"):
+                 "bert.encoder.layer", "vit.encoder.layer", "vit.layers"):
         obj = model
         try:
             for part in path.split("."):
@@ -318,28 +318,15 @@ def measure_step(model, batch: dict, *, optimizer: str = "adamw", autocast: bool
 
 
 def build(family: str, config: dict, *, dtype=torch.float32, attn: str = "sdpa"):
-    """A transformers model of ``family`` built from ``config`` numbers, in train mode."""
+    """A transformers model of ``family`` (the class gpuplan's tensor lists reproduce,
+    :data:`gpuplan.models.HF_CLASSES`) built from ``config`` numbers, in train mode."""
     import transformers
 
-    cls = {
-        "llama": ("LlamaConfig", "LlamaForCausalLM"),
-        "mistral": ("MistralConfig", "MistralForCausalLM"),
-        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-        "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
-        "phi3": ("Phi3Config", "Phi3ForCausalLM"),
-        "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
-        "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
-        "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
-        "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
-        "opt": ("OPTConfig", "OPTForCausalLM"),
-        "falcon": ("FalconConfig", "FalconForCausalLM"),
-        "bert": ("BertConfig", "BertForMaskedLM"),
-        "vit": ("ViTConfig", "ViTForImageClassification"),
-    }[family]
-    cfg = getattr(transformers, cls[0])(**config)
+    cfg = hf_config(family, config)
     cfg._attn_implementation = attn
     torch.manual_seed(0)
-    model = getattr(transformers, cls[1])._from_config(cfg, dtype=dtype, attn_implementation=attn)
+    model = getattr(transformers, HF_CLASSES[family])._from_config(cfg, dtype=dtype,
+                                                                   attn_implementation=attn)
     model.train()
     return model
 
@@ -350,84 +337,13 @@ def lm_batch(vocab: int, b: int, s: int) -> dict:
     return {"input_ids": ids, "labels": ids.clone()}
 
 
-_CLASSES = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM"),
-    "mistral": ("MistralConfig", "MistralForCausalLM"),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
-    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
-    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
-    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
-    "opt": ("OPTConfig", "OPTForCausalLM"),
-    "falcon": ("FalconConfig", "FalconForCausalLM"),
-    "bert": ("BertConfig", "BertForMaskedLM"),
-    "vit": ("ViTConfig", "ViTForImageClassification"),
-}
-
-
 def hf_config(family: str, config: dict):
     import transformers
 
-    return getattr(transformers, _CLASSES[family][0])(**config)
+    return transformers.AutoConfig.for_model(family, **config)
 
 
 def architecture(family: str, config: dict) -> Architecture:
-    """The Architecture of a transformers config (what gpuplan.models builds from config.json),
-    read from the config object so transformers' defaults apply."""
-    c = hf_config(family, config)
-    get = lambda *names, default=None: next(  # noqa: E731
-        (getattr(c, n) for n in names if getattr(c, n, None) is not None), default)
-    h = get("hidden_size", "n_embd")
-    heads = get("num_attention_heads", "n_head")
-    kind = {"bert": "encoder", "vit": "vision"}.get(family, "decoder")
-    if family == "falcon":
-        kv = heads if c.new_decoder_architecture else (1 if c.multi_query else heads)
-        if c.new_decoder_architecture:
-            kv = c.num_kv_heads
-    else:
-        kv = get("num_key_value_heads", default=heads)
-    inter = get("intermediate_size", "ffn_dim", "n_inner", default=4 * h)
-    if family == "falcon":
-        inter = getattr(c, "ffn_hidden_size", None) or 4 * h
-    act = get("hidden_act", "activation_function", "hidden_activation", default="gelu")
-    sliding = getattr(c, "sliding_window", None) if family in ("mistral", "gemma2", "qwen2") else None
-    if family == "qwen2" and not getattr(c, "use_sliding_window", False):
-        sliding = None
-    layers = get("num_hidden_layers", "n_layer")
-    if sliding and family == "gemma2":
-        sw_layers = tuple(i for i in range(layers) if i % 2 == 0)
-    elif sliding:
-        sw_layers = tuple(range(layers))
-    else:
-        sw_layers = ()
-    max_pos = get("max_position_embeddings", "n_positions", default=2048)
-    if family == "vit":
-        max_pos = (c.image_size // c.patch_size) ** 2 + 1
-    return Architecture(
-        name=family, family=family, kind=kind, hidden_size=h, num_layers=layers,
-        num_heads=heads, num_kv_heads=kv, head_dim=get("head_dim", default=h // heads),
-        intermediate_size=inter, vocab_size=get("vocab_size", default=0),
-        max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
-        mlp="gated" if family in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2",
-                                  "phi3") else "gelu",
-        activation=act, norm="rmsnorm" if family in ("llama", "mistral", "mixtral", "qwen2",
-                                                     "qwen2_moe", "gemma2", "phi3") else "layernorm",
-        position="learned" if family in ("gpt2", "opt", "bert", "vit") else "rotary",
-        parallel_attn_mlp=bool(getattr(c, "parallel_attn", False) or getattr(c, "use_parallel_residual", False)),
-        num_experts=get("num_local_experts", "num_experts", default=0) if family in ("mixtral", "qwen2_moe") else 0,
-        experts_per_token=get("num_experts_per_tok", default=0) if family in ("mixtral", "qwen2_moe") else 0,
-        moe_intermediate_size=(c.moe_intermediate_size if family == "qwen2_moe" else
-                               (inter if family == "mixtral" else 0)),
-        shared_expert_intermediate_size=getattr(c, "shared_expert_intermediate_size", 0) if family == "qwen2_moe" else 0,
-        sliding_window=sliding, sliding_window_layers=sw_layers,
-        attention_dropout=float(get("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", default=0.0) or 0.0),
-        hidden_dropout=float(get("hidden_dropout", "resid_pdrop", "hidden_dropout_prob", "dropout", default=0.0) or 0.0),
-        image_size=getattr(c, "image_size", 0) if family == "vit" else 0,
-        patch_size=getattr(c, "patch_size", 0) if family == "vit" else 0,
-        num_channels=getattr(c, "num_channels", 0) if family == "vit" else 0,
-        num_labels=c.num_labels if family == "vit" else 0,
-        config=c.to_dict(),
-    )
+    """The Architecture gpuplan reads from this model's config.json (transformers' config
+    object written out, so its defaults are filled in)."""
+    return architecture_from_config(hf_config(family, config).to_dict(), name=family)

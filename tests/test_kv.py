@@ -104,37 +104,9 @@ def test_context_longer_than_the_model_supports():
         infer_memory(m, Job(model=m, mode="infer", context=8192))
 
 
-def test_real_transformers_cache_equals_the_formula():
-    # DESIGN.md: the KV cache of a real run is 2*layers*kv_heads*head_dim*bytes per token
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import activation_probe as P
-    from gpuplan.models import Model, ParamCounts
-
-    cfg = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
-               num_key_value_heads=2, vocab_size=300, max_position_embeddings=512,
-               sliding_window=None)
-    model = P.build("mistral", cfg, dtype=torch.bfloat16, attn="sdpa").eval()
-    arch = P.architecture("mistral", cfg)
-    m = Model(name="tiny", architecture=arch,
-              params=ParamCounts(total=1, by_component={"other": 1}, active=1, embedding=0))
-    ids = torch.randint(0, 300, (3, 50))
-    with torch.inference_mode():
-        out = model(input_ids=ids, use_cache=True)
-    cache = out.past_key_values
-    real = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
-    job = Job(model=m, mode="infer", batch=3, seq=50)
-    assert real == A.kv_cache_bytes(m, job, kv_dtype="bf16")
-    del transformers
-
-
-def test_sliding_window_convention_against_transformers():
-    # transformers' DynamicSlidingWindowLayer keeps the last sliding_window - 1 tokens; gpuplan
-    # (like vLLM's block tables) counts the whole window: one token per layer more.
+def _tiny_mistral(sliding_window):
+    """A real 3-layer transformers Mistral (bf16, SDPA, eval mode) and gpuplan's Model of the
+    same config; skipped without torch and transformers."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import sys
@@ -146,11 +118,29 @@ def test_sliding_window_convention_against_transformers():
 
     cfg = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=300, max_position_embeddings=512,
-               sliding_window=16)
+               sliding_window=sliding_window)
     model = P.build("mistral", cfg, dtype=torch.bfloat16, attn="sdpa").eval()
-    arch = P.architecture("mistral", cfg)
-    m = Model(name="tiny", architecture=arch,
+    m = Model(name="tiny", architecture=P.architecture("mistral", cfg),
               params=ParamCounts(total=1, by_component={"other": 1}, active=1, embedding=0))
+    return torch, model, m
+
+
+def test_real_transformers_cache_equals_the_formula():
+    # DESIGN.md: the KV cache of a real run is 2*layers*kv_heads*head_dim*bytes per token
+    torch, model, m = _tiny_mistral(sliding_window=None)
+    ids = torch.randint(0, 300, (3, 50))
+    with torch.inference_mode():
+        out = model(input_ids=ids, use_cache=True)
+    cache = out.past_key_values
+    real = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    job = Job(model=m, mode="infer", batch=3, seq=50)
+    assert real == A.kv_cache_bytes(m, job, kv_dtype="bf16")
+
+
+def test_sliding_window_convention_against_transformers():
+    # transformers' DynamicSlidingWindowLayer keeps the last sliding_window - 1 tokens; gpuplan
+    # (like vLLM's block tables) counts the whole window: one token per layer more.
+    torch, model, m = _tiny_mistral(sliding_window=16)
     with torch.inference_mode():
         out = model(input_ids=torch.randint(0, 300, (2, 50)), use_cache=True)
     real = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)

@@ -90,15 +90,13 @@ class Regime:
 
 
 class _Storage:
-    __slots__ = ("size", "nbytes", "cat", "saved_by", "uses", "held", "alive", "name")
+    __slots__ = ("nbytes", "cat", "saved_by", "held", "name")
 
     def __init__(self, nbytes: Form, cat: str, name: str) -> None:
         self.nbytes = nbytes
         self.cat = cat
         self.saved_by: list[int] = []
-        self.uses: list[int] = []
         self.held = False
-        self.alive = True
         self.name = name
 
 
@@ -201,9 +199,6 @@ class Graph:
             if t.st is not None and t.st not in sv:
                 sv.append(t.st)
                 t.st.saved_by.append(i)
-        for t in inputs:
-            if t.st is not None:
-                t.st.uses.append(i)
         self.ops.append(_Op(name, inputs, outputs, sv, bwd_temp, split_grad, fwd_temp, self.region))
 
     def _cast(self, x: Tensor, dt: int) -> Tensor:
@@ -505,24 +500,25 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
                     if (p is None or ops[p].region != drop_region) and t.st.cat in ("act", "input"):
                         region_inputs.add(id(t.st))
 
-    def kept(st: _Storage) -> bool:
-        if inference:
-            return False  # torch.inference_mode(): nothing is saved for a backward
-        if id(st) in region_inputs:
-            return True
-        return any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)
+    # The storages the forward keeps for the backward: saved by an op outside the dropped
+    # region, or an input of that region (under torch.inference_mode() nothing is kept).
+    keep: set[int] = set()
+    if not inference:
+        keep = region_inputs | {
+            id(st) for st in g.storages
+            if any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)}
 
     inputs_kept = ZERO
     for st in g.storages:
         if st.cat == "autocast":
             prof.autocast_copies = prof.autocast_copies + st.nbytes
-        elif st.cat in ("act", "input") and (st.saved_by or id(st) in region_inputs) and kept(st):
+        elif st.cat in ("act", "input") and id(st) in keep:
             prof.saved = prof.saved + st.nbytes
             if st.cat == "input":
                 inputs_kept = inputs_kept + st.nbytes
-        if drop_region and st.cat == "act" and st.saved_by and not kept(st):
+        if drop_region and st.cat == "act" and st.saved_by and id(st) not in keep:
             prof.region_saved = prof.region_saved + st.nbytes
-        if st.held and st.cat == "act" and not (st.saved_by and kept(st)):
+        if st.held and st.cat == "act" and not (st.saved_by and id(st) in keep):
             prof.held = prof.held + st.nbytes
 
     # ---- forward: allocate outputs, free what is neither saved, held nor used again ---------
@@ -537,7 +533,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     for st in g.storages:
         if st.cat == "input":
             alive.add(id(st))
-            if (st.saved_by or id(st) in region_inputs) and kept(st):
+            if id(st) in keep:
                 act = act + st.nbytes
             else:
                 tmp = tmp + st.nbytes
@@ -548,7 +544,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             if st is None or id(st) in alive:
                 continue
             alive.add(id(st))
-            if st.cat == "act" and (st.saved_by or id(st) in region_inputs) and kept(st):
+            if st.cat == "act" and id(st) in keep:
                 act = act + st.nbytes
             else:
                 tmp = tmp + st.nbytes
@@ -559,8 +555,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             st = t.st
             if st is None or id(st) not in alive or st.held or id(st) in out_st:
                 continue
-            if st.cat == "autocast" or ((st.saved_by or id(st) in region_inputs) and kept(st)) \
-                    or st.cat == "const":
+            if st.cat in ("autocast", "const") or id(st) in keep:
                 continue
             if last_use.get(id(st), -1) <= i:
                 alive.discard(id(st))
@@ -578,7 +573,7 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             grads[id(_root(t))] = t.nbytes
     pending: dict[int, int] = {}
     for st in g.storages:
-        if st.saved_by and (st.cat == "autocast" or kept(st) or recompute):
+        if st.saved_by and (st.cat == "autocast" or id(st) in keep or recompute):
             pending[id(st)] = len(st.saved_by)
         elif id(st) in region_inputs:
             pending[id(st)] = 0
@@ -655,10 +650,8 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             del pending[k]
             if st.cat == "autocast":
                 tmp = tmp - st.nbytes
-            elif st.cat in ("act", "input") and (kept(st) or recomputed or recompute):
+            elif st.cat in ("act", "input") and (id(st) in keep or recomputed or recompute):
                 act = act - st.nbytes
-        if op.name == "cast_w" and recompute:
-            pass
     prof.grad_out = ZERO
     for f in grads.values():
         prof.grad_out = prof.grad_out + f

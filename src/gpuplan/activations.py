@@ -26,10 +26,10 @@ emulation) and records every saved tensor and the live bytes op by op;
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
-from ._symbolic import BS, BSS, ONE, SS, ZERO, Form, Graph, LayerProfile, Regime, Tensor, simulate
+from ._symbolic import BS, BSS, ONE, ZERO, Form, Graph, LayerProfile, Regime, Tensor, simulate
 from .errors import InputError
 from .job import KV_DTYPES, Job, default_seq, seq_limit
 from .models import Architecture, Model
@@ -101,16 +101,13 @@ class _Spec:
     act: str
     norm: str
     parallel: bool
-    attn_bias: bool
     experts: int
     top_k: int
     moe_inter: int
     shared_inter: int
-    moe_every_layer: bool
     attn_dropout: float
     hidden_dropout: float
     embd_dropout: float
-    tied: bool
     labels: int
     layers: int
     moe_layers: tuple[int, ...]
@@ -120,7 +117,6 @@ class _Spec:
     norm_topk: bool
     channels: int
     patch: int
-    image: int
 
 
 _SPECS: dict[int, tuple[Architecture, _Spec]] = {}
@@ -153,10 +149,7 @@ def _spec(arch: Architecture) -> _Spec:
     else:
         attn_dropout = arch.attention_dropout
         hidden_dropout = arch.hidden_dropout
-    if fam == "bert":
-        attn_dropout = float(cfg.get("attention_probs_dropout_prob", attn_dropout) or 0.0)
-        hidden_dropout = float(cfg.get("hidden_dropout_prob", hidden_dropout) or 0.0)
-    if fam == "vit":
+    if fam in ("bert", "vit"):
         attn_dropout = float(cfg.get("attention_probs_dropout_prob", attn_dropout) or 0.0)
         hidden_dropout = float(cfg.get("hidden_dropout_prob", hidden_dropout) or 0.0)
     if fam == "opt":
@@ -167,19 +160,18 @@ def _spec(arch: Architecture) -> _Spec:
         family=fam, kind=arch.kind, h=arch.hidden_size, heads=arch.num_heads,
         kv=arch.num_kv_heads, d=arch.head_dim, inter=arch.intermediate_size,
         vocab=arch.vocab_size, act=arch.activation, norm=arch.norm,
-        parallel=arch.parallel_attn_mlp, attn_bias=arch.attention_bias,
+        parallel=arch.parallel_attn_mlp,
         experts=arch.num_experts, top_k=arch.experts_per_token,
         moe_inter=arch.moe_intermediate_size or arch.intermediate_size,
         shared_inter=arch.shared_expert_intermediate_size,
-        moe_every_layer=len(moe_layers) == arch.num_layers,
         attn_dropout=attn_dropout, hidden_dropout=hidden_dropout, embd_dropout=embd_dropout,
-        tied=arch.tie_word_embeddings, labels=arch.num_labels or 2, layers=arch.num_layers,
+        labels=arch.num_labels or 2, layers=arch.num_layers,
         moe_layers=moe_layers,
         softcap_attn=float(cfg.get("attn_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
         softcap_final=float(cfg.get("final_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
         falcon_mqa_math=(fam == "falcon" and not new_arch and arch.num_kv_heads < arch.num_heads),
         norm_topk=bool(cfg.get("norm_topk_prob", fam == "mixtral")),
-        channels=arch.num_channels or 3, patch=arch.patch_size, image=arch.image_size,
+        channels=arch.num_channels or 3, patch=arch.patch_size,
     )
 
 
@@ -223,26 +215,27 @@ class _Ctx:
         return y
 
 
-def _rmsnorm(c: _Ctx, x: Tensor, name: str) -> Tensor:
-    """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
-    g, h = c.g, c.sp.h
+def _rms_normed(c: _Ctx, x: Tensor, name: str) -> Tensor:
+    """The part every RMSNorm shares: x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)."""
+    g = c.g
     xf = g.to(x, 4)
     p = g.unary_saves_input(xf, name + ".pow", fp32=True)
     m = g.reduce(p, BS, name + ".mean")
     r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
-    n = g.mul(xf, r, out=BS * h, name=name + ".normed")
-    nd = g.to(n, x.dt)
+    return g.mul(xf, r, out=BS * c.sp.h, name=name + ".normed")
+
+
+def _rmsnorm(c: _Ctx, x: Tensor, name: str) -> Tensor:
+    """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
+    g, h = c.g, c.sp.h
+    nd = g.to(_rms_normed(c, x, name), x.dt)
     return g.mul(c.w(h, name), nd, out=BS * h, name=name)
 
 
 def _gemma_rmsnorm(c: _Ctx, x: Tensor, name: str) -> Tensor:
     """Gemma2RMSNorm: n = _norm(x.float()); (n * (1 + weight.float())).type_as(x)."""
     g, h = c.g, c.sp.h
-    xf = g.to(x, 4)
-    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
-    m = g.reduce(p, BS, name + ".mean")
-    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
-    n = g.mul(xf, r, out=BS * h, name=name + ".normed")
+    n = _rms_normed(c, x, name)
     w1 = g.scale(g.to(c.w(h, name), 4), name + ".1+w")
     y = g.mul(n, w1, out=BS * h, name=name)
     return g.to(y, x.dt)
@@ -481,8 +474,7 @@ def _moe(c: _Ctx, x: Tensor) -> Tensor:
     g, sp = c.g, c.sp
     h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
     # router: F.linear(x, gate.weight), softmax in fp32, top-k (+ renormalize)
-    logits = c.linear(x, h, E, "router") if False else g.linear(
-        x, c.w(E * h, "router"), BS * E, name="router")
+    logits = g.linear(x, c.w(E * h, "router"), BS * E, name="router")
     if sp.family == "mixtral":
         probs = g.softmax(g.to(logits, 4), name="router.softmax")
     else:
@@ -612,32 +604,43 @@ def _vit_embed(c: _Ctx) -> Tensor:
     return g.dropout(x, sp.hidden_dropout, "embed.dropout")
 
 
+def _final_norm(c: _Ctx, x: Tensor) -> Tensor:
+    """The norm after the last layer of a decoder."""
+    if c.sp.family in ("gpt_neox", "opt"):
+        return _layernorm(c, x, "final_layer_norm")
+    return _norm(c, x, "norm")
+
+
+def _vit_classifier(c: _Ctx, x: Tensor) -> Tensor:
+    """ViTForImageClassification's head: the final LayerNorm, the [CLS] row, the classifier."""
+    g, sp = c.g, c.sp
+    x = _layernorm(c, x, "layernorm")
+    pooled = g.index(x, Form(b=sp.h), None, name="pooled")
+    return g.linear(pooled, c.w(sp.h * sp.labels, "classifier"), Form(b=sp.labels),
+                    name="classifier")
+
+
+def _bert_transform(c: _Ctx, x: Tensor) -> Tensor:
+    """BertPredictionHeadTransform: dense, activation, LayerNorm (before the MLM decoder)."""
+    t = c.linear(x, c.sp.h, c.sp.h, "cls.transform.dense")
+    t = _activation(c, t, "cls.transform.act")
+    return _layernorm(c, t, "cls.transform.LayerNorm")
+
+
 def _head_block(c: _Ctx, x: Tensor) -> Tensor:
     """Final norm, the output head and the loss."""
     g, sp = c.g, c.sp
     h, V = sp.h, sp.vocab
     if sp.kind == "vision":
-        x = _layernorm(c, x, "layernorm")
-        pooled = g.index(x, ONE * 0 + Form(b=h), None, name="pooled")
-        logits = g.linear(pooled, c.w(h * sp.labels, "classifier"), Form(b=sp.labels),
-                          name="classifier")
-        return g.cross_entropy(g.to(logits, logits.dt), Form(b=1), sp.labels)
+        return g.cross_entropy(_vit_classifier(c, x), Form(b=1), sp.labels)
     if sp.family == "bert":
         g.hold(x)  # the encoder's last_hidden_state, held by its output
-        t = c.linear(x, h, h, "cls.transform.dense")
-        t = _activation(c, t, "cls.transform.act")
-        t = _layernorm(c, t, "cls.transform.LayerNorm")
-        logits = g.linear(t, g.param(V * h, "decoder", trainable=not c.o.frozen), BS * V,
-                          name="decoder")
+        logits = g.linear(_bert_transform(c, x), c.w(V * h, "decoder"), BS * V, name="decoder")
         g.hold(logits)
         return g.cross_entropy(logits, BS, V)
-    if sp.family in ("gpt_neox", "opt"):
-        x = _layernorm(c, x, "final_layer_norm")
-    else:
-        x = _norm(c, x, "norm")
+    x = _final_norm(c, x)
     g.hold(x)  # last_hidden_state: held by the base model's output until the forward returns
-    logits = g.linear(x, g.param(V * h, "lm_head", trainable=not c.o.frozen), BS * V,
-                      name="lm_head")
+    logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
     g.hold(logits)  # returned in the model output: alive until the forward returns
     if sp.softcap_final:
         logits = g.scale(g.unary_saves_output(g.scale(logits, "softcap.div"), "softcap.tanh"),
@@ -664,8 +667,6 @@ class StepProfile:
     """The batch tensors (input ids and labels, int64) or images."""
     mask: Form
     """An explicit attention mask the model builds once per forward (eager), held in forward."""
-    mask_saved: Form
-    """A mask SDPA saves for backward (sliding window shorter than the sequence)."""
     checkpointing: str
     regime: Regime
     notes: tuple[str, ...] = ()
@@ -701,7 +702,6 @@ def _profile_cached(sp: _Spec, regime: Regime, o: _Opts, checkpointing: str) -> 
         else:
             runs.append((1, k))
     mask_form = ZERO
-    mask_saved = ZERO
     if sp.kind == "decoder" and (o.attention == "eager" or sp.family == "falcon"):
         mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
     if sp.kind == "decoder" and o.attention == "sdpa" and o.sdpa_mask:
@@ -747,7 +747,6 @@ def _profile_cached(sp: _Spec, regime: Regime, o: _Opts, checkpointing: str) -> 
                      "that core already keeps only O(s) statistics, so it saves little")
     return StepProfile(embed=embed, layers=tuple(layer_profiles), head=head,
                        layer_input=BS * (sp.h * pdt), inputs=inputs, mask=mask_form,
-                       mask_saved=mask_saved,
                        checkpointing=checkpointing, regime=regime, notes=tuple(notes))
 
 
@@ -805,10 +804,6 @@ class TrainActivations:
     per_layer_bytes: tuple[int, ...] = ()
     """Saved bytes of each distinct layer kind (dense, MoE), no checkpointing."""
     notes: tuple[str, ...] = ()
-
-
-def _ev(forms, b, s):
-    return [f(b, s) for f in forms]
 
 
 def train_activations(model: Model, job: Job, *, grad_bytes: int,
@@ -1073,14 +1068,10 @@ def _infer_head(c: _Ctx, x: Tensor, logits_all: bool) -> Tensor:
     g, sp = c.g, c.sp
     h, V = sp.h, sp.vocab
     if sp.kind == "vision":
-        x = _layernorm(c, x, "layernorm")
-        pooled = g.index(x, Form(b=h), None, name="pooled")
-        return g.linear(pooled, c.w(h * sp.labels, "classifier"), Form(b=sp.labels),
-                        name="classifier")
+        return _vit_classifier(c, x)
     if sp.family == "bert":
-        t = _layernorm(c, _activation(c, c.linear(x, h, h, "cls.transform.dense"), "act"), "ln")
-        return g.linear(t, c.w(V * h, "decoder"), BS * V, name="decoder")
-    x = _layernorm(c, x, "final_layer_norm") if sp.family in ("gpt_neox", "opt") else _norm(c, x, "norm")
+        return g.linear(_bert_transform(c, x), c.w(V * h, "decoder"), BS * V, name="decoder")
+    x = _final_norm(c, x)
     if logits_all:
         logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
     else:
@@ -1111,7 +1102,6 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     layer, emb, head = _prefill_profile(
         sp, regime, job.attention, dequant, _sliding_mask(arch, sp, job.attention, prompt),
         job.prefill_logits == "all" or sp.kind != "decoder")
-    resid = b * prompt * sp.h * regime.param
     pre = max([a(b, prompt) + t(b, prompt) for a, t in layer.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])
@@ -1131,7 +1121,6 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     if sp.kind == "decoder" and job.prefill_logits == "all":
         notes.append("prefill computes logits for every prompt position (a plain forward); "
                      "generate() and vLLM keep only the last")
-    del resid
     return InferActivations(peak=peak, peak_phase=phase, prefill_bytes=pre, decode_bytes=dec,
                             summary=summary, notes=tuple(notes))
 

@@ -19,12 +19,13 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Literal
 
 from .errors import InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe
 from .hardware import GPU, all_gpus
-from .job import Job, default_seq
+from .job import Job, default_seq, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .models import Model
 from .overhead import OverheadLevel
@@ -150,7 +151,8 @@ class Suggestions:
 # Evaluation
 
 
-_JOB_FIELDS = tuple(f.name for f in fields(Job) if f.name != "model")
+#: A job's fields but the model, as one tuple: the planner's cache key (one C call per candidate).
+_JOB_KEY = attrgetter(*(f.name for f in fields(Job) if f.name != "model"))
 
 
 class _Planner:
@@ -164,7 +166,7 @@ class _Planner:
         self._cache: dict = {}
 
     def peak(self, mode: Mode, job: Job, tp: int = 1) -> int | None:
-        key = (mode, tp) + tuple(getattr(job, f) for f in _JOB_FIELDS)
+        key = (mode, tp) + _JOB_KEY(job)
         hit = self._cache.get(key)
         if hit is not None or key in self._cache:
             return hit
@@ -374,23 +376,31 @@ def _gpu_alternatives(gpu: GPU) -> list[tuple[Change, dict]]:
 # Search
 
 
-def _score(changes: tuple[Change, ...], extra_gpus: int) -> tuple[float, int]:
-    tier = max((c.tier for c in changes), default=_FREE)
-    s = sum({_FREE: 0.1, _THROUGHPUT: 1.0, _HARDWARE: 3.0, _QUALITY: 5.0}[c.tier]
-            for c in changes)
-    s += sum(2 * c.extra_compute for c in changes) + 0.05 * math.log2(1 + extra_gpus)
-    for c in changes:
-        if c.knob == "micro_batch":
-            s += 0.05 * math.log2(max(1, 64 / max(c.value, 1)))
-        if c.knob == "gpu":
-            s += 0.3 * math.log2(1 + _gpu_memory(c.value) / 1e10)
-        if c.knob == "infer_precision":  # fewer bits, more quality risk: prefer the wider format
-            s += 0.5 * (16 - WEIGHT_FORMATS[c.value].bits) / 16
-    return s, tier
+#: What each cost tier weighs in a candidate's score.
+_TIER_WEIGHT = {_FREE: 0.1, _THROUGHPUT: 1.0, _HARDWARE: 3.0, _QUALITY: 5.0}
 
 
-def _gpu_memory(name: str) -> int:
-    return next(g.memory_bytes for g in all_gpus() if g.name == name)
+def _score_terms(change: Change, kw: dict) -> tuple[float, float, float]:
+    """A change's part of every score it enters, worked out once per change: its tier's weight,
+    twice its extra compute, and its knob's own term (0.0 for most knobs)."""
+    own = 0.0
+    if change.knob == "micro_batch":
+        own = 0.05 * math.log2(max(1, 64 / max(change.value, 1)))
+    elif change.knob == "gpu":
+        own = 0.3 * math.log2(1 + kw["_gpu"].memory_bytes / 1e10)
+    elif change.knob == "infer_precision":  # fewer bits, more quality risk: the wider format
+        own = 0.5 * (16 - WEIGHT_FORMATS[change.value].bits) / 16
+    return _TIER_WEIGHT[change.tier], 2 * change.extra_compute, own
+
+
+def _score(terms: list[tuple[float, float, float]], extra_gpus: int) -> float:
+    """Lower is better: the tier weights, the extra compute, a little per extra GPU, then each
+    knob's own term (summed in this order)."""
+    s = sum(w for w, _, _ in terms)
+    s += sum(x for _, x, _ in terms) + 0.05 * math.log2(1 + extra_gpus)
+    for _, _, own in terms:
+        s += own
+    return s
 
 
 def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
@@ -398,8 +408,6 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
             top: int = DEFAULT_TOP, max_changes: int = 3) -> Suggestions:
     """The cheapest changes that make ``job`` fit on ``gpu`` (one GPU of that model per
     process), each re-planned with the full accounting."""
-    from .activations import seq_for
-
     t0 = time.perf_counter()
     planner = _Planner(model, overhead_level, overhead_overrides)
     usable = gpu.memory_bytes
@@ -417,19 +425,22 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     if fits_already:
         # it fits: show only what lowers the peak without more or other hardware
         groups = [[(c, d) for c, d in g if c.tier != _HARDWARE] for g in groups]
-    groups = [g for g in groups if g]
+    # each change carries its score terms, worked out here once rather than per candidate
+    groups = [[(c, d, _score_terms(c, d)) for c, d in g] for g in groups if g]
 
     found: list[Suggestion] = []
     best_miss: Suggestion | None = None
     candidates = 0
 
-    def evaluate(combo: tuple[tuple[Change, dict], ...]) -> Suggestion | None:
+    def evaluate(combo: tuple[tuple[Change, dict, tuple], ...]) -> bool:
+        """Plan one candidate; keep it when it fits and helps, or when it is the closest miss
+        so far (only then is it scored). True when it fits."""
         nonlocal best_miss, candidates
         candidates += 1
         kw: dict = {}
         tp = 1
         target = gpu
-        for _, d in combo:
+        for _, d, _ in combo:
             for k, v in d.items():
                 if k == "_tp":
                     tp = v
@@ -440,21 +451,24 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         cand = job._evolve(**kw) if kw else job
         peak = planner.peak(mode, cand, tp)
         if peak is None:
-            return None
-        changes = tuple(c for c, _ in combo)
+            return False
+        fits = peak <= target.memory_bytes
+        helps = fits and (not fits_already or peak < base_peak)
+        if not helps and best_miss is not None and (
+                peak - target.memory_bytes >= best_miss.peak_bytes - best_miss.usable_bytes):
+            return fits
+        changes = tuple(c for c, _, _ in combo)
         count = cand.gpus if mode == "train" else tp
-        score, tier = _score(changes, count - (job.gpus if mode == "train" else 1))
+        score = _score([t for _, _, t in combo], count - (job.gpus if mode == "train" else 1))
         s = Suggestion(mode=mode, changes=changes, job=cand, gpu=target.name, gpu_count=count,
-                       peak_bytes=peak, usable_bytes=target.memory_bytes,
-                       fits=peak <= target.memory_bytes,
-                       extra_compute=sum(c.extra_compute for c in changes), tier=tier,
-                       score=score)
-        if s.fits and (not fits_already or peak < base_peak):
+                       peak_bytes=peak, usable_bytes=target.memory_bytes, fits=fits,
+                       extra_compute=sum(c.extra_compute for c in changes),
+                       tier=max(c.tier for c in changes), score=score)
+        if helps:
             found.append(s)
-        elif best_miss is None or (peak - target.memory_bytes
-                                   < best_miss.peak_bytes - best_miss.usable_bytes):
+        else:
             best_miss = s
-        return s
+        return fits
 
     # one change, then pairs, then triples of changes from different groups; a combination
     # that already contains a fitting sub-combination is not extended (it only costs more)
@@ -462,11 +476,10 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     for k in range(1, max_changes + 1):
         for gs in itertools.combinations(range(len(groups)), k):
             for combo in itertools.product(*(groups[i] for i in gs)):
-                names = frozenset(c.text for c, _ in combo)
+                names = frozenset(c.text for c, _, _ in combo)
                 if any(f <= names for f in fitting):
                     continue
-                s = evaluate(combo)
-                if s is not None and s.fits:
+                if evaluate(combo):
                     fitting.append(names)
         if len(found) >= 4 * top and k >= 2:
             break
@@ -480,10 +493,6 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         knobs = {c.knob for c in s.changes}
         if any({c.text for c in p.changes} <= texts or {c.knob for c in p.changes} == knobs
                for p in picked):
-            continue
-        # re-plan with the full accounting (the same call the CLI makes) -- it must fit
-        check = planner.peak(mode, s.job, s.gpu_count if mode == "infer" else 1)
-        if check is None or check > s.usable_bytes:
             continue
         picked.append(s)
         if len(picked) >= top:
@@ -556,10 +565,10 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     arch = model.architecture
     if arch is None:
         raise InputError("--max-seq needs the architecture: give a catalog name or a config.json")
+    limit = seq_limit(arch)
     if arch.kind == "vision":
         raise InputError(f"{model.name} is a vision model: its sequence is fixed by the image "
-                         f"size ({arch.max_position_embeddings} tokens)")
-    limit = arch.max_position_embeddings
+                         f"size ({limit} tokens)")
     planner = _Planner(model, overhead_level, overhead_overrides)
     prompt = job.seq or default_seq(arch)  # inference: the prompt stays, the context grows
 
