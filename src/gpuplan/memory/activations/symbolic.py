@@ -2,8 +2,8 @@
 sequence length.
 
 The activation model is not a closed-form guess. Each model family's forward pass is written out
-op by op (``gpuplan.activations``, mirroring the transformers code it describes), and this module
-replays it the way PyTorch would on a CUDA device:
+op by op (:mod:`.blocks` and :mod:`.heads`, mirroring the transformers code it describes), and
+this module replays it the way PyTorch would on a CUDA device:
 
 * every op allocates its outputs, saves for backward exactly the tensors its autograd formula
   saves (``linear`` its input, ``silu`` its input, ``softmax`` its output, ``mul`` each operand
