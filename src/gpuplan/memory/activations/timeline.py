@@ -14,6 +14,7 @@ from ...job import Job
 from ...models import Model
 from ..shape import seq_for
 from .profile import StepProfile, step_profile
+from .symbolic import LayerProfile
 
 __all__ = ["TrainActivations", "train_activations", "fmt_gb"]
 
@@ -81,84 +82,13 @@ _TIMELINES: dict[tuple, tuple[StepProfile, "TrainActivations"]] = {}
 def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, accumulating: bool,
                         tied: bool, attention: str) -> TrainActivations:
     ckpt = prof.checkpointing
-    E, H = prof.embed, prof.head
-    inputs = prof.inputs(b, s)
-    mask = prof.mask(b, s)
-    L = []
-    for n, p in prof.layers:
-        saved = p.saved(b, s)
-        kept = prof.layer_input(b, s) if ckpt == "full" else saved
-        L.append((n, p, saved, kept, p.autocast_copies(b, s), p.held(b, s), p.param_grads(b, s)))
-    saved_layers = sum(n * kept for n, _, _, kept, _, _, _ in L)
-    copies_layers = sum(n * c for n, _, _, _, c, _, _ in L)
-    e_saved, h_saved = E.saved(b, s), H.saved(b, s)
-    e_copies, h_copies = E.autocast_copies(b, s), H.autocast_copies(b, s)
-    e_pg, h_pg = E.param_grads(b, s), H.param_grads(b, s)
-    total_pg = e_pg + h_pg + sum(n * pg for n, *_, pg in L)
-    scale = grad_bytes / total_pg if total_pg else 0.0
-    grads_before = grad_bytes if accumulating else 0
-
-    # ---- forward: inside the last layer, then the head (logits, loss) ----------------------
-    best_f = (-1, 0, 0, "")
-    act = inputs + e_saved
-    tmp = mask + e_copies
-    for n, p, saved, kept, copies, held, _ in L:
-        a0 = act + (n - 1) * kept
-        t0 = tmp + (n - 1) * (copies + held)
-        for fa, ft in (p.fwd_points_nosave if ckpt == "full" else p.fwd_points):
-            a, t = fa(b, s), ft(b, s)
-            if a0 + a + t0 + t > best_f[0]:
-                best_f = (a0 + a + t0 + t, a0 + a, t0 + t, "forward")
-        act += n * kept
-        tmp += n * (copies + held)
-    for fa, ft in H.fwd_points:  # (the head's own autocast copies are in its points)
-        a, t = act + fa(b, s), tmp + ft(b, s)
-        if a + t > best_f[0]:
-            best_f = (a + t, a, t, "forward, logits and loss")
-    _, fwd_act, fwd_tmp, fwd_where = best_f
-
-    # ---- backward: the loss (the logits spike), the layers in reverse, the embeddings -------
-    # The KV cache and the masks die with the forward. Autocast's weight copies are saved by the
-    # graph (freed layer by layer) -- unless the layers were checkpointed, then the recompute
-    # makes them again one layer at a time.
-    best = [-1, 0, 0, 0, ""]
-
-    def consider(a, t, gr, where):
-        if a + t + gr > best[0]:
-            best[:] = [a + t + gr, a, t, gr, where]
-
-    def walk(points_plain, points_acc, a0, t0, pg0, where, accumulate_into=False):
-        if accumulating or accumulate_into:
-            for ba, bt, _ in points_acc:
-                consider(a0 + ba(b, s), t0 + bt(b, s),
-                         grads_before + (0 if accumulating else round(pg0 * scale)), where)
-        else:
-            for ba, bt, bg in points_plain:
-                consider(a0 + ba(b, s), t0 + bt(b, s), round((pg0 + bg(b, s)) * scale), where)
-
-    act = inputs + e_saved + saved_layers + h_saved
-    tmp = e_copies + h_copies + (0 if ckpt == "full" else copies_layers)
-    pg = 0
-    walk(H.bwd_points, H.bwd_points_acc, act, tmp, pg, "start of backward (logits gradient)")
-    act -= h_saved
-    tmp -= h_copies
-    pg += h_pg
-    flow = prof.layer_input(b, s)  # the hidden-state gradient passed down the layers
-    for n, p, saved, kept, copies, held, lpg in reversed(L):
-        for k in sorted({0, n - 1}):
-            walk(p.bwd_points, p.bwd_points_acc, act - k * kept,
-                 tmp + flow - (0 if ckpt == "full" else k * copies), pg + k * lpg,
-                 "backward through the layers")
-        act -= n * kept
-        if ckpt != "full":
-            tmp -= n * copies
-        pg += n * lpg
-    walk(E.bwd_points, E.bwd_points_acc, act, tmp + flow, pg,
-         "end of backward (embedding gradient)", accumulate_into=tied)
-    _, bwd_act, bwd_tmp, bwd_grads, bwd_where = best
-
-    saved_all = inputs + e_saved + sum(n * saved for n, _, saved, *_ in L) + h_saved
-    kept_all = inputs + e_saved + saved_layers + h_saved
+    runs = _runs(prof, b, s)
+    fwd_act, fwd_tmp, fwd_where = _forward_peak(prof, runs, b, s)
+    bwd_act, bwd_tmp, bwd_grads, bwd_where = _backward_peak(
+        prof, runs, b, s, grad_bytes=grad_bytes, accumulating=accumulating, tied=tied)
+    ends = prof.inputs(b, s) + prof.embed.saved(b, s)
+    saved_all = ends + sum(r.n * r.saved for r in runs) + prof.head.saved(b, s)
+    kept_all = ends + sum(r.n * r.kept for r in runs) + prof.head.saved(b, s)
     summary = (f"{fmt_gb(saved_all)} saved for backward at batch {b} x seq {s}"
                + (f"; {ckpt} checkpointing keeps {fmt_gb(kept_all)}" if ckpt != "none" else "")
                + f"; {attention} attention")
@@ -166,9 +96,128 @@ def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, a
         known=True, forward_peak=fwd_act, forward_temporaries=fwd_tmp, forward_detail=fwd_where,
         backward_peak=bwd_act, backward_temporaries=bwd_tmp, backward_grads=bwd_grads,
         backward_detail=bwd_where, summary=summary, saved_bytes=saved_all,
-        per_layer_bytes=tuple(saved for _, _, saved, *_ in L), notes=prof.notes)
+        per_layer_bytes=tuple(r.saved for r in runs), notes=prof.notes)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run of ``n`` identical layers, its sizes evaluated at one (b, s)."""
+
+    n: int
+    p: LayerProfile
+    saved: int
+    kept: int
+    """What the forward keeps per layer: its saved bytes, or only its input (full checkpointing)."""
+    copies: int
+    held: int
+    param_grads: int
+
+
+def _runs(prof: StepProfile, b: int, s: int) -> list[_Run]:
+    full = prof.checkpointing == "full"
+    out = []
+    for n, p in prof.layers:
+        saved = p.saved(b, s)
+        out.append(_Run(n=n, p=p, saved=saved, kept=prof.layer_input(b, s) if full else saved,
+                        copies=p.autocast_copies(b, s), held=p.held(b, s),
+                        param_grads=p.param_grads(b, s)))
+    return out
+
+
+def _forward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int) -> tuple[int, int, str]:
+    """(activations, temporaries, where) at the forward's peak: inside the last layer of a run,
+    or in the head (logits and loss)."""
+    full = prof.checkpointing == "full"
+    best = (-1, 0, 0, "")
+    act = prof.inputs(b, s) + prof.embed.saved(b, s)
+    tmp = prof.mask(b, s) + prof.embed.autocast_copies(b, s)
+    for r in runs:
+        a0 = act + (r.n - 1) * r.kept
+        t0 = tmp + (r.n - 1) * (r.copies + r.held)
+        for fa, ft in (r.p.fwd_points_nosave if full else r.p.fwd_points):
+            a, t = fa(b, s), ft(b, s)
+            if a0 + a + t0 + t > best[0]:
+                best = (a0 + a + t0 + t, a0 + a, t0 + t, "forward")
+        act += r.n * r.kept
+        tmp += r.n * (r.copies + r.held)
+    for fa, ft in prof.head.fwd_points:  # (the head's own autocast copies are in its points)
+        a, t = act + fa(b, s), tmp + ft(b, s)
+        if a + t > best[0]:
+            best = (a + t, a, t, "forward, logits and loss")
+    return best[1], best[2], best[3]
+
+
+class _BackwardPeak:
+    """The largest activations + temporaries + gradients met while walking the blocks' backward.
+
+    Parameter gradients are counted in the profiles' units and scaled to ``grad_bytes`` (what this
+    GPU really holds, ZeRO-sharded or not). Accumulating (``grad_accum`` > 1) starts with all of
+    them alive; each new one is then a temporary summed into ``.grad``."""
+
+    def __init__(self, b: int, s: int, *, grad_bytes: int, total_param_grads: int,
+                 accumulating: bool) -> None:
+        self.b, self.s, self.accumulating = b, s, accumulating
+        self.scale = grad_bytes / total_param_grads if total_param_grads else 0.0
+        self.grads_before = grad_bytes if accumulating else 0
+        self.best = (-1, 0, 0, 0, "")
+
+    def walk(self, p: LayerProfile, a0: int, t0: int, pg0: int, where: str,
+             accumulate_into: bool = False) -> None:
+        """The points of one block's backward on top of ``a0`` activations, ``t0`` temporaries
+        and ``pg0`` parameter gradients already made (``accumulate_into``: this block's gradient
+        is summed into one that exists, as tied embeddings are)."""
+        b, s = self.b, self.s
+        if self.accumulating or accumulate_into:
+            grads = self.grads_before + (0 if self.accumulating else round(pg0 * self.scale))
+            for ba, bt, _ in p.bwd_points_acc:
+                self._consider(a0 + ba(b, s), t0 + bt(b, s), grads, where)
+        else:
+            for ba, bt, bg in p.bwd_points:
+                self._consider(a0 + ba(b, s), t0 + bt(b, s), round((pg0 + bg(b, s)) * self.scale),
+                               where)
+
+    def _consider(self, a: int, t: int, gr: int, where: str) -> None:
+        if a + t + gr > self.best[0]:
+            self.best = (a + t + gr, a, t, gr, where)
+
+
+def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_bytes: int,
+                   accumulating: bool, tied: bool) -> tuple[int, int, int, str]:
+    """(activations, temporaries, gradients, where) at the backward's peak: the loss (the logits
+    spike), the layers in reverse, the embeddings.
+
+    The KV cache and the masks die with the forward. Autocast's weight copies are saved by the
+    graph (freed layer by layer) -- unless the layers were checkpointed, then the recompute makes
+    them again one layer at a time."""
+    E, H = prof.embed, prof.head
+    full = prof.checkpointing == "full"
+    peak = _BackwardPeak(b, s, grad_bytes=grad_bytes, accumulating=accumulating,
+                         total_param_grads=E.param_grads(b, s) + H.param_grads(b, s)
+                         + sum(r.n * r.param_grads for r in runs))
+    act = prof.inputs(b, s) + E.saved(b, s) + sum(r.n * r.kept for r in runs) + H.saved(b, s)
+    tmp = (E.autocast_copies(b, s) + H.autocast_copies(b, s)
+           + (0 if full else sum(r.n * r.copies for r in runs)))
+    pg = 0
+    peak.walk(H, act, tmp, pg, "start of backward (logits gradient)")
+    act -= H.saved(b, s)
+    tmp -= H.autocast_copies(b, s)
+    pg += H.param_grads(b, s)
+    flow = prof.layer_input(b, s)  # the hidden-state gradient passed down the layers
+    for r in reversed(runs):
+        for k in sorted({0, r.n - 1}):
+            peak.walk(r.p, act - k * r.kept, tmp + flow - (0 if full else k * r.copies),
+                      pg + k * r.param_grads, "backward through the layers")
+        act -= r.n * r.kept
+        if not full:
+            tmp -= r.n * r.copies
+        pg += r.n * r.param_grads
+    peak.walk(E, act, tmp + flow, pg, "end of backward (embedding gradient)",
+              accumulate_into=tied)
+    _, a, t, g, where = peak.best
+    return a, t, g, where
 
 
 def fmt_gb(n: int) -> str:
+    """Bytes as the summaries state them: decimal GB, two decimals."""
     return f"{n / 1e9:.2f} GB"
 
