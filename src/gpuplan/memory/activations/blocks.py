@@ -8,6 +8,8 @@ arranged pre-LN, post-LN or in parallel as the family does it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...errors import InputError
 from .spec import DECODER_ROPE, Opts, Spec
 from .symbolic import BS, BSS, ONE, Form, Graph, Tensor
@@ -147,29 +149,52 @@ def _eager_core(c: Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_c
     return g.contiguous(out, "attn_out.t")
 
 
+@dataclass
+class _QKV:
+    """Query, key and value, and whether each is laid out (b, heads, s, d) in memory (a batched
+    matmul then needs no copy of it)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    q_contig: bool
+    k_contig: bool
+    v_contig: bool
+
+
 def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     """Projections, positions, the KV cache update, the attention core and the output projection,
     per family."""
-    g, sp, o = c.g, c.sp, c.o
-    h, heads, kv, d = sp.h, sp.heads, sp.kv, sp.d
-    fam = sp.family
-    qd, kvd = heads * d, kv * d
-    dropout = sp.attn_dropout
-    # ---- projections -> q, k, v and whether each is laid out (b, heads, s, d) in memory
+    g, sp = c.g, c.sp
+    qkv = _project_qkv(c, x)
+    if c.o.cache and sp.kind == "decoder":
+        _cache_kv(g, qkv)
+    out = _attention_core(c, qkv, mask)
+    oname = {"gpt2": "c_proj", "gpt_neox": "dense", "falcon": "dense", "bert": "dense",
+             "vit": "dense", "opt": "out_proj"}.get(sp.family, "o_proj")
+    y = c.linear(out, sp.heads * sp.d, sp.h, oname)
+    g.touch(qkv.q, qkv.k, qkv.v)  # the attention forward's locals live until it returns
+    return y
+
+
+def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
+    """Each family's projections and rotary positions."""
+    g, sp = c.g, c.sp
+    h, fam = sp.h, sp.family
+    qd, kvd = sp.heads * sp.d, sp.kv * sp.d
     if fam == "gpt2":
         qkv = c.linear(x, h, 3 * h, "c_attn")
         q, k, v = g.split(qkv, [BS * h, BS * h, BS * h])
-        q_c = kv_c = False
-    elif fam in ("gpt_neox", "phi3"):
+        return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+    if fam in ("gpt_neox", "phi3"):
         name = "query_key_value" if fam == "gpt_neox" else "qkv_proj"
         qkv = c.linear(x, h, qd + 2 * kvd, name)
         q, k, v = g.split(qkv, [BS * qd, BS * kvd, BS * kvd])
         # partial-rotary implementation: rotate a slice and torch.cat it back (a new tensor)
         q = g.cat([g.add(g.scale(q), g.scale(q), "q.rope")], "q.rope_cat")
         k = g.cat([g.add(g.scale(k), g.scale(k), "k.rope")], "k.rope_cat")
-        q_c, kv_c = True, True
-        v_c = False
-    elif fam == "falcon":
+        return _QKV(q, k, v, q_contig=True, k_contig=True, v_contig=False)
+    if fam == "falcon":
         qkv = c.linear(x, h, qd + 2 * kvd, "query_key_value")
         q, k, v = g.split(qkv, [BS * qd, BS * kvd, BS * kvd])
         q = g.contiguous(q, "q.reshape")   # transpose(1, 2).reshape(...) of a strided view
@@ -177,64 +202,71 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
         v = g.contiguous(v, "v.reshape")
         q = g.add(g.scale(q), g.scale(q), "q.rope")
         k = g.add(g.scale(k), g.scale(k), "k.rope")
-        q_c = kv_c = True
-    else:
-        names = {"bert": ("query", "key", "value", "dense"),
-                 "vit": ("query", "key", "value", "dense"),
-                 "opt": ("q_proj", "k_proj", "v_proj", "out_proj")}.get(
-                     fam, ("q_proj", "k_proj", "v_proj", "o_proj"))
-        q = c.linear(x, h, qd, names[0])
-        k = c.linear(x, h, kvd, names[1])
-        v = c.linear(x, h, kvd, names[2])
-        if fam == "opt":
-            q = g.scale(q, "q.scaled")
-        if fam in DECODER_ROPE:
-            q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
-            k = g.add(g.scale(k), g.scale(k), "k.rope")
-        q_c = kv_c = False
-    if fam not in ("gpt_neox", "phi3"):
-        v_c = kv_c
-    # ---- the DynamicCache a training forward builds: K and V copied by torch.cat, held
-    if o.cache and sp.kind == "decoder":
-        k = g.cat([k], "k.cache")
-        v = g.cat([v], "v.cache")
-        g.hold(k)
-        g.hold(v)
-        kv_c = v_c = True
-    # ---- core
+        return _QKV(q, k, v, q_contig=True, k_contig=True, v_contig=True)
+    names = {"bert": ("query", "key", "value", "dense"),
+             "vit": ("query", "key", "value", "dense"),
+             "opt": ("q_proj", "k_proj", "v_proj", "out_proj")}.get(
+                 fam, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    q = c.linear(x, h, qd, names[0])
+    k = c.linear(x, h, kvd, names[1])
+    v = c.linear(x, h, kvd, names[2])
+    if fam == "opt":
+        q = g.scale(q, "q.scaled")
+    if fam in DECODER_ROPE:
+        q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
+        k = g.add(g.scale(k), g.scale(k), "k.rope")
+    return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+
+
+def _cache_kv(g: Graph, t: _QKV) -> None:
+    """The DynamicCache a training forward builds: K and V copied by torch.cat, held."""
+    t.k = g.cat([t.k], "k.cache")
+    t.v = g.cat([t.v], "v.cache")
+    g.hold(t.k)
+    g.hold(t.v)
+    t.k_contig = t.v_contig = True
+
+
+def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
+    """The attention core of the configured kernel: eager (or a math path), SDPA with an explicit
+    mask, or SDPA/flash."""
+    g, sp, o = c.g, c.sp, c.o
     if o.attention == "eager" or sp.falcon_mqa_math:
         if sp.falcon_mqa_math and o.attention == "sdpa":
-            out = _math_sdpa_mqa(c, q, k, v)
-        elif fam == "falcon":
-            out = _falcon_eager(c, q, k, v, mask)
-        else:
-            out = _eager_core(c, q, k, v, q_contig=q_c, kv_contig=kv_c and v_c,
-                              softmax_fp32=fam not in ("gpt2", "bert"), dropout=dropout, mask=mask)
-    elif o.sdpa_mask:
-        # A sliding-window mask must be passed to SDPA: flash cannot take it, CUDA runs the
-        # memory-efficient kernel, which saves the mask (once per forward, shared by the layers),
-        # and transformers expands K/V with repeat_kv (GQA in SDPA needs a mask-free call).
-        if kv < heads:
-            k = g.expand_copy(k, BS * qd, "k.repeat_kv")
-            v = g.expand_copy(v, BS * qd, "v.repeat_kv")
-        # SDPA converts the boolean mask to an additive float mask in the query dtype on every
-        # call (convert_boolean_attn_mask), and the memory-efficient kernel saves it.
-        fmask = g.saved_const(Form(bss=1), g.r.autocast or q.dt, "sdpa.float_mask")
-        g.region = "attn_core"
-        out = g.sdpa_flash(q, k, v, heads, d, kv_heads=heads, out_copy_layout=q_c,
-                           extra_saved=[fmask])
-        g.region = ""
-    else:
-        g.region = "attn_core"
-        out = g.sdpa_flash(q, k, v, heads, d, kv_heads=kv, out_copy_layout=q_c)
-        g.region = ""
-        if q_c:
-            out = g.contiguous(out, "attn_out.t")  # flash's output follows q's memory layout
-    oname = {"gpt2": "c_proj", "gpt_neox": "dense", "falcon": "dense", "bert": "dense",
-             "vit": "dense", "opt": "out_proj"}.get(fam, "o_proj")
-    y = c.linear(out, qd, h, oname)
-    g.touch(q, k, v)  # the attention forward's locals live until it returns
-    return y
+            return _math_sdpa_mqa(c, t.q, t.k, t.v)
+        if sp.family == "falcon":
+            return _falcon_eager(c, t.q, t.k, t.v, mask)
+        return _eager_core(c, t.q, t.k, t.v, q_contig=t.q_contig,
+                           kv_contig=t.k_contig and t.v_contig,
+                           softmax_fp32=sp.family not in ("gpt2", "bert"),
+                           dropout=sp.attn_dropout, mask=mask)
+    if o.sdpa_mask:
+        return _sdpa_masked(c, t)
+    g.region = "attn_core"
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=sp.kv, out_copy_layout=t.q_contig)
+    g.region = ""
+    if t.q_contig:
+        out = g.contiguous(out, "attn_out.t")  # flash's output follows q's memory layout
+    return out
+
+
+def _sdpa_masked(c: Ctx, t: _QKV) -> Tensor:
+    """A sliding-window mask must be passed to SDPA: flash cannot take it, CUDA runs the
+    memory-efficient kernel, which saves the mask (once per forward, shared by the layers), and
+    transformers expands K/V with repeat_kv (GQA in SDPA needs a mask-free call)."""
+    g, sp = c.g, c.sp
+    qd = sp.heads * sp.d
+    if sp.kv < sp.heads:
+        t.k = g.expand_copy(t.k, BS * qd, "k.repeat_kv")
+        t.v = g.expand_copy(t.v, BS * qd, "v.repeat_kv")
+    # SDPA converts the boolean mask to an additive float mask in the query dtype on every
+    # call (convert_boolean_attn_mask), and the memory-efficient kernel saves it.
+    fmask = g.saved_const(Form(bss=1), g.r.autocast or t.q.dt, "sdpa.float_mask")
+    g.region = "attn_core"
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=sp.heads,
+                       out_copy_layout=t.q_contig, extra_saved=[fmask])
+    g.region = ""
+    return out
 
 
 def _math_sdpa_mqa(c: Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
