@@ -19,7 +19,6 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
 }
 
 
-
 def lora_tensors(model: Model, rank: int, targets: tuple[str, ...] | None) -> tuple[ParamTensor, ...]:
     """The adapter tensors LoRA adds: for each targeted linear (out, in), A (r, in) and B (out, r)."""
     if not model.tensors:

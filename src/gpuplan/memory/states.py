@@ -26,7 +26,6 @@ def shard(nbytes: int, n: int) -> int:
     return -(-nbytes // n)
 
 
-
 @dataclass(frozen=True)
 class States:
     """The batch-independent part of a training job's memory (cached per model and job knobs)."""
@@ -50,6 +49,7 @@ _STATES: dict[tuple, tuple[Model, States]] = {}
 
 
 def train_states(model: Model, job: Job) -> States:
+    """The model states of ``job`` on ``model``, computed once per model and job knobs."""
     key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer)
@@ -63,37 +63,50 @@ def train_states(model: Model, job: Job) -> States:
     return st
 
 
+@dataclass(frozen=True)
+class _Trained:
+    """What is trained: the whole model, or LoRA adapters on a frozen base."""
+
+    tensors: tuple[ParamTensor, ...] | None
+    """The trainable tensors, where the layer shapes are known."""
+    count: int
+    base: int
+    """Bytes of the frozen base (0 without LoRA)."""
+    base_label: str
+    notes: tuple[str, ...]
+
+
+def _what_is_trained(model: Model, job: Job, recipe: TrainingRecipe) -> _Trained:
+    n = model.params.total
+    if job.lora_rank is None:
+        return _Trained(tensors=model.tensors or None, count=n, base=0, base_label="", notes=())
+    adapters = lora_tensors(model, job.lora_rank, job.lora_targets)
+    trainable = sum(t.total for t in adapters)
+    if job.lora_base is not None:
+        fmt = get_weight_format(job.lora_base)
+        base_bytes = weights_bytes_in_format(fmt, model.tensors, model.architecture, n)
+        base_label = f"frozen base, {fmt.name}"
+    else:
+        base_bytes = n * recipe.weight_bytes
+        base_label = f"frozen base, {recipe.weight_bytes * 8}-bit"
+    note = (f"LoRA rank {job.lora_rank}: {trainable:,} trainable parameters "
+            f"({100 * trainable / n:.2f}% of {n:,})")
+    return _Trained(tensors=adapters, count=trainable, base=base_bytes, base_label=base_label,
+                    notes=(note,))
+
+
 def _compute_states(model: Model, job: Job) -> States:
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
-    n = model.params.total
-    notes: list[str] = []
     state_b = state_bytes(recipe, job)
-
-    # What is trained: the whole model, or LoRA adapters on a frozen base.
-    if job.lora_rank is not None:
-        adapters = lora_tensors(model, job.lora_rank, job.lora_targets)
-        trainable_tensors: tuple[ParamTensor, ...] | None = adapters
-        trainable = sum(t.total for t in adapters)
-        if job.lora_base is not None:
-            fmt = get_weight_format(job.lora_base)
-            base_bytes = weights_bytes_in_format(fmt, model.tensors, model.architecture, n)
-            base_label = f"frozen base, {fmt.name}"
-        else:
-            base_bytes = n * recipe.weight_bytes
-            base_label = f"frozen base, {recipe.weight_bytes * 8}-bit"
-        notes.append(f"LoRA rank {job.lora_rank}: {trainable:,} trainable parameters "
-                     f"({100 * trainable / n:.2f}% of {n:,})")
-    else:
-        trainable_tensors = model.tensors or None
-        trainable = n
-        base_bytes = 0
-        base_label = ""
+    trained = _what_is_trained(model, job, recipe)
+    notes = list(trained.notes)
+    trainable, base_bytes, base_label = trained.count, trained.base, trained.base_label
 
     weights_trainable = trainable * recipe.weight_bytes
     grads = trainable * recipe.grad_bytes
     master = trainable * recipe.master_bytes
-    opt_bytes, opt_note = optimizer_state_bytes(opt, trainable_tensors, trainable, state_b)
+    opt_bytes, opt_note = optimizer_state_bytes(opt, trained.tensors, trainable, state_b)
     if opt_note:
         notes.append(opt_note)
 
@@ -122,10 +135,9 @@ def _compute_states(model: Model, job: Job) -> States:
     step_tmp, step_detail = optimizer_step_temporaries(
         job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
     return States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
-                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
-                   host=host, gathered=gathered, step_tmp=step_tmp, step_detail=step_detail,
-                   notes=tuple(notes))
-
+                  weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
+                  host=host, gathered=gathered, step_tmp=step_tmp, step_detail=step_detail,
+                  notes=tuple(notes))
 
 
 def _gathered_unit_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) -> int:

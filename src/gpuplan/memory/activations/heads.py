@@ -90,7 +90,6 @@ def head_block(c: Ctx, x: Tensor) -> Tensor:
     return g.cross_entropy(logits, BS, V)
 
 
-
 def infer_head(c: Ctx, x: Tensor, logits_all: bool) -> Tensor:
     """Final norm and the output head; generate() keeps the last position's logits in fp32."""
     g, sp = c.g, c.sp

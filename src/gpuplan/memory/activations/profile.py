@@ -27,7 +27,6 @@ def regime_for(precision: str) -> Regime:
     return Regime(param=2, fp16=precision == "mixed-fp16")  # mixed-bf16, mixed-fp16, bf16
 
 
-
 @dataclass(frozen=True)
 class StepProfile:
     """A model's step as formulas in (b, s): blocks, in order, with their profiles."""

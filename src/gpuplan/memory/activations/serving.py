@@ -60,7 +60,6 @@ def _prefill_profile(sp: Spec, regime: Regime, attention: str, dequant: bool, sd
     return layer, e, head
 
 
-
 def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     """The working set of serving, beyond the weights and the KV cache.
 

@@ -19,7 +19,6 @@ from .symbolic import LayerProfile
 __all__ = ["TrainActivations", "train_activations", "fmt_gb"]
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class TrainActivations:
     """Activation-dependent memory of one training micro-step, at the phases of the timeline."""
