@@ -69,10 +69,12 @@ def _gemma_rmsnorm(c: Ctx, x: Tensor, name: str) -> Tensor:
 
 
 def layernorm(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """nn.LayerNorm (native_layer_norm)."""
     return c.g.layer_norm(x, BS, c.w(c.sp.h, name), name=name)
 
 
 def norm(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """The family's norm: Gemma-2's RMSNorm, LlamaRMSNorm, or LayerNorm."""
     if c.sp.family == "gemma2":
         return _gemma_rmsnorm(c, x, name)
     if c.sp.norm == "rmsnorm":

@@ -9,6 +9,7 @@ from .symbolic import BS, Form, Tensor
 __all__ = ["embed_block", "head_block", "infer_head"]
 
 def embed_block(c: Ctx, ids: Tensor) -> Tensor:
+    """Token (and position, token-type) embeddings of each family, or ViT's patch embedding."""
     g, sp = c.g, c.sp
     h = sp.h
     if sp.kind == "vision":

@@ -51,10 +51,10 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False) 
     cache = job.use_cache and job.checkpointing != "full" and sp.kind == "decoder"
     frozen = job.lora_rank is not None
     return Opts(attention=job.attention, cache=cache, lora=lora_targets,
-                 lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
-                 quantized=frozen and job.lora_base is not None
-                 and job.lora_base.startswith(("nf4", "fp4")),
-                 frozen=frozen, sdpa_mask=sdpa_mask)
+                lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
+                quantized=frozen and job.lora_base is not None
+                and job.lora_base.startswith(("nf4", "fp4")),
+                frozen=frozen, sdpa_mask=sdpa_mask)
 
 
 @lru_cache(maxsize=512)

@@ -42,7 +42,7 @@ def _prefill_profile(sp: Spec, regime: Regime, attention: str, dequant: bool, sd
     """Layer, embeddings and head replayed under torch.inference_mode(): nothing is saved, every
     tensor dies after its last use; what remains is each op's working set."""
     o = Opts(attention=attention, cache=False, lora=frozenset(), lora_rank=0, lora_dropout=0.0,
-              quantized=dequant, frozen=True, sdpa_mask=sdpa_mask)
+             quantized=dequant, frozen=True, sdpa_mask=sdpa_mask)
     g = Graph(regime)
     c = Ctx(g, sp, o)
     x = g.input(BS * sp.h, regime.param, grad=False, name="hidden")
