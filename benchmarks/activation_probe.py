@@ -1,7 +1,7 @@
 """Measure what a real transformers training step keeps alive, op by op, on the CPU.
 
-This is the measurement the analytic activation model (``gpuplan.activations``) was derived from
-and is checked against (``tests/test_activations_probe.py`` runs a few small cases). It runs a
+This is the measurement the analytic activation model (``gpuplan.memory.activations``) was derived
+from and is checked against (``tests/test_activations_probe.py`` runs a few small cases). It runs a
 real Hugging Face model with real tensors and records
 
 * every tensor saved for backward (``torch.autograd.graph.saved_tensors_hooks``), attributed to

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan import activations as A
+from gpuplan.memory import activations as A
 from gpuplan.errors import InputError
 from gpuplan.job import Job
 from gpuplan.memory import train_memory

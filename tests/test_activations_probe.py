@@ -24,7 +24,7 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import activation_probe as P  # noqa: E402
 
-from gpuplan import activations as A  # noqa: E402
+from gpuplan.memory import activations as A  # noqa: E402
 from gpuplan.job import Job  # noqa: E402
 from gpuplan.memory import train_memory  # noqa: E402
 from gpuplan.models import Model, ParamCounts  # noqa: E402

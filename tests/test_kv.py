@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplan import activations as A
 from gpuplan.errors import InputError
 from gpuplan.formats import WEIGHT_FORMATS
 from gpuplan.job import Job
 from gpuplan.memory import infer_memory
+from gpuplan.memory.activations import infer_activations
+from gpuplan.memory.kv import kv_cache_bytes
 from gpuplan.models import load_model
 
 
 def kv(name, **kw):
     m = load_model(name)
     job = Job(model=m, mode="infer", **kw)
-    return m, job, A.kv_cache_bytes(m, job, kv_dtype=kw.get("kv_dtype") or "bf16")
+    return m, job, kv_cache_bytes(m, job, kv_dtype=kw.get("kv_dtype") or "bf16")
 
 
 def test_llama31_8b_gqa_128kib_per_token():
@@ -80,8 +81,8 @@ def test_prefill_logits_for_every_position_or_the_last():
     # and vLLM only the last position's
     m = load_model("llama-3.1-8b")
     bf16 = WEIGHT_FORMATS["bf16"]
-    last = A.infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096), bf16)
-    allp = A.infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096,
+    last = infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096), bf16)
+    allp = infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096,
                                       prefill_logits="all"), bf16)
     V = 128256
     assert allp.prefill_bytes >= 4 * 4096 * V * (2 + 4)
@@ -91,7 +92,7 @@ def test_prefill_logits_for_every_position_or_the_last():
 def test_tensor_parallel_splits_kv_heads_but_never_below_one_head():
     m = load_model("llama-3.1-70b")  # 8 KV heads
     job = Job(model=m, mode="infer", batch=1, seq=1024)
-    full = A.kv_cache_bytes(m, job, kv_dtype="bf16")
+    full = kv_cache_bytes(m, job, kv_dtype="bf16")
     tp8 = infer_memory(m, job, tensor_parallel=8)
     tp16 = infer_memory(m, job, tensor_parallel=16)
     assert tp8.kv_cache_full_bytes == full // 8
@@ -134,7 +135,7 @@ def test_real_transformers_cache_equals_the_formula():
     cache = out.past_key_values
     real = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
     job = Job(model=m, mode="infer", batch=3, seq=50)
-    assert real == A.kv_cache_bytes(m, job, kv_dtype="bf16")
+    assert real == kv_cache_bytes(m, job, kv_dtype="bf16")
 
 
 def test_sliding_window_convention_against_transformers():
@@ -144,7 +145,7 @@ def test_sliding_window_convention_against_transformers():
     with torch.inference_mode():
         out = model(input_ids=torch.randint(0, 300, (2, 50)), use_cache=True)
     real = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)
-    ours = A.kv_cache_bytes(m, Job(model=m, mode="infer", batch=2, seq=50), kv_dtype="bf16")
+    ours = kv_cache_bytes(m, Job(model=m, mode="infer", batch=2, seq=50), kv_dtype="bf16")
     one_token_per_layer = 2 * 2 * 32 * 2 * 2 * 3  # K+V x kv heads x dims x bytes x batch x layers
     assert ours == 2 * 2 * 32 * 2 * 2 * 16 * 3
     assert real == ours - one_token_per_layer

@@ -8,7 +8,7 @@ from gpuplan.errors import InputError
 from gpuplan.job import Job
 from gpuplan.memory import infer_memory, train_memory
 from gpuplan.models import load_model
-from gpuplan.overhead import runtime_overhead
+from gpuplan.memory.overhead import runtime_overhead
 from gpuplan.units import MiB
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .activations import seq_for
+from .memory.shape import seq_for
 from .fit import Plan
 from .job import Job
 from .models import Model

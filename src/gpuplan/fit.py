@@ -14,7 +14,7 @@ from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
 from .models import Model, load_model
-from .overhead import OverheadLevel
+from .memory.overhead import OverheadLevel
 
 if TYPE_CHECKING:  # pragma: no cover
     from .solver import Suggestion, Suggestions

@@ -28,7 +28,7 @@ from .hardware import GPU, all_gpus
 from .job import Job, default_seq, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .models import Model
-from .overhead import OverheadLevel
+from .memory.overhead import OverheadLevel
 from .units import format_bytes
 
 __all__ = ["Change", "Suggestion", "Suggestions", "suggest", "max_batch", "max_seq",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import InputError
-from .units import MiB
+from ..errors import InputError
+from ..units import MiB
 
 __all__ = ["OverheadItem", "Overhead", "OverheadLevel", "runtime_overhead", "LEVELS",
            "OVERRIDABLE"]

@@ -2,8 +2,8 @@
 sequence length.
 
 The activation model is not a closed-form guess. Each model family's forward pass is written out
-op by op (``gpuplan.activations``, mirroring the transformers code it describes), and this module
-replays it the way PyTorch would on a CUDA device:
+op by op (:mod:`.blocks` and :mod:`.heads`, mirroring the transformers code it describes), and
+this module replays it the way PyTorch would on a CUDA device:
 
 * every op allocates its outputs, saves for backward exactly the tensors its autograd formula
   saves (``linear`` its input, ``silu`` its input, ``softmax`` its output, ``mul`` each operand
@@ -478,36 +478,56 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     forward just before the backward (full checkpointing): the caller then keeps only the block's
     input.
     """
-    ops = g.ops
     prof = LayerProfile()
+    region_inputs = _region_inputs(g.ops, drop_region) if drop_region else set()
+    # under torch.inference_mode() nothing is kept for a backward
+    keep = set() if inference else _kept_for_backward(g, region_inputs, drop_region)
+    inputs_kept = _measure_storages(g, keep, drop_region, prof)
     out_st = {id(t.st) for t in outputs if t.st is not None} | g.kept
+    fwd = _forward(g, keep, out_st, debug)
+    prof.fwd_points = prune(fwd)
+    if inference:
+        return prof
+    back = _Backward(g, outputs, prof, keep, region_inputs, param_grad_dt=param_grad_dt,
+                     drop_region=drop_region, recompute=recompute, debug=debug)
+    back.run(g.ops, fwd, inputs_kept)
+    return prof
 
-    # Selective recompute keeps the region's inputs (Q, K, V for the attention core) so that the
-    # region can be re-run; what the region saves itself is dropped.
-    region_inputs: set[int] = set()
-    if drop_region:
-        producer: dict[int, int] = {}
-        for i, op in enumerate(ops):
-            for t in op.outputs:
-                if t.st is not None:
-                    producer.setdefault(id(t.st), i)
-        for op in ops:
-            if op.region == drop_region:
-                for t in op.inputs:
-                    if t.st is None or t.param:
-                        continue
-                    p = producer.get(id(t.st))
-                    if (p is None or ops[p].region != drop_region) and t.st.cat in ("act", "input"):
-                        region_inputs.add(id(t.st))
 
-    # The storages the forward keeps for the backward: saved by an op outside the dropped
-    # region, or an input of that region (under torch.inference_mode() nothing is kept).
-    keep: set[int] = set()
-    if not inference:
-        keep = region_inputs | {
-            id(st) for st in g.storages
-            if any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)}
+def _region_inputs(ops: list[_Op], region: str) -> set[int]:
+    """Selective recompute keeps the region's inputs (Q, K, V for the attention core) so that the
+    region can be re-run: the storages of activations and block inputs that ops of the region
+    read and no op of the region made."""
+    producer: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        for t in op.outputs:
+            if t.st is not None:
+                producer.setdefault(id(t.st), i)
+    found: set[int] = set()
+    for op in ops:
+        if op.region != region:
+            continue
+        for t in op.inputs:
+            if t.st is None or t.param:
+                continue
+            p = producer.get(id(t.st))
+            if (p is None or ops[p].region != region) and t.st.cat in ("act", "input"):
+                found.add(id(t.st))
+    return found
 
+
+def _kept_for_backward(g: Graph, region_inputs: set[int], drop_region: str) -> set[int]:
+    """The storages the forward keeps for the backward: saved by an op outside the dropped
+    region, or an input of that region."""
+    ops = g.ops
+    return region_inputs | {
+        id(st) for st in g.storages
+        if any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)}
+
+
+def _measure_storages(g: Graph, keep: set[int], drop_region: str, prof: LayerProfile) -> Form:
+    """Fill the profile's sizes (saved, autocast copies, held, the dropped region's saved bytes);
+    return the bytes of the block's inputs among the saved ones."""
     inputs_kept = ZERO
     for st in g.storages:
         if st.cat == "autocast":
@@ -520,8 +540,15 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             prof.region_saved = prof.region_saved + st.nbytes
         if st.held and st.cat == "act" and not (st.saved_by and id(st) in keep):
             prof.held = prof.held + st.nbytes
+    return inputs_kept
 
-    # ---- forward: allocate outputs, free what is neither saved, held nor used again ---------
+
+def _forward(g: Graph, keep: set[int], out_st: set[int],
+             debug: list | None) -> list[tuple[Form, Form]]:
+    """The forward: each op allocates its outputs, then what is neither saved, held, an output of
+    the block nor used again is freed. Returns (kept-for-backward, other live) bytes before the
+    first op and at each op."""
+    ops = g.ops
     last_use: dict[int, int] = {}
     for i, op in enumerate(ops):
         for t in (*op.inputs, *op.live):
@@ -560,103 +587,133 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
             if last_use.get(id(st), -1) <= i:
                 alive.discard(id(st))
                 tmp = tmp - st.nbytes
-    prof.fwd_points = prune([(a, t) for a, t in fwd])
-    if inference:
-        return prof
+    return fwd
 
-    # ---- backward ---------------------------------------------------------------------------
-    # Relative to the state before it: the block's kept saved tensors, its autocast copies and
-    # the gradients of its outputs are already counted by the caller.
-    grads: dict[int, Form] = {}
-    for t in outputs:
-        if t.grad:
-            grads[id(_root(t))] = t.nbytes
-    pending: dict[int, int] = {}
-    for st in g.storages:
-        if st.saved_by and (st.cat == "autocast" or id(st) in keep or recompute):
-            pending[id(st)] = len(st.saved_by)
-        elif id(st) in region_inputs:
-            pending[id(st)] = 0
-    act = ZERO
-    tmp = ZERO
-    pgrad = ZERO
-    points: list[tuple[Form, Form, Form, Form]] = []
-    if recompute:
-        # Full checkpointing: the caller holds only the block input; re-run the forward first.
-        for a, t in fwd:
-            points.append((a - inputs_kept, t, ZERO, ZERO))
-        act = prof.saved - inputs_kept
-        tmp = prof.autocast_copies
-    recomputed = False
-    for i in range(len(ops) - 1, -1, -1):
-        op = ops[i]
+
+def _promotion_copy(op: _Op) -> Form:
+    """Type promotion (a 16-bit operand times an fp32 one): the operand's gradient is computed in
+    the output dtype first, then cast down -- both exist for a moment."""
+    out_dt = max((t.dt for t in op.outputs if t.grad), default=0)
+    promo = ZERO
+    if op.promotes:
+        for t in op.inputs:
+            if t.grad and not t.param and t.dt < out_dt:
+                promo = promo + t.numel * out_dt
+    return promo
+
+
+class _Backward:
+    """The backward walk of one block, relative to the state before it: the block's kept saved
+    tensors, its autocast copies and the gradients of its outputs are already counted by the
+    caller. Candidate points are (activations, temporaries, parameter gradients, new parameter
+    gradients)."""
+
+    def __init__(self, g: Graph, outputs: list[Tensor], prof: LayerProfile, keep: set[int],
+                 region_inputs: set[int], *, param_grad_dt: int, drop_region: str,
+                 recompute: bool, debug: list | None) -> None:
+        self.prof, self.keep, self.param_grad_dt = prof, keep, param_grad_dt
+        self.drop_region, self.recompute, self.debug = drop_region, recompute, debug
+        self.grads: dict[int, Form] = {}
+        for t in outputs:
+            if t.grad:
+                self.grads[id(_root(t))] = t.nbytes
+        # saved storages still waiting for their last user's backward
+        self.pending: dict[int, int] = {}
+        for st in g.storages:
+            if st.saved_by and (st.cat == "autocast" or id(st) in keep or recompute):
+                self.pending[id(st)] = len(st.saved_by)
+            elif id(st) in region_inputs:
+                self.pending[id(st)] = 0
+        self.act = ZERO
+        self.tmp = ZERO
+        self.pgrad = ZERO
+        self.points: list[tuple[Form, Form, Form, Form]] = []
+        self.recomputed = False
+
+    def run(self, ops: list[_Op], fwd: list[tuple[Form, Form]], inputs_kept: Form) -> None:
+        prof = self.prof
+        if self.recompute:
+            # Full checkpointing: the caller holds only the block input; re-run the forward first.
+            for a, t in fwd:
+                self.points.append((a - inputs_kept, t, ZERO, ZERO))
+            self.act = prof.saved - inputs_kept
+            self.tmp = prof.autocast_copies
+        for op in reversed(ops):
+            self._gradients(op)
+            self._release_saved(op)
+        prof.grad_out = ZERO
+        for f in self.grads.values():
+            prof.grad_out = prof.grad_out + f
+        prof.param_grads = self.pgrad
+        self.points.append((self.act, self.tmp, self.pgrad, ZERO))
+        prof.bwd_points = prune([(a, t, p) for a, t, p, _ in self.points])
+        prof.bwd_points_acc = prune([(a, t + n, ZERO) for a, t, _, n in self.points])
+
+    def _gradients(self, op: _Op) -> None:
+        """The op's backward, when a gradient reaches it: its inputs' gradients are allocated,
+        its outputs' gradients freed."""
+        grads = self.grads
         out_keys = {id(_root(t)) for t in op.outputs if t.grad}
-        if any(k in grads for k in out_keys):
-            if drop_region and op.region == drop_region and not recomputed:
-                recomputed = True
-                act = act + prof.region_saved
-                points.append((act, tmp, pgrad, ZERO))
-            new = ZERO
-            accum = ZERO
-            new_param = ZERO
-            new_keys: dict[int, Form] = {}
-            if op.split_grad:
-                k = id(_root(op.inputs[0]))
-                if k in grads:
-                    accum = accum + op.inputs[0].nbytes
-                else:
-                    new_keys[k] = op.inputs[0].nbytes
+        if not any(k in grads for k in out_keys):
+            return
+        if self.drop_region and op.region == self.drop_region and not self.recomputed:
+            self.recomputed = True
+            self.act = self.act + self.prof.region_saved
+            self.points.append((self.act, self.tmp, self.pgrad, ZERO))
+        new_keys, accum, new_param = self._input_gradients(op)
+        new = ZERO
+        for f in new_keys.values():
+            new = new + f
+        self.points.append((self.act, self.tmp + new + accum + _promotion_copy(op) + op.bwd_temp,
+                            self.pgrad + new_param, new_param))
+        if self.debug is not None:
+            self.debug.append((op.name, self.points[-1]))
+        grads.update(new_keys)
+        self.tmp = self.tmp + new
+        self.pgrad = self.pgrad + new_param
+        in_keys = {id(_root(t)) for t in op.inputs}
+        for k in out_keys:
+            if k in grads and k not in in_keys:
+                self.tmp = self.tmp - grads.pop(k)
+
+    def _input_gradients(self, op: _Op) -> tuple[dict[int, Form], Form, Form]:
+        """New activation gradients by storage, the bytes summed into pending ones (a tensor that
+        feeds several ops), and new parameter-gradient bytes."""
+        accum = ZERO
+        new_param = ZERO
+        new_keys: dict[int, Form] = {}
+        if op.split_grad:
+            k = id(_root(op.inputs[0]))
+            if k in self.grads:
+                accum = accum + op.inputs[0].nbytes
             else:
-                for t in op.inputs:
-                    if not t.grad:
-                        continue
-                    if t.param:
-                        new_param = new_param + t.numel * param_grad_dt
-                        continue
-                    k = id(_root(t))
-                    if k in grads or k in new_keys:
-                        accum = accum + t.nbytes
-                    else:
-                        new_keys[k] = t.nbytes
-            for f in new_keys.values():
-                new = new + f
-            # type promotion (a 16-bit operand times an fp32 one): the operand's gradient is
-            # computed in the output dtype first, then cast down -- both exist for a moment
-            out_dt = max((t.dt for t in op.outputs if t.grad), default=0)
-            promo = ZERO
-            if op.promotes:
-                for t in op.inputs:
-                    if t.grad and not t.param and t.dt < out_dt:
-                        promo = promo + t.numel * out_dt
-            points.append((act, tmp + new + accum + promo + op.bwd_temp, pgrad + new_param,
-                           new_param))
-            if debug is not None:
-                debug.append((op.name, points[-1]))
-            for k, f in new_keys.items():
-                grads[k] = f
-            tmp = tmp + new
-            pgrad = pgrad + new_param
-            in_keys = {id(_root(t)) for t in op.inputs}
-            for k in out_keys:
-                if k in grads and k not in in_keys:
-                    tmp = tmp - grads.pop(k)
+                new_keys[k] = op.inputs[0].nbytes
+            return new_keys, accum, new_param
+        for t in op.inputs:
+            if not t.grad:
+                continue
+            if t.param:
+                new_param = new_param + t.numel * self.param_grad_dt
+                continue
+            k = id(_root(t))
+            if k in self.grads or k in new_keys:
+                accum = accum + t.nbytes
+            else:
+                new_keys[k] = t.nbytes
+        return new_keys, accum, new_param
+
+    def _release_saved(self, op: _Op) -> None:
+        """Saved tensors are freed once their last user's backward has run."""
         for st in op.saved:
             k = id(st)
-            if k not in pending:
+            if k not in self.pending:
                 continue
-            pending[k] -= 1
-            if pending[k]:
+            self.pending[k] -= 1
+            if self.pending[k]:
                 continue
-            del pending[k]
+            del self.pending[k]
             if st.cat == "autocast":
-                tmp = tmp - st.nbytes
-            elif st.cat in ("act", "input") and (id(st) in keep or recomputed or recompute):
-                act = act - st.nbytes
-    prof.grad_out = ZERO
-    for f in grads.values():
-        prof.grad_out = prof.grad_out + f
-    prof.param_grads = pgrad
-    points.append((act, tmp, pgrad, ZERO))
-    prof.bwd_points = prune([(a, t, p) for a, t, p, _ in points])
-    prof.bwd_points_acc = prune([(a, t + n, ZERO) for a, t, _, n in points])
-    return prof
+                self.tmp = self.tmp - st.nbytes
+            elif st.cat in ("act", "input") and (k in self.keep or self.recomputed
+                                                 or self.recompute):
+                self.act = self.act - st.nbytes

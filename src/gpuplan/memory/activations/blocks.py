@@ -1,0 +1,423 @@
+"""One transformer layer per family, op by op, each mirroring the transformers code it names.
+
+The forward is recorded on a :class:`~.symbolic.Graph`; :func:`~.symbolic.simulate` replays it.
+A layer is norms, attention (projections, positions, the KV cache a training forward builds, the
+attention core of the configured kernel, the output projection) and an MLP or a sparse MoE block,
+arranged pre-LN, post-LN or in parallel as the family does it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import InputError
+from .spec import DECODER_ROPE, Opts, Spec
+from .symbolic import BS, BSS, ONE, Form, Graph, Tensor
+
+__all__ = ["Ctx", "norm", "layernorm", "activation", "transformer_layer"]
+
+class Ctx:
+    """What a block is recorded with: the graph, the architecture and the job's options."""
+
+    def __init__(self, g: Graph, sp: Spec, o: Opts) -> None:
+        self.g, self.sp, self.o = g, sp, o
+
+    def w(self, numel: int, name: str = "w") -> Tensor:
+        return self.g.param(numel, name, trainable=not self.o.frozen)
+
+    def linear(self, x: Tensor, fan_in: int, fan_out: int, module: str) -> Tensor:
+        """A block linear, with a LoRA adapter when targeted (PEFT's forward: base(x) +
+        lora_B(lora_A(dropout(x))) * scaling)."""
+        g, o = self.g, self.o
+        quant = fan_in * fan_out * 2 if (o.quantized and o.frozen) else 0
+        y = g.linear(x, self.w(fan_in * fan_out, module), BS * fan_out, name=module,
+                     quantized=quant)
+        if o.lora_rank and (module in o.lora or "all-linear" in o.lora):
+            r = o.lora_rank
+            xd = g.dropout(x, o.lora_dropout, name=module + ".lora_dropout")
+            a = g.linear(xd, g.param(fan_in * r, module + ".lora_A"), BS * r, name=module + ".A")
+            bb = g.linear(a, g.param(r * fan_out, module + ".lora_B"), BS * fan_out,
+                          name=module + ".B")
+            y = g.add(y, g.scale(bb, module + ".scaling"), name=module + ".lora_add")
+        return y
+
+
+def _rms_normed(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """The part every RMSNorm shares: x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)."""
+    g = c.g
+    xf = g.to(x, 4)
+    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
+    m = g.reduce(p, BS, name + ".mean")
+    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
+    return g.mul(xf, r, out=BS * c.sp.h, name=name + ".normed")
+
+
+def _rmsnorm(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
+    g, h = c.g, c.sp.h
+    nd = g.to(_rms_normed(c, x, name), x.dt)
+    return g.mul(c.w(h, name), nd, out=BS * h, name=name)
+
+
+def _gemma_rmsnorm(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """Gemma2RMSNorm: n = norm(x.float()); (n * (1 + weight.float())).type_as(x)."""
+    g, h = c.g, c.sp.h
+    n = _rms_normed(c, x, name)
+    w1 = g.scale(g.to(c.w(h, name), 4), name + ".1+w")
+    y = g.mul(n, w1, out=BS * h, name=name)
+    return g.to(y, x.dt)
+
+
+def layernorm(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """nn.LayerNorm (native_layer_norm)."""
+    return c.g.layer_norm(x, BS, c.w(c.sp.h, name), name=name)
+
+
+def norm(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """The family's norm: Gemma-2's RMSNorm, LlamaRMSNorm, or LayerNorm."""
+    if c.sp.family == "gemma2":
+        return _gemma_rmsnorm(c, x, name)
+    if c.sp.norm == "rmsnorm":
+        return _rmsnorm(c, x, name)
+    return layernorm(c, x, name)
+
+
+def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
+    """ACT2FN[hidden_act]: silu / exact gelu / tanh-gelu save their input; relu its output;
+    gelu_new is composed of elementwise ops (transformers' NewGELUActivation)."""
+    g, act = c.g, c.sp.act
+    if c.sp.family == "falcon":
+        act = "gelu"  # FalconMLP uses nn.GELU()
+    if act in ("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"):
+        return g.unary_saves_input(x, name)
+    if act == "relu":
+        return g.unary_saves_output(x, name)
+    if act in ("gelu_new", "gelu_fast"):
+        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x.pow(3)))), evaluated left to right:
+        # 0.5 * x first, held while the bracket is computed; x is the function's argument
+        t7 = g.scale(x, name + ".half")
+        t1 = g.unary_saves_input(x, name + ".pow", fp32=True)
+        t3 = g.add(x, g.scale(t1), name + ".inner")
+        t5 = g.unary_saves_output(g.scale(t3), name + ".tanh")
+        t6 = g.scale(t5, name + ".1+tanh")
+        y = g.mul(t7, t6, name=name)
+        g.touch(x)
+        return y
+    if act == "quick_gelu":
+        s = g.unary_saves_output(g.scale(x), name + ".sigmoid")
+        return g.mul(x, s, name=name)
+    raise InputError(f"activation function {act!r} is not modeled (silu, gelu, gelu_new, "
+                     "gelu_pytorch_tanh, relu, quick_gelu are)")
+
+
+def _eager_core(c: Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_contig: bool,
+                softmax_fp32: bool, dropout: float, mask: Tensor | None) -> Tensor:
+    """eager_attention_forward: repeat_kv, q @ k^T * scaling (+ mask), softmax, dropout, @ v.
+
+    ``torch.matmul`` reshapes its 4-D operands to 3-D: an operand whose memory is not laid out
+    (batch, heads, seq, dim) is copied, and that copy is what matmul saves. The output (batch,
+    heads, seq, dim) is transposed and made contiguous for the output projection (a copy)."""
+    g, sp = c.g, c.sp
+    heads, d = sp.heads, sp.d
+    groups = heads // max(sp.kv, 1)
+    q2 = q if q_contig else g.contiguous(q, "q.bmm")
+    if groups > 1:
+        k2 = g.expand_copy(k, BS * (heads * d), "k.repeat_kv")
+        v2 = g.expand_copy(v, BS * (heads * d), "v.repeat_kv")
+    else:
+        k2 = k if kv_contig else g.contiguous(k, "k.bmm")
+        v2 = v if kv_contig else g.contiguous(v, "v.bmm")
+    # the recompute region of selective checkpointing (Korthikanti et al. sec. 4.2): from the
+    # batched-matmul-ready Q, K, V to the attention output; its s^2 tensors are not kept
+    g.region = "attn_core"
+    scores = g.matmul(q2, k2, BSS * heads, "scores")
+    scores = g.scale(scores, "scores.scaled")
+    if sp.softcap_attn:
+        scores = g.unary_saves_output(g.scale(scores, "softcap.div"), "softcap.tanh")
+        scores = g.scale(scores, "softcap.mul")
+    if mask is not None:
+        scores = g.add(scores, mask, "scores.masked")
+    if softmax_fp32:
+        probs = g.softmax(scores, dt=4, name="softmax")
+        probs = g.to(probs, q2.dt if not g.r.autocast else g.r.autocast)
+    else:
+        probs = g.softmax(scores, name="softmax")
+        if sp.family == "gpt2":
+            probs = g.to(probs, v2.dt)  # attn_weights.type(value.dtype)
+    probs = g.dropout(probs, dropout, "attn_dropout")
+    g.keep(probs)  # returned as attn_weights; the layer unpacks it into a local (`x, _ = ...`)
+    out = g.matmul(probs, v2, BS * (heads * d), "attn_out")
+    g.region = ""
+    return g.contiguous(out, "attn_out.t")
+
+
+@dataclass
+class _QKV:
+    """Query, key and value, and whether each is laid out (b, heads, s, d) in memory (a batched
+    matmul then needs no copy of it)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    q_contig: bool
+    k_contig: bool
+    v_contig: bool
+
+
+def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
+    """Projections, positions, the KV cache update, the attention core and the output projection,
+    per family."""
+    g, sp = c.g, c.sp
+    qkv = _project_qkv(c, x)
+    if c.o.cache and sp.kind == "decoder":
+        _cache_kv(g, qkv)
+    out = _attention_core(c, qkv, mask)
+    oname = {"gpt2": "c_proj", "gpt_neox": "dense", "falcon": "dense", "bert": "dense",
+             "vit": "dense", "opt": "out_proj"}.get(sp.family, "o_proj")
+    y = c.linear(out, sp.heads * sp.d, sp.h, oname)
+    g.touch(qkv.q, qkv.k, qkv.v)  # the attention forward's locals live until it returns
+    return y
+
+
+def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
+    """Each family's projections and rotary positions."""
+    g, sp = c.g, c.sp
+    h, fam = sp.h, sp.family
+    qd, kvd = sp.heads * sp.d, sp.kv * sp.d
+    if fam == "gpt2":
+        qkv = c.linear(x, h, 3 * h, "c_attn")
+        q, k, v = g.split(qkv, [BS * h, BS * h, BS * h])
+        return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+    if fam in ("gpt_neox", "phi3"):
+        name = "query_key_value" if fam == "gpt_neox" else "qkv_proj"
+        qkv = c.linear(x, h, qd + 2 * kvd, name)
+        q, k, v = g.split(qkv, [BS * qd, BS * kvd, BS * kvd])
+        # partial-rotary implementation: rotate a slice and torch.cat it back (a new tensor)
+        q = g.cat([g.add(g.scale(q), g.scale(q), "q.rope")], "q.rope_cat")
+        k = g.cat([g.add(g.scale(k), g.scale(k), "k.rope")], "k.rope_cat")
+        return _QKV(q, k, v, q_contig=True, k_contig=True, v_contig=False)
+    if fam == "falcon":
+        qkv = c.linear(x, h, qd + 2 * kvd, "query_key_value")
+        q, k, v = g.split(qkv, [BS * qd, BS * kvd, BS * kvd])
+        q = g.contiguous(q, "q.reshape")   # transpose(1, 2).reshape(...) of a strided view
+        k = g.contiguous(k, "k.reshape")
+        v = g.contiguous(v, "v.reshape")
+        q = g.add(g.scale(q), g.scale(q), "q.rope")
+        k = g.add(g.scale(k), g.scale(k), "k.rope")
+        return _QKV(q, k, v, q_contig=True, k_contig=True, v_contig=True)
+    names = {"bert": ("query", "key", "value", "dense"),
+             "vit": ("query", "key", "value", "dense"),
+             "opt": ("q_proj", "k_proj", "v_proj", "out_proj")}.get(
+                 fam, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    q = c.linear(x, h, qd, names[0])
+    k = c.linear(x, h, kvd, names[1])
+    v = c.linear(x, h, kvd, names[2])
+    if fam == "opt":
+        q = g.scale(q, "q.scaled")
+    if fam in DECODER_ROPE:
+        q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
+        k = g.add(g.scale(k), g.scale(k), "k.rope")
+    return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+
+
+def _cache_kv(g: Graph, t: _QKV) -> None:
+    """The DynamicCache a training forward builds: K and V copied by torch.cat, held."""
+    t.k = g.cat([t.k], "k.cache")
+    t.v = g.cat([t.v], "v.cache")
+    g.hold(t.k)
+    g.hold(t.v)
+    t.k_contig = t.v_contig = True
+
+
+def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
+    """The attention core of the configured kernel: eager (or a math path), SDPA with an explicit
+    mask, or SDPA/flash."""
+    g, sp, o = c.g, c.sp, c.o
+    if o.attention == "eager" or sp.falcon_mqa_math:
+        if sp.falcon_mqa_math and o.attention == "sdpa":
+            return _math_sdpa_mqa(c, t.q, t.k, t.v)
+        if sp.family == "falcon":
+            return _falcon_eager(c, t.q, t.k, t.v, mask)
+        return _eager_core(c, t.q, t.k, t.v, q_contig=t.q_contig,
+                           kv_contig=t.k_contig and t.v_contig,
+                           softmax_fp32=sp.family not in ("gpt2", "bert"),
+                           dropout=sp.attn_dropout, mask=mask)
+    if o.sdpa_mask:
+        return _sdpa_masked(c, t)
+    g.region = "attn_core"
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=sp.kv, out_copy_layout=t.q_contig)
+    g.region = ""
+    if t.q_contig:
+        out = g.contiguous(out, "attn_out.t")  # flash's output follows q's memory layout
+    return out
+
+
+def _sdpa_masked(c: Ctx, t: _QKV) -> Tensor:
+    """A sliding-window mask must be passed to SDPA: flash cannot take it, CUDA runs the
+    memory-efficient kernel, which saves the mask (once per forward, shared by the layers), and
+    transformers expands K/V with repeat_kv (GQA in SDPA needs a mask-free call)."""
+    g, sp = c.g, c.sp
+    qd = sp.heads * sp.d
+    if sp.kv < sp.heads:
+        t.k = g.expand_copy(t.k, BS * qd, "k.repeat_kv")
+        t.v = g.expand_copy(t.v, BS * qd, "v.repeat_kv")
+    # SDPA converts the boolean mask to an additive float mask in the query dtype on every
+    # call (convert_boolean_attn_mask), and the memory-efficient kernel saves it.
+    fmask = g.saved_const(Form(bss=1), g.r.autocast or t.q.dt, "sdpa.float_mask")
+    g.region = "attn_core"
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=sp.heads,
+                       out_copy_layout=t.q_contig, extra_saved=[fmask])
+    g.region = ""
+    return out
+
+
+def _math_sdpa_mqa(c: Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """SDPA's math kernel (Falcon's one K/V head with an explicit mask rules out flash and
+    memory-efficient attention): 16-bit inputs are computed in fp32; q, K and V broadcast to
+    every head are copied in fp32 and saved with the fp32 softmax."""
+    g, sp = c.g, c.sp
+    heads, d = sp.heads, sp.d
+    g.region = "attn_core"
+    qf = g.contiguous(g.to(q, 4), "q.math")
+    kf = g.expand_copy(g.to(k, 4), BS * (heads * d), "k.math")
+    vf = g.expand_copy(g.to(v, 4), BS * (heads * d), "v.math")
+    scores = g.matmul(qf, kf, BSS * heads, "scores", autocast=False)
+    probs = g.softmax(g.add(scores, scores, "scores.masked"), dt=4, name="softmax")
+    out = g.matmul(probs, vf, BS * (heads * d), "attn_out", autocast=False)
+    g.region = ""
+    out = g.to(out, g.r.autocast or q.dt)
+    return g.contiguous(out, "attn_out.t")
+
+
+def _falcon_eager(c: Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """Falcon's own eager path: scores in the hidden dtype, broadcast over K/V heads."""
+    g, sp = c.g, c.sp
+    heads, d = sp.heads, sp.d
+    g.region = "attn_core"
+    if sp.kv < heads:  # broadcasting matmul: K and V expanded to every head and copied
+        k = g.expand_copy(k, BS * (heads * d), "k.broadcast")
+        v = g.expand_copy(v, BS * (heads * d), "v.broadcast")
+    scores = g.matmul(q, k, BSS * heads, "scores")
+    scores = g.add(scores, mask if mask is not None else scores, "scores.masked")
+    probs = g.softmax(scores, dt=4 if g.r.autocast else q.dt, name="softmax")
+    out = g.matmul(probs, v, BS * (heads * d), "attn_out")
+    g.region = ""
+    return g.contiguous(out, "attn_out.t")
+
+
+def _mlp(c: Ctx, x: Tensor) -> Tensor:
+    g, sp = c.g, c.sp
+    h, inter, fam = sp.h, sp.inter, sp.family
+    if fam == "phi3":
+        gu = c.linear(x, h, 2 * inter, "gate_up_proj")
+        gate, up = g.split(gu, [BS * inter, BS * inter])
+        y = g.mul(up, activation(c, gate, "act"), name="act*up")
+        return c.linear(y, inter, h, "down_proj")
+    if fam in DECODER_ROPE:
+        gate = c.linear(x, h, inter, "gate_proj")
+        up = c.linear(x, h, inter, "up_proj")
+        y = g.mul(activation(c, gate, "act"), up, name="act*up")
+        return c.linear(y, inter, h, "down_proj")
+    names = {"gpt2": ("c_fc", "c_proj"), "gpt_neox": ("dense_h_to_4h", "dense_4h_to_h"),
+             "falcon": ("dense_h_to_4h", "dense_4h_to_h"), "opt": ("fc1", "fc2"),
+             "bert": ("intermediate.dense", "output.dense"),
+             "vit": ("intermediate.dense", "output.dense")}[fam]
+    y = activation(c, c.linear(x, h, inter, names[0]), "act")
+    return c.linear(y, inter, h, names[1])
+
+
+def _moe(c: Ctx, x: Tensor) -> Tensor:
+    """A sparse MoE block with transformers' default grouped_mm experts (dropless: the b*s*k
+    token-expert pairs are gathered, sorted by expert, and run as grouped matmuls; the routed
+    total is b*s*k rows however unevenly they fall on experts)."""
+    g, sp = c.g, c.sp
+    h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
+    # router: F.linear(x, gate.weight), softmax in fp32, top-k (+ renormalize)
+    logits = g.linear(x, c.w(E * h, "router"), BS * E, name="router")
+    if sp.family == "mixtral":
+        probs = g.softmax(g.to(logits, 4), name="router.softmax")
+    else:
+        probs = g.softmax(logits, dt=4, name="router.softmax")
+    idx = g.saved_const(BS * k, 8, "topk.indices")
+    top = g.index(probs, BS * k, idx, name="topk")
+    if sp.family == "mixtral" or sp.norm_topk:
+        # router_top_value /= router_top_value.sum(-1, keepdim=True): the in-place division
+        # saves the sum and a clone of the values it overwrites
+        ssum = g.reduce(top, BS, name="topk.sum")
+        top_c = g.contiguous(top, "topk.clone")
+        top = g.mul(top_c, ssum, out=BS * k, name="topk.renorm")
+    if sp.family == "qwen2_moe":
+        top = g.to(top, logits.dt)
+    # experts (grouped_mm): gather each (token, expert) pair's row, sorted by expert
+    S = BS * k
+    gather_idx = g.saved_const(S, 8, "perm//k")
+    sel = g.index(x, S * h, gather_idx, name="experts.gather")
+    sel = g.to(sel, g.r.param)  # grouped_mm is not autocast-enabled: cast to the weight dtype
+    offsets = g.saved_const(ONE * E, 4, "offsets")
+    proj = g.linear(sel, c.w(E * 2 * I * h, "experts.gate_up_proj"), S * (2 * I),
+                    name="experts.gate_up", autocast=False)
+    g._op("offsets", [], [], saved=[offsets])
+    gate, up = g.split(proj, [S * I, S * I])
+    y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    down = g.linear(y, c.w(E * I * h, "experts.down_proj"), S * h, name="experts.down",
+                    autocast=False)
+    sw = g.index(top, S, g.saved_const(S, 8, "perm"), name="experts.sample_weights")
+    weighted = g.mul(down, sw, out=S * h, name="experts.weighted")
+    weighted = g.index(weighted, S * h, g.saved_const(S, 8, "inv_perm"), name="experts.unpermute")
+    out = g.reduce(weighted, BS * h, name="experts.sum")
+    out = g.to(out, x.dt)
+    if sp.shared_inter:
+        si = sp.shared_inter
+        sg = c.linear(x, h, si, "shared_expert.gate_proj")
+        su = c.linear(x, h, si, "shared_expert.up_proj")
+        sy = g.mul(activation(c, sg, "shared.act"), su, name="shared.act*up")
+        so = c.linear(sy, si, h, "shared_expert.down_proj")
+        gate_logit = c.g.linear(x, c.w(h, "shared_expert_gate"), BS, name="shared_expert_gate")
+        sgate = g.unary_saves_output(gate_logit, "shared.sigmoid")
+        so = g.mul(sgate, so, out=BS * h, name="shared.gated")
+        out = g.add(out, so, "moe.sum")
+    return out
+
+
+def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
+    """One transformer block, pre-LN / post-LN / parallel as the family does it."""
+    g, sp = c.g, c.sp
+    fam = sp.family
+    moe = sp.experts and layer in sp.moe_layers
+    p = sp.hidden_dropout
+    g.keep(x)  # the caller's loop variable holds the layer input until the layer returns
+    if fam == "bert":  # post-LN
+        a = g.dropout(_attention(c, x, mask, layer), p, "attn.dropout")
+        x1 = layernorm(c, g.add(a, x, "residual1"), "attention.output.LayerNorm")
+        m = g.dropout(_mlp(c, x1), p, "mlp.dropout")
+        return layernorm(c, g.add(m, x1, "residual2"), "output.LayerNorm")
+    if fam == "gpt_neox" and sp.parallel:
+        a = g.dropout(_attention(c, norm(c, x, "input_layernorm"), mask, layer), p, "attn.dropout")
+        m = g.dropout(_mlp(c, norm(c, x, "post_attention_layernorm")), p, "mlp.dropout")
+        return g.add(g.add(m, a, "residual_am"), x, "residual")
+    if fam == "falcon" and sp.parallel:
+        n = norm(c, x, "input_layernorm")
+        a = _attention(c, n, mask, layer)
+        m = _mlp(c, n)
+        return g.add(g.add(m, a, "residual_am"), x, "residual")
+    if fam == "gemma2":
+        a = _attention(c, norm(c, x, "input_layernorm"), mask, layer)
+        x1 = g.add(x, norm(c, a, "post_attention_layernorm"), "residual1")
+        m = _mlp(c, norm(c, x1, "pre_feedforward_layernorm"))
+        return g.add(x1, norm(c, m, "post_feedforward_layernorm"), "residual2")
+    # pre-norm: llama family, gpt2, opt, vit, phi3, neox (sequential)
+    n1 = norm(c, x, "input_layernorm")
+    a = _attention(c, n1, mask, layer)
+    a = g.dropout(a, p, "attn.dropout")
+    x1 = g.add(a, x, "residual1")
+    n2 = norm(c, x1, "post_attention_layernorm")
+    if fam == "gpt2":
+        g.keep(a)   # GPT2Block: attn_output and the ln_2 output stay bound to locals
+        g.keep(n2)
+    elif fam == "vit":
+        g.keep(n1)  # ViTLayer: hidden_states_norm and attention_output stay bound to locals
+        g.keep(a)
+    m = _moe(c, n2) if moe else _mlp(c, n2)
+    m = g.dropout(m, p, "mlp.dropout")
+    return g.add(x1, m, "residual2")
+

@@ -1,0 +1,147 @@
+"""A model's training step as formulas in (b, s): the embeddings, each kind of layer and the head,
+each replayed once by :func:`~.symbolic.simulate` and cached per architecture and job options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...job import Job
+from ...models import Model
+from ..lora import DEFAULT_LORA_TARGETS
+from ..shape import seq_for
+from .blocks import Ctx, transformer_layer
+from .heads import embed_block, head_block
+from .spec import Opts, Spec, sliding_mask, spec_cached
+from .symbolic import BS, ZERO, Form, Graph, LayerProfile, Regime, simulate
+
+__all__ = ["StepProfile", "step_profile", "layer_activation_bytes", "regime_for"]
+
+
+def regime_for(precision: str) -> Regime:
+    """How dtypes flow in a named training recipe."""
+    if precision == "fp32":
+        return Regime(param=4)
+    if precision in ("amp-bf16", "amp-fp16"):
+        return Regime(param=4, autocast=2, fp16=precision == "amp-fp16")
+    return Regime(param=2, fp16=precision == "mixed-fp16")  # mixed-bf16, mixed-fp16, bf16
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """A model's step as formulas in (b, s): blocks, in order, with their profiles."""
+
+    embed: LayerProfile
+    layers: tuple[tuple[int, LayerProfile], ...]
+    """(count, profile) runs of identical consecutive layers."""
+    head: LayerProfile
+    layer_input: Form
+    """Bytes of one layer's input (what full checkpointing keeps per layer)."""
+    inputs: Form
+    """The batch tensors (input ids and labels, int64) or images."""
+    mask: Form
+    """An explicit attention mask the model builds once per forward (eager), held in forward."""
+    checkpointing: str
+    regime: Regime
+    notes: tuple[str, ...] = ()
+
+
+def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False) -> Opts:
+    # transformers turns the cache off when gradient checkpointing is enabled (full checkpointing)
+    cache = job.use_cache and job.checkpointing != "full" and sp.kind == "decoder"
+    frozen = job.lora_rank is not None
+    return Opts(attention=job.attention, cache=cache, lora=lora_targets,
+                lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
+                quantized=frozen and job.lora_base is not None
+                and job.lora_base.startswith(("nf4", "fp4")),
+                frozen=frozen, sdpa_mask=sdpa_mask)
+
+
+@lru_cache(maxsize=512)
+def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> StepProfile:
+    notes: list[str] = []
+    pdt = regime.param
+    grad_dt = pdt
+    # layers: group consecutive identical layers (MoE vs dense)
+    kinds = [(sp.experts > 0 and i in sp.moe_layers) for i in range(sp.layers)]
+    runs: list[tuple[int, bool]] = []
+    for k in kinds:
+        if runs and runs[-1][1] == k:
+            runs[-1] = (runs[-1][0] + 1, k)
+        else:
+            runs.append((1, k))
+    mask_form = ZERO
+    if sp.kind == "decoder" and (o.attention == "eager" or sp.family == "falcon"):
+        mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
+    if sp.kind == "decoder" and o.attention == "sdpa" and o.sdpa_mask:
+        mask_form = Form(bss=1)  # sdpa_mask: a boolean (b, 1, s, s) mask, held in forward
+    layer_profiles = []
+    by_kind: dict[bool, LayerProfile] = {}
+    for count, is_moe in runs:
+        if is_moe not in by_kind:
+            g = Graph(regime)
+            c = Ctx(g, sp, o)
+            x = g.input(BS * sp.h, pdt, grad=True, name="hidden")
+            mask = g.constant(Form(bss=1), pdt, "mask") if mask_form != ZERO else None
+            layer_idx = sp.moe_layers[0] if is_moe else next(
+                (i for i in range(sp.layers) if i not in sp.moe_layers), 0)
+            y = transformer_layer(c, x, mask, layer_idx)
+            if checkpointing == "full":
+                prof = simulate(g, [y], param_grad_dt=grad_dt, recompute=True)
+                prof.fwd_points_nosave = simulate(g, [y], param_grad_dt=grad_dt,
+                                                  inference=True).fwd_points
+            elif checkpointing == "selective":
+                prof = simulate(g, [y], param_grad_dt=grad_dt, drop_region="attn_core")
+            else:
+                prof = simulate(g, [y], param_grad_dt=grad_dt)
+            by_kind[is_moe] = prof
+        layer_profiles.append((count, by_kind[is_moe]))
+    # embeddings
+    g = Graph(regime)
+    c = Ctx(g, sp, o)
+    ids = g.constant(BS, 8, "input_ids")
+    x = embed_block(c, ids)
+    embed = simulate(g, [x], param_grad_dt=grad_dt)
+    # head + loss
+    g = Graph(regime)
+    c = Ctx(g, sp, o)
+    hx = g.input(BS * sp.h, pdt, grad=True, name="hidden")
+    loss = head_block(c, hx)
+    head = simulate(g, [loss], param_grad_dt=grad_dt)
+    inputs = Form(bs=16) if sp.kind != "vision" else Form(b=8)
+    if sp.kind == "vision":
+        inputs = inputs + Form(bs=sp.channels * sp.patch * sp.patch * pdt)
+    if checkpointing == "selective" and o.attention == "sdpa":
+        notes.append("selective checkpointing recomputes the attention core; with SDPA/flash "
+                     "that core already keeps only O(s) statistics, so it saves little")
+    return StepProfile(embed=embed, layers=tuple(layer_profiles), head=head,
+                       layer_input=BS * (sp.h * pdt), inputs=inputs, mask=mask_form,
+                       checkpointing=checkpointing, regime=regime, notes=tuple(notes))
+
+
+def _lora_targets(model: Model, job: Job) -> frozenset:
+    if job.lora_rank is None:
+        return frozenset()
+    if job.lora_targets is not None:
+        return frozenset(job.lora_targets)
+    return frozenset(DEFAULT_LORA_TARGETS.get(model.architecture.family, ()))
+
+
+def step_profile(model: Model, job: Job, seq: int | None = None) -> StepProfile:
+    """The step profile of ``job`` on ``model`` (its architecture must be known). ``seq``
+    overrides the job's sequence length (it decides whether a sliding-window mask exists)."""
+    arch = model.architecture
+    sp = spec_cached(arch)
+    s = seq if seq is not None else seq_for(model, job)
+    o = _opts(job, sp, _lora_targets(model, job), sliding_mask(arch, sp, job.attention, s))
+    return _profile_cached(sp, regime_for(job.precision), o, job.checkpointing)
+
+
+def layer_activation_bytes(model: Model, job: Job, *, batch: int | None = None,
+                           seq: int | None = None) -> int:
+    """Bytes one (dense) layer saves for backward at this batch and sequence (no checkpointing)."""
+    prof = step_profile(model, job.with_(checkpointing="none"))
+    b = batch or job.batch
+    s = seq or seq_for(model, job)
+    return prof.layers[0][1].saved(b, s)
+

@@ -1,0 +1,129 @@
+"""The working set of serving, beyond the weights and the KV cache: the prefill (the prompt through
+the model at once, replayed under ``torch.inference_mode()``) and one decode step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...job import Job
+from ...models import Architecture, Model
+from ..shape import seq_for
+from .blocks import Ctx, transformer_layer
+from .heads import embed_block, infer_head
+from .spec import Opts, Spec, sliding_mask, spec_cached
+from .symbolic import BS, Form, Graph, LayerProfile, Regime, simulate
+from .timeline import fmt_gb
+
+__all__ = ["InferActivations", "infer_activations"]
+
+@dataclass(frozen=True, kw_only=True)
+class InferActivations:
+    peak: int = 0
+    """Working-set bytes at the inference peak (beyond weights and the KV cache)."""
+    peak_phase: str = "decode"
+    prefill_bytes: int = 0
+    """Working set of the prefill (the prompt through the model at once)."""
+    decode_bytes: int = 0
+    """Working set of one decode step (one new token per sequence)."""
+    summary: str = ""
+    kv_summary: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def _infer_regime(fmt) -> Regime:
+    return Regime(param=4 if fmt.compute_dtype == "fp32" else 2,
+                  fp16=fmt.compute_dtype == "fp16")
+
+
+@lru_cache(maxsize=256)
+def _prefill_profile(sp: Spec, regime: Regime, attention: str, dequant: bool, sdpa_mask: bool,
+                     logits_all: bool) -> tuple[LayerProfile, LayerProfile, LayerProfile]:
+    """Layer, embeddings and head replayed under torch.inference_mode(): nothing is saved, every
+    tensor dies after its last use; what remains is each op's working set."""
+    o = Opts(attention=attention, cache=False, lora=frozenset(), lora_rank=0, lora_dropout=0.0,
+             quantized=dequant, frozen=True, sdpa_mask=sdpa_mask)
+    g = Graph(regime)
+    c = Ctx(g, sp, o)
+    x = g.input(BS * sp.h, regime.param, grad=False, name="hidden")
+    mask = g.constant(Form(bss=1), regime.param, "mask") if attention == "eager" else None
+    y = transformer_layer(c, x, mask, sp.moe_layers[0] if sp.moe_layers else 0)
+    layer = simulate(g, [y], param_grad_dt=0, inference=True)
+    g = Graph(regime)
+    c = Ctx(g, sp, o)
+    e = simulate(g, [embed_block(c, g.constant(BS, 8, "input_ids"))], param_grad_dt=0,
+                 inference=True)
+    g = Graph(regime)
+    c = Ctx(g, sp, o)
+    hx = g.input(BS * sp.h, regime.param, grad=False, name="hidden")
+    head = simulate(g, [infer_head(c, hx, logits_all)], param_grad_dt=0, inference=True)
+    return layer, e, head
+
+
+def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
+    """The working set of serving, beyond the weights and the KV cache.
+
+    Prefill runs the prompt (``seq`` tokens x ``batch`` sequences) through the model at once: its
+    largest transient is a layer's (the MLP intermediates, or eager attention's b*heads*s*s
+    scores) or the head's logits. Decode runs one token per sequence against the cache. Weight
+    formats that dequantize to 16-bit for each matmul (bitsandbytes nf4) hold one dequantized
+    linear at a time; fused int8/fp8/GPTQ/AWQ kernels do not materialize the weight.
+    """
+    arch = model.architecture
+    if arch is None:
+        return InferActivations(summary="not included: architecture unknown",
+                                notes=("inference activations not included: only a parameter "
+                                       "count is known",))
+    sp = spec_cached(arch)
+    b = job.batch
+    prompt = seq_for(model, job)
+    regime = _infer_regime(fmt)
+    dequant = fmt.name in ("nf4", "nf4-dq")
+    layer, emb, head = _prefill_profile(
+        sp, regime, job.attention, dequant, sliding_mask(arch, sp, job.attention, prompt),
+        job.prefill_logits == "all" or sp.kind != "decoder")
+    pre = max([a(b, prompt) + t(b, prompt) for a, t in layer.fwd_points]
+              + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
+              + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])
+    if job.attention == "eager" and sp.kind == "decoder":
+        pre += b * prompt * prompt * regime.param  # the (b, 1, s, s) mask, built once
+    dec = 0
+    if sp.kind == "decoder":
+        ctx = job.context or prompt
+        dec = _decode_working_set(sp, arch, b, ctx, regime.param, job.attention, dequant)
+    if sp.kind != "decoder":
+        peak, phase = pre, "forward"
+    else:
+        peak, phase = (pre, "prefill") if pre >= dec else (dec, "decode")
+    summary = (f"prefill of {b} x {prompt} tokens {fmt_gb(pre)}"
+               + (f", decode {fmt_gb(dec)}" if sp.kind == "decoder" else ""))
+    notes = []
+    if sp.kind == "decoder" and job.prefill_logits == "all":
+        notes.append("prefill computes logits for every prompt position (a plain forward); "
+                     "generate() and vLLM keep only the last")
+    return InferActivations(peak=peak, peak_phase=phase, prefill_bytes=pre, decode_bytes=dec,
+                            summary=summary, notes=tuple(notes))
+
+
+def _decode_working_set(sp: Spec, arch: Architecture, b: int, ctx: int, dt: int, attention: str,
+                        dequant: bool) -> int:
+    """One new token per sequence: the residual stream and a layer's intermediates for b tokens,
+    the attention over ``ctx`` cached positions (eager: b*heads*ctx scores in fp32 and 16-bit;
+    flash-decoding: O(b*heads) partials), transformers' DynamicCache update (torch.cat makes a
+    new K/V tensor for the layer while the old one is alive: one layer's cache, duplicated), and
+    the next-token logits (16-bit and fp32)."""
+    h = sp.h
+    inter = (sp.moe_inter * sp.top_k + sp.shared_inter) if sp.experts else sp.inter
+    mlp = b * (3 * inter + 2 * h) * dt
+    kv_layer = 2 * sp.kv * sp.d * dt * b * ctx
+    if attention == "eager":
+        att = b * sp.heads * ctx * (4 + dt) + b * 4 * sp.heads * sp.d * dt
+        if sp.kv < sp.heads:
+            att += kv_layer * sp.heads // sp.kv  # repeat_kv copies the cached K and V
+    else:
+        att = b * 4 * sp.heads * sp.d * dt
+    w = 0
+    if dequant:
+        w = max(sp.inter, sp.moe_inter) * h * dt
+    logits = b * sp.vocab * (dt + 4)
+    return max(b * h * dt * 2 + max(mlp, att + kv_layer) + w, logits + b * h * dt)

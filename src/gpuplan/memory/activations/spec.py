@@ -1,0 +1,128 @@
+"""The architecture as the forward code reads it: the few numbers and flags each family's forward
+pass branches on (:class:`Spec`), and the options of one job that change the forward
+(:class:`Opts`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import InputError
+from ...models import Architecture
+
+__all__ = ["FAMILIES", "DECODER_ROPE", "Spec", "Opts", "spec_cached", "sliding_mask"]
+
+#: Families whose forward is modeled op by op.
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt2",
+            "gpt_neox", "opt", "falcon", "bert", "vit")
+
+DECODER_ROPE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One architecture's numbers, as the forward code below reads them (hashable: profiles are
+    cached per spec)."""
+
+    family: str
+    kind: str
+    h: int
+    heads: int
+    kv: int
+    d: int
+    inter: int
+    vocab: int
+    act: str
+    norm: str
+    parallel: bool
+    experts: int
+    top_k: int
+    moe_inter: int
+    shared_inter: int
+    attn_dropout: float
+    hidden_dropout: float
+    embd_dropout: float
+    labels: int
+    layers: int
+    moe_layers: tuple[int, ...]
+    softcap_attn: float
+    softcap_final: float
+    falcon_mqa_math: bool
+    norm_topk: bool
+    channels: int
+    patch: int
+
+
+_SPECS: dict[int, tuple[Architecture, Spec]] = {}
+
+
+def spec_cached(arch: Architecture) -> Spec:
+    hit = _SPECS.get(id(arch))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    sp = _spec(arch)
+    if len(_SPECS) > 256:
+        _SPECS.clear()
+    _SPECS[id(arch)] = (arch, sp)
+    return sp
+
+
+def _spec(arch: Architecture) -> Spec:
+    cfg = arch.config or {}
+    fam = arch.family
+    if fam not in FAMILIES:
+        raise InputError(f"activation memory for family {fam!r} is not modeled; known families: "
+                         + ", ".join(FAMILIES))
+    moe_layers = tuple(getattr(arch, "moe_layers", ()) or ())
+    if arch.num_experts and not moe_layers:
+        moe_layers = tuple(range(arch.num_layers))
+    embd_dropout = float(cfg.get("embd_pdrop", 0.0) or 0.0) if fam == "gpt2" else 0.0
+    if fam == "gpt2":
+        attn_dropout = float(cfg.get("attn_pdrop", arch.attention_dropout) or 0.0)
+        hidden_dropout = float(cfg.get("resid_pdrop", arch.hidden_dropout) or 0.0)
+    else:
+        attn_dropout = arch.attention_dropout
+        hidden_dropout = arch.hidden_dropout
+    if fam in ("bert", "vit"):
+        attn_dropout = float(cfg.get("attention_probs_dropout_prob", attn_dropout) or 0.0)
+        hidden_dropout = float(cfg.get("hidden_dropout_prob", hidden_dropout) or 0.0)
+    if fam == "opt":
+        hidden_dropout = float(cfg.get("dropout", hidden_dropout) or 0.0)
+        attn_dropout = float(cfg.get("attention_dropout", attn_dropout) or 0.0)
+    new_arch = bool(cfg.get("new_decoder_architecture", False))
+    return Spec(
+        family=fam, kind=arch.kind, h=arch.hidden_size, heads=arch.num_heads,
+        kv=arch.num_kv_heads, d=arch.head_dim, inter=arch.intermediate_size,
+        vocab=arch.vocab_size, act=arch.activation, norm=arch.norm,
+        parallel=arch.parallel_attn_mlp,
+        experts=arch.num_experts, top_k=arch.experts_per_token,
+        moe_inter=arch.moe_intermediate_size or arch.intermediate_size,
+        shared_inter=arch.shared_expert_intermediate_size,
+        attn_dropout=attn_dropout, hidden_dropout=hidden_dropout, embd_dropout=embd_dropout,
+        labels=arch.num_labels or 2, layers=arch.num_layers,
+        moe_layers=moe_layers,
+        softcap_attn=float(cfg.get("attn_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
+        softcap_final=float(cfg.get("final_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
+        falcon_mqa_math=(fam == "falcon" and not new_arch and arch.num_kv_heads < arch.num_heads),
+        norm_topk=bool(cfg.get("norm_topk_prob", fam == "mixtral")),
+        channels=arch.num_channels or 3, patch=arch.patch_size,
+    )
+
+
+@dataclass(frozen=True)
+class Opts:
+    """The options of one job that change what the forward records."""
+
+    attention: str          # eager | sdpa
+    cache: bool             # transformers builds a DynamicCache in the forward
+    lora: frozenset         # targeted module names ("all-linear" = every block linear)
+    lora_rank: int
+    lora_dropout: float
+    quantized: bool         # frozen base in 4 bits (QLoRA)
+    frozen: bool            # base weights frozen (LoRA)
+    sdpa_mask: bool = False  # an explicit mask reaches SDPA (sliding window shorter than s)
+
+
+def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:
+    """Whether an explicit sliding-window mask reaches SDPA (the window is shorter than ``s``)."""
+    return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral", "phi3")
+                and arch.sliding_window and s > arch.sliding_window)

@@ -1,0 +1,117 @@
+"""Serving memory per GPU: the weights in their format, the KV cache, the prefill or decode
+working set (whichever phase peaks), and the runtime overhead; weights and K/V heads sharded over
+the tensor-parallel group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..formats import get_weight_format, weights_bytes_in_format
+from ..job import Job
+from ..models import Architecture, Model
+from .activations import InferActivations, infer_activations
+from .kv import kv_cache_bytes
+from .overhead import OverheadLevel, runtime_overhead
+from .results import InferMemory, Line
+from .shape import check_seq, seq_for
+from .states import shard
+
+__all__ = ["infer_memory"]
+
+
+def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
+                 overhead_level: OverheadLevel = "expected", overhead_overrides=None) -> InferMemory:
+    """Per-GPU memory of serving ``model`` in ``job.infer_precision`` (weights sharded over
+    ``tensor_parallel`` GPUs when > 1)."""
+    fmt = get_weight_format(job.infer_precision)
+    n = model.params.total
+    notes: list[str] = []
+    weights = weights_bytes_in_format(fmt, model.tensors, model.architecture, n)
+    if not model.tensors and fmt.name not in ("fp32", "bf16", "fp16"):
+        notes.append(f"layer shapes unknown: every parameter assumed stored as {fmt.name} "
+                     f"({fmt.bits:g} bits)")
+    kv_dtype = job.kv_dtype or ("fp32" if fmt.compute_dtype == "fp32" else "bf16")
+    check_seq(model, job)
+    act = infer_activations(model, job, fmt)
+    notes.extend(act.notes)
+    ph = _phases(model, job, act, kv_dtype, tensor_parallel)
+    if tensor_parallel > 1:
+        weights = shard(weights, tensor_parallel)
+    peak_phase, kv, working = ph.peak(model.architecture)
+    overhead = runtime_overhead(gpus=tensor_parallel, zero=0, grad_bytes=0, grad_elem_bytes=2,
+                                dynamic=kv + working, level=overhead_level, training=False,
+                                overrides=overhead_overrides)
+    lines = (
+        Line(key="weights", label=f"weights, {fmt.name}", bytes=weights,
+             bytes_per_param=weights / n, note=fmt.convention if model.tensors else ""),
+        Line(key="kv_cache", label=f"KV cache, {kv_dtype}", bytes=kv,
+             note=_kv_note(model.architecture, job, ph, kv)),
+        Line(key="activations", label=f"activations ({peak_phase})", bytes=working,
+             note=act.summary),
+        Line(key="overhead", label=f"runtime overhead ({overhead_level})", bytes=overhead.bytes),
+    )
+    return InferMemory(
+        precision=fmt.name, params=n, weights_bytes=weights, kv_cache_bytes=kv,
+        activations_bytes=working, overhead_bytes=overhead.bytes,
+        total_bytes=weights + kv + working + overhead.bytes,
+        peak_phase=peak_phase, kv_dtype=kv_dtype, overhead=overhead, lines=lines,
+        notes=tuple(notes), tensor_parallel=tensor_parallel, kv_cache_full_bytes=ph.kv_full,
+        prefill_bytes=ph.kv_prompt + ph.prefill, decode_bytes=ph.kv_full + ph.decode,
+    )
+
+
+@dataclass(frozen=True)
+class _Phases:
+    """Per GPU: the KV cache of the prompt and of the whole context, and the working sets of the
+    prefill and of one decode step."""
+
+    kv_prompt: int
+    kv_full: int
+    prefill: int
+    decode: int
+    context: int | None
+
+    def peak(self, arch: Architecture | None) -> tuple[str, int, int]:
+        """The phase that peaks, with its KV cache and working set: the prompt's cache during
+        prefill, the whole context's during decode; encoders run one forward and keep none."""
+        if arch is not None and arch.kind != "decoder":
+            return "forward", 0, self.prefill
+        if self.kv_prompt + self.prefill >= self.kv_full + self.decode:
+            return "prefill", self.kv_prompt, self.prefill
+        return "decode", self.kv_full, self.decode
+
+
+def _phases(model: Model, job: Job, act: InferActivations, kv_dtype: str,
+            tensor_parallel: int) -> _Phases:
+    arch = model.architecture
+    prompt = seq_for(model, job)
+    context = job.context or prompt
+    kv_full = kv_cache_bytes(model, job, kv_dtype=kv_dtype, context=context)
+    kv_prompt = kv_cache_bytes(model, job, kv_dtype=kv_dtype,
+                               context=min(prompt or 0, context or 0))
+    ws_scale = 1
+    if tensor_parallel > 1:
+        # K/V heads are split over the tensor-parallel ranks; with fewer KV heads than ranks
+        # each rank still holds a whole head (replicated)
+        if arch is not None and arch.kind == "decoder":
+            per_rank = -(-arch.num_kv_heads // tensor_parallel)
+            kv_full = -(-kv_full * per_rank // arch.num_kv_heads)
+            kv_prompt = -(-kv_prompt * per_rank // arch.num_kv_heads)
+        ws_scale = tensor_parallel
+    return _Phases(kv_prompt=kv_prompt, kv_full=kv_full, prefill=-(-act.prefill_bytes // ws_scale),
+                   decode=-(-act.decode_bytes // ws_scale), context=context)
+
+
+def _kv_note(arch: Architecture | None, job: Job, ph: _Phases, kv: int) -> str:
+    """Tokens cached and bytes per token (and, when the peak is the prefill, the whole context's
+    cache)."""
+    if arch is None or arch.kind != "decoder":
+        return ""
+    context = ph.context
+    per_tok = ph.kv_full / max(1, job.batch * (context or 1))
+    note = (f"{job.batch} x {context} tokens, {per_tok / 1e3:.1f} kB per token"
+            + (f"; {len(arch.sliding_window_layers)} sliding-window layers capped at "
+               f"{arch.sliding_window}" if arch.sliding_window else ""))
+    if kv != ph.kv_full:
+        note += f"; {ph.kv_full:,} bytes once {context} tokens are cached"
+    return note

@@ -1,0 +1,150 @@
+"""The result types of the accounting: one row of the table (:class:`Line`), and the per-GPU
+memory of a training job (:class:`TrainMemory`) and of a serving job (:class:`InferMemory`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .overhead import Overhead
+
+__all__ = ["Line", "TrainMemory", "InferMemory"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Line:
+    """One row of the accounting table."""
+
+    key: str
+    label: str
+    bytes: int
+    bytes_per_param: float | None = None
+    """Bytes per model parameter, where the line is a per-parameter cost."""
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainMemory:
+    """Per-GPU memory of a training job, at its peak."""
+
+    precision: str
+    optimizer: str
+    params: int
+    trainable_params: int
+    weights_bytes: int
+    gradients_bytes: int
+    master_weights_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    temporaries_bytes: int
+    """Transient buffers alive at the peak: autocast weight copies, optimizer-step temporaries,
+    the loss's fp32 logits and their gradient."""
+    gathered_params_bytes: int
+    """ZeRO-3/FSDP: the full-size parameters of the wrapped units gathered at once."""
+    overhead_bytes: int
+    total_bytes: int
+    peak_phase: str
+    host_bytes: int
+    """Host (CPU) memory per GPU process for offloaded optimizer state."""
+    overhead: Overhead
+    lines: tuple[Line, ...]
+    notes: tuple[str, ...] = ()
+    activations_known: bool = True
+    phases: dict[str, int] = field(default_factory=dict)
+    """Total bytes at each phase of the step (the peak is the largest)."""
+    activation_detail: dict = field(default_factory=dict)
+    """Saved-for-backward bytes in total and per layer kind, and where each phase peaks."""
+
+    @property
+    def model_states_bytes(self) -> int:
+        """Weights + gradients + master copy + optimizer states: the seed's table."""
+        return (self.weights_bytes + self.gradients_bytes + self.master_weights_bytes
+                + self.optimizer_bytes)
+
+    def per_gpu(self) -> dict[str, int]:
+        return {
+            "weights_bytes": self.weights_bytes,
+            "gradients_bytes": self.gradients_bytes,
+            "master_weights_bytes": self.master_weights_bytes,
+            "optimizer_bytes": self.optimizer_bytes,
+            "activations_bytes": self.activations_bytes,
+            "temporaries_bytes": self.temporaries_bytes,
+            "gathered_params_bytes": self.gathered_params_bytes,
+            "overhead_bytes": self.overhead_bytes,
+            "total_bytes": self.total_bytes,
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "precision": self.precision,
+            "optimizer": self.optimizer,
+            "trainable_params": self.trainable_params,
+            "per_gpu": self.per_gpu(),
+            "model_states_bytes": self.model_states_bytes,
+            "host_bytes": self.host_bytes,
+            "peak_phase": self.peak_phase,
+            "phases": dict(self.phases),
+            "activations_known": self.activations_known,
+            "activation_detail": dict(self.activation_detail),
+            "overhead": self.overhead.to_dict(),
+            "lines": [_line_dict(l) for l in self.lines],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferMemory:
+    """Per-GPU memory of an inference job."""
+
+    precision: str
+    params: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    activations_bytes: int
+    overhead_bytes: int
+    total_bytes: int
+    peak_phase: str
+    kv_dtype: str
+    overhead: Overhead
+    lines: tuple[Line, ...]
+    notes: tuple[str, ...] = ()
+    tensor_parallel: int = 1
+    kv_cache_full_bytes: int = 0
+    """KV cache once the whole context is cached (the decode phase's)."""
+    prefill_bytes: int = 0
+    """KV cache of the prompt + the prefill working set (the prefill phase, without weights)."""
+    decode_bytes: int = 0
+    """KV cache of the whole context + one decode step's working set."""
+
+    def per_gpu(self) -> dict[str, int]:
+        return {
+            "weights_bytes": self.weights_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "activations_bytes": self.activations_bytes,
+            "overhead_bytes": self.overhead_bytes,
+            "total_bytes": self.total_bytes,
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "precision": self.precision,
+            "kv_dtype": self.kv_dtype,
+            "tensor_parallel": self.tensor_parallel,
+            "per_gpu": self.per_gpu(),
+            "peak_phase": self.peak_phase,
+            "phases": {"prefill": self.weights_bytes + self.prefill_bytes,
+                       "decode": self.weights_bytes + self.decode_bytes},
+            "kv_cache_full_bytes": self.kv_cache_full_bytes,
+            "overhead": self.overhead.to_dict(),
+            "lines": [_line_dict(l) for l in self.lines],
+            "notes": list(self.notes),
+        }
+
+
+def _line_dict(l: Line) -> dict:
+    d = {"key": l.key, "label": l.label, "bytes": l.bytes}
+    if l.bytes_per_param is not None:
+        d["bytes_per_param"] = l.bytes_per_param
+    if l.note:
+        d["note"] = l.note
+    return d
+

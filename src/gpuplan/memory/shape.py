@@ -1,0 +1,35 @@
+"""The job's shape as the accounting reads it: the sequence length it runs at, and the check that
+the architecture supports it."""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ..job import Job, default_seq, seq_limit
+from ..models import Model
+
+__all__ = ["seq_for", "check_seq"]
+
+
+def seq_for(model: Model, job: Job) -> int | None:
+    """The sequence length the job runs at: ``job.seq``, else :func:`gpuplan.job.default_seq`.
+    None when no architecture is known."""
+    if job.seq is not None:
+        return job.seq
+    if model.architecture is None:
+        return None
+    return default_seq(model.architecture)
+
+
+def check_seq(model: Model, job: Job) -> None:
+    """A sequence (or context) longer than the architecture supports is an error naming the limit."""
+    arch = model.architecture
+    if arch is None:
+        return
+    limit = seq_limit(arch)
+    for name, v in (("seq", job.seq), ("context", job.context)):
+        if v is not None and v > limit:
+            what = ("tokens per image (patches + class token)" if arch.kind == "vision"
+                    else "positions (max_position_embeddings)")
+            raise InputError(f"{name} {v}: {model.name} supports at most {limit} {what}; "
+                             f"use --{name} {limit} or less")
+

@@ -1,0 +1,169 @@
+"""The model states of a training job: weights, gradients, the fp32 master copy and the optimizer
+states, for the whole model or for LoRA adapters on a frozen base, sharded over the data-parallel
+group as the ZeRO stage says, the optimizer's part offloaded to host memory when asked.
+
+They do not depend on batch or sequence, so they are computed once per model and job knobs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..formats import (
+    TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
+    weights_bytes_in_format,
+)
+from ..job import Job
+from ..models import Model, ParamTensor
+from .lora import lora_tensors
+from .optimizer import optimizer_step_temporaries, state_bytes
+
+__all__ = ["shard", "States", "train_states"]
+
+
+def shard(nbytes: int, n: int) -> int:
+    """Bytes one of ``n`` ranks holds of a buffer sharded evenly (padded up, as ZeRO pads)."""
+    return -(-nbytes // n)
+
+
+@dataclass(frozen=True)
+class States:
+    """The batch-independent part of a training job's memory (cached per model and job knobs)."""
+
+    state_b: int
+    trainable: int
+    base: int
+    base_label: str
+    weights_trainable: int
+    grads: int
+    master: int
+    opt: int
+    host: int
+    gathered: int
+    step_tmp: int
+    step_detail: str
+    notes: tuple[str, ...]
+
+
+_STATES: dict[tuple, tuple[Model, States]] = {}
+
+
+def train_states(model: Model, job: Job) -> States:
+    """The model states of ``job`` on ``model``, computed once per model and job knobs."""
+    key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
+           job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
+           job.fused_optimizer)
+    hit = _STATES.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    st = _compute_states(model, job)
+    if len(_STATES) > 4096:
+        _STATES.clear()
+    _STATES[key] = (model, st)
+    return st
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """What is trained: the whole model, or LoRA adapters on a frozen base."""
+
+    tensors: tuple[ParamTensor, ...] | None
+    """The trainable tensors, where the layer shapes are known."""
+    count: int
+    base: int
+    """Bytes of the frozen base (0 without LoRA)."""
+    base_label: str
+    notes: tuple[str, ...]
+
+
+def _what_is_trained(model: Model, job: Job, recipe: TrainingRecipe) -> _Trained:
+    n = model.params.total
+    if job.lora_rank is None:
+        return _Trained(tensors=model.tensors or None, count=n, base=0, base_label="", notes=())
+    adapters = lora_tensors(model, job.lora_rank, job.lora_targets)
+    trainable = sum(t.total for t in adapters)
+    if job.lora_base is not None:
+        fmt = get_weight_format(job.lora_base)
+        base_bytes = weights_bytes_in_format(fmt, model.tensors, model.architecture, n)
+        base_label = f"frozen base, {fmt.name}"
+    else:
+        base_bytes = n * recipe.weight_bytes
+        base_label = f"frozen base, {recipe.weight_bytes * 8}-bit"
+    note = (f"LoRA rank {job.lora_rank}: {trainable:,} trainable parameters "
+            f"({100 * trainable / n:.2f}% of {n:,})")
+    return _Trained(tensors=adapters, count=trainable, base=base_bytes, base_label=base_label,
+                    notes=(note,))
+
+
+def _compute_states(model: Model, job: Job) -> States:
+    recipe = get_recipe(job.precision)
+    opt = get_optimizer(job.optimizer)
+    state_b = state_bytes(recipe, job)
+    trained = _what_is_trained(model, job, recipe)
+    notes = list(trained.notes)
+    trainable, base_bytes, base_label = trained.count, trained.base, trained.base_label
+
+    weights_trainable = trainable * recipe.weight_bytes
+    grads = trainable * recipe.grad_bytes
+    master = trainable * recipe.master_bytes
+    opt_bytes, opt_note = optimizer_state_bytes(opt, trained.tensors, trainable, state_b)
+    if opt_note:
+        notes.append(opt_note)
+
+    # Sharding over the data-parallel group (ZeRO stages / FSDP).
+    g = job.gpus
+    z = job.zero
+    host = 0
+    if z >= 1:
+        master, opt_bytes = shard(master, g), shard(opt_bytes, g)
+    if z >= 2:
+        grads = shard(grads, g)
+    if z >= 3:
+        weights_trainable = shard(weights_trainable, g)
+        base_bytes = shard(base_bytes, g)
+    if job.offload_optimizer:
+        # ZeRO-Offload: fp32 master + optimizer states (and an fp32 gradient copy for the CPU
+        # optimizer step) live in host memory.
+        host = master + opt_bytes + (shard(trainable * 4, g) if z >= 1 else trainable * 4)
+        master, opt_bytes = 0, 0
+        notes.append("optimizer offloaded: fp32 master copy, states and an fp32 gradient copy "
+                     "in host memory")
+
+    gathered = 0
+    if z >= 3 and g > 1:
+        gathered = _gathered_unit_bytes(model, recipe, base_bytes > 0, job)
+    step_tmp, step_detail = optimizer_step_temporaries(
+        job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
+    return States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
+                  weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
+                  host=host, gathered=gathered, step_tmp=step_tmp, step_detail=step_detail,
+                  notes=tuple(notes))
+
+
+def _gathered_unit_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) -> int:
+    """ZeRO-3/FSDP gathers one wrapped unit (a transformer layer) at a time, and prefetches the
+    next: two units of full-size parameters in the weight dtype."""
+    arch = model.architecture
+    if arch is None or not model.tensors:
+        # Unknown layout: assume 1/32 of the model per unit (a 32-layer model), stated.
+        unit = math.ceil(model.params.total / 32)
+    else:
+        # One transformer layer is the wrapped unit (the largest layer where layers differ,
+        # e.g. dense and MoE layers interleaved); embeddings and head are units of their own.
+        layers: dict[int, int] = {}
+        shared = 0
+        for t in model.tensors:
+            if t.component in ("embeddings", "head") or (t.layer is None and t.count % arch.num_layers):
+                continue
+            if t.layer is not None:
+                layers[t.layer] = layers.get(t.layer, 0) + t.total
+            else:
+                shared += t.total // arch.num_layers
+        per_layer = max((shared + v for v in layers.values()), default=shared)
+        unit = max(per_layer,
+                   max((t.total for t in model.tensors if t.component in ("embeddings", "head")),
+                       default=0))
+    elem = recipe.weight_bytes
+    if lora and job.lora_base is not None:
+        elem = 2  # quantized bases are gathered and dequantized to 16-bit
+    return 2 * unit * elem

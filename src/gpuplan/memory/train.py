@@ -1,0 +1,134 @@
+"""Training memory per GPU: the model states, the activations and temporaries of the step's
+phases (forward, backward, optimizer step), and the runtime overhead, at the peak phase.
+
+The seed document's table comes out exactly (7B, mixed precision, Adam: 14 + 14 + 28 + 56 =
+112 GB); every other configuration is the same sum with different bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
+from ..job import Job
+from ..models import Model
+from .activations import TrainActivations, train_activations
+from .optimizer import optimizer_label
+from .overhead import Overhead, OverheadLevel, runtime_overhead
+from .results import Line, TrainMemory
+from .shape import check_seq
+from .states import States, train_states
+
+__all__ = ["train_memory"]
+
+
+def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected",
+                 overhead_overrides=None) -> TrainMemory:
+    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
+    recipe = get_recipe(job.precision)
+    opt = get_optimizer(job.optimizer)
+    st = train_states(model, job)
+    check_seq(model, job)
+    act = train_activations(model, job, grad_bytes=st.grads)
+    phases = _train_phases(job, st, act)
+    peak_phase = max(phases, key=lambda p: phases[p].total)
+    at_peak = phases[peak_phase]
+    overhead = runtime_overhead(
+        gpus=job.gpus, zero=job.zero, grad_bytes=st.trainable * recipe.grad_bytes,
+        grad_elem_bytes=recipe.grad_bytes,
+        dynamic=at_peak.gradients + at_peak.activations + at_peak.temporaries,
+        level=overhead_level, overrides=overhead_overrides)
+    notes = [*st.notes, *act.notes]
+    if st.host:
+        notes.append(f"host memory per GPU process: {st.host:,} bytes")
+    return TrainMemory(
+        precision=recipe.name, optimizer=opt.name, params=model.params.total,
+        trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base,
+        gradients_bytes=at_peak.gradients, master_weights_bytes=st.master,
+        optimizer_bytes=st.opt, activations_bytes=at_peak.activations,
+        temporaries_bytes=at_peak.temporaries, gathered_params_bytes=st.gathered,
+        overhead_bytes=overhead.bytes, total_bytes=at_peak.total + overhead.bytes,
+        peak_phase=peak_phase, host_bytes=st.host, overhead=overhead,
+        lines=_train_lines(model, recipe, opt, st, act, at_peak, overhead, overhead_level),
+        notes=tuple(notes), activations_known=act.known,
+        phases={p: v.total for p, v in phases.items()},
+        activation_detail=({"saved_bytes": act.saved_bytes,
+                            "per_layer_saved_bytes": list(act.per_layer_bytes),
+                            "forward_peak_at": act.forward_detail,
+                            "backward_peak_at": act.backward_detail} if act.known else {}),
+    )
+
+
+def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: States,
+                 act: TrainActivations, at_peak: _Phase, overhead: Overhead,
+                 overhead_level: OverheadLevel) -> tuple[Line, ...]:
+    """The rows of the table, at the peak phase."""
+    n = model.params.total
+    per_param = lambda b: b / n  # noqa: E731
+    lines = []
+    if st.base:
+        lines.append(Line(key="weights", label=st.base_label, bytes=st.base,
+                          bytes_per_param=per_param(st.base)))
+    lines += [
+        Line(key="weights", label=f"weights, {recipe.weight_bytes * 8}-bit"
+             + (" (adapters)" if st.base else ""),
+             bytes=st.weights_trainable, bytes_per_param=per_param(st.weights_trainable)),
+        Line(key="gradients", label=f"gradients, {recipe.grad_bytes * 8}-bit",
+             bytes=at_peak.gradients, bytes_per_param=per_param(st.grads)),
+        Line(key="master_weights", label="32-bit master copy of the weights", bytes=st.master,
+             bytes_per_param=per_param(st.master)),
+        Line(key="optimizer", label=optimizer_label(opt, st.state_b), bytes=st.opt,
+             bytes_per_param=per_param(st.opt)),
+    ]
+    if st.gathered:
+        lines.append(Line(key="gathered_params", label="gathered ZeRO-3/FSDP units",
+                          bytes=st.gathered, note="largest wrapped unit, current + prefetched"))
+    lines.append(Line(key="activations", label="activations", bytes=at_peak.activations,
+                      note=act.summary))
+    if at_peak.temporaries:
+        lines.append(Line(key="temporaries", label="step temporaries", bytes=at_peak.temporaries,
+                          note=at_peak.detail))
+    lines.append(Line(key="overhead", label=f"runtime overhead ({overhead_level})",
+                      bytes=overhead.bytes))
+    return tuple(lines)
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """What the GPU holds at the peak of one phase of the step."""
+
+    weights: int
+    gradients: int
+    master: int
+    optimizer: int
+    activations: int
+    temporaries: int
+    gathered: int
+    detail: str = ""
+
+    @property
+    def total(self) -> int:
+        return (self.weights + self.gradients + self.master + self.optimizer + self.activations
+                + self.temporaries + self.gathered)
+
+
+def _train_phases(job: Job, st: States, act: TrainActivations) -> dict[str, _Phase]:
+    """Memory at the peak of each phase of a step (DESIGN.md, "What a training step really
+    holds"). zero_grad(set_to_none=True) frees the gradients after the step, so the first
+    micro-step's forward runs without them; with gradient accumulation the last micro-step's
+    forward and backward run with all of them alive. The optimizer step holds the gradients, the
+    states and the step's temporaries; the activations are gone by then."""
+    grads = st.grads
+    base = dict(weights=st.weights_trainable + st.base, master=st.master, optimizer=st.opt,
+                gathered=st.gathered)
+    accum = grads if job.grad_accum > 1 else 0
+    return {
+        "forward": _Phase(gradients=accum, activations=act.forward_peak,
+                          temporaries=act.forward_temporaries, detail=act.forward_detail, **base),
+        "backward": _Phase(gradients=act.backward_grads if act.known else grads,
+                           activations=act.backward_peak,
+                           temporaries=act.backward_temporaries, detail=act.backward_detail,
+                           **base),
+        "optimizer": _Phase(gradients=grads, activations=0, temporaries=st.step_tmp,
+                            detail=st.step_detail or "optimizer step", **base),
+    }
+
