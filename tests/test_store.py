@@ -11,7 +11,7 @@ import pytest
 
 from gpuplan.errors import InputError
 from gpuplan.measure import store
-from gpuplan.measure._bench_types import (
+from gpuplan.measure.bench.types import (
     BandwidthResult, BenchRun, GPUInfo, Machine, MatmulResult, OverheadResult,
 )
 from gpuplan.measure.store import (
@@ -131,7 +131,7 @@ def test_latest_run_for_this_machine_needs_no_torch(tmp_path):
     code = (
         "import sys, dataclasses\n"
         "from gpuplan.measure import store\n"
-        "from gpuplan.measure._bench_types import BenchRun, MatmulResult\n"
+        "from gpuplan.measure.bench.types import BenchRun, MatmulResult\n"
         "me = store.machine_fingerprint()\n"
         "m = MatmulResult(device='cpu', device_name='x', dtype='fp32', size=64, median_s=1e-3,\n"
         "                 iqr_s=0.0, min_s=1e-3, samples=5, inner=1, noisy=False)\n"

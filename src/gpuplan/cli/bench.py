@@ -66,7 +66,7 @@ def register(subparsers) -> None:
 
 
 def _budget(text: str | None) -> float:
-    from ..measure.bench import DEFAULT_BUDGET_S
+    from ..measure.bench.run import DEFAULT_BUDGET_S
 
     if text is None:
         return DEFAULT_BUDGET_S
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return _stored(args, console)
 
     from ..measure import store
-    from ..measure.bench import BenchConfig, import_torch, run_bench
+    from ..measure.bench.run import BenchConfig, import_torch, run_bench
     from ..report import bench as report
 
     sizes = None

@@ -13,7 +13,7 @@ import math
 import sys
 
 from ..errors import InputError
-from ..measure._profile_defaults import DEFAULT_STEPS, DEFAULT_WARMUP
+from ..measure.profile import DEFAULT_STEPS, DEFAULT_WARMUP
 from ..units import parse_positive_int
 
 __all__ = ["register", "run"]
@@ -85,7 +85,7 @@ def _seconds(text: str, what: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measure._profile_analysis import NoStepsError
+    from ..measure.profile.analysis import NoStepsError
 
     # Validate everything before the script runs: bad arguments are one line and exit 2.
     steps = parse_positive_int(args.steps, what="--steps", maximum=1_000_000)
@@ -103,10 +103,10 @@ def run(args: argparse.Namespace) -> int:
     if named and args.no_estimate:
         raise InputError(f"{'/'.join(named)} configure the estimate that --no-estimate turns off")
     # --model/--gpu/--precision are checked by the Profiler run_script makes, before the script runs.
-    from ..measure._profile_script import check_script
+    from ..measure.profile.script import check_script
 
     check_script(args.script)
-    from ..measure._profile_dist import dist_env
+    from ..measure.profile.distributed import dist_env
 
     env = dist_env()
     is_reporter = env is None or env.rank == 0
@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
 
             raise MissingDependencyError("matplotlib", "plot", "--plot") from None
 
-    from ..measure._profile_dist import gather_reports
-    from ..measure._profile_script import run_script
+    from ..measure.profile.distributed import gather_reports
+    from ..measure.profile.script import run_script
     from ..report.profile import plot_profile, render_json, render_text
 
     redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()

@@ -28,9 +28,9 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from ..errors import InputError
-from ._bench_machine import machine_fingerprint, machine_key
+from .bench.machine import machine_fingerprint, machine_key
 from ._paths import db_path, default_db_path
-from ._bench_types import (
+from .bench.types import (
     BandwidthResult, BenchRun, GPUInfo, Machine, MatmulResult, OverheadResult,
 )
 

@@ -1,6 +1,6 @@
 """Rendering of a training-loop profile: text, JSON and the per-step stacked chart.
 
-Rendering only: every number comes from :class:`gpuplan.measure._profile_types.ProfileReport`.
+Rendering only: every number comes from :class:`gpuplan.measure.profile.types.ProfileReport`.
 """
 
 from __future__ import annotations

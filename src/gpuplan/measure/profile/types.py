@@ -280,7 +280,7 @@ class ProfileReport:
         return self.breakdown.get("data_wait") is not None
 
     def __str__(self) -> str:
-        from ..report.profile import render_text
+        from ...report.profile import render_text
 
         return render_text(self)
 

@@ -2,7 +2,7 @@
 
 The script runs as ``__main__`` (``runpy.run_path``) with ``sys.argv`` set to its own arguments
 and its directory first on ``sys.path``, exactly as ``python script.py args...`` would run it.
-The instrumentation is installed by patching for the duration (see ``_profile_hooks``), including
+The instrumentation is installed by patching for the duration (see ``hooks``), including
 every DataLoader iterator.
 
 After ``steps`` measured steps the script is either stopped (``then='stop'``: a
@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import InputError
-from ._profile_analysis import NoStepsError
-from ._profile_types import ProfileReport
+from ...errors import InputError
+from . import Profiler
+from .analysis import NoStepsError
+from .recorder import StopProfiling
+from .types import ProfileReport
 
 __all__ = ["ScriptRun", "run_script", "user_traceback"]
 
@@ -102,9 +104,6 @@ def run_script(
     estimate: bool = True,
 ) -> ScriptRun:
     """Run the script under the profiler and say how it ended and what was measured."""
-    from ._profile_recorder import StopProfiling
-    from .profile import Profiler
-
     script = check_script(path)
 
     def on_limit() -> None:

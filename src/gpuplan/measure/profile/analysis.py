@@ -11,10 +11,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..errors import GpuplanError
-from ..units import format_bytes, format_rate, format_seconds
-from ._timing import quantile
-from ._profile_types import (
+from ...errors import GpuplanError
+from ...units import format_bytes, format_rate, format_seconds
+from ..bench.timing import quantile
+from .types import (
     COMPUTE_PHASES, PHASES, GpuInfo, LoaderInfo, ProfileReport, RankSummary, Status, StepRecord,
     TransferInfo, Verdict,
 )

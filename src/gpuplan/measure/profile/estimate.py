@@ -23,8 +23,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import GpuplanError, InputError
-from ._profile_types import COMPUTE_PHASES, EstimateInfo, ProfileReport
+from ...errors import GpuplanError, InputError
+from .types import COMPUTE_PHASES, EstimateInfo, ProfileReport
 
 __all__ = ["EstimateRequest", "RunFacts", "prepare_estimate", "estimate_step", "optimizer_name",
            "infer_precision"]
@@ -84,9 +84,9 @@ class RunFacts:
 def prepare_estimate(*, plan_model: Any = None, gpu: Any = None,
                      precision: str | None = None) -> EstimateRequest:
     """Check and load what the user named (bad names fail here, before the loop runs)."""
-    from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS
-    from ..hardware import GPU, resolve_gpu
-    from ..models import Architecture, Model, from_param_count, load_model
+    from ...formats import TRAINING_RECIPES, WEIGHT_FORMATS
+    from ...hardware import GPU, resolve_gpu
+    from ...models import Architecture, Model, from_param_count, load_model
 
     model, spec = None, None
     if plan_model is None:
@@ -116,7 +116,7 @@ def prepare_estimate(*, plan_model: Any = None, gpu: Any = None,
     if precision is not None:
         if not isinstance(precision, str) or (precision not in TRAINING_RECIPES
                                               and precision not in WEIGHT_FORMATS):
-            from ..errors import UnknownNameError
+            from ...errors import UnknownNameError
 
             raise UnknownNameError("precision", str(precision),
                                    list(TRAINING_RECIPES) + list(WEIGHT_FORMATS),
@@ -256,8 +256,8 @@ def _most_common(xs: list[int]) -> int:
 def _resolve_model(req: EstimateRequest, facts: RunFacts, notes: list[str]
                    ) -> tuple[Any, str, str, str, int]:
     """(model, its name, where it came from, basis, parameters counted)."""
-    from ..models import Architecture, Model, architecture_from_config, from_param_count
-    from ..units import format_count
+    from ...models import Architecture, Model, architecture_from_config, from_param_count
+    from ...units import format_count
 
     module = _unwrap(facts.module) if facts.module is not None else None
     module_params = None
@@ -369,9 +369,9 @@ def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
 
 
 def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> EstimateInfo:
-    from ..compute import estimate_cpu_speed, estimate_speed, load_measured
-    from ..hardware import gpu_from_device_name
-    from ..models import Architecture
+    from ...compute import estimate_cpu_speed, estimate_speed, load_measured
+    from ...hardware import gpu_from_device_name
+    from ...models import Architecture
 
     notes: list[str] = []
     steps = report.per_step

@@ -3,7 +3,7 @@
 The source document's experiment -- a 4000 x 4000 matmul on the CPU and on the GPU with
 ``torch.cuda.synchronize()`` around the GPU timing -- done so the numbers can be trusted and
 compared: warm-up, synchronized blocks, adaptive repetitions, median and IQR (see
-:mod:`gpuplan.measure._timing`), the achieved FLOP/s against the catalog's *dense* peak, and the
+:mod:`gpuplan.measure.bench.timing`), the achieved FLOP/s against the catalog's *dense* peak, and the
 size from which the GPU wins, with and without the copies to and from the device.
 
 torch is imported when a measurement runs, never at import time.
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator, get_args
 
-from ..errors import InputError, MissingDependencyError, UnsupportedError
-from ..hardware.cpu import CPU, available_memory_bytes, detect_cpu
-from ..units import MiB, format_bytes
-from . import _timing
-from ._bench_machine import machine_fingerprint
-from ._bench_types import (
+from ...errors import InputError, MissingDependencyError, UnsupportedError
+from ...hardware.cpu import CPU, available_memory_bytes, detect_cpu
+from ...units import MiB, format_bytes
+from . import timing
+from .machine import machine_fingerprint
+from .types import (
     ELEMENT_BYTES, BandwidthResult, BenchDtype, BenchRun, MatmulResult, OverheadResult,
 )
 
@@ -155,7 +155,7 @@ def _native_dtypes(dev: _Device, cpu: CPU) -> tuple[str, ...]:
 
 
 def _cuda_devices(torch, config: BenchConfig, notes: list[str], warnings: list[str]) -> list[_Device]:
-    from ..hardware import gpu_from_device_name
+    from ...hardware import gpu_from_device_name
 
     if config.device == "cpu":
         return []
@@ -320,18 +320,18 @@ def _plan(torch, config: BenchConfig, cpu: CPU, devices: list[_Device],
 
 # --- the measurements ------------------------------------------------------------------------------
 
-def _timer(torch, dev: _Device, budget_s: float) -> Callable[[Callable[[], object]], _timing.Timing]:
+def _timer(torch, dev: _Device, budget_s: float) -> Callable[[Callable[[], object]], timing.Timing]:
     if not dev.is_cuda:
-        return lambda fn: _timing.measure(fn, budget_s=budget_s)
+        return lambda fn: timing.measure(fn, budget_s=budget_s)
     i = dev.index
-    return lambda fn: _timing.measure(
+    return lambda fn: timing.measure(
         fn, budget_s=budget_s, sync=lambda: torch.cuda.synchronize(i),
         event=lambda: torch.cuda.Event(enable_timing=True),
     )
 
 
 def _matmul(torch, dev: _Device, dtype: str, n: int, config: BenchConfig, cpu: CPU,
-            threads: int) -> tuple[MatmulResult, tuple[_timing.Timing, _timing.Timing | None]]:
+            threads: int) -> tuple[MatmulResult, tuple[timing.Timing, timing.Timing | None]]:
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
     gen = torch.Generator().manual_seed(n)
     a_h = torch.randn(n, n, generator=gen, dtype=tdt)
@@ -415,7 +415,7 @@ def _is_oom(e: BaseException) -> bool:
             or "can't allocate memory" in text)
 
 
-def _noisy_warning(what: str, t: _timing.Timing) -> str:
+def _noisy_warning(what: str, t: timing.Timing) -> str:
     return (f"{what}: spread (IQR/median) {100 * t.spread:.0f}% is above "
             f"{100 * t.target_spread:.0f}% after {t.samples} samples ({t.elapsed_s:.1f} s): the "
             "machine was busy; rerun on a quieter machine or raise --budget")
@@ -456,7 +456,7 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
         "threads": threads, "threads_default": default_threads,
         "threads_basis": "--threads" if config.threads else "every CPU this process may run on",
         "tf32_default": _tf32_default(torch), "budget_s": config.budget_s,
-        "target_spread": _timing.TARGET_SPREAD, "sweep": config.sweep, "device": config.device,
+        "target_spread": timing.TARGET_SPREAD, "sweep": config.sweep, "device": config.device,
         "sizes": sorted({c.size for c in cases if c.what == "matmul"}),
         "dtypes": list(dict.fromkeys(c.dtype for c in cases if c.what == "matmul")),
         "copy_bytes": config.copy_bytes if config.bandwidth else None,
