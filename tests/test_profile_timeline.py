@@ -17,6 +17,7 @@ from gpuplan.measure.profile.analysis import (
 )
 from gpuplan.measure.profile.timeline import attribute
 from gpuplan.measure.profile.types import PHASES, LoaderInfo, ProfileReport, StepRecord
+from gpuplan.report.profile import render_text
 
 
 def test_cpu_intervals_are_charged_to_their_phase():
@@ -149,7 +150,7 @@ def test_unknown_data_wait_is_null_not_zero():
     assert d["per_step"][0]["parts_s"]["data_wait"] is None
     assert d["data_wait_known"] is False
     assert any("unknown" in n for n in r.notes)
-    assert "unknown" in str(r)
+    assert "unknown" in render_text(r)
 
 
 def test_launch_bound_on_gpu_is_host_overhead():

@@ -4,7 +4,7 @@
 with gpuplan.profile(model, optimizer) as prof:
     for batch in prof.wrap(loader):      # times the wait for each batch
         ...                              # the user's own step
-print(prof.report())
+print(render_text(prof.report()))   # gpuplan.report.profile.render_text; .to_dict() for JSON
 ```
 
 Each step (from one batch fetch to the next) is split into ``data_wait``, ``transfer``,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import GpuplanError, InputError
+from ...hardware.cpu import detect_cpu
 from .types import COMPUTE_PHASES, EstimateInfo, ProfileReport
 
 __all__ = ["EstimateRequest", "RunFacts", "prepare_estimate", "estimate_step", "optimizer_name",
@@ -334,26 +335,6 @@ def _seq(report: ProfileReport, arch: Any, basis: str, batch_steps: list, notes:
                       "(--tokens-per-sample)")
 
 
-def _cpu() -> Any:
-    import importlib
-
-    try:
-        mod = importlib.import_module("gpuplan.hardware.cpu")
-    except ModuleNotFoundError as e:
-        if e.name != "gpuplan.hardware.cpu":
-            raise
-        raise _NoEstimate("this run was on the CPU, and this build lacks gpuplan.hardware.cpu "
-                          "(the bench's CPU model) that the speed model's CPU estimate needs")
-    return mod.detect_cpu()
-
-
-def _efficiency_text(eff: dict) -> str:
-    measured = eff.get("measured") or []
-    if measured:
-        return "measured by gpuplan bench (" + ", ".join(measured) + "); defaults elsewhere"
-    return "defaults (docs/speed.md)"
-
-
 def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
                   ) -> tuple[EstimateInfo | None, str | None]:
     """(the estimate, None) or (None, why there is none)."""
@@ -406,7 +387,7 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
         if req.gpu is not None:
             notes.append(f"gpu={req.gpu.name} not used: this run was on the CPU, and the estimate "
                          "is for the device that ran it")
-        cpu = _cpu()
+        cpu = detect_cpu()
         device_source = "this machine's CPU (gpuplan.hardware.cpu)"
 
     # -- the model and the shapes
