@@ -278,3 +278,21 @@ def test_check_db_writes_nothing(tmp_path, monkeypatch):
     bad.write_bytes(b"junk" * 500)
     with pytest.raises(StoreError, match="corrupt"):
         check_db(bad)
+
+
+def test_a_failed_save_is_an_outcome_that_keeps_the_run(tmp_path):
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"not a database" * 100)
+    path, why = store.check_db_or_why(corrupt)
+    assert path is None and "corrupt.sqlite" in why
+    out = store.save_checked(_run(), path, why)
+    assert (out.saved, out.path, out.error) == (False, None, why)
+    assert out.run == _run()  # nothing of the measurement is lost
+
+    good = tmp_path / "bench.sqlite"
+    path, why = store.check_db_or_why(good)
+    assert (path, why) == (good, None)
+    out = store.save_checked(_run(), path)
+    assert out.saved and out.error is None
+    assert [r.run_id for r in list_runs(good)] == [out.run.run_id]
+    assert load_run(out.run.run_id, good) == out.run
