@@ -25,8 +25,8 @@ import torch
 import torch.utils.benchmark as tb
 
 from gpuplan.hardware.cpu import detect_cpu
-from gpuplan.measure import _timing
-from gpuplan.measure._timing import measure
+from gpuplan.measure.bench import timing as _timing
+from gpuplan.measure.bench.timing import measure
 
 
 CLOCK_WORDS = {

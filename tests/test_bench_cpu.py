@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from gpuplan.errors import InputError, MissingDependencyError, UnsupportedError  # noqa: E402
 from gpuplan.hardware.cpu import detect_cpu  # noqa: E402
-from gpuplan.measure import bench  # noqa: E402
+from gpuplan.measure.bench import run as bench  # noqa: E402
 from gpuplan.measure.bench import BenchConfig, max_size_for, run_bench  # noqa: E402
 
 QUICK = dict(budget_s=0.05, copy_bytes=1 << 20)

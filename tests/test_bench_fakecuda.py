@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 
 import gpuplan.hardware as hw  # noqa: E402
 from gpuplan.errors import InputError, UnsupportedError  # noqa: E402
-from gpuplan.measure import _timing, bench  # noqa: E402
+from gpuplan.measure.bench import run as bench, timing as _timing  # noqa: E402
 from gpuplan.measure.bench import BenchConfig, run_bench  # noqa: E402
 
 # ---- the cost model (seconds) ---------------------------------------------------------------------

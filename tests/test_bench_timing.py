@@ -1,4 +1,4 @@
-"""measure/_timing.py with a virtual clock: exact medians, the stopping rules, sync discipline."""
+"""measure/bench/timing.py with a virtual clock: exact medians, the stopping rules, sync discipline."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from gpuplan.measure import _timing
-from gpuplan.measure._timing import measure, quantile
+from gpuplan.measure.bench import timing as _timing
+from gpuplan.measure.bench.timing import measure, quantile
 
 
 class Clock:

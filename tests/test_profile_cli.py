@@ -250,9 +250,9 @@ def test_gather_with_torch_distributed(tmp_path):
     """The collective way (several nodes with a live process group), on a one-process gloo group."""
     import torch.distributed as dist
 
-    from gpuplan.measure._profile_analysis import RunInfo, analyze
-    from gpuplan.measure._profile_dist import DistEnv, gather_reports
-    from gpuplan.measure._profile_types import PHASES, StepRecord
+    from gpuplan.measure.profile.analysis import RunInfo, analyze
+    from gpuplan.measure.profile.distributed import DistEnv, gather_reports
+    from gpuplan.measure.profile.types import PHASES, StepRecord
 
     steps = [StepRecord(index=i, duration_s=0.01, parts_s={**dict.fromkeys(PHASES, 0.0), "forward": 0.01})
              for i in range(3)]

@@ -1,7 +1,7 @@
 """The attribution arithmetic and the verdict/advice rules, on hand-built timelines (no torch).
 
 Every expected number below is worked out by hand in the comments from the definitions in
-gpuplan/measure/_profile_timeline.py: c = max(t, g) per mark; a phase is charged c[i+1] - c[i];
+gpuplan/measure/profile/timeline.py: c = max(t, g) per mark; a phase is charged c[i+1] - c[i];
 GPU busy at most g[i+1] - max(g[i], t[i]) and at least g[i+1] - max(g[i], t[i+1]).
 """
 
@@ -12,11 +12,12 @@ import math
 
 import pytest
 
-from gpuplan.measure._profile_analysis import (
+from gpuplan.measure.profile.analysis import (
     NoStepsError, RunInfo, analyze, combine_ranks,
 )
-from gpuplan.measure._profile_timeline import attribute
-from gpuplan.measure._profile_types import PHASES, LoaderInfo, ProfileReport, StepRecord
+from gpuplan.measure.profile.timeline import attribute
+from gpuplan.measure.profile.types import PHASES, LoaderInfo, ProfileReport, StepRecord
+from gpuplan.report.profile import render_text
 
 
 def test_cpu_intervals_are_charged_to_their_phase():
@@ -149,7 +150,7 @@ def test_unknown_data_wait_is_null_not_zero():
     assert d["per_step"][0]["parts_s"]["data_wait"] is None
     assert d["data_wait_known"] is False
     assert any("unknown" in n for n in r.notes)
-    assert "unknown" in str(r)
+    assert "unknown" in render_text(r)
 
 
 def test_launch_bound_on_gpu_is_host_overhead():

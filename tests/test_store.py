@@ -11,7 +11,7 @@ import pytest
 
 from gpuplan.errors import InputError
 from gpuplan.measure import store
-from gpuplan.measure._bench_types import (
+from gpuplan.measure.bench.types import (
     BandwidthResult, BenchRun, GPUInfo, Machine, MatmulResult, OverheadResult,
 )
 from gpuplan.measure.store import (
@@ -131,7 +131,7 @@ def test_latest_run_for_this_machine_needs_no_torch(tmp_path):
     code = (
         "import sys, dataclasses\n"
         "from gpuplan.measure import store\n"
-        "from gpuplan.measure._bench_types import BenchRun, MatmulResult\n"
+        "from gpuplan.measure.bench.types import BenchRun, MatmulResult\n"
         "me = store.machine_fingerprint()\n"
         "m = MatmulResult(device='cpu', device_name='x', dtype='fp32', size=64, median_s=1e-3,\n"
         "                 iqr_s=0.0, min_s=1e-3, samples=5, inner=1, noisy=False)\n"
@@ -278,3 +278,21 @@ def test_check_db_writes_nothing(tmp_path, monkeypatch):
     bad.write_bytes(b"junk" * 500)
     with pytest.raises(StoreError, match="corrupt"):
         check_db(bad)
+
+
+def test_a_failed_save_is_an_outcome_that_keeps_the_run(tmp_path):
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"not a database" * 100)
+    path, why = store.check_db_or_why(corrupt)
+    assert path is None and "corrupt.sqlite" in why
+    out = store.save_checked(_run(), path, why)
+    assert (out.saved, out.path, out.error) == (False, None, why)
+    assert out.run == _run()  # nothing of the measurement is lost
+
+    good = tmp_path / "bench.sqlite"
+    path, why = store.check_db_or_why(good)
+    assert (path, why) == (good, None)
+    out = store.save_checked(_run(), path)
+    assert out.saved and out.error is None
+    assert [r.run_id for r in list_runs(good)] == [out.run.run_id]
+    assert load_run(out.run.run_id, good) == out.run

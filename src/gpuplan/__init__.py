@@ -42,11 +42,14 @@ _LAZY = {
     "estimate_speed": ".compute", "SpeedEstimate": ".compute", "estimate_cpu_speed": ".compute",
     "suggest": ".solver", "Suggestion": ".solver", "Suggestions": ".solver",
     "max_batch": ".solver", "max_seq": ".solver",
-    "profile": ".measure.profile",
 }
 
 
 def __getattr__(name: str):
+    if name == "profile":  # the profiler's modules are not needed to plan
+        from .measure.profile import profile
+
+        return profile
     if name in _LAZY:
         import importlib
 

@@ -7,6 +7,7 @@ Nothing heavy is imported at module level; ``--history``/``--compare``/``--show`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -65,11 +66,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _budget(text: str | None) -> float:
-    from ..measure.bench import DEFAULT_BUDGET_S
-
-    if text is None:
-        return DEFAULT_BUDGET_S
+def _budget(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -110,99 +107,93 @@ def _stored(args, console) -> int:
     return 0
 
 
+def _config(args: argparse.Namespace):
+    from ..measure.bench.run import BenchConfig
+    from ..units import parse_bytes, parse_positive_int
+
+    given = {
+        "sizes": (tuple(parse_positive_int(s, what="--size") for s in args.size)
+                  if args.size else None),
+        "dtypes": tuple(dict.fromkeys(args.dtype)) if args.dtype else None,
+        "budget_s": None if args.budget is None else _budget(args.budget),
+        "threads": (None if args.threads is None
+                    else parse_positive_int(args.threads, what="--threads")),
+        "copy_bytes": (parse_bytes(args.copy_size, what="--copy-size") if args.copy_size
+                       else None),
+    }
+    return BenchConfig(sweep=args.sweep, device=args.device, bandwidth=not args.no_bandwidth,
+                       **{k: v for k, v in given.items() if v is not None})
+
+
+@contextlib.contextmanager
+def _progress(err):
+    """A transient progress bar on a terminal (stderr), else nothing: yields run_bench's callback."""
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err, transient=True)
+    task = bar.add_task("planning", total=None)
+    bar.start()
+    try:
+        yield lambda label, done, total: bar.update(task, description=label, completed=done,
+                                                    total=total)
+    finally:
+        bar.stop()
+
+
+def _show(args: argparse.Namespace, saved, console) -> None:
+    from ..report import bench as report
+
+    result = saved.run
+    if args.plot:
+        report.plot_run(result, args.plot)
+    if args.json:
+        doc = report.run_to_json(result)
+        doc["db"] = None if saved.path is None else str(saved.path)
+        if saved.error:
+            doc["save_error"] = saved.error
+        print(json.dumps(doc, indent=1))
+        for n in result.notes:
+            print(n, file=sys.stderr)
+    else:
+        line = (f"Saved as run {result.run_id} in {saved.path} (`gpuplan bench --history`)."
+                if saved.saved else None)
+        report.render_run(result, console, saved_to=line)
+    if args.plot:
+        print(f"Wrote {args.plot}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .._io import check_writable
     from ..report._console import console_for
-    from ..units import parse_bytes, parse_positive_int
 
     console = console_for(sys.stdout, width=160)
-    err = Console(stderr=True, highlight=False)  # only for the progress bar, on a terminal
     if args.plot:
         check_writable(args.plot, what="--plot")
     if args.history or args.compare or args.show:
         return _stored(args, console)
 
     from ..measure import store
-    from ..measure.bench import BenchConfig, import_torch, run_bench
-    from ..report import bench as report
+    from ..measure.bench.run import import_torch, run_bench
 
-    sizes = None
-    if args.size:
-        sizes = tuple(parse_positive_int(s, what="--size") for s in args.size)
-    config = BenchConfig(
-        sizes=sizes,
-        dtypes=tuple(dict.fromkeys(args.dtype)) if args.dtype else None,
-        sweep=args.sweep,
-        device=args.device,
-        budget_s=_budget(args.budget),
-        threads=None if args.threads is None else parse_positive_int(args.threads, what="--threads"),
-        bandwidth=not args.no_bandwidth,
-        copy_bytes=(parse_bytes(args.copy_size, what="--copy-size") if args.copy_size
-                    else BenchConfig().copy_bytes),
-    )
+    config = _config(args)
     import_torch()
-
-    save_error = None
-    db_path = None
-    if not args.no_save:
-        try:
-            db_path = store.check_db(args.db)
-        except store.StoreError as e:
-            save_error = str(e)
-            print(f"gpuplan: error: {e}; the results will be printed but not saved",
-                  file=sys.stderr)
-
-    bar = None
-    show_bar = err.is_terminal
-    if show_bar:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn(), console=err, transient=True)
-        task = bar.add_task("planning", total=None)
-        bar.start()
-
-        def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=total)
-    else:
-        progress = None
-    try:
+    path, early_error = (None, None) if args.no_save else store.check_db_or_why(args.db)
+    if early_error:
+        print(f"gpuplan: error: {early_error}; the results will be printed but not saved",
+              file=sys.stderr)
+    with _progress(Console(stderr=True, highlight=False)) as progress:
         result = run_bench(config, progress=progress)
-    finally:
-        if bar is not None:
-            bar.stop()
-
-    saved_line = None
-    if db_path is not None and save_error is None:
-        try:
-            run_id = store.save_run(result, db_path)
-        except store.StoreError as e:
-            save_error = str(e)
-        else:
-            from dataclasses import replace
-
-            result = replace(result, run_id=run_id)
-            saved_line = f"Saved as run {run_id} in {db_path} (`gpuplan bench --history`)."
-
-    if args.plot:
-        report.plot_run(result, args.plot)
-    if args.json:
-        doc = report.run_to_json(result)
-        doc["db"] = None if db_path is None else str(db_path)
-        if save_error:
-            doc["save_error"] = save_error
-        print(json.dumps(doc, indent=1))
-        for n in result.notes:
-            print(n, file=sys.stderr)
-    else:
-        report.render_run(result, console, saved_to=saved_line)
-    if args.plot:
-        print(f"Wrote {args.plot}", file=sys.stderr)
-    if save_error:
-        if db_path is not None:  # the early check passed, the save itself failed
-            print(f"gpuplan: error: {save_error}; the results above were not saved",
+    saved = store.save_checked(result, path, early_error)
+    _show(args, saved, console)
+    if saved.error:
+        if saved.path is not None:  # the early check passed, the save itself failed
+            print(f"gpuplan: error: {saved.error}; the results above were not saved",
                   file=sys.stderr)
         return 2
     return 0

@@ -13,7 +13,7 @@ import math
 import sys
 
 from ..errors import InputError
-from ..measure._profile_defaults import DEFAULT_STEPS, DEFAULT_WARMUP
+from ..measure.profile import DEFAULT_STEPS, DEFAULT_WARMUP
 from ..units import parse_positive_int
 
 __all__ = ["register", "run"]
@@ -84,8 +84,32 @@ def _seconds(text: str, what: str) -> float:
     return v
 
 
+def _estimate_flags(args: argparse.Namespace, expected: float | None) -> None:
+    named = [f for f, v in (("--model", args.model), ("--gpu", args.gpu),
+                            ("--precision", args.precision)) if v is not None]
+    if named and expected is not None:
+        raise InputError(f"give either --expected-step-time or {'/'.join(named)} (the speed "
+                         "model's estimate), not both")
+    if named and args.no_estimate:
+        raise InputError(f"{'/'.join(named)} configure the estimate that --no-estimate turns off")
+
+
+def _check_plot(path: str) -> None:
+    from .._io import check_writable
+
+    check_writable(path, what="--plot")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        from ..errors import MissingDependencyError
+
+        raise MissingDependencyError("matplotlib", "plot", "--plot") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..measure._profile_analysis import NoStepsError
+    from ..measure.profile.distributed import dist_env
+    from ..measure.profile.script import check_script, collect, run_script
+    from ..report.profile import plot_profile, render_json, render_text
 
     # Validate everything before the script runs: bad arguments are one line and exit 2.
     steps = parse_positive_int(args.steps, what="--steps", maximum=1_000_000)
@@ -95,35 +119,12 @@ def run(args: argparse.Namespace) -> int:
     expected = None if args.expected_step_time is None else _seconds(
         args.expected_step_time, "--expected-step-time")
     gather_timeout = _seconds(args.gather_timeout, "--gather-timeout")
-    named = [f for f, v in (("--model", args.model), ("--gpu", args.gpu),
-                            ("--precision", args.precision)) if v is not None]
-    if named and expected is not None:
-        raise InputError(f"give either --expected-step-time or {'/'.join(named)} (the speed "
-                         "model's estimate), not both")
-    if named and args.no_estimate:
-        raise InputError(f"{'/'.join(named)} configure the estimate that --no-estimate turns off")
+    _estimate_flags(args, expected)
     # --model/--gpu/--precision are checked by the Profiler run_script makes, before the script runs.
-    from ..measure._profile_script import check_script
-
     check_script(args.script)
-    from ..measure._profile_dist import dist_env
-
     env = dist_env()
-    is_reporter = env is None or env.rank == 0
-    if args.plot and is_reporter:
-        from .._io import check_writable
-
-        check_writable(args.plot, what="--plot")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            from ..errors import MissingDependencyError
-
-            raise MissingDependencyError("matplotlib", "plot", "--plot") from None
-
-    from ..measure._profile_dist import gather_reports
-    from ..measure._profile_script import run_script
-    from ..report.profile import plot_profile, render_json, render_text
+    if args.plot and (env is None or env.rank == 0):
+        _check_plot(args.plot)
 
     redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with redirect:
@@ -138,30 +139,20 @@ def run(args: argparse.Namespace) -> int:
     if outcome.traceback_text:
         sys.stderr.write(outcome.traceback_text)
         sys.stderr.flush()
-    report = outcome.report
-    if env is not None:
-        try:
-            report = gather_reports(outcome.report, failure=outcome.no_steps, timeout_s=gather_timeout, env=env)
-        except NoStepsError as e:
-            print(f"gpuplan profile: no rank measured a step: {e}", file=sys.stderr)
-            return outcome.exit_code or 1
-        if not is_reporter:
-            return outcome.exit_code
-    if report is None:
-        how = {"error": "the script raised before", "interrupted": "the script was interrupted before",
-               "stopped": "the script was stopped before"}.get(outcome.status, "the script ended before")
-        print(f"gpuplan profile: no step measured: {how} completing a training step after the "
-              f"warm-up ({outcome.no_steps})", file=sys.stderr)
-        return outcome.exit_code or 1
+    shown = collect(outcome, env, gather_timeout_s=gather_timeout)
+    if shown.failure:
+        print(f"gpuplan profile: {shown.failure}", file=sys.stderr)
+    if shown.report is None:
+        return shown.exit_code
     if args.json:
-        print(render_json(report))
+        print(render_json(shown.report))
     else:
-        if outcome.status in ("error", "interrupted"):
+        if shown.partial:
             print("\n--- gpuplan: partial report of the steps completed before the script stopped ---",
                   file=sys.stderr, flush=True)
-        print(render_text(report))
+        print(render_text(shown.report))
     if args.plot:
-        plot_profile(report, args.plot)
+        plot_profile(shown.report, args.plot)
         if not args.json:
             print(f"chart written to {args.plot}")
-    return outcome.exit_code
+    return shown.exit_code

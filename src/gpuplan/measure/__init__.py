@@ -1,5 +1,9 @@
 """Measuring this machine (``gpuplan bench``) and profiling a training loop (``gpuplan profile``).
 
+- :mod:`gpuplan.measure.bench`: the bench (run, timing, result types, machine identity);
+- :mod:`gpuplan.measure.store`: the bench database (standard library only);
+- :mod:`gpuplan.measure.profile`: the training-loop profiler (:class:`~gpuplan.measure.profile.Profiler`).
+
 Importing this package never imports torch: the bench imports it when a measurement runs, and the
 stored results (:mod:`gpuplan.measure.store`) are read with the standard library only -- which is
 how the speed model uses this machine's measured throughput and bandwidth.
@@ -7,18 +11,14 @@ how the speed model uses this machine's measured throughput and bandwidth.
 
 from __future__ import annotations
 
-# Exported lazily (PEP 562): importing this package, as every command does to find the stored
-# bench results, must not pay for the bench and profiler modules.
-_EXPORTS = {
-    "BandwidthResult": "._bench_types", "BenchRun": "._bench_types", "Crossover": "._bench_types",
-    "GPUInfo": "._bench_types", "Machine": "._bench_types", "MatmulResult": "._bench_types",
-    "OverheadResult": "._bench_types", "crossovers": "._bench_types",
-    "matmul_flops": "._bench_types",
-    "BenchConfig": ".bench", "run_bench": ".bench",
-    "Measured": ".store", "StoreError": ".store", "default_db_path": ".store",
-    "latest_run": ".store", "list_runs": ".store", "load_run": ".store",
-    "machine_fingerprint": ".store", "save_run": ".store",
-}
+_BENCH_NAMES = frozenset({
+    "BenchConfig", "run_bench", "BenchRun", "MatmulResult", "BandwidthResult", "OverheadResult",
+    "Crossover", "Machine", "GPUInfo", "crossovers", "matmul_flops",
+})
+_STORE_NAMES = frozenset({
+    "Measured", "StoreError", "default_db_path", "latest_run", "list_runs", "load_run", "save_run",
+    "machine_fingerprint",
+})
 
 __all__ = [
     "BenchConfig", "run_bench",
@@ -30,8 +30,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in _EXPORTS:
-        import importlib
+    # Loaded on first use (PEP 562): the speed model imports gpuplan.measure._paths on every
+    # planning command to find the stored bench results, and that must not pay for the bench and
+    # the store (about 60 ms) when nothing has been measured.
+    if name in _BENCH_NAMES:
+        from . import bench
 
-        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        return getattr(bench, name)
+    if name in _STORE_NAMES:
+        from . import store
+
+        return getattr(store, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

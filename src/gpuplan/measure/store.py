@@ -22,15 +22,15 @@ import json
 import os
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from ..errors import InputError
-from ._bench_machine import machine_fingerprint, machine_key
+from .bench.machine import machine_fingerprint, machine_key
 from ._paths import db_path, default_db_path
-from ._bench_types import (
+from .bench.types import (
     BandwidthResult, BenchRun, GPUInfo, Machine, MatmulResult, OverheadResult,
 )
 
@@ -38,6 +38,7 @@ __all__ = [
     "SCHEMA_VERSION", "StoreError", "Measured", "default_db_path", "db_path", "summarize",
     "save_run", "load_run",
     "list_runs", "latest_run", "resolve_run", "check_db", "machine_fingerprint", "machine_key",
+    "SaveOutcome", "check_db_or_why", "save_checked",
 ]
 
 #: Bumped whenever the tables change; a database from a newer gpuplan is refused, not rewritten.
@@ -252,6 +253,43 @@ def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
             rows = [(run_id, *(_value(getattr(r, n)) for n in names)) for r in getattr(run, table)]
             conn.executemany(sql, rows)
     return run_id
+
+
+@dataclass(frozen=True)
+class SaveOutcome:
+    """Where a new run was stored, or why it was not (what ``gpuplan bench`` says after a run)."""
+
+    run: BenchRun
+    """The run, with its ``run_id`` when it was saved."""
+    path: Path | None
+    """The database checked before the run; None when it was not usable (or saving was off)."""
+    error: str | None = None
+    """Why the run was not saved (one line); None when it was, or when saving was off."""
+
+    @property
+    def saved(self) -> bool:
+        return self.run.run_id is not None
+
+
+def check_db_or_why(db: str | os.PathLike | None = None) -> tuple[Path | None, str | None]:
+    """:func:`check_db` before a long run: (the database's path, None), or (None, why it cannot be
+    written) -- the run then goes ahead and is printed, not saved."""
+    try:
+        return check_db(db), None
+    except StoreError as e:
+        return None, str(e)
+
+
+def save_checked(run: BenchRun, path: Path | None, early_error: str | None = None) -> SaveOutcome:
+    """Save ``run`` in ``path`` (checked by :func:`check_db_or_why`) and say how it went; a failed
+    save is an outcome, not an exception, so the measured run is never lost."""
+    if path is None:
+        return SaveOutcome(run=run, path=None, error=early_error)
+    try:
+        run_id = save_run(run, path)
+    except StoreError as e:
+        return SaveOutcome(run=run, path=path, error=str(e))
+    return SaveOutcome(run=replace(run, run_id=run_id), path=path)
 
 
 def _read(db: str | os.PathLike | None, fn):

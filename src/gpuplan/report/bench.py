@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .._io import write_atomic
 from ..errors import MissingDependencyError
-from ..measure._bench_types import BANDWIDTH_KINDS, OVERHEAD_KINDS, BenchRun, Crossover
+from ..measure.bench.types import BANDWIDTH_KINDS, OVERHEAD_KINDS, BenchRun, Crossover
 from ..units import format_bytes, format_rate, format_seconds
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Rendering of a training-loop profile: text, JSON and the per-step stacked chart.
 
-Rendering only: every number comes from :class:`gpuplan.measure._profile_types.ProfileReport`.
+Rendering only: every number comes from :class:`gpuplan.measure.profile.types.ProfileReport`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,25 @@ def _secs(x: float | None) -> str:
 
 def render_text(r: Any) -> str:
     """A plain-text report (no colour codes), a few dozen lines."""
+    out = _head_lines(r)
+    out.extend(_estimate_lines(r))
+    out.append("")
+    out.extend(_phase_lines(r))
+    out.append("")
+    out.extend(_machine_lines(r))
+    out.extend(_rank_lines(r))
+    if r.advice:
+        out += ["", "Advice"] + [f"  {i}. {a}" for i, a in enumerate(r.advice, 1)]
+    if r.notes:
+        out += ["", "Notes"] + [f"  - {n}" for n in r.notes]
+    out.append("")
+    out.append(f"profiler overhead: {_pct(r.overhead_fraction)} of the measured step time "
+               "(time inside gpuplan's hooks)")
+    return "\n".join(out)
+
+
+def _head_lines(r: Any) -> list[str]:
+    """What was measured where, the verdict and its evidence, step time and throughput."""
     out: list[str] = []
     where = r.device if r.device_name in ("", r.device) else f"{r.device} ({r.device_name})"
     status = {"complete": "", "stopped": ", then stopped the script",
@@ -76,21 +95,27 @@ def render_text(r: Any) -> str:
         out.append(line)
     else:
         out.append("throughput  unknown (batch size not found in the batch)")
-    out.extend(_estimate_lines(r))
-    out.append("")
-    out.append(f"  {'phase':<11}{'share':>8}  {'median/step':>12}")
+    return out
+
+
+def _phase_lines(r: Any) -> list[str]:
+    out = [f"  {'phase':<11}{'share':>8}  {'median/step':>12}"]
     for p, label in PHASE_LABELS.items():
         share = r.breakdown.get(p)
         med = r.breakdown_median_s.get(p)
         bar = "#" * int(round((share or 0.0) * 30))
         out.append(f"  {label:<11}{_pct(share):>8}  {_secs(med):>12}  {bar}")
     out.append(f"  {'step':<11}{'100.0%':>8}  {format_seconds(r.step_time_s):>12}")
-    out.append("")
+    return out
+
+
+def _machine_lines(r: Any) -> list[str]:
+    """GPU busy and memory, transfers, the loader."""
+    out: list[str] = []
     if r.gpu is not None:
         g = r.gpu
-        line = (f"GPU         busy {_pct(g.busy_fraction_min)}-{_pct(g.busy_fraction_max)} of the step "
-                f"(bounds from CUDA events)")
-        out.append(line)
+        out.append(f"GPU         busy {_pct(g.busy_fraction_min)}-{_pct(g.busy_fraction_max)} of the "
+                   "step (bounds from CUDA events)")
         if g.peak_allocated_bytes is not None:
             mem = (f"memory      peak {format_bytes(g.peak_allocated_bytes)} allocated, "
                    f"{format_bytes(g.peak_reserved_bytes or 0)} reserved")
@@ -114,33 +139,25 @@ def render_text(r: Any) -> str:
                        f"persistent_workers={L.persistent_workers})")
         else:
             out.append(f"loader      {L.kind}")
-    if r.ranks:
-        out.append("")
-        out.append(f"  {'rank':<5}{'steps':>6}  {'median step':>12}  {'verdict':<14}"
-                   f"{'data wait':>10}{'compute':>9}{'other':>8}  status")
-        for s in r.ranks:
-            comp = None
-            if s.step_time_s is not None:
-                comp = sum((s.breakdown.get(p) or 0.0) for p in ("forward", "backward", "optimizer"))
-            mark = " <- slowest" if s.rank == r.slowest_rank else ""
-            out.append(f"  {s.rank:<5}{s.steps:>6}  {_secs(s.step_time_s):>12}  {str(s.verdict or '-'):<14}"
-                       f"{_pct(s.breakdown.get('data_wait')) if s.step_time_s else '-':>10}"
-                       f"{_pct(comp) if comp is not None else '-':>9}"
-                       f"{_pct(s.breakdown.get('other')) if s.step_time_s else '-':>8}  {s.status}{mark}")
-    if r.advice:
-        out.append("")
-        out.append("Advice")
-        for i, a in enumerate(r.advice, 1):
-            out.append(f"  {i}. {a}")
-    if r.notes:
-        out.append("")
-        out.append("Notes")
-        for n in r.notes:
-            out.append(f"  - {n}")
-    out.append("")
-    out.append(f"profiler overhead: {_pct(r.overhead_fraction)} of the measured step time "
-               "(time inside gpuplan's hooks)")
-    return "\n".join(out)
+    return out
+
+
+def _rank_lines(r: Any) -> list[str]:
+    """One row per rank of a distributed run (none otherwise)."""
+    if not r.ranks:
+        return []
+    out = ["", f"  {'rank':<5}{'steps':>6}  {'median step':>12}  {'verdict':<14}"
+               f"{'data wait':>10}{'compute':>9}{'other':>8}  status"]
+    for s in r.ranks:
+        comp = None
+        if s.step_time_s is not None:
+            comp = sum((s.breakdown.get(p) or 0.0) for p in ("forward", "backward", "optimizer"))
+        mark = " <- slowest" if s.rank == r.slowest_rank else ""
+        out.append(f"  {s.rank:<5}{s.steps:>6}  {_secs(s.step_time_s):>12}  {str(s.verdict or '-'):<14}"
+                   f"{_pct(s.breakdown.get('data_wait')) if s.step_time_s else '-':>10}"
+                   f"{_pct(comp) if comp is not None else '-':>9}"
+                   f"{_pct(s.breakdown.get('other')) if s.step_time_s else '-':>8}  {s.status}{mark}")
+    return out
 
 
 _BASIS_TEXT = {

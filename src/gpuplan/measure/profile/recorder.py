@@ -1,8 +1,8 @@
 """The profiler's online state: phase marks, step boundaries, warm-up, and the device timers.
 
-The hooks (``_profile_hooks``) call into a :class:`Recorder`; it keeps a stack of open phases,
+The hooks (``hooks``) call into a :class:`StepRecorder`; it keeps a stack of open phases,
 takes a *mark* whenever the innermost phase changes, cuts the mark stream into steps, and keeps
-the measured ones. Attribution happens later (``_profile_timeline.attribute``).
+the measured ones. Attribution happens later (``timeline.attribute``).
 
 Step boundaries, in order of preference:
 1. a batch fetch (``prof.wrap(loader)`` or, under the CLI, any DataLoader iterator): a step runs
@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._profile_timeline import attribute
-from ._profile_types import LoaderInfo, StepRecord
+from .timeline import attribute
+from .types import LoaderInfo, StepRecord
 
-__all__ = ["Recorder", "HostTimer", "CudaTimer", "StopProfiling", "batch_sizes"]
+__all__ = ["StepRecorder", "HostTimer", "CudaTimer", "StopProfiling", "batch_sizes"]
 
 perf_counter = time.perf_counter
 
@@ -297,7 +297,7 @@ def _effective(stack: list[str]) -> str:
     return top
 
 
-class Recorder:
+class StepRecorder:
     """Marks, steps and the measured steps of one profile."""
 
     def __init__(

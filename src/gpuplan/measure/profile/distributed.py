@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from .._io import read_bounded, write_atomic
-from ..errors import InputError, ModelFileError
-from ._profile_analysis import NoStepsError, combine_ranks
-from ._profile_types import ProfileReport
+from ..._io import read_bounded, write_atomic
+from ...errors import InputError, ModelFileError
+from .analysis import NoStepsError, combine_ranks
+from .types import ProfileReport
 
 __all__ = ["DistEnv", "dist_env", "gather_reports", "GatherMode"]
 

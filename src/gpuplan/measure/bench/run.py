@@ -3,7 +3,7 @@
 The source document's experiment -- a 4000 x 4000 matmul on the CPU and on the GPU with
 ``torch.cuda.synchronize()`` around the GPU timing -- done so the numbers can be trusted and
 compared: warm-up, synchronized blocks, adaptive repetitions, median and IQR (see
-:mod:`gpuplan.measure._timing`), the achieved FLOP/s against the catalog's *dense* peak, and the
+:mod:`gpuplan.measure.bench.timing`), the achieved FLOP/s against the catalog's *dense* peak, and the
 size from which the GPU wins, with and without the copies to and from the device.
 
 torch is imported when a measurement runs, never at import time.
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator, get_args
 
-from ..errors import InputError, MissingDependencyError, UnsupportedError
-from ..hardware.cpu import CPU, available_memory_bytes, detect_cpu
-from ..units import MiB, format_bytes
-from . import _timing
-from ._bench_machine import machine_fingerprint
-from ._bench_types import (
+from ...errors import InputError, MissingDependencyError, UnsupportedError
+from ...hardware.cpu import CPU, available_memory_bytes, detect_cpu
+from ...units import MiB, format_bytes
+from . import timing
+from .machine import machine_fingerprint
+from .types import (
     ELEMENT_BYTES, BandwidthResult, BenchDtype, BenchRun, MatmulResult, OverheadResult,
 )
 
@@ -155,7 +155,7 @@ def _native_dtypes(dev: _Device, cpu: CPU) -> tuple[str, ...]:
 
 
 def _cuda_devices(torch, config: BenchConfig, notes: list[str], warnings: list[str]) -> list[_Device]:
-    from ..hardware import gpu_from_device_name
+    from ...hardware import gpu_from_device_name
 
     if config.device == "cpu":
         return []
@@ -320,18 +320,18 @@ def _plan(torch, config: BenchConfig, cpu: CPU, devices: list[_Device],
 
 # --- the measurements ------------------------------------------------------------------------------
 
-def _timer(torch, dev: _Device, budget_s: float) -> Callable[[Callable[[], object]], _timing.Timing]:
+def _timer(torch, dev: _Device, budget_s: float) -> Callable[[Callable[[], object]], timing.Timing]:
     if not dev.is_cuda:
-        return lambda fn: _timing.measure(fn, budget_s=budget_s)
+        return lambda fn: timing.measure(fn, budget_s=budget_s)
     i = dev.index
-    return lambda fn: _timing.measure(
+    return lambda fn: timing.measure(
         fn, budget_s=budget_s, sync=lambda: torch.cuda.synchronize(i),
         event=lambda: torch.cuda.Event(enable_timing=True),
     )
 
 
 def _matmul(torch, dev: _Device, dtype: str, n: int, config: BenchConfig, cpu: CPU,
-            threads: int) -> tuple[MatmulResult, tuple[_timing.Timing, _timing.Timing | None]]:
+            threads: int) -> tuple[MatmulResult, tuple[timing.Timing, timing.Timing | None]]:
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
     gen = torch.Generator().manual_seed(n)
     a_h = torch.randn(n, n, generator=gen, dtype=tdt)
@@ -415,7 +415,7 @@ def _is_oom(e: BaseException) -> bool:
             or "can't allocate memory" in text)
 
 
-def _noisy_warning(what: str, t: _timing.Timing) -> str:
+def _noisy_warning(what: str, t: timing.Timing) -> str:
     return (f"{what}: spread (IQR/median) {100 * t.spread:.0f}% is above "
             f"{100 * t.target_spread:.0f}% after {t.samples} samples ({t.elapsed_s:.1f} s): the "
             "machine was busy; rerun on a quieter machine or raise --budget")
@@ -433,30 +433,91 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
     config = config or BenchConfig()
     torch = import_torch()
     cpu = cpu or detect_cpu()
-    notes: list[str] = []
-    warnings: list[str] = []
+    out = _Results()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    devices = _devices(torch, config, cpu, out)
+    threads = config.threads or _affinity()
+    cases = _plan(torch, config, cpu, devices, out.notes)
+    settings = _settings(torch, config, cases, threads)
+    busy = settings["load_average_1min_start"]
+    if busy is not None and busy > 0.75 * (os.cpu_count() or 1):
+        out.warnings.append(
+            f"the machine was already busy (1-minute load average {busy:.1f} on "
+            f"{os.cpu_count()} CPUs): timings include waiting for other processes, and "
+            "multi-threaded CPU matmuls suffer most; rerun when it is idle")
+    by_name = {d.name: d for d in devices}
+    default_threads = settings["threads_default"]
+    torch.set_num_threads(threads)
+    try:
+        for k, case in enumerate(cases):
+            if progress:
+                progress(case.label, k, len(cases))
+            out.note_crowding(case.label)
+            dev = by_name[case.dev]
+            with torch.cuda.device(dev.index) if dev.is_cuda else nullcontext():
+                _run_case(torch, case, dev, config, cpu, threads, out)
+        if progress:
+            progress("done", len(cases), len(cases))
+    finally:
+        torch.set_num_threads(default_threads)
+    settings["load_average_1min_end"] = _load()
+    settings["crowded_cases"] = len(out.crowded)
+    if out.crowded:
+        out.warnings.append(_crowded_warning(out.crowded, len(cases)))
+    return BenchRun(
+        created_utc=created, machine=machine_fingerprint(gpus="torch", cpu=cpu),
+        matmul=tuple(out.matmul), bandwidth=tuple(out.bandwidth), overhead=tuple(out.overhead),
+        settings=settings, notes=tuple(out.notes), warnings=tuple(out.warnings),
+    )
 
-    cuda = _cuda_devices(torch, config, notes, warnings)
+
+@dataclass
+class _Results:
+    """What a run has measured and said so far."""
+
+    matmul: list[MatmulResult] = field(default_factory=list)
+    bandwidth: list[BandwidthResult] = field(default_factory=list)
+    overhead: list[OverheadResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    crowded: list[tuple[str, int]] = field(default_factory=list)
+    """(measurement, runnable tasks) for measurements started with more runnable tasks than CPUs."""
+
+    def note_crowding(self, label: str) -> None:
+        runnable = _runnable()
+        if runnable is not None and runnable > (os.cpu_count() or 1):
+            self.crowded.append((label, runnable))
+
+    def timed(self, label: str, t: timing.Timing | None) -> None:
+        if t is not None and t.noisy:
+            self.warnings.append(_noisy_warning(label, t))
+
+
+def _devices(torch, config: BenchConfig, cpu: CPU, out: _Results) -> list[_Device]:
+    """The CPU (unless only CUDA devices were asked for and there are some) and the CUDA devices."""
+    cuda = _cuda_devices(torch, config, out.notes, out.warnings)
     devices: list[_Device] = []
     if config.device in ("all", "cpu") or not cuda:
         devices.append(_Device(name="cpu", label=cpu.model_name, index=None,
                                tdev=_torch_device(torch, "cpu")))
-    devices += cuda
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = os.cpu_count() or 1
-    threads = config.threads or affinity
-    cases = _plan(torch, config, cpu, devices, notes)
-    by_name = {d.name: d for d in devices}
+    return devices + cuda
 
-    default_threads = torch.get_num_threads()
-    settings = {
-        "threads": threads, "threads_default": default_threads,
+
+def _affinity() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _settings(torch, config: BenchConfig, cases: list[_Case], threads: int) -> dict:
+    """How the run was made, stored with it."""
+    return {
+        "threads": threads, "threads_default": torch.get_num_threads(),
         "threads_basis": "--threads" if config.threads else "every CPU this process may run on",
         "tf32_default": _tf32_default(torch), "budget_s": config.budget_s,
-        "target_spread": _timing.TARGET_SPREAD, "sweep": config.sweep, "device": config.device,
+        "target_spread": timing.TARGET_SPREAD, "sweep": config.sweep, "device": config.device,
         "sizes": sorted({c.size for c in cases if c.what == "matmul"}),
         "dtypes": list(dict.fromkeys(c.dtype for c in cases if c.what == "matmul")),
         "copy_bytes": config.copy_bytes if config.bandwidth else None,
@@ -464,78 +525,44 @@ def run_bench(config: BenchConfig | None = None, *, progress: Progress | None = 
         "torch_version": str(torch.__version__),
         "load_average_1min_start": _load(),
     }
-    busy = settings["load_average_1min_start"]
-    if busy is not None and busy > 0.75 * (os.cpu_count() or 1):
-        warnings.append(
-            f"the machine was already busy (1-minute load average {busy:.1f} on "
-            f"{os.cpu_count()} CPUs): timings include waiting for other processes, and "
-            "multi-threaded CPU matmuls suffer most; rerun when it is idle")
-    matmul: list[MatmulResult] = []
-    bandwidth: list[BandwidthResult] = []
-    overhead: list[OverheadResult] = []
-    torch.set_num_threads(threads)
+
+
+def _run_case(torch, case: _Case, dev: _Device, config: BenchConfig, cpu: CPU, threads: int,
+              out: _Results) -> None:
+    """Measure one case into ``out``."""
+    if case.what == "matmul":
+        try:
+            res, (t, e2e) = _matmul(torch, dev, case.dtype, case.size, config, cpu, threads)
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
+            if not _is_oom(e):
+                raise
+            msg = (f"{case.label}: out of memory on {dev.name} although the free "
+                   "memory looked sufficient (other processes, fragmentation)")
+            if config.sizes is not None:
+                raise InputError(f"--size {case.size}: {msg}; try a smaller --size") from None
+            out.notes.append(f"Skipped: {msg}.")
+            return
+        out.matmul.append(res)
+        out.timed(case.label, t)
+        out.timed(case.label + " end-to-end", e2e)
+    elif case.what in ("kernel_launch", "op_dispatch"):
+        t = _overhead(torch, dev, config.budget_s)
+        out.overhead.append(OverheadResult(device=dev.name, kind=case.what, median_s=t.median_s,
+                                           iqr_s=t.iqr_s, noisy=t.noisy))
+        out.timed(case.label, t)
+    else:
+        t = _copy(torch, dev, case.what, config.copy_bytes, config.budget_s)
+        out.bandwidth.append(BandwidthResult(device=dev.name, kind=case.what,
+                                             nbytes=config.copy_bytes, median_s=t.median_s,
+                                             iqr_s=t.iqr_s, noisy=t.noisy))
+        out.timed(case.label, t)
+
+
+def _crowded_warning(crowded: list[tuple[str, int]], total: int) -> str:
     cpus = os.cpu_count() or 1
-    crowded: list[tuple[str, int]] = []
-    try:
-        for k, case in enumerate(cases):
-            if progress:
-                progress(case.label, k, len(cases))
-            runnable = _runnable()
-            if runnable is not None and runnable > cpus:
-                crowded.append((case.label, runnable))
-            dev = by_name[case.dev]
-            ctx = torch.cuda.device(dev.index) if dev.is_cuda else nullcontext()
-            with ctx:
-                if case.what == "matmul":
-                    try:
-                        res, (t, e2e) = _matmul(torch, dev, case.dtype, case.size, config, cpu,
-                                                threads)
-                    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
-                        if not _is_oom(e):
-                            raise
-                        msg = (f"{case.label}: out of memory on {dev.name} although the free "
-                               "memory looked sufficient (other processes, fragmentation)")
-                        if config.sizes is not None:
-                            raise InputError(f"--size {case.size}: {msg}; try a smaller --size") \
-                                from None
-                        notes.append(f"Skipped: {msg}.")
-                        continue
-                    matmul.append(res)
-                    if t.noisy:
-                        warnings.append(_noisy_warning(case.label, t))
-                    if e2e is not None and e2e.noisy:
-                        warnings.append(_noisy_warning(case.label + " end-to-end", e2e))
-                elif case.what in ("kernel_launch", "op_dispatch"):
-                    t = _overhead(torch, dev, config.budget_s)
-                    overhead.append(OverheadResult(device=dev.name, kind=case.what,
-                                                   median_s=t.median_s, iqr_s=t.iqr_s,
-                                                   noisy=t.noisy))
-                    if t.noisy:
-                        warnings.append(_noisy_warning(case.label, t))
-                else:
-                    t = _copy(torch, dev, case.what, config.copy_bytes, config.budget_s)
-                    bandwidth.append(BandwidthResult(device=dev.name, kind=case.what,
-                                                     nbytes=config.copy_bytes,
-                                                     median_s=t.median_s, iqr_s=t.iqr_s,
-                                                     noisy=t.noisy))
-                    if t.noisy:
-                        warnings.append(_noisy_warning(case.label, t))
-        if progress:
-            progress("done", len(cases), len(cases))
-    finally:
-        torch.set_num_threads(default_threads)
-    settings["load_average_1min_end"] = _load()
-    settings["crowded_cases"] = len(crowded)
-    if crowded:
-        worst = max(r for _, r in crowded)
-        names = ", ".join(label for label, _ in crowded[:3]) + (", ..." if len(crowded) > 3 else "")
-        warnings.append(
-            f"{len(crowded)} of {len(cases)} measurements started with more runnable tasks than "
+    worst = max(r for _, r in crowded)
+    names = ", ".join(label for label, _ in crowded[:3]) + (", ..." if len(crowded) > 3 else "")
+    return (f"{len(crowded)} of {total} measurements started with more runnable tasks than "
             f"CPUs (up to {worst} on {cpus}; {names}): other processes competed for the CPU, so "
             "those CPU timings -- multi-threaded ones most of all -- are inflated; rerun when the "
             "machine is idle")
-    return BenchRun(
-        created_utc=created, machine=machine_fingerprint(gpus="torch", cpu=cpu),
-        matmul=tuple(matmul), bandwidth=tuple(bandwidth), overhead=tuple(overhead),
-        settings=settings, notes=tuple(notes), warnings=tuple(warnings),
-    )

@@ -23,8 +23,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import GpuplanError, InputError
-from ._profile_types import COMPUTE_PHASES, EstimateInfo, ProfileReport
+from ...errors import GpuplanError, InputError
+from ...hardware.cpu import detect_cpu
+from .types import COMPUTE_PHASES, EstimateInfo, ProfileReport
 
 __all__ = ["EstimateRequest", "RunFacts", "prepare_estimate", "estimate_step", "optimizer_name",
            "infer_precision"]
@@ -84,9 +85,9 @@ class RunFacts:
 def prepare_estimate(*, plan_model: Any = None, gpu: Any = None,
                      precision: str | None = None) -> EstimateRequest:
     """Check and load what the user named (bad names fail here, before the loop runs)."""
-    from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS
-    from ..hardware import GPU, resolve_gpu
-    from ..models import Architecture, Model, from_param_count, load_model
+    from ...formats import TRAINING_RECIPES, WEIGHT_FORMATS
+    from ...hardware import GPU, resolve_gpu
+    from ...models import Architecture, Model, from_param_count, load_model
 
     model, spec = None, None
     if plan_model is None:
@@ -116,7 +117,7 @@ def prepare_estimate(*, plan_model: Any = None, gpu: Any = None,
     if precision is not None:
         if not isinstance(precision, str) or (precision not in TRAINING_RECIPES
                                               and precision not in WEIGHT_FORMATS):
-            from ..errors import UnknownNameError
+            from ...errors import UnknownNameError
 
             raise UnknownNameError("precision", str(precision),
                                    list(TRAINING_RECIPES) + list(WEIGHT_FORMATS),
@@ -256,8 +257,8 @@ def _most_common(xs: list[int]) -> int:
 def _resolve_model(req: EstimateRequest, facts: RunFacts, notes: list[str]
                    ) -> tuple[Any, str, str, str, int]:
     """(model, its name, where it came from, basis, parameters counted)."""
-    from ..models import Architecture, Model, architecture_from_config, from_param_count
-    from ..units import format_count
+    from ...models import Architecture, Model, architecture_from_config, from_param_count
+    from ...units import format_count
 
     module = _unwrap(facts.module) if facts.module is not None else None
     module_params = None
@@ -334,26 +335,6 @@ def _seq(report: ProfileReport, arch: Any, basis: str, batch_steps: list, notes:
                       "(--tokens-per-sample)")
 
 
-def _cpu() -> Any:
-    import importlib
-
-    try:
-        mod = importlib.import_module("gpuplan.hardware.cpu")
-    except ModuleNotFoundError as e:
-        if e.name != "gpuplan.hardware.cpu":
-            raise
-        raise _NoEstimate("this run was on the CPU, and this build lacks gpuplan.hardware.cpu "
-                          "(the bench's CPU model) that the speed model's CPU estimate needs")
-    return mod.detect_cpu()
-
-
-def _efficiency_text(eff: dict) -> str:
-    measured = eff.get("measured") or []
-    if measured:
-        return "measured by gpuplan bench (" + ", ".join(measured) + "); defaults elsewhere"
-    return "defaults (docs/speed.md)"
-
-
 def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
                   ) -> tuple[EstimateInfo | None, str | None]:
     """(the estimate, None) or (None, why there is none)."""
@@ -369,9 +350,9 @@ def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
 
 
 def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> EstimateInfo:
-    from ..compute import estimate_cpu_speed, estimate_speed, load_measured
-    from ..hardware import gpu_from_device_name
-    from ..models import Architecture
+    from ...compute import estimate_cpu_speed, estimate_speed, load_measured
+    from ...hardware import gpu_from_device_name
+    from ...models import Architecture
 
     notes: list[str] = []
     steps = report.per_step
@@ -383,77 +364,19 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
     if len({s.samples for s in batch_steps}) > 1:
         notes.append(f"batch sizes vary between steps: the estimate uses the most common, {batch}")
 
-    # -- the device
-    on_gpu = report.device.startswith("cuda")
-    cpu = None
-    if on_gpu:
-        if req.gpu is not None:
-            gpu = req.gpu
-            device_source = "the gpu argument" + (f" ({req.gpu_note})" if req.gpu_note else "")
-            exact = gpu_from_device_name(report.device_name)
-            if exact is not None and exact.name != gpu.name:
-                notes.append(f"the run's device {report.device_name!r} is the catalog's {exact.name}, "
-                             f"but the estimate is for the named {gpu.name}")
-        else:
-            gpu = gpu_from_device_name(report.device_name)
-            if gpu is None:
-                raise _NoEstimate(
-                    f"the GPU {report.device_name!r} is not in gpuplan's catalog under that exact "
-                    "device name, and no peak is guessed: name its SKU with gpu= (--gpu), see "
-                    "`gpuplan gpus`")
-            device_source = f"exact CUDA device name {report.device_name!r}"
-    else:
-        if req.gpu is not None:
-            notes.append(f"gpu={req.gpu.name} not used: this run was on the CPU, and the estimate "
-                         "is for the device that ran it")
-        cpu = _cpu()
-        device_source = "this machine's CPU (gpuplan.hardware.cpu)"
+    on_gpu, gpu, cpu, device_source = _device(report, req, notes)
 
     # -- the model and the shapes
     model, model_name, model_source, basis, n_params = _resolve_model(req, facts, notes)
     arch = model if isinstance(model, Architecture) else getattr(model, "architecture", None)
     seq = _seq(report, arch, basis, batch_steps, notes)
 
-    # -- the recipe
-    if req.precision is not None:
-        precision, precision_source = req.precision, "the precision argument"
-    else:
-        precision, precision_source, pnotes = infer_precision(facts)
-        notes.extend(pnotes)
-    tf32 = bool(facts.tf32) and on_gpu and precision == "fp32"
+    precision, precision_source, tf32 = _precision(req, facts, on_gpu, notes)
     training = facts.training
-    optimizer, optimizer_source = "adamw", None
-    if training:
-        if facts.optimizers:
-            optimizer, optimizer_source = optimizer_name(facts.optimizers[0])
-            if len({type(o) for o in facts.optimizers}) > 1:
-                notes.append(f"{len(facts.optimizers)} optimizers stepped: the estimate uses the "
-                             f"first one's kind ({optimizer}) for all parameters")
-        else:
-            optimizer_source = "no optimizer step seen: AdamW assumed"
-        opt_steps = sum(1 for s in steps if s.parts_s.get("optimizer", 0.0) > 0)
-        if 0 < opt_steps < len(steps):
-            notes.append(f"the optimizer stepped in {opt_steps} of {len(steps)} measured steps "
-                         "(gradient accumulation?); the estimate has one optimizer step per step")
-    attention, recompute = _hf_attention(_unwrap(facts.module)) if facts.module is not None \
-        else (None, None)
-    attention_src = attention
-    attention = attention or "flash"
-    recompute = recompute or "none"
-    if arch is not None and arch.kind != "vision" and attention_src is None:
-        notes.append("attention kernel assumed fused (flash/SDPA)")
-    if facts.world_size > 1:
-        notes.append(f"per-GPU estimate of one of {facts.world_size} ranks, without the gradient "
-                     "all-reduce (the link is not known)")
+    optimizer, optimizer_source = _optimizer(facts, steps, notes)
+    attention, recompute = _kernels(facts, arch, notes)
 
-    # -- the input copy: what the loop really sent
-    t = report.transfer
-    h2d = t.h2d_bytes_per_step if (t is not None and on_gpu) else 0.0
-    per_sample = max(0, round(h2d / batch))
-    pinned = t is None or t.pageable_fraction is None or t.pageable_fraction < 0.5
-    overlap = pinned and t is not None and (t.non_blocking_fraction or 0.0) >= 0.5
-    if on_gpu and not h2d:
-        notes.append("no host-to-device copy was observed: the estimate copies nothing")
+    per_sample, pinned, overlap = _input_copy(report.transfer, batch, on_gpu, notes)
 
     measured = load_measured()
     kw: dict[str, Any] = dict(mode="train" if training else "infer", batch=batch, seq=seq,
@@ -535,3 +458,96 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
         measured_mfu=mfu,
         efficiency=efficiency, notes=tuple(notes),
     )
+
+
+# -- the estimate's inputs, in the order _estimate asks for them -----------------------------------
+
+def _device(report: ProfileReport, req: EstimateRequest, notes: list[str]
+            ) -> tuple[bool, Any, Any, str]:
+    """(on a GPU, the catalog GPU or None, the CPU or None, where the device came from)."""
+    from ...hardware import gpu_from_device_name
+
+    on_gpu = report.device.startswith("cuda")
+    gpu = cpu = None
+    if on_gpu:
+        if req.gpu is not None:
+            gpu = req.gpu
+            device_source = "the gpu argument" + (f" ({req.gpu_note})" if req.gpu_note else "")
+            exact = gpu_from_device_name(report.device_name)
+            if exact is not None and exact.name != gpu.name:
+                notes.append(f"the run's device {report.device_name!r} is the catalog's {exact.name}, "
+                             f"but the estimate is for the named {gpu.name}")
+        else:
+            gpu = gpu_from_device_name(report.device_name)
+            if gpu is None:
+                raise _NoEstimate(
+                    f"the GPU {report.device_name!r} is not in gpuplan's catalog under that exact "
+                    "device name, and no peak is guessed: name its SKU with gpu= (--gpu), see "
+                    "`gpuplan gpus`")
+            device_source = f"exact CUDA device name {report.device_name!r}"
+    else:
+        if req.gpu is not None:
+            notes.append(f"gpu={req.gpu.name} not used: this run was on the CPU, and the estimate "
+                         "is for the device that ran it")
+        cpu = detect_cpu()
+        device_source = "this machine's CPU (gpuplan.hardware.cpu)"
+
+    return on_gpu, gpu, cpu, device_source
+
+
+def _precision(req: EstimateRequest, facts: RunFacts, on_gpu: bool, notes: list[str]
+               ) -> tuple[str, str, bool]:
+    """(recipe, where it came from, TF32 on)."""
+    if req.precision is not None:
+        precision, precision_source = req.precision, "the precision argument"
+    else:
+        precision, precision_source, pnotes = infer_precision(facts)
+        notes.extend(pnotes)
+    tf32 = bool(facts.tf32) and on_gpu and precision == "fp32"
+    return precision, precision_source, tf32
+
+
+def _optimizer(facts: RunFacts, steps: Any, notes: list[str]) -> tuple[str, str | None]:
+    """(the speed model's optimizer, where it came from); AdamW for forward-only loops (unused)."""
+    optimizer, optimizer_source = "adamw", None
+    if facts.training:
+        if facts.optimizers:
+            optimizer, optimizer_source = optimizer_name(facts.optimizers[0])
+            if len({type(o) for o in facts.optimizers}) > 1:
+                notes.append(f"{len(facts.optimizers)} optimizers stepped: the estimate uses the "
+                             f"first one's kind ({optimizer}) for all parameters")
+        else:
+            optimizer_source = "no optimizer step seen: AdamW assumed"
+        opt_steps = sum(1 for s in steps if s.parts_s.get("optimizer", 0.0) > 0)
+        if 0 < opt_steps < len(steps):
+            notes.append(f"the optimizer stepped in {opt_steps} of {len(steps)} measured steps "
+                         "(gradient accumulation?); the estimate has one optimizer step per step")
+    return optimizer, optimizer_source
+
+
+def _kernels(facts: RunFacts, arch: Any, notes: list[str]) -> tuple[str, str]:
+    """(attention kernel, recompute) for the estimate."""
+    attention, recompute = _hf_attention(_unwrap(facts.module)) if facts.module is not None \
+        else (None, None)
+    attention_src = attention
+    attention = attention or "flash"
+    recompute = recompute or "none"
+    if arch is not None and arch.kind != "vision" and attention_src is None:
+        notes.append("attention kernel assumed fused (flash/SDPA)")
+    if facts.world_size > 1:
+        notes.append(f"per-GPU estimate of one of {facts.world_size} ranks, without the gradient "
+                     "all-reduce (the link is not known)")
+    return attention, recompute
+
+
+def _input_copy(t: Any, batch: int, on_gpu: bool, notes: list[str]) -> tuple[int, bool, bool]:
+    """(bytes copied to the device per sample, from pinned memory, overlapped): what the loop
+    really sent."""
+    h2d = t.h2d_bytes_per_step if (t is not None and on_gpu) else 0.0
+    per_sample = max(0, round(h2d / batch))
+    pinned = t is None or t.pageable_fraction is None or t.pageable_fraction < 0.5
+    overlap = pinned and t is not None and (t.non_blocking_fraction or 0.0) >= 0.5
+    if on_gpu and not h2d:
+        notes.append("no host-to-device copy was observed: the estimate copies nothing")
+
+    return per_sample, pinned, overlap

@@ -217,7 +217,8 @@ class EstimateInfo:
 class ProfileReport:
     """What the training loop spent its time on, the verdict, and what to change.
 
-    ``print(report)`` renders it as text; :meth:`to_dict` is the documented JSON layout.
+    A value: :func:`gpuplan.report.profile.render_text` renders it as text; :meth:`to_dict` is the
+    documented JSON layout.
     """
 
     verdict: Verdict
@@ -278,11 +279,6 @@ class ProfileReport:
     @property
     def data_wait_known(self) -> bool:
         return self.breakdown.get("data_wait") is not None
-
-    def __str__(self) -> str:
-        from ..report.profile import render_text
-
-        return render_text(self)
 
     # -- serialization ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 with gpuplan.profile(model, optimizer) as prof:
     for batch in prof.wrap(loader):      # times the wait for each batch
         ...                              # the user's own step
-print(prof.report())
+print(render_text(prof.report()))   # gpuplan.report.profile.render_text; .to_dict() for JSON
 ```
 
 Each step (from one batch fetch to the next) is split into ``data_wait``, ``transfer``,
@@ -24,11 +24,16 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
-from ..errors import InputError, MissingDependencyError
-from ._profile_analysis import NoStepsError, RunInfo, analyze
-from ._profile_types import (
+from ...errors import InputError, MissingDependencyError
+from .analysis import NoStepsError, RunInfo, analyze
+from .distributed import gather_reports
+from .estimate import RunFacts, estimate_step, prepare_estimate
+from .hooks import Instrumentation
+from .recorder import StepRecorder, StopProfiling, cpu_count, loader_info
+from .types import (
     PHASES, EstimateInfo, GpuInfo, LoaderInfo, ProfileReport, RankSummary, StepRecord,
     TransferInfo,
 )
@@ -38,7 +43,10 @@ __all__ = [
     "RankSummary", "EstimateInfo", "NoStepsError", "PHASES", "DEFAULT_WARMUP", "DEFAULT_STEPS",
 ]
 
-from ._profile_defaults import DEFAULT_STEPS, DEFAULT_WARMUP  # noqa: E402 (re-exported)
+#: Steps left out at the start (lazy initialization, allocator warm-up, autotuning, compilation).
+DEFAULT_WARMUP = 3
+#: Steps ``gpuplan profile`` measures after the warm-up.
+DEFAULT_STEPS = 50
 
 _active: "Profiler | None" = None
 
@@ -127,8 +135,6 @@ class Profiler:
                              "estimate=False turns off")
         self._est_req = None
         if estimate and expected_step_time_s is None:
-            from ._profile_estimate import prepare_estimate
-
             self._est_req = prepare_estimate(plan_model=plan_model, gpu=gpu, precision=precision)
         self._model = model
         self._optimizer = optimizer
@@ -168,10 +174,7 @@ class Profiler:
         if self._device == "cuda" and not torch.cuda.is_available():
             raise InputError("device='cuda' but torch.cuda.is_available() is False; use device='cpu' or None")
 
-        from ._profile_hooks import Instrumentation
-        from ._profile_recorder import Recorder
-
-        self._rec = Recorder(warmup=self._warmup, max_steps=self._steps, device=self._device,
+        self._rec = StepRecorder(warmup=self._warmup, max_steps=self._steps, device=self._device,
                              tokens_per_sample=self._tokens_per_sample, on_limit=self._limit_reached)
         self._inst = Instrumentation(self._rec, model=model, optimizers=opts,
                                      patch_loaders=self._patch_loaders)
@@ -181,8 +184,6 @@ class Profiler:
         return self
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
-        from ._profile_recorder import StopProfiling
-
         clean_exit = et is not None and issubclass(et, SystemExit) and getattr(ev, "code", None) in (None, 0)
         if et is None or clean_exit:
             ok = True
@@ -237,8 +238,6 @@ class Profiler:
         """
         if not self._entered or self._exited:
             raise InputError("prof.wrap(loader) must be called inside `with gpuplan.profile(...) as prof:`")
-        from ._profile_recorder import loader_info
-
         try:
             info = loader_info(iterable)
         except Exception:  # noqa: BLE001
@@ -283,8 +282,6 @@ class Profiler:
         return 0 if self._rec is None else len(self._rec.measured)
 
     def _run_info(self) -> RunInfo:
-        from ._profile_recorder import cpu_count
-
         rec = self._rec
         torch = _torch()
         cpus = cpu_count()
@@ -322,8 +319,6 @@ class Profiler:
 
     def _facts(self) -> Any:
         """What the run showed besides the steps, for the speed model's estimate."""
-        from ._profile_estimate import RunFacts
-
         rec, torch = self._rec, _torch()
         module = self._model
         if module is None and self._inst is not None:
@@ -349,8 +344,6 @@ class Profiler:
         time, measured / estimated, and the estimate's inputs and basis (``report.estimate``), or
         one line saying why there is none (``report.estimate_unavailable``).
         """
-        from dataclasses import replace
-
         if self._rec is None:
             raise NoStepsError("the profile was never entered: use `with gpuplan.profile(...) as prof:`")
         run = self._run_info()
@@ -368,8 +361,6 @@ class Profiler:
             report = replace(report, estimate=EstimateInfo(
                 source="given", step_time_s=float(self._expected), basis="given"))
         elif self._est_req is not None:
-            from ._profile_estimate import estimate_step
-
             info, why = estimate_step(report, self._est_req, self._facts())
             if info is not None:
                 report = analyze(records, replace(run, expected_step_time_s=info.step_time_s))
@@ -384,8 +375,6 @@ class Profiler:
         Uses torch.distributed when it is initialized, else files in a directory shared by the
         ranks of this ``torchrun`` job (see docs/profile.md).
         """
-        from ._profile_dist import gather_reports
-
         try:
             local: ProfileReport | None = self.report()
             failure = None

@@ -12,7 +12,7 @@
   costs far more -- see benchmarks/profile_overhead_results.md.)
 - DataLoader (CLI only): ``_BaseDataLoaderIter.__next__`` and ``DataLoader.__iter__``.
 
-Every hook measures its own run time into ``Recorder.overhead``. Hooks ignore calls from other
+Every hook measures its own run time into ``StepRecorder.overhead``. Hooks ignore calls from other
 threads and code being compiled by torch.compile.
 """
 
@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from ._profile_recorder import Recorder, loader_info
+from .recorder import StepRecorder, loader_info
 
 __all__ = ["Instrumentation"]
 
@@ -51,7 +51,7 @@ def _to_non_blocking(args: tuple, kwargs: dict, Tensor: Any, dtype_t: Any) -> bo
 class Instrumentation:
     def __init__(
         self,
-        rec: Recorder,
+        rec: StepRecorder,
         *,
         model: Any = None,
         optimizers: tuple = (),

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from ..errors import GpuplanError
-from ..units import format_bytes, format_rate, format_seconds
-from ._timing import quantile
-from ._profile_types import (
+from ...errors import GpuplanError
+from ...units import format_bytes, format_rate, format_seconds
+from ..bench.timing import quantile
+from .types import (
     COMPUTE_PHASES, PHASES, GpuInfo, LoaderInfo, ProfileReport, RankSummary, Status, StepRecord,
     TransferInfo, Verdict,
 )
@@ -98,14 +98,7 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
     total = sum(s.duration_s for s in steps)
     if total <= 0:
         raise NoStepsError("the measured steps took no measurable time")
-    sums = {p: sum(s.parts_s.get(p, 0.0) for s in steps) for p in PHASES}
-    part_total = sum(sums.values()) or total
-    breakdown: dict[str, float | None] = {p: sums[p] / part_total for p in PHASES}
-    medians: dict[str, float | None] = {p: _median([s.parts_s.get(p, 0.0) for s in steps]) for p in PHASES}
-    if not run.data_wait_known:
-        # Batches were made outside any loader we saw: their time is inside "other".
-        breakdown["data_wait"] = None
-        medians["data_wait"] = None
+    sums, breakdown, medians = _phases(steps, run, total)
     durations = [s.duration_s for s in steps]
     step_med = _median(durations)
     by_duration = sorted(durations)
@@ -113,11 +106,7 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
     # process was preempted inside a hook (which would otherwise inflate a plain sum).
     overhead = _median([s.overhead_s / s.duration_s if s.duration_s > 0 else 0.0 for s in steps])
 
-    samples = [s.samples for s in steps]
-    samples_per_s = sum(samples) / total if all(x is not None for x in samples) else None  # type: ignore[arg-type]
-    samples_per_step = (sum(samples) / len(samples)) if samples_per_s is not None else None  # type: ignore[arg-type]
-    tokens = [s.tokens for s in steps]
-    tokens_per_s = sum(tokens) / total if all(x is not None for x in tokens) else None  # type: ignore[arg-type]
+    samples_per_s, samples_per_step, tokens_per_s = _throughput(steps, total)
 
     transfer = _transfer_info(steps, sums["transfer"])
     gpu = _gpu_info(steps, run, total)
@@ -154,11 +143,32 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
         notes=tuple(run.notes) + _auto_notes(run, steps),
         per_step=tuple(steps),
     )
-    evidence = _evidence(report, shares)
-    advice = _advice(report, run, shares)
-    from dataclasses import replace
+    return replace(report, evidence=_evidence(report, shares), advice=_advice(report, run, shares))
 
-    return replace(report, evidence=evidence, advice=advice)
+
+def _phases(steps: Sequence[StepRecord], run: RunInfo, total: float
+            ) -> tuple[dict[str, float], dict[str, float | None], dict[str, float | None]]:
+    """(seconds per phase over all steps, share of each phase, median seconds per step)."""
+    sums = {p: sum(s.parts_s.get(p, 0.0) for s in steps) for p in PHASES}
+    part_total = sum(sums.values()) or total
+    breakdown: dict[str, float | None] = {p: sums[p] / part_total for p in PHASES}
+    medians: dict[str, float | None] = {p: _median([s.parts_s.get(p, 0.0) for s in steps]) for p in PHASES}
+    if not run.data_wait_known:
+        # Batches were made outside any loader we saw: their time is inside "other".
+        breakdown["data_wait"] = None
+        medians["data_wait"] = None
+    return sums, breakdown, medians
+
+
+def _throughput(steps: Sequence[StepRecord], total: float
+                ) -> tuple[float | None, float | None, float | None]:
+    """(samples/s, samples per step, tokens/s); None where a step's batch did not show them."""
+    samples = [s.samples for s in steps]
+    samples_per_s = sum(samples) / total if all(x is not None for x in samples) else None  # type: ignore[arg-type]
+    samples_per_step = (sum(samples) / len(samples)) if samples_per_s is not None else None  # type: ignore[arg-type]
+    tokens = [s.tokens for s in steps]
+    tokens_per_s = sum(tokens) / total if all(x is not None for x in tokens) else None  # type: ignore[arg-type]
+    return samples_per_s, samples_per_step, tokens_per_s
 
 
 # -- pieces ------------------------------------------------------------------------------------
@@ -282,13 +292,21 @@ def _evidence(r: ProfileReport, shares: dict[str, float]) -> tuple[str, ...]:
     return tuple(ev)
 
 
-def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[str, ...]:
-    out: list[tuple[float, str]] = []  # (weight, text): sorted by the share they address
-    b, m = r.breakdown, r.breakdown_median_s
-    cpus = run.cpu_count
-    compute_s = sum(m[p] or 0.0 for p in COMPUTE_PHASES)
+Advice = list[tuple[float, str]]
+"""(weight, text) pairs: the weight is the share of the step the advice addresses."""
 
-    # --- data loading
+
+def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[str, ...]:
+    out = [*_data_advice(r, run.cpu_count), *_transfer_advice(r), *_host_advice(r, shares),
+           *_compute_advice(r, run)]
+    out.sort(key=lambda x: -x[0])
+    seen: set[str] = set()
+    return tuple(text for _, text in out if not (text in seen or seen.add(text)))
+
+
+def _data_advice(r: ProfileReport, cpus: int | None) -> Advice:
+    out: Advice = []
+    b, m = r.breakdown, r.breakdown_median_s
     wait = b["data_wait"]
     if wait is not None and (wait >= ADVICE_SHARE or r.verdict == "data-loading"):
         L = r.loader
@@ -325,7 +343,12 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
                               "in a torch.utils.data.DataLoader with num_workers > 0 so they are "
                               "prepared while the model computes"))
 
-    # --- transfers
+    return out
+
+
+def _transfer_advice(r: ProfileReport) -> Advice:
+    out: Advice = []
+    b = r.breakdown
     tr = b["transfer"] or 0.0
     t = r.transfer
     if (tr >= ADVICE_SHARE or r.verdict == "transfer") and t is not None:
@@ -345,7 +368,12 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
             out.append((tr * 0.5, "device->host copies (.cpu(), .item(), .tolist()) wait for the GPU: "
                                   "accumulate metrics on the GPU and read them every N steps"))
 
-    # --- host overhead
+    return out
+
+
+def _host_advice(r: ProfileReport, shares: dict[str, float]) -> Advice:
+    out: Advice = []
+    b, m = r.breakdown, r.breakdown_median_s
     other = b["other"] or 0.0
     if _launch_bound(b, r.gpu):
         out.append((shares["host-overhead"], "the GPU waits for the host's kernel launches: torch.compile "
@@ -357,7 +385,12 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
                            "optimizer: look for per-step Python work, logging, metric computation and "
                            "synchronizing calls (.item(), printing tensors) and do them every N steps"))
 
-    # --- compute
+    return out
+
+
+def _compute_advice(r: ProfileReport, run: RunInfo) -> Advice:
+    out: Advice = []
+    b, cpus = r.breakdown, run.cpu_count
     compute = sum(b[p] or 0.0 for p in COMPUTE_PHASES)
     if r.verdict == "compute" or compute >= 0.5:
         g = r.gpu
@@ -388,9 +421,7 @@ def _advice(r: ProfileReport, run: RunInfo, shares: dict[str, float]) -> tuple[s
             out.append((compute * 0.5, "the step is the model's own arithmetic on the CPU: a GPU, a "
                                        "smaller model or torch.compile are the ways to make it faster "
                                        "(`gpuplan speed` estimates a GPU)"))
-    out.sort(key=lambda x: -x[0])
-    seen: set[str] = set()
-    return tuple(text for _, text in out if not (text in seen or seen.add(text)))
+    return out
 
 
 # -- distributed -------------------------------------------------------------------------------
@@ -441,8 +472,6 @@ def combine_ranks(reports: dict[int, ProfileReport | None], world_size: int,
         if r not in have:
             notes.append(f"rank {r}: {failures.get(r, 'sent no result')}")
     notes.append(rule_note.format(r=slowest, spread=_pct(LOCKSTEP_SPREAD)))
-    from dataclasses import replace
-
     total_sps = None
     if all(have[r].samples_per_s is not None for r in have) and len(have) == world_size:
         total_sps = sum(have[r].samples_per_s for r in have)  # type: ignore[misc]

@@ -11,9 +11,9 @@ import platform
 import sys
 from typing import Literal
 
-from .. import __version__
-from ..hardware.cpu import CPU, detect_cpu, hostname, total_memory_bytes
-from ._bench_types import GPUInfo, Machine
+from ... import __version__
+from ...hardware.cpu import CPU, detect_cpu, hostname, total_memory_bytes
+from .types import GPUInfo, Machine
 
 __all__ = ["machine_fingerprint", "machine_key", "nvidia_driver_version"]
 
@@ -38,7 +38,7 @@ def nvidia_driver_version() -> str | None:
 
 
 def _torch_gpus(torch) -> tuple[GPUInfo, ...]:
-    from ..hardware import gpu_from_device_name
+    from ...hardware import gpu_from_device_name
 
     if not torch.cuda.is_available():
         return ()

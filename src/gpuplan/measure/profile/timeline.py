@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ._profile_types import COMPUTE_PHASES, PHASES
+from .types import COMPUTE_PHASES, PHASES
 
 __all__ = ["Attribution", "attribute"]
 

@@ -2,7 +2,7 @@
 
 The script runs as ``__main__`` (``runpy.run_path``) with ``sys.argv`` set to its own arguments
 and its directory first on ``sys.path``, exactly as ``python script.py args...`` would run it.
-The instrumentation is installed by patching for the duration (see ``_profile_hooks``), including
+The instrumentation is installed by patching for the duration (see ``hooks``), including
 every DataLoader iterator.
 
 After ``steps`` measured steps the script is either stopped (``then='stop'``: a
@@ -21,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import InputError
-from ._profile_analysis import NoStepsError
-from ._profile_types import ProfileReport
+from ...errors import InputError
+from . import Profiler
+from .analysis import NoStepsError
+from .distributed import DistEnv, gather_reports
+from .recorder import StopProfiling
+from .types import ProfileReport
 
-__all__ = ["ScriptRun", "run_script", "user_traceback"]
+__all__ = ["ScriptRun", "ScriptProfile", "run_script", "collect", "check_script", "user_traceback"]
 
 Then = Literal["stop", "continue"]
 
@@ -102,9 +105,6 @@ def run_script(
     estimate: bool = True,
 ) -> ScriptRun:
     """Run the script under the profiler and say how it ended and what was measured."""
-    from ._profile_recorder import StopProfiling
-    from .profile import Profiler
-
     script = check_script(path)
 
     def on_limit() -> None:
@@ -115,6 +115,19 @@ def run_script(
                     tokens_per_sample=tokens_per_sample, expected_step_time_s=expected_step_time_s,
                     plan_model=plan_model, gpu=gpu, precision=precision, estimate=estimate,
                     _patch_loaders=True, _on_limit=on_limit)
+    status, code, tb = _run_as_main(script, argv, prof)
+    prof.mark_status(status)
+    try:
+        report: ProfileReport | None = prof.report()
+        why = None
+    except NoStepsError as e:
+        report, why = None, str(e)
+    return ScriptRun(report=report, no_steps=why, status=status, exit_code=code, traceback_text=tb)
+
+
+def _run_as_main(script: Path, argv: list[str], prof: Profiler) -> tuple[str, int, str | None]:
+    """Run ``script`` as ``python script.py argv...`` would, inside ``prof``: (status, exit code,
+    the script's own traceback or None)."""
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [str(script), *argv]
     sys.path.insert(0, str(script.resolve().parent))
@@ -140,10 +153,44 @@ def run_script(
     finally:
         sys.argv = old_argv
         sys.path[:] = old_path
-    prof.mark_status(status)
-    try:
-        report: ProfileReport | None = prof.report()
-        why = None
-    except NoStepsError as e:
-        report, why = None, str(e)
-    return ScriptRun(report=report, no_steps=why, status=status, exit_code=code, traceback_text=tb)
+    return status, code, tb
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptProfile:
+    """What ``gpuplan profile`` shows for one process once the script ran (and ranks gathered)."""
+
+    report: ProfileReport | None
+    """The report to print; None when this process prints none (``failure`` says why, or it is a
+    rank other than 0)."""
+    exit_code: int
+    failure: str | None = None
+    """One line for stderr when no step was measured."""
+    partial: bool = False
+    """The script raised or was interrupted: the report holds the steps completed before."""
+
+
+_ENDED_BEFORE = {"error": "the script raised before", "interrupted": "the script was interrupted before",
+                 "stopped": "the script was stopped before"}
+
+
+def collect(run: ScriptRun, env: DistEnv | None, *, gather_timeout_s: float) -> ScriptProfile:
+    """The report this process prints, from its own run and, under ``torchrun``, every rank's
+    (gathered to rank 0; the other ranks print nothing)."""
+    report = run.report
+    if env is not None:
+        try:
+            report = gather_reports(run.report, failure=run.no_steps, timeout_s=gather_timeout_s,
+                                    env=env)
+        except NoStepsError as e:
+            return ScriptProfile(report=None, exit_code=run.exit_code or 1,
+                                 failure=f"no rank measured a step: {e}")
+        if env.rank != 0:
+            return ScriptProfile(report=None, exit_code=run.exit_code)
+    if report is None:
+        how = _ENDED_BEFORE.get(run.status, "the script ended before")
+        return ScriptProfile(report=None, exit_code=run.exit_code or 1,
+                             failure=f"no step measured: {how} completing a training step after "
+                                     f"the warm-up ({run.no_steps})")
+    return ScriptProfile(report=report, exit_code=run.exit_code,
+                         partial=run.status in ("error", "interrupted"))
