@@ -10,8 +10,9 @@ import torch
 
 from ..errors import InputError, UnsupportedError
 from ..formats import get_recipe
-from ..job import DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION
-from . import REAL_MAX_PARAMS
+from ..job import DEFAULT_INFER_PRECISION, DEFAULT_SEQ, DEFAULT_TRAIN_PRECISION, default_seq
+from ..models import architecture_from_config
+from ._limits import REAL_MAX_PARAMS
 from ._recorder import BLOCK
 from ._result import Measurement, TraceResult
 from ._spec import resolve
@@ -68,9 +69,6 @@ def _blocks(out: RunOutput) -> int:
 
 def _default_seq(source) -> int:
     """The sequence every gpuplan analysis defaults to, for this model's architecture."""
-    from ..job import DEFAULT_SEQ, default_seq
-    from ..models import architecture_from_config
-
     if source.config is None:  # a user's factory: its example batch sets the shape
         return default_seq(None)
     try:
