@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from .._io import check_writable
+from ..errors import InputError
+from ..report.trace import plot_timeline, render_trace, trace_json
+from ..trace import trace_step
+from ..units import parse_positive_int
+
 HELP = "run a model's real training or inference step under fake tensors and record its memory"
 
 
@@ -40,10 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._io import check_writable
-    from ..errors import InputError
-    from ..units import parse_positive_int
-
     if args.plot:
         check_writable(args.plot)
         if not args.plot.lower().endswith(".png"):
@@ -63,11 +65,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
 
-    from ..trace import trace_step
-
     result = trace_step(args.model, **kw)
-    from ..report.trace import plot_timeline, render_trace, trace_json
-
     if args.plot:
         plot_timeline(result, args.plot, units=args.units)
     if args.json:

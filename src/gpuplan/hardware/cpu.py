@@ -179,6 +179,27 @@ def cpu_from_cpuinfo(
     blocks = [b for b in _blocks(text) if "processor" in b]
     first = blocks[0] if blocks else {}
     logical = len(blocks) or (fallback_logical or 1)
+    model, vendor = _model_and_vendor(first, machine, fallback_model)
+    flags = frozenset((first.get("flags") or first.get("features") or "").split())
+    physical, sockets = _topology(blocks, first, logical)
+
+    simd = _simd(flags, machine)
+    bits = _SIMD_BITS.get(simd)
+    fma = "fma" in flags if machine not in ("aarch64", "arm64") else simd != "unknown"
+    units = fma_units if fma_units is not None else _fma_units(simd, vendor, model)
+    freq, fsrc = _clock(first, model, frequency_hz=frequency_hz, cpufreq_max_hz=cpufreq_max_hz)
+    p32, p64, basis = _peaks(physical, freq, fsrc, simd, bits, units, fma=fma)
+    return CPU(
+        model_name=model, vendor=vendor, machine=machine, physical_cores=physical,
+        logical_cores=logical, sockets=sockets, simd=simd, simd_bits=bits, fma=fma,
+        fma_units=units, frequency_hz=freq, frequency_source=fsrc, flags=flags,
+        peak_fp32_flops=p32, peak_fp64_flops=p64, peak_basis=basis,
+    )
+
+
+def _model_and_vendor(first: dict[str, str], machine: str,
+                      fallback_model: str) -> tuple[str, str]:
+    """The model name and vendor of the first processor block (Arm: from the implementer id)."""
     model = first.get("model name") or first.get("hardware") or ""
     vendor = first.get("vendor_id", "")
     if machine in ("aarch64", "arm64"):
@@ -186,56 +207,52 @@ def cpu_from_cpuinfo(
         vendor = vendor or _ARM_IMPLEMENTERS.get(impl, f"Arm implementer {impl}" if impl else "")
         if not model and impl:
             model = f"{vendor} CPU part {first.get('cpu part', '?')}"
-    model = model or fallback_model or "unknown CPU"
-    vendor = vendor or "unknown"
-    flags = frozenset((first.get("flags") or first.get("features") or "").split())
+    return model or fallback_model or "unknown CPU", vendor or "unknown"
 
+
+def _topology(blocks: list[dict[str, str]], first: dict[str, str],
+              logical: int) -> tuple[int, int]:
+    """(physical cores, sockets)."""
     cores = {(b.get("physical id", "0"), b["core id"]) for b in blocks if "core id" in b}
     sockets = len({b.get("physical id", "0") for b in blocks}) or 1
     if cores:
-        physical = len(cores)
-    elif "cpu cores" in first:
-        physical = int(first["cpu cores"]) * sockets
-    else:
-        physical = logical  # AArch64 kernels list no SMT topology here; cores = threads
+        return len(cores), sockets
+    if "cpu cores" in first:
+        return int(first["cpu cores"]) * sockets, sockets
+    return logical, sockets  # AArch64 kernels list no SMT topology here; cores = threads
 
-    simd = _simd(flags, machine)
-    bits = _SIMD_BITS.get(simd)
-    fma = "fma" in flags if machine not in ("aarch64", "arm64") else simd != "unknown"
-    units = fma_units if fma_units is not None else _fma_units(simd, vendor, model)
 
+def _clock(first: dict[str, str], model: str, *, frequency_hz: float | None,
+           cpufreq_max_hz: float | None) -> tuple[float | None, str]:
+    """(clock in Hz, where it came from), in :func:`cpu_from_cpuinfo`'s order of preference."""
     if frequency_hz is not None:
-        freq, fsrc = frequency_hz, "given"
-    elif cpufreq_max_hz:
-        freq, fsrc = cpufreq_max_hz, "cpufreq max (cpuinfo_max_freq)"
-    elif _freq_from_model(model):
-        freq, fsrc = _freq_from_model(model), "model name (base clock)"
-    elif first.get("cpu mhz"):
-        freq, fsrc = float(first["cpu mhz"]) * 1e6, "cpu MHz in /proc/cpuinfo (current clock)"
-    else:
-        freq, fsrc = None, "unknown"
+        return frequency_hz, "given"
+    if cpufreq_max_hz:
+        return cpufreq_max_hz, "cpufreq max (cpuinfo_max_freq)"
+    if _freq_from_model(model):
+        return _freq_from_model(model), "model name (base clock)"
+    if first.get("cpu mhz"):
+        return float(first["cpu mhz"]) * 1e6, "cpu MHz in /proc/cpuinfo (current clock)"
+    return None, "unknown"
 
+
+def _peaks(physical: int, freq: float | None, fsrc: str, simd: SimdKind, bits: int | None,
+           units: int | None, *, fma: bool) -> tuple[float | None, float | None, str]:
+    """(fp32 peak, fp64 peak, how they were estimated); no estimate when a factor is unknown."""
     if bits is None or units is None or freq is None:
         missing = [n for n, v in (("SIMD width", bits), ("FMA units", units), ("clock", freq))
                    if v is None]
-        p32 = p64 = None
-        basis = f"no estimate: {', '.join(missing)} unknown"
-    else:
-        lanes32, lanes64 = bits // 32, bits // 64
-        p32 = physical * freq * lanes32 * units * 2
-        p64 = physical * freq * lanes64 * units * 2
-        op = "FMA units x 2 FLOP/FMA" if fma else "units x (1 add + 1 multiply)"
-        basis = (
-            f"estimate: {physical} cores x {freq / 1e9:.2f} GHz ({fsrc}) x {lanes32} fp32 lanes "
-            f"({simd.upper()}, {bits}-bit) x {units} {op} = {p32 / 1e9:.1f} GFLOP/s fp32 "
-            f"({p64 / 1e9:.1f} fp64); FMA units assumed, wide-vector clocks are often lower"
-        )
-    return CPU(
-        model_name=model, vendor=vendor, machine=machine, physical_cores=physical,
-        logical_cores=logical, sockets=sockets, simd=simd, simd_bits=bits, fma=fma,
-        fma_units=units, frequency_hz=freq, frequency_source=fsrc, flags=flags,
-        peak_fp32_flops=p32, peak_fp64_flops=p64, peak_basis=basis,
+        return None, None, f"no estimate: {', '.join(missing)} unknown"
+    lanes32, lanes64 = bits // 32, bits // 64
+    p32 = physical * freq * lanes32 * units * 2
+    p64 = physical * freq * lanes64 * units * 2
+    op = "FMA units x 2 FLOP/FMA" if fma else "units x (1 add + 1 multiply)"
+    basis = (
+        f"estimate: {physical} cores x {freq / 1e9:.2f} GHz ({fsrc}) x {lanes32} fp32 lanes "
+        f"({simd.upper()}, {bits}-bit) x {units} {op} = {p32 / 1e9:.1f} GFLOP/s fp32 "
+        f"({p64 / 1e9:.1f} fp64); FMA units assumed, wide-vector clocks are often lower"
     )
+    return p32, p64, basis
 
 
 def _read_text(path: str, limit: int = 4 * 1024 * 1024) -> str | None:

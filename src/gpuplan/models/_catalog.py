@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 import os
 
-from ..errors import ModelFileError
+from ..errors import ModelFileError, UnknownNameError
 from ._counts import count_params
 from ._families import HF_CLASSES, build_architecture
 from ._types import Architecture, Model
@@ -92,7 +92,6 @@ def resolve_catalog_name(spec: str) -> str | None:
 def _get(name: str) -> tuple[CatalogEntry, dict]:
     key = resolve_catalog_name(name)
     if key is None:
-        from ..errors import UnknownNameError  # noqa: PLC0415
         raise UnknownNameError("model", name, catalog_keys(),
                                hint="`gpuplan models` lists the catalog")
     return _load()[0][key]

@@ -31,6 +31,7 @@ not listed: the embedding is counted once, as ``embeddings``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..errors import ModelFileError
@@ -159,6 +160,22 @@ def _layer_types_sliding(r: ConfigReader, num_layers: int) -> tuple[int, ...] | 
 # Llama-style decoders: llama, mistral, mixtral, qwen2, qwen2_moe, gemma2, phi3
 # --------------------------------------------------------------------------------------------
 
+_LLAMA_MAX_POS = {"llama": 2048, "mistral": 131072, "mixtral": 131072, "qwen2": 32768,
+                  "qwen2_moe": 32768, "gemma2": 8192, "phi3": 4096}
+
+
+@dataclass(frozen=True)
+class _Moe:
+    """The MLP layout of a llama-style decoder (all zero / empty for a dense model)."""
+
+    intermediate: int
+    num_experts: int = 0
+    top_k: int = 0
+    moe_intermediate: int = 0
+    shared_intermediate: int = 0
+    layers: tuple[int, ...] = ()
+
+
 def _llama_style(r: ConfigReader, family: str) -> dict:
     H = r.integer("hidden_size")
     L = r.integer("num_hidden_layers")
@@ -166,11 +183,45 @@ def _llama_style(r: ConfigReader, family: str) -> dict:
     V = r.integer("vocab_size")
     KV = _kv_heads(r, NH, family)
     hd = _head_dim(r, H, NH, default=256 if family == "gemma2" else None)
-    max_pos_default = {"llama": 2048, "mistral": 131072, "mixtral": 131072, "qwen2": 32768,
-                       "qwen2_moe": 32768, "gemma2": 8192, "phi3": 4096}[family]
-    max_pos = r.integer("max_position_embeddings", default=max_pos_default)
+    max_pos = r.integer("max_position_embeddings", default=_LLAMA_MAX_POS[family])
     tie = r.boolean("tie_word_embeddings", default=(family == "gemma2"))
+    qkv_bias, o_bias, mlp_bias = _llama_biases(r, family)
+    moe = _llama_moe(r, family, L)
+    window, sliding = _llama_sliding(r, family, L)
 
+    T = _Tensors()
+    T.embedding("model.embed_tokens.weight", V, H, "embed_tokens")
+    _llama_attention_tensors(T, family, H, L, NH, KV, hd, qkv_bias=qkv_bias, o_bias=o_bias)
+    _llama_mlp_tensors(T, family, H, L, moe, bias=mlp_bias)
+    p = "model.layers.{i}"
+    T.norm(f"{p}.input_layernorm", H, L, bias=False)
+    T.norm(f"{p}.post_attention_layernorm", H, L, bias=False)
+    if family == "gemma2":
+        T.norm(f"{p}.pre_feedforward_layernorm", H, L, bias=False)
+        T.norm(f"{p}.post_feedforward_layernorm", H, L, bias=False)
+    T.norm("model.norm", H, 1, bias=False)
+    if not tie:
+        T.linear("lm_head", V, H, 1, "head", bias=False)
+
+    activation = (r.string("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
+                  if family == "gemma2" else r.string("hidden_act", default="silu"))
+    return dict(
+        kind="decoder", hidden_size=H, num_layers=L, num_heads=NH, num_kv_heads=KV, head_dim=hd,
+        intermediate_size=moe.intermediate, vocab_size=V, max_position_embeddings=max_pos,
+        tie_word_embeddings=tie, mlp="gated", activation=activation, norm="rmsnorm",
+        position="rotary", attention_bias=qkv_bias or o_bias, mlp_bias=mlp_bias,
+        num_experts=moe.num_experts, experts_per_token=moe.top_k,
+        moe_intermediate_size=moe.moe_intermediate,
+        shared_expert_intermediate_size=moe.shared_intermediate, moe_layers=moe.layers,
+        sliding_window=window, sliding_window_layers=sliding,
+        attention_dropout=_dropout(r, "attention_dropout"),
+        hidden_dropout=_dropout(r, "resid_pdrop") if family == "phi3" else 0.0,
+        tensors=T.items,
+    )
+
+
+def _llama_biases(r: ConfigReader, family: str) -> tuple[bool, bool, bool]:
+    """(q/k/v bias, o_proj bias, MLP bias), as each family's config class defaults them."""
     qkv_bias = o_bias = mlp_bias = False
     if family == "llama":
         qkv_bias = o_bias = r.boolean("attention_bias", default=False)
@@ -181,16 +232,17 @@ def _llama_style(r: ConfigReader, family: str) -> dict:
         qkv_bias = True
     elif family == "qwen2_moe":
         qkv_bias = r.boolean("qkv_bias", default=True)
+    return qkv_bias, o_bias, mlp_bias
 
-    # MoE layout
-    num_experts = top_k = moe_I = shared_I = 0
-    moe_layers: tuple[int, ...] = ()
+
+def _llama_moe(r: ConfigReader, family: str, L: int) -> _Moe:
+    """The experts of mixtral (every layer) and qwen2_moe (``decoder_sparse_step`` layers not in
+    ``mlp_only_layers``); a dense MLP for the other families."""
     if family == "mixtral":
         num_experts = r.integer("num_local_experts", default=8)
         top_k = r.integer("num_experts_per_tok", default=2)
         I = r.integer("intermediate_size")
-        moe_I = I
-        moe_layers = tuple(range(L))
+        moe = _Moe(I, num_experts, top_k, I, 0, tuple(range(L)))
     elif family == "qwen2_moe":
         I = r.integer("intermediate_size")
         num_experts = r.integer("num_experts", default=60, minimum=0)
@@ -199,17 +251,20 @@ def _llama_style(r: ConfigReader, family: str) -> dict:
         shared_I = r.integer("shared_expert_intermediate_size", default=5632, minimum=0)
         step = r.integer("decoder_sparse_step", default=1)
         mlp_only = set(r.int_list("mlp_only_layers", maximum=L))
+        layers: tuple[int, ...] = ()
         if num_experts > 0:
-            moe_layers = tuple(i for i in range(L)
-                               if i not in mlp_only and (i + 1) % step == 0)
-        if not moe_layers:
-            num_experts = top_k = moe_I = shared_I = 0
+            layers = tuple(i for i in range(L) if i not in mlp_only and (i + 1) % step == 0)
+        moe = _Moe(I, num_experts, top_k, moe_I, shared_I, layers) if layers else _Moe(I)
     else:
-        I = r.integer("intermediate_size")
-    if num_experts and top_k > num_experts:
-        raise r.fail(f'"num_experts_per_tok" {top_k} is more than the {num_experts} experts')
+        moe = _Moe(r.integer("intermediate_size"))
+    if moe.num_experts and moe.top_k > moe.num_experts:
+        raise r.fail(f'"num_experts_per_tok" {moe.top_k} is more than the {moe.num_experts} '
+                     'experts')
+    return moe
 
-    # Sliding-window attention
+
+def _llama_sliding(r: ConfigReader, family: str, L: int) -> tuple[int | None, tuple[int, ...]]:
+    """The sliding window and the layers that use it ((None, ()) when no layer slides)."""
     window: int | None = None
     sliding: tuple[int, ...] = ()
     explicit = _layer_types_sliding(r, L)
@@ -229,81 +284,65 @@ def _llama_style(r: ConfigReader, family: str) -> dict:
     elif family == "gemma2":
         window = r.optional_integer("sliding_window", default=4096)
         sliding = explicit if explicit is not None else tuple(range(0, L, 2))
-    if not sliding:
-        window = None
+    return (window, sliding) if sliding else (None, sliding)
 
-    T = _Tensors()
-    T.embedding("model.embed_tokens.weight", V, H, "embed_tokens")
-    p = "model.layers.{i}"
-    if family == "phi3":
-        T.linear(f"{p}.self_attn.qkv_proj", NH * hd + 2 * KV * hd, H, L, "attention", bias=False)
-        T.linear(f"{p}.self_attn.o_proj", H, NH * hd, L, "attention", bias=False)
-    else:
-        T.linear(f"{p}.self_attn.q_proj", NH * hd, H, L, "attention", bias=qkv_bias)
-        T.linear(f"{p}.self_attn.k_proj", KV * hd, H, L, "attention", bias=qkv_bias)
-        T.linear(f"{p}.self_attn.v_proj", KV * hd, H, L, "attention", bias=qkv_bias)
-        T.linear(f"{p}.self_attn.o_proj", H, NH * hd, L, "attention", bias=o_bias)
 
+def _llama_attention_tensors(T: _Tensors, family: str, H: int, L: int, NH: int, KV: int,
+                             hd: int, *, qkv_bias: bool, o_bias: bool) -> None:
+    p = "model.layers.{i}.self_attn"
     if family == "phi3":
-        T.linear(f"{p}.mlp.gate_up_proj", 2 * I, H, L, "mlp", bias=False)
-        T.linear(f"{p}.mlp.down_proj", H, I, L, "mlp", bias=False)
+        T.linear(f"{p}.qkv_proj", NH * hd + 2 * KV * hd, H, L, "attention", bias=False)
+        T.linear(f"{p}.o_proj", H, NH * hd, L, "attention", bias=False)
+        return
+    T.linear(f"{p}.q_proj", NH * hd, H, L, "attention", bias=qkv_bias)
+    T.linear(f"{p}.k_proj", KV * hd, H, L, "attention", bias=qkv_bias)
+    T.linear(f"{p}.v_proj", KV * hd, H, L, "attention", bias=qkv_bias)
+    T.linear(f"{p}.o_proj", H, NH * hd, L, "attention", bias=o_bias)
+
+
+def _llama_mlp_tensors(T: _Tensors, family: str, H: int, L: int, moe: _Moe, *,
+                       bias: bool) -> None:
+    I = moe.intermediate
+    if family == "phi3":
+        T.linear("model.layers.{i}.mlp.gate_up_proj", 2 * I, H, L, "mlp", bias=False)
+        T.linear("model.layers.{i}.mlp.down_proj", H, I, L, "mlp", bias=False)
     elif family == "mixtral":
-        E = num_experts
+        E, moe_I = moe.num_experts, moe.moe_intermediate
         q = "model.layers.{i}.block_sparse_moe"
         T.linear(f"{q}.gate", E, H, L, "router", bias=False)
         T.linear(f"{q}.experts.{{e}}.w1", moe_I, H, L * E, "experts", bias=False)
         T.linear(f"{q}.experts.{{e}}.w2", H, moe_I, L * E, "experts", bias=False)
         T.linear(f"{q}.experts.{{e}}.w3", moe_I, H, L * E, "experts", bias=False)
     elif family == "qwen2_moe":
-        E = num_experts
-        dense = tuple(i for i in range(L) if i not in moe_layers)
-        for idx, n, layer in _layer_groups(dense, L) if dense else []:
-            q = f"model.layers.{idx}.mlp"
-            T.linear(f"{q}.gate_proj", I, H, n, "mlp", bias=False, layer=layer)
-            T.linear(f"{q}.up_proj", I, H, n, "mlp", bias=False, layer=layer)
-            T.linear(f"{q}.down_proj", H, I, n, "mlp", bias=False, layer=layer)
-        for idx, n, layer in _layer_groups(moe_layers, L) if moe_layers else []:
-            q = f"model.layers.{idx}.mlp"
-            T.linear(f"{q}.gate", E, H, n, "router", bias=False, layer=layer)
-            for proj, shape in (("gate_proj", (moe_I, H)), ("up_proj", (moe_I, H)),
-                                ("down_proj", (H, moe_I))):
-                T.linear(f"{q}.experts.{{e}}.{proj}", shape[0], shape[1], n * E, "experts",
-                         bias=False, layer=layer)
-            T.linear(f"{q}.shared_expert.gate_proj", shared_I, H, n, "mlp", bias=False,
-                     layer=layer)
-            T.linear(f"{q}.shared_expert.up_proj", shared_I, H, n, "mlp", bias=False,
-                     layer=layer)
-            T.linear(f"{q}.shared_expert.down_proj", H, shared_I, n, "mlp", bias=False,
-                     layer=layer)
-            T.linear(f"{q}.shared_expert_gate", 1, H, n, "router", bias=False, layer=layer)
+        _qwen2_moe_tensors(T, H, L, moe)
     else:
-        T.linear(f"{p}.mlp.gate_proj", I, H, L, "mlp", bias=mlp_bias)
-        T.linear(f"{p}.mlp.up_proj", I, H, L, "mlp", bias=mlp_bias)
-        T.linear(f"{p}.mlp.down_proj", H, I, L, "mlp", bias=mlp_bias)
+        T.linear("model.layers.{i}.mlp.gate_proj", I, H, L, "mlp", bias=bias)
+        T.linear("model.layers.{i}.mlp.up_proj", I, H, L, "mlp", bias=bias)
+        T.linear("model.layers.{i}.mlp.down_proj", H, I, L, "mlp", bias=bias)
 
-    T.norm(f"{p}.input_layernorm", H, L, bias=False)
-    T.norm(f"{p}.post_attention_layernorm", H, L, bias=False)
-    if family == "gemma2":
-        T.norm(f"{p}.pre_feedforward_layernorm", H, L, bias=False)
-        T.norm(f"{p}.post_feedforward_layernorm", H, L, bias=False)
-    T.norm("model.norm", H, 1, bias=False)
-    if not tie:
-        T.linear("lm_head", V, H, 1, "head", bias=False)
 
-    activation = (r.string("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
-                  if family == "gemma2" else r.string("hidden_act", default="silu"))
-    return dict(
-        kind="decoder", hidden_size=H, num_layers=L, num_heads=NH, num_kv_heads=KV, head_dim=hd,
-        intermediate_size=I, vocab_size=V, max_position_embeddings=max_pos,
-        tie_word_embeddings=tie, mlp="gated", activation=activation, norm="rmsnorm",
-        position="rotary", attention_bias=qkv_bias or o_bias, mlp_bias=mlp_bias,
-        num_experts=num_experts, experts_per_token=top_k, moe_intermediate_size=moe_I,
-        shared_expert_intermediate_size=shared_I, moe_layers=moe_layers,
-        sliding_window=window, sliding_window_layers=sliding,
-        attention_dropout=_dropout(r, "attention_dropout"),
-        hidden_dropout=_dropout(r, "resid_pdrop") if family == "phi3" else 0.0,
-        tensors=T.items,
-    )
+def _qwen2_moe_tensors(T: _Tensors, H: int, L: int, moe: _Moe) -> None:
+    """Dense MLP layers first, then the sparse ones (router, experts, shared expert and gate)."""
+    I, E, moe_I, shared_I = (moe.intermediate, moe.num_experts, moe.moe_intermediate,
+                             moe.shared_intermediate)
+    dense = tuple(i for i in range(L) if i not in moe.layers)
+    for idx, n, layer in _layer_groups(dense, L) if dense else []:
+        q = f"model.layers.{idx}.mlp"
+        T.linear(f"{q}.gate_proj", I, H, n, "mlp", bias=False, layer=layer)
+        T.linear(f"{q}.up_proj", I, H, n, "mlp", bias=False, layer=layer)
+        T.linear(f"{q}.down_proj", H, I, n, "mlp", bias=False, layer=layer)
+    for idx, n, layer in _layer_groups(moe.layers, L) if moe.layers else []:
+        q = f"model.layers.{idx}.mlp"
+        T.linear(f"{q}.gate", E, H, n, "router", bias=False, layer=layer)
+        for proj, shape in (("gate_proj", (moe_I, H)), ("up_proj", (moe_I, H)),
+                            ("down_proj", (H, moe_I))):
+            T.linear(f"{q}.experts.{{e}}.{proj}", shape[0], shape[1], n * E, "experts",
+                     bias=False, layer=layer)
+        for proj, shape in (("gate_proj", (shared_I, H)), ("up_proj", (shared_I, H)),
+                            ("down_proj", (H, shared_I))):
+            T.linear(f"{q}.shared_expert.{proj}", shape[0], shape[1], n, "mlp", bias=False,
+                     layer=layer)
+        T.linear(f"{q}.shared_expert_gate", 1, H, n, "router", bias=False, layer=layer)
 
 
 # --------------------------------------------------------------------------------------------

@@ -93,79 +93,100 @@ def _tensors_from_headers(headers: list[HeaderTensor], arch: Architecture | None
     """Group header tensors into ParamTensors (exact shapes and dtypes from the files), using the
     architecture's names, components and modules where they match. Returns (tensors, notes,
     dominant dtype)."""
-    notes: list[str] = []
-    by_key: dict[str, ParamTensor] = {}
-    by_layer: dict[tuple[str, int], ParamTensor] = {}
-    if arch is not None:
-        for t in arch.tensors:
-            key, i, _e = _normalize(t.name)
-            if t.layer is not None:
-                by_layer[(key, t.layer)] = t
-            else:
-                by_key[key] = t
-
-    groups: Counter[tuple] = Counter()
-    meta: dict[tuple, tuple[str, str, bool, bool, int | None]] = {}
-    matched: Counter[tuple[str, int | None]] = Counter()
-    buffers: list[str] = []
-    unmatched: list[str] = []
-    mismatched: list[str] = []
-    elements_by_dtype: Counter[str] = Counter()
+    groups = _HeaderGroups(arch)
     for h in headers:
+        groups.add(h)
+    return groups.tensors(), groups.notes(), groups.dominant_dtype()
+
+
+class _HeaderGroups:
+    """Header tensors counted per (name or name pattern, shape, dtype, layer), with what matching
+    them against the architecture found."""
+
+    def __init__(self, arch: Architecture | None) -> None:
+        self.arch = arch
+        self.by_key: dict[str, ParamTensor] = {}
+        self.by_layer: dict[tuple[str, int], ParamTensor] = {}
+        for t in arch.tensors if arch is not None else ():
+            key, _i, _e = _normalize(t.name)
+            if t.layer is not None:
+                self.by_layer[(key, t.layer)] = t
+            else:
+                self.by_key[key] = t
+        self.groups: Counter[tuple] = Counter()
+        self.meta: dict[tuple, tuple[str, str, bool, bool, int | None]] = {}
+        self.matched: Counter[tuple[str, int | None]] = Counter()
+        self.buffers: list[str] = []
+        self.unmatched: list[str] = []
+        self.mismatched: list[str] = []
+        self.elements_by_dtype: Counter[str] = Counter()
+
+    def add(self, h: HeaderTensor) -> None:
         key, i, _e = _normalize(h.name)
-        t = by_layer.get((key, i)) if i is not None else None
-        t = t or by_key.get(key)
+        t = self.by_layer.get((key, i)) if i is not None else None
+        t = t or self.by_key.get(key)
         if t is None and _BUFFER_RE.search(h.name):
-            buffers.append(h.name)
-            continue
-        elements_by_dtype[h.dtype] += h.numel
+            self.buffers.append(h.name)
+            return
+        self.elements_by_dtype[h.dtype] += h.numel
         if t is not None:
-            matched[(t.name, t.layer)] += 1
-            if h.shape != t.shape and len(mismatched) < 3:
-                mismatched.append(f"{h.name} is {list(h.shape)}, config.json implies "
-                                  f"{list(t.shape)}")
+            self.matched[(t.name, t.layer)] += 1
+            if h.shape != t.shape and len(self.mismatched) < 3:
+                self.mismatched.append(f"{h.name} is {list(h.shape)}, config.json implies "
+                                       f"{list(t.shape)}")
             k = (t.name, h.shape, h.dtype, t.layer)
-            meta[k] = (t.component, t.module, t.linear and len(h.shape) == len(t.shape),
-                       t.transposed, t.layer)
+            self.meta[k] = (t.component, t.module, t.linear and len(h.shape) == len(t.shape),
+                            t.transposed, t.layer)
         else:
-            if arch is not None:
-                unmatched.append(h.name)
-            pat = _generic_pattern(h.name)
+            if self.arch is not None:
+                self.unmatched.append(h.name)
             comp = _guess_component(h.name)
-            k = (pat, h.shape, h.dtype, None)
+            k = (_generic_pattern(h.name), h.shape, h.dtype, None)
             linear = (len(h.shape) == 2 and h.name.endswith(".weight")
                       and comp in ("attention", "mlp", "experts", "head", "router"))
-            meta[k] = (comp, _module_of(h.name), linear, False, None)
-        groups[k] += 1
+            self.meta[k] = (comp, _module_of(h.name), linear, False, None)
+        self.groups[k] += 1
 
-    order = {t.name: n for n, t in enumerate(arch.tensors)} if arch is not None else {}
-    tensors = []
-    for k, count in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
-                                                            kv[0][0], kv[0][3] or 0)):
-        name, shape, dtype, layer = k
-        comp, module, linear, transposed, layer = meta[k]
-        tensors.append(ParamTensor(name=name, shape=shape, count=count, component=comp,  # type: ignore[arg-type]
+    def tensors(self) -> tuple[ParamTensor, ...]:
+        """In the architecture's order; names it does not know after, by name and layer."""
+        arch = self.arch
+        order = {t.name: n for n, t in enumerate(arch.tensors)} if arch is not None else {}
+        out = []
+        for k, count in sorted(self.groups.items(),
+                               key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0],
+                                               kv[0][3] or 0)):
+            name, shape, dtype, layer = k
+            comp, module, linear, transposed, layer = self.meta[k]
+            out.append(ParamTensor(name=name, shape=shape, count=count, component=comp,  # type: ignore[arg-type]
                                    module=module, linear=linear, dtype=dtype, layer=layer,
                                    transposed=transposed))
+        return tuple(out)
 
-    if buffers:
-        notes.append(f"skipped {len(buffers)} non-parameter buffers in the checkpoint "
-                     f"(e.g. {buffers[0]})")
-    if arch is not None:
-        if unmatched:
-            notes.append(f"{len(unmatched)} checkpoint tensors are not parameters of "
-                         f"{arch.hf_class} per config.json (e.g. {unmatched[0]}); counted from "
-                         f"the headers")
-        missing = [(t.name, t.count - matched[(t.name, t.layer)]) for t in arch.tensors
-                   if matched[(t.name, t.layer)] < t.count]
+    def notes(self) -> list[str]:
+        notes: list[str] = []
+        if self.buffers:
+            notes.append(f"skipped {len(self.buffers)} non-parameter buffers in the checkpoint "
+                         f"(e.g. {self.buffers[0]})")
+        arch = self.arch
+        if arch is None:
+            return notes
+        if self.unmatched:
+            notes.append(f"{len(self.unmatched)} checkpoint tensors are not parameters of "
+                         f"{arch.hf_class} per config.json (e.g. {self.unmatched[0]}); counted "
+                         f"from the headers")
+        missing = [(t.name, t.count - self.matched[(t.name, t.layer)]) for t in arch.tensors
+                   if self.matched[(t.name, t.layer)] < t.count]
         if missing:
             n = sum(m for _, m in missing)
             notes.append(f"{n} tensors config.json implies are not in the checkpoint "
                          f"(e.g. {missing[0][0]})")
-        if mismatched:
-            notes.append("shapes differ from config.json: " + "; ".join(mismatched))
-    dominant = elements_by_dtype.most_common(1)[0][0] if elements_by_dtype else None
-    return tuple(tensors), notes, dominant
+        if self.mismatched:
+            notes.append("shapes differ from config.json: " + "; ".join(self.mismatched))
+        return notes
+
+    def dominant_dtype(self) -> str | None:
+        counts = self.elements_by_dtype
+        return counts.most_common(1)[0][0] if counts else None
 
 
 def _arch_from_file(path: Path, name: str) -> tuple[Architecture, tuple[str, ...]]:

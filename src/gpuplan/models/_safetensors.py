@@ -88,6 +88,27 @@ def _is_uint(v: object) -> bool:
 
 def _parse(path: Path) -> SafetensorsHeader:
     """The bounded, validating parse (no third-party code)."""
+    size, n, raw = _read_header(path)
+    obj = _header_json(path, raw)
+    data_len = size - 8 - n
+    metadata: dict[str, str] = {}
+    tensors: list[HeaderTensor] = []
+    spans: list[tuple[int, int, str]] = []
+    for name, info in obj.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise ModelFileError(path, "safetensors __metadata__ must map strings to strings")
+            metadata = dict(info)
+            continue
+        tensor, (begin, end) = _header_tensor(path, name, info, data_len)
+        spans.append((begin, end, name))
+        tensors.append(tensor)
+    _check_spans(path, spans, data_len)
+    return SafetensorsHeader(path=path, tensors=tuple(tensors), metadata=metadata)
+
+
+def _read_header(path: Path) -> tuple[int, int, bytes]:
+    """(file size, header length, header bytes), each bound checked before it is read."""
     try:
         size = path.stat().st_size
         f = path.open("rb")
@@ -111,6 +132,11 @@ def _parse(path: Path) -> SafetensorsHeader:
         raw = f.read(n)
     if len(raw) != n:
         raise ModelFileError(path, "file shrank while its safetensors header was read")
+    return size, n, raw
+
+
+def _header_json(path: Path, raw: bytes) -> dict:
+    """The header as a JSON object: UTF-8, no repeated keys, no NaN/Infinity."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -126,51 +152,48 @@ def _parse(path: Path) -> SafetensorsHeader:
         raise ModelFileError(path, f"safetensors header is not valid JSON ({e})") from None
     if not isinstance(obj, dict):
         raise ModelFileError(path, "safetensors header is not a JSON object")
+    return obj
 
-    data_len = size - 8 - n
-    metadata: dict[str, str] = {}
-    tensors: list[HeaderTensor] = []
-    spans: list[tuple[int, int, str]] = []
-    for name, info in obj.items():
-        if name == "__metadata__":
-            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
-                raise ModelFileError(path, "safetensors __metadata__ must map strings to strings")
-            metadata = dict(info)
-            continue
-        label = f"tensor {name!r}" if len(name) <= 80 else f"tensor {name[:77]!r}..."
-        if not isinstance(info, dict):
-            raise ModelFileError(path, f"{label}: expected an object with dtype, shape and "
-                                       f"data_offsets")
-        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-            raise ModelFileError(path, f"{label}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
-            raise ModelFileError(path, f"{label}: shape {shape!r} is not a list of whole numbers")
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(_is_uint(o) for o in offsets) or offsets[0] > offsets[1]):
-            raise ModelFileError(path, f"{label}: data_offsets {offsets!r} is not "
-                                       f"[begin, end] with 0 <= begin <= end")
-        begin, end = offsets
-        if end > data_len:
-            raise ModelFileError(path, f"{label}: data_offsets [{begin}, {end}] run past the end "
-                                       f"of the file (data section is {data_len} bytes)")
-        bits = math.prod(shape) * DTYPE_BITS[dtype]
-        if bits % 8 or bits // 8 != end - begin:
-            raise ModelFileError(path, f"{label}: data_offsets span {end - begin} bytes but "
-                                       f"shape {shape} of {dtype} needs {bits / 8:g}")
-        spans.append((begin, end, name))
-        tensors.append(HeaderTensor(name=name, dtype=dtype, shape=tuple(shape),
-                                    nbytes=end - begin, file=path.name))
-    spans.sort()
+
+def _header_tensor(path: Path, name: str, info: object,
+                   data_len: int) -> tuple[HeaderTensor, tuple[int, int]]:
+    """One tensor entry, checked (a known dtype, a shape, offsets inside the data section that
+    span exactly the bytes the shape needs), and its data offsets."""
+    label = f"tensor {name!r}" if len(name) <= 80 else f"tensor {name[:77]!r}..."
+    if not isinstance(info, dict):
+        raise ModelFileError(path, f"{label}: expected an object with dtype, shape and "
+                                   f"data_offsets")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise ModelFileError(path, f"{label}: unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        raise ModelFileError(path, f"{label}: shape {shape!r} is not a list of whole numbers")
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(_is_uint(o) for o in offsets) or offsets[0] > offsets[1]):
+        raise ModelFileError(path, f"{label}: data_offsets {offsets!r} is not "
+                                   f"[begin, end] with 0 <= begin <= end")
+    begin, end = offsets
+    if end > data_len:
+        raise ModelFileError(path, f"{label}: data_offsets [{begin}, {end}] run past the end "
+                                   f"of the file (data section is {data_len} bytes)")
+    bits = math.prod(shape) * DTYPE_BITS[dtype]
+    if bits % 8 or bits // 8 != end - begin:
+        raise ModelFileError(path, f"{label}: data_offsets span {end - begin} bytes but "
+                                   f"shape {shape} of {dtype} needs {bits / 8:g}")
+    return (HeaderTensor(name=name, dtype=dtype, shape=tuple(shape), nbytes=end - begin,
+                         file=path.name), (begin, end))
+
+
+def _check_spans(path: Path, spans: list[tuple[int, int, str]], data_len: int) -> None:
+    """The tensors tile the data section: no overlap, no gap, nothing left over."""
     at = 0
-    for begin, end, name in spans:
+    for begin, end, name in sorted(spans):
         if begin != at:
             what = "overlaps the previous tensor" if begin < at else f"leaves a gap at byte {at}"
             raise ModelFileError(path, f"tensor {name!r}: data_offsets [{begin}, {end}] {what}")
         at = end
     if at != data_len:
         raise ModelFileError(path, f"data section is {data_len} bytes but the tensors cover {at}")
-    return SafetensorsHeader(path=path, tensors=tuple(tensors), metadata=metadata)
 
 
 def _library_check(header: SafetensorsHeader) -> None:

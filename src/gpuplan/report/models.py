@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..models import COMPONENTS, Architecture, Model, ParamTensor
+from ..models import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 from ..units import format_count
 
 if TYPE_CHECKING:  # rich is only imported when something is rendered
@@ -120,40 +120,64 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def model_detail(model: Model) -> list[RenderableType]:
     """The parts of ``gpuplan models NAME``: summary, split by component, tensors, notes."""
-    from rich.table import Table
     from rich.text import Text
 
-    parts: list[RenderableType] = []
-    p = model.params
-    a = model.architecture
+    parts: list[RenderableType] = [_summary(model), _component_table(model.params)]
+    if model.tensors:
+        parts.append(_tensor_table(model.tensors))
+    for note in model.notes:
+        parts.append(Text(f"note: {note}"))
+    return parts
+
+
+def _summary(model: Model) -> RenderableType:
+    """The name and source, then the architecture in a few lines."""
+    from rich.text import Text
+
     head = Text()
     head.append(f"{model.name}", style="bold")
     head.append(f"  ({model.source})\n")
+    a = model.architecture
     if a is not None:
-        head.append(f"{a.hf_class}, {a.family} {a.kind}: {a.num_layers} layers, hidden "
-                    f"{a.hidden_size:,}, {a.num_heads} heads / {a.num_kv_heads} KV heads x "
-                    f"{a.head_dim}, MLP {a.mlp} {a.intermediate_size:,}, {a.norm}, "
-                    f"{a.position} positions")
-        if a.vocab_size:
-            head.append(f", vocab {a.vocab_size:,}")
-        head.append(f", context {a.max_position_embeddings:,}")
-        head.append(", tied embeddings" if a.tie_word_embeddings else "")
-        if a.is_moe:
-            head.append(f"\nMoE: {a.num_experts} experts x {a.moe_intermediate_size:,}, top-"
-                        f"{a.experts_per_token}, in {len(a.moe_layers)} of {a.num_layers} layers")
-            if a.shared_expert_intermediate_size:
-                head.append(f", shared expert {a.shared_expert_intermediate_size:,}")
-        if a.sliding_window is not None:
-            head.append(f"\nsliding window {a.sliding_window:,} tokens in "
-                        f"{len(a.sliding_window_layers)} of {a.num_layers} layers")
-        if a.kind == "vision":
-            head.append(f"\nimages {a.image_size}x{a.image_size}, patches {a.patch_size}x"
-                        f"{a.patch_size} ({a.num_patches} + class token), {a.num_labels} labels")
-        if a.source:
-            head.append(f"\nconfig: {a.source}")
+        head.append(_architecture_line(a))
+        head.append(_architecture_extras(a))
     if model.checkpoint_dtype:
         head.append(f"\ncheckpoint dtype: {model.checkpoint_dtype}")
-    parts.append(head)
+    return head
+
+
+def _architecture_line(a: Architecture) -> str:
+    line = (f"{a.hf_class}, {a.family} {a.kind}: {a.num_layers} layers, hidden "
+            f"{a.hidden_size:,}, {a.num_heads} heads / {a.num_kv_heads} KV heads x "
+            f"{a.head_dim}, MLP {a.mlp} {a.intermediate_size:,}, {a.norm}, "
+            f"{a.position} positions")
+    if a.vocab_size:
+        line += f", vocab {a.vocab_size:,}"
+    line += f", context {a.max_position_embeddings:,}"
+    return line + (", tied embeddings" if a.tie_word_embeddings else "")
+
+
+def _architecture_extras(a: Architecture) -> str:
+    """MoE, sliding window, image and config lines (each starting a new line), where they apply."""
+    out = ""
+    if a.is_moe:
+        out += (f"\nMoE: {a.num_experts} experts x {a.moe_intermediate_size:,}, top-"
+                f"{a.experts_per_token}, in {len(a.moe_layers)} of {a.num_layers} layers")
+        if a.shared_expert_intermediate_size:
+            out += f", shared expert {a.shared_expert_intermediate_size:,}"
+    if a.sliding_window is not None:
+        out += (f"\nsliding window {a.sliding_window:,} tokens in "
+                f"{len(a.sliding_window_layers)} of {a.num_layers} layers")
+    if a.kind == "vision":
+        out += (f"\nimages {a.image_size}x{a.image_size}, patches {a.patch_size}x"
+                f"{a.patch_size} ({a.num_patches} + class token), {a.num_labels} labels")
+    if a.source:
+        out += f"\nconfig: {a.source}"
+    return out
+
+
+def _component_table(p: ParamCounts) -> Table:
+    from rich.table import Table
 
     split = Table(title="parameters by component", title_justify="left")
     split.add_column("component")
@@ -170,25 +194,26 @@ def model_detail(model: Model) -> list[RenderableType]:
                       f"{100 * p.active / p.total:.1f}%")
     split.add_row("non-embedding", _count(p.total - p.embedding), f"{p.total - p.embedding:,}",
                   f"{100 * (p.total - p.embedding) / p.total:.1f}%")
-    parts.append(split)
+    return split
 
-    if model.tensors:
-        tt = Table(title="parameter tensors ({i} = layer, {e} = expert)", title_justify="left")
-        tt.add_column("name", overflow="fold")
-        tt.add_column("shape", justify="right", no_wrap=True)
-        tt.add_column("x", justify="right")
-        tt.add_column("params", justify="right")
-        tt.add_column("component")
-        tt.add_column("module")
-        if any(t.dtype for t in model.tensors):
-            tt.add_column("dtype")
-        for t in model.tensors:
-            row = [t.name, _shape(t.shape), str(t.count), _count(t.total), t.component,
-                   t.module + (" (linear)" if t.linear else "")]
-            if any(x.dtype for x in model.tensors):
-                row.append(t.dtype or "")
-            tt.add_row(*row)
-        parts.append(tt)
-    for note in model.notes:
-        parts.append(Text(f"note: {note}"))
-    return parts
+
+def _tensor_table(tensors: Sequence[ParamTensor]) -> Table:
+    from rich.table import Table
+
+    tt = Table(title="parameter tensors ({i} = layer, {e} = expert)", title_justify="left")
+    tt.add_column("name", overflow="fold")
+    tt.add_column("shape", justify="right", no_wrap=True)
+    tt.add_column("x", justify="right")
+    tt.add_column("params", justify="right")
+    tt.add_column("component")
+    tt.add_column("module")
+    with_dtype = any(t.dtype for t in tensors)
+    if with_dtype:
+        tt.add_column("dtype")
+    for t in tensors:
+        row = [t.name, _shape(t.shape), str(t.count), _count(t.total), t.component,
+               t.module + (" (linear)" if t.linear else "")]
+        if with_dtype:
+            row.append(t.dtype or "")
+        tt.add_row(*row)
+    return tt

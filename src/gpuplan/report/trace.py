@@ -9,8 +9,9 @@ from typing import IO
 
 from .._io import write_atomic
 from ..errors import MissingDependencyError
-from ..trace._result import TIMELINE_CATEGORIES, TraceResult
+from ..trace import TIMELINE_CATEGORIES, TraceResult
 from ..units import ByteUnits, format_bytes, format_count, format_flops, format_seconds
+from ._console import console_for
 
 __all__ = ["render_trace", "trace_json", "plot_timeline"]
 
@@ -41,20 +42,36 @@ def _bpp(n: int, params: int) -> str:
 
 def render_trace(r: TraceResult, *, units: ByteUnits = "GB", file: IO[str] | None = None) -> None:
     """Print the trace as tables."""
-    from rich.table import Table
-
-    from ._console import console_for
-
     con = console_for(file)
+    for line in _header(r):
+        con.print(line)
+    con.print(_peak_table(r, units))
+    con.print(_fine_table(r, units))
+    con.print("Peak by phase: " + ", ".join(f"{p} {format_bytes(v, units)}"
+                                            for p, v in r.phase_peaks.items()))
+    con.print(_flops_line(r))
+    if r.measured is not None:
+        con.print(_measured_line(r, units))
+    con.print(_emulation_table(r))
+    for note in r.notes:
+        con.print(f"[dim]note: {note}[/dim]")
+
+
+def _header(r: TraceResult) -> tuple[str, str]:
     what = (f"{r.mode}, {r.precision}" + (f", {r.optimizer} ({r.optimizer_impl})"
                                           if r.optimizer else "")
             + f", batch {r.batch} x seq {r.seq}, attention {r.attention}"
             + (f", checkpointing {r.checkpointing}" if r.mode == "train" else ""))
-    con.print(f"[bold]Trace of {r.model}[/bold]: {what}")
     step = ("the second of two iterations is reported" if r.mode == "train"
             else "prefill of the prompt, then one decode step")
-    con.print(f"{format_count(r.params)} parameters; traced on fake tensors (no storage) in "
-              f"{format_seconds(r.seconds)}; {step}")
+    return (f"[bold]Trace of {r.model}[/bold]: {what}",
+            f"{format_count(r.params)} parameters; traced on fake tensors (no storage) in "
+            f"{format_seconds(r.seconds)}; {step}")
+
+
+def _peak_table(r: TraceResult, units: ByteUnits):
+    """The per-GPU fields of ``gpuplan fit`` at the traced peak."""
+    from rich.table import Table
 
     table = Table(title=f"Memory at the peak ({r.peak_phase}, in {r.peak_module})",
                   title_justify="left", show_footer=True)
@@ -64,7 +81,12 @@ def render_trace(r: TraceResult, *, units: ByteUnits = "GB", file: IO[str] | Non
     for key, label in (_TRAIN_ROWS if r.mode == "train" else _INFER_ROWS):
         n = int(r.per_gpu.get(key, 0))
         table.add_row(label, _bpp(n, r.params), format_bytes(n, units, digits=2))
-    con.print(table)
+    return table
+
+
+def _fine_table(r: TraceResult, units: ByteUnits):
+    """The recorder's own categories at the peak, and what the 512-byte rounding added."""
+    from rich.table import Table
 
     fine = Table(title="Finer split at the peak", title_justify="left")
     fine.add_column("what")
@@ -75,30 +97,34 @@ def render_trace(r: TraceResult, *, units: ByteUnits = "GB", file: IO[str] | Non
             fine.add_row(label, format_bytes(n, units, digits=2))
     fine.add_row("[dim]512-byte allocator rounding included above[/dim]",
                  f"[dim]{format_bytes(r.total_bytes - r.unrounded_peak_bytes, units)}[/dim]")
-    con.print(fine)
+    return fine
 
-    con.print("Peak by phase: " + ", ".join(f"{p} {format_bytes(v, units)}"
-                                            for p, v in r.phase_peaks.items()))
+
+def _flops_line(r: TraceResult) -> str:
     if r.mode == "train":
-        con.print(f"FLOPs: forward {format_flops(r.flops_forward)}, backward "
-                  f"{format_flops(r.flops_backward)} (torch FlopCounterMode)")
-    else:
-        flops = f"FLOPs: forward {format_flops(r.flops_forward)}"
-        if r.flops_decode:
-            flops += f", one decode step {format_flops(r.flops_decode)}"
-        con.print(flops + " (torch FlopCounterMode)")
+        return (f"FLOPs: forward {format_flops(r.flops_forward)}, backward "
+                f"{format_flops(r.flops_backward)} (torch FlopCounterMode)")
+    flops = f"FLOPs: forward {format_flops(r.flops_forward)}"
+    if r.flops_decode:
+        flops += f", one decode step {format_flops(r.flops_decode)}"
+    return flops + " (torch FlopCounterMode)"
 
+
+def _measured_line(r: TraceResult, units: ByteUnits) -> str:
     m = r.measured
-    if m is not None:
-        if m.reserved_bytes is not None:
-            con.print(f"[bold]Measured on {m.device}[/bold]: max_memory_allocated "
-                      f"{format_bytes(m.peak_bytes, units)}, max_memory_reserved "
-                      f"{format_bytes(m.reserved_bytes, units)}; traced "
-                      f"{format_bytes(r.total_bytes, units, digits=2)}; allocated / traced = {m.ratio:.4f}")
-        else:
-            con.print(f"[bold]Measured with real tensors on the {m.device}[/bold]: peak "
-                      f"{format_bytes(m.peak_bytes, units)} ({m.peak_phase}); traced "
-                      f"{format_bytes(r.total_bytes, units, digits=2)}; measured / traced = {m.ratio:.4f}")
+    traced = format_bytes(r.total_bytes, units, digits=2)
+    if m.reserved_bytes is not None:
+        return (f"[bold]Measured on {m.device}[/bold]: max_memory_allocated "
+                f"{format_bytes(m.peak_bytes, units)}, max_memory_reserved "
+                f"{format_bytes(m.reserved_bytes, units)}; traced "
+                f"{traced}; allocated / traced = {m.ratio:.4f}")
+    return (f"[bold]Measured with real tensors on the {m.device}[/bold]: peak "
+            f"{format_bytes(m.peak_bytes, units)} ({m.peak_phase}); traced "
+            f"{traced}; measured / traced = {m.ratio:.4f}")
+
+
+def _emulation_table(r: TraceResult):
+    from rich.table import Table
 
     em = Table(title="CUDA behaviour emulated on the CPU", title_justify="left")
     em.add_column("emulation")
@@ -106,9 +132,7 @@ def render_trace(r: TraceResult, *, units: ByteUnits = "GB", file: IO[str] | Non
     em.add_column("what it does")
     for e in r.emulations:
         em.add_row(e.name, str(e.count), e.detail)
-    con.print(em)
-    for note in r.notes:
-        con.print(f"[dim]note: {note}[/dim]")
+    return em
 
 
 def trace_json(r: TraceResult) -> str:

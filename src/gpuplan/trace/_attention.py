@@ -70,8 +70,14 @@ def _reference_grads(g, q, k, v, mask, is_causal, scale):
 
 def ops() -> dict[str, object]:
     """Define the custom ops once (lazily: no registration at import)."""
-    if _OPS:
-        return _OPS
+    if not _OPS:
+        _OPS.update(_define_flash())
+        _OPS.update(_define_efficient())
+    return _OPS
+
+
+def _define_flash() -> dict[str, object]:
+    """``gpuplan::flash_fwd`` / ``flash_bwd`` and the autograd rule that joins them."""
 
     @torch.library.custom_op("gpuplan::flash_fwd", mutates_args=())
     def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
@@ -103,6 +109,26 @@ def ops() -> dict[str, object]:
     def _(g, q, k, v, out, lse, is_causal, scale):
         return _flash_bwd_alloc(q, k, v, q.new_empty)
 
+    def flash_setup(ctx, inputs, output):
+        q, k, v, is_causal, scale = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.is_causal, ctx.scale = is_causal, scale
+
+    def flash_backward(ctx, g_out, g_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        res = flash_bwd(g_out, q, k, v, out, lse, ctx.is_causal, ctx.scale)
+        dq, dk, dv = res[0], res[1], res[2]
+        del res  # the workspaces (softmax_d, dq_accum, expanded dk/dv) die with the kernel
+        return dq, dk, dv, None, None
+
+    flash_fwd.register_autograd(flash_backward, setup_context=flash_setup)
+    return {"flash_fwd": flash_fwd, "flash_bwd": flash_bwd}
+
+
+def _define_efficient() -> dict[str, object]:
+    """``gpuplan::efficient_fwd`` / ``efficient_bwd`` and the autograd rule that joins them."""
+
     @torch.library.custom_op("gpuplan::efficient_fwd", mutates_args=())
     def efficient_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       mask: torch.Tensor | None, is_causal: bool, scale: float,
@@ -131,21 +157,6 @@ def ops() -> dict[str, object]:
     def _(g, q, k, v, mask, out, lse, is_causal, scale):
         return _efficient_bwd_alloc(q, k, v, q.new_empty)
 
-    def flash_setup(ctx, inputs, output):
-        q, k, v, is_causal, scale = inputs
-        out, lse = output
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.is_causal, ctx.scale = is_causal, scale
-
-    def flash_backward(ctx, g_out, g_lse):
-        q, k, v, out, lse = ctx.saved_tensors
-        res = flash_bwd(g_out, q, k, v, out, lse, ctx.is_causal, ctx.scale)
-        dq, dk, dv = res[0], res[1], res[2]
-        del res  # the workspaces (softmax_d, dq_accum, expanded dk/dv) die with the kernel
-        return dq, dk, dv, None, None
-
-    flash_fwd.register_autograd(flash_backward, setup_context=flash_setup)
-
     def eff_setup(ctx, inputs, output):
         q, k, v, mask, is_causal, scale, compute_lse = inputs
         out, lse = output
@@ -160,10 +171,7 @@ def ops() -> dict[str, object]:
         return dq, dk, dv, None, None, None, None
 
     efficient_fwd.register_autograd(eff_backward, setup_context=eff_setup)
-
-    _OPS.update(flash_fwd=flash_fwd, flash_bwd=flash_bwd, efficient_fwd=efficient_fwd,
-                efficient_bwd=efficient_bwd)
-    return _OPS
+    return {"efficient_fwd": efficient_fwd, "efficient_bwd": efficient_bwd}
 
 
 def _flash_bwd_alloc(q, k, v, empty) -> list[torch.Tensor]:

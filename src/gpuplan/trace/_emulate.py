@@ -154,71 +154,118 @@ class _State:
 
 
 def _make_autocast_kernel(state: _State, op, policy: str, append_target=None):
+    """The ``AutocastCPU`` kernel that runs ``op`` as CUDA autocast's ``policy`` does."""
+    make = _POLICY_CALLS.get(policy, _banned_call)
+    call = make(state, op, append_target)
+
+    def kernel(*args, **kwargs):
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+            return call(*args, **kwargs)
+
+    return kernel
+
+
+def _lower_cast(state: _State, t):
+    """``t`` in the autocast dtype; fp32 leaf weights that require grad cast once and cached, as
+    CUDA autocast caches them."""
+    if not _eligible(t):
+        return t
+    dt = torch.get_autocast_dtype("cpu")
+    if t.dtype == dt:
+        return t
+    if (t.dtype == torch.float32 and t.requires_grad and t.is_leaf and not t._is_view()
+            and torch.is_autocast_cache_enabled()):
+        hit = state.cast_cache.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        out = t.to(dt)
+        state.cast_cache[id(t)] = (t, out)
+        return out
+    return t.to(dt)
+
+
+def _to_fp32(t):
+    return t.to(torch.float32) if _eligible(t) and t.dtype != torch.float32 else t
+
+
+def _lower_call(state: _State, op, _target):
+    def call(*args, **kwargs):
+        state.counts["autocast-op-lists"] += 1
+        args, kwargs = tree_map(lambda t: _lower_cast(state, t), (args, kwargs))
+        return op(*args, **kwargs)
+
+    return call
+
+
+def _fp32_call(state: _State, op, _target):
+    def call(*args, **kwargs):
+        state.counts["autocast-op-lists"] += 1
+        args, kwargs = tree_map(_to_fp32, (args, kwargs))
+        return op(*args, **kwargs)
+
+    return call
+
+
+def _set_opt_dtype_call(state: _State, op, _target):
+    """fp32 output unless the call names a dtype (softmax, sum, cumsum ...)."""
     schema_args = [a.name for a in op._schema.arguments]
     dtype_pos = schema_args.index("dtype") if "dtype" in schema_args else None
     kwarg_only = {a.name for a in op._schema.arguments if a.kwarg_only}
 
-    def lower_cast(t):
-        if not _eligible(t):
-            return t
-        dt = torch.get_autocast_dtype("cpu")
-        if t.dtype == dt:
-            return t
-        if (t.dtype == torch.float32 and t.requires_grad and t.is_leaf and not t._is_view()
-                and torch.is_autocast_cache_enabled()):
-            hit = state.cast_cache.get(id(t))
-            if hit is not None and hit[0] is t:
-                return hit[1]
-            out = t.to(dt)
-            state.cast_cache[id(t)] = (t, out)
-            return out
-        return t.to(dt)
+    def call(*args, **kwargs):
+        if args and _eligible(args[0]):
+            state.counts["autocast-op-lists"] += 1
+            if "dtype" in kwarg_only:
+                if kwargs.get("dtype") is None:
+                    kwargs = {**kwargs, "dtype": torch.float32}
+            elif dtype_pos is not None:
+                if len(args) > dtype_pos:
+                    if args[dtype_pos] is None:
+                        args = (*args[:dtype_pos], torch.float32, *args[dtype_pos + 1:])
+                elif kwargs.get("dtype") is None:
+                    kwargs = {**kwargs, "dtype": torch.float32}
+        return op(*args, **kwargs)
 
-    def to_fp32(t):
-        return t.to(torch.float32) if _eligible(t) and t.dtype != torch.float32 else t
+    return call
 
-    def kernel(*args, **kwargs):
-        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
-            if policy == "lower_precision_fp":
-                state.counts["autocast-op-lists"] += 1
-                args, kwargs = tree_map(lower_cast, (args, kwargs))
-                return op(*args, **kwargs)
-            if policy == "fp32":
-                state.counts["autocast-op-lists"] += 1
-                args, kwargs = tree_map(to_fp32, (args, kwargs))
-                return op(*args, **kwargs)
-            if policy == "fp32_set_opt_dtype":
-                if args and _eligible(args[0]):
-                    state.counts["autocast-op-lists"] += 1
-                    if "dtype" in kwarg_only:
-                        if kwargs.get("dtype") is None:
-                            kwargs = {**kwargs, "dtype": torch.float32}
-                    elif dtype_pos is not None:
-                        if len(args) > dtype_pos:
-                            if args[dtype_pos] is None:
-                                args = (*args[:dtype_pos], torch.float32, *args[dtype_pos + 1:])
-                        elif kwargs.get("dtype") is None:
-                            kwargs = {**kwargs, "dtype": torch.float32}
-                return op(*args, **kwargs)
-            if policy == "fp32_append_dtype":
-                state.counts["autocast-op-lists"] += 1
-                out_type = torch.float32 if _eligible(args[0]) else args[0].dtype
-                return append_target(*args, **kwargs, dtype=out_type)
-            if policy == "promote":
-                state.counts["autocast-op-lists"] += 1
-                widest = torch.get_autocast_dtype("cpu")
-                for t in torch.utils._pytree.tree_leaves((args, kwargs)):
-                    if _eligible(t) and t.dtype == torch.float32:
-                        widest = torch.float32
-                args, kwargs = tree_map(
-                    lambda t: t.to(widest) if _eligible(t) and t.dtype != widest else t,
-                    (args, kwargs))
-                return op(*args, **kwargs)
-            raise RuntimeError(  # banned
-                "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
-                "autocast (CUDA autocast refuses them); use binary_cross_entropy_with_logits")
 
-    return kernel
+def _append_dtype_call(state: _State, _op, target):
+    """Redispatch to the dtype-taking overload with an fp32 output (``norm``)."""
+    def call(*args, **kwargs):
+        state.counts["autocast-op-lists"] += 1
+        out_type = torch.float32 if _eligible(args[0]) else args[0].dtype
+        return target(*args, **kwargs, dtype=out_type)
+
+    return call
+
+
+def _promote_call(state: _State, op, _target):
+    """Every floating operand in the widest dtype among them (fp32 if any is fp32)."""
+    def call(*args, **kwargs):
+        state.counts["autocast-op-lists"] += 1
+        widest = torch.get_autocast_dtype("cpu")
+        for t in torch.utils._pytree.tree_leaves((args, kwargs)):
+            if _eligible(t) and t.dtype == torch.float32:
+                widest = torch.float32
+        args, kwargs = tree_map(
+            lambda t: t.to(widest) if _eligible(t) and t.dtype != widest else t, (args, kwargs))
+        return op(*args, **kwargs)
+
+    return call
+
+
+def _banned_call(_state: _State, _op, _target):
+    def call(*args, **kwargs):
+        raise RuntimeError(
+            "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+            "autocast (CUDA autocast refuses them); use binary_cross_entropy_with_logits")
+
+    return call
+
+
+_POLICY_CALLS = {"lower_precision_fp": _lower_call, "fp32": _fp32_call,
+                 "fp32_set_opt_dtype": _set_opt_dtype_call, "fp32_append_dtype": _append_dtype_call,
+                 "promote": _promote_call}
 
 
 def _dropout_kernel(state: _State):

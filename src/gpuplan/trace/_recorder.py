@@ -232,10 +232,19 @@ class Recorder(TorchDispatchMode):
 
     def replay(self, start_event: int, *, max_points: int = 600) -> Replay:
         """Replay all events; report the peak (and the timeline) from ``start_event`` on."""
-        ncat = len(CATEGORIES)
-        host = _CAT_INDEX["host"]
-        cur = [0] * ncat
         size = [rounded(b) for b in self.nbytes]
+        best, best_i, phase_peaks = self._peak(size, start_event)
+        at_peak, unrounded, timeline = self._breakdown(size, start_event, best_i, max_points)
+        n = len(self.ev_sid)
+        phase = self.phases[self.ev_phase[best_i]] if best_i < n else "setup"
+        module = self.modules[self.ev_module[best_i]] if best_i < n else "-"
+        return Replay(peak_bytes=best, peak_event=best_i - start_event, peak_phase=phase,
+                      peak_module=module, at_peak=at_peak, unrounded_at_peak=unrounded,
+                      timeline=timeline, phase_peaks=phase_peaks)
+
+    def _peak(self, size: list[int], start_event: int) -> tuple[int, int, dict[str, int]]:
+        """First pass: the peak total from ``start_event`` on, its event, and each phase's peak."""
+        host = _CAT_INDEX["host"]
         cat = self.category
         ev_sid = self.ev_sid
         total = 0
@@ -245,12 +254,9 @@ class Recorder(TorchDispatchMode):
         for i in range(len(ev_sid)):
             e = ev_sid[i]
             s = (e if e > 0 else -e) - 1
-            c = cat[s]
-            if c == host:
+            if cat[s] == host:
                 continue
-            b = size[s] if e > 0 else -size[s]
-            cur[c] += b
-            total += b
+            total += size[s] if e > 0 else -size[s]
             if i >= start_event:
                 ph = self.phases[self.ev_phase[i]]
                 if total > phase_peaks.get(ph, -1):
@@ -259,14 +265,26 @@ class Recorder(TorchDispatchMode):
                     best, best_i = total, i
         if best < 0:  # no event after start: the state at start is the peak
             best = total
-        # second pass for the breakdown at the peak and the sampled timeline
+        return best, best_i, phase_peaks
+
+    def _breakdown(self, size: list[int], start_event: int, best_i: int,
+                   max_points: int) -> tuple[dict[str, int], int, list[dict]]:
+        """Second pass: the categories at the peak, the unrounded total there, and the timeline
+        sampled to about ``max_points`` points (the peak and the last event always included)."""
+        ncat = len(CATEGORIES)
+        host = _CAT_INDEX["host"]
+        cat = self.category
+        ev_sid = self.ev_sid
         cur = [0] * ncat
         raw = 0
         at_peak: dict[str, int] = {}
         unrounded = 0
-        n_after = max(1, len(ev_sid) - start_event)
-        stride = max(1, n_after // max_points)
+        stride = max(1, max(1, len(ev_sid) - start_event) // max_points)
         timeline: list[dict] = []
+
+        def by_category() -> dict[str, int]:
+            return {CATEGORIES[k]: cur[k] for k in range(ncat) if CATEGORIES[k] != "host"}
+
         for i in range(len(ev_sid)):
             e = ev_sid[i]
             s = (e if e > 0 else -e) - 1
@@ -275,19 +293,12 @@ class Recorder(TorchDispatchMode):
                 cur[c] += size[s] if e > 0 else -size[s]
                 raw += self.nbytes[s] if e > 0 else -self.nbytes[s]
             if i == best_i:
-                at_peak = {CATEGORIES[k]: cur[k] for k in range(ncat) if CATEGORIES[k] != "host"}
-                unrounded = raw
+                at_peak, unrounded = by_category(), raw
             if i >= start_event and ((i - start_event) % stride == 0 or i == best_i
                                      or i == len(ev_sid) - 1):
                 point = {"event": i - start_event, "phase": self.phases[self.ev_phase[i]]}
-                point.update({CATEGORIES[k]: cur[k] for k in range(ncat)
-                              if CATEGORIES[k] != "host"})
+                point.update(by_category())
                 timeline.append(point)
         if not at_peak:
-            at_peak = {CATEGORIES[k]: cur[k] for k in range(ncat) if CATEGORIES[k] != "host"}
-            unrounded = raw
-        phase = self.phases[self.ev_phase[best_i]] if best_i < len(ev_sid) else "setup"
-        module = self.modules[self.ev_module[best_i]] if best_i < len(ev_sid) else "-"
-        return Replay(peak_bytes=best, peak_event=best_i - start_event, peak_phase=phase,
-                      peak_module=module, at_peak=at_peak, unrounded_at_peak=unrounded,
-                      timeline=timeline, phase_peaks=phase_peaks)
+            at_peak, unrounded = by_category(), raw
+        return at_peak, unrounded, timeline

@@ -10,8 +10,9 @@ import torch
 
 from ..errors import InputError, UnsupportedError
 from ..formats import get_recipe
-from ..job import DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION
-from . import REAL_MAX_PARAMS
+from ..job import DEFAULT_INFER_PRECISION, DEFAULT_SEQ, DEFAULT_TRAIN_PRECISION, default_seq
+from ..models import architecture_from_config
+from ._limits import REAL_MAX_PARAMS
 from ._recorder import BLOCK
 from ._result import Measurement, TraceResult
 from ._spec import resolve
@@ -68,9 +69,6 @@ def _blocks(out: RunOutput) -> int:
 
 def _default_seq(source) -> int:
     """The sequence every gpuplan analysis defaults to, for this model's architecture."""
-    from ..job import DEFAULT_SEQ, default_seq
-    from ..models import architecture_from_config
-
     if source.config is None:  # a user's factory: its example batch sets the shape
         return default_seq(None)
     try:
@@ -93,53 +91,51 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
                      optimizer_impl=optimizer_impl, checkpointing=checkpointing,
                      attention=attention)
     check_config(cfg)
+    _check_device(device)
+
+    t0 = time.perf_counter()
+    fake = run(source, cfg, fake=True)
+    seconds = time.perf_counter() - t0
+    measured = None
+    if device == "cpu" and real:
+        measured = _measure_cpu(source, cfg, fake)
+    elif device == "cuda":
+        measured = _measure_cuda(source, cfg, fake.replay.peak_bytes)
+    notes = _notes(fake, cfg, real_cpu=measured is not None and device == "cpu")
+    return _result(source.name, cfg, fake, measured=measured, notes=notes, seconds=seconds)
+
+
+def _check_device(device: str) -> None:
     if device not in ("cpu", "cuda"):
         raise InputError(f"--device {device!r}: expected cpu or cuda")
     if device == "cuda" and not torch.cuda.is_available():
         raise UnsupportedError("--device cuda: torch sees no CUDA GPU on this machine; use "
                                "--device cpu --real to check the trace against a real CPU run")
 
-    t0 = time.perf_counter()
-    fake = run(source, cfg, fake=True)
-    seconds = time.perf_counter() - t0
-    rp = fake.replay
-    measured = None
-    if device == "cpu" and real:
-        if fake.params > REAL_MAX_PARAMS:
-            raise UnsupportedError(
-                f"--real runs the step with real tensors on this CPU: {source.name} has "
-                f"{fake.params / 1e9:.2f}B parameters, above the {REAL_MAX_PARAMS / 1e9:.2f}B "
-                "limit; drop --real for the fake trace, or trace a smaller config")
-        t1 = time.perf_counter()
-        real_out = run(source, cfg, fake=False)
-        r = real_out.replay
-        measured = Measurement(
-            device="cpu", method="live tensor storages of real CPU tensors (same step, recorder "
-                                 "and CUDA emulations; 512-byte rounding)",
-            peak_bytes=r.peak_bytes, reserved_bytes=None,
-            ratio=r.peak_bytes / rp.peak_bytes if rp.peak_bytes else float("nan"),
-            per_gpu=MappingProxyType(per_gpu(r.at_peak, r.peak_bytes, mode)),
-            peak_phase=r.peak_phase, phase_peaks=MappingProxyType(dict(r.phase_peaks)),
-            seconds=time.perf_counter() - t1)
-    elif device == "cuda":
-        measured = _measure_cuda(source, cfg, rp.peak_bytes)
 
+def _notes(fake: RunOutput, cfg: StepConfig, *, real_cpu: bool) -> tuple[str, ...]:
     notes = list(fake.notes)
-    if measured is not None and device == "cpu" and fake.counts.get("softmax-half-to-float"):
+    if real_cpu and fake.counts.get("softmax-half-to-float"):
         notes.append("the real CPU run cannot read fp16 and write fp32 in one softmax kernel "
                      "(half_to_float): it makes an fp32 copy that the trace, like CUDA, does not")
-    if mode == "train" and checkpointing == "selective":
+    if cfg.mode == "train" and cfg.checkpointing == "selective":
         notes.append("selective checkpointing: the attention core (scores, softmax, dropout, "
                       "weighted sum) is recomputed in backward, as in Megatron-LM (Korthikanti "
                       "et al. 2022); with flash attention that saves only the logsumexp")
-    if mode == "train" and get_recipe(precision).master_bytes:
+    if cfg.mode == "train" and get_recipe(cfg.precision).master_bytes:
         notes.append("mixed precision: fp32 master copy stepped by the optimizer; 16-bit grads "
                      "copied to fp32 master grads at the step and kept until zero_grad (the "
                      "seed's layout, as DeepSpeed; Megatron-LM frees them as it copies)")
+    return tuple(notes)
+
+
+def _result(name: str, cfg: StepConfig, fake: RunOutput, *, measured: Measurement | None,
+            notes: tuple[str, ...], seconds: float) -> TraceResult:
+    rp, mode, train = fake.replay, cfg.mode, cfg.mode == "train"
     return TraceResult(
-        model=source.name, mode=mode, batch=batch, seq=seq, precision=precision,
-        optimizer=cfg.optimizer, optimizer_impl=optimizer_impl if mode == "train" else None,
-        checkpointing=checkpointing if mode == "train" else "none", attention=attention,
+        model=name, mode=mode, batch=cfg.batch, seq=cfg.seq, precision=cfg.precision,
+        optimizer=cfg.optimizer, optimizer_impl=cfg.optimizer_impl if train else None,
+        checkpointing=cfg.checkpointing if train else "none", attention=cfg.attention,
         traced_on="fake", params=fake.params,
         per_gpu=MappingProxyType(per_gpu(rp.at_peak, rp.peak_bytes, mode)),
         categories=MappingProxyType(dict(rp.at_peak)),
@@ -149,8 +145,28 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
         flops_backward=fake.flops.get("backward", 0.0),
         flops_decode=fake.flops.get("decode", 0.0),
         unrounded_peak_bytes=rp.unrounded_at_peak, timeline=_timeline(rp.timeline),
-        emulations=emulations(fake, cfg, _blocks(fake)), notes=tuple(notes),
+        emulations=emulations(fake, cfg, _blocks(fake)), notes=notes,
         measured=measured, seconds=seconds)
+
+
+def _measure_cpu(source, cfg: StepConfig, fake: RunOutput) -> Measurement:
+    """Run the same step with real CPU tensors (same recorder and emulations)."""
+    if fake.params > REAL_MAX_PARAMS:
+        raise UnsupportedError(
+            f"--real runs the step with real tensors on this CPU: {source.name} has "
+            f"{fake.params / 1e9:.2f}B parameters, above the {REAL_MAX_PARAMS / 1e9:.2f}B "
+            "limit; drop --real for the fake trace, or trace a smaller config")
+    t1 = time.perf_counter()
+    r = run(source, cfg, fake=False).replay
+    traced = fake.replay.peak_bytes
+    return Measurement(
+        device="cpu", method="live tensor storages of real CPU tensors (same step, recorder "
+                             "and CUDA emulations; 512-byte rounding)",
+        peak_bytes=r.peak_bytes, reserved_bytes=None,
+        ratio=r.peak_bytes / traced if traced else float("nan"),
+        per_gpu=MappingProxyType(per_gpu(r.at_peak, r.peak_bytes, cfg.mode)),
+        peak_phase=r.peak_phase, phase_peaks=MappingProxyType(dict(r.phase_peaks)),
+        seconds=time.perf_counter() - t1)
 
 
 def _measure_cuda(source, cfg: StepConfig, traced: int) -> Measurement:

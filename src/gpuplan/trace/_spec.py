@@ -4,13 +4,17 @@ own ``path/to/file.py:factory``; and how to build it with transformers (no weigh
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
+from unittest import mock
 
+from .. import models
 from .._io import read_bounded
 from ..errors import InputError, ModelFileError, UnsupportedError
 
@@ -43,8 +47,6 @@ class ModelSource:
 def _plain(obj):
     """A config as plain dicts and lists (a Model keeps read-only mapping proxies, which
     transformers' config deep-copy cannot pickle)."""
-    from collections.abc import Mapping
-
     if isinstance(obj, Mapping):
         return {k: _plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -86,8 +88,6 @@ def resolve(spec: str | dict) -> ModelSource:
 
 
 def _catalog(name: str) -> dict:
-    from .. import models
-
     try:
         return dict(models.catalog_config(name))
     except NotImplementedError:
@@ -209,63 +209,85 @@ def build(source: ModelSource, *, dtype, attention: str, batch: int, seq: int, d
 
     ``skip_init``: skip transformers' weight initialization (fake tensors have no values; some
     initializers, e.g. truncated normal, read values back)."""
-    import contextlib
+    if source.factory is not None:
+        return _build_factory(source, dtype=dtype, device=device)
+    model, task = _build_transformers(source, dtype=dtype, attention=attention, device=device,
+                                      skip_init=skip_init)
+    if task in ("causal-lm", "masked-lm", "sequence-classification"):
+        return _token_batches(source, model, task, batch=batch, seq=seq, device=device)
+    return _image_batches(model, task, batch=batch, dtype=dtype, device=device)
 
+
+def _build_factory(source: ModelSource, *, dtype, device: str) -> Built:
+    """The user's ``(model, example_batch)``, cast to ``dtype`` and moved to ``device``."""
     import torch
 
-    if source.factory is not None:
-        try:
-            out = source.factory()
-        except Exception as e:  # noqa: BLE001 - the user's code: one line
-            raise InputError(f"model {source.name}: the factory raised {type(e).__name__}: {e}"
-                             ) from None
-        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.nn.Module)):
-            raise InputError(f"model {source.name}: the factory must return (model, example_batch), "
-                             f"got {type(out).__name__}")
-        model, example = out
-        _cast_module(model, dtype)
-        example = _to_device(example, device, dtype if dtype != torch.float32 else None)
-        return Built(model=model, task="custom", make_batch=lambda: example,
-                     notes=["factory model: the loss is output.loss, a scalar output, or the sum "
-                            "of the output"])
+    try:
+        out = source.factory()
+    except Exception as e:  # noqa: BLE001 - the user's code: one line
+        raise InputError(f"model {source.name}: the factory raised {type(e).__name__}: {e}"
+                         ) from None
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.nn.Module)):
+        raise InputError(f"model {source.name}: the factory must return (model, example_batch), "
+                         f"got {type(out).__name__}")
+    model, example = out
+    _cast_module(model, dtype)
+    example = _to_device(example, device, dtype if dtype != torch.float32 else None)
+    return Built(model=model, task="custom", make_batch=lambda: example,
+                 notes=["factory model: the loss is output.loss, a scalar output, or the sum "
+                        "of the output"])
+
+
+def _build_transformers(source: ModelSource, *, dtype, attention: str, device: str,
+                        skip_init: bool) -> tuple[Any, Task]:
+    """The transformers model of a config-based source (no weights loaded) and its task."""
+    import torch
 
     config = hf_config(source)
     cls, task = model_class(source, config)
     no_init = contextlib.nullcontext()
     if skip_init:
-        from unittest import mock
-
         from transformers.modeling_utils import PreTrainedModel
 
         no_init = mock.patch.object(PreTrainedModel, "initialize_weights", lambda self: None)
     with torch.device(device), no_init:
         model = cls._from_config(config, dtype=dtype, attn_implementation=attention)
+    return model, task
+
+
+def _token_batches(source: ModelSource, model, task: Task, *, batch: int, seq: int,
+                   device: str) -> Built:
+    """A text model: random token ids (batch, seq) as inputs and labels."""
+    import torch
+
     cfg = model.config
-    notes: list[str] = []
+    vocab = int(getattr(cfg, "vocab_size", 0) or 0)
+    limit = _max_positions(cfg)
+    if limit is not None and seq > limit:
+        raise InputError(f"--seq {seq}: longer than {source.name}'s {limit} positions "
+                         f"(max_position_embeddings); use --seq {limit} or less")
 
-    if task in ("causal-lm", "masked-lm", "sequence-classification"):
-        vocab = int(getattr(cfg, "vocab_size", 0) or 0)
-        limit = _max_positions(cfg)
-        if limit is not None and seq > limit:
-            raise InputError(f"--seq {seq}: longer than {source.name}'s {limit} positions "
-                             f"(max_position_embeddings); use --seq {limit} or less")
+    def make_batch():
+        ids = torch.randint(0, max(vocab, 2), (batch, seq), device=device)
+        if task == "sequence-classification":
+            labels = torch.randint(0, max(int(getattr(cfg, "num_labels", 2)), 2), (batch,),
+                                   device=device)
+            return {"input_ids": ids, "labels": labels}
+        return {"input_ids": ids, "labels": ids}
 
-        def make_batch():
-            ids = torch.randint(0, max(vocab, 2), (batch, seq), device=device)
-            if task == "sequence-classification":
-                labels = torch.randint(0, max(int(getattr(cfg, "num_labels", 2)), 2), (batch,),
-                                       device=device)
-                return {"input_ids": ids, "labels": labels}
-            return {"input_ids": ids, "labels": ids}
+    return Built(model=model, task=task, make_batch=make_batch, notes=[])
 
-        return Built(model=model, task=task, make_batch=make_batch, notes=notes)
 
-    # image classification
+def _image_batches(model, task: Task, *, batch: int, dtype, device: str) -> Built:
+    """An image classifier: random images (batch, channels, size, size) and labels."""
+    import torch
+
+    cfg = model.config
     size = int(getattr(cfg, "image_size", 224))
     chans = int(getattr(cfg, "num_channels", 3))
     n_labels = max(int(getattr(cfg, "num_labels", 2)), 2)
-    notes.append(f"vision model: --seq is ignored; {size}x{size} images "
-                 f"({(size // int(getattr(cfg, 'patch_size', 16))) ** 2 + 1} tokens)")
+    notes = [f"vision model: --seq is ignored; {size}x{size} images "
+             f"({(size // int(getattr(cfg, 'patch_size', 16))) ** 2 + 1} tokens)"]
 
     def make_vision_batch():
         pix = torch.randn(batch, chans, size, size, device=device, dtype=dtype)

@@ -4,15 +4,18 @@ recorder and the CUDA emulations, and turn the recorded events into a :class:`Tr
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
 
 from ..errors import GpuplanError, InputError, UnsupportedError
-from ..formats import get_optimizer, get_recipe
+from ..formats import get_optimizer, get_recipe, get_weight_format
 from . import _attention
 from ._emulate import cuda_emulation, grouped_mm_override, unpacked_batch_mask
 from ._optim import MixedPrecision, host_step_counters, make_optimizer, state_tensors
@@ -183,8 +186,6 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
     A failure inside an operator (a fake kernel that needs values, a shape or dtype check) becomes
     one line naming the model and the operator.
     """
-    import logging
-
     rec = Recorder()
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
@@ -212,152 +213,201 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
 
 def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, device: str,
          emulate: bool, between) -> RunOutput:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
-
     counts: Counter = Counter()
     flops: dict[str, float] = {}
-    dtype = _model_dtype(cfg)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
-    notes: list[str] = []
-    train = cfg.mode == "train"
-    recipe = get_recipe(cfg.precision) if train else None
-    autocast_dtype = None
-    if recipe is not None and recipe.autocast:
-        autocast_dtype = _DTYPES[recipe.compute_dtype]
-    scale = _LOSS_SCALE if (recipe is not None and recipe.compute_dtype == "fp16") else None
     custom_flops = _attention.flop_formulas()
+
+    def counter() -> FlopCounterMode:
+        return FlopCounterMode(display=False, custom_mapping=custom_flops)
 
     with warnings.catch_warnings(), _quiet_transformers(), fake_mode, \
             contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
-        built = build(source, dtype=dtype, attention=cfg.attention, batch=cfg.batch,
+        built = build(source, dtype=_model_dtype(cfg), attention=cfg.attention, batch=cfg.batch,
                       seq=cfg.seq, device=device, skip_init=fake)
-        model = built.model
-        notes.extend(built.notes)
-        params = _unique_params(model)
+        notes = list(built.notes)
+        params = _unique_params(built.model)
         n_params = sum(p.numel() for p in params)
-        model.train(train)
-        if train and cfg.checkpointing == "full":
-            if not hasattr(model, "gradient_checkpointing_enable"):
-                raise UnsupportedError("--checkpointing full needs a transformers model "
-                                       "(gradient_checkpointing_enable)")
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
-        if train and cfg.checkpointing == "selective":
-            if built.task == "custom":
-                raise UnsupportedError("--checkpointing selective needs a transformers model "
-                                       "(its attention functions are wrapped)")
-            stack.enter_context(_selective(model, counts))
-
-        for p in params:
-            rec.param_sids.add(rec.track(p, "parameters"))
-        for b in model.buffers():
-            rec.track(b, "buffers")
-        opt = None
-        mixed = None
-        if train:
-            trainable = [p for p in params if p.requires_grad]
-            if recipe.master_bytes:
-                mixed = MixedPrecision(
-                    trainable, lambda ps: make_optimizer(cfg.optimizer, ps, cfg.optimizer_impl),
-                    scale=scale)
-                rec.classify(mixed.masters, "master_weights")
-                # fp32 master gradients exist only during the step: a step temporary, beside
-                # the 16-bit gradients of the "gradients" line (the seed's layout)
-                mixed.on_master_grads = lambda gs: rec.classify(gs, "optimizer_temporaries")
-                opt = mixed
-            else:
-                opt = make_optimizer(cfg.optimizer, trainable, cfg.optimizer_impl)
-
-        if emulate:
-            emu = stack.enter_context(cuda_emulation(counts, fake=fake))
-            stack.enter_context(unpacked_batch_mask(counts, rec))
-            if fake:
-                rec.overrides.update(grouped_mm_override(counts))
-        else:
-            emu = _NoEmulation()
-        rec.autocast_active = autocast_dtype is not None
+        _prepare_model(built, cfg, stack, counts)
+        _track_weights(rec, built.model, params)
+        step = None
+        if cfg.mode == "train":
+            step = _TrainStep(built, params, cfg, rec, counts, flops, counter, fake=fake,
+                              device=device)
+        emu = _install_emulations(stack, rec, counts, fake=fake) if emulate else _NoEmulation()
+        if step is not None:
+            step.emu = emu
+            rec.autocast_active = step.autocast_dtype is not None
         stack.enter_context(rec)
-        device_type = torch.device(device).type
-
-        def counter():
-            return FlopCounterMode(display=False, custom_mapping=custom_flops)
-
-        def train_iteration(record_flops: bool) -> None:
-            rec.set_phase("forward", "activations")
-            batch = built.make_batch()
-            fc = counter() if record_flops else contextlib.nullcontext()
-            amp = (torch.autocast(device_type, dtype=autocast_dtype) if autocast_dtype is not None
-                   else contextlib.nullcontext())
-            with fc, amp:
-                loss = _forward_loss(built, model, batch)
-            emu.clear_cache()
-            if record_flops:
-                flops["forward"] = float(fc.get_total_flops())
-            rec.set_phase("backward", "backward")
-            fc = counter() if record_flops else contextlib.nullcontext()
-            with fc:
-                if scale is not None:
-                    counts["grad-scaler"] += 1
-                    (loss * scale).backward()
-                else:
-                    loss.backward()
-            if record_flops:
-                flops["backward"] = float(fc.get_total_flops())
-            del loss, batch
-            emu.clear_cache()
-            grads = [p.grad for p in params if p.grad is not None]
-            rec.classify(grads, "gradients")
-            rec.set_phase("optimizer", "optimizer_temporaries")
-            rec.allow_item_placeholder = fake
-            inner = opt.inner if mixed else opt
-            rec.module_label = f"{type(inner).__name__}.step" + (" (fp32 master)" if mixed else "")
-            if scale is not None and mixed is None and grads:
-                torch._foreach_mul_(grads, 1.0 / scale)
-            del grads
-            opt.step()
-            rec.classify(state_tensors(opt), "optimizer_state")
-            host = host_step_counters(inner, cfg.optimizer_impl)
-            rec.classify(host, "host")
-            counts["host-step-counters"] = len(host)
-            opt.zero_grad(set_to_none=True)
-            rec.allow_item_placeholder = False
-            rec.module_label = None
-
-        def mark() -> tuple[Counter, int, int]:
-            return Counter(counts), rec.counts_autocast_cache, rec.item_placeholders
-
-        try:
-            if train:
-                # FLOPs are counted in the warm-up iteration (the graph is the same), so that the
-                # counter's module hooks cannot touch the lifetimes of the reported iteration.
-                train_iteration(True)
-                if between is not None:
-                    between()
-                start, base = len(rec.ev_sid), mark()
-                train_iteration(False)
-            else:
-                if between is not None:
-                    between()
-                start, base = len(rec.ev_sid), mark()
-                _infer(built, model, rec, flops, counter, notes)
-        finally:
-            rec.autocast_active = False
+        start, base = _iterations(
+            step, lambda: _infer(built, built.model, rec, flops, counter, notes), rec, counts,
+            between)
         replay = rec.replay(start)
-    # Emulation counts of the reported iteration only.
+    return RunOutput(replay=replay, params=n_params, flops=flops,
+                     counts=_reported_counts(counts, base, rec), notes=notes, recorder=rec)
+
+
+def _prepare_model(built: Built, cfg: StepConfig, stack: contextlib.ExitStack,
+                   counts: Counter) -> None:
+    """Training or inference mode, and the activation checkpointing the config asks for."""
+    model = built.model
+    train = cfg.mode == "train"
+    model.train(train)
+    if train and cfg.checkpointing == "full":
+        if not hasattr(model, "gradient_checkpointing_enable"):
+            raise UnsupportedError("--checkpointing full needs a transformers model "
+                                   "(gradient_checkpointing_enable)")
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+    if train and cfg.checkpointing == "selective":
+        if built.task == "custom":
+            raise UnsupportedError("--checkpointing selective needs a transformers model "
+                                   "(its attention functions are wrapped)")
+        stack.enter_context(_selective(model, counts))
+
+
+def _track_weights(rec: Recorder, model, params: list[torch.Tensor]) -> None:
+    for p in params:
+        rec.param_sids.add(rec.track(p, "parameters"))
+    for b in model.buffers():
+        rec.track(b, "buffers")
+
+
+def _install_emulations(stack: contextlib.ExitStack, rec: Recorder, counts: Counter, *,
+                        fake: bool):
+    """The CUDA emulations, for the rest of the run; returns the state whose cast cache a training
+    iteration clears."""
+    emu = stack.enter_context(cuda_emulation(counts, fake=fake))
+    stack.enter_context(unpacked_batch_mask(counts, rec))
+    if fake:
+        rec.overrides.update(grouped_mm_override(counts))
+    return emu
+
+
+def _mark(counts: Counter, rec: Recorder) -> tuple[Counter, int, int]:
+    return Counter(counts), rec.counts_autocast_cache, rec.item_placeholders
+
+
+def _iterations(step: _TrainStep | None, infer, rec: Recorder, counts: Counter,
+                between) -> tuple[int, tuple[Counter, int, int]]:
+    """The warm-up iteration (training only) and the reported one; returns the first event of the
+    reported iteration and the counts before it."""
+    try:
+        if step is not None:
+            # FLOPs are counted in the warm-up iteration (the graph is the same), so that the
+            # counter's module hooks cannot touch the lifetimes of the reported iteration.
+            step.iteration(record_flops=True)
+        if between is not None:
+            between()
+        start, base = len(rec.ev_sid), _mark(counts, rec)
+        if step is not None:
+            step.iteration(record_flops=False)
+        else:
+            infer()
+    finally:
+        rec.autocast_active = False
+    return start, base
+
+
+def _reported_counts(counts: Counter, base: tuple[Counter, int, int], rec: Recorder) -> Counter:
+    """Emulation counts of the reported iteration only."""
     reported = counts - base[0]
     if counts.get("host-step-counters"):
         reported["host-step-counters"] = counts["host-step-counters"]
     reported["autocast-weight-cache"] = rec.counts_autocast_cache - base[1]
     reported["optimizer-item-placeholder"] = rec.item_placeholders - base[2]
-    return RunOutput(replay=replay, params=n_params, flops=flops, counts=reported, notes=notes,
-                     recorder=rec)
+    return reported
 
 
 class _NoEmulation:
     def clear_cache(self) -> None:
         pass
+
+
+class _TrainStep:
+    """One training iteration: forward with the loss, backward, ``optimizer.step()``,
+    ``zero_grad()``, each allocation filed under its phase."""
+
+    def __init__(self, built: Built, params: list[torch.Tensor], cfg: StepConfig, rec: Recorder,
+                 counts: Counter, flops: dict[str, float], counter, *, fake: bool,
+                 device: str) -> None:
+        recipe = get_recipe(cfg.precision)
+        self.built, self.model, self.params = built, built.model, params
+        self.cfg, self.rec, self.counts, self.flops = cfg, rec, counts, flops
+        self.counter, self.fake = counter, fake
+        self.device_type = torch.device(device).type
+        self.autocast_dtype = _DTYPES[recipe.compute_dtype] if recipe.autocast else None
+        self.scale = _LOSS_SCALE if recipe.compute_dtype == "fp16" else None
+        self.emu = _NoEmulation()
+        self.opt, self.mixed = self._optimizer(recipe.master_bytes)
+
+    def _optimizer(self, master_bytes: int):
+        """The optimizer, wrapped in the fp32 master copy when the recipe keeps one."""
+        cfg, rec = self.cfg, self.rec
+        trainable = [p for p in self.params if p.requires_grad]
+        if not master_bytes:
+            return make_optimizer(cfg.optimizer, trainable, cfg.optimizer_impl), None
+        mixed = MixedPrecision(
+            trainable, lambda ps: make_optimizer(cfg.optimizer, ps, cfg.optimizer_impl),
+            scale=self.scale)
+        rec.classify(mixed.masters, "master_weights")
+        # fp32 master gradients exist only during the step: a step temporary, beside the 16-bit
+        # gradients of the "gradients" line (the seed's layout)
+        mixed.on_master_grads = lambda gs: rec.classify(gs, "optimizer_temporaries")
+        return mixed, mixed
+
+    def iteration(self, record_flops: bool) -> None:
+        self.rec.set_phase("forward", "activations")
+        batch = self.built.make_batch()
+        loss = self._forward(batch, record_flops)
+        self._backward(loss, record_flops)
+        del loss, batch
+        self.emu.clear_cache()
+        self._optimizer_step()
+
+    def _forward(self, batch, record_flops: bool):
+        fc = self.counter() if record_flops else contextlib.nullcontext()
+        amp = (torch.autocast(self.device_type, dtype=self.autocast_dtype)
+               if self.autocast_dtype is not None else contextlib.nullcontext())
+        with fc, amp:
+            loss = _forward_loss(self.built, self.model, batch)
+        self.emu.clear_cache()
+        if record_flops:
+            self.flops["forward"] = float(fc.get_total_flops())
+        return loss
+
+    def _backward(self, loss, record_flops: bool) -> None:
+        self.rec.set_phase("backward", "backward")
+        fc = self.counter() if record_flops else contextlib.nullcontext()
+        with fc:
+            if self.scale is not None:
+                self.counts["grad-scaler"] += 1
+                (loss * self.scale).backward()
+            else:
+                loss.backward()
+        if record_flops:
+            self.flops["backward"] = float(fc.get_total_flops())
+
+    def _optimizer_step(self) -> None:
+        rec, opt, mixed = self.rec, self.opt, self.mixed
+        grads = [p.grad for p in self.params if p.grad is not None]
+        rec.classify(grads, "gradients")
+        rec.set_phase("optimizer", "optimizer_temporaries")
+        rec.allow_item_placeholder = self.fake
+        inner = opt.inner if mixed else opt
+        rec.module_label = f"{type(inner).__name__}.step" + (" (fp32 master)" if mixed else "")
+        if self.scale is not None and mixed is None and grads:
+            torch._foreach_mul_(grads, 1.0 / self.scale)
+        del grads
+        opt.step()
+        rec.classify(state_tensors(opt), "optimizer_state")
+        host = host_step_counters(inner, self.cfg.optimizer_impl)
+        rec.classify(host, "host")
+        self.counts["host-step-counters"] = len(host)
+        opt.zero_grad(set_to_none=True)
+        rec.allow_item_placeholder = False
+        rec.module_label = None
 
 
 def _infer(built: Built, model, rec: Recorder, flops: dict, counter, notes: list[str]) -> None:
@@ -485,8 +535,6 @@ def check_config(cfg: StepConfig) -> None:
                 f"--optimizer-impl fused: torch has no fused {cfg.optimizer} (fused: "
                 f"{', '.join(FUSED_OPTIMIZERS)}); use foreach or for-loop")
     else:
-        from ..formats import get_weight_format
-
         fmt = get_weight_format(cfg.precision)
         if fmt.name not in _DTYPES:
             raise UnsupportedError(
