@@ -9,21 +9,21 @@ the same device. See ``docs/speed.md`` for every convention and default.
 
 from __future__ import annotations
 
-from ._compute_device import (
+from .device import (
     ASSUMED_CPU_MEMORY_BANDWIDTH, DEFAULT_BASIS, Device, Efficiency, apply_measured,
     default_efficiency, device_from_cpu, device_from_gpu, load_measured,
 )
-from ._compute_flops import (
+from .flops import (
     FLASH_BLOCK, OP_CLASSES, FlopsBreakdown, LayerFlops, MatmulCount, Op, StepShape,
     backward_ops, build_forward_ops, causal_score_elements, count_matmul, default_seq,
     flops_breakdown, optimizer_op, recompute_ops,
 )
-from ._compute_speed import (
+from .speed import (
     KV_BYTES, MIN_USEFUL_SPEEDUP, SHORT_JOB_S, BatchSweep, CpuComparison, CpuEstimate, Phase,
     SpeedEstimate, SweepPoint, batch_sweep, estimate_cpu_speed, estimate_speed,
     estimate_speed_for_job, input_bytes_per_sample, speed_section,
 )
-from ._compute_time import (
+from .time import (
     DEFAULT_TILE, MatmulTime, OpTime, RooflineClass, ScalingRow, ScalingTable, SmallWork,
     TrainingTime, TransferEstimate, allreduce_time, data_parallel_scaling, estimate_transfer,
     link_bandwidth, roofline_classes, small_work, step_bound, time_matmul, time_ops,

@@ -8,29 +8,29 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from ._compute_device import (
+from .device import (
     Device, Efficiency, apply_measured, default_efficiency, device_from_cpu, device_from_gpu,
     load_measured,
 )
-from ._compute_flops import (
+from .flops import (
     Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, positive_int,
     recompute_ops,
 )
-from ._compute_time import (
+from .time import (
     OpTime, RooflineClass, ScalingTable, TrainingTime, TransferEstimate, data_parallel_scaling,
     estimate_transfer, link_bandwidth, roofline_classes, step_bound, time_ops, time_to_train,
 )
-from .errors import InputError, UnknownNameError, UnsupportedError
-from .formats import (
+from ..errors import InputError, UnknownNameError, UnsupportedError
+from ..formats import (
     TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes,
 )
-from .hardware import GPU
-from .job import KV_DTYPES, Job
-from .models._types import Architecture, Model
-from .units import format_seconds
+from ..hardware import GPU
+from ..job import KV_DTYPES, Job
+from ..models._types import Architecture, Model
+from ..units import format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .hardware.cpu import CPU
+    from ..hardware.cpu import CPU
 
 __all__ = [
     "Phase", "SpeedEstimate", "CpuEstimate", "CpuComparison", "SweepPoint", "BatchSweep",

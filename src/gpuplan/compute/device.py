@@ -8,11 +8,11 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
-from .errors import InputError, UnsupportedError
-from .hardware import GPU, gpu_from_device_name
+from ..errors import InputError, UnsupportedError
+from ..hardware import GPU, gpu_from_device_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .hardware.cpu import CPU
+    from ..hardware.cpu import CPU
 
 __all__ = [
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",

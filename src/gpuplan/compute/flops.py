@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .errors import InputError
-from .job import default_seq
-from .models._types import Architecture
+from ..errors import InputError
+from ..job import default_seq
+from ..models._types import Architecture
 
 __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
