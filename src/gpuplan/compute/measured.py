@@ -96,7 +96,8 @@ class MeasuredRun:
 
     def fraction_of_peak(self, device: str, dtype: str) -> float | None:
         """Achieved / peak (a fraction, not percent); None when the peak is unknown."""
-        got, peak = self.matmul_flops.get((device, dtype)), self.matmul_peak_flops.get((device, dtype))
+        got = self.matmul_flops.get((device, dtype))
+        peak = self.matmul_peak_flops.get((device, dtype))
         return got / peak if got is not None and peak else None
 
     def bandwidth_of(self, device: str, kind: str) -> float | None:

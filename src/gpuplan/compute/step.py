@@ -174,8 +174,8 @@ def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
     _check_dtype(device, dtype, "train")
     w = 2 if r.autocast else r.weight_bytes
     return PrecisionLayout(name=recipe, dtype=dtype, act=_ACT_BYTES[dtype], weight=w, head=w,
-                 embed=r.weight_bytes, grad=r.grad_bytes, weight_store=r.weight_bytes,
-                 master=r.master_bytes, state=r.state_bytes, autocast=r.autocast)
+                           embed=r.weight_bytes, grad=r.grad_bytes, weight_store=r.weight_bytes,
+                           master=r.master_bytes, state=r.state_bytes, autocast=r.autocast)
 
 
 def infer_precision(weight_format: str, device: Device, tf32: bool) -> PrecisionLayout:
@@ -186,8 +186,9 @@ def infer_precision(weight_format: str, device: Device, tf32: bool) -> Precision
     act = _ACT_BYTES[dtype]
     w = f.bits / 8
     head = w if f.name in ("fp32", "bf16", "fp16") else 2.0
-    return PrecisionLayout(name=weight_format, dtype=dtype, act=act, weight=w, head=head, embed=head,
-                 grad=act, weight_store=int(math.ceil(w)), master=0, state=0, autocast=False)
+    return PrecisionLayout(name=weight_format, dtype=dtype, act=act, weight=w, head=head,
+                           embed=head, grad=act, weight_store=int(math.ceil(w)), master=0,
+                           state=0, autocast=False)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -266,7 +266,8 @@ def render_flops_breakdown(model: str, fb: FlopsBreakdown, job: Job, *,
     t.add_row("forward", format_flops(fb.forward_flops))
     if train:
         t.add_row("backward (2x forward)", format_flops(fb.backward_flops))
-        t.add_row(f"recompute (checkpointing {job.checkpointing})", format_flops(fb.recompute_flops))
+        t.add_row(f"recompute (checkpointing {job.checkpointing})",
+                  format_flops(fb.recompute_flops))
     t.add_row("model FLOPs (MFU)", format_flops(fb.model_flops))
     t.add_row("hardware FLOPs (HFU)", format_flops(fb.hardware_flops))
     t.add_row("model FLOPs per token", format_flops(fb.model_flops_per_token))
