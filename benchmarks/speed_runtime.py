@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuplan.compute import batch_sweep, estimate_speed
 from gpuplan.hardware import get_gpu
+from gpuplan.job import Job
 from gpuplan.models import load_model
 
 CASES = [
@@ -21,7 +22,7 @@ CASES = [
     ("llama-3.1-8b train b4 s4096 x8 GPUs", "llama-3.1-8b",
      dict(mode="train", batch=4, seq=4096, gpus=8)),
     ("llama-3.1-405b train b1 s8192 x64 GPUs", "llama-3.1-405b",
-     dict(mode="train", batch=1, seq=8192, gpus=64, recompute="full")),
+     dict(mode="train", batch=1, seq=8192, gpus=64, checkpointing="full")),
     ("mixtral-8x7b infer b32 s2048", "mixtral-8x7b", dict(mode="infer", batch=32, seq=2048)),
     ("gemma-2-9b infer b1 s8192", "gemma-2-9b", dict(mode="infer", batch=1, seq=8192)),
 ]
@@ -42,10 +43,12 @@ def main(write: bool) -> int:
     rows = ["| case | median |", "|---|---|"]
     for label, name, kw in CASES:
         m = load_model(name)
-        t = timed(lambda: estimate_speed(m, gpu, measured=None, **kw))
+        job = Job(model=name, **kw)
+        t = timed(lambda: estimate_speed(m, gpu, job, measured=None))
         rows.append(f"| `estimate_speed` {label} | {t * 1e3:.2f} ms |")
     m = load_model("llama-3.1-8b")
-    t = timed(lambda: batch_sweep(m, gpu, seq=2048, measured=None), repeat=5)
+    job = Job(model="llama-3.1-8b", mode="train", seq=2048)
+    t = timed(lambda: batch_sweep(m, gpu, job, measured=None), repeat=5)
     rows.append(f"| `batch_sweep` llama-3.1-8b, 11 batch sizes | {t * 1e3:.1f} ms |")
     text = "\n".join(rows) + "\n"
     print(text)

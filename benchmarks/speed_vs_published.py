@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gpuplan.compute import estimate_speed
 from gpuplan.hardware import get_gpu
+from gpuplan.job import Job
 from gpuplan.models import load_model
 from gpuplan.models._types import Architecture
 
@@ -59,9 +60,10 @@ def main(write: bool) -> int:
              "ratio | measured MFU | estimated MFU |", "|---|---|---|---|---|---|---|---|---|"]
     ratios = []
     for name, seq, mfu, tps, mb, ga, ckpt in ROWS:
-        e = estimate_speed(mpt(name, seq), h100, batch=mb, seq=seq, gpus=8, grad_accum=ga,
-                           zero=3, precision="amp-bf16", recompute="full" if ckpt else "none",
-                           attention="flash", link="nvlink", measured=None)
+        job = Job(model=name, mode="train", batch=mb, seq=seq, gpus=8, grad_accum=ga, zero=3,
+                  precision="amp-bf16", checkpointing="full" if ckpt else "none",
+                  attention="sdpa")
+        e = estimate_speed(mpt(name, seq), h100, job, link="nvlink", measured=None)
         r = e.tokens_per_s / tps
         ratios.append(r)
         lines.append(f"| {name} | {seq} | {mb} x {ga} | {'full' if ckpt else 'none'} | {tps:,} | "
@@ -74,7 +76,8 @@ def main(write: bool) -> int:
         num_heads=64, num_kv_heads=64, head_dim=128, intermediate_size=22016, vocab_size=32000,
         max_position_embeddings=2048, tie_word_embeddings=False, mlp="gated",
         activation="silu", norm="rmsnorm", position="rotary")
-    e = estimate_speed(llama65, a100, batch=1, seq=2048, measured=None)
+    e = estimate_speed(llama65, a100, Job(model="llama-65b", mode="train", batch=1, seq=2048),
+                       measured=None)
     l1 = ["", "| LLaMA-65B on A100-80GB | measured tok/s/GPU | estimated tok/s/GPU | ratio |",
           "|---|---|---|---|",
           f"| 2048 GPUs, seq 2048 | 380 | {e.tokens_per_s:,.0f} | {e.tokens_per_s / 380:.2f} |"]
@@ -82,7 +85,8 @@ def main(write: bool) -> int:
           "(compute only) | reported / estimated |", "|---|---|---|---|"]
     for name, hours in (("llama-2-7b", 184_320), ("llama-2-13b", 368_640),
                         ("llama-2-70b", 1_720_320)):
-        e = estimate_speed(load_model(name), a100, batch=1, seq=4096, measured=None)
+        e = estimate_speed(load_model(name), a100, Job(model=name, mode="train", batch=1, seq=4096),
+                           measured=None)
         est_h = 2.0e12 / e.tokens_per_s / 3600
         l2.append(f"| {name} | {hours:,} | {est_h:,.0f} | {hours / est_h:.2f} |")
     text = ("\n".join(lines) + "\n\n" + summary + "\n" + "\n".join(l1) + "\n"

@@ -7,6 +7,15 @@ import json
 import pytest
 
 from gpuplan.cli import main
+from gpuplan.job import Job
+
+
+def J(mode="train", precision=None, **kw):
+    """A Job of one mode for the speed model (the precision field that mode reads)."""
+    if precision is not None:
+        kw["precision" if mode == "train" else "infer_precision"] = precision
+    return Job(model="test-model", mode=mode, **kw)
+
 
 GB = 10**9
 
@@ -187,8 +196,8 @@ def test_fit_json_has_a_speed_section_per_gpu(capsys):
     sec = json.loads(out)["speed"]
     rows = {r["gpu"]: r for r in sec["gpus"]}
     # the same estimate the speed model gives for this job, computed here independently
-    e = estimate_speed(load_model("gpt2"), get_gpu("H100-SXM-80GB"), mode="train", batch=4,
-                       seq=512, precision="mixed-bf16", measured=None)
+    e = estimate_speed(load_model("gpt2"), get_gpu("H100-SXM-80GB"),
+                       J(mode="train", batch=4, seq=512, precision="mixed-bf16"), measured=None)
     h = rows["H100-SXM-80GB"]["train"]
     assert h["flops_per_step"] == e.flops_per_step
     for k in ("model_flops_per_token", "step_time_s", "tokens_per_s", "mfu", "bound"):

@@ -11,6 +11,15 @@ import pytest
 from gpuplan.compute import StepShape, build_forward_ops, estimate_speed
 from gpuplan.hardware import get_gpu
 from gpuplan.models import catalog_names, load_model
+from gpuplan.job import Job
+
+
+def J(mode="train", precision=None, **kw):
+    """A Job of one mode for the speed model (the precision field that mode reads)."""
+    if precision is not None:
+        kw["precision" if mode == "train" else "infer_precision"] = precision
+    return Job(model="test-model", mode=mode, **kw)
+
 
 H100 = get_gpu("H100-SXM-80GB")
 
@@ -37,7 +46,7 @@ def test_matmul_weights_are_the_models_linear_tensors(name):
 def test_estimates_are_consistent(name):
     m = load_model(name)
     for mode in ("train", "infer"):
-        e = estimate_speed(m, H100, mode=mode, batch=2, seq=256, measured=None)
+        e = estimate_speed(m, H100, J(mode=mode, batch=2, seq=256), measured=None)
         d = json.loads(json.dumps(e.to_dict(ops=False)))
         assert d["bound"] in ("compute", "memory")
         assert 0 < e.mfu <= e.efficiency.matmul

@@ -12,6 +12,15 @@ from gpuplan.compute import (
 )
 from gpuplan.errors import InputError
 from gpuplan.models._types import Architecture
+from gpuplan.job import Job
+
+
+def J(mode="train", precision=None, **kw):
+    """A Job of one mode for the speed model (the precision field that mode reads)."""
+    if precision is not None:
+        kw["precision" if mode == "train" else "infer_precision"] = precision
+    return Job(model="test-model", mode=mode, **kw)
+
 
 
 def gpt(l: int, h: int, heads: int, *, V: int = 51200, s: int = 2048, tie: bool = True,
@@ -84,11 +93,12 @@ MEGATRON_TABLE1 = [
 
 
 @pytest.mark.parametrize("params_b,heads,h,l,B", MEGATRON_TABLE1)
-@pytest.mark.parametrize("attention", ["flash", "eager"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_megatron_per_iteration_flops(params_b, heads, h, l, B, attention):
     s, V = 2048, 51200
     megatron = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
-    fb = flops_breakdown(gpt(l, h, heads), batch=B, seq=s, recompute="full", attention=attention)
+    fb = flops_breakdown(gpt(l, h, heads),
+                         J(batch=B, seq=s, checkpointing="full", attention=attention))
     assert fb.hardware_flops == pytest.approx(megatron, rel=1e-9)
     # without recompute: 3x forward = 72 B s l h^2 (1 + s/6h + V/12lh) (Korthikanti et al. 2022)
     assert fb.model_flops == pytest.approx(
@@ -111,7 +121,7 @@ def test_megatron_time_to_train_estimates():
         assert tt.cost == pytest.approx(tt.gpu_hours * 2.0)
     # The 8P figure (P = 12 l h^2, the layers' weights) neglects attention and logits: for GPT-3
     # (96 layers, h = 12288, 96 heads, s = 2048, V = 51,200) they add s/6h + V/16lh = 3.0%.
-    fb = flops_breakdown(gpt(96, 12288, 96), batch=1, seq=2048, recompute="full")
+    fb = flops_breakdown(gpt(96, 12288, 96), J(batch=1, seq=2048, checkpointing="full"))
     per_token = fb.hardware_flops / 2048
     assert per_token / (8 * 12 * 96 * 12288**2) == pytest.approx(
         1 + 2048 / (6 * 12288) + 51200 / (16 * 96 * 12288), rel=1e-12)
@@ -132,7 +142,7 @@ def test_palm_540b_mfu_from_reported_throughput():
         num_heads=48, num_kv_heads=1, head_dim=256, intermediate_size=4 * 18432,
         vocab_size=256_000, max_position_embeddings=2048, tie_word_embeddings=True, mlp="gated",
         activation="swish", norm="layernorm", position="rotary", parallel_attn_mlp=True)
-    fb = flops_breakdown(palm, batch=1, seq=2048)
+    fb = flops_breakdown(palm, J(batch=1, seq=2048))
     assert fb.matmul_params / 1e9 == pytest.approx(540.35, abs=0.01)  # "540.35B" in Table 1
     mfu = 238.3e3 * fb.model_flops_per_token / (6144 * 275e12)
     assert mfu == pytest.approx(0.462, rel=0.01)
@@ -156,7 +166,7 @@ MPT_ROWS = [
 def test_mpt_mfu_and_hfu_from_reported_throughput(model, seq, gpus, mfu, hfu, tps, ckpt):
     h, heads, l = MPT[model]
     arch = gpt(l, h, heads, V=50368, s=seq, name=f"mpt-{model}")
-    fb = flops_breakdown(arch, batch=1, seq=seq, recompute="full" if ckpt else "none")
+    fb = flops_breakdown(arch, J(batch=1, seq=seq, checkpointing="full" if ckpt else "none"))
     peak = 1.979e15 / 2
     assert tps * fb.model_flops_per_token / (gpus * peak) == pytest.approx(mfu / 100, rel=0.01)
     hw_per_token = fb.hardware_flops / fb.tokens
@@ -170,8 +180,8 @@ def test_mpt_mfu_and_hfu_from_reported_throughput(model, seq, gpus, mfu, hfu, tp
 def test_counted_flops_use_the_full_square_and_flash_executes_about_half():
     arch = gpt(2, 256, 4, V=1000, s=8192)
     s = 8192
-    full = flops_breakdown(arch, batch=1, seq=s, attention="eager")
-    flash = flops_breakdown(arch, batch=1, seq=s, attention="flash")
+    full = flops_breakdown(arch, J(batch=1, seq=s, attention="eager"))
+    flash = flops_breakdown(arch, J(batch=1, seq=s, attention="sdpa"))
     # the convention does not depend on the kernel
     assert full.model_flops == flash.model_flops
     # per layer, the s^2 term is QK^T and AV: 2 * 2 * s^2 * h
@@ -188,9 +198,9 @@ def test_sliding_window_layers_count_the_window():
                 num_heads=4, num_kv_heads=2, head_dim=32, intermediate_size=256, vocab_size=100,
                 max_position_embeddings=8192, tie_word_embeddings=False, mlp="gated",
                 activation="silu", norm="rmsnorm", position="rotary")
-    full = flops_breakdown(Architecture(**base), batch=1, seq=4096)
+    full = flops_breakdown(Architecture(**base), J(batch=1, seq=4096))
     swa = flops_breakdown(Architecture(**base, sliding_window=1024,
-                                       sliding_window_layers=(0, 2)), batch=1, seq=4096)
+                                       sliding_window_layers=(0, 2)), J(batch=1, seq=4096))
     # two layers attend to 1024 keys per query instead of 4096 (counted s x w, not s x s)
     saved = 2 * 4 * 4096 * (4096 - 1024) * 4 * 32 * 3  # 2 layers, fwd+bwd
     assert full.model_flops - swa.model_flops == saved
@@ -320,10 +330,11 @@ def test_forward_and_training_flops_match_torch_flop_counter(family):
         inputs = {"input_ids": ids, "labels": ids}
         seq = S
     fwd_only = {k: v for k, v in inputs.items() if k != "labels"}
-    fb_fwd = flops_breakdown(arch, batch=B, seq=seq, mode="forward", attention="eager")
+    fb_fwd = flops_breakdown(
+        arch, J(mode="infer", prefill_logits="all", batch=B, seq=seq, attention="eager"))
     assert _counted(model, fwd_only, backward=False) == pytest.approx(fb_fwd.forward_flops,
                                                                       rel=1e-12)
-    fb = flops_breakdown(arch, batch=B, seq=seq, mode="train", attention="eager")
+    fb = flops_breakdown(arch, J(batch=B, seq=seq, mode="train", attention="eager"))
     assert _counted(model, inputs, backward=True) == pytest.approx(fb.model_flops, rel=1e-12)
 
 
@@ -333,8 +344,8 @@ def test_moe_counts_only_routed_experts():
         "name", "family", "kind", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
         "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
         "tie_word_embeddings", "mlp", "activation", "norm", "position")}})
-    moe = flops_breakdown(mixtral, batch=1, seq=64)
-    one = flops_breakdown(dense, batch=1, seq=64)
+    moe = flops_breakdown(mixtral, J(batch=1, seq=64))
+    one = flops_breakdown(dense, J(batch=1, seq=64))
     # top-2 of 4 experts: each token runs two expert MLPs (plus the router) instead of one MLP
     mlp = 2 * 64 * 3 * 64 * 96
     router = 2 * 64 * 64 * 4

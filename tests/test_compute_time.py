@@ -17,6 +17,15 @@ from gpuplan.compute import (
 )
 from gpuplan.errors import InputError, UnsupportedError
 from gpuplan.hardware import GPU, get_gpu
+from gpuplan.job import Job
+
+
+def J(mode="train", precision=None, **kw):
+    """A Job of one mode for the speed model (the precision field that mode reads)."""
+    if precision is not None:
+        kw["precision" if mode == "train" else "infer_precision"] = precision
+    return Job(model="test-model", mode=mode, **kw)
+
 
 H100 = get_gpu("H100-SXM-80GB")
 
@@ -144,8 +153,8 @@ def test_a_faster_gpu_is_never_slower(f_peak, f_bw, f_sm, f_pcie, batch, seq, mo
     a100 = get_gpu("A100-SXM-80GB")
     fast = _scaled(a100, f_peak, f_bw, f_sm, f_pcie)
     arch = gpt(4, 512, 8, V=32000, s=2048)
-    slow_e = estimate_speed(arch, a100, mode=mode, batch=batch, seq=seq, measured=None)
-    fast_e = estimate_speed(arch, fast, mode=mode, batch=batch, seq=seq, measured=None)
+    slow_e = estimate_speed(arch, a100, J(mode=mode, batch=batch, seq=seq), measured=None)
+    fast_e = estimate_speed(arch, fast, J(mode=mode, batch=batch, seq=seq), measured=None)
     assert fast_e.step_time_s <= slow_e.step_time_s * (1 + 1e-12)
     if mode == "infer":
         assert fast_e.request_time_s <= slow_e.request_time_s * (1 + 1e-12)

@@ -28,6 +28,14 @@ from gpuplan.measure.profile import ProfileReport, profile  # noqa: E402
 from gpuplan.measure.profile import estimate as profile_estimate  # noqa: E402
 from gpuplan.models import architecture_from_config, from_param_count, load_model  # noqa: E402
 from gpuplan.report.profile import render_text  # noqa: E402
+from gpuplan.job import Job  # noqa: E402
+
+
+def J(mode="train", precision=None, **kw):
+    """A Job of one mode for the speed model (the precision field that mode reads)."""
+    if precision is not None:
+        kw["precision" if mode == "train" else "infer_precision"] = precision
+    return Job(model="test-model", mode=mode, **kw)
 
 # A made-up CPU (the numbers only need to have a CPU's shape).
 FAKE_CPU = types.SimpleNamespace(
@@ -150,10 +158,11 @@ def test_named_architecture_on_an_exactly_named_gpu(monkeypatch, recipe):
     # Each step copies input_ids and labels: 2 tensors x 4 x 12 int64 = 768 bytes, 192 per sample;
     # CPU tensors here are pageable, copied with non_blocking=False.
     oracle = estimate_speed(
-        load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"), mode="train", batch=4, seq=12,
-        precision="amp-bf16" if recipe == "amp-bf16" else "fp32", tf32=recipe == "tf32",
-        optimizer="adamw", recompute="none", attention="flash", input_bytes=192,
-        pinned=False, overlap_transfer=False, measured=load_measured())
+        load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"),
+        J(mode="train", batch=4, seq=12, precision="amp-bf16" if recipe == "amp-bf16" else "fp32",
+          optimizer="adamw", checkpointing="none", attention="sdpa"),
+        tf32=recipe == "tf32", input_bytes=192, pinned=False, overlap_transfer=False,
+        measured=load_measured())
     assert e.precision == ("amp-bf16" if recipe == "amp-bf16" else "fp32")
     assert e.tf32 is (recipe == "tf32")
     assert e.input_bytes_per_step == 768
@@ -179,9 +188,9 @@ def test_forward_only_loop_of_a_decoder_is_compared_with_the_prefill(monkeypatch
     e = r.estimate
     assert e is not None and e.mode == "forward" and e.optimizer is None, r.estimate_unavailable
     # one int64 (2, 10) tensor per step: 160 bytes, 80 per sample, pageable and blocking
-    oracle = estimate_speed(load_model("gpt2"), get_gpu("A100-SXM-80GB"), mode="infer", batch=2,
-                            seq=10, precision="fp32", input_bytes=80, pinned=False,
-                            overlap_transfer=False, measured=load_measured())
+    oracle = estimate_speed(load_model("gpt2"), get_gpu("A100-SXM-80GB"),
+                            J(mode="infer", batch=2, seq=10, precision="fp32"), input_bytes=80,
+                            pinned=False, overlap_transfer=False, measured=load_measured())
     expected = oracle.prefill.time_s + oracle.prefill_transfer.exposed_s
     assert r.expected_step_time_s == pytest.approx(expected, rel=1e-12)
     assert r.measured_over_expected == pytest.approx(r.step_time_s / expected, rel=1e-12)
@@ -206,12 +215,12 @@ def test_measured_bench_numbers_replace_the_defaults(monkeypatch):
     model = TokenModel()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     r = _train(model, opt, _token_batches(5), to_cuda=True, plan_model="llama-3.1-8b")
-    oracle = estimate_speed(load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"), mode="train",
-                            batch=4, seq=12, precision="fp32", optimizer="adamw", input_bytes=192,
-                            pinned=False, overlap_transfer=False, measured=run)
-    default = estimate_speed(load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"), mode="train",
-                             batch=4, seq=12, precision="fp32", optimizer="adamw", input_bytes=192,
-                             pinned=False, overlap_transfer=False, measured=None)
+    oracle = estimate_speed(load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"),
+                            J(mode="train", batch=4, seq=12, precision="fp32", optimizer="adamw"),
+                            input_bytes=192, pinned=False, overlap_transfer=False, measured=run)
+    default = estimate_speed(load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB"),
+                             J(mode="train", batch=4, seq=12, precision="fp32", optimizer="adamw"),
+                             input_bytes=192, pinned=False, overlap_transfer=False, measured=None)
     assert oracle.step_time_s != default.step_time_s
     assert r.expected_step_time_s == pytest.approx(oracle.step_time_s, rel=1e-12)
     eff = r.estimate.efficiency
@@ -238,10 +247,10 @@ def test_unknown_gpu_name_gives_no_estimate_and_says_why(monkeypatch):
     # naming the SKU gives the estimate for it
     r = _train(TokenModel(), torch.optim.SGD(TokenModel().parameters(), lr=0.1),
                _token_batches(5), to_cuda=True, plan_model="llama-3.1-8b", gpu="H200-SXM-141GB")
-    oracle = estimate_speed(
-        load_model("llama-3.1-8b"), get_gpu("H200-SXM-141GB"), mode="train", batch=4, seq=12,
-        precision="fp32", optimizer="sgd", input_bytes=192, pinned=False,
-        overlap_transfer=False, measured=load_measured())
+    oracle = estimate_speed(load_model("llama-3.1-8b"), get_gpu("H200-SXM-141GB"),
+                            J(mode="train", batch=4, seq=12, precision="fp32", optimizer="sgd"),
+                            input_bytes=192, pinned=False, overlap_transfer=False,
+                            measured=load_measured())
     assert r.estimate.device_source == "the gpu argument"
     assert r.measured_over_expected == pytest.approx(r.step_time_s / oracle.step_time_s, rel=1e-12)
 
@@ -257,9 +266,9 @@ def test_parameter_count_estimate_is_labelled(monkeypatch):
     n = 16 * 32 + 32 + 32 * 64 + 64
     assert e.params == n and e.optimizer == "sgd-momentum" and e.seq == 12
     oracle = estimate_speed(
-        from_param_count(n), get_gpu("A100-SXM-80GB"), mode="train", batch=4, seq=12,
-        precision="fp32", optimizer="sgd-momentum", input_bytes=192, pinned=False,
-        overlap_transfer=False, measured=load_measured())
+        from_param_count(n), get_gpu("A100-SXM-80GB"),
+        J(mode="train", batch=4, seq=12, precision="fp32", optimizer="sgd-momentum"),
+        input_bytes=192, pinned=False, overlap_transfer=False, measured=load_measured())
     assert r.measured_over_expected == pytest.approx(r.step_time_s / oracle.step_time_s, rel=1e-12)
     assert any("parameter count only" in n for n in e.notes)
     assert "parameter count only: 6·N FLOPs per token" in render_text(r)
@@ -275,9 +284,10 @@ def test_parameter_count_estimate_is_labelled(monkeypatch):
     r = prof.report()
     n = 16 * 32 + 32 + 32 * 4 + 4
     # bytes per sample: 16 float32 features + one int64 label = 72
-    oracle = estimate_speed(from_param_count(n), get_gpu("A100-SXM-80GB"), mode="train", batch=8,
-                            seq=1, precision="fp32", optimizer="adam", input_bytes=72,
-                            pinned=False, overlap_transfer=False, measured=load_measured())
+    oracle = estimate_speed(from_param_count(n), get_gpu("A100-SXM-80GB"),
+                            J(mode="train", batch=8, seq=1, precision="fp32", optimizer="adam"),
+                            input_bytes=72, pinned=False, overlap_transfer=False,
+                            measured=load_measured())
     assert r.estimate.seq == 1 and any("one token per sample" in n for n in r.estimate.notes)
     assert r.measured_over_expected == pytest.approx(r.step_time_s / oracle.step_time_s, rel=1e-12)
 
@@ -314,9 +324,11 @@ def test_transformers_model_on_the_cpu_is_read_from_its_config(fake_cpu_model):
     # the oracle: the architecture read from the same config, the CPU side of estimate_speed
     # (fp32, the speed model's CPU dtype); the CPU step does not depend on the GPU passed beside it
     arch = architecture_from_config(model.config.to_dict(), name="tiny-llama")
-    oracle = estimate_speed(arch, get_gpu("A100-SXM-80GB"), mode="train", batch=2, seq=16,
-                            precision="fp32", optimizer="adamw", attention="flash",
-                            recompute="none", cpu=FAKE_CPU, measured=load_measured())
+    oracle = estimate_speed(
+        arch, get_gpu("A100-SXM-80GB"),
+        J(mode="train", batch=2, seq=16, precision="fp32", optimizer="adamw", attention="sdpa",
+          checkpointing="none"),
+        cpu=FAKE_CPU, measured=load_measured())
     assert r.expected_step_time_s == pytest.approx(oracle.cpu.cpu_step_s, rel=1e-12)
     assert r.measured_over_expected == pytest.approx(r.step_time_s / oracle.cpu.cpu_step_s,
                                                      rel=1e-12)
@@ -339,8 +351,9 @@ def test_this_machines_cpu_model(monkeypatch):
     if cpu.peak_fp32_flops is None:  # a CPU whose peak cannot be estimated: said so
         assert r.estimate is None and "peak" in r.estimate_unavailable
         return
-    oracle = estimate_speed(load_model("gpt2"), get_gpu("L4"), mode="train", batch=4, seq=12,
-                            precision="fp32", optimizer="sgd", cpu=cpu, measured=None)
+    oracle = estimate_speed(load_model("gpt2"), get_gpu("L4"),
+                            J(mode="train", batch=4, seq=12, precision="fp32", optimizer="sgd"),
+                            cpu=cpu, measured=None)
     assert r.estimate.device == cpu.model_name
     assert r.measured_over_expected == pytest.approx(r.step_time_s / oracle.cpu.cpu_step_s,
                                                      rel=1e-12)
@@ -413,9 +426,9 @@ def test_cli_model_argument_gives_the_estimate(script, capsys, fake_cpu_model):
     e = d["estimate"]
     assert e["source"] == "speed-model" and e["model_source"] == "plan_model"
     assert (e["batch"], e["seq"], e["optimizer"], e["precision"]) == (4, 12, "adamw", "fp32")
-    oracle = estimate_speed(load_model("gpt2"), get_gpu("H100-SXM-80GB"), mode="train", batch=4,
-                            seq=12, precision="fp32", optimizer="adamw", cpu=FAKE_CPU,
-                            measured=load_measured())
+    oracle = estimate_speed(load_model("gpt2"), get_gpu("H100-SXM-80GB"),
+                            J(mode="train", batch=4, seq=12, precision="fp32", optimizer="adamw"),
+                            cpu=FAKE_CPU, measured=load_measured())
     assert d["expected_step_time_s"] == pytest.approx(oracle.cpu.cpu_step_s, rel=1e-12)
     assert d["measured_over_expected"] == pytest.approx(d["step_time_s"] / oracle.cpu.cpu_step_s,
                                                         rel=1e-12)

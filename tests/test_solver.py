@@ -10,6 +10,14 @@ from gpuplan.errors import InputError
 from gpuplan.fit import plan
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
+
+
+def J(mode="train", precision=None, **kw):
+    """A Job of one mode for the speed model (the precision field that mode reads)."""
+    if precision is not None:
+        kw["precision" if mode == "train" else "infer_precision"] = precision
+    return Job(model="test-model", mode=mode, **kw)
+
 from gpuplan.memory import infer_memory, train_memory
 from gpuplan.models import load_model
 from gpuplan.solver import max_batch, max_seq, suggest
@@ -81,7 +89,7 @@ def test_checkpointing_cost_is_the_speed_models_recompute_share():
     full = [c for s in r.suggestions for c in s.changes if c.knob == "checkpointing"
             and c.value == "full"]
     assert full, r.message
-    fb = flops_breakdown(m.architecture, batch=16, seq=2048, recompute="full")
+    fb = flops_breakdown(m.architecture, J(batch=16, seq=2048, checkpointing="full"))
     assert full[0].extra_compute == pytest.approx(fb.recompute_flops / fb.model_flops)
     assert 0.25 < full[0].extra_compute < 0.40  # about one more forward: ~1/3 of the step
 

@@ -17,6 +17,14 @@ from gpuplan.errors import InputError, UnknownNameError, UnsupportedError
 from gpuplan.hardware import get_gpu
 from gpuplan.models import from_param_count
 from gpuplan.models._types import Architecture, Model, ParamCounts
+from gpuplan.job import Job
+
+
+def J(mode="train", precision=None, **kw):
+    """A Job of one mode for the speed model (the precision field that mode reads)."""
+    if precision is not None:
+        kw["precision" if mode == "train" else "infer_precision"] = precision
+    return Job(model="test-model", mode=mode, **kw)
 
 H100 = get_gpu("H100-SXM-80GB")
 A100 = get_gpu("A100-SXM-80GB")
@@ -48,7 +56,8 @@ NO_LAUNCH = dict(measured=None)
 
 
 def test_json_has_the_required_fields():
-    e = estimate_speed(model(LLAMA2_7B, LLAMA2_7B_PARAMS), H100, batch=4, seq=2048, measured=None)
+    e = estimate_speed(model(LLAMA2_7B, LLAMA2_7B_PARAMS), H100, J(batch=4, seq=2048),
+                       measured=None)
     d = json.loads(json.dumps(e.to_dict()))
     for k in ("flops_per_step", "model_flops_per_token", "step_time_s", "tokens_per_s", "mfu",
               "bound"):
@@ -64,8 +73,8 @@ def test_json_has_the_required_fields():
 
 
 def test_training_flops_and_mfu_agree_with_the_counting():
-    e = estimate_speed(LLAMA2_7B, H100, batch=2, seq=1024, measured=None)
-    fb = flops_breakdown(LLAMA2_7B, batch=2, seq=1024)
+    e = estimate_speed(LLAMA2_7B, H100, J(batch=2, seq=1024), measured=None)
+    fb = flops_breakdown(LLAMA2_7B, J(batch=2, seq=1024))
     assert e.flops_per_step == pytest.approx(fb.hardware_flops)
     assert e.model_flops_per_token == pytest.approx(fb.model_flops_per_token)
     # 6N + 12 L s h (N = the weights a token meets: 6.74B - the 131M input embedding table)
@@ -76,21 +85,22 @@ def test_training_flops_and_mfu_agree_with_the_counting():
 
 
 def test_full_recompute_costs_one_more_forward_of_the_layers():
-    kw = dict(batch=2, seq=1024, measured=None)
-    base = estimate_speed(LLAMA2_7B, H100, **kw)
-    full = estimate_speed(LLAMA2_7B, H100, recompute="full", **kw)
-    fb = flops_breakdown(LLAMA2_7B, batch=2, seq=1024)
+    job = J(batch=2, seq=1024)
+    base = estimate_speed(LLAMA2_7B, H100, job, measured=None)
+    full = estimate_speed(LLAMA2_7B, H100, job.with_(checkpointing="full"), measured=None)
+    fb = flops_breakdown(LLAMA2_7B, job)
     layers_fwd = sum(l.forward_flops * l.count for l in fb.layers)
     assert full.flops_per_step - base.flops_per_step == pytest.approx(layers_fwd)
     assert full.model_flops_per_step == base.model_flops_per_step  # MFU ignores recompute
     assert full.step_time_s > base.step_time_s
     assert full.hfu > full.mfu
-    # selective recompute: nothing extra with flash attention (the core is never stored), the
+    # selective recompute: nothing extra with sdpa attention (the core is never stored), the
     # attention core's forward with eager attention
-    sel = estimate_speed(LLAMA2_7B, H100, recompute="selective", **kw)
+    sel = estimate_speed(LLAMA2_7B, H100, job.with_(checkpointing="selective"), measured=None)
     assert sel.flops_per_step == base.flops_per_step
-    eager = estimate_speed(LLAMA2_7B, H100, attention="eager", **kw)
-    sel_e = estimate_speed(LLAMA2_7B, H100, attention="eager", recompute="selective", **kw)
+    eager = estimate_speed(LLAMA2_7B, H100, job.with_(attention="eager"), measured=None)
+    sel_e = estimate_speed(LLAMA2_7B, H100, job.with_(attention="eager", checkpointing="selective"),
+                           measured=None)
     assert sel_e.flops_per_step - eager.flops_per_step == pytest.approx(
         32 * 4 * 2 * 1024 * 1024 * 4096)
 
@@ -99,7 +109,7 @@ def test_decode_is_memory_bound_at_batch_one():
     # Decoding one token reads every weight once: 6.74e9 x 2 bytes = 13.5 GB. At 85% of 3.35 TB/s
     # that takes >= 4.73 ms, so batch-1 decode is < 211 tokens/s however fast the tensor cores.
     eff = dataclasses.replace(default_efficiency(device_from_gpu(H100)), launch_s=0.0)
-    e = estimate_speed(model(LLAMA2_7B, LLAMA2_7B_PARAMS), H100, mode="infer", batch=1, seq=512,
+    e = estimate_speed(model(LLAMA2_7B, LLAMA2_7B_PARAMS), H100, J(mode="infer", batch=1, seq=512),
                        new_tokens=2, efficiency=eff)
     weights = LLAMA2_7B_PARAMS * 2
     t_floor = weights / (3.35e12 * 0.85)
@@ -120,9 +130,9 @@ def test_decode_throughput_grows_with_batch_and_never_exceeds_the_compute_bound(
     g = get_gpu(gpu)
     prec = "fp16" if not g.supports("bf16") else "bf16"
     lo, hi = sorted((b1, b2))
-    kw = dict(mode="infer", seq=ctx, context=ctx, precision=prec, measured=None)
-    e_lo = estimate_speed(LLAMA2_7B, g, batch=lo, **kw)
-    e_hi = estimate_speed(LLAMA2_7B, g, batch=hi, **kw)
+    job = J(mode="infer", seq=ctx, context=ctx, precision=prec)
+    e_lo = estimate_speed(LLAMA2_7B, g, job.with_(batch=lo), measured=None)
+    e_hi = estimate_speed(LLAMA2_7B, g, job.with_(batch=hi), measured=None)
     assert e_hi.tokens_per_s >= e_lo.tokens_per_s * (1 - 1e-12)
     for e in (e_lo, e_hi):
         # the compute bound: achievable peak / executed FLOPs per generated token
@@ -132,11 +142,12 @@ def test_decode_throughput_grows_with_batch_and_never_exceeds_the_compute_bound(
 
 @settings(max_examples=25, deadline=None)
 @given(b=st.integers(1, 64), db=st.integers(0, 64), s=st.integers(1, 4096), ds=st.integers(0, 512),
-       mode=st.sampled_from(["train", "infer"]), attention=st.sampled_from(["flash", "eager"]))
+       mode=st.sampled_from(["train", "infer"]), attention=st.sampled_from(["sdpa", "eager"]))
 def test_more_work_never_takes_less_time(b, db, s, ds, mode, attention):
-    kw = dict(mode=mode, attention=attention, measured=None)
-    small = estimate_speed(GPT2, H100, batch=b, seq=s, **kw)
-    big = estimate_speed(GPT2, H100, batch=b + db, seq=s + ds, **kw)
+    small = estimate_speed(GPT2, H100, J(mode=mode, attention=attention, batch=b, seq=s),
+                           measured=None)
+    big = estimate_speed(GPT2, H100, J(mode=mode, attention=attention, batch=b + db, seq=s + ds),
+                         measured=None)
     assert big.step.flops >= small.step.flops
     t_small = small.request_time_s if mode == "infer" else small.step_time_s
     t_big = big.request_time_s if mode == "infer" else big.step_time_s
@@ -144,7 +155,7 @@ def test_more_work_never_takes_less_time(b, db, s, ds, mode, attention):
 
 
 def test_decode_saturates_as_the_kv_cache_dominates():
-    tps = [estimate_speed(LLAMA2_7B, H100, mode="infer", batch=b, seq=1024, context=1024,
+    tps = [estimate_speed(LLAMA2_7B, H100, J(mode="infer", batch=b, seq=1024, context=1024),
                           measured=None).tokens_per_s for b in (1, 4, 16, 64, 256)]
     gains = [b / a for a, b in zip(tps, tps[1:])]
     assert all(g > 1 for g in gains)
@@ -157,7 +168,7 @@ def test_encoder_and_vision_inference_is_one_forward():
         num_heads=12, num_kv_heads=12, head_dim=64, intermediate_size=3072, vocab_size=30522,
         max_position_embeddings=512, tie_word_embeddings=True, mlp="gelu", activation="gelu",
         norm="layernorm", position="learned", hf_class="BertModel")
-    e = estimate_speed(bert, H100, mode="infer", batch=32, seq=128, measured=None)
+    e = estimate_speed(bert, H100, J(mode="infer", batch=32, seq=128), measured=None)
     assert e.step.name == "forward" and e.prefill is None and e.request_time_s is None
     assert e.samples_per_s == pytest.approx(32 / e.step_time_s)
     vit = Architecture(
@@ -166,17 +177,18 @@ def test_encoder_and_vision_inference_is_one_forward():
         max_position_embeddings=197, tie_word_embeddings=False, mlp="gelu", activation="gelu",
         norm="layernorm", position="learned", image_size=224, patch_size=16, num_channels=3,
         num_labels=1000, hf_class="ViTForImageClassification")
-    e = estimate_speed(vit, H100, mode="train", batch=64, seq=999, measured=None)
+    e = estimate_speed(vit, H100, J(mode="train", batch=64, seq=999), measured=None)
     assert e.seq == 197 and any("patches" in n for n in e.notes)
     # a batch of 64 fp32 224x224 images + labels crosses PCIe each step
     assert e.transfer.bytes_per_step == 64 * (3 * 224 * 224 * 4 + 8)
 
 
 def test_lora_and_gradient_accumulation():
-    kw = dict(batch=4, seq=1024, measured=None)
-    full = estimate_speed(LLAMA2_7B, H100, **kw)
-    lora = estimate_speed(LLAMA2_7B, H100, lora=True, trainable_params=4_194_304, **kw)
-    fb = flops_breakdown(LLAMA2_7B, batch=4, seq=1024)
+    job = J(batch=4, seq=1024)
+    full = estimate_speed(LLAMA2_7B, H100, job, measured=None)
+    lora = estimate_speed(LLAMA2_7B, H100, job.with_(lora_rank=16), trainable_params=4_194_304,
+                          measured=None)
+    fb = flops_breakdown(LLAMA2_7B, job)
     head_and_layers_weight_grads = fb.forward_flops - sum(
         l.attention_flops * l.count for l in fb.layers)
     # a frozen base computes no weight gradients: one forward's worth of weight-matmul FLOPs less
@@ -184,7 +196,7 @@ def test_lora_and_gradient_accumulation():
         head_and_layers_weight_grads)
     assert lora.trainable_params == 4_194_304
     assert lora.step_time_s < full.step_time_s
-    acc = estimate_speed(LLAMA2_7B, H100, grad_accum=4, **kw)
+    acc = estimate_speed(LLAMA2_7B, H100, job.with_(grad_accum=4), measured=None)
     assert acc.step.tokens == 4 * full.step.tokens
     opt = [t for t in acc.step.ops if t.op.phase == "optimizer"]
     assert len(opt) == 1 and opt[0].op.count == 1  # the optimizer steps once per 4 micro-batches
@@ -192,7 +204,7 @@ def test_lora_and_gradient_accumulation():
 
 
 def test_multi_gpu_and_time_to_train():
-    e = estimate_speed(LLAMA2_7B, H100, batch=8, seq=2048, gpus=8, link="100Gb/s",
+    e = estimate_speed(LLAMA2_7B, H100, J(batch=8, seq=2048, gpus=8), link="100Gb/s",
                        train_tokens=1e9, price_per_gpu_hour=3.0, measured=None)
     assert [r.gpus for r in e.scaling.rows] == list(range(1, 9))
     row8 = e.scaling.rows[-1]
@@ -202,9 +214,9 @@ def test_multi_gpu_and_time_to_train():
     tt = e.training_time
     assert tt.seconds == pytest.approx(1e9 / e.tokens_per_s)
     assert tt.cost == pytest.approx(tt.seconds / 3600 * 8 * 3.0)
-    z3 = estimate_speed(LLAMA2_7B, H100, batch=8, seq=2048, gpus=8, link="100Gb/s", zero=3,
+    z3 = estimate_speed(LLAMA2_7B, H100, J(batch=8, seq=2048, gpus=8, zero=3), link="100Gb/s",
                         measured=None, overlap_comm=False)
-    z0 = estimate_speed(LLAMA2_7B, H100, batch=8, seq=2048, gpus=8, link="100Gb/s", zero=0,
+    z0 = estimate_speed(LLAMA2_7B, H100, J(batch=8, seq=2048, gpus=8, zero=0), link="100Gb/s",
                         measured=None, overlap_comm=False)
     assert z3.scaling.gradient_bytes == pytest.approx(1.5 * z0.scaling.gradient_bytes, rel=1e-9)
 
@@ -224,14 +236,14 @@ def test_cpu_verdict_small_job_needs_no_gpu_large_job_does():
         num_kv_heads=4, head_dim=16, intermediate_size=256, vocab_size=500,
         max_position_embeddings=64, tie_word_embeddings=True, mlp="gelu", activation="gelu_new",
         norm="layernorm", position="learned")
-    small = estimate_speed(tiny, H100, batch=1, seq=32, cpu=FakeCPU(), measured=None)
+    small = estimate_speed(tiny, H100, J(batch=1, seq=32), cpu=FakeCPU(), measured=None)
     assert not small.cpu.needs_gpu
     assert small.cpu.verdict.startswith("No GPU needed")
-    big = estimate_speed(LLAMA2_7B, H100, batch=8, seq=2048, cpu=FakeCPU(), measured=None)
+    big = estimate_speed(LLAMA2_7B, H100, J(batch=8, seq=2048), cpu=FakeCPU(), measured=None)
     assert big.cpu.needs_gpu and big.cpu.speedup > 100
     assert big.cpu.verdict.startswith("A GPU pays off")
     # a short whole job: the CPU finishes in minutes even if the GPU is faster per step
-    short = estimate_speed(GPT2, H100, batch=1, seq=64, cpu=FakeCPU(), train_tokens=64 * 20,
+    short = estimate_speed(GPT2, H100, J(batch=1, seq=64), cpu=FakeCPU(), train_tokens=64 * 20,
                            measured=None)
     assert short.cpu.cpu_job_s < 600 and not short.cpu.needs_gpu
 
@@ -259,7 +271,7 @@ def test_cpu_estimate_of_a_training_step_by_hand():
     # 51.2 GB/s DRAM; 2 us per op dispatch is left in the tolerance (a few ops in a 16 s step).
     n, tokens = 100_000_000, 8 * 512
     peak = FakeCPU.peak_fp32_flops
-    e = estimate_cpu_speed(from_param_count(n), FakeCPU(), batch=8, seq=512, optimizer="sgd",
+    e = estimate_cpu_speed(from_param_count(n), FakeCPU(), J(batch=8, seq=512, optimizer="sgd"),
                            measured=None)
     assert (e.cpu, e.dtype, e.mode, e.batch, e.seq) == ("Test CPU", "fp32", "train", 8, 512)
     assert e.peak_basis == FakeCPU.peak_basis and e.step.peak_flops == peak
@@ -268,7 +280,7 @@ def test_cpu_estimate_of_a_training_step_by_hand():
                                           + 12 * n / (0.70 * 51.2e9), rel=1e-5)
     assert any("parameter count only" in note for note in e.notes)
     # a bench run of this CPU replaces the estimated peak and the assumed bandwidth outright
-    m = estimate_cpu_speed(from_param_count(n), FakeCPU(), batch=8, seq=512, optimizer="sgd",
+    m = estimate_cpu_speed(from_param_count(n), FakeCPU(), J(batch=8, seq=512, optimizer="sgd"),
                            measured=CpuBench())
     assert m.step_time_s == pytest.approx(6 * n * tokens / 150e9 + 12 * n / 20e9, rel=1e-5)
     assert m.peak_basis.startswith("measured") and m.efficiency.launch_s == 3e-6
@@ -276,38 +288,39 @@ def test_cpu_estimate_of_a_training_step_by_hand():
 
 
 def test_cpu_side_of_estimate_speed_is_the_cpu_estimate_whatever_the_gpu():
-    job = dict(mode="train", batch=2, seq=256, optimizer="sgd-momentum", recompute="full",
-               attention="eager", grad_accum=3, lora=True, measured=None)
-    alone = estimate_cpu_speed(GPT2, FakeCPU(), **job)
+    job = J(batch=2, seq=256, optimizer="sgd-momentum", checkpointing="full",
+            attention="eager", grad_accum=3, lora_rank=16)
+    alone = estimate_cpu_speed(GPT2, FakeCPU(), job, measured=None)
     for gpu in (H100, A100):
-        beside = estimate_speed(GPT2, gpu, cpu=FakeCPU(), precision="fp32", **job).cpu
+        beside = estimate_speed(GPT2, gpu, job.with_(precision="fp32"), cpu=FakeCPU(),
+                                measured=None).cpu
         assert beside.cpu_step_s == alone.step_time_s
         assert (beside.cpu, beside.cpu_dtype) == (alone.cpu, alone.dtype)
     # the job's options reach the CPU step: each one changes it
-    for change in (dict(grad_accum=1), dict(recompute="none"), dict(attention="flash"),
-                   dict(lora=False), dict(optimizer="adamw")):
-        assert estimate_cpu_speed(GPT2, FakeCPU(), **{**job, **change}).step_time_s \
-            != alone.step_time_s, change
+    for change in (dict(grad_accum=1), dict(checkpointing="none"), dict(attention="sdpa"),
+                   dict(lora_rank=None), dict(optimizer="adamw")):
+        assert estimate_cpu_speed(GPT2, FakeCPU(), job.with_(**change),
+                                  measured=None).step_time_s != alone.step_time_s, change
     # a decoder's inference: prefill, then decode steps over the cache
-    inf = estimate_cpu_speed(GPT2, FakeCPU(), mode="infer", batch=2, seq=256, new_tokens=16,
+    inf = estimate_cpu_speed(GPT2, FakeCPU(), J(mode="infer", batch=2, seq=256), new_tokens=16,
                              measured=None)
     assert (inf.step.name, inf.step.q_len, inf.prefill.q_len) == ("decode", 1, 256)
     assert inf.request_time_s == pytest.approx(inf.prefill.time_s + 16 * inf.step.time_s)
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(mode="serve"), "mode 'serve'"), (dict(batch=0), "batch 0"),
-    (dict(seq=2.5), "sequence length 2.5"), (dict(kv_dtype="fp4"), "kv dtype 'fp4'"),
-    (dict(optimizer="adamx"), "adamx"),
+    (dict(mode="both"), "job mode 'both': a speed estimate is of one mode"),
+    (dict(new_tokens=0), "new tokens 0"), (dict(trainable_params=0), "trainable parameters 0"),
 ])
 def test_cpu_estimate_bad_values_are_one_line_errors(kw, match):
+    mode = kw.pop("mode", "train")
     with pytest.raises(InputError, match=match) as ei:
-        estimate_cpu_speed(GPT2, FakeCPU(), **{"measured": None, **kw})
+        estimate_cpu_speed(GPT2, FakeCPU(), J(mode=mode), measured=None, **kw)
     assert "\n" not in str(ei.value)
 
 
 def test_batch_sweep_finds_where_throughput_saturates():
-    sw = batch_sweep(GPT2, H100, mode="train", seq=1024, batches=[1, 2, 4, 8, 16, 32, 64],
+    sw = batch_sweep(GPT2, H100, J(mode="train", seq=1024), batches=[1, 2, 4, 8, 16, 32, 64],
                      measured=None)
     tps = [p.tokens_per_s for p in sw.points]
     assert tps == sorted(tps)
@@ -323,25 +336,23 @@ def test_count_only_model_gets_6n():
     m = Model(name="7B", params=ParamCounts(total=7_000_000_000,
                                             by_component={"other": 7_000_000_000},
                                             active=7_000_000_000, embedding=0))
-    e = estimate_speed(m, H100, batch=1, seq=2048, measured=None)
+    e = estimate_speed(m, H100, J(batch=1, seq=2048), measured=None)
     assert e.model_flops_per_token == pytest.approx(6 * 7e9)
     assert any("architecture unknown" in n for n in e.notes)
 
 
 def test_job_adapter():
-    from gpuplan.job import Job
-
     job = Job(model="llama-2-7b", mode="both", batch=2, seq=1024, checkpointing="full",
               attention="sdpa", grad_accum=2)
     out = estimate_speed_for_job(job, H100, model=LLAMA2_7B, measured=None)
     assert set(out) == {"train", "infer"}
-    assert out["train"].recompute == "full" and out["train"].grad_accum == 2
+    assert out["train"].checkpointing == "full" and out["train"].grad_accum == 2
+    assert out["train"].to_dict()["recompute"] == "full"  # the JSON keeps its key
     assert out["infer"].mode == "infer" and out["infer"].precision == "bf16"
 
 
 def test_speed_section_for_fit_json():
     from gpuplan.compute import speed_section
-    from gpuplan.job import Job
 
     job = Job(model="llama-2-7b", mode="both", batch=1, seq=512)
     sec = speed_section(job, [H100, get_gpu("T4")], model=LLAMA2_7B, measured=None)
@@ -361,32 +372,41 @@ def test_speed_section_for_fit_json():
 
 def test_bf16_on_t4_and_v100_offers_fp16():
     with pytest.raises(UnsupportedError, match=r"T4 has no bf16.*mixed-fp16"):
-        estimate_speed(GPT2, get_gpu("T4"), measured=None)
+        estimate_speed(GPT2, get_gpu("T4"), J(), measured=None)
     with pytest.raises(UnsupportedError, match=r"V100-SXM2-32GB has no bf16.*--precision fp16"):
-        estimate_speed(GPT2, get_gpu("V100-SXM2-32GB"), mode="infer", measured=None)
-    ok = estimate_speed(GPT2, get_gpu("T4"), precision="mixed-fp16", measured=None)
+        estimate_speed(GPT2, get_gpu("V100-SXM2-32GB"), J(mode="infer"), measured=None)
+    ok = estimate_speed(GPT2, get_gpu("T4"), J(precision="mixed-fp16"), measured=None)
     assert ok.dtype == "fp16"
     with pytest.raises(UnsupportedError, match="A100-SXM-80GB has no fp8"):
-        estimate_speed(GPT2, A100, mode="infer", precision="fp8", measured=None)
+        estimate_speed(GPT2, A100, J(mode="infer", precision="fp8"), measured=None)
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(batch=0), "batch 0"), (dict(batch=-3), "batch -3"), (dict(gpus=0), "GPU count 0"),
-    (dict(seq=0), "sequence length 0"), (dict(mode="serve"), "mode 'serve'"),
-    (dict(recompute="some"), "recompute 'some'"), (dict(attention="fast"), "attention 'fast'"),
-    (dict(zero=4), "zero 4"), (dict(grad_accum=0), "gradient accumulation 0"),
     (dict(price_per_gpu_hour=2.0), "price per GPU-hour needs"),
     (dict(train_tokens=1e9, train_samples=10), "not both"),
-    (dict(kv_dtype="int4"), "kv dtype 'int4'"),
+    (dict(new_tokens=0), "new tokens 0"), (dict(input_bytes=-1), "input bytes per sample -1"),
+    (dict(trainable_params=-5), "trainable parameters -5"),
 ])
 def test_bad_values_are_one_line_input_errors(kw, match):
     with pytest.raises(InputError, match=match) as ei:
-        estimate_speed(GPT2, H100, **{"measured": None, **kw})
+        estimate_speed(GPT2, H100, J(), measured=None, **kw)
     assert "\n" not in str(ei.value)
+
+
+def test_the_job_is_validated_once_by_the_job():
+    # the Job's own checks stand (estimate_speed does not check its fields again) ...
+    for kw, match in ((dict(batch=0), "batch 0"), (dict(checkpointing="some"),
+                                                    "checkpointing 'some'"),
+                      (dict(attention="flash"), "attention 'flash'"), (dict(zero=4), "zero 4")):
+        with pytest.raises(InputError, match=match):
+            J(**kw)
+    # ... and a job of both modes is two estimates, not one
+    with pytest.raises(InputError, match="job mode 'both'"):
+        estimate_speed(GPT2, H100, Job(model="gpt2"), measured=None)
 
 
 def test_unknown_precision_suggests_names():
     with pytest.raises(UnknownNameError, match="did you mean 'mixed-bf16'"):
-        estimate_speed(GPT2, H100, precision="mixed-bf61", measured=None)
-    with pytest.raises(UnknownNameError, match="inference weight format"):
-        estimate_speed(GPT2, H100, precision="nf4", measured=None)
+        estimate_speed(GPT2, H100, J(precision="mixed-bf61"), measured=None)
+    with pytest.raises(UnknownNameError, match="training precision 'nf4'"):
+        estimate_speed(GPT2, H100, J(precision="nf4"), measured=None)

@@ -193,8 +193,7 @@ def _recompute_fraction(model: Model, job: Job, checkpointing: str, seq: int) ->
     try:
         from .compute import flops_breakdown
 
-        fb = flops_breakdown(arch, batch=job.batch, seq=seq, recompute=checkpointing,
-                             attention="eager" if job.attention == "eager" else "flash")
+        fb = flops_breakdown(arch, job.with_(mode="train", seq=seq, checkpointing=checkpointing))
         return fb.recompute_flops / fb.model_flops if fb.model_flops else 0.0
     except Exception:  # noqa: BLE001 - the speed model is optional here; fall back, stated
         return 1 / 3 if checkpointing == "full" else 0.05

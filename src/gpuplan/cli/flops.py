@@ -8,6 +8,8 @@ import json
 import re
 import sys
 
+from ._spellings import add_checkpointing_and_attention, checkpointing_and_attention
+
 __all__ = ["register", "run", "parse_shape"]
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX\u00d7*]\s*(\d+)\s*$")
@@ -45,8 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mo.add_argument("--batch", default="1")
     mo.add_argument("--seq", default=None, help="default min(2048, the model's maximum)")
     mo.add_argument("--mode", choices=("train", "forward"), default="train")
-    mo.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
-    mo.add_argument("--attention", choices=("flash", "eager"), default="flash")
+    add_checkpointing_and_attention(mo)
     mo.add_argument("--json", action="store_true")
     mo.set_defaults(func=run_model)
     p.set_defaults(func=_no_what)
@@ -70,12 +71,9 @@ def parse_shape(text: str, what: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compute import (
-        count_matmul, default_efficiency, device_from_cpu, device_from_gpu, small_work,
-        time_matmul,
-    )
-    from ..errors import InputError, UnsupportedError
-    from ..units import format_seconds, parse_positive_int
+    from ..compute import compare_matmul, count_matmul
+    from ..errors import InputError
+    from ..units import parse_positive_int
 
     m, k = parse_shape(args.a, "MxK")
     k2, n = parse_shape(args.b, "KxN")
@@ -86,49 +84,14 @@ def run(args: argparse.Namespace) -> int:
     batch = parse_positive_int(args.batch, what="--batch")
     mm = count_matmul(m, k, n, batch=batch, bias=args.bias)
     out: dict = mm.to_dict()
-    small = None
-    times = []
-    verdict = None
-    alias = None
+    cmp = alias = None
     if args.gpu:
         from ..hardware import resolve_gpu
+        from ..hardware.cpu import detect_cpu
         gpu, alias = resolve_gpu(args.gpu)
-        dev = device_from_gpu(gpu)
-        dtype = args.dtype
-        if not dev.supports(dtype):
-            have = ", ".join(d for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-                             if dev.supports(d))
-            raise UnsupportedError(f"{gpu.name} has no {dtype} support (it has {have}); "
-                                   "use another --dtype")
-        small = small_work(m, n, gpu, batch=batch, tile=tile)
-        out.update({"gpu": gpu.name, **{kk: v for kk, v in small.to_dict().items()}})
-        from ..compute import apply_measured, load_measured
-        measured = load_measured()
-        dev, eff = apply_measured(dev, default_efficiency(dev), measured)
-        g = time_matmul(mm, dev, eff, dtype)
-        times.append(g)
-        try:
-            from ..hardware.cpu import detect_cpu
-        except ModuleNotFoundError as e:
-            if e.name != "gpuplan.hardware.cpu":
-                raise
-        else:
-            cpu = detect_cpu()
-            if cpu.peak_fp32_flops:
-                cpu_dev = device_from_cpu(cpu)
-                cpu_dev, ceff = apply_measured(cpu_dev, default_efficiency(cpu_dev), measured)
-                times.append(time_matmul(mm, cpu_dev, ceff, "fp32"))
-        if len(times) == 2:
-            c, gg = times[1].total_s, times[0].total_s
-            if c <= gg:
-                verdict = (f"No GPU needed for this product: this CPU ({format_seconds(c)}) beats "
-                           f"the {gpu.name} end to end ({format_seconds(gg)}, of which launches "
-                           f"and copies {format_seconds(gg - times[0].compute_s)})")
-            else:
-                verdict = (f"The {gpu.name} is {c / gg:.1f}x faster than this CPU end to end "
-                           f"({format_seconds(gg)} vs {format_seconds(c)})")
-        out["times"] = [t.to_dict() for t in times]
-        out["verdict"] = verdict
+        cmp = compare_matmul(mm, gpu, dtype=args.dtype, tile=tile, cpu=detect_cpu())
+        out.update({"gpu": gpu.name, **cmp.small.to_dict(),
+                    "times": [t.to_dict() for t in cmp.times], "verdict": cmp.verdict})
         if alias:
             out["gpu_note"] = alias
     if args.json:
@@ -138,56 +101,35 @@ def run(args: argparse.Namespace) -> int:
     from ..report.speed import render_matmul
     if alias:
         print(f"note: {alias}", file=sys.stderr)
-    render_matmul(mm, small=small, times=times or None, verdict=verdict)
+    render_matmul(mm, small=cmp and cmp.small, times=list(cmp.times) if cmp else None,
+                  verdict=cmp and cmp.verdict)
     return 0
 
 
 def run_model(args: argparse.Namespace) -> int:
-    from ..compute import default_seq, flops_breakdown
+    from ..compute import flops_breakdown
     from ..errors import InputError
+    from ..job import Job
     from ..models import load_model
-    from ..units import format_flops, parse_positive_int
+    from ..units import parse_positive_int
 
     batch = parse_positive_int(args.batch, what="--batch", maximum=10**7)
     model = load_model(args.model)
     arch = model.architecture
     if arch is None:
         raise InputError(f"{args.model!r}: per-layer FLOPs need the architecture (a config.json)")
-    seq = default_seq(arch) if args.seq is None else parse_positive_int(args.seq, what="--seq",
-                                                                        maximum=10**8)
-    fb = flops_breakdown(arch, batch=batch, seq=seq, mode=args.mode, recompute=args.recompute,
-                         attention=args.attention)
+    kw = checkpointing_and_attention(args)
+    if args.seq is not None:
+        kw["seq"] = parse_positive_int(args.seq, what="--seq", maximum=10**8)
+    # a forward pass here is a scoring pass: every position's logits
+    job = Job(model=model, mode="train" if args.mode == "train" else "infer", batch=batch,
+              prefill_logits="all", **kw)
+    fb = flops_breakdown(arch, job)
     if args.json:
-        json.dump({"model": model.name, "batch": batch, "seq": seq, "mode": args.mode,
-                   **fb.to_dict()}, sys.stdout, indent=2)
+        json.dump({"model": model.name, "batch": batch, "seq": fb.tokens // batch,
+                   "mode": args.mode, **fb.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    from rich.table import Table
-
-    from ..report._console import console_for
-    c = console_for(width=160)
-    c.print(f"[bold]{model.name}[/bold]: {args.mode}, batch {batch} x seq {fb.tokens // batch} "
-            f"= {fb.tokens:,} tokens (matmul FLOPs; attention over the full s x s square)")
-    for layer in fb.layers:
-        t = Table(title=f"one {layer.kind} layer (x{layer.count}), forward", title_justify="left")
-        t.add_column("op")
-        t.add_column("FLOPs", justify="right")
-        for name, f in layer.by_op:
-            t.add_row(name, format_flops(f))
-        t.add_row("[bold]layer[/bold]", f"[bold]{format_flops(layer.forward_flops)}[/bold]")
-        c.print(t)
-    t = Table(title="model", show_header=False, title_justify="left")
-    t.add_column("what")
-    t.add_column("FLOPs", justify="right")
-    t.add_row("embedding (forward)", format_flops(fb.embedding_forward_flops))
-    t.add_row("head (forward)", format_flops(fb.head_forward_flops))
-    t.add_row("forward", format_flops(fb.forward_flops))
-    if args.mode == "train":
-        t.add_row("backward (2x forward)", format_flops(fb.backward_flops))
-        t.add_row(f"recompute ({args.recompute})", format_flops(fb.recompute_flops))
-    t.add_row("model FLOPs (MFU)", format_flops(fb.model_flops))
-    t.add_row("hardware FLOPs (HFU)", format_flops(fb.hardware_flops))
-    t.add_row("model FLOPs per token", format_flops(fb.model_flops_per_token))
-    t.add_row("weights multiplied per token (N)", f"{fb.matmul_params:,}")
-    c.print(t)
+    from ..report.speed import render_flops_breakdown
+    render_flops_breakdown(model.name, fb, job)
     return 0

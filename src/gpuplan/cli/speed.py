@@ -7,6 +7,8 @@ import json
 import math
 import sys
 
+from ._spellings import add_checkpointing_and_attention, checkpointing_and_attention
+
 __all__ = ["register", "run"]
 
 
@@ -28,12 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="training recipe (default mixed-bf16) or inference weight format "
                         "(default bf16)")
     p.add_argument("--optimizer", default="adamw")
-    p.add_argument("--checkpointing", "--recompute", dest="recompute",
-                   choices=("none", "selective", "full"), default="none",
-                   help="activation checkpointing, as in `gpuplan fit` (default none)")
-    p.add_argument("--attention", choices=("sdpa", "flash", "eager"), default="sdpa",
-                   help="sdpa (flash: fused, skips masked blocks; the default) or eager "
-                        "(materialized scores)")
+    add_checkpointing_and_attention(p)
     p.add_argument("--new-tokens", default="128", help="inference: tokens generated per sequence")
     p.add_argument("--link", default=None,
                    help="gradient all-reduce link: nvlink, pcie, or GB/s per GPU (e.g. 50, "
@@ -76,18 +73,29 @@ def _float(text: str | None, what: str, *, positive: bool) -> float | None:
     return v
 
 
+def job_from_args(args: argparse.Namespace, model):
+    """The Job these arguments describe (one mode: train or infer)."""
+    from ..job import Job
+    from ..units import parse_positive_int
+
+    kw = dict(mode=args.mode, batch=parse_positive_int(args.batch, what="--batch", maximum=10**7),
+              gpus=parse_positive_int(args.gpus, what="--gpus", maximum=10**6),
+              optimizer=args.optimizer, **checkpointing_and_attention(args))
+    if args.seq is not None:
+        kw["seq"] = parse_positive_int(args.seq, what="--seq", maximum=10**8)
+    if args.precision is not None:
+        kw["precision" if args.mode == "train" else "infer_precision"] = args.precision
+    return Job(model=model, **kw)
+
+
 def run(args: argparse.Namespace) -> int:
     from .._io import check_writable
     from ..compute import batch_sweep, estimate_speed
-    from ..errors import InputError
     from ..hardware import resolve_gpu
+    from ..hardware.cpu import detect_cpu
     from ..models import load_model
     from ..units import parse_count, parse_positive_int
 
-    batch = parse_positive_int(args.batch, what="--batch", maximum=10**7)
-    gpus = parse_positive_int(args.gpus, what="--gpus", maximum=10**6)
-    seq = None if args.seq is None else parse_positive_int(args.seq, what="--seq",
-                                                           maximum=10**8)
     new_tokens = parse_positive_int(args.new_tokens, what="--new-tokens", maximum=10**7)
     tokens = None if args.tokens is None else parse_count(args.tokens, what="--tokens")
     samples = None if args.samples is None else parse_count(args.samples, what="--samples")
@@ -97,25 +105,19 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.plot, what="--plot")
     gpu, alias = resolve_gpu(args.gpu)
     model = load_model(args.model)
-    cpu = None
-    if args.vs_cpu:
-        try:
-            from ..hardware.cpu import detect_cpu
-        except ModuleNotFoundError as e:
-            if e.name != "gpuplan.hardware.cpu":
-                raise
-            raise InputError("--vs-cpu needs gpuplan.hardware.cpu (the bench's CPU model), "
-                             "which this build lacks") from None
-        cpu = detect_cpu()
-    kw = dict(mode=args.mode, seq=seq, precision=args.precision, optimizer=args.optimizer,
-              gpus=gpus, recompute=args.recompute, attention=args.attention,
-              new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
+    job = job_from_args(args, model)
+    kw = dict(new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
               pinned=not args.pageable, tf32=args.tf32)
     if args.no_measured:
         kw["measured"] = None
-    est = estimate_speed(model, gpu, batch=batch, train_tokens=tokens, train_samples=samples,
-                         epochs=epochs, price_per_gpu_hour=price, cpu=cpu, **kw)
-    sweep = batch_sweep(model, gpu, **kw) if args.sweep else None
+    est = estimate_speed(model, gpu, job, train_tokens=tokens, train_samples=samples,
+                         epochs=epochs, price_per_gpu_hour=price,
+                         cpu=detect_cpu() if args.vs_cpu else None, **kw)
+    sweep = batch_sweep(model, gpu, job, **kw) if args.sweep else None
+    return _render(args, est, sweep, alias)
+
+
+def _render(args: argparse.Namespace, est, sweep, alias: str | None) -> int:
     if args.plot:
         from ..report.speed import plot_roofline
         plot_roofline(est, args.plot)

@@ -12,9 +12,13 @@ from ..errors import MissingDependencyError
 from ..units import format_bytes, format_count, format_flops, format_rate, format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..compute import BatchSweep, MatmulCount, MatmulTime, SmallWork, SpeedEstimate
+    from ..compute import (
+        BatchSweep, FlopsBreakdown, MatmulCount, MatmulTime, SmallWork, SpeedEstimate,
+    )
+    from ..job import Job
 
-__all__ = ["render_speed", "render_matmul", "render_sweep", "plot_roofline", "CLASS_LABELS"]
+__all__ = ["render_speed", "render_matmul", "render_sweep", "render_flops_breakdown",
+           "plot_roofline", "CLASS_LABELS"]
 
 #: Display names of the op classes.
 CLASS_LABELS = {
@@ -40,14 +44,39 @@ def _intensity(x: float) -> str:
 
 def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) -> None:
     """Print an estimate as a few compact tables."""
-    from rich.table import Table
-
     c = _console(console)
+    c.print(_headline(est))
+    c.print(_step_table(est))
+    c.print(_roofline_table(est))
+    if ops:
+        c.print(_ops_table(est))
+    if est.prefill is not None:
+        c.print(_inference_table(est))
+        c.print(f"request: prefill + {est.new_tokens} new tokens = "
+                f"{format_seconds(est.request_time_s)} per batch of {est.batch}")
+    _print_input_copy(c, est)
+    if est.scaling is not None and est.gpus > 1:
+        c.print(_scaling_table(est))
+        for n in est.scaling.notes:
+            c.print(f"  note: {n}")
+    if est.training_time is not None:
+        c.print(_training_time_line(est))
+    if est.cpu is not None:
+        c.print(f"[bold]CPU vs GPU[/bold]: {est.cpu.verdict}")
+        c.print(f"  CPU: {est.cpu.cpu} ({est.cpu.cpu_dtype}); {est.cpu.cpu_peak_basis}")
+    _print_basis(c, est)
+
+
+def _headline(est: SpeedEstimate) -> str:
     mode = "training" if est.mode == "train" else "inference"
-    c.print(f"[bold]{est.model}[/bold] on [bold]{est.gpu}[/bold] x{est.gpus} -- {mode}, "
+    return (f"[bold]{est.model}[/bold] on [bold]{est.gpu}[/bold] x{est.gpus} -- {mode}, "
             f"{est.precision} ({est.dtype} matmuls), batch {est.batch} per GPU x seq {est.seq}"
-            + (f", recompute {est.recompute}" if est.recompute != "none" else "")
+            + (f", checkpointing {est.checkpointing}" if est.checkpointing != "none" else "")
             + f", {est.attention} attention")
+
+
+def _step_table(est: SpeedEstimate) -> Any:
+    from rich.table import Table
 
     t = Table(title="Step", show_header=False, title_justify="left")
     t.add_column("what")
@@ -74,7 +103,11 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
     t.add_row("bound", est.bound)
     t.add_row(f"ridge point ({est.dtype})", f"{est.ridge_point:,.0f} FLOP/B (achievable "
               f"{est.achievable_ridge_point:,.0f})")
-    c.print(t)
+    return t
+
+
+def _roofline_table(est: SpeedEstimate) -> Any:
+    from rich.table import Table
 
     r = Table(title="Roofline by op class", title_justify="left")
     for col in ("class", "FLOPs", "bytes", "FLOP/B", "time", "share", "bound"):
@@ -84,34 +117,39 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
         r.add_row(CLASS_LABELS.get(cl.op_class, cl.op_class), format_flops(cl.flops),
                   format_bytes(cl.bytes), _intensity(cl.intensity), format_seconds(cl.time_s),
                   _pct(cl.time_s / total), cl.bound)
-    c.print(r)
+    return r
 
-    if ops:
-        o = Table(title="Ops", title_justify="left")
-        for col in ("op", "phase", "x", "FLOPs", "bytes", "FLOP/B", "occupancy", "time",
-                    "bound"):
-            o.add_column(col, justify="left" if col in ("op", "phase") else "right")
-        for ot in est.step.ops:
-            o.add_row(f"{ot.op.group}:{ot.op.name}" if ot.op.group else ot.op.name,
-                      ot.op.phase, str(ot.op.count), format_flops(ot.op.flops),
-                      format_bytes(ot.op.bytes), _intensity(ot.op.intensity),
-                      f"{ot.occupancy:.3f}", format_seconds(ot.total_s), ot.bound)
-        c.print(o)
 
-    if est.prefill is not None:
-        p = Table(title="Inference phases", title_justify="left")
-        for col in ("phase", "tokens", "time", "tokens/s", "MFU", "bound"):
-            p.add_column(col, justify="left" if col == "phase" else "right")
-        p.add_row(f"prefill ({est.batch} x {est.seq} prompt tokens)", f"{est.prefill.tokens:,}",
-                  format_seconds(est.prefill.time_s), f"{est.prefill.tokens_per_s:,.0f}",
-                  _pct(est.prefill.mfu), est.prefill.bound)
-        p.add_row(f"decode (context {est.step.kv_len})", f"{est.step.tokens:,}",
-                  format_seconds(est.step_time_s), f"{est.step.tokens / est.step_time_s:,.0f}",
-                  _pct(est.mfu), est.bound)
-        c.print(p)
-        c.print(f"request: prefill + {est.new_tokens} new tokens = "
-                f"{format_seconds(est.request_time_s)} per batch of {est.batch}")
+def _ops_table(est: SpeedEstimate) -> Any:
+    from rich.table import Table
 
+    o = Table(title="Ops", title_justify="left")
+    for col in ("op", "phase", "x", "FLOPs", "bytes", "FLOP/B", "occupancy", "time", "bound"):
+        o.add_column(col, justify="left" if col in ("op", "phase") else "right")
+    for ot in est.step.ops:
+        o.add_row(f"{ot.op.group}:{ot.op.name}" if ot.op.group else ot.op.name,
+                  ot.op.phase, str(ot.op.count), format_flops(ot.op.flops),
+                  format_bytes(ot.op.bytes), _intensity(ot.op.intensity),
+                  f"{ot.occupancy:.3f}", format_seconds(ot.total_s), ot.bound)
+    return o
+
+
+def _inference_table(est: SpeedEstimate) -> Any:
+    from rich.table import Table
+
+    p = Table(title="Inference phases", title_justify="left")
+    for col in ("phase", "tokens", "time", "tokens/s", "MFU", "bound"):
+        p.add_column(col, justify="left" if col == "phase" else "right")
+    p.add_row(f"prefill ({est.batch} x {est.seq} prompt tokens)", f"{est.prefill.tokens:,}",
+              format_seconds(est.prefill.time_s), f"{est.prefill.tokens_per_s:,.0f}",
+              _pct(est.prefill.mfu), est.prefill.bound)
+    p.add_row(f"decode (context {est.step.kv_len})", f"{est.step.tokens:,}",
+              format_seconds(est.step_time_s), f"{est.step.tokens / est.step_time_s:,.0f}",
+              _pct(est.mfu), est.bound)
+    return p
+
+
+def _print_input_copy(c: Any, est: SpeedEstimate) -> None:
     x = est.transfer
     c.print(f"[bold]Input copy[/bold]: {format_bytes(x.bytes_per_step)} per step over {x.link} "
             f"({'pinned' if x.pinned else 'pageable'}, {format_rate(x.achievable_bandwidth, 'B/s')}"
@@ -121,39 +159,38 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
     for a in x.advice:
         c.print(f"  - {a}")
 
-    if est.scaling is not None and est.gpus > 1:
-        s = est.scaling
-        st = Table(title=f"Data parallel over {s.link} ({format_rate(s.link_bandwidth, 'B/s')} per "
-                         f"direction, bus {_pct(s.bus_efficiency)}), gradients "
-                         f"{format_bytes(s.gradient_bytes)}, "
-                         + ("overlapped with backward" if s.overlap else "after backward"),
-                   title_justify="left")
-        for col in ("GPUs", "all-reduce", "exposed", "step", "speed-up", "efficiency"):
-            st.add_column(col, justify="right")
-        for row in s.rows:
-            st.add_row(str(row.gpus), format_seconds(row.allreduce_s),
-                       format_seconds(row.exposed_comm_s), format_seconds(row.step_time_s),
-                       f"{row.speedup:.2f}x", _pct(row.efficiency))
-        c.print(st)
-        for n in s.notes:
-            c.print(f"  note: {n}")
 
-    if est.training_time is not None:
-        tt = est.training_time
-        hours = f"{tt.gpu_hours:,.0f}" if tt.gpu_hours >= 100 else f"{tt.gpu_hours:.3g}"
-        line = (f"[bold]Time to train[/bold]: {format_count(tt.work)} {tt.unit} at "
-                f"{tt.rate_per_s:,.0f} {tt.unit}/s = {format_seconds(tt.seconds)}"
-                + f" on {tt.gpus} GPU{'s' if tt.gpus > 1 else ''} ({hours} GPU-hours)")
-        if tt.cost is not None:
-            cost = f"{tt.cost:,.0f}" if tt.cost >= 100 else f"{tt.cost:,.2f}"
-            line += f", ${cost} at ${tt.price_per_gpu_hour:g}/GPU-hour"
-        c.print(line)
+def _scaling_table(est: SpeedEstimate) -> Any:
+    from rich.table import Table
 
-    if est.cpu is not None:
-        cc = est.cpu
-        c.print(f"[bold]CPU vs GPU[/bold]: {cc.verdict}")
-        c.print(f"  CPU: {cc.cpu} ({cc.cpu_dtype}); {cc.cpu_peak_basis}")
+    s = est.scaling
+    st = Table(title=f"Data parallel over {s.link} ({format_rate(s.link_bandwidth, 'B/s')} per "
+                     f"direction, bus {_pct(s.bus_efficiency)}), gradients "
+                     f"{format_bytes(s.gradient_bytes)}, "
+                     + ("overlapped with backward" if s.overlap else "after backward"),
+               title_justify="left")
+    for col in ("GPUs", "all-reduce", "exposed", "step", "speed-up", "efficiency"):
+        st.add_column(col, justify="right")
+    for row in s.rows:
+        st.add_row(str(row.gpus), format_seconds(row.allreduce_s),
+                   format_seconds(row.exposed_comm_s), format_seconds(row.step_time_s),
+                   f"{row.speedup:.2f}x", _pct(row.efficiency))
+    return st
 
+
+def _training_time_line(est: SpeedEstimate) -> str:
+    tt = est.training_time
+    hours = f"{tt.gpu_hours:,.0f}" if tt.gpu_hours >= 100 else f"{tt.gpu_hours:.3g}"
+    line = (f"[bold]Time to train[/bold]: {format_count(tt.work)} {tt.unit} at "
+            f"{tt.rate_per_s:,.0f} {tt.unit}/s = {format_seconds(tt.seconds)}"
+            + f" on {tt.gpus} GPU{'s' if tt.gpus > 1 else ''} ({hours} GPU-hours)")
+    if tt.cost is not None:
+        cost = f"{tt.cost:,.0f}" if tt.cost >= 100 else f"{tt.cost:,.2f}"
+        line += f", ${cost} at ${tt.price_per_gpu_hour:g}/GPU-hour"
+    return line
+
+
+def _print_basis(c: Any, est: SpeedEstimate) -> None:
     eff = est.efficiency
     c.print(f"Achievable fractions: matmul {_pct(eff.matmul_fraction(est.dtype))}, attention "
             f"{_pct(eff.attention)}, memory {_pct(eff.memory)}, launch "
@@ -200,6 +237,42 @@ def render_matmul(mm: MatmulCount, *, small: SmallWork | None = None,
         c.print(tt)
     if verdict:
         c.print(verdict)
+
+
+def render_flops_breakdown(model: str, fb: FlopsBreakdown, job: Job, *,
+                           console: Any = None) -> None:
+    """Per-layer and per-model counted FLOPs of one step (``gpuplan flops model``)."""
+    from rich.table import Table
+
+    c = _console(console)
+    train = job.mode == "train"
+    batch = job.batch
+    c.print(f"[bold]{model}[/bold]: {'train' if train else 'forward'}, batch {batch} x seq "
+            f"{fb.tokens // batch} = {fb.tokens:,} tokens (matmul FLOPs; attention over the full "
+            "s x s square)")
+    for layer in fb.layers:
+        t = Table(title=f"one {layer.kind} layer (x{layer.count}), forward", title_justify="left")
+        t.add_column("op")
+        t.add_column("FLOPs", justify="right")
+        for name, f in layer.by_op:
+            t.add_row(name, format_flops(f))
+        t.add_row("[bold]layer[/bold]", f"[bold]{format_flops(layer.forward_flops)}[/bold]")
+        c.print(t)
+    t = Table(title="model", show_header=False, title_justify="left")
+    t.add_column("what")
+    t.add_column("FLOPs", justify="right")
+    t.add_row("embedding (forward)", format_flops(fb.embedding_forward_flops))
+    t.add_row("head (forward)", format_flops(fb.head_forward_flops))
+    t.add_row("forward", format_flops(fb.forward_flops))
+    if train:
+        t.add_row("backward (2x forward)", format_flops(fb.backward_flops))
+        t.add_row(f"recompute (checkpointing {job.checkpointing})",
+                  format_flops(fb.recompute_flops))
+    t.add_row("model FLOPs (MFU)", format_flops(fb.model_flops))
+    t.add_row("hardware FLOPs (HFU)", format_flops(fb.hardware_flops))
+    t.add_row("model FLOPs per token", format_flops(fb.model_flops_per_token))
+    t.add_row("weights multiplied per token (N)", f"{fb.matmul_params:,}")
+    c.print(t)
 
 
 def render_sweep(sweep: BatchSweep, *, console: Any = None) -> None:

@@ -13,14 +13,10 @@ from typing import Literal
 
 from ... import __version__
 from ...hardware.cpu import CPU, detect_cpu, hostname, total_memory_bytes
+from ...compute.measured import machine_key  # the key the speed model matches runs on
 from .types import GPUInfo, Machine
 
 __all__ = ["machine_fingerprint", "machine_key", "nvidia_driver_version"]
-
-
-def machine_key(host: str, cpu_model: str, physical: int, logical: int) -> str:
-    """The string runs are matched on: ``host|cpu model|<cores>c/<threads>t``."""
-    return f"{host}|{cpu_model}|{physical}c/{logical}t"
 
 
 def nvidia_driver_version() -> str | None:

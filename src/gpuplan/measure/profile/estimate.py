@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import GpuplanError, InputError
+from ...formats import TRAINING_RECIPES, WEIGHT_FORMATS
 from ...hardware.cpu import detect_cpu
 from .types import COMPUTE_PHASES, EstimateInfo, ProfileReport
 
@@ -207,13 +208,23 @@ def _hf_config(module: Any) -> dict | None:
     return d
 
 
+def _job_precision(precision: str, training: bool) -> dict[str, str]:
+    """The Job's precision field for the loop's recipe: a training recipe when training; for a
+    forward-only loop, the weight format its matmuls run in (a recipe's compute dtype)."""
+    if training:
+        return {"precision": precision}
+    if precision in WEIGHT_FORMATS:
+        return {"infer_precision": precision}
+    return {"infer_precision": WEIGHT_FORMATS[TRAINING_RECIPES[precision].compute_dtype].name}
+
+
 def _hf_attention(module: Any) -> tuple[str | None, str | None]:
     """(speed-model attention, recompute) from a transformers model; None where it does not say."""
     cfg = getattr(module, "config", None)
     impl = getattr(cfg, "_attn_implementation", None)
     attention = None
     if isinstance(impl, str):
-        attention = "eager" if impl == "eager" else "flash"
+        attention = "eager" if impl == "eager" else "sdpa"
     recompute = None
     flag = getattr(module, "is_activation_checkpointing", None)
     if flag is None:
@@ -351,6 +362,7 @@ def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
 
 def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> EstimateInfo:
     from ...compute import estimate_cpu_speed, estimate_speed, load_measured
+    from ...job import Job
     from ...hardware import gpu_from_device_name
     from ...models import Architecture
 
@@ -379,13 +391,13 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
     per_sample, pinned, overlap = _input_copy(report.transfer, batch, on_gpu, notes)
 
     measured = load_measured()
-    kw: dict[str, Any] = dict(mode="train" if training else "infer", batch=batch, seq=seq,
-                              optimizer=optimizer, recompute=recompute, attention=attention,
-                              measured=measured)
+    job = Job(model=model_name, mode="train" if training else "infer", batch=batch, seq=seq,
+              optimizer=optimizer, checkpointing=recompute, attention=attention)
     mode = "train" if training else "forward"
     if on_gpu:
-        est = estimate_speed(model, gpu, precision=precision, tf32=tf32, input_bytes=per_sample,
-                             pinned=pinned, overlap_transfer=overlap, **kw)
+        job = job.with_(**_job_precision(precision, training))
+        est = estimate_speed(model, gpu, job, tf32=tf32, input_bytes=per_sample, pinned=pinned,
+                             overlap_transfer=overlap, measured=measured)
         if training or est.prefill is None:
             expected = est.step_time_s
             phase = est.step
@@ -412,7 +424,7 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
             raise _NoEstimate("forward-only loops of decoders (or of models known by parameter "
                               "count) have no CPU estimate: the speed model's CPU side times "
                               "training steps and encoder forwards")
-        est = estimate_cpu_speed(model, cpu, **kw)
+        est = estimate_cpu_speed(model, cpu, job, measured=measured)
         expected = compute_s = est.step_time_s
         exposed = 0.0
         peak = est.step.peak_flops
@@ -530,7 +542,7 @@ def _kernels(facts: RunFacts, arch: Any, notes: list[str]) -> tuple[str, str]:
     attention, recompute = _hf_attention(_unwrap(facts.module)) if facts.module is not None \
         else (None, None)
     attention_src = attention
-    attention = attention or "flash"
+    attention = attention or "sdpa"
     recompute = recompute or "none"
     if arch is not None and arch.kind != "vision" and attention_src is None:
         notes.append("attention kernel assumed fused (flash/SDPA)")

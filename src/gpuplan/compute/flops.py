@@ -10,11 +10,11 @@ Conventions (stated once, used everywhere):
   activations, softmax and residuals are excluded (Narayanan et al. 2021; PaLM appendix B; MosaicML's
   MFU). The attention score and value products are counted over the *full* s x s square even for a
   causal decoder: that is Megatron's 96BslH^2(1 + s/6h + V/16lh) and PaLM's 6N + 12LHQT.
-* **Executed FLOPs** are what the kernels do, and are what the step time uses: a causal
-  FlashAttention kernel skips key blocks that are entirely masked (about half the square; Dao 2023,
-  FlashAttention-2 sec. 3.1.1), an eager (materialized) attention computes the whole square and then
-  masks it, and a FlashAttention backward recomputes the scores (2.5x the forward's FLOPs, the figure
-  the flash-attn benchmarks use).
+* **Executed FLOPs** are what the kernels do, and are what the step time uses: a causal fused
+  attention kernel (``sdpa``: PyTorch's flash / memory-efficient kernels) skips key blocks that are
+  entirely masked (about half the square; Dao 2023, FlashAttention-2 sec. 3.1.1), an eager
+  (materialized) attention computes the whole square and then masks it, and a fused backward
+  recomputes the scores (2.5x the forward's FLOPs, the figure the flash-attn benchmarks use).
 * Backward = 2x forward for every matmul (dX and dW); activation recompute adds one forward of every
   layer ("full") or of the attention core only ("selective", Korthikanti et al. 2022).
 """
@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
-from .errors import InputError
-from .job import default_seq
-from .models._types import Architecture
+from ..errors import InputError
+from ..job import Attention, Checkpointing, Job, default_seq
+from ..models._types import Architecture
 
 __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
-    "backward_ops", "recompute_ops", "optimizer_op", "is_layer_op", "default_seq", "FlopsBreakdown", "LayerFlops", "flops_breakdown",
-    "FLASH_BLOCK", "causal_score_elements",
+    "backward_ops", "recompute_ops", "optimizer_op", "is_layer_op", "default_seq",
+    "FlopsBreakdown", "LayerFlops", "flops_breakdown", "FLASH_BLOCK", "causal_score_elements",
 ]
 
 OpClass = Literal["attention", "mlp", "norm_elementwise", "embedding", "logits", "optimizer"]
@@ -276,32 +276,48 @@ def _norms_per_layer(arch: Architecture) -> int:
     return 2
 
 
-def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: str,
+def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: Attention,
                window: int | None, moe: bool) -> list[Op]:
-    B, T = shape.batch, shape.batch * shape.q_len
-    h, d = arch.hidden_size, arch.head_dim
-    H, Hkv = arch.num_heads, arch.num_kv_heads
-    nq, nkv = H * d, Hkv * d
-    a, w = nb.act, nb.weight
-    causal = arch.kind == "decoder"
-    ops: list[Op] = []
+    """One transformer layer's forward: norm, attention, residual, (norm), MLP or experts,
+    residual."""
+    T = shape.batch * shape.q_len
+    h, a = arch.hidden_size, nb.act
     nflops = _NORM_FLOPS.get(arch.norm, 7)
 
     def norm(name: str) -> Op:
         return _ew(name, "norm_elementwise", elements=T * h, nbytes=2 * T * h * a, flops_per=nflops)
 
-    ops.append(norm("attn.norm"))
+    ops = [norm("attn.norm"), *_attention_ops(arch, shape, nb, attention=attention, window=window)]
+    ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
+                   flops_per=1))
+    if _norms_per_layer(arch) == 2:
+        ops.append(norm("mlp.norm"))
+    ops.extend(_moe_ops(arch, T, nb) if moe else _mlp_ops(arch, T, nb))
+    ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
+                   flops_per=1))
+    return ops
+
+
+def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: Attention,
+                   window: int | None) -> list[Op]:
+    """The QKV projection, rotary, the attention core (fused, or eager scores/softmax/values) and
+    the output projection."""
+    B, T = shape.batch, shape.batch * shape.q_len
+    h, d = arch.hidden_size, arch.head_dim
+    H, Hkv = arch.num_heads, arch.num_kv_heads
+    nq, nkv = H * d, Hkv * d
+    a, w = nb.act, nb.weight
     fused = _is_fused_qkv(arch)
-    ops.append(_mm("attn.qkv", "attention", b=1, m=T, k=h, n=nq + 2 * nkv, act=a, w=w,
-                   kernels=1 if fused else 3, input_reads=1 if fused else 3))
+    ops = [_mm("attn.qkv", "attention", b=1, m=T, k=h, n=nq + 2 * nkv, act=a, w=w,
+               kernels=1 if fused else 3, input_reads=1 if fused else 3)]
     if arch.position == "rotary":
         ops.append(_ew("attn.rotary", "norm_elementwise", elements=T * (nq + nkv),
                        nbytes=2 * T * (nq + nkv) * a, flops_per=3, kernels=2))
-    executed, counted = _attention_counts(shape, window, causal, attention)
+    executed, counted = _attention_counts(shape, window, arch.kind == "decoder", attention)
     kv_src = nb.kv if shape.decode else a  # decode reads the cache; prefill the fresh K and V
     kv_read = B * shape.kv_len * 2 * nkv * kv_src
     kv_write = B * shape.q_len * 2 * nkv * nb.kv if not shape.train else 0  # inference fills a cache
-    if attention == "flash":
+    if attention == "sdpa":
         f_exec = 4.0 * B * H * executed * d
         ops.append(Op(name="attn.core", op_class="attention", kind="attention", phase="forward",
                       count=1, flops=f_exec, counted_flops=4.0 * B * H * counted * d,
@@ -310,78 +326,90 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: s
                       parallel_work=max(1, int(B * H * executed)), kernels=1,
                       shape=(B * H, shape.q_len, d, shape.kv_len)))
     else:
-        scores = B * H * shape.q_len * shape.kv_len  # materialized s x s per head
-        frac = counted / executed if executed else 1.0
-        # K and V are expanded to every query head (repeat_kv) before the products.
-        sc = _mm("attn.scores", "attention", b=B * H, m=shape.q_len, k=d, n=shape.kv_len, act=a,
-                 w=None)
-        sc = replace(sc, counted_flops=sc.flops * frac,
-                     bytes=T * nq * a + kv_read * H / max(Hkv, 1) / 2 + scores * a + kv_write)
-        ops.append(sc)
-        sm_bytes = 2 * scores * a * (2 if shape.train and arch.attention_dropout > 0 else 1)
-        ops.append(_ew("attn.softmax", "norm_elementwise", elements=scores, nbytes=sm_bytes,
-                       flops_per=_SOFTMAX_FLOPS,
-                       kernels=3 if shape.train and arch.attention_dropout > 0 else 2))
-        av = _mm("attn.values", "attention", b=B * H, m=shape.q_len, k=shape.kv_len, n=d, act=a,
-                 w=None)
-        av = replace(av, counted_flops=av.flops * frac,
-                     bytes=scores * a + kv_read * H / max(Hkv, 1) / 2 + T * nq * a)
-        ops.append(av)
+        ops.extend(_eager_core_ops(arch, shape, nb, executed=executed, counted=counted,
+                                   kv_read=kv_read, kv_write=kv_write))
     ops.append(_mm("attn.out", "attention", b=1, m=T, k=nq, n=h, act=a, w=w))
-    ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
-                   flops_per=1))
-    if _norms_per_layer(arch) == 2:
-        ops.append(norm("mlp.norm"))
+    return ops
 
+
+def _eager_core_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, executed: float,
+                    counted: float, kv_read: float, kv_write: float) -> list[Op]:
+    """Eager attention: the s x s scores are materialized, softmaxed (and dropped out), then
+    multiplied by V; K and V are expanded to every query head (repeat_kv) first."""
+    B, T, d = shape.batch, shape.batch * shape.q_len, arch.head_dim
+    H, Hkv = arch.num_heads, arch.num_kv_heads
+    nq, a = H * d, nb.act
+    scores = B * H * shape.q_len * shape.kv_len  # materialized s x s per head
+    frac = counted / executed if executed else 1.0
+    sc = _mm("attn.scores", "attention", b=B * H, m=shape.q_len, k=d, n=shape.kv_len, act=a,
+             w=None)
+    sc = replace(sc, counted_flops=sc.flops * frac,
+                 bytes=T * nq * a + kv_read * H / max(Hkv, 1) / 2 + scores * a + kv_write)
+    dropout = shape.train and arch.attention_dropout > 0
+    sm = _ew("attn.softmax", "norm_elementwise", elements=scores,
+             nbytes=2 * scores * a * (2 if dropout else 1), flops_per=_SOFTMAX_FLOPS,
+             kernels=3 if dropout else 2)
+    av = _mm("attn.values", "attention", b=B * H, m=shape.q_len, k=shape.kv_len, n=d, act=a,
+             w=None)
+    av = replace(av, counted_flops=av.flops * frac,
+                 bytes=scores * a + kv_read * H / max(Hkv, 1) / 2 + T * nq * a)
+    return [sc, sm, av]
+
+
+def _moe_ops(arch: Architecture, T: int, nb: _Bytes) -> list[Op]:
+    """A mixture-of-experts MLP over ``T`` tokens: router, top-k, the experts hit, combine, and a
+    shared expert where the model has one."""
+    h, a, w = arch.hidden_size, nb.act, nb.weight
     act = _mlp_act(arch)
     gated = arch.mlp == "gated"
-    if moe:
-        E, k_top = arch.num_experts, max(1, arch.experts_per_token)
-        ie = arch.moe_intermediate_size or arch.intermediate_size
-        R = T * k_top  # token-expert assignments
-        touched = E * (1.0 - (1.0 - k_top / E) ** T)  # expected distinct experts hit (uniform)
-        n_up = (2 if gated else 1) * ie
-        ops.append(_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=w))
-        ops.append(_ew("moe.topk", "norm_elementwise", elements=T * E, nbytes=3 * T * E * 4,
-                       flops_per=_SOFTMAX_FLOPS, kernels=4))
-        launches = max(1, math.ceil(touched))
-        up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
-        up = replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
-                     weight_elements=E * h * n_up, kernels=launches * (2 if gated else 1))
-        ops.append(up)
-        ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
-                       nbytes=(3 if gated else 2) * R * ie * a,
-                       flops_per=_ACT_FLOPS[act] + (1 if gated else 0),
-                       kernels=launches * (2 if gated else 1)))
-        down = _mm("moe.down", "mlp", b=1, m=R, k=ie, n=h, act=a, w=w)
-        down = replace(down, bytes=R * ie * a + touched * ie * h * w + R * h * a,
-                       weight_elements=E * ie * h, kernels=launches)
-        ops.append(down)
-        ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
-                       flops_per=2, kernels=launches * 2))
-        si = arch.shared_expert_intermediate_size
-        if si:
-            ops.append(_mm("moe.shared_up", "mlp", b=1, m=T, k=h, n=2 * si, act=a, w=w,
-                           kernels=2, input_reads=2))
-            ops.append(_ew("moe.shared_act", "norm_elementwise", elements=T * si,
-                           nbytes=3 * T * si * a, flops_per=_ACT_FLOPS[act] + 1, kernels=2))
-            ops.append(_mm("moe.shared_down", "mlp", b=1, m=T, k=si, n=h, act=a, w=w))
-            ops.append(_mm("moe.shared_gate", "mlp", b=1, m=T, k=h, n=1, act=a, w=w))
-    else:
-        i = arch.intermediate_size
+    E, k_top = arch.num_experts, max(1, arch.experts_per_token)
+    ie = arch.moe_intermediate_size or arch.intermediate_size
+    R = T * k_top  # token-expert assignments
+    touched = E * (1.0 - (1.0 - k_top / E) ** T)  # expected distinct experts hit (uniform)
+    n_up = (2 if gated else 1) * ie
+    ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=w),
+           _ew("moe.topk", "norm_elementwise", elements=T * E, nbytes=3 * T * E * 4,
+               flops_per=_SOFTMAX_FLOPS, kernels=4)]
+    launches = max(1, math.ceil(touched))
+    up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
+    ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
+                       weight_elements=E * h * n_up, kernels=launches * (2 if gated else 1)))
+    ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
+                   nbytes=(3 if gated else 2) * R * ie * a,
+                   flops_per=_ACT_FLOPS[act] + (1 if gated else 0),
+                   kernels=launches * (2 if gated else 1)))
+    down = _mm("moe.down", "mlp", b=1, m=R, k=ie, n=h, act=a, w=w)
+    ops.append(replace(down, bytes=R * ie * a + touched * ie * h * w + R * h * a,
+                       weight_elements=E * ie * h, kernels=launches))
+    ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
+                   flops_per=2, kernels=launches * 2))
+    si = arch.shared_expert_intermediate_size
+    if si:
+        ops.append(_mm("moe.shared_up", "mlp", b=1, m=T, k=h, n=2 * si, act=a, w=w,
+                       kernels=2, input_reads=2))
+        ops.append(_ew("moe.shared_act", "norm_elementwise", elements=T * si,
+                       nbytes=3 * T * si * a, flops_per=_ACT_FLOPS[act] + 1, kernels=2))
+        ops.append(_mm("moe.shared_down", "mlp", b=1, m=T, k=si, n=h, act=a, w=w))
+        ops.append(_mm("moe.shared_gate", "mlp", b=1, m=T, k=h, n=1, act=a, w=w))
+    return ops
+
+
+def _mlp_ops(arch: Architecture, T: int, nb: _Bytes) -> list[Op]:
+    """A dense MLP over ``T`` tokens (gated: gate and up projections, the activation times the
+    gate, down)."""
+    h, i, a, w = arch.hidden_size, arch.intermediate_size, nb.act, nb.weight
+    act = _mlp_act(arch)
+    if arch.mlp == "gated":
         fused_gu = arch.family == "phi3"
-        if gated:
-            ops.append(_mm("mlp.gate_up", "mlp", b=1, m=T, k=h, n=2 * i, act=a, w=w,
-                           kernels=1 if fused_gu else 2, input_reads=1 if fused_gu else 2))
-            ops.append(_ew("mlp.act", "norm_elementwise", elements=T * i, nbytes=3 * T * i * a,
-                           flops_per=_ACT_FLOPS[act] + 1, kernels=2))
-        else:
-            ops.append(_mm("mlp.up", "mlp", b=1, m=T, k=h, n=i, act=a, w=w))
-            ops.append(_ew("mlp.act", "norm_elementwise", elements=T * i, nbytes=2 * T * i * a,
-                           flops_per=_ACT_FLOPS[act]))
-        ops.append(_mm("mlp.down", "mlp", b=1, m=T, k=i, n=h, act=a, w=w))
-    ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
-                   flops_per=1))
+        ops = [_mm("mlp.gate_up", "mlp", b=1, m=T, k=h, n=2 * i, act=a, w=w,
+                   kernels=1 if fused_gu else 2, input_reads=1 if fused_gu else 2),
+               _ew("mlp.act", "norm_elementwise", elements=T * i, nbytes=3 * T * i * a,
+                   flops_per=_ACT_FLOPS[act] + 1, kernels=2)]
+    else:
+        ops = [_mm("mlp.up", "mlp", b=1, m=T, k=h, n=i, act=a, w=w),
+               _ew("mlp.act", "norm_elementwise", elements=T * i, nbytes=2 * T * i * a,
+                   flops_per=_ACT_FLOPS[act])]
+    ops.append(_mm("mlp.down", "mlp", b=1, m=T, k=i, n=h, act=a, w=w))
     return ops
 
 
@@ -469,14 +497,15 @@ def build_forward_ops(arch: Architecture, shape: StepShape, *, act_bytes: int,
                       weight_bytes: float, head_bytes: float | None = None,
                       embed_bytes: float | None = None, kv_bytes: int | None = None,
                       grad_bytes: int | None = None,
-                      attention: Literal["flash", "eager"] = "flash") -> tuple[Op, ...]:
+                      attention: Attention = "sdpa") -> tuple[Op, ...]:
     """Every forward operation of one pass, grouped by kind of layer (``count`` = layers).
 
     Layers with a sliding window, and mixture-of-experts layers, are separate groups because their
-    arithmetic differs from the others'.
+    arithmetic differs from the others'. ``attention`` is the job's: ``sdpa`` (a fused kernel that
+    skips fully masked blocks and never stores the scores) or ``eager`` (materialized scores).
     """
-    if attention not in ("flash", "eager"):
-        raise InputError(f"attention {attention!r}: expected flash or eager")
+    if attention not in get_args(Attention):
+        raise InputError(f"attention {attention!r}: expected sdpa or eager")
     nb = _Bytes(act=act_bytes, weight=weight_bytes,
                 head=weight_bytes if head_bytes is None else head_bytes,
                 embed=weight_bytes if embed_bytes is None else embed_bytes,
@@ -553,25 +582,25 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
     return tuple(out)
 
 
-def recompute_ops(fwd: tuple[Op, ...], recompute: Literal["none", "selective", "full"],
-                  attention: Literal["flash", "eager"]) -> tuple[Op, ...]:
+def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
+                  attention: Attention) -> tuple[Op, ...]:
     """The extra forward work of activation checkpointing.
 
     ``full``: every transformer layer's forward runs again during backward (embedding and head are
     not recomputed). ``selective`` (Korthikanti et al. 2022): only the attention core -- scores,
-    softmax, dropout, values -- is recomputed; with FlashAttention that core is never stored in the
-    first place (its backward recomputes it, already counted), so selective adds nothing.
+    softmax, dropout, values -- is recomputed; with a fused (sdpa) kernel that core is never stored
+    in the first place (its backward recomputes it, already counted), so selective adds nothing.
     """
-    if recompute == "none":
+    if checkpointing == "none":
         return ()
-    if recompute not in ("selective", "full"):
-        raise InputError(f"recompute {recompute!r}: expected none, selective or full")
+    if checkpointing not in ("selective", "full"):
+        raise InputError(f"checkpointing {checkpointing!r}: expected none, selective or full")
     out = []
     for op in fwd:
         if not is_layer_op(op):
             continue
-        if recompute == "selective":
-            if attention == "flash" or op.name not in ("attn.scores", "attn.softmax",
+        if checkpointing == "selective":
+            if attention == "sdpa" or op.name not in ("attn.scores", "attn.softmax",
                                                        "attn.values"):
                 continue
         out.append(replace(op, phase="recompute"))
@@ -648,25 +677,47 @@ class FlopsBreakdown:
                 "matmul_params": self.matmul_params}
 
 
-def flops_breakdown(arch: Architecture, *, batch: int, seq: int,
-                    mode: Literal["train", "forward"] = "train",
-                    recompute: Literal["none", "selective", "full"] = "none",
-                    attention: Literal["flash", "eager"] = "flash") -> FlopsBreakdown:
-    """Per-layer and per-model counted FLOPs of a training step (or of one forward pass).
+def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
+    """Per-layer and per-model counted FLOPs of one step of ``job`` on ``arch``: a training step
+    (``job.mode == "train"``: forward, backward and ``job.checkpointing``'s recompute) or one
+    inference forward pass over the prompt (``"infer"``: logits for every position when
+    ``job.prefill_logits == "all"``, a scoring pass; for the last one only when ``"last"``).
 
-    Every token's logits are computed (training, or a scoring forward pass).
+    ``job.batch`` sequences of ``job.seq`` tokens (None: :func:`default_seq`; a vision model's
+    sequence is always its patches + [CLS]).
     """
-    batch, seq = positive_int(batch, "batch"), positive_int(seq, "sequence length")
-    if arch.kind == "vision":
-        seq = default_seq(arch)
-    shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=mode == "train")
-    fwd = build_forward_ops(arch, shape, act_bytes=2, weight_bytes=2, attention=attention)
+    if job.mode not in ("train", "infer"):
+        raise InputError(f"job mode {job.mode!r}: a FLOP count is of one step; use "
+                         "job.with_(mode='train') or job.with_(mode='infer')")
+    train = job.mode == "train"
+    batch = job.batch
+    seq = default_seq(arch) if job.seq is None or arch.kind == "vision" else job.seq
+    logits = None if train or job.prefill_logits == "all" else batch
+    shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=train, logits_tokens=logits)
+    fwd = build_forward_ops(arch, shape, act_bytes=2, weight_bytes=2, attention=job.attention)
+    forward = sum(op.counted_flops * op.count for op in fwd)
+    backward = sum(op.counted_flops * op.count
+                   for op in backward_ops(fwd, act_bytes=2, grad_bytes=2)) if train else 0.0
+    rec = sum(op.counted_flops * op.count
+              for op in recompute_ops(fwd, job.checkpointing, job.attention)) if train else 0.0
+    tokens = batch * seq
+    model = forward + backward
+    return FlopsBreakdown(
+        tokens=tokens, layers=_layer_flops(fwd),
+        embedding_forward_flops=sum(op.counted_flops * op.count for op in fwd
+                                    if op.group == "embedding"),
+        head_forward_flops=sum(op.counted_flops * op.count for op in fwd if op.group == "head"),
+        forward_flops=forward, backward_flops=backward, recompute_flops=rec, model_flops=model,
+        hardware_flops=model + rec, model_flops_per_token=model / tokens,
+        matmul_params=_matmul_params(arch, fwd))
+
+
+def _layer_flops(fwd: tuple[Op, ...]) -> tuple[LayerFlops, ...]:
+    """One :class:`LayerFlops` per group of identical layers."""
     layers: dict[str, list[Op]] = {}
     for op in fwd:
         if is_layer_op(op):
             layers.setdefault(op.group, []).append(op)
-    emb = sum(op.counted_flops * op.count for op in fwd if op.group == "embedding")
-    head = sum(op.counted_flops * op.count for op in fwd if op.group == "head")
     groups = []
     for kind, ops in layers.items():
         attn = sum(o.counted_flops for o in ops
@@ -675,22 +726,15 @@ def flops_breakdown(arch: Architecture, *, batch: int, seq: int,
             kind=kind, count=ops[0].count, forward_flops=sum(o.counted_flops for o in ops),
             attention_flops=attn,
             by_op=tuple((o.name, o.counted_flops) for o in ops if o.counted_flops)))
-    forward = sum(op.counted_flops * op.count for op in fwd)
-    backward = sum(op.counted_flops * op.count
-                   for op in backward_ops(fwd, act_bytes=2, grad_bytes=2)) \
-        if mode == "train" else 0.0
-    rec = sum(op.counted_flops * op.count for op in recompute_ops(fwd, recompute, attention)) \
-        if mode == "train" else 0.0
-    tokens = batch * seq
-    model = forward + backward
+    return tuple(groups)
+
+
+def _matmul_params(arch: Architecture, fwd: tuple[Op, ...]) -> int:
+    """Weight elements multiplied per token (MoE: the experts a token is routed to)."""
     params = sum(op.weight_elements * op.count for op in fwd if op.kind == "matmul"
                  and not op.name.endswith(("moe.up", "moe.down")))
     if arch.is_moe:
         ie = arch.moe_intermediate_size or arch.intermediate_size
         per_expert = (3 if arch.mlp == "gated" else 2) * arch.hidden_size * ie
         params += _moe_layers(arch) * arch.experts_per_token * per_expert
-    return FlopsBreakdown(
-        tokens=tokens, layers=tuple(groups), embedding_forward_flops=emb,
-        head_forward_flops=head, forward_flops=forward, backward_flops=backward,
-        recompute_flops=rec, model_flops=model, hardware_flops=model + rec,
-        model_flops_per_token=model / tokens, matmul_params=int(params))
+    return int(params)

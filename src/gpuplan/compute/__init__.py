@@ -3,27 +3,38 @@ scaling, time and cost to train, and CPU against GPU.
 
 Everything here is arithmetic over the architecture and the catalog (no torch). The achievable
 fractions of peak compute and bandwidth are explicit inputs (:class:`Efficiency`), with stated
-defaults, replaced by this machine's measured numbers (``gpuplan bench``) when a stored run measured
-the same device. See ``docs/speed.md`` for every convention and default.
+defaults, replaced by this machine's measured numbers (``gpuplan bench``, read by
+:mod:`.measured` with the standard library) when a stored run measured the same device. See
+``docs/speed.md`` for every convention and default.
+
+Modules: :mod:`.flops` (counting), :mod:`.device` (peaks and achievable fractions), :mod:`.time`
+(roofline, transfers, collectives, time to train), :mod:`.step` (one step built and timed),
+:mod:`.speed` (the GPU estimate of a job), :mod:`.cpu` (the CPU estimate and the CPU-vs-GPU
+verdicts), :mod:`.sweep` (batch sweep), :mod:`.measured` (stored bench runs).
 """
 
 from __future__ import annotations
 
-from ._compute_device import (
-    ASSUMED_CPU_MEMORY_BANDWIDTH, DEFAULT_BASIS, Device, Efficiency, apply_measured,
-    default_efficiency, device_from_cpu, device_from_gpu, load_measured,
+from .cpu import (
+    MIN_USEFUL_SPEEDUP, SHORT_JOB_S, CpuComparison, CpuEstimate, MatmulComparison,
+    compare_matmul, cpu_vs_gpu, estimate_cpu_speed, matmul_verdict,
 )
-from ._compute_flops import (
+from .device import (
+    ASSUMED_CPU_MEMORY_BANDWIDTH, DEFAULT_BASIS, Device, Efficiency, apply_measured,
+    default_efficiency, device_from_cpu, device_from_gpu,
+)
+from .flops import (
     FLASH_BLOCK, OP_CLASSES, FlopsBreakdown, LayerFlops, MatmulCount, Op, StepShape,
     backward_ops, build_forward_ops, causal_score_elements, count_matmul, default_seq,
     flops_breakdown, optimizer_op, recompute_ops,
 )
-from ._compute_speed import (
-    KV_BYTES, MIN_USEFUL_SPEEDUP, SHORT_JOB_S, BatchSweep, CpuComparison, CpuEstimate, Phase,
-    SpeedEstimate, SweepPoint, batch_sweep, estimate_cpu_speed, estimate_speed,
-    estimate_speed_for_job, input_bytes_per_sample, speed_section,
+from .measured import MeasuredRun, latest_measured, load_measured
+from .speed import (
+    KV_BYTES, Phase, SpeedEstimate, estimate_speed, estimate_speed_for_job,
+    input_bytes_per_sample, speed_section,
 )
-from ._compute_time import (
+from .sweep import BatchSweep, SweepPoint, batch_sweep
+from .time import (
     DEFAULT_TILE, MatmulTime, OpTime, RooflineClass, ScalingRow, ScalingTable, SmallWork,
     TrainingTime, TransferEstimate, allreduce_time, data_parallel_scaling, estimate_transfer,
     link_bandwidth, roofline_classes, small_work, step_bound, time_matmul, time_ops,
@@ -38,6 +49,7 @@ __all__ = [
     # devices and achievable fractions
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
     "apply_measured", "load_measured", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
+    "MeasuredRun", "latest_measured",
     # time
     "OpTime", "RooflineClass", "time_ops", "roofline_classes", "step_bound",
     "SmallWork", "small_work", "DEFAULT_TILE", "MatmulTime", "time_matmul",
@@ -49,4 +61,6 @@ __all__ = [
     "estimate_cpu_speed", "estimate_speed_for_job",
     "input_bytes_per_sample", "KV_BYTES", "speed_section",
     "SweepPoint", "BatchSweep", "batch_sweep", "MIN_USEFUL_SPEEDUP", "SHORT_JOB_S",
+    # CPU against GPU
+    "cpu_vs_gpu", "MatmulComparison", "compare_matmul", "matmul_verdict",
 ]

@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from ._compute_device import Device, Efficiency
-from ._compute_flops import OP_CLASSES, MatmulCount, Op, positive_int
-from .errors import InputError, UnsupportedError
-from .hardware import GPU
+from .device import Device, Efficiency
+from .flops import OP_CLASSES, MatmulCount, Op, positive_int
+from ..errors import InputError, UnsupportedError
+from ..hardware import GPU
 
 __all__ = [
     "OpTime", "RooflineClass", "time_ops", "roofline_classes", "step_bound",

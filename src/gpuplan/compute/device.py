@@ -8,15 +8,15 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
-from .errors import InputError, UnsupportedError
-from .hardware import GPU, gpu_from_device_name
+from ..errors import InputError, UnsupportedError
+from ..hardware import GPU, gpu_from_device_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .hardware.cpu import CPU
+    from ..hardware.cpu import CPU
 
 __all__ = [
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
-    "apply_measured", "load_measured", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
+    "apply_measured", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
 ]
 
 #: CPU memory bandwidth assumed when nothing was measured: two channels of DDR4-3200
@@ -210,23 +210,6 @@ def default_efficiency(device: Device) -> Efficiency:
                "pcie_pinned": "default: " + DEFAULT_BASIS["pcie_pinned"],
                "pcie_pageable": "default: " + DEFAULT_BASIS["pcie_pageable"],
                "comm": "default: " + DEFAULT_BASIS["comm"]})
-
-
-def load_measured(db: str | None = None) -> Any | None:
-    """This machine's latest stored bench run (``gpuplan.measure.store.latest_run``), or None when
-    there is none or the bench is not part of this installation."""
-    import importlib
-
-    try:
-        paths = importlib.import_module("gpuplan.measure._paths")
-        if not paths.db_path(db).exists():  # nothing measured on this machine yet
-            return None
-        store = importlib.import_module("gpuplan.measure.store")
-    except ModuleNotFoundError as e:  # the bench is not part of this build
-        if e.name in ("gpuplan.measure", "gpuplan.measure.store", "gpuplan.measure._paths"):
-            return None
-        raise
-    return store.latest_run(db)
 
 
 def _device_key_for(measured: Any, device: Device) -> str | None:

@@ -1,0 +1,225 @@
+"""This machine's measured rates: the latest stored ``gpuplan bench`` run, read with the standard
+library only (``sqlite3`` in read-only URI mode), so the speed model never imports
+``gpuplan.measure``.
+
+The database is written by :mod:`gpuplan.measure.store`; this module reads the one thing the speed
+model needs from it -- the newest run of this machine -- with the store's own checks (a directory,
+a foreign SQLite file, a newer schema or a locked/corrupt file is refused in one line; an empty or
+missing database is "nothing measured"), and reduces it the way ``store.summarize`` does: the
+matmul rate at the largest size measured per (device, dtype), bandwidths in bytes/s (copies count
+read + write), per-op overheads in seconds. Where the database lives is decided here too, once:
+``gpuplan.measure`` imports :func:`db_path` and :func:`machine_key` from this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from ..errors import InputError
+from ..hardware.cpu import detect_cpu, hostname
+
+__all__ = [
+    "default_db_path", "db_path", "machine_key", "this_machine_key", "MeasuredRun",
+    "BenchDatabaseError", "latest_measured", "load_measured", "SCHEMA_VERSION", "APPLICATION_ID",
+    "LOCK_TIMEOUT_S",
+]
+
+#: The schema this gpuplan reads and writes; a database from a newer gpuplan is refused.
+SCHEMA_VERSION = 1
+#: ``PRAGMA application_id`` marking a gpuplan bench database ("gpb1").
+APPLICATION_ID = 0x67706231
+#: Seconds to wait for another process's lock before giving up.
+LOCK_TIMEOUT_S = 5.0
+
+
+def default_db_path() -> Path:
+    """``$GPUPLAN_BENCH_DB``, else ``$XDG_DATA_HOME/gpuplan/bench.sqlite`` (``~/.local/share/...``;
+    ``%LOCALAPPDATA%`` on Windows)."""
+    env = os.environ.get("GPUPLAN_BENCH_DB")
+    if env:
+        return Path(env).expanduser()
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        base = Path(os.environ["LOCALAPPDATA"])
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "gpuplan" / "bench.sqlite"
+
+
+def db_path(db: str | os.PathLike | None = None) -> Path:
+    """The database file ``db`` names, or :func:`default_db_path` when None."""
+    return default_db_path() if db is None else Path(db).expanduser()
+
+
+def machine_key(host: str, cpu_model: str, physical: int, logical: int) -> str:
+    """The string runs are matched on: ``host|cpu model|<cores>c/<threads>t``."""
+    return f"{host}|{cpu_model}|{physical}c/{logical}t"
+
+
+def this_machine_key() -> str:
+    """This machine's key (host name, CPU model, core counts; no torch)."""
+    cpu = detect_cpu()
+    return machine_key(hostname(), cpu.model_name, cpu.physical_cores, cpu.logical_cores)
+
+
+class BenchDatabaseError(InputError):
+    """The bench database exists but cannot be read (one line: the path, the problem, the fix)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredRun:
+    """What the speed model takes from one stored run (all rates in base units)."""
+
+    run_id: int
+    created_utc: str
+    machine_key: str
+    device_names: Mapping[str, str]
+    """``cpu`` / ``cuda:N`` -> CPU model or GPU name (match GPUs with ``gpu_from_device_name``)."""
+    matmul_flops: Mapping[tuple[str, str], float]
+    """(device, dtype) -> achieved matmul FLOP/s at the largest size measured for that pair."""
+    matmul_size: Mapping[tuple[str, str], int]
+    """(device, dtype) -> the size those FLOP/s were measured at."""
+    matmul_peak_flops: Mapping[tuple[str, str], float]
+    """(device, dtype) -> the peak compared with (catalog dense or CPU estimate), where known."""
+    bandwidth: Mapping[tuple[str, str], float]
+    """(device, kind) -> bytes/s (``*_copy`` kinds count bytes read + written)."""
+    overhead_s: Mapping[tuple[str, str], float]
+    """(device, kind) -> seconds per op (``kernel_launch`` on GPUs, ``op_dispatch`` on the CPU)."""
+
+    def flops(self, device: str, dtype: str) -> float | None:
+        return self.matmul_flops.get((device, dtype))
+
+    def fraction_of_peak(self, device: str, dtype: str) -> float | None:
+        """Achieved / peak (a fraction, not percent); None when the peak is unknown."""
+        got = self.matmul_flops.get((device, dtype))
+        peak = self.matmul_peak_flops.get((device, dtype))
+        return got / peak if got is not None and peak else None
+
+    def bandwidth_of(self, device: str, kind: str) -> float | None:
+        return self.bandwidth.get((device, kind))
+
+    def overhead_of(self, device: str, kind: str) -> float | None:
+        return self.overhead_s.get((device, kind))
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading (the store's read path, read-only)
+
+
+def _explain(e: BaseException, path: Path, doing: str) -> BenchDatabaseError:
+    msg = str(e)
+    low = msg.lower()
+    name = getattr(e, "sqlite_errorname", "") or ""
+    if "BUSY" in name or "LOCKED" in name or "locked" in low or "busy" in low:
+        text = (f"bench database {str(path)!r} is locked by another process (waited "
+                f"{LOCK_TIMEOUT_S:g} s) while {doing}; try again when it finishes, or pass --db "
+                "OTHER.sqlite")
+    elif "NOTADB" in name or "CORRUPT" in name or "not a database" in low or "malformed" in low:
+        text = (f"bench database {str(path)!r} is corrupt or not a SQLite database ({msg}); it was "
+                "left untouched: move it aside or pass --db NEW.sqlite")
+    elif ("READONLY" in name or "CANTOPEN" in name or "PERM" in name or "readonly" in low
+          or "unable to open" in low or isinstance(e, PermissionError)):
+        text = (f"bench database {str(path)!r} cannot be read ({msg}); check the directory's "
+                "permissions or pass --db WRITABLE.sqlite (or set GPUPLAN_BENCH_DB)")
+    else:
+        text = f"bench database {str(path)!r}: {msg} while {doing}"
+    return BenchDatabaseError(text)
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    if path.is_dir():
+        raise BenchDatabaseError(f"bench database {str(path)!r} is a directory; give a file name "
+                                 "to --db")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                               timeout=LOCK_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as e:
+        raise _explain(e, path, "opening it") from None
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.Error as e:
+        conn.close()
+        raise _explain(e, path, "opening it") from None
+    return conn
+
+
+def _is_bench_db(conn: sqlite3.Connection, path: Path) -> bool:
+    """True for a gpuplan bench database; False for an empty file; an error for anything else."""
+    app = conn.execute("PRAGMA application_id").fetchone()[0]
+    ver = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if app == 0 and ver == 0 and not tables:
+        return False
+    if app != APPLICATION_ID:
+        raise BenchDatabaseError(f"bench database {str(path)!r} is a SQLite file but not a gpuplan "
+                                 "bench database; it was left untouched: pass --db NEW.sqlite")
+    if ver > SCHEMA_VERSION:
+        raise BenchDatabaseError(
+            f"bench database {str(path)!r} has schema version {ver}, written by a newer gpuplan "
+            f"(this one reads version {SCHEMA_VERSION}); upgrade gpuplan or pass --db NEW.sqlite")
+    return True
+
+
+def _read_run(conn: sqlite3.Connection, run_id: int, created: str, machine_json: str,
+              key: str) -> MeasuredRun:
+    """One run reduced as ``gpuplan.measure.store.summarize`` reduces it."""
+    names = {"cpu": json.loads(machine_json)["cpu_model"]}
+    best: dict[tuple[str, str], tuple[int, float, float | None]] = {}
+    for device, device_name, dtype, size, median_s, peak in conn.execute(
+            "SELECT device, device_name, dtype, size, median_s, peak_flops FROM matmul "
+            "WHERE run_id = ? ORDER BY rowid", (run_id,)):
+        names[device] = device_name
+        k = (device, dtype)
+        if k not in best or size > best[k][0]:
+            best[k] = (size, median_s, peak)
+    bandwidth = {}
+    for device, kind, nbytes, median_s in conn.execute(
+            "SELECT device, kind, nbytes, median_s FROM bandwidth WHERE run_id = ? ORDER BY rowid",
+            (run_id,)):
+        moved = 2 * nbytes if kind.endswith("_copy") else nbytes  # a copy reads and writes
+        bandwidth[(device, kind)] = moved / median_s
+    overhead = {(device, kind): median_s for device, kind, median_s in conn.execute(
+        "SELECT device, kind, median_s FROM overhead WHERE run_id = ? ORDER BY rowid", (run_id,))}
+    return MeasuredRun(
+        run_id=int(run_id or 0), created_utc=created, machine_key=key,
+        device_names=MappingProxyType(names),
+        # achieved FLOP/s of an N x N @ N x N product: 2 N^3 / median seconds
+        matmul_flops=MappingProxyType({k: 2.0 * s**3 / t for k, (s, t, _) in best.items()}),
+        matmul_size=MappingProxyType({k: s for k, (s, _, _) in best.items()}),
+        matmul_peak_flops=MappingProxyType({k: p for k, (_, _, p) in best.items() if p}),
+        bandwidth=MappingProxyType(bandwidth), overhead_s=MappingProxyType(overhead))
+
+
+def latest_measured(db: str | os.PathLike | None = None, *,
+                    machine: str | None = None) -> MeasuredRun | None:
+    """The newest stored run of this machine (or of the machine key ``machine``), or None when the
+    database does not exist, is empty, or holds no run of that machine.
+
+    Raises :class:`BenchDatabaseError` when the database exists but cannot be read.
+    """
+    path = db_path(db)
+    if not path.exists():  # nothing measured yet: no need to fingerprint this machine
+        return None
+    key = this_machine_key() if machine is None else machine
+    conn = _connect_read_only(path)
+    try:
+        if not _is_bench_db(conn, path):
+            return None
+        row = conn.execute("SELECT id, created_utc, machine_json FROM runs WHERE machine_key = ? "
+                           "ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+        return None if row is None else _read_run(conn, row[0], row[1], row[2], key)
+    except sqlite3.Error as e:
+        raise _explain(e, path, "reading it") from None
+    finally:
+        conn.close()
+
+
+def load_measured(db: str | os.PathLike | None = None) -> MeasuredRun | None:
+    """This machine's latest stored bench run, or None when there is none (what
+    ``measured="auto"`` means everywhere in the speed model)."""
+    return latest_measured(db)

@@ -1,0 +1,445 @@
+"""The speed estimate of a job on a GPU: one step's ops timed on the device, throughput, MFU/HFU,
+prefill and decode, transfers, data-parallel scaling, time and cost to train, and (``cpu=``) the
+same job on this machine's CPU with a verdict."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from ..errors import InputError, UnsupportedError
+from ..formats import WEIGHT_FORMATS
+from ..hardware import GPU
+from ..job import Attention, Checkpointing, Job
+from ..models._types import Architecture, Model
+from .cpu import CpuComparison, cpu_vs_gpu, estimate_cpu_speed
+from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
+from .flops import positive_int
+from .measured import load_measured
+from .step import (
+    KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, build_steps,
+    infer_precision, input_bytes_per_sample, lora_note, one_mode, resolve_seq, train_precision,
+)
+from .time import (
+    ScalingTable, TrainingTime, TransferEstimate, data_parallel_scaling, estimate_transfer,
+    link_bandwidth, time_to_train,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..hardware.cpu import CPU
+
+__all__ = [
+    "Phase", "SpeedEstimate", "estimate_speed", "estimate_speed_for_job", "speed_section",
+    "SECTION_FIELDS", "KV_BYTES", "input_bytes_per_sample",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeedEstimate:
+    """How fast a job runs on a GPU, and why. Per-GPU figures unless named ``..._total``."""
+
+    model: str
+    gpu: str
+    mode: StepMode
+    precision: str
+    dtype: str
+    """The dtype the matmuls run in (its dense peak is the MFU denominator)."""
+    batch: int
+    """Sequences (samples) per GPU per step."""
+    seq: int
+    gpus: int
+    checkpointing: Checkpointing
+    """Activation checkpointing (``recompute`` in the JSON, as before, and ``checkpointing``)."""
+    attention: Attention
+    grad_accum: int = 1
+    zero: int = 0
+    trainable_params: int = 0
+    """Parameters receiving gradients (LoRA: the adapters only)."""
+    step: Phase
+    """The step the headline numbers describe: a training step; for a decoder's inference, one
+    decode step (one new token per sequence); for an encoder's inference, one forward pass."""
+    prefill: Phase | None = None
+    new_tokens: int | None = None
+    """Tokens generated per sequence (decoder inference)."""
+    transfer: TransferEstimate
+    """The input copy of each headline step (decode: one token id per sequence)."""
+    prefill_transfer: TransferEstimate | None = None
+    """Decoder inference: the prompt's copy, on the request's critical path (not overlapped)."""
+    scaling: ScalingTable | None = None
+    training_time: TrainingTime | None = None
+    cpu: CpuComparison | None = None
+    efficiency: Efficiency
+    ridge_point: float
+    """Peak FLOP/s / memory bandwidth of the compute dtype: intensity above it is compute-bound."""
+    achievable_ridge_point: float
+    """The same with the achievable fractions."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def flops_per_step(self) -> float:
+        """Counted matmul FLOPs of one step on one GPU, recompute included (Megatron's "FLOPs per
+        iteration" per GPU; the HFU numerator)."""
+        return self.step.hardware_flops
+
+    @property
+    def model_flops_per_step(self) -> float:
+        return self.step.model_flops
+
+    @property
+    def model_flops_per_token(self) -> float:
+        """MFU FLOPs per token (training: 6N + attention; inference: 2N + attention)."""
+        return self.step.model_flops / self.step.tokens
+
+    @property
+    def comm_exposed_s(self) -> float:
+        if self.scaling is None:
+            return 0.0
+        return next(r.exposed_comm_s for r in self.scaling.rows if r.gpus == self.gpus)
+
+    @property
+    def step_time_s(self) -> float:
+        """One step: its ops, launches, the exposed input copy and the exposed all-reduce."""
+        return self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens per second over all GPUs (decode: tokens generated)."""
+        return self.gpus * self.step.tokens / self.step_time_s
+
+    @property
+    def request_time_s(self) -> float | None:
+        """Decoder inference: prefill + ``new_tokens`` decode steps for one batch."""
+        if self.prefill is None or self.new_tokens is None:
+            return None
+        pt = self.prefill_transfer.exposed_s if self.prefill_transfer is not None else 0.0
+        return self.prefill.time_s + pt + self.new_tokens * self.step_time_s
+
+    @property
+    def samples_per_s(self) -> float:
+        """Sequences per second over all GPUs (decoder inference: whole requests completed)."""
+        rt = self.request_time_s
+        if rt is not None:
+            return self.gpus * self.batch / rt
+        return self.gpus * self.batch * self.step.micro_steps / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        return self.step.model_flops / (self.step_time_s * self.step.peak_flops)
+
+    @property
+    def hfu(self) -> float:
+        return self.step.hardware_flops / (self.step_time_s * self.step.peak_flops)
+
+    @property
+    def bound(self) -> Literal["compute", "memory"]:
+        return self.step.bound
+
+    def to_dict(self, *, ops: bool = True) -> dict:
+        d: dict[str, Any] = {
+            "model": self.model, "gpu": self.gpu, "mode": self.mode,
+            "precision": self.precision, "dtype": self.dtype, "batch": self.batch,
+            "seq": self.seq, "gpus": self.gpus, "recompute": self.checkpointing,
+            "checkpointing": self.checkpointing,
+            "attention": self.attention, "grad_accum": self.grad_accum, "zero": self.zero,
+            "trainable_params": self.trainable_params,
+            "flops_per_step": self.flops_per_step,
+            "model_flops_per_step": self.model_flops_per_step,
+            "model_flops_per_token": self.model_flops_per_token,
+            "executed_flops_per_step": self.step.flops,
+            "bytes_per_step": self.step.bytes,
+            "step_time_s": self.step_time_s, "kernel_time_s": self.step.kernel_time_s,
+            "launch_time_s": self.step.launch_time_s, "kernels_per_step": self.step.kernels,
+            "transfer_exposed_s": self.transfer.exposed_s,
+            "comm_exposed_s": self.comm_exposed_s,
+            "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s,
+            "mfu": self.mfu, "hfu": self.hfu, "bound": self.bound,
+            "peak_flops": self.step.peak_flops, "ridge_point": self.ridge_point,
+            "achievable_ridge_point": self.achievable_ridge_point,
+            "step": self.step.to_dict(ops=ops),
+            "prefill": None if self.prefill is None else self.prefill.to_dict(ops=ops),
+            "new_tokens": self.new_tokens, "request_time_s": self.request_time_s,
+            "transfer": self.transfer.to_dict(),
+            "prefill_transfer": None if self.prefill_transfer is None
+            else self.prefill_transfer.to_dict(),
+            "scaling": None if self.scaling is None else self.scaling.to_dict(),
+            "training_time": None if self.training_time is None else self.training_time.to_dict(),
+            "cpu": None if self.cpu is None else self.cpu.to_dict(),
+            "efficiency": self.efficiency.to_dict(), "notes": list(self.notes),
+        }
+        return d
+
+
+# --------------------------------------------------------------------------------------------------
+# The estimate
+
+
+def estimate_speed(
+    model: Model | Architecture, gpu: GPU, job: Job, *, new_tokens: int = 128,
+    link: str | float | None = None, overlap_comm: bool = True, pinned: bool = True,
+    overlap_transfer: bool | None = None, input_bytes: int | None = None,
+    train_tokens: float | None = None, train_samples: float | None = None, epochs: float = 1.0,
+    price_per_gpu_hour: float | None = None, trainable_params: int | None = None,
+    efficiency: Efficiency | None = None, measured: Any | None | Literal["auto"] = "auto",
+    tf32: bool = False, cpu: CPU | None = None,
+) -> SpeedEstimate:
+    """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
+    GPUs).
+
+    The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
+    infer; ``both`` is two estimates, :func:`estimate_speed_for_job`), ``batch`` per GPU (a
+    micro-batch; ``grad_accum`` of them make a step), ``seq``, the training ``precision`` recipe or
+    the inference ``infer_precision`` weight format, ``optimizer``, ``gpus`` and the ``zero``
+    stage (3 moves 1.5x the gradient bytes; >= 1 shards the optimizer step), ``checkpointing``,
+    ``attention`` (sdpa or eager), LoRA (``lora_rank``: the base is frozen, only the adapters are
+    all-reduced and updated; ``lora_base``: the frozen base's format), and for inference
+    ``context`` (decode attends to it; default seq + new_tokens / 2) and ``kv_dtype``.
+
+    The keywords are what only speed needs: ``new_tokens`` generated per sequence, the gradient
+    ``link`` and ``overlap_comm``, ``pinned``/``overlap_transfer``/``input_bytes`` of the input
+    copy, the amount of training (``train_tokens`` or ``train_samples``, ``epochs``,
+    ``price_per_gpu_hour``), ``trainable_params`` (the exact LoRA adapter count, when known: the
+    memory accounting has it), ``efficiency`` (overrides the default achievable fractions),
+    ``measured`` (a stored bench run; ``"auto"``: this machine's latest, applied only when it
+    measured this very GPU; None: defaults only), ``tf32``, and ``cpu`` (also estimate the job on
+    that CPU, :func:`estimate_cpu_speed`, and say whether it needs a GPU at all).
+    """
+    mode = one_mode(job)
+    positive_int(new_tokens, "new tokens", 10**7)
+    if trainable_params is not None:
+        positive_int(trainable_params, "trainable parameters", 10**15)
+    arch, name, n_params, tensors = arch_and_name(model)
+    notes: list[str] = []
+    seq = resolve_seq(arch, job.seq, notes)
+    if measured == "auto":
+        measured = load_measured() if efficiency is None else None
+    device, eff = _gpu_and_efficiency(gpu, efficiency, measured)
+    prec = _precision(job, mode, device, tf32, notes)
+    if job.lora_rank is not None and trainable_params is None and mode == "train":
+        notes.append(lora_note(job.lora_rank))
+    spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params)
+    step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
+                                                     spec)
+    if mode == "infer" and job.gpus > 1:
+        notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
+                     "parallelism modeled)")
+    per_sample = input_bytes if input_bytes is not None else input_bytes_per_sample(arch, seq,
+                                                                                      mode)
+    transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
+                                            pinned=pinned, overlap=overlap_transfer)
+    scaling = None
+    if mode == "train":
+        scaling = _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
+                           overlap_comm=overlap_comm)
+    est = SpeedEstimate(
+        model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
+        batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
+        attention=job.attention, grad_accum=step.micro_steps, zero=job.zero,
+        trainable_params=trainable, step=step, prefill=prefill,
+        new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
+        prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
+        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes))
+    est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
+                                                    price_per_gpu_hour))
+    if cpu is not None:
+        on_cpu = estimate_cpu_speed(model, cpu, job, new_tokens=new_tokens,
+                                    trainable_params=trainable_params, measured=measured)
+        est = replace(est, cpu=_compare_cpu(est, on_cpu))
+    return est
+
+
+def _ridge_points(device: Device, eff: Efficiency, dtype: str) -> dict[str, float]:
+    """Peak FLOP/s over memory bandwidth (compute-bound above it), and the same at the achievable
+    fractions."""
+    return {"ridge_point": device.peak(dtype) / device.memory_bandwidth,
+            "achievable_ridge_point": (device.peak(dtype) * eff.matmul_fraction(dtype))
+            / (device.memory_bandwidth * eff.memory)}
+
+
+def _gpu_and_efficiency(gpu: GPU, efficiency: Efficiency | None,
+                        measured: Any) -> tuple[Device, Efficiency]:
+    """The GPU as the model sees it and the achievable fractions: ``efficiency`` when given, else
+    the defaults replaced by what ``measured`` (a stored run, or None) measured on it."""
+    device = device_from_gpu(gpu)
+    eff = efficiency or default_efficiency(device)
+    if measured is not None and efficiency is None:
+        device, eff = apply_measured(device, eff, measured)
+    return device, eff
+
+
+def _precision(job: Job, mode: StepMode, device: Device, tf32: bool,
+               notes: list[str]) -> PrecisionLayout:
+    """The job's precision layout for ``mode`` on ``device`` (a LoRA base read in its own format),
+    with the notes on what is not modeled."""
+    if mode == "train":
+        prec = train_precision(job.precision, device, tf32)
+        if job.lora_base is not None:
+            fmt = WEIGHT_FORMATS[job.lora_base]
+            # the frozen base is read in its storage format (QLoRA: nf4)
+            prec = replace(prec, weight=fmt.bits / 8)
+            if fmt.name not in ("fp32", "bf16", "fp16"):
+                notes.append(f"frozen base in {fmt.name}: weights read at {fmt.bits:.2f} bits; "
+                             "the dequantization work is not modeled")
+    else:
+        prec = infer_precision(job.infer_precision, device, tf32)
+        fmt = WEIGHT_FORMATS[prec.name]
+        if prec.name not in ("fp32", "bf16", "fp16") and fmt.compute_dtype in ("bf16", "fp16"):
+            notes.append(f"{prec.name} weights are read at {fmt.bits:.2f} bits and multiplied in "
+                         f"{prec.dtype}; the dequantization work is not modeled")
+    if prec.dtype == "fp32" and device.supports("tf32"):
+        notes.append("fp32 matmuls at the fp32 (not TF32) peak, PyTorch's default; "
+                     "torch.backends.cuda.matmul.allow_tf32=True is --tf32")
+    return prec
+
+
+def _transfers(step: Phase, prefill: Phase | None, per_sample: int, batch: int, device: Device,
+               eff: Efficiency, *, pinned: bool,
+               overlap: bool | None) -> tuple[TransferEstimate, TransferEstimate | None]:
+    """The host-to-device copy of each headline step (decode: one token id per sequence) and,
+    for decoder inference, of the prompt (on the request's critical path: not overlapped)."""
+    if per_sample < 0:
+        raise InputError(f"input bytes per sample {per_sample!r}: expected >= 0")
+    if prefill is not None:
+        xfer_bytes = 8 * batch  # each decode step sends one new token id per sequence
+    else:
+        xfer_bytes = per_sample * batch * step.micro_steps
+    transfer = estimate_transfer(xfer_bytes, device, eff, compute_s=step.time_s, pinned=pinned,
+                                 overlap=overlap)
+    prefill_transfer = None
+    if prefill is not None:
+        prefill_transfer = estimate_transfer(per_sample * batch, device, eff,
+                                             compute_s=prefill.time_s, pinned=pinned,
+                                             overlap=False)
+    return transfer, prefill_transfer
+
+
+def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: PrecisionLayout,
+             job: Job, device: Device, eff: Efficiency, *, link: str | float | None,
+             overlap_comm: bool) -> ScalingTable:
+    """Data-parallel scaling of a training step: the gradient all-reduce over ``link``."""
+    lname, lbw = link_bandwidth(link, device)
+    # ZeRO-3 gathers the weights in forward and backward and reduce-scatters the gradients:
+    # 1.5x the bytes of an all-reduce (Rajbhandari et al. 2020, sec. 7.2.2), overlappable
+    # with forward and backward; stages 0-2 move one all-reduce's bytes during backward.
+    zero3 = job.zero == 3
+    volume = trainable * prec.grad * (1.5 if zero3 else 1.0)
+    window = step.backward_s + (sum(t.total_s for t in step.ops if t.op.phase == "forward")
+                                if zero3 else 0.0)
+    return data_parallel_scaling(
+        step_s=step.time_s + transfer.exposed_s, backward_s=window,
+        gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
+        eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens)
+
+
+def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:
+    """The verdict for ``est``'s job given the same job on this CPU: the GPU's step with its
+    exposed input copy; the whole job when its amount is known (training) or one request
+    (decoder inference)."""
+    gpu_step = est.step.time_s + est.transfer.exposed_s
+    job_steps = gpu_request = None
+    if est.training_time is not None:
+        job_steps = est.training_time.work / (
+            est.step.tokens if est.training_time.unit == "tokens"
+            else est.batch * est.step.micro_steps)
+    elif est.prefill is not None:
+        gpu_request = est.prefill.time_s + est.new_tokens * gpu_step
+    return cpu_vs_gpu(cpu=on_cpu.cpu, cpu_peak_basis=on_cpu.peak_basis, cpu_dtype=on_cpu.dtype,
+                      cpu_step_s=on_cpu.step_time_s, gpu=est.gpu, gpu_step_s=gpu_step,
+                      job_steps=job_steps, cpu_request_s=on_cpu.request_time_s,
+                      gpu_request_s=gpu_request)
+
+
+def _training_time(est: SpeedEstimate, tokens, samples, epochs, price) -> TrainingTime | None:
+    if tokens is None and samples is None:
+        if price is not None:
+            raise InputError("a price per GPU-hour needs the amount of training: give --tokens "
+                             "or --samples (and --epochs)")
+        return None
+    if tokens is not None and samples is not None:
+        raise InputError("give the amount of training as tokens or as samples, not both")
+    if est.mode != "train":
+        raise InputError("time to train needs --mode train")
+    if not (epochs > 0 and math.isfinite(epochs)):
+        raise InputError(f"epochs {epochs!r}: expected a number > 0")
+    if tokens is not None:
+        return time_to_train(work=tokens * epochs, rate_per_s=est.tokens_per_s, gpus=est.gpus,
+                             unit="tokens", price_per_gpu_hour=price)
+    return time_to_train(work=samples * epochs, rate_per_s=est.samples_per_s, gpus=est.gpus,
+                         unit="samples", price_per_gpu_hour=price)
+
+
+def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | None = None,
+                           trainable_params: int | None = None, measured: Any = "auto",
+                           **kwargs: Any) -> dict[str, SpeedEstimate]:
+    """:func:`estimate_speed` for each mode of ``job`` (``train`` and/or ``infer``), keyed by mode.
+    ``model`` is the loaded model when ``job.model`` is a name. Extra keyword arguments (``link``,
+    ``train_tokens``, ``price_per_gpu_hour`` ...) pass through to the training estimate; the
+    inference one takes those that apply to it."""
+    m = job.model if isinstance(job.model, (Model, Architecture)) else model
+    if m is None:
+        raise InputError(f"job.model {job.model!r} is a name: pass the loaded model as model=")
+    if measured == "auto":
+        measured = load_measured()
+    out: dict[str, SpeedEstimate] = {}
+    if job.trains:
+        out["train"] = estimate_speed(m, gpu, job.with_(mode="train"), measured=measured,
+                                      trainable_params=trainable_params, **kwargs)
+    if job.infers:
+        kw = {k: v for k, v in kwargs.items() if k not in _TRAINING_ONLY}
+        out["infer"] = estimate_speed(m, gpu, job.with_(mode="infer"), measured=measured, **kw)
+    return out
+
+
+#: Keywords of :func:`estimate_speed` that only a training estimate takes.
+_TRAINING_ONLY = ("train_tokens", "train_samples", "epochs", "price_per_gpu_hour", "link",
+                  "overlap_comm")
+
+
+#: The headline fields of an estimate that ``speed_section`` keeps.
+SECTION_FIELDS = ("flops_per_step", "model_flops_per_step", "model_flops_per_token",
+                  "step_time_s", "tokens_per_s", "samples_per_s", "mfu", "hfu", "bound",
+                  "precision", "dtype", "batch", "seq", "gpus")
+
+
+def _headline(e: SpeedEstimate) -> dict:
+    d = e.to_dict(ops=False)
+    out = {k: d[k] for k in SECTION_FIELDS}
+    if e.prefill is not None:
+        out["prefill_tokens_per_s"] = e.prefill.tokens_per_s
+        out["prefill_bound"] = e.prefill.bound
+        out["decode_tokens_per_s"] = e.tokens_per_s
+        out["request_time_s"] = e.request_time_s
+        out["new_tokens"] = e.new_tokens
+    if e.scaling is not None and e.gpus > 1:
+        out["data_parallel_efficiency"] = e.scaling.rows[-1].efficiency
+    if e.training_time is not None:
+        out["training_time"] = e.training_time.to_dict()
+    return out
+
+
+def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture | None = None,
+                  trainable_params: int | None = None, measured: Any = "auto",
+                  **kwargs: Any) -> dict:
+    """The ``"speed"`` section of ``gpuplan fit --json``: per GPU and mode, the headline numbers
+    of :func:`estimate_speed_for_job`. A GPU that cannot run the job's dtype gets ``{"error":
+    ...}`` instead (e.g. bf16 on a T4), so one GPU never sinks the whole plan."""
+    if measured == "auto":
+        measured = load_measured()
+    rows = []
+    basis = None
+    for gpu in gpus:
+        try:
+            est = estimate_speed_for_job(job, gpu, model=model, trainable_params=trainable_params,
+                                         measured=measured, **kwargs)
+        except UnsupportedError as e:
+            rows.append({"gpu": gpu.name, "error": str(e)})
+            continue
+        row: dict[str, Any] = {"gpu": gpu.name}
+        for mode, e in est.items():
+            row[mode] = _headline(e)
+            basis = basis or e.efficiency.to_dict()
+        rows.append(row)
+    return {"gpus": rows, "efficiency": basis,
+            "conventions": "model FLOPs count matmuls only, attention over the full s x s square "
+                           "(Megatron/PaLM); step time = sum over ops of max(compute, memory) at "
+                           "the stated achievable fractions + kernel launches; see docs/speed.md"}

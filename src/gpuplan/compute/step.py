@@ -1,0 +1,392 @@
+"""One step of a job built and timed on one device: the precision layout, the operations of a
+training step, a prefill, a decode step or a forward pass, and their times (:class:`Phase`).
+
+:mod:`.speed` (a GPU, with transfers, data parallelism and time to train) and :mod:`.cpu` (this
+machine's CPU) both build their steps here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal, Sequence
+
+from ..errors import InputError, UnsupportedError
+from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
+from ..job import KV_DTYPES, Attention, Checkpointing, Job
+from ..models._types import Architecture, Model
+from .device import Device, Efficiency
+from .flops import (
+    Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, recompute_ops,
+)
+from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
+
+__all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode"]
+
+#: The mode of one estimated step (a Job's ``both`` is two estimates).
+StepMode = Literal["train", "infer"]
+Mode = StepMode
+
+#: Bytes per KV-cache element by dtype name: the job's (and the memory accounting's) one table.
+KV_BYTES = KV_DTYPES
+
+_ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Phase:
+    """One kind of step timed on one device: a training step, a prefill, a decode step, or a
+    forward pass."""
+
+    name: Literal["train", "prefill", "decode", "forward"]
+    batch: int
+    q_len: int
+    """New tokens per sequence in this step."""
+    kv_len: int
+    """Keys each query sees (the context)."""
+    ops: tuple[OpTime, ...]
+    launch_s: float
+    """Overhead per kernel launch."""
+    peak_flops: float
+    """Dense peak of the compute dtype (the MFU denominator)."""
+    dtype: str
+    micro_steps: int = 1
+    """Gradient-accumulation micro-batches in the step (their ops' counts include it)."""
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.q_len * self.micro_steps
+
+    @property
+    def kernels(self) -> int:
+        return sum(t.op.kernels * t.op.count for t in self.ops)
+
+    @property
+    def kernel_time_s(self) -> float:
+        return sum(t.total_s for t in self.ops)
+
+    @property
+    def launch_time_s(self) -> float:
+        return self.kernels * self.launch_s
+
+    @property
+    def time_s(self) -> float:
+        """Sum over ops of max(compute, memory) + launches."""
+        return self.kernel_time_s + self.launch_time_s
+
+    @property
+    def flops(self) -> float:
+        """Executed FLOPs (kernels' work, elementwise included)."""
+        return sum(t.op.flops * t.op.count for t in self.ops)
+
+    @property
+    def model_flops(self) -> float:
+        """Counted matmul FLOPs without recompute (MFU numerator)."""
+        return sum(t.op.counted_flops * t.op.count for t in self.ops if t.op.phase != "recompute")
+
+    @property
+    def hardware_flops(self) -> float:
+        """Counted matmul FLOPs with recompute (HFU numerator)."""
+        return sum(t.op.counted_flops * t.op.count for t in self.ops)
+
+    @property
+    def bytes(self) -> float:
+        return sum(t.op.bytes * t.op.count for t in self.ops)
+
+    @property
+    def bound(self) -> Literal["compute", "memory"]:
+        return step_bound(self.ops)
+
+    @property
+    def backward_s(self) -> float:
+        return sum(t.total_s for t in self.ops if t.op.phase == "backward")
+
+    @property
+    def classes(self) -> tuple[RooflineClass, ...]:
+        return roofline_classes(self.ops)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.time_s
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (self.time_s * self.peak_flops)
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops / (self.time_s * self.peak_flops)
+
+    def to_dict(self, *, ops: bool = True) -> dict:
+        d = {"name": self.name, "batch": self.batch, "q_len": self.q_len, "kv_len": self.kv_len,
+             "micro_steps": self.micro_steps, "tokens": self.tokens, "time_s": self.time_s, "kernel_time_s": self.kernel_time_s,
+             "launch_time_s": self.launch_time_s, "kernels": self.kernels,
+             "tokens_per_s": self.tokens_per_s, "flops": self.flops,
+             "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
+             "bytes": self.bytes, "bound": self.bound, "mfu": self.mfu, "hfu": self.hfu,
+             "classes": [c.to_dict() for c in self.classes]}
+        if ops:
+            d["ops"] = [t.to_dict() for t in self.ops]
+        return d
+
+
+# --------------------------------------------------------------------------------------------------
+# Precision
+
+
+@dataclass(frozen=True)
+class PrecisionLayout:
+    """Bytes per element as the step's kernels read and write them, and the matmul dtype."""
+
+    name: str
+    dtype: str
+    act: int
+    weight: float
+    head: float
+    embed: float
+    grad: int
+    weight_store: int
+    master: int
+    state: int
+    autocast: bool
+
+
+def _check_dtype(device: Device, dtype: str, mode: str) -> None:
+    if device.supports(dtype):
+        return
+    remedy = {
+        "bf16": "--precision mixed-fp16" if mode == "train" else "--precision fp16",
+        "tf32": "run without --tf32 (plain fp32)",
+        "fp8": "--precision bf16 or fp16",
+        "int8": "--precision bf16 or fp16",
+        "fp16": "--precision fp32",
+    }.get(dtype, "another --precision")
+    have = ", ".join(d for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+                     if device.supports(d))
+    raise UnsupportedError(f"{device.name} has no {dtype} support (it has {have}); "
+                           f"use {remedy}")
+
+
+def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
+    """The layout of a training recipe (a name the Job accepted) on ``device``."""
+    r = TRAINING_RECIPES[recipe]
+    dtype = "tf32" if (r.compute_dtype == "fp32" and tf32) else r.compute_dtype
+    _check_dtype(device, dtype, "train")
+    w = 2 if r.autocast else r.weight_bytes
+    return PrecisionLayout(name=recipe, dtype=dtype, act=_ACT_BYTES[dtype], weight=w, head=w,
+                           embed=r.weight_bytes, grad=r.grad_bytes, weight_store=r.weight_bytes,
+                           master=r.master_bytes, state=r.state_bytes, autocast=r.autocast)
+
+
+def infer_precision(weight_format: str, device: Device, tf32: bool) -> PrecisionLayout:
+    """The layout of an inference weight format (a name the Job accepted) on ``device``."""
+    f = WEIGHT_FORMATS[weight_format]
+    dtype = "tf32" if (f.compute_dtype == "fp32" and tf32) else f.compute_dtype
+    _check_dtype(device, dtype, "infer")
+    act = _ACT_BYTES[dtype]
+    w = f.bits / 8
+    head = w if f.name in ("fp32", "bf16", "fp16") else 2.0
+    return PrecisionLayout(name=weight_format, dtype=dtype, act=act, weight=w, head=head,
+                           embed=head, grad=act, weight_store=int(math.ceil(w)), master=0,
+                           state=0, autocast=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def input_bytes_per_sample(arch: Architecture | None, seq: int, mode: Mode) -> int:
+    """Bytes copied to the GPU per sequence: int64 ``input_ids`` and ``attention_mask`` (+
+    ``labels`` in training; + ``token_type_ids`` for an encoder), or fp32 ``pixel_values`` (+ an
+    int64 label) for a vision model -- what a Hugging Face data collator produces."""
+    if arch is not None and arch.kind == "vision":
+        c = arch.num_channels or 3
+        return c * arch.image_size * arch.image_size * 4 + (8 if mode == "train" else 0)
+    tensors = 2 + (1 if mode == "train" else 0) + (1 if arch is not None and arch.kind ==
+                                                   "encoder" else 0)
+    return tensors * 8 * seq
+
+
+# --------------------------------------------------------------------------------------------------
+# The job's step
+
+
+def one_mode(job: Job) -> StepMode:
+    """The job's mode when it is one (train or infer); ``both`` is two estimates."""
+    if job.mode not in ("train", "infer"):
+        raise InputError(f"job mode {job.mode!r}: a speed estimate is of one mode; pass "
+                         "job.with_(mode='train') or job.with_(mode='infer')")
+    return job.mode
+
+
+def resolve_seq(arch: Architecture | None, seq: int | None, notes: list[str]) -> int:
+    """The sequence length the step uses (a vision model's: its patches), with a note where it is
+    not what was asked or not what the model was built for."""
+    if arch is None:
+        seq = default_seq(None) if seq is None else seq
+        notes.append("architecture unknown (parameter count only): 2N FLOPs per token forward, "
+                     "no attention term, no per-op roofline, no small-work occupancy")
+    elif arch.kind == "vision":
+        want = default_seq(arch)
+        if seq is not None and seq != want:
+            notes.append(f"a vision model's sequence is its patches + [CLS]: {want}, not {seq}")
+        seq = want
+    else:
+        seq = default_seq(arch) if seq is None else seq
+        if arch.max_position_embeddings and seq > arch.max_position_embeddings:
+            notes.append(f"seq {seq} exceeds the model's max_position_embeddings "
+                         f"({arch.max_position_embeddings})")
+    return seq
+
+
+def lora_note(rank: int) -> str:
+    """Said when the adapters' size is assumed (no exact trainable count was given)."""
+    return (f"LoRA adapters assumed rank {rank} on q and v (PEFT's default targets); pass "
+            "trainable_params for the exact count")
+
+
+def arch_and_name(model: Model | Architecture) -> tuple[Architecture | None, str, int, tuple]:
+    if isinstance(model, Architecture):
+        n = sum(t.total for t in model.tensors) if model.tensors else 0
+        return model, model.name, n, model.tensors
+    if isinstance(model, Model):
+        return model.architecture, model.name, model.params.total, model.tensors
+    raise InputError(f"model {model!r}: expected a gpuplan Model or Architecture")
+
+
+def _count_only_ops(n: int, shape: StepShape, prec: PrecisionLayout, slots: int) -> tuple[Op, ...]:
+    T = shape.batch * shape.q_len
+    f = 2.0 * n * T
+    # shapes unknown: the weights are read once (activation traffic unknown, left out) and the
+    # outputs are assumed to fill the device
+    op = Op(name="model.matmuls", op_class="mlp", kind="matmul", phase="forward", count=1,
+            flops=f, counted_flops=f, bytes=n * prec.weight, parallel_work=slots, kernels=1,
+            weight_elements=n, shape=None, group="dense")
+    return (op,)
+
+
+def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
+    """Weight elements when the tensor list is unknown: matmul weights + embedding table."""
+    n = sum(op.weight_elements * op.count for op in fwd if op.weight_elements)
+    if arch.kind != "vision" and arch.vocab_size and arch.tie_word_embeddings is False:
+        n += arch.vocab_size * arch.hidden_size  # the input table is separate from the head
+    if arch.kind != "vision" and arch.vocab_size and not any(o.name == "logits.head" for o in fwd):
+        n += arch.vocab_size * arch.hidden_size
+    return n
+
+
+def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1) -> Phase:
+    return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
+                 ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
+                 peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps)
+
+
+def _lora_params(arch: Architecture, rank: int) -> int:
+    """PEFT's default LoRA targets for decoder LMs (q_proj and v_proj): r x (in + out) each."""
+    nq, nkv = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
+    return arch.num_layers * rank * (2 * arch.hidden_size + nq + nkv)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSpec:
+    """What one step is, after the job, the model and the device are resolved."""
+
+    mode: StepMode
+    batch: int
+    seq: int
+    checkpointing: Checkpointing
+    attention: Attention
+    optimizer: str
+    grad_accum: int
+    """Micro-batches per training step (1 for inference)."""
+    zero: int
+    gpus: int
+    lora_rank: int | None
+    """Training LoRA adapters of this rank (the base is frozen); None = full training."""
+    trainable: int | None
+    """The exact trainable parameter count when known."""
+    new_tokens: int
+    context: int | None
+    kv_bytes: int | None
+
+    @classmethod
+    def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
+           trainable: int | None, single_device: bool = False) -> "StepSpec":
+        train = mode == "train"
+        return cls(mode=mode, batch=job.batch, seq=seq, checkpointing=job.checkpointing,
+                   attention=job.attention, optimizer=job.optimizer,
+                   grad_accum=job.grad_accum if train else 1,
+                   zero=0 if single_device else job.zero, gpus=1 if single_device else job.gpus,
+                   lora_rank=job.lora_rank if train else None, trainable=trainable,
+                   new_tokens=new_tokens, context=job.context,
+                   kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype])
+
+
+def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
+                eff: Efficiency, prec: PrecisionLayout, spec: StepSpec,
+                ) -> tuple[Phase, Phase | None, int, int]:
+    """(headline step, prefill or None, parameters, trainable parameters): a training step; a
+    decoder's decode step and prefill; an encoder's (or vision model's) forward pass."""
+    kw = dict(act_bytes=prec.act, weight_bytes=prec.weight, head_bytes=prec.head,
+              embed_bytes=prec.embed, kv_bytes=spec.kv_bytes or prec.act, grad_bytes=prec.grad,
+              attention=spec.attention)
+    if spec.mode == "train":
+        return _train_step(arch, n_params, tensors, device, eff, prec, spec, kw)
+    b, s = spec.batch, spec.seq
+    if arch is not None and arch.kind != "decoder":
+        fwd = build_forward_ops(arch, StepShape(batch=b, q_len=s, kv_len=s), **kw)
+        return (_phase("forward", fwd, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s),
+                None, n_params, 0)
+    pre_shape = StepShape(batch=b, q_len=s, kv_len=s, logits_tokens=b)
+    ctx = spec.context if spec.context is not None else s + spec.new_tokens // 2
+    dec_shape = StepShape(batch=b, q_len=1, kv_len=ctx, decode=True)
+    if arch is None:
+        pre = _count_only_ops(n_params, pre_shape, prec, device.parallel_slots)
+        dec = _count_only_ops(n_params, dec_shape, prec, device.parallel_slots)
+    else:
+        pre = build_forward_ops(arch, pre_shape, **kw)
+        dec = build_forward_ops(arch, dec_shape, **kw)
+    prefill = _phase("prefill", pre, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s)
+    decode = _phase("decode", dec, device, eff, prec.dtype, batch=b, q_len=1, kv_len=ctx)
+    return decode, prefill, n_params, 0
+
+
+def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
+                eff: Efficiency, prec: PrecisionLayout, spec: StepSpec,
+                kw: dict) -> tuple[Phase, None, int, int]:
+    """Forward, backward, recompute and autocast casts of ``grad_accum`` micro-batches, then one
+    optimizer step."""
+    shape = StepShape(batch=spec.batch, q_len=spec.seq, kv_len=spec.seq, train=True)
+    if arch is None:
+        fwd = _count_only_ops(n_params, shape, prec, device.parallel_slots)
+    else:
+        fwd = build_forward_ops(arch, shape, **kw)
+        n_params = n_params or _params_estimate(arch, fwd)
+    lora = spec.lora_rank is not None
+    micro = list(fwd)
+    micro += backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad, weight_grads=not lora)
+    micro += recompute_ops(fwd, spec.checkpointing, spec.attention) if arch is not None else [
+        replace(o, phase="recompute") for o in fwd if spec.checkpointing == "full"]
+    if prec.autocast:
+        mm = [o for o in fwd if o.weight_elements]
+        micro.append(Op(name="autocast.cast", op_class="norm_elementwise",
+                        kind="elementwise", phase="forward", count=1, flops=0.0,
+                        counted_flops=0.0, bytes=6.0 * n_params,
+                        parallel_work=max(1, n_params),
+                        kernels=sum(o.count * o.kernels for o in mm) or 1, group="head"))
+    ops = [replace(o, count=o.count * spec.grad_accum) for o in micro]
+    if lora:
+        trainable = spec.trainable or (_lora_params(arch, spec.lora_rank) if arch is not None
+                                       else max(1, n_params // 1000))
+        opt_tensors = None
+    else:
+        trainable = n_params
+        opt_tensors = tensors or None
+    states, _ = optimizer_state_bytes(get_optimizer(spec.optimizer), opt_tensors, trainable,
+                                      prec.state)
+    shard = spec.gpus if spec.zero >= 1 else 1  # ZeRO >= 1: each GPU updates its shard
+    ops.append(optimizer_op(max(1, trainable // shard), state_bytes_total=states / shard,
+                            grad_bytes=prec.grad, weight_bytes=prec.weight_store,
+                            master_bytes=prec.master, tensors=len(tensors) or 1))
+    return (_phase("train", ops, device, eff, prec.dtype, batch=spec.batch, q_len=spec.seq,
+                   kv_len=spec.seq, micro_steps=spec.grad_accum), None, n_params, trainable)
