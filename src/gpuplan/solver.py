@@ -275,7 +275,6 @@ def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[
              {"lora_rank": 16, "lora_base": "nf4"}),
         ])
     if not job.offload_optimizer and job.optimizer != "sgd" and gpu.pcie_bandwidth is not None:
-        # no host link (unified memory, or a custom card without one): nothing to offload across
         recipe = get_recipe(job.precision)
         pcie = gpu.pcie_bandwidth
         traffic = model.params.total * (recipe.grad_bytes + recipe.weight_bytes)

@@ -411,7 +411,10 @@ def _custom_part(spec: str, key: str, value: str) -> tuple[str, object]:
         gen, x, lanes = value.lower().partition("x")
         if not x or not gen.strip().isdigit() or not lanes.strip().isdigit():
             raise InputError(f"--gpu {spec!r}: pcie={value!r}: expected GENxLANES such as pcie=4x16")
-        pcie_bandwidth(int(gen), int(lanes))  # checks the generation and the lanes
+        try:
+            pcie_bandwidth(int(gen), int(lanes))  # checks the generation and the lanes
+        except InputError as e:
+            raise InputError(f"--gpu {spec!r}: pcie={value!r}: {e}") from None
         return key, (int(gen), int(lanes))
     raise InputError(f"--gpu {spec!r}: unknown part {key!r}; expected bw=, sms=, threads=, pcie= or a peak "
                      f"per dtype ({', '.join(DTYPES)}): {_CUSTOM_HELP}")

@@ -127,22 +127,12 @@ def gpus_table(gpus: Sequence[GPU], *, units: ByteUnits = "GB", sources: bool = 
     return table
 
 
-def gpu_detail(gpu: GPU, *, units: ByteUnits = "GB", note: str | None = None) -> list[RenderableType]:
-    """One GPU in full: every dtype's peak and ridge point, threads, links, sources and notes."""
-    from rich.table import Table
-    from rich.text import Text
-
-    out: list[RenderableType] = []
-    if note:
-        out.append(Text(note))
-    info = Table(title=f"{gpu.name} ({gpu.vendor} {gpu.architecture})", show_header=False,
-                 title_justify="left")
-    info.add_column("field", style="bold", no_wrap=True)
-    info.add_column("value", overflow="fold")
+def _detail_rows(gpu: GPU, units: ByteUnits) -> list[tuple[str, str]]:
+    """The field/value rows of ``gpuplan gpus NAME``; an unknown number shows as absent."""
     sm = _units(gpu)
     threads = gpu.resident_threads
     pcie = gpu.pcie_bandwidth
-    rows = [
+    return [
         ("memory", f"{format_bytes(gpu.memory_bytes, units, digits=2)} ({gpu.memory_bytes:,} bytes; "
                    f"vendor label {gpu.memory_label})"
                    + ("; unified: shared with the CPU" if gpu.memory_kind == "unified" else "")),
@@ -162,6 +152,21 @@ def gpu_detail(gpu: GPU, *, units: ByteUnits = "GB", note: str | None = None) ->
         ("torch device names", ", ".join(gpu.device_names) or "none recorded (see notes)"),
         ("aliases", ", ".join(gpu.aliases) or _ABSENT),
     ]
+
+
+def gpu_detail(gpu: GPU, *, units: ByteUnits = "GB", note: str | None = None) -> list[RenderableType]:
+    """One GPU in full: every dtype's peak and ridge point, threads, links, sources and notes."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[RenderableType] = []
+    if note:
+        out.append(Text(note))
+    info = Table(title=f"{gpu.name} ({gpu.vendor} {gpu.architecture})", show_header=False,
+                 title_justify="left")
+    info.add_column("field", style="bold", no_wrap=True)
+    info.add_column("value", overflow="fold")
+    rows = _detail_rows(gpu, units)
     for k, v in rows:
         info.add_row(k, v)
     out.append(info)
