@@ -92,7 +92,8 @@ def gpus_table(gpus: Sequence[GPU], *, units: ByteUnits = "GB", sources: bool = 
 
     table = Table(
         title="GPU catalog — dense peak TFLOP/s, never the 2:4-sparse figures",
-        caption=f"memory: the vendor's label, and the total the device reports (CUDA/ROCm) in {units} "
+        caption=f"memory: the vendor's label, and the total the device reports (CUDA/ROCm; the nominal "
+                f"capacity where no record exists, and all of an Apple chip's unified memory) in {units} "
                 f"({'10^9' if units == 'GB' else '2^30'} bytes); {_ABSENT} = no such path or no published "
                 "figure (`gpuplan gpus NAME` says which)",
         title_justify="left", caption_justify="left",
