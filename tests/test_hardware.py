@@ -40,11 +40,19 @@ def test_required_skus_present_by_exact_name():
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
 def test_every_number_is_positive_and_finite(gpu: GPU):
     assert isinstance(gpu.memory_bytes, int) and gpu.memory_bytes > 0
-    for v in (gpu.memory_bandwidth, gpu.sm_count, gpu.max_threads_per_sm, gpu.pcie_lanes, gpu.pcie_bandwidth,
-              gpu.tdp_watts, *gpu.peak_flops.values()):
+    for v in (gpu.memory_bandwidth, gpu.sm_count, *gpu.peak_flops.values()):
         assert v is not None and math.isfinite(v) and v > 0
+    # Null where no source gives the number (Apple: threads per core, host link, power; an MI250 GCD:
+    # its share of the module's power), and then the notes say so; never zero, never negative.
+    for v in (gpu.max_threads_per_sm, gpu.pcie_lanes, gpu.pcie_bandwidth, gpu.tdp_watts):
+        assert v is None or (math.isfinite(v) and v > 0)
+    if gpu.vendor != "Apple":
+        assert gpu.max_threads_per_sm and gpu.pcie_bandwidth
+    if gpu.tdp_watts is None:
+        assert "tdp_watts null" in gpu.notes or "board power are null" in gpu.notes
     assert set(gpu.peak_flops) <= set(DTYPES)
-    assert "fp32" in gpu.peak_flops  # every GPU here has a published FP32 figure
+    # Every GPU with a vendor FP32 figure records it; Apple publishes no peaks for these chips.
+    assert ("fp32" in gpu.peak_flops) == (gpu.vendor != "Apple")
     assert (gpu.interconnect is None) == (gpu.interconnect_bandwidth is None)
     if gpu.interconnect_bandwidth is not None:
         assert math.isfinite(gpu.interconnect_bandwidth) and gpu.interconnect_bandwidth > 0
@@ -175,6 +183,15 @@ ORACLE = [
     ("MI300X", "bf16", 304, 2048, 2.100),
     ("MI300X", "fp8", 304, 4096, 2.100),
     ("MI300X", "fp32", 304, 256, 2.100),
+    # Added SKUs: whitepaper / datasheet clocks and SM counts (the entries' notes say which).
+    ("RTX-5090", "fp32", 170, 128 * 2, 2.407),            # RTX Blackwell whitepaper prints 104.8
+    ("RTX-4080", "bf16", 76, 4 * 64 * 2, 2.505),          # Ada whitepaper prints 97.5 (FP32 accumulate)
+    ("RTX-4080", "fp32", 76, 128 * 2, 2.505),             # ... and 48.7
+    ("RTX-A6000", "bf16", 84, 4 * 128 * 2, 1.800),        # datasheet 309.7 sparse / 2
+    ("RTX-6000-Ada", "fp32", 142, 128 * 2, 2.505),        # datasheet 91.1
+    ("RTX-3060-12GB", "fp32", 28, 128 * 2, 1.777),
+    ("MI325X", "bf16", 304, 2048, 2.100),
+    ("MI250X-GCD", "bf16", 110, 1024, 1.700),             # half the module's 383
 ]
 
 
@@ -187,7 +204,9 @@ def test_dense_peak_matches_units_times_rate_times_clock(name, dtype, units, per
 
 # CUDA programming guide, "Maximum number of resident threads per SM" by compute capability; AMD CDNA3:
 # rocminfo reports 32 wavefronts x 64 lanes = 2048 work-items per CU.
-THREADS_PER_SM = {"7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536, "9.0": 2048, "gfx942": 32 * 64}
+# CDNA2 (gfx90a) likewise 32 wavefronts x 64. Apple publishes no threads per GPU core: None.
+THREADS_PER_SM = {"7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536, "9.0": 2048,
+                  "10.0": 2048, "12.0": 1536, "gfx90a": 32 * 64, "gfx942": 32 * 64, None: None}
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
@@ -273,10 +292,15 @@ def test_unknown_name_with_nothing_close_still_fails_cleanly():
     assert "qqqqqqqq" in str(e.value)
 
 
-@pytest.mark.parametrize("query", ["l40", "rtx 4090", "a100_80gb"])
+@pytest.mark.parametrize("query", ["l40-48gb", "rtx 4090", "a100_80gb", "mi250x", "rtx 5090"])
 def test_near_misses_are_errors_not_substitutes(query):
     with pytest.raises(UnknownNameError):
         get_gpu(query)
+
+
+def test_l40_is_its_own_sku_not_the_l40s():
+    assert get_gpu("l40").name == "L40" and get_gpu("L40S").name == "L40S"
+    assert get_gpu("l40").peak("bf16") < get_gpu("L40S").peak("bf16")
 
 
 @pytest.mark.parametrize("bad", ["", "   ", None, 7])
@@ -364,3 +388,59 @@ def test_docs_alias_and_source_tables_match_the_data():
     for g in GPUS:
         row = next(line for line in doc.splitlines() if line.startswith(f"| {g.name} |"))
         assert all(f"<{u}>" in row for u in g.sources), g.name
+
+
+# --- the added SKUs against the figures printed in the documents they cite --------------------------
+
+def test_added_skus_match_their_datasheets():
+    # 43 SKUs; the default shortlist of `gpuplan fit` is unchanged.
+    assert len(GPUS) >= 40
+    assert DEFAULT_SHORTLIST == ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-SXM-40GB",
+                                 "L40S", "RTX-4090", "T4")
+    rtx4090 = get_gpu("RTX-4090")  # Ada whitepaper: 24 GB GDDR6X, 1008 GB/s
+    assert rtx4090.memory_label.startswith("24 GB") and rtx4090.memory_bandwidth == 1008e9
+    rtx5090 = get_gpu("5090")  # RTX Blackwell whitepaper: 32 GB GDDR7, 28 Gbps x 512 bit, 104.8 FP32
+    assert rtx5090.name == "RTX-5090" and rtx5090.memory_label.startswith("32 GB")
+    assert rtx5090.memory_bandwidth == 28e9 * 512 / 8 == 1792e9
+    assert rtx5090.peak("fp32") == pytest.approx(104.8e12)
+    assert rtx5090.peak("bf16") == pytest.approx(419e12 / 2, rel=1e-3)  # half of the FP16-accumulate 419
+    assert rtx5090.peak("bf16") > 182.68e12  # a public cuBLAS bf16 measurement may not exceed the peak
+    nvl = get_gpu("h100-nvl")  # H100 datasheet NVL column: 3.9 TB/s, BF16 1,671* sparse, 94 GB
+    assert nvl.memory_bandwidth == 3.9e12 and nvl.peak("bf16") == pytest.approx(1671e12 / 2, rel=1e-3)
+    b200 = get_gpu("b200")  # DGX B200: 1,440 GB and 64 TB/s over 8 GPUs; FP8 9 PF sparse
+    assert b200.memory_bandwidth == 64e12 / 8 and b200.memory_label.startswith(f"{1440 // 8} GB")
+    assert b200.peak("fp8") == pytest.approx(9000e12 / 2)
+    a6000 = get_gpu("a6000")  # datasheet: 48 GB, 768 GB/s, FP32 38.7, tensor 309.7 sparse
+    assert a6000.memory_bandwidth == 768e9 and a6000.peak("fp32") == pytest.approx(38.7e12)
+    assert get_gpu("RTX-6000-Ada").memory_bandwidth == 960e9
+    assert get_gpu("L40").memory_bandwidth == 864e9 and get_gpu("L40").peak("fp8") == pytest.approx(724e12 / 2)
+    mi325 = get_gpu("MI325X")  # AMD data sheet: 256 GB HBM3E, 6 TB/s, the MI300X's compute
+    assert mi325.memory_bandwidth == 6e12 and dict(mi325.peak_flops) == dict(get_gpu("MI300X").peak_flops)
+    gcd = get_gpu("MI250X-GCD")  # AMD MI250X module: 128 GB, 3.2768 TB/s, 383 BF16; one GCD is half
+    assert gcd.memory_bytes == 128 * 2**30 // 2 and gcd.memory_bandwidth == 3276.8e9 / 2
+    assert gcd.peak("bf16") == pytest.approx(383e12 / 2)
+
+
+def test_apple_silicon_is_unified_memory_for_inference_with_no_guessed_peak():
+    m2 = get_gpu("M2-Ultra-192GB")  # Apple newsroom: 192 GB unified memory, 800 GB/s, 76-core GPU
+    assert m2.memory_kind == "unified" and m2.training is False
+    assert m2.memory_bytes == 192 * 2**30 and m2.memory_bandwidth == 800e9 and m2.sm_count == 76
+    assert dict(m2.peak_flops) == {} and m2.resident_threads is None and m2.pcie_bandwidth is None
+    with pytest.raises(UnsupportedError, match="no bf16 peak"):
+        m2.peak("bf16")
+    assert get_gpu("M4-Max-128GB").memory_bandwidth == 546e9
+    d = json.loads(json.dumps(m2.as_dict()))
+    assert d["training"] is False and d["memory_kind"] == "unified" and d["pcie_bandwidth_bytes_per_s"] is None
+    for g in GPUS:
+        assert (g.memory_kind == "unified") == (g.vendor == "Apple") == (not g.training)
+
+
+def test_loader_rejects_a_bad_training_flag_or_memory_kind():
+    rec = _base_record()
+    rec["training"] = "no"
+    with pytest.raises(ValueError, match="training"):
+        hardware._from_record(rec)
+    rec = _base_record()
+    rec["memory_kind"] = "shared"
+    with pytest.raises(ValueError, match="memory_kind"):
+        hardware._from_record(rec)

@@ -24,7 +24,7 @@ from typing import Literal
 
 from .errors import InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe
-from .hardware import GPU, all_gpus
+from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import Job, default_seq, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .models import Model
@@ -273,7 +273,7 @@ def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[
                          "matched 16-bit fine-tuning in Dettmers et al. 2023"),
              {"lora_rank": 16, "lora_base": "nf4"}),
         ])
-    if not job.offload_optimizer and job.optimizer != "sgd":
+    if not job.offload_optimizer and job.optimizer != "sgd" and gpu.pcie_bandwidth is not None:
         recipe = get_recipe(job.precision)
         pcie = gpu.pcie_bandwidth
         traffic = model.params.total * (recipe.grad_bytes + recipe.weight_bytes)
@@ -362,7 +362,7 @@ def _infer_knobs(model: Model, job: Job, prompt: int, context: int) -> list[list
 
 def _gpu_alternatives(gpu: GPU) -> list[tuple[Change, dict]]:
     out = []
-    for g in sorted(all_gpus(), key=lambda g: g.memory_bytes):
+    for g in sorted((get_gpu(n) for n in SOLVER_GPUS), key=lambda g: g.memory_bytes):
         if g.memory_bytes > gpu.memory_bytes:
             out.append((Change(knob="gpu", value=g.name, tier=_HARDWARE, text=f"--gpu {g.name}",
                                cost=f"a {g.name} ({format_bytes(g.memory_bytes)}) instead of a "

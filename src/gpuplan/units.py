@@ -15,7 +15,7 @@ from .errors import InputError
 
 __all__ = [
     "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
-    "ByteUnits", "parse_count", "parse_bytes", "parse_positive_int",
+    "ByteUnits", "parse_count", "parse_bytes", "parse_positive_int", "parse_flops", "parse_bandwidth",
     "format_bytes", "format_count", "format_flops", "format_rate", "format_seconds",
     "MAX_PARAMS",
 ]
@@ -91,6 +91,45 @@ def parse_bytes(text: str | int, *, what: str = "size") -> int:
     if not math.isfinite(value) or value < 0 or value > 2**62:
         raise InputError(f"{what} {text!r}: expected {accepted}")
     return int(round(value))
+
+
+_FLOPS_SUFFIX = {"": 1.0, "G": 1e9, "T": 1e12, "P": 1e15}
+_FLOPS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([GgTtPp]?)(?:F|FLOPS?|FLOP/S)?\s*$",
+                       re.IGNORECASE)
+
+
+def parse_flops(text: str | int | float, *, what: str = "peak") -> float:
+    """Parse a positive rate of FLOP/s such as ``165TF``, ``165 TFLOPS``, ``1.5PF`` or ``165e12``.
+
+    Suffixes are decimal: G = 10^9, T = 10^12, P = 10^15; a bare number is FLOP/s.
+    """
+    accepted = "a peak such as 165TF, 1.5PF or 165e12 (FLOP/s)"
+    if isinstance(text, bool):
+        raise InputError(f"{what} {text!r}: expected {accepted}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _FLOPS_RE.match(text)
+        if not m:
+            raise InputError(f"{what} {text!r}: expected {accepted}")
+        value = float(m.group(1)) * _FLOPS_SUFFIX[m.group(2).upper()]
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{what} {text!r}: expected {accepted}")
+    return value
+
+
+def parse_bandwidth(text: str, *, what: str = "bandwidth") -> float:
+    """Parse a positive rate of bytes/s such as ``1000GB/s``, ``3.35 TB/s`` or ``1008e9``."""
+    accepted = "a bandwidth such as 1000GB/s, 3.35TB/s or 900GiB/s"
+    raw = str(text).strip()
+    size = raw[:-2] if raw.lower().endswith("/s") else raw
+    try:
+        value = parse_bytes(size, what=what)
+    except InputError:
+        raise InputError(f"{what} {text!r}: expected {accepted}") from None
+    if value <= 0:
+        raise InputError(f"{what} {text!r}: expected {accepted}")
+    return float(value)
 
 
 def format_bytes(n: float, units: ByteUnits = "GB", *, digits: int = 1) -> str:

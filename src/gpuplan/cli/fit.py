@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fused-optimizer", action="store_true", default=None,
                    help="AdamW(fused=True): no full-size temporary in the optimizer step")
     p.add_argument("--gpu", action="append", metavar="NAME",
-                   help="GPU to judge against (repeatable; default: a shortlist; `gpuplan gpus`)")
+                   help="GPU to judge against (repeatable; default: a shortlist; `gpuplan gpus`), "
+                        "or a card by its memory: custom:24GB")
     p.add_argument("--gpus", type=str, metavar="N", help="data-parallel GPUs (ZeRO world size)")
     p.add_argument("--zero", type=str, metavar="0..3", help="ZeRO stage (3 = FSDP full shard)")
     p.add_argument("--offload-optimizer", action="store_true", default=None,

@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("b", metavar="KxN", help="right matrix shape, e.g. 3x2")
     m.add_argument("--batch", default="1", help="independent products (default 1)")
     m.add_argument("--bias", action="store_true", help="a bias is added to every output")
-    m.add_argument("--gpu", default=None, help="GPU SKU or alias")
+    m.add_argument("--gpu", default=None,
+                   help="GPU SKU or alias, or a card by its numbers: custom:24GB,bw=1000GB/s,bf16=165TF")
     m.add_argument("--dtype", default="fp32",
                    help="GPU matmul dtype (default fp32, as torch.randn makes in the source "
                         "document's experiment; bf16/fp16 for tensor cores)")

@@ -20,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "input copies; data-parallel scaling; time and cost to train; and whether "
                     "the job needs a GPU at all.")
     p.add_argument("model", help="catalog name, config.json path or model directory")
-    p.add_argument("--gpu", required=True, help="GPU SKU or alias (see `gpuplan gpus`)")
+    p.add_argument("--gpu", required=True,
+                   help="GPU SKU or alias (see `gpuplan gpus`), or a card by its numbers: "
+                        "custom:24GB,bw=1000GB/s,bf16=165TF,fp32=82.6TF,sms=128,threads=1536,pcie=4x16")
     p.add_argument("--mode", choices=("train", "infer"), default="train")
     p.add_argument("--batch", default="1", help="sequences per GPU per step (default 1)")
     p.add_argument("--seq", default=None,

@@ -110,13 +110,25 @@ class Device:
 
 def device_from_gpu(gpu: GPU) -> Device:
     """The speed model's view of a catalog GPU."""
-    if "fp32" not in gpu.peak_flops:
-        raise InputError(f"{gpu.name}: the catalog gives no fp32 peak, needed for elementwise ops")
+    # A number the catalog or a custom: spec does not give is never filled in: the speed model
+    # refuses (UnsupportedError, so a plan reports it per GPU and goes on).
+    custom = gpu.vendor == "custom"
+    missing = [what + (f" ({hint})" if custom else "") for what, hint, absent in (
+        ("an fp32 peak", "fp32=...TF", "fp32" not in gpu.peak_flops),
+        ("a memory bandwidth", "bw=...GB/s", gpu.memory_bandwidth is None),
+        ("SM and thread counts", "sms=N,threads=N", gpu.resident_threads is None),
+        ("a PCIe host link", "pcie=4x16", gpu.pcie_bandwidth is None)) if absent]
+    if missing:
+        where = "its spec" if custom else "the catalog"
+        raise UnsupportedError(f"{gpu.name}: no speed estimate without {', '.join(missing)}, "
+                               f"which {where} does not give")
+    pcie = gpu.pcie_bandwidth
     return Device(
         name=gpu.name, kind="gpu", vendor=gpu.vendor, peak_flops=gpu.peak_flops,
         vector_flops=gpu.peak_flops["fp32"], memory_bandwidth=gpu.memory_bandwidth,
-        parallel_slots=gpu.resident_threads, host_link_bandwidth=gpu.pcie_bandwidth,
-        host_link=f"PCIe {gpu.pcie_gen}.0 x{gpu.pcie_lanes}", interconnect=gpu.interconnect,
+        parallel_slots=gpu.resident_threads, host_link_bandwidth=pcie,
+        host_link="" if pcie is None else f"PCIe {gpu.pcie_gen}.0 x{gpu.pcie_lanes}",
+        interconnect=gpu.interconnect,
         interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
         source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})")
 

@@ -6,6 +6,9 @@ is absent, never zero, where the chip has no such path or no vendor (or measured
 the entry's notes say which. Every entry carries its source. Aliases such as ``h100`` resolve to one
 named SKU and the resolution is reported; an unknown name is an error that lists the closest SKUs --
 never a silent substitute. ``docs/gpus.md`` documents the schema and the rules.
+
+A card that is not in the catalog is named by its numbers: ``custom:24GB,bw=1000GB/s,bf16=165TF``
+(:func:`parse_custom_gpu`); memory alone is enough for a fit, and what is not given stays absent.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import InputError, UnknownNameError, UnsupportedError
+from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_positive_int
 
 __all__ = [
     "GPU", "DTYPES", "get_gpu", "resolve_gpu", "all_gpus", "gpu_from_device_name",
-    "gpu_aliases", "UnknownGPUError", "DEFAULT_SHORTLIST", "pcie_bandwidth",
+    "gpu_aliases", "UnknownGPUError", "DEFAULT_SHORTLIST", "SOLVER_GPUS", "pcie_bandwidth",
+    "parse_custom_gpu",
+    "CUSTOM_PREFIX",
 ]
 
 #: The dtypes a peak may be given for, in display order.
@@ -33,6 +39,13 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 #: The GPUs ``gpuplan fit`` reports on when none is named: one of each class people rent or own.
 DEFAULT_SHORTLIST = ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-SXM-40GB",
                      "L40S", "RTX-4090", "T4")
+
+#: The GPUs the solver may propose as a ``--gpu`` change, in catalog order: the datacenter parts
+#: people rent and the flagship consumer cards. A fixed list, so that adding a catalog entry (or a
+#: ``custom:`` card) never changes a suggestion; an Apple device is never proposed for a job.
+SOLVER_GPUS = ("H200-SXM-141GB", "H100-SXM-80GB", "H100-PCIe-80GB", "A100-SXM-40GB", "A100-SXM-80GB",
+               "A100-PCIe-40GB", "A100-PCIe-80GB", "L40S", "L4", "RTX-4090", "A10", "A10G", "A40",
+               "RTX-3090", "T4", "V100-SXM2-16GB", "V100-SXM2-32GB", "MI300X")
 
 # PCIe per-lane signalling rate (GT/s) and line-code efficiency, by generation (PCI-SIG specs).
 _PCIE = {3: (8.0, 128 / 130), 4: (16.0, 128 / 130), 5: (32.0, 128 / 130), 6: (64.0, 242 / 256)}
@@ -55,7 +68,7 @@ class GPU:
     name: str
     """Exact SKU key, e.g. ``H100-SXM-80GB``."""
     vendor: str
-    """``NVIDIA`` or ``AMD``."""
+    """``NVIDIA``, ``AMD``, ``Apple``, or ``custom`` for a card given by its numbers."""
     architecture: str
     """Chip generation, e.g. ``Hopper``."""
     memory_bytes: int
@@ -64,20 +77,23 @@ class GPU:
     hundred MiB with driver and ECC, and is less than the vendor's label (80 GB -> ~79.2 GiB)."""
     memory_label: str
     """The vendor's wording, e.g. ``80 GB HBM3``."""
-    memory_bandwidth: float
-    """Peak device-memory bandwidth, bytes/s."""
+    memory_bandwidth: float | None
+    """Peak device-memory bandwidth, bytes/s (None only for a ``custom:`` card given without
+    ``bw=``)."""
     peak_flops: Mapping[str, float]
     """Dense peak FLOP/s (int8: op/s) per dtype. Absent where the chip has no such path or no
     vendor/measured figure exists (``notes`` says which). fp32 is the non-tensor rate; fp16/bf16/fp8
     use FP32 accumulate; fp64 is the highest FP64 rate (tensor/matrix cores where present)."""
-    sm_count: int
-    """Streaming multiprocessors (NVIDIA) or compute units (AMD)."""
-    max_threads_per_sm: int
-    """Maximum resident threads per SM/CU."""
-    pcie_gen: int
-    """Host link PCIe generation (3, 4, 5)."""
-    pcie_lanes: int
-    """Host link width (16 for every card here)."""
+    sm_count: int | None
+    """Streaming multiprocessors (NVIDIA), compute units (AMD) or GPU cores (Apple); None when not
+    given (a ``custom:`` card without ``sms=``)."""
+    max_threads_per_sm: int | None
+    """Maximum resident threads per SM/CU; None where no vendor figure exists (Apple)."""
+    pcie_gen: int | None
+    """Host link PCIe generation (3 ... 6); None where there is no host link (unified memory) or
+    it is not given."""
+    pcie_lanes: int | None
+    """Host link width (16 for most cards; 8 on the RTX 4060 Ti); None with ``pcie_gen``."""
     interconnect: str | None
     """GPU-to-GPU link name (``NVLink 4``, ``Infinity Fabric``), None when the card has none."""
     interconnect_bandwidth: float | None
@@ -98,15 +114,24 @@ class GPU:
     """The same URLs as ``source``, one per item."""
     extra: Mapping[str, object] = field(default_factory=dict)
     """Record keys the dataclass does not model (``sparse_tflops``, ``memory_record``)."""
+    memory_kind: str = "device"
+    """``device`` (the GPU's own memory) or ``unified`` (shared with the CPU: Apple silicon)."""
+    training: bool = True
+    """False for devices gpuplan treats as inference devices (Apple silicon: no published matmul
+    peak, no multi-device collectives); the entry's notes say why."""
 
     @property
-    def resident_threads(self) -> int:
-        """Threads the whole chip keeps resident: SMs x max threads per SM."""
+    def resident_threads(self) -> int | None:
+        """Threads the whole chip keeps resident: SMs x max threads per SM (None when unknown)."""
+        if self.sm_count is None or self.max_threads_per_sm is None:
+            return None
         return self.sm_count * self.max_threads_per_sm
 
     @property
-    def pcie_bandwidth(self) -> float:
-        """Theoretical host link bandwidth, one direction, bytes/s."""
+    def pcie_bandwidth(self) -> float | None:
+        """Theoretical host link bandwidth, one direction, bytes/s (None without a host link)."""
+        if self.pcie_gen is None or self.pcie_lanes is None:
+            return None
         return pcie_bandwidth(self.pcie_gen, self.pcie_lanes)
 
     def supports(self, dtype: str) -> bool:
@@ -122,12 +147,17 @@ class GPU:
             have = [d for d in DTYPES if d in self.peak_flops]
             offer = next((d for d in ("bf16", "fp16", "tf32", "fp32") if d in have and d != dtype), None)
             hint = f"; use --dtype {offer}" if offer else ""
+            if self.vendor == "custom":
+                hint += f" (or give it: {self.name},{dtype}=...TF)"
+            where = "in its spec" if self.vendor == "custom" else "in the catalog"
             raise UnsupportedError(
-                f"{self.name} has no {dtype} peak in the catalog (recorded: {', '.join(have)}){hint}"
+                f"{self.name} has no {dtype} peak {where} (recorded: {', '.join(have) or 'none'}){hint}"
             ) from None
 
     def ridge_point(self, dtype: str) -> float:
         """Arithmetic intensity (FLOP/byte) above which a kernel is compute-bound."""
+        if self.memory_bandwidth is None:
+            raise UnsupportedError(f"{self.name} has no memory bandwidth (add bw=...GB/s)")
         return self.peak(dtype) / self.memory_bandwidth
 
     def as_dict(self) -> dict[str, object]:
@@ -139,6 +169,7 @@ class GPU:
             "compute_capability": self.compute_capability,
             "memory_label": self.memory_label,
             "memory_bytes": self.memory_bytes,
+            "memory_kind": self.memory_kind,
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth,
             "peak_flops": {d: self.peak_flops[d] for d in DTYPES if d in self.peak_flops},
             "sm_count": self.sm_count,
@@ -147,6 +178,7 @@ class GPU:
             "pcie_gen": self.pcie_gen,
             "pcie_lanes": self.pcie_lanes,
             "pcie_bandwidth_bytes_per_s": self.pcie_bandwidth,
+            "training": self.training,
             "interconnect": self.interconnect,
             "interconnect_bytes_per_s": self.interconnect_bandwidth,
             "tdp_watts": self.tdp_watts,
@@ -164,6 +196,12 @@ def _positive(value: object, what: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{what}: {value!r} is not a positive finite number")
     return float(value)
+
+
+def _optional_int(rec: dict, key: str, name: str) -> int | None:
+    """A count that is null where no source gives it (Apple's threads per core, its PCIe link)."""
+    value = rec.get(key)
+    return None if value is None else int(_positive(value, f"{name} {key}"))
 
 
 def _from_record(rec: dict) -> GPU:
@@ -196,9 +234,9 @@ def _from_record(rec: dict) -> GPU:
         memory_bandwidth=_positive(rec["memory_bandwidth_GBps"], f"{name} memory_bandwidth_GBps") * 1e9,
         peak_flops=MappingProxyType(peaks),
         sm_count=int(_positive(rec["sm_count"], f"{name} sm_count")),
-        max_threads_per_sm=int(_positive(rec["max_threads_per_sm"], f"{name} max_threads_per_sm")),
-        pcie_gen=int(rec["pcie_gen"]),
-        pcie_lanes=int(_positive(rec["pcie_lanes"], f"{name} pcie_lanes")),
+        max_threads_per_sm=_optional_int(rec, "max_threads_per_sm", name),
+        pcie_gen=_optional_int(rec, "pcie_gen", name),
+        pcie_lanes=_optional_int(rec, "pcie_lanes", name),
         interconnect=rec.get("interconnect"),
         interconnect_bandwidth=None if ic is None else _positive(ic, f"{name} interconnect_GBps") * 1e9,
         tdp_watts=rec.get("tdp_watts"),
@@ -209,14 +247,30 @@ def _from_record(rec: dict) -> GPU:
         sources=sources,
         notes=rec.get("notes", ""),
         extra=MappingProxyType({k: v for k, v in rec.items() if k not in _KNOWN_KEYS}),
+        memory_kind=_memory_kind(rec, name),
+        training=_training(rec, name),
     )
+
+
+def _memory_kind(rec: dict, name: str) -> str:
+    kind = rec.get("memory_kind", "device")
+    if kind not in ("device", "unified"):
+        raise ValueError(f"{name}: memory_kind must be 'device' or 'unified', got {kind!r}")
+    return kind
+
+
+def _training(rec: dict, name: str) -> bool:
+    value = rec.get("training", True)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: training must be true or false, got {value!r}")
+    return value
 
 
 _KNOWN_KEYS = {
     "name", "vendor", "architecture", "memory_bytes", "memory", "memory_bandwidth_GBps",
     "dense_tflops", "sm_count", "max_threads_per_sm", "pcie_gen", "pcie_lanes", "interconnect",
     "interconnect_GBps", "tdp_watts", "compute_capability", "device_names", "aliases", "source",
-    "notes",
+    "notes", "memory_kind", "training",
 }
 
 
@@ -295,12 +349,14 @@ class UnknownGPUError(UnknownNameError):
 
 
 def resolve_gpu(name: str) -> tuple[GPU, str | None]:
-    """Look up a GPU by exact SKU (case-insensitive) or documented alias.
+    """Look up a GPU by exact SKU (case-insensitive), documented alias, or ``custom:`` spec.
 
     Returns the GPU and, when an alias was used, a note saying which SKU it stands for.
     """
     if not isinstance(name, str) or not name.strip():
         raise InputError(f"GPU name {name!r}: expected an SKU such as H100-SXM-80GB (`gpuplan gpus` lists them)")
+    if name.strip().lower().startswith(CUSTOM_PREFIX):
+        return parse_custom_gpu(name), None
     by_key, alias_to = _catalog()
     key = name.strip().lower()
     if key in by_key:
@@ -326,3 +382,81 @@ def gpu_from_device_name(device_name: str) -> GPU | None:
         if device_name in gpu.device_names:
             return gpu
     return None
+
+
+# --------------------------------------------------------------------------------------------------
+# A card that is not in the catalog, named by its numbers
+
+#: What a ``custom:`` spec starts with.
+CUSTOM_PREFIX = "custom:"
+
+_CUSTOM_HELP = ("custom:MEMORY[,bw=RATE][,DTYPE=PEAK...][,sms=N,threads=N][,pcie=GENxLANES] "
+                "such as custom:24GB,bw=1000GB/s,bf16=165TF")
+
+
+def _custom_part(spec: str, key: str, value: str) -> tuple[str, object]:
+    """One ``key=value`` of a custom spec, parsed with gpuplan.units."""
+    what = f"--gpu {spec!r}: {key}="
+    if key == "bw":
+        return key, parse_bandwidth(value, what=what)
+    if key in DTYPES:
+        peak = parse_flops(value, what=what)
+        if peak < 1e9:  # a bare "165" is 165 FLOP/s: surely a missing unit
+            raise InputError(f"--gpu {spec!r}: {key}={value} reads as {peak:g} FLOP/s; give a unit, "
+                             f"e.g. {key}={value}TF")
+        return key, peak
+    if key in ("sms", "threads"):
+        return key, parse_positive_int(value, what=what)
+    if key == "pcie":
+        gen, x, lanes = value.lower().partition("x")
+        if not x or not gen.strip().isdigit() or not lanes.strip().isdigit():
+            raise InputError(f"--gpu {spec!r}: pcie={value!r}: expected GENxLANES such as pcie=4x16")
+        try:
+            pcie_bandwidth(int(gen), int(lanes))  # checks the generation and the lanes
+        except InputError as e:
+            raise InputError(f"--gpu {spec!r}: pcie={value!r}: {e}") from None
+        return key, (int(gen), int(lanes))
+    raise InputError(f"--gpu {spec!r}: unknown part {key!r}; expected bw=, sms=, threads=, pcie= or a peak "
+                     f"per dtype ({', '.join(DTYPES)}): {_CUSTOM_HELP}")
+
+
+def parse_custom_gpu(spec: str) -> GPU:
+    """A GPU from its numbers: ``custom:24GB,bw=1000GB/s,bf16=165TF,fp32=82.6TF,sms=128,threads=1536,pcie=4x16``.
+
+    The memory (``24GB``, ``24GiB``, bytes) comes first and is the usable total a fit compares
+    with; ``bw=`` is bytes/s (``1000GB/s``, ``1TB/s``); ``DTYPE=`` is a dense peak in FLOP/s
+    (``165TF``, ``1.5PF``, ``165e12``); ``sms=``/``threads=`` are SMs and threads per SM; ``pcie=``
+    is the host link (``4x16``: PCIe 4.0, 16 lanes). Anything
+    not given is absent, never filled in: a speed estimate that needs it says so.
+    """
+    text = spec.strip()
+    if not text.lower().startswith(CUSTOM_PREFIX):
+        raise InputError(f"--gpu {spec!r}: expected {_CUSTOM_HELP}")
+    parts = [p.strip() for p in text[len(CUSTOM_PREFIX):].split(",")]
+    if not parts[0] or "=" in parts[0]:
+        raise InputError(f"--gpu {spec!r}: the memory comes first; expected {_CUSTOM_HELP}")
+    memory = parse_bytes(parts[0], what=f"--gpu {spec!r}: memory")
+    if memory <= 0:
+        raise InputError(f"--gpu {spec!r}: memory {parts[0]!r} must be more than 0 bytes, e.g. 24GB")
+    given: dict[str, object] = {}
+    for part in parts[1:]:
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if not sep or not key or not value.strip():
+            raise InputError(f"--gpu {spec!r}: part {part!r} is not key=value; expected {_CUSTOM_HELP}")
+        if key in given:
+            raise InputError(f"--gpu {spec!r}: {key}= is given twice; give it once")
+        given[key] = _custom_part(spec, key, value.strip())[1]
+    if ("sms" in given) != ("threads" in given):
+        raise InputError(f"--gpu {spec!r}: give sms= and threads= together (SMs and threads per SM), "
+                         "e.g. sms=128,threads=1536")
+    return GPU(
+        name=text, vendor="custom", architecture="custom", memory_bytes=memory,
+        memory_label=f"{parts[0]} (custom)", memory_bandwidth=given.get("bw"),
+        peak_flops=MappingProxyType({d: given[d] for d in DTYPES if d in given}),
+        sm_count=given.get("sms"), max_threads_per_sm=given.get("threads"),
+        pcie_gen=given["pcie"][0] if "pcie" in given else None,
+        pcie_lanes=given["pcie"][1] if "pcie" in given else None,
+        interconnect=None, interconnect_bandwidth=None,
+        notes="A card given by its numbers on the command line: nothing is looked up or filled in.",
+    )

@@ -52,8 +52,10 @@ def _num(x: float) -> str:
     return f"{x:,.1f}".removesuffix(".0")
 
 
-def _bandwidth(rate: float, units: ByteUnits) -> str:
-    """Bytes/s in the chosen byte unit (``3,350 GB/s`` or ``3,120 GiB/s``)."""
+def _bandwidth(rate: float | None, units: ByteUnits) -> str:
+    """Bytes/s in the chosen byte unit (``3,350 GB/s`` or ``3,120 GiB/s``); absent when unknown."""
+    if rate is None:
+        return _ABSENT
     if units == "GiB":
         return f"{_num(rate / 2**30)} GiB/s"
     return f"{_num(rate / 1e9)} GB/s"
@@ -64,7 +66,18 @@ def _peak(gpu: GPU, dtype: str) -> str:
 
 
 def _pcie(gpu: GPU) -> str:
+    if gpu.pcie_gen is None:
+        return "none" if gpu.memory_kind == "unified" else _ABSENT
     return f"Gen{gpu.pcie_gen} x{gpu.pcie_lanes}"
+
+
+def _units(gpu: GPU) -> str:
+    """What the SM column counts: SMs, AMD compute units, or Apple GPU cores."""
+    return {"AMD": "CU", "Apple": "GPU core"}.get(gpu.vendor, "SM")
+
+
+def _count(value: int | None) -> str:
+    return _ABSENT if value is None else f"{value:,}"
 
 
 def _interconnect(gpu: GPU, units: ByteUnits) -> str:
@@ -79,7 +92,8 @@ def gpus_table(gpus: Sequence[GPU], *, units: ByteUnits = "GB", sources: bool = 
 
     table = Table(
         title="GPU catalog — dense peak TFLOP/s, never the 2:4-sparse figures",
-        caption=f"memory: the vendor's label, and the total the device reports (CUDA/ROCm) in {units} "
+        caption=f"memory: the vendor's label, and the total the device reports (CUDA/ROCm; the nominal "
+                f"capacity where no record exists, and all of an Apple chip's unified memory) in {units} "
                 f"({'10^9' if units == 'GB' else '2^30'} bytes); {_ABSENT} = no such path or no published "
                 "figure (`gpuplan gpus NAME` says which)",
         title_justify="left", caption_justify="left",
@@ -104,7 +118,7 @@ def gpus_table(gpus: Sequence[GPU], *, units: ByteUnits = "GB", sources: bool = 
             format_bytes(g.memory_bytes, units),
             _bandwidth(g.memory_bandwidth, units),
             *(_tflops(g, d) for d in TABLE_DTYPES),
-            f"{g.sm_count}" + (" CUs" if g.vendor == "AMD" else ""),
+            _ABSENT if g.sm_count is None else f"{g.sm_count}" + {"AMD": " CUs", "Apple": " cores"}.get(g.vendor, ""),
             _pcie(g),
             _interconnect(g, units),
         ]
@@ -112,6 +126,33 @@ def gpus_table(gpus: Sequence[GPU], *, units: ByteUnits = "GB", sources: bool = 
             row.append("\n".join(g.sources))
         table.add_row(*row)
     return table
+
+
+def _detail_rows(gpu: GPU, units: ByteUnits) -> list[tuple[str, str]]:
+    """The field/value rows of ``gpuplan gpus NAME``; an unknown number shows as absent."""
+    sm = _units(gpu)
+    threads = gpu.resident_threads
+    pcie = gpu.pcie_bandwidth
+    return [
+        ("memory", f"{format_bytes(gpu.memory_bytes, units, digits=2)} ({gpu.memory_bytes:,} bytes; "
+                   f"vendor label {gpu.memory_label})"
+                   + ("; unified: shared with the CPU" if gpu.memory_kind == "unified" else "")),
+        ("memory bandwidth", _bandwidth(gpu.memory_bandwidth, units)),
+        (f"{sm}s", _count(gpu.sm_count)),
+        (f"max threads per {sm}", _count(gpu.max_threads_per_sm)),
+        ("resident threads", _ABSENT if threads is None
+         else f"{threads:,} ({gpu.sm_count} x {gpu.max_threads_per_sm})"),
+        ("compute capability", gpu.compute_capability or _ABSENT),
+        ("PCIe", _pcie(gpu) if pcie is None
+         else f"{_pcie(gpu)}: {format_rate(pcie, 'B/s')} per direction"),
+        ("plans", "training and inference" if gpu.training
+         else "inference (see notes: not planned as a training device)"),
+        ("interconnect", _interconnect(gpu, units) + (" (both directions, per GPU)"
+                                                       if gpu.interconnect else "")),
+        ("TDP", _ABSENT if gpu.tdp_watts is None else f"{gpu.tdp_watts:g} W"),
+        ("torch device names", ", ".join(gpu.device_names) or "none recorded (see notes)"),
+        ("aliases", ", ".join(gpu.aliases) or _ABSENT),
+    ]
 
 
 def gpu_detail(gpu: GPU, *, units: ByteUnits = "GB", note: str | None = None) -> list[RenderableType]:
@@ -126,22 +167,7 @@ def gpu_detail(gpu: GPU, *, units: ByteUnits = "GB", note: str | None = None) ->
                  title_justify="left")
     info.add_column("field", style="bold", no_wrap=True)
     info.add_column("value", overflow="fold")
-    sm = "CU" if gpu.vendor == "AMD" else "SM"
-    rows = [
-        ("memory", f"{format_bytes(gpu.memory_bytes, units, digits=2)} ({gpu.memory_bytes:,} bytes; "
-                   f"vendor label {gpu.memory_label})"),
-        ("memory bandwidth", _bandwidth(gpu.memory_bandwidth, units)),
-        (f"{sm}s", f"{gpu.sm_count}"),
-        (f"max threads per {sm}", f"{gpu.max_threads_per_sm:,}"),
-        ("resident threads", f"{gpu.resident_threads:,} ({gpu.sm_count} x {gpu.max_threads_per_sm})"),
-        ("compute capability", gpu.compute_capability or _ABSENT),
-        ("PCIe", f"{_pcie(gpu)}: {format_rate(gpu.pcie_bandwidth, 'B/s')} per direction"),
-        ("interconnect", _interconnect(gpu, units) + (" (both directions, per GPU)"
-                                                       if gpu.interconnect else "")),
-        ("TDP", _ABSENT if gpu.tdp_watts is None else f"{gpu.tdp_watts:g} W"),
-        ("torch device names", ", ".join(gpu.device_names) or "none recorded (see notes)"),
-        ("aliases", ", ".join(gpu.aliases) or _ABSENT),
-    ]
+    rows = _detail_rows(gpu, units)
     for k, v in rows:
         info.add_row(k, v)
     out.append(info)
@@ -152,7 +178,8 @@ def gpu_detail(gpu: GPU, *, units: ByteUnits = "GB", note: str | None = None) ->
     peaks.add_column("ridge point (FLOP/byte)", justify="right", no_wrap=True)
     for d in DTYPES:
         if d in gpu.peak_flops:
-            peaks.add_row(d, _peak(gpu, d), f"{gpu.ridge_point(d):,.0f}")
+            ridge = _ABSENT if gpu.memory_bandwidth is None else f"{gpu.ridge_point(d):,.0f}"
+            peaks.add_row(d, _peak(gpu, d), ridge)
         else:
             peaks.add_row(d, _ABSENT, _ABSENT)
     out.append(peaks)
