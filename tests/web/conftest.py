@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -62,12 +61,14 @@ def live_server(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "GPUPLAN_BENCH_DB": str(tmp_path_factory.mktemp("db") / "empty.sqlite")}
-    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "serve", "--port", str(port)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "serve", "--port", str(port)],
+                                env=env, stdout=subprocess.PIPE, stderr=err, text=True)
     line = proc.stdout.readline()  # printed once the socket listens
     if f":{port}/" not in line:
         proc.kill()
-        pytest.fail(f"gpuplan serve did not start: {line!r} {proc.stderr.read()[-2000:]}")
+        pytest.fail(f"gpuplan serve did not start: {line!r} {log.read_text()[-2000:]}")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -76,5 +77,5 @@ def live_server(tmp_path_factory):
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        assert proc.returncode is not None
-        time.sleep(0)
+        proc.stdout.close()
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]

@@ -49,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
               "can use the planner (there is no login); use --host 127.0.0.1 to keep it on "
               "this machine", file=sys.stderr)
     app = create_app(allowed_hosts=None if loopback else ["*"])
+    # No uvicorn limit_concurrency: its refusal is plain text; the app refuses excess work itself
+    # with a JSON 503 (gpuplan.web._app.MAX_PENDING), and waiting connections sit in the backlog.
     config = uvicorn.Config(app, host=args.host, port=port, log_level="warning",
-                            limit_concurrency=64, timeout_keep_alive=5, server_header=False)
+                            timeout_keep_alive=5, server_header=False)
     server = uvicorn.Server(config)
     _announce(server, args.host, args.open)
     server.run()

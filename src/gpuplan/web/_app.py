@@ -147,7 +147,9 @@ def _routes(work: _Work) -> list:
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
-    headers = {"Retry-After": "1"} if exc.status_code == 503 else None
+    headers = dict(exc.headers or {})  # e.g. 405's Allow
+    if exc.status_code == 503:
+        headers["Retry-After"] = "1"
     return _error(exc.status_code, exc.detail, headers)
 
 

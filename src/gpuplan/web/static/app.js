@@ -45,7 +45,7 @@ function svg(tag, attrs = {}, text = null) {
 }
 
 // ---- state: the form <-> a job body <-> the URL ---------------------------------------------
-function fields() { return document.querySelectorAll("[data-key]"); }
+function fields() { return document.querySelectorAll("#job [data-key]"); }
 
 function readForm() {
   const job = {};
@@ -178,9 +178,12 @@ async function update() {
     $("status").textContent = `updated in ${ms.toFixed(0)} ms`;
     $("status").dataset.ms = ms.toFixed(1);
     const misses = plan.gpus.some((g) => g.train_fits === false || g.infer_fits === false);
-    const speedP = api("/api/speed", { ...body(state), gpu: state.gpus[0], overhead: undefined }, signal)
-      .then((s) => { if (mine === seq) renderSpeed(plan, s); })
-      .catch((e) => { if (mine === seq && e.name !== "AbortError") $("speed").replaceChildren(el("p", { class: "error", text: e.message })); });
+    // the plan's own speed row says when this GPU cannot run the job's dtype: shown, not re-asked
+    const row = plan.speed ? plan.speed.gpus.find((r) => r.gpu === plan.gpus[0].name) : null;
+    const speedP = row && row.error ? Promise.resolve(speedError(plan.gpus[0].name, row.error))
+      : api("/api/speed", { ...body(state), gpu: state.gpus[0], overhead: undefined }, signal)
+        .then((s) => { if (mine === seq) renderSpeed(plan, s); })
+        .catch((e) => { if (mine === seq && e.name !== "AbortError") speedError(state.gpus[0], e.message); });
     if (misses) {
       $("suggestions").replaceChildren(el("h2", { text: "Cheapest changes that fit" }), el("p", { text: "searching…" }));
       const full = await api("/api/fit", body(state), signal);
@@ -339,10 +342,13 @@ function renderNotes(plan) {
 }
 
 // ---- speed and the roofline -----------------------------------------------------------------
+function speedError(gpu, message) {
+  $("speed").replaceChildren(el("h2", { text: `Speed on ${gpu}` }),
+    el("section", { class: "card speed", "data-error": "1" }, el("p", { class: "error", text: message })));
+}
+
 function renderSpeed(plan, sp) {
   const out = [el("h2", { text: `Speed on ${sp.gpu}` })];
-  const row = (plan.speed && plan.speed.gpus || []).find((r) => r.gpu === sp.gpu) || {};
-  if (row.error) out.push(el("p", { class: "error", text: row.error }));
   for (const [m, title] of MODES) {
     const s = sp[m];
     if (!s) continue;
