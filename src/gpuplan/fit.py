@@ -141,17 +141,8 @@ class Plan:
 
 
 def _job_dict(job: Job) -> dict:
-    return {
-        "mode": job.mode, "precision": job.precision, "infer_precision": job.infer_precision,
-        "optimizer": job.optimizer, "batch": job.batch, "seq": job.seq,
-        "grad_accum": job.grad_accum, "gpus": job.gpus, "zero": job.zero,
-        "offload_optimizer": job.offload_optimizer, "lora_rank": job.lora_rank,
-        "lora_targets": list(job.lora_targets) if job.lora_targets else None,
-        "lora_base": job.lora_base, "checkpointing": job.checkpointing,
-        "attention": job.attention, "kv_dtype": job.kv_dtype, "context": job.context,
-        "fused_optimizer": job.fused_optimizer, "use_cache": job.use_cache,
-        "prefill_logits": job.prefill_logits,
-    }
+    """The ``"job"`` object: every Job field, serialized by the Job itself."""
+    return job.to_dict()
 
 
 def resolve_model(model: str | Model) -> Model:

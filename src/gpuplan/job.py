@@ -7,16 +7,19 @@ same errors and the same defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal, get_args
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from .errors import InputError
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
-from .models import Architecture, Model
+from .models import Architecture, Model, from_param_count
 
 __all__ = ["Job", "Mode", "Checkpointing", "Attention", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
-           "seq_limit"]
+           "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -28,6 +31,10 @@ KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 #: The default training recipe and inference weight format (the seed's case), defined once.
 DEFAULT_TRAIN_PRECISION = "mixed-bf16"
 DEFAULT_INFER_PRECISION = "bf16"
+
+#: With no model named, a job (``gpuplan fit``, :meth:`Job.from_dict`) plans the source document's
+#: example: a bare 7B-parameter model.
+DEFAULT_MODEL_PARAMS = 7_000_000_000
 
 #: Sequence length used when none is given and the architecture allows it.
 DEFAULT_SEQ = 2048
@@ -170,6 +177,38 @@ class Job:
     def global_batch(self) -> int:
         return self.batch * self.grad_accum * self.gpus
 
+    def to_dict(self) -> dict:
+        """Every field, JSON-ready (the ``"job"`` object of ``gpuplan fit --json``): the model as
+        its name or path when it is a string, else the loaded :class:`Model`'s name; tuples as
+        lists. :meth:`from_dict` reads it back (for a model named by a string)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> "Job":
+        """A Job from a dict of its fields (as :meth:`to_dict` writes them, e.g. a JSON body).
+
+        Keys left out take the Job's defaults, which are the CLI's (no ``model``: a bare
+        7B-parameter model, as ``gpuplan fit`` with no model). An unknown key, or a value of the
+        wrong JSON type, is an :class:`InputError` naming it; a list becomes a tuple where the
+        field is a tuple. The values are then validated as every Job is.
+        """
+        if not isinstance(d, Mapping):
+            raise InputError(f"job: expected an object of job fields, found {type(d).__name__}")
+        types_ = _field_types()
+        kw: dict = {}
+        for key, value in d.items():
+            if key not in types_:
+                from .errors import closest
+
+                near = closest(str(key), types_)
+                hint = f"; did you mean {', '.join(map(repr, near))}?" if near else \
+                    f"; job keys are {', '.join(types_)}"
+                raise InputError(f"unknown job key {str(key)!r:.60}{hint}")
+            kw[key] = _from_json(key, value, types_[key])
+        if "model" not in kw:
+            kw["model"] = from_param_count(DEFAULT_MODEL_PARAMS)
+        return cls(**kw)
+
     def with_(self, **changes: object) -> "Job":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
@@ -181,3 +220,59 @@ class Job:
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)
         return new
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Model):
+        return value.name
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@cache
+def _field_types() -> dict[str, object]:
+    """Job field -> its resolved annotation, in field order."""
+    hints = get_type_hints(Job)
+    return {f.name: hints[f.name] for f in fields(Job)}
+
+
+def _alternatives(hint: object) -> tuple:
+    if get_origin(hint) in (Union, types.UnionType):
+        return get_args(hint)
+    return (hint,)
+
+
+def _accepts(t: object, value: object) -> tuple[bool, object]:
+    """Whether a JSON value fits one type of a field's annotation, and the value to use."""
+    if t is type(None):
+        return value is None, None
+    if t is bool:
+        return isinstance(value, bool), value
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if t is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if t is str or get_origin(t) is Literal:  # a Literal's choice is checked by __post_init__
+        return isinstance(value, str), value
+    if get_origin(t) is tuple:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        return ok, tuple(value) if ok else value
+    return False, value  # Model: a dict names its model by a string
+
+
+_KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
+         type(None): "null"}
+
+
+def _from_json(key: str, value: object, hint: object) -> object:
+    alts = _alternatives(hint)
+    for t in alts:
+        ok, out = _accepts(t, value)
+        if ok:
+            return out
+    kinds = [_KIND.get(t) or ("a list of strings" if get_origin(t) is tuple else
+                              "one of " + ", ".join(get_args(t)) if get_origin(t) is Literal
+                              else "") for t in alts]
+    raise InputError(f"{key} {value!r:.60}: expected {' or '.join(k for k in kinds if k)}")

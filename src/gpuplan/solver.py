@@ -115,6 +115,7 @@ class Suggestion:
             "usable_bytes": self.usable_bytes, "headroom_bytes": self.headroom_bytes,
             "fits": self.fits, "extra_compute_fraction": round(self.extra_compute, 4),
             "cost_kind": _TIER_NAMES[self.tier],
+            "job": self.job.to_dict(),  # the changed job, whole: what applying it means
         }
 
 

@@ -26,6 +26,7 @@ COMMANDS = {
     "trace": "gpuplan.cli.trace",
     "bench": "gpuplan.cli.bench",
     "profile": "gpuplan.cli.profile",
+    "serve": "gpuplan.cli.serve",
 }
 
 

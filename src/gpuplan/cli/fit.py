@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from ..job import DEFAULT_MODEL_PARAMS
 
 HELP = "memory per GPU for training and inference, and a verdict per GPU"
 
 #: With no model named, ``gpuplan fit`` plans the source document's example: 7B parameters.
-SEED_PARAMS = 7_000_000_000
+SEED_PARAMS = DEFAULT_MODEL_PARAMS
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,14 +14,14 @@ from ._catalog import (CatalogEntry, catalog_config, catalog_entry, catalog_keys
                        catalog_names)
 from ._counts import count_params
 from ._families import HF_CLASSES, SUPPORTED_FAMILIES, build_architecture
-from ._load import from_param_count, load_model
+from ._load import from_param_count, load_model, model_from_config_bytes
 from ._safetensors import read_header
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = [
     "COMPONENTS", "Architecture", "Model", "ParamCounts", "ParamTensor", "CatalogEntry",
     "SUPPORTED_FAMILIES", "HF_CLASSES",
-    "load_model", "from_param_count", "catalog_names", "catalog_config", "catalog_entry",
+    "load_model", "from_param_count", "model_from_config_bytes", "catalog_names", "catalog_config", "catalog_entry",
     "catalog_keys", "architecture_from_config", "count_params", "read_header",
 ]
 

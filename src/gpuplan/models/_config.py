@@ -17,7 +17,7 @@ from .._io import read_bounded
 from ..errors import ModelFileError
 from ..units import MB
 
-__all__ = ["MAX_CONFIG_BYTES", "read_json_file", "ConfigReader"]
+__all__ = ["MAX_CONFIG_BYTES", "read_json_file", "parse_json_bytes", "ConfigReader"]
 
 #: The largest config.json accepted (real ones are a few kB; ViT's with 1000 labels is ~70 kB).
 MAX_CONFIG_BYTES = 5 * MB
@@ -35,22 +35,30 @@ def _reject_constant(name: str) -> float:
 def read_json_file(path: str | os.PathLike, *, limit: int = MAX_CONFIG_BYTES,
                    what: str = "config.json") -> dict:
     """Read a JSON object from ``path``: bounded size, UTF-8, strict JSON (no NaN/Infinity)."""
-    data = read_bounded(path, limit, what=what)
+    return parse_json_bytes(read_bounded(path, limit, what=what), where=path, limit=limit)
+
+
+def parse_json_bytes(data: bytes, *, where: str | os.PathLike = "config.json",
+                     limit: int = MAX_CONFIG_BYTES) -> dict:
+    """The same strict reading for bytes already in memory (a config.json pasted into the web
+    page): at most ``limit`` bytes, UTF-8, strict JSON, a JSON object; errors name ``where``."""
+    if len(data) > limit:
+        raise ModelFileError(where, f"is {len(data):,} bytes; at most {limit:,} are read")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ModelFileError(path, f"is not UTF-8 text (byte {e.start})") from None
+        raise ModelFileError(where, f"is not UTF-8 text (byte {e.start})") from None
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
-        raise ModelFileError(path, f"is not valid JSON ({e.msg} at line {e.lineno}, "
-                                   f"column {e.colno})") from None
+        raise ModelFileError(where, f"is not valid JSON ({e.msg} at line {e.lineno}, "
+                                    f"column {e.colno})") from None
     except ValueError as e:
-        raise ModelFileError(path, f"is not valid JSON ({e})") from None
+        raise ModelFileError(where, f"is not valid JSON ({e})") from None
     except RecursionError:
-        raise ModelFileError(path, "is not valid JSON (nested too deeply)") from None
+        raise ModelFileError(where, "is not valid JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
-        raise ModelFileError(path, f"must hold a JSON object, found a JSON {_json_kind(obj)}")
+        raise ModelFileError(where, f"must hold a JSON object, found a JSON {_json_kind(obj)}")
     return obj
 
 

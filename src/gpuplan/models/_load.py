@@ -11,7 +11,7 @@ from types import MappingProxyType
 from ..errors import InputError, ModelFileError, UnknownNameError, closest
 from ..units import format_count, parse_count
 from ._catalog import catalog_keys, catalog_model, resolve_catalog_name
-from ._config import read_json_file
+from ._config import MAX_CONFIG_BYTES, parse_json_bytes, read_json_file
 from ._counts import count_params
 from ._families import build_architecture
 from ._safetensors import HeaderTensor, read_checkpoint_dir, read_header
@@ -190,8 +190,11 @@ class _HeaderGroups:
 
 
 def _arch_from_file(path: Path, name: str) -> tuple[Architecture, tuple[str, ...]]:
-    config = read_json_file(path)
-    arch, notes = build_architecture(config, name=name, source=str(path), where=str(path))
+    return _arch_from_config(read_json_file(path), name, str(path))
+
+
+def _arch_from_config(config: dict, name: str, where: str) -> tuple[Architecture, tuple[str, ...]]:
+    arch, notes = build_architecture(config, name=name, source=where, where=where)
     extra: list[str] = []
     q = config.get("quantization_config")
     if isinstance(q, dict):
@@ -210,6 +213,15 @@ def model_from_config(path: str | os.PathLike, *, name: str | None = None) -> Mo
     p = Path(path)
     name = name or (_dir_name(p.parent) if p.name == "config.json" else p.stem)
     arch, notes = _arch_from_file(p, name)
+    return Model(name=name, params=count_params(arch.tensors, arch), tensors=arch.tensors,
+                 architecture=arch, source="config", notes=notes)
+
+
+def model_from_config_bytes(data: bytes, *, name: str = "pasted config.json",
+                            limit: int = MAX_CONFIG_BYTES) -> Model:
+    """A :class:`Model` from the bytes of a config.json (pasted, uploaded), read as strictly as a
+    file: at most ``limit`` bytes, strict JSON, nothing executed; errors name ``name``."""
+    arch, notes = _arch_from_config(parse_json_bytes(data, where=name, limit=limit), name, name)
     return Model(name=name, params=count_params(arch.tensors, arch), tensors=arch.tensors,
                  architecture=arch, source="config", notes=notes)
 

@@ -1,0 +1,79 @@
+"""``gpuplan serve``: the planner as a local web page (needs the ``web`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+
+from ..errors import InputError
+
+HELP = "the planner as a web page on this machine (http://127.0.0.1:8000)"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help=HELP, description=HELP + "; needs pip install 'gpuplan[web]'")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only); another "
+                        "address exposes the planner to that network")
+    p.add_argument("--port", default="8000", help="TCP port (default 8000; 0: any free port)")
+    p.add_argument("--open", action="store_true", help="open the page in the default browser")
+    p.set_defaults(func=run)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..units import parse_positive_int
+
+    port = parse_positive_int(args.port, what="--port", minimum=0, maximum=65535)
+    try:  # the web extra's boundary: Starlette and uvicorn are imported only by this command
+        import uvicorn
+
+        from ..web import create_app
+    except ModuleNotFoundError as e:
+        if not (e.name or "").split(".")[0] in ("uvicorn", "starlette", "anyio"):
+            raise
+        raise InputError(f"gpuplan serve needs {e.name}, which is not installed; "
+                         "pip install 'gpuplan[web]'") from None
+    loopback = is_loopback(args.host)
+    if not loopback:
+        print(f"gpuplan: warning: serving on {args.host}: anyone who can reach this address "
+              "can use the planner (there is no login); use --host 127.0.0.1 to keep it on "
+              "this machine", file=sys.stderr)
+    app = create_app(allowed_hosts=None if loopback else ["*"])
+    # No uvicorn limit_concurrency: its refusal is plain text; the app refuses excess work itself
+    # with a JSON 503 (gpuplan.web._app.MAX_PENDING), and waiting connections sit in the backlog.
+    config = uvicorn.Config(app, host=args.host, port=port, log_level="warning",
+                            timeout_keep_alive=5, server_header=False)
+    server = uvicorn.Server(config)
+    _announce(server, args.host, args.open)
+    server.run()
+    return 0
+
+
+def _announce(server, host: str, open_browser: bool) -> None:
+    """Print the URL (and open it) once the socket is listening: uvicorn's startup hook."""
+    startup = server.startup
+
+    async def started(sockets=None) -> None:
+        await startup(sockets=sockets)
+        if not server.started:
+            return
+        port = server.servers[0].sockets[0].getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}/"
+        print(f"gpuplan serve: {url}  (Ctrl-C stops it)", flush=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    server.startup = started

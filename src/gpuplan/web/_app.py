@@ -1,0 +1,190 @@
+"""The ASGI app: routes, body limits, one-line JSON errors, a bound on concurrent work.
+
+Starlette, not FastAPI: the request and response bodies are the library's own serializations
+(``Job.from_dict``, ``Plan.to_dict``), validated by the library, so FastAPI's pydantic layer would
+be a second copy of the job's types and defaults; and importing it costs more than a second of
+start-up on this machine (see docs/serve.md). The OpenAPI schema is built from the Job's fields
+(:mod:`gpuplan.web._openapi`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import GpuplanError, InputError, UnknownNameError
+from . import _service
+from ._openapi import openapi_schema
+
+__all__ = ["create_app", "MAX_BODY_BYTES", "MAX_WORKERS", "MAX_PENDING"]
+
+log = logging.getLogger("gpuplan.web")
+
+#: Largest request body read (a pasted config.json plus the job's keys).
+MAX_BODY_BYTES = 1_100_000
+
+#: Requests computed at once (the library is CPU-bound: more threads only share the cores).
+MAX_WORKERS = 2
+
+#: Requests waiting for a worker beyond which new ones are refused with 503.
+MAX_PENDING = 32
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+#: Sent with every response: the page loads only its own files and talks only to this server.
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    line = " ".join(str(message).split())  # one line, whatever the message held
+    return JSONResponse({"error": line}, status_code=status, headers={**_HEADERS, **(headers or {})})
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def _json_body(request: Request) -> Any:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise HTTPException(415, "send the body as application/json")
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        raise HTTPException(413, f"request body over {MAX_BODY_BYTES:,} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise HTTPException(413, f"request body over {MAX_BODY_BYTES:,} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise HTTPException(400, f"request body is not valid JSON ({e})") from None
+
+
+class _Work:
+    """At most MAX_WORKERS computations at once, at most MAX_PENDING waiting; beyond, 503."""
+
+    def __init__(self) -> None:
+        self.limiter = anyio.CapacityLimiter(MAX_WORKERS)
+        self.pending = 0
+
+    async def run(self, fn: Callable, *args: Any) -> Any:
+        if self.pending >= MAX_PENDING:
+            raise HTTPException(503, "busy: too many requests at once; retry shortly")
+        self.pending += 1
+        try:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        finally:
+            self.pending -= 1
+
+
+def _respond(obj: Any) -> Response:
+    body = json.dumps(obj, allow_nan=False).encode()
+    return Response(body, media_type="application/json", headers=_HEADERS)
+
+
+def _routes(work: _Work) -> list:
+    async def post(request: Request, fn: Callable) -> Response:
+        body = await _json_body(request)
+        return _respond(await work.run(fn, body))
+
+    async def fit(request: Request) -> Response:
+        return await post(request, _service.fit)
+
+    async def speed(request: Request) -> Response:
+        return await post(request, _service.speed)
+
+    async def flops(request: Request) -> Response:
+        return await post(request, _service.flops)
+
+    async def models(request: Request) -> Response:
+        return _respond(await work.run(_service.models, request.query_params.get("q", "")))
+
+    async def gpus(request: Request) -> Response:
+        return _respond(await work.run(_service.gpus))
+
+    async def options(request: Request) -> Response:
+        return _respond(await work.run(_service.options))
+
+    async def schema(request: Request) -> Response:
+        return _respond(openapi_schema())
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers=_HEADERS)
+
+    return [
+        Route("/", index, methods=["GET"]),
+        Route("/api/fit", fit, methods=["POST"]),
+        Route("/api/speed", speed, methods=["POST"]),
+        Route("/api/flops", flops, methods=["POST"]),
+        Route("/api/models", models, methods=["GET"]),
+        Route("/api/gpus", gpus, methods=["GET"]),
+        Route("/api/options", options, methods=["GET"]),
+        Route("/api/openapi.json", schema, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    headers = dict(exc.headers or {})  # e.g. 405's Allow
+    if exc.status_code == 503:
+        headers["Retry-After"] = "1"
+    return _error(exc.status_code, exc.detail, headers)
+
+
+async def _input_error(request: Request, exc: Exception) -> Response:
+    status = 404 if isinstance(exc, UnknownNameError) and request.method == "GET" else 422
+    return _error(status, str(exc))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("gpuplan serve: %s %s failed", request.method, request.url.path)
+    return _error(500, f"internal error ({type(exc).__name__}); the server log has the details")
+
+
+class _LoopbackHosts:
+    """Refuse a request whose Host header is not one of ``hosts`` (JSON, 400): a page on another
+    site that rebinds its DNS name to 127.0.0.1 sends its own name and is refused."""
+
+    def __init__(self, app: Any, hosts: list[str]) -> None:
+        self.app, self.hosts = app, {h.lower() for h in hosts}
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and "*" not in self.hosts:
+            host = Headers(scope=scope).get("host", "").lower()
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name not in self.hosts:
+                await _error(400, f"host {host[:80]!r} is not served here")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(*, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The app. ``allowed_hosts``: the Host headers accepted (default: loopback names only, which
+    keeps a page on another site from reaching this server by DNS rebinding)."""
+    hosts = allowed_hosts or ["127.0.0.1", "localhost", "[::1]", "::1"]
+    handlers = {HTTPException: _http_error, InputError: _input_error,
+                GpuplanError: _input_error, Exception: _server_error}
+    return Starlette(routes=_routes(_Work()), exception_handlers=handlers,
+                     middleware=[Middleware(_LoopbackHosts, hosts=hosts)])

@@ -1,0 +1,129 @@
+"""The OpenAPI document of ``gpuplan serve``, built from the Job's own fields.
+
+The job's properties come from :func:`typing.get_type_hints` over :class:`~gpuplan.job.Job` (a
+field added to the Job appears here by itself); the choices of a ``Literal`` field are its
+``enum``. Values the schema cannot express (a recipe name the library does not know, a batch
+that does not fit) are answered 422 with one line, which the schema states for every route.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import MISSING, fields
+from functools import cache
+from typing import Literal, Union, get_args, get_origin, get_type_hints
+
+from ..job import Job
+from ..models import Model
+
+__all__ = ["openapi_schema", "job_properties"]
+
+
+def _schema_of(t: object) -> dict:
+    if get_origin(t) in (Union, types.UnionType):
+        alts = [_schema_of(a) for a in get_args(t) if a is not Model]
+        return alts[0] if len(alts) == 1 else {"anyOf": alts}
+    if t is type(None):
+        return {"type": "null"}
+    if get_origin(t) is Literal:
+        return {"type": "string", "enum": list(get_args(t))}
+    if get_origin(t) is tuple:
+        return {"type": "array", "items": {"type": "string"}, "maxItems": 64}
+    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
+            str: {"type": "string", "maxLength": 200}}[t]
+
+
+def job_properties() -> dict:
+    """JSON Schema of every Job field, with its default and its docstring's first line."""
+    hints = get_type_hints(Job)
+    props = {}
+    for f in fields(Job):
+        s = _schema_of(hints[f.name])
+        if f.default is not MISSING:
+            s["default"] = list(f.default) if isinstance(f.default, tuple) else f.default
+        props[f.name] = s
+    props["model"]["description"] = ("catalog name (see /api/models); left out: the 7B "
+                                     "parameter model gpuplan fit plans by default")
+    return props
+
+
+_FIT_OPTIONS = {
+    "gpu": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
+                                            "minItems": 1, "maxItems": 16}],
+            "description": "GPU(s) to judge against (gpuplan fit --gpu); default: a shortlist"},
+    "params": {"anyOf": [{"type": "string"}, {"type": "integer"}],
+               "description": "a bare parameter count instead of a model (--params), e.g. 7B"},
+    "config": {"type": "string", "description": "the text of a config.json (at most 1 MB)"},
+    "suggest": {"anyOf": [{"type": "boolean"}, {"type": "null"}],
+                "description": "true: --suggest; null: only for named GPUs that do not fit; "
+                               "false: never"},
+    "max_batch": {"type": "boolean"},
+    "max_seq": {"type": "boolean"},
+    "overhead": {"type": "string", "enum": ["low", "expected", "high"]},
+    "speed": {"type": "boolean", "description": "false: --no-speed"},
+}
+
+_ERROR = {"type": "object", "required": ["error"], "additionalProperties": False,
+          "properties": {"error": {"type": "string"}}}
+
+
+def _responses(ok: str) -> dict:
+    err = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    out = {"200": {"description": ok, "content": {"application/json": {
+        "schema": {"type": "object"}}}}}
+    for code, what in (("400", "malformed request"), ("413", "body too large"),
+                       ("415", "body is not JSON"), ("422", "invalid job or option"),
+                       ("503", "busy: retry")):
+        out[code] = {"description": what, **err}
+    return out
+
+
+def _post(summary: str, schema_ref: str) -> dict:
+    return {"post": {"summary": summary, "requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}}},
+        "responses": _responses(summary)}}
+
+
+def _get(summary: str, params: list | None = None) -> dict:
+    op: dict = {"summary": summary, "responses": _responses(summary)}
+    if params:
+        op["parameters"] = params
+    return {"get": op}
+
+
+@cache
+def openapi_schema() -> dict:
+    job = job_properties()
+    speed_props = {**job, **{k: _FIT_OPTIONS[k] for k in ("gpu", "params", "config")}}
+    flops_props = {"model": {"type": "string"}, "batch": {"type": "integer", "minimum": 1},
+                   "seq": {"type": "integer", "minimum": 1},
+                   "mode": {"type": "string", "enum": ["train", "forward"]},
+                   "recompute": {"type": "string", "enum": ["none", "selective", "full"]},
+                   "attention": {"type": "string", "enum": ["flash", "eager"]}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "gpuplan serve", "version": "1",
+                 "description": "The planner's JSON API: the bodies are the library's Job and "
+                                "result serializations (POST /api/fit answers what `gpuplan "
+                                "fit --json` prints)."},
+        "paths": {
+            "/api/fit": _post("the plan, as gpuplan fit --json prints it", "FitRequest"),
+            "/api/speed": _post("the speed estimate and its ceiling on one GPU", "SpeedRequest"),
+            "/api/flops": _post("counted FLOPs, as gpuplan flops model --json", "FlopsRequest"),
+            "/api/models": _get("catalog models", [{"name": "q", "in": "query", "required": False,
+                                                    "schema": {"type": "string",
+                                                               "maxLength": 100}}]),
+            "/api/gpus": _get("the GPU catalog"),
+            "/api/options": _get("the page's choices and the job's defaults"),
+        },
+        "components": {"schemas": {
+            "Job": {"type": "object", "properties": job, "additionalProperties": False},
+            "FitRequest": {"type": "object", "properties": {**job, **_FIT_OPTIONS},
+                           "additionalProperties": False},
+            "SpeedRequest": {"type": "object", "properties": speed_props, "required": ["gpu"],
+                             "additionalProperties": False},
+            "FlopsRequest": {"type": "object", "properties": flops_props, "required": ["model"],
+                             "additionalProperties": False},
+            "Error": _ERROR,
+        }},
+    }

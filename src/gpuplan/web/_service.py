@@ -1,0 +1,220 @@
+"""What each API route answers, as plain functions over JSON values (no HTTP here).
+
+Every function takes the decoded JSON body (or query) and returns the JSON-ready dict the route
+sends; bad input raises :class:`~gpuplan.errors.InputError`, which the app turns into one line.
+Nothing is computed here: the job is :meth:`Job.from_dict`, the answers are the library's own
+result serializations (``Plan.to_dict`` is what ``gpuplan fit --json`` prints), and every choice
+and default the page offers is read from the library.
+
+Bounded work: a model is a catalog name or a pasted config.json (at most :data:`MAX_CONFIG_BYTES`),
+never a path on this machine; at most :data:`MAX_GPUS_PER_REQUEST` GPUs per request; the searches
+are the library's, whose spaces are capped there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, get_args, get_origin, get_type_hints
+
+from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
+from ..compute import default_seq as flops_default_seq
+from ..errors import InputError
+from ..fit import OverheadLevel, plan
+from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
+from ..hardware import DEFAULT_SHORTLIST, all_gpus, resolve_gpu
+from ..job import KV_DTYPES, Job
+from ..memory import train_memory
+from ..models import (SUPPORTED_FAMILIES, catalog_entry, catalog_names, from_param_count,
+                      load_model, model_from_config_bytes)
+from ..report import gpus as gpus_report
+from ..report import models as models_report
+from ..units import MB, parse_count
+
+__all__ = ["fit", "speed", "flops", "models", "gpus", "options", "FIT_OPTIONS",
+           "MAX_CONFIG_BYTES", "MAX_GPUS_PER_REQUEST", "MAX_QUERY_CHARS"]
+
+#: A pasted config.json is read up to this size (real ones are a few kB).
+MAX_CONFIG_BYTES = 1 * MB
+
+#: GPUs judged in one request (the catalog holds a few dozen; the page sends one to a handful).
+MAX_GPUS_PER_REQUEST = 16
+
+#: Longest catalog search string.
+MAX_QUERY_CHARS = 100
+
+#: The keys of a fit request beside the job's fields, each a ``gpuplan fit`` flag:
+#: ``gpu`` (--gpu, a list), ``params`` (--params), ``config`` (a config.json's text, as the CLI's
+#: path would be read), ``suggest`` (--suggest: true; null: the CLI's default; false: never),
+#: ``max_batch``/``max_seq`` (--max-batch/--max-seq), ``overhead`` (--overhead), ``speed``
+#: (false = --no-speed).
+FIT_OPTIONS = ("gpu", "params", "config", "suggest", "max_batch", "max_seq", "overhead", "speed")
+
+
+#: Ways to give the model other than a catalog name (the Job's own ``model`` key).
+_SOURCES = ("config", "params")
+
+
+def _bool(body: Mapping, key: str, default: bool | None) -> bool | None:
+    v = body.get(key, default)
+    if v is not None and not isinstance(v, bool):
+        raise InputError(f"{key} {v!r:.40}: expected true or false")
+    return v
+
+
+def _catalog_name(name: object) -> str:
+    """A model named by the request must be a catalog name: no path on this machine is read."""
+    if not isinstance(name, str):
+        raise InputError(f"model {name!r:.60}: expected a catalog name (see /api/models)")
+    return catalog_entry(name).name and name  # raises "unknown model ...; did you mean"
+
+
+def _job(body: Mapping, options: tuple[str, ...]) -> Job:
+    """The request's job: its job keys through Job.from_dict, the model a catalog name, a pasted
+    config.json or a bare parameter count."""
+    if not isinstance(body, Mapping):
+        raise InputError("request body: expected a JSON object of job fields")
+    job_keys = {k: v for k, v in body.items() if k not in options and k not in _SOURCES}
+    sources = [k for k in ("model", *_SOURCES) if body.get(k) is not None]
+    if len(sources) > 1:
+        raise InputError(f"give one of model, config, params, not {' and '.join(sources)}")
+    if body.get("config") is not None:
+        text = body["config"]
+        if not isinstance(text, str):
+            raise InputError("config: expected the text of a config.json as a string")
+        job_keys["model"] = model_from_config_bytes(text.encode("utf-8"), limit=MAX_CONFIG_BYTES)
+    elif body.get("params") is not None:
+        p = body["params"]
+        if isinstance(p, bool) or not isinstance(p, (str, int)):
+            raise InputError(f"params {p!r:.40}: expected a count such as 7B or 7000000000")
+        job_keys["model"] = from_param_count(parse_count(p, what="params"))
+    elif "model" in job_keys:
+        _catalog_name(job_keys["model"])
+    model = job_keys.pop("model", None)
+    job = Job.from_dict(job_keys)  # the CLI's defaults for every key left out
+    return job if model is None else job.with_(model=model)
+
+
+def _gpu_names(value: object) -> list[str] | None:
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not names:
+        raise InputError(f"gpu {value!r:.60}: expected a GPU name or a list of them "
+                         "(see /api/gpus)")
+    if len(names) > MAX_GPUS_PER_REQUEST:
+        raise InputError(f"gpu: {len(names)} GPUs named; at most {MAX_GPUS_PER_REQUEST} per "
+                         "request")
+    return names
+
+
+def fit(body: Mapping) -> dict:
+    """``POST /api/fit``: exactly the object ``gpuplan fit --json`` prints for the same job and
+    flags."""
+    job = _job(body, FIT_OPTIONS)
+    level = body.get("overhead", "expected")
+    if level not in get_args(OverheadLevel):
+        raise InputError(f"overhead {level!r:.40}: expected one of "
+                         f"{', '.join(get_args(OverheadLevel))}")
+    suggest = _bool(body, "suggest", None)
+    result = plan(job, _gpu_names(body.get("gpu")), overhead_level=level, suggest=suggest,
+                  max_batch=bool(_bool(body, "max_batch", False)),
+                  max_seq=bool(_bool(body, "max_seq", False)),
+                  speed=bool(_bool(body, "speed", True)))
+    return result.to_dict()
+
+
+#: Every kernel at 100% of the datasheet's dense peak and bandwidth, no launch cost: the ceiling
+#: the estimate's range is bounded by (the speed model's own arithmetic at other fractions).
+_CEILING = Efficiency(matmul=1.0, attention=1.0, memory=1.0, launch_s=0.0, pcie_pinned=1.0,
+                      pcie_pageable=1.0, comm=1.0,
+                      basis={k: "ceiling: 100% of the datasheet figure" for k in
+                             ("matmul", "attention", "memory", "launch_s", "pcie_pinned",
+                              "pcie_pageable", "comm")})
+
+
+def speed(body: Mapping) -> dict:
+    """``POST /api/speed``: the speed model for the job on one GPU, per mode: the estimate (what
+    ``gpuplan speed --json`` prints, without the per-op list) and the ceiling at 100% of the
+    datasheet peaks, the top of the estimate's range."""
+    job = _job(body, ("gpu",))
+    names = _gpu_names(body.get("gpu"))
+    if not names or len(names) != 1:
+        raise InputError("gpu: name one GPU for the speed estimate (see /api/gpus)")
+    gpu, note = resolve_gpu(names[0])
+    model = job.model if not isinstance(job.model, str) else load_model(job.model)
+    trainable = train_memory(model, job).trainable_params if job.trains else None
+    kw = dict(model=model, trainable_params=trainable)
+    est = estimate_speed_for_job(job, gpu, **kw)
+    top = estimate_speed_for_job(job, gpu, efficiency=_CEILING, measured=None, **kw)
+    out: dict = {"job": job.to_dict(), "gpu": gpu.name, "gpu_note": note,
+                 "memory_bandwidth": gpu.memory_bandwidth}
+    for mode, e in est.items():
+        out[mode] = {"estimate": e.to_dict(ops=False), "ceiling": top[mode].to_dict(ops=False)}
+    return out
+
+
+def flops(body: Mapping) -> dict:
+    """``POST /api/flops``: what ``gpuplan flops model --json`` prints (counted matmul FLOPs per
+    layer and per model)."""
+    if not isinstance(body, Mapping):
+        raise InputError("request body: expected a JSON object")
+    allowed = ("model", "batch", "seq", "mode", "recompute", "attention")
+    for key in body:
+        if key not in allowed:
+            raise InputError(f"unknown flops key {str(key)!r:.40}; keys are {', '.join(allowed)}")
+    name = _catalog_name(body.get("model"))
+    model = load_model(name)
+    arch = model.architecture
+    batch, seq = body.get("batch", 1), body.get("seq")
+    for key, v in (("batch", batch), ("seq", seq)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise InputError(f"{key} {v!r:.40}: expected a whole number >= 1")
+    seq = flops_default_seq(arch) if seq is None else seq
+    mode = body.get("mode", "train")
+    fb = flops_breakdown(arch, batch=batch, seq=seq, mode=mode,
+                         recompute=body.get("recompute", "none"),
+                         attention=body.get("attention", "flash"))
+    return {"model": model.name, "batch": batch, "seq": seq, "mode": mode, **fb.to_dict()}
+
+
+def models(query: str = "") -> dict:
+    """``GET /api/models?q=``: catalog models whose name, alias or family holds ``q`` (all when
+    empty), as ``gpuplan models --json`` lists them."""
+    q = query.strip().lower()
+    if len(q) > MAX_QUERY_CHARS:
+        raise InputError(f"q: {len(q)} characters; at most {MAX_QUERY_CHARS}")
+    hits = []
+    for name in catalog_names():
+        e = catalog_entry(name)
+        if not q or any(q in k.lower() for k in (e.name, *e.aliases, e.family)):
+            hits.append(load_model(name))
+    order = {f: i for i, f in enumerate(SUPPORTED_FAMILIES)}
+    hits.sort(key=lambda m: (order[m.architecture.family], m.params.total))
+    return models_report.catalog_json(hits, {m.name: catalog_entry(m.name).aliases for m in hits})
+
+
+def gpus() -> dict:
+    """``GET /api/gpus``: the GPU catalog, as ``gpuplan gpus --json`` prints it."""
+    return gpus_report.catalog_json(list(all_gpus()))
+
+
+def options() -> dict:
+    """``GET /api/options``: every choice the page offers and the defaults, read from the
+    library (the page holds no default of its own)."""
+    return {
+        "defaults": Job.from_dict({}).to_dict() | {"model": None},
+        "default_gpus": list(DEFAULT_SHORTLIST),
+        # every Job field typed as a Literal: mode, optimizer_states, checkpointing, attention ...
+        **{name: list(get_args(t)) for name, t in get_type_hints(Job).items()
+           if get_origin(t) is Literal},
+        "precision": list(TRAINING_RECIPES),
+        "infer_precision": list(WEIGHT_FORMATS),
+        "optimizer": list(OPTIMIZERS),
+        "kv_dtype": list(KV_DTYPES),
+        "zero": [0, 1, 2, 3],  # the ZeRO stages
+        "lora_base": list(WEIGHT_FORMATS),
+        "overhead": list(get_args(OverheadLevel)),
+        "fit_options": list(FIT_OPTIONS),
+        "max_gpus_per_request": MAX_GPUS_PER_REQUEST,
+        "max_config_bytes": MAX_CONFIG_BYTES,
+    }
