@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Literal, get_args, get_origin, get_type_hints
 
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
-from ..compute import default_seq as flops_default_seq
 from ..errors import InputError
 from ..fit import OverheadLevel, plan
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
@@ -158,23 +157,25 @@ def flops(body: Mapping) -> dict:
     layer and per model)."""
     if not isinstance(body, Mapping):
         raise InputError("request body: expected a JSON object")
-    allowed = ("model", "batch", "seq", "mode", "recompute", "attention")
+    allowed = ("model", "batch", "seq", "mode", "checkpointing", "recompute", "attention")
     for key in body:
         if key not in allowed:
             raise InputError(f"unknown flops key {str(key)!r:.40}; keys are {', '.join(allowed)}")
     name = _catalog_name(body.get("model"))
     model = load_model(name)
-    arch = model.architecture
-    batch, seq = body.get("batch", 1), body.get("seq")
-    for key, v in (("batch", batch), ("seq", seq)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise InputError(f"{key} {v!r:.40}: expected a whole number >= 1")
-    seq = flops_default_seq(arch) if seq is None else seq
     mode = body.get("mode", "train")
-    fb = flops_breakdown(arch, batch=batch, seq=seq, mode=mode,
-                         recompute=body.get("recompute", "none"),
-                         attention=body.get("attention", "flash"))
-    return {"model": model.name, "batch": batch, "seq": seq, "mode": mode, **fb.to_dict()}
+    if mode not in ("train", "forward"):
+        raise InputError(f"mode {str(mode)!r:.40}: expected train or forward")
+    attention = body.get("attention", "sdpa")
+    # the same Job `gpuplan flops model` builds: a forward pass is a scoring pass (all logits)
+    job = Job.from_dict({
+        "model": name, "mode": "train" if mode == "train" else "infer",
+        "batch": body.get("batch", 1), "seq": body.get("seq"),
+        "checkpointing": body.get("checkpointing", body.get("recompute", "none")),
+        "attention": "sdpa" if attention == "flash" else attention, "prefill_logits": "all"})
+    fb = flops_breakdown(model.architecture, job)
+    return {"model": model.name, "batch": job.batch, "seq": fb.tokens // job.batch, "mode": mode,
+            **fb.to_dict()}
 
 
 def models(query: str = "") -> dict:
