@@ -7,7 +7,8 @@ import json
 import math
 import sys
 
-from ._spellings import add_checkpointing_and_attention, checkpointing_and_attention
+from ._job_options import add_job_options
+from ._job_options import job_from_args as job_options_to_job
 
 __all__ = ["register", "run"]
 
@@ -23,16 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", required=True,
                    help="GPU SKU or alias (see `gpuplan gpus`), or a card by its numbers: "
                         "custom:24GB,bw=1000GB/s,bf16=165TF,fp32=82.6TF,sms=128,threads=1536,pcie=4x16")
-    p.add_argument("--mode", choices=("train", "infer"), default="train")
-    p.add_argument("--batch", default="1", help="sequences per GPU per step (default 1)")
-    p.add_argument("--seq", default=None,
-                   help="sequence (prompt) length; default min(2048, the model's maximum)")
-    p.add_argument("--gpus", default="1", help="data-parallel GPUs (default 1)")
-    p.add_argument("--precision", default=None,
-                   help="training recipe (default mixed-bf16) or inference weight format "
-                        "(default bf16)")
-    p.add_argument("--optimizer", default="adamw")
-    add_checkpointing_and_attention(p)
+    add_job_options(p)
     p.add_argument("--new-tokens", default="128", help="inference: tokens generated per sequence")
     p.add_argument("--link", default=None,
                    help="gradient all-reduce link: nvlink, pcie, or GB/s per GPU (e.g. 50, "
@@ -77,17 +69,8 @@ def _float(text: str | None, what: str, *, positive: bool) -> float | None:
 
 def job_from_args(args: argparse.Namespace, model):
     """The Job these arguments describe (one mode: train or infer)."""
-    from ..job import Job
-    from ..units import parse_positive_int
-
-    kw = dict(mode=args.mode, batch=parse_positive_int(args.batch, what="--batch", maximum=10**7),
-              gpus=parse_positive_int(args.gpus, what="--gpus", maximum=10**6),
-              optimizer=args.optimizer, **checkpointing_and_attention(args))
-    if args.seq is not None:
-        kw["seq"] = parse_positive_int(args.seq, what="--seq", maximum=10**8)
-    if args.precision is not None:
-        kw["precision" if args.mode == "train" else "infer_precision"] = args.precision
-    return Job(model=model, **kw)
+    return job_options_to_job(args, model, command="speed", default_mode="train",
+                              modes=("train", "infer"))
 
 
 def run(args: argparse.Namespace) -> int:
