@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from .errors import UnknownNameError
+from .errors import InputError, UnknownNameError
+from .models._ggml import ggml_tensor_bytes
 from .models._types import Architecture, ParamTensor
 
 __all__ = [
@@ -224,6 +225,15 @@ _GGML = {
     "Q5_K": (176, 256),  # 5.5 bits
     "Q6_K": (210, 256),  # 6.5625 bits
 }
+def _as_stored_ggml(t: ParamTensor, arch: Architecture | None) -> int:
+    """Each tensor in the GGML type its .gguf file stores it in (``ParamTensor.dtype``)."""
+    if t.dtype is None:
+        raise InputError(f"weight format 'gguf' is the per-tensor types of a .gguf file, but "
+                         f"tensor {t.name} has no stored type; give a .gguf model or choose "
+                         f"another format (q4_k_m, q8_0 ...)")
+    return ggml_tensor_bytes(t.dtype, t.shape) * t.count
+
+
 # When a row length is not a multiple of 256, llama.cpp falls back from k-quants to these.
 _GGML_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
@@ -431,6 +441,14 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                                 "architecture: 80% Q4_K / 20% Q6_K assumed",
                      source="ggml block_q4_K/block_q6_K; llama.cpp llama_tensor_get_type",
                      _tensor_bytes=_gguf("Q4_K", True)),
+        # bits: only a stand-in where per-tensor types are unknown (weights_bytes_in_format
+        # refuses that case); 16 is the widest type llama.cpp quantizes from.
+        WeightFormat(name="gguf", bits=16, compute_dtype="fp16",
+                     description="as stored in a .gguf file: each tensor in its own GGML type "
+                                 "(Q4_K, Q6_K, Q8_0, F16, F32 ...)",
+                     convention="per tensor, read from the file's header",
+                     source="the file's tensor infos; ggml type_traits block sizes",
+                     _tensor_bytes=_as_stored_ggml),
     )
 }
 
@@ -451,5 +469,8 @@ def weights_bytes_in_format(fmt: WeightFormat, tensors: tuple[ParamTensor, ...],
     """Bytes of all weights in ``fmt``: per tensor when the tensors are known, else every
     parameter at the format's effective bits."""
     if not tensors:
+        if fmt.name == "gguf":
+            raise InputError("weight format 'gguf' needs a model read from a .gguf file (its "
+                             "per-tensor types); this model has no tensors")
         return math.ceil(n_params * fmt.bits / 8)
     return sum(fmt.tensor_bytes(t, arch) for t in tensors)
