@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from ._common import add_download_argument
 
 HELP = "memory per GPU for training and inference, and a verdict per GPU"
 
@@ -14,8 +15,10 @@ SEED_PARAMS = 7_000_000_000
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help=HELP, description=HELP)
-    p.add_argument("model", nargs="?", help="catalog name (see `gpuplan models`), config.json, or "
-                   "model directory (config.json + *.safetensors)")
+    p.add_argument("model", nargs="?", help="catalog name (see `gpuplan models`), hub id "
+                   "(org/name, from the local Hugging Face cache), config.json, model directory "
+                   "(config.json + *.safetensors), or a .gguf file")
+    add_download_argument(p)
     p.add_argument("--params", metavar="N", help="a bare parameter count instead of a model, e.g. 7B")
     p.add_argument("--mode", choices=("train", "infer", "both"), default=None,
                    help="what to plan for (default: both)")
@@ -91,7 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def job_from_args(args: argparse.Namespace):
     """Build the Job from CLI arguments; unset options keep the Job's own defaults."""
     from ..job import Job
-    from ..models import from_param_count
+    from ..models import from_param_count, load_model
     from ..units import parse_count, parse_positive_int
 
     if args.model and args.params:
@@ -99,11 +102,17 @@ def job_from_args(args: argparse.Namespace):
     if not args.model and not args.params:
         # The built-in default: the source document's example, a 7B model.
         model = from_param_count(SEED_PARAMS)
+    elif args.params:
+        model = from_param_count(parse_count(args.params))
     else:
-        model = from_param_count(parse_count(args.params)) if args.params else args.model
+        model = load_model(args.model, download=args.download)
 
     kw: dict = {}
-    mode = args.mode or "both"
+    # A .gguf file is what llama.cpp serves: plan its inference with the file's own types.
+    gguf = model.source == "gguf"
+    mode = args.mode or ("infer" if gguf else "both")
+    if gguf and mode != "train" and args.precision is None and args.infer_precision is None:
+        kw["infer_precision"] = "gguf"
     kw["mode"] = mode
     if args.precision is not None:
         kw["infer_precision" if mode == "infer" else "precision"] = args.precision
@@ -171,9 +180,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--plot {args.plot!r}: expected a .png file name")
     job = job_from_args(args)
     overrides = overrides_from_args(args)
+    # The speed model reads one bit width per weight format, not a file's per-tensor mix.
+    per_tensor = job.infers and job.infer_precision == "gguf"
     result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
                   suggest=True if args.suggest else None, max_batch=args.max_batch,
-                  max_seq=args.max_seq, speed=not args.no_speed)
+                  max_seq=args.max_seq, speed=not args.no_speed and not per_tensor)
     trace = None
     if args.trace:
         from ..crosscheck import compare_with_trace
@@ -197,6 +208,9 @@ def run(args: argparse.Namespace) -> int:
             print("no model given: planning the source document's example, a 7B model "
                   "(name one, e.g. `gpuplan fit llama-3.1-8b`, or give --params)")
         render_plan(result, units=args.units, trace=trace)
+        if per_tensor and not args.no_speed:
+            print("speed: not estimated for a GGUF file's per-tensor types (the speed model "
+                  "takes one format: give --precision q4_k_m, q8_0 ... for an estimate)")
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0

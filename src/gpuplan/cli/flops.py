@@ -8,6 +8,8 @@ import json
 import re
 import sys
 
+from ._common import add_download_argument
+
 __all__ = ["register", "run", "parse_shape"]
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX\u00d7*]\s*(\d+)\s*$")
@@ -41,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Counted (matmul) FLOPs of MODEL for BATCH sequences of SEQ tokens: each "
                     "layer's ops, the embedding and head, forward, backward (2x) and recompute; "
                     "the attention s^2 term over the full square (Megatron/PaLM convention).")
-    mo.add_argument("model", help="catalog name, config.json path or model directory")
+    mo.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory or .gguf file")
+    add_download_argument(mo)
     mo.add_argument("--batch", default="1")
     mo.add_argument("--seq", default=None, help="default min(2048, the model's maximum)")
     mo.add_argument("--mode", choices=("train", "forward"), default="train")
@@ -149,7 +152,7 @@ def run_model(args: argparse.Namespace) -> int:
     from ..units import format_flops, parse_positive_int
 
     batch = parse_positive_int(args.batch, what="--batch", maximum=10**7)
-    model = load_model(args.model)
+    model = load_model(args.model, download=args.download)
     arch = model.architecture
     if arch is None:
         raise InputError(f"{args.model!r}: per-layer FLOPs need the architecture (a config.json)")

@@ -85,6 +85,10 @@ def _seconds(text: str, what: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._extras import require
+
+    # torch first: without it, one line with the install command (measure/ imports it too).
+    require("torch", feature="gpuplan profile")
     from ..measure._profile_analysis import NoStepsError
 
     # Validate everything before the script runs: bad arguments are one line and exit 2.

@@ -7,6 +7,8 @@ import json
 import math
 import sys
 
+from ._common import add_download_argument
+
 __all__ = ["register", "run"]
 
 
@@ -17,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "roofline of each op class, step time, tokens/s, MFU; prefill vs decode; "
                     "input copies; data-parallel scaling; time and cost to train; and whether "
                     "the job needs a GPU at all.")
-    p.add_argument("model", help="catalog name, config.json path or model directory")
+    p.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory or .gguf file")
+    add_download_argument(p)
     p.add_argument("--gpu", required=True, help="GPU SKU or alias (see `gpuplan gpus`)")
     p.add_argument("--mode", choices=("train", "infer"), default="train")
     p.add_argument("--batch", default="1", help="sequences per GPU per step (default 1)")
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_writable(args.plot, what="--plot")
     gpu, alias = resolve_gpu(args.gpu)
-    model = load_model(args.model)
+    model = load_model(args.model, download=args.download)
     cpu = None
     if args.vs_cpu:
         try:

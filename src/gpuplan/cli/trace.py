@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._common import add_download_argument
+
 HELP = "run a model's real training or inference step under fake tensors and record its memory"
 
 
@@ -11,7 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help=HELP, description=HELP + ". Needs torch and transformers.")
     p.add_argument("model", help="catalog name (`gpuplan models`), config.json, model directory, "
                    "or path/to/file.py:factory (your own code: a function returning "
-                   "(model, example_batch))")
+                   "(model, example_batch)), or a hub id (org/name) from the local Hugging "
+                   "Face cache")
+    add_download_argument(p)
     p.add_argument("--mode", help="train (default) or infer")
     p.add_argument("--batch", metavar="B", help="batch size (default 1)")
     p.add_argument("--seq", metavar="S", help="sequence length (default: the model's context, at most 2048)")
@@ -41,8 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._io import check_writable
+    from .._extras import require
     from ..errors import InputError
     from ..units import parse_positive_int
+
+    # torch first (the one-line install command when it is missing), before any argument work.
+    require("torch", "transformers", feature="gpuplan trace")
 
     if args.plot:
         check_writable(args.plot)
@@ -65,7 +73,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..trace import trace_step
 
-    result = trace_step(args.model, **kw)
+    model = args.model
+    from ..models import is_hub_id, load_model
+
+    if args.download or is_hub_id(model):  # org/name: the Hugging Face cache (or --download)
+        model = load_model(model, download=args.download)
+    result = trace_step(model, **kw)
     from ..report.trace import plot_timeline, render_trace, trace_json
 
     if args.plot:
