@@ -44,8 +44,8 @@ def require(*modules: str, feature: str) -> ModuleType:
             # A broken install (the package's own dependency missing) names the deeper module.
             missing = e.name if e.name and e.name.split(".")[0] in PACKAGE_EXTRA else name
             top = missing.split(".")[0]
-            raise MissingDependencyError(top, PACKAGE_EXTRA.get(top, PACKAGE_EXTRA[name]),
-                                         feature) from None
+            extra = PACKAGE_EXTRA.get(top) or PACKAGE_EXTRA[name.split(".")[0]]
+            raise MissingDependencyError(top, extra, feature) from None
         first = first or mod
     assert first is not None, "require() needs at least one module"
     return first

@@ -39,7 +39,9 @@ def is_hub_id(s: str) -> bool:
 
 def hub(repo_id: str) -> ModuleType:
     """``huggingface_hub``, or the one-line missing-extra error."""
-    return require("huggingface_hub", feature=f"reading the hub id {repo_id!r}")
+    # its submodules load lazily: name the two read here as attributes
+    return require("huggingface_hub", "huggingface_hub.constants", "huggingface_hub.errors",
+                   feature=f"reading the hub id {repo_id!r}")
 
 
 def cache_dir(h: ModuleType) -> str:
@@ -50,20 +52,20 @@ def cache_dir(h: ModuleType) -> str:
 def cached_snapshot(h: ModuleType, repo_id: str) -> Path | None:
     """The snapshot folder of ``repo_id``'s ``main`` revision when the cache holds its
     config.json, else None."""
-    got = h.try_to_load_from_cache(repo_id, "config.json")
+    got = h.try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir(h))
     return Path(got).parent if isinstance(got, str) else None
 
 
 def cached_file(h: ModuleType, repo_id: str, filename: str) -> Path | None:
     """One cached file of ``repo_id`` (main revision), or None."""
-    got = h.try_to_load_from_cache(repo_id, filename)
+    got = h.try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir(h))
     return Path(got) if isinstance(got, str) else None
 
 
 def cached_repo_ids(h: ModuleType) -> list[str]:
     """Model repos in the cache (for "did you mean"); empty when there is no cache."""
     try:
-        info = h.scan_cache_dir()
+        info = h.scan_cache_dir(cache_dir(h))
     except (h.CacheNotFound, OSError, ValueError):
         return []
     return sorted(r.repo_id for r in info.repos if r.repo_type == "model")
@@ -124,7 +126,7 @@ def download(h: ModuleType, repo_id: str) -> Downloaded:
     is one :class:`InputError` line: gated, missing, no config.json, or no network."""
     errors = h.errors
     try:
-        config = Path(h.hf_hub_download(repo_id, "config.json"))
+        config = Path(h.hf_hub_download(repo_id, "config.json", cache_dir=cache_dir(h)))
         notes: list[str] = []
         try:
             meta = h.get_safetensors_metadata(repo_id)
