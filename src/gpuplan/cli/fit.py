@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "amp-fp16, bf16; default mixed-bf16); weight format in infer mode")
     p.add_argument("--infer-precision", metavar="FORMAT",
                    help="inference weight format with --mode both (fp32, bf16, fp16, fp8, int8, "
-                        "nf4, nf4-dq, gptq-4bit, awq-4bit, q8_0, q4_0, q4_k_m; default bf16)")
+                        "nf4, nf4-dq, gptq-4bit, awq-4bit, q8_0, q4_0, q4_k_m; default bf16; gguf: a "
+                        ".gguf file's own per-tensor types, its default)")
     p.add_argument("--optimizer", metavar="NAME",
                    help="sgd, sgd-momentum, adam, adamw (default), adafactor, adamw-8bit, lion, "
                         "adagrad, rmsprop")
