@@ -16,7 +16,7 @@ from .models._types import Architecture, ParamTensor
 
 __all__ = [
     "TrainingRecipe", "OptimizerSpec", "WeightFormat",
-    "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS",
+    "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS", "STORED_FORMATS",
     "get_recipe", "get_optimizer", "get_weight_format",
     "optimizer_state_bytes", "weights_bytes_in_format",
 ]
@@ -441,15 +441,21 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                                 "architecture: 80% Q4_K / 20% Q6_K assumed",
                      source="ggml block_q4_K/block_q6_K; llama.cpp llama_tensor_get_type",
                      _tensor_bytes=_gguf("Q4_K", True)),
-        # bits: only a stand-in where per-tensor types are unknown (weights_bytes_in_format
-        # refuses that case); 16 is the widest type llama.cpp quantizes from.
-        WeightFormat(name="gguf", bits=16, compute_dtype="fp16",
-                     description="as stored in a .gguf file: each tensor in its own GGML type "
-                                 "(Q4_K, Q6_K, Q8_0, F16, F32 ...)",
-                     convention="per tensor, read from the file's header",
-                     source="the file's tensor infos; ggml type_traits block sizes",
-                     _tensor_bytes=_as_stored_ggml),
     )
+}
+
+#: Formats a model can only be in when it was read from such a file: each tensor keeps the type
+#: the file stores it in. Not in WEIGHT_FORMATS, whose formats apply to any model (the solver
+#: and the property tests go through those); :func:`get_weight_format` finds both.
+STORED_FORMATS: dict[str, WeightFormat] = {
+    # bits: only a stand-in; weights_bytes_in_format refuses a model without per-tensor types,
+    # and the speed model is not given this format. 16 is the widest type llama.cpp quantizes from.
+    "gguf": WeightFormat(name="gguf", bits=16, compute_dtype="fp16",
+                         description="as stored in a .gguf file: each tensor in its own GGML "
+                                     "type (Q4_K, Q6_K, Q8_0, F16, F32 ...)",
+                         convention="per tensor, read from the file's header",
+                         source="the file's tensor infos; ggml type_traits block sizes",
+                         _tensor_bytes=_as_stored_ggml),
 }
 
 #: Inference formats ordered by effective bits (largest first).
@@ -457,11 +463,13 @@ INFERENCE_ORDER = tuple(sorted(WEIGHT_FORMATS, key=lambda n: -WEIGHT_FORMATS[n].
 
 
 def get_weight_format(name: str) -> WeightFormat:
-    try:
-        return WEIGHT_FORMATS[name]
-    except KeyError:
-        raise UnknownNameError("weight format", name, WEIGHT_FORMATS,
-                               hint="inference formats: " + ", ".join(WEIGHT_FORMATS)) from None
+    """A format of WEIGHT_FORMATS, or of STORED_FORMATS (``gguf``)."""
+    fmt = WEIGHT_FORMATS.get(name) or STORED_FORMATS.get(name)
+    if fmt is None:
+        raise UnknownNameError("weight format", name, [*WEIGHT_FORMATS, *STORED_FORMATS],
+                               hint="inference formats: " + ", ".join(WEIGHT_FORMATS)
+                               + "; gguf for a .gguf file's own types")
+    return fmt
 
 
 def weights_bytes_in_format(fmt: WeightFormat, tensors: tuple[ParamTensor, ...],
