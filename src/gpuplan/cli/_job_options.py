@@ -45,7 +45,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "bf16 default, fp16, fp8, int8, nf4, nf4-dq, gptq-4bit, awq-4bit, q8_0, q4_0, "
               "q4_k_m)", "NAME"),
     JobOption("--infer-precision", "infer_precision", "str", "inference weight format with "
-              "--mode both (default bf16)", "FORMAT"),
+              "--mode both (default bf16; a .gguf file: gguf, its own per-tensor types)",
+              "FORMAT"),
     JobOption("--optimizer", "optimizer", "str", "sgd, sgd-momentum, adam, adamw (default), "
               "adafactor, adamw-8bit, lion, adagrad, rmsprop", "NAME"),
     JobOption("--optimizer-states", "optimizer_states", "str", "optimizer state dtype: auto "

@@ -6,10 +6,11 @@ import argparse
 
 from ..errors import InputError
 from ..job import DEFAULT_MODEL_PARAMS, Job
-from ..models import from_param_count
+from ..models import from_param_count, load_model
 from ..units import parse_count
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
+from ._common import add_download_argument
 
 HELP = "memory per GPU for training and inference, and a verdict per GPU"
 
@@ -19,8 +20,10 @@ SEED_PARAMS = DEFAULT_MODEL_PARAMS
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help=HELP, description=HELP)
-    p.add_argument("model", nargs="?", help="catalog name (see `gpuplan models`), config.json, or "
-                   "model directory (config.json + *.safetensors)")
+    p.add_argument("model", nargs="?", help="catalog name (see `gpuplan models`), hub id "
+                   "(org/name, from the local Hugging Face cache), config.json, model directory "
+                   "(config.json + *.safetensors), or a .gguf file")
+    add_download_argument(p)
     p.add_argument("--params", metavar="N", help="a bare parameter count instead of a model, e.g. 7B")
     p.add_argument("--gpu", action="append", metavar="NAME",
                    help="GPU to judge against (repeatable; default: a shortlist; `gpuplan gpus`), "
@@ -62,14 +65,23 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """The Job of ``gpuplan fit``'s arguments (the shared job options; unset ones keep the Job's
-    defaults); no model and no --params: the source document's 7B example."""
+    defaults); no model and no --params: the source document's 7B example. A .gguf file is what
+    llama.cpp serves: its inference is planned with the file's own per-tensor types."""
     if args.model and args.params:
         raise InputError("give a model or --params, not both")
     if args.params:
         model = from_param_count(parse_count(args.params))
+    elif args.model:
+        model = load_model(args.model, download=args.download)
+        if model.source == "catalog":  # the name as typed, as a JSON body names it (web, tests)
+            model = args.model
     else:
-        model = args.model or from_param_count(SEED_PARAMS)
-    return job_options_to_job(args, model, command="fit", default_mode="both")
+        model = from_param_count(SEED_PARAMS)
+    gguf = getattr(model, "source", None) == "gguf"
+    job = job_options_to_job(args, model, command="fit", default_mode="infer" if gguf else "both")
+    if gguf and job.infers and args.precision is None and args.infer_precision is None:
+        job = job.with_(infer_precision="gguf")
+    return job
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict | None:
@@ -101,9 +113,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--plot {args.plot!r}: expected a .png file name")
     job = job_from_args(args)
     overrides = overrides_from_args(args)
+    # The speed model reads one bit width per weight format, not a file's per-tensor mix.
+    per_tensor = job.infers and job.infer_precision == "gguf"
     result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
                   suggest=True if args.suggest else None, max_batch=args.max_batch,
-                  max_seq=args.max_seq, speed=not args.no_speed)
+                  max_seq=args.max_seq, speed=not args.no_speed and not per_tensor)
     trace = None
     if args.trace:
         from ..crosscheck import compare_with_trace
@@ -127,6 +141,9 @@ def run(args: argparse.Namespace) -> int:
             print("no model given: planning the source document's example, a 7B model "
                   "(name one, e.g. `gpuplan fit llama-3.1-8b`, or give --params)")
         render_plan(result, units=args.units, trace=trace)
+        if per_tensor and not args.no_speed:
+            print("speed: not estimated for a GGUF file's per-tensor types (the speed model "
+                  "takes one format: give --precision q4_k_m, q8_0 ... for an estimate)")
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0

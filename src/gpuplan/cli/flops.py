@@ -10,6 +10,7 @@ import sys
 
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
+from ._common import add_download_argument
 
 __all__ = ["register", "run", "parse_shape"]
 
@@ -45,7 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Counted (matmul) FLOPs of MODEL for BATCH sequences of SEQ tokens: each "
                     "layer's ops, the embedding and head, forward, backward (2x) and recompute; "
                     "the attention s^2 term over the full square (Megatron/PaLM convention).")
-    mo.add_argument("model", help="catalog name, config.json path or model directory")
+    mo.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory "
+                    "or .gguf file")
+    add_download_argument(mo)
     add_job_options(mo)
     mo.add_argument("--json", action="store_true")
     mo.set_defaults(func=run_model)
@@ -117,7 +120,7 @@ def run_model(args: argparse.Namespace) -> int:
     if args.mode == "forward":  # the command's old word for a scoring forward pass
         print("gpuplan: note: --mode forward is now spelled --mode infer", file=sys.stderr)
         args.mode = "infer"
-    model = load_model(args.model)
+    model = load_model(args.model, download=args.download)
     arch = model.architecture
     if arch is None:
         raise InputError(f"{args.model!r}: per-layer FLOPs need the architecture (a config.json)")

@@ -111,6 +111,10 @@ def _check_plot(path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._extras import require
+
+    # torch first: without it, one line with the install command (measure/ imports it too).
+    require("torch", feature="gpuplan profile")
     from ..measure.profile.distributed import dist_env
     from ..measure.profile.script import check_script, collect, run_script
     from ..report.profile import plot_profile, render_json, render_text

@@ -9,6 +9,7 @@ import sys
 
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
+from ._common import add_download_argument
 
 __all__ = ["register", "run"]
 
@@ -20,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "roofline of each op class, step time, tokens/s, MFU; prefill vs decode; "
                     "input copies; data-parallel scaling; time and cost to train; and whether "
                     "the job needs a GPU at all.")
-    p.add_argument("model", help="catalog name, config.json path or model directory")
+    p.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory "
+                   "or .gguf file")
+    add_download_argument(p)
     p.add_argument("--gpu", required=True,
                    help="GPU SKU or alias (see `gpuplan gpus`), or a card by its numbers: "
                         "custom:24GB,bw=1000GB/s,bf16=165TF,fp32=82.6TF,sms=128,threads=1536,pcie=4x16")
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_writable(args.plot, what="--plot")
     gpu, alias = resolve_gpu(args.gpu)
-    model = load_model(args.model)
+    model = load_model(args.model, download=args.download)
     job = job_from_args(args, model)
     kw = dict(new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
               pinned=not args.pageable, tf32=args.tf32)

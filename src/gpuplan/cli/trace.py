@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from .._extras import require
 from .._io import check_writable
 from ..errors import InputError
+from ..models import is_hub_id, load_model
 from ..report.trace import plot_timeline, render_trace, trace_json
 from ..trace import trace_step
+from ._common import add_download_argument
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
 
@@ -22,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help=HELP, description=HELP + ". Needs torch and transformers.")
     p.add_argument("model", help="catalog name (`gpuplan models`), config.json, model directory, "
                    "or path/to/file.py:factory (your own code: a function returning "
-                   "(model, example_batch))")
+                   "(model, example_batch)), or a hub id (org/name) from the local Hugging "
+                   "Face cache")
+    add_download_argument(p)
     add_job_options(p)
     p.add_argument("--optimizer-impl", metavar="IMPL",
                    help="foreach (CUDA's default), fused, for-loop")
@@ -40,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch first (the one-line install command when it is missing), before any argument work.
+    require("torch", "transformers", feature="gpuplan trace")
     if args.plot:
         check_writable(args.plot)
         if not args.plot.lower().endswith(".png"):
@@ -59,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
         kw["optimizer_impl"] = impl
     if args.device is not None:
         kw["device"] = args.device
-    result = trace_step(args.model, **kw)
+    model = args.model
+    if args.download or is_hub_id(model):  # org/name: the Hugging Face cache (or --download)
+        model = load_model(model, download=args.download)
+    result = trace_step(model, **kw)
     if args.plot:
         plot_timeline(result, args.plot, units=args.units)
     if args.json:
