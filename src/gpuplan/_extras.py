@@ -8,7 +8,6 @@ machine (:func:`gpuplan.errors.install_command`) -- and never a traceback.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 from types import ModuleType
 
@@ -54,6 +53,10 @@ def require(*modules: str, feature: str) -> ModuleType:
 def installed_version(distribution: str) -> str | None:
     """The installed version of ``distribution``, read from its metadata (nothing is imported);
     None when it is not installed."""
+    # importlib.metadata costs ~50 ms to import: only `doctor` and the extras check need it, so
+    # it is imported here rather than on every `gpuplan fit` (start-up, issue 10).
+    import importlib.metadata
+
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
