@@ -17,13 +17,15 @@ from .errors import InputError
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
 Attention = Literal["eager", "sdpa"]
+#: How the code runs (``auto``: the stated default per mode, see ``gpuplan.compute.runtime``).
+Runtime = Literal["auto", "eager", "compile", "cudagraphs"]
 
 #: KV-cache element formats and their bytes.
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -124,6 +126,11 @@ class Job:
     lora_dropout: float = 0.0
     """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
     each adapted layer's input."""
+    runtime: Runtime = "auto"
+    """How the code runs: ``eager`` PyTorch (every op dispatched from Python), ``compile``
+    (torch.compile: elementwise chains fused, launches from generated code), ``cudagraphs``
+    (a captured graph replayed: no per-op host cost); ``auto`` = the stated default per mode
+    (docs/speed.md, "Runtime")."""
     prefill_logits: Literal["all", "last"] = "last"
     """Inference prefill computes logits for the last prompt position only (transformers'
     ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
@@ -159,6 +166,7 @@ class Job:
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
             raise InputError(f"kv dtype {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
         _choice(self.prefill_logits, ("all", "last"), "prefill logits")
+        _choice(self.runtime, get_args(Runtime), "runtime")
         if isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float)) \
                 or not 0 <= self.lora_dropout < 1:
             raise InputError(f"lora dropout {self.lora_dropout!r}: expected a number in [0, 1)")
