@@ -126,15 +126,15 @@ class Job:
     lora_dropout: float = 0.0
     """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
     each adapted layer's input."""
+    prefill_logits: Literal["all", "last"] = "last"
+    """Inference prefill computes logits for the last prompt position only (transformers'
+    ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
+    a plain forward over the prompt, as scoring or perplexity runs do)."""
     runtime: Runtime = "auto"
     """How the code runs: ``eager`` PyTorch (every op dispatched from Python), ``compile``
     (torch.compile: elementwise chains fused, launches from generated code), ``cudagraphs``
     (a captured graph replayed: no per-op host cost); ``auto`` = the stated default per mode
     (docs/speed.md, "Runtime")."""
-    prefill_logits: Literal["all", "last"] = "last"
-    """Inference prefill computes logits for the last prompt position only (transformers'
-    ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
-    a plain forward over the prompt, as scoring or perplexity runs do)."""
 
     def __post_init__(self) -> None:
         _choice(self.mode, get_args(Mode), "mode")

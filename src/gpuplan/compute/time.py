@@ -89,10 +89,12 @@ class OpTime:
                 **({"shape": list(o.shape)} if o.shape else {})}
 
 
-def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str) -> tuple[OpTime, ...]:
+def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
+             shaped: bool = True) -> tuple[OpTime, ...]:
     """The roofline time of every op; matrix ops run at ``dtype``'s peak (less tile and wave
     quantization over the SMs), fused attention at its kernel's fraction by generation, head
-    dimension, sequence and direction, elementwise ops on the FP32 vector units."""
+    dimension, sequence and direction, elementwise ops on the FP32 vector units. ``shaped=False``
+    keeps the plain roofline (one fraction, thread occupancy): the seed's one-product experiment."""
     peak = device.peak(dtype)
     mm = peak * eff.matmul_fraction(dtype)
     vec = device.vector_flops * eff.matmul_fraction("fp32" if device.supports("fp32") else dtype)
@@ -107,9 +109,10 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str) -> 
             compute = per_output * max(p, slots) / vec if op.flops else 0.0
             used = "fp32"
         else:
-            rate = _attention_rate(op, device, eff, peak) if op.kind == "attention" else mm
+            rate = _attention_rate(op, device, eff, peak) if op.kind == "attention" and shaped \
+                else peak * eff.attention if op.kind == "attention" else mm
             compute = per_output * max(p, slots) / rate
-            if op.kind == "matmul" and op.shape and device.kind == "gpu" \
+            if shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
                     and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
                 # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
                 # kernel, whose share of the device is the occupancy above
@@ -117,7 +120,8 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str) -> 
                 compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
                     b, m, n, device.sm_count)))
             used = dtype
-        out.append(OpTime(op=op, compute_s=compute, memory_s=op.bytes / _bandwidth(op, device, eff),
+        bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
+        out.append(OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,
                           occupancy=min(1.0, p / slots), dtype=used))
     return tuple(out)
 
@@ -293,7 +297,8 @@ def time_matmul(mm: MatmulCount, device: Device, eff: Efficiency, dtype: str, *,
             flops=float(mm.flops), counted_flops=float(mm.flops),
             bytes=float(e * mm.batch * (mm.m * mm.k + mm.k * mm.n + mm.m * mm.n)),
             parallel_work=mm.output_elements, kernels=1, shape=(mm.batch, mm.m, mm.k, mm.n))
-    t = time_ops([op], device, eff, dtype)[0]
+    # the seed's experiment keeps the plain roofline (its figures are golden): no wave quantization
+    t = time_ops([op], device, eff, dtype, shaped=False)[0]
     xfer = 0.0
     launches = 1
     if transfer and device.kind == "gpu" and device.host_link_bandwidth:
