@@ -14,8 +14,11 @@ fractions an op runs at:
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
@@ -24,7 +27,7 @@ from .flops import Op
 __all__ = [
     "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "gemv_bandwidth_fraction", "attention_fraction",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
-    "eager_chains",
+    "eager_chains", "speed_residuals", "speed_range",
 ]
 
 
@@ -231,3 +234,20 @@ def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
             op = replace(op, bytes=op.bytes * constant("autocast_fp32_ops"))
         out.append(op)
     return tuple(out)
+
+
+_RESIDUALS = Path(__file__).resolve().parent / "speed_residuals.json"
+
+
+@cache
+def speed_residuals() -> Mapping[str, object]:
+    """p10 and p90 of predicted / measured over the calibrate split of the published runs, with the
+    command that wrote them (``benchmarks/validate_speed.py --write``)."""
+    return MappingProxyType(json.loads(_RESIDUALS.read_text()))
+
+
+def speed_range(rate: float) -> tuple[float, float]:
+    """The range a measured rate falls in given the prediction ``rate``: rate / p90 .. rate / p10
+    of the validation residuals (the prediction is p10-p90 times the measured rate)."""
+    r = speed_residuals()
+    return rate / float(r["p90_ratio"]), rate / float(r["p10_ratio"])
