@@ -17,15 +17,16 @@ from .errors import InputError
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "PP_SCHEDULES", "pp_chunks", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
 Attention = Literal["eager", "sdpa"]
-#: How the code runs (``auto``: the stated default per mode, see ``gpuplan.compute.runtime``).
 Runtime = Literal["auto", "eager", "compile", "cudagraphs"]
+#: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 #: KV-cache element formats and their bytes.
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -131,10 +132,28 @@ class Job:
     ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
     a plain forward over the prompt, as scoring or perplexity runs do)."""
     runtime: Runtime = "auto"
-    """How the code runs: ``eager`` PyTorch (every op dispatched from Python), ``compile``
-    (torch.compile: elementwise chains fused, launches from generated code), ``cudagraphs``
-    (a captured graph replayed: no per-op host cost); ``auto`` = the stated default per mode
-    (docs/speed.md, "Runtime")."""
+    """How the step's code runs: eager PyTorch (per-op launches and Python dispatch), compile
+    (torch.compile fuses elementwise chains), cudagraphs (launches replayed from a graph); auto =
+    the default of the mode, stated in the speed output (docs/speed.md)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row sharding inside each block)."""
+    pp: int = 1
+    """Pipeline-parallel stages."""
+    cp: int = 1
+    """Context-parallel degree (the sequence sharded over ranks, ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE experts spread over ranks of the data-parallel group)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism over the TP group (norms and dropout sharded by sequence)."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per stage)."""
+    micro_batches: int | None = None
+    """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
+    gpus_per_node: int = 8
+    """GPUs per node on the node's own link (NVLink/NVSwitch or PCIe)."""
+    inter_node: str | None = None
+    """Link between nodes, per GPU (e.g. ib-400, roce-200, 100Gb/s); None = 400 Gb/s per GPU
+    InfiniBand, stated in the output."""
 
     def __post_init__(self) -> None:
         _choice(self.mode, get_args(Mode), "mode")
@@ -166,12 +185,56 @@ class Job:
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
             raise InputError(f"kv dtype {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
         _choice(self.prefill_logits, ("all", "last"), "prefill logits")
-        _choice(self.runtime, get_args(Runtime), "runtime")
         if isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float)) \
                 or not 0 <= self.lora_dropout < 1:
             raise InputError(f"lora dropout {self.lora_dropout!r}: expected a number in [0, 1)")
         if self.offload_optimizer and self.optimizer == "sgd":
             raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
+        _choice(self.runtime, get_args(Runtime), "runtime")
+        self._check_layout()
+
+    def _check_layout(self) -> None:
+        """The parallel layout's own consistency (what needs the architecture — heads divisible
+        by TP, layers per stage, experts per EP rank — is checked where the layout is planned)."""
+        for name in ("tp", "pp", "cp", "ep", "gpus_per_node"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"{name} {v!r}: expected a whole number >= 1")
+        if self.micro_batches is not None and (isinstance(self.micro_batches, bool) or not
+                                               isinstance(self.micro_batches, int)
+                                               or self.micro_batches < 1):
+            raise InputError(f"micro batches {self.micro_batches!r}: expected a whole number >= 1")
+        if not isinstance(self.sequence_parallel, bool):
+            raise InputError(f"sequence parallel {self.sequence_parallel!r}: expected true or false")
+        pp_chunks(self.pp_schedule)
+        model_parallel = self.tp * self.pp * self.cp
+        if self.gpus % model_parallel:
+            lo = self.gpus // model_parallel * model_parallel
+            near = " or ".join(str(n) for n in (lo, lo + model_parallel) if n)
+            raise InputError(f"gpus {self.gpus}: not a multiple of tp x pp x cp = "
+                             f"{model_parallel}; use --gpus {near}")
+        if self.sequence_parallel and self.tp == 1:
+            raise InputError("sequence parallel without tensor parallel: it shards over the TP "
+                             "group; add --tp N (N > 1) or drop --sequence-parallel")
+        if self.inter_node is not None and (not isinstance(self.inter_node, str)
+                                            or not self.inter_node.strip()):
+            raise InputError(f"inter node {self.inter_node!r}: expected a link name or a rate "
+                             "such as ib-400 or 400Gb/s")
+
+    def require_data_parallel(self, what: str) -> None:
+        """Until the model-parallel planner lands (issue 11), a layout with TP/PP/CP/EP or
+        sequence parallelism is refused in one line rather than planned as data parallel."""
+        if self.tp * self.pp * self.cp * self.ep > 1 or self.sequence_parallel:
+            from .errors import UnsupportedError
+
+            raise UnsupportedError(
+                f"{what} with --tp/--pp/--cp/--ep/--sequence-parallel is not built yet; plan "
+                "data parallel (--gpus N --zero 0..3) for now")
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: all GPUs over tensor x pipeline x context parallel."""
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def trains(self) -> bool:
@@ -228,6 +291,22 @@ class Job:
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)
         return new
+
+
+def pp_chunks(schedule: object) -> tuple[str, int]:
+    """(schedule, model chunks per stage) of a ``pp_schedule`` spelling; 1 chunk unless
+    ``interleaved:V``."""
+    text = str(schedule).strip().lower()
+    name, _, v = text.partition(":")
+    if name not in PP_SCHEDULES or (v and name != "interleaved"):
+        raise InputError(f"pp schedule {schedule!r:.40}: expected gpipe, 1f1b or interleaved:V "
+                         "(V model chunks per stage, e.g. interleaved:2)")
+    if name != "interleaved":
+        return name, 1
+    if not v.isdigit() or not 2 <= int(v) <= 64:
+        raise InputError(f"pp schedule {schedule!r:.40}: interleaved needs its chunks per stage, "
+                         "2 to 64, e.g. interleaved:2")
+    return name, int(v)
 
 
 def _plain(value: object) -> object:

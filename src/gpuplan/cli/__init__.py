@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from .. import __version__
 from ..errors import GpuplanError, InputError
 
 __all__ = ["main", "build_parser", "CliError"]
@@ -27,6 +28,7 @@ COMMANDS = {
     "bench": "gpuplan.cli.bench",
     "profile": "gpuplan.cli.profile",
     "serve": "gpuplan.cli.serve",
+    "doctor": "gpuplan.cli.doctor",
 }
 
 
@@ -46,6 +48,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="gpuplan",
         description="Will this model fit on this GPU, how fast will it run, and what do I change?",
     )
+    parser.add_argument("--version", action="version", version=f"gpuplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in COMMANDS.items():
         if only is not None and name != only:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._common import add_download_argument
+
 HELP = "list the model catalog, or show one model's exact parameters by component and tensor"
 
 
@@ -18,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model", nargs="?", metavar="MODEL",
                    help="a catalog name (any case; aliases such as gpt2-small), a config.json, "
-                        "a model directory, or a .safetensors file")
+                        "a model directory, a .safetensors or .gguf file, or a hub id (org/name) "
+                        "from the local Hugging Face cache")
+    add_download_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--sources", action="store_true",
                    help="add the source (config.json URL) column to the catalog table")
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ..report._console import console_for
 
     if args.model is not None:
-        model = load_model(args.model)
+        model = load_model(args.model, download=args.download)
         if args.json:
             print(json.dumps(report.model_json(model), indent=2))
             return 0
