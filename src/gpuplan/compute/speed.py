@@ -80,6 +80,8 @@ class SpeedEstimate:
     achievable_ridge_point: float
     """The same with the achievable fractions."""
     notes: tuple[str, ...] = ()
+    runtime_auto: bool = False
+    """The runtime was ``auto``: the mode's stated default (efficiency.DEFAULT_RUNTIME)."""
 
     @property
     def flops_per_step(self) -> float:
@@ -192,7 +194,7 @@ class SpeedEstimate:
             "cpu": None if self.cpu is None else self.cpu.to_dict(),
             "efficiency": self.efficiency.to_dict(), "notes": list(self.notes),
             "runtime": self.step.overheads.runtime if self.step.overheads else None,
-            "host_bound": self.step.host_bound,
+            "host_bound": self.step.host_bound, "runtime_auto": self.runtime_auto,
             "tokens_per_s_range": list(self.tokens_per_s_range),
             "range_basis": dict(speed_residuals()), "caveats": list(self.caveats),
         }
@@ -268,7 +270,8 @@ def estimate_speed(
         trainable_params=trainable, step=step, prefill=prefill,
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
-        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes))
+        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
+        runtime_auto=job.runtime == "auto")
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
