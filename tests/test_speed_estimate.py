@@ -3,6 +3,7 @@ accumulation, the CPU verdict, the batch sweep, and bad input."""
 
 from __future__ import annotations
 
+
 import dataclasses
 import json
 
@@ -126,18 +127,24 @@ def test_decode_is_memory_bound_at_batch_one():
 
 
 @settings(max_examples=25, deadline=None)
-@given(b1=st.integers(1, 512), b2=st.integers(1, 512), ctx=st.sampled_from([128, 1024, 4096]),
+@given(b1=st.integers(1, 128), b2=st.integers(1, 512), ctx=st.sampled_from([128, 1024, 4096]),
        gpu=st.sampled_from(["H100-SXM-80GB", "A100-SXM-80GB", "L4", "T4"]))
 def test_decode_throughput_grows_with_batch_and_never_exceeds_the_compute_bound(b1, b2, ctx,
                                                                                  gpu):
     g = get_gpu(gpu)
     prec = "fp16" if not g.supports("bf16") else "bf16"
-    lo, hi = sorted((b1, b2))
+    lo, hi = sorted((b1, b2 if b2 <= 128 else b1 + (b2 - 129) % (129 - b1)))  # both in one tile
     job = J(mode="infer", seq=ctx, context=ctx, precision=prec)
     e_lo = estimate_speed(LLAMA2_7B, g, job.with_(batch=lo), measured=None)
     e_hi = estimate_speed(LLAMA2_7B, g, job.with_(batch=hi), measured=None)
+    # Throughput grows with the batch while the batch stays inside one 128-row matmul tile (the
+    # same tiles and waves, more useful rows). Past it, tile and wave quantization over the SMs
+    # (compute/efficiency.py) can make a larger batch a little slower per token once
+    # compute-bound (A100: 385 rows pad to 512, 257 too), as cuBLAS does: no monotonic claim there.
+    assert hi <= 128
     assert e_hi.tokens_per_s >= e_lo.tokens_per_s * (1 - 1e-12)
-    for e in (e_lo, e_hi):
+    e_big = estimate_speed(LLAMA2_7B, g, job.with_(batch=b2), measured=None)
+    for e in (e_lo, e_hi, e_big):
         # the compute bound: achievable peak / executed FLOPs per generated token
         bound = g.peak(prec) * e.efficiency.matmul / (e.step.flops / e.step.tokens)
         assert e.tokens_per_s <= bound
