@@ -202,8 +202,8 @@ def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
     h, fam = sp.h, sp.family
     qd, kvd = sp.heads * sp.d, sp.kv * sp.d
     if fam == "gpt2":
-        qkv = c.linear(x, h, 3 * h, "c_attn")
-        q, k, v = g.split(qkv, [BS * h, BS * h, BS * h])
+        qkv = c.linear(x, h, 3 * qd, "c_attn")  # (qd = h, or h / tp on a TP rank)
+        q, k, v = g.split(qkv, [BS * qd, BS * qd, BS * qd])
         return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
     if fam in ("gpt_neox", "phi3"):
         name = "query_key_value" if fam == "gpt_neox" else "qkv_proj"
