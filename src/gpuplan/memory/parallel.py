@@ -141,7 +141,7 @@ def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: 
     a = train_states(experts, rjob)
     b = train_states(experts, rjob._evolve(gpus=lay.expert_zero_group))
     fix = {f: getattr(st, f) + getattr(b, f) - getattr(a, f)
-           for f in ("weights_trainable", "grads", "master", "opt", "host")}
+           for f in ("weights_trainable", "grads", "master", "opt", "host", "step_tmp")}
     return replace(st, **fix)
 
 
