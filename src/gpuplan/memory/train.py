@@ -14,6 +14,7 @@ from ..models import Model
 from .activations import TrainActivations, train_activations
 from .optimizer import optimizer_label
 from .overhead import Overhead, OverheadLevel, runtime_overhead
+from .parallel import StagePlan, stage_plans
 from .results import Line, TrainMemory
 from .shape import check_seq
 from .states import States, train_states
@@ -23,26 +24,44 @@ __all__ = ["train_memory"]
 
 def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected",
                  overhead_overrides=None) -> TrainMemory:
-    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
-    job.require_data_parallel("training memory")
+    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step.
+
+    Under a parallel layout (tp, pp, cp, ep > 1) every pipeline stage is planned for one of its
+    ranks and the worst stage is the answer (``stage`` and ``layout`` say which and how)."""
+    check_seq(model, job)
+    kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
+    plans = stage_plans(model, job)
+    if plans is None:
+        st = train_states(model, job)
+        act = train_activations(model, job, grad_bytes=st.grads)
+        return _train_rank(model, job, st, act, **kw)
+    results = [_train_rank(p.model, p.job, p.states, p.activations(), stage=p, **kw)
+               for p in plans]
+    worst = max(range(len(plans)), key=lambda i: results[i].total_bytes)
+    return plans[worst].annotate(results[worst], [r.total_bytes for r in results])
+
+
+def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
+                overhead_level: OverheadLevel, overhead_overrides,
+                stage: StagePlan | None = None) -> TrainMemory:
+    """One rank's memory at the peak of its step (the whole model, or a pipeline stage's
+    rank under a parallel layout: ``stage``)."""
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
-    st = train_states(model, job)
-    check_seq(model, job)
-    act = train_activations(model, job, grad_bytes=st.grads)
     phases = _train_phases(job, st, act)
     peak_phase = max(phases, key=lambda p: phases[p].total)
     at_peak = phases[peak_phase]
     overhead = runtime_overhead(
-        gpus=job.gpus, zero=job.zero, grad_bytes=st.trainable * recipe.grad_bytes,
-        grad_elem_bytes=recipe.grad_bytes,
+        gpus=stage.gpus if stage else job.gpus, zero=job.zero,
+        grad_bytes=st.trainable * recipe.grad_bytes, grad_elem_bytes=recipe.grad_bytes,
         dynamic=at_peak.gradients + at_peak.activations + at_peak.temporaries,
-        level=overhead_level, overrides=overhead_overrides)
-    notes = [*st.notes, *act.notes]
+        level=overhead_level, overrides=overhead_overrides, data_parallel=job.gpus)
+    notes = [*st.notes, *act.notes, *(stage.notes if stage else ())]
     if st.host:
         notes.append(f"host memory per GPU process: {st.host:,} bytes")
     return TrainMemory(
-        precision=recipe.name, optimizer=opt.name, params=model.params.total,
+        precision=recipe.name, optimizer=opt.name,
+        params=stage.params if stage else model.params.total,
         trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base,
         gradients_bytes=at_peak.gradients, master_weights_bytes=st.master,
         optimizer_bytes=st.opt, activations_bytes=at_peak.activations,
