@@ -44,7 +44,6 @@ from ..models._types import Architecture
 from .device import Device, Efficiency
 from .flops import optimizer_op
 from .step import PrecisionLayout, StepSpec, build_steps
-from .time import time_ops
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "check_layout", "micro_cost",
            "layout_time", "model_flops_per_token", "BUCKET_BYTES"]
@@ -247,9 +246,15 @@ class LayoutTime:
     hardware_flops_per_gpu: float
     """Counted FLOPs one GPU of the busiest stage runs in the step, recompute included."""
     topology: Topology
-    links: dict[str, str]
-    """Which link each group rides."""
-    notes: tuple[str, ...] = ()
+
+    @property
+    def links(self) -> dict[str, str]:
+        """Which link each group rides."""
+        return _links(self.layout, self.topology)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return _layout_notes(self.layout, self.topology)
 
     @property
     def step_s(self) -> float:
@@ -379,11 +384,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window)
     shard = lay.dp * lay.cp if lay.zero >= 1 else 1
-    opt = optimizer_op(max(1, mine // shard), state_bytes_total=state_bytes_per_param * mine
-                       / shard, grad_bytes=prec.grad, weight_bytes=prec.weight_store,
-                       master_bytes=prec.master)
-    opt_s = sum(t.total_s for t in time_ops([opt], device, eff, prec.dtype)) \
-        + opt.kernels * eff.launch_s
+    opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
@@ -391,7 +392,18 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         tokens_per_step=lay.batch * m * lay.dp * lay.seq, model_flops_per_token=flops_per_token,
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
-        topology=topo, links=_links(lay, topo), notes=_layout_notes(lay, topo))
+        topology=topo)
+
+
+def _optimizer_s(n: int, state_bytes: float, device: Device, eff: Efficiency,
+                 prec: PrecisionLayout) -> float:
+    """The optimizer step on ``n`` parameters: memory-bound, its launches added (the roofline
+    of :func:`~.time.time_ops` for an op that fills the device)."""
+    op = optimizer_op(n, state_bytes_total=state_bytes * n, grad_bytes=prec.grad,
+                      weight_bytes=prec.weight_store, master_bytes=prec.master)
+    compute = op.flops / (device.vector_flops * eff.matmul_fraction("fp32"))
+    return max(compute, op.bytes / (device.memory_bandwidth * eff.memory)) \
+        + op.kernels * eff.launch_s
 
 
 def _links(lay: Layout, topo: Topology) -> dict[str, str]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from ..errors import InputError, UnsupportedError
@@ -150,6 +151,7 @@ _FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n -
            "send-recv": lambda n: 1.0}
 
 
+@lru_cache(maxsize=65536)
 def collective_time(op: Collective, nbytes: float, size: int, topo: Topology, *,
                     stride: int = 1, efficiency: float = 1.0) -> float:
     """Seconds for one NCCL ``op`` of ``nbytes`` (the full buffer, as nccl-tests sizes it) over a
