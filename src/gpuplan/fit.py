@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Literal
 
+from .errors import InputError
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
@@ -212,8 +213,6 @@ def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
 
 def _query(fn, *args, **kw) -> int:
     """A max-batch / max-seq answer; 0 when not even the smallest fits."""
-    from .errors import InputError
-
     try:
         return fn(*args, **kw)
     except InputError:
