@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.parallel import (
-    Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_cost,
+    Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_costs,
     model_flops_per_token, serve_time, shard_arch, stage_params,
 )
 from .compute.step import StepSpec, build_steps, infer_precision, train_precision
@@ -173,12 +173,11 @@ def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx
 
 def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) -> LayoutTime:
     arch = c.model.architecture
-    key = (lay.tp, lay.cp, lay.batch, lay.checkpointing)
+    key = (lay.tp, lay.cp, lay.batch)
     if key not in c.costs:
-        c.costs[key] = micro_cost(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
-                                  batch=lay.batch, seq=lay.seq, checkpointing=lay.checkpointing,
-                                  attention=c.base.attention)
-    return layout_time(arch, c.costs[key], lay, c.topo, device=c.device, eff=c.eff, prec=c.prec,
+        c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
+                                   batch=lay.batch, seq=lay.seq, attention=c.base.attention)
+    return layout_time(arch, c.costs[key][lay.checkpointing], lay, c.topo, device=c.device, eff=c.eff, prec=c.prec,
                        params=c.model.params.total, flops_per_token=flops_per_token,
                        state_bytes_per_param=per_param, tp_overlap=c.tp_overlap)
 
@@ -208,11 +207,19 @@ def _memory(c: _Ctx, lay: Layout, mode: str) -> tuple[int | None, str | None]:
         return None, "model states alone exceed the GPU (not built)"
     job = _job_of(c, lay, mode)
     try:
-        mem = (train_memory(c.model, job) if mode == "train"
-               else infer_memory(c.model, job, tensor_parallel=lay.tp))
+        if mode == "train":
+            mem = train_memory(c.model, job)
+        else:  # weights and KV cache split over the replica's TP x PP GPUs
+            mem = infer_memory(c.model, job._evolve(tp=1, pp=1, gpus=1, sequence_parallel=False),
+                               tensor_parallel=lay.tp * lay.pp)
     except GpuplanError as e:
         return None, str(e).split(";")[0]
     return mem.total_bytes, None
+
+
+def _shape(c: ClusterCandidate) -> tuple:
+    x = c.layout
+    return (x.tp, x.pp, x.cp, x.ep, x.dp, x.batch, x.schedule)
 
 
 def _rank(c: _Ctx, timed: list[ClusterCandidate], mode: str, top: int,
@@ -228,8 +235,8 @@ def _rank(c: _Ctx, timed: list[ClusterCandidate], mode: str, top: int,
         built += note is None or not note.startswith("model states alone")
         cand = replace(cand, memory_bytes=mem, memory_note=note)
         tried.append(cand)
-        if cand.fits(c.usable):
-            best.append(cand)
+        if cand.fits(c.usable) and _shape(cand) not in {_shape(b) for b in best}:
+            best.append(cand)  # one per layout shape: its fastest ZeRO/checkpointing that fits
     return best, tried
 
 

@@ -42,11 +42,12 @@ from ..hardware.topology import Topology, collective_time
 from ..job import Job, pp_chunks
 from ..models._types import Architecture
 from .device import Device, Efficiency
-from .flops import optimizer_op
+from .flops import optimizer_op, recompute_ops
+from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "check_layout", "micro_cost",
-           "layout_time", "model_flops_per_token", "BUCKET_BYTES"]
+           "micro_costs", "layout_time", "model_flops_per_token", "BUCKET_BYTES"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -185,17 +186,34 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                attention: str) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence."""
-    job = Job(model="layout", mode="train", batch=batch, seq=seq // cp,
-              checkpointing=checkpointing, attention=attention)
+    return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
+                       attention=attention)[checkpointing]
+
+
+def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
+                tp: int, cp: int, batch: int, seq: int, attention: str) -> dict[str, MicroCost]:
+    """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
+    the recomputed forward ops)."""
+    job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention)
     spec = StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                        single_device=True)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
+    ops = [t for t in step.ops if t.op.group != "optimizer"]
+    fwd = tuple(t.op for t in ops if t.op.phase == "forward")
+    out = {}
+    for level in ("none", "selective", "full"):
+        extra = time_ops(recompute_ops(fwd, level, attention), device, eff, prec.dtype)
+        out[level] = _cost_of([*ops, *extra], arch.num_layers, cp, step.launch_s)
+    return out
+
+
+def _cost_of(ops: list, layers: int, cp: int, launch_s: float) -> MicroCost:
     sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0}
-    for t in step.ops:
-        if t.op.group == "optimizer":
-            continue
+    hw = 0.0
+    for t in ops:
         scale = cp if t.op.kind == "attention" else 1  # (s/cp)^2 built; s^2/cp is the work
-        s = (t.total_s * scale) + t.op.kernels * t.op.count * step.launch_s
+        hw += t.op.counted_flops * t.op.count * scale
+        s = (t.total_s * scale) + t.op.kernels * t.op.count * launch_s
         if t.op.group in ("embedding", "head"):
             sums["other"] += s
             continue
@@ -203,9 +221,7 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
         sums["fwd" if fwd else "bwd"] += s
         if t.op.kind == "attention":
             sums["afwd" if fwd else "abwd"] += t.total_s * scale
-    L = arch.num_layers
-    hw = sum(t.op.counted_flops * t.op.count * (cp if t.op.kind == "attention" else 1)
-             for t in step.ops)
+    L = layers
     return MicroCost(layers=L, layer_fwd_s=sums["fwd"] / L, layer_bwd_s=sums["bwd"] / L,
                      attn_fwd_s=sums["afwd"] / L, attn_bwd_s=sums["abwd"] / L,
                      other_s=sums["other"], hardware_flops=hw)
