@@ -323,6 +323,10 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True)
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
+    if not n_params and arch is not None:  # no tensor list: the count the step estimates
+        one = StepSpec.of(Job(model="x", mode="train", seq=1), mode="train", seq=1,
+                          new_tokens=1, trainable=None, single_device=True)
+        n_params = build_steps(arch, 0, (), device, eff, prec, one)[2]
     if mode == "train":
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention)
