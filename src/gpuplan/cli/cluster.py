@@ -8,6 +8,13 @@ import argparse
 import json
 import sys
 
+from .._io import check_writable
+from ..cluster import cluster_search
+from ..errors import InputError
+from ..hardware import resolve_gpu
+from ..models import load_model
+from ..report.cluster import plot_cluster, render_cluster
+from ..units import parse_positive_int
 from ._common import add_download_argument
 from ._job_options import add_job_options, job_from_args
 
@@ -46,13 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._io import check_writable
-    from ..cluster import cluster_search
-    from ..errors import InputError
-    from ..hardware import resolve_gpu
-    from ..models import load_model
-    from ..units import parse_positive_int
-
     if args.plot:
         check_writable(args.plot, what="--plot")
     gpu, alias = resolve_gpu(args.gpu)
@@ -75,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     plan = cluster_search(model, gpu, job, global_batch=gb, concurrency=conc, top=top,
                           max_decode_s=max_s, tp_overlap=args.tp_overlap)
     if args.plot:
-        from ..report.cluster import plot_cluster
         plot_cluster(plan, args.plot)
     if args.json:
         d = plan.to_dict()
@@ -84,7 +83,6 @@ def run(args: argparse.Namespace) -> int:
         json.dump(d, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    from ..report.cluster import render_cluster
     if alias:
         print(f"note: {alias}", file=sys.stderr)
     render_cluster(plan, sys.stdout)
