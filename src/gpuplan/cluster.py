@@ -38,6 +38,9 @@ __all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CH
 SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4")
 CHECKPOINTING = ("none", "selective", "full")
 _MICRO = (1, 2, 4, 8)
+#: Serving engines (vLLM, TensorRT-LLM, SGLang) replay decode steps from CUDA graphs: the runtime
+#: a serving search assumes when the job leaves it to the mode (stated in the notes).
+_SERVE_RUNTIME = "cudagraphs"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,7 +269,9 @@ def _serve_candidates(c: _Ctx, concurrency: int, context: int,
             dp = c.base.gpus // (tp * pp)
             b = math.ceil(concurrency / dp)
             lay = Layout(tp=tp, pp=pp, dp=dp, batch=b, seq=context)
-            job = c.base._evolve(mode="infer", batch=b, seq=context, context=context)
+            job = c.base._evolve(mode="infer", batch=b, seq=context, context=context,
+                                 runtime=_SERVE_RUNTIME if c.base.runtime == "auto"
+                                 else c.base.runtime)
             spec = StepSpec.of(job, mode="infer", seq=context, new_tokens=1, trainable=None,
                                single_device=True)
             dec, pre, _, _ = build_steps(shard_arch(arch, tp), 0, (), c.device, c.eff, c.prec,
@@ -334,7 +339,11 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
                          f"{global_batch} must be divisible by the data-parallel degree); try "
                          "a global batch that is a multiple of the GPU count")
     best, tried = _rank(c, timed, mode, top, max_memory_checks)
-    notes = [f"topology: {c.topo.stated}",
+    notes = [f"topology: {c.topo.stated}"]
+    if mode == "infer" and job.runtime == "auto":
+        notes.append(f"serving timed with {_SERVE_RUNTIME} (engines replay decode steps from "
+                     "CUDA graphs); give --runtime to change it")
+    notes += [
              f"{len(timed)} layouts timed; memory checked fastest first for {len(tried)}"]
     return ClusterPlan(model=model.name, gpu=gpu.name, gpus=job.gpus, mode=mode, seq=seq,
                        global_batch=global_batch, concurrency=concurrency, usable_bytes=c.usable,

@@ -23,7 +23,7 @@ __all__ = ["register", "run"]
 #: The job options the search honours; the layout options (--tp, --pp ...) are what it searches.
 _SUPPORTED = frozenset({"mode", "precision", "infer_precision", "optimizer", "optimizer_states",
                         "fused_optimizer", "seq", "gpus", "attention", "kv_dtype", "context",
-                        "gpus_per_node", "inter_node"})
+                        "gpus_per_node", "inter_node", "runtime"})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
