@@ -22,7 +22,7 @@ LAYERS = [
     {"__main__"},
     {"cli", "web"},
     {"report"},
-    {"fit", "solver", "trace", "measure", "crosscheck", "doctor"},
+    {"fit", "solver", "cluster", "trace", "measure", "crosscheck", "doctor"},
     {"memory", "compute"},
     {"job"},
     {"formats"},

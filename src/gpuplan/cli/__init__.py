@@ -18,7 +18,7 @@ from ..errors import GpuplanError, InputError
 __all__ = ["main", "build_parser", "CliError"]
 
 #: The subcommands, in the order of ``gpuplan --help``.
-COMMANDS = ("fit", "gpus", "models", "speed", "flops", "trace", "bench", "profile", "serve",
+COMMANDS = ("fit", "gpus", "models", "speed", "cluster", "flops", "trace", "bench", "profile", "serve",
             "doctor")
 
 
@@ -33,6 +33,8 @@ def command_module(name: str) -> ModuleType:
         from . import models as m
     elif name == "speed":
         from . import speed as m
+    elif name == "cluster":
+        from . import cluster as m
     elif name == "flops":
         from . import flops as m
     elif name == "trace":
