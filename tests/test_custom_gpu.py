@@ -102,11 +102,11 @@ def _custom_4090() -> str:
 
 def test_a_custom_card_with_a_catalog_cards_numbers_has_its_speed():
     model = load_model("gpt2")
-    mine = estimate_speed(model, get_gpu(_custom_4090()), mode="train", batch=4, seq=512, measured=None)
+    mine = estimate_speed(model, get_gpu(_custom_4090()), Job(model=model, mode="train", batch=4, seq=512), measured=None)
     # The achievable matmul fraction is chosen by vendor (a published NVIDIA measurement, else an
     # assumed 0.70), and a custom card has no vendor: so the reference is the 4090 without one.
     rtx = replace(get_gpu("RTX-4090"), vendor="custom")
-    ref = estimate_speed(model, rtx, mode="train", batch=4, seq=512, measured=None)
+    ref = estimate_speed(model, rtx, Job(model=model, mode="train", batch=4, seq=512), measured=None)
     assert mine.step_time_s == ref.step_time_s and mine.mfu == ref.mfu
     assert mine.step_time_s > 0
 
@@ -115,10 +115,10 @@ def test_speed_without_the_dtypes_peak_says_so_instead_of_guessing():
     model = load_model("gpt2")
     g = get_gpu("custom:24GB,bw=1000GB/s,fp32=82.6TF,sms=128,threads=1536,pcie=4x16")
     with pytest.raises(UnsupportedError, match="has no bf16 support"):
-        estimate_speed(model, g, mode="train", batch=1, seq=128, measured=None)
+        estimate_speed(model, g, Job(model=model, mode="train", batch=1, seq=128), measured=None)
     with pytest.raises(UnsupportedError, match="fp32=") as e:
-        estimate_speed(model, get_gpu("custom:24GB,bw=1000GB/s,bf16=165TF"), mode="train",
-                       batch=1, seq=128, measured=None)
+        estimate_speed(model, get_gpu("custom:24GB,bw=1000GB/s,bf16=165TF"),
+                       Job(model=model, mode="train", batch=1, seq=128), measured=None)
     assert "sms=N,threads=N" in str(e.value) and "pcie=4x16" in str(e.value)
 
 
