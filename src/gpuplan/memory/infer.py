@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import UnsupportedError
 from ..formats import get_weight_format, weights_bytes_in_format
 from ..job import Job
 from ..models import Architecture, Model
@@ -41,8 +42,6 @@ def _infer_layout(model: Model, job: Job, **kw) -> InferMemory:
     """Each pipeline stage's rank (its layers, TP-split), the worst one named."""
     lay = layout_of(job)
     if lay.cp > 1:
-        from ..errors import UnsupportedError
-
         raise UnsupportedError("context parallelism for serving is not modeled; plan serving "
                                "with --tp and --pp")
     check_layout(model.architecture, job)
