@@ -16,7 +16,7 @@ from ._result import TraceResult
 from ._run import _default_seq, _notes, _result
 from ._spec import resolve
 from ._step import StepConfig, check_config, run
-from .distributed import SHARDED_RECIPES
+from ._limits import SHARDED_RECIPES
 
 
 @contextlib.contextmanager

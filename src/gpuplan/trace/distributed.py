@@ -18,13 +18,11 @@ from __future__ import annotations
 
 from ..errors import InputError, MissingDependencyError, UnsupportedError
 from ..units import parse_positive_int
+from ._limits import SHARDED_RECIPES
 from ._result import TraceResult
 
 __all__ = ["trace_sharded", "SHARDED_RECIPES"]
 
-#: Recipes the sharded trace runs -> the step's own recipe (FSDP2's mixed precision is a policy
-#: over an fp32 model).
-SHARDED_RECIPES = {"fp32": "fp32", "bf16": "bf16", "mixed-bf16": "fp32"}
 
 
 def trace_sharded(model, *, gpus: int, zero: int = 3, batch: int = 1, seq: int | None = None,
