@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._io import check_writable
 from ..errors import InputError
+from ..export import export_plan
 from ..job import DEFAULT_MODEL_PARAMS, Job
 from ..models import from_param_count, load_model
 from ..units import parse_count
@@ -119,9 +121,6 @@ def export_config(args: argparse.Namespace, job: Job) -> bool:
                          "--export deepspeed")
     if not args.export:
         return False
-    from .._io import check_writable
-    from ..export import export_plan
-
     if args.export_file:
         check_writable(args.export_file, what="--export-file")
     elif args.json or args.plot:

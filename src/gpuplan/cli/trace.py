@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..models import is_hub_id, load_model
 from ..report.trace import plot_timeline, render_trace, trace_json
 from ..trace import trace_step
+from ..trace.distributed import trace_sharded
 from ._common import add_download_argument
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
@@ -47,8 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _sharded(job, model, kw: dict, args: argparse.Namespace):
     """``--gpus N --zero 2|3``: rank 0 of an FSDP2 step over N ranks (docs/trace.md)."""
-    from ..trace.distributed import trace_sharded
-
     if job.mode != "train" or args.device not in (None, "cpu") or args.real:
         raise InputError("--gpus/--zero trace an FSDP2 training step under fake tensors; drop "
                          "--mode infer, --device cuda and --real")

@@ -9,7 +9,7 @@ never a silently dropped setting (docs/export.md).
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..errors import InputError, closest
 from ..job import Job
 from ..models import Model, load_model
 from . import accelerate, deepspeed, fsdp, megatron, torchtitan, vllm
@@ -27,8 +27,6 @@ def export_plan(job: Job, engine: str, *, model: Model | None = None) -> str:
     caller has it already)."""
     writer = _WRITERS.get(str(engine).strip().lower())
     if writer is None:
-        from ..errors import closest
-
         near = closest(str(engine), ENGINES, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise InputError(f"--export {engine!r:.40}: expected one of {', '.join(ENGINES)}{hint}")
