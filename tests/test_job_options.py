@@ -73,7 +73,7 @@ def test_old_spellings_are_aliases_with_a_note(capsys):
     (["fit", "gpt2", "--sequence-parallel"], "add --tp N"),
     (["fit", "gpt2", "--runtime", "jit"], "--runtime 'jit': expected one of auto, eager, "
                                           "compile, cudagraphs"),
-    (["trace", "gpt2", "--zero", "2"], "trace does not take --zero"),
+    (["trace", "gpt2", "--offload-optimizer"], "trace does not take --offload-optimizer"),
     (["flops", "model", "gpt2", "--gpus", "8"], "flops model does not take --gpus"),
     (["speed", "gpt2", "--gpu", "h100", "--mode", "both"], "speed --mode 'both'"),
     (["fit", "gpt2", "--recompute", "full", "--checkpointing", "none"], "disagree"),

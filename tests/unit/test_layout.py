@@ -21,7 +21,7 @@ SRC = ROOT / "src" / "gpuplan"
 LAYERS = [
     {"__main__"},
     {"cli", "web"},
-    {"report"},
+    {"report", "export"},
     {"fit", "solver", "cluster", "trace", "measure", "crosscheck", "doctor"},
     {"memory", "compute"},
     {"job"},
@@ -57,6 +57,7 @@ LAZY_OK = {
 #: what they import pulls in the heavy package (or needs it installed first).
 HEAVY_BOUNDARY = {
     "gpuplan.trace._api": "the trace's runner imports torch",
+    "gpuplan.trace.distributed": "the FSDP2 runner imports torch",
     "gpuplan.crosscheck": "the trace imports torch",
     "gpuplan.measure": "bench and profile import torch (lazy package attributes)",
     "gpuplan.measure.bench.machine": "torch's view of the GPUs",

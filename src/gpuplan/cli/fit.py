@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from .._io import check_writable
 from ..errors import InputError
+from ..export import export_plan
 from ..job import DEFAULT_MODEL_PARAMS, Job
 from ..models import from_param_count, load_model
 from ..units import parse_count
@@ -61,6 +64,13 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-speed", action="store_true",
                    help="leave out the speed model's estimate per GPU")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--export", metavar="ENGINE",
+                   help="write the job as an engine's own config: deepspeed (JSON), accelerate "
+                        "(YAML), fsdp (torchrun + FSDP2 snippet), torchtitan (TOML), megatron "
+                        "(arguments), vllm (serve command); printed instead of the plan unless "
+                        "--export-file is given")
+    p.add_argument("--export-file", metavar="PATH",
+                   help="write --export's config to PATH (the plan is then printed as usual)")
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
@@ -103,6 +113,29 @@ def overrides_from_args(args: argparse.Namespace) -> dict | None:
     return out or None
 
 
+def export_config(args: argparse.Namespace, job: Job) -> bool:
+    """``--export ENGINE [--export-file PATH]``: write the engine's config; True when it went to
+    stdout (nothing else is printed then)."""
+    if args.export_file and not args.export:
+        raise InputError("--export-file without --export: name the engine, e.g. "
+                         "--export deepspeed")
+    if not args.export:
+        return False
+    if args.export_file:
+        check_writable(args.export_file, what="--export-file")
+    elif args.json or args.plot:
+        raise InputError("--export prints the config on stdout; with --json or --plot give "
+                         "--export-file PATH")
+    text = export_plan(job, args.export)
+    if not args.export_file:
+        print(text, end="")
+        return True
+    with open(args.export_file, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"{args.export} config written to {args.export_file}", file=sys.stderr)
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     from .._io import check_writable
     from ..fit import plan
@@ -112,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.plot.lower().endswith(".png"):
             raise InputError(f"--plot {args.plot!r}: expected a .png file name")
     job = job_from_args(args)
+    if export_config(args, job):
+        return 0
     overrides = overrides_from_args(args)
     # The speed model reads one bit width per weight format, not a file's per-tensor mix.
     per_tensor = job.infers and job.infer_precision == "gguf"

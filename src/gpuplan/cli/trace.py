@@ -10,13 +10,15 @@ from ..errors import InputError
 from ..models import is_hub_id, load_model
 from ..report.trace import plot_timeline, render_trace, trace_json
 from ..trace import trace_step
+from ..trace.distributed import trace_sharded
 from ._common import add_download_argument
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
 
-#: The job options a trace runs (one GPU's step of one model; no sharding, no adapters yet).
+#: The job options a trace runs (one GPU's step of one model; with --gpus N --zero 2|3 one rank
+#: of an FSDP2 step over N ranks; no adapters yet).
 TRACED_FIELDS = frozenset({"batch", "seq", "precision", "optimizer", "fused_optimizer",
-                           "checkpointing", "attention"})
+                           "checkpointing", "attention", "gpus", "zero"})
 
 HELP = "run a model's real training or inference step under fake tensors and record its memory"
 
@@ -44,6 +46,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _sharded(job, model, kw: dict, args: argparse.Namespace):
+    """``--gpus N --zero 2|3``: rank 0 of an FSDP2 step over N ranks (docs/trace.md)."""
+    if job.mode != "train" or args.device not in (None, "cpu") or args.real:
+        raise InputError("--gpus/--zero trace an FSDP2 training step under fake tensors; drop "
+                         "--mode infer, --device cuda and --real")
+    kw = {k: v for k, v in kw.items() if k not in ("real", "mode", "device")}
+    return trace_sharded(model, gpus=job.gpus, zero=job.zero, **kw)
+
+
 def run(args: argparse.Namespace) -> int:
     # torch first (the one-line install command when it is missing), before any argument work.
     require("torch", "transformers", feature="gpuplan trace")
@@ -69,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     model = args.model
     if args.download or is_hub_id(model):  # org/name: the Hugging Face cache (or --download)
         model = load_model(model, download=args.download)
-    result = trace_step(model, **kw)
+    result = _sharded(job, model, kw, args) if job.gpus > 1 or job.zero else \
+        trace_step(model, **kw)
     if args.plot:
         plot_timeline(result, args.plot, units=args.units)
     if args.json:

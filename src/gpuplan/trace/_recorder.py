@@ -29,7 +29,7 @@ BLOCK = 512
 #: Fine categories, in display order. ``host`` storages are not device memory and are excluded.
 CATEGORIES = ("parameters", "buffers", "master_weights", "gradients", "optimizer_state",
               "kv_cache", "activations", "backward", "autocast_cache", "optimizer_temporaries",
-              "other", "host")
+              "other", "gathered_params", "host")
 _CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
 
 
@@ -123,13 +123,22 @@ class Recorder(TorchDispatchMode):
         return self._sid_of.get(st)
 
     def track(self, t: torch.Tensor, category: str | None = None) -> int | None:
-        """Track ``t``'s storage (if new) and optionally (re)assign its category."""
+        """Track ``t``'s storage (if new) and optionally (re)assign its category. A DTensor
+        (FSDP2's sharded parameters, gradients and optimizer states) is its local shard."""
         if not isinstance(t, torch.Tensor) or t.is_sparse:
             return None
+        local = getattr(t, "_local_tensor", None)
+        if isinstance(local, torch.Tensor):
+            t = local
         try:
             st = t.untyped_storage()
         except (NotImplementedError, RuntimeError):
             return None
+        return self.track_storage(st, category)
+
+    def track_storage(self, st, category: str | None = None) -> int:
+        """Track a storage (if new; as freed and allocated again if resized in place, as FSDP2
+        frees and re-allocates its gathered parameters with ``UntypedStorage.resize_``)."""
         sid = self._sid_of.get(st)
         if sid is None:
             sid = len(self.nbytes)

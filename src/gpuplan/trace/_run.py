@@ -40,7 +40,7 @@ def per_gpu(at_peak: dict[str, int], total: int, mode: str) -> dict[str, int]:
         "activations_bytes": g("activations", 0) + g("backward", 0) + g("kv_cache", 0),
         "temporaries_bytes": g("autocast_cache", 0) + g("optimizer_temporaries", 0)
         + g("other", 0),
-        "gathered_params_bytes": 0,
+        "gathered_params_bytes": g("gathered_params", 0),
         "overhead_bytes": 0,
         "total_bytes": total,
     }

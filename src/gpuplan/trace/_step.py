@@ -176,23 +176,26 @@ def _forward_loss(built: Built, model, batch):
 
 
 def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu",
-        emulate: bool = True, between=None) -> RunOutput:
+        emulate: bool = True, between=None, recorder: Recorder | None = None,
+        prepare=None) -> RunOutput:
     """Build and step the model once for warm-up and once recorded.
 
     ``fake``: under FakeTensorMode; else real tensors on ``device``. ``emulate``: install the CUDA
     emulations (off for a real CUDA run, which needs none). ``between()`` is called after the warm-up
-    iteration (a CUDA run resets its peak statistics there).
+    iteration (a CUDA run resets its peak statistics there). ``prepare(model)`` runs on the built
+    model before its parameters are tracked and returns notes (the sharded trace applies FSDP2
+    there); ``recorder``: the one to record with (default: a new one).
 
     A failure inside an operator (a fake kernel that needs values, a shape or dtype check) becomes
     one line naming the model and the operator.
     """
-    rec = Recorder()
+    rec = recorder if recorder is not None else Recorder()
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)  # it logs a traceback for every failing meta kernel
     try:
         return _run(source, cfg, rec, fake=fake, device=device, emulate=emulate,
-                    between=between)
+                    between=between, prepare=prepare)
     except _fake_errors() as e:
         func = getattr(e, "func", None) or rec.in_flight
         what = f"operator {func}" if func is not None else type(e).__name__
@@ -212,7 +215,7 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
 
 
 def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, device: str,
-         emulate: bool, between) -> RunOutput:
+         emulate: bool, between, prepare=None) -> RunOutput:
     counts: Counter = Counter()
     flops: dict[str, float] = {}
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
@@ -227,6 +230,8 @@ def _run(source: ModelSource, cfg: StepConfig, rec: Recorder, *, fake: bool, dev
         built = build(source, dtype=_model_dtype(cfg), attention=cfg.attention, batch=cfg.batch,
                       seq=cfg.seq, device=device, skip_init=fake)
         notes = list(built.notes)
+        if prepare is not None:
+            notes += prepare(built.model)
         params = _unique_params(built.model)
         n_params = sum(p.numel() for p in params)
         _prepare_model(built, cfg, stack, counts)

@@ -1,0 +1,35 @@
+"""Exports: any plan written as the config of the engine that runs it.
+
+``export_plan(job, engine)`` returns the text of one engine's own config for a
+:class:`~gpuplan.job.Job` — DeepSpeed JSON, accelerate YAML, a torchrun + FSDP2 snippet,
+torchtitan TOML, Megatron-LM arguments, a ``vllm serve`` command — one module per engine. What an
+engine cannot express for the job is an :class:`~gpuplan.errors.InputError` naming the option,
+never a silently dropped setting (docs/export.md).
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError, closest
+from ..job import Job
+from ..models import Model, load_model
+from . import accelerate, deepspeed, fsdp, megatron, torchtitan, vllm
+
+__all__ = ["ENGINES", "export_plan"]
+
+_WRITERS = {"deepspeed": deepspeed.export, "accelerate": accelerate.export, "fsdp": fsdp.export,
+            "torchtitan": torchtitan.export, "megatron": megatron.export, "vllm": vllm.export}
+#: The engines, in the order ``--export`` lists them.
+ENGINES = tuple(_WRITERS)
+
+
+def export_plan(job: Job, engine: str, *, model: Model | None = None) -> str:
+    """The config text ``engine`` reads for ``job`` (``model``: the job's model, loaded, if the
+    caller has it already)."""
+    writer = _WRITERS.get(str(engine).strip().lower())
+    if writer is None:
+        near = closest(str(engine), ENGINES, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise InputError(f"--export {engine!r:.40}: expected one of {', '.join(ENGINES)}{hint}")
+    if model is None:
+        model = job.model if isinstance(job.model, Model) else load_model(job.model)
+    return writer(job, model)

@@ -1,0 +1,136 @@
+"""What every export shares: the refusal line, the checks of what an engine can express, the batch
+arithmetic, and a tiny writer for the YAML/TOML an engine reads (no third-party writer needed).
+
+Rule: an export writes every setting of the :class:`~gpuplan.job.Job` that the engine's config
+holds, and refuses — one line naming the option — every setting it cannot hold. Nothing is dropped
+silently; what belongs to the user's script rather than the engine's config is written as a comment
+where the format has comments.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from functools import cache
+
+from ..errors import InputError
+from ..job import Job
+from ..models import Model
+
+__all__ = ["refuse", "check_expressed", "train_only", "infer_only", "accumulation", "flag",
+           "hub_repo", "num_machines", "write_yaml", "write_toml", "TRAIN_FIELDS", "INFER_FIELDS"]
+
+#: Job fields a training engine must either express or refuse (the rest describe the hardware
+#: or another mode: gpus_per_node and inter_node are the cluster's, infer_* the serving side's).
+TRAIN_FIELDS = ("optimizer_states", "fused_optimizer", "zero", "offload_optimizer", "lora_rank",
+                "lora_targets", "lora_base", "lora_dropout", "checkpointing", "attention", "tp",
+                "pp", "cp", "ep", "sequence_parallel", "pp_schedule", "micro_batches", "runtime",
+                "use_cache")
+#: The same for a serving engine (the training-only fields of a ``--mode both`` job are the
+#: training side's).
+INFER_FIELDS = ("kv_dtype", "attention", "tp", "pp", "cp", "ep", "sequence_parallel",
+                "prefill_logits", "runtime")
+
+
+def flag(field: str) -> str:
+    """The command-line option of a Job field (``grad_accum`` -> ``--grad-accum``)."""
+    return "--" + field.replace("_", "-")
+
+
+def refuse(engine: str, text: str) -> InputError:
+    """The one line an export raises (``raise refuse("vllm", "...")``)."""
+    return InputError(f"--export {engine}: {text}")
+
+
+@cache
+def _defaults() -> dict[str, object]:
+    return {f.name: f.default for f in fields(Job)}
+
+
+def check_expressed(job: Job, engine: str, checked: tuple[str, ...],
+                    expressed: frozenset[str]) -> None:
+    """Refuse the first of ``checked`` that differs from the Job's default and that the engine's
+    config has no setting for."""
+    defaults = _defaults()
+    for name in checked:
+        value = getattr(job, name)
+        if name not in expressed and value != defaults[name]:
+            shown = value if not isinstance(value, bool) else ""
+            raise refuse(engine, f"{flag(name)} {shown}".rstrip() + f" has no {engine} setting; "
+                         "drop it to export this plan (or choose another engine)")
+
+
+def train_only(job: Job, engine: str) -> None:
+    if not job.trains:
+        raise refuse(engine, "writes a training config and this plan has --mode infer; use "
+                     "--export vllm for serving, or --mode train")
+
+
+def infer_only(job: Job, engine: str) -> None:
+    if not job.infers:
+        raise refuse(engine, "writes a serving command and this plan has --mode train; use "
+                     "--mode infer (or both)")
+
+
+def accumulation(job: Job, engine: str) -> int:
+    """Micro-batches per optimizer step on one data-parallel rank: the pipeline's micro-batches
+    where given, else the gradient-accumulation steps (the Job's rule). Both given and different
+    is two numbers an engine holds as one."""
+    if job.micro_batches is not None and job.grad_accum > 1 \
+            and job.micro_batches != job.grad_accum:
+        raise refuse(engine, f"--micro-batches {job.micro_batches} and --grad-accum "
+                     f"{job.grad_accum} differ; {engine} counts one number of micro-batches per "
+                     "step: give one of them")
+    return job.micro_batches or job.grad_accum
+
+
+def hub_repo(job: Job, model: Model) -> str | None:
+    """The Hugging Face repository the model comes from (a catalog entry's config.json URL, or
+    the hub id or path the job names), None when unknown."""
+    src = getattr(model.architecture, "source", None) or ""
+    prefix = "https://huggingface.co/"
+    if src.startswith(prefix) and "/blob/" in src:
+        return src[len(prefix):].split("/blob/")[0]
+    if isinstance(job.model, str) and model.source != "catalog":
+        return job.model
+    return None
+
+
+def num_machines(job: Job) -> int:
+    return -(-job.gpus // job.gpus_per_node)
+
+
+def _scalar(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))  # a double-quoted string reads the same in YAML and TOML
+
+
+def write_yaml(d: dict, indent: int = 0) -> str:
+    """A mapping of scalars and nested mappings as block YAML; ``#`` keys become comments."""
+    out = []
+    pad = " " * indent
+    for k, v in d.items():
+        if k.startswith("#"):
+            out.append(f"{pad}{k}")
+        elif isinstance(v, dict):
+            out.append(f"{pad}{k}:")
+            out.append(write_yaml(v, indent + 2).rstrip("\n"))
+        else:
+            out.append(f"{pad}{k}: {_scalar(v)}")
+    return "\n".join(out) + "\n"
+
+
+def write_toml(sections: dict[str, dict]) -> str:
+    """Sections of scalars as TOML; ``#`` keys become comments."""
+    out = []
+    for name, body in sections.items():
+        if name.startswith("#"):
+            out.append(name)
+            continue
+        out.append(f"\n[{name}]")
+        for k, v in body.items():
+            out.append(k if k.startswith("#") else f"{k} = {_scalar(v)}")
+    return "\n".join(out).lstrip("\n") + "\n"

@@ -1,0 +1,90 @@
+"""accelerate: the YAML ``accelerate launch --config_file`` reads (``accelerate config``'s file).
+
+Top-level keys are accelerate's ``ClusterConfig`` fields; ``fsdp_config`` / ``deepspeed_config``
+/ ``parallelism_config`` keys are its launch options without the dashes
+(``accelerate/commands/launch.py``). ZeRO-3 is FSDP2 (``fsdp_version: 2``); ZeRO-2 is FSDP2
+without resharding after forward; ZeRO-1 and optimizer offload go through DeepSpeed. The
+micro-batch and accumulation are the training script's (DataLoader, ``Accelerator``) and are
+written as comments.
+"""
+
+from __future__ import annotations
+
+from ..job import Job
+from ..models import Model
+from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines, refuse,
+                      train_only, write_yaml)
+
+ENGINE = "accelerate"
+_EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "cp"})
+_MIXED = {"mixed-bf16": "bf16", "amp-bf16": "bf16", "mixed-fp16": "fp16", "amp-fp16": "fp16",
+          "fp32": "no"}
+
+
+def _backend(job: Job) -> str:
+    if job.offload_optimizer and job.zero == 0:
+        raise refuse(ENGINE, "--offload-optimizer needs ZeRO: add --zero 1, 2 or 3")
+    if job.offload_optimizer or job.zero == 1:
+        if job.tp * job.cp > 1:
+            raise refuse(ENGINE, "--tp/--cp with DeepSpeed (--zero 1 or --offload-optimizer): "
+                         "accelerate's parallelism config runs on FSDP2; use --zero 2 or 3")
+        return "DEEPSPEED"
+    if job.zero >= 2 or job.tp * job.cp > 1:
+        return "FSDP"
+    return "MULTI_GPU" if job.gpus > 1 else "NO"
+
+
+def _fsdp(job: Job) -> dict:
+    if job.zero == 0:
+        raise refuse(ENGINE, "--tp/--cp without sharded data parallel: accelerate runs them on "
+                     "FSDP2; add --zero 3")
+    return {"fsdp_version": 2, "fsdp_reshard_after_forward": job.zero == 3,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_offload_params": False,
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_activation_checkpointing": job.checkpointing == "full"}
+
+
+def _deepspeed(job: Job, accum: int) -> dict:
+    return {"zero_stage": job.zero,
+            "offload_optimizer_device": "cpu" if job.offload_optimizer else "none",
+            "offload_param_device": "none", "gradient_accumulation_steps": accum,
+            "zero3_init_flag": job.zero == 3}
+
+
+def _parallelism(job: Job) -> dict:
+    return {"parallelism_config_dp_replicate_size": 1,
+            "parallelism_config_dp_shard_size": job.dp,
+            "parallelism_config_tp_size": job.tp, "parallelism_config_cp_size": job.cp}
+
+
+def export(job: Job, model: Model) -> str:
+    """The accelerate config YAML of ``job``."""
+    train_only(job, ENGINE)
+    check_expressed(job, ENGINE, TRAIN_FIELDS, _EXPRESSED)
+    if job.precision not in _MIXED:
+        raise refuse(ENGINE, f"--precision {job.precision}: accelerate's mixed_precision is "
+                     "autocast over fp32 weights (amp-*, mixed-*) or no; a bf16 model is your "
+                     "script's dtype: use mixed-bf16")
+    accum = accumulation(job, ENGINE)
+    backend = _backend(job)
+    if job.checkpointing == "selective" or (job.checkpointing == "full" and backend != "FSDP"):
+        raise refuse(ENGINE, f"--checkpointing {job.checkpointing} has no accelerate setting "
+                     "with this layout (fsdp_activation_checkpointing is full, under FSDP: "
+                     "--zero 2 or 3)")
+    cfg: dict = {
+        f"# gpuplan plan of {model.name}: micro-batch {job.batch} per GPU (your DataLoader's "
+        f"batch_size), {accum} accumulation step(s) (Accelerator(gradient_accumulation_steps="
+        f"{accum})), global batch {job.batch * accum * job.dp}": None,
+        "compute_environment": "LOCAL_MACHINE", "distributed_type": backend,
+        "mixed_precision": _MIXED[job.precision], "num_machines": num_machines(job),
+        "num_processes": job.gpus, "machine_rank": 0, "main_training_function": "main",
+        "rdzv_backend": "static", "same_network": True, "use_cpu": False,
+    }
+    if backend == "FSDP":
+        cfg["fsdp_config"] = _fsdp(job)
+        if job.tp * job.cp > 1:
+            cfg["parallelism_config"] = _parallelism(job)
+    elif backend == "DEEPSPEED":
+        cfg["deepspeed_config"] = _deepspeed(job, accum)
+    return write_yaml(cfg)

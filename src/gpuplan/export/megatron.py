@@ -1,0 +1,117 @@
+"""Megatron-LM: the arguments of ``pretrain_gpt.py`` (``megatron/training/arguments.py``).
+
+The layout (``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
+``--num-layers-per-virtual-pipeline-stage``, ``--sequence-parallel``, ``--context-parallel-size``,
+``--expert-model-parallel-size``), the batch (``--micro-batch-size``, ``--global-batch-size`` =
+micro x micro-batches x data-parallel ranks), the model's shape, precision (``--bf16`` /
+``--fp16``: fp32 main weights and gradients, the ``mixed-*`` recipes), recomputation
+(``--recompute-granularity full|selective``) and the data-parallel sharding: ZeRO-1 is the
+distributed optimizer; ZeRO-2/3 are Megatron-FSDP's ``--data-parallel-sharding-strategy
+optim_grads`` / ``optim_grads_params``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from ..job import Job, default_seq, pp_chunks
+from ..models import Model
+from ._common import TRAIN_FIELDS, accumulation, check_expressed, refuse, train_only
+
+ENGINE = "megatron"
+_EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
+                        "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer"})
+_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def _model_args(job: Job, model: Model) -> list[str]:
+    a = model.architecture
+    if a is None or a.kind != "decoder" or not a.num_layers:
+        raise refuse(ENGINE, f"{model.name} has no decoder architecture gpuplan can write as "
+                     "Megatron-LM's GPT arguments; name a catalog model or config.json")
+    seq = job.seq or default_seq(a)
+    out = ["--num-layers", a.num_layers, "--hidden-size", a.hidden_size,
+           "--num-attention-heads", a.num_heads, "--ffn-hidden-size", a.intermediate_size,
+           "--seq-length", seq, "--max-position-embeddings", max(seq, a.max_position_embeddings)]
+    if a.num_kv_heads and a.num_kv_heads != a.num_heads:
+        out += ["--group-query-attention", "--num-query-groups", a.num_kv_heads]
+    if a.num_experts:
+        out += ["--num-experts", a.num_experts, "--moe-router-topk", a.experts_per_token]
+    return [str(x) for x in out]
+
+
+def _sharding(job: Job) -> list[str]:
+    out = []
+    if job.zero >= 1:
+        out.append("--use-distributed-optimizer")
+    if job.zero >= 2:
+        out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _FSDP[job.zero],
+                "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
+    if job.offload_optimizer:
+        if job.zero == 0:
+            raise refuse(ENGINE, "--offload-optimizer needs the distributed optimizer: add "
+                         "--zero 1")
+        out += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
+    return out
+
+
+def _layout(job: Job, model: Model) -> list[str]:
+    out = ["--tensor-model-parallel-size", str(job.tp),
+           "--pipeline-model-parallel-size", str(job.pp),
+           "--context-parallel-size", str(job.cp), "--expert-model-parallel-size", str(job.ep)]
+    name, chunks = pp_chunks(job.pp_schedule)
+    if job.pp > 1 and name == "gpipe":
+        raise refuse(ENGINE, "--pp-schedule gpipe: Megatron-LM runs 1F1B (or interleaved:V)")
+    if job.pp > 1 and chunks > 1:
+        layers = model.architecture.num_layers
+        if layers % (job.pp * chunks):
+            raise refuse(ENGINE, f"--pp-schedule {job.pp_schedule}: {layers} layers do not split "
+                         f"into {job.pp} x {chunks} equal chunks")
+        out += ["--num-layers-per-virtual-pipeline-stage", str(layers // (job.pp * chunks))]
+    if job.sequence_parallel:
+        out.append("--sequence-parallel")
+    return out
+
+
+def _recipe(job: Job) -> list[str]:
+    flags = {"mixed-bf16": ["--bf16"], "mixed-fp16": ["--fp16"], "fp32": []}
+    if job.precision not in flags:
+        raise refuse(ENGINE, f"--precision {job.precision} has no Megatron-LM setting (--bf16 "
+                     "and --fp16 keep fp32 main weights: mixed-bf16, mixed-fp16; or fp32)")
+    opts = {"adamw": ["--optimizer", "adam"], "adam": ["--optimizer", "adam"],
+            "sgd": ["--optimizer", "sgd", "--sgd-momentum", "0.0"],
+            "sgd-momentum": ["--optimizer", "sgd", "--sgd-momentum", "0.9"]}
+    if job.optimizer not in opts or job.optimizer_states != "auto":
+        raise refuse(ENGINE, f"--optimizer {job.optimizer} (states {job.optimizer_states}): "
+                     "Megatron-LM steps adam (decoupled weight decay) or sgd with fp32 states")
+    rec = {"none": [], "selective": ["--recompute-granularity", "selective"],
+           "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                    "--recompute-num-layers", "1"]}[job.checkpointing]
+    return flags[job.precision] + opts[job.optimizer] + rec
+
+
+def export(job: Job, model: Model) -> str:
+    """``pretrain_gpt.py`` arguments for ``job``, one option per line."""
+    train_only(job, ENGINE)
+    check_expressed(job, ENGINE, tuple(f for f in TRAIN_FIELDS if f != "optimizer_states"),
+                    _EXPRESSED)
+    accum = accumulation(job, ENGINE)
+    args = [*_model_args(job, model), *_layout(job, model),
+            "--micro-batch-size", str(job.batch),
+            "--global-batch-size", str(job.batch * accum * job.dp),
+            *_recipe(job), *_sharding(job)]
+    lines = [f"# gpuplan plan of {model.name}: {job.gpus} GPUs = tp {job.tp} x pp {job.pp} x "
+             f"cp {job.cp} x dp {job.dp}"]
+    if not job.fused_optimizer:
+        lines.append("# Megatron-LM's Adam is a fused kernel (no foreach temporary): plan with "
+                     "--fused-optimizer for its exact step memory")
+    lines.append(f"torchrun --nproc-per-node {min(job.gpus, job.gpus_per_node)} "
+                 "pretrain_gpt.py \\")
+    pairs: list[str] = []
+    for a in args:
+        if a.startswith("--") or not pairs:
+            pairs.append(a)
+        else:
+            pairs[-1] += " " + shlex.quote(a)
+    lines += [f"    {p} \\" for p in pairs[:-1]] + [f"    {pairs[-1]}"]
+    return "\n".join(lines) + "\n"

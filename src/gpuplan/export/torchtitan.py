@@ -1,0 +1,98 @@
+"""torchtitan: the TOML job config ``torchrun ... -m torchtitan.train --job.config_file FILE``
+reads (torchtitan 0.1-0.2, ``torchtitan/config/job_config.py``; torchtitan 0.3 moved to Python
+config registries with the same ``--section.key`` names as command-line overrides).
+
+torchtitan trains its own model definitions: the Llama 3.1 catalog models map onto its
+``llama3`` flavors; anything else is refused. ZeRO-3 is ``data_parallel_shard_degree`` with
+``fsdp_reshard_after_forward = "always"``, ZeRO-2 the same with ``"never"``, ZeRO-0 is
+``data_parallel_replicate_degree`` (DDP). Its tensor parallel always shards the norms by
+sequence (sequence parallel). Local batch = micro-batch x pipeline micro-batches; the gradient
+accumulation follows from ``global_batch_size``.
+"""
+
+from __future__ import annotations
+
+from ..job import Job, default_seq, pp_chunks
+from ..models import Model
+from ._common import (TRAIN_FIELDS, accumulation, check_expressed, hub_repo, refuse,
+                      train_only, write_toml)
+
+ENGINE = "torchtitan"
+_EXPRESSED = frozenset({"zero", "checkpointing", "fused_optimizer", "tp", "pp", "cp", "ep",
+                        "sequence_parallel", "pp_schedule", "micro_batches", "runtime"})
+#: catalog name -> (torchtitan model name, flavor), torchtitan/models/llama3/__init__.py
+MODELS = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
+          "llama-3.1-405b": ("llama3", "405B")}
+_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+_PRECISION = {"mixed-bf16": ("float32", "bfloat16"), "fp32": ("float32", "float32"),
+              "bf16": ("bfloat16", "bfloat16")}
+
+
+def _model(job: Job, model: Model) -> dict:
+    if model.name not in MODELS:
+        raise refuse(ENGINE, f"{model.name} is not one of torchtitan's model definitions "
+                     f"({', '.join(MODELS)}); use --export fsdp for a transformers model")
+    name, flavor = MODELS[model.name]
+    # where torchtitan's scripts/download_hf_assets.py puts the tokenizer: ./assets/hf/<repo>
+    repo = (hub_repo(job, model) or model.name).split("/")[-1]
+    return {"name": name, "flavor": flavor, "hf_assets_path": f"./assets/hf/{repo}"}
+
+
+def _parallelism(job: Job, model: Model) -> dict:
+    if job.zero == 1:
+        raise refuse(ENGINE, "--zero 1 has no torchtitan setting (FSDP shards parameters and "
+                     "gradients too): use --zero 2 or 3")
+    if job.tp > 1 and not job.sequence_parallel:
+        raise refuse(ENGINE, f"--tp {job.tp} without --sequence-parallel: torchtitan's tensor "
+                     "parallel always shards the norms by sequence; add --sequence-parallel")
+    out = {"data_parallel_replicate_degree": job.dp if job.zero == 0 else 1,
+           "data_parallel_shard_degree": 1 if job.zero == 0 else job.dp,
+           "fsdp_reshard_after_forward": "always" if job.zero == 3 else "never",
+           "tensor_parallel_degree": job.tp, "context_parallel_degree": job.cp,
+           "expert_parallel_degree": job.ep, "pipeline_parallel_degree": job.pp}
+    if job.pp > 1:
+        name, chunks = pp_chunks(job.pp_schedule)
+        out["pipeline_parallel_schedule"] = _SCHEDULES[name]
+        out["pipeline_parallel_microbatch_size"] = job.batch
+        layers = model.architecture.num_layers if model.architecture else 0
+        if chunks > 1:
+            if not layers or layers % (job.pp * chunks):
+                raise refuse(ENGINE, f"--pp-schedule {job.pp_schedule}: {layers} layers do not "
+                             f"split into {job.pp} x {chunks} equal chunks")
+            out["pipeline_parallel_layers_per_stage"] = layers // (job.pp * chunks)
+    return out
+
+
+def export(job: Job, model: Model) -> str:
+    """The torchtitan TOML job config of ``job``."""
+    train_only(job, ENGINE)
+    check_expressed(job, ENGINE, TRAIN_FIELDS, _EXPRESSED)
+    if job.precision not in _PRECISION:
+        raise refuse(ENGINE, f"--precision {job.precision} has no torchtitan setting (FSDP "
+                     "mixed precision: mixed-bf16; or fp32, bf16)")
+    if job.optimizer not in ("adamw", "adam"):
+        raise refuse(ENGINE, f"--optimizer {job.optimizer}: torchtitan builds Adam and AdamW")
+    if job.checkpointing == "selective":
+        raise refuse(ENGINE, "--checkpointing selective (Megatron's attention recompute) is "
+                     "not torchtitan's selective (per-op or every n-th layer); use full or none")
+    accum = accumulation(job, ENGINE)
+    if job.runtime == "cudagraphs":
+        raise refuse(ENGINE, "--runtime cudagraphs has no torchtitan setting; use compile or "
+                     "eager")
+    # with a pipeline the step's micro-batches are one local batch; else torchtitan accumulates
+    local = job.batch * (accum if job.pp > 1 else 1)
+    dtype, param = _PRECISION[job.precision]
+    return write_toml({
+        f"# gpuplan plan of {model.name}: {job.gpus} GPUs": {},
+        "job": {"description": f"gpuplan plan of {model.name}"},
+        "model": _model(job, model),
+        "optimizer": {"name": "AdamW" if job.optimizer == "adamw" else "Adam",
+                      "implementation": "fused" if job.fused_optimizer else "foreach"},
+        "training": {"local_batch_size": local,
+                     "global_batch_size": job.batch * accum * job.dp,
+                     "seq_len": job.seq or default_seq(model.architecture),
+                     "dtype": dtype, "mixed_precision_param": param},
+        "parallelism": _parallelism(job, model),
+        "activation_checkpoint": {"mode": job.checkpointing},
+        "compile": {"enable": job.runtime == "compile"},
+    })

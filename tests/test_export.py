@@ -1,0 +1,320 @@
+"""``--export``: every engine's config checked by that engine's own parser where it installs here,
+and by its documented option list where it does not.
+
+Parsers (installed with ``pip install``; tests skip, saying why, where one is absent):
+* DeepSpeed 0.19: ``deepspeed.runtime.config.DeepSpeedConfig`` (batch assertion, ZeRO config
+  model) -- ``DS_BUILD_OPS=0 pip install --no-deps deepspeed`` + its small deps;
+* accelerate 1.x: ``load_config_from_file`` (``ClusterConfig`` rejects unknown keys) and its
+  launch parser for the nested keys;
+* torchtitan 0.2: ``ConfigManager().parse_args(["--job.config_file", FILE])``
+  (``pip install --no-deps torchtitan==0.2.2`` + tyro; 0.3 dropped TOML files);
+* Megatron-LM and vLLM do not install on a CPU-only machine (Megatron-LM's ``arguments.py`` is not
+  in the megatron-core wheel; vLLM's wheel needs CUDA and pins its own torch): their options are
+  checked against the documented lists below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import shlex
+
+import pytest
+
+from gpuplan.cli import main
+from gpuplan.errors import InputError
+from gpuplan.export import ENGINES, export_plan
+from gpuplan.job import Job
+
+
+def job(**kw) -> Job:
+    kw.setdefault("model", "llama-3.1-8b")
+    kw.setdefault("mode", "train")
+    return Job(**kw)
+
+
+# ------------------------------------------------------------------ DeepSpeed
+
+def ds_parse(text: str, dp: int, monkeypatch):
+    pytest.importorskip("deepspeed", reason="DeepSpeed not installed (DS_BUILD_OPS=0 pip "
+                        "install --no-deps deepspeed hjson msgpack py-cpuinfo psutil einops)")
+    import deepspeed.runtime.config as dsc
+
+    class Mpu:  # the data-parallel group DeepSpeed asks a model-parallel engine for
+        def get_data_parallel_world_size(self):
+            return dp
+
+    monkeypatch.setattr(dsc.dist, "get_rank", lambda: 0)
+    return dsc.DeepSpeedConfig(json.loads(text), mpu=Mpu())
+
+
+@pytest.mark.parametrize("zero,offload,precision", [(0, False, "fp32"), (1, True, "mixed-bf16"),
+                                                    (2, False, "mixed-fp16"),
+                                                    (3, True, "mixed-bf16")])
+def test_deepspeed_round_trip(zero, offload, precision, monkeypatch):
+    j = job(gpus=16, zero=zero, offload_optimizer=offload, precision=precision, batch=2,
+            grad_accum=4)
+    c = ds_parse(export_plan(j, "deepspeed"), j.dp, monkeypatch)
+    assert c.train_batch_size == 2 * 4 * 16  # DeepSpeed asserts micro x accum x dp itself
+    assert (c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps) == (2, 4)
+    assert c.zero_optimization_stage == zero
+    assert c.bfloat16_config.enabled == (precision == "mixed-bf16")
+    assert c.float16_config.enabled == (precision == "mixed-fp16")
+    assert (c.zero_config.offload_optimizer is not None) == offload
+    assert c.optimizer_name == "adamw"
+
+
+def test_deepspeed_tensor_parallel_is_autotp(monkeypatch):
+    j = job(gpus=16, tp=2, zero=1, batch=1)
+    text = export_plan(j, "deepspeed")
+    assert json.loads(text)["tensor_parallel"] == {"autotp_size": 2}
+    assert ds_parse(text, j.dp, monkeypatch).train_batch_size == 8
+
+
+@pytest.mark.parametrize("kw,named", [
+    (dict(pp=2, gpus=2), "--pp 2"), (dict(checkpointing="full"), "--checkpointing full"),
+    (dict(tp=2, gpus=2, zero=3), "--zero 3"), (dict(precision="bf16"), "--precision bf16"),
+    (dict(optimizer="adamw-8bit"), "--optimizer adamw-8bit"), (dict(lora_rank=8), "--lora-rank 8"),
+    (dict(mode="infer"), "--mode infer")])
+def test_deepspeed_refuses_what_it_cannot_express(kw, named):
+    with pytest.raises(InputError) as e:
+        export_plan(job(**kw), "deepspeed")
+    assert named in str(e.value) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ accelerate
+
+def acc_load(text: str, tmp_path):
+    pytest.importorskip("accelerate", reason="accelerate not installed (pip install accelerate)")
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    path = tmp_path / "acc.yaml"
+    path.write_text(text)
+    cfg = load_config_from_file(str(path))
+    dests = {a.dest for a in launch_command_parser()._actions}
+    for section in ("fsdp_config", "deepspeed_config", "parallelism_config"):
+        unknown = set(getattr(cfg, section) or {}) - dests
+        assert not unknown, (section, unknown)
+    return cfg
+
+
+@pytest.mark.parametrize("zero,offload,tp,backend", [
+    (0, False, 1, "MULTI_GPU"), (1, False, 1, "DEEPSPEED"), (3, True, 1, "DEEPSPEED"),
+    (2, False, 1, "FSDP"), (3, False, 2, "FSDP")])
+def test_accelerate_round_trip(zero, offload, tp, backend, tmp_path):
+    j = job(gpus=16, zero=zero, offload_optimizer=offload, tp=tp, gpus_per_node=8)
+    cfg = acc_load(export_plan(j, "accelerate"), tmp_path)
+    assert cfg.distributed_type == backend
+    assert (cfg.num_processes, cfg.num_machines, cfg.mixed_precision) == (16, 2, "bf16")
+    if backend == "FSDP":
+        assert cfg.fsdp_config["fsdp_version"] == 2
+        assert cfg.fsdp_config["fsdp_reshard_after_forward"] == (zero == 3)
+        if tp > 1:
+            assert cfg.parallelism_config["parallelism_config_tp_size"] == 2
+            assert cfg.parallelism_config["parallelism_config_dp_shard_size"] == 8
+    if backend == "DEEPSPEED":
+        assert cfg.deepspeed_config["zero_stage"] == zero
+        assert cfg.deepspeed_config["offload_optimizer_device"] == ("cpu" if offload else "none")
+
+
+# ------------------------------------------------------------------ FSDP2 snippet
+
+def test_fsdp_snippet_is_python_and_names_fsdp2():
+    torch = pytest.importorskip("torch")
+    import torch.distributed.fsdp as fsdp_mod
+
+    text = export_plan(job(gpus=8, zero=3, checkpointing="full"), "fsdp")
+    tree = ast.parse(text)  # valid Python
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module == "torch.distributed.fsdp" for a in n.names}
+    assert imported == {"fully_shard", "MixedPrecisionPolicy"}
+    assert all(hasattr(fsdp_mod, n) for n in imported)
+    assert "reshard_after_forward=True" in text and "(8,)" in text
+    assert "param_dtype=torch.bfloat16, reduce_dtype=torch.float32" in text
+    assert torch.optim.AdamW  # the optimizer line names a real class
+    assert "torch.optim.AdamW(model.parameters(), foreach=True)" in text
+    z2 = export_plan(job(gpus=8, zero=2), "fsdp")
+    assert "reshard_after_forward=False" in z2
+    with pytest.raises(InputError, match="--zero 1 is not FSDP"):
+        export_plan(job(gpus=8, zero=1), "fsdp")
+
+
+# ------------------------------------------------------------------ torchtitan
+
+@pytest.fixture
+def tt_manager():
+    """torchtitan 0.2's ConfigManager. Its package ``__init__`` imports the float8/MoE kernels,
+    which need triton (a CUDA package); the config manager does not: it is imported under a bare
+    parent package, and every torchtitan module is unloaded again afterwards."""
+    import importlib.util
+    import sys
+    import types
+
+    spec = importlib.util.find_spec("torchtitan")
+    if spec is None:
+        pytest.skip("torchtitan 0.2 not installed (pip install --no-deps torchtitan==0.2.2 tyro)")
+    ours = lambda: [m for m in sys.modules if m == "torchtitan" or m.startswith("torchtitan.")]  # noqa: E731
+    before = {m: sys.modules.pop(m) for m in ours()}
+    bare = types.ModuleType("torchtitan")
+    bare.__path__ = list(spec.submodule_search_locations)
+    sys.modules["torchtitan"] = bare
+    try:
+        import torchtitan.config.manager as manager
+        if not hasattr(manager, "JobConfig"):
+            pytest.skip("torchtitan >= 0.3 reads Python config registries, not TOML job files")
+        yield manager.ConfigManager
+    finally:
+        for m in ours():
+            del sys.modules[m]
+        sys.modules.update(before)
+
+
+def tt_parse(text: str, tmp_path, manager):
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    return manager().parse_args(["--job.config_file", str(path)])
+
+
+def test_torchtitan_round_trip(tmp_path, tt_manager):
+    j = job(model="llama-3.1-70b", gpus=64, tp=8, sequence_parallel=True, pp=2,
+            pp_schedule="interleaved:2", zero=3, batch=1, grad_accum=8, seq=8192,
+            checkpointing="full")
+    c = tt_parse(export_plan(j, "torchtitan"), tmp_path, tt_manager)
+    p = c.parallelism
+    assert (p.tensor_parallel_degree, p.pipeline_parallel_degree,
+            p.data_parallel_shard_degree) == (8, 2, 4)
+    assert p.pipeline_parallel_schedule == "Interleaved1F1B"
+    assert p.pipeline_parallel_layers_per_stage == 80 // (2 * 2)
+    assert (c.training.local_batch_size, c.training.global_batch_size) == (8, 32)
+    assert c.training.seq_len == 8192 and c.activation_checkpoint.mode == "full"
+    assert (c.model.name, c.model.flavor) == ("llama3", "70B")
+
+
+def test_torchtitan_refusals():
+    with pytest.raises(InputError, match="not one of torchtitan's model definitions"):
+        export_plan(job(model="gpt2", gpus=2, zero=3), "torchtitan")
+    with pytest.raises(InputError, match="--sequence-parallel"):
+        export_plan(job(gpus=2, tp=2), "torchtitan")
+
+
+# ------------------------------------------------------------------ Megatron-LM (documented)
+
+#: Options of NVIDIA/Megatron-LM megatron/training/arguments.py used by the export, with their
+#: types there (store_true flags as None); Megatron-FSDP's from its docs
+#: (megatron/core/distributed/fsdp/README.md).
+MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": int,
+            "--ffn-hidden-size": int, "--seq-length": int, "--max-position-embeddings": int,
+            "--group-query-attention": None, "--num-query-groups": int, "--num-experts": int,
+            "--moe-router-topk": int, "--tensor-model-parallel-size": int,
+            "--pipeline-model-parallel-size": int, "--context-parallel-size": int,
+            "--expert-model-parallel-size": int, "--num-layers-per-virtual-pipeline-stage": int,
+            "--sequence-parallel": None, "--micro-batch-size": int, "--global-batch-size": int,
+            "--bf16": None, "--fp16": None, "--optimizer": ["adam", "sgd"],
+            "--sgd-momentum": float, "--recompute-granularity": ["full", "selective"],
+            "--recompute-method": ["uniform", "block"], "--recompute-num-layers": int,
+            "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,
+            "--data-parallel-sharding-strategy": ["no_shard", "optim", "optim_grads",
+                                                  "optim_grads_params"],
+            "--ckpt-format": ["torch", "torch_dist", "zarr", "fsdp_dtensor"],
+            "--no-gradient-accumulation-fusion": None, "--optimizer-cpu-offload": None,
+            "--use-precision-aware-optimizer": None}
+
+
+def _documented_parser(options: dict) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(exit_on_error=False)
+    for name, kind in options.items():
+        if kind is None:
+            p.add_argument(name, action="store_true")
+        elif isinstance(kind, list):
+            p.add_argument(name, choices=kind)
+        else:
+            p.add_argument(name, type=kind)
+    return p
+
+
+def megatron_args(text: str) -> argparse.Namespace:
+    body = " ".join(line.rstrip("\\").strip() for line in text.splitlines()
+                    if line.strip() and not line.startswith("#"))
+    words = shlex.split(body)
+    assert words[:3] == ["torchrun", "--nproc-per-node", words[2]] and words[3] == "pretrain_gpt.py"
+    return _documented_parser(MEGATRON).parse_args(words[4:])
+
+
+def test_megatron_layout_and_batch():
+    j = job(model="llama-3.1-70b", gpus=64, tp=8, pp=4, pp_schedule="interleaved:5",
+            sequence_parallel=True, zero=1, batch=1, grad_accum=16, checkpointing="selective",
+            seq=4096)
+    a = megatron_args(export_plan(j, "megatron"))
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size) == (8, 4)
+    assert a.num_layers_per_virtual_pipeline_stage == 80 // (4 * 5)
+    assert a.sequence_parallel and a.use_distributed_optimizer and a.bf16
+    assert (a.micro_batch_size, a.global_batch_size) == (1, 1 * 16 * 2)
+    assert (a.num_layers, a.hidden_size, a.num_query_groups) == (80, 8192, 8)
+    assert a.recompute_granularity == "selective"
+
+
+def test_megatron_zero3_is_megatron_fsdp():
+    a = megatron_args(export_plan(job(gpus=8, zero=3, offload_optimizer=True), "megatron"))
+    assert a.use_megatron_fsdp and a.data_parallel_sharding_strategy == "optim_grads_params"
+    assert a.optimizer_cpu_offload
+
+
+# ------------------------------------------------------------------ vLLM (documented)
+
+#: vLLM engine arguments (docs.vllm.ai/en/latest/configuration/engine_args.html).
+VLLM = {"--tensor-parallel-size": int, "--pipeline-parallel-size": int,
+        "--data-parallel-size": int, "--max-model-len": int, "--max-num-seqs": int,
+        "--dtype": ["auto", "half", "float16", "bfloat16", "float", "float32"],
+        "--quantization": ["awq", "gptq", "fp8", "bitsandbytes", "gguf", "compressed-tensors"],
+        "--kv-cache-dtype": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+        "--enforce-eager": None, "--enable-expert-parallel": None}
+
+
+def vllm_args(text: str):
+    words = shlex.split(text)
+    assert words[:2] == ["vllm", "serve"]
+    return words[2], _documented_parser(VLLM).parse_args(words[3:])
+
+
+def test_vllm_serve_command():
+    j = job(mode="infer", infer_precision="fp8", kv_dtype="fp8", tp=4, gpus=8, batch=64,
+            context=32768, runtime="eager")
+    repo, a = vllm_args(export_plan(j, "vllm"))
+    assert repo == "meta-llama/Llama-3.1-8B"
+    assert (a.tensor_parallel_size, a.data_parallel_size, a.max_model_len, a.max_num_seqs) == \
+        (4, 2, 32768, 64)
+    assert (a.quantization, a.kv_cache_dtype, a.enforce_eager) == ("fp8", "fp8", True)
+    with pytest.raises(InputError, match="--mode train"):
+        export_plan(job(), "vllm")
+    with pytest.raises(InputError, match="--cp 2"):
+        export_plan(job(mode="infer", cp=2, gpus=2), "vllm")
+
+
+# ------------------------------------------------------------------ CLI
+
+def test_every_engine_is_exported_or_refused_in_one_line():
+    for e in ENGINES:
+        for kw in (dict(gpus=8, zero=3), dict(mode="infer", tp=2, gpus=2)):
+            try:
+                out = export_plan(job(**kw), e)
+            except InputError as err:
+                assert "\n" not in str(err) and str(err).startswith(f"--export {e}:")
+            else:
+                assert out.endswith("\n") and len(out) > 40
+
+
+def test_cli_export_to_stdout_and_file(capsys, tmp_path):
+    assert main(["fit", "llama-3.1-8b", "--mode", "train", "--gpus", "8", "--zero", "3",
+                 "--export", "deepspeed"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["zero_optimization"]["stage"] == 3  # the config only
+    path = tmp_path / "ds.json"
+    assert main(["fit", "llama-3.1-8b", "--mode", "train", "--gpus", "8", "--zero", "3",
+                 "--export", "deepspeed", "--export-file", str(path), "--json",
+                 "--no-speed"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"]["zero"] == 3  # the plan as usual
+    assert json.loads(path.read_text())["train_batch_size"] == 8
+    assert main(["fit", "gpt2", "--export", "megatronn"]) == 2
+    assert "did you mean 'megatron'" in capsys.readouterr().err
