@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from ..errors import GpuplanError, InputError
+from ..errors import GpuplanError, InputError, printable
 
 __all__ = ["main", "build_parser", "CliError"]
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args.func(args) or 0)
     except GpuplanError as e:
-        print(f"gpuplan: error: {e}", file=sys.stderr)
+        print(f"gpuplan: error: {printable(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpuplan: interrupted", file=sys.stderr)
