@@ -11,7 +11,7 @@ import math
 import re
 from typing import Literal
 
-from .bounds import BOUNDS, MAX_DIGITS, check_number
+from .bounds import BOUNDS, MAX_DIGITS
 from .errors import InputError, shown
 
 __all__ = [
@@ -116,8 +116,10 @@ def parse_number(text: str | int | float, *, what: str, bound: str) -> float:
             raise InputError(f"{what} {shown(text)}: expected a number {b.text()}") from None
     else:
         value = text
-    check_number(value, bound, what=what)
-    return _as_float(value)  # type: ignore[arg-type]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not b.contains(_as_float(value)):
+        raise InputError(f"{what} {shown(text)}: expected {b.what} {b.text()}")
+    return _as_float(value)
 
 
 def parse_bytes(text: str | int, *, what: str = "size") -> int:
