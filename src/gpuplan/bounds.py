@@ -22,6 +22,7 @@ flops              > 0 .. 10^21 FLOP/s          a zettaFLOP/s per device
 bandwidth          > 0 .. 10^16 B/s             10 PB/s per link or memory
 price              0 .. 10^6 per GPU-hour
 seconds            > 0 .. 10^7 s                measured or expected step times (~4 months)
+duration           0 .. 10^7 s                  a spread (IQR) or minimum of measured times
 fraction           0 .. < 1                     fragmentation, dropout
 =================  ===========================  =================================================
 """
@@ -93,6 +94,7 @@ BOUNDS: dict[str, Bound] = {
     "bandwidth": Bound(0, 1e16, "a bandwidth in bytes/s", open_low=True),
     "price": Bound(0, 1e6, "a price per GPU-hour"),
     "seconds": Bound(0, 1e7, "a time in seconds", open_low=True),
+    "duration": Bound(0, 1e7, "a time or spread in seconds"),
     "epochs": Bound(0, 1e6, "a number of epochs", open_low=True),
     "fraction": Bound(0, 1, "a fraction", open_high=True),
 }
