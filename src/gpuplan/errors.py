@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "GpuplanError",
+    "GpuplanWarning",
     "InputError",
     "UnknownNameError",
     "ModelFileError",
@@ -23,6 +24,10 @@ __all__ = [
 
 class GpuplanError(Exception):
     """Base class of every error gpuplan raises on purpose."""
+
+
+class GpuplanWarning(UserWarning):
+    """Base class of gpuplan's warnings (the CLI prints each as one ``gpuplan: warning:`` line)."""
 
 
 class InputError(GpuplanError, ValueError):

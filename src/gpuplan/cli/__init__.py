@@ -13,7 +13,7 @@ import importlib
 import sys
 import warnings
 
-from ..errors import GpuplanError, InputError, printable
+from ..errors import GpuplanError, GpuplanWarning, InputError, printable
 
 __all__ = ["main", "build_parser", "CliError"]
 
@@ -68,6 +68,7 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
+        warnings.simplefilter("always", GpuplanWarning)
         warnings.showwarning = _one_line_warning
         return _main(argv)
 

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..bounds import check_int, check_number
-from ..errors import InputError, printable, shown
+from ..errors import GpuplanWarning, InputError, printable, shown
 from ..hardware.cpu import detect_cpu, hostname
 
 __all__ = [
@@ -166,7 +166,7 @@ class BadRun(ValueError):
     """A stored run whose fields do not hold what gpuplan wrote (hand-edited, damaged)."""
 
 
-class SkippedRunWarning(UserWarning):
+class SkippedRunWarning(GpuplanWarning):
     """A stored bench run failed validation and was skipped (the message is one line)."""
 
 
