@@ -174,8 +174,12 @@ def resolve_gpus(gpus: Iterable[str | GPU] | str | GPU | None) -> list[tuple[GPU
     return out
 
 
-def _check_plan_flags(**flags: object) -> None:
-    """The plan's switches are bools (``suggest`` may be None); ``top`` a small whole number."""
+def _check_plan_args(job: object, overrides: object, **flags: object) -> None:
+    """A Job; valid overhead overrides; the switches are bools (``suggest`` may be None); ``top``
+    a small whole number."""
+    if not isinstance(job, Job):
+        raise InputError(f"job {shown(job)}: expected a gpuplan.Job")
+    check_overrides(overrides)
     for name, v in flags.items():
         if name == "top":
             check_int(v, "int", what="top", high=1000)
@@ -261,11 +265,8 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     """
     from . import solver as _solver
 
-    if not isinstance(job, Job):
-        raise InputError(f"job {shown(job)}: expected a gpuplan.Job")
-    _check_plan_flags(search_gpu_counts=search_gpu_counts, suggest=suggest, max_batch=max_batch,
-                      max_seq=max_seq, top=top, speed=speed)
-    check_overrides(overhead_overrides)
+    _check_plan_args(job, overhead_overrides, search_gpu_counts=search_gpu_counts,
+                     suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed)
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
