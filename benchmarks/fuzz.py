@@ -2,7 +2,7 @@
 
 TARGET is ``config`` (config.json reader), ``safetensors`` (safetensors header reader), ``cli``
 (command lines), ``api`` (Job + plan, and the web API's fit) or ``kill`` (N SIGKILLs during bench
-writes, see :func:`kill_writers`). The inputs come from the shared generators of
+writes, :func:`fuzz_targets.kill_writers`). The inputs come from the shared generators of
 ``tests/fuzz_targets.py`` (the same ones the CI run drives with hypothesis), from a seeded
 ``random.Random``, so a run is reproducible. Printed as one JSON line: inputs, tracebacks
 (exceptions other than InputError, with the first few inputs), outcomes that break the promise,
@@ -18,8 +18,6 @@ import os
 import random
 import resource
 import signal
-import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -87,65 +85,11 @@ def fuzz(target: str, n: int, seed: int) -> dict:
             "first_broken": broken[:5], "first_hangs": hangs[:3]}
 
 
-_WRITER = """
-import sys
-sys.path.insert(0, {src!r}); sys.path.insert(0, {tests!r})
-from test_compute_measured import _run
-from gpuplan.measure import save_run
-i = 0
-while True:
-    rid = save_run(_run(created=f"2026-01-01T00:00:{{i % 60:02d}}+00:00"), {db!r})
-    print(rid, flush=True)
-    i += 1
-"""
-
-
-def kill_writers(n: int, seed: int) -> dict:
-    """SIGKILL a process that saves bench runs in a loop at a random moment, ``n`` times; after
-    each kill, every run it reported committed must be there, and the database must read cleanly
-    through the read-only path (no writer opens it first)."""
-    from gpuplan.compute.measured import latest_measured
-    from gpuplan.measure import list_runs
-
-    rng = random.Random(seed)
-    d = Path(tempfile.mkdtemp())
-    db = d / "bench.sqlite"
-    code = _WRITER.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), db=str(db))
-    committed: set[int] = set()
-    lost = read_failures = hot_journals = 0
-    for _ in range(n):
-        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.15, 0.6))  # start-up is ~0.1 s: kills land in the writes
-        p.send_signal(signal.SIGKILL)
-        out, _ = p.communicate()
-        committed.update(int(x) for x in out.split())
-        hot_journals += Path(f"{db}-journal").exists()
-        try:
-            latest_measured(db, machine=ft_key())
-            have = {r.run_id for r in list_runs(db)}
-        except Exception:  # noqa: BLE001
-            read_failures += 1
-            continue
-        lost += len(committed - have)
-    conn = sqlite3.connect(db)
-    check = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    conn.close()
-    return {"target": "kill", "kills": n, "seed": seed, "committed_runs": len(committed),
-            "lost": lost, "read_failures": read_failures,
-            "kills_leaving_a_journal": hot_journals, "integrity_check": check}
-
-
-def ft_key() -> str:
-    from test_compute_measured import KEY
-
-    return KEY
-
-
 def main() -> None:
     target, n = sys.argv[1], int(sys.argv[2])
     seed = int(sys.argv[3]) if len(sys.argv) > 3 else 14
     os.environ.setdefault("GPUPLAN_BENCH_DB", str(Path(tempfile.mkdtemp()) / "empty.sqlite"))
-    result = kill_writers(n, seed) if target == "kill" else fuzz(target, n, seed)
+    result = ft.kill_writers(n, seed) if target == "kill" else fuzz(target, n, seed)
     print(json.dumps(result))
 
 

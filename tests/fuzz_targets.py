@@ -255,3 +255,66 @@ def check_outcome(o: dict) -> str | None:
     elif "\x1b" in o.get("out", ""):
         return "raw escape in text output"
     return None
+
+
+def _writer(db: Path, w: int) -> None:
+    """The child: save runs in a loop, writing each committed id to the pipe ``w``."""
+    import os
+
+    from gpuplan.measure import save_run
+    from test_compute_measured import _run
+
+    try:
+        i = 0
+        while True:
+            rid = save_run(_run(created=f"2026-01-01T00:00:{i % 60:02d}+00:00"), db)
+            os.write(w, f"{rid}\n".encode())
+            i += 1
+    finally:
+        os._exit(0)  # never return into the parent's code
+
+
+def kill_writers(n: int, seed: int, db: Path | None = None) -> dict:
+    """SIGKILL a process that saves bench runs in a loop, at a random moment, ``n`` times; after
+    each kill every run it reported committed must be there, read through the read-only paths
+    (the speed model's reader, then the store's), with no writer opening the database first.
+    The writer is a fork of this process (no start-up cost), so every kill lands in the writes."""
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    from gpuplan.compute.measured import latest_measured
+    from gpuplan.measure import list_runs
+    from test_compute_measured import KEY
+
+    rng = random.Random(seed)
+    db = db or Path(tempfile.mkdtemp()) / "bench.sqlite"
+    committed: set[int] = set()
+    lost = read_failures = journals = 0
+    for _ in range(n):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            _writer(db, w)
+        os.close(w)
+        with os.fdopen(r, "rb", buffering=0) as pipe:
+            time.sleep(rng.uniform(0.0, 0.25))
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            committed.update(int(x) for x in pipe.read().split())
+        journals += Path(f"{db}-journal").exists()
+        try:
+            latest_measured(db, machine=KEY)
+            have = {r.run_id for r in list_runs(db)}
+        except Exception:  # noqa: BLE001 -- a failed read is what is counted
+            read_failures += 1
+            continue
+        lost += len(committed - have)
+    conn = sqlite3.connect(db)
+    check = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    conn.close()
+    return {"target": "kill", "kills": n, "seed": seed, "committed_runs": len(committed),
+            "lost": lost, "read_failures": read_failures,
+            "kills_leaving_a_journal": journals, "integrity_check": check}
