@@ -139,7 +139,9 @@ def test_without_torch_one_line_says_what_to_install(monkeypatch, capsys):
     _, err = capsys.readouterr()
     assert rc == 2
     assert err.strip() == ("gpuplan: error: gpuplan bench needs torch, which is not installed; "
-                           "pip install 'gpuplan[torch]'")
+                           "pip install 'gpuplan[torch]' --extra-index-url "
+                           "https://download.pytorch.org/whl/cpu (CPU-only wheels; drop "
+                           "--extra-index-url for a CUDA build)")
 
 
 def test_history_and_compare_need_no_torch(tmp_path, monkeypatch, capsys):

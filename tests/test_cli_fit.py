@@ -93,7 +93,7 @@ def test_infer_mode_precision_is_the_weight_format(capsys):
     (["fit", "gpt2", "--seq", "4096"], "at most 1024"),
     (["fit", "llama-2-7b", "--mode", "infer", "--context", "9000"], "at most 4096"),
     (["fit", "gpt2", "--checkpointing", "fulll"], "'full'"),
-    (["fit", "gpt2", "--attention", "flash"], "eager, sdpa"),
+    (["fit", "gpt2", "--attention", "flashy"], "eager, sdpa"),
     (["fit", "gpt2", "--cuda-context", "lots"], "--cuda-context"),
     (["fit", "gpt2", "--fragmentation", "2"], "--fragmentation"),
     (["fit", "gpt2", "--plot", "/nonexistent-dir/x.png"], "does not exist"),

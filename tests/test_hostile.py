@@ -265,7 +265,7 @@ def test_an_unreadable_directory_is_one_line(tmp_path, monkeypatch):
     # root reads any directory, so the refusal is what the OS would raise for another user
     from gpuplan.models import _load
 
-    def denied(d):
+    def denied(d, **_kw):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(_load, "_read_dir", denied)

@@ -15,6 +15,7 @@ __all__ = [
     "UnknownNameError",
     "ModelFileError",
     "MissingDependencyError",
+    "install_command",
     "UnsupportedError",
     "closest",
     "shown",
@@ -64,13 +65,30 @@ class ModelFileError(InputError):
         super().__init__(f"{self.path}: {problem}")
 
 
+#: PyTorch's CPU wheel index: a plain ``pip install torch`` on Linux resolves to the CUDA build
+#: (several GB of CUDA libraries); this index serves the CPU-only wheels
+#: (https://pytorch.org/get-started/locally/, "Compute Platform: CPU").
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def install_command(extra: str) -> str:
+    """The pip command that installs gpuplan's optional ``extra`` on a CPU-only machine."""
+    cmd = f"pip install 'gpuplan[{extra}]'"
+    if extra == "torch":
+        cmd += f" --extra-index-url {TORCH_CPU_INDEX}"
+    return cmd
+
+
 class MissingDependencyError(GpuplanError, ImportError):
     """An optional dependency is not installed; the message says what to install."""
 
     def __init__(self, package: str, extra: str, feature: str) -> None:
-        super().__init__(
-            f"{feature} needs {package}, which is not installed; pip install 'gpuplan[{extra}]'"
-        )
+        self.package = package
+        self.extra = extra
+        msg = f"{feature} needs {package}, which is not installed; {install_command(extra)}"
+        if extra == "torch":
+            msg += " (CPU-only wheels; drop --extra-index-url for a CUDA build)"
+        super().__init__(msg)
 
 
 class UnsupportedError(InputError):

@@ -243,8 +243,6 @@ def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
 
 def _query(fn, *args, **kw) -> int:
     """A max-batch / max-seq answer; 0 when not even the smallest fits."""
-    from .errors import InputError
-
     try:
         return fn(*args, **kw)
     except InputError:

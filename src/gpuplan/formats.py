@@ -10,12 +10,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from .errors import UnknownNameError
+from .errors import InputError, UnknownNameError
+from .models._ggml import ggml_tensor_bytes
 from .models._types import Architecture, ParamTensor
 
 __all__ = [
     "TrainingRecipe", "OptimizerSpec", "WeightFormat",
-    "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS",
+    "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS", "STORED_FORMATS",
     "get_recipe", "get_optimizer", "get_weight_format",
     "optimizer_state_bytes", "weights_bytes_in_format",
 ]
@@ -224,6 +225,15 @@ _GGML = {
     "Q5_K": (176, 256),  # 5.5 bits
     "Q6_K": (210, 256),  # 6.5625 bits
 }
+def _as_stored_ggml(t: ParamTensor, arch: Architecture | None) -> int:
+    """Each tensor in the GGML type its .gguf file stores it in (``ParamTensor.dtype``)."""
+    if t.dtype is None:
+        raise InputError(f"weight format 'gguf' is the per-tensor types of a .gguf file, but "
+                         f"tensor {t.name} has no stored type; give a .gguf model or choose "
+                         f"another format (q4_k_m, q8_0 ...)")
+    return ggml_tensor_bytes(t.dtype, t.shape) * t.count
+
+
 # When a row length is not a multiple of 256, llama.cpp falls back from k-quants to these.
 _GGML_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
@@ -434,16 +444,32 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     )
 }
 
+#: Formats a model can only be in when it was read from such a file: each tensor keeps the type
+#: the file stores it in. Not in WEIGHT_FORMATS, whose formats apply to any model (the solver
+#: and the property tests go through those); :func:`get_weight_format` finds both.
+STORED_FORMATS: dict[str, WeightFormat] = {
+    # bits: only a stand-in; weights_bytes_in_format refuses a model without per-tensor types,
+    # and the speed model is not given this format. 16 is the widest type llama.cpp quantizes from.
+    "gguf": WeightFormat(name="gguf", bits=16, compute_dtype="fp16",
+                         description="as stored in a .gguf file: each tensor in its own GGML "
+                                     "type (Q4_K, Q6_K, Q8_0, F16, F32 ...)",
+                         convention="per tensor, read from the file's header",
+                         source="the file's tensor infos; ggml type_traits block sizes",
+                         _tensor_bytes=_as_stored_ggml),
+}
+
 #: Inference formats ordered by effective bits (largest first).
 INFERENCE_ORDER = tuple(sorted(WEIGHT_FORMATS, key=lambda n: -WEIGHT_FORMATS[n].bits))
 
 
 def get_weight_format(name: str) -> WeightFormat:
-    try:
-        return WEIGHT_FORMATS[name]
-    except KeyError:
-        raise UnknownNameError("weight format", name, WEIGHT_FORMATS,
-                               hint="inference formats: " + ", ".join(WEIGHT_FORMATS)) from None
+    """A format of WEIGHT_FORMATS, or of STORED_FORMATS (``gguf``)."""
+    fmt = WEIGHT_FORMATS.get(name) or STORED_FORMATS.get(name)
+    if fmt is None:
+        raise UnknownNameError("weight format", name, [*WEIGHT_FORMATS, *STORED_FORMATS],
+                               hint="inference formats: " + ", ".join(WEIGHT_FORMATS)
+                               + "; gguf for a .gguf file's own types")
+    return fmt
 
 
 def weights_bytes_in_format(fmt: WeightFormat, tensors: tuple[ParamTensor, ...],
@@ -451,5 +477,8 @@ def weights_bytes_in_format(fmt: WeightFormat, tensors: tuple[ParamTensor, ...],
     """Bytes of all weights in ``fmt``: per tensor when the tensors are known, else every
     parameter at the format's effective bits."""
     if not tensors:
+        if fmt.name == "gguf":
+            raise InputError("weight format 'gguf' needs a model read from a .gguf file (its "
+                             "per-tensor types); this model has no tensors")
         return math.ceil(n_params * fmt.bits / 8)
     return sum(fmt.tensor_bytes(t, arch) for t in tensors)

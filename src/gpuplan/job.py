@@ -14,17 +14,20 @@ from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from .bounds import MAX_ARG_CHARS, check_int, check_number
-from .errors import InputError, shown
+from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "PP_SCHEDULES", "pp_chunks", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
 Attention = Literal["eager", "sdpa"]
+Runtime = Literal["auto", "eager", "compile", "cudagraphs"]
+#: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 #: KV-cache element formats and their bytes.
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -64,8 +67,6 @@ _ZERO_STAGES = (0, 1, 2, 3)
 
 def _choice(value: str, options: tuple[str, ...], what: str) -> str:
     if value not in options:
-        from .errors import closest
-
         near = closest(str(value)[:MAX_ARG_CHARS], options, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise InputError(f"{what} {shown(value)}: expected one of {', '.join(options)}{hint}")
@@ -75,11 +76,14 @@ def _choice(value: str, options: tuple[str, ...], what: str) -> str:
 #: Job fields that are strings (a choice or a name), whole numbers with their range in
 #: :mod:`gpuplan.bounds`, and booleans: their types are checked before their values.
 _STR_FIELDS = ("mode", "precision", "infer_precision", "optimizer", "optimizer_states",
-               "checkpointing", "attention", "prefill_logits")
-_OPT_STR_FIELDS = ("lora_base", "kv_dtype")
-_INT_FIELDS = ("batch", "grad_accum", "gpus")
-_OPT_INT_FIELDS = ("seq", "context", "lora_rank")
-_BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache")
+               "checkpointing", "attention", "prefill_logits", "runtime", "pp_schedule")
+_OPT_STR_FIELDS = ("lora_base", "kv_dtype", "inter_node")
+#: Whole-number fields and their range in :data:`gpuplan.bounds.BOUNDS`.
+_INT_FIELDS = {"batch": "batch", "grad_accum": "grad_accum", "gpus": "gpus", "tp": "gpus",
+               "pp": "gpus", "cp": "gpus", "ep": "gpus", "gpus_per_node": "gpus"}
+_OPT_INT_FIELDS = {"seq": "seq", "context": "context", "lora_rank": "lora_rank",
+                   "micro_batches": "grad_accum"}
+_BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel")
 
 #: Most LoRA target names one job takes.
 _MAX_LORA_TARGETS = 1000
@@ -105,10 +109,10 @@ def _check_types(job: "Job") -> None:
         if not isinstance(v, bool):
             raise InputError(f"{name} {shown(v)}: expected true or false (got "
                              f"{type(v).__name__})")
-    for name in _INT_FIELDS + _OPT_INT_FIELDS:
+    for name, bound in {**_INT_FIELDS, **_OPT_INT_FIELDS}.items():
         v = getattr(job, name)
         if v is not None or name in _INT_FIELDS:
-            check_int(v, name)
+            check_int(v, bound, what=name)
     if isinstance(job.zero, bool) or not isinstance(job.zero, int):
         raise InputError(f"zero {shown(job.zero)}: expected a ZeRO stage 0, 1, 2 or 3")
     check_number(job.lora_dropout, "fraction", what="lora dropout")
@@ -184,6 +188,29 @@ class Job:
     """Inference prefill computes logits for the last prompt position only (transformers'
     ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
     a plain forward over the prompt, as scoring or perplexity runs do)."""
+    runtime: Runtime = "auto"
+    """How the step's code runs: eager PyTorch (per-op launches and Python dispatch), compile
+    (torch.compile fuses elementwise chains), cudagraphs (launches replayed from a graph); auto =
+    the default of the mode, stated in the speed output (docs/speed.md)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row sharding inside each block)."""
+    pp: int = 1
+    """Pipeline-parallel stages."""
+    cp: int = 1
+    """Context-parallel degree (the sequence sharded over ranks, ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE experts spread over ranks of the data-parallel group)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism over the TP group (norms and dropout sharded by sequence)."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per stage)."""
+    micro_batches: int | None = None
+    """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
+    gpus_per_node: int = 8
+    """GPUs per node on the node's own link (NVLink/NVSwitch or PCIe)."""
+    inter_node: str | None = None
+    """Link between nodes, per GPU (e.g. ib-400, roce-200, 100Gb/s); None = 400 Gb/s per GPU
+    InfiniBand, stated in the output."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -211,6 +238,49 @@ class Job:
         _choice(self.prefill_logits, ("all", "last"), "prefill logits")
         if self.offload_optimizer and self.optimizer == "sgd":
             raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
+        _choice(self.runtime, get_args(Runtime), "runtime")
+        self._check_layout()
+
+    def _check_layout(self) -> None:
+        """The parallel layout's own consistency (what needs the architecture — heads divisible
+        by TP, layers per stage, experts per EP rank — is checked where the layout is planned)."""
+        for name in ("tp", "pp", "cp", "ep", "gpus_per_node"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"{name} {v!r}: expected a whole number >= 1")
+        if self.micro_batches is not None and (isinstance(self.micro_batches, bool) or not
+                                               isinstance(self.micro_batches, int)
+                                               or self.micro_batches < 1):
+            raise InputError(f"micro batches {self.micro_batches!r}: expected a whole number >= 1")
+        if not isinstance(self.sequence_parallel, bool):
+            raise InputError(f"sequence parallel {self.sequence_parallel!r}: expected true or false")
+        pp_chunks(self.pp_schedule)
+        model_parallel = self.tp * self.pp * self.cp
+        if self.gpus % model_parallel:
+            lo = self.gpus // model_parallel * model_parallel
+            near = " or ".join(str(n) for n in (lo, lo + model_parallel) if n)
+            raise InputError(f"gpus {self.gpus}: not a multiple of tp x pp x cp = "
+                             f"{model_parallel}; use --gpus {near}")
+        if self.sequence_parallel and self.tp == 1:
+            raise InputError("sequence parallel without tensor parallel: it shards over the TP "
+                             "group; add --tp N (N > 1) or drop --sequence-parallel")
+        if self.inter_node is not None and (not isinstance(self.inter_node, str)
+                                            or not self.inter_node.strip()):
+            raise InputError(f"inter node {self.inter_node!r}: expected a link name or a rate "
+                             "such as ib-400 or 400Gb/s")
+
+    def require_data_parallel(self, what: str) -> None:
+        """Until the model-parallel planner lands (issue 11), a layout with TP/PP/CP/EP or
+        sequence parallelism is refused in one line rather than planned as data parallel."""
+        if self.tp * self.pp * self.cp * self.ep > 1 or self.sequence_parallel:
+            raise UnsupportedError(
+                f"{what} with --tp/--pp/--cp/--ep/--sequence-parallel is not built yet; plan "
+                "data parallel (--gpus N --zero 0..3) for now")
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: all GPUs over tensor x pipeline x context parallel."""
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def trains(self) -> bool:
@@ -245,8 +315,6 @@ class Job:
         kw: dict = {}
         for key, value in d.items():
             if key not in types_:
-                from .errors import closest
-
                 near = closest(str(key)[:MAX_ARG_CHARS], types_)
                 hint = f"; did you mean {', '.join(map(repr, near))}?" if near else \
                     f"; job keys are {', '.join(types_)}"
@@ -267,6 +335,22 @@ class Job:
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)
         return new
+
+
+def pp_chunks(schedule: object) -> tuple[str, int]:
+    """(schedule, model chunks per stage) of a ``pp_schedule`` spelling; 1 chunk unless
+    ``interleaved:V``."""
+    text = str(schedule).strip().lower()
+    name, _, v = text.partition(":")
+    if name not in PP_SCHEDULES or (v and name != "interleaved"):
+        raise InputError(f"pp schedule {schedule!r:.40}: expected gpipe, 1f1b or interleaved:V "
+                         "(V model chunks per stage, e.g. interleaved:2)")
+    if name != "interleaved":
+        return name, 1
+    if not v.isdigit() or not 2 <= int(v) <= 64:
+        raise InputError(f"pp schedule {schedule!r:.40}: interleaved needs its chunks per stage, "
+                         "2 to 64, e.g. interleaved:2")
+    return name, int(v)
 
 
 def _plain(value: object) -> object:

@@ -23,7 +23,7 @@ from operator import attrgetter
 from typing import Literal
 
 from .errors import InputError
-from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe
+from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import Job, default_seq, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
@@ -331,7 +331,7 @@ def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[
 
 def _infer_knobs(model: Model, job: Job, prompt: int, context: int) -> list[list[tuple[Change, dict]]]:
     groups: list[list[tuple[Change, dict]]] = []
-    cur_bits = WEIGHT_FORMATS[job.infer_precision].bits
+    cur_bits = get_weight_format(job.infer_precision).bits
     fmts = []
     for name in ("fp8", "int8", "q8_0", "awq-4bit", "gptq-4bit", "q4_k_m", "nf4"):
         if WEIGHT_FORMATS[name].bits < cur_bits:

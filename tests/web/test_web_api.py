@@ -137,7 +137,7 @@ def test_openapi_lists_every_job_field(client):
 
 
 @pytest.mark.parametrize("body,status,message", [
-    ({"model": "llama-3.1-8b", "batchsize": 2}, 422, "unknown job key 'batchsize'; did you mean 'batch'?"),
+    ({"model": "llama-3.1-8b", "batchsize": 2}, 422, "unknown job key 'batchsize'; did you mean 'batch', 'micro_batches'?"),
     ({"model": "lama-3.1-8b"}, 422, "unknown model 'lama-3.1-8b'; did you mean"),
     ({"model": "/etc/passwd"}, 422, "unknown model '/etc/passwd'"),
     ({"model": "./config.json"}, 422, "unknown model './config.json'"),

@@ -6,7 +6,12 @@ import argparse
 
 from .._io import json_text
 from ..errors import InputError
-from ..job import DEFAULT_MODEL_PARAMS
+from ..job import DEFAULT_MODEL_PARAMS, Job
+from ..models import from_param_count, load_model
+from ..units import parse_count
+from ._job_options import add_job_options
+from ._job_options import job_from_args as job_options_to_job
+from ._common import add_download_argument
 
 HELP = "memory per GPU for training and inference, and a verdict per GPU"
 
@@ -16,52 +21,21 @@ SEED_PARAMS = DEFAULT_MODEL_PARAMS
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help=HELP, description=HELP)
-    p.add_argument("model", nargs="?", help="catalog name (see `gpuplan models`), config.json, or "
-                   "model directory (config.json + *.safetensors)")
+    p.add_argument("model", nargs="?", help="catalog name (see `gpuplan models`), hub id "
+                   "(org/name, from the local Hugging Face cache), config.json, model directory "
+                   "(config.json + *.safetensors), or a .gguf file")
+    add_download_argument(p)
     p.add_argument("--params", metavar="N", help="a bare parameter count instead of a model, e.g. 7B")
-    p.add_argument("--mode", choices=("train", "infer", "both"), default=None,
-                   help="what to plan for (default: both)")
-    p.add_argument("--precision", metavar="NAME",
-                   help="training recipe in train/both mode (fp32, mixed-bf16, mixed-fp16, amp-bf16, "
-                        "amp-fp16, bf16; default mixed-bf16); weight format in infer mode")
-    p.add_argument("--infer-precision", metavar="FORMAT",
-                   help="inference weight format with --mode both (fp32, bf16, fp16, fp8, int8, "
-                        "nf4, nf4-dq, gptq-4bit, awq-4bit, q8_0, q4_0, q4_k_m; default bf16)")
-    p.add_argument("--optimizer", metavar="NAME",
-                   help="sgd, sgd-momentum, adam, adamw (default), adafactor, adamw-8bit, lion, "
-                        "adagrad, rmsprop")
-    p.add_argument("--optimizer-states", choices=("auto", "fp32", "bf16"), default=None,
-                   help="optimizer state dtype (auto: fp32, or bf16 with the pure bf16 recipe)")
-    p.add_argument("--fused-optimizer", action="store_true", default=None,
-                   help="AdamW(fused=True): no full-size temporary in the optimizer step")
     p.add_argument("--gpu", action="append", metavar="NAME",
                    help="GPU to judge against (repeatable; default: a shortlist; `gpuplan gpus`), "
-                        "or a card by its memory: custom:24GB")
-    p.add_argument("--gpus", type=str, metavar="N", help="data-parallel GPUs (ZeRO world size)")
-    p.add_argument("--zero", type=str, metavar="0..3", help="ZeRO stage (3 = FSDP full shard)")
-    p.add_argument("--offload-optimizer", action="store_true", default=None,
-                   help="keep master weights and optimizer states in host memory")
-    p.add_argument("--lora-rank", type=str, metavar="R", help="train LoRA adapters of rank R")
-    p.add_argument("--lora-targets", metavar="M1,M2",
-                   help="modules the adapters attach to (default: PEFT's for the family; all-linear)")
-    p.add_argument("--lora-base", metavar="FORMAT",
-                   help="format of the frozen base under LoRA (nf4 = QLoRA)")
-    p.add_argument("--batch", type=str, metavar="B", help="micro-batch per GPU (default 1)")
-    p.add_argument("--seq", type=str, metavar="S",
-                   help="sequence length (default: the model's context, at most 2048)")
-    p.add_argument("--grad-accum", type=str, metavar="K", help="gradient-accumulation steps")
-    p.add_argument("--checkpointing", metavar="LEVEL", help="activation checkpointing: none, "
-                   "selective, full")
-    p.add_argument("--attention", metavar="IMPL", help="eager or sdpa (flash/memory-efficient)")
-    p.add_argument("--kv-dtype", metavar="DTYPE", help="KV-cache format: bf16, fp16, fp8, int8, fp32")
-    p.add_argument("--context", type=str, metavar="T",
-                   help="inference: tokens in the KV cache per sequence (default: --seq)")
-    p.add_argument("--prefill-logits", choices=("last", "all"), default=None,
-                   help="inference prefill computes logits for the last prompt position "
-                        "(generate(), vLLM; default) or for all (a scoring forward)")
-    p.add_argument("--use-cache", action="store_true", default=None,
-                   help="training forward keeps transformers' KV cache (config use_cache=True); "
-                        "default: use_cache=False")
+                        "or a card by its numbers: custom:24GB,bw=1000GB/s,bf16=165TF")
+    add_job_options(p)
+    _add_plan_options(p)
+    p.set_defaults(func=run)
+
+
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    """fit's own options: the overhead band, the searches, and the output."""
     p.add_argument("--overhead", choices=("low", "expected", "high"), default="expected",
                    help="which end of the runtime-overhead band to plan with")
     p.add_argument("--cuda-context", metavar="SIZE",
@@ -88,61 +62,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-speed", action="store_true",
                    help="leave out the speed model's estimate per GPU")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.set_defaults(func=run)
 
 
-def job_from_args(args: argparse.Namespace):
-    """Build the Job from CLI arguments; unset options keep the Job's own defaults."""
-    from ..job import Job
-    from ..models import from_param_count
-    from ..units import parse_count, parse_positive_int
-
+def job_from_args(args: argparse.Namespace) -> Job:
+    """The Job of ``gpuplan fit``'s arguments (the shared job options; unset ones keep the Job's
+    defaults); no model and no --params: the source document's 7B example. A .gguf file is what
+    llama.cpp serves: its inference is planned with the file's own per-tensor types."""
     if args.model and args.params:
         raise InputError("give a model or --params, not both")
-    if not args.model and not args.params:
-        # The built-in default: the source document's example, a 7B model.
-        model = from_param_count(SEED_PARAMS)
+    if args.params:
+        model = from_param_count(parse_count(args.params))
+    elif args.model:
+        model = load_model(args.model, download=args.download)
+        if model.source == "catalog":  # the name as typed, as a JSON body names it (web, tests)
+            model = args.model
     else:
-        model = from_param_count(parse_count(args.params)) if args.params else args.model
-
-    kw: dict = {}
-    mode = args.mode or "both"
-    kw["mode"] = mode
-    if args.precision is not None:
-        kw["infer_precision" if mode == "infer" else "precision"] = args.precision
-    if args.infer_precision is not None:
-        if mode == "train":
-            raise InputError("--infer-precision with --mode train: there is no inference to plan")
-        if mode == "infer" and args.precision is not None:
-            raise InputError("--mode infer takes the weight format as --precision; drop "
-                             "--infer-precision")
-        kw["infer_precision"] = args.infer_precision
-    for name in ("optimizer", "optimizer_states", "checkpointing", "attention", "kv_dtype",
-                 "lora_base"):
-        v = getattr(args, name)
-        if v is not None:
-            kw[name] = v
-    for name in ("offload_optimizer", "fused_optimizer", "use_cache"):
-        if getattr(args, name):
-            kw[name] = True
-    if args.prefill_logits is not None:
-        kw["prefill_logits"] = args.prefill_logits
-    for name, flag in (("batch", "--batch"), ("seq", "--seq"), ("grad_accum", "--grad-accum"),
-                       ("gpus", "--gpus"), ("lora_rank", "--lora-rank"), ("context", "--context")):
-        v = getattr(args, name)
-        if v is not None:
-            kw[name] = parse_positive_int(v, what=flag)
-    if args.zero is not None:
-        if args.zero.strip() not in ("0", "1", "2", "3"):
-            raise InputError(f"--zero {args.zero!r}: expected a ZeRO stage 0, 1, 2 or 3")
-        kw["zero"] = int(args.zero)
-    if args.lora_targets is not None:
-        targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
-        if not targets:
-            raise InputError(f"--lora-targets {args.lora_targets!r}: expected module names "
-                             "such as q_proj,v_proj")
-        kw["lora_targets"] = targets
-    return Job(model=model, **kw)
+        model = from_param_count(SEED_PARAMS)
+    gguf = getattr(model, "source", None) == "gguf"
+    job = job_options_to_job(args, model, command="fit", default_mode="infer" if gguf else "both")
+    if gguf and job.infers and args.precision is None and args.infer_precision is None:
+        job = job.with_(infer_precision="gguf")
+    return job
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict | None:
@@ -174,9 +114,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--plot {args.plot!r}: expected a .png file name")
     job = job_from_args(args)
     overrides = overrides_from_args(args)
+    # The speed model reads one bit width per weight format, not a file's per-tensor mix.
+    per_tensor = job.infers and job.infer_precision == "gguf"
     result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
                   suggest=True if args.suggest else None, max_batch=args.max_batch,
-                  max_seq=args.max_seq, speed=not args.no_speed)
+                  max_seq=args.max_seq, speed=not args.no_speed and not per_tensor)
     trace = None
     if args.trace:
         from ..crosscheck import compare_with_trace
@@ -198,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
             print("no model given: planning the source document's example, a 7B model "
                   "(name one, e.g. `gpuplan fit llama-3.1-8b`, or give --params)")
         render_plan(result, units=args.units, trace=trace)
+        if per_tensor and not args.no_speed:
+            print("speed: not estimated for a GGUF file's per-tensor types (the speed model "
+                  "takes one format: give --precision q4_k_m, q8_0 ... for an estimate)")
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0

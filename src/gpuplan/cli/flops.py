@@ -8,7 +8,9 @@ import re
 import sys
 
 from .._io import json_text
-from ._spellings import add_checkpointing_and_attention, checkpointing_and_attention
+from ._job_options import add_job_options
+from ._job_options import job_from_args as job_options_to_job
+from ._common import add_download_argument
 
 __all__ = ["register", "run", "parse_shape"]
 
@@ -44,11 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Counted (matmul) FLOPs of MODEL for BATCH sequences of SEQ tokens: each "
                     "layer's ops, the embedding and head, forward, backward (2x) and recompute; "
                     "the attention s^2 term over the full square (Megatron/PaLM convention).")
-    mo.add_argument("model", help="catalog name, config.json path or model directory")
-    mo.add_argument("--batch", default="1")
-    mo.add_argument("--seq", default=None, help="default min(2048, the model's maximum)")
-    mo.add_argument("--mode", choices=("train", "forward"), default="train")
-    add_checkpointing_and_attention(mo)
+    mo.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory "
+                    "or .gguf file")
+    add_download_argument(mo)
+    add_job_options(mo)
     mo.add_argument("--json", action="store_true")
     mo.set_defaults(func=run_model)
     p.set_defaults(func=_no_what)
@@ -109,29 +110,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What ``flops model`` counts from a job: the shape of the step and how it runs.
+_FLOPS_FIELDS = frozenset({"batch", "seq", "checkpointing", "attention", "precision"})
+
+
 def run_model(args: argparse.Namespace) -> int:
     from ..compute import flops_breakdown
     from ..errors import InputError
-    from ..job import Job
     from ..models import load_model
-    from ..units import parse_positive_int
 
-    batch = parse_positive_int(args.batch, what="--batch", maximum=10**7)
-    model = load_model(args.model)
+    if args.mode == "forward":  # the command's old word for a scoring forward pass
+        print("gpuplan: note: --mode forward is now spelled --mode infer", file=sys.stderr)
+        args.mode = "infer"
+    model = load_model(args.model, download=args.download)
     arch = model.architecture
     if arch is None:
         raise InputError(f"{args.model!r}: per-layer FLOPs need the architecture (a config.json)")
-    kw = checkpointing_and_attention(args)
-    if args.seq is not None:
-        kw["seq"] = parse_positive_int(args.seq, what="--seq", maximum=10**8)
+    job = job_options_to_job(args, model, command="flops model", default_mode="train",
+                             modes=("train", "infer"), supported=_FLOPS_FIELDS)
     # a forward pass here is a scoring pass: every position's logits
-    job = Job(model=model, mode="train" if args.mode == "train" else "infer", batch=batch,
-              prefill_logits="all", **kw)
+    job = job.with_(prefill_logits="all")
     fb = flops_breakdown(arch, job)
-    if args.json:
-        sys.stdout.write(json_text({"model": model.name, "batch": batch,
-                                    "seq": fb.tokens // batch, "mode": args.mode,
-                                    **fb.to_dict()}, indent=2))
+    if args.json:  # "mode" names the pass counted: train, or forward (the JSON's old word)
+        sys.stdout.write(json_text({"model": model.name, "batch": job.batch, "seq": fb.tokens // job.batch,
+                   "mode": "train" if job.mode == "train" else "forward", **fb.to_dict()},
+                  indent=2))
         sys.stdout.write("\n")
         return 0
     from ..report.speed import render_flops_breakdown

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
 from .._io import json_text
+from ..models import SUPPORTED_FAMILIES, catalog_entry, catalog_names, load_model
+from ..report import models as report
+from ..report._console import console_for
+
+from ._common import add_download_argument
 
 HELP = "list the model catalog, or show one model's exact parameters by component and tensor"
 
@@ -19,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model", nargs="?", metavar="MODEL",
                    help="a catalog name (any case; aliases such as gpt2-small), a config.json, "
-                        "a model directory, or a .safetensors file")
+                        "a model directory, a .safetensors or .gguf file, or a hub id (org/name) "
+                        "from the local Hugging Face cache")
+    add_download_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--sources", action="store_true",
                    help="add the source (config.json URL) column to the catalog table")
@@ -27,14 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
 
-    from ..models import SUPPORTED_FAMILIES, catalog_entry, catalog_names, load_model
-    from ..report import models as report
-    from ..report._console import console_for
 
     if args.model is not None:
-        model = load_model(args.model)
+        model = load_model(args.model, download=args.download)
         if args.json:
             print(json_text(report.model_json(model), indent=2))
             return 0

@@ -15,6 +15,7 @@ import sys
 from ..errors import InputError
 from ..measure.profile import DEFAULT_STEPS, DEFAULT_WARMUP
 from ..units import parse_positive_int
+from ._job_options import add_job_options, flag_of, given_job_options
 
 __all__ = ["register", "run"]
 
@@ -60,15 +61,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", metavar="SKU",
                    help="the catalog GPU the script runs on (default: the CUDA device's exact "
                         "name; `gpuplan gpus` lists them)")
-    p.add_argument("--precision", metavar="RECIPE",
-                   help="the training recipe for the estimate (amp-bf16, mixed-bf16, bf16, fp32, "
-                        "...; default: inferred from autocast and the parameter dtype)")
     p.add_argument("--no-estimate", action="store_true",
                    help="do not compare with the speed model's estimate")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="timing: CUDA events once CUDA is in use (auto), or force one")
     p.add_argument("--gather-timeout", default="300", metavar="SECONDS",
                    help="under torchrun: how long rank 0 waits for the other ranks (default 300)")
+    add_job_options(p)
     p.add_argument("script", help="the training script (a .py file)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
     p.set_defaults(func=run)
@@ -85,6 +84,11 @@ def _seconds(text: str, what: str) -> float:
 
 
 def _estimate_flags(args: argparse.Namespace, expected: float | None) -> None:
+    extra = [flag_of(f) for f in given_job_options(args) if f != "precision"]
+    if extra:
+        raise InputError(f"profile measures the loop itself: {', '.join(extra)} come from the "
+                         "running script; of the job options only --precision (the recipe for "
+                         "the estimate) applies")
     named = [f for f, v in (("--model", args.model), ("--gpu", args.gpu),
                             ("--precision", args.precision)) if v is not None]
     if named and expected is not None:
@@ -107,6 +111,10 @@ def _check_plot(path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._extras import require
+
+    # torch first: without it, one line with the install command (measure/ imports it too).
+    require("torch", feature="gpuplan profile")
     from ..measure.profile.distributed import dist_env
     from ..measure.profile.script import check_script, collect, run_script
     from ..report.profile import plot_profile, render_json, render_text

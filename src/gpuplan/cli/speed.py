@@ -6,7 +6,9 @@ import argparse
 import sys
 
 from .._io import json_text
-from ._spellings import add_checkpointing_and_attention, checkpointing_and_attention
+from ._job_options import add_job_options
+from ._job_options import job_from_args as job_options_to_job
+from ._common import add_download_argument
 
 __all__ = ["register", "run"]
 
@@ -18,20 +20,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "roofline of each op class, step time, tokens/s, MFU; prefill vs decode; "
                     "input copies; data-parallel scaling; time and cost to train; and whether "
                     "the job needs a GPU at all.")
-    p.add_argument("model", help="catalog name, config.json path or model directory")
+    p.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory "
+                   "or .gguf file")
+    add_download_argument(p)
     p.add_argument("--gpu", required=True,
                    help="GPU SKU or alias (see `gpuplan gpus`), or a card by its numbers: "
                         "custom:24GB,bw=1000GB/s,bf16=165TF,fp32=82.6TF,sms=128,threads=1536,pcie=4x16")
-    p.add_argument("--mode", choices=("train", "infer"), default="train")
-    p.add_argument("--batch", default="1", help="sequences per GPU per step (default 1)")
-    p.add_argument("--seq", default=None,
-                   help="sequence (prompt) length; default min(2048, the model's maximum)")
-    p.add_argument("--gpus", default="1", help="data-parallel GPUs (default 1)")
-    p.add_argument("--precision", default=None,
-                   help="training recipe (default mixed-bf16) or inference weight format "
-                        "(default bf16)")
-    p.add_argument("--optimizer", default="adamw")
-    add_checkpointing_and_attention(p)
+    add_job_options(p)
     p.add_argument("--new-tokens", default="128", help="inference: tokens generated per sequence")
     p.add_argument("--link", default=None,
                    help="gradient all-reduce link: nvlink, pcie, or GB/s per GPU (e.g. 50, "
@@ -69,17 +64,8 @@ def _float(text: str | None, what: str, *, bound: str) -> float | None:
 
 def job_from_args(args: argparse.Namespace, model):
     """The Job these arguments describe (one mode: train or infer)."""
-    from ..job import Job
-    from ..units import parse_positive_int
-
-    kw = dict(mode=args.mode, batch=parse_positive_int(args.batch, what="--batch", maximum=10**7),
-              gpus=parse_positive_int(args.gpus, what="--gpus", maximum=10**6),
-              optimizer=args.optimizer, **checkpointing_and_attention(args))
-    if args.seq is not None:
-        kw["seq"] = parse_positive_int(args.seq, what="--seq", maximum=10**8)
-    if args.precision is not None:
-        kw["precision" if args.mode == "train" else "infer_precision"] = args.precision
-    return Job(model=model, **kw)
+    return job_options_to_job(args, model, command="speed", default_mode="train",
+                              modes=("train", "infer"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_writable(args.plot, what="--plot")
     gpu, alias = resolve_gpu(args.gpu)
-    model = load_model(args.model)
+    model = load_model(args.model, download=args.download)
     job = job_from_args(args, model)
     kw = dict(new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
               pinned=not args.pageable, tf32=args.tf32)

@@ -205,6 +205,7 @@ def estimate_speed(
     that CPU, :func:`estimate_cpu_speed`, and say whether it needs a GPU at all).
     """
     mode = one_mode(job)
+    job.require_data_parallel("the speed estimate")
     positive_int(new_tokens, "new tokens", 10**7)
     if trainable_params is not None:
         positive_int(trainable_params, "trainable parameters", 10**15)

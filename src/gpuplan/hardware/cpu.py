@@ -18,9 +18,7 @@ the nominal clock (AVX-512 frequency licences), so the estimate is an upper boun
 from __future__ import annotations
 
 import os
-import platform
 import re
-import socket
 from dataclasses import dataclass
 from typing import Literal
 
@@ -265,6 +263,8 @@ def _read_text(path: str, limit: int = 4 * 1024 * 1024) -> str | None:
 
 def detect_cpu(*, frequency_hz: float | None = None, fma_units: int | None = None) -> CPU:
     """This machine's CPU (reads ``/proc/cpuinfo`` and sysfs on Linux; never imports torch)."""
+    import platform  # ~4 ms: only when a CPU is detected, not on every `gpuplan fit`
+
     machine = platform.machine().lower() or "unknown"
     text = _read_text("/proc/cpuinfo") or ""
     khz = _read_text("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
@@ -304,4 +304,6 @@ def total_memory_bytes() -> int | None:
 
 def hostname() -> str:
     """This machine's host name (``socket.gethostname``)."""
+    import socket  # ~4 ms: only when a host name is needed, not on every `gpuplan fit`
+
     return socket.gethostname()

@@ -23,6 +23,7 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
                  overhead_level: OverheadLevel = "expected", overhead_overrides=None) -> InferMemory:
     """Per-GPU memory of serving ``model`` in ``job.infer_precision`` (weights sharded over
     ``tensor_parallel`` GPUs when > 1)."""
+    job.require_data_parallel("inference memory")
     fmt = get_weight_format(job.infer_precision)
     n = model.params.total
     notes: list[str] = []

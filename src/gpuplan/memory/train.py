@@ -24,6 +24,7 @@ __all__ = ["train_memory"]
 def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected",
                  overhead_overrides=None) -> TrainMemory:
     """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
+    job.require_data_parallel("training memory")
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
     st = train_states(model, job)

@@ -1,9 +1,12 @@
 """Model inputs: the shipped catalog of popular architectures (their config.json numbers), a
-user's config.json or model directory, safetensors headers, or a bare parameter count.
+user's config.json or model directory, safetensors headers, a .gguf file's header, a Hugging Face
+hub id found in the local cache (or fetched with ``download=True``: config and headers only), or a
+bare parameter count.
 
 Every route ends in a :class:`Model`: exact parameter tensors split by component, and the
 :class:`Architecture` when one is known. Importing this package imports neither torch nor numpy;
-reading *.safetensors headers imports the ``safetensors`` library (and numpy) when it happens.
+reading *.safetensors headers imports the ``safetensors`` library (and numpy), a .gguf file the
+``gguf`` package, and a hub id ``huggingface_hub``, each when it happens.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from ._catalog import (CatalogEntry, catalog_config, catalog_entry, catalog_keys
                        catalog_names)
 from ._counts import count_params
 from ._families import HF_CLASSES, SUPPORTED_FAMILIES, build_architecture
-from ._load import from_param_count, load_model, model_from_config_bytes
+from ._ggml import GGML_TYPES, ggml_tensor_bytes
+from ._hub import is_hub_id
+from ._load import from_param_count, load_model, model_from_config_bytes, model_from_gguf
 from ._safetensors import read_header
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 
@@ -23,6 +28,7 @@ __all__ = [
     "SUPPORTED_FAMILIES", "HF_CLASSES",
     "load_model", "from_param_count", "model_from_config_bytes", "catalog_names", "catalog_config", "catalog_entry",
     "catalog_keys", "architecture_from_config", "count_params", "read_header",
+    "is_hub_id", "model_from_gguf", "GGML_TYPES", "ggml_tensor_bytes",
 ]
 
 

@@ -6,20 +6,26 @@ import math
 import os
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Literal
 
 from ..bounds import MAX_ARG_CHARS
-from ..errors import InputError, ModelFileError, UnknownNameError, closest, printable, shown
+from ..errors import InputError, ModelFileError, UnknownNameError, printable, shown
 from ..units import format_count, parse_count
 from ._catalog import catalog_keys, catalog_model, resolve_catalog_name
 from ._config import MAX_CONFIG_BYTES, parse_json_bytes, read_json_file
 from ._counts import count_params
 from ._families import build_architecture
-from ._safetensors import HeaderTensor, read_checkpoint_dir, read_header
+from . import _hub
+from ._gguf import ARCH_FAMILIES, gguf_config, read_gguf
+from ._safetensors import (INDEX_NAME, MAX_INDEX_BYTES, HeaderTensor, read_checkpoint_dir,
+                           read_header)
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 
-__all__ = ["load_model", "from_param_count", "model_from_config", "model_from_checkpoint"]
+__all__ = ["load_model", "from_param_count", "model_from_config", "model_from_checkpoint",
+           "model_from_gguf"]
 
 #: First name components that are the base-model prefix (``model.layers...``); checkpoints saved
 #: from the base model, or by older code, omit them.
@@ -229,7 +235,8 @@ def model_from_config_bytes(data: bytes, *, name: str = "pasted config.json",
 
 
 def model_from_checkpoint(headers: list[HeaderTensor], *, name: str,
-                          arch: Architecture | None, notes: list[str]) -> Model:
+                          arch: Architecture | None, notes: list[str],
+                          source: Literal["safetensors", "gguf"] = "safetensors") -> Model:
     tensors, more, dominant = _tensors_from_headers(headers, arch)
     if not any(math.prod(t.shape) for t in tensors):
         raise ModelFileError(name, "the safetensors header holds no tensor with any elements "
@@ -239,21 +246,21 @@ def model_from_checkpoint(headers: list[HeaderTensor], *, name: str,
         notes.append("no config.json: the architecture (layers, heads, context) is unknown, so "
                      "activations and the KV cache cannot be estimated")
     return Model(name=name, params=count_params(tensors, arch), tensors=tensors,
-                 architecture=arch, source="safetensors", checkpoint_dtype=dominant,
+                 architecture=arch, source=source, checkpoint_dtype=dominant,
                  notes=tuple(notes))
 
 
-def _from_dir(d: Path) -> Model:
+def _from_dir(d: Path, *, name: str | None = None) -> Model:
     """A model directory; an OS error reading it (permission denied, a name too long ...) is one
     :class:`ModelFileError` line."""
     try:
-        return _read_dir(d)
+        return _read_dir(d, name=name)
     except OSError as e:
         raise ModelFileError(d, f"cannot be read ({e.strerror or type(e).__name__})") from None
 
 
-def _read_dir(d: Path) -> Model:
-    name = _dir_name(d)
+def _read_dir(d: Path, *, name: str | None = None) -> Model:
+    name = name or _dir_name(d)
     cfg = d / "config.json"
     arch = None
     notes: list[str] = []
@@ -278,22 +285,118 @@ def _read_dir(d: Path) -> Model:
 
 
 def _looks_like_path(s: str) -> bool:
-    return (os.sep in s or "/" in s or "\\" in s or s.startswith((".", "~"))
-            or s.endswith((".json", ".safetensors")))
+    """A file-system path rather than a name: starts with ./ ../ / ~ (or a drive), ends in a
+    model-file suffix, or holds a separator without being shaped like a hub id (org/name)."""
+    if s.startswith(("./", "../", "/", "~", ".\\", "..\\", "\\")) or s in (".", ".."):
+        return True
+    if s.lower().endswith(_hub.PATH_SUFFIXES) or (len(s) > 1 and s[1] == ":"):
+        return True
+    return ("/" in s or "\\" in s or os.sep in s) and not _hub.is_hub_id(s)
 
 
-def load_model(spec: str | os.PathLike) -> Model:
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([bmk])(?![a-z])")
+
+
+def _size_tokens(name: str) -> frozenset[str]:
+    """Size tokens of a model name ("14b", "1.5b", "4k"): names of different sizes are different
+    models, never typos of each other."""
+    return frozenset(m.group(0) for m in _SIZE.finditer(name.lower()))
+
+
+def _suggestable(name: str, known: list[str]) -> list[str]:
+    """The known names a "did you mean" may offer for ``name``: those of the same size."""
+    mine = _size_tokens(name)
+    return [k for k in known if _size_tokens(k) == mine] if mine else known
+
+
+def _near(name: str, known: list[str]) -> list[str]:
+    """Close names for a hub id: a stricter cutoff than catalog typos, since org/name strings
+    share many letters by chance."""
+    import difflib  # only an error pays for it (keeps `gpuplan fit` start-up short)
+
+    by_lower = {k.lower(): k for k in known}
+    hits = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.8)
+    return [by_lower[h] for h in hits]
+
+
+def model_from_gguf(path: str | os.PathLike) -> Model:
+    """A :class:`Model` from a .gguf file's header: the architecture from its metadata (llama
+    and qwen2 styles), each tensor with its GGML type (``ParamTensor.dtype``)."""
+    h = read_gguf(path)
+    name = h.path.stem
+    notes = list(h.notes)
+    cfg = gguf_config(h)
+    arch = None
+    if cfg is not None:
+        arch, arch_notes = build_architecture(cfg, name=name, source=str(h.path),
+                                              where=f"{h.path} (GGUF metadata)")
+        notes.extend(arch_notes)
+    else:
+        notes.append(f"GGUF architecture {h.arch!r} is not mapped to a transformers config "
+                     f"(mapped: {', '.join(ARCH_FAMILIES)}); counts come from the tensor headers")
+    return model_from_checkpoint(list(h.tensors), name=name, arch=arch, notes=notes,
+                                 source="gguf")
+
+
+def _from_hub_snapshot(snap: Path, repo_id: str, h) -> Model:
+    """A cached repo: its snapshot folder, or config.json alone when the cache holds only some
+    of the shards its index names."""
+    index = _hub.cached_file(h, repo_id, INDEX_NAME)
+    if index is not None:
+        wmap = read_json_file(index, limit=MAX_INDEX_BYTES, what="safetensors index").get(
+            "weight_map")
+        files = sorted(set(wmap.values())) if isinstance(wmap, dict) else []
+        have = [f for f in files if isinstance(f, str) and (snap / f).is_file()]
+        if files and len(have) < len(files):
+            m = model_from_config(snap / "config.json", name=repo_id)
+            note = (f"the cache holds {len(have)} of the {len(files)} weight shards: counts "
+                    f"come from config.json")
+            return replace(m, notes=m.notes + (note,))
+    return _from_dir(snap, name=repo_id)
+
+
+def _from_hub(s: str, download: bool) -> Model:
+    h = _hub.hub(s)
+    snap = _hub.cached_snapshot(h, s)
+    if snap is None:
+        exact = {r.lower(): r for r in _hub.cached_repo_ids(h)}.get(s.lower())
+        snap = _hub.cached_snapshot(h, exact) if exact else None
+        s = exact or s
+    if snap is not None and not download:
+        return _from_hub_snapshot(snap, s, h)
+    if download:
+        got = _hub.download(h, s)
+        arch, notes = _arch_from_file(got.config, s)
+        if not got.headers:
+            return Model(name=s, params=count_params(arch.tensors, arch), tensors=arch.tensors,
+                         architecture=arch, source="config", notes=notes + got.notes)
+        return model_from_checkpoint(list(got.headers), name=s, arch=arch,
+                                     notes=list(notes + got.notes))
+    known = _suggestable(s, [*_hub.cached_repo_ids(h), *catalog_keys()])
+    near = _near(s, known) or _near(s.split("/", 1)[1], known)
+    hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+    raise InputError(f"model {s!r} is not a local path, in gpuplan's catalog or in the Hugging "
+                     f"Face cache ({_hub.cache_dir(h)}){hint} (--download fetches its config.json "
+                     f"and safetensors headers, not the weights)")
+
+
+def load_model(spec: str | os.PathLike, *, download: bool = False) -> Model:
     """A catalog name (``llama-3.1-8b``, any case, aliases such as ``gpt2-small`` or the Hub id),
-    a config.json path, a model directory (config.json and/or *.safetensors, sharded or not), or
-    one .safetensors file -> :class:`Model`."""
+    a config.json path, a model directory (config.json and/or *.safetensors, sharded or not), one
+    .safetensors or .gguf file, or a Hugging Face hub id (``org/name``) found in the local cache
+    -> :class:`Model`.
+
+    ``download=True`` lets a hub id that is not cached be fetched: config.json and the
+    safetensors headers only (byte ranges), never the weights. Nothing is downloaded otherwise.
+    """
     if not isinstance(spec, (str, os.PathLike)):
         raise InputError(f"model {shown(spec)}: expected a catalog name or a path")
     s = os.fspath(spec)
     if isinstance(s, bytes):
         s = os.fsdecode(s)
     if not s.strip():
-        raise InputError("model '': expected a catalog name (see `gpuplan models`) or a path to "
-                         "a config.json or model directory")
+        raise InputError("model '': expected a catalog name (see `gpuplan models`), a hub id "
+                         "(org/name) or a path to a config.json or model directory")
     if len(s) > MAX_ARG_CHARS or "\0" in s:
         raise InputError(f"model {shown(s)}: not a catalog name, and not a usable path (at most "
                          f"{MAX_ARG_CHARS} characters, no NUL)")
@@ -301,31 +404,36 @@ def load_model(spec: str | os.PathLike) -> Model:
     if key is not None:
         return catalog_model(key)
     try:
-        return _load_path(s)
+        return _load_path(s, hub=isinstance(spec, str), download=download)
     except OSError as e:  # a name over 255 bytes, a loop of links, a vanished directory ...
         raise ModelFileError(printable(s, 80), f"cannot be read as a model file or directory "
                                                f"({e.strerror or type(e).__name__})") from None
 
 
-def _load_path(s: str) -> Model:
+def _load_path(s: str, *, hub: bool, download: bool) -> Model:
     p = Path(s).expanduser()
     if p.is_dir():
         return _from_dir(p)
     if p.is_file():
-        if p.suffix == ".safetensors":
-            return model_from_checkpoint(list(read_header(p).tensors), name=p.stem, arch=None,
-                                         notes=[])
-        return model_from_config(p)
+        return _from_file(p)
     if p.exists():
         raise ModelFileError(p, "is not a regular file or directory")
+    if hub and _hub.is_hub_id(s):
+        return _from_hub(s, download)
     if _looks_like_path(s):
-        guess = closest(Path(s).name, catalog_keys())
-        hint = f"; did you mean the catalog model {guess[0]!r}?" if guess else ""
-        raise ModelFileError(p, "no such file or directory (gpuplan reads local files and never "
-                                "downloads)" + hint)
-    raise UnknownNameError("model", s, catalog_keys(),
-                           hint="see `gpuplan models`, or give a path to a config.json or a "
-                                "model directory")
+        raise ModelFileError(s, "no such file or directory")
+    raise UnknownNameError("model", s, _suggestable(s, list(catalog_keys())),
+                           hint="see `gpuplan models`; or give a hub id (org/name), a "
+                                "config.json, a model directory or a .gguf file")
+
+
+def _from_file(p: Path) -> Model:
+    if p.suffix == ".safetensors":
+        return model_from_checkpoint(list(read_header(p).tensors), name=p.stem, arch=None,
+                                     notes=[])
+    if p.suffix.lower() == ".gguf":
+        return model_from_gguf(p)
+    return model_from_config(p)
 
 
 def from_param_count(n: int | str, *, name: str | None = None) -> Model:

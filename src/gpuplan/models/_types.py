@@ -176,7 +176,7 @@ class Model:
     tensors: tuple[ParamTensor, ...] = ()
     """Empty when only a bare count is known (``--params 7B``)."""
     architecture: Architecture | None = None
-    source: Literal["catalog", "config", "safetensors", "count"] = "count"
+    source: Literal["catalog", "config", "safetensors", "gguf", "count"] = "count"
     checkpoint_dtype: str | None = None
     """Dominant stored dtype when read from safetensors."""
     notes: tuple[str, ...] = ()

@@ -201,7 +201,7 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
     console = console_for(file, width=160)
     m = p.model
     src = {"catalog": "catalog", "config": "config.json", "safetensors": "safetensors headers",
-           "count": "parameter count"}[m.source]
+           "gguf": "GGUF header", "count": "parameter count"}[m.source]
     head = f"[bold]{m.name}[/bold]: {format_count(m.params.total)} parameters ({m.params.total:,}; {src})"
     if m.params.active != m.params.total:
         head += f", {format_count(m.params.active)} active per token"

@@ -1,0 +1,220 @@
+"""The job options, defined once: every command that describes a job (``fit``, ``speed``,
+``trace``, ``flops model``, ``profile --model``) adds this one argument group, so the names, the
+accepted values and the help read the same everywhere (``--help`` lists them identically).
+
+Nothing here has a default of its own: an option left out is left out of the :class:`Job`, which
+holds every default (``gpuplan.job``). A command that cannot honour an option (``trace`` runs one
+GPU's step; ``flops model`` counts FLOPs) says so in one line rather than ignoring it. The old
+spellings ``--recompute`` and ``--attention flash`` still work, each with a one-line note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..job import Job
+from ..units import parse_positive_int
+
+__all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
+           "flag_of"]
+
+GROUP_TITLE = "job options (the same in fit, speed, trace, flops model and profile)"
+
+
+@dataclass(frozen=True)
+class JobOption:
+    flag: str
+    """The option as typed (``--grad-accum``)."""
+    field: str
+    """The :class:`Job` field it sets."""
+    kind: str
+    """``int`` (a whole number >= 1), ``float`` (in [0, 1)), ``zero`` (a ZeRO stage), ``str``,
+    ``flag`` (present = true) or ``list`` (comma list)."""
+    help: str
+    metavar: str | None = None
+
+
+JOB_OPTIONS: tuple[JobOption, ...] = (
+    JobOption("--mode", "mode", "str", "train, infer or both (fit's default: both; speed, trace, "
+              "flops model and profile: train)", "MODE"),
+    JobOption("--precision", "precision", "str", "training recipe (fp32, mixed-bf16 default, "
+              "mixed-fp16, amp-bf16, amp-fp16, bf16); with --mode infer the weight format (fp32, "
+              "bf16 default, fp16, fp8, int8, nf4, nf4-dq, gptq-4bit, awq-4bit, q8_0, q4_0, "
+              "q4_k_m)", "NAME"),
+    JobOption("--infer-precision", "infer_precision", "str", "inference weight format with "
+              "--mode both (default bf16; a .gguf file: gguf, its own per-tensor types)",
+              "FORMAT"),
+    JobOption("--optimizer", "optimizer", "str", "sgd, sgd-momentum, adam, adamw (default), "
+              "adafactor, adamw-8bit, lion, adagrad, rmsprop", "NAME"),
+    JobOption("--optimizer-states", "optimizer_states", "str", "optimizer state dtype: auto "
+              "(default: fp32, or bf16 with the pure bf16 recipe), fp32, bf16", "DTYPE"),
+    JobOption("--fused-optimizer", "fused_optimizer", "flag", "AdamW(fused=True): no full-size "
+              "temporary in the optimizer step"),
+    JobOption("--batch", "batch", "int", "micro-batch per GPU: sequences, or images (default 1)",
+              "B"),
+    JobOption("--seq", "seq", "int", "sequence length (default: the model's context, at most "
+              "2048; a vision model: its patches)", "S"),
+    JobOption("--grad-accum", "grad_accum", "int", "gradient-accumulation steps (default 1)", "K"),
+    JobOption("--gpus", "gpus", "int", "all GPUs of the job (default 1); the data-parallel "
+              "degree is gpus / (tp x pp x cp)", "N"),
+    JobOption("--zero", "zero", "zero", "ZeRO stage over the data-parallel group: 0 (default, "
+              "DDP), 1, 2, 3 (= FSDP full shard)", "0..3"),
+    JobOption("--offload-optimizer", "offload_optimizer", "flag", "keep master weights and "
+              "optimizer states in host memory (ZeRO-Offload)"),
+    JobOption("--lora-rank", "lora_rank", "int", "train LoRA adapters of rank R", "R"),
+    JobOption("--lora-targets", "lora_targets", "list", "modules the adapters attach to (default: "
+              "PEFT's for the family; all-linear)", "M1,M2"),
+    JobOption("--lora-dropout", "lora_dropout", "float", "PEFT lora_dropout in [0, 1) (default "
+              "0: > 0 keeps a mask and a dropped-out copy of each adapted layer's input)", "P"),
+    JobOption("--lora-base", "lora_base", "str", "format of the frozen base under LoRA (nf4 = "
+              "QLoRA)", "FORMAT"),
+    JobOption("--checkpointing", "checkpointing", "str", "activation checkpointing: none "
+              "(default), selective (attention recomputed), full (per layer); --recompute is its "
+              "old name", "LEVEL"),
+    JobOption("--attention", "attention", "str", "sdpa (fused flash/memory-efficient kernels; "
+              "the default) or eager (materialized s x s scores); flash is the old name of sdpa",
+              "IMPL"),
+    JobOption("--kv-dtype", "kv_dtype", "str", "KV-cache format: bf16, fp16, fp8, int8, fp32 "
+              "(default: the compute dtype)", "DTYPE"),
+    JobOption("--context", "context", "int", "inference: tokens in the KV cache per sequence "
+              "(default: --seq)", "T"),
+    JobOption("--prefill-logits", "prefill_logits", "str", "inference prefill computes logits "
+              "for the last prompt position (last: generate(), vLLM; default) or for all (a "
+              "scoring forward)", "last|all"),
+    JobOption("--use-cache", "use_cache", "flag", "training forward keeps transformers' KV cache "
+              "(config use_cache=True); default: use_cache=False"),
+    JobOption("--runtime", "runtime", "str", "how the code runs: auto (default: per mode, "
+              "stated), eager, compile (torch.compile), cudagraphs", "HOW"),
+    JobOption("--tp", "tp", "int", "tensor-parallel degree (default 1)", "N"),
+    JobOption("--pp", "pp", "int", "pipeline-parallel stages (default 1)", "N"),
+    JobOption("--cp", "cp", "int", "context-parallel degree (default 1)", "N"),
+    JobOption("--ep", "ep", "int", "expert-parallel degree for MoE models (default 1)", "N"),
+    JobOption("--sequence-parallel", "sequence_parallel", "flag", "Megatron sequence parallelism "
+              "over the TP group"),
+    JobOption("--pp-schedule", "pp_schedule", "str", "pipeline schedule: gpipe, 1f1b (default), "
+              "interleaved:V", "SCHEDULE"),
+    JobOption("--micro-batches", "micro_batches", "int", "micro-batches per step through the "
+              "pipeline (default: --grad-accum)", "M"),
+    JobOption("--gpus-per-node", "gpus_per_node", "int", "GPUs per node on the node's own link "
+              "(default 8)", "N"),
+    JobOption("--inter-node", "inter_node", "str", "link between nodes per GPU, e.g. ib-400, "
+              "roce-200, 100Gb/s (default: 400 Gb/s InfiniBand)", "LINK"),
+)
+
+_BY_FIELD = {o.field: o for o in JOB_OPTIONS}
+
+
+def flag_of(field: str) -> str:
+    """The option that sets a Job field (``grad_accum`` -> ``--grad-accum``)."""
+    return _BY_FIELD[field].flag
+
+
+def add_job_options(p: argparse.ArgumentParser) -> None:
+    """Add the one job-option group to a command's parser (every default None: the Job's)."""
+    group = p.add_argument_group(GROUP_TITLE)
+    for o in JOB_OPTIONS:
+        if o.kind == "flag":
+            group.add_argument(o.flag, dest=o.field, action="store_true", default=None,
+                               help=o.help)
+        else:
+            group.add_argument(o.flag, dest=o.field, metavar=o.metavar, default=None, help=o.help)
+    group.add_argument("--recompute", dest="recompute", metavar="LEVEL", default=None,
+                       help="the old name of --checkpointing")
+
+
+def parse_fraction(text: object, *, what: str) -> float:
+    """A number in [0, 1) as typed (``0.05``)."""
+    try:
+        v = float(str(text))
+    except ValueError:
+        v = float("nan")
+    if not 0 <= v < 1:
+        raise InputError(f"{what} {text!r:.40}: expected a number in [0, 1), e.g. 0.05")
+    return v
+
+
+def _note(text: str) -> None:
+    print(f"gpuplan: note: {text}", file=sys.stderr)
+
+
+def given_job_options(args: argparse.Namespace) -> dict[str, object]:
+    """The job options given on the command line, parsed: Job field -> value (old spellings
+    translated with a note)."""
+    out: dict[str, object] = {}
+    for o in JOB_OPTIONS:
+        v = getattr(args, o.field, None)
+        if v is None:
+            continue
+        if o.kind == "int":
+            v = parse_positive_int(v, what=o.flag)
+        elif o.kind == "float":
+            v = parse_fraction(v, what=o.flag)
+        elif o.kind == "zero":
+            if str(v).strip() not in ("0", "1", "2", "3"):
+                raise InputError(f"--zero {v!r}: expected a ZeRO stage 0, 1, 2 or 3")
+            v = int(v)
+        elif o.kind == "list":
+            v = tuple(t.strip() for t in str(v).split(",") if t.strip())
+            if not v:
+                raise InputError(f"{o.flag} {getattr(args, o.field)!r}: expected module names "
+                                 "such as q_proj,v_proj")
+        out[o.field] = v
+    return _old_spellings(args, out)
+
+
+def _old_spellings(args: argparse.Namespace, out: dict[str, object]) -> dict[str, object]:
+    recompute = getattr(args, "recompute", None)
+    if recompute is not None:
+        if out.get("checkpointing", recompute) != recompute:
+            raise InputError(f"--recompute {recompute} and --checkpointing "
+                             f"{out['checkpointing']} disagree; give --checkpointing only")
+        _note("--recompute is now spelled --checkpointing")
+        out["checkpointing"] = recompute
+    if out.get("attention") == "flash":
+        _note("--attention flash is now spelled sdpa")
+        out["attention"] = "sdpa"
+    return out
+
+
+def job_from_args(args: argparse.Namespace, model: object, *, command: str,
+                  default_mode: str, modes: tuple[str, ...] = ("train", "infer", "both"),
+                  supported: frozenset[str] | None = None) -> Job:
+    """The :class:`Job` the job options describe, for ``command``.
+
+    ``default_mode`` when ``--mode`` is not given; ``modes`` the ones the command runs;
+    ``supported`` the Job fields it honours (None: all) -- any other option given is one line
+    naming it. In infer mode ``--precision`` is the weight format."""
+    kw = given_job_options(args)
+    mode = str(kw.pop("mode", default_mode))
+    if mode not in modes:
+        raise InputError(f"{command} --mode {mode!r}: expected one of {', '.join(modes)}")
+    if supported is not None:
+        extra = [flag_of(f) for f in kw if f not in supported]
+        if extra:
+            raise InputError(f"{command} does not take {', '.join(extra)} (it is planned by "
+                             f"`gpuplan fit`); drop {'it' if len(extra) == 1 else 'them'}")
+    if "infer_precision" in kw:
+        if mode == "train":
+            raise InputError("--infer-precision with --mode train: there is no inference to plan")
+        if mode == "infer" and "precision" in kw:
+            raise InputError("--mode infer takes the weight format as --precision; drop "
+                             "--infer-precision")
+    if mode == "infer" and "precision" in kw:
+        kw["infer_precision"] = kw.pop("precision")
+    try:
+        return Job(model=model, mode=mode, **kw)
+    except InputError as e:
+        raise InputError(_name_the_flag(str(e))) from None
+
+
+def _name_the_flag(message: str) -> str:
+    """The Job's message names its field ("grad accum 0: ..."); on the command line, name the
+    option instead ("--grad-accum 0: ...")."""
+    for o in sorted(JOB_OPTIONS, key=lambda o: -len(o.field)):
+        spoken = o.field.replace("_", " ")
+        if message.startswith(spoken + " "):
+            return o.flag + message[len(spoken):]
+    return message

@@ -1,0 +1,84 @@
+"""One Job drives every command: the job options are one argument group, listed identically in
+every command's --help, parsed to the same Job, with the old spellings kept as noted aliases."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from gpuplan.cli import build_parser, main
+from gpuplan.cli._job_options import GROUP_TITLE, JOB_OPTIONS
+from gpuplan.job import Job
+
+COMMANDS = [["fit"], ["speed"], ["trace"], ["flops", "model"], ["profile"]]
+
+
+def _group_help(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    out = capsys.readouterr().out
+    block = out[out.index(GROUP_TITLE):]
+    block = block.split("\n\n")[0]
+    return re.sub(r"\s+", " ", block).strip()  # the same words, whatever the wrapping
+
+
+def test_every_command_lists_the_same_job_options(capsys):
+    helps = {" ".join(a): _group_help(a, capsys) for a in COMMANDS}
+    first = helps["fit"]
+    for o in JOB_OPTIONS:
+        assert o.flag in first
+    assert all(h == first for h in helps.values()), {k: len(v) for k, v in helps.items()}
+
+
+def test_every_option_sets_a_job_field_and_every_field_but_model_has_an_option():
+    fields = {f.name for f in dataclasses.fields(Job)} - {"model"}
+    assert {o.field for o in JOB_OPTIONS} == fields
+
+
+def _job(command: str, *argv: str) -> Job:
+    from gpuplan.cli._job_options import job_from_args
+
+    args = build_parser(command).parse_args([command, "gpt2", *argv])
+    return job_from_args(args, "gpt2", command=command, default_mode="train")
+
+
+def test_options_parse_to_job_fields():
+    j = _job("fit", "--batch", "4", "--grad-accum", "8", "--zero", "2", "--gpus", "16", "--tp", "2",
+             "--pp", "4", "--pp-schedule", "interleaved:2", "--sequence-parallel",
+             "--lora-rank", "8", "--lora-targets", "q_proj, v_proj", "--fused-optimizer",
+             "--runtime", "compile", "--inter-node", "ib-400")
+    assert (j.batch, j.grad_accum, j.zero, j.gpus, j.tp, j.pp) == (4, 8, 2, 16, 2, 4)
+    assert j.dp == 16 // (2 * 4) == 2
+    assert j.pp_schedule == "interleaved:2" and j.sequence_parallel and j.fused_optimizer
+    assert j.lora_targets == ("q_proj", "v_proj") and j.runtime == "compile"
+    # left out: the Job's own defaults, defined once
+    d = _job("fit")
+    assert d == Job(model="gpt2", mode="train")
+
+
+def test_old_spellings_are_aliases_with_a_note(capsys):
+    j = _job("fit", "--recompute", "full", "--attention", "flash")
+    assert j.checkpointing == "full" and j.attention == "sdpa"
+    err = capsys.readouterr().err
+    assert "--recompute is now spelled --checkpointing" in err
+    assert "--attention flash is now spelled sdpa" in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["fit", "gpt2", "--gpus", "6", "--tp", "4"], "--gpus 6: not a multiple of tp x pp x cp = 4; "
+                                                   "use --gpus 4 or 8"),
+    (["fit", "gpt2", "--pp-schedule", "interleaved"], "--pp-schedule 'interleaved'"),
+    (["fit", "gpt2", "--sequence-parallel"], "add --tp N"),
+    (["fit", "gpt2", "--runtime", "jit"], "--runtime 'jit': expected one of auto, eager, "
+                                          "compile, cudagraphs"),
+    (["trace", "gpt2", "--zero", "2"], "trace does not take --zero"),
+    (["flops", "model", "gpt2", "--gpus", "8"], "flops model does not take --gpus"),
+    (["speed", "gpt2", "--gpu", "h100", "--mode", "both"], "speed --mode 'both'"),
+    (["fit", "gpt2", "--recompute", "full", "--checkpointing", "none"], "disagree"),
+])
+def test_bad_job_options_are_one_line(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and needle in err, err
