@@ -249,6 +249,24 @@ def _query(fn, *args, **kw) -> int:
         return 0
 
 
+def _mark_fit(section: dict, verdicts: list[GpuVerdict]) -> None:
+    """Say, in each speed row, whether the job fits the GPU it was timed on (compute cannot know:
+    it never imports the memory accounting)."""
+    by_name = {v.name: v for v in verdicts}
+    for row in section["gpus"]:
+        v = by_name.get(row["gpu"])
+        for mode in ("train", "infer"):
+            head = row.get(mode)
+            fits = getattr(v, f"{mode}_fits", None) if v is not None else None
+            if head is None or fits is None:
+                continue
+            head["fits_gpu"] = fits
+            if not fits:
+                head.setdefault("caveats", []).insert(0, (
+                    "does not fit this GPU's memory: the speed is of a job that would not run "
+                    "as configured (see the memory verdict and suggestions)"))
+
+
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
          overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True,
          overhead_overrides=None, suggest: bool | None = None, max_batch: bool = False,
@@ -311,5 +329,6 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
         extra["speed"] = speed_section(
             job, [g.gpu for g in verdicts], model=model,
             trainable_params=train.trainable_params if train is not None else None)
+        _mark_fit(extra["speed"], verdicts)
     return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
                 solver=tuple(reports), extra=extra)

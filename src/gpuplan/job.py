@@ -184,6 +184,12 @@ class Job:
     lora_dropout: float = 0.0
     """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
     each adapted layer's input."""
+    zero_grad_set_to_none: bool = True
+    """``optimizer.zero_grad(set_to_none=...)`` between steps. True (torch >= 2.0's default, and
+    what ``gpuplan trace`` runs) frees the gradients after each step: the next forward runs
+    without them. False (torch < 2.0's default, so HF Trainer loops of that era) zeroes them in
+    place: every gradient stays allocated through forward and backward, and backward sums each
+    new gradient into it, as gradient accumulation does."""
     prefill_logits: Literal["all", "last"] = "last"
     """Inference prefill computes logits for the last prompt position only (transformers'
     ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:

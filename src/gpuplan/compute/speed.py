@@ -15,6 +15,7 @@ from ..job import Attention, Checkpointing, Job
 from ..models._types import Architecture, Model
 from .cpu import CpuComparison, cpu_vs_gpu, estimate_cpu_speed
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
+from .efficiency import speed_range, speed_residuals
 from .flops import positive_int
 from .measured import load_measured
 from .step import (
@@ -28,6 +29,10 @@ from .time import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hardware.cpu import CPU
+
+#: A training MFU above this gets a caveat: no published measured run in
+#: benchmarks/published/runs.json reaches more (llm-foundry MPT-7B on A100: 64.2%).
+HIGH_MFU = 0.60
 
 __all__ = [
     "Phase", "SpeedEstimate", "estimate_speed", "estimate_speed_for_job", "speed_section",
@@ -75,6 +80,8 @@ class SpeedEstimate:
     achievable_ridge_point: float
     """The same with the achievable fractions."""
     notes: tuple[str, ...] = ()
+    runtime_auto: bool = False
+    """The runtime was ``auto``: the mode's stated default (efficiency.DEFAULT_RUNTIME)."""
 
     @property
     def flops_per_step(self) -> float:
@@ -128,6 +135,26 @@ class SpeedEstimate:
         return self.step.model_flops / (self.step_time_s * self.step.peak_flops)
 
     @property
+    def tokens_per_s_range(self) -> tuple[float, float]:
+        """Where the measured tokens/s should fall: the estimate over the p90 .. p10 of
+        predicted / measured on the calibrate split of the published runs."""
+        return speed_range(self.tokens_per_s)
+
+    @property
+    def caveats(self) -> tuple[str, ...]:
+        """What to distrust in this estimate (a high MFU, a dispatch-bound step)."""
+        out = []
+        if self.mode == "train" and self.mfu > HIGH_MFU:
+            out.append(f"MFU {100 * self.mfu:.0f}% is at the top of what published measured "
+                       "runs reach (at most 64%: llm-foundry MPT-7B on A100; Megatron-Core on "
+                       "H100 41-49%); treat it as an upper bound")
+        if self.step.host_bound:
+            out.append(f"dispatch-bound: the host issues the {self.step.kernels} kernels "
+                       f"({self.step.overheads.runtime}) slower than the GPU runs them; "
+                       "torch.compile or CUDA graphs remove most of it")
+        return tuple(out)
+
+    @property
     def hfu(self) -> float:
         return self.step.hardware_flops / (self.step_time_s * self.step.peak_flops)
 
@@ -166,6 +193,10 @@ class SpeedEstimate:
             "training_time": None if self.training_time is None else self.training_time.to_dict(),
             "cpu": None if self.cpu is None else self.cpu.to_dict(),
             "efficiency": self.efficiency.to_dict(), "notes": list(self.notes),
+            "runtime": self.step.overheads.runtime if self.step.overheads else None,
+            "host_bound": self.step.host_bound, "runtime_auto": self.runtime_auto,
+            "tokens_per_s_range": list(self.tokens_per_s_range),
+            "range_basis": dict(speed_residuals()), "caveats": list(self.caveats),
         }
         return d
 
@@ -239,7 +270,8 @@ def estimate_speed(
         trainable_params=trainable, step=step, prefill=prefill,
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
-        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes))
+        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
+        runtime_auto=job.runtime == "auto")
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -415,6 +447,9 @@ def _headline(e: SpeedEstimate) -> dict:
         out["data_parallel_efficiency"] = e.scaling.rows[-1].efficiency
     if e.training_time is not None:
         out["training_time"] = e.training_time.to_dict()
+    out["tokens_per_s_range"] = list(e.tokens_per_s_range)
+    out["runtime"] = e.step.overheads.runtime if e.step.overheads else None
+    out["caveats"] = list(e.caveats)
     return out
 
 

@@ -115,13 +115,13 @@ class _Phase:
 def _train_phases(job: Job, st: States, act: TrainActivations) -> dict[str, _Phase]:
     """Memory at the peak of each phase of a step (DESIGN.md, "What a training step really
     holds"). zero_grad(set_to_none=True) frees the gradients after the step, so the first
-    micro-step's forward runs without them; with gradient accumulation the last micro-step's
-    forward and backward run with all of them alive. The optimizer step holds the gradients, the
+    micro-step's forward runs without them; with gradient accumulation, or gradients zeroed in
+    place (``zero_grad_set_to_none=False``), the forward and backward run with all of them alive. The optimizer step holds the gradients, the
     states and the step's temporaries; the activations are gone by then."""
     grads = st.grads
     base = dict(weights=st.weights_trainable + st.base, master=st.master, optimizer=st.opt,
                 gathered=st.gathered)
-    accum = grads if job.grad_accum > 1 else 0
+    accum = grads if job.grad_accum > 1 or not job.zero_grad_set_to_none else 0
     return {
         "forward": _Phase(gradients=accum, activations=act.forward_peak,
                           temporaries=act.forward_temporaries, detail=act.forward_detail, **base),

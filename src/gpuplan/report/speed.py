@@ -197,8 +197,18 @@ def _print_basis(c: Any, est: SpeedEstimate) -> None:
             f"{eff.launch_s * 1e6:.1f} us"
             + (f"; measured: {', '.join(eff.measured)}" if eff.measured else
                " (defaults; `gpuplan bench` on this machine replaces them)"))
-    c.print("An estimate from arithmetic at these fractions: an upper bound for a tuned stack "
-            "(1.2-1.8x above published measured runs; docs/speed.md, Calibration)")
+    lo, hi = est.tokens_per_s_range
+    rb = est.to_dict(ops=False)["range_basis"]
+    rt = est.step.overheads.runtime if est.step.overheads else "-"
+    c.print(f"Runtime: {rt}{' (auto: the default of this mode)' if est.runtime_auto else ''}; "
+            f"{'dispatch-bound' if est.step.host_bound else 'device-bound'} (host "
+            f"{format_seconds(est.step.host_time_s)}, device {format_seconds(est.step.device_time_s)}"
+            " per step)")
+    c.print(f"Expected range: {lo:,.0f}-{hi:,.0f} tokens/s (the estimate over the p90-p10 of "
+            f"predicted/measured, {rb['p10_ratio']:.2f}-{rb['p90_ratio']:.2f}, on {rb['runs']} "
+            "published runs; docs/speed.md, Calibration)")
+    for cav in est.caveats:
+        c.print(f"caveat: {cav}")
     for n in est.notes:
         c.print(f"note: {n}")
 

@@ -101,9 +101,11 @@ def infer_head(c: Ctx, x: Tensor, logits_all: bool) -> Tensor:
         return g.linear(_bert_transform(c, x), c.w(V * h, "decoder"), BS * V, name="decoder")
     x = _final_norm(c, x)
     if logits_all:
-        logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
-    else:
-        last = g.index(x, Form(b=h), None, name="last_position")
-        logits = g.linear(last, c.w(V * h, "lm_head"), Form(b=V), name="lm_head")
+        # A plain forward without labels (scoring, perplexity): transformers' *ForCausalLM
+        # returns ``self.lm_head(hidden_states)`` in the model dtype and upcasts only inside
+        # the loss, which runs when labels are passed -- no fp32 copy.
+        return g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
+    last = g.index(x, Form(b=h), None, name="last_position")
+    logits = g.linear(last, c.w(V * h, "lm_head"), Form(b=V), name="lm_head")
     return g.to(logits, 4)  # next_token_logits.to(float32) in generate()
 

@@ -61,13 +61,13 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
     s = seq if seq is not None else seq_for(model, job)
     b = batch if batch is not None else job.batch
     prof = step_profile(model, job, seq=s)
-    key = (id(prof), b, s, grad_bytes, job.grad_accum > 1, arch.tie_word_embeddings,
+    key = (id(prof), b, s, grad_bytes, _grads_alive(job), arch.tie_word_embeddings,
            job.attention)
     hit = _TIMELINES.get(key)
     if hit is not None and hit[0] is prof:
         return hit[1]
     out = _train_from_profile(prof, b, s, grad_bytes=grad_bytes,
-                              accumulating=job.grad_accum > 1, tied=arch.tie_word_embeddings,
+                              accumulating=_grads_alive(job), tied=arch.tie_word_embeddings,
                               attention=job.attention)
     if len(_TIMELINES) > 8192:
         _TIMELINES.clear()
@@ -214,6 +214,12 @@ def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_
               accumulate_into=tied)
     _, a, t, g, where = peak.best
     return a, t, g, where
+
+
+def _grads_alive(job: Job) -> bool:
+    """Whether every parameter gradient exists when the micro-step's backward starts: earlier
+    micro-steps made them (``grad_accum`` > 1), or ``zero_grad(set_to_none=False)`` kept them."""
+    return job.grad_accum > 1 or not job.zero_grad_set_to_none
 
 
 def fmt_gb(n: int) -> str:
