@@ -364,7 +364,9 @@ def _cfg(**over):
     ({"hidden_size": 10**12}, "larger than the limit"),
     ({"model_type": "mamba"}, "model_type 'mamba' is not supported; supported: llama, mistral"),
     ({"model_type": None}, "missing required key \"model_type\""),
-    ({"num_hidden_layers": 2**30, "intermediate_size": 2**30}, "more than the 1e+15 limit"),
+    # 10^4 layers x 3 x 4096 x 2^30 ~ 1.3e17 parameters (layers at their bound, issue 14)
+    ({"num_hidden_layers": 10**4, "intermediate_size": 2**30}, "more than the 1e+15 limit"),
+    ({"num_hidden_layers": 2**30}, "\"num_hidden_layers\" is 1073741824; larger than the limit 10000"),
 ])
 def test_bad_config_values_are_one_line_errors_naming_the_file(tmp_path, over, message):
     cfg = _cfg(**over)

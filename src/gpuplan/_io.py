@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .errors import InputError, ModelFileError
 
-__all__ = ["read_bounded", "write_atomic", "check_writable"]
+__all__ = ["read_bounded", "write_atomic", "check_writable", "json_text"]
 
 
 def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "file") -> bytes:
@@ -65,3 +65,25 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def json_text(obj: object, *, indent: int | None = None, default=None) -> str:
+    """``obj`` as strict JSON, the one way every JSON output (CLI ``--json``, the web API) is
+    written: a NaN or infinity -- a value that does not exist, such as a rate over zero time --
+    becomes ``null`` (JSON has no such numbers; ``json.dumps`` would write ``NaN``, which JSON
+    readers reject), and ``allow_nan=False`` guarantees no other one slips through."""
+    import json  # noqa: PLC0415 -- only commands that print JSON pay for it
+
+    return json.dumps(_finite(obj), indent=indent, allow_nan=False, default=default)
+
+
+def _finite(obj: object) -> object:
+    """A copy of a result's plain data with non-finite floats as None (results are a few levels
+    deep, built by gpuplan itself, never by a user's input)."""
+    if isinstance(obj, float):
+        return obj if obj - obj == 0 else None  # inf - inf and nan - nan are nan
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "GpuplanError",
+    "GpuplanWarning",
     "InputError",
     "UnknownNameError",
     "ModelFileError",
@@ -17,11 +18,17 @@ __all__ = [
     "install_command",
     "UnsupportedError",
     "closest",
+    "shown",
+    "printable",
 ]
 
 
 class GpuplanError(Exception):
     """Base class of every error gpuplan raises on purpose."""
+
+
+class GpuplanWarning(UserWarning):
+    """Base class of gpuplan's warnings (the CLI prints each as one ``gpuplan: warning:`` line)."""
 
 
 class InputError(GpuplanError, ValueError):
@@ -38,7 +45,7 @@ class UnknownNameError(InputError, KeyError):
         self.kind = kind
         self.name = name
         self.suggestions = closest(name, known)
-        msg = f"unknown {kind} {name!r}"
+        msg = f"unknown {kind} {shown(name)}"
         if self.suggestions:
             msg += "; did you mean " + ", ".join(repr(s) for s in self.suggestions) + "?"
         if hint:
@@ -92,6 +99,7 @@ def closest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
     """The known names closest to ``name`` (case-insensitive), best first."""
     import difflib  # only an error pays for it
 
+    name = str(name)[:256]  # no name is longer; a hostile one costs nothing more
     known = list(known)
     by_lower = {k.lower(): k for k in known}
     hits = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.5)
@@ -102,3 +110,36 @@ def closest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
         if name.lower() in k and k not in hits:
             hits.append(k)
     return [by_lower[h] for h in hits]
+
+
+#: Longest echo of a user's value inside a message (the rest is elided, its length stated).
+_SHOWN_CHARS = 60
+
+# C0/C1 control characters and DEL (an ANSI escape sequence starts with ESC, 0x1b).
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0, 32), 127, *range(128, 160))}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def printable(text: object, limit: int | None = None) -> str:
+    """``text`` safe to print on a terminal: every control character (a newline, the ESC of an
+    ANSI sequence ...) escaped as ``\\xNN``; cut to ``limit`` characters, the length stated."""
+    s = text if isinstance(text, str) else str(text)
+    if limit is not None and len(s) > limit:
+        s = f"{s[:limit]}...({len(s)} chars)"
+    return s.translate(_ESCAPES)
+
+
+def shown(value: object) -> str:
+    """A user's value as a message quotes it: its repr with control characters escaped, at most
+    ~60 characters (a 4,301-digit number never reaches ``str(int)``'s digit limit)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<a {value.bit_length()}-bit integer>"
+    if isinstance(value, str) and len(value) > _SHOWN_CHARS:
+        return printable(repr(value[:_SHOWN_CHARS])) + f"...({len(value)} chars)"
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 8:
+        return f"<a {type(value).__name__} of {len(value)} items>"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"<{type(value).__name__}>"
+    return printable(text, _SHOWN_CHARS)

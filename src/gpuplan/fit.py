@@ -7,16 +7,18 @@ seed's ratio of training to inference memory).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Literal
 
-from .errors import InputError
+from .bounds import check_int
+from .errors import InputError, shown
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
 from .models import Model, load_model
-from .memory.overhead import OverheadLevel
+from .memory.overhead import OverheadLevel, check_overrides
 
 if TYPE_CHECKING:  # pragma: no cover
     from .solver import Suggestion, Suggestions
@@ -151,12 +153,40 @@ def resolve_model(model: str | Model) -> Model:
     return model if isinstance(model, Model) else load_model(model)
 
 
-def resolve_gpus(gpus: Iterable[str | GPU] | None) -> list[tuple[GPU, str | None]]:
+#: Most GPUs one plan compares (the catalog has ~45; a list is never the way to spend time).
+MAX_PLAN_GPUS = 256
+
+
+def resolve_gpus(gpus: Iterable[str | GPU] | str | GPU | None) -> list[tuple[GPU, str | None]]:
+    """``gpus`` -- one name or GPU, a sequence of them, or None (the shortlist) -- resolved."""
+    if isinstance(gpus, (str, GPU)):
+        gpus = (gpus,)
     names = DEFAULT_SHORTLIST if gpus is None else gpus
+    if isinstance(names, (bytes, dict)) or not isinstance(names, Iterable):
+        raise InputError(f"gpus {shown(gpus)}: expected a GPU name, a GPU or a list of them")
+    names = list(itertools.islice(names, MAX_PLAN_GPUS + 1))
+    if len(names) > MAX_PLAN_GPUS:
+        raise InputError(f"gpus: more than {MAX_PLAN_GPUS} GPUs in one plan; compare fewer")
     out = []
     for g in names:
+        if not isinstance(g, (str, GPU)):
+            raise InputError(f"gpu {shown(g)}: expected a GPU name such as 'h100' or a GPU")
         out.append((g, None) if isinstance(g, GPU) else resolve_gpu(g))
     return out
+
+
+def _check_plan_args(job: object, overrides: object, **flags: object) -> None:
+    """A Job; valid overhead overrides; the switches are bools (``suggest`` may be None); ``top``
+    a small whole number."""
+    if not isinstance(job, Job):
+        raise InputError(f"job {shown(job)}: expected a gpuplan.Job")
+    check_overrides(overrides)
+    for name, v in flags.items():
+        if name == "top":
+            check_int(v, "int", what="top", high=1000)
+        elif not isinstance(v, bool) and not (name == "suggest" and v is None):
+            raise InputError(f"{name} {shown(v)}: expected true or false (got "
+                             f"{type(v).__name__})")
 
 
 def _total_at(mem: TrainMemory | InferMemory, level: OverheadLevel) -> int:
@@ -269,6 +299,8 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     """
     from . import solver as _solver
 
+    _check_plan_args(job, overhead_overrides, search_gpu_counts=search_gpu_counts,
+                     suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed)
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)

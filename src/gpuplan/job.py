@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields, replace
 from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
-from .errors import InputError, UnsupportedError, closest
+from .bounds import MAX_ARG_CHARS, check_int, check_number
+from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
@@ -66,10 +67,68 @@ _ZERO_STAGES = (0, 1, 2, 3)
 
 def _choice(value: str, options: tuple[str, ...], what: str) -> str:
     if value not in options:
-        near = closest(str(value), options, n=1)
+        near = closest(str(value)[:MAX_ARG_CHARS], options, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise InputError(f"{what} {value!r}: expected one of {', '.join(options)}{hint}")
+        raise InputError(f"{what} {shown(value)}: expected one of {', '.join(options)}{hint}")
     return value
+
+
+#: Job fields that are strings (a choice or a name), whole numbers with their range in
+#: :mod:`gpuplan.bounds`, and booleans: their types are checked before their values.
+_STR_FIELDS = ("mode", "precision", "infer_precision", "optimizer", "optimizer_states",
+               "checkpointing", "attention", "prefill_logits", "runtime", "pp_schedule")
+_OPT_STR_FIELDS = ("lora_base", "kv_dtype", "inter_node")
+#: Whole-number fields and their range in :data:`gpuplan.bounds.BOUNDS`.
+_INT_FIELDS = {"batch": "batch", "grad_accum": "grad_accum", "gpus": "gpus", "tp": "gpus",
+               "pp": "gpus", "cp": "gpus", "ep": "gpus", "gpus_per_node": "gpus"}
+_OPT_INT_FIELDS = {"seq": "seq", "context": "context", "lora_rank": "lora_rank",
+                   "micro_batches": "grad_accum"}
+_BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel")
+
+#: Most LoRA target names one job takes.
+_MAX_LORA_TARGETS = 1000
+
+
+def _check_types(job: "Job") -> None:
+    """Every field's type (bools are bools, numbers are in range, names are short strings);
+    a list of LoRA targets becomes a tuple. One line naming the field on the first bad one."""
+    if not isinstance(job.model, (str, Model)):
+        raise InputError(f"model {shown(job.model)}: expected a name, a path or a Model "
+                         f"(got {type(job.model).__name__})")
+    if isinstance(job.model, str) and not 0 < len(job.model) <= MAX_ARG_CHARS:
+        raise InputError(f"model {shown(job.model)}: expected a name or path of 1 to "
+                         f"{MAX_ARG_CHARS} characters")
+    for name in _STR_FIELDS + _OPT_STR_FIELDS:
+        v = getattr(job, name)
+        if not isinstance(v, str) and not (v is None and name in _OPT_STR_FIELDS):
+            raise InputError(f"{name} {shown(v)}: expected a string (got {type(v).__name__})")
+        if v is not None and len(v) > 256:
+            raise InputError(f"{name} {shown(v)}: too long for a name; see --help for the choices")
+    for name in _BOOL_FIELDS:
+        v = getattr(job, name)
+        if not isinstance(v, bool):
+            raise InputError(f"{name} {shown(v)}: expected true or false (got "
+                             f"{type(v).__name__})")
+    for name, bound in {**_INT_FIELDS, **_OPT_INT_FIELDS}.items():
+        v = getattr(job, name)
+        if v is not None or name in _INT_FIELDS:
+            check_int(v, bound, what=name)
+    if isinstance(job.zero, bool) or not isinstance(job.zero, int):
+        raise InputError(f"zero {shown(job.zero)}: expected a ZeRO stage 0, 1, 2 or 3")
+    check_number(job.lora_dropout, "fraction", what="lora dropout")
+    if job.lora_targets is not None:
+        object.__setattr__(job, "lora_targets", _targets(job.lora_targets))
+
+
+def _targets(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise InputError(f"lora_targets {shown(value)}: expected a list of module names such "
+                         "as ['q_proj', 'v_proj']")
+    if not 0 < len(value) <= _MAX_LORA_TARGETS or not all(
+            isinstance(t, str) and 0 < len(t) <= 256 for t in value):
+        raise InputError(f"lora_targets {shown(value)}: expected 1 to {_MAX_LORA_TARGETS} "
+                         "module names (strings) such as ['q_proj', 'v_proj']")
+    return tuple(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +219,7 @@ class Job:
     InfiniBand, stated in the output."""
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _choice(self.mode, get_args(Mode), "mode")
         if self.precision not in TRAINING_RECIPES:
             get_recipe(self.precision)  # raises with suggestions
@@ -170,16 +230,8 @@ class Job:
         _choice(self.optimizer_states, ("auto", "fp32", "bf16"), "optimizer states")
         _choice(self.checkpointing, get_args(Checkpointing), "checkpointing")
         _choice(self.attention, get_args(Attention), "attention")
-        for name in ("batch", "grad_accum", "gpus"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{name} {v!r}: expected a whole number >= 1")
-        for name in ("seq", "context", "lora_rank"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise InputError(f"{name} {v!r}: expected a whole number >= 1")
-        if self.zero not in _ZERO_STAGES or isinstance(self.zero, bool):
-            raise InputError(f"zero {self.zero!r}: expected a ZeRO stage 0, 1, 2 or 3")
+        if self.zero not in _ZERO_STAGES:
+            raise InputError(f"zero {shown(self.zero)}: expected a ZeRO stage 0, 1, 2 or 3")
         if self.lora_base is not None:
             if self.lora_rank is None:
                 raise InputError("lora base format given without a LoRA rank; add --lora-rank R")
@@ -187,11 +239,9 @@ class Job:
         if self.lora_targets is not None and self.lora_rank is None:
             raise InputError("LoRA targets given without a LoRA rank; add --lora-rank R")
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
-            raise InputError(f"kv dtype {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+            raise InputError(f"kv dtype {shown(self.kv_dtype)}: expected one of "
+                             f"{', '.join(KV_DTYPES)}")
         _choice(self.prefill_logits, ("all", "last"), "prefill logits")
-        if isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float)) \
-                or not 0 <= self.lora_dropout < 1:
-            raise InputError(f"lora dropout {self.lora_dropout!r}: expected a number in [0, 1)")
         if self.offload_optimizer and self.optimizer == "sgd":
             raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
         _choice(self.runtime, get_args(Runtime), "runtime")
@@ -271,10 +321,10 @@ class Job:
         kw: dict = {}
         for key, value in d.items():
             if key not in types_:
-                near = closest(str(key), types_)
+                near = closest(str(key)[:MAX_ARG_CHARS], types_)
                 hint = f"; did you mean {', '.join(map(repr, near))}?" if near else \
                     f"; job keys are {', '.join(types_)}"
-                raise InputError(f"unknown job key {str(key)!r:.60}{hint}")
+                raise InputError(f"unknown job key {shown(key)}{hint}")
             kw[key] = _from_json(key, value, types_[key])
         if "model" not in kw:
             kw["model"] = from_param_count(DEFAULT_MODEL_PARAMS)
@@ -362,4 +412,4 @@ def _from_json(key: str, value: object, hint: object) -> object:
     kinds = [_KIND.get(t) or ("a list of strings" if get_origin(t) is tuple else
                               "one of " + ", ".join(get_args(t)) if get_origin(t) is Literal
                               else "") for t in alts]
-    raise InputError(f"{key} {value!r:.60}: expected {' or '.join(k for k in kinds if k)}")
+    raise InputError(f"{key} {shown(value)}: expected {' or '.join(k for k in kinds if k)}")

@@ -203,8 +203,29 @@ def _recompute_fraction(model: Model, job: Job, checkpointing: str, seq: int) ->
 # Knobs
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _factor(n: int, into: dict[int, int]) -> None:
+    """Add the prime factorization of ``n`` to ``into`` (trial division to sqrt(n): at most
+    ~46,000 steps for the 2^31 a Job allows, whatever the value)."""
+    d = 2
+    while d * d <= n:
+        while n % d == 0:
+            into[d] = into.get(d, 0) + 1
+            n //= d
+        d += 1 if d == 2 else 2
+    if n > 1:
+        into[n] = into.get(n, 0) + 1
+
+
+def _divisors(*factors: int) -> list[int]:
+    """Every divisor of the product of ``factors``, from their prime factorizations (never by
+    enumerating up to the product: batch x grad-accum may be 2^62)."""
+    primes: dict[int, int] = {}
+    for f in factors:
+        _factor(f, primes)
+    out = [1]
+    for p, k in primes.items():
+        out = [d * p**e for d in out for e in range(k + 1)]
+    return sorted(out)
 
 
 def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int,
@@ -216,7 +237,7 @@ def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int,
 def _micro_batch_knobs(job: Job) -> list[tuple[Change, dict]]:
     per_gpu = job.batch * job.grad_accum
     mb = []
-    for b in sorted(_divisors(per_gpu), reverse=True):
+    for b in sorted(_divisors(job.batch, job.grad_accum), reverse=True):
         if b >= job.batch:
             continue
         ga = per_gpu // b

@@ -11,11 +11,13 @@ import math
 import re
 from typing import Literal
 
-from .errors import InputError
+from .bounds import BOUNDS, MAX_DIGITS
+from .errors import InputError, shown
 
 __all__ = [
     "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
-    "ByteUnits", "parse_count", "parse_bytes", "parse_positive_int", "parse_flops", "parse_bandwidth",
+    "ByteUnits", "parse_count", "parse_bytes", "parse_positive_int", "parse_number", "parse_flops",
+    "parse_bandwidth",
     "format_bytes", "format_count", "format_flops", "format_rate", "format_seconds",
     "MAX_PARAMS",
 ]
@@ -39,6 +41,22 @@ _BYTE_SUFFIX = {
 _BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+def _text(text: object, what: str, accepted: str) -> str:
+    """A value to parse as text: a str no longer than :data:`~gpuplan.bounds.MAX_DIGITS`."""
+    if not isinstance(text, str):
+        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+    if len(text.strip()) > MAX_DIGITS:
+        raise InputError(f"{what} {shown(text)}: too long for a number; expected {accepted}")
+    return text
+
+
+def _as_float(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond 1.8e308
+        return math.inf
+
+
 def parse_count(text: str | int | float, *, what: str = "--params", maximum: int = MAX_PARAMS) -> int:
     """Parse a positive count such as ``7B``, ``350M``, ``1.3e9`` or ``124439808``.
 
@@ -46,50 +64,81 @@ def parse_count(text: str | int | float, *, what: str = "--params", maximum: int
     """
     accepted = "a positive count such as 7B, 350M, 1.3e9 or 124439808"
     if isinstance(text, bool):
-        raise InputError(f"{what} {text!r}: expected {accepted}")
+        raise InputError(f"{what} {shown(text)}: expected {accepted}")
     if isinstance(text, (int, float)):
-        value = float(text)
+        value = _as_float(text)
     else:
-        m = _COUNT_RE.match(text)
+        m = _COUNT_RE.match(_text(text, what, accepted))
         if not m:
-            raise InputError(f"{what} {text!r}: expected {accepted}")
+            raise InputError(f"{what} {shown(text)}: expected {accepted}")
         value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
     if not math.isfinite(value) or value < 1:
-        raise InputError(f"{what} {text!r}: expected {accepted}")
+        raise InputError(f"{what} {shown(text)}: expected {accepted}")
     if value > maximum:
-        raise InputError(f"{what} {text!r}: larger than the limit {maximum:.0e}; expected {accepted}")
+        raise InputError(f"{what} {shown(text)}: larger than the limit {maximum:.0e}; "
+                         f"expected {accepted}")
     return int(round(value))
 
 
 def parse_positive_int(text: str | int, *, what: str, maximum: int | None = None,
                        minimum: int = 1) -> int:
-    """Parse an integer >= ``minimum`` (1 by default: batch, sequence length, GPU count ...)."""
+    """Parse an integer >= ``minimum`` (1 by default: batch, sequence length, GPU count ...) and
+    <= ``maximum`` (default: the ``int`` range of :mod:`gpuplan.bounds`, 2^31)."""
+    hi = BOUNDS["int"].high if maximum is None else maximum
     try:
-        value = int(text)
-        if isinstance(text, float) or str(value) != str(text).strip().lstrip("+"):
+        if isinstance(text, (bool, float)) or not isinstance(text, (int, str)):
             raise ValueError
-    except (TypeError, ValueError):
-        raise InputError(f"{what} {text!r}: expected a whole number >= {minimum}") from None
+        if isinstance(text, str) and len(text.strip()) > MAX_DIGITS:
+            raise InputError(f"{what} {shown(text)}: too long; expected a whole number "
+                             f">= {minimum} and <= {hi}")
+        value = int(text)
+        if isinstance(text, str) and str(value) != text.strip().lstrip("+"):
+            raise ValueError
+    except (TypeError, ValueError) as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"{what} {shown(text)}: expected a whole number >= {minimum}") from None
     if value < minimum:
-        raise InputError(f"{what} {text!r}: expected a whole number >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise InputError(f"{what} {text!r}: at most {maximum} is supported")
+        raise InputError(f"{what} {shown(text)}: expected a whole number >= {minimum}")
+    if value > hi:
+        raise InputError(f"{what} {shown(text)}: at most {hi} is supported")
     return value
 
 
+def parse_number(text: str | int | float, *, what: str, bound: str) -> float:
+    """Parse a finite number (``1.5``, ``2e3``, a leading ``$`` allowed) within the range
+    ``bound`` of :mod:`gpuplan.bounds` (``price``, ``seconds``, ``epochs``, ``fraction`` ...)."""
+    b = BOUNDS[bound]
+    if isinstance(text, str):
+        try:
+            value: object = float(_text(text, what, b.what).strip().lstrip("$"))
+        except ValueError:
+            raise InputError(f"{what} {shown(text)}: expected a number {b.text()}") from None
+    else:
+        value = text
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not b.contains(_as_float(value)):
+        raise InputError(f"{what} {shown(text)}: expected {b.what} {b.text()}")
+    return _as_float(value)
+
+
 def parse_bytes(text: str | int, *, what: str = "size") -> int:
-    """Parse a byte size such as ``80GB``, ``80 GiB``, ``512MiB`` or ``1024`` (bytes)."""
+    """Parse a byte size such as ``80GB``, ``80 GiB``, ``512MiB`` or ``1024`` (bytes), at most
+    2^60 bytes (:mod:`gpuplan.bounds`)."""
     accepted = "a size such as 80GB, 24GiB or 512MiB"
+    limit = BOUNDS["bytes"].high
     if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise InputError(f"{what} {text!r}: expected {accepted}")
+        if not 0 <= text <= limit:
+            raise InputError(f"{what} {shown(text)}: expected {accepted}, at most 2^60 bytes")
         return text
-    m = _BYTES_RE.match(str(text))
+    if not isinstance(text, str):
+        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+    m = _BYTES_RE.match(_text(text, what, accepted))
     if not m or m.group(2).upper() not in _BYTE_SUFFIX:
-        raise InputError(f"{what} {text!r}: expected {accepted}")
+        raise InputError(f"{what} {shown(text)}: expected {accepted}")
     value = float(m.group(1)) * _BYTE_SUFFIX[m.group(2).upper()]
-    if not math.isfinite(value) or value < 0 or value > 2**62:
-        raise InputError(f"{what} {text!r}: expected {accepted}")
+    if not math.isfinite(value) or value < 0 or value > limit:
+        raise InputError(f"{what} {shown(text)}: expected {accepted}, at most 2^60 bytes")
     return int(round(value))
 
 
@@ -101,34 +150,37 @@ _FLOPS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([GgTtPp]?)
 def parse_flops(text: str | int | float, *, what: str = "peak") -> float:
     """Parse a positive rate of FLOP/s such as ``165TF``, ``165 TFLOPS``, ``1.5PF`` or ``165e12``.
 
-    Suffixes are decimal: G = 10^9, T = 10^12, P = 10^15; a bare number is FLOP/s.
+    Suffixes are decimal: G = 10^9, T = 10^12, P = 10^15; a bare number is FLOP/s; at most
+    10^21 (:mod:`gpuplan.bounds`).
     """
     accepted = "a peak such as 165TF, 1.5PF or 165e12 (FLOP/s)"
     if isinstance(text, bool):
-        raise InputError(f"{what} {text!r}: expected {accepted}")
+        raise InputError(f"{what} {shown(text)}: expected {accepted}")
     if isinstance(text, (int, float)):
-        value = float(text)
+        value = _as_float(text)
     else:
-        m = _FLOPS_RE.match(text)
+        m = _FLOPS_RE.match(_text(text, what, accepted))
         if not m:
-            raise InputError(f"{what} {text!r}: expected {accepted}")
+            raise InputError(f"{what} {shown(text)}: expected {accepted}")
         value = float(m.group(1)) * _FLOPS_SUFFIX[m.group(2).upper()]
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{what} {text!r}: expected {accepted}")
+    if not BOUNDS["flops"].contains(value):
+        raise InputError(f"{what} {shown(text)}: expected {accepted}, {BOUNDS['flops'].text()}")
     return value
 
 
 def parse_bandwidth(text: str, *, what: str = "bandwidth") -> float:
-    """Parse a positive rate of bytes/s such as ``1000GB/s``, ``3.35 TB/s`` or ``1008e9``."""
+    """Parse a positive rate of bytes/s such as ``1000GB/s``, ``3.35 TB/s`` or ``1008e9``, at
+    most 10^16 B/s (:mod:`gpuplan.bounds`)."""
     accepted = "a bandwidth such as 1000GB/s, 3.35TB/s or 900GiB/s"
-    raw = str(text).strip()
-    size = raw[:-2] if raw.lower().endswith("/s") else raw
+    raw = str(text).strip() if isinstance(text, (str, float)) else text
+    size = raw[:-2] if isinstance(raw, str) and raw.lower().endswith("/s") else raw
     try:
         value = parse_bytes(size, what=what)
     except InputError:
-        raise InputError(f"{what} {text!r}: expected {accepted}") from None
-    if value <= 0:
-        raise InputError(f"{what} {text!r}: expected {accepted}")
+        raise InputError(f"{what} {shown(text)}: expected {accepted}") from None
+    if not BOUNDS["bandwidth"].contains(value):
+        raise InputError(f"{what} {shown(text)}: expected {accepted}, "
+                         f"{BOUNDS['bandwidth'].text()}")
     return float(value)
 
 

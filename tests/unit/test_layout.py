@@ -28,6 +28,7 @@ LAYERS = [
     {"formats"},
     {"models", "hardware"},
     {"units", "_io", "_extras"},
+    {"bounds"},
     {"errors"},
 ]
 SIDEWAYS = {

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 import sys
+import warnings
 
 from .. import __version__
-from ..errors import GpuplanError, InputError
+from ..errors import GpuplanError, GpuplanWarning, InputError, printable
 
 __all__ = ["main", "build_parser", "CliError"]
 
@@ -76,7 +77,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr (``gpuplan: warning: ...``), control characters escaped."""
+    print(f"gpuplan: warning: {printable(message)}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", GpuplanWarning)
+        warnings.showwarning = _one_line_warning
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
@@ -86,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args.func(args) or 0)
     except GpuplanError as e:
-        print(f"gpuplan: error: {e}", file=sys.stderr)
+        print(f"gpuplan: error: {printable(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpuplan: interrupted", file=sys.stderr)

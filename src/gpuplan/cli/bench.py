@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 
+from .._io import json_text
 from ..errors import InputError
 
 __all__ = ["register", "run"]
@@ -85,7 +85,7 @@ def _stored(args, console) -> int:
         key = store.machine_fingerprint(gpus="none").key
         runs = store.list_runs(args.db)
         if args.json:
-            print(json.dumps([report.run_to_json(r) for r in runs], indent=1))
+            print(json_text([report.run_to_json(r) for r in runs], indent=1))
         else:
             report.render_history(runs, console, this_key=key, db=str(store.db_path(args.db)))
         return 0
@@ -93,7 +93,7 @@ def _stored(args, console) -> int:
         a = store.load_run(store.resolve_run(args.compare[0], args.db), args.db)
         b = store.load_run(store.resolve_run(args.compare[1], args.db), args.db)
         if args.json:
-            print(json.dumps({"a": report.run_to_json(a), "b": report.run_to_json(b)}, indent=1))
+            print(json_text({"a": report.run_to_json(a), "b": report.run_to_json(b)}, indent=1))
         else:
             report.render_compare(a, b, console)
         return 0
@@ -101,7 +101,7 @@ def _stored(args, console) -> int:
     if args.plot:
         report.plot_run(r, args.plot)
     if args.json:
-        print(json.dumps(report.run_to_json(r), indent=1))
+        print(json_text(report.run_to_json(r), indent=1))
     else:
         report.render_run(r, console)
     return 0
@@ -155,7 +155,7 @@ def _show(args: argparse.Namespace, saved, console) -> None:
         doc["db"] = None if saved.path is None else str(saved.path)
         if saved.error:
             doc["save_error"] = saved.error
-        print(json.dumps(doc, indent=1))
+        print(json_text(doc, indent=1))
         for n in result.notes:
             print(n, file=sys.stderr)
     else:

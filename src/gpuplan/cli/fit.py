@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._io import check_writable
+from .._io import check_writable, json_text
 from ..errors import InputError
 from ..export import export_plan
 from ..job import DEFAULT_MODEL_PARAMS, Job
@@ -163,12 +163,10 @@ def run(args: argparse.Namespace) -> int:
 
         plot_plan(result, args.plot, units=args.units)
     if args.json:
-        import json
-
         d = result.to_dict()
         if trace is not None:
             d["trace"] = [c.to_dict() for c in trace]
-        print(json.dumps(d, indent=2))
+        print(json_text(d, indent=2))
     else:
         from ..report.fit import render_plan
 

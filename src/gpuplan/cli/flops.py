@@ -4,10 +4,10 @@ GPU it can occupy."""
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 
+from .._io import json_text
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
 from ._common import add_download_argument
@@ -61,14 +61,16 @@ def _no_what(args: argparse.Namespace) -> int:
 
 
 def parse_shape(text: str, what: str) -> tuple[int, int]:
-    from ..errors import InputError
+    from ..errors import InputError, shown
+    from ..units import parse_positive_int
 
-    m = _SHAPE.match(text)
+    m = _SHAPE.match(text) if len(text) <= 2 * 40 + 1 else None
     if not m:
-        raise InputError(f"{what} {text!r}: expected ROWSxCOLS with whole numbers >= 1, e.g. 1x3")
-    r, c = int(m.group(1)), int(m.group(2))
-    if r < 1 or c < 1:
-        raise InputError(f"{what} {text!r}: sizes must be >= 1")
+        raise InputError(f"{what} {shown(text)}: expected ROWSxCOLS with whole numbers >= 1, "
+                         "e.g. 1x3")
+    if any(g.strip("0") == "" for g in m.groups()):
+        raise InputError(f"{what} {shown(text)}: sizes must be >= 1")
+    r, c = (parse_positive_int(g, what=f"{what} {shown(text)}: size") for g in m.groups())
     return r, c
 
 
@@ -97,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         if alias:
             out["gpu_note"] = alias
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write(json_text(out, indent=2))
         sys.stdout.write("\n")
         return 0
     from ..report.speed import render_matmul
@@ -130,9 +132,9 @@ def run_model(args: argparse.Namespace) -> int:
     job = job.with_(prefill_logits="all")
     fb = flops_breakdown(arch, job)
     if args.json:  # "mode" names the pass counted: train, or forward (the JSON's old word)
-        json.dump({"model": model.name, "batch": job.batch, "seq": fb.tokens // job.batch,
+        sys.stdout.write(json_text({"model": model.name, "batch": job.batch, "seq": fb.tokens // job.batch,
                    "mode": "train" if job.mode == "train" else "forward", **fb.to_dict()},
-                  sys.stdout, indent=2)
+                  indent=2))
         sys.stdout.write("\n")
         return 0
     from ..report.speed import render_flops_breakdown

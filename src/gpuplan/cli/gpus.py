@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from .._io import json_text
 from ..hardware import all_gpus, resolve_gpu
 from ..report import gpus as report
 from ..report._console import console_for
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.name is not None:
         gpu, note = resolve_gpu(args.name)  # unknown -> UnknownGPUError: one line, exit 2
         if args.json:
-            print(json.dumps(report.gpu_json(gpu, query=args.name, note=note), indent=2))
+            print(json_text(report.gpu_json(gpu, query=args.name, note=note), indent=2))
             return 0
         console = console_for(sys.stdout, width=200)
         for part in report.gpu_detail(gpu, units=args.units, note=note):
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     gpus = all_gpus()
     if args.json:
-        print(json.dumps(report.catalog_json(gpus), indent=2))
+        print(json_text(report.catalog_json(gpus), indent=2))
         return 0
     table = report.gpus_table(gpus, units=args.units, sources=args.sources)
     console_for(sys.stdout, width=340 if args.sources else 200).print(table)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from .._io import json_text
 from ..models import SUPPORTED_FAMILIES, catalog_entry, catalog_names, load_model
 from ..report import models as report
 from ..report._console import console_for
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         model = load_model(args.model, download=args.download)
         if args.json:
-            print(json.dumps(report.model_json(model), indent=2))
+            print(json_text(report.model_json(model), indent=2))
             return 0
         console = console_for(sys.stdout, width=160)
         for part in report.model_detail(model):
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     models.sort(key=lambda m: (order[m.architecture.family], m.params.total))  # type: ignore[union-attr]
     if args.json:
         aliases = {m.name: catalog_entry(m.name).aliases for m in models}
-        print(json.dumps(report.catalog_json(models, aliases), indent=2))
+        print(json_text(report.catalog_json(models, aliases), indent=2))
         return 0
     table = report.catalog_table(models, sources=args.sources)
     console_for(sys.stdout, width=260 if args.sources else 160).print(table)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 
+from .._io import json_text
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
 from ._common import add_download_argument
@@ -56,18 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _float(text: str | None, what: str, *, positive: bool) -> float | None:
-    from ..errors import InputError
+def _float(text: str | None, what: str, *, bound: str) -> float | None:
+    """An optional number within the ``bound`` range of :mod:`gpuplan.bounds`."""
+    from ..units import parse_number
 
-    if text is None:
-        return None
-    try:
-        v = float(str(text).lstrip("$"))
-    except ValueError:
-        raise InputError(f"{what} {text!r}: expected a number") from None
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        raise InputError(f"{what} {text!r}: expected a number {'>' if positive else '>='} 0")
-    return v
+    return None if text is None else parse_number(text, what=what, bound=bound)
 
 
 def job_from_args(args: argparse.Namespace, model):
@@ -87,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
     new_tokens = parse_positive_int(args.new_tokens, what="--new-tokens", maximum=10**7)
     tokens = None if args.tokens is None else parse_count(args.tokens, what="--tokens")
     samples = None if args.samples is None else parse_count(args.samples, what="--samples")
-    epochs = _float(args.epochs, "--epochs", positive=True)
-    price = _float(args.price, "--price", positive=False)
+    epochs = _float(args.epochs, "--epochs", bound="epochs")
+    price = _float(args.price, "--price", bound="price")
     if args.plot:
         check_writable(args.plot, what="--plot")
     gpu, alias = resolve_gpu(args.gpu)
@@ -117,7 +109,7 @@ def _render(args: argparse.Namespace, est, sweep, alias: str | None) -> int:
             d["sweep"] = sweep.to_dict()
         if args.plot:
             d["plot"] = args.plot
-        json.dump(d, sys.stdout, indent=2, default=_json_default)
+        sys.stdout.write(json_text(d, indent=2))
         sys.stdout.write("\n")
         return 0
     from ..report.speed import render_speed, render_sweep
@@ -129,9 +121,3 @@ def _render(args: argparse.Namespace, est, sweep, alias: str | None) -> int:
     if args.plot:
         print(f"roofline written to {args.plot}")
     return 0
-
-
-def _json_default(o: object) -> object:
-    if isinstance(o, float) and math.isinf(o):
-        return None
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")

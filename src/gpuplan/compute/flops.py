@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from ..errors import InputError
+from ..bounds import BOUNDS
+from ..errors import InputError, shown
 from ..job import Attention, Checkpointing, Job, default_seq
 from ..models._types import Architecture
 
@@ -56,11 +57,13 @@ _SOFTMAX_FLOPS = 5
 def positive_int(value: object, what: str, maximum: int | None = None) -> int:
     """``value`` when it is an int >= 1 (not a bool, not a string) and at most ``maximum``; else a
     one-line :class:`InputError` naming ``what`` and the value. The speed model's one check of a
-    whole-number argument (the CLI parses text with :func:`gpuplan.units.parse_positive_int`)."""
+    whole-number argument (the CLI parses text with :func:`gpuplan.units.parse_positive_int`).
+    ``maximum`` defaults to the ``dim`` range of :mod:`gpuplan.bounds` (2^31)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{what} {value!r}: expected a whole number >= 1")
-    if maximum is not None and value > maximum:
-        raise InputError(f"{what} {value!r}: at most {maximum} is supported")
+        raise InputError(f"{what} {shown(value)}: expected a whole number >= 1")
+    hi = int(BOUNDS["dim"].high) if maximum is None else maximum
+    if value > hi:
+        raise InputError(f"{what} {shown(value)}: at most {hi} is supported")
     return value
 
 

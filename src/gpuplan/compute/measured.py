@@ -21,13 +21,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from ..errors import InputError
+from ..bounds import check_int, check_number
+from ..errors import GpuplanWarning, InputError, printable, shown
 from ..hardware.cpu import detect_cpu, hostname
 
 __all__ = [
     "default_db_path", "db_path", "machine_key", "this_machine_key", "MeasuredRun",
     "BenchDatabaseError", "latest_measured", "load_measured", "SCHEMA_VERSION", "APPLICATION_ID",
-    "LOCK_TIMEOUT_S",
+    "LOCK_TIMEOUT_S", "recover_hot_journal", "BadRun", "SkippedRunWarning", "skip_run",
+    "checked_text", "checked_int", "checked_float", "checked_json",
 ]
 
 #: The schema this gpuplan reads and writes; a database from a newer gpuplan is refused.
@@ -131,10 +133,91 @@ def _explain(e: BaseException, path: Path, doing: str) -> BenchDatabaseError:
     return BenchDatabaseError(text)
 
 
+def recover_hot_journal(path: Path) -> None:
+    """Roll back what a writer that was killed mid-transaction left behind (a non-empty
+    ``PATH-journal``), so that read-only connections can read the database: SQLite plays a hot
+    journal back on the first read of a connection that may write, never on a read-only one
+    (which fails with "attempt to write a readonly database" instead)."""
+    journal = Path(f"{path}-journal")
+    try:
+        hot = journal.is_file() and journal.stat().st_size > 0
+    except OSError:
+        return
+    if not hot:
+        return
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)):
+        raise BenchDatabaseError(
+            f"bench database {str(path)!r} has an unfinished write's journal ({journal.name}) "
+            "and this user cannot roll it back; run `gpuplan bench --history` as its owner once")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True,
+                               timeout=LOCK_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as e:
+        raise _explain(e, path, "recovering it") from None
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # plays the journal back
+    except sqlite3.Error as e:
+        raise _explain(e, path, "recovering it") from None
+    finally:
+        conn.close()
+
+
+class BadRun(ValueError):
+    """A stored run whose fields do not hold what gpuplan wrote (hand-edited, damaged)."""
+
+
+class SkippedRunWarning(GpuplanWarning):
+    """A stored bench run failed validation and was skipped (the message is one line)."""
+
+
+def skip_run(path: Path, run_id: object, why: str) -> None:
+    """Say, in one warning line, that stored run ``run_id`` is not used, and why."""
+    import warnings  # noqa: PLC0415 -- only a damaged database pays for it
+
+    warnings.warn(f"bench database {str(path)!r}: run {run_id} skipped, {printable(why, 160)}",
+                  SkippedRunWarning, stacklevel=3)
+
+
+def checked_text(v: object, what: str, limit: int = 4096) -> str:
+    if not isinstance(v, str) or len(v) > limit:
+        raise BadRun(f"{what} is {shown(v)}, not a text of at most {limit} characters")
+    return v
+
+
+def checked_int(v: object, what: str, bound: str) -> int:
+    try:
+        return check_int(v, bound, what=what)
+    except InputError as e:
+        raise BadRun(str(e)) from None
+
+
+def checked_float(v: object, what: str, bound: str = "seconds", *, optional: bool = False
+                  ) -> float | None:
+    if v is None and optional:
+        return None
+    try:
+        return check_number(v, bound, what=what)
+    except InputError as e:
+        raise BadRun(str(e)) from None
+
+
+def checked_json(text: object, what: str, kind: type) -> object:
+    """A stored JSON column: text that parses to a ``kind`` (dict or list), bounded in size."""
+    checked_text(text, what, limit=1_000_000)
+    try:
+        v = json.loads(text)  # type: ignore[arg-type]
+    except (ValueError, RecursionError):
+        raise BadRun(f"{what} is not valid JSON") from None
+    if not isinstance(v, kind):
+        raise BadRun(f"{what} is a JSON {type(v).__name__}, expected a {kind.__name__}")
+    return v
+
+
 def _connect_read_only(path: Path) -> sqlite3.Connection:
     if path.is_dir():
         raise BenchDatabaseError(f"bench database {str(path)!r} is a directory; give a file name "
                                  "to --db")
+    recover_hot_journal(path)
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
                                timeout=LOCK_TIMEOUT_S, isolation_level=None)
@@ -167,32 +250,55 @@ def _is_bench_db(conn: sqlite3.Connection, path: Path) -> bool:
 
 def _read_run(conn: sqlite3.Connection, run_id: int, created: str, machine_json: str,
               key: str) -> MeasuredRun:
-    """One run reduced as ``gpuplan.measure.store.summarize`` reduces it."""
-    names = {"cpu": json.loads(machine_json)["cpu_model"]}
-    best: dict[tuple[str, str], tuple[int, float, float | None]] = {}
-    for device, device_name, dtype, size, median_s, peak in conn.execute(
-            "SELECT device, device_name, dtype, size, median_s, peak_flops FROM matmul "
-            "WHERE run_id = ? ORDER BY rowid", (run_id,)):
-        names[device] = device_name
-        k = (device, dtype)
-        if k not in best or size > best[k][0]:
-            best[k] = (size, median_s, peak)
+    """One run reduced as ``gpuplan.measure.store.summarize`` reduces it; every field is checked
+    (:class:`BadRun` names the first that is not what gpuplan writes)."""
+    machine = checked_json(machine_json, "machine_json", dict)
+    names = {"cpu": checked_text(machine.get("cpu_model"), "machine cpu_model")}  # type: ignore[union-attr]
+    best = _best_matmuls(conn, run_id, names)
     bandwidth = {}
     for device, kind, nbytes, median_s in conn.execute(
             "SELECT device, kind, nbytes, median_s FROM bandwidth WHERE run_id = ? ORDER BY rowid",
             (run_id,)):
-        moved = 2 * nbytes if kind.endswith("_copy") else nbytes  # a copy reads and writes
-        bandwidth[(device, kind)] = moved / median_s
-    overhead = {(device, kind): median_s for device, kind, median_s in conn.execute(
-        "SELECT device, kind, median_s FROM overhead WHERE run_id = ? ORDER BY rowid", (run_id,))}
+        k = (checked_text(device, "bandwidth device"), checked_text(kind, "bandwidth kind"))
+        n = checked_int(nbytes, "bandwidth nbytes", "bytes")
+        t = checked_float(median_s, "bandwidth median_s")
+        moved = 2 * n if kind.endswith("_copy") else n  # a copy reads and writes
+        bandwidth[k] = moved / t
+    overhead = {}
+    for device, kind, median_s in conn.execute(
+            "SELECT device, kind, median_s FROM overhead WHERE run_id = ? ORDER BY rowid",
+            (run_id,)):
+        k = (checked_text(device, "overhead device"), checked_text(kind, "overhead kind"))
+        overhead[k] = checked_float(median_s, "overhead median_s")
     return MeasuredRun(
-        run_id=int(run_id or 0), created_utc=created, machine_key=key,
-        device_names=MappingProxyType(names),
+        run_id=int(run_id or 0), created_utc=checked_text(created, "created_utc"),
+        machine_key=key, device_names=MappingProxyType(names),
         # achieved FLOP/s of an N x N @ N x N product: 2 N^3 / median seconds
         matmul_flops=MappingProxyType({k: 2.0 * s**3 / t for k, (s, t, _) in best.items()}),
         matmul_size=MappingProxyType({k: s for k, (s, _, _) in best.items()}),
         matmul_peak_flops=MappingProxyType({k: p for k, (_, _, p) in best.items() if p}),
         bandwidth=MappingProxyType(bandwidth), overhead_s=MappingProxyType(overhead))
+
+
+def _best_matmuls(conn: sqlite3.Connection, run_id: int, names: dict
+                  ) -> dict[tuple[str, str], tuple[int, float, float | None]]:
+    """(device, dtype) -> (size, median_s, peak) of the largest size measured, checked."""
+    best: dict[tuple[str, str], tuple[int, float, float | None]] = {}
+    for device, device_name, dtype, size, median_s, peak in conn.execute(
+            "SELECT device, device_name, dtype, size, median_s, peak_flops FROM matmul "
+            "WHERE run_id = ? ORDER BY rowid", (run_id,)):
+        names[checked_text(device, "matmul device")] = checked_text(device_name, "device_name")
+        k = (device, checked_text(dtype, "matmul dtype"))
+        n = checked_int(size, "matmul size", "dim")
+        t = checked_float(median_s, "matmul median_s")
+        p = checked_float(peak, "matmul peak_flops", "flops", optional=True)
+        if k not in best or n > best[k][0]:
+            best[k] = (n, t, p)  # type: ignore[assignment]
+    return best
+
+
+#: Most of one machine's newest runs looked at for one that passes validation.
+_RUNS_TRIED = 50
 
 
 def latest_measured(db: str | os.PathLike | None = None, *,
@@ -210,9 +316,14 @@ def latest_measured(db: str | os.PathLike | None = None, *,
     try:
         if not _is_bench_db(conn, path):
             return None
-        row = conn.execute("SELECT id, created_utc, machine_json FROM runs WHERE machine_key = ? "
-                           "ORDER BY id DESC LIMIT 1", (key,)).fetchone()
-        return None if row is None else _read_run(conn, row[0], row[1], row[2], key)
+        rows = conn.execute("SELECT id, created_utc, machine_json FROM runs WHERE machine_key = ? "
+                            "ORDER BY id DESC LIMIT ?", (key, _RUNS_TRIED)).fetchall()
+        for row in rows:
+            try:
+                return _read_run(conn, row[0], row[1], row[2], key)
+            except BadRun as e:
+                skip_run(path, row[0], str(e))
+        return None
     except sqlite3.Error as e:
         raise _explain(e, path, "reading it") from None
     finally:

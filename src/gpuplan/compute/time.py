@@ -21,7 +21,8 @@ from .efficiency import (
     GEMM_TILE, attention_fraction, constant, gemm_wave_efficiency, gemv_bandwidth_fraction,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
-from ..errors import InputError, UnsupportedError
+from ..bounds import BOUNDS
+from ..errors import InputError, UnsupportedError, shown
 from ..hardware import GPU
 
 __all__ = [
@@ -417,7 +418,7 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
     if link is None:
         link = "nvlink" if device.interconnect_bandwidth else "pcie"
     if isinstance(link, (int, float)) and not isinstance(link, bool):
-        gbps = float(link)
+        gbps = float(link) if abs(link) < 1e300 else math.inf
         name = "network link"
     else:
         text = str(link).strip().lower().replace(" ", "")
@@ -430,14 +431,15 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
             if not device.host_link_bandwidth:
                 raise InputError(f"{device.name} has no PCIe link in the catalog")
             return device.host_link, device.host_link_bandwidth
-        m = _LINK_RE.match(str(link))
+        m = _LINK_RE.match(str(link)) if len(str(link)) <= 64 else None
         if not m:
-            raise InputError(f"--link {link!r}: expected nvlink, pcie, or a bandwidth such as "
+            raise InputError(f"--link {shown(link)}: expected nvlink, pcie, or a bandwidth such as "
                              "50 (GB/s), 50GB/s or 400Gb/s") from None
         gbps = float(m.group(1)) * (1 / 8 if m.group(2) in ("Gb/s", "Gbps", "Gbit/s") else 1.0)
         name = f"network link ({str(link).strip()})"
-    if not (gbps > 0 and math.isfinite(gbps)):
-        raise InputError(f"--link {link!r}: expected a bandwidth > 0 GB/s")
+    if not BOUNDS["bandwidth"].contains(gbps * 1e9):
+        raise InputError(f"--link {shown(link)}: expected a bandwidth > 0 and <= 10^7 GB/s "
+                         "(10 PB/s)")
     return name, gbps * 1e9
 
 

@@ -27,7 +27,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
-from ..errors import InputError
+from ..compute.measured import (
+    BadRun, checked_float, checked_int, checked_json, checked_text, recover_hot_journal, skip_run,
+)
+from ..errors import InputError, printable, shown
 from .bench.machine import machine_fingerprint, machine_key
 from ._paths import db_path, default_db_path
 from .bench.types import (
@@ -47,6 +50,8 @@ SCHEMA_VERSION = 1
 APPLICATION_ID = 0x67706231
 #: Seconds to wait for another process's lock before giving up.
 LOCK_TIMEOUT_S = 5.0
+#: Most of one machine's newest runs looked at for one that passes validation.
+_RUNS_TRIED = 50
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -123,6 +128,7 @@ def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
                              "not exist; create it or pass --db PATH")
         uri = f"{path.resolve().as_uri()}?mode=rwc"
     else:
+        recover_hot_journal(path)  # a killed writer's journal, rolled back before any read
         uri = f"{path.resolve().as_uri()}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_S, isolation_level=None)
@@ -160,23 +166,65 @@ def _check_schema(conn: sqlite3.Connection, path: Path, *, create: bool) -> bool
     return True
 
 
+def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse to write into a database whose pages are damaged (``PRAGMA quick_check``: every
+    page and index entry read once, under the write lock, before anything is written)."""
+    problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
+    if problems != ["ok"]:
+        raise StoreError(f"bench database {str(path)!r} is corrupt ({printable(problems[0], 120)})"
+                         "; it was left untouched: move it aside or pass --db NEW.sqlite")
+
+
 def _value(v: object) -> object:
     return int(v) if isinstance(v, bool) else v
 
 
+#: How each stored column of a result row is checked when read: (checker, range).
+_INT_COLUMNS = {"size": "dim", "samples": "int", "inner": "int", "threads": "int",
+                "nbytes": "bytes"}
+
+
+def _checked_field(f, v: object) -> object:
+    """One stored column, validated against its dataclass field (:class:`BadRun` when not)."""
+    optional = "None" in str(f.type)
+    if v is None and optional:
+        return None
+    if f.type.startswith("bool"):
+        if v not in (0, 1) or isinstance(v, float):
+            raise BadRun(f"{f.name} is {shown(v)}, not 0 or 1")
+        return bool(v)
+    if f.name in _INT_COLUMNS:
+        return checked_int(v, f.name, _INT_COLUMNS[f.name])
+    if f.type.startswith("float"):
+        # a median time and a peak are > 0 (they divide); spreads and minima may be 0
+        bound = ("flops" if f.name == "peak_flops" else
+                 "seconds" if "median" in f.name else "duration")
+        return checked_float(v, f.name, bound)
+    return checked_text(v, f.name)
+
+
 def _from_row(cls: type, names: list[str], row: tuple) -> object:
-    kw = {}
-    for f in fields(cls):
-        v = row[names.index(f.name)]
-        kw[f.name] = bool(v) if f.type == "bool" and v is not None else v
-    return cls(**kw)
+    kw = {f.name: _checked_field(f, row[names.index(f.name)]) for f in fields(cls)}
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as e:
+        raise BadRun(f"{cls.__name__}: {e}") from None
 
 
 def _machine_from_json(text: str) -> Machine:
-    d = json.loads(text)
-    d["gpus"] = tuple(GPUInfo(**g) for g in d.get("gpus", ()))
-    known = {f.name for f in fields(Machine)}
-    return Machine(**{k: v for k, v in d.items() if k in known})
+    d = checked_json(text, "machine_json", dict)
+    try:
+        gpus = d.get("gpus", ())  # type: ignore[union-attr]
+        if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+            raise BadRun("machine_json gpus is not a list of objects")
+        d["gpus"] = tuple(GPUInfo(**g) for g in gpus)  # type: ignore[index]
+        known = {f.name for f in fields(Machine)}
+        m = Machine(**{k: v for k, v in d.items() if k in known})  # type: ignore[union-attr]
+    except TypeError as e:
+        raise BadRun(f"machine_json: {e}") from None
+    checked_text(m.key, "machine key")
+    checked_text(m.cpu_model, "machine cpu_model")
+    return m
 
 
 def check_db(db: str | os.PathLike | None = None) -> Path:
@@ -220,6 +268,7 @@ def _write_transaction(path: Path, doing: str) -> Iterator[sqlite3.Connection]:
     conn = _connect(path, write=True)
     try:
         conn.execute("BEGIN IMMEDIATE")
+        _check_intact(conn, path)
         yield conn
         if conn.in_transaction:
             conn.execute("COMMIT")
@@ -320,16 +369,36 @@ def _load(conn: sqlite3.Connection, run_id: int) -> BenchRun | None:
         rows = conn.execute(f"SELECT {', '.join(names)} FROM {table} WHERE run_id = ? "
                             "ORDER BY rowid", (run_id,)).fetchall()
         parts[table] = tuple(_from_row(cls, names, r) for r in rows)
+    notes = checked_json(row[4], "notes_json", list)
+    warns = checked_json(row[5], "warnings_json", list)
+    if not all(isinstance(n, str) for n in [*notes, *warns]):  # type: ignore[misc]
+        raise BadRun("notes_json/warnings_json hold something other than text")
     return BenchRun(
-        run_id=row[0], created_utc=row[1], machine=_machine_from_json(row[2]),
-        settings=json.loads(row[3]), notes=tuple(json.loads(row[4])),
-        warnings=tuple(json.loads(row[5])), **parts,
+        run_id=row[0], created_utc=checked_text(row[1], "created_utc"),
+        machine=_machine_from_json(row[2]),
+        settings=checked_json(row[3], "settings_json", dict), notes=tuple(notes),
+        warnings=tuple(warns), **parts,
     )
+
+
+def _load_or_skip(conn: sqlite3.Connection, path: Path, run_id: int) -> BenchRun | None:
+    """A stored run, or None (with one warning line) when it fails validation."""
+    try:
+        return _load(conn, run_id)
+    except BadRun as e:
+        skip_run(path, run_id, str(e))
+        return None
 
 
 def load_run(run_id: int, db: str | os.PathLike | None = None) -> BenchRun:
     """The stored run ``run_id``; a clear error when there is none."""
-    got = _read(db, lambda c: _load(c, run_id))
+    def fn(conn):
+        try:
+            return _load(conn, run_id)
+        except BadRun as e:
+            raise StoreError(f"bench run {run_id} in {str(db_path(db))!r} is damaged "
+                             f"({printable(e, 160)}); it is never used") from None
+    got = _read(db, fn)
     if got is None:
         raise StoreError(f"no bench run {run_id} in {str(db_path(db))!r}; `gpuplan bench --history` "
                          "lists the stored runs")
@@ -349,7 +418,8 @@ def list_runs(db: str | os.PathLike | None = None, *, machine: str | None = None
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        return tuple(_load(conn, r[0]) for r in conn.execute(sql, args).fetchall())
+        runs = (_load_or_skip(conn, db_path(db), r[0]) for r in conn.execute(sql, args).fetchall())
+        return tuple(r for r in runs if r is not None)
     return _read(db, fn) or ()
 
 
@@ -441,5 +511,5 @@ def latest_run(db: str | os.PathLike | None = None,
         key = machine.key
     else:
         key = machine
-    runs = list_runs(db, machine=key, limit=1)
+    runs = list_runs(db, machine=key, limit=_RUNS_TRIED)  # a damaged newest run is skipped
     return summarize(runs[0]) if runs else None

@@ -6,11 +6,13 @@ of that figure; the planner uses the band named by ``level`` (default ``expected
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import InputError
-from ..units import MiB
+from ..bounds import check_number
+from ..errors import InputError, shown
+from ..units import MiB, parse_bytes
 
 __all__ = ["OverheadItem", "Overhead", "OverheadLevel", "runtime_overhead", "LEVELS",
            "OVERRIDABLE"]
@@ -142,6 +144,26 @@ def _fixed(item: OverheadItem, value: int, how: str) -> OverheadItem:
                         basis=f"set by the user ({how}); default basis: {item.basis}")
 
 
+def check_overrides(overrides: object) -> dict:
+    """``overrides`` checked: a mapping of :data:`OVERRIDABLE` names to bytes (a whole number or
+    a size such as ``"0.5GB"``, 0 .. 2^60) or, for ``fragmentation``, a fraction in [0, 1)."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise InputError(f"overhead overrides {shown(overrides)}: expected a mapping such as "
+                         "{'cuda_context': 500_000_000}")
+    out: dict = {}
+    for k, v in overrides.items():
+        if k not in OVERRIDABLE:
+            raise InputError(f"overhead item {shown(k)}: expected one of "
+                             f"{', '.join(OVERRIDABLE)}")
+        if k == "fragmentation":
+            out[k] = check_number(v, "fraction", what="fragmentation")
+        else:
+            out[k] = parse_bytes(v, what=f"overhead {k}")
+    return out
+
+
 def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: int,
                      dynamic: int, level: OverheadLevel = "expected",
                      training: bool = True, overrides=None,
@@ -152,11 +174,8 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
     ``data_parallel``: ranks the gradients are reduced over (default ``gpus``); gradient buckets
     exist only when it is > 1 (a pure TP/PP job reduces no gradients)."""
     if level not in LEVELS:
-        raise InputError(f"overhead level {level!r}: expected one of {', '.join(LEVELS)}")
-    over = dict(overrides or {})
-    unknown = [k for k in over if k not in OVERRIDABLE]
-    if unknown:
-        raise InputError(f"overhead item {unknown[0]!r}: expected one of {', '.join(OVERRIDABLE)}")
+        raise InputError(f"overhead level {shown(level)}: expected one of {', '.join(LEVELS)}")
+    over = check_overrides(overrides)
     ctx = _CONTEXT if "cuda_context" not in over else _fixed(
         _CONTEXT, int(over["cuda_context"]), f"{int(over['cuda_context']):,} B")
     ws = _WORKSPACE if "workspaces" not in over else _fixed(
@@ -174,9 +193,7 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
             items.append(_zero_buckets(grad_elem_bytes, zero))
     frag = _fragmentation(dynamic)
     if "fragmentation" in over:
-        f = float(over["fragmentation"])
-        if not 0 <= f < 1:
-            raise InputError(f"fragmentation {f!r}: expected a fraction in [0, 1), e.g. 0.1")
+        f = over["fragmentation"]
         frag = _fixed(frag, int(dynamic * f), f"{f:g} of the {dynamic:,} B freed and "
                                                "re-allocated each step")
     items.append(frag)

@@ -14,16 +14,28 @@ import os
 from collections.abc import Mapping
 
 from .._io import read_bounded
-from ..errors import ModelFileError
+from ..bounds import BOUNDS
+from ..errors import ModelFileError, shown
 from ..units import MB
 
-__all__ = ["MAX_CONFIG_BYTES", "read_json_file", "parse_json_bytes", "ConfigReader"]
+__all__ = ["MAX_CONFIG_BYTES", "read_json_file", "parse_json_bytes", "check_json_shape",
+           "ConfigReader"]
 
 #: The largest config.json accepted (real ones are a few kB; ViT's with 1000 labels is ~70 kB).
 MAX_CONFIG_BYTES = 5 * MB
 
 #: Upper bound on any single dimension read from a config (a sanity limit, far above real models).
 MAX_DIM = 2**31 - 1
+
+#: Keys that count layers: at most ``bounds.BOUNDS["layers"]`` (10^4; the deepest published
+#: transformer has under 200), so no per-layer structure grows without bound.
+_LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers",
+                         "encoder_layers", "decoder_layers"})
+
+#: Deepest nesting of JSON arrays/objects accepted (real configs: 3 or 4), and most values
+#: (keys, list items) in one file: checked without recursion before anything walks the data.
+MAX_JSON_DEPTH = 64
+MAX_JSON_VALUES = 1_000_000
 
 _REQUIRED = object()
 
@@ -59,7 +71,28 @@ def parse_json_bytes(data: bytes, *, where: str | os.PathLike = "config.json",
         raise ModelFileError(where, "is not valid JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise ModelFileError(where, f"must hold a JSON object, found a JSON {_json_kind(obj)}")
+    check_json_shape(obj, where)
     return obj
+
+
+def check_json_shape(obj: object, where: str | os.PathLike, *, depth: int = MAX_JSON_DEPTH,
+                     values: int = MAX_JSON_VALUES) -> None:
+    """Refuse JSON nested deeper than ``depth`` or holding more than ``values`` values, walking
+    it with an explicit stack (no recursion, so no RecursionError whatever the input)."""
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    seen = 0
+    while stack:
+        v, d = stack.pop()
+        if d > depth:
+            raise ModelFileError(where, f"JSON is nested more than {depth} levels deep; a "
+                                        "config.json is 3 or 4")
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+        for child in items:
+            seen += 1
+            if isinstance(child, (dict, list)):
+                stack.append((child, d + 1))
+        if seen > values:
+            raise ModelFileError(where, f"JSON holds more than {values:,} values")
 
 
 def _json_kind(v: object) -> str:
@@ -77,8 +110,7 @@ def _json_kind(v: object) -> str:
 
 
 def _show(v: object) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return shown(v)
 
 
 class ConfigReader:
@@ -114,6 +146,8 @@ class ConfigReader:
                 raise self.fail(f"missing required key {names}")
             return default  # type: ignore[return-value]
         k, v = found
+        if k in _LAYER_KEYS:
+            maximum = min(maximum, int(BOUNDS["layers"].high))
         if isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, float) and v.is_integer() and minimum <= v <= maximum:
                 # 4096.0: transformers would carry it as a float and fail in nn.Linear.
@@ -121,9 +155,9 @@ class ConfigReader:
                                 f'(write {int(v)})')
             raise self.fail(f'"{k}" is {_show(v)}; expected a whole number >= {minimum}')
         if v < minimum:
-            raise self.fail(f'"{k}" is {v}; expected a whole number >= {minimum}')
+            raise self.fail(f'"{k}" is {_show(v)}; expected a whole number >= {minimum}')
         if v > maximum:
-            raise self.fail(f'"{k}" is {v}; larger than the limit {maximum}')
+            raise self.fail(f'"{k}" is {_show(v)}; larger than the limit {maximum}')
         return v
 
     def optional_integer(self, key: str, *, default: int | None, minimum: int = 1) -> int | None:
@@ -150,7 +184,7 @@ class ConfigReader:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise self.fail(f'"{k}" is {_show(v)}; expected a number')
         if not (minimum <= v <= maximum):
-            raise self.fail(f'"{k}" is {v}; expected a number in [{minimum}, {maximum}]')
+            raise self.fail(f'"{k}" is {_show(v)}; expected a number in [{minimum}, {maximum}]')
         return float(v)
 
     def string(self, *keys: str, default: str | None = None) -> str | None:

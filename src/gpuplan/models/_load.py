@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import Counter
@@ -10,7 +11,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from ..errors import InputError, ModelFileError, UnknownNameError
+from ..bounds import MAX_ARG_CHARS
+from ..errors import InputError, ModelFileError, UnknownNameError, printable, shown
 from ..units import format_count, parse_count
 from ._catalog import catalog_keys, catalog_model, resolve_catalog_name
 from ._config import MAX_CONFIG_BYTES, parse_json_bytes, read_json_file
@@ -236,6 +238,9 @@ def model_from_checkpoint(headers: list[HeaderTensor], *, name: str,
                           arch: Architecture | None, notes: list[str],
                           source: Literal["safetensors", "gguf"] = "safetensors") -> Model:
     tensors, more, dominant = _tensors_from_headers(headers, arch)
+    if not any(math.prod(t.shape) for t in tensors):
+        raise ModelFileError(name, "the safetensors header holds no tensor with any elements "
+                                   "(no parameters): nothing to plan")
     notes = list(notes) + more
     if arch is None:
         notes.append("no config.json: the architecture (layers, heads, context) is unknown, so "
@@ -246,10 +251,22 @@ def model_from_checkpoint(headers: list[HeaderTensor], *, name: str,
 
 
 def _from_dir(d: Path, *, name: str | None = None) -> Model:
+    """A model directory; an OS error reading it (permission denied, a name too long ...) is one
+    :class:`ModelFileError` line."""
+    try:
+        return _read_dir(d, name=name)
+    except OSError as e:
+        raise ModelFileError(d, f"cannot be read ({e.strerror or type(e).__name__})") from None
+
+
+def _read_dir(d: Path, *, name: str | None = None) -> Model:
     name = name or _dir_name(d)
     cfg = d / "config.json"
     arch = None
     notes: list[str] = []
+    if cfg.is_dir():
+        raise ModelFileError(cfg, "is a directory; a model directory's config.json must be a "
+                                  "file")
     if cfg.is_file():
         arch, arch_notes = _arch_from_file(cfg, name)
         notes.extend(arch_notes)
@@ -373,16 +390,27 @@ def load_model(spec: str | os.PathLike, *, download: bool = False) -> Model:
     safetensors headers only (byte ranges), never the weights. Nothing is downloaded otherwise.
     """
     if not isinstance(spec, (str, os.PathLike)):
-        raise InputError(f"model {spec!r}: expected a catalog name or a path")
+        raise InputError(f"model {shown(spec)}: expected a catalog name or a path")
     s = os.fspath(spec)
     if isinstance(s, bytes):
         s = os.fsdecode(s)
     if not s.strip():
         raise InputError("model '': expected a catalog name (see `gpuplan models`), a hub id "
                          "(org/name) or a path to a config.json or model directory")
+    if len(s) > MAX_ARG_CHARS or "\0" in s:
+        raise InputError(f"model {shown(s)}: not a catalog name, and not a usable path (at most "
+                         f"{MAX_ARG_CHARS} characters, no NUL)")
     key = resolve_catalog_name(s) if isinstance(spec, str) else None
     if key is not None:
         return catalog_model(key)
+    try:
+        return _load_path(s, hub=isinstance(spec, str), download=download)
+    except OSError as e:  # a name over 255 bytes, a loop of links, a vanished directory ...
+        raise ModelFileError(printable(s, 80), f"cannot be read as a model file or directory "
+                                               f"({e.strerror or type(e).__name__})") from None
+
+
+def _load_path(s: str, *, hub: bool, download: bool) -> Model:
     p = Path(s).expanduser()
     if p.is_dir():
         return _from_dir(p)
@@ -390,7 +418,7 @@ def load_model(spec: str | os.PathLike, *, download: bool = False) -> Model:
         return _from_file(p)
     if p.exists():
         raise ModelFileError(p, "is not a regular file or directory")
-    if isinstance(spec, str) and _hub.is_hub_id(s):
+    if hub and _hub.is_hub_id(s):
         return _from_hub(s, download)
     if _looks_like_path(s):
         raise ModelFileError(s, "no such file or directory")

@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import MissingDependencyError, ModelFileError
+from ..errors import MissingDependencyError, ModelFileError, printable, shown
 from ..units import MB
 from ._config import read_json_file
 
@@ -27,6 +27,12 @@ __all__ = ["MAX_HEADER_BYTES", "DTYPE_BITS", "HeaderTensor", "SafetensorsHeader"
 
 #: Largest header accepted (the format's own reference implementation uses the same limit).
 MAX_HEADER_BYTES = 100_000_000
+
+#: Most keys one header may hold (counted as ``":`` before parsing, an upper bound). A tensor
+#: entry has 4 (its name, dtype, shape, data_offsets); the largest single-file checkpoints hold a
+#: few thousand tensors, so 400,000 keys (~100,000 tensors) is far above real files, and a header
+#: of millions of keys is refused before json spends seconds and gigabytes on it.
+MAX_HEADER_KEYS = 400_000
 
 #: Largest model.safetensors.index.json accepted (real ones: ~100 kB for a 405B model).
 MAX_INDEX_BYTES = 50 * MB
@@ -141,10 +147,14 @@ def _header_json(path: Path, raw: bytes) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ModelFileError(path, f"safetensors header is not UTF-8 (byte {e.start})") from None
+    keys = raw.count(b'":')
+    if keys > MAX_HEADER_KEYS:
+        raise ModelFileError(path, f"safetensors header holds about {keys:,} keys; at most "
+                                   f"{MAX_HEADER_KEYS:,} are read")
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except _Duplicate as e:
-        raise ModelFileError(path, f"safetensors header repeats the key {e.args[0]!r}") from None
+        raise ModelFileError(path, f"safetensors header repeats the key {shown(e.args[0])}") from None
     except json.JSONDecodeError as e:
         raise ModelFileError(path, f"safetensors header is not valid JSON ({e.msg} at "
                                    f"character {e.pos})") from None
@@ -159,18 +169,18 @@ def _header_tensor(path: Path, name: str, info: object,
                    data_len: int) -> tuple[HeaderTensor, tuple[int, int]]:
     """One tensor entry, checked (a known dtype, a shape, offsets inside the data section that
     span exactly the bytes the shape needs), and its data offsets."""
-    label = f"tensor {name!r}" if len(name) <= 80 else f"tensor {name[:77]!r}..."
+    label = f"tensor {shown(name)}"
     if not isinstance(info, dict):
         raise ModelFileError(path, f"{label}: expected an object with dtype, shape and "
                                    f"data_offsets")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-        raise ModelFileError(path, f"{label}: unknown dtype {dtype!r}")
+        raise ModelFileError(path, f"{label}: unknown dtype {shown(dtype)}")
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
-        raise ModelFileError(path, f"{label}: shape {shape!r} is not a list of whole numbers")
+        raise ModelFileError(path, f"{label}: shape {shown(shape)} is not a list of whole numbers")
     if (not isinstance(offsets, list) or len(offsets) != 2
             or not all(_is_uint(o) for o in offsets) or offsets[0] > offsets[1]):
-        raise ModelFileError(path, f"{label}: data_offsets {offsets!r} is not "
+        raise ModelFileError(path, f"{label}: data_offsets {shown(offsets)} is not "
                                    f"[begin, end] with 0 <= begin <= end")
     begin, end = offsets
     if end > data_len:
@@ -179,9 +189,14 @@ def _header_tensor(path: Path, name: str, info: object,
     bits = math.prod(shape) * DTYPE_BITS[dtype]
     if bits % 8 or bits // 8 != end - begin:
         raise ModelFileError(path, f"{label}: data_offsets span {end - begin} bytes but "
-                                   f"shape {shape} of {dtype} needs {bits / 8:g}")
+                                   f"shape {shown(shape)} of {dtype} needs {_bytes_text(bits)}")
     return (HeaderTensor(name=name, dtype=dtype, shape=tuple(shape), nbytes=end - begin,
                          file=path.name), (begin, end))
+
+
+def _bytes_text(bits: int) -> str:
+    """Bytes for ``bits`` as a message shows them (a float would overflow past 2^1024)."""
+    return f"{bits / 8:g}" if bits.bit_length() < 1000 else shown(bits // 8)
 
 
 def _check_spans(path: Path, spans: list[tuple[int, int, str]], data_len: int) -> None:
@@ -190,7 +205,7 @@ def _check_spans(path: Path, spans: list[tuple[int, int, str]], data_len: int) -
     for begin, end, name in sorted(spans):
         if begin != at:
             what = "overlaps the previous tensor" if begin < at else f"leaves a gap at byte {at}"
-            raise ModelFileError(path, f"tensor {name!r}: data_offsets [{begin}, {end}] {what}")
+            raise ModelFileError(path, f"tensor {shown(name)}: data_offsets [{begin}, {end}] {what}")
         at = end
     if at != data_len:
         raise ModelFileError(path, f"data section is {data_len} bytes but the tensors cover {at}")
@@ -271,7 +286,7 @@ def read_checkpoint_dir(d: Path) -> tuple[list[HeaderTensor], list[str]]:
     for p in files:
         for t in read_header(p).tensors:
             if t.name in seen:
-                raise ModelFileError(p, f"tensor {t.name!r} is also in {seen[t.name]}")
+                raise ModelFileError(p, f"tensor {shown(t.name)} is also in {printable(seen[t.name])}")
             seen[t.name] = p.name
             tensors.append(t)
     if wmap is not None:

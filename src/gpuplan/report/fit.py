@@ -151,8 +151,11 @@ def _speed_table(p: Plan):
                       f"{100 * t['mfu']:.0f}%", t["bound"]]
         if p.infer is not None:
             i = row["infer"]
-            cells += [f"{i.get('prefill_tokens_per_s', float('nan')):,.0f}",
-                      f"{i.get('decode_tokens_per_s', i['tokens_per_s']):,.0f}"]
+            if "prefill_tokens_per_s" in i:
+                cells += [f"{i['prefill_tokens_per_s']:,.0f}",
+                          f"{i.get('decode_tokens_per_s', i['tokens_per_s']):,.0f}"]
+            else:  # an encoder (BERT, ViT): one forward over the input, nothing decoded
+                cells += [f"{i['tokens_per_s']:,.0f}", "— (encoder)"]
         table.add_row(*cells)
         errors += [f"{row['gpu']} {mode}: {c}" for mode in ("train", "infer")
                    for c in (row.get(mode) or {}).get("caveats", ())]

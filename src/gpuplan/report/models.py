@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..errors import printable
 from ..models import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 from ..units import format_count
 
@@ -126,7 +127,7 @@ def model_detail(model: Model) -> list[RenderableType]:
     if model.tensors:
         parts.append(_tensor_table(model.tensors))
     for note in model.notes:
-        parts.append(Text(f"note: {note}"))
+        parts.append(Text(f"note: {printable(note)}"))
     return parts
 
 
@@ -135,7 +136,7 @@ def _summary(model: Model) -> RenderableType:
     from rich.text import Text
 
     head = Text()
-    head.append(f"{model.name}", style="bold")
+    head.append(printable(model.name), style="bold")
     head.append(f"  ({model.source})\n")
     a = model.architecture
     if a is not None:
@@ -211,8 +212,8 @@ def _tensor_table(tensors: Sequence[ParamTensor]) -> Table:
     if with_dtype:
         tt.add_column("dtype")
     for t in tensors:
-        row = [t.name, _shape(t.shape), str(t.count), _count(t.total), t.component,
-               t.module + (" (linear)" if t.linear else "")]
+        row = [printable(t.name), _shape(t.shape), str(t.count), _count(t.total), t.component,
+               printable(t.module) + (" (linear)" if t.linear else "")]
         if with_dtype:
             row.append(t.dtype or "")
         tt.add_row(*row)

@@ -4,9 +4,9 @@ Nothing here computes (the chart only stacks the recorded categories)."""
 from __future__ import annotations
 
 import io
-import json
 from typing import IO
 
+from .._io import json_text
 from .._io import write_atomic
 from ..errors import MissingDependencyError
 from ..trace import TIMELINE_CATEGORIES, TraceResult
@@ -136,7 +136,7 @@ def _emulation_table(r: TraceResult):
 
 
 def trace_json(r: TraceResult) -> str:
-    return json.dumps(r.to_dict(), indent=2)
+    return json_text(r.to_dict(), indent=2)
 
 
 def plot_timeline(r: TraceResult, path, *, units: ByteUnits = "GB") -> None:

@@ -24,6 +24,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .._io import json_text
 from ..errors import GpuplanError, InputError, UnknownNameError
 from . import _service
 from ._openapi import openapi_schema
@@ -100,7 +101,7 @@ class _Work:
 
 
 def _respond(obj: Any) -> Response:
-    body = json.dumps(obj, allow_nan=False).encode()
+    body = json_text(obj).encode()
     return Response(body, media_type="application/json", headers=_HEADERS)
 
 

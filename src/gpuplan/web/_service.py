@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Literal, get_args, get_origin, get_type_hints
 
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
-from ..errors import InputError
+from ..errors import InputError, shown
 from ..fit import OverheadLevel, plan
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
 from ..hardware import DEFAULT_SHORTLIST, all_gpus, resolve_gpu
@@ -56,14 +56,14 @@ _SOURCES = ("config", "params")
 def _bool(body: Mapping, key: str, default: bool | None) -> bool | None:
     v = body.get(key, default)
     if v is not None and not isinstance(v, bool):
-        raise InputError(f"{key} {v!r:.40}: expected true or false")
+        raise InputError(f"{key} {shown(v)}: expected true or false")
     return v
 
 
 def _catalog_name(name: object) -> str:
     """A model named by the request must be a catalog name: no path on this machine is read."""
     if not isinstance(name, str):
-        raise InputError(f"model {name!r:.60}: expected a catalog name (see /api/models)")
+        raise InputError(f"model {shown(name)}: expected a catalog name (see /api/models)")
     return catalog_entry(name).name and name  # raises "unknown model ...; did you mean"
 
 
@@ -84,7 +84,7 @@ def _job(body: Mapping, options: tuple[str, ...]) -> Job:
     elif body.get("params") is not None:
         p = body["params"]
         if isinstance(p, bool) or not isinstance(p, (str, int)):
-            raise InputError(f"params {p!r:.40}: expected a count such as 7B or 7000000000")
+            raise InputError(f"params {shown(p)}: expected a count such as 7B or 7000000000")
         job_keys["model"] = from_param_count(parse_count(p, what="params"))
     elif "model" in job_keys:
         _catalog_name(job_keys["model"])
@@ -98,7 +98,7 @@ def _gpu_names(value: object) -> list[str] | None:
         return None
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not names:
-        raise InputError(f"gpu {value!r:.60}: expected a GPU name or a list of them "
+        raise InputError(f"gpu {shown(value)}: expected a GPU name or a list of them "
                          "(see /api/gpus)")
     if len(names) > MAX_GPUS_PER_REQUEST:
         raise InputError(f"gpu: {len(names)} GPUs named; at most {MAX_GPUS_PER_REQUEST} per "
@@ -112,7 +112,7 @@ def fit(body: Mapping) -> dict:
     job = _job(body, FIT_OPTIONS)
     level = body.get("overhead", "expected")
     if level not in get_args(OverheadLevel):
-        raise InputError(f"overhead {level!r:.40}: expected one of "
+        raise InputError(f"overhead {shown(level)}: expected one of "
                          f"{', '.join(get_args(OverheadLevel))}")
     suggest = _bool(body, "suggest", None)
     result = plan(job, _gpu_names(body.get("gpu")), overhead_level=level, suggest=suggest,
@@ -160,12 +160,12 @@ def flops(body: Mapping) -> dict:
     allowed = ("model", "batch", "seq", "mode", "checkpointing", "recompute", "attention")
     for key in body:
         if key not in allowed:
-            raise InputError(f"unknown flops key {str(key)!r:.40}; keys are {', '.join(allowed)}")
+            raise InputError(f"unknown flops key {shown(str(key))}; keys are {', '.join(allowed)}")
     name = _catalog_name(body.get("model"))
     model = load_model(name)
     mode = body.get("mode", "train")
     if mode not in ("train", "forward"):
-        raise InputError(f"mode {str(mode)!r:.40}: expected train or forward")
+        raise InputError(f"mode {shown(str(mode))}: expected train or forward")
     attention = body.get("attention", "sdpa")
     # the same Job `gpuplan flops model` builds: a forward pass is a scoring pass (all logits)
     job = Job.from_dict({

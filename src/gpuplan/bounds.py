@@ -1,0 +1,138 @@
+"""The accepted range of every count, size and rate gpuplan takes, stated once.
+
+The CLI's option parsers (``gpuplan.units.parse_*``), :class:`gpuplan.Job`, the readers of
+config.json and safetensors files and the web API check values against this one table, so a
+value out of range gets the same one-line :class:`~gpuplan.errors.InputError` everywhere: the
+value, the range and the fix. The ranges are generous (far beyond any real job) and exist so that
+no input can reach an overflow, a float infinity or an algorithm whose time grows with the value.
+
+=================  ===========================  =================================================
+name               range                        why the limit is safe
+=================  ===========================  =================================================
+batch, grad_accum  1 .. 2^31                    a micro-batch of 2 billion sequences
+lora_rank          1 .. 2^31
+seq, context       1 .. 2^31                    tokens per sequence
+gpus               1 .. 2^20                    a million GPUs
+layers             1 .. 10^4                    the deepest published transformer has < 200
+dim                1 .. 2^31                    a hidden size, head count, vocabulary, matmul side
+params             1 .. 10^15                   ``units.MAX_PARAMS``
+count              1 .. 10^15                   tokens, samples
+bytes              0 .. 2^60                    about 1.15 EB: sizes up to the petabytes
+flops              > 0 .. 10^21 FLOP/s          a zettaFLOP/s per device
+bandwidth          > 0 .. 10^16 B/s             10 PB/s per link or memory
+price              0 .. 10^6 per GPU-hour
+seconds            > 0 .. 10^7 s                measured or expected step times (~4 months)
+duration           0 .. 10^7 s                  a spread (IQR) or minimum of measured times
+fraction           0 .. < 1                     fragmentation, dropout
+=================  ===========================  =================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import InputError, shown
+
+__all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS"]
+
+#: Longest decimal text parsed as a number (2^62 has 19 digits; a float with an exponent fits).
+MAX_DIGITS = 40
+
+#: Longest command-line value treated as a name or path (a file name is at most 255 bytes; a path
+#: at most 4096 on Linux).
+MAX_ARG_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One accepted range: ``low <= value <= high`` (``low`` excluded when ``open_low``)."""
+
+    low: float
+    high: float
+    what: str
+    """What the value is, for the message ("a micro-batch size")."""
+    open_low: bool = False
+    open_high: bool = False
+
+    def text(self) -> str:
+        lo = "> " if self.open_low else ">= "
+        hi = "< " if self.open_high else "<= "
+        return f"{lo}{_num(self.low)} and {hi}{_num(self.high)}"
+
+    def contains(self, v: float) -> bool:
+        if not math.isfinite(v):
+            return False
+        above = v > self.low if self.open_low else v >= self.low
+        below = v < self.high if self.open_high else v <= self.high
+        return above and below
+
+
+def _num(x: float) -> str:
+    for base, name in ((2**31, "2^31"), (2**20, "2^20"), (2**60, "2^60")):
+        if x == base:
+            return name
+    if x >= 10**5 and float(x) == 10 ** round(math.log10(x)):
+        return f"10^{round(math.log10(x))}"
+    return f"{x:g}"
+
+
+BOUNDS: dict[str, Bound] = {
+    "batch": Bound(1, 2**31, "a micro-batch size"),
+    "grad_accum": Bound(1, 2**31, "a number of gradient-accumulation steps"),
+    "lora_rank": Bound(1, 2**31, "a LoRA rank"),
+    "seq": Bound(1, 2**31, "a sequence length"),
+    "context": Bound(1, 2**31, "a context length"),
+    "gpus": Bound(1, 2**20, "a number of GPUs"),
+    "layers": Bound(1, 10**4, "a number of layers"),
+    "dim": Bound(1, 2**31, "a dimension"),
+    "int": Bound(1, 2**31, "a whole number"),
+    "params": Bound(1, 10**15, "a parameter count"),
+    "count": Bound(1, 10**15, "a count"),
+    "bytes": Bound(0, 2**60, "a size in bytes"),
+    "flops": Bound(0, 1e21, "a rate in FLOP/s", open_low=True),
+    "bandwidth": Bound(0, 1e16, "a bandwidth in bytes/s", open_low=True),
+    "price": Bound(0, 1e6, "a price per GPU-hour"),
+    "seconds": Bound(0, 1e7, "a time in seconds", open_low=True),
+    "duration": Bound(0, 1e7, "a time or spread in seconds"),
+    "epochs": Bound(0, 1e6, "a number of epochs", open_low=True),
+    "fraction": Bound(0, 1, "a fraction", open_high=True),
+}
+
+
+def bound(name: str) -> Bound:
+    """The range called ``name`` in :data:`BOUNDS`."""
+    return BOUNDS[name]
+
+
+def check_int(value: object, name: str, *, what: str | None = None, low: int | None = None,
+              high: int | None = None) -> int:
+    """``value`` as an int within the range ``name`` (``low``/``high`` narrow it), else an
+    :class:`InputError` naming ``what`` (default: the range's name), the value and the range."""
+    b = BOUNDS[name]
+    lo = b.low if low is None else low
+    hi = b.high if high is None else min(high, b.high)
+    label = what or name
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{label} {shown(value)}: expected a whole number "
+                         f"(got {type(value).__name__}), >= {_num(lo)} and <= {_num(hi)}")
+    if not lo <= value <= hi:
+        raise InputError(f"{label} {shown(value)}: expected a whole number >= {_num(lo)} and "
+                         f"<= {_num(hi)} ({b.what})")
+    return value
+
+
+def check_number(value: object, name: str, *, what: str | None = None) -> float:
+    """``value`` as a finite float within the range ``name``, else an :class:`InputError`."""
+    b = BOUNDS[name]
+    label = what or name
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{label} {shown(value)}: expected a number "
+                         f"(got {type(value).__name__}) {b.text()}")
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
+    if not b.contains(v):
+        raise InputError(f"{label} {shown(value)}: out of range; expected {b.what} {b.text()}")
+    return v
