@@ -48,12 +48,30 @@ def test_a_request_is_the_whole_job_of_decoder_inference():
     v = cpu_vs_gpu(cpu="C", cpu_step_s=1.0, gpu="G", gpu_step_s=0.1, cpu_request_s=700.0,
                    gpu_request_s=70.0)
     assert (v.cpu_job_s, v.gpu_job_s) == (700.0, 70.0) and v.needs_gpu
+    # issue 12: a request a person waits for is judged by latency -- 10x faster is never "no GPU
+    # needed", however short the CPU's whole job
     v = cpu_vs_gpu(cpu="C", cpu_step_s=1.0, gpu="G", gpu_step_s=0.1, cpu_request_s=300.0,
                    gpu_request_s=30.0)
-    assert not v.needs_gpu
+    assert v.needs_gpu and v.workload == "interactive" and "latency" in v.rule
+    assert v.rule in v.verdict
+    # the same numbers as batch work (throughput): the CPU finishes within 10 minutes
+    v = cpu_vs_gpu(cpu="C", cpu_step_s=1.0, gpu="G", gpu_step_s=0.1, cpu_request_s=300.0,
+                   gpu_request_s=30.0, interactive=False)
+    assert not v.needs_gpu and v.workload == "batch" and "throughput" in v.verdict
     # without the GPU's request time there is no whole-job comparison
     v = cpu_vs_gpu(cpu="C", cpu_step_s=1.0, gpu="G", gpu_step_s=0.1, cpu_request_s=300.0)
     assert v.cpu_job_s is None and v.needs_gpu
+
+
+def test_interactive_rule_by_hand():
+    def needs(cpu_s: float, gpu_s: float) -> bool:
+        return cpu_vs_gpu(cpu="C", cpu_step_s=cpu_s, gpu="G", gpu_step_s=gpu_s,
+                          cpu_request_s=cpu_s, gpu_request_s=gpu_s).needs_gpu
+
+    assert needs(0.2, 0.02)          # 10x faster: always worth it
+    assert not needs(0.5, 0.1)       # 5x, but the CPU answers within a second
+    assert needs(3.0, 1.0)           # 3x on a request that keeps a person waiting 3 s
+    assert not needs(3.0, 2.0)       # 1.5x: not worth a GPU
 
 
 def test_matmul_verdict_by_hand():

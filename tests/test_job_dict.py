@@ -17,9 +17,9 @@ from gpuplan.models import load_model
 FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimizer_states",
           "batch", "seq", "grad_accum", "gpus", "zero", "offload_optimizer", "lora_rank",
           "lora_targets", "lora_base", "checkpointing", "attention", "kv_dtype", "context",
-          "fused_optimizer", "use_cache", "lora_dropout", "prefill_logits", "runtime", "tp", "pp",
-          "cp", "ep", "sequence_parallel", "pp_schedule", "micro_batches", "gpus_per_node",
-          "inter_node"]
+          "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none",
+          "prefill_logits", "runtime", "tp", "pp", "cp", "ep", "sequence_parallel", "pp_schedule",
+          "micro_batches", "gpus_per_node", "inter_node"]
 
 
 def cli_job(*argv: str) -> Job:

@@ -77,16 +77,33 @@ def test_decode_holds_the_whole_context_prefill_the_prompt():
 
 
 def test_prefill_logits_for_every_position_or_the_last():
-    # a plain forward over a 4096-token prompt makes b*s*V logits (bf16, then fp32); generate()
-    # and vLLM only the last position's
+    # a plain forward over a 4096-token prompt without labels makes b*s*V logits in the model
+    # dtype (no fp32 copy: transformers upcasts only inside the loss); its peak is those logits
+    # beside the final norm's output they are computed from. generate() and vLLM compute only
+    # the last position's.
     m = load_model("llama-3.1-8b")
     bf16 = WEIGHT_FORMATS["bf16"]
     last = infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096), bf16)
     allp = infer_activations(m, Job(model=m, mode="infer", batch=4, seq=4096,
                                       prefill_logits="all"), bf16)
-    V = 128256
-    assert allp.prefill_bytes >= 4 * 4096 * V * (2 + 4)
-    assert last.prefill_bytes < allp.prefill_bytes / 4
+    b, s, V, h = 4, 4096, 128256, 4096
+    assert allp.prefill_bytes == b * s * V * 2 + b * s * h * 2
+    assert last.prefill_bytes < allp.prefill_bytes / 2
+
+
+def test_a_forward_without_labels_keeps_logits_in_the_model_dtype():
+    # torch as the oracle for the convention above: a tiny bf16 Llama, no labels
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    ids = torch.randint(0, 256, (2, 16))
+    with torch.inference_mode():
+        plain = model(input_ids=ids, use_cache=False)
+        scored = model(input_ids=ids, labels=ids, use_cache=False)
+    assert plain.logits.dtype == torch.bfloat16 and plain.logits.shape == (2, 16, 256)
+    assert scored.loss.dtype == torch.float32  # the upcast happens inside the loss only
 
 
 def test_tensor_parallel_splits_kv_heads_but_never_below_one_head():

@@ -153,3 +153,41 @@ def test_plan_carries_suggestions_into_json():
     assert d["solver"][0]["gpu"] == "RTX-4090"
     quiet = plan(Job(model="llama-3.1-8b", batch=2, seq=1024), None).to_dict()
     assert quiet["suggestions"] == []  # the default shortlist asks for no suggestions
+
+
+# --- issue 12: suggestions agree with the other columns and rank software before hardware ----
+
+
+def _hardware(s) -> bool:
+    return any(c.knob in ("gpu", "zero", "tensor_parallel") for c in s.changes)
+
+
+def test_gpu_count_offered_is_the_one_fit_says_suffices():
+    # the repro: llama-3.1-8b mixed-bf16 on an H100 -- fit's "ZeRO-3 GPUs" column says 3, and
+    # the suggestions offered "--gpus 4 --zero 3" beside it
+    p = plan(Job(model="llama-3.1-8b", mode="train"), ["h100"], suggest=True)
+    want = p.gpus[0].train_min_gpus
+    assert want == 3
+    m = load_model("llama-3.1-8b")
+    r = suggest(m, Job(model=m, mode="train"), get_gpu("h100"), top=30)
+    offered = {c.value for s in (*r.suggestions, *p.suggestions) for c in s.changes
+               if c.knob == "zero"}
+    assert offered and all(n <= want for n, z in offered if z == 3)
+    assert (want, 3) in offered
+
+
+def test_software_knobs_rank_before_more_or_other_hardware():
+    m = load_model("llama-3.1-8b")
+    r = suggest(m, Job(model=m, mode="train"), get_gpu("h100"), top=6)
+    kinds = [_hardware(s) for s in r.suggestions]
+    assert kinds == sorted(kinds)  # every software suggestion before every hardware one
+    assert not kinds[0]
+
+
+def test_pure_bf16_with_the_fused_step_is_offered():
+    # pure bf16 + fused AdamW drops the master copy and the foreach temporary: 8 B/param
+    m = load_model("llama-3.1-8b")
+    r = suggest(m, Job(model=m, mode="train"), get_gpu("h100"))
+    first = r.suggestions[0]
+    assert first.job.precision == "bf16" and first.job.fused_optimizer
+    assert first.peak_bytes == _replan(first)[0]

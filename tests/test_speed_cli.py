@@ -122,3 +122,21 @@ def test_speed_and_flops_commands_import_nothing_heavy():
                          check=True)
     mods = set(out.stdout.split())
     assert not [m for m in ("torch", "transformers", "numpy", "matplotlib") if m in mods]
+
+
+def test_vs_cpu_interactive_request_is_judged_by_latency(capsys, monkeypatch):
+    # issue 12's repro: an 8B model's request on an A100 against a 2-core CPU is far more than 10x
+    # faster on the GPU; the verdict must say a GPU pays off and print the rule it applied
+    import sys
+    import types
+
+    mod = types.ModuleType("gpuplan.hardware.cpu")
+    mod.detect_cpu = lambda **kw: _CPU()
+    monkeypatch.setitem(sys.modules, "gpuplan.hardware.cpu", mod)
+    rc, out, err = run(capsys, "speed", "llama-3.1-8b", "--gpu", "a100", "--vs-cpu", "--mode",
+                       "infer", "--json")
+    assert rc == 0, err
+    c = json.loads(out)["cpu"]
+    assert c["speedup"] >= 10 and c["needs_gpu"] and c["workload"] == "interactive"
+    assert "latency" in c["rule"] and c["rule"] in c["verdict"]
+    assert c["cpu_job_s"] / c["gpu_job_s"] == pytest.approx(c["speedup"])

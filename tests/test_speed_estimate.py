@@ -3,6 +3,7 @@ accumulation, the CPU verdict, the batch sweep, and bad input."""
 
 from __future__ import annotations
 
+
 import dataclasses
 import json
 
@@ -106,35 +107,44 @@ def test_full_recompute_costs_one_more_forward_of_the_layers():
 
 
 def test_decode_is_memory_bound_at_batch_one():
-    # Decoding one token reads every weight once: 6.74e9 x 2 bytes = 13.5 GB. At 85% of 3.35 TB/s
-    # that takes >= 4.73 ms, so batch-1 decode is < 211 tokens/s however fast the tensor cores.
-    eff = dataclasses.replace(default_efficiency(device_from_gpu(H100)), launch_s=0.0)
-    e = estimate_speed(model(LLAMA2_7B, LLAMA2_7B_PARAMS), H100, J(mode="infer", batch=1, seq=512),
-                       new_tokens=2, efficiency=eff)
+    # Decoding one token reads every weight once: 6.74e9 x 2 bytes = 13.5 GB, through GEMV kernels
+    # at 68.5% of 3.35 TB/s (gpt-fast's measured bf16 rate, efficiency.gemv_bw_16bit) and the KV
+    # cache at the streaming 85%: >= 5.9 ms, so batch-1 decode is < 170 tokens/s however fast the
+    # tensor cores. Under CUDA graphs (no host dispatch) that is the step, within the launch gaps.
+    e = estimate_speed(model(LLAMA2_7B, LLAMA2_7B_PARAMS), H100,
+                       J(mode="infer", batch=1, seq=512, runtime="cudagraphs"), new_tokens=2,
+                       measured=None)
     weights = LLAMA2_7B_PARAMS * 2
     t_floor = weights / (3.35e12 * 0.85)
     kv = 2 * 32 * 4096 * 2 * 513  # K and V, 32 layers, 513 cached tokens, bf16
     assert e.step.bound == "memory"
     assert e.step_time_s >= t_floor
-    assert e.step_time_s == pytest.approx((weights + kv) / (3.35e12 * 0.85), rel=0.02)
+    assert e.step_time_s == pytest.approx(weights / (3.35e12 * 0.685) + kv / (3.35e12 * 0.85),
+                                          rel=0.03)
     assert e.prefill.bound == "compute"  # 512 prompt tokens at once: compute-bound
     assert e.request_time_s == pytest.approx(e.prefill.time_s + e.prefill_transfer.exposed_s
                                              + 2 * e.step_time_s)
 
 
 @settings(max_examples=25, deadline=None)
-@given(b1=st.integers(1, 512), b2=st.integers(1, 512), ctx=st.sampled_from([128, 1024, 4096]),
+@given(b1=st.integers(1, 128), b2=st.integers(1, 512), ctx=st.sampled_from([128, 1024, 4096]),
        gpu=st.sampled_from(["H100-SXM-80GB", "A100-SXM-80GB", "L4", "T4"]))
 def test_decode_throughput_grows_with_batch_and_never_exceeds_the_compute_bound(b1, b2, ctx,
                                                                                  gpu):
     g = get_gpu(gpu)
     prec = "fp16" if not g.supports("bf16") else "bf16"
-    lo, hi = sorted((b1, b2))
+    lo, hi = sorted((b1, b2 if b2 <= 128 else b1 + (b2 - 129) % (129 - b1)))  # both in one tile
     job = J(mode="infer", seq=ctx, context=ctx, precision=prec)
     e_lo = estimate_speed(LLAMA2_7B, g, job.with_(batch=lo), measured=None)
     e_hi = estimate_speed(LLAMA2_7B, g, job.with_(batch=hi), measured=None)
+    # Throughput grows with the batch while the batch stays inside one 128-row matmul tile (the
+    # same tiles and waves, more useful rows). Past it, tile and wave quantization over the SMs
+    # (compute/efficiency.py) can make a larger batch a little slower per token once
+    # compute-bound (A100: 385 rows pad to 512, 257 too), as cuBLAS does: no monotonic claim there.
+    assert hi <= 128
     assert e_hi.tokens_per_s >= e_lo.tokens_per_s * (1 - 1e-12)
-    for e in (e_lo, e_hi):
+    e_big = estimate_speed(LLAMA2_7B, g, job.with_(batch=b2), measured=None)
+    for e in (e_lo, e_hi, e_big):
         # the compute bound: achievable peak / executed FLOPs per generated token
         bound = g.peak(prec) * e.efficiency.matmul / (e.step.flops / e.step.tokens)
         assert e.tokens_per_s <= bound

@@ -38,20 +38,17 @@ __all__ = [
 
 # Imported on first use (PEP 562): the speed model and the solver are not needed to plan memory,
 # and gpuplan.profile(...) needs torch only when a profile is entered.
-_LAZY = {
-    "estimate_speed": ".compute", "SpeedEstimate": ".compute", "estimate_cpu_speed": ".compute",
-    "suggest": ".solver", "Suggestion": ".solver", "Suggestions": ".solver",
-    "max_batch": ".solver", "max_seq": ".solver",
-}
+_SPEED = ("estimate_speed", "SpeedEstimate", "estimate_cpu_speed")
+_SOLVER = ("suggest", "Suggestion", "Suggestions", "max_batch", "max_seq")
 
 
 def __getattr__(name: str):
-    if name == "profile":  # the profiler's modules are not needed to plan
-        from .measure.profile import profile
-
-        return profile
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module 'gpuplan' has no attribute {name!r}")
+    if name in _SPEED:
+        from . import compute as module
+    elif name in _SOLVER:
+        from . import solver as module
+    elif name == "profile":
+        from .measure import profile as module
+    else:
+        raise AttributeError(f"module 'gpuplan' has no attribute {name!r}")
+    return getattr(module, name)

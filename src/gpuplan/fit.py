@@ -7,9 +7,11 @@ seed's ratio of training to inference memory).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Literal
 
+from .errors import InputError
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
@@ -175,49 +177,82 @@ def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
     N grows (for N >= 2), so a binary search over [2, MAX_GPUS] finds it. ``memo`` shares the
     per-N totals between the GPUs of one plan."""
     memo = {} if memo is None else memo
+    # under a parallel layout N counts in whole model replicas (tp x pp x cp GPUs each), and
+    # dp x cp must hold the expert-parallel group
+    unit = job.tp * job.pp * job.cp * (job.ep // math.gcd(job.ep, job.cp))
 
-    def fits(n: int) -> bool:
+    def fits(k: int) -> bool:
+        n = k * unit
         if n not in memo:
             # the same job with valid values changed: no need to validate it again
-            memo[n] = train_memory(model, job._evolve(zero=3 if n > 1 else job.zero, gpus=n),
+            memo[n] = train_memory(model, job._evolve(zero=3 if k > 1 else job.zero, gpus=n),
                                    overhead_level=level,
                                    overhead_overrides=overrides).total_bytes
         return memo[n] <= usable
 
-    if fits(1):
-        return 1
-    if not fits(MAX_GPUS):
+    top = MAX_GPUS // unit
+    if top < 1:
         return None
-    lo, hi = 2, MAX_GPUS  # fits(hi) holds
+    if fits(1):
+        return unit
+    if top < 2 or not fits(top):
+        return None
+    lo, hi = 2, top  # fits(hi) holds
     while lo < hi:
         mid = (lo + hi) // 2
         if fits(mid):
             hi = mid
         else:
             lo = mid + 1
-    return lo
+    return lo * unit
 
 
 def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
                     overrides=None, memo: dict | None = None) -> int | None:
     memo = {} if memo is None else memo
+    layout = job.tp * job.pp * job.cp * job.ep > 1
     for tp in _TP_DEGREES:
         if tp not in memo:
-            memo[tp] = infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
-                                    overhead_overrides=overrides).total_bytes
-        if memo[tp] <= usable:
-            return tp
+            if layout:  # the job's own layout with this TP degree: GPUs = tp x pp
+                try:
+                    memo[tp] = infer_memory(model, job.with_(tp=tp, gpus=tp * job.pp,
+                                                             sequence_parallel=False),
+                                            overhead_level=level,
+                                            overhead_overrides=overrides).total_bytes
+                except InputError:  # heads or widths do not split over this degree
+                    memo[tp] = None
+            else:
+                memo[tp] = infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
+                                        overhead_overrides=overrides).total_bytes
+        if memo[tp] is not None and memo[tp] <= usable:
+            return tp * (job.pp if layout else 1)
     return None
 
 
 def _query(fn, *args, **kw) -> int:
     """A max-batch / max-seq answer; 0 when not even the smallest fits."""
-    from .errors import InputError
-
     try:
         return fn(*args, **kw)
     except InputError:
         return 0
+
+
+def _mark_fit(section: dict, verdicts: list[GpuVerdict]) -> None:
+    """Say, in each speed row, whether the job fits the GPU it was timed on (compute cannot know:
+    it never imports the memory accounting)."""
+    by_name = {v.name: v for v in verdicts}
+    for row in section["gpus"]:
+        v = by_name.get(row["gpu"])
+        for mode in ("train", "infer"):
+            head = row.get(mode)
+            fits = getattr(v, f"{mode}_fits", None) if v is not None else None
+            if head is None or fits is None:
+                continue
+            head["fits_gpu"] = fits
+            if not fits:
+                head.setdefault("caveats", []).insert(0, (
+                    "does not fit this GPU's memory: the speed is of a job that would not run "
+                    "as configured (see the memory verdict and suggestions)"))
 
 
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
@@ -280,5 +315,6 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
         extra["speed"] = speed_section(
             job, [g.gpu for g in verdicts], model=model,
             trainable_params=train.trainable_params if train is not None else None)
+        _mark_fit(extra["speed"], verdicts)
     return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
                 solver=tuple(reports), extra=extra)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
-from .errors import InputError
+from .errors import InputError, UnsupportedError, closest
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
@@ -66,8 +66,6 @@ _ZERO_STAGES = (0, 1, 2, 3)
 
 def _choice(value: str, options: tuple[str, ...], what: str) -> str:
     if value not in options:
-        from .errors import closest
-
         near = closest(str(value), options, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise InputError(f"{what} {value!r}: expected one of {', '.join(options)}{hint}")
@@ -127,6 +125,12 @@ class Job:
     lora_dropout: float = 0.0
     """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
     each adapted layer's input."""
+    zero_grad_set_to_none: bool = True
+    """``optimizer.zero_grad(set_to_none=...)`` between steps. True (torch >= 2.0's default, and
+    what ``gpuplan trace`` runs) frees the gradients after each step: the next forward runs
+    without them. False (torch < 2.0's default, so HF Trainer loops of that era) zeroes them in
+    place: every gradient stays allocated through forward and backward, and backward sums each
+    new gradient into it, as gradient accumulation does."""
     prefill_logits: Literal["all", "last"] = "last"
     """Inference prefill computes logits for the last prompt position only (transformers'
     ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
@@ -225,8 +229,6 @@ class Job:
         """Until the model-parallel planner lands (issue 11), a layout with TP/PP/CP/EP or
         sequence parallelism is refused in one line rather than planned as data parallel."""
         if self.tp * self.pp * self.cp * self.ep > 1 or self.sequence_parallel:
-            from .errors import UnsupportedError
-
             raise UnsupportedError(
                 f"{what} with --tp/--pp/--cp/--ep/--sequence-parallel is not built yet; plan "
                 "data parallel (--gpus N --zero 0..3) for now")
@@ -269,8 +271,6 @@ class Job:
         kw: dict = {}
         for key, value in d.items():
             if key not in types_:
-                from .errors import closest
-
                 near = closest(str(key), types_)
                 hint = f"; did you mean {', '.join(map(repr, near))}?" if near else \
                     f"; job keys are {', '.join(types_)}"

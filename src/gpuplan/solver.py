@@ -22,7 +22,8 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Literal
 
-from .errors import InputError
+from .compute import flops_breakdown
+from .errors import GpuplanError, InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import Job, default_seq, seq_limit
@@ -192,12 +193,10 @@ def _recompute_fraction(model: Model, job: Job, checkpointing: str, seq: int) ->
     if arch is None:
         return 1 / 3 if checkpointing == "full" else 0.0
     try:
-        from .compute import flops_breakdown
-
         fb = flops_breakdown(arch, job.with_(mode="train", seq=seq, checkpointing=checkpointing))
-        return fb.recompute_flops / fb.model_flops if fb.model_flops else 0.0
-    except Exception:  # noqa: BLE001 - the speed model is optional here; fall back, stated
+    except GpuplanError:  # an architecture the FLOP counter does not cover: the rule of thumb
         return 1 / 3 if checkpointing == "full" else 0.05
+    return fb.recompute_flops / fb.model_flops if fb.model_flops else 0.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -208,9 +207,13 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[Change, dict]]]:
+def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int,
+                 planner: _Planner) -> list[list[tuple[Change, dict]]]:
     """Groups of alternatives; a candidate takes at most one change from each group."""
-    groups: list[list[tuple[Change, dict]]] = []
+    return [*_train_knobs_software(model, job, gpu, seq), _parallel_knobs(job, gpu, planner)]
+
+
+def _micro_batch_knobs(job: Job) -> list[tuple[Change, dict]]:
     per_gpu = job.batch * job.grad_accum
     mb = []
     for b in sorted(_divisors(per_gpu), reverse=True):
@@ -222,7 +225,10 @@ def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[
                           cost=f"same global batch ({b} x {ga} per GPU); same FLOPs in smaller "
                                "matmuls: lower GPU utilization"),
                    {"batch": b, "grad_accum": ga}))
-    groups.append(mb[:6])
+    return mb[:6]
+
+
+def _checkpointing_knobs(model: Model, job: Job, seq: int) -> list[tuple[Change, dict]]:
     order = ("none", "selective", "full")
     ck = []
     for level in order[order.index(job.checkpointing) + 1:]:
@@ -233,79 +239,125 @@ def _train_knobs(model: Model, job: Job, gpu: GPU, seq: int) -> list[list[tuple[
                           text=f"--checkpointing {level}", extra_compute=frac,
                           cost=f"{what}: +{100 * frac:.0f}% step FLOPs"),
                    {"checkpointing": level}))
-    groups.append(ck)
-    if job.attention == "eager":
-        groups.append([(Change(knob="attention", value="sdpa", tier=_FREE,
-                               text="--attention sdpa",
-                               cost="none (flash/memory-efficient kernels are also faster)"),
-                        {"attention": "sdpa"})])
-    opt_alts = []
-    if job.optimizer in ("adam", "adamw", "adagrad", "rmsprop") and not job.fused_optimizer \
-            and not job.offload_optimizer:
-        opt_alts.append((Change(knob="fused_optimizer", value=True, tier=_FREE,
-                                text="--fused-optimizer",
-                                cost="none (the same update, one fused kernel, no full-size "
-                                     "temporary)"),
-                         {"fused_optimizer": True}))
+    return ck
+
+
+def _attention_knobs(job: Job) -> list[tuple[Change, dict]]:
+    if job.attention != "eager":
+        return []
+    return [(Change(knob="attention", value="sdpa", tier=_FREE, text="--attention sdpa",
+                    cost="none (flash/memory-efficient kernels are also faster)"),
+             {"attention": "sdpa"})]
+
+
+#: Optimizers whose torch.optim step has a fused CUDA kernel (``fused=True``).
+_FUSABLE = ("adam", "adamw", "adagrad", "rmsprop")
+
+
+def _optimizer_knobs(job: Job) -> list[tuple[Change, dict]]:
+    alts = []
+    if job.optimizer in _FUSABLE and not job.fused_optimizer and not job.offload_optimizer:
+        alts.append((Change(knob="fused_optimizer", value=True, tier=_FREE,
+                            text="--fused-optimizer",
+                            cost="none (the same update, one fused kernel, no full-size "
+                                 "temporary)"),
+                     {"fused_optimizer": True}))
     for name in ("adamw-8bit", "adafactor", "sgd"):
         if name != job.optimizer and job.lora_rank is None:
-            opt_alts.append((Change(knob="optimizer", value=name, tier=_QUALITY,
-                                    text=f"--optimizer {name}",
-                                    cost=OPTIMIZERS[name].tradeoff),
-                             {"optimizer": name, "fused_optimizer": False,
-                              "offload_optimizer": False}))
-    groups.append(opt_alts)
-    if job.precision in ("mixed-bf16", "amp-bf16", "fp32", "mixed-fp16", "amp-fp16"):
-        groups.append([(Change(knob="precision", value="bf16", tier=_QUALITY,
-                               text="--precision bf16",
-                               cost="pure bf16: no fp32 master weights, updates below bf16's "
-                                    "resolution round away (needs e.g. stochastic rounding)"),
-                        {"precision": "bf16"})])
-    if job.lora_rank is None and model.tensors and model.architecture is not None \
-            and model.architecture.family in DEFAULT_LORA_TARGETS:
-        groups.append([
-            (Change(knob="lora", value=16, tier=_QUALITY, text="--lora-rank 16",
-                    cost="trains rank-16 adapters on a frozen base: a fine-tune, not full "
-                         "training (Hu et al. 2021)"),
-             {"lora_rank": 16}),
-            (Change(knob="lora", value="qlora", tier=_QUALITY,
-                    text="--lora-rank 16 --lora-base nf4",
-                    cost="QLoRA: rank-16 adapters on an NF4 base, dequantized per matmul (slower); "
-                         "matched 16-bit fine-tuning in Dettmers et al. 2023"),
-             {"lora_rank": 16, "lora_base": "nf4"}),
-        ])
-    if not job.offload_optimizer and job.optimizer != "sgd" and gpu.pcie_bandwidth is not None:
-        recipe = get_recipe(job.precision)
-        pcie = gpu.pcie_bandwidth
-        traffic = model.params.total * (recipe.grad_bytes + recipe.weight_bytes)
-        groups.append([(Change(knob="offload_optimizer", value=True, tier=_THROUGHPUT,
-                               text="--offload-optimizer",
-                               cost=f"optimizer step on the CPU: {format_bytes(traffic)} of "
-                                    f"gradients and weights cross PCIe each step (~"
-                                    f"{traffic / pcie:.1f} s at {pcie / 1e9:.0f} GB/s) and host "
-                                    "memory for the states"),
-                        {"offload_optimizer": True, "fused_optimizer": False})])
+            alts.append((Change(knob="optimizer", value=name, tier=_QUALITY,
+                                text=f"--optimizer {name}", cost=OPTIMIZERS[name].tradeoff),
+                         {"optimizer": name, "fused_optimizer": False,
+                          "offload_optimizer": False}))
+    return alts
+
+
+def _precision_knobs(job: Job) -> list[tuple[Change, dict]]:
+    """Pure bf16, and pure bf16 with the fused step (its foreach temporary is as large as a
+    state: often the difference between fitting and not)."""
+    if job.precision not in ("mixed-bf16", "amp-bf16", "fp32", "mixed-fp16", "amp-fp16"):
+        return []
+    cost = ("pure bf16: no fp32 master weights, updates below bf16's resolution round away "
+            "(needs e.g. stochastic rounding)")
+    out = [(Change(knob="precision", value="bf16", tier=_QUALITY, text="--precision bf16",
+                   cost=cost), {"precision": "bf16"})]
+    if job.optimizer in _FUSABLE and not job.fused_optimizer and not job.offload_optimizer:
+        out.append((Change(knob="precision", value="bf16+fused", tier=_QUALITY,
+                           text="--precision bf16 --fused-optimizer",
+                           cost=cost + "; the fused step keeps no full-size temporary"),
+                    {"precision": "bf16", "fused_optimizer": True}))
+    return out
+
+
+def _lora_knobs(model: Model, job: Job) -> list[tuple[Change, dict]]:
+    if job.lora_rank is not None or not model.tensors or model.architecture is None \
+            or model.architecture.family not in DEFAULT_LORA_TARGETS:
+        return []
+    return [
+        (Change(knob="lora", value=16, tier=_QUALITY, text="--lora-rank 16",
+                cost="trains rank-16 adapters on a frozen base: a fine-tune, not full "
+                     "training (Hu et al. 2021)"),
+         {"lora_rank": 16}),
+        (Change(knob="lora", value="qlora", tier=_QUALITY, text="--lora-rank 16 --lora-base nf4",
+                cost="QLoRA: rank-16 adapters on an NF4 base, dequantized per matmul (slower); "
+                     "matched 16-bit fine-tuning in Dettmers et al. 2023"),
+         {"lora_rank": 16, "lora_base": "nf4"}),
+    ]
+
+
+def _offload_knobs(model: Model, job: Job, gpu: GPU) -> list[tuple[Change, dict]]:
+    if job.offload_optimizer or job.optimizer == "sgd" or gpu.pcie_bandwidth is None:
+        return []
+    recipe = get_recipe(job.precision)
+    pcie = gpu.pcie_bandwidth
+    traffic = model.params.total * (recipe.grad_bytes + recipe.weight_bytes)
+    return [(Change(knob="offload_optimizer", value=True, tier=_THROUGHPUT,
+                    text="--offload-optimizer",
+                    cost=f"optimizer step on the CPU: {format_bytes(traffic)} of gradients and "
+                         f"weights cross PCIe each step (~{traffic / pcie:.1f} s at "
+                         f"{pcie / 1e9:.0f} GB/s) and host memory for the states"),
+             {"offload_optimizer": True, "fused_optimizer": False})]
+
+
+#: Most data-parallel GPUs the solver offers.
+_MAX_SOLVER_GPUS = 512
+_ZERO_TEXT = {1: "shards optimizer states", 2: "shards states and gradients",
+              3: "shards everything, gathers weights every layer"}
+
+
+def _fewest_gpus(job: Job, zero: int, usable: int, planner: _Planner) -> int | None:
+    """The fewest GPUs (more than the job has) with ZeRO-``zero`` on which the job fits: the
+    same search as ``gpuplan fit``'s "ZeRO-3 GPUs" column, so the two always agree. Per-GPU
+    memory does not grow with the GPU count, so a bisection finds it."""
+    def fits(n: int) -> bool:
+        peak = planner.peak("train", job._evolve(gpus=n, zero=zero))
+        return peak is not None and peak <= usable
+
+    lo, hi = max(2, job.gpus + 1), _MAX_SOLVER_GPUS
+    if lo > hi or not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        hi, lo = (mid, lo) if fits(mid) else (hi, mid + 1)
+    return lo
+
+
+def _parallel_knobs(job: Job, gpu: GPU, planner: _Planner) -> list[tuple[Change, dict]]:
+    """More GPUs with each ZeRO stage from the job's up: the fewest that fit, never more."""
     par = []
-    for n in (2, 4, 8, 16, 32, 64, 128, 256, 512):
-        if n <= job.gpus:
+    for z in (1, 2, 3):
+        n = _fewest_gpus(job, z, gpu.memory_bytes, planner) if z >= job.zero else None
+        if n is None:
             continue
-        for z in (1, 2, 3):
-            if z < job.zero:
-                continue
-            ga = job.grad_accum
-            keep = ga * job.gpus % n == 0
-            new_ga = ga * job.gpus // n if keep else ga
-            par.append((Change(knob="zero", value=(n, z), tier=_HARDWARE,
-                               text=f"--gpus {n} --zero {z}" + (f" --grad-accum {new_ga}"
-                                                                if new_ga != ga else ""),
-                               cost=f"{n} GPUs instead of {job.gpus}; ZeRO-{z} "
-                                    + {1: "shards optimizer states",
-                                       2: "shards states and gradients",
-                                       3: "shards everything, gathers weights every layer"}[z]
-                                    + ("" if keep else "; the global batch grows")),
-                        {"gpus": n, "zero": z, "grad_accum": new_ga}))
-    groups.append(par)
-    return groups
+        ga = job.grad_accum
+        keep = ga * job.gpus % n == 0
+        new_ga = ga * job.gpus // n if keep else ga
+        par.append((Change(knob="zero", value=(n, z), tier=_HARDWARE,
+                           text=f"--gpus {n} --zero {z}"
+                                + (f" --grad-accum {new_ga}" if new_ga != ga else ""),
+                           cost=f"{n} GPUs instead of {job.gpus}; ZeRO-{z} {_ZERO_TEXT[z]}"
+                                + ("" if keep else "; the global batch grows")),
+                    {"gpus": n, "zero": z, "grad_accum": new_ga}))
+    return par
 
 
 def _infer_knobs(model: Model, job: Job, prompt: int, context: int) -> list[list[tuple[Change, dict]]]:
@@ -376,20 +428,28 @@ def _gpu_alternatives(gpu: GPU) -> list[tuple[Change, dict]]:
 # Search
 
 
-#: What each cost tier weighs in a candidate's score.
-_TIER_WEIGHT = {_FREE: 0.1, _THROUGHPUT: 1.0, _HARDWARE: 3.0, _QUALITY: 5.0}
+#: What each cost tier weighs in a candidate's score. Software knobs (free, a slower step, a
+#: different numerical recipe) come before more or other hardware: the ranking sorts on "needs
+#: hardware" first, the weights only order candidates within each side.
+_TIER_WEIGHT = {_FREE: 0.1, _THROUGHPUT: 1.0, _QUALITY: 2.0, _HARDWARE: 3.0}
+
+#: Knobs a person tries later than their tier says: offload makes every step cross PCIe; LoRA
+#: turns training into a fine-tune of adapters (QLoRA also quantizes the base).
+_KNOB_PENALTY = {"offload_optimizer": 3.0, "lora": 2.5}
 
 
 def _score_terms(change: Change, kw: dict) -> tuple[float, float, float]:
     """A change's part of every score it enters, worked out once per change: its tier's weight,
     twice its extra compute, and its knob's own term (0.0 for most knobs)."""
-    own = 0.0
+    own = _KNOB_PENALTY.get(change.knob, 0.0)
     if change.knob == "micro_batch":
         own = 0.05 * math.log2(max(1, 64 / max(change.value, 1)))
     elif change.knob == "gpu":
         own = 0.3 * math.log2(1 + kw["_gpu"].memory_bytes / 1e10)
     elif change.knob == "infer_precision":  # fewer bits, more quality risk: the wider format
         own = 0.5 * (16 - WEIGHT_FORMATS[change.value].bits) / 16
+    elif change.value == "qlora":
+        own += 0.5
     return _TIER_WEIGHT[change.tier], 2 * change.extra_compute, own
 
 
@@ -403,43 +463,30 @@ def _score(terms: list[tuple[float, float, float]], extra_gpus: int) -> float:
     return s
 
 
-def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
-            overhead_level: OverheadLevel = "expected", overhead_overrides=None,
-            top: int = DEFAULT_TOP, max_changes: int = 3) -> Suggestions:
-    """The cheapest changes that make ``job`` fit on ``gpu`` (one GPU of that model per
-    process), each re-planned with the full accounting."""
-    t0 = time.perf_counter()
-    planner = _Planner(model, overhead_level, overhead_overrides)
-    usable = gpu.memory_bytes
-    seq = job.seq or default_seq(model.architecture)
-    base_peak = planner.peak(mode, job)
-    if base_peak is None:
-        raise InputError("the job cannot be planned as given; check --seq and --context")
-    if mode == "train":
-        groups = _train_knobs(model, job, gpu, seq)
-    else:
-        ctx = job.context or seq
-        groups = _infer_knobs(model, job, seq, ctx)
-    groups.append(_gpu_alternatives(gpu))
-    fits_already = base_peak <= usable
-    if fits_already:
-        # it fits: show only what lowers the peak without more or other hardware
-        groups = [[(c, d) for c, d in g if c.tier != _HARDWARE] for g in groups]
-    # each change carries its score terms, worked out here once rather than per candidate
-    groups = [[(c, d, _score_terms(c, d)) for c, d in g] for g in groups if g]
+def _rank_key(s: Suggestion) -> tuple:
+    """Software before hardware, then the score, fewer changes, the lower peak."""
+    hardware = any(c.tier == _HARDWARE for c in s.changes)
+    return (hardware, s.score, len(s.changes), s.peak_bytes)
 
-    found: list[Suggestion] = []
-    best_miss: Suggestion | None = None
-    candidates = 0
 
-    def evaluate(combo: tuple[tuple[Change, dict, tuple], ...]) -> bool:
+class _Search:
+    """Plans candidate combinations of changes and keeps those that fit (and help), and the
+    closest miss when none does."""
+
+    def __init__(self, planner: _Planner, job: Job, gpu: GPU, mode: Mode, base_peak: int):
+        self.planner, self.job, self.gpu, self.mode = planner, job, gpu, mode
+        self.base_peak = base_peak
+        self.fits_already = base_peak <= gpu.memory_bytes
+        self.found: list[Suggestion] = []
+        self.best_miss: Suggestion | None = None
+        self.candidates = 0
+
+    def evaluate(self, combo: tuple[tuple[Change, dict, tuple], ...]) -> bool:
         """Plan one candidate; keep it when it fits and helps, or when it is the closest miss
         so far (only then is it scored). True when it fits."""
-        nonlocal best_miss, candidates
-        candidates += 1
+        self.candidates += 1
         kw: dict = {}
-        tp = 1
-        target = gpu
+        tp, target = 1, self.gpu
         for _, d, _ in combo:
             for k, v in d.items():
                 if k == "_tp":
@@ -448,47 +495,53 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
                     target = v
                 else:
                     kw[k] = v
+        job = self.job
         cand = job._evolve(**kw) if kw else job
-        peak = planner.peak(mode, cand, tp)
+        peak = self.planner.peak(self.mode, cand, tp)
         if peak is None:
             return False
         fits = peak <= target.memory_bytes
-        helps = fits and (not fits_already or peak < base_peak)
-        if not helps and best_miss is not None and (
-                peak - target.memory_bytes >= best_miss.peak_bytes - best_miss.usable_bytes):
+        helps = fits and (not self.fits_already or peak < self.base_peak)
+        miss = self.best_miss
+        if not helps and miss is not None and (
+                peak - target.memory_bytes >= miss.peak_bytes - miss.usable_bytes):
             return fits
         changes = tuple(c for c, _, _ in combo)
-        count = cand.gpus if mode == "train" else tp
-        score = _score([t for _, _, t in combo], count - (job.gpus if mode == "train" else 1))
-        s = Suggestion(mode=mode, changes=changes, job=cand, gpu=target.name, gpu_count=count,
-                       peak_bytes=peak, usable_bytes=target.memory_bytes, fits=fits,
-                       extra_compute=sum(c.extra_compute for c in changes),
-                       tier=max(c.tier for c in changes), score=score)
+        train = self.mode == "train"
+        count = cand.gpus if train else tp
+        s = Suggestion(mode=self.mode, changes=changes, job=cand, gpu=target.name,
+                       gpu_count=count, peak_bytes=peak, usable_bytes=target.memory_bytes,
+                       fits=fits, extra_compute=sum(c.extra_compute for c in changes),
+                       tier=max(c.tier for c in changes),
+                       score=_score([t for _, _, t in combo], count - (job.gpus if train else 1)))
         if helps:
-            found.append(s)
+            self.found.append(s)
         else:
-            best_miss = s
+            self.best_miss = s
         return fits
 
-    # one change, then pairs, then triples of changes from different groups; a combination
-    # that already contains a fitting sub-combination is not extended (it only costs more)
-    fitting: list[frozenset] = []
-    for k in range(1, max_changes + 1):
-        for gs in itertools.combinations(range(len(groups)), k):
-            for combo in itertools.product(*(groups[i] for i in gs)):
-                names = frozenset(c.text for c, _, _ in combo)
-                if any(f <= names for f in fitting):
-                    continue
-                if evaluate(combo):
-                    fitting.append(names)
-        if len(found) >= 4 * top and k >= 2:
-            break
+    def run(self, groups: list, max_changes: int, top: int) -> None:
+        """One change, then pairs, then triples from different groups; a combination that
+        already contains a fitting sub-combination is not extended (it only costs more)."""
+        fitting: list[frozenset] = []
+        for k in range(1, max_changes + 1):
+            for gs in itertools.combinations(range(len(groups)), k):
+                for combo in itertools.product(*(groups[i] for i in gs)):
+                    names = frozenset(c.text for c, _, _ in combo)
+                    if any(f <= names for f in fitting):
+                        continue
+                    if self.evaluate(combo):
+                        fitting.append(names)
+            software = sum(not _rank_key(s)[0] for s in self.found)
+            if software >= 4 * top and k >= 2:
+                break
 
-    found.sort(key=lambda s: (s.score, len(s.changes), s.peak_bytes))
+
+def _pick(found: list[Suggestion], top: int) -> list[Suggestion]:
+    """The best ``top``, a distinct idea each: not a superset of one already picked, and not
+    the same knobs turned further (4 GPUs after 2 already fit)."""
     picked: list[Suggestion] = []
-    for s in found:
-        # a distinct idea each time: not a superset of one already picked, and not the same
-        # knobs turned further (4 GPUs after 2 already fit)
+    for s in sorted(found, key=_rank_key):
         texts = {c.text for c in s.changes}
         knobs = {c.knob for c in s.changes}
         if any({c.text for c in p.changes} <= texts or {c.knob for c in p.changes} == knobs
@@ -497,28 +550,70 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         picked.append(s)
         if len(picked) >= top:
             break
+    return picked
 
-    seconds = time.perf_counter() - t0
-    if picked and fits_already:
-        msg = (f"fits on {gpu.name} ({format_bytes(base_peak)} of {format_bytes(usable)}); "
-               f"{len(picked)} change(s) that lower the peak below")
-    elif picked:
-        msg = (f"does not fit on {gpu.name} ({format_bytes(base_peak)} of "
-               f"{format_bytes(usable)}); {len(picked)} change(s) that fit below")
-    elif fits_already:
-        msg = (f"fits on {gpu.name} ({format_bytes(base_peak)} of {format_bytes(usable)}); no "
-               "change gpuplan tries lowers the peak")
+
+def _message(search: _Search, picked: list[Suggestion]) -> str:
+    gpu, mode = search.gpu, search.mode
+    have = f"{format_bytes(search.base_peak)} of {format_bytes(gpu.memory_bytes)}"
+    if picked and search.fits_already:
+        return (f"fits on {gpu.name} ({have}); {len(picked)} change(s) that lower the peak "
+                "below")
+    if picked:
+        return f"does not fit on {gpu.name} ({have}); {len(picked)} change(s) that fit below"
+    if search.fits_already:
+        return f"fits on {gpu.name} ({have}); no change gpuplan tries lowers the peak"
+    miss = search.best_miss
+    return (f"no change gpuplan tries makes this {mode} job fit on {gpu.name} "
+            f"({format_bytes(gpu.memory_bytes)})"
+            + (f"; closest: {miss.summary} needs {format_bytes(miss.peak_bytes)}" if miss else ""))
+
+
+def _knob_groups(model: Model, job: Job, gpu: GPU, mode: Mode, planner: _Planner,
+                 fits_already: bool) -> list:
+    """The knobs for ``mode`` and the bigger GPUs, each change with its score terms (worked out
+    here once rather than per candidate); only software knobs when the job fits already."""
+    seq = job.seq or default_seq(model.architecture)
+    if mode == "train":
+        groups = _train_knobs(model, job, gpu, seq, planner) if not fits_already else \
+            _train_knobs_software(model, job, gpu, seq)
     else:
-        miss = best_miss
-        msg = (f"no change gpuplan tries makes this {mode} job fit on {gpu.name} "
-               f"({format_bytes(usable)})"
-               + (f"; closest: {miss.summary} needs {format_bytes(miss.peak_bytes)}"
-                  if miss else ""))
-    return Suggestions(mode=mode, gpu=gpu.name, usable_bytes=usable, current_peak_bytes=base_peak,
-                       fits_already=fits_already, suggestions=tuple(picked),
-                       closest_miss=None if picked or fits_already else best_miss,
-                       evaluated=candidates, planned=planner.evaluated, seconds=seconds,
-                       message=msg)
+        groups = _infer_knobs(model, job, seq, job.context or seq)
+    groups.append(_gpu_alternatives(gpu))
+    if fits_already:
+        groups = [[(c, d) for c, d in g if c.tier != _HARDWARE] for g in groups]
+    return [[(c, d, _score_terms(c, d)) for c, d in g] for g in groups if g]
+
+
+def _train_knobs_software(model: Model, job: Job, gpu: GPU, seq: int) -> list:
+    """The training knobs without more GPUs (no search for a GPU count that is not offered)."""
+    return [_micro_batch_knobs(job), _checkpointing_knobs(model, job, seq),
+            _attention_knobs(job), _optimizer_knobs(job), _precision_knobs(job),
+            _lora_knobs(model, job), _offload_knobs(model, job, gpu)]
+
+
+def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
+            overhead_level: OverheadLevel = "expected", overhead_overrides=None,
+            top: int = DEFAULT_TOP, max_changes: int = 3) -> Suggestions:
+    """The cheapest changes that make ``job`` fit on ``gpu`` (one GPU of that model per
+    process), each re-planned with the full accounting. Software knobs rank before more or
+    other hardware; a GPU count offered is the fewest that fits (as ``fit``'s column says)."""
+    t0 = time.perf_counter()
+    planner = _Planner(model, overhead_level, overhead_overrides)
+    base_peak = planner.peak(mode, job)
+    if base_peak is None:
+        raise InputError("the job cannot be planned as given; check --seq and --context")
+    search = _Search(planner, job, gpu, mode, base_peak)
+    groups = _knob_groups(model, job, gpu, mode, planner, search.fits_already)
+    search.run(groups, max_changes, top)
+    picked = _pick(search.found, top)
+    fits_already = search.fits_already
+    return Suggestions(mode=mode, gpu=gpu.name, usable_bytes=gpu.memory_bytes,
+                       current_peak_bytes=base_peak, fits_already=fits_already,
+                       suggestions=tuple(picked),
+                       closest_miss=None if picked or fits_already else search.best_miss,
+                       evaluated=search.candidates, planned=planner.evaluated,
+                       seconds=time.perf_counter() - t0, message=_message(search, picked))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The shape of the package (issue 10, docs/architecture.md): one folder per concern, every arrow
-pointing down, no import cycles, no imports by string, lazy imports only at the heavy boundaries,
-short functions, and an architecture page that names what is really there.
+pointing down, no import cycles, no imports by string, lazy imports only where listed, short
+functions, and an architecture page that names what is really there.
 
 Everything here reads the source with ``ast``; nothing is imported, so a test fails on the code as
 written, including imports inside function bodies.
@@ -13,54 +13,64 @@ import re
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "gpuplan"
 
-#: Layers, top to bottom. A module may import from its own layer's *other* concerns only where
-#: listed in SIDEWAYS, and from any layer below. Names are top-level parts of the package.
+#: Layers, top to bottom; names are the top-level parts of the package. A module imports from its
+#: own concern and from layers below; inside one layer only the SIDEWAYS arrows exist.
 LAYERS = [
-    {"cli", "web", "__main__"},
+    {"__main__"},
+    {"cli", "web"},
     {"report"},
-    {"fit", "solver", "trace", "measure", "crosscheck"},
+    {"fit", "solver", "cluster", "trace", "measure", "crosscheck", "doctor"},
     {"memory", "compute"},
-    {"job", "formats", "models", "hardware", "units", "errors", "_io", "_extras"},
+    {"job"},
+    {"formats"},
+    {"models", "hardware"},
+    {"units", "_io", "_extras"},
+    {"errors"},
 ]
-#: Allowed arrows inside one layer (from -> to), each with its reason.
 SIDEWAYS = {
+    ("cli", "web"): "`gpuplan serve` starts the web app",
     ("fit", "solver"): "a plan offers the solver's suggestions",
+    ("cluster", "fit"): "the layout search judges each layout as a plan does",
+    ("cluster", "solver"): "the layout search reuses the solver's candidates",
     ("crosscheck", "fit"): "compares a plan with its trace",
     ("crosscheck", "trace"): "compares a plan with its trace",
-    ("measure", "trace"): "none today; listed so a new arrow is a decision",
-    ("web", "cli"): "the page's copy-as-CLI command reuses the CLI's argument spelling",
-    ("job", "formats"): "the Job validates recipe and format names against the tables",
-    ("job", "models"): "a Job names a model",
-    ("formats", "models"): "quantized formats skip tensors by architecture",
-    ("models", "units"): "parses sizes in config files",
-    ("models", "_io"): "bounded file reads",
-    ("models", "errors"): "errors",
-    ("hardware", "units"): "parses sizes",
-    ("hardware", "errors"): "errors",
-    ("units", "errors"): "errors",
-    ("_io", "errors"): "errors",
-    ("job", "errors"): "errors",
-    ("job", "units"): "parses sizes",
-    ("formats", "errors"): "errors",
-    ("_extras", "errors"): "errors",
-    ("models", "_extras"): "optional readers",
-    ("hardware", "_extras"): "optional probes",
+    ("doctor", "measure"): "the bench database and its last run",
+    ("report", "export"): "the fit table names the export it wrote",
 }
+#: Never, whatever the layers say.
 FORBIDDEN = {("compute", "measure"), ("compute", "memory"), ("memory", "compute")}
 
-#: Third-party packages that may only be imported inside a function (the heavy boundary).
-HEAVY = {"torch", "transformers", "matplotlib", "safetensors", "numpy", "huggingface_hub", "gguf",
-         "peft", "uvicorn", "fastapi", "starlette", "playwright"}
-#: gpuplan-internal imports allowed inside a function body, each with its reason.
-INTERNAL_LAZY_OK = {
-    ("cli", "cli"): "each subcommand's module is imported only when that command runs "
-                    "(start-up of `gpuplan fit`)",
-    ("__init__", "*"): "PEP 562: the speed model, the solver and the profiler load on first use",
+#: gpuplan imports inside a function body, each with its reason: (module, imported module).
+#: Everything else is imported at the top of its module.
+LAZY_OK = {
+    ("gpuplan", "gpuplan.compute"): "PEP 562: the speed model loads on first use",
+    ("gpuplan", "gpuplan.solver"): "PEP 562: the solver loads on first use",
+    ("gpuplan", "gpuplan.measure.profile"): "PEP 562: gpuplan.profile needs torch when entered",
+    ("gpuplan.fit", "gpuplan.solver"): "`import gpuplan` plans memory without the solver",
+    ("gpuplan.fit", "gpuplan.compute"): "`import gpuplan` plans memory without the speed model",
+    ("gpuplan.cli", "gpuplan.cli.*"): "a subcommand's module is imported only to build it",
+}
+#: Modules whose function-level gpuplan imports sit at the torch / matplotlib / rich boundary:
+#: what they import pulls in the heavy package (or needs it installed first).
+HEAVY_BOUNDARY = {
+    "gpuplan.trace._api": "the trace's runner imports torch",
+    "gpuplan.crosscheck": "the trace imports torch",
+    "gpuplan.measure": "bench and profile import torch (lazy package attributes)",
+    "gpuplan.measure.bench.machine": "torch's view of the GPUs",
+    "gpuplan.measure.bench.run": "CUDA devices through torch",
+    "gpuplan.report.fit": "rich tables (the JSON path never imports rich)",
+    "gpuplan.report.fit_plot": "matplotlib",
+    "gpuplan.report.profile": "matplotlib",
+    "gpuplan.report.speed": "rich",
+    "gpuplan.cli.profile": "torch is checked for before the profiler is imported",
+    "gpuplan.cli.bench": "torch is checked for before the bench is imported",
+    "gpuplan.cli.serve": "starlette/uvicorn (the web extra)",
+    "gpuplan.cli.fit": "--trace imports torch; --plot matplotlib; the table rich",
+    "gpuplan.cli.speed": "--plot matplotlib; the table rich",
+    "gpuplan.cli.flops": "the table rich",
 }
 
 
@@ -75,15 +85,14 @@ def _modules() -> dict[str, Path]:
 
 
 @cache
-def _imports() -> dict[str, list[tuple[str, bool, int]]]:
-    """module -> [(imported gpuplan module, inside a function?, line)]."""
+def _imports() -> dict[str, list[tuple[str, bool, int, tuple[str, ...]]]]:
+    """module -> [(imported gpuplan module, inside a function?, line, names imported)]."""
     mods = _modules()
-    out: dict[str, list[tuple[str, bool, int]]] = {}
+    out: dict[str, list[tuple[str, bool, int, tuple[str, ...]]]] = {}
     for name, path in mods.items():
-        tree = ast.parse(path.read_text())
         is_pkg = path.name == "__init__.py"
         base = name.split(".") if is_pkg else name.split(".")[:-1]
-        found: list[tuple[str, bool, int]] = []
+        found: list[tuple[str, bool, int, tuple[str, ...]]] = []
 
         def visit(node: ast.AST, in_func: bool) -> None:
             for child in ast.iter_child_nodes(node):
@@ -95,16 +104,17 @@ def _imports() -> dict[str, list[tuple[str, bool, int]]]:
                     else:
                         target = child.module or ""
                     if target.split(".")[0] == "gpuplan":
-                        subs = [f"{target}.{a.name}" for a in child.names]
+                        names = tuple(a.name for a in child.names)
+                        subs = [f"{target}.{n}" for n in names]
                         for t in [s for s in subs if s in mods] or [target]:
-                            found.append((t, in_func, child.lineno))
+                            found.append((t, in_func, child.lineno, names))
                 elif isinstance(child, ast.Import):
                     for a in child.names:
                         if a.name.split(".")[0] == "gpuplan":
-                            found.append((a.name, in_func, child.lineno))
+                            found.append((a.name, in_func, child.lineno, ()))
                 visit(child, inner)
 
-        visit(tree, False)
+        visit(ast.parse(path.read_text()), False)
         out[name] = found
     return out
 
@@ -114,22 +124,28 @@ def _concern(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _layer(concern: str) -> int | None:
+def _layer(concern: str) -> int:
     for i, layer in enumerate(LAYERS):
         if concern in layer:
             return i
-    return None
+    raise AssertionError(f"{concern} is in no layer: add it to LAYERS and docs/architecture.md")
+
+
+def test_the_import_reader_sees_function_level_and_relative_imports():
+    imps = _imports()["gpuplan"]
+    assert ("gpuplan.fit", False) in {(t, f) for t, f, _, _ in imps}
+    assert ("gpuplan.solver", True) in {(t, f) for t, f, _, _ in imps}
 
 
 def test_no_import_cycles():
-    graph = {m: {t for t, _, _ in imps if t in _imports()} for m, imps in _imports().items()}
+    graph = {m: {t for t, _, _, _ in imps if t in _imports()} for m, imps in _imports().items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on: set[str] = set()
     cycles: list[list[str]] = []
 
-    def strong(v: str) -> None:  # Tarjan; the package is small, recursion depth is its height
+    def strong(v: str) -> None:  # Tarjan; the recursion depth is the import graph's height
         index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
@@ -156,66 +172,66 @@ def test_no_import_cycles():
     assert cycles == []
 
 
+def _bad_arrow(module: str, target: str, names: tuple[str, ...]) -> str | None:
+    src, dst = _concern(module), _concern(target)
+    if src == "__init__" or src == dst:
+        return None
+    if dst == "__init__":  # the package root: only its version string
+        return None if names == ("__version__",) else "imports the package root"
+    if (src, dst) in FORBIDDEN:
+        return "forbidden"
+    ls, ld = _layer(src), _layer(dst)
+    if ld < ls or (ld == ls and (src, dst) not in SIDEWAYS):
+        return f"{src} (layer {ls}) -> {dst} (layer {ld})"
+    return None
+
+
 def test_arrows_point_down():
-    bad = []
-    for module, imps in _imports().items():
-        src = _concern(module)
-        if src == "__init__":
-            continue
-        for target, _, line in imps:
-            dst = _concern(target)
-            if dst in (src, "__init__") and not (dst == "__init__" and src != "__init__"):
-                continue
-            if (src, dst) in FORBIDDEN:
-                bad.append(f"{module}:{line} -> {target} (forbidden)")
-                continue
-            ls, ld = _layer(src), _layer(dst)
-            assert ls is not None, f"{src} is in no layer: add it to LAYERS and the architecture page"
-            assert ld is not None, f"{dst} is in no layer: add it to LAYERS and the architecture page"
-            if dst == "__init__":
-                bad.append(f"{module}:{line} imports the package root")
-            elif ld < ls or (ld == ls and (src, dst) not in SIDEWAYS):
-                bad.append(f"{module}:{line} -> {target}")
+    bad = [f"{m}:{line} -> {t}: {why}" for m, imps in _imports().items()
+           for t, _, line, names in imps if (why := _bad_arrow(m, t, names))]
     assert bad == []
 
 
-def test_no_imports_by_string():
-    hits = []
-    for name, path in _modules().items():
-        text = path.read_text()
-        for m in re.finditer(r"import_module\(|__import__\(|importlib\.util\.spec_from", text):
-            line = text.count("\n", 0, m.start()) + 1
-            hits.append(f"{name}:{line}")
-    # the one reader of a user's own Python file (trace my_model.py:make), run knowingly
-    allowed = {n for n in hits if n.startswith("gpuplan.trace.") and "spec_from" in
-               _modules()[n.split(":")[0]].read_text()}
-    assert sorted(set(hits) - allowed) == []
+def test_arrow_rule_catches_upward_and_forbidden_imports():
+    assert _bad_arrow("gpuplan.memory.train", "gpuplan.fit", ()) is not None
+    assert _bad_arrow("gpuplan.compute.measured", "gpuplan.measure.store", ()) == "forbidden"
+    assert _bad_arrow("gpuplan.solver", "gpuplan.fit", ()) is not None  # only fit -> solver
+    assert _bad_arrow("gpuplan.fit", "gpuplan.solver", ()) is None
+    assert _bad_arrow("gpuplan.measure.bench.machine", "gpuplan", ("__version__",)) is None
 
 
-def test_lazy_imports_only_at_the_heavy_boundary():
-    """An import inside a function body is either of a heavy optional package or one of the
-    listed internal ones (with its reason)."""
-    bad = []
-    for module, path in _modules().items():
-        tree = ast.parse(path.read_text())
-        for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Import):
-                    roots = [a.name.split(".")[0] for a in node.names]
-                elif isinstance(node, ast.ImportFrom):
-                    roots = ["gpuplan" if node.level else (node.module or "").split(".")[0]]
-                else:
-                    continue
-                for root in roots:
-                    if root != "gpuplan":  # the standard library or a heavy optional package
-                        continue
-                    src = _concern(module)
-                    if (src, src) in INTERNAL_LAZY_OK or (src, "*") in INTERNAL_LAZY_OK:
-                        continue
-                    bad.append(f"{module}:{node.lineno} imports gpuplan inside {fn.name}()")
-    assert bad == [], "\n".join(bad)
+def test_no_imports_of_gpuplan_by_string():
+    """importlib/__import__ only for optional third-party packages named in one table
+    (_extras) and the hub's transport errors; the user's own file for `trace file.py:make`."""
+    allowed = {"gpuplan._extras", "gpuplan.models._hub", "gpuplan.trace._spec"}
+    hits = [name for name, path in _modules().items()
+            if re.search(r"import_module\(|__import__\(|spec_from_file_location\(",
+                         path.read_text()) and name not in allowed]
+    assert hits == []
+    for name in allowed:
+        text = _modules()[name].read_text()
+        assert not re.search(r"import_module\([\"']gpuplan", text), name
+
+
+def _lazy_ok(module: str, target: str) -> bool:
+    if module in HEAVY_BOUNDARY:
+        return True
+    for (m, t) in LAZY_OK:
+        if module == m and (target == t or (t.endswith(".*") and target.startswith(t[:-1]))):
+            return True
+    return False
+
+
+def test_gpuplan_imports_inside_functions_are_listed():
+    bad = [f"{m}:{line} imports {t}" for m, imps in _imports().items()
+           for t, in_func, line, _ in imps if in_func and not _lazy_ok(m, t)]
+    assert bad == []
+
+
+def test_the_lazy_lists_name_modules_that_exist():
+    mods = _modules()
+    assert all(m in mods for m in HEAVY_BOUNDARY)
+    assert all(m in mods for m, _ in LAZY_OK)
 
 
 def _function_lengths() -> list[tuple[int, str]]:
@@ -235,23 +251,22 @@ def test_functions_are_short():
 
 def test_one_package_per_concern():
     assert not list(SRC.glob("_compute_*.py"))
-    for pkg in ("memory", "compute", "measure", "measure/profile", "measure/bench",
-                "memory/activations", "trace", "models", "hardware", "report", "cli"):
+    assert not (SRC / "activations.py").exists() and not (SRC / "compute.py").exists()
+    for pkg in ("memory", "memory/activations", "compute", "measure", "measure/bench",
+                "measure/profile", "trace", "models", "hardware", "report", "cli", "web"):
         assert (SRC / pkg / "__init__.py").is_file(), pkg
 
 
 def test_architecture_page_matches_the_tree():
     page = (ROOT / "docs" / "architecture.md").read_text()
-    named = set(re.findall(r"`((?:[a-z_]+/)+)`", page))  # `memory/activations/` etc.
-    for folder in named:
-        assert (SRC / folder).is_dir(), f"docs/architecture.md names {folder}, which is not there"
-    packages = {p.parent.relative_to(SRC).as_posix() + "/" for p in SRC.rglob("__init__.py")}
-    packages.discard("./")
-    missing = sorted(p for p in packages if p not in named)
-    assert missing == [], f"packages not on docs/architecture.md: {missing}"
-
-
-@pytest.mark.parametrize("concern", sorted({c for layer in LAYERS for c in layer} - {"__main__"}))
-def test_every_layer_name_exists(concern):
-    assert (SRC / concern).is_dir() or (SRC / f"{concern}.py").is_file() or concern in (
-        "web", "_extras"), concern
+    block = page.split("```")[1]  # the map
+    top = set(re.findall(r"^  ([a-z_]+)/", block, re.M))
+    packages = [p.parent.relative_to(SRC).parts for p in SRC.rglob("__init__.py") if p.parent != SRC]
+    assert sorted(t for t in top if not (SRC / t / "__init__.py").is_file()) == [], \
+        "named on the page but not in the tree"
+    assert sorted({p[0] for p in packages} - top) == [], "top-level packages missing from the page"
+    nested = sorted("/".join(p) for p in packages if len(p) > 1 and f"{p[-1]}/" not in block)
+    assert nested == [], "sub-packages missing from the page"
+    for layer in LAYERS:
+        for concern in layer - {"__main__"}:
+            assert concern in page, f"layer member {concern} is not on the architecture page"

@@ -9,7 +9,7 @@ stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import importlib
+from types import ModuleType
 import sys
 
 from .. import __version__
@@ -17,19 +17,39 @@ from ..errors import GpuplanError, InputError
 
 __all__ = ["main", "build_parser", "CliError"]
 
-#: Subcommand -> module. Order is the order of ``gpuplan --help``.
-COMMANDS = {
-    "fit": "gpuplan.cli.fit",
-    "gpus": "gpuplan.cli.gpus",
-    "models": "gpuplan.cli.models",
-    "speed": "gpuplan.cli.speed",
-    "flops": "gpuplan.cli.flops",
-    "trace": "gpuplan.cli.trace",
-    "bench": "gpuplan.cli.bench",
-    "profile": "gpuplan.cli.profile",
-    "serve": "gpuplan.cli.serve",
-    "doctor": "gpuplan.cli.doctor",
-}
+#: The subcommands, in the order of ``gpuplan --help``.
+COMMANDS = ("fit", "gpus", "models", "speed", "cluster", "flops", "trace", "bench", "profile", "serve",
+            "doctor")
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of one subcommand, imported only when that command is built (a plan's
+    start-up never pays for the bench, the profiler or the web server)."""
+    if name == "fit":
+        from . import fit as m
+    elif name == "gpus":
+        from . import gpus as m
+    elif name == "models":
+        from . import models as m
+    elif name == "speed":
+        from . import speed as m
+    elif name == "cluster":
+        from . import cluster as m
+    elif name == "flops":
+        from . import flops as m
+    elif name == "trace":
+        from . import trace as m
+    elif name == "bench":
+        from . import bench as m
+    elif name == "profile":
+        from . import profile as m
+    elif name == "serve":
+        from . import serve as m
+    elif name == "doctor":
+        from . import doctor as m
+    else:
+        raise KeyError(name)
+    return m
 
 
 class CliError(InputError):
@@ -50,16 +70,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, module in COMMANDS.items():
-        if only is not None and name != only:
-            continue
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:  # a subcommand not built yet
-            if e.name != module:
-                raise
-            continue
-        mod.register(sub)
+    for name in COMMANDS:
+        if only is None or name == only:
+            command_module(name).register(sub)
     return parser
 
 

@@ -33,7 +33,7 @@ class JobOption:
     """The :class:`Job` field it sets."""
     kind: str
     """``int`` (a whole number >= 1), ``float`` (in [0, 1)), ``zero`` (a ZeRO stage), ``str``,
-    ``flag`` (present = true) or ``list`` (comma list)."""
+    ``flag`` (present = true), ``off`` (present = false) or ``list`` (comma list)."""
     help: str
     metavar: str | None = None
 
@@ -85,6 +85,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--prefill-logits", "prefill_logits", "str", "inference prefill computes logits "
               "for the last prompt position (last: generate(), vLLM; default) or for all (a "
               "scoring forward)", "last|all"),
+    JobOption("--zero-grad-in-place", "zero_grad_set_to_none", "off", "optimizer.zero_grad() "
+              "zeroes gradients in place (torch < 2.0, older Trainer loops): they stay alive "
+              "through the step; default: set to None, as torch >= 2.0 does"),
     JobOption("--use-cache", "use_cache", "flag", "training forward keeps transformers' KV cache "
               "(config use_cache=True); default: use_cache=False"),
     JobOption("--runtime", "runtime", "str", "how the code runs: auto (default: per mode, "
@@ -117,9 +120,9 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     """Add the one job-option group to a command's parser (every default None: the Job's)."""
     group = p.add_argument_group(GROUP_TITLE)
     for o in JOB_OPTIONS:
-        if o.kind == "flag":
-            group.add_argument(o.flag, dest=o.field, action="store_true", default=None,
-                               help=o.help)
+        if o.kind in ("flag", "off"):
+            group.add_argument(o.flag, dest=o.field, action="store_const",
+                               const=o.kind == "flag", default=None, help=o.help)
         else:
             group.add_argument(o.flag, dest=o.field, metavar=o.metavar, default=None, help=o.help)
     group.add_argument("--recompute", dest="recompute", metavar="LEVEL", default=None,

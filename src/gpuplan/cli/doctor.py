@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..doctor import diagnose
+from ..report.doctor import doctor_json, render_doctor
+
 HELP = "show what this machine has: Python, torch and CUDA, GPUs, driver, bench database, extras"
 
 
@@ -15,8 +18,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..doctor import diagnose
-    from ..report.doctor import doctor_json, render_doctor
 
     report = diagnose()
     if args.json:

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+
+from ..hardware import all_gpus, resolve_gpu
+from ..report import gpus as report
+from ..report._console import console_for
 
 HELP = "list the GPU catalog (dense peaks, memory, links, sources) or show one GPU"
 
@@ -25,12 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
 
-    from ..hardware import all_gpus, resolve_gpu
-    from ..report import gpus as report
-    from ..report._console import console_for
 
     if args.name is not None:
         gpu, note = resolve_gpu(args.name)  # unknown -> UnknownGPUError: one line, exit 2

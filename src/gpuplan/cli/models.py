@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+
+from ..models import SUPPORTED_FAMILIES, catalog_entry, catalog_names, load_model
+from ..report import models as report
+from ..report._console import console_for
 
 from ._common import add_download_argument
 
@@ -30,12 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
 
-    from ..models import SUPPORTED_FAMILIES, catalog_entry, catalog_names, load_model
-    from ..report import models as report
-    from ..report._console import console_for
 
     if args.model is not None:
         model = load_model(args.model, download=args.download)

@@ -26,13 +26,19 @@ from .time import DEFAULT_TILE, MatmulTime, SmallWork, small_work, time_matmul
 
 __all__ = [
     "CpuEstimate", "CpuComparison", "estimate_cpu_speed", "cpu_vs_gpu", "MIN_USEFUL_SPEEDUP",
-    "SHORT_JOB_S", "MatmulComparison", "compare_matmul", "matmul_verdict",
+    "SHORT_JOB_S", "INTERACTIVE_SPEEDUP", "INTERACTIVE_LATENCY_S", "MatmulComparison", "compare_matmul", "matmul_verdict",
 ]
 
 #: The verdict's policy: a GPU is "not needed" below this speed-up ...
 MIN_USEFUL_SPEEDUP = 2.0
-#: ... or when the CPU finishes the whole job within this many seconds.
+#: ... or when the CPU finishes the whole job within this many seconds (batch work).
 SHORT_JOB_S = 600.0
+#: Interactive work: a GPU this many times faster is always worth it ...
+INTERACTIVE_SPEEDUP = 10.0
+#: ... and MIN_USEFUL_SPEEDUP is, when the CPU keeps a person waiting longer than this: about the
+#: limit for "the user's flow of thought stays uninterrupted" (Nielsen, Response Times: The 3
+#: Important Limits, 1993: 0.1 s, 1 s, 10 s).
+INTERACTIVE_LATENCY_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,26 +139,37 @@ class CpuComparison:
     gpu_job_s: float | None
     needs_gpu: bool
     verdict: str
+    workload: str = "batch"
+    """``interactive`` (a request a person waits for: judged by latency) or ``batch``
+    (judged by throughput)."""
+    rule: str = ""
+    """The rule the verdict applied, in words."""
 
     def to_dict(self) -> dict:
         return {"cpu": self.cpu, "cpu_peak_basis": self.cpu_peak_basis,
                 "cpu_dtype": self.cpu_dtype, "cpu_step_s": self.cpu_step_s, "gpu": self.gpu,
                 "gpu_step_s": self.gpu_step_s, "speedup": self.speedup,
                 "cpu_job_s": self.cpu_job_s, "gpu_job_s": self.gpu_job_s,
-                "needs_gpu": self.needs_gpu, "verdict": self.verdict}
+                "needs_gpu": self.needs_gpu, "verdict": self.verdict,
+                "workload": self.workload, "rule": self.rule}
 
 
 def cpu_vs_gpu(*, cpu: str, cpu_step_s: float, gpu: str, gpu_step_s: float,
                cpu_peak_basis: str = "", cpu_dtype: str = "fp32",
                job_steps: float | None = None, cpu_request_s: float | None = None,
-               gpu_request_s: float | None = None) -> CpuComparison:
-    """Does a job need its GPU? The verdict from the step times on both devices.
+               gpu_request_s: float | None = None,
+               interactive: bool | None = None) -> CpuComparison:
+    """Does a job need its GPU? The verdict from the step times on both devices, by the rule of
+    its kind of work, which the verdict states.
 
-    ``job_steps``: steps in the whole job (training with a stated amount of work): the job takes
-    that many steps on either device. Otherwise, for decoder inference, ``cpu_request_s`` and
-    ``gpu_request_s`` (prefill + decode of one batch) are the whole job. A GPU is not needed when
-    the CPU is faster, when the GPU is less than :data:`MIN_USEFUL_SPEEDUP` times faster, or when
-    the CPU finishes the whole job within :data:`SHORT_JOB_S`.
+    ``job_steps``: steps in the whole job (training with a stated amount of work). Otherwise, for
+    decoder inference, ``cpu_request_s`` and ``gpu_request_s`` (prefill + decode of one batch) are
+    one request. ``interactive`` (default: True for a request without a stated amount of work)
+    weighs latency: a person waits for the answer, so the GPU is needed when it is at least
+    :data:`INTERACTIVE_SPEEDUP` times faster, or :data:`MIN_USEFUL_SPEEDUP` times faster on a
+    request the CPU takes longer than :data:`INTERACTIVE_LATENCY_S` to answer. Batch work weighs
+    throughput: no GPU is needed when it is less than :data:`MIN_USEFUL_SPEEDUP` times faster or
+    when the CPU finishes the whole job within :data:`SHORT_JOB_S`.
     """
     speedup = cpu_step_s / gpu_step_s
     cpu_job = gpu_job = None
@@ -160,28 +177,62 @@ def cpu_vs_gpu(*, cpu: str, cpu_step_s: float, gpu: str, gpu_step_s: float,
         cpu_job, gpu_job = job_steps * cpu_step_s, job_steps * gpu_step_s
     elif cpu_request_s is not None and gpu_request_s is not None:
         cpu_job, gpu_job = cpu_request_s, gpu_request_s
-    if speedup < 1:
-        needs, verdict = False, (
-            f"No GPU needed: this CPU is {1 / speedup:.1f}x faster than the {gpu} for this job -- "
-            "the work per step is too small to fill the GPU, so kernel-launch and transfer "
-            "overheads outweigh its arithmetic")
-    elif speedup < MIN_USEFUL_SPEEDUP:
-        needs, verdict = False, (
-            f"No GPU needed: the {gpu} would be only {speedup:.1f}x faster than this CPU "
-            f"({format_seconds(gpu_step_s)} vs {format_seconds(cpu_step_s)} per step)")
-    elif cpu_job is not None and cpu_job < SHORT_JOB_S:
-        needs, verdict = False, (
-            f"No GPU needed: this CPU finishes the whole job in {format_seconds(cpu_job)} "
-            f"(the {gpu}: {format_seconds(gpu_job)})")
+        speedup = cpu_request_s / gpu_request_s
+    if interactive is None:
+        interactive = job_steps is None and cpu_request_s is not None
+    if interactive:
+        needs, verdict = _interactive_verdict(gpu, speedup, cpu_job or cpu_step_s,
+                                              gpu_job or gpu_step_s)
     else:
-        needs, verdict = True, (
-            f"A GPU pays off: the {gpu} is {speedup:.0f}x faster than this CPU "
-            f"({format_seconds(gpu_step_s)} vs {format_seconds(cpu_step_s)} per step"
-            + (f"; whole job {format_seconds(gpu_job)} vs {format_seconds(cpu_job)}"
-               if cpu_job is not None else "") + ")")
+        needs, verdict = _batch_verdict(gpu, speedup, cpu_step_s, gpu_step_s, cpu_job, gpu_job)
     return CpuComparison(cpu=cpu, cpu_peak_basis=cpu_peak_basis, cpu_dtype=cpu_dtype,
                          cpu_step_s=cpu_step_s, gpu=gpu, gpu_step_s=gpu_step_s, speedup=speedup,
-                         cpu_job_s=cpu_job, gpu_job_s=gpu_job, needs_gpu=needs, verdict=verdict)
+                         cpu_job_s=cpu_job, gpu_job_s=gpu_job, needs_gpu=needs, verdict=verdict,
+                         workload="interactive" if interactive else "batch",
+                         rule=INTERACTIVE_RULE if interactive else BATCH_RULE)
+
+
+#: The rules, as the verdict prints them.
+INTERACTIVE_RULE = (f"interactive work (a request a person waits for) is judged by latency: a GPU "
+                    f"is needed when it answers >= {INTERACTIVE_SPEEDUP:g}x faster, or >= "
+                    f"{MIN_USEFUL_SPEEDUP:g}x faster when the CPU takes over "
+                    f"{INTERACTIVE_LATENCY_S:g} s")
+BATCH_RULE = (f"batch work is judged by throughput: no GPU is needed when it is < "
+              f"{MIN_USEFUL_SPEEDUP:g}x faster or the CPU finishes the whole job within "
+              f"{SHORT_JOB_S / 60:g} min")
+
+
+def _interactive_verdict(gpu: str, speedup: float, cpu_s: float, gpu_s: float) -> tuple[bool, str]:
+    times = f"{format_seconds(gpu_s)} on the {gpu} vs {format_seconds(cpu_s)} on this CPU"
+    if speedup >= INTERACTIVE_SPEEDUP or (speedup >= MIN_USEFUL_SPEEDUP
+                                          and cpu_s > INTERACTIVE_LATENCY_S):
+        return True, (f"A GPU pays off for a request a person waits for: the {gpu} answers "
+                      f"{speedup:.0f}x faster ({times}) Rule: {INTERACTIVE_RULE}.")
+    return False, (f"No GPU needed for this request: {times} ({speedup:.1f}x) "
+                   f"[rule: {INTERACTIVE_RULE}]")
+
+
+def _batch_verdict(gpu: str, speedup: float, cpu_step_s: float, gpu_step_s: float,
+                   cpu_job: float | None, gpu_job: float | None) -> tuple[bool, str]:
+    rule = f". Rule: {BATCH_RULE}."
+    if speedup < 1:
+        return False, (
+            f"No GPU needed: this CPU is {1 / speedup:.1f}x faster than the {gpu} for this job -- "
+            "the work per step is too small to fill the GPU, so kernel-launch and transfer "
+            "overheads outweigh its arithmetic" + rule)
+    if speedup < MIN_USEFUL_SPEEDUP:
+        return False, (
+            f"No GPU needed: the {gpu} would be only {speedup:.1f}x faster than this CPU "
+            f"({format_seconds(gpu_step_s)} vs {format_seconds(cpu_step_s)} per step)" + rule)
+    if cpu_job is not None and cpu_job < SHORT_JOB_S:
+        return False, (
+            f"No GPU needed: this CPU finishes the whole job in {format_seconds(cpu_job)} "
+            f"(the {gpu}: {format_seconds(gpu_job)})" + rule)
+    return True, (
+        f"A GPU pays off: the {gpu} is {speedup:.0f}x faster than this CPU "
+        f"({format_seconds(gpu_step_s)} vs {format_seconds(cpu_step_s)} per step"
+        + (f"; whole job {format_seconds(gpu_job)} vs {format_seconds(cpu_job)}"
+           if cpu_job is not None else "") + ")" + rule)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -89,6 +89,8 @@ class Device:
     interconnect_bandwidth: float | None = None
     """GPU-to-GPU bandwidth, both directions summed (as vendors quote it)."""
     sm_count: int = 0
+    architecture: str = ""
+    """Chip generation (``Ampere``, ``Hopper`` ...): picks the attention kernels' fractions."""
     source: str = ""
     peak_basis: str = ""
     """How the peak was obtained (catalog dense figure, or the CPU estimate's arithmetic)."""
@@ -130,7 +132,7 @@ def device_from_gpu(gpu: GPU) -> Device:
         host_link="" if pcie is None else f"PCIe {gpu.pcie_gen}.0 x{gpu.pcie_lanes}",
         interconnect=gpu.interconnect,
         interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
-        source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})")
+        architecture=gpu.architecture, source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})")
 
 
 def device_from_cpu(cpu: CPU, *, memory_bandwidth: float | None = None) -> Device:

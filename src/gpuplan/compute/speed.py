@@ -9,14 +9,20 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from ..errors import InputError, UnsupportedError
-from ..formats import WEIGHT_FORMATS
+from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
+from ..hardware.topology import Topology, topology_for
 from ..job import Attention, Checkpointing, Job
 from ..models._types import Architecture, Model
 from .cpu import CpuComparison, cpu_vs_gpu, estimate_cpu_speed
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
+from .efficiency import speed_range, speed_residuals
 from .flops import positive_int
 from .measured import load_measured
+from .parallel import (
+    Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_cost, model_flops_per_token,
+    serve_time, shard_arch,
+)
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, build_steps,
     infer_precision, input_bytes_per_sample, lora_note, one_mode, resolve_seq, train_precision,
@@ -28,6 +34,10 @@ from .time import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hardware.cpu import CPU
+
+#: A training MFU above this gets a caveat: no published measured run in
+#: benchmarks/published/runs.json reaches more (llm-foundry MPT-7B on A100: 64.2%).
+HIGH_MFU = 0.60
 
 __all__ = [
     "Phase", "SpeedEstimate", "estimate_speed", "estimate_speed_for_job", "speed_section",
@@ -69,12 +79,17 @@ class SpeedEstimate:
     scaling: ScalingTable | None = None
     training_time: TrainingTime | None = None
     cpu: CpuComparison | None = None
+    layout: LayoutTime | ServeTime | None = None
+    """The parallel layout's time (TP/PP/CP/EP on a topology), when the job has one: then the
+    headline figures are the layout's, ``step`` is one TP rank's ops over all its layers."""
     efficiency: Efficiency
     ridge_point: float
     """Peak FLOP/s / memory bandwidth of the compute dtype: intensity above it is compute-bound."""
     achievable_ridge_point: float
     """The same with the achievable fractions."""
     notes: tuple[str, ...] = ()
+    runtime_auto: bool = False
+    """The runtime was ``auto``: the mode's stated default (efficiency.DEFAULT_RUNTIME)."""
 
     @property
     def flops_per_step(self) -> float:
@@ -93,19 +108,38 @@ class SpeedEstimate:
 
     @property
     def comm_exposed_s(self) -> float:
+        lt = self.layout
+        if isinstance(lt, LayoutTime):
+            return lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s + lt.pp_comm_s + lt.dp_exposed_s
+        if isinstance(lt, ServeTime):
+            return lt.decode_comm_s
         if self.scaling is None:
             return 0.0
         return next(r.exposed_comm_s for r in self.scaling.rows if r.gpus == self.gpus)
 
     @property
     def step_time_s(self) -> float:
-        """One step: its ops, launches, the exposed input copy and the exposed all-reduce."""
+        """One step: its ops, launches, the exposed input copy and the exposed all-reduce (under a
+        layout: the busiest stage's step with its bubble and exposed collectives)."""
+        if isinstance(self.layout, LayoutTime):
+            return self.layout.step_s + self.transfer.exposed_s
+        if isinstance(self.layout, ServeTime):
+            return self.layout.decode_s + self.transfer.exposed_s
         return self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s
+
+    @property
+    def _tokens_per_step(self) -> float:
+        """Tokens of one step over all GPUs."""
+        if isinstance(self.layout, LayoutTime):
+            return self.layout.tokens_per_step
+        if isinstance(self.layout, ServeTime):
+            return self.layout.layout.dp * self.batch
+        return self.gpus * self.step.tokens
 
     @property
     def tokens_per_s(self) -> float:
         """Tokens per second over all GPUs (decode: tokens generated)."""
-        return self.gpus * self.step.tokens / self.step_time_s
+        return self._tokens_per_step / self.step_time_s
 
     @property
     def request_time_s(self) -> float | None:
@@ -113,23 +147,57 @@ class SpeedEstimate:
         if self.prefill is None or self.new_tokens is None:
             return None
         pt = self.prefill_transfer.exposed_s if self.prefill_transfer is not None else 0.0
-        return self.prefill.time_s + pt + self.new_tokens * self.step_time_s
+        pre = self.layout.prefill_s if isinstance(self.layout, ServeTime) else self.prefill.time_s
+        return pre + pt + self.new_tokens * self.step_time_s
 
     @property
     def samples_per_s(self) -> float:
         """Sequences per second over all GPUs (decoder inference: whole requests completed)."""
+        replicas = self.gpus if self.layout is None else self.layout.layout.dp
         rt = self.request_time_s
         if rt is not None:
-            return self.gpus * self.batch / rt
-        return self.gpus * self.batch * self.step.micro_steps / self.step_time_s
+            return replicas * self.batch / rt
+        if isinstance(self.layout, LayoutTime):
+            return self.layout.tokens_per_step / self.seq / self.step_time_s
+        return replicas * self.batch * self.step.micro_steps / self.step_time_s
 
     @property
     def mfu(self) -> float:
-        return self.step.model_flops / (self.step_time_s * self.step.peak_flops)
+        if isinstance(self.layout, LayoutTime):
+            return self.layout.model_flops_per_token * self.tokens_per_s / (
+                self.gpus * self.step.peak_flops)
+        return self.step.model_flops / (self.step_time_s * self.step.peak_flops * self._stages)
+
+    @property
+    def tokens_per_s_range(self) -> tuple[float, float]:
+        """Where the measured tokens/s should fall: the estimate over the p90 .. p10 of
+        predicted / measured on the calibrate split of the published runs."""
+        return speed_range(self.tokens_per_s)
+
+    @property
+    def caveats(self) -> tuple[str, ...]:
+        """What to distrust in this estimate (a high MFU, a dispatch-bound step)."""
+        out = []
+        if self.mode == "train" and self.mfu > HIGH_MFU:
+            out.append(f"MFU {100 * self.mfu:.0f}% is at the top of what published measured "
+                       "runs reach (at most 64%: llm-foundry MPT-7B on A100; Megatron-Core on "
+                       "H100 41-49%); treat it as an upper bound")
+        if self.step.host_bound:
+            out.append(f"dispatch-bound: the host issues the {self.step.kernels} kernels "
+                       f"({self.step.overheads.runtime}) slower than the GPU runs them; "
+                       "torch.compile or CUDA graphs remove most of it")
+        return tuple(out)
 
     @property
     def hfu(self) -> float:
-        return self.step.hardware_flops / (self.step_time_s * self.step.peak_flops)
+        if isinstance(self.layout, LayoutTime):
+            return self.layout.hardware_flops_per_gpu / (self.step_time_s * self.step.peak_flops)
+        return self.step.hardware_flops / (self.step_time_s * self.step.peak_flops * self._stages)
+
+    @property
+    def _stages(self) -> int:
+        """Serving under PP: a TP rank's ops over all layers run on PP GPUs in turn."""
+        return self.layout.layout.pp if isinstance(self.layout, ServeTime) else 1
 
     @property
     def bound(self) -> Literal["compute", "memory"]:
@@ -166,7 +234,13 @@ class SpeedEstimate:
             "training_time": None if self.training_time is None else self.training_time.to_dict(),
             "cpu": None if self.cpu is None else self.cpu.to_dict(),
             "efficiency": self.efficiency.to_dict(), "notes": list(self.notes),
+            "runtime": self.step.overheads.runtime if self.step.overheads else None,
+            "host_bound": self.step.host_bound, "runtime_auto": self.runtime_auto,
+            "tokens_per_s_range": list(self.tokens_per_s_range),
+            "range_basis": dict(speed_residuals()), "caveats": list(self.caveats),
         }
+        if self.layout is not None:
+            d["layout"] = self.layout.to_dict()
         return d
 
 
@@ -181,7 +255,8 @@ def estimate_speed(
     train_tokens: float | None = None, train_samples: float | None = None, epochs: float = 1.0,
     price_per_gpu_hour: float | None = None, trainable_params: int | None = None,
     efficiency: Efficiency | None = None, measured: Any | None | Literal["auto"] = "auto",
-    tf32: bool = False, cpu: CPU | None = None,
+    tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
+    tp_overlap: bool = False,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -203,9 +278,14 @@ def estimate_speed(
     ``measured`` (a stored bench run; ``"auto"``: this machine's latest, applied only when it
     measured this very GPU; None: defaults only), ``tf32``, and ``cpu`` (also estimate the job on
     that CPU, :func:`estimate_cpu_speed`, and say whether it needs a GPU at all).
+
+    A job with a parallel layout (``tp``/``pp``/``cp``/``ep``/``sequence_parallel``), or any job
+    given a ``topology``, is timed by :mod:`.parallel` on the topology (default: the job's
+    ``gpus_per_node`` on the SKU's NVLink, nodes on ``inter_node`` or 400 Gb/s per GPU, stated in
+    the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
+    ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
     """
     mode = one_mode(job)
-    job.require_data_parallel("the speed estimate")
     positive_int(new_tokens, "new tokens", 10**7)
     if trainable_params is not None:
         positive_int(trainable_params, "trainable parameters", 10**15)
@@ -218,6 +298,13 @@ def estimate_speed(
     prec = _precision(job, mode, device, tf32, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.append(lora_note(job.lora_rank))
+    if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
+        est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
+                               seq=seq, new_tokens=new_tokens, topology=topology,
+                               tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
+                               notes=notes)
+        return replace(est, training_time=_training_time(est, train_tokens, train_samples,
+                                                         epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params)
     step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
                                                      spec)
@@ -239,7 +326,8 @@ def estimate_speed(
         trainable_params=trainable, step=step, prefill=prefill,
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
-        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes))
+        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
+        runtime_auto=job.runtime == "auto")
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -247,6 +335,56 @@ def estimate_speed(
                                     trainable_params=trainable_params, measured=measured)
         est = replace(est, cpu=_compare_cpu(est, on_cpu))
     return est
+
+
+def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: GPU,
+                     device: Device, eff: Efficiency, prec: PrecisionLayout, job: Job, *,
+                     mode: StepMode, seq: int, new_tokens: int, topology: Topology | None,
+                     tp_overlap: bool, per_sample: int | None, pinned: bool,
+                     notes: list[str]) -> SpeedEstimate:
+    """The estimate of a job under its parallel layout (:mod:`.parallel`)."""
+    topo = topology or topology_for(gpu, gpus_per_node=job.gpus_per_node,
+                                    inter_node=job.inter_node)
+    lay = Layout.of(job, seq)
+    if mode == "infer":
+        lay = replace(lay, micro_batches=1, zero=0, checkpointing="none")
+    check_layout(arch, lay)
+    shard = shard_arch(arch, lay.tp)
+    spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
+                                 cp=1, ep=1, sequence_parallel=False, gpus=1),
+                       mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
+                       single_device=True)
+    step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
+    if not n_params and arch is not None:  # no tensor list: the count the step estimates
+        one = StepSpec.of(Job(model="x", mode="train", seq=1), mode="train", seq=1,
+                          new_tokens=1, trainable=None, single_device=True)
+        n_params = build_steps(arch, 0, (), device, eff, prec, one)[2]
+    if mode == "train":
+        cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
+                          seq=seq, checkpointing=lay.checkpointing, attention=job.attention)
+        per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
+        timed: LayoutTime | ServeTime = layout_time(
+            arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
+            flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
+            state_bytes_per_param=per_param, tp_overlap=tp_overlap)
+        notes.extend(timed.notes)
+    else:
+        timed = serve_time(arch, step.time_s, prefill.time_s if prefill else step.time_s, lay,
+                           topo, eff, prec.act)
+        notes.append(f"topology: {topo.stated}")
+        notes.append(f"serving on TP {lay.tp} x PP {lay.pp} per replica, {lay.dp} replicas; "
+                     "the stages run in turn for each token (no micro-batch pipelining)")
+    sample = per_sample if per_sample is not None else input_bytes_per_sample(arch, seq, mode)
+    transfer, prefill_transfer = _transfers(step, prefill, sample, job.batch, device, eff,
+                                            pinned=pinned, overlap=None)
+    return SpeedEstimate(
+        model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
+        batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
+        attention=job.attention, grad_accum=lay.micro_batches, zero=job.zero,
+        trainable_params=n_params, step=step, prefill=prefill,
+        new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
+        prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
+        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes))
 
 
 def _ridge_points(device: Device, eff: Efficiency, dtype: str) -> dict[str, float]:
@@ -415,6 +553,9 @@ def _headline(e: SpeedEstimate) -> dict:
         out["data_parallel_efficiency"] = e.scaling.rows[-1].efficiency
     if e.training_time is not None:
         out["training_time"] = e.training_time.to_dict()
+    out["tokens_per_s_range"] = list(e.tokens_per_s_range)
+    out["runtime"] = e.step.overheads.runtime if e.step.overheads else None
+    out["caveats"] = list(e.caveats)
     return out
 
 

@@ -19,6 +19,9 @@ from .device import Device, Efficiency
 from .flops import (
     Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, recompute_ops,
 )
+from .efficiency import (
+    RuntimeOverheads, constant, eager_chains, resolve_runtime, runtime_overheads,
+)
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
 __all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode"]
@@ -52,6 +55,9 @@ class Phase:
     dtype: str
     micro_steps: int = 1
     """Gradient-accumulation micro-batches in the step (their ops' counts include it)."""
+    overheads: RuntimeOverheads | None = None
+    """The runtime's host and device cost per kernel (a GPU); None: ``launch_s`` per kernel, added
+    serially (a CPU runs its own dispatch)."""
 
     @property
     def tokens(self) -> int:
@@ -66,13 +72,37 @@ class Phase:
         return sum(t.total_s for t in self.ops)
 
     @property
+    def device_time_s(self) -> float:
+        """The device's busy time: the kernels and the gaps between them."""
+        gap = self.launch_s if self.overheads is None else self.overheads.device_gap_s
+        return self.kernel_time_s + self.kernels * gap
+
+    @property
+    def host_time_s(self) -> float:
+        """The host's time to issue the step's kernels (Python dispatch in eager)."""
+        o = self.overheads
+        if o is None:
+            return self.kernels * self.launch_s
+        bwd = sum(t.op.kernels * t.op.count for t in self.ops if t.op.phase == "backward")
+        return (self.kernels - bwd) * o.host_fwd_s + bwd * o.host_bwd_s + o.host_fixed_s
+
+    @property
+    def host_bound(self) -> bool:
+        """The host issues kernels slower than the device runs them (dispatch-bound)."""
+        return self.overheads is not None and self.host_time_s > self.device_time_s
+
+    @property
     def launch_time_s(self) -> float:
-        return self.kernels * self.launch_s
+        """Time beyond the kernels' own: launch gaps, or the host's dispatch when it is longer."""
+        return self.time_s - self.kernel_time_s
 
     @property
     def time_s(self) -> float:
-        """Sum over ops of max(compute, memory) + launches."""
-        return self.kernel_time_s + self.launch_time_s
+        """A GPU: max(kernels + launch gaps, host dispatch) -- the host issues work ahead of the
+        device, so the slower of the two sets the pace. A CPU: its ops + its dispatch, in turn."""
+        if self.overheads is None:
+            return self.kernel_time_s + self.kernels * self.launch_s
+        return max(self.device_time_s, self.host_time_s)
 
     @property
     def flops(self) -> float:
@@ -121,6 +151,9 @@ class Phase:
         d = {"name": self.name, "batch": self.batch, "q_len": self.q_len, "kv_len": self.kv_len,
              "micro_steps": self.micro_steps, "tokens": self.tokens, "time_s": self.time_s, "kernel_time_s": self.kernel_time_s,
              "launch_time_s": self.launch_time_s, "kernels": self.kernels,
+             "host_time_s": self.host_time_s, "device_time_s": self.device_time_s,
+             "host_bound": self.host_bound,
+             "runtime": None if self.overheads is None else self.overheads.runtime,
              "tokens_per_s": self.tokens_per_s, "flops": self.flops,
              "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
              "bytes": self.bytes, "bound": self.bound, "mfu": self.mfu, "hfu": self.hfu,
@@ -275,10 +308,27 @@ def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
     return n
 
 
-def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1) -> Phase:
+def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1,
+           runtime="eager") -> Phase:
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
-                 peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps)
+                 peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps,
+                 overheads=_overheads(device, eff, runtime))
+
+
+def _overheads(device: Device, eff: Efficiency, runtime: str) -> RuntimeOverheads | None:
+    """The runtime's per-kernel costs on a GPU (None on a CPU). A measured back-to-back launch of a
+    tiny op (``gpuplan bench``) is the dispatcher-level cost: it replaces the backward and compile
+    constants, and the eager forward keeps its stated ratio to them."""
+    if device.kind != "gpu":
+        return None
+    if str(eff.basis.get("launch_s", "")).startswith("measured"):
+        ratio = constant("eager_host_fwd_s") / constant("eager_host_bwd_s")
+        o = runtime_overheads(runtime, eager_host_s=eff.launch_s * ratio)
+        if runtime == "compile":
+            o = replace(o, host_fwd_s=eff.launch_s, host_bwd_s=eff.launch_s)
+        return replace(o, host_bwd_s=min(o.host_bwd_s, eff.launch_s))
+    return runtime_overheads(runtime)
 
 
 def _lora_params(arch: Architecture, rank: int) -> int:
@@ -308,6 +358,8 @@ class StepSpec:
     new_tokens: int
     context: int | None
     kv_bytes: int | None
+    runtime: str = "eager"
+    """How the code runs, resolved (``auto`` -> the mode's default)."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -319,7 +371,8 @@ class StepSpec:
                    zero=0 if single_device else job.zero, gpus=1 if single_device else job.gpus,
                    lora_rank=job.lora_rank if train else None, trainable=trainable,
                    new_tokens=new_tokens, context=job.context,
-                   kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype])
+                   kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype],
+                   runtime=resolve_runtime(job.runtime, mode))
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -333,10 +386,11 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
     if spec.mode == "train":
         return _train_step(arch, n_params, tensors, device, eff, prec, spec, kw)
     b, s = spec.batch, spec.seq
+    rt = spec.runtime
     if arch is not None and arch.kind != "decoder":
-        fwd = build_forward_ops(arch, StepShape(batch=b, q_len=s, kv_len=s), **kw)
-        return (_phase("forward", fwd, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s),
-                None, n_params, 0)
+        fwd = _forward(arch, StepShape(batch=b, q_len=s, kv_len=s), kw, prec, spec, device)
+        return (_phase("forward", fwd, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s,
+                       runtime=rt), None, n_params, 0)
     pre_shape = StepShape(batch=b, q_len=s, kv_len=s, logits_tokens=b)
     ctx = spec.context if spec.context is not None else s + spec.new_tokens // 2
     dec_shape = StepShape(batch=b, q_len=1, kv_len=ctx, decode=True)
@@ -344,11 +398,37 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
         pre = _count_only_ops(n_params, pre_shape, prec, device.parallel_slots)
         dec = _count_only_ops(n_params, dec_shape, prec, device.parallel_slots)
     else:
-        pre = build_forward_ops(arch, pre_shape, **kw)
-        dec = build_forward_ops(arch, dec_shape, **kw)
-    prefill = _phase("prefill", pre, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s)
-    decode = _phase("decode", dec, device, eff, prec.dtype, batch=b, q_len=1, kv_len=ctx)
+        pre = _forward(arch, pre_shape, kw, prec, spec, device)
+        dec = _forward(arch, dec_shape, kw, prec, spec, device)
+    prefill = _phase("prefill", pre, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s,
+                     runtime=rt)
+    decode = _phase("decode", dec, device, eff, prec.dtype, batch=b, q_len=1, kv_len=ctx,
+                    runtime=rt)
     return decode, prefill, n_params, 0
+
+
+def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayout,
+             spec: StepSpec, device: Device) -> tuple[Op, ...]:
+    """The forward ops as the runtime runs them on a GPU (eager's unfused chains, autocast's fp32
+    ops); a CPU's as counted."""
+    fwd = build_forward_ops(arch, shape, **kw)
+    if device.kind != "gpu":
+        return fwd
+    return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast)
+
+
+def _dequant_op(fwd: Sequence[Op], prec: PrecisionLayout, uses: int) -> Op:
+    """A quantized frozen base (QLoRA) is dequantized to 16 bits before every matmul that reads it
+    (bitsandbytes MatMul4Bit: dequantize_4bit, then a 16-bit matmul): read the packed weight,
+    write the 16-bit copy, per use (forward, backward dX, recompute)."""
+    n = sum(o.weight_elements * o.count for o in fwd if o.weight_elements and o.group not in
+            ("embedding", "head"))
+    launches = sum(o.kernels * o.count for o in fwd if o.weight_elements and o.group not in
+                   ("embedding", "head"))
+    return Op(name="lora.dequantize", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=1, flops=float(n * uses), counted_flops=0.0,
+              bytes=float(n * (prec.weight + 2) * uses), parallel_work=max(1, n),
+              kernels=max(1, launches * uses), group="dense")
 
 
 def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -360,7 +440,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if arch is None:
         fwd = _count_only_ops(n_params, shape, prec, device.parallel_slots)
     else:
-        fwd = build_forward_ops(arch, shape, **kw)
+        fwd = _forward(arch, shape, kw, prec, spec, device)
         n_params = n_params or _params_estimate(arch, fwd)
     lora = spec.lora_rank is not None
     micro = list(fwd)
@@ -374,6 +454,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
                         counted_flops=0.0, bytes=6.0 * n_params,
                         parallel_work=max(1, n_params),
                         kernels=sum(o.count * o.kernels for o in mm) or 1, group="head"))
+    if lora and prec.weight < 1 and arch is not None and device.kind == "gpu":
+        micro.append(_dequant_op(fwd, prec, 3 if spec.checkpointing == "full" else 2))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro]
     if lora:
         trainable = spec.trainable or (_lora_params(arch, spec.lora_rank) if arch is not None
@@ -389,4 +471,5 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
                             grad_bytes=prec.grad, weight_bytes=prec.weight_store,
                             master_bytes=prec.master, tensors=len(tensors) or 1))
     return (_phase("train", ops, device, eff, prec.dtype, batch=spec.batch, q_len=spec.seq,
-                   kv_len=spec.seq, micro_steps=spec.grad_accum), None, n_params, trainable)
+                   kv_len=spec.seq, micro_steps=spec.grad_accum, runtime=spec.runtime), None,
+            n_params, trainable)

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from .device import Device, Efficiency
+from .efficiency import (
+    GEMM_TILE, attention_fraction, constant, gemm_wave_efficiency, gemv_bandwidth_fraction,
+)
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU
@@ -86,19 +89,19 @@ class OpTime:
                 **({"shape": list(o.shape)} if o.shape else {})}
 
 
-def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str) -> tuple[OpTime, ...]:
-    """The roofline time of every op; matrix ops run at ``dtype``'s peak, elementwise ops on the
-    FP32 vector units."""
+def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
+             shaped: bool = True) -> tuple[OpTime, ...]:
+    """The roofline time of every op; matrix ops run at ``dtype``'s peak (less tile and wave
+    quantization over the SMs), fused attention at its kernel's fraction by generation, head
+    dimension, sequence and direction, elementwise ops on the FP32 vector units. ``shaped=False``
+    keeps the plain roofline (one fraction, thread occupancy): the seed's one-product experiment."""
     peak = device.peak(dtype)
     mm = peak * eff.matmul_fraction(dtype)
-    fa = peak * eff.attention
     vec = device.vector_flops * eff.matmul_fraction("fp32" if device.supports("fp32") else dtype)
-    bw = device.memory_bandwidth * eff.memory
-    out = []
     slots = device.parallel_slots
+    out = []
     for op in ops:
         p = op.parallel_work
-        occ = min(1.0, p / slots)
         # FLOPs per output x the outputs the device could have run in that time: an op with
         # fewer outputs than resident threads takes as long as one that fills them
         per_output = op.flops / p
@@ -106,11 +109,50 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str) -> 
             compute = per_output * max(p, slots) / vec if op.flops else 0.0
             used = "fp32"
         else:
-            compute = per_output * max(p, slots) / (fa if op.kind == "attention" else mm)
+            rate = _attention_rate(op, device, eff, peak) if op.kind == "attention" and shaped \
+                else peak * eff.attention if op.kind == "attention" else mm
+            compute = per_output * max(p, slots) / rate
+            if shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
+                    and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
+                # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
+                # kernel, whose share of the device is the occupancy above
+                b, m, _, n = op.shape
+                compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
+                    b, m, n, device.sm_count)))
             used = dtype
-        memory = op.bytes / bw
-        out.append(OpTime(op=op, compute_s=compute, memory_s=memory, occupancy=occ, dtype=used))
+        bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
+        out.append(OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,
+                          occupancy=min(1.0, p / slots), dtype=used))
     return tuple(out)
+
+
+def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
+    """Achievable bytes/s of ``op``: the streaming fraction, or for a skinny weight matmul on a GPU
+    (M below one tile: decode) the GEMV fraction of its weight width, scaled with a measured
+    streaming fraction (:func:`~.efficiency.gemv_bandwidth_fraction`)."""
+    bw = device.memory_bandwidth * eff.memory
+    if device.kind == "gpu" and op.kind == "matmul" and op.weight_elements and op.shape \
+            and op.shape[1] < GEMM_TILE[0]:
+        w = op.bytes / op.weight_elements
+        return bw * gemv_bandwidth_fraction(w) / constant("memory_default")
+    return bw
+
+
+def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float) -> float:
+    """FLOP/s of a fused attention kernel: the stated ``eff.attention`` when it was given (or on a
+    CPU); by default the kernel's fraction for this generation, head dim, sequence and direction
+    (:func:`~.efficiency.attention_fraction`)."""
+    if device.kind != "gpu" or not str(eff.basis.get("attention", "")).startswith("default") \
+            or not op.shape:
+        return peak * eff.attention
+    _, _, d, kv = op.shape
+    return peak * attention_fraction(device.architecture, d, kv, backward=op.phase == "backward",
+                                     cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)))
+
+
+def op_dtype_hint(device: Device, peak: float, eff: Efficiency) -> str:
+    """The dtype whose peak is ``peak`` (for the matmul fraction that caps attention)."""
+    return next((d for d, v in device.peak_flops.items() if v == peak), "bf16")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,7 +297,8 @@ def time_matmul(mm: MatmulCount, device: Device, eff: Efficiency, dtype: str, *,
             flops=float(mm.flops), counted_flops=float(mm.flops),
             bytes=float(e * mm.batch * (mm.m * mm.k + mm.k * mm.n + mm.m * mm.n)),
             parallel_work=mm.output_elements, kernels=1, shape=(mm.batch, mm.m, mm.k, mm.n))
-    t = time_ops([op], device, eff, dtype)[0]
+    # the seed's experiment keeps the plain roofline (its figures are golden): no wave quantization
+    t = time_ops([op], device, eff, dtype, shaped=False)[0]
     xfer = 0.0
     launches = 1
     if transfer and device.kind == "gpu" and device.host_link_bandwidth:

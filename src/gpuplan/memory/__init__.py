@@ -9,9 +9,12 @@ every other configuration is the same sum with different bytes.
 One module per concern; each imports only modules listed after it (arrows point down):
 
 * :mod:`.train`, :mod:`.infer` -- the plans: :func:`train_memory`, :func:`infer_memory`;
+* :mod:`.parallel` -- one rank of each pipeline stage of a TP/SP/PP/CP/EP layout;
 * :mod:`.results` -- :class:`Line`, :class:`TrainMemory`, :class:`InferMemory`;
 * :mod:`.states` -- weights, gradients, master copy, optimizer states, ZeRO sharding, offload;
 * :mod:`.optimizer` -- state element bytes and the optimizer step's temporaries;
+* :mod:`.layout` -- the layout's degrees, :func:`check_layout`, stage splits, micro-batches in
+  flight, each rank's share of the parameter tensors (Megatron's sharding);
 * :mod:`.kv` -- the KV cache;
 * :mod:`.activations` -- activations and temporaries of a step, replayed op by op;
 * :mod:`.lora` -- LoRA/QLoRA adapters;
@@ -22,6 +25,7 @@ This module only re-exports.
 """
 
 from .infer import infer_memory
+from .layout import check_layout
 from .lora import DEFAULT_LORA_TARGETS, lora_tensors
 from .results import InferMemory, Line, TrainMemory
 from .states import shard
@@ -29,5 +33,5 @@ from .train import train_memory
 
 __all__ = [
     "Line", "TrainMemory", "InferMemory", "train_memory", "infer_memory", "lora_tensors",
-    "DEFAULT_LORA_TARGETS", "shard",
+    "DEFAULT_LORA_TARGETS", "shard", "check_layout",
 ]

@@ -4,13 +4,15 @@ the tensor-parallel group."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..errors import UnsupportedError
 from ..formats import get_weight_format, weights_bytes_in_format
 from ..job import Job
 from ..models import Architecture, Model
 from .activations import InferActivations, infer_activations
 from .kv import kv_cache_bytes
+from .layout import check_layout, layout_notes, layout_of, rank_model, stage_layers
 from .overhead import OverheadLevel, runtime_overhead
 from .results import InferMemory, Line
 from .shape import check_seq, seq_for
@@ -21,9 +23,50 @@ __all__ = ["infer_memory"]
 
 def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
                  overhead_level: OverheadLevel = "expected", overhead_overrides=None) -> InferMemory:
-    """Per-GPU memory of serving ``model`` in ``job.infer_precision`` (weights sharded over
-    ``tensor_parallel`` GPUs when > 1)."""
-    job.require_data_parallel("inference memory")
+    """Per-GPU memory of serving ``model`` in ``job.infer_precision``.
+
+    A job with ``tp``/``pp`` > 1 is planned per rank of each pipeline stage with Megatron/vLLM's
+    sharding (:mod:`.layout`: column/row-parallel linears, vocabulary split, K/V heads split and
+    replicated when fewer than the TP ranks) and the worst stage is the answer.
+    ``tensor_parallel`` > 1 on a data-parallel job is the quick uniform estimate fit's
+    "how many GPUs" search and the solver use: every weight and the working set divided by
+    ``tensor_parallel``, K/V heads split as above."""
+    if not layout_of(job).trivial:
+        return _infer_layout(model, job, overhead_level=overhead_level,
+                             overhead_overrides=overhead_overrides)
+    return _infer_rank(model, job, tensor_parallel=tensor_parallel, overhead_level=overhead_level,
+                       overhead_overrides=overhead_overrides)
+
+
+def _infer_layout(model: Model, job: Job, **kw) -> InferMemory:
+    """Each pipeline stage's rank (its layers, TP-split), the worst one named."""
+    lay = layout_of(job)
+    if lay.cp > 1:
+        raise UnsupportedError("context parallelism for serving is not modeled; plan serving "
+                               "with --tp and --pp")
+    check_layout(model.architecture, job)
+    arch = model.architecture
+    stages = stage_layers(arch.num_layers, lay.pp, lay.chunks)
+    # (every stage's working set is replayed with the rank's head: an upper bound for stages
+    # before the last, whose largest transient is usually a layer's, not the logits)
+    results = [_infer_rank(rank_model(model, job, i), job, gpus=job.gpus, **kw)
+               for i in range(lay.pp)]
+    worst = max(range(lay.pp), key=lambda i: results[i].total_bytes)
+    layers = stages[worst]
+    stage = {"index": worst, "stages": lay.pp, "layers": [layers[0], layers[-1]],
+             "num_layers": len(layers), "embedding": worst == 0, "head": worst == lay.pp - 1,
+             "params_per_rank": rank_model(model, job, worst).params.total,
+             "stage_totals_bytes": [r.total_bytes for r in results]}
+    mem = results[worst]
+    return replace(mem, params=model.params.total, tensor_parallel=lay.tp,
+                   layout=lay.to_dict(), stage=stage,
+                   notes=(*mem.notes, *layout_notes(arch, job)))
+
+
+def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int | None = None,
+                overhead_level: OverheadLevel = "expected",
+                overhead_overrides=None) -> InferMemory:
+    """One GPU's serving memory (``model`` is the whole model, or one rank's part of it)."""
     fmt = get_weight_format(job.infer_precision)
     n = model.params.total
     notes: list[str] = []
@@ -39,7 +82,7 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
     if tensor_parallel > 1:
         weights = shard(weights, tensor_parallel)
     peak_phase, kv, working = ph.peak(model.architecture)
-    overhead = runtime_overhead(gpus=tensor_parallel, zero=0, grad_bytes=0, grad_elem_bytes=2,
+    overhead = runtime_overhead(gpus=gpus or tensor_parallel, zero=0, grad_bytes=0, grad_elem_bytes=2,
                                 dynamic=kv + working, level=overhead_level, training=False,
                                 overrides=overhead_overrides)
     lines = (

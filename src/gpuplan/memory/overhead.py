@@ -144,10 +144,13 @@ def _fixed(item: OverheadItem, value: int, how: str) -> OverheadItem:
 
 def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: int,
                      dynamic: int, level: OverheadLevel = "expected",
-                     training: bool = True, overrides=None) -> Overhead:
+                     training: bool = True, overrides=None,
+                     data_parallel: int | None = None) -> Overhead:
     """The overhead of one GPU process of a job; ``dynamic`` is the bytes of tensors freed and
     re-allocated each step (the fragmentation basis). ``overrides`` maps names in
-    :data:`OVERRIDABLE` to bytes (``fragmentation``: a fraction of the dynamic bytes)."""
+    :data:`OVERRIDABLE` to bytes (``fragmentation``: a fraction of the dynamic bytes).
+    ``data_parallel``: ranks the gradients are reduced over (default ``gpus``); gradient buckets
+    exist only when it is > 1 (a pure TP/PP job reduces no gradients)."""
     if level not in LEVELS:
         raise InputError(f"overhead level {level!r}: expected one of {', '.join(LEVELS)}")
     over = dict(overrides or {})
@@ -164,9 +167,10 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
         if "nccl" in over:
             nccl = _fixed(nccl, int(over["nccl"]), f"{int(over['nccl']):,} B")
         items.append(nccl)
-        if training and zero == 0:
+        reduced = (data_parallel or gpus) > 1
+        if training and reduced and zero == 0:
             items.append(_ddp_buckets(grad_bytes))
-        elif training:
+        elif training and reduced:
             items.append(_zero_buckets(grad_elem_bytes, zero))
     frag = _fragmentation(dynamic)
     if "fragmentation" in over:

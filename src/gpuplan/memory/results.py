@@ -57,6 +57,13 @@ class TrainMemory:
     """Total bytes at each phase of the step (the peak is the largest)."""
     activation_detail: dict = field(default_factory=dict)
     """Saved-for-backward bytes in total and per layer kind, and where each phase peaks."""
+    layout: dict = field(default_factory=dict)
+    """The parallel layout (tp, pp, cp, ep, dp, sequence_parallel, pp_schedule, micro_batches,
+    vocab_parallel); empty for a data-parallel-only job."""
+    stage: dict = field(default_factory=dict)
+    """The pipeline stage whose rank peaks highest (the one these numbers are for): its index,
+    layers, whether it holds the embedding and the head, micro-batches in flight, and every
+    stage's total; empty for a data-parallel-only job."""
 
     @property
     def model_states_bytes(self) -> int:
@@ -92,6 +99,7 @@ class TrainMemory:
             "overhead": self.overhead.to_dict(),
             "lines": [_line_dict(l) for l in self.lines],
             "notes": list(self.notes),
+            **_layout_dict(self.layout, self.stage),
         }
 
 
@@ -124,6 +132,10 @@ class InferMemory:
     """KV cache of the prompt + the prefill working set (the prefill phase, without weights)."""
     decode_bytes: int = 0
     """KV cache of the whole context + one decode step's working set."""
+    layout: dict = field(default_factory=dict)
+    """The serving layout (tp, pp, ...); empty unless the job sets one."""
+    stage: dict = field(default_factory=dict)
+    """The pipeline stage whose rank peaks highest; empty unless the job sets a layout."""
 
     def per_gpu(self) -> dict[str, int]:
         return {
@@ -149,7 +161,13 @@ class InferMemory:
             "overhead": self.overhead.to_dict(),
             "lines": [_line_dict(l) for l in self.lines],
             "notes": list(self.notes),
+            **_layout_dict(self.layout, self.stage),
         }
+
+
+def _layout_dict(layout: dict, stage: dict) -> dict:
+    """The ``layout`` and ``stage`` keys, present only under a parallel layout."""
+    return {"layout": dict(layout), "stage": dict(stage)} if layout else {}
 
 
 def _line_dict(l: Line) -> dict:

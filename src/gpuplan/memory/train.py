@@ -15,6 +15,7 @@ from .activations import TrainActivations, train_activations
 from .activations.timeline import fmt_gb
 from .optimizer import optimizer_label
 from .overhead import Overhead, OverheadLevel, runtime_overhead
+from .parallel import StagePlan, stage_plans
 from .results import Line, TrainMemory
 from .shape import check_seq
 from .states import States, train_states
@@ -24,26 +25,44 @@ __all__ = ["train_memory"]
 
 def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected",
                  overhead_overrides=None) -> TrainMemory:
-    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step."""
-    job.require_data_parallel("training memory")
+    """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step.
+
+    Under a parallel layout (tp, pp, cp, ep > 1) every pipeline stage is planned for one of its
+    ranks and the worst stage is the answer (``stage`` and ``layout`` say which and how)."""
+    check_seq(model, job)
+    kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
+    plans = stage_plans(model, job)
+    if plans is None:
+        st = train_states(model, job)
+        act = train_activations(model, job, grad_bytes=st.grads)
+        return _train_rank(model, job, st, act, **kw)
+    results = [_train_rank(p.model, p.job, p.states, p.activations(), stage=p, **kw)
+               for p in plans]
+    worst = max(range(len(plans)), key=lambda i: results[i].total_bytes)
+    return plans[worst].annotate(results[worst], [r.total_bytes for r in results])
+
+
+def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
+                overhead_level: OverheadLevel, overhead_overrides,
+                stage: StagePlan | None = None) -> TrainMemory:
+    """One rank's memory at the peak of its step (the whole model, or a pipeline stage's
+    rank under a parallel layout: ``stage``)."""
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
-    st = train_states(model, job)
-    check_seq(model, job)
-    act = train_activations(model, job, grad_bytes=st.grads)
     phases = _train_phases(job, st, act)
     peak_phase = max(phases, key=lambda p: phases[p].total)
     at_peak = phases[peak_phase]
     overhead = runtime_overhead(
-        gpus=job.gpus, zero=job.zero, grad_bytes=st.trainable * recipe.grad_bytes,
-        grad_elem_bytes=recipe.grad_bytes,
+        gpus=stage.gpus if stage else job.gpus, zero=job.zero,
+        grad_bytes=st.trainable * recipe.grad_bytes, grad_elem_bytes=recipe.grad_bytes,
         dynamic=at_peak.gradients + at_peak.activations + at_peak.temporaries,
-        level=overhead_level, overrides=overhead_overrides)
-    notes = [*st.notes, *act.notes]
+        level=overhead_level, overrides=overhead_overrides, data_parallel=job.gpus)
+    notes = [*st.notes, *act.notes, *(stage.notes if stage else ())]
     if st.host:
         notes.append(f"host memory per GPU process: {st.host:,} bytes")
     return TrainMemory(
-        precision=recipe.name, optimizer=opt.name, params=model.params.total,
+        precision=recipe.name, optimizer=opt.name,
+        params=stage.params if stage else model.params.total,
         trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base,
         gradients_bytes=at_peak.gradients, master_weights_bytes=st.master,
         optimizer_bytes=st.opt, activations_bytes=at_peak.activations,
@@ -144,13 +163,13 @@ class _Phase:
 def _train_phases(job: Job, st: States, act: TrainActivations) -> dict[str, _Phase]:
     """Memory at the peak of each phase of a step (DESIGN.md, "What a training step really
     holds"). zero_grad(set_to_none=True) frees the gradients after the step, so the first
-    micro-step's forward runs without them; with gradient accumulation the last micro-step's
-    forward and backward run with all of them alive. The optimizer step holds the gradients, the
+    micro-step's forward runs without them; with gradient accumulation, or gradients zeroed in
+    place (``zero_grad_set_to_none=False``), the forward and backward run with all of them alive. The optimizer step holds the gradients, the
     states and the step's temporaries; the activations are gone by then."""
     grads = st.grads
     base = dict(weights=st.weights_trainable + st.base, master=st.master, optimizer=st.opt,
                 gathered=st.gathered)
-    accum = grads if job.grad_accum > 1 else 0
+    accum = grads if job.grad_accum > 1 or not job.zero_grad_set_to_none else 0
     return {
         "forward": _Phase(gradients=accum, activations=act.forward_peak,
                           temporaries=act.forward_temporaries, detail=act.forward_detail,

@@ -173,13 +173,17 @@ def _speed_table(p: Plan):
             continue
         if p.train is not None:
             t = row["train"]
-            cells += [format_seconds(t["step_time_s"]), f"{t['tokens_per_s']:,.0f}",
+            lo, hi = t.get("tokens_per_s_range") or (None, None)
+            rng = f" ({lo:,.0f}-{hi:,.0f})" if lo is not None else ""
+            cells += [format_seconds(t["step_time_s"]), f"{t['tokens_per_s']:,.0f}{rng}",
                       f"{100 * t['mfu']:.0f}%", t["bound"]]
         if p.infer is not None:
             i = row["infer"]
             cells += [f"{i.get('prefill_tokens_per_s', float('nan')):,.0f}",
                       f"{i.get('decode_tokens_per_s', i['tokens_per_s']):,.0f}"]
         table.add_row(*cells)
+        errors += [f"{row['gpu']} {mode}: {c}" for mode in ("train", "infer")
+                   for c in (row.get(mode) or {}).get("caveats", ())]
     if errors:
         table.caption = "; ".join(errors)
         table.caption_justify = "left"

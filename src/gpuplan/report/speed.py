@@ -55,6 +55,8 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
         c.print(f"request: prefill + {est.new_tokens} new tokens = "
                 f"{format_seconds(est.request_time_s)} per batch of {est.batch}")
     _print_input_copy(c, est)
+    if est.layout is not None:
+        _print_layout(c, est)
     if est.scaling is not None and est.gpus > 1:
         c.print(_scaling_table(est))
         for n in est.scaling.notes:
@@ -65,6 +67,22 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
         c.print(f"[bold]CPU vs GPU[/bold]: {est.cpu.verdict}")
         c.print(f"  CPU: {est.cpu.cpu} ({est.cpu.cpu_dtype}); {est.cpu.cpu_peak_basis}")
     _print_basis(c, est)
+
+
+def _print_layout(c: Any, est: SpeedEstimate) -> None:
+    """The parallel layout's step, part by part (the numbers of ``est.layout.to_dict()``)."""
+    d = est.layout.to_dict()
+    lay = d["layout"]
+    c.print(f"[bold]layout[/bold]: TP {lay['tp']} x PP {lay['pp']} x CP {lay['cp']} x DP "
+            f"{lay['dp']}" + (f" (EP {lay['ep']})" if lay["ep"] > 1 else "")
+            + f" = {lay['gpus']} GPUs")
+    keys = ("compute_s", "bubble_s", "tp_comm_exposed_s", "cp_comm_exposed_s",
+            "ep_comm_exposed_s", "pp_comm_exposed_s", "dp_comm_exposed_s", "optimizer_s",
+            "decode_compute_s", "decode_comm_s", "prefill_comm_s")
+    parts = [f"{k.removesuffix('_s').replace('_', ' ')} {format_seconds(d[k])}"
+             for k in keys if d.get(k)]
+    c.print("  " + "; ".join(parts))
+    c.print(f"  topology: {d['topology']['stated']}")
 
 
 def _headline(est: SpeedEstimate) -> str:
@@ -197,8 +215,18 @@ def _print_basis(c: Any, est: SpeedEstimate) -> None:
             f"{eff.launch_s * 1e6:.1f} us"
             + (f"; measured: {', '.join(eff.measured)}" if eff.measured else
                " (defaults; `gpuplan bench` on this machine replaces them)"))
-    c.print("An estimate from arithmetic at these fractions: an upper bound for a tuned stack "
-            "(1.2-1.8x above published measured runs; docs/speed.md, Calibration)")
+    lo, hi = est.tokens_per_s_range
+    rb = est.to_dict(ops=False)["range_basis"]
+    rt = est.step.overheads.runtime if est.step.overheads else "-"
+    c.print(f"Runtime: {rt}{' (auto: the default of this mode)' if est.runtime_auto else ''}; "
+            f"{'dispatch-bound' if est.step.host_bound else 'device-bound'} (host "
+            f"{format_seconds(est.step.host_time_s)}, device {format_seconds(est.step.device_time_s)}"
+            " per step)")
+    c.print(f"Expected range: {lo:,.0f}-{hi:,.0f} tokens/s (the estimate over the p90-p10 of "
+            f"predicted/measured, {rb['p10_ratio']:.2f}-{rb['p90_ratio']:.2f}, on {rb['runs']} "
+            "published runs; docs/speed.md, Calibration)")
+    for cav in est.caveats:
+        c.print(f"caveat: {cav}")
     for n in est.notes:
         c.print(f"note: {n}")
 

@@ -23,9 +23,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import GpuplanError, InputError
+from ... import compute
+from ...errors import GpuplanError, InputError, UnknownNameError
 from ...formats import TRAINING_RECIPES, WEIGHT_FORMATS
+from ...hardware import GPU, gpu_from_device_name, resolve_gpu
+from ...job import Job
+from ...models import Architecture, Model, architecture_from_config, from_param_count, load_model
 from ...hardware.cpu import detect_cpu
+from ...units import format_count
 from .types import COMPUTE_PHASES, EstimateInfo, ProfileReport
 
 __all__ = ["EstimateRequest", "RunFacts", "prepare_estimate", "estimate_step", "optimizer_name",
@@ -86,9 +91,6 @@ class RunFacts:
 def prepare_estimate(*, plan_model: Any = None, gpu: Any = None,
                      precision: str | None = None) -> EstimateRequest:
     """Check and load what the user named (bad names fail here, before the loop runs)."""
-    from ...formats import TRAINING_RECIPES, WEIGHT_FORMATS
-    from ...hardware import GPU, resolve_gpu
-    from ...models import Architecture, Model, from_param_count, load_model
 
     model, spec = None, None
     if plan_model is None:
@@ -118,8 +120,6 @@ def prepare_estimate(*, plan_model: Any = None, gpu: Any = None,
     if precision is not None:
         if not isinstance(precision, str) or (precision not in TRAINING_RECIPES
                                               and precision not in WEIGHT_FORMATS):
-            from ...errors import UnknownNameError
-
             raise UnknownNameError("precision", str(precision),
                                    list(TRAINING_RECIPES) + list(WEIGHT_FORMATS),
                                    hint="training recipes: " + ", ".join(TRAINING_RECIPES)
@@ -268,8 +268,6 @@ def _most_common(xs: list[int]) -> int:
 def _resolve_model(req: EstimateRequest, facts: RunFacts, notes: list[str]
                    ) -> tuple[Any, str, str, str, int]:
     """(model, its name, where it came from, basis, parameters counted)."""
-    from ...models import Architecture, Model, architecture_from_config, from_param_count
-    from ...units import format_count
 
     module = _unwrap(facts.module) if facts.module is not None else None
     module_params = None
@@ -360,14 +358,26 @@ def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
                       "is unaffected -- please report this")
 
 
-def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> EstimateInfo:
-    from ...compute import estimate_cpu_speed, estimate_speed, load_measured
-    from ...job import Job
-    from ...hardware import gpu_from_device_name
-    from ...models import Architecture
+@dataclass(frozen=True)
+class _Expected:
+    """What the speed model expects of one step on the device the loop ran on."""
 
-    notes: list[str] = []
-    steps = report.per_step
+    est: Any
+    step_s: float
+    compute_s: float
+    exposed_s: float
+    peak: float
+    model_flops: float
+    efficiency: dict
+    device_name: str
+    device_kind: str
+    bound: str | None
+    precision: str
+    precision_source: str
+
+
+def _batch(steps: list, notes: list[str]) -> tuple[int, list]:
+    """The loop's batch size (the most common) and the steps that showed one."""
     batch_steps = [s for s in steps if s.samples]
     if not batch_steps:
         raise _NoEstimate("the batch size was not found (the first dimension of the first tensor "
@@ -375,100 +385,114 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
     batch = _most_common([s.samples for s in batch_steps])
     if len({s.samples for s in batch_steps}) > 1:
         notes.append(f"batch sizes vary between steps: the estimate uses the most common, {batch}")
+    return batch, batch_steps
 
+
+def _on_gpu(model, gpu, job: Job, precision: str, precision_source: str, training: bool, tf32,
+            copy: tuple, measured, notes: list[str]) -> _Expected:
+    per_sample, pinned, overlap = copy
+    job = job.with_(**_job_precision(precision, training))
+    est = compute.estimate_speed(model, gpu, job, tf32=tf32, input_bytes=per_sample,
+                                 pinned=pinned, overlap_transfer=overlap, measured=measured)
+    if training or est.prefill is None:
+        phase, exposed = est.step, est.transfer.exposed_s
+        expected = est.step_time_s
+    else:
+        phase = est.prefill
+        exposed = est.prefill_transfer.exposed_s if est.prefill_transfer is not None else 0.0
+        expected = phase.time_s + exposed
+        notes.append("forward-only loop of a decoder: estimated as the speed model's prefill "
+                     "(one forward over batch x seq tokens, logits for the last position only; "
+                     "generation with a KV cache is not modeled here)")
+    return _Expected(est, expected, phase.time_s, exposed, phase.peak_flops, phase.model_flops,
+                     est.efficiency.to_dict(), gpu.name, "gpu", phase.bound, precision,
+                     precision_source)
+
+
+def _on_cpu(model, cpu, job: Job, arch, precision: str, precision_source: str, facts: RunFacts,
+            measured, notes: list[str]) -> _Expected:
+    if precision not in ("fp32",):
+        notes.append(f"the CPU estimate is fp32 (the speed model's CPU side has fp32 peaks "
+                     f"only); this loop's recipe is {precision}")
+    if not facts.training and (arch is None or arch.kind == "decoder"):
+        raise _NoEstimate("forward-only loops of decoders (or of models known by parameter "
+                          "count) have no CPU estimate: the speed model's CPU side times "
+                          "training steps and encoder forwards")
+    est = compute.estimate_cpu_speed(model, cpu, job, measured=measured)
+    efficiency = est.efficiency.to_dict()
+    efficiency["peak_basis"] = est.peak_basis
+    threads, cores = facts.torch_threads, getattr(cpu, "physical_cores", None)
+    if threads and cores and threads < cores:
+        notes.append(f"the CPU estimate assumes all {cores} physical cores; torch used "
+                     f"{threads} thread(s)")
+    return _Expected(est, est.step_time_s, est.step_time_s, 0.0, est.step.peak_flops,
+                     est.step.model_flops, efficiency, est.cpu, "cpu", None, "fp32",
+                     precision_source + "; the CPU estimate is fp32")
+
+
+def _expect(report: ProfileReport, req: EstimateRequest, facts: RunFacts, notes: list[str]):
+    """The shapes of the loop, then the speed model's expectation on its device."""
+    batch, batch_steps = _batch(report.per_step, notes)
     on_gpu, gpu, cpu, device_source = _device(report, req, notes)
-
-    # -- the model and the shapes
     model, model_name, model_source, basis, n_params = _resolve_model(req, facts, notes)
     arch = model if isinstance(model, Architecture) else getattr(model, "architecture", None)
     seq = _seq(report, arch, basis, batch_steps, notes)
-
     precision, precision_source, tf32 = _precision(req, facts, on_gpu, notes)
-    training = facts.training
-    optimizer, optimizer_source = _optimizer(facts, steps, notes)
+    optimizer, optimizer_source = _optimizer(facts, report.per_step, notes)
     attention, recompute = _kernels(facts, arch, notes)
-
-    per_sample, pinned, overlap = _input_copy(report.transfer, batch, on_gpu, notes)
-
-    measured = load_measured()
-    job = Job(model=model_name, mode="train" if training else "infer", batch=batch, seq=seq,
+    copy = _input_copy(report.transfer, batch, on_gpu, notes)
+    job = Job(model=model_name, mode="train" if facts.training else "infer", batch=batch, seq=seq,
               optimizer=optimizer, checkpointing=recompute, attention=attention)
-    mode = "train" if training else "forward"
     if on_gpu:
-        job = job.with_(**_job_precision(precision, training))
-        est = estimate_speed(model, gpu, job, tf32=tf32, input_bytes=per_sample, pinned=pinned,
-                             overlap_transfer=overlap, measured=measured)
-        if training or est.prefill is None:
-            expected = est.step_time_s
-            phase = est.step
-            compute_s = est.step.time_s
-            exposed = est.transfer.exposed_s
-        else:
-            phase = est.prefill
-            compute_s = est.prefill.time_s
-            exposed = est.prefill_transfer.exposed_s if est.prefill_transfer is not None else 0.0
-            expected = compute_s + exposed
-            notes.append("forward-only loop of a decoder: estimated as the speed model's prefill "
-                         "(one forward over batch x seq tokens, logits for the last position only; "
-                         "generation with a KV cache is not modeled here)")
-        peak = phase.peak_flops
-        model_flops = phase.model_flops
-        efficiency = est.efficiency.to_dict()
-        device_name, device_kind = gpu.name, "gpu"
-        bound = phase.bound
+        exp = _on_gpu(model, gpu, job, precision, precision_source, facts.training, tf32, copy,
+                      compute.load_measured(), notes)
     else:
-        if precision not in ("fp32",):
-            notes.append(f"the CPU estimate is fp32 (the speed model's CPU side has fp32 peaks "
-                         f"only); this loop's recipe is {precision}")
-        if not training and (arch is None or arch.kind == "decoder"):
-            raise _NoEstimate("forward-only loops of decoders (or of models known by parameter "
-                              "count) have no CPU estimate: the speed model's CPU side times "
-                              "training steps and encoder forwards")
-        est = estimate_cpu_speed(model, cpu, job, measured=measured)
-        expected = compute_s = est.step_time_s
-        exposed = 0.0
-        peak = est.step.peak_flops
-        model_flops = est.step.model_flops
-        efficiency = est.efficiency.to_dict()
-        efficiency["peak_basis"] = est.peak_basis
-        device_name, device_kind = est.cpu, "cpu"
-        precision, precision_source = "fp32", precision_source + "; the CPU estimate is fp32"
-        bound = None
-        threads, cores = facts.torch_threads, getattr(cpu, "physical_cores", None)
-        if threads and cores and threads < cores:
-            notes.append(f"the CPU estimate assumes all {cores} physical cores; torch used "
-                         f"{threads} thread(s)")
+        exp = _on_cpu(model, cpu, job, arch, precision, precision_source, facts,
+                      compute.load_measured(), notes)
     # the speed model's TF32 note names its CLI flag; this run's TF32 setting was observed instead
-    notes.extend(n for n in est.notes if n not in notes and "TF32" not in n)
+    notes.extend(n for n in exp.est.notes if n not in notes and "TF32" not in n)
     if on_gpu and precision == "fp32" and not tf32 and gpu.supports("tf32"):
         notes.append("fp32 matmuls at the fp32 (not TF32) peak: TF32 was off in this run "
                      "(torch.backends.cuda.matmul.allow_tf32 / torch.set_float32_matmul_precision)")
-    if not (expected > 0 and math.isfinite(expected)):
-        raise _NoEstimate(f"the speed model gave a step time of {expected!r} s")
+    if not (exp.step_s > 0 and math.isfinite(exp.step_s)):
+        raise _NoEstimate(f"the speed model gave a step time of {exp.step_s!r} s")
+    return dict(exp=exp, batch=batch, on_gpu=on_gpu, device_source=device_source,
+                model_name=model_name, model_source=model_source, basis=basis, n_params=n_params,
+                tf32=tf32, optimizer=optimizer, optimizer_source=optimizer_source,
+                attention=attention, recompute=recompute, copy=copy)
+
+
+def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> EstimateInfo:
+    notes: list[str] = []
+    x = _expect(report, req, facts, notes)
+    exp, training, basis, on_gpu = x["exp"], facts.training, x["basis"], x["on_gpu"]
+    per_sample, pinned, _ = x["copy"]
     measured_compute = statistics.median(
-        sum(s.parts_s.get(p, 0.0) for p in COMPUTE_PHASES) for s in steps)
+        sum(s.parts_s.get(p, 0.0) for p in COMPUTE_PHASES) for s in report.per_step)
     step = report.step_time_s
-    mfu = (model_flops / (step * peak)) if (step > 0 and peak) else None
+    mfu = (exp.model_flops / (step * exp.peak)) if (step > 0 and exp.peak) else None
     if mfu is not None and mfu > 1:
-        notes.append(f"the measured step would be {mfu * 100:.0f}% of the peak for {model_name}'s "
-                     f"arithmetic: the run cannot have done it -- check plan_model, batch and seq")
+        notes.append(f"the measured step would be {mfu * 100:.0f}% of the peak for "
+                     f"{x['model_name']}'s arithmetic: the run cannot have done it -- check "
+                     "plan_model, batch and seq")
     return EstimateInfo(
-        source="speed-model", step_time_s=expected, basis=basis,  # type: ignore[arg-type]
-        model=model_name, model_source=model_source, params=n_params,
-        device=device_name, device_kind=device_kind,  # type: ignore[arg-type]
-        device_source=device_source, mode=mode,  # type: ignore[arg-type]
-        precision=precision, precision_source=precision_source, tf32=tf32,
-        batch=batch, seq=est.seq, optimizer=optimizer if training else None,
-        optimizer_source=optimizer_source if training else None,
-        attention=attention if basis == "architecture" else None,
-        recompute=recompute if (training and basis == "architecture") else None,
-        input_bytes_per_step=per_sample * batch if on_gpu else 0, pinned=pinned if on_gpu else None,
-        compute_s=compute_s, transfer_exposed_s=exposed,
-        measured_compute_s=measured_compute,
-        measured_compute_over_expected=(measured_compute / compute_s) if compute_s > 0 else None,
-        bound=bound, model_flops_per_step=model_flops, peak_flops=peak,
-        measured_mfu=mfu,
-        efficiency=efficiency, notes=tuple(notes),
+        source="speed-model", step_time_s=exp.step_s, basis=basis,  # type: ignore[arg-type]
+        model=x["model_name"], model_source=x["model_source"], params=x["n_params"],
+        device=exp.device_name, device_kind=exp.device_kind,  # type: ignore[arg-type]
+        device_source=x["device_source"],
+        mode="train" if training else "forward",  # type: ignore[arg-type]
+        precision=exp.precision, precision_source=exp.precision_source, tf32=x["tf32"],
+        batch=x["batch"], seq=exp.est.seq, optimizer=x["optimizer"] if training else None,
+        optimizer_source=x["optimizer_source"] if training else None,
+        attention=x["attention"] if basis == "architecture" else None,
+        recompute=x["recompute"] if (training and basis == "architecture") else None,
+        input_bytes_per_step=per_sample * x["batch"] if on_gpu else 0,
+        pinned=pinned if on_gpu else None, compute_s=exp.compute_s,
+        transfer_exposed_s=exp.exposed_s, measured_compute_s=measured_compute,
+        measured_compute_over_expected=(measured_compute / exp.compute_s)
+        if exp.compute_s > 0 else None,
+        bound=exp.bound, model_flops_per_step=exp.model_flops, peak_flops=exp.peak,
+        measured_mfu=mfu, efficiency=exp.efficiency, notes=tuple(notes),
     )
 
 
@@ -477,7 +501,6 @@ def _estimate(report: ProfileReport, req: EstimateRequest, facts: RunFacts) -> E
 def _device(report: ProfileReport, req: EstimateRequest, notes: list[str]
             ) -> tuple[bool, Any, Any, str]:
     """(on a GPU, the catalog GPU or None, the CPU or None, where the device came from)."""
-    from ...hardware import gpu_from_device_name
 
     on_gpu = report.device.startswith("cuda")
     gpu = cpu = None

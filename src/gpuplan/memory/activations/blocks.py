@@ -9,6 +9,7 @@ arranged pre-LN, post-LN or in parallel as the family does it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ...errors import InputError
 from .spec import DECODER_ROPE, Opts, Spec
@@ -21,6 +22,22 @@ class Ctx:
 
     def __init__(self, g: Graph, sp: Spec, o: Opts) -> None:
         self.g, self.sp, self.o = g, sp, o
+        #: Token rows this rank holds of the residual stream: all of them, or 1/sp of the
+        #: sequence under Megatron sequence parallelism (norms, dropout and residuals sharded).
+        self.rows = BS if o.sp == 1 else BS * Fraction(1, o.sp)
+
+    def gather(self, x: Tensor) -> Tensor:
+        """Entering a column-parallel region: all-gather the sequence shard (SP), else ``x``."""
+        if self.o.sp == 1:
+            return x
+        return self.g.sp_gather(x, BS * self.sp.h)
+
+    def scatter(self, y: Tensor) -> Tensor:
+        """Leaving a row-parallel region: reduce-scatter to the sequence shard (SP); without SP
+        Megatron all-reduces in place (no buffer of its own)."""
+        if self.o.sp == 1:
+            return y
+        return self.g.sp_scatter(y, self.rows * self.sp.h)
 
     def w(self, numel: int, name: str = "w") -> Tensor:
         return self.g.param(numel, name, trainable=not self.o.frozen)
@@ -47,16 +64,16 @@ def _rms_normed(c: Ctx, x: Tensor, name: str) -> Tensor:
     g = c.g
     xf = g.to(x, 4)
     p = g.unary_saves_input(xf, name + ".pow", fp32=True)
-    m = g.reduce(p, BS, name + ".mean")
+    m = g.reduce(p, c.rows, name + ".mean")
     r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
-    return g.mul(xf, r, out=BS * c.sp.h, name=name + ".normed")
+    return g.mul(xf, r, out=c.rows * c.sp.h, name=name + ".normed")
 
 
 def _rmsnorm(c: Ctx, x: Tensor, name: str) -> Tensor:
     """LlamaRMSNorm: x.to(fp32); x * rsqrt(x.pow(2).mean(-1) + eps); weight * x.to(input dtype)."""
     g, h = c.g, c.sp.h
     nd = g.to(_rms_normed(c, x, name), x.dt)
-    return g.mul(c.w(h, name), nd, out=BS * h, name=name)
+    return g.mul(c.w(h, name), nd, out=c.rows * h, name=name)
 
 
 def _gemma_rmsnorm(c: Ctx, x: Tensor, name: str) -> Tensor:
@@ -64,13 +81,13 @@ def _gemma_rmsnorm(c: Ctx, x: Tensor, name: str) -> Tensor:
     g, h = c.g, c.sp.h
     n = _rms_normed(c, x, name)
     w1 = g.scale(g.to(c.w(h, name), 4), name + ".1+w")
-    y = g.mul(n, w1, out=BS * h, name=name)
+    y = g.mul(n, w1, out=c.rows * h, name=name)
     return g.to(y, x.dt)
 
 
 def layernorm(c: Ctx, x: Tensor, name: str) -> Tensor:
     """nn.LayerNorm (native_layer_norm)."""
-    return c.g.layer_norm(x, BS, c.w(c.sp.h, name), name=name)
+    return c.g.layer_norm(x, c.rows, c.w(c.sp.h, name), name=name)
 
 
 def norm(c: Ctx, x: Tensor, name: str) -> Tensor:
@@ -168,7 +185,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     """Projections, positions, the KV cache update, the attention core and the output projection,
     per family."""
     g, sp = c.g, c.sp
-    qkv = _project_qkv(c, x)
+    qkv = _project_qkv(c, c.gather(x))
     if c.o.cache and sp.kind == "decoder":
         _cache_kv(g, qkv)
     out = _attention_core(c, qkv, mask)
@@ -176,7 +193,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
              "vit": "dense", "opt": "out_proj"}.get(sp.family, "o_proj")
     y = c.linear(out, sp.heads * sp.d, sp.h, oname)
     g.touch(qkv.q, qkv.k, qkv.v)  # the attention forward's locals live until it returns
-    return y
+    return c.scatter(y)
 
 
 def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
@@ -185,8 +202,8 @@ def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
     h, fam = sp.h, sp.family
     qd, kvd = sp.heads * sp.d, sp.kv * sp.d
     if fam == "gpt2":
-        qkv = c.linear(x, h, 3 * h, "c_attn")
-        q, k, v = g.split(qkv, [BS * h, BS * h, BS * h])
+        qkv = c.linear(x, h, 3 * qd, "c_attn")  # (qd = h, or h / tp on a TP rank)
+        q, k, v = g.split(qkv, [BS * qd, BS * qd, BS * qd])
         return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
     if fam in ("gpt_neox", "phi3"):
         name = "query_key_value" if fam == "gpt_neox" else "qkv_proj"
@@ -306,6 +323,11 @@ def _falcon_eager(c: Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) 
 
 
 def _mlp(c: Ctx, x: Tensor) -> Tensor:
+    """The dense MLP (column-parallel up/gate, row-parallel down under TP)."""
+    return c.scatter(_mlp_body(c, c.gather(x)))
+
+
+def _mlp_body(c: Ctx, x: Tensor) -> Tensor:
     g, sp = c.g, c.sp
     h, inter, fam = sp.h, sp.inter, sp.family
     if fam == "phi3":
@@ -327,11 +349,17 @@ def _mlp(c: Ctx, x: Tensor) -> Tensor:
 
 
 def _moe(c: Ctx, x: Tensor) -> Tensor:
+    """The MoE block (gathered and scattered like the MLP under SP)."""
+    return c.scatter(_moe_body(c, c.gather(x)))
+
+
+def _moe_body(c: Ctx, x: Tensor) -> Tensor:
     """A sparse MoE block with transformers' default grouped_mm experts (dropless: the b*s*k
     token-expert pairs are gathered, sorted by expert, and run as grouped matmuls; the routed
     total is b*s*k rows however unevenly they fall on experts)."""
     g, sp = c.g, c.sp
     h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
+    E_rank = E // c.o.ep  # experts this rank holds (expert parallelism)
     # router: F.linear(x, gate.weight), softmax in fp32, top-k (+ renormalize)
     logits = g.linear(x, c.w(E * h, "router"), BS * E, name="router")
     if sp.family == "mixtral":
@@ -354,12 +382,12 @@ def _moe(c: Ctx, x: Tensor) -> Tensor:
     sel = g.index(x, S * h, gather_idx, name="experts.gather")
     sel = g.to(sel, g.r.param)  # grouped_mm is not autocast-enabled: cast to the weight dtype
     offsets = g.saved_const(ONE * E, 4, "offsets")
-    proj = g.linear(sel, c.w(E * 2 * I * h, "experts.gate_up_proj"), S * (2 * I),
+    proj = g.linear(sel, c.w(E_rank * 2 * I * h, "experts.gate_up_proj"), S * (2 * I),
                     name="experts.gate_up", autocast=False)
     g._op("offsets", [], [], saved=[offsets])
     gate, up = g.split(proj, [S * I, S * I])
     y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
-    down = g.linear(y, c.w(E * I * h, "experts.down_proj"), S * h, name="experts.down",
+    down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), S * h, name="experts.down",
                     autocast=False)
     sw = g.index(top, S, g.saved_const(S, 8, "perm"), name="experts.sample_weights")
     weighted = g.mul(down, sw, out=S * h, name="experts.weighted")

@@ -13,7 +13,7 @@ def embed_block(c: Ctx, ids: Tensor) -> Tensor:
     g, sp = c.g, c.sp
     h = sp.h
     if sp.kind == "vision":
-        return _vit_embed(c)
+        return c.scatter(_vit_embed(c))
     emb_trainable = not c.o.frozen
     x = g.embedding(ids, g.param(sp.vocab * h, "embed_tokens", trainable=emb_trainable), BS * h)
     if sp.family == "gemma2":
@@ -28,9 +28,10 @@ def embed_block(c: Ctx, ids: Tensor) -> Tensor:
         tt = g.embedding(g.constant(BS, 8, "token_type_ids"), g.param(h, "token_type"), BS * h)
         pos = g.embedding(g.constant(BS, 8, "position_ids"), g.param(h, "positions"), BS * h)
         x = g.add(g.add(x, tt, "embed+tt"), pos, "embed+pos")
+        x = c.scatter(x)
         x = layernorm(c, x, "embeddings.LayerNorm")
-        x = g.dropout(x, sp.hidden_dropout, "embed.dropout")
-    return x
+        return g.dropout(x, sp.hidden_dropout, "embed.dropout")
+    return c.scatter(x)  # SP: the vocab-parallel embedding's output reduce-scattered
 
 
 def _vit_embed(c: Ctx) -> Tensor:
@@ -77,11 +78,13 @@ def head_block(c: Ctx, x: Tensor) -> Tensor:
         return g.cross_entropy(_vit_classifier(c, x), Form(b=1), sp.labels)
     if sp.family == "bert":
         g.hold(x)  # the encoder's last_hidden_state, held by its output
-        logits = g.linear(_bert_transform(c, x), c.w(V * h, "decoder"), BS * V, name="decoder")
+        logits = g.linear(_bert_transform(c, c.gather(x)), c.w(V * h, "decoder"), BS * V,
+                          name="decoder")
         g.hold(logits)
         return g.cross_entropy(logits, BS, V)
     x = _final_norm(c, x)
     g.hold(x)  # last_hidden_state: held by the base model's output until the forward returns
+    x = c.gather(x)  # SP: the head is column-parallel (vocab-parallel) over the full sequence
     logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
     g.hold(logits)  # returned in the model output: alive until the forward returns
     if sp.softcap_final:
@@ -101,9 +104,11 @@ def infer_head(c: Ctx, x: Tensor, logits_all: bool) -> Tensor:
         return g.linear(_bert_transform(c, x), c.w(V * h, "decoder"), BS * V, name="decoder")
     x = _final_norm(c, x)
     if logits_all:
-        logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
-    else:
-        last = g.index(x, Form(b=h), None, name="last_position")
-        logits = g.linear(last, c.w(V * h, "lm_head"), Form(b=V), name="lm_head")
+        # A plain forward without labels (scoring, perplexity): transformers' *ForCausalLM
+        # returns ``self.lm_head(hidden_states)`` in the model dtype and upcasts only inside
+        # the loss, which runs when labels are passed -- no fp32 copy.
+        return g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
+    last = g.index(x, Form(b=h), None, name="last_position")
+    logits = g.linear(last, c.w(V * h, "lm_head"), Form(b=V), name="lm_head")
     return g.to(logits, 4)  # next_token_logits.to(float32) in generate()
 

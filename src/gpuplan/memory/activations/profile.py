@@ -3,7 +3,8 @@ each replayed once by :func:`~.symbolic.simulate` and cached per architecture an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 from functools import lru_cache
 
 from ...job import Job
@@ -15,7 +16,24 @@ from .heads import embed_block, head_block
 from .spec import Opts, Spec, sliding_mask, spec_cached
 from .symbolic import BS, ZERO, Form, Graph, LayerProfile, Regime, simulate
 
-__all__ = ["StepProfile", "step_profile", "layer_activation_bytes", "regime_for"]
+__all__ = ["StepProfile", "Shard", "step_profile", "layer_activation_bytes", "regime_for"]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one rank of a parallel layout runs of the step: the sequence split over the TP group
+    (``sp``, Megatron sequence parallelism), ``1 / ep`` of the experts, and whether its pipeline
+    stage holds the embeddings (``first``) and the head and loss (``last``). The architecture
+    the profile is built from is already the rank's (heads, widths and vocabulary per TP rank,
+    the stage's layers)."""
+
+    sp: int = 1
+    ep: int = 1
+    first: bool = True
+    last: bool = True
+
+
+WHOLE = Shard()
 
 
 def regime_for(precision: str) -> Regime:
@@ -46,7 +64,8 @@ class StepProfile:
     notes: tuple[str, ...] = ()
 
 
-def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False) -> Opts:
+def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
+          shard: Shard = WHOLE) -> Opts:
     # transformers turns the cache off when gradient checkpointing is enabled (full checkpointing)
     cache = job.use_cache and job.checkpointing != "full" and sp.kind == "decoder"
     frozen = job.lora_rank is not None
@@ -54,7 +73,7 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False) 
                 lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
                 quantized=frozen and job.lora_base is not None
                 and job.lora_base.startswith(("nf4", "fp4")),
-                frozen=frozen, sdpa_mask=sdpa_mask)
+                frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep)
 
 
 @lru_cache(maxsize=512)
@@ -75,13 +94,14 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
         mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
     if sp.kind == "decoder" and o.attention == "sdpa" and o.sdpa_mask:
         mask_form = Form(bss=1)  # sdpa_mask: a boolean (b, 1, s, s) mask, held in forward
+    rows = BS if o.sp == 1 else BS * Fraction(1, o.sp)  # residual-stream rows on this rank
     layer_profiles = []
     by_kind: dict[bool, LayerProfile] = {}
     for count, is_moe in runs:
         if is_moe not in by_kind:
             g = Graph(regime)
             c = Ctx(g, sp, o)
-            x = g.input(BS * sp.h, pdt, grad=True, name="hidden")
+            x = g.input(rows * sp.h, pdt, grad=True, name="hidden")
             mask = g.constant(Form(bss=1), pdt, "mask") if mask_form != ZERO else None
             layer_idx = sp.moe_layers[0] if is_moe else next(
                 (i for i in range(sp.layers) if i not in sp.moe_layers), 0)
@@ -105,7 +125,7 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     # head + loss
     g = Graph(regime)
     c = Ctx(g, sp, o)
-    hx = g.input(BS * sp.h, pdt, grad=True, name="hidden")
+    hx = g.input(rows * sp.h, pdt, grad=True, name="hidden")
     loss = head_block(c, hx)
     head = simulate(g, [loss], param_grad_dt=grad_dt)
     inputs = Form(bs=16) if sp.kind != "vision" else Form(b=8)
@@ -115,7 +135,7 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
         notes.append("selective checkpointing recomputes the attention core; with SDPA/flash "
                      "that core already keeps only O(s) statistics, so it saves little")
     return StepProfile(embed=embed, layers=tuple(layer_profiles), head=head,
-                       layer_input=BS * (sp.h * pdt), inputs=inputs, mask=mask_form,
+                       layer_input=rows * (sp.h * pdt), inputs=inputs, mask=mask_form,
                        checkpointing=checkpointing, regime=regime, notes=tuple(notes))
 
 
@@ -127,14 +147,43 @@ def _lora_targets(model: Model, job: Job) -> frozenset:
     return frozenset(DEFAULT_LORA_TARGETS.get(model.architecture.family, ()))
 
 
-def step_profile(model: Model, job: Job, seq: int | None = None) -> StepProfile:
+def step_profile(model: Model, job: Job, seq: int | None = None,
+                 shard: Shard = WHOLE) -> StepProfile:
     """The step profile of ``job`` on ``model`` (its architecture must be known). ``seq``
-    overrides the job's sequence length (it decides whether a sliding-window mask exists)."""
+    overrides the job's sequence length (it decides whether a sliding-window mask exists);
+    ``shard`` is what one rank of a parallel layout runs (default: the whole step)."""
     arch = model.architecture
     sp = spec_cached(arch)
     s = seq if seq is not None else seq_for(model, job)
-    o = _opts(job, sp, _lora_targets(model, job), sliding_mask(arch, sp, job.attention, s))
-    return _profile_cached(sp, regime_for(job.precision), o, job.checkpointing)
+    o = _opts(job, sp, _lora_targets(model, job), sliding_mask(arch, sp, job.attention, s),
+              shard)
+    prof = _profile_cached(sp, regime_for(job.precision), o, job.checkpointing)
+    if shard.first and shard.last:
+        return prof
+    return _stage_profile(prof, shard.first, shard.last)
+
+
+_STAGES: dict[tuple, tuple[StepProfile, StepProfile]] = {}
+
+
+def _stage_profile(prof: StepProfile, first: bool, last: bool) -> StepProfile:
+    """A pipeline stage's part of the step: the embeddings and the input ids only on the first
+    stage, the head, the loss and the labels only on the last (cached per profile)."""
+    key = (id(prof), first, last)
+    hit = _STAGES.get(key)
+    if hit is not None and hit[0] is prof:
+        return hit[1]
+    ids = Form(bs=8)  # int64 token ids (first stage) and labels (last stage)
+    if prof.inputs != Form(bs=16):  # images: all on the first stage
+        ids = prof.inputs
+    out = replace(prof, embed=prof.embed if first else LayerProfile(),
+                  head=prof.head if last else LayerProfile(),
+                  inputs=(ids if first else ZERO) + (Form(bs=8) if last and ids == Form(bs=8)
+                                                     else ZERO))
+    if len(_STAGES) > 1024:
+        _STAGES.clear()
+    _STAGES[key] = (prof, out)
+    return out
 
 
 def layer_activation_bytes(model: Model, job: Job, *, batch: int | None = None,

@@ -120,6 +120,8 @@ class Opts:
     quantized: bool         # frozen base in 4 bits (QLoRA)
     frozen: bool            # base weights frozen (LoRA)
     sdpa_mask: bool = False  # an explicit mask reaches SDPA (sliding window shorter than s)
+    sp: int = 1             # Megatron sequence parallelism: the sequence split over this TP group
+    ep: int = 1             # expert parallelism: this rank holds experts / ep of each MoE layer
 
 
 def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:

@@ -103,7 +103,7 @@ class _Storage:
 class Tensor:
     """A symbolic tensor: a view of a storage, with a dtype size and a requires-grad flag."""
 
-    __slots__ = ("numel", "dt", "grad", "st", "param", "name", "view_of")
+    __slots__ = ("numel", "dt", "grad", "st", "param", "name", "view_of", "gathered_from")
 
     def __init__(self, numel: Form, dt: int, grad: bool, st: _Storage | None, *, param: bool = False,
                  name: str = "", view_of: "Tensor | None" = None) -> None:
@@ -114,6 +114,9 @@ class Tensor:
         self.param = param
         self.name = name
         self.view_of = view_of
+        self.gathered_from: Tensor | None = None
+        """Sequence parallelism: the sequence shard this tensor was all-gathered from (a
+        column-parallel linear saves the shard and gathers it again in backward)."""
 
     @property
     def nbytes(self) -> Form:
@@ -240,11 +243,33 @@ class Graph:
         y = self._new(out, self._promote(x, w) if not quantized else x.dt, x.grad or w.grad,
                       "act", name)
         saved = []
+        bwd_temp = ONE * quantized
         if w.grad or (quantized and x.grad):
-            saved.append(x)
+            if x.gathered_from is not None:
+                # Megatron SP: the shard is saved, backward all-gathers it again for the
+                # weight gradient (a full-size buffer while the op's backward runs)
+                saved.append(x.gathered_from)
+                bwd_temp = bwd_temp + x.nbytes
+            else:
+                saved.append(x)
         if x.grad and not w.param and not quantized:
             saved.append(w)
-        self._op(name, [x, w], [y], saved=saved, bwd_temp=ONE * quantized, fwd_temp=ONE * quantized)
+        self._op(name, [x, w], [y], saved=saved, bwd_temp=bwd_temp, fwd_temp=ONE * quantized)
+        return y
+
+    def sp_gather(self, x: Tensor, full: Form, name: str = "sp.all_gather") -> Tensor:
+        """Sequence parallelism: all-gather the sequence shard ``x`` into the full sequence (a
+        buffer alive until its last reader; backward reduce-scatters its gradient)."""
+        y = self._new(full, x.dt, x.grad, "act", name)
+        y.gathered_from = x
+        self._op(name, [x], [y])
+        return y
+
+    def sp_scatter(self, x: Tensor, part: Form, name: str = "sp.reduce_scatter") -> Tensor:
+        """Sequence parallelism: reduce-scatter a row-parallel output to this rank's shard
+        (backward all-gathers the gradient)."""
+        y = self._new(part, x.dt, x.grad, "act", name)
+        self._op(name, [x], [y])
         return y
 
     def matmul(self, a: Tensor, b: Tensor, out: Form, name: str = "matmul", *,

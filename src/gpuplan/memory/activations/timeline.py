@@ -8,12 +8,13 @@ parameter gradients appearing as each block's backward produces them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...job import Job
 from ...models import Model
 from ..shape import seq_for
-from .profile import StepProfile, step_profile
+from .profile import WHOLE, Shard, StepProfile, step_profile
 from .symbolic import LayerProfile
 
 __all__ = ["TrainActivations", "train_activations", "fmt_gb"]
@@ -38,13 +39,17 @@ class TrainActivations:
     summary: str = ""
     saved_bytes: int = 0
     """Everything saved for backward at the end of the forward (the classic "activations")."""
+    kept_bytes: int = 0
+    """What the forward keeps per micro-batch until its backward: ``saved_bytes``, or less under
+    checkpointing (a pipeline stage holds this for every micro-batch in flight)."""
     per_layer_bytes: tuple[int, ...] = ()
     """Saved bytes of each distinct layer kind (dense, MoE), no checkpointing."""
     notes: tuple[str, ...] = ()
 
 
 def train_activations(model: Model, job: Job, *, grad_bytes: int,
-                      seq: int | None = None, batch: int | None = None) -> TrainActivations:
+                      seq: int | None = None, batch: int | None = None,
+                      shard: Shard = WHOLE) -> TrainActivations:
     """Activations, temporaries and gradients at the forward and backward peaks of one micro-step.
 
     ``grad_bytes`` are the parameter-gradient bytes this GPU holds once backward is done (sharded
@@ -60,14 +65,14 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
                    "name or a config.json for batch/sequence-dependent memory",))
     s = seq if seq is not None else seq_for(model, job)
     b = batch if batch is not None else job.batch
-    prof = step_profile(model, job, seq=s)
-    key = (id(prof), b, s, grad_bytes, job.grad_accum > 1, arch.tie_word_embeddings,
+    prof = step_profile(model, job, seq=s, shard=shard)
+    key = (id(prof), b, s, grad_bytes, _grads_alive(job), arch.tie_word_embeddings,
            job.attention)
     hit = _TIMELINES.get(key)
     if hit is not None and hit[0] is prof:
         return hit[1]
     out = _train_from_profile(prof, b, s, grad_bytes=grad_bytes,
-                              accumulating=job.grad_accum > 1, tied=arch.tie_word_embeddings,
+                              accumulating=_grads_alive(job), tied=arch.tie_word_embeddings,
                               attention=job.attention)
     if len(_TIMELINES) > 8192:
         _TIMELINES.clear()
@@ -91,11 +96,13 @@ def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, a
     summary = (f"{fmt_gb(saved_all)} saved for backward at batch {b} x seq {s}"
                + (f"; {ckpt} checkpointing keeps {fmt_gb(kept_all)}" if ckpt != "none" else "")
                + f"; {attention} attention")
+    up = math.ceil  # sequence-parallel shards have fractional coefficients (b*s/t rows)
     return TrainActivations(
-        known=True, forward_peak=fwd_act, forward_temporaries=fwd_tmp, forward_detail=fwd_where,
-        backward_peak=bwd_act, backward_temporaries=bwd_tmp, backward_grads=bwd_grads,
-        backward_detail=bwd_where, summary=summary, saved_bytes=saved_all,
-        per_layer_bytes=tuple(r.saved for r in runs), notes=prof.notes)
+        known=True, forward_peak=up(fwd_act), forward_temporaries=up(fwd_tmp),
+        forward_detail=fwd_where, backward_peak=up(bwd_act), backward_temporaries=up(bwd_tmp),
+        backward_grads=bwd_grads, backward_detail=bwd_where, summary=summary,
+        saved_bytes=up(saved_all), kept_bytes=up(kept_all),
+        per_layer_bytes=tuple(up(r.saved) for r in runs), notes=prof.notes)
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,12 @@ def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_
               accumulate_into=tied)
     _, a, t, g, where = peak.best
     return a, t, g, where
+
+
+def _grads_alive(job: Job) -> bool:
+    """Whether every parameter gradient exists when the micro-step's backward starts: earlier
+    micro-steps made them (``grad_accum`` > 1), or ``zero_grad(set_to_none=False)`` kept them."""
+    return job.grad_accum > 1 or not job.zero_grad_set_to_none
 
 
 def fmt_gb(n: int) -> str:

@@ -1,0 +1,91 @@
+"""``gpuplan cluster MODEL --gpu G --gpus N``: search every parallel layout of a training job
+(``--seq S --global-batch B``) or a serving job (``--mode infer --concurrency C --context T``)
+and show the best few. Thin: parses, calls :func:`gpuplan.cluster.cluster_search`, renders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .._io import check_writable
+from ..cluster import cluster_search
+from ..errors import InputError
+from ..hardware import resolve_gpu
+from ..models import load_model
+from ..report.cluster import plot_cluster, render_cluster
+from ..units import parse_positive_int
+from ._common import add_download_argument
+from ._job_options import add_job_options, job_from_args
+
+__all__ = ["register", "run"]
+
+#: The job options the search honours; the layout options (--tp, --pp ...) are what it searches.
+_SUPPORTED = frozenset({"mode", "precision", "infer_precision", "optimizer", "optimizer_states",
+                        "fused_optimizer", "seq", "gpus", "attention", "kv_dtype", "context",
+                        "gpus_per_node", "inter_node", "runtime"})
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "cluster", help="the best parallel layout (TP/PP/CP/EP/DP, ZeRO) of a job on N GPUs",
+        description="Search every valid layout of MODEL over --gpus N GPUs (tensor, pipeline, "
+                    "context, expert and data parallel; ZeRO stage; micro-batch; checkpointing; "
+                    "pipeline schedule), keep those that fit, rank by tokens/s (serving: per "
+                    "GPU, within --max-token-ms), and show the best with their breakdowns.")
+    p.add_argument("model", help="catalog name, hub id, config.json or model directory")
+    add_download_argument(p)
+    p.add_argument("--gpu", required=True, help="GPU SKU or alias (see `gpuplan gpus`)")
+    add_job_options(p)
+    p.add_argument("--global-batch", default=None, metavar="B",
+                   help="training: sequences per step over all GPUs")
+    p.add_argument("--concurrency", default=None, metavar="C",
+                   help="serving: sequences decoded at once over all replicas")
+    p.add_argument("--max-token-ms", default=None, metavar="MS",
+                   help="serving: the most time per output token a layout may take")
+    p.add_argument("--top", default="3", metavar="K", help="layouts to show (default 3)")
+    p.add_argument("--tp-overlap", action="store_true",
+                   help="TP collectives overlapped with GEMMs (Megatron-Core --tp-comm-overlap)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="memory vs throughput of every layout tried, the chosen one marked")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_writable(args.plot, what="--plot")
+    gpu, alias = resolve_gpu(args.gpu)
+    model = load_model(args.model, download=args.download)
+    job = job_from_args(args, model, command="cluster", default_mode="train",
+                        modes=("train", "infer"), supported=_SUPPORTED)
+    gb = None if args.global_batch is None else parse_positive_int(
+        args.global_batch, what="--global-batch", maximum=10**9)
+    conc = None if args.concurrency is None else parse_positive_int(
+        args.concurrency, what="--concurrency", maximum=10**7)
+    top = parse_positive_int(args.top, what="--top", maximum=50)
+    max_s = None
+    if args.max_token_ms is not None:
+        try:
+            max_s = float(args.max_token_ms) / 1e3
+        except ValueError:
+            max_s = -1.0
+        if not max_s > 0:
+            raise InputError(f"--max-token-ms {args.max_token_ms!r}: expected a number > 0")
+    plan = cluster_search(model, gpu, job, global_batch=gb, concurrency=conc, top=top,
+                          max_decode_s=max_s, tp_overlap=args.tp_overlap)
+    if args.plot:
+        plot_cluster(plan, args.plot)
+    if args.json:
+        d = plan.to_dict()
+        if alias:
+            d["gpu_note"] = alias
+        json.dump(d, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if alias:
+        print(f"note: {alias}", file=sys.stderr)
+    render_cluster(plan, sys.stdout)
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0

@@ -1,0 +1,352 @@
+"""The cluster search: every valid layout of a job over N GPUs (TP x PP x CP x EP x DP, ZeRO stage,
+micro-batch and accumulation, checkpointing, pipeline schedule), timed by
+:mod:`gpuplan.compute.parallel`, checked for memory by :mod:`gpuplan.memory`, ranked by tokens/s
+(serving: by tokens/s per GPU -- the inverse of the cost per token -- within the latency asked).
+
+Pruning keeps a 405B model over 16,384 GPUs in seconds: the time of one micro-batch is built once
+per (TP, CP, micro-batch, checkpointing) and every layout's step is arithmetic over it; the
+candidates are then visited fastest first, and memory (the expensive part) is checked only until
+the best few that fit are found, after a lower bound of the model states per GPU rules out the
+hopeless ones without building them. Sequence parallelism is on whenever TP > 1 (same traffic as
+TP's all-reduces, less activation memory).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .compute.device import default_efficiency, device_from_gpu
+from .compute.parallel import (
+    Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_costs,
+    model_flops_per_token, serve_time, shard_arch, stage_params,
+)
+from .compute.step import StepSpec, build_steps, infer_precision, train_precision
+from .errors import GpuplanError, InputError
+from .formats import TRAINING_RECIPES, get_optimizer, optimizer_state_bytes
+from .hardware import GPU
+from .hardware.topology import Topology, topology_for
+from .job import Job
+from .memory import infer_memory, train_memory
+from .models import Model
+
+__all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CHECKPOINTING"]
+
+#: Schedules tried when PP > 1 (GPipe has 1F1B's bubble and more memory: never better).
+SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4")
+CHECKPOINTING = ("none", "selective", "full")
+_MICRO = (1, 2, 4, 8)
+#: Serving engines (vLLM, TensorRT-LLM, SGLang) replay decode steps from CUDA graphs: the runtime
+#: a serving search assumes when the job leaves it to the mode (stated in the notes).
+_SERVE_RUNTIME = "cudagraphs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterCandidate:
+    """One layout tried: its time, and its memory when it was checked."""
+
+    layout: Layout
+    timed: LayoutTime | ServeTime
+    memory_bytes: int | None = None
+    """Per-GPU peak (the worst stage); None: not checked (slower than the ones kept)."""
+    memory_note: str | None = None
+    """Why the memory is unknown or the layout was ruled out without building it."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.timed.tokens_per_s
+
+    def fits(self, usable: int) -> bool:
+        return self.memory_bytes is not None and self.memory_bytes <= usable
+
+    def to_dict(self) -> dict:
+        return {"layout": self.layout.to_dict(), "label": self.layout.label(),
+                "tokens_per_s": self.tokens_per_s,
+                "tokens_per_s_per_gpu": self.timed.tokens_per_s_per_gpu,
+                "memory_bytes": self.memory_bytes, "memory_note": self.memory_note,
+                "time": self.timed.to_dict()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterPlan:
+    """The result of :func:`cluster_search`."""
+
+    model: str
+    gpu: str
+    gpus: int
+    mode: Literal["train", "infer"]
+    seq: int
+    global_batch: int | None
+    concurrency: int | None
+    usable_bytes: int
+    topology: Topology
+    best: tuple[ClusterCandidate, ...]
+    """The fastest layouts that fit, best first."""
+    tried: tuple[ClusterCandidate, ...]
+    """Every layout whose memory was checked (the plot's points)."""
+    enumerated: int
+    """Valid layouts timed."""
+    why_runner_up_loses: str | None
+    elapsed_s: float
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus, "mode": self.mode,
+                "seq": self.seq, "global_batch": self.global_batch,
+                "concurrency": self.concurrency, "usable_bytes": self.usable_bytes,
+                "topology": self.topology.to_dict(),
+                "best": [c.to_dict() for c in self.best],
+                "why_runner_up_loses": self.why_runner_up_loses,
+                "enumerated": self.enumerated, "memory_checked": len(self.tried),
+                "tried": [{"label": c.layout.label(), "tokens_per_s": c.tokens_per_s,
+                           "memory_bytes": c.memory_bytes, "memory_note": c.memory_note}
+                          for c in self.tried],
+                "elapsed_s": self.elapsed_s, "notes": list(self.notes)}
+
+
+def _pow2_divisors(n: int, limit: int) -> list[int]:
+    out, k = [], 1
+    while k <= limit and n % k == 0:
+        out.append(k)
+        k *= 2
+    return out
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _tps(arch: Any, gpus: int, per_node: int) -> list[int]:
+    kv = arch.num_kv_heads
+    return [t for t in _pow2_divisors(gpus, per_node)
+            if arch.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+
+
+def _train_layouts(arch: Any, gpus: int, seq: int, batch: int, per_node: int):
+    """Every valid training layout (ZeRO and checkpointing are added by the caller)."""
+    for tp in _tps(arch, gpus, per_node):
+        for pp in _divisors(gpus // tp, min(arch.num_layers, 128)):
+            cps = [c for c in _pow2_divisors(gpus // (tp * pp), 64) if seq % c == 0
+                   and (c == 1 or seq // c >= 2048)]
+            for cp in cps:
+                dp = gpus // (tp * pp * cp)
+                if batch % dp:
+                    continue
+                eps = ([e for e in _divisors(arch.num_experts, arch.num_experts)
+                        if (dp * cp) % e == 0] if arch.is_moe else [1])
+                for ep in eps:
+                    for b in (b for b in _MICRO if (batch // dp) % b == 0):
+                        m = batch // (dp * b)
+                        for sched in (SCHEDULES if pp > 1 else ("1f1b",)):
+                            v = int(sched.partition(":")[2] or 1)
+                            if v > 1 and (m % pp or arch.num_layers < pp * v):
+                                continue
+                            yield Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, chunks=v,
+                                         schedule=sched, micro_batches=m, batch=b, seq=seq,
+                                         sequence_parallel=tp > 1)
+
+
+@dataclass
+class _Ctx:
+    """What every candidate of one search shares."""
+
+    model: Model
+    gpu: GPU
+    base: Job
+    topo: Topology
+    device: Any
+    eff: Any
+    prec: Any
+    usable: int
+    tp_overlap: bool
+    costs: dict = field(default_factory=dict)
+
+
+def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx:
+    device = device_from_gpu(gpu)
+    prec = (train_precision(base.precision, device, False) if mode == "train"
+            else infer_precision(base.infer_precision, device, False))
+    topo = topology_for(gpu, gpus_per_node=base.gpus_per_node, inter_node=base.inter_node)
+    return _Ctx(model=model, gpu=gpu, base=base, topo=topo, device=device,
+                eff=default_efficiency(device), prec=prec, usable=gpu.memory_bytes,
+                tp_overlap=tp_overlap)
+
+
+def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) -> LayoutTime:
+    arch = c.model.architecture
+    key = (lay.tp, lay.cp, lay.batch)
+    if key not in c.costs:
+        c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
+                                   batch=lay.batch, seq=lay.seq, attention=c.base.attention)
+    return layout_time(arch, c.costs[key][lay.checkpointing], lay, c.topo, device=c.device, eff=c.eff, prec=c.prec,
+                       params=c.model.params.total, flops_per_token=flops_per_token,
+                       state_bytes_per_param=per_param, tp_overlap=c.tp_overlap)
+
+
+def _states_floor(c: _Ctx, lay: Layout) -> float:
+    """A lower bound of one GPU's model states (weights, gradients, master, optimizer)."""
+    r = TRAINING_RECIPES[c.base.precision]
+    n = stage_params(c.model.architecture, c.model.params.total, lay)
+    per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, r.state_bytes)
+    group = lay.dp * lay.cp
+    w = r.weight_bytes / (group if lay.zero == 3 else 1)
+    g = r.grad_bytes / (group if lay.zero >= 2 else 1)
+    return n * (w + g + (r.master_bytes + per) / (group if lay.zero >= 1 else 1))
+
+
+def _job_of(c: _Ctx, lay: Layout, mode: str) -> Job:
+    return c.base._evolve(
+        mode=mode, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, gpus=lay.gpus,
+        sequence_parallel=lay.sequence_parallel, pp_schedule=lay.schedule,
+        micro_batches=lay.micro_batches if mode == "train" else None,
+        grad_accum=lay.micro_batches if mode == "train" else 1, batch=lay.batch,
+        zero=lay.zero, checkpointing=lay.checkpointing)
+
+
+def _memory(c: _Ctx, lay: Layout, mode: str) -> tuple[int | None, str | None]:
+    if mode == "train" and _states_floor(c, lay) > c.usable:
+        return None, "model states alone exceed the GPU (not built)"
+    job = _job_of(c, lay, mode)
+    try:
+        if mode == "train":
+            mem = train_memory(c.model, job)
+        else:  # weights and KV cache split over the replica's TP x PP GPUs
+            mem = infer_memory(c.model, job._evolve(tp=1, pp=1, gpus=1, sequence_parallel=False),
+                               tensor_parallel=lay.tp * lay.pp)
+    except GpuplanError as e:
+        return None, str(e).split(";")[0]
+    return mem.total_bytes, None
+
+
+def _shape(c: ClusterCandidate) -> tuple:
+    x = c.layout
+    return (x.tp, x.pp, x.cp, x.ep, x.dp, x.batch, x.schedule)
+
+
+def _rank(c: _Ctx, timed: list[ClusterCandidate], mode: str, top: int,
+          max_checks: int) -> tuple[list[ClusterCandidate], list[ClusterCandidate]]:
+    """Visit the candidates fastest first; check memory until ``top`` fit."""
+    best: list[ClusterCandidate] = []
+    tried: list[ClusterCandidate] = []
+    built = 0
+    for cand in sorted(timed, key=lambda x: -x.timed.tokens_per_s_per_gpu):
+        if len(best) >= top or built >= max_checks:
+            break
+        mem, note = _memory(c, cand.layout, mode)
+        built += note is None or not note.startswith("model states alone")
+        cand = replace(cand, memory_bytes=mem, memory_note=note)
+        tried.append(cand)
+        if cand.fits(c.usable) and _shape(cand) not in {_shape(b) for b in best}:
+            best.append(cand)  # one per layout shape: its fastest ZeRO/checkpointing that fits
+    return best, tried
+
+
+def _train_candidates(c: _Ctx, seq: int, batch: int) -> list[ClusterCandidate]:
+    arch = c.model.architecture
+    fpt = model_flops_per_token(arch, c.device, c.eff, c.prec, seq, c.base.attention)
+    per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, c.prec.state)
+    out = []
+    for lay in _train_layouts(arch, c.base.gpus, seq, batch, c.topo.gpus_per_node):
+        for ckpt in CHECKPOINTING:
+            for zero in (0, 1, 2, 3) if lay.dp * lay.cp > 1 else (0,):
+                cand = Layout(tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, dp=lay.dp,
+                              chunks=lay.chunks, schedule=lay.schedule,
+                              micro_batches=lay.micro_batches, batch=lay.batch, seq=seq,
+                              zero=zero, sequence_parallel=lay.sequence_parallel,
+                              checkpointing=ckpt)
+                out.append(ClusterCandidate(layout=cand, timed=_time_train(c, cand, fpt, per)))
+    return out
+
+
+def _serve_candidates(c: _Ctx, concurrency: int, context: int,
+                      max_decode_s: float | None) -> list[ClusterCandidate]:
+    arch = c.model.architecture
+    out = []
+    for tp in _tps(arch, c.base.gpus, c.topo.gpus_per_node):
+        for pp in _divisors(c.base.gpus // tp, min(arch.num_layers, 64)):
+            dp = c.base.gpus // (tp * pp)
+            b = math.ceil(concurrency / dp)
+            lay = Layout(tp=tp, pp=pp, dp=dp, batch=b, seq=context)
+            job = c.base._evolve(mode="infer", batch=b, seq=context, context=context,
+                                 runtime=_SERVE_RUNTIME if c.base.runtime == "auto"
+                                 else c.base.runtime)
+            spec = StepSpec.of(job, mode="infer", seq=context, new_tokens=1, trainable=None,
+                               single_device=True)
+            dec, pre, _, _ = build_steps(shard_arch(arch, tp), 0, (), c.device, c.eff, c.prec,
+                                         spec)
+            st = serve_time(arch, dec.time_s, pre.time_s if pre else dec.time_s, lay, c.topo,
+                            c.eff, c.prec.act)
+            if max_decode_s is None or st.decode_s <= max_decode_s:
+                out.append(ClusterCandidate(layout=lay, timed=st))
+    return out
+
+
+def _why(best: list[ClusterCandidate]) -> str | None:
+    """Why the runner-up loses: the part of its step that differs most from the winner's."""
+    if len(best) < 2:
+        return None
+    a, b = best[0], best[1]
+    slower = 1 - b.tokens_per_s / a.tokens_per_s
+    if isinstance(a.timed, ServeTime):
+        return (f"runner-up {b.layout.label()} is {slower:.1%} slower per GPU: "
+                f"{b.timed.decode_s * 1e3:.2f} ms per token vs {a.timed.decode_s * 1e3:.2f} ms")
+    parts = ("compute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
+             "dp_exposed_s", "optimizer_s")
+    names = {"compute_s": "compute (recompute included)", "bubble_s": "pipeline bubble",
+             "tp_comm_s": "exposed TP collectives", "cp_comm_s": "exposed CP ring",
+             "ep_comm_s": "EP all-to-all", "pp_comm_s": "pipeline sends",
+             "dp_exposed_s": "exposed data-parallel traffic", "optimizer_s": "optimizer step"}
+    diff = {p: getattr(b.timed, p) - getattr(a.timed, p) for p in parts}
+    worst = max(diff, key=diff.get)
+    mem = ""
+    if a.memory_bytes is not None and b.memory_bytes is not None:
+        mem = f"; it uses {b.memory_bytes / 1e9:.1f} GB per GPU vs {a.memory_bytes / 1e9:.1f} GB"
+    return (f"runner-up {b.layout.label()} is {slower:.1%} slower: its {names[worst]} is "
+            f"{diff[worst]:.3g} s longer per step{mem}")
+
+
+def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None = None,
+                   concurrency: int | None = None, top: int = 3, max_memory_checks: int = 300,
+                   max_decode_s: float | None = None, tp_overlap: bool = False) -> ClusterPlan:
+    """Search the layouts of ``job`` (its ``gpus``, ``seq``, precision, optimizer, attention,
+    ``gpus_per_node``, ``inter_node``; ``mode`` train or infer) on ``gpu``.
+
+    Training needs ``global_batch`` (sequences per step, over all data-parallel ranks); serving
+    needs ``concurrency`` (sequences decoded at once over all replicas; the context is
+    ``job.context`` or ``job.seq``) and keeps layouts whose time per output token is at most
+    ``max_decode_s``. The ``top`` fastest layouts that fit are returned, best first."""
+    start = time.perf_counter()
+    if model.architecture is None:
+        raise InputError(f"{model.name}: the cluster search needs the architecture (layers, "
+                         "heads); name a catalog model or a config.json")
+    mode = "infer" if job.mode == "infer" else "train"
+    c = _ctx(model, gpu, job, mode, tp_overlap)
+    seq = job.seq or model.architecture.max_position_embeddings
+    if mode == "train":
+        if not global_batch or global_batch < 1:
+            raise InputError("the cluster search of a training job needs --global-batch B "
+                             "(sequences per step over all GPUs)")
+        timed = _train_candidates(c, seq, global_batch)
+    else:
+        if not concurrency or concurrency < 1:
+            raise InputError("the cluster search of a serving job needs --concurrency C")
+        seq = job.context or seq
+        timed = _serve_candidates(c, concurrency, seq, max_decode_s)
+    if not timed:
+        raise InputError(f"no valid layout of {job.gpus} GPUs for this job (global batch "
+                         f"{global_batch} must be divisible by the data-parallel degree); try "
+                         "a global batch that is a multiple of the GPU count")
+    best, tried = _rank(c, timed, mode, top, max_memory_checks)
+    notes = [f"topology: {c.topo.stated}"]
+    if mode == "infer" and job.runtime == "auto":
+        notes.append(f"serving timed with {_SERVE_RUNTIME} (engines replay decode steps from "
+                     "CUDA graphs); give --runtime to change it")
+    notes += [
+             f"{len(timed)} layouts timed; memory checked fastest first for {len(tried)}"]
+    return ClusterPlan(model=model.name, gpu=gpu.name, gpus=job.gpus, mode=mode, seq=seq,
+                       global_batch=global_batch, concurrency=concurrency, usable_bytes=c.usable,
+                       topology=c.topo, best=tuple(best), tried=tuple(tried),
+                       enumerated=len(timed), why_runner_up_loses=_why(best),
+                       elapsed_s=time.perf_counter() - start, notes=tuple(notes))

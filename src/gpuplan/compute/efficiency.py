@@ -1,0 +1,253 @@
+"""Achievable efficiency by shape, generation and runtime: every constant the speed model uses
+beyond the catalog's peaks, in ONE table (:data:`CONSTANTS`), each with its value, unit and source.
+
+``docs/speed.md`` ("Achievable efficiency") renders the same table; a test checks that every entry
+has a source and that the docs list every name. Functions here turn the constants into the
+fractions an op runs at:
+
+* :func:`gemm_wave_efficiency` -- tile and wave quantization of a matmul's output over the SMs;
+* :func:`attention_fraction` -- a fused attention kernel's share of the dense peak, forward and
+  backward separately, by GPU generation, head dimension and sequence length;
+* :func:`runtime_overheads` -- per-kernel host (Python dispatch) and device (launch gap) costs of
+  eager PyTorch, torch.compile and CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from .flops import Op
+
+__all__ = [
+    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "gemv_bandwidth_fraction", "attention_fraction",
+    "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
+    "eager_chains", "speed_residuals", "speed_range",
+]
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    unit: str
+    source: str
+
+
+_FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), sec. 4.1 and Fig. 4-6: forward 'up to 73% "
+        "of the theoretical maximum' on A100 at head dim 128 and long sequences, 50% and less at "
+        "512 tokens; backward lower (up to ~63%)")
+_FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), sec. 1 and 4.1: FlashAttention-2 "
+        "reaches ~35% of H100's peak (PyTorch SDPA's flash backend is FlashAttention-2)")
+
+CONSTANTS: Mapping[str, Constant] = MappingProxyType({
+    # -- matmuls --------------------------------------------------------------------------------
+    "gemm_tile_m": Constant(128, "rows", "CUTLASS/cuBLAS default tensor-op tile on Ampere/Hopper "
+                            "(NVIDIA Matrix Multiplication Background User's Guide, 'Tile "
+                            "quantization')"),
+    "gemm_tile_n": Constant(128, "columns", "as gemm_tile_m"),
+    # -- fused attention, share of the dense peak at long sequences ------------------------------
+    "attn_fwd_ampere_d128": Constant(0.73, "fraction of peak", _FA2),
+    "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
+                                    _FA2 + "; head dim 64 peaks lower (Fig. 4: ~190 of 312 TF)"),
+    "attn_bwd_over_fwd": Constant(0.85, "ratio", _FA2 + " (63/73 = 0.86)"),
+    "attn_fwd_hopper_fa2": Constant(0.35, "fraction of peak", _FA3),
+    "attn_fwd_other": Constant(0.50, "fraction of peak",
+                               "assumed for other generations (Volta/Turing/Ada: "
+                               "memory-efficient kernels; no published fraction)"),
+    "attn_half_seq": Constant(256, "tokens", _FA2 + ": at 512 tokens about two thirds of the "
+                              "long-sequence rate, i.e. seq / (seq + 256)"),
+    # -- skinny (GEMV-like) matmuls: share of the datasheet bandwidth, by weight width ----------
+    "gemv_bw_16bit": Constant(
+        0.685, "fraction of bandwidth", "calibrate split: gpt-fast README (A100-80GB at 330 W, "
+        "CUDA graphs, batch 1): Llama-2-7B bf16 moves 1,397 GB/s = 68.5% of 2,039 GB/s"),
+    "gemv_bw_8bit": Constant(
+        0.524, "fraction of bandwidth", "same table: int8 weight-only 1,069 GB/s = 52.4% (the "
+        "dequantization inside the kernel costs bandwidth)"),
+    "gemv_bw_4bit": Constant(
+        0.423, "fraction of bandwidth", "same table: int4 group-32 weight-only 863 GB/s = 42.3%"),
+    "memory_default": Constant(0.85, "fraction of bandwidth",
+                               "the default streaming fraction (device.DEFAULT_BASIS memory_gpu)"),
+    # -- runtime: host and device cost per kernel -------------------------------------------------
+    "eager_host_fwd_s": Constant(
+        34e-6, "s per kernel",
+        "calibrate split: the PyTorch blog 'Accelerating Generative AI with PyTorch II: GPT, Fast' "
+        "measures 25.5 tok/s for eager Llama-2-7B decode on A100 and attributes it to CPU "
+        "overhead; 39.2 ms per token over gpuplan's 1,161 eager kernels of that step = 34 us per "
+        "kernel. Per kernel, not per torch call: the host also runs the views, splits and "
+        "nn.Module calls that launch nothing (about 60 torch calls per layer in that code; "
+        "pytorch dev-discuss 'Overhead in nn.Module causing massive slowdowns')"),
+    "eager_host_bwd_s": Constant(
+        4e-6, "s per kernel",
+        "autograd runs backward nodes from C++: the dispatcher alone, ~3.3 us per op in PyTorch's "
+        "operator micro-benchmark (pytorch PR #32194, split on CUDA) rounded up"),
+    "compile_host_s": Constant(
+        4e-6, "s per kernel",
+        "Inductor's generated wrapper launches each kernel directly (no module or autograd "
+        "Python): the dispatcher-level cost, as eager_host_bwd_s"),
+    "graph_replay_s": Constant(
+        10e-6, "s per step", "one cudaGraphLaunch of a whole step (NVIDIA, Getting Started with "
+        "CUDA Graphs, 2019: graph launch replaces per-kernel launches)"),
+    "stream_gap_s": Constant(
+        0.9e-6, "s per kernel", "NVIDIA, Getting Started with CUDA Graphs (2019): back-to-back "
+        "stream launches of a 2.9 us kernel take 3.8 us each"),
+    "graph_gap_s": Constant(0.5e-6, "s per kernel",
+                            "same source: 3.4 us each when replayed from a graph"),
+    # -- eager, unfused elementwise chains (what torch.compile fuses) -----------------------------
+    "eager_rmsnorm_kernels": Constant(
+        7, "kernels", "transformers LlamaRMSNorm: to(fp32), pow, mean, add eps, rsqrt, mul, "
+        "to(dtype) x weight -- one kernel each in eager"),
+    "eager_rmsnorm_bytes": Constant(
+        6.0, "x fused bytes", "the same chain moves fp32 intermediates: ~24 B per element of a "
+        "16-bit input vs 4 B fused (read + write)"),
+    "eager_rotary_kernels": Constant(
+        5, "kernels per tensor", "transformers apply_rotary_pos_emb: q*cos, rotate_half (slice, "
+        "neg, cat), *sin, add"),
+    "eager_rotary_bytes": Constant(3.0, "x fused bytes", "the same chain's intermediates"),
+    # -- AMP ---------------------------------------------------------------------------------------
+    "autocast_fp32_ops": Constant(
+        2.0, "x bytes", "CUDA autocast runs softmax and layer_norm in fp32 (PyTorch AMP op "
+        "reference, 'CUDA Ops that can autocast to float32'): their inputs/outputs move 4 B, not 2"),
+})
+
+
+def constant(name: str) -> float:
+    return CONSTANTS[name].value
+
+
+GEMM_TILE = (int(constant("gemm_tile_m")), int(constant("gemm_tile_n")))
+
+
+def gemm_wave_efficiency(batch: int, m: int, n: int, sm_count: int) -> float:
+    """Busy share of the SM rounds a (batch x) M x N output takes in 128 x 128 tiles: tile
+    quantization (partial edge tiles do full work) times wave quantization (the last round of tiles
+    leaves SMs idle). 1.0 when the SM count is unknown."""
+    if sm_count <= 0:
+        return 1.0
+    tm, tn = GEMM_TILE
+    tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+    waves = math.ceil(tiles / sm_count)
+    useful = batch * m * n / (tm * tn)  # tiles' worth of real outputs
+    return min(1.0, useful / (waves * sm_count))
+
+
+def gemv_bandwidth_fraction(weight_bytes: float) -> float:
+    """Share of the datasheet bandwidth a skinny (M < one tile) matmul reaching its weights at
+    ``weight_bytes`` per element attains (decode's GEMVs; dequantizing formats attain less)."""
+    if weight_bytes >= 1.5:
+        return constant("gemv_bw_16bit")
+    if weight_bytes >= 0.75:
+        return constant("gemv_bw_8bit")
+    return constant("gemv_bw_4bit")
+
+
+def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: bool,
+                       cap: float) -> float:
+    """Share of the dense peak a fused (Flash) attention kernel reaches, at most ``cap`` (the
+    matmul fraction)."""
+    arch = (architecture or "").lower()
+    if arch == "hopper" or arch == "blackwell":
+        top = constant("attn_fwd_hopper_fa2")
+    elif arch == "ampere":
+        top = constant("attn_fwd_ampere_d128") if head_dim >= 128 else \
+            constant("attn_fwd_ampere_d64")
+    else:
+        top = constant("attn_fwd_other")
+    if backward:
+        top *= constant("attn_bwd_over_fwd")
+    s = max(1, seq)
+    return min(cap, top * s / (s + constant("attn_half_seq")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeOverheads:
+    """What a runtime costs per launched kernel, on the host and on the device."""
+
+    runtime: str
+    host_fwd_s: float
+    """Host time per forward (or optimizer) kernel: Python dispatch in eager."""
+    host_bwd_s: float
+    """Host time per backward kernel (autograd's C++ engine in eager)."""
+    host_fixed_s: float
+    """Host time per step independent of the kernels (a graph replay)."""
+    device_gap_s: float
+    """Device idle time between back-to-back kernels."""
+    serial: bool = False
+    """Host and device are the same processor (a CPU): the costs add instead of overlapping."""
+
+    def to_dict(self) -> dict:
+        return {"runtime": self.runtime, "host_fwd_s": self.host_fwd_s,
+                "host_bwd_s": self.host_bwd_s, "host_fixed_s": self.host_fixed_s,
+                "device_gap_s": self.device_gap_s, "serial": self.serial}
+
+
+def runtime_overheads(runtime: str, *, eager_host_s: float | None = None) -> RuntimeOverheads:
+    """The per-kernel costs of ``runtime`` (eager, compile, cudagraphs). ``eager_host_s`` replaces
+    the eager forward host cost (this machine's measured back-to-back launch of a tiny op)."""
+    if runtime == "eager":
+        fwd = constant("eager_host_fwd_s") if eager_host_s is None else eager_host_s
+        return RuntimeOverheads(runtime=runtime, host_fwd_s=fwd,
+                                host_bwd_s=min(fwd, constant("eager_host_bwd_s")),
+                                host_fixed_s=0.0, device_gap_s=constant("stream_gap_s"))
+    if runtime == "compile":
+        c = constant("compile_host_s")
+        return RuntimeOverheads(runtime=runtime, host_fwd_s=c, host_bwd_s=c, host_fixed_s=0.0,
+                                device_gap_s=constant("stream_gap_s"))
+    if runtime == "cudagraphs":
+        return RuntimeOverheads(runtime=runtime, host_fwd_s=0.0, host_bwd_s=0.0,
+                                host_fixed_s=constant("graph_replay_s"),
+                                device_gap_s=constant("graph_gap_s"))
+    raise ValueError(f"runtime {runtime!r}")
+
+
+#: What ``runtime="auto"`` means, per mode: what a plain training loop and transformers'
+#: ``generate`` do by default (no torch.compile, no CUDA graphs: eager PyTorch).
+DEFAULT_RUNTIME: Mapping[str, str] = MappingProxyType({"train": "eager", "infer": "eager"})
+
+
+def resolve_runtime(runtime: str, mode: str) -> str:
+    """``runtime`` itself, or for ``auto`` the stated default of ``mode`` (:data:`DEFAULT_RUNTIME`)."""
+    return DEFAULT_RUNTIME[mode] if runtime == "auto" else runtime
+
+
+_NORMS = ("attn.norm", "mlp.norm", "final.norm")
+
+
+def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
+                 autocast: bool) -> tuple[Op, ...]:
+    """Forward ops as ``runtime`` runs them: in eager, the elementwise chains torch.compile (and
+    hand-fused kernels) run as one kernel are separate kernels with intermediates in memory
+    (RMSNorm, rotary embedding); under CUDA autocast softmax and layer norm run in fp32."""
+    out = []
+    for op in ops:
+        if runtime == "eager" and op.name in _NORMS and norm == "rmsnorm":
+            op = replace(op, kernels=int(constant("eager_rmsnorm_kernels")),
+                         bytes=op.bytes * constant("eager_rmsnorm_bytes"))
+        elif runtime == "eager" and op.name == "attn.rotary":
+            op = replace(op, kernels=2 * int(constant("eager_rotary_kernels")),
+                         bytes=op.bytes * constant("eager_rotary_bytes"))
+        if autocast and (op.name == "attn.softmax" or (op.name in _NORMS and norm == "layernorm")):
+            op = replace(op, bytes=op.bytes * constant("autocast_fp32_ops"))
+        out.append(op)
+    return tuple(out)
+
+
+_RESIDUALS = Path(__file__).resolve().parent / "speed_residuals.json"
+
+
+@cache
+def speed_residuals() -> Mapping[str, object]:
+    """p10 and p90 of predicted / measured over the calibrate split of the published runs, with the
+    command that wrote them (``benchmarks/validate_speed.py --write``)."""
+    return MappingProxyType(json.loads(_RESIDUALS.read_text()))
+
+
+def speed_range(rate: float) -> tuple[float, float]:
+    """The range a measured rate falls in given the prediction ``rate``: rate / p90 .. rate / p10
+    of the validation residuals (the prediction is p10-p90 times the measured rate)."""
+    r = speed_residuals()
+    return rate / float(r["p90_ratio"]), rate / float(r["p10_ratio"])

@@ -1,0 +1,494 @@
+"""Time of one training step under a parallel layout (tensor, sequence, pipeline, context, expert
+and sharded data parallelism) on a topology (:mod:`gpuplan.hardware.topology`).
+
+The model, per GPU of the busiest pipeline stage (the last: it holds the output head):
+
+- **compute**: the ops of one micro-batch on a tensor-parallel shard of the model (heads, KV heads,
+  FFN width and the vocabulary divided by TP: Megatron's column/row and vocab-parallel split; the
+  hidden size whole), ``ceil(layers / PP)`` layers plus the head, ``seq / CP`` tokens per sequence
+  with attention over the whole sequence (``(s/CP)^2 x CP`` score work: ring attention, load
+  balanced), timed by the roofline of :mod:`.time`; ``M`` micro-batches per step.
+- **pipeline bubble**: ``(PP - 1) / V`` micro-batch times (``(p-1)/m`` of the ideal step for GPipe
+  and 1F1B, ``(p-1)/(v m)`` interleaved with V chunks: Narayanan et al. 2021, sec. 2.2).
+- **TP collectives**: per layer two all-reduces in forward, two in backward (and two more when full
+  checkpointing recomputes the forward) of ``b x s/CP x hidden`` activations (Megatron-LM, Shoeybi
+  et al. 2019, fig. 4); with sequence parallelism each becomes an all-gather + reduce-scatter pair
+  of the same volume (Korthikanti et al. 2022, sec. 4.2.2). Exposed, unless ``tp_overlap``
+  (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls.
+- **CP ring**: per layer ``CP - 1`` passes of the local K and V in forward, twice that in backward
+  (K, V and their gradients), overlapped with the attention kernels; what exceeds them is exposed.
+- **EP all-to-all**: per MoE layer a dispatch and a combine of ``b x s/CP x top-k x hidden``
+  activations in forward and in backward (and in the recompute), exposed.
+- **pipeline p2p**: each micro-batch sends its activations forward and receives their gradients
+  back once per model chunk (``/ TP`` with sequence parallelism, Megatron's scatter-gather),
+  exposed (blocking sends).
+- **data parallel**: the stage's gradients all-reduced (ZeRO 0-2; 1 and 2 reduce-scatter then
+  all-gather the same bytes) or reduce-scattered and the weights gathered twice (ZeRO-3: 1.5x)
+  over the DP x CP group, overlapped with the last micro-batch's backward (ZeRO-3: with the whole
+  step); never less than the last 25 MiB bucket; then the optimizer step on the GPU's shard.
+
+The collectives' times are NCCL's (:func:`~gpuplan.hardware.topology.collective_time`) at the
+achievable share ``Efficiency.comm`` of each link.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import InputError
+from ..hardware.topology import Topology, collective_time
+from ..job import Job, pp_chunks
+from ..models._types import Architecture
+from .device import Device, Efficiency
+from .flops import optimizer_op, recompute_ops
+from .time import time_ops
+from .step import PrecisionLayout, StepSpec, build_steps
+
+__all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "check_layout", "micro_cost",
+           "micro_costs", "layout_time", "model_flops_per_token", "BUCKET_BYTES"]
+
+#: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
+BUCKET_BYTES = 25 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """The parallel layout of one training step, resolved."""
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    dp: int = 1
+    chunks: int = 1
+    """Model chunks per pipeline stage (V of the interleaved schedule)."""
+    schedule: str = "1f1b"
+    micro_batches: int = 1
+    batch: int = 1
+    """Sequences per micro-batch per data-parallel rank."""
+    seq: int = 2048
+    zero: int = 0
+    sequence_parallel: bool = False
+    checkpointing: str = "none"
+
+    @classmethod
+    def of(cls, job: Job, seq: int) -> "Layout":
+        schedule, v = pp_chunks(job.pp_schedule)
+        m = job.micro_batches or job.grad_accum
+        return cls(tp=job.tp, pp=job.pp, cp=job.cp, ep=job.ep, dp=job.dp, chunks=v,
+                   schedule=job.pp_schedule, micro_batches=m, batch=job.batch, seq=seq,
+                   zero=job.zero, sequence_parallel=job.sequence_parallel,
+                   checkpointing=job.checkpointing)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    def label(self) -> str:
+        parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"]
+        if self.ep > 1:
+            parts.insert(3, f"EP{self.ep}")
+        sched = f" {self.schedule}" if self.pp > 1 else ""
+        sp = " SP" if self.sequence_parallel else ""
+        return (" ".join(parts) + f"{sp} ZeRO-{self.zero} mb{self.batch}x{self.micro_batches}"
+                f"{sched} ckpt={self.checkpointing}")
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp,
+                "schedule": self.schedule, "chunks": self.chunks,
+                "micro_batches": self.micro_batches, "batch": self.batch, "seq": self.seq,
+                "zero": self.zero, "sequence_parallel": self.sequence_parallel,
+                "checkpointing": self.checkpointing, "gpus": self.gpus}
+
+
+def _nearest_divisors(n: int, near: int) -> str:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    below = max((d for d in divs if d < near), default=1)
+    above = min((d for d in divs if d > near), default=n)
+    return " or ".join(str(d) for d in sorted({below, above}))
+
+
+def check_layout(arch: Architecture | None, lay: Layout) -> None:
+    """The layout against the architecture: heads divisible by TP, at least one layer per stage
+    (chunk), experts divisible by EP and EP inside the data-parallel group, the sequence divisible
+    by CP. One line naming the value and the nearest valid ones."""
+    if arch is None:
+        if lay.tp * lay.pp * lay.cp * lay.ep > 1:
+            raise InputError("a tensor/pipeline/context/expert-parallel layout needs the "
+                             "architecture; name a catalog model or a config.json")
+        return
+    if arch.num_heads % lay.tp:
+        raise InputError(f"tp {lay.tp}: {arch.name} has {arch.num_heads} attention heads, not "
+                         f"divisible by {lay.tp}; use --tp {_nearest_divisors(arch.num_heads, lay.tp)}")
+    kv = arch.num_kv_heads
+    if kv % lay.tp and lay.tp % kv:
+        raise InputError(f"tp {lay.tp}: {arch.name}'s {kv} KV heads neither divide nor are "
+                         f"divided by it; use --tp {_nearest_divisors(kv, lay.tp)}")
+    if arch.num_layers < lay.pp * lay.chunks:
+        raise InputError(f"pp {lay.pp} x {lay.chunks} chunks: {arch.name} has only "
+                         f"{arch.num_layers} layers; use --pp {max(1, arch.num_layers // lay.chunks)}"
+                         " or fewer")
+    if lay.ep > 1:
+        if not arch.is_moe or arch.num_experts % lay.ep:
+            what = (f"{arch.num_experts} experts, not divisible by {lay.ep}" if arch.is_moe
+                    else "no experts (not a mixture-of-experts model)")
+            raise InputError(f"ep {lay.ep}: {arch.name} has {what}; use --ep "
+                             + (_nearest_divisors(arch.num_experts, lay.ep) if arch.is_moe else "1"))
+        if (lay.dp * lay.cp) % lay.ep:
+            raise InputError(f"ep {lay.ep}: experts are spread over the data-parallel group "
+                             f"(dp x cp = {lay.dp * lay.cp}), which it does not divide")
+    if lay.seq % lay.cp:
+        raise InputError(f"cp {lay.cp}: the sequence {lay.seq} is not divisible by it; use "
+                         f"--cp {_nearest_divisors(lay.seq, lay.cp)}")
+
+
+def shard_arch(arch: Architecture, tp: int) -> Architecture:
+    """One tensor-parallel rank's share of the blocks: heads, KV heads (replicated when fewer
+    than TP), FFN and expert widths and the vocabulary divided by TP; hidden size whole."""
+    if tp == 1:
+        return arch
+    kv = arch.num_kv_heads // tp if arch.num_kv_heads % tp == 0 else 1
+    return replace(
+        arch, num_heads=arch.num_heads // tp, num_kv_heads=kv,
+        intermediate_size=math.ceil(arch.intermediate_size / tp),
+        moe_intermediate_size=math.ceil(arch.moe_intermediate_size / tp),
+        shared_expert_intermediate_size=math.ceil(arch.shared_expert_intermediate_size / tp),
+        vocab_size=math.ceil(arch.vocab_size / tp) if arch.vocab_size else arch.vocab_size,
+        tensors=())
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicroCost:
+    """One micro-batch on one tensor-parallel rank, split into per-layer and the rest."""
+
+    layers: int
+    layer_fwd_s: float
+    """One layer's forward (kernels + launches), averaged over the layers."""
+    layer_bwd_s: float
+    """One layer's backward and recompute."""
+    attn_fwd_s: float
+    """One layer's attention kernels in forward (the CP ring's overlap window)."""
+    attn_bwd_s: float
+    other_s: float
+    """Embedding, final norm, head and loss, forward and backward."""
+    hardware_flops: float
+    """Counted matmul FLOPs of the micro-batch over all layers, recompute included."""
+
+    @property
+    def layer_s(self) -> float:
+        return self.layer_fwd_s + self.layer_bwd_s
+
+
+def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
+               tp: int, cp: int, batch: int, seq: int, checkpointing: str,
+               attention: str) -> MicroCost:
+    """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
+    one TP rank, with the attention work scaled to the whole sequence."""
+    return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
+                       attention=attention)[checkpointing]
+
+
+def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
+                tp: int, cp: int, batch: int, seq: int, attention: str) -> dict[str, MicroCost]:
+    """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
+    the recomputed forward ops)."""
+    job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention)
+    spec = StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
+                       single_device=True)
+    step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
+    ops = [t for t in step.ops if t.op.group != "optimizer"]
+    fwd = tuple(t.op for t in ops if t.op.phase == "forward")
+    out = {}
+    for level in ("none", "selective", "full"):
+        extra = time_ops(recompute_ops(fwd, level, attention), device, eff, prec.dtype)
+        out[level] = _cost_of([*ops, *extra], arch.num_layers, cp, step.launch_s)
+    return out
+
+
+def _cost_of(ops: list, layers: int, cp: int, launch_s: float) -> MicroCost:
+    sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0}
+    hw = 0.0
+    for t in ops:
+        scale = cp if t.op.kind == "attention" else 1  # (s/cp)^2 built; s^2/cp is the work
+        hw += t.op.counted_flops * t.op.count * scale
+        s = (t.total_s * scale) + t.op.kernels * t.op.count * launch_s
+        if t.op.group in ("embedding", "head"):
+            sums["other"] += s
+            continue
+        fwd = t.op.phase == "forward"
+        sums["fwd" if fwd else "bwd"] += s
+        if t.op.kind == "attention":
+            sums["afwd" if fwd else "abwd"] += t.total_s * scale
+    L = layers
+    return MicroCost(layers=L, layer_fwd_s=sums["fwd"] / L, layer_bwd_s=sums["bwd"] / L,
+                     attn_fwd_s=sums["afwd"] / L, attn_bwd_s=sums["abwd"] / L,
+                     other_s=sums["other"], hardware_flops=hw)
+
+
+def model_flops_per_token(arch: Architecture, device: Device, eff: Efficiency,
+                          prec: PrecisionLayout, seq: int, attention: str) -> float:
+    """Model FLOPs (no recompute) of training one token of the whole model at ``seq``."""
+    job = Job(model="layout", mode="train", batch=1, seq=seq, attention=attention)
+    spec = StepSpec.of(job, mode="train", seq=seq, new_tokens=1, trainable=None,
+                       single_device=True)
+    step, _, _, _ = build_steps(arch, 0, (), device, eff, prec, spec)
+    return step.model_flops / seq
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutTime:
+    """One training step under a layout, per GPU of the busiest stage; seconds."""
+
+    layout: Layout
+    stage_layers: int
+    compute_s: float
+    """M micro-batches of the stage's layers and head."""
+    bubble_s: float
+    tp_comm_s: float
+    """Exposed TP (or SP) collectives."""
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    """The data-parallel collectives in full."""
+    dp_exposed_s: float
+    optimizer_s: float
+    tokens_per_step: int
+    """Tokens of the whole step over all GPUs (global batch x seq)."""
+    model_flops_per_token: float
+    peak_flops: float
+    hardware_flops_per_gpu: float
+    """Counted FLOPs one GPU of the busiest stage runs in the step, recompute included."""
+    topology: Topology
+
+    @property
+    def links(self) -> dict[str, str]:
+        """Which link each group rides."""
+        return _links(self.layout, self.topology)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return _layout_notes(self.layout, self.topology)
+
+    @property
+    def step_s(self) -> float:
+        return (self.compute_s + self.bubble_s + self.tp_comm_s + self.cp_comm_s
+                + self.ep_comm_s + self.pp_comm_s + self.dp_exposed_s + self.optimizer_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.layout.gpus
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops_per_token * self.tokens_per_s_per_gpu / self.peak_flops
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU (the MFU numerator)."""
+        return self.model_flops_per_token * self.tokens_per_s_per_gpu / 1e12
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops_per_gpu / (self.step_s * self.peak_flops)
+
+    @property
+    def bubble_fraction(self) -> float:
+        return self.bubble_s / self.step_s
+
+    def to_dict(self) -> dict:
+        return {"layout": self.layout.to_dict(), "stage_layers": self.stage_layers,
+                "step_time_s": self.step_s, "compute_s": self.compute_s,
+                "bubble_s": self.bubble_s, "bubble_fraction": self.bubble_fraction,
+                "tp_comm_exposed_s": self.tp_comm_s, "cp_comm_exposed_s": self.cp_comm_s,
+                "ep_comm_exposed_s": self.ep_comm_s, "pp_comm_exposed_s": self.pp_comm_s,
+                "dp_comm_s": self.dp_comm_s, "dp_comm_exposed_s": self.dp_exposed_s,
+                "optimizer_s": self.optimizer_s, "tokens_per_step": self.tokens_per_step,
+                "tokens_per_s": self.tokens_per_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
+                "hfu": self.hfu, "tflops_per_gpu": self.tflops_per_gpu,
+                "links": dict(self.links), "topology": self.topology.to_dict(),
+                "notes": list(self.notes)}
+
+
+def _moe_layers(arch: Architecture) -> int:
+    if not arch.is_moe:
+        return 0
+    return len(arch.moe_layers) if arch.moe_layers else arch.num_layers
+
+
+def stage_params(arch: Architecture, params: int, lay: Layout) -> int:
+    """Parameters one GPU holds (before ZeRO): the model over TP x PP, the experts also over EP."""
+    expert = 0
+    if arch.is_moe and lay.ep > 1:
+        mats = 3 if arch.mlp == "gated" else 2
+        width = arch.moe_intermediate_size or arch.intermediate_size
+        expert = _moe_layers(arch) * arch.num_experts * mats * arch.hidden_size * width
+        expert = min(expert, params)
+    dense = params - expert
+    return math.ceil((dense + expert / lay.ep) / (lay.tp * lay.pp))
+
+
+def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology,
+                          eff: Efficiency, act: int, stage_layers: int, *,
+                          tp_overlap: bool) -> tuple[float, float, float]:
+    """Exposed (TP, CP, EP) communication of one micro-batch on one stage."""
+    s_local = lay.seq // lay.cp
+    act_bytes = lay.batch * s_local * arch.hidden_size * act
+    n_tp = 4 + (2 if lay.checkpointing == "full" else 0)
+    tp = n_tp * collective_time("all-reduce", act_bytes, lay.tp, topo, efficiency=eff.comm)
+    if tp_overlap:
+        tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
+    cp = 0.0
+    if lay.cp > 1:
+        kv_local = arch.num_kv_heads // lay.tp if arch.num_kv_heads % lay.tp == 0 else 1
+        kv_bytes = lay.batch * s_local * 2 * kv_local * arch.head_dim * act
+        step = collective_time("send-recv", kv_bytes, 2, topo, stride=lay.tp, efficiency=eff.comm)
+        ring_f, ring_b = (lay.cp - 1) * step, 2 * (lay.cp - 1) * step
+        cp = max(0.0, ring_f - cost.attn_fwd_s) + max(0.0, ring_b - cost.attn_bwd_s)
+    ep = 0.0
+    moe = _moe_layers(arch)
+    if lay.ep > 1 and moe:
+        tok = act_bytes * max(1, arch.experts_per_token)
+        n_a2a = 4 + (2 if lay.checkpointing == "full" else 0)
+        ep = moe / arch.num_layers * n_a2a * collective_time(
+            "all-to-all", tok, lay.ep, topo, stride=lay.tp * lay.cp, efficiency=eff.comm)
+    return tp * stage_layers, cp * stage_layers, ep * stage_layers
+
+
+def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
+             window_s: float) -> tuple[float, float]:
+    """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic."""
+    n = lay.dp * lay.cp
+    if n == 1 or grad_bytes <= 0:
+        return 0.0, 0.0
+    factor = 1.5 if lay.zero == 3 else 1.0
+    full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
+                                    efficiency=eff.comm)
+    last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,
+                           efficiency=eff.comm)
+    return full, max(full - window_s, last)
+
+
+def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology, *,
+                device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
+                flops_per_token: float, state_bytes_per_param: float,
+                tp_overlap: bool = False) -> LayoutTime:
+    """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring)."""
+    stage_layers = math.ceil(arch.num_layers / lay.pp)
+    t_mb = stage_layers * cost.layer_s + cost.other_s
+    tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
+                                             tp_overlap=tp_overlap)
+    per_mb = t_mb + tp_c + cp_c + ep_c
+    m, v = lay.micro_batches, lay.chunks
+    bubble = (lay.pp - 1) / v * per_mb
+    p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * prec.act
+    if lay.sequence_parallel:
+        p2p_bytes /= lay.tp
+    pp_c = 0.0
+    if lay.pp > 1:
+        hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
+                              efficiency=eff.comm)
+        pp_c = 2 * v * m * hop
+    mine = stage_params(arch, params, lay)
+    window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
+    dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window)
+    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
+    opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
+    return LayoutTime(
+        layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
+        tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
+        dp_comm_s=dp_full, dp_exposed_s=dp_exp, optimizer_s=opt_s,
+        tokens_per_step=lay.batch * m * lay.dp * lay.seq, model_flops_per_token=flops_per_token,
+        peak_flops=device.peak(prec.dtype),
+        hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
+        topology=topo)
+
+
+def _optimizer_s(n: int, state_bytes: float, device: Device, eff: Efficiency,
+                 prec: PrecisionLayout) -> float:
+    """The optimizer step on ``n`` parameters: memory-bound, its launches added (the roofline
+    of :func:`~.time.time_ops` for an op that fills the device)."""
+    op = optimizer_op(n, state_bytes_total=state_bytes * n, grad_bytes=prec.grad,
+                      weight_bytes=prec.weight_store, master_bytes=prec.master)
+    compute = op.flops / (device.vector_flops * eff.matmul_fraction("fp32"))
+    return max(compute, op.bytes / (device.memory_bandwidth * eff.memory)) \
+        + op.kernels * eff.launch_s
+
+
+def _links(lay: Layout, topo: Topology) -> dict[str, str]:
+    groups = {"tp": (lay.tp, 1), "cp": (lay.cp, lay.tp), "dp": (lay.dp * lay.cp, lay.tp),
+              "ep": (lay.ep, lay.tp * lay.cp), "pp": (2 if lay.pp > 1 else 1,
+                                                      lay.tp * lay.cp * lay.dp)}
+    return {k: topo.link(n, s)[0].name for k, (n, s) in groups.items() if n > 1}
+
+
+def _layout_notes(lay: Layout, topo: Topology) -> tuple[str, ...]:
+    notes = [f"topology: {topo.stated}"]
+    if lay.tp > topo.gpus_per_node:
+        notes.append(f"TP {lay.tp} spans nodes ({topo.gpus_per_node} GPUs each): its all-reduces "
+                     "cross the network")
+    if lay.pp > 1:
+        notes.append(f"pipeline bubble (p-1)/(v m) = {lay.pp - 1}/({lay.chunks} x "
+                     f"{lay.micro_batches}); p2p sends counted as blocking")
+    return tuple(notes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeTime:
+    """Serving under TP x PP (x DP replicas): one decode step and one prefill of a replica's
+    batch; the stages run one after the other for a token (no micro-batch pipelining)."""
+
+    layout: Layout
+    decode_compute_s: float
+    decode_comm_s: float
+    prefill_compute_s: float
+    prefill_comm_s: float
+    topology: Topology
+
+    @property
+    def decode_s(self) -> float:
+        """Time per output token (one decode step of the replica's batch)."""
+        return self.decode_compute_s + self.decode_comm_s
+
+    @property
+    def prefill_s(self) -> float:
+        return self.prefill_compute_s + self.prefill_comm_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode tokens per second over all replicas."""
+        return self.layout.dp * self.layout.batch / self.decode_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.layout.gpus
+
+    def to_dict(self) -> dict:
+        return {"layout": self.layout.to_dict(), "decode_s": self.decode_s,
+                "decode_compute_s": self.decode_compute_s, "decode_comm_s": self.decode_comm_s,
+                "prefill_s": self.prefill_s, "prefill_compute_s": self.prefill_compute_s,
+                "prefill_comm_s": self.prefill_comm_s, "tokens_per_s": self.tokens_per_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "topology": self.topology.to_dict()}
+
+
+def serve_time(arch: Architecture, decode_s: float, prefill_s: float, lay: Layout,
+               topo: Topology, eff: Efficiency, act: int) -> ServeTime:
+    """Add the TP all-reduces (two per layer, of the step's activations) and the pipeline hops
+    to a TP rank's decode and prefill times over all layers (``decode_s``, ``prefill_s``)."""
+    def comm(tokens: int) -> float:
+        nbytes = tokens * arch.hidden_size * act
+        tp = 2 * arch.num_layers * collective_time("all-reduce", nbytes, lay.tp, topo,
+                                                   efficiency=eff.comm)
+        hop = collective_time("send-recv", nbytes, 2, topo, stride=lay.tp, efficiency=eff.comm)
+        return tp + (lay.pp - 1) * hop if lay.pp > 1 else tp
+    return ServeTime(layout=lay, decode_compute_s=decode_s, decode_comm_s=comm(lay.batch),
+                     prefill_compute_s=prefill_s, prefill_comm_s=comm(lay.batch * lay.seq),
+                     topology=topo)

@@ -1,0 +1,176 @@
+"""Where the GPUs of a job sit and how fast they talk: GPUs per node on the SKU's own link
+(NVLink/NVSwitch, or PCIe), nodes joined by InfiniBand, RoCE or Ethernet at a stated rate per GPU,
+and the time NCCL takes for a collective over a group of them.
+
+The collective model is NCCL's own tuning model (``src/graph/tuning.cc``, NVIDIA/nccl, commit
+01afd20): a collective of ``S`` bytes over ``n`` ranks takes ``latency + S x factor / bus
+bandwidth``, with the bus-bandwidth factors of nccl-tests ``doc/PERFORMANCE.md`` (all-reduce
+2(n-1)/n, all-gather and reduce-scatter (n-1)/n, all-to-all (n-1)/n, send/recv 1) and the ring's
+latency ``base + steps x per-hop latency`` (8.4 us base for the Simple protocol; 3.4 us per NVLink
+hop, 5.7 us per PCIe hop, 9.6 us per network hop). An all-reduce across nodes takes the better of
+the ring and NCCL's tree (algorithm bandwidth half the bus bandwidth; latency 2 x (intra-node hops
+x 28 us + log2(nodes) x 50 us), Simple protocol).
+
+The data-parallel, tensor-parallel ... groups are laid out as Megatron-LM does (tensor parallel
+innermost, then context, then data, then pipeline): a group whose members are ``stride`` ranks
+apart stays inside a node while ``stride x size <= gpus per node``; otherwise it crosses the
+network, and a ring over it runs at the network's per-GPU rate (rail-optimized fabric: one NIC per
+GPU).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from ..errors import InputError, UnsupportedError
+
+__all__ = ["Link", "Topology", "parse_inter_node", "topology_for", "collective_time",
+           "DEFAULT_INTER_NODE", "Collective", "NCCL_SOURCE"]
+
+NCCL_SOURCE = ("NCCL src/graph/tuning.cc (baseLat/hwLat, Simple protocol) and nccl-tests "
+               "doc/PERFORMANCE.md (bus-bandwidth factors)")
+
+Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv"]
+
+LinkKind = Literal["nvlink", "pcie", "infiniband", "roce", "ethernet"]
+
+#: NCCL tuning.cc, Simple protocol: ring base latency and per-hop latency by hardware, seconds.
+_RING_BASE_S = 8.4e-6
+_RING_HOP_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 9.6e-6}
+#: Tree (all-reduce only), Simple protocol: per-hop latency inside a node and across the network.
+_TREE_HOP_S = {"nvlink": 28e-6, "pcie": 28e-6, "net": 50e-6}
+
+#: The network assumed when none is named: 400 Gb/s per GPU InfiniBand (NDR; one ConnectX-7 per
+#: GPU, as on DGX H100 and the Llama 3 clusters' RoCE at the same rate).
+DEFAULT_INTER_NODE = "ib-400"
+
+_NET_KINDS = {"ib": "infiniband", "infiniband": "infiniband", "roce": "roce",
+              "eth": "ethernet", "ethernet": "ethernet"}
+_RATE_RE = re.compile(r"^([0-9]*\.?[0-9]+)\s*(gb/s|gbps|gbit/s|gbit|g)?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One kind of link, as one GPU sees it."""
+
+    name: str
+    kind: LinkKind
+    bandwidth: float
+    """Bytes/s per GPU in one direction (the rate a ring step moves data at)."""
+
+    @property
+    def hop(self) -> str:
+        return self.kind if self.kind in ("nvlink", "pcie") else "net"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "bandwidth": self.bandwidth}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    """GPUs per node on ``intra``, nodes joined by ``inter``."""
+
+    gpus_per_node: int
+    intra: Link
+    inter: Link
+    default_network: bool = False
+    """The network was not named (400 Gb/s per GPU assumed): said in every output."""
+
+    def link(self, size: int, stride: int = 1) -> tuple[Link, int]:
+        """(the link a group of ``size`` ranks ``stride`` apart rides, nodes it spans)."""
+        span = size * stride
+        if span <= self.gpus_per_node:
+            return self.intra, 1
+        return self.inter, min(size, math.ceil(span / self.gpus_per_node))
+
+    @property
+    def stated(self) -> str:
+        """The one line every layout output carries."""
+        net = f"{self.inter.name} ({self.inter.bandwidth * 8 / 1e9:.0f} Gb/s per GPU)"
+        return (f"{self.gpus_per_node} GPUs per node on {self.intra.name} "
+                f"({self.intra.bandwidth / 1e9:.0f} GB/s per GPU each way); nodes on {net}"
+                + (" -- assumed, give --inter-node" if self.default_network else ""))
+
+    def to_dict(self) -> dict:
+        return {"gpus_per_node": self.gpus_per_node, "intra": self.intra.to_dict(),
+                "inter": self.inter.to_dict(), "default_network": self.default_network,
+                "stated": self.stated}
+
+
+def parse_inter_node(text: str) -> Link:
+    """A network link per GPU: ``ib-400``, ``roce-200``, ``eth-100``, ``400Gb/s`` (InfiniBand
+    assumed for a bare rate), ``50GB/s`` (bytes)."""
+    raw = str(text).strip()
+    kind_part, sep, rate_part = raw.lower().partition("-")
+    if sep and kind_part in _NET_KINDS:
+        kind, rate = _NET_KINDS[kind_part], rate_part
+    else:
+        kind, rate = "infiniband", raw
+    m = _RATE_RE.match(rate.strip())
+    if not m:
+        raise InputError(f"inter node {raw!r:.40}: expected ib-400, roce-200, eth-100 or a rate "
+                         "per GPU such as 400Gb/s or 50GB/s")
+    value = float(m.group(1))
+    unit = m.group(2) or "Gb/s"
+    gbit = value * 8 if unit in ("GB/s", "GBps") else value  # capital B: bytes
+    if not (0 < gbit <= 1e5):
+        raise InputError(f"inter node {raw!r:.40}: expected a rate > 0, e.g. ib-400 (Gb/s)")
+    label = {"infiniband": "InfiniBand", "roce": "RoCE", "ethernet": "Ethernet"}[kind]
+    return Link(name=f"{label} {gbit:g} Gb/s", kind=kind, bandwidth=gbit / 8 * 1e9)
+
+
+def topology_for(gpu: object, *, gpus_per_node: int = 8,
+                 inter_node: str | None = None) -> Topology:
+    """The topology of a job on ``gpu`` (a catalog :class:`~gpuplan.hardware.GPU`): its NVLink
+    (half the catalog's both-direction total, per direction) when it has one, else its PCIe link;
+    ``inter_node`` parsed, or 400 Gb/s per GPU InfiniBand (stated)."""
+    if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
+        raise InputError(f"gpus per node {gpus_per_node!r}: expected a whole number >= 1")
+    nv = getattr(gpu, "interconnect_bandwidth", None)
+    if nv:
+        intra = Link(name=getattr(gpu, "interconnect", None) or "NVLink", kind="nvlink",
+                     bandwidth=nv / 2)
+    else:
+        pcie = getattr(gpu, "pcie_bandwidth", None)
+        if not pcie:
+            raise UnsupportedError(f"{getattr(gpu, 'name', gpu)} has neither NVLink nor a PCIe "
+                                   "link in the catalog: a multi-GPU layout needs one")
+        intra = Link(name=f"PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes}", kind="pcie",
+                     bandwidth=pcie)
+    inter = parse_inter_node(inter_node or DEFAULT_INTER_NODE)
+    return Topology(gpus_per_node=gpus_per_node, intra=intra, inter=inter,
+                    default_network=inter_node is None)
+
+
+_FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
+           "reduce-scatter": lambda n: (n - 1) / n, "all-to-all": lambda n: (n - 1) / n,
+           "send-recv": lambda n: 1.0}
+
+
+@lru_cache(maxsize=65536)
+def collective_time(op: Collective, nbytes: float, size: int, topo: Topology, *,
+                    stride: int = 1, efficiency: float = 1.0) -> float:
+    """Seconds for one NCCL ``op`` of ``nbytes`` (the full buffer, as nccl-tests sizes it) over a
+    group of ``size`` ranks ``stride`` apart; ``efficiency`` is the share of the link's rate a
+    collective reaches. Zero for one rank or no bytes."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    link, nodes = topo.link(size, stride)
+    bus = link.bandwidth * efficiency
+    if op == "send-recv":
+        return _RING_BASE_S + _RING_HOP_S[link.hop] + nbytes / bus
+    steps = 2 * (size - 1) if op == "all-reduce" else size - 1
+    inter_steps = (2 if op == "all-reduce" else 1) * (nodes - 1)
+    lat = _RING_BASE_S + (steps - inter_steps) * _RING_HOP_S[topo.intra.hop] \
+        + inter_steps * _RING_HOP_S[link.hop]
+    ring = lat + nbytes * _FACTOR[op](size) / bus
+    if op != "all-reduce" or nodes == 1:
+        return ring
+    per_node = max(1, size // nodes)
+    tree_lat = 2 * ((per_node - 1) * _TREE_HOP_S[topo.intra.hop]
+                    + math.log2(nodes) * _TREE_HOP_S["net"])
+    return min(ring, tree_lat + 2 * nbytes / bus)

@@ -1,0 +1,345 @@
+"""The parallel layout of a job as the accounting reads it: the degrees (TP, SP, PP, CP, EP and the
+data-parallel remainder), the checks that need the architecture, the layers of each pipeline stage,
+the micro-batches each stage holds in flight, and which share of every parameter tensor one rank
+holds under Megatron-LM's sharding.
+
+Conventions (each stated where a number depends on it):
+
+* **TP** (Megatron-LM, Shoeybi et al. 2019): column-parallel Q/K/V, gate/up and fc1 (output
+  dimension and bias split), row-parallel output and down projections (input dimension split,
+  bias replicated), norms and routers replicated. The vocabulary is split too -- the token
+  embedding is a ``VocabParallelEmbedding``, the output head column-parallel with a vocab-parallel
+  cross-entropy -- as Megatron always does (:data:`VOCAB_PARALLEL`); learned position embeddings
+  stay replicated. With fewer K/V heads than TP ranks each rank holds one whole K/V head
+  (replicated over ``tp / kv_heads`` ranks), as vLLM and Megatron do.
+* **PP**: layers split as evenly as possible, the first ``layers % stages`` stages taking one more
+  (DeepSpeed's ``partition_uniform``); the embedding on the first stage, the final norm, head and
+  loss on the last (a tied embedding is held by both, as Megatron does).
+* **EP**: experts spread over ``ep`` ranks of the data-parallel (x context-parallel) group, each
+  expert further split over the TP group (Megatron-Core's default ``expert_tensor_parallel_size
+  = tensor_model_parallel_size``); dropless routing (Megatron's default, no capacity factor).
+* **ZeRO/FSDP** shards over the data-parallel x context-parallel group (the ranks that hold the
+  same weights: Megatron's distributed optimizer and FSDP's data-parallel mesh); expert
+  parameters over the expert-data-parallel group ``dp x cp / ep``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import InputError
+from ..job import Job, pp_chunks
+from ..models import Architecture, Model, ParamCounts, ParamTensor
+
+__all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "stage_layers", "in_flight",
+           "rank_model", "layout_notes"]
+
+#: The token embedding and output head are split over the TP group (Megatron-LM always does).
+VOCAB_PARALLEL = True
+
+#: Row-parallel linears (their input dimension is split); every other block linear is
+#: column-parallel. BERT's ``intermediate.dense`` is column-parallel despite its name.
+_ROW = frozenset({"o_proj", "out_proj", "c_proj", "down_proj", "w2", "fc2", "dense_4h_to_h",
+                  "dense"})
+_KV = frozenset({"k_proj", "v_proj", "key", "value"})
+_FUSED_QKV = frozenset({"query_key_value", "qkv_proj"})
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The degrees of a job's parallel layout."""
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    dp: int = 1
+    sp: bool = False
+    schedule: str = "1f1b"
+    chunks: int = 1
+    """Model chunks per stage (interleaved:V)."""
+    micro_batches: int = 1
+
+    @property
+    def trivial(self) -> bool:
+        """Data parallel only (the single-GPU accounting sharded by ZeRO)."""
+        return self.tp == self.pp == self.cp == self.ep == 1
+
+    @property
+    def zero_group(self) -> int:
+        """Ranks holding the same dense weights: ZeRO/FSDP's sharding group."""
+        return self.dp * self.cp
+
+    @property
+    def expert_zero_group(self) -> int:
+        return max(1, self.dp * self.cp // self.ep)
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp,
+                "sequence_parallel": self.sp,
+                "pp_schedule": self.schedule + (f":{self.chunks}" if self.chunks > 1 else ""),
+                "micro_batches": self.micro_batches, "vocab_parallel": VOCAB_PARALLEL}
+
+
+def layout_of(job: Job) -> Layout:
+    name, v = pp_chunks(job.pp_schedule)
+    return Layout(tp=job.tp, pp=job.pp, cp=job.cp, ep=job.ep, dp=job.dp,
+                  sp=job.sequence_parallel, schedule=name, chunks=v,
+                  micro_batches=job.micro_batches or job.grad_accum)
+
+
+def _nearest(v: int, valid: list[int]) -> str:
+    """The valid values just below and above ``v``, as "A or B"."""
+    lo = max((x for x in valid if x < v), default=None)
+    hi = min((x for x in valid if x > v), default=None)
+    return " or ".join(str(x) for x in (lo, hi) if x is not None) or str(min(valid))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_layout(arch: Architecture | None, job: Job) -> None:
+    """Raise one :class:`InputError` line (the value and the nearest valid ones) when the
+    layout does not fit the architecture. fit, speed and cluster all call this."""
+    lay = layout_of(job)
+    if lay.trivial:
+        return
+    if arch is None:
+        raise InputError("tp/pp/cp/ep > 1 needs the architecture (a catalog name or a "
+                         "config.json), not a bare parameter count")
+    _check_tp(arch, job, lay)
+    _check_pp(arch, lay)
+    _check_cp_ep(arch, job, lay)
+
+
+def _check_tp(arch: Architecture, job: Job, lay: Layout) -> None:
+    t = lay.tp
+    if t == 1:
+        return
+    h, kv = arch.num_heads, arch.num_kv_heads
+    if h % t:
+        raise InputError(f"tp {t}: {arch.name} has {h} attention heads, not divisible by "
+                         f"{t}; use --tp {_nearest(t, _divisors(h))}")
+    if kv % t and t % kv:
+        ok = [d for d in _divisors(h) if kv % d == 0 or d % kv == 0]
+        raise InputError(f"tp {t}: {arch.name}'s {kv} K/V heads neither split over {t} ranks "
+                         f"nor replicate evenly; use --tp {_nearest(t, ok)}")
+    widths = {arch.intermediate_size, arch.moe_intermediate_size,
+              arch.shared_expert_intermediate_size} - {0}
+    for w in sorted(widths):
+        if w % t:
+            raise InputError(f"tp {t}: MLP width {w} is not divisible by {t}; use --tp "
+                             f"{_nearest(t, [d for d in _divisors(h) if w % d == 0])}")
+    if lay.sp and job.seq is not None and job.seq % t:
+        raise InputError(f"seq {job.seq}: sequence parallelism splits the sequence over tp "
+                         f"{t}; use a multiple of {t}")
+
+
+def _check_pp(arch: Architecture, lay: Layout) -> None:
+    parts = lay.pp * lay.chunks
+    if parts > arch.num_layers:
+        what = f"pp {lay.pp}" + (f" x {lay.chunks} chunks" if lay.chunks > 1 else "")
+        raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
+                         f"{parts} pipeline parts; use --pp {arch.num_layers // lay.chunks} "
+                         "or less")
+
+
+def _check_cp_ep(arch: Architecture, job: Job, lay: Layout) -> None:
+    if lay.cp > 1:
+        if job.attention == "eager":
+            raise InputError(f"cp {lay.cp}: context parallelism runs ring attention over "
+                             "flash kernels; use --attention sdpa")
+        if job.seq is not None and job.seq % (2 * lay.cp):
+            raise InputError(f"seq {job.seq}: context parallel {lay.cp} splits the sequence "
+                             f"into {2 * lay.cp} balanced chunks; use a multiple of {2 * lay.cp}")
+    if lay.ep == 1:
+        return
+    e = arch.num_experts
+    if not e:
+        raise InputError(f"ep {lay.ep}: {arch.name} has no experts; drop --ep")
+    if e % lay.ep:
+        raise InputError(f"ep {lay.ep}: {arch.name} has {e} experts, not divisible by "
+                         f"{lay.ep}; use --ep {_nearest(lay.ep, _divisors(e))}")
+    group = lay.dp * lay.cp
+    if group % lay.ep:
+        raise InputError(f"ep {lay.ep}: experts are spread over the data-parallel x context-"
+                         f"parallel group ({group} ranks); use --ep "
+                         f"{_nearest(lay.ep, [d for d in _divisors(group) if e % d == 0])}")
+
+
+def layout_notes(arch: Architecture | None, job: Job) -> tuple[str, ...]:
+    """What the layout assumes that the user should read (stated in the output)."""
+    lay = layout_of(job)
+    if lay.trivial:
+        return ()
+    notes = [f"layout: tp {lay.tp} x pp {lay.pp} x cp {lay.cp} x dp {lay.dp}"
+             + (f", ep {lay.ep} within dp x cp" if lay.ep > 1 else "")
+             + (", sequence parallel" if lay.sp else "")
+             + (f", {lay.schedule}" + (f":{lay.chunks}" if lay.chunks > 1 else "")
+                + f" with {lay.micro_batches} micro-batches" if lay.pp > 1 else "")]
+    if lay.tp > 1:
+        notes.append("tensor parallel as Megatron-LM shards it: vocabulary split over the TP "
+                     "group (vocab-parallel embedding and head), norms replicated")
+    if lay.tp > job.gpus_per_node:
+        notes.append(f"tp {lay.tp} spans more than one node ({job.gpus_per_node} GPUs per "
+                     "node): its all-reduces cross the inter-node link")
+    if arch is not None and lay.tp > arch.num_kv_heads:
+        notes.append(f"{arch.num_kv_heads} K/V heads over tp {lay.tp}: each rank holds one "
+                     "K/V head (replicated)")
+    if lay.ep > 1:
+        notes.append("MoE routing dropless (no capacity factor), balanced over expert ranks")
+    return tuple(notes)
+
+
+def stage_layers(num_layers: int, pp: int, chunks: int = 1) -> tuple[tuple[int, ...], ...]:
+    """Layer indices held by each pipeline stage. Layers are cut into ``pp * chunks`` parts as
+    evenly as possible, the first ``layers % parts`` parts one layer longer (DeepSpeed's
+    ``partition_uniform``); stage ``i`` holds parts ``i, i + pp, i + 2 pp, ...`` (interleaved)."""
+    parts = pp * chunks
+    base, extra = divmod(num_layers, parts)
+    bounds = [0]
+    for k in range(parts):
+        bounds.append(bounds[-1] + base + (1 if k < extra else 0))
+    return tuple(tuple(i for k in range(stage, parts, pp) for i in range(bounds[k], bounds[k + 1]))
+                 for stage in range(pp))
+
+
+def in_flight(schedule: str, pp: int, stage: int, micro_batches: int, chunks: int = 1) -> int:
+    """Model-chunk micro-batches whose activations stage ``stage`` holds at its peak (divide by
+    ``chunks`` for whole-stage micro-batches).
+
+    GPipe (Huang et al. 2019): every micro-batch's forward runs before the first backward: all
+    ``m``. 1F1B (PipeDream-Flush, Narayanan et al. 2021): stage ``i`` runs ``pp - i - 1`` warm-up
+    forwards and one more before its first backward: ``min(m, pp - i)``. Interleaved 1F1B with
+    ``v`` chunks (Narayanan et al. 2021; Megatron-LM's ``forward_backward_pipelining_with_
+    interleaving``): ``2 (pp - i - 1) + (v - 1) pp`` warm-up chunk forwards plus one, at most
+    ``m v`` -- on the first stage ``pp v + pp - 1`` chunks, i.e. activations of ``L (1 + (pp - 1)
+    / (pp v))`` layers (Korthikanti et al. 2022, sec. 4.2.3)."""
+    m = micro_batches
+    if schedule == "gpipe":
+        return m * chunks
+    if schedule == "interleaved":
+        return min(m * chunks, 2 * (pp - stage - 1) + (chunks - 1) * pp + 1)
+    return min(m, pp - stage)
+
+
+def _tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
+    """One TP rank's shape of a parameter tensor (Megatron's column/row split)."""
+    shape = list(t.shape)
+    if tp == 1:
+        return t.shape
+    vocab = arch.vocab_size
+    if t.component in ("embeddings", "head"):
+        if VOCAB_PARALLEL and vocab and shape and shape[0] == vocab and len(shape) == 2:
+            shape[0] = -(-vocab // tp)  # padded up to a multiple of tp
+        return tuple(shape)
+    if t.component not in ("attention", "mlp", "experts") or not t.module:
+        return t.shape
+    row = t.module in _ROW and "intermediate" not in t.name
+    out_axis = (len(shape) - 1 if t.transposed else 0)
+    in_axis = (0 if t.transposed else len(shape) - 1)
+    if row:
+        if t.linear and len(shape) == 2:
+            shape[in_axis] //= tp
+        return tuple(shape)  # a row-parallel bias is replicated
+    axis = out_axis if len(shape) == 2 else 0
+    kv, d, heads = arch.num_kv_heads, arch.head_dim, arch.num_heads
+    kv_rank = max(1, kv // tp)
+    if t.module in _KV and t.component == "attention":
+        shape[axis] = shape[axis] * kv_rank // kv
+    elif t.module in _FUSED_QKV and shape[axis] == (heads + 2 * kv) * d:
+        shape[axis] = (heads // tp + 2 * kv_rank) * d
+    else:
+        shape[axis] //= tp
+    return tuple(shape)
+
+
+def _stage_count(t: ParamTensor, arch: Architecture, layers: tuple[int, ...],
+                 first: bool, last: bool) -> int:
+    """How many of ``t``'s ``count`` tensors a stage holding ``layers`` has."""
+    if t.layer is not None:
+        return t.count if t.layer in layers else 0
+    if "{i}" not in t.name:
+        if t.component == "embeddings":
+            tied_head = arch.tie_word_embeddings and last and t.shape[:1] == (arch.vocab_size,)
+            return t.count if (first or tied_head) else 0
+        return t.count if last else 0  # the final norm and the head
+    moe = set(arch.moe_layers or (range(arch.num_layers) if arch.num_experts else ()))
+    if t.component == "experts" or (t.component == "router" and moe):
+        pool = [i for i in range(arch.num_layers) if i in moe]
+    elif t.component == "mlp" and moe and len(moe) < arch.num_layers \
+            and "shared_expert" not in t.name:
+        pool = [i for i in range(arch.num_layers) if i not in moe]
+    else:
+        pool = list(range(arch.num_layers))
+    if not pool:
+        return 0
+    here = sum(1 for i in pool if i in layers)
+    return t.count * here // len(pool)
+
+
+def _rank_arch(arch: Architecture, lay: Layout, layers: tuple[int, ...]) -> Architecture:
+    t = lay.tp
+    idx = {i: k for k, i in enumerate(layers)}
+    moe_all = arch.moe_layers or (tuple(range(arch.num_layers)) if arch.num_experts else ())
+    moe = tuple(idx[i] for i in moe_all if i in idx)
+    slide = tuple(idx[i] for i in arch.sliding_window_layers if i in idx)
+    return replace(
+        arch, num_layers=len(layers), num_heads=arch.num_heads // t,
+        num_kv_heads=max(1, arch.num_kv_heads // t),
+        intermediate_size=arch.intermediate_size // t,
+        moe_intermediate_size=arch.moe_intermediate_size // t,
+        shared_expert_intermediate_size=arch.shared_expert_intermediate_size // t,
+        vocab_size=-(-arch.vocab_size // t) if VOCAB_PARALLEL else arch.vocab_size,
+        num_experts=arch.num_experts if moe else 0, moe_layers=moe,
+        experts_per_token=arch.experts_per_token if moe else 0,
+        sliding_window=arch.sliding_window if slide else None, sliding_window_layers=slide,
+        tensors=())
+
+
+_RANK: dict[tuple, tuple[Model, Model]] = {}
+
+
+def rank_model(model: Model, job: Job, stage: int, part: str = "all") -> Model:
+    """What one rank of pipeline stage ``stage`` holds: its layers' tensors (and the embedding on
+    the first stage, the head on the last), TP-split and with ``experts / ep`` experts, as a
+    :class:`Model` whose architecture is the rank's (heads, K/V heads, MLP widths and vocabulary
+    per TP rank; the stage's layers). ``part="experts"``: only its expert tensors. Cached per
+    model and layout."""
+    lay = layout_of(job)
+    key = (id(model), lay.tp, lay.pp, lay.chunks, lay.ep, stage, part)
+    hit = _RANK.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    out = _build_rank_model(model, lay, stage, experts_only=part == "experts")
+    if len(_RANK) > 1024:
+        _RANK.clear()
+    _RANK[key] = (model, out)
+    return out
+
+
+def _build_rank_model(model: Model, lay: Layout, stage: int, experts_only: bool) -> Model:
+    arch = model.architecture
+    layers = stage_layers(arch.num_layers, lay.pp, lay.chunks)[stage]
+    first, last = stage == 0, stage == lay.pp - 1
+    tensors = []
+    for t in model.tensors:
+        if experts_only and t.component != "experts":
+            continue
+        n = _stage_count(t, arch, layers, first, last)
+        if t.component == "experts":
+            n //= lay.ep
+        if n:
+            tensors.append(replace(t, shape=_tp_shape(t, arch, lay.tp), count=n))
+    by: dict[str, int] = {}
+    for t in tensors:
+        by[t.component] = by.get(t.component, 0) + t.total
+    total = sum(by.values())
+    emb = sum(t.total for t in tensors if t.component == "embeddings")
+    active = total  # (FLOP counts are not taken from a rank model)
+    return Model(name=model.name, params=ParamCounts(total=total, by_component=by,
+                                                     active=active, embedding=emb),
+                 tensors=tuple(tensors), architecture=_rank_arch(arch, lay, layers),
+                 source=model.source, checkpoint_dtype=model.checkpoint_dtype)
+

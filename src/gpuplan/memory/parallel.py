@@ -1,0 +1,169 @@
+"""One rank of each pipeline stage of a parallel layout, ready for the single-GPU accounting.
+
+A stage's rank holds its layers' parameter tensors TP-split (and ``experts / ep``), its model
+states sharded by ZeRO over the data-parallel x context-parallel group (experts over ``dp x cp /
+ep``), and the activations of the micro-batches its schedule keeps in flight, at ``seq / cp``
+tokens, sequence-sharded under SP. On top of one micro-batch's timeline it adds the buffers of the
+layout's communication:
+
+* **p2p** (pp > 1): the received activation and the received gradient of one micro-batch
+  (``b x s x h``, per TP rank ``/ tp`` under SP, as Megatron scatters them);
+* **ring attention** (cp > 1): two K/V blocks in flight (the one being used and the one arriving)
+  in forward; in backward the same two plus their dK/dV (Megatron-Core's
+  ``AttnFuncWithCPAndKVP2P``);
+* **all-to-all** (ep > 1, MoE stages): the dispatch receive buffer and the combine receive buffer,
+  ``b x s x top_k x h`` each (dropless, balanced routing);
+* the TP all-reduce is in place (Megatron's ``_reduce``); SP's all-gather buffers are tensors of
+  the replayed layer (:meth:`Graph.sp_gather`). NCCL's own buffers are in the overhead line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..job import Job
+from ..models import Model
+from .activations import TrainActivations, regime_for, train_activations
+from .activations.profile import Shard
+from .layout import (Layout, check_layout, in_flight, layout_notes, layout_of, rank_model,
+                     stage_layers)
+from .results import TrainMemory
+from .shape import seq_for
+from .states import States, train_states
+
+__all__ = ["StagePlan", "stage_plans", "rank_job"]
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One rank of one pipeline stage: what the single-GPU accounting runs on."""
+
+    index: int
+    layout: Layout
+    model: Model
+    """The rank's parameter tensors and architecture (:func:`~.layout.rank_model`)."""
+    job: Job
+    """The rank's job: data parallel over the ZeRO group, the pipeline's micro-batches as
+    gradient-accumulation steps."""
+    states: States
+    shard: Shard
+    seq: int | None
+    """Tokens of each sequence on this rank (``seq / cp``)."""
+    in_flight: int
+    """Model-chunk micro-batches whose activations the stage holds at its peak."""
+    layers: tuple[int, ...]
+    gpus: int
+    params: int
+    """Parameters of the whole model."""
+    notes: tuple[str, ...]
+
+    def buffers(self, backward: bool) -> int:
+        """Communication buffers alive at the forward (or backward) peak, bytes."""
+        lay, arch = self.layout, self.model.architecture
+        if arch is None or self.seq is None:
+            return 0
+        regime = regime_for(self.job.precision)
+        b, s, h = self.job.batch, self.seq, arch.hidden_size
+        rows = b * s // (lay.tp if lay.sp else 1)
+        out = 0
+        if lay.pp > 1:
+            out += 2 * rows * h * regime.param
+        if lay.cp > 1:
+            kv_block = 2 * b * s * arch.num_kv_heads * arch.head_dim * regime.compute
+            out += (4 if backward else 2) * kv_block
+        if lay.ep > 1 and arch.num_experts:
+            out += 2 * rows * arch.experts_per_token * h * regime.param
+        return out
+
+    def activations(self) -> TrainActivations:
+        """One micro-batch's timeline on this rank, plus the other micro-batches in flight and
+        the communication buffers."""
+        act = train_activations(self.model, self.job, grad_bytes=self.states.grads,
+                                seq=self.seq, shard=self.shard)
+        if not act.known:
+            return act
+        v = self.layout.chunks
+        held = max(0, self.in_flight - v) * act.kept_bytes // v
+        fwd, bwd = self.buffers(False), self.buffers(True)
+        summary = act.summary
+        if self.layout.pp > 1:
+            summary += (f"; {self.in_flight / v:g} micro-batches in flight "
+                        f"({self.layout.schedule})")
+        return replace(act, forward_peak=act.forward_peak + held,
+                       backward_peak=act.backward_peak + held,
+                       forward_temporaries=act.forward_temporaries + fwd,
+                       backward_temporaries=act.backward_temporaries + bwd, summary=summary)
+
+    def annotate(self, mem: TrainMemory, totals: list[int]) -> TrainMemory:
+        """The worst stage's memory, saying which stage it is and the layout."""
+        return replace(mem, layout=self.layout.to_dict(), stage=self.describe(totals),
+                       notes=(*mem.notes, *_stage_note(self, totals)))
+
+    def describe(self, totals: list[int] | None = None) -> dict:
+        lay = self.layout
+        d = {"index": self.index, "stages": lay.pp,
+             "layers": [self.layers[0], self.layers[-1]] if self.layers else [],
+             "num_layers": len(self.layers), "embedding": self.shard.first,
+             "head": self.shard.last, "in_flight_micro_batches": self.in_flight / lay.chunks,
+             "params_per_rank": self.model.params.total}
+        if totals is not None:
+            d["stage_totals_bytes"] = list(totals)
+        return d
+
+
+def _stage_note(p: StagePlan, totals: list[int]) -> tuple[str, ...]:
+    if p.layout.pp == 1:
+        return ()
+    return (f"worst pipeline stage: {p.index} of {p.layout.pp} (layers {p.layers[0]}-"
+            f"{p.layers[-1]}" + (", embedding" if p.shard.first else "")
+            + (", head and loss" if p.shard.last else "")
+            + f"), {p.in_flight / p.layout.chunks:g} micro-batches in flight",)
+
+
+def rank_job(job: Job, lay: Layout) -> Job:
+    """The job one rank runs, in the single-GPU vocabulary: data parallel over the ZeRO group
+    (dp x cp), the pipeline's micro-batches as accumulation steps (gradients accumulate over
+    them)."""
+    accum = lay.micro_batches if lay.pp > 1 else job.grad_accum
+    return job._evolve(gpus=lay.zero_group, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
+                       pp_schedule="1f1b", micro_batches=None, grad_accum=accum)
+
+
+def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: int) -> States:
+    """The rank's model states; expert parameters sharded by ZeRO over the expert-data-parallel
+    group (dp x cp / ep) rather than dp x cp."""
+    st = train_states(rank, rjob)
+    if lay.ep == 1 or job.zero == 0 or job.lora_rank is not None:
+        return st
+    experts = rank_model(model, job, stage, part="experts")
+    if not experts.tensors:
+        return st
+    a = train_states(experts, rjob)
+    b = train_states(experts, rjob._evolve(gpus=lay.expert_zero_group))
+    fix = {f: getattr(st, f) + getattr(b, f) - getattr(a, f)
+           for f in ("weights_trainable", "grads", "master", "opt", "host", "step_tmp")}
+    return replace(st, **fix)
+
+
+def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
+    """One :class:`StagePlan` per pipeline stage, or None for a data-parallel-only job (planned
+    as one GPU sharded by ZeRO)."""
+    lay = layout_of(job)
+    if lay.trivial:
+        return None
+    arch = model.architecture
+    check_layout(arch, job)
+    rjob = rank_job(job, lay)
+    s = seq_for(model, job)
+    s_rank = s // lay.cp if s is not None else None
+    notes = layout_notes(arch, job)
+    plans = []
+    for i, layers in enumerate(stage_layers(arch.num_layers, lay.pp, lay.chunks)):
+        rank = rank_model(model, job, i)
+        shard = Shard(sp=lay.tp if lay.sp else 1, ep=lay.ep, first=i == 0, last=i == lay.pp - 1)
+        plans.append(StagePlan(
+            index=i, layout=lay, model=rank, job=rjob,
+            states=_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,
+            in_flight=in_flight(lay.schedule, lay.pp, i, lay.micro_batches, lay.chunks),
+            layers=layers, gpus=job.gpus, params=model.params.total, notes=notes))
+    return plans

@@ -1,0 +1,130 @@
+"""The layout time model (compute/parallel.py), the topology (hardware/topology.py) and the
+cluster search: hand-computed values from NCCL's formulas and the pipeline-bubble fractions."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from gpuplan.cli import main
+from gpuplan.cluster import cluster_search
+from gpuplan.compute import estimate_speed
+from gpuplan.errors import InputError
+from gpuplan.hardware import get_gpu
+from gpuplan.hardware.topology import collective_time, parse_inter_node, topology_for
+from gpuplan.job import Job
+from gpuplan.models import load_model
+
+H100 = get_gpu("H100-SXM-80GB")
+
+
+@pytest.mark.parametrize("text,gbit", [("ib-400", 400), ("roce-200", 200), ("eth-100", 100),
+                                       ("100Gb/s", 100), ("50GB/s", 400), ("400", 400)])
+def test_inter_node_rates(text, gbit):
+    assert parse_inter_node(text).bandwidth == pytest.approx(gbit / 8 * 1e9)
+
+
+@pytest.mark.parametrize("bad", ["ib-", "fast", "ib-0", "-5Gb/s"])
+def test_bad_inter_node_is_one_line(bad):
+    with pytest.raises(InputError, match="inter node"):
+        parse_inter_node(bad)
+
+
+def test_default_topology_is_stated():
+    t = topology_for(H100)
+    assert t.gpus_per_node == 8 and t.intra.bandwidth == 450e9  # 900 GB/s both ways / 2
+    assert "400 Gb/s" in t.stated and "assumed" in t.stated
+    assert "assumed" not in topology_for(H100, inter_node="ib-400").stated
+
+
+def test_ring_all_reduce_in_a_node_by_hand():
+    # NCCL tuning.cc: base 8.4 us + 2(n-1) NVLink hops x 3.4 us; bytes x 2(n-1)/n / bus bandwidth
+    t = topology_for(H100)
+    want = 8.4e-6 + 14 * 3.4e-6 + 1e9 * 2 * 7 / 8 / 450e9
+    assert collective_time("all-reduce", 1e9, 8, t) == pytest.approx(want)
+
+
+def test_all_reduce_across_nodes_rides_the_network():
+    t = topology_for(H100, inter_node="ib-400")
+    # 16 ranks 8 apart: 16 nodes, every hop on the network (50 GB/s per GPU)
+    ring = 8.4e-6 + 30 * 9.6e-6 + 1e9 * 2 * 15 / 16 / 50e9
+    tree = 2 * (0 * 28e-6 + math.log2(16) * 50e-6) + 2 * 1e9 / 50e9
+    assert collective_time("all-reduce", 1e9, 16, t, stride=8) == pytest.approx(min(ring, tree))
+    assert collective_time("all-gather", 1e9, 1, t) == 0.0
+
+
+def _train(model, **kw):
+    job = Job(model=model, mode="train", seq=2048, **kw)
+    return estimate_speed(model, H100, job, measured=None)
+
+
+def test_bubble_fractions_by_schedule():
+    m = load_model("llama-3.1-8b")
+    a = _train(m, gpus=32, tp=2, pp=4, grad_accum=8).layout
+    b = _train(m, gpus=32, tp=2, pp=4, grad_accum=8, pp_schedule="interleaved:2").layout
+    g = _train(m, gpus=32, tp=2, pp=4, grad_accum=8, pp_schedule="gpipe").layout
+    per_mb = a.bubble_s / 3  # (p-1) micro-batch times
+    assert a.compute_s + a.tp_comm_s == pytest.approx(8 * per_mb)
+    assert b.bubble_s == pytest.approx(a.bubble_s / 2)   # (p-1)/(v m)
+    assert g.bubble_s == pytest.approx(a.bubble_s)       # GPipe's bubble is 1F1B's
+
+
+def test_tp_collectives_by_hand():
+    m = load_model("llama-3.1-8b")
+    lt = _train(m, gpus=2, tp=2).layout
+    act = 1 * 2048 * m.architecture.hidden_size * 2
+    one = collective_time("all-reduce", act, 2, lt.topology, efficiency=0.8)
+    assert lt.tp_comm_s == pytest.approx(4 * m.architecture.num_layers * one)
+    assert lt.bubble_s == 0 and lt.pp_comm_s == 0
+
+
+def test_data_parallel_only_keeps_the_link_model():
+    m = load_model("llama-3.1-8b")
+    est = _train(m, gpus=8)
+    assert est.layout is None and est.scaling is not None
+    assert "layout" not in est.to_dict()
+
+
+def test_layout_mfu_is_over_all_gpus():
+    m = load_model("llama-3.1-8b")
+    est = _train(m, gpus=16, tp=2, pp=2, grad_accum=4)
+    lt = est.layout
+    assert est.tokens_per_s == pytest.approx(lt.tokens_per_step / est.step_time_s)
+    assert lt.tokens_per_step == 1 * 4 * 4 * 2048   # micro-batch x M x DP x seq
+    assert 0 < est.mfu < 1
+
+
+def test_bad_layouts_name_the_nearest():
+    m = load_model("llama-3.1-8b")  # 32 heads, 8 KV heads, 32 layers
+    with pytest.raises(InputError, match="--tp 2 or 4"):
+        _train(m, gpus=3, tp=3)
+    with pytest.raises(InputError, match="only 32 layers"):
+        _train(m, gpus=64, pp=64)
+    with pytest.raises(InputError, match="not a mixture-of-experts"):
+        _train(m, gpus=4, tp=2, ep=2)
+
+
+def test_cluster_search_best_fit_and_rank():
+    m = load_model("llama-3.1-8b")
+    p = cluster_search(m, H100, Job(model=m, mode="train", gpus=16, seq=4096), global_batch=64)
+    assert p.best and all(c.memory_bytes <= H100.memory_bytes for c in p.best)
+    rates = [c.tokens_per_s for c in p.best]
+    assert rates == sorted(rates, reverse=True)
+    assert all(c.layout.gpus == 16 for c in p.tried)
+    # nothing faster than the winner was left unchecked: every faster one was tried and failed
+    faster = [c for c in p.tried if c.tokens_per_s > p.best[0].tokens_per_s]
+    assert all(not c.fits(H100.memory_bytes) for c in faster)
+    assert p.why_runner_up_loses.startswith("runner-up")
+
+
+def test_cluster_cli_json_and_bad_input(capsys):
+    assert main(["cluster", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--gpus", "8",
+                 "--seq", "2048", "--global-batch", "16", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["best"] and d["topology"]["default_network"] is True
+    assert main(["cluster", "llama-3.1-8b", "--gpu", "H100", "--gpus", "8", "--tp", "2"]) == 2
+    assert main(["cluster", "llama-3.1-8b", "--gpu", "H100", "--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "--global-batch" in err and "Traceback" not in err

@@ -1,0 +1,181 @@
+"""Published large training runs under their layouts: gpuplan's per-GPU throughput (or MFU) within
+15% of what each source reports, and (once training memory honours layouts) the layout fits the
+memory it ran in. Every figure comes from benchmarks/published/runs.json, whose entries cite the
+exact table or sentence; the source is repeated at each case below.
+
+Assumptions the sources leave open are stated per case (micro-batch, schedule chunks, overlap);
+none is fitted to the answer: the Megatron-Core rows all take micro-batch 1, the distributed
+optimizer (ZeRO-1), sequence parallelism and --tp-comm-overlap, as the README's command lines say.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan.compute import estimate_speed
+from gpuplan.errors import UnsupportedError
+from gpuplan.hardware import get_gpu
+from gpuplan.hardware.topology import topology_for
+from gpuplan.job import Job
+from gpuplan.models import load_model
+from gpuplan.models._types import Architecture
+
+RUNS = {r["id"]: r for r in json.loads(
+    (Path(__file__).parent.parent / "benchmarks/published/runs.json").read_text())["runs"]}
+TOL = 0.15
+
+
+def _arch(run: dict) -> Architecture:
+    s = run["model"]["shape"]
+    h = s["hidden"]
+    return Architecture(
+        name=run["model"]["name"], family="gpt", kind="decoder", hidden_size=h,
+        num_layers=s["layers"], num_heads=s["heads"], num_kv_heads=s["kv_heads"],
+        head_dim=h // s["heads"], intermediate_size=s["ffn"], vocab_size=s["vocab"],
+        max_position_embeddings=s["seq"], tie_word_embeddings=bool(s.get("tied_embeddings")),
+        mlp="gelu", activation="gelu", norm="layernorm", position="learned")
+
+
+# (run id, GPUs, job fields, which figure, tp_overlap, why the open choices)
+MEGATRON = [rid for rid in RUNS if rid.startswith("megatron-core-")]
+
+
+def _megatron(rid: str) -> tuple:
+    j = RUNS[rid]["job"]
+    m = j["global_batch"] // j["dp"]
+    return (rid, {"tp": j["tp"], "pp": j["pp"], "batch": 1, "grad_accum": m, "seq": j["seq"],
+                  "zero": 1, "sequence_parallel": j["tp"] > 1}, "model_tflops", True)
+
+
+CASES = [_megatron(rid) for rid in MEGATRON] + [
+    # Llama 3 Herd, arXiv 2407.21783, Table 4: TP8 PP16 DP64, 32 sequences per DP group, RoCE
+    # 400 Gb/s per GPU; Meta's modified interleaved schedule (V not stated: 2 assumed); FSDP
+    # without resharding after forward (ZeRO-2 here).
+    ("llama3-405b-h100-x8192-s8192", {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 32,
+                                      "seq": 8192, "zero": 2, "sequence_parallel": True,
+                                      "pp_schedule": "interleaved:2", "inter_node": "roce-400"},
+     "model_tflops", False),
+    ("llama3-405b-h100-x16384-s8192", {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 16,
+                                       "seq": 8192, "zero": 2, "sequence_parallel": True,
+                                       "pp_schedule": "interleaved:2", "inter_node": "roce-400"},
+     "model_tflops", False),
+    # BLOOM-176B, bigscience tr11-176B-ml README/slurm: TP4 PP12 DP8, MBS 2, GBS 2048, full
+    # checkpointing; TFLOPs counted with recompute (HFU); 4 x 100 Gb/s Omni-Path per 8-GPU node
+    # = 50 Gb/s per GPU.
+    ("bloom176b-a100-x384-iter85376", {"tp": 4, "pp": 12, "batch": 2, "grad_accum": 128,
+                                       "seq": 2048, "zero": 1, "checkpointing": "full",
+                                       "inter_node": "50Gb/s"}, "hardware_tflops", False),
+    # OPT-175B, arXiv 2205.01068 sec. 2.4: 992 A100-80GB, FSDP + Megatron TP (TP8 per the metaseq
+    # logbook), fp16; micro-batch and accumulation not stated (1 x 8 assumed), full
+    # checkpointing (metaseq's default); "up to" 147 TFLOP/s.
+    ("opt175b-a100-x992", {"tp": 8, "pp": 1, "batch": 1, "grad_accum": 8, "seq": 2048,
+                           "zero": 3, "checkpointing": "full", "precision": "mixed-fp16"},
+     "model_tflops", False),
+    # Narayanan et al. 2021, arXiv 2104.04473, Table 1 last row: 1T on 3072 A100, TP8 PP64,
+    # batch 3072, interleaved schedule (V=2 assumed), recompute, HDR InfiniBand (200 Gb/s per GPU);
+    # TFLOP/s counted with recompute.
+    ("narayanan2021-gpt1t-a100-x3072", {"tp": 8, "pp": 64, "batch": 1, "grad_accum": 512,
+                                        "seq": 2048, "zero": 0, "checkpointing": "full",
+                                        "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
+                                        "inter_node": "200Gb/s"}, "hardware_tflops", False),
+    # Korthikanti et al. 2022, arXiv 2205.05198: MT-NLG 530B on 2240 A100; layout from the
+    # paper's Table 3 (TP8 PP35; DP8 fills 2240 GPUs, batch 2240 = 280 per DP rank), interleaved
+    # (V=3 assumed), HDR InfiniBand; MFU without recompute.
+    ("korthikanti2022-mtnlg530b-a100-x2240-selective",
+     {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "checkpointing": "selective",
+      "sequence_parallel": True, "pp_schedule": "interleaved:3", "inter_node": "200Gb/s"},
+     "mfu_percent", False),
+    ("korthikanti2022-mtnlg530b-a100-x2240-full",
+     {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "checkpointing": "full",
+      "pp_schedule": "interleaved:3", "inter_node": "200Gb/s"}, "mfu_percent", False),
+]
+
+#: Runs gpuplan does not reach honestly, with the reason and the ratio measured here.
+XFAIL = {
+    "llama3-405b-h100-x8192-s8192": "Meta's modified interleaved schedule and its overlap of TP "
+                                    "traffic are not modeled (interleaved:2, TP exposed): "
+                                    "gpuplan reads ~0.85x the published 430 TFLOP/s",
+    "llama3-405b-h100-x16384-s8192": "as the 8,192-GPU row, with half the micro-batches per DP "
+                                     "group the modeled bubble is 31% of the step: ~0.76x the "
+                                     "published 400 TFLOP/s",
+    "narayanan2021-gpt1.7b-a100-x32": "1.7B data parallel on 32 A100 (hidden 2304): the "
+                                      "roofline reads ~1.6x the published 137 TFLOP/s (small "
+                                      "GEMMs, 2021 kernels, DP traffic not overlapped then)",
+}
+CASES += [
+    # Llama 3 Table 4 long-context row: TP8 CP16 PP16, DP 8 (the runs.json DP 4 does not fill
+    # 16,384 GPUs; see its note), 16 sequences per DP group at 131,072 tokens.
+    ("llama3-405b-h100-x16384-s131072", {"tp": 8, "pp": 16, "cp": 16, "batch": 1,
+                                         "grad_accum": 16, "seq": 131072, "zero": 2,
+                                         "sequence_parallel": True,
+                                         "pp_schedule": "interleaved:2",
+                                         "inter_node": "roce-400"}, "model_tflops", False),
+    # Narayanan et al. 2021 Table 1 first row: 1.7B, TP1 PP1, 32 GPUs, batch 512 (micro-batch
+    # not stated: 4 assumed), recompute; TFLOP/s with recompute.
+    ("narayanan2021-gpt1.7b-a100-x32", {"batch": 4, "grad_accum": 4, "seq": 2048,
+                                        "checkpointing": "full", "precision": "mixed-fp16",
+                                        "inter_node": "200Gb/s"}, "hardware_tflops", False),
+]
+
+
+def _model(run: dict):
+    if run["model"].get("catalog"):
+        return load_model(run["model"]["catalog"])
+    return _arch(run)
+
+
+def _estimate(rid: str, fields: dict, overlap: bool):
+    run = RUNS[rid]
+    gpu = get_gpu(run["hardware"]["gpu"])
+    job = Job(model="published", mode="train", gpus=run["hardware"]["count"], **fields)
+    # every run spans nodes: time it on the stated topology, also the data-parallel-only rows
+    topo = topology_for(gpu, gpus_per_node=job.gpus_per_node, inter_node=job.inter_node)
+    return estimate_speed(_model(run), gpu, job, measured=None, tp_overlap=overlap,
+                          topology=topo), gpu
+
+
+def _figure(est, gpu, kind: str) -> float:
+    peak = est.step.peak_flops
+    if kind == "mfu_percent":
+        return 100 * est.mfu
+    if kind == "hardware_tflops":
+        return est.hfu * peak / 1e12
+    return est.mfu * peak / 1e12
+
+
+@pytest.mark.parametrize("rid,fields,kind,overlap", [
+    pytest.param(*c, id=c[0], marks=[pytest.mark.xfail(strict=True, reason=XFAIL[c[0]])]
+                 if c[0] in XFAIL else []) for c in CASES])
+def test_published_throughput_within_15_percent(rid, fields, kind, overlap):
+    est, gpu = _estimate(rid, fields, overlap)
+    measured = RUNS[rid]["measured"]["value"]
+    got = _figure(est, gpu, kind)
+    assert abs(got / measured - 1) <= TOL, f"{rid}: gpuplan {got:.1f} vs published {measured}"
+
+
+def test_every_train_mfu_run_is_covered():
+    """Each published train_mfu run is a case here (Korthikanti's with the layout from the
+    paper's Table 3), so a new run in runs.json is not silently left out."""
+    covered = {c[0] for c in CASES}
+    assert {rid for rid, r in RUNS.items() if r["kind"] == "train_mfu"} <= covered
+
+
+@pytest.mark.parametrize("rid,fields,kind,overlap", [pytest.param(*c, id=c[0]) for c in CASES])
+def test_published_layout_fits_its_memory(rid, fields, kind, overlap):
+    from gpuplan.memory import train_memory
+    from gpuplan.models import Model
+
+    run = RUNS[rid]
+    model = _model(run)
+    if not isinstance(model, Model):
+        pytest.skip("shape-only model: the memory plan needs its tensors (catalog model)")
+    gpu = get_gpu(run["hardware"]["gpu"])
+    job = Job(model=model, mode="train", gpus=run["hardware"]["count"], **fields)
+    try:
+        mem = train_memory(model, job)
+    except UnsupportedError as e:
+        pytest.skip(f"training memory under a layout not built on this branch yet: {e}")
+    assert mem.total_bytes <= gpu.memory_bytes

@@ -1,0 +1,76 @@
+"""The speed half of the validation table (benchmarks/validate_speed.md): recomputed here from
+benchmarks/published/runs.json, summarized per split, and held to issue 12's bar on the holdout.
+
+The model's constants were set from sources and the calibrate split only; the holdout is reported,
+never fitted. The bar (median |error| <= 10%, worst <= 25%) is not reached yet: the test below
+asserts what is reached, and the bar itself is an xfail(strict) test so that reaching it is noticed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import validate_speed as vs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GPUPLAN_BENCH_DB", str(tmp_path_factory.mktemp("db") / "none.sqlite"))
+    try:
+        yield vs.rows()
+    finally:
+        mp.undo()
+
+
+def test_every_speed_run_is_predicted_or_says_why(rows):
+    runs = [r for r in json.loads(vs.RUNS.read_text())["runs"] if r["kind"] in vs.SPEED_KINDS]
+    assert len(rows) == len(runs)
+    for r in rows:
+        assert (r.predicted is not None) != bool(r.why_not), r.run["id"]
+        if r.predicted is not None:
+            assert r.predicted > 0 and r.measured > 0
+    # the issue's split: both sides are populated, holdout from several independent sources
+    hold = {r.run["source_group"] for r in rows if r.run["split"] == "holdout" and r.ratio}
+    assert len(hold) >= 4
+
+
+def test_table_in_the_repository_is_current(rows):
+    assert vs.OUT_MD.read_text() == vs.render(rows), \
+        f"benchmarks/validate_speed.md is stale: run `{vs.COMMAND}`"
+    stored = json.loads(vs.OUT_RESIDUALS.read_text())
+    fresh = vs.residuals(rows)
+    assert stored == json.loads(json.dumps(fresh))
+
+
+def test_summary_by_hand(rows):
+    hold = [abs(r.ratio - 1) for r in rows if r.ratio is not None and r.run["split"] == "holdout"]
+    hold.sort()
+    n = len(hold)
+    median = hold[n // 2] if n % 2 else (hold[n // 2 - 1] + hold[n // 2]) / 2
+    s = vs.summary(rows, "holdout")
+    assert s["n"] == n and s["median_abs_error"] == pytest.approx(median)
+    assert s["worst_abs_error"] == pytest.approx(hold[-1])
+
+
+def test_holdout_error_reached(rows):
+    # what this model reaches on runs it was never fitted to (issue 12 measured 17% / 2.56x before)
+    s = vs.summary(rows, "holdout")
+    assert s["n"] >= 15
+    assert s["median_abs_error"] <= 0.21
+    assert s["worst_abs_error"] <= 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12's bar is not reached: V100 AMP (APEX fused "
+                   "kernels vs the eager fp16 model) and a 1.3x-optimistic data-parallel A100 "
+                   "row keep the worst holdout error above 25%")
+def test_holdout_meets_the_issue_bar(rows):
+    s = vs.summary(rows, "holdout")
+    assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25
