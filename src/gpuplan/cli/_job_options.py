@@ -11,6 +11,7 @@ spellings ``--recompute`` and ``--attention flash`` still work, each with a one-
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 
@@ -207,6 +208,10 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
                              "--infer-precision")
     if mode == "infer" and "precision" in kw:
         kw["infer_precision"] = kw.pop("precision")
+    if kw.get("context", math.inf) < kw.get("seq", 0):
+        raise InputError(f"--context {kw['context']} is shorter than --seq {kw['seq']}: the "
+                         "context holds the prompt (--seq) and the tokens generated after it; "
+                         f"give --context {kw['seq']} or more, or a shorter --seq")
     try:
         return Job(model=model, mode=mode, **kw)
     except InputError as e:

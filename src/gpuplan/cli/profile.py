@@ -13,7 +13,7 @@ import math
 import sys
 
 from ..errors import InputError
-from ..measure.profile import DEFAULT_STEPS, DEFAULT_WARMUP
+from ..measure.profile import DEFAULT_STEPS, DEFAULT_WARMUP, check_device
 from ..units import parse_positive_int
 from ._job_options import add_job_options, flag_of, given_job_options
 
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     gather_timeout = _seconds(args.gather_timeout, "--gather-timeout")
     _estimate_flags(args, expected)
     # --model/--gpu/--precision are checked by the Profiler run_script makes, before the script runs.
+    check_device(None if args.device == "auto" else args.device)
     check_script(args.script)
     env = dist_env()
     if args.plot and (env is None or env.rank == 0):

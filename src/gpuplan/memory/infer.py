@@ -89,9 +89,9 @@ def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int |
         Line(key="weights", label=f"weights, {fmt.name}", bytes=weights,
              bytes_per_param=weights / n, note=fmt.convention if model.tensors else ""),
         Line(key="kv_cache", label=f"KV cache, {kv_dtype}", bytes=kv,
-             note=_kv_note(model.architecture, job, ph, kv)),
+             note=_kv_note(model.architecture, job, ph, kv), at_peak=_kv_at_peak(model, kv)),
         Line(key="activations", label=f"activations ({peak_phase})", bytes=working,
-             note=act.summary),
+             note=act.summary, at_peak="" if working else "not included"),
         Line(key="overhead", label=f"runtime overhead ({overhead_level})", bytes=overhead.bytes),
     )
     return InferMemory(
@@ -101,6 +101,7 @@ def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int |
         peak_phase=peak_phase, kv_dtype=kv_dtype, overhead=overhead, lines=lines,
         notes=tuple(notes), tensor_parallel=tensor_parallel, kv_cache_full_bytes=ph.kv_full,
         prefill_bytes=ph.kv_prompt + ph.prefill, decode_bytes=ph.kv_full + ph.decode,
+        prompt_tokens=ph.prompt, context_tokens=ph.context,
     )
 
 
@@ -114,6 +115,7 @@ class _Phases:
     prefill: int
     decode: int
     context: int | None
+    prompt: int | None = None
 
     def peak(self, arch: Architecture | None) -> tuple[str, int, int]:
         """The phase that peaks, with its KV cache and working set: the prompt's cache during
@@ -143,7 +145,17 @@ def _phases(model: Model, job: Job, act: InferActivations, kv_dtype: str,
             kv_prompt = -(-kv_prompt * per_rank // arch.num_kv_heads)
         ws_scale = tensor_parallel
     return _Phases(kv_prompt=kv_prompt, kv_full=kv_full, prefill=-(-act.prefill_bytes // ws_scale),
-                   decode=-(-act.decode_bytes // ws_scale), context=context)
+                   decode=-(-act.decode_bytes // ws_scale), context=context, prompt=prompt)
+
+
+def _kv_at_peak(model: Model, kv: int) -> str:
+    """Why the KV-cache line is empty: an encoder keeps none; an unknown architecture."""
+    arch = model.architecture
+    if kv:
+        return ""
+    if arch is None:
+        return "not included"
+    return "none (an encoder keeps no cache)" if arch.kind != "decoder" else ""
 
 
 def _kv_note(arch: Architecture | None, job: Job, ph: _Phases, kv: int) -> str:

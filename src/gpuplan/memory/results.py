@@ -20,6 +20,10 @@ class Line:
     bytes_per_param: float | None = None
     """Bytes per model parameter, where the line is a per-parameter cost."""
     note: str = ""
+    at_peak: str = ""
+    """Set when the line holds less than its full size at the peak phase: where its bytes are
+    then (freed, not allocated yet, in host memory), so that a zero beside a bytes-per-parameter
+    figure is never read as a bug."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +122,12 @@ class InferMemory:
     tensor_parallel: int = 1
     kv_cache_full_bytes: int = 0
     """KV cache once the whole context is cached (the decode phase's)."""
+    prompt_tokens: int | None = None
+    """Tokens of the prompt per sequence (``--seq``; its default when not given): what the
+    prefill processes. None when the architecture is unknown."""
+    context_tokens: int | None = None
+    """Tokens cached per sequence once decoding ends (``--context``: prompt + generated; the
+    prompt when not given): what the KV cache and the decode are sized for."""
     prefill_bytes: int = 0
     """KV cache of the prompt + the prefill working set (the prefill phase, without weights)."""
     decode_bytes: int = 0
@@ -146,6 +156,8 @@ class InferMemory:
             "phases": {"prefill": self.weights_bytes + self.prefill_bytes,
                        "decode": self.weights_bytes + self.decode_bytes},
             "kv_cache_full_bytes": self.kv_cache_full_bytes,
+            "prompt_tokens": self.prompt_tokens,
+            "context_tokens": self.context_tokens,
             "overhead": self.overhead.to_dict(),
             "lines": [_line_dict(l) for l in self.lines],
             "notes": list(self.notes),
@@ -164,5 +176,7 @@ def _line_dict(l: Line) -> dict:
         d["bytes_per_param"] = l.bytes_per_param
     if l.note:
         d["note"] = l.note
+    if l.at_peak:
+        d["at_peak"] = l.at_peak
     return d
 

@@ -12,6 +12,7 @@ from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
 from ..job import Job
 from ..models import Model
 from .activations import TrainActivations, train_activations
+from .activations.timeline import fmt_gb
 from .optimizer import optimizer_label
 from .overhead import Overhead, OverheadLevel, runtime_overhead
 from .parallel import StagePlan, stage_plans
@@ -93,23 +94,50 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
              + (" (adapters)" if st.base else ""),
              bytes=st.weights_trainable, bytes_per_param=per_param(st.weights_trainable)),
         Line(key="gradients", label=f"gradients, {recipe.grad_bytes * 8}-bit",
-             bytes=at_peak.gradients, bytes_per_param=per_param(st.grads)),
+             bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
+             at_peak=_gradients_at_peak(at_peak, st.grads)),
         Line(key="master_weights", label="32-bit master copy of the weights", bytes=st.master,
-             bytes_per_param=per_param(st.master)),
+             bytes_per_param=per_param(st.master),
+             at_peak=_HOST if st.host and not st.master and recipe.master_bytes else ""),
         Line(key="optimizer", label=optimizer_label(opt, st.state_b), bytes=st.opt,
-             bytes_per_param=per_param(st.opt)),
+             bytes_per_param=per_param(st.opt), at_peak=_HOST if st.host and not st.opt else ""),
     ]
     if st.gathered:
         lines.append(Line(key="gathered_params", label="gathered ZeRO-3/FSDP units",
                           bytes=st.gathered, note="largest wrapped unit, current + prefetched"))
     lines.append(Line(key="activations", label="activations", bytes=at_peak.activations,
-                      note=act.summary))
+                      note=act.summary, at_peak=_activations_at_peak(at_peak, act)))
     if at_peak.temporaries:
         lines.append(Line(key="temporaries", label="step temporaries", bytes=at_peak.temporaries,
                           note=at_peak.detail))
     lines.append(Line(key="overhead", label=f"runtime overhead ({overhead_level})",
                       bytes=overhead.bytes))
     return tuple(lines)
+
+
+_HOST = "in host memory (offloaded)"
+
+
+def _gradients_at_peak(at_peak: _Phase, full: int) -> str:
+    """Where the parameter gradients are when the peak phase holds fewer than all of them."""
+    if at_peak.gradients >= full or not full:
+        return ""
+    if at_peak.phase == "forward":
+        return "none yet (backward makes them)"
+    if at_peak.gradients == 0:
+        return "none yet (the peak precedes them)"
+    return f"{fmt_gb(at_peak.gradients)} of {fmt_gb(full)} made by the backward peak"
+
+
+def _activations_at_peak(at_peak: _Phase, act: TrainActivations) -> str:
+    """Where the activations are when the peak phase holds none."""
+    if at_peak.activations:
+        return ""
+    if not act.known:
+        return "not included"
+    if at_peak.phase == "optimizer":
+        return "freed before the optimizer step"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,7 @@ class _Phase:
     temporaries: int
     gathered: int
     detail: str = ""
+    phase: str = ""
 
     @property
     def total(self) -> int:
@@ -143,12 +172,14 @@ def _train_phases(job: Job, st: States, act: TrainActivations) -> dict[str, _Pha
     accum = grads if job.grad_accum > 1 or not job.zero_grad_set_to_none else 0
     return {
         "forward": _Phase(gradients=accum, activations=act.forward_peak,
-                          temporaries=act.forward_temporaries, detail=act.forward_detail, **base),
+                          temporaries=act.forward_temporaries, detail=act.forward_detail,
+                          phase="forward", **base),
         "backward": _Phase(gradients=act.backward_grads if act.known else grads,
                            activations=act.backward_peak,
                            temporaries=act.backward_temporaries, detail=act.backward_detail,
-                           **base),
+                           phase="backward", **base),
         "optimizer": _Phase(gradients=grads, activations=0, temporaries=st.step_tmp,
-                            detail=st.step_detail or "optimizer step", **base),
+                            detail=st.step_detail or "optimizer step", phase="optimizer",
+                            **base),
     }
 

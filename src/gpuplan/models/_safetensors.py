@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import MissingDependencyError, ModelFileError, printable, shown
 from ..units import MB
 from ._config import read_json_file
+from .._extras import require
 
 __all__ = ["MAX_HEADER_BYTES", "DTYPE_BITS", "HeaderTensor", "SafetensorsHeader",
            "read_header", "read_checkpoint_dir"]
@@ -213,11 +214,8 @@ def _check_spans(path: Path, spans: list[tuple[int, int, str]], data_len: int) -
 
 def _library_check(header: SafetensorsHeader) -> None:
     """Open the (already validated) file with the safetensors library; it must agree."""
-    try:
-        from safetensors import SafetensorError, safe_open  # noqa: PLC0415
-    except ImportError:
-        raise MissingDependencyError("safetensors", "safetensors",
-                                     "reading *.safetensors headers") from None
+    lib_mod = require("safetensors", "numpy", feature="reading *.safetensors headers")
+    SafetensorError, safe_open = lib_mod.SafetensorError, lib_mod.safe_open
     path = header.path
     try:
         # framework="numpy": nothing is loaded (get_slice reads the header only), and numpy is

@@ -33,9 +33,21 @@ def _lines_table(title: str, mem: TrainMemory | InferMemory, units: ByteUnits, *
         if skip_empty and line.key in ("activations", "temporaries") and not line.bytes \
                 and not line.note:
             continue
-        label = line.label + (f" [dim]({line.note})[/dim]" if line.note else "")
-        table.add_row(label, _bpp(line.bytes_per_param), format_bytes(line.bytes, units))
+        table.add_row(*_line_cells(line, units))
     return table
+
+
+def _line_cells(line, units: ByteUnits) -> tuple[str, str, str]:
+    """One row: a line that holds nothing at the peak says where its bytes are instead of
+    "0 GB" beside a bytes-per-parameter figure; one that holds part of them says so."""
+    notes = [line.note] if line.note else []
+    amount = format_bytes(line.bytes, units)
+    if line.at_peak and line.bytes == 0:
+        amount = f"[italic]{line.at_peak}[/italic]"
+    elif line.at_peak:
+        notes.append(line.at_peak)
+    label = line.label + (f" [dim]({'; '.join(notes)})[/dim]" if notes else "")
+    return label, _bpp(line.bytes_per_param), amount
 
 
 def _train_table(t: TrainMemory, units: ByteUnits):
@@ -52,6 +64,22 @@ def _train_table(t: TrainMemory, units: ByteUnits):
 
 def _infer_table(i: InferMemory, units: ByteUnits):
     return _lines_table(f"Inference: {i.precision}", i, units)
+
+
+def _context_line(i: InferMemory, seq_given: bool) -> str | None:
+    """When the cached context and the prompt differ, say which phase is sized by which: the
+    prefill by the prompt (--seq), the KV cache and the decode by the context (--context)."""
+    prompt, context = i.prompt_tokens, i.context_tokens
+    if not prompt or not context or prompt == context or not i.kv_cache_full_bytes:
+        return None
+    seq = "--seq" if seq_given else "the default --seq"
+    if context > prompt:
+        return (f"prefill: a {prompt:,}-token prompt ({seq}); the KV cache and the decode are "
+                f"sized for {context:,} tokens (--context: the prompt + {context - prompt:,} "
+                f"generated). For a {context:,}-token prompt give --seq {context}.")
+    return (f"the prompt ({prompt:,} tokens, {seq}) is longer than --context {context:,}: the "
+            f"prefill is planned at {prompt:,} tokens, the cache at {context:,}; give --seq "
+            f"{context} or less for a prompt that fits the context.")
 
 
 def _verdict_table(p: Plan, units: ByteUnits):
@@ -222,6 +250,9 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
         console.print(_train_table(p.train, units))
     if p.infer is not None:
         console.print(_infer_table(p.infer, units))
+        ctx = _context_line(p.infer, p.job.seq is not None)
+        if ctx:
+            console.print(f"[dim]{ctx}[/dim]")
     ratio = p.train_to_infer_ratio
     if ratio is not None:
         console.print(

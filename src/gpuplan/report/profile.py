@@ -99,13 +99,18 @@ def _head_lines(r: Any) -> list[str]:
 
 
 def _phase_lines(r: Any) -> list[str]:
-    out = [f"  {'phase':<11}{'share':>8}  {'median/step':>12}"]
+    """Where the time goes: each phase's share of the total time of the measured steps and its
+    mean per step -- one statistic, so share = mean / mean step (the medians, which need not add
+    up, are in the JSON's ``breakdown_median_s``)."""
+    means = r.breakdown_mean_s or {}
+    mean_step = r.step_time_mean_s
+    out = [f"Where the time goes ({r.steps} step(s): share of the total time, mean per step)",
+           f"  {'phase':<11}{'share':>8}  {'mean/step':>12}"]
     for p, label in PHASE_LABELS.items():
         share = r.breakdown.get(p)
-        med = r.breakdown_median_s.get(p)
         bar = "#" * int(round((share or 0.0) * 30))
-        out.append(f"  {label:<11}{_pct(share):>8}  {_secs(med):>12}  {bar}")
-    out.append(f"  {'step':<11}{'100.0%':>8}  {format_seconds(r.step_time_s):>12}")
+        out.append(f"  {label:<11}{_pct(share):>8}  {_secs(means.get(p)):>12}  {bar}")
+    out.append(f"  {'step':<11}{'100.0%':>8}  {_secs(mean_step):>12}")
     return out
 
 

@@ -12,6 +12,7 @@ import sys
 from typing import Literal
 
 from ... import __version__
+from ..._extras import require
 from ...hardware.cpu import CPU, detect_cpu, hostname, total_memory_bytes
 from ...compute.measured import machine_key  # the key the speed model matches runs on
 from .types import GPUInfo, Machine
@@ -63,8 +64,8 @@ def machine_fingerprint(*, gpus: Literal["auto", "torch", "none"] = "auto",
     cpu = cpu or detect_cpu()
     host = hostname()
     torch = sys.modules.get("torch") if gpus == "auto" else None
-    if gpus == "torch":
-        import torch  # noqa: F811  (explicitly requested)
+    if gpus == "torch":  # explicitly requested: one line with the install command if missing
+        torch = require("torch", feature="gpuplan bench (machine fingerprint with GPUs)")
     gpu_list: tuple[GPUInfo, ...] = ()
     torch_version = cuda_version = None
     if torch is not None:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator, get_args
 
-from ...errors import InputError, MissingDependencyError, UnsupportedError
+from ..._extras import require
+from ...errors import InputError, UnsupportedError
 from ...hardware.cpu import CPU, available_memory_bytes, detect_cpu
 from ...units import MiB, format_bytes
 from . import timing
@@ -54,12 +55,17 @@ END_TO_END_CALL = ("a.to(dev), b.to(dev) from pageable host memory, c = a @ b, c
 
 
 def import_torch(feature: str = "gpuplan bench"):
-    """torch, or a one-line error saying how to install it."""
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("torch", "torch", feature) from None
-    return torch
+    """torch, or a one-line error saying how to install it (:func:`gpuplan._extras.require`)."""
+    return require("torch", feature=feature)
+
+
+def no_cuda_reason(torch) -> str:
+    """Why torch sees no CUDA device, in a few words: a CPU-only build, or no device/driver."""
+    built = getattr(torch.version, "cuda", None)
+    if not built:
+        return f"this torch ({torch.__version__}) is a CPU-only build, it sees no CUDA device"
+    return (f"torch {torch.__version__} (built for CUDA {built}) sees no CUDA device "
+            "(torch.cuda.is_available() is False: no GPU, or no driver)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +166,9 @@ def _cuda_devices(torch, config: BenchConfig, notes: list[str], warnings: list[s
     if config.device == "cpu":
         return []
     if not torch.cuda.is_available():
+        if config.device != "all":  # asked for by name: an error, never a CPU run instead
+            raise InputError(f"--device {config.device}: {no_cuda_reason(torch)}; "
+                             "use --device cpu (or all), or run on a machine with a CUDA GPU")
         notes.append("No CUDA device found (torch.cuda.is_available() is False): CPU-only results.")
         return []
     count = torch.cuda.device_count()

@@ -27,7 +27,9 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
-from ...errors import InputError, MissingDependencyError
+from ..._extras import require
+from ...errors import InputError
+from ..bench.run import no_cuda_reason
 from .analysis import NoStepsError, RunInfo, analyze
 from .distributed import gather_reports
 from .estimate import RunFacts, estimate_step, prepare_estimate
@@ -41,6 +43,7 @@ from .types import (
 __all__ = [
     "profile", "Profiler", "ProfileReport", "StepRecord", "LoaderInfo", "TransferInfo", "GpuInfo",
     "RankSummary", "EstimateInfo", "NoStepsError", "PHASES", "DEFAULT_WARMUP", "DEFAULT_STEPS",
+    "check_device",
 ]
 
 #: Steps left out at the start (lazy initialization, allocator warm-up, autotuning, compilation).
@@ -52,11 +55,19 @@ _active: "Profiler | None" = None
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as e:
-        raise MissingDependencyError("torch", "torch", "gpuplan profile") from e
-    return torch
+    """torch, or the one line with the install command (:func:`gpuplan._extras.require`)."""
+    return require("torch", feature="gpuplan profile")
+
+
+def check_device(device: str | None) -> None:
+    """A device asked for by name must be there: ``cuda`` without CUDA is one line naming why,
+    never a CPU measurement in its place."""
+    if device != "cuda":
+        return
+    torch = _torch()
+    if not torch.cuda.is_available():
+        raise InputError(f"--device cuda: {no_cuda_reason(torch)}; use --device cpu or auto, "
+                         "or run on a machine with a CUDA GPU")
 
 
 def _check_count(value: Any, what: str, minimum: int) -> int:
@@ -171,8 +182,7 @@ class Profiler:
             if not opts or not all(isinstance(o, torch.optim.Optimizer) for o in opts):
                 raise InputError(f"optimizer: expected a torch.optim.Optimizer, a list of them or None, "
                                  f"got {type(self._optimizer).__name__}")
-        if self._device == "cuda" and not torch.cuda.is_available():
-            raise InputError("device='cuda' but torch.cuda.is_available() is False; use device='cpu' or None")
+        check_device(self._device)
 
         self._rec = StepRecorder(warmup=self._warmup, max_steps=self._steps, device=self._device,
                              tokens_per_sample=self._tokens_per_sample, on_limit=self._limit_reached)

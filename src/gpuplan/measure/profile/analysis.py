@@ -127,6 +127,8 @@ def analyze(steps: Sequence[StepRecord], run: RunInfo) -> ProfileReport:
         overhead_fraction=overhead,
         breakdown=breakdown,
         breakdown_median_s=medians,
+        breakdown_mean_s=_means(sums, breakdown, len(steps)),
+        step_time_mean_s=total / len(steps),
         device=run.device,
         device_name=run.device_name,
         warmup_steps=run.warmup_steps,
@@ -158,6 +160,13 @@ def _phases(steps: Sequence[StepRecord], run: RunInfo, total: float
         breakdown["data_wait"] = None
         medians["data_wait"] = None
     return sums, breakdown, medians
+
+
+def _means(sums: dict[str, float], breakdown: Mapping[str, float | None], n: int
+           ) -> dict[str, float | None]:
+    """Mean seconds per step per phase: the same totals the shares are taken of, so a phase's
+    share is its mean over the mean step (None where the share is unknown)."""
+    return {p: None if breakdown.get(p) is None else sums[p] / n for p in PHASES}
 
 
 def _throughput(steps: Sequence[StepRecord], total: float

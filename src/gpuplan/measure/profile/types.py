@@ -236,7 +236,13 @@ class ProfileReport:
     """Fraction of the total step time per phase (keys :data:`PHASES`); they sum to 1.
     ``data_wait`` is None when no DataLoader/wrapped loader was seen (unknown, not zero)."""
     breakdown_median_s: Mapping[str, float | None]
-    """Median seconds per step per phase."""
+    """Median seconds per step per phase (each phase's own median: they need not add up to the
+    median step, and their ratios are not the shares of ``breakdown``)."""
+    breakdown_mean_s: Mapping[str, float | None] = field(default_factory=dict)
+    """Mean seconds per step per phase: the totals ``breakdown`` is the share of, over the
+    steps; they add up to ``step_time_mean_s``. The text report's phase table shows these."""
+    step_time_mean_s: float | None = None
+    """Mean wall time of a measured step (the total over the steps)."""
     device: str
     """``cpu`` or ``cuda:N``."""
     device_name: str
@@ -295,6 +301,7 @@ class ProfileReport:
         d["ranks"] = [dict(r, breakdown=dict(r["breakdown"])) for r in d["ranks"]]
         d["breakdown"] = dict(self.breakdown)
         d["breakdown_median_s"] = dict(self.breakdown_median_s)
+        d["breakdown_mean_s"] = dict(self.breakdown_mean_s)
         if d["estimate"] is not None:
             d["estimate"]["notes"] = list(d["estimate"]["notes"])
         return _finite(d)
