@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from gpuplan.compute import estimate_speed
-from gpuplan.errors import UnsupportedError
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import topology_for
 from gpuplan.job import Job
@@ -163,7 +162,20 @@ def test_every_train_mfu_run_is_covered():
     assert {rid for rid, r in RUNS.items() if r["kind"] == "train_mfu"} <= covered
 
 
-@pytest.mark.parametrize("rid,fields,kind,overlap", [pytest.param(*c, id=c[0]) for c in CASES])
+#: Layouts gpuplan's memory plan does not fit where they ran (the source does not state the
+#: checkpointing; the throughput cases above assume none, as the MFU needs).
+MEMORY_XFAIL = {
+    rid: "Llama 3 405B at TP8 PP16 (interleaved), no checkpointing: gpuplan plans ~164 GB per GPU "
+         "(8,192 GPUs) / ~115 GB (16,384), ~146 / ~99 GB of it activations of the in-flight "
+         "micro-batches; it ran in 80 GB. Only full recompute fits (~18 GB), which the published "
+         "MFU rules out"
+    for rid in ("llama3-405b-h100-x8192-s8192", "llama3-405b-h100-x16384-s8192",
+                "llama3-405b-h100-x16384-s131072")}
+
+
+@pytest.mark.parametrize("rid,fields,kind,overlap", [
+    pytest.param(*c, id=c[0], marks=[pytest.mark.xfail(strict=True, reason=MEMORY_XFAIL[c[0]])]
+                 if c[0] in MEMORY_XFAIL else []) for c in CASES])
 def test_published_layout_fits_its_memory(rid, fields, kind, overlap):
     from gpuplan.memory import train_memory
     from gpuplan.models import Model
@@ -174,8 +186,5 @@ def test_published_layout_fits_its_memory(rid, fields, kind, overlap):
         pytest.skip("shape-only model: the memory plan needs its tensors (catalog model)")
     gpu = get_gpu(run["hardware"]["gpu"])
     job = Job(model=model, mode="train", gpus=run["hardware"]["count"], **fields)
-    try:
-        mem = train_memory(model, job)
-    except UnsupportedError as e:
-        pytest.skip(f"training memory under a layout not built on this branch yet: {e}")
+    mem = train_memory(model, job)
     assert mem.total_bytes <= gpu.memory_bytes
