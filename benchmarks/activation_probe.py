@@ -1,7 +1,7 @@
 """Measure what a real transformers training step keeps alive, op by op, on the CPU.
 
 This is the measurement the analytic activation model (``gpuplan.memory.activations``) was derived
-from and is checked against (``tests/test_activations_probe.py`` runs a few small cases). It runs a
+from and is checked against (``tests/integration/test_activations_probe.py`` runs a few small cases). It runs a
 real Hugging Face model with real tensors and records
 
 * every tensor saved for backward (``torch.autograd.graph.saved_tensors_hooks``), attributed to
@@ -23,7 +23,7 @@ CPU dispatcher (DESIGN.md, "Tracing on a CPU-only machine"):
 * ``amp`` recipes: CUDA autocast's op lists (softmax, layer_norm, pow ... in fp32; matmuls in
   16-bit) are emulated by :class:`CudaAutocast` (the CPU's autocast lists differ).
 
-It has no command line of its own: ``tests/test_activations_probe.py`` and ``tests/test_kv.py``
+It has no command line of its own: ``tests/integration/test_activations_probe.py`` and ``tests/integration/test_kv.py``
 import it and run the cases.
 """
 

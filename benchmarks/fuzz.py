@@ -3,7 +3,7 @@
 TARGET is ``config`` (config.json reader), ``safetensors`` (safetensors header reader), ``cli``
 (command lines), ``api`` (Job + plan, and the web API's fit) or ``kill`` (N SIGKILLs during bench
 writes, :func:`fuzz_targets.kill_writers`). The inputs come from the shared generators of
-``tests/fuzz_targets.py`` (the same ones the CI run drives with hypothesis), from a seeded
+``tests/fuzz/fuzz_targets.py`` (the same ones the CI run drives with hypothesis), from a seeded
 ``random.Random``, so a run is reproducible. Printed as one JSON line: inputs, tracebacks
 (exceptions other than InputError, with the first few inputs), outcomes that break the promise,
 calls over 2 s, the slowest call, peak memory (ru_maxrss) and the exit codes seen. The figures are
@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 sys.path.insert(0, str(ROOT / "src"))
 
 import fuzz_targets as ft  # noqa: E402

@@ -93,7 +93,7 @@ def main() -> None:
         "",
         f"`import torch` takes **{torch_s / fit_s:.1f}x** as long as the whole fit command "
         "(requirement: at least 10x): nothing on the fit path imports torch, transformers or "
-        "numpy (tests/test_imports.py checks it).",
+        "numpy (tests/unit/test_import_cost.py checks it).",
         "",
     ]
     text = "\n".join(lines)

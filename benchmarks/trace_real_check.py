@@ -3,7 +3,7 @@
 GPT-2 small (the catalog's full config) at batch 2, seq 256: amp-bf16 + AdamW, with and without
 full checkpointing, and inference. ``--device cpu --real`` runs the step with real tensors under the
 same recorder and emulations, so any difference is a fake-tensor artefact. The test suite runs the
-same comparison on reduced configs (tests/test_trace.py).
+same comparison on reduced configs (tests/integration/test_trace.py).
 
     PYTHONPATH=src python benchmarks/trace_real_check.py    # writes trace_real_check_results.md
 """

@@ -6,7 +6,7 @@ matches the statistic the source measured, and every known departure, written ou
 from the run's own config and notes) or listed with the reason gpuplan cannot express it. Nothing
 here is fitted: the constants come from the runs' sources (the CUDA context the HF docs measured on
 their own machine) or from gpuplan's defaults. The summary is reported for the ``calibrate`` and
-the ``holdout`` runs separately; ``tests/test_validation_memory.py`` asserts it on the holdout.
+the ``holdout`` runs separately; ``tests/unit/test_validation_memory.py`` asserts it on the holdout.
 
 Statistics (what is compared with what):
 

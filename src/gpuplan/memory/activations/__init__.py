@@ -20,7 +20,7 @@ Conventions (what each category holds):
 
 Measured basis: ``benchmarks/activation_probe.py`` runs real models (fp32, bf16, CUDA-autocast
 emulation) and records every saved tensor and the live bytes op by op;
-``tests/test_activations_probe.py`` holds this model to it.
+``tests/integration/test_activations_probe.py`` holds this model to it.
 
 Modules, each importing only those listed before it: :mod:`.symbolic` (the replay), :mod:`.spec`
 (the architecture as the forward reads it), :mod:`.blocks` (one layer per family), :mod:`.heads`

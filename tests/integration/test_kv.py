@@ -130,7 +130,7 @@ def _tiny_mistral(sliding_window):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import activation_probe as P
     from gpuplan.models import Model, ParamCounts
 

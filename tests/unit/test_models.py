@@ -466,14 +466,14 @@ def test_models_and_catalog_loading_import_no_torch_or_numpy():
             "m.load_model('mixtral-8x7b'); "
             "print(sorted({n.split('.')[0] for n in sys.modules} & "
             "{'torch', 'numpy', 'transformers', 'safetensors', 'rich'}))")
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": src, "PATH": ""}, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_docs_table_matches_the_catalog():
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
     for name in catalog_names():
         m = load_model(name)
         row = [line for line in doc.splitlines() if line.startswith(f"| `{name}` |")]

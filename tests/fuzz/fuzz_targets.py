@@ -1,4 +1,4 @@
-"""The fuzz targets and their one oracle, shared by the bounded CI run (``tests/test_fuzz.py``,
+"""The fuzz targets and their one oracle, shared by the bounded CI run (``tests/fuzz/test_fuzz.py``,
 hypothesis) and the large run (``benchmarks/fuzz.py``, a seeded random generator).
 
 Each target takes one hostile input and returns what happened; :func:`check_outcome` is the
@@ -15,7 +15,11 @@ import math
 import random
 import struct
 import tempfile
+import sys
 from pathlib import Path
+
+# the measured-run helpers (_run, KEY) live with the store's reader tests in tests/unit
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
 from gpuplan.errors import InputError
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from gpuplan.cli import main
 from gpuplan.job import Job
 
 
@@ -20,14 +19,10 @@ def J(mode="train", precision=None, **kw):
 GB = 10**9
 
 
-def run(capsys, *argv):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
-def test_seed_example_json_contract(capsys):
-    code, out, err = run(capsys, "fit", "--params", "7B", "--json", "--gpu", "H100-SXM-80GB")
+def test_seed_example_json_contract(capsys, cli):
+    code, out, err = cli("fit", "--params", "7B", "--json", "--gpu", "H100-SXM-80GB")
     assert code == 0, err
     d = json.loads(out)
     # the contract of issue 2 (README "JSON output")
@@ -51,23 +46,23 @@ def test_seed_example_json_contract(capsys):
     assert d["train_to_infer_ratio"] == 8.0
 
 
-def test_seed_example_table(capsys):
-    code, out, _ = run(capsys, "fit", "--params", "7B", "--gpu", "H100-SXM-80GB")
+def test_seed_example_table(capsys, cli):
+    code, out, _ = cli("fit", "--params", "7B", "--gpu", "H100-SXM-80GB")
     assert code == 0
     for text in ("14.0 GB", "28.0 GB", "56.0 GB", "112.0 GB", "8.0x"):
         assert text in out
     assert "activations" in out and "architecture unknown" in out
 
 
-def test_units_gib(capsys):
-    code, out, _ = run(capsys, "fit", "--params", "7B", "--units", "GiB", "--gpu", "h100")
+def test_units_gib(capsys, cli):
+    code, out, _ = cli("fit", "--params", "7B", "--units", "GiB", "--gpu", "h100")
     assert code == 0
     assert f"{112e9 / 2**30:.1f} GiB" in out            # 104.3 GiB
     assert "alias of H100-SXM-80GB" in out
 
 
-def test_infer_mode_precision_is_the_weight_format(capsys):
-    code, out, _ = run(capsys, "fit", "--params", "7B", "--mode", "infer", "--precision", "q4_0",
+def test_infer_mode_precision_is_the_weight_format(capsys, cli):
+    code, out, _ = cli("fit", "--params", "7B", "--mode", "infer", "--precision", "q4_0",
                        "--json")
     d = json.loads(out)
     assert code == 0 and "train" not in d
@@ -99,8 +94,8 @@ def test_infer_mode_precision_is_the_weight_format(capsys):
     (["fit", "gpt2", "--plot", "/nonexistent-dir/x.png"], "does not exist"),
     (["fit", "gpt2", "--plot", "out.svg"], ".png"),
 ])
-def test_bad_input_one_line_exit_2(capsys, argv, needle):
-    code, out, err = run(capsys, *argv)
+def test_bad_input_one_line_exit_2(capsys, argv, needle, cli):
+    code, out, err = cli(*argv)
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()
@@ -111,8 +106,8 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
 
 # ---- activations, KV cache, overhead, suggestions, direct queries, plot (issue 3) -------------
 
-def test_fit_fills_activations_kv_and_overhead(capsys):
-    code, out, err = run(capsys, "fit", "llama-3.1-8b", "--batch", "2", "--seq", "2048",
+def test_fit_fills_activations_kv_and_overhead(capsys, cli):
+    code, out, err = cli("fit", "llama-3.1-8b", "--batch", "2", "--seq", "2048",
                          "--checkpointing", "selective", "--attention", "eager", "--json",
                          "--gpu", "H200-SXM-141GB")
     assert code == 0, err
@@ -127,8 +122,8 @@ def test_fit_fills_activations_kv_and_overhead(capsys):
     assert "suggestions" in d and isinstance(d["suggestions"], list)
 
 
-def test_suggestions_when_a_named_gpu_does_not_fit(capsys):
-    code, out, err = run(capsys, "fit", "llama-3.1-8b", "--mode", "train", "--gpu", "RTX-4090",
+def test_suggestions_when_a_named_gpu_does_not_fit(capsys, cli):
+    code, out, err = cli("fit", "llama-3.1-8b", "--mode", "train", "--gpu", "RTX-4090",
                          "--batch", "2", "--seq", "1024", "--json")
     assert code == 0, err
     d = json.loads(out)
@@ -138,13 +133,13 @@ def test_suggestions_when_a_named_gpu_does_not_fit(capsys):
         assert s["fits"] and s["peak_bytes"] <= s["usable_bytes"]
         assert s["changes"] and all(c["cost"] for c in s["changes"])
     # and the table says it too
-    code, out, err = run(capsys, "fit", "llama-3.1-8b", "--mode", "train", "--gpu", "RTX-4090",
+    code, out, err = cli("fit", "llama-3.1-8b", "--mode", "train", "--gpu", "RTX-4090",
                          "--batch", "2", "--seq", "1024")
     assert code == 0 and "What to change (train, RTX-4090)" in out
 
 
-def test_max_batch_and_max_seq(capsys):
-    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "T4", "--max-batch", "--max-seq",
+def test_max_batch_and_max_seq(capsys, cli):
+    code, out, err = cli("fit", "gpt2", "--gpu", "T4", "--max-batch", "--max-seq",
                          "--seq", "512", "--json")
     assert code == 0, err
     g = json.loads(out)["gpus"][0]
@@ -153,9 +148,9 @@ def test_max_batch_and_max_seq(capsys):
     assert g["infer_max_seq"] == 1024  # gpt2's position limit binds before memory
 
 
-def test_cuda_context_override_on_the_command_line(capsys):
-    _, out, _ = run(capsys, "fit", "gpt2", "--mode", "infer", "--gpu", "T4", "--json")
-    _, out2, _ = run(capsys, "fit", "gpt2", "--mode", "infer", "--gpu", "T4", "--json",
+def test_cuda_context_override_on_the_command_line(capsys, cli):
+    _, out, _ = cli("fit", "gpt2", "--mode", "infer", "--gpu", "T4", "--json")
+    _, out2, _ = cli("fit", "gpt2", "--mode", "infer", "--gpu", "T4", "--json",
                      "--cuda-context", "1GB")
     a, b = json.loads(out)["infer"], json.loads(out2)["infer"]
     ctx = next(i for i in a["overhead"]["items"] if i["name"] == "CUDA context")
@@ -163,10 +158,10 @@ def test_cuda_context_override_on_the_command_line(capsys):
         10**9 - ctx["expected_bytes"]
 
 
-def test_plot_is_written_atomically(capsys, tmp_path):
+def test_plot_is_written_atomically(capsys, tmp_path, cli):
     pytest.importorskip("matplotlib")
     path = tmp_path / "fit.png"
-    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "T4", "--gpu", "RTX-4090",
+    code, out, err = cli("fit", "gpt2", "--gpu", "T4", "--gpu", "RTX-4090",
                          "--plot", str(path))
     assert code == 0, err
     data = path.read_bytes()
@@ -176,21 +171,21 @@ def test_plot_is_written_atomically(capsys, tmp_path):
 
 
 
-def test_no_model_plans_the_seed_example(capsys):
+def test_no_model_plans_the_seed_example(capsys, cli):
     # The README's quick start: `gpuplan fit` on the built-in defaults is the seed's 7B case.
-    code, out, err = run(capsys, "fit", "--gpu", "H100-SXM-80GB")
+    code, out, err = cli("fit", "--gpu", "H100-SXM-80GB")
     assert code == 0, err
     assert "source document's example" in out
     for text in ("14.0 GB", "28.0 GB", "56.0 GB", "112.0 GB", "8.0x"):
         assert text in out
 
 
-def test_fit_json_has_a_speed_section_per_gpu(capsys):
+def test_fit_json_has_a_speed_section_per_gpu(capsys, cli):
     from gpuplan.compute import estimate_speed
     from gpuplan.hardware import get_gpu
     from gpuplan.models import load_model
 
-    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "H100-SXM-80GB", "--gpu", "T4",
+    code, out, err = cli("fit", "gpt2", "--gpu", "H100-SXM-80GB", "--gpu", "T4",
                          "--batch", "4", "--seq", "512", "--json")
     assert code == 0, err
     sec = json.loads(out)["speed"]
@@ -206,15 +201,15 @@ def test_fit_json_has_a_speed_section_per_gpu(capsys):
     assert "bf16" in rows["T4"]["error"] and "fp16" in rows["T4"]["error"]
 
 
-def test_fit_no_speed_leaves_the_section_out(capsys):
-    code, out, _ = run(capsys, "fit", "--params", "7B", "--json", "--no-speed")
+def test_fit_no_speed_leaves_the_section_out(capsys, cli):
+    code, out, _ = cli("fit", "--params", "7B", "--json", "--no-speed")
     assert code == 0 and "speed" not in json.loads(out)
 
 
-def test_fit_trace_side_by_side(capsys):
+def test_fit_trace_side_by_side(capsys, cli):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "H100-SXM-80GB", "--batch", "2",
+    code, out, err = cli("fit", "gpt2", "--gpu", "H100-SXM-80GB", "--batch", "2",
                          "--seq", "128", "--trace", "--json", "--no-speed")
     assert code == 0, err
     d = json.loads(out)
@@ -229,8 +224,8 @@ def test_fit_trace_side_by_side(capsys):
         assert abs(a - t) <= 0.05 * t   # the two independent answers agree within 5%
 
 
-def test_fit_trace_says_what_it_cannot_trace(capsys):
-    code, out, err = run(capsys, "fit", "gpt2", "--gpu", "H100-SXM-80GB", "--mode", "infer",
+def test_fit_trace_says_what_it_cannot_trace(capsys, cli):
+    code, out, err = cli("fit", "gpt2", "--gpu", "H100-SXM-80GB", "--mode", "infer",
                          "--precision", "q4_0", "--trace", "--no-speed")
     assert code == 0, err
     assert "not traced: the q4_0 weight format is not traced" in out

@@ -1,5 +1,5 @@
 """Bounded fuzzing on every run (issue 14): hypothesis drives the shared targets of
-``tests/fuzz_targets.py`` -- the CLI argument space, the Python and web APIs, the config.json and
+``tests/fuzz/fuzz_targets.py`` -- the CLI argument space, the Python and web APIs, the config.json and
 safetensors readers (generated files and raw bytes) and the committed corpus -- and every outcome
 must keep the promise (:func:`fuzz_targets.check_outcome`): InputError or a valid answer, one-line
 errors, strict JSON without negative byte counts, no raw escapes, each call under 2 s.

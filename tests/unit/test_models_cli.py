@@ -6,18 +6,13 @@ import json
 
 import pytest
 
-from gpuplan.cli import main
 from gpuplan.models import COMPONENTS, catalog_entry, catalog_names, load_model
 
 
-def _run(capsys, *argv):
-    code = main(["models", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def test_catalog_table_lists_every_model(capsys):
-    code, out, err = _run(capsys)
+def test_catalog_table_lists_every_model(capsys, cli):
+    code, out, err = cli("models")
     assert code == 0 and err == ""
     for name in catalog_names():
         assert name in out
@@ -25,15 +20,15 @@ def test_catalog_table_lists_every_model(capsys):
     assert "huggingface.co" not in out
 
 
-def test_catalog_table_with_sources(capsys):
-    code, out, _ = _run(capsys, "--sources")
+def test_catalog_table_with_sources(capsys, cli):
+    code, out, _ = cli("models", "--sources")
     assert code == 0
     for name in catalog_names():
         assert catalog_entry(name).source in out
 
 
-def test_catalog_json(capsys):
-    code, out, _ = _run(capsys, "--json")
+def test_catalog_json(capsys, cli):
+    code, out, _ = cli("models", "--json")
     assert code == 0
     rows = json.loads(out)["models"]
     assert sorted(r["name"] for r in rows) == sorted(catalog_names())
@@ -47,8 +42,8 @@ def test_catalog_json(capsys):
     assert by["mixtral-8x7b"]["active_params"] < by["mixtral-8x7b"]["params"]
 
 
-def test_one_model_detail(capsys):
-    code, out, _ = _run(capsys, "qwen1.5-moe-a2.7b")
+def test_one_model_detail(capsys, cli):
+    code, out, _ = cli("models", "qwen1.5-moe-a2.7b")
     assert code == 0
     assert "Qwen2MoeForCausalLM" in out
     assert "model.layers.{i}.mlp.experts.{e}.gate_proj.weight" in out
@@ -58,8 +53,8 @@ def test_one_model_detail(capsys):
         assert comp in out
 
 
-def test_one_model_json(capsys):
-    code, out, _ = _run(capsys, "GPT2-small", "--json")
+def test_one_model_json(capsys, cli):
+    code, out, _ = cli("models", "GPT2-small", "--json")
     assert code == 0
     d = json.loads(out)
     assert d["name"] == "gpt2" and d["source"] == "catalog"
@@ -72,11 +67,11 @@ def test_one_model_json(capsys):
     assert c_attn["shape"] == [768, 2304] and c_attn["count"] == 12 and c_attn["transposed"]
 
 
-def test_config_path(capsys, tmp_path):
+def test_config_path(capsys, tmp_path, cli):
     from gpuplan.models import catalog_config
 
     (tmp_path / "config.json").write_text(json.dumps(catalog_config("phi-3-mini")))
-    code, out, _ = _run(capsys, str(tmp_path / "config.json"), "--json")
+    code, out, _ = cli("models", str(tmp_path / "config.json"), "--json")
     assert code == 0
     assert json.loads(out)["params"]["total"] == load_model("phi-3-mini").params.total
 
@@ -85,16 +80,16 @@ def test_config_path(capsys, tmp_path):
     (["llama-9b"], "unknown model 'llama-9b'; did you mean"),
     (["./no/such/config.json"], "no such file or directory"),
 ])
-def test_bad_input_is_one_line_exit_2(capsys, argv, message):
-    code, out, err = _run(capsys, *argv)
+def test_bad_input_is_one_line_exit_2(capsys, argv, message, cli):
+    code, out, err = cli("models", *argv)
     assert code == 2 and out == ""
     assert err.startswith("gpuplan: error: ") and message in err
     assert err.count("\n") == 1
 
 
-def test_bad_config_value_is_one_line_exit_2(capsys, tmp_path):
+def test_bad_config_value_is_one_line_exit_2(capsys, tmp_path, cli):
     p = tmp_path / "config.json"
     p.write_text(json.dumps({"model_type": "llama", "hidden_size": "big"}))
-    code, out, err = _run(capsys, str(p))
+    code, out, err = cli("models", str(p))
     assert code == 2 and out == ""
     assert err == f'gpuplan: error: {p}: "hidden_size" is \'big\'; expected a whole number >= 1\n'

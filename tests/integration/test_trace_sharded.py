@@ -1,5 +1,5 @@
 """The FSDP2 trace (``gpuplan trace MODEL --gpus N --zero 3``) against hand counts and against the
-analytic ZeRO-3 plan, the way tests/test_trace_agreement.py holds the single-GPU trace.
+analytic ZeRO-3 plan, the way tests/integration/test_trace_agreement.py holds the single-GPU trace.
 
 One rank of a real FSDP2 step (``fully_shard`` per block and on the root) runs under FakeTensorMode
 with torch's fake process group. Where the analytic plan and FSDP2 differ by more than 3%, the

@@ -23,7 +23,7 @@ from gpuplan.models import load_model
 from gpuplan.models._types import Architecture
 
 RUNS = {r["id"]: r for r in json.loads(
-    (Path(__file__).parent.parent / "benchmarks/published/runs.json").read_text())["runs"]}
+    (Path(__file__).resolve().parents[2] / "benchmarks/published/runs.json").read_text())["runs"]}
 TOL = 0.15
 
 

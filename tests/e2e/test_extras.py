@@ -16,7 +16,7 @@ from gpuplan._extras import EXTRAS, extras_status, installed_version, require
 from gpuplan.cli import main
 from gpuplan.errors import MissingDependencyError, install_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
 
 

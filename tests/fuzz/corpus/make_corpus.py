@@ -1,5 +1,5 @@
 """Write the committed corpus of hostile config.json and safetensors files (``python
-tests/corpus/make_corpus.py``). Each file is one reproducer of issue 14 or one shape of attack the
+tests/fuzz/corpus/make_corpus.py``). Each file is one reproducer of issue 14 or one shape of attack the
 readers must refuse with one line (or read correctly); ``tests/test_hostile_readers.py`` runs
 every file, and the fuzzers start from them. Large inputs (a 100 MB header) are built in the tests,
 not committed."""

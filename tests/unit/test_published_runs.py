@@ -19,7 +19,7 @@ import pytest
 from gpuplan.hardware import get_gpu
 from gpuplan.models import load_model
 
-HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "published"
+HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "published"
 RUNS = json.loads((HERE / "runs.json").read_text(encoding="utf-8"))["runs"]
 README = (HERE / "README.md").read_text(encoding="utf-8")
 

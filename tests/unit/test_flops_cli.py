@@ -6,13 +6,8 @@ import json
 
 import pytest
 
-from gpuplan.cli import main
 
 
-def run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture(autouse=True)
@@ -20,23 +15,23 @@ def no_bench_db(monkeypatch):
     monkeypatch.setenv("GPUPLAN_BENCH_DB", "/nonexistent-dir/bench.sqlite")
 
 
-def test_seed_example_six_multiplies_four_additions(capsys):
-    rc, out, _ = run(capsys, "flops", "matmul", "1x3", "3x2", "--json")
+def test_seed_example_six_multiplies_four_additions(capsys, cli):
+    rc, out, _ = cli("flops", "matmul", "1x3", "3x2", "--json")
     d = json.loads(out)
     assert rc == 0
     assert (d["multiplies"], d["additions"], d["flops"]) == (6, 4, 12)
 
 
-def test_seed_512_layer(capsys):
-    rc, out, _ = run(capsys, "flops", "matmul", "256x512", "512x512", "--json")
+def test_seed_512_layer(capsys, cli):
+    rc, out, _ = cli("flops", "matmul", "256x512", "512x512", "--json")
     d = json.loads(out)
     assert d["multiplies"] // 256 == 262_144  # per example (row)
-    rc, out, _ = run(capsys, "flops", "matmul", "1x512", "512x512")
+    rc, out, _ = cli("flops", "matmul", "1x512", "512x512")
     assert "262,144" in out
 
 
-def test_seed_128x128_on_h100(capsys):
-    rc, out, _ = run(capsys, "flops", "matmul", "128x128", "128x128", "--gpu", "H100-SXM-80GB",
+def test_seed_128x128_on_h100(capsys, cli):
+    rc, out, _ = cli("flops", "matmul", "128x128", "128x128", "--gpu", "H100-SXM-80GB",
                      "--json")
     d = json.loads(out)
     assert rc == 0
@@ -44,7 +39,7 @@ def test_seed_128x128_on_h100(capsys):
     assert d["resident_threads"] == 270_336
     assert d["work_shortfall"] == pytest.approx(16.5)
     assert d["times"][0]["device"] == "H100-SXM-80GB"
-    rc, out, _ = run(capsys, "flops", "matmul", "128x128", "128x128", "--gpu", "h100")
+    rc, out, _ = cli("flops", "matmul", "128x128", "128x128", "--gpu", "h100")
     assert "16.5x" in out and "270,336" in out
 
 
@@ -56,8 +51,8 @@ def test_seed_128x128_on_h100(capsys):
     (("1x3", "3x2", "--batch", "0"), "--batch '0'"),
     (("1x3", "3x2", "--tile", "0x128"), "sizes must be >= 1"),
 ])
-def test_bad_shapes(capsys, argv, match):
-    rc, out, err = run(capsys, "flops", "matmul", *argv)
+def test_bad_shapes(capsys, argv, match, cli):
+    rc, out, err = cli("flops", "matmul", *argv)
     assert rc == 2 and match in err and err.count("\n") == 1
 
 
@@ -80,17 +75,17 @@ def fake_cpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "gpuplan.hardware.cpu", mod)
 
 
-def test_seed_experiment_tiny_vs_4000(capsys, fake_cpu):
+def test_seed_experiment_tiny_vs_4000(capsys, fake_cpu, cli):
     # seed 003: a 4000 x 4000 product is "large enough to give the GPU enough independent work";
     # "with very small matrices, the overhead of launching work on the GPU and moving data to VRAM
     # can outweigh any benefit".
-    rc, out, _ = run(capsys, "flops", "matmul", "1x3", "3x2", "--gpu", "h100", "--json")
+    rc, out, _ = cli("flops", "matmul", "1x3", "3x2", "--gpu", "h100", "--json")
     d = json.loads(out)
     gpu, cpu = d["times"]
     assert cpu["device"] == "Test CPU" and gpu["device"] == "H100-SXM-80GB"
     assert cpu["total_s"] < gpu["total_s"]
     assert d["verdict"].startswith("No GPU needed")
-    rc, out, _ = run(capsys, "flops", "matmul", "4000x4000", "4000x4000", "--gpu", "h100",
+    rc, out, _ = cli("flops", "matmul", "4000x4000", "4000x4000", "--gpu", "h100",
                      "--json")
     d = json.loads(out)
     gpu, cpu = d["times"]
@@ -103,14 +98,14 @@ def test_seed_experiment_tiny_vs_4000(capsys, fake_cpu):
     assert "faster than this CPU" in d["verdict"]
 
 
-def test_flops_model_per_layer_and_total(capsys):
+def test_flops_model_per_layer_and_total(capsys, cli):
     # Llama-2-7B: forward = 2 x tokens x (weights multiplied: every linear tensor) + the s^2 term
     # 4 x B x s^2 x (32 heads x 128) per layer x 32 layers.
     from gpuplan.models import load_model
 
     m = load_model("llama-2-7b")
     n = sum(t.total for t in m.tensors if t.linear)
-    rc, out, _ = run(capsys, "flops", "model", "llama-2-7b", "--seq", "4096", "--batch", "2",
+    rc, out, _ = cli("flops", "model", "llama-2-7b", "--seq", "4096", "--batch", "2",
                      "--json")
     d = json.loads(out)
     assert rc == 0 and d["tokens"] == 8192 and d["matmul_params"] == n
@@ -118,7 +113,7 @@ def test_flops_model_per_layer_and_total(capsys):
     assert d["backward_flops"] == 2 * d["forward_flops"]
     (layer,) = d["layers"]
     assert layer["count"] == 32 and layer["by_op"]["attn.core"] == 4 * 2 * 4096**2 * 4096
-    rc, out, _ = run(capsys, "flops", "model", "llama-2-7b")
+    rc, out, _ = cli("flops", "model", "llama-2-7b")
     assert rc == 0 and "one dense layer (x32)" in out
-    rc, out, err = run(capsys, "flops", "model", "llama-2-7b", "--seq", "0")
+    rc, out, err = cli("flops", "model", "llama-2-7b", "--seq", "0")
     assert rc == 2 and "--seq '0'" in err

@@ -22,7 +22,7 @@ from gpuplan.job import Job
 from gpuplan.memory import infer_memory, train_memory
 from gpuplan.models import load_model
 
-ZOO = Path(__file__).resolve().parents[1] / "benchmarks" / "trace_zoo_results.json"
+ZOO = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_zoo_results.json"
 TOLERANCE = 0.05
 
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from gpuplan.cli import main  # noqa: E402
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 TRAIN = """
 import sys, time, torch

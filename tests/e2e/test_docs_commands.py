@@ -15,7 +15,7 @@ output is what the command prints now.
   bench database; a ```` ```console measured ```` block (a measurement) or ```` ```console
   this-machine ```` block (an estimate for the CPU it runs on) is run, not compared.
 
-After a change that moves a number on purpose: ``python tests/test_docs_commands.py --update``
+After a change that moves a number on purpose: ``python tests/e2e/test_docs_commands.py --update``
 rewrites the tutorial's compared blocks with the current output (review the diff).
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 SLOW = os.environ.get("GPUPLAN_DOCS_SLOW") == "1"
@@ -47,7 +47,7 @@ SKIP: dict[str, str] = {
     "gpuplan profile [--steps N] [--warmup K] [--then stop|continue] [--json] [--plot FILE.png]":
         "a synopsis, not a command",
     "torchrun --nproc_per_node 8 -m gpuplan profile --steps 30 train.py --my-args":
-        "needs torchrun with 8 processes (tests/test_profile_cli.py runs a 2-rank torchrun)",
+        "needs torchrun with 8 processes (tests/integration/test_profile_cli.py runs a 2-rank torchrun)",
     "gpuplan trace gpt2 --device cuda": "needs a CUDA GPU",
     "gpuplan bench --sweep --plot bench.png": "minutes of measurement (tests/test_bench_*.py)",
     "gpuplan bench --sweep --plot b.png": "minutes of measurement (tests/test_bench_*.py)",
@@ -226,7 +226,7 @@ def _hub_cache(root: Path, repo_id: str) -> Path:
 
 
 def _gguf(path: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
     try:
         from test_gguf import _write  # the test that writes a .gguf with the gguf package
     finally:
@@ -329,7 +329,7 @@ def test_tutorial_output_is_current(workdir, monkeypatch):
             problems.append(f"$ {p.command} (docs/tutorial.md:{p.start + 1 + first + 1}): the doc "
                             f"says {doc[first] if first < len(doc) else '<end>'!r}, the command "
                             f"prints {now[first] if first < len(now) else '<end>'!r}")
-    assert not problems, ("docs/tutorial.md is out of date (python tests/test_docs_commands.py "
+    assert not problems, ("docs/tutorial.md is out of date (python tests/e2e/test_docs_commands.py "
                           "--update rewrites it):\n" + "\n".join(problems))
 
 
@@ -367,7 +367,7 @@ def update(path: Path = TUTORIAL) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--update"]:
-        raise SystemExit("usage: python tests/test_docs_commands.py --update")
+        raise SystemExit("usage: python tests/e2e/test_docs_commands.py --update")
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,20 +9,15 @@ import sys
 
 import pytest
 
-from gpuplan.cli import main
 from gpuplan.hardware import all_gpus
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__import__("gpuplan").__file__)))
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(["gpus", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
-def test_table_lists_every_sku_with_dense_peaks(capsys):
-    rc, out, err = run(capsys)
+def test_table_lists_every_sku_with_dense_peaks(capsys, cli):
+    rc, out, err = cli("gpus")
     assert rc == 0 and err == ""
     for g in all_gpus():
         assert g.name in out
@@ -37,23 +32,23 @@ def test_table_lists_every_sku_with_dense_peaks(capsys):
     assert "https://" not in out  # sources only on request
 
 
-def test_units_gib(capsys):
-    rc, out, _ = run(capsys, "--units", "GiB")
+def test_units_gib(capsys, cli):
+    rc, out, _ = cli("gpus", "--units", "GiB")
     assert rc == 0
     row = next(line for line in out.splitlines() if "H100-SXM-80GB" in line)
     assert f"{85_028_896_768 / 2**30:.1f} GiB" in row  # 79.2 GiB
     assert f"{3350e9 / 2**30:,.1f} GiB/s" in row
 
 
-def test_sources_column(capsys):
-    rc, out, _ = run(capsys, "--sources")
+def test_sources_column(capsys, cli):
+    rc, out, _ = cli("gpus", "--sources")
     assert rc == 0
     for g in all_gpus():
         assert g.sources[0] in out
 
 
-def test_json_is_the_full_catalog_in_si_units(capsys):
-    rc, out, err = run(capsys, "--json")
+def test_json_is_the_full_catalog_in_si_units(capsys, cli):
+    rc, out, err = cli("gpus", "--json")
     assert rc == 0 and err == ""
     data = json.loads(out)
     recs = {r["name"]: r for r in data["gpus"]}
@@ -68,8 +63,8 @@ def test_json_is_the_full_catalog_in_si_units(capsys):
     assert recs["RTX-4090"]["interconnect_bytes_per_s"] is None
 
 
-def test_one_gpu_by_alias_says_which_sku(capsys):
-    rc, out, err = run(capsys, "h100")
+def test_one_gpu_by_alias_says_which_sku(capsys, cli):
+    rc, out, err = cli("gpus", "h100")
     assert rc == 0 and err == ""
     assert out.splitlines()[0] == "h100 is an alias of H100-SXM-80GB"
     assert "270,336 (132 x 2048)" in out
@@ -78,28 +73,28 @@ def test_one_gpu_by_alias_says_which_sku(capsys):
     assert "gtc22-whitepaper-hopper" in out
 
 
-def test_one_gpu_by_exact_name_has_no_alias_line(capsys):
-    rc, out, _ = run(capsys, "T4")
+def test_one_gpu_by_exact_name_has_no_alias_line(capsys, cli):
+    rc, out, _ = cli("gpus", "T4")
     assert rc == 0
     assert "alias of" not in out
     bf16 = next(line for line in out.splitlines() if line.startswith("│ bf16"))
     assert "—" in bf16
 
 
-def test_one_gpu_json(capsys):
-    rc, out, _ = run(capsys, "4090", "--json")
+def test_one_gpu_json(capsys, cli):
+    rc, out, _ = cli("gpus", "4090", "--json")
     assert rc == 0
     data = json.loads(out)
     assert data["query"] == "4090" and data["alias_of"] == "RTX-4090"
     assert data["note"] == "4090 is an alias of RTX-4090"
     assert data["gpu"]["peak_flops"]["fp16"] == pytest.approx(165.2e12)
-    rc, out, _ = run(capsys, "RTX-4090", "--json")
+    rc, out, _ = cli("gpus", "RTX-4090", "--json")
     assert json.loads(out)["alias_of"] is None
 
 
 @pytest.mark.parametrize("name", ["H100-SXM", "h10"])
-def test_unknown_name_is_one_line_exit_2(capsys, name):
-    rc, out, err = run(capsys, name)
+def test_unknown_name_is_one_line_exit_2(capsys, name, cli):
+    rc, out, err = cli("gpus", name)
     assert rc == 2 and out == ""
     assert err.count("\n") == 1
     assert err.startswith(f"gpuplan: error: unknown GPU {name!r}; did you mean ")
@@ -107,8 +102,8 @@ def test_unknown_name_is_one_line_exit_2(capsys, name):
 
 
 @pytest.mark.parametrize("argv", [["--units", "MB"], ["a", "b"], ["--bogus"]])
-def test_bad_usage_is_one_line_exit_2(capsys, argv):
-    rc, out, err = run(capsys, *argv)
+def test_bad_usage_is_one_line_exit_2(capsys, argv, cli):
+    rc, out, err = cli("gpus", *argv)
     assert rc == 2 and out == ""
     assert err.startswith("gpuplan: error: ") and err.count("\n") == 1
 

@@ -317,7 +317,7 @@ def test_speed_json_with_the_largest_price_and_link_is_strict():
 # ------------------------------------------------------------------------------------------------
 # 5. The bench store heals and distrusts
 
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "unit"))  # the measured-run helpers of test_compute_measured
 from test_compute_measured import KEY, _run  # noqa: E402
 
 

@@ -382,7 +382,7 @@ def test_importing_the_catalog_pulls_in_nothing_heavy():
 def test_docs_alias_and_source_tables_match_the_data():
     import pathlib
 
-    doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "gpus.md").read_text("utf-8")
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "gpus.md").read_text("utf-8")
     documented = dict(re.findall(r"^\| `([^`]+)` \| (\S+) \|$", doc, flags=re.M))
     assert documented == gpu_aliases()
     for g in GPUS:

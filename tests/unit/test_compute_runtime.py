@@ -17,7 +17,7 @@ from gpuplan.job import Job
 from gpuplan.models import load_model
 
 A100 = get_gpu("A100-SXM-80GB")
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "speed.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "speed.md"
 
 
 @pytest.fixture(autouse=True)

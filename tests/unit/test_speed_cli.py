@@ -15,14 +15,10 @@ def no_bench_db(monkeypatch):
     monkeypatch.setenv("GPUPLAN_BENCH_DB", "/nonexistent-dir/bench.sqlite")
 
 
-def run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
-def test_json_fields(capsys):
-    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--batch", "4", "--json",
+def test_json_fields(capsys, cli):
+    rc, out, err = cli("speed", "llama-2-7b", "--gpu", "h100", "--batch", "4", "--json",
                        "--no-measured")
     assert rc == 0, err
     d = json.loads(out)
@@ -35,23 +31,23 @@ def test_json_fields(capsys):
     assert d["efficiency"]["basis"]["matmul"].startswith("default")
 
 
-def test_infer_sweep_and_text(capsys):
-    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
+def test_infer_sweep_and_text(capsys, cli):
+    rc, out, err = cli("speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
                        "--batch", "8", "--seq", "512", "--sweep", "--json")
     assert rc == 0, err
     d = json.loads(out)
     assert d["step"]["name"] == "decode" and d["prefill"]["name"] == "prefill"
     assert d["sweep"]["saturation_batch"] in [p["batch"] for p in d["sweep"]["points"]]
-    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
+    rc, out, err = cli("speed", "llama-2-7b", "--gpu", "A100-SXM-80GB", "--mode", "infer",
                        "--ops")
     assert rc == 0, err
     assert "decode" in out and "prefill" in out and "Roofline by op class" in out
 
 
-def test_plot_is_written(capsys, tmp_path):
+def test_plot_is_written(capsys, tmp_path, cli):
     pytest.importorskip("matplotlib")
     path = tmp_path / "roofline.png"
-    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--plot", str(path))
+    rc, out, err = cli("speed", "llama-2-7b", "--gpu", "h100", "--plot", str(path))
     assert rc == 0, err
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in tmp_path.iterdir() if p.name != "roofline.png"]  # no temp file left
@@ -68,15 +64,15 @@ def test_plot_is_written(capsys, tmp_path):
     (("--gpu", "h100", "--price", "-1", "--tokens", "1B"), "--price '-1'"),
     (("--gpu", "h100", "--plot", "/nonexistent-dir/x.png"), "does not exist"),
 ])
-def test_bad_input_is_one_line_and_exit_2(capsys, argv, match):
-    rc, out, err = run(capsys, "speed", "llama-2-7b", *argv)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, match, cli):
+    rc, out, err = cli("speed", "llama-2-7b", *argv)
     assert rc == 2
     assert match in err
     assert err.count("\n") == 1 and err.startswith("gpuplan: error:")
 
 
-def test_unknown_model(capsys):
-    rc, out, err = run(capsys, "speed", "llama-2-7c", "--gpu", "h100")
+def test_unknown_model(capsys, cli):
+    rc, out, err = cli("speed", "llama-2-7c", "--gpu", "h100")
     assert rc == 2 and "llama-2-7b" in err and err.count("\n") == 1
 
 
@@ -87,19 +83,19 @@ class _CPU:
     peak_basis = "estimate: 2 cores x 3.00 GHz x 8 fp32 lanes x 2 FMA units x 2"
 
 
-def test_vs_cpu(capsys, monkeypatch):
+def test_vs_cpu(capsys, monkeypatch, cli):
     import sys
     import types
 
     mod = types.ModuleType("gpuplan.hardware.cpu")
     mod.detect_cpu = lambda **kw: _CPU()
     monkeypatch.setitem(sys.modules, "gpuplan.hardware.cpu", mod)
-    rc, out, err = run(capsys, "speed", "gpt2", "--gpu", "h100", "--mode", "infer", "--seq", "16",
+    rc, out, err = cli("speed", "gpt2", "--gpu", "h100", "--mode", "infer", "--seq", "16",
                        "--new-tokens", "4", "--vs-cpu", "--json")
     assert rc == 0, err
     d = json.loads(out)
     assert d["cpu"]["cpu"] == "Test CPU" and isinstance(d["cpu"]["needs_gpu"], bool)
-    rc, out, err = run(capsys, "speed", "llama-2-7b", "--gpu", "h100", "--batch", "8",
+    rc, out, err = cli("speed", "llama-2-7b", "--gpu", "h100", "--batch", "8",
                        "--vs-cpu")
     assert rc == 0 and "A GPU pays off" in out
 
@@ -124,7 +120,7 @@ def test_speed_and_flops_commands_import_nothing_heavy():
     assert not [m for m in ("torch", "transformers", "numpy", "matplotlib") if m in mods]
 
 
-def test_vs_cpu_interactive_request_is_judged_by_latency(capsys, monkeypatch):
+def test_vs_cpu_interactive_request_is_judged_by_latency(capsys, monkeypatch, cli):
     # issue 12's repro: an 8B model's request on an A100 against a 2-core CPU is far more than 10x
     # faster on the GPU; the verdict must say a GPU pays off and print the rule it applied
     import sys
@@ -133,7 +129,7 @@ def test_vs_cpu_interactive_request_is_judged_by_latency(capsys, monkeypatch):
     mod = types.ModuleType("gpuplan.hardware.cpu")
     mod.detect_cpu = lambda **kw: _CPU()
     monkeypatch.setitem(sys.modules, "gpuplan.hardware.cpu", mod)
-    rc, out, err = run(capsys, "speed", "llama-3.1-8b", "--gpu", "a100", "--vs-cpu", "--mode",
+    rc, out, err = cli("speed", "llama-3.1-8b", "--gpu", "a100", "--vs-cpu", "--mode",
                        "infer", "--json")
     assert rc == 0, err
     c = json.loads(out)["cpu"]
