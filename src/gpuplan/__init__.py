@@ -6,7 +6,7 @@ when they are used.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .errors import (
     GpuplanError, InputError, MissingDependencyError, ModelFileError, UnknownNameError,

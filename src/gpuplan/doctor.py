@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from . import __version__
+from ._version import __version__
 from ._extras import extras_status, installed_version
 from .errors import GpuplanError
 from .hardware import gpu_from_device_name

@@ -29,7 +29,7 @@ LAYERS = [
     {"models", "hardware"},
     {"units", "_io", "_extras"},
     {"bounds"},
-    {"errors"},
+    {"errors", "_version"},
 ]
 SIDEWAYS = {
     ("cli", "web"): "`gpuplan serve` starts the web app",

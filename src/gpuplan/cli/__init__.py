@@ -13,7 +13,7 @@ from types import ModuleType
 import sys
 import warnings
 
-from .. import __version__
+from .._version import __version__
 from ..errors import GpuplanError, GpuplanWarning, InputError, printable
 
 __all__ = ["main", "build_parser", "CliError"]

@@ -11,7 +11,7 @@ import platform
 import sys
 from typing import Literal
 
-from ... import __version__
+from ..._version import __version__
 from ..._extras import require
 from ...hardware.cpu import CPU, detect_cpu, hostname, total_memory_bytes
 from ...compute.measured import machine_key  # the key the speed model matches runs on
