@@ -193,6 +193,29 @@ def test_counted_flops_use_the_full_square_and_flash_executes_about_half():
     assert causal_score_elements(4096, window=1024) < causal_score_elements(4096) // 2
 
 
+def _score_elements_by_blocks(s: int, window: int | None, b: int) -> int:
+    """The definition, one query block at a time (what the closed form must equal)."""
+    total = 0
+    for r0 in range(0, s, b):
+        r1 = min(r0 + b, s)
+        lo = 0 if window is None else (max(0, r0 - window + 1) // b) * b
+        total += (r1 - r0) * (r1 - lo)
+    return total
+
+
+@pytest.mark.parametrize("b", [1, 3, 64, 128])
+def test_causal_score_elements_closed_form_equals_the_block_loop(b):
+    for s in [*range(0, 520, 13), 127, 128, 129, 4095, 4096, 4097]:
+        for window in [None, 1, 2, 63, 64, 65, 127, 128, 129, 1000, 4096, 10**9]:
+            assert causal_score_elements(s, window, b) == _score_elements_by_blocks(s, window, b)
+
+
+def test_causal_score_elements_is_bounded_for_huge_sequences():
+    # issue 14: the loop ran 16.8M blocks for --seq 2^31; the closed form is exact at any size
+    s = 2**31
+    assert causal_score_elements(s) == 128 * 128 * (s // 128) * (s // 128 + 1) // 2
+
+
 def test_sliding_window_layers_count_the_window():
     base = dict(name="m", family="mistral", kind="decoder", hidden_size=128, num_layers=4,
                 num_heads=4, num_kv_heads=2, head_dim=32, intermediate_size=256, vocab_size=100,

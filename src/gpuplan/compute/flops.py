@@ -224,11 +224,16 @@ def causal_score_elements(q_len: int, window: int | None = None, block: int = FL
     the ``window`` most recent keys (itself included).
     """
     s, b = q_len, block
-    total = 0
-    for r0 in range(0, s, b):
-        r1 = min(r0 + b, s)
-        lo = 0 if window is None else (max(0, r0 - window + 1) // b) * b
-        total += (r1 - r0) * (r1 - lo)
+    # Closed form (bounded whatever q_len is; issue 14): full query block i spans key blocks
+    # max(0, i - c) .. i, where c = ceil((window - 1) / b) (no limit without a window), so it
+    # computes b * b * min(i + 1, c + 1) elements; the partial last block computes rem rows.
+    m, rem = divmod(s, b)
+    c = None if window is None else -(-(window - 1) // b)
+    ramp = m if c is None else min(m, c + 1)
+    total = b * b * (ramp * (ramp + 1) // 2 + (m - ramp) * (0 if c is None else c + 1))
+    if rem:
+        lo = 0 if c is None else max(0, m - c) * b
+        total += rem * (s - lo)
     return total
 
 
