@@ -21,12 +21,37 @@ sys.path.insert(0, str(HERE))
 from cases import all_cases  # noqa: E402
 
 
+#: The CPU the golden set was recorded on (the project's AMD EPYC build machine, 2 threads on one
+#: core, as its /proc/cpuinfo read): the CPU-vs-GPU rows of ``flops matmul`` depend on the host, so
+#: every recording and every comparison sees this CPU, not the machine the tests happen to run on.
+RECORDED_CPUINFO = "".join(
+    f"processor\t: {i}\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n"
+    "physical id\t: 0\ncore id\t: 0\ncpu cores\t: 1\nsiblings\t: 2\n"
+    "cpu MHz\t\t: 3992.498\nflags\t\t: fpu sse sse2 avx fma avx2\n\n" for i in range(2))
+
+
+@contextlib.contextmanager
+def recorded_cpu():
+    """``detect_cpu`` answers the recorded CPU while the block runs."""
+    from gpuplan.hardware import cpu as hw_cpu
+
+    def fixed(**kw):
+        return hw_cpu.cpu_from_cpuinfo(RECORDED_CPUINFO, machine="x86_64", **kw)
+
+    saved = hw_cpu.detect_cpu
+    hw_cpu.detect_cpu = fixed
+    try:
+        yield
+    finally:
+        hw_cpu.detect_cpu = saved
+
+
 def run_json(argv: list[str]) -> object:
-    """One command's parsed JSON output (the CLI in-process)."""
+    """One command's parsed JSON output (the CLI in-process, on the recorded CPU)."""
     from gpuplan.cli import main
 
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(out), recorded_cpu():
         rc = main(list(argv))
     if rc != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {rc}")

@@ -53,6 +53,8 @@ LAZY_OK = {
     ("gpuplan.fit", "gpuplan.solver"): "`import gpuplan` plans memory without the solver",
     ("gpuplan.fit", "gpuplan.compute"): "`import gpuplan` plans memory without the speed model",
     ("gpuplan.cli", "gpuplan.cli.*"): "a subcommand's module is imported only to build it",
+    ("gpuplan.compute", "gpuplan.compute.*"): "PEP 562: each part of the speed model on first use",
+    ("gpuplan.compute.speed", "gpuplan.compute.cpu"): "the CPU estimate only when a CPU is asked",
 }
 #: Modules whose function-level gpuplan imports sit at the torch / matplotlib / rich boundary:
 #: what they import pulls in the heavy package (or needs it installed first).

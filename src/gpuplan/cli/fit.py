@@ -7,7 +7,6 @@ import sys
 
 from .._io import check_writable, json_text
 from ..errors import InputError
-from ..export import export_plan
 from ..job import DEFAULT_MODEL_PARAMS, Job
 from ..models import from_param_count, load_model
 from ..units import parse_count
@@ -126,6 +125,8 @@ def export_config(args: argparse.Namespace, job: Job) -> bool:
     elif args.json or args.plot:
         raise InputError("--export prints the config on stdout; with --json or --plot give "
                          "--export-file PATH")
+    from ..export import export_plan  # the exporters load only when --export is given
+
     text = export_plan(job, args.export)
     if not args.export_file:
         print(text, end="")

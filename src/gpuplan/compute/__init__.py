@@ -15,31 +15,34 @@ verdicts), :mod:`.sweep` (batch sweep), :mod:`.measured` (stored bench runs).
 
 from __future__ import annotations
 
-from .cpu import (
-    MIN_USEFUL_SPEEDUP, SHORT_JOB_S, CpuComparison, CpuEstimate, MatmulComparison,
-    compare_matmul, cpu_vs_gpu, estimate_cpu_speed, matmul_verdict,
-)
-from .device import (
-    ASSUMED_CPU_MEMORY_BANDWIDTH, DEFAULT_BASIS, Device, Efficiency, apply_measured,
-    default_efficiency, device_from_cpu, device_from_gpu,
-)
-from .flops import (
-    FLASH_BLOCK, OP_CLASSES, FlopsBreakdown, LayerFlops, MatmulCount, Op, StepShape,
-    backward_ops, build_forward_ops, causal_score_elements, count_matmul, default_seq,
-    flops_breakdown, optimizer_op, recompute_ops,
-)
-from .measured import MeasuredRun, latest_measured, load_measured
-from .speed import (
-    KV_BYTES, Phase, SpeedEstimate, estimate_speed, estimate_speed_for_job,
-    input_bytes_per_sample, speed_section,
-)
-from .sweep import BatchSweep, SweepPoint, batch_sweep
-from .time import (
-    DEFAULT_TILE, MatmulTime, OpTime, RooflineClass, ScalingRow, ScalingTable, SmallWork,
-    TrainingTime, TransferEstimate, allreduce_time, data_parallel_scaling, estimate_transfer,
-    link_bandwidth, roofline_classes, small_work, step_bound, time_matmul, time_ops,
-    time_to_train,
-)
+#: Where each exported name lives: the package's attributes load on first use (PEP 562), so
+#: ``from gpuplan.compute import flops_breakdown`` loads the FLOP counter alone, not the CPU
+#: model, the sweep and the rest.
+_WHERE = {
+    "MIN_USEFUL_SPEEDUP": "cpu", "SHORT_JOB_S": "cpu", "CpuComparison": "cpu",
+    "CpuEstimate": "cpu", "MatmulComparison": "cpu", "compare_matmul": "cpu", "cpu_vs_gpu": "cpu",
+    "estimate_cpu_speed": "cpu", "matmul_verdict": "cpu",
+    "ASSUMED_CPU_MEMORY_BANDWIDTH": "device", "DEFAULT_BASIS": "device", "Device": "device",
+    "Efficiency": "device", "apply_measured": "device", "default_efficiency": "device",
+    "device_from_cpu": "device", "device_from_gpu": "device",
+    "FLASH_BLOCK": "flops", "OP_CLASSES": "flops", "FlopsBreakdown": "flops",
+    "LayerFlops": "flops", "MatmulCount": "flops", "Op": "flops", "StepShape": "flops",
+    "backward_ops": "flops", "build_forward_ops": "flops", "causal_score_elements": "flops",
+    "count_matmul": "flops", "default_seq": "flops", "flops_breakdown": "flops",
+    "optimizer_op": "flops", "recompute_ops": "flops",
+    "MeasuredRun": "measured", "latest_measured": "measured", "load_measured": "measured",
+    "KV_BYTES": "speed", "Phase": "speed", "SpeedEstimate": "speed", "estimate_speed": "speed",
+    "estimate_speed_for_job": "speed", "input_bytes_per_sample": "speed",
+    "speed_section": "speed",
+    "BatchSweep": "sweep", "SweepPoint": "sweep", "batch_sweep": "sweep",
+    "DEFAULT_TILE": "time", "MatmulTime": "time", "OpTime": "time", "RooflineClass": "time",
+    "ScalingRow": "time", "ScalingTable": "time", "SmallWork": "time", "TrainingTime": "time",
+    "TransferEstimate": "time", "allreduce_time": "time", "data_parallel_scaling": "time",
+    "estimate_transfer": "time", "link_bandwidth": "time", "roofline_classes": "time",
+    "small_work": "time", "step_bound": "time", "time_matmul": "time", "time_ops": "time",
+    "time_to_train": "time",
+}
+
 
 __all__ = [
     # FLOP counting
@@ -64,3 +67,28 @@ __all__ = [
     # CPU against GPU
     "cpu_vs_gpu", "MatmulComparison", "compare_matmul", "matmul_verdict",
 ]
+
+
+def __getattr__(name: str):
+    where = _WHERE.get(name)
+    if where == "cpu":
+        from . import cpu as module
+    elif where == "device":
+        from . import device as module
+    elif where == "flops":
+        from . import flops as module
+    elif where == "measured":
+        from . import measured as module
+    elif where == "speed":
+        from . import speed as module
+    elif where == "sweep":
+        from . import sweep as module
+    elif where == "time":
+        from . import time as module
+    else:
+        raise AttributeError(f"module 'gpuplan.compute' has no attribute {name!r}")
+    return getattr(module, name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

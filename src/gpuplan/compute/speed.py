@@ -14,7 +14,6 @@ from ..hardware import GPU
 from ..hardware.topology import Topology, topology_for
 from ..job import Attention, Checkpointing, Job
 from ..models._types import Architecture, Model
-from .cpu import CpuComparison, cpu_vs_gpu, estimate_cpu_speed
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
 from .efficiency import speed_range, speed_residuals
 from .flops import positive_int
@@ -34,6 +33,7 @@ from .time import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hardware.cpu import CPU
+    from .cpu import CpuComparison
 
 #: A training MFU above this gets a caveat: no published measured run in
 #: benchmarks/published/runs.json reaches more (llm-foundry MPT-7B on A100: 64.2%).
@@ -331,6 +331,8 @@ def estimate_speed(
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
+        from .cpu import estimate_cpu_speed  # the CPU side loads only when a CPU is asked about
+
         on_cpu = estimate_cpu_speed(model, cpu, job, new_tokens=new_tokens,
                                     trainable_params=trainable_params, measured=measured)
         est = replace(est, cpu=_compare_cpu(est, on_cpu))
@@ -482,6 +484,8 @@ def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:
             else est.batch * est.step.micro_steps)
     elif est.prefill is not None:
         gpu_request = est.prefill.time_s + est.new_tokens * gpu_step
+    from .cpu import cpu_vs_gpu  # loaded with the CPU estimate (see estimate_speed)
+
     return cpu_vs_gpu(cpu=on_cpu.cpu, cpu_peak_basis=on_cpu.peak_basis, cpu_dtype=on_cpu.dtype,
                       cpu_step_s=on_cpu.step_time_s, gpu=est.gpu, gpu_step_s=gpu_step,
                       job_steps=job_steps, cpu_request_s=on_cpu.request_time_s,
@@ -541,8 +545,8 @@ SECTION_FIELDS = ("flops_per_step", "model_flops_per_step", "model_flops_per_tok
 
 
 def _headline(e: SpeedEstimate) -> dict:
-    d = e.to_dict(ops=False)
-    out = {k: d[k] for k in SECTION_FIELDS}
+    # the fields by name, not through to_dict(): its step and scaling tables are not needed here
+    out = {k: getattr(e, k) for k in SECTION_FIELDS}
     if e.prefill is not None:
         out["prefill_tokens_per_s"] = e.prefill.tokens_per_s
         out["prefill_bound"] = e.prefill.bound
