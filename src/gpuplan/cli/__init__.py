@@ -9,9 +9,10 @@ stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-from types import ModuleType
+import os
 import sys
 import warnings
+from types import ModuleType
 
 from .._version import __version__
 from ..errors import GpuplanError, GpuplanWarning, InputError, printable
@@ -57,7 +58,34 @@ class CliError(InputError):
     """Bad command-line usage (argparse's complaint, on one line)."""
 
 
+def _columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` reads it ($COLUMNS, then stdout's
+    terminal, then 80), without importing shutil (and bz2 and lzma) on every command."""
+    try:
+        cols = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        cols = 0
+    if cols <= 0:
+        try:
+            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            cols = 0
+    return cols if cols > 0 else 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout at the terminal's width (argparse would import shutil for it)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, formatter_class=None, **kwargs) -> None:
+        super().__init__(*args, formatter_class=formatter_class or _Formatter, **kwargs)
+
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         raise CliError(f"{message} (see `{self.prog} --help`)")
 

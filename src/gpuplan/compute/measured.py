@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..bounds import check_int, check_number
 from ..errors import GpuplanWarning, InputError, printable, shown
 from ..hardware.cpu import detect_cpu, hostname
+
+if TYPE_CHECKING:  # pragma: no cover
+    import sqlite3
 
 __all__ = [
     "default_db_path", "db_path", "machine_key", "this_machine_key", "MeasuredRun",
@@ -138,6 +140,8 @@ def recover_hot_journal(path: Path) -> None:
     ``PATH-journal``), so that read-only connections can read the database: SQLite plays a hot
     journal back on the first read of a connection that may write, never on a read-only one
     (which fails with "attempt to write a readonly database" instead)."""
+    import sqlite3  # only when a bench database exists (not on every `gpuplan fit`)
+
     journal = Path(f"{path}-journal")
     try:
         hot = journal.is_file() and journal.stat().st_size > 0
@@ -214,6 +218,8 @@ def checked_json(text: object, what: str, kind: type) -> object:
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:
+    import sqlite3  # only when a bench database exists (not on every `gpuplan fit`)
+
     if path.is_dir():
         raise BenchDatabaseError(f"bench database {str(path)!r} is a directory; give a file name "
                                  "to --db")
@@ -311,6 +317,8 @@ def latest_measured(db: str | os.PathLike | None = None, *,
     path = db_path(db)
     if not path.exists():  # nothing measured yet: no need to fingerprint this machine
         return None
+    import sqlite3  # only when a bench database exists (not on every `gpuplan fit`)
+
     key = this_machine_key() if machine is None else machine
     conn = _connect_read_only(path)
     try:

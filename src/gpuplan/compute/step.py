@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal, Sequence
 
 from ..errors import InputError, UnsupportedError
@@ -63,11 +64,11 @@ class Phase:
     def tokens(self) -> int:
         return self.batch * self.q_len * self.micro_steps
 
-    @property
+    @cached_property
     def kernels(self) -> int:
         return sum(t.op.kernels * t.op.count for t in self.ops)
 
-    @property
+    @cached_property
     def kernel_time_s(self) -> float:
         return sum(t.total_s for t in self.ops)
 
@@ -104,26 +105,26 @@ class Phase:
             return self.kernel_time_s + self.kernels * self.launch_s
         return max(self.device_time_s, self.host_time_s)
 
-    @property
+    @cached_property
     def flops(self) -> float:
         """Executed FLOPs (kernels' work, elementwise included)."""
         return sum(t.op.flops * t.op.count for t in self.ops)
 
-    @property
+    @cached_property
     def model_flops(self) -> float:
         """Counted matmul FLOPs without recompute (MFU numerator)."""
         return sum(t.op.counted_flops * t.op.count for t in self.ops if t.op.phase != "recompute")
 
-    @property
+    @cached_property
     def hardware_flops(self) -> float:
         """Counted matmul FLOPs with recompute (HFU numerator)."""
         return sum(t.op.counted_flops * t.op.count for t in self.ops)
 
-    @property
+    @cached_property
     def bytes(self) -> float:
         return sum(t.op.bytes * t.op.count for t in self.ops)
 
-    @property
+    @cached_property
     def bound(self) -> Literal["compute", "memory"]:
         return step_bound(self.ops)
 

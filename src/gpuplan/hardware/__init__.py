@@ -13,7 +13,6 @@ A card that is not in the catalog is named by its numbers: ``custom:24GB,bw=1000
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -318,6 +317,8 @@ def _suggest(name: str, n: int = 3) -> list[str]:
     Score: difflib's similarity ratio, plus 0.5 when the query is a substring of the candidate, so
     ``H100-SXM`` ranks H100-SXM-80GB above the merely similar H200-SXM-141GB.
     """
+    import difflib  # only a misspelt name pays for it (keeps `gpuplan fit` start-up short)
+
     by_key, alias_to = _catalog()
     query = re.sub(r"[\s_]+", "-", name.strip().lower())  # "H100 SXM" reads as "h100-sxm"
     if not query:
