@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_download_argument"]
+__all__ = ["add_download_argument", "add_model_on_gpu"]
 
 
 def add_download_argument(p: argparse.ArgumentParser) -> None:
@@ -14,3 +14,17 @@ def add_download_argument(p: argparse.ArgumentParser) -> None:
                    help="a hub id not in the local Hugging Face cache: fetch its config.json and "
                         "safetensors headers (byte ranges, never the weights); needs a network "
                         "and gpuplan[hub]")
+
+
+#: ``--gpu``'s help wherever one GPU is required (speed, cluster).
+GPU_HELP = ("GPU SKU or alias (see `gpuplan gpus`), or a card by its numbers: "
+            "custom:24GB,bw=1000GB/s,bf16=165TF,fp32=82.6TF,sms=128,threads=1536,pcie=4x16")
+
+
+def add_model_on_gpu(p: argparse.ArgumentParser) -> None:
+    """The arguments of a command about one model on one GPU: ``MODEL``, ``--download`` and a
+    required ``--gpu`` (catalog SKU, alias or ``custom:`` card)."""
+    p.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory "
+                   "or .gguf file")
+    add_download_argument(p)
+    p.add_argument("--gpu", required=True, help=GPU_HELP)

@@ -15,7 +15,7 @@ from ..hardware import resolve_gpu
 from ..models import load_model
 from ..report.cluster import plot_cluster, render_cluster
 from ..units import parse_positive_int
-from ._common import add_download_argument
+from ._common import add_model_on_gpu
 from ._job_options import add_job_options, job_from_args
 
 __all__ = ["register", "run"]
@@ -33,9 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "context, expert and data parallel; ZeRO stage; micro-batch; checkpointing; "
                     "pipeline schedule), keep those that fit, rank by tokens/s (serving: per "
                     "GPU, within --max-token-ms), and show the best with their breakdowns.")
-    p.add_argument("model", help="catalog name, hub id, config.json or model directory")
-    add_download_argument(p)
-    p.add_argument("--gpu", required=True, help="GPU SKU or alias (see `gpuplan gpus`)")
+    add_model_on_gpu(p)
     add_job_options(p)
     p.add_argument("--global-batch", default=None, metavar="B",
                    help="training: sequences per step over all GPUs")

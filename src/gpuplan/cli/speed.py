@@ -8,7 +8,7 @@ import sys
 from .._io import json_text
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
-from ._common import add_download_argument
+from ._common import add_model_on_gpu
 
 __all__ = ["register", "run"]
 
@@ -20,12 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "roofline of each op class, step time, tokens/s, MFU; prefill vs decode; "
                     "input copies; data-parallel scaling; time and cost to train; and whether "
                     "the job needs a GPU at all.")
-    p.add_argument("model", help="catalog name, hub id (org/name), config.json, model directory "
-                   "or .gguf file")
-    add_download_argument(p)
-    p.add_argument("--gpu", required=True,
-                   help="GPU SKU or alias (see `gpuplan gpus`), or a card by its numbers: "
-                        "custom:24GB,bw=1000GB/s,bf16=165TF,fp32=82.6TF,sms=128,threads=1536,pcie=4x16")
+    add_model_on_gpu(p)
     add_job_options(p)
     p.add_argument("--new-tokens", default="128", help="inference: tokens generated per sequence")
     p.add_argument("--link", default=None,

@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from ..compute.measured import (
-    BadRun, checked_float, checked_int, checked_json, checked_text, recover_hot_journal, skip_run,
+    BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, recover_hot_journal, skip_run,
 )
 from ..errors import InputError, printable, shown
 from .bench.machine import machine_fingerprint, machine_key
@@ -442,38 +442,13 @@ def resolve_run(ref: str | int, db: str | os.PathLike | None = None) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Measured:
-    """What the speed model needs from this machine's latest run (all rates in base units)."""
+class Measured(MeasuredRun):
+    """What the speed model needs from this machine's latest run: the speed model's
+    :class:`~gpuplan.compute.measured.MeasuredRun` (its fields and accessors, defined once there),
+    with the whole machine record the store holds."""
 
-    run_id: int
-    created_utc: str
-    machine: Machine
-    device_names: Mapping[str, str]
-    """``cpu`` / ``cuda:N`` -> CPU model or GPU name (match GPUs with ``gpu_from_device_name``)."""
-    matmul_flops: Mapping[tuple[str, str], float]
-    """(device, dtype) -> achieved matmul FLOP/s at the largest size measured for that pair."""
-    matmul_size: Mapping[tuple[str, str], int]
-    """(device, dtype) -> the size those FLOP/s were measured at."""
-    matmul_peak_flops: Mapping[tuple[str, str], float]
-    """(device, dtype) -> the peak compared with (catalog dense or CPU estimate), where known."""
-    bandwidth: Mapping[tuple[str, str], float]
-    """(device, kind) -> bytes/s; kinds in ``BANDWIDTH_KINDS`` (copies count read + write)."""
-    overhead_s: Mapping[tuple[str, str], float]
-    """(device, kind) -> seconds per op (``kernel_launch`` on GPUs, ``op_dispatch`` on the CPU)."""
-
-    def flops(self, device: str, dtype: str) -> float | None:
-        return self.matmul_flops.get((device, dtype))
-
-    def fraction_of_peak(self, device: str, dtype: str) -> float | None:
-        """Achieved / peak (a fraction, not percent); None when the peak is unknown."""
-        got, peak = self.matmul_flops.get((device, dtype)), self.matmul_peak_flops.get((device, dtype))
-        return got / peak if got is not None and peak else None
-
-    def bandwidth_of(self, device: str, kind: str) -> float | None:
-        return self.bandwidth.get((device, kind))
-
-    def overhead_of(self, device: str, kind: str) -> float | None:
-        return self.overhead_s.get((device, kind))
+    machine: Machine | None = None
+    machine_key: str = ""
 
 
 def summarize(run: BenchRun) -> Measured:
@@ -487,6 +462,7 @@ def summarize(run: BenchRun) -> Measured:
             best[k] = m
     return Measured(
         run_id=int(run.run_id or 0), created_utc=run.created_utc, machine=run.machine,
+        machine_key=run.machine.key,
         device_names=MappingProxyType(names),
         matmul_flops=MappingProxyType({k: m.achieved_flops for k, m in best.items()}),
         matmul_size=MappingProxyType({k: m.size for k, m in best.items()}),
