@@ -147,6 +147,26 @@ def _lora(job: dict, notes: list[str]) -> dict:
     return out
 
 
+#: The first fused exact-attention kernel for training, FlashAttention (Dao et al. 2022, arXiv
+#: 2205.14135), appeared in 2022; PyTorch's SDPA in 2.0 (2023). A source from before 2022 that does
+#: not name its attention ran the scores, the softmax and the values as separate kernels -- as its
+#: own code shows where it is published: NVIDIA DLE BERT ``modeling.py`` (torch.matmul, / sqrt(d),
+#: + mask, softmax, dropout, torch.matmul), Megatron-LM 2021 (baddbmm, FusedScaleMaskSoftmax,
+#: dropout, bmm).
+FUSED_ATTENTION_YEAR = 2022
+
+
+def _attention(run: dict, notes: list[str]) -> str:
+    stated = str(run["job"].get("attention") or "")
+    if "eager" in stated:
+        return "eager"
+    if not stated and (run["source"].get("year") or FUSED_ATTENTION_YEAR) < FUSED_ATTENTION_YEAR:
+        notes.append(f"attention not stated; a {run['source']['year']} source predates fused "
+                     "attention kernels (FlashAttention, 2022): unfused (eager)")
+        return "eager"
+    return "sdpa"
+
+
 def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     j = run["job"]
     prec, n1 = _precision(j, str(j.get("runtime")))
@@ -164,7 +184,7 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     return Job(model=run["model"]["name"], mode="train", precision=prec, optimizer=opt,
                batch=mb, seq=j.get("seq") or 2048, grad_accum=j.get("grad_accum") or 1,
                gpus=gpus, zero=zero, checkpointing=j.get("checkpointing") or "none",
-               attention="eager" if "eager" in str(j.get("attention") or "") else "sdpa",
+               attention=_attention(run, notes),
                runtime=runtime, **_lora(j, notes))
 
 
