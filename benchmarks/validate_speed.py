@@ -102,6 +102,30 @@ def _optimizer(job: dict) -> tuple[str, list[str]]:
     return "adamw", []
 
 
+def _optimizer_impl(run: dict, precision: str, notes: list[str]) -> str | None:
+    """How the run's optimizer step runs, where its source's code says (None: torch's default,
+    foreach on a GPU). transformers' AdamW (``adamw_hf``) is a per-parameter Python loop
+    (transformers/optimization.py, AdamW.step); Megatron-LM's Adam is apex FusedAdam
+    (megatron/optimizer: ``from apex.optimizers import FusedAdam as Adam``); NVIDIA DLE BERT
+    (run_squad.py / run_pretraining.py at the pinned commit) steps apex FusedAdam under --fp16
+    and FusedLAMB in pretraining, BertAdam (optimization.py: a per-parameter loop) otherwise."""
+    j = run["job"]
+    opt, rt = str(j.get("optimizer") or ""), str(j.get("runtime") or "")
+    if "adamw_hf" in opt:
+        notes.append("adamw_hf: transformers AdamW, a per-parameter loop (for-loop)")
+        return "for-loop"
+    if "Megatron" in rt:
+        notes.append("Megatron's Adam is apex FusedAdam (fused)")
+        return "fused"
+    if "APEX" in rt:
+        if "LAMB" in opt or precision != "fp32":
+            notes.append("DLE: apex FusedAdam / FusedLAMB (fused)")
+            return "fused"
+        notes.append("DLE fp32 fine-tuning: BertAdam, a per-parameter loop (for-loop)")
+        return "for-loop"
+    return None
+
+
 def _runtime(text: str) -> str:
     t = text.lower()
     if "without torch.compile" in t or t.startswith("eager"):
@@ -224,7 +248,8 @@ def predict(run: dict) -> Row:
     else:
         job = _train_job(run, runtime, notes)
         link = "nvlink" if job.gpus > 1 else None
-        est = estimate_speed(model, gpu, job, measured=None, link=link)
+        impl = _optimizer_impl(run, job.precision, notes)
+        est = estimate_speed(model, gpu, job, measured=None, link=link, optimizer_impl=impl)
         value = _train_value(est, unit, run)
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes))
 

@@ -160,6 +160,9 @@ class Op:
     """(batch, M, K, N) of a matmul."""
     group: str = ""
     """``embedding``, ``head``, or the layer group: ``dense``, ``moe``, ``sliding-window dense`` ..."""
+    host_s: float | None = None
+    """Host time to issue each kernel when it is not the runtime's per-phase cost (a Python loop
+    issuing one tensor op at a time, a multi-tensor pass issued from C++)."""
 
     @property
     def intensity(self) -> float:
@@ -616,16 +619,23 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
 
 
 def optimizer_op(n_params: int, *, state_bytes_total: float, grad_bytes: int, weight_bytes: int,
-                 master_bytes: int, tensors: int = 1) -> Op:
+                 master_bytes: int, tensors: int = 1, param_accesses: float = 2.0,
+                 grad_reads: float = 1.0, state_accesses: float = 2.0, scratch_bytes: float = 0.0,
+                 kernels: int | None = None, host_s: float | None = None) -> Op:
     """The optimizer step: read the gradients, update master (or weights) and states in place, and
-    write the working 16-bit copy when a master copy exists. Multi-tensor (foreach) kernels."""
+    write the working 16-bit copy when a master copy exists. By default one fused pass (each
+    operand once); an unfused implementation gives its accesses per element (see
+    :func:`~.efficiency.optimizer_cost`), ``scratch_bytes`` of temporaries per element, its
+    ``kernels`` and the host time of each (``host_s``)."""
     upd = master_bytes or weight_bytes
-    nbytes = n_params * (grad_bytes + 2 * upd + (weight_bytes if master_bytes else 0)) \
-        + 2 * state_bytes_total
+    nbytes = n_params * (grad_reads * grad_bytes + param_accesses * upd
+                         + (weight_bytes if master_bytes else 0) + scratch_bytes) \
+        + state_accesses * state_bytes_total
+    k = kernels if kernels is not None else max(12, 12 * math.ceil(tensors / 256))
     return Op(name="optimizer.step", op_class="optimizer", kind="elementwise", phase="optimizer",
               count=1, flops=12.0 * n_params, counted_flops=0.0, bytes=float(nbytes),
-              parallel_work=max(1, n_params), kernels=max(12, 12 * math.ceil(tensors / 256)),
-              group="optimizer")
+              parallel_work=max(1, n_params), kernels=max(1, k), group="optimizer",
+              host_s=host_s)
 
 
 # --------------------------------------------------------------------------------------------------
