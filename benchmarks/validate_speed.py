@@ -187,6 +187,9 @@ def _attention(run: dict, notes: list[str]) -> str:
     if not stated and (run["source"].get("year") or FUSED_ATTENTION_YEAR) < FUSED_ATTENTION_YEAR:
         notes.append(f"attention not stated; a {run['source']['year']} source predates fused "
                      "attention kernels (FlashAttention, 2022): unfused (eager)")
+        if "Megatron" in str(run["job"].get("runtime")):
+            notes.append("Megatron fuses scale and mask into its softmax: the eager chain "
+                         "counts two passes over the scores more")
         return "eager"
     return "sdpa"
 

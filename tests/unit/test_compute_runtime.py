@@ -135,3 +135,27 @@ def test_fp16_loss_scaling_exposes_the_optimizer_issue_time():
     a100 = estimate_speed(m, A100, job.with_(precision="mixed-bf16"), measured=None).step
     assert not a100.sync_before_optimizer
     assert a100.time_s == pytest.approx(max(a100.device_time_s, a100.host_time_s))
+
+
+def test_eager_attention_scales_and_masks_and_hidden_dropout_is_a_kernel():
+    """transformers' eager BERT attention: matmul, / sqrt(d), + mask, softmax, dropout, matmul.
+    The scale and the mask read and write the B x H x s x s scores (2 B each under fp16): 4 x 2 B
+    per score forward, one multiply (2 x 2 B) backward. Hidden dropout (0.1 in bert-large) after
+    the attention and MLP outputs: read and write T x h at 2 B plus a 1-byte mask."""
+    m = load_model("bert-large-uncased")
+    job = Job(model="bert-large-uncased", mode="train", batch=4, seq=384, attention="eager",
+              precision="mixed-fp16")
+    e = estimate_speed(m, get_gpu("V100-SXM2-16GB"), job, measured=None)
+    ops = {(t.op.name, t.op.phase): t.op for t in e.step.ops}
+    scores = 4 * 16 * 384 * 384
+    fwd, bwd = ops[("attn.scale_mask", "forward")], ops[("attn.scale_mask", "backward")]
+    assert (fwd.bytes, fwd.kernels, fwd.count) == (4 * 2 * scores, 2, 24)
+    assert (bwd.bytes, bwd.kernels) == (2 * 2 * scores, 1)
+    for name in ("attn.dropout", "mlp.dropout"):
+        assert ops[(name, "forward")].bytes == 4 * 384 * 1024 * (2 * 2 + 1)
+    # sdpa has no materialized scores; no hidden dropout at inference or without it in the config
+    sdpa = estimate_speed(m, A100, job.with_(attention="sdpa"), measured=None)
+    assert not any(t.op.name == "attn.scale_mask" for t in sdpa.step.ops)
+    llama = estimate_speed(load_model("llama-2-7b"), A100, Job(model="llama-2-7b", mode="train",
+                           batch=1, seq=128), measured=None)
+    assert not any(t.op.name.endswith(".dropout") for t in llama.step.ops)

@@ -298,12 +298,22 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
     def norm(name: str) -> Op:
         return _ew(name, "norm_elementwise", elements=T * h, nbytes=2 * T * h * a, flops_per=nflops)
 
+    def dropout(name: str) -> list[Op]:
+        # training with hidden dropout: the fused CUDA dropout reads the branch's output, writes
+        # it and a 1-byte keep mask (as the memory model's activations keep it)
+        if not (shape.train and arch.hidden_dropout > 0):
+            return []
+        return [_ew(name, "norm_elementwise", elements=T * h, nbytes=T * h * (2 * a + 1),
+                    flops_per=1)]
+
     ops = [norm("attn.norm"), *_attention_ops(arch, shape, nb, attention=attention, window=window)]
+    ops.extend(dropout("attn.dropout"))
     ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     if _norms_per_layer(arch) == 2:
         ops.append(norm("mlp.norm"))
     ops.extend(_moe_ops(arch, T, nb) if moe else _mlp_ops(arch, T, nb))
+    ops.extend(dropout("mlp.dropout"))
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     return ops
@@ -356,6 +366,11 @@ def _eager_core_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, execute
              w=None)
     sc = replace(sc, counted_flops=sc.flops * frac,
                  bytes=T * nq * a + kv_read * H / max(Hkv, 1) / 2 + scores * a + kv_write)
+    # transformers' eager attention (BertSelfAttention: / sqrt(d), + attention_mask; Llama's
+    # eager_attention_forward: * scaling, + causal_mask) scales and masks the materialized scores
+    # in two more kernels, each reading and writing them
+    smk = _ew("attn.scale_mask", "norm_elementwise", elements=scores, nbytes=4 * scores * a,
+              flops_per=2, kernels=2)
     dropout = shape.train and arch.attention_dropout > 0
     sm = _ew("attn.softmax", "norm_elementwise", elements=scores,
              nbytes=2 * scores * a * (2 if dropout else 1), flops_per=_SOFTMAX_FLOPS,
@@ -364,7 +379,7 @@ def _eager_core_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, execute
              w=None)
     av = replace(av, counted_flops=av.flops * frac,
                  bytes=scores * a + kv_read * H / max(Hkv, 1) / 2 + T * nq * a)
-    return [sc, sm, av]
+    return [sc, smk, sm, av]
 
 
 def _moe_ops(arch: Architecture, T: int, nb: _Bytes) -> list[Op]:
@@ -585,6 +600,10 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
             out.append(replace(op, phase="backward", flops=2.5 * op.flops,
                                counted_flops=2 * op.counted_flops, bytes=2 * op.bytes,
                                kernels=3))
+        elif op.name == "attn.scale_mask":
+            # the scale's gradient is one multiply; the mask add passes the gradient through
+            out.append(replace(op, phase="backward", flops=op.flops / 2, bytes=op.bytes / 2,
+                               kernels=1))
         else:
             if op.group == "embedding" and not weight_grads:
                 continue
@@ -611,8 +630,8 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
         if not is_layer_op(op):
             continue
         if checkpointing == "selective":
-            if attention == "sdpa" or op.name not in ("attn.scores", "attn.softmax",
-                                                       "attn.values"):
+            if attention == "sdpa" or op.name not in ("attn.scores", "attn.scale_mask",
+                                                       "attn.softmax", "attn.values"):
                 continue
         out.append(replace(op, phase="recompute"))
     return tuple(out)
