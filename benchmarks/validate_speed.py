@@ -17,7 +17,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuplan.compute import estimate_speed
@@ -152,9 +152,21 @@ def _not_expressible(run: dict) -> str:
     return ""
 
 
-def _model_of(run: dict):
+def _model_of(run: dict, notes: list[str]):
+    """The run's model: the catalog entry -- with the head of the task the source fine-tuned (HF
+    AutoModelForSequenceClassification, DLE run_squad.py's BertForQuestionAnswering: a 2-way
+    output layer, not the checkpoint's MLM head over the vocabulary) -- or an architecture from
+    the run's shape."""
     m = run["model"]
-    return load_model(m["catalog"]) if m.get("catalog") else _shape_arch(m)
+    if not m.get("catalog"):
+        return _shape_arch(m)
+    model = load_model(m["catalog"])
+    task = f"{run['job'].get('task') or ''} {m.get('name') or ''}".lower()
+    if model.architecture.kind == "encoder" and ("fine-tuning" in task
+                                                 or "classification" in task):
+        notes.append("fine-tuned: a 2-way classifier head, not the checkpoint's MLM head")
+        return replace(model.architecture, hf_class="BertForSequenceClassification", num_labels=2)
+    return model
 
 
 def _lora(job: dict, notes: list[str]) -> dict:
@@ -243,7 +255,7 @@ def predict(run: dict) -> Row:
     notes: list[str] = []
     runtime = _runtime(str(run["job"].get("runtime") or ""))
     gpu = get_gpu(run["hardware"]["gpu"])
-    model = _model_of(run)
+    model = _model_of(run, notes)
     if run["kind"] == "decode":
         job, new = _infer_job(run, runtime, notes)
         est = estimate_speed(model, gpu, job, new_tokens=new, measured=None)
