@@ -76,7 +76,13 @@ _OPTIMIZER = {"PagedAdamW8bit": "adamw-8bit", "Adam8bit": "adamw-8bit", "adafact
 def _precision(job: dict, runtime: str) -> tuple[str, list[str]]:
     p = str(job.get("precision") or "")
     notes = []
-    if p in _PRECISION:
+    if p == "amp-fp16" and "APEX" in runtime:
+        # apex amp.initialize(opt_level="O2") (DLE run_squad.py / run_pretraining.py at the pinned
+        # commit): fp16 weights and gradients, fp32 master weights in the optimizer, dynamic loss
+        # scaling -- no autocast, no per-step weight casts (apex docs, "opt_level O2")
+        out = "mixed-fp16"
+        notes.append("APEX AMP O2 = mixed-fp16 (fp16 weights, fp32 master; no autocast)")
+    elif p in _PRECISION:
         out = _PRECISION[p]
     elif p == "bf16" and "composer" in runtime:
         out = "mixed-bf16"  # FSDP PURE: bf16 params in compute, fp32 sharded master
