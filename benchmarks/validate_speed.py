@@ -17,7 +17,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuplan.compute import estimate_speed
@@ -76,7 +76,13 @@ _OPTIMIZER = {"PagedAdamW8bit": "adamw-8bit", "Adam8bit": "adamw-8bit", "adafact
 def _precision(job: dict, runtime: str) -> tuple[str, list[str]]:
     p = str(job.get("precision") or "")
     notes = []
-    if p in _PRECISION:
+    if p == "amp-fp16" and "APEX" in runtime:
+        # apex amp.initialize(opt_level="O2") (DLE run_squad.py / run_pretraining.py at the pinned
+        # commit): fp16 weights and gradients, fp32 master weights in the optimizer, dynamic loss
+        # scaling -- no autocast, no per-step weight casts (apex docs, "opt_level O2")
+        out = "mixed-fp16"
+        notes.append("APEX AMP O2 = mixed-fp16 (fp16 weights, fp32 master; no autocast)")
+    elif p in _PRECISION:
         out = _PRECISION[p]
     elif p == "bf16" and "composer" in runtime:
         out = "mixed-bf16"  # FSDP PURE: bf16 params in compute, fp32 sharded master
@@ -100,6 +106,30 @@ def _optimizer(job: dict) -> tuple[str, list[str]]:
         return "adamw", ["LAMB timed as AdamW (same two states; the trust ratio is a small "
                          "extra reduction)"]
     return "adamw", []
+
+
+def _optimizer_impl(run: dict, precision: str, notes: list[str]) -> str | None:
+    """How the run's optimizer step runs, where its source's code says (None: torch's default,
+    foreach on a GPU). transformers' AdamW (``adamw_hf``) is a per-parameter Python loop
+    (transformers/optimization.py, AdamW.step); Megatron-LM's Adam is apex FusedAdam
+    (megatron/optimizer: ``from apex.optimizers import FusedAdam as Adam``); NVIDIA DLE BERT
+    (run_squad.py / run_pretraining.py at the pinned commit) steps apex FusedAdam under --fp16
+    and FusedLAMB in pretraining, BertAdam (optimization.py: a per-parameter loop) otherwise."""
+    j = run["job"]
+    opt, rt = str(j.get("optimizer") or ""), str(j.get("runtime") or "")
+    if "adamw_hf" in opt:
+        notes.append("adamw_hf: transformers AdamW, a per-parameter loop (for-loop)")
+        return "for-loop"
+    if "Megatron" in rt:
+        notes.append("Megatron's Adam is apex FusedAdam (fused)")
+        return "fused"
+    if "APEX" in rt:
+        if "LAMB" in opt or precision != "fp32":
+            notes.append("DLE: apex FusedAdam / FusedLAMB (fused)")
+            return "fused"
+        notes.append("DLE fp32 fine-tuning: BertAdam, a per-parameter loop (for-loop)")
+        return "for-loop"
+    return None
 
 
 def _runtime(text: str) -> str:
@@ -128,9 +158,21 @@ def _not_expressible(run: dict) -> str:
     return ""
 
 
-def _model_of(run: dict):
+def _model_of(run: dict, notes: list[str]):
+    """The run's model: the catalog entry -- with the head of the task the source fine-tuned (HF
+    AutoModelForSequenceClassification, DLE run_squad.py's BertForQuestionAnswering: a 2-way
+    output layer, not the checkpoint's MLM head over the vocabulary) -- or an architecture from
+    the run's shape."""
     m = run["model"]
-    return load_model(m["catalog"]) if m.get("catalog") else _shape_arch(m)
+    if not m.get("catalog"):
+        return _shape_arch(m)
+    model = load_model(m["catalog"])
+    task = f"{run['job'].get('task') or ''} {m.get('name') or ''}".lower()
+    if model.architecture.kind == "encoder" and ("fine-tuning" in task
+                                                 or "classification" in task):
+        notes.append("fine-tuned: a 2-way classifier head, not the checkpoint's MLM head")
+        return replace(model.architecture, hf_class="BertForSequenceClassification", num_labels=2)
+    return model
 
 
 def _lora(job: dict, notes: list[str]) -> dict:
@@ -145,6 +187,29 @@ def _lora(job: dict, notes: list[str]) -> dict:
     if lora.get("base_dtype") == "nf4":
         out["lora_base"] = "nf4"
     return out
+
+
+#: The first fused exact-attention kernel for training, FlashAttention (Dao et al. 2022, arXiv
+#: 2205.14135), appeared in 2022; PyTorch's SDPA in 2.0 (2023). A source from before 2022 that does
+#: not name its attention ran the scores, the softmax and the values as separate kernels -- as its
+#: own code shows where it is published: NVIDIA DLE BERT ``modeling.py`` (torch.matmul, / sqrt(d),
+#: + mask, softmax, dropout, torch.matmul), Megatron-LM 2021 (baddbmm, FusedScaleMaskSoftmax,
+#: dropout, bmm).
+FUSED_ATTENTION_YEAR = 2022
+
+
+def _attention(run: dict, notes: list[str]) -> str:
+    stated = str(run["job"].get("attention") or "")
+    if "eager" in stated:
+        return "eager"
+    if not stated and (run["source"].get("year") or FUSED_ATTENTION_YEAR) < FUSED_ATTENTION_YEAR:
+        notes.append(f"attention not stated; a {run['source']['year']} source predates fused "
+                     "attention kernels (FlashAttention, 2022): unfused (eager)")
+        if "Megatron" in str(run["job"].get("runtime")):
+            notes.append("Megatron fuses scale and mask into its softmax: the eager chain "
+                         "counts two passes over the scores more")
+        return "eager"
+    return "sdpa"
 
 
 def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
@@ -164,7 +229,7 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     return Job(model=run["model"]["name"], mode="train", precision=prec, optimizer=opt,
                batch=mb, seq=j.get("seq") or 2048, grad_accum=j.get("grad_accum") or 1,
                gpus=gpus, zero=zero, checkpointing=j.get("checkpointing") or "none",
-               attention="eager" if "eager" in str(j.get("attention") or "") else "sdpa",
+               attention=_attention(run, notes),
                runtime=runtime, **_lora(j, notes))
 
 
@@ -196,7 +261,7 @@ def predict(run: dict) -> Row:
     notes: list[str] = []
     runtime = _runtime(str(run["job"].get("runtime") or ""))
     gpu = get_gpu(run["hardware"]["gpu"])
-    model = _model_of(run)
+    model = _model_of(run, notes)
     if run["kind"] == "decode":
         job, new = _infer_job(run, runtime, notes)
         est = estimate_speed(model, gpu, job, new_tokens=new, measured=None)
@@ -204,7 +269,8 @@ def predict(run: dict) -> Row:
     else:
         job = _train_job(run, runtime, notes)
         link = "nvlink" if job.gpus > 1 else None
-        est = estimate_speed(model, gpu, job, measured=None, link=link)
+        impl = _optimizer_impl(run, job.precision, notes)
+        est = estimate_speed(model, gpu, job, measured=None, link=link, optimizer_impl=impl)
         value = _train_value(est, unit, run)
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes))
 

@@ -78,3 +78,84 @@ def test_attention_fraction_by_generation_direction_and_sequence():
     # at 256 tokens, half the long-sequence rate; never above the matmul fraction
     assert attention_fraction("Ampere", 128, 256, backward=False, cap=1.0) == pytest.approx(0.365)
     assert attention_fraction("Ampere", 128, 10**9, backward=False, cap=0.5) == 0.5
+
+
+def _opt(est):
+    return next(t for t in est.step.ops if t.op.phase == "optimizer")
+
+
+def test_optimizer_implementations_move_what_torch_runs():
+    """Bytes of one AdamW step on mixed-bf16 (fp32 master and states, bf16 grads and weights),
+    counted by hand from torch/optim/adam.py: the fused kernel reads the master (4), grad (2),
+    two states (8) and writes master, states and the bf16 weight copy: 4+2+8 + 4+8+2 = 28 B. The
+    foreach / for-loop passes: mul_(params) 8, lerp_(exp_avg, grad) 4+2+4, mul_(exp_avg_sq) 8,
+    addcmul_ 4+2+4, sqrt into a temporary 8, div_ 8, add_ 8, addcdiv_(params, exp_avg, denom)
+    4+4+4+4, + the bf16 copy 2 = 78 B."""
+    m = load_model("llama-2-7b")
+    job = Job(model="llama-2-7b", mode="train", batch=1, seq=256, precision="mixed-bf16")
+    n = m.params.total
+    fused, foreach, loop = (estimate_speed(m, A100, job, measured=None, optimizer_impl=i)
+                            for i in ("fused", "foreach", "for-loop"))
+    assert _opt(fused).op.bytes == pytest.approx(28 * n)
+    assert _opt(foreach).op.bytes == pytest.approx(78 * n) == _opt(loop).op.bytes
+    tensors = sum(t.count for t in m.tensors)  # 291 for llama-2-7b
+    assert _opt(loop).op.kernels == 8 * tensors
+    # one Python call per kernel in the loop; the multi-tensor passes are issued from C++
+    assert _opt(loop).op.host_s == constant("eager_host_op_s")
+    # foreach launches per 36 tensors or 320 x 65536 elements (ATen MultiTensorApply.cuh): 6.7B
+    # elements are 322 launches a pass -- more launches than the loop, each cheaper to issue
+    assert _opt(foreach).op.kernels == 8 * -(-n // (320 * 65536))
+    assert _opt(foreach).op.host_s == constant("eager_host_bwd_s")
+    # job.fused_optimizer is the fused step; torch's default on a GPU is foreach
+    on = estimate_speed(m, A100, job.with_(fused_optimizer=True), measured=None)
+    assert _opt(on).op.bytes == _opt(fused).op.bytes
+    assert _opt(estimate_speed(m, A100, job, measured=None)).op.bytes == _opt(foreach).op.bytes
+    with pytest.raises(InputError, match="optimizer implementation 'jit'"):
+        estimate_speed(m, A100, job, measured=None, optimizer_impl="jit")
+
+
+def test_fp16_loss_scaling_exposes_the_optimizer_issue_time():
+    """GradScaler reads found_inf on the host before optimizer.step: the loop's issue time is not
+    hidden behind the backward (bf16 has no scaler: one max over the whole step)."""
+    m = load_model("bert-large-uncased")
+    v100 = get_gpu("V100-SXM2-16GB")
+    # transformers' Adafactor: 24 Python-issued kernels per tensor, more host than device time
+    job = Job(model="bert-large-uncased", mode="train", batch=4, seq=512, precision="amp-fp16",
+              attention="eager", optimizer="adafactor")
+    e = estimate_speed(m, v100, job, measured=None).step
+    assert e.sync_before_optimizer
+    opt = [t for t in e.ops if t.op.phase == "optimizer"]
+    rest = [t for t in e.ops if t.op.phase != "optimizer"]
+    gap = constant("stream_gap_s")
+    dev = [sum(t.total_s + t.op.kernels * t.op.count * gap for t in p) for p in (rest, opt)]
+    host_opt = sum(t.op.kernels * t.op.count for t in opt) * constant("eager_host_op_s")
+    host_rest = e.host_time_s - host_opt
+    assert e.time_s == pytest.approx(max(dev[0], host_rest) + max(dev[1], host_opt))
+    assert e.time_s > max(e.device_time_s, e.host_time_s)
+    a100 = estimate_speed(m, A100, job.with_(precision="mixed-bf16"), measured=None).step
+    assert not a100.sync_before_optimizer
+    assert a100.time_s == pytest.approx(max(a100.device_time_s, a100.host_time_s))
+
+
+def test_eager_attention_scales_and_masks_and_hidden_dropout_is_a_kernel():
+    """transformers' eager BERT attention: matmul, / sqrt(d), + mask, softmax, dropout, matmul.
+    The scale and the mask read and write the B x H x s x s scores (2 B each under fp16): 4 x 2 B
+    per score forward, one multiply (2 x 2 B) backward. Hidden dropout (0.1 in bert-large) after
+    the attention and MLP outputs: read and write T x h at 2 B plus a 1-byte mask."""
+    m = load_model("bert-large-uncased")
+    job = Job(model="bert-large-uncased", mode="train", batch=4, seq=384, attention="eager",
+              precision="mixed-fp16")
+    e = estimate_speed(m, get_gpu("V100-SXM2-16GB"), job, measured=None)
+    ops = {(t.op.name, t.op.phase): t.op for t in e.step.ops}
+    scores = 4 * 16 * 384 * 384
+    fwd, bwd = ops[("attn.scale_mask", "forward")], ops[("attn.scale_mask", "backward")]
+    assert (fwd.bytes, fwd.kernels, fwd.count) == (4 * 2 * scores, 2, 24)
+    assert (bwd.bytes, bwd.kernels) == (2 * 2 * scores, 1)
+    for name in ("attn.dropout", "mlp.dropout"):
+        assert ops[(name, "forward")].bytes == 4 * 384 * 1024 * (2 * 2 + 1)
+    # sdpa has no materialized scores; no hidden dropout at inference or without it in the config
+    sdpa = estimate_speed(m, A100, job.with_(attention="sdpa"), measured=None)
+    assert not any(t.op.name == "attn.scale_mask" for t in sdpa.step.ops)
+    llama = estimate_speed(load_model("llama-2-7b"), A100, Job(model="llama-2-7b", mode="train",
+                           batch=1, seq=128), measured=None)
+    assert not any(t.op.name.endswith(".dropout") for t in llama.step.ops)

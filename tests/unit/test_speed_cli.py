@@ -136,3 +136,18 @@ def test_vs_cpu_interactive_request_is_judged_by_latency(capsys, monkeypatch, cl
     assert c["speedup"] >= 10 and c["needs_gpu"] and c["workload"] == "interactive"
     assert "latency" in c["rule"] and c["rule"] in c["verdict"]
     assert c["cpu_job_s"] / c["gpu_job_s"] == pytest.approx(c["speedup"])
+
+
+def test_optimizer_impl_option(cli):
+    """--optimizer-impl picks how the step runs: a per-parameter loop launches 8 kernels per
+    tensor (llama-2-7b: 291 tensors); --fused-optimizer is the fused pass; a bad name is one line,
+    exit 2."""
+    def opt(*extra):
+        rc, out, _ = cli("speed", "llama-2-7b", "--gpu", "h100", "--batch", "1", "--seq", "256",
+                         "--json", "--no-measured", *extra)
+        assert rc == 0
+        return next(o for o in json.loads(out)["step"]["ops"] if o["phase"] == "optimizer")
+    loop, fused = opt("--optimizer-impl", "for-loop"), opt("--fused-optimizer")
+    assert loop["kernels"] == 8 * 291 and loop["bytes"] > 2.5 * fused["bytes"]
+    rc, out, err = cli("speed", "llama-2-7b", "--gpu", "h100", "--optimizer-impl", "jit")
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "'jit'" in err

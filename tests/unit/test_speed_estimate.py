@@ -81,8 +81,12 @@ def test_training_flops_and_mfu_agree_with_the_counting():
     # 6N + 12 L s h (N = the weights a token meets: 6.74B - the 131M input embedding table)
     n = LLAMA2_7B_PARAMS - 32000 * 4096
     assert e.model_flops_per_token == pytest.approx(6 * n + 12 * 32 * 1024 * 4096, rel=1e-3)
-    assert e.bound == "compute"
-    assert 0.3 < e.mfu < 0.8  # bounded by the 80% matmul fraction
+    # with a fused AdamW the matmuls set the pace; torch's default foreach step (78 B per
+    # parameter) outweighs the matmuls of 2 x 1024 tokens
+    fused = estimate_speed(LLAMA2_7B, H100, J(batch=2, seq=1024, fused_optimizer=True),
+                           measured=None)
+    assert fused.bound == "compute" and e.bound == "memory"
+    assert 0.3 < fused.mfu < 0.8  # bounded by the 80% matmul fraction
 
 
 def test_full_recompute_costs_one_more_forward_of_the_layers():

@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", default="1", help="epochs over --tokens/--samples (default 1)")
     p.add_argument("--price", default=None, help="price per GPU-hour, for the cost")
     p.add_argument("--tf32", action="store_true", help="fp32 matmuls on TF32 tensor cores")
+    p.add_argument("--optimizer-impl", default=None, metavar="IMPL",
+                   help="how the optimizer step runs: foreach (torch's default on a GPU), fused "
+                        "(default with --fused-optimizer), for-loop (a per-parameter Python loop)")
     p.add_argument("--vs-cpu", action="store_true",
                    help="also estimate the job on this machine's CPU and say if a GPU is needed")
     p.add_argument("--sweep", action="store_true",
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, download=args.download)
     job = job_from_args(args, model)
     kw = dict(new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
-              pinned=not args.pageable, tf32=args.tf32)
+              pinned=not args.pageable, tf32=args.tf32, optimizer_impl=args.optimizer_impl)
     if args.no_measured:
         kw["measured"] = None
     est = estimate_speed(model, gpu, job, train_tokens=tokens, train_samples=samples,

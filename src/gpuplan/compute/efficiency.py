@@ -28,6 +28,7 @@ __all__ = [
     "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "gemv_bandwidth_fraction", "attention_fraction",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
+    "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost",
 ]
 
 
@@ -43,6 +44,16 @@ _FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), sec. 4.1 and Fig. 4-6: f
         "512 tokens; backward lower (up to ~63%)")
 _FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), sec. 1 and 4.1: FlashAttention-2 "
         "reaches ~35% of H100's peak (PyTorch SDPA's flash backend is FlashAttention-2)")
+
+_ADAMW_PASSES = ("torch.optim.AdamW's foreach and for-loop implementations (torch/optim/adam.py "
+                 "_multi_tensor_adam / _single_tensor_adam, decoupled weight decay): mul_(params), "
+                 "lerp_(exp_avg, grad), mul_(exp_avg_sq), addcmul_(exp_avg_sq, grad, grad), "
+                 "sqrt(exp_avg_sq), div_, add_(eps), addcdiv_(params, exp_avg, denom): 8 passes")
+_ADAFACTOR = ("transformers.optimization.Adafactor.step, a per-parameter Python loop (factored "
+              "second moment, no first moment, as the HF Trainer builds it): _rms(p) (norm, div), "
+              "grad**2 + eps, row and column means and their moving averages, the rsqrt outer "
+              "product, update.mul_(grad), _rms(update) / clip, clamp_, div_, mul_(lr), "
+              "p.add_(-update): 24 kernels per matrix")
 
 CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     # -- matmuls --------------------------------------------------------------------------------
@@ -108,6 +119,43 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         5, "kernels per tensor", "transformers apply_rotary_pos_emb: q*cos, rotate_half (slice, "
         "neg, cat), *sin, add"),
     "eager_rotary_bytes": Constant(3.0, "x fused bytes", "the same chain's intermediates"),
+    # -- optimizer step: fused, foreach, for-loop -------------------------------------------------
+    "opt_fused_param_accesses": Constant(
+        2, "accesses per element", "a fused Adam/AdamW kernel (torch AdamW(fused=True), apex "
+        "FusedAdam / FusedLAMB) reads and writes each parameter once, reads the gradient once and "
+        "each state once: 2 + 1 + 2 per state"),
+    "opt_unfused_kernels": Constant(8, "kernels per tensor (for-loop) or per launch group "
+                                    "(foreach)", _ADAMW_PASSES),
+    "opt_unfused_param_accesses": Constant(4, "accesses per element",
+                                           _ADAMW_PASSES + ": mul_ and addcdiv_ read and write "
+                                           "the parameters"),
+    "opt_unfused_grad_reads": Constant(2, "accesses per element",
+                                       _ADAMW_PASSES + ": lerp_ and addcmul_ read the gradient"),
+    "opt_unfused_state_accesses": Constant(
+        7, "accesses per element of each state", _ADAMW_PASSES + ": 14 state-sized accesses over "
+        "the two states (lerp_ 2, mul_ 2, addcmul_ 2, sqrt 2 into a temporary, div_ 2, add_ 2, "
+        "addcdiv_ 2) -- vs 4 in one fused pass: fp32 AdamW moves 80 B per parameter, fused 28"),
+    "multi_tensor_max_tensors": Constant(
+        36, "tensors per launch", "ATen MultiTensorApply.cuh (CUDA < 13): depth_to_max_tensors "
+        "= {110, 64, 48, 36, 30}; an Adam step is depth 4"),
+    "multi_tensor_max_elements": Constant(
+        320 * 65536, "elements per launch", "same file: depth_to_max_blocks 320 x kChunkSize "
+        "65536 elements"),
+    "adafactor_kernels": Constant(24, "kernels per tensor", _ADAFACTOR),
+    "adafactor_param_accesses": Constant(3, "accesses per element",
+                                         _ADAFACTOR + ": _rms(p) reads p; p.add_ reads and writes"),
+    "adafactor_grad_reads": Constant(2, "accesses per element",
+                                     _ADAFACTOR + ": grad**2 and update.mul_(grad)"),
+    "adafactor_scratch_accesses": Constant(
+        16, "fp32 accesses per element", _ADAFACTOR + ": the full-size update temporary: "
+        "grad**2 and + eps (3), the row and column means (2), the rsqrt outer product (1), "
+        "mul_(grad) (2), _rms (1), div_ (2), mul_(lr) (2), neg (2) and add_ (1)"),
+    "eager_host_op_s": Constant(
+        8e-6, "s per kernel", "one Python-level tensor op that launches one CUDA kernel (a "
+        "per-parameter optimizer loop): the Python binding and dispatcher, 3.3 us for an op that "
+        "launches nothing (pytorch PR #32194's operator micro-benchmark, split on CUDA), plus the "
+        "driver and runtime launch, 4-6 us (NVIDIA, Getting Started with CUDA Graphs; the default "
+        "launch overhead of device.DEFAULT_BASIS)"),
     # -- AMP ---------------------------------------------------------------------------------------
     "autocast_fp32_ops": Constant(
         2.0, "x bytes", "CUDA autocast runs softmax and layer_norm in fp32 (PyTorch AMP op "
@@ -161,6 +209,67 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
         top *= constant("attn_bwd_over_fwd")
     s = max(1, seq)
     return min(cap, top * s / (s + constant("attn_half_seq")))
+
+
+#: How an optimizer step runs: one pass of fused multi-tensor kernels (``AdamW(fused=True)``, apex
+#: FusedAdam), several multi-tensor passes (``foreach``: torch's default for CUDA tensors), or one
+#: kernel per tensor and pass issued from a Python loop (``for-loop``: torch's default on a CPU,
+#: transformers' AdamW, a hand-written ``for p in params`` step).
+OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerCost:
+    """What one optimizer step moves and launches, per trainable element and per tensor."""
+
+    impl: str
+    """The implementation that runs (Adafactor and 8-bit optimizers have their own)."""
+    param_accesses: float
+    """Reads + writes of each updated element (the master copy when there is one)."""
+    grad_reads: float
+    state_accesses: float
+    """Reads + writes of each element of each full-size state."""
+    scratch_accesses: float = 0.0
+    """Reads + writes of full-size fp32 temporaries (Adafactor's update)."""
+    kernels: int
+    python_loop: bool
+    """Each kernel is its own Python-level call (host time ``eager_host_op_s`` each)."""
+
+
+def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
+                   elements: int) -> OptimizerCost:
+    """The traffic and launches of one step of an optimizer of ``kind`` (``plain``, ``factored``,
+    ``8bit``) with ``states`` full-size states over ``tensors`` tensors of ``elements`` in all.
+
+    Adam and AdamW follow torch's code (:data:`CONSTANTS` ``opt_*``); transformers' Adafactor is a
+    Python loop whatever ``impl`` says; bitsandbytes' 8-bit optimizers run one fused blockwise
+    kernel per tensor from a Python loop. Other optimizers are given one pass of traffic and one
+    kernel per state plus the update (their unfused sequences are not modeled)."""
+    if impl not in OPTIMIZER_IMPLS:
+        raise ValueError(f"optimizer implementation {impl!r}")
+    tensors = max(1, tensors)
+    groups = max(1, math.ceil(tensors / constant("multi_tensor_max_tensors")),
+                 math.ceil(elements / constant("multi_tensor_max_elements")))
+    one_pass = dict(param_accesses=constant("opt_fused_param_accesses"), grad_reads=1.0,
+                    state_accesses=2.0)
+    if kind == "factored":
+        return OptimizerCost(impl="for-loop", param_accesses=constant("adafactor_param_accesses"),
+                             grad_reads=constant("adafactor_grad_reads"), state_accesses=2.0,
+                             scratch_accesses=constant("adafactor_scratch_accesses"),
+                             kernels=int(constant("adafactor_kernels")) * tensors,
+                             python_loop=True)
+    if kind == "8bit":
+        return OptimizerCost(impl="for-loop", kernels=tensors, python_loop=True, **one_pass)
+    if impl == "fused":
+        return OptimizerCost(impl=impl, kernels=groups, python_loop=False, **one_pass)
+    adam = states == 2
+    passes = int(constant("opt_unfused_kernels")) if adam else states + 1
+    traffic = dict(param_accesses=constant("opt_unfused_param_accesses"),
+                   grad_reads=constant("opt_unfused_grad_reads"),
+                   state_accesses=constant("opt_unfused_state_accesses")) if adam else one_pass
+    loop = impl == "for-loop"
+    return OptimizerCost(impl=impl, kernels=passes * (tensors if loop else groups),
+                         python_loop=loop, **traffic)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -160,6 +160,9 @@ class Op:
     """(batch, M, K, N) of a matmul."""
     group: str = ""
     """``embedding``, ``head``, or the layer group: ``dense``, ``moe``, ``sliding-window dense`` ..."""
+    host_s: float | None = None
+    """Host time to issue each kernel when it is not the runtime's per-phase cost (a Python loop
+    issuing one tensor op at a time, a multi-tensor pass issued from C++)."""
 
     @property
     def intensity(self) -> float:
@@ -295,12 +298,22 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
     def norm(name: str) -> Op:
         return _ew(name, "norm_elementwise", elements=T * h, nbytes=2 * T * h * a, flops_per=nflops)
 
+    def dropout(name: str) -> list[Op]:
+        # training with hidden dropout: the fused CUDA dropout reads the branch's output, writes
+        # it and a 1-byte keep mask (as the memory model's activations keep it)
+        if not (shape.train and arch.hidden_dropout > 0):
+            return []
+        return [_ew(name, "norm_elementwise", elements=T * h, nbytes=T * h * (2 * a + 1),
+                    flops_per=1)]
+
     ops = [norm("attn.norm"), *_attention_ops(arch, shape, nb, attention=attention, window=window)]
+    ops.extend(dropout("attn.dropout"))
     ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     if _norms_per_layer(arch) == 2:
         ops.append(norm("mlp.norm"))
     ops.extend(_moe_ops(arch, T, nb) if moe else _mlp_ops(arch, T, nb))
+    ops.extend(dropout("mlp.dropout"))
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     return ops
@@ -353,6 +366,11 @@ def _eager_core_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, execute
              w=None)
     sc = replace(sc, counted_flops=sc.flops * frac,
                  bytes=T * nq * a + kv_read * H / max(Hkv, 1) / 2 + scores * a + kv_write)
+    # transformers' eager attention (BertSelfAttention: / sqrt(d), + attention_mask; Llama's
+    # eager_attention_forward: * scaling, + causal_mask) scales and masks the materialized scores
+    # in two more kernels, each reading and writing them
+    smk = _ew("attn.scale_mask", "norm_elementwise", elements=scores, nbytes=4 * scores * a,
+              flops_per=2, kernels=2)
     dropout = shape.train and arch.attention_dropout > 0
     sm = _ew("attn.softmax", "norm_elementwise", elements=scores,
              nbytes=2 * scores * a * (2 if dropout else 1), flops_per=_SOFTMAX_FLOPS,
@@ -361,7 +379,7 @@ def _eager_core_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, execute
              w=None)
     av = replace(av, counted_flops=av.flops * frac,
                  bytes=scores * a + kv_read * H / max(Hkv, 1) / 2 + T * nq * a)
-    return [sc, sm, av]
+    return [sc, smk, sm, av]
 
 
 def _moe_ops(arch: Architecture, T: int, nb: _Bytes) -> list[Op]:
@@ -582,6 +600,10 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
             out.append(replace(op, phase="backward", flops=2.5 * op.flops,
                                counted_flops=2 * op.counted_flops, bytes=2 * op.bytes,
                                kernels=3))
+        elif op.name == "attn.scale_mask":
+            # the scale's gradient is one multiply; the mask add passes the gradient through
+            out.append(replace(op, phase="backward", flops=op.flops / 2, bytes=op.bytes / 2,
+                               kernels=1))
         else:
             if op.group == "embedding" and not weight_grads:
                 continue
@@ -608,24 +630,31 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
         if not is_layer_op(op):
             continue
         if checkpointing == "selective":
-            if attention == "sdpa" or op.name not in ("attn.scores", "attn.softmax",
-                                                       "attn.values"):
+            if attention == "sdpa" or op.name not in ("attn.scores", "attn.scale_mask",
+                                                       "attn.softmax", "attn.values"):
                 continue
         out.append(replace(op, phase="recompute"))
     return tuple(out)
 
 
 def optimizer_op(n_params: int, *, state_bytes_total: float, grad_bytes: int, weight_bytes: int,
-                 master_bytes: int, tensors: int = 1) -> Op:
+                 master_bytes: int, tensors: int = 1, param_accesses: float = 2.0,
+                 grad_reads: float = 1.0, state_accesses: float = 2.0, scratch_bytes: float = 0.0,
+                 kernels: int | None = None, host_s: float | None = None) -> Op:
     """The optimizer step: read the gradients, update master (or weights) and states in place, and
-    write the working 16-bit copy when a master copy exists. Multi-tensor (foreach) kernels."""
+    write the working 16-bit copy when a master copy exists. By default one fused pass (each
+    operand once); an unfused implementation gives its accesses per element (see
+    :func:`~.efficiency.optimizer_cost`), ``scratch_bytes`` of temporaries per element, its
+    ``kernels`` and the host time of each (``host_s``)."""
     upd = master_bytes or weight_bytes
-    nbytes = n_params * (grad_bytes + 2 * upd + (weight_bytes if master_bytes else 0)) \
-        + 2 * state_bytes_total
+    nbytes = n_params * (grad_reads * grad_bytes + param_accesses * upd
+                         + (weight_bytes if master_bytes else 0) + scratch_bytes) \
+        + state_accesses * state_bytes_total
+    k = kernels if kernels is not None else max(12, 12 * math.ceil(tensors / 256))
     return Op(name="optimizer.step", op_class="optimizer", kind="elementwise", phase="optimizer",
               count=1, flops=12.0 * n_params, counted_flops=0.0, bytes=float(nbytes),
-              parallel_work=max(1, n_params), kernels=max(12, 12 * math.ceil(tensors / 256)),
-              group="optimizer")
+              parallel_work=max(1, n_params), kernels=max(1, k), group="optimizer",
+              host_s=host_s)
 
 
 # --------------------------------------------------------------------------------------------------

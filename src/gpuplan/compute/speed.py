@@ -15,7 +15,7 @@ from ..hardware.topology import Topology, topology_for
 from ..job import Attention, Checkpointing, Job
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
-from .efficiency import speed_range, speed_residuals
+from .efficiency import OPTIMIZER_IMPLS, speed_range, speed_residuals
 from .flops import positive_int
 from .measured import load_measured
 from .parallel import (
@@ -256,7 +256,7 @@ def estimate_speed(
     price_per_gpu_hour: float | None = None, trainable_params: int | None = None,
     efficiency: Efficiency | None = None, measured: Any | None | Literal["auto"] = "auto",
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
-    tp_overlap: bool = False,
+    tp_overlap: bool = False, optimizer_impl: str | None = None,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -277,7 +277,9 @@ def estimate_speed(
     memory accounting has it), ``efficiency`` (overrides the default achievable fractions),
     ``measured`` (a stored bench run; ``"auto"``: this machine's latest, applied only when it
     measured this very GPU; None: defaults only), ``tf32``, and ``cpu`` (also estimate the job on
-    that CPU, :func:`estimate_cpu_speed`, and say whether it needs a GPU at all).
+    that CPU, :func:`estimate_cpu_speed`, and say whether it needs a GPU at all), and
+    ``optimizer_impl`` (``foreach``, ``fused`` or ``for-loop``: how the optimizer step runs; None:
+    ``fused`` when ``job.fused_optimizer``, else torch's default, foreach on a GPU).
 
     A job with a parallel layout (``tp``/``pp``/``cp``/``ep``/``sequence_parallel``), or any job
     given a ``topology``, is timed by :mod:`.parallel` on the topology (default: the job's
@@ -305,7 +307,11 @@ def estimate_speed(
                                notes=notes)
         return replace(est, training_time=_training_time(est, train_tokens, train_samples,
                                                          epochs, price_per_gpu_hour))
-    spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params)
+    if optimizer_impl is not None and optimizer_impl not in OPTIMIZER_IMPLS:
+        raise InputError(f"optimizer implementation {optimizer_impl!r}: expected "
+                         f"{', '.join(OPTIMIZER_IMPLS)}")
+    spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
+                       optimizer_impl=optimizer_impl)
     step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
                                                      spec)
     if mode == "infer" and job.gpus > 1:
@@ -535,7 +541,7 @@ def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | 
 
 #: Keywords of :func:`estimate_speed` that only a training estimate takes.
 _TRAINING_ONLY = ("train_tokens", "train_samples", "epochs", "price_per_gpu_hour", "link",
-                  "overlap_comm")
+                  "overlap_comm", "optimizer_impl")
 
 
 #: The headline fields of an estimate that ``speed_section`` keeps.

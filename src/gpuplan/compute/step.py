@@ -21,7 +21,7 @@ from .flops import (
     Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, recompute_ops,
 )
 from .efficiency import (
-    RuntimeOverheads, constant, eager_chains, resolve_runtime, runtime_overheads,
+    RuntimeOverheads, constant, eager_chains, optimizer_cost, resolve_runtime, runtime_overheads,
 )
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
@@ -59,6 +59,10 @@ class Phase:
     overheads: RuntimeOverheads | None = None
     """The runtime's host and device cost per kernel (a GPU); None: ``launch_s`` per kernel, added
     serially (a CPU runs its own dispatch)."""
+    sync_before_optimizer: bool = False
+    """The host waits for the device between the backward and the optimizer step (fp16 loss
+    scaling reads the overflow flag: torch GradScaler's ``found_inf.item()``), so the optimizer's
+    issue time is not hidden behind the forward and backward."""
 
     @property
     def tokens(self) -> int:
@@ -75,8 +79,11 @@ class Phase:
     @property
     def device_time_s(self) -> float:
         """The device's busy time: the kernels and the gaps between them."""
+        return self._device_s(self.ops)
+
+    def _device_s(self, ops: Sequence[OpTime]) -> float:
         gap = self.launch_s if self.overheads is None else self.overheads.device_gap_s
-        return self.kernel_time_s + self.kernels * gap
+        return sum(t.total_s for t in ops) + sum(t.op.kernels * t.op.count for t in ops) * gap
 
     @property
     def host_time_s(self) -> float:
@@ -84,8 +91,17 @@ class Phase:
         o = self.overheads
         if o is None:
             return self.kernels * self.launch_s
-        bwd = sum(t.op.kernels * t.op.count for t in self.ops if t.op.phase == "backward")
-        return (self.kernels - bwd) * o.host_fwd_s + bwd * o.host_bwd_s + o.host_fixed_s
+        return self._host_s(self.ops) + o.host_fixed_s
+
+    def _host_s(self, ops: Sequence[OpTime]) -> float:
+        """Issue time of ``ops``: the runtime's per-kernel cost by phase, or the op's own."""
+        o = self.overheads
+        assert o is not None
+        plain = [t for t in ops if t.op.host_s is None]
+        n = sum(t.op.kernels * t.op.count for t in plain)
+        bwd = sum(t.op.kernels * t.op.count for t in plain if t.op.phase == "backward")
+        own = sum(t.op.kernels * t.op.count * t.op.host_s for t in ops if t.op.host_s is not None)
+        return (n - bwd) * o.host_fwd_s + bwd * o.host_bwd_s + own
 
     @property
     def host_bound(self) -> bool:
@@ -103,7 +119,14 @@ class Phase:
         device, so the slower of the two sets the pace. A CPU: its ops + its dispatch, in turn."""
         if self.overheads is None:
             return self.kernel_time_s + self.kernels * self.launch_s
-        return max(self.device_time_s, self.host_time_s)
+        if not self.sync_before_optimizer:
+            return max(self.device_time_s, self.host_time_s)
+        # the host catches up with the device before the optimizer: two stretches, each paced by
+        # the slower of the two
+        opt = [t for t in self.ops if t.op.phase == "optimizer"]
+        rest = [t for t in self.ops if t.op.phase != "optimizer"]
+        return (max(self._device_s(rest), self._host_s(rest) + self.overheads.host_fixed_s)
+                + max(self._device_s(opt), self._host_s(opt)))
 
     @cached_property
     def flops(self) -> float:
@@ -310,11 +333,11 @@ def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
 
 
 def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1,
-           runtime="eager") -> Phase:
+           runtime="eager", sync=False) -> Phase:
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
                  peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps,
-                 overheads=_overheads(device, eff, runtime))
+                 overheads=_overheads(device, eff, runtime), sync_before_optimizer=sync)
 
 
 def _overheads(device: Device, eff: Efficiency, runtime: str) -> RuntimeOverheads | None:
@@ -361,11 +384,17 @@ class StepSpec:
     kv_bytes: int | None
     runtime: str = "eager"
     """How the code runs, resolved (``auto`` -> the mode's default)."""
+    optimizer_impl: str | None = None
+    """``foreach``, ``fused`` or ``for-loop``; None: ``fused`` when the job says so, else torch's
+    default for the device (foreach on a GPU, the for-loop on a CPU)."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
-           trainable: int | None, single_device: bool = False) -> "StepSpec":
+           trainable: int | None, single_device: bool = False,
+           optimizer_impl: str | None = None) -> "StepSpec":
         train = mode == "train"
+        if optimizer_impl is None and job.fused_optimizer:
+            optimizer_impl = "fused"
         return cls(mode=mode, batch=job.batch, seq=seq, checkpointing=job.checkpointing,
                    attention=job.attention, optimizer=job.optimizer,
                    grad_accum=job.grad_accum if train else 1,
@@ -373,7 +402,7 @@ class StepSpec:
                    lora_rank=job.lora_rank if train else None, trainable=trainable,
                    new_tokens=new_tokens, context=job.context,
                    kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype],
-                   runtime=resolve_runtime(job.runtime, mode))
+                   runtime=resolve_runtime(job.runtime, mode), optimizer_impl=optimizer_impl)
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -462,15 +491,50 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         trainable = spec.trainable or (_lora_params(arch, spec.lora_rank) if arch is not None
                                        else max(1, n_params // 1000))
         opt_tensors = None
+        # PEFT's A and B of each adapted projection (q and v by default)
+        n_tensors = 4 * (arch.num_layers if arch is not None else 1)
     else:
         trainable = n_params
         opt_tensors = tensors or None
-    states, _ = optimizer_state_bytes(get_optimizer(spec.optimizer), opt_tensors, trainable,
-                                      prec.state)
-    shard = spec.gpus if spec.zero >= 1 else 1  # ZeRO >= 1: each GPU updates its shard
-    ops.append(optimizer_op(max(1, trainable // shard), state_bytes_total=states / shard,
-                            grad_bytes=prec.grad, weight_bytes=prec.weight_store,
-                            master_bytes=prec.master, tensors=len(tensors) or 1))
+        n_tensors = sum(t.count for t in tensors) if tensors else _tensor_count(fwd)
+    ops.append(_optimizer_op(spec, prec, device, eff, trainable, opt_tensors, n_tensors))
+    # fp16 loss scaling reads its overflow flag on the host before the step (torch GradScaler
+    # _maybe_opt_step: found_inf.item(); apex amp and Megatron likewise)
+    sync = prec.dtype == "fp16" and device.kind == "gpu"
     return (_phase("train", ops, device, eff, prec.dtype, batch=spec.batch, q_len=spec.seq,
-                   kv_len=spec.seq, micro_steps=spec.grad_accum, runtime=spec.runtime), None,
-            n_params, trainable)
+                   kv_len=spec.seq, micro_steps=spec.grad_accum, runtime=spec.runtime,
+                   sync=sync), None, n_params, trainable)
+
+
+def _tensor_count(fwd: Sequence[Op]) -> int:
+    """Parameter tensors when the tensor list is unknown: one weight per matmul launch and per
+    norm (biases unknown)."""
+    n = sum(o.kernels * o.count for o in fwd if o.weight_elements)
+    n += sum(o.count for o in fwd if o.name.endswith("norm"))
+    return max(1, n)
+
+
+def _optimizer_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Efficiency,
+                  trainable: int, opt_tensors: tuple | None, n_tensors: int) -> Op:
+    """One optimizer step over this GPU's share of ``trainable`` elements in ``n_tensors`` tensors
+    as its implementation runs it (:func:`~.efficiency.optimizer_cost`): a Python loop's kernels
+    are issued one torch call each, multi-tensor passes from C++."""
+    opt = get_optimizer(spec.optimizer)
+    states, _ = optimizer_state_bytes(opt, opt_tensors, trainable, prec.state)
+    shard = spec.gpus if spec.zero >= 1 else 1  # ZeRO >= 1: each GPU updates its shard
+    n = max(1, trainable // shard)
+    impl = spec.optimizer_impl or ("foreach" if device.kind == "gpu" else "for-loop")
+    cost = optimizer_cost(opt.kind, opt.states, impl, tensors=n_tensors, elements=n)
+    host = None
+    if device.kind == "gpu" and spec.runtime != "cudagraphs":
+        if cost.python_loop:
+            measured = str(eff.basis.get("launch_s", "")).startswith("measured")
+            host = eff.launch_s if measured else constant("eager_host_op_s")
+        else:
+            host = constant("eager_host_bwd_s")  # a multi-tensor launch from C++
+    return optimizer_op(n, state_bytes_total=states / shard, grad_bytes=prec.grad,
+                        weight_bytes=prec.weight_store, master_bytes=prec.master,
+                        param_accesses=cost.param_accesses, grad_reads=cost.grad_reads,
+                        state_accesses=cost.state_accesses,
+                        scratch_bytes=4.0 * cost.scratch_accesses, kernels=cost.kernels,
+                        host_s=host)

@@ -109,9 +109,17 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
         if op.kind == "elementwise":
             compute = per_output * max(p, slots) / vec if op.flops else 0.0
             used = "fp32"
+        elif op.kind == "attention" and shaped:
+            # the kernel's rate at this sequence for the work; the occupancy floor (fewer
+            # outputs than resident threads) at its long-sequence rate -- the short-sequence
+            # fraction already prices small work, so applying both would make a longer
+            # sequence take less time
+            rate = _attention_rate(op, device, eff, peak)
+            floor = _attention_rate(op, device, eff, peak, long=True)
+            compute = max(op.flops / rate, per_output * max(p, slots) / floor)
+            used = dtype
         else:
-            rate = _attention_rate(op, device, eff, peak) if op.kind == "attention" and shaped \
-                else peak * eff.attention if op.kind == "attention" else mm
+            rate = peak * eff.attention if op.kind == "attention" else mm
             compute = per_output * max(p, slots) / rate
             if shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
                     and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
@@ -139,15 +147,17 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
     return bw
 
 
-def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float) -> float:
+def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
+                    long: bool = False) -> float:
     """FLOP/s of a fused attention kernel: the stated ``eff.attention`` when it was given (or on a
-    CPU); by default the kernel's fraction for this generation, head dim, sequence and direction
-    (:func:`~.efficiency.attention_fraction`)."""
+    CPU); by default the kernel's fraction for this generation, head dim, sequence (``long``: at a
+    long sequence) and direction (:func:`~.efficiency.attention_fraction`)."""
     if device.kind != "gpu" or not str(eff.basis.get("attention", "")).startswith("default") \
             or not op.shape:
         return peak * eff.attention
     _, _, d, kv = op.shape
-    return peak * attention_fraction(device.architecture, d, kv, backward=op.phase == "backward",
+    return peak * attention_fraction(device.architecture, d, 1 << 40 if long else kv,
+                                     backward=op.phase == "backward",
                                      cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)))
 
 
