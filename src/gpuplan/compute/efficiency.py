@@ -61,6 +61,10 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
                             "(NVIDIA Matrix Multiplication Background User's Guide, 'Tile "
                             "quantization')"),
     "gemm_tile_n": Constant(128, "columns", "as gemm_tile_m"),
+    "gemm_split_k_min": Constant(256, "K elements per slice", "split-K: when the output tiles "
+                                 "fill less than one wave, cuBLAS/CUTLASS split the K loop over "
+                                 "more CTAs (CUTLASS split-K and stream-K; Osama et al. 2023, "
+                                 "'Stream-K'); slices kept at >= 2 K-blocks of 128"),
     # -- fused attention, share of the dense peak at long sequences ------------------------------
     "attn_fwd_ampere_d128": Constant(0.73, "fraction of peak", _FA2),
     "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
@@ -170,16 +174,23 @@ def constant(name: str) -> float:
 GEMM_TILE = (int(constant("gemm_tile_m")), int(constant("gemm_tile_n")))
 
 
-def gemm_wave_efficiency(batch: int, m: int, n: int, sm_count: int) -> float:
+def gemm_wave_efficiency(batch: int, m: int, n: int, sm_count: int, k: int | None = None
+                         ) -> float:
     """Busy share of the SM rounds a (batch x) M x N output takes in 128 x 128 tiles: tile
     quantization (partial edge tiles do full work) times wave quantization (the last round of tiles
-    leaves SMs idle). 1.0 when the SM count is unknown."""
+    leaves SMs idle). With ``k`` given, an output of fewer tiles than SMs is split over its K loop
+    into up to SMs / tiles slices of at least ``gemm_split_k_min`` (split-K), as the libraries do
+    for such shapes -- without it one more row at M = 128 would double the time. 1.0 when the SM
+    count is unknown."""
     if sm_count <= 0:
         return 1.0
     tm, tn = GEMM_TILE
     tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
-    waves = math.ceil(tiles / sm_count)
     useful = batch * m * n / (tm * tn)  # tiles' worth of real outputs
+    if k is not None and tiles < sm_count:
+        splits = max(1, min(sm_count // tiles, k // int(constant("gemm_split_k_min"))))
+        tiles, useful = tiles * splits, useful * splits
+    waves = math.ceil(tiles / sm_count)
     return min(1.0, useful / (waves * sm_count))
 
 

@@ -125,9 +125,9 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
                     and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
                 # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
                 # kernel, whose share of the device is the occupancy above
-                b, m, _, n = op.shape
+                b, m, k, n = op.shape
                 compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
-                    b, m, n, device.sm_count)))
+                    b, m, n, device.sm_count, k)))
             used = dtype
         bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
         out.append(OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,
