@@ -38,7 +38,19 @@ MiB, GiB = 2**20, 2**30
 _LLAMA32_3B = dict(model_type="llama", hidden_size=3072, num_hidden_layers=28,
                    num_attention_heads=24, num_key_value_heads=8, intermediate_size=8192,
                    vocab_size=128256, max_position_embeddings=131072, tie_word_embeddings=True,
-                   head_dim=128, rms_norm_eps=1e-5)
+                   head_dim=128, rms_norm_eps=1e-5, _name="llama-3.2-3b (runs.json)")
+
+#: bigcode/octocoder as runs.json states its shape (StarCoder 15.5B: MQA, learned positions, GELU,
+#: LayerNorm); the keys are GPTBigCodeConfig's, the rest its defaults (tied head, multi_query).
+_OCTOCODER = dict(model_type="gpt_bigcode", n_embd=6144, n_layer=40, n_head=48, n_inner=24576,
+                  n_positions=8192, vocab_size=49152, multi_query=True,
+                  _name="octocoder (runs.json)")
+#: The guide's call: one ~20-token prompt, max_new_tokens=60 (80 tokens cached at the end);
+#: transformers of mid-2023 ran GPTBigCode's own eager attention and computed the prompt's
+#: logits at every position. Measured: torch.cuda.max_memory_allocated.
+_OCTO_JOB = dict(mode="infer", batch=1, seq=20, context=80, attention="eager",
+                 prefill_logits="all")
+_OCTO_DEPART = "prompt length ~20 tokens (the guide's question, not tokenized here)"
 
 #: HF docs' V100 runs: transformers 4.16-era Trainer on torch < 2.0. Their Trainer zeroed the
 #: gradients in place (``model.zero_grad()``, set_to_none=False then) and the doc measured the
@@ -98,6 +110,16 @@ EXPRESSED: dict[str, Expressed] = {
         "bert-large-uncased", dict(mode="infer", infer_precision="fp32", batch=1, seq=1),
         "nvidia-smi", dict(_HF_CONTEXT, workspaces=0, fragmentation=0),
         "weights only: planned as a 1-token forward; no matmul has run, so no cuBLAS workspace"),
+    "hf-octocoder-generate-bf16-memory": Expressed(
+        _OCTOCODER, dict(_OCTO_JOB, infer_precision="bf16"), "torch", {}, _OCTO_DEPART),
+    "hf-octocoder-generate-int8-bnb-memory": Expressed(
+        _OCTOCODER, dict(_OCTO_JOB, infer_precision="int8"), "torch", {},
+        _OCTO_DEPART + "; bitsandbytes 0.41's first-pass copy of each int8 weight into the "
+        "col_ampere layout (one linear at a time, <= 151 MB) not modeled"),
+    "hf-octocoder-generate-nf4-bnb-memory": Expressed(
+        _OCTOCODER, dict(_OCTO_JOB, infer_precision="fp4"), "torch", {},
+        _OCTO_DEPART + "; load_in_4bit's defaults are FP4 (same bytes as NF4) with an fp32 "
+        "compute dtype: gpuplan's fp4 format"),
     "torchtune-llama32-3b-packed-memory": Expressed(
         _LLAMA32_3B, dict(precision="bf16", optimizer="adamw", batch=2, seq=4096), "torch", {},
         "torchtune's own decoder (same tensors as HF Llama); eager; AdamW foreach"),
@@ -109,9 +131,6 @@ NOT_EXPRESSIBLE: dict[str, str] = {
                                      "modeled by the memory plan",
     "peft-bloomz-7b1-lora-memory": "incomplete config (batch, sequence, precision, rank unknown)",
     "peft-bloomz-7b1-lora-ds-offload-memory": "incomplete config; ZeRO-3 parameter offload",
-    "hf-octocoder-generate-bf16-memory": "gpt_bigcode family (StarCoder) not supported",
-    "hf-octocoder-generate-int8-bnb-memory": "gpt_bigcode family (StarCoder) not supported",
-    "hf-octocoder-generate-nf4-bnb-memory": "gpt_bigcode family (StarCoder) not supported",
 }
 _COMPILE = "torch.compile's memory (fusion, AOTAutograd's recompute) is not modeled"
 for _rid, _extra in (
@@ -162,7 +181,8 @@ def measured_bytes(run: dict) -> int:
 def _model(spec: str | dict) -> Model:
     if isinstance(spec, str):
         return load_model(spec)
-    return model_from_config_bytes(json.dumps(spec).encode(), name="llama-3.2-3b (runs.json)")
+    cfg = {k: v for k, v in spec.items() if k != "_name"}
+    return model_from_config_bytes(json.dumps(cfg).encode(), name=spec["_name"])
 
 
 def predict(e: Expressed) -> tuple[int, str]:

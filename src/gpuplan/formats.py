@@ -263,6 +263,12 @@ class WeightFormat:
     """Which tensors stay unquantized, by the format's own tooling."""
     source: str
     _tensor_bytes: Callable[[ParamTensor, Architecture | None], int]
+    matmul_weight_bytes: int = 0
+    """Bytes per weight element a matmul materializes while it runs, beyond the stored weight:
+    bitsandbytes 4-bit dequantizes to 16 bits (2), and with fp32 compute also copies that to
+    fp32 (2 + 4). 0: the kernel reads the stored weight (int8/fp8/GPTQ/AWQ kernels, 16-bit).
+    (bitsandbytes < 0.45 also transformed each LLM.int8 weight to the col_ampere layout on its
+    first matmul, a one-time int8 copy; not modeled: today's kernels read the row-major weight.)"""
 
     def tensor_bytes(self, t: ParamTensor, arch: Architecture | None = None) -> int:
         """Bytes of all ``t.count`` copies of one parameter tensor in this format."""
@@ -401,14 +407,22 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                      description="bitsandbytes NF4, block 64, fp32 absmax per block",
                      convention="every nn.Linear except the LM head; embeddings in 16-bit",
                      source="Dettmers et al. 2023, QLoRA; bitsandbytes Params4bit (blocksize 64)",
-                     _tensor_bytes=_bnb_nf4(False)),
+                     _tensor_bytes=_bnb_nf4(False), matmul_weight_bytes=2),
+        WeightFormat(name="fp4", bits=4.5, compute_dtype="fp32",
+                     description="bitsandbytes 4-bit as load_in_4bit=True leaves it: FP4, block "
+                                 "64, fp32 absmax per block, matmuls in fp32",
+                     convention="every nn.Linear except the LM head; embeddings in 16-bit",
+                     source="transformers BitsAndBytesConfig defaults (bnb_4bit_quant_type='fp4', "
+                            "bnb_4bit_compute_dtype=None -> float32); bitsandbytes Linear4bit "
+                            "(x.to(compute_dtype)) and MatMul4Bit (dequantize_4bit(...).to(A.dtype))",
+                     _tensor_bytes=_bnb_nf4(False), matmul_weight_bytes=2 + 4),
         WeightFormat(name="nf4-dq", bits=4 + 8 / 64 + 32 / (64 * 256), compute_dtype="bf16",
                      description="NF4 with double quantization: 8-bit absmax per 64 weights, fp32 "
                                  "scale per 256 absmax values",
                      convention="every nn.Linear except the LM head; embeddings in 16-bit",
                      source="Dettmers et al. 2023, QLoRA sec. 3 (Double Quantization: 0.127 "
                             "bits/parameter of constants)",
-                     _tensor_bytes=_bnb_nf4(True)),
+                     _tensor_bytes=_bnb_nf4(True), matmul_weight_bytes=2),
         WeightFormat(name="gptq-4bit", bits=4 + (16 + 4) / 128, compute_dtype="fp16",
                      description="GPTQ 4-bit, group 128: packed int4, fp16 scale and 4-bit zero "
                                  "per group, int32 g_idx per input",

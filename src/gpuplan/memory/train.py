@@ -49,7 +49,8 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
     rank under a parallel layout: ``stage``)."""
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
-    phases = _train_phases(job, st, act)
+    buffers = model.architecture.buffer_bytes if model.architecture else 0
+    phases = _train_phases(job, st, act, buffers)
     peak_phase = max(phases, key=lambda p: phases[p].total)
     at_peak = phases[peak_phase]
     overhead = runtime_overhead(
@@ -63,13 +64,14 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
     return TrainMemory(
         precision=recipe.name, optimizer=opt.name,
         params=stage.params if stage else model.params.total,
-        trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base,
+        trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base + buffers,
         gradients_bytes=at_peak.gradients, master_weights_bytes=st.master,
         optimizer_bytes=st.opt, activations_bytes=at_peak.activations,
         temporaries_bytes=at_peak.temporaries, gathered_params_bytes=st.gathered,
         overhead_bytes=overhead.bytes, total_bytes=at_peak.total + overhead.bytes,
         peak_phase=peak_phase, host_bytes=st.host, overhead=overhead,
-        lines=_train_lines(model, recipe, opt, st, act, at_peak, overhead, overhead_level),
+        lines=_train_lines(model, recipe, opt, st, act, at_peak, overhead, overhead_level,
+                           buffers),
         notes=tuple(notes), activations_known=act.known,
         phases={p: v.total for p, v in phases.items()},
         activation_detail=({"saved_bytes": act.saved_bytes,
@@ -81,11 +83,14 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
 
 def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: States,
                  act: TrainActivations, at_peak: _Phase, overhead: Overhead,
-                 overhead_level: OverheadLevel) -> tuple[Line, ...]:
+                 overhead_level: OverheadLevel, buffers: int = 0) -> tuple[Line, ...]:
     """The rows of the table, at the peak phase."""
     n = model.params.total
     per_param = lambda b: b / n  # noqa: E731
     lines = []
+    if buffers:
+        lines.append(Line(key="weights", label="buffers (non-parameter)", bytes=buffers,
+                          note="the causal mask the model registers"))
     if st.base:
         lines.append(Line(key="weights", label=st.base_label, bytes=st.base,
                           bytes_per_param=per_param(st.base)))
@@ -160,14 +165,16 @@ class _Phase:
                 + self.temporaries + self.gathered)
 
 
-def _train_phases(job: Job, st: States, act: TrainActivations) -> dict[str, _Phase]:
+def _train_phases(job: Job, st: States, act: TrainActivations,
+                  buffers: int = 0) -> dict[str, _Phase]:
     """Memory at the peak of each phase of a step (DESIGN.md, "What a training step really
     holds"). zero_grad(set_to_none=True) frees the gradients after the step, so the first
     micro-step's forward runs without them; with gradient accumulation, or gradients zeroed in
     place (``zero_grad_set_to_none=False``), the forward and backward run with all of them alive. The optimizer step holds the gradients, the
     states and the step's temporaries; the activations are gone by then."""
     grads = st.grads
-    base = dict(weights=st.weights_trainable + st.base, master=st.master, optimizer=st.opt,
+    base = dict(weights=st.weights_trainable + st.base + buffers, master=st.master,
+                optimizer=st.opt,
                 gathered=st.gathered)
     accum = grads if job.grad_accum > 1 or not job.zero_grad_set_to_none else 0
     return {

@@ -4,6 +4,7 @@ next-token logits (serving), each mirroring the transformers code it names."""
 from __future__ import annotations
 
 from .blocks import Ctx, activation, layernorm, norm
+from .spec import GPT2_LIKE
 from .symbolic import BS, Form, Tensor
 
 __all__ = ["embed_block", "head_block", "infer_head"]
@@ -18,11 +19,11 @@ def embed_block(c: Ctx, ids: Tensor) -> Tensor:
     x = g.embedding(ids, g.param(sp.vocab * h, "embed_tokens", trainable=emb_trainable), BS * h)
     if sp.family == "gemma2":
         x = g.scale(x, "embed.normalizer")
-    if sp.family in ("gpt2", "opt"):
+    if sp.family in GPT2_LIKE + ("opt",):
         pos = g.embedding(g.constant(BS, 8, "position_ids"),
                           g.param(h, "embed_positions", trainable=emb_trainable), BS * h, "wpe")
         x = g.add(x, pos, "embed+pos")
-        x = g.dropout(x, sp.embd_dropout if sp.family == "gpt2" else sp.hidden_dropout,
+        x = g.dropout(x, sp.embd_dropout if sp.family in GPT2_LIKE else sp.hidden_dropout,
                       "embed.dropout")
     if sp.family == "bert":
         tt = g.embedding(g.constant(BS, 8, "token_type_ids"), g.param(h, "token_type"), BS * h)

@@ -71,8 +71,9 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
     frozen = job.lora_rank is not None
     return Opts(attention=job.attention, cache=cache, lora=lora_targets,
                 lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
-                quantized=frozen and job.lora_base is not None
-                and job.lora_base.startswith(("nf4", "fp4")),
+                # QLoRA computes in the 16-bit dtype: each matmul dequantizes its 4-bit base
+                quantized=2 if (frozen and job.lora_base is not None
+                                and job.lora_base.startswith(("nf4", "fp4"))) else 0,
                 frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep)
 
 
