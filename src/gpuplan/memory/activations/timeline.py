@@ -73,7 +73,8 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
         return hit[1]
     out = _train_from_profile(prof, b, s, grad_bytes=grad_bytes,
                               accumulating=_grads_alive(job), tied=arch.tie_word_embeddings,
-                              attention=job.attention)
+                              attention=job.attention,
+                              tied_bytes=arch.vocab_size * arch.hidden_size * prof.regime.param)
     if len(_TIMELINES) > 8192:
         _TIMELINES.clear()
     _TIMELINES[key] = (prof, out)
@@ -84,12 +85,13 @@ _TIMELINES: dict[tuple, tuple[StepProfile, "TrainActivations"]] = {}
 
 
 def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, accumulating: bool,
-                        tied: bool, attention: str) -> TrainActivations:
+                        tied: bool, attention: str, tied_bytes: int = 0) -> TrainActivations:
     ckpt = prof.checkpointing
     runs = _runs(prof, b, s)
     fwd_act, fwd_tmp, fwd_where = _forward_peak(prof, runs, b, s)
     bwd_act, bwd_tmp, bwd_grads, bwd_where = _backward_peak(
-        prof, runs, b, s, grad_bytes=grad_bytes, accumulating=accumulating, tied=tied)
+        prof, runs, b, s, grad_bytes=grad_bytes, accumulating=accumulating, tied=tied,
+        tied_bytes=tied_bytes)
     ends = prof.inputs(b, s) + prof.embed.saved(b, s)
     saved_all = ends + sum(r.n * r.saved for r in runs) + prof.head.saved(b, s)
     kept_all = ends + sum(r.n * r.kept for r in runs) + prof.head.saved(b, s)
@@ -188,7 +190,8 @@ class _BackwardPeak:
 
 
 def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_bytes: int,
-                   accumulating: bool, tied: bool) -> tuple[int, int, int, str]:
+                   accumulating: bool, tied: bool,
+                   tied_bytes: int = 0) -> tuple[int, int, int, str]:
     """(activations, temporaries, gradients, where) at the backward's peak: the loss (the logits
     spike), the layers in reverse, the embeddings.
 
@@ -197,9 +200,12 @@ def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_
     them again one layer at a time."""
     E, H = prof.embed, prof.head
     full = prof.checkpointing == "full"
+    # a tied output head and the embedding are one weight: its gradient is counted once (the
+    # head's backward makes it, the embedding's backward sums into it)
+    shared = min(E.param_grads(b, s), tied_bytes) if tied else 0
     peak = _BackwardPeak(b, s, grad_bytes=grad_bytes, accumulating=accumulating,
                          total_param_grads=E.param_grads(b, s) + H.param_grads(b, s)
-                         + sum(r.n * r.param_grads for r in runs))
+                         + sum(r.n * r.param_grads for r in runs) - shared)
     act = prof.inputs(b, s) + E.saved(b, s) + sum(r.n * r.kept for r in runs) + H.saved(b, s)
     tmp = (E.autocast_copies(b, s) + H.autocast_copies(b, s)
            + (0 if full else sum(r.n * r.copies for r in runs)))
