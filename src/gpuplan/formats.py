@@ -115,6 +115,10 @@ class OptimizerSpec:
     states: int
     """Full-size state tensors per parameter (Adam: exp_avg and exp_avg_sq = 2)."""
     kind: Literal["plain", "factored", "8bit"] = "plain"
+    paged: bool = False
+    """bitsandbytes paged optimizer: the states of parameters of 100,000 elements or more live in
+    CUDA managed memory (cudaMallocManaged), on the GPU while they fit and evicted to host memory
+    when it runs short; torch's allocator statistics never count them."""
     description: str
     tradeoff: str
     """What choosing it costs (said by the solver)."""
@@ -147,6 +151,13 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
                       tradeoff="8-bit states: matches 32-bit Adam in the authors' experiments",
                       source="Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization; "
                              "bitsandbytes Optimizer8bit (blocks of 256, min_8bit_size=4096)"),
+        OptimizerSpec(name="paged-adamw-8bit", states=2, kind="8bit", paged=True,
+                      description="bitsandbytes PagedAdamW8bit: AdamW8bit's states, those of "
+                                  "parameters of 100,000 elements or more in CUDA managed memory",
+                      tradeoff="8-bit states; paged out to host memory under GPU memory pressure",
+                      source="bitsandbytes Optimizer8bit.get_state_buffer: is_paged and "
+                             "p.numel() >= 1e5 -> F.get_paged (cget_managed_ptr); else "
+                             "torch.zeros_like on the device"),
         OptimizerSpec(name="lion", states=1, description="Lion: one momentum buffer",
                       tradeoff="needs a smaller learning rate than AdamW",
                       source="Chen et al. 2023, Symbolic Discovery of Optimization Algorithms"),
@@ -162,6 +173,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
 
 _BNB_BLOCK = 256
 _BNB_MIN_8BIT_SIZE = 4096
+#: bitsandbytes pages the states of parameters of at least this many elements.
+BNB_MIN_PAGED_SIZE = 100_000
 
 
 def get_optimizer(name: str) -> OptimizerSpec:

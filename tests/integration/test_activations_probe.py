@@ -110,3 +110,23 @@ def test_korthikanti_closed_form_on_real_transformers_code():
     expected = 34 * S * B * h + 5 * a * S * S * B
     stats = 2 * 2 * max(512, 2 * B * S)
     assert r.saved_by_layer[-1] == expected + stats
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_optimizer_in_backward_matches_a_real_step(tied):
+    """torchtune's optimizer_in_bwd on a real step: one AdamW (foreach) per parameter, stepped
+    and zeroed by its post-accumulate-grad hook. Gradients never exist all at once; a tied
+    weight's waits for its second use."""
+    config = dict(CFG["llama"], tie_word_embeddings=tied)
+    model = P.build("llama", config, dtype=torch.bfloat16, attn="sdpa")
+    n = sum(p.numel() for p in model.parameters())
+    r = P.measure_step(model, P.lm_batch(V, B, S), in_backward=True)
+    arch = P.architecture("llama", config)
+    m = Model(name="llama", architecture=arch,
+              params=ParamCounts(total=n, by_component={"other": n}, active=n, embedding=0))
+    job = Job(model=m, precision="bf16", attention="sdpa", batch=B, seq=S, use_cache=True,
+              optimizer_in_backward=True)
+    t = train_memory(m, job)
+    assert t.phases["backward"] == pytest.approx(r.peaks["backward"], rel=0.03)
+    assert t.phases["forward"] == pytest.approx(r.peaks["forward"], rel=0.03)
+    assert max(t.phases.values()) == pytest.approx(max(r.peaks.values()), rel=0.03)

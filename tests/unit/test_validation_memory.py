@@ -43,9 +43,6 @@ def test_holdout_memory_meets_the_issue_bars(rows):
     assert s["training_short_over_5pct"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="only 4 of 18 holdout memory runs are expressible "
-                   "(median |error| 1.2%, worst 3.4%): torch.compile, chunked cross-entropy, "
-                   "optimizer_in_bwd and activation offloading are not modeled yet")
 def test_holdout_covers_most_memory_runs(rows):
     s = vm.summary(rows, "holdout")
     assert s["expressed"] >= s["listed"] // 2

@@ -275,8 +275,16 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
                            dropout=sp.attn_dropout, mask=mask)
     if o.sdpa_mask:
         return _sdpa_masked(c, t)
+    kv_heads = sp.kv
+    if o.model_code == "torchtune" and sp.kv < sp.heads:
+        # torchtune's MultiHeadAttention: k.unsqueeze(2).expand(...).flatten(1, 2) (and v):
+        # K and V copied to every query head before the attention kernel, which saves them
+        t.k = g.expand_copy(t.k, BS * (sp.heads * sp.d), "k.expand")
+        t.v = g.expand_copy(t.v, BS * (sp.heads * sp.d), "v.expand")
+        kv_heads = sp.heads
     g.region = "attn_core"
-    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=sp.kv, out_copy_layout=t.q_contig)
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=kv_heads,
+                       out_copy_layout=t.q_contig)
     g.region = ""
     if t.q_contig:
         out = g.contiguous(out, "attn_out.t")  # flash's output follows q's memory layout

@@ -128,6 +128,9 @@ class Opts:
     sdpa_mask: bool = False  # an explicit mask reaches SDPA (sliding window shorter than s)
     sp: int = 1             # Megatron sequence parallelism: the sequence split over this TP group
     ep: int = 1             # expert parallelism: this rank holds experts / ep of each MoE layer
+    compiled: bool = False  # torch.compile of each layer and of the loss (runtime="compile")
+    model_code: str = "transformers"  # whose model code: transformers or torchtune
+    loss_chunks: int = 1    # output projection + cross-entropy over this many sequence chunks
 
 
 def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:
