@@ -211,10 +211,21 @@ def _layers(model) -> list[torch.nn.Module]:
     raise ValueError("no layer list found")
 
 
+def _step_now(per_param: dict):
+    """A post-accumulate-grad hook: step the parameter's own optimizer and free its gradient."""
+    def hook(p) -> None:
+        per_param[p].step()
+        per_param[p].zero_grad(set_to_none=True)
+    return hook
+
+
 def measure_step(model, batch: dict, *, optimizer: str = "adamw", autocast: bool = False,
                  master_fp32: bool = False, grad_accum: int = 1, timeline: bool = False,
-                 checkpointing: bool = False, fused: bool = False) -> StepResult:
-    """Two training iterations (forward, loss, backward, step, zero_grad); the second recorded."""
+                 checkpointing: bool = False, fused: bool = False,
+                 in_backward: bool = False) -> StepResult:
+    """Two training iterations (forward, loss, backward, step, zero_grad); the second recorded.
+    ``in_backward``: one optimizer per parameter, stepped and zeroed by a post-accumulate-grad
+    hook as its gradient is ready (torchtune's register_optim_in_bwd_hooks)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if master_fp32:
         masters = [p.detach().float().requires_grad_(True) for p in params]
@@ -222,7 +233,14 @@ def measure_step(model, batch: dict, *, optimizer: str = "adamw", autocast: bool
     else:
         masters = None
         opt_params = params
-    if optimizer == "adamw":
+    per_param = {}
+    if in_backward:
+        for p in opt_params:
+            per_param[p] = torch.optim.AdamW([p], lr=1e-4, foreach=not fused,
+                                             fused=fused or None)
+            p.register_post_accumulate_grad_hook(_step_now(per_param))
+        opt = None
+    elif optimizer == "adamw":
         opt = torch.optim.AdamW(opt_params, lr=1e-4, foreach=not fused, fused=fused or None)
     elif optimizer == "sgd":
         opt = torch.optim.SGD(opt_params, lr=1e-4, foreach=True)
@@ -280,13 +298,15 @@ def measure_step(model, batch: dict, *, optimizer: str = "adamw", autocast: bool
         if masters is not None:
             for m, p in zip(masters, params):
                 m.grad = p.grad.float()
-        opt.step()
+        if opt is not None:
+            opt.step()
         if masters is not None:
             with torch.no_grad():
                 for m, p in zip(masters, params):
                     p.copy_(m)
                     m.grad = None
-        opt.zero_grad(set_to_none=True)
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
         model.zero_grad(set_to_none=True)
         tracker.phase = "idle"
 
@@ -301,10 +321,11 @@ def measure_step(model, batch: dict, *, optimizer: str = "adamw", autocast: bool
         for v in batch.values():
             tracker.track(v, "input")
         iteration(False)
-        for st in opt.state.values():
-            for v in st.values():
-                if isinstance(v, torch.Tensor):
-                    tracker.recategorize(v, "opt_state")
+        for o in ([opt] if opt is not None else list(per_param.values())):
+            for st in o.state.values():
+                for v in st.values():
+                    if isinstance(v, torch.Tensor):
+                        tracker.recategorize(v, "opt_state")
         tracker.peaks.clear()
         tracker.peak_cats.clear()
         seen.clear()

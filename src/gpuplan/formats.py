@@ -115,6 +115,10 @@ class OptimizerSpec:
     states: int
     """Full-size state tensors per parameter (Adam: exp_avg and exp_avg_sq = 2)."""
     kind: Literal["plain", "factored", "8bit"] = "plain"
+    paged: bool = False
+    """bitsandbytes paged optimizer: the states of parameters of 100,000 elements or more live in
+    CUDA managed memory (cudaMallocManaged), on the GPU while they fit and evicted to host memory
+    when it runs short; torch's allocator statistics never count them."""
     description: str
     tradeoff: str
     """What choosing it costs (said by the solver)."""
@@ -147,6 +151,13 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
                       tradeoff="8-bit states: matches 32-bit Adam in the authors' experiments",
                       source="Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization; "
                              "bitsandbytes Optimizer8bit (blocks of 256, min_8bit_size=4096)"),
+        OptimizerSpec(name="paged-adamw-8bit", states=2, kind="8bit", paged=True,
+                      description="bitsandbytes PagedAdamW8bit: AdamW8bit's states, those of "
+                                  "parameters of 100,000 elements or more in CUDA managed memory",
+                      tradeoff="8-bit states; paged out to host memory under GPU memory pressure",
+                      source="bitsandbytes Optimizer8bit.get_state_buffer: is_paged and "
+                             "p.numel() >= 1e5 -> F.get_paged (cget_managed_ptr); else "
+                             "torch.zeros_like on the device"),
         OptimizerSpec(name="lion", states=1, description="Lion: one momentum buffer",
                       tradeoff="needs a smaller learning rate than AdamW",
                       source="Chen et al. 2023, Symbolic Discovery of Optimization Algorithms"),
@@ -162,6 +173,8 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
 
 _BNB_BLOCK = 256
 _BNB_MIN_8BIT_SIZE = 4096
+#: bitsandbytes pages the states of parameters of at least this many elements.
+BNB_MIN_PAGED_SIZE = 100_000
 
 
 def get_optimizer(name: str) -> OptimizerSpec:
@@ -263,6 +276,12 @@ class WeightFormat:
     """Which tensors stay unquantized, by the format's own tooling."""
     source: str
     _tensor_bytes: Callable[[ParamTensor, Architecture | None], int]
+    matmul_weight_bytes: int = 0
+    """Bytes per weight element a matmul materializes while it runs, beyond the stored weight:
+    bitsandbytes 4-bit dequantizes to 16 bits (2), and with fp32 compute also copies that to
+    fp32 (2 + 4). 0: the kernel reads the stored weight (int8/fp8/GPTQ/AWQ kernels, 16-bit).
+    (bitsandbytes < 0.45 also transformed each LLM.int8 weight to the col_ampere layout on its
+    first matmul, a one-time int8 copy; not modeled: today's kernels read the row-major weight.)"""
 
     def tensor_bytes(self, t: ParamTensor, arch: Architecture | None = None) -> int:
         """Bytes of all ``t.count`` copies of one parameter tensor in this format."""
@@ -401,14 +420,22 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                      description="bitsandbytes NF4, block 64, fp32 absmax per block",
                      convention="every nn.Linear except the LM head; embeddings in 16-bit",
                      source="Dettmers et al. 2023, QLoRA; bitsandbytes Params4bit (blocksize 64)",
-                     _tensor_bytes=_bnb_nf4(False)),
+                     _tensor_bytes=_bnb_nf4(False), matmul_weight_bytes=2),
+        WeightFormat(name="fp4", bits=4.5, compute_dtype="fp32",
+                     description="bitsandbytes 4-bit as load_in_4bit=True leaves it: FP4, block "
+                                 "64, fp32 absmax per block, matmuls in fp32",
+                     convention="every nn.Linear except the LM head; embeddings in 16-bit",
+                     source="transformers BitsAndBytesConfig defaults (bnb_4bit_quant_type='fp4', "
+                            "bnb_4bit_compute_dtype=None -> float32); bitsandbytes Linear4bit "
+                            "(x.to(compute_dtype)) and MatMul4Bit (dequantize_4bit(...).to(A.dtype))",
+                     _tensor_bytes=_bnb_nf4(False), matmul_weight_bytes=2 + 4),
         WeightFormat(name="nf4-dq", bits=4 + 8 / 64 + 32 / (64 * 256), compute_dtype="bf16",
                      description="NF4 with double quantization: 8-bit absmax per 64 weights, fp32 "
                                  "scale per 256 absmax values",
                      convention="every nn.Linear except the LM head; embeddings in 16-bit",
                      source="Dettmers et al. 2023, QLoRA sec. 3 (Double Quantization: 0.127 "
                             "bits/parameter of constants)",
-                     _tensor_bytes=_bnb_nf4(True)),
+                     _tensor_bytes=_bnb_nf4(True), matmul_weight_bytes=2),
         WeightFormat(name="gptq-4bit", bits=4 + (16 + 4) / 128, compute_dtype="fp16",
                      description="GPTQ 4-bit, group 128: packed int4, fp16 scale and 4-bit zero "
                                  "per group, int32 g_idx per input",

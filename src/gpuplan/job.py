@@ -18,7 +18,7 @@ from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "PP_SCHEDULES", "pp_chunks", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "PP_SCHEDULES", "pp_chunks", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
@@ -26,6 +26,7 @@ Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
 Attention = Literal["eager", "sdpa"]
 Runtime = Literal["auto", "eager", "compile", "cudagraphs"]
+ModelCode = Literal["transformers", "torchtune"]
 #: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -76,14 +77,17 @@ def _choice(value: str, options: tuple[str, ...], what: str) -> str:
 #: Job fields that are strings (a choice or a name), whole numbers with their range in
 #: :mod:`gpuplan.bounds`, and booleans: their types are checked before their values.
 _STR_FIELDS = ("mode", "precision", "infer_precision", "optimizer", "optimizer_states",
-               "checkpointing", "attention", "prefill_logits", "runtime", "pp_schedule")
+               "checkpointing", "attention", "prefill_logits", "runtime", "pp_schedule",
+               "model_code")
 _OPT_STR_FIELDS = ("lora_base", "kv_dtype", "inter_node")
 #: Whole-number fields and their range in :data:`gpuplan.bounds.BOUNDS`.
 _INT_FIELDS = {"batch": "batch", "grad_accum": "grad_accum", "gpus": "gpus", "tp": "gpus",
-               "pp": "gpus", "cp": "gpus", "ep": "gpus", "gpus_per_node": "gpus"}
+               "pp": "gpus", "cp": "gpus", "ep": "gpus", "gpus_per_node": "gpus",
+               "loss_chunks": "int"}
 _OPT_INT_FIELDS = {"seq": "seq", "context": "context", "lora_rank": "lora_rank",
                    "micro_batches": "grad_accum"}
-_BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel")
+_BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel",
+                "optimizer_in_backward", "offload_activations")
 
 #: Most LoRA target names one job takes.
 _MAX_LORA_TARGETS = 1000
@@ -197,7 +201,27 @@ class Job:
     runtime: Runtime = "auto"
     """How the step's code runs: eager PyTorch (per-op launches and Python dispatch), compile
     (torch.compile fuses elementwise chains), cudagraphs (launches replayed from a graph); auto =
-    the default of the mode, stated in the speed output (docs/speed.md)."""
+    the default of the mode, stated in the speed output (docs/speed.md). Training memory under
+    compile: each layer and the loss are compiled (torchtune's compile_model and compile_loss):
+    AOTAutograd's partitioner keeps less for the backward, inductor fuses the elementwise ops."""
+    model_code: ModelCode = "transformers"
+    """Whose model code runs the step: transformers' (the default; what gpuplan replays for every
+    family) or torchtune's TransformerDecoder (llama-style families): K and V expanded to every
+    query head before attention, and the logits upcast to fp32 in the model's forward, outside
+    the loss."""
+    loss_chunks: int = 1
+    """The output projection and the cross-entropy run over this many chunks of the sequence
+    (torchtune's CEWithChunkedOutputLoss, 8 chunks): the 16-bit logits of every chunk are kept,
+    but each chunk is upcast to fp32 and reduced on its own. 1 (the default): the whole logits
+    at once."""
+    optimizer_in_backward: bool = False
+    """The optimizer step runs in the backward, one parameter at a time as its gradient is
+    ready, and frees it (torchtune's optimizer_in_bwd; register_post_accumulate_grad_hook):
+    gradients never exist all at once. Needs --grad-accum 1."""
+    offload_activations: bool = False
+    """The activations checkpointing keeps (each layer's input) are copied to host memory in the
+    forward and back in the backward (torchtune's OffloadActivations; saved_tensors_hooks with
+    a side stream that keeps the 5 latest copies on the GPU). Needs --checkpointing full."""
     tp: int = 1
     """Tensor-parallel degree (Megatron column/row sharding inside each block)."""
     pp: int = 1
@@ -245,6 +269,18 @@ class Job:
         if self.offload_optimizer and self.optimizer == "sgd":
             raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
         _choice(self.runtime, get_args(Runtime), "runtime")
+        _choice(self.model_code, get_args(ModelCode), "model code")
+        if self.optimizer_in_backward and self.grad_accum > 1:
+            raise InputError("--optimizer-in-backward with --grad-accum "
+                             f"{self.grad_accum}: each step runs as its gradient is ready, so "
+                             "gradients cannot accumulate; use --grad-accum 1")
+        if self.optimizer_in_backward and self.offload_optimizer:
+            raise InputError("--optimizer-in-backward with --offload-optimizer: the step runs "
+                             "on the GPU inside the backward; drop one of them")
+        if self.offload_activations and self.checkpointing != "full":
+            raise InputError("--offload-activations offloads what full checkpointing keeps "
+                             "(each layer's input), as torchtune requires; add --checkpointing "
+                             "full")
         self._check_layout()
 
     def _check_layout(self) -> None:

@@ -42,6 +42,8 @@ CFG = {
     "falcon": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=V,
                    new_decoder_architecture=False, multi_query=True, parallel_attn=True,
                    bias=False),
+    "gpt_bigcode": dict(n_embd=128, n_layer=2, n_head=4, n_inner=512, vocab_size=V,
+                        n_positions=256, multi_query=True),
     "bert": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2,
                  num_attention_heads=4, vocab_size=V, max_position_embeddings=256),
 }
@@ -66,7 +68,9 @@ def _run(family, regime, attention):
 
 CASES = [("llama", "bf16", "sdpa"), ("llama", "bf16", "eager"), ("llama", "amp", "sdpa"),
          ("llama", "fp32", "eager"), ("gpt2", "bf16", "eager"), ("gpt2", "amp", "sdpa"),
-         ("mixtral", "bf16", "sdpa"), ("falcon", "bf16", "sdpa"), ("bert", "fp32", "eager")]
+         ("mixtral", "bf16", "sdpa"), ("falcon", "bf16", "sdpa"), ("bert", "fp32", "eager"),
+         ("gpt_bigcode", "bf16", "sdpa"), ("gpt_bigcode", "bf16", "eager"),
+         ("gpt_bigcode", "amp", "sdpa")]
 
 
 @pytest.mark.parametrize("family,regime,attention", CASES)
@@ -84,7 +88,8 @@ def test_layer_saved_bytes_match_a_real_step(family, regime, attention):
     assert abs(analytic - measured) <= 0.01 * measured
 
 
-@pytest.mark.parametrize("family,regime,attention", CASES[:3] + CASES[5:7])
+@pytest.mark.parametrize("family,regime,attention",
+                         CASES[:3] + CASES[5:7] + [CASES[9], CASES[11]])
 def test_phase_peaks_match_a_real_step(family, regime, attention):
     r, m, job = _run(family, regime, attention)
     t = train_memory(m, job)
@@ -105,3 +110,23 @@ def test_korthikanti_closed_form_on_real_transformers_code():
     expected = 34 * S * B * h + 5 * a * S * S * B
     stats = 2 * 2 * max(512, 2 * B * S)
     assert r.saved_by_layer[-1] == expected + stats
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_optimizer_in_backward_matches_a_real_step(tied):
+    """torchtune's optimizer_in_bwd on a real step: one AdamW (foreach) per parameter, stepped
+    and zeroed by its post-accumulate-grad hook. Gradients never exist all at once; a tied
+    weight's waits for its second use."""
+    config = dict(CFG["llama"], tie_word_embeddings=tied)
+    model = P.build("llama", config, dtype=torch.bfloat16, attn="sdpa")
+    n = sum(p.numel() for p in model.parameters())
+    r = P.measure_step(model, P.lm_batch(V, B, S), in_backward=True)
+    arch = P.architecture("llama", config)
+    m = Model(name="llama", architecture=arch,
+              params=ParamCounts(total=n, by_component={"other": n}, active=n, embedding=0))
+    job = Job(model=m, precision="bf16", attention="sdpa", batch=B, seq=S, use_cache=True,
+              optimizer_in_backward=True)
+    t = train_memory(m, job)
+    assert t.phases["backward"] == pytest.approx(r.peaks["backward"], rel=0.03)
+    assert t.phases["forward"] == pytest.approx(r.peaks["forward"], rel=0.03)
+    assert max(t.phases.values()) == pytest.approx(max(r.peaks.values()), rel=0.03)

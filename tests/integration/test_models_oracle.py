@@ -103,6 +103,13 @@ VARIANTS = {
                             dict(n_embd=64, n_layer=2, n_head=4, vocab_size=97, n_positions=40,
                                  n_inner=100, tie_word_embeddings=False, bos_token_id=0,
                                  eos_token_id=0)),
+    "starcoder-shape-mqa": ("gpt_bigcode", "GPTBigCodeForCausalLM",
+                            dict(n_embd=64, n_layer=3, n_head=4, n_inner=96, n_positions=40,
+                                 vocab_size=97, multi_query=True)),
+    "santacoder-mha-untied": ("gpt_bigcode", "GPTBigCodeForCausalLM",
+                              dict(n_embd=64, n_layer=2, n_head=4, n_positions=24,
+                                   vocab_size=97, multi_query=False,
+                                   tie_word_embeddings=False)),
     "neox-no-bias-tied": ("gpt_neox", "GPTNeoXForCausalLM",
                           dict(_SMALL, intermediate_size=96, attention_bias=False,
                                tie_word_embeddings=True)),
@@ -152,6 +159,20 @@ def test_config_variants_match_transformers_on_meta(variant):
     assert ours.params.total == sum(p.numel() for p in hf.parameters())
     saved = revert_weight_conversion(hf, dict(hf.named_parameters()))
     assert _expand(ours) == {k: tuple(v.shape) for k, v in saved.items()}
+
+
+def test_gpt_bigcode_buffer_is_the_causal_mask_transformers_registers():
+    """GPTBigCodeModel keeps an (n_positions, n_positions) bool mask as a non-persistent buffer:
+    on the device with the weights, not among the parameters."""
+    from gpuplan.models import architecture_from_config
+
+    cfg = dict(n_embd=64, n_layer=2, n_head=4, n_positions=48, vocab_size=97)
+    with torch.device("meta"):
+        hf = transformers.GPTBigCodeForCausalLM(
+            transformers.AutoConfig.for_model("gpt_bigcode", **cfg))
+    buffers = sum(b.numel() * b.element_size() for b in hf.buffers())
+    arch = architecture_from_config({"model_type": "gpt_bigcode", **cfg}, name="b")
+    assert arch.buffer_bytes == buffers == 48 * 48
 
 
 # Real checkpoints written by transformers (tiny random models, CPU): the headers give the same
@@ -230,6 +251,11 @@ def _random_config(draw, family):
                    n_positions=draw(st.integers(4, 30)), n_inner=draw(st.one_of(st.none(),
                                                                               st.integers(4, 40))),
                    tie_word_embeddings=tie, **ids)
+    elif family == "gpt_bigcode":
+        cfg = dict(n_embd=H, n_layer=L, n_head=heads, vocab_size=V,
+                   n_positions=draw(st.integers(4, 30)), n_inner=draw(st.one_of(st.none(),
+                                                                              st.integers(4, 40))),
+                   multi_query=draw(st.booleans()), tie_word_embeddings=tie, **ids)
     elif family == "gpt_neox":
         cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads, vocab_size=V,
                    intermediate_size=I, attention_bias=draw(st.booleans()),
@@ -263,7 +289,8 @@ def _random_config(draw, family):
 _CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
           "qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
           "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-          "gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "opt": "OPTForCausalLM",
+          "gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausalLM",
+          "gpt_neox": "GPTNeoXForCausalLM", "opt": "OPTForCausalLM",
           "falcon": "FalconForCausalLM", "bert": "BertForMaskedLM",
           "vit": "ViTForImageClassification"}
 

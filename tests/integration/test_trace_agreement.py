@@ -101,3 +101,32 @@ def test_mixed_recipes_agree_with_the_trace_at_the_step():
     for k in ("weights_bytes", "gradients_bytes", "master_weights_bytes", "optimizer_bytes",
               "temporaries_bytes"):
         assert t.per_gpu()[k] == pytest.approx(r.per_gpu[k], rel=0.01), k
+
+
+#: StarCoder's block (GPTBigCode: MQA in a fused c_attn, learned positions, tied head) at a
+#: reduced width and depth, with StarCoder's vocabulary.
+STARCODER_REDUCED = dict(model_type="gpt_bigcode", architectures=["GPTBigCodeForCausalLM"],
+                         n_embd=768, n_layer=4, n_head=12, n_inner=3072, n_positions=1024,
+                         vocab_size=49152, multi_query=True)
+
+
+@pytest.mark.parametrize("mode,ck", [("train", "none"), ("train", "full"), ("infer", "none")])
+def test_live_trace_gpt_bigcode_within_5_percent(mode, ck):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import json
+
+    from gpuplan.models import model_from_config_bytes
+    from gpuplan.trace import trace_step
+
+    m = model_from_config_bytes(json.dumps(STARCODER_REDUCED).encode(), name="starcoder-reduced")
+    r = trace_step(STARCODER_REDUCED, mode=mode, batch=2, seq=512, checkpointing=ck,
+                   precision="amp-bf16" if mode == "train" else "bf16")
+    if mode == "train":
+        t = train_memory(m, Job(model=m, mode="train", precision="amp-bf16", batch=2, seq=512,
+                                checkpointing=ck))
+    else:
+        t = infer_memory(m, Job(model=m, mode="infer", infer_precision="bf16", batch=2, seq=512))
+    got = t.total_bytes - t.overhead_bytes
+    assert abs(got - r.total_bytes) <= TOLERANCE * r.total_bytes, (got, r.total_bytes)
+    assert t.peak_phase == r.peak_phase

@@ -305,3 +305,76 @@ def test_a_larger_model_never_needs_less(h, grow, layers, more, b, s, prec):
     tb = train_memory(_model(big, n_big), Job(model=_model(big, n_big), batch=b, seq=s,
                                               precision=prec))
     assert tb.total_bytes >= ts.total_bytes
+
+
+# ---- the training loop around the model (torchtune's recipes) ---------------------------------
+
+def _llama_job(**kw) -> tuple[Model, Job]:
+    m = _model(llama_layer(4096, 32, 8, 14336))
+    return m, Job(model=m, precision="bf16", attention="sdpa", batch=1, seq=2048, **kw)
+
+
+def test_torchtune_code_expands_k_and_v_to_every_head():
+    # torchtune's MultiHeadAttention: k.unsqueeze(2).expand(...).flatten(1, 2), and v: the
+    # attention kernel saves K and V at every query head instead of the kv heads:
+    # 2 x 2 sb (a - kv) d more per layer
+    h, a, kv, s, b = 4096, 32, 8, 2048, 1
+    m, hf = _llama_job()
+    tt = hf.with_(model_code="torchtune")
+    diff = (A.step_profile(m, tt).layers[0][1].saved(b, s)
+            - A.step_profile(m, hf).layers[0][1].saved(b, s))
+    assert diff == 2 * 2 * s * b * (a - kv) * (h // a)
+
+
+def test_torchtune_code_only_for_llama_style_decoders():
+    m = _model(gpt_layer())
+    with pytest.raises(InputError, match="llama-style"):
+        A.step_profile(m, Job(model=m, model_code="torchtune"))
+
+
+def test_loss_chunks_keep_the_16_bit_logits_once_compiled():
+    # compiled, each chunk's loss keeps its 16-bit logits and two fp32 statistics per row
+    # (amax, log-sum-exp); the final norm (eager: x.float() 4h, rsqrt 4, normed 2h) and its
+    # output (2h, the chunks' input) are saved as before
+    h, V, s, b = 4096, 128256, 2048, 1
+    m, job = _llama_job(runtime="compile", loss_chunks=8)
+    head = A.step_profile(m, job).head
+    assert head.saved(b, s) == s * b * (2 * V + 8) + s * b * (4 * h + 4 + 2 * h + 2 * h)
+
+
+def test_offloaded_layer_inputs_leave_the_backward_start():
+    # full checkpointing keeps each layer's input (2sbh in bf16); offloaded, they are in host
+    # memory when the backward starts (the final norm's tensors fill the side stream's stash)
+    h, layers, s, b = 4096, 2, 2048, 1
+    m, job = _llama_job(checkpointing="full", loss_chunks=8, runtime="compile")
+    kept = train_activation_start(m, job)
+    off = train_activation_start(m, job.with_(offload_activations=True))
+    assert kept - off == layers * 2 * s * b * h
+
+
+def train_activation_start(m: Model, job: Job) -> int:
+    t = A.train_activations(m, job, grad_bytes=0)
+    assert t.backward_detail.startswith("start of backward")
+    return t.backward_peak
+
+
+@pytest.mark.parametrize("kw,fix", [
+    (dict(optimizer_in_backward=True, grad_accum=2), "--grad-accum 1"),
+    (dict(optimizer_in_backward=True, offload_optimizer=True), "drop one"),
+    (dict(offload_activations=True), "--checkpointing full"),
+    (dict(model_code="megatron"), "transformers, torchtune"),
+    (dict(loss_chunks=0), "loss_chunks"),
+])
+def test_loop_options_refuse_what_the_loop_cannot_do(kw, fix):
+    with pytest.raises(InputError, match=fix):
+        _llama_job(**kw)
+
+
+def test_optimizer_in_backward_never_holds_every_gradient():
+    m = load_model("llama-3.1-8b")
+    job = Job(model=m, precision="bf16", batch=1, seq=512, fused_optimizer=True)
+    with_grads = train_memory(m, job)
+    stepped = train_memory(m, job.with_(optimizer_in_backward=True))
+    assert with_grads.phases["optimizer"] - stepped.phases["optimizer"] == with_grads.gradients_bytes
+    line = next(l for l in stepped.lines if l.key == "gradients")
+    assert "stepped and freed in the backward" in line.at_peak

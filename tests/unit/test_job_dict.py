@@ -18,7 +18,8 @@ FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimiz
           "batch", "seq", "grad_accum", "gpus", "zero", "offload_optimizer", "lora_rank",
           "lora_targets", "lora_base", "checkpointing", "attention", "kv_dtype", "context",
           "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none",
-          "prefill_logits", "runtime", "tp", "pp", "cp", "ep", "sequence_parallel", "pp_schedule",
+          "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
+          "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "pp_schedule",
           "micro_batches", "gpus_per_node", "inter_node"]
 
 

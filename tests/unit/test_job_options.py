@@ -82,3 +82,23 @@ def test_bad_job_options_are_one_line(capsys, argv, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and needle in err, err
+
+
+def test_training_loop_options_reach_the_plan(cli):
+    import json
+
+    j = _job("fit", "--model-code", "torchtune", "--loss-chunks", "8",
+             "--optimizer-in-backward", "--checkpointing", "full", "--offload-activations")
+    assert (j.model_code, j.loss_chunks, j.optimizer_in_backward, j.offload_activations) == (
+        "torchtune", 8, True, True)
+    rc, out, _ = cli("fit", "llama-3.1-8b", "--mode", "train", "--precision", "bf16",
+                     "--runtime", "compile", "--model-code", "torchtune", "--loss-chunks", "8",
+                     "--checkpointing", "full", "--offload-activations",
+                     "--optimizer-in-backward", "--optimizer", "paged-adamw-8bit", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["job"]["loss_chunks"] == 8 and d["train"]["paged_bytes"] > 0
+    assert d["train"]["phases"]["optimizer"] < d["train"]["phases"]["backward"]
+    rc, _, err = cli("fit", "llama-3.1-8b", "--mode", "train", "--optimizer-in-backward",
+                     "--grad-accum", "4")
+    assert rc == 2 and err.count("\n") == 1 and "--grad-accum 1" in err

@@ -346,3 +346,22 @@ def test_model_states_bytes_per_param_sum():
     per = sum(l.bytes_per_param for l in t.lines
               if l.key in ("weights", "gradients", "master_weights", "optimizer"))
     assert math.isclose(per, 16.0)
+
+
+def test_paged_adamw_8bit_states_are_in_managed_memory():
+    # bitsandbytes PagedAdamW8bit: two uint8 states per element; a parameter of 100,000 elements
+    # or more gets them from cudaMallocManaged (F.get_paged), a smaller one (Llama's norm weights,
+    # 4,096 each: 2 x 32 + 1) from torch on the device; the fp32 block scales stay on the device
+    from gpuplan.models import load_model
+
+    m = load_model("llama-3.1-8b")
+    norms = (2 * 32 + 1) * 4096
+    t = train_memory(m, Job(model=m, precision="bf16", optimizer="paged-adamw-8bit", batch=1,
+                            seq=128))
+    assert t.paged_bytes == 2 * (m.params.total - norms)
+    plain = train_memory(m, Job(model=m, precision="bf16", optimizer="adamw-8bit", batch=1,
+                                seq=128))
+    assert t.optimizer_bytes == plain.optimizer_bytes and plain.paged_bytes == 0
+    line = next(l for l in t.lines if l.key == "optimizer")
+    assert "paged" in line.note and "torch's allocator statistics" in line.note
+    assert t.to_dict()["paged_bytes"] == t.paged_bytes

@@ -43,9 +43,6 @@ def test_holdout_memory_meets_the_issue_bars(rows):
     assert s["training_short_over_5pct"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="only 1 of 18 holdout memory runs is expressible: "
-                   "torch.compile, chunked cross-entropy, optimizer_in_bwd, activation "
-                   "offloading and the gpt_bigcode family are not modeled yet")
 def test_holdout_covers_most_memory_runs(rows):
     s = vm.summary(rows, "holdout")
     assert s["expressed"] >= s["listed"] // 2

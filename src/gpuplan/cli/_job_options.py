@@ -43,13 +43,13 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "flops model and profile: train)", "MODE"),
     JobOption("--precision", "precision", "str", "training recipe (fp32, mixed-bf16 default, "
               "mixed-fp16, amp-bf16, amp-fp16, bf16); with --mode infer the weight format (fp32, "
-              "bf16 default, fp16, fp8, int8, nf4, nf4-dq, gptq-4bit, awq-4bit, q8_0, q4_0, "
-              "q4_k_m)", "NAME"),
+              "bf16 default, fp16, fp8, int8, nf4, nf4-dq, fp4, gptq-4bit, awq-4bit, q8_0, "
+              "q4_0, q4_k_m)", "NAME"),
     JobOption("--infer-precision", "infer_precision", "str", "inference weight format with "
               "--mode both (default bf16; a .gguf file: gguf, its own per-tensor types)",
               "FORMAT"),
     JobOption("--optimizer", "optimizer", "str", "sgd, sgd-momentum, adam, adamw (default), "
-              "adafactor, adamw-8bit, lion, adagrad, rmsprop", "NAME"),
+              "adafactor, adamw-8bit, paged-adamw-8bit, lion, adagrad, rmsprop", "NAME"),
     JobOption("--optimizer-states", "optimizer_states", "str", "optimizer state dtype: auto "
               "(default: fp32, or bf16 with the pure bf16 recipe), fp32, bf16", "DTYPE"),
     JobOption("--fused-optimizer", "fused_optimizer", "flag", "AdamW(fused=True): no full-size "
@@ -92,6 +92,16 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "(config use_cache=True); default: use_cache=False"),
     JobOption("--runtime", "runtime", "str", "how the code runs: auto (default: per mode, "
               "stated), eager, compile (torch.compile), cudagraphs", "HOW"),
+    JobOption("--model-code", "model_code", "str", "whose model code runs the step: "
+              "transformers (default) or torchtune (llama-style: K/V expanded to every head, "
+              "logits upcast in the model)", "CODE"),
+    JobOption("--loss-chunks", "loss_chunks", "int", "output projection and cross-entropy over "
+              "N chunks of the sequence (torchtune's CEWithChunkedOutputLoss: 8; default 1)",
+              "N"),
+    JobOption("--optimizer-in-backward", "optimizer_in_backward", "flag", "step each "
+              "parameter as its gradient is ready and free it (torchtune's optimizer_in_bwd)"),
+    JobOption("--offload-activations", "offload_activations", "flag", "copy the layer inputs "
+              "full checkpointing keeps to host memory (torchtune's OffloadActivations)"),
     JobOption("--tp", "tp", "int", "tensor-parallel degree (default 1)", "N"),
     JobOption("--pp", "pp", "int", "pipeline-parallel stages (default 1)", "N"),
     JobOption("--cp", "cp", "int", "context-parallel degree (default 1)", "N"),

@@ -255,7 +255,8 @@ def _attention_counts(shape: StepShape, window: int | None, causal: bool,
 
 
 def _is_fused_qkv(arch: Architecture) -> bool:
-    return arch.family in ("gpt2", "gpt_neox", "falcon", "phi3", "bloom", "mpt", "gptj")
+    return arch.family in ("gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3", "bloom", "mpt",
+                           "gptj")
 
 
 def _mlp_act(arch: Architecture) -> str:

@@ -81,13 +81,15 @@ def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int |
     ph = _phases(model, job, act, kv_dtype, tensor_parallel)
     if tensor_parallel > 1:
         weights = shard(weights, tensor_parallel)
+    buffers = model.architecture.buffer_bytes if model.architecture else 0
+    weights += buffers
     peak_phase, kv, working = ph.peak(model.architecture)
     overhead = runtime_overhead(gpus=gpus or tensor_parallel, zero=0, grad_bytes=0, grad_elem_bytes=2,
                                 dynamic=kv + working, level=overhead_level, training=False,
                                 overrides=overhead_overrides)
     lines = (
         Line(key="weights", label=f"weights, {fmt.name}", bytes=weights,
-             bytes_per_param=weights / n, note=fmt.convention if model.tensors else ""),
+             bytes_per_param=weights / n, note=_weights_note(fmt, model, buffers)),
         Line(key="kv_cache", label=f"KV cache, {kv_dtype}", bytes=kv,
              note=_kv_note(model.architecture, job, ph, kv), at_peak=_kv_at_peak(model, kv)),
         Line(key="activations", label=f"activations ({peak_phase})", bytes=working,
@@ -103,6 +105,14 @@ def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int |
         prefill_bytes=ph.kv_prompt + ph.prefill, decode_bytes=ph.kv_full + ph.decode,
         prompt_tokens=ph.prompt, context_tokens=ph.context,
     )
+
+
+def _weights_note(fmt, model: Model, buffers: int) -> str:
+    """Which tensors stay unquantized, and the non-parameter buffers counted with the weights."""
+    note = fmt.convention if model.tensors else ""
+    if buffers:
+        note += f"{'; ' if note else ''}+ {buffers:,} bytes of buffers (the causal mask)"
+    return note
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"),
     "mixtral": ("q_proj", "v_proj"), "qwen2": ("q_proj", "v_proj"),
     "qwen2_moe": ("q_proj", "v_proj"), "gemma2": ("q_proj", "v_proj"),
-    "phi3": ("qkv_proj",), "gpt2": ("c_attn",), "gpt_neox": ("query_key_value",),
+    "phi3": ("qkv_proj",), "gpt2": ("c_attn",),
+    "gpt_bigcode": ("c_attn",), "gpt_neox": ("query_key_value",),
     "opt": ("q_proj", "v_proj"), "falcon": ("query_key_value",), "bert": ("query", "value"),
     "vit": ("query", "value"),
 }

@@ -64,6 +64,10 @@ class TrainMemory:
     """The pipeline stage whose rank peaks highest (the one these numbers are for): its index,
     layers, whether it holds the embedding and the head, micro-batches in flight, and every
     stage's total; empty for a data-parallel-only job."""
+    paged_bytes: int = 0
+    """Of ``optimizer_bytes``, the states a bitsandbytes paged optimizer keeps in CUDA managed
+    memory: on the GPU while they fit (nvidia-smi counts them), evicted to host memory when the
+    GPU runs short; torch.cuda.memory_stats never counts them."""
 
     @property
     def model_states_bytes(self) -> int:
@@ -92,6 +96,7 @@ class TrainMemory:
             "per_gpu": self.per_gpu(),
             "model_states_bytes": self.model_states_bytes,
             "host_bytes": self.host_bytes,
+            "paged_bytes": self.paged_bytes,
             "peak_phase": self.peak_phase,
             "phases": dict(self.phases),
             "activations_known": self.activations_known,

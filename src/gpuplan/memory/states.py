@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ..formats import (
-    TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
+    BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
     weights_bytes_in_format,
 )
 from ..job import Job
@@ -43,6 +43,8 @@ class States:
     step_tmp: int
     step_detail: str
     notes: tuple[str, ...]
+    paged: int = 0
+    """Bytes of ``opt`` in CUDA managed memory (a bitsandbytes paged optimizer)."""
 
 
 _STATES: dict[tuple, tuple[Model, States]] = {}
@@ -109,13 +111,14 @@ def _compute_states(model: Model, job: Job) -> States:
     opt_bytes, opt_note = optimizer_state_bytes(opt, trained.tensors, trainable, state_b)
     if opt_note:
         notes.append(opt_note)
+    paged = _paged_bytes(opt, trained.tensors, trainable)
 
     # Sharding over the data-parallel group (ZeRO stages / FSDP).
     g = job.gpus
     z = job.zero
     host = 0
     if z >= 1:
-        master, opt_bytes = shard(master, g), shard(opt_bytes, g)
+        master, opt_bytes, paged = shard(master, g), shard(opt_bytes, g), shard(paged, g)
     if z >= 2:
         grads = shard(grads, g)
     if z >= 3:
@@ -125,7 +128,7 @@ def _compute_states(model: Model, job: Job) -> States:
         # ZeRO-Offload: fp32 master + optimizer states (and an fp32 gradient copy for the CPU
         # optimizer step) live in host memory.
         host = master + opt_bytes + (shard(trainable * 4, g) if z >= 1 else trainable * 4)
-        master, opt_bytes = 0, 0
+        master, opt_bytes, paged = 0, 0, 0
         notes.append("optimizer offloaded: fp32 master copy, states and an fp32 gradient copy "
                      "in host memory")
 
@@ -137,7 +140,17 @@ def _compute_states(model: Model, job: Job) -> States:
     return States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
                   host=host, gathered=gathered, step_tmp=step_tmp, step_detail=step_detail,
-                  notes=tuple(notes))
+                  notes=tuple(notes), paged=paged)
+
+
+def _paged_bytes(opt, tensors: tuple[ParamTensor, ...] | None, trainable: int) -> int:
+    """The 8-bit states (1 byte each) a paged optimizer puts in CUDA managed memory: those of
+    parameters of BNB_MIN_PAGED_SIZE elements or more (their block scales stay on the GPU)."""
+    if not opt.paged:
+        return 0
+    if tensors is None:
+        return opt.states * trainable
+    return sum(opt.states * t.numel * t.count for t in tensors if t.numel >= BNB_MIN_PAGED_SIZE)
 
 
 def _gathered_unit_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) -> int:

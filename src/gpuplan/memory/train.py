@@ -34,7 +34,9 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     plans = stage_plans(model, job)
     if plans is None:
         st = train_states(model, job)
-        act = train_activations(model, job, grad_bytes=st.grads)
+        # in-backward steps: one parameter's step temporaries at a time (per element stepped)
+        per_elem = st.step_tmp / st.trainable if job.optimizer_in_backward and st.trainable else 0
+        act = train_activations(model, job, grad_bytes=st.grads, step_per_elem=per_elem)
         return _train_rank(model, job, st, act, **kw)
     results = [_train_rank(p.model, p.job, p.states, p.activations(), stage=p, **kw)
                for p in plans]
@@ -49,7 +51,8 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
     rank under a parallel layout: ``stage``)."""
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
-    phases = _train_phases(job, st, act)
+    buffers = model.architecture.buffer_bytes if model.architecture else 0
+    phases = _train_phases(job, st, act, buffers)
     peak_phase = max(phases, key=lambda p: phases[p].total)
     at_peak = phases[peak_phase]
     overhead = runtime_overhead(
@@ -63,13 +66,14 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
     return TrainMemory(
         precision=recipe.name, optimizer=opt.name,
         params=stage.params if stage else model.params.total,
-        trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base,
+        trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base + buffers,
         gradients_bytes=at_peak.gradients, master_weights_bytes=st.master,
         optimizer_bytes=st.opt, activations_bytes=at_peak.activations,
         temporaries_bytes=at_peak.temporaries, gathered_params_bytes=st.gathered,
         overhead_bytes=overhead.bytes, total_bytes=at_peak.total + overhead.bytes,
-        peak_phase=peak_phase, host_bytes=st.host, overhead=overhead,
-        lines=_train_lines(model, recipe, opt, st, act, at_peak, overhead, overhead_level),
+        peak_phase=peak_phase, host_bytes=st.host, overhead=overhead, paged_bytes=st.paged,
+        lines=_train_lines(model, recipe, opt, st, act, at_peak, overhead, overhead_level,
+                           buffers, job.optimizer_in_backward),
         notes=tuple(notes), activations_known=act.known,
         phases={p: v.total for p, v in phases.items()},
         activation_detail=({"saved_bytes": act.saved_bytes,
@@ -81,11 +85,15 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
 
 def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: States,
                  act: TrainActivations, at_peak: _Phase, overhead: Overhead,
-                 overhead_level: OverheadLevel) -> tuple[Line, ...]:
+                 overhead_level: OverheadLevel, buffers: int = 0,
+                 in_backward: bool = False) -> tuple[Line, ...]:
     """The rows of the table, at the peak phase."""
     n = model.params.total
     per_param = lambda b: b / n  # noqa: E731
     lines = []
+    if buffers:
+        lines.append(Line(key="weights", label="buffers (non-parameter)", bytes=buffers,
+                          note="the causal mask the model registers"))
     if st.base:
         lines.append(Line(key="weights", label=st.base_label, bytes=st.base,
                           bytes_per_param=per_param(st.base)))
@@ -95,12 +103,15 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
              bytes=st.weights_trainable, bytes_per_param=per_param(st.weights_trainable)),
         Line(key="gradients", label=f"gradients, {recipe.grad_bytes * 8}-bit",
              bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
-             at_peak=_gradients_at_peak(at_peak, st.grads)),
+             at_peak=_gradients_at_peak(at_peak, st.grads, in_backward)),
         Line(key="master_weights", label="32-bit master copy of the weights", bytes=st.master,
              bytes_per_param=per_param(st.master),
              at_peak=_HOST if st.host and not st.master and recipe.master_bytes else ""),
         Line(key="optimizer", label=optimizer_label(opt, st.state_b), bytes=st.opt,
-             bytes_per_param=per_param(st.opt), at_peak=_HOST if st.host and not st.opt else ""),
+             bytes_per_param=per_param(st.opt), at_peak=_HOST if st.host and not st.opt else "",
+             note=(f"{st.paged:,} bytes paged: CUDA managed memory, evicted to host memory "
+                   "when the GPU runs short; torch's allocator statistics do not count them"
+                   if st.paged else "")),
     ]
     if st.gathered:
         lines.append(Line(key="gathered_params", label="gathered ZeRO-3/FSDP units",
@@ -118,10 +129,12 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
 _HOST = "in host memory (offloaded)"
 
 
-def _gradients_at_peak(at_peak: _Phase, full: int) -> str:
+def _gradients_at_peak(at_peak: _Phase, full: int, in_backward: bool = False) -> str:
     """Where the parameter gradients are when the peak phase holds fewer than all of them."""
     if at_peak.gradients >= full or not full:
         return ""
+    if in_backward:
+        return "stepped and freed in the backward, one parameter at a time"
     if at_peak.phase == "forward":
         return "none yet (backward makes them)"
     if at_peak.gradients == 0:
@@ -160,16 +173,26 @@ class _Phase:
                 + self.temporaries + self.gathered)
 
 
-def _train_phases(job: Job, st: States, act: TrainActivations) -> dict[str, _Phase]:
+def _train_phases(job: Job, st: States, act: TrainActivations,
+                  buffers: int = 0) -> dict[str, _Phase]:
     """Memory at the peak of each phase of a step (DESIGN.md, "What a training step really
     holds"). zero_grad(set_to_none=True) frees the gradients after the step, so the first
     micro-step's forward runs without them; with gradient accumulation, or gradients zeroed in
     place (``zero_grad_set_to_none=False``), the forward and backward run with all of them alive. The optimizer step holds the gradients, the
     states and the step's temporaries; the activations are gone by then."""
     grads = st.grads
-    base = dict(weights=st.weights_trainable + st.base, master=st.master, optimizer=st.opt,
+    base = dict(weights=st.weights_trainable + st.base + buffers, master=st.master,
+                optimizer=st.opt,
                 gathered=st.gathered)
     accum = grads if job.grad_accum > 1 or not job.zero_grad_set_to_none else 0
+    if job.optimizer_in_backward:
+        # each parameter was stepped in the backward as its gradient was made, then freed:
+        # no step of its own after it, no gradients left for one
+        step = _Phase(gradients=0, activations=0, temporaries=0, phase="optimizer",
+                      detail="stepped in the backward", **base)
+    else:
+        step = _Phase(gradients=grads, activations=0, temporaries=st.step_tmp,
+                      detail=st.step_detail or "optimizer step", phase="optimizer", **base)
     return {
         "forward": _Phase(gradients=accum, activations=act.forward_peak,
                           temporaries=act.forward_temporaries, detail=act.forward_detail,
@@ -178,8 +201,6 @@ def _train_phases(job: Job, st: States, act: TrainActivations) -> dict[str, _Pha
                            activations=act.backward_peak,
                            temporaries=act.backward_temporaries, detail=act.backward_detail,
                            phase="backward", **base),
-        "optimizer": _Phase(gradients=grads, activations=0, temporaries=st.step_tmp,
-                            detail=st.step_detail or "optimizer step", phase="optimizer",
-                            **base),
+        "optimizer": step,
     }
 

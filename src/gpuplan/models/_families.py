@@ -15,6 +15,7 @@ qwen2_moe       Qwen2MoeForCausalLM             routed experts + shared expert +
 gemma2          Gemma2ForCausalLM               four norms per layer, tied, head_dim 256
 phi3            Phi3ForCausalLM                 fused qkv_proj and gate_up_proj
 gpt2            GPT2LMHeadModel                 Conv1D weights stored (in, out), tied
+gpt_bigcode     GPTBigCodeForCausalLM           GPT-2 with nn.Linear, MQA in a fused c_attn, tied
 gpt_neox        GPTNeoXForCausalLM              fused query_key_value, untied embed_out
 opt             OPTForCausalLM                  positions offset by 2, project_in/out
 falcon          FalconForCausalLM               MQA / new decoder architecture, parallel attn
@@ -51,6 +52,7 @@ HF_CLASSES: dict[str, str] = {
     "gemma2": "Gemma2ForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "gpt_bigcode": "GPTBigCodeForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
     "opt": "OPTForCausalLM",
     "falcon": "FalconForCausalLM",
@@ -386,6 +388,51 @@ def _gpt2(r: ConfigReader, family: str) -> dict:
     )
 
 
+def _gpt_bigcode(r: ConfigReader, family: str) -> dict:
+    """StarCoder / SantaCoder (transformers' GPTBigCodeConfig and modeling_gpt_bigcode): GPT-2's
+    block with nn.Linear projections, learned positions, and multi-query attention -- one K/V
+    head (``multi_query``, the default) fused into ``c_attn`` (out = hidden + 2 x head_dim)."""
+    H = r.integer("n_embd", "hidden_size")
+    L = r.integer("n_layer", "num_hidden_layers")
+    NH = r.integer("n_head", "num_attention_heads")
+    V = r.integer("vocab_size")
+    P = r.integer("n_positions", "max_position_embeddings", default=1024)
+    I = r.integer("n_inner", default=4 * H)
+    if H % NH:
+        raise r.fail(f'"n_embd" {H} is not divisible by "n_head" {NH}')
+    if r.boolean("add_cross_attention", default=False):
+        raise r.fail('"add_cross_attention" is true; gpuplan models GPTBigCode as a decoder-only '
+                     'LM')
+    KV = 1 if r.boolean("multi_query", default=True) else NH
+    hd = H // NH
+    tie = r.boolean("tie_word_embeddings", default=True)
+    T = _Tensors()
+    T.embedding("transformer.wte.weight", V, H, "wte")
+    T.embedding("transformer.wpe.weight", P, H, "wpe")
+    p = "transformer.h.{i}"
+    T.norm(f"{p}.ln_1", H, L, bias=True)
+    T.linear(f"{p}.attn.c_attn", H + 2 * KV * hd, H, L, "attention", bias=True)
+    T.linear(f"{p}.attn.c_proj", H, H, L, "attention", bias=True)
+    T.norm(f"{p}.ln_2", H, L, bias=True)
+    T.linear(f"{p}.mlp.c_fc", I, H, L, "mlp", bias=True)
+    T.linear(f"{p}.mlp.c_proj", H, I, L, "mlp", bias=True)
+    T.norm("transformer.ln_f", H, 1, bias=True)
+    if not tie:
+        T.linear("lm_head", V, H, 1, "head", bias=False)
+    return dict(
+        kind="decoder", hidden_size=H, num_layers=L, num_heads=NH, num_kv_heads=KV, head_dim=hd,
+        intermediate_size=I, vocab_size=V, max_position_embeddings=P, tie_word_embeddings=tie,
+        mlp="gelu", activation=r.string("activation_function", default="gelu_pytorch_tanh"),
+        norm="layernorm", position="learned", attention_bias=True, mlp_bias=True,
+        attention_dropout=_dropout(r, "attn_pdrop", default=0.1),
+        hidden_dropout=_dropout(r, "resid_pdrop", default=0.1),
+        # GPTBigCodeModel registers a (n_positions, n_positions) bool causal mask as a
+        # non-persistent buffer: on the device with the weights, in no checkpoint
+        buffer_bytes=P * P,
+        tensors=T.items,
+    )
+
+
 def _gpt_neox(r: ConfigReader, family: str) -> dict:
     H = r.integer("hidden_size")
     L = r.integer("num_hidden_layers")
@@ -638,7 +685,7 @@ def _vit(r: ConfigReader, family: str) -> dict:
 _BUILDERS: dict[str, Callable[[ConfigReader, str], dict]] = {
     "llama": _llama_style, "mistral": _llama_style, "mixtral": _llama_style,
     "qwen2": _llama_style, "qwen2_moe": _llama_style, "gemma2": _llama_style,
-    "phi3": _llama_style, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "falcon": _falcon,
+    "phi3": _llama_style, "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox, "opt": _opt, "falcon": _falcon,
     "bert": _bert, "vit": _vit,
 }
 

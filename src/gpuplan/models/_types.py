@@ -95,7 +95,7 @@ class Architecture:
     name: str
     family: str
     """config.json ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, gemma2, phi3, gpt2,
-    gpt_neox, opt, falcon, bert, vit."""
+    gpt_bigcode, gpt_neox, opt, falcon, bert, vit."""
     kind: Literal["decoder", "encoder", "vision"]
     hidden_size: int
     num_layers: int
@@ -139,6 +139,9 @@ class Architecture:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     torch_dtype: str | None = None
+    buffer_bytes: int = 0
+    """Non-parameter buffers the module keeps on the device next to its weights, in bytes
+    (GPTBigCode's n_positions x n_positions bool causal mask); 0 for most families."""
     image_size: int = 0
     patch_size: int = 0
     num_channels: int = 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ...errors import InputError
-from .spec import DECODER_ROPE, Opts, Spec
+from .spec import DECODER_ROPE, GPT2_LIKE, Opts, Spec
 from .symbolic import BS, BSS, ONE, Form, Graph, Tensor
 
 __all__ = ["Ctx", "norm", "layernorm", "activation", "transformer_layer"]
@@ -46,9 +46,17 @@ class Ctx:
         """A block linear, with a LoRA adapter when targeted (PEFT's forward: base(x) +
         lora_B(lora_A(dropout(x))) * scaling)."""
         g, o = self.g, self.o
-        quant = fan_in * fan_out * 2 if (o.quantized and o.frozen) else 0
+        quant = fan_in * fan_out * o.quantized if (o.quantized and o.frozen) else 0
+        x_in = x
+        if o.quantized > 2 and o.frozen:
+            # bitsandbytes Linear4bit with an fp32 compute dtype: x.to(fp32), the matmul in
+            # fp32 against the dequantized weight's fp32 copy, out.to(the input dtype)
+            x = g.to(x, 4)
         y = g.linear(x, self.w(fan_in * fan_out, module), BS * fan_out, name=module,
                      quantized=quant)
+        if y.dt != x_in.dt and o.quantized > 2:
+            y = g.to(y, x_in.dt)
+        x = x_in
         if o.lora_rank and (module in o.lora or "all-linear" in o.lora):
             r = o.lora_rank
             xd = g.dropout(x, o.lora_dropout, name=module + ".lora_dropout")
@@ -189,8 +197,8 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     if c.o.cache and sp.kind == "decoder":
         _cache_kv(g, qkv)
     out = _attention_core(c, qkv, mask)
-    oname = {"gpt2": "c_proj", "gpt_neox": "dense", "falcon": "dense", "bert": "dense",
-             "vit": "dense", "opt": "out_proj"}.get(sp.family, "o_proj")
+    oname = {"gpt2": "c_proj", "gpt_bigcode": "c_proj", "gpt_neox": "dense", "falcon": "dense",
+             "bert": "dense", "vit": "dense", "opt": "out_proj"}.get(sp.family, "o_proj")
     y = c.linear(out, sp.heads * sp.d, sp.h, oname)
     g.touch(qkv.q, qkv.k, qkv.v)  # the attention forward's locals live until it returns
     return c.scatter(y)
@@ -204,6 +212,12 @@ def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
     if fam == "gpt2":
         qkv = c.linear(x, h, 3 * qd, "c_attn")  # (qd = h, or h / tp on a TP rank)
         q, k, v = g.split(qkv, [BS * qd, BS * qd, BS * qd])
+        return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+    if fam == "gpt_bigcode":
+        # c_attn(x).unsqueeze(1).split((embed_dim, kv_dim, kv_dim), dim=3): strided views of the
+        # fused projection (one K/V head under multi_query); SDPA takes them as they are
+        qkv = c.linear(x, h, qd + 2 * kvd, "c_attn")
+        q, k, v = g.split(qkv, [BS * qd, BS * kvd, BS * kvd])
         return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
     if fam in ("gpt_neox", "phi3"):
         name = "query_key_value" if fam == "gpt_neox" else "qkv_proj"
@@ -261,8 +275,16 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
                            dropout=sp.attn_dropout, mask=mask)
     if o.sdpa_mask:
         return _sdpa_masked(c, t)
+    kv_heads = sp.kv
+    if o.model_code == "torchtune" and sp.kv < sp.heads:
+        # torchtune's MultiHeadAttention: k.unsqueeze(2).expand(...).flatten(1, 2) (and v):
+        # K and V copied to every query head before the attention kernel, which saves them
+        t.k = g.expand_copy(t.k, BS * (sp.heads * sp.d), "k.expand")
+        t.v = g.expand_copy(t.v, BS * (sp.heads * sp.d), "v.expand")
+        kv_heads = sp.heads
     g.region = "attn_core"
-    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=sp.kv, out_copy_layout=t.q_contig)
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=kv_heads,
+                       out_copy_layout=t.q_contig)
     g.region = ""
     if t.q_contig:
         out = g.contiguous(out, "attn_out.t")  # flash's output follows q's memory layout
@@ -340,7 +362,8 @@ def _mlp_body(c: Ctx, x: Tensor) -> Tensor:
         up = c.linear(x, h, inter, "up_proj")
         y = g.mul(activation(c, gate, "act"), up, name="act*up")
         return c.linear(y, inter, h, "down_proj")
-    names = {"gpt2": ("c_fc", "c_proj"), "gpt_neox": ("dense_h_to_4h", "dense_4h_to_h"),
+    names = {"gpt2": ("c_fc", "c_proj"), "gpt_bigcode": ("c_fc", "c_proj"),
+             "gpt_neox": ("dense_h_to_4h", "dense_4h_to_h"),
              "falcon": ("dense_h_to_4h", "dense_4h_to_h"), "opt": ("fc1", "fc2"),
              "bert": ("intermediate.dense", "output.dense"),
              "vit": ("intermediate.dense", "output.dense")}[fam]
@@ -439,8 +462,8 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
     a = g.dropout(a, p, "attn.dropout")
     x1 = g.add(a, x, "residual1")
     n2 = norm(c, x1, "post_attention_layernorm")
-    if fam == "gpt2":
-        g.keep(a)   # GPT2Block: attn_output and the ln_2 output stay bound to locals
+    if fam in GPT2_LIKE:
+        g.keep(a)   # GPT2Block / GPTBigCodeBlock: attn_output and the ln_2 output stay bound
         g.keep(n2)
     elif fam == "vit":
         g.keep(n1)  # ViTLayer: hidden_states_norm and attention_output stay bound to locals

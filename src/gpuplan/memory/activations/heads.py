@@ -3,7 +3,10 @@ next-token logits (serving), each mirroring the transformers code it names."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from .blocks import Ctx, activation, layernorm, norm
+from .spec import GPT2_LIKE
 from .symbolic import BS, Form, Tensor
 
 __all__ = ["embed_block", "head_block", "infer_head"]
@@ -18,11 +21,11 @@ def embed_block(c: Ctx, ids: Tensor) -> Tensor:
     x = g.embedding(ids, g.param(sp.vocab * h, "embed_tokens", trainable=emb_trainable), BS * h)
     if sp.family == "gemma2":
         x = g.scale(x, "embed.normalizer")
-    if sp.family in ("gpt2", "opt"):
+    if sp.family in GPT2_LIKE + ("opt",):
         pos = g.embedding(g.constant(BS, 8, "position_ids"),
                           g.param(h, "embed_positions", trainable=emb_trainable), BS * h, "wpe")
         x = g.add(x, pos, "embed+pos")
-        x = g.dropout(x, sp.embd_dropout if sp.family == "gpt2" else sp.hidden_dropout,
+        x = g.dropout(x, sp.embd_dropout if sp.family in GPT2_LIKE else sp.hidden_dropout,
                       "embed.dropout")
     if sp.family == "bert":
         tt = g.embedding(g.constant(BS, 8, "token_type_ids"), g.param(h, "token_type"), BS * h)
@@ -85,13 +88,42 @@ def head_block(c: Ctx, x: Tensor) -> Tensor:
     x = _final_norm(c, x)
     g.hold(x)  # last_hidden_state: held by the base model's output until the forward returns
     x = c.gather(x)  # SP: the head is column-parallel (vocab-parallel) over the full sequence
+    if c.o.loss_chunks > 1 or c.o.model_code == "torchtune":
+        return _torchtune_loss(c, x)
     logits = g.linear(x, c.w(V * h, "lm_head"), BS * V, name="lm_head")
     g.hold(logits)  # returned in the model output: alive until the forward returns
     if sp.softcap_final:
         logits = g.scale(g.unary_saves_output(g.scale(logits, "softcap.div"), "softcap.tanh"),
                          "softcap.mul")
+    g.compiling = c.o.compiled         # the loss compiled (torchtune's compile_loss)
     logits = g.to(logits, 4)           # ForCausalLMLoss: logits.float()
-    return g.cross_entropy(logits, BS, V)
+    loss = g.cross_entropy(logits, BS, V)
+    g.compiling = False
+    return loss
+
+
+def _torchtune_loss(c: Ctx, x: Tensor) -> Tensor:
+    """torchtune's output projection and loss. Whole: TransformerDecoder.forward returns
+    ``self.output(h).float()`` (the upcast in the model, eager) to nn.CrossEntropyLoss. In
+    ``loss_chunks`` chunks: ``chunked_output`` returns the 16-bit logits of each chunk of the
+    sequence (``h.chunk(n, dim=1)``), all alive until the loss returns, and
+    CEWithChunkedOutputLoss runs ``compute_cross_entropy`` -- ``F.cross_entropy(logits.float())``,
+    what compile_loss compiles -- one chunk at a time."""
+    g, sp, o = c.g, c.sp, c.o
+    h, V, n = sp.h, sp.vocab, o.loss_chunks
+    w = c.w(V * h, "lm_head")  # one weight: its gradient is summed over the chunks
+    rows = BS * Fraction(1, n) if n > 1 else BS
+    total = None
+    for _ in range(n):
+        logits = g.linear(g.view(x, rows * h) if n > 1 else x, w, rows * V, name="lm_head")
+        if n == 1:
+            logits = g.to(logits, 4)  # .float() in the model's forward
+        g.hold(logits)  # the model's output, until the loss is computed
+        g.compiling = o.compiled
+        loss = g.cross_entropy(g.to(logits, 4), rows, V)
+        g.compiling = False
+        total = loss if total is None else g.add(total, loss, "loss.sum")
+    return total
 
 
 def infer_head(c: Ctx, x: Tensor, logits_all: bool) -> Tensor:

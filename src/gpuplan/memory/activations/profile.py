@@ -13,7 +13,8 @@ from ..lora import DEFAULT_LORA_TARGETS
 from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, head_block
-from .spec import Opts, Spec, sliding_mask, spec_cached
+from ...errors import InputError
+from .spec import DECODER_ROPE, Opts, Spec, sliding_mask, spec_cached
 from .symbolic import BS, ZERO, Form, Graph, LayerProfile, Regime, simulate
 
 __all__ = ["StepProfile", "Shard", "step_profile", "layer_activation_bytes", "regime_for"]
@@ -71,9 +72,12 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
     frozen = job.lora_rank is not None
     return Opts(attention=job.attention, cache=cache, lora=lora_targets,
                 lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
-                quantized=frozen and job.lora_base is not None
-                and job.lora_base.startswith(("nf4", "fp4")),
-                frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep)
+                # QLoRA computes in the 16-bit dtype: each matmul dequantizes its 4-bit base
+                quantized=2 if (frozen and job.lora_base is not None
+                                and job.lora_base.startswith(("nf4", "fp4"))) else 0,
+                frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep,
+                compiled=job.runtime == "compile", model_code=job.model_code,
+                loss_chunks=job.loss_chunks)
 
 
 @lru_cache(maxsize=512)
@@ -105,6 +109,7 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
             mask = g.constant(Form(bss=1), pdt, "mask") if mask_form != ZERO else None
             layer_idx = sp.moe_layers[0] if is_moe else next(
                 (i for i in range(sp.layers) if i not in sp.moe_layers), 0)
+            g.compiling = o.compiled  # torch.compile of each layer (torchtune's compile_model)
             y = transformer_layer(c, x, mask, layer_idx)
             if checkpointing == "full":
                 prof = simulate(g, [y], param_grad_dt=grad_dt, recompute=True)
@@ -154,6 +159,9 @@ def step_profile(model: Model, job: Job, seq: int | None = None,
     ``shard`` is what one rank of a parallel layout runs (default: the whole step)."""
     arch = model.architecture
     sp = spec_cached(arch)
+    if job.model_code == "torchtune" and sp.family not in DECODER_ROPE:
+        raise InputError(f"--model-code torchtune is modeled for llama-style decoders "
+                         f"({', '.join(DECODER_ROPE)}), not {sp.family}; drop --model-code")
     s = seq if seq is not None else seq_for(model, job)
     o = _opts(job, sp, _lora_targets(model, job), sliding_mask(arch, sp, job.attention, s),
               shard)

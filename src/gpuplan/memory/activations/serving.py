@@ -32,12 +32,15 @@ class InferActivations:
 
 
 def _infer_regime(fmt) -> Regime:
-    return Regime(param=4 if fmt.compute_dtype == "fp32" else 2,
-                  fp16=fmt.compute_dtype == "fp16")
+    """The residual stream's dtype: fp32 weights compute in fp32; every other format runs 16-bit
+    activations (bitsandbytes' fp32 compute dtype is inside each quantized linear, around the
+    fp16 hidden states transformers loads such a model with)."""
+    return Regime(param=4 if fmt.name == "fp32" else 2,
+                  fp16=fmt.compute_dtype == "fp16" or fmt.name == "fp4")
 
 
 @lru_cache(maxsize=256)
-def _prefill_profile(sp: Spec, regime: Regime, attention: str, dequant: bool, sdpa_mask: bool,
+def _prefill_profile(sp: Spec, regime: Regime, attention: str, dequant: int, sdpa_mask: bool,
                      logits_all: bool) -> tuple[LayerProfile, LayerProfile, LayerProfile]:
     """Layer, embeddings and head replayed under torch.inference_mode(): nothing is saved, every
     tensor dies after its last use; what remains is each op's working set."""
@@ -78,7 +81,7 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     b = job.batch
     prompt = seq_for(model, job)
     regime = _infer_regime(fmt)
-    dequant = fmt.name in ("nf4", "nf4-dq")
+    dequant = fmt.matmul_weight_bytes
     layer, emb, head = _prefill_profile(
         sp, regime, job.attention, dequant, sliding_mask(arch, sp, job.attention, prompt),
         job.prefill_logits == "all" or sp.kind != "decoder")
@@ -106,7 +109,7 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
 
 
 def _decode_working_set(sp: Spec, arch: Architecture, b: int, ctx: int, dt: int, attention: str,
-                        dequant: bool) -> int:
+                        dequant: int) -> int:
     """One new token per sequence: the residual stream and a layer's intermediates for b tokens,
     the attention over ``ctx`` cached positions (eager: b*heads*ctx scores in fp32 and 16-bit;
     flash-decoding: O(b*heads) partials), transformers' DynamicCache update (torch.cat makes a
@@ -124,6 +127,6 @@ def _decode_working_set(sp: Spec, arch: Architecture, b: int, ctx: int, dt: int,
         att = b * 4 * sp.heads * sp.d * dt
     w = 0
     if dequant:
-        w = max(sp.inter, sp.moe_inter) * h * dt
+        w = max(sp.inter, sp.moe_inter) * h * dequant
     logits = b * sp.vocab * (dt + 4)
     return max(b * h * dt * 2 + max(mlp, att + kv_layer) + w, logits + b * h * dt)

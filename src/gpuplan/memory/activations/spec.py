@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from ...errors import InputError
 from ...models import Architecture
 
-__all__ = ["FAMILIES", "DECODER_ROPE", "Spec", "Opts", "spec_cached", "sliding_mask"]
+__all__ = ["FAMILIES", "DECODER_ROPE", "GPT2_LIKE", "Spec", "Opts", "spec_cached", "sliding_mask"]
 
 #: Families whose forward is modeled op by op.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt2",
-            "gpt_neox", "opt", "falcon", "bert", "vit")
+            "gpt_bigcode", "gpt_neox", "opt", "falcon", "bert", "vit")
+
+#: GPT-2 and its GPTBigCode descendant: the same block, dropouts and learned positions.
+GPT2_LIKE = ("gpt2", "gpt_bigcode")
 
 DECODER_ROPE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3")
 
@@ -75,8 +78,10 @@ def _spec(arch: Architecture) -> Spec:
     moe_layers = tuple(getattr(arch, "moe_layers", ()) or ())
     if arch.num_experts and not moe_layers:
         moe_layers = tuple(range(arch.num_layers))
-    embd_dropout = float(cfg.get("embd_pdrop", 0.0) or 0.0) if fam == "gpt2" else 0.0
-    if fam == "gpt2":
+    # (GPTBigCodeConfig's default embd_pdrop is 0.1; gpt2 keeps its earlier 0.0 when absent)
+    embd_default = 0.1 if fam == "gpt_bigcode" else 0.0
+    embd_dropout = float(cfg.get("embd_pdrop", embd_default) or 0.0) if fam in GPT2_LIKE else 0.0
+    if fam in GPT2_LIKE:
         attn_dropout = float(cfg.get("attn_pdrop", arch.attention_dropout) or 0.0)
         hidden_dropout = float(cfg.get("resid_pdrop", arch.hidden_dropout) or 0.0)
     else:
@@ -117,11 +122,15 @@ class Opts:
     lora: frozenset         # targeted module names ("all-linear" = every block linear)
     lora_rank: int
     lora_dropout: float
-    quantized: bool         # frozen base in 4 bits (QLoRA)
+    quantized: int          # frozen quantized base: bytes per weight element a matmul
+                            # materializes (bitsandbytes 4-bit: 2, with fp32 compute 2 + 4)
     frozen: bool            # base weights frozen (LoRA)
     sdpa_mask: bool = False  # an explicit mask reaches SDPA (sliding window shorter than s)
     sp: int = 1             # Megatron sequence parallelism: the sequence split over this TP group
     ep: int = 1             # expert parallelism: this rank holds experts / ep of each MoE layer
+    compiled: bool = False  # torch.compile of each layer and of the loss (runtime="compile")
+    model_code: str = "transformers"  # whose model code: transformers or torchtune
+    loss_chunks: int = 1    # output projection + cross-entropy over this many sequence chunks
 
 
 def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:

@@ -90,7 +90,7 @@ class Regime:
 
 
 class _Storage:
-    __slots__ = ("nbytes", "cat", "saved_by", "held", "name")
+    __slots__ = ("nbytes", "cat", "saved_by", "held", "name", "small")
 
     def __init__(self, nbytes: Form, cat: str, name: str) -> None:
         self.nbytes = nbytes
@@ -98,6 +98,9 @@ class _Storage:
         self.saved_by: list[int] = []
         self.held = False
         self.name = name
+        self.small = False
+        """A reduction's output (a mean, LayerNorm's mean and rstd): torch.compile's partitioner
+        never recomputes it (``ban_recompute_reductions``) and always materializes it."""
 
 
 class Tensor:
@@ -143,6 +146,12 @@ class _Op:
     promotes: bool = False
     """An elementwise product whose backward computes an operand's gradient in the (wider)
     output dtype before casting it down (type promotion)."""
+    kind: str = "pointwise"
+    """What torch.compile's partitioner sees: ``extern`` (a matmul or attention kernel, never
+    recomputed, its inputs materialized), ``random`` (dropout: never recomputed), ``reduction``,
+    or ``pointwise`` (elementwise, views, casts, copies, softmax: recomputable and fusible)."""
+    compiled: bool = False
+    """Recorded inside a torch.compile region (a compiled layer, the compiled loss)."""
 
 
 class Graph:
@@ -155,6 +164,9 @@ class Graph:
         self.weight_copies: dict[int, Tensor] = {}
         self.region = ""
         self.kept: set[int] = set()
+        self.compiling = False
+        """Ops recorded while set belong to a torch.compile region."""
+        self._ln_stats: dict[int, tuple[Tensor, Tensor]] = {}
 
     # ---- tensor creation -------------------------------------------------------------------
 
@@ -194,7 +206,7 @@ class Graph:
 
     def _op(self, name: str, inputs: Iterable[Tensor], outputs: list[Tensor],
             saved: Iterable[Tensor] = (), bwd_temp: Form = ZERO, split_grad: bool = False,
-            fwd_temp: Form = ZERO) -> None:
+            fwd_temp: Form = ZERO, kind: str = "pointwise") -> None:
         i = len(self.ops)
         inputs = list(inputs)
         sv: list[_Storage] = []
@@ -202,7 +214,8 @@ class Graph:
             if t.st is not None and t.st not in sv:
                 sv.append(t.st)
                 t.st.saved_by.append(i)
-        self.ops.append(_Op(name, inputs, outputs, sv, bwd_temp, split_grad, fwd_temp, self.region))
+        self.ops.append(_Op(name, inputs, outputs, sv, bwd_temp, split_grad, fwd_temp, self.region,
+                            kind=kind, compiled=self.compiling))
 
     def _cast(self, x: Tensor, dt: int) -> Tensor:
         """``x.to(dt)``: the same tensor when the size already matches (a no-op), else a copy.
@@ -254,7 +267,8 @@ class Graph:
                 saved.append(x)
         if x.grad and not w.param and not quantized:
             saved.append(w)
-        self._op(name, [x, w], [y], saved=saved, bwd_temp=bwd_temp, fwd_temp=ONE * quantized)
+        self._op(name, [x, w], [y], saved=saved, bwd_temp=bwd_temp, fwd_temp=ONE * quantized,
+                 kind="extern")
         return y
 
     def sp_gather(self, x: Tensor, full: Form, name: str = "sp.all_gather") -> Tensor:
@@ -262,14 +276,14 @@ class Graph:
         buffer alive until its last reader; backward reduce-scatters its gradient)."""
         y = self._new(full, x.dt, x.grad, "act", name)
         y.gathered_from = x
-        self._op(name, [x], [y])
+        self._op(name, [x], [y], kind="extern")
         return y
 
     def sp_scatter(self, x: Tensor, part: Form, name: str = "sp.reduce_scatter") -> Tensor:
         """Sequence parallelism: reduce-scatter a row-parallel output to this rank's shard
         (backward all-gathers the gradient)."""
         y = self._new(part, x.dt, x.grad, "act", name)
-        self._op(name, [x], [y])
+        self._op(name, [x], [y], kind="extern")
         return y
 
     def matmul(self, a: Tensor, b: Tensor, out: Form, name: str = "matmul", *,
@@ -280,7 +294,7 @@ class Graph:
             a = self._cast(a, self.r.autocast)
             b = self._cast(b, self.r.autocast)
         y = self._new(out, self._promote(a, b), a.grad or b.grad, "act", name)
-        self._op(name, [a, b], [y], saved=[a, b])
+        self._op(name, [a, b], [y], saved=[a, b], kind="extern")
         return y
 
     def contiguous(self, x: Tensor, name: str = "copy") -> Tensor:
@@ -348,7 +362,8 @@ class Graph:
     def reduce(self, x: Tensor, out: Form, name: str = "mean") -> Tensor:
         """mean / sum over the last dimension: saves nothing (only the shape)."""
         y = self._new(out, x.dt, x.grad, "act", name)
-        self._op(name, [x], [y])
+        y.st.small = True
+        self._op(name, [x], [y], kind="reduction")
         return y
 
     def softmax(self, x: Tensor, dt: int | None = None, *, log: bool = False,
@@ -372,8 +387,15 @@ class Graph:
         type); autocast runs it in fp32."""
         if self.r.autocast:
             x = self._cast(x, 4)
-        mean = self._new(rows, 4, False, "act", name + ".mean")
-        rstd = self._new(rows, 4, False, "act", name + ".rstd")
+        stats = self._ln_stats.get(id(x.st)) if self.compiling else None
+        if stats is None:
+            mean = self._new(rows, 4, False, "act", name + ".mean")
+            rstd = self._new(rows, 4, False, "act", name + ".rstd")
+            mean.st.small = rstd.st.small = True
+            stats = self._ln_stats[id(x.st)] = (mean, rstd)
+        # a compiled graph computes the statistics of one input once (AOTAutograd's CSE: two
+        # LayerNorms of the same tensor, GPT-NeoX's parallel residual, share them)
+        mean, rstd = stats
         y = self._new(x.numel, x.dt, x.grad or (w is not None and w.grad), "act", name)
         self._op(name, [x] + ([w] if w is not None else []), [y, mean, rstd], saved=[x, mean, rstd])
         return y
@@ -384,7 +406,7 @@ class Graph:
             return x
         mask = self._new(x.numel, 1, False, "act", name + ".mask")
         y = self._new(x.numel, x.dt, x.grad, "act", name)
-        self._op(name, [x], [y, mask], saved=[mask])
+        self._op(name, [x], [y, mask], saved=[mask], kind="random")
         return y
 
     def embedding(self, ids: Tensor, w: Tensor, out: Form, name: str = "embedding") -> Tensor:
@@ -417,7 +439,7 @@ class Graph:
         if kv_heads != heads:
             temp = temp + BS * (2 * q.dt * heads * head_dim)
         self._op(name, [q, k, v], [out, lse], saved=[q, k, v, out, lse, *extra_saved],
-                 bwd_temp=temp)
+                 bwd_temp=temp, kind="extern")
         return out
 
     def cross_entropy(self, logits: Tensor, rows: Form, vocab: int, name: str = "loss") -> Tensor:
@@ -425,9 +447,18 @@ class Graph:
         input). autocast leaves the explicit dtype alone but runs nll_loss in fp32 (CUDA's fp32
         list): a 16-bit input's log-probabilities are copied to fp32 and that copy is saved too."""
         lsm = self.softmax(logits, dt=logits.dt, log=True, name=name + ".log_softmax")
+        saved = [lsm]
+        if self.compiling:
+            # compiled, log_softmax is recomputed in the backward from the logits and the row
+            # statistics its decomposition saves: amax and log(sum(exp)), fp32 per row
+            stats = self._new(rows, 8, False, "act", name + ".stats")
+            stats.st.small = True
+            self.ops[-1].outputs.append(stats)
+            saved.append(stats)
         x = self._cast(lsm, 4) if self.r.autocast else lsm
+        saved[0] = x
         loss = self._new(ONE, x.dt, True, "act", name)
-        self._op(name + ".nll", [x], [loss], saved=[x])
+        self._op(name + ".nll", [x], [loss], saved=saved)
         return loss
 
     def touch(self, *xs: Tensor) -> None:
@@ -480,6 +511,8 @@ class LayerProfile:
     """Parameter-gradient bytes the block's backward leaves behind."""
     region_saved: Form = ZERO
     """Saved bytes inside the recompute region (dropped by selective checkpointing)."""
+    largest_param: int = 0
+    """Elements of the largest trainable parameter the block's backward makes a gradient for."""
     fwd_points_nosave: list = field(default_factory=list)
     """Forward candidates when nothing is kept (a checkpointed layer's forward: the pack hook
     drops what would be saved, so tensors die after their last use)."""
@@ -507,16 +540,99 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     region_inputs = _region_inputs(g.ops, drop_region) if drop_region else set()
     # under torch.inference_mode() nothing is kept for a backward
     keep = set() if inference else _kept_for_backward(g, region_inputs, drop_region)
-    inputs_kept = _measure_storages(g, keep, drop_region, prof)
     out_st = {id(t.st) for t in outputs if t.st is not None} | g.kept
-    fwd = _forward(g, keep, out_st, debug)
+    fused: set[int] = set()
+    if any(op.compiled for op in g.ops):
+        if keep:
+            keep = _compiled_keep(g, keep)
+        fused = _fused_storages(g, keep, out_st)
+    inputs_kept = _measure_storages(g, keep, drop_region, prof)
+    fwd = _forward(g, keep, out_st, debug, fused)
     prof.fwd_points = prune(fwd)
     if inference:
         return prof
     back = _Backward(g, outputs, prof, keep, region_inputs, param_grad_dt=param_grad_dt,
-                     drop_region=drop_region, recompute=recompute, debug=debug)
+                     drop_region=drop_region, recompute=recompute, debug=debug, fused=fused)
     back.run(g.ops, fwd, inputs_kept)
     return prof
+
+
+# ---- torch.compile -------------------------------------------------------------------------------
+#
+# What a compiled region keeps for its backward is chosen by AOTAutograd's min-cut partitioner
+# (torch/_functorch/partitioners.py, min_cut_rematerialization_partition, with the default
+# config: ban_recompute_not_in_allowlist, _reductions, _materialized_backward): a tensor the
+# backward needs is saved when it comes out of a matmul or attention kernel, a random op or a
+# reduction, or when a matmul/attention backward reads it (it must be materialized then);
+# otherwise it is recomputed in the backward from the tensors it was computed from (elementwise
+# ops, casts, views, softmax are on the recomputable allowlist), which are then needed instead.
+# Inductor fuses the recomputable ops: a tensor they make that no matmul, attention kernel, eager
+# op or output reads is never materialized, in the forward or as a gradient in the backward.
+# Held to AOTAutograd's own partition of transformers' layers in
+# tests/integration/test_compile_partition.py.
+
+
+def _producers(g: Graph) -> dict[int, int]:
+    producer: dict[int, int] = {}
+    for i, op in enumerate(g.ops):
+        for t in op.outputs:
+            if t.st is not None:
+                producer.setdefault(id(t.st), i)
+    return producer
+
+
+def _compiled_keep(g: Graph, need: set[int]) -> set[int]:
+    """The storages a compiled region keeps for its backward, from those eager autograd would
+    keep (``need``): see the comment above."""
+    ops = g.ops
+    producer = _producers(g)
+    by_id = {id(st): st for st in g.storages}
+    materialized = {id(st) for op in ops if op.kind == "extern" or not op.compiled
+                    for st in op.saved}
+    keep: set[int] = set()
+    seen: set[int] = set()
+    stack = list(need)
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        st = by_id.get(k)
+        p = producer.get(k)
+        if st is None or p is None or st.cat != "act" or st.small or k in materialized:
+            keep.add(k)
+            continue
+        op = ops[p]
+        if not op.compiled or op.kind in ("extern", "random", "reduction"):
+            keep.add(k)
+            continue
+        # recomputed in the backward: what it is computed from is needed instead (constants such
+        # as the rotary tables live all step; parameters are free to read)
+        stack.extend(id(t.st) for t in op.inputs
+                     if t.st is not None and not t.param and t.st.cat in ("act", "input"))
+    return keep
+
+
+def _fused_storages(g: Graph, keep: set[int], out_st: set[int]) -> set[int]:
+    """Storages inductor never materializes: made by a compiled elementwise op, read only by
+    compiled non-matmul ops, neither kept for the backward nor an output or held."""
+    ops = g.ops
+    producer = _producers(g)
+    read_by_extern: set[int] = set()
+    for op in ops:
+        if op.kind == "extern" or not op.compiled:
+            read_by_extern.update(id(t.st) for t in op.inputs if t.st is not None)
+    fused: set[int] = set()
+    for st in g.storages:
+        k = id(st)
+        p = producer.get(k)
+        if (p is None or st.cat != "act" or st.small or st.held or k in keep or k in out_st
+                or k in read_by_extern):
+            continue
+        op = ops[p]
+        if op.compiled and op.kind in ("pointwise", "random"):
+            fused.add(k)
+    return fused
 
 
 def _region_inputs(ops: list[_Op], region: str) -> set[int]:
@@ -569,7 +685,7 @@ def _measure_storages(g: Graph, keep: set[int], drop_region: str, prof: LayerPro
 
 
 def _forward(g: Graph, keep: set[int], out_st: set[int],
-             debug: list | None) -> list[tuple[Form, Form]]:
+             debug: list | None, fused: set[int] = frozenset()) -> list[tuple[Form, Form]]:
     """The forward: each op allocates its outputs, then what is neither saved, held, an output of
     the block nor used again is freed. Returns (kept-for-backward, other live) bytes before the
     first op and at each op."""
@@ -593,7 +709,7 @@ def _forward(g: Graph, keep: set[int], out_st: set[int],
     for i, op in enumerate(ops):
         for t in op.outputs:
             st = t.st
-            if st is None or id(st) in alive:
+            if st is None or id(st) in alive or id(st) in fused:
                 continue
             alive.add(id(st))
             if st.cat == "act" and id(st) in keep:
@@ -635,9 +751,12 @@ class _Backward:
 
     def __init__(self, g: Graph, outputs: list[Tensor], prof: LayerProfile, keep: set[int],
                  region_inputs: set[int], *, param_grad_dt: int, drop_region: str,
-                 recompute: bool, debug: list | None) -> None:
+                 recompute: bool, debug: list | None, fused: set[int] = frozenset()) -> None:
         self.prof, self.keep, self.param_grad_dt = prof, keep, param_grad_dt
         self.drop_region, self.recompute, self.debug = drop_region, recompute, debug
+        self.fused = fused
+        self.param_done: set[int] = set()
+        compiled = any(op.compiled for op in g.ops)
         self.grads: dict[int, Form] = {}
         for t in outputs:
             if t.grad:
@@ -645,10 +764,20 @@ class _Backward:
         # saved storages still waiting for their last user's backward
         self.pending: dict[int, int] = {}
         for st in g.storages:
-            if st.saved_by and (st.cat == "autocast" or id(st) in keep or recompute):
+            if st.saved_by and (st.cat == "autocast" or id(st) in keep
+                                or (recompute and not compiled)):
                 self.pending[id(st)] = len(st.saved_by)
             elif id(st) in region_inputs:
                 self.pending[id(st)] = 0
+        # a compiled region keeps tensors eager autograd does not save (a matmul's output to
+        # recompute an elementwise op from): freed once the backward reaches their producer
+        self.release_at: dict[int, list[_Storage]] = {}
+        if compiled:
+            producer = _producers(g)
+            for st in g.storages:
+                p = producer.get(id(st))
+                if id(st) in keep and not st.saved_by and st.cat == "act" and p is not None:
+                    self.release_at.setdefault(p, []).append(st)
         self.act = ZERO
         self.tmp = ZERO
         self.pgrad = ZERO
@@ -663,9 +792,11 @@ class _Backward:
                 self.points.append((a - inputs_kept, t, ZERO, ZERO))
             self.act = prof.saved - inputs_kept
             self.tmp = prof.autocast_copies
-        for op in reversed(ops):
-            self._gradients(op)
-            self._release_saved(op)
+        for i in range(len(ops) - 1, -1, -1):
+            self._gradients(ops[i])
+            self._release_saved(ops[i])
+            for st in self.release_at.get(i, ()):
+                self.act = self.act - st.nbytes
         prof.grad_out = ZERO
         for f in self.grads.values():
             prof.grad_out = prof.grad_out + f
@@ -689,7 +820,8 @@ class _Backward:
         new = ZERO
         for f in new_keys.values():
             new = new + f
-        self.points.append((self.act, self.tmp + new + accum + _promotion_copy(op) + op.bwd_temp,
+        promo = ZERO if op.compiled else _promotion_copy(op)  # inductor fuses the cast
+        self.points.append((self.act, self.tmp + new + accum + promo + op.bwd_temp,
                             self.pgrad + new_param, new_param))
         if self.debug is not None:
             self.debug.append((op.name, self.points[-1]))
@@ -718,10 +850,17 @@ class _Backward:
             if not t.grad:
                 continue
             if t.param:
-                new_param = new_param + t.numel * self.param_grad_dt
+                if id(t) in self.param_done:  # a weight used again (a chunked output
+                    accum = accum + t.numel * self.param_grad_dt  # projection): summed in
+                else:
+                    new_param = new_param + t.numel * self.param_grad_dt
+                    self.param_done.add(id(t))
+                    self.prof.largest_param = max(self.prof.largest_param, t.numel(0, 0))
                 continue
             k = id(_root(t))
-            if k in self.grads or k in new_keys:
+            if t.st is not None and id(t.st) in self.fused:
+                new_keys.setdefault(k, ZERO)  # a fused op's gradient: never materialized
+            elif k in self.grads or k in new_keys:
                 accum = accum + t.nbytes
             else:
                 new_keys[k] = t.nbytes

@@ -47,9 +47,29 @@ class TrainActivations:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class _Loop:
+    """What the training loop does around the model that moves the timeline."""
+
+    offload: bool = False
+    """The layer inputs full checkpointing keeps live in host memory (torchtune's
+    OffloadActivations): on the GPU only the latest copies the side stream still holds in the
+    forward (at most 5) and, in the backward, the layer being recomputed and the one before."""
+    in_backward: bool = False
+    """Each parameter is stepped as its gradient is ready, and its gradient freed."""
+    step_per_elem: float = 0.0
+    """Bytes the optimizer step allocates per element of the parameter it steps (foreach
+    AdamW's sqrt of the second moment; 0 when fused or 8-bit): the in-backward step's."""
+
+
+#: torchtune OffloadActivations(max_fwd_stash_size=5): the latest offloaded tensors stay on the
+#: GPU until the copy stream is done with them.
+_FWD_STASH = 5
+
+
 def train_activations(model: Model, job: Job, *, grad_bytes: int,
                       seq: int | None = None, batch: int | None = None,
-                      shard: Shard = WHOLE) -> TrainActivations:
+                      shard: Shard = WHOLE, step_per_elem: float = 0.0) -> TrainActivations:
     """Activations, temporaries and gradients at the forward and backward peaks of one micro-step.
 
     ``grad_bytes`` are the parameter-gradient bytes this GPU holds once backward is done (sharded
@@ -66,14 +86,18 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
     s = seq if seq is not None else seq_for(model, job)
     b = batch if batch is not None else job.batch
     prof = step_profile(model, job, seq=s, shard=shard)
+    loop = _Loop(offload=job.offload_activations, in_backward=job.optimizer_in_backward,
+                 step_per_elem=step_per_elem)
     key = (id(prof), b, s, grad_bytes, _grads_alive(job), arch.tie_word_embeddings,
-           job.attention)
+           job.attention, loop)
     hit = _TIMELINES.get(key)
     if hit is not None and hit[0] is prof:
         return hit[1]
     out = _train_from_profile(prof, b, s, grad_bytes=grad_bytes,
                               accumulating=_grads_alive(job), tied=arch.tie_word_embeddings,
-                              attention=job.attention)
+                              attention=job.attention,
+                              tied_bytes=arch.vocab_size * arch.hidden_size * prof.regime.param,
+                              loop=loop)
     if len(_TIMELINES) > 8192:
         _TIMELINES.clear()
     _TIMELINES[key] = (prof, out)
@@ -84,17 +108,20 @@ _TIMELINES: dict[tuple, tuple[StepProfile, "TrainActivations"]] = {}
 
 
 def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, accumulating: bool,
-                        tied: bool, attention: str) -> TrainActivations:
+                        tied: bool, attention: str, tied_bytes: int = 0,
+                        loop: _Loop = _Loop()) -> TrainActivations:
     ckpt = prof.checkpointing
-    runs = _runs(prof, b, s)
-    fwd_act, fwd_tmp, fwd_where = _forward_peak(prof, runs, b, s)
+    runs = _runs(prof, b, s, offload=loop.offload)
+    fwd_act, fwd_tmp, fwd_where = _forward_peak(prof, runs, b, s, offload=loop.offload)
     bwd_act, bwd_tmp, bwd_grads, bwd_where = _backward_peak(
-        prof, runs, b, s, grad_bytes=grad_bytes, accumulating=accumulating, tied=tied)
+        prof, runs, b, s, grad_bytes=grad_bytes, accumulating=accumulating, tied=tied,
+        tied_bytes=tied_bytes, loop=loop)
     ends = prof.inputs(b, s) + prof.embed.saved(b, s)
     saved_all = ends + sum(r.n * r.saved for r in runs) + prof.head.saved(b, s)
     kept_all = ends + sum(r.n * r.kept for r in runs) + prof.head.saved(b, s)
     summary = (f"{fmt_gb(saved_all)} saved for backward at batch {b} x seq {s}"
                + (f"; {ckpt} checkpointing keeps {fmt_gb(kept_all)}" if ckpt != "none" else "")
+               + (" (the layer inputs in host memory)" if loop.offload else "")
                + f"; {attention} attention")
     up = math.ceil  # sequence-parallel shards have fractional coefficients (b*s/t rows)
     return TrainActivations(
@@ -119,26 +146,33 @@ class _Run:
     param_grads: int
 
 
-def _runs(prof: StepProfile, b: int, s: int) -> list[_Run]:
+def _runs(prof: StepProfile, b: int, s: int, *, offload: bool = False) -> list[_Run]:
     full = prof.checkpointing == "full"
     out = []
     for n, p in prof.layers:
         saved = p.saved(b, s)
-        out.append(_Run(n=n, p=p, saved=saved, kept=prof.layer_input(b, s) if full else saved,
+        kept = 0 if offload else prof.layer_input(b, s) if full else saved
+        out.append(_Run(n=n, p=p, saved=saved, kept=kept,
                         copies=p.autocast_copies(b, s), held=p.held(b, s),
                         param_grads=p.param_grads(b, s)))
     return out
 
 
-def _forward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int) -> tuple[int, int, str]:
+def _forward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *,
+                  offload: bool = False) -> tuple[int, int, str]:
     """(activations, temporaries, where) at the forward's peak: inside the last layer of a run,
-    or in the head (logits and loss)."""
+    or in the head (logits and loss). Offloaded, the layer inputs are on the GPU only while the
+    side stream copies the latest of them (by the head, the final norm's tensors have pushed
+    them out)."""
     full = prof.checkpointing == "full"
     best = (-1, 0, 0, "")
     act = prof.inputs(b, s) + prof.embed.saved(b, s)
     tmp = prof.mask(b, s) + prof.embed.autocast_copies(b, s)
+    done = 0
     for r in runs:
-        a0 = act + (r.n - 1) * r.kept
+        done += r.n
+        stash = min(_FWD_STASH, done - 1) * prof.layer_input(b, s) if offload else 0
+        a0 = act + (r.n - 1) * r.kept + stash
         t0 = tmp + (r.n - 1) * (r.copies + r.held)
         for fa, ft in (r.p.fwd_points_nosave if full else r.p.fwd_points):
             a, t = fa(b, s), ft(b, s)
@@ -158,22 +192,30 @@ class _BackwardPeak:
 
     Parameter gradients are counted in the profiles' units and scaled to ``grad_bytes`` (what this
     GPU really holds, ZeRO-sharded or not). Accumulating (``grad_accum`` > 1) starts with all of
-    them alive; each new one is then a temporary summed into ``.grad``."""
+    them alive; each new one is then a temporary summed into ``.grad``. With the optimizer step in
+    the backward, each new gradient is a temporary too -- stepped and freed as soon as it is
+    made -- and only ``held`` ones (a tied weight's, waiting for its second use) stay."""
 
     def __init__(self, b: int, s: int, *, grad_bytes: int, total_param_grads: int,
-                 accumulating: bool) -> None:
+                 accumulating: bool, in_backward: bool = False) -> None:
         self.b, self.s, self.accumulating = b, s, accumulating
+        self.in_backward = in_backward
         self.scale = grad_bytes / total_param_grads if total_param_grads else 0.0
         self.grads_before = grad_bytes if accumulating else 0
         self.best = (-1, 0, 0, 0, "")
 
     def walk(self, p: LayerProfile, a0: int, t0: int, pg0: int, where: str,
-             accumulate_into: bool = False) -> None:
+             accumulate_into: bool = False, held: int = 0, step: int = 0) -> None:
         """The points of one block's backward on top of ``a0`` activations, ``t0`` temporaries
         and ``pg0`` parameter gradients already made (``accumulate_into``: this block's gradient
-        is summed into one that exists, as tied embeddings are)."""
+        is summed into one that exists, as tied embeddings are; ``held``, ``step``: in-backward
+        steps, the gradient bytes held meanwhile and the step's own temporaries)."""
         b, s = self.b, self.s
-        if self.accumulating or accumulate_into:
+        if self.in_backward:
+            for ba, bt, _ in p.bwd_points_acc:
+                self._consider(a0 + ba(b, s), t0 + bt(b, s) + step, round(held * self.scale),
+                               where)
+        elif self.accumulating or accumulate_into:
             grads = self.grads_before + (0 if self.accumulating else round(pg0 * self.scale))
             for ba, bt, _ in p.bwd_points_acc:
                 self._consider(a0 + ba(b, s), t0 + bt(b, s), grads, where)
@@ -188,37 +230,46 @@ class _BackwardPeak:
 
 
 def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_bytes: int,
-                   accumulating: bool, tied: bool) -> tuple[int, int, int, str]:
+                   accumulating: bool, tied: bool, tied_bytes: int = 0,
+                   loop: _Loop = _Loop()) -> tuple[int, int, int, str]:
     """(activations, temporaries, gradients, where) at the backward's peak: the loss (the logits
     spike), the layers in reverse, the embeddings.
 
     The KV cache and the masks die with the forward. Autocast's weight copies are saved by the
     graph (freed layer by layer) -- unless the layers were checkpointed, then the recompute makes
-    them again one layer at a time."""
+    them again one layer at a time. Offloaded layer inputs come back one layer at a time (the
+    layer recomputed, and the one before until the next node runs)."""
     E, H = prof.embed, prof.head
     full = prof.checkpointing == "full"
+    # a tied output head and the embedding are one weight: its gradient is counted once (the
+    # head's backward makes it, the embedding's backward sums into it)
+    shared = min(E.param_grads(b, s), tied_bytes) if tied else 0
     peak = _BackwardPeak(b, s, grad_bytes=grad_bytes, accumulating=accumulating,
                          total_param_grads=E.param_grads(b, s) + H.param_grads(b, s)
-                         + sum(r.n * r.param_grads for r in runs))
+                         + sum(r.n * r.param_grads for r in runs) - shared,
+                         in_backward=loop.in_backward)
+    step = lambda p: round(loop.step_per_elem * p.largest_param)  # noqa: E731
     act = prof.inputs(b, s) + E.saved(b, s) + sum(r.n * r.kept for r in runs) + H.saved(b, s)
     tmp = (E.autocast_copies(b, s) + H.autocast_copies(b, s)
            + (0 if full else sum(r.n * r.copies for r in runs)))
     pg = 0
-    peak.walk(H, act, tmp, pg, "start of backward (logits gradient)")
+    peak.walk(H, act, tmp, pg, "start of backward (logits gradient)", step=step(H))
     act -= H.saved(b, s)
     tmp -= H.autocast_copies(b, s)
     pg += H.param_grads(b, s)
     flow = prof.layer_input(b, s)  # the hidden-state gradient passed down the layers
+    back = 2 * prof.layer_input(b, s) if loop.offload else 0
     for r in reversed(runs):
         for k in sorted({0, r.n - 1}):
-            peak.walk(r.p, act - k * r.kept, tmp + flow - (0 if full else k * r.copies),
-                      pg + k * r.param_grads, "backward through the layers")
+            peak.walk(r.p, act - k * r.kept + back, tmp + flow - (0 if full else k * r.copies),
+                      pg + k * r.param_grads, "backward through the layers", held=shared,
+                      step=step(r.p))
         act -= r.n * r.kept
         if not full:
             tmp -= r.n * r.copies
         pg += r.n * r.param_grads
     peak.walk(E, act, tmp + flow, pg, "end of backward (embedding gradient)",
-              accumulate_into=tied)
+              accumulate_into=tied, held=shared, step=step(E))
     _, a, t, g, where = peak.best
     return a, t, g, where
 
