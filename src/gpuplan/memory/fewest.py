@@ -230,7 +230,7 @@ def _degrees(model: Model, job: Job, memo: dict, train: bool) -> tuple[tuple[int
         return memo[key]
     arch = model.architecture
     tps = []
-    for t in range(1, job.gpus_per_node + 1):
+    for t in range(1, min(job.gpus_per_node, arch.num_heads) + 1):  # TP divides the heads
         if arch.num_heads % t:
             continue
         probe = job._evolve(tp=t, pp=1, cp=1, ep=1, gpus=t, sequence_parallel=train and t > 1)
