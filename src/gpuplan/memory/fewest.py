@@ -25,14 +25,13 @@ only decides which layouts to plan:
 
 The search stays cheap (``gpuplan.plan`` runs it for every GPU it lists):
 
-* a lower bound -- the whole model's states and step temporaries spread over N GPUs, plus the
-  overhead every rank has -- rules out GPU counts without planning them (no layout over N GPUs
-  holds less on its fullest rank: its optimizer step holds its share of them);
-* each (TP, PP) pair is planned once at the largest data-parallel degree; that plan bounds every
-  smaller degree (the activations, gradients and temporaries only grow as d falls, the sharded
-  states are 1/d of the rank's share), so the search starts at the first degree the bound
-  allows and usually plans one or two more; a wider TP degree's plan rules out narrower ones
-  whose activations alone would not fit;
+* lower bounds rule out GPU counts and whole (TP, PP) pairs without planning them (:class:`_Floor`:
+  the whole model's states spread over N GPUs, the one-GPU step's activations split t ways, the
+  overhead every rank has);
+* each (TP, PP) pair left is planned once at the largest data-parallel degree; that plan bounds
+  every smaller degree (the activations, gradients and temporaries only grow as d falls, the
+  sharded states are 1/d of the rank's share), so the search starts at the first degree the
+  bound allows and usually plans one or two more;
 * deeper pipelines are tried only while each lowers the count (:func:`train_layout` says why);
 * every evaluation is kept per job (:func:`shared_memo`): the GPUs of a plan, later plans of the
   same job and the solver reuse them.
@@ -50,6 +49,7 @@ from ..models import Model
 from .infer import infer_memory
 from .layout import check_layout
 from .overhead import OverheadLevel, check_overrides, runtime_overhead
+from .activations import train_activations
 from .states import train_states
 from .train import train_memory
 
@@ -262,24 +262,55 @@ def _searchable(model: Model, job: Job) -> bool:
         and job.cp == 1 and job.ep == 1 and job.lora_rank is None
 
 
-def _floor(model: Model, job: Job, level: OverheadLevel, overrides,
-           memo: dict) -> tuple[int, int, int]:
-    """(states, sharded states, overhead) that bound every layout from below. ``states``: the
-    whole model's weights, gradients, master copy, optimizer states and step temporaries --
-    summed over the ranks of any layout they are at least this (sharding splits them,
-    replication only adds), so the fullest rank's optimizer step over N GPUs holds at least
-    ``states / N``; ``sharded``: the weights, master copy and optimizer states alone (every phase
-    holds them); ``overhead``: the CUDA context, workspaces and NCCL buffers every rank of a
-    multi-GPU job has."""
+@dataclass(frozen=True)
+class _Floor:
+    """What bounds every layout of a job from below (no layout holds less on its fullest rank).
+
+    ``states``: the whole model's weights, gradients, master copy, optimizer states and step
+    temporaries -- summed over the ranks of any layout they are at least this (sharding splits
+    them, replication only adds), so the fullest rank's optimizer step over N GPUs holds at least
+    ``states / N``. ``sharded``: the weights, master copy and optimizer states alone (every phase
+    holds them, so every phase holds ``sharded / N``). ``overhead``: the CUDA context, workspaces
+    and NCCL buffers every rank of a multi-GPU job has. ``step``: the activations and
+    temporaries at the forward or backward peak of the job on one GPU, and ``layers``: what the
+    forward keeps of all its layers for one micro-batch (the lightest layer kind times the layer
+    count; 0 under full checkpointing) -- under tensor parallelism every tensor of the step is
+    split over at most ``t`` ranks or replicated, so a TP rank holds at least ``step / t``; a
+    pipeline's first stage holds ``pp`` micro-batches of ``L / pp`` layers, at least
+    ``layers / t``."""
+
+    states: int
+    sharded: int
+    overhead: int
+    step: int
+    layers: int
+
+    def first_d(self, t: int, p: int, usable: int) -> int | None:
+        """The smallest data-parallel degree the bound allows for (t, p) (None: none)."""
+        held = (self.step if p == 1 else self.layers) // t
+        room = usable - held - self.overhead
+        if room <= 0:
+            return None
+        return max(1, -(-self.sharded // (room * t * p)))
+
+
+def _floor(model: Model, job: Job, level: OverheadLevel, overrides, memo: dict) -> _Floor:
     key = ("floor",)
     if key not in memo:
         one = job._evolve(gpus=1, zero=0, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
-                          micro_batches=None)
+                          micro_batches=None, grad_accum=1)
         st = train_states(model, one)
         sharded = st.weights_trainable + st.base + st.master + st.opt
         over = runtime_overhead(gpus=2, zero=0, grad_bytes=0, grad_elem_bytes=2, dynamic=0,
                                 level=level, overrides=overrides, data_parallel=1)
-        memo[key] = sharded + st.grads + st.step_tmp, sharded, over.bytes
+        act = train_activations(model, one, grad_bytes=0)
+        step = max(act.forward_peak + act.forward_temporaries,
+                   act.backward_peak + act.backward_temporaries)
+        layers = 0
+        if act.per_layer_bytes and job.checkpointing != "full":
+            layers = min(act.per_layer_bytes) * model.architecture.num_layers
+        memo[key] = _Floor(states=sharded + st.grads + st.step_tmp, sharded=sharded,
+                           overhead=over.bytes, step=step if act.known else 0, layers=layers)
     return memo[key]
 
 
@@ -296,12 +327,10 @@ class _TrainSearch:
     (every GPU of a plan asks about the same layouts)."""
 
     def __init__(self, model: Model, job: Job, usable: int, level: OverheadLevel, overrides,
-                 memo: dict, floor: tuple[int, int, int]):
+                 memo: dict, floor: _Floor):
         self.model, self.job, self.usable = model, job, usable
         self.level, self.overrides, self.memo = level, overrides, memo
-        _, self.sharded_total, self.over = floor
-        self.wider: tuple | None = None
-        """The widest TP-only layout's top: a bound on every narrower TP degree."""
+        self.floor, self.over = floor, floor.overhead
 
     def peak(self, t: int, p: int, d: int, zero: int = 3) -> int | None:
         """The fullest rank's total under (t, p, d) with ZeRO-``zero`` over d (None: the
@@ -341,19 +370,6 @@ class _TrainSearch:
                 self.memo[("layout", t, p, d, 3)] = r.total_bytes
         return self.memo[key]
 
-    def ruled_out(self, t: int, d: int) -> bool:
-        """Whether tensor parallel ``t`` (no pipeline) over ``t x d`` GPUs is ruled out by a
-        wider TP degree's top: a narrower TP rank holds at least as much of every activation
-        and working buffer (each is split over the TP group or replicated) and of the gathered
-        units, and at least 1/N of the whole model's weights, master copy and optimizer states.
-        Used only when the wider layout peaks in forward or backward, whose activations and
-        temporaries do not depend on d."""
-        w = self.wider
-        if w is None or w[6] == "optimizer":
-            return False
-        held = w[4] + (w[5] if d > 1 else 0)
-        return held + self.sharded_total // (t * d) + self.over > self.usable
-
     def first_d(self, t: int, p: int, top: tuple[int, int, int, int]) -> int | None:
         """The smallest d >= 2 the bound does not rule out: at d every phase holds at least its
         gradients, activations, temporaries and gathered units at the top d, plus the sharded
@@ -367,8 +383,10 @@ class _TrainSearch:
     def fewest_dp(self, t: int, p: int, lo: int, hi: int) -> int | None:
         """The smallest data-parallel degree in [lo, hi] on which (t, p) fits (ZeRO-3 over it;
         none at d = 1); None where none does. Memory falls as d grows."""
-        if lo > hi:
-            return None
+        bound = self.floor.first_d(t, p, self.usable)
+        if bound is None or max(lo, bound) > hi:
+            return None  # ruled out without planning (t, p)
+        lo = max(lo, bound)
         top = self.top(t, p)
         if top is None or top[1] > self.usable:
             return None
@@ -410,10 +428,9 @@ def train_layout(model: Model, job: Job, usable: int, level: OverheadLevel, over
         below = fewest_zero3(model, job, usable, level, overrides, memo)
     hi = MAX_GPUS if below is None else below - 1
     floor = _floor(model, job, level, overrides, memo)
-    states, _, over = floor
-    if usable <= over:
+    if usable <= floor.overhead:
         return None
-    lo = max(2, -(-states // (usable - over)))
+    lo = max(2, -(-floor.states // (usable - floor.overhead)))
     if lo > hi:
         return None
     tps, pps = _degrees(model, job, memo, train=True)
@@ -432,14 +449,8 @@ def train_layout(model: Model, job: Job, usable: int, level: OverheadLevel, over
         return True
 
     for t in sorted(tps, reverse=True):
-        if t == 1:
-            continue
-        d_hi = (best[0] - 1 if best else hi) // t
-        if d_hi < 1 or search.wider is not None and search.ruled_out(t, d_hi):
-            continue
-        visit(t, 1)
-        if search.wider is None:
-            search.wider = search.top(t, 1)
+        if t > 1:
+            visit(t, 1)
     for t in sorted(tps, reverse=True):
         for p in pps[1:]:
             unit = t * p
