@@ -269,3 +269,49 @@ def test_layout_flags_and_label():
     assert lay.flags(Job(model="llama-3.1-8b")) == (
         "--tp 8 --pp 2 --gpus 48 --zero 1 --sequence-parallel --micro-batches 2")
     assert lay.label() == "tp8 x pp2 x dp3, ZeRO-1"
+
+
+# ---- the pruned search against planning every layout -------------------------------------
+
+def _fewest_by_planning_everything(model, job: Job, usable: int, below: int | None):
+    """The fewest GPUs over every TP (divisor of the heads, <= 8) x PP (divisor of the layers,
+    <= 32) x DP layout on fewer than ``below`` GPUs, ZeRO-3 over DP: a bisection over DP per
+    pair (memory falls as DP grows), nothing ruled out by a bound."""
+    arch = model.architecture
+    hi = (below - 1) if below else 4096
+    best = None
+    for t in [t for t in range(1, 9) if arch.num_heads % t == 0]:
+        for p in [p for p in range(1, 33) if arch.num_layers % p == 0]:
+            if t * p == 1 or hi // (t * p) < 1:
+                continue
+
+            def fits(d, t=t, p=p):
+                lay = job.with_(tp=t, pp=p, gpus=t * p * d, zero=3 if d > 1 else 0,
+                                sequence_parallel=t > 1,
+                                micro_batches=max(p, job.grad_accum) if p > 1 else None)
+                return _fits(model, lay, usable)
+
+            top = hi // (t * p)
+            if not fits(top):
+                continue
+            lo = 1
+            while lo < top:
+                mid = (lo + top) // 2
+                lo, top = (lo, mid) if fits(mid) else (mid + 1, top)
+            n = t * p * lo
+            best = n if best is None else min(best, n)
+    return best
+
+
+@pytest.mark.parametrize("name,kw,gpu", [
+    ("llama-3.1-8b", {}, "T4"),
+    ("qwen2.5-7b", {"batch": 4}, "RTX-4090"),
+    ("mixtral-8x7b", {}, "L40S"),
+    ("llama-2-13b", {"checkpointing": "full", "batch": 8}, "A100-SXM-40GB"),
+])
+def test_the_search_finds_what_planning_every_layout_finds(name, kw, gpu):
+    m = load_model(name)
+    job = Job(model=m, mode="train", **kw)
+    v = gpuplan.plan(job, [gpu]).gpus[0]
+    want = _fewest_by_planning_everything(m, job, _usable(gpu), v.train_min_gpus)
+    assert (v.train_layout.gpus if v.train_layout else None) == want
