@@ -162,8 +162,9 @@ def _total(fn, model: Model, job: Job, level: OverheadLevel, overrides) -> int |
 def fewest_zero3(model: Model, job: Job, usable: int, level: OverheadLevel, overrides=None,
                  memo: dict | None = None) -> int | None:
     """Smallest N with ZeRO-3 over N GPUs such that one GPU's peak fits (None: none up to
-    :data:`MAX_GPUS`). Per-GPU memory falls as N grows (for N >= 2), so a bisection over
-    [2, MAX_GPUS] finds it. ``memo`` shares the per-N totals between the GPUs of one plan."""
+    :data:`MAX_GPUS`). Per-GPU memory falls as N grows (for N >= 2), so a search from the
+    bound of :class:`_Floor` (galloping up, then bisecting) finds it. ``memo`` keeps the per-N
+    totals for the job (:func:`shared_memo`)."""
     memo = {} if memo is None else memo
     # under a parallel layout N counts in whole model replicas (tp x pp x cp GPUs each), and
     # dp x cp must hold the expert-parallel group
@@ -184,16 +185,20 @@ def fewest_zero3(model: Model, job: Job, usable: int, level: OverheadLevel, over
         return None
     if fits(1):
         return unit
-    if top < 2 or not fits(top):
+    lo = 2
+    if unit == 1:  # the bounds of _Floor: a ZeRO-3 rank holds the whole step's activations
+        lo = _Floor.of(model, job, level, overrides, memo).first_zero3(usable)
+        if lo is None:
+            return None
+    if top < lo or not fits(top):
         return None
-    lo, hi = 2, top  # fits(hi) holds
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo * unit
+    bad, k, step = lo - 1, lo, 1  # fits(top) holds; gallop up from the bound, then bisect
+    while not fits(k):
+        bad, k, step = k, min(top, k + step), step * 2
+    while k - bad > 1:
+        mid = (bad + k) // 2
+        bad, k = (bad, mid) if fits(mid) else (mid, k)
+    return k * unit
 
 
 def fewest_tp(model: Model, job: Job, usable: int, level: OverheadLevel, overrides=None,
@@ -284,6 +289,18 @@ class _Floor:
     overhead: int
     step: int
     layers: int
+
+    @staticmethod
+    def of(model: Model, job: Job, level: OverheadLevel, overrides, memo: dict) -> "_Floor":
+        return _floor(model, job, level, overrides, memo)
+
+    def first_zero3(self, usable: int) -> int | None:
+        """The fewest GPUs (>= 2) ZeRO-3 alone could fit on: each rank holds the whole step's
+        activations, 1/N of the states, and the overhead (None: not on any number)."""
+        room = usable - self.overhead
+        if room <= 0 or self.step >= room:
+            return None
+        return max(2, -(-self.states // room), -(-self.sharded // (room - self.step)))
 
     def first_d(self, t: int, p: int, usable: int) -> int | None:
         """The smallest data-parallel degree the bound allows for (t, p) (None: none)."""
