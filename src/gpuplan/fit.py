@@ -8,7 +8,6 @@ seed's ratio of training to inference memory).
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Literal
 
@@ -18,18 +17,14 @@ from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import Job
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
 from .models import Model, load_model
+from .memory.fewest import (MAX_GPUS, LayoutFit, fewest_tp, fewest_zero3, infer_layout,
+                            shared_memo, train_layout)
 from .memory.overhead import OverheadLevel, check_overrides
 
 if TYPE_CHECKING:  # pragma: no cover
     from .solver import Suggestion, Suggestions
 
 __all__ = ["GpuVerdict", "Plan", "plan", "resolve_model", "resolve_gpus", "MAX_GPUS"]
-
-#: Largest GPU count the "how many GPUs" search considers.
-MAX_GPUS = 4096
-
-#: Tensor-parallel degrees tried for inference (within and across nodes).
-_TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 
 Verdict = Literal["fits", "tight", "does not fit"]
 
@@ -54,6 +49,13 @@ class GpuVerdict:
     infer_headroom_bytes: int | None = None
     infer_min_gpus: int | None = None
     """Smallest tensor-parallel degree of this GPU that serves the job (None: none up to 64)."""
+    train_layout: LayoutFit | None = None
+    """The fewest of this GPU that train the job under a TP x PP layout (ZeRO over its
+    data-parallel group), where that is fewer than ZeRO-3 alone; None elsewhere
+    (:func:`gpuplan.memory.fewest.train_layout`)."""
+    infer_layout: LayoutFit | None = None
+    """Where TP within one node does not serve the job: the fewest of this GPU with TP within a
+    node and pipeline stages across nodes; None elsewhere."""
     train_max_batch: int | None = None
     """``--max-batch``: the largest micro-batch that fits on one of this GPU (0: not even 1)."""
     infer_max_batch: int | None = None
@@ -76,6 +78,10 @@ class GpuVerdict:
             "train_min_gpus_zero3": self.train_min_gpus,
             "infer_min_gpus_tensor_parallel": self.infer_min_gpus,
         }
+        for mode in ("train", "infer"):
+            lay = getattr(self, f"{mode}_layout")
+            d[f"{mode}_min_gpus_layout"] = lay.gpus if lay is not None else None
+            d[f"{mode}_layout"] = lay.to_dict() if lay is not None else None
         for key in ("train_max_batch", "infer_max_batch", "train_max_seq", "infer_max_seq"):
             v = getattr(self, key)
             if v is not None:
@@ -201,62 +207,18 @@ def _verdict(total_expected: int, total_high: int, usable: int) -> Verdict:
     return "fits" if total_high <= usable else "tight"
 
 
-def _min_train_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
-                    overrides=None, memo: dict | None = None) -> int | None:
-    """Smallest N with ZeRO-3 over N GPUs such that one GPU's peak fits. Per-GPU memory falls as
-    N grows (for N >= 2), so a binary search over [2, MAX_GPUS] finds it. ``memo`` shares the
-    per-N totals between the GPUs of one plan."""
-    memo = {} if memo is None else memo
-    # under a parallel layout N counts in whole model replicas (tp x pp x cp GPUs each), and
-    # dp x cp must hold the expert-parallel group
-    unit = job.tp * job.pp * job.cp * (job.ep // math.gcd(job.ep, job.cp))
-
-    def fits(k: int) -> bool:
-        n = k * unit
-        if n not in memo:
-            # the same job with valid values changed: no need to validate it again
-            memo[n] = train_memory(model, job._evolve(zero=3 if k > 1 else job.zero, gpus=n),
-                                   overhead_level=level,
-                                   overhead_overrides=overrides).total_bytes
-        return memo[n] <= usable
-
-    top = MAX_GPUS // unit
-    if top < 1:
-        return None
-    if fits(1):
-        return unit
-    if top < 2 or not fits(top):
-        return None
-    lo, hi = 2, top  # fits(hi) holds
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo * unit
-
-
-def _min_infer_gpus(model: Model, job: Job, usable: int, level: OverheadLevel,
-                    overrides=None, memo: dict | None = None) -> int | None:
-    memo = {} if memo is None else memo
-    layout = job.tp * job.pp * job.cp * job.ep > 1
-    for tp in _TP_DEGREES:
-        if tp not in memo:
-            if layout:  # the job's own layout with this TP degree: GPUs = tp x pp
-                try:
-                    memo[tp] = infer_memory(model, job.with_(tp=tp, gpus=tp * job.pp,
-                                                             sequence_parallel=False),
-                                            overhead_level=level,
-                                            overhead_overrides=overrides).total_bytes
-                except InputError:  # heads or widths do not split over this degree
-                    memo[tp] = None
-            else:
-                memo[tp] = infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
-                                        overhead_overrides=overrides).total_bytes
-        if memo[tp] is not None and memo[tp] <= usable:
-            return tp * (job.pp if layout else 1)
-    return None
+def _gpu_counts(model: Model, job: Job, mode: str, usable: int, level: OverheadLevel,
+                overrides, memo: dict) -> dict:
+    """The "how many of this GPU" answers of one mode: ZeRO-3 alone (training) or tensor
+    parallel alone (serving), and the TP x PP layout where it needs fewer GPUs (training) or
+    where TP within a node is not enough (serving) -- the searches the solver runs too."""
+    if mode == "train":
+        n = fewest_zero3(model, job, usable, level, overrides, memo)
+        return {"train_min_gpus": n, "train_layout": train_layout(
+            model, job, usable, level, overrides, memo, below=n)}
+    n = fewest_tp(model, job, usable, level, overrides, memo)
+    return {"infer_min_gpus": n, "infer_layout": infer_layout(
+        model, job, usable, level, overrides, memo, tp_gpus=n)}
 
 
 def _query(fn, *args, **kw) -> int:
@@ -309,8 +271,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
         mems["train"] = train_memory(model, job, **kw)
     if job.infers:
         mems["infer"] = infer_memory(model, job, **kw)
-    searches = {"train": _min_train_gpus, "infer": _min_infer_gpus}
-    memos: dict[str, dict] = {mode: {} for mode in mems}
+    memo = shared_memo(model, job, overhead_level, overhead_overrides) if mems else {}
     verdicts = []
     reports = []
     for gpu, note in resolved:
@@ -322,10 +283,10 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                 f"{mode}_fits": fits,
                 f"{mode}_verdict": _verdict(mem.total_bytes, _total_at(mem, "high"), usable),
                 f"{mode}_headroom_bytes": usable - mem.total_bytes,
-                f"{mode}_min_gpus": (searches[mode](model, job, usable, overhead_level,
-                                                   overhead_overrides, memos[mode])
-                                     if search_gpu_counts else None),
             })
+            if search_gpu_counts:
+                v.update(_gpu_counts(model, job, mode, usable, overhead_level,
+                                     overhead_overrides, memo))
             mjob = job.with_(mode=mode)
             if max_batch:
                 v[f"{mode}_max_batch"] = _query(_solver.max_batch, model, mjob, gpu, mode=mode,

@@ -28,6 +28,8 @@ from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import Job, default_seq, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
+from .memory.fewest import (LayoutFit, fewest_tp, fewest_zero3, infer_layout, shared_memo,
+                            train_layout)
 from .models import Model
 from .memory.overhead import OverheadLevel
 from .units import format_bytes
@@ -363,7 +365,9 @@ def _fewest_gpus(job: Job, zero: int, usable: int, planner: _Planner) -> int | N
 
 
 def _parallel_knobs(job: Job, gpu: GPU, planner: _Planner) -> list[tuple[Change, dict]]:
-    """More GPUs with each ZeRO stage from the job's up: the fewest that fit, never more."""
+    """More GPUs with each ZeRO stage from the job's up: the fewest that fit, never more; and
+    the TP x PP layout where it needs fewer GPUs than ZeRO-3 alone (the search behind ``fit``'s
+    layout column, so the two agree)."""
     par = []
     for z in (1, 2, 3):
         n = _fewest_gpus(job, z, gpu.memory_bytes, planner) if z >= job.zero else None
@@ -378,10 +382,37 @@ def _parallel_knobs(job: Job, gpu: GPU, planner: _Planner) -> list[tuple[Change,
                            cost=f"{n} GPUs instead of {job.gpus}; ZeRO-{z} {_ZERO_TEXT[z]}"
                                 + ("" if keep else "; the global batch grows")),
                     {"gpus": n, "zero": z, "grad_accum": new_ga}))
+    model, level, over = planner.model, planner.level, planner.overrides
+    memo = shared_memo(model, job, level, over)
+    n3 = fewest_zero3(model, job, gpu.memory_bytes, level, over, memo)
+    lay = train_layout(model, job, gpu.memory_bytes, level, over, memo, below=n3)
+    if lay is not None:
+        par.append(_layout_change(job, lay, f"ZeRO-3 alone needs {n3 or 'more than 4096'}"))
     return par
 
 
-def _infer_knobs(model: Model, job: Job, prompt: int, context: int) -> list[list[tuple[Change, dict]]]:
+def _layout_change(job: Job, lay: LayoutFit, alone: str) -> tuple[Change, dict]:
+    """A TP x PP layout as a change: its options, and what it costs."""
+    parts = [f"{lay.gpus} GPUs ({alone})"]
+    if lay.tp > 1:
+        parts.append(f"tensor parallel {lay.tp} within a node: all-reduces in every layer"
+                     + ("; sequence parallel" if lay.sequence_parallel else ""))
+    if lay.pp > 1:
+        parts.append(f"{lay.pp} pipeline stages" + (
+            f", {lay.micro_batches} micro-batches: a bubble of {lay.pp - 1}/{lay.micro_batches} "
+            "of the step (1F1B, Narayanan et al. 2021)" if lay.mode == "train"
+            else " across nodes: activations pass between stages"))
+    if lay.mode == "train" and lay.dp > 1:
+        parts.append(f"ZeRO-{lay.zero} over {lay.dp} data-parallel ranks"
+                     + ("" if lay.dp == job.gpus else "; the global batch changes"))
+    extra = {"_count": lay.gpus} if lay.mode == "infer" else {}
+    return (Change(knob="layout", value=(lay.gpus, lay.tp, lay.pp, lay.zero), tier=_HARDWARE,
+                   text=lay.flags(job), cost="; ".join(parts)),
+            {**lay.changes(), **extra})
+
+
+def _infer_knobs(model: Model, job: Job, prompt: int, context: int,
+                 layout: list) -> list[list[tuple[Change, dict]]]:
     groups: list[list[tuple[Change, dict]]] = []
     cur_bits = get_weight_format(job.infer_precision).bits
     fmts = []
@@ -430,8 +461,20 @@ def _infer_knobs(model: Model, job: Job, prompt: int, context: int) -> list[list
     groups.append([(Change(knob="tensor_parallel", value=n, tier=_HARDWARE,
                            text=f"tensor parallel over {n} GPUs",
                            cost=f"{n} GPUs; all-reduces in every layer"), {"_tp": n})
-                   for n in (2, 4, 8)])
+                   for n in (2, 4, 8)] + layout)
     return groups
+
+
+def _infer_layout_knob(model: Model, job: Job, gpu: GPU, planner: _Planner) -> list:
+    """The TP x PP serving layout where TP within one node is not enough (``fit``'s layout
+    column, the same search)."""
+    level, over = planner.level, planner.overrides
+    memo = shared_memo(model, job, level, over)
+    n = fewest_tp(model, job, gpu.memory_bytes, level, over, memo)
+    lay = infer_layout(model, job, gpu.memory_bytes, level, over, memo, tp_gpus=n)
+    if lay is None:
+        return []
+    return [_layout_change(job, lay, f"tensor parallel alone needs {n or 'more than 64'}")]
 
 
 def _gpu_alternatives(gpu: GPU) -> list[tuple[Change, dict]]:
@@ -507,11 +550,13 @@ class _Search:
         so far (only then is it scored). True when it fits."""
         self.candidates += 1
         kw: dict = {}
-        tp, target = 1, self.gpu
+        tp, target, count = 1, self.gpu, None
         for _, d, _ in combo:
             for k, v in d.items():
                 if k == "_tp":
                     tp = v
+                elif k == "_count":
+                    count = v
                 elif k == "_gpu":
                     target = v
                 else:
@@ -529,12 +574,14 @@ class _Search:
             return fits
         changes = tuple(c for c, _, _ in combo)
         train = self.mode == "train"
-        count = cand.gpus if train else tp
+        if count is None:
+            count = cand.gpus if train else tp
         s = Suggestion(mode=self.mode, changes=changes, job=cand, gpu=target.name,
                        gpu_count=count, peak_bytes=peak, usable_bytes=target.memory_bytes,
                        fits=fits, extra_compute=sum(c.extra_compute for c in changes),
                        tier=max(c.tier for c in changes),
-                       score=_score([t for _, _, t in combo], count - (job.gpus if train else 1)))
+                       score=_score([t for _, _, t in combo],
+                                    max(0, count - (job.gpus if train else 1))))
         if helps:
             self.found.append(s)
         else:
@@ -599,7 +646,8 @@ def _knob_groups(model: Model, job: Job, gpu: GPU, mode: Mode, planner: _Planner
         groups = _train_knobs(model, job, gpu, seq, planner) if not fits_already else \
             _train_knobs_software(model, job, gpu, seq)
     else:
-        groups = _infer_knobs(model, job, seq, job.context or seq)
+        layout = [] if fits_already else _infer_layout_knob(model, job, gpu, planner)
+        groups = _infer_knobs(model, job, seq, job.context or seq, layout)
     groups.append(_gpu_alternatives(gpu))
     if fits_already:
         groups = [[(c, d) for c, d in g if c.tier != _HARDWARE] for g in groups]

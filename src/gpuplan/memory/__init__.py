@@ -8,6 +8,8 @@ every other configuration is the same sum with different bytes.
 
 One module per concern; each imports only modules listed after it (arrows point down):
 
+* :mod:`.fewest` -- the fewest GPUs of one kind a job needs (ZeRO-3 alone, tensor parallel
+  alone, a TP x PP layout): the searches behind ``fit``'s GPU-count columns and the solver;
 * :mod:`.train`, :mod:`.infer` -- the plans: :func:`train_memory`, :func:`infer_memory`;
 * :mod:`.parallel` -- one rank of each pipeline stage of a TP/SP/PP/CP/EP layout;
 * :mod:`.results` -- :class:`Line`, :class:`TrainMemory`, :class:`InferMemory`;

@@ -96,6 +96,9 @@ def _verdict_table(p: Plan, units: ByteUnits):
         table.add_column("infer", justify="center")
         table.add_column("headroom", justify="right")
         table.add_column("TP GPUs", justify="right")
+    layouts = [m for m in ("train", "infer") if any(getattr(g, f"{m}_layout") for g in p.gpus)]
+    for m in layouts:
+        table.add_column(f"TP x PP ({m})", justify="right")
     queries = [k for k in ("train_max_batch", "train_max_seq", "infer_max_batch", "infer_max_seq")
                if any(getattr(g, k) is not None for g in p.gpus)]
     titles = {"train_max_batch": "max batch (train)", "train_max_seq": "max seq (train)",
@@ -114,10 +117,20 @@ def _verdict_table(p: Plan, units: ByteUnits):
             row += [f"[{style}]{g.infer_verdict}[/{style}]",
                     format_bytes(g.infer_headroom_bytes, units),
                     "> 64" if g.infer_min_gpus is None else str(g.infer_min_gpus)]
+        for m in layouts:
+            lay = getattr(g, f"{m}_layout")
+            row.append("-" if lay is None else f"{lay.gpus} ({lay.label()})")
         for k in queries:
             v = getattr(g, k)
             row.append("-" if v is None else ("none fits" if v == 0 else f"{v:,}"))
         table.add_row(*row)
+    if layouts:
+        table.caption = (
+            "TP x PP: the fewest of that GPU under a tensor x pipeline parallel layout -- TP "
+            "within a node (sequence parallel when training), pipeline stages, ZeRO over the "
+            "data-parallel rest -- shown for training where it is fewer than ZeRO-3 alone, for "
+            "serving where TP within one node is not enough; --suggest gives the options")
+        table.caption_justify = "left"
     return table
 
 

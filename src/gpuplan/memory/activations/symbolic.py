@@ -23,6 +23,7 @@ the planner (and the solver, thousands of times per second) only evaluates a few
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Iterable
 
 __all__ = ["Form", "ZERO", "BS", "BSS", "S", "SS", "B", "ONE", "Regime", "Graph", "Tensor",
@@ -49,7 +50,14 @@ class Form(tuple):
 
     def __mul__(self, k: int) -> "Form":  # type: ignore[override]
         a0, a1, a2, a3, a4, a5 = self
-        return tuple.__new__(Form, (a0 * k, a1 * k, a2 * k, a3 * k, a4 * k, a5 * k))
+        out = (a0 * k, a1 * k, a2 * k, a3 * k, a4 * k, a5 * k)
+        if k.__class__ is not int or a0.__class__ is not int:
+            # a sequence-parallel shard's rows (b*s/t): keep whole coefficients ints (the rows
+            # times a width divisible by t, and every zero), so that the replay adds ints
+            # (Fraction arithmetic is ~20x slower); the values are the same
+            out = tuple(c.numerator if c.__class__ is Fraction and c.denominator == 1 else c
+                        for c in out)
+        return tuple.__new__(Form, out)
 
     __rmul__ = __mul__
 
