@@ -317,7 +317,8 @@ def test_tutorial_output_is_current(workdir, monkeypatch):
     for p in tutorial_blocks():
         if p.measured:
             continue
-        rc, out, err = run(p.command)
+        with _recorded_cpu():
+            rc, out, err = run(p.command)
         if rc != 0:
             problems.append(f"$ {p.command}: exit {rc}: {err.strip()[-300:]}")
             continue
@@ -346,6 +347,15 @@ def test_tutorial_tells_the_seed_story():
 
 # -- rewriting the tutorial -----------------------------------------------------------------------
 
+def _recorded_cpu():
+    """The CPU the pasted outputs were made on (``flops matmul`` prints a row for the host's CPU):
+    the golden set's pinned CPU, so the tutorial reads the same on any machine."""
+    sys.path.insert(0, str(ROOT / "tests" / "golden"))
+    from record import recorded_cpu
+
+    return recorded_cpu()
+
+
 def update(path: Path = TUTORIAL) -> int:
     """Rewrite the output of every compared block with what the command prints now."""
     lines = path.read_text().splitlines()
@@ -353,7 +363,8 @@ def update(path: Path = TUTORIAL) -> int:
     for p in reversed(tutorial_blocks(path.read_text())):
         if p.measured:
             continue
-        rc, out, err = run(p.command)
+        with _recorded_cpu():
+            rc, out, err = run(p.command)
         if rc != 0:
             raise SystemExit(f"$ {p.command}: exit {rc}: {err}")
         new = [line.rstrip() for line in out.rstrip("\n").splitlines()]
