@@ -57,8 +57,10 @@ class StagePlan:
     """Parameters of the whole model."""
     notes: tuple[str, ...]
 
-    def buffers(self, backward: bool) -> int:
-        """Communication buffers alive at the forward (or backward) peak, bytes."""
+    def buffers(self, backward: bool, in_layers: bool = True) -> int:
+        """Communication buffers alive at the forward (or backward) peak, bytes. ``in_layers``
+        False: the peak is past the layers (the embedding's backward), where no ring-attention
+        K/V block or MoE all-to-all buffer is alive."""
         lay, arch = self.layout, self.model.architecture
         if arch is None or self.seq is None:
             return 0
@@ -68,6 +70,8 @@ class StagePlan:
         out = 0
         if lay.pp > 1:
             out += 2 * rows * h * regime.param
+        if not in_layers:
+            return out
         if lay.cp > 1:
             kv_block = 2 * b * s * arch.num_kv_heads * arch.head_dim * regime.compute
             out += (4 if backward else 2) * kv_block
@@ -84,7 +88,8 @@ class StagePlan:
             return act
         v = self.layout.chunks
         held = max(0, self.in_flight - v) * act.kept_bytes // v
-        fwd, bwd = self.buffers(False), self.buffers(True)
+        fwd = self.buffers(False)
+        bwd = self.buffers(True, in_layers=not act.backward_detail.startswith("end of backward"))
         summary = act.summary
         if self.layout.pp > 1:
             summary += (f"; {self.in_flight / v:g} micro-batches in flight "

@@ -275,6 +275,9 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
                            dropout=sp.attn_dropout, mask=mask)
     if o.sdpa_mask:
         return _sdpa_masked(c, t)
+    if (sp.kv < sp.heads and not g.r.autocast and g.r.param == 4
+            and o.model_code != "torchtune"):
+        return _math_sdpa_gqa(c, t.q, t.k, t.v)
     kv_heads = sp.kv
     if o.model_code == "torchtune" and sp.kv < sp.heads:
         # torchtune's MultiHeadAttention: k.unsqueeze(2).expand(...).flatten(1, 2) (and v):
@@ -325,6 +328,27 @@ def _math_sdpa_mqa(c: Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     out = g.matmul(probs, vf, BS * (heads * d), "attn_out", autocast=False)
     g.region = ""
     out = g.to(out, g.r.autocast or q.dt)
+    return g.contiguous(out, "attn_out.t")
+
+
+def _math_sdpa_gqa(c: Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """fp32 grouped-query attention through SDPA: flash takes only 16-bit inputs and the
+    memory-efficient kernel only equal head counts (``check_batch_size_and_num_heads_dense``
+    in ``sdp_utils.cpp``), so CUDA runs the math composite (``_scaled_dot_product_attention_
+    math`` in ``attention.cpp``) with ``enable_gqa``: q scaled, K and V repeated to every query
+    head, the scaled K transposed and copied for the batched matmul, the causal mask added in
+    place, the softmax saved; transformers then copies the output back to (b, s, heads, d)."""
+    g, sp = c.g, c.sp
+    heads, d = sp.heads, sp.d
+    g.region = "attn_core"
+    qs = g.scale(q, "q.math_scale")
+    kr = g.expand_copy(k, BS * (heads * d), "k.repeat_interleave")
+    vr = g.expand_copy(v, BS * (heads * d), "v.repeat_interleave")
+    kt = g.contiguous(g.scale(kr, "k.math_scale"), "k.math_t")
+    scores = g.matmul(qs, kt, BSS * heads, "scores", autocast=False)
+    probs = g.softmax(scores, dt=4, name="softmax")
+    out = g.matmul(probs, vr, BS * (heads * d), "attn_out", autocast=False)
+    g.region = ""
     return g.contiguous(out, "attn_out.t")
 
 

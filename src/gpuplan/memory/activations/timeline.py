@@ -15,7 +15,7 @@ from ...job import Job
 from ...models import Model
 from ..shape import seq_for
 from .profile import WHOLE, Shard, StepProfile, step_profile
-from .symbolic import LayerProfile
+from .symbolic import ZERO, LayerProfile
 
 __all__ = ["TrainActivations", "train_activations", "fmt_gb"]
 
@@ -270,6 +270,21 @@ def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_
         pg += r.n * r.param_grads
     peak.walk(E, act, tmp + flow, pg, "end of backward (embedding gradient)",
               accumulate_into=tied, held=shared, step=step(E))
+    if tied:
+        # The head's and the embedding's gradients of the tied weight meet in the weight's
+        # autograd InputBuffer and are summed out of place (the head's arrives as a transposed
+        # view, whose storage its base shares, so ``can_accumulate_inplace`` fails; measured with
+        # torch's profiler on real tensors: aten::add, not add_): both and their sum are alive.
+        # Accumulating, the head's gradient waited there since the head's backward.
+        ba, bt, _ = E.bwd_points_acc[-1] if E.bwd_points_acc else (ZERO, ZERO, ZERO)
+        if loop.in_backward:
+            grads, extra = round(shared * peak.scale), shared
+        elif accumulating:
+            grads, extra = peak.grads_before, 2 * shared
+        else:
+            grads, extra = round(pg * peak.scale), shared
+        peak._consider(act + ba(b, s), tmp + flow + bt(b, s) + extra, grads,
+                       "end of backward (tied embedding: its two gradients summed)")
     _, a, t, g, where = peak.best
     return a, t, g, where
 
