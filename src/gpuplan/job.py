@@ -18,7 +18,7 @@ from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "PP_SCHEDULES", "pp_chunks", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding", "PP_SCHEDULES", "pp_chunks", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
@@ -27,6 +27,9 @@ Checkpointing = Literal["none", "selective", "full"]
 Attention = Literal["eager", "sdpa"]
 Runtime = Literal["auto", "eager", "compile", "cudagraphs"]
 ModelCode = Literal["transformers", "torchtune"]
+#: Which engine shards the model states under ZeRO: DeepSpeed's ZeRO (the default) or PyTorch's
+#: FSDP2 (``fully_shard``); they hold different copies (docs/memory.md, "FSDP2").
+Sharding = Literal["deepspeed", "fsdp2"]
 #: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -78,7 +81,7 @@ def _choice(value: str, options: tuple[str, ...], what: str) -> str:
 #: :mod:`gpuplan.bounds`, and booleans: their types are checked before their values.
 _STR_FIELDS = ("mode", "precision", "infer_precision", "optimizer", "optimizer_states",
                "checkpointing", "attention", "prefill_logits", "runtime", "pp_schedule",
-               "model_code")
+               "model_code", "sharding")
 _OPT_STR_FIELDS = ("lora_base", "kv_dtype", "inter_node")
 #: Whole-number fields and their range in :data:`gpuplan.bounds.BOUNDS`.
 _INT_FIELDS = {"batch": "batch", "grad_accum": "grad_accum", "gpus": "gpus", "tp": "gpus",
@@ -241,6 +244,13 @@ class Job:
     inter_node: str | None = None
     """Link between nodes, per GPU (e.g. ib-400, roce-200, 100Gb/s); None = 400 Gb/s per GPU
     InfiniBand, stated in the output."""
+    sharding: Sharding = "deepspeed"
+    """The engine behind ``zero``: ``deepspeed`` (ZeRO: 16-bit weight shards beside an fp32
+    master copy under mixed precision; two wrapped units gathered at a time) or ``fsdp2``
+    (PyTorch's ``fully_shard`` per block and on the root, as torchtitan and torchtune wrap: the
+    fp32 shard is the master, the root unit stays gathered from forward into backward, gradients
+    are reduce-scattered per block). ZeRO-2/3 only for fsdp2 (FSDP2 has no optimizer-only
+    sharding)."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -270,6 +280,11 @@ class Job:
             raise InputError("--offload-optimizer with sgd: plain SGD has no state to offload")
         _choice(self.runtime, get_args(Runtime), "runtime")
         _choice(self.model_code, get_args(ModelCode), "model code")
+        _choice(self.sharding, get_args(Sharding), "sharding")
+        if self.sharding == "fsdp2" and self.zero == 1:
+            raise InputError("zero 1 with sharding fsdp2: FSDP2 shards parameters, gradients and "
+                             "optimizer states together; use --zero 2 (reshard_after_forward="
+                             "False) or 3, or --sharding deepspeed")
         if self.optimizer_in_backward and self.grad_accum > 1:
             raise InputError("--optimizer-in-backward with --grad-accum "
                              f"{self.grad_accum}: each step runs as its gradient is ready, so "

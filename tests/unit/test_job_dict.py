@@ -20,7 +20,7 @@ FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimiz
           "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none",
           "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
           "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "pp_schedule",
-          "micro_batches", "gpus_per_node", "inter_node"]
+          "micro_batches", "gpus_per_node", "inter_node", "sharding"]
 
 
 def cli_job(*argv: str) -> Job:
@@ -49,6 +49,7 @@ def test_to_dict_is_json_and_names_a_loaded_model():
     ("llama-3.1-8b", "--lora-rank", "16", "--lora-base", "nf4", "--lora-targets", "q_proj,v_proj"),
     ("gpt2", "--gpus", "8", "--zero", "3", "--offload-optimizer", "--grad-accum", "4",
      "--optimizer-states", "bf16", "--fused-optimizer", "--use-cache", "--attention", "eager"),
+    ("llama-3.1-8b", "--gpus", "8", "--zero", "3", "--sharding", "fsdp2"),
 ])
 def test_round_trip_equals_the_cli_job(argv):
     job = cli_job(*argv)

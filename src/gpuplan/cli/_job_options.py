@@ -63,6 +63,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "degree is gpus / (tp x pp x cp)", "N"),
     JobOption("--zero", "zero", "zero", "ZeRO stage over the data-parallel group: 0 (default, "
               "DDP), 1, 2, 3 (= FSDP full shard)", "0..3"),
+    JobOption("--sharding", "sharding", "str", "the engine behind --zero: deepspeed (default: "
+              "ZeRO, 16-bit shards + fp32 master) or fsdp2 (PyTorch fully_shard: the fp32 shard "
+              "is the master, the root unit stays gathered through backward); fsdp2 with --zero "
+              "2 or 3", "ENGINE"),
     JobOption("--offload-optimizer", "offload_optimizer", "flag", "keep master weights and "
               "optimizer states in host memory (ZeRO-Offload)"),
     JobOption("--lora-rank", "lora_rank", "int", "train LoRA adapters of rank R", "R"),

@@ -7,7 +7,9 @@ They do not depend on batch or sequence, so they are computed once per model and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from ..errors import UnsupportedError
 
 from ..formats import (
     BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
@@ -15,6 +17,7 @@ from ..formats import (
 )
 from ..job import Job
 from ..models import Model, ParamTensor
+from .fsdp import FsdpUnits, fsdp_units, shard_elements
 from .lora import lora_tensors
 from .optimizer import optimizer_step_temporaries, state_bytes
 
@@ -45,6 +48,9 @@ class States:
     notes: tuple[str, ...]
     paged: int = 0
     """Bytes of ``opt`` in CUDA managed memory (a bitsandbytes paged optimizer)."""
+    fsdp: FsdpUnits | None = None
+    """FSDP2's unit sizes (``sharding="fsdp2"``, ZeRO-2/3): the gathered parameters then vary
+    along the step (the timeline places them) and ``gathered`` is 0."""
 
 
 _STATES: dict[tuple, tuple[Model, States]] = {}
@@ -54,7 +60,7 @@ def train_states(model: Model, job: Job) -> States:
     """The model states of ``job`` on ``model``, computed once per model and job knobs."""
     key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
-           job.fused_optimizer)
+           job.fused_optimizer, job.sharding)
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -98,6 +104,8 @@ def _what_is_trained(model: Model, job: Job, recipe: TrainingRecipe) -> _Trained
 
 
 def _compute_states(model: Model, job: Job) -> States:
+    if job.sharding == "fsdp2" and job.zero >= 2:
+        return _fsdp2_states(model, job)
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
@@ -180,3 +188,42 @@ def _gathered_unit_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: 
     if lora and job.lora_base is not None:
         elem = 2  # quantized bases are gathered and dequantized to 16-bit
     return 2 * unit * elem
+
+
+def _fsdp2_states(model: Model, job: Job) -> States:
+    """FSDP2 (``fully_shard``) at rest: parameters, gradients and optimizer states sharded on
+    dim 0 over the ranks (:func:`~.fsdp.shard_elements`) in the parameters' original dtype --
+    fp32 under a mixed-precision recipe, where that shard is the master copy
+    (``MixedPrecisionPolicy`` casts it to the compute dtype only for the all-gather) and the
+    optimizer steps it directly: no 16-bit shard, no separate master, no fp32 gradient copy.
+    The gathered units are placed along the step by the timeline (:mod:`.fsdp`)."""
+    if (job.lora_rank is not None or job.offload_optimizer or job.optimizer_in_backward
+            or get_optimizer(job.optimizer).paged):
+        raise UnsupportedError("--sharding fsdp2 plans full fine-tuning with the optimizer "
+                               "stepped on the GPU after backward; LoRA, --offload-optimizer, "
+                               "--optimizer-in-backward and paged optimizers are planned with "
+                               "--sharding deepspeed")
+    recipe = get_recipe(job.precision)
+    opt = get_optimizer(job.optimizer)
+    state_b = state_bytes(recipe, job)
+    trainable = model.params.total
+    g = job.gpus
+    units = fsdp_units(model, recipe, gpus=g, zero=job.zero)
+    local = shard_elements(model, g)
+    opt_bytes, opt_note = optimizer_state_bytes(opt, model.tensors or None, trainable, state_b)
+    opt_bytes = -(-opt_bytes * local // trainable) if trainable else 0
+    # the optimizer steps the original-dtype shards: the recipe's step without a master copy
+    step_tmp, step_detail = optimizer_step_temporaries(
+        job, replace(recipe, master_bytes=0), opt, local, model)
+    notes = [f"FSDP2 over {g} ranks: {units.elem * 8}-bit parameter and gradient shards"
+             + (" (the fp32 shard is the master copy; 16-bit copies are gathered for compute)"
+                if recipe.master_bytes else "")
+             + f"; the root unit ({units.root:,} bytes gathered) stays unsharded from forward "
+             "into backward; reshard_after_forward="
+             + ("True" if units.reshard_after_forward else "False")]
+    if opt_note:
+        notes.append(opt_note)
+    return States(state_b=state_b, trainable=trainable, base=0, base_label="",
+                  weights_trainable=local * units.elem, grads=local * units.elem, master=0,
+                  opt=opt_bytes, host=0, gathered=0, step_tmp=step_tmp, step_detail=step_detail,
+                  notes=tuple(notes), fsdp=units)

@@ -36,7 +36,8 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
         st = train_states(model, job)
         # in-backward steps: one parameter's step temporaries at a time (per element stepped)
         per_elem = st.step_tmp / st.trainable if job.optimizer_in_backward and st.trainable else 0
-        act = train_activations(model, job, grad_bytes=st.grads, step_per_elem=per_elem)
+        act = train_activations(model, job, grad_bytes=st.grads, step_per_elem=per_elem,
+                                fsdp=st.fsdp)
         return _train_rank(model, job, st, act, **kw)
     results = [_train_rank(p.model, p.job, p.states, p.activations(), stage=p, **kw)
                for p in plans]
@@ -69,7 +70,7 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
         trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base + buffers,
         gradients_bytes=at_peak.gradients, master_weights_bytes=st.master,
         optimizer_bytes=st.opt, activations_bytes=at_peak.activations,
-        temporaries_bytes=at_peak.temporaries, gathered_params_bytes=st.gathered,
+        temporaries_bytes=at_peak.temporaries, gathered_params_bytes=at_peak.gathered,
         overhead_bytes=overhead.bytes, total_bytes=at_peak.total + overhead.bytes,
         peak_phase=peak_phase, host_bytes=st.host, overhead=overhead, paged_bytes=st.paged,
         lines=_train_lines(model, recipe, opt, st, act, at_peak, overhead, overhead_level,
@@ -97,11 +98,14 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
     if st.base:
         lines.append(Line(key="weights", label=st.base_label, bytes=st.base,
                           bytes_per_param=per_param(st.base)))
+    fsdp = st.fsdp
+    w_bits = (fsdp.elem if fsdp is not None else recipe.weight_bytes) * 8
+    g_bits = (fsdp.elem if fsdp is not None else recipe.grad_bytes) * 8
     lines += [
-        Line(key="weights", label=f"weights, {recipe.weight_bytes * 8}-bit"
-             + (" (adapters)" if st.base else ""),
+        Line(key="weights", label=f"weights, {w_bits}-bit"
+             + (" (adapters)" if st.base else "") + (" shards (FSDP2)" if fsdp else ""),
              bytes=st.weights_trainable, bytes_per_param=per_param(st.weights_trainable)),
-        Line(key="gradients", label=f"gradients, {recipe.grad_bytes * 8}-bit",
+        Line(key="gradients", label=f"gradients, {g_bits}-bit",
              bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
              at_peak=_gradients_at_peak(at_peak, st.grads, in_backward)),
         Line(key="master_weights", label="32-bit master copy of the weights", bytes=st.master,
@@ -116,6 +120,11 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
     if st.gathered:
         lines.append(Line(key="gathered_params", label="gathered ZeRO-3/FSDP units",
                           bytes=st.gathered, note="largest wrapped unit, current + prefetched"))
+    elif fsdp is not None and at_peak.gathered:
+        lines.append(Line(key="gathered_params", label="gathered FSDP2 units",
+                          bytes=at_peak.gathered, note="the root unit"
+                          + (" and the blocks gathered" if at_peak.gathered > fsdp.root else "")
+                          + f" at the {at_peak.phase} peak"))
     lines.append(Line(key="activations", label="activations", bytes=at_peak.activations,
                       note=act.summary, at_peak=_activations_at_peak(at_peak, act)))
     if at_peak.temporaries:
@@ -182,25 +191,29 @@ def _train_phases(job: Job, st: States, act: TrainActivations,
     states and the step's temporaries; the activations are gone by then."""
     grads = st.grads
     base = dict(weights=st.weights_trainable + st.base + buffers, master=st.master,
-                optimizer=st.opt,
-                gathered=st.gathered)
+                optimizer=st.opt)
+    # FSDP2: what is gathered depends on where the phase's peak is (the timeline places it);
+    # nothing is gathered in the optimizer step
+    fwd_g, bwd_g, step_g = ((act.forward_gathered, act.backward_gathered, 0)
+                            if st.fsdp is not None else (st.gathered,) * 3)
     accum = grads if job.grad_accum > 1 or not job.zero_grad_set_to_none else 0
     if job.optimizer_in_backward:
         # each parameter was stepped in the backward as its gradient was made, then freed:
         # no step of its own after it, no gradients left for one
         step = _Phase(gradients=0, activations=0, temporaries=0, phase="optimizer",
-                      detail="stepped in the backward", **base)
+                      detail="stepped in the backward", gathered=step_g, **base)
     else:
         step = _Phase(gradients=grads, activations=0, temporaries=st.step_tmp,
-                      detail=st.step_detail or "optimizer step", phase="optimizer", **base)
+                      detail=st.step_detail or "optimizer step", phase="optimizer",
+                      gathered=step_g, **base)
     return {
         "forward": _Phase(gradients=accum, activations=act.forward_peak,
                           temporaries=act.forward_temporaries, detail=act.forward_detail,
-                          phase="forward", **base),
+                          phase="forward", gathered=fwd_g, **base),
         "backward": _Phase(gradients=act.backward_grads if act.known else grads,
                            activations=act.backward_peak,
                            temporaries=act.backward_temporaries, detail=act.backward_detail,
-                           phase="backward", **base),
+                           phase="backward", gathered=bwd_g, **base),
         "optimizer": step,
     }
 
