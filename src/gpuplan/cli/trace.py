@@ -10,15 +10,16 @@ from ..errors import InputError
 from ..models import is_hub_id, load_model
 from ..report.trace import plot_timeline, render_trace, trace_json
 from ..trace import trace_step
-from ..trace.distributed import trace_sharded
+from ..trace.distributed import trace_sharded, trace_tensor_parallel
 from ._common import add_download_argument
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
 
 #: The job options a trace runs (one GPU's step of one model; with --gpus N --zero 2|3 one rank
-#: of an FSDP2 step over N ranks; no adapters yet).
+#: of an FSDP2 step over N ranks; with --tp T one rank of a DTensor tensor-parallel step; no
+#: adapters yet).
 TRACED_FIELDS = frozenset({"batch", "seq", "precision", "optimizer", "fused_optimizer",
-                           "checkpointing", "attention", "gpus", "zero"})
+                           "checkpointing", "attention", "gpus", "zero", "tp"})
 
 HELP = "run a model's real training or inference step under fake tensors and record its memory"
 
@@ -55,6 +56,17 @@ def _sharded(job, model, kw: dict, args: argparse.Namespace):
     return trace_sharded(model, gpus=job.gpus, zero=job.zero, **kw)
 
 
+def _tensor_parallel(job, model, kw: dict, args: argparse.Namespace):
+    """``--tp T``: rank 0 of a tensor-parallel step over T ranks (docs/trace.md)."""
+    if (job.mode != "train" or args.device not in (None, "cpu") or args.real or job.zero
+            or job.gpus != job.tp):
+        raise InputError(f"--tp {job.tp} traces a tensor-parallel training step over {job.tp} "
+                         "ranks under fake tensors; drop --zero, --gpus other than the TP "
+                         "degree, --mode infer, --device cuda and --real")
+    kw = {k: v for k, v in kw.items() if k not in ("real", "mode", "device")}
+    return trace_tensor_parallel(model, tp=job.tp, **kw)
+
+
 def run(args: argparse.Namespace) -> int:
     # torch first (the one-line install command when it is missing), before any argument work.
     require("torch", "transformers", feature="gpuplan trace")
@@ -66,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.real and args.device not in (None, "cpu"):
         raise InputError("--real runs the step on this machine's CPU; use it with --device cpu "
                          "(--device cuda always runs the step for real on the GPU)")
+    if getattr(args, "tp", None) is not None and getattr(args, "gpus", None) is None:
+        args.gpus = args.tp  # --tp T alone: T ranks of tensor parallelism
     job = job_options_to_job(args, args.model, command="trace", default_mode="train",
                              modes=("train", "infer"), supported=TRACED_FIELDS)
     impl = args.optimizer_impl or ("fused" if job.fused_optimizer else None)
@@ -80,8 +94,12 @@ def run(args: argparse.Namespace) -> int:
     model = args.model
     if args.download or is_hub_id(model):  # org/name: the Hugging Face cache (or --download)
         model = load_model(model, download=args.download)
-    result = _sharded(job, model, kw, args) if job.gpus > 1 or job.zero else \
-        trace_step(model, **kw)
+    if job.tp > 1:
+        result = _tensor_parallel(job, model, kw, args)
+    elif job.gpus > 1 or job.zero:
+        result = _sharded(job, model, kw, args)
+    else:
+        result = trace_step(model, **kw)
     if args.plot:
         plot_timeline(result, args.plot, units=args.units)
     if args.json:
