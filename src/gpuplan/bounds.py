@@ -30,8 +30,8 @@ fraction           0 .. < 1                     fragmentation, dropout
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from gpuplan._record import record
 from .errors import InputError, shown
 
 __all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS"]
@@ -44,7 +44,7 @@ MAX_DIGITS = 40
 MAX_ARG_CHARS = 4096
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Bound:
     """One accepted range: ``low <= value <= high`` (``low`` excluded when ``open_low``)."""
 

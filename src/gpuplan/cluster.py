@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from gpuplan._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.parallel import (
     Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_costs,
@@ -43,7 +44,7 @@ _MICRO = (1, 2, 4, 8)
 _SERVE_RUNTIME = "cudagraphs"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ClusterCandidate:
     """One layout tried: its time, and its memory when it was checked."""
 
@@ -69,7 +70,7 @@ class ClusterCandidate:
                 "time": self.timed.to_dict()}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ClusterPlan:
     """The result of :func:`cluster_search`."""
 

@@ -8,8 +8,9 @@ records tensors, not the CUDA context or the allocator's slack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from gpuplan._record import record
 from .memory.shape import seq_for
 from .fit import Plan
 from .job import Job
@@ -28,7 +29,7 @@ COMPARED_FIELDS = {
 _TRACEABLE_INFER = ("bf16", "fp16", "fp32")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TraceComparison:
     """The analytic and traced per-GPU bytes of one mode of a job."""
 

@@ -13,8 +13,9 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 
+from gpuplan._record import record
 from ._version import __version__
 from ._extras import extras_status, installed_version
 from .errors import GpuplanError
@@ -29,7 +30,7 @@ NVIDIA_SMI_TIMEOUT_S = 10
 _MIB = 1 << 20
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class SeenGPU:
     """A GPU this machine shows."""
 
@@ -42,7 +43,7 @@ class SeenGPU:
     """The catalog SKU with exactly this device name (``gpuplan gpus``), else None."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TorchInfo:
     """torch as this Python sees it (absent when not installed)."""
 
@@ -55,7 +56,7 @@ class TorchInfo:
     """Why torch could not be imported or queried, when it could not."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class BenchDbInfo:
     path: str
     exists: bool
@@ -66,7 +67,7 @@ class BenchDbInfo:
     error: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class DoctorReport:
     gpuplan: str
     python: str

@@ -8,9 +8,10 @@ seed's ratio of training to inference memory).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Iterable, Literal
 
+from gpuplan._record import record
 from .bounds import check_int
 from .errors import InputError, shown
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
@@ -29,7 +30,7 @@ __all__ = ["GpuVerdict", "Plan", "plan", "resolve_model", "resolve_gpus", "MAX_G
 Verdict = Literal["fits", "tight", "does not fit"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GpuVerdict:
     """How a job sits on one GPU model."""
 
@@ -91,7 +92,7 @@ class GpuVerdict:
         return d
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Plan:
     """Everything gpuplan knows about a job's memory, and a verdict per GPU."""
 

@@ -7,9 +7,9 @@ seed document's table (bytes per parameter per line item) and every figure can b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Literal
 
+from gpuplan._record import record
 from .errors import InputError, UnknownNameError
 from .models._ggml import ggml_tensor_bytes
 from .models._types import Architecture, ParamTensor
@@ -26,7 +26,7 @@ __all__ = [
 # Training precision recipes (DESIGN.md: "Precision recipes are named layouts, not one number")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TrainingRecipe:
     """Where each copy of the parameters lives during training, in bytes per parameter."""
 
@@ -107,7 +107,7 @@ def get_recipe(name: str) -> TrainingRecipe:
 # Optimizers
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OptimizerSpec:
     """An optimizer's persistent state, per parameter."""
 
@@ -261,7 +261,7 @@ def _ggml_bytes(gtype: str, shape: tuple[int, ...]) -> int:
     return math.prod(shape) // block * block_bytes
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class WeightFormat:
     """How weights are stored for inference."""
 

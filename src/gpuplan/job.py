@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
+from gpuplan._record import record
 from .bounds import MAX_ARG_CHARS, check_int, check_number
 from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
@@ -138,7 +139,7 @@ def _targets(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Job:
     """A training and/or inference job on one model."""
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from operator import attrgetter
 from typing import Literal
 
+from gpuplan._record import record
 from .compute import flops_breakdown
 from .errors import GpuplanError, InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
@@ -64,7 +65,7 @@ _FORMAT_TRADEOFF = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Change:
     """One knob turned."""
 
@@ -80,7 +81,7 @@ class Change:
     """Fraction of extra step FLOPs (recompute)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Suggestion:
     """A set of changes, re-planned: the job it makes, its peak, and what it costs."""
 
@@ -122,7 +123,7 @@ class Suggestion:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Suggestions:
     """The answer of :func:`suggest` for one GPU and one mode."""
 

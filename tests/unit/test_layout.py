@@ -29,7 +29,7 @@ LAYERS = [
     {"models", "hardware"},
     {"units", "_io", "_extras"},
     {"bounds"},
-    {"errors", "_version"},
+    {"errors", "_version", "_record"},
 ]
 SIDEWAYS = {
     ("cli", "web"): "`gpuplan serve` starts the web app",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
 
+from gpuplan._record import record
 from ..errors import InputError
 from ..job import Job
 from ..units import parse_positive_int
@@ -25,7 +25,7 @@ __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "gi
 GROUP_TITLE = "job options (the same in fit, speed, trace, flops model and profile)"
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class JobOption:
     flag: str
     """The option as typed (``--grad-accum``)."""

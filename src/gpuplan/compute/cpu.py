@@ -4,9 +4,9 @@ verdicts "does this job need a GPU?" (:func:`cpu_vs_gpu`) and "is this one matmu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpuplan._record import record
 from ..errors import UnsupportedError
 from ..hardware import GPU
 from ..hardware.cpu import CPU
@@ -41,7 +41,7 @@ INTERACTIVE_SPEEDUP = 10.0
 INTERACTIVE_LATENCY_S = 1.0
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CpuEstimate:
     """One step of a job on a CPU, in fp32 (the CPU side has fp32 peaks only), on one device: no
     host-to-device copy, no data parallelism."""
@@ -122,7 +122,7 @@ def estimate_cpu_speed(
 # A job: CPU against GPU
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CpuComparison:
     """The same job on this machine's CPU against the GPU, and a plain verdict."""
 
@@ -239,7 +239,7 @@ def _batch_verdict(gpu: str, speedup: float, cpu_step_s: float, gpu_step_s: floa
 # One matmul: CPU against GPU
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class MatmulComparison:
     """One matrix product on a GPU (its occupancy and time, copies included) and on this machine's
     CPU, and which is faster."""

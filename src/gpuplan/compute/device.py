@@ -4,10 +4,11 @@ numbers (``gpuplan bench``) when a stored run exists."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
+from gpuplan._record import record
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU, gpu_from_device_name
 
@@ -65,7 +66,7 @@ DEFAULT_BASIS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Device:
     """A device as the speed model sees it: peaks, bandwidth, parallelism, links."""
 
@@ -152,7 +153,7 @@ def device_from_cpu(cpu: CPU, *, memory_bandwidth: float | None = None) -> Devic
         peak_basis=cpu.peak_basis)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Efficiency:
     """The achievable fractions the step time uses, each with where it came from."""
 

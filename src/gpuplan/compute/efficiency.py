@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from gpuplan._record import record
 from .flops import Op
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Constant:
     value: float
     unit: str
@@ -229,7 +230,7 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OptimizerCost:
     """What one optimizer step moves and launches, per trainable element and per tensor."""
 
@@ -283,7 +284,7 @@ def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
                          python_loop=loop, **traffic)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RuntimeOverheads:
     """What a runtime costs per launched kernel, on the host and on the device."""
 

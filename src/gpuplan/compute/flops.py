@@ -22,9 +22,10 @@ Conventions (stated once, used everywhere):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal, get_args
 
+from gpuplan._record import record
 from ..bounds import BOUNDS
 from ..errors import InputError, shown
 from ..job import Attention, Checkpointing, Job, default_seq
@@ -71,7 +72,7 @@ def positive_int(value: object, what: str, maximum: int | None = None) -> int:
 # One matmul, exactly
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class MatmulCount:
     """Exact arithmetic of ``batch`` products of an M x K by a K x N matrix."""
 
@@ -131,7 +132,7 @@ def count_matmul(m: int, k: int, n: int, *, batch: int = 1, bias: bool = False) 
 # Operations of a step
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Op:
     """One operation of a step, ``count`` times (e.g. once per layer). Sizes are per instance."""
 
@@ -170,7 +171,7 @@ class Op:
         return self.flops / self.bytes if self.bytes else math.inf
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class StepShape:
     """What one pass processes: ``batch`` sequences of ``q_len`` new tokens attending to ``kv_len``
     keys each (prefill and training: q_len = kv_len = seq; decode: q_len = 1, kv_len = context)."""
@@ -184,7 +185,7 @@ class StepShape:
     train: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class _Bytes:
     act: int
     """Bytes of an activation element (2 for 16-bit compute, 4 for fp32)."""
@@ -662,7 +663,7 @@ def optimizer_op(n_params: int, *, state_bytes_total: float, grad_bytes: int, we
 # FLOPs by layer and by model
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class LayerFlops:
     """Forward FLOPs of one layer of a group of identical layers (counted convention)."""
 
@@ -682,7 +683,7 @@ class LayerFlops:
                 "attention_flops": self.attention_flops, "by_op": dict(self.by_op)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class FlopsBreakdown:
     """Counted (matmul) FLOPs of one step of ``batch`` sequences of ``seq`` tokens."""
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
+from gpuplan._record import record
 from ..bounds import check_int, check_number
 from ..errors import GpuplanWarning, InputError, printable, shown
 from ..hardware.cpu import detect_cpu, hostname
@@ -75,7 +75,7 @@ class BenchDatabaseError(InputError):
     """The bench database exists but cannot be read (one line: the path, the problem, the fix)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class MeasuredRun:
     """What the speed model takes from one stored run (all rates in base units)."""
 

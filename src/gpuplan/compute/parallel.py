@@ -34,9 +34,10 @@ achievable share ``Efficiency.comm`` of each link.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from gpuplan._record import record
 from ..errors import InputError
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, pp_chunks
@@ -53,7 +54,7 @@ __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "check_layout", "m
 BUCKET_BYTES = 25 * 1024 * 1024
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Layout:
     """The parallel layout of one training step, resolved."""
 
@@ -159,7 +160,7 @@ def shard_arch(arch: Architecture, tp: int) -> Architecture:
         tensors=())
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class MicroCost:
     """One micro-batch on one tensor-parallel rank, split into per-layer and the rest."""
 
@@ -237,7 +238,7 @@ def model_flops_per_token(arch: Architecture, device: Device, eff: Efficiency,
     return step.model_flops / seq
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class LayoutTime:
     """One training step under a layout, per GPU of the busiest stage; seconds."""
 
@@ -440,7 +441,7 @@ def _layout_notes(lay: Layout, topo: Topology) -> tuple[str, ...]:
     return tuple(notes)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ServeTime:
     """Serving under TP x PP (x DP replicas): one decode step and one prefill of a replica's
     batch; the stages run one after the other for a token (no micro-batch pipelining)."""

@@ -5,9 +5,10 @@ same job on this machine's CPU with a verdict."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
+from gpuplan._record import record
 from ..errors import InputError, UnsupportedError
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class SpeedEstimate:
     """How fast a job runs on a GPU, and why. Per-GPU figures unless named ``..._total``."""
 

@@ -8,10 +8,11 @@ machine's CPU) both build their steps here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from typing import Literal, Sequence
 
+from gpuplan._record import record
 from ..errors import InputError, UnsupportedError
 from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
@@ -37,7 +38,7 @@ KV_BYTES = KV_DTYPES
 _ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 2}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Phase:
     """One kind of step timed on one device: a training step, a prefill, a decode step, or a
     forward pass."""
@@ -191,7 +192,7 @@ class Phase:
 # Precision
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class PrecisionLayout:
     """Bytes per element as the step's kernels read and write them, and the matmul dtype."""
 
@@ -361,7 +362,7 @@ def _lora_params(arch: Architecture, rank: int) -> int:
     return arch.num_layers * rank * (2 * arch.hidden_size + nq + nkv)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class StepSpec:
     """What one step is, after the job, the model and the device are resolved."""
 

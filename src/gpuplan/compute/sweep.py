@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
+from gpuplan._record import record
 from ..errors import InputError
 from ..hardware import GPU
 from ..job import Job
@@ -15,7 +15,7 @@ from .speed import estimate_speed
 __all__ = ["SweepPoint", "BatchSweep", "batch_sweep"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class SweepPoint:
     batch: int
     step_time_s: float
@@ -30,7 +30,7 @@ class SweepPoint:
                 "mfu": self.mfu, "bound": self.bound}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class BatchSweep:
     """Throughput against batch size: where adding work stops paying."""
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Literal, Sequence
 
+from gpuplan._record import record
 from .device import Device, Efficiency
 from .efficiency import (
     GEMM_TILE, attention_fraction, constant, gemm_wave_efficiency, gemv_bandwidth_fraction,
@@ -47,7 +47,7 @@ def _finite(x: float) -> float | None:
 DEFAULT_TILE = (128, 128)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OpTime:
     """One op of a step on one device (times per instance unless ``total``)."""
 
@@ -166,7 +166,7 @@ def op_dtype_hint(device: Device, peak: float, eff: Efficiency) -> str:
     return next((d for d, v in device.peak_flops.items() if v == peak), "bf16")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RooflineClass:
     """The ops of one class summed over a step."""
 
@@ -216,7 +216,7 @@ def step_bound(times: Sequence[OpTime]) -> Bound:
 # Small work
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class SmallWork:
     """How much of a GPU one matmul's output can occupy."""
 
@@ -272,7 +272,7 @@ def small_work(m: int, n: int, gpu: GPU | Device, *, batch: int = 1,
                      wave_efficiency=tiles / (waves * sms))
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class MatmulTime:
     """One matmul on one device: compute, and end to end with the copies in and out."""
 
@@ -325,7 +325,7 @@ def time_matmul(mm: MatmulCount, device: Device, eff: Efficiency, dtype: str, *,
 # Host-to-device transfers
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TransferEstimate:
     """Copying each step's batch from host memory to the GPU."""
 
@@ -453,7 +453,7 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
     return name, gbps * 1e9
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ScalingRow:
     gpus: int
     step_time_s: float
@@ -472,7 +472,7 @@ class ScalingRow:
                 "tokens_per_s": self.tokens_per_s}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ScalingTable:
     """Data parallelism over 1..N GPUs: every GPU runs the same step, then gradients are summed."""
 
@@ -549,7 +549,7 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
 # Time and cost to train
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TrainingTime:
     work: float
     """Tokens (or samples) to process."""

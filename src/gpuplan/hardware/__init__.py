@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 import os
 from types import MappingProxyType
 from typing import Mapping
 
+from gpuplan._record import record
 from ..errors import InputError, UnknownNameError, UnsupportedError
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_positive_int
 
@@ -60,7 +61,7 @@ def pcie_bandwidth(gen: int, lanes: int) -> float:
     return gts * 1e9 * eff * lanes / 8
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GPU:
     """One exact GPU SKU. Bytes are bytes, rates are per second, FLOPs are dense."""
 

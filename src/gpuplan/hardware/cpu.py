@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Literal
+
+from gpuplan._record import record
 
 __all__ = [
     "CPU", "SimdKind", "FMA_UNITS_ASSUMED", "detect_cpu", "cpu_from_cpuinfo",
@@ -52,7 +53,7 @@ _ARM_IMPLEMENTERS = {"0x41": "Arm", "0x42": "Broadcom", "0x43": "Cavium", "0x46"
                      "0xc0": "Ampere"}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CPU:
     """One machine's CPU as the operating system reports it, with an estimated peak."""
 

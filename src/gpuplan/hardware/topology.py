@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from gpuplan._record import record
 from ..errors import InputError, UnsupportedError
 
 __all__ = ["Link", "Topology", "parse_inter_node", "topology_for", "collective_time",
@@ -53,7 +53,7 @@ _NET_KINDS = {"ib": "infiniband", "infiniband": "infiniband", "roce": "roce",
 _RATE_RE = re.compile(r"^([0-9]*\.?[0-9]+)\s*(gb/s|gbps|gbit/s|gbit|g)?$", re.IGNORECASE)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Link:
     """One kind of link, as one GPU sees it."""
 
@@ -70,7 +70,7 @@ class Link:
         return {"name": self.name, "kind": self.kind, "bandwidth": self.bandwidth}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Topology:
     """GPUs per node on ``intra``, nodes joined by ``inter``."""
 

@@ -22,11 +22,12 @@ import json
 import os
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
+from gpuplan._record import record
 from ..compute.measured import (
     BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, recover_hot_journal, skip_run,
 )
@@ -304,7 +305,7 @@ def save_run(run: BenchRun, db: str | os.PathLike | None = None) -> int:
     return run_id
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class SaveOutcome:
     """Where a new run was stored, or why it was not (what ``gpuplan bench`` says after a run)."""
 
@@ -441,7 +442,7 @@ def resolve_run(ref: str | int, db: str | os.PathLike | None = None) -> int:
     return ids[back]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Measured(MeasuredRun):
     """What the speed model needs from this machine's latest run: the speed model's
     :class:`~gpuplan.compute.measured.MeasuredRun` (its fields and accessors, defined once there),

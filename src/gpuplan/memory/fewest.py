@@ -40,9 +40,10 @@ The search stays cheap (``gpuplan.plan`` runs it for every GPU it lists):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from operator import attrgetter
 
+from gpuplan._record import record
 from ..errors import InputError
 from ..job import Job
 from ..models import Model
@@ -67,7 +68,7 @@ TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 MAX_STAGES = 32
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class LayoutFit:
     """A TP x PP (x ZeRO over DP) layout and its per-GPU peak, fullest rank."""
 
@@ -267,7 +268,7 @@ def _searchable(model: Model, job: Job) -> bool:
         and job.cp == 1 and job.ep == 1 and job.lora_rank is None
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Floor:
     """What bounds every layout of a job from below (no layout holds less on its fullest rank).
 

@@ -30,16 +30,16 @@ holds, from ``torch/distributed/fsdp/_fully_shard`` (torch 2.13):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 
+from gpuplan._record import record
 from ..formats import TrainingRecipe
 from ..models import Model
 
 __all__ = ["FsdpUnits", "fsdp_units", "unit_params", "last_params", "shard_elements"]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class FsdpUnits:
     """The sizes the FSDP2 schedule needs, in bytes of one rank."""
 

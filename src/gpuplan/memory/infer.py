@@ -4,8 +4,9 @@ the tensor-parallel group."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from gpuplan._record import record
 from ..errors import UnsupportedError
 from ..formats import get_weight_format, weights_bytes_in_format
 from ..job import Job
@@ -115,7 +116,7 @@ def _weights_note(fmt, model: Model, buffers: int) -> str:
     return note
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Phases:
     """Per GPU: the KV cache of the prompt and of the whole context, and the working sets of the
     prefill and of one decode step."""

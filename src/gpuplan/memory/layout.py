@@ -25,8 +25,9 @@ Conventions (each stated where a number depends on it):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from gpuplan._record import record
 from ..errors import InputError
 from ..job import Job, pp_chunks
 from ..models import Architecture, Model, ParamCounts, ParamTensor
@@ -45,7 +46,7 @@ _KV = frozenset({"k_proj", "v_proj", "key", "value"})
 _FUSED_QKV = frozenset({"query_key_value", "qkv_proj"})
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Layout:
     """The degrees of a job's parallel layout."""
 

@@ -7,9 +7,9 @@ of that figure; the planner uses the band named by ``level`` (default ``expected
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
+from gpuplan._record import record
 from ..bounds import check_number
 from ..errors import InputError, shown
 from ..units import MiB, parse_bytes
@@ -21,7 +21,7 @@ OverheadLevel = Literal["low", "expected", "high"]
 LEVELS = ("low", "expected", "high")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OverheadItem:
     name: str
     low: int
@@ -33,7 +33,7 @@ class OverheadItem:
         return getattr(self, level)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Overhead:
     """The overhead items of one job and the level used."""
 

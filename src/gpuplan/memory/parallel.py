@@ -19,8 +19,9 @@ layout's communication:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from gpuplan._record import record
 from ..job import Job
 from ..models import Model
 from .activations import TrainActivations, regime_for, train_activations
@@ -34,7 +35,7 @@ from .states import States, train_states
 __all__ = ["StagePlan", "stage_plans", "rank_job"]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class StagePlan:
     """One rank of one pipeline stage: what the single-GPU accounting runs on."""
 

@@ -3,14 +3,15 @@ memory of a training job (:class:`TrainMemory`) and of a serving job (:class:`In
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from gpuplan._record import record
 from .overhead import Overhead
 
 __all__ = ["Line", "TrainMemory", "InferMemory"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Line:
     """One row of the accounting table."""
 
@@ -26,7 +27,7 @@ class Line:
     figure is never read as a bug."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TrainMemory:
     """Per-GPU memory of a training job, at its peak."""
 
@@ -108,7 +109,7 @@ class TrainMemory:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class InferMemory:
     """Per-GPU memory of an inference job."""
 

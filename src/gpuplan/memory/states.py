@@ -7,8 +7,9 @@ They do not depend on batch or sequence, so they are computed once per model and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from gpuplan._record import record
 from ..errors import UnsupportedError
 
 from ..formats import (
@@ -29,7 +30,7 @@ def shard(nbytes: int, n: int) -> int:
     return -(-nbytes // n)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class States:
     """The batch-independent part of a training job's memory (cached per model and job knobs)."""
 
@@ -71,7 +72,7 @@ def train_states(model: Model, job: Job) -> States:
     return st
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Trained:
     """What is trained: the whole model, or LoRA adapters on a frozen base."""
 

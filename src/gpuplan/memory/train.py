@@ -6,8 +6,8 @@ The seed document's table comes out exactly (7B, mixed precision, Adam: 14 + 14 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from gpuplan._record import record
 from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
 from ..job import Job
 from ..models import Model
@@ -162,7 +162,7 @@ def _activations_at_peak(at_peak: _Phase, act: TrainActivations) -> str:
     return ""
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Phase:
     """What the GPU holds at the peak of one phase of the step."""
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
 from functools import cache
 import os
 
+from gpuplan._record import record
 from ..errors import ModelFileError, UnknownNameError
 from ._counts import count_params
 from ._families import HF_CLASSES, build_architecture
@@ -25,7 +25,7 @@ __all__ = ["CatalogEntry", "catalog_names", "catalog_entry", "catalog_config",
 _META = "_gpuplan"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CatalogEntry:
     """A catalog model's identity and provenance."""
 

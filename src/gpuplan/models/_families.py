@@ -32,9 +32,9 @@ not listed: the embedding is counted once, as ``embeddings``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
+from gpuplan._record import record
 from ..errors import ModelFileError
 from ..units import MAX_PARAMS
 from ._config import ConfigReader
@@ -166,7 +166,7 @@ _LLAMA_MAX_POS = {"llama": 2048, "mistral": 131072, "mixtral": 131072, "qwen2": 
                   "qwen2_moe": 32768, "gemma2": 8192, "phi3": 4096}
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Moe:
     """The MLP layout of a llama-style decoder (all zero / empty for a dense model)."""
 

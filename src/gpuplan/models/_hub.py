@@ -12,10 +12,10 @@ given.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from gpuplan._record import record
 from .._extras import require
 from ..errors import InputError
 from ._safetensors import DTYPE_BITS, HeaderTensor
@@ -71,7 +71,7 @@ def cached_repo_ids(h: ModuleType) -> list[str]:
     return sorted(r.repo_id for r in info.repos if r.repo_type == "model")
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Downloaded:
     """What ``--download`` brought: config.json (now in the cache) and the safetensors headers."""
 

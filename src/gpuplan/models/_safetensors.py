@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuplan._record import record
 from ..errors import MissingDependencyError, ModelFileError, printable, shown
 from ..units import MB
 from ._config import read_json_file
@@ -65,7 +66,7 @@ class HeaderTensor:
         return math.prod(self.shape)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class SafetensorsHeader:
     path: Path
     tensors: tuple[HeaderTensor, ...]

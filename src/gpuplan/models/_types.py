@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Mapping
 
+from gpuplan._record import record
+
 __all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "Architecture", "Model"]
 
 #: Components parameters are split into, in display order.
@@ -71,7 +73,7 @@ class ParamTensor:
         return "{i}" in self.name
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class ParamCounts:
     """Exact parameter counts, split by component."""
 
@@ -87,7 +89,7 @@ class ParamCounts:
         assert sum(self.by_component.values()) == self.total, "components must sum to the total"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Architecture:
     """A network's shape, from its config.json numbers. Only what analyses need is kept; the raw
     config is there for the rest."""
@@ -170,7 +172,7 @@ class Architecture:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Model:
     """What the planner plans for: a name, its parameter tensors, and its architecture if known."""
 

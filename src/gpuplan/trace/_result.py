@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Literal, Mapping
+
+from gpuplan._record import record
 
 Mode = Literal["train", "infer"]
 
@@ -13,7 +15,7 @@ TIMELINE_CATEGORIES = ("parameters", "buffers", "master_weights", "gradients", "
                        "kv_cache", "activations", "temporaries")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Emulation:
     """One CUDA behaviour the CPU trace reproduced (DESIGN.md, "emulate CUDA's dispatch")."""
 
@@ -27,7 +29,7 @@ class Emulation:
         return {"name": self.name, "count": self.count, "detail": self.detail}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Measurement:
     """A real run of the same step beside the trace."""
 
@@ -58,7 +60,7 @@ class Measurement:
                 "seconds": round(self.seconds, 3)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TraceResult:
     """What one traced step holds on a GPU, category by category, and where its peak is.
 

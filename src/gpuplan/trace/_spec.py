@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 from unittest import mock
 
+from gpuplan._record import record
 from .. import models
 from .._io import read_bounded
 from ..errors import InputError, ModelFileError, UnsupportedError
@@ -30,7 +31,7 @@ _DROP = ("auto_map", "quantization_config", "transformers_version", "_name_or_pa
          "torch_dtype", "dtype", "_attn_implementation", "attn_implementation")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ModelSource:
     """A resolved model spec."""
 

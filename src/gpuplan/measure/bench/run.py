@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator, get_args
 
+from gpuplan._record import record
 from ..._extras import require
 from ...errors import InputError, UnsupportedError
 from ...hardware.cpu import CPU, available_memory_bytes, detect_cpu
@@ -68,7 +69,7 @@ def no_cuda_reason(torch) -> str:
             "(torch.cuda.is_available() is False: no GPU, or no driver)")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class BenchConfig:
     """What ``gpuplan bench`` measures."""
 
@@ -249,7 +250,7 @@ _TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16
 
 # --- the plan --------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Case:
     dev: str
     what: str  # "matmul" | bandwidth kind | overhead kind

@@ -28,9 +28,10 @@ How one measurement runs
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from time import perf_counter
 from typing import Callable, Literal, Protocol, Sequence
+
+from gpuplan._record import record
 
 __all__ = ["Timing", "measure", "quantile", "TARGET_SPREAD"]
 
@@ -44,7 +45,7 @@ class _Event(Protocol):
     def elapsed_time(self, end: "_Event") -> float: ...
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Timing:
     """The result of one measurement. Times are seconds per call."""
 

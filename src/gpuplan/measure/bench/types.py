@@ -6,8 +6,10 @@ units (seconds, bytes, FLOP/s), never formatted strings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, Mapping
+
+from gpuplan._record import record
 
 __all__ = [
     "BenchDtype", "BANDWIDTH_KINDS", "OVERHEAD_KINDS", "GPUInfo", "Machine", "MatmulResult",
@@ -43,7 +45,7 @@ def matmul_flops(size: int) -> float:
     return 2.0 * size**3
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GPUInfo:
     """One CUDA device as torch reports it."""
 
@@ -61,7 +63,7 @@ class GPUInfo:
     """The catalog SKU the name matched, None when unknown."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Machine:
     """The fingerprint a run is stored under. ``key`` is what "this machine" matches on."""
 
@@ -90,7 +92,7 @@ class Machine:
     gpuplan: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class MatmulResult:
     """One N x N @ N x N matmul case on one device and dtype."""
 
@@ -142,7 +144,7 @@ class MatmulResult:
         return None if not self.peak_flops else 100.0 * self.achieved_flops / self.peak_flops
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class BandwidthResult:
     """One copy measurement."""
 
@@ -165,7 +167,7 @@ class BandwidthResult:
         return self.bytes_moved / self.median_s
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OverheadResult:
     """A fixed per-operation cost."""
 
@@ -177,7 +179,7 @@ class OverheadResult:
     noisy: bool
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Crossover:
     """CPU against one GPU for one dtype, size by size: where the GPU starts to win."""
 
@@ -232,7 +234,7 @@ def crossovers(matmul: tuple[MatmulResult, ...] | list[MatmulResult]) -> tuple[C
     return tuple(out)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class BenchRun:
     """Everything one ``gpuplan bench`` run measured."""
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Mapping, Sequence
 
+from gpuplan._record import record
 from ...errors import GpuplanError
 from ...units import format_bytes, format_rate, format_seconds
 from ..bench.timing import quantile
@@ -43,7 +44,7 @@ class NoStepsError(GpuplanError):
     """The profile holds no measured step (the loop never completed one after the warm-up)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RunInfo:
     """What the profiler knows about the run besides the steps."""
 

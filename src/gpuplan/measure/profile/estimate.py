@@ -20,9 +20,9 @@ import math
 import os
 import statistics
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
+from gpuplan._record import record
 from ... import compute
 from ...errors import GpuplanError, InputError, UnknownNameError
 from ...formats import TRAINING_RECIPES, WEIGHT_FORMATS
@@ -48,7 +48,7 @@ _OPTIMIZERS = {
 _REUSED_WEIGHT_MODULES = ("_ConvNd", "RNNBase")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class EstimateRequest:
     """What the user asked for, validated before anything runs."""
 
@@ -64,7 +64,7 @@ class EstimateRequest:
     """A training recipe or weight format; None: inferred from the run."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RunFacts:
     """What the run showed besides the measured steps."""
 
@@ -358,7 +358,7 @@ def estimate_step(report: ProfileReport, req: EstimateRequest, facts: RunFacts
                       "is unaffected -- please report this")
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Expected:
     """What the speed model expects of one step on the device the loop ran on."""
 

@@ -17,10 +17,10 @@ import os
 import runpy
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gpuplan._record import record
 from ...errors import InputError
 from . import Profiler
 from .analysis import NoStepsError
@@ -33,7 +33,7 @@ __all__ = ["ScriptRun", "ScriptProfile", "run_script", "collect", "check_script"
 Then = Literal["stop", "continue"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ScriptRun:
     """How a profiled script ended, and what was measured."""
 
@@ -156,7 +156,7 @@ def _run_as_main(script: Path, argv: list[str], prof: Profiler) -> tuple[str, in
     return status, code, tb
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ScriptProfile:
     """What ``gpuplan profile`` shows for one process once the script ran (and ranks gathered)."""
 

@@ -7,8 +7,10 @@ which is how rank 0 of a ``torchrun`` job assembles the other ranks' results.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, field, fields, replace
 from typing import Any, Literal, Mapping, get_args
+
+from gpuplan._record import record
 
 __all__ = [
     "PHASES", "COMPUTE_PHASES", "Phase", "Verdict", "Status", "SCHEMA",
@@ -29,7 +31,7 @@ Status = Literal["complete", "stopped", "error", "interrupted"]
 SCHEMA = "gpuplan.profile/1"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class StepRecord:
     """One measured step: from one batch fetch to the next (or, without a DataLoader, from one
     forward that follows an optimizer step to the next)."""
@@ -73,7 +75,7 @@ class StepRecord:
     the root module, e.g. a loss computed with torch.nn.functional (CUDA only)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class LoaderInfo:
     """The data source that fed the measured steps."""
 
@@ -86,7 +88,7 @@ class LoaderInfo:
     batch_size: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TransferInfo:
     """Device copies per measured step."""
 
@@ -101,7 +103,7 @@ class TransferInfo:
     """Bytes moved per second of attributed transfer time (None when no transfer time)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GpuInfo:
     """What the CUDA device did (from events and the caching allocator's statistics)."""
 
@@ -120,7 +122,7 @@ class GpuInfo:
     """Share of the step time in which forward/backward/optimizer were paced by the host."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RankSummary:
     """One rank's result in a distributed run."""
 
@@ -133,7 +135,7 @@ class RankSummary:
     status: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class EstimateInfo:
     """The estimated step time the measurement is compared with, and what it rests on.
 
@@ -213,7 +215,7 @@ class EstimateInfo:
     """What the estimate assumed or could not see, one sentence each."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ProfileReport:
     """What the training loop spent its time on, the verdict, and what to change.
 

@@ -3,10 +3,11 @@ each replayed once by :func:`~.symbolic.simulate` and cached per architecture an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
 
+from gpuplan._record import record
 from ...job import Job
 from ...models import Model
 from ..lora import DEFAULT_LORA_TARGETS
@@ -20,7 +21,7 @@ from .symbolic import BS, ZERO, Form, Graph, LayerProfile, Regime, simulate
 __all__ = ["StepProfile", "Shard", "step_profile", "layer_activation_bytes", "regime_for"]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Shard:
     """What one rank of a parallel layout runs of the step: the sequence split over the TP group
     (``sp``, Megatron sequence parallelism), ``1 / ep`` of the experts, and whether its pipeline
@@ -46,7 +47,7 @@ def regime_for(precision: str) -> Regime:
     return Regime(param=2, fp16=precision == "mixed-fp16")  # mixed-bf16, mixed-fp16, bf16
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class StepProfile:
     """A model's step as formulas in (b, s): blocks, in order, with their profiles."""
 

@@ -3,9 +3,9 @@ the model at once, replayed under ``torch.inference_mode()``) and one decode ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
+from gpuplan._record import record
 from ...job import Job
 from ...models import Architecture, Model
 from ..shape import seq_for
@@ -17,7 +17,7 @@ from .timeline import fmt_gb
 
 __all__ = ["InferActivations", "infer_activations"]
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class InferActivations:
     peak: int = 0
     """Working-set bytes at the inference peak (beyond weights and the KV cache)."""

@@ -4,8 +4,8 @@ pass branches on (:class:`Spec`), and the options of one job that change the for
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from gpuplan._record import record
 from ...errors import InputError
 from ...models import Architecture
 
@@ -21,7 +21,7 @@ GPT2_LIKE = ("gpt2", "gpt_bigcode")
 DECODER_ROPE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3")
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Spec:
     """One architecture's numbers, as the forward code below reads them (hashable: profiles are
     cached per spec)."""
@@ -113,7 +113,7 @@ def _spec(arch: Architecture) -> Spec:
     )
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Opts:
     """The options of one job that change what the forward records."""
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Iterable
 
+from gpuplan._record import record
+
 __all__ = ["Form", "ZERO", "BS", "BSS", "S", "SS", "B", "ONE", "Regime", "Graph", "Tensor",
            "LayerProfile", "simulate", "prune"]
 
@@ -80,7 +82,7 @@ B = Form(b=1)
 ONE = Form(one=1)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Regime:
     """How dtypes flow in a recipe: parameter bytes, and the autocast compute bytes (0 = none)."""
 

@@ -9,8 +9,8 @@ parameter gradients appearing as each block's backward produces them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from gpuplan._record import record
 from ...job import Job
 from ...models import Model
 from ..fsdp import FsdpUnits
@@ -21,7 +21,7 @@ from .symbolic import ZERO, LayerProfile
 __all__ = ["TrainActivations", "train_activations", "fmt_gb"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TrainActivations:
     """Activation-dependent memory of one training micro-step, at the phases of the timeline."""
 
@@ -52,7 +52,7 @@ class TrainActivations:
     backward_gathered: int = 0
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Loop:
     """What the training loop does around the model that moves the timeline."""
 
@@ -149,7 +149,7 @@ def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, a
         forward_gathered=fwd_gathered, backward_gathered=bwd_gathered)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Run:
     """A run of ``n`` identical layers, its sizes evaluated at one (b, s)."""
 

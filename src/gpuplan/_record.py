@@ -1,0 +1,165 @@
+"""``record``: a frozen dataclass, built with one ``exec`` instead of six.
+
+Every result and input type of gpuplan is a frozen dataclass, and there are about a hundred on
+the path of one ``gpuplan fit``. On Python 3.10-3.12, ``dataclasses.dataclass(frozen=True)``
+compiles ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and
+``__delattr__`` with one ``exec`` each; that was a fifth of the command's start-up (issue 10's
+start-up figure). Python 3.13 batches the six into one ``exec`` itself; this module does the
+same on the older versions and hands 3.13+ to the standard library unchanged.
+
+The class is a real dataclass: ``dataclasses`` collects its fields (``fields``, ``replace``,
+``asdict``, ``is_dataclass`` and ``__match_args__`` work as ever) and only the six methods come
+from here, generated from the same field attributes with the same semantics as 3.11's: equality
+on the tuple of ``compare`` fields of the same class, the hash of the ``hash``/``compare`` fields,
+``repr`` fields in the repr, ``FrozenInstanceError`` on assignment and deletion, defaults,
+default factories, ``init=False`` fields and ``__post_init__``. What this does not cover
+(``InitVar``, ``slots``, a frozen dataclass base) is handed to ``dataclasses`` whole.
+``tests/unit/test_record.py`` holds the two constructions equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from dataclasses import MISSING, FrozenInstanceError
+
+__all__ = ["record"]
+
+_BATCHED_BY_STDLIB = sys.version_info >= (3, 13)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    """Its ``__dataclass_params__`` (frozen, eq, repr, init) is what a record carries."""
+
+
+_FROZEN_PARAMS = _Frozen.__dataclass_params__
+
+
+class _Factory:
+    """The marker default of a parameter whose field has a default factory."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_HAS_FACTORY = _Factory()
+
+
+def record(cls=None, /, *, kw_only: bool = True):
+    """``@record`` is ``@dataclass(frozen=True, kw_only=True)``; ``@record(kw_only=False)`` is
+    ``@dataclass(frozen=True)``."""
+
+    def wrap(c):
+        return _build(c, kw_only)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _stdlib_only(cls) -> bool:
+    if _BATCHED_BY_STDLIB or "__slots__" in cls.__dict__:
+        return True
+    return any(getattr(b, "__dataclass_params__", None) is not None for b in cls.__mro__[1:])
+
+
+def _build(cls, kw_only: bool):
+    if _stdlib_only(cls):
+        return dataclasses.dataclass(cls, frozen=True, kw_only=kw_only)
+    own = set(cls.__dict__)
+    explicit_hash = "__hash__" in own and not (cls.__dict__["__hash__"] is None and "__eq__" in own)
+    documented = bool(cls.__dict__.get("__doc__"))
+    # dataclasses collects and checks the fields, generating no method
+    dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+    fields = list(cls.__dict__["__dataclass_fields__"].values())
+    if any(f._field_type is not dataclasses._FIELD for f in fields):  # an InitVar
+        for f in fields:
+            if f._field_type is dataclasses._FIELD and f.default is not MISSING:
+                setattr(cls, f.name, f.default)
+        del cls.__dataclass_fields__, cls.__dataclass_params__
+        return dataclasses.dataclass(cls, frozen=True, kw_only=kw_only)
+    source, env = _source(cls, fields)
+    # dont_inherit: this module's `from __future__ import annotations` must not reach the text
+    exec(compile(source, f"<record {cls.__qualname__}>", "exec", dont_inherit=True), env)  # noqa: S102
+    for name, fn in env["__make__"]().items():
+        if name in ("__setattr__", "__delattr__") and name in own:
+            raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
+        if (name in own and name != "__hash__") or (name == "__hash__" and explicit_hash):
+            continue  # the class's own method stays, as dataclasses leaves it
+        fn.__qualname__ = f"{cls.__qualname__}.{name}"
+        setattr(cls, name, fn)
+    cls.__dataclass_params__ = _FROZEN_PARAMS
+    if not documented:  # the signature as the doc, as dataclasses writes it
+        cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+    return cls
+
+
+def _params(fields, env: dict) -> str:
+    positional, keyword = [], []
+    for f in fields:
+        if not f.init:
+            continue
+        env[f"_t_{f.name}"] = f.type
+        if f.default is not MISSING:
+            env[f"_d_{f.name}"] = f.default
+            p = f"{f.name}: _t_{f.name} = _d_{f.name}"
+        elif f.default_factory is not MISSING:
+            p = f"{f.name}: _t_{f.name} = _HAS_FACTORY"
+        else:
+            p = f"{f.name}: _t_{f.name}"
+        (keyword if f.kw_only else positional).append(p)
+    return ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+
+
+def _init_lines(cls, fields, env: dict) -> list[str]:
+    lines = []
+    for f in fields:
+        if f.default_factory is not MISSING:
+            env[f"_f_{f.name}"] = f.default_factory
+            value = (f"_f_{f.name}() if {f.name} is _HAS_FACTORY else {f.name}" if f.init
+                     else f"_f_{f.name}()")
+        elif f.init:
+            value = f.name
+        else:
+            continue  # read from the class attribute, as dataclasses leaves it
+        lines.append(f"  _set(self, {f.name!r}, {value})")
+    if hasattr(cls, "__post_init__"):
+        lines.append("  self.__post_init__()")
+    return lines or ["  pass"]
+
+
+def _tuple(owner: str, names: list[str]) -> str:
+    return "(" + "".join(f"{owner}.{n}," for n in names) + ")"
+
+
+def _source(cls, fields) -> tuple[str, dict]:
+    env = {"_set": object.__setattr__, "_HAS_FACTORY": _HAS_FACTORY, "cls": cls,
+           "FrozenInstanceError": FrozenInstanceError}
+    names = [f.name for f in fields]
+    shown = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in fields if f.repr)
+    compared = [f.name for f in fields if f.compare]
+    hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
+    frozen = "(" + "".join(f"{n!r}," for n in names) + ")"
+    src = [
+        "def __make__():",
+        f" def __init__({_params(fields, env)}) -> None:", *_init_lines(cls, fields, env),
+        " def __repr__(self):",
+        f"  return self.__class__.__qualname__ + f\"({shown})\"",
+        " def __eq__(self, other):",
+        "  if other.__class__ is self.__class__:",
+        f"   return {_tuple('self', compared)} == {_tuple('other', compared)}",
+        "  return NotImplemented",
+        " def __hash__(self):",
+        f"  return hash({_tuple('self', hashed)})",
+        " def __setattr__(self, name, value):",
+        f"  if type(self) is cls or name in {frozen}:",
+        "   raise FrozenInstanceError(f'cannot assign to field {name!r}')",
+        "  super(cls, self).__setattr__(name, value)",
+        " def __delattr__(self, name):",
+        f"  if type(self) is cls or name in {frozen}:",
+        "   raise FrozenInstanceError(f'cannot delete field {name!r}')",
+        "  super(cls, self).__delattr__(name)",
+        " return {'__init__': __init__, '__repr__': __repr__, '__eq__': __eq__,",
+        "         '__hash__': __hash__, '__setattr__': __setattr__, '__delattr__': __delattr__}",
+    ]
+    return "\n".join(src) + "\n", env
