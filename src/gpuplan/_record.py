@@ -1,11 +1,13 @@
-"""``record``: a frozen dataclass, built with one ``exec`` instead of six.
+"""``record``: a frozen dataclass, built with one small ``exec`` instead of six.
 
 Every result and input type of gpuplan is a frozen dataclass, and there are about a hundred on
 the path of one ``gpuplan fit``. On Python 3.10-3.12, ``dataclasses.dataclass(frozen=True)``
 compiles ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and
 ``__delattr__`` with one ``exec`` each; that was a fifth of the command's start-up (issue 10's
 start-up figure). Python 3.13 batches the six into one ``exec`` itself; this module does the
-same on the older versions and hands 3.13+ to the standard library unchanged.
+better on the older versions -- only ``__init__`` (whose signature carries the defaults) is
+compiled; the other five are closures over the field names -- and hands 3.13+ to the standard
+library unchanged.
 
 The class is a real dataclass: ``dataclasses`` collects its fields (``fields``, ``replace``,
 ``asdict``, ``is_dataclass`` and ``__match_args__`` work as ever) and only the six methods come
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
+import reprlib
 import sys
 from dataclasses import MISSING, FrozenInstanceError
 
@@ -78,10 +82,7 @@ def _build(cls, kw_only: bool):
                 setattr(cls, f.name, f.default)
         del cls.__dataclass_fields__, cls.__dataclass_params__
         return dataclasses.dataclass(cls, frozen=True, kw_only=kw_only)
-    source, env = _source(cls, fields)
-    # dont_inherit: this module's `from __future__ import annotations` must not reach the text
-    exec(compile(source, f"<record {cls.__qualname__}>", "exec", dont_inherit=True), env)  # noqa: S102
-    for name, fn in env["__make__"]().items():
+    for name, fn in {"__init__": _init(cls, fields), **_methods(cls, fields)}.items():
         if name in ("__setattr__", "__delattr__") and name in own:
             raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
         if (name in own and name != "__hash__") or (name == "__hash__" and explicit_hash):
@@ -122,44 +123,63 @@ def _init_lines(cls, fields, env: dict) -> list[str]:
             value = f.name
         else:
             continue  # read from the class attribute, as dataclasses leaves it
-        lines.append(f"  _set(self, {f.name!r}, {value})")
+        lines.append(f" _set(self, {f.name!r}, {value})")
     if hasattr(cls, "__post_init__"):
-        lines.append("  self.__post_init__()")
-    return lines or ["  pass"]
+        lines.append(" self.__post_init__()")
+    return lines or [" pass"]
 
 
-def _tuple(owner: str, names: list[str]) -> str:
-    return "(" + "".join(f"{owner}.{n}," for n in names) + ")"
+def _getter(names: list[str]):
+    """``obj -> (obj.a, obj.b, ...)``, always a tuple (attrgetter of one name is not)."""
+    if not names:
+        return lambda obj: ()
+    if len(names) == 1:
+        one = operator.attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    return operator.attrgetter(*names)
 
 
-def _source(cls, fields) -> tuple[str, dict]:
-    env = {"_set": object.__setattr__, "_HAS_FACTORY": _HAS_FACTORY, "cls": cls,
-           "FrozenInstanceError": FrozenInstanceError}
-    names = [f.name for f in fields]
-    shown = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in fields if f.repr)
-    compared = [f.name for f in fields if f.compare]
-    hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
-    frozen = "(" + "".join(f"{n!r}," for n in names) + ")"
-    src = [
-        "def __make__():",
-        f" def __init__({_params(fields, env)}) -> None:", *_init_lines(cls, fields, env),
-        " def __repr__(self):",
-        f"  return self.__class__.__qualname__ + f\"({shown})\"",
-        " def __eq__(self, other):",
-        "  if other.__class__ is self.__class__:",
-        f"   return {_tuple('self', compared)} == {_tuple('other', compared)}",
-        "  return NotImplemented",
-        " def __hash__(self):",
-        f"  return hash({_tuple('self', hashed)})",
-        " def __setattr__(self, name, value):",
-        f"  if type(self) is cls or name in {frozen}:",
-        "   raise FrozenInstanceError(f'cannot assign to field {name!r}')",
-        "  super(cls, self).__setattr__(name, value)",
-        " def __delattr__(self, name):",
-        f"  if type(self) is cls or name in {frozen}:",
-        "   raise FrozenInstanceError(f'cannot delete field {name!r}')",
-        "  super(cls, self).__delattr__(name)",
-        " return {'__init__': __init__, '__repr__': __repr__, '__eq__': __eq__,",
-        "         '__hash__': __hash__, '__setattr__': __setattr__, '__delattr__': __delattr__}",
-    ]
-    return "\n".join(src) + "\n", env
+def _methods(cls, fields) -> dict:
+    """``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__`` as closures over
+    the field names: nothing to compile."""
+    shown = [f.name for f in fields if f.repr]
+    shown_values = _getter(shown)
+    compared = _getter([f.name for f in fields if f.compare])
+    hashed = _getter([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+    frozen = frozenset(f.name for f in fields)
+
+    def __repr__(self):
+        values = shown_values(self)
+        inner = ", ".join(f"{n}={v!r}" for n, v in zip(shown, values))
+        return f"{self.__class__.__qualname__}({inner})"
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return compared(self) == compared(other)
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(hashed(self))
+
+    def __setattr__(self, name, value):
+        if type(self) is cls or name in frozen:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if type(self) is cls or name in frozen:
+            raise FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    return {"__repr__": reprlib.recursive_repr()(__repr__), "__eq__": __eq__,
+            "__hash__": __hash__, "__setattr__": __setattr__, "__delattr__": __delattr__}
+
+
+def _init(cls, fields):
+    """The one compiled method: ``__init__``, whose signature carries the defaults."""
+    env = {"_set": object.__setattr__, "_HAS_FACTORY": _HAS_FACTORY}
+    source = "\n".join([f"def __init__({_params(fields, env)}) -> None:",
+                        *_init_lines(cls, fields, env)]) + "\n"
+    # dont_inherit: this module's `from __future__ import annotations` must not reach the text
+    exec(compile(source, f"<record {cls.__qualname__}>", "exec", dont_inherit=True), env)  # noqa: S102
+    return env["__init__"]
