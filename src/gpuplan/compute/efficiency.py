@@ -65,6 +65,12 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
                                  "fill less than one wave, cuBLAS/CUTLASS split the K loop over "
                                  "more CTAs (CUTLASS split-K and stream-K; Osama et al. 2023, "
                                  "'Stream-K'); slices kept at >= 2 K-blocks of 128"),
+    "matmul_volta_fp16": Constant(
+        0.664, "fraction of peak", "Markidis et al. 2018, 'NVIDIA Tensor Core Programmability, "
+        "Performance & Precision' (IPDPSW 2018, arXiv 1803.04014), abstract: cuBLAS GEMM on the "
+        "Tensor Cores 'can deliver up to 83 Tflops/s in mixed precision on a Tesla V100', of its "
+        "125 Tflops/s peak: 83 / 125. Replaces the matmul fraction for fp16 on Volta, as the "
+        "Ampere/Hopper best-shape 0.80 (device.DEFAULT_BASIS matmul_nvidia) does there"),
     # -- fused attention, share of the dense peak at long sequences ------------------------------
     "attn_fwd_ampere_d128": Constant(0.73, "fraction of peak", _FA2),
     "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
@@ -160,6 +166,20 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "launches nothing (pytorch PR #32194's operator micro-benchmark, split on CUDA), plus the "
         "driver and runtime launch, 4-6 us (NVIDIA, Getting Started with CUDA Graphs; the default "
         "launch overhead of device.DEFAULT_BASIS)"),
+    # -- fp16 loss scaling: the passes around the optimizer step ----------------------------------
+    "gradscaler_unscale_accesses": Constant(
+        2, "accesses per element of the fp32 gradients", "torch.amp.GradScaler.unscale_ "
+        "(torch/amp/grad_scaler.py _unscale_grads_): torch._amp_foreach_non_finite_check_and_"
+        "unscale_ multiplies every fp32 gradient by 1/scale in place and records inf/NaN -- one "
+        "multi-tensor pass that reads and writes each gradient, before the optimizer step"),
+    "fp16_master_extra_accesses": Constant(
+        3, "fp32 accesses per element", "fp16 weights with an fp32 master copy (apex amp O2, "
+        "apex/amp/_process_optimizer.py; Megatron-LM Float16OptimizerWithFloat16Params): the "
+        "fp16 gradients are unscaled into fp32 master gradients (multi_tensor_scale: read 2 B, "
+        "write 4 B), the step reads those fp32 gradients (4 B, not 2), and after it the master "
+        "weights are copied into the fp16 ones (_master_params_to_model_params / "
+        "_copy_main_params_to_model_params: read 4 B; the 2-B write is the step's): 2 + 4 + 2 + 4 "
+        "= 12 B = 3 fp32 accesses more than one fused pass"),
     # -- AMP ---------------------------------------------------------------------------------------
     "autocast_fp32_ops": Constant(
         2.0, "x bytes", "CUDA autocast runs softmax and layer_norm in fp32 (PyTorch AMP op "
