@@ -103,8 +103,7 @@ def _optimizer(job: dict) -> tuple[str, list[str]]:
         if key in o:
             return name, []
     if "LAMB" in o:
-        return "adamw", ["LAMB timed as AdamW (same two states; the trust ratio is a small "
-                         "extra reduction)"]
+        return "lamb", []
     return "adamw", []
 
 

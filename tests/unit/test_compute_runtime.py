@@ -190,3 +190,15 @@ def test_fp16_loss_scaling_passes():
         assert len(ls) == 1 and ls[0].bytes == pytest.approx(per * e.trainable_params, rel=1e-6)
     e = estimate_speed(m, A100, job.with_(precision="mixed-bf16"), measured=None)
     assert not [t for t in e.step.ops if t.op.name == "optimizer.loss_scaling"]
+
+
+def test_lamb_runs_apex_fused_lamb_passes():
+    """apex FusedLAMB: three l2norms and two stages -- 52 B per fp32 parameter (fused Adam: 28),
+    eight launches per multi-tensor group; memory as Adam (two states)."""
+    from gpuplan.compute.efficiency import optimizer_cost
+
+    c = optimizer_cost("plain", 2, "foreach", tensors=10, elements=1000, name="lamb")
+    per = 4 * (c.param_accesses + c.grad_reads + c.scratch_accesses + 2 * c.state_accesses)
+    assert per == 52 and c.kernels == 8 and not c.python_loop
+    a = optimizer_cost("plain", 2, "fused", tensors=10, elements=1000)
+    assert 4 * (a.param_accesses + a.grad_reads + a.scratch_accesses + 2 * a.state_accesses) == 28

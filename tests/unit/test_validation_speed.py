@@ -71,8 +71,8 @@ def test_holdout_error_reached(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 12's bar is not reached: holdout median |error| "
-                   "18.3%, worst 58.2%, 12 of 17 within 25%. The worst are NVIDIA DLE BERT-large "
-                   "on a V100: APEX-O2 fp16 1.31-1.58x and the 32G fp32 row 1.44x (the 32G table "
+                   "18.3%, worst 58.2%, 13 of 17 within 25%. The worst are NVIDIA DLE BERT-large "
+                   "on a V100: APEX-O2 fp16 fine-tuning 1.31-1.58x and the 32G fp32 row 1.44x (the 32G table "
                    "is averaged over an epoch, the 16G one over set iterations), then A100 bf16 "
                    "rows 1.18-1.26x optimistic (torchtune 3B eager, 3B LoRA, 70B LoRA), as the "
                    "calibrate split's llm-foundry rows are")

@@ -55,6 +55,12 @@ _ADAFACTOR = ("transformers.optimization.Adafactor.step, a per-parameter Python 
               "product, update.mul_(grad), _rms(update) / clip, clamp_, div_, mul_(lr), "
               "p.add_(-update): 24 kernels per matrix")
 
+_LAMB = ("apex.optimizers.FusedLAMB.step and csrc/multi_tensor_lamb.cu (NVIDIA DLE BERT's "
+         "optimizer): multi_tensor_l2norm of the gradients (global norm), multi_tensor_l2norm of "
+         "the weights, LAMBStage1 (reads gradient, weight, both moments; writes the moments and "
+         "the update into the gradient), multi_tensor_l2norm of the update, LAMBStage2 (reads "
+         "update and weight, writes the weight): 52 B per fp32 parameter vs fused Adam's 28")
+
 CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     # -- matmuls --------------------------------------------------------------------------------
     "gemm_tile_m": Constant(128, "rows", "CUTLASS/cuBLAS default tensor-op tile on Ampere/Hopper "
@@ -151,6 +157,17 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     "multi_tensor_max_elements": Constant(
         320 * 65536, "elements per launch", "same file: depth_to_max_blocks 320 x kChunkSize "
         "65536 elements"),
+    "lamb_param_accesses": Constant(
+        4, "accesses per element", _LAMB + ": the weight norm reads the weights, stage 1 reads "
+        "them (weight decay), stage 2 reads and writes them"),
+    "lamb_grad_reads": Constant(2, "accesses per element",
+                                _LAMB + ": the global gradient norm and stage 1"),
+    "lamb_scratch_accesses": Constant(
+        3, "fp32 accesses per element", _LAMB + ": stage 1 writes the update into the gradient's "
+        "buffer, the update norm reads it, stage 2 reads it"),
+    "lamb_kernels": Constant(
+        8, "kernels per launch group", _LAMB + ": three multi_tensor_l2norm (two kernels each: "
+        "per-chunk partial norms and the cleanup) and the two stages"),
     "adafactor_kernels": Constant(24, "kernels per tensor", _ADAFACTOR),
     "adafactor_param_accesses": Constant(3, "accesses per element",
                                          _ADAFACTOR + ": _rms(p) reads p; p.add_ reads and writes"),
@@ -268,13 +285,14 @@ class OptimizerCost:
 
 
 def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
-                   elements: int) -> OptimizerCost:
+                   elements: int, name: str = "") -> OptimizerCost:
     """The traffic and launches of one step of an optimizer of ``kind`` (``plain``, ``factored``,
     ``8bit``) with ``states`` full-size states over ``tensors`` tensors of ``elements`` in all.
 
     Adam and AdamW follow torch's code (:data:`CONSTANTS` ``opt_*``); transformers' Adafactor is a
     Python loop whatever ``impl`` says; bitsandbytes' 8-bit optimizers run one fused blockwise
-    kernel per tensor from a Python loop. Other optimizers are given one pass of traffic and one
+    kernel per tensor from a Python loop; LAMB (``name``) runs apex FusedLAMB's five multi-tensor
+    passes whatever ``impl`` says (torch has no LAMB). Other optimizers are given one pass of traffic and one
     kernel per state plus the update (their unfused sequences are not modeled)."""
     if impl not in OPTIMIZER_IMPLS:
         raise ValueError(f"optimizer implementation {impl!r}")
@@ -291,6 +309,11 @@ def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
                              python_loop=True)
     if kind == "8bit":
         return OptimizerCost(impl="for-loop", kernels=tensors, python_loop=True, **one_pass)
+    if name == "lamb":
+        return OptimizerCost(impl="fused", param_accesses=constant("lamb_param_accesses"),
+                             grad_reads=constant("lamb_grad_reads"), state_accesses=2.0,
+                             scratch_accesses=constant("lamb_scratch_accesses"),
+                             kernels=int(constant("lamb_kernels")) * groups, python_loop=False)
     if impl == "fused":
         return OptimizerCost(impl=impl, kernels=groups, python_loop=False, **one_pass)
     adam = states == 2

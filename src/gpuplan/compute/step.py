@@ -547,7 +547,8 @@ def _optimizer_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
     shard = spec.gpus if spec.zero >= 1 else 1  # ZeRO >= 1: each GPU updates its shard
     n = max(1, trainable // shard)
     impl = spec.optimizer_impl or ("foreach" if device.kind == "gpu" else "for-loop")
-    cost = optimizer_cost(opt.kind, opt.states, impl, tensors=n_tensors, elements=n)
+    cost = optimizer_cost(opt.kind, opt.states, impl, tensors=n_tensors, elements=n,
+                          name=opt.name)
     host = None
     if device.kind == "gpu" and spec.runtime != "cudagraphs":
         if cost.python_loop:
