@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from gpuplan.compute import estimate_speed
 from gpuplan.hardware import get_gpu
+from gpuplan.hardware.topology import Topology, topology_for
 from gpuplan.job import Job
 from gpuplan.models import load_model
 from gpuplan.models._types import Architecture
@@ -103,8 +105,7 @@ def _optimizer(job: dict) -> tuple[str, list[str]]:
         if key in o:
             return name, []
     if "LAMB" in o:
-        return "adamw", ["LAMB timed as AdamW (same two states; the trust ratio is a small "
-                         "extra reduction)"]
+        return "lamb", []
     return "adamw", []
 
 
@@ -218,16 +219,22 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     opt, n2 = _optimizer(j)
     notes += n1 + n2
     gpus = run["hardware"]["count"]
-    mb = j.get("micro_batch")
-    if mb is None:  # Narayanan/Megatron rows: global batch over the data-parallel GPUs
+    mb, accum = j.get("micro_batch"), j.get("grad_accum") or 1
+    zero = 3 if "fsdp" in str(j.get("zero") or "").lower() else 0
+    if mb is None and "Megatron-Core" in str(j.get("runtime")) and j.get("global_batch"):
+        # the README's benchmark command lines: --micro-batch-size 1 and the distributed optimizer
+        # (as tests/unit/test_published_layouts.py times the same rows)
+        mb, accum, zero = 1, j["global_batch"] // gpus, 1
+        notes.append(f"Megatron-Core README commands: micro-batch 1 x {accum} accumulated, "
+                     "distributed optimizer (ZeRO-1)")
+    elif mb is None:  # Narayanan rows: global batch over the data-parallel GPUs
         gb = j.get("global_batch")
         mb = max(1, (gb or gpus) // gpus)
         notes.append(f"micro-batch {mb} = global batch / data-parallel GPUs (not stated)")
-    zero = 3 if "fsdp" in str(j.get("zero") or "").lower() else 0
     if j.get("activation_offloading"):
         notes.append("activation offloading not modeled")
     return Job(model=run["model"]["name"], mode="train", precision=prec, optimizer=opt,
-               batch=mb, seq=j.get("seq") or 2048, grad_accum=j.get("grad_accum") or 1,
+               batch=mb, seq=j.get("seq") or 2048, grad_accum=accum,
                gpus=gpus, zero=zero, checkpointing=j.get("checkpointing") or "none",
                attention=_attention(run, notes),
                runtime=runtime, **_lora(j, notes))
@@ -268,11 +275,35 @@ def predict(run: dict) -> Row:
         value = est.tokens_per_s
     else:
         job = _train_job(run, runtime, notes)
-        link = "nvlink" if job.gpus > 1 else None
+        topo = _topology(run, gpu, notes)
+        link = "nvlink" if job.gpus > 1 and topo is None else None
         impl = _optimizer_impl(run, job.precision, notes)
-        est = estimate_speed(model, gpu, job, measured=None, link=link, optimizer_impl=impl)
+        est = estimate_speed(model, gpu, job, measured=None, link=link, optimizer_impl=impl,
+                             topology=topo)
         value = _train_value(est, unit, run)
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes))
+
+
+def _inter_node(stated: str | None, per_node: int) -> str | None:
+    """The network between nodes as gpuplan's ``inter_node`` reads it, from the run's stated
+    interconnect (None: not stated, the topology's 400 Gb/s InfiniBand per GPU default)."""
+    m = re.match(r"\s*(\d+)\s*Gbps RoCE between nodes", stated or "")
+    return f"roce-{int(m.group(1)) / per_node:g}" if m else None
+
+
+def _topology(run: dict, gpu, notes: list[str]) -> Topology | None:
+    """A run over more than one node: its data-parallel traffic crosses the network, so it is timed
+    on the node topology (the node's NVLink, the stated network between nodes)."""
+    h = run["hardware"]
+    per_node = h.get("gpus_per_node") or 8
+    if h["count"] <= per_node:
+        return None
+    inter = _inter_node(h.get("interconnect"), per_node)
+    topo = topology_for(gpu, gpus_per_node=per_node, inter_node=inter)
+    notes.append(f"{h['count'] // per_node} nodes of {per_node}: timed on the topology, "
+                 f"{topo.inter.name} per GPU between nodes"
+                 + (" (not stated: gpuplan's default)" if inter is None else ""))
+    return topo
 
 
 def _train_value(est, unit: str, run: dict) -> float:

@@ -139,6 +139,12 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
         OptimizerSpec(name="adamw", states=2, description="AdamW: first and second moments",
                       tradeoff="the reference",
                       source="Loshchilov & Hutter 2019; torch.optim.AdamW (exp_avg, exp_avg_sq)"),
+        OptimizerSpec(name="lamb", states=2,
+                      description="LAMB: Adam's two moments and a per-tensor trust ratio",
+                      tradeoff="as Adam in memory; more passes per step (norms of the weights "
+                               "and the update)",
+                      source="You et al. 2020 (arXiv 1904.00962); apex.optimizers.FusedLAMB "
+                             "(exp_avg, exp_avg_sq)"),
         OptimizerSpec(name="adafactor", states=0, kind="factored",
                       description="Adafactor without momentum: row and column second-moment "
                                   "factors for each matrix, full second moment for vectors",

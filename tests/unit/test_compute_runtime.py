@@ -128,7 +128,11 @@ def test_fp16_loss_scaling_exposes_the_optimizer_issue_time():
     rest = [t for t in e.ops if t.op.phase != "optimizer"]
     gap = constant("stream_gap_s")
     dev = [sum(t.total_s + t.op.kernels * t.op.count * gap for t in p) for p in (rest, opt)]
-    host_opt = sum(t.op.kernels * t.op.count for t in opt) * constant("eager_host_op_s")
+    # the Python loop's kernels, and the loss scaling's multi-tensor launches at their own cost
+    assert {t.op.name for t in opt} == {"optimizer.step", "optimizer.loss_scaling"}
+    host_opt = sum(t.op.kernels * t.op.count * t.op.host_s for t in opt)
+    assert [t.op.host_s for t in opt if t.op.name == "optimizer.step"] == [
+        constant("eager_host_op_s")]
     host_rest = e.host_time_s - host_opt
     assert e.time_s == pytest.approx(max(dev[0], host_rest) + max(dev[1], host_opt))
     assert e.time_s > max(e.device_time_s, e.host_time_s)
@@ -159,3 +163,42 @@ def test_eager_attention_scales_and_masks_and_hidden_dropout_is_a_kernel():
     llama = estimate_speed(load_model("llama-2-7b"), A100, Job(model="llama-2-7b", mode="train",
                            batch=1, seq=128), measured=None)
     assert not any(t.op.name.endswith(".dropout") for t in llama.step.ops)
+
+
+def test_volta_tensor_cores_run_at_their_published_share():
+    """Markidis et al. 2018: cuBLAS on V100's Tensor Cores reaches 83 of 125 TFLOP/s; fp32 and
+    other generations keep the best-shape default."""
+    from gpuplan.compute.device import default_efficiency, device_from_gpu
+
+    eff = default_efficiency(device_from_gpu(get_gpu("V100-SXM2-16GB")))
+    assert eff.matmul_fraction("fp16") == pytest.approx(83 / 125, abs=1e-3)
+    assert eff.matmul_fraction("fp32") == 0.80 and not eff.measured
+    assert "Markidis" in eff.basis["matmul_fp16"]
+    assert default_efficiency(device_from_gpu(A100)).matmul_fraction("fp16") == 0.80
+
+
+def test_fp16_loss_scaling_passes():
+    """fp16 weights + fp32 master (apex O2, Megatron): 12 B per trainable element around the step;
+    autocast + GradScaler: unscale_ reads and writes the fp32 gradients (8 B); bf16: none."""
+    m = load_model("bert-large-uncased")
+    v100 = get_gpu("V100-SXM2-16GB")
+    job = Job(model="bert-large-uncased", mode="train", batch=4, seq=384, attention="eager",
+              precision="mixed-fp16")
+    for prec, per in (("mixed-fp16", 12.0), ("amp-fp16", 8.0)):
+        e = estimate_speed(m, v100, job.with_(precision=prec), measured=None)
+        ls = [t.op for t in e.step.ops if t.op.name == "optimizer.loss_scaling"]
+        assert len(ls) == 1 and ls[0].bytes == pytest.approx(per * e.trainable_params, rel=1e-6)
+    e = estimate_speed(m, A100, job.with_(precision="mixed-bf16"), measured=None)
+    assert not [t for t in e.step.ops if t.op.name == "optimizer.loss_scaling"]
+
+
+def test_lamb_runs_apex_fused_lamb_passes():
+    """apex FusedLAMB: three l2norms and two stages -- 52 B per fp32 parameter (fused Adam: 28),
+    eight launches per multi-tensor group; memory as Adam (two states)."""
+    from gpuplan.compute.efficiency import optimizer_cost
+
+    c = optimizer_cost("plain", 2, "foreach", tensors=10, elements=1000, name="lamb")
+    per = 4 * (c.param_accesses + c.grad_reads + c.scratch_accesses + 2 * c.state_accesses)
+    assert per == 52 and c.kernels == 8 and not c.python_loop
+    a = optimizer_cost("plain", 2, "fused", tensors=10, elements=1000)
+    assert 4 * (a.param_accesses + a.grad_reads + a.scratch_accesses + 2 * a.state_accesses) == 28

@@ -62,19 +62,21 @@ def test_summary_by_hand(rows):
 
 def test_holdout_error_reached(rows):
     # what this model reaches on runs it was never fitted to (issue 12 measured 17% / 2.56x before;
-    # 18.3% / 82.1% now, benchmarks/validate_speed.md)
+    # 18.3% / 82.1% before Volta's Tensor Core share and fp16 loss scaling's passes; 18.3% / 58.2%
+    # now, benchmarks/validate_speed.md; timing multi-node runs on their topology moved Narayanan's
+    # 1.7B row 0.93 -> 0.89, not the summary)
     s = vs.summary(rows, "holdout")
     assert s["n"] >= 15
     assert s["median_abs_error"] <= 0.19
-    assert s["worst_abs_error"] <= 0.85
+    assert s["worst_abs_error"] <= 0.59
 
 
 @pytest.mark.xfail(strict=True, reason="issue 12's bar is not reached: holdout median |error| "
-                   "18.3%, worst 82.1%, 12 of 17 within 25%. The worst are NVIDIA DLE BERT-large "
-                   "APEX-O2 fp16 on a V100 (1.54-1.82x: the model's fp16 V100 step is ~1.5x "
-                   "shorter than measured, as in the calibrate split's HF fp16 rows, cause not "
-                   "found) and A100 bf16 rows 1.18-1.27x optimistic (torchtune 3B eager, 3B "
-                   "LoRA, 70B LoRA), as the calibrate split's llm-foundry rows are")
+                   "18.3%, worst 58.2%, 13 of 17 within 25%, 4 within 10%. The worst are NVIDIA DLE BERT-large "
+                   "on a V100: APEX-O2 fp16 fine-tuning 1.31-1.58x and the 32G fp32 row 1.44x (the 32G table "
+                   "is averaged over an epoch, the 16G one over set iterations), then A100 bf16 "
+                   "rows 1.18-1.26x optimistic (torchtune 3B eager, 3B LoRA, 70B LoRA), as the "
+                   "calibrate split's llm-foundry rows are")
 def test_holdout_meets_the_issue_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 from gpuplan._record import record
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU, gpu_from_device_name
+from .efficiency import CONSTANTS, constant
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hardware.cpu import CPU
@@ -215,10 +216,15 @@ def default_efficiency(device: Device) -> Efficiency:
     key = "matmul_nvidia" if vendor == "nvidia" else "matmul_amd" if vendor == "amd" \
         else "matmul_other"
     frac = {"matmul_nvidia": 0.80, "matmul_amd": 0.60, "matmul_other": 0.70}[key]
+    by_dtype, extra = {}, {}
+    if key == "matmul_nvidia" and device.architecture.lower() == "volta":
+        # Volta's Tensor Cores reach less of their peak than Ampere/Hopper's best shapes
+        by_dtype["fp16"] = constant("matmul_volta_fp16")
+        extra["matmul_fp16"] = "default: " + CONSTANTS["matmul_volta_fp16"].source
     return Efficiency(
         matmul=frac, attention=min(frac, 0.50), memory=0.85, launch_s=5e-6, pcie_pinned=0.80,
-        pcie_pageable=0.40, comm=0.80,
-        basis={"matmul": "default: " + DEFAULT_BASIS[key],
+        pcie_pageable=0.40, comm=0.80, matmul_by_dtype=MappingProxyType(by_dtype),
+        basis={**extra, "matmul": "default: " + DEFAULT_BASIS[key],
                "attention": "default: " + DEFAULT_BASIS["attention_gpu"],
                "memory": "default: " + DEFAULT_BASIS["memory_gpu"],
                "launch_s": "default: " + DEFAULT_BASIS["launch_gpu"],

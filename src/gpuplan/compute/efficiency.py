@@ -56,6 +56,12 @@ _ADAFACTOR = ("transformers.optimization.Adafactor.step, a per-parameter Python 
               "product, update.mul_(grad), _rms(update) / clip, clamp_, div_, mul_(lr), "
               "p.add_(-update): 24 kernels per matrix")
 
+_LAMB = ("apex.optimizers.FusedLAMB.step and csrc/multi_tensor_lamb.cu (NVIDIA DLE BERT's "
+         "optimizer): multi_tensor_l2norm of the gradients (global norm), multi_tensor_l2norm of "
+         "the weights, LAMBStage1 (reads gradient, weight, both moments; writes the moments and "
+         "the update into the gradient), multi_tensor_l2norm of the update, LAMBStage2 (reads "
+         "update and weight, writes the weight): 52 B per fp32 parameter vs fused Adam's 28")
+
 CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     # -- matmuls --------------------------------------------------------------------------------
     "gemm_tile_m": Constant(128, "rows", "CUTLASS/cuBLAS default tensor-op tile on Ampere/Hopper "
@@ -66,6 +72,12 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
                                  "fill less than one wave, cuBLAS/CUTLASS split the K loop over "
                                  "more CTAs (CUTLASS split-K and stream-K; Osama et al. 2023, "
                                  "'Stream-K'); slices kept at >= 2 K-blocks of 128"),
+    "matmul_volta_fp16": Constant(
+        0.664, "fraction of peak", "Markidis et al. 2018, 'NVIDIA Tensor Core Programmability, "
+        "Performance & Precision' (IPDPSW 2018, arXiv 1803.04014), abstract: cuBLAS GEMM on the "
+        "Tensor Cores 'can deliver up to 83 Tflops/s in mixed precision on a Tesla V100', of its "
+        "125 Tflops/s peak: 83 / 125. Replaces the matmul fraction for fp16 on Volta, as the "
+        "Ampere/Hopper best-shape 0.80 (device.DEFAULT_BASIS matmul_nvidia) does there"),
     # -- fused attention, share of the dense peak at long sequences ------------------------------
     "attn_fwd_ampere_d128": Constant(0.73, "fraction of peak", _FA2),
     "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
@@ -146,6 +158,17 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     "multi_tensor_max_elements": Constant(
         320 * 65536, "elements per launch", "same file: depth_to_max_blocks 320 x kChunkSize "
         "65536 elements"),
+    "lamb_param_accesses": Constant(
+        4, "accesses per element", _LAMB + ": the weight norm reads the weights, stage 1 reads "
+        "them (weight decay), stage 2 reads and writes them"),
+    "lamb_grad_reads": Constant(2, "accesses per element",
+                                _LAMB + ": the global gradient norm and stage 1"),
+    "lamb_scratch_accesses": Constant(
+        3, "fp32 accesses per element", _LAMB + ": stage 1 writes the update into the gradient's "
+        "buffer, the update norm reads it, stage 2 reads it"),
+    "lamb_kernels": Constant(
+        8, "kernels per launch group", _LAMB + ": three multi_tensor_l2norm (two kernels each: "
+        "per-chunk partial norms and the cleanup) and the two stages"),
     "adafactor_kernels": Constant(24, "kernels per tensor", _ADAFACTOR),
     "adafactor_param_accesses": Constant(3, "accesses per element",
                                          _ADAFACTOR + ": _rms(p) reads p; p.add_ reads and writes"),
@@ -161,6 +184,20 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "launches nothing (pytorch PR #32194's operator micro-benchmark, split on CUDA), plus the "
         "driver and runtime launch, 4-6 us (NVIDIA, Getting Started with CUDA Graphs; the default "
         "launch overhead of device.DEFAULT_BASIS)"),
+    # -- fp16 loss scaling: the passes around the optimizer step ----------------------------------
+    "gradscaler_unscale_accesses": Constant(
+        2, "accesses per element of the fp32 gradients", "torch.amp.GradScaler.unscale_ "
+        "(torch/amp/grad_scaler.py _unscale_grads_): torch._amp_foreach_non_finite_check_and_"
+        "unscale_ multiplies every fp32 gradient by 1/scale in place and records inf/NaN -- one "
+        "multi-tensor pass that reads and writes each gradient, before the optimizer step"),
+    "fp16_master_extra_accesses": Constant(
+        3, "fp32 accesses per element", "fp16 weights with an fp32 master copy (apex amp O2, "
+        "apex/amp/_process_optimizer.py; Megatron-LM Float16OptimizerWithFloat16Params): the "
+        "fp16 gradients are unscaled into fp32 master gradients (multi_tensor_scale: read 2 B, "
+        "write 4 B), the step reads those fp32 gradients (4 B, not 2), and after it the master "
+        "weights are copied into the fp16 ones (_master_params_to_model_params / "
+        "_copy_main_params_to_model_params: read 4 B; the 2-B write is the step's): 2 + 4 + 2 + 4 "
+        "= 12 B = 3 fp32 accesses more than one fused pass"),
     # -- AMP ---------------------------------------------------------------------------------------
     "autocast_fp32_ops": Constant(
         2.0, "x bytes", "CUDA autocast runs softmax and layer_norm in fp32 (PyTorch AMP op "
@@ -249,13 +286,14 @@ class OptimizerCost:
 
 
 def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
-                   elements: int) -> OptimizerCost:
+                   elements: int, name: str = "") -> OptimizerCost:
     """The traffic and launches of one step of an optimizer of ``kind`` (``plain``, ``factored``,
     ``8bit``) with ``states`` full-size states over ``tensors`` tensors of ``elements`` in all.
 
     Adam and AdamW follow torch's code (:data:`CONSTANTS` ``opt_*``); transformers' Adafactor is a
     Python loop whatever ``impl`` says; bitsandbytes' 8-bit optimizers run one fused blockwise
-    kernel per tensor from a Python loop. Other optimizers are given one pass of traffic and one
+    kernel per tensor from a Python loop; LAMB (``name``) runs apex FusedLAMB's five multi-tensor
+    passes whatever ``impl`` says (torch has no LAMB). Other optimizers are given one pass of traffic and one
     kernel per state plus the update (their unfused sequences are not modeled)."""
     if impl not in OPTIMIZER_IMPLS:
         raise ValueError(f"optimizer implementation {impl!r}")
@@ -272,6 +310,11 @@ def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
                              python_loop=True)
     if kind == "8bit":
         return OptimizerCost(impl="for-loop", kernels=tensors, python_loop=True, **one_pass)
+    if name == "lamb":
+        return OptimizerCost(impl="fused", param_accesses=constant("lamb_param_accesses"),
+                             grad_reads=constant("lamb_grad_reads"), state_accesses=2.0,
+                             scratch_accesses=constant("lamb_scratch_accesses"),
+                             kernels=int(constant("lamb_kernels")) * groups, python_loop=False)
     if impl == "fused":
         return OptimizerCost(impl=impl, kernels=groups, python_loop=False, **one_pass)
     adam = states == 2

@@ -499,12 +499,35 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         opt_tensors = tensors or None
         n_tensors = sum(t.count for t in tensors) if tensors else _tensor_count(fwd)
     ops.append(_optimizer_op(spec, prec, device, eff, trainable, opt_tensors, n_tensors))
+    if prec.dtype == "fp16" and device.kind == "gpu":
+        ops.append(_loss_scaling_op(spec, prec, trainable, n_tensors))
     # fp16 loss scaling reads its overflow flag on the host before the step (torch GradScaler
     # _maybe_opt_step: found_inf.item(); apex amp and Megatron likewise)
     sync = prec.dtype == "fp16" and device.kind == "gpu"
     return (_phase("train", ops, device, eff, prec.dtype, batch=spec.batch, q_len=spec.seq,
                    kv_len=spec.seq, micro_steps=spec.grad_accum, runtime=spec.runtime,
                    sync=sync), None, n_params, trainable)
+
+
+def _loss_scaling_op(spec: StepSpec, prec: PrecisionLayout, trainable: int,
+                     n_tensors: int) -> Op:
+    """fp16 loss scaling's passes around the optimizer step, over this GPU's share of the
+    trainable elements: GradScaler's in-place unscale of fp32 gradients (autocast), or the unscale
+    into fp32 master gradients and the master-to-fp16 copy of an fp16-weight recipe
+    (:data:`~.efficiency.CONSTANTS` ``gradscaler_unscale_accesses``,
+    ``fp16_master_extra_accesses``). Multi-tensor launches, one per group and pass."""
+    shard = spec.gpus if spec.zero >= 1 else 1
+    n = max(1, trainable // shard)
+    if prec.master:
+        nbytes, passes = constant("fp16_master_extra_accesses") * 4.0 * n, 2
+    else:
+        nbytes, passes = constant("gradscaler_unscale_accesses") * prec.grad * n, 1
+    groups = max(1, math.ceil(n_tensors / constant("multi_tensor_max_tensors")),
+                 math.ceil(n / constant("multi_tensor_max_elements")))
+    return Op(name="optimizer.loss_scaling", op_class="optimizer", kind="elementwise",
+              phase="optimizer", count=1, flops=float(n), counted_flops=0.0, bytes=float(nbytes),
+              parallel_work=n, kernels=passes * groups, group="optimizer",
+              host_s=constant("eager_host_bwd_s") if spec.runtime != "cudagraphs" else None)
 
 
 def _tensor_count(fwd: Sequence[Op]) -> int:
@@ -525,7 +548,8 @@ def _optimizer_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
     shard = spec.gpus if spec.zero >= 1 else 1  # ZeRO >= 1: each GPU updates its shard
     n = max(1, trainable // shard)
     impl = spec.optimizer_impl or ("foreach" if device.kind == "gpu" else "for-loop")
-    cost = optimizer_cost(opt.kind, opt.states, impl, tensors=n_tensors, elements=n)
+    cost = optimizer_cost(opt.kind, opt.states, impl, tensors=n_tensors, elements=n,
+                          name=opt.name)
     host = None
     if device.kind == "gpu" and spec.runtime != "cudagraphs":
         if cost.python_loop:
