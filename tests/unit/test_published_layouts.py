@@ -19,7 +19,7 @@ from gpuplan.compute import estimate_speed
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import topology_for
 from gpuplan.job import Job
-from gpuplan.models import load_model
+from gpuplan.models import load_model, model_from_config_bytes
 from gpuplan.models._types import Architecture
 
 RUNS = {r["id"]: r for r in json.loads(
@@ -134,6 +134,33 @@ def _model(run: dict):
     return _arch(run)
 
 
+def _memory_model(run: dict):
+    """The model with its tensors, which the memory plan needs: the catalog's, or the run's
+    shape written as the config.json of the transformers family it is -- OPT-175B as OPT
+    (ReLU, learned positions), the Megatron GPTs as GPT-2's layout (learned positions,
+    LayerNorm, GeLU). The head is untied unless the shape says tied, as ``_arch`` times it:
+    the Megatron-Core table's names count an untied head (1.7B = 1,753,862,144 parameters
+    untied, 1.49B tied), and an untied head is the larger plan where a source is silent.
+    BLOOM's ALiBi family is not one gpuplan reads: skipped."""
+    if run["model"].get("catalog"):
+        return load_model(run["model"]["catalog"])
+    s = run["model"]["shape"]
+    if s.get("position") == "alibi":
+        pytest.skip("BLOOM (ALiBi) is not among the families gpuplan reads from a config.json")
+    if s["mlp"] == "relu":
+        config = {"model_type": "opt", "hidden_size": s["hidden"], "word_embed_proj_dim": s["hidden"],
+                  "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
+                  "ffn_dim": s["ffn"], "vocab_size": s["vocab"], "max_position_embeddings": s["seq"],
+                  "do_layer_norm_before": True, "activation_function": "relu",
+                  "tie_word_embeddings": bool(s.get("tied_embeddings"))}
+    else:
+        config = {"model_type": "gpt2", "n_embd": s["hidden"], "n_layer": s["layers"],
+                  "n_head": s["heads"], "n_inner": s["ffn"], "vocab_size": s["vocab"],
+                  "n_positions": s["seq"], "activation_function": "gelu_new",
+                  "tie_word_embeddings": bool(s.get("tied_embeddings"))}
+    return model_from_config_bytes(json.dumps(config).encode(), name=run["model"]["name"])
+
+
 def _estimate(rid: str, fields: dict, overlap: bool):
     run = RUNS[rid]
     gpu = get_gpu(run["hardware"]["gpu"])
@@ -204,15 +231,28 @@ MEMORY_XFAIL = {
                  if c[0] in MEMORY_XFAIL else []) for c in CASES])
 def test_published_layout_fits_its_memory(rid, fields, kind, overlap):
     from gpuplan.memory import train_memory
-    from gpuplan.models import Model
 
     run = RUNS[rid]
-    model = _model(run)
-    if not isinstance(model, Model):
-        pytest.skip("shape-only model: the memory plan needs its tensors (catalog model)")
+    model = _memory_model(run)
     gpu = get_gpu(run["hardware"]["gpu"])
     job = Job(model=model, mode="train", gpus=run["hardware"]["count"],
               **{**fields, **MEMORY_FIELDS.get(rid, {})})
     mem = train_memory(model, job)
     assert mem.total_bytes <= gpu.memory_bytes, (
         f"{rid}: {mem.total_bytes / 1e9:.1f} GB planned, {gpu.memory_bytes / 1e9:.1f} GB on the GPU")
+
+
+@pytest.mark.parametrize("rid", [c[0] for c in CASES if not RUNS[c[0]]["model"].get("catalog")
+                                 and RUNS[c[0]]["model"]["shape"].get("position") != "alibi"])
+def test_memory_models_have_their_named_size(rid):
+    """The shape-built model of each run has the parameter count its name states (gpt-1.7b,
+    OPT-175B, gpt-1t ...) within 5% (names round: 1.75B and 1.77B are both "1.7b"; a tied head
+    would read 1.49B): the family, the untied head and the FFN width are right."""
+    import re
+
+    name = RUNS[rid]["model"]["name"]
+    size = re.search(r"(\d+(?:\.\d+)?)\s*([bt])\b", name, re.IGNORECASE)
+    assert size, name
+    named = float(size.group(1)) * (1e12 if size.group(2).lower() == "t" else 1e9)
+    got = _memory_model(RUNS[rid]).params.total
+    assert abs(got / named - 1) <= 0.05, f"{name}: {got:,} parameters"
