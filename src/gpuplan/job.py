@@ -91,7 +91,8 @@ _INT_FIELDS = {"batch": "batch", "grad_accum": "grad_accum", "gpus": "gpus", "tp
 _OPT_INT_FIELDS = {"seq": "seq", "context": "context", "lora_rank": "lora_rank",
                    "micro_batches": "grad_accum"}
 _BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel",
-                "optimizer_in_backward", "offload_activations")
+                "optimizer_in_backward", "offload_activations", "pp_embedding_part",
+                "pp_loss_part")
 
 #: Most LoRA target names one job takes.
 _MAX_LORA_TARGETS = 1000
@@ -238,6 +239,14 @@ class Job:
     """Megatron sequence parallelism over the TP group (norms and dropout sharded by sequence)."""
     pp_schedule: str = "1f1b"
     """Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per stage)."""
+    pp_embedding_part: bool = False
+    """The token embedding counts as one layer-equivalent part of the pipeline split, on the
+    first stage's first chunk (Megatron-LM's ``--account-for-embedding-in-pipeline-split``):
+    that chunk holds one transformer layer fewer (none when parts are one layer long). No effect
+    with pp 1."""
+    pp_loss_part: bool = False
+    """The final norm, output projection and loss count as one layer-equivalent part, on the
+    last stage's last chunk (Megatron-LM's ``--account-for-loss-in-pipeline-split``)."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8
