@@ -43,7 +43,7 @@ from typing import Any
 from gpuplan._record import record
 from ..errors import InputError
 from ..hardware.topology import Topology, collective_time
-from ..job import Job, pp_chunks
+from ..job import Job, part_layers, pp_chunks
 from ..models._types import Architecture
 from .device import Device, Efficiency
 from .flops import optimizer_op, recompute_ops
@@ -137,7 +137,6 @@ def check_layout(arch: Architecture | None, lay: Layout) -> None:
         raise InputError(f"tp {lay.tp}: {arch.name}'s {kv} KV heads neither divide nor are "
                          f"divided by it; use --tp {_nearest_divisors(kv, lay.tp)}")
     if lay.pp > 1 and (lay.embedding_part or lay.loss_part):
-        from ..memory.layout import part_layers  # (the split's own checks, one line each)
         part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
     elif arch.num_layers < lay.pp * lay.chunks:
         raise InputError(f"pp {lay.pp} x {lay.chunks} chunks: {arch.name} has only "
@@ -433,7 +432,6 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout) -> tuple[in
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part):
         n = math.ceil(arch.num_layers / lay.pp)
         return n, n * cost.layer_s + cost.other_s
-    from ..memory.layout import part_layers
     sizes = part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
     head_s = cost.other_s - cost.embedding_s
     best = (0, -1.0)

@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from gpuplan._record import record
 from ..errors import InputError
-from ..job import Job, pp_chunks
+from ..job import Job, part_layers, pp_chunks
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
@@ -214,38 +214,6 @@ def layout_notes(arch: Architecture | None, job: Job) -> tuple[str, ...]:
     if lay.ep > 1:
         notes.append("MoE routing dropless (no capacity factor), balanced over expert ranks")
     return tuple(notes)
-
-
-def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
-                loss: bool = False) -> tuple[int, ...]:
-    """Transformer layers of each of the ``pp * chunks`` pipeline parts, in model order (part
-    ``k`` is chunk ``k // pp`` of stage ``k % pp``). The units split are the layers, plus one for
-    the embedding before them (``embedding``) and one for the head and loss after them
-    (``loss``), as Megatron-LM's ``--account-for-{embedding,loss}-in-pipeline-split`` count them;
-    ``units // parts`` each, the first ``units % parts`` parts one unit longer (DeepSpeed's
-    ``partition_uniform``; Megatron refuses a split that does not divide). The embedding's unit is
-    the first part's first, the loss's the last part's last: those parts hold one layer fewer.
-
-    Raises :class:`InputError` when a part would hold nothing, or a stage no transformer layer."""
-    parts = pp * chunks
-    units = num_layers + (int(embedding) + int(loss) if pp > 1 else 0)
-    if parts > units:
-        what = f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
-        counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
-        raise InputError(f"{what}: {num_layers} layers{counted} are {units} parts of the "
-                         f"pipeline split, fewer than its {parts}; use --pp "
-                         f"{max(1, units // chunks)} or less")
-    base, extra = divmod(units, parts)
-    out = [base + (1 if k < extra else 0) for k in range(parts)]
-    if pp > 1:
-        out[0] -= int(embedding)
-        out[-1] -= int(loss)
-    empty = [s for s in range(pp) if not any(out[s::pp])]
-    if empty:
-        raise InputError(f"pp {pp}: stage {empty[0]} would hold only the "
-                         f"{'embedding' if empty[0] == 0 else 'head and loss'} and no "
-                         f"transformer layer ({num_layers} layers); use --pp {pp - 1} or less")
-    return tuple(out)
 
 
 def stage_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
