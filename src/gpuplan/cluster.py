@@ -203,7 +203,8 @@ def _job_of(c: _Ctx, lay: Layout, mode: str) -> Job:
         sequence_parallel=lay.sequence_parallel, pp_schedule=lay.schedule,
         micro_batches=lay.micro_batches if mode == "train" else None,
         grad_accum=lay.micro_batches if mode == "train" else 1, batch=lay.batch,
-        zero=lay.zero, checkpointing=lay.checkpointing)
+        zero=lay.zero, checkpointing=lay.checkpointing,
+        pp_embedding_part=False, pp_loss_part=False)  # (the search splits layers only)
 
 
 def _memory(c: _Ctx, lay: Layout, mode: str) -> tuple[int | None, str | None]:

@@ -19,7 +19,7 @@ from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding", "PP_SCHEDULES", "pp_chunks", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding", "PP_SCHEDULES", "pp_chunks", "part_layers", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
@@ -91,7 +91,8 @@ _INT_FIELDS = {"batch": "batch", "grad_accum": "grad_accum", "gpus": "gpus", "tp
 _OPT_INT_FIELDS = {"seq": "seq", "context": "context", "lora_rank": "lora_rank",
                    "micro_batches": "grad_accum"}
 _BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel",
-                "optimizer_in_backward", "offload_activations")
+                "optimizer_in_backward", "offload_activations", "pp_embedding_part",
+                "pp_loss_part")
 
 #: Most LoRA target names one job takes.
 _MAX_LORA_TARGETS = 1000
@@ -238,6 +239,14 @@ class Job:
     """Megatron sequence parallelism over the TP group (norms and dropout sharded by sequence)."""
     pp_schedule: str = "1f1b"
     """Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per stage)."""
+    pp_embedding_part: bool = False
+    """The token embedding counts as one layer-equivalent part of the pipeline split, on the
+    first stage's first chunk (Megatron-LM's ``--account-for-embedding-in-pipeline-split``):
+    that chunk holds one transformer layer fewer (none when parts are one layer long). No effect
+    with pp 1."""
+    pp_loss_part: bool = False
+    """The final norm, output projection and loss count as one layer-equivalent part, on the
+    last stage's last chunk (Megatron-LM's ``--account-for-loss-in-pipeline-split``)."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8
@@ -409,6 +418,38 @@ def pp_chunks(schedule: object) -> tuple[str, int]:
         raise InputError(f"pp schedule {schedule!r:.40}: interleaved needs its chunks per stage, "
                          "2 to 64, e.g. interleaved:2")
     return name, int(v)
+
+
+def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
+                loss: bool = False) -> tuple[int, ...]:
+    """Transformer layers of each of the ``pp * chunks`` pipeline parts, in model order (part
+    ``k`` is chunk ``k // pp`` of stage ``k % pp``). The units split are the layers, plus one for
+    the embedding before them (``embedding``) and one for the head and loss after them
+    (``loss``), as Megatron-LM's ``--account-for-{embedding,loss}-in-pipeline-split`` count them;
+    ``units // parts`` each, the first ``units % parts`` parts one unit longer (DeepSpeed's
+    ``partition_uniform``; Megatron refuses a split that does not divide). The embedding's unit is
+    the first part's first, the loss's the last part's last: those parts hold one layer fewer.
+
+    Raises :class:`InputError` when a part would hold nothing, or a stage no transformer layer."""
+    parts = pp * chunks
+    units = num_layers + (int(embedding) + int(loss) if pp > 1 else 0)
+    if parts > units:
+        what = f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+        counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
+        raise InputError(f"{what}: {num_layers} layers{counted} are {units} parts of the "
+                         f"pipeline split, fewer than its {parts}; use --pp "
+                         f"{max(1, units // chunks)} or less")
+    base, extra = divmod(units, parts)
+    out = [base + (1 if k < extra else 0) for k in range(parts)]
+    if pp > 1:
+        out[0] -= int(embedding)
+        out[-1] -= int(loss)
+    empty = [s for s in range(pp) if not any(out[s::pp])]
+    if empty:
+        raise InputError(f"pp {pp}: stage {empty[0]} would hold only the "
+                         f"{'embedding' if empty[0] == 0 else 'head and loss'} and no "
+                         f"transformer layer ({num_layers} layers); use --pp {pp - 1} or less")
+    return tuple(out)
 
 
 def _plain(value: object) -> object:

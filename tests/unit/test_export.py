@@ -219,7 +219,10 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
                                                   "optim_grads_params"],
             "--ckpt-format": ["torch", "torch_dist", "zarr", "fsdp_dtensor"],
             "--no-gradient-accumulation-fusion": None, "--optimizer-cpu-offload": None,
-            "--use-precision-aware-optimizer": None}
+            "--use-precision-aware-optimizer": None,
+            "--num-virtual-stages-per-pipeline-rank": int,
+            "--account-for-embedding-in-pipeline-split": None,
+            "--account-for-loss-in-pipeline-split": None}
 
 
 def _documented_parser(options: dict) -> argparse.ArgumentParser:
@@ -253,6 +256,24 @@ def test_megatron_layout_and_batch():
     assert (a.micro_batch_size, a.global_batch_size) == (1, 1 * 16 * 2)
     assert (a.num_layers, a.hidden_size, a.num_query_groups) == (80, 8192, 8)
     assert a.recompute_granularity == "selective"
+
+
+def test_megatron_embedding_and_loss_parts():
+    # llama-3.1-8b: 32 layers + embedding + loss = 34 parts = 2 stages x 17 chunks; Megatron
+    # counts V itself (--num-layers-per-virtual-pipeline-stage counts transformer layers only)
+    j = job(gpus=2, pp=2, pp_schedule="interleaved:17", pp_embedding_part=True,
+            pp_loss_part=True, grad_accum=4)
+    a = megatron_args(export_plan(j, "megatron"))
+    assert a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split
+    assert a.num_virtual_stages_per_pipeline_rank == 17
+    assert a.num_layers_per_virtual_pipeline_stage is None
+    with pytest.raises(InputError, match="33 parts"):  # 32 + the loss over 2 stages
+        export_plan(job(gpus=2, pp=2, pp_loss_part=True), "megatron")
+    # 34 parts do not split over 4 stages: Megatron refuses it, so does the export
+    with pytest.raises(InputError, match="34 parts"):
+        export_plan(job(gpus=4, pp=4, pp_embedding_part=True, pp_loss_part=True), "megatron")
+    with pytest.raises(InputError, match="pp-loss-part"):
+        export_plan(job(gpus=2, pp=2, pp_loss_part=True), "torchtitan")
 
 
 def test_megatron_zero3_is_megatron_fsdp():

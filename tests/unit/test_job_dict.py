@@ -20,6 +20,7 @@ FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimiz
           "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none",
           "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
           "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "pp_schedule",
+          "pp_embedding_part", "pp_loss_part",
           "micro_batches", "gpus_per_node", "inter_node", "sharding"]
 
 

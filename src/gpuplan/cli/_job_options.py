@@ -114,6 +114,12 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "over the TP group"),
     JobOption("--pp-schedule", "pp_schedule", "str", "pipeline schedule: gpipe, 1f1b (default), "
               "interleaved:V", "SCHEDULE"),
+    JobOption("--pp-embedding-part", "pp_embedding_part", "flag", "the embedding counts as one "
+              "layer in the pipeline split, on the first stage (Megatron's "
+              "--account-for-embedding-in-pipeline-split)"),
+    JobOption("--pp-loss-part", "pp_loss_part", "flag", "the output layer and loss count as one "
+              "layer in the pipeline split, on the last stage (Megatron's "
+              "--account-for-loss-in-pipeline-split)"),
     JobOption("--micro-batches", "micro_batches", "int", "micro-batches per step through the "
               "pipeline (default: --grad-accum)", "M"),
     JobOption("--gpus-per-node", "gpus_per_node", "int", "GPUs per node on the node's own link "

@@ -7,7 +7,10 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   FFN width and the vocabulary divided by TP: Megatron's column/row and vocab-parallel split; the
   hidden size whole), ``ceil(layers / PP)`` layers plus the head, ``seq / CP`` tokens per sequence
   with attention over the whole sequence (``(s/CP)^2 x CP`` score work: ring attention, load
-  balanced), timed by the roofline of :mod:`.time`; ``M`` micro-batches per step.
+  balanced), timed by the roofline of :mod:`.time`; ``M`` micro-batches per step. With the
+  embedding and/or the head and loss counted as pipeline parts (``pp_embedding_part`` /
+  ``pp_loss_part``: :func:`gpuplan.memory.layout.part_layers`), the busiest stage is the one whose
+  layers plus embedding / head take longest.
 - **pipeline bubble**: ``(PP - 1) / V`` micro-batch times (``(p-1)/m`` of the ideal step for GPipe
   and 1F1B, ``(p-1)/(v m)`` interleaved with V chunks: Narayanan et al. 2021, sec. 2.2).
 - **TP collectives**: per layer two all-reduces in forward, two in backward (and two more when full
@@ -40,7 +43,7 @@ from typing import Any
 from gpuplan._record import record
 from ..errors import InputError
 from ..hardware.topology import Topology, collective_time
-from ..job import Job, pp_chunks
+from ..job import Job, part_layers, pp_chunks
 from ..models._types import Architecture
 from .device import Device, Efficiency
 from .flops import optimizer_op, recompute_ops
@@ -73,6 +76,10 @@ class Layout:
     zero: int = 0
     sequence_parallel: bool = False
     checkpointing: str = "none"
+    embedding_part: bool = False
+    """The embedding is one layer-equivalent part of the pipeline split (first stage)."""
+    loss_part: bool = False
+    """The head and loss are one layer-equivalent part of the pipeline split (last stage)."""
 
     @classmethod
     def of(cls, job: Job, seq: int) -> "Layout":
@@ -81,7 +88,8 @@ class Layout:
         return cls(tp=job.tp, pp=job.pp, cp=job.cp, ep=job.ep, dp=job.dp, chunks=v,
                    schedule=job.pp_schedule, micro_batches=m, batch=job.batch, seq=seq,
                    zero=job.zero, sequence_parallel=job.sequence_parallel,
-                   checkpointing=job.checkpointing)
+                   checkpointing=job.checkpointing, embedding_part=job.pp_embedding_part,
+                   loss_part=job.pp_loss_part)
 
     @property
     def gpus(self) -> int:
@@ -101,7 +109,8 @@ class Layout:
                 "schedule": self.schedule, "chunks": self.chunks,
                 "micro_batches": self.micro_batches, "batch": self.batch, "seq": self.seq,
                 "zero": self.zero, "sequence_parallel": self.sequence_parallel,
-                "checkpointing": self.checkpointing, "gpus": self.gpus}
+                "checkpointing": self.checkpointing, "gpus": self.gpus,
+                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
 
 
 def _nearest_divisors(n: int, near: int) -> str:
@@ -127,7 +136,9 @@ def check_layout(arch: Architecture | None, lay: Layout) -> None:
     if kv % lay.tp and lay.tp % kv:
         raise InputError(f"tp {lay.tp}: {arch.name}'s {kv} KV heads neither divide nor are "
                          f"divided by it; use --tp {_nearest_divisors(kv, lay.tp)}")
-    if arch.num_layers < lay.pp * lay.chunks:
+    if lay.pp > 1 and (lay.embedding_part or lay.loss_part):
+        part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
+    elif arch.num_layers < lay.pp * lay.chunks:
         raise InputError(f"pp {lay.pp} x {lay.chunks} chunks: {arch.name} has only "
                          f"{arch.num_layers} layers; use --pp {max(1, arch.num_layers // lay.chunks)}"
                          " or fewer")
@@ -176,6 +187,8 @@ class MicroCost:
     """Embedding, final norm, head and loss, forward and backward."""
     hardware_flops: float
     """Counted matmul FLOPs of the micro-batch over all layers, recompute included."""
+    embedding_s: float = 0.0
+    """The embedding's share of ``other_s`` (the first stage's; the rest is the last's)."""
 
     @property
     def layer_s(self) -> float:
@@ -209,7 +222,7 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
 
 
 def _cost_of(ops: list, layers: int, cp: int, launch_s: float) -> MicroCost:
-    sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0}
+    sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0, "emb": 0.0}
     hw = 0.0
     for t in ops:
         scale = cp if t.op.kind == "attention" else 1  # (s/cp)^2 built; s^2/cp is the work
@@ -217,6 +230,7 @@ def _cost_of(ops: list, layers: int, cp: int, launch_s: float) -> MicroCost:
         s = (t.total_s * scale) + t.op.kernels * t.op.count * launch_s
         if t.op.group in ("embedding", "head"):
             sums["other"] += s
+            sums["emb"] += s if t.op.group == "embedding" else 0.0
             continue
         fwd = t.op.phase == "forward"
         sums["fwd" if fwd else "bwd"] += s
@@ -225,7 +239,7 @@ def _cost_of(ops: list, layers: int, cp: int, launch_s: float) -> MicroCost:
     L = layers
     return MicroCost(layers=L, layer_fwd_s=sums["fwd"] / L, layer_bwd_s=sums["bwd"] / L,
                      attn_fwd_s=sums["afwd"] / L, attn_bwd_s=sums["abwd"] / L,
-                     other_s=sums["other"], hardware_flops=hw)
+                     other_s=sums["other"], hardware_flops=hw, embedding_s=sums["emb"])
 
 
 def model_flops_per_token(arch: Architecture, device: Device, eff: Efficiency,
@@ -382,8 +396,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 flops_per_token: float, state_bytes_per_param: float,
                 tp_overlap: bool = False) -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring)."""
-    stage_layers = math.ceil(arch.num_layers / lay.pp)
-    t_mb = stage_layers * cost.layer_s + cost.other_s
+    stage_layers, t_mb = _busiest_stage(arch, cost, lay)
     tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
                                              tp_overlap=tp_overlap)
     per_mb = t_mb + tp_c + cp_c + ep_c
@@ -410,6 +423,25 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
         topology=topo)
+
+
+def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout) -> tuple[int, float]:
+    """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
+    the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
+    stage whose layers plus embedding (first) or head and loss (last) take longest."""
+    if lay.pp == 1 or not (lay.embedding_part or lay.loss_part):
+        n = math.ceil(arch.num_layers / lay.pp)
+        return n, n * cost.layer_s + cost.other_s
+    sizes = part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
+    head_s = cost.other_s - cost.embedding_s
+    best = (0, -1.0)
+    for stage in range(lay.pp):
+        n = sum(sizes[stage::lay.pp])
+        t = (n * cost.layer_s + (cost.embedding_s if stage == 0 else 0.0)
+             + (head_s if stage == lay.pp - 1 else 0.0))
+        if t > best[1]:
+            best = (n, t)
+    return best
 
 
 def _optimizer_s(n: int, state_bytes: float, device: Device, eff: Efficiency,

@@ -20,7 +20,8 @@ from ._common import TRAIN_FIELDS, accumulation, check_expressed, refuse, train_
 
 ENGINE = "megatron"
 _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
-                        "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer"})
+                        "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
+                        "pp_embedding_part", "pp_loss_part"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -62,12 +63,38 @@ def _layout(job: Job, model: Model) -> list[str]:
     name, chunks = pp_chunks(job.pp_schedule)
     if job.pp > 1 and name == "gpipe":
         raise refuse(ENGINE, "--pp-schedule gpipe: Megatron-LM runs 1F1B (or interleaved:V)")
+    extra = int(job.pp_embedding_part) + int(job.pp_loss_part)
+    if job.pp > 1 and extra:
+        return out + _parts(job, model, chunks)
     if job.pp > 1 and chunks > 1:
         layers = model.architecture.num_layers
         if layers % (job.pp * chunks):
             raise refuse(ENGINE, f"--pp-schedule {job.pp_schedule}: {layers} layers do not split "
                          f"into {job.pp} x {chunks} equal chunks")
         out += ["--num-layers-per-virtual-pipeline-stage", str(layers // (job.pp * chunks))]
+    if job.sequence_parallel:
+        out.append("--sequence-parallel")
+    return out
+
+
+def _parts(job: Job, model: Model, chunks: int) -> list[str]:
+    """The embedding and/or loss as pipeline parts: Megatron-LM's ``--account-for-embedding-in-
+    pipeline-split`` / ``--account-for-loss-in-pipeline-split``, which need ``layers + parts``
+    divisible by ``pp x V``; V as ``--num-virtual-stages-per-pipeline-rank`` (its
+    ``--num-layers-per-virtual-pipeline-stage`` counts transformer layers only)."""
+    layers = model.architecture.num_layers
+    units = layers + int(job.pp_embedding_part) + int(job.pp_loss_part)
+    if units % (job.pp * chunks):
+        raise refuse(ENGINE, f"{layers} layers with the embedding/loss parts are {units} parts, "
+                     f"which do not split into {job.pp} x {chunks} equal chunks (Megatron-LM "
+                     "requires it)")
+    out = []
+    if chunks > 1:
+        out += ["--num-virtual-stages-per-pipeline-rank", str(chunks)]
+    if job.pp_embedding_part:
+        out.append("--account-for-embedding-in-pipeline-split")
+    if job.pp_loss_part:
+        out.append("--account-for-loss-in-pipeline-split")
     if job.sequence_parallel:
         out.append("--sequence-parallel")
     return out

@@ -13,7 +13,7 @@ from ..job import Job
 from ..models import Architecture, Model
 from .activations import InferActivations, infer_activations
 from .kv import kv_cache_bytes
-from .layout import check_layout, layout_notes, layout_of, rank_model, stage_layers
+from .layout import check_layout, layout_notes, layout_of, rank_model
 from .overhead import OverheadLevel, runtime_overhead
 from .results import InferMemory, Line
 from .shape import check_seq, seq_for
@@ -47,7 +47,7 @@ def _infer_layout(model: Model, job: Job, **kw) -> InferMemory:
                                "with --tp and --pp")
     check_layout(model.architecture, job)
     arch = model.architecture
-    stages = stage_layers(arch.num_layers, lay.pp, lay.chunks)
+    stages = lay.stages(arch.num_layers)
     # (every stage's working set is replayed with the rank's head: an upper bound for stages
     # before the last, whose largest transient is usually a layer's, not the logits)
     results = [_infer_rank(rank_model(model, job, i), job, gpus=job.gpus, **kw)

@@ -14,7 +14,11 @@ Conventions (each stated where a number depends on it):
   (replicated over ``tp / kv_heads`` ranks), as vLLM and Megatron do.
 * **PP**: layers split as evenly as possible, the first ``layers % stages`` stages taking one more
   (DeepSpeed's ``partition_uniform``); the embedding on the first stage, the final norm, head and
-  loss on the last (a tied embedding is held by both, as Megatron does).
+  loss on the last (a tied embedding is held by both, as Megatron does). With ``pp_embedding_part``
+  / ``pp_loss_part`` the embedding / the head and loss count as one layer each in that split, at
+  its start / end (Megatron-LM's ``--account-for-embedding-in-pipeline-split`` and
+  ``--account-for-loss-in-pipeline-split``: ``(layers + 2) / (pp v)`` per part, one fewer
+  transformer layer in the first stage's first chunk and the last stage's last chunk).
 * **EP**: experts spread over ``ep`` ranks of the data-parallel (x context-parallel) group, each
   expert further split over the TP group (Megatron-Core's default ``expert_tensor_parallel_size
   = tensor_model_parallel_size``); dropless routing (Megatron's default, no capacity factor).
@@ -29,11 +33,11 @@ from dataclasses import replace
 
 from gpuplan._record import record
 from ..errors import InputError
-from ..job import Job, pp_chunks
+from ..job import Job, part_layers, pp_chunks
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
-__all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "stage_layers", "in_flight",
-           "rank_model", "layout_notes"]
+__all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
+           "in_flight", "chunk_forwards", "rank_model", "layout_notes"]
 
 #: The token embedding and output head are split over the TP group (Megatron-LM always does).
 VOCAB_PARALLEL = True
@@ -60,6 +64,10 @@ class Layout:
     chunks: int = 1
     """Model chunks per stage (interleaved:V)."""
     micro_batches: int = 1
+    embedding_part: bool = False
+    """The embedding is one layer-equivalent part of the pipeline split (first stage)."""
+    loss_part: bool = False
+    """The head and loss are one layer-equivalent part of the pipeline split (last stage)."""
 
     @property
     def trivial(self) -> bool:
@@ -79,14 +87,25 @@ class Layout:
         return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp,
                 "sequence_parallel": self.sp,
                 "pp_schedule": self.schedule + (f":{self.chunks}" if self.chunks > 1 else ""),
-                "micro_batches": self.micro_batches, "vocab_parallel": VOCAB_PARALLEL}
+                "micro_batches": self.micro_batches, "vocab_parallel": VOCAB_PARALLEL,
+                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
+
+    def parts(self, num_layers: int) -> tuple[int, ...]:
+        """Transformer layers of each of the ``pp x chunks`` pipeline parts (:func:`part_layers`)."""
+        return part_layers(num_layers, self.pp, self.chunks, self.embedding_part, self.loss_part)
+
+    def stages(self, num_layers: int) -> tuple[tuple[int, ...], ...]:
+        """Layer indices of each stage (:func:`stage_layers`)."""
+        return stage_layers(num_layers, self.pp, self.chunks, self.embedding_part,
+                            self.loss_part)
 
 
 def layout_of(job: Job) -> Layout:
     name, v = pp_chunks(job.pp_schedule)
     return Layout(tp=job.tp, pp=job.pp, cp=job.cp, ep=job.ep, dp=job.dp,
                   sp=job.sequence_parallel, schedule=name, chunks=v,
-                  micro_batches=job.micro_batches or job.grad_accum)
+                  micro_batches=job.micro_batches or job.grad_accum,
+                  embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part)
 
 
 def _nearest(v: int, valid: list[int]) -> str:
@@ -139,6 +158,10 @@ def _check_tp(arch: Architecture, job: Job, lay: Layout) -> None:
 
 def _check_pp(arch: Architecture, lay: Layout) -> None:
     parts = lay.pp * lay.chunks
+    extra = int(lay.embedding_part) + int(lay.loss_part)
+    if extra and lay.pp > 1:
+        part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
+        return
     if parts > arch.num_layers:
         what = f"pp {lay.pp}" + (f" x {lay.chunks} chunks" if lay.chunks > 1 else "")
         raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
@@ -193,17 +216,23 @@ def layout_notes(arch: Architecture | None, job: Job) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def stage_layers(num_layers: int, pp: int, chunks: int = 1) -> tuple[tuple[int, ...], ...]:
+def stage_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
+                 loss: bool = False) -> tuple[tuple[int, ...], ...]:
     """Layer indices held by each pipeline stage. Layers are cut into ``pp * chunks`` parts as
     evenly as possible, the first ``layers % parts`` parts one layer longer (DeepSpeed's
-    ``partition_uniform``); stage ``i`` holds parts ``i, i + pp, i + 2 pp, ...`` (interleaved)."""
-    parts = pp * chunks
-    base, extra = divmod(num_layers, parts)
+    ``partition_uniform``; with ``embedding`` / ``loss`` those count as one layer each:
+    :func:`part_layers`); stage ``i`` holds parts ``i, i + pp, i + 2 pp, ...`` (interleaved)."""
+    if embedding or loss:
+        sizes = part_layers(num_layers, pp, chunks, embedding, loss)
+    else:
+        parts = pp * chunks
+        base, extra = divmod(num_layers, parts)
+        sizes = tuple(base + (1 if k < extra else 0) for k in range(parts))
     bounds = [0]
-    for k in range(parts):
-        bounds.append(bounds[-1] + base + (1 if k < extra else 0))
-    return tuple(tuple(i for k in range(stage, parts, pp) for i in range(bounds[k], bounds[k + 1]))
-                 for stage in range(pp))
+    for n in sizes:
+        bounds.append(bounds[-1] + n)
+    return tuple(tuple(i for k in range(stage, len(sizes), pp)
+                       for i in range(bounds[k], bounds[k + 1])) for stage in range(pp))
 
 
 def in_flight(schedule: str, pp: int, stage: int, micro_batches: int, chunks: int = 1) -> int:
@@ -223,6 +252,21 @@ def in_flight(schedule: str, pp: int, stage: int, micro_batches: int, chunks: in
     if schedule == "interleaved":
         return min(m * chunks, 2 * (pp - stage - 1) + (chunks - 1) * pp + 1)
     return min(m, pp - stage)
+
+
+def chunk_forwards(schedule: str, pp: int, stage: int, micro_batches: int, chunks: int,
+                   chunk: int) -> int:
+    """How many of the :func:`in_flight` model-chunk micro-batches at stage ``stage``'s peak are
+    chunk ``chunk``'s. Interleaved: forwards run in groups of ``pp`` micro-batches per chunk,
+    chunk after chunk (Megatron-LM's ``get_model_chunk_id``: forward ``k`` is chunk
+    ``(k mod pp v) // pp``; ``microbatch_group_size_per_vp_stage`` = pp, its default)."""
+    n = in_flight(schedule, pp, stage, micro_batches, chunks)
+    if chunks == 1:
+        return n
+    if schedule != "interleaved":
+        return min(n, micro_batches)
+    full, rest = divmod(n, pp * chunks)
+    return min(micro_batches, full * pp + min(pp, max(0, rest - chunk * pp)))
 
 
 def _tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
@@ -309,7 +353,8 @@ def rank_model(model: Model, job: Job, stage: int, part: str = "all") -> Model:
     per TP rank; the stage's layers). ``part="experts"``: only its expert tensors. Cached per
     model and layout."""
     lay = layout_of(job)
-    key = (id(model), lay.tp, lay.pp, lay.chunks, lay.ep, stage, part)
+    key = (id(model), lay.tp, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part, lay.ep,
+           stage, part)
     hit = _RANK.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -322,7 +367,7 @@ def rank_model(model: Model, job: Job, stage: int, part: str = "all") -> Model:
 
 def _build_rank_model(model: Model, lay: Layout, stage: int, experts_only: bool) -> Model:
     arch = model.architecture
-    layers = stage_layers(arch.num_layers, lay.pp, lay.chunks)[stage]
+    layers = lay.stages(arch.num_layers)[stage]
     first, last = stage == 0, stage == lay.pp - 1
     tensors = []
     for t in model.tensors:

@@ -26,8 +26,8 @@ from ..job import Job
 from ..models import Model
 from .activations import TrainActivations, regime_for, train_activations
 from .activations.profile import Shard
-from .layout import (Layout, check_layout, in_flight, layout_notes, layout_of, rank_model,
-                     stage_layers)
+from .layout import (Layout, check_layout, chunk_forwards, in_flight, layout_notes, layout_of,
+                     rank_model)
 from .results import TrainMemory
 from .shape import seq_for
 from .states import States, train_states
@@ -56,6 +56,8 @@ class StagePlan:
     gpus: int
     params: int
     """Parameters of the whole model."""
+    full_layers: int
+    """Transformer layers of the whole model."""
     notes: tuple[str, ...]
 
     def buffers(self, backward: bool, in_layers: bool = True) -> int:
@@ -88,7 +90,8 @@ class StagePlan:
         if not act.known:
             return act
         v = self.layout.chunks
-        held = max(0, self.in_flight - v) * act.kept_bytes // v
+        live, idle = self.layer_chunks()
+        held = max(0, self.in_flight - idle - live) * act.kept_bytes // live
         fwd = self.buffers(False)
         bwd = self.buffers(True, in_layers=not act.backward_detail.startswith("end of backward"))
         summary = act.summary
@@ -99,6 +102,21 @@ class StagePlan:
                        backward_peak=act.backward_peak + held,
                        forward_temporaries=act.forward_temporaries + fwd,
                        backward_temporaries=act.backward_temporaries + bwd, summary=summary)
+
+    def layer_chunks(self) -> tuple[int, int]:
+        """(this stage's chunks that hold transformer layers, in-flight micro-batches of its
+        chunks that hold none). A chunk with only the embedding (or only the head and loss:
+        ``pp_embedding_part`` / ``pp_loss_part`` with one-layer parts) keeps no layer's
+        activations, so the micro-batches it has in flight are not counted at a layer chunk's
+        share of the stage's kept activations. (0 idle, all ``chunks`` live otherwise.)"""
+        lay = self.layout
+        if not (lay.embedding_part or lay.loss_part) or not self.model.architecture:
+            return lay.chunks, 0
+        sizes = lay.parts(self.full_layers)[self.index::lay.pp]
+        empty = [c for c, n in enumerate(sizes) if n == 0]
+        idle = sum(chunk_forwards(lay.schedule, lay.pp, self.index, lay.micro_batches,
+                                  lay.chunks, c) for c in empty)
+        return lay.chunks - len(empty), idle
 
     def annotate(self, mem: TrainMemory, totals: list[int]) -> TrainMemory:
         """The worst stage's memory, saying which stage it is and the layout."""
@@ -132,7 +150,8 @@ def rank_job(job: Job, lay: Layout) -> Job:
     them)."""
     accum = lay.micro_batches if lay.pp > 1 else job.grad_accum
     return job._evolve(gpus=lay.zero_group, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
-                       pp_schedule="1f1b", micro_batches=None, grad_accum=accum)
+                       pp_schedule="1f1b", micro_batches=None, grad_accum=accum,
+                       pp_embedding_part=False, pp_loss_part=False)
 
 
 def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: int) -> States:
@@ -164,12 +183,13 @@ def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
     s_rank = s // lay.cp if s is not None else None
     notes = layout_notes(arch, job)
     plans = []
-    for i, layers in enumerate(stage_layers(arch.num_layers, lay.pp, lay.chunks)):
+    for i, layers in enumerate(lay.stages(arch.num_layers)):
         rank = rank_model(model, job, i)
         shard = Shard(sp=lay.tp if lay.sp else 1, ep=lay.ep, first=i == 0, last=i == lay.pp - 1)
         plans.append(StagePlan(
             index=i, layout=lay, model=rank, job=rjob,
             states=_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,
             in_flight=in_flight(lay.schedule, lay.pp, i, lay.micro_batches, lay.chunks),
-            layers=layers, gpus=job.gpus, params=model.params.total, notes=notes))
+            layers=layers, gpus=job.gpus, params=model.params.total,
+            full_layers=arch.num_layers, notes=notes))
     return plans
