@@ -207,13 +207,13 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
          "checkpointing": "selective", "sequence_parallel": True, "pp_schedule": "interleaved:3",
          "inter_node": "200Gb/s", "precision": "mixed-bf16"}, False,
         "TP8 PP35 from the paper's Table 3, DP8 fills 2240 GPUs, batch 2240 = micro-batch 1 x "
-        "280; interleaved (V = 3 assumed); HDR InfiniBand = 200 Gb/s per GPU"),
+        "280; interleaved (V = 3 assumed); precision not stated: mixed-bf16 (the Job default, as the layouts test); HDR InfiniBand = 200 Gb/s per GPU"),
     "korthikanti2022-mtnlg530b-a100-x2240-full": (
         {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "zero": 0,
          "checkpointing": "full", "pp_schedule": "interleaved:3", "inter_node": "200Gb/s",
          "precision": "mixed-bf16"}, False,
         "TP8 PP35 from the paper's Table 3, DP8, micro-batch 1 x 280; interleaved (V = 3 "
-        "assumed), no sequence parallelism; HDR InfiniBand = 200 Gb/s per GPU"),
+        "assumed), no sequence parallelism; precision not stated: mixed-bf16 (the Job default, as the layouts test); HDR InfiniBand = 200 Gb/s per GPU"),
 }
 
 
@@ -295,13 +295,14 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     gpus = run["hardware"]["count"]
     mb, accum = j.get("micro_batch"), j.get("grad_accum") or 1
     zero = 3 if "fsdp" in str(j.get("zero") or "").lower() else 0
+    layout = _layout(run) or ({}, False, "")
     if mb is None and "Megatron-Core" in str(j.get("runtime")) and j.get("global_batch"):
         # the README's benchmark command lines: --micro-batch-size 1 and the distributed optimizer
         # (as tests/unit/test_published_layouts.py times the same rows)
         mb, accum, zero = 1, j["global_batch"] // (j.get("dp") or gpus), 1
         notes.append(f"Megatron-Core README commands: micro-batch 1 x {accum} accumulated, "
                      "distributed optimizer (ZeRO-1)")
-    elif mb is None:  # Narayanan rows: global batch over the data-parallel GPUs
+    elif mb is None and "batch" not in layout[0]:  # global batch over the data-parallel GPUs
         gb = j.get("global_batch")
         mb = max(1, (gb or gpus) // gpus)
         notes.append(f"micro-batch {mb} = global batch / data-parallel GPUs (not stated)")
@@ -310,8 +311,7 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     fields = dict(precision=prec, optimizer=opt, batch=mb, seq=j.get("seq") or 2048,
                   grad_accum=accum, gpus=gpus, zero=zero,
                   checkpointing=j.get("checkpointing") or "none")
-    layout = _layout(run)
-    if layout is not None:
+    if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
     return Job(model=run["model"]["name"], mode="train", attention=_attention(run, notes),
