@@ -158,33 +158,32 @@ def _not_expressible(run: dict) -> str:
 #: The layouts of the published runs whose record leaves a choice open, exactly as
 #: tests/unit/test_published_layouts.py times them (its CASES; the sources and the reasons are
 #: there): run id -> (Job fields, --tp-comm-overlap, the assumption as the table states it). The
-#: Megatron-Core README rows are :func:`_megatron_layout`. The Llama 3 rows keep the layouts test's
-#: interleaved:2 as it stands on this branch (V not stated by the paper); switch them with that
-#: file (a one-layer-chunk interleaved:8 layout with the embedding and loss as their own pipeline
-#: parts is being prepared there).
+#: Megatron-Core README rows are :func:`_megatron_layout`. The Llama 3 rows run the paper's
+#: pipeline as that file does (one-layer chunks, the embedding and the loss parts of their own).
 LAYOUTS: dict[str, tuple[dict, bool, str]] = {
     "llama3-405b-h100-x8192-s8192": (
         {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 32, "seq": 8192, "zero": 2,
-         "sequence_parallel": True, "pp_schedule": "interleaved:2", "inter_node": "roce-400",
+         "sequence_parallel": True, "pp_schedule": "interleaved:8", "pp_embedding_part": True, "pp_loss_part": True, "inter_node": "roce-400",
          "precision": "mixed-bf16"}, False,
-        "TP8 PP16 DP64 (Table 4), 32 sequences per DP group = micro-batch 1 x 32; Meta's "
-        "interleaved schedule, V not stated: interleaved:2 (as tests/unit/"
-        "test_published_layouts.py on this branch); FSDP without resharding after forward = "
+        "TP8 PP16 DP64 (Table 4), 32 sequences per DP group = micro-batch 1 x 32; the paper's "
+        "pipeline (sec. 3.3.2: one layer taken from the first and last stages, the embedding and "
+        "the loss chunks of their own): one-layer chunks, interleaved:8 with the embedding and "
+        "loss as pipeline parts, as tests/unit/test_published_layouts.py; FSDP without resharding after forward = "
         "ZeRO-2; bf16 with fp32 master (mixed-bf16); RoCE 400 Gb/s per GPU"),
     "llama3-405b-h100-x16384-s8192": (
         {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 16, "seq": 8192, "zero": 2,
-         "sequence_parallel": True, "pp_schedule": "interleaved:2", "inter_node": "roce-400",
+         "sequence_parallel": True, "pp_schedule": "interleaved:8", "pp_embedding_part": True, "pp_loss_part": True, "inter_node": "roce-400",
          "precision": "mixed-bf16"}, False,
-        "TP8 PP16 DP128 (Table 4), 16 sequences per DP group = micro-batch 1 x 16; interleaved:2 "
-        "(V not stated; as the layouts test on this branch); ZeRO-2; mixed-bf16; RoCE 400 Gb/s "
+        "TP8 PP16 DP128 (Table 4), 16 sequences per DP group = micro-batch 1 x 16; the paper's "
+        "pipeline as the 8,192-GPU row (interleaved:8, embedding and loss parts); ZeRO-2; mixed-bf16; RoCE 400 Gb/s "
         "per GPU"),
     "llama3-405b-h100-x16384-s131072": (
         {"tp": 8, "pp": 16, "cp": 16, "batch": 1, "grad_accum": 16, "seq": 131072, "zero": 2,
-         "sequence_parallel": True, "pp_schedule": "interleaved:2", "inter_node": "roce-400",
+         "sequence_parallel": True, "pp_schedule": "interleaved:8", "pp_embedding_part": True, "pp_loss_part": True, "inter_node": "roce-400",
          "precision": "mixed-bf16"}, False,
         "TP8 CP16 PP16 and DP 8, which fills 16,384 GPUs (the recorded DP 4 does not); 16 "
-        "sequences per DP group = micro-batch 1 x 16; interleaved:2 (V not stated; as the "
-        "layouts test on this branch); ZeRO-2; mixed-bf16; RoCE 400 Gb/s per GPU"),
+        "sequences per DP group = micro-batch 1 x 16; the paper's pipeline as the 8K rows "
+        "(interleaved:8, embedding and loss parts); ZeRO-2; mixed-bf16; RoCE 400 Gb/s per GPU"),
     "bloom176b-a100-x384-iter85376": (
         {"tp": 4, "pp": 12, "batch": 2, "grad_accum": 128, "seq": 2048, "zero": 1,
          "checkpointing": "full", "inter_node": "50Gb/s", "precision": "mixed-bf16"}, False,
@@ -399,8 +398,9 @@ def _train_value(est, unit: str, run: dict) -> float:
     if unit.startswith("TFLOP/s"):
         # hardware FLOP/s where the source counts the recompute forward; a note saying the
         # convention is "not stated" (OPT-175B) reads as model FLOP/s, as the layouts test does
-        notes = run.get("notes") or ""
-        hardware = "hardware" in unit or ("recompute" in notes and "not stated" not in notes)
+        notes = (run.get("notes") or "").lower()
+        counted = "hardware flops" in notes or "recomput" in notes  # recompute, recomputation
+        hardware = "hardware" in unit or (counted and "not stated" not in notes)
         return (est.hfu if hardware else est.mfu) * est.step.peak_flops / 1e12
     if unit.startswith("MFU"):
         return 100 * est.mfu
