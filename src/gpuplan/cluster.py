@@ -25,15 +25,50 @@ from .compute.parallel import (
     model_flops_per_token, serve_time, shard_arch, stage_params,
 )
 from .compute.step import StepSpec, build_steps, infer_precision, train_precision
-from .errors import GpuplanError, InputError
+from .errors import GpuplanError, InputError, shown
 from .formats import TRAINING_RECIPES, get_optimizer, optimizer_state_bytes
 from .hardware import GPU
 from .hardware.topology import Topology, topology_for
 from .job import Job
 from .memory import infer_memory, train_memory
 from .models import Model
+from .units import parse_positive_int
 
-__all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CHECKPOINTING"]
+__all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CHECKPOINTING",
+           "SEARCH_JOB_FIELDS", "search_options"]
+
+#: The Job fields the search honours; the layout fields (tp, pp ...) are what it searches. The
+#: command line and ``POST /api/cluster`` refuse any other job option in one line.
+SEARCH_JOB_FIELDS = frozenset({"mode", "precision", "infer_precision", "optimizer",
+                               "optimizer_states", "fused_optimizer", "seq", "gpus", "attention",
+                               "kv_dtype", "context", "gpus_per_node", "inter_node", "runtime"})
+
+
+def search_options(*, global_batch: Any = None, concurrency: Any = None, top: Any = 3,
+                   max_token_ms: Any = None, names: dict[str, str] | None = None,
+                   max_top: int = 50) -> dict:
+    """The search's own options, checked as the command line and the API take them (``names``:
+    how each is spelt to the user, e.g. ``--global-batch``): keyword arguments of
+    :func:`cluster_search` (``max_token_ms`` becomes ``max_decode_s``)."""
+    say = {"global_batch": "global_batch", "concurrency": "concurrency", "top": "top",
+           "max_token_ms": "max_token_ms", **(names or {})}
+    out: dict = {
+        "global_batch": None if global_batch is None else parse_positive_int(
+            global_batch, what=say["global_batch"], maximum=10**9),
+        "concurrency": None if concurrency is None else parse_positive_int(
+            concurrency, what=say["concurrency"], maximum=10**7),
+        "top": parse_positive_int(top, what=say["top"], maximum=max_top),
+        "max_decode_s": None,
+    }
+    if max_token_ms is not None:
+        try:
+            ms = float(max_token_ms) if not isinstance(max_token_ms, bool) else -1.0
+        except (TypeError, ValueError):
+            ms = -1.0
+        if not 0 < ms < math.inf:
+            raise InputError(f"{say['max_token_ms']} {shown(max_token_ms)}: expected a number > 0")
+        out["max_decode_s"] = ms / 1e3
+    return out
 
 #: Schedules tried when PP > 1 (GPipe has 1F1B's bubble and more memory: never better).
 SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4")

@@ -223,3 +223,50 @@ def test_server_error_is_one_line_without_a_trace(client, monkeypatch):
     assert r.status_code == 500
     assert r.json() == {"error": "internal error (ZeroDivisionError); the server log has the "
                                  "details"}
+
+
+#: (gpuplan cluster argv, the same search as an API body): training and serving searches.
+CLUSTER_CASES = [
+    (["cluster", "llama-3.1-8b", "--gpu", "h100", "--gpus", "16", "--global-batch", "64",
+      "--seq", "4096"],
+     {"model": "llama-3.1-8b", "gpu": "h100", "gpus": 16, "global_batch": 64, "seq": 4096}),
+    (["cluster", "mixtral-8x7b", "--gpu", "A100-SXM-80GB", "--gpus", "8", "--global-batch", "16",
+      "--seq", "2048", "--top", "2", "--tp-overlap"],
+     {"model": "mixtral-8x7b", "gpu": "A100-SXM-80GB", "gpus": 8, "global_batch": 16,
+      "seq": 2048, "top": 2, "tp_overlap": True}),
+    (["cluster", "llama-3.1-70b", "--gpu", "H100-SXM-80GB", "--gpus", "8", "--mode", "infer",
+      "--concurrency", "32", "--context", "8192", "--max-token-ms", "50"],
+     {"model": "llama-3.1-70b", "gpu": "H100-SXM-80GB", "gpus": 8, "mode": "infer",
+      "concurrency": 32, "context": 8192, "max_token_ms": 50}),
+]
+
+
+@pytest.mark.parametrize("argv,body", CLUSTER_CASES, ids=lambda v: "-".join(map(str, v))[:60]
+                         if isinstance(v, list) else None)
+def test_cluster_is_the_cli_json(client, cli_json, argv, body):
+    """``POST /api/cluster`` answers what ``gpuplan cluster --json`` prints, less elapsed_s (the
+    search's wall time on this machine)."""
+    want = cli_json(*argv)
+    want.pop("elapsed_s")
+    r = client.post("/api/cluster", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert "elapsed_s" not in got
+    assert got == want
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"model": "gpt2", "gpu": "h100", "global_batch": 8, "tp": 2}, "cluster does not take 'tp'"),
+    ({"model": "gpt2", "gpu": "h100", "global_batch": 8, "top": 11}, "top 11"),
+    ({"model": "gpt2", "gpu": ["h100", "a100"], "global_batch": 8}, "name one GPU"),
+    ({"model": "gpt2", "global_batch": 8}, "name one GPU"),
+    ({"model": "gpt2", "gpu": "h100", "mode": "infer", "concurrency": 4, "max_token_ms": -1},
+     "max_token_ms"),
+    ({"model": "gpt2", "gpu": "h100", "global_batch": True}, "global_batch"),
+    ({"model": "/etc/passwd", "gpu": "h100", "global_batch": 8}, "model"),
+])
+def test_cluster_bad_requests_are_one_line(client, body, needle):
+    r = client.post("/api/cluster", json=body)
+    assert r.status_code == 422, r.text
+    msg = r.json()["error"]
+    assert needle in msg and "\n" not in msg

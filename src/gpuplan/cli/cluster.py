@@ -9,21 +9,15 @@ import json
 import sys
 
 from .._io import check_writable
-from ..cluster import cluster_search
-from ..errors import InputError
+from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..hardware import resolve_gpu
 from ..models import load_model
 from ..report.cluster import plot_cluster, render_cluster
-from ..units import parse_positive_int
 from ._common import add_model_on_gpu
 from ._job_options import add_job_options, job_from_args
 
 __all__ = ["register", "run"]
 
-#: The job options the search honours; the layout options (--tp, --pp ...) are what it searches.
-_SUPPORTED = frozenset({"mode", "precision", "infer_precision", "optimizer", "optimizer_states",
-                        "fused_optimizer", "seq", "gpus", "attention", "kv_dtype", "context",
-                        "gpus_per_node", "inter_node", "runtime"})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,22 +50,12 @@ def run(args: argparse.Namespace) -> int:
     gpu, alias = resolve_gpu(args.gpu)
     model = load_model(args.model, download=args.download)
     job = job_from_args(args, model, command="cluster", default_mode="train",
-                        modes=("train", "infer"), supported=_SUPPORTED)
-    gb = None if args.global_batch is None else parse_positive_int(
-        args.global_batch, what="--global-batch", maximum=10**9)
-    conc = None if args.concurrency is None else parse_positive_int(
-        args.concurrency, what="--concurrency", maximum=10**7)
-    top = parse_positive_int(args.top, what="--top", maximum=50)
-    max_s = None
-    if args.max_token_ms is not None:
-        try:
-            max_s = float(args.max_token_ms) / 1e3
-        except ValueError:
-            max_s = -1.0
-        if not max_s > 0:
-            raise InputError(f"--max-token-ms {args.max_token_ms!r}: expected a number > 0")
-    plan = cluster_search(model, gpu, job, global_batch=gb, concurrency=conc, top=top,
-                          max_decode_s=max_s, tp_overlap=args.tp_overlap)
+                        modes=("train", "infer"), supported=SEARCH_JOB_FIELDS)
+    opts = search_options(global_batch=args.global_batch, concurrency=args.concurrency,
+                          top=args.top, max_token_ms=args.max_token_ms,
+                          names={"global_batch": "--global-batch", "concurrency": "--concurrency",
+                                 "top": "--top", "max_token_ms": "--max-token-ms"})
+    plan = cluster_search(model, gpu, job, tp_overlap=args.tp_overlap, **opts)
     if args.plot:
         plot_cluster(plan, args.plot)
     if args.json:

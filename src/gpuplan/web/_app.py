@@ -119,6 +119,9 @@ def _routes(work: _Work) -> list:
     async def flops(request: Request) -> Response:
         return await post(request, _service.flops)
 
+    async def cluster(request: Request) -> Response:
+        return await post(request, _service.cluster)
+
     async def models(request: Request) -> Response:
         return _respond(await work.run(_service.models, request.query_params.get("q", "")))
 
@@ -139,6 +142,7 @@ def _routes(work: _Work) -> list:
         Route("/api/fit", fit, methods=["POST"]),
         Route("/api/speed", speed, methods=["POST"]),
         Route("/api/flops", flops, methods=["POST"]),
+        Route("/api/cluster", cluster, methods=["POST"]),
         Route("/api/models", models, methods=["GET"]),
         Route("/api/gpus", gpus, methods=["GET"]),
         Route("/api/options", options, methods=["GET"]),

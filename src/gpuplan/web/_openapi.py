@@ -13,6 +13,7 @@ from dataclasses import MISSING, fields
 from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
+from ..cluster import SEARCH_JOB_FIELDS
 from ..job import Job
 from ..models import Model
 
@@ -100,6 +101,19 @@ def openapi_schema() -> dict:
                    "mode": {"type": "string", "enum": ["train", "forward"]},
                    "recompute": {"type": "string", "enum": ["none", "selective", "full"]},
                    "attention": {"type": "string", "enum": ["flash", "eager"]}}
+    cluster_props = {
+        **{k: v for k, v in job.items() if k in SEARCH_JOB_FIELDS or k == "model"},
+        **{k: _FIT_OPTIONS[k] for k in ("params", "config")},
+        "gpu": {"type": "string", "description": "the GPU of every rank (gpuplan cluster --gpu)"},
+        "global_batch": {"type": "integer", "minimum": 1, "maximum": 10**9,
+                         "description": "training: sequences per step over all GPUs"},
+        "concurrency": {"type": "integer", "minimum": 1, "maximum": 10**7,
+                        "description": "serving: sequences decoded at once over all replicas"},
+        "max_token_ms": {"type": "number", "exclusiveMinimum": True, "minimum": 0,
+                         "description": "serving: the most time per output token"},
+        "top": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
+        "tp_overlap": {"type": "boolean", "default": False},
+    }
     return {
         "openapi": "3.0.3",
         "info": {"title": "gpuplan serve", "version": "1",
@@ -110,6 +124,8 @@ def openapi_schema() -> dict:
             "/api/fit": _post("the plan, as gpuplan fit --json prints it", "FitRequest"),
             "/api/speed": _post("the speed estimate and its ceiling on one GPU", "SpeedRequest"),
             "/api/flops": _post("counted FLOPs, as gpuplan flops model --json", "FlopsRequest"),
+            "/api/cluster": _post("the best parallel layouts, as gpuplan cluster --json prints "
+                                  "them (less elapsed_s)", "ClusterRequest"),
             "/api/models": _get("catalog models", [{"name": "q", "in": "query", "required": False,
                                                     "schema": {"type": "string",
                                                                "maxLength": 100}}]),
@@ -124,6 +140,8 @@ def openapi_schema() -> dict:
                              "additionalProperties": False},
             "FlopsRequest": {"type": "object", "properties": flops_props, "required": ["model"],
                              "additionalProperties": False},
+            "ClusterRequest": {"type": "object", "properties": cluster_props, "required": ["gpu"],
+                               "additionalProperties": False},
             "Error": _ERROR,
         }},
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, get_args, get_origin, get_type_hints
 
+from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
 from ..errors import InputError, shown
 from ..fit import OverheadLevel, plan
@@ -29,7 +30,7 @@ from ..report import gpus as gpus_report
 from ..report import models as models_report
 from ..units import MB, parse_count
 
-__all__ = ["fit", "speed", "flops", "models", "gpus", "options", "FIT_OPTIONS",
+__all__ = ["fit", "speed", "flops", "cluster", "models", "gpus", "options", "FIT_OPTIONS",
            "MAX_CONFIG_BYTES", "MAX_GPUS_PER_REQUEST", "MAX_QUERY_CHARS"]
 
 #: A pasted config.json is read up to this size (real ones are a few kB).
@@ -93,6 +94,10 @@ def _job(body: Mapping, options: tuple[str, ...]) -> Job:
     return job if model is None else job.with_(model=model)
 
 
+def _model_of(job: Job):
+    return job.model if not isinstance(job.model, str) else load_model(job.model)
+
+
 def _gpu_names(value: object) -> list[str] | None:
     if value is None:
         return None
@@ -140,7 +145,7 @@ def speed(body: Mapping) -> dict:
     if not names or len(names) != 1:
         raise InputError("gpu: name one GPU for the speed estimate (see /api/gpus)")
     gpu, note = resolve_gpu(names[0])
-    model = job.model if not isinstance(job.model, str) else load_model(job.model)
+    model = _model_of(job)
     trainable = train_memory(model, job).trainable_params if job.trains else None
     kw = dict(model=model, trainable_params=trainable)
     est = estimate_speed_for_job(job, gpu, **kw)
@@ -149,6 +154,41 @@ def speed(body: Mapping) -> dict:
                  "memory_bandwidth": gpu.memory_bandwidth}
     for mode, e in est.items():
         out[mode] = {"estimate": e.to_dict(ops=False), "ceiling": top[mode].to_dict(ops=False)}
+    return out
+
+
+#: The search's own keys of ``POST /api/cluster`` (besides the job's and the model's).
+CLUSTER_OPTIONS = ("gpu", "global_batch", "concurrency", "max_token_ms", "top", "tp_overlap")
+#: Most layouts one answer lists (the command line allows 50).
+MAX_CLUSTER_TOP = 10
+
+
+def cluster(body: Mapping) -> dict:
+    """``POST /api/cluster``: what ``gpuplan cluster --json`` prints for the same job and
+    options, less ``elapsed_s`` (this machine's search time); the search is bounded by the
+    library (every layout of at most 16,384 GPUs is timed in about a second here) and the answer
+    by ``top`` <= 10."""
+    if not isinstance(body, Mapping):
+        raise InputError("request body: expected a JSON object of job fields")
+    extra = [str(k) for k in body if k not in CLUSTER_OPTIONS and k not in _SOURCES
+             and k != "model" and k not in SEARCH_JOB_FIELDS]
+    if extra:
+        raise InputError(f"cluster does not take {shown(', '.join(sorted(extra)))} (it is "
+                         "planned by /api/fit; the layout keys are what it searches)")
+    job = _job(body, CLUSTER_OPTIONS)
+    names = _gpu_names(body.get("gpu"))
+    if not names or len(names) != 1:
+        raise InputError("gpu: name one GPU for the cluster search (see /api/gpus)")
+    gpu, note = resolve_gpu(names[0])
+    opts = search_options(global_batch=body.get("global_batch"),
+                          concurrency=body.get("concurrency"), top=body.get("top", 3),
+                          max_token_ms=body.get("max_token_ms"), max_top=MAX_CLUSTER_TOP)
+    overlap = _bool(body, "tp_overlap", False)
+    model = _model_of(job)
+    out = cluster_search(model, gpu, job, tp_overlap=overlap, **opts).to_dict()
+    out.pop("elapsed_s", None)
+    if note:
+        out["gpu_note"] = note
     return out
 
 
