@@ -138,6 +138,12 @@ def test_pick_model_and_gpu_change_batch(page, live_server, cli_json):
      ["gpt2", "--batch", "16", "--attention", "eager", "--precision", "amp-bf16", "--gpu", "T4"]),
     ("model=llama-3.1-70b&gpu=H100-SXM-80GB&gpus=8&zero=3&mode=train",
      ["llama-3.1-70b", "--gpus", "8", "--zero", "3", "--mode", "train", "--gpu", "H100-SXM-80GB"]),
+    # the parallel layout (issue 11) in the link, the page and the copied command
+    ("model=llama-3.1-70b&gpu=H100-SXM-80GB&gpus=16&tp=4&pp=2&sequence_parallel=true&mode=train",
+     ["llama-3.1-70b", "--gpus", "16", "--tp", "4", "--pp", "2", "--sequence-parallel", "--mode",
+      "train", "--gpu", "H100-SXM-80GB"]),
+    ("model=mixtral-8x7b&gpu=A100-SXM-80GB&gpus=2&tp=2&mode=infer",
+     ["mixtral-8x7b", "--gpus", "2", "--tp", "2", "--mode", "infer", "--gpu", "A100-SXM-80GB"]),
 ])
 def test_linked_plans_show_the_cli_numbers(page, live_server, cli_json, query, argv):
     page.goto(f"{live_server}/?{query}")

@@ -81,6 +81,7 @@ function writeForm(state) {
   $("gpu").value = gpus[0];
   for (const c of document.querySelectorAll("#compare-list input")) c.checked = gpus.slice(1).includes(c.value);
   if (gpus.length > 1) $("compare").open = true;
+  if (["tp", "pp", "cp", "ep", "sequence_parallel", "micro_batches"].some((k) => k in state.job)) $("layout").open = true;
   $("overhead").value = state.overhead || "expected";
 }
 
