@@ -64,6 +64,11 @@ def record(cls=None, /, *, kw_only: bool = True):
 def _stdlib_only(cls) -> bool:
     if _BATCHED_BY_STDLIB or "__slots__" in cls.__dict__:
         return True
+    # an InitVar pseudo-field (annotated as a string or as the object): its value reaches
+    # __post_init__ only through the standard library's __init__
+    if any("InitVar" in (a if isinstance(a, str) else repr(a))
+           for a in cls.__dict__.get("__annotations__", {}).values()):
+        return True
     return any(getattr(b, "__dataclass_params__", None) is not None for b in cls.__mro__[1:])
 
 
@@ -75,13 +80,7 @@ def _build(cls, kw_only: bool):
     documented = bool(cls.__dict__.get("__doc__"))
     # dataclasses collects and checks the fields, generating no method
     dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
-    fields = list(cls.__dict__["__dataclass_fields__"].values())
-    if any(f._field_type is not dataclasses._FIELD for f in fields):  # an InitVar
-        for f in fields:
-            if f._field_type is dataclasses._FIELD and f.default is not MISSING:
-                setattr(cls, f.name, f.default)
-        del cls.__dataclass_fields__, cls.__dataclass_params__
-        return dataclasses.dataclass(cls, frozen=True, kw_only=kw_only)
+    fields = list(dataclasses.fields(cls))  # the real fields: no ClassVar pseudo-field
     for name, fn in {"__init__": _init(cls, fields), **_methods(cls, fields)}.items():
         if name in ("__setattr__", "__delattr__") and name in own:
             raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")

@@ -11,7 +11,8 @@ import inspect
 import pickle
 import pkgutil
 from dataclasses import FrozenInstanceError, field
-from typing import ClassVar
+from dataclasses import InitVar  # noqa: F401 -- the string annotations below resolve to it
+from typing import ClassVar  # noqa: F401 -- as InitVar
 
 import pytest
 
@@ -133,6 +134,19 @@ def test_own_methods_stay_and_undocumented_classes_get_the_signature_as_doc():
     with pytest.raises(TypeError, match="Cannot overwrite attribute __setattr__"):
         record(type("Bad", (), {"__annotations__": {"a": "int"},
                                 "__setattr__": lambda s, n, v: None}))
+
+
+def test_initvar_reaches_post_init():
+    """An InitVar is the standard library's whole: not a field, passed to __post_init__."""
+    def post(self, scale):
+        object.__setattr__(self, "b", self.a * scale)
+
+    body = {"__annotations__": {"a": "int", "scale": "InitVar[int]", "b": "int"},
+            "b": field(default=0, init=False), "__post_init__": post}
+    fast, std = _pair(body)
+    assert fast(a=2, scale=3).b == std(a=2, scale=3).b == 6
+    assert [f.name for f in dataclasses.fields(fast)] == ["a", "b"]
+    assert str(inspect.signature(fast)) == str(inspect.signature(std))
 
 
 def test_subclass_of_a_record_is_a_frozen_dataclass():
