@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from gpuplan._record import record
+from ._record import record
 from .errors import InputError, shown
 
 __all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS"]

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from gpuplan._record import record
+from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.parallel import (
     Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_costs,

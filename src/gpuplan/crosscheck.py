@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from gpuplan._record import record
+from ._record import record
 from .memory.shape import seq_for
 from .fit import Plan
 from .job import Job

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import asdict, field
 
-from gpuplan._record import record
+from ._record import record
 from ._version import __version__
 from ._extras import extras_status, installed_version
 from .errors import GpuplanError

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import field
 from typing import TYPE_CHECKING, Iterable, Literal
 
-from gpuplan._record import record
+from ._record import record
 from .bounds import check_int
 from .errors import InputError, shown
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu

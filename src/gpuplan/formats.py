@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Literal
 
-from gpuplan._record import record
+from ._record import record
 from .errors import InputError, UnknownNameError
 from .models._ggml import ggml_tensor_bytes
 from .models._types import Architecture, ParamTensor

@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
-from gpuplan._record import record
+from ._record import record
 from .bounds import MAX_ARG_CHARS, check_int, check_number
 from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format

@@ -22,7 +22,7 @@ from dataclasses import fields
 from operator import attrgetter
 from typing import Literal
 
-from gpuplan._record import record
+from ._record import record
 from .compute import flops_breakdown
 from .errors import GpuplanError, InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format

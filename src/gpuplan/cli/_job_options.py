@@ -14,7 +14,7 @@ import argparse
 import math
 import sys
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError
 from ..job import Job
 from ..units import parse_positive_int

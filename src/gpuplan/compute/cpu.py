@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import UnsupportedError
 from ..hardware import GPU
 from ..hardware.cpu import CPU

@@ -8,7 +8,7 @@ from dataclasses import field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU, gpu_from_device_name
 from .efficiency import CONSTANTS, constant

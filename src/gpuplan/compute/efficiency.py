@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from gpuplan._record import record
+from .._record import record
 from .flops import Op
 
 __all__ = [

@@ -25,7 +25,7 @@ import math
 from dataclasses import replace
 from typing import Literal, get_args
 
-from gpuplan._record import record
+from .._record import record
 from ..bounds import BOUNDS
 from ..errors import InputError, shown
 from ..job import Attention, Checkpointing, Job, default_seq

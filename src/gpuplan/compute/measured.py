@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
-from gpuplan._record import record
+from .._record import record
 from ..bounds import check_int, check_number
 from ..errors import GpuplanWarning, InputError, printable, shown
 from ..hardware.cpu import detect_cpu, hostname

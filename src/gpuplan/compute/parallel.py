@@ -40,7 +40,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks

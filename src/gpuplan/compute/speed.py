@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU

@@ -12,7 +12,7 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Literal, Sequence
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..job import KV_DTYPES, Attention, Checkpointing, Job

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError
 from ..hardware import GPU
 from ..job import Job

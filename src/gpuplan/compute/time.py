@@ -15,7 +15,7 @@ import math
 import re
 from typing import Literal, Sequence
 
-from gpuplan._record import record
+from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
     GEMM_TILE, attention_fraction, constant, gemm_wave_efficiency, gemv_bandwidth_fraction,

@@ -22,7 +22,7 @@ import os
 from types import MappingProxyType
 from typing import Mapping
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError, UnknownNameError, UnsupportedError
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_positive_int
 

@@ -21,7 +21,7 @@ import os
 import re
 from typing import Literal
 
-from gpuplan._record import record
+from .._record import record
 
 __all__ = [
     "CPU", "SimdKind", "FMA_UNITS_ASSUMED", "detect_cpu", "cpu_from_cpuinfo",

@@ -25,7 +25,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError, UnsupportedError
 
 __all__ = ["Link", "Topology", "parse_inter_node", "topology_for", "collective_time",

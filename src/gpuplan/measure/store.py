@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
-from gpuplan._record import record
+from .._record import record
 from ..compute.measured import (
     BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, recover_hot_journal, skip_run,
 )

@@ -43,7 +43,7 @@ import math
 from dataclasses import fields, replace
 from operator import attrgetter
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError
 from ..job import Job
 from ..models import Model

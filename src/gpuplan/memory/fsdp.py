@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from gpuplan._record import record
+from .._record import record
 from ..formats import TrainingRecipe
 from ..models import Model
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import UnsupportedError
 from ..formats import get_weight_format, weights_bytes_in_format
 from ..job import Job

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import InputError
 from ..job import Job, part_layers, pp_chunks
 from ..models import Architecture, Model, ParamCounts, ParamTensor

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from gpuplan._record import record
+from .._record import record
 from ..bounds import check_number
 from ..errors import InputError, shown
 from ..units import MiB, parse_bytes

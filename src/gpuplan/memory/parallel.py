@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplan._record import record
+from .._record import record
 from ..job import Job
 from ..models import Model
 from .activations import TrainActivations, regime_for, train_activations

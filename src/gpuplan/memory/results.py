@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from gpuplan._record import record
+from .._record import record
 from .overhead import Overhead
 
 __all__ = ["Line", "TrainMemory", "InferMemory"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import UnsupportedError
 
 from ..formats import (

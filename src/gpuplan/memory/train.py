@@ -7,7 +7,7 @@ The seed document's table comes out exactly (7B, mixed precision, Adam: 14 + 14 
 from __future__ import annotations
 
 
-from gpuplan._record import record
+from .._record import record
 from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
 from ..job import Job
 from ..models import Model

@@ -13,7 +13,7 @@ import json
 from functools import cache
 import os
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import ModelFileError, UnknownNameError
 from ._counts import count_params
 from ._families import HF_CLASSES, build_architecture

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import ModelFileError
 from ..units import MAX_PARAMS
 from ._config import ConfigReader

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-from gpuplan._record import record
+from .._record import record
 from .._extras import require
 from ..errors import InputError
 from ._safetensors import DTYPE_BITS, HeaderTensor

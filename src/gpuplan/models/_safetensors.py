@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuplan._record import record
+from .._record import record
 from ..errors import MissingDependencyError, ModelFileError, printable, shown
 from ..units import MB
 from ._config import read_json_file

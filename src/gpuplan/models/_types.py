@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Mapping
 
-from gpuplan._record import record
+from .._record import record
 
 __all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "Architecture", "Model"]
 

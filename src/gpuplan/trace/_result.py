@@ -6,7 +6,7 @@ from dataclasses import field
 from types import MappingProxyType
 from typing import Literal, Mapping
 
-from gpuplan._record import record
+from .._record import record
 
 Mode = Literal["train", "infer"]
 

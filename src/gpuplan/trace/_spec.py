@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 from unittest import mock
 
-from gpuplan._record import record
+from .._record import record
 from .. import models
 from .._io import read_bounded
 from ..errors import InputError, ModelFileError, UnsupportedError

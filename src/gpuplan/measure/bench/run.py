@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator, get_args
 
-from gpuplan._record import record
+from ..._record import record
 from ..._extras import require
 from ...errors import InputError, UnsupportedError
 from ...hardware.cpu import CPU, available_memory_bytes, detect_cpu

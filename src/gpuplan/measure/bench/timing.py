@@ -31,7 +31,7 @@ import math
 from time import perf_counter
 from typing import Callable, Literal, Protocol, Sequence
 
-from gpuplan._record import record
+from ..._record import record
 
 __all__ = ["Timing", "measure", "quantile", "TARGET_SPREAD"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Literal, Mapping
 
-from gpuplan._record import record
+from ..._record import record
 
 __all__ = [
     "BenchDtype", "BANDWIDTH_KINDS", "OVERHEAD_KINDS", "GPUInfo", "Machine", "MatmulResult",

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import field, replace
 from typing import Mapping, Sequence
 
-from gpuplan._record import record
+from ..._record import record
 from ...errors import GpuplanError
 from ...units import format_bytes, format_rate, format_seconds
 from ..bench.timing import quantile

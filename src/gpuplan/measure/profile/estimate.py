@@ -22,7 +22,7 @@ import statistics
 import warnings
 from typing import Any
 
-from gpuplan._record import record
+from ..._record import record
 from ... import compute
 from ...errors import GpuplanError, InputError, UnknownNameError
 from ...formats import TRAINING_RECIPES, WEIGHT_FORMATS

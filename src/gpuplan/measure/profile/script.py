@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Literal
 
-from gpuplan._record import record
+from ..._record import record
 from ...errors import InputError
 from . import Profiler
 from .analysis import NoStepsError

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, field, fields, replace
 from typing import Any, Literal, Mapping, get_args
 
-from gpuplan._record import record
+from ..._record import record
 
 __all__ = [
     "PHASES", "COMPUTE_PHASES", "Phase", "Verdict", "Status", "SCHEMA",

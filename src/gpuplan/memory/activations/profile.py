@@ -7,7 +7,7 @@ from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
 
-from gpuplan._record import record
+from ..._record import record
 from ...job import Job
 from ...models import Model
 from ..lora import DEFAULT_LORA_TARGETS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from gpuplan._record import record
+from ..._record import record
 from ...job import Job
 from ...models import Architecture, Model
 from ..shape import seq_for

@@ -5,7 +5,7 @@ pass branches on (:class:`Spec`), and the options of one job that change the for
 from __future__ import annotations
 
 
-from gpuplan._record import record
+from ..._record import record
 from ...errors import InputError
 from ...models import Architecture
 

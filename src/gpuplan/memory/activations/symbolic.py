@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Iterable
 
-from gpuplan._record import record
+from ..._record import record
 
 __all__ = ["Form", "ZERO", "BS", "BSS", "S", "SS", "B", "ONE", "Regime", "Graph", "Tensor",
            "LayerProfile", "simulate", "prune"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from gpuplan._record import record
+from ..._record import record
 from ...job import Job
 from ...models import Model
 from ..fsdp import FsdpUnits
