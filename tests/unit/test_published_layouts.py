@@ -11,6 +11,7 @@ optimizer (ZeRO-1), sequence parallelism and --tp-comm-overlap, as the README's 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -246,8 +247,6 @@ def test_memory_models_have_their_named_size(rid):
     """The shape-built model of each run has the parameter count its name states (gpt-1.7b,
     OPT-175B, gpt-1t ...) within 5% (names round: 1.75B and 1.77B are both "1.7b"; a tied head
     would read 1.49B): the family, the untied head and the FFN width are right."""
-    import re
-
     name = RUNS[rid]["model"]["name"]
     size = re.search(r"(\d+(?:\.\d+)?)\s*([bt])\b", name, re.IGNORECASE)
     assert size, name
