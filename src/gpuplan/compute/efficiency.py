@@ -29,7 +29,7 @@ __all__ = [
     "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "gemv_bandwidth_fraction", "attention_fraction",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
-    "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost",
+    "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
 ]
 
 
@@ -285,6 +285,14 @@ class OptimizerCost:
     """Each kernel is its own Python-level call (host time ``eager_host_op_s`` each)."""
 
 
+def multi_tensor_launches(tensors: int, elements: int) -> int:
+    """Launches of one multi-tensor pass over ``tensors`` tensors of ``elements`` in all: torch's
+    ``_foreach`` / apex chunking caps both per launch (:data:`CONSTANTS`
+    ``multi_tensor_max_tensors``, ``multi_tensor_max_elements``)."""
+    return max(1, math.ceil(tensors / constant("multi_tensor_max_tensors")),
+               math.ceil(elements / constant("multi_tensor_max_elements")))
+
+
 def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
                    elements: int, name: str = "") -> OptimizerCost:
     """The traffic and launches of one step of an optimizer of ``kind`` (``plain``, ``factored``,
@@ -298,8 +306,7 @@ def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
     if impl not in OPTIMIZER_IMPLS:
         raise ValueError(f"optimizer implementation {impl!r}")
     tensors = max(1, tensors)
-    groups = max(1, math.ceil(tensors / constant("multi_tensor_max_tensors")),
-                 math.ceil(elements / constant("multi_tensor_max_elements")))
+    groups = multi_tensor_launches(tensors, elements)
     one_pass = dict(param_accesses=constant("opt_fused_param_accesses"), grad_reads=1.0,
                     state_accesses=2.0)
     if kind == "factored":

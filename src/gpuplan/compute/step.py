@@ -22,7 +22,8 @@ from .flops import (
     Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, recompute_ops,
 )
 from .efficiency import (
-    RuntimeOverheads, constant, eager_chains, optimizer_cost, resolve_runtime, runtime_overheads,
+    RuntimeOverheads, constant, eager_chains, multi_tensor_launches, optimizer_cost,
+    resolve_runtime, runtime_overheads,
 )
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
@@ -509,6 +510,11 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
                    sync=sync), None, n_params, trainable)
 
 
+def _optimizer_shard(spec: StepSpec) -> int:
+    """GPUs that share one optimizer step: ZeRO >= 1 gives each its shard to update."""
+    return spec.gpus if spec.zero >= 1 else 1
+
+
 def _loss_scaling_op(spec: StepSpec, prec: PrecisionLayout, trainable: int,
                      n_tensors: int) -> Op:
     """fp16 loss scaling's passes around the optimizer step, over this GPU's share of the
@@ -516,14 +522,12 @@ def _loss_scaling_op(spec: StepSpec, prec: PrecisionLayout, trainable: int,
     into fp32 master gradients and the master-to-fp16 copy of an fp16-weight recipe
     (:data:`~.efficiency.CONSTANTS` ``gradscaler_unscale_accesses``,
     ``fp16_master_extra_accesses``). Multi-tensor launches, one per group and pass."""
-    shard = spec.gpus if spec.zero >= 1 else 1
-    n = max(1, trainable // shard)
+    n = max(1, trainable // _optimizer_shard(spec))
     if prec.master:
         nbytes, passes = constant("fp16_master_extra_accesses") * 4.0 * n, 2
     else:
         nbytes, passes = constant("gradscaler_unscale_accesses") * prec.grad * n, 1
-    groups = max(1, math.ceil(n_tensors / constant("multi_tensor_max_tensors")),
-                 math.ceil(n / constant("multi_tensor_max_elements")))
+    groups = multi_tensor_launches(n_tensors, n)
     return Op(name="optimizer.loss_scaling", op_class="optimizer", kind="elementwise",
               phase="optimizer", count=1, flops=float(n), counted_flops=0.0, bytes=float(nbytes),
               parallel_work=n, kernels=passes * groups, group="optimizer",
@@ -545,7 +549,7 @@ def _optimizer_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
     are issued one torch call each, multi-tensor passes from C++."""
     opt = get_optimizer(spec.optimizer)
     states, _ = optimizer_state_bytes(opt, opt_tensors, trainable, prec.state)
-    shard = spec.gpus if spec.zero >= 1 else 1  # ZeRO >= 1: each GPU updates its shard
+    shard = _optimizer_shard(spec)
     n = max(1, trainable // shard)
     impl = spec.optimizer_impl or ("foreach" if device.kind == "gpu" else "for-loop")
     cost = optimizer_cost(opt.kind, opt.states, impl, tensors=n_tensors, elements=n,
