@@ -129,6 +129,12 @@ VARIANTS = {
                                         bias=True, alibi=True, ffn_hidden_size=80,
                                         tie_word_embeddings=False, bos_token_id=1,
                                         eos_token_id=1)),
+    "bloom-post-ln-untied": ("bloom", "BloomForCausalLM",
+                             dict(hidden_size=64, n_layer=3, n_head=4, vocab_size=97,
+                                  apply_residual_connection_post_layernorm=True,
+                                  tie_word_embeddings=False)),
+    "bloom-legacy-n_embed": ("bloom", "BloomForCausalLM",
+                             dict(n_embed=48, n_layer=2, n_head=4, vocab_size=50)),
     "bert-untied-3-types": ("bert", "BertForMaskedLM",
                             dict(_SMALL, intermediate_size=96, type_vocab_size=3,
                                  tie_word_embeddings=False)),
@@ -273,6 +279,10 @@ def _random_config(draw, family):
                    new_decoder_architecture=new, multi_query=draw(st.booleans()),
                    num_kv_heads=kv, parallel_attn=draw(st.booleans()), bias=draw(st.booleans()),
                    ffn_hidden_size=I, tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0)
+    elif family == "bloom":
+        cfg = dict(hidden_size=H, n_layer=L, n_head=heads, vocab_size=V,
+                   apply_residual_connection_post_layernorm=draw(st.booleans()),
+                   tie_word_embeddings=tie)
     elif family == "bert":
         cfg = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=heads, vocab_size=V,
                    intermediate_size=I, type_vocab_size=draw(st.integers(1, 3)),
@@ -291,8 +301,8 @@ _CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
           "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
           "gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausalLM",
           "gpt_neox": "GPTNeoXForCausalLM", "opt": "OPTForCausalLM",
-          "falcon": "FalconForCausalLM", "bert": "BertForMaskedLM",
-          "vit": "ViTForImageClassification"}
+          "falcon": "FalconForCausalLM", "bloom": "BloomForCausalLM",
+          "bert": "BertForMaskedLM", "vit": "ViTForImageClassification"}
 
 
 @pytest.mark.parametrize("family", sorted(_CLASS))

@@ -130,3 +130,45 @@ def test_live_trace_gpt_bigcode_within_5_percent(mode, ck):
     got = t.total_bytes - t.overhead_bytes
     assert abs(got - r.total_bytes) <= TOLERANCE * r.total_bytes, (got, r.total_bytes)
     assert t.peak_phase == r.peak_phase
+
+
+#: BLOOM (ALiBi, eager attention only, the embedding LayerNorm, BloomGelu's autograd.Function)
+#: at bloom-560m's width with a small vocabulary and four layers, so that the activations -- not
+#: the 250,880-row embedding -- decide the peak. Measured at 1e65d0b (this commit's parent):
+#: within 0.4% for training, 0.0% and 2.3% for serving.
+_BLOOM = {"model_type": "bloom", "hidden_size": 1024, "n_layer": 4, "n_head": 16,
+          "vocab_size": 4096}
+BLOOM_LIVE = [("train", 4, 512, "none", "amp-bf16"), ("train", 4, 512, "full", "amp-bf16"),
+              ("train", 4, 512, "none", "mixed-bf16"), ("train", 2, 512, "none", "fp32"),
+              ("infer", 2, 1024, "none", "bf16"), ("infer", 8, 128, "none", "fp32")]
+
+
+@pytest.mark.parametrize("mode,batch,seq,ck,precision", BLOOM_LIVE)
+def test_bloom_live_trace_within_5_percent(mode, batch, seq, ck, precision):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from gpuplan.models import model_from_config_bytes
+    from gpuplan.trace import trace_step
+
+    r = trace_step(dict(_BLOOM), mode=mode, batch=batch, seq=seq, checkpointing=ck,
+                   precision=precision)
+    m = model_from_config_bytes(json.dumps(_BLOOM).encode(), name="bloom-small")
+    if mode == "train":
+        t = train_memory(m, Job(model=m, mode="train", precision=precision, optimizer="adamw",
+                                batch=batch, seq=seq, checkpointing=ck))
+    else:
+        t = infer_memory(m, Job(model=m, mode="infer", infer_precision=precision, batch=batch,
+                                seq=seq))
+    got = t.total_bytes - t.overhead_bytes
+    assert abs(got - r.total_bytes) <= TOLERANCE * r.total_bytes, (got, r.total_bytes)
+    assert t.peak_phase == r.peak_phase
+
+
+def test_bloom_selective_is_refused_by_the_trace():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from gpuplan.errors import UnsupportedError
+    from gpuplan.trace import trace_step
+
+    with pytest.raises(UnsupportedError, match="BLOOM"):
+        trace_step(dict(_BLOOM), mode="train", batch=1, seq=64, checkpointing="selective")

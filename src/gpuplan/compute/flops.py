@@ -255,6 +255,11 @@ def _attention_counts(shape: StepShape, window: int | None, causal: bool,
     return float(causal_score_elements(q, window)), counted
 
 
+#: Families whose transformers attention is eager only (BloomAttention: ALiBi in a baddbmm, no
+#: SDPA path): their steps are timed and counted with materialized scores whatever the job says.
+EAGER_ONLY = ("bloom",)
+
+
 def _is_fused_qkv(arch: Architecture) -> bool:
     return arch.family in ("gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3", "bloom", "mpt",
                            "gptj")
@@ -475,6 +480,9 @@ def _embedding_ops(arch: Architecture, shape: StepShape, nb: _Bytes) -> list[Op]
     if arch.kind == "encoder":  # token types + embedding LayerNorm (BERT)
         ops.append(_ew("embed.norm", "embedding", elements=T * h, nbytes=4 * T * h * a,
                        flops_per=_NORM_FLOPS.get(arch.norm, 7) + 1, kernels=3))
+    elif arch.family == "bloom":  # word_embeddings_layernorm
+        ops.append(_ew("embed.norm", "embedding", elements=T * h, nbytes=2 * T * h * a,
+                       flops_per=_NORM_FLOPS.get(arch.norm, 7)))
     return ops
 
 
@@ -730,6 +738,8 @@ def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
                          "job.with_(mode='train') or job.with_(mode='infer')")
     train = job.mode == "train"
     batch = job.batch
+    if arch.family in EAGER_ONLY:
+        job = job._evolve(attention="eager")
     seq = default_seq(arch) if job.seq is None or arch.kind == "vision" else job.seq
     logits = None if train or job.prefill_logits == "all" else batch
     shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=train, logits_tokens=logits)

@@ -56,6 +56,7 @@ HF_CLASSES: dict[str, str] = {
     "gpt_neox": "GPTNeoXForCausalLM",
     "opt": "OPTForCausalLM",
     "falcon": "FalconForCausalLM",
+    "bloom": "BloomForCausalLM",
     "bert": "BertForMaskedLM",
     "vit": "ViTForImageClassification",
 }
@@ -575,6 +576,52 @@ def _falcon(r: ConfigReader, family: str) -> dict:
     )
 
 
+def _bloom(r: ConfigReader, family: str) -> dict:
+    """BLOOM (transformers' BloomConfig and modeling_bloom): fused query_key_value interleaved
+    per head, ALiBi instead of position embeddings, a LayerNorm on the word embeddings, a 4h
+    GeLU MLP, biases everywhere, the head tied to the embeddings. BloomConfig maps
+    ``num_hidden_layers`` / ``num_attention_heads`` to ``n_layer`` / ``n_head``, and a legacy
+    ``n_embed`` overrides ``hidden_size``."""
+    H = r.integer("n_embed", "hidden_size")
+    L = r.integer("n_layer", "num_hidden_layers")
+    NH = r.integer("n_head", "num_attention_heads")
+    V = r.integer("vocab_size", default=250880)
+    if H % NH:
+        raise r.fail(f'"hidden_size" {H} is not divisible by "n_head" {NH}')
+    tie = r.boolean("tie_word_embeddings", default=True)
+    r.boolean("apply_residual_connection_post_layernorm", default=False)  # checked; the
+    # activation replay reads it from the config
+    if r.integer("pretraining_tp", default=1) > 1 and r.boolean("slow_but_exact", default=False):
+        r.notes.append("slow_but_exact with pretraining_tp > 1 (BLOOM's sliced linears) is "
+                       "planned as the plain linears it sums to")
+    T = _Tensors()
+    T.embedding("transformer.word_embeddings.weight", V, H, "word_embeddings")
+    T.norm("transformer.word_embeddings_layernorm", H, 1, bias=True)
+    p = "transformer.h.{i}"
+    T.norm(f"{p}.input_layernorm", H, L, bias=True)
+    T.linear(f"{p}.self_attention.query_key_value", 3 * H, H, L, "attention", bias=True)
+    T.linear(f"{p}.self_attention.dense", H, H, L, "attention", bias=True)
+    T.norm(f"{p}.post_attention_layernorm", H, L, bias=True)
+    T.linear(f"{p}.mlp.dense_h_to_4h", 4 * H, H, L, "mlp", bias=True)
+    T.linear(f"{p}.mlp.dense_4h_to_h", H, 4 * H, L, "mlp", bias=True)
+    T.norm("transformer.ln_f", H, 1, bias=True)
+    if not tie:
+        T.linear("lm_head", V, H, 1, "head", bias=False)
+    return dict(
+        kind="decoder", hidden_size=H, num_layers=L, num_heads=NH, num_kv_heads=NH,
+        head_dim=H // NH, intermediate_size=4 * H, vocab_size=V,
+        # ALiBi has no position table; the config has no max_position_embeddings (BLOOM
+        # trained at 2,048 tokens, its default sequence here)
+        max_position_embeddings=r.integer("seq_length", "max_position_embeddings", default=2048),
+        tie_word_embeddings=tie, mlp="gelu", activation="bloom_gelu", norm="layernorm",
+        position="alibi", parallel_attn_mlp=False,
+        attention_bias=True, mlp_bias=True,
+        attention_dropout=_dropout(r, "attention_dropout"),
+        hidden_dropout=_dropout(r, "hidden_dropout"),
+        tensors=T.items,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Encoders: BERT (masked LM) and ViT (image classification)
 # --------------------------------------------------------------------------------------------
@@ -686,6 +733,7 @@ _BUILDERS: dict[str, Callable[[ConfigReader, str], dict]] = {
     "llama": _llama_style, "mistral": _llama_style, "mixtral": _llama_style,
     "qwen2": _llama_style, "qwen2_moe": _llama_style, "gemma2": _llama_style,
     "phi3": _llama_style, "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox, "opt": _opt, "falcon": _falcon,
+    "bloom": _bloom,
     "bert": _bert, "vit": _vit,
 }
 

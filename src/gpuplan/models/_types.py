@@ -97,7 +97,7 @@ class Architecture:
     name: str
     family: str
     """config.json ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, gemma2, phi3, gpt2,
-    gpt_bigcode, gpt_neox, opt, falcon, bert, vit."""
+    gpt_bigcode, gpt_neox, opt, falcon, bloom, bert, vit."""
     kind: Literal["decoder", "encoder", "vision"]
     hidden_size: int
     num_layers: int

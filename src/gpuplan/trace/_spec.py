@@ -251,6 +251,8 @@ def _build_transformers(source: ModelSource, *, dtype, attention: str, device: s
         from transformers.modeling_utils import PreTrainedModel
 
         no_init = mock.patch.object(PreTrainedModel, "initialize_weights", lambda self: None)
+    if attention == "sdpa" and not getattr(cls, "_supports_sdpa", False):
+        attention = "eager"  # BLOOM: its attention has one implementation (gpuplan plans it so)
     with torch.device(device), no_init:
         model = cls._from_config(config, dtype=dtype, attn_implementation=attention)
     return model, task

@@ -266,6 +266,10 @@ def _prepare_model(built: Built, cfg: StepConfig, stack: contextlib.ExitStack,
         model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
     if train and cfg.checkpointing == "selective":
+        if getattr(getattr(model, "config", None), "model_type", "") == "bloom":
+            raise UnsupportedError("--checkpointing selective: BLOOM's attention core is "
+                                   "written inline in BloomAttention.forward, which the trace "
+                                   "cannot wrap; trace --checkpointing none or full")
         if built.task == "custom":
             raise UnsupportedError("--checkpointing selective needs a transformers model "
                                    "(its attention functions are wrapped)")

@@ -29,6 +29,8 @@ _NOT_SPLIT = {
             "and RowwiseParallel do not take (nn.Linear and nn.Embedding only)",
     "falcon": "Falcon's fused query_key_value holds all query heads then one K/V head: a "
               "column split gives the K/V head to one rank only",
+    "bloom": "BloomAttention reshapes the fused query_key_value with the model's n_head, not "
+             "a rank's share of the heads, so a column split of it cannot run",
     "mixtral": "Mixtral's experts are one fused 3-D parameter per projection, which torch's "
                "ColwiseParallel and RowwiseParallel do not take",
     "qwen2_moe": "the experts are fused 3-D parameters, which torch's ColwiseParallel and "

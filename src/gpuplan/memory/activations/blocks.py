@@ -128,6 +128,13 @@ def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
         y = g.mul(t7, t6, name=name)
         g.touch(x)
         return y
+    if act == "bloom_gelu":
+        # BloomGelu: an autograd.Function that saves its input and computes the tanh GeLU in
+        # elementwise ops, x * 0.5 * (1 + tanh(0.79788456 x (1 + 0.044715 x x))): four
+        # input-sized temporaries alive at once in the forward (x*0.5, 0.798x, 0.0447x and its
+        # product with x), five in bloom_gelu_back (tanh_out, 0.5x, 1 - tanh^2, 0.107x and its
+        # product with x) -- three and four beyond the output / the input gradient
+        return g.unary_saves_input(x, name, temps=(3, 4))
     if act == "quick_gelu":
         s = g.unary_saves_output(g.scale(x), name + ".sigmoid")
         return g.mul(x, s, name=name)
@@ -198,7 +205,8 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
         _cache_kv(g, qkv)
     out = _attention_core(c, qkv, mask)
     oname = {"gpt2": "c_proj", "gpt_bigcode": "c_proj", "gpt_neox": "dense", "falcon": "dense",
-             "bert": "dense", "vit": "dense", "opt": "out_proj"}.get(sp.family, "o_proj")
+             "bert": "dense", "vit": "dense", "opt": "out_proj",
+             "bloom": "dense"}.get(sp.family, "o_proj")
     y = c.linear(out, sp.heads * sp.d, sp.h, oname)
     g.touch(qkv.q, qkv.k, qkv.v)  # the attention forward's locals live until it returns
     return c.scatter(y)
@@ -227,6 +235,11 @@ def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
         q = g.cat([g.add(g.scale(q), g.scale(q), "q.rope")], "q.rope_cat")
         k = g.cat([g.add(g.scale(k), g.scale(k), "k.rope")], "k.rope_cat")
         return _QKV(q, k, v, q_contig=True, k_contig=True, v_contig=False)
+    if fam == "bloom":
+        # fused_qkv.view(b, s, heads, 3, d)[..., i, :].transpose(1, 2): strided views
+        qkv = c.linear(x, h, 3 * qd, "query_key_value")
+        q, k, v = g.split(qkv, [BS * qd, BS * qd, BS * qd])
+        return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
     if fam == "falcon":
         qkv = c.linear(x, h, qd + 2 * kvd, "query_key_value")
         q, k, v = g.split(qkv, [BS * qd, BS * kvd, BS * kvd])
@@ -264,6 +277,8 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
     """The attention core of the configured kernel: eager (or a math path), SDPA with an explicit
     mask, or SDPA/flash."""
     g, sp, o = c.g, c.sp, c.o
+    if sp.family == "bloom":
+        return _bloom_eager(c, t, mask)  # BloomAttention has no other implementation
     if o.attention == "eager" or sp.falcon_mqa_math:
         if sp.falcon_mqa_math and o.attention == "sdpa":
             return _math_sdpa_mqa(c, t.q, t.k, t.v)
@@ -368,6 +383,33 @@ def _falcon_eager(c: Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) 
     return g.contiguous(out, "attn_out.t")
 
 
+def _bloom_eager(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
+    """BloomAttention: Q, K and V reshaped to (b heads, s, d) -- a copy of each strided view
+    (K and V are the cache's contiguous copies when one is built) -- ``alibi.baddbmm(q, k^T)``
+    (the ALiBi bias added in the matmul; it saves q and k), the mask added, the softmax in fp32
+    (saved), cast back to the query dtype, dropout, ``bmm`` with V (saves both), the heads
+    merged by a copy. The (b heads, 1, s) ALiBi tensor is built once per forward (the mask
+    line of the profile)."""
+    g, sp = c.g, c.sp
+    heads, d = sp.heads, sp.d
+    q = g.contiguous(t.q, "q.reshape")
+    k = t.k if t.k_contig else g.contiguous(t.k, "k.reshape")
+    v = t.v if t.v_contig else g.contiguous(t.v, "v.reshape")
+    g.region = "attn_core"
+    raw = scores = g.matmul(q, k, BSS * heads, "alibi.baddbmm")
+    if mask is not None:
+        scores = g.add(scores, mask, "scores.masked")
+    probs = g.softmax(scores, dt=4, name="softmax")
+    probs = g.to(probs, q.dt)  # .to(query_layer.dtype)
+    probs = g.dropout(probs, sp.attn_dropout, "attn_dropout")
+    g.keep(probs)  # returned as attn_weights, bound in BloomBlock.forward until it returns
+    out = g.matmul(probs, v, BS * (heads * d), "attn_out")
+    g.region = ""
+    # attention_scores and the masked attn_weights stay bound until the forward returns
+    g.touch(q, k, v, raw, scores)
+    return g.contiguous(out, "merge_heads")
+
+
 def _mlp(c: Ctx, x: Tensor) -> Tensor:
     """The dense MLP (column-parallel up/gate, row-parallel down under TP)."""
     return c.scatter(_mlp_body(c, c.gather(x)))
@@ -389,6 +431,7 @@ def _mlp_body(c: Ctx, x: Tensor) -> Tensor:
     names = {"gpt2": ("c_fc", "c_proj"), "gpt_bigcode": ("c_fc", "c_proj"),
              "gpt_neox": ("dense_h_to_4h", "dense_4h_to_h"),
              "falcon": ("dense_h_to_4h", "dense_4h_to_h"), "opt": ("fc1", "fc2"),
+             "bloom": ("dense_h_to_4h", "dense_4h_to_h"),
              "bert": ("intermediate.dense", "output.dense"),
              "vit": ("intermediate.dense", "output.dense")}[fam]
     y = activation(c, c.linear(x, h, inter, names[0]), "act")
@@ -475,6 +518,17 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         a = _attention(c, n, mask, layer)
         m = _mlp(c, n)
         return g.add(g.add(m, a, "residual_am"), x, "residual")
+    if fam == "bloom":
+        # BloomBlock: dropout_add(dense(...), residual) in the attention and in the MLP; the
+        # residual is the LayerNorm's input (or output, apply_residual_connection_post_
+        # layernorm); attention_output stays bound until the block returns
+        n1 = layernorm(c, x, "input_layernorm")
+        a = g.dropout(_attention(c, n1, mask, layer), p, "attn.dropout")
+        x1 = g.add(n1 if sp.post_ln_residual else x, a, "residual1")
+        g.keep(x1)
+        n2 = layernorm(c, x1, "post_attention_layernorm")
+        m = g.dropout(_mlp(c, n2), p, "mlp.dropout")
+        return g.add(n2 if sp.post_ln_residual else x1, m, "residual2")
     if fam == "gemma2":
         a = _attention(c, norm(c, x, "input_layernorm"), mask, layer)
         x1 = g.add(x, norm(c, a, "post_attention_layernorm"), "residual1")

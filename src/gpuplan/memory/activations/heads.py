@@ -34,6 +34,8 @@ def embed_block(c: Ctx, ids: Tensor) -> Tensor:
         x = c.scatter(x)
         x = layernorm(c, x, "embeddings.LayerNorm")
         return g.dropout(x, sp.hidden_dropout, "embed.dropout")
+    if sp.family == "bloom":
+        return layernorm(c, c.scatter(x), "word_embeddings_layernorm")
     return c.scatter(x)  # SP: the vocab-parallel embedding's output reduce-scattered
 
 

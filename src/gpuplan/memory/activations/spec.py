@@ -13,7 +13,7 @@ __all__ = ["FAMILIES", "DECODER_ROPE", "GPT2_LIKE", "Spec", "Opts", "spec_cached
 
 #: Families whose forward is modeled op by op.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt2",
-            "gpt_bigcode", "gpt_neox", "opt", "falcon", "bert", "vit")
+            "gpt_bigcode", "gpt_neox", "opt", "falcon", "bloom", "bert", "vit")
 
 #: GPT-2 and its GPTBigCode descendant: the same block, dropouts and learned positions.
 GPT2_LIKE = ("gpt2", "gpt_bigcode")
@@ -53,6 +53,9 @@ class Spec:
     norm_topk: bool
     channels: int
     patch: int
+    post_ln_residual: bool = False
+    """BLOOM's ``apply_residual_connection_post_layernorm``: the residual is the LayerNorm's
+    output, not its input."""
 
 
 _SPECS: dict[int, tuple[Architecture, Spec]] = {}
@@ -110,6 +113,8 @@ def _spec(arch: Architecture) -> Spec:
         falcon_mqa_math=(fam == "falcon" and not new_arch and arch.num_kv_heads < arch.num_heads),
         norm_topk=bool(cfg.get("norm_topk_prob", fam == "mixtral")),
         channels=arch.num_channels or 3, patch=arch.patch_size,
+        post_ln_residual=bool(cfg.get("apply_residual_connection_post_layernorm", False))
+        if fam == "bloom" else False,
     )
 
 

@@ -353,12 +353,16 @@ class Graph:
         self.ops[-1].promotes = True
         return y
 
-    def unary_saves_input(self, x: Tensor, name: str, fp32: bool = False) -> Tensor:
-        """silu, gelu (exact or tanh-approximate), pow(x, n): the input is saved."""
+    def unary_saves_input(self, x: Tensor, name: str, fp32: bool = False, *,
+                          temps: tuple[int, int] = (0, 0)) -> Tensor:
+        """silu, gelu (exact or tanh-approximate), pow(x, n): the input is saved. ``temps``:
+        (forward, backward) temporaries of the input's size a composite function allocates
+        while it runs (an autograd.Function written in elementwise ops)."""
         if fp32 and self.r.autocast:
             x = self._cast(x, 4)
         y = self._new(x.numel, x.dt, x.grad, "act", name)
-        self._op(name, [x], [y], saved=[x])
+        self._op(name, [x], [y], saved=[x], fwd_temp=x.nbytes * temps[0],
+                 bwd_temp=x.nbytes * temps[1])
         return y
 
     def unary_saves_output(self, x: Tensor, name: str, fp32: bool = False) -> Tensor:
