@@ -183,8 +183,13 @@ EXPRESSED: dict[str, Expressed] = {
 
 #: Runs gpuplan cannot express today, and why.
 NOT_EXPRESSIBLE: dict[str, str] = {
-    "bloom176b-a100-memory-per-gpu": "tensor + pipeline parallel training (TP4 PP12) is not "
-                                     "modeled by the memory plan",
+    "bloom176b-a100-memory-per-gpu": "the layout is planned now (BLOOM family, TP4 PP12, "
+        "partition 'type:transformer|embedding': 38.6 GB on the worst stage, "
+        "tests/unit/test_published_layouts.py), but the figure is 'using 60 GB of memory on "
+        "each GPU', rounded and read off a tool that is not named (likely nvidia-smi: reserved, "
+        "not allocated), and DeepSpeed's BF16_Optimizer keeps an unsharded fp32 gradient "
+        "accumulation buffer (4 B a parameter, 16 GB a rank here) where gpuplan plans 16-bit "
+        "gradients: not a like-for-like figure until that buffer is modeled",
     "peft-bloomz-7b1-lora-memory": "incomplete config (batch, sequence, precision, rank unknown)",
     "peft-bloomz-7b1-lora-ds-offload-memory": "incomplete config; ZeRO-3 parameter offload",
 }

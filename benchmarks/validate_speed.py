@@ -186,9 +186,11 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
         "(interleaved:8, embedding and loss parts); ZeRO-2; mixed-bf16; RoCE 400 Gb/s per GPU"),
     "bloom176b-a100-x384-iter85376": (
         {"tp": 4, "pp": 12, "batch": 2, "grad_accum": 128, "seq": 2048, "zero": 1,
-         "checkpointing": "full", "inter_node": "50Gb/s", "precision": "mixed-bf16"}, False,
-        "TP4 PP12 DP8, micro-batch 2 x 128 = GBS 2048 (tr11 slurm script), 1F1B; BF16_Optimizer "
-        "= ZeRO-1; 4 x 100 Gb/s Omni-Path per 8-GPU node = 50 Gb/s per GPU"),
+         "checkpointing": "full", "pp_embedding_part": True, "pp_loss_part": True,
+         "inter_node": "50Gb/s", "precision": "mixed-bf16"}, False,
+        "TP4 PP12 DP8, micro-batch 2 x 128 = GBS 2048 (tr11 slurm script), 1F1B; partition "
+        "'type:transformer|embedding' = the embedding and the tied head as pipeline parts; "
+        "BF16_Optimizer = ZeRO-1; 4 x 100 Gb/s Omni-Path per 8-GPU node = 50 Gb/s per GPU"),
     "opt175b-a100-x992": (
         {"tp": 8, "pp": 1, "batch": 1, "grad_accum": 8, "seq": 2048, "zero": 3,
          "checkpointing": "full", "precision": "mixed-fp16"}, False,

@@ -74,9 +74,12 @@ CASES = [_megatron(rid) for rid in MEGATRON] + [
      "model_tflops", False),
     # BLOOM-176B, bigscience tr11-176B-ml README/slurm: TP4 PP12 DP8, MBS 2, GBS 2048, full
     # checkpointing; TFLOPs counted with recompute (HFU); 4 x 100 Gb/s Omni-Path per 8-GPU node
-    # = 50 Gb/s per GPU.
+    # = 50 Gb/s per GPU; --pp-partition-method 'type:transformer|embedding': the embedding on the
+    # first stage and the tied embedding (the head) on the last count as a layer each in the
+    # split (70 + 2 = 72 units, 6 a stage) -- the embedding and loss parts.
     ("bloom176b-a100-x384-iter85376", {"tp": 4, "pp": 12, "batch": 2, "grad_accum": 128,
                                        "seq": 2048, "zero": 1, "checkpointing": "full",
+                                       "pp_embedding_part": True, "pp_loss_part": True,
                                        "inter_node": "50Gb/s"}, "hardware_tflops", False),
     # OPT-175B, arXiv 2205.01068 sec. 2.4: 992 A100-80GB, FSDP + Megatron TP (TP8 per the metaseq
     # logbook), fp16; micro-batch and accumulation not stated (1 x 8 assumed), full
