@@ -294,6 +294,10 @@ def _families():
                         bias=False, alibi=False), \
         _arch(family="falcon", num_kv_heads=1, intermediate_size=256, tie_word_embeddings=True,
               mlp="gelu", activation="gelu", norm="layernorm", parallel_attn_mlp=True)
+    yield "bloom", lambda: _hf("BloomForCausalLM", "BloomConfig", hidden_size=64, n_layer=2,
+                       n_head=4, vocab_size=101), \
+        _arch(family="bloom", intermediate_size=256, tie_word_embeddings=True, mlp="gelu",
+              activation="bloom_gelu", norm="layernorm", position="alibi")
     yield "mixtral", lambda: _hf("MixtralForCausalLM", "MixtralConfig", intermediate_size=96,
                          num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
                          **lm), \
