@@ -222,7 +222,12 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--use-precision-aware-optimizer": None,
             "--num-virtual-stages-per-pipeline-rank": int,
             "--account-for-embedding-in-pipeline-split": None,
-            "--account-for-loss-in-pipeline-split": None}
+            "--account-for-loss-in-pipeline-split": None,
+            "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
+                                          "none"],
+            "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],
+            "--swiglu": None, "--untie-embeddings-and-output-weights": None,
+            "--disable-bias-linear": None, "--add-qkv-bias": None}
 
 
 def _documented_parser(options: dict) -> argparse.ArgumentParser:
@@ -274,6 +279,26 @@ def test_megatron_embedding_and_loss_parts():
         export_plan(job(gpus=4, pp=4, pp_embedding_part=True, pp_loss_part=True), "megatron")
     with pytest.raises(InputError, match="pp-loss-part"):
         export_plan(job(gpus=2, pp=2, pp_loss_part=True), "torchtitan")
+
+
+def test_megatron_writes_the_block_it_plans():
+    """Without the architecture flags pretrain_gpt.py builds its default GPT (learned positions,
+    LayerNorm, GeLU, tied head, biases): Llama 3.1 needs rope (base 500,000 from its config),
+    RMSNorm, SwiGLU, an untied head and no biases; Qwen2 has Q/K/V biases only; GPT-2 is
+    Megatron's default block."""
+    a = megatron_args(export_plan(job(model="llama-3.1-8b", gpus=8), "megatron"))
+    assert (a.position_embedding_type, a.rotary_base, a.normalization) == ("rope", 500000,
+                                                                          "RMSNorm")
+    assert a.swiglu and a.untie_embeddings_and_output_weights and a.disable_bias_linear
+    assert not a.add_qkv_bias
+    q = megatron_args(export_plan(job(model="qwen2.5-7b", gpus=4), "megatron"))
+    assert q.disable_bias_linear and q.add_qkv_bias and q.rotary_base == 1000000
+    g = megatron_args(export_plan(job(model="gpt2", gpus=2), "megatron"))
+    assert (g.position_embedding_type, g.normalization) == ("learned_absolute", "LayerNorm")
+    assert not (g.swiglu or g.untie_embeddings_and_output_weights or g.disable_bias_linear)
+    with pytest.raises(InputError, match="alibi positions"):
+        export_plan(job(model="bloom-560m", gpus=2), "megatron")
+    assert "in parallel" in export_plan(job(model="pythia-160m", gpus=2), "megatron")
 
 
 def test_megatron_zero3_is_megatron_fsdp():

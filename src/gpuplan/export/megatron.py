@@ -38,7 +38,61 @@ def _model_args(job: Job, model: Model) -> list[str]:
         out += ["--group-query-attention", "--num-query-groups", a.num_kv_heads]
     if a.num_experts:
         out += ["--num-experts", a.num_experts, "--moe-router-topk", a.experts_per_token]
-    return [str(x) for x in out]
+    return [str(x) for x in out + _block_args(a, model)]
+
+
+#: Linear modules whose bias Megatron-LM's ``--add-qkv-bias`` turns on.
+_QKV_MODULES = frozenset({"q_proj", "k_proj", "v_proj", "query_key_value", "qkv_proj", "c_attn",
+                          "query", "key", "value", "Wqkv"})
+
+
+def _block_args(a, model: Model) -> list[object]:
+    """The block's shape in pretrain_gpt.py's terms (megatron/training/arguments.py): positions
+    (``--position-embedding-type rope | learned_absolute``, ``--rotary-base``), the norm
+    (``--normalization RMSNorm | LayerNorm``), a SwiGLU MLP (``--swiglu``), an untied head, and
+    the linear biases (Megatron's default has them all; ``--disable-bias-linear``, with
+    ``--add-qkv-bias`` where only Q, K and V have one). Without these flags Megatron-LM builds
+    its default GPT (learned positions, LayerNorm, GeLU, tied head, biases): another model."""
+    cfg = a.config or {}
+    out: list[object] = []
+    if a.position == "rotary":
+        out += ["--position-embedding-type", "rope"]
+        theta = cfg.get("rope_theta")
+        if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta >= 1 \
+                and float(theta).is_integer():
+            out += ["--rotary-base", int(theta)]
+    elif a.position == "learned":
+        out += ["--position-embedding-type", "learned_absolute"]
+    else:
+        raise refuse(ENGINE, f"{model.name} uses {a.position} positions, which Megatron-LM does "
+                     "not implement (Megatron-DeepSpeed's fork has ALiBi); plan it with "
+                     "--export deepspeed")
+    out += ["--normalization", "RMSNorm" if a.norm == "rmsnorm" else "LayerNorm"]
+    if a.mlp == "gated":
+        if "silu" not in (a.activation or "") and "swish" not in (a.activation or ""):
+            raise refuse(ENGINE, f"{model.name}'s gated MLP uses {a.activation}; Megatron-LM's "
+                         "pretrain_gpt.py gates with SiLU only (--swiglu)")
+        out.append("--swiglu")
+    if not a.tie_word_embeddings:
+        out.append("--untie-embeddings-and-output-weights")
+    biased = {t.module for t in model.tensors if t.name.endswith(".bias") and t.component in
+              ("attention", "mlp", "experts")}
+    if not biased - _QKV_MODULES:
+        out.append("--disable-bias-linear")
+        if biased & _QKV_MODULES:
+            out.append("--add-qkv-bias")
+    return out
+
+
+def _notes(a) -> list[str]:
+    """What pretrain_gpt.py cannot express of the block, said in the export."""
+    out = []
+    if a.parallel_attn_mlp:
+        out.append("# the model adds attention and MLP in parallel (one residual); Megatron-LM's "
+                   "GPT block is sequential: same sizes and FLOPs, not the same function")
+    if a.mlp != "gated" and "gelu" not in (a.activation or "gelu"):
+        out.append(f"# the MLP activation is {a.activation}; pretrain_gpt.py's default is GeLU")
+    return out
 
 
 def _sharding(job: Job) -> list[str]:
@@ -129,6 +183,7 @@ def export(job: Job, model: Model) -> str:
             *_recipe(job), *_sharding(job)]
     lines = [f"# gpuplan plan of {model.name}: {job.gpus} GPUs = tp {job.tp} x pp {job.pp} x "
              f"cp {job.cp} x dp {job.dp}"]
+    lines += _notes(model.architecture)
     if not job.fused_optimizer:
         lines.append("# Megatron-LM's Adam is a fused kernel (no foreach temporary): plan with "
                      "--fused-optimizer for its exact step memory")
