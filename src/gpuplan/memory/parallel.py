@@ -86,7 +86,7 @@ class StagePlan:
         """One micro-batch's timeline on this rank, plus the other micro-batches in flight and
         the communication buffers."""
         act = train_activations(self.model, self.job, grad_bytes=self.states.grads,
-                                seq=self.seq, shard=self.shard)
+                                seq=self.seq, shard=self.shard, fsdp=self.states.fsdp)
         if not act.known:
             return act
         v = self.layout.chunks
