@@ -29,7 +29,7 @@ from .._record import record
 from ..bounds import BOUNDS
 from ..errors import InputError, shown
 from ..job import Attention, Checkpointing, Job, default_seq
-from ..models._types import Architecture
+from ..models._types import Architecture, attention_for
 
 __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
@@ -253,11 +253,6 @@ def _attention_counts(shape: StepShape, window: int | None, causal: bool,
     if not causal or attention == "eager":
         return float(q * kv), counted  # eager computes the whole square, then masks it
     return float(causal_score_elements(q, window)), counted
-
-
-#: Families whose transformers attention is eager only (BloomAttention: ALiBi in a baddbmm, no
-#: SDPA path): their steps are timed and counted with materialized scores whatever the job says.
-EAGER_ONLY = ("bloom",)
 
 
 def _is_fused_qkv(arch: Architecture) -> bool:
@@ -738,8 +733,7 @@ def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
                          "job.with_(mode='train') or job.with_(mode='infer')")
     train = job.mode == "train"
     batch = job.batch
-    if arch.family in EAGER_ONLY:
-        job = job._evolve(attention="eager")
+    job = job._evolve(attention=attention_for(arch.family, job.attention))
     seq = default_seq(arch) if job.seq is None or arch.kind == "vision" else job.seq
     logits = None if train or job.prefill_logits == "all" else batch
     shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=train, logits_tokens=logits)

@@ -14,10 +14,10 @@ from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
 from ..hardware.topology import Topology, topology_for
 from ..job import Attention, Checkpointing, Job
-from ..models._types import Architecture, Model
+from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
 from .efficiency import OPTIMIZER_IMPLS, speed_range, speed_residuals
-from .flops import EAGER_ONLY, positive_int
+from .flops import positive_int
 from .measured import load_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_cost, model_flops_per_token,
@@ -294,8 +294,9 @@ def estimate_speed(
         positive_int(trainable_params, "trainable parameters", 10**15)
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
-    if arch is not None and arch.family in EAGER_ONLY and job.attention != "eager":
-        job = job._evolve(attention="eager")
+    runs = attention_for(arch.family, job.attention) if arch is not None else job.attention
+    if runs != job.attention:
+        job = job._evolve(attention=runs)
         notes.append(f"attention: eager ({arch.family}'s attention has no other "
                      "implementation in transformers)")
     seq = resolve_seq(arch, job.seq, notes)

@@ -16,7 +16,19 @@ from typing import Literal, Mapping
 
 from .._record import record
 
-__all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "Architecture", "Model"]
+__all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "Architecture", "Model", "EAGER_ONLY",
+           "attention_for"]
+
+#: Families whose transformers attention is eager only (BloomAttention: ALiBi in a baddbmm, no
+#: SDPA path): planned, timed and counted with materialized scores whatever the job says.
+EAGER_ONLY = ("bloom",)
+
+
+def attention_for(family: str, attention: str) -> str:
+    """The attention a job of ``family`` runs: ``attention`` (the job's), or ``eager`` for a
+    family with no other implementation (:data:`EAGER_ONLY`)."""
+    return "eager" if family in EAGER_ONLY else attention
+
 
 #: Components parameters are split into, in display order.
 COMPONENTS = ("embeddings", "attention", "mlp", "experts", "router", "norms", "head", "other")

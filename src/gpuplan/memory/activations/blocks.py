@@ -277,13 +277,13 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
     """The attention core of the configured kernel: eager (or a math path), SDPA with an explicit
     mask, or SDPA/flash."""
     g, sp, o = c.g, c.sp, c.o
-    if sp.family == "bloom":
-        return _bloom_eager(c, t, mask)  # BloomAttention has no other implementation
     if o.attention == "eager" or sp.falcon_mqa_math:
         if sp.falcon_mqa_math and o.attention == "sdpa":
             return _math_sdpa_mqa(c, t.q, t.k, t.v)
         if sp.family == "falcon":
             return _falcon_eager(c, t.q, t.k, t.v, mask)
+        if sp.family == "bloom":  # the only path (models.EAGER_ONLY)
+            return _bloom_eager(c, t, mask)
         return _eager_core(c, t.q, t.k, t.v, q_contig=t.q_contig,
                            kv_contig=t.k_contig and t.v_contig,
                            softmax_fp32=sp.family not in ("gpt2", "bert"),

@@ -10,6 +10,7 @@ from functools import lru_cache
 from ..._record import record
 from ...job import Job
 from ...models import Model
+from ...models._types import attention_for
 from ..lora import DEFAULT_LORA_TARGETS
 from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
@@ -71,7 +72,7 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
     # transformers turns the cache off when gradient checkpointing is enabled (full checkpointing)
     cache = job.use_cache and job.checkpointing != "full" and sp.kind == "decoder"
     frozen = job.lora_rank is not None
-    return Opts(attention=job.attention, cache=cache, lora=lora_targets,
+    return Opts(attention=attention_for(sp.family, job.attention), cache=cache, lora=lora_targets,
                 lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
                 # QLoRA computes in the 16-bit dtype: each matmul dequantizes its 4-bit base
                 quantized=2 if (frozen and job.lora_base is not None
@@ -95,7 +96,7 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
         else:
             runs.append((1, k))
     mask_form = ZERO
-    if sp.kind == "decoder" and (o.attention == "eager" or sp.family in ("falcon", "bloom")):
+    if sp.kind == "decoder" and (o.attention == "eager" or sp.family == "falcon"):
         mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
     if sp.family == "bloom":
         mask_form = mask_form + Form(bs=sp.heads * pdt)  # the (b heads, 1, s) ALiBi tensor

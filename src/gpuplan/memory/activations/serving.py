@@ -8,6 +8,7 @@ from functools import lru_cache
 from ..._record import record
 from ...job import Job
 from ...models import Architecture, Model
+from ...models._types import attention_for
 from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, infer_head
@@ -49,8 +50,7 @@ def _prefill_profile(sp: Spec, regime: Regime, attention: str, dequant: int, sdp
     g = Graph(regime)
     c = Ctx(g, sp, o)
     x = g.input(BS * sp.h, regime.param, grad=False, name="hidden")
-    eager = attention == "eager" or sp.family == "bloom"  # BLOOM: eager only
-    mask = g.constant(Form(bss=1), regime.param, "mask") if eager else None
+    mask = g.constant(Form(bss=1), regime.param, "mask") if attention == "eager" else None
     y = transformer_layer(c, x, mask, sp.moe_layers[0] if sp.moe_layers else 0)
     layer = simulate(g, [y], param_grad_dt=0, inference=True)
     g = Graph(regime)
@@ -83,8 +83,9 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     prompt = seq_for(model, job)
     regime = _infer_regime(fmt)
     dequant = fmt.matmul_weight_bytes
+    attention = attention_for(sp.family, job.attention)
     layer, emb, head = _prefill_profile(
-        sp, regime, job.attention, dequant, sliding_mask(arch, sp, job.attention, prompt),
+        sp, regime, attention, dequant, sliding_mask(arch, sp, job.attention, prompt),
         job.prefill_logits == "all" or sp.kind != "decoder")
     # BloomModel's loop keeps ``outputs = block(...)`` -- (hidden states, attention weights) --
     # bound until the next block returns: the previous layer's (b, heads, s, s) weights are
@@ -94,16 +95,14 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     pre = max([a(b, prompt) + t(b, prompt) + prev for a, t in layer.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])
-    eager = job.attention == "eager" or sp.family == "bloom"  # BLOOM: eager only
-    if eager and sp.kind == "decoder":
+    if attention == "eager" and sp.kind == "decoder":
         pre += b * prompt * prompt * regime.param  # the (b, 1, s, s) mask, built once
     if sp.family == "bloom":
         pre += b * sp.heads * prompt * regime.param  # the (b heads, 1, s) ALiBi tensor
     dec = 0
     if sp.kind == "decoder":
         ctx = job.context or prompt
-        dec = _decode_working_set(sp, arch, b, ctx, regime.param,
-                                  "eager" if eager else job.attention, dequant)
+        dec = _decode_working_set(sp, arch, b, ctx, regime.param, attention, dequant)
     if sp.kind != "decoder":
         peak, phase = pre, "forward"
     else:

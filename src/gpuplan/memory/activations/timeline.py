@@ -13,6 +13,7 @@ import math
 from ..._record import record
 from ...job import Job
 from ...models import Model
+from ...models._types import attention_for
 from ..fsdp import FsdpUnits
 from ..shape import seq_for
 from .profile import WHOLE, Shard, StepProfile, step_profile
@@ -104,7 +105,7 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
         return hit[1]
     out = _train_from_profile(prof, b, s, grad_bytes=grad_bytes,
                               accumulating=_grads_alive(job), tied=arch.tie_word_embeddings,
-                              attention="eager" if arch.family == "bloom" else job.attention,
+                              attention=attention_for(arch.family, job.attention),
                               tied_bytes=arch.vocab_size * arch.hidden_size * prof.regime.param,
                               loop=loop, fsdp=fsdp)
     if len(_TIMELINES) > 8192:
