@@ -155,9 +155,10 @@ def _not_expressible(run: dict) -> str:
     return ""
 
 
-#: The layouts of the published runs whose record leaves a choice open, exactly as
-#: tests/unit/test_published_layouts.py times them (its CASES; the sources and the reasons are
-#: there): run id -> (Job fields, --tp-comm-overlap, the assumption as the table states it). The
+#: The layouts of the published runs whose record leaves a choice open -- the one table of them:
+#: tests/unit/test_published_layouts.py reads its cases' fields from here (the sources and the
+#: reasons are there): run id -> (Job fields, --tp-comm-overlap, the assumption as the table
+#: states it). The
 #: Megatron-Core README rows are :func:`_megatron_layout`. The Llama 3 rows run the paper's
 #: pipeline as that file does (one-layer chunks, the embedding and the loss parts of their own).
 LAYOUTS: dict[str, tuple[dict, bool, str]] = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,9 @@ from gpuplan.hardware.topology import topology_for
 from gpuplan.job import Job
 from gpuplan.models import load_model, model_from_config_bytes
 from gpuplan.models._types import Architecture
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from validate_speed import LAYOUTS  # noqa: E402  (the one table of these layouts)
 
 RUNS = {r["id"]: r for r in json.loads(
     (Path(__file__).resolve().parents[2] / "benchmarks/published/runs.json").read_text())["runs"]}
@@ -50,9 +54,13 @@ def _megatron(rid: str) -> tuple:
                   "zero": 1, "sequence_parallel": j["tp"] > 1}, "model_tflops", True)
 
 
-#: Llama 3's pipeline (arXiv 2407.21783 sec. 3.3.2; see the 8K rows): one-layer chunks with
-#: the embedding and the output projection + loss as parts of their own.
-LLAMA3_PP = {"pp_schedule": "interleaved:8", "pp_embedding_part": True, "pp_loss_part": True}
+def _published(rid: str, kind: str, **extra) -> tuple:
+    """A case whose Job fields and overlap are benchmarks/validate_speed.py's LAYOUTS entry --
+    one table of these layouts for this test and the validation table (its third item states
+    the assumptions in the table's words) -- with ``extra`` fields this test adds."""
+    fields, overlap, _ = LAYOUTS[rid]
+    return (rid, {**fields, **extra}, kind, overlap)
+
 
 CASES = [_megatron(rid) for rid in MEGATRON] + [
     # Llama 3 Herd, arXiv 2407.21783, Table 4: TP8 PP16 DP64, 32 sequences per DP group, RoCE
@@ -61,52 +69,32 @@ CASES = [_megatron(rid) for rid in MEGATRON] + [
     # the first and the last stages, respectively. This means that the first model chunk on the
     # first stage has only the embedding, and the last model chunk on the last stage has only
     # output projection and loss calculation" -- 126 layers + the embedding + the loss as 128
-    # one-layer parts on 16 stages: V = 8 (LLAMA3_PP). V is not stated; 8 is what that sentence
-    # implies. Meta's tunable contiguous micro-batches N (their Figure 6) are not modeled: the
-    # bubble is the plain interleaved (PP-1)/(V M).
-    ("llama3-405b-h100-x8192-s8192", {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 32,
-                                      "seq": 8192, "zero": 2, "sequence_parallel": True,
-                                      **LLAMA3_PP, "inter_node": "roce-400"},
-     "model_tflops", False),
-    ("llama3-405b-h100-x16384-s8192", {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 16,
-                                       "seq": 8192, "zero": 2, "sequence_parallel": True,
-                                       **LLAMA3_PP, "inter_node": "roce-400"},
-     "model_tflops", False),
+    # one-layer parts on 16 stages: interleaved:8 with the embedding and loss parts. V is not
+    # stated; 8 is what that sentence implies. Meta's tunable contiguous micro-batches N (their
+    # Figure 6) are not modeled: the bubble is the plain interleaved (PP-1)/(V M).
+    _published("llama3-405b-h100-x8192-s8192", "model_tflops"),
+    _published("llama3-405b-h100-x16384-s8192", "model_tflops"),
     # BLOOM-176B, bigscience tr11-176B-ml README/slurm: TP4 PP12 DP8, MBS 2, GBS 2048, full
     # checkpointing; TFLOPs counted with recompute (HFU); 4 x 100 Gb/s Omni-Path per 8-GPU node
     # = 50 Gb/s per GPU; --pp-partition-method 'type:transformer|embedding': the embedding on the
     # first stage and the tied embedding (the head) on the last count as a layer each in the
     # split (70 + 2 = 72 units, 6 a stage) -- the embedding and loss parts.
-    ("bloom176b-a100-x384-iter85376", {"tp": 4, "pp": 12, "batch": 2, "grad_accum": 128,
-                                       "seq": 2048, "zero": 1, "checkpointing": "full",
-                                       "pp_embedding_part": True, "pp_loss_part": True,
-                                       "inter_node": "50Gb/s"}, "hardware_tflops", False),
+    _published("bloom176b-a100-x384-iter85376", "hardware_tflops"),
     # OPT-175B, arXiv 2205.01068 sec. 2.4: 992 A100-80GB, FSDP + Megatron TP (TP8 per the metaseq
     # logbook), fp16; micro-batch and accumulation not stated (1 x 8 assumed), full
     # checkpointing (metaseq's default); "up to" 147 TFLOP/s.
-    ("opt175b-a100-x992", {"tp": 8, "pp": 1, "batch": 1, "grad_accum": 8, "seq": 2048,
-                           "zero": 3, "checkpointing": "full", "precision": "mixed-fp16"},
-     "model_tflops", False),
+    _published("opt175b-a100-x992", "model_tflops"),
     # Narayanan et al. 2021, arXiv 2104.04473, Table 1 last row: 1T on 3072 A100, TP8 PP64,
     # batch 3072, interleaved schedule (V=2 assumed), recompute, HDR InfiniBand (200 Gb/s per GPU);
     # TFLOP/s counted with recompute. Attention unfused: the paper (April 2021) predates fused
     # attention kernels (FlashAttention, 2022) -- Megatron then fused only scale, mask and softmax
     # -- the rule benchmarks/validate_speed.py applies to every pre-2022 source.
-    ("narayanan2021-gpt1t-a100-x3072", {"tp": 8, "pp": 64, "batch": 1, "grad_accum": 512,
-                                        "seq": 2048, "zero": 0, "checkpointing": "full",
-                                        "attention": "eager",
-                                        "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
-                                        "inter_node": "200Gb/s"}, "hardware_tflops", False),
+    _published("narayanan2021-gpt1t-a100-x3072", "hardware_tflops", attention="eager"),
     # Korthikanti et al. 2022, arXiv 2205.05198: MT-NLG 530B on 2240 A100; layout from the
     # paper's Table 3 (TP8 PP35; DP8 fills 2240 GPUs, batch 2240 = 280 per DP rank), interleaved
     # (V=3 assumed), HDR InfiniBand; MFU without recompute.
-    ("korthikanti2022-mtnlg530b-a100-x2240-selective",
-     {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "checkpointing": "selective",
-      "sequence_parallel": True, "pp_schedule": "interleaved:3", "inter_node": "200Gb/s"},
-     "mfu_percent", False),
-    ("korthikanti2022-mtnlg530b-a100-x2240-full",
-     {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "checkpointing": "full",
-      "pp_schedule": "interleaved:3", "inter_node": "200Gb/s"}, "mfu_percent", False),
+    _published("korthikanti2022-mtnlg530b-a100-x2240-selective", "mfu_percent"),
+    _published("korthikanti2022-mtnlg530b-a100-x2240-full", "mfu_percent"),
 ]
 
 #: Runs gpuplan does not reach honestly, with the reason and the ratio measured here.
@@ -115,11 +103,8 @@ XFAIL = {
 CASES += [
     # Llama 3 Table 4 long-context row: TP8 CP16 PP16, DP 8 (the runs.json DP 4 does not fill
     # 16,384 GPUs; see its note), 16 sequences per DP group at 131,072 tokens; the pipeline laid
-    # out as the 8K rows (LLAMA3_PP).
-    ("llama3-405b-h100-x16384-s131072", {"tp": 8, "pp": 16, "cp": 16, "batch": 1,
-                                         "grad_accum": 16, "seq": 131072, "zero": 2,
-                                         "sequence_parallel": True,
-                                         **LLAMA3_PP, "inter_node": "roce-400"}, "model_tflops", False),
+    # out as the 8K rows.
+    _published("llama3-405b-h100-x16384-s131072", "model_tflops"),
     # Narayanan et al. 2021 Table 1 first row: 1.7B, TP1 PP1, 32 GPUs, batch 512 (micro-batch
     # not stated: 4 assumed; 1 would read 1.00x), recompute; TFLOP/s with recompute; attention
     # unfused, as the 1T row (a 2021 source). With fused attention it read ~1.6x.
@@ -222,8 +207,8 @@ MEMORY_FIELDS = {rid: {"runtime": "compile"} for rid in (
 #: Layouts gpuplan's memory plan does not fit where they ran, with the figures measured here.
 MEMORY_XFAIL = {
     "llama3-405b-h100-x8192-s8192":
-        "32 micro-batches per DP group on 16 stages, laid out as the paper states (LLAMA3_PP: "
-        "one-layer chunks, V = 8, the embedding and the loss parts of their own): stage 1, the "
+        "32 micro-batches per DP group on 16 stages, laid out as the paper states (interleaved:8 "
+        "with one-layer chunks, V = 8, the embedding and the loss parts of their own): stage 1, the "
         "worst, holds 2 (p-2) + (v-1) p + 1 = 141 one-layer chunk micro-batches in flight "
         "(Megatron's interleaved warm-up; 17.6 whole micro-batches) of ~533 MB each: 89.0 GB "
         "per GPU planned against 85.0 GB of HBM (~5% over; stage 0 reads 72.5 GB, its 31 "
