@@ -222,12 +222,7 @@ def stage_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fa
     evenly as possible, the first ``layers % parts`` parts one layer longer (DeepSpeed's
     ``partition_uniform``; with ``embedding`` / ``loss`` those count as one layer each:
     :func:`part_layers`); stage ``i`` holds parts ``i, i + pp, i + 2 pp, ...`` (interleaved)."""
-    if embedding or loss:
-        sizes = part_layers(num_layers, pp, chunks, embedding, loss)
-    else:
-        parts = pp * chunks
-        base, extra = divmod(num_layers, parts)
-        sizes = tuple(base + (1 if k < extra else 0) for k in range(parts))
+    sizes = part_layers(num_layers, pp, chunks, embedding, loss)
     bounds = [0]
     for n in sizes:
         bounds.append(bounds[-1] + n)
