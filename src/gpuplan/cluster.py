@@ -215,7 +215,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
     key = (lay.tp, lay.cp, lay.batch)
     if key not in c.costs:
         c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
-                                   batch=lay.batch, seq=lay.seq, attention=c.base.attention)
+                                   batch=lay.batch, seq=lay.seq, attention=c.base.attention,
+                                   runtime=c.base.runtime)
     return layout_time(arch, c.costs[key][lay.checkpointing], lay, c.topo, device=c.device, eff=c.eff, prec=c.prec,
                        params=c.model.params.total, flops_per_token=flops_per_token,
                        state_bytes_per_param=per_param, tp_overlap=c.tp_overlap)

@@ -48,7 +48,7 @@ def _decode(runtime: str):
 
 def test_eager_decode_is_dispatch_bound_and_graphs_remove_it():
     eager, comp, graphs = (_decode(r) for r in ("eager", "compile", "cudagraphs"))
-    # eager: the host's dispatch (kernels x 34 us forward) sets the pace, not the 13.5 GB of weights
+    # eager: the host's dispatch (kernels x 32 us forward) sets the pace, not the 13.5 GB of weights
     assert eager.step.host_bound
     host = eager.step.kernels * constant("eager_host_fwd_s")
     assert eager.step_time_s == pytest.approx(host, rel=1e-9)
@@ -202,3 +202,46 @@ def test_lamb_runs_apex_fused_lamb_passes():
     assert per == 52 and c.kernels == 8 and not c.python_loop
     a = optimizer_cost("plain", 2, "fused", tensors=10, elements=1000)
     assert 4 * (a.param_accesses + a.grad_reads + a.scratch_accesses + 2 * a.state_accesses) == 28
+
+
+def _layer_ops(runtime: str, precision: str = "mixed-bf16"):
+    m = load_model("llama-3.1-8b")
+    est = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
+                                      precision=precision, runtime=runtime), measured=None)
+    return {t.op.name: t.op for t in est.step.ops if t.op.phase == "forward"
+            and t.op.group not in ("embedding", "head", "optimizer")}
+
+
+def test_eager_chains_move_what_transformers_code_moves():
+    # Llama-3.1-8B, 512 tokens, bf16 activations: per element, LlamaRMSNorm in eager moves
+    # to(fp32) 2+4, pow 4+4, mean 4, x rsqrt 4+4, to(bf16) 4+2, x weight 2+2 = 36 B (8 kernels);
+    # fused, 2+2 = 4 B. apply_rotary_pos_emb: q*cos 2, neg of a half 1, cat 2, *sin 2, add 3 =
+    # 10 element accesses of 2 B for q (4096 wide) and k (1024); fused 2. SiLU(gate) * up: 5
+    # accesses of 2 B per intermediate element (14336 wide), fused 3.
+    eager, fused = _layer_ops("eager"), _layer_ops("compile")
+    T, h = 512, 4096
+    assert fused["attn.norm"].bytes == 4 * T * h
+    assert eager["attn.norm"].bytes == pytest.approx(36 * T * h)
+    assert eager["attn.norm"].kernels == 8 and fused["attn.norm"].kernels == 1
+    assert fused["attn.rotary"].bytes == 4 * T * (4096 + 1024)
+    assert eager["attn.rotary"].bytes == pytest.approx(20 * T * (4096 + 1024))
+    assert eager["attn.rotary"].kernels == 10  # five for q, five for k
+    assert fused["mlp.act"].bytes == 6 * T * 14336
+    assert eager["mlp.act"].bytes == pytest.approx(10 * T * 14336)
+
+
+def test_eager_rmsnorm_on_fp32_skips_the_casts():
+    # fp32 activations: both casts return the tensor itself; pow 8, mean 4, x rsqrt 8, x weight 8
+    eager = _layer_ops("eager", precision="fp32")
+    assert eager["attn.norm"].bytes == pytest.approx(28 * 512 * 4096)
+    assert eager["attn.norm"].kernels == 6
+
+
+def test_a_layout_is_timed_as_its_runtime_runs():
+    # the micro-batch cost under a TP/PP layout (and in the cluster search) was built from a fresh
+    # Job that dropped the runtime: --runtime compile and eager timed the same under --tp
+    m = load_model("llama-3.1-8b")
+    est = {rt: estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=2048,
+                                           tp=2, gpus=2, runtime=rt), measured=None)
+           for rt in ("eager", "compile")}
+    assert est["compile"].step_time_s < 0.97 * est["eager"].step_time_s

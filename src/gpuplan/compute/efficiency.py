@@ -102,10 +102,10 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
                                "the default streaming fraction (device.DEFAULT_BASIS memory_gpu)"),
     # -- runtime: host and device cost per kernel -------------------------------------------------
     "eager_host_fwd_s": Constant(
-        34e-6, "s per kernel",
+        32e-6, "s per kernel",
         "calibrate split: the PyTorch blog 'Accelerating Generative AI with PyTorch II: GPT, Fast' "
         "measures 25.5 tok/s for eager Llama-2-7B decode on A100 and attributes it to CPU "
-        "overhead; 39.2 ms per token over gpuplan's 1,161 eager kernels of that step = 34 us per "
+        "overhead; 39.2 ms per token over gpuplan's 1,226 eager kernels of that step = 32 us per "
         "kernel. Per kernel, not per torch call: the host also runs the views, splits and "
         "nn.Module calls that launch nothing (about 60 torch calls per layer in that code; "
         "pytorch dev-discuss 'Overhead in nn.Module causing massive slowdowns')"),
@@ -127,15 +127,29 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
                             "same source: 3.4 us each when replayed from a graph"),
     # -- eager, unfused elementwise chains (what torch.compile fuses) -----------------------------
     "eager_rmsnorm_kernels": Constant(
-        7, "kernels", "transformers LlamaRMSNorm: to(fp32), pow, mean, add eps, rsqrt, mul, "
-        "to(dtype) x weight -- one kernel each in eager"),
+        8, "kernels", "transformers LlamaRMSNorm.forward (transformers 5.24): to(float32), pow(2), "
+        "mean(-1), + eps, rsqrt, multiply, to(input dtype), weight x -- one kernel each in eager "
+        "(6 on an fp32 input: both casts return the tensor itself)"),
     "eager_rmsnorm_bytes": Constant(
-        6.0, "x fused bytes", "the same chain moves fp32 intermediates: ~24 B per element of a "
-        "16-bit input vs 4 B fused (read + write)"),
+        9.0, "x fused bytes", "the same chain on a 16-bit input, per element: to(fp32) reads 2 B "
+        "and writes 4, pow 4 + 4, mean reads 4, the multiply by rsqrt 4 + 4, to(dtype) 4 + 2, the "
+        "weight multiply 2 + 2 = 36 B, against 4 B fused (read + write)"),
+    "eager_rmsnorm_bytes_fp32": Constant(
+        3.5, "x fused bytes", "the same chain on an fp32 input: no casts; pow 8, mean 4, multiply "
+        "8, weight multiply 8 = 28 B against 8 B fused"),
     "eager_rotary_kernels": Constant(
         5, "kernels per tensor", "transformers apply_rotary_pos_emb: q*cos, rotate_half (slice, "
         "neg, cat), *sin, add"),
-    "eager_rotary_bytes": Constant(3.0, "x fused bytes", "the same chain's intermediates"),
+    "eager_rotary_bytes": Constant(
+        5.0, "x fused bytes", "the same chain per element of q (or k): q*cos reads and writes it "
+        "(2 x), neg reads and writes half of it (1 x), cat reads both halves and writes (2 x), "
+        "*sin (2 x), the add reads two and writes one (3 x) = 10 element accesses, against 2 fused "
+        "(cos and sin broadcast over the heads, from cache)"),
+    "eager_swiglu_bytes": Constant(
+        5 / 3, "x fused bytes", "transformers LlamaMLP.forward: act_fn(gate_proj(x)) * "
+        "up_proj(x): the activation reads the gate and writes its output (2 accesses), the "
+        "product reads it and the up projection and writes (3) = 5 accesses per element of the "
+        "intermediate, against 3 fused (read gate and up, write the product)"),
     # -- optimizer step: fused, foreach, for-loop -------------------------------------------------
     "opt_fused_param_accesses": Constant(
         2, "accesses per element", "a fused Adam/AdamW kernel (torch AdamW(fused=True), apex "
@@ -389,18 +403,24 @@ _NORMS = ("attn.norm", "mlp.norm", "final.norm")
 
 
 def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
-                 autocast: bool) -> tuple[Op, ...]:
+                 autocast: bool, gated: bool = False) -> tuple[Op, ...]:
     """Forward ops as ``runtime`` runs them: in eager, the elementwise chains torch.compile (and
     hand-fused kernels) run as one kernel are separate kernels with intermediates in memory
-    (RMSNorm, rotary embedding); under CUDA autocast softmax and layer norm run in fp32."""
+    (RMSNorm, rotary embedding, a ``gated`` MLP's activation times the up projection); under CUDA
+    autocast softmax and layer norm run in fp32."""
     out = []
     for op in ops:
         if runtime == "eager" and op.name in _NORMS and norm == "rmsnorm":
-            op = replace(op, kernels=int(constant("eager_rmsnorm_kernels")),
-                         bytes=op.bytes * constant("eager_rmsnorm_bytes"))
+            # the fused norm reads and writes each element once: bytes / (2 x elements) = width
+            fp32 = op.bytes >= 8 * op.parallel_work
+            kernels = int(constant("eager_rmsnorm_kernels")) - (2 if fp32 else 0)
+            op = replace(op, kernels=kernels, bytes=op.bytes * constant(
+                "eager_rmsnorm_bytes_fp32" if fp32 else "eager_rmsnorm_bytes"))
         elif runtime == "eager" and op.name == "attn.rotary":
             op = replace(op, kernels=2 * int(constant("eager_rotary_kernels")),
                          bytes=op.bytes * constant("eager_rotary_bytes"))
+        elif runtime == "eager" and op.name == "mlp.act" and gated:
+            op = replace(op, bytes=op.bytes * constant("eager_swiglu_bytes"))
         if autocast and (op.name == "attn.softmax" or (op.name in _NORMS and norm == "layernorm")):
             op = replace(op, bytes=op.bytes * constant("autocast_fp32_ops"))
         out.append(op)

@@ -197,18 +197,20 @@ class MicroCost:
 
 def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
-               attention: str) -> MicroCost:
+               attention: str, runtime: str = "auto") -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
-    one TP rank, with the attention work scaled to the whole sequence."""
+    one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
-                       attention=attention)[checkpointing]
+                       attention=attention, runtime=runtime)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
-                tp: int, cp: int, batch: int, seq: int, attention: str) -> dict[str, MicroCost]:
+                tp: int, cp: int, batch: int, seq: int, attention: str,
+                runtime: str = "auto") -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops)."""
-    job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention)
+    job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
+              runtime=runtime)
     spec = StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                        single_device=True)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)

@@ -375,7 +375,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         n_params = build_steps(arch, 0, (), device, eff, prec, one)[2]
     if mode == "train":
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
-                          seq=seq, checkpointing=lay.checkpointing, attention=job.attention)
+                          seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
+                          runtime=job.runtime)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         timed: LayoutTime | ServeTime = layout_time(
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,

@@ -446,7 +446,8 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
     fwd = build_forward_ops(arch, shape, **kw)
     if device.kind != "gpu":
         return fwd
-    return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast)
+    return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast,
+                        gated=arch.mlp == "gated")
 
 
 def _dequant_op(fwd: Sequence[Op], prec: PrecisionLayout, uses: int) -> Op:
