@@ -66,19 +66,22 @@ def test_holdout_error_reached(rows):
     # after, benchmarks/validate_speed.md; timing multi-node runs on their topology moved Narayanan's
     # 1.7B row 0.93 -> 0.89, not the summary; timing the TP/PP/CP rows at the layouts of
     # tests/unit/test_published_layouts.py added 8 holdout rows: 25 runs, 17.1% / 58.2%; Llama 3 at
-    # the paper's pipeline and Megatron 1T's FLOPs counted with the recompute: 12.0% / 58.2%)
+    # the paper's pipeline and Megatron 1T's FLOPs counted with the recompute: 12.0% / 58.2%;
+    # eager RMSNorm/rotary/SwiGLU counted from transformers' code, the DLE 32G fine-tuning rows at
+    # the batch their figures are (4; runs.json says why), the TensorRT-LLM online rows at their
+    # stated 2 requests/s: 11.1% / 30.6%)
     s = vs.summary(rows, "holdout")
     assert s["n"] >= 25
-    assert s["median_abs_error"] <= 0.125
-    assert s["worst_abs_error"] <= 0.59
+    assert s["median_abs_error"] <= 0.115
+    assert s["worst_abs_error"] <= 0.31
 
 
 @pytest.mark.xfail(strict=True, reason="issue 12's bar is not reached: holdout median |error| "
-                   "12.0%, worst 58.2%, 21 of 25 within 25%, 10 within 10%. The worst are NVIDIA DLE "
-                   "BERT-large on a V100: APEX-O2 fp16 fine-tuning 1.31-1.58x and the 32G fp32 row "
-                   "1.44x (the 32G table is averaged over an epoch, the 16G one over set "
-                   "iterations), then A100 bf16 rows 1.18-1.26x optimistic (torchtune 3B eager, 3B "
-                   "LoRA, 70B LoRA), as the calibrate split's llm-foundry rows are")
+                   "11.1%, worst 30.6%, 22 of 25 within 25%, 11 within 10%. The worst are NVIDIA DLE "
+                   "BERT-large APEX-O2 fp16 fine-tuning on a V100 (1.30-1.31x; the calibrate "
+                   "split's HF Trainer fp16 rows are further off), then A100 bf16 rows 1.14-1.26x "
+                   "optimistic (torchtune 3B eager, 3B LoRA, 70B LoRA: the LoRA adapter's own "
+                   "passes are not timed), as the calibrate split's llm-foundry rows are")
 def test_holdout_meets_the_issue_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25
