@@ -373,17 +373,6 @@ def predict(run: dict) -> Row:
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes))
 
 
-def _decode_and_prefill_s(model, gpu, job: Job, new: int, batch: int) -> tuple[float, float]:
-    """(one decode step of ``batch`` sequences, one prefill of one request) in seconds."""
-    est = estimate_speed(model, gpu, job.with_(batch=batch), new_tokens=new, measured=None)
-    one = estimate_speed(model, gpu, job, new_tokens=new, measured=None)
-    layout = getattr(one, "layout", None)
-    prefill = getattr(layout, "prefill_s", None)
-    if prefill is None:
-        prefill = one.prefill.time_s
-    return batch / est.tokens_per_s, prefill
-
-
 def _online_rate(model, gpu, job: Job, new: int, qps: float, notes: list[str]) -> float:
     """1 / the mean inter-token latency of a server taking ``qps`` requests a second (Poisson
     arrivals, ``job.seq`` prompt and ``new`` output tokens each) with in-flight batching: the
@@ -392,19 +381,27 @@ def _online_rate(model, gpu, job: Job, new: int, qps: float, notes: list[str]) -
     second the GPU spends ``qps x prefill`` on prefills, so the mean iteration (the ITL) is
     ``decode(B) / (1 - qps x prefill)``, with B the running requests by Little's law, ``qps x new
     x ITL`` -- solved by iteration (B interpolated between whole batches)."""
+    prefill = estimate_speed(model, gpu, job, new_tokens=new, measured=None).prefill_time_s
+    busy = qps * prefill
+    if busy >= 1:
+        raise ValueError(f"{qps} requests/s saturate the GPU with prefills alone")
+    decode_s: dict[int, float] = {}  # one decode step of a whole batch, by batch
+
+    def decode(batch: int) -> float:
+        if batch not in decode_s:
+            est = estimate_speed(model, gpu, job.with_(batch=batch), new_tokens=new,
+                                 measured=None)
+            decode_s[batch] = batch / est.tokens_per_s
+        return decode_s[batch]
+
     itl, running = 0.0, 1.0
     for _ in range(8):
-        lo = max(1, math.floor(running))
-        d_lo, prefill = _decode_and_prefill_s(model, gpu, job, new, lo)
-        d_hi, _ = _decode_and_prefill_s(model, gpu, job, new, lo + 1)
-        decode = d_lo + (d_hi - d_lo) * (max(running, 1.0) - lo)
-        busy = qps * prefill
-        if busy >= 1:
-            raise ValueError(f"{qps} requests/s saturate the GPU with prefills alone")
-        itl = decode / (1 - busy)
+        lo = math.floor(running)  # running >= 1
+        step = decode(lo) + (decode(lo + 1) - decode(lo)) * (running - lo)
+        itl = step / (1 - busy)
         running = max(1.0, qps * new * itl)
     notes.append(f"online at {qps:g} requests/s: {running:.1f} requests decoding at a time "
-                 f"(Little's law), prefills {100 * qps * prefill:.1f}% of the GPU's time; ITL = "
+                 f"(Little's law), prefills {100 * busy:.1f}% of the GPU's time; ITL = "
                  f"decode step / (1 - that share)")
     return 1.0 / itl
 

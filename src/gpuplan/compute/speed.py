@@ -143,12 +143,20 @@ class SpeedEstimate:
         return self._tokens_per_step / self.step_time_s
 
     @property
+    def prefill_time_s(self) -> float | None:
+        """Decoder inference: the prefill of one batch (on its TP/PP layout when it has one),
+        without the input copy."""
+        if self.prefill is None:
+            return None
+        return self.layout.prefill_s if isinstance(self.layout, ServeTime) else self.prefill.time_s
+
+    @property
     def request_time_s(self) -> float | None:
         """Decoder inference: prefill + ``new_tokens`` decode steps for one batch."""
-        if self.prefill is None or self.new_tokens is None:
+        pre = self.prefill_time_s
+        if pre is None or self.new_tokens is None:
             return None
         pt = self.prefill_transfer.exposed_s if self.prefill_transfer is not None else 0.0
-        pre = self.layout.prefill_s if isinstance(self.layout, ServeTime) else self.prefill.time_s
         return pre + pt + self.new_tokens * self.step_time_s
 
     @property
