@@ -403,16 +403,16 @@ _NORMS = ("attn.norm", "mlp.norm", "final.norm")
 
 
 def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
-                 autocast: bool, gated: bool = False) -> tuple[Op, ...]:
+                 autocast: bool, gated: bool = False, act_bytes: int = 2) -> tuple[Op, ...]:
     """Forward ops as ``runtime`` runs them: in eager, the elementwise chains torch.compile (and
     hand-fused kernels) run as one kernel are separate kernels with intermediates in memory
     (RMSNorm, rotary embedding, a ``gated`` MLP's activation times the up projection); under CUDA
-    autocast softmax and layer norm run in fp32."""
+    autocast softmax and layer norm run in fp32. ``act_bytes``: the activations' width (an fp32
+    input makes RMSNorm's casts no-ops)."""
     out = []
     for op in ops:
         if runtime == "eager" and op.name in _NORMS and norm == "rmsnorm":
-            # the fused norm reads and writes each element once: bytes / (2 x elements) = width
-            fp32 = op.bytes >= 8 * op.parallel_work
+            fp32 = act_bytes >= 4
             kernels = int(constant("eager_rmsnorm_kernels")) - (2 if fp32 else 0)
             op = replace(op, kernels=kernels, bytes=op.bytes * constant(
                 "eager_rmsnorm_bytes_fp32" if fp32 else "eager_rmsnorm_bytes"))

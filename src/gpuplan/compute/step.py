@@ -447,7 +447,7 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
     if device.kind != "gpu":
         return fwd
     return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast,
-                        gated=arch.mlp == "gated")
+                        gated=arch.mlp == "gated", act_bytes=prec.act)
 
 
 def _dequant_op(fwd: Sequence[Op], prec: PrecisionLayout, uses: int) -> Op:
