@@ -85,3 +85,21 @@ def test_holdout_error_reached(rows):
 def test_holdout_meets_the_issue_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25
+
+
+def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp_path):
+    # at a vanishing request rate one request runs at a time and no prefill interrupts it: the
+    # inter-token latency is the single-stream decode step; a rate whose prefills alone fill the
+    # GPU has no steady state
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", str(tmp_path / "none.sqlite"))
+    from gpuplan.hardware import get_gpu
+    from gpuplan.job import Job
+    from gpuplan.models import load_model
+
+    model, gpu = load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB")
+    job = Job(model="llama-3.1-8b", mode="infer", batch=1, seq=467, runtime="cudagraphs")
+    one = vs.estimate_speed(model, gpu, job, new_tokens=256, measured=None)
+    assert vs._online_rate(model, gpu, job, 256, 1e-9, []) == pytest.approx(one.tokens_per_s,
+                                                                           rel=1e-6)
+    with pytest.raises(ValueError, match="saturate"):
+        vs._online_rate(model, gpu, job, 256, 1.01 / one.prefill_time_s, [])
