@@ -19,6 +19,7 @@ from ._counts import count_params
 from ._families import HF_CLASSES, SUPPORTED_FAMILIES, build_architecture
 from ._ggml import GGML_TYPES, ggml_tensor_bytes
 from ._hub import is_hub_id
+from ._lora import DEFAULT_LORA_TARGETS, lora_linears
 from ._load import from_param_count, load_model, model_from_config_bytes, model_from_gguf
 from ._safetensors import read_header
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
@@ -29,6 +30,7 @@ __all__ = [
     "load_model", "from_param_count", "model_from_config_bytes", "catalog_names", "catalog_config", "catalog_entry",
     "catalog_keys", "architecture_from_config", "count_params", "read_header",
     "is_hub_id", "model_from_gguf", "GGML_TYPES", "ggml_tensor_bytes",
+    "DEFAULT_LORA_TARGETS", "lora_linears",
 ]
 
 

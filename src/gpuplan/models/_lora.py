@@ -1,0 +1,46 @@
+"""Which linears LoRA adapts: the one selection that the memory accounting (the adapter tensors
+and their states) and the speed model (the adapter passes) both read."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import InputError
+from ._types import ParamTensor
+
+#: PEFT's default LoRA target modules per model family (peft.utils.constants,
+#: TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
+    "llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"),
+    "mixtral": ("q_proj", "v_proj"), "qwen2": ("q_proj", "v_proj"),
+    "qwen2_moe": ("q_proj", "v_proj"), "gemma2": ("q_proj", "v_proj"),
+    "phi3": ("qkv_proj",), "gpt2": ("c_attn",),
+    "gpt_bigcode": ("c_attn",), "gpt_neox": ("query_key_value",),
+    "opt": ("q_proj", "v_proj"), "falcon": ("query_key_value",), "bert": ("query", "value"),
+    "vit": ("query", "value"),
+}
+
+
+def lora_linears(tensors: Sequence[ParamTensor], family: str, name: str,
+                 targets: Sequence[str] | None) -> tuple[ParamTensor, ...]:
+    """The linear weights that get adapters: ``targets`` by module name (``all-linear``: every
+    linear but the head and the embeddings), or the family's PEFT default when None."""
+    if not tensors:
+        raise InputError(
+            f"LoRA needs the model's layer shapes, but {name!r} is only a parameter count; "
+            "give a catalog name, a config.json or a model directory")
+    if targets is None:
+        targets = DEFAULT_LORA_TARGETS.get(family, ())
+        if not targets:
+            raise InputError(f"no default LoRA targets for family {family!r}; give --lora-targets")
+    targets = tuple(targets)
+    linears = [t for t in tensors if t.linear and len(t.shape) == 2]
+    if targets == ("all-linear",):
+        return tuple(t for t in linears if t.component not in ("head", "embeddings"))
+    known = sorted({t.module for t in linears})
+    unknown = [m for m in targets if m not in known]
+    if unknown:
+        raise InputError(
+            f"LoRA target {unknown[0]!r} is not a linear module of {name}; "
+            f"its linear modules are: {', '.join(known)} (or all-linear)")
+    return tuple(t for t in linears if t.module in targets)
