@@ -26,7 +26,7 @@ from gpuplan.compute import estimate_speed
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import Topology, topology_for
 from gpuplan.job import Job
-from gpuplan.models import load_model
+from gpuplan.models import architecture_from_config, load_model
 from gpuplan.models._types import Architecture
 
 HERE = Path(__file__).resolve().parent
@@ -59,9 +59,18 @@ class Row:
 
 
 def _shape_arch(model: dict) -> Architecture:
+    """The run's stated shape: a Llama-style one (gated MLP, RoPE, RMSNorm) through the llama
+    config reader, which gives its tensors (what LoRA targets need); others built directly."""
     s = model["shape"]
     gated = s.get("mlp") == "gated"
     rope = s.get("position") in ("rope", "rotary")
+    if gated and rope and s.get("norm") == "rmsnorm":
+        return architecture_from_config(dict(
+            model_type="llama", hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+            num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
+            head_dim=s["hidden"] // s["heads"], intermediate_size=s["ffn"],
+            vocab_size=s["vocab"], max_position_embeddings=s["seq"],
+            tie_word_embeddings=bool(s.get("tied_embeddings", True))), name=model["name"])
     return Architecture(
         name=model["name"], family="llama" if gated else "mpt", kind="decoder",
         hidden_size=s["hidden"], num_layers=s["layers"], num_heads=s["heads"],
@@ -119,6 +128,9 @@ def _optimizer_impl(run: dict, precision: str, notes: list[str]) -> str | None:
     and FusedLAMB in pretraining, BertAdam (optimization.py: a per-parameter loop) otherwise."""
     j = run["job"]
     opt, rt = str(j.get("optimizer") or ""), str(j.get("runtime") or "")
+    if "fused=True" in opt:
+        notes.append("AdamW(fused=True) (fused)")
+        return "fused"
     if "adamw_hf" in opt:
         notes.append("adamw_hf: transformers AdamW, a per-parameter loop (for-loop)")
         return "for-loop"
@@ -252,6 +264,13 @@ def _model_of(run: dict, notes: list[str]):
     return model
 
 
+#: torchtune's LoRA target names (lora_attn_modules, apply_lora_to_mlp) as the transformers modules
+#: gpuplan's tensors carry: torchtune's output_proj is o_proj, its MLP's w1 / w3 / w2 are
+#: gate_proj / up_proj / down_proj (torchtune/models/convert_weights.py's mapping).
+_TORCHTUNE_TARGETS = {"q_proj": ("q_proj",), "k_proj": ("k_proj",), "v_proj": ("v_proj",),
+                      "output_proj": ("o_proj",), "mlp": ("gate_proj", "up_proj", "down_proj")}
+
+
 def _lora(job: dict, notes: list[str]) -> dict:
     lora = job.get("lora")
     if not lora:
@@ -261,6 +280,8 @@ def _lora(job: dict, notes: list[str]) -> dict:
         rank = 8
         notes.append("LoRA rank not stated: 8 assumed")
     out = {"lora_rank": rank}
+    if lora.get("targets"):
+        out["lora_targets"] = tuple(m for t in lora["targets"] for m in _TORCHTUNE_TARGETS[t])
     if lora.get("base_dtype") == "nf4":
         out["lora_base"] = "nf4"
     return out

@@ -103,7 +103,7 @@ def estimate_cpu_speed(
     notes: list[str] = []
     seq = resolve_seq(arch, job.seq, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
-        notes.append(lora_note(job.lora_rank))
+        notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     dev = device_from_cpu(cpu)
     if measured == "auto":
         measured = load_measured()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal, get_args
+from typing import Literal, Sequence, get_args
 
 from .._record import record
 from ..bounds import BOUNDS
@@ -33,7 +33,7 @@ from ..models._types import Architecture, attention_for
 
 __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
-    "backward_ops", "recompute_ops", "optimizer_op", "is_layer_op", "default_seq",
+    "backward_ops", "recompute_ops", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
     "FlopsBreakdown", "LayerFlops", "flops_breakdown", "FLASH_BLOCK", "causal_score_elements",
 ]
 
@@ -639,6 +639,57 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
                                                        "attn.softmax", "attn.values"):
                 continue
         out.append(replace(op, phase="recompute"))
+    return tuple(out)
+
+
+def lora_adapter_ops(linears: Sequence[tuple[int, int, int, int]], *, rank: int,
+                     act_bytes: int, fused: bool, dropout: bool = False,
+                     recompute: bool = False) -> tuple[Op, ...]:
+    """The passes LoRA adds beside each adapted frozen linear ``(in, out, count, tokens)`` (the
+    tokens one instance sees: an expert's share under MoE routing): ``out = base(x) + scale * B(A(dropout(x)))`` as PEFT's and torchtune's
+    LoRA layers run it, and its backward.
+
+    Forward: dropout of x when ``dropout`` (the output and a 1-byte mask), x @ A (M = tokens,
+    K = in, N = r), @ B (K = r, N = out), then ``x scale`` and the add to the base output: two
+    kernels (mul: 2 accesses per output element, add: 3) in eager, one (3) when ``fused`` (a
+    compiled graph). Backward: the scale's gradient (read g, write), dB and dH from it, dA and the
+    adapter's dX from dH, and dX added to the base's (3 accesses of each input element in eager;
+    compiled, the sum is folded into dX's consumer: one read, no launch), the dropout's gradient
+    when there is one. ``recompute``: the forward again (full checkpointing).
+    The products are skinny (one side is r), so bytes bound them; their FLOPs are counted."""
+    a, r, g = act_bytes, rank, "dense"
+    out: list[Op] = []
+    for i, o, c, T in linears:
+        x, y, h = T * i, T * o, T * r
+        def mm(name, m, k, n, nbytes, phase):
+            f = 2.0 * m * k * n
+            return Op(name=name, op_class="mlp", kind="matmul", phase=phase, count=c, flops=f,
+                      counted_flops=f, bytes=float(nbytes), parallel_work=max(1, m * n),
+                      kernels=1, shape=(1, m, k, n), group=g)
+        def ew(name, accesses, elements, kernels, phase, extra=0.0):
+            return Op(name=name, op_class="norm_elementwise", kind="elementwise", phase=phase,
+                      count=c, flops=float(elements), counted_flops=0.0,
+                      bytes=float(accesses * elements * a + extra), parallel_work=max(1, elements),
+                      kernels=kernels, group=g)
+        fwd = []
+        if dropout:
+            fwd.append(ew("lora.dropout", 2, x, 1, "forward", extra=x))
+        fwd += [mm("lora.A", T, i, r, a * (x + i * r + h), "forward"),
+                mm("lora.B", T, r, o, a * (h + r * o + y), "forward"),
+                ew("lora.scale_add", 3 if fused else 5, y, 1 if fused else 2, "forward")]
+        out += fwd
+        out += [ew("lora.scale_add", 2, y, 1, "backward"),
+                mm("lora.B", o, T, r, a * (y + h + o * r), "backward"),
+                mm("lora.B", T, o, r, a * (y + o * r + h), "backward"),
+                mm("lora.A", r, T, i, a * (h + x + r * i), "backward"),
+                mm("lora.A", T, r, i, a * (h + r * i + x), "backward"),
+                # eager adds the adapter's dX to the base's (read both, write); a compiled graph
+                # folds the sum into the kernel that consumes dX (one more read, no launch)
+                ew("lora.dx_add", 1 if fused else 3, x, 0 if fused else 1, "backward")]
+        if dropout:
+            out.append(ew("lora.dropout", 2, x, 1, "backward", extra=x))
+        if recompute:
+            out += [replace(op, phase="recompute") for op in fwd]
     return tuple(out)
 
 

@@ -16,7 +16,7 @@ from ..hardware.topology import Topology, topology_for
 from ..job import Attention, Checkpointing, Job
 from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
-from .efficiency import OPTIMIZER_IMPLS, speed_range, speed_residuals
+from .efficiency import speed_range, speed_residuals
 from .flops import positive_int
 from .measured import load_measured
 from .parallel import (
@@ -313,7 +313,7 @@ def estimate_speed(
     device, eff = _gpu_and_efficiency(gpu, efficiency, measured)
     prec = _precision(job, mode, device, tf32, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
-        notes.append(lora_note(job.lora_rank))
+        notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
@@ -321,9 +321,6 @@ def estimate_speed(
                                notes=notes)
         return replace(est, training_time=_training_time(est, train_tokens, train_samples,
                                                          epochs, price_per_gpu_hour))
-    if optimizer_impl is not None and optimizer_impl not in OPTIMIZER_IMPLS:
-        raise InputError(f"optimizer implementation {optimizer_impl!r}: expected "
-                         f"{', '.join(OPTIMIZER_IMPLS)}")
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl)
     step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
@@ -338,7 +335,7 @@ def estimate_speed(
     scaling = None
     if mode == "train":
         scaling = _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
-                           overlap_comm=overlap_comm)
+                           overlap_comm=overlap_comm, n_params=n_params)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -477,14 +474,17 @@ def _transfers(step: Phase, prefill: Phase | None, per_sample: int, batch: int, 
 
 def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: PrecisionLayout,
              job: Job, device: Device, eff: Efficiency, *, link: str | float | None,
-             overlap_comm: bool) -> ScalingTable:
+             overlap_comm: bool, n_params: int) -> ScalingTable:
     """Data-parallel scaling of a training step: the gradient all-reduce over ``link``."""
     lname, lbw = link_bandwidth(link, device)
-    # ZeRO-3 gathers the weights in forward and backward and reduce-scatters the gradients:
-    # 1.5x the bytes of an all-reduce (Rajbhandari et al. 2020, sec. 7.2.2), overlappable
-    # with forward and backward; stages 0-2 move one all-reduce's bytes during backward.
+    # ZeRO-3 gathers the weights in forward and backward and reduce-scatters the gradients: an
+    # all-gather and a reduce-scatter each move half an all-reduce's bytes, so 1.5x the bytes of
+    # an all-reduce when every weight trains (Rajbhandari et al. 2020, sec. 7.2.2); a frozen base
+    # (LoRA) is gathered all the same, so its weights count in full. Overlappable with forward
+    # and backward; stages 0-2 move one all-reduce's bytes during backward.
     zero3 = job.zero == 3
-    volume = trainable * prec.grad * (1.5 if zero3 else 1.0)
+    volume = (trainable * prec.grad + 2 * max(n_params, trainable) * prec.weight) / 2 \
+        if zero3 else trainable * prec.grad
     window = step.backward_s + (sum(t.total_s for t in step.ops if t.op.phase == "forward")
                                 if zero3 else 0.0)
     return data_parallel_scaling(

@@ -16,14 +16,16 @@ from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
+from ..models import DEFAULT_LORA_TARGETS, lora_linears
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import (
-    Op, StepShape, backward_ops, build_forward_ops, default_seq, optimizer_op, recompute_ops,
+    Op, StepShape, backward_ops, build_forward_ops, default_seq, lora_adapter_ops, optimizer_op,
+    recompute_ops,
 )
 from .efficiency import (
-    RuntimeOverheads, constant, eager_chains, multi_tensor_launches, optimizer_cost,
-    resolve_runtime, runtime_overheads,
+    OPTIMIZER_IMPLS, RuntimeOverheads, constant, eager_chains, multi_tensor_launches,
+    optimizer_cost, resolve_runtime, runtime_overheads,
 )
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
@@ -298,10 +300,30 @@ def resolve_seq(arch: Architecture | None, seq: int | None, notes: list[str]) ->
     return seq
 
 
-def lora_note(rank: int) -> str:
-    """Said when the adapters' size is assumed (no exact trainable count was given)."""
-    return (f"LoRA adapters assumed rank {rank} on q and v (PEFT's default targets); pass "
-            "trainable_params for the exact count")
+def adapted_linears(arch: Architecture | None, tensors: Sequence,
+                    targets: Sequence[str] | None) -> tuple | None:
+    """The frozen linears LoRA adapts (:func:`~gpuplan.models.lora_linears`), or None when the
+    model's layer shapes are unknown or its family has no default and none was given (the
+    adapters are then estimated from q and v)."""
+    if arch is None or not tensors:
+        return None
+    if targets is None and arch.family not in DEFAULT_LORA_TARGETS:
+        return None
+    return lora_linears(tensors, arch.family, arch.name, targets)
+
+
+def lora_note(rank: int, arch: Architecture | None = None, tensors: Sequence = (),
+              targets: Sequence[str] | None = None) -> str | None:
+    """Said when the adapted modules are assumed: the family's default targets, or q and v
+    sized from the architecture when the layer shapes are unknown. None when they were given."""
+    linears = adapted_linears(arch, tensors, targets)
+    if linears is None:
+        return (f"LoRA adapters assumed rank {rank} on q and v (PEFT's default targets); pass "
+                "trainable_params for the exact count")
+    if targets is not None:
+        return None
+    mods = ", ".join(dict.fromkeys(t.module for t in linears))
+    return f"LoRA rank {rank} on {mods} (PEFT's default targets for {arch.family})"
 
 
 def arch_and_name(model: Model | Architecture) -> tuple[Architecture | None, str, int, tuple]:
@@ -389,12 +411,18 @@ class StepSpec:
     optimizer_impl: str | None = None
     """``foreach``, ``fused`` or ``for-loop``; None: ``fused`` when the job says so, else torch's
     default for the device (foreach on a GPU, the for-loop on a CPU)."""
+    lora_targets: tuple[str, ...] | None = None
+    """The adapted modules (None: the family's PEFT default)."""
+    lora_dropout: float = 0.0
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
            trainable: int | None, single_device: bool = False,
            optimizer_impl: str | None = None) -> "StepSpec":
         train = mode == "train"
+        if optimizer_impl is not None and optimizer_impl not in OPTIMIZER_IMPLS:
+            raise InputError(f"optimizer implementation {optimizer_impl!r}: expected "
+                             f"{', '.join(OPTIMIZER_IMPLS)}")
         if optimizer_impl is None and job.fused_optimizer:
             optimizer_impl = "fused"
         return cls(mode=mode, batch=job.batch, seq=seq, checkpointing=job.checkpointing,
@@ -404,7 +432,8 @@ class StepSpec:
                    lora_rank=job.lora_rank if train else None, trainable=trainable,
                    new_tokens=new_tokens, context=job.context,
                    kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype],
-                   runtime=resolve_runtime(job.runtime, mode), optimizer_impl=optimizer_impl)
+                   runtime=resolve_runtime(job.runtime, mode), optimizer_impl=optimizer_impl,
+                   lora_targets=job.lora_targets, lora_dropout=job.lora_dropout)
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -476,10 +505,21 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         fwd = _forward(arch, shape, kw, prec, spec, device)
         n_params = n_params or _params_estimate(arch, fwd)
     lora = spec.lora_rank is not None
+    adapted = adapted_linears(arch, tensors, spec.lora_targets) if lora else None
     micro = list(fwd)
     micro += backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad, weight_grads=not lora)
     micro += recompute_ops(fwd, spec.checkpointing, spec.attention) if arch is not None else [
         replace(o, phase="recompute") for o in fwd if spec.checkpointing == "full"]
+    if adapted:
+        T = spec.batch * spec.seq
+        # a routed expert sees its share of the tokens: T x top-k / experts on average
+        per_expert = max(1, math.ceil(T * arch.experts_per_token / max(1, arch.num_experts)))
+        micro += lora_adapter_ops(
+            [(t.in_features, t.out_features, t.count,
+              per_expert if t.component == "experts" else T) for t in adapted],
+            rank=spec.lora_rank, act_bytes=prec.act,
+            fused=spec.runtime != "eager", dropout=spec.lora_dropout > 0,
+            recompute=spec.checkpointing == "full")
     if prec.autocast:
         mm = [o for o in fwd if o.weight_elements]
         micro.append(Op(name="autocast.cast", op_class="norm_elementwise",
@@ -490,7 +530,12 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if lora and prec.weight < 1 and arch is not None and device.kind == "gpu":
         micro.append(_dequant_op(fwd, prec, 3 if spec.checkpointing == "full" else 2))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro]
-    if lora:
+    if adapted:
+        trainable = spec.trainable or sum(spec.lora_rank * (t.in_features + t.out_features)
+                                          * t.count for t in adapted)
+        opt_tensors = None
+        n_tensors = 2 * sum(t.count for t in adapted)  # A and B of each adapted linear
+    elif lora:
         trainable = spec.trainable or (_lora_params(arch, spec.lora_rank) if arch is not None
                                        else max(1, n_params // 1000))
         opt_tensors = None
