@@ -337,8 +337,36 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
+    clip, _ = _grad_clip(run, prec, [])
     return Job(model=run["model"]["name"], mode="train", attention=_attention(run, notes),
-               runtime=runtime, **fields, **_lora(j, notes))
+               runtime=runtime, max_grad_norm=clip, **fields, **_lora(j, notes))
+
+
+def _grad_clip(run: dict, precision: str, notes: list[str]) -> tuple[float | None, str | None]:
+    """(max_grad_norm, how the clip runs) where the run's own code clips, else (None, None).
+    NVIDIA DLE run_squad.py at the pinned commit clips every step at 1.0: under --fp16 its
+    GradientClipper (apex multi_tensor_l2norm, .item(), multi_tensor_scale) on the fp32 master
+    gradients; in fp32, BertAdam (optimization.py, max_grad_norm=1.0) calls clip_grad_norm_ on each
+    parameter inside its update loop, and the figures' container (NGC 19.07: PyTorch 1.2) read
+    each norm with .item() (pytorch issue #31474; removed in 1.5, pytorch PR #38615).
+    transformers' Trainer clips at max_grad_norm=1.0 by default (TrainingArguments), with
+    torch.nn.utils.clip_grad_norm_, a norm and a mul per tensor in the torch 1.x of 2022 (no
+    host read). DLE pretraining's FusedLAMB clips inside its own passes (its cost counts it);
+    the other sources do not state clipping, or clip at a cost their step time dwarfs (not
+    modeled)."""
+    j = run["job"]
+    rt, task = str(j.get("runtime") or ""), str(j.get("task") or "")
+    if "APEX" in rt and "fine-tuning" in task:
+        if precision == "fp32":
+            notes.append("BertAdam clips each parameter at 1.0 with torch 1.2's clip_grad_norm_ "
+                         "(a .item() per parameter: per-tensor-sync)")
+            return 1.0, "per-tensor-sync"
+        notes.append("run_squad.py GradientClipper at 1.0 (apex l2norm, one .item(), scale)")
+        return 1.0, "multi-tensor-sync"
+    if "HF Trainer" in rt:
+        notes.append("Trainer's default max_grad_norm 1.0 (clip_grad_norm_ per tensor, torch 1.x)")
+        return 1.0, "per-tensor"
+    return None, None
 
 
 _INFER = {"bf16": "bf16", "fp16": "fp16", "int8 weight-only": "int8",
@@ -388,8 +416,10 @@ def predict(run: dict) -> Row:
         topo = _topology(run, gpu, notes, job)
         link = "nvlink" if job.gpus > 1 and topo is None else None
         impl = _optimizer_impl(run, job.precision, notes)
+        _, clip = _grad_clip(run, job.precision, notes)
         est = estimate_speed(model, gpu, job, measured=None, link=link, optimizer_impl=impl,
-                             topology=topo, tp_overlap=bool(layout and layout[1]))
+                             grad_clip_impl=clip, topology=topo,
+                             tp_overlap=bool(layout and layout[1]))
         value = _train_value(est, unit, run)
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes))
 

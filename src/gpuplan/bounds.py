@@ -24,6 +24,7 @@ price              0 .. 10^6 per GPU-hour
 seconds            > 0 .. 10^7 s                measured or expected step times (~4 months)
 duration           0 .. 10^7 s                  a spread (IQR) or minimum of measured times
 fraction           0 .. < 1                     fragmentation, dropout
+grad_norm          > 0 .. 10^6                  a clipping threshold (1.0 is the usual one)
 =================  ===========================  =================================================
 """
 
@@ -97,6 +98,7 @@ BOUNDS: dict[str, Bound] = {
     "duration": Bound(0, 1e7, "a time or spread in seconds"),
     "epochs": Bound(0, 1e6, "a number of epochs", open_low=True),
     "fraction": Bound(0, 1, "a fraction", open_high=True),
+    "grad_norm": Bound(0, 1e6, "a gradient-norm threshold", open_low=True),
 }
 
 

@@ -125,6 +125,8 @@ def _check_types(job: "Job") -> None:
     if isinstance(job.zero, bool) or not isinstance(job.zero, int):
         raise InputError(f"zero {shown(job.zero)}: expected a ZeRO stage 0, 1, 2 or 3")
     check_number(job.lora_dropout, "fraction", what="lora dropout")
+    if job.max_grad_norm is not None:
+        check_number(job.max_grad_norm, "grad_norm", what="max grad norm")
     if job.lora_targets is not None:
         object.__setattr__(job, "lora_targets", _targets(job.lora_targets))
 
@@ -199,6 +201,10 @@ class Job:
     without them. False (torch < 2.0's default, so HF Trainer loops of that era) zeroes them in
     place: every gradient stays allocated through forward and backward, and backward sums each
     new gradient into it, as gradient accumulation does."""
+    max_grad_norm: float | None = None
+    """Clip the gradients' global norm to this each step (``clip_grad_norm_``; HF Trainer's
+    ``max_grad_norm`` defaults to 1.0, torchtune's ``clip_grad_norm`` to none): the speed model
+    times its passes over the gradients. None (the default): no clipping."""
     prefill_logits: Literal["all", "last"] = "last"
     """Inference prefill computes logits for the last prompt position only (transformers'
     ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:

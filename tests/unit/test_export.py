@@ -65,6 +65,21 @@ def test_deepspeed_round_trip(zero, offload, precision, monkeypatch):
     assert c.optimizer_name == "adamw"
 
 
+def test_gradient_clipping_is_written_or_refused(monkeypatch, tmp_path, tt_manager):
+    j = job(gpus=8, zero=1, batch=2, max_grad_norm=0.5)
+    assert ds_parse(export_plan(j, "deepspeed"), j.dp, monkeypatch).gradient_clipping == 0.5
+    # unset: nothing written, the engine's own default stands (DeepSpeed's, as Megatron's and
+    # torchtitan's, clips at 1.0)
+    assert "gradient_clipping" not in json.loads(export_plan(j.with_(max_grad_norm=None),
+                                                             "deepspeed"))
+    assert megatron_args(export_plan(j, "megatron")).clip_grad == 0.5
+    assert tt_parse(export_plan(j.with_(zero=3), "torchtitan"), tmp_path,
+                    tt_manager).training.max_norm == 0.5
+    for engine in ("accelerate", "fsdp"):
+        with pytest.raises(InputError, match="--max-grad-norm 0.5 has no"):
+            export_plan(j.with_(zero=3), engine)
+
+
 def test_deepspeed_tensor_parallel_is_autotp(monkeypatch):
     j = job(gpus=16, tp=2, zero=1, batch=1)
     text = export_plan(j, "deepspeed")
@@ -227,7 +242,7 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
                                           "none"],
             "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],
             "--swiglu": None, "--untie-embeddings-and-output-weights": None,
-            "--disable-bias-linear": None, "--add-qkv-bias": None}
+            "--disable-bias-linear": None, "--add-qkv-bias": None, "--clip-grad": float}
 
 
 def _documented_parser(options: dict) -> argparse.ArgumentParser:

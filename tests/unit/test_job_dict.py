@@ -17,7 +17,7 @@ from gpuplan.models import load_model
 FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimizer_states",
           "batch", "seq", "grad_accum", "gpus", "zero", "offload_optimizer", "lora_rank",
           "lora_targets", "lora_base", "checkpointing", "attention", "kv_dtype", "context",
-          "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none",
+          "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none", "max_grad_norm",
           "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
           "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "pp_schedule",
           "pp_embedding_part", "pp_loss_part",

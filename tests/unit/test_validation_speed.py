@@ -69,19 +69,23 @@ def test_holdout_error_reached(rows):
     # the paper's pipeline and Megatron 1T's FLOPs counted with the recompute: 12.0% / 58.2%;
     # eager RMSNorm/rotary/SwiGLU counted from transformers' code, the DLE 32G fine-tuning rows at
     # the batch their figures are (4; runs.json says why), the TensorRT-LLM online rows at their
-    # stated 2 requests/s: 11.1% / 30.6%)
+    # stated 2 requests/s: 11.1% / 30.6%; LoRA's adapter passes timed and the torchtune rows at the
+    # configs of the commits that published them, the clip each source's code runs -- DLE
+    # fine-tuning's per-parameter .item() in BertAdam, its GradientClipper under fp16: 10.8% /
+    # 24.8%)
     s = vs.summary(rows, "holdout")
     assert s["n"] >= 25
-    assert s["median_abs_error"] <= 0.115
-    assert s["worst_abs_error"] <= 0.31
+    assert s["median_abs_error"] <= 0.11
+    assert s["worst_abs_error"] <= 0.25
 
 
 @pytest.mark.xfail(strict=True, reason="issue 12's bar is not reached: holdout median |error| "
-                   "11.1%, worst 30.6%, 23 of 25 within 25%, 11 within 10%. The worst are NVIDIA DLE "
-                   "BERT-large APEX-O2 fp16 fine-tuning on a V100 (1.30-1.31x; the calibrate "
-                   "split's HF Trainer fp16 rows are further off), then A100 bf16 rows 1.14-1.26x "
-                   "optimistic (torchtune 3B eager, 70B LoRA), as the calibrate split's "
-                   "llm-foundry rows are")
+                   "10.8%, worst 24.8% (the worst bar holds), 25 of 25 within 25%, 12 within 10% "
+                   "(13 needed). Above 10%: torchtune 70B LoRA on 8 A100s 1.25x, NVIDIA DLE "
+                   "BERT-large fp16 on a V100 1.22-1.23x (the calibrate split's HF Trainer fp16 "
+                   "rows are further off), TensorRT-LLM online decode 1.13-1.20x, torchtune 8B "
+                   "on a 4090 0.79-1.12x (LoRA's figure is 82% of the card's dense peak in weight matmuls alone), "
+                   "torchtune 3B eager 1.14x, MT-NLG selective 1.11x, Megatron 1.7B 0.89x")
 def test_holdout_meets_the_issue_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25

@@ -32,7 +32,8 @@ class JobOption:
     field: str
     """The :class:`Job` field it sets."""
     kind: str
-    """``int`` (a whole number >= 1), ``float`` (in [0, 1)), ``zero`` (a ZeRO stage), ``str``,
+    """``int`` (a whole number >= 1), ``float`` (in [0, 1)), ``number`` (any finite number, its
+    range the Job's), ``zero`` (a ZeRO stage), ``str``,
     ``flag`` (present = true), ``off`` (present = false) or ``list`` (comma list)."""
     help: str
     metavar: str | None = None
@@ -92,6 +93,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--zero-grad-in-place", "zero_grad_set_to_none", "off", "optimizer.zero_grad() "
               "zeroes gradients in place (torch < 2.0, older Trainer loops): they stay alive "
               "through the step; default: set to None, as torch >= 2.0 does"),
+    JobOption("--max-grad-norm", "max_grad_norm", "number", "clip the gradients' global norm to "
+              "N each step (clip_grad_norm_; HF Trainer's default is 1.0): its passes over the "
+              "gradients are timed; default: no clipping", "N"),
     JobOption("--use-cache", "use_cache", "flag", "training forward keeps transformers' KV cache "
               "(config use_cache=True); default: use_cache=False"),
     JobOption("--runtime", "runtime", "str", "how the code runs: auto (default: per mode, "
@@ -160,6 +164,17 @@ def parse_fraction(text: object, *, what: str) -> float:
     return v
 
 
+def parse_number(text: object, *, what: str) -> float:
+    """A finite number as typed (``1.0``); the Job checks its range."""
+    try:
+        v = float(str(text))
+    except ValueError:
+        v = float("nan")
+    if not math.isfinite(v):
+        raise InputError(f"{what} {text!r:.40}: expected a number, e.g. 1.0")
+    return v
+
+
 def _note(text: str) -> None:
     print(f"gpuplan: note: {text}", file=sys.stderr)
 
@@ -176,6 +191,8 @@ def given_job_options(args: argparse.Namespace) -> dict[str, object]:
             v = parse_positive_int(v, what=o.flag)
         elif o.kind == "float":
             v = parse_fraction(v, what=o.flag)
+        elif o.kind == "number":  # its range is the Job's (gpuplan.bounds)
+            v = parse_number(v, what=o.flag)
         elif o.kind == "zero":
             if str(v).strip() not in ("0", "1", "2", "3"):
                 raise InputError(f"--zero {v!r}: expected a ZeRO stage 0, 1, 2 or 3")

@@ -30,6 +30,7 @@ __all__ = [
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
+    "GRAD_CLIP_IMPLS", "GradClipCost", "grad_clip_cost",
 ]
 
 
@@ -198,6 +199,20 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "launches nothing (pytorch PR #32194's operator micro-benchmark, split on CUDA), plus the "
         "driver and runtime launch, 4-6 us (NVIDIA, Getting Started with CUDA Graphs; the default "
         "launch overhead of device.DEFAULT_BASIS)"),
+    # -- gradient clipping: the global norm of the gradients, then a scale ------------------------
+    "clip_grad_accesses": Constant(
+        3, "accesses per gradient element", "torch.nn.utils.clip_grad_norm_ (torch/nn/utils/"
+        "clip_grad.py): each gradient's norm (1 read), then every gradient multiplied in place by "
+        "the clamped coefficient (1 read, 1 write); apex multi_tensor_l2norm + multi_tensor_scale "
+        "(NVIDIA DLE BERT run_squad.py GradientClipper, Megatron clip_grad_norm_fp32) move the "
+        "same; counted as if the norm is above the threshold (the scale runs)"),
+    "clip_grad_total_kernels": Constant(
+        4, "kernels", "torch.nn.utils.clip_grad_norm_: stack of the per-tensor norms, the norm of "
+        "the stack, the coefficient max_norm / (norm + 1e-6), clamp(max=1)"),
+    "host_sync_s": Constant(
+        16e-6, "s per host read", "a .item() of a device scalar: the copy is one dispatched op "
+        "(eager_host_op_s) and, the device having drained while the host waited, the next op's "
+        "issue is not hidden behind device work (one more eager_host_op_s)"),
     # -- fp16 loss scaling: the passes around the optimizer step ----------------------------------
     "gradscaler_unscale_accesses": Constant(
         2, "accesses per element of the fp32 gradients", "torch.amp.GradScaler.unscale_ "
@@ -346,6 +361,45 @@ def optimizer_cost(kind: str, states: int, impl: str, *, tensors: int,
     loop = impl == "for-loop"
     return OptimizerCost(impl=impl, kernels=passes * (tensors if loop else groups),
                          python_loop=loop, **traffic)
+
+
+#: How the gradients' global norm is clipped: ``foreach`` (torch >= 2.0's clip_grad_norm_ on CUDA:
+#: _foreach_norm, then _foreach_mul_ -- multi-tensor launches, no host read), ``per-tensor``
+#: (torch 1.5-1.13: a norm and a mul per tensor from a Python loop, no host read),
+#: ``per-tensor-sync`` (torch <= 1.4, whose loop read each tensor's norm with .item() -- pytorch
+#: issue #31474 -- and BertAdam, which clips each parameter with it inside its update loop),
+#: ``multi-tensor-sync`` (apex multi_tensor_l2norm, one .item(), multi_tensor_scale: NVIDIA DLE
+#: BERT's GradientClipper, Megatron's clip_grad_norm_fp32).
+GRAD_CLIP_IMPLS = ("foreach", "per-tensor", "per-tensor-sync", "multi-tensor-sync")
+
+
+@record
+class GradClipCost:
+    """What one clip of the gradients' global norm moves, launches and waits for."""
+
+    impl: str
+    accesses: float
+    """Reads + writes of each gradient element."""
+    kernels: int
+    python_loop: bool
+    """Each kernel is its own Python-level call (host time ``eager_host_op_s`` each)."""
+    host_reads: int
+    """Host reads of a device scalar (.item()): the host waits for the device at each."""
+
+
+def grad_clip_cost(impl: str, *, tensors: int, elements: int) -> GradClipCost:
+    """The passes of one gradient clip (:data:`GRAD_CLIP_IMPLS`) over ``tensors`` gradient tensors
+    of ``elements`` in all (:data:`CONSTANTS` ``clip_grad_*``)."""
+    if impl not in GRAD_CLIP_IMPLS:
+        raise ValueError(f"gradient clipping implementation {impl!r}")
+    tensors = max(1, tensors)
+    acc, total = constant("clip_grad_accesses"), int(constant("clip_grad_total_kernels"))
+    if impl in ("foreach", "multi-tensor-sync"):
+        launches = 2 * multi_tensor_launches(tensors, elements)
+        return GradClipCost(impl=impl, accesses=acc, kernels=launches + total, python_loop=False,
+                            host_reads=1 if impl == "multi-tensor-sync" else 0)
+    return GradClipCost(impl=impl, accesses=acc, kernels=2 * tensors + total, python_loop=True,
+                        host_reads=tensors if impl == "per-tensor-sync" else 0)
 
 
 @record

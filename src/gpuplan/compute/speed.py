@@ -266,6 +266,7 @@ def estimate_speed(
     efficiency: Efficiency | None = None, measured: Any | None | Literal["auto"] = "auto",
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
     tp_overlap: bool = False, optimizer_impl: str | None = None,
+    grad_clip_impl: str | None = None,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -288,7 +289,9 @@ def estimate_speed(
     measured this very GPU; None: defaults only), ``tf32``, and ``cpu`` (also estimate the job on
     that CPU, :func:`estimate_cpu_speed`, and say whether it needs a GPU at all), and
     ``optimizer_impl`` (``foreach``, ``fused`` or ``for-loop``: how the optimizer step runs; None:
-    ``fused`` when ``job.fused_optimizer``, else torch's default, foreach on a GPU).
+    ``fused`` when ``job.fused_optimizer``, else torch's default, foreach on a GPU), and
+    ``grad_clip_impl`` (how a ``job.max_grad_norm`` clip runs, :data:`~.efficiency.GRAD_CLIP_IMPLS`;
+    None: torch's current clip_grad_norm_).
 
     A job with a parallel layout (``tp``/``pp``/``cp``/``ep``/``sequence_parallel``), or any job
     given a ``topology``, is timed by :mod:`.parallel` on the topology (default: the job's
@@ -322,7 +325,7 @@ def estimate_speed(
         return replace(est, training_time=_training_time(est, train_tokens, train_samples,
                                                          epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
-                       optimizer_impl=optimizer_impl)
+                       optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
     step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
                                                      spec)
     if mode == "infer" and job.gpus > 1:
@@ -556,7 +559,7 @@ def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | 
 
 #: Keywords of :func:`estimate_speed` that only a training estimate takes.
 _TRAINING_ONLY = ("train_tokens", "train_samples", "epochs", "price_per_gpu_hour", "link",
-                  "overlap_comm", "optimizer_impl")
+                  "overlap_comm", "optimizer_impl", "grad_clip_impl")
 
 
 #: The headline fields of an estimate that ``speed_section`` keeps.

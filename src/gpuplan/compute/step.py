@@ -24,8 +24,8 @@ from .flops import (
     recompute_ops,
 )
 from .efficiency import (
-    OPTIMIZER_IMPLS, RuntimeOverheads, constant, eager_chains, multi_tensor_launches,
-    optimizer_cost, resolve_runtime, runtime_overheads,
+    GRAD_CLIP_IMPLS, OPTIMIZER_IMPLS, RuntimeOverheads, constant, eager_chains, grad_clip_cost,
+    multi_tensor_launches, optimizer_cost, resolve_runtime, runtime_overheads,
 )
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
@@ -67,6 +67,13 @@ class Phase:
     """The host waits for the device between the backward and the optimizer step (fp16 loss
     scaling reads the overflow flag: torch GradScaler's ``found_inf.item()``), so the optimizer's
     issue time is not hidden behind the forward and backward."""
+    tensor_shares: tuple[float, ...] = ()
+    """A host read per trainable tensor inside the optimizer stretch (a clip that reads each
+    tensor's norm with .item()): each tensor's share of the stretch's elements. The stretch then
+    runs tensor by tensor, each paced by the slower of its issue and its kernels, plus the read."""
+    host_sync_s: float = 0.0
+    """The cost of each of those reads beyond the wait (:data:`~.efficiency.CONSTANTS`
+    ``host_sync_s``)."""
 
     @property
     def tokens(self) -> int:
@@ -130,7 +137,17 @@ class Phase:
         opt = [t for t in self.ops if t.op.phase == "optimizer"]
         rest = [t for t in self.ops if t.op.phase != "optimizer"]
         return (max(self._device_s(rest), self._host_s(rest) + self.overheads.host_fixed_s)
-                + max(self._device_s(opt), self._host_s(opt)))
+                + self._optimizer_stretch_s(opt))
+
+    def _optimizer_stretch_s(self, opt: Sequence[OpTime]) -> float:
+        """The optimizer stretch after the host caught up: the slower of issue and kernels, or,
+        with a host read per tensor, tensor by tensor (each issues an equal share of the
+        launches and runs its share of the elements)."""
+        dev, host = self._device_s(opt), self._host_s(opt)
+        if not self.tensor_shares:
+            return max(dev, host)
+        n = len(self.tensor_shares)
+        return sum(max(host / n, dev * f) + self.host_sync_s for f in self.tensor_shares)
 
     @cached_property
     def flops(self) -> float:
@@ -414,15 +431,22 @@ class StepSpec:
     lora_targets: tuple[str, ...] | None = None
     """The adapted modules (None: the family's PEFT default)."""
     lora_dropout: float = 0.0
+    max_grad_norm: float | None = None
+    """Clip the gradients' global norm each step (None: no clipping)."""
+    grad_clip_impl: str | None = None
+    """How the clip runs (:data:`~.efficiency.GRAD_CLIP_IMPLS`); None: torch's current
+    clip_grad_norm_ (foreach on a GPU, a per-tensor loop on a CPU)."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
            trainable: int | None, single_device: bool = False,
-           optimizer_impl: str | None = None) -> "StepSpec":
+           optimizer_impl: str | None = None,
+           grad_clip_impl: str | None = None) -> "StepSpec":
         train = mode == "train"
-        if optimizer_impl is not None and optimizer_impl not in OPTIMIZER_IMPLS:
-            raise InputError(f"optimizer implementation {optimizer_impl!r}: expected "
-                             f"{', '.join(OPTIMIZER_IMPLS)}")
+        for what, impl, known in (("optimizer", optimizer_impl, OPTIMIZER_IMPLS),
+                                  ("gradient clipping", grad_clip_impl, GRAD_CLIP_IMPLS)):
+            if impl is not None and impl not in known:
+                raise InputError(f"{what} implementation {impl!r}: expected {', '.join(known)}")
         if optimizer_impl is None and job.fused_optimizer:
             optimizer_impl = "fused"
         return cls(mode=mode, batch=job.batch, seq=seq, checkpointing=job.checkpointing,
@@ -433,7 +457,9 @@ class StepSpec:
                    new_tokens=new_tokens, context=job.context,
                    kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype],
                    runtime=resolve_runtime(job.runtime, mode), optimizer_impl=optimizer_impl,
-                   lora_targets=job.lora_targets, lora_dropout=job.lora_dropout)
+                   lora_targets=job.lora_targets, lora_dropout=job.lora_dropout,
+                   max_grad_norm=job.max_grad_norm if train else None,
+                   grad_clip_impl=grad_clip_impl)
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -548,12 +574,53 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     ops.append(_optimizer_op(spec, prec, device, eff, trainable, opt_tensors, n_tensors))
     if prec.dtype == "fp16" and device.kind == "gpu":
         ops.append(_loss_scaling_op(spec, prec, trainable, n_tensors))
+    clip = _grad_clip_op(spec, prec, device, eff, trainable, n_tensors)
+    ops += [clip[0]] if clip else []
     # fp16 loss scaling reads its overflow flag on the host before the step (torch GradScaler
-    # _maybe_opt_step: found_inf.item(); apex amp and Megatron likewise)
-    sync = prec.dtype == "fp16" and device.kind == "gpu"
-    return (_phase("train", ops, device, eff, prec.dtype, batch=spec.batch, q_len=spec.seq,
-                   kv_len=spec.seq, micro_steps=spec.grad_accum, runtime=spec.runtime,
-                   sync=sync), None, n_params, trainable)
+    # _maybe_opt_step: found_inf.item(); apex amp and Megatron likewise); so does a clip that
+    # reads the norm (.item())
+    sync = device.kind == "gpu" and (prec.dtype == "fp16" or bool(clip and clip[1].host_reads))
+    phase = _phase("train", ops, device, eff, prec.dtype, batch=spec.batch, q_len=spec.seq,
+                   kv_len=spec.seq, micro_steps=spec.grad_accum, runtime=spec.runtime, sync=sync)
+    if sync and clip and clip[1].host_reads > 1:
+        phase = replace(phase, tensor_shares=_tensor_shares(
+            opt_tensors if opt_tensors else (), clip[1].host_reads),
+            host_sync_s=constant("host_sync_s"))
+    return phase, None, n_params, trainable
+
+
+def _tensor_shares(tensors: Sequence, n: int) -> tuple[float, ...]:
+    """Each trainable tensor's share of the elements (``n`` equal shares when the list is not
+    known, as for LoRA's adapters, whose A and B are alike across layers)."""
+    sizes = [t.numel for t in tensors for _ in range(t.count)]
+    if len(sizes) != n or not sum(sizes):
+        return (1.0 / n,) * n
+    total = float(sum(sizes))
+    return tuple(x / total for x in sizes)
+
+
+def _grad_clip_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Efficiency,
+                  trainable: int, n_tensors: int):
+    """The gradient clip (``max_grad_norm``) over this GPU's share of the gradients, as its
+    implementation runs it (:func:`~.efficiency.grad_clip_cost`), and that cost; None without
+    clipping. An fp32 master's gradients are clipped (apex amp.master_params, Megatron's main
+    grads) when there is one."""
+    if spec.max_grad_norm is None:
+        return None
+    impl = spec.grad_clip_impl or ("foreach" if device.kind == "gpu" else "per-tensor")
+    n = max(1, trainable // _optimizer_shard(spec))
+    cost = grad_clip_cost(impl, tensors=n_tensors, elements=n)
+    grad = 4 if prec.master else prec.grad
+    host = None
+    if device.kind == "gpu" and spec.runtime != "cudagraphs":
+        measured = str(eff.basis.get("launch_s", "")).startswith("measured")
+        host = (eff.launch_s if measured else constant("eager_host_op_s")) \
+            if cost.python_loop else constant("eager_host_bwd_s")
+    op = Op(name="optimizer.clip_grad_norm", op_class="optimizer", kind="elementwise",
+            phase="optimizer", count=1, flops=2.0 * n, counted_flops=0.0,
+            bytes=float(cost.accesses * grad * n), parallel_work=n, kernels=cost.kernels,
+            group="optimizer", host_s=host)
+    return op, cost
 
 
 def _optimizer_shard(spec: StepSpec) -> int:

@@ -17,7 +17,7 @@ from ..models import Model
 from ._common import TRAIN_FIELDS, accumulation, check_expressed, refuse, train_only
 
 ENGINE = "deepspeed"
-_EXPRESSED = frozenset({"zero", "offload_optimizer", "fused_optimizer", "tp"})
+_EXPRESSED = frozenset({"zero", "offload_optimizer", "fused_optimizer", "tp", "max_grad_norm"})
 
 #: gpuplan optimizer -> DeepSpeed ``optimizer.type`` (its own Adam/AdamW/Lion/Adagrad, else a
 #: ``torch.optim`` class by name) and params.
@@ -89,4 +89,6 @@ def export(job: Job, model: Model) -> str:
             raise refuse(ENGINE, f"--tp {job.tp} with --zero 3: DeepSpeed's AutoTP training "
                          "runs with ZeRO stages 0-2; use --zero 2 or --export megatron")
         cfg["tensor_parallel"] = {"autotp_size": job.tp}
+    if job.max_grad_norm is not None:
+        cfg["gradient_clipping"] = job.max_grad_norm  # unset: DeepSpeed's own default (1.0)
     return json.dumps(cfg, indent=2) + "\n"

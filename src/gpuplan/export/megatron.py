@@ -20,6 +20,7 @@ from ._common import TRAIN_FIELDS, accumulation, check_expressed, refuse, train_
 
 ENGINE = "megatron"
 _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
+                        "max_grad_norm",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
                         "pp_embedding_part", "pp_loss_part"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
@@ -181,6 +182,8 @@ def export(job: Job, model: Model) -> str:
             "--micro-batch-size", str(job.batch),
             "--global-batch-size", str(job.batch * accum * job.dp),
             *_recipe(job), *_sharding(job)]
+    if job.max_grad_norm is not None:  # Megatron clips at 1.0 unless told
+        args += ["--clip-grad", repr(job.max_grad_norm)]
     lines = [f"# gpuplan plan of {model.name}: {job.gpus} GPUs = tp {job.tp} x pp {job.pp} x "
              f"cp {job.cp} x dp {job.dp}"]
     lines += _notes(model.architecture)

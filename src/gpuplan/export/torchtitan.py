@@ -19,6 +19,7 @@ from ._common import (TRAIN_FIELDS, accumulation, check_expressed, hub_repo, ref
 
 ENGINE = "torchtitan"
 _EXPRESSED = frozenset({"zero", "checkpointing", "fused_optimizer", "tp", "pp", "cp", "ep",
+                        "max_grad_norm",
                         "sequence_parallel", "pp_schedule", "micro_batches", "runtime"})
 #: catalog name -> (torchtitan model name, flavor), torchtitan/models/llama3/__init__.py
 MODELS = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
@@ -91,7 +92,10 @@ def export(job: Job, model: Model) -> str:
         "training": {"local_batch_size": local,
                      "global_batch_size": job.batch * accum * job.dp,
                      "seq_len": job.seq or default_seq(model.architecture),
-                     "dtype": dtype, "mixed_precision_param": param},
+                     "dtype": dtype, "mixed_precision_param": param,
+                     # torchtitan clips at 1.0 unless told; written only when the plan says
+                     **({"max_norm": job.max_grad_norm} if job.max_grad_norm is not None
+                        else {})},
         "parallelism": _parallelism(job, model),
         "activation_checkpoint": {"mode": job.checkpointing},
         "compile": {"enable": job.runtime == "compile"},
