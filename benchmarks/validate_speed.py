@@ -338,6 +338,10 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
     clip, _ = _grad_clip(run, prec, [])
+    if run.get("source_group") == "torchtune":
+        # the recipes run torchtune's own TransformerDecoder (as benchmarks/validate_memory.py)
+        fields["model_code"] = "torchtune"
+        notes.append("torchtune's model code: its RoPE chain, K/V expanded to every head")
     return Job(model=run["model"]["name"], mode="train", attention=_attention(run, notes),
                runtime=runtime, max_grad_norm=clip, **fields, **_lora(j, notes))
 

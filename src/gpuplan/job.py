@@ -218,8 +218,8 @@ class Job:
     model_code: ModelCode = "transformers"
     """Whose model code runs the step: transformers' (the default; what gpuplan replays for every
     family) or torchtune's TransformerDecoder (llama-style families): K and V expanded to every
-    query head before attention, and the logits upcast to fp32 in the model's forward, outside
-    the loss."""
+    query head before attention (a copy the speed model times too), the logits upcast to fp32 in
+    the model's forward, outside the loss, and in eager its own RoPE chain (timed)."""
     loss_chunks: int = 1
     """The output projection and the cross-entropy run over this many chunks of the sequence
     (torchtune's CEWithChunkedOutputLoss, 8 chunks): the 16-bit logits of every chunk are kept,

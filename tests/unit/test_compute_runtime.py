@@ -204,10 +204,11 @@ def test_lamb_runs_apex_fused_lamb_passes():
     assert 4 * (a.param_accesses + a.grad_reads + a.scratch_accesses + 2 * a.state_accesses) == 28
 
 
-def _layer_ops(runtime: str, precision: str = "mixed-bf16"):
+def _layer_ops(runtime: str, precision: str = "mixed-bf16", model_code: str = "transformers"):
     m = load_model("llama-3.1-8b")
     est = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
-                                      precision=precision, runtime=runtime), measured=None)
+                                      precision=precision, runtime=runtime,
+                                      model_code=model_code), measured=None)
     return {t.op.name: t.op for t in est.step.ops if t.op.phase == "forward"
             and t.op.group not in ("embedding", "head", "optimizer")}
 
@@ -228,6 +229,25 @@ def test_eager_chains_move_what_transformers_code_moves():
     assert eager["attn.rotary"].kernels == 10  # five for q, five for k
     assert fused["mlp.act"].bytes == 6 * T * 14336
     assert eager["mlp.act"].bytes == pytest.approx(10 * T * 14336)
+
+
+def test_torchtune_code_moves_what_its_code_moves():
+    # torchtune's RoPE on a bf16 q (4096 wide) and k (1024), per element: x.float() 2+4, four
+    # products of a half in fp32 4 x (2+2), difference and sum 2 x (4+2), stack 4+4, type_as 4+2
+    # = 48 B in 9 kernels (fused: 2+2 = 4 B). K and V expanded from 8 heads to 32 before the
+    # kernel (a copy): read 8 heads, write 32, of 128 each, for K and V -- in eager and compiled.
+    T = 512
+    eager, fused = _layer_ops("eager", model_code="torchtune"), _layer_ops(
+        "compile", model_code="torchtune")
+    assert eager["attn.rotary"].bytes == pytest.approx(48 * T * (4096 + 1024))
+    assert eager["attn.rotary"].kernels == 18
+    assert fused["attn.rotary"].bytes == 4 * T * (4096 + 1024)
+    for ops in (eager, fused):
+        assert ops["attn.kv_expand"].bytes == 2 * T * 128 * (32 + 8) * 2
+    assert "attn.kv_expand" not in _layer_ops("eager")  # transformers passes GQA to SDPA
+    fp32 = _layer_ops("eager", precision="fp32", model_code="torchtune")
+    assert fp32["attn.rotary"].bytes == pytest.approx(36 * T * (4096 + 1024))  # no casts
+    assert fp32["attn.rotary"].kernels == 14
 
 
 def test_eager_rmsnorm_on_fp32_skips_the_casts():

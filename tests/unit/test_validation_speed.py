@@ -2,8 +2,8 @@
 benchmarks/published/runs.json, summarized per split, and held to issue 12's bar on the holdout.
 
 The model's constants were set from sources and the calibrate split only; the holdout is reported,
-never fitted. The bar (median |error| <= 10%, worst <= 25%) is not reached yet: the test below
-asserts what is reached, and the bar itself is an xfail(strict) test so that reaching it is noticed.
+never fitted. Issue 12's bar (median |error| <= 10%, worst <= 25%) is asserted, and so is what is
+reached below it.
 """
 
 from __future__ import annotations
@@ -72,20 +72,14 @@ def test_holdout_error_reached(rows):
     # stated 2 requests/s: 11.1% / 30.6%; LoRA's adapter passes timed and the torchtune rows at the
     # configs of the commits that published them, the clip each source's code runs -- DLE
     # fine-tuning's per-parameter .item() in BertAdam, its GradientClipper under fp16: 10.8% /
-    # 24.8%)
+    # 24.8%; torchtune's own model code -- its eager RoPE chain, K/V expanded to every head: 9.2% /
+    # 24.4%)
     s = vs.summary(rows, "holdout")
     assert s["n"] >= 25
-    assert s["median_abs_error"] <= 0.11
-    assert s["worst_abs_error"] <= 0.25
+    assert s["median_abs_error"] <= 0.095
+    assert s["worst_abs_error"] <= 0.245
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12's bar is not reached: holdout median |error| "
-                   "10.8%, worst 24.8% (the worst bar holds), 25 of 25 within 25%, 12 within 10% "
-                   "(13 needed). Above 10%: torchtune 70B LoRA on 8 A100s 1.25x, NVIDIA DLE "
-                   "BERT-large fp16 on a V100 1.22-1.23x (the calibrate split's HF Trainer fp16 "
-                   "rows are further off), TensorRT-LLM online decode 1.13-1.20x, torchtune 8B "
-                   "on a 4090 0.79-1.12x (LoRA's figure is 82% of the card's dense peak in weight matmuls alone), "
-                   "torchtune 3B eager 1.14x, MT-NLG selective 1.11x, Megatron 1.7B 0.89x")
 def test_holdout_meets_the_issue_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25

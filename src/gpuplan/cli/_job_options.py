@@ -102,7 +102,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "stated), eager, compile (torch.compile), cudagraphs", "HOW"),
     JobOption("--model-code", "model_code", "str", "whose model code runs the step: "
               "transformers (default) or torchtune (llama-style: K/V expanded to every head, "
-              "logits upcast in the model)", "CODE"),
+              "logits upcast in the model, its own RoPE chain in eager)", "CODE"),
     JobOption("--loss-chunks", "loss_chunks", "int", "output projection and cross-entropy over "
               "N chunks of the sequence (torchtune's CEWithChunkedOutputLoss: 8; default 1)",
               "N"),

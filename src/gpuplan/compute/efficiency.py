@@ -146,6 +146,19 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "(2 x), neg reads and writes half of it (1 x), cat reads both halves and writes (2 x), "
         "*sin (2 x), the add reads two and writes one (3 x) = 10 element accesses, against 2 fused "
         "(cos and sin broadcast over the heads, from cache)"),
+    "eager_rotary_torchtune_kernels": Constant(
+        9, "kernels per tensor", "torchtune's RoPE (torchtune/models/llama3_1/_position_embeddings.py "
+        "Llama3ScaledRoPE.forward, as RotaryPositionalEmbeddings; commits 30b8519e8 and "
+        "1814feb17): x.float(), four products of a half of it by the cache, their difference "
+        "and sum, stack, type_as (7 on an fp32 input: both casts return the tensor itself)"),
+    "eager_rotary_torchtune_bytes": Constant(
+        12.0, "x fused bytes", "the same chain per element of a 16-bit q (or k): x.float() reads "
+        "2 B and writes 4, each product reads and writes a half in fp32 (4 x 4 B), the "
+        "difference and the sum read two halves and write one (2 x 6 B), stack 4 + 4, type_as "
+        "4 + 2 = 48 B, against 4 B fused (read + write; the cache broadcast over the heads)"),
+    "eager_rotary_torchtune_bytes_fp32": Constant(
+        4.5, "x fused bytes", "the same chain on an fp32 input: no casts; 16 + 12 + 8 = 36 B "
+        "against 8 B fused"),
     "eager_swiglu_bytes": Constant(
         5 / 3, "x fused bytes", "transformers LlamaMLP.forward: act_fn(gate_proj(x)) * "
         "up_proj(x): the activation reads the gate and writes its output (2 accesses), the "
@@ -457,14 +470,21 @@ _NORMS = ("attn.norm", "mlp.norm", "final.norm")
 
 
 def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
-                 autocast: bool, gated: bool = False, act_bytes: int = 2) -> tuple[Op, ...]:
+                 autocast: bool, gated: bool = False, act_bytes: int = 2,
+                 model_code: str = "transformers") -> tuple[Op, ...]:
     """Forward ops as ``runtime`` runs them: in eager, the elementwise chains torch.compile (and
     hand-fused kernels) run as one kernel are separate kernels with intermediates in memory
-    (RMSNorm, rotary embedding, a ``gated`` MLP's activation times the up projection); under CUDA
-    autocast softmax and layer norm run in fp32. ``act_bytes``: the activations' width (an fp32
-    input makes RMSNorm's casts no-ops)."""
+    (RMSNorm, rotary embedding -- transformers' or torchtune's, by ``model_code`` -- a ``gated``
+    MLP's activation times the up projection); under CUDA autocast softmax and layer norm run in
+    fp32. ``act_bytes``: the activations' width (an fp32 input makes the casts no-ops)."""
     out = []
     for op in ops:
+        if runtime == "eager" and op.name == "attn.rotary" and model_code == "torchtune":
+            fp32 = act_bytes >= 4
+            kernels = int(constant("eager_rotary_torchtune_kernels")) - (2 if fp32 else 0)
+            out.append(replace(op, kernels=2 * kernels, bytes=op.bytes * constant(
+                "eager_rotary_torchtune_bytes_fp32" if fp32 else "eager_rotary_torchtune_bytes")))
+            continue
         if runtime == "eager" and op.name in _NORMS and norm == "rmsnorm":
             fp32 = act_bytes >= 4
             kernels = int(constant("eager_rmsnorm_kernels")) - (2 if fp32 else 0)

@@ -430,6 +430,9 @@ class StepSpec:
     default for the device (foreach on a GPU, the for-loop on a CPU)."""
     lora_targets: tuple[str, ...] | None = None
     """The adapted modules (None: the family's PEFT default)."""
+    model_code: str = "transformers"
+    """Whose model code runs (``torchtune``: its RoPE chain in eager, K/V expanded to every
+    head)."""
     lora_dropout: float = 0.0
     max_grad_norm: float | None = None
     """Clip the gradients' global norm each step (None: no clipping)."""
@@ -458,6 +461,7 @@ class StepSpec:
                    kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype],
                    runtime=resolve_runtime(job.runtime, mode), optimizer_impl=optimizer_impl,
                    lora_targets=job.lora_targets, lora_dropout=job.lora_dropout,
+                   model_code=job.model_code,
                    max_grad_norm=job.max_grad_norm if train else None,
                    grad_clip_impl=grad_clip_impl)
 
@@ -499,10 +503,33 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
     """The forward ops as the runtime runs them on a GPU (eager's unfused chains, autocast's fp32
     ops); a CPU's as counted."""
     fwd = build_forward_ops(arch, shape, **kw)
+    if spec.model_code == "torchtune":
+        fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":
         return fwd
     return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast,
-                        gated=arch.mlp == "gated", act_bytes=prec.act)
+                        gated=arch.mlp == "gated", act_bytes=prec.act, model_code=spec.model_code)
+
+
+def _torchtune_kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape,
+                         act: int) -> tuple[Op, ...]:
+    """torchtune's attention expands K and V to every query head before the kernel
+    (torchtune/modules/attention.py: ``k.expand(...)`` then a reshape, which copies): per layer,
+    read the K/V heads and write every head's copy, for all ``kv_len`` positions (a decode step
+    copies its whole cache). No copy when K/V heads equal the query heads."""
+    if arch.kind != "decoder" or arch.num_kv_heads >= arch.num_heads:
+        return tuple(fwd)
+    out = []
+    for op in fwd:
+        out.append(op)
+        if op.name == "attn.qkv":
+            n = shape.batch * shape.kv_len * arch.head_dim
+            out.append(replace(op, name="attn.kv_expand", op_class="norm_elementwise",
+                               kind="elementwise", flops=0.0, counted_flops=0.0,
+                               bytes=float(2 * n * (arch.num_heads + arch.num_kv_heads) * act),
+                               parallel_work=max(1, 2 * n * arch.num_heads), kernels=2,
+                               weight_elements=0, shape=None))
+    return tuple(out)
 
 
 def _dequant_op(fwd: Sequence[Op], prec: PrecisionLayout, uses: int) -> Op:
