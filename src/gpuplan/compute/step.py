@@ -67,10 +67,11 @@ class Phase:
     """The host waits for the device between the backward and the optimizer step (fp16 loss
     scaling reads the overflow flag: torch GradScaler's ``found_inf.item()``), so the optimizer's
     issue time is not hidden behind the forward and backward."""
-    tensor_shares: tuple[float, ...] = ()
+    tensor_shares: tuple[tuple[float, int], ...] = ()
     """A host read per trainable tensor inside the optimizer stretch (a clip that reads each
-    tensor's norm with .item()): each tensor's share of the stretch's elements. The stretch then
-    runs tensor by tensor, each paced by the slower of its issue and its kernels, plus the read."""
+    tensor's norm with .item()): (one tensor's share of the stretch's elements, how many tensors
+    have that share). The stretch then runs tensor by tensor, each paced by the slower of its
+    issue and its kernels, plus the read."""
     host_sync_s: float = 0.0
     """The cost of each of those reads beyond the wait (:data:`~.efficiency.CONSTANTS`
     ``host_sync_s``)."""
@@ -146,8 +147,8 @@ class Phase:
         dev, host = self._device_s(opt), self._host_s(opt)
         if not self.tensor_shares:
             return max(dev, host)
-        n = len(self.tensor_shares)
-        return sum(max(host / n, dev * f) + self.host_sync_s for f in self.tensor_shares)
+        n = sum(c for _, c in self.tensor_shares)
+        return sum(c * (max(host / n, dev * f) + self.host_sync_s) for f, c in self.tensor_shares)
 
     @cached_property
     def flops(self) -> float:
@@ -616,14 +617,14 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     return phase, None, n_params, trainable
 
 
-def _tensor_shares(tensors: Sequence, n: int) -> tuple[float, ...]:
-    """Each trainable tensor's share of the elements (``n`` equal shares when the list is not
-    known, as for LoRA's adapters, whose A and B are alike across layers)."""
-    sizes = [t.numel for t in tensors for _ in range(t.count)]
-    if len(sizes) != n or not sum(sizes):
-        return (1.0 / n,) * n
-    total = float(sum(sizes))
-    return tuple(x / total for x in sizes)
+def _tensor_shares(tensors: Sequence, n: int) -> tuple[tuple[float, int], ...]:
+    """Each trainable tensor's share of the elements, as (share, tensors with it) pairs -- one
+    per entry of the tensor list, whose ``count`` tensors are alike -- or ``n`` equal shares when
+    the list is not known (LoRA's adapters, alike across layers)."""
+    total = float(sum(t.numel * t.count for t in tensors))
+    if sum(t.count for t in tensors) != n or not total:
+        return ((1.0 / n, n),)
+    return tuple((t.numel / total, t.count) for t in tensors)
 
 
 def _grad_clip_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Efficiency,
