@@ -112,3 +112,16 @@ def test_zero3_gathers_a_frozen_base():
     assert est.scaling.gradient_bytes == pytest.approx((2 * lora + 2 * 2 * n) / 2, rel=1e-9)
     full = estimate_speed(model, A100, job.with_(lora_rank=None), link="nvlink", measured=None)
     assert full.scaling.gradient_bytes == pytest.approx(1.5 * 2 * n, rel=1e-9)
+
+
+def test_every_supported_family_has_its_peft_default():
+    # PEFT's mapping names a default for every family gpuplan reads (bloom: query_key_value, the
+    # fused QKV projection), so --lora-rank alone plans and times the same adapters everywhere
+    from gpuplan.models import DEFAULT_LORA_TARGETS, SUPPORTED_FAMILIES
+
+    assert set(SUPPORTED_FAMILIES) <= set(DEFAULT_LORA_TARGETS)
+    model = load_model("bloom-560m")  # 24 layers, hidden 1024: query_key_value is 1024 -> 3072
+    est = estimate_speed(model, A100, Job(model="bloom-560m", mode="train", lora_rank=8),
+                         measured=None)
+    assert est.trainable_params == 24 * 8 * (1024 + 3 * 1024)
+    assert est.trainable_params == sum(t.total for t in lora_tensors(model, 8, None))

@@ -17,7 +17,7 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "phi3": ("qkv_proj",), "gpt2": ("c_attn",),
     "gpt_bigcode": ("c_attn",), "gpt_neox": ("query_key_value",),
     "opt": ("q_proj", "v_proj"), "falcon": ("query_key_value",), "bert": ("query", "value"),
-    "vit": ("query", "value"),
+    "vit": ("query", "value"), "bloom": ("query_key_value",),
 }
 
 
