@@ -642,12 +642,26 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
     return tuple(out)
 
 
+def _lora_mm(name: str, m: int, k: int, n: int, nbytes: float, phase: Phase, count: int) -> Op:
+    f = 2.0 * m * k * n
+    return Op(name=name, op_class="mlp", kind="matmul", phase=phase, count=count, flops=f,
+              counted_flops=f, bytes=float(nbytes), parallel_work=max(1, m * n), kernels=1,
+              shape=(1, m, k, n), group="dense")
+
+
+def _lora_ew(name: str, nbytes: float, elements: int, kernels: int, phase: Phase,
+             count: int) -> Op:
+    return Op(name=name, op_class="norm_elementwise", kind="elementwise", phase=phase,
+              count=count, flops=float(elements), counted_flops=0.0, bytes=float(nbytes),
+              parallel_work=max(1, elements), kernels=kernels, group="dense")
+
+
 def lora_adapter_ops(linears: Sequence[tuple[int, int, int, int]], *, rank: int,
                      act_bytes: int, fused: bool, dropout: bool = False,
                      recompute: bool = False) -> tuple[Op, ...]:
-    """The passes LoRA adds beside each adapted frozen linear ``(in, out, count, tokens)`` (the
-    tokens one instance sees: an expert's share under MoE routing): ``out = base(x) + scale * B(A(dropout(x)))`` as PEFT's and torchtune's
-    LoRA layers run it, and its backward.
+    """The passes LoRA adds beside each adapted frozen linear ``(in, out, count, tokens)`` --
+    ``tokens``: what one instance sees, an expert its share under MoE routing -- as PEFT's and
+    torchtune's LoRA layers run ``out = base(x) + scale * B(A(dropout(x)))``, and its backward.
 
     Forward: dropout of x when ``dropout`` (the output and a 1-byte mask), x @ A (M = tokens,
     K = in, N = r), @ B (K = r, N = out), then ``x scale`` and the add to the base output: two
@@ -657,37 +671,27 @@ def lora_adapter_ops(linears: Sequence[tuple[int, int, int, int]], *, rank: int,
     compiled, the sum is folded into dX's consumer: one read, no launch), the dropout's gradient
     when there is one. ``recompute``: the forward again (full checkpointing).
     The products are skinny (one side is r), so bytes bound them; their FLOPs are counted."""
-    a, r, g = act_bytes, rank, "dense"
+    a, r = act_bytes, rank
     out: list[Op] = []
     for i, o, c, T in linears:
         x, y, h = T * i, T * o, T * r
-        def mm(name, m, k, n, nbytes, phase):
-            f = 2.0 * m * k * n
-            return Op(name=name, op_class="mlp", kind="matmul", phase=phase, count=c, flops=f,
-                      counted_flops=f, bytes=float(nbytes), parallel_work=max(1, m * n),
-                      kernels=1, shape=(1, m, k, n), group=g)
-        def ew(name, accesses, elements, kernels, phase, extra=0.0):
-            return Op(name=name, op_class="norm_elementwise", kind="elementwise", phase=phase,
-                      count=c, flops=float(elements), counted_flops=0.0,
-                      bytes=float(accesses * elements * a + extra), parallel_work=max(1, elements),
-                      kernels=kernels, group=g)
-        fwd = []
-        if dropout:
-            fwd.append(ew("lora.dropout", 2, x, 1, "forward", extra=x))
-        fwd += [mm("lora.A", T, i, r, a * (x + i * r + h), "forward"),
-                mm("lora.B", T, r, o, a * (h + r * o + y), "forward"),
-                ew("lora.scale_add", 3 if fused else 5, y, 1 if fused else 2, "forward")]
+        fwd = [_lora_ew("lora.dropout", 2 * a * x + x, x, 1, "forward", c)] if dropout else []
+        fwd += [_lora_mm("lora.A", T, i, r, a * (x + i * r + h), "forward", c),
+                _lora_mm("lora.B", T, r, o, a * (h + r * o + y), "forward", c),
+                _lora_ew("lora.scale_add", (3 if fused else 5) * a * y, y, 1 if fused else 2,
+                         "forward", c)]
         out += fwd
-        out += [ew("lora.scale_add", 2, y, 1, "backward"),
-                mm("lora.B", o, T, r, a * (y + h + o * r), "backward"),
-                mm("lora.B", T, o, r, a * (y + o * r + h), "backward"),
-                mm("lora.A", r, T, i, a * (h + x + r * i), "backward"),
-                mm("lora.A", T, r, i, a * (h + r * i + x), "backward"),
+        out += [_lora_ew("lora.scale_add", 2 * a * y, y, 1, "backward", c),
+                _lora_mm("lora.B", o, T, r, a * (y + h + o * r), "backward", c),
+                _lora_mm("lora.B", T, o, r, a * (y + o * r + h), "backward", c),
+                _lora_mm("lora.A", r, T, i, a * (h + x + r * i), "backward", c),
+                _lora_mm("lora.A", T, r, i, a * (h + r * i + x), "backward", c),
                 # eager adds the adapter's dX to the base's (read both, write); a compiled graph
                 # folds the sum into the kernel that consumes dX (one more read, no launch)
-                ew("lora.dx_add", 1 if fused else 3, x, 0 if fused else 1, "backward")]
+                _lora_ew("lora.dx_add", (1 if fused else 3) * a * x, x, 0 if fused else 1,
+                         "backward", c)]
         if dropout:
-            out.append(ew("lora.dropout", 2, x, 1, "backward", extra=x))
+            out.append(_lora_ew("lora.dropout", 2 * a * x + x, x, 1, "backward", c))
         if recompute:
             out += [replace(op, phase="recompute") for op in fwd]
     return tuple(out)
