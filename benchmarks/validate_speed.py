@@ -210,6 +210,11 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
         "FSDP + Megatron TP8 (TP degree from the metaseq logbook) = TP8 ZeRO-3 over 124 DP ranks; "
         "micro-batch and accumulation not stated: 1 x 8 assumed; full checkpointing (metaseq's "
         "default); 'up to' 147 TFLOP/s is a peak, its FLOP convention not stated: model FLOP/s"),
+    "narayanan2021-gpt1.7b-a100-x32": (
+        {"batch": 4, "grad_accum": 4, "seq": 2048, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "TP1 PP1 DP32, batch 512 (Table 1) = 16 sequences a GPU: micro-batch 4 x 4 accumulated "
+        "(the micro-batch is not stated); HDR InfiniBand = 200 Gb/s per GPU"),
     "narayanan2021-gpt1t-a100-x3072": (
         {"tp": 8, "pp": 64, "batch": 1, "grad_accum": 512, "seq": 2048, "zero": 0,
          "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
