@@ -89,3 +89,21 @@ def test_no_clip_outside_training_and_bad_values_refused():
             Job(model="bert-large-uncased", max_grad_norm=bad)
     with pytest.raises(InputError, match="gradient clipping implementation 'sometimes'"):
         estimate_speed(model, A100, job, measured=None, grad_clip_impl="sometimes")
+
+
+def test_a_parallel_layout_runs_the_optimizer_as_the_job_says():
+    # under --tp the step's optimizer stretch is the same machinery as on one GPU: the clip, the
+    # implementation and fp16 loss scaling all reach it (it was one fused pass whatever the job)
+    model = load_model("llama-3.1-8b")
+    job = Job(model="llama-3.1-8b", mode="train", batch=1, seq=2048, tp=2, gpus=2)
+
+    def opt_s(j, **kw):
+        return estimate_speed(model, A100, j, measured=None, **kw).layout.optimizer_s
+
+    fused = opt_s(job, optimizer_impl="fused")
+    assert opt_s(job) > 2 * fused  # torch's default on a GPU, foreach: 8 passes against 1
+    # the clip reads this rank's fp32 master gradients three times: at least their bytes more
+    clip = opt_s(job.with_(max_grad_norm=1.0), optimizer_impl="fused") - fused
+    half = sum(t.total for t in model.tensors) / 2  # TP2: about half of the weights a rank
+    assert clip >= 0.9 * 3 * 4 * half / A100.memory_bandwidth
+    assert opt_s(job.with_(precision="mixed-fp16"), optimizer_impl="fused") > fused  # loss scaling

@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer-impl", default=None, metavar="IMPL",
                    help="how the optimizer step runs: foreach (torch's default on a GPU), fused "
                         "(default with --fused-optimizer), for-loop (a per-parameter Python loop)")
+    p.add_argument("--grad-clip-impl", default=None, metavar="IMPL",
+                   help="how a --max-grad-norm clip runs: foreach (torch >= 2.0, the default on "
+                        "a GPU), per-tensor (torch 1.5-1.13), multi-tensor-sync (apex: one host "
+                        "read), per-tensor-sync (torch <= 1.4: a host read per tensor)")
     p.add_argument("--vs-cpu", action="store_true",
                    help="also estimate the job on this machine's CPU and say if a GPU is needed")
     p.add_argument("--sweep", action="store_true",
@@ -85,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, download=args.download)
     job = job_from_args(args, model)
     kw = dict(new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
-              pinned=not args.pageable, tf32=args.tf32, optimizer_impl=args.optimizer_impl)
+              pinned=not args.pageable, tf32=args.tf32, optimizer_impl=args.optimizer_impl,
+              grad_clip_impl=args.grad_clip_impl)
     if args.no_measured:
         kw["measured"] = None
     est = estimate_speed(model, gpu, job, train_tokens=tokens, train_samples=samples,

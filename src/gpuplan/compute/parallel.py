@@ -28,7 +28,9 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
 - **data parallel**: the stage's gradients all-reduced (ZeRO 0-2; 1 and 2 reduce-scatter then
   all-gather the same bytes) or reduce-scattered and the weights gathered twice (ZeRO-3: 1.5x)
   over the DP x CP group, overlapped with the last micro-batch's backward (ZeRO-3: with the whole
-  step); never less than the last 25 MiB bucket; then the optimizer step on the GPU's shard.
+  step); never less than the last 25 MiB bucket; then the optimizer step on the GPU's shard, as
+  the job runs it (``optimizer_s``: :func:`~.step.optimizer_stretch_s`; one fused pass when not
+  given, as the cluster search times every layout).
 
 The collectives' times are NCCL's (:func:`~gpuplan.hardware.topology.collective_time`) at the
 achievable share ``Efficiency.comm`` of each link.
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from .._record import record
 from ..errors import InputError
@@ -396,8 +398,11 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
 def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology, *,
                 device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
                 flops_per_token: float, state_bytes_per_param: float,
-                tp_overlap: bool = False) -> LayoutTime:
-    """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring)."""
+                tp_overlap: bool = False,
+                optimizer_s: Callable[[int, int], float] | None = None) -> LayoutTime:
+    """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
+    ``optimizer_s(elements, tensors)``: the optimizer stretch of a rank's shard as the job runs
+    it (:func:`~.step.optimizer_stretch_s`); None: one fused pass (the cluster search's)."""
     stage_layers, t_mb = _busiest_stage(arch, cost, lay)
     tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
                                              tp_overlap=tp_overlap)
@@ -416,7 +421,12 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window)
     shard = lay.dp * lay.cp if lay.zero >= 1 else 1
-    opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
+    if optimizer_s is None:
+        opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
+    else:
+        # the stage's share of the tensors; a ZeRO shard holds a piece of each of them
+        tensors = sum(t.count for t in arch.tensors) if arch.tensors else 12 * arch.num_layers
+        opt_s = optimizer_s(max(1, mine // shard), max(1, round(tensors * mine / max(1, params))))
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,

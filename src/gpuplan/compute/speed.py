@@ -25,7 +25,8 @@ from .parallel import (
 )
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, build_steps,
-    infer_precision, input_bytes_per_sample, lora_note, one_mode, resolve_seq, train_precision,
+    infer_precision, input_bytes_per_sample, lora_note, one_mode, optimizer_stretch_s,
+    resolve_seq, train_precision,
 )
 from .time import (
     ScalingTable, TrainingTime, TransferEstimate, data_parallel_scaling, estimate_transfer,
@@ -321,7 +322,7 @@ def estimate_speed(
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
-                               notes=notes)
+                               notes=notes, impls=(optimizer_impl, grad_clip_impl))
         return replace(est, training_time=_training_time(est, train_tokens, train_samples,
                                                          epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
@@ -363,8 +364,10 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                      device: Device, eff: Efficiency, prec: PrecisionLayout, job: Job, *,
                      mode: StepMode, seq: int, new_tokens: int, topology: Topology | None,
                      tp_overlap: bool, per_sample: int | None, pinned: bool,
-                     notes: list[str]) -> SpeedEstimate:
-    """The estimate of a job under its parallel layout (:mod:`.parallel`)."""
+                     notes: list[str], impls: tuple = (None, None)) -> SpeedEstimate:
+    """The estimate of a job under its parallel layout (:mod:`.parallel`); ``impls``: how its
+    optimizer and its clip run (:func:`estimate_speed`'s ``optimizer_impl``,
+    ``grad_clip_impl``)."""
     topo = topology or topology_for(gpu, gpus_per_node=job.gpus_per_node,
                                     inter_node=job.inter_node)
     lay = Layout.of(job, seq)
@@ -375,7 +378,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
                                  cp=1, ep=1, sequence_parallel=False, gpus=1),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
-                       single_device=True)
+                       single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
     if not n_params and arch is not None:  # no tensor list: the count the step estimates
         one = StepSpec.of(Job(model="x", mode="train", seq=1), mode="train", seq=1,
@@ -389,7 +392,9 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         timed: LayoutTime | ServeTime = layout_time(
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
-            state_bytes_per_param=per_param, tp_overlap=tp_overlap)
+            state_bytes_per_param=per_param, tp_overlap=tp_overlap,
+            optimizer_s=lambda n, k: optimizer_stretch_s(spec, prec, device, eff, elements=n,
+                                                         tensors=k))
         notes.extend(timed.notes)
     else:
         timed = serve_time(arch, step.time_s, prefill.time_s if prefill else step.time_s, lay,

@@ -29,7 +29,8 @@ from .efficiency import (
 )
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
-__all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode"]
+__all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode",
+           "optimizer_stretch_s"]
 
 #: The mode of one estimated step (a Job's ``both`` is two estimates).
 StepMode = Literal["train", "infer"]
@@ -649,6 +650,30 @@ def _grad_clip_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
             bytes=float(cost.accesses * grad * n), parallel_work=n, kernels=cost.kernels,
             group="optimizer", host_s=host)
     return op, cost
+
+
+def optimizer_stretch_s(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Efficiency,
+                        *, elements: int, tensors: int) -> float:
+    """One rank's optimizer stretch when it updates ``elements`` in ``tensors`` tensors (its
+    shard, already divided): the optimizer as ``spec`` says it runs, fp16 loss scaling's passes
+    and the clip, paced as a training step paces them (the slower of issue and kernels; a host
+    read per tensor runs it tensor by tensor). What a parallel layout's step adds after its
+    micro-batches (:func:`~.parallel.layout_time`)."""
+    one = replace(spec, zero=0, gpus=1, grad_accum=1)
+    tensors, elements = max(1, tensors), max(1, elements)
+    ops = [_optimizer_op(one, prec, device, eff, elements, None, tensors)]
+    if prec.dtype == "fp16" and device.kind == "gpu":
+        ops.append(_loss_scaling_op(one, prec, elements, tensors))
+    clip = _grad_clip_op(one, prec, device, eff, elements, tensors)
+    ops += [clip[0]] if clip else []
+    phase = _phase("train", ops, device, eff, prec.dtype, batch=1, q_len=1, kv_len=1,
+                   runtime=spec.runtime)
+    if phase.overheads is None:
+        return phase.time_s
+    if clip and clip[1].host_reads > 1:
+        phase = replace(phase, tensor_shares=((1.0 / tensors, tensors),),
+                        host_sync_s=constant("host_sync_s"))
+    return phase._optimizer_stretch_s(phase.ops)
 
 
 def _optimizer_shard(spec: StepSpec) -> int:
