@@ -482,10 +482,9 @@ def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
         if runtime == "eager" and op.name == "attn.rotary" and model_code == "torchtune":
             fp32 = act_bytes >= 4
             kernels = int(constant("eager_rotary_torchtune_kernels")) - (2 if fp32 else 0)
-            out.append(replace(op, kernels=2 * kernels, bytes=op.bytes * constant(
-                "eager_rotary_torchtune_bytes_fp32" if fp32 else "eager_rotary_torchtune_bytes")))
-            continue
-        if runtime == "eager" and op.name in _NORMS and norm == "rmsnorm":
+            op = replace(op, kernels=2 * kernels, bytes=op.bytes * constant(
+                "eager_rotary_torchtune_bytes_fp32" if fp32 else "eager_rotary_torchtune_bytes"))
+        elif runtime == "eager" and op.name in _NORMS and norm == "rmsnorm":
             fp32 = act_bytes >= 4
             kernels = int(constant("eager_rmsnorm_kernels")) - (2 if fp32 else 0)
             op = replace(op, kernels=kernels, bytes=op.bytes * constant(

@@ -600,22 +600,38 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         trainable = n_params
         opt_tensors = tensors or None
         n_tensors = sum(t.count for t in tensors) if tensors else _tensor_count(fwd)
-    ops.append(_optimizer_op(spec, prec, device, eff, trainable, opt_tensors, n_tensors))
-    if prec.dtype == "fp16" and device.kind == "gpu":
-        ops.append(_loss_scaling_op(spec, prec, trainable, n_tensors))
-    clip = _grad_clip_op(spec, prec, device, eff, trainable, n_tensors)
-    ops += [clip[0]] if clip else []
+    opt_ops, reads = _optimizer_ops(spec, prec, device, eff, trainable, opt_tensors, n_tensors)
     # fp16 loss scaling reads its overflow flag on the host before the step (torch GradScaler
     # _maybe_opt_step: found_inf.item(); apex amp and Megatron likewise); so does a clip that
     # reads the norm (.item())
-    sync = device.kind == "gpu" and (prec.dtype == "fp16" or bool(clip and clip[1].host_reads))
-    phase = _phase("train", ops, device, eff, prec.dtype, batch=spec.batch, q_len=spec.seq,
-                   kv_len=spec.seq, micro_steps=spec.grad_accum, runtime=spec.runtime, sync=sync)
-    if sync and clip and clip[1].host_reads > 1:
-        phase = replace(phase, tensor_shares=_tensor_shares(
-            opt_tensors if opt_tensors else (), clip[1].host_reads),
-            host_sync_s=constant("host_sync_s"))
-    return phase, None, n_params, trainable
+    sync = device.kind == "gpu" and (prec.dtype == "fp16" or reads > 0)
+    phase = _phase("train", ops + opt_ops, device, eff, prec.dtype, batch=spec.batch,
+                   q_len=spec.seq, kv_len=spec.seq, micro_steps=spec.grad_accum,
+                   runtime=spec.runtime, sync=sync)
+    return _with_host_reads(phase, reads, opt_tensors or ()), None, n_params, trainable
+
+
+def _optimizer_ops(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Efficiency,
+                   trainable: int, opt_tensors: tuple | None,
+                   n_tensors: int) -> tuple[list[Op], int]:
+    """The optimizer stretch's ops -- the step, fp16 loss scaling's passes on a GPU, the clip
+    when the job clips -- and the clip's host reads (0 without one)."""
+    ops = [_optimizer_op(spec, prec, device, eff, trainable, opt_tensors, n_tensors)]
+    if prec.dtype == "fp16" and device.kind == "gpu":
+        ops.append(_loss_scaling_op(spec, prec, trainable, n_tensors))
+    clip = _grad_clip_op(spec, prec, device, eff, trainable, n_tensors)
+    if clip is None:
+        return ops, 0
+    return ops + [clip[0]], clip[1].host_reads
+
+
+def _with_host_reads(phase: Phase, reads: int, tensors: Sequence) -> Phase:
+    """``phase`` with a host read per trainable tensor in its optimizer stretch when the clip
+    makes more than one (:attr:`Phase.tensor_shares`); as it is otherwise."""
+    if reads <= 1 or phase.overheads is None:
+        return phase
+    return replace(phase, tensor_shares=_tensor_shares(tensors, reads),
+                   host_sync_s=constant("host_sync_s"))
 
 
 def _tensor_shares(tensors: Sequence, n: int) -> tuple[tuple[float, int], ...]:
@@ -640,11 +656,7 @@ def _grad_clip_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
     n = max(1, trainable // _optimizer_shard(spec))
     cost = grad_clip_cost(impl, tensors=n_tensors, elements=n)
     grad = 4 if prec.master else prec.grad
-    host = None
-    if device.kind == "gpu" and spec.runtime != "cudagraphs":
-        measured = str(eff.basis.get("launch_s", "")).startswith("measured")
-        host = (eff.launch_s if measured else constant("eager_host_op_s")) \
-            if cost.python_loop else constant("eager_host_bwd_s")
+    host = _optimizer_host_s(spec, device, eff, python_loop=cost.python_loop)
     op = Op(name="optimizer.clip_grad_norm", op_class="optimizer", kind="elementwise",
             phase="optimizer", count=1, flops=2.0 * n, counted_flops=0.0,
             bytes=float(cost.accesses * grad * n), parallel_work=n, kernels=cost.kernels,
@@ -661,19 +673,26 @@ def optimizer_stretch_s(spec: StepSpec, prec: PrecisionLayout, device: Device, e
     micro-batches (:func:`~.parallel.layout_time`)."""
     one = replace(spec, zero=0, gpus=1, grad_accum=1)
     tensors, elements = max(1, tensors), max(1, elements)
-    ops = [_optimizer_op(one, prec, device, eff, elements, None, tensors)]
-    if prec.dtype == "fp16" and device.kind == "gpu":
-        ops.append(_loss_scaling_op(one, prec, elements, tensors))
-    clip = _grad_clip_op(one, prec, device, eff, elements, tensors)
-    ops += [clip[0]] if clip else []
+    ops, reads = _optimizer_ops(one, prec, device, eff, elements, None, tensors)
     phase = _phase("train", ops, device, eff, prec.dtype, batch=1, q_len=1, kv_len=1,
                    runtime=spec.runtime)
     if phase.overheads is None:
         return phase.time_s
-    if clip and clip[1].host_reads > 1:
-        phase = replace(phase, tensor_shares=((1.0 / tensors, tensors),),
-                        host_sync_s=constant("host_sync_s"))
+    phase = _with_host_reads(phase, reads, ())
     return phase._optimizer_stretch_s(phase.ops)
+
+
+def _optimizer_host_s(spec: StepSpec, device: Device, eff: Efficiency, *,
+                      python_loop: bool) -> float | None:
+    """Host time per kernel of an optimizer-stretch op on a GPU: one torch call each from a Python
+    loop (a measured launch when the bench has one), a multi-tensor launch from C++ otherwise;
+    None under CUDA graphs or on a CPU (the phase's own cost)."""
+    if device.kind != "gpu" or spec.runtime == "cudagraphs":
+        return None
+    if not python_loop:
+        return constant("eager_host_bwd_s")  # a multi-tensor launch from C++
+    measured = str(eff.basis.get("launch_s", "")).startswith("measured")
+    return eff.launch_s if measured else constant("eager_host_op_s")
 
 
 def _optimizer_shard(spec: StepSpec) -> int:
@@ -720,13 +739,7 @@ def _optimizer_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
     impl = spec.optimizer_impl or ("foreach" if device.kind == "gpu" else "for-loop")
     cost = optimizer_cost(opt.kind, opt.states, impl, tensors=n_tensors, elements=n,
                           name=opt.name)
-    host = None
-    if device.kind == "gpu" and spec.runtime != "cudagraphs":
-        if cost.python_loop:
-            measured = str(eff.basis.get("launch_s", "")).startswith("measured")
-            host = eff.launch_s if measured else constant("eager_host_op_s")
-        else:
-            host = constant("eager_host_bwd_s")  # a multi-tensor launch from C++
+    host = _optimizer_host_s(spec, device, eff, python_loop=cost.python_loop)
     return optimizer_op(n, state_bytes_total=states / shard, grad_bytes=prec.grad,
                         weight_bytes=prec.weight_store, master_bytes=prec.master,
                         param_accesses=cost.param_accesses, grad_reads=cost.grad_reads,
