@@ -399,10 +399,11 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
                 flops_per_token: float, state_bytes_per_param: float,
                 tp_overlap: bool = False,
-                optimizer_s: Callable[[int, int], float] | None = None) -> LayoutTime:
+                optimizer_s: Callable[[int, float], float] | None = None) -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
-    ``optimizer_s(elements, tensors)``: the optimizer stretch of a rank's shard as the job runs
-    it (:func:`~.step.optimizer_stretch_s`); None: one fused pass (the cluster search's)."""
+    ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
+    its stage holding ``share`` of the model's parameters, as the job runs it
+    (:func:`~.step.optimizer_stretch_s`); None: one fused pass (the cluster search's)."""
     stage_layers, t_mb = _busiest_stage(arch, cost, lay)
     tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
                                              tp_overlap=tp_overlap)
@@ -424,9 +425,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     if optimizer_s is None:
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
     else:
-        # the stage's share of the tensors; a ZeRO shard holds a piece of each of them
-        tensors = sum(t.count for t in arch.tensors) if arch.tensors else 12 * arch.num_layers
-        opt_s = optimizer_s(max(1, mine // shard), max(1, round(tensors * mine / max(1, params))))
+        opt_s = optimizer_s(max(1, mine // shard), mine / max(1, params))
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,

@@ -26,7 +26,7 @@ from .parallel import (
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, build_steps,
     infer_precision, input_bytes_per_sample, lora_note, one_mode, optimizer_stretch_s,
-    resolve_seq, train_precision,
+    param_tensor_count, resolve_seq, train_precision,
 )
 from .time import (
     ScalingTable, TrainingTime, TransferEstimate, data_parallel_scaling, estimate_transfer,
@@ -389,12 +389,15 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
                           runtime=job.runtime)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
+        total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
-            optimizer_s=lambda n, k: optimizer_stretch_s(spec, prec, device, eff, elements=n,
-                                                         tensors=k))
+            optimizer_s=lambda n, share: optimizer_stretch_s(
+                spec, prec, device, eff, elements=n,
+                # the stage's share of the tensors; a ZeRO shard holds a piece of each of them
+                tensors=round(total_tensors * share)))
         notes.extend(timed.notes)
     else:
         timed = serve_time(arch, step.time_s, prefill.time_s if prefill else step.time_s, lay,

@@ -30,7 +30,7 @@ from .efficiency import (
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
 __all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode",
-           "optimizer_stretch_s"]
+           "optimizer_stretch_s", "param_tensor_count"]
 
 #: The mode of one estimated step (a Job's ``both`` is two estimates).
 StepMode = Literal["train", "infer"]
@@ -717,6 +717,15 @@ def _loss_scaling_op(spec: StepSpec, prec: PrecisionLayout, trainable: int,
               phase="optimizer", count=1, flops=float(n), counted_flops=0.0, bytes=float(nbytes),
               parallel_work=n, kernels=passes * groups, group="optimizer",
               host_s=constant("eager_host_bwd_s") if spec.runtime != "cudagraphs" else None)
+
+
+def param_tensor_count(arch: Architecture) -> int:
+    """The model's parameter tensors: its tensor list's, or when the list is unknown the estimate
+    a training step makes (:func:`_tensor_count` of one forward)."""
+    if arch.tensors:
+        return sum(t.count for t in arch.tensors)
+    shape = StepShape(batch=1, q_len=1, kv_len=1, train=True)
+    return _tensor_count(build_forward_ops(arch, shape, act_bytes=2, weight_bytes=2))
 
 
 def _tensor_count(fwd: Sequence[Op]) -> int:
