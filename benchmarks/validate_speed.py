@@ -342,13 +342,12 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
-    clip, _ = _grad_clip(run, prec, [])
     if run.get("source_group") == "torchtune":
         # the recipes run torchtune's own TransformerDecoder (as benchmarks/validate_memory.py)
         fields["model_code"] = "torchtune"
         notes.append("torchtune's model code: its RoPE chain, K/V expanded to every head")
     return Job(model=run["model"]["name"], mode="train", attention=_attention(run, notes),
-               runtime=runtime, max_grad_norm=clip, **fields, **_lora(j, notes))
+               runtime=runtime, **fields, **_lora(j, notes))
 
 
 def _grad_clip(run: dict, precision: str, notes: list[str]) -> tuple[float | None, str | None]:
@@ -425,8 +424,8 @@ def predict(run: dict) -> Row:
         topo = _topology(run, gpu, notes, job)
         link = "nvlink" if job.gpus > 1 and topo is None else None
         impl = _optimizer_impl(run, job.precision, notes)
-        _, clip = _grad_clip(run, job.precision, notes)
-        est = estimate_speed(model, gpu, job, measured=None, link=link, optimizer_impl=impl,
+        norm, clip = _grad_clip(run, job.precision, notes)
+        est = estimate_speed(model, gpu, job.with_(max_grad_norm=norm), measured=None, link=link, optimizer_impl=impl,
                              grad_clip_impl=clip, topology=topo,
                              tp_overlap=bool(layout and layout[1]))
         value = _train_value(est, unit, run)
