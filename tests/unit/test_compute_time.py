@@ -237,6 +237,72 @@ def test_data_parallel_scaling_is_never_linear():
     assert [r.gpus for r in big.rows] == [1, 2, 4, 8, 16, 32, 64]
 
 
+def _dp_table(gpu, **job):
+    from gpuplan.compute import estimate_speed
+    from gpuplan.models import load_model
+
+    est = estimate_speed(load_model("llama-3.1-8b"), gpu, J(batch=1, seq=2048, **job), measured=None,
+                         overlap_comm=False)
+    return est, {r.gpus: r for r in est.scaling.rows}
+
+
+def test_data_parallel_scaling_crosses_the_network_beyond_a_node():
+    """A data-parallel job over more GPUs than a node holds reduces its gradients over the
+    network between nodes (400 Gb/s per GPU unless --inter-node says otherwise), not over
+    NVLink across every GPU; the rows inside a node keep the node's link. Hand-computed ring:
+    2 (n - 1) / n x gradient bytes / (rate x comm fraction) + one launch per 25 MiB bucket."""
+    est, rows = _dp_table(H100, gpus=16)
+    s, eff = est.scaling, est.efficiency
+    g = s.gradient_bytes
+    assert g == est.trainable_params * 2  # bf16 gradients, every weight trains
+
+    def ring(n, rate):
+        return 2 * (n - 1) / n * g / (rate * eff.comm) + math.ceil(g / (25 * 2**20)) * eff.launch_s
+
+    nvlink = H100.interconnect_bandwidth / 2  # per direction
+    assert rows[8].allreduce_s == pytest.approx(ring(8, nvlink))
+    assert rows[8].link == "NVLink 4"
+    assert rows[16].allreduce_s == pytest.approx(ring(16, 400e9 / 8))
+    assert rows[16].link == "InfiniBand 400 Gb/s"
+    assert est.comm_exposed_s == pytest.approx(rows[16].exposed_comm_s)
+    assert s.topology.default_network and any("assumed" in n for n in s.notes)
+    # the network named, and a node of 16 GPUs
+    _, eth = _dp_table(H100, gpus=16, inter_node="eth-100")
+    assert eth[16].allreduce_s == pytest.approx(ring(16, 100e9 / 8))
+    assert eth[8].allreduce_s == rows[8].allreduce_s
+    _, big_node = _dp_table(H100, gpus=16, gpus_per_node=16)
+    assert big_node[16].allreduce_s == pytest.approx(ring(16, nvlink))
+    # --link names one link for every row, as before
+    from gpuplan.compute import estimate_speed
+
+    from gpuplan.models import load_model
+
+    named = estimate_speed(load_model("llama-3.1-8b"), H100, J(batch=1, seq=2048, gpus=16), measured=None,
+                           overlap_comm=False, link="nvlink")
+    assert named.scaling.rows[-1].allreduce_s == pytest.approx(ring(16, nvlink))
+    assert named.scaling.topology is None
+
+
+def test_data_parallel_scaling_across_pcie_nodes_rides_the_slower_hop():
+    """On a PCIe box a ring spanning nodes still crosses PCIe inside each node: the slower of
+    the two links sets its rate (here PCIe 4.0 x16 against a 400 Gb/s NIC per GPU)."""
+    l4 = get_gpu("L4")
+    est, rows = _dp_table(l4, gpus=16)
+    pcie = device_from_gpu(l4).host_link_bandwidth
+    assert pcie < 400e9 / 8
+    g, eff = est.scaling.gradient_bytes, est.efficiency
+    assert rows[16].allreduce_s == pytest.approx(
+        2 * 15 / 16 * g / (pcie * eff.comm) + math.ceil(g / (25 * 2**20)) * eff.launch_s)
+
+
+def test_a_mistyped_inter_node_link_fails_on_one_gpu_too():
+    from gpuplan.compute import estimate_speed
+    from gpuplan.models import load_model
+
+    with pytest.raises(InputError, match="inter node 'bogus'"):
+        estimate_speed(load_model("llama-3.1-8b"), H100, J(inter_node="bogus"), measured=None)
+
+
 # --------------------------------------------------------------------------------------------------
 # Time and cost
 

@@ -77,6 +77,10 @@ def test_old_spellings_are_aliases_with_a_note(capsys):
     (["flops", "model", "gpt2", "--gpus", "8"], "flops model does not take --gpus"),
     (["speed", "gpt2", "--gpu", "h100", "--mode", "both"], "speed --mode 'both'"),
     (["fit", "gpt2", "--recompute", "full", "--checkpointing", "none"], "disagree"),
+    # checked on one GPU too, where no network is crossed: a typo is still a typo
+    (["fit", "gpt2", "--inter-node", "bogus", "--no-speed"], "--inter-node 'bogus': expected "
+                                                             "ib-400, roce-200"),
+    (["speed", "gpt2", "--gpu", "h100", "--inter-node", "ib-0"], "--inter-node 'ib-0'"),
 ])
 def test_bad_job_options_are_one_line(capsys, argv, needle):
     assert main(argv) == 2

@@ -16,6 +16,7 @@ import sys
 
 from .._record import record
 from ..errors import InputError
+from ..hardware.topology import parse_inter_node
 from ..job import Job
 from ..units import parse_positive_int
 
@@ -245,6 +246,12 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
                              "--infer-precision")
     if mode == "infer" and "precision" in kw:
         kw["infer_precision"] = kw.pop("precision")
+    if kw.get("inter_node") is not None:
+        # checked whatever the job's size, so a mistyped link fails on one GPU as on many
+        try:
+            parse_inter_node(kw["inter_node"])
+        except InputError as e:
+            raise InputError("--" + str(e).replace(" ", "-", 1)) from None
     if kw.get("context", math.inf) < kw.get("seq", 0):
         raise InputError(f"--context {kw['context']} is shorter than --seq {kw['seq']}: the "
                          "context holds the prompt (--seq) and the tokens generated after it; "

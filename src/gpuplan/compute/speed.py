@@ -12,7 +12,7 @@ from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
-from ..hardware.topology import Topology, topology_for
+from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job
 from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
@@ -306,11 +306,7 @@ def estimate_speed(
         positive_int(trainable_params, "trainable parameters", 10**15)
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
-    runs = attention_for(arch.family, job.attention) if arch is not None else job.attention
-    if runs != job.attention:
-        job = job._evolve(attention=runs)
-        notes.append(f"attention: eager ({arch.family}'s attention has no other "
-                     "implementation in transformers)")
+    job = _as_run(job, arch, notes)
     seq = resolve_seq(arch, job.seq, notes)
     if measured == "auto":
         measured = load_measured() if efficiency is None else None
@@ -339,7 +335,7 @@ def estimate_speed(
     scaling = None
     if mode == "train":
         scaling = _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
-                           overlap_comm=overlap_comm, n_params=n_params)
+                           overlap_comm=overlap_comm, n_params=n_params, gpu=gpu)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -358,6 +354,20 @@ def estimate_speed(
                                     trainable_params=trainable_params, measured=measured)
         est = replace(est, cpu=_compare_cpu(est, on_cpu))
     return est
+
+
+def _as_run(job: Job, arch: Architecture | None, notes: list[str]) -> Job:
+    """The job as the speed model runs it: its ``inter_node`` checked whatever its size (a
+    mistyped link fails on one GPU as on many); a family whose attention has one implementation
+    in transformers runs that one (said in ``notes``)."""
+    if job.inter_node is not None:
+        parse_inter_node(job.inter_node)
+    runs = attention_for(arch.family, job.attention) if arch is not None else job.attention
+    if runs != job.attention:
+        job = job._evolve(attention=runs)
+        notes.append(f"attention: eager ({arch.family}'s attention has no other "
+                     "implementation in transformers)")
+    return job
 
 
 def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: GPU,
@@ -485,9 +495,14 @@ def _transfers(step: Phase, prefill: Phase | None, per_sample: int, batch: int, 
 
 def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: PrecisionLayout,
              job: Job, device: Device, eff: Efficiency, *, link: str | float | None,
-             overlap_comm: bool, n_params: int) -> ScalingTable:
-    """Data-parallel scaling of a training step: the gradient all-reduce over ``link``."""
+             overlap_comm: bool, n_params: int, gpu: GPU) -> ScalingTable:
+    """Data-parallel scaling of a training step: the gradient all-reduce over ``link``, or, when
+    no link is named, on the job's topology (its ``gpus_per_node`` on the node's link, nodes on
+    ``inter_node``, 400 Gb/s per GPU by default: stated in the table's notes)."""
     lname, lbw = link_bandwidth(link, device)
+    topo = None
+    if link is None and job.gpus > 1:
+        topo = topology_for(gpu, gpus_per_node=job.gpus_per_node, inter_node=job.inter_node)
     # ZeRO-3 gathers the weights in forward and backward and reduce-scatters the gradients: an
     # all-gather and a reduce-scatter each move half an all-reduce's bytes, so 1.5x the bytes of
     # an all-reduce when every weight trains (Rajbhandari et al. 2020, sec. 7.2.2); a frozen base
@@ -501,7 +516,7 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     return data_parallel_scaling(
         step_s=step.time_s + transfer.exposed_s, backward_s=window,
         gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
-        eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens)
+        eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens, topology=topo)
 
 
 def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from .._record import record
 from .device import Device, Efficiency
@@ -464,12 +464,15 @@ class ScalingRow:
     efficiency: float
     """speedup / N."""
     tokens_per_s: float
+    link: str = ""
+    """The link this many GPUs reduce over (on a topology: the node's, or the network's once
+    they span nodes)."""
 
     def to_dict(self) -> dict:
         return {"gpus": self.gpus, "step_time_s": self.step_time_s,
                 "allreduce_s": self.allreduce_s, "exposed_comm_s": self.exposed_comm_s,
                 "speedup": self.speedup, "efficiency": self.efficiency,
-                "tokens_per_s": self.tokens_per_s}
+                "tokens_per_s": self.tokens_per_s, "link": self.link}
 
 
 @record
@@ -485,12 +488,16 @@ class ScalingTable:
     bucket_bytes: int
     rows: tuple[ScalingRow, ...]
     notes: tuple[str, ...] = ()
+    topology: Any = None
+    """The :class:`~gpuplan.hardware.topology.Topology` the rows were timed on (None: one
+    ``link`` for every row, as ``--link`` names it)."""
 
     def to_dict(self) -> dict:
         return {"link": self.link, "link_bandwidth": self.link_bandwidth,
                 "bus_efficiency": self.bus_efficiency, "gradient_bytes": self.gradient_bytes,
                 "overlap": self.overlap, "bucket_bytes": self.bucket_bytes,
-                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes),
+                "topology": None if self.topology is None else self.topology.to_dict()}
 
 
 def _gpu_counts(n: int) -> list[int]:
@@ -505,20 +512,30 @@ def _gpu_counts(n: int) -> list[int]:
 
 def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: int, gpus: int,
                           link: str, link_bandwidth: float, eff: Efficiency, overlap: bool = True,
-                          tokens_per_step: float, bucket_bytes: int = 25 * 1024 * 1024
-                          ) -> ScalingTable:
+                          tokens_per_step: float, bucket_bytes: int = 25 * 1024 * 1024,
+                          topology: Any = None) -> ScalingTable:
     """Speed-up and efficiency of data parallelism for 1..``gpus`` GPUs.
 
     Without overlap the whole all-reduce follows the backward pass. With overlap (PyTorch DDP's
     default: gradients are reduced in ``bucket_bytes`` buckets, 25 MiB, while backward continues)
     only what does not fit under the backward time is exposed, and never less than the last
     bucket's all-reduce. The bandwidth term only: NCCL's per-step latency is not modeled.
+
+    ``topology`` (a :class:`~gpuplan.hardware.topology.Topology`): each row's ring runs on the
+    link its GPUs span -- the node's (``link``) while they fit in one node, the network once they
+    do not, at the rate of the NICs the ring's channels use (``Topology.bandwidth``: one per GPU
+    of a node, capped by the node's link).
+    None: every row on ``link``, as the user named it.
     """
     positive_int(gpus, "GPU count")
-    bus = link_bandwidth * eff.comm
     rows = []
     base = None
     for n in _gpu_counts(gpus):
+        row_link, row_bw = link, link_bandwidth
+        if topology is not None and n > topology.gpus_per_node:
+            inter, _, row_bw = topology.bandwidth("all-reduce", n)
+            row_link = inter.name
+        bus = row_bw * eff.comm
         ar = allreduce_time(gradient_bytes, n, bus)
         if n > 1:
             ar += math.ceil(gradient_bytes / bucket_bytes) * eff.launch_s
@@ -534,15 +551,23 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
         speedup = n * base / t
         rows.append(ScalingRow(gpus=n, step_time_s=t, allreduce_s=ar, exposed_comm_s=exposed,
                                speedup=speedup, efficiency=speedup / n,
-                               tokens_per_s=n * tokens_per_step / t))
+                               tokens_per_s=n * tokens_per_step / t,
+                               link=row_link if n > 1 else ""))
     notes = ["bandwidth term only (NCCL's per-hop latency is ignored): small models scale worse "
              "than shown"]
-    if "nvlink" in link.lower() and gpus > 8:
+    if topology is not None:
+        if gpus > topology.gpus_per_node:
+            notes.append(f"topology: {topology.stated}; beyond {topology.gpus_per_node} GPUs the "
+                         "gradients cross the network (--gpus-per-node, --inter-node)")
+            inter, _, link_bandwidth = topology.bandwidth("all-reduce", gpus)
+            link = inter.name
+    elif "nvlink" in link.lower() and gpus > 8:
         notes.append("NVLink joins the GPUs of one server (8 on HGX boards); beyond it gradients "
                      "cross the network: give --link the network's GB/s per GPU")
     return ScalingTable(link=link, link_bandwidth=link_bandwidth, bus_efficiency=eff.comm,
                         gradient_bytes=int(gradient_bytes), overlap=overlap,
-                        bucket_bytes=bucket_bytes, rows=tuple(rows), notes=tuple(notes))
+                        bucket_bytes=bucket_bytes, rows=tuple(rows), notes=tuple(notes),
+                        topology=topology)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ The data-parallel, tensor-parallel ... groups are laid out as Megatron-LM does (
 innermost, then context, then data, then pipeline): a group whose members are ``stride`` ranks
 apart stays inside a node while ``stride x size <= gpus per node``; otherwise it crosses the
 network, and a ring over it runs at the network's per-GPU rate (rail-optimized fabric: one NIC per
-GPU).
+GPU; :meth:`Topology.bandwidth` says why not the NICs' sum an isolated nccl-tests ring reaches).
 """
 
 from __future__ import annotations
@@ -86,6 +86,26 @@ class Topology:
         if span <= self.gpus_per_node:
             return self.intra, 1
         return self.inter, min(size, math.ceil(span / self.gpus_per_node))
+
+    def bandwidth(self, op: str, size: int, stride: int = 1) -> tuple[Link, int, float]:
+        """(link, nodes spanned, bus bytes/s per rank) of collective ``op`` over ``size`` ranks
+        ``stride`` apart: the node's link inside a node; across nodes the network's rate per GPU,
+        or the node's link where that is slower (a PCIe box: the ring's hops inside each node,
+        and the GPU's way to its NIC, ride PCIe) -- a ring is as fast as its slowest hop.
+
+        A choice, stated: an isolated ring collective across nodes runs one channel per NIC and
+        so moves as many NICs' worth as the group has members in a node -- "8x200Gbit/s IB cards
+        ... we measure 192GB/s AllReduce BusBW" on a DGX A100 (NVIDIA/nccl issue #812, a
+        maintainer); all-to-all does not ("Alltoall cannot aggregate the bandwidth of multiple
+        NICs", NVIDIA/nccl-tests #267). Timed that way, the Megatron-Core weak-scaling rows whose
+        data-parallel groups hold 8, 4 and 2 GPUs of a node (TP 1, 2, 4) read 1.33, 1.30 and
+        1.12 against 0.89-1.10 for the TP 8 rows; at one NIC's rate they read 1.04, 0.95 and 0.90,
+        in line with the rest (docs/speed.md, Communication). The measured training runs are
+        what gpuplan predicts, so one NIC's rate it is."""
+        link, nodes = self.link(size, stride)
+        if nodes == 1:
+            return link, nodes, link.bandwidth
+        return link, nodes, min(link.bandwidth, self.intra.bandwidth)
 
     @property
     def stated(self) -> str:
@@ -159,8 +179,8 @@ def collective_time(op: Collective, nbytes: float, size: int, topo: Topology, *,
     collective reaches. Zero for one rank or no bytes."""
     if size <= 1 or nbytes <= 0:
         return 0.0
-    link, nodes = topo.link(size, stride)
-    bus = link.bandwidth * efficiency
+    link, nodes, bw = topo.bandwidth(op, size, stride)
+    bus = bw * efficiency
     if op == "send-recv":
         return _RING_BASE_S + _RING_HOP_S[link.hop] + nbytes / bus
     steps = 2 * (size - 1) if op == "all-reduce" else size - 1
