@@ -17,6 +17,10 @@ CASES = [
     ("llama-3.1-405b", "H100-SXM-80GB", 16384, 8192, 2048, "train"),
     ("llama-3.1-70b", "H100-SXM-80GB", 1024, 4096, 1024, "train"),
     ("llama-3.1-8b", "H100-SXM-80GB", 64, 4096, 512, "train"),
+    # every fast layout overflows: the search must reach the ones that fit
+    ("llama-3.1-70b", "H100-SXM-80GB", 64, 8192, 512, "train"),
+    # nothing fits at all: the whole budget of memory checks is spent
+    ("llama-3.1-70b", "A100-SXM-40GB", 32, 4096, 256, "train"),
     ("llama-3.1-70b", "H100-SXM-80GB", 16, 8192, 64, "infer"),
 ]
 

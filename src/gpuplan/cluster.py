@@ -7,7 +7,8 @@ Pruning keeps a 405B model over 16,384 GPUs in seconds: the time of one micro-ba
 per (TP, CP, micro-batch, checkpointing) and every layout's step is arithmetic over it; the
 candidates are then visited fastest first, and memory (the expensive part) is checked only until
 the best few that fit are found, after a lower bound of the model states per GPU rules out the
-hopeless ones without building them. Sequence parallelism is on whenever TP > 1 (same traffic as
+hopeless ones without building them, and a family whose leanest sibling (micro-batch 1, full
+checkpointing) does not fit is skipped whole (:func:`_rank`). Sequence parallelism is on whenever TP > 1 (same traffic as
 TP's all-reduces, less activation memory).
 """
 
@@ -73,6 +74,7 @@ def search_options(*, global_batch: Any = None, concurrency: Any = None, top: An
 #: Schedules tried when PP > 1 (GPipe has 1F1B's bubble and more memory: never better).
 SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4")
 CHECKPOINTING = ("none", "selective", "full")
+_KEEP = {"full": 0, "selective": 1, "none": 2}  # activations kept, least to most
 _MICRO = (1, 2, 4, 8)
 #: Serving engines (vLLM, TensorRT-LLM, SGLang) replay decode steps from CUDA graphs: the runtime
 #: a serving search assumes when the job leaves it to the mode (stated in the notes).
@@ -265,20 +267,72 @@ def _shape(c: ClusterCandidate) -> tuple:
 
 def _rank(c: _Ctx, timed: list[ClusterCandidate], mode: str, top: int,
           max_checks: int) -> tuple[list[ClusterCandidate], list[ClusterCandidate]]:
-    """Visit the candidates fastest first; check memory until ``top`` fit."""
+    """Visit the candidates fastest first; check memory until ``top`` fit. Memory is checked
+    first for a candidate's leanest sibling (:func:`_family`, :func:`_appetite`): when that does
+    not fit, neither does any of the family, which is then skipped unbuilt -- so the budget of
+    ``max_checks`` plans reaches layouts that fit even when every fast one overflows."""
     best: list[ClusterCandidate] = []
     tried: list[ClusterCandidate] = []
+    leanest: dict[tuple, ClusterCandidate] = {}
+    for cand in timed:
+        k = _family(cand.layout)
+        if k not in leanest or _appetite(cand.layout) < _appetite(leanest[k].layout):
+            leanest[k] = cand
+    failed: dict[tuple, list[tuple[int, int]]] = {}
+    checked: dict[int, ClusterCandidate] = {}
     built = 0
+
+    def check(cand: ClusterCandidate) -> ClusterCandidate:
+        nonlocal built
+        if id(cand) not in checked:
+            mem, note = _memory(c, cand.layout, mode)
+            built += note is None or not note.startswith("model states alone")
+            done = replace(cand, memory_bytes=mem, memory_note=note)
+            checked[id(cand)] = done
+            tried.append(done)
+            if not done.fits(c.usable):
+                failed.setdefault(_family(cand.layout), []).append(_appetite(cand.layout))
+        return checked[id(cand)]
+
     for cand in sorted(timed, key=lambda x: -x.timed.tokens_per_s_per_gpu):
         if len(best) >= top or built >= max_checks:
             break
-        mem, note = _memory(c, cand.layout, mode)
-        built += note is None or not note.startswith("model states alone")
-        cand = replace(cand, memory_bytes=mem, memory_note=note)
-        tried.append(cand)
-        if cand.fits(c.usable) and _shape(cand) not in {_shape(b) for b in best}:
-            best.append(cand)  # one per layout shape: its fastest ZeRO/checkpointing that fits
-    return best, tried
+        key, want = _family(cand.layout), _appetite(cand.layout)
+        if not check(leanest[key]).fits(c.usable):
+            continue  # the family's leanest sibling does not fit: none of it can
+        if any(want[0] >= fb and want[1] >= fk for fb, fk in failed.get(key, ())):
+            continue  # a leaner sibling already did not fit: this one cannot (not built)
+        if check(cand).fits(c.usable) and _shape(cand) not in {_shape(b) for b in best}:
+            best.append(cand)  # visited in speed order: the fastest of its shape that fits
+    # every candidate faster than where the visit stopped was checked or shown not to fit; the
+    # leanest siblings checked on the way fit too, slower: they fill the list when it is short
+    return _fastest_fits(checked.values(), c.usable, top), tried
+
+
+def _fastest_fits(checked, usable: int, top: int) -> list[ClusterCandidate]:
+    """The ``top`` fastest candidates that fit, one per layout shape (its fastest ZeRO /
+    checkpointing that fits)."""
+    out: list[ClusterCandidate] = []
+    for cand in sorted((x for x in checked if x.fits(usable)),
+                       key=lambda x: -x.timed.tokens_per_s_per_gpu):
+        if len(out) < top and _shape(cand) not in {_shape(b) for b in out}:
+            out.append(cand)
+    return out
+
+
+def _family(lay: Layout) -> tuple:
+    """Layouts that differ only in micro-batch size and checkpointing."""
+    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.dp, lay.schedule, lay.zero)
+
+
+def _appetite(lay: Layout) -> tuple[int, int]:
+    """(micro-batch, activations kept: full 0, selective 1, none 2): within a :func:`_family`
+    memory does not fall as either grows -- a micro-batch of b sequences keeps b times one
+    sequence's activations, and the b x in-flight micro-batches a stage holds (b x min(m, p)
+    under 1F1B, m = batch / (dp b)) does not shrink with b -- so once a layout does not fit,
+    every sibling at least as large in both does not either, and the search skips it unbuilt.
+    That is what lets a search whose fastest layouts all overflow reach the ones that fit."""
+    return lay.batch, _KEEP[lay.checkpointing]
 
 
 def _train_candidates(c: _Ctx, seq: int, batch: int) -> list[ClusterCandidate]:
@@ -346,7 +400,7 @@ def _why(best: list[ClusterCandidate]) -> str | None:
 
 
 def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None = None,
-                   concurrency: int | None = None, top: int = 3, max_memory_checks: int = 300,
+                   concurrency: int | None = None, top: int = 3, max_memory_checks: int = 2000,
                    max_decode_s: float | None = None, tp_overlap: bool = False) -> ClusterPlan:
     """Search the layouts of ``job`` (its ``gpus``, ``seq``, precision, optimizer, attention,
     ``gpus_per_node``, ``inter_node``; ``mode`` train or infer) on ``gpu``.

@@ -119,6 +119,30 @@ def test_cluster_search_best_fit_and_rank():
     assert p.why_runner_up_loses.startswith("runner-up")
 
 
+def test_cluster_search_reaches_the_fits_when_every_fast_layout_overflows():
+    """70B on 64 H100s at 8K with 512 sequences a step: the fastest few hundred layouts (no
+    checkpointing, big micro-batches) all overflow. The search once ran out of its memory
+    checks there and said nothing fits; it must find what checking every layout in speed order
+    finds (the exhaustive oracle below), the fastest layout that fits, and a runner-up."""
+    from gpuplan import cluster as C
+
+    m = load_model("llama-3.1-70b")
+    job = Job(model=m, mode="train", gpus=64, seq=8192)
+    p = cluster_search(m, H100, job, global_batch=512)
+    c = C._ctx(m, H100, job, "train", False)
+    oracle = None
+    for cand in sorted(C._train_candidates(c, 8192, 512),
+                       key=lambda x: -x.timed.tokens_per_s_per_gpu):
+        mem, _ = C._memory(c, cand.layout, "train")
+        if mem is not None and mem <= H100.memory_bytes:
+            oracle = cand
+            break
+    assert oracle is not None and len(p.best) == 3
+    assert p.best[0].layout.label() == oracle.layout.label()
+    assert p.best[0].tokens_per_s == pytest.approx(oracle.tokens_per_s)
+    assert len(p.tried) < p.enumerated / 4  # the families that cannot fit were skipped unbuilt
+
+
 def test_cluster_cli_json_and_bad_input(capsys):
     assert main(["cluster", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--gpus", "8",
                  "--seq", "2048", "--global-batch", "16", "--json"]) == 0
