@@ -242,7 +242,12 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
                                           "none"],
             "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],
             "--swiglu": None, "--untie-embeddings-and-output-weights": None,
-            "--disable-bias-linear": None, "--add-qkv-bias": None, "--clip-grad": float}
+            "--disable-bias-linear": None, "--add-qkv-bias": None, "--clip-grad": float,
+            "--use-rope-scaling": None, "--rope-scaling-factor": float}
+
+#: torchrun's options the launch line uses (torch.distributed.run; both spellings accepted).
+TORCHRUN = {"--nproc-per-node": int, "--nnodes": int, "--node-rank": str, "--master-addr": str,
+            "--master-port": int}
 
 
 def _documented_parser(options: dict) -> argparse.ArgumentParser:
@@ -257,12 +262,35 @@ def _documented_parser(options: dict) -> argparse.ArgumentParser:
     return p
 
 
-def megatron_args(text: str) -> argparse.Namespace:
+def megatron_launch(text: str) -> tuple[argparse.Namespace, argparse.Namespace]:
+    """(torchrun's options, pretrain_gpt.py's) of a Megatron export, each parsed strictly."""
     body = " ".join(line.rstrip("\\").strip() for line in text.splitlines()
                     if line.strip() and not line.startswith("#"))
-    words = shlex.split(body)
-    assert words[:3] == ["torchrun", "--nproc-per-node", words[2]] and words[3] == "pretrain_gpt.py"
-    return _documented_parser(MEGATRON).parse_args(words[4:])
+    words = shlex.split(body, posix=True)
+    assert words[0] == "torchrun" and "pretrain_gpt.py" in words
+    at = words.index("pretrain_gpt.py")
+    return (_documented_parser(TORCHRUN).parse_args(words[1:at]),
+            _documented_parser(MEGATRON).parse_args(words[at + 1:]))
+
+
+def megatron_args(text: str) -> argparse.Namespace:
+    return megatron_launch(text)[1]
+
+
+def test_megatron_launches_every_node_and_scales_llama3_rope():
+    """16 GPUs on nodes of 8: the torchrun line is run on 2 nodes (--nnodes 2, its node rank and
+    the rendezvous host left to the cluster), 8 processes each. Llama 3.1's config.json scales
+    RoPE (rope_type llama3, factor 8): without --use-rope-scaling Megatron builds plain RoPE."""
+    j = job(model="llama-3.1-70b", gpus=16, tp=8, pp=2, grad_accum=4)
+    run, a = megatron_launch(export_plan(j, "megatron"))
+    assert (run.nproc_per_node, run.nnodes, run.node_rank) == (8, 2, "$NODE_RANK")
+    assert a.use_rope_scaling and a.rope_scaling_factor == 8.0 and a.rotary_base == 500000
+    one, b = megatron_launch(export_plan(job(model="llama-3.1-8b", gpus=8, tp=8), "megatron"))
+    assert (one.nproc_per_node, one.nnodes) == (8, None)
+    small = export_plan(job(model="llama-3.2-1b", gpus=1), "megatron")
+    assert megatron_args(small).rope_scaling_factor == 32.0  # Llama 3.2's factor
+    plain = megatron_args(export_plan(job(model="qwen2.5-7b", gpus=1), "megatron"))
+    assert not plain.use_rope_scaling and plain.rope_scaling_factor is None
 
 
 def test_megatron_layout_and_batch():
@@ -330,7 +358,8 @@ VLLM = {"--tensor-parallel-size": int, "--pipeline-parallel-size": int,
         "--dtype": ["auto", "half", "float16", "bfloat16", "float", "float32"],
         "--quantization": ["awq", "gptq", "fp8", "bitsandbytes", "gguf", "compressed-tensors"],
         "--kv-cache-dtype": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
-        "--enforce-eager": None, "--enable-expert-parallel": None}
+        "--enforce-eager": None, "--enable-expert-parallel": None,
+        "--distributed-executor-backend": ["ray", "mp", "uni", "external_launcher"]}
 
 
 def vllm_args(text: str):
@@ -379,3 +408,36 @@ def test_cli_export_to_stdout_and_file(capsys, tmp_path):
     assert json.loads(path.read_text())["train_batch_size"] == 8
     assert main(["fit", "gpt2", "--export", "megatronn"]) == 2
     assert "did you mean 'megatron'" in capsys.readouterr().err
+
+
+def test_megatron_says_which_rope_scaling_it_cannot_write(tmp_path):
+    """A YaRN-scaled RoPE (Qwen's long-context recipe) has no pretrain_gpt.py flag among the
+    ones the export writes: the export says so rather than silently planning plain RoPE; a
+    Llama 3 scaling with other factors than the ones Megatron-Core fixes is said too."""
+    from gpuplan.models import catalog_config, load_model
+
+    cfg = dict(catalog_config("qwen2.5-7b"))
+    cfg["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = load_model(tmp_path / "config.json")
+    text = export_plan(Job(model=m, mode="train"), "megatron", model=m)
+    assert "# the model's RoPE is scaled ('yarn')" in text
+    assert not megatron_args(text).use_rope_scaling
+    cfg = dict(catalog_config("llama-3.1-8b"))
+    cfg["rope_scaling"] = {**cfg["rope_scaling"], "high_freq_factor": 2.0}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = load_model(tmp_path / "config.json")
+    text = export_plan(Job(model=m, mode="train"), "megatron", model=m)
+    assert "fixes low_freq_factor 1, high_freq_factor 4" in text
+    assert megatron_args(text).rope_scaling_factor == 8.0
+
+
+def test_vllm_replica_across_nodes_runs_on_ray():
+    """405B over TP 8 x PP 2 on nodes of 8 GPUs: one replica spans two nodes, which vLLM runs
+    on a Ray cluster ("ray" backend); inside a node it keeps its default (no flag)."""
+    j = job(model="llama-3.1-405b", mode="infer", tp=8, pp=2, gpus=16)
+    _, a = vllm_args(export_plan(j, "vllm"))
+    assert (a.tensor_parallel_size, a.pipeline_parallel_size) == (8, 2)
+    assert a.distributed_executor_backend == "ray"
+    _, b = vllm_args(export_plan(job(mode="infer", tp=8, gpus=8), "vllm"))
+    assert b.distributed_executor_backend is None

@@ -13,10 +13,12 @@ optim_grads`` / ``optim_grads_params``.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 
 from ..job import Job, default_seq, pp_chunks
 from ..models import Model
-from ._common import TRAIN_FIELDS, accumulation, check_expressed, refuse, train_only
+from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines, refuse,
+                      train_only)
 
 ENGINE = "megatron"
 _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
@@ -62,6 +64,7 @@ def _block_args(a, model: Model) -> list[object]:
         if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta >= 1 \
                 and float(theta).is_integer():
             out += ["--rotary-base", int(theta)]
+        out += _rope_scaling(cfg)
     elif a.position == "learned":
         out += ["--position-embedding-type", "learned_absolute"]
     else:
@@ -85,9 +88,42 @@ def _block_args(a, model: Model) -> list[object]:
     return out
 
 
+#: Megatron-Core's Llama 3 RoPE scaling (megatron/core/models/common/embeddings/rope_utils.py,
+#: ``apply_rope_scaling``) takes the factor from ``--rope-scaling-factor`` and fixes the rest.
+_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}
+
+
+def _rope_scaling(cfg: Mapping) -> list[object]:
+    """``--use-rope-scaling --rope-scaling-factor F`` for a config.json whose ``rope_scaling`` is
+    Llama 3's (Llama 3.1/3.2/3.3: factor 8 or 32); other kinds are said in :func:`_notes`."""
+    rs = cfg.get("rope_scaling")
+    if not isinstance(rs, Mapping) or _rope_kind(rs) != "llama3":
+        return []
+    factor = rs.get("factor")
+    if not (isinstance(factor, (int, float)) and not isinstance(factor, bool)
+            and 1 <= factor <= 1e4):
+        return []
+    return ["--use-rope-scaling", "--rope-scaling-factor", repr(float(factor))]
+
+
+def _rope_kind(rs: Mapping) -> str:
+    return str(rs.get("rope_type") or rs.get("type") or "")[:40]
+
+
 def _notes(a) -> list[str]:
     """What pretrain_gpt.py cannot express of the block, said in the export."""
     out = []
+    rs = (a.config or {}).get("rope_scaling")
+    if isinstance(rs, Mapping) and _rope_kind(rs) not in ("", "default"):
+        kind = _rope_kind(rs)
+        if kind != "llama3":
+            out.append(f"# the model's RoPE is scaled ({kind!r}); these arguments do not scale "
+                       "it: pretrain_gpt.py builds plain RoPE at --rotary-base")
+        elif any(rs.get(k, v) != v for k, v in _LLAMA3_ROPE.items()):
+            out.append("# Megatron-Core's Llama 3 RoPE scaling fixes low_freq_factor 1, "
+                       "high_freq_factor 4 and original_max_position_embeddings 8192; this "
+                       "model's config.json differs")
     if a.parallel_attn_mlp:
         out.append("# the model adds attention and MLP in parallel (one residual); Megatron-LM's "
                    "GPT block is sequential: same sizes and FLOPs, not the same function")
@@ -190,8 +226,12 @@ def export(job: Job, model: Model) -> str:
     if not job.fused_optimizer:
         lines.append("# Megatron-LM's Adam is a fused kernel (no foreach temporary): plan with "
                      "--fused-optimizer for its exact step memory")
-    lines.append(f"torchrun --nproc-per-node {min(job.gpus, job.gpus_per_node)} "
-                 "pretrain_gpt.py \\")
+    nodes = num_machines(job)
+    launch = f"torchrun --nproc-per-node {min(job.gpus, job.gpus_per_node)}"
+    if nodes > 1:  # one such line on every node, NODE_RANK 0 .. nodes - 1
+        launch += (f" --nnodes {nodes} --node-rank $NODE_RANK --master-addr $MASTER_ADDR "
+                   "--master-port 29500")
+    lines.append(f"{launch} pretrain_gpt.py \\")
     pairs: list[str] = []
     for a in args:
         if a.startswith("--") or not pairs:

@@ -51,6 +51,10 @@ def export(job: Job, model: Model) -> str:
             "--max-num-seqs", str(job.batch), "--dtype", dtype]
     if job.dp > 1:
         args += ["--data-parallel-size", str(job.dp)]
+    if job.tp * job.pp > job.gpus_per_node:
+        # a replica spans nodes: vLLM runs its workers on a Ray cluster started on them (its
+        # engine args: "ray" is the default past one host, and it fails without Ray): say so
+        args += ["--distributed-executor-backend", "ray"]
     if quant:
         args += ["--quantization", quant]
     args += _kv(job, dtype)
