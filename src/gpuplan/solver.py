@@ -27,7 +27,7 @@ from .compute import flops_breakdown
 from .errors import GpuplanError, InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
-from .job import Job, default_seq, seq_limit
+from .job import Job, default_seq, pp_chunks, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .memory.fewest import (LayoutFit, fewest_tp, fewest_zero3, infer_layout, shared_memo,
                             train_layout)
@@ -78,7 +78,7 @@ class Change:
     cost: str
     """What it costs, in plain words."""
     extra_compute: float = 0.0
-    """Fraction of extra step FLOPs (recompute)."""
+    """Fraction of extra step work: recompute FLOPs, or a longer pipeline bubble."""
 
 
 @record
@@ -264,6 +264,23 @@ def _checkpointing_knobs(model: Model, job: Job, seq: int) -> list[tuple[Change,
                           cost=f"{what}: +{100 * frac:.0f}% step FLOPs"),
                    {"checkpointing": level}))
     return ck
+
+
+def _schedule_knobs(job: Job) -> list[tuple[Change, dict]]:
+    """An interleaved pipeline keeps more in flight on its early stages than 1F1B: stage i holds
+    2 (p - i - 1) + (v - 1) p + 1 chunk micro-batches against p - i whole ones (Narayanan et al.
+    2021; :func:`gpuplan.memory.layout.in_flight`), so 1F1B gives memory back for a bubble of
+    (p - 1) / m instead of (p - 1) / (v m) -- its cost, as a share of the step."""
+    name, v = pp_chunks(job.pp_schedule)
+    if job.pp < 2 or name != "interleaved":
+        return []
+    p, m = job.pp, job.micro_batches or job.grad_accum
+    extra = (p - 1) / m - (p - 1) / (v * m)
+    return [(Change(knob="pp_schedule", value="1f1b", tier=_THROUGHPUT,
+                    text="--pp-schedule 1f1b", extra_compute=extra,
+                    cost=f"pipeline bubble {p - 1}/{m} of the compute instead of {p - 1}/"
+                         f"({v} x {m}): +{100 * extra:.0f}% step time"),
+             {"pp_schedule": "1f1b"})]
 
 
 def _attention_knobs(job: Job) -> list[tuple[Change, dict]]:
@@ -658,7 +675,7 @@ def _knob_groups(model: Model, job: Job, gpu: GPU, mode: Mode, planner: _Planner
 def _train_knobs_software(model: Model, job: Job, gpu: GPU, seq: int) -> list:
     """The training knobs without more GPUs (no search for a GPU count that is not offered)."""
     return [_micro_batch_knobs(job), _checkpointing_knobs(model, job, seq),
-            _attention_knobs(job), _optimizer_knobs(job), _precision_knobs(job),
+            _schedule_knobs(job), _attention_knobs(job), _optimizer_knobs(job), _precision_knobs(job),
             _lora_knobs(model, job), _offload_knobs(model, job, gpu)]
 
 

@@ -315,3 +315,24 @@ def test_the_search_finds_what_planning_every_layout_finds(name, kw, gpu):
     v = gpuplan.plan(job, [gpu]).gpus[0]
     want = _fewest_by_planning_everything(m, job, _usable(gpu), v.train_min_gpus)
     assert (v.train_layout.gpus if v.train_layout else None) == want
+
+
+def test_the_solver_offers_1f1b_where_interleaving_overflows():
+    """Llama 3 405B at the paper's 8,192-GPU layout (TP8 PP16, 32 micro-batches, one-layer
+    chunks: interleaved:8) plans past an H100's memory: stage 1 holds 2 x 14 + 7 x 16 + 1 = 141
+    one-layer chunks in flight, 1F1B 15 micro-batches of 8 layers = 120. The solver offers the
+    schedule change, planned as the same job under 1F1B, at its bubble's cost: (p - 1) / m
+    instead of (p - 1) / (v m) = 15/32 - 15/256 of the compute."""
+    m = load_model("llama-3.1-405b")
+    job = Job(model=m, mode="train", gpus=8192, tp=8, pp=16, batch=1, grad_accum=32, seq=8192,
+              zero=2, sequence_parallel=True, pp_schedule="interleaved:8",
+              pp_embedding_part=True, pp_loss_part=True, runtime="compile")
+    usable = _usable("H100")
+    assert train_memory(m, job).total_bytes > usable
+    sol = suggest(m, job, resolve_gpu("H100")[0], mode="train")
+    offered = [s for s in sol.suggestions if [c.knob for c in s.changes] == ["pp_schedule"]]
+    assert len(offered) == 1
+    s = offered[0]
+    assert s.job.pp_schedule == "1f1b"
+    assert s.peak_bytes == train_memory(m, job.with_(pp_schedule="1f1b")).total_bytes <= usable
+    assert s.changes[0].extra_compute == pytest.approx(15 / 32 - 15 / 256)
