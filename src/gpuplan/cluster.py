@@ -32,6 +32,7 @@ from .hardware import GPU
 from .hardware.topology import Topology, topology_for
 from .job import Job
 from .memory import infer_memory, train_memory
+from .memory.shape import check_seq
 from .models import Model
 from .units import parse_positive_int
 
@@ -413,6 +414,7 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     if model.architecture is None:
         raise InputError(f"{model.name}: the cluster search needs the architecture (layers, "
                          "heads); name a catalog model or a config.json")
+    check_seq(model, job)  # a sequence or context past the model's positions: one line, first
     mode = "infer" if job.mode == "infer" else "train"
     c = _ctx(model, gpu, job, mode, tp_overlap)
     seq = job.seq or model.architecture.max_position_embeddings
