@@ -149,3 +149,19 @@ def test_optimizer_impl_option(cli):
     assert loop["kernels"] == 8 * 291 and loop["bytes"] > 2.5 * fused["bytes"]
     rc, out, err = cli("speed", "llama-2-7b", "--gpu", "h100", "--optimizer-impl", "jit")
     assert rc == 2 and out == "" and err.count("\n") == 1 and "'jit'" in err
+
+
+@pytest.mark.parametrize("argv,label", [
+    (("llama-3.1-8b", "--gpus", "16"), "exposed gradient all-reduce"),
+    (("llama-3.1-70b", "--mode", "infer", "--tp", "4", "--gpus", "4"),
+     "exposed TP all-reduces and pipeline sends"),
+    (("llama-3.1-70b", "--tp", "4", "--pp", "2", "--gpus", "8", "--grad-accum", "8"),
+     "exposed communication (TP, CP, EP, pipeline sends, data parallel)"),
+])
+def test_the_exposed_communication_says_what_it_is(argv, label, cli):
+    """A decode step under TP reduces no gradients: the step table names the collectives the
+    estimate timed (it once called a serving replica's TP all-reduces a gradient all-reduce)."""
+    rc, out, err = cli("speed", *argv, "--gpu", "h100", "--no-measured")
+    assert rc == 0, err
+    assert label in out
+    assert ("gradient all-reduce" in out) == (label == "exposed gradient all-reduce")

@@ -111,7 +111,7 @@ def _step_table(est: SpeedEstimate) -> Any:
     if est.transfer.exposed_s:
         t.add_row("exposed input copy", format_seconds(est.transfer.exposed_s))
     if est.comm_exposed_s:
-        t.add_row("exposed gradient all-reduce", format_seconds(est.comm_exposed_s))
+        t.add_row(_comm_label(est), format_seconds(est.comm_exposed_s))
     t.add_row("[bold]step time[/bold]", f"[bold]{format_seconds(est.step_time_s)}[/bold]")
     t.add_row("tokens/s" + (" (all GPUs)" if est.gpus > 1 else ""),
               f"{est.tokens_per_s:,.0f}")
@@ -176,6 +176,17 @@ def _print_input_copy(c: Any, est: SpeedEstimate) -> None:
             + (f", adds {format_seconds(x.exposed_s)}" if x.exposed_s else ", adds nothing"))
     for a in x.advice:
         c.print(f"  - {a}")
+
+
+def _comm_label(est: SpeedEstimate) -> str:
+    """What the exposed communication of the step is: the data-parallel gradient all-reduce
+    alone, a layout's collectives, or a serving replica's TP all-reduces and pipeline sends."""
+    kind = type(est.layout).__name__
+    if kind == "ServeTime":
+        return "exposed TP all-reduces and pipeline sends"
+    if kind == "LayoutTime":
+        return "exposed communication (TP, CP, EP, pipeline sends, data parallel)"
+    return "exposed gradient all-reduce"
 
 
 def _scaling_table(est: SpeedEstimate) -> Any:
