@@ -215,6 +215,43 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
          "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
         "TP1 PP1 DP32, batch 512 (Table 1) = 16 sequences a GPU: micro-batch 4 x 4 accumulated "
         "(the micro-batch is not stated); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt3.6b-a100-x64": (
+        {"tp": 2, "batch": 4, "grad_accum": 4, "seq": 2048, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "TP2 PP1 DP32, batch 512 (Table 1) = 16 sequences a DP rank: micro-batch 4 x 4 (not stated: 4 as the 1.7B row); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt7.5b-a100-x128": (
+        {"tp": 4, "batch": 4, "grad_accum": 4, "seq": 2048, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "TP4 PP1 DP32, batch 512 (Table 1) = 16 sequences a DP rank: micro-batch 4 x 4 (not stated: 4 as the 1.7B row); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt18.4b-a100-x256": (
+        {"tp": 8, "batch": 4, "grad_accum": 8, "seq": 2048, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "TP8 PP1 DP32, batch 1024 (Table 1) = 32 sequences a DP rank: micro-batch 4 x 8 (not stated: 4 as the 1.7B row); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt39.1b-a100-x512": (
+        {"tp": 8, "pp": 2, "batch": 1, "grad_accum": 48, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "TP8 PP2 DP32, batch 1536 = micro-batch 1 x 48 (as the 1T row), interleaved (V = 2 assumed: the smallest V >= 2 that divides the 24 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt76.1b-a100-x1024": (
+        {"tp": 8, "pp": 4, "batch": 1, "grad_accum": 56, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "TP8 PP4 DP32, batch 1792 = micro-batch 1 x 56 (as the 1T row), interleaved (V = 3 assumed: the smallest V >= 2 that divides the 15 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt145.6b-a100-x1536": (
+        {"tp": 8, "pp": 8, "batch": 1, "grad_accum": 96, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "TP8 PP8 DP24, batch 2304 = micro-batch 1 x 96 (as the 1T row), interleaved (V = 2 assumed: the smallest V >= 2 that divides the 10 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt310.1b-a100-x1920": (
+        {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 144, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "TP8 PP16 DP15, batch 2160 = micro-batch 1 x 144 (as the 1T row), interleaved (V = 2 assumed: the smallest V >= 2 that divides the 6 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-gpt529.6b-a100-x2520": (
+        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "TP8 PP35 DP9, batch 2520 = micro-batch 1 x 280 (as the 1T row), interleaved (V = 3 assumed: the smallest V >= 2 that divides the 3 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
     "narayanan2021-gpt1t-a100-x3072": (
         {"tp": 8, "pp": 64, "batch": 1, "grad_accum": 512, "seq": 2048, "zero": 0,
          "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",

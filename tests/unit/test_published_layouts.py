@@ -109,6 +109,18 @@ CASES += [
     # not stated: 4 assumed), recompute; TFLOP/s with recompute; attention unfused, as the 1T row
     # (a 2021 source). With fused attention it read ~1.6x. The layout is validate_speed's.
     _published("narayanan2021-gpt1.7b-a100-x32", "hardware_tflops", attention="eager"),
+    # ... and the eight rows between (3.6B on 64 GPUs to 529.6B on 2,520), transcribed at stop
+    # 22 after the model was fixed: TP and PP as the table states, the micro-batch and V as
+    # validate_speed's LAYOUTS assume (4 without a pipeline, as the 1.7B row; 1 and the smallest
+    # V >= 2 dividing a stage's layers with one, as the 1T row), unfused attention as the others.
+    _published("narayanan2021-gpt3.6b-a100-x64", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-gpt7.5b-a100-x128", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-gpt18.4b-a100-x256", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-gpt39.1b-a100-x512", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-gpt76.1b-a100-x1024", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-gpt145.6b-a100-x1536", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-gpt310.1b-a100-x1920", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-gpt529.6b-a100-x2520", "hardware_tflops", attention="eager"),
 ]
 
 

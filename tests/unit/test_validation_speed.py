@@ -73,9 +73,10 @@ def test_holdout_error_reached(rows):
     # configs of the commits that published them, the clip each source's code runs -- DLE
     # fine-tuning's per-parameter .item() in BertAdam, its GradientClipper under fp16: 10.8% /
     # 24.8%; torchtune's own model code -- its eager RoPE chain, K/V expanded to every head: 9.2% /
+    # 24.4%; Narayanan 2021's eight middle Table 1 rows added, read 1.00-1.11x: 33 runs, 9.2% /
     # 24.4%)
     s = vs.summary(rows, "holdout")
-    assert s["n"] >= 25
+    assert s["n"] >= 33
     assert s["median_abs_error"] <= 0.095
     assert s["worst_abs_error"] <= 0.245
 
