@@ -205,11 +205,16 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
         "'type:transformer|embedding' = the embedding and the tied head as pipeline parts; "
         "BF16_Optimizer = ZeRO-1; 4 x 100 Gb/s Omni-Path per 8-GPU node = 50 Gb/s per GPU"),
     "opt175b-a100-x992": (
-        {"tp": 8, "pp": 1, "batch": 1, "grad_accum": 8, "seq": 2048, "zero": 3,
-         "checkpointing": "full", "precision": "mixed-fp16"}, False,
-        "FSDP + Megatron TP8 (TP degree from the metaseq logbook) = TP8 ZeRO-3 over 124 DP ranks; "
-        "micro-batch and accumulation not stated: 1 x 8 assumed; full checkpointing (metaseq's "
-        "default); 'up to' 147 TFLOP/s is a peak, its FLOP convention not stated: model FLOP/s"),
+        {"tp": 8, "pp": 1, "batch": 8, "grad_accum": 1, "seq": 2048, "zero": 2,
+         "checkpointing": "full", "distribute_checkpoints": True, "precision": "mixed-fp16"},
+        False,
+        "metaseq's OPT launcher (facebookresearch/metaseq@f7ffa5f metaseq/launcher/"
+        "opt_baselines.py, opt_job_constants.py): model parallel 8 = TP8 over 124 DP ranks, "
+        "--ddp-backend fully_sharded --no-reshard-after-forward (its save-dir key says 'zero2'; "
+        "ZeRO-2 here, as the Llama 3 rows), --batch-size (2M tokens // 124) // 2048 = 8 with "
+        "--update-freq 1 = micro-batch 8 x 1, --checkpoint-activations (full) with "
+        "--distribute-checkpointed-activations (split over the TP ranks); 'up to' 147 "
+        "TFLOP/s is a peak, its FLOP convention not stated: model FLOP/s"),
     "narayanan2021-gpt1.7b-a100-x32": (
         {"batch": 4, "grad_accum": 4, "seq": 2048, "checkpointing": "full",
          "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,

@@ -8,8 +8,8 @@ per (TP, CP, micro-batch, checkpointing) and every layout's step is arithmetic o
 candidates are then visited fastest first, and memory (the expensive part) is checked only until
 the best few that fit are found, after a lower bound of the model states per GPU rules out the
 hopeless ones without building them, and a family whose leanest sibling (micro-batch 1, full
-checkpointing) does not fit is skipped whole (:func:`_rank`). Sequence parallelism is on whenever TP > 1 (same traffic as
-TP's all-reduces, less activation memory).
+checkpointing) does not fit is skipped whole (:func:`_rank`). Sequence parallelism is on
+whenever TP > 1 (same traffic as TP's all-reduces, less activation memory).
 """
 
 from __future__ import annotations
@@ -254,7 +254,8 @@ def _memory(c: _Ctx, lay: Layout, mode: str) -> tuple[int | None, str | None]:
         if mode == "train":
             mem = train_memory(c.model, job)
         else:  # weights and KV cache split over the replica's TP x PP GPUs
-            mem = infer_memory(c.model, job._evolve(tp=1, pp=1, gpus=1, sequence_parallel=False),
+            mem = infer_memory(c.model, job._evolve(tp=1, pp=1, gpus=1, sequence_parallel=False,
+                                                    distribute_checkpoints=False),
                                tensor_parallel=lay.tp * lay.pp)
     except GpuplanError as e:
         return None, str(e).split(";")[0]

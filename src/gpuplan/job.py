@@ -92,7 +92,7 @@ _OPT_INT_FIELDS = {"seq": "seq", "context": "context", "lora_rank": "lora_rank",
                    "micro_batches": "grad_accum"}
 _BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel",
                 "optimizer_in_backward", "offload_activations", "pp_embedding_part",
-                "pp_loss_part")
+                "pp_loss_part", "distribute_checkpoints")
 
 #: Most LoRA target names one job takes.
 _MAX_LORA_TARGETS = 1000
@@ -243,6 +243,11 @@ class Job:
     """Expert-parallel degree (MoE experts spread over ranks of the data-parallel group)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism over the TP group (norms and dropout sharded by sequence)."""
+    distribute_checkpoints: bool = False
+    """The layer inputs full checkpointing keeps are split over the TP group and all-gathered
+    again for each layer's recompute (Megatron-LM's ``--distribute-saved-activations``,
+    metaseq's ``--distribute-checkpointed-activations``): needs --tp > 1 and --checkpointing
+    full; sequence parallelism already splits them."""
     pp_schedule: str = "1f1b"
     """Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per stage)."""
     pp_embedding_part: bool = False
@@ -337,6 +342,19 @@ class Job:
         if self.sequence_parallel and self.tp == 1:
             raise InputError("sequence parallel without tensor parallel: it shards over the TP "
                              "group; add --tp N (N > 1) or drop --sequence-parallel")
+        if self.distribute_checkpoints:
+            if self.tp == 1:
+                raise InputError("distribute checkpoints without tensor parallel: the layer "
+                                 "inputs are split over the TP group; add --tp N (N > 1) or "
+                                 "drop --distribute-checkpoints")
+            if self.checkpointing != "full":
+                raise InputError(f"distribute checkpoints with --checkpointing "
+                                 f"{self.checkpointing}: only full checkpointing keeps layer "
+                                 "inputs to split; add --checkpointing full or drop "
+                                 "--distribute-checkpoints")
+            if self.sequence_parallel:
+                raise InputError("distribute checkpoints with sequence parallelism: the layer "
+                                 "inputs are already split over the TP group; drop one")
         if self.inter_node is not None and (not isinstance(self.inter_node, str)
                                             or not self.inter_node.strip()):
             raise InputError(f"inter node {self.inter_node!r}: expected a link name or a rate "

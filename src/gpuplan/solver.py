@@ -675,8 +675,8 @@ def _knob_groups(model: Model, job: Job, gpu: GPU, mode: Mode, planner: _Planner
 def _train_knobs_software(model: Model, job: Job, gpu: GPU, seq: int) -> list:
     """The training knobs without more GPUs (no search for a GPU count that is not offered)."""
     return [_micro_batch_knobs(job), _checkpointing_knobs(model, job, seq),
-            _schedule_knobs(job), _attention_knobs(job), _optimizer_knobs(job), _precision_knobs(job),
-            _lora_knobs(model, job), _offload_knobs(model, job, gpu)]
+            _schedule_knobs(job), _attention_knobs(job), _optimizer_knobs(job),
+            _precision_knobs(job), _lora_knobs(model, job), _offload_knobs(model, job, gpu)]
 
 
 def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",

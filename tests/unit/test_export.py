@@ -243,7 +243,8 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],
             "--swiglu": None, "--untie-embeddings-and-output-weights": None,
             "--disable-bias-linear": None, "--add-qkv-bias": None, "--clip-grad": float,
-            "--use-rope-scaling": None, "--rope-scaling-factor": float}
+            "--use-rope-scaling": None, "--rope-scaling-factor": float,
+            "--distribute-saved-activations": None}
 
 #: torchrun's options the launch line uses (torch.distributed.run; both spellings accepted).
 TORCHRUN = {"--nproc-per-node": int, "--nnodes": int, "--node-rank": str, "--master-addr": str,
@@ -441,3 +442,16 @@ def test_vllm_replica_across_nodes_runs_on_ray():
     assert a.distributed_executor_backend == "ray"
     _, b = vllm_args(export_plan(job(mode="infer", tp=8, gpus=8), "vllm"))
     assert b.distributed_executor_backend is None
+
+
+def test_distributed_checkpoints_are_megatrons_distributed_saved_activations():
+    """--distribute-checkpoints is Megatron-LM's --distribute-saved-activations (with full
+    recompute); the engines without it refuse the plan in one line."""
+    j = job(model="llama-3.1-70b", gpus=8, tp=8, checkpointing="full",
+            distribute_checkpoints=True)
+    a = megatron_args(export_plan(j, "megatron"))
+    assert a.distribute_saved_activations and a.recompute_granularity == "full"
+    assert not megatron_args(export_plan(j.with_(distribute_checkpoints=False),
+                                         "megatron")).distribute_saved_activations
+    with pytest.raises(InputError, match="--distribute-checkpoints has no torchtitan setting"):
+        export_plan(j.with_(sequence_parallel=False), "torchtitan")

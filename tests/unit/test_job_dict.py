@@ -19,7 +19,8 @@ FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimiz
           "lora_targets", "lora_base", "checkpointing", "attention", "kv_dtype", "context",
           "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none", "max_grad_norm",
           "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
-          "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "pp_schedule",
+          "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel",
+          "distribute_checkpoints", "pp_schedule",
           "pp_embedding_part", "pp_loss_part",
           "micro_batches", "gpus_per_node", "inter_node", "sharding"]
 

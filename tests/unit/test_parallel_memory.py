@@ -282,3 +282,34 @@ def test_bloom_176b_layout_fits_in_80gb():
     rank_params = r.stage["params_per_rank"]
     assert r.total_bytes + 4 * rank_params < 80e9
     assert r.stage["index"] == 0  # the embedding stage with 12 micro-batches in flight
+
+
+def test_distributed_checkpoints_keep_a_tp_share_of_each_layer_input():
+    """Megatron's --distribute-saved-activations: full checkpointing keeps 1/t of each layer's
+    input on a TP rank. At the end of the forward (all 80 inputs kept) the saving is exactly
+    80 x (b s h x 2 bytes) x (1 - 1/8); and the plan says so."""
+    from gpuplan.job import Job
+    from gpuplan.memory import train_memory
+    from gpuplan.models import load_model
+
+    m = load_model("llama-3.1-70b")
+    base = dict(model=m, mode="train", gpus=8, tp=8, batch=2, seq=4096, checkpointing="full")
+    whole = train_memory(m, Job(**base)).to_dict()["phases"]
+    split = train_memory(m, Job(**base, distribute_checkpoints=True))
+    layer_input = 2 * 4096 * 8192 * 2
+    assert whole["forward"] - split.to_dict()["phases"]["forward"] == 80 * layer_input * 7 // 8
+    act = next(x for x in split.to_dict()["lines"] if x["key"] == "activations")
+    assert "split over 8 TP ranks" in act["note"]
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(gpus=1, checkpointing="full"), "add --tp N"),
+    (dict(gpus=8, tp=8, checkpointing="selective"), "add --checkpointing full"),
+    (dict(gpus=8, tp=8, checkpointing="full", sequence_parallel=True), "already split"),
+])
+def test_distributed_checkpoints_need_tp_and_full_checkpointing(kw, needle):
+    from gpuplan.errors import InputError
+    from gpuplan.job import Job
+
+    with pytest.raises(InputError, match=needle):
+        Job(model="llama-3.1-8b", mode="train", distribute_checkpoints=True, **kw)

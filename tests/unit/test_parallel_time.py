@@ -80,6 +80,20 @@ def test_tp_collectives_by_hand():
     assert lt.bubble_s == 0 and lt.pp_comm_s == 0
 
 
+def test_distributed_checkpoints_gather_each_layer_input_once_by_hand():
+    """Full checkpointing: 6 TP all-reduces a layer (the recompute repeats the forward's two);
+    distributed checkpoints add the all-gather of the layer's input before its recompute."""
+    m = load_model("llama-3.1-8b")
+    kw = dict(gpus=2, tp=2, checkpointing="full")
+    lt = _train(m, **kw).layout
+    dist = _train(m, **kw, distribute_checkpoints=True).layout
+    act = 1 * 2048 * m.architecture.hidden_size * 2
+    ar = collective_time("all-reduce", act, 2, lt.topology, efficiency=0.8)
+    ag = collective_time("all-gather", act, 2, lt.topology, efficiency=0.8)
+    assert lt.tp_comm_s == pytest.approx(6 * m.architecture.num_layers * ar)
+    assert dist.tp_comm_s == pytest.approx(m.architecture.num_layers * (6 * ar + ag))
+
+
 def test_data_parallel_only_keeps_the_link_model():
     m = load_model("llama-3.1-8b")
     est = _train(m, gpus=8)

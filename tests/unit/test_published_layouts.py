@@ -80,9 +80,11 @@ CASES = [_megatron(rid) for rid in MEGATRON] + [
     # first stage and the tied embedding (the head) on the last count as a layer each in the
     # split (70 + 2 = 72 units, 6 a stage) -- the embedding and loss parts.
     _published("bloom176b-a100-x384-iter85376", "hardware_tflops"),
-    # OPT-175B, arXiv 2205.01068 sec. 2.4: 992 A100-80GB, FSDP + Megatron TP (TP8 per the metaseq
-    # logbook), fp16; micro-batch and accumulation not stated (1 x 8 assumed), full
-    # checkpointing (metaseq's default); "up to" 147 TFLOP/s.
+    # OPT-175B, arXiv 2205.01068 sec. 2.4: 992 A100-80GB, FSDP + Megatron TP, fp16, "up to" 147
+    # TFLOP/s; the launcher (metaseq@f7ffa5f metaseq/launcher/opt_baselines.py): TP8, FSDP
+    # without resharding after forward (ZeRO-2 here), micro-batch (2M tokens // 124 DP ranks) //
+    # 2048 = 8 with no accumulation, full checkpointing with the checkpoints split over the TP
+    # ranks (--distribute-checkpointed-activations; 1 x 8 was assumed before it was read).
     _published("opt175b-a100-x992", "model_tflops"),
     # Narayanan et al. 2021, arXiv 2104.04473, Table 1 last row: 1T on 3072 A100, TP8 PP64,
     # batch 3072, interleaved schedule (V=2 assumed), recompute, HDR InfiniBand (200 Gb/s per GPU);

@@ -117,6 +117,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--ep", "ep", "int", "expert-parallel degree for MoE models (default 1)", "N"),
     JobOption("--sequence-parallel", "sequence_parallel", "flag", "Megatron sequence parallelism "
               "over the TP group"),
+    JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "
+              "inputs full checkpointing keeps over the TP group (Megatron's "
+              "--distribute-saved-activations)"),
     JobOption("--pp-schedule", "pp_schedule", "str", "pipeline schedule: gpipe, 1f1b (default), "
               "interleaved:V", "SCHEDULE"),
     JobOption("--pp-embedding-part", "pp_embedding_part", "flag", "the embedding counts as one "

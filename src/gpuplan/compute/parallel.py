@@ -16,7 +16,8 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
 - **TP collectives**: per layer two all-reduces in forward, two in backward (and two more when full
   checkpointing recomputes the forward) of ``b x s/CP x hidden`` activations (Megatron-LM, Shoeybi
   et al. 2019, fig. 4); with sequence parallelism each becomes an all-gather + reduce-scatter pair
-  of the same volume (Korthikanti et al. 2022, sec. 4.2.2). Exposed, unless ``tp_overlap``
+  of the same volume (Korthikanti et al. 2022, sec. 4.2.2); distributed checkpoints add one
+  all-gather of the layer input before each recompute. Exposed, unless ``tp_overlap``
   (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls.
 - **CP ring**: per layer ``CP - 1`` passes of the local K and V in forward, twice that in backward
   (K, V and their gradients), overlapped with the attention kernels; what exceeds them is exposed.
@@ -82,6 +83,9 @@ class Layout:
     """The embedding is one layer-equivalent part of the pipeline split (first stage)."""
     loss_part: bool = False
     """The head and loss are one layer-equivalent part of the pipeline split (last stage)."""
+    distribute_checkpoints: bool = False
+    """Full checkpointing's layer inputs split over the TP group (one all-gather a layer in
+    backward, before its recompute)."""
 
     @classmethod
     def of(cls, job: Job, seq: int) -> "Layout":
@@ -91,7 +95,7 @@ class Layout:
                    schedule=job.pp_schedule, micro_batches=m, batch=job.batch, seq=seq,
                    zero=job.zero, sequence_parallel=job.sequence_parallel,
                    checkpointing=job.checkpointing, embedding_part=job.pp_embedding_part,
-                   loss_part=job.pp_loss_part)
+                   loss_part=job.pp_loss_part, distribute_checkpoints=job.distribute_checkpoints)
 
     @property
     def gpus(self) -> int:
@@ -362,6 +366,8 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     act_bytes = lay.batch * s_local * arch.hidden_size * act
     n_tp = 4 + (2 if lay.checkpointing == "full" else 0)
     tp = n_tp * collective_time("all-reduce", act_bytes, lay.tp, topo, efficiency=eff.comm)
+    if lay.distribute_checkpoints:  # the layer input gathered back before its recompute
+        tp += collective_time("all-gather", act_bytes, lay.tp, topo, efficiency=eff.comm)
     if tp_overlap:
         tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
     cp = 0.0
@@ -383,11 +389,14 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
 
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
              window_s: float) -> tuple[float, float]:
-    """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic."""
+    """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic. ZeRO-3
+    gathers the weights (forward, backward) and reduce-scatters the gradients for every
+    micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
+    1.5 all-reduces' bytes come once per micro-batch, overlapped with the whole step."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
-    factor = 1.5 if lay.zero == 3 else 1.0
+    factor = 1.5 * lay.micro_batches if lay.zero == 3 else 1.0
     full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
                                     efficiency=eff.comm)
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,

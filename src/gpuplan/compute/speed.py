@@ -386,7 +386,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     check_layout(arch, lay)
     shard = shard_arch(arch, lay.tp)
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
-                                 cp=1, ep=1, sequence_parallel=False, gpus=1),
+                                 cp=1, ep=1, sequence_parallel=False,
+                                 distribute_checkpoints=False, gpus=1),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
@@ -506,11 +507,14 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # ZeRO-3 gathers the weights in forward and backward and reduce-scatters the gradients: an
     # all-gather and a reduce-scatter each move half an all-reduce's bytes, so 1.5x the bytes of
     # an all-reduce when every weight trains (Rajbhandari et al. 2020, sec. 7.2.2); a frozen base
-    # (LoRA) is gathered all the same, so its weights count in full. Overlappable with forward
-    # and backward; stages 0-2 move one all-reduce's bytes during backward.
+    # (LoRA) is gathered all the same, so its weights count in full. It does so for every
+    # micro-batch: the weights are resharded after each one's backward and the gradients
+    # reduce-scattered into their shard (DeepSpeed stage 3; FSDP's default), so accumulation
+    # multiplies the traffic. Overlappable with forward and backward; stages 0-2 move one
+    # all-reduce's bytes during backward.
     zero3 = job.zero == 3
     volume = (trainable * prec.grad + 2 * max(n_params, trainable) * prec.weight) / 2 \
-        if zero3 else trainable * prec.grad
+        * step.micro_steps if zero3 else trainable * prec.grad
     window = step.backward_s + (sum(t.total_s for t in step.ops if t.op.phase == "forward")
                                 if zero3 else 0.0)
     return data_parallel_scaling(

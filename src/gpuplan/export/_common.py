@@ -25,7 +25,8 @@ __all__ = ["refuse", "check_expressed", "train_only", "infer_only", "accumulatio
 TRAIN_FIELDS = ("optimizer_states", "fused_optimizer", "zero", "offload_optimizer", "lora_rank",
                 "lora_targets", "lora_base", "lora_dropout", "checkpointing", "attention", "tp",
                 "pp", "cp", "ep", "sequence_parallel", "pp_schedule", "micro_batches", "runtime",
-                "use_cache", "pp_embedding_part", "pp_loss_part", "max_grad_norm")
+                "use_cache", "pp_embedding_part", "pp_loss_part", "max_grad_norm",
+                "distribute_checkpoints")
 #: The same for a serving engine (the training-only fields of a ``--mode both`` job are the
 #: training side's).
 INFER_FIELDS = ("kv_dtype", "attention", "tp", "pp", "cp", "ep", "sequence_parallel",

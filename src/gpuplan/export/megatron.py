@@ -24,7 +24,7 @@ ENGINE = "megatron"
 _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
                         "max_grad_norm",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
-                        "pp_embedding_part", "pp_loss_part"})
+                        "pp_embedding_part", "pp_loss_part", "distribute_checkpoints"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -205,6 +205,8 @@ def _recipe(job: Job) -> list[str]:
     rec = {"none": [], "selective": ["--recompute-granularity", "selective"],
            "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                     "--recompute-num-layers", "1"]}[job.checkpointing]
+    if job.distribute_checkpoints:
+        rec.append("--distribute-saved-activations")
     return flags[job.precision] + opts[job.optimizer] + rec
 
 

@@ -213,7 +213,8 @@ def fewest_tp(model: Model, job: Job, usable: int, level: OverheadLevel, overrid
         if key not in memo:
             if layout:  # the job's own layout with this TP degree: GPUs = tp x pp
                 memo[key] = _total(infer_memory, model,
-                                   job.with_(tp=tp, gpus=tp * job.pp, sequence_parallel=False),
+                                   job.with_(tp=tp, gpus=tp * job.pp, sequence_parallel=False,
+                                             distribute_checkpoints=False),
                                    level, overrides)
             else:
                 memo[key] = infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
@@ -251,7 +252,8 @@ def _degrees(model: Model, job: Job, memo: dict, train: bool) -> tuple[tuple[int
             continue
         try:
             check_layout(arch, job._evolve(tp=1, pp=p, cp=1, ep=1, gpus=p,
-                                           sequence_parallel=False))
+                                           sequence_parallel=False,
+                                           distribute_checkpoints=False))
         except InputError:
             continue
         pps.append(p)
@@ -316,6 +318,7 @@ def _floor(model: Model, job: Job, level: OverheadLevel, overrides, memo: dict) 
     key = ("floor",)
     if key not in memo:
         one = job._evolve(gpus=1, zero=0, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
+                          distribute_checkpoints=False,
                           micro_batches=None, grad_accum=1)
         st = train_states(model, one)
         sharded = st.weights_trainable + st.base + st.master + st.opt
@@ -499,7 +502,8 @@ def infer_layout(model: Model, job: Job, usable: int, level: OverheadLevel, over
     key = ("weights",)
     if key not in memo:
         memo[key] = infer_memory(model, job._evolve(tp=1, pp=1, cp=1, ep=1, gpus=1,
-                                                    sequence_parallel=False),
+                                                    sequence_parallel=False,
+                                                    distribute_checkpoints=False),
                                  overhead_level=level,
                                  overhead_overrides=overrides).weights_bytes
     lo = -(-memo[key] // usable)

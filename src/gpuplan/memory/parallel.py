@@ -150,6 +150,7 @@ def rank_job(job: Job, lay: Layout) -> Job:
     them)."""
     accum = lay.micro_batches if lay.pp > 1 else job.grad_accum
     return job._evolve(gpus=lay.zero_group, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
+                       distribute_checkpoints=False,
                        pp_schedule="1f1b", micro_batches=None, grad_accum=accum,
                        pp_embedding_part=False, pp_loss_part=False)
 
@@ -185,7 +186,8 @@ def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
     plans = []
     for i, layers in enumerate(lay.stages(arch.num_layers)):
         rank = rank_model(model, job, i)
-        shard = Shard(sp=lay.tp if lay.sp else 1, ep=lay.ep, first=i == 0, last=i == lay.pp - 1)
+        shard = Shard(sp=lay.tp if lay.sp else 1, ep=lay.ep, first=i == 0, last=i == lay.pp - 1,
+                      ckpt_split=lay.tp if job.distribute_checkpoints else 1)
         plans.append(StagePlan(
             index=i, layout=lay, model=rank, job=rjob,
             states=_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,

@@ -34,6 +34,9 @@ class Shard:
     ep: int = 1
     first: bool = True
     last: bool = True
+    ckpt_split: int = 1
+    """The TP ranks full checkpointing's layer inputs are split over (Megatron's
+    ``--distribute-saved-activations``; 1: each rank keeps them whole)."""
 
 
 WHOLE = Shard()
@@ -65,6 +68,13 @@ class StepProfile:
     checkpointing: str
     regime: Regime
     notes: tuple[str, ...] = ()
+    ckpt_split: int = 1
+    """Full checkpointing keeps ``1 / ckpt_split`` of each layer input (:class:`Shard`) and
+    all-gathers the whole input again for the layer's recompute."""
+
+    def kept_input(self, b: int, s: int) -> int:
+        """What full checkpointing keeps of one layer's input, bytes."""
+        return -(-self.layer_input(b, s) // self.ckpt_split)
 
 
 def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
@@ -170,6 +180,8 @@ def step_profile(model: Model, job: Job, seq: int | None = None,
     o = _opts(job, sp, _lora_targets(model, job), sliding_mask(arch, sp, job.attention, s),
               shard)
     prof = _profile_cached(sp, regime_for(job.precision), o, job.checkpointing)
+    if shard.ckpt_split > 1 and job.checkpointing == "full":
+        prof = replace(prof, ckpt_split=shard.ckpt_split)
     if shard.first and shard.last:
         return prof
     return _stage_profile(prof, shard.first, shard.last)

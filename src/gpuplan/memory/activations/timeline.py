@@ -139,6 +139,8 @@ def _train_from_profile(prof: StepProfile, b: int, s: int, *, grad_bytes: int, a
     summary = (f"{fmt_gb(saved_all)} saved for backward at batch {b} x seq {s}"
                + (f"; {ckpt} checkpointing keeps {fmt_gb(kept_all)}" if ckpt != "none" else "")
                + (" (the layer inputs in host memory)" if loop.offload else "")
+               + (f" (the layer inputs split over {prof.ckpt_split} TP ranks)"
+                  if ckpt == "full" and prof.ckpt_split > 1 else "")
                + f"; {attention} attention")
     up = math.ceil  # sequence-parallel shards have fractional coefficients (b*s/t rows)
     return TrainActivations(
@@ -169,7 +171,7 @@ def _runs(prof: StepProfile, b: int, s: int, *, offload: bool = False) -> list[_
     out = []
     for n, p in prof.layers:
         saved = p.saved(b, s)
-        kept = 0 if offload else prof.layer_input(b, s) if full else saved
+        kept = 0 if offload else prof.kept_input(b, s) if full else saved
         out.append(_Run(n=n, p=p, saved=saved, kept=kept,
                         copies=p.autocast_copies(b, s), held=p.held(b, s),
                         param_grads=p.param_grads(b, s)))
@@ -304,6 +306,8 @@ def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_
     pg += H.param_grads(b, s)
     flow = prof.layer_input(b, s)  # the hidden-state gradient passed down the layers
     back = 2 * prof.layer_input(b, s) if loop.offload else 0
+    if full and prof.ckpt_split > 1:  # the layer's input all-gathered again for its recompute
+        back += prof.layer_input(b, s)
     for r in reversed(runs):
         for k in sorted({0, r.n - 1}):
             peak.walk(r.p, act - k * r.kept + back, tmp + flow - (0 if full else k * r.copies),
@@ -390,6 +394,8 @@ def _fsdp_backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, f: 
     root_g = H.param_grads(b, s)
     flow = prof.layer_input(b, s)
     back = 2 * prof.layer_input(b, s) if offload else 0  # offloaded inputs brought back
+    if full and prof.ckpt_split > 1:  # the layer's input all-gathered again for its recompute
+        back += prof.layer_input(b, s)
     k, done, rs = 0, 0, 0  # blocks done, their gradient bytes, the last reduce-scatter input
     for r in reversed(runs):
         pg = r.param_grads
