@@ -263,6 +263,60 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
          "inter_node": "200Gb/s"}, False,
         "TP8 PP64 DP6, batch 3072 = micro-batch 1 x 512, interleaved schedule (V = 2 assumed); "
         "HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-zero3-gpt174.6b-a100-x384": (
+        {"batch": 4, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "ZeRO-3 over 384 GPUs, no model parallelism, micro-batch 4 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-zero3-gpt174.6b-a100-x768": (
+        {"batch": 2, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "ZeRO-3 over 768 GPUs, no model parallelism, micro-batch 2 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-zero3-gpt174.6b-a100-x1536": (
+        {"batch": 1, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "ZeRO-3 over 1536 GPUs, no model parallelism, micro-batch 1 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-zero3-gpt529.6b-a100-x640": (
+        {"batch": 4, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "ZeRO-3 over 640 GPUs, no model parallelism, micro-batch 4 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-zero3-gpt529.6b-a100-x1120": (
+        {"batch": 2, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "ZeRO-3 over 1120 GPUs, no model parallelism, micro-batch 2 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-zero3-gpt529.6b-a100-x2240": (
+        {"batch": 1, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
+         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
+        "ZeRO-3 over 2240 GPUs, no model parallelism, micro-batch 1 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-ptdp-gpt174.6b-a100-x384": (
+        {"tp": 8, "pp": 12, "batch": 1, "grad_accum": 384, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "PTD-P with model-parallel size 96 = TP8 PP12 (t <= 8 a node, Table 1's rule), DP4, batch 1536 = micro-batch 1 x 384 (Table 2), interleaved (V = 2 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-ptdp-gpt174.6b-a100-x768": (
+        {"tp": 8, "pp": 12, "batch": 1, "grad_accum": 192, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "PTD-P with model-parallel size 96 = TP8 PP12 (t <= 8 a node, Table 1's rule), DP8, batch 1536 = micro-batch 1 x 192 (Table 2), interleaved (V = 2 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-ptdp-gpt174.6b-a100-x1536": (
+        {"tp": 8, "pp": 12, "batch": 1, "grad_accum": 96, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "PTD-P with model-parallel size 96 = TP8 PP12 (t <= 8 a node, Table 1's rule), DP16, batch 1536 = micro-batch 1 x 96 (Table 2), interleaved (V = 2 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-ptdp-gpt529.6b-a100-x560": (
+        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 1120, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "PTD-P with model-parallel size 280 = TP8 PP35 (t <= 8 a node, Table 1's rule), DP2, batch 2240 = micro-batch 1 x 1120 (Table 2), interleaved (V = 3 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-ptdp-gpt529.6b-a100-x1120": (
+        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 560, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "PTD-P with model-parallel size 280 = TP8 PP35 (t <= 8 a node, Table 1's rule), DP4, batch 2240 = micro-batch 1 x 560 (Table 2), interleaved (V = 3 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
+    "narayanan2021-t2-ptdp-gpt529.6b-a100-x2240": (
+        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "zero": 0,
+         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
+         "inter_node": "200Gb/s"}, False,
+        "PTD-P with model-parallel size 280 = TP8 PP35 (t <= 8 a node, Table 1's rule), DP8, batch 2240 = micro-batch 1 x 280 (Table 2), interleaved (V = 3 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
     "korthikanti2022-mtnlg530b-a100-x2240-selective": (
         {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "zero": 0,
          "checkpointing": "selective", "sequence_parallel": True, "pp_schedule": "interleaved:3",
@@ -381,6 +435,8 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     fields = dict(precision=prec, optimizer=opt, batch=mb, seq=j.get("seq") or 2048,
                   grad_accum=accum, gpus=gpus, zero=zero,
                   checkpointing=j.get("checkpointing") or "none")
+    if zero == 3:  # FSDP's ZeRO-3 (torch's FSDP1 in Composer, FSDP2): no re-gather in a recompute
+        fields["sharding"] = "fsdp2"
     if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
@@ -566,6 +622,15 @@ def summary(rs: list[Row], split: str) -> dict:
             "p10_ratio": _quantile(ratios, 0.10), "p90_ratio": _quantile(ratios, 0.90)}
 
 
+def by_group(rs: list[Row], split: str) -> list[tuple[str, int, float, float]]:
+    """(source group, runs, median |error|, worst |error|) of ``split``, by group name."""
+    groups: dict[str, list[float]] = {}
+    for r in rs:
+        if r.ratio is not None and r.run["split"] == split:
+            groups.setdefault(r.run["source_group"], []).append(abs(r.ratio - 1))
+    return [(g, len(e), statistics.median(e), max(e)) for g, e in sorted(groups.items())]
+
+
 def _quantile(xs: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default, 'linear')."""
     pos = q * (len(xs) - 1)
@@ -605,6 +670,9 @@ def render(rs: list[Row]) -> str:
                          f"{100 * s['worst_abs_error']:.1f}%; within 10%: {s['within_10pct']}, "
                          f"within 25%: {s['within_25pct']}; ratio p10-p90 {s['p10_ratio']:.2f}-"
                          f"{s['p90_ratio']:.2f}")
+            lines += ["", "By source group (a group with many rows weighs on the median): "
+                      + "; ".join(f"{g} {n} runs, median {100 * m:.1f}%, worst {100 * w:.1f}%"
+                                  for g, n, m, w in by_group(rs, split)) + "."]
             lines += [""] + table(rs, split) + [""]
     lines += ["## Not expressible in gpuplan (yet)", "", "| run | split | kind | why |", "|---|---|---|---|"]
     lines += [f"| {r.run['id']} | {r.run['split']} | {r.run['kind']} | {r.why_not} |"

@@ -372,3 +372,20 @@ def test_measured_numbers_replace_the_defaults_for_the_same_gpu():
     other = FakeMeasured(get_gpu("A100-SXM-80GB").device_names[0],
                          {("cuda:0", "bf16"): 250e12}, {}, {})
     assert apply_measured(dev, default_efficiency(dev), other)[1] == default_efficiency(dev)
+
+
+@pytest.mark.parametrize("sharding,ckpt,gathers", [
+    ("deepspeed", "full", 3), ("fsdp2", "full", 2), ("deepspeed", "none", 2),
+])
+def test_zero3_traffic_per_micro_batch_and_the_recompute_gather(sharding, ckpt, gathers):
+    """ZeRO-3 moves, for every micro-batch, a reduce-scatter of the gradients and all-gathers of
+    the weights (forward, backward; DeepSpeed with full checkpointing a third for the recompute,
+    FSDP not), each half an all-reduce's bytes: (grad + gathers x weight) / 2 x micro-batches."""
+    from gpuplan.compute import estimate_speed
+    from gpuplan.models import load_model
+
+    m = load_model("llama-3.1-8b")
+    est = estimate_speed(m, H100, J(batch=1, seq=2048, gpus=16, zero=3, grad_accum=4,
+                                    checkpointing=ckpt, sharding=sharding), measured=None)
+    n = m.params.total
+    assert est.scaling.gradient_bytes == int((n * 2 + gathers * n * 2) / 2 * 4)

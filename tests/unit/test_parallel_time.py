@@ -94,6 +94,18 @@ def test_distributed_checkpoints_gather_each_layer_input_once_by_hand():
     assert dist.tp_comm_s == pytest.approx(m.architecture.num_layers * (6 * ar + ag))
 
 
+def test_zero3_layout_traffic_counts_micro_batches_and_deepspeeds_recompute_gather():
+    """Under a layout too: ZeRO-3's traffic is 1.5 all-reduces a micro-batch (FSDP), 2 under
+    DeepSpeed with full checkpointing (a third gather for the recompute)."""
+    m = load_model("llama-3.1-8b")
+    kw = dict(gpus=32, tp=2, zero=3, checkpointing="full")
+    ds = _train(m, **kw, grad_accum=4).layout
+    fs = _train(m, **kw, grad_accum=4, sharding="fsdp2").layout
+    one = _train(m, **kw, grad_accum=1, sharding="fsdp2").layout
+    assert ds.dp_comm_s == pytest.approx(fs.dp_comm_s * 2 / 1.5)
+    assert fs.dp_comm_s == pytest.approx(4 * one.dp_comm_s)
+
+
 def test_data_parallel_only_keeps_the_link_model():
     m = load_model("llama-3.1-8b")
     est = _train(m, gpus=8)

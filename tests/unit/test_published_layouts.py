@@ -100,7 +100,22 @@ CASES = [_megatron(rid) for rid in MEGATRON] + [
 ]
 
 #: Runs gpuplan does not reach honestly, with the reason and the ratio measured here.
+_ZERO3_OVERLAP = (
+    "DeepSpeed ZeRO-3 at micro-batch 4 (Narayanan 2021 Table 2): the step is timed as its "
+    "compute and its weight traffic (3 all-gathers and a reduce-scatter a micro-batch at 200 "
+    "Gb/s per GPU) overlapped: {got} TFLOP/s against {pub} ({ratio}x); the same model's "
+    "micro-batch 2 and 1 rows, where the traffic alone sets the step, read 0.85-0.95x. The "
+    "published steps are longer than the larger of the two by 22-29% of the compute: how far "
+    "2021's ZeRO-3 prefetch fell short of overlapping them is not modeled")
 XFAIL = {
+    "narayanan2021-t2-zero3-gpt174.6b-a100-x384": _ZERO3_OVERLAP.format(
+        got=168.0, pub=144, ratio=1.17),
+    "narayanan2021-t2-zero3-gpt529.6b-a100-x640": _ZERO3_OVERLAP.format(
+        got=166.4, pub=138, ratio=1.21),
+    "narayanan2021-t2-zero3-gpt529.6b-a100-x1120": (
+        "DeepSpeed ZeRO-3, 530B on 1,120 GPUs at micro-batch 2: 83.1 TFLOP/s against 98 (0.85x, "
+        "just past 15%); the step is the weight traffic (212 s a step at one NIC's 200 Gb/s per "
+        "GPU); the published one is 15% shorter, as the 2,240-GPU row's (0.87x)"),
 }
 CASES += [
     # Llama 3 Table 4 long-context row: TP8 CP16 PP16, DP 8 (the runs.json DP 4 does not fill
@@ -123,6 +138,21 @@ CASES += [
     _published("narayanan2021-gpt145.6b-a100-x1536", "hardware_tflops", attention="eager"),
     _published("narayanan2021-gpt310.1b-a100-x1920", "hardware_tflops", attention="eager"),
     _published("narayanan2021-gpt529.6b-a100-x2520", "hardware_tflops", attention="eager"),
+    # ... and its Table 2: the same 175B and 530B models as PTD-P (TP8 x PP12 / PP35) and as
+    # ZeRO-3 without model parallelism (DeepSpeed's: the weights gathered again for each
+    # checkpointed recompute), on 384-2,240 GPUs; layouts in validate_speed's LAYOUTS.
+    _published("narayanan2021-t2-zero3-gpt174.6b-a100-x384", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-zero3-gpt174.6b-a100-x768", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-zero3-gpt174.6b-a100-x1536", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-zero3-gpt529.6b-a100-x640", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-zero3-gpt529.6b-a100-x1120", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-zero3-gpt529.6b-a100-x2240", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-ptdp-gpt174.6b-a100-x384", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-ptdp-gpt174.6b-a100-x768", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-ptdp-gpt174.6b-a100-x1536", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-ptdp-gpt529.6b-a100-x560", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-ptdp-gpt529.6b-a100-x1120", "hardware_tflops", attention="eager"),
+    _published("narayanan2021-t2-ptdp-gpt529.6b-a100-x2240", "hardware_tflops", attention="eager"),
 ]
 
 
@@ -217,6 +247,15 @@ MEMORY_FIELDS = {rid: {"runtime": "compile"} for rid in (
 
 #: Layouts gpuplan's memory plan does not fit where they ran, with the figures measured here.
 MEMORY_XFAIL = {
+    "narayanan2021-t2-zero3-gpt529.6b-a100-x640":
+        "530B, DeepSpeed ZeRO-3 over 640 GPUs at micro-batch 4 (it did not fit on 560, the "
+        "paper's note): 94.1 GB planned against 85.0 GB -- 20.1 GB of it two gathered "
+        "transformer layers (a 530B layer is 5.0B parameters). DeepSpeed gathers per submodule "
+        "(each Linear, at most 1.7B parameters here) with a 5e7-element prefetch bucket and a "
+        "1e9 live-parameter cap (its ds_config defaults), not per layer as FSDP does; gpuplan "
+        "plans ZeRO-3's gathered units as layers (~13 GB too many here) and, with eager "
+        "attention for a 2021 source, keeps more score-sized tensors than Megatron's fused "
+        "softmax",
     "llama3-405b-h100-x8192-s8192":
         "32 micro-batches per DP group on 16 stages, laid out as the paper states (interleaved:8 "
         "with one-layer chunks, V = 8, the embedding and the loss parts of their own): stage 1, the "

@@ -9,6 +9,7 @@ reached below it.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -74,9 +75,13 @@ def test_holdout_error_reached(rows):
     # fine-tuning's per-parameter .item() in BertAdam, its GradientClipper under fp16: 10.8% /
     # 24.8%; torchtune's own model code -- its eager RoPE chain, K/V expanded to every head: 9.2% /
     # 24.4%; Narayanan 2021's eight middle Table 1 rows added, read 1.00-1.11x: 33 runs, 9.2% /
-    # 24.4%)
+    # 24.4%; its Table 2, PTD-P 0.98-1.06x and DeepSpeed ZeRO-3 0.85-1.21x: 45 runs, 8.0% / 24.4%,
+    # the other groups' 23 runs 9.2% -- asserted below, so one large group cannot carry the bar)
     s = vs.summary(rows, "holdout")
-    assert s["n"] >= 33
+    assert s["n"] >= 45
+    others = [abs(r.ratio - 1) for r in rows if r.ratio is not None
+              and r.run["split"] == "holdout" and r.run["source_group"] != "narayanan2021"]
+    assert statistics.median(others) <= 0.095
     assert s["median_abs_error"] <= 0.095
     assert s["worst_abs_error"] <= 0.245
 

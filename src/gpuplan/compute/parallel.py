@@ -54,7 +54,7 @@ from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "check_layout", "micro_cost",
-           "micro_costs", "layout_time", "model_flops_per_token", "BUCKET_BYTES"]
+           "micro_costs", "layout_time", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -86,6 +86,9 @@ class Layout:
     distribute_checkpoints: bool = False
     """Full checkpointing's layer inputs split over the TP group (one all-gather a layer in
     backward, before its recompute)."""
+    sharding: str = "deepspeed"
+    """Whose ZeRO-3 (:data:`gpuplan.job.Sharding`): DeepSpeed gathers the weights again for a
+    checkpointed layer's recompute, FSDP keeps the recompute's gather for the backward."""
 
     @classmethod
     def of(cls, job: Job, seq: int) -> "Layout":
@@ -95,7 +98,8 @@ class Layout:
                    schedule=job.pp_schedule, micro_batches=m, batch=job.batch, seq=seq,
                    zero=job.zero, sequence_parallel=job.sequence_parallel,
                    checkpointing=job.checkpointing, embedding_part=job.pp_embedding_part,
-                   loss_part=job.pp_loss_part, distribute_checkpoints=job.distribute_checkpoints)
+                   loss_part=job.pp_loss_part, distribute_checkpoints=job.distribute_checkpoints,
+                   sharding=job.sharding)
 
     @property
     def gpus(self) -> int:
@@ -387,16 +391,31 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     return tp * stage_layers, cp * stage_layers, ep * stage_layers
 
 
+def zero3_gathers(sharding: str, checkpointing: str) -> int:
+    """All-gathers of the weights per micro-batch under ZeRO-3: forward and backward; and with
+    full checkpointing under DeepSpeed, one more for the recompute -- its forward hooks fetch a
+    module's parameters and release them after every forward call, the recompute's included,
+    and the backward hook fetches them again (deepspeed/runtime/zero/parameter_offload.py,
+    ``pre_/post_sub_module_forward_function``; partitioned_param_coordinator.py releases
+    trainable parameters there). FSDP skips the release in a forward recomputed inside
+    backward (torch ``_runtime_utils._post_forward``: ``BACKWARD_PRE``; FSDP2
+    ``FSDPParamGroup.post_forward``: ``is_bw()``), so its backward uses the recompute's gather."""
+    return 3 if sharding == "deepspeed" and checkpointing == "full" else 2
+
+
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
              window_s: float) -> tuple[float, float]:
     """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic. ZeRO-3
     gathers the weights (forward, backward) and reduce-scatters the gradients for every
     micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
-    1.5 all-reduces' bytes come once per micro-batch, overlapped with the whole step."""
+    1.5 all-reduces' bytes come once per micro-batch, overlapped with the whole step; 2 with
+    DeepSpeed and full checkpointing (:func:`zero3_gathers`)."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
-    factor = 1.5 * lay.micro_batches if lay.zero == 3 else 1.0
+    factor = 1.0
+    if lay.zero == 3:
+        factor = (1 + zero3_gathers(lay.sharding, lay.checkpointing)) / 2 * lay.micro_batches
     full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
                                     efficiency=eff.comm)
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,

@@ -21,7 +21,7 @@ from .flops import positive_int
 from .measured import load_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_cost, model_flops_per_token,
-    serve_time, shard_arch,
+    serve_time, shard_arch, zero3_gathers,
 )
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, build_steps,
@@ -513,7 +513,8 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # multiplies the traffic. Overlappable with forward and backward; stages 0-2 move one
     # all-reduce's bytes during backward.
     zero3 = job.zero == 3
-    volume = (trainable * prec.grad + 2 * max(n_params, trainable) * prec.weight) / 2 \
+    gathers = zero3_gathers(job.sharding, job.checkpointing)  # 3 under DeepSpeed + full ckpt
+    volume = (trainable * prec.grad + gathers * max(n_params, trainable) * prec.weight) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
     window = step.backward_s + (sum(t.total_s for t in step.ops if t.op.phase == "forward")
                                 if zero3 else 0.0)
