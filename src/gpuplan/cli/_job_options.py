@@ -254,7 +254,7 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
         try:
             parse_inter_node(kw["inter_node"])
         except InputError as e:
-            raise InputError("--" + str(e).replace(" ", "-", 1)) from None
+            raise InputError(_name_the_flag(str(e))) from None
     if kw.get("context", math.inf) < kw.get("seq", 0):
         raise InputError(f"--context {kw['context']} is shorter than --seq {kw['seq']}: the "
                          "context holds the prompt (--seq) and the tokens generated after it; "

@@ -523,8 +523,8 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
 
     ``topology`` (a :class:`~gpuplan.hardware.topology.Topology`): each row's ring runs on the
     link its GPUs span -- the node's (``link``) while they fit in one node, the network once they
-    do not, at the rate of the NICs the ring's channels use (``Topology.bandwidth``: one per GPU
-    of a node, capped by the node's link).
+    do not, at one NIC's rate per GPU or the node's link where that is slower
+    (``Topology.bandwidth`` says why not the sum of a node's NICs).
     None: every row on ``link``, as the user named it.
     """
     positive_int(gpus, "GPU count")
@@ -533,7 +533,7 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
     for n in _gpu_counts(gpus):
         row_link, row_bw = link, link_bandwidth
         if topology is not None and n > topology.gpus_per_node:
-            inter, _, row_bw = topology.bandwidth("all-reduce", n)
+            inter, _, row_bw = topology.bandwidth(n)
             row_link = inter.name
         bus = row_bw * eff.comm
         ar = allreduce_time(gradient_bytes, n, bus)
@@ -559,7 +559,7 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
         if gpus > topology.gpus_per_node:
             notes.append(f"topology: {topology.stated}; beyond {topology.gpus_per_node} GPUs the "
                          "gradients cross the network (--gpus-per-node, --inter-node)")
-            inter, _, link_bandwidth = topology.bandwidth("all-reduce", gpus)
+            inter, _, link_bandwidth = topology.bandwidth(gpus)
             link = inter.name
     elif "nvlink" in link.lower() and gpus > 8:
         notes.append("NVLink joins the GPUs of one server (8 on HGX boards); beyond it gradients "

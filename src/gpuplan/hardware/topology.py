@@ -87,8 +87,8 @@ class Topology:
             return self.intra, 1
         return self.inter, min(size, math.ceil(span / self.gpus_per_node))
 
-    def bandwidth(self, op: str, size: int, stride: int = 1) -> tuple[Link, int, float]:
-        """(link, nodes spanned, bus bytes/s per rank) of collective ``op`` over ``size`` ranks
+    def bandwidth(self, size: int, stride: int = 1) -> tuple[Link, int, float]:
+        """(link, nodes spanned, bus bytes/s per rank) of a collective over ``size`` ranks
         ``stride`` apart: the node's link inside a node; across nodes the network's rate per GPU,
         or the node's link where that is slower (a PCIe box: the ring's hops inside each node,
         and the GPU's way to its NIC, ride PCIe) -- a ring is as fast as its slowest hop.
@@ -100,8 +100,9 @@ class Topology:
         NICs", NVIDIA/nccl-tests #267). Timed that way, the Megatron-Core weak-scaling rows whose
         data-parallel groups hold 8, 4 and 2 GPUs of a node (TP 1, 2, 4) read 1.33, 1.30 and
         1.12 against 0.89-1.10 for the TP 8 rows; at one NIC's rate they read 1.04, 0.95 and 0.90,
-        in line with the rest (docs/speed.md, Communication). The measured training runs are
-        what gpuplan predicts, so one NIC's rate it is."""
+        in line with the rest (docs/speed.md, section 7), and Narayanan et al. 2021's DeepSpeed
+        ZeRO-3 rows would read 1.6-5x. The measured training runs are what gpuplan predicts, so
+        one NIC's rate it is, whatever the collective."""
         link, nodes = self.link(size, stride)
         if nodes == 1:
             return link, nodes, link.bandwidth
@@ -179,7 +180,7 @@ def collective_time(op: Collective, nbytes: float, size: int, topo: Topology, *,
     collective reaches. Zero for one rank or no bytes."""
     if size <= 1 or nbytes <= 0:
         return 0.0
-    link, nodes, bw = topo.bandwidth(op, size, stride)
+    link, nodes, bw = topo.bandwidth(size, stride)
     bus = bw * efficiency
     if op == "send-recv":
         return _RING_BASE_S + _RING_HOP_S[link.hop] + nbytes / bus
