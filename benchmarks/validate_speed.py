@@ -220,103 +220,12 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
          "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
         "TP1 PP1 DP32, batch 512 (Table 1) = 16 sequences a GPU: micro-batch 4 x 4 accumulated "
         "(the micro-batch is not stated); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt3.6b-a100-x64": (
-        {"tp": 2, "batch": 4, "grad_accum": 4, "seq": 2048, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "TP2 PP1 DP32, batch 512 (Table 1) = 16 sequences a DP rank: micro-batch 4 x 4 (not stated: 4 as the 1.7B row); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt7.5b-a100-x128": (
-        {"tp": 4, "batch": 4, "grad_accum": 4, "seq": 2048, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "TP4 PP1 DP32, batch 512 (Table 1) = 16 sequences a DP rank: micro-batch 4 x 4 (not stated: 4 as the 1.7B row); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt18.4b-a100-x256": (
-        {"tp": 8, "batch": 4, "grad_accum": 8, "seq": 2048, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "TP8 PP1 DP32, batch 1024 (Table 1) = 32 sequences a DP rank: micro-batch 4 x 8 (not stated: 4 as the 1.7B row); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt39.1b-a100-x512": (
-        {"tp": 8, "pp": 2, "batch": 1, "grad_accum": 48, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "TP8 PP2 DP32, batch 1536 = micro-batch 1 x 48 (as the 1T row), interleaved (V = 2 assumed: the smallest V >= 2 that divides the 24 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt76.1b-a100-x1024": (
-        {"tp": 8, "pp": 4, "batch": 1, "grad_accum": 56, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "TP8 PP4 DP32, batch 1792 = micro-batch 1 x 56 (as the 1T row), interleaved (V = 3 assumed: the smallest V >= 2 that divides the 15 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt145.6b-a100-x1536": (
-        {"tp": 8, "pp": 8, "batch": 1, "grad_accum": 96, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "TP8 PP8 DP24, batch 2304 = micro-batch 1 x 96 (as the 1T row), interleaved (V = 2 assumed: the smallest V >= 2 that divides the 10 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt310.1b-a100-x1920": (
-        {"tp": 8, "pp": 16, "batch": 1, "grad_accum": 144, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "TP8 PP16 DP15, batch 2160 = micro-batch 1 x 144 (as the 1T row), interleaved (V = 2 assumed: the smallest V >= 2 that divides the 6 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-gpt529.6b-a100-x2520": (
-        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "TP8 PP35 DP9, batch 2520 = micro-batch 1 x 280 (as the 1T row), interleaved (V = 3 assumed: the smallest V >= 2 that divides the 3 layers of a stage, as Megatron requires); HDR InfiniBand = 200 Gb/s per GPU"),
     "narayanan2021-gpt1t-a100-x3072": (
         {"tp": 8, "pp": 64, "batch": 1, "grad_accum": 512, "seq": 2048, "zero": 0,
          "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
          "inter_node": "200Gb/s"}, False,
         "TP8 PP64 DP6, batch 3072 = micro-batch 1 x 512, interleaved schedule (V = 2 assumed); "
         "HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-zero3-gpt174.6b-a100-x384": (
-        {"batch": 4, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "ZeRO-3 over 384 GPUs, no model parallelism, micro-batch 4 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-zero3-gpt174.6b-a100-x768": (
-        {"batch": 2, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "ZeRO-3 over 768 GPUs, no model parallelism, micro-batch 2 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-zero3-gpt174.6b-a100-x1536": (
-        {"batch": 1, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "ZeRO-3 over 1536 GPUs, no model parallelism, micro-batch 1 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-zero3-gpt529.6b-a100-x640": (
-        {"batch": 4, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "ZeRO-3 over 640 GPUs, no model parallelism, micro-batch 4 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-zero3-gpt529.6b-a100-x1120": (
-        {"batch": 2, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "ZeRO-3 over 1120 GPUs, no model parallelism, micro-batch 2 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-zero3-gpt529.6b-a100-x2240": (
-        {"batch": 1, "grad_accum": 1, "seq": 2048, "zero": 3, "checkpointing": "full",
-         "precision": "mixed-fp16", "inter_node": "200Gb/s"}, False,
-        "ZeRO-3 over 2240 GPUs, no model parallelism, micro-batch 1 (Table 2), DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered again for each checkpointed recompute); full checkpointing as every Table 1/2 run; HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-ptdp-gpt174.6b-a100-x384": (
-        {"tp": 8, "pp": 12, "batch": 1, "grad_accum": 384, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "PTD-P with model-parallel size 96 = TP8 PP12 (t <= 8 a node, Table 1's rule), DP4, batch 1536 = micro-batch 1 x 384 (Table 2), interleaved (V = 2 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-ptdp-gpt174.6b-a100-x768": (
-        {"tp": 8, "pp": 12, "batch": 1, "grad_accum": 192, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "PTD-P with model-parallel size 96 = TP8 PP12 (t <= 8 a node, Table 1's rule), DP8, batch 1536 = micro-batch 1 x 192 (Table 2), interleaved (V = 2 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-ptdp-gpt174.6b-a100-x1536": (
-        {"tp": 8, "pp": 12, "batch": 1, "grad_accum": 96, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:2", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "PTD-P with model-parallel size 96 = TP8 PP12 (t <= 8 a node, Table 1's rule), DP16, batch 1536 = micro-batch 1 x 96 (Table 2), interleaved (V = 2 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-ptdp-gpt529.6b-a100-x560": (
-        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 1120, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "PTD-P with model-parallel size 280 = TP8 PP35 (t <= 8 a node, Table 1's rule), DP2, batch 2240 = micro-batch 1 x 1120 (Table 2), interleaved (V = 3 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-ptdp-gpt529.6b-a100-x1120": (
-        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 560, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "PTD-P with model-parallel size 280 = TP8 PP35 (t <= 8 a node, Table 1's rule), DP4, batch 2240 = micro-batch 1 x 560 (Table 2), interleaved (V = 3 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
-    "narayanan2021-t2-ptdp-gpt529.6b-a100-x2240": (
-        {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "zero": 0,
-         "checkpointing": "full", "pp_schedule": "interleaved:3", "precision": "mixed-fp16",
-         "inter_node": "200Gb/s"}, False,
-        "PTD-P with model-parallel size 280 = TP8 PP35 (t <= 8 a node, Table 1's rule), DP8, batch 2240 = micro-batch 1 x 280 (Table 2), interleaved (V = 3 assumed, as the Table 1 rows); HDR InfiniBand = 200 Gb/s per GPU"),
     "korthikanti2022-mtnlg530b-a100-x2240-selective": (
         {"tp": 8, "pp": 35, "batch": 1, "grad_accum": 280, "seq": 2048, "zero": 0,
          "checkpointing": "selective", "sequence_parallel": True, "pp_schedule": "interleaved:3",
@@ -330,6 +239,79 @@ LAYOUTS: dict[str, tuple[dict, bool, str]] = {
         "TP8 PP35 from the paper's Table 3, DP8, micro-batch 1 x 280; interleaved (V = 3 "
         "assumed), no sequence parallelism; precision not stated: mixed-bf16 (the Job default, as the layouts test); HDR InfiniBand = 200 Gb/s per GPU"),
 }
+
+
+# Narayanan et al. 2021 (arXiv 2104.04473): the Table 1 rows between the 1.7B and the 1T and the
+# Table 2 rows, each laid out by one rule (stated in its note): micro-batch 4 without a pipeline
+# (as the 1.7B row), 1 with one (as the 1T row), V the smallest >= 2 that divides a stage's
+# layers (Megatron requires it); full checkpointing, mixed fp16, HDR InfiniBand.
+_NARAYANAN = {"seq": 2048, "checkpointing": "full", "precision": "mixed-fp16",
+              "inter_node": "200Gb/s"}
+_HDR = "HDR InfiniBand = 200 Gb/s per GPU"
+
+
+def _smallest_v(stage_layers: int) -> int:
+    return next(v for v in range(2, stage_layers + 1) if stage_layers % v == 0)
+
+
+def _narayanan_tp(tp: int, gpus: int, batch: int) -> tuple[dict, bool, str]:
+    """A Table 1 row with tensor parallelism only."""
+    dp = gpus // tp
+    m = batch // dp // 4
+    fields = {"tp": tp, "batch": 4, "grad_accum": m, **_NARAYANAN}
+    return fields, False, (f"TP{tp} PP1 DP{dp}, batch {batch} (Table 1) = {batch // dp} sequences "
+                           f"a DP rank: micro-batch 4 x {m} (not stated: 4 as the 1.7B row); {_HDR}")
+
+
+def _narayanan_pp(tp: int, pp: int, layers: int, gpus: int, batch: int,
+                  table2: bool = False) -> tuple[dict, bool, str]:
+    """A Table 1 (or, ``table2``, Table 2 PTD-P) row with a pipeline."""
+    dp = gpus // (tp * pp)
+    m = batch // dp
+    v = _smallest_v(layers // pp)
+    fields = {"tp": tp, "pp": pp, "batch": 1, "grad_accum": m, "zero": 0,
+              "pp_schedule": f"interleaved:{v}", **_NARAYANAN}
+    if table2:
+        why = (f"PTD-P with model-parallel size {tp * pp} = TP{tp} PP{pp} (t <= 8 a node, Table "
+               f"1's rule), DP{dp}, batch {batch} = micro-batch 1 x {m} (Table 2), interleaved (V "
+               f"= {v} assumed, as the Table 1 rows); {_HDR}")
+    else:
+        why = (f"TP{tp} PP{pp} DP{dp}, batch {batch} = micro-batch 1 x {m} (as the 1T row), "
+               f"interleaved (V = {v} assumed: the smallest V >= 2 that divides the {layers // pp} "
+               f"layers of a stage, as Megatron requires); {_HDR}")
+    return fields, False, why
+
+
+def _narayanan_zero3(gpus: int, micro_batch: int, batch: int) -> tuple[dict, bool, str]:
+    """A Table 2 ZeRO-3 row (no model parallelism)."""
+    fields = {"batch": micro_batch, "grad_accum": batch // (gpus * micro_batch), "zero": 3,
+              **_NARAYANAN}
+    return fields, False, (
+        f"ZeRO-3 over {gpus} GPUs, no model parallelism, micro-batch {micro_batch} (Table 2), "
+        "DeepSpeed's ZeRO-3 (the implementation the paper compares with: the weights gathered "
+        "again for each checkpointed recompute); full checkpointing as every Table 1/2 run; "
+        f"{_HDR}")
+
+
+LAYOUTS.update({
+    "narayanan2021-gpt3.6b-a100-x64": _narayanan_tp(2, 64, 512),
+    "narayanan2021-gpt7.5b-a100-x128": _narayanan_tp(4, 128, 512),
+    "narayanan2021-gpt18.4b-a100-x256": _narayanan_tp(8, 256, 1024),
+    "narayanan2021-gpt39.1b-a100-x512": _narayanan_pp(8, 2, 48, 512, 1536),
+    "narayanan2021-gpt76.1b-a100-x1024": _narayanan_pp(8, 4, 60, 1024, 1792),
+    "narayanan2021-gpt145.6b-a100-x1536": _narayanan_pp(8, 8, 80, 1536, 2304),
+    "narayanan2021-gpt310.1b-a100-x1920": _narayanan_pp(8, 16, 96, 1920, 2160),
+    "narayanan2021-gpt529.6b-a100-x2520": _narayanan_pp(8, 35, 105, 2520, 2520),
+    **{f"narayanan2021-t2-zero3-gpt{p}b-a100-x{n}": _narayanan_zero3(n, mb, b)
+       for p, n, mb, b in (("174.6", 384, 4, 1536), ("174.6", 768, 2, 1536),
+                           ("174.6", 1536, 1, 1536), ("529.6", 640, 4, 2560),
+                           ("529.6", 1120, 2, 2240), ("529.6", 2240, 1, 2240))},
+    **{f"narayanan2021-t2-ptdp-gpt{p}b-a100-x{n}": _narayanan_pp(8, pp, layers, n, b, table2=True)
+       for p, pp, layers, n, b in (("174.6", 12, 96, 384, 1536), ("174.6", 12, 96, 768, 1536),
+                                   ("174.6", 12, 96, 1536, 1536), ("529.6", 35, 105, 560, 2240),
+                                   ("529.6", 35, 105, 1120, 2240),
+                                   ("529.6", 35, 105, 2240, 2240))},
+})
 
 
 def _megatron_layout(run: dict) -> tuple[dict, bool, str] | None:
