@@ -118,8 +118,8 @@ _TORCHTUNE = {
                                            "up_proj", "down_proj")), "torch", {}, _TT_DEPART),
     "torchtune-llama31-70b-lora-8xa100-memory": (
         "llama-3.1-70b", dict(_TT_31, lora_rank=16, lora_targets=("q_proj", "k_proj", "v_proj"),
-                              fused_optimizer=True, gpus=8, zero=3), "torch", {},
-        _TT_DEPART + "; FSDP2 as ZeRO-3 over 8 GPUs"),
+                              fused_optimizer=True, gpus=8, zero=3, sharding="fsdp2"),
+        "torch", {}, _TT_DEPART + "; FSDP2 over 8 GPUs: LoRA's states on its wrapped units"),
 }
 
 
@@ -228,7 +228,7 @@ ALTERNATIVES: dict[str, tuple[tuple[str, Expressed], ...]] = {
     "torchtune-llama31-405b-qlora-8xa100-memory": (
         ("at the table's batch 2", Expressed("llama-3.1-405b", dict(
             _TT_31, lora_rank=16, lora_base="nf4-dq", fused_optimizer=True, gpus=8, zero=3,
-            lora_targets=("q_proj", "v_proj", "k_proj", "o_proj", "gate_proj", "up_proj",
+            sharding="fsdp2", lora_targets=("q_proj", "v_proj", "k_proj", "o_proj", "gate_proj", "up_proj",
                           "down_proj")), "torch")),),
 }
 

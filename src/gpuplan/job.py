@@ -267,11 +267,12 @@ class Job:
     InfiniBand, stated in the output."""
     sharding: Sharding = "deepspeed"
     """The engine behind ``zero``: ``deepspeed`` (ZeRO: 16-bit weight shards beside an fp32
-    master copy under mixed precision; two wrapped units gathered at a time) or ``fsdp2``
+    master copy under mixed precision; ZeRO-3 gathers as DeepSpeed's coordinator does at its
+    defaults, :mod:`gpuplan.memory.zero3`) or ``fsdp2``
     (PyTorch's ``fully_shard`` per block and on the root, as torchtitan and torchtune wrap: the
     fp32 shard is the master, the root unit stays gathered from forward into backward, gradients
-    are reduce-scattered per block). ZeRO-2/3 only for fsdp2 (FSDP2 has no optimizer-only
-    sharding)."""
+    are reduce-scattered per block; LoRA under fsdp2 keeps the deepspeed states with FSDP's two
+    gathered layers). ZeRO-2/3 only for fsdp2 (FSDP2 has no optimizer-only sharding)."""
 
     def __post_init__(self) -> None:
         _check_types(self)

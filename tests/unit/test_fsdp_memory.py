@@ -64,9 +64,27 @@ def test_bad_combinations_are_one_line():
     with pytest.raises(InputError, match="sharding 'megatron'"):
         Job(model="gpt2", gpus=4, zero=3, sharding="megatron")
     m = load_model("gpt2")
-    with pytest.raises(UnsupportedError, match="LoRA"):
+    with pytest.raises(UnsupportedError, match="--offload-optimizer"):
         train_memory(m, Job(model=m, mode="train", gpus=4, zero=3, sharding="fsdp2",
-                            lora_rank=8))
+                            offload_optimizer=True))
+
+
+def test_lora_under_fsdp2_gathers_wrapped_units():
+    """LoRA under --sharding fsdp2 (torchtune's LoRA recipes) is planned with the adapters'
+    states and FSDP's wrapped units -- the current and the prefetched one, each the largest
+    unit -- not DeepSpeed's coordinator. gpt2's largest unit is its token embedding, 50,257 x
+    768 (a layer is 7,087,872 parameters): 2 x 38,597,376 x 2 bytes (bf16) gathered."""
+    m = load_model("gpt2")
+    job = Job(model=m, mode="train", gpus=4, zero=3, sharding="fsdp2", lora_rank=8,
+              precision="bf16")
+    from dataclasses import replace
+
+    from gpuplan.memory.states import train_states
+    line = next(ln for ln in train_memory(m, job).lines if ln.key == "gathered_params")
+    assert line.label == "gathered ZeRO-3/FSDP units"
+    assert train_states(m, job).gathered == 2 * 50257 * 768 * 2
+    # DeepSpeed keeps all of gpt2 (124M parameters, under its reuse distance) gathered
+    assert train_states(m, replace(job, sharding="deepspeed")).gathered == 124_439_808 * 2
 
 
 def test_cli_option(cli):

@@ -247,15 +247,6 @@ MEMORY_FIELDS = {rid: {"runtime": "compile"} for rid in (
 
 #: Layouts gpuplan's memory plan does not fit where they ran, with the figures measured here.
 MEMORY_XFAIL = {
-    "narayanan2021-t2-zero3-gpt529.6b-a100-x640":
-        "530B, DeepSpeed ZeRO-3 over 640 GPUs at micro-batch 4 (it did not fit on 560, the "
-        "paper's note): 94.1 GB planned against 85.0 GB -- 20.1 GB of it two gathered "
-        "transformer layers (a 530B layer is 5.0B parameters). DeepSpeed gathers per submodule "
-        "(each Linear, at most 1.7B parameters here) with a 5e7-element prefetch bucket and a "
-        "1e9 live-parameter cap (its ds_config defaults), not per layer as FSDP does; gpuplan "
-        "plans ZeRO-3's gathered units as layers (~13 GB too many here) and, with eager "
-        "attention for a 2021 source, keeps more score-sized tensors than Megatron's fused "
-        "softmax",
     "llama3-405b-h100-x8192-s8192":
         "32 micro-batches per DP group on 16 stages, laid out as the paper states (interleaved:8 "
         "with one-layer chunks, V = 8, the embedding and the loss parts of their own): stage 1, the "

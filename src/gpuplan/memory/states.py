@@ -21,6 +21,7 @@ from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
 from .lora import lora_tensors
 from .optimizer import optimizer_step_temporaries, state_bytes
+from .zero3 import MAX_LIVE, deepspeed_gathered
 
 __all__ = ["shard", "States", "train_states"]
 
@@ -49,6 +50,12 @@ class States:
     notes: tuple[str, ...]
     paged: int = 0
     """Bytes of ``opt`` in CUDA managed memory (a bitsandbytes paged optimizer)."""
+    gathered_note: str = ""
+    """How ``gathered`` was reckoned (DeepSpeed's coordinator, or FSDP's wrapped units)."""
+    gathered_label: str = "gathered ZeRO-3/FSDP units"
+    gathered_kept: int = 0
+    """Of ``gathered``, the bytes still gathered in the optimizer step (after the backward
+    released the rest): DeepSpeed's persisted small parameters."""
     fsdp: FsdpUnits | None = None
     """FSDP2's unit sizes (``sharding="fsdp2"``, ZeRO-2/3): the gathered parameters then vary
     along the step (the timeline places them) and ``gathered`` is 0."""
@@ -61,7 +68,7 @@ def train_states(model: Model, job: Job) -> States:
     """The model states of ``job`` on ``model``, computed once per model and job knobs."""
     key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
-           job.fused_optimizer, job.sharding)
+           job.fused_optimizer, job.sharding, job.checkpointing)
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -105,7 +112,7 @@ def _what_is_trained(model: Model, job: Job, recipe: TrainingRecipe) -> _Trained
 
 
 def _compute_states(model: Model, job: Job) -> States:
-    if job.sharding == "fsdp2" and job.zero >= 2:
+    if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
     recipe = get_recipe(job.precision)
     opt = get_optimizer(job.optimizer)
@@ -141,15 +148,17 @@ def _compute_states(model: Model, job: Job) -> States:
         notes.append("optimizer offloaded: fp32 master copy, states and an fp32 gradient copy "
                      "in host memory")
 
-    gathered = 0
+    gathered = _Gathered(0, 0, "", "")
     if z >= 3 and g > 1:
-        gathered = _gathered_unit_bytes(model, recipe, base_bytes > 0, job)
+        gathered = _gathered_bytes(model, recipe, base_bytes > 0, job)
     step_tmp, step_detail = optimizer_step_temporaries(
         job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
     return States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
-                  host=host, gathered=gathered, step_tmp=step_tmp, step_detail=step_detail,
-                  notes=tuple(notes), paged=paged)
+                  host=host, gathered=gathered.bytes, step_tmp=step_tmp,
+                  step_detail=step_detail, notes=tuple(notes), paged=paged,
+                  gathered_note=gathered.note, gathered_kept=gathered.kept,
+                  **({"gathered_label": gathered.label} if gathered.label else {}))
 
 
 def _paged_bytes(opt, tensors: tuple[ParamTensor, ...] | None, trainable: int) -> int:
@@ -162,33 +171,56 @@ def _paged_bytes(opt, tensors: tuple[ParamTensor, ...] | None, trainable: int) -
     return sum(opt.states * t.numel * t.count for t in tensors if t.numel >= BNB_MIN_PAGED_SIZE)
 
 
-def _gathered_unit_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) -> int:
-    """ZeRO-3/FSDP gathers one wrapped unit (a transformer layer) at a time, and prefetches the
-    next: two units of full-size parameters in the weight dtype."""
-    arch = model.architecture
-    if arch is None or not model.tensors:
-        # Unknown layout: assume 1/32 of the model per unit (a 32-layer model), stated.
-        unit = math.ceil(model.params.total / 32)
-    else:
-        # One transformer layer is the wrapped unit (the largest layer where layers differ,
-        # e.g. dense and MoE layers interleaved); embeddings and head are units of their own.
-        layers: dict[int, int] = {}
-        shared = 0
-        for t in model.tensors:
-            if t.component in ("embeddings", "head") or (t.layer is None and t.count % arch.num_layers):
-                continue
-            if t.layer is not None:
-                layers[t.layer] = layers.get(t.layer, 0) + t.total
-            else:
-                shared += t.total // arch.num_layers
-        per_layer = max((shared + v for v in layers.values()), default=shared)
-        unit = max(per_layer,
-                   max((t.total for t in model.tensors if t.component in ("embeddings", "head")),
-                       default=0))
+@record(kw_only=False)
+class _Gathered:
+    bytes: int
+    kept: int
+    note: str
+    label: str
+
+
+def _gathered_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) -> _Gathered:
+    """ZeRO-3's full-size parameters gathered at once, and how they were reckoned: DeepSpeed's
+    coordinator replayed at its defaults (:mod:`.zero3`), or -- for FSDP (LoRA under
+    ``sharding="fsdp2"``, torchtune's recipes) and where the model has no tensor list -- two
+    wrapped units (a transformer layer each: the current one and the prefetched next)."""
     elem = recipe.weight_bytes
     if lora and job.lora_base is not None:
         elem = 2  # quantized bases are gathered and dequantized to 16-bit
-    return 2 * unit * elem
+    if job.sharding == "deepspeed":
+        ds = deepspeed_gathered(model, job.checkpointing == "full")
+        if ds is not None:
+            return _Gathered(
+                bytes=ds.elements * elem, kept=ds.persisted * elem,
+                label="gathered ZeRO-3 parameters",
+                note=(f"{ds.live / 1e9:.2f}B parameters at most: DeepSpeed prefetches until "
+                      f"stage3_max_live_parameters ({MAX_LIVE:.0e}) are gathered"
+                      + (f", and keeps {ds.persisted / 1e6:.1f}M small ones" if ds.persisted
+                         else "")))
+    return _Gathered(bytes=2 * _unit_elements(model) * elem, kept=0,
+                     note="largest wrapped unit, current + prefetched", label="")
+
+
+def _unit_elements(model: Model) -> int:
+    """FSDP's wrapped unit: one transformer layer (the largest layer where layers differ, e.g.
+    dense and MoE layers interleaved); embeddings and head are units of their own."""
+    arch = model.architecture
+    if arch is None or not model.tensors:
+        # Unknown layout: assume 1/32 of the model per unit (a 32-layer model), stated.
+        return math.ceil(model.params.total / 32)
+    layers: dict[int, int] = {}
+    shared = 0
+    for t in model.tensors:
+        if t.component in ("embeddings", "head") or (t.layer is None and t.count % arch.num_layers):
+            continue
+        if t.layer is not None:
+            layers[t.layer] = layers.get(t.layer, 0) + t.total
+        else:
+            shared += t.total // arch.num_layers
+    per_layer = max((shared + v for v in layers.values()), default=shared)
+    return max(per_layer,
+               max((t.total for t in model.tensors if t.component in ("embeddings", "head")),
+                   default=0))
 
 
 def _fsdp2_states(model: Model, job: Job) -> States:
@@ -198,10 +230,9 @@ def _fsdp2_states(model: Model, job: Job) -> States:
     (``MixedPrecisionPolicy`` casts it to the compute dtype only for the all-gather) and the
     optimizer steps it directly: no 16-bit shard, no separate master, no fp32 gradient copy.
     The gathered units are placed along the step by the timeline (:mod:`.fsdp`)."""
-    if (job.lora_rank is not None or job.offload_optimizer or job.optimizer_in_backward
-            or get_optimizer(job.optimizer).paged):
+    if job.offload_optimizer or job.optimizer_in_backward or get_optimizer(job.optimizer).paged:
         raise UnsupportedError("--sharding fsdp2 plans full fine-tuning with the optimizer "
-                               "stepped on the GPU after backward; LoRA, --offload-optimizer, "
+                               "stepped on the GPU after backward; --offload-optimizer, "
                                "--optimizer-in-backward and paged optimizers are planned with "
                                "--sharding deepspeed")
     recipe = get_recipe(job.precision)

@@ -118,8 +118,11 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
                    if st.paged else "")),
     ]
     if st.gathered:
-        lines.append(Line(key="gathered_params", label="gathered ZeRO-3/FSDP units",
-                          bytes=st.gathered, note="largest wrapped unit, current + prefetched"))
+        lines.append(Line(key="gathered_params", label=st.gathered_label,
+                          bytes=at_peak.gathered, note=st.gathered_note,
+                          at_peak=("released after the backward" + (
+                              ", but for the small ones kept" if at_peak.gathered else "")
+                              if at_peak.phase == "optimizer" else "")))
     elif fsdp is not None and at_peak.gathered:
         lines.append(Line(key="gathered_params", label="gathered FSDP2 units",
                           bytes=at_peak.gathered, note="the root unit"
@@ -195,7 +198,7 @@ def _train_phases(job: Job, st: States, act: TrainActivations,
     # FSDP2: what is gathered depends on where the phase's peak is (the timeline places it);
     # nothing is gathered in the optimizer step
     fwd_g, bwd_g, step_g = ((act.forward_gathered, act.backward_gathered, 0)
-                            if st.fsdp is not None else (st.gathered,) * 3)
+                            if st.fsdp is not None else (st.gathered, st.gathered, st.gathered_kept))
     accum = grads if job.grad_accum > 1 or not job.zero_grad_set_to_none else 0
     if job.optimizer_in_backward:
         # each parameter was stepped in the backward as its gradient was made, then freed:

@@ -1,0 +1,91 @@
+"""DeepSpeed ZeRO-3's gathered parameters (gpuplan.memory.zero3), against hand calculations from
+the coordinator's rules (deepspeed/runtime/zero/partitioned_param_coordinator.py, 0.19.8):
+prefetch while fewer than min(max_live - available, bucket) elements are chosen, release unless
+used again within the reuse distance, never release parameters of at most the persistence
+threshold."""
+
+from __future__ import annotations
+
+import json
+import pytest
+
+from gpuplan.job import Job
+from gpuplan.memory import train_memory
+from gpuplan.memory.states import train_states
+from gpuplan.memory.zero3 import MAX_LIVE, PERSISTENCE, deepspeed_gathered
+from gpuplan.models import load_model, model_from_config_bytes
+
+
+def _gpt(h: int, layers: int, vocab: int = 51200, seq: int = 2048):
+    config = {"model_type": "gpt2", "n_embd": h, "n_layer": layers, "n_head": 128,
+              "n_inner": 4 * h, "vocab_size": vocab, "n_positions": seq,
+              "activation_function": "gelu_new", "tie_word_embeddings": False}
+    return model_from_config_bytes(json.dumps(config).encode(), name=f"gpt-h{h}")
+
+
+def test_530b_gathers_a_projection_and_the_prefetched_fc1():
+    """Narayanan et al. 2021's 530B (h 20,480, 105 layers): every Linear is past the live cap
+    but the attention output projection (h^2 = 419,430,400 < 1e9). So the coordinator prefetches
+    only while that one is gathered -- the next parameter it pops is fc1's (4h^2): h^2 + 4h^2 =
+    2,097,152,000 at most. Persisted: each layer's two LayerNorms (2 x 2h) and four biases
+    (3h + h + 4h + h), the final LayerNorm (2h): 13h x 105 + 2h = 27,996,160."""
+    h = 20480
+    g = deepspeed_gathered(_gpt(h, 105), full_checkpointing=True)
+    assert g.live == h * h + 4 * h * h
+    assert g.persisted == 13 * h * 105 + 2 * h
+    assert "c_proj" in g.where and "c_fc" in g.where
+
+
+def test_a_model_under_the_reuse_distance_stays_gathered():
+    """gpt2's 124,439,808 parameters are fewer than stage3_max_reuse_distance (1e9): every
+    parameter is used again within it, nothing is released, all of it stays gathered."""
+    m = load_model("gpt2")
+    for full in (False, True):
+        g = deepspeed_gathered(m, full)
+        assert g.live + g.persisted == m.params.total == 124_439_808
+
+
+def test_prefetch_runs_ahead_to_the_live_cap():
+    """A model of Linears far below the bucket and the cap: the prefetch adds at least a bucket
+    (5e7) at each submodule while fewer than 1e9 are gathered, so the gathered set grows to the
+    cap and then overshoots it by at most one parameter. Here h 4096: the largest Linear is fc
+    (4h^2 = 67,108,864): 1e9 < live < 1e9 + 4h^2."""
+    h = 4096
+    g = deepspeed_gathered(_gpt(h, 48, vocab=8192), full_checkpointing=True)
+    assert MAX_LIVE < g.live < MAX_LIVE + 4 * h * h
+
+
+def test_knobs_scale_the_answer():
+    """Halving the live cap halves where the run-ahead stops (same model as above)."""
+    h = 4096
+    m = _gpt(h, 48, vocab=8192)
+    half = deepspeed_gathered(m, True, max_live=MAX_LIVE // 2)
+    assert MAX_LIVE // 2 < half.live < MAX_LIVE // 2 + 4 * h * h
+    # a persistence threshold above every bias (4h = 16,384) but below any matrix
+    assert deepspeed_gathered(m, True, persistence=4 * h).persisted == 13 * h * 48 + 2 * h
+    assert deepspeed_gathered(m, True, persistence=4 * h - 1).persisted == 13 * h * 48 + 2 * h - 4 * h * 48
+    assert PERSISTENCE == 100_000
+
+
+def test_the_plan_uses_the_replay_under_deepspeed_only():
+    """--sharding deepspeed plans the replay (16-bit: 2 bytes an element), and the optimizer
+    step holds only the persisted ones (FSDP's units: test_fsdp_memory)."""
+    m = _gpt(20480, 105)
+    job = Job(model=m, mode="train", gpus=640, zero=3, batch=1, seq=2048, checkpointing="full",
+              precision="mixed-fp16")
+    st = train_states(m, job)
+    assert st.gathered == (5 * 20480 ** 2 + 13 * 20480 * 105 + 2 * 20480) * 2
+    assert st.gathered_kept == (13 * 20480 * 105 + 2 * 20480) * 2
+    mem = train_memory(m, job)
+    line = next(ln for ln in mem.lines if ln.key == "gathered_params")
+    assert line.label == "gathered ZeRO-3 parameters" and "stage3_max_live_parameters" in line.note
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "llama-3.1-405b", "qwen2.5-0.5b"])
+def test_every_catalog_shape_replays(name):
+    """Experts, untied heads and tied ones replay without error, and the answer is bounded:
+    more than the largest single parameter that is not persisted, at most the whole model."""
+    m = load_model(name)
+    g = deepspeed_gathered(m, True)
+    largest = max(t.numel for t in m.tensors)
+    assert largest <= g.live + g.persisted <= m.params.total
