@@ -89,3 +89,14 @@ def test_every_catalog_shape_replays(name):
     g = deepspeed_gathered(m, True)
     largest = max(t.numel for t in m.tensors)
     assert largest <= g.live + g.persisted <= m.params.total
+
+
+def test_stage3_gradient_bucket_is_reduce_bucket_size():
+    """DeepSpeed stage 3 allocates its contiguous gradient bucket at reduce_bucket_size (5e8
+    elements, stage3.py: ``torch.empty(self.reduce_bucket_size, ...)``): 1 GB of 16-bit
+    gradients. FSDP2 has no such bucket: its reduce-scatter buffers are on the timeline."""
+    m = load_model("qwen2.5-0.5b")
+    for sharding, expected in (("deepspeed", 500_000_000 * 2), ("fsdp2", None)):
+        mem = train_memory(m, Job(model=m, mode="train", gpus=8, zero=3, sharding=sharding))
+        got = {it.name: it.expected for it in mem.overhead.items}.get("ZeRO communication buckets")
+        assert got == expected

@@ -111,15 +111,19 @@ def _ddp_buckets(grad_bytes: int) -> OverheadItem:
 
 
 def _zero_buckets(elem_bytes: int, stage: int) -> OverheadItem:
-    # DeepSpeed defaults: reduce_bucket_size = allgather_bucket_size = 5e8 elements (stages 1-2);
-    # stage 3: stage3_prefetch_bucket_size 5e7 (the gathered units are a separate line).
-    n = 500_000_000 if stage in (1, 2) else 50_000_000
+    # DeepSpeed defaults: reduce_bucket_size = allgather_bucket_size = 5e8 elements. Stage 3
+    # allocates its gradient bucket at reduce_bucket_size too, once, with contiguous_gradients
+    # (its default): deepspeed/runtime/zero/stage3.py, ``bucket.buffer =
+    # torch.empty(self.reduce_bucket_size, ...)`` (0.19.8); its gathered parameters are a line
+    # of their own (memory/zero3.py).
+    n = 500_000_000
     size = n * elem_bytes
     return OverheadItem(
         name="ZeRO communication buckets",
         low=size // 4, expected=size, high=2 * size,
         basis=f"DeepSpeed defaults: reduce_bucket_size {n:.0e} elements x {elem_bytes} B "
-              "(allgather bucket the same size for stages 1-2); configurable in ds_config",
+              + ("(allgather bucket the same size)" if stage in (1, 2) else
+                 "(stage 3's contiguous gradient bucket)") + "; configurable in ds_config",
     )
 
 
@@ -167,12 +171,15 @@ def check_overrides(overrides: object) -> dict:
 def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: int,
                      dynamic: int, level: OverheadLevel = "expected",
                      training: bool = True, overrides=None,
-                     data_parallel: int | None = None) -> Overhead:
+                     data_parallel: int | None = None,
+                     sharding: str = "deepspeed") -> Overhead:
     """The overhead of one GPU process of a job; ``dynamic`` is the bytes of tensors freed and
     re-allocated each step (the fragmentation basis). ``overrides`` maps names in
     :data:`OVERRIDABLE` to bytes (``fragmentation``: a fraction of the dynamic bytes).
     ``data_parallel``: ranks the gradients are reduced over (default ``gpus``); gradient buckets
-    exist only when it is > 1 (a pure TP/PP job reduces no gradients)."""
+    exist only when it is > 1 (a pure TP/PP job reduces no gradients). ``sharding``: the ZeRO
+    engine; DeepSpeed's buckets are its own (FSDP2's all-gather and reduce-scatter buffers are
+    placed along the step by the timeline, :mod:`.fsdp`)."""
     if level not in LEVELS:
         raise InputError(f"overhead level {shown(level)}: expected one of {', '.join(LEVELS)}")
     over = check_overrides(overrides)
@@ -189,7 +196,7 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
         reduced = (data_parallel or gpus) > 1
         if training and reduced and zero == 0:
             items.append(_ddp_buckets(grad_bytes))
-        elif training and reduced:
+        elif training and reduced and not (sharding == "fsdp2" and zero >= 2):
             items.append(_zero_buckets(grad_elem_bytes, zero))
     frag = _fragmentation(dynamic)
     if "fragmentation" in over:
