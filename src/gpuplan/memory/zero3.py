@@ -103,7 +103,13 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     uses = forward + backward
     numel = {k: n for _, ps in uses for k, n in ps}
     persisted = sum(n for n in numel.values() if n <= knobs.persistence)
-    live, where = _coordinator(uses, numel, knobs)
+    # The embeddings' backward never releases: DeepSpeed hangs a module's post-backward hook on
+    # its inputs that require a gradient (parameter_offload.py), and token and position ids get
+    # none, so they stay gathered until release_backward_leftovers at the end of the backward
+    # (stage3.py) -- checked against DeepSpeed itself (tests/integration/
+    # test_zero3_deepspeed_oracle.py).
+    kept = frozenset(range(len(uses) - len(pre), len(uses)))
+    live, where = _coordinator(uses, numel, knobs, kept)
     return Gathered(live=live, persisted=persisted, where=where)
 
 
@@ -163,9 +169,10 @@ def _forward_order(tensors: tuple[ParamTensor, ...], layers: int,
 
 
 def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
+                 kept: frozenset[int] = frozenset(),
                  log: list | None = None) -> tuple[int, str]:
-    """Replay DeepSpeed's fetch, prefetch and release over ``uses``; the most non-persisted
-    elements gathered at once, and the modules gathered then."""
+    """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
+    nothing); the most non-persisted elements gathered at once, and the modules gathered then."""
     n = len(uses)
     queue = [(k, j) for j, (_, ps) in enumerate(uses) for k, _ in ps]
     # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all)
@@ -219,6 +226,8 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
             where = " + ".join(names[:4]) + (f" + {len(names) - 4} more" if len(names) > 4 else "")
         # release after the use: not if prefetched for a later use, nor used again within the
         # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
+        if j in kept:
+            continue
         last = min(bisect.bisect_left(prefix, prefix[j + 1] + knobs.max_reuse, lo=j + 1) - 1, n - 1)
         for k, c in ps:
             if k not in gathered or recent.get(k, -1) > j + 1 or next_use[j][k] <= last:
