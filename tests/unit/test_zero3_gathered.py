@@ -100,3 +100,24 @@ def test_stage3_gradient_bucket_is_reduce_bucket_size():
         mem = train_memory(m, Job(model=m, mode="train", gpus=8, zero=3, sharding=sharding))
         got = {it.name: it.expected for it in mem.overhead.items}.get("ZeRO communication buckets")
         assert got == expected
+
+
+def test_a_whole_gradient_is_in_flight_under_deepspeed_zero2(monkeypatch):
+    """Under DeepSpeed ZeRO-2/3 the kept gradients are the rank's shard, but autograd makes each
+    one whole before the reduce hook copies it into the bucket and frees it: the backward peak
+    carries at most one parameter's whole gradient more than the shard alone -- here, with its
+    peak inside the layers (full checkpointing, a small vocabulary), a layer's largest: fc1,
+    h x 4h at 16 bits -- and more than nothing."""
+    from gpuplan.memory.activations import timeline
+
+    h = 4096
+    m = _gpt(h, 8, vocab=8192)
+    job = Job(model=m, mode="train", gpus=8, zero=2, batch=1, seq=2048, checkpointing="full")
+    assert train_memory(m, job).activation_detail["backward_peak_at"] == (
+        "backward through the layers")
+    in_flight = train_memory(m, job).phases["backward"]
+    loop = timeline._Loop
+    # the timeline cache is keyed by the loop, so the plan below is computed afresh
+    monkeypatch.setattr(timeline, "_Loop", lambda **kw: loop(**{**kw, "grads_in_flight": False}))
+    shard_only = train_memory(m, job).phases["backward"]
+    assert 0 < in_flight - shard_only <= 4 * h * h * 2

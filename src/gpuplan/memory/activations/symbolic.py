@@ -519,6 +519,10 @@ class LayerProfile:
     bwd_points_acc: list = field(default_factory=list)
     """The same, for a micro-step whose parameter gradients already exist: each new parameter
     gradient is a temporary summed into ``.grad`` (gradient accumulation, tied weights)."""
+    bwd_points_inflight: list = field(default_factory=list)
+    """``bwd_points`` with each new parameter gradient also counted whole as a temporary: under
+    DeepSpeed ZeRO-2/3 autograd makes it full-size and the reduce hook then copies it into the
+    gradient bucket and frees it (the kept gradients, ``grads``, are the rank's shard)."""
     grad_out: Form = ZERO
     """The gradient that flows out of the block to the previous one."""
     param_grads: Form = ZERO
@@ -818,6 +822,7 @@ class _Backward:
         self.points.append((self.act, self.tmp, self.pgrad, ZERO))
         prof.bwd_points = prune([(a, t, p) for a, t, p, _ in self.points])
         prof.bwd_points_acc = prune([(a, t + n, ZERO) for a, t, _, n in self.points])
+        prof.bwd_points_inflight = prune([(a, t + n, p) for a, t, p, n in self.points])
 
     def _gradients(self, op: _Op) -> None:
         """The op's backward, when a gradient reaches it: its inputs' gradients are allocated,

@@ -66,6 +66,10 @@ class _Loop:
     step_per_elem: float = 0.0
     """Bytes the optimizer step allocates per element of the parameter it steps (foreach
     AdamW's sqrt of the second moment; 0 when fused or 8-bit): the in-backward step's."""
+    grads_in_flight: bool = False
+    """The kept gradients are a ZeRO-2/3 shard under DeepSpeed: each new one is made whole by
+    autograd, then copied into the reduce bucket and freed (stage_1_and_2.py / stage3.py
+    ``reduce_partition_and_remove_grads``), so a whole gradient is a temporary at its point."""
 
 
 #: torchtune OffloadActivations(max_fwd_stash_size=5): the latest offloaded tensors stay on the
@@ -97,7 +101,9 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
     b = batch if batch is not None else job.batch
     prof = step_profile(model, job, seq=s, shard=shard)
     loop = _Loop(offload=job.offload_activations, in_backward=job.optimizer_in_backward,
-                 step_per_elem=step_per_elem)
+                 step_per_elem=step_per_elem,
+                 grads_in_flight=(job.zero >= 2 and job.gpus > 1 and job.sharding == "deepspeed"
+                                  and fsdp is None))
     key = (id(prof), b, s, grad_bytes, _grads_alive(job), arch.tie_word_embeddings,
            job.attention, loop, fsdp)
     hit = _TIMELINES.get(key)
@@ -244,9 +250,9 @@ class _BackwardPeak:
     made -- and only ``held`` ones (a tied weight's, waiting for its second use) stay."""
 
     def __init__(self, b: int, s: int, *, grad_bytes: int, total_param_grads: int,
-                 accumulating: bool, in_backward: bool = False) -> None:
+                 accumulating: bool, in_backward: bool = False, in_flight: bool = False) -> None:
         self.b, self.s, self.accumulating = b, s, accumulating
-        self.in_backward = in_backward
+        self.in_backward, self.in_flight = in_backward, in_flight
         self.scale = grad_bytes / total_param_grads if total_param_grads else 0.0
         self.grads_before = grad_bytes if accumulating else 0
         self.best = (-1, 0, 0, 0, "")
@@ -267,7 +273,7 @@ class _BackwardPeak:
             for ba, bt, _ in p.bwd_points_acc:
                 self._consider(a0 + ba(b, s), t0 + bt(b, s), grads, where)
         else:
-            for ba, bt, bg in p.bwd_points:
+            for ba, bt, bg in (p.bwd_points_inflight if self.in_flight else p.bwd_points):
                 self._consider(a0 + ba(b, s), t0 + bt(b, s), round((pg0 + bg(b, s)) * self.scale),
                                where)
 
@@ -294,7 +300,7 @@ def _backward_peak(prof: StepProfile, runs: list[_Run], b: int, s: int, *, grad_
     peak = _BackwardPeak(b, s, grad_bytes=grad_bytes, accumulating=accumulating,
                          total_param_grads=E.param_grads(b, s) + H.param_grads(b, s)
                          + sum(r.n * r.param_grads for r in runs) - shared,
-                         in_backward=loop.in_backward)
+                         in_backward=loop.in_backward, in_flight=loop.grads_in_flight)
     step = lambda p: round(loop.step_per_elem * p.largest_param)  # noqa: E731
     act = prof.inputs(b, s) + E.saved(b, s) + sum(r.n * r.kept for r in runs) + H.saved(b, s)
     tmp = (E.autocast_copies(b, s) + H.autocast_copies(b, s)
