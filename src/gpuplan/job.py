@@ -89,7 +89,8 @@ _INT_FIELDS = {"batch": "batch", "grad_accum": "grad_accum", "gpus": "gpus", "tp
                "pp": "gpus", "cp": "gpus", "ep": "gpus", "gpus_per_node": "gpus",
                "loss_chunks": "int"}
 _OPT_INT_FIELDS = {"seq": "seq", "context": "context", "lora_rank": "lora_rank",
-                   "micro_batches": "grad_accum"}
+                   "micro_batches": "grad_accum", "stage3_max_live_parameters": "count",
+                   "stage3_prefetch_bucket_size": "count"}
 _BOOL_FIELDS = ("offload_optimizer", "fused_optimizer", "use_cache", "sequence_parallel",
                 "optimizer_in_backward", "offload_activations", "pp_embedding_part",
                 "pp_loss_part", "distribute_checkpoints")
@@ -273,6 +274,12 @@ class Job:
     fp32 shard is the master, the root unit stays gathered from forward into backward, gradients
     are reduce-scattered per block; LoRA under fsdp2 keeps the deepspeed states with FSDP's two
     gathered layers). ZeRO-2/3 only for fsdp2 (FSDP2 has no optimizer-only sharding)."""
+    stage3_max_live_parameters: int | None = None
+    """DeepSpeed ZeRO-3's ``stage3_max_live_parameters``: its prefetch stops once this many
+    parameter elements are gathered (None: DeepSpeed's default, 1e9). ZeRO-3 under deepspeed."""
+    stage3_prefetch_bucket_size: int | None = None
+    """DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size``: elements one prefetch round chooses
+    at most (None: DeepSpeed's default, 5e7). ZeRO-3 under deepspeed."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -307,6 +314,13 @@ class Job:
             raise InputError("zero 1 with sharding fsdp2: FSDP2 shards parameters, gradients and "
                              "optimizer states together; use --zero 2 (reshard_after_forward="
                              "False) or 3, or --sharding deepspeed")
+        for name in ("stage3_max_live_parameters", "stage3_prefetch_bucket_size"):
+            v = getattr(self, name)
+            if v is not None and (self.zero != 3 or self.sharding != "deepspeed"):
+                raise InputError(
+                    f"{name.replace('_', ' ')} {v} with zero {self.zero} under sharding "
+                    f"{self.sharding}: it is a DeepSpeed ZeRO-3 setting; use --zero 3 with "
+                    f"--sharding deepspeed, or drop it")
         if self.optimizer_in_backward and self.grad_accum > 1:
             raise InputError("--optimizer-in-backward with --grad-accum "
                              f"{self.grad_accum}: each step runs as its gradient is ready, so "

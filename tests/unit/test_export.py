@@ -80,6 +80,24 @@ def test_gradient_clipping_is_written_or_refused(monkeypatch, tmp_path, tt_manag
             export_plan(j.with_(zero=3), engine)
 
 
+def test_stage3_gathering_is_written_or_refused(monkeypatch):
+    """--stage3-max-live-parameters / --stage3-prefetch-bucket-size plan ZeRO-3's gathering and
+    reach DeepSpeed's own zero config; unset, DeepSpeed's defaults stand (what the plan used);
+    an engine without the setting refuses it in one line."""
+    j = job(gpus=16, zero=3, batch=1, stage3_max_live_parameters=200_000_000,
+            stage3_prefetch_bucket_size=10_000_000)
+    c = ds_parse(export_plan(j, "deepspeed"), j.dp, monkeypatch).zero_config
+    assert (c.max_live_parameters, c.prefetch_bucket_size) == (200_000_000, 10_000_000)
+    plain = ds_parse(export_plan(job(gpus=16, zero=3, batch=1), "deepspeed"), 16, monkeypatch)
+    from gpuplan.memory.zero3 import MAX_LIVE, PREFETCH_BUCKET  # what the plan assumes
+    assert (plain.zero_config.max_live_parameters, plain.zero_config.prefetch_bucket_size) == (
+        MAX_LIVE, PREFETCH_BUCKET)
+    for engine in ("accelerate", "fsdp", "torchtitan"):
+        with pytest.raises(InputError, match="--stage3-max-live-parameters") as e:
+            export_plan(j, engine)
+        assert "\n" not in str(e.value)
+
+
 def test_deepspeed_tensor_parallel_is_autotp(monkeypatch):
     j = job(gpus=16, tp=2, zero=1, batch=1)
     text = export_plan(j, "deepspeed")

@@ -22,7 +22,8 @@ FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimiz
           "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel",
           "distribute_checkpoints", "pp_schedule",
           "pp_embedding_part", "pp_loss_part",
-          "micro_batches", "gpus_per_node", "inter_node", "sharding"]
+          "micro_batches", "gpus_per_node", "inter_node", "sharding",
+          "stage3_max_live_parameters", "stage3_prefetch_bucket_size"]
 
 
 def cli_job(*argv: str) -> Job:

@@ -121,3 +121,22 @@ def test_a_whole_gradient_is_in_flight_under_deepspeed_zero2(monkeypatch):
     monkeypatch.setattr(timeline, "_Loop", lambda **kw: loop(**{**kw, "grads_in_flight": False}))
     shard_only = train_memory(m, job).phases["backward"]
     assert 0 < in_flight - shard_only <= 4 * h * h * 2
+
+
+def test_the_stage3_settings_plan_the_gathering():
+    """--stage3-max-live-parameters lowers where the prefetch stops (8B: its largest parameter,
+    the head's 128,256 x 4,096, can still be the one that crosses the cap); it is a DeepSpeed
+    ZeRO-3 setting, refused in one line elsewhere."""
+    from gpuplan.errors import InputError
+
+    m = load_model("llama-3.1-8b")
+    base = Job(model=m, mode="train", gpus=8, zero=3)
+    low = Job(model=m, mode="train", gpus=8, zero=3, stage3_max_live_parameters=200_000_000)
+    g_base, g_low = train_states(m, base), train_states(m, low)
+    head = 128256 * 4096
+    assert g_low.gathered < g_base.gathered
+    assert 200_000_000 * 2 < g_low.gathered - g_low.gathered_kept <= (200_000_000 + head) * 2
+    for kw in (dict(zero=2), dict(zero=3, sharding="fsdp2")):
+        with pytest.raises(InputError, match="DeepSpeed ZeRO-3 setting") as e:
+            Job(model=m, mode="train", gpus=8, stage3_prefetch_bucket_size=1000, **kw)
+        assert "\n" not in str(e.value)

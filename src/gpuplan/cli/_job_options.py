@@ -18,7 +18,8 @@ from .._record import record
 from ..errors import InputError
 from ..hardware.topology import parse_inter_node
 from ..job import Job
-from ..units import parse_positive_int
+from ..bounds import BOUNDS
+from ..units import parse_count, parse_positive_int
 
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
            "flag_of"]
@@ -120,6 +121,12 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "
               "inputs full checkpointing keeps over the TP group (Megatron's "
               "--distribute-saved-activations)"),
+    JobOption("--stage3-max-live-parameters", "stage3_max_live_parameters", "count",
+              "DeepSpeed ZeRO-3: prefetch until this many parameters are gathered (its "
+              "default 1e9; e.g. 2e8 on a small GPU)", "N"),
+    JobOption("--stage3-prefetch-bucket-size", "stage3_prefetch_bucket_size", "count",
+              "DeepSpeed ZeRO-3: parameters one prefetch round takes at most (its default 5e7)",
+              "N"),
     JobOption("--pp-schedule", "pp_schedule", "str", "pipeline schedule: gpipe, 1f1b (default), "
               "interleaved:V", "SCHEDULE"),
     JobOption("--pp-embedding-part", "pp_embedding_part", "flag", "the embedding counts as one "
@@ -193,6 +200,8 @@ def given_job_options(args: argparse.Namespace) -> dict[str, object]:
             continue
         if o.kind == "int":
             v = parse_positive_int(v, what=o.flag)
+        elif o.kind == "count":  # 1e9, 200M, 50000000
+            v = parse_count(v, what=o.flag, maximum=BOUNDS["count"].high)
         elif o.kind == "float":
             v = parse_fraction(v, what=o.flag)
         elif o.kind == "number":  # its range is the Job's (gpuplan.bounds)

@@ -5,7 +5,9 @@ Keys from DeepSpeed's config documentation (https://www.deepspeed.ai/docs/config
 data-parallel ranks (DeepSpeed asserts exactly this), ``zero_optimization.stage`` and
 ``offload_optimizer``, the ``bf16`` / ``fp16`` blocks (both keep an fp32 master copy: the
 ``mixed-*`` recipes), ``torch_autocast`` (``amp-bf16``), ``tensor_parallel.autotp_size`` (AutoTP
-training, ZeRO stages 0-2 only).
+training, ZeRO stages 0-2 only), ``zero_optimization.stage3_max_live_parameters`` and
+``stage3_prefetch_bucket_size`` where the plan set them (else DeepSpeed's defaults, which
+:mod:`gpuplan.memory.zero3` assumes).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from ..models import Model
 from ._common import TRAIN_FIELDS, accumulation, check_expressed, refuse, train_only
 
 ENGINE = "deepspeed"
-_EXPRESSED = frozenset({"zero", "offload_optimizer", "fused_optimizer", "tp", "max_grad_norm"})
+_EXPRESSED = frozenset({"zero", "offload_optimizer", "fused_optimizer", "tp", "max_grad_norm",
+                        "stage3_max_live_parameters", "stage3_prefetch_bucket_size"})
 
 #: gpuplan optimizer -> DeepSpeed ``optimizer.type`` (its own Adam/AdamW/Lion/Adagrad, else a
 #: ``torch.optim`` class by name) and params.
@@ -63,6 +66,11 @@ def _optimizer(job: Job) -> dict:
 
 def _zero(job: Job) -> dict:
     zero: dict = {"stage": job.zero}
+    # ZeRO-3's gathering, where the plan was made with other than DeepSpeed's defaults
+    if job.stage3_max_live_parameters is not None:
+        zero["stage3_max_live_parameters"] = job.stage3_max_live_parameters
+    if job.stage3_prefetch_bucket_size is not None:
+        zero["stage3_prefetch_bucket_size"] = job.stage3_prefetch_bucket_size
     if job.offload_optimizer:
         if job.zero == 0:
             raise refuse(ENGINE, "--offload-optimizer needs ZeRO: add --zero 1, 2 or 3")

@@ -68,7 +68,8 @@ def train_states(model: Model, job: Job) -> States:
     """The model states of ``job`` on ``model``, computed once per model and job knobs."""
     key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
-           job.fused_optimizer, job.sharding, job.checkpointing)
+           job.fused_optimizer, job.sharding, job.checkpointing,
+           job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size)
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -188,13 +189,17 @@ def _gathered_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) 
     if lora and job.lora_base is not None:
         elem = 2  # quantized bases are gathered and dequantized to 16-bit
     if job.sharding == "deepspeed":
-        ds = deepspeed_gathered(model, job.checkpointing == "full")
+        knobs = {k: v for k, v in (("max_live", job.stage3_max_live_parameters),
+                                   ("prefetch_bucket", job.stage3_prefetch_bucket_size))
+                 if v is not None}
+        ds = deepspeed_gathered(model, job.checkpointing == "full", **knobs)
+        cap = knobs.get("max_live", MAX_LIVE)
         if ds is not None:
             return _Gathered(
                 bytes=ds.elements * elem, kept=ds.persisted * elem,
                 label="gathered ZeRO-3 parameters",
                 note=(f"{ds.live / 1e9:.2f}B parameters at most: DeepSpeed prefetches until "
-                      f"stage3_max_live_parameters ({MAX_LIVE:.0e}) are gathered"
+                      f"stage3_max_live_parameters ({cap:.0e}) are gathered"
                       + (f", and keeps {ds.persisted / 1e6:.1f}M small ones" if ds.persisted
                          else "")))
     return _Gathered(bytes=2 * _unit_elements(model) * elem, kept=0,
