@@ -140,3 +140,25 @@ def test_the_stage3_settings_plan_the_gathering():
         with pytest.raises(InputError, match="DeepSpeed ZeRO-3 setting") as e:
             Job(model=m, mode="train", gpus=8, stage3_prefetch_bucket_size=1000, **kw)
         assert "\n" not in str(e.value)
+
+
+def test_the_solver_offers_a_lower_live_cap():
+    """On a GPU where DeepSpeed ZeRO-3 is ~2 GB short, fit's "What to change" offers
+    --stage3-max-live-parameters 1e8, planned in full: its peak is the plan of that job."""
+    from gpuplan.hardware import get_gpu
+    from gpuplan.solver import suggest
+
+    m = load_model("llama-3.1-8b")
+    job = Job(model=m, mode="train", gpus=16, zero=3)
+    got = suggest(m, job, get_gpu("A100-40GB"))
+    hit = [s for s in got.suggestions if [c.knob for c in s.changes]
+           == ["stage3_max_live_parameters"]]
+    assert hit and hit[0].job.stage3_max_live_parameters == 100_000_000
+    lower = train_memory(m, Job(model=m, mode="train", gpus=16, zero=3,
+                                stage3_max_live_parameters=100_000_000))
+    assert hit[0].peak_bytes == lower.total_bytes < got.current_peak_bytes
+    # nothing to offer where ZeRO-3 is not DeepSpeed's
+    fsdp = suggest(m, Job(model=m, mode="train", gpus=16, zero=3, sharding="fsdp2"),
+                   get_gpu("A100-40GB"))
+    assert not any(c.knob == "stage3_max_live_parameters" for s in fsdp.suggestions
+                   for c in s.changes)
