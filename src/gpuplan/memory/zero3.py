@@ -14,13 +14,19 @@ the first step used them:
   prefetched, or they are used again within the next ``stage3_max_reuse_distance`` elements of
   the recorded order (counting every parameter of every submodule visited);
 * parameters of at most ``stage3_param_persistence_threshold`` elements (norms, biases) are never
-  freed: every rank keeps them whole.
+  freed: every rank keeps them whole;
+* the embeddings are not freed after their backward (their post-backward hook hangs on inputs
+  that need a gradient, and token ids get none) but at its end, with the leftovers.
 
 Under activation checkpointing the recompute runs each layer's forward again inside the
 backward, so the order is: forward, the head's backward, then per layer (last first) its
 recompute and its backward. :func:`deepspeed_gathered` replays that order with the defaults
-below (what :mod:`gpuplan.export.deepspeed` leaves in the config it writes) and returns the most
-elements gathered at any point -- the peak, taken as coinciding with the step's memory peak.
+below (what :mod:`gpuplan.export.deepspeed` leaves in the config it writes, unless the Job sets
+them) and returns the most elements gathered at any point -- the peak, taken as coinciding with
+the step's memory peak. DeepSpeed itself, run on the CPU, is the oracle
+(tests/integration/test_zero3_deepspeed_oracle.py); what it does that this does not: a prefetch
+round on entering every module, parameter-less containers included (it matters only where the
+prefetch bucket, not the live cap, stops a round).
 """
 
 from __future__ import annotations
@@ -169,8 +175,7 @@ def _forward_order(tensors: tuple[ParamTensor, ...], layers: int,
 
 
 def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
-                 kept: frozenset[int] = frozenset(),
-                 log: list | None = None) -> tuple[int, str]:
+                 kept: frozenset[int] = frozenset()) -> tuple[int, str]:
     """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
     nothing); the most non-persisted elements gathered at once, and the modules gathered then."""
     n = len(uses)
@@ -218,8 +223,6 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                 gathered[k] = c
                 available += c
                 chosen += c
-        if log is not None:
-            log.append((j, label, available, tuple(gathered)))
         if available > peak:
             peak = available
             names = list(dict.fromkeys(owner[k] for k in gathered))
