@@ -43,6 +43,18 @@ def check_writable(path: str | os.PathLike, *, what: str = "--plot") -> Path:
     return p
 
 
+def check_plot(path: str | os.PathLike, *, formats: tuple[str, ...] = ("png",)) -> Path:
+    """A chart's file name, checked before any work: writable, and named for a format the chart
+    is written in (a PNG is never written into ``x.txt``)."""
+    p = check_writable(path, what="--plot")
+    suffix = p.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        names = ", ".join(f".{f}" for f in formats)
+        raise InputError(f"--plot {str(p)!r}: the chart is written as {names}; give a file name "
+                         f"ending in {' or '.join(f'.{f}' for f in formats)}")
+    return p
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     """Write ``data`` to ``path`` completely or not at all (temp file + rename)."""
     import tempfile  # only commands that write files pay for it

@@ -229,3 +229,16 @@ def test_fit_trace_says_what_it_cannot_trace(capsys, cli):
                          "--precision", "q4_0", "--trace", "--no-speed")
     assert code == 0, err
     assert "not traced: the q4_0 weight format is not traced" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ("fit", "gpt2"), ("speed", "gpt2", "--gpu", "H100"),
+    ("cluster", "llama-3.1-8b", "--gpu", "H100", "--gpus", "8", "--seq", "2048",
+     "--global-batch", "64")])
+def test_plot_names_its_format_before_any_work(cli, tmp_path, argv):
+    """A chart is a PNG: --plot x.txt is one line naming the value and the fix, exit 2, and no
+    file is written (it once wrote a PNG into x.txt)."""
+    target = tmp_path / "chart.txt"
+    rc, out, err = cli(*argv, "--plot", str(target))
+    assert rc == 2 and err.count("\n") == 1 and "ending in .png" in err and str(target) in err
+    assert not target.exists()

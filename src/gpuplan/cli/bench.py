@@ -169,12 +169,12 @@ def _show(args: argparse.Namespace, saved, console) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .._io import check_writable
+    from .._io import check_plot
     from ..report._console import console_for
 
     console = console_for(sys.stdout, width=160)
     if args.plot:
-        check_writable(args.plot, what="--plot")
+        check_plot(args.plot)
     if args.history or args.compare or args.show:
         return _stored(args, console)
 

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from .._io import check_writable
+from .._io import check_plot
 from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..hardware import resolve_gpu
 from ..models import load_model
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.plot:
-        check_writable(args.plot, what="--plot")
+        check_plot(args.plot)
     gpu, alias = resolve_gpu(args.gpu)
     model = load_model(args.model, download=args.download)
     job = job_from_args(args, model, command="cluster", default_mode="train",

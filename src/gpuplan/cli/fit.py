@@ -138,13 +138,11 @@ def export_config(args: argparse.Namespace, job: Job) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._io import check_writable
+    from .._io import check_plot
     from ..fit import plan
 
     if args.plot:
-        check_writable(args.plot, what="--plot")
-        if not args.plot.lower().endswith(".png"):
-            raise InputError(f"--plot {args.plot!r}: expected a .png file name")
+        check_plot(args.plot)
     job = job_from_args(args)
     if export_config(args, job):
         return 0

@@ -99,9 +99,9 @@ def _estimate_flags(args: argparse.Namespace, expected: float | None) -> None:
 
 
 def _check_plot(path: str) -> None:
-    from .._io import check_writable
+    from .._io import check_plot
 
-    check_writable(path, what="--plot")
+    check_plot(path, formats=("png", "svg", "pdf"))
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -71,7 +71,7 @@ def job_from_args(args: argparse.Namespace, model):
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._io import check_writable
+    from .._io import check_plot
     from ..compute import batch_sweep, estimate_speed
     from ..hardware import resolve_gpu
     from ..hardware.cpu import detect_cpu
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     epochs = _float(args.epochs, "--epochs", bound="epochs")
     price = _float(args.price, "--price", bound="price")
     if args.plot:
-        check_writable(args.plot, what="--plot")
+        check_plot(args.plot)
     gpu, alias = resolve_gpu(args.gpu)
     model = load_model(args.model, download=args.download)
     job = job_from_args(args, model)

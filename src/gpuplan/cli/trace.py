@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._extras import require
-from .._io import check_writable
+from .._io import check_plot
 from ..errors import InputError
 from ..models import is_hub_id, load_model
 from ..report.trace import plot_timeline, render_trace, trace_json
@@ -71,10 +71,7 @@ def run(args: argparse.Namespace) -> int:
     # torch first (the one-line install command when it is missing), before any argument work.
     require("torch", "transformers", feature="gpuplan trace")
     if args.plot:
-        check_writable(args.plot)
-        if not args.plot.lower().endswith(".png"):
-            raise InputError(f"--plot {args.plot!r}: the chart is a PNG; give a file name ending "
-                             "in .png")
+        check_plot(args.plot)
     if args.real and args.device not in (None, "cpu"):
         raise InputError("--real runs the step on this machine's CPU; use it with --device cpu "
                          "(--device cuda always runs the step for real on the GPU)")
