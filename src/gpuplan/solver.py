@@ -33,7 +33,7 @@ from .memory.fewest import (LayoutFit, fewest_tp, fewest_zero3, infer_layout, sh
                             train_layout)
 from .models import Model
 from .memory.overhead import OverheadLevel
-from .memory.zero3 import MAX_LIVE
+from .memory.zero3 import MAX_LIVE, count_text
 from .units import format_bytes
 
 __all__ = ["Change", "Suggestion", "Suggestions", "suggest", "max_batch", "max_seq",
@@ -294,9 +294,9 @@ def _zero3_knobs(job: Job) -> list[tuple[Change, dict]]:
     if cap <= _SMALL_LIVE:
         return []
     return [(Change(knob="stage3_max_live_parameters", value=_SMALL_LIVE, tier=_THROUGHPUT,
-                    text=f"--stage3-max-live-parameters {_sci(_SMALL_LIVE)}",
-                    cost=f"DeepSpeed prefetches {_sci(_SMALL_LIVE)} parameters ahead instead "
-                         f"of {_sci(cap)}: less of the weight all-gather overlaps compute (not "
+                    text=f"--stage3-max-live-parameters {count_text(_SMALL_LIVE)}",
+                    cost=f"DeepSpeed prefetches {count_text(_SMALL_LIVE)} parameters ahead instead "
+                         f"of {count_text(cap)}: less of the weight all-gather overlaps compute (not "
                          "timed here)"),
              {"stage3_max_live_parameters": _SMALL_LIVE})]
 
@@ -304,11 +304,6 @@ def _zero3_knobs(job: Job) -> list[tuple[Change, dict]]:
 #: What the solver offers for stage3_max_live_parameters: a tenth of DeepSpeed's default.
 _SMALL_LIVE = 100_000_000
 
-
-def _sci(n: int) -> str:
-    """1e8 for 100,000,000 (as a DeepSpeed config is written); other counts in full."""
-    e = len(str(n)) - 1
-    return f"1e{e}" if n == 10 ** e else f"{n:,}"
 
 
 def _attention_knobs(job: Job) -> list[tuple[Change, dict]]:

@@ -21,7 +21,7 @@ from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
 from .lora import lora_tensors
 from .optimizer import optimizer_step_temporaries, state_bytes
-from .zero3 import MAX_LIVE, deepspeed_gathered
+from .zero3 import MAX_LIVE, count_text, deepspeed_gathered
 
 __all__ = ["shard", "States", "train_states"]
 
@@ -149,7 +149,7 @@ def _compute_states(model: Model, job: Job) -> States:
         notes.append("optimizer offloaded: fp32 master copy, states and an fp32 gradient copy "
                      "in host memory")
 
-    gathered = _Gathered(0, 0, "", "")
+    gathered = _Gathered(0, 0, "", _FSDP_UNITS)
     if z >= 3 and g > 1:
         gathered = _gathered_bytes(model, recipe, base_bytes > 0, job)
     step_tmp, step_detail = optimizer_step_temporaries(
@@ -159,7 +159,7 @@ def _compute_states(model: Model, job: Job) -> States:
                   host=host, gathered=gathered.bytes, step_tmp=step_tmp,
                   step_detail=step_detail, notes=tuple(notes), paged=paged,
                   gathered_note=gathered.note, gathered_kept=gathered.kept,
-                  **({"gathered_label": gathered.label} if gathered.label else {}))
+                  gathered_label=gathered.label)
 
 
 def _paged_bytes(opt, tensors: tuple[ParamTensor, ...] | None, trainable: int) -> int:
@@ -170,6 +170,9 @@ def _paged_bytes(opt, tensors: tuple[ParamTensor, ...] | None, trainable: int) -
     if tensors is None:
         return opt.states * trainable
     return sum(opt.states * t.numel * t.count for t in tensors if t.numel >= BNB_MIN_PAGED_SIZE)
+
+
+_FSDP_UNITS = "gathered ZeRO-3/FSDP units"
 
 
 @record(kw_only=False)
@@ -199,11 +202,11 @@ def _gathered_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) 
                 bytes=ds.elements * elem, kept=ds.persisted * elem,
                 label="gathered ZeRO-3 parameters",
                 note=(f"{ds.live / 1e9:.2f}B parameters at most: DeepSpeed prefetches until "
-                      f"stage3_max_live_parameters ({cap:.0e}) are gathered"
+                      f"stage3_max_live_parameters ({count_text(cap)}) are gathered"
                       + (f", and keeps {ds.persisted / 1e6:.1f}M small ones" if ds.persisted
                          else "")))
     return _Gathered(bytes=2 * _unit_elements(model) * elem, kept=0,
-                     note="largest wrapped unit, current + prefetched", label="")
+                     note="largest wrapped unit, current + prefetched", label=_FSDP_UNITS)
 
 
 def _unit_elements(model: Model) -> int:

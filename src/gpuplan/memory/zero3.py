@@ -39,13 +39,20 @@ from .._record import record
 from ..models import Model, ParamTensor
 
 __all__ = ["PREFETCH_BUCKET", "MAX_LIVE", "MAX_REUSE", "PERSISTENCE", "Gathered",
-           "deepspeed_gathered"]
+           "deepspeed_gathered", "count_text"]
 
 #: DeepSpeed's ``zero_optimization`` defaults (deepspeed/runtime/zero/config.py, 0.19.8).
 PREFETCH_BUCKET = 50_000_000      # stage3_prefetch_bucket_size
 MAX_LIVE = 1_000_000_000          # stage3_max_live_parameters
 MAX_REUSE = 1_000_000_000         # stage3_max_reuse_distance
 PERSISTENCE = 100_000             # stage3_param_persistence_threshold
+
+
+def count_text(n: int) -> str:
+    """A ``stage3_*`` count as a DeepSpeed config writes it: 1e9 for 1,000,000,000, else in
+    full (200,000,000)."""
+    e = len(str(n)) - 1
+    return f"1e{e}" if n == 10 ** e else f"{n:,}"
 
 
 @record(kw_only=False)
