@@ -295,15 +295,14 @@ def _zero3_knobs(job: Job) -> list[tuple[Change, dict]]:
         return []
     return [(Change(knob="stage3_max_live_parameters", value=_SMALL_LIVE, tier=_THROUGHPUT,
                     text=f"--stage3-max-live-parameters {count_text(_SMALL_LIVE)}",
-                    cost=f"DeepSpeed prefetches {count_text(_SMALL_LIVE)} parameters ahead instead "
-                         f"of {count_text(cap)}: less of the weight all-gather overlaps compute (not "
-                         "timed here)"),
+                    cost=f"DeepSpeed prefetches {count_text(_SMALL_LIVE)} parameters ahead "
+                         f"instead of {count_text(cap)}: less of the weight all-gather overlaps "
+                         "compute (not timed here)"),
              {"stage3_max_live_parameters": _SMALL_LIVE})]
 
 
 #: What the solver offers for stage3_max_live_parameters: a tenth of DeepSpeed's default.
 _SMALL_LIVE = 100_000_000
-
 
 
 def _attention_knobs(job: Job) -> list[tuple[Change, dict]]:

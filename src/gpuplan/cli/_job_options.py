@@ -18,7 +18,6 @@ from .._record import record
 from ..errors import InputError
 from ..hardware.topology import parse_inter_node
 from ..job import Job
-from ..bounds import BOUNDS
 from ..units import parse_count, parse_positive_int
 
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
@@ -201,7 +200,7 @@ def given_job_options(args: argparse.Namespace) -> dict[str, object]:
         if o.kind == "int":
             v = parse_positive_int(v, what=o.flag)
         elif o.kind == "count":  # 1e9, 200M, 50000000
-            v = parse_count(v, what=o.flag, maximum=BOUNDS["count"].high)
+            v = parse_count(v, what=o.flag)  # the Job checks its range
         elif o.kind == "float":
             v = parse_fraction(v, what=o.flag)
         elif o.kind == "number":  # its range is the Job's (gpuplan.bounds)

@@ -196,7 +196,7 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
         reduced = (data_parallel or gpus) > 1
         if training and reduced and zero == 0:
             items.append(_ddp_buckets(grad_bytes))
-        elif training and reduced and not (sharding == "fsdp2" and zero >= 2):
+        elif training and reduced and sharding == "deepspeed":
             items.append(_zero_buckets(grad_elem_bytes, zero))
     frag = _fragmentation(dynamic)
     if "fragmentation" in over:

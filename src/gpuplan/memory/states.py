@@ -21,7 +21,7 @@ from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
 from .lora import lora_tensors
 from .optimizer import optimizer_step_temporaries, state_bytes
-from .zero3 import MAX_LIVE, count_text, deepspeed_gathered
+from .zero3 import MAX_LIVE, PREFETCH_BUCKET, count_text, deepspeed_gathered
 
 __all__ = ["shard", "States", "train_states"]
 
@@ -192,11 +192,10 @@ def _gathered_bytes(model: Model, recipe: TrainingRecipe, lora: bool, job: Job) 
     if lora and job.lora_base is not None:
         elem = 2  # quantized bases are gathered and dequantized to 16-bit
     if job.sharding == "deepspeed":
-        knobs = {k: v for k, v in (("max_live", job.stage3_max_live_parameters),
-                                   ("prefetch_bucket", job.stage3_prefetch_bucket_size))
-                 if v is not None}
-        ds = deepspeed_gathered(model, job.checkpointing == "full", **knobs)
-        cap = knobs.get("max_live", MAX_LIVE)
+        cap = job.stage3_max_live_parameters or MAX_LIVE
+        ds = deepspeed_gathered(
+            model, job.checkpointing == "full", max_live=cap,
+            prefetch_bucket=job.stage3_prefetch_bucket_size or PREFETCH_BUCKET)
         if ds is not None:
             return _Gathered(
                 bytes=ds.elements * elem, kept=ds.persisted * elem,

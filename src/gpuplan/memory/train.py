@@ -119,11 +119,12 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
                    if st.paged else "")),
     ]
     if st.gathered:
+        released = ""
+        if at_peak.phase == "optimizer":
+            released = "released after the backward" + (
+                ", but for the small ones kept" if at_peak.gathered else "")
         lines.append(Line(key="gathered_params", label=st.gathered_label,
-                          bytes=at_peak.gathered, note=st.gathered_note,
-                          at_peak=("released after the backward" + (
-                              ", but for the small ones kept" if at_peak.gathered else "")
-                              if at_peak.phase == "optimizer" else "")))
+                          bytes=at_peak.gathered, note=st.gathered_note, at_peak=released))
     elif fsdp is not None and at_peak.gathered:
         lines.append(Line(key="gathered_params", label="gathered FSDP2 units",
                           bytes=at_peak.gathered, note="the root unit"

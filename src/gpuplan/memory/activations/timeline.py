@@ -102,8 +102,7 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
     prof = step_profile(model, job, seq=s, shard=shard)
     loop = _Loop(offload=job.offload_activations, in_backward=job.optimizer_in_backward,
                  step_per_elem=step_per_elem,
-                 grads_in_flight=(job.zero >= 2 and job.gpus > 1 and job.sharding == "deepspeed"
-                                  and fsdp is None))
+                 grads_in_flight=job.zero >= 2 and job.gpus > 1 and job.sharding == "deepspeed")
     key = (id(prof), b, s, grad_bytes, _grads_alive(job), arch.tie_word_embeddings,
            job.attention, loop, fsdp)
     hit = _TIMELINES.get(key)
