@@ -269,7 +269,7 @@ class Job:
     sharding: Sharding = "deepspeed"
     """The engine behind ``zero``: ``deepspeed`` (ZeRO: 16-bit weight shards beside an fp32
     master copy under mixed precision; ZeRO-3 gathers as DeepSpeed's coordinator does at its
-    defaults, :mod:`gpuplan.memory.zero3`) or ``fsdp2``
+    defaults, :mod:`gpuplan.engines.zero3`) or ``fsdp2``
     (PyTorch's ``fully_shard`` per block and on the root, as torchtitan and torchtune wrap: the
     fp32 shard is the master, the root unit stays gathered from forward into backward, gradients
     are reduce-scattered per block; LoRA under fsdp2 keeps the deepspeed states with FSDP's two

@@ -33,7 +33,7 @@ from .memory.fewest import (LayoutFit, fewest_tp, fewest_zero3, infer_layout, sh
                             train_layout)
 from .models import Model
 from .memory.overhead import OverheadLevel
-from .memory.zero3 import MAX_LIVE, count_text
+from .engines.zero3 import MAX_LIVE, count_text
 from .units import format_bytes
 
 __all__ = ["Change", "Suggestion", "Suggestions", "suggest", "max_batch", "max_seq",
@@ -286,7 +286,7 @@ def _schedule_knobs(job: Job) -> list[tuple[Change, dict]]:
 
 def _zero3_knobs(job: Job) -> list[tuple[Change, dict]]:
     """DeepSpeed ZeRO-3 prefetches until stage3_max_live_parameters (1e9 by default) are
-    gathered (:mod:`gpuplan.memory.zero3`): a tenth of that gives back ~1.8 GB of 16-bit
+    gathered (:mod:`gpuplan.engines.zero3`): a tenth of that gives back ~1.8 GB of 16-bit
     parameters on any model past a billion, for less of the all-gather hidden behind compute."""
     if job.zero != 3 or job.sharding != "deepspeed" or job.gpus < 2:
         return []

@@ -1,5 +1,5 @@
 """Oracle: real DeepSpeed ZeRO-3 on the CPU, world size 1, against gpuplan's replay of its
-parameter coordinator (:func:`gpuplan.memory.zero3.deepspeed_gathered`).
+parameter coordinator (:func:`gpuplan.engines.zero3.deepspeed_gathered`).
 
 A subprocess (DeepSpeed keeps process-wide state: the accelerator, module-id counters, the process
 group) trains a tiny transformers ``GPT2LMHeadModel`` built under ``deepspeed.zero.Init`` for three
@@ -19,6 +19,10 @@ its pre-backward hook, is still gathered when ``wte`` is fetched after it, and b
 only by ``release_backward_leftovers`` at the end of the backward (``runtime/zero/stage3.py:3068``,
 ``partitioned_param_coordinator.py:554``). This test found it (the "embeddings-leftover"
 setting), and the replay now keeps the embeddings through the backward.
+
+The weight traffic is compared too: the elements DeepSpeed all-gathers in the third step (counted
+in the coordinator's ``__all_gather_params_``) against the replay's ``Gathered.fetched`` -- the
+count the speed model charges a ZeRO-3 step.
 
 One way DeepSpeed 0.19.8 gathers more than the replay, pinned below as a strict xfail on a
 setting where it decides the peak (the other settings avoid it):
@@ -45,7 +49,7 @@ for _mod in ("torch", "deepspeed", "transformers"):
     if importlib.util.find_spec(_mod) is None:  # not imported here: DeepSpeed runs in a child
         pytest.skip(f"{_mod} is not installed", allow_module_level=True)
 
-from gpuplan.memory.zero3 import deepspeed_gathered  # noqa: E402
+from gpuplan.engines.zero3 import deepspeed_gathered  # noqa: E402
 from gpuplan.models import model_from_config_bytes  # noqa: E402
 
 CONFIG = {"model_type": "gpt2", "n_embd": 64, "n_layer": 4, "n_head": 4, "vocab_size": 256,
@@ -71,6 +75,16 @@ _PARAMLESS = pytest.mark.xfail(strict=True, reason=(
     "(parameter_offload.py:543,582 -> partitioned_param_coordinator.py:451-485); the replay runs "
     "one per parameter-owning module, so with a 1-element bucket it prefetches less far ahead"))
 XFAIL = {"paramless-prefetch": _PARAMLESS}
+#: Where the prefetch bucket binds, DeepSpeed's extra rounds on parameter-less modules also pop
+#: later uses off its queue sooner; a parameter whose later use was popped is not released
+#: (``__params_to_release``: ``__most_recent_step_id_param_fetched_for``), so DeepSpeed fetches
+#: fewer elements a step than the replay: 284,864 against 334,464 ("bucket-binds", plain),
+#: 415,872 against 432,256 ("no-reuse", plain; DeepSpeed kept the last block's MLP weights from
+#: forward to backward at a reuse distance of 0). Under DeepSpeed's defaults they agree.
+_PARAMLESS_FETCH = pytest.mark.xfail(strict=True, reason=(
+    "DeepSpeed's prefetch rounds on parameter-less modules mark later uses as fetched, which "
+    "keeps those parameters gathered: fewer fetches than the replay where the bucket binds"))
+FETCH_XFAIL = {n: _PARAMLESS_FETCH for n in ("bucket-binds", "no-reuse", "paramless-prefetch")}
 
 # The child: everything DeepSpeed touches stays in it. It prints one line, ORACLE <json>.
 _WORKER = r'''
@@ -87,6 +101,7 @@ try:
     import deepspeed
     from deepspeed.runtime.zero.partitioned_param_coordinator import (
         PartitionedParameterCoordinator as Coordinator)
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
     from transformers import GPT2Config, GPT2LMHeadModel
     # The shared-memory allreduce op is JIT-compiled (a minute, into ~/.cache) and is of no use
     # to one process; DeepSpeed runs without it where it does not build.
@@ -96,8 +111,20 @@ except Exception as e:  # noqa: BLE001
     sys.exit(0)
 
 COUNTER = "_PartitionedParameterCoordinator__n_available_params"
-state = {"step": None, "peaks": {}, "counter_seen": False}
+GATHER = "_PartitionedParameterCoordinator__all_gather_params_"
+state = {"step": None, "peaks": {}, "fetched": {}, "counter_seen": False}
 _fetch = Coordinator.fetch_sub_module
+_gather = getattr(Coordinator, GATHER, None)
+
+def all_gather_params_(self, params, *args, **kwargs):
+    # the elements this call all-gathers: those not yet available (DeepSpeed's own test)
+    if state["step"] is not None:
+        n = sum(p.ds_numel for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE)
+        state["fetched"][state["step"]] = state["fetched"].get(state["step"], 0) + n
+    return _gather(self, params, *args, **kwargs)
+
+if _gather is not None:
+    setattr(Coordinator, GATHER, all_gather_params_)
 
 def fetch_sub_module(self, *args, **kwargs):
     _fetch(self, *args, **kwargs)
@@ -129,7 +156,7 @@ def run(knobs, ckpt):
     engine, *_ = deepspeed.initialize(model=model, config=ds_config, dist_init_required=False,
                                       optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
     ids = torch.randint(0, cfg["vocab_size"], (1, 16))
-    state["peaks"] = {}
+    state["peaks"], state["fetched"] = {}, {}
     for step in range(3):
         state["step"] = step
         loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
@@ -140,7 +167,8 @@ def run(knobs, ckpt):
     persisted = sum(p.ds_numel for p in engine.module.parameters() if p.ds_persist)
     engine.destroy()
     return {"peaks": [state["peaks"].get(s, 0) for s in range(3)], "persisted": persisted,
-            "params": params}
+            "params": params,
+            "fetched": [state["fetched"].get(s, 0) for s in range(3)] if _gather else None}
 
 sock = socket.socket()
 sock.bind(("127.0.0.1", 0))
@@ -227,3 +255,24 @@ def test_live_peak_matches_deepspeed(oracle, model, name, ckpt):
     assert ours.live == peaks[2], (
         f"DeepSpeed {oracle['deepspeed']} held {peaks[2]} elements gathered at once in the "
         f"third step; gpuplan replays {ours.live} ({ours.where})")
+
+
+@pytest.mark.parametrize("ckpt", [False, True], ids=["plain", "checkpointed"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=FETCH_XFAIL[n]) if n in FETCH_XFAIL
+                                  else n for n in SETTINGS])
+def test_fetched_elements_match_deepspeed(oracle, model, name, ckpt):
+    """The weight traffic of a step: the elements DeepSpeed all-gathers in the third step
+    (counted where its coordinator launches each all-gather, ``__all_gather_params_``: the
+    parameters not yet available) against the replay's fetches -- what the speed model charges
+    a ZeRO-3 step's all-gathers (:func:`gpuplan.compute.parallel.zero3_gathers`)."""
+    bucket, live, reuse, persist = SETTINGS[name]
+    fetched = oracle["results"][f"{name}|{int(ckpt)}"]["fetched"]
+    if fetched is None:
+        pytest.skip(f"DeepSpeed {oracle['deepspeed']}'s coordinator has no __all_gather_params_")
+    assert fetched[1] == fetched[2], f"not steady from the second step on: {fetched}"
+    ours = deepspeed_gathered(model, ckpt, prefetch_bucket=bucket, max_live=live,
+                              max_reuse=reuse, persistence=persist)
+    assert ours.fetched == fetched[2], (
+        f"DeepSpeed {oracle['deepspeed']} all-gathered {fetched[2]} elements in the third step; "
+        f"gpuplan replays {ours.fetched} ({ours.gathers:.3f} x the {ours.partitioned} "
+        "partitioned)")

@@ -89,7 +89,7 @@ def test_stage3_gathering_is_written_or_refused(monkeypatch):
     c = ds_parse(export_plan(j, "deepspeed"), j.dp, monkeypatch).zero_config
     assert (c.max_live_parameters, c.prefetch_bucket_size) == (200_000_000, 10_000_000)
     plain = ds_parse(export_plan(job(gpus=16, zero=3, batch=1), "deepspeed"), 16, monkeypatch)
-    from gpuplan.memory.zero3 import MAX_LIVE, MAX_REUSE, PERSISTENCE, PREFETCH_BUCKET
+    from gpuplan.engines.zero3 import MAX_LIVE, MAX_REUSE, PERSISTENCE, PREFETCH_BUCKET
     z = plain.zero_config  # DeepSpeed's own defaults: what the plan assumes
     assert (z.max_live_parameters, z.prefetch_bucket_size, z.max_reuse_distance,
             z.param_persistence_threshold) == (MAX_LIVE, PREFETCH_BUCKET, MAX_REUSE, PERSISTENCE)

@@ -24,6 +24,7 @@ LAYERS = [
     {"report", "export"},
     {"fit", "solver", "cluster", "trace", "measure", "crosscheck", "doctor"},
     {"memory", "compute"},
+    {"engines"},
     {"job"},
     {"formats"},
     {"models", "hardware"},

@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-3's gathered parameters (gpuplan.memory.zero3), against hand calculations from
+"""DeepSpeed ZeRO-3's gathered parameters (gpuplan.engines.zero3), against hand calculations from
 the coordinator's rules (deepspeed/runtime/zero/partitioned_param_coordinator.py, 0.19.8):
 prefetch while fewer than min(max_live - available, bucket) elements are chosen, release unless
 used again within the reuse distance, never release parameters of at most the persistence
@@ -12,7 +12,7 @@ import pytest
 from gpuplan.job import Job
 from gpuplan.memory import train_memory
 from gpuplan.memory.states import train_states
-from gpuplan.memory.zero3 import MAX_LIVE, PERSISTENCE, deepspeed_gathered
+from gpuplan.engines.zero3 import MAX_LIVE, PERSISTENCE, deepspeed_gathered
 from gpuplan.models import load_model, model_from_config_bytes
 
 
@@ -36,6 +36,27 @@ def test_530b_gathers_a_projection_and_the_prefetched_fc1():
     assert "c_proj" in g.where and "c_fc" in g.where
 
 
+def test_530b_weight_traffic_per_step():
+    """What the coordinator all-gathers in one step of the 530B (the speed model's ZeRO-3
+    traffic). Partitioned (freed after use): 12h^2 a layer (c_attn 3h^2, attention c_proj h^2,
+    c_fc 4h^2, MLP c_proj 4h^2; biases and norms persist), the word and position embeddings and
+    the untied head. Without checkpointing each is fetched for its forward and again for its
+    backward, except the head, whose backward follows its forward at once (within the 1e9
+    reuse distance): 2 x partitioned - head. With full checkpointing a layer is fetched again
+    for its recompute, and its backward then re-fetches all but the MLP's c_proj -- used right
+    after its recompute, while c_fc's next use lies past the 1.68e9 elements of that c_proj:
+    per layer 12h^2 + 12h^2 + 8h^2."""
+    h, layers, vocab, seq = 20480, 105, 51200, 2048
+    emb, pos, head = vocab * h, seq * h, vocab * h
+    partitioned = layers * 12 * h * h + emb + pos + head
+    plain = deepspeed_gathered(_gpt(h, layers), full_checkpointing=False)
+    assert plain.partitioned == partitioned
+    assert plain.fetched == 2 * partitioned - head
+    full = deepspeed_gathered(_gpt(h, layers), full_checkpointing=True)
+    assert full.fetched == layers * 32 * h * h + 2 * emb + 2 * pos + head
+    assert full.gathers == pytest.approx(2.662, abs=1e-3)
+
+
 def test_a_model_under_the_reuse_distance_stays_gathered():
     """gpt2's 124,439,808 parameters are fewer than stage3_max_reuse_distance (1e9): every
     parameter is used again within it, nothing is released, all of it stays gathered."""
@@ -43,6 +64,7 @@ def test_a_model_under_the_reuse_distance_stays_gathered():
     for full in (False, True):
         g = deepspeed_gathered(m, full)
         assert g.live + g.persisted == m.params.total == 124_439_808
+        assert g.fetched == g.live and g.gathers == 1.0  # one all-gather a step, no more
 
 
 def test_prefetch_runs_ahead_to_the_live_cap():

@@ -7,7 +7,7 @@ data-parallel ranks (DeepSpeed asserts exactly this), ``zero_optimization.stage`
 ``mixed-*`` recipes), ``torch_autocast`` (``amp-bf16``), ``tensor_parallel.autotp_size`` (AutoTP
 training, ZeRO stages 0-2 only), ``zero_optimization.stage3_max_live_parameters`` and
 ``stage3_prefetch_bucket_size`` where the plan set them (else DeepSpeed's defaults, which
-:mod:`gpuplan.memory.zero3` assumes).
+:mod:`gpuplan.engines.zero3` assumes).
 """
 
 from __future__ import annotations

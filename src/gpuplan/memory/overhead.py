@@ -115,7 +115,7 @@ def _zero_buckets(elem_bytes: int, stage: int) -> OverheadItem:
     # allocates its gradient bucket at reduce_bucket_size too, once, with contiguous_gradients
     # (its default): deepspeed/runtime/zero/stage3.py, ``bucket.buffer =
     # torch.empty(self.reduce_bucket_size, ...)`` (0.19.8); its gathered parameters are a line
-    # of their own (memory/zero3.py).
+    # of their own (engines/zero3.py).
     n = 500_000_000
     size = n * elem_bytes
     return OverheadItem(

@@ -21,7 +21,7 @@ from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
 from .lora import lora_tensors
 from .optimizer import optimizer_step_temporaries, state_bytes
-from .zero3 import MAX_LIVE, PREFETCH_BUCKET, count_text, deepspeed_gathered
+from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, count_text, deepspeed_gathered
 
 __all__ = ["shard", "States", "train_states"]
 

@@ -65,6 +65,20 @@ class Gathered:
     """Elements of the parameters small enough to stay gathered for good."""
     where: str
     """What is gathered at the worst point, in module names."""
+    fetched: int = 0
+    """Elements all-gathered over one step (forward, any recompute, backward): every fetch
+    and prefetch of a freed-after-use parameter. The persisted ones are gathered once, before
+    the first step, and not counted."""
+    partitioned: int = 0
+    """Elements of the freed-after-use parameters (each counted once)."""
+
+    @property
+    def gathers(self) -> float:
+        """All-gathers of the partitioned weights per step, in whole-model units: 2 when every
+        parameter is freed after its forward and fetched again for its backward, 3 with a
+        checkpointed recompute in between, less where the reuse distance keeps parameters
+        gathered across uses (a model under ~5e8 parameters: 1)."""
+        return self.fetched / self.partitioned if self.partitioned else 0.0
 
     @property
     def elements(self) -> int:
@@ -122,8 +136,10 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     # (stage3.py) -- checked against DeepSpeed itself (tests/integration/
     # test_zero3_deepspeed_oracle.py).
     kept = frozenset(range(len(uses) - len(pre), len(uses)))
-    live, where = _coordinator(uses, numel, knobs, kept)
-    return Gathered(live=live, persisted=persisted, where=where)
+    live, where, fetched = _coordinator(uses, numel, knobs, kept)
+    partitioned = sum(n for n in numel.values() if n > knobs.persistence)
+    return Gathered(live=live, persisted=persisted, where=where, fetched=fetched,
+                    partitioned=partitioned)
 
 
 def _forward_order(tensors: tuple[ParamTensor, ...], layers: int,
@@ -182,9 +198,10 @@ def _forward_order(tensors: tuple[ParamTensor, ...], layers: int,
 
 
 def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
-                 kept: frozenset[int] = frozenset()) -> tuple[int, str]:
+                 kept: frozenset[int] = frozenset()) -> tuple[int, str, int]:
     """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
-    nothing); the most non-persisted elements gathered at once, and the modules gathered then."""
+    nothing); the most non-persisted elements gathered at once, the modules gathered then, and
+    the elements fetched over the whole replay."""
     n = len(uses)
     queue = [(k, j) for j, (_, ps) in enumerate(uses) for k, _ in ps]
     # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all)
@@ -205,12 +222,13 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     available = 0
     recent: dict[str, int] = {}
     ptr = 0
-    peak, where = 0, ""
+    peak, where, fetched = 0, "", 0
     for j, (label, ps) in enumerate(uses):
         for k, c in ps:
             if c > knobs.persistence and k not in gathered:
                 gathered[k] = c
                 available += c
+                fetched += c
         # the current use's own entries leave the queue (unless a prefetch took them)
         wanted = {k for k, _ in ps if recent.get(k, -1) < j}
         popped: set[str] = set()
@@ -230,6 +248,7 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                 gathered[k] = c
                 available += c
                 chosen += c
+                fetched += c
         if available > peak:
             peak = available
             names = list(dict.fromkeys(owner[k] for k in gathered))
@@ -244,4 +263,4 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                 continue
             del gathered[k]
             available -= c
-    return peak, where
+    return peak, where, fetched
