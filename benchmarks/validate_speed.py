@@ -26,7 +26,7 @@ from gpuplan.compute import estimate_speed
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import Topology, topology_for
 from gpuplan.job import Job
-from gpuplan.models import architecture_from_config, load_model
+from gpuplan.models import architecture_from_config, load_model, model_from_config_bytes
 from gpuplan.models._types import Architecture
 
 HERE = Path(__file__).resolve().parent
@@ -79,6 +79,18 @@ def _shape_arch(model: dict) -> Architecture:
         tie_word_embeddings=bool(s.get("tied_embeddings", True)), mlp="gated" if gated else "gelu",
         activation="silu" if gated else "gelu", norm=s.get("norm", "layernorm"),
         position="rotary" if rope else "learned")
+
+
+def _gpt_model(model: dict):
+    """A GPT shape (learned positions, LayerNorm, GeLU MLP, untied head unless stated) with its
+    tensors, as transformers' GPT-2 config builds it: what DeepSpeed ZeRO-3's coordinator
+    replay needs (tests/unit/test_published_layouts.py times the same rows on the same)."""
+    s = model["shape"]
+    config = {"model_type": "gpt2", "n_embd": s["hidden"], "n_layer": s["layers"],
+              "n_head": s["heads"], "n_inner": s["ffn"], "vocab_size": s["vocab"],
+              "n_positions": s["seq"], "activation_function": "gelu_new",
+              "tie_word_embeddings": bool(s.get("tied_embeddings"))}
+    return model_from_config_bytes(json.dumps(config).encode(), name=model["name"])
 
 
 _PRECISION = {"amp_bf16": "mixed-bf16", "amp-fp16": "amp-fp16", "fp32": "fp32"}
@@ -379,6 +391,27 @@ def _lora(job: dict, notes: list[str]) -> dict:
 FUSED_ATTENTION_YEAR = 2022
 
 
+#: DeepSpeed ZeRO-3 overlaps its weight all-gathers with the compute since PR #1453 (a prefetch
+#: on its own all-gather stream, merged January 2022). Before it they were waited for: "the async
+#: version is not async at all, because each all_gather calls torch.cuda.synchronize()" (PR
+#: #1188, June 2021, on DeepSpeed 0.3.16; issue #1174: ZeRO-3's forward 480 ms against ZeRO-2's
+#: 60 ms on the same 8 x A100 node, "bounded by the parameter gathering").
+ZERO3_PREFETCH_YEAR = 2022
+
+
+def gather_overlap(run: dict, job: Job, notes: list[str] | None = None) -> bool:
+    """Whether ``run``'s ZeRO-3 weight all-gathers overlap its compute: not for DeepSpeed's
+    before :data:`ZERO3_PREFETCH_YEAR` (said in ``notes``)."""
+    if job.zero != 3 or job.sharding != "deepspeed":
+        return True
+    if (run["source"].get("year") or ZERO3_PREFETCH_YEAR) >= ZERO3_PREFETCH_YEAR:
+        return True
+    if notes is not None:
+        notes.append(f"DeepSpeed ZeRO-3 in {run['source']['year']}: its weight all-gathers waited "
+                     "for, not overlapped (before DeepSpeed PR #1453, January 2022)")
+    return False
+
+
 def _attention(run: dict, notes: list[str]) -> str:
     stated = str(run["job"].get("attention") or "")
     if "eager" in stated:
@@ -500,6 +533,10 @@ def predict(run: dict) -> Row:
         value = est.tokens_per_s
     else:
         job = _train_job(run, runtime, notes)
+        if job.zero == 3 and job.sharding == "deepspeed" and isinstance(model, Architecture):
+            model = _gpt_model(run["model"])
+            notes.append("DeepSpeed ZeRO-3: timed on the shape's tensors (a GPT-2 config), whose "
+                         "coordinator replay gives the weight all-gathers a step")
         layout = _layout(run)
         topo = _topology(run, gpu, notes, job)
         link = "nvlink" if job.gpus > 1 and topo is None else None
@@ -507,7 +544,8 @@ def predict(run: dict) -> Row:
         norm, clip = _grad_clip(run, job.precision, notes)
         est = estimate_speed(model, gpu, job.with_(max_grad_norm=norm), measured=None, link=link, optimizer_impl=impl,
                              grad_clip_impl=clip, topology=topo,
-                             tp_overlap=bool(layout and layout[1]))
+                             tp_overlap=bool(layout and layout[1]),
+                             gather_overlap=gather_overlap(run, job, notes))
         value = _train_value(est, unit, run)
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes))
 

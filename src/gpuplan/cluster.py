@@ -23,7 +23,7 @@ from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.parallel import (
     Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_costs,
-    model_flops_per_token, serve_time, shard_arch, stage_params,
+    model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
 from .compute.step import StepSpec, build_steps, infer_precision, train_precision
 from .errors import GpuplanError, InputError, shown
@@ -201,6 +201,8 @@ class _Ctx:
     usable: int
     tp_overlap: bool
     costs: dict = field(default_factory=dict)
+    gathers: dict = field(default_factory=dict)
+    """ZeRO-3's weight all-gathers a micro-batch, by (sharding, checkpointing)."""
 
 
 def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx:
@@ -220,6 +222,13 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
         c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
                                    batch=lay.batch, seq=lay.seq, attention=c.base.attention,
                                    runtime=c.base.runtime)
+    if lay.zero == 3:
+        gkey = (lay.sharding, lay.checkpointing)
+        if gkey not in c.gathers:
+            c.gathers[gkey] = zero3_gathers(
+                *gkey, c.model, max_live=c.base.stage3_max_live_parameters,
+                prefetch_bucket=c.base.stage3_prefetch_bucket_size)
+        lay = replace(lay, weight_gathers=c.gathers[gkey])
     return layout_time(arch, c.costs[key][lay.checkpointing], lay, c.topo, device=c.device, eff=c.eff, prec=c.prec,
                        params=c.model.params.total, flops_per_token=flops_per_token,
                        state_bytes_per_param=per_param, tp_overlap=c.tp_overlap)

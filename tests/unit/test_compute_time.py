@@ -376,16 +376,28 @@ def test_measured_numbers_replace_the_defaults_for_the_same_gpu():
 
 @pytest.mark.parametrize("sharding,ckpt,gathers", [
     ("deepspeed", "full", 3), ("fsdp2", "full", 2), ("deepspeed", "none", 2),
+    ("deepspeed", "full", "replay"), ("deepspeed", "none", "replay"),
 ])
 def test_zero3_traffic_per_micro_batch_and_the_recompute_gather(sharding, ckpt, gathers):
     """ZeRO-3 moves, for every micro-batch, a reduce-scatter of the gradients and all-gathers of
     the weights (forward, backward; DeepSpeed with full checkpointing a third for the recompute,
-    FSDP not), each half an all-reduce's bytes: (grad + gathers x weight) / 2 x micro-batches."""
+    FSDP not), each half an all-reduce's bytes: (grad + gathers x weight) / 2 x micro-batches.
+    Those counts hold for an architecture without its tensor list; given the model, DeepSpeed's
+    are its coordinator's fetches ("replay": fewer, its reuse distance keeping some gathered)."""
     from gpuplan.compute import estimate_speed
+    from gpuplan.engines.zero3 import deepspeed_gathered
     from gpuplan.models import load_model
 
     m = load_model("llama-3.1-8b")
-    est = estimate_speed(m, H100, J(batch=1, seq=2048, gpus=16, zero=3, grad_accum=4,
-                                    checkpointing=ckpt, sharding=sharding), measured=None)
+    job = J(batch=1, seq=2048, gpus=16, zero=3, grad_accum=4, checkpointing=ckpt,
+            sharding=sharding)
     n = m.params.total
+    if gathers == "replay":
+        est = estimate_speed(m, H100, job, measured=None)
+        g = deepspeed_gathered(m, ckpt == "full").gathers
+        assert g < 2
+        assert est.scaling.gradient_bytes == pytest.approx((n * 2 + g * n * 2) / 2 * 4, abs=1)
+        return
+    est = estimate_speed(m if sharding == "fsdp2" else m.architecture, H100, job, measured=None)
+    n = est.trainable_params
     assert est.scaling.gradient_bytes == int((n * 2 + gathers * n * 2) / 2 * 4)

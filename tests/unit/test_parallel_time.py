@@ -95,15 +95,53 @@ def test_distributed_checkpoints_gather_each_layer_input_once_by_hand():
 
 
 def test_zero3_layout_traffic_counts_micro_batches_and_deepspeeds_recompute_gather():
-    """Under a layout too: ZeRO-3's traffic is 1.5 all-reduces a micro-batch (FSDP), 2 under
-    DeepSpeed with full checkpointing (a third gather for the recompute)."""
+    """Under a layout too: ZeRO-3's traffic is 1.5 all-reduces a micro-batch (FSDP); under
+    DeepSpeed with full checkpointing (1 + g) / 2, g the all-gathers its coordinator makes (the
+    replay, checked against DeepSpeed in tests/integration/test_zero3_deepspeed_oracle.py), and
+    2 (a third gather for the recompute) for an architecture without its tensor list."""
+    from gpuplan.engines.zero3 import deepspeed_gathered
+
     m = load_model("llama-3.1-8b")
     kw = dict(gpus=32, tp=2, zero=3, checkpointing="full")
     ds = _train(m, **kw, grad_accum=4).layout
+    bare = estimate_speed(m.architecture, H100, Job(model=m, mode="train", seq=2048, **kw,
+                                                   grad_accum=4), measured=None).layout
     fs = _train(m, **kw, grad_accum=4, sharding="fsdp2").layout
     one = _train(m, **kw, grad_accum=1, sharding="fsdp2").layout
-    assert ds.dp_comm_s == pytest.approx(fs.dp_comm_s * 2 / 1.5)
+    g = deepspeed_gathered(m, True).gathers
+    assert 1.85 < g < 1.9  # a layer (218M) within the 1e9 reuse distance: recompute -> backward
+    assert ds.dp_comm_s == pytest.approx(fs.dp_comm_s * (1 + g) / 3)
+    assert bare.dp_comm_s == pytest.approx(fs.dp_comm_s * 2 / 1.5, rel=1e-3)
     assert fs.dp_comm_s == pytest.approx(4 * one.dp_comm_s)
+
+
+def test_zero3_gathers_waited_for_are_exposed():
+    """gather_overlap=False (DeepSpeed before January 2022): the weights' all-gathers -- g of
+    the (1 + g) half-all-reduces a micro-batch moves -- are exposed whole; only the gradients'
+    reduce-scatter hides under the step's compute. Checked on the layout's own figures, and on
+    the data-parallel table, where serial_bytes carries the same share."""
+    from gpuplan.engines.zero3 import deepspeed_gathered
+
+    m = load_model("llama-3.1-8b")
+    kw = dict(gpus=8, tp=2, zero=3, checkpointing="full", grad_accum=2, batch=8)
+    job = Job(model=m, mode="train", seq=2048, **kw)  # one node: compute outlasts the traffic
+    on = estimate_speed(m, H100, job, measured=None).layout
+    off = estimate_speed(m, H100, job, measured=None, gather_overlap=False).layout
+    g = deepspeed_gathered(m, True).gathers
+    assert off.dp_comm_s == on.dp_comm_s  # the same traffic, less of it hidden
+    gathers = on.dp_comm_s * g / (1 + g)
+    # overlapped, the traffic hides under the compute but for its last bucket; waited for, the
+    # gathers add whole and the reduce-scatter still hides but for that bucket
+    assert on.dp_comm_s < on.compute_s
+    assert off.dp_exposed_s == pytest.approx(gathers + on.dp_exposed_s, rel=1e-9)
+
+    dp = Job(model=m, mode="train", seq=2048, batch=8, gpus=8, zero=3, checkpointing="full")
+    a = estimate_speed(m, H100, dp, measured=None, link="nvlink").scaling.rows[-1]
+    b = estimate_speed(m, H100, dp, measured=None, link="nvlink",
+                       gather_overlap=False).scaling.rows[-1]
+    assert b.allreduce_s == a.allreduce_s < a.step_time_s - a.exposed_comm_s
+    assert b.exposed_comm_s == pytest.approx(g / (1 + g) * b.allreduce_s + a.exposed_comm_s,
+                                             rel=1e-9)
 
 
 def test_data_parallel_only_keeps_the_link_model():

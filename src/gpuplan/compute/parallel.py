@@ -44,10 +44,11 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .._record import record
+from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, deepspeed_gathered
 from ..errors import InputError
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
-from ..models._types import Architecture
+from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import optimizer_op, recompute_ops
 from .time import time_ops
@@ -89,6 +90,14 @@ class Layout:
     sharding: str = "deepspeed"
     """Whose ZeRO-3 (:data:`gpuplan.job.Sharding`): DeepSpeed gathers the weights again for a
     checkpointed layer's recompute, FSDP keeps the recompute's gather for the backward."""
+    weight_gathers: float | None = None
+    """ZeRO-3's all-gathers of the weights per micro-batch, in whole-model units
+    (:func:`zero3_gathers` of the model); None: the count without a tensor list."""
+    gather_overlap: bool = True
+    """ZeRO-3's weight all-gathers run beside the compute (a prefetch on its own stream: FSDP,
+    DeepSpeed since its PR #1453, January 2022); False: each one waited for before the layer
+    runs, as DeepSpeed ZeRO-3 did before (PR #1188, June 2021: "each all_gather calls
+    torch.cuda.synchronize()"), only the gradients' reduce-scatter overlapped."""
 
     @classmethod
     def of(cls, job: Job, seq: int) -> "Layout":
@@ -391,16 +400,33 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     return tp * stage_layers, cp * stage_layers, ep * stage_layers
 
 
-def zero3_gathers(sharding: str, checkpointing: str) -> int:
-    """All-gathers of the weights per micro-batch under ZeRO-3: forward and backward; and with
-    full checkpointing under DeepSpeed, one more for the recompute -- its forward hooks fetch a
-    module's parameters and release them after every forward call, the recompute's included,
-    and the backward hook fetches them again (deepspeed/runtime/zero/parameter_offload.py,
-    ``pre_/post_sub_module_forward_function``; partitioned_param_coordinator.py releases
-    trainable parameters there). FSDP skips the release in a forward recomputed inside
-    backward (torch ``_runtime_utils._post_forward``: ``BACKWARD_PRE``; FSDP2
-    ``FSDPParamGroup.post_forward``: ``is_bw()``), so its backward uses the recompute's gather."""
-    return 3 if sharding == "deepspeed" and checkpointing == "full" else 2
+def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture | None = None,
+                  *, max_live: int | None = None, prefetch_bucket: int | None = None) -> float:
+    """All-gathers of the weights per micro-batch under ZeRO-3, in whole-model units.
+
+    FSDP: 2, forward and backward. It skips the release in a forward recomputed inside backward
+    (torch ``_runtime_utils._post_forward``: ``BACKWARD_PRE``; FSDP2
+    ``FSDPParamGroup.post_forward``: ``is_bw()``), so its backward uses the recompute's gather.
+
+    DeepSpeed, given a ``model`` with its tensor list: what its parameter coordinator fetches in
+    a step (:func:`gpuplan.engines.zero3.deepspeed_gathered`, ``Gathered.gathers``) under the
+    ``stage3_*`` settings given (its defaults otherwise) -- every parameter in forward and again
+    in backward, and once more for a checkpointed layer's recompute (its hooks release after
+    every forward call, the recompute's included), except where the reuse distance (1e9
+    elements) keeps a parameter gathered from one use to the next: a model under ~5e8
+    parameters is gathered once a step; a 175B GPT with full checkpointing 2.66 times, its MLP
+    weights kept from recompute to backward. DeepSpeed itself on the CPU checks the count
+    (tests/integration/test_zero3_deepspeed_oracle.py). Without tensors: 2, or 3 with full
+    checkpointing, the count before the reuse distance."""
+    full = checkpointing == "full"
+    if sharding != "deepspeed":
+        return 2.0
+    if isinstance(model, Model):
+        g = deepspeed_gathered(model, full, max_live=max_live or MAX_LIVE,
+                               prefetch_bucket=prefetch_bucket or PREFETCH_BUCKET)
+        if g is not None and g.partitioned:
+            return g.gathers
+    return 3.0 if full else 2.0
 
 
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
@@ -409,17 +435,23 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     gathers the weights (forward, backward) and reduce-scatters the gradients for every
     micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
     1.5 all-reduces' bytes come once per micro-batch, overlapped with the whole step; 2 with
-    DeepSpeed and full checkpointing (:func:`zero3_gathers`)."""
+    DeepSpeed and full checkpointing, less where its reuse distance keeps weights gathered
+    (:func:`zero3_gathers`, ``lay.weight_gathers``)."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
     factor = 1.0
     if lay.zero == 3:
-        factor = (1 + zero3_gathers(lay.sharding, lay.checkpointing)) / 2 * lay.micro_batches
+        gathers = (lay.weight_gathers if lay.weight_gathers is not None
+                   else zero3_gathers(lay.sharding, lay.checkpointing))
+        factor = (1 + gathers) / 2 * lay.micro_batches
     full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
                                     efficiency=eff.comm)
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,
                            efficiency=eff.comm)
+    if lay.zero == 3 and not lay.gather_overlap:  # the gathers serial, the reduce-scatter not
+        serial = full * gathers / (1 + gathers)
+        return full, serial + max(full - serial - window_s, last)
     return full, max(full - window_s, last)
 
 

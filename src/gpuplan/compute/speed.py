@@ -266,7 +266,7 @@ def estimate_speed(
     price_per_gpu_hour: float | None = None, trainable_params: int | None = None,
     efficiency: Efficiency | None = None, measured: Any | None | Literal["auto"] = "auto",
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
-    tp_overlap: bool = False, optimizer_impl: str | None = None,
+    tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
@@ -299,6 +299,7 @@ def estimate_speed(
     ``gpus_per_node`` on the SKU's NVLink, nodes on ``inter_node`` or 400 Gb/s per GPU, stated in
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
+    ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
     """
     mode = one_mode(job)
     positive_int(new_tokens, "new tokens", 10**7)
@@ -314,11 +315,13 @@ def estimate_speed(
     prec = _precision(job, mode, device, tf32, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
+    gathers = _weight_gathers(model, job, mode, notes)
     if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
-                               notes=notes, impls=(optimizer_impl, grad_clip_impl))
+                               notes=notes, impls=(optimizer_impl, grad_clip_impl),
+                               gathers=gathers, gather_overlap=gather_overlap)
         return replace(est, training_time=_training_time(est, train_tokens, train_samples,
                                                          epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
@@ -335,7 +338,8 @@ def estimate_speed(
     scaling = None
     if mode == "train":
         scaling = _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
-                           overlap_comm=overlap_comm, n_params=n_params, gpu=gpu)
+                           overlap_comm=overlap_comm, n_params=n_params, gpu=gpu,
+                           gathers=gathers, gather_overlap=gather_overlap)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -374,13 +378,15 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                      device: Device, eff: Efficiency, prec: PrecisionLayout, job: Job, *,
                      mode: StepMode, seq: int, new_tokens: int, topology: Topology | None,
                      tp_overlap: bool, per_sample: int | None, pinned: bool,
-                     notes: list[str], impls: tuple = (None, None)) -> SpeedEstimate:
+                     notes: list[str], impls: tuple = (None, None),
+                     gathers: float | None = None,
+                     gather_overlap: bool = True) -> SpeedEstimate:
     """The estimate of a job under its parallel layout (:mod:`.parallel`); ``impls``: how its
     optimizer and its clip run (:func:`estimate_speed`'s ``optimizer_impl``,
     ``grad_clip_impl``)."""
     topo = topology or topology_for(gpu, gpus_per_node=job.gpus_per_node,
                                     inter_node=job.inter_node)
-    lay = Layout.of(job, seq)
+    lay = replace(Layout.of(job, seq), weight_gathers=gathers, gather_overlap=gather_overlap)
     if mode == "infer":
         lay = replace(lay, micro_batches=1, zero=0, checkpointing="none")
     check_layout(arch, lay)
@@ -494,9 +500,28 @@ def _transfers(step: Phase, prefill: Phase | None, per_sample: int, batch: int, 
     return transfer, prefill_transfer
 
 
+def _weight_gathers(model: Model | Architecture, job: Job, mode: str,
+                    notes: list[str]) -> float | None:
+    """ZeRO-3's all-gathers of the weights per micro-batch (:func:`~.parallel.zero3_gathers`),
+    said in ``notes`` where DeepSpeed's reuse distance keeps weights gathered; None when the
+    job does not train under ZeRO-3."""
+    if mode != "train" or job.zero != 3:
+        return None
+    g = zero3_gathers(job.sharding, job.checkpointing, model,
+                      max_live=job.stage3_max_live_parameters,
+                      prefetch_bucket=job.stage3_prefetch_bucket_size)
+    plain = zero3_gathers(job.sharding, job.checkpointing)
+    if abs(g - plain) > 0.005:
+        notes.append(f"ZeRO-3 (DeepSpeed): the weights all-gathered {g:.2f} times a micro-batch, "
+                     f"not {plain:g}: its coordinator keeps a parameter gathered when it is used "
+                     "again within stage3_max_reuse_distance (1e9 elements)")
+    return g
+
+
 def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: PrecisionLayout,
              job: Job, device: Device, eff: Efficiency, *, link: str | float | None,
-             overlap_comm: bool, n_params: int, gpu: GPU) -> ScalingTable:
+             overlap_comm: bool, n_params: int, gpu: GPU,
+             gathers: float | None = None, gather_overlap: bool = True) -> ScalingTable:
     """Data-parallel scaling of a training step: the gradient all-reduce over ``link``, or, when
     no link is named, on the job's topology (its ``gpus_per_node`` on the node's link, nodes on
     ``inter_node``, 400 Gb/s per GPU by default: stated in the table's notes)."""
@@ -513,15 +538,19 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # multiplies the traffic. Overlappable with forward and backward; stages 0-2 move one
     # all-reduce's bytes during backward.
     zero3 = job.zero == 3
-    gathers = zero3_gathers(job.sharding, job.checkpointing)  # 3 under DeepSpeed + full ckpt
+    if gathers is None:  # 3 under DeepSpeed + full ckpt, 2 otherwise
+        gathers = zero3_gathers(job.sharding, job.checkpointing)
     volume = (trainable * prec.grad + gathers * max(n_params, trainable) * prec.weight) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
+    serial = (gathers * max(n_params, trainable) * prec.weight / 2 * step.micro_steps
+              if zero3 and not gather_overlap else 0)
     window = step.backward_s + (sum(t.total_s for t in step.ops if t.op.phase == "forward")
                                 if zero3 else 0.0)
     return data_parallel_scaling(
         step_s=step.time_s + transfer.exposed_s, backward_s=window,
         gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
-        eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens, topology=topo)
+        eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens, topology=topo,
+        serial_bytes=int(serial))
 
 
 def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:

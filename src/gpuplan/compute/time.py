@@ -513,13 +513,15 @@ def _gpu_counts(n: int) -> list[int]:
 def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: int, gpus: int,
                           link: str, link_bandwidth: float, eff: Efficiency, overlap: bool = True,
                           tokens_per_step: float, bucket_bytes: int = 25 * 1024 * 1024,
-                          topology: Any = None) -> ScalingTable:
+                          topology: Any = None, serial_bytes: int = 0) -> ScalingTable:
     """Speed-up and efficiency of data parallelism for 1..``gpus`` GPUs.
 
     Without overlap the whole all-reduce follows the backward pass. With overlap (PyTorch DDP's
     default: gradients are reduced in ``bucket_bytes`` buckets, 25 MiB, while backward continues)
     only what does not fit under the backward time is exposed, and never less than the last
-    bucket's all-reduce. The bandwidth term only: NCCL's per-step latency is not modeled.
+    bucket's all-reduce. ``serial_bytes`` of ``gradient_bytes`` are exposed whatever the
+    overlap (ZeRO-3's weight all-gathers where they are waited for, ``gather_overlap``). The
+    bandwidth term only: NCCL's per-step latency is not modeled.
 
     ``topology`` (a :class:`~gpuplan.hardware.topology.Topology`): each row's ring runs on the
     link its GPUs span -- the node's (``link``) while they fit in one node, the network once they
@@ -543,7 +545,9 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
             exposed = 0.0
         elif overlap:
             last = allreduce_time(min(bucket_bytes, gradient_bytes), n, bus) + eff.launch_s
-            exposed = max(ar - backward_s, last)
+            serial = (ar * min(serial_bytes, gradient_bytes) / gradient_bytes
+                      if gradient_bytes > 0 else 0.0)
+            exposed = serial + max(ar - serial - backward_s, last)
         else:
             exposed = ar
         t = step_s + exposed
