@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import InputError, ModelFileError
+from .errors import InputError, ModelFileError, shown
 
 __all__ = ["read_bounded", "write_atomic", "check_writable", "json_text"]
 
@@ -31,21 +31,39 @@ def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "file") -> 
 
 
 def check_writable(path: str | os.PathLike, *, what: str = "--plot") -> Path:
-    """Fail early, before any work, when ``path`` cannot be written."""
+    """Fail early, before any work, when ``path`` cannot be written as a regular file: its
+    directory missing (or a file), the path a directory, a FIFO, a device or a link that leads
+    nowhere (a write would block, or replace a device node), a name the file system refuses."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"{what} {str(p)!r}: directory {str(parent)!r} does not exist")
-    if p.is_dir():
-        raise InputError(f"{what} {str(p)!r}: is a directory; give a file name")
+    name = shown(str(p))
+    try:
+        if not parent.exists():
+            raise InputError(f"{what} {name}: directory {shown(str(parent))} does not exist")
+        if not parent.is_dir():
+            raise InputError(f"{what} {name}: {shown(str(parent))} is a file, not a "
+                             "directory")
+        if p.is_dir():
+            raise InputError(f"{what} {name}: is a directory; give a file name")
+        if (p.exists() or p.is_symlink()) and not p.is_file():
+            raise InputError(f"{what} {name}: not a regular file (a FIFO, a device or a broken "
+                             "link); give a file name in a directory")
+        os.stat(parent)  # a name too long or a link loop in the directory part
+    except OSError as e:
+        raise InputError(f"{what} {name}: {e.strerror or e}; give a shorter or plainer "
+                         "path") from None
+    if len(p.name.encode("utf-8", "surrogateescape")) > 200:  # room for write_atomic's temp name
+        raise InputError(f"{what} {name}: a file name of over 200 bytes; give a shorter one")
     if not os.access(parent, os.W_OK):
-        raise InputError(f"{what} {str(p)!r}: directory is not writable")
+        raise InputError(f"{what} {name}: directory is not writable")
     return p
 
 
 def check_plot(path: str | os.PathLike, *, formats: tuple[str, ...] = ("png",)) -> Path:
     """A chart's file name, checked before any work: writable, and named for a format the chart
     is written in (a PNG is never written into ``x.txt``)."""
+    if not str(path).strip():
+        raise InputError("--plot '': give the chart's file name, e.g. --plot plan.png")
     p = check_writable(path, what="--plot")
     suffix = p.suffix.lower().lstrip(".")
     if suffix not in formats:
@@ -62,7 +80,11 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     p = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:200]}.",
+                                   dir=p.parent if str(p.parent) else ".")
+    except OSError as e:
+        raise InputError(f"cannot write {shown(str(p))}: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -71,11 +93,14 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):  # a full disk, a quota, a vanished directory: one line
+            raise InputError(f"cannot write {shown(str(p))}: {e.strerror or e}; nothing "
+                             "was written") from None
         raise
 
 

@@ -430,6 +430,21 @@ def test_cli_export_to_stdout_and_file(capsys, tmp_path):
     assert "did you mean 'megatron'" in capsys.readouterr().err
 
 
+def test_cli_export_file_is_written_only_when_everything_else_passes(capsys, tmp_path):
+    """The config file is written last: a bad option checked later (an overhead override, a GPU
+    name) fails with exit 2 and leaves no file behind, as a bad --gpu fails an export to stdout."""
+    base = ["fit", "llama-3.1-8b", "--mode", "train", "--gpus", "8", "--tp", "2", "--zero", "1",
+            "--export", "deepspeed"]
+    for extra in (["--fragmentation", "2"], ["--gpu", "bogusgpu"], ["--gpu", "custom:24GB,bw=-5"]):
+        path = tmp_path / "ds.json"
+        assert main([*base, "--export-file", str(path), *extra]) == 2
+        assert capsys.readouterr().err.count("\n") == 1 and not path.exists()
+    assert main([*base, "--gpu", "bogusgpu"]) == 2
+    assert capsys.readouterr().out == ""
+    assert main([*base[:-2], "--export", ""]) == 2
+    assert "name the engine" in capsys.readouterr().err
+
+
 def test_megatron_says_which_rope_scaling_it_cannot_write(tmp_path):
     """A YaRN-scaled RoPE (Qwen's long-context recipe) has no pretrain_gpt.py flag among the
     ones the export writes: the export says so rather than silently planning plain RoPE; a

@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     from ..report._console import console_for
 
     console = console_for(sys.stdout, width=160)
-    if args.plot:
+    if args.plot is not None:
         check_plot(args.plot)
     if args.history or args.compare or args.show:
         return _stored(args, console)

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.plot:
+    if args.plot is not None:
         check_plot(args.plot)
     gpu, alias = resolve_gpu(args.gpu)
     model = load_model(args.model, download=args.download)

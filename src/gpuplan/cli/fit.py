@@ -112,14 +112,16 @@ def overrides_from_args(args: argparse.Namespace) -> dict | None:
     return out or None
 
 
-def export_config(args: argparse.Namespace, job: Job) -> bool:
-    """``--export ENGINE [--export-file PATH]``: write the engine's config; True when it went to
-    stdout (nothing else is printed then)."""
+def export_text(args: argparse.Namespace, job: Job) -> str | None:
+    """``--export ENGINE [--export-file PATH]``: the engine's config, its options checked (and
+    the file's path), nothing written yet; None without ``--export``."""
     if args.export_file and not args.export:
         raise InputError("--export-file without --export: name the engine, e.g. "
                          "--export deepspeed")
+    if args.export is None:
+        return None
     if not args.export:
-        return False
+        raise InputError("--export '': name the engine, e.g. --export deepspeed")
     if args.export_file:
         check_writable(args.export_file, what="--export-file")
     elif args.json or args.plot:
@@ -127,26 +129,24 @@ def export_config(args: argparse.Namespace, job: Job) -> bool:
                          "--export-file PATH")
     from ..export import export_plan  # the exporters load only when --export is given
 
-    text = export_plan(job, args.export)
-    if not args.export_file:
-        print(text, end="")
-        return True
-    with open(args.export_file, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"{args.export} config written to {args.export_file}", file=sys.stderr)
-    return False
+    return export_plan(job, args.export)
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._io import check_plot
-    from ..fit import plan
+    from .._io import check_plot, write_atomic
+    from ..fit import plan, resolve_gpus
+    from ..memory.overhead import check_overrides
 
-    if args.plot:
+    if args.plot is not None:
         check_plot(args.plot)
     job = job_from_args(args)
-    if export_config(args, job):
-        return 0
     overrides = overrides_from_args(args)
+    config = export_text(args, job)
+    if config is not None and not args.export_file:  # the config alone, on stdout
+        check_overrides(overrides)
+        resolve_gpus(args.gpu)  # a mistyped --gpu fails here as it would with the plan
+        print(config, end="")
+        return 0
     # The speed model reads one bit width per weight format, not a file's per-tensor mix.
     per_tensor = job.infers and job.infer_precision == "gguf"
     result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
@@ -157,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
         from ..crosscheck import compare_with_trace
 
         trace = compare_with_trace(result)
+    if config is not None:  # written once everything else has been checked
+        write_atomic(args.export_file, config)
+        print(f"{args.export} config written to {args.export_file}", file=sys.stderr)
     if args.plot:
         from ..report.fit_plot import plot_plan
 

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     check_device(None if args.device == "auto" else args.device)
     check_script(args.script)
     env = dist_env()
-    if args.plot and (env is None or env.rank == 0):
+    if args.plot is not None and (env is None or env.rank == 0):
         _check_plot(args.plot)
 
     redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     samples = None if args.samples is None else parse_count(args.samples, what="--samples")
     epochs = _float(args.epochs, "--epochs", bound="epochs")
     price = _float(args.price, "--price", bound="price")
-    if args.plot:
+    if args.plot is not None:
         check_plot(args.plot)
     gpu, alias = resolve_gpu(args.gpu)
     model = load_model(args.model, download=args.download)

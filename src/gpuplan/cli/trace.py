@@ -70,7 +70,7 @@ def _tensor_parallel(job, model, kw: dict, args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     # torch first (the one-line install command when it is missing), before any argument work.
     require("torch", "transformers", feature="gpuplan trace")
-    if args.plot:
+    if args.plot is not None:
         check_plot(args.plot)
     if args.real and args.device not in (None, "cpu"):
         raise InputError("--real runs the step on this machine's CPU; use it with --device cpu "
