@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from dataclasses import fields, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from ._record import record
@@ -453,12 +453,13 @@ def pp_chunks(schedule: object) -> tuple[str, int]:
                          "(V model chunks per stage, e.g. interleaved:2)")
     if name != "interleaved":
         return name, 1
-    if not v.isdigit() or not 2 <= int(v) <= 64:
+    if not (v.isascii() and v.isdigit()) or not 2 <= int(v) <= 64:
         raise InputError(f"pp schedule {schedule!r:.40}: interleaved needs its chunks per stage, "
                          "2 to 64, e.g. interleaved:2")
     return name, int(v)
 
 
+@lru_cache(maxsize=256)
 def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
                 loss: bool = False) -> tuple[int, ...]:
     """Transformer layers of each of the ``pp * chunks`` pipeline parts, in model order (part
@@ -475,9 +476,14 @@ def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fal
     if parts > units:
         what = f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
         counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
+        if chunks > 1 and units >= 2 * pp:
+            fix = f"use --pp-schedule interleaved:{units // pp} or fewer chunks"
+        elif chunks > 1 and units >= pp:
+            fix = "use --pp-schedule 1f1b (one chunk per stage)"
+        else:
+            fix = f"use --pp {units} or less"
         raise InputError(f"{what}: {num_layers} layers{counted} are {units} parts of the "
-                         f"pipeline split, fewer than its {parts}; use --pp "
-                         f"{max(1, units // chunks)} or less")
+                         f"pipeline split, fewer than its {parts}; {fix}")
     base, extra = divmod(units, parts)
     out = [base + (1 if k < extra else 0) for k in range(parts)]
     if pp > 1:

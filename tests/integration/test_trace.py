@@ -130,6 +130,16 @@ def make():
     assert r.flops_backward == 4 * m_ * k_ * n_  # grad of the input and of the weight
 
 
+def test_a_factory_that_exits_is_one_line_not_its_exit_status(tmp_path):
+    # gpuplan's exit status is its own: a sys.exit in the user's file or factory is a failure
+    spec = _write_factory(tmp_path, "import sys\ndef make():\n    sys.exit(7)\n")
+    with pytest.raises(InputError, match=r"the factory raised SystemExit: it called sys.exit\(7\)"):
+        trace_step(spec, precision="fp32", optimizer="sgd")
+    spec = _write_factory(tmp_path, "import sys\nsys.exit(9)\n")
+    with pytest.raises(ModelFileError, match=r"importing it failed: SystemExit"):
+        trace_step(spec, precision="fp32", optimizer="sgd")
+
+
 def test_the_factory_file_is_executed_once(tmp_path):
     # The user's own code runs knowingly, but once: resolving the spec imports the file.
     log = tmp_path / "imports.log"

@@ -126,3 +126,19 @@ def test_cli_trace_tp(configs, capsys):
     assert d["total_bytes"] == traced(model, 2, "mixed-bf16").total_bytes
     assert main(["trace", model, "--tp", "2", "--zero", "3"]) == 2
     assert "drop --zero" in capsys.readouterr().err
+
+
+def test_a_vocabulary_smaller_than_tp_is_one_line(tmp_path, capsys):
+    """DTensor's row split of a 7-row vocabulary over 8 ranks leaves a rank none, and its
+    optimizer step then fails inside torch; the trace says so first (fuzzing found it)."""
+    from gpuplan.cli import main
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 8,
+           "vocab_size": 7, "max_position_embeddings": 64}
+    d = tmp_path / "tiny"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert main(["trace", str(d), "--gpus", "8", "--tp", "8", "--seq", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "7 rows split over 8 ranks" in err and "--tp 7" in err

@@ -277,7 +277,7 @@ def _name_the_flag(message: str) -> str:
     """The Job's message names its field ("grad accum 0: ..."); on the command line, name the
     option instead ("--grad-accum 0: ...")."""
     for o in sorted(JOB_OPTIONS, key=lambda o: -len(o.field)):
-        spoken = o.field.replace("_", " ")
-        if message.startswith(spoken + " "):
-            return o.flag + message[len(spoken):]
+        for spoken in (o.field.replace("_", " "), o.field):  # "grad accum", "gpus_per_node"
+            if message.startswith(spoken + " "):
+                return o.flag + message[len(spoken):]
     return message

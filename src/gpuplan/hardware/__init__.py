@@ -404,8 +404,10 @@ def _custom_part(spec: str, key: str, value: str) -> tuple[str, object]:
     if key in DTYPES:
         peak = parse_flops(value, what=what)
         if peak < 1e9:  # a bare "165" is 165 FLOP/s: surely a missing unit
-            raise InputError(f"--gpu {spec!r}: {key}={value} reads as {peak:g} FLOP/s; give a unit, "
-                             f"e.g. {key}={value}TF")
+            bare = value.strip().replace(".", "", 1).isdigit()
+            raise InputError(f"--gpu {spec!r}: {key}={value} reads as {peak:g} FLOP/s, below any "
+                             "GPU; " + (f"give a unit, e.g. {key}={value}TF" if bare else
+                                        f"give the peak in TF, e.g. {key}=165TF"))
         return key, peak
     if key in ("sms", "threads"):
         return key, parse_positive_int(value, what=what)

@@ -139,7 +139,8 @@ def parse_inter_node(text: str) -> Link:
     unit = m.group(2) or "Gb/s"
     gbit = value * 8 if unit in ("GB/s", "GBps") else value  # capital B: bytes
     if not (0 < gbit <= 1e5):
-        raise InputError(f"inter node {raw!r:.40}: expected a rate > 0, e.g. ib-400 (Gb/s)")
+        raise InputError(f"inter node {raw!r:.40}: expected a rate > 0 and <= 100000 Gb/s per "
+                         "GPU, e.g. ib-400 (Gb/s)")
     label = {"infiniband": "InfiniBand", "roce": "RoCE", "ethernet": "Ethernet"}[kind]
     return Link(name=f"{label} {gbit:g} Gb/s", kind=kind, bandwidth=gbit / 8 * 1e9)
 

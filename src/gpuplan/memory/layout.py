@@ -29,6 +29,8 @@ Conventions (each stated where a number depends on it):
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import replace
 
 from .._record import record
@@ -164,9 +166,12 @@ def _check_pp(arch: Architecture, lay: Layout) -> None:
         return
     if parts > arch.num_layers:
         what = f"pp {lay.pp}" + (f" x {lay.chunks} chunks" if lay.chunks > 1 else "")
-        raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
-                         f"{parts} pipeline parts; use --pp {arch.num_layers // lay.chunks} "
-                         "or less")
+        n = arch.num_layers
+        fix = (f"--pp-schedule interleaved:{n // lay.pp} or fewer chunks" if lay.chunks > 1
+               and n >= 2 * lay.pp else "--pp-schedule 1f1b (one chunk per stage)"
+               if lay.chunks > 1 and n >= lay.pp else f"--pp {n} or less")
+        raise InputError(f"{what}: {arch.name} has {n} layers, fewer than the {parts} pipeline "
+                         f"parts; use {fix}")
 
 
 def _check_cp_ep(arch: Architecture, job: Job, lay: Layout) -> None:
@@ -216,6 +221,7 @@ def layout_notes(arch: Architecture | None, job: Job) -> tuple[str, ...]:
     return tuple(notes)
 
 
+@functools.lru_cache(maxsize=64)
 def stage_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
                  loss: bool = False) -> tuple[tuple[int, ...], ...]:
     """Layer indices held by each pipeline stage. Layers are cut into ``pp * chunks`` parts as
@@ -305,18 +311,27 @@ def _stage_count(t: ParamTensor, arch: Architecture, layers: tuple[int, ...],
             tied_head = arch.tie_word_embeddings and last and t.shape[:1] == (arch.vocab_size,)
             return t.count if (first or tied_head) else 0
         return t.count if last else 0  # the final norm and the head
-    moe = set(arch.moe_layers or (range(arch.num_layers) if arch.num_experts else ()))
+    moe = _moe_set(arch)
     if t.component == "experts" or (t.component == "router" and moe):
-        pool = [i for i in range(arch.num_layers) if i in moe]
+        here, pool = sum(1 for i in layers if i in moe), len(moe)
     elif t.component == "mlp" and moe and len(moe) < arch.num_layers \
             and "shared_expert" not in t.name:
-        pool = [i for i in range(arch.num_layers) if i not in moe]
+        here, pool = sum(1 for i in layers if i not in moe), arch.num_layers - len(moe)
     else:
-        pool = list(range(arch.num_layers))
+        here, pool = len(layers), arch.num_layers
     if not pool:
         return 0
-    here = sum(1 for i in pool if i in layers)
-    return t.count * here // len(pool)
+    return t.count * here // pool
+
+
+def _moe_set(arch: Architecture) -> frozenset[int]:
+    """The MoE layers' indices (every layer of a MoE model that names none)."""
+    return _moe_indices(tuple(arch.moe_layers or ()), arch.num_layers, bool(arch.num_experts))
+
+
+@functools.lru_cache(maxsize=64)
+def _moe_indices(named: tuple[int, ...], layers: int, moe: bool) -> frozenset[int]:
+    return frozenset(i for i in (named or (range(layers) if moe else ())) if 0 <= i < layers)
 
 
 def _rank_arch(arch: Architecture, lay: Layout, layers: tuple[int, ...]) -> Architecture:

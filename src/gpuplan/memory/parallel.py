@@ -138,10 +138,27 @@ class StagePlan:
 def _stage_note(p: StagePlan, totals: list[int]) -> tuple[str, ...]:
     if p.layout.pp == 1:
         return ()
-    return (f"worst pipeline stage: {p.index} of {p.layout.pp} (layers {p.layers[0]}-"
-            f"{p.layers[-1]}" + (", embedding" if p.shard.first else "")
+    return (f"worst pipeline stage: {p.index} of {p.layout.pp} (layers {_runs(p.layers)}"
+            + (", embedding" if p.shard.first else "")
             + (", head and loss" if p.shard.last else "")
-            + f"), {p.in_flight / p.layout.chunks:g} micro-batches in flight",)
+            + f"), {_count(p.in_flight / p.layout.chunks, 'micro-batch')} in flight",)
+
+
+def _count(n: float, noun: str) -> str:
+    return f"{n:.3g} {noun}" + ("" if n == 1 else "es" if noun.endswith("h") else "s")
+
+
+def _runs(layers: tuple[int, ...]) -> str:
+    """Layer indices as their contiguous runs: ``8-15, 24-31`` (an interleaved stage's chunks),
+    the first three and a count beyond them."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = [f"{a}-{b}" if b > a else f"{a}" for a, b in runs]
+    return ", ".join(text[:3]) + (f" and {len(text) - 3} more chunks" if len(text) > 3 else "")
 
 
 def rank_job(job: Job, lay: Layout) -> Job:

@@ -107,6 +107,14 @@ def _read_config(path: Path) -> dict:
     return cfg
 
 
+def _failure(e: BaseException) -> str:
+    """The user's code's failure in a few words (a ``sys.exit`` in it is one too: gpuplan's own
+    exit status is never the user code's)."""
+    if isinstance(e, SystemExit):
+        return f"SystemExit: it called sys.exit({e.code!r})"
+    return f"{type(e).__name__}: {e}"
+
+
 def _load_factory(path: Path, name: str) -> Callable[[], Any]:
     if not name.isidentifier():
         raise InputError(f"model {str(path)}:{name}: {name!r} is not a Python name; use "
@@ -121,9 +129,9 @@ def _load_factory(path: Path, name: str) -> Callable[[], Any]:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)  # the user's own code, run knowingly (documented)
-    except Exception as e:  # noqa: BLE001 - any failure in user code becomes one line
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure in user code: one line
         sys.modules.pop(mod_name, None)
-        raise ModelFileError(path, f"importing it failed: {type(e).__name__}: {e}") from None
+        raise ModelFileError(path, f"importing it failed: {_failure(e)}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise InputError(f"model {str(path)}:{name}: the file has no function {name!r}")
@@ -180,7 +188,10 @@ def hf_config(source: ModelSource):
     try:
         return CONFIG_MAPPING[mt](**kwargs)
     except Exception as e:  # noqa: BLE001 - transformers validation errors vary
-        raise ModelFileError(source.name, f"transformers rejects this {mt} config: {e}") from None
+        # its last line says why (pydantic-style validators wrap it in a header line)
+        why = [ln.strip() for ln in str(e).splitlines() if ln.strip()][-1:] or [type(e).__name__]
+        raise ModelFileError(source.name, f"transformers rejects this {mt} config: "
+                             f"{why[0]}") from None
 
 
 def model_class(source: ModelSource, config) -> tuple[type, Task]:
@@ -225,9 +236,8 @@ def _build_factory(source: ModelSource, *, dtype, device: str) -> Built:
 
     try:
         out = source.factory()
-    except Exception as e:  # noqa: BLE001 - the user's code: one line
-        raise InputError(f"model {source.name}: the factory raised {type(e).__name__}: {e}"
-                         ) from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's code: one line
+        raise InputError(f"model {source.name}: the factory raised {_failure(e)}") from None
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.nn.Module)):
         raise InputError(f"model {source.name}: the factory must return (model, example_batch), "
                          f"got {type(out).__name__}")

@@ -87,6 +87,13 @@ def _parallelizer(mesh):
             n += len(plan)
             parallelize_module(block, mesh, plan)
         ends = _ends_plan(model)
+        vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+        if ends and 0 < vocab < mesh.size():
+            # DTensor would leave a rank an empty shard of the vocabulary rows, which the
+            # optimizer's in-place update cannot place (Megatron pads the vocabulary instead)
+            raise UnsupportedError(f"--tp {mesh.size()}: the vocabulary's {vocab} rows split "
+                                   f"over {mesh.size()} ranks leave some ranks none; trace at "
+                                   f"--tp {vocab} or less")
         emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         tied = emb is not None and out is not None and out.weight is emb.weight

@@ -1,0 +1,60 @@
+"""Bad inputs found by fuzzing the CLI (stop 24): each refused in one line that names the value
+and a fix that would work -- not a --pp of 0, not a unit already given, not an internal name."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.cli import main
+from gpuplan.errors import InputError
+from gpuplan.hardware import resolve_gpu
+from gpuplan.hardware.topology import parse_inter_node
+from gpuplan.job import Job, pp_chunks
+
+
+def _err(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_too_many_chunks_suggests_fewer_chunks(capsys):
+    # llama-3.1-8b: 32 layers. 4 stages x 64 chunks: the stages are fine, the chunks are not
+    base = ["fit", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--mode", "train", "--gpus", "64"]
+    assert "use --pp-schedule interleaved:8 or fewer chunks" in _err(
+        capsys, [*base, "--pp", "4", "--pp-schedule", "interleaved:64"])
+    assert "use --pp-schedule 1f1b" in _err(
+        capsys, [*base, "--pp", "32", "--pp-schedule", "interleaved:2"])
+    assert "use --pp 32 or less" in _err(capsys, [*base, "--pp", "64"])
+    # with the embedding and the loss as parts: 34 units over 2 stages
+    assert "use --pp-schedule interleaved:17 or fewer chunks" in _err(
+        capsys, [*base, "--pp", "2", "--pp-schedule", "interleaved:64", "--pp-embedding-part",
+                 "--pp-loss-part"])
+
+
+def test_chunks_are_ascii_digits():
+    assert pp_chunks("interleaved:2") == ("interleaved", 2)
+    for v in ("interleaved:\u0662", "interleaved:\uff12", "interleaved:\u00b2"):
+        with pytest.raises(InputError, match="2 to 64"):
+            pp_chunks(v)
+
+
+def test_a_peak_with_a_unit_too_small_is_not_told_to_add_one():
+    with pytest.raises(InputError, match=r"give the peak in TF, e\.g\. bf16=165TF$"):
+        resolve_gpu("custom:24GB,bf16=0.000001TF")
+    with pytest.raises(InputError, match=r"give a unit, e\.g\. bf16=165TF$"):
+        resolve_gpu("custom:24GB,bf16=165")
+
+
+def test_a_huge_network_rate_says_the_limit():
+    with pytest.raises(InputError, match=r"<= 100000 Gb/s"):
+        parse_inter_node("ib-99999999999999999999999")
+
+
+def test_job_fields_are_named_as_options_on_the_command_line(capsys):
+    # the Job names its field (the Python API's name); the command line names the option
+    with pytest.raises(InputError, match=r"^gpus_per_node 2147483648: expected a whole number"):
+        Job(model="gpt2", gpus=8, gpus_per_node=2**31)
+    err = _err(capsys, ["fit", "gpt2", "--gpus", "8", "--gpus-per-node", str(2**31)])
+    assert err.startswith("gpuplan: error: --gpus-per-node 2147483648: expected a whole number")
