@@ -58,3 +58,20 @@ def test_job_fields_are_named_as_options_on_the_command_line(capsys):
         Job(model="gpt2", gpus=8, gpus_per_node=2**31)
     err = _err(capsys, ["fit", "gpt2", "--gpus", "8", "--gpus-per-node", str(2**31)])
     assert err.startswith("gpuplan: error: --gpus-per-node 2147483648: expected a whole number")
+
+
+def test_pipeline_options_without_a_pipeline_are_refused(capsys):
+    # accepted with no effect before: an interleaved schedule or embedding/loss parts at --pp 1
+    base = ["fit", "llama-3.1-8b", "--mode", "train"]
+    err = _err(capsys, [*base, "--pp-schedule", "interleaved:2"])
+    assert "--pp-schedule without --pp" in err and "give --pp 2 or more, or drop it" in err
+    err = _err(capsys, [*base, "--pp-embedding-part", "--pp-loss-part"])
+    assert "--pp-embedding-part, --pp-loss-part without --pp" in err
+
+
+def test_tp_suggestions_respect_the_gpu_count(capsys):
+    # gpt2: 12 heads. On 8 GPUs only --tp 4 (or 2, 1) leaves a whole data-parallel degree
+    err = _err(capsys, ["fit", "gpt2", "--mode", "train", "--gpus", "8", "--tp", "8"])
+    assert "use --tp 4 (or 6 or 12 with --gpus a multiple of it)" in err
+    err = _err(capsys, ["fit", "gpt2", "--mode", "train", "--gpus", "24", "--tp", "8"])
+    assert err.rstrip().endswith("use --tp 6 or 12")

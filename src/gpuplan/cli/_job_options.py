@@ -268,9 +268,17 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
                          "context holds the prompt (--seq) and the tokens generated after it; "
                          f"give --context {kw['seq']} or more, or a shorter --seq")
     try:
-        return Job(model=model, mode=mode, **kw)
+        job = Job(model=model, mode=mode, **kw)
     except InputError as e:
         raise InputError(_name_the_flag(str(e))) from None
+    shaping = [f for f in ("pp_schedule", "pp_embedding_part", "pp_loss_part")
+               if kw.get(f) not in (None, False, "1f1b")]
+    if shaping and job.pp == 1:  # accepted before and silently did nothing
+        raise InputError(f"{', '.join(flag_of(f) for f in shaping)} without --pp: "
+                         f"{'it shapes' if len(shaping) == 1 else 'they shape'} a pipeline, "
+                         "and there is none; give --pp 2 or more, or drop "
+                         f"{'it' if len(shaping) == 1 else 'them'}")
+    return job
 
 
 def _name_the_flag(message: str) -> str:

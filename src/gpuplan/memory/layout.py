@@ -140,19 +140,33 @@ def _check_tp(arch: Architecture, job: Job, lay: Layout) -> None:
     if t == 1:
         return
     h, kv = arch.num_heads, arch.num_kv_heads
+    rest = lay.pp * lay.cp
+    room = job.gpus // rest if job.gpus % rest == 0 else 0
+
+    def fits(valid: list[int]) -> str:
+        """The nearest valid ones; those that also divide the GPUs left per pipeline x context
+        group first (the data-parallel degree must come out whole), the nearest others said
+        with the GPU count they need."""
+        near = _nearest(t, valid)
+        whole = [d for d in valid if room and room % d == 0]
+        if not whole or _nearest(t, whole) == near:
+            return near
+        return f"{_nearest(t, whole)} (or {near} with --gpus a multiple of it x {rest})" \
+            if rest > 1 else f"{_nearest(t, whole)} (or {near} with --gpus a multiple of it)"
+
     if h % t:
         raise InputError(f"tp {t}: {arch.name} has {h} attention heads, not divisible by "
-                         f"{t}; use --tp {_nearest(t, _divisors(h))}")
+                         f"{t}; use --tp {fits(_divisors(h))}")
     if kv % t and t % kv:
         ok = [d for d in _divisors(h) if kv % d == 0 or d % kv == 0]
         raise InputError(f"tp {t}: {arch.name}'s {kv} K/V heads neither split over {t} ranks "
-                         f"nor replicate evenly; use --tp {_nearest(t, ok)}")
+                         f"nor replicate evenly; use --tp {fits(ok)}")
     widths = {arch.intermediate_size, arch.moe_intermediate_size,
               arch.shared_expert_intermediate_size} - {0}
     for w in sorted(widths):
         if w % t:
             raise InputError(f"tp {t}: MLP width {w} is not divisible by {t}; use --tp "
-                             f"{_nearest(t, [d for d in _divisors(h) if w % d == 0])}")
+                             f"{fits([d for d in _divisors(h) if w % d == 0])}")
     if lay.sp and job.seq is not None and job.seq % t:
         raise InputError(f"seq {job.seq}: sequence parallelism splits the sequence over tp "
                          f"{t}; use a multiple of {t}")
