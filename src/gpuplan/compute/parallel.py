@@ -417,7 +417,9 @@ def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture
     parameters is gathered once a step; a 175B GPT with full checkpointing 2.66 times, its MLP
     weights kept from recompute to backward. DeepSpeed itself on the CPU checks the count
     (tests/integration/test_zero3_deepspeed_oracle.py). Without tensors: 2, or 3 with full
-    checkpointing, the count before the reuse distance."""
+    checkpointing, the count before the reuse distance. Under a TP or PP layout the whole
+    model's count stands for each rank's: a rank's TP-split modules are smaller, so as many or
+    more of them stay within the reuse distance (the traffic is, if anything, overstated)."""
     full = checkpointing == "full"
     if sharding != "deepspeed":
         return 2.0
