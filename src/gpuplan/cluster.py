@@ -48,12 +48,23 @@ SEARCH_JOB_FIELDS = frozenset({"mode", "precision", "infer_precision", "optimize
 
 def search_options(*, global_batch: Any = None, concurrency: Any = None, top: Any = 3,
                    max_token_ms: Any = None, names: dict[str, str] | None = None,
-                   max_top: int = 50) -> dict:
+                   max_top: int = 50, mode: str | None = None) -> dict:
     """The search's own options, checked as the command line and the API take them (``names``:
     how each is spelt to the user, e.g. ``--global-batch``): keyword arguments of
-    :func:`cluster_search` (``max_token_ms`` becomes ``max_decode_s``)."""
+    :func:`cluster_search` (``max_token_ms`` becomes ``max_decode_s``). Given the search's
+    ``mode``, an option of the other mode is refused (it would be ignored)."""
     say = {"global_batch": "global_batch", "concurrency": "concurrency", "top": "top",
-           "max_token_ms": "max_token_ms", **(names or {})}
+           "max_token_ms": "max_token_ms", "mode": "mode", **(names or {})}
+    given = {"global_batch": global_batch, "concurrency": concurrency,
+             "max_token_ms": max_token_ms}
+    other = {"train": ("concurrency", "max_token_ms"), "infer": ("global_batch",)}.get(
+        str(mode), ())
+    wrong = [say[k] for k in other if given[k] is not None]
+    if wrong:
+        them = "infer" if mode == "train" else "train"
+        raise InputError(f"{', '.join(wrong)}: a {say['mode']} {them} option, and this search "
+                         f"is {say['mode']} {mode}; drop {'it' if len(wrong) == 1 else 'them'} "
+                         f"or give {say['mode']} {them}")
     out: dict = {
         "global_batch": None if global_batch is None else parse_positive_int(
             global_batch, what=say["global_batch"], maximum=10**9),

@@ -75,3 +75,12 @@ def test_tp_suggestions_respect_the_gpu_count(capsys):
     assert "use --tp 4 (or 6 or 12 with --gpus a multiple of it)" in err
     err = _err(capsys, ["fit", "gpt2", "--mode", "train", "--gpus", "24", "--tp", "8"])
     assert err.rstrip().endswith("use --tp 6 or 12")
+
+
+def test_cluster_refuses_the_other_modes_options(capsys):
+    # a training search ignored --concurrency / --max-token-ms, a serving one --global-batch
+    base = ["cluster", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--gpus", "8"]
+    err = _err(capsys, [*base, "--global-batch", "64", "--concurrency", "8"])
+    assert "--concurrency: a --mode infer option" in err and "give --mode infer" in err
+    err = _err(capsys, [*base, "--mode", "infer", "--concurrency", "8", "--global-batch", "64"])
+    assert "--global-batch: a --mode train option" in err

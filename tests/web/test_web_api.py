@@ -264,6 +264,10 @@ def test_cluster_is_the_cli_json(client, cli_json, argv, body):
      "max_token_ms"),
     ({"model": "gpt2", "gpu": "h100", "global_batch": True}, "global_batch"),
     ({"model": "/etc/passwd", "gpu": "h100", "global_batch": 8}, "model"),
+    ({"model": "gpt2", "gpu": "h100", "global_batch": 8, "concurrency": 4},
+     "concurrency: a mode infer option"),
+    ({"model": "gpt2", "gpu": "h100", "mode": "infer", "concurrency": 4, "global_batch": 8},
+     "global_batch: a mode train option"),
 ])
 def test_cluster_bad_requests_are_one_line(client, body, needle):
     r = client.post("/api/cluster", json=body)

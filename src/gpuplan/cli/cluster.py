@@ -52,9 +52,10 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args, model, command="cluster", default_mode="train",
                         modes=("train", "infer"), supported=SEARCH_JOB_FIELDS)
     opts = search_options(global_batch=args.global_batch, concurrency=args.concurrency,
-                          top=args.top, max_token_ms=args.max_token_ms,
+                          top=args.top, max_token_ms=args.max_token_ms, mode=job.mode,
                           names={"global_batch": "--global-batch", "concurrency": "--concurrency",
-                                 "top": "--top", "max_token_ms": "--max-token-ms"})
+                                 "top": "--top", "max_token_ms": "--max-token-ms",
+                                 "mode": "--mode"})
     plan = cluster_search(model, gpu, job, tp_overlap=args.tp_overlap, **opts)
     if args.plot:
         plot_cluster(plan, args.plot)

@@ -182,7 +182,8 @@ def cluster(body: Mapping) -> dict:
     gpu, note = resolve_gpu(names[0])
     opts = search_options(global_batch=body.get("global_batch"),
                           concurrency=body.get("concurrency"), top=body.get("top", 3),
-                          max_token_ms=body.get("max_token_ms"), max_top=MAX_CLUSTER_TOP)
+                          max_token_ms=body.get("max_token_ms"), max_top=MAX_CLUSTER_TOP,
+                          mode="infer" if job.mode == "infer" else "train")
     overlap = _bool(body, "tp_overlap", False)
     model = _model_of(job)
     out = cluster_search(model, gpu, job, tp_overlap=overlap, **opts).to_dict()
