@@ -57,10 +57,12 @@ def _as_float(value: int | float) -> float:
         return math.inf
 
 
-def parse_count(text: str | int | float, *, what: str = "--params", maximum: int = MAX_PARAMS) -> int:
+def parse_count(text: str | int | float, *, what: str = "--params", maximum: int = MAX_PARAMS,
+                whole: bool = False) -> int:
     """Parse a positive count such as ``7B``, ``350M``, ``1.3e9`` or ``124439808``.
 
-    Suffixes are decimal: K = 10^3, M = 10^6, B (or G) = 10^9, T = 10^12.
+    Suffixes are decimal: K = 10^3, M = 10^6, B (or G) = 10^9, T = 10^12. ``whole``: a count of
+    things that come whole (elements), refused rather than rounded when it is not.
     """
     accepted = "a positive count such as 7B, 350M, 1.3e9 or 124439808"
     if isinstance(text, bool):
@@ -77,6 +79,8 @@ def parse_count(text: str | int | float, *, what: str = "--params", maximum: int
     if value > maximum:
         raise InputError(f"{what} {shown(text)}: larger than the limit {maximum:.0e}; "
                          f"expected {accepted}")
+    if whole and abs(value - round(value)) > 1e-9 * value:  # 0.3B is whole, 1.5 is not
+        raise InputError(f"{what} {shown(text)}: not a whole number; expected {accepted}")
     return int(round(value))
 
 

@@ -84,3 +84,14 @@ def test_cluster_refuses_the_other_modes_options(capsys):
     assert "--concurrency: a --mode infer option" in err and "give --mode infer" in err
     err = _err(capsys, [*base, "--mode", "infer", "--concurrency", "8", "--global-batch", "64"])
     assert "--global-batch: a --mode train option" in err
+
+
+def test_stage3_counts_are_whole(capsys):
+    # a count of elements: 1.5 was rounded to 2 and written into the DeepSpeed config
+    err = _err(capsys, ["fit", "llama-3.1-8b", "--mode", "train", "--gpus", "8", "--zero", "3",
+                        "--stage3-max-live-parameters", "1.5"])
+    assert "--stage3-max-live-parameters '1.5': not a whole number" in err
+    from gpuplan.units import parse_count
+
+    assert parse_count("0.3B", what="x", whole=True) == 300_000_000
+    assert parse_count("1.5e8", what="x", whole=True) == 150_000_000

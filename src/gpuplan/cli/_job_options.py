@@ -200,7 +200,7 @@ def given_job_options(args: argparse.Namespace) -> dict[str, object]:
         if o.kind == "int":
             v = parse_positive_int(v, what=o.flag)
         elif o.kind == "count":  # 1e9, 200M, 50000000
-            v = parse_count(v, what=o.flag)  # the Job checks its range
+            v = parse_count(v, what=o.flag, whole=True)  # the Job checks its range
         elif o.kind == "float":
             v = parse_fraction(v, what=o.flag)
         elif o.kind == "number":  # its range is the Job's (gpuplan.bounds)
