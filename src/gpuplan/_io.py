@@ -48,7 +48,6 @@ def check_writable(path: str | os.PathLike, *, what: str = "--plot") -> Path:
         if (p.exists() or p.is_symlink()) and not p.is_file():
             raise InputError(f"{what} {name}: not a regular file (a FIFO, a device or a broken "
                              "link); give a file name in a directory")
-        os.stat(parent)  # a name too long or a link loop in the directory part
     except OSError as e:
         raise InputError(f"{what} {name}: {e.strerror or e}; give a shorter or plainer "
                          "path") from None
