@@ -76,7 +76,7 @@ def search_options(*, global_batch: Any = None, concurrency: Any = None, top: An
     if max_token_ms is not None:
         try:
             ms = float(max_token_ms) if not isinstance(max_token_ms, bool) else -1.0
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             ms = -1.0
         if not 0 < ms < math.inf:
             raise InputError(f"{say['max_token_ms']} {shown(max_token_ms)}: expected a number > 0")

@@ -268,9 +268,27 @@ def test_cluster_is_the_cli_json(client, cli_json, argv, body):
      "concurrency: a mode infer option"),
     ({"model": "gpt2", "gpu": "h100", "mode": "infer", "concurrency": 4, "global_batch": 8},
      "global_batch: a mode train option"),
+    # found by fuzzing the API (stop 24): each was a 500, or ran on silently
+    ({"model": "gpt2", "gpu": "h100", "mode": "infer", "concurrency": 4,
+      "max_token_ms": 10**400}, "max_token_ms"),
+    ({"model": "gpt2", "gpu": "h100", "global_batch": 8, "mode": "both"}, "train or infer"),
+    ({"model": "gpt2", "gpu": "custom:80GB,pcie=" + "9" * 5000 + "x16", "global_batch": 8},
+     "longer than 256 characters"),
+    ({"model": "gpt2", "gpu": "x" * 1_000_000, "global_batch": 8},
+     "longer than 256 characters"),
+    ({"model": "gpt2", "gpu": "custom:80GB,pcie=999x16", "global_batch": 8},
+     "expected GENxLANES"),
 ])
 def test_cluster_bad_requests_are_one_line(client, body, needle):
     r = client.post("/api/cluster", json=body)
     assert r.status_code == 422, r.text
     msg = r.json()["error"]
-    assert needle in msg and "\n" not in msg
+    assert needle in msg and "\n" not in msg and len(msg) < 600
+
+
+def test_a_lone_surrogate_in_a_pasted_config_is_one_line(client):
+    # JSON may carry \ud800 escaped; it is no UTF-8 text (it was a 500)
+    body = '{"config": "\\ud800", "gpu": "h100"}'
+    r = client.post("/api/fit", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert "unpaired surrogate" in r.json()["error"]

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .._record import record
-from ..errors import InputError, UnknownNameError, UnsupportedError
+from ..errors import InputError, UnknownNameError, UnsupportedError, shown
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_positive_int
 
 __all__ = [
@@ -343,11 +343,15 @@ class UnknownGPUError(UnknownNameError):
         self.kind = "GPU"
         self.name = name
         self.suggestions = _suggest(name)
-        msg = f"unknown GPU {name!r}"
+        msg = f"unknown GPU {shown(name)}"
         if self.suggestions:
             msg += "; did you mean " + ", ".join(repr(s) for s in self.suggestions) + "?"
         msg += " (`gpuplan gpus` lists them)"
         Exception.__init__(self, msg)
+
+
+#: The longest GPU name or ``custom:`` spec taken (the longest spec with every part: ~150).
+MAX_GPU_NAME = 256
 
 
 def resolve_gpu(name: str) -> tuple[GPU, str | None]:
@@ -356,7 +360,10 @@ def resolve_gpu(name: str) -> tuple[GPU, str | None]:
     Returns the GPU and, when an alias was used, a note saying which SKU it stands for.
     """
     if not isinstance(name, str) or not name.strip():
-        raise InputError(f"GPU name {name!r}: expected an SKU such as H100-SXM-80GB (`gpuplan gpus` lists them)")
+        raise InputError(f"GPU name {shown(name)}: expected an SKU such as H100-SXM-80GB (`gpuplan gpus` lists them)")
+    if len(name) > MAX_GPU_NAME:  # no SKU, alias or custom: spec is this long (nor worth a fuzzy match)
+        raise InputError(f"GPU name {shown(name)}: longer than {MAX_GPU_NAME} characters; expected "
+                         "an SKU such as H100-SXM-80GB or a custom:MEMORY,... spec")
     if name.strip().lower().startswith(CUSTOM_PREFIX):
         return parse_custom_gpu(name), None
     by_key, alias_to = _catalog()
@@ -413,7 +420,8 @@ def _custom_part(spec: str, key: str, value: str) -> tuple[str, object]:
         return key, parse_positive_int(value, what=what)
     if key == "pcie":
         gen, x, lanes = value.lower().partition("x")
-        if not x or not gen.strip().isdigit() or not lanes.strip().isdigit():
+        if not x or not gen.strip().isdigit() or not lanes.strip().isdigit() \
+                or len(gen.strip()) > 2 or len(lanes.strip()) > 3:
             raise InputError(f"--gpu {spec!r}: pcie={value!r}: expected GENxLANES such as pcie=4x16")
         try:
             pcie_bandwidth(int(gen), int(lanes))  # checks the generation and the lanes

@@ -81,7 +81,12 @@ def _job(body: Mapping, options: tuple[str, ...]) -> Job:
         text = body["config"]
         if not isinstance(text, str):
             raise InputError("config: expected the text of a config.json as a string")
-        job_keys["model"] = model_from_config_bytes(text.encode("utf-8"), limit=MAX_CONFIG_BYTES)
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (\ud800) that JSON let through
+            raise InputError("config: the text holds an unpaired surrogate (e.g. \\ud800), "
+                             "which is not UTF-8; paste the config.json as it is") from None
+        job_keys["model"] = model_from_config_bytes(data, limit=MAX_CONFIG_BYTES)
     elif body.get("params") is not None:
         p = body["params"]
         if isinstance(p, bool) or not isinstance(p, (str, int)):
@@ -176,6 +181,9 @@ def cluster(body: Mapping) -> dict:
         raise InputError(f"cluster does not take {shown(', '.join(sorted(extra)))} (it is "
                          "planned by /api/fit; the layout keys are what it searches)")
     job = _job(body, CLUSTER_OPTIONS)
+    if body.get("mode") not in (None, "train", "infer"):  # as the command takes it
+        raise InputError(f"mode {shown(body.get('mode'))}: the cluster search is train or "
+                         "infer, one at a time")
     names = _gpu_names(body.get("gpu"))
     if not names or len(names) != 1:
         raise InputError("gpu: name one GPU for the cluster search (see /api/gpus)")
@@ -206,7 +214,7 @@ def flops(body: Mapping) -> dict:
     model = load_model(name)
     mode = body.get("mode", "train")
     if mode not in ("train", "forward"):
-        raise InputError(f"mode {shown(str(mode))}: expected train or forward")
+        raise InputError(f"mode {shown(mode)}: expected train or forward")
     attention = body.get("attention", "sdpa")
     # the same Job `gpuplan flops model` builds: a forward pass is a scoring pass (all logits)
     job = Job.from_dict({
