@@ -19,7 +19,7 @@ from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding", "PP_SCHEDULES", "pp_chunks", "part_layers", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding", "PP_SCHEDULES", "pp_chunks", "part_layers", "pipeline_fix", "tp_fix", "nearest", "divisors", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
@@ -459,6 +459,40 @@ def pp_chunks(schedule: object) -> tuple[str, int]:
     return name, int(v)
 
 
+def pipeline_fix(units: int, pp: int, chunks: int) -> str:
+    """The way out when ``pp x chunks`` pipeline parts outnumber the ``units`` (layers, and the
+    embedding / loss parts) to split: fewer chunks when the stages alone fit, else fewer stages."""
+    if chunks > 1 and units >= 2 * pp:
+        return f"--pp-schedule interleaved:{units // pp} or fewer chunks"
+    if chunks > 1 and units >= pp:
+        return "--pp-schedule 1f1b (one chunk per stage)"
+    return f"--pp {units} or less"
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def nearest(v: int, valid: list[int]) -> str:
+    """The valid values just below and above ``v``, as "A or B"."""
+    lo = max((x for x in valid if x < v), default=None)
+    hi = min((x for x in valid if x > v), default=None)
+    return " or ".join(str(x) for x in (lo, hi) if x is not None) or str(min(valid))
+
+
+def tp_fix(t: int, valid: list[int], room: int, rest: int) -> str:
+    """The TP degrees nearest ``t`` among ``valid`` (:func:`nearest`); those that also divide
+    ``room`` (the GPUs per pipeline x context group, 0 when the GPU count is not a multiple of
+    ``rest`` = pp x cp) first, so the data-parallel degree comes out whole, the nearest others
+    said with the GPU count they need."""
+    near = nearest(t, valid)
+    whole = [d for d in valid if room and room % d == 0]
+    if not whole or nearest(t, whole) == near:
+        return near
+    return f"{nearest(t, whole)} (or {near} with --gpus a multiple of it" \
+        + (f" x {rest})" if rest > 1 else ")")
+
+
 @lru_cache(maxsize=256)
 def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
                 loss: bool = False) -> tuple[int, ...]:
@@ -476,14 +510,9 @@ def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fal
     if parts > units:
         what = f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
         counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
-        if chunks > 1 and units >= 2 * pp:
-            fix = f"use --pp-schedule interleaved:{units // pp} or fewer chunks"
-        elif chunks > 1 and units >= pp:
-            fix = "use --pp-schedule 1f1b (one chunk per stage)"
-        else:
-            fix = f"use --pp {units} or less"
         raise InputError(f"{what}: {num_layers} layers{counted} are {units} parts of the "
-                         f"pipeline split, fewer than its {parts}; {fix}")
+                         f"pipeline split, fewer than its {parts}; use "
+                         f"{pipeline_fix(units, pp, chunks)}")
     base, extra = divmod(units, parts)
     out = [base + (1 if k < extra else 0) for k in range(parts)]
     if pp > 1:

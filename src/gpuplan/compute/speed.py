@@ -521,7 +521,7 @@ def _weight_gathers(model: Model | Architecture, job: Job, mode: str,
 def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: PrecisionLayout,
              job: Job, device: Device, eff: Efficiency, *, link: str | float | None,
              overlap_comm: bool, n_params: int, gpu: GPU,
-             gathers: float | None = None, gather_overlap: bool = True) -> ScalingTable:
+             gathers: float | None, gather_overlap: bool = True) -> ScalingTable:
     """Data-parallel scaling of a training step: the gradient all-reduce over ``link``, or, when
     no link is named, on the job's topology (its ``gpus_per_node`` on the node's link, nodes on
     ``inter_node``, 400 Gb/s per GPU by default: stated in the table's notes)."""
@@ -537,9 +537,7 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # reduce-scattered into their shard (DeepSpeed stage 3; FSDP's default), so accumulation
     # multiplies the traffic. Overlappable with forward and backward; stages 0-2 move one
     # all-reduce's bytes during backward.
-    zero3 = job.zero == 3
-    if gathers is None:  # 3 under DeepSpeed + full ckpt, 2 otherwise
-        gathers = zero3_gathers(job.sharding, job.checkpointing)
+    zero3 = job.zero == 3  # then ``gathers`` is the count estimate_speed took (_weight_gathers)
     volume = (trainable * prec.grad + gathers * max(n_params, trainable) * prec.weight) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
     serial = (gathers * max(n_params, trainable) * prec.weight / 2 * step.micro_steps

@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from .._record import record
 from ..errors import InputError
-from ..job import Job, part_layers, pp_chunks
+from ..job import Job, divisors, nearest, part_layers, pipeline_fix, pp_chunks, tp_fix
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
@@ -110,17 +110,6 @@ def layout_of(job: Job) -> Layout:
                   embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part)
 
 
-def _nearest(v: int, valid: list[int]) -> str:
-    """The valid values just below and above ``v``, as "A or B"."""
-    lo = max((x for x in valid if x < v), default=None)
-    hi = min((x for x in valid if x > v), default=None)
-    return " or ".join(str(x) for x in (lo, hi) if x is not None) or str(min(valid))
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def check_layout(arch: Architecture | None, job: Job) -> None:
     """Raise one :class:`InputError` line (the value and the nearest valid ones) when the
     layout does not fit the architecture. fit, speed and cluster all call this."""
@@ -143,30 +132,19 @@ def _check_tp(arch: Architecture, job: Job, lay: Layout) -> None:
     rest = lay.pp * lay.cp
     room = job.gpus // rest if job.gpus % rest == 0 else 0
 
-    def fits(valid: list[int]) -> str:
-        """The nearest valid ones; those that also divide the GPUs left per pipeline x context
-        group first (the data-parallel degree must come out whole), the nearest others said
-        with the GPU count they need."""
-        near = _nearest(t, valid)
-        whole = [d for d in valid if room and room % d == 0]
-        if not whole or _nearest(t, whole) == near:
-            return near
-        return f"{_nearest(t, whole)} (or {near} with --gpus a multiple of it x {rest})" \
-            if rest > 1 else f"{_nearest(t, whole)} (or {near} with --gpus a multiple of it)"
-
     if h % t:
         raise InputError(f"tp {t}: {arch.name} has {h} attention heads, not divisible by "
-                         f"{t}; use --tp {fits(_divisors(h))}")
+                         f"{t}; use --tp {tp_fix(t, divisors(h), room, rest)}")
     if kv % t and t % kv:
-        ok = [d for d in _divisors(h) if kv % d == 0 or d % kv == 0]
+        ok = [d for d in divisors(h) if kv % d == 0 or d % kv == 0]
         raise InputError(f"tp {t}: {arch.name}'s {kv} K/V heads neither split over {t} ranks "
-                         f"nor replicate evenly; use --tp {fits(ok)}")
+                         f"nor replicate evenly; use --tp {tp_fix(t, ok, room, rest)}")
     widths = {arch.intermediate_size, arch.moe_intermediate_size,
               arch.shared_expert_intermediate_size} - {0}
     for w in sorted(widths):
         if w % t:
             raise InputError(f"tp {t}: MLP width {w} is not divisible by {t}; use --tp "
-                             f"{fits([d for d in _divisors(h) if w % d == 0])}")
+                             f"{tp_fix(t, [d for d in divisors(h) if w % d == 0], room, rest)}")
     if lay.sp and job.seq is not None and job.seq % t:
         raise InputError(f"seq {job.seq}: sequence parallelism splits the sequence over tp "
                          f"{t}; use a multiple of {t}")
@@ -180,12 +158,9 @@ def _check_pp(arch: Architecture, lay: Layout) -> None:
         return
     if parts > arch.num_layers:
         what = f"pp {lay.pp}" + (f" x {lay.chunks} chunks" if lay.chunks > 1 else "")
-        n = arch.num_layers
-        fix = (f"--pp-schedule interleaved:{n // lay.pp} or fewer chunks" if lay.chunks > 1
-               and n >= 2 * lay.pp else "--pp-schedule 1f1b (one chunk per stage)"
-               if lay.chunks > 1 and n >= lay.pp else f"--pp {n} or less")
-        raise InputError(f"{what}: {arch.name} has {n} layers, fewer than the {parts} pipeline "
-                         f"parts; use {fix}")
+        raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
+                         f"{parts} pipeline parts; use "
+                         f"{pipeline_fix(arch.num_layers, lay.pp, lay.chunks)}")
 
 
 def _check_cp_ep(arch: Architecture, job: Job, lay: Layout) -> None:
@@ -203,12 +178,12 @@ def _check_cp_ep(arch: Architecture, job: Job, lay: Layout) -> None:
         raise InputError(f"ep {lay.ep}: {arch.name} has no experts; drop --ep")
     if e % lay.ep:
         raise InputError(f"ep {lay.ep}: {arch.name} has {e} experts, not divisible by "
-                         f"{lay.ep}; use --ep {_nearest(lay.ep, _divisors(e))}")
+                         f"{lay.ep}; use --ep {nearest(lay.ep, divisors(e))}")
     group = lay.dp * lay.cp
     if group % lay.ep:
         raise InputError(f"ep {lay.ep}: experts are spread over the data-parallel x context-"
                          f"parallel group ({group} ranks); use --ep "
-                         f"{_nearest(lay.ep, [d for d in _divisors(group) if e % d == 0])}")
+                         f"{nearest(lay.ep, [d for d in divisors(group) if e % d == 0])}")
 
 
 def layout_notes(arch: Architecture | None, job: Job) -> tuple[str, ...]:
