@@ -95,3 +95,16 @@ def test_stage3_counts_are_whole(capsys):
 
     assert parse_count("0.3B", what="x", whole=True) == 300_000_000
     assert parse_count("1.5e8", what="x", whole=True) == 150_000_000
+
+
+def test_speed_suggests_as_fit_does(capsys):
+    # speed checks the layout with its own twin of fit's check; both take the suggestions from
+    # gpuplan.job (pipeline_fix, tp_fix), so the same bad layout gets the same way out
+    for argv, fix in (
+            (["--gpus", "8", "--tp", "8"], "use --tp 4 (or 6 or 12 with --gpus a multiple of it)"),
+            (["--gpus", "64", "--pp", "4", "--pp-schedule", "interleaved:64"],
+             "use --pp-schedule interleaved:8 or fewer chunks")):
+        model = "gpt2" if "--tp" in argv else "llama-3.1-8b"
+        for command in ("fit", "speed"):
+            err = _err(capsys, [command, model, "--gpu", "H100-SXM-80GB", "--mode", "train", *argv])
+            assert err.rstrip().endswith(fix), (command, err)

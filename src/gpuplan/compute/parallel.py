@@ -47,7 +47,7 @@ from .._record import record
 from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, deepspeed_gathered
 from ..errors import InputError
 from ..hardware.topology import Topology, collective_time
-from ..job import Job, part_layers, pp_chunks
+from ..job import Job, divisors, part_layers, pipeline_fix, pp_chunks, tp_fix
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import optimizer_op, recompute_ops
@@ -133,7 +133,7 @@ class Layout:
 
 
 def _nearest_divisors(n: int, near: int) -> str:
-    divs = [d for d in range(1, n + 1) if n % d == 0]
+    divs = divisors(n)
     below = max((d for d in divs if d < near), default=1)
     above = min((d for d in divs if d > near), default=n)
     return " or ".join(str(d) for d in sorted({below, above}))
@@ -148,19 +148,22 @@ def check_layout(arch: Architecture | None, lay: Layout) -> None:
             raise InputError("a tensor/pipeline/context/expert-parallel layout needs the "
                              "architecture; name a catalog model or a config.json")
         return
+    rest = lay.pp * lay.cp
+    room = lay.gpus // rest  # the GPUs a TP degree must divide (the DP degree comes out whole)
     if arch.num_heads % lay.tp:
         raise InputError(f"tp {lay.tp}: {arch.name} has {arch.num_heads} attention heads, not "
-                         f"divisible by {lay.tp}; use --tp {_nearest_divisors(arch.num_heads, lay.tp)}")
+                         f"divisible by {lay.tp}; use --tp "
+                         f"{tp_fix(lay.tp, divisors(arch.num_heads), room, rest)}")
     kv = arch.num_kv_heads
     if kv % lay.tp and lay.tp % kv:
         raise InputError(f"tp {lay.tp}: {arch.name}'s {kv} KV heads neither divide nor are "
-                         f"divided by it; use --tp {_nearest_divisors(kv, lay.tp)}")
+                         f"divided by it; use --tp {tp_fix(lay.tp, divisors(kv), room, rest)}")
     if lay.pp > 1 and (lay.embedding_part or lay.loss_part):
         part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
     elif arch.num_layers < lay.pp * lay.chunks:
         raise InputError(f"pp {lay.pp} x {lay.chunks} chunks: {arch.name} has only "
-                         f"{arch.num_layers} layers; use --pp {max(1, arch.num_layers // lay.chunks)}"
-                         " or fewer")
+                         f"{arch.num_layers} layers; use "
+                         f"{pipeline_fix(arch.num_layers, lay.pp, lay.chunks)}")
     if lay.ep > 1:
         if not arch.is_moe or arch.num_experts % lay.ep:
             what = (f"{arch.num_experts} experts, not divisible by {lay.ep}" if arch.is_moe
