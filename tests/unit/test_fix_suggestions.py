@@ -108,3 +108,17 @@ def test_speed_suggests_as_fit_does(capsys):
         for command in ("fit", "speed"):
             err = _err(capsys, [command, model, "--gpu", "H100-SXM-80GB", "--mode", "train", *argv])
             assert err.rstrip().endswith(fix), (command, err)
+
+
+def test_an_interleaved_stage_is_named_by_its_chunks():
+    # 32 layers in 2 x 3 parts: 6, 6, 5, 5, 5, 5 layers (the first 32 % 6 one longer); stage 1
+    # holds parts 1, 3, 5 = layers 6-11, 17-21, 27-31 (it used to read "layers 6-31")
+    from gpuplan.memory import train_memory
+    from gpuplan.models import load_model
+
+    m = load_model("llama-3.1-8b")
+    mem = train_memory(m, Job(model=m, mode="train", gpus=16, pp=2,
+                              pp_schedule="interleaved:3"))
+    note = next(n for n in mem.notes if n.startswith("worst pipeline stage"))
+    assert note.startswith("worst pipeline stage: 1 of 2 (layers 6-11, 17-21, 27-31, head and "
+                           "loss), 1 micro-batch in flight")
