@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "default_db_path", "db_path", "machine_key", "this_machine_key", "MeasuredRun",
     "BenchDatabaseError", "latest_measured", "load_measured", "SCHEMA_VERSION", "APPLICATION_ID",
-    "LOCK_TIMEOUT_S", "recover_hot_journal", "BadRun", "SkippedRunWarning", "skip_run",
+    "LOCK_TIMEOUT_S", "explain_db_error", "recover_hot_journal", "BadRun", "SkippedRunWarning", "skip_run",
     "checked_text", "checked_int", "checked_float", "checked_json",
 ]
 
@@ -115,24 +115,32 @@ class MeasuredRun:
 # Reading (the store's read path, read-only)
 
 
-def _explain(e: BaseException, path: Path, doing: str) -> BenchDatabaseError:
+def explain_db_error(e: BaseException, path: Path, doing: str, *, write: bool = False,
+                     timeout_s: float = LOCK_TIMEOUT_S) -> str:
+    """One line for a failed SQLite operation on the bench database: the path, the problem and
+    the remedy (shared by this read path and :mod:`gpuplan.measure.store`'s writes)."""
     msg = str(e)
     low = msg.lower()
     name = getattr(e, "sqlite_errorname", "") or ""
     if "BUSY" in name or "LOCKED" in name or "locked" in low or "busy" in low:
-        text = (f"bench database {str(path)!r} is locked by another process (waited "
-                f"{LOCK_TIMEOUT_S:g} s) while {doing}; try again when it finishes, or pass --db "
+        return (f"bench database {str(path)!r} is locked by another process (waited "
+                f"{timeout_s:g} s) while {doing}; try again when it finishes, or pass --db "
                 "OTHER.sqlite")
-    elif "NOTADB" in name or "CORRUPT" in name or "not a database" in low or "malformed" in low:
-        text = (f"bench database {str(path)!r} is corrupt or not a SQLite database ({msg}); it was "
-                "left untouched: move it aside or pass --db NEW.sqlite")
-    elif ("READONLY" in name or "CANTOPEN" in name or "PERM" in name or "readonly" in low
-          or "unable to open" in low or isinstance(e, PermissionError)):
-        text = (f"bench database {str(path)!r} cannot be read ({msg}); check the directory's "
-                "permissions or pass --db WRITABLE.sqlite (or set GPUPLAN_BENCH_DB)")
-    else:
-        text = f"bench database {str(path)!r}: {msg} while {doing}"
-    return BenchDatabaseError(text)
+    if "NOTADB" in name or "CORRUPT" in name or "not a database" in low or "malformed" in low:
+        return (f"bench database {str(path)!r} is corrupt or not a SQLite database ({msg}); it "
+                "was left untouched: move it aside or pass --db NEW.sqlite")
+    if ("READONLY" in name or "CANTOPEN" in name or "PERM" in name or "readonly" in low
+            or "unable to open" in low or isinstance(e, PermissionError)):
+        return (f"bench database {str(path)!r} cannot be {'written' if write else 'read'} "
+                f"({msg}); check the directory's permissions or pass --db WRITABLE.sqlite "
+                "(or set GPUPLAN_BENCH_DB)")
+    if "FULL" in name or "disk is full" in low:
+        return f"bench database {str(path)!r}: the disk is full ({msg}); nothing was saved"
+    return f"bench database {str(path)!r}: {msg} while {doing}"
+
+
+def _explain(e: BaseException, path: Path, doing: str) -> BenchDatabaseError:
+    return BenchDatabaseError(explain_db_error(e, path, doing))
 
 
 def recover_hot_journal(path: Path) -> None:

@@ -29,7 +29,8 @@ from typing import Iterator, Mapping
 
 from .._record import record
 from ..compute.measured import (
-    BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, recover_hot_journal, skip_run,
+    BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, explain_db_error,
+    recover_hot_journal, skip_run,
 )
 from ..errors import InputError, printable, shown
 from .bench.machine import machine_fingerprint, machine_key
@@ -93,26 +94,7 @@ class StoreError(InputError):
 
 
 def _explain(e: BaseException, path: Path, doing: str, *, write: bool = False) -> StoreError:
-    msg = str(e)
-    low = msg.lower()
-    name = getattr(e, "sqlite_errorname", "") or ""
-    if "BUSY" in name or "LOCKED" in name or "locked" in low or "busy" in low:
-        text = (f"bench database {str(path)!r} is locked by another process (waited "
-                f"{LOCK_TIMEOUT_S:g} s) while {doing}; try again when it finishes, or pass --db "
-                "OTHER.sqlite")
-    elif "NOTADB" in name or "CORRUPT" in name or "not a database" in low or "malformed" in low:
-        text = (f"bench database {str(path)!r} is corrupt or not a SQLite database ({msg}); it was "
-                "left untouched: move it aside or pass --db NEW.sqlite")
-    elif ("READONLY" in name or "CANTOPEN" in name or "PERM" in name or "readonly" in low
-          or "unable to open" in low or isinstance(e, PermissionError)):
-        text = (f"bench database {str(path)!r} cannot be {'written' if write else 'read'} "
-                f"({msg}); check the directory's permissions or pass --db WRITABLE.sqlite "
-                "(or set GPUPLAN_BENCH_DB)")
-    elif "FULL" in name or "disk is full" in low:
-        text = f"bench database {str(path)!r}: the disk is full ({msg}); nothing was saved"
-    else:
-        text = f"bench database {str(path)!r}: {msg} while {doing}"
-    return StoreError(text)
+    return StoreError(explain_db_error(e, path, doing, write=write, timeout_s=LOCK_TIMEOUT_S))
 
 
 def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
