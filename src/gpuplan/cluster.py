@@ -22,7 +22,7 @@ from typing import Any, Literal
 from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.parallel import (
-    Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_costs,
+    Layout, LayoutTime, ServeTime, layout_time, micro_costs,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
 from .compute.step import StepSpec, build_steps, infer_precision, train_precision

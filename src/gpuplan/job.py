@@ -19,7 +19,7 @@ from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
 
-__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding", "PP_SCHEDULES", "pp_chunks", "part_layers", "pipeline_fix", "tp_fix", "nearest", "divisors", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
+__all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding", "PP_SCHEDULES", "pp_chunks", "part_layers", "check_layout", "pipeline_fix", "tp_fix", "nearest", "divisors", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "seq_limit", "DEFAULT_MODEL_PARAMS"]
 
@@ -524,6 +524,88 @@ def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fal
                          f"{'embedding' if empty[0] == 0 else 'head and loss'} and no "
                          f"transformer layer ({num_layers} layers); use --pp {pp - 1} or less")
     return tuple(out)
+
+
+def check_layout(arch: Architecture | None, job: "Job", seq: int | None = None) -> None:
+    """Raise one :class:`InputError` line (the value and the nearest valid ones) when the job's
+    layout does not fit the architecture: heads and MLP widths divisible by TP (K/V heads split
+    or replicated evenly), a transformer layer in every pipeline part, experts divisible by EP
+    and EP inside the data-parallel x context-parallel group, ring attention's balanced
+    chunks. The one check behind fit, speed, trace and cluster (memory and compute both call
+    it); ``seq``: the sequence the caller resolved (default ``job.seq``; None skips the
+    sequence's checks)."""
+    if job.tp == job.pp == job.cp == job.ep == 1:
+        return
+    if arch is None:
+        raise InputError("tp/pp/cp/ep > 1 needs the architecture (a catalog name or a "
+                         "config.json), not a bare parameter count")
+    seq = job.seq if seq is None else seq
+    _check_tp(arch, job, seq)
+    _check_pp(arch, job)
+    _check_cp_ep(arch, job, seq)
+
+
+def _check_tp(arch: Architecture, job: "Job", seq: int | None) -> None:
+    t = job.tp
+    if t == 1:
+        return
+    h, kv = arch.num_heads, arch.num_kv_heads
+    rest = job.pp * job.cp
+    room = job.gpus // rest if job.gpus % rest == 0 else 0
+
+    if h % t:
+        raise InputError(f"tp {t}: {arch.name} has {h} attention heads, not divisible by "
+                         f"{t}; use --tp {tp_fix(t, divisors(h), room, rest)}")
+    if kv % t and t % kv:
+        ok = [d for d in divisors(h) if kv % d == 0 or d % kv == 0]
+        raise InputError(f"tp {t}: {arch.name}'s {kv} K/V heads neither split over {t} ranks "
+                         f"nor replicate evenly; use --tp {tp_fix(t, ok, room, rest)}")
+    widths = {arch.intermediate_size, arch.moe_intermediate_size,
+              arch.shared_expert_intermediate_size} - {0}
+    for w in sorted(widths):
+        if w % t:
+            raise InputError(f"tp {t}: MLP width {w} is not divisible by {t}; use --tp "
+                             f"{tp_fix(t, [d for d in divisors(h) if w % d == 0], room, rest)}")
+    if job.sequence_parallel and seq is not None and seq % t:
+        raise InputError(f"seq {seq}: sequence parallelism splits the sequence over tp "
+                         f"{t}; use a multiple of {t}")
+
+
+def _check_pp(arch: Architecture, job: "Job") -> None:
+    _, chunks = pp_chunks(job.pp_schedule)
+    parts = job.pp * chunks
+    if (job.pp_embedding_part or job.pp_loss_part) and job.pp > 1:
+        part_layers(arch.num_layers, job.pp, chunks, job.pp_embedding_part, job.pp_loss_part)
+        return
+    if parts > arch.num_layers:
+        what = f"pp {job.pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+        raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
+                         f"{parts} pipeline parts; use "
+                         f"{pipeline_fix(arch.num_layers, job.pp, chunks)}")
+
+
+def _check_cp_ep(arch: Architecture, job: "Job", seq: int | None) -> None:
+    cp, ep = job.cp, job.ep
+    if cp > 1:
+        if job.attention == "eager":
+            raise InputError(f"cp {cp}: context parallelism runs ring attention over "
+                             "flash kernels; use --attention sdpa")
+        if seq is not None and seq % (2 * cp):
+            raise InputError(f"seq {seq}: context parallel {cp} splits the sequence "
+                             f"into {2 * cp} balanced chunks; use a multiple of {2 * cp}")
+    if ep == 1:
+        return
+    e = arch.num_experts
+    if not e:
+        raise InputError(f"ep {ep}: {arch.name} has no experts; drop --ep")
+    if e % ep:
+        raise InputError(f"ep {ep}: {arch.name} has {e} experts, not divisible by "
+                         f"{ep}; use --ep {nearest(ep, divisors(e))}")
+    group = job.dp * cp
+    if group % ep:
+        raise InputError(f"ep {ep}: experts are spread over the data-parallel x context-"
+                         f"parallel group ({group} ranks); use --ep "
+                         f"{nearest(ep, [d for d in divisors(group) if e % d == 0])}")
 
 
 def _plain(value: object) -> object:

@@ -45,16 +45,15 @@ from typing import Any, Callable
 
 from .._record import record
 from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, deepspeed_gathered
-from ..errors import InputError
 from ..hardware.topology import Topology, collective_time
-from ..job import Job, divisors, part_layers, pipeline_fix, pp_chunks, tp_fix
+from ..job import Job, part_layers, pp_chunks
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import optimizer_op, recompute_ops
 from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps
 
-__all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "check_layout", "micro_cost",
+__all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
@@ -130,52 +129,6 @@ class Layout:
                 "zero": self.zero, "sequence_parallel": self.sequence_parallel,
                 "checkpointing": self.checkpointing, "gpus": self.gpus,
                 "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
-
-
-def _nearest_divisors(n: int, near: int) -> str:
-    divs = divisors(n)
-    below = max((d for d in divs if d < near), default=1)
-    above = min((d for d in divs if d > near), default=n)
-    return " or ".join(str(d) for d in sorted({below, above}))
-
-
-def check_layout(arch: Architecture | None, lay: Layout) -> None:
-    """The layout against the architecture: heads divisible by TP, at least one layer per stage
-    (chunk), experts divisible by EP and EP inside the data-parallel group, the sequence divisible
-    by CP. One line naming the value and the nearest valid ones."""
-    if arch is None:
-        if lay.tp * lay.pp * lay.cp * lay.ep > 1:
-            raise InputError("a tensor/pipeline/context/expert-parallel layout needs the "
-                             "architecture; name a catalog model or a config.json")
-        return
-    rest = lay.pp * lay.cp
-    room = lay.gpus // rest  # the GPUs a TP degree must divide (the DP degree comes out whole)
-    if arch.num_heads % lay.tp:
-        raise InputError(f"tp {lay.tp}: {arch.name} has {arch.num_heads} attention heads, not "
-                         f"divisible by {lay.tp}; use --tp "
-                         f"{tp_fix(lay.tp, divisors(arch.num_heads), room, rest)}")
-    kv = arch.num_kv_heads
-    if kv % lay.tp and lay.tp % kv:
-        raise InputError(f"tp {lay.tp}: {arch.name}'s {kv} KV heads neither divide nor are "
-                         f"divided by it; use --tp {tp_fix(lay.tp, divisors(kv), room, rest)}")
-    if lay.pp > 1 and (lay.embedding_part or lay.loss_part):
-        part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
-    elif arch.num_layers < lay.pp * lay.chunks:
-        raise InputError(f"pp {lay.pp} x {lay.chunks} chunks: {arch.name} has only "
-                         f"{arch.num_layers} layers; use "
-                         f"{pipeline_fix(arch.num_layers, lay.pp, lay.chunks)}")
-    if lay.ep > 1:
-        if not arch.is_moe or arch.num_experts % lay.ep:
-            what = (f"{arch.num_experts} experts, not divisible by {lay.ep}" if arch.is_moe
-                    else "no experts (not a mixture-of-experts model)")
-            raise InputError(f"ep {lay.ep}: {arch.name} has {what}; use --ep "
-                             + (_nearest_divisors(arch.num_experts, lay.ep) if arch.is_moe else "1"))
-        if (lay.dp * lay.cp) % lay.ep:
-            raise InputError(f"ep {lay.ep}: experts are spread over the data-parallel group "
-                             f"(dp x cp = {lay.dp * lay.cp}), which it does not divide")
-    if lay.seq % lay.cp:
-        raise InputError(f"cp {lay.cp}: the sequence {lay.seq} is not divisible by it; use "
-                         f"--cp {_nearest_divisors(lay.seq, lay.cp)}")
 
 
 def shard_arch(arch: Architecture, tp: int) -> Architecture:

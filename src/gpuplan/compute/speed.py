@@ -13,14 +13,14 @@ from ..errors import InputError, UnsupportedError
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
 from ..hardware.topology import Topology, parse_inter_node, topology_for
-from ..job import Attention, Checkpointing, Job
+from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
 from .efficiency import speed_range, speed_residuals
 from .flops import positive_int
 from .measured import load_measured
 from .parallel import (
-    Layout, LayoutTime, ServeTime, check_layout, layout_time, micro_cost, model_flops_per_token,
+    Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token,
     serve_time, shard_arch, zero3_gathers,
 )
 from .step import (
@@ -389,7 +389,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     lay = replace(Layout.of(job, seq), weight_gathers=gathers, gather_overlap=gather_overlap)
     if mode == "infer":
         lay = replace(lay, micro_batches=1, zero=0, checkpointing="none")
-    check_layout(arch, lay)
+    check_layout(arch, job, seq)
     shard = shard_arch(arch, lay.tp)
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
                                  cp=1, ep=1, sequence_parallel=False,

@@ -15,8 +15,8 @@ One module per concern; each imports only modules listed after it (arrows point 
 * :mod:`.results` -- :class:`Line`, :class:`TrainMemory`, :class:`InferMemory`;
 * :mod:`.states` -- weights, gradients, master copy, optimizer states, ZeRO sharding, offload;
 * :mod:`.optimizer` -- state element bytes and the optimizer step's temporaries;
-* :mod:`.layout` -- the layout's degrees, :func:`check_layout`, stage splits, micro-batches in
-  flight, each rank's share of the parameter tensors (Megatron's sharding);
+* :mod:`.layout` -- the layout's degrees, :func:`check_layout` (:mod:`gpuplan.job`'s), stage
+  splits, micro-batches in flight, each rank's share of the parameter tensors (Megatron's sharding);
 * :mod:`.kv` -- the KV cache;
 * :mod:`.activations` -- activations and temporaries of a step, replayed op by op;
 * :mod:`.lora` -- LoRA/QLoRA adapters;

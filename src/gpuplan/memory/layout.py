@@ -34,8 +34,7 @@ import functools
 from dataclasses import replace
 
 from .._record import record
-from ..errors import InputError
-from ..job import Job, divisors, nearest, part_layers, pipeline_fix, pp_chunks, tp_fix
+from ..job import Job, check_layout, part_layers, pp_chunks
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
@@ -108,82 +107,6 @@ def layout_of(job: Job) -> Layout:
                   sp=job.sequence_parallel, schedule=name, chunks=v,
                   micro_batches=job.micro_batches or job.grad_accum,
                   embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part)
-
-
-def check_layout(arch: Architecture | None, job: Job) -> None:
-    """Raise one :class:`InputError` line (the value and the nearest valid ones) when the
-    layout does not fit the architecture. fit, speed and cluster all call this."""
-    lay = layout_of(job)
-    if lay.trivial:
-        return
-    if arch is None:
-        raise InputError("tp/pp/cp/ep > 1 needs the architecture (a catalog name or a "
-                         "config.json), not a bare parameter count")
-    _check_tp(arch, job, lay)
-    _check_pp(arch, lay)
-    _check_cp_ep(arch, job, lay)
-
-
-def _check_tp(arch: Architecture, job: Job, lay: Layout) -> None:
-    t = lay.tp
-    if t == 1:
-        return
-    h, kv = arch.num_heads, arch.num_kv_heads
-    rest = lay.pp * lay.cp
-    room = job.gpus // rest if job.gpus % rest == 0 else 0
-
-    if h % t:
-        raise InputError(f"tp {t}: {arch.name} has {h} attention heads, not divisible by "
-                         f"{t}; use --tp {tp_fix(t, divisors(h), room, rest)}")
-    if kv % t and t % kv:
-        ok = [d for d in divisors(h) if kv % d == 0 or d % kv == 0]
-        raise InputError(f"tp {t}: {arch.name}'s {kv} K/V heads neither split over {t} ranks "
-                         f"nor replicate evenly; use --tp {tp_fix(t, ok, room, rest)}")
-    widths = {arch.intermediate_size, arch.moe_intermediate_size,
-              arch.shared_expert_intermediate_size} - {0}
-    for w in sorted(widths):
-        if w % t:
-            raise InputError(f"tp {t}: MLP width {w} is not divisible by {t}; use --tp "
-                             f"{tp_fix(t, [d for d in divisors(h) if w % d == 0], room, rest)}")
-    if lay.sp and job.seq is not None and job.seq % t:
-        raise InputError(f"seq {job.seq}: sequence parallelism splits the sequence over tp "
-                         f"{t}; use a multiple of {t}")
-
-
-def _check_pp(arch: Architecture, lay: Layout) -> None:
-    parts = lay.pp * lay.chunks
-    extra = int(lay.embedding_part) + int(lay.loss_part)
-    if extra and lay.pp > 1:
-        part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
-        return
-    if parts > arch.num_layers:
-        what = f"pp {lay.pp}" + (f" x {lay.chunks} chunks" if lay.chunks > 1 else "")
-        raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
-                         f"{parts} pipeline parts; use "
-                         f"{pipeline_fix(arch.num_layers, lay.pp, lay.chunks)}")
-
-
-def _check_cp_ep(arch: Architecture, job: Job, lay: Layout) -> None:
-    if lay.cp > 1:
-        if job.attention == "eager":
-            raise InputError(f"cp {lay.cp}: context parallelism runs ring attention over "
-                             "flash kernels; use --attention sdpa")
-        if job.seq is not None and job.seq % (2 * lay.cp):
-            raise InputError(f"seq {job.seq}: context parallel {lay.cp} splits the sequence "
-                             f"into {2 * lay.cp} balanced chunks; use a multiple of {2 * lay.cp}")
-    if lay.ep == 1:
-        return
-    e = arch.num_experts
-    if not e:
-        raise InputError(f"ep {lay.ep}: {arch.name} has no experts; drop --ep")
-    if e % lay.ep:
-        raise InputError(f"ep {lay.ep}: {arch.name} has {e} experts, not divisible by "
-                         f"{lay.ep}; use --ep {nearest(lay.ep, divisors(e))}")
-    group = lay.dp * lay.cp
-    if group % lay.ep:
-        raise InputError(f"ep {lay.ep}: experts are spread over the data-parallel x context-"
-                         f"parallel group ({group} ranks); use --ep "
-                         f"{nearest(lay.ep, [d for d in divisors(group) if e % d == 0])}")
 
 
 def layout_notes(arch: Architecture | None, job: Job) -> tuple[str, ...]:
