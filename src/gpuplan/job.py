@@ -375,6 +375,28 @@ class Job:
             raise InputError(f"inter node {self.inter_node!r}: expected a link name or a rate "
                              "such as ib-400 or 400Gb/s")
 
+    def check_pipeline_shaping(self, spell=lambda field: field) -> None:
+        """Refuse the options that shape a pipeline when there is none (``pp`` 1), which would
+        otherwise do nothing in silence: ``pp_schedule`` other than 1f1b, ``pp_embedding_part``,
+        ``pp_loss_part``, ``micro_batches`` (a pipeline's; accumulation without one is
+        ``grad_accum``). Called where a user's job comes in (the CLI, the web API), not on the
+        jobs the planner derives; ``spell`` names a field as that user wrote it."""
+        if self.pp > 1:
+            return
+        shaping = [f for f in ("pp_schedule", "pp_embedding_part", "pp_loss_part",
+                               "micro_batches")
+                   if getattr(self, f) not in (None, False, "1f1b")]
+        if not shaping:
+            return
+        names = ", ".join(spell(f) for f in shaping)
+        one = len(shaping) == 1
+        fix = (f"give {spell('pp')} 2 or more, or drop {'it' if one else 'them'}")
+        if "micro_batches" in shaping:
+            fix += (f" ({spell('grad_accum')} {self.micro_batches} accumulates micro-batches "
+                    "without a pipeline)")
+        raise InputError(f"{names} without {spell('pp')}: {'it shapes' if one else 'they shape'}"
+                         f" a pipeline, and there is none; {fix}")
+
     def require_data_parallel(self, what: str) -> None:
         """Until the model-parallel planner lands (issue 11), a layout with TP/PP/CP/EP or
         sequence parallelism is refused in one line rather than planned as data parallel."""

@@ -67,6 +67,12 @@ def test_pipeline_options_without_a_pipeline_are_refused(capsys):
     assert "--pp-schedule without --pp" in err and "give --pp 2 or more, or drop it" in err
     err = _err(capsys, [*base, "--pp-embedding-part", "--pp-loss-part"])
     assert "--pp-embedding-part, --pp-loss-part without --pp" in err
+    # --micro-batches is the pipeline's count; without one it was ignored (speed timed one
+    # micro-batch): the fix names the accumulation that does what was meant
+    err = _err(capsys, [*base, "--micro-batches", "8"])
+    assert ("--micro-batches without --pp: it shapes a pipeline, and there is none; give --pp 2 "
+            "or more, or drop it (--grad-accum 8 accumulates micro-batches without a pipeline)"
+            in err)
 
 
 def test_tp_suggestions_respect_the_gpu_count(capsys):

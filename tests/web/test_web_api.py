@@ -151,6 +151,12 @@ def test_openapi_lists_every_job_field(client):
     ({"config": "[1]"}, 422, "pasted config.json: must hold a JSON object"),
     ({"model": "gpt2", "seq": 10**9}, 422, "seq 1000000000: gpt2 supports at most"),
     ([1, 2], 422, "request body: expected a JSON object"),
+    # pipeline-shaping keys without a pipeline did nothing in silence; refused as the CLI does
+    ({"model": "llama-3.1-8b", "micro_batches": 4}, 422,
+     "micro_batches without pp: it shapes a pipeline, and there is none; give pp 2 or more, or "
+     "drop it (grad_accum 4 accumulates micro-batches without a pipeline)"),
+    ({"model": "llama-3.1-8b", "pp_schedule": "interleaved:2"}, 422,
+     "pp_schedule without pp: it shapes a pipeline"),
 ])
 def test_bad_input_is_one_json_line(client, body, status, message):
     r = client.post("/api/fit", json=body)

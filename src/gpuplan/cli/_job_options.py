@@ -135,7 +135,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "layer in the pipeline split, on the last stage (Megatron's "
               "--account-for-loss-in-pipeline-split)"),
     JobOption("--micro-batches", "micro_batches", "int", "micro-batches per step through the "
-              "pipeline (default: --grad-accum)", "M"),
+              "pipeline, with --pp (default: --grad-accum)", "M"),
     JobOption("--gpus-per-node", "gpus_per_node", "int", "GPUs per node on the node's own link "
               "(default 8)", "N"),
     JobOption("--inter-node", "inter_node", "str", "link between nodes per GPU, e.g. ib-400, "
@@ -271,13 +271,7 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
         job = Job(model=model, mode=mode, **kw)
     except InputError as e:
         raise InputError(_name_the_flag(str(e))) from None
-    shaping = [f for f in ("pp_schedule", "pp_embedding_part", "pp_loss_part")
-               if kw.get(f) not in (None, False, "1f1b")]
-    if shaping and job.pp == 1:  # accepted before and silently did nothing
-        raise InputError(f"{', '.join(flag_of(f) for f in shaping)} without --pp: "
-                         f"{'it shapes' if len(shaping) == 1 else 'they shape'} a pipeline, "
-                         "and there is none; give --pp 2 or more, or drop "
-                         f"{'it' if len(shaping) == 1 else 'them'}")
+    job.check_pipeline_shaping(flag_of)  # accepted before and silently did nothing
     return job
 
 

@@ -96,6 +96,7 @@ def _job(body: Mapping, options: tuple[str, ...]) -> Job:
         _catalog_name(job_keys["model"])
     model = job_keys.pop("model", None)
     job = Job.from_dict(job_keys)  # the CLI's defaults for every key left out
+    job.check_pipeline_shaping()  # as the command line refuses them: they would do nothing
     return job if model is None else job.with_(model=model)
 
 
