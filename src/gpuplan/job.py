@@ -345,6 +345,11 @@ class Job:
                                                isinstance(self.micro_batches, int)
                                                or self.micro_batches < 1):
             raise InputError(f"micro batches {self.micro_batches!r}: expected a whole number >= 1")
+        if (self.micro_batches is not None and self.grad_accum > 1
+                and self.micro_batches != self.grad_accum):
+            raise InputError(f"micro batches {self.micro_batches} and --grad-accum "
+                             f"{self.grad_accum} differ: a pipeline's micro-batches are its "
+                             "accumulation steps, one number per step; give one of them")
         if not isinstance(self.sequence_parallel, bool):
             raise InputError(f"sequence parallel {self.sequence_parallel!r}: expected true or false")
         pp_chunks(self.pp_schedule)

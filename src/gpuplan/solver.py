@@ -448,7 +448,7 @@ def _layout_change(job: Job, lay: LayoutFit, alone: str) -> tuple[Change, dict]:
     extra = {"_count": lay.gpus} if lay.mode == "infer" else {}
     return (Change(knob="layout", value=(lay.gpus, lay.tp, lay.pp, lay.zero), tier=_HARDWARE,
                    text=lay.flags(job), cost="; ".join(parts)),
-            {**lay.changes(), **extra})
+            {**lay.changes(job), **extra})
 
 
 def _infer_knobs(model: Model, job: Job, prompt: int, context: int,

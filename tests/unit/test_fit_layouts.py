@@ -15,6 +15,7 @@ import json
 import pytest
 
 import gpuplan
+from gpuplan.errors import InputError
 from gpuplan.hardware import resolve_gpu
 from gpuplan.job import Job
 from gpuplan.memory import infer_memory, train_memory
@@ -269,6 +270,23 @@ def test_layout_flags_and_label():
     assert lay.flags(Job(model="llama-3.1-8b")) == (
         "--tp 8 --pp 2 --gpus 48 --zero 1 --sequence-parallel --micro-batches 2")
     assert lay.label() == "tp8 x pp2 x dp3, ZeRO-1"
+
+
+def test_a_layout_suggestion_counts_micro_batches_where_the_job_does():
+    """A job that accumulates with --grad-accum 2 is offered a 4-stage pipeline of 4
+    micro-batches as --grad-accum 4 (its own knob), so following the suggestion does not give
+    two different counts, which a Job refuses (a pipeline's micro-batches are its accumulation
+    steps; the exporters refused them before)."""
+    lay = LayoutFit(mode="train", gpus=32, tp=8, pp=4, zero=1, sequence_parallel=True,
+                    micro_batches=4, peak_bytes=0)
+    job = Job(model="llama-3.1-8b", grad_accum=2)
+    assert lay.flags(job) == "--tp 8 --pp 4 --gpus 32 --zero 1 --sequence-parallel --grad-accum 4"
+    moved = job.with_(**lay.changes(job))  # validated: one count
+    assert (moved.grad_accum, moved.micro_batches) == (4, None)
+    with pytest.raises(InputError, match=r"^micro batches 4 and --grad-accum 2 differ: a "
+                                         r"pipeline's micro-batches are its accumulation steps"):
+        job.with_(tp=8, pp=4, gpus=32, micro_batches=4)
+    Job(model="llama-3.1-8b", pp=2, gpus=2, micro_batches=4, grad_accum=4)  # the same count
 
 
 # ---- the pruned search against planning every layout -------------------------------------

@@ -76,13 +76,8 @@ def infer_only(job: Job, engine: str) -> None:
 
 def accumulation(job: Job, engine: str) -> int:
     """Micro-batches per optimizer step on one data-parallel rank: the pipeline's micro-batches
-    where given, else the gradient-accumulation steps (the Job's rule). Both given and different
-    is two numbers an engine holds as one."""
-    if job.micro_batches is not None and job.grad_accum > 1 \
-            and job.micro_batches != job.grad_accum:
-        raise refuse(engine, f"--micro-batches {job.micro_batches} and --grad-accum "
-                     f"{job.grad_accum} differ; {engine} counts one number of micro-batches per "
-                     "step: give one of them")
+    where given, else the gradient-accumulation steps (the Job's rule; a Job refuses the two
+    given different, so an engine's one number is never a choice between them)."""
     return job.micro_batches or job.grad_accum
 
 

@@ -68,6 +68,12 @@ TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 MAX_STAGES = 32
 
 
+def _accum_field(job: Job) -> str:
+    """Where ``job`` counts its micro-batches: ``grad_accum`` when it accumulates without naming
+    pipeline micro-batches, else ``micro_batches``."""
+    return "grad_accum" if job.micro_batches is None and job.grad_accum > 1 else "micro_batches"
+
+
 @record(kw_only=False)
 class LayoutFit:
     """A TP x PP (x ZeRO over DP) layout and its per-GPU peak, fullest rank."""
@@ -87,19 +93,21 @@ class LayoutFit:
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
 
-    def changes(self) -> dict:
-        """The Job fields this layout sets."""
+    def changes(self, job: Job) -> dict:
+        """The Job fields this layout sets on ``job``. The pipeline's micro-batches are its
+        accumulation steps: set as ``grad_accum`` where the job counts them there (so the two
+        never disagree), else as ``micro_batches``."""
         d = {"tp": self.tp, "pp": self.pp, "gpus": self.gpus, "cp": 1, "ep": 1,
              "sequence_parallel": self.sequence_parallel}
         if self.mode == "train":
             d["zero"] = self.zero
             if self.micro_batches is not None:
-                d["micro_batches"] = self.micro_batches
+                d[_accum_field(job)] = self.micro_batches
         return d
 
     def apply(self, job: Job) -> Job:
         """``job`` under this layout (the values came from the accepted sets)."""
-        return job._evolve(**self.changes())
+        return job._evolve(**self.changes(job))
 
     def flags(self, job: Job) -> str:
         """The command-line options that ask for this layout."""
@@ -111,7 +119,8 @@ class LayoutFit:
                 out += " --sequence-parallel"
             if self.micro_batches is not None and self.micro_batches != (
                     job.micro_batches or job.grad_accum):
-                out += f" --micro-batches {self.micro_batches}"
+                flag = "--grad-accum" if _accum_field(job) == "grad_accum" else "--micro-batches"
+                out += f" {flag} {self.micro_batches}"
         return out
 
     def label(self) -> str:
