@@ -425,7 +425,9 @@ class Job:
 
     @property
     def global_batch(self) -> int:
-        return self.batch * self.grad_accum * self.gpus
+        """Sequences per optimizer step: the micro-batch x its micro-batches per step x the
+        data-parallel ranks (tensor, pipeline and context ranks share a sequence)."""
+        return self.batch * (self.micro_batches or self.grad_accum) * self.dp
 
     def to_dict(self) -> dict:
         """Every field, JSON-ready (the ``"job"`` object of ``gpuplan fit --json``): the model as

@@ -51,3 +51,11 @@ def test_the_check_reads_the_sequence_the_caller_resolved():
                                          r"into 6 balanced chunks; use a multiple of 6$"):
         check_layout(m.architecture, job, 2048)
     check_layout(m.architecture, job, 3072)  # 6 x 512
+
+
+def test_global_batch_counts_data_parallel_ranks_and_micro_batches():
+    # Megatron's rule: global batch = micro-batch x micro-batches x DP. 64 GPUs as TP4 PP2 are
+    # 8 data-parallel ranks: 1 x 16 x 8; it was batch x accumulation x every GPU (1 x 16 x 64)
+    assert Job(model="gpt2", gpus=64, tp=4, pp=2, batch=1, grad_accum=16).global_batch == 128
+    assert Job(model="gpt2", gpus=64, tp=4, pp=2, batch=2, micro_batches=8).global_batch == 128
+    assert Job(model="gpt2", gpus=8, batch=4, grad_accum=2).global_batch == 64
