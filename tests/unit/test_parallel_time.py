@@ -13,7 +13,8 @@ from gpuplan.cluster import cluster_search
 from gpuplan.compute import estimate_speed
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
-from gpuplan.hardware.topology import collective_time, parse_inter_node, topology_for
+from gpuplan.hardware.topology import (collective_protocol, collective_time, parse_inter_node,
+                                       topology_for)
 from gpuplan.job import Job
 from gpuplan.models import load_model
 
@@ -44,6 +45,29 @@ def test_ring_all_reduce_in_a_node_by_hand():
     t = topology_for(H100)
     want = 8.4e-6 + 14 * 3.4e-6 + 1e9 * 2 * 7 / 8 / 450e9
     assert collective_time("all-reduce", 1e9, 8, t) == pytest.approx(want)
+
+
+def test_small_all_reduce_rides_ll_as_nccl_picks_it():
+    # NCCL's tuner times every protocol and runs the fastest. A TP decode step's all-reduce of
+    # 8 kB on 8 NVLink GPUs: LL = 6.6 us + 14 x 0.6 us + 8 kB x 7/4 at half the bus bandwidth;
+    # Simple would be 8.4 + 14 x 3.4 = 56 us of latency alone
+    t = topology_for(H100)
+    bus = 450e9
+    ll = 6.6e-6 + 14 * 0.6e-6 + 8192 * 2 * 7 / 8 / (bus * 0.5)
+    simple = 8.4e-6 + 14 * 3.4e-6 + 8192 * 2 * 7 / 8 / bus
+    assert collective_time("all-reduce", 8192, 8, t) == pytest.approx(ll)
+    assert collective_protocol("all-reduce", 8192, 8, t) == "ring/LL"
+    assert simple / ll > 3.5
+    # 16 MB: LL128 (14 us + 14 x 1.9 us, 0.92 of the bandwidth) beats LL and Simple
+    ll128 = 14e-6 + 14 * 1.9e-6 + 16e6 * 2 * 7 / 8 / (bus * 0.92)
+    assert collective_time("all-reduce", 16e6, 8, t) == pytest.approx(ll128)
+    assert collective_protocol("all-reduce", 16e6, 8, t) == "ring/LL128"
+    # 1 GB: Simple (the test above, by hand); a PCIe node never runs LL128
+    assert collective_protocol("all-reduce", 1e9, 8, t) == "ring/Simple"
+    pcie = topology_for(get_gpu("L4"))
+    assert pcie.intra.hop == "pcie"
+    assert {collective_protocol("all-reduce", n, 8, pcie) for n in (8192, 16e6, 1e9)} \
+        <= {"ring/LL", "ring/Simple"}
 
 
 def test_all_reduce_across_nodes_rides_the_network():

@@ -2,14 +2,18 @@
 (NVLink/NVSwitch, or PCIe), nodes joined by InfiniBand, RoCE or Ethernet at a stated rate per GPU,
 and the time NCCL takes for a collective over a group of them.
 
-The collective model is NCCL's own tuning model (``src/graph/tuning.cc``, NVIDIA/nccl, commit
-01afd20): a collective of ``S`` bytes over ``n`` ranks takes ``latency + S x factor / bus
-bandwidth``, with the bus-bandwidth factors of nccl-tests ``doc/PERFORMANCE.md`` (all-reduce
-2(n-1)/n, all-gather and reduce-scatter (n-1)/n, all-to-all (n-1)/n, send/recv 1) and the ring's
-latency ``base + steps x per-hop latency`` (8.4 us base for the Simple protocol; 3.4 us per NVLink
-hop, 5.7 us per PCIe hop, 9.6 us per network hop). An all-reduce across nodes takes the better of
-the ring and NCCL's tree (algorithm bandwidth half the bus bandwidth; latency 2 x (intra-node hops
-x 28 us + log2(nodes) x 50 us), Simple protocol).
+The collective model is NCCL's own tuning model (``src/graph/tuning.cc``, NVIDIA/nccl): a
+collective of ``S`` bytes over ``n`` ranks takes ``latency + S x factor / (bus bandwidth x
+protocol share)`` for each of NCCL's protocols -- LL, LL128 (NVLink nodes) and Simple -- and, for
+an all-reduce across nodes, each of ring and tree, and NCCL runs the fastest, as this model
+does. The factors are nccl-tests ``doc/PERFORMANCE.md``'s (all-reduce 2(n-1)/n, all-gather and
+reduce-scatter (n-1)/n, all-to-all (n-1)/n, send/recv 1); a ring's latency is ``base + steps x
+per-hop latency`` (Simple, commit 01afd20: 8.4 us + 3.4 us per NVLink hop, 5.7 us per PCIe hop,
+9.6 us per network hop; LL, today's NCCL: 6.6 us + 0.6 / 1.0 / 2.7 us at half the bandwidth;
+LL128: 14 us + 1.9 / 2.5 / 4.0 us at 0.92 of it). Small messages ride LL: an 8-rank NVLink
+all-reduce of a few kB takes ~15 us, not Simple's ~56 us. An all-reduce across nodes may take
+NCCL's tree (algorithm bandwidth half the bus bandwidth; Simple latency 2 x (intra-node hops x
+28 us + log2(nodes) x 50 us)).
 
 The data-parallel, tensor-parallel ... groups are laid out as Megatron-LM does (tensor parallel
 innermost, then context, then data, then pipeline): a group whose members are ``stride`` ranks
@@ -29,20 +33,44 @@ from .._record import record
 from ..errors import InputError, UnsupportedError
 
 __all__ = ["Link", "Topology", "parse_inter_node", "topology_for", "collective_time",
-           "DEFAULT_INTER_NODE", "Collective", "NCCL_SOURCE"]
+           "DEFAULT_INTER_NODE", "Collective", "NCCL_SOURCE", "PROTOCOLS",
+           "collective_protocol"]
 
-NCCL_SOURCE = ("NCCL src/graph/tuning.cc (baseLat/hwLat, Simple protocol) and nccl-tests "
-               "doc/PERFORMANCE.md (bus-bandwidth factors)")
+NCCL_SOURCE = ("NCCL src/graph/tuning.cc (baseLat/hwLat by protocol: LL, LL128, Simple) and "
+               "nccl-tests doc/PERFORMANCE.md (bus-bandwidth factors)")
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv"]
 
 LinkKind = Literal["nvlink", "pcie", "infiniband", "roce", "ethernet"]
 
-#: NCCL tuning.cc, Simple protocol: ring base latency and per-hop latency by hardware, seconds.
-_RING_BASE_S = 8.4e-6
-_RING_HOP_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 9.6e-6}
-#: Tree (all-reduce only), Simple protocol: per-hop latency inside a node and across the network.
-_TREE_HOP_S = {"nvlink": 28e-6, "pcie": 28e-6, "net": 50e-6}
+#: NCCL's protocols: LL (8-byte stores, 4 bytes of data and a flag: the least latency, half
+#: the bus bandwidth), LL128 (120 data bytes in each 128: 0.92 of it; on NVLink nodes, where
+#: NCCL enables it by default) and Simple (the full bandwidth, the most latency). NCCL times each
+#: with its model and runs the fastest; so does :func:`collective_time`.
+Protocol = Literal["LL", "LL128", "Simple"]
+PROTOCOLS: tuple[Protocol, ...] = ("LL", "LL128", "Simple")
+#: tuning.cc ring base latency and per-hop latency by protocol and hardware, seconds. Simple's
+#: as at commit 01afd20; LL's and LL128's as NCCL has them today (master 5067397, June 2026:
+#: ``baseLatencies`` / ``hwLatencies``). Today's Simple network hop (14 us) and tree latencies
+#: are not taken: the published training runs gpuplan is checked against were timed with these.
+_RING_BASE_S = {"LL": 6.6e-6, "LL128": 14.0e-6, "Simple": 8.4e-6}
+_RING_HOP_S = {"LL": {"nvlink": 0.6e-6, "pcie": 1.0e-6, "net": 2.7e-6},
+               "LL128": {"nvlink": 1.9e-6, "pcie": 2.5e-6, "net": 4.0e-6},
+               "Simple": {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 9.6e-6}}
+#: Tree (all-reduce only): base latency, per-hop latency inside a node and across the network.
+_TREE_BASE_S = {"LL": 6.8e-6, "LL128": 14.0e-6, "Simple": 0.0}
+_TREE_HOP_S = {"LL": {"nvlink": 0.6e-6, "pcie": 1.0e-6, "net": 5.0e-6},
+               "LL128": {"nvlink": 1.25e-6, "pcie": 1.9e-6, "net": 8.5e-6},
+               "Simple": {"nvlink": 28e-6, "pcie": 28e-6, "net": 50e-6}}
+#: Share of the bus bandwidth each protocol carries (tuning.cc's "model refinements"): the ring's
+#: LL 0.5, LL128 0.92; the tree's LL 0.92 / 3.8 and LL128 0.92 x 120/128 (its Simple as before,
+#: the whole). NCCL also caps LL and LL128 per channel and per architecture (``llMaxBws``,
+#: ``perChMaxRingLL128Bws``); gpuplan counts no channels, so those caps are not applied.
+_RING_SHARE = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+_TREE_SHARE = {"LL": 0.92 / 3.8, "LL128": 0.92 * 120 / 128, "Simple": 1.0}
+#: A ring across nodes launches every step through the network proxy: each intra-node hop takes
+#: at least NCCL's ``getNetOverhead`` (1 us on an x86 host), 3x that for Simple.
+_NET_OVERHEAD_S = 1.0e-6
 
 #: The network assumed when none is named: 400 Gb/s per GPU InfiniBand (NDR; one ConnectX-7 per
 #: GPU, as on DGX H100 and the Llama 3 clusters' RoCE at the same rate).
@@ -178,21 +206,43 @@ def collective_time(op: Collective, nbytes: float, size: int, topo: Topology, *,
                     stride: int = 1, efficiency: float = 1.0) -> float:
     """Seconds for one NCCL ``op`` of ``nbytes`` (the full buffer, as nccl-tests sizes it) over a
     group of ``size`` ranks ``stride`` apart; ``efficiency`` is the share of the link's rate a
-    collective reaches. Zero for one rank or no bytes."""
+    collective reaches. The fastest of NCCL's protocols (:data:`PROTOCOLS`) and, for an
+    all-reduce across nodes, of its ring and tree, as NCCL's tuner picks. Zero for one rank or
+    no bytes."""
+    return min(_choices(op, nbytes, size, topo, stride, efficiency))[0]
+
+
+def collective_protocol(op: Collective, nbytes: float, size: int, topo: Topology, *,
+                        stride: int = 1, efficiency: float = 1.0) -> str:
+    """The algorithm and protocol :func:`collective_time` picks, e.g. ``"ring/LL"`` (``""``
+    for one rank or no bytes)."""
+    return min(_choices(op, nbytes, size, topo, stride, efficiency))[1]
+
+
+def _choices(op: Collective, nbytes: float, size: int, topo: Topology, stride: int,
+             efficiency: float) -> list[tuple[float, str]]:
     if size <= 1 or nbytes <= 0:
-        return 0.0
+        return [(0.0, "")]
     link, nodes, bw = topo.bandwidth(size, stride)
     bus = bw * efficiency
     if op == "send-recv":
-        return _RING_BASE_S + _RING_HOP_S[link.hop] + nbytes / bus
+        return [(_RING_BASE_S["Simple"] + _RING_HOP_S["Simple"][link.hop] + nbytes / bus,
+                 "p2p/Simple")]
+    protocols = [p for p in PROTOCOLS if p != "LL128" or topo.intra.hop == "nvlink"]
     steps = 2 * (size - 1) if op == "all-reduce" else size - 1
     inter_steps = (2 if op == "all-reduce" else 1) * (nodes - 1)
-    lat = _RING_BASE_S + (steps - inter_steps) * _RING_HOP_S[topo.intra.hop] \
-        + inter_steps * _RING_HOP_S[link.hop]
-    ring = lat + nbytes * _FACTOR[op](size) / bus
-    if op != "all-reduce" or nodes == 1:
-        return ring
-    per_node = max(1, size // nodes)
-    tree_lat = 2 * ((per_node - 1) * _TREE_HOP_S[topo.intra.hop]
-                    + math.log2(nodes) * _TREE_HOP_S["net"])
-    return min(ring, tree_lat + 2 * nbytes / bus)
+    out = []
+    for p in protocols:
+        intra = _RING_HOP_S[p][topo.intra.hop]
+        if nodes > 1:
+            intra = max(intra, _NET_OVERHEAD_S * (3 if p == "Simple" else 1))
+        lat = (_RING_BASE_S[p] + (steps - inter_steps) * intra
+               + inter_steps * _RING_HOP_S[p][link.hop])
+        out.append((lat + nbytes * _FACTOR[op](size) / (bus * _RING_SHARE[p]), f"ring/{p}"))
+    if op == "all-reduce" and nodes > 1:
+        per_node = max(1, size // nodes)
+        for p in protocols:
+            lat = _TREE_BASE_S[p] + 2 * ((per_node - 1) * _TREE_HOP_S[p][topo.intra.hop]
+                                         + math.log2(nodes) * _TREE_HOP_S[p]["net"])
+            out.append((lat + 2 * nbytes / (bus * _TREE_SHARE[p]), f"tree/{p}"))
+    return out
