@@ -127,7 +127,9 @@ def _main(argv: list[str] | None) -> int:
             return 2
         return int(args.func(args) or 0)
     except GpuplanError as e:
-        print(f"gpuplan: error: {printable(e)}", file=sys.stderr)
+        # a library check names a job field ("tp 3: ..."); on the command line, its option
+        from ._job_options import name_the_flag
+        print(f"gpuplan: error: {name_the_flag(printable(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpuplan: interrupted", file=sys.stderr)

@@ -21,7 +21,7 @@ from ..job import Job
 from ..units import parse_count, parse_positive_int
 
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
-           "flag_of"]
+           "flag_of", "name_the_flag"]
 
 GROUP_TITLE = "job options (the same in fit, speed, trace, flops model and profile)"
 
@@ -262,7 +262,7 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
         try:
             parse_inter_node(kw["inter_node"])
         except InputError as e:
-            raise InputError(_name_the_flag(str(e))) from None
+            raise InputError(name_the_flag(str(e))) from None
     if kw.get("context", math.inf) < kw.get("seq", 0):
         raise InputError(f"--context {kw['context']} is shorter than --seq {kw['seq']}: the "
                          "context holds the prompt (--seq) and the tokens generated after it; "
@@ -270,12 +270,12 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
     try:
         job = Job(model=model, mode=mode, **kw)
     except InputError as e:
-        raise InputError(_name_the_flag(str(e))) from None
+        raise InputError(name_the_flag(str(e))) from None
     job.check_pipeline_shaping(flag_of)  # accepted before and silently did nothing
     return job
 
 
-def _name_the_flag(message: str) -> str:
+def name_the_flag(message: str) -> str:
     """The Job's message names its field ("grad accum 0: ..."); on the command line, name the
     option instead ("--grad-accum 0: ...")."""
     for o in sorted(JOB_OPTIONS, key=lambda o: -len(o.field)):
