@@ -18,7 +18,7 @@ __all__ = [
     "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
     "ByteUnits", "parse_count", "parse_bytes", "parse_positive_int", "parse_number", "parse_flops",
     "parse_bandwidth",
-    "format_bytes", "format_count", "format_flops", "format_rate", "format_seconds",
+    "format_bytes", "format_count", "format_flops", "format_rate", "format_per_s", "format_seconds",
     "MAX_PARAMS",
 ]
 
@@ -238,6 +238,12 @@ def format_rate(n: float, unit: str = "FLOP/s", *, digits: int = 1) -> str:
         if a >= scale:
             return f"{n / scale:.{digits}f} {prefix}{unit}"
     return f"{n:.{digits}f} {unit}"
+
+
+def format_per_s(n: float) -> str:
+    """A rate of tokens or samples: whole and grouped from 10 up (``40530.5 -> '40,530'``),
+    three significant digits below (``0.00421 -> '0.00421'``, so a slow job does not read 0)."""
+    return f"{n:,.0f}" if n == 0 or abs(n) >= 10 else f"{n:.3g}"
 
 
 def format_seconds(s: float) -> str:

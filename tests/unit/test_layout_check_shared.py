@@ -61,3 +61,4 @@ def test_global_batch_counts_data_parallel_ranks_and_micro_batches():
     assert Job(model="gpt2", gpus=64, tp=4, pp=2, batch=1, grad_accum=16).global_batch == 128
     assert Job(model="gpt2", gpus=64, tp=4, pp=2, batch=2, micro_batches=8).global_batch == 128
     assert Job(model="gpt2", gpus=8, batch=4, grad_accum=2).global_batch == 64
+

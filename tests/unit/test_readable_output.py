@@ -154,3 +154,20 @@ def test_profile_on_a_missing_cuda_device_is_an_error_before_the_script_runs(tmp
     rc, out, err = _cli("profile", "--device", "cuda", str(script))
     assert rc == 2 and not marker.exists()
     assert len(err.strip().splitlines()) == 1 and "sees no CUDA device" in err
+
+
+def test_a_slow_job_does_not_read_zero_tokens_per_second(cli):
+    # 70B over TP 8 x DP 2 with 0.001 Gb/s between nodes: ~0.02 tokens/s, printed as such (it
+    # printed "0", and its expected range "0-0"); the network rate keeps its digits too
+    from gpuplan.units import format_per_s
+
+    assert [format_per_s(x) for x in (40530.5, 12.4, 9.87, 0.0231512, 0.0)] == \
+        ["40,530", "12", "9.87", "0.0232", "0"]
+    rc, out, err = cli("speed", "llama-3.1-70b", "--gpu", "h100", "--gpus", "16", "--tp", "8",
+                       "--inter-node", "roce-0.001")
+    assert rc == 0, err
+    row = next(line for line in out.splitlines() if "tokens/s (all GPUs)" in line)
+    rate = float(row.split("│")[2].strip())
+    assert 0 < rate < 1
+    assert "RoCE 0.001 Gb/s (0.001 Gb/s per GPU)" in out
+    assert "Expected range: 0-0" not in out

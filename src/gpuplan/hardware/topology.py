@@ -139,7 +139,9 @@ class Topology:
     @property
     def stated(self) -> str:
         """The one line every layout output carries."""
-        net = f"{self.inter.name} ({self.inter.bandwidth * 8 / 1e9:.0f} Gb/s per GPU)"
+        gbps = self.inter.bandwidth * 8 / 1e9
+        net = f"{self.inter.name} ({gbps:.0f} Gb/s per GPU)" if gbps >= 10 else \
+            f"{self.inter.name} ({gbps:.3g} Gb/s per GPU)"
         return (f"{self.gpus_per_node} GPUs per node on {self.intra.name} "
                 f"({self.intra.bandwidth / 1e9:.0f} GB/s per GPU each way); nodes on {net}"
                 + (" -- assumed, give --inter-node" if self.default_network else ""))

@@ -11,6 +11,7 @@ from .._io import write_atomic
 from ..cluster import ClusterPlan
 from ..compute.parallel import LayoutTime
 from ..errors import MissingDependencyError
+from ..units import format_per_s
 
 __all__ = ["render_cluster", "plot_cluster"]
 
@@ -43,7 +44,7 @@ def render_cluster(p: ClusterPlan, out: io.TextIOBase) -> None:
         t = c.timed
         mfu = f", MFU {t.mfu:.1%}" if isinstance(t, LayoutTime) else ""
         step = f"step {t.step_s:.3g} s, " if isinstance(t, LayoutTime) else ""
-        out.write(f"{i}. {c.layout.label()}\n   {step}{c.tokens_per_s:,.0f} tokens/s "
+        out.write(f"{i}. {c.layout.label()}\n   {step}{format_per_s(c.tokens_per_s)} tokens/s "
                   f"({t.tokens_per_s_per_gpu:,.0f} per GPU){mfu}; memory "
                   f"{c.memory_bytes / 1e9:.1f} of {p.usable_bytes / 1e9:.1f} GB per GPU\n"
                   f"   time: {_time_parts(t)}\n")

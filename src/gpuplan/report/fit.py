@@ -162,7 +162,7 @@ def _speed_table(p: Plan):
     """The speed model's headline per GPU (``plan.extra["speed"]``), when it was asked for."""
     from rich.table import Table
 
-    from ..units import format_seconds
+    from ..units import format_per_s, format_seconds
 
     sec = p.extra.get("speed")
     if not sec:
@@ -187,16 +187,16 @@ def _speed_table(p: Plan):
         if p.train is not None:
             t = row["train"]
             lo, hi = t.get("tokens_per_s_range") or (None, None)
-            rng = f" ({lo:,.0f}-{hi:,.0f})" if lo is not None else ""
-            cells += [format_seconds(t["step_time_s"]), f"{t['tokens_per_s']:,.0f}{rng}",
+            rng = f" ({format_per_s(lo)}-{format_per_s(hi)})" if lo is not None else ""
+            cells += [format_seconds(t["step_time_s"]), f"{format_per_s(t['tokens_per_s'])}{rng}",
                       f"{100 * t['mfu']:.0f}%", t["bound"]]
         if p.infer is not None:
             i = row["infer"]
             if "prefill_tokens_per_s" in i:
-                cells += [f"{i['prefill_tokens_per_s']:,.0f}",
-                          f"{i.get('decode_tokens_per_s', i['tokens_per_s']):,.0f}"]
+                cells += [format_per_s(i['prefill_tokens_per_s']),
+                          format_per_s(i.get('decode_tokens_per_s', i['tokens_per_s']))]
             else:  # an encoder (BERT, ViT): one forward over the input, nothing decoded
-                cells += [f"{i['tokens_per_s']:,.0f}", "— (encoder)"]
+                cells += [format_per_s(i['tokens_per_s']), "— (encoder)"]
         table.add_row(*cells)
         errors += [f"{row['gpu']} {mode}: {c}" for mode in ("train", "infer")
                    for c in (row.get(mode) or {}).get("caveats", ())]

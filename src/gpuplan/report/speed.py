@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._io import write_atomic
 from ..errors import MissingDependencyError
-from ..units import format_bytes, format_count, format_flops, format_rate, format_seconds
+from ..units import (format_bytes, format_count, format_flops, format_per_s, format_rate,
+                     format_seconds)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compute import (
@@ -114,7 +115,7 @@ def _step_table(est: SpeedEstimate) -> Any:
         t.add_row(_comm_label(est), format_seconds(est.comm_exposed_s))
     t.add_row("[bold]step time[/bold]", f"[bold]{format_seconds(est.step_time_s)}[/bold]")
     t.add_row("tokens/s" + (" (all GPUs)" if est.gpus > 1 else ""),
-              f"{est.tokens_per_s:,.0f}")
+              format_per_s(est.tokens_per_s))
     t.add_row("samples/s" + (" (whole requests)" if est.request_time_s is not None else ""),
               f"{est.samples_per_s:,.2f}")
     t.add_row("MFU / HFU", f"{_pct(est.mfu)} / {_pct(est.hfu)}")
@@ -159,7 +160,7 @@ def _inference_table(est: SpeedEstimate) -> Any:
     for col in ("phase", "tokens", "time", "tokens/s", "MFU", "bound"):
         p.add_column(col, justify="left" if col == "phase" else "right")
     p.add_row(f"prefill ({est.batch} x {est.seq} prompt tokens)", f"{est.prefill.tokens:,}",
-              format_seconds(est.prefill.time_s), f"{est.prefill.tokens_per_s:,.0f}",
+              format_seconds(est.prefill.time_s), format_per_s(est.prefill.tokens_per_s),
               _pct(est.prefill.mfu), est.prefill.bound)
     p.add_row(f"decode (context {est.step.kv_len})", f"{est.step.tokens:,}",
               format_seconds(est.step_time_s), f"{est.step.tokens / est.step_time_s:,.0f}",
@@ -237,9 +238,9 @@ def _print_basis(c: Any, est: SpeedEstimate) -> None:
             f"{'dispatch-bound' if est.step.host_bound else 'device-bound'} (host "
             f"{format_seconds(est.step.host_time_s)}, device {format_seconds(est.step.device_time_s)}"
             " per step)")
-    c.print(f"Expected range: {lo:,.0f}-{hi:,.0f} tokens/s (the estimate over the p90-p10 of "
-            f"predicted/measured, {rb['p10_ratio']:.2f}-{rb['p90_ratio']:.2f}, on {rb['runs']} "
-            "published runs; docs/speed.md, Calibration)")
+    c.print(f"Expected range: {format_per_s(lo)}-{format_per_s(hi)} tokens/s (the estimate over "
+            f"the p90-p10 of predicted/measured, {rb['p10_ratio']:.2f}-{rb['p90_ratio']:.2f}, on "
+            f"{rb['runs']} published runs; docs/speed.md, Calibration)")
     for cav in est.caveats:
         c.print(f"caveat: {cav}")
     for n in est.notes:
@@ -327,7 +328,7 @@ def render_sweep(sweep: BatchSweep, *, console: Any = None) -> None:
         t.add_column(col, justify="right")
     for p in sweep.points:
         mark = " <" if p.batch == sweep.saturation_batch else ""
-        t.add_row(f"{p.batch}{mark}", format_seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}",
+        t.add_row(f"{p.batch}{mark}", format_seconds(p.step_time_s), format_per_s(p.tokens_per_s),
                   f"{p.samples_per_s:,.2f}", _pct(p.mfu), p.bound)
     c.print(t)
     c.print(f"throughput saturates at batch {sweep.saturation_batch} "
