@@ -120,6 +120,23 @@ def test_roofline_verdict_follows_the_ridge_point():
                                                                       rel=1e-3)
 
 
+def test_eight_bit_weights_run_only_the_linear_layers_in_eight_bits():
+    # fp8 weights (vLLM's W8A8): the blocks' linear GEMMs at the fp8 peak (1978.9 TFLOP/s on an
+    # H100 SXM), attention's products of activations and the head at bf16's (989.4)
+    dev = device_from_gpu(H100)
+    eff = dataclasses.replace(default_efficiency(dev), matmul=1.0, memory=1.0)
+    flops = 1e15  # compute-bound at either peak
+    linear = dataclasses.replace(_op(flops, 1e9), weight_elements=4096 * 4096)
+    scores = _op(flops, 1e9)  # Q @ K^T: no weight
+    head = dataclasses.replace(_op(flops, 1e9), weight_elements=4096 * 128256, group="head")
+    t = time_ops([linear, scores, head], dev, eff, "fp8")
+    assert t[0].time_s == pytest.approx(flops / 1978.9e12, rel=1e-3) and t[0].dtype == "fp8"
+    assert t[1].time_s == pytest.approx(flops / 989.4e12, rel=1e-3) and t[1].dtype == "bf16"
+    assert t[2].time_s == pytest.approx(flops / 989.4e12, rel=1e-3) and t[2].dtype == "bf16"
+    # the seed's one-product experiment keeps the dtype asked for
+    assert time_ops([scores], dev, eff, "fp8", shaped=False)[0].dtype == "fp8"
+
+
 @settings(max_examples=60, deadline=None)
 @given(m=st.integers(1, 8192), k=st.integers(1, 8192), n=st.integers(1, 8192),
        grow=st.sampled_from(["m", "k", "n"]), by=st.integers(1, 4096))

@@ -95,44 +95,68 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
     """The roofline time of every op; matrix ops run at ``dtype``'s peak (less tile and wave
     quantization over the SMs), fused attention at its kernel's fraction by generation, head
     dimension, sequence and direction, elementwise ops on the FP32 vector units. ``shaped=False``
-    keeps the plain roofline (one fraction, thread occupancy): the seed's one-product experiment."""
-    peak = device.peak(dtype)
-    mm = peak * eff.matmul_fraction(dtype)
+    keeps the plain roofline (one fraction, thread occupancy): the seed's one-product experiment.
+    Under an 8-bit ``dtype`` (fp8, int8 weights) a model step's attention, activation products,
+    embedding and head run at the 16-bit peak beside it."""
+    wide = _SIXTEEN_BIT.get(dtype) if shaped else None
+    if wide is not None and not device.supports(wide):
+        wide = "fp16" if device.supports("fp16") else None
     vec = device.vector_flops * eff.matmul_fraction("fp32" if device.supports("fp32") else dtype)
-    slots = device.parallel_slots
+    rates = {d: (device.peak(d), device.peak(d) * eff.matmul_fraction(d), vec)
+             for d in {dtype, wide} if d is not None}
     out = []
     for op in ops:
-        p = op.parallel_work
-        # FLOPs per output x the outputs the device could have run in that time: an op with
-        # fewer outputs than resident threads takes as long as one that fills them
-        per_output = op.flops / p
-        if op.kind == "elementwise":
-            compute = per_output * max(p, slots) / vec if op.flops else 0.0
-            used = "fp32"
-        elif op.kind == "attention" and shaped:
-            # the kernel's rate at this sequence for the work; the occupancy floor (fewer
-            # outputs than resident threads) at its long-sequence rate -- the short-sequence
-            # fraction already prices small work, so applying both would make a longer
-            # sequence take less time
-            rate = _attention_rate(op, device, eff, peak)
-            floor = _attention_rate(op, device, eff, peak, long=True)
-            compute = max(op.flops / rate, per_output * max(p, slots) / floor)
-            used = dtype
-        else:
-            rate = peak * eff.attention if op.kind == "attention" else mm
-            compute = per_output * max(p, slots) / rate
-            if shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
-                    and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
-                # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
-                # kernel, whose share of the device is the occupancy above
-                b, m, k, n = op.shape
-                compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
-                    b, m, n, device.sm_count, k)))
-            used = dtype
-        bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
-        out.append(OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,
-                          occupancy=min(1.0, p / slots), dtype=used))
+        # 8-bit weights run 8-bit GEMMs in the blocks' linear layers only: attention (its
+        # products of activations), the embedding and the head stay 16-bit (the formats'
+        # convention, formats.WEIGHT_FORMATS; vLLM's FP8 W8A8 and LLM.int8() alike)
+        used = wide if wide is not None and _sixteen_bit_op(op) else dtype
+        out.append(_time_op(op, device, eff, used, rates[used], shaped))
     return tuple(out)
+
+
+#: The 16-bit dtype beside an 8-bit compute dtype.
+_SIXTEEN_BIT = {"fp8": "bf16", "int8": "fp16"}
+
+
+def _sixteen_bit_op(op: Op) -> bool:
+    return op.kind == "attention" or (op.kind == "matmul" and (
+        op.weight_elements == 0 or op.group in ("head", "embedding")))
+
+
+def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
+             rates: tuple[float, float, float], shaped: bool) -> OpTime:
+    peak, mm, vec = rates
+    slots = device.parallel_slots
+    p = op.parallel_work
+    # FLOPs per output x the outputs the device could have run in that time: an op with
+    # fewer outputs than resident threads takes as long as one that fills them
+    per_output = op.flops / p
+    if op.kind == "elementwise":
+        compute = per_output * max(p, slots) / vec if op.flops else 0.0
+        used = "fp32"
+    elif op.kind == "attention" and shaped:
+        # the kernel's rate at this sequence for the work; the occupancy floor (fewer
+        # outputs than resident threads) at its long-sequence rate -- the short-sequence
+        # fraction already prices small work, so applying both would make a longer
+        # sequence take less time
+        rate = _attention_rate(op, device, eff, peak)
+        floor = _attention_rate(op, device, eff, peak, long=True)
+        compute = max(op.flops / rate, per_output * max(p, slots) / floor)
+        used = dtype
+    else:
+        rate = peak * eff.attention if op.kind == "attention" else mm
+        compute = per_output * max(p, slots) / rate
+        if shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
+                and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
+            # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
+            # kernel, whose share of the device is the occupancy above
+            b, m, k, n = op.shape
+            compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
+                b, m, n, device.sm_count, k)))
+        used = dtype
+    bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
+    return OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,
+                  occupancy=min(1.0, p / slots), dtype=used)
 
 
 def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
