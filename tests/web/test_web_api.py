@@ -157,12 +157,17 @@ def test_openapi_lists_every_job_field(client):
      "drop it (grad_accum 4 accumulates micro-batches without a pipeline)"),
     ({"model": "llama-3.1-8b", "pp_schedule": "interleaved:2"}, 422,
      "pp_schedule without pp: it shapes a pipeline"),
+    # the library's fix names command-line options; a request is told its JSON keys
+    ({"model": "llama-3.1-8b", "gpus": 3, "tp": 3}, 422,
+     "tp 3: llama-3.1-8b has 32 attention heads, not divisible by 3; use tp 1 (or 2 or 4 with "
+     "gpus a multiple of it)"),
 ])
 def test_bad_input_is_one_json_line(client, body, status, message):
     r = client.post("/api/fit", json=body)
     assert r.status_code == status
     err = r.json()["error"]
     assert message in err and "\n" not in err and "Traceback" not in err
+    assert "--" not in err, err
 
 
 def test_http_errors_are_json(client):

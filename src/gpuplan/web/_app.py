@@ -9,8 +9,10 @@ start-up on this machine (see docs/serve.md). The OpenAPI schema is built from t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from .._io import json_text
 from ..errors import GpuplanError, InputError, UnknownNameError
+from ..job import Job
 from . import _service
 from ._openapi import openapi_schema
 
@@ -160,7 +163,23 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _input_error(request: Request, exc: Exception) -> Response:
     status = 404 if isinstance(exc, UnknownNameError) and request.method == "GET" else 422
-    return _error(status, str(exc))
+    return _error(status, _as_keys(str(exc)))
+
+
+#: The keys a request may hold: the Job's fields and the endpoints' own options.
+_KEYS = frozenset(f.name for f in dataclasses.fields(Job)) | frozenset(
+    _service.FIT_OPTIONS + _service.CLUSTER_OPTIONS)
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+
+
+def _as_keys(message: str) -> str:
+    """A library message names the command line's options ("use --tp 4", "add --grad-accum 8");
+    a request holds JSON keys: name those instead ("use tp 4", "add grad_accum 8"). An option with
+    no key of the same name is left as written."""
+    def key(m: re.Match) -> str:
+        name = m.group(1).replace("-", "_")
+        return name if name in _KEYS else m.group(0)
+    return _FLAG.sub(key, message)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
