@@ -70,6 +70,26 @@ def test_small_all_reduce_rides_ll_as_nccl_picks_it():
         <= {"ring/LL", "ring/Simple"}
 
 
+def test_an_nvlink_bridge_joins_pairs_and_the_rest_rides_pcie():
+    # A100 PCIe: its NVLink bridge joins two cards (300 GB/s each way); a group past the pair,
+    # or a pair of cards on different bridges, rides PCIe gen4 x16 (31.5 GB/s each way)
+    gpu = get_gpu("A100-PCIe-80GB")
+    t = topology_for(gpu)
+    assert t.bridge == 2 and t.intra.bandwidth == 300e9
+    pcie = gpu.pcie_bandwidth
+    assert t.link(2)[0] is t.intra and t.link(4)[0] is t.pcie and t.link(2, stride=2)[0] is t.pcie
+    assert "joining pairs" in t.stated and "PCIe gen4 x16 between them" in t.stated
+    # a 1 GB all-reduce over 4 of them: Simple over PCIe hops (8.4 + 6 x 5.7 us) at PCIe's rate
+    want = 8.4e-6 + 6 * 5.7e-6 + 1e9 * 2 * 3 / 4 / pcie
+    assert collective_time("all-reduce", 1e9, 4, t) == pytest.approx(want)
+    assert collective_protocol("all-reduce", 8192, 4, t) == "ring/LL"  # no LL128 over PCIe
+    # the pair: NVLink
+    assert collective_time("all-reduce", 1e9, 2, t) == pytest.approx(
+        8.4e-6 + 2 * 3.4e-6 + 1e9 / 300e9)
+    # an SXM board's NVSwitch spans the node: no bridge
+    assert topology_for(H100).bridge == 0
+
+
 def test_all_reduce_across_nodes_rides_the_network():
     t = topology_for(H100, inter_node="ib-400")
     # 16 ranks 8 apart: 16 nodes, every hop on the network (50 GB/s per GPU)

@@ -558,9 +558,11 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
     base = None
     for n in _gpu_counts(gpus):
         row_link, row_bw = link, link_bandwidth
-        if topology is not None and n > topology.gpus_per_node:
-            inter, _, row_bw = topology.bandwidth(n)
-            row_link = inter.name
+        if topology is not None and n > 1 and (n > topology.gpus_per_node
+                                               or topology.link(n)[0] is not topology.intra):
+            # across nodes, or inside one past an NVLink bridge's pair (PCIe)
+            via, _, row_bw = topology.bandwidth(n)
+            row_link = via.name
         bus = row_bw * eff.comm
         ar = allreduce_time(gradient_bytes, n, bus)
         if n > 1:
@@ -587,8 +589,12 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
         if gpus > topology.gpus_per_node:
             notes.append(f"topology: {topology.stated}; beyond {topology.gpus_per_node} GPUs the "
                          "gradients cross the network (--gpus-per-node, --inter-node)")
-            inter, _, link_bandwidth = topology.bandwidth(gpus)
-            link = inter.name
+        elif topology.bridge and gpus > topology.bridge:
+            notes.append(f"topology: {topology.stated}; beyond {topology.bridge} GPUs the "
+                         "gradients ride PCIe")
+        if gpus > 1 and topology.link(gpus)[0] is not topology.intra:
+            via, _, link_bandwidth = topology.bandwidth(gpus)
+            link = via.name
     elif "nvlink" in link.lower() and gpus > 8:
         notes.append("NVLink joins the GPUs of one server (8 on HGX boards); beyond it gradients "
                      "cross the network: give --link the network's GB/s per GPU")

@@ -107,13 +107,29 @@ class Topology:
     inter: Link
     default_network: bool = False
     """The network was not named (400 Gb/s per GPU assumed): said in every output."""
+    bridge: int = 0
+    """GPUs an NVLink bridge joins (2: a PCIe card's bridge joins a pair); 0 when ``intra``
+    spans the node (NVSwitch, a mesh, or PCIe itself)."""
+    pcie: Link | None = None
+    """The PCIe link between bridged groups (``bridge`` > 0)."""
+
+    @property
+    def node_link(self) -> Link:
+        """The slowest link inside a node: PCIe between bridged pairs, else ``intra``."""
+        return self.pcie if self.bridge and self.pcie is not None else self.intra
 
     def link(self, size: int, stride: int = 1) -> tuple[Link, int]:
-        """(the link a group of ``size`` ranks ``stride`` apart rides, nodes it spans)."""
+        """(the link a group of ``size`` ranks ``stride`` apart rides, nodes it spans). Inside a
+        node: ``intra``, or PCIe where the group reaches past an NVLink bridge's pair."""
         span = size * stride
         if span <= self.gpus_per_node:
-            return self.intra, 1
+            return (self.node_link if self.bridge and span > self.bridge else self.intra), 1
         return self.inter, min(size, math.ceil(span / self.gpus_per_node))
+
+    def node_hop(self, size: int, stride: int = 1) -> str:
+        """The hop (``nvlink``/``pcie``) a ring over the group takes inside each node."""
+        per_node = min(size * stride, self.gpus_per_node)
+        return (self.node_link if self.bridge and per_node > self.bridge else self.intra).hop
 
     def bandwidth(self, size: int, stride: int = 1) -> tuple[Link, int, float]:
         """(link, nodes spanned, bus bytes/s per rank) of a collective over ``size`` ranks
@@ -134,7 +150,7 @@ class Topology:
         link, nodes = self.link(size, stride)
         if nodes == 1:
             return link, nodes, link.bandwidth
-        return link, nodes, min(link.bandwidth, self.intra.bandwidth)
+        return link, nodes, min(link.bandwidth, self.node_link.bandwidth)
 
     @property
     def stated(self) -> str:
@@ -142,8 +158,13 @@ class Topology:
         gbps = self.inter.bandwidth * 8 / 1e9
         net = f"{self.inter.name} ({gbps:.0f} Gb/s per GPU)" if gbps >= 10 else \
             f"{self.inter.name} ({gbps:.3g} Gb/s per GPU)"
-        return (f"{self.gpus_per_node} GPUs per node on {self.intra.name} "
-                f"({self.intra.bandwidth / 1e9:.0f} GB/s per GPU each way); nodes on {net}"
+        if self.bridge and self.pcie is not None:
+            node = (f"{self.intra.name} joining pairs ({self.intra.bandwidth / 1e9:.0f} GB/s per "
+                    f"GPU each way), {self.pcie.name} between them "
+                    f"({self.pcie.bandwidth / 1e9:.0f} GB/s)")
+        else:
+            node = f"{self.intra.name} ({self.intra.bandwidth / 1e9:.0f} GB/s per GPU each way)"
+        return (f"{self.gpus_per_node} GPUs per node on {node}; nodes on {net}"
                 + (" -- assumed, give --inter-node" if self.default_network else ""))
 
     def to_dict(self) -> dict:
@@ -183,19 +204,26 @@ def topology_for(gpu: object, *, gpus_per_node: int = 8,
     if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
         raise InputError(f"gpus per node {gpus_per_node!r}: expected a whole number >= 1")
     nv = getattr(gpu, "interconnect_bandwidth", None)
+    bw = getattr(gpu, "pcie_bandwidth", None)
+    pcie = Link(name=f"PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes}", kind="pcie",
+                bandwidth=bw) if bw else None
+    name = getattr(gpu, "interconnect", None) or "NVLink"
+    bridge = 0
     if nv:
-        intra = Link(name=getattr(gpu, "interconnect", None) or "NVLink", kind="nvlink",
-                     bandwidth=nv / 2)
+        intra = Link(name=name, kind="nvlink", bandwidth=nv / 2)
+        if "bridge" in name.lower() and pcie is not None:
+            # a PCIe card's NVLink bridge joins two cards (NVIDIA's A100/H100 PCIe, H100 NVL
+            # and RTX/A-series product briefs); the rest of the node talks over PCIe
+            bridge = 2
+    elif pcie is not None:
+        intra = pcie
     else:
-        pcie = getattr(gpu, "pcie_bandwidth", None)
-        if not pcie:
-            raise UnsupportedError(f"{getattr(gpu, 'name', gpu)} has neither NVLink nor a PCIe "
-                                   "link in the catalog: a multi-GPU layout needs one")
-        intra = Link(name=f"PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes}", kind="pcie",
-                     bandwidth=pcie)
+        raise UnsupportedError(f"{getattr(gpu, 'name', gpu)} has neither NVLink nor a PCIe "
+                               "link in the catalog: a multi-GPU layout needs one")
     inter = parse_inter_node(inter_node or DEFAULT_INTER_NODE)
     return Topology(gpus_per_node=gpus_per_node, intra=intra, inter=inter,
-                    default_network=inter_node is None)
+                    default_network=inter_node is None, bridge=min(bridge, gpus_per_node),
+                    pcie=pcie if bridge else None)
 
 
 _FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
@@ -230,12 +258,13 @@ def _choices(op: Collective, nbytes: float, size: int, topo: Topology, stride: i
     if op == "send-recv":
         return [(_RING_BASE_S["Simple"] + _RING_HOP_S["Simple"][link.hop] + nbytes / bus,
                  "p2p/Simple")]
-    protocols = [p for p in PROTOCOLS if p != "LL128" or topo.intra.hop == "nvlink"]
+    hop = topo.node_hop(size, stride)
+    protocols = [p for p in PROTOCOLS if p != "LL128" or hop == "nvlink"]
     steps = 2 * (size - 1) if op == "all-reduce" else size - 1
     inter_steps = (2 if op == "all-reduce" else 1) * (nodes - 1)
     out = []
     for p in protocols:
-        intra = _RING_HOP_S[p][topo.intra.hop]
+        intra = _RING_HOP_S[p][hop]
         if nodes > 1:
             intra = max(intra, _NET_OVERHEAD_S * (3 if p == "Simple" else 1))
         lat = (_RING_BASE_S[p] + (steps - inter_steps) * intra
@@ -244,7 +273,7 @@ def _choices(op: Collective, nbytes: float, size: int, topo: Topology, stride: i
     if op == "all-reduce" and nodes > 1:
         per_node = max(1, size // nodes)
         for p in protocols:
-            lat = _TREE_BASE_S[p] + 2 * ((per_node - 1) * _TREE_HOP_S[p][topo.intra.hop]
+            lat = _TREE_BASE_S[p] + 2 * ((per_node - 1) * _TREE_HOP_S[p][hop]
                                          + math.log2(nodes) * _TREE_HOP_S[p]["net"])
             out.append((lat + 2 * nbytes / (bus * _TREE_SHARE[p]), f"tree/{p}"))
     return out
