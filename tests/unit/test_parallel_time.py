@@ -78,6 +78,7 @@ def test_an_nvlink_bridge_joins_pairs_and_the_rest_rides_pcie():
     assert t.bridge == 2 and t.intra.bandwidth == 300e9
     pcie = gpu.pcie_bandwidth
     assert t.link(2)[0] is t.intra and t.link(4)[0] is t.pcie and t.link(2, stride=2)[0] is t.pcie
+    assert t.within(8) is t.pcie and t.node_hop(8) == "pcie" and t.node_hop(2) == "nvlink"
     assert "joining pairs" in t.stated and "PCIe gen4 x16 between them" in t.stated
     # a 1 GB all-reduce over 4 of them: Simple over PCIe hops (8.4 + 6 x 5.7 us) at PCIe's rate
     want = 8.4e-6 + 6 * 5.7e-6 + 1e9 * 2 * 3 / 4 / pcie

@@ -558,8 +558,7 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
     base = None
     for n in _gpu_counts(gpus):
         row_link, row_bw = link, link_bandwidth
-        if topology is not None and n > 1 and (n > topology.gpus_per_node
-                                               or topology.link(n)[0] is not topology.intra):
+        if topology is not None and n > 1 and topology.link(n)[0] is not topology.intra:
             # across nodes, or inside one past an NVLink bridge's pair (PCIe)
             via, _, row_bw = topology.bandwidth(n)
             row_link = via.name

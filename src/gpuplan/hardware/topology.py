@@ -118,18 +118,21 @@ class Topology:
         """The slowest link inside a node: PCIe between bridged pairs, else ``intra``."""
         return self.pcie if self.bridge and self.pcie is not None else self.intra
 
+    def within(self, span: int) -> Link:
+        """The link inside a node for a group spanning ``span`` consecutive GPUs of it:
+        ``intra``, or PCIe where the group reaches past an NVLink bridge's pair."""
+        return self.node_link if self.bridge and span > self.bridge else self.intra
+
     def link(self, size: int, stride: int = 1) -> tuple[Link, int]:
-        """(the link a group of ``size`` ranks ``stride`` apart rides, nodes it spans). Inside a
-        node: ``intra``, or PCIe where the group reaches past an NVLink bridge's pair."""
+        """(the link a group of ``size`` ranks ``stride`` apart rides, nodes it spans)."""
         span = size * stride
         if span <= self.gpus_per_node:
-            return (self.node_link if self.bridge and span > self.bridge else self.intra), 1
+            return self.within(span), 1
         return self.inter, min(size, math.ceil(span / self.gpus_per_node))
 
     def node_hop(self, size: int, stride: int = 1) -> str:
         """The hop (``nvlink``/``pcie``) a ring over the group takes inside each node."""
-        per_node = min(size * stride, self.gpus_per_node)
-        return (self.node_link if self.bridge and per_node > self.bridge else self.intra).hop
+        return self.within(min(size * stride, self.gpus_per_node)).hop
 
     def bandwidth(self, size: int, stride: int = 1) -> tuple[Link, int, float]:
         """(link, nodes spanned, bus bytes/s per rank) of a collective over ``size`` ranks

@@ -197,8 +197,8 @@ def _scaling_table(est: SpeedEstimate) -> Any:
     over = f"{s.link} ({format_rate(s.link_bandwidth, 'B/s')} per direction"
     topo = s.topology
     if topo is not None and est.gpus > topo.gpus_per_node:
-        over = (f"{topo.intra.name} within a node, {topo.inter.name} per GPU across nodes "
-                f"({format_rate(s.link_bandwidth, 'B/s')} ring bandwidth")
+        over = (f"{topo.within(topo.gpus_per_node).name} within a node, {topo.inter.name} per "
+                f"GPU across nodes ({format_rate(s.link_bandwidth, 'B/s')} ring bandwidth")
     st = Table(title=f"Data parallel over {over}, bus {_pct(s.bus_efficiency)}), gradients "
                      f"{format_bytes(s.gradient_bytes)}, "
                      + ("overlapped with backward" if s.overlap else "after backward"),
