@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
+from .compute.efficiency import resolve_runtime
+from .engines.profiles import engine_notes
 from .compute.parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_costs,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
@@ -88,9 +90,6 @@ SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4")
 CHECKPOINTING = ("none", "selective", "full")
 _KEEP = {"full": 0, "selective": 1, "none": 2}  # activations kept, least to most
 _MICRO = (1, 2, 4, 8)
-#: Serving engines (vLLM, TensorRT-LLM, SGLang) replay decode steps from CUDA graphs: the runtime
-#: a serving search assumes when the job leaves it to the mode (stated in the notes).
-_SERVE_RUNTIME = "cudagraphs"
 
 
 @record
@@ -232,7 +231,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
     if key not in c.costs:
         c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
                                    batch=lay.batch, seq=lay.seq, attention=c.base.attention,
-                                   runtime=c.base.runtime)
+                                   runtime=resolve_runtime(c.base.runtime, "train",
+                                                           c.base.engine))
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:
@@ -384,8 +384,8 @@ def _serve_candidates(c: _Ctx, concurrency: int, context: int,
             b = math.ceil(concurrency / dp)
             lay = Layout(tp=tp, pp=pp, dp=dp, batch=b, seq=context)
             job = c.base._evolve(mode="infer", batch=b, seq=context, context=context,
-                                 runtime=_SERVE_RUNTIME if c.base.runtime == "auto"
-                                 else c.base.runtime)
+                                 runtime=resolve_runtime(c.base.runtime, "infer",
+                                                         c.base.engine))
             spec = StepSpec.of(job, mode="infer", seq=context, new_tokens=1, trainable=None,
                                single_device=True)
             dec, pre, _, _ = build_steps(shard_arch(arch, tp), 0, (), c.device, c.eff, c.prec,
@@ -455,9 +455,7 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
                          "a global batch that is a multiple of the GPU count")
     best, tried = _rank(c, timed, mode, top, max_memory_checks)
     notes = [f"topology: {c.topo.stated}"]
-    if mode == "infer" and job.runtime == "auto":
-        notes.append(f"serving timed with {_SERVE_RUNTIME} (engines replay decode steps from "
-                     "CUDA graphs); give --runtime to change it")
+    notes += engine_notes(job, mode)
     notes += [
              f"{len(timed)} layouts timed; memory checked fastest first for {len(tried)}"]
     return ClusterPlan(model=model.name, gpu=gpu.name, gpus=job.gpus, mode=mode, seq=seq,

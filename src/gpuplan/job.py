@@ -15,6 +15,7 @@ from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from ._record import record
 from .bounds import MAX_ARG_CHARS, check_int, check_number
+from .engines.profiles import check_engine_job, check_engine_split, get_engine
 from .errors import InputError, UnsupportedError, closest, shown
 from .formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, get_weight_format
 from .models import Architecture, Model, from_param_count
@@ -80,7 +81,7 @@ def _choice(value: str, options: tuple[str, ...], what: str) -> str:
 
 #: Job fields that are strings (a choice or a name), whole numbers with their range in
 #: :mod:`gpuplan.bounds`, and booleans: their types are checked before their values.
-_STR_FIELDS = ("mode", "precision", "infer_precision", "optimizer", "optimizer_states",
+_STR_FIELDS = ("mode", "engine", "precision", "infer_precision", "optimizer", "optimizer_states",
                "checkpointing", "attention", "prefill_logits", "runtime", "pp_schedule",
                "model_code", "sharding")
 _OPT_STR_FIELDS = ("lora_base", "kv_dtype", "inter_node")
@@ -151,6 +152,13 @@ class Job:
     """Catalog name, config.json path, model directory, or a loaded :class:`Model`."""
     mode: Mode = "both"
     """``train``, ``infer`` or ``both``."""
+    engine: str = "auto"
+    """The engine that runs the job (:mod:`gpuplan.engines.profiles`): transformers, torchtune,
+    deepspeed, fsdp2, torchtitan, megatron, vllm, sglang, trt-llm, or auto (transformers, in
+    both modes; stated in the output). Its profile decides what ``runtime`` auto, ``model_code``
+    and ``sharding`` mean when they are left out, and which layouts it runs. Under auto the layout
+    is not held to transformers' (a model-parallel layout is planned as Megatron-LM shards it,
+    with transformers' kernels), and the output says which engines run it."""
     precision: str = DEFAULT_TRAIN_PRECISION
     """Training precision recipe (see ``gpuplan.formats.TRAINING_RECIPES``)."""
     infer_precision: str = DEFAULT_INFER_PRECISION
@@ -216,8 +224,8 @@ class Job:
     the default of the mode, stated in the speed output (docs/speed.md). Training memory under
     compile: each layer and the loss are compiled (torchtune's compile_model and compile_loss):
     AOTAutograd's partitioner keeps less for the backward, inductor fuses the elementwise ops."""
-    model_code: ModelCode = "transformers"
-    """Whose model code runs the step: transformers' (the default; what gpuplan replays for every
+    model_code: ModelCode | None = None
+    """None: the engine's (transformers' under auto). Whose model code runs the step: transformers' (the default; what gpuplan replays for every
     family) or torchtune's TransformerDecoder (llama-style families): K and V expanded to every
     query head before attention (a copy the speed model times too), the logits upcast to fp32 in
     the model's forward, outside the loss, and in eager its own RoPE chain (timed)."""
@@ -266,8 +274,9 @@ class Job:
     inter_node: str | None = None
     """Link between nodes, per GPU (e.g. ib-400, roce-200, 100Gb/s); None = 400 Gb/s per GPU
     InfiniBand, stated in the output."""
-    sharding: Sharding = "deepspeed"
-    """The engine behind ``zero``: ``deepspeed`` (ZeRO: 16-bit weight shards beside an fp32
+    sharding: Sharding | None = None
+    """None: the engine's (deepspeed under auto, fsdp2 under fsdp2, torchtune and torchtitan).
+    The implementation behind ``zero``: ``deepspeed`` (ZeRO: 16-bit weight shards beside an fp32
     master copy under mixed precision; ZeRO-3 gathers as DeepSpeed's coordinator does at its
     defaults, :mod:`gpuplan.engines.zero3`) or ``fsdp2``
     (PyTorch's ``fully_shard`` per block and on the root, as torchtitan and torchtune wrap: the
@@ -282,6 +291,17 @@ class Job:
     at most (None: DeepSpeed's default, 5e7). ZeRO-3 under deepspeed."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.engine, str):
+            raise InputError(f"engine {shown(self.engine)}: expected a string (got "
+                             f"{type(self.engine).__name__})")
+        profile = get_engine(self.engine)
+        if self.model_code is None:
+            object.__setattr__(self, "model_code", profile.model_code)
+        if self.sharding is None:
+            object.__setattr__(self, "sharding", profile.sharding)
+        if profile.pp_parts == "always" and self.pp > 1 and self.engine != "auto":
+            object.__setattr__(self, "pp_embedding_part", True)
+            object.__setattr__(self, "pp_loss_part", True)
         _check_types(self)
         _choice(self.mode, get_args(Mode), "mode")
         if self.precision not in TRAINING_RECIPES:
@@ -333,6 +353,13 @@ class Job:
                              "(each layer's input), as torchtune requires; add --checkpointing "
                              "full")
         self._check_layout()
+        if self.engine != "auto":
+            check_engine_job(profile, self)
+
+    @property
+    def engine_profile(self):
+        """The profile of the engine (``auto``: transformers')."""
+        return get_engine(self.engine)
 
     def _check_layout(self) -> None:
         """The parallel layout's own consistency (what needs the architecture — heads divisible
@@ -460,7 +487,11 @@ class Job:
         return cls(**kw)
 
     def with_(self, **changes: object) -> "Job":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). A new engine takes its own
+        model code and sharding unless they are changed too."""
+        if "engine" in changes and changes["engine"] != self.engine:
+            changes.setdefault("model_code", None)
+            changes.setdefault("sharding", None)
         return replace(self, **changes)
 
     def _evolve(self, **changes: object) -> "Job":
@@ -603,6 +634,9 @@ def _check_tp(arch: Architecture, job: "Job", seq: int | None) -> None:
 def _check_pp(arch: Architecture, job: "Job") -> None:
     _, chunks = pp_chunks(job.pp_schedule)
     parts = job.pp * chunks
+    if job.engine != "auto":
+        check_engine_split(get_engine(job.engine), arch.num_layers, job.pp, chunks,
+                           job.pp_embedding_part, job.pp_loss_part)
     if (job.pp_embedding_part or job.pp_loss_part) and job.pp > 1:
         part_layers(arch.num_layers, job.pp, chunks, job.pp_embedding_part, job.pp_loss_part)
         return

@@ -14,7 +14,7 @@ from gpuplan.job import Job
 from gpuplan.models import load_model
 
 #: Every field of Job, spelled out here on purpose: adding a field must be seen in this test.
-FIELDS = ["model", "mode", "precision", "infer_precision", "optimizer", "optimizer_states",
+FIELDS = ["model", "mode", "engine", "precision", "infer_precision", "optimizer", "optimizer_states",
           "batch", "seq", "grad_accum", "gpus", "zero", "offload_optimizer", "lora_rank",
           "lora_targets", "lora_base", "checkpointing", "attention", "kv_dtype", "context",
           "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none", "max_grad_norm",

@@ -15,6 +15,7 @@ import math
 import sys
 
 from .._record import record
+from ..engines.profiles import get_engine
 from ..errors import InputError
 from ..hardware.topology import parse_inter_node
 from ..job import Job
@@ -43,6 +44,10 @@ class JobOption:
 JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--mode", "mode", "str", "train, infer or both (fit's default: both; speed, trace, "
               "flops model and profile: train)", "MODE"),
+    JobOption("--engine", "engine", "str", "the engine that runs the job: auto (default: "
+              "transformers, stated), transformers, torchtune, deepspeed, fsdp2, torchtitan, "
+              "megatron, vllm, sglang, trt-llm; it decides the runtime, kernels, sharding and "
+              "the layouts allowed (--runtime, --model-code, --sharding refine it)", "NAME"),
     JobOption("--precision", "precision", "str", "training recipe (fp32, mixed-bf16 default, "
               "mixed-fp16, amp-bf16, amp-fp16, bf16); with --mode infer the weight format (fp32, "
               "bf16 default, fp16, fp8, int8, nf4, nf4-dq, fp4, gptq-4bit, awq-4bit, q8_0, "
@@ -241,6 +246,11 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
     ``supported`` the Job fields it honours (None: all) -- any other option given is one line
     naming it. In infer mode ``--precision`` is the weight format."""
     kw = given_job_options(args)
+    if "mode" not in kw and "engine" in kw:  # a serving engine serves, a training one trains
+        prof = get_engine(kw["engine"])
+        if default_mode == "both" or default_mode not in prof.modes:
+            default_mode = default_mode if set(prof.modes) >= {"train", "infer"} \
+                else prof.modes[0]
     mode = str(kw.pop("mode", default_mode))
     if mode not in modes:
         raise InputError(f"{command} --mode {mode!r}: expected one of {', '.join(modes)}")

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .._record import record
+from ..engines.profiles import get_engine, runtime_of
 from .flops import Op
 
 __all__ = [
@@ -456,14 +457,15 @@ def runtime_overheads(runtime: str, *, eager_host_s: float | None = None) -> Run
     raise ValueError(f"runtime {runtime!r}")
 
 
-#: What ``runtime="auto"`` means, per mode: what a plain training loop and transformers'
-#: ``generate`` do by default (no torch.compile, no CUDA graphs: eager PyTorch).
-DEFAULT_RUNTIME: Mapping[str, str] = MappingProxyType({"train": "eager", "infer": "eager"})
+#: What ``runtime="auto"`` means, per mode, under engine auto: what a plain training loop and
+#: transformers' ``generate`` do by default (no torch.compile, no CUDA graphs: eager PyTorch).
+DEFAULT_RUNTIME: Mapping[str, str] = get_engine("auto").runtime
 
 
-def resolve_runtime(runtime: str, mode: str) -> str:
-    """``runtime`` itself, or for ``auto`` the stated default of ``mode`` (:data:`DEFAULT_RUNTIME`)."""
-    return DEFAULT_RUNTIME[mode] if runtime == "auto" else runtime
+def resolve_runtime(runtime: str, mode: str, engine: str = "auto") -> str:
+    """``runtime`` itself, or for ``auto`` the engine's runtime for ``mode``
+    (:func:`gpuplan.engines.profiles.runtime_of`)."""
+    return runtime_of(runtime, mode, engine)
 
 
 _NORMS = ("attn.norm", "mlp.norm", "final.norm")

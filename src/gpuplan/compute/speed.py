@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from .._record import record
+from ..engines.profiles import engine_notes, resolve_engine
 from ..errors import InputError, UnsupportedError
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
@@ -16,7 +17,7 @@ from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
-from .efficiency import speed_range, speed_residuals
+from .efficiency import resolve_runtime, speed_range, speed_residuals
 from .flops import positive_int
 from .measured import load_measured
 from .parallel import (
@@ -91,7 +92,11 @@ class SpeedEstimate:
     """The same with the achievable fractions."""
     notes: tuple[str, ...] = ()
     runtime_auto: bool = False
-    """The runtime was ``auto``: the mode's stated default (efficiency.DEFAULT_RUNTIME)."""
+    """The runtime was ``auto``: the engine's for the mode (:mod:`gpuplan.engines.profiles`)."""
+    engine: str = "auto"
+    """The job's engine as given (``auto`` or a name)."""
+    engine_notes: tuple[str, ...] = ()
+    """What the engine is and runs (auto said as what it stands for)."""
 
     @property
     def flops_per_step(self) -> float:
@@ -246,6 +251,8 @@ class SpeedEstimate:
             "efficiency": self.efficiency.to_dict(), "notes": list(self.notes),
             "runtime": self.step.overheads.runtime if self.step.overheads else None,
             "host_bound": self.step.host_bound, "runtime_auto": self.runtime_auto,
+            "engine": {"name": self.engine, "resolved": resolve_engine(self.engine),
+                       "notes": list(self.engine_notes)},
             "tokens_per_s_range": list(self.tokens_per_s_range),
             "range_basis": dict(speed_residuals()), "caveats": list(self.caveats),
         }
@@ -348,7 +355,7 @@ def estimate_speed(
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        runtime_auto=job.runtime == "auto")
+        runtime_auto=job.runtime == "auto", **_engine_fields(job, mode))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -358,6 +365,11 @@ def estimate_speed(
                                     trainable_params=trainable_params, measured=measured)
         est = replace(est, cpu=_compare_cpu(est, on_cpu))
     return est
+
+
+def _engine_fields(job: Job, mode: str) -> dict:
+    """The estimate's statement of the engine (:func:`gpuplan.engines.profiles.engine_notes`)."""
+    return {"engine": job.engine, "engine_notes": engine_notes(job, mode)}
 
 
 def _as_run(job: Job, arch: Architecture | None, notes: list[str]) -> Job:
@@ -404,7 +416,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     if mode == "train":
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
-                          runtime=job.runtime)
+                          runtime=resolve_runtime(job.runtime, "train", job.engine))
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
@@ -432,7 +444,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         trainable_params=n_params, step=step, prefill=prefill,
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
-        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes))
+        **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
+        **_engine_fields(job, mode))
 
 
 def _ridge_points(device: Device, eff: Efficiency, dtype: str) -> dict[str, float]:

@@ -461,7 +461,7 @@ class StepSpec:
                    lora_rank=job.lora_rank if train else None, trainable=trainable,
                    new_tokens=new_tokens, context=job.context,
                    kv_bytes=None if job.kv_dtype is None else KV_BYTES[job.kv_dtype],
-                   runtime=resolve_runtime(job.runtime, mode), optimizer_impl=optimizer_impl,
+                   runtime=resolve_runtime(job.runtime, mode, job.engine), optimizer_impl=optimizer_impl,
                    lora_targets=job.lora_targets, lora_dropout=job.lora_dropout,
                    model_code=job.model_code,
                    max_grad_norm=job.max_grad_norm if train else None,

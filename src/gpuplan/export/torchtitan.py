@@ -12,6 +12,7 @@ accumulation follows from ``global_batch_size``.
 
 from __future__ import annotations
 
+from ..engines.profiles import runtime_of
 from ..job import Job, default_seq, pp_chunks
 from ..models import Model
 from ._common import (TRAIN_FIELDS, accumulation, check_expressed, hub_repo, refuse,
@@ -98,5 +99,5 @@ def export(job: Job, model: Model) -> str:
                         else {})},
         "parallelism": _parallelism(job, model),
         "activation_checkpoint": {"mode": job.checkpointing},
-        "compile": {"enable": job.runtime == "compile"},
+        "compile": {"enable": runtime_of(job.runtime, "train", job.engine) == "compile"},
     })

@@ -8,6 +8,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from ..._record import record
+from ...engines.profiles import runtime_of
 from ...job import Job
 from ...models import Model
 from ...models._types import attention_for
@@ -88,7 +89,7 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                 quantized=2 if (frozen and job.lora_base is not None
                                 and job.lora_base.startswith(("nf4", "fp4"))) else 0,
                 frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep,
-                compiled=job.runtime == "compile", model_code=job.model_code,
+                compiled=runtime_of(job.runtime, "train", job.engine) == "compile", model_code=job.model_code,
                 loss_chunks=job.loss_chunks)
 
 

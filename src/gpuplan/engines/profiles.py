@@ -1,0 +1,366 @@
+"""What each engine *is*, as data: the one table every command reads (issue 27, "one truth").
+
+The same layout is a different job under Megatron-Core with Transformer Engine, under HF Trainer
+over transformers' eager code, under torchtitan or under vLLM with CUDA graphs: other kernels,
+other launch costs, other layouts allowed, other memory reserved and another file to launch it. So
+the engine is a field of the :class:`gpuplan.Job` (``engine``), and its profile here decides what
+the job's refinements (``runtime``, ``model_code``, ``sharding``) mean when they are left out.
+Nothing here computes memory or time: memory, compute, cluster and the exports read the profile.
+
+Each profile states its sources (the engine's own code or docs, by file or page). ``auto`` is one
+stated default for both modes, the same in every command and on the page: ``transformers`` (a
+plain training loop over transformers' code -- HF Trainer / accelerate -- and ``generate`` for
+inference), which is what gpuplan modelled before engines existed, so naming no engine moves no
+number.
+
+This module sits below :mod:`gpuplan.job` (the Job validates its engine against it) and imports
+nothing of gpuplan but the error type: it is data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from .._record import record
+from ..errors import InputError, closest, shown
+
+__all__ = ["EngineProfile", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
+           "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
+           "engine_notes"]
+
+
+@record
+class EngineProfile:
+    """One engine: its kernels, runtime, sharding, the layouts it can run, its memory budget and
+    its export, with sources."""
+
+    name: str
+    title: str
+    """What it is, in one line (printed beside the resolved ``auto``)."""
+    modes: tuple[str, ...]
+    """``train`` and/or ``infer``: what the engine runs."""
+    runtime: Mapping[str, str]
+    """mode -> the runtime ``auto`` means under this engine: ``eager`` (per-op launches),
+    ``compile`` (elementwise chains fused: torch.compile, or an engine's hand-fused kernels,
+    which the speed model times alike), ``cudagraphs`` (launches replayed from a graph)."""
+    runtimes: tuple[str, ...]
+    """The runtimes a user may ask of it (``--runtime``)."""
+    model_code: str
+    """Whose model code the step runs (:data:`gpuplan.job.ModelCode`)."""
+    sharding: str
+    """Whose ZeRO the engine's ``--zero`` is (:data:`gpuplan.job.Sharding`): DeepSpeed's (16-bit
+    shards beside an fp32 master; Megatron's distributed optimizer holds the same copies) or
+    FSDP2's (the fp32 shard is the master)."""
+    shardings: tuple[str, ...]
+    """The shardings a user may ask of it (``--sharding``)."""
+    zero_stages: tuple[int, ...]
+    """ZeRO stages it runs (0: replicated / DDP)."""
+    kernels: str
+    """The kernels it runs: norms, SwiGLU, RoPE, attention (stated in the output)."""
+    parallel: frozenset[str]
+    """Model-parallel dimensions it runs: ``tp``, ``sp``, ``pp``, ``cp``, ``ep``."""
+    pp_schedules: tuple[str, ...] = ()
+    """Pipeline schedules it runs (``gpipe``, ``1f1b``, ``interleaved``)."""
+    pp_split: str = "uneven"
+    """How it cuts layers into pipeline parts: ``uneven`` (any split, the first parts one layer
+    longer) or ``even`` (every part the same number of layer-equivalents, else refused)."""
+    pp_parts: str = "optional"
+    """The embedding and loss as pipeline parts: ``optional`` (``--pp-embedding-part`` /
+    ``--pp-loss-part``), ``always`` (the engine always weighs them as one layer each)."""
+    overlap: str = ""
+    """Its overlap of communication with compute (stated)."""
+    memory_utilization: float | None = None
+    """Serving engines: the share of GPU memory it takes for weights, activations and the KV pool
+    (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``, TensorRT-LLM's
+    ``free_gpu_memory_fraction`` of what is free after the weights); None for training engines."""
+    cuda_graph_pool: bool = False
+    """It captures CUDA graphs for decode, whose pool is memory outside the KV budget."""
+    export: str | None = None
+    """The ``--export`` writer for its config (None: gpuplan writes none yet)."""
+    sources: tuple[str, ...] = ()
+
+    @property
+    def trains(self) -> bool:
+        return "train" in self.modes
+
+    @property
+    def serves(self) -> bool:
+        return "infer" in self.modes
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "title": self.title, "modes": list(self.modes),
+                "runtime": dict(self.runtime), "model_code": self.model_code,
+                "sharding": self.sharding, "zero_stages": list(self.zero_stages),
+                "kernels": self.kernels, "parallel": sorted(self.parallel),
+                "pp_schedules": list(self.pp_schedules), "pp_split": self.pp_split,
+                "pp_parts": self.pp_parts, "overlap": self.overlap,
+                "memory_utilization": self.memory_utilization,
+                "cuda_graph_pool": self.cuda_graph_pool, "export": self.export,
+                "sources": list(self.sources)}
+
+
+_EAGER = MappingProxyType({"train": "eager", "infer": "eager"})
+_GRAPHS = MappingProxyType({"infer": "cudagraphs"})
+_UNFUSED = ("eager PyTorch: RMSNorm, RoPE and SwiGLU as separate elementwise kernels; attention "
+            "through SDPA's flash backend (FlashAttention-2)")
+
+_PROFILES = (
+    EngineProfile(
+        name="transformers", title="HF Trainer / accelerate over transformers' model code "
+        "(generate() for inference)", modes=("train", "infer"), runtime=_EAGER,
+        runtimes=("eager", "compile"), model_code="transformers", sharding="deepspeed",
+        shardings=("deepspeed", "fsdp2"), zero_stages=(0, 1, 2, 3), kernels=_UNFUSED,
+        parallel=frozenset({"tp"}),
+        overlap="DDP buckets its gradient all-reduce beside the backward (25 MiB buckets)",
+        export="accelerate",
+        sources=("transformers Trainer: torch_compile=False by default (training_args.py)",
+                 "accelerate: DeepSpeed ZeRO and FSDP plugins (utils/dataclasses.py); tensor "
+                 "parallelism through transformers' tp_plan (inference and accelerate's "
+                 "ParallelismConfig)")),
+    EngineProfile(
+        name="torchtune", title="torchtune recipes (full_finetune / lora_finetune, "
+        "distributed over FSDP2)", modes=("train", "infer"), runtime=_EAGER,
+        runtimes=("eager", "compile"), model_code="torchtune", sharding="fsdp2",
+        shardings=("fsdp2",), zero_stages=(0, 2, 3),
+        kernels="its own TransformerDecoder: K/V expanded to every query head, its RoPE chain "
+        "in eager, logits upcast in the model; SDPA flash attention",
+        parallel=frozenset({"tp"}),
+        overlap="FSDP2 prefetches the next unit's all-gather beside the compute",
+        sources=("torchtune recipes/configs: compile: False by default",
+                 "torchtune recipes/full_finetune_distributed.py: fully_shard per layer, "
+                 "tensor_parallel_dim")),
+    EngineProfile(
+        name="deepspeed", title="DeepSpeed (ZeRO 0-3 over transformers' model code; its "
+        "PipelineModule for pipelines)", modes=("train",), runtime=_EAGER,
+        runtimes=("eager", "compile"), model_code="transformers", sharding="deepspeed",
+        shardings=("deepspeed",), zero_stages=(0, 1, 2, 3), kernels=_UNFUSED,
+        parallel=frozenset({"pp"}), pp_schedules=("1f1b",), pp_split="uneven",
+        overlap="ZeRO overlaps its reduce-scatter (overlap_comm) and prefetches ZeRO-3 "
+        "gathers (stage3_prefetch_bucket_size)", export="deepspeed",
+        sources=("deepspeed/runtime/pipe/schedule.py: TrainSchedule (1F1B)",
+                 "deepspeed/runtime/pipe/module.py: partition_method uniform "
+                 "(ds_utils.partition_uniform: the first parts one longer)")),
+    EngineProfile(
+        name="fsdp2", title="PyTorch FSDP2 (fully_shard per block and on the root) over "
+        "transformers' model code", modes=("train",), runtime=_EAGER,
+        runtimes=("eager", "compile"), model_code="transformers", sharding="fsdp2",
+        shardings=("fsdp2",), zero_stages=(0, 2, 3), kernels=_UNFUSED,
+        parallel=frozenset(), overlap="the next unit's all-gather prefetched beside the "
+        "compute; reduce-scatter per block in the backward", export="fsdp",
+        sources=("torch.distributed.fsdp.fully_shard: reshard_after_forward True (ZeRO-3) / "
+                 "False (ZeRO-2)",)),
+    EngineProfile(
+        name="torchtitan", title="torchtitan (FSDP2 + TP/SP + PP + CP + EP over its own "
+        "model code)", modes=("train",), runtime=_EAGER, runtimes=("eager", "compile"),
+        model_code="transformers", sharding="fsdp2", shardings=("fsdp2",),
+        zero_stages=(0, 2, 3),
+        kernels="its own Llama code, replayed as transformers' (the same ops); SDPA flash "
+        "attention; torch.compile per block when [compile] enable = true",
+        parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
+        pp_schedules=("gpipe", "1f1b", "interleaved"), pp_split="uneven", pp_parts="always",
+        overlap="FSDP2 prefetch; async TP when enabled", export="torchtitan",
+        sources=("torchtitan/config/job_config.py: compile.enable false by default",
+                 "torchtitan/distributed/pipeline_parallel.py: generate_llm_fqn_per_model_part "
+                 "weighs the embedding and the output as one layer each (input_weight = "
+                 "output_weight = 1) and gives the first parts one layer more",
+                 "torchtitan/parallelisms: TP always with sequence parallelism on the norms")),
+    EngineProfile(
+        name="megatron", title="Megatron-Core with Transformer Engine", modes=("train",),
+        runtime=MappingProxyType({"train": "compile"}), runtimes=("compile",),
+        model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
+        zero_stages=(0, 1),
+        kernels="Transformer Engine's fused kernels (LayerNorm/RMSNorm fused with the next "
+        "GEMM's input, fused RoPE, fused bias-SwiGLU), timed as fused elementwise chains; "
+        "cuDNN / flash fused attention",
+        parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
+        pp_schedules=("1f1b", "interleaved"), pp_split="even",
+        overlap="the distributed optimizer's gradient reduce-scatter and parameter all-gather "
+        "overlapped (--overlap-grad-reduce, --overlap-param-gather); TP communication overlap "
+        "with --tp-comm-overlap", export="megatron",
+        sources=("megatron/training/arguments.py: num_layers divisible by the pipeline size "
+                 "unless --decoder-first/last-pipeline-num-layers; with a virtual pipeline "
+                 "the layers of a stage divisible by its chunks",
+                 "--use-distributed-optimizer shards the fp32 master and the states over the "
+                 "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated")),
+    EngineProfile(
+        name="vllm", title="vLLM (continuous batching over paged attention, CUDA graphs for "
+        "decode)", modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),
+        model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
+        zero_stages=(0,),
+        kernels="fused RMSNorm, SiLU-and-mul and rotary kernels; FlashAttention (paged)",
+        parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
+        memory_utilization=0.9, cuda_graph_pool=True, export="vllm",
+        sources=("vllm/config: gpu_memory_utilization 0.9 by default; enforce_eager False "
+                 "(CUDA graphs captured for decode batch sizes)",)),
+    EngineProfile(
+        name="sglang", title="SGLang (RadixAttention prefix cache, CUDA graphs for decode)",
+        modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),
+        model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
+        zero_stages=(0,),
+        kernels="fused RMSNorm, SiLU-and-mul and rotary kernels; FlashInfer / FlashAttention-3",
+        parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
+        memory_utilization=0.88, cuda_graph_pool=True,
+        sources=("sglang server_args.py: mem_fraction_static chosen by GPU memory when not "
+                 "given (0.88 on an 80 GB card), disable_cuda_graph False",)),
+    EngineProfile(
+        name="trt-llm", title="TensorRT-LLM (in-flight batching, CUDA graphs)",
+        modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs",),
+        model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
+        zero_stages=(0,),
+        kernels="its fused GEMM + activation and norm kernels; its own attention plugin",
+        parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
+        memory_utilization=0.9, cuda_graph_pool=True,
+        sources=("TensorRT-LLM KvCacheConfig: free_gpu_memory_fraction 0.9 of the memory free "
+                 "after the weights",)),
+)
+
+#: name -> profile, in the order they are listed.
+ENGINES: Mapping[str, EngineProfile] = MappingProxyType({p.name: p for p in _PROFILES})
+#: The accepted ``engine`` values: every profile and ``auto``.
+ENGINE_NAMES: tuple[str, ...] = ("auto", *ENGINES)
+#: What ``auto`` is, in both modes (stated in every output).
+AUTO_ENGINE = "transformers"
+
+
+def get_engine(name: object) -> EngineProfile:
+    """The profile of ``name`` (``auto``: :data:`AUTO_ENGINE`'s); one line naming the choices."""
+    if name == "auto":
+        return ENGINES[AUTO_ENGINE]
+    if isinstance(name, str) and name in ENGINES:
+        return ENGINES[name]
+    near = closest(str(name)[:64], ENGINE_NAMES, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise InputError(f"engine {shown(name)}: expected one of {', '.join(ENGINE_NAMES)}{hint}")
+
+
+def resolve_engine(name: str) -> str:
+    """The engine ``name`` stands for (``auto`` -> :data:`AUTO_ENGINE`)."""
+    return get_engine(name).name
+
+
+def runtime_of(runtime: str, mode: str, engine: str = "auto") -> str:
+    """The runtime a step runs under: ``runtime`` itself, or for ``auto`` the engine's for
+    ``mode`` (``train``/``infer``)."""
+    if runtime != "auto":
+        return runtime
+    prof = get_engine(engine)
+    return prof.runtime.get(mode) or next(iter(prof.runtime.values()))
+
+
+def check_engine_job(prof: EngineProfile, job: object) -> None:
+    """One line when the engine cannot run the job as described (no architecture needed): a
+    mode it does not run, a runtime, sharding or ZeRO stage it lacks, a parallel dimension or a
+    pipeline schedule it has not. ``job``: a :class:`gpuplan.Job` (read by attribute)."""
+    name = prof.name
+    for mode in _job_modes(job):
+        if mode not in prof.modes:
+            does = "serves" if prof.serves else "trains"
+            who = ", ".join(p.name for p in _PROFILES if mode in p.modes)
+            raise InputError(f"engine {name} does not {mode}: it {does} only; use mode "
+                             f"{prof.modes[0]}, or an engine that does ({who})")
+    if job.runtime != "auto" and job.runtime not in prof.runtimes:
+        raise InputError(f"runtime {job.runtime} under engine {name}: it runs "
+                         f"{' or '.join(prof.runtimes)}; use one of them or runtime auto")
+    if job.sharding not in prof.shardings:
+        raise InputError(f"sharding {job.sharding} under engine {name}: its ZeRO is "
+                         f"{prof.sharding}'s; use sharding {prof.sharding} or another engine")
+    if job.trains and job.zero not in prof.zero_stages:
+        raise InputError(f"zero {job.zero} under engine {name}: it runs ZeRO stage "
+                         f"{', '.join(map(str, prof.zero_stages))}; use one of them or another "
+                         "engine")
+    if job.trains and job.model_code != prof.model_code and name != "transformers":
+        raise InputError(f"model code {job.model_code} under engine {name}: it runs "
+                         f"{prof.model_code}'s; drop it or use engine "
+                         f"{'torchtune' if job.model_code == 'torchtune' else 'transformers'}")
+    _check_dims(prof, job)
+
+
+def _check_dims(prof: EngineProfile, job: object) -> None:
+    asked = {"tp": job.tp > 1, "pp": job.pp > 1, "cp": job.cp > 1, "ep": job.ep > 1,
+             "sp": job.sequence_parallel}
+    lacking = [d for d, on in asked.items() if on and d not in prof.parallel]
+    if lacking:
+        dims = ", ".join(f"{d} {getattr(job, d)}" if d != "sp" else "sequence parallel"
+                         for d in lacking)
+        who = ", ".join(p.name for p in _PROFILES if set(lacking) <= p.parallel
+                        and any(m in p.modes for m in _job_modes(job)))
+        raise InputError(f"{dims} under engine {prof.name}: it has no "
+                         f"such parallelism ({' '.join(sorted(prof.parallel)) or 'data parallel only'}); "
+                         + (f"use engine {who}" if who else "drop it"))
+    if job.pp > 1:
+        sched = str(job.pp_schedule).partition(":")[0]
+        if sched not in prof.pp_schedules:
+            raise InputError(f"pp schedule {job.pp_schedule} under engine {prof.name}: it runs "
+                             f"{', '.join(prof.pp_schedules)}; use one of them")
+
+
+def _job_modes(job: object) -> tuple[str, ...]:
+    return tuple(m for m, on in (("train", job.trains), ("infer", job.infers)) if on)
+
+
+def check_engine_split(prof: EngineProfile, num_layers: int, pp: int, chunks: int,
+                       embedding: bool, loss: bool) -> None:
+    """An engine that cuts layers only evenly (Megatron) refuses a split whose parts differ:
+    ``layers (+ the embedding and loss parts) % (pp x chunks)``. One line with the degrees that
+    divide."""
+    if prof.pp_split != "even" or pp == 1:
+        return
+    units = num_layers + int(embedding) + int(loss)
+    parts = pp * chunks
+    if units % parts == 0:
+        return
+    counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
+    raise InputError(f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+                     + f": engine {prof.name} splits layers evenly, and {num_layers} "
+                     f"layers{counted} are {units} parts' worth, not divisible by {parts}; "
+                     + even_split_fix(num_layers, pp, chunks, embedding, loss))
+
+
+def even_split_fix(num_layers: int, pp: int, chunks: int, embedding: bool, loss: bool) -> str:
+    """The nearest splits an even-splitting engine takes: the embedding and loss counted as
+    parts, other chunks per stage, or other stage counts."""
+    units = num_layers + int(embedding) + int(loss)
+    fixes = []
+    if not (embedding and loss) and (num_layers + 2) % (pp * chunks) == 0:
+        fixes.append("count the embedding and loss as parts: --pp-embedding-part "
+                     "--pp-loss-part")
+    vs = [v for v in range(2, 65) if units % (pp * v) == 0]
+    if chunks > 1 and units % pp == 0:
+        fixes.append("use --pp-schedule 1f1b" if not vs else
+                     f"use --pp-schedule interleaved:{vs[0]}"
+                     + (f" (or {', '.join(map(str, vs[1:4]))})" if len(vs) > 1 else ""))
+    pps = [p for p in range(2, min(units, 512) + 1) if units % (p * chunks) == 0]
+    if pps:
+        lo = [p for p in pps if p < pp][-1:]
+        hi = [p for p in pps if p > pp][:1]
+        fixes.append(f"use --pp {' or '.join(map(str, lo + hi))}")
+    return " or ".join(fixes) if fixes else "use --pp 1"
+
+
+def runs_layout(prof: EngineProfile, job: object) -> bool:
+    """Whether the engine runs the job's modes and parallel dimensions (no architecture), with
+    its own defaults where the job leaves a refinement to it (``job.with_(engine=...)``)."""
+    try:
+        job.with_(engine=prof.name)
+    except InputError:
+        return False
+    return True
+
+
+def engine_notes(job: object, mode: str) -> tuple[str, ...]:
+    """What the output states about the engine of ``job`` in ``mode``: which engine (auto said as
+    what it stands for), its runtime and kernels; under auto, a model-parallel layout transformers
+    does not run names the engines that do."""
+    prof = get_engine(job.engine)
+    runtime = runtime_of(job.runtime, mode, job.engine)
+    said = f"engine auto = {prof.name}" if job.engine == "auto" else f"engine {prof.name}"
+    notes = [f"{said} ({prof.title}): runtime {runtime}"
+             + (" (the engine's)" if job.runtime == "auto" else " (given)")
+             + f"; kernels: {prof.kernels}"]
+    if job.engine == "auto" and not runs_layout(prof, job):
+        who = [p.name for p in _PROFILES if p.name != prof.name and runs_layout(p, job)]
+        notes.append("this layout is beyond what transformers runs: planned as Megatron-LM "
+                     "shards it, with transformers' kernels"
+                     + (f"; engines that run it: {', '.join(who)} (give --engine)" if who else ""))
+    return tuple(notes)
