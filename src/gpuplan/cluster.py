@@ -45,7 +45,8 @@ __all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CH
 #: command line and ``POST /api/cluster`` refuse any other job option in one line.
 SEARCH_JOB_FIELDS = frozenset({"mode", "precision", "infer_precision", "optimizer",
                                "optimizer_states", "fused_optimizer", "seq", "gpus", "attention",
-                               "kv_dtype", "context", "gpus_per_node", "inter_node", "runtime"})
+                               "kv_dtype", "context", "gpus_per_node", "inter_node", "runtime",
+                               "engine"})
 
 
 def search_options(*, global_batch: Any = None, concurrency: Any = None, top: Any = 3,

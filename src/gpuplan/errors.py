@@ -2,6 +2,12 @@
 
 Messages are one line: the bad value, what is accepted, and the way out. The CLI prints
 ``gpuplan: error: <message>`` and exits with status 2 for any :class:`InputError`.
+
+Errors are data (issue 27): an :class:`InputError` carries the ``field`` it is about, the
+``value``, what is ``accepted`` and the ``fix`` as ``{field: value}``, and its message names
+fields through :func:`opt` markers, never in one front end's spelling. ``str(error)`` is the
+library's spelling (the field names); :meth:`InputError.render` takes a front end's: the CLI
+names its options (``--grad-accum``), the web its JSON keys (``grad_accum``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,31 @@ __all__ = [
     "closest",
     "shown",
     "printable",
+    "opt",
+    "library_spelling",
 ]
+
+#: Around a field name inside a message (:func:`opt`): the unit separator, which no user value
+#: reaches a message with (:func:`shown` escapes control characters).
+_MARK = "\x1f"
+
+
+def opt(name: str) -> str:
+    """A field named inside an error message, rendered in each front end's spelling: the
+    library's is the name itself, the CLI's its option, the web's its JSON key."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def library_spelling(name: str) -> str:
+    return name
+
+
+def _render(text: str, spell) -> str:
+    if _MARK not in text:
+        return text
+    parts = text.split(_MARK)
+    # odd positions are field names between two markers
+    return "".join(spell(p) if i % 2 else p for i, p in enumerate(parts))
 
 
 class GpuplanError(Exception):
@@ -32,7 +62,42 @@ class GpuplanWarning(UserWarning):
 
 
 class InputError(GpuplanError, ValueError):
-    """A value given by the user is not acceptable (CLI exit code 2)."""
+    """A value given by the user is not acceptable (CLI exit code 2).
+
+    ``field``: the field (a Job field or an option) the error is about; ``value``: the value
+    given; ``accepted``: what is accepted, in words; ``fix``: the change that works, as
+    ``{field: value}`` (a front end may offer it as a button or a flag)."""
+
+    # class defaults: a subclass that builds its message itself still reads as data
+    field: str | None = None
+    value: object = None
+    accepted: str | None = None
+    fix: dict = {}
+
+    def __init__(self, message: object = "", *, field: str | None = None,
+                 value: object = None, accepted: str | None = None,
+                 fix: dict | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+        self.accepted = accepted
+        if fix:
+            self.fix = dict(fix)
+
+    def render(self, spell=library_spelling) -> str:
+        """The message with every field named by ``spell`` (name -> its spelling)."""
+        return _render(str(self.args[0]) if self.args else "", spell)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def to_dict(self, spell=library_spelling) -> dict:
+        """The error as data: message, field, value, accepted, fix (keys in ``spell``)."""
+        value = self.value if isinstance(self.value, (int, float, str, bool, type(None))) \
+            else shown(self.value)
+        return {"error": self.render(spell), "field": None if self.field is None
+                else spell(self.field), "value": value, "accepted": self.accepted,
+                "fix": {spell(k): v for k, v in self.fix.items()}}
 
 
 class UnknownNameError(InputError, KeyError):
@@ -53,7 +118,7 @@ class UnknownNameError(InputError, KeyError):
         super().__init__(msg)
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
+        return self.render()
 
 
 class ModelFileError(InputError):

@@ -22,7 +22,7 @@ from ..job import Job
 from ..units import parse_count, parse_positive_int
 
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
-           "flag_of", "name_the_flag"]
+           "flag_of", "cli_spelling", "name_the_flag"]
 
 GROUP_TITLE = "job options (the same in fit, speed, trace, flops model and profile)"
 
@@ -155,6 +155,14 @@ def flag_of(field: str) -> str:
     return _BY_FIELD[field].flag
 
 
+def cli_spelling(name: str) -> str:
+    """A field named in an error (:func:`gpuplan.errors.opt`) as the command line spells it: a
+    Job field's option, else the option of the same name (``global_batch`` ->
+    ``--global-batch``)."""
+    o = _BY_FIELD.get(name)
+    return o.flag if o is not None else "--" + name.replace("_", "-")
+
+
 def add_job_options(p: argparse.ArgumentParser) -> None:
     """Add the one job-option group to a command's parser (every default None: the Job's)."""
     group = p.add_argument_group(GROUP_TITLE)
@@ -277,10 +285,7 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
         raise InputError(f"--context {kw['context']} is shorter than --seq {kw['seq']}: the "
                          "context holds the prompt (--seq) and the tokens generated after it; "
                          f"give --context {kw['seq']} or more, or a shorter --seq")
-    try:
-        job = Job(model=model, mode=mode, **kw)
-    except InputError as e:
-        raise InputError(name_the_flag(str(e))) from None
+    job = Job(model=model, mode=mode, **kw)  # its errors are spelled by the CLI's main
     job.check_pipeline_shaping(flag_of)  # accepted before and silently did nothing
     return job
 

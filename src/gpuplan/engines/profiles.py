@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from .._record import record
-from ..errors import InputError, closest, shown
+from ..errors import InputError, closest, opt, shown
 
 __all__ = ["EngineProfile", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
            "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
@@ -231,7 +231,9 @@ def get_engine(name: object) -> EngineProfile:
         return ENGINES[name]
     near = closest(str(name)[:64], ENGINE_NAMES, n=1)
     hint = f"; did you mean {near[0]!r}?" if near else ""
-    raise InputError(f"engine {shown(name)}: expected one of {', '.join(ENGINE_NAMES)}{hint}")
+    raise InputError(f"{opt('engine')} {shown(name)}: expected one of "
+                     f"{', '.join(ENGINE_NAMES)}{hint}", field="engine", value=name,
+                     accepted=", ".join(ENGINE_NAMES), fix={"engine": near[0]} if near else None)
 
 
 def resolve_engine(name: str) -> str:
@@ -257,22 +259,31 @@ def check_engine_job(prof: EngineProfile, job: object) -> None:
         if mode not in prof.modes:
             does = "serves" if prof.serves else "trains"
             who = ", ".join(p.name for p in _PROFILES if mode in p.modes)
-            raise InputError(f"engine {name} does not {mode}: it {does} only; use mode "
-                             f"{prof.modes[0]}, or an engine that does ({who})")
+            raise InputError(f"{opt('engine')} {name} does not {mode}: it {does} only; use "
+                             f"{opt('mode')} {prof.modes[0]}, or an engine that does ({who})",
+                             field="engine", value=name, fix={"mode": prof.modes[0]})
     if job.runtime != "auto" and job.runtime not in prof.runtimes:
-        raise InputError(f"runtime {job.runtime} under engine {name}: it runs "
-                         f"{' or '.join(prof.runtimes)}; use one of them or runtime auto")
+        raise InputError(f"{opt('runtime')} {job.runtime} under {opt('engine')} {name}: it runs "
+                         f"{' or '.join(prof.runtimes)}; use one of them or {opt('runtime')} "
+                         "auto", field="runtime", value=job.runtime,
+                         accepted=", ".join(prof.runtimes), fix={"runtime": "auto"})
     if job.sharding not in prof.shardings:
-        raise InputError(f"sharding {job.sharding} under engine {name}: its ZeRO is "
-                         f"{prof.sharding}'s; use sharding {prof.sharding} or another engine")
+        raise InputError(f"{opt('sharding')} {job.sharding} under {opt('engine')} {name}: its "
+                         f"ZeRO is {prof.sharding}'s; use {opt('sharding')} {prof.sharding} or "
+                         "another engine", field="sharding", value=job.sharding,
+                         accepted=", ".join(prof.shardings), fix={"sharding": prof.sharding})
     if job.trains and job.zero not in prof.zero_stages:
-        raise InputError(f"zero {job.zero} under engine {name}: it runs ZeRO stage "
-                         f"{', '.join(map(str, prof.zero_stages))}; use one of them or another "
-                         "engine")
+        raise InputError(f"{opt('zero')} {job.zero} under {opt('engine')} {name}: it runs ZeRO "
+                         f"stage {', '.join(map(str, prof.zero_stages))}; use one of them or "
+                         "another engine", field="zero", value=job.zero,
+                         accepted=", ".join(map(str, prof.zero_stages)),
+                         fix={"zero": max(prof.zero_stages)})
     if job.trains and job.model_code != prof.model_code and name != "transformers":
-        raise InputError(f"model code {job.model_code} under engine {name}: it runs "
-                         f"{prof.model_code}'s; drop it or use engine "
-                         f"{'torchtune' if job.model_code == 'torchtune' else 'transformers'}")
+        other = "torchtune" if job.model_code == "torchtune" else "transformers"
+        raise InputError(f"{opt('model_code')} {job.model_code} under {opt('engine')} {name}: "
+                         f"it runs {prof.model_code}'s; drop it or use {opt('engine')} {other}",
+                         field="model_code", value=job.model_code, accepted=prof.model_code,
+                         fix={"model_code": prof.model_code})
     _check_dims(prof, job)
 
 
@@ -281,18 +292,22 @@ def _check_dims(prof: EngineProfile, job: object) -> None:
              "sp": job.sequence_parallel}
     lacking = [d for d, on in asked.items() if on and d not in prof.parallel]
     if lacking:
-        dims = ", ".join(f"{d} {getattr(job, d)}" if d != "sp" else "sequence parallel"
-                         for d in lacking)
+        dims = ", ".join(f"{opt(d)} {getattr(job, d)}" if d != "sp"
+                         else opt("sequence_parallel") for d in lacking)
         who = ", ".join(p.name for p in _PROFILES if set(lacking) <= p.parallel
                         and any(m in p.modes for m in _job_modes(job)))
-        raise InputError(f"{dims} under engine {prof.name}: it has no "
-                         f"such parallelism ({' '.join(sorted(prof.parallel)) or 'data parallel only'}); "
-                         + (f"use engine {who}" if who else "drop it"))
+        first = "sequence_parallel" if lacking[0] == "sp" else lacking[0]
+        raise InputError(f"{dims} under {opt('engine')} {prof.name}: it has no such "
+                         f"parallelism ({' '.join(sorted(prof.parallel)) or 'data parallel only'}"
+                         f"); " + (f"use {opt('engine')} {who}" if who else "drop it"),
+                         field=first, value=getattr(job, first))
     if job.pp > 1:
         sched = str(job.pp_schedule).partition(":")[0]
         if sched not in prof.pp_schedules:
-            raise InputError(f"pp schedule {job.pp_schedule} under engine {prof.name}: it runs "
-                             f"{', '.join(prof.pp_schedules)}; use one of them")
+            raise InputError(f"{opt('pp_schedule')} {job.pp_schedule} under {opt('engine')} "
+                             f"{prof.name}: it runs {', '.join(prof.pp_schedules)}; use one of "
+                             "them", field="pp_schedule", value=job.pp_schedule,
+                             accepted=", ".join(prof.pp_schedules))
 
 
 def _job_modes(job: object) -> tuple[str, ...]:
@@ -311,10 +326,11 @@ def check_engine_split(prof: EngineProfile, num_layers: int, pp: int, chunks: in
     if units % parts == 0:
         return
     counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
-    raise InputError(f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+    raise InputError(f"{opt('pp')} {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
                      + f": engine {prof.name} splits layers evenly, and {num_layers} "
                      f"layers{counted} are {units} parts' worth, not divisible by {parts}; "
-                     + even_split_fix(num_layers, pp, chunks, embedding, loss))
+                     + even_split_fix(num_layers, pp, chunks, embedding, loss),
+                     field="pp", value=pp)
 
 
 def even_split_fix(num_layers: int, pp: int, chunks: int, embedding: bool, loss: bool) -> str:
@@ -323,19 +339,19 @@ def even_split_fix(num_layers: int, pp: int, chunks: int, embedding: bool, loss:
     units = num_layers + int(embedding) + int(loss)
     fixes = []
     if not (embedding and loss) and (num_layers + 2) % (pp * chunks) == 0:
-        fixes.append("count the embedding and loss as parts: --pp-embedding-part "
-                     "--pp-loss-part")
+        fixes.append(f"count the embedding and loss as parts: {opt('pp_embedding_part')} "
+                     f"{opt('pp_loss_part')}")
     vs = [v for v in range(2, 65) if units % (pp * v) == 0]
     if chunks > 1 and units % pp == 0:
-        fixes.append("use --pp-schedule 1f1b" if not vs else
-                     f"use --pp-schedule interleaved:{vs[0]}"
+        fixes.append(f"use {opt('pp_schedule')} 1f1b" if not vs else
+                     f"use {opt('pp_schedule')} interleaved:{vs[0]}"
                      + (f" (or {', '.join(map(str, vs[1:4]))})" if len(vs) > 1 else ""))
     pps = [p for p in range(2, min(units, 512) + 1) if units % (p * chunks) == 0]
     if pps:
         lo = [p for p in pps if p < pp][-1:]
         hi = [p for p in pps if p > pp][:1]
-        fixes.append(f"use --pp {' or '.join(map(str, lo + hi))}")
-    return " or ".join(fixes) if fixes else "use --pp 1"
+        fixes.append(f"use {opt('pp')} {' or '.join(map(str, lo + hi))}")
+    return " or ".join(fixes) if fixes else f"use {opt('pp')} 1"
 
 
 def runs_layout(prof: EngineProfile, job: object) -> bool:
@@ -362,5 +378,5 @@ def engine_notes(job: object, mode: str) -> tuple[str, ...]:
         who = [p.name for p in _PROFILES if p.name != prof.name and runs_layout(p, job)]
         notes.append("this layout is beyond what transformers runs: planned as Megatron-LM "
                      "shards it, with transformers' kernels"
-                     + (f"; engines that run it: {', '.join(who)} (give --engine)" if who else ""))
+                     + (f"; engines that run it: {', '.join(who)} (give the engine)" if who else ""))
     return tuple(notes)

@@ -58,9 +58,11 @@ _HEADERS = {
 }
 
 
-def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+def _error(status: int, message: str, headers: dict | None = None,
+           data: dict | None = None) -> JSONResponse:
     line = " ".join(str(message).split())  # one line, whatever the message held
-    return JSONResponse({"error": line}, status_code=status, headers={**_HEADERS, **(headers or {})})
+    return JSONResponse({**(data or {}), "error": line}, status_code=status,
+                        headers={**_HEADERS, **(headers or {})})
 
 
 def _reject_constant(name: str) -> float:
@@ -163,7 +165,9 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _input_error(request: Request, exc: Exception) -> Response:
     status = 404 if isinstance(exc, UnknownNameError) and request.method == "GET" else 422
-    return _error(status, _as_keys(str(exc)))
+    # an error is data: its field, value, what is accepted and the fix, named as JSON keys
+    data = exc.to_dict() if isinstance(exc, InputError) else {"error": str(exc)}
+    return _error(status, _as_keys(data.pop("error")), data=data)
 
 
 #: The keys a request may hold: the Job's fields and the endpoints' own options.

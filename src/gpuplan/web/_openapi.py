@@ -64,8 +64,16 @@ _FIT_OPTIONS = {
     "speed": {"type": "boolean", "description": "false: --no-speed"},
 }
 
+#: An error is one line and, for a refused value, its data (gpuplan.errors.InputError.to_dict).
 _ERROR = {"type": "object", "required": ["error"], "additionalProperties": False,
-          "properties": {"error": {"type": "string"}}}
+          "properties": {"error": {"type": "string"},
+                         "field": {"type": ["string", "null"],
+                                   "description": "the request key the error is about"},
+                         "value": {"description": "the value given"},
+                         "accepted": {"type": ["string", "null"],
+                                      "description": "what is accepted, in words"},
+                         "fix": {"type": "object", "description": "request keys and values "
+                                 "that make the request valid"}}}
 
 
 def _responses(ok: str) -> dict:

@@ -14,10 +14,12 @@ are the library's, whose spaces are capped there.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Literal, get_args, get_origin, get_type_hints
 
 from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
+from ..engines.profiles import ENGINE_NAMES
 from ..errors import InputError, shown
 from ..fit import OverheadLevel, plan
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
@@ -249,15 +251,25 @@ def gpus() -> dict:
     return gpus_report.catalog_json(list(all_gpus()))
 
 
+def _literal(hint: object) -> tuple:
+    """The choices of a Literal annotation, or of an optional one (``Literal[...] | None``)."""
+    if get_origin(hint) is Literal:
+        return get_args(hint)
+    return next((get_args(a) for a in get_args(hint) if get_origin(a) is Literal), ())
+
+
 def options() -> dict:
     """``GET /api/options``: every choice the page offers and the defaults, read from the
     library (the page holds no default of its own)."""
+    left_to_engine = {f.name: None for f in fields(Job) if f.default is None}
     return {
-        "defaults": Job.from_dict({}).to_dict() | {"model": None},
+        # a field whose default is None (model_code, sharding: the engine's) stays None
+        "defaults": Job.from_dict({}).to_dict() | left_to_engine | {"model": None},
         "default_gpus": list(DEFAULT_SHORTLIST),
-        # every Job field typed as a Literal: mode, optimizer_states, checkpointing, attention ...
-        **{name: list(get_args(t)) for name, t in get_type_hints(Job).items()
-           if get_origin(t) is Literal},
+        # every Job field typed as a Literal (or an optional one): mode, optimizer_states,
+        # checkpointing, attention, model_code, sharding ...
+        **{name: list(_literal(t)) for name, t in get_type_hints(Job).items() if _literal(t)},
+        "engine": list(ENGINE_NAMES),
         "precision": list(TRAINING_RECIPES),
         "infer_precision": list(WEIGHT_FORMATS),
         "optimizer": list(OPTIMIZERS),
