@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from ._record import record
-from .errors import InputError, shown
+from .errors import InputError, opt, shown
 
 __all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS"]
 
@@ -108,33 +108,42 @@ def bound(name: str) -> Bound:
 
 
 def check_int(value: object, name: str, *, what: str | None = None, low: int | None = None,
-              high: int | None = None) -> int:
+              high: int | None = None, field: str | None = None) -> int:
     """``value`` as an int within the range ``name`` (``low``/``high`` narrow it), else an
-    :class:`InputError` naming ``what`` (default: the range's name), the value and the range."""
+    :class:`InputError` naming ``what`` (default: the range's name) -- or the ``field``, which
+    each front end spells its own way -- the value and the range."""
     b = BOUNDS[name]
     lo = b.low if low is None else low
     hi = b.high if high is None else min(high, b.high)
-    label = what or name
+    label = opt(field) if field else what or name
+    accepted = f"a whole number >= {_num(lo)} and <= {_num(hi)}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{label} {shown(value)}: expected a whole number "
-                         f"(got {type(value).__name__}), >= {_num(lo)} and <= {_num(hi)}")
+                         f"(got {type(value).__name__}), >= {_num(lo)} and <= {_num(hi)}",
+                         field=field, value=value, accepted=accepted)
     if not lo <= value <= hi:
         raise InputError(f"{label} {shown(value)}: expected a whole number >= {_num(lo)} and "
-                         f"<= {_num(hi)} ({b.what})")
+                         f"<= {_num(hi)} ({b.what})", field=field, value=value,
+                         accepted=accepted, fix={field: lo if value < lo else hi} if field
+                         else None)
     return value
 
 
-def check_number(value: object, name: str, *, what: str | None = None) -> float:
-    """``value`` as a finite float within the range ``name``, else an :class:`InputError`."""
+def check_number(value: object, name: str, *, what: str | None = None,
+                 field: str | None = None) -> float:
+    """``value`` as a finite float within the range ``name``, else an :class:`InputError`
+    naming ``what`` or the ``field``."""
     b = BOUNDS[name]
-    label = what or name
+    label = opt(field) if field else what or name
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{label} {shown(value)}: expected a number "
-                         f"(got {type(value).__name__}) {b.text()}")
+                         f"(got {type(value).__name__}) {b.text()}", field=field, value=value,
+                         accepted=b.text())
     try:
         v = float(value)
     except OverflowError:
         v = math.inf
     if not b.contains(v):
-        raise InputError(f"{label} {shown(value)}: out of range; expected {b.what} {b.text()}")
+        raise InputError(f"{label} {shown(value)}: out of range; expected {b.what} {b.text()}",
+                         field=field, value=value, accepted=b.text())
     return v

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import fields
+
 from operator import attrgetter
 from typing import Literal
 
@@ -27,7 +27,7 @@ from .compute import flops_breakdown
 from .errors import GpuplanError, InputError
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
-from .job import Job, default_seq, pp_chunks, seq_limit
+from .job import FLAT_FIELDS, Job, default_seq, pp_chunks, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .memory.fewest import (LayoutFit, fewest_tp, fewest_zero3, infer_layout, shared_memo,
                             train_layout)
@@ -158,7 +158,7 @@ class Suggestions:
 
 
 #: A job's fields but the model, as one tuple: the planner's cache key (one C call per candidate).
-_JOB_KEY = attrgetter(*(f.name for f in fields(Job) if f.name != "model"))
+_JOB_KEY = attrgetter(*(f for f in FLAT_FIELDS if f != "model"))
 
 
 class _Planner:

@@ -362,9 +362,9 @@ def train_activation_start(m: Model, job: Job) -> int:
 
 
 @pytest.mark.parametrize("kw,fix", [
-    (dict(optimizer_in_backward=True, grad_accum=2), "--grad-accum 1"),
+    (dict(optimizer_in_backward=True, grad_accum=2), "grad_accum 1"),
     (dict(optimizer_in_backward=True, offload_optimizer=True), "drop one"),
-    (dict(offload_activations=True), "--checkpointing full"),
+    (dict(offload_activations=True), "add checkpointing full"),
     (dict(model_code="megatron"), "transformers, torchtune"),
     (dict(loss_chunks=0), "loss_chunks"),
 ])

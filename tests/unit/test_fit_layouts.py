@@ -283,7 +283,7 @@ def test_a_layout_suggestion_counts_micro_batches_where_the_job_does():
     assert lay.flags(job) == "--tp 8 --pp 4 --gpus 32 --zero 1 --sequence-parallel --grad-accum 4"
     moved = job.with_(**lay.changes(job))  # validated: one count
     assert (moved.grad_accum, moved.micro_batches) == (4, None)
-    with pytest.raises(InputError, match=r"^micro batches 4 and --grad-accum 2 differ: a "
+    with pytest.raises(InputError, match=r"^micro_batches 4 and grad_accum 2 differ: a "
                                          r"pipeline's micro-batches are its accumulation steps"):
         job.with_(tp=8, pp=4, gpus=32, micro_batches=4)
     Job(model="llama-3.1-8b", pp=2, gpus=2, micro_batches=4, grad_accum=4)  # the same count

@@ -306,8 +306,8 @@ def test_distributed_checkpoints_keep_a_tp_share_of_each_layer_input():
 
 
 @pytest.mark.parametrize("kw,needle", [
-    (dict(gpus=1, checkpointing="full"), "add --tp N"),
-    (dict(gpus=8, tp=8, checkpointing="selective"), "add --checkpointing full"),
+    (dict(gpus=1, checkpointing="full"), "add tp N"),
+    (dict(gpus=8, tp=8, checkpointing="selective"), "add checkpointing full"),
     (dict(gpus=8, tp=8, checkpointing="full", sequence_parallel=True), "already split"),
 ])
 def test_distributed_checkpoints_need_tp_and_full_checkpointing(kw, needle):

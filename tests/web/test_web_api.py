@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields, MISSING
+from dataclasses import MISSING
 
 import pytest
 
-from gpuplan.job import Job
+from gpuplan.job import FLAT_FIELDS, Job, flat_defaults
 
 #: An error response: its line and, for a refused value, the data (InputError.to_dict).
 ERROR_KEYS = {"error", "field", "value", "accepted", "fix"}
@@ -123,9 +123,9 @@ def test_options_defaults_are_the_jobs():
     from gpuplan.web._service import options
 
     o = options()
-    for f in fields(Job):
-        if f.default is not MISSING:
-            assert o["defaults"][f.name] == f.default, f.name
+    for name, default in flat_defaults().items():
+        if default is not MISSING:
+            assert o["defaults"][name] == default, name
     assert o["mode"] == ["train", "infer", "both"]
     assert "mixed-bf16" in o["precision"] and "nf4" in o["infer_precision"]
 
@@ -133,7 +133,7 @@ def test_options_defaults_are_the_jobs():
 def test_openapi_lists_every_job_field(client):
     s = client.get("/api/openapi.json").json()
     props = s["components"]["schemas"]["Job"]["properties"]
-    assert list(props) == [f.name for f in fields(Job)]
+    assert list(props) == list(FLAT_FIELDS)
     assert props["mode"]["enum"] == ["train", "infer", "both"]
     assert props["batch"] == {"type": "integer", "default": 1}
     assert set(s["paths"]) >= {"/api/fit", "/api/speed", "/api/models", "/api/gpus"}

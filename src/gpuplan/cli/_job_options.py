@@ -286,7 +286,7 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
                          "context holds the prompt (--seq) and the tokens generated after it; "
                          f"give --context {kw['seq']} or more, or a shorter --seq")
     job = Job(model=model, mode=mode, **kw)  # its errors are spelled by the CLI's main
-    job.check_pipeline_shaping(flag_of)  # accepted before and silently did nothing
+    job.check_pipeline_shaping()  # accepted before and silently did nothing
     return job
 
 

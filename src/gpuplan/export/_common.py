@@ -10,11 +10,11 @@ where the format has comments.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+
 from functools import cache
 
 from ..errors import InputError
-from ..job import Job
+from ..job import Job, flat_defaults
 from ..models import Model
 
 __all__ = ["refuse", "check_expressed", "train_only", "infer_only", "accumulation", "flag",
@@ -46,7 +46,7 @@ def refuse(engine: str, text: str) -> InputError:
 
 @cache
 def _defaults() -> dict[str, object]:
-    return {f.name: f.default for f in fields(Job)}
+    return dict(flat_defaults())
 
 
 def check_expressed(job: Job, engine: str, checked: tuple[str, ...],

@@ -40,12 +40,12 @@ The search stays cheap (``gpuplan.plan`` runs it for every GPU it lists):
 from __future__ import annotations
 
 import math
-from dataclasses import fields, replace
+from dataclasses import replace
 from operator import attrgetter
 
 from .._record import record
 from ..errors import InputError
-from ..job import Job
+from ..job import FLAT_FIELDS, Job
 from ..models import Model
 from .infer import infer_memory
 from .layout import check_layout
@@ -140,7 +140,7 @@ class LayoutFit:
 
 
 #: A job's fields but the model and the mode (the memory of a job does not depend on its mode).
-_JOB_KEY = attrgetter(*(f.name for f in fields(Job) if f.name not in ("model", "mode")))
+_JOB_KEY = attrgetter(*(f for f in FLAT_FIELDS if f not in ("model", "mode")))
 
 _MEMOS: dict[tuple, tuple[Model, dict]] = {}
 

@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from .._io import json_text
 from ..errors import GpuplanError, InputError, UnknownNameError
-from ..job import Job
+from ..job import FLAT_FIELDS, Job
 from . import _service
 from ._openapi import openapi_schema
 
@@ -171,7 +171,7 @@ async def _input_error(request: Request, exc: Exception) -> Response:
 
 
 #: The keys a request may hold: the Job's fields and the endpoints' own options.
-_KEYS = frozenset(f.name for f in dataclasses.fields(Job)) | frozenset(
+_KEYS = frozenset(FLAT_FIELDS) | frozenset(
     _service.FIT_OPTIONS + _service.CLUSTER_OPTIONS)
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 

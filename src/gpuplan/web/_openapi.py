@@ -9,12 +9,12 @@ that does not fit) are answered 422 with one line, which the schema states for e
 from __future__ import annotations
 
 import types
-from dataclasses import MISSING, fields
+from dataclasses import MISSING
 from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from ..cluster import SEARCH_JOB_FIELDS
-from ..job import Job
+from ..job import Job, flat_defaults, flat_hints
 from ..models import Model
 
 __all__ = ["openapi_schema", "job_properties"]
@@ -36,13 +36,14 @@ def _schema_of(t: object) -> dict:
 
 def job_properties() -> dict:
     """JSON Schema of every Job field, with its default and its docstring's first line."""
-    hints = get_type_hints(Job)
+    hints, defaults = flat_hints(), flat_defaults()
     props = {}
-    for f in fields(Job):
-        s = _schema_of(hints[f.name])
-        if f.default is not MISSING:
-            s["default"] = list(f.default) if isinstance(f.default, tuple) else f.default
-        props[f.name] = s
+    for name, hint in hints.items():
+        s = _schema_of(hint)
+        default = defaults[name]
+        if default is not MISSING:
+            s["default"] = list(default) if isinstance(default, tuple) else default
+        props[name] = s
     props["model"]["description"] = ("catalog name (see /api/models); left out: the 7B "
                                      "parameter model gpuplan fit plans by default")
     return props

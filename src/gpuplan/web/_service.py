@@ -14,7 +14,7 @@ are the library's, whose spaces are capped there.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+
 from typing import Literal, get_args, get_origin, get_type_hints
 
 from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
@@ -24,7 +24,7 @@ from ..errors import InputError, shown
 from ..fit import OverheadLevel, plan
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
 from ..hardware import DEFAULT_SHORTLIST, all_gpus, resolve_gpu
-from ..job import KV_DTYPES, Job
+from ..job import KV_DTYPES, Job, flat_defaults, flat_hints
 from ..memory import train_memory
 from ..models import (SUPPORTED_FAMILIES, catalog_entry, catalog_names, from_param_count,
                       load_model, model_from_config_bytes)
@@ -261,14 +261,14 @@ def _literal(hint: object) -> tuple:
 def options() -> dict:
     """``GET /api/options``: every choice the page offers and the defaults, read from the
     library (the page holds no default of its own)."""
-    left_to_engine = {f.name: None for f in fields(Job) if f.default is None}
+    left_to_engine = {k: None for k, v in flat_defaults().items() if v is None}
     return {
         # a field whose default is None (model_code, sharding: the engine's) stays None
         "defaults": Job.from_dict({}).to_dict() | left_to_engine | {"model": None},
         "default_gpus": list(DEFAULT_SHORTLIST),
         # every Job field typed as a Literal (or an optional one): mode, optimizer_states,
         # checkpointing, attention, model_code, sharding ...
-        **{name: list(_literal(t)) for name, t in get_type_hints(Job).items() if _literal(t)},
+        **{name: list(_literal(t)) for name, t in flat_hints().items() if _literal(t)},
         "engine": list(ENGINE_NAMES),
         "precision": list(TRAINING_RECIPES),
         "infer_precision": list(WEIGHT_FORMATS),

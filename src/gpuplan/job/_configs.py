@@ -1,0 +1,310 @@
+"""The job's small frozen configs: each validates itself in ``__post_init__`` -- its types from
+its annotations (:func:`._fields.check_fields`), then its own consistency -- and a
+:class:`gpuplan.Job` is their composition. A check that spans two configs is the Job's."""
+
+from __future__ import annotations
+
+from .._record import record
+from ..engines.profiles import get_engine
+from ..errors import InputError, opt, shown
+from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, \
+    get_weight_format
+from ._fields import check_fields
+from ._layout import pp_chunks
+from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
+                     ModelCode, OptimizerStates, PrefillLogits, Runtime, Sharding)
+
+__all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
+           "ServingConfig", "ParallelLayout", "CONFIGS"]
+
+
+def _check_execution(c: "ExecutionConfig") -> None:
+    get_engine(c.engine)  # one line naming the engines
+
+
+def _check_loop(c: "TrainingLoop") -> None:
+    if c.precision not in TRAINING_RECIPES:
+        get_recipe(c.precision)  # raises with suggestions
+    if c.offload_activations and c.checkpointing != "full":
+        raise InputError(f"{opt('offload_activations')} offloads what full checkpointing keeps "
+                         f"(each layer's input), as torchtune requires; add {opt('checkpointing')}"
+                         " full", field="offload_activations", value=True,
+                         fix={"checkpointing": "full"})
+
+
+def _check_optim(c: "OptimizerConfig") -> None:
+    if c.optimizer not in OPTIMIZERS:
+        get_optimizer(c.optimizer)
+
+
+def _check_states(c: "ShardingConfig") -> None:
+    if c.sharding == "fsdp2" and c.zero == 1:
+        raise InputError(f"{opt('zero')} 1 with {opt('sharding')} fsdp2: FSDP2 shards "
+                         "parameters, gradients and optimizer states together; use "
+                         f"{opt('zero')} 2 (reshard_after_forward=False) or 3, or "
+                         f"{opt('sharding')} deepspeed", field="zero", value=1, fix={"zero": 2})
+    for name in ("stage3_max_live_parameters", "stage3_prefetch_bucket_size"):
+        v = getattr(c, name)
+        if v is not None and c.sharding is not None and (c.zero != 3 or c.sharding != "deepspeed"):
+            raise InputError(
+                f"{opt(name)} {v} with {opt('zero')} {c.zero} under {opt('sharding')} "
+                f"{c.sharding}: it is a DeepSpeed ZeRO-3 setting; use {opt('zero')} 3 with "
+                f"{opt('sharding')} deepspeed, or drop it", field=name, value=v,
+                fix={"zero": 3, "sharding": "deepspeed"})
+
+
+def _check_lora(c: "LoraConfig") -> None:
+    if c.lora_base is not None:
+        if c.lora_rank is None:
+            raise InputError(f"{opt('lora_base')} given without a LoRA rank; add "
+                             f"{opt('lora_rank')} R", field="lora_base", value=c.lora_base)
+        get_weight_format(c.lora_base)
+    if c.lora_targets is not None and c.lora_rank is None:
+        raise InputError(f"{opt('lora_targets')} given without a LoRA rank; add "
+                         f"{opt('lora_rank')} R", field="lora_targets", value=c.lora_targets)
+
+
+def _check_serving(c: "ServingConfig") -> None:
+    if c.infer_precision not in WEIGHT_FORMATS:
+        get_weight_format(c.infer_precision)
+    if c.kv_dtype is not None and c.kv_dtype not in KV_DTYPES:
+        raise InputError(f"{opt('kv_dtype')} {shown(c.kv_dtype)}: expected one of "
+                         f"{', '.join(KV_DTYPES)}", field="kv_dtype", value=c.kv_dtype,
+                         accepted=", ".join(KV_DTYPES))
+
+
+def _check_parallel(c: "ParallelLayout") -> None:
+    """The layout's own consistency (what needs the architecture -- heads divisible by TP, layers
+    per stage, experts per EP rank -- is :func:`gpuplan.job.check_layout`'s)."""
+    pp_chunks(c.pp_schedule)
+    model_parallel = c.tp * c.pp * c.cp
+    if c.gpus % model_parallel:
+        lo = c.gpus // model_parallel * model_parallel
+        near = [n for n in (lo, lo + model_parallel) if n]
+        raise InputError(f"{opt('gpus')} {c.gpus}: not a multiple of tp x pp x cp = "
+                         f"{model_parallel}; use {opt('gpus')} {' or '.join(map(str, near))}",
+                         field="gpus", value=c.gpus, fix={"gpus": near[-1]})
+    if c.sequence_parallel and c.tp == 1:
+        raise InputError(f"{opt('sequence_parallel')} without tensor parallel: it shards over "
+                         f"the TP group; add {opt('tp')} N (N > 1) or drop "
+                         f"{opt('sequence_parallel')}", field="sequence_parallel", value=True)
+    if c.distribute_checkpoints:
+        if c.tp == 1:
+            raise InputError(f"{opt('distribute_checkpoints')} without tensor parallel: the "
+                             f"layer inputs are split over the TP group; add {opt('tp')} N "
+                             f"(N > 1) or drop {opt('distribute_checkpoints')}",
+                             field="distribute_checkpoints", value=True)
+        if c.sequence_parallel:
+            raise InputError(f"{opt('distribute_checkpoints')} with sequence parallelism: the "
+                             "layer inputs are already split over the TP group; drop one",
+                             field="distribute_checkpoints", value=True)
+    if c.inter_node is not None and not c.inter_node.strip():
+        raise InputError(f"{opt('inter_node')} {c.inter_node!r}: expected a link name or a rate "
+                         "such as ib-400 or 400Gb/s", field="inter_node", value=c.inter_node)
+
+
+@record
+class ExecutionConfig:
+    """How the job runs: its engine and the refinements over the engine's profile."""
+
+    engine: str = "auto"
+    """The engine that runs the job (:mod:`gpuplan.engines.profiles`): transformers, torchtune,
+    deepspeed, fsdp2, torchtitan, megatron, vllm, sglang, trt-llm, or auto (transformers, in
+    both modes; stated in the output). Its profile decides what ``runtime`` auto, ``model_code``
+    and ``sharding`` mean when they are left out, and which layouts it runs. Under auto the layout
+    is not held to transformers' (a model-parallel layout is planned as Megatron-LM shards it,
+    with transformers' kernels), and the output says which engines run it."""
+    runtime: Runtime = "auto"
+    """How the step's code runs: eager PyTorch (per-op launches and Python dispatch), compile
+    (torch.compile fuses elementwise chains), cudagraphs (launches replayed from a graph); auto =
+    the default of the mode, stated in the speed output (docs/speed.md). Training memory under
+    compile: each layer and the loss are compiled (torchtune's compile_model and compile_loss):
+    AOTAutograd's partitioner keeps less for the backward, inductor fuses the elementwise ops."""
+    model_code: ModelCode | None = None
+    """None: the engine's (transformers' under auto). Whose model code runs the step: transformers' (the default; what gpuplan replays for every
+    family) or torchtune's TransformerDecoder (llama-style families): K and V expanded to every
+    query head before attention (a copy the speed model times too), the logits upcast to fp32 in
+    the model's forward, outside the loss, and in eager its own RoPE chain (timed)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_execution(self)
+
+
+@record
+class TrainingLoop:
+    """The training loop: the precision recipe, accumulation, checkpointing and the loss."""
+
+    precision: str = DEFAULT_TRAIN_PRECISION
+    """Training precision recipe (see ``gpuplan.formats.TRAINING_RECIPES``)."""
+    grad_accum: int = 1
+    """Gradient-accumulation steps (global batch = batch x grad_accum x gpus)."""
+    checkpointing: Checkpointing = "none"
+    """Activation checkpointing: none, selective (attention recomputed) or full (per layer)."""
+    use_cache: bool = False
+    """Training forward with transformers' KV cache: False (the default) models
+    ``model(..., use_cache=False)``, as training loops commonly call it and as ``gpuplan trace``
+    runs; True models a call that leaves the config's ``use_cache=True``: a DynamicCache copies K
+    and V in every layer (checkpointing turns it off either way)."""
+    loss_chunks: int = 1
+    """The output projection and the cross-entropy run over this many chunks of the sequence
+    (torchtune's CEWithChunkedOutputLoss, 8 chunks): the 16-bit logits of every chunk are kept,
+    but each chunk is upcast to fp32 and reduced on its own. 1 (the default): the whole logits
+    at once."""
+    offload_activations: bool = False
+    """The activations checkpointing keeps (each layer's input) are copied to host memory in the
+    forward and back in the backward (torchtune's OffloadActivations; saved_tensors_hooks with
+    a side stream that keeps the 5 latest copies on the GPU). Needs --checkpointing full."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_loop(self)
+
+
+@record
+class OptimizerConfig:
+    """The optimizer and how its step runs."""
+
+    optimizer: str = "adamw"
+    optimizer_states: OptimizerStates = "auto"
+    """Dtype of optimizer states; ``auto`` follows the recipe (fp32, or bf16 for pure bf16)."""
+    fused_optimizer: bool = False
+    """AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""
+    optimizer_in_backward: bool = False
+    """The optimizer step runs in the backward, one parameter at a time as its gradient is
+    ready, and frees it (torchtune's optimizer_in_bwd; register_post_accumulate_grad_hook):
+    gradients never exist all at once. Needs --grad-accum 1."""
+    max_grad_norm: float | None = None
+    """Clip the gradients' global norm to this each step (``clip_grad_norm_``; HF Trainer's
+    ``max_grad_norm`` defaults to 1.0, torchtune's ``clip_grad_norm`` to none): the speed model
+    times its passes over the gradients. None (the default): no clipping."""
+    zero_grad_set_to_none: bool = True
+    """``optimizer.zero_grad(set_to_none=...)`` between steps. True (torch >= 2.0's default, and
+    what ``gpuplan trace`` runs) frees the gradients after each step: the next forward runs
+    without them. False (torch < 2.0's default, so HF Trainer loops of that era) zeroes them in
+    place: every gradient stays allocated through forward and backward, and backward sums each
+    new gradient into it, as gradient accumulation does."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_optim(self)
+
+
+@record
+class ShardingConfig:
+    """Where the model states live: ZeRO's stage, whose ZeRO, offload and DeepSpeed's gathering."""
+
+    zero: int = 0
+    """ZeRO stage: 0 = DDP (replicated), 1 = optimizer states, 2 = + gradients, 3 = + weights
+    (FSDP full shard)."""
+    sharding: Sharding | None = None
+    """None: the engine's (deepspeed under auto, fsdp2 under fsdp2, torchtune and torchtitan).
+    The implementation behind ``zero``: ``deepspeed`` (ZeRO: 16-bit weight shards beside an fp32
+    master copy under mixed precision; ZeRO-3 gathers as DeepSpeed's coordinator does at its
+    defaults, :mod:`gpuplan.engines.zero3`) or ``fsdp2``
+    (PyTorch's ``fully_shard`` per block and on the root, as torchtitan and torchtune wrap: the
+    fp32 shard is the master, the root unit stays gathered from forward into backward, gradients
+    are reduce-scattered per block; LoRA under fsdp2 keeps the deepspeed states with FSDP's two
+    gathered layers). ZeRO-2/3 only for fsdp2 (FSDP2 has no optimizer-only sharding)."""
+    offload_optimizer: bool = False
+    """Keep the fp32 master copy and optimizer states in host memory (ZeRO-Offload)."""
+    stage3_max_live_parameters: int | None = None
+    """DeepSpeed ZeRO-3's ``stage3_max_live_parameters``: its prefetch stops once this many
+    parameter elements are gathered (None: DeepSpeed's default, 1e9). ZeRO-3 under deepspeed."""
+    stage3_prefetch_bucket_size: int | None = None
+    """DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size``: elements one prefetch round chooses
+    at most (None: DeepSpeed's default, 5e7). ZeRO-3 under deepspeed."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_states(self)
+
+
+@record
+class LoraConfig:
+    """LoRA / QLoRA adapters (none: the full model trains)."""
+
+    lora_rank: int | None = None
+    """Train LoRA adapters of this rank instead of the full model."""
+    lora_targets: tuple[str, ...] | None = None
+    """Module names the adapters attach to; None = PEFT's default for the family; ``all-linear``."""
+    lora_base: str | None = None
+    """Weight format of the frozen base under LoRA; ``nf4`` makes it QLoRA. None = the recipe's
+    weight dtype."""
+    lora_dropout: float = 0.0
+    """PEFT ``lora_dropout`` (default 0.0): > 0 keeps a dropout mask and a dropped-out copy of
+    each adapted layer's input."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_lora(self)
+
+
+@record
+class ServingConfig:
+    """Inference: the weight format, the KV cache and the prefill's logits."""
+
+    infer_precision: str = DEFAULT_INFER_PRECISION
+    """Inference weight format (see ``gpuplan.formats.WEIGHT_FORMATS``)."""
+    kv_dtype: str | None = None
+    """KV-cache element format for inference; None = the inference compute dtype (16-bit)."""
+    context: int | None = None
+    """Inference: tokens held in the KV cache per sequence (prompt + generated); None = seq."""
+    prefill_logits: PrefillLogits = "last"
+    """Inference prefill computes logits for the last prompt position only (transformers'
+    ``generate`` passes ``logits_to_keep=1``; vLLM does the same) or for every position (``all``:
+    a plain forward over the prompt, as scoring or perplexity runs do)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_serving(self)
+
+
+@record
+class ParallelLayout:
+    """The parallel layout as asked: all GPUs, the degrees, the pipeline's shape and the nodes."""
+
+    gpus: int = 1
+    """Data-parallel GPUs (the ZeRO/FSDP world size)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row sharding inside each block)."""
+    pp: int = 1
+    """Pipeline-parallel stages."""
+    cp: int = 1
+    """Context-parallel degree (the sequence sharded over ranks, ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE experts spread over ranks of the data-parallel group)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism over the TP group (norms and dropout sharded by sequence)."""
+    distribute_checkpoints: bool = False
+    """The layer inputs full checkpointing keeps are split over the TP group and all-gathered
+    again for each layer's recompute (Megatron-LM's ``--distribute-saved-activations``,
+    metaseq's ``--distribute-checkpointed-activations``): needs --tp > 1 and --checkpointing
+    full; sequence parallelism already splits them."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per stage)."""
+    pp_embedding_part: bool = False
+    """The token embedding counts as one layer-equivalent part of the pipeline split, on the
+    first stage's first chunk (Megatron-LM's ``--account-for-embedding-in-pipeline-split``):
+    that chunk holds one transformer layer fewer (none when parts are one layer long). No effect
+    with pp 1."""
+    pp_loss_part: bool = False
+    """The final norm, output projection and loss count as one layer-equivalent part, on the
+    last stage's last chunk (Megatron-LM's ``--account-for-loss-in-pipeline-split``)."""
+    micro_batches: int | None = None
+    """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
+    gpus_per_node: int = 8
+    """GPUs per node on the node's own link (NVLink/NVSwitch or PCIe)."""
+    inter_node: str | None = None
+    """Link between nodes, per GPU (e.g. ib-400, roce-200, 100Gb/s); None = 400 Gb/s per GPU
+    InfiniBand, stated in the output."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_parallel(self)
+
+
+#: The Job's attribute holding each config, in the order the JSON's flat keys interleave them.
+CONFIGS = {"execution": ExecutionConfig, "loop": TrainingLoop, "optim": OptimizerConfig,
+           "states": ShardingConfig, "lora": LoraConfig, "serving": ServingConfig,
+           "parallel": ParallelLayout}

@@ -1,0 +1,338 @@
+"""What is being run: the one description every analysis (memory, speed, fit, solver) takes.
+
+A :class:`Job` is a frozen composition of small frozen configs (:mod:`._configs`: how it runs,
+the training loop, the optimizer, where the states live, LoRA, serving, the parallel layout),
+each validating itself; the Job adds what spans them and resolves what the engine decides. It is
+built and read flat, as before -- ``Job(model="gpt2", tp=2, zero=3)``, ``job.tp`` -- and its JSON
+(:meth:`Job.to_dict` / :meth:`Job.from_dict`) is the same flat object of every field.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import field, fields, replace
+from functools import cache
+from operator import attrgetter
+
+from .._record import record
+from ..bounds import MAX_ARG_CHARS
+from ..engines.profiles import check_engine_job, get_engine
+from ..errors import InputError, UnsupportedError, closest, opt, shown
+from ..models import Model, from_param_count
+from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
+                       ServingConfig, ShardingConfig, TrainingLoop)
+from ._fields import check_value, from_json, hints_of
+from ._vocab import DEFAULT_MODEL_PARAMS, Attention, Mode
+
+__all__ = ["Job", "FLAT_FIELDS", "field_group", "flat_hints", "flat_defaults", "flat_docs"]
+
+
+@record
+class Job:
+    """A training and/or inference job on one model."""
+
+    model: str | Model
+    """Catalog name, config.json path, model directory, or a loaded :class:`Model`."""
+    mode: Mode = "both"
+    """``train``, ``infer`` or ``both``."""
+    batch: int = 1
+    """Micro-batch size per GPU (sequences, or images for vision models)."""
+    seq: int | None = None
+    """Sequence length; None = the architecture's context, capped at 2048 (vision: its patches)."""
+    attention: Attention = "sdpa"
+    """Attention implementation: eager keeps s x s scores; sdpa (flash/mem-efficient) keeps O(s)."""
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    loop: TrainingLoop = field(default_factory=TrainingLoop)
+    optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+    states: ShardingConfig = field(default_factory=ShardingConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    serving: ServingConfig = field(default_factory=ServingConfig)
+    parallel: ParallelLayout = field(default_factory=ParallelLayout)
+
+    def __post_init__(self) -> None:
+        _check_model(self.model)
+        for name in ("mode", "batch", "seq", "attention"):
+            check_fields_of(self, name)
+        for attr, cls in CONFIGS.items():
+            if not isinstance(getattr(self, attr), cls):
+                raise InputError(f"{attr} {shown(getattr(self, attr))}: expected a "
+                                 f"{cls.__name__}", field=attr)
+        _resolve_engine(self)
+        _check_across(self)
+        if self.engine != "auto":
+            check_engine_job(self.engine_profile, self)
+
+    @property
+    def engine_profile(self):
+        """The profile of the engine (``auto``: transformers')."""
+        return get_engine(self.engine)
+
+    def check_pipeline_shaping(self) -> None:
+        """Refuse the options that shape a pipeline when there is none (``pp`` 1), which would
+        otherwise do nothing in silence: ``pp_schedule`` other than 1f1b, ``pp_embedding_part``,
+        ``pp_loss_part``, ``micro_batches`` (a pipeline's; accumulation without one is
+        ``grad_accum``). Called where a user's job comes in (the CLI, the web API), not on the
+        jobs the planner derives."""
+        if self.pp > 1:
+            return
+        shaping = [f for f in ("pp_schedule", "pp_embedding_part", "pp_loss_part",
+                               "micro_batches")
+                   if getattr(self, f) not in (None, False, "1f1b")]
+        if not shaping:
+            return
+        names = ", ".join(opt(f) for f in shaping)
+        one = len(shaping) == 1
+        fix = f"give {opt('pp')} 2 or more, or drop {'it' if one else 'them'}"
+        if "micro_batches" in shaping:
+            fix += (f" ({opt('grad_accum')} {self.micro_batches} accumulates micro-batches "
+                    "without a pipeline)")
+        raise InputError(f"{names} without {opt('pp')}: {'it shapes' if one else 'they shape'}"
+                         f" a pipeline, and there is none; {fix}", field=shaping[0],
+                         value=getattr(self, shaping[0]))
+
+    def require_data_parallel(self, what: str) -> None:
+        """A layout with TP/PP/CP/EP or sequence parallelism refused in one line where ``what``
+        plans only data parallelism."""
+        if self.tp * self.pp * self.cp * self.ep > 1 or self.sequence_parallel:
+            raise UnsupportedError(
+                f"{what} with {opt('tp')}/{opt('pp')}/{opt('cp')}/{opt('ep')}/"
+                f"{opt('sequence_parallel')} is not built yet; plan data parallel "
+                f"({opt('gpus')} N {opt('zero')} 0..3) for now")
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: all GPUs over tensor x pipeline x context parallel."""
+        p = self.parallel
+        return p.gpus // (p.tp * p.pp * p.cp)
+
+    @property
+    def trains(self) -> bool:
+        return self.mode in ("train", "both")
+
+    @property
+    def infers(self) -> bool:
+        return self.mode in ("infer", "both")
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step: the micro-batch x its micro-batches per step x the
+        data-parallel ranks (tensor, pipeline and context ranks share a sequence)."""
+        return self.batch * (self.micro_batches or self.grad_accum) * self.dp
+
+    def to_dict(self) -> dict:
+        """Every field, flat and JSON-ready (the ``"job"`` object of ``gpuplan fit --json``):
+        the model as its name or path when it is a string, else the loaded :class:`Model`'s
+        name; tuples as lists. :meth:`from_dict` reads it back (for a model named by a string)."""
+        return {name: _plain(getattr(self, name)) for name in FLAT_FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> "Job":
+        """A Job from a dict of its flat fields (as :meth:`to_dict` writes them, e.g. a JSON
+        body).
+
+        Keys left out take the Job's defaults, which are the CLI's (no ``model``: a bare
+        7B-parameter model, as ``gpuplan fit`` with no model). An unknown key, or a value of the
+        wrong JSON type, is an :class:`InputError` naming it; a list becomes a tuple where the
+        field is a tuple. The values are then validated as every Job is.
+        """
+        if not isinstance(d, Mapping):
+            raise InputError(f"job: expected an object of job fields, found {type(d).__name__}")
+        types_ = flat_hints()
+        kw: dict = {}
+        for key, value in d.items():
+            if key not in types_:
+                near = closest(str(key)[:MAX_ARG_CHARS], types_)
+                hint = f"; did you mean {', '.join(map(repr, near))}?" if near else \
+                    f"; job keys are {', '.join(types_)}"
+                raise InputError(f"unknown job key {shown(key)}{hint}", field=str(key)[:64],
+                                 fix={near[0]: value} if near else None)
+            kw[key] = from_json(key, value, types_[key])
+        if "model" not in kw:
+            kw["model"] = from_param_count(DEFAULT_MODEL_PARAMS)
+        return cls(**kw)
+
+    def with_(self, **changes: object) -> "Job":
+        """A copy with some fields changed (validated again). A new engine takes its own
+        model code and sharding unless they are changed too."""
+        if "engine" in changes and changes["engine"] != self.engine:
+            changes.setdefault("model_code", None)
+            changes.setdefault("sharding", None)
+        return replace(self, **changes)
+
+    def _evolve(self, **changes: object) -> "Job":
+        """A copy with fields changed *without* validation, for searches that only set values
+        they took from the accepted sets (the solver); everything else uses :meth:`with_`."""
+        new = object.__new__(Job)
+        new.__dict__.update(self.__dict__)
+        for group, flat in _routed(changes).items():
+            if group is None:
+                new.__dict__.update(flat)
+                continue
+            old = self.__dict__[group]
+            cfg = object.__new__(type(old))
+            cfg.__dict__.update(old.__dict__)
+            cfg.__dict__.update(flat)
+            new.__dict__[group] = cfg
+        return new
+
+
+#: The Job's own fields (the rest are its configs').
+_TOP = ("model", "mode", "batch", "seq", "attention")
+#: Flat field -> the config attribute holding it (None: the Job's own).
+_GROUP_OF: dict[str, str | None] = {name: None for name in _TOP}
+for _attr, _cls in CONFIGS.items():
+    for _name in hints_of(_cls):
+        _GROUP_OF[_name] = _attr
+        setattr(Job, _name, property(attrgetter(f"{_attr}.{_name}"),
+                                     doc=f"``{_attr}.{_name}`` (:class:`{_cls.__name__}`)"))
+
+#: Every flat field, in the order of the JSON (as before the configs: new fields at the end of
+#: their neighbours).
+FLAT_FIELDS: tuple[str, ...] = (
+    "model", "mode", "engine", "precision", "infer_precision", "optimizer", "optimizer_states",
+    "batch", "seq", "grad_accum", "gpus", "zero", "offload_optimizer", "lora_rank",
+    "lora_targets", "lora_base", "checkpointing", "attention", "kv_dtype", "context",
+    "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none", "max_grad_norm",
+    "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
+    "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
+    "pp_schedule", "pp_embedding_part", "pp_loss_part", "micro_batches", "gpus_per_node",
+    "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size")
+assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
+
+_JOB_INIT = Job.__init__
+
+
+def _job_init(self, **kw: object) -> None:
+    """``Job(model=..., tp=2, zero=3)``: flat fields are routed to their configs (over a config
+    given whole, ``parallel=ParallelLayout(...)``, when both are)."""
+    for group, flat in _routed(kw).items():
+        if group is None:
+            continue
+        for name in flat:
+            del kw[name]
+        given = kw.get(group)
+        kw[group] = CONFIGS[group](**flat) if given is None else replace(given, **flat)
+    _JOB_INIT(self, **kw)
+
+
+_job_init.__signature__ = inspect.signature(_JOB_INIT)  # its fields; flat ones routed
+Job.__init__ = _job_init  # dataclasses.replace and every caller build through it
+
+
+def _routed(changes: Mapping[str, object]) -> dict[str | None, dict[str, object]]:
+    out: dict[str | None, dict[str, object]] = {}
+    for name, value in changes.items():
+        if name in CONFIGS:
+            continue
+        if name not in _GROUP_OF:
+            raise TypeError(f"Job got an unexpected keyword argument {name!r}")
+        out.setdefault(_GROUP_OF[name], {})[name] = value
+    return out
+
+
+def field_group(name: str) -> str | None:
+    """The config attribute holding a flat field (None: the Job's own)."""
+    return _GROUP_OF[name]
+
+
+@cache
+def flat_hints() -> dict[str, object]:
+    """Flat field -> its resolved annotation, in :data:`FLAT_FIELDS` order."""
+    hints = dict(hints_of(Job))
+    for cls in CONFIGS.values():
+        hints.update(hints_of(cls))
+    return {name: hints[name] for name in FLAT_FIELDS}
+
+
+def check_fields_of(job: Job, name: str) -> None:
+    """One of the Job's own fields against its annotation."""
+    check_value(name, getattr(job, name), hints_of(Job)[name])
+
+
+def _check_model(model: object) -> None:
+    if not isinstance(model, (str, Model)):
+        raise InputError(f"{opt('model')} {shown(model)}: expected a name, a path or a Model "
+                         f"(got {type(model).__name__})", field="model", value=model)
+    if isinstance(model, str) and not 0 < len(model) <= MAX_ARG_CHARS:
+        raise InputError(f"{opt('model')} {shown(model)}: expected a name or path of 1 to "
+                         f"{MAX_ARG_CHARS} characters", field="model", value=model)
+
+
+def _resolve_engine(job: Job) -> None:
+    """What the engine decides when the job leaves it: model code, sharding, and (torchtitan)
+    the embedding and loss as pipeline parts."""
+    profile = get_engine(job.engine)
+    if job.model_code is None:
+        object.__setattr__(job, "execution", replace(job.execution, model_code=profile.model_code))
+    if job.sharding is None:
+        object.__setattr__(job, "states", replace(job.states, sharding=profile.sharding))
+    if profile.pp_parts == "always" and job.pp > 1 and job.engine != "auto":
+        object.__setattr__(job, "parallel", replace(job.parallel, pp_embedding_part=True,
+                                                    pp_loss_part=True))
+
+
+def _check_across(job: Job) -> None:
+    """The checks that span two configs."""
+    if job.offload_optimizer and job.optimizer == "sgd":
+        raise InputError(f"{opt('offload_optimizer')} with sgd: plain SGD has no state to "
+                         "offload", field="offload_optimizer", value=True)
+    if job.optimizer_in_backward and job.grad_accum > 1:
+        raise InputError(f"{opt('optimizer_in_backward')} with {opt('grad_accum')} "
+                         f"{job.grad_accum}: each step runs as its gradient is ready, so "
+                         f"gradients cannot accumulate; use {opt('grad_accum')} 1",
+                         field="optimizer_in_backward", value=True, fix={"grad_accum": 1})
+    if job.optimizer_in_backward and job.offload_optimizer:
+        raise InputError(f"{opt('optimizer_in_backward')} with {opt('offload_optimizer')}: the "
+                         "step runs on the GPU inside the backward; drop one of them",
+                         field="optimizer_in_backward", value=True)
+    if job.distribute_checkpoints and job.checkpointing != "full":
+        raise InputError(f"{opt('distribute_checkpoints')} with {opt('checkpointing')} "
+                         f"{job.checkpointing}: only full checkpointing keeps layer inputs to "
+                         f"split; add {opt('checkpointing')} full or drop "
+                         f"{opt('distribute_checkpoints')}", field="distribute_checkpoints",
+                         value=True, fix={"checkpointing": "full"})
+    if (job.micro_batches is not None and job.grad_accum > 1
+            and job.micro_batches != job.grad_accum):
+        raise InputError(f"{opt('micro_batches')} {job.micro_batches} and {opt('grad_accum')} "
+                         f"{job.grad_accum} differ: a pipeline's micro-batches are its "
+                         "accumulation steps, one number per step; give one of them",
+                         field="micro_batches", value=job.micro_batches)
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Model):
+        return value.name
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@cache
+def flat_defaults() -> dict[str, object]:
+    """Flat field -> its declared default (``dataclasses.MISSING`` for ``model``), in
+    :data:`FLAT_FIELDS` order: None where the engine decides (``model_code``, ``sharding``)."""
+    out: dict[str, object] = {}
+    for cls in (Job, *CONFIGS.values()):
+        for f in fields(cls):
+            if f.name in _GROUP_OF:
+                out[f.name] = f.default
+    return {name: out[name] for name in FLAT_FIELDS}
+
+
+@cache
+def flat_docs() -> dict[str, str]:
+    """Flat field -> its docstring (the string under its annotation in the class body), read
+    once from the source with :mod:`ast` (no import-time cost; the OpenAPI schema and the CLI's
+    help read it)."""
+    import ast
+
+    out: dict[str, str] = {}
+    for cls in (Job, *CONFIGS.values()):
+        body = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls))).body[0].body
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                out[node.target.id] = inspect.cleandoc(nxt.value.value)
+    return {name: out.get(name, "") for name in FLAT_FIELDS}

@@ -1,0 +1,183 @@
+"""The layout checks of a job against its architecture (heads over TP, layers over the pipeline's
+parts, experts over EP, ring attention's chunks) and the pipeline's split: the one check behind
+fit, speed, trace and cluster."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..engines.profiles import check_engine_split, get_engine
+from ..errors import InputError
+from ..models import Architecture
+from ._vocab import PP_SCHEDULES
+
+__all__ = ["pp_chunks", "pipeline_fix", "divisors", "nearest", "tp_fix", "part_layers",
+           "check_layout"]
+
+
+def pp_chunks(schedule: object) -> tuple[str, int]:
+    """(schedule, model chunks per stage) of a ``pp_schedule`` spelling; 1 chunk unless
+    ``interleaved:V``."""
+    text = str(schedule).strip().lower()
+    name, _, v = text.partition(":")
+    if name not in PP_SCHEDULES or (v and name != "interleaved"):
+        raise InputError(f"pp schedule {schedule!r:.40}: expected gpipe, 1f1b or interleaved:V "
+                         "(V model chunks per stage, e.g. interleaved:2)")
+    if name != "interleaved":
+        return name, 1
+    if not (v.isascii() and v.isdigit()) or not 2 <= int(v) <= 64:
+        raise InputError(f"pp schedule {schedule!r:.40}: interleaved needs its chunks per stage, "
+                         "2 to 64, e.g. interleaved:2")
+    return name, int(v)
+
+
+def pipeline_fix(units: int, pp: int, chunks: int) -> str:
+    """The way out when ``pp x chunks`` pipeline parts outnumber the ``units`` (layers, and the
+    embedding / loss parts) to split: fewer chunks when the stages alone fit, else fewer stages."""
+    if chunks > 1 and units >= 2 * pp:
+        return f"--pp-schedule interleaved:{units // pp} or fewer chunks"
+    if chunks > 1 and units >= pp:
+        return "--pp-schedule 1f1b (one chunk per stage)"
+    return f"--pp {units} or less"
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def nearest(v: int, valid: list[int]) -> str:
+    """The valid values just below and above ``v``, as "A or B"."""
+    lo = max((x for x in valid if x < v), default=None)
+    hi = min((x for x in valid if x > v), default=None)
+    return " or ".join(str(x) for x in (lo, hi) if x is not None) or str(min(valid))
+
+
+def tp_fix(t: int, valid: list[int], room: int, rest: int) -> str:
+    """The TP degrees nearest ``t`` among ``valid`` (:func:`nearest`); those that also divide
+    ``room`` (the GPUs per pipeline x context group, 0 when the GPU count is not a multiple of
+    ``rest`` = pp x cp) first, so the data-parallel degree comes out whole, the nearest others
+    said with the GPU count they need."""
+    near = nearest(t, valid)
+    whole = [d for d in valid if room and room % d == 0]
+    if not whole or nearest(t, whole) == near:
+        return near
+    return f"{nearest(t, whole)} (or {near} with --gpus a multiple of it" \
+        + (f" x {rest})" if rest > 1 else ")")
+
+
+@lru_cache(maxsize=256)
+def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
+                loss: bool = False) -> tuple[int, ...]:
+    """Transformer layers of each of the ``pp * chunks`` pipeline parts, in model order (part
+    ``k`` is chunk ``k // pp`` of stage ``k % pp``). The units split are the layers, plus one for
+    the embedding before them (``embedding``) and one for the head and loss after them
+    (``loss``), as Megatron-LM's ``--account-for-{embedding,loss}-in-pipeline-split`` count them;
+    ``units // parts`` each, the first ``units % parts`` parts one unit longer (DeepSpeed's
+    ``partition_uniform``; Megatron refuses a split that does not divide). The embedding's unit is
+    the first part's first, the loss's the last part's last: those parts hold one layer fewer.
+
+    Raises :class:`InputError` when a part would hold nothing, or a stage no transformer layer."""
+    parts = pp * chunks
+    units = num_layers + (int(embedding) + int(loss) if pp > 1 else 0)
+    if parts > units:
+        what = f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+        counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
+        raise InputError(f"{what}: {num_layers} layers{counted} are {units} parts of the "
+                         f"pipeline split, fewer than its {parts}; use "
+                         f"{pipeline_fix(units, pp, chunks)}")
+    base, extra = divmod(units, parts)
+    out = [base + (1 if k < extra else 0) for k in range(parts)]
+    if pp > 1:
+        out[0] -= int(embedding)
+        out[-1] -= int(loss)
+    empty = [s for s in range(pp) if not any(out[s::pp])]
+    if empty:
+        raise InputError(f"pp {pp}: stage {empty[0]} would hold only the "
+                         f"{'embedding' if empty[0] == 0 else 'head and loss'} and no "
+                         f"transformer layer ({num_layers} layers); use --pp {pp - 1} or less")
+    return tuple(out)
+
+
+def check_layout(arch: Architecture | None, job: object, seq: int | None = None) -> None:
+    """Raise one :class:`InputError` line (the value and the nearest valid ones) when the job's
+    layout does not fit the architecture: heads and MLP widths divisible by TP (K/V heads split
+    or replicated evenly), a transformer layer in every pipeline part, experts divisible by EP
+    and EP inside the data-parallel x context-parallel group, ring attention's balanced
+    chunks. The one check behind fit, speed, trace and cluster (memory and compute both call
+    it); ``seq``: the sequence the caller resolved (default ``job.seq``; None skips the
+    sequence's checks)."""
+    if job.tp == job.pp == job.cp == job.ep == 1:
+        return
+    if arch is None:
+        raise InputError("tp/pp/cp/ep > 1 needs the architecture (a catalog name or a "
+                         "config.json), not a bare parameter count")
+    seq = job.seq if seq is None else seq
+    _check_tp(arch, job, seq)
+    _check_pp(arch, job)
+    _check_cp_ep(arch, job, seq)
+
+
+def _check_tp(arch: Architecture, job: object, seq: int | None) -> None:
+    t = job.tp
+    if t == 1:
+        return
+    h, kv = arch.num_heads, arch.num_kv_heads
+    rest = job.pp * job.cp
+    room = job.gpus // rest if job.gpus % rest == 0 else 0
+
+    if h % t:
+        raise InputError(f"tp {t}: {arch.name} has {h} attention heads, not divisible by "
+                         f"{t}; use --tp {tp_fix(t, divisors(h), room, rest)}")
+    if kv % t and t % kv:
+        ok = [d for d in divisors(h) if kv % d == 0 or d % kv == 0]
+        raise InputError(f"tp {t}: {arch.name}'s {kv} K/V heads neither split over {t} ranks "
+                         f"nor replicate evenly; use --tp {tp_fix(t, ok, room, rest)}")
+    widths = {arch.intermediate_size, arch.moe_intermediate_size,
+              arch.shared_expert_intermediate_size} - {0}
+    for w in sorted(widths):
+        if w % t:
+            raise InputError(f"tp {t}: MLP width {w} is not divisible by {t}; use --tp "
+                             f"{tp_fix(t, [d for d in divisors(h) if w % d == 0], room, rest)}")
+    if job.sequence_parallel and seq is not None and seq % t:
+        raise InputError(f"seq {seq}: sequence parallelism splits the sequence over tp "
+                         f"{t}; use a multiple of {t}")
+
+
+def _check_pp(arch: Architecture, job: object) -> None:
+    _, chunks = pp_chunks(job.pp_schedule)
+    parts = job.pp * chunks
+    if job.engine != "auto":
+        check_engine_split(get_engine(job.engine), arch.num_layers, job.pp, chunks,
+                           job.pp_embedding_part, job.pp_loss_part)
+    if (job.pp_embedding_part or job.pp_loss_part) and job.pp > 1:
+        part_layers(arch.num_layers, job.pp, chunks, job.pp_embedding_part, job.pp_loss_part)
+        return
+    if parts > arch.num_layers:
+        what = f"pp {job.pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+        raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
+                         f"{parts} pipeline parts; use "
+                         f"{pipeline_fix(arch.num_layers, job.pp, chunks)}")
+
+
+def _check_cp_ep(arch: Architecture, job: object, seq: int | None) -> None:
+    cp, ep = job.cp, job.ep
+    if cp > 1:
+        if job.attention == "eager":
+            raise InputError(f"cp {cp}: context parallelism runs ring attention over "
+                             "flash kernels; use --attention sdpa")
+        if seq is not None and seq % (2 * cp):
+            raise InputError(f"seq {seq}: context parallel {cp} splits the sequence "
+                             f"into {2 * cp} balanced chunks; use a multiple of {2 * cp}")
+    if ep == 1:
+        return
+    e = arch.num_experts
+    if not e:
+        raise InputError(f"ep {ep}: {arch.name} has no experts; drop --ep")
+    if e % ep:
+        raise InputError(f"ep {ep}: {arch.name} has {e} experts, not divisible by "
+                         f"{ep}; use --ep {nearest(ep, divisors(e))}")
+    group = job.dp * cp
+    if group % ep:
+        raise InputError(f"ep {ep}: experts are spread over the data-parallel x context-"
+                         f"parallel group ({group} ranks); use --ep "
+                         f"{nearest(ep, [d for d in divisors(group) if e % d == 0])}")
