@@ -67,8 +67,9 @@ _HF_DEPART = ("gpuplan models BertForMaskedLM (its MLM head adds b*s*30522 logit
 
 
 #: torchtune's README tables (pytorch/torchtune README.md, bd2a0fc), each row's job as the
-#: recipe at the table's commit runs it: torchtune's own TransformerDecoder (model_code
-#: "torchtune": K/V expanded to every head, logits upcast in the model), bf16 weights and AdamW
+#: recipe at the table's commit runs it: engine torchtune (runs.json), whose model code is its own
+#: TransformerDecoder (K/V expanded to every head, logits upcast in the model) and whose sharding
+#: is FSDP2's -- the engine's, not fields of these jobs -- bf16 weights and AdamW
 #: states, packed sequences. "Optimization flags" (commit 1814feb17, Nov 2024): Llama 3.2 3B,
 #: full_finetune_single_device, batch 2 x 4096, optimizer overridden to torch.optim.AdamW (the
 #: config's kwargs: lr only, so foreach), "Peak Memory Active"; compile = torchtune's
@@ -78,7 +79,7 @@ _HF_DEPART = ("gpuplan models BertForMaskedLM (its MLM head adds b*s*30522 logit
 #: "Memory and training speed" (commit 30b8519e8, Sep 2024): the llama3_1 configs of that commit
 #: (batch 2 x 2048 packed, compile, as the table's note says; the configs' chunked CE and
 #: activation checkpointing); statistic unstated: torch's (the recipe logs torch.cuda stats).
-_TT = dict(mode="train", precision="bf16", model_code="torchtune", batch=2, seq=4096)
+_TT = dict(mode="train", precision="bf16", batch=2, seq=4096)
 _TT_FLAGS = dict(_TT, runtime="compile", loss_chunks=8, checkpointing="full")
 _TT_LORA3B = dict(lora_rank=64, lora_targets=("q_proj", "v_proj", "o_proj", "gate_proj",
                                               "up_proj", "down_proj"), fused_optimizer=True)
@@ -118,7 +119,7 @@ _TORCHTUNE = {
                                            "up_proj", "down_proj")), "torch", {}, _TT_DEPART),
     "torchtune-llama31-70b-lora-8xa100-memory": (
         "llama-3.1-70b", dict(_TT_31, lora_rank=16, lora_targets=("q_proj", "k_proj", "v_proj"),
-                              fused_optimizer=True, gpus=8, zero=3, sharding="fsdp2"),
+                              fused_optimizer=True, gpus=8, zero=3),
         "torch", {}, _TT_DEPART + "; FSDP2 over 8 GPUs: LoRA's states on its wrapped units"),
 }
 
@@ -228,7 +229,7 @@ ALTERNATIVES: dict[str, tuple[tuple[str, Expressed], ...]] = {
     "torchtune-llama31-405b-qlora-8xa100-memory": (
         ("at the table's batch 2", Expressed("llama-3.1-405b", dict(
             _TT_31, lora_rank=16, lora_base="nf4-dq", fused_optimizer=True, gpus=8, zero=3,
-            sharding="fsdp2", lora_targets=("q_proj", "v_proj", "k_proj", "o_proj", "gate_proj", "up_proj",
+            lora_targets=("q_proj", "v_proj", "k_proj", "o_proj", "gate_proj", "up_proj",
                           "down_proj")), "torch")),),
 }
 
@@ -265,13 +266,20 @@ def _model(spec: str | dict) -> Model:
     return model_from_config_bytes(json.dumps(cfg).encode(), name=spec["_name"])
 
 
-def predict(e: Expressed) -> tuple[int, str]:
-    """gpuplan's figure for the run's statistic, and the job as gpuplan ran it."""
+def job_of(e: Expressed, engine: str) -> tuple[Model, Job]:
+    """The run as one gpuplan Job: its fields as :data:`EXPRESSED` writes them out, under the
+    engine runs.json names for it (``run["engine"]``), which decides what the fields leave
+    open (the runtime, the model code, the sharding)."""
     model = _model(e.model)
     kw = dict(e.job)
     mode = kw.pop("mode", "train")
-    job = Job(model=model, mode=mode, **kw)
-    if mode == "train":
+    return model, Job(model=model, mode=mode, engine=engine, **kw)
+
+
+def predict(e: Expressed, engine: str) -> tuple[int, str]:
+    """gpuplan's figure for the run's statistic, and the job as gpuplan ran it."""
+    model, job = job_of(e, engine)
+    if job.mode == "train":
         mem = train_memory(model, job, overhead_overrides=e.overrides)
     else:
         mem = infer_memory(model, job, overhead_overrides=e.overrides)
@@ -281,7 +289,7 @@ def predict(e: Expressed) -> tuple[int, str]:
         workspaces = sum(i.expected for i in mem.overhead.items if i.name.startswith("cuBLAS"))
         # paged optimizer states live in CUDA managed memory, outside torch's allocator
         value = mem.total_bytes - mem.overhead_bytes + workspaces - getattr(mem, "paged_bytes", 0)
-    config = ", ".join(f"{k}={v}" for k, v in e.job.items())
+    config = ", ".join(f"{k}={v}" for k, v in {"engine": engine, **e.job}.items())
     if e.overrides:
         config += ", " + ", ".join(f"{k}={v:,}" for k, v in e.overrides.items())
     return value, f"{model.name}: {config}"
@@ -294,7 +302,7 @@ def rows() -> list[Row]:
     for r in runs:
         rid = r["id"]
         if rid in EXPRESSED:
-            value, config = predict(EXPRESSED[rid])
+            value, config = predict(EXPRESSED[rid], r["engine"])
             out.append(Row(r, value, measured_bytes(r), config, EXPRESSED[rid].departures))
         elif rid in NOT_EXPRESSIBLE:
             out.append(Row(r, reason=NOT_EXPRESSIBLE[rid] + _alternatives(rid, r)))
@@ -307,7 +315,7 @@ def _alternatives(rid: str, run: dict) -> str:
     """'; gpuplan reads X GiB (ratio) <reading>, ...' for a run's alternative readings."""
     parts = []
     for label, e in ALTERNATIVES.get(rid, ()):
-        value, _ = predict(e)
+        value, _ = predict(e, run["engine"])
         parts.append(f"{value / GiB:.2f} GiB ({value / measured_bytes(run):.2f}) {label}")
     return "; gpuplan reads " + ", ".join(parts) if parts else ""
 

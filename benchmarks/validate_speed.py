@@ -1,10 +1,12 @@
 """gpuplan's speed estimate against the published measured runs (benchmarks/published/runs.json).
 
 Every speed-kind run (train_throughput, train_mfu, decode, serving) is either expressed as a gpuplan
-job -- its model, GPU, job fields and runtime, each mapped from the run's own fields, with the
-assumptions stated per row; a TP/PP/CP layout as tests/unit/test_published_layouts.py times it
-(:data:`LAYOUTS`) -- and predicted, or listed with the reason gpuplan cannot express it (a server's
-continuous batching). The calibrate and holdout splits are
+job -- its model, GPU, engine (the run's ``engine``) and job fields, each mapped from the run's own
+fields, with the assumptions stated per row; a TP/PP/CP layout from :data:`LAYOUTS` -- and
+predicted, or listed with the reason gpuplan cannot express it (a server's continuous batching).
+:func:`job_of` builds that one Job; tests/unit/test_published_layouts.py checks the same Job's
+speed (this file's prediction) and memory. The runtime is the source's where it states one, else
+the engine's. The calibrate and holdout splits are
 summarized separately: the median and worst |predicted / measured - 1|. Nothing here is tuned: the
 estimate runs with its stated defaults and no stored bench run (``measured=None``).
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuplan.compute import estimate_speed
+from gpuplan.engines.profiles import runtime_of
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import Topology, topology_for
 from gpuplan.job import Job
@@ -48,6 +51,9 @@ class Row:
     config: str
     why_not: str = ""
     assumptions: tuple[str, ...] = ()
+    runtime: str = ""
+    """The job's engine and the runtime it ran under (the engine's, unless the source states
+    one)."""
 
     @property
     def ratio(self) -> float | None:
@@ -158,15 +164,18 @@ def _optimizer_impl(run: dict, precision: str, notes: list[str]) -> str | None:
     return None
 
 
-def _runtime(text: str) -> str:
+def _stated_runtime(text: str) -> str:
+    """The runtime the source states in its own words, else ``auto``: the run's engine decides
+    (benchmarks/published/runs.json names the engine of every run; Megatron trains under
+    ``compile``, TensorRT-LLM serves under ``cudagraphs``, the rest run eager)."""
     t = text.lower()
     if "without torch.compile" in t or t.startswith("eager"):
         return "eager"
-    if "cuda graphs" in t or "tensorrt" in t:
+    if "cuda graphs" in t:
         return "cudagraphs"
-    if "compile" in t:
+    if "torch.compile" in t:
         return "compile"
-    return "eager"
+    return "auto"
 
 
 def _not_expressible(run: dict) -> str:
@@ -450,17 +459,11 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     fields = dict(precision=prec, optimizer=opt, batch=mb, seq=j.get("seq") or 2048,
                   grad_accum=accum, gpus=gpus, zero=zero,
                   checkpointing=j.get("checkpointing") or "none")
-    if zero == 3:  # FSDP's ZeRO-3 (torch's FSDP1 in Composer, FSDP2): no re-gather in a recompute
-        fields["sharding"] = "fsdp2"
     if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
-    if run.get("source_group") == "torchtune":
-        # the recipes run torchtune's own TransformerDecoder (as benchmarks/validate_memory.py)
-        fields["model_code"] = "torchtune"
-        notes.append("torchtune's model code: its RoPE chain, K/V expanded to every head")
-    return Job(model=run["model"]["name"], mode="train", attention=_attention(run, notes),
-               runtime=runtime, **fields, **_lora(j, notes))
+    return Job(model=run["model"]["name"], mode="train", engine=run["engine"],
+               attention=_attention(run, notes), runtime=runtime, **fields, **_lora(j, notes))
 
 
 def _grad_clip(run: dict, precision: str, notes: list[str]) -> tuple[float | None, str | None]:
@@ -494,21 +497,35 @@ _INFER = {"bf16": "bf16", "fp16": "fp16", "int8 weight-only": "int8",
           "int4 weight-only, group 32": "q4_0"}
 
 
-def _infer_job(run: dict, runtime: str, notes: list[str]) -> tuple[Job, int]:
+def _new_tokens(run: dict) -> int:
+    return run["job"].get("output_len") or 200  # gpt-fast generate.py's default max_new_tokens
+
+
+def _infer_job(run: dict, runtime: str, notes: list[str]) -> Job:
     j = run["job"]
     p = str(j.get("precision") or "bf16").split(" (")[0]
     fmt = _INFER.get(p, "bf16")
     if fmt == "q4_0":
         notes.append("int4 group-32 weights read as q4_0 (4.5 bits)")
     prompt = j.get("prompt_tokens") or j.get("input_len") or 5
-    new = j.get("output_len") or 200  # gpt-fast generate.py's default max_new_tokens
     tp = j.get("tp") or 1
     if tp > 1:
         notes.append(f"TP{tp} on one {run['hardware'].get('gpus_per_node') or 8}-GPU node, the "
                      "SKU's NVLink (gpuplan's default topology); batch 1, one replica")
-    return Job(model=run["model"]["name"], mode="infer", infer_precision=fmt, batch=1,
-               seq=prompt, runtime=runtime, attention="sdpa", tp=tp,
-               gpus=run["hardware"]["count"] if tp > 1 else 1), new
+    return Job(model=run["model"]["name"], mode="infer", engine=run["engine"],
+               infer_precision=fmt, batch=1, seq=prompt, runtime=runtime, attention="sdpa", tp=tp,
+               gpus=run["hardware"]["count"] if tp > 1 else 1)
+
+
+def job_of(run: dict, notes: list[str] | None = None) -> Job:
+    """The run as one gpuplan Job, with its engine (``run["engine"]``): the one job both its
+    speed check (:func:`predict`) and its memory check (tests/unit/test_published_layouts.py)
+    read. The runtime is the source's where it states one, else the engine's."""
+    notes = [] if notes is None else notes
+    runtime = _stated_runtime(str(run["job"].get("runtime") or ""))
+    if run["kind"] == "decode":
+        return _infer_job(run, runtime, notes)
+    return _train_job(run, runtime, notes)
 
 
 def predict(run: dict) -> Row:
@@ -521,18 +538,15 @@ def predict(run: dict) -> Row:
     if why:
         return Row(run, None, measured, unit, cfg, why)
     notes: list[str] = []
-    runtime = _runtime(str(run["job"].get("runtime") or ""))
     gpu = get_gpu(run["hardware"]["gpu"])
     model = _model_of(run, notes)
+    job = job_of(run, notes)
     if run["kind"] == "decode" and run["job"].get("qps"):
-        job, new = _infer_job(run, runtime, notes)
-        value = _online_rate(model, gpu, job, new, float(run["job"]["qps"]), notes)
+        value = _online_rate(model, gpu, job, _new_tokens(run), float(run["job"]["qps"]), notes)
     elif run["kind"] == "decode":
-        job, new = _infer_job(run, runtime, notes)
-        est = estimate_speed(model, gpu, job, new_tokens=new, measured=None)
+        est = estimate_speed(model, gpu, job, new_tokens=_new_tokens(run), measured=None)
         value = est.tokens_per_s
     else:
-        job = _train_job(run, runtime, notes)
         if job.zero == 3 and job.sharding == "deepspeed" and isinstance(model, Architecture):
             model = _gpt_model(run["model"])
             notes.append("DeepSpeed ZeRO-3: timed on the shape's tensors (a GPT-2 config), whose "
@@ -547,7 +561,8 @@ def predict(run: dict) -> Row:
                              tp_overlap=bool(layout and layout[1]),
                              gather_overlap=gather_overlap(run, job, notes))
         value = _train_value(est, unit, run)
-    return Row(run, value, measured, unit, cfg, assumptions=tuple(notes))
+    return Row(run, value, measured, unit, cfg, assumptions=tuple(notes),
+               runtime=f"{job.engine}: {runtime_of(job.runtime, job.mode, job.engine)}")
 
 
 def _online_rate(model, gpu, job: Job, new: int, qps: float, notes: list[str]) -> float:
@@ -663,7 +678,7 @@ def _fmt(x: float) -> str:
 
 
 def table(rs: list[Row], split: str) -> list[str]:
-    out = ["| run | kind | GPU x n | runtime | config | predicted | measured | unit | ratio |",
+    out = ["| run | kind | GPU x n | engine: runtime | config | predicted | measured | unit | ratio |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         if r.run["split"] != split or r.ratio is None:
@@ -671,7 +686,7 @@ def table(rs: list[Row], split: str) -> list[str]:
         hw = r.run["hardware"]
         extra = ("; ".join(r.assumptions)).replace("|", "/")
         out.append(f"| {r.run['id']} | {r.run['kind']} | {hw['gpu']} x {hw['count']} | "
-                   f"{_runtime(str(r.run['job'].get('runtime') or ''))} | `{r.config}`"
+                   f"{r.runtime} | `{r.config}`"
                    f"{' -- ' + extra if extra else ''} | {_fmt(r.predicted)} | {_fmt(r.measured)} | "
                    f"{r.unit} | {r.ratio:.2f} |")
     return out

@@ -128,3 +128,33 @@ def test_no_source_split_and_holdout_is_large_enough():
 def test_readme_documents_every_source_group():
     for group in {r["source_group"] for r in RUNS}:
         assert f"`{group}`" in README, group
+
+
+def test_every_run_names_its_engine_and_says_why():
+    """Each run names the engine that ran it (one of gpuplan's profiles, or auto), an engine
+    that runs the run's mode, and its notes say which engine and why -- so both checks of a run
+    (memory and speed) read one Job under one engine."""
+    from gpuplan.engines.profiles import ENGINE_NAMES, get_engine
+
+    for r in RUNS:
+        engine = r.get("engine")
+        assert engine in ENGINE_NAMES, (r["id"], engine)
+        assert r["job"]["mode"] in get_engine(engine).modes, (r["id"], engine)
+        assert f"Engine {engine}" in r["notes"], r["id"]
+
+
+def test_engines_follow_the_sources_words():
+    """The engine is the one the source names, where it names one of gpuplan's profiles."""
+    from collections import Counter
+
+    said = {"Megatron-Core": "megatron", "DeepSpeed ZeRO-3": "deepspeed",
+            "HF Trainer": "transformers", "TensorRT-LLM": "trt-llm"}
+    seen = Counter()
+    for r in RUNS:
+        for words, engine in said.items():
+            if words in str(r["job"].get("runtime")):
+                assert r["engine"] == engine, (r["id"], r["engine"])
+                seen[engine] += 1
+        if r["source_group"] == "torchtune":
+            assert r["engine"] == "torchtune", r["id"]
+    assert set(seen) == set(said.values())
