@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {alias}", file=sys.stderr)
     render_matmul(mm, small=cmp and cmp.small, times=list(cmp.times) if cmp else None,
                   verdict=cmp and cmp.verdict,
-                  measured=[r.line for r in cmp.measured_runs] if cmp else None)
+                  measured=[r.line if r.used else f"note: {r.line}" for r in cmp.measured_runs]
+                  if cmp else None)
     return 0
 
 

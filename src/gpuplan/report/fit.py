@@ -209,9 +209,7 @@ def _speed_table(p: Plan):
 def _measured_run_line(run: dict) -> str:
     """One stored bench run the speed table read (``measured_runs``): which, its quality, used or
     left out (the note RunUse.line wrote)."""
-    from rich.markup import escape
-
-    return escape(run["note"] if run["used"] else f"note: {run['note']}")
+    return run["note"] if run["used"] else f"note: {run['note']}"
 
 
 def _trace_table(comparisons, units: ByteUnits):
@@ -285,7 +283,8 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
     if speed is not None:
         console.print(speed)
         for run in p.extra["speed"].get("measured_runs") or ():
-            console.print(_measured_run_line(run))
+            console.print(_measured_run_line(run), highlight=False, markup=False,
+                          soft_wrap=True)
     if trace is not None:
         for part in _trace_table(trace, units):
             console.print(part)

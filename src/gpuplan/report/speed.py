@@ -253,9 +253,8 @@ def _print_measured_run(c: Any, use: Any, indent: str = "") -> None:
     """The stored bench run an estimate read (:class:`~gpuplan.compute.RunUse`): which, its
     quality, used or left out; nothing when none was read."""
     if use is not None:
-        from rich.markup import escape
-
-        c.print(indent + escape(use.line if use.used else f"note: {use.line}"))
+        c.print(indent + (use.line if use.used else f"note: {use.line}"), highlight=False,
+                markup=False, soft_wrap=True)
 
 
 def render_matmul(mm: MatmulCount, *, small: SmallWork | None = None,
@@ -293,11 +292,8 @@ def render_matmul(mm: MatmulCount, *, small: SmallWork | None = None,
         c.print(tt)
     if verdict:
         c.print(verdict)
-    if measured:
-        from rich.markup import escape
-
-        for line in measured:
-            c.print(escape(line))
+    for line in measured or ():
+        c.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def render_flops_breakdown(model: str, fb: FlopsBreakdown, job: Job, *,
