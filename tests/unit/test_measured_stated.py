@@ -76,6 +76,16 @@ def _run(*, gpu_spread: float = 0.02, copy_spread: float = 0.03) -> BenchRun:
     )
 
 
+def latest_run_of(run: BenchRun):
+    """The run as the speed model reads it back from a database (a fresh temporary file)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "b.sqlite"
+        save_run(run, path)
+        return latest_measured(path, machine=run.machine.key)
+
+
 @pytest.fixture
 def db(empty_bench_db):
     """Save runs into the (temporary) bench database the commands read: ``db(run) -> id``."""
@@ -101,16 +111,6 @@ def test_the_threshold_is_the_benchs_own_target_stated_once():
     assert q == "clean"
     # the CPU's noisy copy does not make the GPU's measurements noisy
     assert judge_quality(latest_run_of(_run(copy_spread=0.5)), read)[0] == "clean"
-
-
-def latest_run_of(run: BenchRun):
-    """The run as the speed model reads it back from a database (a fresh temporary file)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "b.sqlite"
-        save_run(run, path)
-        return latest_measured(path, machine=run.machine.key)
 
 
 def test_the_reader_and_the_store_judge_the_same_spreads(tmp_path):
