@@ -251,19 +251,22 @@ def _mark_fit(section: dict, verdicts: list[GpuVerdict]) -> None:
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
          overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True,
          overhead_overrides=None, suggest: bool | None = None, max_batch: bool = False,
-         max_seq: bool = False, top: int = 3, speed: bool = False) -> Plan:
+         max_seq: bool = False, top: int = 3, speed: bool = False,
+         use_noisy_bench: bool = False) -> Plan:
     """Memory of ``job`` per GPU and a verdict for each of ``gpus`` (default: a shortlist).
 
     ``suggest``: run the solver (:mod:`gpuplan.solver`) for every GPU -- ``True``; only for the
     GPUs named in ``gpus`` on which the job does not fit -- ``None`` (the default: nothing runs
     for the default shortlist); never -- ``False``. ``max_batch`` / ``max_seq`` answer the direct
     queries for each GPU. ``speed``: add the speed model's headline numbers per GPU
-    (``plan.extra["speed"]``, :func:`gpuplan.compute.speed_section`).
+    (``plan.extra["speed"]``, :func:`gpuplan.compute.speed_section`); ``use_noisy_bench``: with
+    a stored bench run's noisy measurements too (left out otherwise; the section says so).
     """
     from . import solver as _solver
 
     _check_plan_args(job, overhead_overrides, search_gpu_counts=search_gpu_counts,
-                     suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed)
+                     suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed,
+                     use_noisy_bench=use_noisy_bench)
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
@@ -308,7 +311,8 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
 
         extra["speed"] = speed_section(
             job, [g.gpu for g in verdicts], model=model,
-            trainable_params=train.trainable_params if train is not None else None)
+            trainable_params=train.trainable_params if train is not None else None,
+            use_noisy_bench=use_noisy_bench)
         _mark_fit(extra["speed"], verdicts)
     return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
                 solver=tuple(reports), extra=extra)

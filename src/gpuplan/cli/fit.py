@@ -62,6 +62,9 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                         "analytic and traced bytes side by side")
     p.add_argument("--no-speed", action="store_true",
                    help="leave out the speed model's estimate per GPU")
+    p.add_argument("--use-noisy-bench", action="store_true",
+                   help="speed: use the stored bench run even where its measurements are noisy "
+                        "(spread >= 10%%; left out otherwise, and the output says so)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--export", metavar="ENGINE",
                    help="write the job as an engine's own config: deepspeed (JSON), accelerate "
@@ -151,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     per_tensor = job.infers and job.infer_precision == "gguf"
     result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
                   suggest=True if args.suggest else None, max_batch=args.max_batch,
-                  max_seq=args.max_seq, speed=not args.no_speed and not per_tensor)
+                  max_seq=args.max_seq, speed=not args.no_speed and not per_tensor,
+                  use_noisy_bench=args.use_noisy_bench)
     trace = None
     if args.trace:
         from ..crosscheck import compare_with_trace

@@ -39,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "document's experiment; bf16/fp16 for tensor cores)")
     m.add_argument("--tile", default="128x128",
                    help="thread-block output tile for wave quantization (default 128x128)")
+    m.add_argument("--use-noisy-bench", action="store_true",
+                   help="with --gpu: use the stored bench run even where its measurements are "
+                        "noisy (spread >= 10%%; left out otherwise, and the output says so)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=run)
     mo = sub.add_parser(
@@ -93,9 +96,11 @@ def run(args: argparse.Namespace) -> int:
         from ..hardware import resolve_gpu
         from ..hardware.cpu import detect_cpu
         gpu, alias = resolve_gpu(args.gpu)
-        cmp = compare_matmul(mm, gpu, dtype=args.dtype, tile=tile, cpu=detect_cpu())
+        cmp = compare_matmul(mm, gpu, dtype=args.dtype, tile=tile, cpu=detect_cpu(),
+                             use_noisy_bench=args.use_noisy_bench)
         out.update({"gpu": gpu.name, **cmp.small.to_dict(),
-                    "times": [t.to_dict() for t in cmp.times], "verdict": cmp.verdict})
+                    "times": [t.to_dict() for t in cmp.times], "verdict": cmp.verdict,
+                    "measured_runs": [r.to_dict() for r in cmp.measured_runs]})
         if alias:
             out["gpu_note"] = alias
     if args.json:
@@ -106,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     if alias:
         print(f"note: {alias}", file=sys.stderr)
     render_matmul(mm, small=cmp and cmp.small, times=list(cmp.times) if cmp else None,
-                  verdict=cmp and cmp.verdict)
+                  verdict=cmp and cmp.verdict,
+                  measured=[r.line if r.used else f"note: {r.line}" for r in cmp.measured_runs]
+                  if cmp else None)
     return 0
 
 

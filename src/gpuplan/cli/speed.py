@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-measured", action="store_true",
                    help="use the default achievable fractions even when `gpuplan bench` "
                         "measured this GPU")
+    p.add_argument("--use-noisy-bench", action="store_true",
+                   help="use the stored bench run even where its measurements are noisy "
+                        "(spread >= 10%%; left out otherwise, and the output says so)")
     p.add_argument("--ops", action="store_true", help="list every op of the step")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", default=None, metavar="FILE.png",
@@ -73,6 +76,7 @@ def job_from_args(args: argparse.Namespace, model):
 def run(args: argparse.Namespace) -> int:
     from .._io import check_plot
     from ..compute import batch_sweep, estimate_speed
+    from ..errors import InputError
     from ..hardware import resolve_gpu
     from ..hardware.cpu import detect_cpu
     from ..models import load_model
@@ -91,8 +95,13 @@ def run(args: argparse.Namespace) -> int:
     kw = dict(new_tokens=new_tokens, link=args.link, overlap_comm=not args.no_overlap,
               pinned=not args.pageable, tf32=args.tf32, optimizer_impl=args.optimizer_impl,
               grad_clip_impl=args.grad_clip_impl)
+    if args.no_measured and args.use_noisy_bench:
+        raise InputError("--use-noisy-bench with --no-measured: drop one (--no-measured reads no "
+                         "bench run at all)")
     if args.no_measured:
         kw["measured"] = None
+    elif args.use_noisy_bench:
+        kw["use_noisy_bench"] = True
     est = estimate_speed(model, gpu, job, train_tokens=tokens, train_samples=samples,
                          epochs=epochs, price_per_gpu_hour=price,
                          cpu=detect_cpu() if args.vs_cpu else None, **kw)

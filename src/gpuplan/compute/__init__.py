@@ -31,6 +31,8 @@ _WHERE = {
     "count_matmul": "flops", "default_seq": "flops", "flops_breakdown": "flops",
     "optimizer_op": "flops", "recompute_ops": "flops",
     "MeasuredRun": "measured", "latest_measured": "measured", "load_measured": "measured",
+    "RunUse": "measured", "NOISY_SPREAD": "measured", "resolve_measured": "measured",
+    "measured_apply": "device",
     "KV_BYTES": "speed", "Phase": "speed", "SpeedEstimate": "speed", "estimate_speed": "speed",
     "estimate_speed_for_job": "speed", "input_bytes_per_sample": "speed",
     "speed_section": "speed",
@@ -52,7 +54,8 @@ __all__ = [
     # devices and achievable fractions
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
     "apply_measured", "load_measured", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
-    "MeasuredRun", "latest_measured",
+    "MeasuredRun", "latest_measured", "RunUse", "NOISY_SPREAD", "resolve_measured",
+    "measured_apply",
     # time
     "OpTime", "RooflineClass", "time_ops", "roofline_classes", "step_bound",
     "SmallWork", "small_work", "DEFAULT_TILE", "MatmulTime", "time_matmul",

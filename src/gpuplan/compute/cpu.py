@@ -14,10 +14,10 @@ from ..job import Job
 from ..models._types import Architecture, Model
 from ..units import format_seconds
 from .device import (
-    Efficiency, apply_measured, default_efficiency, device_from_cpu, device_from_gpu,
+    Efficiency, default_efficiency, device_from_cpu, device_from_gpu, measured_apply,
 )
 from .flops import MatmulCount, positive_int
-from .measured import load_measured
+from .measured import RunUse, resolve_measured
 from .step import (
     Phase, StepMode, StepSpec, arch_and_name, build_steps, infer_precision, lora_note, one_mode,
     resolve_seq, train_precision,
@@ -62,6 +62,8 @@ class CpuEstimate:
     """Tokens generated per sequence (decoder inference)."""
     efficiency: Efficiency
     notes: tuple[str, ...] = ()
+    measured_run: RunUse | None = None
+    """The stored bench run read for this CPU (used, or noisy and left out); None when none."""
 
     @property
     def dtype(self) -> str:
@@ -87,13 +89,15 @@ def estimate_cpu_speed(
     new_tokens: int = 128,
     trainable_params: int | None = None,
     measured: Any | None | Literal["auto"] = "auto",
+    use_noisy_bench: bool = False,
 ) -> CpuEstimate:
     """Estimate one step of ``job`` (one mode: train or infer) on ``cpu`` (a
     ``gpuplan.hardware.cpu`` CPU: its estimated fp32 peak), in fp32, the CPU side's only dtype.
 
     The job's precision, GPU count and ZeRO stage do not apply: one CPU, fp32. ``measured``: a
     stored bench run whose CPU matmul rate, copy bandwidth and op dispatch replace the estimate
-    and the defaults (``"auto"``: this machine's latest stored run; None: defaults only).
+    and the defaults (``"auto"``: this machine's latest stored run; None: defaults only); its
+    noisy measurements only with ``use_noisy_bench`` (:attr:`CpuEstimate.measured_run` says).
     """
     mode = one_mode(job)
     positive_int(new_tokens, "new tokens", 10**7)
@@ -105,9 +109,8 @@ def estimate_cpu_speed(
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     dev = device_from_cpu(cpu)
-    if measured == "auto":
-        measured = load_measured()
-    dev, eff = apply_measured(dev, default_efficiency(dev), measured)
+    measured = resolve_measured(measured, use_noisy=use_noisy_bench)
+    dev, eff, used = measured_apply(dev, default_efficiency(dev), measured)
     prec = (train_precision if mode == "train" else infer_precision)("fp32", dev, False)
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        single_device=True)
@@ -115,7 +118,7 @@ def estimate_cpu_speed(
     return CpuEstimate(model=name, cpu=dev.name, peak_basis=dev.peak_basis, mode=mode,
                        batch=job.batch, seq=seq, step=step, prefill=prefill,
                        new_tokens=new_tokens if prefill is not None else None, efficiency=eff,
-                       notes=tuple(notes))
+                       notes=tuple(notes), measured_run=used)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,6 +147,8 @@ class CpuComparison:
     (judged by throughput)."""
     rule: str = ""
     """The rule the verdict applied, in words."""
+    measured_run: RunUse | None = None
+    """The stored bench run read for the CPU side (the GPU side's: the estimate's own)."""
 
     def to_dict(self) -> dict:
         return {"cpu": self.cpu, "cpu_peak_basis": self.cpu_peak_basis,
@@ -151,7 +156,9 @@ class CpuComparison:
                 "gpu_step_s": self.gpu_step_s, "speedup": self.speedup,
                 "cpu_job_s": self.cpu_job_s, "gpu_job_s": self.gpu_job_s,
                 "needs_gpu": self.needs_gpu, "verdict": self.verdict,
-                "workload": self.workload, "rule": self.rule}
+                "workload": self.workload, "rule": self.rule,
+                "measured_run": (None if self.measured_run is None
+                                 else self.measured_run.to_dict())}
 
 
 def cpu_vs_gpu(*, cpu: str, cpu_step_s: float, gpu: str, gpu_step_s: float,
@@ -255,6 +262,8 @@ class MatmulComparison:
     gpu_faster: bool | None
     speedup: float | None
     """CPU time / GPU time, end to end."""
+    measured_runs: tuple[RunUse, ...] = ()
+    """The stored bench runs read, GPU side first (used, or noisy and left out)."""
 
     @property
     def times(self) -> tuple[MatmulTime, ...]:
@@ -276,10 +285,12 @@ def matmul_verdict(gpu: str, *, gpu_s: float, gpu_compute_s: float,
 
 def compare_matmul(mm: MatmulCount, gpu: GPU, *, dtype: str = "fp32",
                    tile: tuple[int, int] = DEFAULT_TILE, cpu: CPU | None = None,
-                   measured: Any | None | Literal["auto"] = "auto") -> MatmulComparison:
+                   measured: Any | None | Literal["auto"] = "auto",
+                   use_noisy_bench: bool = False) -> MatmulComparison:
     """Time ``mm`` on ``gpu`` in ``dtype`` (with the copies in and out) and, in fp32, on ``cpu``
     (skipped when None or when it has no peak estimate), with the achievable fractions of
-    ``measured`` (``"auto"``: this machine's latest stored bench run)."""
+    ``measured`` (``"auto"``: this machine's latest stored bench run; its noisy measurements only
+    with ``use_noisy_bench``; ``measured_runs`` says which run was read)."""
     dev = device_from_gpu(gpu)
     if not dev.supports(dtype):
         have = ", ".join(d for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
@@ -287,17 +298,19 @@ def compare_matmul(mm: MatmulCount, gpu: GPU, *, dtype: str = "fp32",
         raise UnsupportedError(f"{gpu.name} has no {dtype} support (it has {have}); "
                                "use another --dtype")
     small = small_work(mm.m, mm.n, gpu, batch=mm.batch, tile=tile)
-    if measured == "auto":
-        measured = load_measured()
-    dev, eff = apply_measured(dev, default_efficiency(dev), measured)
+    measured = resolve_measured(measured, use_noisy=use_noisy_bench)
+    dev, eff, used = measured_apply(dev, default_efficiency(dev), measured)
+    runs = [used]
     g = time_matmul(mm, dev, eff, dtype)
     c = verdict = faster = speedup = None
     if cpu is not None and cpu.peak_fp32_flops:
         cpu_dev = device_from_cpu(cpu)
-        cpu_dev, ceff = apply_measured(cpu_dev, default_efficiency(cpu_dev), measured)
+        cpu_dev, ceff, cpu_used = measured_apply(cpu_dev, default_efficiency(cpu_dev), measured)
+        runs.append(cpu_used)
         c = time_matmul(mm, cpu_dev, ceff, "fp32")
         faster, verdict = matmul_verdict(gpu.name, gpu_s=g.total_s, gpu_compute_s=g.compute_s,
                                          cpu_s=c.total_s)
         speedup = c.total_s / g.total_s
     return MatmulComparison(gpu=gpu.name, small=small, gpu_time=g, cpu_time=c, verdict=verdict,
-                            gpu_faster=faster, speedup=speedup)
+                            gpu_faster=faster, speedup=speedup,
+                            measured_runs=tuple(r for r in runs if r is not None))

@@ -12,13 +12,14 @@ from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU, gpu_from_device_name
 from .efficiency import CONSTANTS, constant
+from .measured import RunUse, run_use
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hardware.cpu import CPU
 
 __all__ = [
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
-    "apply_measured", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
+    "apply_measured", "measured_apply", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
 ]
 
 #: CPU memory bandwidth assumed when nothing was measured: two channels of DDR4-3200
@@ -248,40 +249,76 @@ def _device_key_for(measured: Any, device: Device) -> str | None:
 
 
 def apply_measured(device: Device, eff: Efficiency, measured: Any) -> tuple[Device, Efficiency]:
-    """Replace the defaults by the numbers ``measured`` (a bench ``Measured``) holds for ``device``.
+    """Replace the defaults by the numbers ``measured`` (a bench ``Measured``) holds for ``device``
+    (:func:`measured_apply` without the statement of which run was read)."""
+    device, eff, _ = measured_apply(device, eff, measured)
+    return device, eff
+
+
+def measured_apply(device: Device, eff: Efficiency,
+                   measured: Any) -> tuple[Device, Efficiency, RunUse | None]:
+    """Replace the defaults by the numbers ``measured`` (a bench ``Measured``) holds for
+    ``device``, and say which run that was (a :class:`~.measured.RunUse`; None when the run has
+    nothing of this device).
 
     Only a run of *this* device counts: a GPU is matched by its exact device name through the
     catalog. A CPU's measured FP32 matmul rate and memory copy bandwidth replace its estimated
-    peak and assumed bandwidth outright (fraction 1.0 of the measured rate).
+    peak and assumed bandwidth outright (fraction 1.0 of the measured rate). When the
+    measurements read are noisy (:func:`~.measured.judge_quality`) and the run is not marked
+    ``use_noisy``, the defaults stay and the RunUse says the run was not used.
     """
     if measured is None:
-        return device, eff
+        return device, eff, None
     key = _device_key_for(measured, device)
     if key is None:
-        return device, eff
+        return device, eff, None
     tag = f"measured: gpuplan bench run {getattr(measured, 'run_id', '?')} " \
           f"({getattr(measured, 'created_utc', '?')}) on {key}"
-    basis = dict(eff.basis)
+    apply = _apply_cpu if device.kind == "cpu" else _apply_gpu
+    new_device, changes, basis, read = apply(device, eff, measured, key, tag)
+    if not read:
+        return device, eff, None
+    use = run_use(measured, key, read)
+    if not use.used:
+        return device, eff, use
+    return new_device, replace(eff, basis={**eff.basis, **basis}, **changes), use
+
+
+def _apply_cpu(device: Device, eff: Efficiency, measured: Any, key: str, tag: str) -> tuple:
+    """The CPU's measured matmul rate, host copy and op dispatch: (device, changes, basis, the
+    measurements read)."""
     changes: dict[str, Any] = {}
-    if device.kind == "cpu":
-        got = measured.flops(key, "fp32")
-        if got:
-            peaks = dict(device.peak_flops)
-            peaks["fp32"] = got
-            device = replace(device, peak_flops=MappingProxyType(peaks),
-                             peak_basis=f"{tag}: {got / 1e9:.1f} GFLOP/s fp32 matmul")
-            changes["matmul"] = 1.0
-            basis["matmul"] = f"{tag}: the measured rate is used as the achievable peak"
-        bw = measured.bandwidth_of(key, "host_copy")
-        if bw:
-            device = replace(device, memory_bandwidth=bw)
-            changes["memory"] = 1.0
-            basis["memory"] = f"{tag}: host memory copy {bw / 1e9:.1f} GB/s"
-        ov = measured.overhead_of(key, "op_dispatch")
-        if ov is not None:
-            changes["launch_s"] = ov
-            basis["launch_s"] = f"{tag}: op dispatch {ov * 1e6:.1f} us"
-        return device, replace(eff, basis=basis, **changes)
+    basis: dict[str, str] = {}
+    read: list[tuple[str, str, str]] = []
+    got = measured.flops(key, "fp32")
+    if got:
+        peaks = dict(device.peak_flops)
+        peaks["fp32"] = got
+        device = replace(device, peak_flops=MappingProxyType(peaks),
+                         peak_basis=f"{tag}: {got / 1e9:.1f} GFLOP/s fp32 matmul")
+        changes["matmul"] = 1.0
+        basis["matmul"] = f"{tag}: the measured rate is used as the achievable peak"
+        read.append(("matmul", key, "fp32"))
+    bw = measured.bandwidth_of(key, "host_copy")
+    if bw:
+        device = replace(device, memory_bandwidth=bw)
+        changes["memory"] = 1.0
+        basis["memory"] = f"{tag}: host memory copy {bw / 1e9:.1f} GB/s"
+        read.append(("bandwidth", key, "host_copy"))
+    ov = measured.overhead_of(key, "op_dispatch")
+    if ov is not None:
+        changes["launch_s"] = ov
+        basis["launch_s"] = f"{tag}: op dispatch {ov * 1e6:.1f} us"
+        read.append(("overhead", key, "op_dispatch"))
+    return device, changes, basis, read
+
+
+def _apply_gpu(device: Device, eff: Efficiency, measured: Any, key: str, tag: str) -> tuple:
+    """A GPU's measured matmul rates (as fractions of the catalog's peaks), device copy, host
+    links and kernel launch: (device, changes, basis, the measurements read)."""
+    changes: dict[str, Any] = {}
+    basis: dict[str, str] = {}
+    read: list[tuple[str, str, str]] = []
     by_dtype = dict(eff.matmul_by_dtype)
     for dtype in device.peak_flops:
         got = measured.flops(key, dtype)
@@ -289,19 +326,23 @@ def apply_measured(device: Device, eff: Efficiency, measured: Any) -> tuple[Devi
             by_dtype[dtype] = got / device.peak(dtype)
             basis[f"matmul_{dtype}"] = (f"{tag}: {got / 1e12:.1f} TFLOP/s {dtype} matmul = "
                                         f"{100 * by_dtype[dtype]:.1f}% of the dense peak")
+            read.append(("matmul", key, dtype))
     changes["matmul_by_dtype"] = MappingProxyType(by_dtype)
     bw = measured.bandwidth_of(key, "device_copy")
     if bw:
         changes["memory"] = bw / device.memory_bandwidth
         basis["memory"] = f"{tag}: device copy {bw / 1e9:.0f} GB/s"
+        read.append(("bandwidth", key, "device_copy"))
     if device.host_link_bandwidth:
         for kind, name in (("h2d_pinned", "pcie_pinned"), ("h2d_pageable", "pcie_pageable")):
             bw = measured.bandwidth_of(key, kind)
             if bw:
                 changes[name] = bw / device.host_link_bandwidth
                 basis[name] = f"{tag}: {kind} {bw / 1e9:.1f} GB/s"
+                read.append(("bandwidth", key, kind))
     ov = measured.overhead_of(key, "kernel_launch")
     if ov is not None:
         changes["launch_s"] = ov
         basis["launch_s"] = f"{tag}: kernel launch {ov * 1e6:.1f} us"
-    return device, replace(eff, basis=basis, **changes)
+        read.append(("overhead", key, "kernel_launch"))
+    return device, changes, basis, read

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .._record import record
 from ..bounds import check_int, check_number
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import sqlite3
 
 __all__ = [
-    "default_db_path", "db_path", "machine_key", "this_machine_key", "MeasuredRun",
+    "default_db_path", "db_path", "machine_key", "this_machine_key", "MeasuredRun", "RunUse",
+    "NOISY_SPREAD", "judge_quality", "resolve_measured", "run_use",
     "BenchDatabaseError", "latest_measured", "load_measured", "SCHEMA_VERSION", "APPLICATION_ID",
     "LOCK_TIMEOUT_S", "explain_db_error", "recover_hot_journal", "BadRun", "SkippedRunWarning", "skip_run",
     "checked_text", "checked_int", "checked_float", "checked_json",
@@ -40,6 +42,12 @@ SCHEMA_VERSION = 1
 APPLICATION_ID = 0x67706231
 #: Seconds to wait for another process's lock before giving up.
 LOCK_TIMEOUT_S = 5.0
+#: The one threshold of a measurement's quality: a spread (interquartile range / median) at or
+#: above it is *noisy*. The bench repeats each measurement until its spread is under this (its
+#: ``target_spread``, :data:`gpuplan.measure.bench.timing.TARGET_SPREAD` is this constant) and
+#: flags the ones still above it when the time budget ran out; the speed model does not use a run
+#: whose measurements for a device are noisy unless asked (``use_noisy``, ``--use-noisy-bench``).
+NOISY_SPREAD = 0.10
 
 
 def default_db_path() -> Path:
@@ -94,6 +102,15 @@ class MeasuredRun:
     """(device, kind) -> bytes/s (``*_copy`` kinds count bytes read + written)."""
     overhead_s: Mapping[tuple[str, str], float]
     """(device, kind) -> seconds per op (``kernel_launch`` on GPUs, ``op_dispatch`` on the CPU)."""
+    spread: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    """(``matmul``/``bandwidth``/``overhead``, device, dtype or kind) -> the stored spread (IQR /
+    median) of the measurement behind each figure above; empty when not known (a run built by
+    hand): its quality is then ``unknown``."""
+    flagged: frozenset[tuple[str, str, str]] = frozenset()
+    """The measurements (keys as in ``spread``) the bench itself marked noisy."""
+    use_noisy: bool = False
+    """Use the figures even where they are noisy (asked for: ``load_measured(use_noisy=True)``,
+    ``--use-noisy-bench``); otherwise a device whose measurements are noisy keeps the defaults."""
 
     def flops(self, device: str, dtype: str) -> float | None:
         return self.matmul_flops.get((device, dtype))
@@ -109,6 +126,100 @@ class MeasuredRun:
 
     def overhead_of(self, device: str, kind: str) -> float | None:
         return self.overhead_s.get((device, kind))
+
+
+#: A measurement of a stored run: (``matmul``/``bandwidth``/``overhead``, device, dtype or kind).
+Measurement = tuple[str, str, str]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _label(measured: Any, m: Measurement) -> str:
+    table, device, what = m
+    if table == "matmul":
+        size = (getattr(measured, "matmul_size", None) or {}).get((device, what))
+        return f"{device} {what} matmul" + (f" N={size}" if size else "")
+    return f"{device} {what}"
+
+
+def judge_quality(measured: Any, read: Iterable[Measurement]) -> tuple[str, float | None, str]:
+    """(quality, the worst spread, why in words) of the measurements ``read`` of a stored run.
+
+    ``noisy`` when one of them was marked noisy by the bench or has a stored spread (IQR / median)
+    at or above :data:`NOISY_SPREAD`; ``unknown`` when none is noisy but a spread is not known (a
+    run built by hand); ``clean`` otherwise.
+    """
+    spreads: Mapping[Measurement, float] = getattr(measured, "spread", None) or {}
+    flagged = getattr(measured, "flagged", None) or frozenset()
+    read = list(dict.fromkeys(read))
+    known = [spreads[m] for m in read if m in spreads]
+    worst = max(known) if known else None
+    bad = [m for m in read if m in flagged or spreads.get(m, 0.0) >= NOISY_SPREAD]
+    if bad:
+        m = max(bad, key=lambda k: spreads.get(k, 0.0))
+        s = spreads.get(m)
+        why = (f"{_label(measured, m)}: spread {_pct(s)} (IQR/median) >= {NOISY_SPREAD:.0%}"
+               if s is not None and s >= NOISY_SPREAD else
+               f"{_label(measured, m)}: marked noisy by the bench")
+        return "noisy", worst, why + (f", and {len(bad) - 1} more" if len(bad) > 1 else "")
+    if not read or len(known) < len(read):
+        missing = next((m for m in read if m not in spreads), None)
+        return "unknown", worst, ("no measurement read" if missing is None else
+                                  f"no spread stored for {_label(measured, missing)}")
+    top = max(read, key=lambda k: spreads[k])
+    return "clean", worst, (f"worst spread {_pct(spreads[top])} (IQR/median, "
+                            f"{_label(measured, top)}), under {NOISY_SPREAD:.0%}")
+
+
+@record
+class RunUse:
+    """Which stored bench run an estimate read for one of its devices, how good its measurements
+    of that device are (:func:`judge_quality`), and whether they were used."""
+
+    run_id: int
+    created_utc: str
+    """When the run was measured (ISO 8601, UTC)."""
+    device: str
+    """The run's device: ``cpu`` or ``cuda:N``."""
+    device_name: str
+    """The CPU model or GPU name the run recorded."""
+    quality: str
+    """``clean``, ``noisy`` or ``unknown``, over the measurements the estimate read."""
+    spread: float | None
+    """The worst spread (IQR / median) among them; None when none is known."""
+    why: str
+    """The quality in words: the worst (noisy) measurement and its spread."""
+    used: bool
+    """False: the run was noisy and not asked for, so the defaults stand in."""
+
+    @property
+    def line(self) -> str:
+        """One line saying which run, its quality, and whether it was used."""
+        run = (f"gpuplan bench run {self.run_id} of {self.created_utc} on {self.device_name} "
+               f"({self.device})")
+        if not self.used:
+            return (f"stored {run} not used: its measurements are noisy ({self.why}); the "
+                    "defaults stand in; --use-noisy-bench uses it")
+        return (f"measured: {run}, quality {self.quality} ({self.why})"
+                + (", used as asked (--use-noisy-bench)" if self.quality == "noisy" else ""))
+
+    def to_dict(self) -> dict:
+        return {"id": self.run_id, "device": self.device_name, "device_key": self.device,
+                "date": self.created_utc, "quality": self.quality, "spread": self.spread,
+                "why": self.why, "used": self.used, "note": self.line}
+
+
+def run_use(measured: Any, device: str, read: Iterable[Measurement]) -> RunUse:
+    """The :class:`RunUse` of ``measured``'s measurements ``read`` of ``device`` (``cpu``,
+    ``cuda:N``): used unless noisy, or noisy and the run says ``use_noisy``."""
+    quality, worst, why = judge_quality(measured, read)
+    names: Mapping[str, str] = getattr(measured, "device_names", None) or {}
+    return RunUse(run_id=int(getattr(measured, "run_id", 0) or 0),
+                  created_utc=str(getattr(measured, "created_utc", "?")), device=device,
+                  device_name=names.get(device, device), quality=quality, spread=worst, why=why,
+                  used=quality != "noisy" or bool(getattr(measured, "use_noisy", False)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -262,52 +373,75 @@ def _is_bench_db(conn: sqlite3.Connection, path: Path) -> bool:
     return True
 
 
+def _checked_flag(v: object, what: str) -> bool:
+    if v not in (0, 1) or isinstance(v, float):
+        raise BadRun(f"{what} is {shown(v)}, not 0 or 1")
+    return bool(v)
+
+
+def _quality_of(table: str, device: str, what: str, median_s: float, iqr_s: object, noisy: object,
+                spread: dict, flagged: set) -> None:
+    """Record one measurement's spread (IQR / median) and the bench's noisy flag, checked."""
+    k = (table, device, what)
+    spread[k] = checked_float(iqr_s, f"{table} iqr_s", "duration") / median_s
+    if _checked_flag(noisy, f"{table} noisy"):
+        flagged.add(k)
+
+
 def _read_run(conn: sqlite3.Connection, run_id: int, created: str, machine_json: str,
               key: str) -> MeasuredRun:
     """One run reduced as ``gpuplan.measure.store.summarize`` reduces it; every field is checked
     (:class:`BadRun` names the first that is not what gpuplan writes)."""
     machine = checked_json(machine_json, "machine_json", dict)
     names = {"cpu": checked_text(machine.get("cpu_model"), "machine cpu_model")}  # type: ignore[union-attr]
+    spread: dict = {}
+    flagged: set = set()
     best = _best_matmuls(conn, run_id, names)
+    for (device, dtype), (_, t, _, iqr, noisy) in best.items():
+        _quality_of("matmul", device, dtype, t, iqr, noisy, spread, flagged)
     bandwidth = {}
-    for device, kind, nbytes, median_s in conn.execute(
-            "SELECT device, kind, nbytes, median_s FROM bandwidth WHERE run_id = ? ORDER BY rowid",
-            (run_id,)):
+    for device, kind, nbytes, median_s, iqr_s, noisy in conn.execute(
+            "SELECT device, kind, nbytes, median_s, iqr_s, noisy FROM bandwidth WHERE run_id = ? "
+            "ORDER BY rowid", (run_id,)):
         k = (checked_text(device, "bandwidth device"), checked_text(kind, "bandwidth kind"))
         n = checked_int(nbytes, "bandwidth nbytes", "bytes")
         t = checked_float(median_s, "bandwidth median_s")
         moved = 2 * n if kind.endswith("_copy") else n  # a copy reads and writes
         bandwidth[k] = moved / t
+        _quality_of("bandwidth", *k, t, iqr_s, noisy, spread, flagged)
     overhead = {}
-    for device, kind, median_s in conn.execute(
-            "SELECT device, kind, median_s FROM overhead WHERE run_id = ? ORDER BY rowid",
-            (run_id,)):
+    for device, kind, median_s, iqr_s, noisy in conn.execute(
+            "SELECT device, kind, median_s, iqr_s, noisy FROM overhead WHERE run_id = ? "
+            "ORDER BY rowid", (run_id,)):
         k = (checked_text(device, "overhead device"), checked_text(kind, "overhead kind"))
         overhead[k] = checked_float(median_s, "overhead median_s")
+        _quality_of("overhead", *k, overhead[k], iqr_s, noisy, spread, flagged)
     return MeasuredRun(
         run_id=int(run_id or 0), created_utc=checked_text(created, "created_utc"),
         machine_key=key, device_names=MappingProxyType(names),
         # achieved FLOP/s of an N x N @ N x N product: 2 N^3 / median seconds
-        matmul_flops=MappingProxyType({k: 2.0 * s**3 / t for k, (s, t, _) in best.items()}),
-        matmul_size=MappingProxyType({k: s for k, (s, _, _) in best.items()}),
-        matmul_peak_flops=MappingProxyType({k: p for k, (_, _, p) in best.items() if p}),
-        bandwidth=MappingProxyType(bandwidth), overhead_s=MappingProxyType(overhead))
+        matmul_flops=MappingProxyType({k: 2.0 * b[0]**3 / b[1] for k, b in best.items()}),
+        matmul_size=MappingProxyType({k: b[0] for k, b in best.items()}),
+        matmul_peak_flops=MappingProxyType({k: b[2] for k, b in best.items() if b[2]}),
+        bandwidth=MappingProxyType(bandwidth), overhead_s=MappingProxyType(overhead),
+        spread=MappingProxyType(spread), flagged=frozenset(flagged))
 
 
 def _best_matmuls(conn: sqlite3.Connection, run_id: int, names: dict
-                  ) -> dict[tuple[str, str], tuple[int, float, float | None]]:
-    """(device, dtype) -> (size, median_s, peak) of the largest size measured, checked."""
-    best: dict[tuple[str, str], tuple[int, float, float | None]] = {}
-    for device, device_name, dtype, size, median_s, peak in conn.execute(
-            "SELECT device, device_name, dtype, size, median_s, peak_flops FROM matmul "
-            "WHERE run_id = ? ORDER BY rowid", (run_id,)):
+                  ) -> dict[tuple[str, str], tuple[int, float, float | None, object, object]]:
+    """(device, dtype) -> (size, median_s, peak, iqr_s, noisy) of the largest size measured,
+    checked (the last two by :func:`_quality_of`)."""
+    best: dict[tuple[str, str], tuple[int, float, float | None, object, object]] = {}
+    for device, device_name, dtype, size, median_s, peak, iqr_s, noisy in conn.execute(
+            "SELECT device, device_name, dtype, size, median_s, peak_flops, iqr_s, noisy "
+            "FROM matmul WHERE run_id = ? ORDER BY rowid", (run_id,)):
         names[checked_text(device, "matmul device")] = checked_text(device_name, "device_name")
         k = (device, checked_text(dtype, "matmul dtype"))
         n = checked_int(size, "matmul size", "dim")
         t = checked_float(median_s, "matmul median_s")
         p = checked_float(peak, "matmul peak_flops", "flops", optional=True)
         if k not in best or n > best[k][0]:
-            best[k] = (n, t, p)  # type: ignore[assignment]
+            best[k] = (n, t, p, iqr_s, noisy)  # type: ignore[assignment]
     return best
 
 
@@ -346,7 +480,23 @@ def latest_measured(db: str | os.PathLike | None = None, *,
         conn.close()
 
 
-def load_measured(db: str | os.PathLike | None = None) -> MeasuredRun | None:
+def load_measured(db: str | os.PathLike | None = None, *,
+                  use_noisy: bool = False) -> MeasuredRun | None:
     """This machine's latest stored bench run, or None when there is none (what
-    ``measured="auto"`` means everywhere in the speed model)."""
-    return latest_measured(db)
+    ``measured="auto"`` means everywhere in the speed model). Its noisy measurements (a spread
+    at or above :data:`NOISY_SPREAD`) are not used unless ``use_noisy``: a device they measured
+    keeps the defaults, and the estimate says so (:class:`RunUse`). Not an older run instead:
+    the newest one is what this machine measured last."""
+    run = latest_measured(db)
+    return replace(run, use_noisy=True) if run is not None and use_noisy else run
+
+
+def resolve_measured(measured: Any, *, use_noisy: bool = False) -> Any:
+    """What ``measured=`` means in the speed model: ``"auto"``, this machine's latest stored run
+    (:func:`load_measured`); None, none; a run given is used as given -- its noisy measurements
+    too when ``use_noisy``."""
+    if isinstance(measured, str) and measured == "auto":
+        return load_measured(use_noisy=use_noisy)
+    if use_noisy and isinstance(measured, MeasuredRun) and not measured.use_noisy:
+        return replace(measured, use_noisy=True)
+    return measured

@@ -16,10 +16,10 @@ from ..hardware import GPU
 from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
-from .device import Device, Efficiency, apply_measured, default_efficiency, device_from_gpu
+from .device import Device, Efficiency, default_efficiency, device_from_gpu, measured_apply
 from .efficiency import resolve_runtime, speed_range, speed_residuals
 from .flops import positive_int
-from .measured import load_measured
+from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token,
     serve_time, shard_arch, zero3_gathers,
@@ -97,6 +97,9 @@ class SpeedEstimate:
     """The job's engine as given (``auto`` or a name)."""
     engine_notes: tuple[str, ...] = ()
     """What the engine is and runs (auto said as what it stands for)."""
+    measured_run: RunUse | None = None
+    """The stored bench run read for this GPU (which run, its date, its quality, and whether it
+    was used: a noisy one is not, unless asked); None when no stored run measured this GPU."""
 
     @property
     def flops_per_step(self) -> float:
@@ -255,6 +258,7 @@ class SpeedEstimate:
                        "notes": list(self.engine_notes)},
             "tokens_per_s_range": list(self.tokens_per_s_range),
             "range_basis": dict(speed_residuals()), "caveats": list(self.caveats),
+            "measured_run": None if self.measured_run is None else self.measured_run.to_dict(),
         }
         if self.layout is not None:
             d["layout"] = self.layout.to_dict()
@@ -274,7 +278,7 @@ def estimate_speed(
     efficiency: Efficiency | None = None, measured: Any | None | Literal["auto"] = "auto",
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
-    grad_clip_impl: str | None = None,
+    grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -294,8 +298,9 @@ def estimate_speed(
     ``price_per_gpu_hour``), ``trainable_params`` (the exact LoRA adapter count, when known: the
     memory accounting has it), ``efficiency`` (overrides the default achievable fractions),
     ``measured`` (a stored bench run; ``"auto"``: this machine's latest, applied only when it
-    measured this very GPU; None: defaults only), ``tf32``, and ``cpu`` (also estimate the job on
-    that CPU, :func:`estimate_cpu_speed`, and say whether it needs a GPU at all), and
+    measured this very GPU; None: defaults only; ``use_noisy_bench``: its noisy measurements too,
+    which are otherwise left out, :attr:`SpeedEstimate.measured_run` says), ``tf32``, and ``cpu``
+    (also the job on that CPU, :func:`estimate_cpu_speed`, and whether it needs a GPU), and
     ``optimizer_impl`` (``foreach``, ``fused`` or ``for-loop``: how the optimizer step runs; None:
     ``fused`` when ``job.fused_optimizer``, else torch's default, foreach on a GPU), and
     ``grad_clip_impl`` (how a ``job.max_grad_norm`` clip runs, :data:`~.efficiency.GRAD_CLIP_IMPLS`;
@@ -316,9 +321,9 @@ def estimate_speed(
     notes: list[str] = []
     job = _as_run(job, arch, notes)
     seq = resolve_seq(arch, job.seq, notes)
-    if measured == "auto":
-        measured = load_measured() if efficiency is None else None
-    device, eff = _gpu_and_efficiency(gpu, efficiency, measured)
+    measured = resolve_measured(None if efficiency is not None and measured == "auto"
+                                else measured, use_noisy=use_noisy_bench)
+    device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured)
     prec = _precision(job, mode, device, tf32, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
@@ -329,8 +334,8 @@ def estimate_speed(
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
                                notes=notes, impls=(optimizer_impl, grad_clip_impl),
                                gathers=gathers, gather_overlap=gather_overlap)
-        return replace(est, training_time=_training_time(est, train_tokens, train_samples,
-                                                         epochs, price_per_gpu_hour))
+        return replace(est, measured_run=used, training_time=_training_time(
+            est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
     step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
@@ -355,21 +360,27 @@ def estimate_speed(
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        runtime_auto=job.runtime == "auto", **_engine_fields(job, mode))
+        runtime_auto=job.runtime == "auto", measured_run=used, **_engine_fields(job, mode))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
-        from .cpu import estimate_cpu_speed  # the CPU side loads only when a CPU is asked about
-
-        on_cpu = estimate_cpu_speed(model, cpu, job, new_tokens=new_tokens,
-                                    trainable_params=trainable_params, measured=measured)
-        est = replace(est, cpu=_compare_cpu(est, on_cpu))
+        est = replace(est, cpu=_compare_cpu(est, _on_cpu(model, cpu, job, new_tokens,
+                                                         trainable_params, measured)))
     return est
 
 
 def _engine_fields(job: Job, mode: str) -> dict:
     """The estimate's statement of the engine (:func:`gpuplan.engines.profiles.engine_notes`)."""
     return {"engine": job.engine, "engine_notes": engine_notes(job, mode)}
+
+
+def _on_cpu(model: Model | Architecture, cpu: CPU, job: Job, new_tokens: int,
+            trainable_params: int | None, measured: Any):
+    """The same job on ``cpu`` with the same stored run (:func:`estimate_cpu_speed`)."""
+    from .cpu import estimate_cpu_speed  # the CPU side loads only when a CPU is asked about
+
+    return estimate_cpu_speed(model, cpu, job, new_tokens=new_tokens,
+                              trainable_params=trainable_params, measured=measured)
 
 
 def _as_run(job: Job, arch: Architecture | None, notes: list[str]) -> Job:
@@ -457,14 +468,15 @@ def _ridge_points(device: Device, eff: Efficiency, dtype: str) -> dict[str, floa
 
 
 def _gpu_and_efficiency(gpu: GPU, efficiency: Efficiency | None,
-                        measured: Any) -> tuple[Device, Efficiency]:
+                        measured: Any) -> tuple[Device, Efficiency, RunUse | None]:
     """The GPU as the model sees it and the achievable fractions: ``efficiency`` when given, else
-    the defaults replaced by what ``measured`` (a stored run, or None) measured on it."""
+    the defaults replaced by what ``measured`` (a stored run, or None) measured on it; and which
+    run that was (None when none was read)."""
     device = device_from_gpu(gpu)
     eff = efficiency or default_efficiency(device)
     if measured is not None and efficiency is None:
-        device, eff = apply_measured(device, eff, measured)
-    return device, eff
+        return measured_apply(device, eff, measured)
+    return device, eff, None
 
 
 def _precision(job: Job, mode: StepMode, device: Device, tf32: bool,
@@ -578,10 +590,11 @@ def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:
         gpu_request = est.prefill.time_s + est.new_tokens * gpu_step
     from .cpu import cpu_vs_gpu  # loaded with the CPU estimate (see estimate_speed)
 
-    return cpu_vs_gpu(cpu=on_cpu.cpu, cpu_peak_basis=on_cpu.peak_basis, cpu_dtype=on_cpu.dtype,
-                      cpu_step_s=on_cpu.step_time_s, gpu=est.gpu, gpu_step_s=gpu_step,
-                      job_steps=job_steps, cpu_request_s=on_cpu.request_time_s,
-                      gpu_request_s=gpu_request)
+    verdict = cpu_vs_gpu(cpu=on_cpu.cpu, cpu_peak_basis=on_cpu.peak_basis,
+                         cpu_dtype=on_cpu.dtype, cpu_step_s=on_cpu.step_time_s, gpu=est.gpu,
+                         gpu_step_s=gpu_step, job_steps=job_steps,
+                         cpu_request_s=on_cpu.request_time_s, gpu_request_s=gpu_request)
+    return replace(verdict, measured_run=on_cpu.measured_run)
 
 
 def _training_time(est: SpeedEstimate, tokens, samples, epochs, price) -> TrainingTime | None:
@@ -605,16 +618,16 @@ def _training_time(est: SpeedEstimate, tokens, samples, epochs, price) -> Traini
 
 def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | None = None,
                            trainable_params: int | None = None, measured: Any = "auto",
+                           use_noisy_bench: bool = False,
                            **kwargs: Any) -> dict[str, SpeedEstimate]:
     """:func:`estimate_speed` for each mode of ``job`` (``train`` and/or ``infer``), keyed by mode.
     ``model`` is the loaded model when ``job.model`` is a name. Extra keyword arguments (``link``,
     ``train_tokens``, ``price_per_gpu_hour`` ...) pass through to the training estimate; the
-    inference one takes those that apply to it."""
+    inference one takes those that apply to it. ``use_noisy_bench``: as in estimate_speed."""
     m = job.model if isinstance(job.model, (Model, Architecture)) else model
     if m is None:
         raise InputError(f"job.model {job.model!r} is a name: pass the loaded model as model=")
-    if measured == "auto":
-        measured = load_measured()
+    measured = resolve_measured(measured, use_noisy=use_noisy_bench)
     out: dict[str, SpeedEstimate] = {}
     if job.trains:
         out["train"] = estimate_speed(m, gpu, job.with_(mode="train"), measured=measured,
@@ -652,19 +665,21 @@ def _headline(e: SpeedEstimate) -> dict:
     out["tokens_per_s_range"] = list(e.tokens_per_s_range)
     out["runtime"] = e.step.overheads.runtime if e.step.overheads else None
     out["caveats"] = list(e.caveats)
+    out["measured_run"] = None if e.measured_run is None else e.measured_run.to_dict()
     return out
 
 
 def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture | None = None,
                   trainable_params: int | None = None, measured: Any = "auto",
-                  **kwargs: Any) -> dict:
+                  use_noisy_bench: bool = False, **kwargs: Any) -> dict:
     """The ``"speed"`` section of ``gpuplan fit --json``: per GPU and mode, the headline numbers
     of :func:`estimate_speed_for_job`. A GPU that cannot run the job's dtype gets ``{"error":
-    ...}`` instead (e.g. bf16 on a T4), so one GPU never sinks the whole plan."""
-    if measured == "auto":
-        measured = load_measured()
+    ...}`` instead (e.g. bf16 on a T4), so one GPU never sinks the whole plan. ``measured_runs``:
+    each stored bench run read (used, or noisy and left out), once."""
+    measured = resolve_measured(measured, use_noisy=use_noisy_bench)
     rows = []
     basis = None
+    runs: dict = {}
     for gpu in gpus:
         try:
             est = estimate_speed_for_job(job, gpu, model=model, trainable_params=trainable_params,
@@ -676,8 +691,10 @@ def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture 
         for mode, e in est.items():
             row[mode] = _headline(e)
             basis = basis or e.efficiency.to_dict()
+            if e.measured_run is not None:
+                runs.setdefault(e.measured_run.line, e.measured_run.to_dict())
         rows.append(row)
-    return {"gpus": rows, "efficiency": basis,
+    return {"gpus": rows, "efficiency": basis, "measured_runs": list(runs.values()),
             "conventions": "model FLOPs count matmuls only, attention over the full s x s square "
                            "(Megatron/PaLM); step time = sum over ops of max(compute, memory) at "
                            "the stated achievable fractions + kernel launches; see docs/speed.md"}

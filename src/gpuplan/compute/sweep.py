@@ -56,7 +56,7 @@ def batch_sweep(model: Model | Architecture, gpu: GPU, job: Job, *,
     if not 0 < threshold <= 1:
         raise InputError(f"threshold {threshold!r}: expected a fraction in (0, 1]")
     if kwargs.get("measured", "auto") == "auto" and kwargs.get("efficiency") is None:
-        kwargs["measured"] = load_measured()
+        kwargs["measured"] = load_measured(use_noisy=bool(kwargs.get("use_noisy_bench")))
     pts = []
     for b in batches:
         e = estimate_speed(model, gpu, job.with_(batch=b), **kwargs)

@@ -443,6 +443,10 @@ def summarize(run: BenchRun) -> Measured:
         k = (m.device, m.dtype)
         if k not in best or m.size > best[k].size:
             best[k] = m
+    # the measurement behind each figure, for its quality (compute.measured.judge_quality)
+    rows: dict = {("matmul", *k): m for k, m in best.items()}
+    rows.update({("bandwidth", b.device, b.kind): b for b in run.bandwidth})
+    rows.update({("overhead", o.device, o.kind): o for o in run.overhead})
     return Measured(
         run_id=int(run.run_id or 0), created_utc=run.created_utc, machine=run.machine,
         machine_key=run.machine.key,
@@ -452,6 +456,8 @@ def summarize(run: BenchRun) -> Measured:
         matmul_peak_flops=MappingProxyType({k: m.peak_flops for k, m in best.items() if m.peak_flops}),
         bandwidth=MappingProxyType({(b.device, b.kind): b.bytes_per_s for b in run.bandwidth}),
         overhead_s=MappingProxyType({(o.device, o.kind): o.median_s for o in run.overhead}),
+        spread=MappingProxyType({k: r.iqr_s / r.median_s for k, r in rows.items()}),
+        flagged=frozenset(k for k, r in rows.items() if r.noisy),
     )
 
 

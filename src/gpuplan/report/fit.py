@@ -206,6 +206,12 @@ def _speed_table(p: Plan):
     return table
 
 
+def _measured_run_line(run: dict) -> str:
+    """One stored bench run the speed table read (``measured_runs``): which, its quality, used or
+    left out (the note RunUse.line wrote)."""
+    return run["note"] if run["used"] else f"note: {run['note']}"
+
+
 def _trace_table(comparisons, units: ByteUnits):
     """``fit --trace``: analytic and traced bytes side by side, difference in percent."""
     from rich.table import Table
@@ -276,6 +282,9 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
     speed = _speed_table(p)
     if speed is not None:
         console.print(speed)
+        for run in p.extra["speed"].get("measured_runs") or ():
+            console.print(_measured_run_line(run), highlight=False, markup=False,
+                          soft_wrap=True)
     if trace is not None:
         for part in _trace_table(trace, units):
             console.print(part)

@@ -67,6 +67,7 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
     if est.cpu is not None:
         c.print(f"[bold]CPU vs GPU[/bold]: {est.cpu.verdict}")
         c.print(f"  CPU: {est.cpu.cpu} ({est.cpu.cpu_dtype}); {est.cpu.cpu_peak_basis}")
+        _print_measured_run(c, est.cpu.measured_run, indent="  CPU ")
     _print_basis(c, est)
 
 
@@ -231,6 +232,7 @@ def _print_basis(c: Any, est: SpeedEstimate) -> None:
             f"{eff.launch_s * 1e6:.1f} us"
             + (f"; measured: {', '.join(eff.measured)}" if eff.measured else
                " (defaults; `gpuplan bench` on this machine replaces them)"))
+    _print_measured_run(c, est.measured_run)
     lo, hi = est.tokens_per_s_range
     rb = est.to_dict(ops=False)["range_basis"]
     rt = est.step.overheads.runtime if est.step.overheads else "-"
@@ -247,10 +249,19 @@ def _print_basis(c: Any, est: SpeedEstimate) -> None:
         c.print(f"note: {n}")
 
 
+def _print_measured_run(c: Any, use: Any, indent: str = "") -> None:
+    """The stored bench run an estimate read (:class:`~gpuplan.compute.RunUse`): which, its
+    quality, used or left out; nothing when none was read."""
+    if use is not None:
+        c.print(indent + (use.line if use.used else f"note: {use.line}"), highlight=False,
+                markup=False, soft_wrap=True)
+
+
 def render_matmul(mm: MatmulCount, *, small: SmallWork | None = None,
                   times: list[MatmulTime] | None = None, verdict: str | None = None,
-                  console: Any = None) -> None:
-    """The worked example of one matmul: exact counts, and on a GPU how much of it the work fills."""
+                  console: Any = None, measured: list[str] | None = None) -> None:
+    """The worked example of one matmul: exact counts, and on a GPU how much of it the work fills;
+    ``measured``: the lines naming the stored bench runs read (RunUse.line)."""
     from rich.table import Table
 
     c = _console(console)
@@ -281,6 +292,8 @@ def render_matmul(mm: MatmulCount, *, small: SmallWork | None = None,
         c.print(tt)
     if verdict:
         c.print(verdict)
+    for line in measured or ():
+        c.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def render_flops_breakdown(model: str, fb: FlopsBreakdown, job: Job, *,

@@ -32,11 +32,13 @@ from time import perf_counter
 from typing import Callable, Literal, Protocol, Sequence
 
 from ..._record import record
+from ...compute.measured import NOISY_SPREAD
 
 __all__ = ["Timing", "measure", "quantile", "TARGET_SPREAD"]
 
-#: IQR / median under which a measurement is considered stable.
-TARGET_SPREAD = 0.10
+#: IQR / median under which a measurement is considered stable: the one threshold of a stored
+#: run's quality, stated in :data:`gpuplan.compute.measured.NOISY_SPREAD`.
+TARGET_SPREAD = NOISY_SPREAD
 
 
 class _Event(Protocol):
