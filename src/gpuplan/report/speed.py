@@ -145,14 +145,13 @@ def _launch_label(step: Any) -> str:
     host = step.host_time_s
     if n and host > o.host_fixed_s:
         per = (host - o.host_fixed_s) / n
-        issue = f"{n:,} kernels x {_us(per)} ({o.runtime}) = {format_seconds(host)}"
+        issue = f"{n:,} x {_us(per)} ({o.runtime}) = {format_seconds(host)}"
     else:  # a CUDA graph: one replay issues the whole step
-        issue = f"one graph replay ({o.runtime}) = {format_seconds(host)}"
+        issue = f"1 graph replay ({o.runtime}) = {format_seconds(host)}"
     if step.host_bound:
-        return (f"host issue, exposed: {issue}, less the {format_seconds(step.kernel_time_s)} of "
-                "kernels under it")
-    return (f"launch gaps on the device ({n:,} kernels x {_us(o.device_gap_s)}); host issue "
-            f"{issue}, hidden behind the device")
+        return (f"host issue, exposed: {issue} - {format_seconds(step.kernel_time_s)} of "
+                "kernels")
+    return f"launch gaps: {n:,} kernels x {_us(o.device_gap_s)} (host issue {issue}, hidden)"
 
 
 def _roofline_table(est: SpeedEstimate) -> Any:
