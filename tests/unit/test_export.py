@@ -379,7 +379,8 @@ VLLM = {"--tensor-parallel-size": int, "--pipeline-parallel-size": int,
         "--quantization": ["awq", "gptq", "fp8", "bitsandbytes", "gguf", "compressed-tensors"],
         "--kv-cache-dtype": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
         "--enforce-eager": None, "--enable-expert-parallel": None,
-        "--distributed-executor-backend": ["ray", "mp", "uni", "external_launcher"]}
+        "--distributed-executor-backend": ["ray", "mp", "uni", "external_launcher"],
+        "--gpu-memory-utilization": float}
 
 
 def vllm_args(text: str):

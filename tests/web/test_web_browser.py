@@ -95,8 +95,28 @@ def check_page_against(page, cli: dict) -> int:
         else:
             tps = page.locator(f"[data-field='{mode}.tokens_per_s']")
             assert float(tps.get_attribute("data-value")) == row[mode]["tokens_per_s"]
+            check_expected_range(page, mode, row[mode])
         n += 4 + len(want) + len(phases)
     return n
+
+
+def check_expected_range(page, mode: str, row: dict) -> None:
+    """The card shows the CLI's expected range (``gpuplan speed``'s "Expected range:" line: the
+    same numbers, formatted alike, and the same basis) and, apart from it, the ceiling."""
+    from gpuplan.compute.efficiency import speed_residuals
+    from gpuplan.units import format_per_s
+
+    lo, hi = row["tokens_per_s_range"]
+    rb = speed_residuals()
+    unit = "decode tokens/s" if mode == "infer" else "tokens/s"
+    text = page.locator(f"[data-field='{mode}.tokens_per_s_range']").inner_text()
+    assert text == (f"expected range: {format_per_s(lo)}-{format_per_s(hi)} {unit} (the estimate "
+                    f"over the p90-p10 of predicted/measured, {rb['p10_ratio']:.2f}-"
+                    f"{rb['p90_ratio']:.2f}, on {rb['runs']} published runs; docs/speed.md, "
+                    "Calibration)")
+    ceiling = page.locator(f"[data-field='{mode}.ceiling']")
+    assert ceiling.inner_text().startswith("ceiling: ")
+    assert float(ceiling.get_attribute("data-value")) >= row["tokens_per_s"]
 
 
 def run_cli(cli_json, command: str) -> dict:

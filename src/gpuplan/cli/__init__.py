@@ -15,7 +15,7 @@ import warnings
 from types import ModuleType
 
 from .._version import __version__
-from ..errors import GpuplanError, GpuplanWarning, InputError, printable
+from ..errors import GpuplanError, GpuplanWarning, InputError, closest, printable, shown
 
 __all__ = ["main", "build_parser", "CliError"]
 
@@ -83,11 +83,60 @@ class _Formatter(argparse.HelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, formatter_class=None, **kwargs) -> None:
-        super().__init__(*args, formatter_class=formatter_class or _Formatter, **kwargs)
+    """argparse with gpuplan's manners: an option is spelled out in full (``--sequence`` is an
+    error, never a silent ``--sequence-parallel``), a wrong option or command gets one line with
+    "did you mean", and every complaint is one line and exit 2 (:class:`CliError`)."""
+
+    def __init__(self, *args, formatter_class=None, allow_abbrev: bool = False, **kwargs) -> None:
+        super().__init__(*args, formatter_class=formatter_class or _Formatter,
+                         allow_abbrev=allow_abbrev, **kwargs)
 
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         raise CliError(f"{message} (see `{self.prog} --help`)")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            _command_parser(self, parsed)._unrecognized(extras)
+        return parsed
+
+    def _unrecognized(self, extras: list[str]) -> None:
+        """The complaint about arguments no option took, raised by the (sub)command's parser
+        whose options they missed, with the closest of its options for the first one."""
+        options = [a.split("=", 1)[0] for a in extras if a.startswith("-") and a != "-"]
+        if not options:
+            self.error(f"unrecognized arguments: {printable(' '.join(extras), 200)}")
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        hits = closest(options[0], known)
+        msg = f"unknown option {shown(options[0])}"
+        if hits:
+            msg += "; did you mean " + ", ".join(hits) + "?"
+        self.error(msg)
+
+    def _check_value(self, action, value) -> None:
+        """A value outside an option's (or the command's) choices: the closest choices named."""
+        if action.choices is None or value in action.choices:
+            return
+        choices = [str(c) for c in action.choices]
+        hits = closest(str(value), choices)
+        mean = "; did you mean " + ", ".join(repr(h) for h in hits) + "?" if hits else ""
+        if isinstance(action, argparse._SubParsersAction):  # "gpuplan fitt"
+            raise argparse.ArgumentError(None, f"unknown command {shown(value)}{mean} (commands: "
+                                               f"{', '.join(choices)})")
+        raise argparse.ArgumentError(action, f"invalid choice {shown(value)}{mean} (choose from "
+                                             f"{', '.join(choices)})")
+
+
+def _command_parser(parser: argparse.ArgumentParser,
+                    parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser ``parsed`` went through (``gpuplan flops model``'s for
+    ``flops model ...``), whose options an unknown one is compared with."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(parsed, subs[0].dest, None) if subs else None
+        if not subs or name not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[name]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

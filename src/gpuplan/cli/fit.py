@@ -73,6 +73,10 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                         "--export-file is given")
     p.add_argument("--export-file", metavar="PATH",
                    help="write --export's config to PATH (the plan is then printed as usual)")
+    p.add_argument("--export-repo", metavar="REPO",
+                   help="--export vllm: the repository to serve when it is not the model's own "
+                        "(Hugging Face id or directory), e.g. the AWQ or GPTQ checkpoint that "
+                        "--precision awq-4bit or gptq-4bit needs")
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
@@ -122,6 +126,9 @@ def export_text(args: argparse.Namespace, job: Job) -> str | None:
         raise InputError("--export-file without --export: name the engine, e.g. "
                          "--export deepspeed")
     if args.export is None:
+        if args.export_repo is not None:
+            raise InputError("--export-repo without --export: it names the repository of "
+                             "--export vllm")
         return None
     if not args.export:
         raise InputError("--export '': name the engine, e.g. --export deepspeed")
@@ -132,7 +139,7 @@ def export_text(args: argparse.Namespace, job: Job) -> str | None:
                          "--export-file PATH")
     from ..export import export_plan  # the exporters load only when --export is given
 
-    return export_plan(job, args.export)
+    return export_plan(job, args.export, repo=args.export_repo)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -160,13 +160,28 @@ class SpeedEstimate:
         return self.layout.prefill_s if isinstance(self.layout, ServeTime) else self.prefill.time_s
 
     @property
+    def ttft_s(self) -> float | None:
+        """Decoder inference: TTFT, the time to first token -- the prefill of one batch and its
+        exposed input copy (the first token comes from the prefill's logits); the same for every
+        sequence of the batch. None for training and for an encoder."""
+        pre = self.prefill_time_s
+        if pre is None:
+            return None
+        return pre + (self.prefill_transfer.exposed_s if self.prefill_transfer is not None else 0.0)
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Decoder inference: TPOT, the time per output token after the first -- one decode step
+        (it makes one token for each sequence of the batch). None for training and an encoder."""
+        return None if self.prefill is None else self.step_time_s
+
+    @property
     def request_time_s(self) -> float | None:
         """Decoder inference: prefill + ``new_tokens`` decode steps for one batch."""
-        pre = self.prefill_time_s
-        if pre is None or self.new_tokens is None:
+        ttft = self.ttft_s
+        if ttft is None or self.new_tokens is None:
             return None
-        pt = self.prefill_transfer.exposed_s if self.prefill_transfer is not None else 0.0
-        return pre + pt + self.new_tokens * self.step_time_s
+        return ttft + self.new_tokens * self.step_time_s
 
     @property
     def samples_per_s(self) -> float:
@@ -245,6 +260,7 @@ class SpeedEstimate:
             "step": self.step.to_dict(ops=ops),
             "prefill": None if self.prefill is None else self.prefill.to_dict(ops=ops),
             "new_tokens": self.new_tokens, "request_time_s": self.request_time_s,
+            "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
             "transfer": self.transfer.to_dict(),
             "prefill_transfer": None if self.prefill_transfer is None
             else self.prefill_transfer.to_dict(),
@@ -657,6 +673,8 @@ def _headline(e: SpeedEstimate) -> dict:
         out["prefill_bound"] = e.prefill.bound
         out["decode_tokens_per_s"] = e.tokens_per_s
         out["request_time_s"] = e.request_time_s
+        out["ttft_s"] = e.ttft_s
+        out["tpot_s"] = e.tpot_s
         out["new_tokens"] = e.new_tokens
     if e.scaling is not None and e.gpus > 1:
         out["data_parallel_efficiency"] = e.scaling.rows[-1].efficiency

@@ -22,14 +22,20 @@ _WRITERS = {"deepspeed": deepspeed.export, "accelerate": accelerate.export, "fsd
 ENGINES = tuple(_WRITERS)
 
 
-def export_plan(job: Job, engine: str, *, model: Model | None = None) -> str:
+def export_plan(job: Job, engine: str, *, model: Model | None = None,
+                repo: str | None = None) -> str:
     """The config text ``engine`` reads for ``job`` (``model``: the job's model, loaded, if the
-    caller has it already)."""
-    writer = _WRITERS.get(str(engine).strip().lower())
+    caller has it already; ``repo``: the repository ``vllm serve`` loads when it is not the
+    model's own, e.g. an AWQ checkpoint of it -- ``gpuplan fit --export-repo``)."""
+    name = str(engine).strip().lower()
+    writer = _WRITERS.get(name)
     if writer is None:
         near = closest(str(engine), ENGINES, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise InputError(f"--export {engine!r:.40}: expected one of {', '.join(ENGINES)}{hint}")
+    if repo is not None and name != "vllm":
+        raise InputError(f"--export-repo is the repository vllm serve loads; --export {name} "
+                         "reads none: drop --export-repo")
     if model is None:
         model = job.model if isinstance(job.model, Model) else load_model(job.model)
-    return writer(job, model)
+    return vllm.export(job, model, repo=repo) if name == "vllm" else writer(job, model)

@@ -6,6 +6,15 @@ Top-level keys are accelerate's ``ClusterConfig`` fields; ``fsdp_config`` / ``de
 without resharding after forward; ZeRO-1 and optimizer offload go through DeepSpeed. The
 micro-batch and accumulation are the training script's (DataLoader, ``Accelerator``) and are
 written as comments.
+
+Past one node (``num_machines`` > 1) every node runs ``accelerate launch`` with the same file but
+its own ``machine_rank``, and all of them meet at ``main_process_ip:main_process_port``, the
+address of the rank-0 node (accelerate's ``ClusterConfig`` keys; ``rdzv_backend: static``, torch's
+static rendezvous, needs both). Without them the nodes never find each other and the launch
+hangs, so the file carries them: ``main_process_ip: "MAIN_NODE_IP"`` (a placeholder the user
+replaces with that address), ``main_process_port: 29500`` (torch.distributed's default master
+port; any port free on the main node) and ``machine_rank: 0``, each with a comment saying how to
+fill it; ``accelerate launch --machine_rank R --main_process_ip IP`` overrides them per node.
 """
 
 from __future__ import annotations
@@ -58,6 +67,28 @@ def _parallelism(job: Job) -> dict:
             "parallelism_config_tp_size": job.tp, "parallelism_config_cp_size": job.cp}
 
 
+#: Placeholder of the main node's address (replaced by the user; a string, so the file loads).
+MAIN_NODE_IP = "MAIN_NODE_IP"
+#: torch.distributed's default master port (``MASTER_PORT`` of torchrun's docs: 29500).
+MAIN_PROCESS_PORT = 29500
+
+
+def _nodes(machines: int) -> dict:
+    """The keys every node's copy needs to find the others (``num_machines`` > 1)."""
+    others = "1 on the other" if machines == 2 else f"1 to {machines - 1} on the others"
+    return {
+        f"# {machines} nodes: every node runs `accelerate launch --config_file THIS_FILE ...`; "
+        "set main_process_ip to the address of the machine_rank 0 node that the other nodes "
+        "reach": None,
+        "main_process_ip": MAIN_NODE_IP,
+        "# main_process_port: a port free on the main node, the same on every node": None,
+        "main_process_port": MAIN_PROCESS_PORT,
+        f"# machine_rank: 0 on the main node, {others} (edit each node's copy, or pass "
+        "`accelerate launch --machine_rank R` on each node)": None,
+        "machine_rank": 0,
+    }
+
+
 def export(job: Job, model: Model) -> str:
     """The accelerate config YAML of ``job``."""
     train_only(job, ENGINE)
@@ -81,6 +112,9 @@ def export(job: Job, model: Model) -> str:
         "num_processes": job.gpus, "machine_rank": 0, "main_training_function": "main",
         "rdzv_backend": "static", "same_network": True, "use_cpu": False,
     }
+    if cfg["num_machines"] > 1:
+        del cfg["machine_rank"]  # written again below its comment
+        cfg.update(_nodes(cfg["num_machines"]))
     if backend == "FSDP":
         cfg["fsdp_config"] = _fsdp(job)
         if job.tp * job.cp > 1:

@@ -4,23 +4,61 @@ Options from vLLM's engine arguments (https://docs.vllm.ai/en/latest/configurati
 ``vllm/engine/arg_utils.py``): ``--tensor-parallel-size``, ``--pipeline-parallel-size``,
 ``--data-parallel-size``, ``--max-model-len`` (the context), ``--max-num-seqs`` (the concurrent
 sequences: the plan's batch), ``--dtype``, ``--quantization``, ``--kv-cache-dtype``,
-``--enforce-eager``, ``--enable-expert-parallel`` (experts over the TP x DP ranks).
+``--enforce-eager``, ``--enable-expert-parallel`` (experts over the TP x DP ranks),
+``--gpu-memory-utilization``.
+
+Weights. The repository is the model's own (a catalog entry's Hugging Face repository, or the hub
+id or directory the plan names) unless ``repo`` (``gpuplan fit --export-repo``) names another.
+A catalog repository holds the published 16-bit weights, so:
+
+* bf16 / fp16 / fp32: ``--dtype`` only; no ``--quantization`` (there is nothing to quantize).
+* fp8: ``--quantization fp8`` on a 16-bit repository is vLLM's online FP8 quantization (weights
+  cast to FP8 with a per-tensor scale at load; vLLM docs, Quantization / FP8 W8A8: "dynamic
+  quantization of an original precision BF16/FP16 model to FP8 ... specifying
+  --quantization fp8"). A repository given with ``--export-repo`` is taken as an FP8 checkpoint:
+  vLLM reads its method from its config.json (an FP8 checkpoint may be ``compressed-tensors``,
+  which ``--quantization fp8`` would contradict), so the flag is left out.
+* nf4: ``--quantization bitsandbytes``, which vLLM documents both for in-flight 4-bit
+  quantization of a 16-bit repository and for a bitsandbytes checkpoint.
+* gptq-4bit / awq-4bit: the weights must already be packed by GPTQ / AutoAWQ; vLLM cannot make
+  them from 16-bit weights. The export refuses unless the repository is such a checkpoint: given
+  with ``--export-repo``, or a plan model whose config.json carries a matching
+  ``quantization_config``. No ``--quantization`` then either: vLLM reads ``quant_method`` from the
+  repository and picks its Marlin kernel where the GPU has it, while an explicit
+  ``--quantization awq`` / ``gptq`` forces the older, slower kernel (vLLM logs "you specified
+  quantization=awq explicitly, so forcing awq").
+
+Memory. ``--gpu-memory-utilization 0.9`` is vLLM's default, written so that the command states
+it: vLLM takes that fraction of each GPU's memory at start-up and fills what the weights and the
+profiled activations leave with KV-cache blocks, so the plan's KV cache for ``--max-num-seqs``
+sequences of ``--max-model-len`` tokens must fit inside 90% of the card. The export does not know
+the plan's GPU (an export is of the job), which is why it writes the default rather than the
+plan's own share of the card.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 
+from ..errors import InputError, shown
 from ..job import Job, default_seq
 from ..models import Model
 from ._common import INFER_FIELDS, check_expressed, hub_repo, infer_only, refuse
 
 ENGINE = "vllm"
 _EXPRESSED = frozenset({"kv_dtype", "tp", "pp", "ep", "runtime"})
-#: weight format -> (--dtype, --quantization)
+#: weight format -> (--dtype, --quantization on the model's own 16-bit repository)
 _WEIGHTS = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "fp32": ("float32", None),
             "fp8": ("bfloat16", "fp8"), "nf4": ("bfloat16", "bitsandbytes"),
-            "gptq-4bit": ("float16", "gptq"), "awq-4bit": ("float16", "awq")}
+            "gptq-4bit": ("float16", None), "awq-4bit": ("float16", None)}
+#: Formats whose weights only a quantized repository holds -> its config.json ``quant_method``.
+_PACKED = {"gptq-4bit": "gptq", "awq-4bit": "awq"}
+#: What a given repository of each format keeps of the --quantization above (None: vLLM reads
+#: the method from the repository's own config.json).
+_GIVEN = {"fp8": None, "nf4": "bitsandbytes"}
+#: vLLM's default share of each GPU's memory (engine args: --gpu-memory-utilization, 0.9).
+GPU_MEMORY_UTILIZATION = 0.9
 
 
 def _kv(job: Job, dtype: str) -> list[str]:
@@ -33,22 +71,60 @@ def _kv(job: Job, dtype: str) -> list[str]:
                  "fp8; use one of them")
 
 
-def export(job: Job, model: Model) -> str:
-    """The ``vllm serve`` command of ``job``'s inference."""
+def _config_quant_method(model: Model) -> str | None:
+    """The ``quant_method`` of the model's config.json ``quantization_config``, as the loader
+    states it in the model's notes (models/_load.py), None when it has none."""
+    for note in model.notes:
+        m = re.search(r"quantization_config \(quant_method '([^']*)'\)", note)
+        if m:
+            return m.group(1).lower()
+    return None
+
+
+def check_repo(repo: str | None) -> str | None:
+    """``--export-repo``: a Hugging Face id or a directory, one printable word."""
+    if repo is None:
+        return None
+    if not repo or len(repo) > 256 or not repo.isprintable() or any(c.isspace() for c in repo):
+        raise InputError(f"--export-repo {shown(repo)}: expected a Hugging Face repository id "
+                         "(org/name) or a model directory, e.g. --export-repo "
+                         "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4")
+    return repo
+
+
+def _weights(job: Job, model: Model, repo: str | None) -> tuple[str, str, str | None]:
+    """(the repository vllm serve loads, --dtype, --quantization or None)."""
+    fmt = job.infer_precision
+    if fmt not in _WEIGHTS:
+        raise refuse(ENGINE, f"--precision {fmt} has no vLLM setting; use one of "
+                     f"{', '.join(_WEIGHTS)}")
+    dtype, quant = _WEIGHTS[fmt]
+    if repo is not None:
+        return repo, dtype, _GIVEN.get(fmt, quant)
+    own = hub_repo(job, model)
+    if own is None:
+        raise refuse(ENGINE, f"{model.name}: vllm serve needs a Hugging Face repository or a "
+                     "model directory; name one instead of a bare parameter count, or give "
+                     "--export-repo ORG/NAME")
+    if fmt in _PACKED and _config_quant_method(model) != _PACKED[fmt]:
+        method = _PACKED[fmt].upper()
+        raise refuse(ENGINE, f"--precision {fmt} serves a checkpoint quantized by {method} and "
+                     f"{own} holds unquantized weights; add --export-repo with that repository "
+                     f"(e.g. --export-repo ORG/NAME-{method})")
+    return own, dtype, quant
+
+
+def export(job: Job, model: Model, *, repo: str | None = None) -> str:
+    """The ``vllm serve`` command of ``job``'s inference; ``repo``: the repository to serve when
+    it is not the model's own (a quantized checkpoint of it)."""
     infer_only(job, ENGINE)
     check_expressed(job, ENGINE, INFER_FIELDS, _EXPRESSED)
-    if job.infer_precision not in _WEIGHTS:
-        raise refuse(ENGINE, f"--precision {job.infer_precision} has no vLLM setting for an "
-                     f"unquantized checkpoint; use one of {', '.join(_WEIGHTS)}")
-    repo = hub_repo(job, model)
-    if repo is None:
-        raise refuse(ENGINE, f"{model.name}: vllm serve needs a Hugging Face repository or a "
-                     "model directory; name one instead of a bare parameter count")
-    dtype, quant = _WEIGHTS[job.infer_precision]
+    served, dtype, quant = _weights(job, model, check_repo(repo))
     context = job.context or job.seq or default_seq(model.architecture)
-    args = ["vllm", "serve", repo, "--tensor-parallel-size", str(job.tp),
+    args = ["vllm", "serve", served, "--tensor-parallel-size", str(job.tp),
             "--pipeline-parallel-size", str(job.pp), "--max-model-len", str(context),
-            "--max-num-seqs", str(job.batch), "--dtype", dtype]
+            "--max-num-seqs", str(job.batch), "--dtype", dtype,
+            "--gpu-memory-utilization", str(GPU_MEMORY_UTILIZATION)]
     if job.dp > 1:
         args += ["--data-parallel-size", str(job.dp)]
     if job.tp * job.pp > job.gpus_per_node:

@@ -53,7 +53,10 @@ def render_speed(est: SpeedEstimate, *, console: Any = None, ops: bool = False) 
         c.print(_ops_table(est))
     if est.prefill is not None:
         c.print(_inference_table(est))
-        c.print(f"request: prefill + {est.new_tokens} new tokens = "
+        c.print(f"TTFT (time to first token: the batch's prefill, end to end) "
+                f"{format_seconds(est.ttft_s)}; TPOT (time per output token: one decode step) "
+                f"{format_seconds(est.tpot_s)}")
+        c.print(f"request: TTFT + {est.new_tokens} new tokens x TPOT = "
                 f"{format_seconds(est.request_time_s)} per batch of {est.batch}")
     _print_input_copy(c, est)
     if est.layout is not None:
@@ -108,8 +111,7 @@ def _step_table(est: SpeedEstimate) -> Any:
     t.add_row("model FLOPs per token (MFU)", format_flops(est.model_flops_per_token))
     t.add_row("bytes moved per step", format_bytes(est.step.bytes))
     t.add_row("kernel time (sum of max(compute, memory))", format_seconds(est.step.kernel_time_s))
-    t.add_row(f"launch overhead ({est.step.kernels:,} kernels x "
-              f"{est.efficiency.launch_s * 1e6:.1f} us)", format_seconds(est.step.launch_time_s))
+    t.add_row(_launch_label(est.step), format_seconds(est.step.launch_time_s))
     if est.transfer.exposed_s:
         t.add_row("exposed input copy", format_seconds(est.transfer.exposed_s))
     if est.comm_exposed_s:
@@ -124,6 +126,33 @@ def _step_table(est: SpeedEstimate) -> Any:
     t.add_row(f"ridge point ({est.dtype})", f"{est.ridge_point:,.0f} FLOP/B (achievable "
               f"{est.achievable_ridge_point:,.0f})")
     return t
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us"
+
+
+def _launch_label(step: Any) -> str:
+    """What the step's time beyond its kernels is (``Phase.launch_time_s``, the row's value).
+
+    On a GPU the host issues kernels ahead of the device and the slower of the two sets the pace
+    (``Phase.time_s``): when the device is the slower, the host's issue time (kernels x its
+    per-kernel cost) is hidden and only the device's gaps between kernels remain; when the host
+    is the slower (dispatch-bound), the row is the host's issue time less the kernels it hides.
+    On a CPU the dispatch of each op runs in turn with the ops: kernels x the launch cost."""
+    n, o = step.kernels, step.overheads
+    if o is None:
+        return f"dispatch, in turn with the ops ({n:,} kernels x {_us(step.launch_s)})"
+    host = step.host_time_s
+    if n and host > o.host_fixed_s:
+        per = (host - o.host_fixed_s) / n
+        issue = f"{n:,} x {_us(per)} ({o.runtime}) = {format_seconds(host)}"
+    else:  # a CUDA graph: one replay issues the whole step
+        issue = f"1 graph replay ({o.runtime}) = {format_seconds(host)}"
+    if step.host_bound:
+        return (f"host issue, exposed: {issue} - {format_seconds(step.kernel_time_s)} of "
+                "kernels")
+    return f"launch gaps: {n:,} kernels x {_us(o.device_gap_s)} (host issue {issue}, hidden)"
 
 
 def _roofline_table(est: SpeedEstimate) -> Any:
@@ -163,7 +192,7 @@ def _inference_table(est: SpeedEstimate) -> Any:
     p.add_row(f"prefill ({est.batch} x {est.seq} prompt tokens)", f"{est.prefill.tokens:,}",
               format_seconds(est.prefill.time_s), format_per_s(est.prefill.tokens_per_s),
               _pct(est.prefill.mfu), est.prefill.bound)
-    p.add_row(f"decode (context {est.step.kv_len})", f"{est.step.tokens:,}",
+    p.add_row(f"decode step = TPOT (context {est.step.kv_len})", f"{est.step.tokens:,}",
               format_seconds(est.step_time_s), f"{est.step.tokens / est.step_time_s:,.0f}",
               _pct(est.mfu), est.bound)
     return p

@@ -19,6 +19,12 @@ function num(x, digits = 3) {
   if (x >= 1e5) return x.toExponential(2);
   return Number(x.toPrecision(digits)).toLocaleString("en-US");
 }
+// A rate as the CLI prints it (units.format_per_s): whole and grouped from 10 up, three
+// significant digits below, so the page's expected range reads as `gpuplan speed`'s.
+function perS(x) {
+  if (x === 0 || Math.abs(x) >= 10) return Math.round(x).toLocaleString("en-US");
+  return String(Number(x.toPrecision(3)));
+}
 function seconds(s) {
   if (s < 1e-3) return (s * 1e6).toFixed(1) + " µs";
   if (s < 1) return (s * 1e3).toFixed(1) + " ms";
@@ -357,12 +363,21 @@ function renderSpeed(plan, sp) {
     const unit = m === "infer" ? "decode tokens/s" : "tokens/s";
     out.push(el("section", { class: "card speed", "data-mode": m }, el("h3", { text: title }),
       el("p", { class: "big" }, el("span", { "data-field": `${m}.tokens_per_s`, "data-value": e.tokens_per_s, text: num(e.tokens_per_s) }), ` ${unit}`),
-      el("p", { text: `range: ${num(e.tokens_per_s)} (estimate, at the stated achievable fractions) to ${num(c.tokens_per_s)} (ceiling, every kernel at the datasheet peak)` }),
+      expectedRange(m, e, unit),
+      el("p", { "data-field": `${m}.ceiling`, "data-value": c.tokens_per_s, text: `ceiling: ${num(c.tokens_per_s)} ${unit} (the same model with every kernel at 100% of the datasheet peak and bandwidth)` }),
       el("p", { text: `step ${seconds(e.step_time_s)} (ceiling ${seconds(c.step_time_s)}), MFU ${(100 * e.mfu).toFixed(1)}%, ${e.bound}-bound, ${num(e.flops_per_step)} FLOPs per step` }),
-      m === "infer" && e.prefill ? el("p", { text: `prefill ${num(e.prefill.tokens_per_s)} tokens/s (${e.prefill.bound}-bound); a request of ${e.new_tokens} new tokens takes ${seconds(e.request_time_s)}` }) : null,
+      m === "infer" && e.prefill ? el("p", { text: `prefill ${num(e.prefill.tokens_per_s)} tokens/s (${e.prefill.bound}-bound); TTFT (time to first token) ${seconds(e.ttft_s)}, TPOT (time per output token) ${seconds(e.tpot_s)}; a request of ${e.new_tokens} new tokens takes ${seconds(e.request_time_s)}` }) : null,
       roofline(e, sp.memory_bandwidth, title)));
   }
   $("speed").replaceChildren(...out);
+}
+
+// The CLI's "Expected range" line (report/speed.py, _print_basis): where a measured rate falls,
+// the estimate over the p90..p10 of predicted/measured on the published runs.
+function expectedRange(m, e, unit) {
+  const [lo, hi] = e.tokens_per_s_range, rb = e.range_basis;
+  return el("p", { "data-field": `${m}.tokens_per_s_range`, "data-lo": lo, "data-hi": hi,
+    text: `expected range: ${perS(lo)}-${perS(hi)} ${unit} (the estimate over the p90-p10 of predicted/measured, ${rb.p10_ratio.toFixed(2)}-${rb.p90_ratio.toFixed(2)}, on ${rb.runs} published runs; docs/speed.md, Calibration)` });
 }
 
 function roofline(e, bw, title) {
