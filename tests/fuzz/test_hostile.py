@@ -149,7 +149,7 @@ def test_shown_values_are_short_and_escaped():
     (dict(batch=10**300), "batch <a 997-bit integer>"),
     (dict(seq=True), "seq True"),
     (dict(zero=True), "zero True"),
-    (dict(lora_dropout=float("nan")), "lora dropout nan"),
+    (dict(lora_dropout=float("nan")), "lora_dropout nan"),
     (dict(model=7), "model 7: expected a name, a path or a Model"),
     (dict(mode=["train"]), "mode ['train']: expected a string"),
     (dict(lora_rank=8, lora_targets="q_proj"), "lora_targets 'q_proj': expected a list"),
