@@ -15,10 +15,10 @@ import math
 import sys
 
 from .._record import record
-from ..engines.profiles import get_engine
+from ..engines.profiles import AUTO_ENGINE, get_engine
 from ..errors import InputError
 from ..hardware.topology import parse_inter_node
-from ..job import Job
+from ..job import Job, choices_of, flat_defaults
 from ..units import parse_count, parse_positive_int
 
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
@@ -42,23 +42,20 @@ class JobOption:
 
 
 JOB_OPTIONS: tuple[JobOption, ...] = (
-    JobOption("--mode", "mode", "str", "train, infer or both (fit's default: both; speed, trace, "
-              "flops model and profile: train)", "MODE"),
-    JobOption("--engine", "engine", "str", "the engine that runs the job: auto (default: "
-              "transformers, stated), transformers, torchtune, deepspeed, fsdp2, torchtitan, "
-              "megatron, vllm, sglang, trt-llm; it decides the runtime, kernels, sharding and "
-              "the layouts allowed (--runtime, --model-code, --sharding refine it)", "NAME"),
-    JobOption("--precision", "precision", "str", "training recipe (fp32, mixed-bf16 default, "
-              "mixed-fp16, amp-bf16, amp-fp16, bf16); with --mode infer the weight format (fp32, "
-              "bf16 default, fp16, fp8, int8, nf4, nf4-dq, fp4, gptq-4bit, awq-4bit, q8_0, "
-              "q4_0, q4_k_m)", "NAME"),
+    JobOption("--mode", "mode", "str", "{choices} (fit's default: both; speed, trace, flops "
+              "model and profile: train; a serving engine: infer)", "MODE"),
+    JobOption("--engine", "engine", "str", "the engine that runs the job: {choices} (default "
+              "auto = {auto_engine}, stated); it decides the runtime, kernels, sharding and the "
+              "layouts allowed (--runtime, --model-code, --sharding refine it)", "NAME"),
+    JobOption("--precision", "precision", "str", "training recipe: {choices} (default "
+              "{default}); with --mode infer the weight format: {infer_formats} (default "
+              "{infer_default})", "NAME"),
     JobOption("--infer-precision", "infer_precision", "str", "inference weight format with "
-              "--mode both (default bf16; a .gguf file: gguf, its own per-tensor types)",
+              "--mode both (default {default}; a .gguf file: gguf, its own per-tensor types)",
               "FORMAT"),
-    JobOption("--optimizer", "optimizer", "str", "sgd, sgd-momentum, adam, adamw (default), "
-              "adafactor, adamw-8bit, paged-adamw-8bit, lion, adagrad, rmsprop", "NAME"),
-    JobOption("--optimizer-states", "optimizer_states", "str", "optimizer state dtype: auto "
-              "(default: fp32, or bf16 with the pure bf16 recipe), fp32, bf16", "DTYPE"),
+    JobOption("--optimizer", "optimizer", "str", "{choices} (default {default})", "NAME"),
+    JobOption("--optimizer-states", "optimizer_states", "str", "optimizer state dtype: "
+              "{choices} (default auto: fp32, or bf16 with the pure bf16 recipe)", "DTYPE"),
     JobOption("--fused-optimizer", "fused_optimizer", "flag", "AdamW(fused=True): no full-size "
               "temporary in the optimizer step"),
     JobOption("--batch", "batch", "int", "micro-batch per GPU: sequences, or images (default 1)",
@@ -70,10 +67,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "degree is gpus / (tp x pp x cp)", "N"),
     JobOption("--zero", "zero", "zero", "ZeRO stage over the data-parallel group: 0 (default, "
               "DDP), 1, 2, 3 (= FSDP full shard)", "0..3"),
-    JobOption("--sharding", "sharding", "str", "the engine behind --zero: deepspeed (default: "
-              "ZeRO, 16-bit shards + fp32 master) or fsdp2 (PyTorch fully_shard: the fp32 shard "
-              "is the master, the root unit stays gathered through backward); fsdp2 with --zero "
-              "2 or 3", "ENGINE"),
+    JobOption("--sharding", "sharding", "str", "whose ZeRO runs --zero: {choices} (default: "
+              "the engine's; deepspeed: 16-bit shards + fp32 master; fsdp2: PyTorch "
+              "fully_shard, the fp32 shard is the master, the root unit stays gathered through "
+              "backward); fsdp2 with --zero 2 or 3", "ENGINE"),
     JobOption("--offload-optimizer", "offload_optimizer", "flag", "keep master weights and "
               "optimizer states in host memory (ZeRO-Offload)"),
     JobOption("--lora-rank", "lora_rank", "int", "train LoRA adapters of rank R", "R"),
@@ -83,19 +80,19 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "0: > 0 keeps a mask and a dropped-out copy of each adapted layer's input)", "P"),
     JobOption("--lora-base", "lora_base", "str", "format of the frozen base under LoRA (nf4 = "
               "QLoRA)", "FORMAT"),
-    JobOption("--checkpointing", "checkpointing", "str", "activation checkpointing: none "
-              "(default), selective (attention recomputed), full (per layer); --recompute is its "
-              "old name", "LEVEL"),
-    JobOption("--attention", "attention", "str", "sdpa (fused flash/memory-efficient kernels; "
-              "the default) or eager (materialized s x s scores); flash is the old name of sdpa",
-              "IMPL"),
-    JobOption("--kv-dtype", "kv_dtype", "str", "KV-cache format: bf16, fp16, fp8, int8, fp32 "
-              "(default: the compute dtype)", "DTYPE"),
+    JobOption("--checkpointing", "checkpointing", "str", "activation checkpointing: "
+              "{choices} (default {default}; selective: attention recomputed; full: per layer); "
+              "--recompute is its old name", "LEVEL"),
+    JobOption("--attention", "attention", "str", "{choices} (default {default}; sdpa: fused "
+              "flash/memory-efficient kernels; eager: materialized s x s scores); flash is the "
+              "old name of sdpa", "IMPL"),
+    JobOption("--kv-dtype", "kv_dtype", "str", "KV-cache format: {choices} (default: the "
+              "compute dtype)", "DTYPE"),
     JobOption("--context", "context", "int", "inference: tokens in the KV cache per sequence "
               "(default: --seq)", "T"),
     JobOption("--prefill-logits", "prefill_logits", "str", "inference prefill computes logits "
               "for the last prompt position (last: generate(), vLLM; default) or for all (a "
-              "scoring forward)", "last|all"),
+              "scoring forward): {choices}", "last|all"),
     JobOption("--zero-grad-in-place", "zero_grad_set_to_none", "off", "optimizer.zero_grad() "
               "zeroes gradients in place (torch < 2.0, older Trainer loops): they stay alive "
               "through the step; default: set to None, as torch >= 2.0 does"),
@@ -104,11 +101,11 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "gradients are timed; default: no clipping", "N"),
     JobOption("--use-cache", "use_cache", "flag", "training forward keeps transformers' KV cache "
               "(config use_cache=True); default: use_cache=False"),
-    JobOption("--runtime", "runtime", "str", "how the code runs: auto (default: per mode, "
-              "stated), eager, compile (torch.compile), cudagraphs", "HOW"),
+    JobOption("--runtime", "runtime", "str", "how the code runs: {choices} (default auto: "
+              "the engine's, stated; compile: torch.compile or fused kernels)", "HOW"),
     JobOption("--model-code", "model_code", "str", "whose model code runs the step: "
-              "transformers (default) or torchtune (llama-style: K/V expanded to every head, "
-              "logits upcast in the model, its own RoPE chain in eager)", "CODE"),
+              "{choices} (default: the engine's; torchtune: llama-style, K/V expanded to every "
+              "head, logits upcast in the model, its own RoPE chain in eager)", "CODE"),
     JobOption("--loss-chunks", "loss_chunks", "int", "output projection and cross-entropy over "
               "N chunks of the sequence (torchtune's CEWithChunkedOutputLoss: 8; default 1)",
               "N"),
@@ -131,8 +128,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--stage3-prefetch-bucket-size", "stage3_prefetch_bucket_size", "count",
               "DeepSpeed ZeRO-3: parameters one prefetch round takes at most (its default 5e7)",
               "N"),
-    JobOption("--pp-schedule", "pp_schedule", "str", "pipeline schedule: gpipe, 1f1b (default), "
-              "interleaved:V", "SCHEDULE"),
+    JobOption("--pp-schedule", "pp_schedule", "str", "pipeline schedule: {choices} (default "
+              "{default})", "SCHEDULE"),
     JobOption("--pp-embedding-part", "pp_embedding_part", "flag", "the embedding counts as one "
               "layer in the pipeline split, on the first stage (Megatron's "
               "--account-for-embedding-in-pipeline-split)"),
@@ -163,15 +160,28 @@ def cli_spelling(name: str) -> str:
     return o.flag if o is not None else "--" + name.replace("_", "-")
 
 
+def help_of(o: JobOption) -> str:
+    """An option's help with its choices and default filled in from where they are defined (the
+    Job's vocabulary, the engines' and formats' tables, the Job's defaults): one vocabulary."""
+    if "{" not in o.help:
+        return o.help
+    choices = choices_of(o.field) or ()
+    return o.help.format(
+        choices=", ".join(choices), default=flat_defaults()[o.field],
+        auto_engine=AUTO_ENGINE, infer_formats=", ".join(choices_of("infer_precision")),
+        infer_default=flat_defaults()["infer_precision"])
+
+
 def add_job_options(p: argparse.ArgumentParser) -> None:
     """Add the one job-option group to a command's parser (every default None: the Job's)."""
     group = p.add_argument_group(GROUP_TITLE)
     for o in JOB_OPTIONS:
         if o.kind in ("flag", "off"):
             group.add_argument(o.flag, dest=o.field, action="store_const",
-                               const=o.kind == "flag", default=None, help=o.help)
+                               const=o.kind == "flag", default=None, help=help_of(o))
         else:
-            group.add_argument(o.flag, dest=o.field, metavar=o.metavar, default=None, help=o.help)
+            group.add_argument(o.flag, dest=o.field, metavar=o.metavar, default=None,
+                               help=help_of(o))
     group.add_argument("--recompute", dest="recompute", metavar="LEVEL", default=None,
                        help="the old name of --checkpointing")
 

@@ -14,18 +14,21 @@ from collections.abc import Mapping
 from dataclasses import field, fields, replace
 from functools import cache
 from operator import attrgetter
+from typing import Literal, get_args, get_origin
 
 from .._record import record
 from ..bounds import MAX_ARG_CHARS
-from ..engines.profiles import check_engine_job, get_engine
+from ..engines.profiles import ENGINE_NAMES, check_engine_job, get_engine
 from ..errors import InputError, UnsupportedError, closest, opt, shown
+from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
 from ..models import Model, from_param_count
 from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
                        ServingConfig, ShardingConfig, TrainingLoop)
-from ._fields import check_value, from_json, hints_of
-from ._vocab import DEFAULT_MODEL_PARAMS, Attention, Mode
+from ._fields import alternatives, check_value, from_json, hints_of
+from ._vocab import DEFAULT_MODEL_PARAMS, KV_DTYPES, PP_SCHEDULES, ZERO_STAGES, Attention, Mode
 
-__all__ = ["Job", "FLAT_FIELDS", "field_group", "flat_hints", "flat_defaults", "flat_docs"]
+__all__ = ["Job", "FLAT_FIELDS", "field_group", "flat_hints", "flat_defaults", "flat_docs",
+           "choices_of"]
 
 
 @record
@@ -336,3 +339,21 @@ def flat_docs() -> dict[str, str]:
                     and isinstance(nxt.value.value, str)):
                 out[node.target.id] = inspect.cleandoc(nxt.value.value)
     return {name: out.get(name, "") for name in FLAT_FIELDS}
+
+
+def choices_of(name: str) -> tuple[str, ...] | None:
+    """The accepted values of a flat field, defined once where they live (a Literal of the
+    vocabulary, the engines' table, the formats' tables); None for a free value (a number, a
+    name of the user's). The CLI's help and the OpenAPI schema list these."""
+    tables = {"engine": ENGINE_NAMES, "precision": tuple(TRAINING_RECIPES),
+              "infer_precision": tuple(WEIGHT_FORMATS), "lora_base": tuple(WEIGHT_FORMATS),
+              "optimizer": tuple(OPTIMIZERS), "kv_dtype": tuple(KV_DTYPES),
+              "zero": tuple(map(str, ZERO_STAGES)),
+              "pp_schedule": tuple(s + (":V" if s == "interleaved" else "")
+                                   for s in PP_SCHEDULES)}
+    if name in tables:
+        return tables[name]
+    for alt in alternatives(flat_hints()[name]):
+        if get_origin(alt) is Literal:
+            return get_args(alt)
+    return None
