@@ -51,8 +51,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "{default}); with --mode infer the weight format: {infer_formats} (default "
               "{infer_default})", "NAME"),
     JobOption("--infer-precision", "infer_precision", "str", "inference weight format with "
-              "--mode both (default {default}; a .gguf file: gguf, its own per-tensor types)",
-              "FORMAT"),
+              "--mode both: {choices} (default {default}; a .gguf file: gguf, its own "
+              "per-tensor types)", "FORMAT"),
     JobOption("--optimizer", "optimizer", "str", "{choices} (default {default})", "NAME"),
     JobOption("--optimizer-states", "optimizer_states", "str", "optimizer state dtype: "
               "{choices} (default auto: fp32, or bf16 with the pure bf16 recipe)", "DTYPE"),
@@ -78,8 +78,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "PEFT's for the family; all-linear)", "M1,M2"),
     JobOption("--lora-dropout", "lora_dropout", "float", "PEFT lora_dropout in [0, 1) (default "
               "0: > 0 keeps a mask and a dropped-out copy of each adapted layer's input)", "P"),
-    JobOption("--lora-base", "lora_base", "str", "format of the frozen base under LoRA (nf4 = "
-              "QLoRA)", "FORMAT"),
+    JobOption("--lora-base", "lora_base", "str", "format of the frozen base under LoRA: "
+              "{choices} (nf4 = QLoRA; default: the recipe's weight dtype)", "FORMAT"),
     JobOption("--checkpointing", "checkpointing", "str", "activation checkpointing: "
               "{choices} (default {default}; selective: attention recomputed; full: per layer); "
               "--recompute is its old name", "LEVEL"),
