@@ -56,6 +56,9 @@ class EngineProfile:
     """The shardings a user may ask of it (``--sharding``)."""
     zero_stages: tuple[int, ...]
     """ZeRO stages it runs (0: replicated / DDP)."""
+    fused_optimizer: bool = False
+    """Its Adam/AdamW step is one fused kernel by default (no foreach temporary): what
+    ``fused_optimizer`` means when the job leaves it."""
     kernels: str
     """The kernels it runs: norms, SwiGLU, RoPE, attention (stated in the output)."""
     parallel: frozenset[str]
@@ -92,6 +95,7 @@ class EngineProfile:
         return {"name": self.name, "title": self.title, "modes": list(self.modes),
                 "runtime": dict(self.runtime), "model_code": self.model_code,
                 "sharding": self.sharding, "zero_stages": list(self.zero_stages),
+                "fused_optimizer": self.fused_optimizer,
                 "kernels": self.kernels, "parallel": sorted(self.parallel),
                 "pp_schedules": list(self.pp_schedules), "pp_split": self.pp_split,
                 "pp_parts": self.pp_parts, "overlap": self.overlap,
@@ -134,11 +138,14 @@ _PROFILES = (
         name="deepspeed", title="DeepSpeed (ZeRO 0-3 over transformers' model code; its "
         "PipelineModule for pipelines)", modes=("train",), runtime=_EAGER,
         runtimes=("eager", "compile"), model_code="transformers", sharding="deepspeed",
-        shardings=("deepspeed",), zero_stages=(0, 1, 2, 3), kernels=_UNFUSED,
+        shardings=("deepspeed",), zero_stages=(0, 1, 2, 3), fused_optimizer=True,
+        kernels=_UNFUSED,
         parallel=frozenset({"pp"}), pp_schedules=("1f1b",), pp_split="uneven",
         overlap="ZeRO overlaps its reduce-scatter (overlap_comm) and prefetches ZeRO-3 "
         "gathers (stage3_prefetch_bucket_size)", export="deepspeed",
         sources=("deepspeed/runtime/pipe/schedule.py: TrainSchedule (1F1B)",
+                 "deepspeed/runtime/engine.py: an Adam/AdamW in the config runs as its "
+                 "FusedAdam unless torch_adam is true",
                  "deepspeed/runtime/pipe/module.py: partition_method uniform "
                  "(ds_utils.partition_uniform: the first parts one longer)")),
     EngineProfile(
@@ -154,13 +161,14 @@ _PROFILES = (
         name="torchtitan", title="torchtitan (FSDP2 + TP/SP + PP + CP + EP over its own "
         "model code)", modes=("train",), runtime=_EAGER, runtimes=("eager", "compile"),
         model_code="transformers", sharding="fsdp2", shardings=("fsdp2",),
-        zero_stages=(0, 2, 3),
+        zero_stages=(0, 2, 3), fused_optimizer=True,
         kernels="its own Llama code, replayed as transformers' (the same ops); SDPA flash "
         "attention; torch.compile per block when [compile] enable = true",
         parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
         pp_schedules=("gpipe", "1f1b", "interleaved"), pp_split="uneven", pp_parts="always",
         overlap="FSDP2 prefetch; async TP when enabled", export="torchtitan",
-        sources=("torchtitan/config/job_config.py: compile.enable false by default",
+        sources=("torchtitan/config/job_config.py: compile.enable false by default; "
+                 "optimizer.implementation 'fused' by default",
                  "torchtitan/distributed/pipeline_parallel.py: generate_llm_fqn_per_model_part "
                  "weighs the embedding and the output as one layer each (input_weight = "
                  "output_weight = 1) and gives the first parts one layer more",
@@ -169,7 +177,7 @@ _PROFILES = (
         name="megatron", title="Megatron-Core with Transformer Engine", modes=("train",),
         runtime=MappingProxyType({"train": "compile"}), runtimes=("compile",),
         model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
-        zero_stages=(0, 1),
+        zero_stages=(0, 1), fused_optimizer=True,
         kernels="Transformer Engine's fused kernels (LayerNorm/RMSNorm fused with the next "
         "GEMM's input, fused RoPE, fused bias-SwiGLU), timed as fused elementwise chains; "
         "cuDNN / flash fused attention",
@@ -181,6 +189,7 @@ _PROFILES = (
         sources=("megatron/training/arguments.py: num_layers divisible by the pipeline size "
                  "unless --decoder-first/last-pipeline-num-layers; with a virtual pipeline "
                  "the layers of a stage divisible by its chunks",
+                 "megatron/core/optimizer: Adam is TE's / Apex's FusedAdam",
                  "--use-distributed-optimizer shards the fp32 master and the states over the "
                  "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated")),
     EngineProfile(

@@ -9,7 +9,8 @@ never a silently dropped setting (docs/export.md).
 
 from __future__ import annotations
 
-from ..errors import InputError, closest
+from ..engines.profiles import get_engine
+from ..errors import InputError, closest, opt
 from ..job import Job
 from ..models import Model, load_model
 from . import accelerate, deepspeed, fsdp, megatron, torchtitan, vllm
@@ -33,9 +34,31 @@ def export_plan(job: Job, engine: str, *, model: Model | None = None,
         near = closest(str(engine), ENGINES, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise InputError(f"--export {engine!r:.40}: expected one of {', '.join(ENGINES)}{hint}")
+    _check_engine(job, name)
     if repo is not None and name != "vllm":
         raise InputError(f"--export-repo is the repository vllm serve loads; --export {name} "
                          "reads none: drop --export-repo")
     if model is None:
         model = job.model if isinstance(job.model, Model) else load_model(job.model)
     return vllm.export(job, model, repo=repo) if name == "vllm" else writer(job, model)
+
+
+#: Writers an engine launches from beyond its own (HF Trainer / accelerate takes a DeepSpeed
+#: config: ``accelerate launch --deepspeed_config_file`` / ``TrainingArguments(deepspeed=...)``).
+_ALSO_READS = {"transformers": ("deepspeed", "fsdp"), "torchtune": ("fsdp",)}
+
+
+def _check_engine(job: Job, writer: str) -> None:
+    """A job whose engine is named exports that engine's config: another engine's file would
+    launch a different job than the one planned."""
+    if job.engine == "auto":
+        return
+    prof = get_engine(job.engine)
+    ok = ((prof.export,) if prof.export else ()) + _ALSO_READS.get(prof.name, ())
+    if writer not in ok:
+        fix = (f"use {opt('export')} {ok[0]}" if ok else
+               f"gpuplan writes no {prof.name} config yet; drop {opt('export')}")
+        raise InputError(f"{opt('export')} {writer} under {opt('engine')} {prof.name}: that "
+                         f"file launches another engine than the one planned; {fix}, or give "
+                         f"{opt('engine')} of that config", field="export", value=writer,
+                         fix={"export": ok[0]} if ok else None)

@@ -14,7 +14,8 @@ import json
 from functools import cache
 
 from ..errors import InputError
-from ..job import Job, flat_defaults
+from ..engines.profiles import get_engine
+from ..job import Job
 from ..models import Model
 
 __all__ = ["refuse", "check_expressed", "train_only", "infer_only", "accumulation", "flag",
@@ -45,17 +46,20 @@ def refuse(engine: str, text: str) -> InputError:
 
 
 @cache
-def _defaults() -> dict[str, object]:
-    return dict(flat_defaults())
+def _defaults(engine: str) -> dict[str, object]:
+    """Every field as a job left to ``engine`` has it (what the engine decides resolved)."""
+    prof = get_engine(engine)
+    mode = "both" if len(prof.modes) == 2 else prof.modes[0]
+    return Job(model="defaults", mode=mode, engine=engine).to_dict()
 
 
 def check_expressed(job: Job, engine: str, checked: tuple[str, ...],
                     expressed: frozenset[str]) -> None:
     """Refuse the first of ``checked`` that differs from the Job's default and that the engine's
     config has no setting for."""
-    defaults = _defaults()
+    defaults = _defaults(job.engine)
     for name in checked:
-        value = getattr(job, name)
+        value = _plain(getattr(job, name))
         if name not in expressed and value != defaults[name]:
             shown = value if not isinstance(value, bool) else ""
             raise refuse(engine, f"{flag(name)} {shown}".rstrip() + f" has no {engine} setting; "
@@ -131,3 +135,7 @@ def write_toml(sections: dict[str, dict]) -> str:
         for k, v in body.items():
             out.append(k if k.startswith("#") else f"{k} = {_scalar(v)}")
     return "\n".join(out).lstrip("\n") + "\n"
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value

@@ -168,8 +168,9 @@ class OptimizerConfig:
     optimizer: str = "adamw"
     optimizer_states: OptimizerStates = "auto"
     """Dtype of optimizer states; ``auto`` follows the recipe (fp32, or bf16 for pure bf16)."""
-    fused_optimizer: bool = False
-    """AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""
+    fused_optimizer: bool | None = None
+    """None: the engine's (megatron, deepspeed and torchtitan fuse their Adam; auto does not).
+    AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""
     optimizer_in_backward: bool = False
     """The optimizer step runs in the backward, one parameter at a time as its gradient is
     ready, and frees it (torchtune's optimizer_in_bwd; register_post_accumulate_grad_hook):

@@ -157,10 +157,10 @@ class Job:
 
     def with_(self, **changes: object) -> "Job":
         """A copy with some fields changed (validated again). A new engine takes its own
-        model code and sharding unless they are changed too."""
+        model code, sharding and optimizer fusion unless they are changed too."""
         if "engine" in changes and changes["engine"] != self.engine:
-            changes.setdefault("model_code", None)
-            changes.setdefault("sharding", None)
+            for name in ("model_code", "sharding", "fused_optimizer"):
+                changes.setdefault(name, None)
         return replace(self, **changes)
 
     def _evolve(self, **changes: object) -> "Job":
@@ -270,6 +270,8 @@ def _resolve_engine(job: Job) -> None:
         object.__setattr__(job, "execution", replace(job.execution, model_code=profile.model_code))
     if job.sharding is None:
         object.__setattr__(job, "states", replace(job.states, sharding=profile.sharding))
+    if job.fused_optimizer is None:
+        object.__setattr__(job, "optim", replace(job.optim, fused_optimizer=profile.fused_optimizer))
     if profile.pp_parts == "always" and job.pp > 1 and job.engine != "auto":
         object.__setattr__(job, "parallel", replace(job.parallel, pp_embedding_part=True,
                                                     pp_loss_part=True))
