@@ -105,6 +105,7 @@ class EngineProfile:
 
 
 _EAGER = MappingProxyType({"train": "eager", "infer": "eager"})
+_EAGER_TRAIN = MappingProxyType({"train": "eager"})
 _GRAPHS = MappingProxyType({"infer": "cudagraphs"})
 _UNFUSED = ("eager PyTorch: RMSNorm, RoPE and SwiGLU as separate elementwise kernels; attention "
             "through SDPA's flash backend (FlashAttention-2)")
@@ -136,7 +137,7 @@ _PROFILES = (
                  "tensor_parallel_dim")),
     EngineProfile(
         name="deepspeed", title="DeepSpeed (ZeRO 0-3 over transformers' model code; its "
-        "PipelineModule for pipelines)", modes=("train",), runtime=_EAGER,
+        "PipelineModule for pipelines)", modes=("train",), runtime=_EAGER_TRAIN,
         runtimes=("eager", "compile"), model_code="transformers", sharding="deepspeed",
         shardings=("deepspeed",), zero_stages=(0, 1, 2, 3), fused_optimizer=True,
         kernels=_UNFUSED,
@@ -150,7 +151,7 @@ _PROFILES = (
                  "(ds_utils.partition_uniform: the first parts one longer)")),
     EngineProfile(
         name="fsdp2", title="PyTorch FSDP2 (fully_shard per block and on the root) over "
-        "transformers' model code", modes=("train",), runtime=_EAGER,
+        "transformers' model code", modes=("train",), runtime=_EAGER_TRAIN,
         runtimes=("eager", "compile"), model_code="transformers", sharding="fsdp2",
         shardings=("fsdp2",), zero_stages=(0, 2, 3), kernels=_UNFUSED,
         parallel=frozenset(), overlap="the next unit's all-gather prefetched beside the "
@@ -159,7 +160,7 @@ _PROFILES = (
                  "False (ZeRO-2)",)),
     EngineProfile(
         name="torchtitan", title="torchtitan (FSDP2 + TP/SP + PP + CP + EP over its own "
-        "model code)", modes=("train",), runtime=_EAGER, runtimes=("eager", "compile"),
+        "model code)", modes=("train",), runtime=_EAGER_TRAIN, runtimes=("eager", "compile"),
         model_code="transformers", sharding="fsdp2", shardings=("fsdp2",),
         zero_stages=(0, 2, 3), fused_optimizer=True,
         kernels="its own Llama code, replayed as transformers' (the same ops); SDPA flash "
