@@ -23,73 +23,92 @@ from .memory.fewest import (MAX_GPUS, LayoutFit, fewest_tp, fewest_zero3, infer_
 from .memory.overhead import OverheadLevel, check_overrides
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .compute.speed import SpeedSection
     from .solver import Suggestion, Suggestions
 
-__all__ = ["GpuVerdict", "Plan", "plan", "resolve_model", "resolve_gpus", "MAX_GPUS"]
+__all__ = ["GpuVerdict", "ModeVerdict", "Plan", "plan", "resolve_model", "resolve_gpus", "MAX_GPUS"]
 
 Verdict = Literal["fits", "tight", "does not fit"]
 
 
 @record
+class ModeVerdict:
+    """How one mode of the job (training or serving) sits on one GPU."""
+
+    fits: bool
+    verdict: Verdict
+    """``tight``: fits with the expected overhead, not with the high end of its band."""
+    headroom_bytes: int
+    min_gpus: int | None = None
+    """Training: the fewest of this GPU that fit the job with ZeRO-3 alone; serving: the fewest
+    tensor-parallel ranks that serve it (None: none within the searched bound, or not searched)."""
+    layout: LayoutFit | None = None
+    """The fewest of this GPU under a TP x PP layout (training: ZeRO over its data-parallel
+    group, where that is fewer than ZeRO-3 alone; serving: where TP within a node does not
+    serve the job), :mod:`gpuplan.memory.fewest`; None elsewhere."""
+    max_batch: int | None = None
+    """``--max-batch``: the largest micro-batch (serving: concurrent sequences) that fits on one
+    of this GPU (0: not even 1)."""
+    max_seq: int | None = None
+    """``--max-seq``: the longest training sequence / serving context that fits (0: not even 1)."""
+
+
+#: The JSON key of each mode's count (kept as it was before the verdict was typed).
+_MIN_GPUS_KEY = {"train": "train_min_gpus_zero3", "infer": "infer_min_gpus_tensor_parallel"}
+
+
+@record
 class GpuVerdict:
-    """How a job sits on one GPU model."""
+    """How a job sits on one GPU model: one :class:`ModeVerdict` per mode planned."""
 
     name: str
     gpu: GPU
     alias_note: str | None
     usable_bytes: int
     """Device memory as the device reports it; runtime overhead is a line of the job."""
-    train_fits: bool | None = None
-    train_verdict: Verdict | None = None
-    """``tight``: fits with the expected overhead, not with the high end of its band."""
-    train_headroom_bytes: int | None = None
-    train_min_gpus: int | None = None
-    """Smallest number of this GPU that fits the training job with ZeRO-3 (None: none does)."""
-    infer_fits: bool | None = None
-    infer_verdict: Verdict | None = None
-    infer_headroom_bytes: int | None = None
-    infer_min_gpus: int | None = None
-    """Smallest tensor-parallel degree of this GPU that serves the job (None: none up to 64)."""
-    train_layout: LayoutFit | None = None
-    """The fewest of this GPU that train the job under a TP x PP layout (ZeRO over its
-    data-parallel group), where that is fewer than ZeRO-3 alone; None elsewhere
-    (:func:`gpuplan.memory.fewest.train_layout`)."""
-    infer_layout: LayoutFit | None = None
-    """Where TP within one node does not serve the job: the fewest of this GPU with TP within a
-    node and pipeline stages across nodes; None elsewhere."""
-    train_max_batch: int | None = None
-    """``--max-batch``: the largest micro-batch that fits on one of this GPU (0: not even 1)."""
-    infer_max_batch: int | None = None
-    """``--max-batch``: the most concurrent sequences that fit (0: not even 1)."""
-    train_max_seq: int | None = None
-    """``--max-seq``: the longest training sequence that fits (0: not even 1 token)."""
-    infer_max_seq: int | None = None
-    """``--max-seq``: the longest context (prompt + generated) that fits (0: not even 1)."""
+    train: ModeVerdict | None = None
+    infer: ModeVerdict | None = None
+
+    def mode(self, mode: str) -> ModeVerdict | None:
+        return self.train if mode == "train" else self.infer
 
     def to_dict(self) -> dict:
-        d = {
-            "name": self.name,
-            "usable_bytes": self.usable_bytes,
-            "train_fits": self.train_fits,
-            "infer_fits": self.infer_fits,
-            "train_verdict": self.train_verdict,
-            "infer_verdict": self.infer_verdict,
-            "train_headroom_bytes": self.train_headroom_bytes,
-            "infer_headroom_bytes": self.infer_headroom_bytes,
-            "train_min_gpus_zero3": self.train_min_gpus,
-            "infer_min_gpus_tensor_parallel": self.infer_min_gpus,
-        }
-        for mode in ("train", "infer"):
-            lay = getattr(self, f"{mode}_layout")
-            d[f"{mode}_min_gpus_layout"] = lay.gpus if lay is not None else None
-            d[f"{mode}_layout"] = lay.to_dict() if lay is not None else None
-        for key in ("train_max_batch", "infer_max_batch", "train_max_seq", "infer_max_seq"):
-            v = getattr(self, key)
-            if v is not None:
-                d[key] = v
+        """The flat JSON of the verdict, as before it was typed (``train_fits``,
+        ``infer_min_gpus_tensor_parallel``, ``train_layout`` ...)."""
+        d: dict = {"name": self.name, "usable_bytes": self.usable_bytes}
+        modes = {m: self.mode(m) for m in ("train", "infer")}
+        for key in ("fits", "verdict", "headroom_bytes"):
+            for m, v in modes.items():
+                d[f"{m}_{key}"] = None if v is None else getattr(v, key)
+        for m, v in modes.items():
+            d[_MIN_GPUS_KEY[m]] = None if v is None else v.min_gpus
+        for m, v in modes.items():
+            lay = None if v is None else v.layout
+            d[f"{m}_min_gpus_layout"] = lay.gpus if lay is not None else None
+            d[f"{m}_layout"] = lay.to_dict() if lay is not None else None
+        for key in ("max_batch", "max_seq"):
+            for m, v in modes.items():
+                if v is not None and getattr(v, key) is not None:
+                    d[f"{m}_{key}"] = getattr(v, key)
         if self.alias_note:
             d["alias_note"] = self.alias_note
         return d
+
+
+def _flat_attr(mode: str, key: str):
+    def get(self: GpuVerdict):
+        v = self.mode(mode)
+        return None if v is None else getattr(v, key)
+
+    return property(get, doc=f"``{mode}.{key}`` (:class:`ModeVerdict`), None when the mode is "
+                             "not planned")
+
+
+# the flat names of the verdict's fields before it was typed: p.gpus[0].train_fits, ...
+for _mode in ("train", "infer"):
+    for _key in ("fits", "verdict", "headroom_bytes", "min_gpus", "layout", "max_batch",
+                 "max_seq"):
+        setattr(GpuVerdict, f"{_mode}_{_key}", _flat_attr(_mode, _key))
 
 
 @record
@@ -103,7 +122,10 @@ class Plan:
     gpus: tuple[GpuVerdict, ...]
     notes: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
-    """Sections added by other analyses (speed, trace) keyed by name."""
+    """Sections added by other analyses (the trace) keyed by name."""
+    speed: "SpeedSection | None" = None
+    """The speed model's estimate per GPU and mode (``plan(speed=True)``), typed; its JSON is
+    the ``"speed"`` key."""
     solver: tuple["Suggestions", ...] = ()
     """What to change, per GPU and mode, where the solver ran (see :func:`plan`)."""
 
@@ -147,6 +169,8 @@ class Plan:
             out["solver"] = [{k: v for k, v in r.to_dict().items() if k != "suggestions"}
                              for r in self.solver]
         out["notes"] = list(self.notes)
+        if self.speed is not None:
+            out["speed"] = self.speed.to_dict()
         out.update(self.extra)
         return out
 
@@ -215,10 +239,10 @@ def _gpu_counts(model: Model, job: Job, mode: str, usable: int, level: OverheadL
     where TP within a node is not enough (serving) -- the searches the solver runs too."""
     if mode == "train":
         n = fewest_zero3(model, job, usable, level, overrides, memo)
-        return {"train_min_gpus": n, "train_layout": train_layout(
+        return {"min_gpus": n, "layout": train_layout(
             model, job, usable, level, overrides, memo, below=n)}
     n = fewest_tp(model, job, usable, level, overrides, memo)
-    return {"infer_min_gpus": n, "infer_layout": infer_layout(
+    return {"min_gpus": n, "layout": infer_layout(
         model, job, usable, level, overrides, memo, tp_gpus=n)}
 
 
@@ -230,22 +254,11 @@ def _query(fn, *args, **kw) -> int:
         return 0
 
 
-def _mark_fit(section: dict, verdicts: list[GpuVerdict]) -> None:
-    """Say, in each speed row, whether the job fits the GPU it was timed on (compute cannot know:
+def _fits_by_gpu(verdicts: list[GpuVerdict]) -> dict[str, dict[str, bool]]:
+    """gpu -> mode -> whether the job fits it: what each speed row says (compute cannot know:
     it never imports the memory accounting)."""
-    by_name = {v.name: v for v in verdicts}
-    for row in section["gpus"]:
-        v = by_name.get(row["gpu"])
-        for mode in ("train", "infer"):
-            head = row.get(mode)
-            fits = getattr(v, f"{mode}_fits", None) if v is not None else None
-            if head is None or fits is None:
-                continue
-            head["fits_gpu"] = fits
-            if not fits:
-                head.setdefault("caveats", []).insert(0, (
-                    "does not fit this GPU's memory: the speed is of a job that would not run "
-                    "as configured (see the memory verdict and suggestions)"))
+    return {v.name: {m: mv.fits for m in ("train", "infer") if (mv := v.mode(m)) is not None}
+            for v in verdicts}
 
 
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
@@ -259,7 +272,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     GPUs named in ``gpus`` on which the job does not fit -- ``None`` (the default: nothing runs
     for the default shortlist); never -- ``False``. ``max_batch`` / ``max_seq`` answer the direct
     queries for each GPU. ``speed``: add the speed model's headline numbers per GPU
-    (``plan.extra["speed"]``, :func:`gpuplan.compute.speed_section`); ``use_noisy_bench``: with
+    (``plan.speed``, :func:`gpuplan.compute.speed_section`); ``use_noisy_bench``: with
     a stored bench run's noisy measurements too (left out otherwise; the section says so).
     """
     from . import solver as _solver
@@ -283,21 +296,19 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
         v: dict = {}
         for mode, mem in mems.items():
             fits = mem.total_bytes <= usable
-            v.update({
-                f"{mode}_fits": fits,
-                f"{mode}_verdict": _verdict(mem.total_bytes, _total_at(mem, "high"), usable),
-                f"{mode}_headroom_bytes": usable - mem.total_bytes,
-            })
+            mv: dict = {"fits": fits,
+                        "verdict": _verdict(mem.total_bytes, _total_at(mem, "high"), usable),
+                        "headroom_bytes": usable - mem.total_bytes}
             if search_gpu_counts:
-                v.update(_gpu_counts(model, job, mode, usable, overhead_level,
-                                     overhead_overrides, memo))
+                mv.update(_gpu_counts(model, job, mode, usable, overhead_level,
+                                      overhead_overrides, memo))
             mjob = job.with_(mode=mode)
             if max_batch:
-                v[f"{mode}_max_batch"] = _query(_solver.max_batch, model, mjob, gpu, mode=mode,
-                                                **kw)
+                mv["max_batch"] = _query(_solver.max_batch, model, mjob, gpu, mode=mode, **kw)
             if max_seq and model.architecture is not None \
                     and model.architecture.kind != "vision":
-                v[f"{mode}_max_seq"] = _query(_solver.max_seq, model, mjob, gpu, mode=mode, **kw)
+                mv["max_seq"] = _query(_solver.max_seq, model, mjob, gpu, mode=mode, **kw)
+            v[mode] = ModeVerdict(**mv)
             run = suggest is True or (suggest is None and gpus is not None and not fits)
             if run:
                 reports.append(_solver.suggest(model, mjob, gpu, mode=mode, top=top, **kw))
@@ -305,14 +316,14 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                                    **v))
     train, infer = mems.get("train"), mems.get("infer")
     notes = tuple(model.notes)
-    extra: dict = {}
+    speed_rows = None
     if speed:
         from .compute import speed_section
 
-        extra["speed"] = speed_section(
+        speed_rows = speed_section(
             job, [g.gpu for g in verdicts], model=model,
             trainable_params=train.trainable_params if train is not None else None,
             use_noisy_bench=use_noisy_bench)
-        _mark_fit(extra["speed"], verdicts)
+        speed_rows = speed_rows.with_fits(_fits_by_gpu(verdicts))
     return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
-                solver=tuple(reports), extra=extra)
+                solver=tuple(reports), speed=speed_rows)

@@ -125,7 +125,7 @@ def test_speed_without_the_dtypes_peak_says_so_instead_of_guessing():
 def test_apple_plans_memory_but_no_speed():
     p = plan(Job(model="gpt2", batch=8, seq=1024), ["M2-Ultra-192GB"], speed=True)
     assert p.gpus[0].train_fits is True
-    row = p.extra["speed"]["gpus"][0]
+    row = p.speed.to_dict()["gpus"][0]
     assert "no speed estimate" in row["error"] and "fp32 peak" in row["error"]
 
 

@@ -369,7 +369,9 @@ def test_speed_section_for_fit_json():
     from gpuplan.compute import speed_section
 
     job = Job(model="llama-2-7b", mode="both", batch=1, seq=512)
-    sec = speed_section(job, [H100, get_gpu("T4")], model=LLAMA2_7B, measured=None)
+    typed = speed_section(job, [H100, get_gpu("T4")], model=LLAMA2_7B, measured=None)
+    assert typed.row("H100-SXM-80GB").train.tokens_per_s > 0  # the estimates themselves
+    sec = typed.to_dict()
     json.dumps(sec)
     h100, t4 = sec["gpus"]
     assert h100["gpu"] == "H100-SXM-80GB"

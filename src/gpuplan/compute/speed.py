@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
 HIGH_MFU = 0.60
 
 __all__ = [
-    "Phase", "SpeedEstimate", "estimate_speed", "estimate_speed_for_job", "speed_section",
+    "Phase", "SpeedEstimate", "SpeedRow", "SpeedSection", "estimate_speed",
+    "estimate_speed_for_job", "speed_section",
     "SECTION_FIELDS", "KV_BYTES", "input_bytes_per_sample",
 ]
 
@@ -687,13 +688,79 @@ def _headline(e: SpeedEstimate) -> dict:
     return out
 
 
+#: What a row of the section says of an estimate whose job does not fit the GPU it was timed on.
+_NOT_FIT = ("does not fit this GPU's memory: the speed is of a job that would not run as "
+            "configured (see the memory verdict and suggestions)")
+
+
+@record
+class SpeedRow:
+    """One GPU of a plan's speed section: an estimate per mode, or why there is none."""
+
+    gpu: str
+    train: SpeedEstimate | None = None
+    infer: SpeedEstimate | None = None
+    error: str | None = None
+    """The GPU cannot run the job's dtype (e.g. bf16 on a T4): one GPU never sinks the plan."""
+    fits: tuple[tuple[str, bool], ...] = ()
+    """(mode, whether the job fits this GPU's memory), as the plan judged it (compute never
+    imports the memory accounting: the plan says)."""
+
+    def estimate(self, mode: str) -> SpeedEstimate | None:
+        return self.train if mode == "train" else self.infer
+
+    def to_dict(self) -> dict:
+        if self.error is not None:
+            return {"gpu": self.gpu, "error": self.error}
+        out: dict[str, Any] = {"gpu": self.gpu}
+        fits = dict(self.fits)
+        for mode in ("train", "infer"):
+            e = self.estimate(mode)
+            if e is None:
+                continue
+            head = _headline(e)
+            if mode in fits:
+                head["fits_gpu"] = fits[mode]
+                if not fits[mode]:
+                    head["caveats"].insert(0, _NOT_FIT)
+            out[mode] = head
+        return out
+
+
+@record
+class SpeedSection:
+    """The ``"speed"`` section of ``gpuplan fit --json``, typed: a row per GPU."""
+
+    rows: tuple[SpeedRow, ...]
+    efficiency: dict | None = None
+    """The achievable fractions the estimates used (the first estimate's)."""
+    measured_runs: tuple[dict, ...] = ()
+    """Each stored bench run read (used, or noisy and left out), once."""
+
+    def row(self, gpu: str) -> SpeedRow | None:
+        return next((r for r in self.rows if r.gpu == gpu), None)
+
+    def with_fits(self, fits: dict[str, dict[str, bool]]) -> "SpeedSection":
+        """The section with each row told whether its job fits (gpu -> mode -> fits)."""
+        return replace(self, rows=tuple(
+            replace(r, fits=tuple(fits.get(r.gpu, {}).items())) for r in self.rows))
+
+    def to_dict(self) -> dict:
+        return {"gpus": [r.to_dict() for r in self.rows], "efficiency": self.efficiency,
+                "measured_runs": list(self.measured_runs),
+                "conventions": "model FLOPs count matmuls only, attention over the full s x s "
+                               "square (Megatron/PaLM); step time = sum over ops of max(compute, "
+                               "memory) at the stated achievable fractions + kernel launches; "
+                               "see docs/speed.md"}
+
+
 def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture | None = None,
                   trainable_params: int | None = None, measured: Any = "auto",
-                  use_noisy_bench: bool = False, **kwargs: Any) -> dict:
-    """The ``"speed"`` section of ``gpuplan fit --json``: per GPU and mode, the headline numbers
-    of :func:`estimate_speed_for_job`. A GPU that cannot run the job's dtype gets ``{"error":
-    ...}`` instead (e.g. bf16 on a T4), so one GPU never sinks the whole plan. ``measured_runs``:
-    each stored bench run read (used, or noisy and left out), once."""
+                  use_noisy_bench: bool = False, **kwargs: Any) -> SpeedSection:
+    """A plan's speed section: per GPU and mode, :func:`estimate_speed_for_job`'s estimate
+    (``.to_dict()``: the headline numbers ``gpuplan fit --json`` prints). A GPU that cannot run
+    the job's dtype gets an ``error`` row instead (e.g. bf16 on a T4), so one GPU never sinks
+    the whole plan."""
     measured = resolve_measured(measured, use_noisy=use_noisy_bench)
     rows = []
     basis = None
@@ -703,16 +770,11 @@ def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture 
             est = estimate_speed_for_job(job, gpu, model=model, trainable_params=trainable_params,
                                          measured=measured, **kwargs)
         except UnsupportedError as e:
-            rows.append({"gpu": gpu.name, "error": str(e)})
+            rows.append(SpeedRow(gpu=gpu.name, error=str(e)))
             continue
-        row: dict[str, Any] = {"gpu": gpu.name}
-        for mode, e in est.items():
-            row[mode] = _headline(e)
+        for e in est.values():
             basis = basis or e.efficiency.to_dict()
             if e.measured_run is not None:
                 runs.setdefault(e.measured_run.line, e.measured_run.to_dict())
-        rows.append(row)
-    return {"gpus": rows, "efficiency": basis, "measured_runs": list(runs.values()),
-            "conventions": "model FLOPs count matmuls only, attention over the full s x s square "
-                           "(Megatron/PaLM); step time = sum over ops of max(compute, memory) at "
-                           "the stated achievable fractions + kernel launches; see docs/speed.md"}
+        rows.append(SpeedRow(gpu=gpu.name, train=est.get("train"), infer=est.get("infer")))
+    return SpeedSection(rows=tuple(rows), efficiency=basis, measured_runs=tuple(runs.values()))

@@ -159,14 +159,14 @@ def _solver_tables(p: Plan, units: ByteUnits):
 
 
 def _speed_table(p: Plan):
-    """The speed model's headline per GPU (``plan.extra["speed"]``), when it was asked for."""
+    """The speed model's headline per GPU (``plan.speed``), when it was asked for."""
     from rich.table import Table
 
     from ..units import format_per_s, format_seconds
 
-    sec = p.extra.get("speed")
-    if not sec:
+    if p.speed is None:
         return None
+    sec = p.speed.to_dict()
     table = Table(title="Speed (estimate; `gpuplan speed MODEL --gpu G` explains it)",
                   title_justify="left")
     table.add_column("GPU")
@@ -282,7 +282,7 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
     speed = _speed_table(p)
     if speed is not None:
         console.print(speed)
-        for run in p.extra["speed"].get("measured_runs") or ():
+        for run in p.speed.measured_runs:
             console.print(_measured_run_line(run), highlight=False, markup=False,
                           soft_wrap=True)
     if trace is not None:
