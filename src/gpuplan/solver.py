@@ -29,7 +29,8 @@ from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import FLAT_FIELDS, Job, default_seq, pp_chunks, seq_limit
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
-from .memory.fewest import (LayoutFit, fewest_tp, fewest_zero3, infer_layout, shared_memo,
+from .memory.fewest import (MAX_TP, LayoutFit, fewest_tp, fewest_zero3, infer_layout,
+                            serving_tp_degrees, shared_memo,
                             train_layout)
 from .models import Model
 from .memory.overhead import OverheadLevel
@@ -171,8 +172,8 @@ class _Planner:
         self.evaluated = 0
         self._cache: dict = {}
 
-    def peak(self, mode: Mode, job: Job, tp: int = 1) -> int | None:
-        key = (mode, tp) + _JOB_KEY(job)
+    def peak(self, mode: Mode, job: Job) -> int | None:
+        key = (mode,) + _JOB_KEY(job)
         hit = self._cache.get(key)
         if hit is not None or key in self._cache:
             return hit
@@ -182,7 +183,7 @@ class _Planner:
                 v = train_memory(self.model, job, overhead_level=self.level,
                                  overhead_overrides=self.overrides).total_bytes
             else:
-                v = infer_memory(self.model, job, tensor_parallel=tp, overhead_level=self.level,
+                v = infer_memory(self.model, job, overhead_level=self.level,
                                  overhead_overrides=self.overrides).total_bytes
         except InputError:
             v = None  # a combination the job cannot express (e.g. seq past the limit)
@@ -495,14 +496,28 @@ def _infer_knobs(model: Model, job: Job, prompt: int, context: int,
                                text="--attention sdpa", cost="none"), {"attention": "sdpa"})])
     if job.prefill_logits == "all":
         groups.append([(Change(knob="prefill_logits", value="last", tier=_FREE,
-                               text="logits for the last prompt position only",
-                               cost="none for generation (generate() does this)"),
+                               text="--prefill-logits last",
+                               cost="logits for the last prompt position only: none for "
+                                    "generation (generate() does this)"),
                         {"prefill_logits": "last"})])
-    groups.append([(Change(knob="tensor_parallel", value=n, tier=_HARDWARE,
-                           text=f"tensor parallel over {n} GPUs",
-                           cost=f"{n} GPUs; all-reduces in every layer"), {"_tp": n})
-                   for n in (2, 4, 8)] + layout)
+    groups.append(_tp_knobs(model, job) + layout)
     return groups
+
+
+def _tp_knobs(model: Model, job: Job) -> list[tuple[Change, dict]]:
+    """Tensor parallelism within a node, over the degrees ``fit`` accepts for the model and
+    its engine (:func:`~gpuplan.memory.fewest.serving_tp_degrees`), planned as the layout
+    each is -- one rank of ``--tp N --gpus N``, tensor by tensor."""
+    if job.tp * job.pp * job.cp * job.ep > 1 or model.architecture is None:
+        return []
+    out = []
+    for n in serving_tp_degrees(model, job, {}):
+        if 1 < n <= job.gpus_per_node:
+            out.append((Change(knob="tensor_parallel", value=n, tier=_HARDWARE,
+                               text=f"--tp {n} --gpus {n}",
+                               cost=f"{n} GPUs; all-reduces in every layer"),
+                        {"tp": n, "gpus": n}))
+    return out
 
 
 def _infer_layout_knob(model: Model, job: Job, gpu: GPU, planner: _Planner) -> list:
@@ -514,7 +529,13 @@ def _infer_layout_knob(model: Model, job: Job, gpu: GPU, planner: _Planner) -> l
     lay = infer_layout(model, job, gpu.memory_bytes, level, over, memo, tp_gpus=n)
     if lay is None:
         return []
-    return [_layout_change(job, lay, f"tensor parallel alone needs {n or 'more than 64'}")]
+    if n is not None:
+        why = f"tensor parallel alone needs {n}"
+    elif serving_tp_degrees(model, job, memo) == (1,):
+        why = "no tensor-parallel degree splits its attention heads"
+    else:
+        why = f"tensor parallel alone needs more than {MAX_TP}"
+    return [_layout_change(job, lay, why)]
 
 
 def _gpu_alternatives(gpu: GPU) -> list[tuple[Change, dict]]:
@@ -590,12 +611,10 @@ class _Search:
         so far (only then is it scored). True when it fits."""
         self.candidates += 1
         kw: dict = {}
-        tp, target, count = 1, self.gpu, None
+        target, count = self.gpu, None
         for _, d, _ in combo:
             for k, v in d.items():
-                if k == "_tp":
-                    tp = v
-                elif k == "_count":
+                if k == "_count":
                     count = v
                 elif k == "_gpu":
                     target = v
@@ -603,7 +622,7 @@ class _Search:
                     kw[k] = v
         job = self.job
         cand = job._evolve(**kw) if kw else job
-        peak = self.planner.peak(self.mode, cand, tp)
+        peak = self.planner.peak(self.mode, cand)
         if peak is None:
             return False
         fits = peak <= target.memory_bytes
@@ -615,7 +634,7 @@ class _Search:
         changes = tuple(c for c, _, _ in combo)
         train = self.mode == "train"
         if count is None:
-            count = cand.gpus if train else tp
+            count = cand.gpus if train else cand.tp * cand.pp
         s = Suggestion(mode=self.mode, changes=changes, job=cand, gpu=target.name,
                        gpu_count=count, peak_bytes=peak, usable_bytes=target.memory_bytes,
                        fits=fits, extra_compute=sum(c.extra_compute for c in changes),

@@ -54,14 +54,17 @@ from .activations import train_activations
 from .states import train_states
 from .train import train_memory
 
-__all__ = ["MAX_GPUS", "TP_DEGREES", "MAX_STAGES", "LayoutFit", "fewest_zero3", "fewest_tp",
+__all__ = ["MAX_GPUS", "TP_DEGREES", "MAX_TP", "MAX_STAGES", "LayoutFit", "fewest_zero3",
+           "fewest_tp", "serving_tp_degrees",
            "train_layout", "infer_layout", "shared_memo"]
 
 #: Largest GPU count the "how many GPUs" searches consider.
 MAX_GPUS = 4096
 
-#: Tensor-parallel degrees tried for serving without a layout (within and across nodes).
-TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+#: Largest tensor-parallel degree the serving search tries (within and across nodes).
+MAX_TP = 64
+#: The degrees it tries, when the architecture allows each (:func:`serving_tp_degrees`).
+TP_DEGREES = tuple(range(1, MAX_TP + 1))
 
 #: Most pipeline stages a layout search tries (Llama 3 405B was trained with 16: Dubey et al.
 #: 2024, table 4).
@@ -213,24 +216,58 @@ def fewest_zero3(model: Model, job: Job, usable: int, level: OverheadLevel, over
 
 def fewest_tp(model: Model, job: Job, usable: int, level: OverheadLevel, overrides=None,
               memo: dict | None = None) -> int | None:
-    """Fewest GPUs serving the job with tensor parallelism alone (a degree of
-    :data:`TP_DEGREES`; the job's own pipeline stages kept when it has a layout)."""
+    """Fewest GPUs serving the job with tensor parallelism alone: the degrees the architecture
+    and the engine run (:func:`serving_tp_degrees`), in order, each planned as the layout it is
+    -- one rank of ``--tp T --gpus T`` tensor by tensor (the job's own pipeline stages kept when
+    it has a layout) -- the first that fits. A model without its architecture (a bare parameter
+    count) splits its weights evenly, the only model there is of it."""
     memo = {} if memo is None else memo
-    layout = job.tp * job.pp * job.cp * job.ep > 1
-    for tp in TP_DEGREES:
+    stages = job.pp if job.tp * job.pp * job.cp * job.ep > 1 else 1
+    for tp in serving_tp_degrees(model, job, memo):
         key = ("tp", tp)
         if key not in memo:
-            if layout:  # the job's own layout with this TP degree: GPUs = tp x pp
-                memo[key] = _total(infer_memory, model,
-                                   job.with_(tp=tp, gpus=tp * job.pp, sequence_parallel=False,
-                                             distribute_checkpoints=False),
-                                   level, overrides)
-            else:
+            if model.architecture is None:
                 memo[key] = infer_memory(model, job, tensor_parallel=tp, overhead_level=level,
                                          overhead_overrides=overrides).total_bytes
+            else:
+                memo[key] = _total(infer_memory, model, _tp_job(job, tp, stages), level,
+                                   overrides)
         if memo[key] is not None and memo[key] <= usable:
-            return tp * (job.pp if layout else 1)
+            return tp * stages
     return None
+
+
+def _tp_job(job: Job, tp: int, stages: int) -> Job:
+    """The serving job at TP ``tp`` over ``tp x stages`` GPUs (what ``--tp T --gpus T`` plans)."""
+    return job.with_(mode="infer", tp=tp, gpus=tp * stages, sequence_parallel=False,
+                     distribute_checkpoints=False)
+
+
+def serving_tp_degrees(model: Model, job: Job, memo: dict) -> tuple[int, ...]:
+    """The TP degrees up to :data:`MAX_TP` that ``gpuplan fit`` accepts for this job: every one
+    the layout check takes (the attention heads split evenly, the K/V heads split or replicated
+    evenly, the MLP widths split) and the job's engine runs. falcon-7b's 71 heads take none but
+    1 (71 is past the bound): no tensor-parallel degree serves it, which the layout column then
+    answers with pipeline stages."""
+    key = ("serving-tp",)
+    if key in memo:
+        return memo[key]
+    arch = model.architecture
+    if arch is None:  # a bare parameter count: no heads to split
+        memo[key] = (1, 2, 4, 8, 16, 32, 64)
+        return memo[key]
+    stages = job.pp if job.tp * job.pp * job.cp * job.ep > 1 else 1
+    out = []
+    for t in TP_DEGREES:
+        if arch.num_heads % t:
+            continue
+        try:
+            check_layout(arch, _tp_job(job, t, stages))
+        except InputError:
+            continue
+        out.append(t)
+    memo[key] = tuple(out)
+    return memo[key]
 
 
 # --------------------------------------------------------------------------------------------------
