@@ -72,9 +72,27 @@ class GpuVerdict:
     def mode(self, mode: str) -> ModeVerdict | None:
         return self.train if mode == "train" else self.infer
 
-    def to_dict(self) -> dict:
+    def flags(self, job: Job) -> dict[str, str]:
+        """The options that plan each "how many of this GPU" answer as the job it is (what
+        ``gpuplan fit`` accepts and plans as fitting): ``train_min_gpus_zero3`` is ``--gpus N
+        --zero 3``, ``infer_min_gpus_tensor_parallel`` ``--tp N --gpus N``, a layout its
+        :meth:`LayoutFit.flags`."""
+        out = {}
+        if self.train is not None and self.train.min_gpus is not None:
+            out["train_min_gpus_zero3"] = f"--gpus {self.train.min_gpus} --zero 3"
+        if self.infer is not None and self.infer.min_gpus is not None:
+            n = self.infer.min_gpus
+            out["infer_min_gpus_tensor_parallel"] = "" if n == 1 else f"--tp {n} --gpus {n}"
+        for m in ("train", "infer"):
+            v = self.mode(m)
+            if v is not None and v.layout is not None:
+                out[f"{m}_layout"] = v.layout.flags(job.with_(mode=m))
+        return out
+
+    def to_dict(self, job: Job | None = None) -> dict:
         """The flat JSON of the verdict, as before it was typed (``train_fits``,
-        ``infer_min_gpus_tensor_parallel``, ``train_layout`` ...)."""
+        ``infer_min_gpus_tensor_parallel``, ``train_layout`` ...); with the ``job``, the options
+        of each answer too (``flags``: answer key -> options)."""
         d: dict = {"name": self.name, "usable_bytes": self.usable_bytes}
         modes = {m: self.mode(m) for m in ("train", "infer")}
         for key in ("fits", "verdict", "headroom_bytes"):
@@ -92,6 +110,8 @@ class GpuVerdict:
                     d[f"{m}_{key}"] = getattr(v, key)
         if self.alias_note:
             d["alias_note"] = self.alias_note
+        if job is not None:
+            d["flags"] = self.flags(job)
         return d
 
 
@@ -163,7 +183,7 @@ class Plan:
         ratio = self.train_to_infer_ratio
         if ratio is not None:
             out["train_to_infer_ratio"] = ratio
-        out["gpus"] = [g.to_dict() for g in self.gpus]
+        out["gpus"] = [g.to_dict(self.job) for g in self.gpus]
         out["suggestions"] = [s.to_dict() for s in self.suggestions]
         if self.solver:
             out["solver"] = [{k: v for k, v in r.to_dict().items() if k != "suggestions"}

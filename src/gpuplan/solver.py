@@ -476,9 +476,12 @@ def _infer_knobs(model: Model, job: Job, prompt: int, context: int,
         ctxs = []
         c = context // 2
         while c >= 256 and len(ctxs) < 4:
-            ctxs.append((Change(knob="context", value=c, tier=_QUALITY, text=f"--context {c}",
+            seq = min(prompt, c)  # the prompt is cut too when it no longer fits the context
+            ctxs.append((Change(knob="context", value=c, tier=_QUALITY,
+                                text=f"--context {c}" + (f" --seq {seq}" if seq != job.seq
+                                                         else ""),
                                 cost=f"at most {c} tokens per sequence (prompt + reply)"),
-                         {"context": c, "seq": min(prompt, c)}))
+                         {"context": c, "seq": seq}))
             c //= 2
         groups.append(ctxs)
     if job.batch > 1:

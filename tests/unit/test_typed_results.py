@@ -25,6 +25,7 @@ def test_a_verdict_holds_one_result_per_mode():
     assert g.train.headroom_bytes == g.usable_bytes - p.train.total_bytes
     d = g.to_dict()
     assert set(d) == VERDICT_KEYS
+    assert set(g.to_dict(p.job)) == VERDICT_KEYS | {"flags"}
     assert d["train_min_gpus_zero3"] == g.train.min_gpus
 
 
