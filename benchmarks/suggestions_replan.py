@@ -59,10 +59,16 @@ def proposals(base: list[str], plan: dict, mode: str, gpu: str) -> list[tuple[st
     return out
 
 
-def check_one(model: str, gpu: str, batch: int, mode: str) -> list[dict]:
+#: Engines re-planned beside auto, per mode: their proposals must be jobs they run.
+ENGINES = {"train": ("megatron", "torchtitan", "deepspeed", "fsdp2", "torchtune"),
+           "infer": ("vllm",)}
+
+
+def check_one(model: str, gpu: str, batch: int, mode: str, engine: str = "auto") -> list[dict]:
     """Every proposal of one base plan, re-planned: a record each."""
-    base = ["fit", model, "--gpu", gpu, "--batch", str(batch), "--mode", mode, "--suggest",
-            "--json", "--no-speed"]
+    eng = [] if engine == "auto" else ["--engine", engine]
+    base = ["fit", model, "--gpu", gpu, "--batch", str(batch), "--mode", mode, *eng,
+            "--suggest", "--json", "--no-speed"]
     rc, plan, err = run(base)
     if rc != 0:
         return [{"base": " ".join(base), "what": "base plan", "ok": None, "why": err.strip()}]
@@ -70,11 +76,9 @@ def check_one(model: str, gpu: str, batch: int, mode: str) -> list[dict]:
     for what, target, flags, peak in proposals(base, plan, mode, gpu):
         bad = [f for i, f in enumerate(flags)
                if not f.startswith("--") and (i == 0 or not flags[i - 1].startswith("--"))]
-        argv = ["fit", model, "--batch", str(batch), "--mode", mode, *flags, "--gpu", target,
-                "--json", "--no-speed"]
-        if "--gpu" in flags:  # the suggestion names the GPU itself: its own --gpu wins
-            argv = ["fit", model, "--batch", str(batch), "--mode", mode, *flags, "--json",
-                    "--no-speed"]
+        # a suggestion that names a GPU carries its own --gpu
+        argv = ["fit", model, "--batch", str(batch), "--mode", mode, *eng, *flags,
+                *([] if "--gpu" in flags else ["--gpu", target]), "--json", "--no-speed"]
         rc2, again, err2 = run(argv)
         rec = {"base": " ".join(base), "what": what, "argv": " ".join(argv), "ok": False}
         if bad:
@@ -94,13 +98,14 @@ def check_one(model: str, gpu: str, batch: int, mode: str) -> list[dict]:
     return records
 
 
-def grid(models, gpus=GPUS, batches=BATCHES, modes=MODES) -> list[dict]:
+def grid(models, gpus=GPUS, batches=BATCHES, modes=MODES, engines: bool = True) -> list[dict]:
     out = []
     for model in models:
         for gpu in gpus:
             for batch in batches:
                 for mode in modes:
-                    out += check_one(model, gpu, batch, mode)
+                    for engine in ("auto", *(ENGINES[mode] if engines else ())):
+                        out += check_one(model, gpu, batch, mode, engine)
     return out
 
 
@@ -108,6 +113,12 @@ def summary(records: list[dict]) -> dict:
     checked = [r for r in records if r["ok"] is not None]
     return {"checked": len(checked), "failed": sum(1 for r in checked if not r["ok"]),
             "base_plans_refused": sum(1 for r in records if r["ok"] is None)}
+
+
+def refused(records: list[dict]) -> list[str]:
+    """The base plans the CLI refused, with why (an engine that cannot run the model's layout
+    defaults, a batch past the positions ...)."""
+    return [f"{r['base']}: {r['why'][:160]}" for r in records if r["ok"] is None]
 
 
 def main(argv: list[str]) -> int:
@@ -126,14 +137,21 @@ def main(argv: list[str]) -> int:
         lines = ["# Every proposal re-planned with its printed flags", "",
                  "`PYTHONPATH=src python benchmarks/suggestions_replan.py --write` (issue 27): "
                  f"every catalog model x {', '.join(GPUS)} x batch {', '.join(map(str, BATCHES))}"
-                 " x train and infer, `gpuplan fit --suggest`; each suggestion and each "
-                 "fewest-GPU answer re-run with its own flags.", "",
+                 " x train and infer, under engine auto and under "
+                 + ", ".join(ENGINES["train"]) + " (train) and " + ", ".join(ENGINES["infer"])
+                 + " (infer), `gpuplan fit --suggest`; each suggestion and each fewest-GPU "
+                 "answer re-run with its own flags and engine.", "",
                  f"- proposals re-planned: {s['checked']}",
                  f"- refused, not fitting, or a peak other than stated: {s['failed']}",
                  f"- base plans the CLI refused (e.g. a batch past the model's positions): "
                  f"{s['base_plans_refused']}",
                  f"- wall time: {elapsed:.0f} s on the shared 2-core machine", ""]
-        lines += [f"- FAIL `{r['argv']}`: {r['why'][:200]}" for r in fails]
+        from collections import Counter
+
+        why = Counter(r["why"].split(";")[0][:120] for r in records if r["ok"] is None)
+        lines += ["Base plans refused, by reason:", ""]
+        lines += [f"- {n} x {reason}" for reason, n in why.most_common()]
+        lines += [""] + [f"- FAIL `{r['argv']}`: {r['why'][:200]}" for r in fails]
         OUT_MD.write_text("\n".join(lines) + "\n")
     return 1 if fails else 0
 

@@ -22,17 +22,18 @@ from typing import Any, Literal
 from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.efficiency import resolve_runtime
-from .engines.profiles import engine_notes
+from .engines.profiles import check_engine_job, engine_notes
 from .compute.parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_costs,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
-from .compute.step import StepSpec, build_steps, infer_precision, train_precision
+from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
+                           param_tensor_count, train_precision)
 from .errors import GpuplanError, InputError, shown
 from .formats import TRAINING_RECIPES, get_optimizer, optimizer_state_bytes
 from .hardware import GPU
 from .hardware.topology import Topology, topology_for
-from .job import Job
+from .job import Job, check_layout, default_seq, job_flags
 from .memory import infer_memory, train_memory
 from .memory.shape import check_seq
 from .models import Model
@@ -103,6 +104,11 @@ class ClusterCandidate:
     """Per-GPU peak (the worst stage); None: not checked (slower than the ones kept)."""
     memory_note: str | None = None
     """Why the memory is unknown or the layout was ruled out without building it."""
+    job: Job | None = None
+    """The job this layout is (what ``fit`` and ``speed`` plan for its ``command``)."""
+    command: str | None = None
+    """``gpuplan fit ...``: the command line that plans this layout as the search did (the same
+    per-GPU memory; ``gpuplan speed`` with the same options, the same tokens/s)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -116,7 +122,7 @@ class ClusterCandidate:
                 "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.timed.tokens_per_s_per_gpu,
                 "memory_bytes": self.memory_bytes, "memory_note": self.memory_note,
-                "time": self.timed.to_dict()}
+                "command": self.command, "time": self.timed.to_dict()}
 
 
 @record
@@ -141,9 +147,12 @@ class ClusterPlan:
     why_runner_up_loses: str | None
     elapsed_s: float
     notes: tuple[str, ...] = ()
+    gpu_counts: tuple[dict, ...] = ()
+    """Without ``--gpus``: each GPU count searched and its best layout (the chosen is ``gpus``)."""
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus, "mode": self.mode,
+                "gpu_counts": list(self.gpu_counts),
                 "seq": self.seq, "global_batch": self.global_batch,
                 "concurrency": self.concurrency, "usable_bytes": self.usable_bytes,
                 "topology": self.topology.to_dict(),
@@ -168,34 +177,71 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-def _tps(arch: Any, gpus: int, per_node: int) -> list[int]:
+def _tps(arch: Any, gpus: int, per_node: int, dims: frozenset = frozenset({"tp"})) -> list[int]:
+    if "tp" not in dims:
+        return [1]
     kv = arch.num_kv_heads
     return [t for t in _pow2_divisors(gpus, per_node)
             if arch.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
 
 
-def _train_layouts(arch: Any, gpus: int, seq: int, batch: int, per_node: int):
-    """Every valid training layout (ZeRO and checkpointing are added by the caller)."""
-    for tp in _tps(arch, gpus, per_node):
-        for pp in _divisors(gpus // tp, min(arch.num_layers, 128)):
-            cps = [c for c in _pow2_divisors(gpus // (tp * pp), 64) if seq % c == 0
-                   and (c == 1 or seq // c >= 2048)]
+@dataclass(frozen=True)
+class _Limits:
+    """What the job's engine runs (engine auto: every layout, as Megatron-LM shards it): the
+    search enumerates nothing else."""
+
+    dims: frozenset
+    zero: tuple[int, ...]
+    schedules: tuple[str, ...]
+    parts: tuple[bool, ...]
+    """The embedding and loss as pipeline parts: tried off and on, or as the engine fixes it."""
+
+    @classmethod
+    def of(cls, job: Job) -> "_Limits":
+        fsdp = job.sharding == "fsdp2"
+        if job.engine == "auto":
+            return cls(dims=frozenset({"tp", "sp", "pp", "cp", "ep"}),
+                       zero=(0, 2, 3) if fsdp else (0, 1, 2, 3), schedules=SCHEDULES,
+                       parts=(False, True))
+        prof = job.engine_profile
+        scheds = tuple(s for s in SCHEDULES if s.partition(":")[0] in prof.pp_schedules)
+        return cls(dims=prof.parallel,
+                   zero=tuple(z for z in prof.zero_stages if not (fsdp and z == 1)),
+                   schedules=scheds or ("1f1b",),
+                   parts=(True,) if prof.pp_parts == "always" else (False, True))
+
+
+def _train_layouts(arch: Any, gpus: int, seq: int, batch: int, per_node: int, lim: _Limits):
+    """Every training layout of the engine's dimensions (ZeRO and checkpointing are added by
+    the caller; what needs the architecture is checked on each layout's job)."""
+    pp_top = min(arch.num_layers, 128) if "pp" in lim.dims else 1
+    for tp in _tps(arch, gpus, per_node, lim.dims):
+        for pp in _divisors(gpus // tp, pp_top):
+            cps = [c for c in _pow2_divisors(gpus // (tp * pp), 64 if "cp" in lim.dims else 1)
+                   if seq % c == 0 and (c == 1 or seq // c >= 2048)]
             for cp in cps:
                 dp = gpus // (tp * pp * cp)
                 if batch % dp:
                     continue
                 eps = ([e for e in _divisors(arch.num_experts, arch.num_experts)
-                        if (dp * cp) % e == 0] if arch.is_moe else [1])
+                        if (dp * cp) % e == 0] if arch.is_moe and "ep" in lim.dims else [1])
                 for ep in eps:
-                    for b in (b for b in _MICRO if (batch // dp) % b == 0):
-                        m = batch // (dp * b)
-                        for sched in (SCHEDULES if pp > 1 else ("1f1b",)):
-                            v = int(sched.partition(":")[2] or 1)
-                            if v > 1 and (m % pp or arch.num_layers < pp * v):
-                                continue
-                            yield Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, chunks=v,
-                                         schedule=sched, micro_batches=m, batch=b, seq=seq,
-                                         sequence_parallel=tp > 1)
+                    yield from _pipelines(arch, tp, pp, cp, ep, dp, seq, batch, lim)
+
+
+def _pipelines(arch: Any, tp: int, pp: int, cp: int, ep: int, dp: int, seq: int, batch: int,
+               lim: _Limits):
+    for b in (b for b in _MICRO if (batch // dp) % b == 0):
+        m = batch // (dp * b)
+        for sched in (lim.schedules if pp > 1 else ("1f1b",)):
+            v = int(sched.partition(":")[2] or 1)
+            if v > 1 and (m % pp or arch.num_layers < pp * v):
+                continue
+            for parts in (lim.parts if pp > 1 else (False,)):
+                yield Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, chunks=v, schedule=sched,
+                             micro_batches=m, batch=b, seq=seq,
+                             sequence_parallel=tp > 1 and "sp" in lim.dims,
+                             embedding_part=parts, loss_part=parts)
 
 
 @dataclass
@@ -212,6 +258,10 @@ class _Ctx:
     usable: int
     tp_overlap: bool
     costs: dict = field(default_factory=dict)
+    valid: dict = field(default_factory=dict)
+    optimizer: Any = None
+    """The optimizer stretch's time (elements, share) -> s, as ``speed`` times it."""
+    """Each layout shape's refusal (None: the engine and the architecture run it)."""
     gathers: dict = field(default_factory=dict)
     """ZeRO-3's weight all-gathers a micro-batch, by (sharding, checkpointing)."""
 
@@ -241,9 +291,19 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                 *gkey, c.model, max_live=c.base.stage3_max_live_parameters,
                 prefetch_bucket=c.base.stage3_prefetch_bucket_size)
         lay = replace(lay, weight_gathers=c.gathers[gkey])
-    return layout_time(arch, c.costs[key][lay.checkpointing], lay, c.topo, device=c.device, eff=c.eff, prec=c.prec,
-                       params=c.model.params.total, flops_per_token=flops_per_token,
-                       state_bytes_per_param=per_param, tp_overlap=c.tp_overlap)
+    if c.optimizer is None:  # the optimizer's stretch as the job runs it: speed's own estimate
+        spec = StepSpec.of(c.base._evolve(mode="train", tp=1, pp=1, cp=1, ep=1, gpus=1,
+                                          sequence_parallel=False, distribute_checkpoints=False),
+                           mode="train", seq=lay.seq, new_tokens=1, trainable=None,
+                           single_device=True)
+        total = param_tensor_count(arch)
+        c.optimizer = lambda n, share: optimizer_stretch_s(spec, c.prec, c.device, c.eff,
+                                                           elements=n,
+                                                           tensors=round(total * share))
+    return layout_time(arch, c.costs[key][lay.checkpointing], lay, c.topo, device=c.device,
+                       eff=c.eff, prec=c.prec, params=c.model.params.total,
+                       flops_per_token=flops_per_token, state_bytes_per_param=per_param,
+                       tp_overlap=c.tp_overlap, optimizer_s=c.optimizer)
 
 
 def _states_floor(c: _Ctx, lay: Layout) -> float:
@@ -258,26 +318,42 @@ def _states_floor(c: _Ctx, lay: Layout) -> float:
 
 
 def _job_of(c: _Ctx, lay: Layout, mode: str) -> Job:
+    """The job a layout is: what its ``command`` asks ``fit`` and ``speed`` for (the values came
+    from the accepted sets and the layout was checked: no validation again)."""
+    serve = mode == "infer"
     return c.base._evolve(
         mode=mode, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, gpus=lay.gpus,
         sequence_parallel=lay.sequence_parallel, pp_schedule=lay.schedule,
-        micro_batches=lay.micro_batches if mode == "train" else None,
-        grad_accum=lay.micro_batches if mode == "train" else 1, batch=lay.batch,
-        zero=lay.zero, checkpointing=lay.checkpointing,
-        pp_embedding_part=False, pp_loss_part=False)  # (the search splits layers only)
+        micro_batches=None, grad_accum=1 if serve else lay.micro_batches, batch=lay.batch,
+        seq=lay.seq, context=lay.seq if serve else c.base.context,
+        zero=0 if serve else lay.zero, checkpointing=c.base.checkpointing if serve
+        else lay.checkpointing, pp_embedding_part=lay.embedding_part,
+        pp_loss_part=lay.loss_part)
+
+
+def _valid(c: _Ctx, lay: Layout, mode: str) -> str | None:
+    """Why the engine or the architecture refuses the layout (None: it runs): the one layout
+    check (heads over TP, layers over the pipeline's parts -- Megatron's even split among them
+    --, experts over EP, ring attention's chunks) and the engine's own."""
+    key = (mode, lay.tp, lay.pp, lay.cp, lay.ep, lay.dp, lay.schedule, lay.embedding_part)
+    if key not in c.valid:
+        job = _job_of(c, replace(lay, zero=0, checkpointing="none"), mode)
+        try:
+            check_layout(c.model.architecture, job, lay.seq)
+            if job.engine != "auto":
+                check_engine_job(job.engine_profile, job)
+            c.valid[key] = None
+        except InputError as e:
+            c.valid[key] = str(e).split(":")[0] + ": " + str(e).split(": ", 1)[-1][:60]
+    return c.valid[key]
 
 
 def _memory(c: _Ctx, lay: Layout, mode: str) -> tuple[int | None, str | None]:
     if mode == "train" and _states_floor(c, lay) > c.usable:
         return None, "model states alone exceed the GPU (not built)"
     job = _job_of(c, lay, mode)
-    try:
-        if mode == "train":
-            mem = train_memory(c.model, job)
-        else:  # weights and KV cache split over the replica's TP x PP GPUs
-            mem = infer_memory(c.model, job._evolve(tp=1, pp=1, gpus=1, sequence_parallel=False,
-                                                    distribute_checkpoints=False),
-                               tensor_parallel=lay.tp * lay.pp)
+    try:  # one rank of the layout, tensor by tensor: what fit plans for the same job
+        mem = train_memory(c.model, job) if mode == "train" else infer_memory(c.model, job)
     except GpuplanError as e:
         return None, str(e).split(";")[0]
     return mem.total_bytes, None
@@ -363,14 +439,13 @@ def _train_candidates(c: _Ctx, seq: int, batch: int) -> list[ClusterCandidate]:
     fpt = model_flops_per_token(arch, c.device, c.eff, c.prec, seq, c.base.attention)
     per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, c.prec.state)
     out = []
-    for lay in _train_layouts(arch, c.base.gpus, seq, batch, c.topo.gpus_per_node):
+    lim = _Limits.of(c.base)
+    for lay in _train_layouts(arch, c.base.gpus, seq, batch, c.topo.gpus_per_node, lim):
+        if _valid(c, lay, "train") is not None:
+            continue
         for ckpt in CHECKPOINTING:
-            for zero in (0, 1, 2, 3) if lay.dp * lay.cp > 1 else (0,):
-                cand = Layout(tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, dp=lay.dp,
-                              chunks=lay.chunks, schedule=lay.schedule,
-                              micro_batches=lay.micro_batches, batch=lay.batch, seq=seq,
-                              zero=zero, sequence_parallel=lay.sequence_parallel,
-                              checkpointing=ckpt)
+            for zero in lim.zero if lay.dp * lay.cp > 1 else (0,):
+                cand = replace(lay, zero=zero, checkpointing=ckpt, sharding=c.base.sharding)
                 out.append(ClusterCandidate(layout=cand, timed=_time_train(c, cand, fpt, per)))
     return out
 
@@ -378,12 +453,16 @@ def _train_candidates(c: _Ctx, seq: int, batch: int) -> list[ClusterCandidate]:
 def _serve_candidates(c: _Ctx, concurrency: int, context: int,
                       max_decode_s: float | None) -> list[ClusterCandidate]:
     arch = c.model.architecture
+    lim = _Limits.of(c.base)
     out = []
-    for tp in _tps(arch, c.base.gpus, c.topo.gpus_per_node):
-        for pp in _divisors(c.base.gpus // tp, min(arch.num_layers, 64)):
+    for tp in _tps(arch, c.base.gpus, c.topo.gpus_per_node, lim.dims):
+        for pp in _divisors(c.base.gpus // tp, min(arch.num_layers, 64) if "pp" in lim.dims
+                            else 1):
             dp = c.base.gpus // (tp * pp)
             b = math.ceil(concurrency / dp)
             lay = Layout(tp=tp, pp=pp, dp=dp, batch=b, seq=context)
+            if _valid(c, lay, "infer") is not None:
+                continue
             job = c.base._evolve(mode="infer", batch=b, seq=context, context=context,
                                  runtime=resolve_runtime(c.base.runtime, "infer",
                                                          c.base.engine))
@@ -396,6 +475,16 @@ def _serve_candidates(c: _Ctx, concurrency: int, context: int,
             if max_decode_s is None or st.decode_s <= max_decode_s:
                 out.append(ClusterCandidate(layout=lay, timed=st))
     return out
+
+
+def _with_command(c: _Ctx, cand: ClusterCandidate, mode: str) -> ClusterCandidate:
+    """The candidate with its job and the ``gpuplan fit`` command that plans it."""
+    job = _job_of(c, cand.layout, mode)
+    name = job.model if isinstance(job.model, str) else c.model.name
+    head = ["gpuplan", "fit", name, "--gpu", c.gpu.name, "--mode", mode]
+    if job.engine != "auto":
+        head += ["--engine", job.engine]
+    return replace(cand, job=job, command=" ".join(head + job_flags(job)))
 
 
 def _why(best: list[ClusterCandidate]) -> str | None:
@@ -422,7 +511,75 @@ def _why(best: list[ClusterCandidate]) -> str | None:
             f"{diff[worst]:.3g} s longer per step{mem}")
 
 
+#: Most GPUs the search of GPU counts tries (``--gpus`` left out).
+MAX_SEARCH_GPUS = 16384
+#: How far past the fewest that can hold the model's states the count search goes.
+COUNT_SPAN = 16
+
+
+def _counts(model: Model, gpu: GPU, job: Job, mode: str) -> list[int]:
+    """The GPU counts a search without ``--gpus`` tries: powers of two and whole nodes, from the
+    fewest whose memory holds the model's states (training: 16-bit weights and gradients, the
+    fp32 master and Adam's two states; serving: the weights) up to :data:`COUNT_SPAN` times as
+    many (at most :data:`MAX_SEARCH_GPUS`)."""
+    r = TRAINING_RECIPES[job.precision]
+    per = (r.weight_bytes + r.grad_bytes + r.master_bytes + 2 * r.state_bytes) \
+        if mode == "train" else 2
+    lo = max(1, -(-model.params.total * per // gpu.memory_bytes))
+    hi = min(MAX_SEARCH_GPUS, lo * COUNT_SPAN)
+    node = job.gpus_per_node
+    out = {1 << k for k in range(15) if lo <= 1 << k <= hi}
+    out |= {n for n in range(node, hi + 1, node) if n >= lo and (n // node) & (n // node - 1)
+            == 0}  # whole nodes in powers of two of nodes
+    return sorted(out) or [hi]
+
+
 def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None = None,
+                   concurrency: int | None = None, top: int = 3, max_memory_checks: int = 2000,
+                   max_decode_s: float | None = None, tp_overlap: bool = False,
+                   search_gpus: bool = False) -> ClusterPlan:
+    """The layout search over ``job.gpus`` (:func:`search_layouts`), or with ``search_gpus``
+    over the GPU counts of :func:`_counts`: each count searched, the one chosen whose best
+    layout gives the most tokens/s per GPU -- the least GPU time per token -- the fewer GPUs
+    winning within 1%; every count's best stated in ``gpu_counts``."""
+    kw = dict(global_batch=global_batch, concurrency=concurrency, top=top,
+              max_memory_checks=max_memory_checks, max_decode_s=max_decode_s,
+              tp_overlap=tp_overlap)
+    if not search_gpus:
+        return search_layouts(model, gpu, job, **kw)
+    start = time.perf_counter()
+    mode = "infer" if job.mode == "infer" else "train"
+    if model.architecture is None:
+        raise InputError(f"{model.name}: the cluster search needs the architecture (layers, "
+                         "heads); name a catalog model or a config.json")
+    plans = []
+    for n in _counts(model, gpu, job, mode):
+        try:
+            p = search_layouts(model, gpu, job.with_(gpus=n, tp=1, pp=1, cp=1, ep=1,
+                                                     sequence_parallel=False), **kw)
+        except InputError:
+            continue  # no layout of n GPUs (the global batch does not split over them)
+        if p.best:
+            plans.append(p)
+    if not plans:
+        raise InputError(f"no GPU count from {_counts(model, gpu, job, mode)[0]} to "
+                         f"{_counts(model, gpu, job, mode)[-1]} fits a layout of this job; give "
+                         "--gpus N, or a smaller global batch or concurrency")
+    rate = max(p.best[0].timed.tokens_per_s_per_gpu for p in plans)
+    chosen = min((p for p in plans if p.best[0].timed.tokens_per_s_per_gpu >= 0.99 * rate),
+                 key=lambda p: p.gpus)
+    summary = tuple({"gpus": p.gpus, "label": p.best[0].layout.label(),
+                     "tokens_per_s": p.best[0].tokens_per_s,
+                     "tokens_per_s_per_gpu": p.best[0].timed.tokens_per_s_per_gpu}
+                    for p in plans)
+    note = (f"--gpus searched: {', '.join(str(p.gpus) for p in plans)} GPUs have a layout that "
+            f"fits; {chosen.gpus} chosen: the most tokens/s per GPU (the least GPU time per "
+            "token), the fewer GPUs within 1%")
+    return replace(chosen, gpu_counts=summary, notes=chosen.notes + (note,),
+                   elapsed_s=time.perf_counter() - start)
+
+
+def search_layouts(model: Model, gpu: GPU, job: Job, *, global_batch: int | None = None,
                    concurrency: int | None = None, top: int = 3, max_memory_checks: int = 2000,
                    max_decode_s: float | None = None, tp_overlap: bool = False) -> ClusterPlan:
     """Search the layouts of ``job`` (its ``gpus``, ``seq``, precision, optimizer, attention,
@@ -439,7 +596,7 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     check_seq(model, job)  # a sequence or context past the model's positions: one line, first
     mode = "infer" if job.mode == "infer" else "train"
     c = _ctx(model, gpu, job, mode, tp_overlap)
-    seq = job.seq or model.architecture.max_position_embeddings
+    seq = job.seq or default_seq(model.architecture)  # fit's and speed's default, not the context
     if mode == "train":
         if not global_batch or global_batch < 1:
             raise InputError("the cluster search of a training job needs --global-batch B "
@@ -450,11 +607,17 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
             raise InputError("the cluster search of a serving job needs --concurrency C")
         seq = job.context or seq
         timed = _serve_candidates(c, concurrency, seq, max_decode_s)
-    if not timed:
+    if not timed and mode == "train":
         raise InputError(f"no valid layout of {job.gpus} GPUs for this job (global batch "
                          f"{global_batch} must be divisible by the data-parallel degree); try "
                          "a global batch that is a multiple of the GPU count")
+    if not timed:
+        raise InputError(f"no serving layout of {job.gpus} GPUs for this job"
+                         + (f" decodes a token within {max_decode_s * 1e3:g} ms; allow more "
+                            "time per token, or give more GPUs or a serving engine"
+                            if max_decode_s is not None else "; give more GPUs"))
     best, tried = _rank(c, timed, mode, top, max_memory_checks)
+    best = [_with_command(c, cand, mode) for cand in best]
     notes = [f"topology: {c.topo.stated}"]
     notes += engine_notes(job, mode)
     notes += [

@@ -410,7 +410,10 @@ def _parallel_knobs(job: Job, gpu: GPU, planner: _Planner) -> list[tuple[Change,
     the TP x PP layout where it needs fewer GPUs than ZeRO-3 alone (the search behind ``fit``'s
     layout column, so the two agree)."""
     par = []
+    stages = job.engine_profile.zero_stages if job.engine != "auto" else (0, 1, 2, 3)
     for z in (1, 2, 3):
+        if z not in stages or (z == 1 and job.sharding == "fsdp2"):
+            continue  # a stage the engine does not run (FSDP2 has no optimizer-only ZeRO)
         n = _fewest_gpus(job, z, gpu.memory_bytes, planner) if z >= job.zero else None
         if n is None:
             continue

@@ -56,6 +56,7 @@ LAZY_OK = {
     ("gpuplan.cli", "gpuplan.cli.*"): "a subcommand's module is imported only to build it",
     ("gpuplan.compute", "gpuplan.compute.*"): "PEP 562: each part of the speed model on first use",
     ("gpuplan.compute.speed", "gpuplan.compute.cpu"): "the CPU estimate only when a CPU is asked",
+    ("gpuplan.cli.cluster", "gpuplan.export"): "the exporters load only when --export is given",
 }
 #: Modules whose function-level gpuplan imports sit at the torch / matplotlib / rich boundary:
 #: what they import pulls in the heavy package (or needs it installed first).

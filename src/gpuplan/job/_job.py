@@ -28,7 +28,7 @@ from ._fields import alternatives, check_value, from_json, hints_of
 from ._vocab import DEFAULT_MODEL_PARAMS, KV_DTYPES, PP_SCHEDULES, ZERO_STAGES, Attention, Mode
 
 __all__ = ["Job", "FLAT_FIELDS", "field_group", "flat_hints", "flat_defaults", "flat_docs",
-           "choices_of"]
+           "choices_of", "job_flags"]
 
 
 @record
@@ -359,3 +359,35 @@ def choices_of(name: str) -> tuple[str, ...] | None:
         if get_origin(alt) is Literal:
             return get_args(alt)
     return None
+
+
+#: Fields whose command-line option is not ``--`` + the field's name with dashes (the CLI's job
+#: options hold the rest to that rule: tests/unit/test_job_options.py).
+_FLAG_EXCEPTIONS = {"zero_grad_set_to_none": "--zero-grad-in-place"}
+
+
+def job_flags(job: Job, *, against: Job | None = None, skip: tuple[str, ...] = ("model",)
+              ) -> list[str]:
+    """The ``gpuplan fit`` options that describe ``job``: every field that differs from
+    ``against`` (default: the job its engine and mode give with nothing else said), in the
+    Job's field order; booleans as their flag, lists comma-joined. What a search prints beside
+    each proposal, so the proposal is one command away."""
+    if against is None:
+        against = Job(model=job.model, mode=job.mode, engine=job.engine)
+    out: list[str] = []
+    for name in FLAT_FIELDS:
+        value, base = getattr(job, name), getattr(against, name)
+        if name in skip or value == base or value is None:
+            continue
+        if name == "zero_grad_set_to_none":
+            out.append(_FLAG_EXCEPTIONS[name])
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+            continue  # a default-True flag turned off has no option but the one above
+        if isinstance(value, tuple):
+            value = ",".join(value)
+        out += [flag, str(value)]
+    return out

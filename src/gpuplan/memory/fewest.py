@@ -102,6 +102,8 @@ class LayoutFit:
         never disagree), else as ``micro_batches``."""
         d = {"tp": self.tp, "pp": self.pp, "gpus": self.gpus, "cp": 1, "ep": 1,
              "sequence_parallel": self.sequence_parallel}
+        if job.engine != "auto" and job.engine_profile.pp_parts == "always" and self.pp > 1:
+            d.update(pp_embedding_part=True, pp_loss_part=True)  # as the Job would resolve
         if self.mode == "train":
             d["zero"] = self.zero
             if self.micro_batches is not None:
@@ -179,6 +181,8 @@ def fewest_zero3(model: Model, job: Job, usable: int, level: OverheadLevel, over
     bound of :class:`_Floor` (galloping up, then bisecting) finds it. ``memo`` keeps the per-N
     totals for the job (:func:`shared_memo`)."""
     memo = {} if memo is None else memo
+    if _limits(job)[1] < 3:
+        return None  # the engine has no ZeRO-3 (Megatron's distributed optimizer is ZeRO-1)
     # under a parallel layout N counts in whole model replicas (tp x pp x cp GPUs each), and
     # dp x cp must hold the expert-parallel group
     unit = job.tp * job.pp * job.cp * (job.ep // math.gcd(job.ep, job.cp))
@@ -282,18 +286,21 @@ def _degrees(model: Model, job: Job, memo: dict, train: bool) -> tuple[tuple[int
     if key in memo:
         return memo[key]
     arch = model.architecture
+    dims, _ = _limits(job)
     tps = []
-    for t in range(1, min(job.gpus_per_node, arch.num_heads) + 1):  # TP divides the heads
+    top_t = min(job.gpus_per_node, arch.num_heads) if "tp" in dims else 1
+    for t in range(1, top_t + 1):  # TP divides the heads
         if arch.num_heads % t:
             continue
-        probe = job._evolve(tp=t, pp=1, cp=1, ep=1, gpus=t, sequence_parallel=train and t > 1)
+        probe = job._evolve(tp=t, pp=1, cp=1, ep=1, gpus=t,
+                            sequence_parallel=train and t > 1 and "sp" in dims)
         try:
             check_layout(arch, probe)
         except InputError:
             continue
         tps.append(t)
     pps = []
-    for p in range(1, min(arch.num_layers, MAX_STAGES) + 1):
+    for p in range(1, min(arch.num_layers, MAX_STAGES) + 1 if "pp" in dims else 2):
         if arch.num_layers % p:
             continue
         try:
@@ -386,7 +393,21 @@ def _layout(job: Job, t: int, p: int, d: int, zero: int) -> LayoutFit:
     if p > 1:
         m = max(job.micro_batches or job.grad_accum, p)
     return LayoutFit(mode="train", gpus=t * p * d, tp=t, pp=p, zero=zero if d > 1 else 0,
-                     sequence_parallel=t > 1, micro_batches=m, peak_bytes=0)
+                     sequence_parallel=t > 1 and "sp" in _limits(job)[0], micro_batches=m,
+                     peak_bytes=0)
+
+
+#: Every parallel dimension (what engine auto plans: Megatron-LM's sharding of any layout).
+_ALL_DIMS = frozenset({"tp", "sp", "pp", "cp", "ep"})
+
+
+def _limits(job: Job) -> tuple[frozenset[str], int]:
+    """(the parallel dimensions, the deepest ZeRO stage) the job's engine runs: a layout search
+    proposes nothing else (engine auto: every dimension and ZeRO-3)."""
+    if job.engine == "auto":
+        return _ALL_DIMS, 3
+    prof = job.engine_profile
+    return prof.parallel, max(prof.zero_stages)
 
 
 class _TrainSearch:
@@ -398,18 +419,25 @@ class _TrainSearch:
         self.model, self.job, self.usable = model, job, usable
         self.level, self.overrides, self.memo = level, overrides, memo
         self.floor, self.over = floor, floor.overhead
+        self.zero = _limits(job)[1]
+        """The deepest ZeRO stage the engine runs: the one a layout is planned with (ZeRO-3's
+        memory at the same layout bounds it from below: the bounds stay valid)."""
+        self.zero_one = job.sharding != "fsdp2" and (
+            job.engine == "auto" or 1 in job.engine_profile.zero_stages)
+        """ZeRO-1 is named instead where it fits (less traffic): not under FSDP2, which has no
+        optimizer-only sharding."""
 
-    def peak(self, t: int, p: int, d: int, zero: int = 3) -> int | None:
+    def peak(self, t: int, p: int, d: int, zero: int | None = None) -> int | None:
         """The fullest rank's total under (t, p, d) with ZeRO-``zero`` over d (None: the
         architecture does not allow the layout)."""
-        zero = zero if d > 1 else 0
+        zero = (self.zero if zero is None else zero) if d > 1 else 0
         key = ("layout", t, p, d, zero)
         if key not in self.memo:
             job = _layout(self.job, t, p, d, zero).apply(self.job)
             self.memo[key] = _total(train_memory, self.model, job, self.level, self.overrides)
         return self.memo[key]
 
-    def fits(self, t: int, p: int, d: int, zero: int = 3) -> bool:
+    def fits(self, t: int, p: int, d: int, zero: int | None = None) -> bool:
         v = self.peak(t, p, d, zero)
         return v is not None and v <= self.usable
 
@@ -528,7 +556,7 @@ def train_layout(model: Model, job: Job, usable: int, level: OverheadLevel, over
     if best is None:
         return None
     n, t, p, d = best
-    zero = 1 if d > 1 and search.fits(t, p, d, 1) else 3
+    zero = 1 if d > 1 and search.zero_one and search.fits(t, p, d, 1) else search.zero
     return replace(_layout(job, t, p, d, zero), peak_bytes=search.peak(t, p, d, zero))
 
 
