@@ -238,7 +238,8 @@ def _pipelines(arch: Any, tp: int, pp: int, cp: int, ep: int, dp: int, seq: int,
             if v > 1 and (m % pp or arch.num_layers < pp * v):
                 continue
             for parts in (lim.parts if pp > 1 else (False,)):
-                yield Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, chunks=v, schedule=sched,
+                yield Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, chunks=v,
+                             schedule=sched.partition(":")[0],
                              micro_batches=m, batch=b, seq=seq,
                              sequence_parallel=tp > 1 and "sp" in lim.dims,
                              embedding_part=parts, loss_part=parts)
@@ -323,7 +324,7 @@ def _job_of(c: _Ctx, lay: Layout, mode: str) -> Job:
     serve = mode == "infer"
     return c.base._evolve(
         mode=mode, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, gpus=lay.gpus,
-        sequence_parallel=lay.sequence_parallel, pp_schedule=lay.schedule,
+        sequence_parallel=lay.sequence_parallel, pp_schedule=lay.pp_schedule,
         micro_batches=None, grad_accum=1 if serve else lay.micro_batches, batch=lay.batch,
         seq=lay.seq, context=lay.seq if serve else c.base.context,
         zero=0 if serve else lay.zero, checkpointing=c.base.checkpointing if serve
@@ -335,7 +336,7 @@ def _valid(c: _Ctx, lay: Layout, mode: str) -> str | None:
     """Why the engine or the architecture refuses the layout (None: it runs): the one layout
     check (heads over TP, layers over the pipeline's parts -- Megatron's even split among them
     --, experts over EP, ring attention's chunks) and the engine's own."""
-    key = (mode, lay.tp, lay.pp, lay.cp, lay.ep, lay.dp, lay.schedule, lay.embedding_part)
+    key = (mode, lay.tp, lay.pp, lay.cp, lay.ep, lay.dp, lay.pp_schedule, lay.embedding_part)
     if key not in c.valid:
         job = _job_of(c, replace(lay, zero=0, checkpointing="none"), mode)
         try:
@@ -361,7 +362,7 @@ def _memory(c: _Ctx, lay: Layout, mode: str) -> tuple[int | None, str | None]:
 
 def _shape(c: ClusterCandidate) -> tuple:
     x = c.layout
-    return (x.tp, x.pp, x.cp, x.ep, x.dp, x.batch, x.schedule)
+    return (x.tp, x.pp, x.cp, x.ep, x.dp, x.batch, x.pp_schedule, x.embedding_part)
 
 
 def _rank(c: _Ctx, timed: list[ClusterCandidate], mode: str, top: int,
@@ -421,7 +422,8 @@ def _fastest_fits(checked, usable: int, top: int) -> list[ClusterCandidate]:
 
 def _family(lay: Layout) -> tuple:
     """Layouts that differ only in micro-batch size and checkpointing."""
-    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.dp, lay.schedule, lay.zero)
+    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.dp, lay.pp_schedule, lay.embedding_part,
+            lay.zero)
 
 
 def _appetite(lay: Layout) -> tuple[int, int]:

@@ -271,7 +271,7 @@ def _checkpointing_knobs(model: Model, job: Job, seq: int) -> list[tuple[Change,
 def _schedule_knobs(job: Job) -> list[tuple[Change, dict]]:
     """An interleaved pipeline keeps more in flight on its early stages than 1F1B: stage i holds
     2 (p - i - 1) + (v - 1) p + 1 chunk micro-batches against p - i whole ones (Narayanan et al.
-    2021; :func:`gpuplan.memory.layout.in_flight`), so 1F1B gives memory back for a bubble of
+    2021; :func:`gpuplan.parallel.layout.in_flight`), so 1F1B gives memory back for a bubble of
     (p - 1) / m instead of (p - 1) / (v m) -- its cost, as a share of the step."""
     name, v = pp_chunks(job.pp_schedule)
     if job.pp < 2 or name != "interleaved":

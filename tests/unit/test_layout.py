@@ -25,6 +25,7 @@ LAYERS = [
     {"fit", "solver", "cluster", "trace", "measure", "crosscheck", "doctor"},
     {"memory", "compute"},
     {"job"},
+    {"parallel"},
     {"engines"},
     {"formats"},
     {"models", "hardware"},
@@ -276,3 +277,15 @@ def test_architecture_page_matches_the_tree():
     for layer in LAYERS:
         for concern in layer - {"__main__"}:
             assert concern in page, f"layer member {concern} is not on the architecture page"
+
+
+def test_one_layout_class():
+    """The parallel layout has one type (issue 27, part 4a): ``gpuplan.parallel.layout.Layout``,
+    read by memory, compute and the cluster search; no other class of the package is named
+    ``Layout``."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name == "Layout":
+                found.append(str(path.relative_to(SRC)))
+    assert found == ["parallel/layout.py"]

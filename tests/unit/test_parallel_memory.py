@@ -28,7 +28,7 @@ from gpuplan.job import Job
 from gpuplan.memory import activations as A
 from gpuplan.memory import infer_memory, train_memory
 from gpuplan.memory.activations.profile import Shard
-from gpuplan.memory.layout import check_layout, in_flight, rank_model, stage_layers
+from gpuplan.parallel import check_layout, in_flight, rank_model, stage_layers
 from gpuplan.models import load_model, model_from_config_bytes
 from test_activations import _model, gpt_layer, ln_stats
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpuplan.errors import InputError
 from gpuplan.job import Job
-from gpuplan.memory.layout import check_layout, chunk_forwards, in_flight, part_layers, stage_layers
+from gpuplan.parallel import check_layout, chunk_forwards, in_flight, part_layers, stage_layers
 
 
 def test_llama3_405b_layout_is_one_layer_chunks():

@@ -9,7 +9,7 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   with attention over the whole sequence (``(s/CP)^2 x CP`` score work: ring attention, load
   balanced), timed by the roofline of :mod:`.time`; ``M`` micro-batches per step. With the
   embedding and/or the head and loss counted as pipeline parts (``pp_embedding_part`` /
-  ``pp_loss_part``: :func:`gpuplan.memory.layout.part_layers`), the busiest stage is the one whose
+  ``pp_loss_part``: :func:`gpuplan.parallel.layout.part_layers`), the busiest stage is the one whose
   layers plus embedding / head take longest.
 - **pipeline bubble**: ``(PP - 1) / V`` micro-batch times (``(p-1)/m`` of the ideal step for GPipe
   and 1F1B, ``(p-1)/(v m)`` interleaved with V chunks: Narayanan et al. 2021, sec. 2.2).
@@ -47,6 +47,7 @@ from .._record import record
 from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, deepspeed_gathered
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
+from ..parallel.layout import Layout
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import optimizer_op, recompute_ops
@@ -58,77 +59,6 @@ __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
-
-
-@record
-class Layout:
-    """The parallel layout of one training step, resolved."""
-
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    dp: int = 1
-    chunks: int = 1
-    """Model chunks per pipeline stage (V of the interleaved schedule)."""
-    schedule: str = "1f1b"
-    micro_batches: int = 1
-    batch: int = 1
-    """Sequences per micro-batch per data-parallel rank."""
-    seq: int = 2048
-    zero: int = 0
-    sequence_parallel: bool = False
-    checkpointing: str = "none"
-    embedding_part: bool = False
-    """The embedding is one layer-equivalent part of the pipeline split (first stage)."""
-    loss_part: bool = False
-    """The head and loss are one layer-equivalent part of the pipeline split (last stage)."""
-    distribute_checkpoints: bool = False
-    """Full checkpointing's layer inputs split over the TP group (one all-gather a layer in
-    backward, before its recompute)."""
-    sharding: str = "deepspeed"
-    """Whose ZeRO-3 (:data:`gpuplan.job.Sharding`): DeepSpeed gathers the weights again for a
-    checkpointed layer's recompute, FSDP keeps the recompute's gather for the backward."""
-    weight_gathers: float | None = None
-    """ZeRO-3's all-gathers of the weights per micro-batch, in whole-model units
-    (:func:`zero3_gathers` of the model); None: the count without a tensor list."""
-    gather_overlap: bool = True
-    """ZeRO-3's weight all-gathers run beside the compute (a prefetch on its own stream: FSDP,
-    DeepSpeed since its PR #1453, January 2022); False: each one waited for before the layer
-    runs, as DeepSpeed ZeRO-3 did before (PR #1188, June 2021: "each all_gather calls
-    torch.cuda.synchronize()"), only the gradients' reduce-scatter overlapped."""
-
-    @classmethod
-    def of(cls, job: Job, seq: int) -> "Layout":
-        schedule, v = pp_chunks(job.pp_schedule)
-        m = job.micro_batches or job.grad_accum
-        return cls(tp=job.tp, pp=job.pp, cp=job.cp, ep=job.ep, dp=job.dp, chunks=v,
-                   schedule=job.pp_schedule, micro_batches=m, batch=job.batch, seq=seq,
-                   zero=job.zero, sequence_parallel=job.sequence_parallel,
-                   checkpointing=job.checkpointing, embedding_part=job.pp_embedding_part,
-                   loss_part=job.pp_loss_part, distribute_checkpoints=job.distribute_checkpoints,
-                   sharding=job.sharding)
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
-
-    def label(self) -> str:
-        parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"]
-        if self.ep > 1:
-            parts.insert(3, f"EP{self.ep}")
-        sched = f" {self.schedule}" if self.pp > 1 else ""
-        sp = " SP" if self.sequence_parallel else ""
-        return (" ".join(parts) + f"{sp} ZeRO-{self.zero} mb{self.batch}x{self.micro_batches}"
-                f"{sched} ckpt={self.checkpointing}")
-
-    def to_dict(self) -> dict:
-        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp,
-                "schedule": self.schedule, "chunks": self.chunks,
-                "micro_batches": self.micro_batches, "batch": self.batch, "seq": self.seq,
-                "zero": self.zero, "sequence_parallel": self.sequence_parallel,
-                "checkpointing": self.checkpointing, "gpus": self.gpus,
-                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
 
 
 def shard_arch(arch: Architecture, tp: int) -> Architecture:

@@ -8,7 +8,8 @@ from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, Pa
                        ServingConfig, ShardingConfig, TrainingLoop)
 from ._job import (FLAT_FIELDS, Job, choices_of, field_group, flat_defaults, flat_docs,
                    flat_hints, job_flags)
-from ._layout import check_layout, divisors, nearest, part_layers, pipeline_fix, pp_chunks, tp_fix
+from ..parallel.checks import (check_layout, divisors, nearest, part_layers, pipeline_fix,
+                               pp_chunks, tp_fix)
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_MODEL_PARAMS, DEFAULT_SEQ,
                      DEFAULT_TRAIN_PRECISION, KV_DTYPES, PP_SCHEDULES, Attention, Checkpointing,
                      ModelCode, Mode, Runtime, Sharding, default_seq, seq_limit)

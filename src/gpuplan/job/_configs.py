@@ -10,7 +10,7 @@ from ..errors import InputError, opt, shown
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, \
     get_weight_format
 from ._fields import check_fields
-from ._layout import pp_chunks
+from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
                      ModelCode, OptimizerStates, PrefillLogits, Runtime, Sharding)
 

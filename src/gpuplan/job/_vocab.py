@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..models import Architecture
+from ..parallel.checks import PP_SCHEDULES
 
 __all__ = ["Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding",
            "PP_SCHEDULES", "KV_DTYPES", "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
@@ -20,8 +21,6 @@ ModelCode = Literal["transformers", "torchtune"]
 #: Which engine shards the model states under ZeRO: DeepSpeed's ZeRO (the default) or PyTorch's
 #: FSDP2 (``fully_shard``); they hold different copies (docs/memory.md, "FSDP2").
 Sharding = Literal["deepspeed", "fsdp2"]
-#: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 #: KV-cache element formats and their bytes.
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}

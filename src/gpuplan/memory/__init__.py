@@ -27,7 +27,7 @@ This module only re-exports.
 """
 
 from .infer import infer_memory
-from .layout import check_layout
+from ..parallel import check_layout
 from .lora import DEFAULT_LORA_TARGETS, lora_tensors
 from .results import InferMemory, Line, TrainMemory
 from .states import shard

@@ -48,7 +48,7 @@ from ..errors import InputError
 from ..job import FLAT_FIELDS, Job
 from ..models import Model
 from .infer import infer_memory
-from .layout import check_layout
+from ..parallel import check_layout
 from .overhead import OverheadLevel, check_overrides, runtime_overhead
 from .activations import train_activations
 from .states import train_states

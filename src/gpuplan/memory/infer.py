@@ -13,7 +13,7 @@ from ..job import Job
 from ..models import Architecture, Model
 from .activations import InferActivations, infer_activations
 from .kv import kv_cache_bytes
-from .layout import check_layout, layout_notes, layout_of, rank_model
+from ..parallel import check_layout, layout_notes, layout_of, rank_model
 from .overhead import OverheadLevel, runtime_overhead
 from .results import InferMemory, Line
 from .shape import check_seq, seq_for
@@ -60,7 +60,7 @@ def _infer_layout(model: Model, job: Job, **kw) -> InferMemory:
              "stage_totals_bytes": [r.total_bytes for r in results]}
     mem = results[worst]
     return replace(mem, params=model.params.total, tensor_parallel=lay.tp,
-                   layout=lay.to_dict(), stage=stage,
+                   layout=lay.degrees_dict(), stage=stage,
                    notes=(*mem.notes, *layout_notes(arch, job)))
 
 

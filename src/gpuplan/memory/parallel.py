@@ -26,7 +26,7 @@ from ..job import Job
 from ..models import Model
 from .activations import TrainActivations, regime_for, train_activations
 from .activations.profile import Shard
-from .layout import (Layout, check_layout, chunk_forwards, in_flight, layout_notes, layout_of,
+from ..parallel import (Layout, check_layout, chunk_forwards, in_flight, layout_notes, layout_of,
                      rank_model)
 from .results import TrainMemory
 from .shape import seq_for
@@ -120,7 +120,7 @@ class StagePlan:
 
     def annotate(self, mem: TrainMemory, totals: list[int]) -> TrainMemory:
         """The worst stage's memory, saying which stage it is and the layout."""
-        return replace(mem, layout=self.layout.to_dict(), stage=self.describe(totals),
+        return replace(mem, layout=self.layout.degrees_dict(), stage=self.describe(totals),
                        notes=(*mem.notes, *_stage_note(self, totals)))
 
     def describe(self, totals: list[int] | None = None) -> dict:

@@ -18,7 +18,7 @@ from ._spec import resolve
 from ._step import StepConfig, check_config, run
 
 #: Row-parallel linears (their input dimension split), as the analytic plan's Megatron layout
-#: (``gpuplan.memory.layout``): attention output and MLP down projections; every other linear of
+#: (``gpuplan.parallel.layout``): attention output and MLP down projections; every other linear of
 #: a block is column-parallel (q/k/v, fused qkv, gate/up, fc1). BERT's ``intermediate.dense`` is
 #: column-parallel despite ending in ``dense``.
 ROW = frozenset({"o_proj", "out_proj", "c_proj", "down_proj", "w2", "fc2", "dense_4h_to_h",

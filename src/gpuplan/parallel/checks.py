@@ -9,9 +9,11 @@ from functools import lru_cache
 from ..engines.profiles import check_engine_split, get_engine
 from ..errors import InputError
 from ..models import Architecture
-from ._vocab import PP_SCHEDULES
 
-__all__ = ["pp_chunks", "pipeline_fix", "divisors", "nearest", "tp_fix", "part_layers",
+#: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+__all__ = ["PP_SCHEDULES", "pp_chunks", "pipeline_fix", "divisors", "nearest", "tp_fix", "part_layers",
            "check_layout"]
 
 

@@ -34,7 +34,7 @@ import functools
 from dataclasses import replace
 
 from .._record import record
-from ..job import Job, check_layout, part_layers, pp_chunks
+from .checks import check_layout, part_layers, pp_chunks
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
@@ -51,17 +51,21 @@ _KV = frozenset({"k_proj", "v_proj", "key", "value"})
 _FUSED_QKV = frozenset({"query_key_value", "qkv_proj"})
 
 
-@record(kw_only=False)
+@record
 class Layout:
-    """The degrees of a job's parallel layout."""
+    """A job's parallel layout, resolved: the degrees (TP, SP, PP, CP, EP and the data-parallel
+    remainder), the pipeline's shape, and what a step under it needs beside them (micro-batch,
+    sequence, ZeRO, checkpointing, whose ZeRO-3). The one layout type: memory, compute and the
+    cluster search all read it."""
 
     tp: int = 1
     pp: int = 1
     cp: int = 1
     ep: int = 1
     dp: int = 1
-    sp: bool = False
+    sequence_parallel: bool = False
     schedule: str = "1f1b"
+    """The pipeline schedule's name: gpipe, 1f1b or interleaved (its chunks: ``chunks``)."""
     chunks: int = 1
     """Model chunks per stage (interleaved:V)."""
     micro_batches: int = 1
@@ -69,6 +73,52 @@ class Layout:
     """The embedding is one layer-equivalent part of the pipeline split (first stage)."""
     loss_part: bool = False
     """The head and loss are one layer-equivalent part of the pipeline split (last stage)."""
+    batch: int = 1
+    """Sequences per micro-batch per data-parallel rank."""
+    seq: int = 2048
+    zero: int = 0
+    checkpointing: str = "none"
+    distribute_checkpoints: bool = False
+    """Full checkpointing's layer inputs split over the TP group (one all-gather a layer in
+    backward, before its recompute)."""
+    sharding: str = "deepspeed"
+    """Whose ZeRO-3 (:data:`gpuplan.job.Sharding`): DeepSpeed gathers the weights again for a
+    checkpointed layer's recompute, FSDP keeps the recompute's gather for the backward."""
+    weight_gathers: float | None = None
+    """ZeRO-3's all-gathers of the weights per micro-batch, in whole-model units
+    (:func:`gpuplan.compute.parallel.zero3_gathers` of the model); None: the count without a
+    tensor list."""
+    gather_overlap: bool = True
+    """ZeRO-3's weight all-gathers run beside the compute (a prefetch on its own stream: FSDP,
+    DeepSpeed since its PR #1453, January 2022); False: each one waited for before the layer
+    runs, as DeepSpeed ZeRO-3 did before (PR #1188, June 2021: "each all_gather calls
+    torch.cuda.synchronize()"), only the gradients' reduce-scatter overlapped."""
+
+    @classmethod
+    def of(cls, job, seq: int | None = None) -> "Layout":
+        """The layout of a :class:`gpuplan.Job` (read by attribute), at ``seq`` (default the
+        job's, or 2048 when it leaves it to the model)."""
+        name, v = pp_chunks(job.pp_schedule)
+        return cls(tp=job.tp, pp=job.pp, cp=job.cp, ep=job.ep, dp=job.dp,
+                   sequence_parallel=job.sequence_parallel, schedule=name, chunks=v,
+                   micro_batches=job.micro_batches or job.grad_accum,
+                   embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part,
+                   batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
+                   checkpointing=job.checkpointing,
+                   distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding)
+
+    @property
+    def sp(self) -> bool:
+        return self.sequence_parallel
+
+    @property
+    def pp_schedule(self) -> str:
+        """The schedule as a job spells it (``interleaved:4``)."""
+        return self.schedule + (f":{self.chunks}" if self.chunks > 1 else "")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
 
     @property
     def trivial(self) -> bool:
@@ -84,10 +134,30 @@ class Layout:
     def expert_zero_group(self) -> int:
         return max(1, self.dp * self.cp // self.ep)
 
+    def label(self) -> str:
+        parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"]
+        if self.ep > 1:
+            parts.insert(3, f"EP{self.ep}")
+        sched = f" {self.pp_schedule}" if self.pp > 1 else ""
+        if self.pp > 1 and (self.embedding_part or self.loss_part):
+            sched += " +emb/loss parts"
+        sp = " SP" if self.sequence_parallel else ""
+        return (" ".join(parts) + f"{sp} ZeRO-{self.zero} mb{self.batch}x{self.micro_batches}"
+                f"{sched} ckpt={self.checkpointing}")
+
     def to_dict(self) -> dict:
+        """The layout of a step (``gpuplan cluster``'s and ``speed``'s JSON)."""
         return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp,
-                "sequence_parallel": self.sp,
-                "pp_schedule": self.schedule + (f":{self.chunks}" if self.chunks > 1 else ""),
+                "schedule": self.pp_schedule, "chunks": self.chunks,
+                "micro_batches": self.micro_batches, "batch": self.batch, "seq": self.seq,
+                "zero": self.zero, "sequence_parallel": self.sequence_parallel,
+                "checkpointing": self.checkpointing, "gpus": self.gpus,
+                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
+
+    def degrees_dict(self) -> dict:
+        """The degrees alone (the accounting's ``layout`` object in ``fit --json``)."""
+        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp,
+                "sequence_parallel": self.sequence_parallel, "pp_schedule": self.pp_schedule,
                 "micro_batches": self.micro_batches, "vocab_parallel": VOCAB_PARALLEL,
                 "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
 
@@ -101,15 +171,12 @@ class Layout:
                             self.loss_part)
 
 
-def layout_of(job: Job) -> Layout:
-    name, v = pp_chunks(job.pp_schedule)
-    return Layout(tp=job.tp, pp=job.pp, cp=job.cp, ep=job.ep, dp=job.dp,
-                  sp=job.sequence_parallel, schedule=name, chunks=v,
-                  micro_batches=job.micro_batches or job.grad_accum,
-                  embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part)
+def layout_of(job) -> Layout:
+    """:meth:`Layout.of` a job at its own sequence."""
+    return Layout.of(job)
 
 
-def layout_notes(arch: Architecture | None, job: Job) -> tuple[str, ...]:
+def layout_notes(arch: Architecture | None, job) -> tuple[str, ...]:
     """What the layout assumes that the user should read (stated in the output)."""
     lay = layout_of(job)
     if lay.trivial:
@@ -268,7 +335,7 @@ def _rank_arch(arch: Architecture, lay: Layout, layers: tuple[int, ...]) -> Arch
 _RANK: dict[tuple, tuple[Model, Model]] = {}
 
 
-def rank_model(model: Model, job: Job, stage: int, part: str = "all") -> Model:
+def rank_model(model: Model, job, stage: int, part: str = "all") -> Model:
     """What one rank of pipeline stage ``stage`` holds: its layers' tensors (and the embedding on
     the first stage, the head on the last), TP-split and with ``experts / ep`` experts, as a
     :class:`Model` whose architecture is the rank's (heads, K/V heads, MLP widths and vocabulary
