@@ -135,7 +135,13 @@ def test_openapi_lists_every_job_field(client):
     props = s["components"]["schemas"]["Job"]["properties"]
     assert list(props) == list(FLAT_FIELDS)
     assert props["mode"]["enum"] == ["train", "infer", "both"]
-    assert props["batch"] == {"type": "integer", "default": 1}
+    assert {k: v for k, v in props["batch"].items() if k != "description"} == \
+        {"type": "integer", "default": 1}
+    from gpuplan.job import choices_of, flat_docs
+    # generated from the Job: its field docstrings and its vocabulary
+    assert props["batch"]["description"] == " ".join(flat_docs()["batch"].split())
+    assert props["engine"]["enum"] == list(choices_of("engine"))
+    assert props["optimizer"]["enum"] == list(choices_of("optimizer"))
     assert set(s["paths"]) >= {"/api/fit", "/api/speed", "/api/models", "/api/gpus"}
 
 

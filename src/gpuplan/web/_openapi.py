@@ -14,7 +14,7 @@ from functools import cache
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from ..cluster import SEARCH_JOB_FIELDS
-from ..job import Job, flat_defaults, flat_hints
+from ..job import Job, choices_of, flat_defaults, flat_docs, flat_hints
 from ..models import Model
 
 __all__ = ["openapi_schema", "job_properties"]
@@ -34,15 +34,38 @@ def _schema_of(t: object) -> dict:
             str: {"type": "string", "maxLength": 200}}[t]
 
 
+def _describe(doc: str) -> str | None:
+    """A field's docstring as a schema description: its first paragraph, on one line."""
+    first = " ".join(doc.split("\n\n")[0].split())
+    return first[:400] or None
+
+
+def _with_choices(s: dict, choices: tuple[str, ...] | None) -> dict:
+    """The string alternative of a field's schema holds its choices (defined once: the Job's
+    vocabulary, the engines' and formats' tables)."""
+    if not choices or any(":" in c for c in choices):
+        return s
+    if s.get("type") == "string" and "enum" not in s:
+        return {**{k: v for k, v in s.items() if k != "maxLength"}, "enum": list(choices)}
+    if "anyOf" in s:
+        return {**s, "anyOf": [_with_choices(a, choices) for a in s["anyOf"]]}
+    return s
+
+
 def job_properties() -> dict:
-    """JSON Schema of every Job field, with its default and its docstring's first line."""
-    hints, defaults = flat_hints(), flat_defaults()
+    """JSON Schema of every Job field, generated from the Job: the type from its annotation,
+    the choices from the vocabulary (:func:`gpuplan.job.choices_of`), the default, and the
+    description from the field's docstring (:func:`gpuplan.job.flat_docs`)."""
+    hints, defaults, docs = flat_hints(), flat_defaults(), flat_docs()
     props = {}
     for name, hint in hints.items():
-        s = _schema_of(hint)
+        s = _with_choices(_schema_of(hint), choices_of(name))
         default = defaults[name]
         if default is not MISSING:
             s["default"] = list(default) if isinstance(default, tuple) else default
+        text = _describe(docs[name])
+        if text:
+            s["description"] = text
         props[name] = s
     props["model"]["description"] = ("catalog name (see /api/models); left out: the 7B "
                                      "parameter model gpuplan fit plans by default")
