@@ -164,6 +164,10 @@ def test_pick_model_and_gpu_change_batch(page, live_server, cli_json):
       "train", "--gpu", "H100-SXM-80GB"]),
     ("model=mixtral-8x7b&gpu=A100-SXM-80GB&gpus=2&tp=2&mode=infer",
      ["mixtral-8x7b", "--gpus", "2", "--tp", "2", "--mode", "infer", "--gpu", "A100-SXM-80GB"]),
+    # the engine (issue 27) in the link, the page and the copied command
+    ("model=llama-3.1-8b&gpu=H100-SXM-80GB&engine=megatron&mode=train&tp=2&gpus=8",
+     ["llama-3.1-8b", "--engine", "megatron", "--mode", "train", "--tp", "2", "--gpus", "8",
+      "--gpu", "H100-SXM-80GB"]),
 ])
 def test_linked_plans_show_the_cli_numbers(page, live_server, cli_json, query, argv):
     page.goto(f"{live_server}/?{query}")
@@ -171,6 +175,14 @@ def test_linked_plans_show_the_cli_numbers(page, live_server, cli_json, query, a
     want = cli_json("fit", *argv)
     assert check_page_against(page, want) > 5
     assert run_cli(cli_json, page.inner_text("#cli-text")) == want
+
+
+def test_the_engine_selector_states_auto(page, live_server):
+    page.goto(f"{live_server}/?model=gpt2&gpu=T4")
+    settle(page)
+    assert page.locator("#engine option[value=auto]").inner_text() == "auto (transformers)"
+    names = page.locator("#engine option").all_inner_texts()
+    assert "megatron" in names and "vllm" in names
 
 
 def test_suggestion_applies_by_keyboard(page, live_server, cli_json):

@@ -19,7 +19,7 @@ from typing import Literal, get_args, get_origin, get_type_hints
 
 from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
-from ..engines.profiles import ENGINE_NAMES
+from ..engines.profiles import AUTO_ENGINE, ENGINE_NAMES
 from ..errors import InputError, shown
 from ..fit import OverheadLevel, plan
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
@@ -270,6 +270,7 @@ def options() -> dict:
         # checkpointing, attention, model_code, sharding ...
         **{name: list(_literal(t)) for name, t in flat_hints().items() if _literal(t)},
         "engine": list(ENGINE_NAMES),
+        "engine_auto": AUTO_ENGINE,
         "precision": list(TRAINING_RECIPES),
         "infer_precision": list(WEIGHT_FORMATS),
         "optimizer": list(OPTIMIZERS),

@@ -419,11 +419,15 @@ function fillSelect(sel, values, none) {
 
 async function start() {
   [OPTIONS, { gpus: GPUS }] = await Promise.all([api("/api/options"), api("/api/gpus")]);
-  for (const key of ["mode", "precision", "infer_precision", "optimizer", "optimizer_states",
-    "checkpointing", "attention", "kv_dtype", "lora_base", "zero", "overhead"]) {
+  for (const key of ["mode", "engine", "precision", "infer_precision", "optimizer",
+    "optimizer_states", "checkpointing", "attention", "kv_dtype", "lora_base", "zero",
+    "overhead"]) {
     const sel = $(key);
     fillSelect(sel, OPTIONS[key], sel.dataset.none);
   }
+  // auto is one stated engine, the same the command line states
+  const auto = $("engine").querySelector('option[value="auto"]');
+  if (auto) auto.textContent = `auto (${OPTIONS.engine_auto})`;
   fillSelect($("gpu"), GPUS.map((g) => g.name));
   $("compare-list").replaceChildren(...GPUS.map((g) => el("label", {},
     el("input", { type: "checkbox", value: g.name }), ` ${g.name} (${g.memory_label})`)));
