@@ -248,6 +248,13 @@ def _mark_fit(section: dict, verdicts: list[GpuVerdict]) -> None:
                     "as configured (see the memory verdict and suggestions)"))
 
 
+def _solver():
+    """The solver, imported when a plan runs it (a plain plan never does)."""
+    from . import solver
+
+    return solver
+
+
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
          overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True,
          overhead_overrides=None, suggest: bool | None = None, max_batch: bool = False,
@@ -260,8 +267,6 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     queries for each GPU. ``speed``: add the speed model's headline numbers per GPU
     (``plan.extra["speed"]``, :func:`gpuplan.compute.speed_section`).
     """
-    from . import solver as _solver
-
     _check_plan_args(job, overhead_overrides, search_gpu_counts=search_gpu_counts,
                      suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed)
     model = resolve_model(job.model)
@@ -290,14 +295,14 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                                      overhead_overrides, memo))
             mjob = job.with_(mode=mode)
             if max_batch:
-                v[f"{mode}_max_batch"] = _query(_solver.max_batch, model, mjob, gpu, mode=mode,
+                v[f"{mode}_max_batch"] = _query(_solver().max_batch, model, mjob, gpu, mode=mode,
                                                 **kw)
             if max_seq and model.architecture is not None \
                     and model.architecture.kind != "vision":
-                v[f"{mode}_max_seq"] = _query(_solver.max_seq, model, mjob, gpu, mode=mode, **kw)
+                v[f"{mode}_max_seq"] = _query(_solver().max_seq, model, mjob, gpu, mode=mode, **kw)
             run = suggest is True or (suggest is None and gpus is not None and not fits)
             if run:
-                reports.append(_solver.suggest(model, mjob, gpu, mode=mode, top=top, **kw))
+                reports.append(_solver().suggest(model, mjob, gpu, mode=mode, top=top, **kw))
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
                                    **v))
     train, infer = mems.get("train"), mems.get("infer")
