@@ -62,6 +62,11 @@ LAZY_OK = {
     ("gpuplan.cli", "gpuplan.cli.*"): "a subcommand's module is imported only to build it",
     ("gpuplan.compute", "gpuplan.compute.*"): "PEP 562: each part of the speed model on first use",
     ("gpuplan.compute.speed", "gpuplan.compute.cpu"): "the CPU estimate only when a CPU is asked",
+    ("gpuplan.models", "gpuplan.models._safetensors"): "PEP 562: a catalog name reads no file",
+    ("gpuplan.models", "gpuplan.models._hub"): "PEP 562: a catalog name asks no hub",
+    ("gpuplan.models._load", "gpuplan.models._hub"): "a path or hub id only, not a catalog name",
+    ("gpuplan.models._load", "gpuplan.models._gguf"): "a .gguf file only",
+    ("gpuplan.models._load", "gpuplan.models._safetensors"): "a checkpoint file or folder only",
 }
 #: Modules whose function-level gpuplan imports sit at the torch / matplotlib / rich boundary:
 #: what they import pulls in the heavy package (or needs it installed first).
