@@ -40,8 +40,9 @@ _BASE_PREFIXES = frozenset({"model", "transformer", "gpt_neox", "bert", "vit"})
 
 #: Non-parameter buffers some checkpoints carry (GPT-2's causal mask, rotary tables, position
 #: ids); they are skipped, not counted.
-_BUFFER_RE = re.compile(r"(?:^|\.)(?:attn\.bias|attn\.masked_bias|inv_freq|position_ids|"
-                        r"rotary_emb\.[^.]+|attention\.bias|attention\.masked_bias)$")
+#: compiled on first use (re caches it): a catalog name reads no checkpoint
+_BUFFER_RE = (r"(?:^|\.)(?:attn\.bias|attn\.masked_bias|inv_freq|position_ids|"
+              r"rotary_emb\.[^.]+|attention\.bias|attention\.masked_bias)$")
 
 
 def _normalize(name: str) -> tuple[str, int | None, int | None]:
@@ -140,7 +141,7 @@ class _HeaderGroups:
         key, i, _e = _normalize(h.name)
         t = self.by_layer.get((key, i)) if i is not None else None
         t = t or self.by_key.get(key)
-        if t is None and _BUFFER_RE.search(h.name):
+        if t is None and re.search(_BUFFER_RE, h.name):
             self.buffers.append(h.name)
             return
         self.elements_by_dtype[h.dtype] += h.numel
@@ -303,13 +304,13 @@ def _looks_like_path(s: str) -> bool:
     return ("/" in s or "\\" in s or os.sep in s) and not _hub().is_hub_id(s)
 
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)([bmk])(?![a-z])")
+_SIZE = r"(\d+(?:\.\d+)?)([bmk])(?![a-z])"  # compiled on first use
 
 
 def _size_tokens(name: str) -> frozenset[str]:
     """Size tokens of a model name ("14b", "1.5b", "4k"): names of different sizes are different
     models, never typos of each other."""
-    return frozenset(m.group(0) for m in _SIZE.finditer(name.lower()))
+    return frozenset(m.group(0) for m in re.finditer(_SIZE, name.lower()))
 
 
 def _suggestable(name: str, known: list[str]) -> list[str]:
