@@ -17,6 +17,12 @@ on the tuple of ``compare`` fields of the same class, the hash of the ``hash``/`
 default factories, ``init=False`` fields and ``__post_init__``. What this does not cover
 (``InitVar``, ``slots``, a frozen dataclass base) is handed to ``dataclasses`` whole.
 ``tests/unit/test_record.py`` holds the two constructions equal.
+
+``__init__`` itself is compiled when the class is first instantiated (issue 27: about half of the
+records a command imports are never built by it, and the compile was two thirds of a record's
+cost). Until then the class carries a stand-in that compiles it, puts it in its place and runs
+it; the stand-in's ``__signature__`` is the compiled method's, so ``inspect.signature`` and the
+doc of an undocumented class read the same before and after.
 """
 
 from __future__ import annotations
@@ -78,10 +84,14 @@ def _build(cls, kw_only: bool):
     own = set(cls.__dict__)
     explicit_hash = "__hash__" in own and not (cls.__dict__["__hash__"] is None and "__eq__" in own)
     documented = bool(cls.__dict__.get("__doc__"))
+    if not documented:  # a stand-in, or dataclasses reads object.__init__'s signature for it
+        cls.__doc__ = cls.__name__
     # dataclasses collects and checks the fields, generating no method
     dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
     fields = list(dataclasses.fields(cls))  # the real fields: no ClassVar pseudo-field
-    for name, fn in {"__init__": _init(cls, fields), **_methods(cls, fields)}.items():
+    signature = _signature(fields)
+    for name, fn in {"__init__": _lazy_init(cls, fields, signature),
+                     **_methods(cls, fields)}.items():
         if name in ("__setattr__", "__delattr__") and name in own:
             raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
         if (name in own and name != "__hash__") or (name == "__hash__" and explicit_hash):
@@ -90,8 +100,53 @@ def _build(cls, kw_only: bool):
         setattr(cls, name, fn)
     cls.__dataclass_params__ = _FROZEN_PARAMS
     if not documented:  # the signature as the doc, as dataclasses writes it
-        cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+        shown = inspect.signature(cls) if "__init__" in own else signature.replace(
+            parameters=list(signature.parameters.values())[1:])
+        cls.__doc__ = cls.__name__ + str(shown).replace(" -> None", "")
     return cls
+
+
+def _signature(fields) -> inspect.Signature:
+    """The compiled ``__init__``'s signature, built without compiling it: ``self``, the positional
+    init fields, then the keyword-only ones; defaults (``<factory>`` for a default factory) and
+    the fields' annotations; ``-> None``."""
+    kind = inspect.Parameter
+    params = [kind("self", kind.POSITIONAL_OR_KEYWORD)]
+    keyword = []
+    for f in fields:
+        if not f.init:
+            continue
+        default = (f.default if f.default is not MISSING else
+                   _HAS_FACTORY if f.default_factory is not MISSING else kind.empty)
+        p = kind(f.name, kind.KEYWORD_ONLY if f.kw_only else kind.POSITIONAL_OR_KEYWORD,
+                 default=default, annotation=f.type)
+        (keyword if f.kw_only else params).append(p)
+    return inspect.Signature(params + keyword, return_annotation=None)
+
+
+def _lazy_init(cls, fields, signature: inspect.Signature):
+    """The stand-in ``__init__``: on the first instance, the compiled one replaces it."""
+
+    def __init__(self, *args, **kwargs):
+        real = compiled_init(cls)
+        real(self, *args, **kwargs)
+
+    __init__.__signature__ = signature
+    __init__._record_fields = fields  # what compiled_init compiles
+    return __init__
+
+
+def compiled_init(cls):
+    """``cls.__init__``, compiled now if the class still has its stand-in (tests compare the two
+    signatures; the stand-in calls this on the first instance)."""
+    stand_in = cls.__dict__.get("__init__")
+    fields = getattr(stand_in, "_record_fields", None)
+    if fields is None:
+        return stand_in
+    real = _init(cls, fields)
+    real.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = real
+    return real
 
 
 def _params(fields, env: dict) -> str:
@@ -99,14 +154,13 @@ def _params(fields, env: dict) -> str:
     for f in fields:
         if not f.init:
             continue
-        env[f"_t_{f.name}"] = f.type
         if f.default is not MISSING:
             env[f"_d_{f.name}"] = f.default
-            p = f"{f.name}: _t_{f.name} = _d_{f.name}"
+            p = f"{f.name}=_d_{f.name}"
         elif f.default_factory is not MISSING:
-            p = f"{f.name}: _t_{f.name} = _HAS_FACTORY"
+            p = f"{f.name}=_HAS_FACTORY"
         else:
-            p = f"{f.name}: _t_{f.name}"
+            p = f.name
         (keyword if f.kw_only else positional).append(p)
     return ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
 
@@ -175,10 +229,15 @@ def _methods(cls, fields) -> dict:
 
 
 def _init(cls, fields):
-    """The one compiled method: ``__init__``, whose signature carries the defaults."""
+    """The one compiled method: ``__init__``, whose signature carries the defaults. The fields'
+    annotations are set on it afterwards, not compiled (a fifth of the compile's time): the
+    signature reads ``__annotations__`` either way."""
     env = {"_set": object.__setattr__, "_HAS_FACTORY": _HAS_FACTORY}
-    source = "\n".join([f"def __init__({_params(fields, env)}) -> None:",
+    source = "\n".join([f"def __init__({_params(fields, env)}):",
                         *_init_lines(cls, fields, env)]) + "\n"
-    # dont_inherit: this module's `from __future__ import annotations` must not reach the text
     exec(compile(source, f"<record {cls.__qualname__}>", "exec", dont_inherit=True), env)  # noqa: S102
-    return env["__init__"]
+    fn = env["__init__"]
+    fn.__annotations__ = {**{f.name: f.type for f in fields if f.init and not f.kw_only},
+                          **{f.name: f.type for f in fields if f.init and f.kw_only},
+                          "return": None}
+    return fn

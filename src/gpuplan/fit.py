@@ -281,6 +281,13 @@ def _fits_by_gpu(verdicts: list[GpuVerdict]) -> dict[str, dict[str, bool]]:
             for v in verdicts}
 
 
+def _solver():
+    """The solver, imported when a plan runs it (a plain plan never does)."""
+    from . import solver
+
+    return solver
+
+
 def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
          overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True,
          overhead_overrides=None, suggest: bool | None = None, max_batch: bool = False,
@@ -295,8 +302,6 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     (``plan.speed``, :func:`gpuplan.compute.speed_section`); ``use_noisy_bench``: with
     a stored bench run's noisy measurements too (left out otherwise; the section says so).
     """
-    from . import solver as _solver
-
     _check_plan_args(job, overhead_overrides, search_gpu_counts=search_gpu_counts,
                      suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed,
                      use_noisy_bench=use_noisy_bench)
@@ -324,14 +329,14 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                                       overhead_overrides, memo))
             mjob = job.with_(mode=mode)
             if max_batch:
-                mv["max_batch"] = _query(_solver.max_batch, model, mjob, gpu, mode=mode, **kw)
+                mv["max_batch"] = _query(_solver().max_batch, model, mjob, gpu, mode=mode, **kw)
             if max_seq and model.architecture is not None \
                     and model.architecture.kind != "vision":
-                mv["max_seq"] = _query(_solver.max_seq, model, mjob, gpu, mode=mode, **kw)
+                mv["max_seq"] = _query(_solver().max_seq, model, mjob, gpu, mode=mode, **kw)
             v[mode] = ModeVerdict(**mv)
             run = suggest is True or (suggest is None and gpus is not None and not fits)
             if run:
-                reports.append(_solver.suggest(model, mjob, gpu, mode=mode, top=top, **kw))
+                reports.append(_solver().suggest(model, mjob, gpu, mode=mode, top=top, **kw))
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
                                    **v))
     train, infer = mems.get("train"), mems.get("infer")

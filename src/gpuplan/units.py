@@ -31,14 +31,15 @@ ByteUnits = Literal["GB", "GiB"]
 MAX_PARAMS = 10**15
 
 _COUNT_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
-_COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KkMmBbGgTt]?)\s*$")
+#: The patterns are compiled on first use (re caches them), not at import: a plan parses none.
+_COUNT_RE = r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KkMmBbGgTt]?)\s*$"
 
 _BYTE_SUFFIX = {
     "": 1, "B": 1,
     "KB": KB, "MB": MB, "GB": GB, "TB": TB,
     "KIB": KiB, "MIB": MiB, "GIB": GiB, "TIB": TiB,
 }
-_BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_BYTES_RE = r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$"
 
 
 def _text(text: object, what: str, accepted: str) -> str:
@@ -70,7 +71,7 @@ def parse_count(text: str | int | float, *, what: str = "--params", maximum: int
     if isinstance(text, (int, float)):
         value = _as_float(text)
     else:
-        m = _COUNT_RE.match(_text(text, what, accepted))
+        m = re.match(_COUNT_RE, _text(text, what, accepted))
         if not m:
             raise InputError(f"{what} {shown(text)}: expected {accepted}")
         value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
@@ -137,7 +138,7 @@ def parse_bytes(text: str | int, *, what: str = "size") -> int:
         return text
     if not isinstance(text, str):
         raise InputError(f"{what} {shown(text)}: expected {accepted}")
-    m = _BYTES_RE.match(_text(text, what, accepted))
+    m = re.match(_BYTES_RE, _text(text, what, accepted))
     if not m or m.group(2).upper() not in _BYTE_SUFFIX:
         raise InputError(f"{what} {shown(text)}: expected {accepted}")
     value = float(m.group(1)) * _BYTE_SUFFIX[m.group(2).upper()]
@@ -147,8 +148,7 @@ def parse_bytes(text: str | int, *, what: str = "size") -> int:
 
 
 _FLOPS_SUFFIX = {"": 1.0, "G": 1e9, "T": 1e12, "P": 1e15}
-_FLOPS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([GgTtPp]?)(?:F|FLOPS?|FLOP/S)?\s*$",
-                       re.IGNORECASE)
+_FLOPS_RE = r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([GgTtPp]?)(?:F|FLOPS?|FLOP/S)?\s*$"
 
 
 def parse_flops(text: str | int | float, *, what: str = "peak") -> float:
@@ -163,7 +163,7 @@ def parse_flops(text: str | int | float, *, what: str = "peak") -> float:
     if isinstance(text, (int, float)):
         value = _as_float(text)
     else:
-        m = _FLOPS_RE.match(_text(text, what, accepted))
+        m = re.match(_FLOPS_RE, _text(text, what, accepted), re.IGNORECASE)
         if not m:
             raise InputError(f"{what} {shown(text)}: expected {accepted}")
         value = float(m.group(1)) * _FLOPS_SUFFIX[m.group(2).upper()]

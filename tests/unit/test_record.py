@@ -17,7 +17,7 @@ from typing import ClassVar  # noqa: F401 -- as InitVar
 import pytest
 
 import gpuplan
-from gpuplan._record import record
+from gpuplan._record import compiled_init, record
 
 
 def _pair(body: dict, kw_only: bool = True, bases: tuple = (), doc: str | None = "A record."):
@@ -93,6 +93,23 @@ def test_record_behaves_as_the_frozen_dataclass(name, kw_only):
         changed = dataclasses.replace(a, **{first: kw.get(first, 5)})
         assert changed == a
     assert dataclasses.is_dataclass(fast) and fast.__dataclass_params__.frozen
+    # the compiled __init__ (in place once a first instance is built) has the stand-in's signature
+    assert fast.__init__ is compiled_init(fast) and not hasattr(fast.__init__, "__signature__")
+    assert str(inspect.signature(fast)) == str(inspect.signature(std))
+
+
+def test_init_is_compiled_on_the_first_instance_and_checks_its_arguments():
+    fast, std = _pair(_fields(a="int", b=("int", 2)))
+    stand_in = fast.__init__
+    with pytest.raises(TypeError, match=r"Rec.__init__\(\) missing 1 required keyword-only "
+                                        r"argument: 'a'"):
+        fast()
+    assert fast.__init__ is not stand_in  # compiled by that first call, and in its place
+    with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
+        fast(a=1, c=3)
+    assert fast(a=1) == fast(a=1, b=2) and fast(a=1).b == std(a=1).b == 2
+    sub = type("Sub", (_pair(_fields(a="int"))[0],), {})  # a plain subclass: the base compiles
+    assert sub(a=4).a == 4
 
 
 def test_compare_and_hash_flags_are_honoured():
@@ -174,7 +191,10 @@ def test_every_record_in_the_package_takes_its_init_fields():
         for obj in vars(module).values():
             if (isinstance(obj, type) and obj.__module__ == module.__name__
                     and dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen):
-                params = list(inspect.signature(obj).parameters)
+                before = inspect.signature(obj)  # the stand-in's, unless already built
+                params = list(before.parameters)
                 assert params == [f.name for f in dataclasses.fields(obj) if f.init], obj
+                compiled_init(obj)
+                assert str(inspect.signature(obj)) == str(before), obj
                 seen += 1
     assert seen >= 60

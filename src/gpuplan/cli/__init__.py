@@ -1,8 +1,9 @@
 """The ``gpuplan`` command line: a thin layer that parses arguments, calls the library and renders.
 
 Each subcommand lives in its own module (``gpuplan.cli.<name>``) exposing ``register(subparsers)``
-and ``run(args) -> int``. Modules are imported only to build their parser; anything heavy (torch,
-matplotlib) is imported inside ``run``. Every :class:`~gpuplan.errors.InputError` becomes one line on
+and ``run(args) -> int``. A command imports only its own module (``gpuplan --help`` lists every
+command from the static :data:`HELP` table, importing none); anything heavy (torch, matplotlib)
+is imported inside ``run``. Every :class:`~gpuplan.errors.InputError` becomes one line on
 stderr and exit status 2.
 """
 
@@ -22,6 +23,27 @@ __all__ = ["main", "build_parser", "CliError"]
 #: The subcommands, in the order of ``gpuplan --help``.
 COMMANDS = ("fit", "gpus", "models", "speed", "cluster", "flops", "trace", "bench", "profile", "serve",
             "doctor")
+
+#: Each command's one-line help, as ``gpuplan --help`` lists it: written out here so that listing
+#: the commands imports none of their modules (tests/unit/test_cli_help.py holds each line equal
+#: to the help its module registers).
+HELP = {
+    "fit": "memory per GPU for training and inference, and a verdict per GPU",
+    "gpus": "list the GPU catalog (dense peaks, memory, links, sources) or show one GPU",
+    "models": "list the model catalog, or show one model's exact parameters by component and "
+              "tensor",
+    "speed": "how fast a model trains or serves on a GPU, and why",
+    "cluster": "the best parallel layout (TP/PP/CP/EP/DP, ZeRO) of a job on N GPUs",
+    "flops": "exact multiplies and additions of a matmul, and the work it gives a GPU",
+    "trace": "run a model's real training or inference step under fake tensors and record its "
+             "memory",
+    "bench": "measure this machine: CPU vs GPU matmul, bandwidth, transfers (needs torch)",
+    "profile": "run a training script and say what bounds it: data loading, transfer, host or "
+               "compute",
+    "serve": "the planner as a web page on this machine (http://127.0.0.1:8000)",
+    "doctor": "show what this machine has: Python, torch and CUDA, GPUs, driver, bench database, "
+              "extras",
+}
 
 
 def command_module(name: str) -> ModuleType:
@@ -140,8 +162,10 @@ def _command_parser(parser: argparse.ArgumentParser,
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser with every subcommand, or with just ``only`` (what ``gpuplan fit ...`` needs:
-    the other commands' modules are then never imported, which keeps a plan's start-up short)."""
+    """The parser of ``only`` (what ``gpuplan fit ...`` needs: the other commands' modules are
+    never imported, which keeps a plan's start-up short), or, with ``only=None``, the top-level
+    parser that lists every command from :data:`HELP` (``gpuplan --help``, a misspelt command),
+    importing no command module."""
     parser = _Parser(
         prog="gpuplan",
         description="Will this model fit on this GPU, how fast will it run, and what do I change?",
@@ -149,7 +173,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        if only is None or name == only:
+        if only is None:
+            sub.add_parser(name, help=HELP[name], add_help=False)  # listed; parsed by _main
+        elif name == only:
             command_module(name).register(sub)
     return parser
 

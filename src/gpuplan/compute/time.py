@@ -439,7 +439,7 @@ def allreduce_time(nbytes: float, n: int, bus_bandwidth: float) -> float:
     return 2 * (n - 1) / n * nbytes / bus_bandwidth
 
 
-_LINK_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(GB/s|GBps|GB|Gb/s|Gbps|Gbit/s)?\s*$")
+_LINK_RE = r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(GB/s|GBps|GB|Gb/s|Gbps|Gbit/s)?\s*$"  # compiled on use
 
 
 def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float]:
@@ -465,7 +465,7 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
             if not device.host_link_bandwidth:
                 raise InputError(f"{device.name} has no PCIe link in the catalog")
             return device.host_link, device.host_link_bandwidth
-        m = _LINK_RE.match(str(link)) if len(str(link)) <= 64 else None
+        m = re.match(_LINK_RE, str(link)) if len(str(link)) <= 64 else None
         if not m:
             raise InputError(f"--link {shown(link)}: expected nvlink, pcie, or a bandwidth such as "
                              "50 (GB/s), 50GB/s or 400Gb/s") from None

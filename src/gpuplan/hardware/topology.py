@@ -78,7 +78,7 @@ DEFAULT_INTER_NODE = "ib-400"
 
 _NET_KINDS = {"ib": "infiniband", "infiniband": "infiniband", "roce": "roce",
               "eth": "ethernet", "ethernet": "ethernet"}
-_RATE_RE = re.compile(r"^([0-9]*\.?[0-9]+)\s*(gb/s|gbps|gbit/s|gbit|g)?$", re.IGNORECASE)
+_RATE_RE = r"^([0-9]*\.?[0-9]+)\s*(gb/s|gbps|gbit/s|gbit|g)?$"  # compiled on first use
 
 
 @record
@@ -185,7 +185,7 @@ def parse_inter_node(text: str) -> Link:
         kind, rate = _NET_KINDS[kind_part], rate_part
     else:
         kind, rate = "infiniband", raw
-    m = _RATE_RE.match(rate.strip())
+    m = re.match(_RATE_RE, rate.strip(), re.IGNORECASE)
     if not m:
         raise InputError(f"inter node {raw!r:.40}: expected ib-400, roce-200, eth-100 or a rate "
                          "per GPU such as 400Gb/s or 50GB/s")

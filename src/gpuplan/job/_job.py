@@ -16,7 +16,7 @@ from functools import cache
 from operator import attrgetter
 from typing import Literal, get_args, get_origin
 
-from .._record import record
+from .._record import compiled_init, record
 from ..bounds import MAX_ARG_CHARS
 from ..engines.profiles import ENGINE_NAMES, check_engine_job, get_engine
 from ..errors import InputError, UnsupportedError, closest, opt, shown
@@ -203,7 +203,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
-_JOB_INIT = Job.__init__
+_JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
 
 
 def _job_init(self, **kw: object) -> None:

@@ -18,10 +18,8 @@ from ._catalog import (CatalogEntry, catalog_config, catalog_entry, catalog_keys
 from ._counts import count_params
 from ._families import HF_CLASSES, SUPPORTED_FAMILIES, build_architecture
 from ._ggml import GGML_TYPES, ggml_tensor_bytes
-from ._hub import is_hub_id
 from ._lora import DEFAULT_LORA_TARGETS, lora_linears
 from ._load import from_param_count, load_model, model_from_config_bytes, model_from_gguf
-from ._safetensors import read_header
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = [
@@ -44,3 +42,14 @@ def architecture_from_config(config: Mapping[str, object], *, name: str,
     """
     arch, _notes = build_architecture(config, name=name, source=source, where=source or name)
     return arch
+
+
+def __getattr__(name: str):
+    """The safetensors and hub readers on first use (PEP 562): a catalog name needs neither."""
+    if name == "read_header":
+        from ._safetensors import read_header as value
+    elif name == "is_hub_id":
+        from ._hub import is_hub_id as value
+    else:
+        raise AttributeError(f"module 'gpuplan.models' has no attribute {name!r}")
+    return value

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..bounds import MAX_ARG_CHARS
 from ..errors import InputError, ModelFileError, UnknownNameError, printable, shown
@@ -18,14 +18,21 @@ from ._catalog import catalog_keys, catalog_model, resolve_catalog_name
 from ._config import MAX_CONFIG_BYTES, parse_json_bytes, read_json_file
 from ._counts import count_params
 from ._families import build_architecture
-from . import _hub
-from ._gguf import ARCH_FAMILIES, gguf_config, read_gguf
-from ._safetensors import (INDEX_NAME, MAX_INDEX_BYTES, HeaderTensor, read_checkpoint_dir,
-                           read_header)
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
+
+if TYPE_CHECKING:
+    from ._safetensors import HeaderTensor
 
 __all__ = ["load_model", "from_param_count", "model_from_config", "model_from_checkpoint",
            "model_from_gguf"]
+
+def _hub():
+    """The hub and file readers' module (it imports the safetensors reader): a catalog name, the
+    common case, needs neither (issue 27: a plan's start-up)."""
+    from . import _hub as module
+
+    return module
+
 
 #: First name components that are the base-model prefix (``model.layers...``); checkpoints saved
 #: from the base model, or by older code, omit them.
@@ -33,8 +40,9 @@ _BASE_PREFIXES = frozenset({"model", "transformer", "gpt_neox", "bert", "vit"})
 
 #: Non-parameter buffers some checkpoints carry (GPT-2's causal mask, rotary tables, position
 #: ids); they are skipped, not counted.
-_BUFFER_RE = re.compile(r"(?:^|\.)(?:attn\.bias|attn\.masked_bias|inv_freq|position_ids|"
-                        r"rotary_emb\.[^.]+|attention\.bias|attention\.masked_bias)$")
+#: compiled on first use (re caches it): a catalog name reads no checkpoint
+_BUFFER_RE = (r"(?:^|\.)(?:attn\.bias|attn\.masked_bias|inv_freq|position_ids|"
+              r"rotary_emb\.[^.]+|attention\.bias|attention\.masked_bias)$")
 
 
 def _normalize(name: str) -> tuple[str, int | None, int | None]:
@@ -133,7 +141,7 @@ class _HeaderGroups:
         key, i, _e = _normalize(h.name)
         t = self.by_layer.get((key, i)) if i is not None else None
         t = t or self.by_key.get(key)
-        if t is None and _BUFFER_RE.search(h.name):
+        if t is None and re.search(_BUFFER_RE, h.name):
             self.buffers.append(h.name)
             return
         self.elements_by_dtype[h.dtype] += h.numel
@@ -270,6 +278,8 @@ def _read_dir(d: Path, *, name: str | None = None) -> Model:
     if cfg.is_file():
         arch, arch_notes = _arch_from_file(cfg, name)
         notes.extend(arch_notes)
+    from ._safetensors import read_checkpoint_dir
+
     headers, st_notes = read_checkpoint_dir(d)
     notes.extend(st_notes)
     if not headers:
@@ -289,18 +299,18 @@ def _looks_like_path(s: str) -> bool:
     model-file suffix, or holds a separator without being shaped like a hub id (org/name)."""
     if s.startswith(("./", "../", "/", "~", ".\\", "..\\", "\\")) or s in (".", ".."):
         return True
-    if s.lower().endswith(_hub.PATH_SUFFIXES) or (len(s) > 1 and s[1] == ":"):
+    if s.lower().endswith(_hub().PATH_SUFFIXES) or (len(s) > 1 and s[1] == ":"):
         return True
-    return ("/" in s or "\\" in s or os.sep in s) and not _hub.is_hub_id(s)
+    return ("/" in s or "\\" in s or os.sep in s) and not _hub().is_hub_id(s)
 
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)([bmk])(?![a-z])")
+_SIZE = r"(\d+(?:\.\d+)?)([bmk])(?![a-z])"  # compiled on first use
 
 
 def _size_tokens(name: str) -> frozenset[str]:
     """Size tokens of a model name ("14b", "1.5b", "4k"): names of different sizes are different
     models, never typos of each other."""
-    return frozenset(m.group(0) for m in _SIZE.finditer(name.lower()))
+    return frozenset(m.group(0) for m in re.finditer(_SIZE, name.lower()))
 
 
 def _suggestable(name: str, known: list[str]) -> list[str]:
@@ -322,6 +332,8 @@ def _near(name: str, known: list[str]) -> list[str]:
 def model_from_gguf(path: str | os.PathLike) -> Model:
     """A :class:`Model` from a .gguf file's header: the architecture from its metadata (llama
     and qwen2 styles), each tensor with its GGML type (``ParamTensor.dtype``)."""
+    from ._gguf import ARCH_FAMILIES, gguf_config, read_gguf
+
     h = read_gguf(path)
     name = h.path.stem
     notes = list(h.notes)
@@ -341,7 +353,9 @@ def model_from_gguf(path: str | os.PathLike) -> Model:
 def _from_hub_snapshot(snap: Path, repo_id: str, h) -> Model:
     """A cached repo: its snapshot folder, or config.json alone when the cache holds only some
     of the shards its index names."""
-    index = _hub.cached_file(h, repo_id, INDEX_NAME)
+    from ._safetensors import INDEX_NAME, MAX_INDEX_BYTES
+
+    index = _hub().cached_file(h, repo_id, INDEX_NAME)
     if index is not None:
         wmap = read_json_file(index, limit=MAX_INDEX_BYTES, what="safetensors index").get(
             "weight_map")
@@ -356,27 +370,28 @@ def _from_hub_snapshot(snap: Path, repo_id: str, h) -> Model:
 
 
 def _from_hub(s: str, download: bool) -> Model:
-    h = _hub.hub(s)
-    snap = _hub.cached_snapshot(h, s)
+    h = _hub().hub(s)
+    snap = _hub().cached_snapshot(h, s)
     if snap is None:
-        exact = {r.lower(): r for r in _hub.cached_repo_ids(h)}.get(s.lower())
-        snap = _hub.cached_snapshot(h, exact) if exact else None
+        exact = {r.lower(): r for r in _hub().cached_repo_ids(h)}.get(s.lower())
+        snap = _hub().cached_snapshot(h, exact) if exact else None
         s = exact or s
     if snap is not None and not download:
         return _from_hub_snapshot(snap, s, h)
     if download:
-        got = _hub.download(h, s)
+        got = _hub().download(h, s)
         arch, notes = _arch_from_file(got.config, s)
         if not got.headers:
             return Model(name=s, params=count_params(arch.tensors, arch), tensors=arch.tensors,
                          architecture=arch, source="config", notes=notes + got.notes)
         return model_from_checkpoint(list(got.headers), name=s, arch=arch,
                                      notes=list(notes + got.notes))
-    known = _suggestable(s, [*_hub.cached_repo_ids(h), *catalog_keys()])
+    hub = _hub()
+    known = _suggestable(s, [*hub.cached_repo_ids(h), *catalog_keys()])
     near = _near(s, known) or _near(s.split("/", 1)[1], known)
     hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
     raise InputError(f"model {s!r} is not a local path, in gpuplan's catalog or in the Hugging "
-                     f"Face cache ({_hub.cache_dir(h)}){hint} (--download fetches its config.json "
+                     f"Face cache ({hub.cache_dir(h)}){hint} (--download fetches its config.json "
                      f"and safetensors headers, not the weights)")
 
 
@@ -418,7 +433,7 @@ def _load_path(s: str, *, hub: bool, download: bool) -> Model:
         return _from_file(p)
     if p.exists():
         raise ModelFileError(p, "is not a regular file or directory")
-    if hub and _hub.is_hub_id(s):
+    if hub and _hub().is_hub_id(s):
         return _from_hub(s, download)
     if _looks_like_path(s):
         raise ModelFileError(s, "no such file or directory")
@@ -429,6 +444,8 @@ def _load_path(s: str, *, hub: bool, download: bool) -> Model:
 
 def _from_file(p: Path) -> Model:
     if p.suffix == ".safetensors":
+        from ._safetensors import read_header
+
         return model_from_checkpoint(list(read_header(p).tensors), name=p.stem, arch=None,
                                      notes=[])
     if p.suffix.lower() == ".gguf":
