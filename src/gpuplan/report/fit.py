@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import IO
 
+from ..engines.profiles import engine_notes
 from ..fit import Plan
 from ..memory import InferMemory, TrainMemory
 from ..units import ByteUnits, format_bytes, format_count
@@ -290,7 +291,10 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
             console.print(part)
     for t in _solver_tables(p, units):
         console.print(t)
-    notes = list(p.notes)
+    notes = []  # the engine first: it decides the runtime, kernels and layouts planned
+    for mode in [m for m in ("train", "infer") if getattr(p, m) is not None]:
+        notes += [n for n in engine_notes(p.job, mode) if n not in notes]
+    notes += list(p.notes)
     if p.train is not None:
         notes += list(p.train.notes)
     if p.infer is not None:

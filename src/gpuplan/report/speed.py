@@ -274,6 +274,8 @@ def _print_basis(c: Any, est: SpeedEstimate) -> None:
             f"{rb['runs']} published runs; docs/speed.md, Calibration)")
     for cav in est.caveats:
         c.print(f"caveat: {cav}")
+    for n in est.engine_notes:  # which engine, and so which runtime and kernels, was timed
+        c.print(f"note: {n}")
     for n in est.notes:
         c.print(f"note: {n}")
 
