@@ -70,7 +70,7 @@ def check_plot(path: str | os.PathLike, *, formats: tuple[str, ...] = ("png",)) 
     suffix = p.suffix.lower().lstrip(".")
     if suffix not in formats:
         names = ", ".join(f".{f}" for f in formats)
-        raise InputError(f"{opt('plot')} {shown(str(p))}: the chart is written as {names}; give "
+        raise InputError(f"{opt('plot')} {str(p)!r}: the chart is written as {names}; give "
                          f"a file name ending in {' or '.join(f'.{f}' for f in formats)}",
                          field="plot", value=str(p), accepted=names)
     return p
