@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import InputError, ModelFileError, shown
+from .errors import InputError, ModelFileError, field_of, opt, shown
 
 __all__ = ["read_bounded", "write_atomic", "check_writable", "json_text"]
 
@@ -30,31 +30,33 @@ def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "file") -> 
     return data
 
 
-def check_writable(path: str | os.PathLike, *, what: str = "--plot") -> Path:
+def check_writable(path: str | os.PathLike, *, what: str = opt("plot")) -> Path:
     """Fail early, before any work, when ``path`` cannot be written as a regular file: its
     directory missing (or a file), the path a directory, a FIFO, a device or a link that leads
     nowhere (a write would block, or replace a device node), a name the file system refuses."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     name = shown(str(p))
+
+    def bad(problem: str) -> InputError:
+        return InputError(f"{what} {name}: {problem}", field=field_of(what), value=str(p))
+
     try:
         if not parent.exists():
-            raise InputError(f"{what} {name}: directory {shown(str(parent))} does not exist")
+            raise bad(f"directory {shown(str(parent))} does not exist")
         if not parent.is_dir():
-            raise InputError(f"{what} {name}: {shown(str(parent))} is a file, not a "
-                             "directory")
+            raise bad(f"{shown(str(parent))} is a file, not a directory")
         if p.is_dir():
-            raise InputError(f"{what} {name}: is a directory; give a file name")
+            raise bad("is a directory; give a file name")
         if (p.exists() or p.is_symlink()) and not p.is_file():
-            raise InputError(f"{what} {name}: not a regular file (a FIFO, a device or a broken "
-                             "link); give a file name in a directory")
+            raise bad("not a regular file (a FIFO, a device or a broken link); give a file name "
+                      "in a directory")
     except OSError as e:
-        raise InputError(f"{what} {name}: {e.strerror or e}; give a shorter or plainer "
-                         "path") from None
+        raise bad(f"{e.strerror or e}; give a shorter or plainer path") from None
     if len(p.name.encode("utf-8", "surrogateescape")) > 200:  # room for write_atomic's temp name
-        raise InputError(f"{what} {name}: a file name of over 200 bytes; give a shorter one")
+        raise bad("a file name of over 200 bytes; give a shorter one")
     if not os.access(parent, os.W_OK):
-        raise InputError(f"{what} {name}: directory is not writable")
+        raise bad("directory is not writable")
     return p
 
 
@@ -62,13 +64,15 @@ def check_plot(path: str | os.PathLike, *, formats: tuple[str, ...] = ("png",)) 
     """A chart's file name, checked before any work: writable, and named for a format the chart
     is written in (a PNG is never written into ``x.txt``)."""
     if not str(path).strip():
-        raise InputError("--plot '': give the chart's file name, e.g. --plot plan.png")
-    p = check_writable(path, what="--plot")
+        raise InputError(f"{opt('plot')} '': give the chart's file name, e.g. {opt('plot')} "
+                         "plan.png", field="plot", value=str(path))
+    p = check_writable(path, what=opt("plot"))
     suffix = p.suffix.lower().lstrip(".")
     if suffix not in formats:
         names = ", ".join(f".{f}" for f in formats)
-        raise InputError(f"--plot {str(p)!r}: the chart is written as {names}; give a file name "
-                         f"ending in {' or '.join(f'.{f}' for f in formats)}")
+        raise InputError(f"{opt('plot')} {str(p)!r}: the chart is written as {names}; give "
+                         f"a file name ending in {' or '.join(f'.{f}' for f in formats)}",
+                         field="plot", value=str(p), accepted=names)
     return p
 
 

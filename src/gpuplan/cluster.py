@@ -29,7 +29,7 @@ from .compute.parallel import (
 )
 from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
                            param_tensor_count, train_precision)
-from .errors import GpuplanError, InputError, shown
+from .errors import GpuplanError, InputError, opt, shown
 from .formats import TRAINING_RECIPES, get_optimizer, optimizer_state_bytes
 from .hardware import GPU
 from .hardware.topology import Topology, topology_for
@@ -564,9 +564,10 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
         if p.best:
             plans.append(p)
     if not plans:
-        raise InputError(f"no GPU count from {_counts(model, gpu, job, mode)[0]} to "
-                         f"{_counts(model, gpu, job, mode)[-1]} fits a layout of this job; give "
-                         "--gpus N, or a smaller global batch or concurrency")
+        counts = _counts(model, gpu, job, mode)
+        raise InputError(f"no GPU count from {counts[0]} to {counts[-1]} fits a layout of this "
+                         f"job; give {opt('gpus')} N, or a smaller {opt('global_batch')} or "
+                         f"{opt('concurrency')}", field="gpus")
     rate = max(p.best[0].timed.tokens_per_s_per_gpu for p in plans)
     chosen = min((p for p in plans if p.best[0].timed.tokens_per_s_per_gpu >= 0.99 * rate),
                  key=lambda p: p.gpus)
@@ -601,12 +602,13 @@ def search_layouts(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     seq = job.seq or default_seq(model.architecture)  # fit's and speed's default, not the context
     if mode == "train":
         if not global_batch or global_batch < 1:
-            raise InputError("the cluster search of a training job needs --global-batch B "
+            raise InputError(f"the cluster search of a training job needs {opt('global_batch')} B "
                              "(sequences per step over all GPUs)")
         timed = _train_candidates(c, seq, global_batch)
     else:
         if not concurrency or concurrency < 1:
-            raise InputError("the cluster search of a serving job needs --concurrency C")
+            raise InputError(f"the cluster search of a serving job needs {opt('concurrency')} C",
+                             field="concurrency")
         seq = job.context or seq
         timed = _serve_candidates(c, concurrency, seq, max_decode_s)
     if not timed and mode == "train":

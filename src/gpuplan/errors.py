@@ -27,6 +27,7 @@ __all__ = [
     "shown",
     "printable",
     "opt",
+    "field_of",
     "library_spelling",
 ]
 
@@ -39,6 +40,14 @@ def opt(name: str) -> str:
     """A field named inside an error message, rendered in each front end's spelling: the
     library's is the name itself, the CLI's its option, the web's its JSON key."""
     return f"{_MARK}{name}{_MARK}"
+
+
+def field_of(label: object) -> str | None:
+    """The field a label names when it is one :func:`opt` marker (``opt("plot")`` -> ``plot``),
+    else None: a helper handed ``what=opt(name)`` can carry the field as data too."""
+    if isinstance(label, str) and label.count(_MARK) == 2 and label[0] == label[-1] == _MARK:
+        return label[1:-1]
+    return None
 
 
 def library_spelling(name: str) -> str:
@@ -93,8 +102,10 @@ class InputError(GpuplanError, ValueError):
 
     def to_dict(self, spell=library_spelling) -> dict:
         """The error as data: message, field, value, accepted, fix (keys in ``spell``)."""
-        value = self.value if isinstance(self.value, (int, float, str, bool, type(None))) \
-            else shown(self.value)
+        plain = isinstance(self.value, (float, bool, type(None))) or (
+            isinstance(self.value, int) and self.value.bit_length() <= 128) or (
+            isinstance(self.value, str) and len(self.value) <= 1000)
+        value = self.value if plain else shown(self.value)
         return {"error": self.render(spell), "field": None if self.field is None
                 else spell(self.field), "value": value, "accepted": self.accepted,
                 "fix": {spell(k): v for k, v in self.fix.items()}}

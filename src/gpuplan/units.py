@@ -12,7 +12,7 @@ import re
 from typing import Literal
 
 from .bounds import BOUNDS, MAX_DIGITS
-from .errors import InputError, shown
+from .errors import InputError, field_of, opt, shown
 
 __all__ = [
     "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
@@ -42,12 +42,18 @@ _BYTE_SUFFIX = {
 _BYTES_RE = r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$"
 
 
+def _bad(what: str, text: object, problem: str) -> InputError:
+    """``what`` (an :func:`~gpuplan.errors.opt` marker or words) and the value, then the problem;
+    the field and the value as data."""
+    return InputError(f"{what} {shown(text)}: {problem}", field=field_of(what), value=text)
+
+
 def _text(text: object, what: str, accepted: str) -> str:
     """A value to parse as text: a str no longer than :data:`~gpuplan.bounds.MAX_DIGITS`."""
     if not isinstance(text, str):
-        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+        raise _bad(what, text, f"expected {accepted}")
     if len(text.strip()) > MAX_DIGITS:
-        raise InputError(f"{what} {shown(text)}: too long for a number; expected {accepted}")
+        raise _bad(what, text, f"too long for a number; expected {accepted}")
     return text
 
 
@@ -58,7 +64,7 @@ def _as_float(value: int | float) -> float:
         return math.inf
 
 
-def parse_count(text: str | int | float, *, what: str = "--params", maximum: int = MAX_PARAMS,
+def parse_count(text: str | int | float, *, what: str = opt("params"), maximum: int = MAX_PARAMS,
                 whole: bool = False) -> int:
     """Parse a positive count such as ``7B``, ``350M``, ``1.3e9`` or ``124439808``.
 
@@ -67,21 +73,21 @@ def parse_count(text: str | int | float, *, what: str = "--params", maximum: int
     """
     accepted = "a positive count such as 7B, 350M, 1.3e9 or 124439808"
     if isinstance(text, bool):
-        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+        raise _bad(what, text, f"expected {accepted}")
     if isinstance(text, (int, float)):
         value = _as_float(text)
     else:
         m = re.match(_COUNT_RE, _text(text, what, accepted))
         if not m:
-            raise InputError(f"{what} {shown(text)}: expected {accepted}")
+            raise _bad(what, text, f"expected {accepted}")
         value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
     if not math.isfinite(value) or value < 1:
-        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+        raise _bad(what, text, f"expected {accepted}")
     if value > maximum:
-        raise InputError(f"{what} {shown(text)}: larger than the limit {maximum:.0e}; "
+        raise _bad(what, text, f"larger than the limit {maximum:.0e}; "
                          f"expected {accepted}")
     if whole and abs(value - round(value)) > 1e-9 * value:  # 0.3B is whole, 1.5 is not
-        raise InputError(f"{what} {shown(text)}: not a whole number; expected {accepted}")
+        raise _bad(what, text, f"not a whole number; expected {accepted}")
     return int(round(value))
 
 
@@ -94,7 +100,7 @@ def parse_positive_int(text: str | int, *, what: str, maximum: int | None = None
         if isinstance(text, (bool, float)) or not isinstance(text, (int, str)):
             raise ValueError
         if isinstance(text, str) and len(text.strip()) > MAX_DIGITS:
-            raise InputError(f"{what} {shown(text)}: too long; expected a whole number "
+            raise _bad(what, text, f"too long; expected a whole number "
                              f">= {minimum} and <= {hi}")
         value = int(text)
         if isinstance(text, str) and str(value) != text.strip().lstrip("+"):
@@ -102,11 +108,11 @@ def parse_positive_int(text: str | int, *, what: str, maximum: int | None = None
     except (TypeError, ValueError) as e:
         if isinstance(e, InputError):
             raise
-        raise InputError(f"{what} {shown(text)}: expected a whole number >= {minimum}") from None
+        raise _bad(what, text, f"expected a whole number >= {minimum}") from None
     if value < minimum:
-        raise InputError(f"{what} {shown(text)}: expected a whole number >= {minimum}")
+        raise _bad(what, text, f"expected a whole number >= {minimum}")
     if value > hi:
-        raise InputError(f"{what} {shown(text)}: at most {hi} is supported")
+        raise _bad(what, text, f"at most {hi} is supported")
     return value
 
 
@@ -118,12 +124,12 @@ def parse_number(text: str | int | float, *, what: str, bound: str) -> float:
         try:
             value: object = float(_text(text, what, b.what).strip().lstrip("$"))
         except ValueError:
-            raise InputError(f"{what} {shown(text)}: expected a number {b.text()}") from None
+            raise _bad(what, text, f"expected a number {b.text()}") from None
     else:
         value = text
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not b.contains(_as_float(value)):
-        raise InputError(f"{what} {shown(text)}: expected {b.what} {b.text()}")
+        raise _bad(what, text, f"expected {b.what} {b.text()}")
     return _as_float(value)
 
 
@@ -134,16 +140,16 @@ def parse_bytes(text: str | int, *, what: str = "size") -> int:
     limit = BOUNDS["bytes"].high
     if isinstance(text, int) and not isinstance(text, bool):
         if not 0 <= text <= limit:
-            raise InputError(f"{what} {shown(text)}: expected {accepted}, at most 2^60 bytes")
+            raise _bad(what, text, f"expected {accepted}, at most 2^60 bytes")
         return text
     if not isinstance(text, str):
-        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+        raise _bad(what, text, f"expected {accepted}")
     m = re.match(_BYTES_RE, _text(text, what, accepted))
     if not m or m.group(2).upper() not in _BYTE_SUFFIX:
-        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+        raise _bad(what, text, f"expected {accepted}")
     value = float(m.group(1)) * _BYTE_SUFFIX[m.group(2).upper()]
     if not math.isfinite(value) or value < 0 or value > limit:
-        raise InputError(f"{what} {shown(text)}: expected {accepted}, at most 2^60 bytes")
+        raise _bad(what, text, f"expected {accepted}, at most 2^60 bytes")
     return int(round(value))
 
 
@@ -159,16 +165,16 @@ def parse_flops(text: str | int | float, *, what: str = "peak") -> float:
     """
     accepted = "a peak such as 165TF, 1.5PF or 165e12 (FLOP/s)"
     if isinstance(text, bool):
-        raise InputError(f"{what} {shown(text)}: expected {accepted}")
+        raise _bad(what, text, f"expected {accepted}")
     if isinstance(text, (int, float)):
         value = _as_float(text)
     else:
         m = re.match(_FLOPS_RE, _text(text, what, accepted), re.IGNORECASE)
         if not m:
-            raise InputError(f"{what} {shown(text)}: expected {accepted}")
+            raise _bad(what, text, f"expected {accepted}")
         value = float(m.group(1)) * _FLOPS_SUFFIX[m.group(2).upper()]
     if not BOUNDS["flops"].contains(value):
-        raise InputError(f"{what} {shown(text)}: expected {accepted}, {BOUNDS['flops'].text()}")
+        raise _bad(what, text, f"expected {accepted}, {BOUNDS['flops'].text()}")
     return value
 
 
@@ -181,9 +187,9 @@ def parse_bandwidth(text: str, *, what: str = "bandwidth") -> float:
     try:
         value = parse_bytes(size, what=what)
     except InputError:
-        raise InputError(f"{what} {shown(text)}: expected {accepted}") from None
+        raise _bad(what, text, f"expected {accepted}") from None
     if not BOUNDS["bandwidth"].contains(value):
-        raise InputError(f"{what} {shown(text)}: expected {accepted}, "
+        raise _bad(what, text, f"expected {accepted}, "
                          f"{BOUNDS['bandwidth'].text()}")
     return float(value)
 

@@ -417,7 +417,7 @@ def test_sweep_dtypes_follow_the_compute_capability(fake):
     fake.cc = (7, 5)  # a T4: no bf16, no tf32
     run = _run(fake, sizes=(64,), sweep=True, device="cuda", bandwidth=False, end_to_end=False)
     assert [m.dtype for m in run.matmul] == ["fp32", "fp16"]
-    with pytest.raises(UnsupportedError, match=r"no native bf16.*--dtype fp16"):
+    with pytest.raises(UnsupportedError, match=r"no native bf16.*dtype fp16"):
         _run(fake, sizes=(64,), dtypes=("bf16",), device="cuda")
     # with --device all the GPU is skipped for that dtype, with a note
     run = _run(fake, sizes=(64,), dtypes=("bf16",), device="all", bandwidth=False)
@@ -428,7 +428,7 @@ def test_sweep_dtypes_follow_the_compute_capability(fake):
 def test_too_large_for_device_memory_names_the_limit(fake):
     fake.free = 10**9
     # 3 * N^2 * 4 B <= 1e9  ->  N <= sqrt(1e9 / 12) = 9128.7
-    with pytest.raises(InputError, match=r"--size 10000: .*cuda:0.*largest that fits is --size 9128"):
+    with pytest.raises(InputError, match=r"size 10000: .*cuda:0.*largest that fits is size 9128"):
         _run(fake, sizes=(10000,), dtypes=("fp32",), device="cuda")
     assert math.isqrt(10**9 // 12) == 9128
 

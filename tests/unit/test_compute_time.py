@@ -316,7 +316,7 @@ def test_a_mistyped_inter_node_link_fails_on_one_gpu_too():
     from gpuplan.compute import estimate_speed
     from gpuplan.models import load_model
 
-    with pytest.raises(InputError, match="inter node 'bogus'"):
+    with pytest.raises(InputError, match="inter_node 'bogus'"):
         estimate_speed(load_model("llama-3.1-8b"), H100, J(inter_node="bogus"), measured=None)
 
 

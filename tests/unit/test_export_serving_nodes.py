@@ -50,9 +50,9 @@ def test_a_packed_format_without_its_repository_is_refused_naming_the_flag(fmt, 
     with pytest.raises(InputError) as e:
         export_plan(infer(infer_precision=fmt), "vllm")
     msg = str(e.value)
-    assert msg.startswith(f"--export vllm: --precision {fmt} serves a checkpoint quantized by "
+    assert msg.startswith(f"export vllm: precision {fmt} serves a checkpoint quantized by "
                           f"{method} and meta-llama/Llama-3.1-8B holds unquantized weights")
-    assert "add --export-repo" in msg and "\n" not in msg
+    assert "add export_repo" in msg and "\n" not in msg
     rc, out, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--precision", fmt,
                        "--export", "vllm")
     assert rc == 2 and out == "" and "add --export-repo" in err
@@ -100,7 +100,7 @@ def test_export_repo_is_checked(cli):
     assert rc == 2 and "--export-repo without --export" in err
     rc, _, err = cli("fit", "gpt2", "--export", "deepspeed", "--export-repo", "org/x")
     assert rc == 2 and "drop --export-repo" in err
-    with pytest.raises(InputError, match="--export-repo 'a b'"):
+    with pytest.raises(InputError, match="export_repo 'a b'"):
         export_plan(infer(), "vllm", repo="a b")
 
 

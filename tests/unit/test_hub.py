@@ -122,7 +122,7 @@ def test_unknown_hub_id_says_how_to_get_it_and_suggests_no_other_size(cache):
         load_model("Qwen/Qwen2.5-14B")
     msg = str(e.value)
     assert "not a local path, in gpuplan's catalog or in the Hugging Face cache" in msg
-    assert str(cache) in msg and "--download" in msg
+    assert str(cache) in msg and "download" in msg
     assert "1.5b" not in msg.lower() and "did you mean" not in msg
 
 

@@ -299,7 +299,7 @@ def test_hub_id_that_is_not_local_says_nothing_is_downloaded(tmp_path, monkeypat
     hf = pytest.importorskip("huggingface_hub.constants")
     monkeypatch.setattr(hf, "HF_HUB_CACHE", str(tmp_path))   # an empty cache
     with pytest.raises(InputError, match="not a local path, in gpuplan's catalog or in the "
-                                         "Hugging Face cache.*--download fetches"):
+                                         "Hugging Face cache.*download fetches"):
         load_model("someone/Some-Model-7B")
 
 

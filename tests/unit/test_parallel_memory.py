@@ -191,12 +191,12 @@ def test_ep_zero_shards_experts_over_the_expert_data_parallel_group():
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(tp=3, gpus=3), "tp 3: llama-3.1-8b has 32 attention heads, not divisible by 3; use "
-                         "--tp 1 (or 2 or 4 with --gpus a multiple of it)"),
-    (dict(tp=3, gpus=12), "not divisible by 3; use --tp 2 or 4"),  # 12 GPUs take either
-    (dict(tp=3, pp=2, gpus=6), "use --tp 1 (or 2 or 4 with --gpus a multiple of it x 2)"),
+                         "tp 1 (or 2 or 4 with gpus a multiple of it)"),
+    (dict(tp=3, gpus=12), "not divisible by 3; use tp 2 or 4"),  # 12 GPUs take either
+    (dict(tp=3, pp=2, gpus=6), "use tp 1 (or 2 or 4 with gpus a multiple of it x 2)"),
     (dict(pp=64, gpus=64), "pp 64: llama-3.1-8b has 32 layers"),
     (dict(ep=2, gpus=2), "ep 2: llama-3.1-8b has no experts"),
-    (dict(cp=2, gpus=2, attention="eager"), "use --attention sdpa"),
+    (dict(cp=2, gpus=2, attention="eager"), "use attention sdpa"),
     (dict(cp=2, gpus=2, seq=1026), "seq 1026"),
 ])
 def test_layout_errors_name_the_value_and_the_way_out(kw, msg):
@@ -207,7 +207,7 @@ def test_layout_errors_name_the_value_and_the_way_out(kw, msg):
 
 def test_experts_not_divisible_by_ep():
     m = load_model("mixtral-8x7b")
-    with pytest.raises(InputError, match="ep 3: .* 8 experts, not divisible by 3; use --ep 2 or 4"):
+    with pytest.raises(InputError, match="ep 3: .* 8 experts, not divisible by 3; use ep 2 or 4"):
         check_layout(m.architecture, Job(model=m, ep=3, gpus=3))
 
 

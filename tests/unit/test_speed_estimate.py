@@ -389,7 +389,7 @@ def test_speed_section_for_fit_json():
 def test_bf16_on_t4_and_v100_offers_fp16():
     with pytest.raises(UnsupportedError, match=r"T4 has no bf16.*mixed-fp16"):
         estimate_speed(GPT2, get_gpu("T4"), J(), measured=None)
-    with pytest.raises(UnsupportedError, match=r"V100-SXM2-32GB has no bf16.*--precision fp16"):
+    with pytest.raises(UnsupportedError, match=r"V100-SXM2-32GB has no bf16.*precision fp16"):
         estimate_speed(GPT2, get_gpu("V100-SXM2-32GB"), J(mode="infer"), measured=None)
     ok = estimate_speed(GPT2, get_gpu("T4"), J(precision="mixed-fp16"), measured=None)
     assert ok.dtype == "fp16"

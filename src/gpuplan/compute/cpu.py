@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .._record import record
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, opt
 from ..hardware import GPU
 from ..hardware.cpu import CPU
 from ..job import Job
@@ -296,7 +296,8 @@ def compare_matmul(mm: MatmulCount, gpu: GPU, *, dtype: str = "fp32",
         have = ", ".join(d for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
                          if dev.supports(d))
         raise UnsupportedError(f"{gpu.name} has no {dtype} support (it has {have}); "
-                               "use another --dtype")
+                               f"use another {opt('dtype')}", field="dtype", value=dtype,
+                               accepted=have)
     small = small_work(mm.m, mm.n, gpu, batch=mm.batch, tile=tile)
     measured = resolve_measured(measured, use_noisy=use_noisy_bench)
     dev, eff, used = measured_apply(dev, default_efficiency(dev), measured)

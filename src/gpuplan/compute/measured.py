@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .._record import record
 from ..bounds import check_int, check_number
-from ..errors import GpuplanWarning, InputError, printable, shown
+from ..errors import GpuplanWarning, InputError, opt, printable, shown
 from ..hardware.cpu import detect_cpu, hostname
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -235,15 +235,15 @@ def explain_db_error(e: BaseException, path: Path, doing: str, *, write: bool = 
     name = getattr(e, "sqlite_errorname", "") or ""
     if "BUSY" in name or "LOCKED" in name or "locked" in low or "busy" in low:
         return (f"bench database {str(path)!r} is locked by another process (waited "
-                f"{timeout_s:g} s) while {doing}; try again when it finishes, or pass --db "
-                "OTHER.sqlite")
+                f"{timeout_s:g} s) while {doing}; try again when it finishes, or pass "
+                f"{opt('db')} OTHER.sqlite")
     if "NOTADB" in name or "CORRUPT" in name or "not a database" in low or "malformed" in low:
         return (f"bench database {str(path)!r} is corrupt or not a SQLite database ({msg}); it "
-                "was left untouched: move it aside or pass --db NEW.sqlite")
+                f"was left untouched: move it aside or pass {opt('db')} NEW.sqlite")
     if ("READONLY" in name or "CANTOPEN" in name or "PERM" in name or "readonly" in low
             or "unable to open" in low or isinstance(e, PermissionError)):
         return (f"bench database {str(path)!r} cannot be {'written' if write else 'read'} "
-                f"({msg}); check the directory's permissions or pass --db WRITABLE.sqlite "
+                f"({msg}); check the directory's permissions or pass {opt('db')} WRITABLE.sqlite "
                 "(or set GPUPLAN_BENCH_DB)")
     if "FULL" in name or "disk is full" in low:
         return f"bench database {str(path)!r}: the disk is full ({msg}); nothing was saved"
@@ -251,7 +251,7 @@ def explain_db_error(e: BaseException, path: Path, doing: str, *, write: bool = 
 
 
 def _explain(e: BaseException, path: Path, doing: str) -> BenchDatabaseError:
-    return BenchDatabaseError(explain_db_error(e, path, doing))
+    return BenchDatabaseError(explain_db_error(e, path, doing), field="db", value=str(path))
 
 
 def recover_hot_journal(path: Path) -> None:
@@ -341,7 +341,7 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
 
     if path.is_dir():
         raise BenchDatabaseError(f"bench database {str(path)!r} is a directory; give a file name "
-                                 "to --db")
+                                 f"to {opt('db')}", field="db", value=str(path))
     recover_hot_journal(path)
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
@@ -365,11 +365,13 @@ def _is_bench_db(conn: sqlite3.Connection, path: Path) -> bool:
         return False
     if app != APPLICATION_ID:
         raise BenchDatabaseError(f"bench database {str(path)!r} is a SQLite file but not a gpuplan "
-                                 "bench database; it was left untouched: pass --db NEW.sqlite")
+                                 "bench database; it was left untouched: pass "
+                                 f"{opt('db')} NEW.sqlite", field="db", value=str(path))
     if ver > SCHEMA_VERSION:
         raise BenchDatabaseError(
             f"bench database {str(path)!r} has schema version {ver}, written by a newer gpuplan "
-            f"(this one reads version {SCHEMA_VERSION}); upgrade gpuplan or pass --db NEW.sqlite")
+            f"(this one reads version {SCHEMA_VERSION}); upgrade gpuplan or pass {opt('db')} "
+            "NEW.sqlite", field="db", value=str(path))
     return True
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from .._record import record
 from ..engines.profiles import engine_notes, resolve_engine
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
 from ..hardware.topology import Topology, parse_inter_node, topology_for
@@ -617,15 +617,18 @@ def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:
 def _training_time(est: SpeedEstimate, tokens, samples, epochs, price) -> TrainingTime | None:
     if tokens is None and samples is None:
         if price is not None:
-            raise InputError("a price per GPU-hour needs the amount of training: give --tokens "
-                             "or --samples (and --epochs)")
+            raise InputError("a price per GPU-hour needs the amount of training: give "
+                             f"{opt('tokens')} or {opt('samples')} (and {opt('epochs')})",
+                             field="price", value=price)
         return None
     if tokens is not None and samples is not None:
         raise InputError("give the amount of training as tokens or as samples, not both")
     if est.mode != "train":
-        raise InputError("time to train needs --mode train")
+        raise InputError(f"time to train needs {opt('mode')} train", field="mode",
+                         value=est.mode, fix={"mode": "train"})
     if not (epochs > 0 and math.isfinite(epochs)):
-        raise InputError(f"epochs {epochs!r}: expected a number > 0")
+        raise InputError(f"{opt('epochs')} {shown(epochs)}: expected a number > 0",
+                         field="epochs", value=epochs)
     if tokens is not None:
         return time_to_train(work=tokens * epochs, rate_per_s=est.tokens_per_s, gpus=est.gpus,
                              unit="tokens", price_per_gpu_hour=price)

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Literal, Sequence
 
 from .._record import record
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError, UnsupportedError, opt
 from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
@@ -234,17 +234,22 @@ class PrecisionLayout:
 def _check_dtype(device: Device, dtype: str, mode: str) -> None:
     if device.supports(dtype):
         return
+    p = opt("precision")
     remedy = {
-        "bf16": "--precision mixed-fp16" if mode == "train" else "--precision fp16",
-        "tf32": "run without --tf32 (plain fp32)",
-        "fp8": "--precision bf16 or fp16",
-        "int8": "--precision bf16 or fp16",
-        "fp16": "--precision fp32",
-    }.get(dtype, "another --precision")
+        "bf16": f"{p} mixed-fp16" if mode == "train" else f"{p} fp16",
+        "tf32": f"run without {opt('tf32')} (plain fp32)",
+        "fp8": f"{p} bf16 or fp16",
+        "int8": f"{p} bf16 or fp16",
+        "fp16": f"{p} fp32",
+    }.get(dtype, f"another {p}")
+    fix = {"bf16": {"precision": "mixed-fp16" if mode == "train" else "fp16"},
+           "tf32": {"tf32": False}, "fp8": {"precision": "bf16"}, "int8": {"precision": "bf16"},
+           "fp16": {"precision": "fp32"}}.get(dtype)
     have = ", ".join(d for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
                      if device.supports(d))
     raise UnsupportedError(f"{device.name} has no {dtype} support (it has {have}); "
-                           f"use {remedy}")
+                           f"use {remedy}", field="tf32" if dtype == "tf32" else "precision",
+                           value=dtype, fix=fix)
 
 
 def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:

@@ -22,7 +22,7 @@ from .efficiency import (
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
-from ..errors import InputError, UnsupportedError, shown
+from ..errors import InputError, UnsupportedError, opt, shown
 from ..hardware import GPU
 
 __all__ = [
@@ -459,7 +459,8 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
         if text == "nvlink":
             if not device.interconnect_bandwidth:
                 raise UnsupportedError(f"{device.name} has no NVLink/GPU-to-GPU link in the "
-                                       "catalog; use --link pcie or a network speed in GB/s")
+                                       f"catalog; use {opt('link')} pcie or a network speed in "
+                                       "GB/s", field="link", value=link, fix={"link": "pcie"})
             return (device.interconnect or "NVLink"), device.interconnect_bandwidth / 2
         if text == "pcie":
             if not device.host_link_bandwidth:
@@ -467,13 +468,15 @@ def link_bandwidth(link: str | float | None, device: Device) -> tuple[str, float
             return device.host_link, device.host_link_bandwidth
         m = re.match(_LINK_RE, str(link)) if len(str(link)) <= 64 else None
         if not m:
-            raise InputError(f"--link {shown(link)}: expected nvlink, pcie, or a bandwidth such as "
-                             "50 (GB/s), 50GB/s or 400Gb/s") from None
+            raise InputError(f"{opt('link')} {shown(link)}: expected nvlink, pcie, or a bandwidth "
+                             "such as 50 (GB/s), 50GB/s or 400Gb/s", field="link", value=link,
+                             accepted="nvlink, pcie, or a bandwidth such as 50 (GB/s), 50GB/s "
+                             "or 400Gb/s") from None
         gbps = float(m.group(1)) * (1 / 8 if m.group(2) in ("Gb/s", "Gbps", "Gbit/s") else 1.0)
         name = f"network link ({str(link).strip()})"
     if not BOUNDS["bandwidth"].contains(gbps * 1e9):
-        raise InputError(f"--link {shown(link)}: expected a bandwidth > 0 and <= 10^7 GB/s "
-                         "(10 PB/s)")
+        raise InputError(f"{opt('link')} {shown(link)}: expected a bandwidth > 0 and <= 10^7 "
+                         "GB/s (10 PB/s)", field="link", value=link)
     return name, gbps * 1e9
 
 

@@ -13,8 +13,8 @@ import json
 
 from functools import cache
 
-from ..errors import InputError
 from ..engines.profiles import get_engine
+from ..errors import InputError, opt
 from ..job import Job
 from ..models import Model
 
@@ -36,13 +36,17 @@ INFER_FIELDS = ("kv_dtype", "attention", "tp", "pp", "cp", "ep", "sequence_paral
 
 
 def flag(field: str) -> str:
-    """The command-line option of a Job field (``grad_accum`` -> ``--grad-accum``)."""
-    return "--" + field.replace("_", "-")
+    """A Job field named in an export's message (:func:`gpuplan.errors.opt`): each front end
+    spells it (the command line ``--grad-accum``, the web ``grad_accum``)."""
+    return opt(field)
 
 
-def refuse(engine: str, text: str) -> InputError:
-    """The one line an export raises (``raise refuse("vllm", "...")``)."""
-    return InputError(f"--export {engine}: {text}")
+def refuse(engine: str, text: str, *, field: str = "export", value: object = None,
+           fix: dict | None = None) -> InputError:
+    """The one line an export raises (``raise refuse("vllm", "...")``), naming the export; the
+    field it is about (default: the export itself) and the fix as data."""
+    return InputError(f"{opt('export')} {engine}: {text}", field=field,
+                      value=engine if field == "export" and value is None else value, fix=fix)
 
 
 @cache
@@ -63,19 +67,22 @@ def check_expressed(job: Job, engine: str, checked: tuple[str, ...],
         if name not in expressed and value != defaults[name]:
             shown = value if not isinstance(value, bool) else ""
             raise refuse(engine, f"{flag(name)} {shown}".rstrip() + f" has no {engine} setting; "
-                         "drop it to export this plan (or choose another engine)")
+                         "drop it to export this plan (or choose another engine)", field=name,
+                         value=value, fix={name: defaults[name]})
 
 
 def train_only(job: Job, engine: str) -> None:
     if not job.trains:
-        raise refuse(engine, "writes a training config and this plan has --mode infer; use "
-                     "--export vllm for serving, or --mode train")
+        raise refuse(engine, f"writes a training config and this plan has {opt('mode')} infer; "
+                     f"use {opt('export')} vllm for serving, or {opt('mode')} train",
+                     field="mode", value=job.mode, fix={"mode": "train"})
 
 
 def infer_only(job: Job, engine: str) -> None:
     if not job.infers:
-        raise refuse(engine, "writes a serving command and this plan has --mode train; use "
-                     "--mode infer (or both)")
+        raise refuse(engine, f"writes a serving command and this plan has {opt('mode')} train; "
+                     f"use {opt('mode')} infer (or both)", field="mode", value=job.mode,
+                     fix={"mode": "infer"})
 
 
 def accumulation(job: Job, engine: str) -> int:

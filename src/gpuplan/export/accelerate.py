@@ -19,6 +19,7 @@ fill it; ``accelerate launch --machine_rank R --main_process_ip IP`` overrides t
 
 from __future__ import annotations
 
+from ..errors import opt
 from ..job import Job
 from ..models import Model
 from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines, refuse,
@@ -32,11 +33,14 @@ _MIXED = {"mixed-bf16": "bf16", "amp-bf16": "bf16", "mixed-fp16": "fp16", "amp-f
 
 def _backend(job: Job) -> str:
     if job.offload_optimizer and job.zero == 0:
-        raise refuse(ENGINE, "--offload-optimizer needs ZeRO: add --zero 1, 2 or 3")
+        raise refuse(ENGINE, f"{opt('offload_optimizer')} needs ZeRO: add {opt('zero')} 1, 2 "
+                     "or 3", field="offload_optimizer", value=True, fix={"zero": 1})
     if job.offload_optimizer or job.zero == 1:
         if job.tp * job.cp > 1:
-            raise refuse(ENGINE, "--tp/--cp with DeepSpeed (--zero 1 or --offload-optimizer): "
-                         "accelerate's parallelism config runs on FSDP2; use --zero 2 or 3")
+            raise refuse(ENGINE, f"{opt('tp')}/{opt('cp')} with DeepSpeed ({opt('zero')} 1 or "
+                         f"{opt('offload_optimizer')}): accelerate's parallelism config runs on "
+                         f"FSDP2; use {opt('zero')} 2 or 3", field="zero", value=job.zero,
+                         fix={"zero": 2})
         return "DEEPSPEED"
     if job.zero >= 2 or job.tp * job.cp > 1:
         return "FSDP"
@@ -45,8 +49,9 @@ def _backend(job: Job) -> str:
 
 def _fsdp(job: Job) -> dict:
     if job.zero == 0:
-        raise refuse(ENGINE, "--tp/--cp without sharded data parallel: accelerate runs them on "
-                     "FSDP2; add --zero 3")
+        raise refuse(ENGINE, f"{opt('tp')}/{opt('cp')} without sharded data parallel: "
+                     f"accelerate runs them on FSDP2; add {opt('zero')} 3", field="zero",
+                     value=job.zero, fix={"zero": 3})
     return {"fsdp_version": 2, "fsdp_reshard_after_forward": job.zero == 3,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_offload_params": False,
@@ -94,15 +99,17 @@ def export(job: Job, model: Model) -> str:
     train_only(job, ENGINE)
     check_expressed(job, ENGINE, TRAIN_FIELDS, _EXPRESSED)
     if job.precision not in _MIXED:
-        raise refuse(ENGINE, f"--precision {job.precision}: accelerate's mixed_precision is "
-                     "autocast over fp32 weights (amp-*, mixed-*) or no; a bf16 model is your "
-                     "script's dtype: use mixed-bf16")
+        raise refuse(ENGINE, f"{opt('precision')} {job.precision}: accelerate's mixed_precision "
+                     "is autocast over fp32 weights (amp-*, mixed-*) or no; a bf16 model is your "
+                     "script's dtype: use mixed-bf16", field="precision", value=job.precision,
+                     fix={"precision": "mixed-bf16"})
     accum = accumulation(job, ENGINE)
     backend = _backend(job)
     if job.checkpointing == "selective" or (job.checkpointing == "full" and backend != "FSDP"):
-        raise refuse(ENGINE, f"--checkpointing {job.checkpointing} has no accelerate setting "
-                     "with this layout (fsdp_activation_checkpointing is full, under FSDP: "
-                     "--zero 2 or 3)")
+        raise refuse(ENGINE, f"{opt('checkpointing')} {job.checkpointing} has no accelerate "
+                     "setting with this layout (fsdp_activation_checkpointing is full, under "
+                     f"FSDP: {opt('zero')} 2 or 3)", field="checkpointing",
+                     value=job.checkpointing)
     cfg: dict = {
         f"# gpuplan plan of {model.name}: micro-batch {job.batch} per GPU (your DataLoader's "
         f"batch_size), {accum} accumulation step(s) (Accelerator(gradient_accumulation_steps="

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+from ..errors import opt
 from ..job import Job
 from ..models import Model
 from ._common import TRAIN_FIELDS, accumulation, check_expressed, refuse, train_only
@@ -42,25 +43,29 @@ def _precision(job: Job) -> dict:
         return {"fp16": {"enabled": True, "loss_scale": 0}}  # 0 = dynamic loss scaling
     if p == "amp-bf16":
         return {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
-    raise refuse(ENGINE, f"--precision {p} has no DeepSpeed setting (its bf16/fp16 blocks keep "
-                 "an fp32 master copy: use mixed-bf16 or mixed-fp16; amp-bf16 is torch_autocast)")
+    raise refuse(ENGINE, f"{opt('precision')} {p} has no DeepSpeed setting (its bf16/fp16 blocks "
+                 "keep an fp32 master copy: use mixed-bf16 or mixed-fp16; amp-bf16 is "
+                 "torch_autocast)", field="precision", value=p, fix={"precision": "mixed-bf16"})
 
 
 def _optimizer(job: Job) -> dict:
     if job.optimizer not in _OPTIMIZERS:
-        raise refuse(ENGINE, f"--optimizer {job.optimizer} has no DeepSpeed optimizer type; "
-                     f"use one of {', '.join(_OPTIMIZERS)}")
+        raise refuse(ENGINE, f"{opt('optimizer')} {job.optimizer} has no DeepSpeed optimizer "
+                     f"type; use one of {', '.join(_OPTIMIZERS)}", field="optimizer",
+                     value=job.optimizer, fix={"optimizer": "adamw"})
     kind, params = _OPTIMIZERS[job.optimizer]
     params = dict(params)
     if job.optimizer in ("adam", "adamw"):
         # DeepSpeed's default Adam is its fused kernel; torch_adam = torch.optim's (foreach)
         params["torch_adam"] = not job.fused_optimizer
     elif job.fused_optimizer:
-        raise refuse(ENGINE, f"--fused-optimizer with {job.optimizer}: DeepSpeed fuses Adam and "
-                     "AdamW only; drop --fused-optimizer")
+        raise refuse(ENGINE, f"{opt('fused_optimizer')} with {job.optimizer}: DeepSpeed fuses "
+                     f"Adam and AdamW only; drop {opt('fused_optimizer')}",
+                     field="fused_optimizer", value=True, fix={"fused_optimizer": False})
     if job.optimizer_states != "auto":
-        raise refuse(ENGINE, f"--optimizer-states {job.optimizer_states}: DeepSpeed keeps its "
-                     "optimizer states in fp32; drop it")
+        raise refuse(ENGINE, f"{opt('optimizer_states')} {job.optimizer_states}: DeepSpeed keeps "
+                     "its optimizer states in fp32; drop it", field="optimizer_states",
+                     value=job.optimizer_states, fix={"optimizer_states": "auto"})
     return {"type": kind, "params": params}
 
 
@@ -73,7 +78,8 @@ def _zero(job: Job) -> dict:
         zero["stage3_prefetch_bucket_size"] = job.stage3_prefetch_bucket_size
     if job.offload_optimizer:
         if job.zero == 0:
-            raise refuse(ENGINE, "--offload-optimizer needs ZeRO: add --zero 1, 2 or 3")
+            raise refuse(ENGINE, f"{opt('offload_optimizer')} needs ZeRO: add {opt('zero')} 1, 2 "
+                         "or 3", field="offload_optimizer", value=True, fix={"zero": 1})
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     return zero
 
@@ -94,8 +100,9 @@ def export(job: Job, model: Model) -> str:
     }
     if job.tp > 1:
         if job.zero == 3:
-            raise refuse(ENGINE, f"--tp {job.tp} with --zero 3: DeepSpeed's AutoTP training "
-                         "runs with ZeRO stages 0-2; use --zero 2 or --export megatron")
+            raise refuse(ENGINE, f"{opt('tp')} {job.tp} with {opt('zero')} 3: DeepSpeed's AutoTP "
+                         f"training runs with ZeRO stages 0-2; use {opt('zero')} 2 or "
+                         f"{opt('export')} megatron", field="zero", value=3, fix={"zero": 2})
         cfg["tensor_parallel"] = {"autotp_size": job.tp}
     if job.max_grad_norm is not None:
         cfg["gradient_clipping"] = job.max_grad_norm  # unset: DeepSpeed's own default (1.0)

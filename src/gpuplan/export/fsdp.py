@@ -10,6 +10,7 @@ parameters stay gathered from forward to backward); ZeRO-1 and ZeRO-0 are not FS
 
 from __future__ import annotations
 
+from ..errors import opt
 from ..job import Job
 from ..models import Model
 from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines, refuse,
@@ -42,15 +43,17 @@ def _mp_policy(job: Job) -> tuple[str, list[str]]:
 def _optimizer_line(job: Job) -> str:
     name = _TORCH_OPTIMIZERS.get(job.optimizer)
     if name is None or job.optimizer_states != "auto":
-        what = (f"--optimizer {job.optimizer}" if name is None
-                else f"--optimizer-states {job.optimizer_states}")
-        raise refuse(ENGINE, f"{what} is not a torch.optim setting; use one of "
-                     f"{', '.join(_TORCH_OPTIMIZERS)} with --optimizer-states auto")
+        field = "optimizer" if name is None else "optimizer_states"
+        raise refuse(ENGINE, f"{opt(field)} {getattr(job, field)} is not a torch.optim setting; "
+                     f"use one of {', '.join(_TORCH_OPTIMIZERS)} with {opt('optimizer_states')} "
+                     "auto", field=field, value=getattr(job, field),
+                     fix={"optimizer_states": "auto"} if name else {})
     kw = ["momentum=0.9"] if job.optimizer == "sgd-momentum" else []
     if job.fused_optimizer:
         if job.optimizer not in ("adam", "adamw", "sgd", "sgd-momentum", "adagrad"):
-            raise refuse(ENGINE, f"--fused-optimizer with {job.optimizer}: torch has no fused "
-                         "kernel for it; drop --fused-optimizer")
+            raise refuse(ENGINE, f"{opt('fused_optimizer')} with {job.optimizer}: torch has no "
+                         f"fused kernel for it; drop {opt('fused_optimizer')}",
+                         field="fused_optimizer", value=True, fix={"fused_optimizer": False})
         kw.append("fused=True")
     else:
         kw.append("foreach=True")
@@ -63,15 +66,17 @@ def export(job: Job, model: Model) -> str:
     check_expressed(job, ENGINE, tuple(f for f in TRAIN_FIELDS if f != "optimizer_states"),
                     _EXPRESSED)
     if job.zero < 2:
-        raise refuse(ENGINE, f"--zero {job.zero} is not FSDP (FSDP2 shards gradients and "
-                     "parameters: --zero 2 or 3; ZeRO-1 is --export deepspeed)")
+        raise refuse(ENGINE, f"{opt('zero')} {job.zero} is not FSDP (FSDP2 shards gradients and "
+                     f"parameters: {opt('zero')} 2 or 3; ZeRO-1 is {opt('export')} deepspeed)",
+                     field="zero", value=job.zero, fix={"zero": 2})
     if job.checkpointing == "selective":
-        raise refuse(ENGINE, "--checkpointing selective has no FSDP2 setting; use full")
+        raise refuse(ENGINE, f"{opt('checkpointing')} selective has no FSDP2 setting; use full",
+                     field="checkpointing", value="selective", fix={"checkpointing": "full"})
     accum = accumulation(job, ENGINE)
     nodes = num_machines(job)
     per_node = job.gpus // nodes if job.gpus % nodes == 0 else job.gpus_per_node
     mp, step_lines = _mp_policy(job)
-    opt = _optimizer_line(job)
+    optim_line = _optimizer_line(job)
     ck = ["model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': "
           "False})  # full checkpointing (transformers); else torch.utils.checkpoint per block"
           ] if job.checkpointing == "full" else []
@@ -93,7 +98,7 @@ def export(job: Job, model: Model) -> str:
         f"    fully_shard(block, mesh=mesh, mp_policy=mp_policy, "
         f"reshard_after_forward={job.zero == 3})",
         "fully_shard(model, mesh=mesh, mp_policy=mp_policy)",
-        opt,
+        optim_line,
         f"# per step: {accum} micro-batch(es) of {job.batch}; on all but the last, "
         "model.set_requires_gradient_sync(False)",
     ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from ..errors import opt
 from ..job import Job, default_seq, pp_chunks
 from ..models import Model
 from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines, refuse,
@@ -70,7 +71,7 @@ def _block_args(a, model: Model) -> list[object]:
     else:
         raise refuse(ENGINE, f"{model.name} uses {a.position} positions, which Megatron-LM does "
                      "not implement (Megatron-DeepSpeed's fork has ALiBi); plan it with "
-                     "--export deepspeed")
+                     f"{opt('export')} deepspeed", fix={"export": "deepspeed"})
     out += ["--normalization", "RMSNorm" if a.norm == "rmsnorm" else "LayerNorm"]
     if a.mlp == "gated":
         if "silu" not in (a.activation or "") and "swish" not in (a.activation or ""):
@@ -141,8 +142,9 @@ def _sharding(job: Job) -> list[str]:
                 "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
     if job.offload_optimizer:
         if job.zero == 0:
-            raise refuse(ENGINE, "--offload-optimizer needs the distributed optimizer: add "
-                         "--zero 1")
+            raise refuse(ENGINE, f"{opt('offload_optimizer')} needs the distributed optimizer: "
+                         f"add {opt('zero')} 1", field="offload_optimizer", value=True,
+                         fix={"zero": 1})
         out += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
     return out
 
@@ -153,15 +155,18 @@ def _layout(job: Job, model: Model) -> list[str]:
            "--context-parallel-size", str(job.cp), "--expert-model-parallel-size", str(job.ep)]
     name, chunks = pp_chunks(job.pp_schedule)
     if job.pp > 1 and name == "gpipe":
-        raise refuse(ENGINE, "--pp-schedule gpipe: Megatron-LM runs 1F1B (or interleaved:V)")
+        raise refuse(ENGINE, f"{opt('pp_schedule')} gpipe: Megatron-LM runs 1F1B (or "
+                     "interleaved:V)", field="pp_schedule", value=job.pp_schedule,
+                     fix={"pp_schedule": "1f1b"})
     extra = int(job.pp_embedding_part) + int(job.pp_loss_part)
     if job.pp > 1 and extra:
         return out + _parts(job, model, chunks)
     if job.pp > 1 and chunks > 1:
         layers = model.architecture.num_layers
         if layers % (job.pp * chunks):
-            raise refuse(ENGINE, f"--pp-schedule {job.pp_schedule}: {layers} layers do not split "
-                         f"into {job.pp} x {chunks} equal chunks")
+            raise refuse(ENGINE, f"{opt('pp_schedule')} {job.pp_schedule}: {layers} layers do "
+                         f"not split into {job.pp} x {chunks} equal chunks", field="pp_schedule",
+                         value=job.pp_schedule)
         out += ["--num-layers-per-virtual-pipeline-stage", str(layers // (job.pp * chunks))]
     if job.sequence_parallel:
         out.append("--sequence-parallel")
@@ -194,14 +199,17 @@ def _parts(job: Job, model: Model, chunks: int) -> list[str]:
 def _recipe(job: Job) -> list[str]:
     flags = {"mixed-bf16": ["--bf16"], "mixed-fp16": ["--fp16"], "fp32": []}
     if job.precision not in flags:
-        raise refuse(ENGINE, f"--precision {job.precision} has no Megatron-LM setting (--bf16 "
-                     "and --fp16 keep fp32 main weights: mixed-bf16, mixed-fp16; or fp32)")
+        raise refuse(ENGINE, f"{opt('precision')} {job.precision} has no Megatron-LM setting "
+                     "(--bf16 and --fp16 keep fp32 main weights: mixed-bf16, mixed-fp16; or "
+                     "fp32)", field="precision", value=job.precision,
+                     fix={"precision": "mixed-bf16"})
     opts = {"adamw": ["--optimizer", "adam"], "adam": ["--optimizer", "adam"],
             "sgd": ["--optimizer", "sgd", "--sgd-momentum", "0.0"],
             "sgd-momentum": ["--optimizer", "sgd", "--sgd-momentum", "0.9"]}
     if job.optimizer not in opts or job.optimizer_states != "auto":
-        raise refuse(ENGINE, f"--optimizer {job.optimizer} (states {job.optimizer_states}): "
-                     "Megatron-LM steps adam (decoupled weight decay) or sgd with fp32 states")
+        raise refuse(ENGINE, f"{opt('optimizer')} {job.optimizer} (states "
+                     f"{job.optimizer_states}): Megatron-LM steps adam (decoupled weight decay) or "
+                     "sgd with fp32 states", field="optimizer", value=job.optimizer)
     rec = {"none": [], "selective": ["--recompute-granularity", "selective"],
            "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                     "--recompute-num-layers", "1"]}[job.checkpointing]

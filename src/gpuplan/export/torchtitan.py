@@ -13,6 +13,7 @@ accumulation follows from ``global_batch_size``.
 from __future__ import annotations
 
 from ..engines.profiles import runtime_of
+from ..errors import opt
 from ..job import Job, default_seq, pp_chunks
 from ..models import Model
 from ._common import (TRAIN_FIELDS, accumulation, check_expressed, hub_repo, refuse,
@@ -33,7 +34,8 @@ _PRECISION = {"mixed-bf16": ("float32", "bfloat16"), "fp32": ("float32", "float3
 def _model(job: Job, model: Model) -> dict:
     if model.name not in MODELS:
         raise refuse(ENGINE, f"{model.name} is not one of torchtitan's model definitions "
-                     f"({', '.join(MODELS)}); use --export fsdp for a transformers model")
+                     f"({', '.join(MODELS)}); use {opt('export')} fsdp for a transformers model",
+                     fix={"export": "fsdp"})
     name, flavor = MODELS[model.name]
     # where torchtitan's scripts/download_hf_assets.py puts the tokenizer: ./assets/hf/<repo>
     repo = (hub_repo(job, model) or model.name).split("/")[-1]
@@ -42,11 +44,14 @@ def _model(job: Job, model: Model) -> dict:
 
 def _parallelism(job: Job, model: Model) -> dict:
     if job.zero == 1:
-        raise refuse(ENGINE, "--zero 1 has no torchtitan setting (FSDP shards parameters and "
-                     "gradients too): use --zero 2 or 3")
+        raise refuse(ENGINE, f"{opt('zero')} 1 has no torchtitan setting (FSDP shards parameters "
+                     f"and gradients too): use {opt('zero')} 2 or 3", field="zero", value=1,
+                     fix={"zero": 2})
     if job.tp > 1 and not job.sequence_parallel:
-        raise refuse(ENGINE, f"--tp {job.tp} without --sequence-parallel: torchtitan's tensor "
-                     "parallel always shards the norms by sequence; add --sequence-parallel")
+        raise refuse(ENGINE, f"{opt('tp')} {job.tp} without {opt('sequence_parallel')}: "
+                     "torchtitan's tensor parallel always shards the norms by sequence; add "
+                     f"{opt('sequence_parallel')}", field="sequence_parallel", value=False,
+                     fix={"sequence_parallel": True})
     out = {"data_parallel_replicate_degree": job.dp if job.zero == 0 else 1,
            "data_parallel_shard_degree": 1 if job.zero == 0 else job.dp,
            "fsdp_reshard_after_forward": "always" if job.zero == 3 else "never",
@@ -59,8 +64,9 @@ def _parallelism(job: Job, model: Model) -> dict:
         layers = model.architecture.num_layers if model.architecture else 0
         if chunks > 1:
             if not layers or layers % (job.pp * chunks):
-                raise refuse(ENGINE, f"--pp-schedule {job.pp_schedule}: {layers} layers do not "
-                             f"split into {job.pp} x {chunks} equal chunks")
+                raise refuse(ENGINE, f"{opt('pp_schedule')} {job.pp_schedule}: {layers} layers do "
+                             f"not split into {job.pp} x {chunks} equal chunks",
+                             field="pp_schedule", value=job.pp_schedule)
             out["pipeline_parallel_layers_per_stage"] = layers // (job.pp * chunks)
     return out
 
@@ -70,17 +76,22 @@ def export(job: Job, model: Model) -> str:
     train_only(job, ENGINE)
     check_expressed(job, ENGINE, TRAIN_FIELDS, _EXPRESSED)
     if job.precision not in _PRECISION:
-        raise refuse(ENGINE, f"--precision {job.precision} has no torchtitan setting (FSDP "
-                     "mixed precision: mixed-bf16; or fp32, bf16)")
+        raise refuse(ENGINE, f"{opt('precision')} {job.precision} has no torchtitan setting (FSDP "
+                     "mixed precision: mixed-bf16; or fp32, bf16)", field="precision",
+                     value=job.precision, fix={"precision": "mixed-bf16"})
     if job.optimizer not in ("adamw", "adam"):
-        raise refuse(ENGINE, f"--optimizer {job.optimizer}: torchtitan builds Adam and AdamW")
+        raise refuse(ENGINE, f"{opt('optimizer')} {job.optimizer}: torchtitan builds Adam and "
+                     "AdamW", field="optimizer", value=job.optimizer, fix={"optimizer": "adamw"})
     if job.checkpointing == "selective":
-        raise refuse(ENGINE, "--checkpointing selective (Megatron's attention recompute) is "
-                     "not torchtitan's selective (per-op or every n-th layer); use full or none")
+        raise refuse(ENGINE, f"{opt('checkpointing')} selective (Megatron's attention recompute) "
+                     "is not torchtitan's selective (per-op or every n-th layer); use full or "
+                     "none", field="checkpointing", value="selective",
+                     fix={"checkpointing": "full"})
     accum = accumulation(job, ENGINE)
     if job.runtime == "cudagraphs":
-        raise refuse(ENGINE, "--runtime cudagraphs has no torchtitan setting; use compile or "
-                     "eager")
+        raise refuse(ENGINE, f"{opt('runtime')} cudagraphs has no torchtitan setting; use "
+                     "compile or eager", field="runtime", value="cudagraphs",
+                     fix={"runtime": "compile"})
     # with a pipeline the step's micro-batches are one local batch; else torchtitan accumulates
     local = job.batch * (accum if job.pp > 1 else 1)
     dtype, param = _PRECISION[job.precision]

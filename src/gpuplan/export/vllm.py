@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..errors import InputError, shown
+from ..errors import InputError, opt, shown
 from ..job import Job, default_seq
 from ..models import Model
 from ._common import INFER_FIELDS, check_expressed, hub_repo, infer_only, refuse
@@ -67,8 +67,8 @@ def _kv(job: Job, dtype: str) -> list[str]:
         return []
     if kv == "fp8":
         return ["--kv-cache-dtype", "fp8"]
-    raise refuse(ENGINE, f"--kv-dtype {kv}: vLLM's KV cache is the model dtype ({dtype}) or "
-                 "fp8; use one of them")
+    raise refuse(ENGINE, f"{opt('kv_dtype')} {kv}: vLLM's KV cache is the model dtype ({dtype}) "
+                 "or fp8; use one of them", field="kv_dtype", value=kv, fix={"kv_dtype": "fp8"})
 
 
 def _config_quant_method(model: Model) -> str | None:
@@ -86,9 +86,11 @@ def check_repo(repo: str | None) -> str | None:
     if repo is None:
         return None
     if not repo or len(repo) > 256 or not repo.isprintable() or any(c.isspace() for c in repo):
-        raise InputError(f"--export-repo {shown(repo)}: expected a Hugging Face repository id "
-                         "(org/name) or a model directory, e.g. --export-repo "
-                         "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4")
+        raise InputError(f"{opt('export_repo')} {shown(repo)}: expected a Hugging Face "
+                         f"repository id (org/name) or a model directory, e.g. "
+                         f"{opt('export_repo')} hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4",
+                         field="export_repo", value=repo,
+                         accepted="a Hugging Face repository id (org/name) or a model directory")
     return repo
 
 
@@ -96,8 +98,8 @@ def _weights(job: Job, model: Model, repo: str | None) -> tuple[str, str, str | 
     """(the repository vllm serve loads, --dtype, --quantization or None)."""
     fmt = job.infer_precision
     if fmt not in _WEIGHTS:
-        raise refuse(ENGINE, f"--precision {fmt} has no vLLM setting; use one of "
-                     f"{', '.join(_WEIGHTS)}")
+        raise refuse(ENGINE, f"{opt('precision')} {fmt} has no vLLM setting; use one of "
+                     f"{', '.join(_WEIGHTS)}", field="precision", value=fmt)
     dtype, quant = _WEIGHTS[fmt]
     if repo is not None:
         return repo, dtype, _GIVEN.get(fmt, quant)
@@ -105,12 +107,13 @@ def _weights(job: Job, model: Model, repo: str | None) -> tuple[str, str, str | 
     if own is None:
         raise refuse(ENGINE, f"{model.name}: vllm serve needs a Hugging Face repository or a "
                      "model directory; name one instead of a bare parameter count, or give "
-                     "--export-repo ORG/NAME")
+                     f"{opt('export_repo')} ORG/NAME", field="export_repo")
     if fmt in _PACKED and _config_quant_method(model) != _PACKED[fmt]:
         method = _PACKED[fmt].upper()
-        raise refuse(ENGINE, f"--precision {fmt} serves a checkpoint quantized by {method} and "
-                     f"{own} holds unquantized weights; add --export-repo with that repository "
-                     f"(e.g. --export-repo ORG/NAME-{method})")
+        raise refuse(ENGINE, f"{opt('precision')} {fmt} serves a checkpoint quantized by "
+                     f"{method} and {own} holds unquantized weights; add {opt('export_repo')} with "
+                     f"that repository (e.g. {opt('export_repo')} ORG/NAME-{method})",
+                     field="export_repo")
     return own, dtype, quant
 
 
@@ -136,12 +139,14 @@ def export(job: Job, model: Model, *, repo: str | None = None) -> str:
     args += _kv(job, dtype)
     if job.ep > 1:
         if job.ep != job.tp * job.dp:
-            raise refuse(ENGINE, f"--ep {job.ep}: vLLM spreads experts over all tp x dp = "
-                         f"{job.tp * job.dp} ranks; use --ep {job.tp * job.dp}")
+            raise refuse(ENGINE, f"{opt('ep')} {job.ep}: vLLM spreads experts over all tp x dp "
+                         f"= {job.tp * job.dp} ranks; use {opt('ep')} {job.tp * job.dp}",
+                         field="ep", value=job.ep, fix={"ep": job.tp * job.dp})
         args.append("--enable-expert-parallel")
     if job.runtime == "eager":
         args.append("--enforce-eager")
     elif job.runtime == "compile":
-        raise refuse(ENGINE, "--runtime compile: vLLM compiles and captures CUDA graphs by "
-                     "default (auto); --runtime eager is --enforce-eager")
+        raise refuse(ENGINE, f"{opt('runtime')} compile: vLLM compiles and captures CUDA graphs "
+                     f"by default (auto); {opt('runtime')} eager is --enforce-eager",
+                     field="runtime", value="compile", fix={"runtime": "auto"})
     return " ".join(shlex.quote(a) for a in args) + "\n"

@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Literal
 
 from .._record import record
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError, UnsupportedError, opt, shown
 
 __all__ = ["Link", "Topology", "parse_inter_node", "topology_for", "collective_time",
            "DEFAULT_INTER_NODE", "Collective", "NCCL_SOURCE", "PROTOCOLS",
@@ -187,14 +187,16 @@ def parse_inter_node(text: str) -> Link:
         kind, rate = "infiniband", raw
     m = re.match(_RATE_RE, rate.strip(), re.IGNORECASE)
     if not m:
-        raise InputError(f"inter node {raw!r:.40}: expected ib-400, roce-200, eth-100 or a rate "
-                         "per GPU such as 400Gb/s or 50GB/s")
+        raise InputError(f"{opt('inter_node')} {shown(raw)}: expected ib-400, roce-200, eth-100 "
+                         "or a rate per GPU such as 400Gb/s or 50GB/s", field="inter_node",
+                         value=raw, accepted="ib-400, roce-200, eth-100 or a rate per GPU such "
+                         "as 400Gb/s or 50GB/s")
     value = float(m.group(1))
     unit = m.group(2) or "Gb/s"
     gbit = value * 8 if unit in ("GB/s", "GBps") else value  # capital B: bytes
     if not (0 < gbit <= 1e5):
-        raise InputError(f"inter node {raw!r:.40}: expected a rate > 0 and <= 100000 Gb/s per "
-                         "GPU, e.g. ib-400 (Gb/s)")
+        raise InputError(f"{opt('inter_node')} {shown(raw)}: expected a rate > 0 and <= 100000 "
+                         "Gb/s per GPU, e.g. ib-400 (Gb/s)", field="inter_node", value=raw)
     label = {"infiniband": "InfiniBand", "roce": "RoCE", "ethernet": "Ethernet"}[kind]
     return Link(name=f"{label} {gbit:g} Gb/s", kind=kind, bandwidth=gbit / 8 * 1e9)
 
@@ -205,7 +207,8 @@ def topology_for(gpu: object, *, gpus_per_node: int = 8,
     (half the catalog's both-direction total, per direction) when it has one, else its PCIe link;
     ``inter_node`` parsed, or 400 Gb/s per GPU InfiniBand (stated)."""
     if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
-        raise InputError(f"gpus per node {gpus_per_node!r}: expected a whole number >= 1")
+        raise InputError(f"{opt('gpus_per_node')} {shown(gpus_per_node)}: expected a whole "
+                         "number >= 1", field="gpus_per_node", value=gpus_per_node)
     nv = getattr(gpu, "interconnect_bandwidth", None)
     bw = getattr(gpu, "pcie_bandwidth", None)
     pcie = Link(name=f"PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes}", kind="pcie",

@@ -32,7 +32,7 @@ from ..compute.measured import (
     BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, explain_db_error,
     recover_hot_journal, skip_run,
 )
-from ..errors import InputError, printable, shown
+from ..errors import InputError, opt, printable, shown
 from .bench.machine import machine_fingerprint, machine_key
 from ._paths import db_path, default_db_path
 from .bench.types import (
@@ -99,7 +99,8 @@ def _explain(e: BaseException, path: Path, doing: str, *, write: bool = False) -
 
 def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
     if path.is_dir():
-        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to --db")
+        raise StoreError(f"bench database {str(path)!r} is a directory; give a file name to "
+                         f"{opt('db')}")
     if write:
         if path == default_db_path() and not path.parent.exists():
             try:
@@ -108,7 +109,7 @@ def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
                 raise _explain(e, path, "creating its directory", write=True) from None
         if not path.parent.is_dir():
             raise StoreError(f"bench database {str(path)!r}: directory {str(path.parent)!r} does "
-                             "not exist; create it or pass --db PATH")
+                             f"not exist; create it or pass {opt('db')} PATH")
         uri = f"{path.resolve().as_uri()}?mode=rwc"
     else:
         recover_hot_journal(path)  # a killed writer's journal, rolled back before any read
@@ -141,11 +142,11 @@ def _check_schema(conn: sqlite3.Connection, path: Path, *, create: bool) -> bool
         return True
     if app != APPLICATION_ID:
         raise StoreError(f"bench database {str(path)!r} is a SQLite file but not a gpuplan bench "
-                         "database; it was left untouched: pass --db NEW.sqlite")
+                         f"database; it was left untouched: pass {opt('db')} NEW.sqlite")
     if ver > SCHEMA_VERSION:
         raise StoreError(f"bench database {str(path)!r} has schema version {ver}, written by a newer "
                          f"gpuplan (this one reads version {SCHEMA_VERSION}); upgrade gpuplan or "
-                         "pass --db NEW.sqlite")
+                         f"pass {opt('db')} NEW.sqlite")
     return True
 
 
@@ -155,7 +156,7 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
     problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
     if problems != ["ok"]:
         raise StoreError(f"bench database {str(path)!r} is corrupt ({printable(problems[0], 120)})"
-                         "; it was left untouched: move it aside or pass --db NEW.sqlite")
+                         f"; it was left untouched: move it aside or pass {opt('db')} NEW.sqlite")
 
 
 def _value(v: object) -> object:
@@ -222,12 +223,13 @@ def check_db(db: str | os.PathLike | None = None) -> Path:
         probe = path.parent
         if path != default_db_path() and not probe.is_dir():
             raise StoreError(f"bench database {str(path)!r}: directory {str(probe)!r} does "
-                             "not exist; create it or pass --db PATH")
+                             f"not exist; create it or pass {opt('db')} PATH")
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent  # the default directory is created on the first save
         if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
             raise StoreError(f"bench database {str(path)!r} cannot be written (directory "
-                             f"{str(probe)!r} is not writable); pass --db WRITABLE.sqlite (or set "
+                             f"{str(probe)!r} is not writable); pass {opt('db')} WRITABLE.sqlite "
+                             "(or set "
                              "GPUPLAN_BENCH_DB)")
         return path
     with _write_transaction(path, "checking it") as conn:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .._record import record
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, opt
 from ..formats import get_weight_format, weights_bytes_in_format
 from ..job import Job
 from ..models import Architecture, Model
@@ -44,7 +44,7 @@ def _infer_layout(model: Model, job: Job, **kw) -> InferMemory:
     lay = layout_of(job)
     if lay.cp > 1:
         raise UnsupportedError("context parallelism for serving is not modeled; plan serving "
-                               "with --tp and --pp")
+                               f"with {opt('tp')} and {opt('pp')}")
     check_layout(model.architecture, job)
     arch = model.architecture
     stages = lay.stages(arch.num_layers)

@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 
 from .._record import record
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, opt
 
 from ..formats import (
     BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
@@ -238,22 +238,23 @@ def _fsdp2_states(model: Model, job: Job) -> States:
     optimizer steps it directly: no 16-bit shard, no separate master, no fp32 gradient copy.
     The gathered units are placed along the step by the timeline (:mod:`.fsdp`)."""
     if job.offload_optimizer or job.optimizer_in_backward or get_optimizer(job.optimizer).paged:
-        raise UnsupportedError("--sharding fsdp2 plans full fine-tuning with the optimizer "
-                               "stepped on the GPU after backward; --offload-optimizer, "
-                               "--optimizer-in-backward and paged optimizers are planned with "
-                               "--sharding deepspeed")
+        raise UnsupportedError(f"{opt('sharding')} fsdp2 plans full fine-tuning with the "
+                               "optimizer stepped on the GPU after backward; "
+                               f"{opt('offload_optimizer')}, {opt('optimizer_in_backward')} and "
+                               f"paged optimizers are planned with {opt('sharding')} deepspeed",
+                               field="sharding", value="fsdp2", fix={"sharding": "deepspeed"})
     recipe = get_recipe(job.precision)
-    opt = get_optimizer(job.optimizer)
+    optim = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trainable = model.params.total
     g = job.gpus
     units = fsdp_units(model, recipe, gpus=g, zero=job.zero)
     local = shard_elements(model, g)
-    opt_bytes, opt_note = optimizer_state_bytes(opt, model.tensors or None, trainable, state_b)
+    opt_bytes, opt_note = optimizer_state_bytes(optim, model.tensors or None, trainable, state_b)
     opt_bytes = -(-opt_bytes * local // trainable) if trainable else 0
     # the optimizer steps the original-dtype shards: the recipe's step without a master copy
     step_tmp, step_detail = optimizer_step_temporaries(
-        job, replace(recipe, master_bytes=0), opt, local, model)
+        job, replace(recipe, master_bytes=0), optim, local, model)
     notes = [f"FSDP2 over {g} ranks: {units.elem * 8}-bit parameter and gradient shards"
              + (" (the fp32 shard is the master copy; 16-bit copies are gathered for compute)"
                 if recipe.master_bytes else "")

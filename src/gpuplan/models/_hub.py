@@ -17,7 +17,7 @@ from types import ModuleType
 
 from .._record import record
 from .._extras import require
-from ..errors import InputError
+from ..errors import InputError, opt
 from ._safetensors import DTYPE_BITS, HeaderTensor
 
 __all__ = ["is_hub_id", "hub", "cache_dir", "cached_snapshot", "cached_repo_ids", "download",
@@ -137,7 +137,7 @@ def download(h: ModuleType, repo_id: str) -> Downloaded:
     except errors.GatedRepoError:
         raise InputError(f"{repo_id} is a gated repository: accept its terms on "
                          f"https://huggingface.co/{repo_id} and log in (`hf auth login`), then "
-                         "run again with --download") from None
+                         f"run again with {opt('download')}") from None
     except errors.RepositoryNotFoundError:
         raise InputError(f"{repo_id}: no such model repository on the Hugging Face hub (or it "
                          "is private: log in with `hf auth login`)") from None

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from ..bounds import MAX_ARG_CHARS
-from ..errors import InputError, ModelFileError, UnknownNameError, printable, shown
+from ..errors import InputError, ModelFileError, UnknownNameError, opt, printable, shown
 from ..units import format_count, parse_count
 from ._catalog import catalog_keys, catalog_model, resolve_catalog_name
 from ._config import MAX_CONFIG_BYTES, parse_json_bytes, read_json_file
@@ -391,7 +391,8 @@ def _from_hub(s: str, download: bool) -> Model:
     near = _near(s, known) or _near(s.split("/", 1)[1], known)
     hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
     raise InputError(f"model {s!r} is not a local path, in gpuplan's catalog or in the Hugging "
-                     f"Face cache ({hub.cache_dir(h)}){hint} (--download fetches its config.json "
+                     f"Face cache ({_hub().cache_dir(h)}){hint} ({opt('download')} fetches its "
+                     "config.json "
                      f"and safetensors headers, not the weights)")
 
 

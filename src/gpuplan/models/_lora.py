@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import InputError
+from ..errors import InputError, opt
 from ._types import ParamTensor
 
 #: PEFT's default LoRA target modules per model family (peft.utils.constants,
@@ -32,7 +32,8 @@ def lora_linears(tensors: Sequence[ParamTensor], family: str, name: str,
     if targets is None:
         targets = DEFAULT_LORA_TARGETS.get(family, ())
         if not targets:
-            raise InputError(f"no default LoRA targets for family {family!r}; give --lora-targets")
+            raise InputError(f"no default LoRA targets for family {family!r}; give "
+                             f"{opt('lora_targets')}")
     targets = tuple(targets)
     linears = [t for t in tensors if t.linear and len(t.shape) == 2]
     if targets == ("all-linear",):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..engines.profiles import check_engine_split, get_engine
-from ..errors import InputError
+from ..errors import InputError, opt
 from ..models import Architecture
 
 #: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
@@ -37,10 +37,10 @@ def pipeline_fix(units: int, pp: int, chunks: int) -> str:
     """The way out when ``pp x chunks`` pipeline parts outnumber the ``units`` (layers, and the
     embedding / loss parts) to split: fewer chunks when the stages alone fit, else fewer stages."""
     if chunks > 1 and units >= 2 * pp:
-        return f"--pp-schedule interleaved:{units // pp} or fewer chunks"
+        return f"{opt('pp_schedule')} interleaved:{units // pp} or fewer chunks"
     if chunks > 1 and units >= pp:
-        return "--pp-schedule 1f1b (one chunk per stage)"
-    return f"--pp {units} or less"
+        return f"{opt('pp_schedule')} 1f1b (one chunk per stage)"
+    return f"{opt('pp')} {units} or less"
 
 
 def divisors(n: int) -> list[int]:
@@ -63,7 +63,7 @@ def tp_fix(t: int, valid: list[int], room: int, rest: int) -> str:
     whole = [d for d in valid if room and room % d == 0]
     if not whole or nearest(t, whole) == near:
         return near
-    return f"{nearest(t, whole)} (or {near} with --gpus a multiple of it" \
+    return f"{nearest(t, whole)} (or {near} with {opt('gpus')} a multiple of it" \
         + (f" x {rest})" if rest > 1 else ")")
 
 
@@ -82,11 +82,11 @@ def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fal
     parts = pp * chunks
     units = num_layers + (int(embedding) + int(loss) if pp > 1 else 0)
     if parts > units:
-        what = f"pp {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+        what = f"{opt('pp')} {pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
         counted = (" + the embedding" if embedding else "") + (" + the loss" if loss else "")
         raise InputError(f"{what}: {num_layers} layers{counted} are {units} parts of the "
                          f"pipeline split, fewer than its {parts}; use "
-                         f"{pipeline_fix(units, pp, chunks)}")
+                         f"{pipeline_fix(units, pp, chunks)}", field="pp", value=pp)
     base, extra = divmod(units, parts)
     out = [base + (1 if k < extra else 0) for k in range(parts)]
     if pp > 1:
@@ -94,9 +94,10 @@ def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fal
         out[-1] -= int(loss)
     empty = [s for s in range(pp) if not any(out[s::pp])]
     if empty:
-        raise InputError(f"pp {pp}: stage {empty[0]} would hold only the "
+        raise InputError(f"{opt('pp')} {pp}: stage {empty[0]} would hold only the "
                          f"{'embedding' if empty[0] == 0 else 'head and loss'} and no "
-                         f"transformer layer ({num_layers} layers); use --pp {pp - 1} or less")
+                         f"transformer layer ({num_layers} layers); use {opt('pp')} {pp - 1} or "
+                         "less", field="pp", value=pp)
     return tuple(out)
 
 
@@ -128,21 +129,26 @@ def _check_tp(arch: Architecture, job: object, seq: int | None) -> None:
     room = job.gpus // rest if job.gpus % rest == 0 else 0
 
     if h % t:
-        raise InputError(f"tp {t}: {arch.name} has {h} attention heads, not divisible by "
-                         f"{t}; use --tp {tp_fix(t, divisors(h), room, rest)}")
+        raise InputError(f"{opt('tp')} {t}: {arch.name} has {h} attention heads, not divisible by "
+                         f"{t}; use {opt('tp')} {tp_fix(t, divisors(h), room, rest)}",
+                         field="tp", value=t)
     if kv % t and t % kv:
         ok = [d for d in divisors(h) if kv % d == 0 or d % kv == 0]
-        raise InputError(f"tp {t}: {arch.name}'s {kv} K/V heads neither split over {t} ranks "
-                         f"nor replicate evenly; use --tp {tp_fix(t, ok, room, rest)}")
+        raise InputError(f"{opt('tp')} {t}: {arch.name}'s {kv} K/V heads neither split over {t} "
+                         "ranks "
+                         f"nor replicate evenly; use {opt('tp')} {tp_fix(t, ok, room, rest)}",
+                         field="tp", value=t)
     widths = {arch.intermediate_size, arch.moe_intermediate_size,
               arch.shared_expert_intermediate_size} - {0}
     for w in sorted(widths):
         if w % t:
-            raise InputError(f"tp {t}: MLP width {w} is not divisible by {t}; use --tp "
-                             f"{tp_fix(t, [d for d in divisors(h) if w % d == 0], room, rest)}")
+            raise InputError(f"{opt('tp')} {t}: MLP width {w} is not divisible by {t}; use "
+                             f"{opt('tp')} "
+                             f"{tp_fix(t, [d for d in divisors(h) if w % d == 0], room, rest)}",
+                             field="tp", value=t)
     if job.sequence_parallel and seq is not None and seq % t:
-        raise InputError(f"seq {seq}: sequence parallelism splits the sequence over tp "
-                         f"{t}; use a multiple of {t}")
+        raise InputError(f"{opt('seq')} {seq}: sequence parallelism splits the sequence over tp "
+                         f"{t}; use a multiple of {t}", field="seq", value=seq)
 
 
 def _check_pp(arch: Architecture, job: object) -> None:
@@ -155,31 +161,35 @@ def _check_pp(arch: Architecture, job: object) -> None:
         part_layers(arch.num_layers, job.pp, chunks, job.pp_embedding_part, job.pp_loss_part)
         return
     if parts > arch.num_layers:
-        what = f"pp {job.pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+        what = f"{opt('pp')} {job.pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
         raise InputError(f"{what}: {arch.name} has {arch.num_layers} layers, fewer than the "
                          f"{parts} pipeline parts; use "
-                         f"{pipeline_fix(arch.num_layers, job.pp, chunks)}")
+                         f"{pipeline_fix(arch.num_layers, job.pp, chunks)}",
+                         field="pp", value=job.pp)
 
 
 def _check_cp_ep(arch: Architecture, job: object, seq: int | None) -> None:
     cp, ep = job.cp, job.ep
     if cp > 1:
         if job.attention == "eager":
-            raise InputError(f"cp {cp}: context parallelism runs ring attention over "
-                             "flash kernels; use --attention sdpa")
+            raise InputError(f"{opt('cp')} {cp}: context parallelism runs ring attention over "
+                             f"flash kernels; use {opt('attention')} sdpa", field="cp", value=cp)
         if seq is not None and seq % (2 * cp):
-            raise InputError(f"seq {seq}: context parallel {cp} splits the sequence "
-                             f"into {2 * cp} balanced chunks; use a multiple of {2 * cp}")
+            raise InputError(f"{opt('seq')} {seq}: context parallel {cp} splits the sequence "
+                             f"into {2 * cp} balanced chunks; use a multiple of {2 * cp}",
+                             field="seq", value=seq)
     if ep == 1:
         return
     e = arch.num_experts
     if not e:
-        raise InputError(f"ep {ep}: {arch.name} has no experts; drop --ep")
+        raise InputError(f"{opt('ep')} {ep}: {arch.name} has no experts; drop {opt('ep')}",
+                         field="ep", value=ep)
     if e % ep:
-        raise InputError(f"ep {ep}: {arch.name} has {e} experts, not divisible by "
-                         f"{ep}; use --ep {nearest(ep, divisors(e))}")
+        raise InputError(f"{opt('ep')} {ep}: {arch.name} has {e} experts, not divisible by "
+                         f"{ep}; use {opt('ep')} {nearest(ep, divisors(e))}", field="ep", value=ep)
     group = job.dp * cp
     if group % ep:
-        raise InputError(f"ep {ep}: experts are spread over the data-parallel x context-"
-                         f"parallel group ({group} ranks); use --ep "
-                         f"{nearest(ep, [d for d in divisors(group) if e % d == 0])}")
+        raise InputError(f"{opt('ep')} {ep}: experts are spread over the data-parallel x context-"
+                         f"parallel group ({group} ranks); use {opt('ep')} "
+                         f"{nearest(ep, [d for d in divisors(group) if e % d == 0])}",
+                         field="ep", value=ep)

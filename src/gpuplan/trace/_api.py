@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..errors import InputError, MissingDependencyError
+from ..errors import InputError, MissingDependencyError, opt, shown
 from ..units import parse_positive_int
 from ._result import TraceResult
 
@@ -48,10 +48,10 @@ def trace_step(
     from . import _run  # imports torch: the boundary
 
     if mode not in ("train", "infer"):
-        raise InputError(f"--mode {mode!r}: expected train or infer")
-    batch = parse_positive_int(batch, what="--batch", maximum=1 << 20)
+        raise InputError(f"{opt('mode')} {shown(mode)}: expected train or infer")
+    batch = parse_positive_int(batch, what=opt("batch"), maximum=1 << 20)
     if seq is not None:
-        seq = parse_positive_int(seq, what="--seq", maximum=1 << 24)
+        seq = parse_positive_int(seq, what=opt("seq"), maximum=1 << 24)
     return _run.trace(model, mode=mode, batch=batch, seq=seq, precision=precision,
                       optimizer=optimizer, optimizer_impl=optimizer_impl,
                       checkpointing=checkpointing, attention=attention, device=device, real=real)

@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import torch
 
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import get_recipe
 from ..job import DEFAULT_INFER_PRECISION, DEFAULT_SEQ, DEFAULT_TRAIN_PRECISION, default_seq
 from ..models import architecture_from_config
@@ -107,10 +107,11 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
 
 def _check_device(device: str) -> None:
     if device not in ("cpu", "cuda"):
-        raise InputError(f"--device {device!r}: expected cpu or cuda")
+        raise InputError(f"{opt('device')} {shown(device)}: expected cpu or cuda")
     if device == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedError("--device cuda: torch sees no CUDA GPU on this machine; use "
-                               "--device cpu --real to check the trace against a real CPU run")
+        raise UnsupportedError(f"{opt('device')} cuda: torch sees no CUDA GPU on this machine; use "
+                               f"{opt('device')} cpu {opt('real')} to check the trace against a "
+                               "real CPU run")
 
 
 def _notes(fake: RunOutput, cfg: StepConfig, *, real_cpu: bool) -> tuple[str, ...]:
@@ -153,9 +154,9 @@ def _measure_cpu(source, cfg: StepConfig, fake: RunOutput) -> Measurement:
     """Run the same step with real CPU tensors (same recorder and emulations)."""
     if fake.params > REAL_MAX_PARAMS:
         raise UnsupportedError(
-            f"--real runs the step with real tensors on this CPU: {source.name} has "
+            f"{opt('real')} runs the step with real tensors on this CPU: {source.name} has "
             f"{fake.params / 1e9:.2f}B parameters, above the {REAL_MAX_PARAMS / 1e9:.2f}B "
-            "limit; drop --real for the fake trace, or trace a smaller config")
+            f"limit; drop {opt('real')} for the fake trace, or trace a smaller config")
     t1 = time.perf_counter()
     r = run(source, cfg, fake=False).replay
     traced = fake.replay.peak_bytes
@@ -185,7 +186,8 @@ def _measure_cuda(source, cfg: StepConfig, traced: int) -> Measurement:
     except torch.OutOfMemoryError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "out of memory"
         raise UnsupportedError(
-            f"--device cuda: the step does not fit on {torch.cuda.get_device_name()} ({first}); "
+            f"{opt('device')} cuda: the step does not fit on {torch.cuda.get_device_name()} "
+            f"({first}); "
             f"the trace says it needs {traced / 1e9:.2f} GB at its peak") from None
     torch.cuda.synchronize()
     allocated = int(torch.cuda.max_memory_allocated())

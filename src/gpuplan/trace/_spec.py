@@ -17,7 +17,7 @@ from unittest import mock
 from .._record import record
 from .. import models
 from .._io import read_bounded
-from ..errors import InputError, ModelFileError, UnsupportedError
+from ..errors import InputError, ModelFileError, UnsupportedError, opt
 
 #: config.json files are small; anything larger is not a config.
 CONFIG_LIMIT = 4 * 1024 * 1024
@@ -277,8 +277,8 @@ def _token_batches(source: ModelSource, model, task: Task, *, batch: int, seq: i
     vocab = int(getattr(cfg, "vocab_size", 0) or 0)
     limit = _max_positions(cfg)
     if limit is not None and seq > limit:
-        raise InputError(f"--seq {seq}: longer than {source.name}'s {limit} positions "
-                         f"(max_position_embeddings); use --seq {limit} or less")
+        raise InputError(f"{opt('seq')} {seq}: longer than {source.name}'s {limit} positions "
+                         f"(max_position_embeddings); use {opt('seq')} {limit} or less")
 
     def make_batch():
         ids = torch.randint(0, max(vocab, 2), (batch, seq), device=device)

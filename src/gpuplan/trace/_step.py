@@ -14,7 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..errors import GpuplanError, InputError, UnsupportedError
+from ..errors import GpuplanError, InputError, UnsupportedError, opt, shown
 from ..formats import get_optimizer, get_recipe, get_weight_format
 from . import _attention
 from ._emulate import cuda_emulation, grouped_mm_override, unpacked_batch_mask
@@ -201,7 +201,8 @@ def run(source: ModelSource, cfg: StepConfig, *, fake: bool, device: str = "cpu"
         what = f"operator {func}" if func is not None else type(e).__name__
         raise UnsupportedError(
             f"not traceable under fake tensors: {source.name} calls {what}, whose output depends "
-            "on tensor values; trace a small config with --device cpu --real") from None
+            f"on tensor values; trace a small config with {opt('device')} cpu "
+            f"{opt('real')}") from None
     except (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError) as e:
         if rec.in_flight is None or isinstance(e, GpuplanError) or (
                 not fake and "out of memory" in str(e).lower()):
@@ -261,17 +262,17 @@ def _prepare_model(built: Built, cfg: StepConfig, stack: contextlib.ExitStack,
     model.train(train)
     if train and cfg.checkpointing == "full":
         if not hasattr(model, "gradient_checkpointing_enable"):
-            raise UnsupportedError("--checkpointing full needs a transformers model "
+            raise UnsupportedError(f"{opt('checkpointing')} full needs a transformers model "
                                    "(gradient_checkpointing_enable)")
         model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
     if train and cfg.checkpointing == "selective":
         if getattr(getattr(model, "config", None), "model_type", "") == "bloom":
-            raise UnsupportedError("--checkpointing selective: BLOOM's attention core is "
+            raise UnsupportedError(f"{opt('checkpointing')} selective: BLOOM's attention core is "
                                    "written inline in BloomAttention.forward, which the trace "
-                                   "cannot wrap; trace --checkpointing none or full")
+                                   f"cannot wrap; trace {opt('checkpointing')} none or full")
         if built.task == "custom":
-            raise UnsupportedError("--checkpointing selective needs a transformers model "
+            raise UnsupportedError(f"{opt('checkpointing')} selective needs a transformers model "
                                    "(its attention functions are wrapped)")
         stack.enter_context(_selective(model, counts))
 
@@ -527,25 +528,28 @@ def emulations(out: RunOutput, cfg: StepConfig, blocks: int) -> tuple[Emulation,
 def check_config(cfg: StepConfig) -> None:
     """Validate names before any work (one-line errors)."""
     if cfg.mode not in ("train", "infer"):
-        raise InputError(f"--mode {cfg.mode!r}: expected train or infer")
+        raise InputError(f"{opt('mode')} {shown(cfg.mode)}: expected train or infer")
     if cfg.checkpointing not in ("none", "selective", "full"):
-        raise InputError(f"--checkpointing {cfg.checkpointing!r}: expected none, selective or "
+        raise InputError(f"{opt('checkpointing')} {shown(cfg.checkpointing)}: expected none, selective "
+                         "or "
                          "full")
     if cfg.attention not in ("eager", "sdpa"):
-        raise InputError(f"--attention {cfg.attention!r}: expected eager or sdpa")
+        raise InputError(f"{opt('attention')} {shown(cfg.attention)}: expected eager or sdpa")
     if cfg.optimizer_impl not in ("foreach", "fused", "for-loop"):
-        raise InputError(f"--optimizer-impl {cfg.optimizer_impl!r}: expected foreach, fused or "
+        raise InputError(f"{opt('optimizer_impl')} {shown(cfg.optimizer_impl)}: expected foreach, fused "
+                         "or "
                          "for-loop")
     if cfg.mode == "train":
         get_recipe(cfg.precision)
         get_optimizer(cfg.optimizer or "")
         if cfg.optimizer_impl == "fused" and cfg.optimizer not in FUSED_OPTIMIZERS:
             raise UnsupportedError(
-                f"--optimizer-impl fused: torch has no fused {cfg.optimizer} (fused: "
+                f"{opt('optimizer_impl')} fused: torch has no fused {cfg.optimizer} (fused: "
                 f"{', '.join(FUSED_OPTIMIZERS)}); use foreach or for-loop")
     else:
         fmt = get_weight_format(cfg.precision)
         if fmt.name not in _DTYPES:
             raise UnsupportedError(
-                f"not traceable: --precision {cfg.precision} is a quantized format; the trace runs "
+                f"not traceable: {opt('precision')} {cfg.precision} is a quantized format; the "
+                "trace runs "
                 "fp32, bf16 or fp16 weights (gpuplan fit plans quantized formats)")

@@ -9,7 +9,7 @@ import time
 
 from torch import nn
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, opt
 from ._fsdp import blocks, fake_world
 from ._recorder import Recorder
 from ._result import TraceResult
@@ -78,7 +78,8 @@ def _parallelizer(mesh):
     def prepare(model: nn.Module) -> list[str]:
         family = getattr(getattr(model, "config", None), "model_type", "")
         if family in _NOT_SPLIT:
-            raise UnsupportedError(f"--tp: {_NOT_SPLIT[family]}; trace a llama, mistral, qwen2, "
+            raise UnsupportedError(f"{opt('tp')}: {_NOT_SPLIT[family]}; trace a llama, mistral, "
+                                   "qwen2, "
                                    "opt, gpt_neox, bert or vit model")
         units = blocks(model)
         n = 0
@@ -91,9 +92,10 @@ def _parallelizer(mesh):
         if ends and 0 < vocab < mesh.size():
             # DTensor would leave a rank an empty shard of the vocabulary rows, which the
             # optimizer's in-place update cannot place (Megatron pads the vocabulary instead)
-            raise UnsupportedError(f"--tp {mesh.size()}: the vocabulary's {vocab} rows split "
+            raise UnsupportedError(f"{opt('tp')} {mesh.size()}: the vocabulary's {vocab} rows "
+                                   "split "
                                    f"over {mesh.size()} ranks leave some ranks none; trace at "
-                                   f"--tp {vocab} or less")
+                                   f"{opt('tp')} {vocab} or less")
         emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         tied = emb is not None and out is not None and out.weight is emb.weight

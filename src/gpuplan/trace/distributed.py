@@ -24,7 +24,7 @@ plans. Norms stay replicated. Importing this module does not import torch.
 
 from __future__ import annotations
 
-from ..errors import InputError, MissingDependencyError, UnsupportedError
+from ..errors import InputError, MissingDependencyError, UnsupportedError, opt
 from ..units import parse_positive_int
 from ._limits import SHARDED_RECIPES
 from ._result import TraceResult
@@ -46,15 +46,16 @@ def trace_sharded(model, *, gpus: int, zero: int = 3, batch: int = 1, seq: int |
     except ImportError as e:
         pkg = "transformers" if "transformers" in str(e) else "torch"
         raise MissingDependencyError(pkg, "torch", "gpuplan trace --gpus") from None
-    gpus = parse_positive_int(gpus, what="--gpus", maximum=1 << 16)
+    gpus = parse_positive_int(gpus, what=opt("gpus"), maximum=1 << 16)
     if gpus < 2 or zero not in (2, 3):
-        raise InputError(f"--gpus {gpus} --zero {zero}: the sharded trace runs FSDP2 over 2 or "
-                         "more ranks with --zero 2 or 3")
+        raise InputError(f"{opt('gpus')} {gpus} {opt('zero')} {zero}: the sharded trace runs FSDP2 "
+                         "over 2 or "
+                         f"more ranks with {opt('zero')} 2 or 3")
     if precision not in SHARDED_RECIPES:
-        raise UnsupportedError(f"--precision {precision}: the sharded trace runs "
+        raise UnsupportedError(f"{opt('precision')} {precision}: the sharded trace runs "
                                f"{', '.join(SHARDED_RECIPES)} (FSDP2's mixed precision is "
                                "mixed-bf16)")
-    batch = parse_positive_int(batch, what="--batch", maximum=1 << 20)
+    batch = parse_positive_int(batch, what=opt("batch"), maximum=1 << 20)
     from . import _fsdp  # imports torch: the boundary
 
     return _fsdp.trace(model, gpus=gpus, zero=zero, batch=batch, seq=seq, precision=precision,
@@ -76,10 +77,10 @@ def trace_tensor_parallel(model, *, tp: int, batch: int = 1, seq: int | None = N
     except ImportError as e:
         pkg = "transformers" if "transformers" in str(e) else "torch"
         raise MissingDependencyError(pkg, "torch", "gpuplan trace --tp") from None
-    tp = parse_positive_int(tp, what="--tp", maximum=1 << 16)
+    tp = parse_positive_int(tp, what=opt("tp"), maximum=1 << 16)
     if tp < 2:
-        raise InputError(f"--tp {tp}: the tensor-parallel trace runs 2 or more ranks")
-    batch = parse_positive_int(batch, what="--batch", maximum=1 << 20)
+        raise InputError(f"{opt('tp')} {tp}: the tensor-parallel trace runs 2 or more ranks")
+    batch = parse_positive_int(batch, what=opt("batch"), maximum=1 << 20)
     from . import _tp  # imports torch: the boundary
 
     return _tp.trace(model, tp=tp, batch=batch, seq=seq, precision=precision,

@@ -25,7 +25,7 @@ from typing import Callable, Iterator, get_args
 
 from ..._record import record
 from ..._extras import require
-from ...errors import InputError, UnsupportedError
+from ...errors import InputError, UnsupportedError, opt, shown
 from ...hardware.cpu import CPU, available_memory_bytes, detect_cpu
 from ...units import MiB, format_bytes
 from . import timing
@@ -96,25 +96,27 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if self.sizes is not None:
             if not self.sizes:
-                raise InputError("--size: give at least one size")
+                raise InputError(f"{opt('size')}: give at least one size")
             for n in self.sizes:
                 if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                    raise InputError(f"--size {n!r}: expected a whole number >= 1 "
+                    raise InputError(f"{opt('size')} {shown(n)}: expected a whole number >= 1 "
                                      "(the matrices are N x N)")
         if self.dtypes is not None:
             for d in self.dtypes:
                 if d not in BENCH_DTYPES:
-                    raise InputError(f"--dtype {d!r}: expected one of {', '.join(BENCH_DTYPES)}")
+                    raise InputError(f"{opt('dtype')} {shown(d)}: expected one of "
+                                     f"{', '.join(BENCH_DTYPES)}")
         if self.device not in ("all", "cpu", "cuda") and not _is_cuda_index(self.device):
-            raise InputError(f"--device {self.device!r}: expected cpu, cuda, cuda:N or all")
+            raise InputError(f"{opt('device')} {shown(self.device)}: expected cpu, cuda, cuda:N or all")
         if not (isinstance(self.budget_s, (int, float)) and math.isfinite(self.budget_s)
                 and 0 < self.budget_s <= 3600):
-            raise InputError(f"--budget {self.budget_s!r}: expected seconds per measurement, "
+            raise InputError(f"{opt('budget')} {shown(self.budget_s)}: expected seconds per "
+                             "measurement, "
                              "more than 0 and at most 3600")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise InputError(f"--threads {self.threads!r}: expected a whole number >= 1")
+            raise InputError(f"{opt('threads')} {shown(self.threads)}: expected a whole number >= 1")
         if not isinstance(self.copy_bytes, int) or self.copy_bytes < 1024:
-            raise InputError(f"--copy-size {self.copy_bytes!r}: expected at least 1 KiB")
+            raise InputError(f"{opt('copy_size')} {shown(self.copy_bytes)}: expected at least 1 KiB")
 
 
 def _is_cuda_index(s: str) -> bool:
@@ -168,15 +170,17 @@ def _cuda_devices(torch, config: BenchConfig, notes: list[str], warnings: list[s
         return []
     if not torch.cuda.is_available():
         if config.device != "all":  # asked for by name: an error, never a CPU run instead
-            raise InputError(f"--device {config.device}: {no_cuda_reason(torch)}; "
-                             "use --device cpu (or all), or run on a machine with a CUDA GPU")
+            raise InputError(f"{opt('device')} {config.device}: {no_cuda_reason(torch)}; "
+                             f"use {opt('device')} cpu (or all), or run on a machine with a CUDA "
+                             "GPU")
         notes.append("No CUDA device found (torch.cuda.is_available() is False): CPU-only results.")
         return []
     count = torch.cuda.device_count()
     if _is_cuda_index(config.device):
         idx = int(config.device[5:])
         if idx >= count:
-            raise InputError(f"--device {config.device}: this machine has {count} CUDA device(s), "
+            raise InputError(f"{opt('device')} {config.device}: this machine has {count} CUDA "
+                             "device(s), "
                              f"cuda:0 .. cuda:{count - 1}")
         indices = [idx]
     else:
@@ -280,8 +284,9 @@ def _plan(torch, config: BenchConfig, cpu: CPU, devices: list[_Device],
             for d in config.dtypes:
                 if not dev.is_cuda and d == "tf32":
                     if config.device == "cpu":
-                        raise UnsupportedError("--dtype tf32: TF32 is a GPU tensor-core mode and "
-                                               "the CPU has none; use --dtype fp32")
+                        raise UnsupportedError(f"{opt('dtype')} tf32: TF32 is a GPU tensor-core "
+                                               "mode and "
+                                               f"the CPU has none; use {opt('dtype')} fp32")
                     if "fp32" not in config.dtypes:
                         notes.append("CPU measured in fp32, the counterpart of the GPUs' tf32.")
                         dtypes.append("fp32")
@@ -292,7 +297,8 @@ def _plan(torch, config: BenchConfig, cpu: CPU, devices: list[_Device],
                     msg = (f"{dev.name} ({dev.label}, compute capability {cc}) has no native {d} "
                            f"matmul")
                     if config.device.startswith("cuda"):
-                        raise UnsupportedError(f"--dtype {d}: {msg}; use --dtype {offer}")
+                        raise UnsupportedError(f"{opt('dtype')} {d}: {msg}; use {opt('dtype')} "
+                                               f"{offer}")
                     notes.append(f"{msg}: skipped there.")
                     continue
                 if not dev.is_cuda and d not in native:
@@ -311,17 +317,18 @@ def _plan(torch, config: BenchConfig, cpu: CPU, devices: list[_Device],
                     msg = (f"a {n}x{n} {d} matmul needs 3 x N^2 x {ELEMENT_BYTES[d]} B = "
                            f"{format_bytes(need)} on {where}, but {format_bytes(f)} is free")
                     if strict:
-                        raise InputError(f"--size {n}: {msg}; the largest that fits is "
-                                         f"--size {limit}")
+                        raise InputError(f"{opt('size')} {n}: {msg}; the largest that fits is "
+                                         f"{opt('size')} {limit}")
                     notes.append(f"Skipped: {msg}.")
                     continue
                 cases.append(_Case(dev.name, "matmul", d, n))
         if config.bandwidth:
             need = 3 * config.copy_bytes
             if (free is not None and need > free) or (host_free is not None and need > host_free):
-                raise InputError(f"--copy-size {format_bytes(config.copy_bytes)}: the bandwidth "
+                raise InputError(f"{opt('copy_size')} {format_bytes(config.copy_bytes)}: the "
+                                 "bandwidth "
                                  f"copies need 3 x that = {format_bytes(need)} on {dev.name}; "
-                                 "give a smaller --copy-size")
+                                 f"give a smaller {opt('copy_size')}")
             kinds = (["device_copy", "h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned",
                       "kernel_launch"] if dev.is_cuda else ["host_copy", "op_dispatch"])
             cases += [_Case(dev.name, k) for k in kinds]
@@ -549,7 +556,8 @@ def _run_case(torch, case: _Case, dev: _Device, config: BenchConfig, cpu: CPU, t
             msg = (f"{case.label}: out of memory on {dev.name} although the free "
                    "memory looked sufficient (other processes, fragmentation)")
             if config.sizes is not None:
-                raise InputError(f"--size {case.size}: {msg}; try a smaller --size") from None
+                raise InputError(f"{opt('size')} {case.size}: {msg}; try a smaller "
+                                 f"{opt('size')}", field="size", value=case.size) from None
             out.notes.append(f"Skipped: {msg}.")
             return
         out.matmul.append(res)

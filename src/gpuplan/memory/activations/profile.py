@@ -16,7 +16,7 @@ from ..lora import DEFAULT_LORA_TARGETS
 from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, head_block
-from ...errors import InputError
+from ...errors import InputError, opt
 from .spec import DECODER_ROPE, Opts, Spec, sliding_mask, spec_cached
 from .symbolic import BS, ZERO, Form, Graph, LayerProfile, Regime, simulate
 
@@ -175,8 +175,8 @@ def step_profile(model: Model, job: Job, seq: int | None = None,
     arch = model.architecture
     sp = spec_cached(arch)
     if job.model_code == "torchtune" and sp.family not in DECODER_ROPE:
-        raise InputError(f"--model-code torchtune is modeled for llama-style decoders "
-                         f"({', '.join(DECODER_ROPE)}), not {sp.family}; drop --model-code")
+        raise InputError(f"{opt('model_code')} torchtune is modeled for llama-style decoders "
+                         f"({', '.join(DECODER_ROPE)}), not {sp.family}; drop {opt('model_code')}")
     s = seq if seq is not None else seq_for(model, job)
     o = _opts(job, sp, _lora_targets(model, job), sliding_mask(arch, sp, job.attention, s),
               shard)
