@@ -381,9 +381,9 @@ def engine_notes(job: object, mode: str) -> tuple[str, ...]:
     prof = get_engine(job.engine)
     runtime = runtime_of(job.runtime, mode, job.engine)
     said = f"engine auto = {prof.name}" if job.engine == "auto" else f"engine {prof.name}"
-    notes = [f"{said} ({prof.title}): runtime {runtime}"
+    notes = [f"{said}, runtime {runtime}"
              + (" (the engine's)" if job.runtime == "auto" else " (given)")
-             + f"; kernels: {prof.kernels}"]
+             + f": {prof.title} (docs/engines.md)"]
     if job.engine == "auto" and not runs_layout(prof, job):
         who = [p.name for p in _PROFILES if p.name != prof.name and runs_layout(p, job)]
         notes.append("this layout is beyond what transformers runs: planned as Megatron-LM "
