@@ -24,7 +24,7 @@ from typing import Literal
 
 from ._record import record
 from .compute import flops_breakdown
-from .errors import GpuplanError, InputError
+from .errors import GpuplanError, InputError, opt
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import FLAT_FIELDS, Job, default_seq, pp_chunks, seq_limit
@@ -736,7 +736,8 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     planner = _Planner(model, overhead_level, overhead_overrides)
     base_peak = planner.peak(mode, job)
     if base_peak is None:
-        raise InputError("the job cannot be planned as given; check --seq and --context")
+        raise InputError(f"the job cannot be planned as given; check {opt('seq')} and "
+                         f"{opt('context')}")
     search = _Search(planner, job, gpu, mode, base_peak)
     groups = _knob_groups(model, job, gpu, mode, planner, search.fits_already)
     search.run(groups, max_changes, top)
@@ -780,7 +781,7 @@ def max_batch(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         need = planner.peak(mode, job.with_(batch=1))
         raise InputError(f"not even batch 1 fits on {gpu.name}: it needs "
                          f"{format_bytes(need or 0)} of {format_bytes(gpu.memory_bytes)}; try "
-                         "--suggest")
+                         f"{opt('suggest')}")
     hi = 1
     while hi < limit and fits(hi * 2):
         hi *= 2
@@ -793,7 +794,8 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     fits on one ``gpu``, up to the architecture's limit."""
     arch = model.architecture
     if arch is None:
-        raise InputError("--max-seq needs the architecture: give a catalog name or a config.json")
+        raise InputError(f"{opt('max_seq')} needs the architecture: give a catalog name or a "
+                         "config.json", field="max_seq")
     limit = seq_limit(arch)
     if arch.kind == "vision":
         raise InputError(f"{model.name} is a vision model: its sequence is fixed by the image "
@@ -808,5 +810,5 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         return p is not None and p <= gpu.memory_bytes
 
     if not fits(1):
-        raise InputError(f"not even a 1-token sequence fits on {gpu.name}; try --suggest")
+        raise InputError(f"not even a 1-token sequence fits on {gpu.name}; try {opt('suggest')}")
     return _bisect_max(fits, 1, limit)

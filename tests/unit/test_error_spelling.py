@@ -32,10 +32,6 @@ _NOTE = ("_NoEstimate is not an InputError (its text becomes a report note, no f
 
 #: (file under src/gpuplan, substring of the string constant, reason)
 ALLOWED: tuple[tuple[str, str, str], ...] = (
-    ("solver.py", "--seq and --context", _MERGE),
-    ("solver.py", "--suggest", _MERGE),
-    ("solver.py", "--max-seq", _MERGE),
-    ("export/__init__.py", "--export", _MERGE),
     ("hardware/__init__.py", "--gpu ", _MERGE),
     ("measure/profile/__init__.py", "--device ", _MERGE),
     ("export/megatron.py", "(--bf16 and --fp16", "Megatron-LM's " + _EXTERNAL),

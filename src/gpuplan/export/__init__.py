@@ -33,11 +33,14 @@ def export_plan(job: Job, engine: str, *, model: Model | None = None,
     if writer is None:
         near = closest(str(engine), ENGINES, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise InputError(f"--export {engine!r:.40}: expected one of {', '.join(ENGINES)}{hint}")
+        raise InputError(f"{opt('export')} {engine!r:.40}: expected one of {', '.join(ENGINES)}"
+                         f"{hint}", field="export", value=str(engine)[:64],
+                         accepted=", ".join(ENGINES), fix={"export": near[0]} if near else None)
     _check_engine(job, name)
     if repo is not None and name != "vllm":
-        raise InputError(f"--export-repo is the repository vllm serve loads; --export {name} "
-                         "reads none: drop --export-repo")
+        raise InputError(f"{opt('export_repo')} is the repository vllm serve loads; "
+                         f"{opt('export')} {name} reads none: drop {opt('export_repo')}",
+                         field="export_repo", value=repo)
     if model is None:
         model = job.model if isinstance(job.model, Model) else load_model(job.model)
     return vllm.export(job, model, repo=repo) if name == "vllm" else writer(job, model)
