@@ -314,7 +314,7 @@ def _groupwise(bits: int, group: int, scale_bits: int, zero_bits: int,
         out, inp = t.out_features, t.in_features
         groups = -(-inp // group)
         nbits = out * inp * bits + out * groups * (scale_bits + zero_bits) + inp * per_in_bits
-        return -(-nbits // 8) * t.count
+        return -(-nbits // 8) * t.count * t.matrices
 
     return f
 
@@ -323,7 +323,7 @@ def _bnb_int8(t: ParamTensor, arch: Architecture | None) -> int:
     # LLM.int8(): int8 weight + one fp32 scale per output row (SCB); lm_head kept in 16-bit.
     if t.linear and t.component != "head" and t.component != "embeddings":
         out = t.out_features
-        return (t.numel + 4 * out) * t.count
+        return (t.numel + 4 * out * t.matrices) * t.count
     return t.total * 2
 
 
@@ -348,6 +348,26 @@ def _fp8(t: ParamTensor, arch: Architecture | None) -> int:
     # Per-tensor-scaled fp8 (e4m3) linears in the blocks; embeddings, head and norms in 16-bit.
     if _in_blocks(t):
         return (t.numel + 4) * t.count
+    return t.total * 2
+
+
+def _fp8_block(t: ParamTensor, arch: Architecture | None) -> int:
+    # DeepSeek-V3's checkpoint format: e4m3 linears in the blocks with one fp32 scale per
+    # 128 x 128 block of each matrix (weight_scale_inv); routers, embeddings, head, norms 16-bit.
+    if _in_blocks(t):
+        blocks = -(-t.out_features // 128) * -(-t.in_features // 128) * t.matrices
+        return (t.numel + 4 * blocks) * t.count
+    return t.total * 2
+
+
+def _mxfp4(t: ParamTensor, arch: Architecture | None) -> int:
+    # OCP MX FP4: e2m1 values (two per byte) and one e8m0 scale byte per 32 along the input.
+    # A checkpoint shipped in MXFP4 (gpt-oss) converts its experts only; applied to any other
+    # model the format converts the linear layers of the blocks.
+    shipped = arch is not None and arch.checkpoint_format == "mxfp4"
+    if (t.linear and t.component == "experts") if shipped else _in_blocks(t):
+        per_row = -(-t.in_features // 2) + -(-t.in_features // 32)
+        return per_row * t.out_features * t.matrices * t.count
     return t.total * 2
 
 
@@ -417,6 +437,22 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                      source="Micikevicius et al. 2022, FP8 Formats for Deep Learning; "
                             "vLLM/llm-compressor FP8 per-tensor scheme",
                      _tensor_bytes=_fp8),
+        WeightFormat(name="fp8-block", bits=8 + 32 / (128 * 128), compute_dtype="fp8",
+                     description="fp8 e4m3 weights with an fp32 scale per 128 x 128 block "
+                                 "(DeepSeek-V3's checkpoint format)",
+                     convention="linear layers of the blocks; routers, embeddings, head, norms "
+                                "in 16-bit",
+                     source="DeepSeek-V3 technical report sec. 3.3 (block-wise quantization); "
+                            "its config.json quantization_config (weight_block_size [128, 128])",
+                     _tensor_bytes=_fp8_block),
+        WeightFormat(name="mxfp4", bits=4.25, compute_dtype="bf16",
+                     description="OCP MX FP4: e2m1 weights with an e8m0 scale per 32 values; "
+                                 "GEMMs dequantize to bf16 before Blackwell (W4A16)",
+                     convention="a checkpoint shipped in MXFP4 (gpt-oss): its experts only; "
+                                "otherwise the linear layers of the blocks",
+                     source="OCP Microscaling Formats (MX) v1.0 spec; gpt-oss model card and "
+                            "config.json quantization_config (modules_to_not_convert)",
+                     _tensor_bytes=_mxfp4),
         WeightFormat(name="int8", bits=8, compute_dtype="int8",
                      description="LLM.int8(): int8 weights, one fp32 scale per output channel",
                      convention="every nn.Linear except the LM head; embeddings in 16-bit",

@@ -64,6 +64,9 @@ _FORMAT_TRADEOFF = {
               "al. 2023)",
     "q4_k_m": "4.8-bit GGUF k-quant: small perplexity increase (llama.cpp's quantize tables)",
     "q4_0": "4.5-bit GGUF: larger perplexity increase than k-quants (llama.cpp's tables)",
+    "fp8-block": "the checkpoint's own fp8 block-scaled weights (DeepSeek-V3 trains and ships "
+                 "in it)",
+    "mxfp4": "the checkpoint's own MXFP4 experts (gpt-oss was post-trained and ships in it)",
 }
 
 
@@ -460,7 +463,11 @@ def _infer_knobs(model: Model, job: Job, prompt: int, context: int,
     groups: list[list[tuple[Change, dict]]] = []
     cur_bits = get_weight_format(job.infer_precision).bits
     fmts = []
-    for name in ("fp8", "int8", "q8_0", "awq-4bit", "gptq-4bit", "q4_k_m", "nf4"):
+    shipped = model.architecture.checkpoint_format if model.architecture else None
+    names = ("fp8", "int8", "q8_0", "awq-4bit", "gptq-4bit", "q4_k_m", "nf4")
+    if shipped in ("fp8-block", "mxfp4"):
+        names = (shipped, *names)  # the format the checkpoint ships in, first
+    for name in names:
         if WEIGHT_FORMATS[name].bits < cur_bits:
             fmts.append((Change(knob="infer_precision", value=name, tier=_QUALITY,
                                 text=f"--precision {name}", cost=_FORMAT_TRADEOFF[name]),

@@ -51,9 +51,11 @@ _EXPRESSED = frozenset({"kv_dtype", "tp", "pp", "ep", "runtime"})
 #: weight format -> (--dtype, --quantization on the model's own 16-bit repository)
 _WEIGHTS = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "fp32": ("float32", None),
             "fp8": ("bfloat16", "fp8"), "nf4": ("bfloat16", "bitsandbytes"),
-            "gptq-4bit": ("float16", None), "awq-4bit": ("float16", None)}
-#: Formats whose weights only a quantized repository holds -> its config.json ``quant_method``.
-_PACKED = {"gptq-4bit": "gptq", "awq-4bit": "awq"}
+            "gptq-4bit": ("float16", None), "awq-4bit": ("float16", None),
+            "fp8-block": ("bfloat16", None), "mxfp4": ("bfloat16", None)}
+#: Formats whose weights only a quantized repository holds -> its config.json ``quant_method``
+#: (DeepSeek-V3 and gpt-oss publish theirs so: vLLM reads the method from the repository).
+_PACKED = {"gptq-4bit": "gptq", "awq-4bit": "awq", "fp8-block": "fp8", "mxfp4": "mxfp4"}
 #: What a given repository of each format keeps of the --quantization above (None: vLLM reads
 #: the method from the repository's own config.json).
 _GIVEN = {"fp8": None, "nf4": "bitsandbytes"}
@@ -78,6 +80,9 @@ def _config_quant_method(model: Model) -> str | None:
         m = re.search(r"quantization_config \(quant_method '([^']*)'\)", note)
         if m:
             return m.group(1).lower()
+    arch = model.architecture
+    if arch is not None and arch.checkpoint_format is not None:
+        return _PACKED.get(arch.checkpoint_format)
     return None
 
 

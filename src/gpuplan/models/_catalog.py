@@ -108,17 +108,22 @@ def catalog_config(name: str) -> dict:
 
 
 @cache
-def catalog_architecture(name: str) -> Architecture:
+def _built(name: str) -> tuple[Architecture, tuple[str, ...]]:
     entry, raw = _get(name)
-    arch, _notes = build_architecture(raw, name=entry.name, source=entry.source,
-                                      where=f"catalog model {entry.name}")
-    return arch
+    return build_architecture(raw, name=entry.name, source=entry.source,
+                              where=f"catalog model {entry.name}")
+
+
+def catalog_architecture(name: str) -> Architecture:
+    return _built(resolve_catalog_name(name) or name)[0]
 
 
 @cache
 def catalog_model(name: str) -> Model:
     entry = catalog_entry(name)
-    arch = catalog_architecture(entry.name)
-    notes = (entry.notes,) if entry.notes else ()
+    arch, built_notes = _built(entry.name)
+    # the reader's notes (multi-token-prediction layers, the shipped weight format ...) follow
+    # the entry's own
+    notes = ((entry.notes,) if entry.notes else ()) + built_notes
     return Model(name=entry.name, params=count_params(arch.tensors, arch), tensors=arch.tensors,
                  architecture=arch, source="catalog", notes=notes)

@@ -38,7 +38,11 @@ from .._record import record
 from ..errors import ModelFileError
 from ..units import MAX_PARAMS
 from ._config import ConfigReader
-from ._types import Architecture, ParamTensor
+from ._modern import MODERN_BUILDERS, MODERN_CLASSES
+from ._tensors import (Tensors as _Tensors, dropout_of as _dropout, head_dim_of as _head_dim,
+                       layer_groups as _layer_groups, layer_types_of as _layer_types_sliding,
+                       torch_dtype_of as _torch_dtype)
+from ._types import Architecture
 
 __all__ = ["SUPPORTED_FAMILIES", "HF_CLASSES", "build_architecture"]
 
@@ -59,66 +63,10 @@ HF_CLASSES: dict[str, str] = {
     "bloom": "BloomForCausalLM",
     "bert": "BertForMaskedLM",
     "vit": "ViTForImageClassification",
+    **MODERN_CLASSES,
 }
 
 SUPPORTED_FAMILIES: tuple[str, ...] = tuple(HF_CLASSES)
-
-
-class _Tensors:
-    """Collects ParamTensors; layer-indexed names use ``{i}`` (and ``{e}`` for experts)."""
-
-    def __init__(self) -> None:
-        self.items: list[ParamTensor] = []
-
-    def add(self, name: str, shape: Iterable[int], count: int, component: str, module: str, *,
-            linear: bool = False, transposed: bool = False, layer: int | None = None) -> None:
-        self.items.append(ParamTensor(
-            name=name, shape=tuple(shape), count=count, component=component,  # type: ignore[arg-type]
-            module=module, linear=linear, transposed=transposed, layer=layer))
-
-    def linear(self, prefix: str, out: int, inp: int, count: int, component: str, *,
-               bias: bool, layer: int | None = None) -> None:
-        """An nn.Linear: weight (out, in) and optionally bias (out,)."""
-        module = prefix.rsplit(".", 1)[-1]
-        self.add(f"{prefix}.weight", (out, inp), count, component, module, linear=True, layer=layer)
-        if bias:
-            self.add(f"{prefix}.bias", (out,), count, component, module, layer=layer)
-
-    def conv1d(self, prefix: str, inp: int, out: int, count: int, component: str) -> None:
-        """GPT-2's Conv1D: weight stored (in, out), always with a bias."""
-        module = prefix.rsplit(".", 1)[-1]
-        self.add(f"{prefix}.weight", (inp, out), count, component, module, linear=True,
-                 transposed=True)
-        self.add(f"{prefix}.bias", (out,), count, component, module)
-
-    def norm(self, prefix: str, dim: int, count: int, *, bias: bool,
-             layer: int | None = None) -> None:
-        module = prefix.rsplit(".", 1)[-1]
-        self.add(f"{prefix}.weight", (dim,), count, "norms", module, layer=layer)
-        if bias:
-            self.add(f"{prefix}.bias", (dim,), count, "norms", module, layer=layer)
-
-    def embedding(self, name: str, rows: int, dim: int, module: str) -> None:
-        self.add(name, (rows, dim), 1, "embeddings", module)
-
-
-def _layer_groups(indices: tuple[int, ...], num_layers: int) -> list[tuple[str, int, int | None]]:
-    """How to name the tensors of ``indices``: one ``{i}`` pattern when they are all the layers,
-    else one concrete entry per layer. Yields (index text, layer count, layer)."""
-    if indices == tuple(range(num_layers)):
-        return [("{i}", num_layers, None)]
-    return [(str(i), 1, i) for i in indices]
-
-
-def _head_dim(r: ConfigReader, hidden: int, heads: int, *, default: int | None = None) -> int:
-    if r.has("head_dim"):
-        return r.integer("head_dim")
-    if default is not None:
-        return default
-    if hidden % heads:
-        raise r.fail(f'"hidden_size" {hidden} is not divisible by "num_attention_heads" {heads}; '
-                     f'give "head_dim"')
-    return hidden // heads
 
 
 #: transformers' default ``num_key_value_heads`` when config.json omits the key (LlamaConfig and
@@ -135,28 +83,6 @@ def _kv_heads(r: ConfigReader, heads: int, family: str, key: str = "num_key_valu
     if heads % kv:
         raise r.fail(f'"num_attention_heads" {heads} is not a multiple of "{key}" {kv}')
     return kv
-
-
-def _dropout(r: ConfigReader, *keys: str, default: float = 0.0) -> float:
-    return r.number(*keys, default=default, minimum=0.0, maximum=1.0)
-
-
-def _torch_dtype(r: ConfigReader) -> str | None:
-    return r.string("torch_dtype", "dtype")
-
-
-def _layer_types_sliding(r: ConfigReader, num_layers: int) -> tuple[int, ...] | None:
-    """Sliding layers from an explicit ``layer_types`` list, or None when the config has none."""
-    types = r.str_list("layer_types")
-    if types is None:
-        return None
-    if len(types) != num_layers:
-        raise r.fail(f'"layer_types" has {len(types)} entries for {num_layers} layers')
-    for t in types:
-        if t not in ("full_attention", "sliding_attention"):
-            raise r.fail(f'"layer_types" holds {t!r}; expected "full_attention" or '
-                         f'"sliding_attention"')
-    return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
 
 
 # --------------------------------------------------------------------------------------------
@@ -735,7 +661,14 @@ _BUILDERS: dict[str, Callable[[ConfigReader, str], dict]] = {
     "phi3": _llama_style, "gpt2": _gpt2, "gpt_bigcode": _gpt_bigcode, "gpt_neox": _gpt_neox, "opt": _opt, "falcon": _falcon,
     "bloom": _bloom,
     "bert": _bert, "vit": _vit,
+    **MODERN_BUILDERS,
 }
+
+#: Multimodal configs whose text part is planned (the vision tower is not counted).
+_MULTIMODAL_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+
+#: ``quantization_config`` methods a checkpoint ships in -> gpuplan's weight format.
+_CHECKPOINT_FORMATS = {"fp8": "fp8-block", "mxfp4": "mxfp4"}
 
 
 def _freeze(v: object) -> object:
@@ -752,7 +685,9 @@ def build_architecture(config: Mapping[str, object], *, name: str, source: str =
 
     ``where`` names the config in error messages (the file path; defaults to ``name``).
     """
+    config, pre_notes = _text_part(config, where or name)
     r = ConfigReader(config, where or name)
+    r.notes.extend(pre_notes)
     model_type = r.string("model_type")
     if model_type is None:
         raise r.fail('missing required key "model_type" (one of ' + ", ".join(SUPPORTED_FAMILIES)
@@ -768,13 +703,60 @@ def build_architecture(config: Mapping[str, object], *, name: str, source: str =
     if archs and hf_class not in archs:
         notes.append(f"config.json lists {', '.join(archs)}; gpuplan counts the parameters of "
                      f"{hf_class}")
+    fmt, fmt_note = _checkpoint_format(r)
+    if fmt_note:
+        notes.append(fmt_note)
+    if fields.get("mtp_layers"):
+        n, extra = fields["mtp_layers"], fields.get("mtp_params", 0)
+        notes.append(f"the checkpoint also holds {n} multi-token-prediction layer"
+                     f"{'s' if n > 1 else ''}" + (f" ({extra:,} parameters)" if extra else "")
+                     + f"; {hf_class} builds none, so they are not counted (vLLM and SGLang "
+                     "load them only for MTP speculative decoding)")
     tensors = tuple(fields.pop("tensors"))
     total = sum(t.total for t in tensors)
     if total > MAX_PARAMS:
         raise r.fail(f"describes {total:.3e} parameters, more than the {MAX_PARAMS:.0e} limit")
     arch = Architecture(
         name=name, family=model_type, hf_class=hf_class, tensors=tensors,
+        checkpoint_format=fmt,
         torch_dtype=_torch_dtype(r), config=_freeze(dict(config)),  # type: ignore[arg-type]
         source=source, **fields,
     )
     return arch, tuple(notes)
+
+
+def _text_part(config: Mapping[str, object], where: str) -> tuple[Mapping[str, object], list[str]]:
+    """A multimodal config (Gemma 3, Llama 4) planned as its text model: the ``text_config``
+    block, with a note; any other config unchanged."""
+    mt = config.get("model_type")
+    text = config.get("text_config")
+    if mt not in _MULTIMODAL_TEXT or not isinstance(text, Mapping):
+        return config, []
+    inner = dict(text)
+    inner.setdefault("model_type", _MULTIMODAL_TEXT[str(mt)])
+    if inner["model_type"] != _MULTIMODAL_TEXT[str(mt)]:
+        raise ModelFileError(where, f'"text_config" has model_type {inner["model_type"]!r}; '
+                                    f'expected {_MULTIMODAL_TEXT[str(mt)]!r}')
+    for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+        if key in config and key not in inner:
+            inner[key] = config[key]
+    return inner, [f"the text model of this {mt} multimodal config is planned; its vision "
+                   "tower and projector are not counted"]
+
+
+def _checkpoint_format(r: ConfigReader) -> tuple[str | None, str]:
+    """The weight format the checkpoint ships in, from ``quantization_config``."""
+    q = r.config.get("quantization_config")
+    if q is None:
+        return None, ""
+    if not isinstance(q, Mapping):
+        raise r.fail('"quantization_config" must be an object')
+    method = q.get("quant_method")
+    fmt = _CHECKPOINT_FORMATS.get(method) if isinstance(method, str) else None
+    if method == "fp8" and q.get("weight_block_size") is None:
+        fmt = "fp8"
+    if fmt is None:
+        return None, (f"quantization_config names {method!r}, a format gpuplan does not read "
+                      "from a config; plan it with --infer-precision")
+    return fmt, (f"the checkpoint ships in {fmt} ({method}); inference plans use "
+                 f"--infer-precision {fmt} to match it")

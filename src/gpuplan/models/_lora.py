@@ -18,7 +18,13 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "gpt_bigcode": ("c_attn",), "gpt_neox": ("query_key_value",),
     "opt": ("q_proj", "v_proj"), "falcon": ("query_key_value",), "bert": ("query", "value"),
     "vit": ("query", "value"), "bloom": ("query_key_value",),
+    "qwen3": ("q_proj", "v_proj"), "gemma3_text": ("q_proj", "v_proj"),
 }
+
+#: Families PEFT 0.21 has no default for (get_peft_model asks for target_modules): deepseek_v2/v3,
+#: qwen3_moe, glm4_moe, gpt_oss, and llama4_text (PEFT's mapping keys the multimodal "llama4").
+NO_PEFT_DEFAULT = ("deepseek_v2", "deepseek_v3", "qwen3_moe", "glm4_moe", "gpt_oss",
+                   "llama4_text")
 
 
 def lora_linears(tensors: Sequence[ParamTensor], family: str, name: str,
@@ -32,8 +38,9 @@ def lora_linears(tensors: Sequence[ParamTensor], family: str, name: str,
     if targets is None:
         targets = DEFAULT_LORA_TARGETS.get(family, ())
         if not targets:
-            raise InputError(f"no default LoRA targets for family {family!r}; give "
-                             f"{opt('lora_targets')}")
+            raise InputError(f"no default LoRA targets for family {family!r} (PEFT has none "
+                             f"either); give {opt('lora_targets')}, e.g. q_proj,v_proj or "
+                             "all-linear", field="lora_targets")
     targets = tuple(targets)
     linears = [t for t in tensors if t.linear and len(t.shape) == 2]
     if targets == ("all-linear",):

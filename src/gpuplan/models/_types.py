@@ -16,8 +16,8 @@ from typing import Literal, Mapping
 
 from .._record import record
 
-__all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "Architecture", "Model", "EAGER_ONLY",
-           "attention_for"]
+__all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "MLA", "Architecture", "Model",
+           "EAGER_ONLY", "attention_for"]
 
 #: Families whose transformers attention is eager only (BloomAttention: ALiBi in a baddbmm, no
 #: SDPA path): planned, timed and counted with materialized scores whatever the job says.
@@ -71,13 +71,20 @@ class ParamTensor:
 
     @property
     def in_features(self) -> int:
-        """For a linear weight, the input dimension (nn.Linear stores (out, in); Conv1D (in, out))."""
-        return self.shape[0] if self.transposed else self.shape[-1]
+        """For a linear weight, the input dimension (nn.Linear stores (out, in); Conv1D and the
+        fused expert tensors of gpt-oss and Llama 4 (in, out))."""
+        return self.shape[-2] if self.transposed else self.shape[-1]
 
     @property
     def out_features(self) -> int:
         """For a linear weight, the output dimension."""
-        return self.shape[-1] if self.transposed else self.shape[0]
+        return self.shape[-1] if self.transposed else self.shape[-2]
+
+    @property
+    def matrices(self) -> int:
+        """Matrices in one tensor: 1 for a 2-D weight, the experts for a fused (E, in, out)
+        expert tensor."""
+        return math.prod(self.shape[:-2]) if len(self.shape) > 2 else 1
 
     @property
     def per_layer(self) -> bool:
@@ -99,6 +106,32 @@ class ParamCounts:
 
     def __post_init__(self) -> None:
         assert sum(self.by_component.values()) == self.total, "components must sum to the total"
+
+
+@record
+class MLA:
+    """Multi-head Latent Attention (DeepSeek-V2/V3, Kimi-K2): queries through an optional
+    low-rank ``q_lora_rank`` bottleneck; keys and values compressed into one ``kv_lora_rank``
+    latent per token plus one shared rotary key of ``qk_rope_head_dim``, expanded per head by
+    ``kv_b_proj`` into ``qk_nope_head_dim`` key and ``v_head_dim`` value dimensions. The cache
+    holds the latent and the rotary key: ``kv_lora_rank + qk_rope_head_dim`` elements per token
+    and layer, whatever the head count (transformers 5, vLLM, SGLang, TensorRT-LLM)."""
+
+    q_lora_rank: int
+    """0 when queries are projected directly (DeepSeek-V2-Lite)."""
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def cache_elements(self) -> int:
+        """Elements cached per token and layer: the latent and the rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 @record
@@ -153,6 +186,41 @@ class Architecture:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     torch_dtype: str | None = None
+    mla: MLA | None = None
+    """Multi-head Latent Attention's ranks (DeepSeek-V2/V3); None for the other families, whose
+    cache holds ``num_kv_heads`` K and V heads of ``head_dim``. With MLA ``head_dim`` is the
+    query/key head (nope + rope) and ``num_kv_heads`` equals ``num_heads``."""
+    qk_norm: Literal["none", "rmsnorm", "l2"] = "none"
+    """A norm over each query and key head before the rotary embedding: Qwen3, Gemma 3 and
+    GLM-4.5 weight an RMSNorm of ``head_dim`` (q_norm, k_norm); Llama 4 an unweighted L2 norm on
+    its rotary layers."""
+    attention_sinks: bool = False
+    """gpt-oss: a learned logit per head joins the softmax's denominator (a parameter, nothing
+    cached)."""
+    attention_chunk: int | None = None
+    """Llama 4's chunked local attention: a token sees only its own chunk of this many tokens on
+    ``chunked_layers``; the others are global (and NoPE)."""
+    chunked_layers: tuple[int, ...] = ()
+    nope_layers: tuple[int, ...] = ()
+    """Layers without rotary positions (Llama 4's global layers)."""
+    rotary_fraction: float = 1.0
+    """The part of each head that is rotated (GLM-4.5: 0.5)."""
+    router: Literal["softmax", "sigmoid"] = "softmax"
+    """How router logits become scores: a softmax over experts (Mixtral, Qwen, gpt-oss after the
+    top-k), or a sigmoid per expert (DeepSeek-V3, GLM-4.5, Llama 4)."""
+    router_groups: tuple[int, int] = (1, 1)
+    """Group-limited routing (DeepSeek-V3: 8 groups, the top 4 kept): (n_group, topk_group)."""
+    expert_bias: bool = False
+    """Routed experts and their router carry biases (gpt-oss)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction layers the checkpoint holds beyond ``num_layers`` (DeepSeek-V3,
+    GLM-4.5: 1). transformers builds none of them, so they are not in ``tensors``; their
+    parameters are ``mtp_params``, said in a note."""
+    mtp_params: int = 0
+    checkpoint_format: str | None = None
+    """The weight format the published checkpoint ships in, from its ``quantization_config``
+    (``fp8-block``: DeepSeek-V3's e4m3 with a 128 x 128 block scale; ``mxfp4``: gpt-oss's
+    experts); None for a 16-bit checkpoint."""
     buffer_bytes: int = 0
     """Non-parameter buffers the module keeps on the device next to its weights, in bytes
     (GPTBigCode's n_positions x n_positions bool causal mask); 0 for most families."""
@@ -179,9 +247,18 @@ class Architecture:
         return (self.image_size // self.patch_size) ** 2
 
     @property
+    def kv_elements_per_layer(self) -> int:
+        """Elements cached per token and layer: K and V (2 x kv_heads x head_dim), or MLA's latent
+        and rotary key."""
+        if self.mla is not None:
+            return self.mla.cache_elements
+        return 2 * self.num_kv_heads * self.head_dim
+
+    @property
     def kv_elements_per_token(self) -> int:
-        """Elements of K and V cached per token: 2 x layers x kv_heads x head_dim."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim
+        """Elements cached per token: 2 x layers x kv_heads x head_dim (MLA: layers x
+        (kv_lora_rank + qk_rope_head_dim))."""
+        return self.num_layers * self.kv_elements_per_layer
 
 
 @record
