@@ -62,9 +62,17 @@ _BIAS_DEFAULT = {"gpt_oss": True}
 _L = "model.layers.{i}"
 
 
+#: Gemma3TextConfig's defaults: Gemma 3's published multimodal configs leave them out of their
+#: text_config (the 4B's names neither its heads nor its vocabulary).
+_GEMMA3_SIZES = {"hidden_size": 2304, "num_hidden_layers": 26, "num_attention_heads": 8,
+                 "vocab_size": 262208}
+
+
 def _sizes(r: ConfigReader, family: str) -> tuple[int, int, int, int]:
-    return (r.integer("hidden_size"), r.integer("num_hidden_layers"),
-            r.integer("num_attention_heads"), r.integer("vocab_size"))
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+    if family == "gemma3_text":
+        return tuple(r.integer(k, default=_GEMMA3_SIZES[k]) for k in keys)  # type: ignore
+    return tuple(r.integer(k) for k in keys)  # type: ignore[return-value]
 
 
 def _kv(r: ConfigReader, family: str, heads: int) -> int:
