@@ -32,18 +32,80 @@ def test_llama2_7b_mha_half_a_megabyte_per_token():
 
 
 def test_mistral_sliding_window_caps_every_layer():
-    # Mistral-7B v0.1: sliding_window 4096 on every layer: a 16k context caches 4096 tokens
+    # Mistral-7B v0.1: sliding_window 4096 on every layer: a 16k context caches the last 4095
+    # tokens in transformers 5 (DynamicSlidingWindowLayer keeps ``sliding_window - 1``), the
+    # whole window in the paged serving engines
     m = load_model("mistral-7b")
     assert m.architecture.sliding_window == 4096
     _, _, b = kv("mistral-7b", batch=1, seq=1024, context=16384)
-    assert b == 2 * 32 * 8 * 128 * 2 * 4096
+    assert b == 2 * 32 * 8 * 128 * 2 * 4095
+    _, _, v = kv("mistral-7b", batch=1, seq=1024, context=16384, engine="vllm")
+    assert v == 2 * 32 * 8 * 128 * 2 * 4096
 
 
 def test_gemma2_alternating_layers():
     # Gemma-2-9B: 42 layers, every other one slides over 4096 tokens; 8 KV heads of 256 dims
     _, _, b = kv("gemma-2-9b", batch=1, seq=8192)
     per_tok_layer = 2 * 8 * 256 * 2
-    assert b == per_tok_layer * (21 * 8192 + 21 * 4096)
+    assert b == per_tok_layer * (21 * 8192 + 21 * 4095)
+
+
+def _hf_cache_bytes(model_type, cfg, prompt):
+    """The bytes of the tensors transformers 5's own cache holds after a prompt (tiny random
+    model, CPU, bf16)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    cls = getattr(transformers, cfg["architectures"][0])
+    torch.manual_seed(0)
+    model = cls(config).to(torch.bfloat16).eval()
+    ids = torch.randint(0, cfg["vocab_size"], (2, prompt))
+    with torch.inference_mode():
+        out = model(input_ids=ids, use_cache=True)
+    total = 0
+    for layer in out.past_key_values.layers:
+        for t in (layer.keys, layer.values):
+            total += t.numel() * t.element_size()
+    return total
+
+
+_TINY = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, vocab_size=101,
+             intermediate_size=96, max_position_embeddings=256)
+CACHES = {
+    "deepseek-v3-latent": ("deepseek_v3", dict(
+        _TINY, architectures=["DeepseekV3ForCausalLM"], moe_intermediate_size=32,
+        n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+        q_lora_rank=32, kv_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=16, n_group=1, topk_group=1)),
+    "gpt-oss-sliding-sinks": ("gpt_oss", dict(
+        _TINY, architectures=["GptOssForCausalLM"], num_key_value_heads=2, head_dim=16,
+        num_local_experts=4, num_experts_per_tok=2, sliding_window=8)),
+    "gemma3-five-to-one": ("gemma3_text", dict(
+        _TINY, architectures=["Gemma3ForCausalLM"], num_hidden_layers=7, num_key_value_heads=2,
+        head_dim=16, sliding_window=8)),
+    "llama4-chunked": ("llama4_text", dict(
+        _TINY, architectures=["Llama4ForCausalLM"], num_key_value_heads=2, head_dim=16,
+        intermediate_size_mlp=96, num_local_experts=2, num_experts_per_tok=1,
+        attention_chunk_size=8)),
+    "qwen3-qk-norm": ("qwen3", dict(_TINY, architectures=["Qwen3ForCausalLM"],
+                                    num_key_value_heads=2, head_dim=16)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CACHES))
+@pytest.mark.parametrize("prompt", [5, 24])
+def test_kv_cache_equals_the_cache_transformers_builds(case, prompt):
+    # the MLA latent (kv_lora_rank + qk_rope_head_dim per token and layer), sliding and chunked
+    # layers holding window - 1 tokens past the window, sinks cached nowhere
+    from gpuplan.models import architecture_from_config, count_params
+    from gpuplan.models._types import Model
+
+    model_type, cfg = CACHES[case]
+    arch = architecture_from_config({"model_type": model_type, **cfg}, name=case)
+    m = Model(name=case, params=count_params(arch.tensors, arch), tensors=arch.tensors,
+              architecture=arch, source="config")
+    job = Job(model=m, mode="infer", batch=2, seq=prompt)
+    assert kv_cache_bytes(m, job, kv_dtype="bf16") == _hf_cache_bytes(model_type, cfg, prompt)
 
 
 @pytest.mark.parametrize("dtype,per_elem", [("fp16", 2), ("fp8", 1), ("fp32", 4)])
@@ -156,13 +218,16 @@ def test_real_transformers_cache_equals_the_formula():
 
 
 def test_sliding_window_convention_against_transformers():
-    # transformers' DynamicSlidingWindowLayer keeps the last sliding_window - 1 tokens; gpuplan
-    # (like vLLM's block tables) counts the whole window: one token per layer more.
+    # transformers' DynamicSlidingWindowLayer keeps the last sliding_window - 1 tokens, and so
+    # does gpuplan for the engines that run it; the paged serving engines (vLLM's block
+    # tables) hold the whole window: one token per layer more.
     torch, model, m = _tiny_mistral(sliding_window=16)
     with torch.inference_mode():
         out = model(input_ids=torch.randint(0, 300, (2, 50)), use_cache=True)
     real = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)
     ours = kv_cache_bytes(m, Job(model=m, mode="infer", batch=2, seq=50), kv_dtype="bf16")
+    paged = kv_cache_bytes(m, Job(model=m, mode="infer", batch=2, seq=50, engine="vllm"),
+                           kv_dtype="bf16")
     one_token_per_layer = 2 * 2 * 32 * 2 * 2 * 3  # K+V x kv heads x dims x bytes x batch x layers
-    assert ours == 2 * 2 * 32 * 2 * 2 * 16 * 3
-    assert real == ours - one_token_per_layer
+    assert real == ours == 2 * 2 * 32 * 2 * 2 * 15 * 3
+    assert paged == ours + one_token_per_layer

@@ -79,6 +79,11 @@ class EngineProfile:
     ``free_gpu_memory_fraction`` of what is free after the weights); None for training engines."""
     cuda_graph_pool: bool = False
     """It captures CUDA graphs for decode, whose pool is memory outside the KV budget."""
+    sliding_kv: str = "window - 1"
+    """What its cache keeps of a sliding-window (or chunked) layer past the window:
+    ``window - 1`` tokens (transformers 5's DynamicSlidingWindowLayer, which the training
+    engines' generate() also runs), or ``window`` (the paged serving engines, which keep the
+    blocks of the whole window)."""
     export: str | None = None
     """The ``--export`` writer for its config (None: gpuplan writes none yet)."""
     sources: tuple[str, ...] = ()
@@ -100,7 +105,8 @@ class EngineProfile:
                 "pp_schedules": list(self.pp_schedules), "pp_split": self.pp_split,
                 "pp_parts": self.pp_parts, "overlap": self.overlap,
                 "memory_utilization": self.memory_utilization,
-                "cuda_graph_pool": self.cuda_graph_pool, "export": self.export,
+                "cuda_graph_pool": self.cuda_graph_pool, "sliding_kv": self.sliding_kv,
+                "export": self.export,
                 "sources": list(self.sources)}
 
 
@@ -200,7 +206,7 @@ _PROFILES = (
         zero_stages=(0,),
         kernels="fused RMSNorm, SiLU-and-mul and rotary kernels; FlashAttention (paged)",
         parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
-        memory_utilization=0.9, cuda_graph_pool=True, export="vllm",
+        memory_utilization=0.9, cuda_graph_pool=True, export="vllm", sliding_kv="window",
         sources=("vllm/config: gpu_memory_utilization 0.9 by default; enforce_eager False "
                  "(CUDA graphs captured for decode batch sizes)",)),
     EngineProfile(
@@ -210,7 +216,7 @@ _PROFILES = (
         zero_stages=(0,),
         kernels="fused RMSNorm, SiLU-and-mul and rotary kernels; FlashInfer / FlashAttention-3",
         parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
-        memory_utilization=0.88, cuda_graph_pool=True,
+        memory_utilization=0.88, cuda_graph_pool=True, sliding_kv="window",
         sources=("sglang server_args.py: mem_fraction_static chosen by GPU memory when not "
                  "given (0.88 on an 80 GB card), disable_cuda_graph False",)),
     EngineProfile(
@@ -220,7 +226,7 @@ _PROFILES = (
         zero_stages=(0,),
         kernels="its fused GEMM + activation and norm kernels; its own attention plugin",
         parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
-        memory_utilization=0.9, cuda_graph_pool=True,
+        memory_utilization=0.9, cuda_graph_pool=True, sliding_kv="window",
         sources=("TensorRT-LLM KvCacheConfig: free_gpu_memory_fraction 0.9 of the memory free "
                  "after the weights",)),
 )

@@ -150,7 +150,8 @@ def _phases(model: Model, job: Job, act: InferActivations, kv_dtype: str,
     if tensor_parallel > 1:
         # K/V heads are split over the tensor-parallel ranks; with fewer KV heads than ranks
         # each rank still holds a whole head (replicated)
-        if arch is not None and arch.kind == "decoder":
+        if arch is not None and arch.kind == "decoder" and arch.mla is None:
+            # (MLA's latent cache has no heads: every rank holds all of it)
             per_rank = -(-arch.num_kv_heads // tensor_parallel)
             kv_full = -(-kv_full * per_rank // arch.num_kv_heads)
             kv_prompt = -(-kv_prompt * per_rank // arch.num_kv_heads)

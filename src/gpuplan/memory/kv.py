@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..engines.profiles import get_engine
 from ..job import KV_DTYPES, Job
 from ..models import Architecture, Model
 from .shape import seq_for
@@ -12,16 +13,29 @@ from .shape import seq_for
 __all__ = ["kv_cache_per_token", "kv_elem_bytes", "kv_cache_bytes"]
 
 
-def kv_cache_per_token(arch: Architecture, elem_bytes: float, *, context: int) -> float:
-    """KV-cache bytes of one sequence holding ``context`` tokens: 2 (K and V) * kv_heads *
-    head_dim * bytes per token and layer, each sliding-window layer capped at its window
-    (Mistral-7B v0.1: every layer, 4096; Gemma-2: every other layer)."""
-    per_layer_tok = 2 * arch.num_kv_heads * arch.head_dim * elem_bytes
-    window = arch.sliding_window
-    sliding = len(arch.sliding_window_layers or ()) if window else 0
-    full = arch.num_layers - sliding
-    capped = min(context, window) if window else context
-    return per_layer_tok * (full * context + sliding * capped)
+def kv_cache_per_token(arch: Architecture, elem_bytes: float, *, context: int,
+                       sliding_held: str = "window") -> float:
+    """KV-cache bytes of one sequence holding ``context`` tokens: per token and layer 2 (K and
+    V) * kv_heads * head_dim * bytes (MLA: the latent and the rotary key,
+    ``kv_lora_rank + qk_rope_head_dim``), each sliding-window layer (Mistral-7B v0.1: every
+    layer, 4096; Gemma-2: every other; Gemma 3: five of six; gpt-oss: every other, 128) and each
+    chunked layer (Llama 4: 8,192) capped at what the engine keeps of its window:
+    ``sliding_held`` ``window`` (paged serving engines) or ``window - 1`` (transformers 5's
+    DynamicSlidingWindowLayer)."""
+    per_layer_tok = arch.kv_elements_per_layer * elem_bytes
+    keep = (lambda w: w - 1) if sliding_held == "window - 1" else (lambda w: w)
+    capped_layers = 0
+    tokens = 0.0
+    if arch.sliding_window:
+        n = len(arch.sliding_window_layers or ())
+        capped_layers += n
+        tokens += n * min(context, keep(arch.sliding_window))
+    if arch.attention_chunk and arch.chunked_layers:
+        n = len(arch.chunked_layers)
+        capped_layers += n
+        tokens += n * min(context, keep(arch.attention_chunk))
+    full = arch.num_layers - capped_layers
+    return per_layer_tok * (full * context + tokens)
 
 
 #: KV-cache element formats: bytes per element including the scales common implementations keep.
@@ -45,7 +59,8 @@ def kv_cache_bytes(model: Model, job: Job, elem_bytes: int | None = None, *,
         return 0
     ctx = context if context is not None else (job.context or seq_for(model, job))
     eb = kv_elem_bytes(kv_dtype, arch.head_dim) if kv_dtype is not None else float(elem_bytes)
-    total = kv_cache_per_token(arch, eb, context=ctx) * job.batch
+    held = get_engine(job.engine).sliding_kv
+    total = kv_cache_per_token(arch, eb, context=ctx, sliding_held=held) * job.batch
     if kv_dtype == "fp8":
         total += 8 * arch.num_layers
     return math.ceil(total)

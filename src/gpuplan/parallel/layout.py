@@ -48,6 +48,10 @@ VOCAB_PARALLEL = True
 _ROW = frozenset({"o_proj", "out_proj", "c_proj", "down_proj", "w2", "fc2", "dense_4h_to_h",
                   "dense"})
 _KV = frozenset({"k_proj", "v_proj", "key", "value"})
+#: Projections every TP rank holds whole: MLA's query and key/value down-projections (vLLM's
+#: ReplicatedLinear in DeepseekV2MLAAttention; Megatron's linear_q/kv_down_proj), whose latent
+#: every rank's heads read.
+_REPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
 _FUSED_QKV = frozenset({"query_key_value", "qkv_proj"})
 
 
@@ -261,14 +265,19 @@ def _tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
         return tuple(shape)
     if t.component not in ("attention", "mlp", "experts") or not t.module:
         return t.shape
-    row = t.module in _ROW and "intermediate" not in t.name
-    out_axis = (len(shape) - 1 if t.transposed else 0)
-    in_axis = (0 if t.transposed else len(shape) - 1)
+    if t.module in _REPLICATED:
+        return t.shape
+    row = (t.module in _ROW or t.name.endswith(("down_proj", "down_proj_bias"))) \
+        and "intermediate" not in t.name
+    n = len(shape)
+    out_axis = (n - 1 if t.transposed else max(n - 2, 0))
+    in_axis = (n - 2 if t.transposed else n - 1)
     if row:
-        if t.linear and len(shape) == 2:
+        if t.linear and n >= 2:
             shape[in_axis] //= tp
         return tuple(shape)  # a row-parallel bias is replicated
-    axis = out_axis if len(shape) == 2 else 0
+    # a linear's output dimension; a fused expert bias (experts, out) its last; 1-D its only
+    axis = out_axis if t.linear else (n - 1 if t.component == "experts" else 0)
     kv, d, heads = arch.num_kv_heads, arch.head_dim, arch.num_heads
     kv_rank = max(1, kv // tp)
     if t.module in _KV and t.component == "attention":
