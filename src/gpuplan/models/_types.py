@@ -20,8 +20,9 @@ __all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "MLA", "Architecture", "M
            "EAGER_ONLY", "attention_for"]
 
 #: Families whose transformers attention is eager only (BloomAttention: ALiBi in a baddbmm, no
-#: SDPA path): planned, timed and counted with materialized scores whatever the job says.
-EAGER_ONLY = ("bloom",)
+#: SDPA path; GptOssPreTrainedModel: ``_supports_sdpa = False``, its sinks join the softmax):
+#: planned, timed and counted with materialized scores whatever the job says.
+EAGER_ONLY = ("bloom", "gpt_oss")
 
 
 def attention_for(family: str, attention: str) -> str:

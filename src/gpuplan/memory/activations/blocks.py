@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ...errors import InputError
-from .spec import DECODER_ROPE, GPT2_LIKE, Opts, Spec
+from .spec import DECODER_ROPE, GEMMA, GPT2_LIKE, Opts, Spec
 from .symbolic import BS, BSS, ONE, Form, Graph, Tensor
 
 __all__ = ["Ctx", "norm", "layernorm", "activation", "transformer_layer"]
@@ -100,7 +100,7 @@ def layernorm(c: Ctx, x: Tensor, name: str) -> Tensor:
 
 def norm(c: Ctx, x: Tensor, name: str) -> Tensor:
     """The family's norm: Gemma-2's RMSNorm, LlamaRMSNorm, or LayerNorm."""
-    if c.sp.family == "gemma2":
+    if c.sp.family in GEMMA:
         return _gemma_rmsnorm(c, x, name)
     if c.sp.norm == "rmsnorm":
         return _rmsnorm(c, x, name)
@@ -113,6 +113,8 @@ def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
     g, act = c.g, c.sp.act
     if c.sp.family == "falcon":
         act = "gelu"  # FalconMLP uses nn.GELU()
+    if act == "swiglu_oai":
+        act = "silu"  # gpt-oss's clamped sigmoid gate, planned as SiLU (issue 28: not yet exact)
     if act in ("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"):
         return g.unary_saves_input(x, name)
     if act == "relu":
@@ -529,7 +531,7 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         n2 = layernorm(c, x1, "post_attention_layernorm")
         m = g.dropout(_mlp(c, n2), p, "mlp.dropout")
         return g.add(n2 if sp.post_ln_residual else x1, m, "residual2")
-    if fam == "gemma2":
+    if fam in GEMMA:
         a = _attention(c, norm(c, x, "input_layernorm"), mask, layer)
         x1 = g.add(x, norm(c, a, "post_attention_layernorm"), "residual1")
         m = _mlp(c, norm(c, x1, "pre_feedforward_layernorm"))

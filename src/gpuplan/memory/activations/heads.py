@@ -19,7 +19,7 @@ def embed_block(c: Ctx, ids: Tensor) -> Tensor:
         return c.scatter(_vit_embed(c))
     emb_trainable = not c.o.frozen
     x = g.embedding(ids, g.param(sp.vocab * h, "embed_tokens", trainable=emb_trainable), BS * h)
-    if sp.family == "gemma2":
+    if sp.family in ("gemma2", "gemma3_text"):
         x = g.scale(x, "embed.normalizer")
     if sp.family in GPT2_LIKE + ("opt",):
         pos = g.embedding(g.constant(BS, 8, "position_ids"),

@@ -9,16 +9,28 @@ from ..._record import record
 from ...errors import InputError
 from ...models import Architecture
 
-__all__ = ["FAMILIES", "DECODER_ROPE", "GPT2_LIKE", "Spec", "Opts", "spec_cached", "sliding_mask"]
+__all__ = ["FAMILIES", "MODERN", "GEMMA", "DECODER_ROPE", "TORCHTUNE_FAMILIES", "GPT2_LIKE", "Spec",
+           "Opts", "spec_cached", "sliding_mask"]
+
+#: The families of 2025-2026 (issue 28): llama-style decoders with QK-norm, MLA, sinks,
+#: chunked/NoPE layers and new routers.
+MODERN = ("qwen3", "qwen3_moe", "gemma3_text", "deepseek_v3", "deepseek_v2", "glm4_moe",
+          "gpt_oss", "llama4_text")
 
 #: Families whose forward is modeled op by op.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt2",
-            "gpt_bigcode", "gpt_neox", "opt", "falcon", "bloom", "bert", "vit")
+            "gpt_bigcode", "gpt_neox", "opt", "falcon", "bloom", "bert", "vit") + MODERN
+
+#: Families whose norms are Gemma's (``(1 + weight)`` in fp32).
+GEMMA = ("gemma2", "gemma3_text")
 
 #: GPT-2 and its GPTBigCode descendant: the same block, dropouts and learned positions.
 GPT2_LIKE = ("gpt2", "gpt_bigcode")
 
-DECODER_ROPE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3")
+#: Llama-style decoders torchtune's model code is modeled for.
+TORCHTUNE_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3")
+
+DECODER_ROPE = TORCHTUNE_FAMILIES + MODERN
 
 
 @record(kw_only=False)
@@ -56,6 +68,15 @@ class Spec:
     post_ln_residual: bool = False
     """BLOOM's ``apply_residual_connection_post_layernorm``: the residual is the LayerNorm's
     output, not its input."""
+    qk_norm: str = "none"
+    """none, rmsnorm (a weighted norm per head: Qwen3, Gemma 3, GLM-4.5) or l2 (Llama 4)."""
+    mla: tuple[int, int, int, int, int] = ()
+    """MLA's (q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim)."""
+    sinks: bool = False
+    nope_layers: tuple[int, ...] = ()
+    rotary_fraction: float = 1.0
+    router: str = "softmax"
+    expert_bias: bool = False
 
 
 _SPECS: dict[int, tuple[Architecture, Spec]] = {}
@@ -108,13 +129,19 @@ def _spec(arch: Architecture) -> Spec:
         attn_dropout=attn_dropout, hidden_dropout=hidden_dropout, embd_dropout=embd_dropout,
         labels=arch.num_labels or 2, layers=arch.num_layers,
         moe_layers=moe_layers,
-        softcap_attn=float(cfg.get("attn_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
-        softcap_final=float(cfg.get("final_logit_softcapping") or 0.0) if fam == "gemma2" else 0.0,
+        softcap_attn=float(cfg.get("attn_logit_softcapping") or 0.0) if fam in GEMMA else 0.0,
+        softcap_final=float(cfg.get("final_logit_softcapping") or 0.0) if fam in GEMMA else 0.0,
         falcon_mqa_math=(fam == "falcon" and not new_arch and arch.num_kv_heads < arch.num_heads),
-        norm_topk=bool(cfg.get("norm_topk_prob", fam == "mixtral")),
+        norm_topk=bool(cfg.get("norm_topk_prob", fam in ("mixtral", "deepseek_v3", "glm4_moe"))),
         channels=arch.num_channels or 3, patch=arch.patch_size,
         post_ln_residual=bool(cfg.get("apply_residual_connection_post_layernorm", False))
         if fam == "bloom" else False,
+        qk_norm=arch.qk_norm,
+        mla=(() if arch.mla is None else
+             (arch.mla.q_lora_rank, arch.mla.kv_lora_rank, arch.mla.qk_rope_head_dim,
+              arch.mla.qk_nope_head_dim, arch.mla.v_head_dim)),
+        sinks=arch.attention_sinks, nope_layers=arch.nope_layers,
+        rotary_fraction=arch.rotary_fraction, router=arch.router, expert_bias=arch.expert_bias,
     )
 
 
@@ -140,5 +167,6 @@ class Opts:
 
 def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:
     """Whether an explicit sliding-window mask reaches SDPA (the window is shorter than ``s``)."""
-    return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral", "phi3")
+    return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral", "phi3",
+                                                      "qwen3", "qwen3_moe")
                 and arch.sliding_window and s > arch.sliding_window)
