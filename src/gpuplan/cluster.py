@@ -22,7 +22,8 @@ from typing import Any, Literal
 from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.efficiency import resolve_runtime
-from .engines.profiles import check_engine_job, engine_notes
+from .engines.profiles import (SEARCH_SCHEDULES, LayoutLimits, check_engine_job,
+                               engine_notes, layout_limits)
 from .compute.parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_costs,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
@@ -87,8 +88,8 @@ def search_options(*, global_batch: Any = None, concurrency: Any = None, top: An
         out["max_decode_s"] = ms / 1e3
     return out
 
-#: Schedules tried when PP > 1 (GPipe has 1F1B's bubble and more memory: never better).
-SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4")
+#: Schedules tried when PP > 1: the engines' one list (``engines.profiles.SEARCH_SCHEDULES``).
+SCHEDULES = SEARCH_SCHEDULES
 CHECKPOINTING = ("none", "selective", "full")
 _KEEP = {"full": 0, "selective": 1, "none": 2}  # activations kept, least to most
 _MICRO = (1, 2, 4, 8)
@@ -185,33 +186,8 @@ def _tps(arch: Any, gpus: int, per_node: int, dims: frozenset = frozenset({"tp"}
             if arch.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
 
 
-@dataclass(frozen=True)
-class _Limits:
-    """What the job's engine runs (engine auto: every layout, as Megatron-LM shards it): the
-    search enumerates nothing else."""
-
-    dims: frozenset
-    zero: tuple[int, ...]
-    schedules: tuple[str, ...]
-    parts: tuple[bool, ...]
-    """The embedding and loss as pipeline parts: tried off and on, or as the engine fixes it."""
-
-    @classmethod
-    def of(cls, job: Job) -> "_Limits":
-        fsdp = job.sharding == "fsdp2"
-        if job.engine == "auto":
-            return cls(dims=frozenset({"tp", "sp", "pp", "cp", "ep"}),
-                       zero=(0, 2, 3) if fsdp else (0, 1, 2, 3), schedules=SCHEDULES,
-                       parts=(False, True))
-        prof = job.engine_profile
-        scheds = tuple(s for s in SCHEDULES if s.partition(":")[0] in prof.pp_schedules)
-        return cls(dims=prof.parallel,
-                   zero=tuple(z for z in prof.zero_stages if not (fsdp and z == 1)),
-                   schedules=scheds or ("1f1b",),
-                   parts=(True,) if prof.pp_parts == "always" else (False, True))
-
-
-def _train_layouts(arch: Any, gpus: int, seq: int, batch: int, per_node: int, lim: _Limits):
+def _train_layouts(arch: Any, gpus: int, seq: int, batch: int, per_node: int,
+                   lim: LayoutLimits):
     """Every training layout of the engine's dimensions (ZeRO and checkpointing are added by
     the caller; what needs the architecture is checked on each layout's job)."""
     pp_top = min(arch.num_layers, 128) if "pp" in lim.dims else 1
@@ -230,7 +206,7 @@ def _train_layouts(arch: Any, gpus: int, seq: int, batch: int, per_node: int, li
 
 
 def _pipelines(arch: Any, tp: int, pp: int, cp: int, ep: int, dp: int, seq: int, batch: int,
-               lim: _Limits):
+               lim: LayoutLimits):
     for b in (b for b in _MICRO if (batch // dp) % b == 0):
         m = batch // (dp * b)
         for sched in (lim.schedules if pp > 1 else ("1f1b",)):
@@ -441,7 +417,7 @@ def _train_candidates(c: _Ctx, seq: int, batch: int) -> list[ClusterCandidate]:
     fpt = model_flops_per_token(arch, c.device, c.eff, c.prec, seq, c.base.attention)
     per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, c.prec.state)
     out = []
-    lim = _Limits.of(c.base)
+    lim = layout_limits(c.base)
     for lay in _train_layouts(arch, c.base.gpus, seq, batch, c.topo.gpus_per_node, lim):
         if _valid(c, lay, "train") is not None:
             continue
@@ -455,7 +431,7 @@ def _train_candidates(c: _Ctx, seq: int, batch: int) -> list[ClusterCandidate]:
 def _serve_candidates(c: _Ctx, concurrency: int, context: int,
                       max_decode_s: float | None) -> list[ClusterCandidate]:
     arch = c.model.architecture
-    lim = _Limits.of(c.base)
+    lim = layout_limits(c.base)
     out = []
     for tp in _tps(arch, c.base.gpus, c.topo.gpus_per_node, lim.dims):
         for pp in _divisors(c.base.gpus // tp, min(arch.num_layers, 64) if "pp" in lim.dims

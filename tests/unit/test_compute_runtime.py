@@ -110,7 +110,7 @@ def test_optimizer_implementations_move_what_torch_runs():
     on = estimate_speed(m, A100, job.with_(fused_optimizer=True), measured=None)
     assert _opt(on).op.bytes == _opt(fused).op.bytes
     assert _opt(estimate_speed(m, A100, job, measured=None)).op.bytes == _opt(foreach).op.bytes
-    with pytest.raises(InputError, match="optimizer implementation 'jit'"):
+    with pytest.raises(InputError, match="optimizer_impl 'jit'"):
         estimate_speed(m, A100, job, measured=None, optimizer_impl="jit")
 
 

@@ -87,8 +87,9 @@ def test_no_clip_outside_training_and_bad_values_refused():
     for bad in (0, -1.0, float("nan"), True, "1"):
         with pytest.raises(InputError, match="max_grad_norm"):
             Job(model="bert-large-uncased", max_grad_norm=bad)
-    with pytest.raises(InputError, match="gradient clipping implementation 'sometimes'"):
+    with pytest.raises(InputError, match="^grad_clip_impl 'sometimes': expected foreach") as e:
         estimate_speed(model, A100, job, measured=None, grad_clip_impl="sometimes")
+    assert e.value.field == "grad_clip_impl" and e.value.value == "sometimes"
 
 
 def test_a_parallel_layout_runs_the_optimizer_as_the_job_says():

@@ -203,9 +203,9 @@ def _main(argv: list[str] | None) -> int:
         return int(args.func(args) or 0)
     except GpuplanError as e:
         # a library check names a job field ("tp 3: ..."); on the command line, its option
-        from ._job_options import cli_spelling, name_the_flag
+        from ._job_options import cli_spelling
         text = e.render(cli_spelling) if isinstance(e, InputError) else str(e)
-        print(f"gpuplan: error: {name_the_flag(printable(text))}", file=sys.stderr)
+        print(f"gpuplan: error: {printable(text)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpuplan: interrupted", file=sys.stderr)

@@ -22,7 +22,7 @@ from ..job import Job, choices_of, flat_defaults
 from ..units import parse_count, parse_positive_int
 
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
-           "flag_of", "cli_spelling", "name_the_flag"]
+           "flag_of", "cli_spelling"]
 
 GROUP_TITLE = "job options (the same in fit, speed, trace, flops model and profile)"
 
@@ -286,11 +286,9 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
     if mode == "infer" and "precision" in kw:
         kw["infer_precision"] = kw.pop("precision")
     if kw.get("inter_node") is not None:
-        # checked whatever the job's size, so a mistyped link fails on one GPU as on many
-        try:
-            parse_inter_node(kw["inter_node"])
-        except InputError as e:
-            raise InputError(name_the_flag(str(e))) from None
+        # checked whatever the job's size, so a mistyped link fails on one GPU as on many (its
+        # message names the field: the CLI's main spells it --inter-node)
+        parse_inter_node(kw["inter_node"])
     if kw.get("context", math.inf) < kw.get("seq", 0):
         raise InputError(f"--context {kw['context']} is shorter than --seq {kw['seq']}: the "
                          "context holds the prompt (--seq) and the tokens generated after it; "
@@ -298,13 +296,3 @@ def job_from_args(args: argparse.Namespace, model: object, *, command: str,
     job = Job(model=model, mode=mode, **kw)  # its errors are spelled by the CLI's main
     job.check_pipeline_shaping()  # accepted before and silently did nothing
     return job
-
-
-def name_the_flag(message: str) -> str:
-    """The Job's message names its field ("grad accum 0: ..."); on the command line, name the
-    option instead ("--grad-accum 0: ...")."""
-    for o in sorted(JOB_OPTIONS, key=lambda o: -len(o.field)):
-        for spoken in (o.field.replace("_", " "), o.field):  # "grad accum", "gpus_per_node"
-            if message.startswith(spoken + " "):
-                return o.flag + message[len(spoken):]
-    return message

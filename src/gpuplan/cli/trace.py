@@ -6,7 +6,8 @@ import argparse
 
 from .._extras import require
 from .._io import check_plot
-from ..errors import InputError
+from ..engines.profiles import runtime_of
+from ..errors import InputError, opt
 from ..models import is_hub_id, load_model
 from ..report.trace import plot_timeline, render_trace, trace_json
 from ..trace import trace_step
@@ -17,9 +18,10 @@ from ._job_options import job_from_args as job_options_to_job
 
 #: The job options a trace runs (one GPU's step of one model; with --gpus N --zero 2|3 one rank
 #: of an FSDP2 step over N ranks; with --tp T one rank of a DTensor tensor-parallel step; no
-#: adapters yet).
+#: adapters yet). ``engine`` as fit takes it: the Job checks the layout against it, and the
+#: engine's defaults (its fused optimizer) are traced.
 TRACED_FIELDS = frozenset({"batch", "seq", "precision", "optimizer", "fused_optimizer",
-                           "checkpointing", "attention", "gpus", "zero", "tp"})
+                           "checkpointing", "attention", "gpus", "zero", "tp", "engine"})
 
 HELP = "run a model's real training or inference step under fake tensors and record its memory"
 
@@ -45,6 +47,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw the memory timeline (needs matplotlib)")
     p.set_defaults(func=run)
+
+
+def check_traced_engine(job) -> None:
+    """The engines whose step the trace replays: transformers' model code, run eagerly, and for a
+    sharded step FSDP2's shards (what ``trace_sharded`` runs). Any other is one line naming the
+    engines that are traced; ``gpuplan fit`` plans them all."""
+    if job.engine == "auto":
+        return
+    prof = job.engine_profile
+    runtime = runtime_of(job.runtime, job.mode, job.engine)
+    traced = "transformers, deepspeed, fsdp2 or torchtitan"
+    if prof.model_code != "transformers":
+        why = f"it runs its own model code ({prof.model_code}), the trace transformers'"
+    elif runtime != "eager":
+        why = f"it runs the step under runtime {runtime}, the trace runs it eagerly"
+    elif (job.gpus > 1 or job.zero) and job.sharding != "fsdp2":
+        why = f"its ZeRO is {job.sharding}'s, the trace shards the step with FSDP2"
+        traced = "fsdp2 or torchtitan"
+    else:
+        return
+    raise InputError(f"{opt('engine')} {prof.name}: {why}; use {opt('engine')} {traced} "
+                     f"(`gpuplan fit` plans {prof.name})", field="engine", value=prof.name)
 
 
 def _sharded(job, model, kw: dict, args: argparse.Namespace):
@@ -79,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         args.gpus = args.tp  # --tp T alone: T ranks of tensor parallelism
     job = job_options_to_job(args, args.model, command="trace", default_mode="train",
                              modes=("train", "infer"), supported=TRACED_FIELDS)
+    check_traced_engine(job)
     impl = args.optimizer_impl or ("fused" if job.fused_optimizer else None)
     kw: dict = {"real": args.real, "mode": job.mode, "batch": job.batch, "seq": job.seq,
                 "precision": job.precision if job.mode == "train" else job.infer_precision,

@@ -27,7 +27,7 @@ from typing import Literal, Sequence, get_args
 
 from .._record import record
 from ..bounds import BOUNDS
-from ..errors import InputError, shown
+from ..errors import InputError, opt, shown
 from ..job import Attention, Checkpointing, Job, default_seq
 from ..models._types import Architecture, attention_for
 
@@ -536,7 +536,8 @@ def build_forward_ops(arch: Architecture, shape: StepShape, *, act_bytes: int,
     skips fully masked blocks and never stores the scores) or ``eager`` (materialized scores).
     """
     if attention not in get_args(Attention):
-        raise InputError(f"attention {attention!r}: expected sdpa or eager")
+        raise InputError(f"{opt('attention')} {attention!r}: expected sdpa or eager",
+                         field="attention", value=attention)
     nb = _Bytes(act=act_bytes, weight=weight_bytes,
                 head=weight_bytes if head_bytes is None else head_bytes,
                 embed=weight_bytes if embed_bytes is None else embed_bytes,
@@ -629,7 +630,8 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
     if checkpointing == "none":
         return ()
     if checkpointing not in ("selective", "full"):
-        raise InputError(f"checkpointing {checkpointing!r}: expected none, selective or full")
+        raise InputError(f"{opt('checkpointing')} {checkpointing!r}: expected none, selective "
+                         "or full", field="checkpointing", value=checkpointing)
     out = []
     for op in fwd:
         if not is_layer_op(op):

@@ -453,10 +453,11 @@ class StepSpec:
            optimizer_impl: str | None = None,
            grad_clip_impl: str | None = None) -> "StepSpec":
         train = mode == "train"
-        for what, impl, known in (("optimizer", optimizer_impl, OPTIMIZER_IMPLS),
-                                  ("gradient clipping", grad_clip_impl, GRAD_CLIP_IMPLS)):
+        for field, impl, known in (("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS),
+                                   ("grad_clip_impl", grad_clip_impl, GRAD_CLIP_IMPLS)):
             if impl is not None and impl not in known:
-                raise InputError(f"{what} implementation {impl!r}: expected {', '.join(known)}")
+                raise InputError(f"{opt(field)} {impl!r}: expected {', '.join(known)}",
+                                 field=field, value=impl, accepted=", ".join(known))
         if optimizer_impl is None and job.fused_optimizer:
             optimizer_impl = "fused"
         return cls(mode=mode, batch=job.batch, seq=seq, checkpointing=job.checkpointing,

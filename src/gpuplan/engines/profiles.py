@@ -27,7 +27,7 @@ from ..errors import InputError, closest, opt, shown
 
 __all__ = ["EngineProfile", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
            "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
-           "engine_notes"]
+           "engine_notes", "LayoutLimits", "layout_limits", "SEARCH_SCHEDULES"]
 
 
 @record
@@ -255,6 +255,49 @@ def get_engine(name: object) -> EngineProfile:
 def resolve_engine(name: str) -> str:
     """The engine ``name`` stands for (``auto`` -> :data:`AUTO_ENGINE`)."""
     return get_engine(name).name
+
+
+#: The pipeline schedules a layout search tries when PP > 1 (GPipe has 1F1B's bubble and more
+#: memory: never better), with the model chunks per rank of the interleaved one.
+SEARCH_SCHEDULES = ("1f1b", "interleaved:2", "interleaved:4")
+#: Every model-parallel dimension: what engine ``auto`` plans (Megatron-LM's sharding of any
+#: layout, with ZeRO up to 3).
+_ALL_DIMS = frozenset({"tp", "sp", "pp", "cp", "ep"})
+
+
+@record
+class LayoutLimits:
+    """The layouts a job's engine runs: what every layout search (``gpuplan cluster``, fit's
+    fewest-GPU columns) enumerates, and nothing else."""
+
+    dims: frozenset[str]
+    """Its model-parallel dimensions (``tp``, ``sp``, ``pp``, ``cp``, ``ep``)."""
+    zero: tuple[int, ...]
+    """Its ZeRO stages under the job's sharding (FSDP2 has no ZeRO-1)."""
+    schedules: tuple[str, ...]
+    """Of :data:`SEARCH_SCHEDULES`, those it runs (``1f1b`` at least)."""
+    parts: tuple[bool, ...]
+    """The embedding and loss as pipeline parts: tried off and on, or as the engine fixes it."""
+
+    @property
+    def deepest_zero(self) -> int:
+        """The deepest ZeRO stage it runs."""
+        return max(self.zero)
+
+
+def layout_limits(job: object) -> LayoutLimits:
+    """What ``job``'s engine runs (engine ``auto``: every dimension, ZeRO-3, every searched
+    schedule and both pipeline-part choices, as Megatron-LM shards a layout)."""
+    fsdp = job.sharding == "fsdp2"
+    if job.engine == "auto":
+        return LayoutLimits(dims=_ALL_DIMS, zero=(0, 2, 3) if fsdp else (0, 1, 2, 3),
+                            schedules=SEARCH_SCHEDULES, parts=(False, True))
+    prof = get_engine(job.engine)
+    scheds = tuple(s for s in SEARCH_SCHEDULES if s.partition(":")[0] in prof.pp_schedules)
+    return LayoutLimits(dims=prof.parallel,
+                        zero=tuple(z for z in prof.zero_stages if not (fsdp and z == 1)),
+                        schedules=scheds or ("1f1b",),
+                        parts=(True,) if prof.pp_parts == "always" else (False, True))
 
 
 def runtime_of(runtime: str, mode: str, engine: str = "auto") -> str:

@@ -13,9 +13,8 @@ import json
 
 from functools import cache
 
-from ..engines.profiles import get_engine
 from ..errors import InputError, opt
-from ..job import Job
+from ..job import Job, default_job
 from ..models import Model
 
 __all__ = ["refuse", "check_expressed", "train_only", "infer_only", "accumulation", "flag",
@@ -51,10 +50,9 @@ def refuse(engine: str, text: str, *, field: str = "export", value: object = Non
 
 @cache
 def _defaults(engine: str) -> dict[str, object]:
-    """Every field as a job left to ``engine`` has it (what the engine decides resolved)."""
-    prof = get_engine(engine)
-    mode = "both" if len(prof.modes) == 2 else prof.modes[0]
-    return Job(model="defaults", mode=mode, engine=engine).to_dict()
+    """Every field as a job left to ``engine`` has it: :func:`gpuplan.job.default_job`, the job
+    ``job_flags`` prints a job against, in the engine's own mode."""
+    return default_job(engine).to_dict()
 
 
 def check_expressed(job: Job, engine: str, checked: tuple[str, ...],

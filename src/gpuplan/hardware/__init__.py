@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .._record import record
-from ..errors import InputError, UnknownNameError, UnsupportedError, shown
+from ..errors import InputError, UnknownNameError, UnsupportedError, opt, shown
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_positive_int
 
 __all__ = [
@@ -146,12 +146,13 @@ class GPU:
         except KeyError:
             have = [d for d in DTYPES if d in self.peak_flops]
             offer = next((d for d in ("bf16", "fp16", "tf32", "fp32") if d in have and d != dtype), None)
-            hint = f"; use --dtype {offer}" if offer else ""
+            hint = f"; use {opt('dtype')} {offer}" if offer else ""
             if self.vendor == "custom":
                 hint += f" (or give it: {self.name},{dtype}=...TF)"
             where = "in its spec" if self.vendor == "custom" else "in the catalog"
             raise UnsupportedError(
-                f"{self.name} has no {dtype} peak {where} (recorded: {', '.join(have) or 'none'}){hint}"
+                f"{self.name} has no {dtype} peak {where} (recorded: {', '.join(have) or 'none'}){hint}",
+                field="dtype", value=dtype, fix={"dtype": offer} if offer else None,
             ) from None
 
     def ridge_point(self, dtype: str) -> float:
@@ -403,16 +404,22 @@ _CUSTOM_HELP = ("custom:MEMORY[,bw=RATE][,DTYPE=PEAK...][,sms=N,threads=N][,pcie
                 "such as custom:24GB,bw=1000GB/s,bf16=165TF")
 
 
+def _bad_spec(spec: str, problem: str) -> InputError:
+    """The one line a bad ``custom:`` spec raises: the ``gpu`` field (:func:`opt`) and the spec,
+    then the problem; the field and the spec as data."""
+    return InputError(f"{opt('gpu')} {spec!r}: {problem}", field="gpu", value=spec)
+
+
 def _custom_part(spec: str, key: str, value: str) -> tuple[str, object]:
     """One ``key=value`` of a custom spec, parsed with gpuplan.units."""
-    what = f"--gpu {spec!r}: {key}="
+    what = f"{opt('gpu')} {spec!r}: {key}="
     if key == "bw":
         return key, parse_bandwidth(value, what=what)
     if key in DTYPES:
         peak = parse_flops(value, what=what)
         if peak < 1e9:  # a bare "165" is 165 FLOP/s: surely a missing unit
             bare = value.strip().replace(".", "", 1).isdigit()
-            raise InputError(f"--gpu {spec!r}: {key}={value} reads as {peak:g} FLOP/s, below any "
+            raise _bad_spec(spec, f"{key}={value} reads as {peak:g} FLOP/s, below any "
                              "GPU; " + (f"give a unit, e.g. {key}={value}TF" if bare else
                                         f"give the peak in TF, e.g. {key}=165TF"))
         return key, peak
@@ -422,13 +429,13 @@ def _custom_part(spec: str, key: str, value: str) -> tuple[str, object]:
         gen, x, lanes = value.lower().partition("x")
         if not x or not gen.strip().isdigit() or not lanes.strip().isdigit() \
                 or len(gen.strip()) > 2 or len(lanes.strip()) > 3:
-            raise InputError(f"--gpu {spec!r}: pcie={value!r}: expected GENxLANES such as pcie=4x16")
+            raise _bad_spec(spec, f"pcie={value!r}: expected GENxLANES such as pcie=4x16")
         try:
             pcie_bandwidth(int(gen), int(lanes))  # checks the generation and the lanes
         except InputError as e:
-            raise InputError(f"--gpu {spec!r}: pcie={value!r}: {e}") from None
+            raise _bad_spec(spec, f"pcie={value!r}: {e}") from None
         return key, (int(gen), int(lanes))
-    raise InputError(f"--gpu {spec!r}: unknown part {key!r}; expected bw=, sms=, threads=, pcie= or a peak "
+    raise _bad_spec(spec, f"unknown part {key!r}; expected bw=, sms=, threads=, pcie= or a peak "
                      f"per dtype ({', '.join(DTYPES)}): {_CUSTOM_HELP}")
 
 
@@ -443,24 +450,24 @@ def parse_custom_gpu(spec: str) -> GPU:
     """
     text = spec.strip()
     if not text.lower().startswith(CUSTOM_PREFIX):
-        raise InputError(f"--gpu {spec!r}: expected {_CUSTOM_HELP}")
+        raise _bad_spec(spec, f"expected {_CUSTOM_HELP}")
     parts = [p.strip() for p in text[len(CUSTOM_PREFIX):].split(",")]
     if not parts[0] or "=" in parts[0]:
-        raise InputError(f"--gpu {spec!r}: the memory comes first; expected {_CUSTOM_HELP}")
-    memory = parse_bytes(parts[0], what=f"--gpu {spec!r}: memory")
+        raise _bad_spec(spec, f"the memory comes first; expected {_CUSTOM_HELP}")
+    memory = parse_bytes(parts[0], what=f"{opt('gpu')} {spec!r}: memory")
     if memory <= 0:
-        raise InputError(f"--gpu {spec!r}: memory {parts[0]!r} must be more than 0 bytes, e.g. 24GB")
+        raise _bad_spec(spec, f"memory {parts[0]!r} must be more than 0 bytes, e.g. 24GB")
     given: dict[str, object] = {}
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         key = key.strip().lower()
         if not sep or not key or not value.strip():
-            raise InputError(f"--gpu {spec!r}: part {part!r} is not key=value; expected {_CUSTOM_HELP}")
+            raise _bad_spec(spec, f"part {part!r} is not key=value; expected {_CUSTOM_HELP}")
         if key in given:
-            raise InputError(f"--gpu {spec!r}: {key}= is given twice; give it once")
+            raise _bad_spec(spec, f"{key}= is given twice; give it once")
         given[key] = _custom_part(spec, key, value.strip())[1]
     if ("sms" in given) != ("threads" in given):
-        raise InputError(f"--gpu {spec!r}: give sms= and threads= together (SMs and threads per SM), "
+        raise _bad_spec(spec, f"give sms= and threads= together (SMs and threads per SM), "
                          "e.g. sms=128,threads=1536")
     return GPU(
         name=text, vendor="custom", architecture="custom", memory_bytes=memory,

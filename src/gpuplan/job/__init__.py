@@ -7,7 +7,7 @@ from __future__ import annotations
 from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
                        ServingConfig, ShardingConfig, TrainingLoop)
 from ._job import (FLAT_FIELDS, Job, choices_of, field_group, flat_defaults, flat_docs,
-                   flat_hints, job_flags)
+                   flat_hints, job_flags, default_job)
 from ..parallel.checks import (check_layout, divisors, nearest, part_layers, pipeline_fix,
                                pp_chunks, tp_fix)
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_MODEL_PARAMS, DEFAULT_SEQ,
@@ -18,6 +18,7 @@ __all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", 
            "PP_SCHEDULES", "pp_chunks", "part_layers", "check_layout", "pipeline_fix", "tp_fix",
            "nearest", "divisors", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION", "seq_limit",
-           "DEFAULT_MODEL_PARAMS", "FLAT_FIELDS", "flat_hints", "flat_defaults", "flat_docs", "choices_of", "job_flags", "field_group", "CONFIGS",
+           "DEFAULT_MODEL_PARAMS", "FLAT_FIELDS", "flat_hints", "flat_defaults", "flat_docs", "choices_of", "job_flags", "default_job",
+           "field_group", "CONFIGS",
            "ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
            "ServingConfig", "ParallelLayout"]

@@ -28,7 +28,7 @@ from ._fields import alternatives, check_value, from_json, hints_of
 from ._vocab import DEFAULT_MODEL_PARAMS, KV_DTYPES, PP_SCHEDULES, ZERO_STAGES, Attention, Mode
 
 __all__ = ["Job", "FLAT_FIELDS", "field_group", "flat_hints", "flat_defaults", "flat_docs",
-           "choices_of", "job_flags"]
+           "choices_of", "job_flags", "default_job"]
 
 
 @record
@@ -366,6 +366,17 @@ def choices_of(name: str) -> tuple[str, ...] | None:
 _FLAG_EXCEPTIONS = {"zero_grad_set_to_none": "--zero-grad-in-place"}
 
 
+def default_job(engine: str = "auto", mode: str | None = None, *,
+                model: str | Model = "defaults") -> Job:
+    """The job ``engine`` gives in ``mode`` with nothing else said: what :func:`job_flags`
+    prints a job against, and what an export calls a field's default. ``mode`` None: the
+    engine's own (``both`` when it trains and serves, else the one it runs)."""
+    if mode is None:
+        modes = get_engine(engine).modes
+        mode = "both" if len(modes) == 2 else modes[0]
+    return Job(model=model, mode=mode, engine=engine)
+
+
 def job_flags(job: Job, *, against: Job | None = None, skip: tuple[str, ...] = ("model",)
               ) -> list[str]:
     """The ``gpuplan fit`` options that describe ``job``: every field that differs from
@@ -373,7 +384,7 @@ def job_flags(job: Job, *, against: Job | None = None, skip: tuple[str, ...] = (
     Job's field order; booleans as their flag, lists comma-joined. What a search prints beside
     each proposal, so the proposal is one command away."""
     if against is None:
-        against = Job(model=job.model, mode=job.mode, engine=job.engine)
+        against = default_job(job.engine, job.mode, model=job.model)
     out: list[str] = []
     for name in FLAT_FIELDS:
         value, base = getattr(job, name), getattr(against, name)

@@ -44,6 +44,7 @@ from dataclasses import replace
 from operator import attrgetter
 
 from .._record import record
+from ..engines.profiles import layout_limits
 from ..errors import InputError
 from ..job import FLAT_FIELDS, Job
 from ..models import Model
@@ -181,7 +182,7 @@ def fewest_zero3(model: Model, job: Job, usable: int, level: OverheadLevel, over
     bound of :class:`_Floor` (galloping up, then bisecting) finds it. ``memo`` keeps the per-N
     totals for the job (:func:`shared_memo`)."""
     memo = {} if memo is None else memo
-    if _limits(job)[1] < 3:
+    if layout_limits(job).deepest_zero < 3:
         return None  # the engine has no ZeRO-3 (Megatron's distributed optimizer is ZeRO-1)
     # under a parallel layout N counts in whole model replicas (tp x pp x cp GPUs each), and
     # dp x cp must hold the expert-parallel group
@@ -286,7 +287,7 @@ def _degrees(model: Model, job: Job, memo: dict, train: bool) -> tuple[tuple[int
     if key in memo:
         return memo[key]
     arch = model.architecture
-    dims, _ = _limits(job)
+    dims = layout_limits(job).dims
     tps = []
     top_t = min(job.gpus_per_node, arch.num_heads) if "tp" in dims else 1
     for t in range(1, top_t + 1):  # TP divides the heads
@@ -393,21 +394,8 @@ def _layout(job: Job, t: int, p: int, d: int, zero: int) -> LayoutFit:
     if p > 1:
         m = max(job.micro_batches or job.grad_accum, p)
     return LayoutFit(mode="train", gpus=t * p * d, tp=t, pp=p, zero=zero if d > 1 else 0,
-                     sequence_parallel=t > 1 and "sp" in _limits(job)[0], micro_batches=m,
+                     sequence_parallel=t > 1 and "sp" in layout_limits(job).dims, micro_batches=m,
                      peak_bytes=0)
-
-
-#: Every parallel dimension (what engine auto plans: Megatron-LM's sharding of any layout).
-_ALL_DIMS = frozenset({"tp", "sp", "pp", "cp", "ep"})
-
-
-def _limits(job: Job) -> tuple[frozenset[str], int]:
-    """(the parallel dimensions, the deepest ZeRO stage) the job's engine runs: a layout search
-    proposes nothing else (engine auto: every dimension and ZeRO-3)."""
-    if job.engine == "auto":
-        return _ALL_DIMS, 3
-    prof = job.engine_profile
-    return prof.parallel, max(prof.zero_stages)
 
 
 class _TrainSearch:
@@ -419,7 +407,7 @@ class _TrainSearch:
         self.model, self.job, self.usable = model, job, usable
         self.level, self.overrides, self.memo = level, overrides, memo
         self.floor, self.over = floor, floor.overhead
-        self.zero = _limits(job)[1]
+        self.zero = layout_limits(job).deepest_zero
         """The deepest ZeRO stage the engine runs: the one a layout is planned with (ZeRO-3's
         memory at the same layout bounds it from below: the bounds stay valid)."""
         self.zero_one = job.sharding != "fsdp2" and (

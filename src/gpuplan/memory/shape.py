@@ -3,7 +3,7 @@ the architecture supports it."""
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..errors import InputError, opt
 from ..job import Job, default_seq, seq_limit
 from ..models import Model
 
@@ -30,6 +30,7 @@ def check_seq(model: Model, job: Job) -> None:
         if v is not None and v > limit:
             what = ("tokens per image (patches + class token)" if arch.kind == "vision"
                     else "positions (max_position_embeddings)")
-            raise InputError(f"{name} {v}: {model.name} supports at most {limit} {what}; "
-                             f"use --{name} {limit} or less")
+            raise InputError(f"{opt(name)} {v}: {model.name} supports at most {limit} {what}; "
+                             f"use {opt(name)} {limit} or less", field=name, value=v,
+                             accepted=f"at most {limit}", fix={name: limit})
 

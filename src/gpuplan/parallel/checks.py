@@ -23,13 +23,15 @@ def pp_chunks(schedule: object) -> tuple[str, int]:
     text = str(schedule).strip().lower()
     name, _, v = text.partition(":")
     if name not in PP_SCHEDULES or (v and name != "interleaved"):
-        raise InputError(f"pp schedule {schedule!r:.40}: expected gpipe, 1f1b or interleaved:V "
-                         "(V model chunks per stage, e.g. interleaved:2)")
+        raise InputError(f"{opt('pp_schedule')} {schedule!r:.40}: expected gpipe, 1f1b or "
+                         "interleaved:V (V model chunks per stage, e.g. interleaved:2)",
+                         field="pp_schedule", value=schedule)
     if name != "interleaved":
         return name, 1
     if not (v.isascii() and v.isdigit()) or not 2 <= int(v) <= 64:
-        raise InputError(f"pp schedule {schedule!r:.40}: interleaved needs its chunks per stage, "
-                         "2 to 64, e.g. interleaved:2")
+        raise InputError(f"{opt('pp_schedule')} {schedule!r:.40}: interleaved needs its chunks "
+                         "per stage, 2 to 64, e.g. interleaved:2", field="pp_schedule",
+                         value=schedule, fix={"pp_schedule": "interleaved:2"})
     return name, int(v)
 
 

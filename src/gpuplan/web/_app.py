@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from .._io import json_text
 from ..errors import GpuplanError, InputError, UnknownNameError
-from ..job import FLAT_FIELDS, Job
+from ..job import Job
 from . import _service
 from ._openapi import openapi_schema
 
@@ -167,23 +166,7 @@ async def _input_error(request: Request, exc: Exception) -> Response:
     status = 404 if isinstance(exc, UnknownNameError) and request.method == "GET" else 422
     # an error is data: its field, value, what is accepted and the fix, named as JSON keys
     data = exc.to_dict() if isinstance(exc, InputError) else {"error": str(exc)}
-    return _error(status, _as_keys(data.pop("error")), data=data)
-
-
-#: The keys a request may hold: the Job's fields and the endpoints' own options.
-_KEYS = frozenset(FLAT_FIELDS) | frozenset(
-    _service.FIT_OPTIONS + _service.CLUSTER_OPTIONS)
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
-
-
-def _as_keys(message: str) -> str:
-    """A library message names the command line's options ("use --tp 4", "add --grad-accum 8");
-    a request holds JSON keys: name those instead ("use tp 4", "add grad_accum 8"). An option with
-    no key of the same name is left as written."""
-    def key(m: re.Match) -> str:
-        name = m.group(1).replace("-", "_")
-        return name if name in _KEYS else m.group(0)
-    return _FLAG.sub(key, message)
+    return _error(status, data.pop("error"), data=data)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
 from ..._extras import require
-from ...errors import InputError
+from ...errors import InputError, opt
 from ..bench.run import no_cuda_reason
 from .analysis import NoStepsError, RunInfo, analyze
 from .distributed import gather_reports
@@ -66,8 +66,9 @@ def check_device(device: str | None) -> None:
         return
     torch = _torch()
     if not torch.cuda.is_available():
-        raise InputError(f"--device cuda: {no_cuda_reason(torch)}; use --device cpu or auto, "
-                         "or run on a machine with a CUDA GPU")
+        raise InputError(f"{opt('device')} cuda: {no_cuda_reason(torch)}; use {opt('device')} "
+                         "cpu or auto, or run on a machine with a CUDA GPU", field="device",
+                         value="cuda", fix={"device": "cpu"})
 
 
 def _check_count(value: Any, what: str, minimum: int) -> int:
