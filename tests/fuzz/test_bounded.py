@@ -253,6 +253,15 @@ def test_a_two_million_token_vocabulary_is_read_in_bounded_work(tmp_path):
     assert json.loads(out)["model"]["params"] == v * H + 3 * H + 4 * H * H + 3 * H * I
 
 
+def test_a_vocabulary_string_longer_than_the_file_is_refused_before_it_is_read(tmp_path):
+    p = write_gguf(tmp_path / "long-token.gguf", vocab=8, vocab_tokens=8)
+    data = bytearray(p.read_bytes())
+    at = data.index(_gstr(b"t%07d" % 5))
+    data[at:at + 8] = struct.pack("<Q", 2**62)
+    p.write_bytes(bytes(data))
+    assert_bounded_error(("fit", str(p)), "declares 4611686018427387904 bytes but only")
+
+
 def test_overlapping_gguf_tensors_are_refused(tmp_path):
     p = write_gguf(tmp_path / "overlap.gguf", overlap=True)
     assert_bounded_error(("fit", str(p)), "overlaps")
@@ -299,8 +308,16 @@ def test_gguf_precision_for_speed_is_one_line(cmd):
 
 @pytest.mark.parametrize("digits", [31, 4301])
 def test_bench_show_of_a_huge_id_is_one_line(tmp_path, digits):
+    # an existing store: the 31-digit id reached SQLite's binding (OverflowError) only there
+    from gpuplan.measure import store
+
+    db = tmp_path / "b.sqlite"
+    conn = store._connect(db, write=True)
+    store._check_schema(conn, db, create=True)
+    conn.commit()
+    conn.close()
     assert_bounded_error(("bench", "--show", "9" * digits), "run ",
-                         env={"GPUPLAN_BENCH_DB": str(tmp_path / "b.sqlite")})
+                         env={"GPUPLAN_BENCH_DB": str(db)})
 
 
 def test_profile_of_a_300_character_script_name_is_one_line(tmp_path):

@@ -68,6 +68,7 @@ def hf_name(name: str) -> str:
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
 #: Longest metadata string kept (architecture names, a chat template); longer ones are skipped.
 MAX_KEPT_STRING = 1 << 16
 #: GGML_MAX_DIMS: a tensor has at most 4 dimensions.
@@ -100,6 +101,29 @@ class _Cursor:
         self.need(n, what)
         self.f.seek(n, 1)
         self.pos += n
+
+    def skip_strings(self, n: int, what: str, chunk: int = 1 << 20) -> None:
+        """Skip ``n`` length-prefixed strings unread, walking the lengths in a buffer of at most
+        ``chunk`` bytes (a 2-million-token vocabulary: ~1 s, no string made)."""
+        buf, i = b"", 0
+        for _ in range(n):
+            if len(buf) - i < 8:
+                buf = buf[i:] + self.f.read(min(chunk, self.size - self.pos - len(buf) + i))
+                i = 0
+                if len(buf) < 8:
+                    raise self.fail(f"{what}: the file ends inside its length")
+            (length,) = _U64.unpack_from(buf, i)
+            self.pos += 8
+            i += 8
+            if length > self.size - self.pos:
+                raise self.fail(f"{what} declares {length} bytes but only "
+                                f"{self.size - self.pos} remain")
+            self.pos += length
+            i += length
+            if i > len(buf):  # past the buffer: go on from the file
+                self.f.seek(i - len(buf), 1)
+                buf, i = b"", 0
+        self.f.seek(i - len(buf), 1)  # back to the end of the last string
 
     def unpack(self, fmt: str, what: str):
         return struct.unpack(fmt, self.read(struct.calcsize(fmt), what))[0]
@@ -136,8 +160,7 @@ def _value(c: _Cursor, vtype: int, key: str) -> object:
         c.skip(n * width, f"array {key!r}")
     elif itype == _STRING:
         n = c.count(f"array {key!r} of strings", 8)
-        for _ in range(n):
-            c.skip(c.unpack("<Q", f"a string of {key!r}"), f"a string of {key!r}")
+        c.skip_strings(n, f"a string of {key!r}")
     else:  # nested arrays: no metadata gpuplan reads is one
         raise c.fail(f"metadata {key!r} is an array of type {itype}, which gpuplan does not read")
     return n
