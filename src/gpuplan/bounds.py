@@ -25,7 +25,17 @@ seconds            > 0 .. 10^7 s                measured or expected step times 
 duration           0 .. 10^7 s                  a spread (IQR) or minimum of measured times
 fraction           0 .. < 1                     fragmentation, dropout
 grad_norm          > 0 .. 10^6                  a clipping threshold (1.0 is the usual one)
+loss_chunks        1 .. 1024                    the head's graph is built once per chunk (1,024:
+                                                ~1.4 s for gpt2); torchtune's default is 8
 =================  ===========================  =================================================
+
+Counts that drive work inside gpuplan, not taken from an option (the ones above bound those):
+
+* :data:`MAX_REPLAY_PARAMS` -- freed-after-use parameters the ZeRO-3 coordinator replay names
+  one by one (:mod:`gpuplan.engines.zero3`); persisted (small) ones and runs of experts with
+  only those are reckoned in closed form, so 10^7 tiny experts cost no more than one.
+* :data:`MAX_FILE_ITEMS` -- keys, tensors and array items a model file may declare
+  (:mod:`gpuplan.models._gguf`); every declared size is also checked against the bytes left.
 """
 
 from __future__ import annotations
@@ -35,7 +45,8 @@ import math
 from ._record import record
 from .errors import InputError, opt, shown
 
-__all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS"]
+__all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS",
+           "MAX_LOSS_CHUNKS", "MAX_REPLAY_PARAMS", "MAX_FILE_ITEMS"]
 
 #: Longest decimal text parsed as a number (2^62 has 19 digits; a float with an exponent fits).
 MAX_DIGITS = 40
@@ -43,6 +54,18 @@ MAX_DIGITS = 40
 #: Longest command-line value treated as a name or path (a file name is at most 255 bytes; a path
 #: at most 4096 on Linux).
 MAX_ARG_CHARS = 4096
+
+#: Most loss chunks: the output head's graph is built and simulated once per chunk (1,024 chunks
+#: of gpt2 take ~1 s; 100,000 took 36 s and 1 GB). torchtune's default is 8.
+MAX_LOSS_CHUNKS = 1024
+
+#: Most freed-after-use parameters the DeepSpeed ZeRO-3 replay follows one by one (200,000: ~3 s);
+#: a model with more gets the per-unit estimate, said in its note.
+MAX_REPLAY_PARAMS = 200_000
+
+#: Most keys, tensors or array items one model file may declare (a GGUF vocabulary of 2^22
+#: tokens is 16 times the largest published one, 256,000).
+MAX_FILE_ITEMS = 2**22
 
 
 @record(kw_only=False)
@@ -99,6 +122,7 @@ BOUNDS: dict[str, Bound] = {
     "epochs": Bound(0, 1e6, "a number of epochs", open_low=True),
     "fraction": Bound(0, 1, "a fraction", open_high=True),
     "grad_norm": Bound(0, 1e6, "a gradient-norm threshold", open_low=True),
+    "loss_chunks": Bound(1, MAX_LOSS_CHUNKS, "a number of loss chunks"),
 }
 
 

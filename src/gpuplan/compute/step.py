@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Literal, Sequence
 
 from .._record import record
-from ..errors import InputError, UnsupportedError, opt
+from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
@@ -264,7 +264,15 @@ def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
 
 
 def infer_precision(weight_format: str, device: Device, tf32: bool) -> PrecisionLayout:
-    """The layout of an inference weight format (a name the Job accepted) on ``device``."""
+    """The layout of an inference weight format (a name the Job accepted) on ``device``.
+    ``gguf`` (a .gguf file's own per-tensor types) has no one layout: the speed model refuses
+    it in one line rather than guess its bits."""
+    if weight_format not in WEIGHT_FORMATS:
+        raise InputError(f"{opt('infer_precision')} {shown(weight_format)}: the speed model "
+                         "takes one weight format for every tensor; give the one the file "
+                         f"mostly stores ({', '.join(list(WEIGHT_FORMATS)[:6])} ...)",
+                         field="infer_precision", value=weight_format,
+                         accepted=", ".join(WEIGHT_FORMATS))
     f = WEIGHT_FORMATS[weight_format]
     dtype = "tf32" if (f.compute_dtype == "fp32" and tf32) else f.compute_dtype
     _check_dtype(device, dtype, "infer")

@@ -32,10 +32,13 @@ prefetch bucket, not the live cap, stops a round).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
+import itertools
 import math
 
 from .._record import record
+from ..bounds import MAX_REPLAY_PARAMS
 from ..models import Model, ParamTensor
 
 __all__ = ["PREFETCH_BUCKET", "MAX_LIVE", "MAX_REUSE", "PERSISTENCE", "Gathered",
@@ -85,8 +88,11 @@ class Gathered:
         return self.live + self.persisted
 
 
-# One use of a submodule: its label and its parameters as (key, elements).
-_Use = tuple[str, tuple[tuple[str, int], ...]]
+# One use of a submodule: its label, its freed-after-use parameters as (key, elements), the
+# elements of all its parameters (the persisted ones too: the reuse distance counts them) and
+# the prefetch rounds it stands for (a run of submodules with persisted parameters only, e.g.
+# 10^7 tiny experts, is one use of many rounds: they fetch and release nothing).
+_Use = tuple[str, tuple[tuple[str, int], ...], int, int]
 
 
 def deepspeed_gathered(model: Model, full_checkpointing: bool, *,
@@ -95,7 +101,8 @@ def deepspeed_gathered(model: Model, full_checkpointing: bool, *,
                        persistence: int = PERSISTENCE) -> Gathered | None:
     """DeepSpeed's gathered peak for ``model`` (one rank's tensors, after any tensor or pipeline
     split) under the ``stage3_*`` settings given (its defaults unless said); None when the model
-    has no tensor list to replay."""
+    has no tensor list to replay, or more freed-after-use parameters than
+    ``bounds.MAX_REPLAY_PARAMS`` (the caller then states its per-unit estimate)."""
     arch = model.architecture
     if arch is None or not model.tensors or not arch.num_layers:
         return None
@@ -115,10 +122,30 @@ def _module_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else name
 
 
+def _copies(t: ParamTensor, layers: int) -> tuple[int | None, int]:
+    """(the only layer, copies in each layer it is in) of a per-layer tensor."""
+    if t.layer is not None:
+        return t.layer, t.count
+    return None, max(1, math.ceil(t.count / layers))
+
+
+def _keys(t: ParamTensor, layers: int) -> int:
+    """How many distinct parameters the replay names for ``t``."""
+    if "{i}" in t.name or t.layer is not None:
+        only, copies = _copies(t, layers)
+        return copies * (1 if only is not None else layers)
+    return t.count
+
+
 @functools.lru_cache(maxsize=256)
 def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: bool,
-            knobs: _Knobs) -> Gathered:
-    pre, layer_uses, post = _forward_order(tensors, layers, tied)
+            knobs: _Knobs) -> Gathered | None:
+    small = knobs.persistence
+    if sum(_keys(t, layers) for t in tensors if t.numel > small) > MAX_REPLAY_PARAMS:
+        return None
+    # persisted parameters in closed form: never fetched nor released, counted once each
+    persisted = sum(t.numel * _keys(t, layers) for t in tensors if t.numel <= small)
+    pre, layer_uses, post = _forward_order(tensors, layers, tied, small)
     forward = pre + [u for lay in layer_uses for u in lay] + post
     if full:
         backward = list(reversed(post))
@@ -128,8 +155,7 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     else:
         backward = list(reversed(forward))
     uses = forward + backward
-    numel = {k: n for _, ps in uses for k, n in ps}
-    persisted = sum(n for n in numel.values() if n <= knobs.persistence)
+    numel = {k: n for _, ps, _, _ in uses for k, n in ps}
     # The embeddings' backward never releases: DeepSpeed hangs a module's post-backward hook on
     # its inputs that require a gradient (parameter_offload.py), and token and position ids get
     # none, so they stay gathered until release_backward_leftovers at the end of the backward
@@ -137,64 +163,105 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     # test_zero3_deepspeed_oracle.py).
     kept = frozenset(range(len(uses) - len(pre), len(uses)))
     live, where, fetched = _coordinator(uses, numel, knobs, kept)
-    partitioned = sum(n for n in numel.values() if n > knobs.persistence)
     return Gathered(live=live, persisted=persisted, where=where, fetched=fetched,
-                    partitioned=partitioned)
+                    partitioned=sum(numel.values()))
 
 
-def _forward_order(tensors: tuple[ParamTensor, ...], layers: int,
-                   tied: bool) -> tuple[list[_Use], list[list[_Use]], list[_Use]]:
+_Mods = dict[str, list]  # module -> [[(key, elements) of the freed-after-use ones], elements]
+
+
+def _add(mods: _Mods, mod: str, key: str, n: int, small: int) -> None:
+    entry = mods.setdefault(mod, [[], 0])
+    if n > small:
+        entry[0].append((key, n))
+    entry[1] += n
+
+
+def _uses(mods: _Mods) -> list[_Use]:
+    return [(m, tuple(ps), n, 1) for m, (ps, n) in mods.items()]
+
+
+def _forward_order(tensors: tuple[ParamTensor, ...], layers: int, tied: bool,
+                   small: int) -> tuple[list[_Use], list[list[_Use]], list[_Use]]:
     """The submodule uses of one forward: the embeddings, each layer's submodules in the order
     the model lists its tensors (experts one after another, each expert's own submodules
-    together), then whatever else (the final norm) and the head."""
-    embed: dict[str, list[tuple[str, int]]] = {}
-    other: dict[str, list[tuple[str, int]]] = {}
-    head: dict[str, list[tuple[str, int]]] = {}
+    together), then whatever else (the final norm) and the head. Parameters of at most
+    ``small`` elements are not named one by one (only their elements are counted)."""
+    embed: _Mods = {}
+    other: _Mods = {}
+    head: _Mods = {}
     per_layer: list[tuple[ParamTensor, int | None, int]] = []  # (tensor, only layer, copies)
     for t in tensors:
         if "{i}" in t.name or t.layer is not None:
-            if t.layer is not None:
-                per_layer.append((t, t.layer, t.count))
-            else:
-                per_layer.append((t, None, max(1, math.ceil(t.count / layers))))
+            per_layer.append((t, *_copies(t, layers)))
             continue
         group = (embed if t.component == "embeddings" else head if t.component == "head"
                  else other)
         mod = _module_of(t.name)
-        group.setdefault(mod, []).extend((f"{t.name}#{c}", t.numel) for c in range(t.count))
+        if t.numel <= small:
+            _add(group, mod, "", 0, small)
+            group[mod][1] += t.total
+        else:
+            for c in range(t.count):
+                _add(group, mod, f"{t.name}#{c}", t.numel, small)
     if tied and not head and embed:
         # the head is the input embedding's matrix, used again (and gathered again) at the end
-        first = next(iter(embed.values()))
-        head["lm_head (tied)"] = [max(first, key=lambda p: p[1])]
+        first = _module_of(next(t.name for t in tensors if "{i}" not in t.name
+                                and t.layer is None and t.component == "embeddings"))
+        big = max((t for t in tensors if "{i}" not in t.name and t.layer is None
+                   and t.component == "embeddings" and _module_of(t.name) == first),
+                  key=lambda t: t.numel)
+        head["lm_head (tied)"] = [[(f"{big.name}#0", big.numel)] if big.numel > small else [],
+                                  big.numel]
+    layer_uses = [_layer_uses(per_layer, i, small) for i in range(layers)]
+    return _uses(embed), layer_uses, _uses(other) + _uses(head)
 
-    layer_uses: list[list[_Use]] = []
-    for i in range(layers):
-        mods: dict[str, list[tuple[str, int]]] = {}
-        experts: dict[int, dict[str, list[tuple[str, int]]]] = {}
-        for t, only, copies in per_layer:
-            if only is not None and only != i:
-                continue
-            if "{e}" in t.name:
-                if not experts:
-                    mods["{experts}"] = []  # where the experts run, in the layer's order
-                for e in range(copies):
-                    name = t.name.replace("{i}", str(i)).replace("{e}", str(e))
-                    experts.setdefault(e, {}).setdefault(_module_of(name), []).append(
-                        (name, t.numel))
-                continue
-            name = t.name.replace("{i}", str(i))
-            mods.setdefault(_module_of(name), []).extend(
-                (f"{name}#{c}", t.numel) for c in range(copies))
-        uses: list[_Use] = []
-        for mod, ps in mods.items():
-            if mod == "{experts}":
-                uses += [(m, tuple(p)) for e in sorted(experts) for m, p in experts[e].items()]
-            else:
-                uses.append((mod, tuple(ps)))
-        layer_uses.append(uses)
-    pre = [(m, tuple(ps)) for m, ps in embed.items()]
-    post = [(m, tuple(ps)) for m, ps in other.items()] + [(m, tuple(ps)) for m, ps in head.items()]
-    return pre, layer_uses, post
+
+def _layer_uses(per_layer: list[tuple[ParamTensor, int | None, int]], i: int,
+                small: int) -> list[_Use]:
+    """Layer ``i``'s submodule uses, its experts in place (one after another)."""
+    mods: _Mods = {}
+    expert_ts: list[tuple[ParamTensor, int]] = []
+    for t, only, copies in per_layer:
+        if only is not None and only != i:
+            continue
+        if "{e}" in t.name:
+            if not expert_ts:
+                mods["{experts}"] = [[], 0]  # where the experts run, in the layer's order
+            expert_ts.append((t, copies))
+            continue
+        name = t.name.replace("{i}", str(i))
+        if t.numel <= small:
+            _add(mods, _module_of(name), "", 0, small)
+            mods[_module_of(name)][1] += t.numel * copies
+        else:
+            for c in range(copies):
+                _add(mods, _module_of(name), f"{name}#{c}", t.numel, small)
+    uses: list[_Use] = []
+    for mod, (ps, n) in mods.items():
+        uses += _expert_uses(expert_ts, i, small) if mod == "{experts}" else [(mod, tuple(ps), n, 1)]
+    return uses
+
+
+def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -> list[_Use]:
+    """The experts' submodule uses in layer ``i``: each expert's submodules together. Experts
+    whose parameters are all persisted fetch and release nothing: their uses are one use of as
+    many prefetch rounds (closed form, whatever the expert count)."""
+    copies = max((c for _, c in expert_ts), default=0)
+    if all(t.numel <= small for t, _ in expert_ts):
+        per_module: dict[str, int] = {}  # module -> the experts that have it
+        for t, c in expert_ts:
+            m = _module_of(t.name)
+            per_module[m] = max(per_module.get(m, 0), c)
+        n = sum(t.numel * c for t, c in expert_ts)
+        label = _module_of(expert_ts[0][0].name).replace("{i}", str(i))
+        return [(label, (), n, sum(per_module.values()))] if copies else []
+    experts: dict[int, _Mods] = {}
+    for t, c in expert_ts:
+        for e in range(c):
+            name = t.name.replace("{i}", str(i)).replace("{e}", str(e))
+            _add(experts.setdefault(e, {}), _module_of(name), name, t.numel, small)
+    return [u for e in sorted(experts) for u in _uses(experts[e])]
 
 
 def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
@@ -203,12 +270,48 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     nothing); the most non-persisted elements gathered at once, the modules gathered then, and
     the elements fetched over the whole replay."""
     n = len(uses)
-    queue = [(k, j) for j, (_, ps) in enumerate(uses) for k, _ in ps]
+    queue = [(k, j) for j, (_, ps, _, _) in enumerate(uses) for k, _ in ps]
     # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all)
     prefix = [0]
-    for _, ps in uses:
-        prefix.append(prefix[-1] + sum(c for _, c in ps))
-    # next_use[j][k]: the next use of parameter k after use j (n if none)
+    for _, _, elements, _ in uses:
+        prefix.append(prefix[-1] + elements)
+    next_use = _next_uses(uses)
+    owner = {k: label for label, ps, _, _ in uses for k, _ in ps}
+    st = _State(knobs=knobs, queue=queue, numel=numel, owner=owner)
+    peak, where = 0, ""
+    for j, (label, ps, _, rounds) in enumerate(uses):
+        for k, c in ps:
+            st.gather(k, c)
+        # the current use's own entries leave the queue (unless a prefetch took them)
+        wanted = {k for k, _ in ps if st.recent.get(k, -1) < j}
+        popped: set[str] = set()
+        while st.ptr < len(queue) and len(popped) < len(wanted):
+            k, s = queue[st.ptr]
+            st.ptr += 1
+            st.recent[k] = s
+            popped.add(k)
+        for _ in range(rounds):  # a run of uses that fetch nothing: one round each, until idle
+            if not st.prefetch():
+                break
+        if st.available > peak:
+            peak = st.available
+            names = list(itertools.islice(st.owners, 4))
+            more = len(st.owners) - 4
+            where = " + ".join(names) + (f" + {more} more" if more > 0 else "")
+        # release after the use: not if prefetched for a later use, nor used again within the
+        # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
+        if j in kept:
+            continue
+        last = min(bisect.bisect_left(prefix, prefix[j + 1] + knobs.max_reuse, lo=j + 1) - 1, n - 1)
+        for k, c in ps:
+            if k in st.gathered and st.recent.get(k, -1) <= j + 1 and next_use[j][k] > last:
+                st.release(k, c)
+    return peak, where, st.fetched
+
+
+def _next_uses(uses: list[_Use]) -> list[dict[str, int]]:
+    """next_use[j][k]: the next use of parameter k after use j (len(uses) if none)."""
+    n = len(uses)
     next_use: list[dict[str, int]] = [{} for _ in range(n)]
     seen: dict[str, int] = {}
     for j in range(n - 1, -1, -1):
@@ -216,51 +319,54 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
             next_use[j][k] = seen.get(k, n)
         for k, _ in uses[j][1]:
             seen[k] = j
-    owner = {k: label for label, ps in uses for k, _ in ps}
+    return next_use
 
-    gathered: dict[str, int] = {}  # non-persisted parameters gathered (insertion order)
-    available = 0
-    recent: dict[str, int] = {}
-    ptr = 0
-    peak, where, fetched = 0, "", 0
-    for j, (label, ps) in enumerate(uses):
-        for k, c in ps:
-            if c > knobs.persistence and k not in gathered:
-                gathered[k] = c
-                available += c
-                fetched += c
-        # the current use's own entries leave the queue (unless a prefetch took them)
-        wanted = {k for k, _ in ps if recent.get(k, -1) < j}
-        popped: set[str] = set()
-        while ptr < len(queue) and len(popped) < len(wanted):
-            k, s = queue[ptr]
-            ptr += 1
-            recent[k] = s
-            popped.add(k)
-        budget = min(knobs.max_live - available, knobs.prefetch_bucket)
+
+@dataclasses.dataclass
+class _State:
+    """The coordinator's gathered set, its place in the recorded queue and its counts."""
+
+    knobs: _Knobs
+    queue: list[tuple[str, int]]
+    numel: dict[str, int]
+    owner: dict[str, str]
+    gathered: dict[str, int] = dataclasses.field(default_factory=dict)
+    owners: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Module -> its parameters gathered, in the order first gathered (for the peak's names)."""
+    recent: dict[str, int] = dataclasses.field(default_factory=dict)
+    available: int = 0
+    fetched: int = 0
+    ptr: int = 0
+
+    def gather(self, k: str, c: int) -> bool:
+        if c <= self.knobs.persistence or k in self.gathered:
+            return False
+        self.gathered[k] = c
+        self.available += c
+        self.fetched += c
+        m = self.owner[k]
+        self.owners[m] = self.owners.get(m, 0) + 1
+        return True
+
+    def release(self, k: str, c: int) -> None:
+        del self.gathered[k]
+        self.available -= c
+        m = self.owner[k]
+        self.owners[m] -= 1
+        if not self.owners[m]:
+            del self.owners[m]
+
+    def prefetch(self) -> bool:
+        """One prefetch round; False when it could do nothing (no budget or queue left)."""
+        budget = min(self.knobs.max_live - self.available, self.knobs.prefetch_bucket)
+        if budget <= 0 or self.ptr >= len(self.queue):
+            return False
         chosen = 0
-        while ptr < len(queue) and chosen < budget:
-            k, s = queue[ptr]
-            ptr += 1
-            recent[k] = max(recent.get(k, -1), s)
-            c = numel[k]
-            if c > knobs.persistence and k not in gathered:
-                gathered[k] = c
-                available += c
+        while self.ptr < len(self.queue) and chosen < budget:
+            k, s = self.queue[self.ptr]
+            self.ptr += 1
+            self.recent[k] = max(self.recent.get(k, -1), s)
+            c = self.numel[k]
+            if self.gather(k, c):
                 chosen += c
-                fetched += c
-        if available > peak:
-            peak = available
-            names = list(dict.fromkeys(owner[k] for k in gathered))
-            where = " + ".join(names[:4]) + (f" + {len(names) - 4} more" if len(names) > 4 else "")
-        # release after the use: not if prefetched for a later use, nor used again within the
-        # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
-        if j in kept:
-            continue
-        last = min(bisect.bisect_left(prefix, prefix[j + 1] + knobs.max_reuse, lo=j + 1) - 1, n - 1)
-        for k, c in ps:
-            if k not in gathered or recent.get(k, -1) > j + 1 or next_use[j][k] <= last:
-                continue
-            del gathered[k]
-            available -= c
-    return peak, where, fetched
+        return True

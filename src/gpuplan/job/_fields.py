@@ -21,7 +21,7 @@ __all__ = ["BOUNDS_OF", "check_fields", "check_value", "from_json", "hints_of", 
 #: a job config is listed: a field missing here is a bug the checker names).
 BOUNDS_OF = {
     "batch": "batch", "seq": "seq", "grad_accum": "grad_accum", "gpus": "gpus", "tp": "gpus",
-    "pp": "gpus", "cp": "gpus", "ep": "gpus", "gpus_per_node": "gpus", "loss_chunks": "int",
+    "pp": "gpus", "cp": "gpus", "ep": "gpus", "gpus_per_node": "gpus", "loss_chunks": "loss_chunks",
     "context": "context", "lora_rank": "lora_rank", "micro_batches": "grad_accum",
     "stage3_max_live_parameters": "count", "stage3_prefetch_bucket_size": "count",
     "lora_dropout": "fraction", "max_grad_norm": "grad_norm", "zero": "zero",

@@ -32,6 +32,7 @@ from ..compute.measured import (
     BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, explain_db_error,
     recover_hot_journal, skip_run,
 )
+from ..bounds import MAX_DIGITS
 from ..errors import InputError, opt, printable, shown
 from .bench.machine import machine_fingerprint, machine_key
 from ._paths import db_path, default_db_path
@@ -408,10 +409,20 @@ def list_runs(db: str | os.PathLike | None = None, *, machine: str | None = None
     return _read(db, fn) or ()
 
 
+#: SQLite's largest integer: a larger id overflows its binding (OverflowError).
+MAX_RUN_ID = 2**63 - 1
+
+
 def resolve_run(ref: str | int, db: str | os.PathLike | None = None) -> int:
     """A run id from ``12``, ``latest`` or ``latest~N`` (N runs before the latest)."""
+    if len(str(ref)) > MAX_DIGITS:  # int() of 4,301 digits is a ValueError; 2^63 an overflow
+        raise InputError(f"run {shown(str(ref))}: expected a run id of at most 19 digits "
+                         "(see `gpuplan bench --history`), 'latest' or 'latest~N'")
     text = str(ref).strip().lower()
     if text.isdigit():
+        if int(text) > MAX_RUN_ID:
+            raise InputError(f"run {text}: no run id is larger than {MAX_RUN_ID} (SQLite's "
+                             "largest integer); see `gpuplan bench --history`")
         return int(text)
     back = 0
     if text.startswith("latest~") and text[7:].isdigit():

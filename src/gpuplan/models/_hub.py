@@ -17,7 +17,8 @@ from types import ModuleType
 
 from .._record import record
 from .._extras import require
-from ..errors import InputError, opt
+from .._io import read_bounded
+from ..errors import InputError, ModelFileError, opt, shown
 from ._safetensors import DTYPE_BITS, HeaderTensor
 
 __all__ = ["is_hub_id", "hub", "cache_dir", "cached_snapshot", "cached_repo_ids", "download",
@@ -25,7 +26,12 @@ __all__ = ["is_hub_id", "hub", "cache_dir", "cached_snapshot", "cached_repo_ids"
 
 # The hub's repo-id rule (huggingface_hub.utils.validate_repo_id): org/name, letters, digits and
 # "-_.", no "--" or "..", at most 96 characters.
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# \Z, not $: "$" also matches before a final newline, which let "org/name\n" through.
+_HUB_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+#: What ``refs/main`` in the cache may hold: a commit hash (40 hex digits; 64 for SHA-256 repos).
+_REF = re.compile(r"\A[0-9a-f]{40}([0-9a-f]{24})?\Z")
+#: Largest ``refs/main`` read (a hash and a newline are 41 bytes).
+MAX_REF_BYTES = 256
 
 #: File endings that make an argument a path, never a hub id.
 PATH_SUFFIXES = (".json", ".gguf", ".safetensors")
@@ -49,16 +55,34 @@ def cache_dir(h: ModuleType) -> str:
     return str(h.constants.HF_HUB_CACHE)
 
 
+def _check_ref(h: ModuleType, repo_id: str) -> None:
+    """``refs/main`` of ``repo_id`` in the cache, checked before huggingface_hub reads it (it
+    reads the whole file as text: a huge or non-UTF-8 one was a traceback): at most
+    :data:`MAX_REF_BYTES`, ASCII, a commit hash."""
+    ref = Path(cache_dir(h)) / f"models--{repo_id.replace('/', '--')}" / "refs" / "main"
+    if not ref.is_file():
+        return
+    text = read_bounded(ref, MAX_REF_BYTES, what="hub cache ref").decode("ascii", "replace")
+    if not _REF.match(text.strip()):
+        raise ModelFileError(ref, f"holds {shown(text.strip()[:60])}, not a commit hash; delete "
+                                  "it (or the model's folder) and download again")
+
+
 def cached_snapshot(h: ModuleType, repo_id: str) -> Path | None:
     """The snapshot folder of ``repo_id``'s ``main`` revision when the cache holds its
     config.json, else None."""
-    got = h.try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir(h))
-    return Path(got).parent if isinstance(got, str) else None
+    got = cached_file(h, repo_id, "config.json")
+    return got.parent if got is not None else None
 
 
 def cached_file(h: ModuleType, repo_id: str, filename: str) -> Path | None:
     """One cached file of ``repo_id`` (main revision), or None."""
-    got = h.try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir(h))
+    _check_ref(h, repo_id)
+    try:
+        got = h.try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir(h))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        raise ModelFileError(Path(cache_dir(h)), f"the cache entry of {repo_id} is unreadable: "
+                                                 f"{type(e).__name__}") from None
     return Path(got) if isinstance(got, str) else None
 
 

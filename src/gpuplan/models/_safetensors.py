@@ -236,10 +236,19 @@ def _library_check(header: SafetensorsHeader) -> None:
                                    f"({diff})")
 
 
+#: Largest file the safetensors library cross-checks: it memory-maps the whole file, so a 5 GB
+#: checkpoint would need 5 GB of address space (``ulimit -v`` on HPC login nodes refuses it)
+#: although only the header is read. Larger files are read by the bounded parse alone, which
+#: checks every entry and offset itself.
+LIBRARY_CHECK_MAX_BYTES = 256 * MB
+
+
 def read_header(path: str | os.PathLike) -> SafetensorsHeader:
-    """Validate and read one file's header (names, dtypes, shapes, byte sizes)."""
+    """Validate and read one file's header (names, dtypes, shapes, byte sizes); only the 8-byte
+    length and the header are read, never the data."""
     header = _parse(Path(path))
-    _library_check(header)
+    if header.path.stat().st_size <= LIBRARY_CHECK_MAX_BYTES:
+        _library_check(header)
     return header
 
 

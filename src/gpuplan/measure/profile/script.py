@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..._record import record
-from ...errors import InputError
+from ...errors import InputError, shown
 from . import Profiler
 from .analysis import NoStepsError
 from .distributed import DistEnv, gather_reports
@@ -80,6 +80,13 @@ def user_traceback(exc: BaseException) -> str:
 
 def check_script(path: str) -> Path:
     p = Path(path)
+    try:
+        p.stat()
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:  # a name over 255 bytes, a NUL byte
+        raise InputError(f"script {shown(path)}: {getattr(e, 'strerror', None) or e}; give the "
+                         "path of a Python training script") from None
     if not p.exists():
         raise InputError(f"script {path!r}: no such file; give the path of a Python training script")
     if not p.is_file():
