@@ -9,10 +9,9 @@ from typing import Any
 
 from ..errors import InputError, opt, shown
 from ..hardware.topology import Topology
-from ..job import (MAX_NEW_TOKENS, choice_arg, cpu_arg, flag_arg, gpu_arg, int_arg, job_arg,
+from ..job import (MAX_NEW_TOKENS, cpu_arg, flag_arg, gpu_arg, int_arg, job_arg,
                    model_arg, number_arg)
 from .device import Efficiency
-from .efficiency import GRAD_CLIP_IMPLS, OPTIMIZER_IMPLS
 from .measured import MeasuredRun
 
 __all__ = ["speed_args", "common_args", "MAX_LINK_GBPS"]
@@ -49,8 +48,7 @@ def speed_args(model: object, gpu: object, job: object, kw: dict[str, Any]) -> N
         number_arg(kw[name], name, "count", optional=True)
     number_arg(kw["epochs"], "epochs", "epochs")
     number_arg(kw["price_per_gpu_hour"], "price_per_gpu_hour", "price", optional=True)
-    choice_arg(kw["optimizer_impl"], "optimizer_impl", OPTIMIZER_IMPLS, optional=True)
-    choice_arg(kw["grad_clip_impl"], "grad_clip_impl", GRAD_CLIP_IMPLS, optional=True)
+    # optimizer_impl and grad_clip_impl: checked where they are read (.efficiency)
     cpu_arg(kw["cpu"])
     _of_type(kw["efficiency"], "efficiency", Efficiency)
     _of_type(kw["topology"], "topology", Topology)
