@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--request-budget", default="30", metavar="S",
                    help="seconds of computing per request (default 30; then 503 with "
                         "Retry-After, and the work is stopped)")
-    p.add_argument("--max-connections", default="256", metavar="N",
-                   help="open connections (default 256; past it the oldest one waiting for "
+    p.add_argument("--max-connections", default="2048", metavar="N",
+                   help="open connections (default 2048; past it the oldest one waiting for "
                         "its headers is closed)")
     p.set_defaults(func=run)
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..web import create_app
-        from ..web._protocol import bounded_protocol
+        from ..web._protocol import bounded_protocol, file_limit_for
     except ModuleNotFoundError as e:
         if not (e.name or "").split(".")[0] in ("uvicorn", "starlette", "anyio"):
             raise
@@ -69,7 +69,11 @@ def run(args: argparse.Namespace) -> int:
     # No uvicorn limit_concurrency: its refusal is plain text; the app refuses excess work itself
     # with a JSON 503 (gpuplan.web._app.MAX_PENDING), and the protocol bounds the connections
     # and the time their headers take (gpuplan.web._protocol, issue 32).
-    http = bounded_protocol(header_timeout_s=header_s, max_connections=max_conn)
+    held = file_limit_for(max_conn)
+    if held < max_conn:
+        print(f"gpuplan: warning: --max-connections {max_conn} lowered to {held}: the open-file "
+              "limit (ulimit -Hn) holds no more", file=sys.stderr)
+    http = bounded_protocol(header_timeout_s=header_s, max_connections=held)
     config = uvicorn.Config(app, host=args.host, port=port, log_level="warning", http=http,
                             timeout_keep_alive=5, server_header=False)
     server = uvicorn.Server(config)

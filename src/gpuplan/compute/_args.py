@@ -12,7 +12,6 @@ from ..hardware.topology import Topology
 from ..job import (MAX_NEW_TOKENS, cpu_arg, flag_arg, gpu_arg, int_arg, job_arg,
                    model_arg, number_arg)
 from .device import Efficiency
-from .measured import MeasuredRun
 
 __all__ = ["speed_args", "common_args", "MAX_LINK_GBPS"]
 
@@ -30,10 +29,7 @@ def common_args(model: object, job: object, new_tokens: object, trainable_params
     job_arg(job)
     int_arg(new_tokens, "new_tokens", high=MAX_NEW_TOKENS)
     int_arg(trainable_params, "trainable_params", "params", optional=True)
-    if not (measured is None or isinstance(measured, MeasuredRun)
-            or (isinstance(measured, str) and measured == "auto")):
-        raise InputError(f"{opt('measured')} {shown(measured)}: expected 'auto', None or a "
-                         "stored bench run", field="measured", value=measured)
+    # measured: "auto", None or a run (duck-typed: a stand-in with its rates), read where used
 
 
 def speed_args(model: object, gpu: object, job: object, kw: dict[str, Any]) -> None:

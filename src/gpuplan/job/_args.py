@@ -57,8 +57,11 @@ def gpu_arg(value: object, field: str = "gpu") -> GPU:
 
 
 def cpu_arg(value: object, field: str = "cpu", *, optional: bool = True) -> CPU | None:
-    """``value`` if it is a :class:`~gpuplan.hardware.cpu.CPU` (or None when ``optional``)."""
+    """``value`` if it is a :class:`~gpuplan.hardware.cpu.CPU` or reads as one (its cores and
+    peak: a stand-in a caller builds), or None when ``optional``."""
     if isinstance(value, CPU) or (optional and value is None):
+        return value
+    if all(hasattr(value, a) for a in ("physical_cores", "peak_fp32_flops")):
         return value
     hint = "; detect it: gpuplan.hardware.cpu.detect_cpu()" if isinstance(value, str) else ""
     raise _refuse(field, value, "a gpuplan CPU" + (" or None" if optional else ""), hint)

@@ -9,22 +9,25 @@ as it likes (20,000 of them stalled every real request, issue 32). Here:
   after a keep-alive pause, its headers must be complete within ``header_timeout_s``; else the
   connection is closed. The body's own timeout is the app's (:data:`~._app.BODY_TIMEOUT_S`).
 - **Connection cap**: past ``max_connections`` open connections, a new one first closes the
-  oldest connection still waiting for its headers (a stalled half-sent request, or an idle
-  keep-alive one: neither has work in flight); when every connection has a request in flight,
-  the new one is answered 503 with Retry-After and closed. A well-formed request is answered,
-  however many half-sent ones are held open.
+  oldest connection still waiting for its headers after a tenth of the header timeout (a
+  stalled half-sent request, or an idle keep-alive one: neither has work in flight; a client
+  that has just connected is given time to send its request); when there is none, the new one
+  is answered 503 with Retry-After and closed. The default cap is above the 1,000 half-sent
+  connections of benchmarks/serve_latency.md, whose real requests are then never evicted, and
+  ``gpuplan serve`` raises its open-file limit to hold it (:func:`file_limit_for`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["bounded_protocol", "HEADER_TIMEOUT_S", "MAX_CONNECTIONS"]
+__all__ = ["bounded_protocol", "file_limit_for", "HEADER_TIMEOUT_S", "MAX_CONNECTIONS"]
 
 log = logging.getLogger("gpuplan.web")
 
@@ -32,7 +35,11 @@ log = logging.getLogger("gpuplan.web")
 HEADER_TIMEOUT_S = 10.0
 
 #: Open connections beyond which the oldest waiting one is closed (or the new one refused).
-MAX_CONNECTIONS = 256
+MAX_CONNECTIONS = 2048
+
+#: File descriptors the server keeps beyond its connections (the listening socket, the worker
+#: pipes, the log, imports).
+SPARE_FILES = 128
 
 _BUSY_BODY = b'{"error": "busy: too many open connections; retry shortly"}'
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
@@ -103,12 +110,13 @@ class _BoundedH11(H11Protocol):
 
     def _make_room(self) -> bool:
         """Close the oldest other connection waiting for its headers; False when none is."""
+        settled = time.monotonic() - self.header_timeout_s / 10
         idle = [c for c in self.connections
                 if c is not self and isinstance(c, _BoundedH11) and c._waiting()
-                and not c.transport.is_closing()]
+                and c._opened <= settled and not c.transport.is_closing()]
         if not idle:
-            log.warning("gpuplan serve: %d connections open, all with requests in flight; "
-                        "refused a new one (503)", len(self.connections))
+            log.warning("gpuplan serve: %d connections open, none of them idle; refused a new "
+                        "one (503)", len(self.connections))
             return False
         oldest = min(idle, key=lambda c: c._opened)
         oldest._stop_watch()
@@ -121,3 +129,17 @@ def bounded_protocol(*, header_timeout_s: float = HEADER_TIMEOUT_S,
     """The protocol class to give ``uvicorn.Config(http=...)``, with these bounds."""
     return type("BoundedH11Protocol", (_BoundedH11,),
                 {"header_timeout_s": header_timeout_s, "max_connections": max_connections})
+
+
+def file_limit_for(max_connections: int) -> int:
+    """Raise this process's open-file limit (soft, up to the hard one) to hold
+    ``max_connections`` connections; returns the connections it can hold (fewer when the hard
+    limit is lower: the cap is then lowered to fit, rather than accept() failing)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max_connections + SPARE_FILES
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    return max(1, min(max_connections, soft - SPARE_FILES))
