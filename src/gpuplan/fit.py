@@ -12,15 +12,14 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Iterable, Literal
 
 from ._record import record
-from .bounds import check_int
 from .errors import InputError, shown
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
-from .job import Job
+from .job import MAX_TOP, Job, flag_arg, int_arg, job_arg
 from .memory import InferMemory, TrainMemory, infer_memory, train_memory
 from .models import Model, load_model
 from .memory.fewest import (MAX_GPUS, LayoutFit, fewest_tp, fewest_zero3, infer_layout,
                             shared_memo, train_layout)
-from .memory.overhead import OverheadLevel, check_overrides
+from .memory.overhead import OverheadLevel, check_level, check_overrides
 
 if TYPE_CHECKING:  # pragma: no cover
     from .compute.speed import SpeedSection
@@ -214,30 +213,32 @@ def resolve_gpus(gpus: Iterable[str | GPU] | str | GPU | None) -> list[tuple[GPU
         gpus = (gpus,)
     names = DEFAULT_SHORTLIST if gpus is None else gpus
     if isinstance(names, (bytes, dict)) or not isinstance(names, Iterable):
-        raise InputError(f"gpus {shown(gpus)}: expected a GPU name, a GPU or a list of them")
+        raise InputError(f"gpus {shown(gpus)}: expected a GPU name, a GPU or a list of them",
+                         field="gpus", value=gpus)
     names = list(itertools.islice(names, MAX_PLAN_GPUS + 1))
     if len(names) > MAX_PLAN_GPUS:
-        raise InputError(f"gpus: more than {MAX_PLAN_GPUS} GPUs in one plan; compare fewer")
+        raise InputError(f"gpus: more than {MAX_PLAN_GPUS} GPUs in one plan; compare fewer",
+                         field="gpus")
     out = []
     for g in names:
         if not isinstance(g, (str, GPU)):
-            raise InputError(f"gpu {shown(g)}: expected a GPU name such as 'h100' or a GPU")
+            raise InputError(f"gpu {shown(g)}: expected a GPU name such as 'h100' or a GPU",
+                             field="gpus", value=g)
         out.append((g, None) if isinstance(g, GPU) else resolve_gpu(g))
     return out
 
 
-def _check_plan_args(job: object, overrides: object, **flags: object) -> None:
+def _check_plan_args(job: object, overrides: object, level: object, **flags: object) -> None:
     """A Job; valid overhead overrides; the switches are bools (``suggest`` may be None); ``top``
-    a small whole number."""
-    if not isinstance(job, Job):
-        raise InputError(f"job {shown(job)}: expected a gpuplan.Job")
+    a small whole number. Each refusal names its argument (``field``)."""
+    job_arg(job)
     check_overrides(overrides)
+    check_level(level)
     for name, v in flags.items():
         if name == "top":
-            check_int(v, "int", what="top", high=1000)
-        elif not isinstance(v, bool) and not (name == "suggest" and v is None):
-            raise InputError(f"{name} {shown(v)}: expected true or false (got "
-                             f"{type(v).__name__})")
+            int_arg(v, "top", high=MAX_TOP)
+        else:
+            flag_arg(v, name, optional=name == "suggest")
 
 
 def _total_at(mem: TrainMemory | InferMemory, level: OverheadLevel) -> int:
@@ -302,7 +303,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     (``plan.speed``, :func:`gpuplan.compute.speed_section`); ``use_noisy_bench``: with
     a stored bench run's noisy measurements too (left out otherwise; the section says so).
     """
-    _check_plan_args(job, overhead_overrides, search_gpu_counts=search_gpu_counts,
+    _check_plan_args(job, overhead_overrides, overhead_level, search_gpu_counts=search_gpu_counts,
                      suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed,
                      use_noisy_bench=use_noisy_bench)
     model = resolve_model(job.model)

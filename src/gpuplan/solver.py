@@ -27,13 +27,14 @@ from .compute import flops_breakdown
 from .errors import GpuplanError, InputError, opt
 from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
-from .job import FLAT_FIELDS, Job, default_seq, pp_chunks, seq_limit
+from .job import (FLAT_FIELDS, MAX_CHANGES, MAX_TOP, Job, choice_arg, default_seq, gpu_arg,
+                  int_arg, pp_chunks, seq_limit)
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
 from .memory.fewest import (MAX_TP, LayoutFit, fewest_tp, fewest_zero3, infer_layout,
                             serving_tp_degrees, shared_memo,
                             train_layout)
 from .models import Model
-from .memory.overhead import OverheadLevel
+from .memory.overhead import OverheadLevel, memory_args
 from .engines.zero3 import MAX_LIVE, count_text
 from .units import format_bytes
 
@@ -739,6 +740,9 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     """The cheapest changes that make ``job`` fit on ``gpu`` (one GPU of that model per
     process), each re-planned with the full accounting. Software knobs rank before more or
     other hardware; a GPU count offered is the fewest that fits (as ``fit``'s column says)."""
+    _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
+    int_arg(top, "top", high=MAX_TOP)
+    int_arg(max_changes, "max_changes", high=MAX_CHANGES)
     t0 = time.perf_counter()
     planner = _Planner(model, overhead_level, overhead_overrides)
     base_peak = planner.peak(mode, job)
@@ -756,6 +760,14 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
                        closest_miss=None if picked or fits_already else search.best_miss,
                        evaluated=search.candidates, planned=planner.evaluated,
                        seconds=time.perf_counter() - t0, message=_message(search, picked))
+
+
+def _solver_args(model: object, job: object, gpu: object, mode: object, level: object,
+                 overrides: object) -> None:
+    """What every solver entry takes, checked before the search (issue 32)."""
+    memory_args(model, job, level, overrides)
+    gpu_arg(gpu)
+    choice_arg(mode, "mode", ("train", "infer"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -778,6 +790,8 @@ def max_batch(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
               limit: int = 1 << 20) -> int:
     """The largest micro-batch (training) or number of concurrent sequences (inference) that
     fits on one ``gpu``; an :class:`InputError` naming the need when not even 1 fits."""
+    _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
+    int_arg(limit, "limit", "batch")
     planner = _Planner(model, overhead_level, overhead_overrides)
 
     def fits(b: int) -> bool:
@@ -799,6 +813,7 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
             overhead_level: OverheadLevel = "expected", overhead_overrides=None) -> int:
     """The longest sequence (training) or context (inference: prompt + generated tokens) that
     fits on one ``gpu``, up to the architecture's limit."""
+    _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
     arch = model.architecture
     if arch is None:
         raise InputError(f"{opt('max_seq')} needs the architecture: give a catalog name or a "

@@ -324,7 +324,7 @@ def test_cpu_side_of_estimate_speed_is_the_cpu_estimate_whatever_the_gpu():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(mode="both"), "job mode 'both': a speed estimate is of one mode"),
-    (dict(new_tokens=0), "new tokens 0"), (dict(trainable_params=0), "trainable parameters 0"),
+    (dict(new_tokens=0), "new_tokens 0"), (dict(trainable_params=0), "trainable_params 0"),
 ])
 def test_cpu_estimate_bad_values_are_one_line_errors(kw, match):
     mode = kw.pop("mode", "train")
@@ -400,8 +400,8 @@ def test_bf16_on_t4_and_v100_offers_fp16():
 @pytest.mark.parametrize("kw,match", [
     (dict(price_per_gpu_hour=2.0), "price per GPU-hour needs"),
     (dict(train_tokens=1e9, train_samples=10), "not both"),
-    (dict(new_tokens=0), "new tokens 0"), (dict(input_bytes=-1), "input bytes per sample -1"),
-    (dict(trainable_params=-5), "trainable parameters -5"),
+    (dict(new_tokens=0), "new_tokens 0"), (dict(input_bytes=-1), "input_bytes -1"),
+    (dict(trainable_params=-5), "trainable_params -5"),
 ])
 def test_bad_values_are_one_line_input_errors(kw, match):
     with pytest.raises(InputError, match=match) as ei:

@@ -18,6 +18,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "address exposes the planner to that network")
     p.add_argument("--port", default="8000", help="TCP port (default 8000; 0: any free port)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
+    p.add_argument("--header-timeout", default="10", metavar="S",
+                   help="seconds a request's headers may take to arrive (default 10)")
+    p.add_argument("--body-timeout", default="10", metavar="S",
+                   help="seconds a request's body may take to arrive (default 10; then 408)")
+    p.add_argument("--request-budget", default="30", metavar="S",
+                   help="seconds of computing per request (default 30; then 503 with "
+                        "Retry-After, and the work is stopped)")
+    p.add_argument("--max-connections", default="2048", metavar="N",
+                   help="open connections (default 2048; past it the oldest one waiting for "
+                        "its headers is closed)")
     p.set_defaults(func=run)
 
 
@@ -31,13 +41,19 @@ def is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..units import parse_positive_int
+    from ..units import parse_number, parse_positive_int
 
     port = parse_positive_int(args.port, what="--port", minimum=0, maximum=65535)
+    header_s, body_s, budget_s = (parse_number(v, what=w, bound="seconds") for v, w in (
+        (args.header_timeout, "--header-timeout"), (args.body_timeout, "--body-timeout"),
+        (args.request_budget, "--request-budget")))
+    max_conn = parse_positive_int(args.max_connections, what="--max-connections",
+                                  maximum=100_000)
     try:  # the web extra's boundary: Starlette and uvicorn are imported only by this command
         import uvicorn
 
         from ..web import create_app
+        from ..web._protocol import bounded_protocol, file_limit_for
     except ModuleNotFoundError as e:
         if not (e.name or "").split(".")[0] in ("uvicorn", "starlette", "anyio"):
             raise
@@ -48,10 +64,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpuplan: warning: serving on {args.host}: anyone who can reach this address "
               "can use the planner (there is no login); use --host 127.0.0.1 to keep it on "
               "this machine", file=sys.stderr)
-    app = create_app(allowed_hosts=None if loopback else ["*"])
+    app = create_app(allowed_hosts=None if loopback else ["*"], body_timeout_s=body_s,
+                     budget_s=budget_s, processes=True)
     # No uvicorn limit_concurrency: its refusal is plain text; the app refuses excess work itself
-    # with a JSON 503 (gpuplan.web._app.MAX_PENDING), and waiting connections sit in the backlog.
-    config = uvicorn.Config(app, host=args.host, port=port, log_level="warning",
+    # with a JSON 503 (gpuplan.web._app.MAX_PENDING), and the protocol bounds the connections
+    # and the time their headers take (gpuplan.web._protocol, issue 32).
+    held = file_limit_for(max_conn)
+    if held < max_conn:
+        print(f"gpuplan: warning: --max-connections {max_conn} lowered to {held}: the open-file "
+              "limit (ulimit -Hn) holds no more", file=sys.stderr)
+    http = bounded_protocol(header_timeout_s=header_s, max_connections=held)
+    config = uvicorn.Config(app, host=args.host, port=port, log_level="warning", http=http,
                             timeout_keep_alive=5, server_header=False)
     server = uvicorn.Server(config)
     _announce(server, args.host, args.open)

@@ -10,13 +10,14 @@ from .._record import record
 from ..errors import UnsupportedError, opt
 from ..hardware import GPU
 from ..hardware.cpu import CPU
-from ..job import Job
+from ..job import Job, cpu_arg, flag_arg
 from ..models._types import Architecture, Model
 from ..units import format_seconds
 from .device import (
     Efficiency, default_efficiency, device_from_cpu, device_from_gpu, measured_apply,
 )
-from .flops import MatmulCount, positive_int
+from ._args import common_args
+from .flops import MatmulCount
 from .measured import RunUse, resolve_measured
 from .step import (
     Phase, StepMode, StepSpec, arch_and_name, build_steps, infer_precision, lora_note, one_mode,
@@ -99,10 +100,10 @@ def estimate_cpu_speed(
     and the defaults (``"auto"``: this machine's latest stored run; None: defaults only); its
     noisy measurements only with ``use_noisy_bench`` (:attr:`CpuEstimate.measured_run` says).
     """
+    common_args(model, job, new_tokens, trainable_params, measured)
+    cpu_arg(cpu, optional=False)
+    flag_arg(use_noisy_bench, "use_noisy_bench")
     mode = one_mode(job)
-    positive_int(new_tokens, "new tokens", 10**7)
-    if trainable_params is not None:
-        positive_int(trainable_params, "trainable parameters", 10**15)
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
     seq = resolve_seq(arch, job.seq, notes)

@@ -18,7 +18,7 @@ from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, default_efficiency, device_from_gpu, measured_apply
 from .efficiency import resolve_runtime, speed_range, speed_residuals
-from .flops import positive_int
+from ._args import speed_args
 from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token,
@@ -330,10 +330,8 @@ def estimate_speed(
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
     """
+    speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     mode = one_mode(job)
-    positive_int(new_tokens, "new tokens", 10**7)
-    if trainable_params is not None:
-        positive_int(trainable_params, "trainable parameters", 10**15)
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
     job = _as_run(job, arch, notes)

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .._record import record
+from ..bounds import MAX_ARG_CHARS, check_int, check_number
 from ..errors import InputError, UnknownNameError, UnsupportedError, opt, shown
 from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_positive_int
 
@@ -120,6 +121,9 @@ class GPU:
     """False for devices gpuplan treats as inference devices (Apple silicon: no published matmul
     peak, no multi-device collectives); the entry's notes say why."""
 
+    def __post_init__(self) -> None:
+        _check_gpu(self)  # issue 32: no NaN memory, no zero bandwidth reaches a plan
+
     @property
     def resident_threads(self) -> int | None:
         """Threads the whole chip keeps resident: SMs x max threads per SM (None when unknown)."""
@@ -189,6 +193,34 @@ class GPU:
             "notes": self.notes,
             "memory_record": self.extra.get("memory_record"),
         }
+
+
+def _check_gpu(g: "GPU") -> None:
+    """Every number of a GPU in range and finite (bounds.py), an InputError naming the field:
+    memory > 0 bytes, rates > 0, counts whole, the PCIe generation one of :data:`_PCIE`."""
+    if not isinstance(g.name, str) or not 0 < len(g.name) <= MAX_ARG_CHARS:
+        raise InputError(f"{opt('name')} {shown(g.name)}: expected a GPU name", field="name",
+                         value=g.name)
+    check_int(g.memory_bytes, "bytes", low=1, field="memory_bytes")
+    if not isinstance(g.peak_flops, Mapping):
+        raise InputError(f"{opt('peak_flops')} {shown(g.peak_flops)}: expected a mapping of "
+                         "dtype to FLOP/s", field="peak_flops", value=g.peak_flops)
+    for dtype, rate in g.peak_flops.items():
+        check_number(rate, "flops", what=f"peak_flops[{dtype!r}]", field="peak_flops")
+    for name in ("memory_bandwidth", "interconnect_bandwidth"):
+        if getattr(g, name) is not None:
+            check_number(getattr(g, name), "bandwidth", field=name)
+    for name in ("sm_count", "max_threads_per_sm", "pcie_lanes"):
+        if getattr(g, name) is not None:
+            check_int(getattr(g, name), "dim", field=name)
+    if g.pcie_gen is not None and (isinstance(g.pcie_gen, bool) or g.pcie_gen not in _PCIE):
+        raise InputError(f"{opt('pcie_gen')} {shown(g.pcie_gen)}: expected one of "
+                         f"{sorted(_PCIE)} or None", field="pcie_gen", value=g.pcie_gen)
+    if g.tdp_watts is not None:
+        check_number(g.tdp_watts, "flops", what="tdp_watts", field="tdp_watts")
+    if not isinstance(g.training, bool):
+        raise InputError(f"{opt('training')} {shown(g.training)}: expected True or False",
+                         field="training", value=g.training)
 
 
 def _positive(value: object, what: str) -> float:

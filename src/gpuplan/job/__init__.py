@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
                        ServingConfig, ShardingConfig, TrainingLoop)
+from ._args import (MAX_CHANGES, MAX_NEW_TOKENS, MAX_TOP, choice_arg, cpu_arg, flag_arg,
+                    gpu_arg, int_arg, job_arg, model_arg, number_arg)
 from ._job import (FLAT_FIELDS, Job, choices_of, field_group, flat_defaults, flat_docs,
                    flat_hints, job_flags, default_job)
 from ..parallel.checks import (check_layout, divisors, nearest, part_layers, pipeline_fix,
@@ -21,4 +23,6 @@ __all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", 
            "DEFAULT_MODEL_PARAMS", "FLAT_FIELDS", "flat_hints", "flat_defaults", "flat_docs", "choices_of", "job_flags", "default_job",
            "field_group", "CONFIGS",
            "ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
-           "ServingConfig", "ParallelLayout"]
+           "ServingConfig", "ParallelLayout", "model_arg", "gpu_arg", "cpu_arg", "job_arg",
+           "int_arg", "number_arg", "flag_arg", "choice_arg", "MAX_TOP", "MAX_CHANGES",
+           "MAX_NEW_TOKENS"]

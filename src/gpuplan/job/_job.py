@@ -10,6 +10,7 @@ built and read flat, as before -- ``Job(model="gpt2", tp=2, zero=3)``, ``job.tp`
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 from dataclasses import field, fields, replace
 from functools import cache
@@ -153,6 +154,8 @@ class Job:
             kw[key] = from_json(key, value, types_[key])
         if "model" not in kw:
             kw["model"] = from_param_count(DEFAULT_MODEL_PARAMS)
+        elif isinstance(kw["model"], str):
+            kw["model"] = _count_model(kw["model"])
         return cls(**kw)
 
     def with_(self, **changes: object) -> "Job":
@@ -260,6 +263,19 @@ def _check_model(model: object) -> None:
     if isinstance(model, str) and not 0 < len(model) <= MAX_ARG_CHARS:
         raise InputError(f"{opt('model')} {shown(model)}: expected a name or path of 1 to "
                          f"{MAX_ARG_CHARS} characters", field="model", value=model)
+
+
+#: The name :func:`~gpuplan.models.from_param_count` gives a model known by its count alone
+#: (``7.00B-parameter model``), which :meth:`Job.to_dict` writes for it.
+_COUNT_NAME = re.compile(r"\A(\d{1,6}(?:\.\d{1,6})?[KMBT]?)-parameter model\Z")
+
+
+def _count_model(name: str) -> str | Model:
+    """A count-only model's name read back as that model (issue 32: ``Job.from_dict`` of
+    ``to_dict`` plans again); any other name stays a name. The count is the name's: three
+    significant figures, as :func:`~gpuplan.units.format_count` wrote it."""
+    m = _COUNT_NAME.match(name)
+    return from_param_count(m.group(1), name=name) if m else name
 
 
 def _resolve_engine(job: Job) -> None:

@@ -9,12 +9,12 @@ from dataclasses import replace
 from .._record import record
 from ..errors import UnsupportedError, opt
 from ..formats import get_weight_format, weights_bytes_in_format
-from ..job import Job
+from ..job import Job, int_arg
 from ..models import Architecture, Model
 from .activations import InferActivations, infer_activations
 from .kv import kv_cache_bytes
 from ..parallel import check_layout, layout_notes, layout_of, rank_model
-from .overhead import OverheadLevel, runtime_overhead
+from .overhead import OverheadLevel, memory_args, runtime_overhead
 from .results import InferMemory, Line
 from .shape import check_seq, seq_for
 from .states import shard
@@ -32,6 +32,8 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
     ``tensor_parallel`` > 1 on a data-parallel job is the quick uniform estimate fit's
     "how many GPUs" search and the solver use: every weight and the working set divided by
     ``tensor_parallel``, K/V heads split as above."""
+    memory_args(model, job, overhead_level, overhead_overrides)
+    int_arg(tensor_parallel, "tensor_parallel", "gpus")
     if not layout_of(job).trivial:
         return _infer_layout(model, job, overhead_level=overhead_level,
                              overhead_overrides=overhead_overrides)

@@ -12,10 +12,11 @@ from typing import Literal
 from .._record import record
 from ..bounds import check_number
 from ..errors import InputError, shown
+from ..job import job_arg, model_arg
 from ..units import MiB, parse_bytes
 
 __all__ = ["OverheadItem", "Overhead", "OverheadLevel", "runtime_overhead", "LEVELS",
-           "OVERRIDABLE"]
+           "OVERRIDABLE", "check_level", "memory_args"]
 
 OverheadLevel = Literal["low", "expected", "high"]
 LEVELS = ("low", "expected", "high")
@@ -148,6 +149,23 @@ def _fixed(item: OverheadItem, value: int, how: str) -> OverheadItem:
                         basis=f"set by the user ({how}); default basis: {item.basis}")
 
 
+def check_level(level: object) -> str:
+    """``level`` if it is one of :data:`LEVELS`, else an InputError naming ``overhead_level``."""
+    if not isinstance(level, str) or level not in LEVELS:
+        raise InputError(f"overhead level {shown(level)}: expected one of {', '.join(LEVELS)}",
+                         field="overhead_level", value=level)
+    return level
+
+
+def memory_args(model: object, job: object, level: object, overrides: object) -> None:
+    """The arguments every memory function takes, checked before any work (issue 32): a
+    :class:`Model` (not its name), a Job, an overhead level and overrides."""
+    model_arg(model)
+    job_arg(job)
+    check_level(level)
+    check_overrides(overrides)
+
+
 def check_overrides(overrides: object) -> dict:
     """``overrides`` checked: a mapping of :data:`OVERRIDABLE` names to bytes (a whole number or
     a size such as ``"0.5GB"``, 0 .. 2^60) or, for ``fragmentation``, a fraction in [0, 1)."""
@@ -155,12 +173,13 @@ def check_overrides(overrides: object) -> dict:
         return {}
     if not isinstance(overrides, Mapping):
         raise InputError(f"overhead overrides {shown(overrides)}: expected a mapping such as "
-                         "{'cuda_context': 500_000_000}")
+                         "{'cuda_context': 500_000_000}", field="overhead_overrides",
+                         value=overrides)
     out: dict = {}
     for k, v in overrides.items():
         if k not in OVERRIDABLE:
             raise InputError(f"overhead item {shown(k)}: expected one of "
-                             f"{', '.join(OVERRIDABLE)}")
+                             f"{', '.join(OVERRIDABLE)}", field="overhead_overrides", value=k)
         if k == "fragmentation":
             out[k] = check_number(v, "fraction", what="fragmentation")
         else:
@@ -180,8 +199,7 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
     exist only when it is > 1 (a pure TP/PP job reduces no gradients). ``sharding``: the ZeRO
     engine; DeepSpeed's buckets are its own (FSDP2's all-gather and reduce-scatter buffers are
     placed along the step by the timeline, :mod:`.fsdp`)."""
-    if level not in LEVELS:
-        raise InputError(f"overhead level {shown(level)}: expected one of {', '.join(LEVELS)}")
+    check_level(level)
     over = check_overrides(overrides)
     ctx = _CONTEXT if "cuda_context" not in over else _fixed(
         _CONTEXT, int(over["cuda_context"]), f"{int(over['cuda_context']):,} B")

@@ -14,7 +14,7 @@ from ..models import Model
 from .activations import TrainActivations, train_activations
 from .activations.timeline import fmt_gb
 from .optimizer import optimizer_label
-from .overhead import Overhead, OverheadLevel, runtime_overhead
+from .overhead import Overhead, OverheadLevel, memory_args, runtime_overhead
 from .parallel import StagePlan, stage_plans
 from .results import Line, TrainMemory
 from .shape import check_seq
@@ -29,6 +29,7 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
 
     Under a parallel layout (tp, pp, cp, ep > 1) every pipeline stage is planned for one of its
     ranks and the worst stage is the answer (``stage`` and ``layout`` say which and how)."""
+    memory_args(model, job, overhead_level, overhead_overrides)
     check_seq(model, job)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
     plans = stage_plans(model, job)

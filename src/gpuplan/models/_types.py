@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Literal, Mapping
 
 from .._record import record
+from ..bounds import check_int, check_number
 
 __all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "MLA", "Architecture", "Model",
            "EAGER_ONLY", "attention_for"]
@@ -260,6 +261,30 @@ class Architecture:
         """Elements cached per token: 2 x layers x kv_heads x head_dim (MLA: layers x
         (kv_lora_rank + qk_rope_head_dim))."""
         return self.num_layers * self.kv_elements_per_layer
+
+    def __post_init__(self) -> None:
+        _check_architecture(self)  # issue 32: a constructor refuses what no network has
+
+
+#: Architecture's numeric fields and the least each may be (the most: bounds.py's ``dim``).
+_ARCH_DIMS = {"hidden_size": 1, "num_layers": 1, "num_heads": 1, "num_kv_heads": 1,
+              "head_dim": 1, "intermediate_size": 0, "vocab_size": 0,
+              "max_position_embeddings": 1, "num_experts": 0, "experts_per_token": 0,
+              "moe_intermediate_size": 0, "shared_expert_intermediate_size": 0,
+              "image_size": 0, "patch_size": 0, "num_channels": 0, "num_labels": 0}
+
+
+def _check_architecture(a: "Architecture") -> None:
+    """Whole numbers in range (layers: bounds.py's ``layers``), dropouts fractions, the
+    buffer bytes a size, the sliding window a length: an InputError naming the field."""
+    for name, low in _ARCH_DIMS.items():
+        check_int(getattr(a, name), "layers" if name == "num_layers" else "dim",
+                  low=low, field=name)
+    for name in ("attention_dropout", "hidden_dropout"):
+        check_number(getattr(a, name), "fraction", field=name)
+    check_int(a.buffer_bytes, "bytes", field="buffer_bytes")
+    if a.sliding_window is not None:
+        check_int(a.sliding_window, "seq", field="sliding_window")
 
 
 @record
