@@ -104,6 +104,9 @@ _NOT_DECODER_SUFFIXES = ("ForMaskedLM", "ForSequenceClassification", "ForTokenCl
                          "ForPreTraining", "ForObjectDetection", "ForSemanticSegmentation")
 _ENC_DEC_KEYS = ("encoder_layers", "decoder_layers", "num_decoder_layers", "encoder_config",
                  "decoder_config", "d_kv")
+#: Keys of state-space and linear-attention (recurrent) layers, which no family here has.
+_RECURRENT_KEYS = ("state_size", "ssm_state_size", "mamba_d_state", "d_state", "ssm_cfg",
+                   "conv_kernel", "mamba_d_conv", "linear_conv_kernel_dim", "attention_hidden_size")
 
 
 class _Keys:
@@ -131,8 +134,9 @@ class _Keys:
             return self.r.integer(k, minimum=minimum)
         if default is _MISSING:
             names = " or ".join(f'"{n}"' for n in _NAMES[what][:3])
-            raise self.r.fail(f"has no {names}, so its model_type cannot be planned as a "
-                              "supported family; add it")
+            raise self.r.fail(f"model_type {self.config.get('model_type')!r} is not "
+                              f"supported, and without {names} it cannot be planned as its "
+                              "nearest family; add the key")
         if why:
             self.defaults.append(f"{_NAMES[what][0]} = {default} ({why})")
         return default  # type: ignore[return-value]
@@ -199,14 +203,17 @@ def _refuse_non_decoder(config: Mapping[str, object], where: str, model_type: ob
         why = "it has " + next(f'"{k}"' for k in _ENC_DEC_KEYS if k in config)
     elif archs and all(a.endswith(_NOT_DECODER_SUFFIXES) for a in archs):
         why = f"its architectures are {', '.join(archs)}"
+    elif any(k in config for k in _RECURRENT_KEYS):
+        why = ("it has state-space or linear-attention layers ("
+               + next(f'"{k}"' for k in _RECURRENT_KEYS if k in config) + ")")
     elif config.get("is_decoder") is False:
         why = "is_decoder is false"
     elif "vision_config" in config or "audio_config" in config:
         why = "it has a vision/audio tower and no text_config"
     if why:
         raise ModelFileError(where, f"model_type {model_type!r} is not supported and is not a "
-                                    f"decoder-only language model ({why}); gpuplan plans an "
-                                    "unlisted model_type only as a decoder")
+                                    f"decoder-only transformer language model ({why}); gpuplan "
+                                    "plans an unlisted model_type only as one")
 
 
 def _dims(k: _Keys) -> dict:
