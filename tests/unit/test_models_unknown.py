@@ -5,7 +5,7 @@ understood; the CLI's ``fit`` and ``models`` on both.
 
 The configs are the published config.json shapes of each model (the Hub repository named beside
 each). The counts asserted here are hand formulas, independent of the code; the comparison with
-transformers' own classes on the meta device is tests/integration/test_models_unknown.py.
+transformers' own classes on the meta device is tests/integration/test_models_unknown_oracle.py.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ _NO_EFFECT = frozenset({
     "residual_dropout", "hidden_dropout_prob",
     "attention_probs_dropout_prob", "output_attentions", "output_hidden_states", "return_dict",
     "id2label", "label2id", "quantization_config", "use_sliding_window", "sliding_window",
-    "layer_types", "multi_query", "tie_word_embeddings", "mlp_bias", "mlp_only_layers",
+    "multi_query", "tie_word_embeddings", "mlp_bias", "mlp_only_layers",
     "max_window_layers", "partial_rotary_factor", "rotary_pct", "norm_topk_prob",
     "is_decoder", "is_encoder_decoder", "pretraining_tp", "text_config",
     "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "aux_loss_alpha",
@@ -226,7 +226,7 @@ def _dims(k: _Keys) -> dict:
         KV = 1
     else:
         KV = k.int("kv_heads", NH, why="no KV-head count: multi-head attention")
-    if NH % KV:
+    if NH % KV and k.config.get("kv_lora_rank") is None:  # MLA has no KV heads
         raise k.r.fail(f"{NH} attention heads are not a multiple of {KV} key/value heads")
     hd_default = H // NH if H % NH == 0 else _MISSING
     hd = k.int("head_dim", hd_default, why="hidden / heads")
@@ -259,7 +259,7 @@ def _choose(k: _Keys, d: dict) -> tuple[str, str]:
     use_window = k.raw("use_sliding_window")
     d["window"] = window if isinstance(window, int) and window > 0 and use_window is not False \
         else None
-    types = k.raw("layer_types")
+    types = k.config.get("layer_types")
     if k.raw("kv_lora_rank") is not None:
         return "deepseek_v3", "kv_lora_rank: Multi-head Latent Attention"
     if experts:
