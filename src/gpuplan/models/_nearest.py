@@ -184,7 +184,7 @@ def _text_config(config: Mapping[str, object], text: Mapping[str, object], where
             inner[key] = config[key]
     head = (f"model_type {config.get('model_type')!r} is not supported: its text_config is "
             "planned (the vision/audio towers and the projector are not counted)")
-    if inner.get("model_type") in known:
+    if isinstance(inner.get("model_type"), str) and inner["model_type"] in known:
         inner.pop("architectures", None)
         return inner, f"{head} as {inner['model_type']}, its own model_type"
     inner.setdefault("model_type", f"{config.get('model_type')}.text_config")
