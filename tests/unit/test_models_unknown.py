@@ -257,3 +257,11 @@ def test_a_directory_reads_the_weights_from_headers_when_the_config_is_refused(t
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(ModelFileError, match="is not a decoder-only"):
         load_model(str(tmp_path))
+
+
+def test_a_model_type_that_is_no_name_is_refused_not_planned():
+    cfg = dict(model_type="\x1b[31mllama\n", hidden_size=64, num_hidden_layers=2,
+               num_attention_heads=4, vocab_size=10)
+    with pytest.raises(ModelFileError) as e:
+        build_architecture(cfg, name="cfg")
+    assert "nor a model_type name" in str(e.value) and "\x1b" not in str(e.value)

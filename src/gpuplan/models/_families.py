@@ -732,7 +732,7 @@ def _text_part(config: Mapping[str, object], where: str) -> tuple[Mapping[str, o
     block, with a note; any other config unchanged."""
     mt = config.get("model_type")
     text = config.get("text_config")
-    if mt not in _MULTIMODAL_TEXT or not isinstance(text, Mapping):
+    if not isinstance(mt, str) or mt not in _MULTIMODAL_TEXT or not isinstance(text, Mapping):
         return config, []
     inner = dict(text)
     inner.setdefault("model_type", _MULTIMODAL_TEXT[str(mt)])

@@ -30,14 +30,19 @@ Encoder-decoder and encoder configs (T5, Whisper, BART, RoBERTa ...) are refused
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from ..errors import ModelFileError
+from ..errors import ModelFileError, shown
 from ._config import ConfigReader
 
 __all__ = ["nearest_config"]
 
 _MISSING = object()
+
+#: What an unlisted model_type must look like to be planned (transformers' names: olmo2,
+#: granitemoe, ernie4_5_moe, mistral3 ...).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 #: The common names of each quantity, in the order they are looked up.
 _NAMES: dict[str, tuple[str, ...]] = {
@@ -158,6 +163,9 @@ def nearest_config(config: Mapping[str, object], where: str,
     ``known``, with the note that names every assumption. Raises :class:`ModelFileError` (one
     line) for a config that is not a decoder-only language model or lacks a structural size."""
     model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not _NAME.fullmatch(model_type):
+        raise ModelFileError(where, f"model_type {shown(model_type)} is not supported, nor a "
+                                    "model_type name (letters, digits, _ . -)")
     text = config.get("text_config")
     if isinstance(text, Mapping):
         return _text_config(config, text, where, known)
