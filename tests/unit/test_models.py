@@ -371,7 +371,10 @@ def _cfg(**over):
     ({"tie_word_embeddings": "no"}, "expected true or false"),
     ({"num_key_value_heads": 3}, "not a multiple of \"num_key_value_heads\" 3"),
     ({"hidden_size": 10**12}, "larger than the limit"),
-    ({"model_type": "mamba"}, "model_type 'mamba' is not supported; supported: llama, mistral"),
+    # an unlisted model_type plans as its nearest family (tests/unit/test_models_unknown.py),
+    # but not one with state-space layers
+    ({"model_type": "mamba", "state_size": 16}, "model_type 'mamba' is not supported and is "
+                                                "not a decoder-only transformer"),
     ({"model_type": None}, "missing required key \"model_type\""),
     # 10^4 layers x 3 x 4096 x 2^30 ~ 1.3e17 parameters (layers at their bound, issue 14)
     ({"num_hidden_layers": 10**4, "intermediate_size": 2**30}, "more than the 1e+15 limit"),

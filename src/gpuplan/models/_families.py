@@ -39,6 +39,7 @@ from ..errors import ModelFileError
 from ..units import MAX_PARAMS
 from ._config import ConfigReader
 from ._modern import MODERN_BUILDERS, MODERN_CLASSES
+from ._nearest import nearest_config
 from ._tensors import (Tensors as _Tensors, dropout_of as _dropout, head_dim_of as _head_dim,
                        layer_groups as _layer_groups, layer_types_of as _layer_types_sliding,
                        torch_dtype_of as _torch_dtype)
@@ -692,13 +693,14 @@ def build_architecture(config: Mapping[str, object], *, name: str, source: str =
     if model_type is None:
         raise r.fail('missing required key "model_type" (one of ' + ", ".join(SUPPORTED_FAMILIES)
                      + ")")
-    builder = _BUILDERS.get(model_type)
-    if builder is None:
-        raise ModelFileError(r.where, f'model_type {model_type!r} is not supported; supported: '
-                             + ", ".join(SUPPORTED_FAMILIES))
-    fields = builder(r, model_type)
+    nearest = ""
+    if model_type not in _BUILDERS:  # planned as its nearest family, with one note
+        config, nearest = nearest_config(config, r.where, HF_CLASSES)
+        r = ConfigReader(config, r.where)
+        model_type = str(config["model_type"])
+    fields = _BUILDERS[model_type](r, model_type)
     hf_class = HF_CLASSES[model_type]
-    notes: list[str] = list(r.notes)
+    notes: list[str] = ["; ".join([nearest, *r.notes])] if nearest else list(r.notes)
     archs = r.str_list("architectures")
     if archs and hf_class not in archs:
         notes.append(f"config.json lists {', '.join(archs)}; gpuplan counts the parameters of "
@@ -730,7 +732,7 @@ def _text_part(config: Mapping[str, object], where: str) -> tuple[Mapping[str, o
     block, with a note; any other config unchanged."""
     mt = config.get("model_type")
     text = config.get("text_config")
-    if mt not in _MULTIMODAL_TEXT or not isinstance(text, Mapping):
+    if not isinstance(mt, str) or mt not in _MULTIMODAL_TEXT or not isinstance(text, Mapping):
         return config, []
     inner = dict(text)
     inner.setdefault("model_type", _MULTIMODAL_TEXT[str(mt)])

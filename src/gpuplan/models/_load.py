@@ -17,7 +17,7 @@ from ..units import format_count, parse_count
 from ._catalog import catalog_keys, catalog_model, resolve_catalog_name
 from ._config import MAX_CONFIG_BYTES, parse_json_bytes, read_json_file
 from ._counts import count_params
-from ._families import build_architecture
+from ._families import SUPPORTED_FAMILIES, build_architecture
 from ._types import COMPONENTS, Architecture, Model, ParamCounts, ParamTensor
 
 if TYPE_CHECKING:
@@ -244,14 +244,16 @@ def model_from_config_bytes(data: bytes, *, name: str = "pasted config.json",
 
 def model_from_checkpoint(headers: list[HeaderTensor], *, name: str,
                           arch: Architecture | None, notes: list[str],
-                          source: Literal["safetensors", "gguf"] = "safetensors") -> Model:
+                          source: Literal["safetensors", "gguf"] = "safetensors",
+                          config_refused: bool = False) -> Model:
     tensors, more, dominant = _tensors_from_headers(headers, arch)
     if not any(math.prod(t.shape) for t in tensors):
         raise ModelFileError(name, "the safetensors header holds no tensor with any elements "
                                    "(no parameters): nothing to plan")
     notes = list(notes) + more
     if arch is None:
-        notes.append("no config.json: the architecture (layers, heads, context) is unknown, so "
+        notes.append(("the config is not understood" if config_refused else "no config.json")
+                     + ": the architecture (layers, heads, context) is unknown, so "
                      "activations and the KV cache cannot be estimated")
     return Model(name=name, params=count_params(tensors, arch), tensors=tensors,
                  architecture=arch, source=source, checkpoint_dtype=dominant,
@@ -275,13 +277,17 @@ def _read_dir(d: Path, *, name: str | None = None) -> Model:
     if cfg.is_dir():
         raise ModelFileError(cfg, "is a directory; a model directory's config.json must be a "
                                   "file")
+    unlisted: str | None = None
+    refused: ModelFileError | None = None
     if cfg.is_file():
-        arch, arch_notes = _arch_from_file(cfg, name)
+        arch, arch_notes, unlisted, refused = _dir_arch(cfg, name)
         notes.extend(arch_notes)
     from ._safetensors import read_checkpoint_dir
 
     headers, st_notes = read_checkpoint_dir(d)
     notes.extend(st_notes)
+    if not headers and refused is not None:
+        raise refused
     if not headers:
         if arch is None:
             raise ModelFileError(d, "holds neither a config.json nor *.safetensors files")
@@ -291,7 +297,46 @@ def _read_dir(d: Path, *, name: str | None = None) -> Model:
                          f"from config.json")
         return Model(name=name, params=count_params(arch.tensors, arch), tensors=arch.tensors,
                      architecture=arch, source="config", notes=tuple(notes))
-    return model_from_checkpoint(headers, name=name, arch=arch, notes=notes)
+    model = model_from_checkpoint(headers, name=name, arch=arch, notes=notes,
+                                  config_refused=refused is not None)
+    if unlisted is None or arch is None:
+        return model
+    return replace(model, notes=model.notes + (_unlisted_note(model, arch, unlisted),))
+
+
+def _dir_arch(cfg: Path, name: str) -> tuple[Architecture | None, tuple[str, ...], str | None,
+                                             ModelFileError | None]:
+    """A directory's config.json: (architecture, notes, the unlisted model_type planned as its
+    nearest family or None, the refusal of a config not understood at all). A config of an
+    unlisted model_type that cannot be planned even as its nearest family leaves the weights to
+    the safetensors headers; a supported family's bad config is refused as ever."""
+    config = read_json_file(cfg)
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type in SUPPORTED_FAMILIES:
+        arch, notes = _arch_from_config(config, name, str(cfg))
+        return arch, notes, None, None
+    try:
+        arch, notes = _arch_from_config(config, name, str(cfg))
+    except ModelFileError as e:
+        return None, (f"config.json is not understood ({e.problem}): the weights are read "
+                      "from the safetensors headers alone",), None, e
+    return arch, notes, model_type, None
+
+
+def _unlisted_note(model: Model, arch: Architecture, model_type: str) -> str:
+    """What the plan of an unlisted model_type's checkpoint takes from where."""
+    by_dtype: Counter[str] = Counter()
+    for t in model.tensors:
+        by_dtype[t.dtype or "?"] += t.total
+    dtypes = ", ".join(f"{format_count(n)} {dt}" for dt, n in by_dtype.most_common())
+    implied = count_params(arch.tensors, arch).total
+    diff = model.params.total - implied
+    return (f"the weights of this {model_type} checkpoint are its own, from the safetensors "
+            f"headers ({sum(t.count for t in model.tensors):,} tensors, "
+            f"{model.params.total:,} parameters: {dtypes}); {arch.family}'s layout from "
+            f"config.json implies {implied:,} ({diff:+,}); activations, the KV cache and FLOPs "
+            f"are {arch.family}'s, so layers {arch.family} lacks (extra norms, fused or "
+            "reshaped projections, other attention kinds) are not modeled there")
 
 
 def _looks_like_path(s: str) -> bool:
