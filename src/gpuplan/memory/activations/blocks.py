@@ -446,57 +446,153 @@ def _moe(c: Ctx, x: Tensor) -> Tensor:
 
 
 def _moe_body(c: Ctx, x: Tensor) -> Tensor:
-    """A sparse MoE block with transformers' default grouped_mm experts (dropless: the b*s*k
-    token-expert pairs are gathered, sorted by expert, and run as grouped matmuls; the routed
-    total is b*s*k rows however unevenly they fall on experts)."""
+    """A sparse MoE block as transformers 5 runs it (``<Family>SparseMoeBlock.forward``): the
+    router, the routed experts (the default ``grouped_mm`` implementation, dropless: every
+    token's k choices are computed, however unevenly they fall on experts -- transformers has no
+    capacity factor), and a shared expert before (Qwen-MoE) or after (DeepSeek-V3) them.
+
+    The block's input, the router logits (bound to ``_``) and the top-k weights and indices are
+    locals of the block's forward, alive until it returns."""
+    g, sp = c.g, c.sp
+    shared = _shared_expert(c, x) if sp.shared_inter and sp.shared_first else None
+    logits, top, idx = _router(c, x)
+    out = _grouped_mm_experts(c, x, top, idx)
+    if sp.shared_inter:
+        if shared is None:
+            shared = _shared_expert(c, x)
+        if sp.shared_gate:
+            # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output, after the experts
+            gate_logit = g.linear(x, c.w(sp.h, "shared_expert_gate"), BS,
+                                  name="shared_expert_gate")
+            sgate = g.unary_saves_output(gate_logit, "shared.sigmoid")
+            shared = g.mul(sgate, shared, out=BS * sp.h, name="shared.gated")
+        out = g.add(out, shared, "moe.sum")
+    g.touch(x, logits, top, idx)
+    return out
+
+
+def _made(g: Graph, numel, dt: int, name: str) -> Tensor:
+    """A tensor an op makes that no gradient flows through (indices, counts, masks)."""
+    t = g.saved_const(numel, dt, name)
+    g._op(name, [], [t])
+    return t
+
+
+def _router(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``<Family>TopKRouter.forward``: the logits, the top-k weights and their indices.
+
+    softmax (Mixtral, Qwen-MoE): F.linear, softmax in fp32 (of ``logits.float()``, or with
+    ``dtype=float32``), torch.topk, the optional in-place renormalization (autograd saves the
+    sum and a clone of the values it overwrites), the optional cast back to the logits' dtype.
+    sigmoid (DeepSeek-V3, GLM-4.5): fp32 logits, sigmoid scores, + the correction bias, the
+    group mask (top-2 per group summed, top ``topk_group`` groups, scattered, expanded and
+    masked_fill'ed over the scores), top-k, the weights gathered from the scores, renormalized
+    and scaled by ``routed_scaling_factor``. topk_softmax (gpt-oss): top-k of the logits, softmax
+    over the k in their dtype."""
+    g, sp = c.g, c.sp
+    E, k = sp.experts, sp.top_k
+    xin = g.to(x, 4) if sp.router_fp32 == "input" else x
+    w = c.w(E * sp.h, "router")
+    logits = g.linear(xin, g.to(w, 4) if sp.router_fp32 == "input" else w, BS * E, name="router")
+    if sp.router == "topk_softmax":
+        idx = _made(g, BS * k, 8, "topk.indices")
+        top = g.index(logits, BS * k, idx, name="topk")
+        return logits, g.softmax(top, dt=top.dt, name="router.softmax"), idx
+    if sp.router == "sigmoid":
+        scores = g.unary_saves_output(logits, "router.sigmoid")
+        choice = g.scale(scores, "router.score_bias") if sp.score_bias else scores
+        if sp.groups[0] > 1:
+            choice = _group_limit(g, choice, sp.groups)
+        idx = _made(g, BS * k, 8, "topk.indices")
+        top = g.index(scores, BS * k, idx, name="router.gather")
+    else:
+        f32 = g.to(logits, 4) if sp.router_fp32 == "logits" else logits
+        probs = g.softmax(f32, dt=4, name="router.softmax")
+        idx = _made(g, BS * k, 8, "topk.indices")
+        top = g.index(probs, BS * k, idx, name="topk")
+    if sp.norm_topk:
+        # router_top_value /= router_top_value.sum(-1, keepdim=True): an in-place division
+        ssum = g.reduce(top, BS, name="topk.sum")
+        if sp.router == "sigmoid":
+            ssum = g.scale(ssum, "topk.sum+eps")
+        if top.grad:
+            top = g.contiguous(top, "topk.clone")
+        top = g.mul(top, ssum, out=BS * k, name="topk.renorm")
+    if sp.routed_scale:
+        top = g.scale(top, "topk.routed_scale")
+    if sp.router_cast_back:
+        top = g.to(top, logits.dt)
+    return logits, top, idx
+
+
+def _group_limit(g: Graph, choice: Tensor, groups: tuple[int, int]) -> Tensor:
+    """DeepSeek-V3's group-limited choice: the best two scores of each group summed, the top
+    groups picked, their mask scattered, expanded to every expert (a copy) and applied with
+    masked_fill (a new tensor); the boolean mask and its negation are made on the way."""
+    n_group, topk_group = groups
+    E = choice.numel
+    pair = _made(g, BS * (2 * n_group), choice.dt, "group.top2")
+    _made(g, BS * (2 * n_group), 8, "group.top2.indices")
+    gs = g.reduce(pair, BS * n_group, name="group.sum")
+    _made(g, BS * (2 * topk_group), 8, "group.topk")
+    gm = g.scale(gs, "group.mask")
+    sm = g.expand_copy(gm, E, "group.score_mask")
+    neg = _made(g, E * 1, 1, "group.not_mask")
+    g.touch(pair, sm, neg)
+    return g.scale(choice, "group.masked_fill")
+
+
+def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
+    """``grouped_mm_experts_forward`` (transformers/integrations/moe.py): the b*s*k
+    (token, expert) pairs sorted by expert (torch.sort: ids and permutation), each pair's token
+    row gathered (``hidden_states[perm // k]``) and its weight (``sample_weights[perm]``), the
+    histogram and cumulative offsets of the ids, two grouped matmuls around the gated
+    activation (the input cast to the weights' dtype: grouped_mm is not autocast-enabled), the
+    weighting, the inverse permutation (``empty_like`` + an ``arange`` scattered into it), the
+    rows put back in token order, summed over k and cast to the input dtype. Its locals -- the
+    sorted ids, the permutation, the gathered rows, their weights, the histogram input, the
+    down projection and the re-ordered rows -- live until it returns. Under expert parallelism
+    a rank holds experts / ep of the weights (its dispatch and combine buffers are counted with
+    the parallel layout, :mod:`gpuplan.memory.parallel`)."""
     g, sp = c.g, c.sp
     h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
-    E_rank = E // c.o.ep  # experts this rank holds (expert parallelism)
-    # router: F.linear(x, gate.weight), softmax in fp32, top-k (+ renormalize)
-    logits = g.linear(x, c.w(E * h, "router"), BS * E, name="router")
-    if sp.family == "mixtral":
-        probs = g.softmax(g.to(logits, 4), name="router.softmax")
-    else:
-        probs = g.softmax(logits, dt=4, name="router.softmax")
-    idx = g.saved_const(BS * k, 8, "topk.indices")
-    top = g.index(probs, BS * k, idx, name="topk")
-    if sp.family == "mixtral" or sp.norm_topk:
-        # router_top_value /= router_top_value.sum(-1, keepdim=True): the in-place division
-        # saves the sum and a clone of the values it overwrites
-        ssum = g.reduce(top, BS, name="topk.sum")
-        top_c = g.contiguous(top, "topk.clone")
-        top = g.mul(top_c, ssum, out=BS * k, name="topk.renorm")
-    if sp.family == "qwen2_moe":
-        top = g.to(top, logits.dt)
-    # experts (grouped_mm): gather each (token, expert) pair's row, sorted by expert
+    E_rank = E // c.o.ep
     S = BS * k
-    gather_idx = g.saved_const(S, 8, "perm//k")
-    sel = g.index(x, S * h, gather_idx, name="experts.gather")
-    sel = g.to(sel, g.r.param)  # grouped_mm is not autocast-enabled: cast to the weight dtype
-    offsets = g.saved_const(ONE * E, 4, "offsets")
-    proj = g.linear(sel, c.w(E_rank * 2 * I * h, "experts.gate_up_proj"), S * (2 * I),
+    ids_g = _made(g, S, 8, "experts.sorted_ids")
+    perm = _made(g, S, 8, "perm")
+    pk = _made(g, S, 8, "perm//k")
+    sel = g.index(x, S * h, pk, name="experts.gather")
+    g.ops[-1].live = (pk,)
+    sw = g.index(top, S, perm, name="experts.sample_weights")
+    hist = _made(g, S, 4, "experts.histc_input")
+    counts = _made(g, ONE * E, 4, "experts.tokens_per_expert")
+    offsets = _made(g, ONE * E, 4, "offsets")
+    sel_w = g.to(sel, g.r.param)  # grouped_mm is not autocast-enabled: the weights' dtype
+    proj = g.linear(sel_w, c.w(E_rank * 2 * I * h, "experts.gate_up_proj"), S * (2 * I),
                     name="experts.gate_up", autocast=False)
     g._op("offsets", [], [], saved=[offsets])
     gate, up = g.split(proj, [S * I, S * I])
     y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
     down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), S * h, name="experts.down",
                     autocast=False)
-    sw = g.index(top, S, g.saved_const(S, 8, "perm"), name="experts.sample_weights")
     weighted = g.mul(down, sw, out=S * h, name="experts.weighted")
-    weighted = g.index(weighted, S * h, g.saved_const(S, 8, "inv_perm"), name="experts.unpermute")
-    out = g.reduce(weighted, BS * h, name="experts.sum")
-    out = g.to(out, x.dt)
-    if sp.shared_inter:
-        si = sp.shared_inter
-        sg = c.linear(x, h, si, "shared_expert.gate_proj")
-        su = c.linear(x, h, si, "shared_expert.up_proj")
-        sy = g.mul(activation(c, sg, "shared.act"), su, name="shared.act*up")
-        so = c.linear(sy, si, h, "shared_expert.down_proj")
-        gate_logit = c.g.linear(x, c.w(h, "shared_expert_gate"), BS, name="shared_expert_gate")
-        sgate = g.unary_saves_output(gate_logit, "shared.sigmoid")
-        so = g.mul(sgate, so, out=BS * h, name="shared.gated")
-        out = g.add(out, so, "moe.sum")
+    inv_perm = _made(g, S, 8, "inv_perm")
+    ar = _made(g, S, 8, "arange")
+    g.touch(ar)
+    back = g.index(weighted, S * h, inv_perm, name="experts.unpermute")
+    out = g.to(g.reduce(back, BS * h, name="experts.sum"), x.dt)
+    g.touch(sel, ids_g, perm, sw, hist, counts, offsets, down, inv_perm, back)
     return out
+
+
+def _shared_expert(c: Ctx, x: Tensor) -> Tensor:
+    """The shared expert: a dense gated MLP over every token (``<Family>MLP``)."""
+    g, sp = c.g, c.sp
+    h, si = sp.h, sp.shared_inter
+    sg = c.linear(x, h, si, "shared_expert.gate_proj")
+    su = c.linear(x, h, si, "shared_expert.up_proj")
+    sy = g.mul(activation(c, sg, "shared.act"), su, name="shared.act*up")
+    return c.linear(sy, si, h, "shared_expert.down_proj")
 
 
 def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:

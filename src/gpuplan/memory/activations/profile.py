@@ -113,6 +113,8 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
         mask_form = mask_form + Form(bs=sp.heads * pdt)  # the (b heads, 1, s) ALiBi tensor
     if sp.kind == "decoder" and o.attention == "sdpa" and o.sdpa_mask:
         mask_form = Form(bss=1)  # sdpa_mask: a boolean (b, 1, s, s) mask, held in forward
+    if sp.window_mask and o.attention == "sdpa":
+        mask_form = mask_form + Form(ss=1)  # an unused (s, s) boolean window mask (Spec)
     rows = BS if o.sp == 1 else BS * Fraction(1, o.sp)  # residual-stream rows on this rank
     layer_profiles = []
     by_kind: dict[bool, LayerProfile] = {}

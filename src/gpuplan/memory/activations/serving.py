@@ -92,6 +92,14 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     # alive while a layer runs (transformers 5 returns a bare tensor from the other families)
     prev = (b * sp.heads * prompt * prompt * regime.param
             if sp.family == "bloom" and sp.layers > 1 else 0)
+    if sp.experts and sp.layers > 1:
+        # <Family>Model.forward binds the embeddings' output to ``inputs_embeds`` and keeps it
+        # until it returns: from the second layer on it is alive beside the layer's input
+        prev += b * prompt * sp.h * regime.param
+        # and the rotary table, (cos, sin) of (1, s, head_dim) in the model dtype
+        prev += 2 * prompt * sp.d * regime.param
+    if sp.window_mask and attention == "sdpa":
+        prev += prompt * prompt  # the unused (s, s) boolean window mask (Spec.window_mask)
     pre = max([a(b, prompt) + t(b, prompt) + prev for a, t in layer.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])

@@ -75,8 +75,35 @@ class Spec:
     sinks: bool = False
     nope_layers: tuple[int, ...] = ()
     rotary_fraction: float = 1.0
-    router: str = "softmax"
     expert_bias: bool = False
+    # ---- the sparse MoE block's router and shared experts (blocks._moe_body) ----------------
+    router: str = "softmax"
+    """How routing weights are scored: ``softmax`` (fp32 probabilities, then top-k: Mixtral,
+    Qwen-MoE, Qwen3-MoE), ``sigmoid`` (sigmoid scores, top-k of scores + a correction bias,
+    optionally group-limited, weights gathered from the scores: DeepSeek-V3, GLM-4.5) or
+    ``topk_softmax`` (top-k of the logits, softmax over the k: gpt-oss)."""
+    router_fp32: str = "dtype"
+    """Where the router goes to fp32: ``dtype`` (softmax(logits, dtype=float32): Qwen-MoE),
+    ``logits`` (softmax(logits.float()): Mixtral) or ``input`` (F.linear(x.float(),
+    weight.float()): DeepSeek-V3)."""
+    router_cast_back: bool = False
+    """The top-k weights are cast back to the logits' dtype (Qwen-MoE, Qwen3-MoE)."""
+    score_bias: bool = False
+    """``e_score_correction_bias`` added to the scores used for the choice (DeepSeek-V3)."""
+    groups: tuple[int, int] = (1, 1)
+    """Group-limited routing (``n_group``, ``topk_group``); (1, 1) is none."""
+    routed_scale: float = 0.0
+    """``routed_scaling_factor`` multiplying the top-k weights (0: no multiplication)."""
+    shared_gate: bool = False
+    """The shared expert's output is scaled by sigmoid(shared_expert_gate(x)) (Qwen-MoE)."""
+    window_mask: bool = False
+    """The model's forward builds a sliding-window mask no layer uses (Qwen2MoeModel builds
+    ``create_sliding_window_causal_mask`` on every forward; with ``use_sliding_window`` off the
+    window is 0, SDPA's skip test ``kv_length < window`` fails and an (s, s) boolean mask is
+    made, alive until the model's forward returns)."""
+    shared_first: bool = False
+    """The shared expert runs before the router (Qwen-MoE); otherwise after the routed experts
+    (DeepSeek-V3, GLM-4.5)."""
 
 
 _SPECS: dict[int, tuple[Architecture, Spec]] = {}
@@ -141,8 +168,29 @@ def _spec(arch: Architecture) -> Spec:
              (arch.mla.q_lora_rank, arch.mla.kv_lora_rank, arch.mla.qk_rope_head_dim,
               arch.mla.qk_nope_head_dim, arch.mla.v_head_dim)),
         sinks=arch.attention_sinks, nope_layers=arch.nope_layers,
-        rotary_fraction=arch.rotary_fraction, router=arch.router, expert_bias=arch.expert_bias,
+        rotary_fraction=arch.rotary_fraction, expert_bias=arch.expert_bias,
+        **_router_fields(fam, cfg),
     )
+
+
+#: Each MoE family's router and shared-expert arrangement, as its transformers code has it
+#: (``<Family>TopKRouter.forward`` and ``<Family>SparseMoeBlock.forward``).
+_ROUTERS: dict[str, dict] = {
+    "mixtral": dict(router="softmax", router_fp32="logits"),
+    "qwen2_moe": dict(router="softmax", router_fp32="dtype", router_cast_back=True,
+                      shared_gate=True, shared_first=True),
+}
+
+
+def _router_fields(fam: str, cfg: dict) -> dict:
+    fields = dict(_ROUTERS.get(fam, {}))
+    if fam == "qwen2_moe" and not cfg.get("use_sliding_window"):
+        fields["window_mask"] = True
+    if fields.get("router") == "sigmoid":
+        fields.setdefault("score_bias", True)
+        fields["groups"] = (int(cfg.get("n_group") or 1), int(cfg.get("topk_group") or 1))
+        fields["routed_scale"] = float(cfg.get("routed_scaling_factor") or 1.0)
+    return fields
 
 
 @record(kw_only=False)
