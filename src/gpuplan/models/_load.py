@@ -358,10 +358,26 @@ def _size_tokens(name: str) -> frozenset[str]:
     return frozenset(m.group(0) for m in re.finditer(_SIZE, name.lower()))
 
 
+def _numbers(name: str) -> tuple[str, ...]:
+    """Every number in a name, in order ("qwen2.5-14b" -> 2.5, 14): a version or a size."""
+    return tuple(re.findall(r"\d+(?:\.\d+)?", name.lower()))
+
+
 def _suggestable(name: str, known: list[str]) -> list[str]:
-    """The known names a "did you mean" may offer for ``name``: those of the same size."""
+    """The known names a "did you mean" may offer for ``name``: those of the same size and
+    version (Qwen3-14B is not a typo of Qwen2.5-14B)."""
     mine = _size_tokens(name)
-    return [k for k in known if _size_tokens(k) == mine] if mine else known
+    if not mine:
+        return known
+    nums = _numbers(name.rsplit("/", 1)[-1])
+
+    def same_version(k: str) -> bool:  # "3" and "3.1" may be a typo; "2.5" and "3" not
+        other = _numbers(k.rsplit("/", 1)[-1])
+        if len(other) != len(nums) or len(nums) < 2:
+            return True  # no version to compare (the size decides)
+        return all(a == b or a.split(".")[0] == b.split(".")[0] for a, b in zip(nums, other))
+
+    return [k for k in known if _size_tokens(k) == mine and same_version(k)]
 
 
 def _near(name: str, known: list[str]) -> list[str]:
