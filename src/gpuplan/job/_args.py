@@ -94,7 +94,7 @@ def flag_arg(value: object, field: str, *, optional: bool = False) -> bool | Non
     """True or False (None too when ``optional``): 0, 1 or "yes" is not a switch."""
     if isinstance(value, bool) or (optional and value is None):
         return value
-    raise _refuse(field, value, "True or False" + (" or None" if optional else ""))
+    raise _refuse(field, value, "true or false" + (" or None" if optional else ""))
 
 
 def choice_arg(value: object, field: str, choices: Iterable[str], *,
