@@ -295,22 +295,17 @@ def _deepseek_moe(r: ConfigReader, family: str, T: Tensors, H: int, L: int) -> d
                 router_groups=groups, buffer_bytes=buffers)
 
 
-def _mtp(r: ConfigReader, H: int, V: int, m: MLA, NH: int, moe: dict, bias: bool) -> dict:
-    """DeepSeek-V3's multi-token-prediction module as its checkpoint holds it, per layer: a MoE
-    decoder layer (MLA, routed and shared experts, two norms), ``enorm`` and ``hnorm``,
-    ``eh_proj`` (2H -> H), ``shared_head.norm``, and copies of the embedding and the head."""
+def _mtp(r: ConfigReader, T: Tensors, L: int, H: int, V: int, moe: dict) -> dict:
+    """DeepSeek-V3's multi-token-prediction module as its checkpoint holds it, per layer: a copy
+    of the last (MoE) decoder layer -- its tensors read off ``T`` -- plus ``enorm`` and
+    ``hnorm``, ``eh_proj`` (2H -> H), ``shared_head.norm``, and copies of the embedding and the
+    head."""
     n = r.integer("num_nextn_predict_layers", default=0, minimum=0)
     if not n or not moe.get("num_experts"):
         return dict(mtp_layers=n)
-    q = (m.q_lora_rank * H + (m.q_lora_rank if bias else 0) + m.q_lora_rank
-         + NH * m.qk_head_dim * m.q_lora_rank) if m.q_lora_rank else NH * m.qk_head_dim * H
-    kv_a = m.cache_elements
-    attn = (q + kv_a * H + (kv_a if bias else 0) + m.kv_lora_rank
-            + NH * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank
-            + H * NH * m.v_head_dim + (H if bias else 0))
-    E, moe_I = moe["num_experts"], moe["moe_intermediate_size"]
-    ffn = E * H + 3 * H * moe_I * E + 3 * H * moe["shared_expert_intermediate_size"]
-    layer = attn + ffn + 2 * H
+    # a ``{i}`` pattern holds every layer's copy (``count`` = L x experts for a routed one)
+    layer = sum(t.total // L if t.layer is None else t.total for t in T.items
+                if t.layer == L - 1 or (t.layer is None and t.per_layer))
     return dict(mtp_layers=n, mtp_params=n * (layer + 3 * H + 2 * H * H + 2 * V * H))
 
 
@@ -325,7 +320,7 @@ def _deepseek(r: ConfigReader, family: str) -> dict:
     moe = _deepseek_moe(r, family, T, H, L)
     _layer_norms(T, H, L)
     _head(T, H, V, out["tie_word_embeddings"])
-    extra = _mtp(r, H, V, m, NH, moe, bias) if family == "deepseek_v3" else {}
+    extra = _mtp(r, T, L, H, V, moe) if family == "deepseek_v3" else {}
     if family == "deepseek_v3" and not r.boolean("rope_interleave", default=True):
         r.notes.append("rope_interleave is false: rotary positions applied to halves")
     return dict(out, num_kv_heads=NH, head_dim=m.qk_head_dim, mla=m, attention_bias=bias,

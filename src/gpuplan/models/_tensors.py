@@ -78,15 +78,9 @@ def torch_dtype_of(r: ConfigReader) -> str | None:
 
 def layer_types_of(r: ConfigReader, num_layers: int) -> tuple[int, ...] | None:
     """Sliding layers from an explicit ``layer_types`` list, or None when the config has none."""
-    types = r.str_list("layer_types")
+    types = layer_type_list(r, num_layers, ("full_attention", "sliding_attention"))
     if types is None:
         return None
-    if len(types) != num_layers:
-        raise r.fail(f'"layer_types" has {len(types)} entries for {num_layers} layers')
-    for t in types:
-        if t not in ("full_attention", "sliding_attention"):
-            raise r.fail(f'"layer_types" holds {t!r}; expected "full_attention" or '
-                         f'"sliding_attention"')
     return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
 
 
