@@ -86,17 +86,22 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def wait_ready(base: str) -> None:
+    """Until the server answers a fit (at most ~10 s of retries while it starts)."""
+    for _ in range(500):
+        try:
+            post(base + "/api/fit", {**JOB, "suggest": False})
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
 def updates(n: int) -> dict[str, list[float]]:
     port = free_port()
     proc = start(port)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(500):
-            try:
-                post(base + "/api/fit", {**JOB, "suggest": False})
-                break
-            except OSError:
-                time.sleep(0.02)
+        wait_ready(base)
         out: dict[str, list[float]] = {"fit (the update)": [], "speed": [],
                                        "fit with the solver (RTX-4090, does not fit)": []}
         for i in range(n):
@@ -177,12 +182,7 @@ def held(clients: int, half_sent: int, seconds: float) -> None:
     proc = start(port)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(500):
-            try:
-                post(base + "/api/fit", {**JOB, "suggest": False})
-                break
-            except OSError:
-                time.sleep(0.02)
+        wait_ready(base)
         stop, counts = threading.Event(), {"opened": 0, "closed_by_server": 0,
                                            "ready": threading.Event()}
         holder = threading.Thread(target=_keep_stalled, args=(port, half_sent, stop, counts))
