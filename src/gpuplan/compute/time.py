@@ -18,7 +18,8 @@ from typing import Any, Literal, Sequence
 from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
-    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, gemm_wave_efficiency, gemv_bandwidth_fraction, grouped_gemm_efficiency,
+    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, gemm_wave_efficiency,
+    gemv_bandwidth_fraction, grouped_gemm_efficiency,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
