@@ -255,12 +255,12 @@ def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx
 
 def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) -> LayoutTime:
     arch = c.model.architecture
-    key = (lay.tp, lay.cp, lay.batch)
+    key = (lay.tp, lay.cp, lay.batch, lay.ep)
     if key not in c.costs:
         c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
                                    batch=lay.batch, seq=lay.seq, attention=c.base.attention,
                                    runtime=resolve_runtime(c.base.runtime, "train",
-                                                           c.base.engine))
+                                                           c.base.engine), ep=lay.ep)
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:

@@ -322,6 +322,60 @@ def _families():
               hf_class="ViTForImageClassification")
 
 
+#: Small configs of the 2025-2026 families (issue 28), each with its shape rules: MLA with a q
+#: bottleneck and first dense layers (DeepSeek-V3), QK-norm (Qwen3), mlp_only_layers (Qwen3-MoE),
+#: shared experts and partial rotary (GLM-4.5), sinks, biased experts and alternating sliding
+#: layers (gpt-oss), 1-in-2 local layers (Gemma 3), chunked / NoPE layers and interleaved MoE
+#: (Llama 4). Windows and chunks are the sequence (16) so eager's full square is what they count.
+_MODERN = {
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(
+        intermediate_size=96, num_key_value_heads=2, head_dim=16)),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig", dict(
+        intermediate_size=96, moe_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
+        num_key_value_heads=2, head_dim=16, mlp_only_layers=[0])),
+    "deepseek_v3": ("DeepseekV3ForCausalLM", "DeepseekV3Config", dict(
+        intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+        n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1, q_lora_rank=24,
+        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+        num_key_value_heads=4)),
+    "glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeConfig", dict(
+        intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+        n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+        num_key_value_heads=2, head_dim=16, use_qk_norm=True)),
+    "gpt_oss": ("GptOssForCausalLM", "GptOssConfig", dict(
+        intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2,
+        head_dim=16, sliding_window=16)),
+    "gemma3_text": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(
+        intermediate_size=96, num_key_value_heads=2, head_dim=16, sliding_window=16,
+        sliding_window_pattern=2)),
+    "llama4_text": ("Llama4ForCausalLM", "Llama4TextConfig", dict(
+        intermediate_size=32, intermediate_size_mlp=96, num_local_experts=4,
+        num_experts_per_tok=1, num_key_value_heads=2, head_dim=16, attention_chunk_size=16,
+        interleave_moe_layer_step=2, no_rope_layer_interval=2)),
+}
+_MODERN_LM = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, vocab_size=101,
+                  max_position_embeddings=64)
+
+
+def _modern(family: str):
+    """(HF model factory, Architecture read by gpuplan from the same config's dict)."""
+    from gpuplan.models import architecture_from_config
+
+    cls, cname, kw = _MODERN[family]
+    make = lambda: _hf(cls, cname, **kw, **_MODERN_LM)  # noqa: E731
+    d = getattr(transformers, cname)(**kw, **_MODERN_LM).to_dict()
+    d["model_type"] = family
+    if family == "qwen3_moe":  # to_dict writes num_local_experts; the published config.json
+        d["num_experts"] = d["num_local_experts"]  # (and gpuplan's reader) says num_experts
+    return make, architecture_from_config(d, name=family)
+
+
+def _all_families():
+    yield from _families()
+    for family in _MODERN:
+        yield (family, *_modern(family))
+
+
 def _grouped_mm_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
     # aten._grouped_mm (the MoE experts' kernel) is not in torch's FLOP registry: each row of the
     # left operand is multiplied by its group's matrix, so the total is 2 * rows * K * N.
@@ -344,9 +398,9 @@ def _counted(model, inputs, *, backward: bool) -> int:
     return fc.get_total_flops()
 
 
-@pytest.mark.parametrize("family", [f for f, _, _ in _families()])
+@pytest.mark.parametrize("family", [f for f, _, _ in _families()] + list(_MODERN))
 def test_forward_and_training_flops_match_torch_flop_counter(family):
-    name, make, arch = next(x for x in _families() if x[0] == family)
+    name, make, arch = next(x for x in _all_families() if x[0] == family)
     model = make()
     torch.manual_seed(0)
     if arch.kind == "vision":
@@ -377,3 +431,38 @@ def test_moe_counts_only_routed_experts():
     mlp = 2 * 64 * 3 * 64 * 96
     router = 2 * 64 * 64 * 4
     assert moe.forward_flops - one.forward_flops == 2 * (mlp + router)
+
+
+def test_llama4_flops_under_vllm_are_the_routed_share_of_transformers():
+    # the same config counted as vLLM runs it (top-1 routed) is below what transformers' code
+    # executes (every expert) by exactly the unrouted experts' rows
+    make, arch = _modern("llama4_text")
+    job = J(mode="infer", prefill_logits="all", batch=B, seq=S, attention="eager")
+    hf = flops_breakdown(arch, job).forward_flops
+    assert _counted(make(), {"input_ids": torch.randint(0, 101, (B, S))},
+                    backward=False) == pytest.approx(hf, rel=1e-12)
+    vl = flops_breakdown(arch, job.with_(engine="vllm")).forward_flops
+    E, I, H = arch.num_experts, arch.moe_intermediate_size, arch.hidden_size
+    assert hf - vl == len(arch.moe_layers) * 2 * B * S * (E - 1) * 3 * H * I
+
+
+def test_mla_decode_step_matches_torch_flop_counter_over_transformers_cache():
+    # one decode step after a 16-token prompt: transformers 5 caches the latent and re-expands
+    # the whole cache through kv_b_proj each step (the "expand" form)
+    from gpuplan.compute.flops import StepShape, build_forward_ops, run_form
+
+    make, arch = _modern("deepseek_v3")
+    model = make().eval()
+    ids = torch.randint(0, 101, (B, S))
+    with torch.no_grad():
+        past = model(input_ids=ids, use_cache=True).past_key_values
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False, custom_mapping={
+                torch.ops.aten._grouped_mm: _grouped_mm_flops}) as fc:
+            model(input_ids=ids[:, :1], past_key_values=past, use_cache=True)
+    shape = StepShape(batch=B, q_len=1, kv_len=S + 1, decode=True)
+    ops = build_forward_ops(arch, shape, act_bytes=2, weight_bytes=2, attention="eager",
+                            form=run_form(arch, "transformers", decode=True))
+    assert fc.get_total_flops() == pytest.approx(sum(o.counted_flops * o.count for o in ops),
+                                                 rel=1e-12)

@@ -24,17 +24,7 @@ def J(mode="train", precision=None, **kw):
 H100 = get_gpu("H100-SXM-80GB")
 
 
-#: The speed model's op list does not yet hold MLA's projections (q_a/q_b, kv_a/kv_b) or the
-#: fused (experts, in, out) expert tensors of Llama 4: their FLOPs are the generic decoder's
-#: (issue 28, part 4, in progress).
-_OPS_PENDING = {"deepseek-r1", "deepseek-v3", "kimi-k2", "glm-4.5-air", "llama-4-scout",
-                "llama-4-maverick"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(
-    n, marks=pytest.mark.xfail(strict=True, reason="MLA / fused-expert ops not in the speed "
-                                                   "model's op list yet"))
-    if n in _OPS_PENDING else n for n in catalog_names()])
+@pytest.mark.parametrize("name", catalog_names())
 def test_matmul_weights_are_the_models_linear_tensors(name):
     m = load_model(name)
     a = m.architecture

@@ -27,6 +27,7 @@ from typing import Literal, Sequence, get_args
 
 from .._record import record
 from ..bounds import BOUNDS
+from ..engines.profiles import resolve_engine
 from ..errors import InputError, opt, shown
 from ..job import Attention, Checkpointing, Job, default_seq
 from ..models._types import Architecture, attention_for
@@ -35,6 +36,8 @@ __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
     "backward_ops", "recompute_ops", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
     "FlopsBreakdown", "LayerFlops", "flops_breakdown", "FLASH_BLOCK", "causal_score_elements",
+    "chunked_score_elements", "visible_keys", "RunForm", "run_form", "form_notes",
+    "expert_tokens", "TRANSFORMERS_CODE", "MLA_ABSORBING",
 ]
 
 OpClass = Literal["attention", "mlp", "norm_elementwise", "embedding", "logits", "optimizer"]
@@ -164,6 +167,12 @@ class Op:
     host_s: float | None = None
     """Host time to issue each kernel when it is not the runtime's per-phase cost (a Python loop
     issuing one tensor op at a time, a multi-tensor pass issued from C++)."""
+    weight_width: float = 0.0
+    """Bytes per weight element as this matmul reads them, where ``bytes / weight_elements`` is
+    not that (a MoE GEMM reads only the experts it hits); 0: that ratio."""
+    groups: int = 1
+    """A grouped GEMM (MoE experts): ``shape``'s M rows split over this many experts, each its
+    own product of about M / groups rows (what the shape-dependent efficiency sees)."""
 
     @property
     def intensity(self) -> float:
@@ -199,6 +208,13 @@ class _Bytes:
     """Bytes per cached key/value element."""
     grad: int
     """Bytes per weight-gradient element."""
+    expert: float = 0.0
+    """Bytes per element of the routed experts' weights (gpt-oss ships them in MXFP4 beside
+    16-bit attention); 0: ``weight``."""
+
+    def __post_init__(self) -> None:
+        if not self.expert:
+            object.__setattr__(self, "expert", self.weight)
 
 
 def _mm(name: str, cls: OpClass, *, b: int, m: int, k: int, n: int, act: int, w: float | None,
@@ -241,17 +257,40 @@ def causal_score_elements(q_len: int, window: int | None = None, block: int = FL
     return total
 
 
+def chunked_score_elements(q_len: int, chunk: int, block: int = FLASH_BLOCK) -> int:
+    """Score elements a block-skipping kernel computes for one sequence and head under chunked
+    local attention (Llama 4's ``attention_chunk_size``): a token sees the tokens of its own chunk
+    up to itself, so the square is block-diagonal, each full chunk a causal square of ``chunk``
+    (chunks aligned to key blocks when ``chunk`` is a multiple of ``block``)."""
+    m, rem = divmod(q_len, chunk)
+    return m * causal_score_elements(chunk, None, block) + causal_score_elements(rem, None, block)
+
+
+def visible_keys(kv_len: int, window: int | None, chunk: int | None = None) -> int:
+    """Keys the newest of ``kv_len`` tokens attends to: all of them, the ``window`` most recent
+    (sliding), or those of its own chunk (chunked: position mod chunk, itself included)."""
+    if chunk is not None:
+        return (kv_len - 1) % chunk + 1
+    return kv_len if window is None else min(kv_len, window)
+
+
 def _attention_counts(shape: StepShape, window: int | None, causal: bool,
-                      attention: str) -> tuple[float, float]:
-    """(executed, counted) score elements per (sequence, head)."""
+                      attention: str, chunk: int | None = None) -> tuple[float, float]:
+    """(executed, counted) score elements per (sequence, head). Counted: the full square of the
+    keys each query may see (s x s; s x w with a window; a square of ``chunk`` per chunk)."""
     q, kv = shape.q_len, shape.kv_len
     if shape.decode:
-        keys = kv if window is None else min(kv, window)
+        keys = visible_keys(kv, window, chunk)
         return float(q * keys), float(q * keys)
-    keys_counted = kv if window is None else min(kv, window)
-    counted = float(q * keys_counted)
+    if chunk is not None:
+        m, rem = divmod(q, chunk)
+        counted = float(m * chunk * chunk + rem * rem)
+    else:
+        counted = float(q * (kv if window is None else min(kv, window)))
     if not causal or attention == "eager":
         return float(q * kv), counted  # eager computes the whole square, then masks it
+    if chunk is not None:
+        return float(chunked_score_elements(q, chunk)), counted
     return float(causal_score_elements(q, window)), counted
 
 
@@ -264,15 +303,18 @@ def _mlp_act(arch: Architecture) -> str:
     a = (arch.activation or "").lower()
     if "relu" in a:
         return "relu"
-    if "silu" in a or "swish" in a:
+    if "silu" in a or "swish" in a or "swiglu" in a:  # gpt-oss's swiglu_oai: a clamped SiLU
         return "silu"
     return "gelu"
 
 
 def _moe_layers(arch: Architecture) -> int:
-    """Layers whose MLP is a mixture of experts (all, unless the config says otherwise)."""
+    """Layers whose MLP is a mixture of experts: ``arch.moe_layers`` when the reader listed them,
+    else all, unless the config says otherwise."""
     if not arch.is_moe:
         return 0
+    if arch.moe_layers:
+        return len(arch.moe_layers)
     cfg = arch.config or {}
     n = arch.num_layers
     dense_first = int(cfg.get("first_k_dense_replace") or 0)
@@ -282,6 +324,14 @@ def _moe_layers(arch: Architecture) -> int:
                if i >= dense_first and i not in only_mlp and (i + 1) % step == 0)
 
 
+def _moe_layer_set(arch: Architecture) -> set[int]:
+    """The MoE layers' indices (without a list: the last ones; only the count matters)."""
+    if arch.is_moe and arch.moe_layers:
+        return set(arch.moe_layers)
+    n, n_moe = arch.num_layers, _moe_layers(arch)
+    return set(range(n - n_moe, n))
+
+
 def _norms_per_layer(arch: Architecture) -> int:
     if arch.family == "falcon" and arch.parallel_attn_mlp and not (arch.config or {}).get(
             "new_decoder_architecture"):
@@ -289,8 +339,77 @@ def _norms_per_layer(arch: Architecture) -> int:
     return 2
 
 
+@record
+class RunForm:
+    """How the engine's code runs the families' mechanisms (what the step's engine decides).
+
+    ``mla``: Multi-head Latent Attention as ``naive`` (kv_b_proj expands the new tokens' latents
+    into per-head keys and values, then multi-head attention with qk_head_dim scores and
+    v_head_dim values: prefill and training everywhere), ``expand`` (transformers' decode:
+    DeepseekV3Attention.expand_kv runs kv_b_proj over the whole cached latent every step) or
+    ``absorbed`` (vLLM / SGLang / TensorRT-LLM decode: kv_b_proj's key half is absorbed into the
+    query and its value half into the output, and attention runs MQA-like over the latent).
+    ``all_experts``: every expert computes every token (transformers' Llama4TextMoe repeats the
+    hidden states for all experts). ``ep``: expert-parallel ranks the experts are spread over."""
+
+    mla: Literal["naive", "expand", "absorbed"] = "naive"
+    all_experts: bool = False
+    ep: int = 1
+
+
+#: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
+TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
+#: Serving engines whose MLA decode is the absorbed form (vLLM's MLA backends, SGLang's
+#: FlashInfer / FlashMLA / Triton MLA, TensorRT-LLM's MLA generation kernels).
+MLA_ABSORBING = ("vllm", "sglang", "trt-llm")
+
+
+def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 1) -> RunForm:
+    """How ``engine`` (a resolved engine name) runs ``arch``'s mechanisms in a decode step or in
+    prefill / training (:class:`RunForm`)."""
+    if arch is None:
+        return RunForm(ep=ep)
+    mla = "naive"
+    if arch.mla is not None and decode:
+        mla = "absorbed" if engine in MLA_ABSORBING else "expand"
+    return RunForm(mla=mla, all_experts=arch.family == "llama4_text" and arch.is_moe
+                   and engine in TRANSFORMERS_CODE, ep=ep)
+
+
+def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
+    """What the engine's form of the mechanisms means for the FLOPs and the time, in words."""
+    if arch is None:
+        return ()
+    out = []
+    if form.all_experts:
+        out.append(f"MoE under {engine}: transformers' Llama4TextMoe runs every one of the "
+                   f"{arch.num_experts} experts on every token (hidden states repeated per "
+                   f"expert, scaled by the router's scores), so the experts' FLOPs are "
+                   f"{arch.num_experts // max(1, arch.experts_per_token)}x the routed top-"
+                   f"{arch.experts_per_token}; vLLM and SGLang route top-"
+                   f"{arch.experts_per_token} (--engine vllm)")
+    if arch.mla is not None and form.mla == "expand":
+        out.append(f"MLA decode under {engine}: kv_b_proj re-expands the whole cached latent "
+                   "into per-head keys and values every step (DeepseekV3Attention.expand_kv); "
+                   "vLLM / SGLang absorb it into the query and output (--engine vllm)")
+    elif arch.mla is not None and form.mla == "absorbed":
+        out.append(f"MLA decode under {engine}: the absorbed form, MQA over the "
+                   f"{arch.mla.kv_lora_rank} + {arch.mla.qk_rope_head_dim} latent per token")
+    return tuple(out)
+
+
+@record
+class _Kind:
+    """What differs between a model's layers: the attention's reach, rotary or not, experts."""
+
+    window: int | None = None
+    chunk: int | None = None
+    rotary: bool = True
+    moe: bool = False
+
+
 def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: Attention,
-               window: int | None, moe: bool) -> list[Op]:
+               kind: _Kind, form: RunForm) -> list[Op]:
     """One transformer layer's forward: norm, attention, residual, (norm), MLP or experts,
     residual."""
     T = shape.batch * shape.q_len
@@ -308,23 +427,55 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
         return [_ew(name, "norm_elementwise", elements=T * h, nbytes=T * h * (2 * a + 1),
                     flops_per=1)]
 
-    ops = [norm("attn.norm"), *_attention_ops(arch, shape, nb, attention=attention, window=window)]
+    attn = (_mla_attention_ops(arch, shape, nb, attention=attention, form=form.mla)
+            if arch.mla is not None else
+            _attention_ops(arch, shape, nb, attention=attention, kind=kind))
+    ops = [norm("attn.norm"), *attn]
     ops.extend(dropout("attn.dropout"))
     ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     if _norms_per_layer(arch) == 2:
         ops.append(norm("mlp.norm"))
-    ops.extend(_moe_ops(arch, T, nb) if moe else _mlp_ops(arch, T, nb))
+    ops.extend(_moe_ops(arch, T, nb, form) if kind.moe else _mlp_ops(arch, T, nb))
     ops.extend(dropout("mlp.dropout"))
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     return ops
 
 
+def _qk_norm_ops(arch: Architecture, T: int, q_el: int, k_el: int, a: int,
+                 rotary: bool) -> list[Op]:
+    """QK-norm, elementwise over every query and key head (Qwen3, Gemma 3, GLM-4.5's weighted
+    RMSNorm; Llama 4's unweighted L2 norm, on its rotary layers only: Llama4TextAttention builds
+    qk_norm when ``use_qk_norm and use_rope``)."""
+    if arch.qk_norm == "none" or (arch.qk_norm == "l2" and not rotary):
+        return []
+    n = T * (q_el + k_el)
+    return [_ew("attn.qk_norm", "norm_elementwise", elements=n, nbytes=2 * n * a,
+                flops_per=_NORM_FLOPS["rmsnorm"] - (1 if arch.qk_norm == "l2" else 0),
+                kernels=2)]
+
+
+def _sink_ops(arch: Architecture, shape: StepShape, a: int, attention: str) -> list[Op]:
+    """gpt-oss's learned sinks: one logit per head joins each query's softmax denominator. A fused
+    kernel folds it in (one more element per query and head); transformers' eager attention
+    concatenates the sink column to the scores and slices it off after the softmax (two copies
+    of the materialized scores: modeling_gpt_oss.eager_attention_forward)."""
+    if not arch.attention_sinks:
+        return []
+    rows = shape.batch * arch.num_heads * shape.q_len
+    if attention == "eager":
+        n = rows * (shape.kv_len + 1)
+        return [_ew("attn.sinks", "norm_elementwise", elements=n, nbytes=4 * n * a, flops_per=1,
+                    kernels=2)]
+    return [_ew("attn.sinks", "norm_elementwise", elements=rows, nbytes=2 * rows * 4,
+                flops_per=_SOFTMAX_FLOPS)]
+
+
 def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: Attention,
-                   window: int | None) -> list[Op]:
-    """The QKV projection, rotary, the attention core (fused, or eager scores/softmax/values) and
-    the output projection."""
+                   kind: _Kind) -> list[Op]:
+    """The QKV projection, QK-norm, rotary, the attention core (fused, or eager
+    scores/softmax/values) and the output projection."""
     B, T = shape.batch, shape.batch * shape.q_len
     h, d = arch.hidden_size, arch.head_dim
     H, Hkv = arch.num_heads, arch.num_kv_heads
@@ -333,12 +484,17 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
     fused = _is_fused_qkv(arch)
     ops = [_mm("attn.qkv", "attention", b=1, m=T, k=h, n=nq + 2 * nkv, act=a, w=w,
                kernels=1 if fused else 3, input_reads=1 if fused else 3)]
-    if arch.position == "rotary":
-        ops.append(_ew("attn.rotary", "norm_elementwise", elements=T * (nq + nkv),
-                       nbytes=2 * T * (nq + nkv) * a, flops_per=3, kernels=2))
-    executed, counted = _attention_counts(shape, window, arch.kind == "decoder", attention)
+    ops.extend(_qk_norm_ops(arch, T, nq, nkv, a, kind.rotary))
+    if arch.position == "rotary" and kind.rotary:
+        rot = max(1, round(T * (nq + nkv) * arch.rotary_fraction))  # GLM-4.5 rotates half
+        ops.append(_ew("attn.rotary", "norm_elementwise", elements=rot, nbytes=2 * rot * a,
+                       flops_per=3, kernels=2))
+    executed, counted = _attention_counts(shape, kind.window, arch.kind == "decoder", attention,
+                                          kind.chunk)
     kv_src = nb.kv if shape.decode else a  # decode reads the cache; prefill the fresh K and V
-    kv_read = B * shape.kv_len * 2 * nkv * kv_src
+    # decode reads the keys the newest token sees (a window or its chunk at most)
+    keys = visible_keys(shape.kv_len, kind.window, kind.chunk) if shape.decode else shape.kv_len
+    kv_read = B * keys * 2 * nkv * kv_src
     kv_write = B * shape.q_len * 2 * nkv * nb.kv if not shape.train else 0  # inference fills a cache
     if attention == "sdpa":
         f_exec = 4.0 * B * H * executed * d
@@ -349,10 +505,124 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
                       parallel_work=max(1, int(B * H * executed)), kernels=1,
                       shape=(B * H, shape.q_len, d, shape.kv_len)))
     else:
-        ops.extend(_eager_core_ops(arch, shape, nb, executed=executed, counted=counted,
+        seen = replace(shape, kv_len=keys)  # a sliding cache holds the window (decode)
+        ops.extend(_eager_core_ops(arch, seen, nb, executed=executed, counted=counted,
                                    kv_read=kv_read, kv_write=kv_write))
+    ops.extend(_sink_ops(arch, shape, a, attention))
     ops.append(_mm("attn.out", "attention", b=1, m=T, k=nq, n=h, act=a, w=w))
     return ops
+
+
+def _mla_attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *,
+                       attention: Attention, form: str) -> list[Op]:
+    """Multi-head Latent Attention (DeepSeek-V2/V3, Kimi-K2) as its modules run: the query
+    (q_a_proj, q_a_layernorm, q_b_proj; or q_proj), kv_a_proj_with_mqa (the latent and the shared
+    rotary key), kv_a_layernorm, rotary on the rope dims, then by ``form`` (:class:`RunForm`):
+
+    * ``naive`` / ``expand``: kv_b_proj (kv_lora_rank -> heads x (qk_nope + v)) over the new
+      tokens (naive) or the whole cache (expand: transformers' decode), the per-head keys
+      assembled (expand_kv's copies), attention with qk_head_dim scores and v_head_dim values:
+      per query and key 2 x heads x (qk_head_dim + v_head_dim) FLOPs;
+    * ``absorbed``: q_nope times W_UK per head (heads x qk_nope x kv_lora_rank), attention over
+      the cached latent as one shared KV head -- scores over kv_lora_rank + qk_rope, values of
+      kv_lora_rank: 2 x heads x (2 kv_lora_rank + qk_rope) per query and key -- then W_UV per head
+      (heads x kv_lora_rank x v) before o_proj (DeepSeek-V2 report sec. 2.1.2-2.1.3, "W^UK can be
+      absorbed into W^UQ, and W^UV into W^O"; vLLM's MLA backend docstring, which computes decode
+      this way as MQA of head size kv_lora_rank + qk_rope over one latent head; FlashMLA's
+      d_qk 576 / d_v 512 kernel for DeepSeek-V3's 512 + 64).
+
+    The cache holds ``kv_lora_rank + qk_rope_head_dim`` per token and layer: what decode reads."""
+    m = arch.mla
+    assert m is not None
+    B, T, q, kv = shape.batch, shape.batch * shape.q_len, shape.q_len, shape.kv_len
+    h, H, a, w = arch.hidden_size, arch.num_heads, nb.act, nb.weight
+    c, dr, dn, dv, dq = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim, \
+        m.qk_head_dim
+    ops: list[Op] = []
+    if m.q_lora_rank:
+        ops += [_mm("attn.q_a", "attention", b=1, m=T, k=h, n=m.q_lora_rank, act=a, w=w),
+                _ew("attn.q_a_norm", "norm_elementwise", elements=T * m.q_lora_rank,
+                    nbytes=2 * T * m.q_lora_rank * a, flops_per=_NORM_FLOPS["rmsnorm"]),
+                _mm("attn.q_b", "attention", b=1, m=T, k=m.q_lora_rank, n=H * dq, act=a, w=w)]
+    else:
+        ops.append(_mm("attn.q", "attention", b=1, m=T, k=h, n=H * dq, act=a, w=w))
+    ops += [_mm("attn.kv_a", "attention", b=1, m=T, k=h, n=c + dr, act=a, w=w),
+            _ew("attn.kv_a_norm", "norm_elementwise", elements=T * c, nbytes=2 * T * c * a,
+                flops_per=_NORM_FLOPS["rmsnorm"]),
+            _ew("attn.rotary", "norm_elementwise", elements=T * (H + 1) * dr,
+                nbytes=2 * T * (H + 1) * dr * a, flops_per=3, kernels=2)]
+    executed, counted = _attention_counts(shape, None, True, attention)
+    latent_read = B * kv * (c + dr) * (nb.kv if shape.decode else a)
+    cache_write = B * q * (c + dr) * nb.kv if not shape.train else 0
+    if form == "absorbed":
+        ops += _mla_absorbed_core(arch, shape, nb, executed=executed, counted=counted,
+                                  latent_read=latent_read, cache_write=cache_write)
+    else:
+        rows = B * (kv if form == "expand" else q)  # the latents kv_b_proj expands
+        kvb = _mm("attn.kv_b", "attention", b=1, m=rows, k=c, n=H * (dn + dv), act=a, w=w)
+        if shape.decode:  # it reads the cached latents
+            kvb = replace(kvb, bytes=kvb.bytes - rows * c * a + latent_read)
+        keys = rows * H * dq
+        ops += [kvb, _ew("attn.kv_expand", "norm_elementwise", elements=keys,
+                         nbytes=2 * keys * a, flops_per=0, kernels=2)]
+        ops += _mla_naive_core(arch, shape, nb, attention, executed=executed, counted=counted,
+                               cache_write=cache_write)
+    ops.append(_mm("attn.out", "attention", b=1, m=T, k=H * dv, n=h, act=a, w=w))
+    return ops
+
+
+def _mla_naive_core(arch: Architecture, shape: StepShape, nb: _Bytes, attention: Attention, *,
+                    executed: float, counted: float, cache_write: float) -> list[Op]:
+    """Multi-head attention over expanded keys (qk_head_dim) and values (v_head_dim)."""
+    m = arch.mla
+    assert m is not None
+    B, T, q, kv = shape.batch, shape.batch * shape.q_len, shape.q_len, shape.kv_len
+    H, a, dq, dv = arch.num_heads, nb.act, m.qk_head_dim, m.v_head_dim
+    if attention == "sdpa":
+        kv_read = B * kv * H * (dq + dv) * a
+        return [Op(name="attn.core", op_class="attention", kind="attention", phase="forward",
+                   count=1, flops=2.0 * B * H * executed * (dq + dv),
+                   counted_flops=2.0 * B * H * counted * (dq + dv),
+                   bytes=T * H * (dq + dv) * a + kv_read + cache_write
+                   + (B * H * q * 4 if shape.train else 0),
+                   parallel_work=max(1, int(B * H * executed)), kernels=1,
+                   shape=(B * H, q, dq, kv))]
+    scores = B * H * q * kv
+    frac = counted / executed if executed else 1.0
+    sc = _mm("attn.scores", "attention", b=B * H, m=q, k=dq, n=kv, act=a, w=None)
+    sc = replace(sc, counted_flops=sc.flops * frac, bytes=sc.bytes + cache_write)
+    av = _mm("attn.values", "attention", b=B * H, m=q, k=kv, n=dv, act=a, w=None)
+    av = replace(av, counted_flops=av.flops * frac)
+    dropout = shape.train and arch.attention_dropout > 0
+    return [sc, _ew("attn.scale_mask", "norm_elementwise", elements=scores,
+                    nbytes=4 * scores * a, flops_per=2, kernels=2),
+            _ew("attn.softmax", "norm_elementwise", elements=scores,
+                nbytes=2 * scores * a * (2 if dropout else 1), flops_per=_SOFTMAX_FLOPS,
+                kernels=3 if dropout else 2), av]
+
+
+def _mla_absorbed_core(arch: Architecture, shape: StepShape, nb: _Bytes, *, executed: float,
+                       counted: float, latent_read: float, cache_write: float) -> list[Op]:
+    """The absorbed form: W_UK into the query, MQA over the latent, W_UV after it (a serving
+    engine's fused MLA kernel: FlashMLA, FlashInfer MLA, Triton MLA decode)."""
+    m = arch.mla
+    assert m is not None
+    B, T, q, kv = shape.batch, shape.batch * shape.q_len, shape.q_len, shape.kv_len
+    H, a, w = arch.num_heads, nb.act, nb.weight
+    c, dr, dn, dv = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
+    uk = _mm("attn.q_absorb", "attention", b=H, m=T, k=dn, n=c, act=a, w=w)
+    uk = replace(uk, bytes=H * T * dn * a + H * dn * c * w + H * T * c * a,
+                 weight_elements=H * dn * c)
+    core = Op(name="attn.core", op_class="attention", kind="attention", phase="forward", count=1,
+              flops=2.0 * B * H * executed * (2 * c + dr),
+              counted_flops=2.0 * B * H * counted * (2 * c + dr),
+              bytes=T * H * (c + dr) * a + latent_read + cache_write + T * H * c * a,
+              parallel_work=max(1, int(B * H * executed)), kernels=1,
+              shape=(B * H, q, c + dr, kv))
+    uv = _mm("attn.v_up", "attention", b=H, m=T, k=c, n=dv, act=a, w=w)
+    uv = replace(uv, bytes=H * T * c * a + H * c * dv * w + H * T * dv * a,
+                 weight_elements=H * c * dv)
+    return [uk, core, uv]
 
 
 def _eager_core_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, executed: float,
@@ -384,41 +654,67 @@ def _eager_core_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, execute
     return [sc, smk, sm, av]
 
 
-def _moe_ops(arch: Architecture, T: int, nb: _Bytes) -> list[Op]:
-    """A mixture-of-experts MLP over ``T`` tokens: router, top-k, the experts hit, combine, and a
-    shared expert where the model has one."""
-    h, a, w = arch.hidden_size, nb.act, nb.weight
+def expert_tokens(T: int, arch: Architecture, form: RunForm) -> tuple[int, float, float]:
+    """(local experts, expected experts hit, token-expert rows each hit expert runs) of one MoE
+    layer on one expert-parallel rank that holds ``T`` tokens. Under EP every rank dispatches its
+    ``T x top-k`` assignments over all ``E`` experts and holds ``E / EP`` of them, so with uniform
+    routing it runs ``T x top-k`` rows (balanced) over its experts, each getting
+    ``T x EP x top-k / E`` -- EP makes each expert's GEMM taller, not the rank's work larger.
+    Expected experts hit: ``E_local x (1 - (1 - k/E)^(T x EP))`` (uniform routing).
+    ``form.all_experts``: every expert runs every token (transformers' Llama 4)."""
+    E, k = arch.num_experts, max(1, arch.experts_per_token)
+    ep = max(1, form.ep)
+    local = max(1, E // ep)
+    if form.all_experts:
+        return local, float(local), float(T)
+    touched = local * (1.0 - (1.0 - k / E) ** (T * ep))
+    return local, touched, T * k / touched if touched else 0.0
+
+
+def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) -> list[Op]:
+    """A mixture-of-experts MLP over ``T`` tokens: router, top-k, the experts hit (a grouped GEMM:
+    ``groups`` experts of ``rows / groups`` rows each, as :func:`expert_tokens` gives them),
+    combine, and a shared expert where the model has one. FLOPs are those of the routed
+    ``T x top-k`` rows (all ``T x E`` when ``form.all_experts``), not of every expert."""
+    h, a, w = arch.hidden_size, nb.act, nb.expert
     act = _mlp_act(arch)
     gated = arch.mlp == "gated"
     E, k_top = arch.num_experts, max(1, arch.experts_per_token)
     ie = arch.moe_intermediate_size or arch.intermediate_size
-    R = T * k_top  # token-expert assignments
-    touched = E * (1.0 - (1.0 - k_top / E) ** T)  # expected distinct experts hit (uniform)
+    local, touched, per_expert = expert_tokens(T, arch, form)
+    R = T * E if form.all_experts else T * k_top  # token-expert rows this rank computes
     n_up = (2 if gated else 1) * ie
-    ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=w),
+    ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=nb.weight),
            _ew("moe.topk", "norm_elementwise", elements=T * E, nbytes=3 * T * E * 4,
                flops_per=_SOFTMAX_FLOPS, kernels=4)]
+    if form.all_experts:  # hidden_states.repeat(E, 1) * router_scores: one copy per expert
+        ops.append(_ew("moe.repeat", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
+                       flops_per=1, kernels=2))
     launches = max(1, math.ceil(touched))
+    groups = max(1, round(touched))
     up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
     ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
-                       weight_elements=E * h * n_up, kernels=launches * (2 if gated else 1)))
+                       weight_elements=local * h * n_up, kernels=launches * (2 if gated else 1),
+                       groups=groups, weight_width=w))
     ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
                    nbytes=(3 if gated else 2) * R * ie * a,
                    flops_per=_ACT_FLOPS[act] + (1 if gated else 0),
                    kernels=launches * (2 if gated else 1)))
     down = _mm("moe.down", "mlp", b=1, m=R, k=ie, n=h, act=a, w=w)
     ops.append(replace(down, bytes=R * ie * a + touched * ie * h * w + R * h * a,
-                       weight_elements=E * ie * h, kernels=launches))
+                       weight_elements=local * ie * h, kernels=launches, groups=groups,
+                       weight_width=w))
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                    flops_per=2, kernels=launches * 2))
     si = arch.shared_expert_intermediate_size
     if si:
-        ops.append(_mm("moe.shared_up", "mlp", b=1, m=T, k=h, n=2 * si, act=a, w=w,
+        ops.append(_mm("moe.shared_up", "mlp", b=1, m=T, k=h, n=2 * si, act=a, w=nb.weight,
                        kernels=2, input_reads=2))
         ops.append(_ew("moe.shared_act", "norm_elementwise", elements=T * si,
                        nbytes=3 * T * si * a, flops_per=_ACT_FLOPS[act] + 1, kernels=2))
-        ops.append(_mm("moe.shared_down", "mlp", b=1, m=T, k=si, n=h, act=a, w=w))
-        ops.append(_mm("moe.shared_gate", "mlp", b=1, m=T, k=h, n=1, act=a, w=w))
+        ops.append(_mm("moe.shared_down", "mlp", b=1, m=T, k=si, n=h, act=a, w=nb.weight))
+        if arch.family == "qwen2_moe":  # Qwen2MoeSparseMoeBlock.shared_expert_gate (h -> 1)
+            ops.append(_mm("moe.shared_gate", "mlp", b=1, m=T, k=h, n=1, act=a, w=nb.weight))
     return ops
 
 
@@ -527,40 +823,56 @@ def _head_ops(arch: Architecture, shape: StepShape, nb: _Bytes) -> list[Op]:
 def build_forward_ops(arch: Architecture, shape: StepShape, *, act_bytes: int,
                       weight_bytes: float, head_bytes: float | None = None,
                       embed_bytes: float | None = None, kv_bytes: int | None = None,
-                      grad_bytes: int | None = None,
-                      attention: Attention = "sdpa") -> tuple[Op, ...]:
+                      grad_bytes: int | None = None, expert_bytes: float | None = None,
+                      attention: Attention = "sdpa",
+                      form: RunForm | None = None) -> tuple[Op, ...]:
     """Every forward operation of one pass, grouped by kind of layer (``count`` = layers).
 
-    Layers with a sliding window, and mixture-of-experts layers, are separate groups because their
-    arithmetic differs from the others'. ``attention`` is the job's: ``sdpa`` (a fused kernel that
-    skips fully masked blocks and never stores the scores) or ``eager`` (materialized scores).
+    Layers with a sliding window or chunked attention, layers without rotary positions (Llama 4's
+    NoPE layers), and mixture-of-experts layers, are separate groups because their arithmetic
+    differs from the others'. ``attention`` is the job's: ``sdpa`` (a fused kernel that skips
+    fully masked blocks and never stores the scores) or ``eager`` (materialized scores).
+    ``form``: how the engine runs MLA and the experts (:class:`RunForm`; default: naive MLA,
+    routed experts, one rank).
     """
     if attention not in get_args(Attention):
         raise InputError(f"{opt('attention')} {attention!r}: expected sdpa or eager",
                          field="attention", value=attention)
+    form = form or RunForm()
     nb = _Bytes(act=act_bytes, weight=weight_bytes,
                 head=weight_bytes if head_bytes is None else head_bytes,
                 embed=weight_bytes if embed_bytes is None else embed_bytes,
                 kv=act_bytes if kv_bytes is None else kv_bytes,
-                grad=act_bytes if grad_bytes is None else grad_bytes)
-    n = arch.num_layers
-    sliding = set(arch.sliding_window_layers) if arch.sliding_window else set()
-    n_moe = _moe_layers(arch)
-    # Layer groups: (sliding?, moe?) -> how many layers. MoE layers are assumed to be the last
-    # ones when mixed with dense layers (only the count matters for FLOPs and bytes).
-    groups: dict[tuple[bool, bool], int] = {}
-    for i in range(n):
-        is_moe = i >= n - n_moe
-        key = (i in sliding, is_moe)
+                grad=act_bytes if grad_bytes is None else grad_bytes,
+                expert=expert_bytes or 0.0)
+    groups: dict[tuple[int, bool, bool], int] = {}
+    moe_set = _moe_layer_set(arch)
+    for i in range(arch.num_layers):
+        key = _layer_key(arch, i, moe_set)
         groups[key] = groups.get(key, 0) + 1
     ops: list[Op] = [replace(op, group="embedding") for op in _embedding_ops(arch, shape, nb)]
-    for (slides, moe), count in sorted(groups.items()):
-        window = arch.sliding_window if slides else None
-        group = ("sliding-window " if slides else "") + ("moe" if moe else "dense")
-        for op in _layer_ops(arch, shape, nb, attention=attention, window=window, moe=moe):
+    for key, count in sorted(groups.items()):
+        reach, nope, moe = key
+        kind = _Kind(window=arch.sliding_window if reach == 1 else None,
+                     chunk=arch.attention_chunk if reach == 2 else None,
+                     rotary=not nope, moe=moe)
+        group = (("", "sliding-window ", "chunked ")[reach] + ("moe" if moe else "dense")
+                 + (" (NoPE)" if nope and arch.position == "rotary" else ""))
+        for op in _layer_ops(arch, shape, nb, attention=attention, kind=kind, form=form):
             ops.append(replace(op, count=count, group=group))
     ops.extend(replace(op, group="head") for op in _head_ops(arch, shape, nb))
     return tuple(ops)
+
+
+def _layer_key(arch: Architecture, i: int, moe_set: set[int]) -> tuple[int, bool, bool]:
+    """(reach: 0 full, 1 sliding window, 2 chunked; NoPE; MoE) of layer ``i``."""
+    if arch.sliding_window and i in arch.sliding_window_layers:
+        reach = 1
+    elif arch.attention_chunk and i in arch.chunked_layers:
+        reach = 2
+    else:
+        reach = 0
+    return reach, i in arch.nope_layers, i in moe_set
 
 
 def is_layer_op(op: Op) -> bool:
@@ -763,7 +1075,10 @@ class FlopsBreakdown:
     """Model FLOPs + recompute: the HFU numerator."""
     model_flops_per_token: float
     matmul_params: int
-    """Weight elements multiplied per token (the "N" of 6N, MoE: active experts only)."""
+    """Weight elements multiplied per token (the "N" of 6N, MoE: active experts only; every
+    expert where the engine runs them all)."""
+    notes: tuple[str, ...] = ()
+    """What the engine's code changes (:func:`form_notes`)."""
 
     def to_dict(self) -> dict:
         return {"tokens": self.tokens, "layers": [l.to_dict() for l in self.layers],
@@ -773,7 +1088,8 @@ class FlopsBreakdown:
                 "recompute_flops": self.recompute_flops, "model_flops": self.model_flops,
                 "hardware_flops": self.hardware_flops,
                 "model_flops_per_token": self.model_flops_per_token,
-                "matmul_params": self.matmul_params}
+                "matmul_params": self.matmul_params,
+                **({"notes": list(self.notes)} if self.notes else {})}
 
 
 def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
@@ -794,7 +1110,10 @@ def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
     seq = default_seq(arch) if job.seq is None or arch.kind == "vision" else job.seq
     logits = None if train or job.prefill_logits == "all" else batch
     shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=train, logits_tokens=logits)
-    fwd = build_forward_ops(arch, shape, act_bytes=2, weight_bytes=2, attention=job.attention)
+    engine = resolve_engine(job.engine)
+    form = run_form(arch, engine, decode=False)
+    fwd = build_forward_ops(arch, shape, act_bytes=2, weight_bytes=2, attention=job.attention,
+                            form=form)
     forward = sum(op.counted_flops * op.count for op in fwd)
     backward = sum(op.counted_flops * op.count
                    for op in backward_ops(fwd, act_bytes=2, grad_bytes=2)) if train else 0.0
@@ -809,7 +1128,7 @@ def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
         head_forward_flops=sum(op.counted_flops * op.count for op in fwd if op.group == "head"),
         forward_flops=forward, backward_flops=backward, recompute_flops=rec, model_flops=model,
         hardware_flops=model + rec, model_flops_per_token=model / tokens,
-        matmul_params=_matmul_params(arch, fwd))
+        matmul_params=_matmul_params(arch, fwd, form), notes=form_notes(arch, form, engine))
 
 
 def _layer_flops(fwd: tuple[Op, ...]) -> tuple[LayerFlops, ...]:
@@ -829,12 +1148,14 @@ def _layer_flops(fwd: tuple[Op, ...]) -> tuple[LayerFlops, ...]:
     return tuple(groups)
 
 
-def _matmul_params(arch: Architecture, fwd: tuple[Op, ...]) -> int:
-    """Weight elements multiplied per token (MoE: the experts a token is routed to)."""
+def _matmul_params(arch: Architecture, fwd: tuple[Op, ...], form: RunForm = RunForm()) -> int:
+    """Weight elements multiplied per token (MoE: the experts a token is routed to, or all of
+    them where the engine runs them all)."""
     params = sum(op.weight_elements * op.count for op in fwd if op.kind == "matmul"
                  and not op.name.endswith(("moe.up", "moe.down")))
     if arch.is_moe:
         ie = arch.moe_intermediate_size or arch.intermediate_size
         per_expert = (3 if arch.mlp == "gated" else 2) * arch.hidden_size * ie
-        params += _moe_layers(arch) * arch.experts_per_token * per_expert
+        used = arch.num_experts if form.all_experts else arch.experts_per_token
+        params += _moe_layers(arch) * used * per_expert
     return int(params)

@@ -55,7 +55,7 @@ from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
+           "micro_costs", "layout_time", "ep_all_to_all_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -102,22 +102,23 @@ class MicroCost:
 
 def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
-               attention: str, runtime: str = "auto") -> MicroCost:
+               attention: str, runtime: str = "auto", ep: int = 1) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
-    one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it."""
+    one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
+    its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
-                       attention=attention, runtime=runtime)[checkpointing]
+                       attention=attention, runtime=runtime, ep=ep)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
-                runtime: str = "auto") -> dict[str, MicroCost]:
+                runtime: str = "auto", ep: int = 1) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops)."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime)
-    spec = StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
-                       single_device=True)
+    spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
+                               single_device=True), ep=ep)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
@@ -284,6 +285,22 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
         ep = moe / arch.num_layers * n_a2a * collective_time(
             "all-to-all", tok, lay.ep, topo, stride=lay.tp * lay.cp, efficiency=eff.comm)
     return tp * stage_layers, cp * stage_layers, ep * stage_layers
+
+
+def ep_all_to_all_s(arch: Architecture, tokens: int, lay: Layout, topo: Topology,
+                    eff: Efficiency, act: int) -> float:
+    """One forward's expert-parallel exchange on a rank holding ``tokens``: per MoE layer a
+    dispatch (each token's hidden state to the ranks of its top-k experts) and a combine (the
+    expert outputs back), each an all-to-all of ``tokens x top-k x hidden`` elements over the EP
+    group, on the topology's links (NVLink inside a node, the inter-node network past it:
+    :func:`~gpuplan.hardware.topology.collective_time`). Exposed (not overlapped); not validated
+    against a measured EP step."""
+    moe = _moe_layers(arch)
+    if lay.ep <= 1 or not moe:
+        return 0.0
+    nbytes = tokens * max(1, arch.experts_per_token) * arch.hidden_size * act
+    return 2 * moe * collective_time("all-to-all", nbytes, lay.ep, topo, stride=lay.tp,
+                                     efficiency=eff.comm)
 
 
 def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture | None = None,
@@ -479,6 +496,7 @@ def serve_time(arch: Architecture, decode_s: float, prefill_s: float, lay: Layou
         nbytes = tokens * arch.hidden_size * act
         tp = 2 * arch.num_layers * collective_time("all-reduce", nbytes, lay.tp, topo,
                                                    efficiency=eff.comm)
+        tp += ep_all_to_all_s(arch, tokens, lay, topo, eff, act)
         hop = collective_time("send-recv", nbytes, 2, topo, stride=lay.tp, efficiency=eff.comm)
         return tp + (lay.pp - 1) * hop if lay.pp > 1 else tp
     return ServeTime(layout=lay, decode_compute_s=decode_s, decode_comm_s=comm(lay.batch),

@@ -19,6 +19,7 @@ from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, default_efficiency, device_from_gpu, measured_apply
 from .efficiency import resolve_runtime, speed_range, speed_residuals
 from ._args import speed_args
+from .flops import form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token,
@@ -343,6 +344,7 @@ def estimate_speed(
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
+    notes.extend(_form_notes(arch, job, mode))
     if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
@@ -382,6 +384,13 @@ def estimate_speed(
         est = replace(est, cpu=_compare_cpu(est, _on_cpu(model, cpu, job, new_tokens,
                                                          trainable_params, measured)))
     return est
+
+
+def _form_notes(arch: Architecture | None, job: Job, mode: str) -> tuple[str, ...]:
+    """What the engine's code does with MLA and the experts (:func:`~.flops.form_notes`): of the
+    decode step when inferring, of training otherwise."""
+    engine = resolve_engine(job.engine)
+    return form_notes(arch, run_form(arch, engine, decode=mode == "infer"), engine)
 
 
 def _engine_fields(job: Job, mode: str) -> dict:
@@ -434,6 +443,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                                  distribute_checkpoints=False, gpus=1),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
+    spec = replace(spec, ep=lay.ep)
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
     if not n_params and arch is not None:  # no tensor list: the count the step estimates
         one = StepSpec.of(Job(model="x", mode="train", seq=1), mode="train", seq=1,
@@ -442,7 +452,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     if mode == "train":
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
-                          runtime=resolve_runtime(job.runtime, "train", job.engine))
+                          runtime=resolve_runtime(job.runtime, "train", job.engine), ep=lay.ep)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(

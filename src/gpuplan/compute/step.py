@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Literal, Sequence
 
 from .._record import record
+from ..engines.profiles import resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
@@ -20,7 +21,7 @@ from ..models import DEFAULT_LORA_TARGETS, lora_linears
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import (
-    Op, StepShape, backward_ops, build_forward_ops, default_seq, lora_adapter_ops, optimizer_op,
+    Op, StepShape, backward_ops, build_forward_ops, default_seq, run_form, lora_adapter_ops, optimizer_op,
     recompute_ops,
 )
 from .efficiency import (
@@ -454,6 +455,11 @@ class StepSpec:
     grad_clip_impl: str | None = None
     """How the clip runs (:data:`~.efficiency.GRAD_CLIP_IMPLS`); None: torch's current
     clip_grad_norm_ (foreach on a GPU, a per-tensor loop on a CPU)."""
+    engine: str = "transformers"
+    """The engine, resolved: how it runs MLA and the experts (:func:`~.flops.run_form`)."""
+    ep: int = 1
+    """Expert-parallel ranks the step's experts are spread over (each expert's GEMM at the tokens
+    it gets from all of them: :func:`~.flops.expert_tokens`)."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -479,7 +485,7 @@ class StepSpec:
                    lora_targets=job.lora_targets, lora_dropout=job.lora_dropout,
                    model_code=job.model_code,
                    max_grad_norm=job.max_grad_norm if train else None,
-                   grad_clip_impl=grad_clip_impl)
+                   grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine))
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -490,6 +496,7 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
     kw = dict(act_bytes=prec.act, weight_bytes=prec.weight, head_bytes=prec.head,
               embed_bytes=prec.embed, kv_bytes=spec.kv_bytes or prec.act, grad_bytes=prec.grad,
               attention=spec.attention)
+    kw.update(_shipped_bytes(arch, prec))
     if spec.mode == "train":
         return _train_step(arch, n_params, tensors, device, eff, prec, spec, kw)
     b, s = spec.batch, spec.seq
@@ -514,11 +521,22 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
     return decode, prefill, n_params, 0
 
 
+def _shipped_bytes(arch: Architecture | None, prec: PrecisionLayout) -> dict:
+    """A checkpoint shipped in MXFP4 (gpt-oss) keeps attention in bf16 and only its experts in
+    MXFP4 (formats: its quantization_config's modules_to_not_convert): the experts' GEMMs read
+    4.25-bit weights (W4A16 on Hopper: dequantized in the kernel, computed at bf16), the other
+    block matmuls 16-bit ones."""
+    if arch is not None and prec.name == "mxfp4" and arch.checkpoint_format == "mxfp4":
+        return {"weight_bytes": 2.0, "expert_bytes": prec.weight}
+    return {}
+
+
 def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayout,
              spec: StepSpec, device: Device) -> tuple[Op, ...]:
     """The forward ops as the runtime runs them on a GPU (eager's unfused chains, autocast's fp32
     ops); a CPU's as counted."""
-    fwd = build_forward_ops(arch, shape, **kw)
+    fwd = build_forward_ops(arch, shape, **kw, form=run_form(arch, spec.engine,
+                                                             decode=shape.decode, ep=spec.ep))
     if spec.model_code == "torchtune":
         fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":

@@ -18,7 +18,8 @@ from typing import Any, Literal, Sequence
 from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
-    GEMM_TILE, attention_fraction, constant, gemm_wave_efficiency, gemv_bandwidth_fraction,
+    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, gemm_wave_efficiency,
+    gemv_bandwidth_fraction, grouped_gemm_efficiency,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
@@ -147,6 +148,12 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
         rate = peak * eff.attention if op.kind == "attention" else mm
         compute = per_output * max(p, slots) / rate
         if shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
+                and op.groups > 1 and op.shape[1] >= op.groups * GROUPED_TILE_MIN:
+            # a grouped MoE GEMM: each expert's product at the rows it gets
+            b, m, k, n = op.shape
+            compute = max(compute, op.flops / (rate * grouped_gemm_efficiency(
+                op.groups, b * m, n, device.sm_count, k)))
+        elif shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
                 and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
             # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
             # kernel, whose share of the device is the occupancy above
@@ -165,8 +172,8 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
     streaming fraction (:func:`~.efficiency.gemv_bandwidth_fraction`)."""
     bw = device.memory_bandwidth * eff.memory
     if device.kind == "gpu" and op.kind == "matmul" and op.weight_elements and op.shape \
-            and op.shape[1] < GEMM_TILE[0]:
-        w = op.bytes / op.weight_elements
+            and op.shape[1] < GEMM_TILE[0] * op.groups:  # a grouped GEMM: rows per expert
+        w = op.weight_width or op.bytes / op.weight_elements
         return bw * gemv_bandwidth_fraction(w) / constant("memory_default")
     return bw
 
