@@ -123,19 +123,25 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
     out = {}
+    gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     for level in ("none", "selective", "full"):
         extra = time_ops(recompute_ops(fwd, level, attention), device, eff, prec.dtype)
-        out[level] = _cost_of([*ops, *extra], arch.num_layers, cp, step.launch_s)
+        every = [*ops, *extra]
+        pace = 1.0
+        if step.overheads is not None:  # the host issues ahead: the slower of the two sets it
+            device_s = step._device_s(every)
+            pace = max(1.0, step._host_s(every) / device_s) if device_s > 0 else 1.0
+        out[level] = _cost_of(every, arch.num_layers, cp, gap, pace)
     return out
 
 
-def _cost_of(ops: list, layers: int, cp: int, launch_s: float) -> MicroCost:
+def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0) -> MicroCost:
     sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0, "emb": 0.0}
     hw = 0.0
     for t in ops:
         scale = cp if t.op.kind == "attention" else 1  # (s/cp)^2 built; s^2/cp is the work
         hw += t.op.counted_flops * t.op.count * scale
-        s = (t.total_s * scale) + t.op.kernels * t.op.count * launch_s
+        s = ((t.total_s * scale) + t.op.kernels * t.op.count * launch_s) * pace
         if t.op.group in ("embedding", "head"):
             sums["other"] += s
             sums["emb"] += s if t.op.group == "embedding" else 0.0

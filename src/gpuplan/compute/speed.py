@@ -592,8 +592,18 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
         * step.micro_steps if zero3 else trainable * prec.grad
     serial = (gathers * max(n_params, trainable) * prec.weight / 2 * step.micro_steps
               if zero3 and not gather_overlap else 0)
-    window = step.backward_s + (sum(t.total_s for t in step.ops if t.op.phase == "forward")
-                                if zero3 else 0.0)
+    # Stages 0-2 reduce the gradients once a step, in the last micro-batch's backward (DDP's
+    # no_sync accumulation, Megatron's DDP): only that backward hides the all-reduce, as
+    # `gpuplan cluster` times it (parallel._dp_comm). ZeRO-3's traffic comes every micro-batch
+    # and overlaps the whole step's forward and backward. A checkpointed layer's recompute runs
+    # inside the backward: it hides traffic too. The window is wall time: kernels and their
+    # gaps, stretched where the host paces the step (a small model's eager dispatch).
+    phases = ("backward", "recompute", "forward") if zero3 else ("backward", "recompute")
+    pace = (max(1.0, step.host_time_s / step.device_time_s)
+            if step.overheads is not None and step.device_time_s > 0 else 1.0)
+    window = step._device_s([t for t in step.ops if t.op.phase in phases]) * pace
+    if not zero3:
+        window /= step.micro_steps
     return data_parallel_scaling(
         step_s=step.time_s + transfer.exposed_s, backward_s=window,
         gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
