@@ -243,14 +243,14 @@ def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
         q, k, v = g.split(qkv, [BS * qd, BS * qd, BS * qd])
         return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
     if fam == "falcon":
+        # transformers >= 5.25: fused_qkv.view(b, s, -1, d) split into heads (or per K/V group),
+        # transposed: strided views of the fused projection; the rotary embedding makes new q and
+        # k in that layout, v stays a view (the interface of every other decoder)
         qkv = c.linear(x, h, qd + 2 * kvd, "query_key_value")
         q, k, v = g.split(qkv, [BS * qd, BS * kvd, BS * kvd])
-        q = g.contiguous(q, "q.reshape")   # transpose(1, 2).reshape(...) of a strided view
-        k = g.contiguous(k, "k.reshape")
-        v = g.contiguous(v, "v.reshape")
         q = g.add(g.scale(q), g.scale(q), "q.rope")
         k = g.add(g.scale(k), g.scale(k), "k.rope")
-        return _QKV(q, k, v, q_contig=True, k_contig=True, v_contig=True)
+        return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
     names = {"bert": ("query", "key", "value", "dense"),
              "vit": ("query", "key", "value", "dense"),
              "opt": ("q_proj", "k_proj", "v_proj", "out_proj")}.get(
@@ -279,11 +279,7 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
     """The attention core of the configured kernel: eager (or a math path), SDPA with an explicit
     mask, or SDPA/flash."""
     g, sp, o = c.g, c.sp, c.o
-    if o.attention == "eager" or sp.falcon_mqa_math:
-        if sp.falcon_mqa_math and o.attention == "sdpa":
-            return _math_sdpa_mqa(c, t.q, t.k, t.v)
-        if sp.family == "falcon":
-            return _falcon_eager(c, t.q, t.k, t.v, mask)
+    if o.attention == "eager":
         if sp.family == "bloom":  # the only path (models.EAGER_ONLY)
             return _bloom_eager(c, t, mask)
         return _eager_core(c, t.q, t.k, t.v, q_contig=t.q_contig,
@@ -317,35 +313,22 @@ def _sdpa_masked(c: Ctx, t: _QKV) -> Tensor:
     transformers expands K/V with repeat_kv (GQA in SDPA needs a mask-free call)."""
     g, sp = c.g, c.sp
     qd = sp.heads * sp.d
-    if sp.kv < sp.heads:
+    kv_heads = sp.heads
+    if sp.kv == 1:
+        # one K/V head: repeat_kv's expand(...).reshape(...) merges a size-1 dimension with the
+        # expanded one, a view (no copy); the kernel's dK/dV are per query head in its backward
+        kv_heads = 1
+    elif sp.kv < sp.heads:
         t.k = g.expand_copy(t.k, BS * qd, "k.repeat_kv")
         t.v = g.expand_copy(t.v, BS * qd, "v.repeat_kv")
     # SDPA converts the boolean mask to an additive float mask in the query dtype on every
     # call (convert_boolean_attn_mask), and the memory-efficient kernel saves it.
     fmask = g.saved_const(Form(bss=1), g.r.autocast or t.q.dt, "sdpa.float_mask")
     g.region = "attn_core"
-    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=sp.heads,
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, sp.d, kv_heads=kv_heads,
                        out_copy_layout=t.q_contig, extra_saved=[fmask])
     g.region = ""
     return out
-
-
-def _math_sdpa_mqa(c: Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """SDPA's math kernel (Falcon's one K/V head with an explicit mask rules out flash and
-    memory-efficient attention): 16-bit inputs are computed in fp32; q, K and V broadcast to
-    every head are copied in fp32 and saved with the fp32 softmax."""
-    g, sp = c.g, c.sp
-    heads, d = sp.heads, sp.d
-    g.region = "attn_core"
-    qf = g.contiguous(g.to(q, 4), "q.math")
-    kf = g.expand_copy(g.to(k, 4), BS * (heads * d), "k.math")
-    vf = g.expand_copy(g.to(v, 4), BS * (heads * d), "v.math")
-    scores = g.matmul(qf, kf, BSS * heads, "scores", autocast=False)
-    probs = g.softmax(g.add(scores, scores, "scores.masked"), dt=4, name="softmax")
-    out = g.matmul(probs, vf, BS * (heads * d), "attn_out", autocast=False)
-    g.region = ""
-    out = g.to(out, g.r.autocast or q.dt)
-    return g.contiguous(out, "attn_out.t")
 
 
 def _math_sdpa_gqa(c: Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -365,22 +348,6 @@ def _math_sdpa_gqa(c: Ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     scores = g.matmul(qs, kt, BSS * heads, "scores", autocast=False)
     probs = g.softmax(scores, dt=4, name="softmax")
     out = g.matmul(probs, vr, BS * (heads * d), "attn_out", autocast=False)
-    g.region = ""
-    return g.contiguous(out, "attn_out.t")
-
-
-def _falcon_eager(c: Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """Falcon's own eager path: scores in the hidden dtype, broadcast over K/V heads."""
-    g, sp = c.g, c.sp
-    heads, d = sp.heads, sp.d
-    g.region = "attn_core"
-    if sp.kv < heads:  # broadcasting matmul: K and V expanded to every head and copied
-        k = g.expand_copy(k, BS * (heads * d), "k.broadcast")
-        v = g.expand_copy(v, BS * (heads * d), "v.broadcast")
-    scores = g.matmul(q, k, BSS * heads, "scores")
-    scores = g.add(scores, mask if mask is not None else scores, "scores.masked")
-    probs = g.softmax(scores, dt=4 if g.r.autocast else q.dt, name="softmax")
-    out = g.matmul(probs, v, BS * (heads * d), "attn_out")
     g.region = ""
     return g.contiguous(out, "attn_out.t")
 

@@ -107,7 +107,7 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
         else:
             runs.append((1, k))
     mask_form = ZERO
-    if sp.kind == "decoder" and (o.attention == "eager" or sp.family == "falcon"):
+    if sp.kind == "decoder" and o.attention == "eager":
         mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
     if sp.family == "bloom":
         mask_form = mask_form + Form(bs=sp.heads * pdt)  # the (b heads, 1, s) ALiBi tensor

@@ -61,7 +61,6 @@ class Spec:
     moe_layers: tuple[int, ...]
     softcap_attn: float
     softcap_final: float
-    falcon_mqa_math: bool
     norm_topk: bool
     channels: int
     patch: int
@@ -144,7 +143,6 @@ def _spec(arch: Architecture) -> Spec:
     if fam == "opt":
         hidden_dropout = float(cfg.get("dropout", hidden_dropout) or 0.0)
         attn_dropout = float(cfg.get("attention_dropout", attn_dropout) or 0.0)
-    new_arch = bool(cfg.get("new_decoder_architecture", False))
     return Spec(
         family=fam, kind=arch.kind, h=arch.hidden_size, heads=arch.num_heads,
         kv=arch.num_kv_heads, d=arch.head_dim, inter=arch.intermediate_size,
@@ -158,7 +156,6 @@ def _spec(arch: Architecture) -> Spec:
         moe_layers=moe_layers,
         softcap_attn=float(cfg.get("attn_logit_softcapping") or 0.0) if fam in GEMMA else 0.0,
         softcap_final=float(cfg.get("final_logit_softcapping") or 0.0) if fam in GEMMA else 0.0,
-        falcon_mqa_math=(fam == "falcon" and not new_arch and arch.num_kv_heads < arch.num_heads),
         norm_topk=bool(cfg.get("norm_topk_prob", fam in ("mixtral", "deepseek_v3", "glm4_moe"))),
         channels=arch.num_channels or 3, patch=arch.patch_size,
         post_ln_residual=bool(cfg.get("apply_residual_connection_post_layernorm", False))
@@ -214,7 +211,11 @@ class Opts:
 
 
 def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:
-    """Whether an explicit sliding-window mask reaches SDPA (the window is shorter than ``s``)."""
+    """Whether an explicit mask reaches SDPA: a sliding window shorter than ``s``, or Falcon's
+    causal mask, which transformers (5.25 on) always materializes (``create_causal_mask`` with
+    ``allow_is_causal_skip=False``, so that an ALiBi bias can be added to it)."""
+    if attention == "sdpa" and sp.family == "falcon":
+        return True
     return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral", "phi3",
                                                       "qwen3", "qwen3_moe")
                 and arch.sliding_window and s > arch.sliding_window)
