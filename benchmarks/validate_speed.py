@@ -183,6 +183,9 @@ def _not_expressible(run: dict) -> str:
     if kind == "serving":
         return ("a server's continuous batching under unbounded concurrency: the batch is the "
                 "engine's choice (no serving model in gpuplan)")
+    if job.get("float8"):
+        return ("Float8 training (torchao's float8 linears: fp8 matmuls with dynamic scales beside "
+                "bf16 ones) is not a gpuplan training precision")
     if job.get("tp") is None and kind == "train_mfu" and run["id"] not in LAYOUTS:
         return "layout (TP/PP) not transcribed"
     return ""
@@ -494,7 +497,7 @@ def _grad_clip(run: dict, precision: str, notes: list[str]) -> tuple[float | Non
 
 
 _INFER = {"bf16": "bf16", "fp16": "fp16", "int8 weight-only": "int8",
-          "int4 weight-only, group 32": "q4_0"}
+          "int4 weight-only, group 32": "q4_0", "AWQ 4-bit, group 128": "awq-4bit"}
 
 
 def _new_tokens(run: dict) -> int:
@@ -508,12 +511,14 @@ def _infer_job(run: dict, runtime: str, notes: list[str]) -> Job:
     if fmt == "q4_0":
         notes.append("int4 group-32 weights read as q4_0 (4.5 bits)")
     prompt = j.get("prompt_tokens") or j.get("input_len") or 5
-    tp = j.get("tp") or 1
+    tp, batch = j.get("tp") or 1, j.get("micro_batch") or 1
+    if batch > 1:
+        notes.append(f"{batch} streams decoded together (static batch, the source's loop)")
     if tp > 1:
         notes.append(f"TP{tp} on one {run['hardware'].get('gpus_per_node') or 8}-GPU node, the "
                      "SKU's NVLink (gpuplan's default topology); batch 1, one replica")
     return Job(model=run["model"]["name"], mode="infer", engine=run["engine"],
-               infer_precision=fmt, batch=1, seq=prompt, runtime=runtime, attention="sdpa", tp=tp,
+               infer_precision=fmt, batch=batch, seq=prompt, runtime=runtime, attention="sdpa", tp=tp,
                gpus=run["hardware"]["count"] if tp > 1 else 1)
 
 
