@@ -167,8 +167,12 @@ def _optimizer_impl(run: dict, precision: str, notes: list[str]) -> str | None:
 def _stated_runtime(text: str) -> str:
     """The runtime the source states in its own words, else ``auto``: the run's engine decides
     (benchmarks/published/runs.json names the engine of every run; Megatron trains under
-    ``compile``, TensorRT-LLM serves under ``cudagraphs``, the rest run eager)."""
+    ``compile``, TensorRT-LLM serves under ``cudagraphs``, the rest run eager). Hand-fused modules
+    (AutoAWQ's ``fuse_layers=True``) are ``compile``: gpuplan's runtime vocabulary times an
+    engine's hand-fused kernels as it times torch.compile's (engines/profiles.py, ``runtime``)."""
     t = text.lower()
+    if t.startswith("hand-fused"):
+        return "compile"
     if "without torch.compile" in t or t.startswith("eager"):
         return "eager"
     if "cuda graphs" in t:
@@ -627,6 +631,8 @@ def _topology(run: dict, gpu, notes: list[str], job: Job) -> Topology | None:
 
 
 def _train_value(est, unit: str, run: dict) -> float:
+    if unit.startswith("tokens/s per GPU"):
+        return est.tokens_per_s / run["hardware"]["count"]
     if unit.startswith("tokens/s"):
         return est.tokens_per_s
     if unit.startswith(("sequences/s", "samples/s")):
