@@ -83,9 +83,13 @@ def test_holdout_error_reached(rows):
     # launch each, stretched where the host is slower (issue 27: speed and cluster one model) --
     # moved the layout rows +0.5-2%: still 8.0% / 24.4%, the other groups' median 9.2% -> 9.65%,
     # its median row Llama 3 405B at 131k tokens 1.09x -> 1.10x, so that bar is 9.7%)
-    s = vs.summary(rows, "holdout")
+    #
+    # These bars are held on the runs they were set on: the holdout before issue 31 added its
+    # out-of-sample groups (OUT_OF_SAMPLE below), which test_out_of_sample_holdout_reads reports.
+    old = [r for r in rows if r.run["source_group"] not in OUT_OF_SAMPLE]
+    s = vs.summary(old, "holdout")
     assert s["n"] >= 45
-    others = [abs(r.ratio - 1) for r in rows if r.ratio is not None
+    others = [abs(r.ratio - 1) for r in old if r.ratio is not None
               and r.run["split"] == "holdout" and r.run["source_group"] != "narayanan2021"]
     assert statistics.median(others) <= 0.097
     assert s["median_abs_error"] <= 0.095
@@ -93,8 +97,39 @@ def test_holdout_error_reached(rows):
 
 
 def test_holdout_meets_the_issue_bar(rows):
-    s = vs.summary(rows, "holdout")
+    # issue 12's bar, on the holdout it was set on (the whole holdout: the strict xfail below)
+    s = vs.summary([r for r in rows if r.run["source_group"] not in OUT_OF_SAMPLE], "holdout")
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25
+
+
+#: Source groups issue 31 added to the holdout out of sample (benchmarks/published/README.md):
+#: their runs were written into runs.json before any prediction of them was read.
+OUT_OF_SAMPLE = {"torchtitan", "autoawq"}
+
+
+def test_out_of_sample_holdout_reads(rows):
+    # what the whole holdout reads with issue 31's runs (benchmarks/validate_speed.md): 73 runs,
+    # 12.2% median, 70.8% worst (AutoAWQ's GEMV kernel at batch 8, 1.71x); torchtitan's four
+    # bf16 rows 1.64-1.70x before its op-level selective checkpointing was timed, 1.46-1.54x
+    # after; AutoAWQ's 24 rows 0.56-1.71x (its 4-bit kernels reach ~73% of the bandwidth at
+    # batch 1, gpuplan's 4-bit fraction is gpt-fast's 42%). Asserted as reached, so a change
+    # that moves it is seen
+    s = vs.summary(rows, "holdout")
+    new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
+    assert s["n"] == 45 + len(new) and len(new) == 28
+    assert s["median_abs_error"] <= 0.125 and s["worst_abs_error"] <= 0.71
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
+                   "holdout reads 12.2% median and 70.8% worst, and the autoawq and torchtitan "
+                   "groups' medians are over 15% (benchmarks/validate_speed.md, 'holdout: by "
+                   "source group' and 'the worst ten')")
+def test_holdout_meets_issue_31s_bar(rows):
+    s = vs.summary(rows, "holdout")
+    assert s["median_abs_error"] <= 0.08 and s["worst_abs_error"] <= 0.25
+    assert all(med <= 0.15 for _, _, med, _ in vs.by_group(rows, "holdout"))
+
+
 
 
 def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp_path):
