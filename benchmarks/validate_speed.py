@@ -581,9 +581,18 @@ def predict(run: dict) -> Row:
         value = _train_value(est, unit, run)
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes),
                runtime=f"{job.engine}: {runtime_of(job.runtime, job.mode, job.engine)}",
-               mechanism=mechanism_of(run, job), diagnosis=diagnose(est, gpu, value / measured),
+               mechanism=mechanism_of(run, job),
+               diagnosis=diagnose(est, gpu, value / measured, _measured_step(run, job, measured)),
                host_bound=est.step.host_bound,
                comm_share=est.comm_exposed_s / est.step_time_s if est.mode == "train" else 0.0)
+
+
+def _measured_step(run: dict, job: Job, measured: float) -> float | None:
+    """A decode run's measured step: the batch over its rate where the figure counts every
+    stream, else one token's time (a batch-1 rate, an online inter-token latency)."""
+    if run["kind"] != "decode":
+        return None
+    return (job.batch if "all" in run["measured"]["unit"] else 1) / measured
 
 
 def _online_rate(model, gpu, job: Job, new: int, qps: float, notes: list[str]) -> float:
@@ -718,12 +727,13 @@ def mechanism_of(run: dict, job: Job) -> str:
     return "single-GPU training"
 
 
-def diagnose(est, gpu, ratio: float) -> str:
-    """The estimate's breakdown beside what the measured figure implies: for a decode step its
-    bytes at the measured rate as a share of the datasheet bandwidth (against the estimate's
-    own); for training the MFU either way, the exposed communication and the host's share."""
+def diagnose(est, gpu, ratio: float, measured_step_s: float | None = None) -> str:
+    """The estimate's breakdown beside what the measured figure implies: for a decode step
+    (``measured_step_s``: the measured one) its bytes at the measured rate as a share of the
+    datasheet bandwidth, against the estimate's own; for training the MFU either way, the
+    exposed communication and the host's share."""
     if est.mode == "infer":
-        step, measured = est.step, est.step.time_s * ratio
+        step, measured = est.step, measured_step_s or est.step.time_s * ratio
         bw = gpu.memory_bandwidth
         return (f"decode step: {step.bytes / 1e9:.2f} GB; estimate {1e3 * step.time_s:.2f} ms "
                 f"({step.bytes / step.time_s / bw:.0%} of {bw / 1e9:,.0f} GB/s), measured "
@@ -741,13 +751,6 @@ def _sku_gap(run: dict, row: Row) -> str:
         return ""
     return (f"the GPU ({run['hardware']['gpu_as_stated']}) is not in gpuplan's catalog: timed as "
             f"{run['hardware']['gpu']}, whose bandwidth, clocks and power limit differ")
-
-
-def _op_sac_gap(run: dict, row: Row) -> str:
-    if run["engine"] != "torchtitan" or run["job"].get("checkpointing") != "selective":
-        return ""
-    return ("torchtitan's selective AC 'op' policy recomputes every second matmul of a block "
-            "(and its elementwise ops); gpuplan's 'selective' recomputes the attention core only")
 
 
 def _quant_kernel_gap(run: dict, row: Row) -> str:
@@ -797,7 +800,7 @@ def _zero3_2021_gap(run: dict, row: Row) -> str:
 
 
 #: What the estimate is known to leave out, each checked against a row (empty: does not apply).
-KNOWN_GAPS = (_sku_gap, _op_sac_gap, _quant_kernel_gap, _host_gap, _serving_gap,
+KNOWN_GAPS = (_sku_gap, _quant_kernel_gap, _host_gap, _serving_gap,
               _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap)
 
 
