@@ -102,9 +102,7 @@ def test_holdout_meets_the_issue_bar(rows):
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25
 
 
-#: Source groups issue 31 added to the holdout out of sample (benchmarks/published/README.md):
-#: their runs were written into runs.json before any prediction of them was read.
-OUT_OF_SAMPLE = {"torchtitan", "autoawq"}
+OUT_OF_SAMPLE = set(vs.OUT_OF_SAMPLE_GROUPS)
 
 
 def test_out_of_sample_holdout_reads(rows):
@@ -148,3 +146,33 @@ def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp
                                                                            rel=1e-6)
     with pytest.raises(ValueError, match="saturate"):
         vs._online_rate(model, gpu, job, 256, 1.01 / one.prefill_time_s, [])
+
+
+def test_every_row_sits_under_one_mechanism_and_the_tables_add_up(rows):
+    done = [r for r in rows if r.ratio is not None]
+    assert all(r.mechanism in vs.MECHANISMS for r in done)
+    for split in ("calibrate", "holdout"):
+        n = vs.summary(rows, split)["n"]
+        assert sum(m[1] for m in vs.by_mechanism(rows, split)) == n
+        assert sum(g[1] for g in vs.by_group(rows, split)) == n
+
+
+def test_worst_ten_are_the_furthest_rows(rows):
+    hold = sorted((abs(r.ratio - 1), r.run["id"]) for r in rows
+                  if r.ratio is not None and r.run["split"] == "holdout")
+    worst = vs.worst(rows, "holdout")
+    assert [r.run["id"] for r in worst] == [i for _, i in reversed(hold[-10:])]
+    assert all(vs.misses(r) for r in worst)
+
+
+def test_a_decode_rows_measured_step_is_read_off_its_own_figure(rows):
+    # AutoAWQ's batch-8 rate counts all eight streams: the step is 8 tokens over it; a batch-1
+    # rate (or an online inter-token rate) is one token's time
+    by_id = {r.run["id"]: r for r in rows}
+    b8 = by_id["autoawq-mistral-7b-gemm-b8-p64-d64-4090"]
+    job = vs.job_of(b8.run)
+    assert job.batch == 8
+    assert vs._measured_step(b8.run, job, b8.measured) == pytest.approx(8 / 1185.25)
+    b1 = by_id["autoawq-mistral-7b-gemm-b1-p64-d64-4090"]
+    assert vs._measured_step(b1.run, vs.job_of(b1.run), b1.measured) == pytest.approx(1 / 156.317)
+    assert "measured 6.75 ms" in b8.diagnosis  # 8 / 1185.25 tokens/s
