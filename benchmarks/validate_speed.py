@@ -894,7 +894,8 @@ def table(rs: list[Row], split: str) -> list[str]:
 
 
 def _group_table(rs: list[Row], split: str) -> list[str]:
-    out = ["| source group | runs | median |error| | worst |error| | within 15% |", "|---|---|---|---|---|"]
+    out = ["| source group | runs | median \\|error\\| | worst \\|error\\| | within 15% |",
+           "|---|---|---|---|---|"]
     for g, n, med, w in by_group(rs, split):
         within = sum(abs(r.ratio - 1) <= 0.15 for r in rs if r.ratio is not None
                      and r.run["split"] == split and r.run["source_group"] == g)
@@ -903,8 +904,8 @@ def _group_table(rs: list[Row], split: str) -> list[str]:
 
 
 def _mechanism_table(rs: list[Row], split: str) -> list[str]:
-    out = ["| mechanism | runs | median |error| | worst |error| | median ratio | what the estimate "
-           "carries |", "|---|---|---|---|---|---|"]
+    out = ["| mechanism | runs | median \\|error\\| | worst \\|error\\| | median ratio | what the "
+           "estimate carries |", "|---|---|---|---|---|---|"]
     out += [f"| {m} | {n} | {100 * med:.1f}% | {100 * w:.1f}% | {ratio:.2f} | {MECHANISMS[m]} |"
             for m, n, med, w, ratio in by_mechanism(rs, split)]
     return out
