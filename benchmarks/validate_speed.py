@@ -48,7 +48,7 @@ SPEED_KINDS = ("train_throughput", "train_mfu", "decode", "serving")
 
 #: Source groups issue 31 added to the holdout out of sample: their runs were written into
 #: runs.json before any prediction of them was read (benchmarks/published/README.md).
-OUT_OF_SAMPLE_GROUPS = ("torchtitan", "autoawq")
+OUT_OF_SAMPLE_GROUPS = ("torchtitan", "autoawq", "ibm-fsdp-blog")
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,9 @@ def _not_expressible(run: dict) -> str:
     if job.get("float8"):
         return ("Float8 training (torchao's float8 linears: fp8 matmuls with dynamic scales beside "
                 "bf16 ones) is not a gpuplan training precision")
+    if "not stated" in str(job.get("checkpointing")):
+        return ("activation checkpointing of a fraction of the blocks, the fraction not stated "
+                "(gpuplan checkpoints none, the attention core or every block)")
     if job.get("tp") is None and kind == "train_mfu" and run["id"] not in LAYOUTS:
         return "layout (TP/PP) not transcribed"
     return ""
@@ -639,9 +642,14 @@ def _online_rate(model, gpu, job: Job, new: int, qps: float, notes: list[str]) -
 
 def _inter_node(stated: str | None, per_node: int) -> str | None:
     """The network between nodes as gpuplan's ``inter_node`` reads it, from the run's stated
-    interconnect (None: not stated, the topology's 400 Gb/s InfiniBand per GPU default)."""
-    m = re.match(r"\s*(\d+)\s*Gbps RoCE between nodes", stated or "")
-    return f"roce-{int(m.group(1)) / per_node:g}" if m else None
+    interconnect -- a node's rate between nodes, shared by its GPUs; RoCE where the source says
+    so, else a bare rate (InfiniBand assumed) -- None: not stated, the topology's 400 Gb/s
+    InfiniBand per GPU default."""
+    m = re.match(r"\s*(\d+)\s*Gbps (RoCE )?between nodes", stated or "")
+    if not m:
+        return None
+    per_gpu = int(m.group(1)) / per_node  # the node's rate, shared by its GPUs
+    return f"roce-{per_gpu:g}" if m.group(2) else f"{per_gpu:g}Gb/s"  # a bare rate: InfiniBand
 
 
 def _topology(run: dict, gpu, notes: list[str], job: Job) -> Topology | None:
