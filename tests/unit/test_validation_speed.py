@@ -106,28 +106,30 @@ OUT_OF_SAMPLE = set(vs.OUT_OF_SAMPLE_GROUPS)
 
 
 def test_out_of_sample_holdout_reads(rows):
-    # what the whole holdout reads with issue 31's runs (benchmarks/validate_speed.md): 73 runs,
-    # 12.2% median, 70.8% worst (AutoAWQ's GEMV kernel at batch 8, 1.71x); torchtitan's four
-    # bf16 rows 1.64-1.70x before its op-level selective checkpointing was timed, 1.46-1.54x
-    # after; AutoAWQ's 24 rows 0.56-1.71x (its 4-bit kernels reach ~73% of the bandwidth at
-    # batch 1, gpuplan's 4-bit fraction is gpt-fast's 42%). Asserted as reached, so a change
-    # that moves it is seen
+    # what the whole holdout reads with issue 31's runs (benchmarks/validate_speed.md): 79 runs,
+    # 13.1% median, 75.0% worst. torchtitan's four bf16 rows 1.64-1.70x before its op-level
+    # selective checkpointing was timed, 1.46-1.54x after; AutoAWQ's 24 rows 0.56-1.71x (its
+    # 4-bit kernels reach ~73% of the bandwidth at batch 1, gpuplan's 4-bit fraction is
+    # gpt-fast's 42%); the IBM FSDP post's six rows 0.25-0.29x, 74-82% of the estimated step
+    # exposed all-gathers and reduce-scatters with its 400 / 800 Gbps read per node, as written
+    # before any prediction was read (at 400 Gb/s per GPU they would read 1.00-1.26x).
+    # Asserted as reached, so a change that moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
-    assert s["n"] == 45 + len(new) and len(new) == 28
-    assert s["median_abs_error"] <= 0.125 and s["worst_abs_error"] <= 0.71
+    assert s["n"] == 45 + len(new) and len(new) == 34
+    assert s["median_abs_error"] <= 0.132 and s["worst_abs_error"] <= 0.751
+    ibm = [r.ratio for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
+    assert len(ibm) == 6 and max(ibm) < 0.30
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 12.2% median and 70.8% worst, and the autoawq and torchtitan "
-                   "groups' medians are over 15% (benchmarks/validate_speed.md, 'holdout: by "
-                   "source group' and 'the worst ten')")
+                   "holdout reads 13.1% median and 75.0% worst, and the autoawq, torchtitan and "
+                   "ibm-fsdp-blog groups' medians are over 15% (benchmarks/validate_speed.md, "
+                   "'holdout: by source group' and 'the worst ten')")
 def test_holdout_meets_issue_31s_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.08 and s["worst_abs_error"] <= 0.25
     assert all(med <= 0.15 for _, _, med, _ in vs.by_group(rows, "holdout"))
-
-
 
 
 def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp_path):
