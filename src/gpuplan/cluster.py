@@ -23,7 +23,7 @@ from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.efficiency import resolve_runtime
 from .engines.profiles import (SEARCH_SCHEDULES, LayoutLimits, check_engine_job,
-                               engine_notes, layout_limits)
+                               engine_notes, get_engine, layout_limits)
 from .compute.parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_costs,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
@@ -260,7 +260,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
         c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
                                    batch=lay.batch, seq=lay.seq, attention=c.base.attention,
                                    runtime=resolve_runtime(c.base.runtime, "train",
-                                                           c.base.engine), ep=lay.ep)
+                                                           c.base.engine), ep=lay.ep,
+                                   selective=get_engine(c.base.engine).selective)
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:

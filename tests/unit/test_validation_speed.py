@@ -83,9 +83,13 @@ def test_holdout_error_reached(rows):
     # launch each, stretched where the host is slower (issue 27: speed and cluster one model) --
     # moved the layout rows +0.5-2%: still 8.0% / 24.4%, the other groups' median 9.2% -> 9.65%,
     # its median row Llama 3 405B at 131k tokens 1.09x -> 1.10x, so that bar is 9.7%)
-    s = vs.summary(rows, "holdout")
+    #
+    # These bars are held on the runs they were set on: the holdout before issue 31 added its
+    # out-of-sample groups (OUT_OF_SAMPLE below), which test_out_of_sample_holdout_reads reports.
+    old = [r for r in rows if r.run["source_group"] not in OUT_OF_SAMPLE]
+    s = vs.summary(old, "holdout")
     assert s["n"] >= 45
-    others = [abs(r.ratio - 1) for r in rows if r.ratio is not None
+    others = [abs(r.ratio - 1) for r in old if r.ratio is not None
               and r.run["split"] == "holdout" and r.run["source_group"] != "narayanan2021"]
     assert statistics.median(others) <= 0.097
     assert s["median_abs_error"] <= 0.095
@@ -93,8 +97,39 @@ def test_holdout_error_reached(rows):
 
 
 def test_holdout_meets_the_issue_bar(rows):
-    s = vs.summary(rows, "holdout")
+    # issue 12's bar, on the holdout it was set on (the whole holdout: the strict xfail below)
+    s = vs.summary([r for r in rows if r.run["source_group"] not in OUT_OF_SAMPLE], "holdout")
     assert s["median_abs_error"] <= 0.10 and s["worst_abs_error"] <= 0.25
+
+
+OUT_OF_SAMPLE = set(vs.OUT_OF_SAMPLE_GROUPS)
+
+
+def test_out_of_sample_holdout_reads(rows):
+    # what the whole holdout reads with issue 31's runs (benchmarks/validate_speed.md): 79 runs,
+    # 13.1% median, 75.0% worst. torchtitan's four bf16 rows 1.64-1.70x before its op-level
+    # selective checkpointing was timed, 1.46-1.54x after; AutoAWQ's 24 rows 0.56-1.71x (its
+    # 4-bit kernels reach ~73% of the bandwidth at batch 1, gpuplan's 4-bit fraction is
+    # gpt-fast's 42%); the IBM FSDP post's six rows 0.25-0.29x, 74-82% of the estimated step
+    # exposed all-gathers and reduce-scatters with its 400 / 800 Gbps read per node, as written
+    # before any prediction was read (at 400 Gb/s per GPU they would read 1.00-1.26x).
+    # Asserted as reached, so a change that moves it is seen
+    s = vs.summary(rows, "holdout")
+    new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
+    assert s["n"] == 45 + len(new) and len(new) == 34
+    assert s["median_abs_error"] <= 0.132 and s["worst_abs_error"] <= 0.751
+    ibm = [r.ratio for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
+    assert len(ibm) == 6 and max(ibm) < 0.30
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
+                   "holdout reads 13.1% median and 75.0% worst, and the autoawq, torchtitan and "
+                   "ibm-fsdp-blog groups' medians are over 15% (benchmarks/validate_speed.md, "
+                   "'holdout: by source group' and 'the worst ten')")
+def test_holdout_meets_issue_31s_bar(rows):
+    s = vs.summary(rows, "holdout")
+    assert s["median_abs_error"] <= 0.08 and s["worst_abs_error"] <= 0.25
+    assert all(med <= 0.15 for _, _, med, _ in vs.by_group(rows, "holdout"))
 
 
 def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp_path):
@@ -113,3 +148,33 @@ def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp
                                                                            rel=1e-6)
     with pytest.raises(ValueError, match="saturate"):
         vs._online_rate(model, gpu, job, 256, 1.01 / one.prefill_time_s, [])
+
+
+def test_every_row_sits_under_one_mechanism_and_the_tables_add_up(rows):
+    done = [r for r in rows if r.ratio is not None]
+    assert all(r.mechanism in vs.MECHANISMS for r in done)
+    for split in ("calibrate", "holdout"):
+        n = vs.summary(rows, split)["n"]
+        assert sum(m[1] for m in vs.by_mechanism(rows, split)) == n
+        assert sum(g[1] for g in vs.by_group(rows, split)) == n
+
+
+def test_worst_ten_are_the_furthest_rows(rows):
+    hold = sorted((abs(r.ratio - 1), r.run["id"]) for r in rows
+                  if r.ratio is not None and r.run["split"] == "holdout")
+    worst = vs.worst(rows, "holdout")
+    assert [r.run["id"] for r in worst] == [i for _, i in reversed(hold[-10:])]
+    assert all(vs.misses(r) for r in worst)
+
+
+def test_a_decode_rows_measured_step_is_read_off_its_own_figure(rows):
+    # AutoAWQ's batch-8 rate counts all eight streams: the step is 8 tokens over it; a batch-1
+    # rate (or an online inter-token rate) is one token's time
+    by_id = {r.run["id"]: r for r in rows}
+    b8 = by_id["autoawq-mistral-7b-gemm-b8-p64-d64-4090"]
+    job = vs.job_of(b8.run)
+    assert job.batch == 8
+    assert vs._measured_step(b8.run, job, b8.measured) == pytest.approx(8 / 1185.25)
+    b1 = by_id["autoawq-mistral-7b-gemm-b1-p64-d64-4090"]
+    assert vs._measured_step(b1.run, vs.job_of(b1.run), b1.measured) == pytest.approx(1 / 156.317)
+    assert "measured 6.75 ms" in b8.diagnosis  # 8 / 1185.25 tokens/s

@@ -930,20 +930,36 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
     return tuple(out)
 
 
+#: What an engine's ``selective`` checkpointing recomputes (its profile's ``selective``):
+#: ``attention`` -- the attention core only (Korthikanti et al. 2022, Megatron's
+#: --recompute-granularity selective); ``op`` -- torchtitan's op-level policy (``selective_ac_option
+#: = 'op'``, its default): every op's output recomputed but the saved list's (the matmuls, SDPA,
+#: the reduce-scatter), and of the matmuls every second one of a block recomputed too
+#: (pytorch/torchtitan@582fe7d torchtitan/parallelisms/parallelize_llama.py, ``_save_list`` and
+#: ``_custom_policy``: "Saves output of all compute ops, except every second mm").
+SELECTIVE_POLICIES = ("attention", "op")
+
+
 def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
-                  attention: Attention) -> tuple[Op, ...]:
+                  attention: Attention, *, policy: str = "attention",
+                  qkv_shares: tuple[float, float, float] | None = None) -> tuple[Op, ...]:
     """The extra forward work of activation checkpointing.
 
     ``full``: every transformer layer's forward runs again during backward (embedding and head are
-    not recomputed). ``selective`` (Korthikanti et al. 2022): only the attention core -- scores,
-    softmax, dropout, values -- is recomputed; with a fused (sdpa) kernel that core is never stored
-    in the first place (its backward recomputes it, already counted), so selective adds nothing.
+    not recomputed). ``selective`` under ``policy`` (:data:`SELECTIVE_POLICIES`): ``attention``
+    (Korthikanti et al. 2022) -- only the attention core -- scores, softmax, dropout, values -- is
+    recomputed; with a fused (sdpa) kernel that core is never stored in the first place (its
+    backward recomputes it, already counted), so selective adds nothing. ``op``:
+    :func:`_op_policy_recompute` (``qkv_shares``: the q, k and v projections' shares of a
+    three-kernel QKV op's work).
     """
     if checkpointing == "none":
         return ()
     if checkpointing not in ("selective", "full"):
         raise InputError(f"{opt('checkpointing')} {checkpointing!r}: expected none, selective "
                          "or full", field="checkpointing", value=checkpointing)
+    if checkpointing == "selective" and policy == "op":
+        return _op_policy_recompute(fwd, qkv_shares or (1 / 3, 1 / 3, 1 / 3))
     out = []
     for op in fwd:
         if not is_layer_op(op):
@@ -953,6 +969,39 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
                                                        "attn.softmax", "attn.values"):
                 continue
         out.append(replace(op, phase="recompute"))
+    return tuple(out)
+
+
+def _op_policy_recompute(fwd: tuple[Op, ...],
+                         qkv_shares: tuple[float, float, float]) -> tuple[Op, ...]:
+    """torchtitan's op-level selective checkpointing, per transformer block: its elementwise
+    ops all again (norms, rotary, activation, residuals: not on the saved list), the attention
+    core not (SDPA is saved), and the block's matmul launches counted in forward order with the
+    2nd, 4th, 6th ... recomputed -- in a Llama block wq wk wv wo w1 w3 w2, so wk, wo and w3. A
+    matmul op of several launches (q, k, v; gate, up) is recomputed at the share of the
+    launches that fall on even counts: ``qkv_shares`` for a three-launch QKV, equal shares
+    otherwise."""
+    out, count = [], 0
+    for op in fwd:
+        if not is_layer_op(op) or op.kind == "attention":
+            continue
+        if op.kind != "matmul":
+            out.append(replace(op, phase="recompute"))
+            continue
+        shares = qkv_shares if op.name == "attn.qkv" and op.kernels == 3 else \
+            (1 / op.kernels,) * op.kernels
+        share, kernels = 0.0, 0
+        for s in shares:
+            count += 1
+            if count % 2 == 0:
+                share, kernels = share + s, kernels + 1
+        if kernels:
+            # the recomputed launches' own product: N cut to their share (wk: N = kv width)
+            shape = op.shape and (*op.shape[:3], max(1, round(op.shape[3] * share)))
+            out.append(replace(op, phase="recompute", flops=op.flops * share, shape=shape,
+                               counted_flops=op.counted_flops * share, bytes=op.bytes * share,
+                               parallel_work=max(1, round(op.parallel_work * share)),
+                               kernels=kernels, weight_elements=round(op.weight_elements * share)))
     return tuple(out)
 
 

@@ -52,7 +52,7 @@ from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import optimizer_op, recompute_ops
 from .time import time_ops
-from .step import PrecisionLayout, StepSpec, build_steps
+from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "ep_all_to_all_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
@@ -102,17 +102,21 @@ class MicroCost:
 
 def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
-               attention: str, runtime: str = "auto", ep: int = 1) -> MicroCost:
+               attention: str, runtime: str = "auto", ep: int = 1,
+               selective: str = "attention") -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
-    its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them)."""
+    its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
+    ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
-                       attention=attention, runtime=runtime, ep=ep)[checkpointing]
+                       attention=attention, runtime=runtime, ep=ep,
+                       selective=selective)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
-                runtime: str = "auto", ep: int = 1) -> dict[str, MicroCost]:
+                runtime: str = "auto", ep: int = 1,
+                selective: str = "attention") -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops)."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
@@ -125,7 +129,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     for level in ("none", "selective", "full"):
-        extra = time_ops(recompute_ops(fwd, level, attention), device, eff, prec.dtype)
+        extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
+                                       qkv_shares=qkv_shares(arch)), device, eff, prec.dtype)
         every = [*ops, *extra]
         pace = 1.0
         if step.overheads is not None:  # the host issues ahead: the slower of the two sets it

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from .._record import record
-from ..engines.profiles import engine_notes, resolve_engine
+from ..engines.profiles import engine_notes, get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..hardware import GPU
@@ -452,7 +452,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     if mode == "train":
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
-                          runtime=resolve_runtime(job.runtime, "train", job.engine), ep=lay.ep)
+                          runtime=resolve_runtime(job.runtime, "train", job.engine), ep=lay.ep,
+                          selective=get_engine(job.engine).selective)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(

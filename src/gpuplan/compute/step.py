@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Literal, Sequence
 
 from .._record import record
-from ..engines.profiles import resolve_engine
+from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
@@ -580,6 +580,13 @@ def _dequant_op(fwd: Sequence[Op], prec: PrecisionLayout, uses: int) -> Op:
               kernels=max(1, launches * uses), group="dense")
 
 
+def qkv_shares(arch: Architecture) -> tuple[float, float, float]:
+    """The q, k and v projections' shares of a layer's QKV work (grouped-query attention: k and
+    v are ``kv_heads / heads`` of q each)."""
+    q, kv = arch.num_heads, arch.num_kv_heads or arch.num_heads
+    return q / (q + 2 * kv), kv / (q + 2 * kv), kv / (q + 2 * kv)
+
+
 def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
                 eff: Efficiency, prec: PrecisionLayout, spec: StepSpec,
                 kw: dict) -> tuple[Phase, None, int, int]:
@@ -595,7 +602,9 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     adapted = adapted_linears(arch, tensors, spec.lora_targets) if lora else None
     micro = list(fwd)
     micro += backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad, weight_grads=not lora)
-    micro += recompute_ops(fwd, spec.checkpointing, spec.attention) if arch is not None else [
+    micro += recompute_ops(fwd, spec.checkpointing, spec.attention,
+                           policy=get_engine(spec.engine).selective,
+                           qkv_shares=qkv_shares(arch)) if arch is not None else [
         replace(o, phase="recompute") for o in fwd if spec.checkpointing == "full"]
     if adapted:
         T = spec.batch * spec.seq

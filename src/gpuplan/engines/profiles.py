@@ -84,6 +84,11 @@ class EngineProfile:
     ``window - 1`` tokens (transformers 5's DynamicSlidingWindowLayer, which the training
     engines' generate() also runs), or ``window`` (the paged serving engines, which keep the
     blocks of the whole window)."""
+    selective: str = "attention"
+    """What its ``selective`` checkpointing recomputes (:data:`gpuplan.compute.flops.
+    SELECTIVE_POLICIES`): ``attention``, the attention core only (Megatron's selective
+    recompute); ``op``, torchtitan's op-level policy (every elementwise op and every second
+    matmul of a block)."""
     export: str | None = None
     """The ``--export`` writer for its config (None: gpuplan writes none yet)."""
     sources: tuple[str, ...] = ()
@@ -106,7 +111,7 @@ class EngineProfile:
                 "pp_parts": self.pp_parts, "overlap": self.overlap,
                 "memory_utilization": self.memory_utilization,
                 "cuda_graph_pool": self.cuda_graph_pool, "sliding_kv": self.sliding_kv,
-                "export": self.export,
+                "selective": self.selective, "export": self.export,
                 "sources": list(self.sources)}
 
 
@@ -174,8 +179,13 @@ _PROFILES = (
         parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
         pp_schedules=("gpipe", "1f1b", "interleaved"), pp_split="uneven", pp_parts="always",
         overlap="FSDP2 prefetch; async TP when enabled", export="torchtitan",
+        selective="op",
         sources=("torchtitan/config/job_config.py: compile.enable false by default; "
                  "optimizer.implementation 'fused' by default",
+                 "activation_checkpoint.selective_ac_option 'op' by default (train_configs/"
+                 "llama3_*.toml); torchtitan/parallelisms/parallelize_llama.py @582fe7d: the op "
+                 "policy saves the outputs of mm, SDPA and reduce-scatter only, and recomputes "
+                 "every second mm of a block",
                  "torchtitan/distributed/pipeline_parallel.py: generate_llm_fqn_per_model_part "
                  "weighs the embedding and the output as one layer each (input_weight = "
                  "output_weight = 1) and gives the first parts one layer more",
