@@ -69,10 +69,12 @@ NON_TORCH_TP_BYTES = int(0.15 * GIB)
 #: graphs up to 512 sequences, piecewise + full); its logs print 0.36 GiB (small model, TP 2,
 #: gpustack/runner#251), 0.65 GiB (Gemma 3 4B, #21489), 0.69 GiB estimated (a 27B hybrid).
 CUDA_GRAPH_POOL_BYTES = int(0.6 * GIB)
-#: Fitted: memory in use on each GPU before SGLang measures its "total" (the CUDA context and
-#: the NCCL / custom all-reduce setup of ``init_torch_distributed``), TP 1 and per extra rank.
-SGLANG_INIT_BYTES = int(0.55 * GIB)
-SGLANG_INIT_TP_BYTES = int(0.45 * GIB)
+#: Fitted: memory in use on each GPU before SGLang measures its "total" (the CUDA context and,
+#: with TP > 1, the NCCL / custom all-reduce setup of ``init_torch_distributed``). Its logs:
+#: "Load weight begin. avail mem=78.81 GB" on a 79.19 GiB H100 (0.38 GiB, TP 1); 23.99 - (16.00
+#: + 7.08) = 0.91 GiB on each of 4 RTX 4090s (TP 4).
+SGLANG_INIT_BYTES = int(0.4 * GIB)
+SGLANG_INIT_TP_BYTES = int(0.5 * GIB)
 #: The CUDA context TensorRT-LLM's process holds before its weights (fitted, like vLLM's).
 TRT_CONTEXT_BYTES = int(0.6 * GIB)
 
