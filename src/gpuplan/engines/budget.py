@@ -49,7 +49,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from .._record import record
-from ..errors import InputError
+from ..errors import InputError, opt
 
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
            "sglang_default_fraction", "SERVING_ENGINES", "GIB", "MIB"]
@@ -192,20 +192,23 @@ def budget_rule(engine: str, version: str | None = None) -> BudgetRule:
     rule not above it. An engine without a serving budget, a malformed version or one older than
     the first rule known is an InputError naming the known ones."""
     if engine not in BUDGET_RULES:
-        raise InputError(f"engine {engine!r} has no serving memory budget; use one of "
-                         f"{', '.join(SERVING_ENGINES)} (--engine)")
+        raise InputError(f"{opt('engine')} {engine}: it has no serving memory budget; use one "
+                         f"of {', '.join(SERVING_ENGINES)}", field="engine", value=engine,
+                         accepted=", ".join(SERVING_ENGINES))
     rules = BUDGET_RULES[engine]
     v = DEFAULT_VERSIONS[engine] if version is None else str(version).strip().lstrip("v")
     known = ", ".join(known_versions(engine))
     try:
         want = _key(v)
     except ValueError:
-        raise InputError(f"--engine-version {version!r}: expected a version like "
-                         f"{DEFAULT_VERSIONS[engine]}; {engine}'s rules are known from {known}")
+        raise InputError(f"{opt('engine_version')} {version!r}: expected a version like "
+                         f"{DEFAULT_VERSIONS[engine]}; {engine}'s rules are known from {known}",
+                         field="engine_version", value=version, accepted=known) from None
     chosen = [r for r in rules if _key(r.version) <= want]
     if not chosen:
-        raise InputError(f"--engine-version {version!r} is older than any {engine} budget "
-                         f"rule gpuplan knows ({known}); name one of those or a later version")
+        raise InputError(f"{opt('engine_version')} {version!r} is older than any {engine} "
+                         f"budget rule gpuplan knows ({known}); name one of those or a later "
+                         "version", field="engine_version", value=version, accepted=known)
     return chosen[-1]
 
 

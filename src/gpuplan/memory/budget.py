@@ -18,7 +18,7 @@ from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES, NON_T
                               SGLANG_INIT_BYTES, SGLANG_INIT_TP_BYTES, TRT_CONTEXT_BYTES,
                               BudgetRule, budget_rule, sglang_default_fraction)
 from ..engines.profiles import runtime_of
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError, UnsupportedError, opt
 from ..formats import get_weight_format
 from ..hardware import GPU
 from ..job import Job
@@ -124,8 +124,8 @@ def _fraction(rule: BudgetRule, gpu: GPU, job: Job, util: float | None,
         if rule.engine == "sglang" else ("gpu_memory_utilization", "mem_fraction_static")
     given = {"gpu_memory_utilization": util, "mem_fraction_static": mfs}
     if given[other] is not None:
-        raise InputError(f"{other} is not {rule.engine}'s knob; give {own} for {rule.engine}",
-                         field=other, value=given[other])
+        raise InputError(f"{opt(other)} is not {rule.engine}'s knob; give {opt(own)} for "
+                         f"{rule.engine}", field=other, value=given[other])
     value = given[own]
     if value is not None:
         return check_number(value, "memory_fraction", field=own)
@@ -140,7 +140,7 @@ def _max_model_len(arch: Architecture, given: int | None) -> int:
         return arch.max_position_embeddings
     L = check_int(given, "context", field="max_model_len")
     if L > arch.max_position_embeddings:
-        raise InputError(f"max_model_len {L:,} is longer than the model's context "
+        raise InputError(f"{opt('max_model_len')} {L:,} is longer than the model's context "
                          f"({arch.max_position_embeddings:,}); give at most that",
                          field="max_model_len", value=given,
                          fix={"max_model_len": arch.max_position_embeddings})
