@@ -192,3 +192,35 @@ def test_published_startup_logs_stay_within_the_bar():
     assert s["n"] >= 15 and s["concurrency_n"] >= 10
     assert s["tokens_median"] < 0.05 and s["concurrency_median"] < 0.05
     assert s["tokens_worst"] < 0.20 and s["concurrency_worst"] < 0.20
+
+
+def test_fit_json_shows_the_engine_budget(cli, llama8b):
+    """`fit --mode infer --engine vllm` carries the same figures under infer.engine (the
+    issue's contract), per GPU under infer.engine_by_gpu, and the knobs reach kv_budget."""
+    import json
+
+    code, out, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "vllm",
+                         "--gpu", "H100-SXM-80GB", "--gpu", "L40S", "--max-model-len", "8192",
+                         "--gpu-memory-utilization", "0.85", "--engine-version", "0.10.2",
+                         "--json", "--no-speed")
+    assert code == 0, err
+    e = json.loads(out)["infer"]["engine"]
+    want = kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm"), max_model_len=8192,
+                     gpu_memory_utilization=0.85, engine_version="0.10.2")
+    for k in ("available_kv_bytes", "block_size", "kv_blocks", "kv_tokens", "max_concurrency"):
+        assert e[k] == getattr(want, k), k
+    assert (e["gpu"], e["version"], e["fraction"]) == ("H100-SXM-80GB", "0.10", 0.85)
+    assert set(e["parts"]) == {"weights", "activation_peak", "cuda_graph_pool", "non_torch",
+                               "reserved"}
+    assert set(json.loads(out)["infer"]["engine_by_gpu"]) == {"H100-SXM-80GB", "L40S"}
+
+
+def test_fit_table_and_refusals(cli):
+    code, out, _ = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "sglang",
+                       "--gpu", "H100-SXM-80GB", "--no-speed")
+    assert code == 0 and "KV cache as sglang 0.5+ allocates it" in out
+    code, _, err = cli("fit", "llama-3.1-8b", "--gpu-memory-utilization", "0.9")
+    assert code == 2 and "--engine vllm" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "vllm",
+                       "--engine-version", "0.1", "--gpu", "H100-SXM-80GB")
+    assert code == 2 and "0.6, 0.8, 0.10, 0.21" in err

@@ -37,9 +37,11 @@ Sources (read through the project's code search and issue threads):
   is up (before the weights); #tokens = rest / cell_size, cell = layers x kv_heads(rank) x
   head_dim x 2 x bytes (MLA: layers x (kv_lora_rank + qk_rope_head_dim) x bytes); the log
   "KV Cache is allocated. #tokens: N, K size: ... GB" (page size 1 by default).
-* TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction`` 0.9 of the memory free after the
-  weights and the warm-up run (``tensorrt_llm/_torch/pyexecutor/_util.py``; PR
-  NVIDIA/TensorRT-LLM#5933), tokens_per_block 32 (PyTorch backend).
+* TensorRT-LLM: ``KvCacheConfig.free_gpu_memory_fraction`` 0.9 "of free GPU memory (after
+  loading weights)" (NVIDIA/TensorRT-LLM docs/source/examples/kvcacheconfig.md), measured after
+  the PyTorch executor's warm-up (``tensorrt_llm/_torch/pyexecutor/_util.py`` KvCacheCreator,
+  PR NVIDIA/TensorRT-LLM#5933); ``tokens_per_block: int = Field(default=32)`` in the LLM API's
+  KvCacheConfig (the older engine-build plugin config used 64).
 """
 
 from __future__ import annotations
@@ -162,7 +164,9 @@ _TRT = _rule(
     fraction_of="free_after", block_size=32, profile_activations=True,
     cuda_graph_deducted=False, max_num_batched_tokens="8192", max_num_seqs="serve",
     hybrid_groups=False, tokens_reported="blocks",
-    sources=("tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator (free x fraction)",
+    sources=("NVIDIA/TensorRT-LLM docs/source/examples/kvcacheconfig.md (0.9 of free memory)",
+             "tensorrt_llm/llmapi KvCacheConfig tokens_per_block default 32",
+             "tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator (free x fraction)",
              "https://github.com/NVIDIA/TensorRT-LLM/pull/5933",
              "https://github.com/vllm-project/vllm/pull/5158 (0.9 of what is free after "
              "the weights)"))
