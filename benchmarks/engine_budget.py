@@ -53,7 +53,9 @@ def predict(log: dict):
 def errors(log: dict, budget) -> dict:
     """Relative errors (predicted / published - 1) of the figures the log prints."""
     pub = log["published"]
-    out = {"kv_tokens": budget.kv_tokens / pub["kv_tokens"] - 1}
+    out = {}
+    if "kv_tokens" in pub:
+        out["kv_tokens"] = budget.kv_tokens / pub["kv_tokens"] - 1
     if "max_concurrency" in pub:
         out["max_concurrency"] = budget.max_concurrency / pub["max_concurrency"] - 1
     if "available_kv_gib" in pub:
@@ -73,12 +75,16 @@ def summary(results: list[dict]) -> dict:
     """Median and worst absolute error of the KV tokens and of the maximum concurrency, over the
     logs not excluded (each exclusion states why in the JSON and in the report)."""
     results = [r for r in results if "excluded" not in r["log"]]
-    tok = [abs(r["errors"]["kv_tokens"]) for r in results]
+    tok = [abs(r["errors"]["kv_tokens"]) for r in results if "kv_tokens" in r["errors"]]
     conc = [abs(r["errors"]["max_concurrency"]) for r in results
             if "max_concurrency" in r["errors"]]
-    return {"n": len(results), "tokens_median": statistics.median(tok), "tokens_worst": max(tok),
+    return {"n": len(results), "tokens_n": len(tok), "tokens_median": statistics.median(tok), "tokens_worst": max(tok),
             "concurrency_n": len(conc), "concurrency_median": statistics.median(conc),
             "concurrency_worst": max(conc)}
+
+
+def _count(x: int | None) -> str:
+    return "" if x is None else f"{x:,}"
 
 
 def _pct(x: float | None) -> str:
@@ -96,7 +102,7 @@ def report(results: list[dict]) -> str:
         "start-up under the engine version's rule (`gpuplan.engines.budget`); error = predicted /",
         "published - 1.",
         "",
-        f"**{s['n']} logs counted. KV tokens: median |error| {100 * s['tokens_median']:.1f}%, worst "
+        f"**{s['n']} logs counted. KV tokens ({s['tokens_n']} logs that print them): median |error| {100 * s['tokens_median']:.1f}%, worst "
         f"{100 * s['tokens_worst']:.1f}%. Maximum concurrency ({s['concurrency_n']} logs that print "
         f"it): median {100 * s['concurrency_median']:.1f}%, worst "
         f"{100 * s['concurrency_worst']:.1f}%.**",
@@ -112,8 +118,8 @@ def report(results: list[dict]) -> str:
         lines.append(
             f"| {log['id']}{mark} | {log['engine']} ({log['rule']}) | {log['model']} "
             f"({log.get('precision', 'bf16')}) | {log['gpu']} x {log.get('tp', 1)} | "
-            f"{b.fraction:g} | {b.max_model_len:,} | {pub['kv_tokens']:,} | {b.kv_tokens:,} | "
-            f"{_pct(e['kv_tokens'])} | {pub.get('max_concurrency', '')} | "
+            f"{b.fraction:g} | {b.max_model_len:,} | {_count(pub.get('kv_tokens'))} | "
+            f"{b.kv_tokens:,} | {_pct(e.get('kv_tokens'))} | {pub.get('max_concurrency', '')} | "
             f"{b.max_concurrency:.2f} | {_pct(e.get('max_concurrency'))} | "
             f"{pub.get('available_kv_gib', '')} | {b.available_kv_bytes / GIB:.2f} |")
     lines += ["", "Excluded from the median and worst (shown above):", ""]

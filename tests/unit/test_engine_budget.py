@@ -185,11 +185,13 @@ def _benchmark():
 def test_published_startup_logs_stay_within_the_bar():
     """Over the published vLLM and SGLang start-up logs: the median error of the KV tokens and
     of the maximum concurrency within 5% (the issue's bar), the worst within 20% -- the logs
-    do not state what else held memory on their cards (a VM's reserve, a desktop's display),
-    which the worst (an RTX 5060 Ti in a VM, +16%) shows."""
+    do not state what else held memory on their cards (a VM's reserve, a desktop's display) and
+    the memory outside PyTorch varies with the stack (0.01 to 0.46 GiB in the V0 logs): the
+    worst two are a T4 (-18%, 0.01 GiB outside PyTorch against the 0.35 assumed) and an RTX
+    5060 Ti in a VM (+18%)."""
     bench = _benchmark()
     s = bench.summary(bench.rows())
-    assert s["n"] >= 15 and s["concurrency_n"] >= 10
+    assert s["n"] >= 17 and s["tokens_n"] >= 16 and s["concurrency_n"] >= 12
     assert s["tokens_median"] < 0.05 and s["concurrency_median"] < 0.05
     assert s["tokens_worst"] < 0.20 and s["concurrency_worst"] < 0.20
 
