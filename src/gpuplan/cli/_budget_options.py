@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import InputError
+from ..errors import InputError, shown
 
 __all__ = ["add_budget_options", "budget_kwargs"]
 
@@ -35,8 +35,8 @@ def _number(text: str | None, flag: str, kind=float):
     try:
         return kind(text)
     except ValueError:
-        raise InputError(f"{flag} {text!r}: expected a number, e.g. "
-                         f"{'0.9' if kind is float else '8192'}") from None
+        what = "a number, e.g. 0.9" if kind is float else "a whole number of tokens, e.g. 8192"
+        raise InputError(f"{flag} {shown(text)}: expected {what}") from None
 
 
 def budget_kwargs(args: argparse.Namespace) -> dict:

@@ -51,7 +51,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from .._record import record
-from ..errors import InputError, opt
+from ..errors import InputError, opt, shown
 
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
            "sglang_default_fraction", "SERVING_ENGINES", "GIB", "MIB"]
@@ -206,14 +206,16 @@ def budget_rule(engine: str, version: str | None = None) -> BudgetRule:
     v = DEFAULT_VERSIONS[engine] if version is None else str(version).strip().lstrip("v")
     known = ", ".join(known_versions(engine))
     try:
+        if len(v) > 32:  # no release is named so; and int() of a huge string is slow
+            raise ValueError(v)
         want = _key(v)
     except ValueError:
-        raise InputError(f"{opt('engine_version')} {version!r}: expected a version like "
+        raise InputError(f"{opt('engine_version')} {shown(version)}: expected a version like "
                          f"{DEFAULT_VERSIONS[engine]}; {engine}'s rules are known from {known}",
                          field="engine_version", value=version, accepted=known) from None
     chosen = [r for r in rules if _key(r.version) <= want]
     if not chosen:
-        raise InputError(f"{opt('engine_version')} {version!r} is older than any {engine} "
+        raise InputError(f"{opt('engine_version')} {shown(version)} is older than any {engine} "
                          f"budget rule gpuplan knows ({known}); name one of those or a later "
                          "version", field="engine_version", value=version, accepted=known)
     return chosen[-1]
