@@ -226,3 +226,19 @@ def test_fit_table_and_refusals(cli):
     code, _, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "vllm",
                        "--engine-version", "0.1", "--gpu", "H100-SXM-80GB")
     assert code == 2 and "0.6, 0.8, 0.10, 0.21" in err
+
+
+def test_sglang_running_requests_and_chunk_by_card(llama8b):
+    """SGLang's scheduler budgets: max_running_requests from its pool as its logs show it
+    (298,447 tokens at 40,960 -> 3,730; a small pool -> 2,048), and the chunked-prefill size of
+    the card's bucket (8,192 on an 80 GB card, 2,048 on a 24 GB one)."""
+    from gpuplan.memory.budget import sglang_running_requests
+
+    assert sglang_running_requests(298_447, 40_960) == 3730
+    assert sglang_running_requests(38_141, 131_072) == 2048
+    assert sglang_running_requests(10**9, 1024) == 4096
+    job = _job("llama-3.1-8b", "sglang")
+    b = kv_budget(llama8b, H100, job)
+    assert b.max_num_batched_tokens == 8192
+    assert b.max_num_seqs == sglang_running_requests(b.kv_tokens, 131_072)
+    assert kv_budget(llama8b, get_gpu("RTX-4090"), job).max_num_batched_tokens == 2048

@@ -54,7 +54,7 @@ from .._record import record
 from ..errors import InputError, opt, shown
 
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
-           "sglang_default_fraction", "SERVING_ENGINES", "GIB", "MIB"]
+           "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB"]
 
 GIB = 1 << 30
 MIB = 1 << 20

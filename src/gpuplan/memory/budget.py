@@ -16,7 +16,8 @@ from .._record import record
 from ..bounds import check_int, check_number
 from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES, NON_TORCH_TP_BYTES,
                               SGLANG_INIT_BYTES, SGLANG_INIT_TP_BYTES, TRT_CONTEXT_BYTES,
-                              BudgetRule, budget_rule, sglang_default_fraction)
+                              BudgetRule, budget_rule, sglang_default_fraction,
+                              sglang_settings)
 from ..engines.profiles import runtime_of
 from ..errors import InputError, UnsupportedError, opt
 from ..formats import get_weight_format
@@ -27,7 +28,8 @@ from ..parallel import layout_of, rank_model
 from .infer import infer_memory
 from .kv import kv_elem_bytes
 
-__all__ = ["KVBudget", "kv_budget", "SAMPLER_COPIES", "FUSED_MOE_CHUNK"]
+__all__ = ["KVBudget", "kv_budget", "sglang_running_requests", "SAMPLER_COPIES",
+           "FUSED_MOE_CHUNK"]
 
 #: The profile run's sampler holds the logits of every sequence in fp32 and one more copy of
 #: them (the probabilities it samples from).
@@ -92,8 +94,8 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     fraction = _fraction(rule, gpu, job, gpu_memory_utilization, mem_fraction_static)
     L = _max_model_len(arch, max_model_len)
     total = gpu.memory_bytes
-    mnbt, seqs = _batch_budgets(rule, total, L, max_num_batched_tokens, max_num_seqs)
     lay = layout_of(job)
+    mnbt, seqs = _batch_budgets(rule, total, L, max_num_batched_tokens, max_num_seqs, lay.tp)
     rarch = rank_model(model, job, 0).architecture if not lay.trivial else arch
     weights = infer_memory(model, job).weights_bytes
     act = _activation_peak(rarch, mnbt, seqs) if rule.profile_activations else 0
@@ -107,6 +109,8 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     blocks, conc, tokens, notes = _blocks(rule, rarch, page, max(avail, 0), L, mnbt)
     parts = {"weights": weights, "activation_peak": act, "cuda_graph_pool": graphs,
              "non_torch": non_torch, "reserved": reserved}
+    if rule.engine == "sglang" and max_num_seqs is None:
+        seqs = sglang_running_requests(tokens, L)
     notes = [*notes, *_budget_notes(rule, fraction, mnbt, seqs, graphs, avail)]
     return KVBudget(engine=rule.engine, version=rule.version, available_kv_bytes=max(avail, 0),
                     block_size=rule.block_size, kv_blocks=blocks, kv_tokens=tokens,
@@ -114,6 +118,14 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
                     max_num_seqs=seqs, fraction=fraction,
                     kv_bytes_per_token=int(rarch.num_layers * rarch.kv_elements_per_layer * eb),
                     parts=parts, notes=tuple(notes))
+
+
+def sglang_running_requests(kv_tokens: int, context_len: int) -> int:
+    """SGLang's default max_running_requests once its pool is sized: 512 requests per context's
+    worth of KV tokens, at least 2,048 and at most 4,096. Read off its start-up logs, not its
+    code: 444,500 tokens at 131,072 -> 2,048 (printed 2049, one dummy slot); 298,447 at 40,960
+    -> 3,730; 38,141 at 131,072 -> 2,048."""
+    return min(4096, max(2048, int(kv_tokens / context_len * 512)))
 
 
 def _fraction(rule: BudgetRule, gpu: GPU, job: Job, util: float | None,
@@ -148,14 +160,15 @@ def _max_model_len(arch: Architecture, given: int | None) -> int:
 
 
 def _batch_budgets(rule: BudgetRule, total: int, L: int, mnbt: int | None,
-                   seqs: int | None) -> tuple[int, int]:
-    """The profile run's tokens and sequences: the user's, else the engine's defaults (vLLM V0:
-    the whole context, chunked at 512 past 32K; V1 ``vllm serve``: 8192 tokens and 1024
-    sequences on a card of 70 GiB or more, 2048 and 256 below)."""
+                   seqs: int | None, tp: int) -> tuple[int, int]:
+    """The profile run's (or the scheduler's) tokens and sequences: the user's, else the
+    engine's defaults (vLLM V0: the whole context, chunked at 512 past 32K; V1 ``vllm serve``:
+    8192 tokens and 1024 sequences on a card of 70 GiB or more, 2048 and 256 below; SGLang: its
+    chunked_prefill_size by card)."""
     big = total >= 70 * GIB
     if mnbt is None:
         mnbt = {"max_model_len": 512 if L > 32768 else max(L, 2048),
-                "serve": 8192 if big else 2048, "chunked_prefill": 8192 if big else 2048,
+                "serve": 8192 if big else 2048, "chunked_prefill": sglang_settings(total, tp)[0],
                 "8192": 8192}[rule.max_num_batched_tokens]
     else:
         mnbt = check_int(mnbt, "count", field="max_num_batched_tokens")
