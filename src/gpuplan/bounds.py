@@ -24,6 +24,7 @@ price              0 .. 10^6 per GPU-hour
 seconds            > 0 .. 10^7 s                measured or expected step times (~4 months)
 duration           0 .. 10^7 s                  a spread (IQR) or minimum of measured times
 fraction           0 .. < 1                     fragmentation, dropout
+memory_fraction    > 0 .. 1                     a serving engine's share of GPU memory
 grad_norm          > 0 .. 10^6                  a clipping threshold (1.0 is the usual one)
 loss_chunks        1 .. 1024                    the head's graph is built once per chunk (1,024:
                                                 ~1.4 s for gpt2); torchtune's default is 8
@@ -121,6 +122,7 @@ BOUNDS: dict[str, Bound] = {
     "duration": Bound(0, 1e7, "a time or spread in seconds"),
     "epochs": Bound(0, 1e6, "a number of epochs", open_low=True),
     "fraction": Bound(0, 1, "a fraction", open_high=True),
+    "memory_fraction": Bound(0, 1, "a share of GPU memory", open_low=True),
     "grad_norm": Bound(0, 1e6, "a gradient-norm threshold", open_low=True),
     "loss_chunks": Bound(1, MAX_LOSS_CHUNKS, "a number of loss chunks"),
 }

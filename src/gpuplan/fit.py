@@ -12,10 +12,11 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Iterable, Literal
 
 from ._record import record
-from .errors import InputError, shown
+from .errors import InputError, opt, shown
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import MAX_TOP, Job, flag_arg, int_arg, job_arg
-from .memory import InferMemory, TrainMemory, infer_memory, train_memory
+from .engines.budget import SERVING_ENGINES
+from .memory import InferMemory, TrainMemory, infer_memory, kv_budget, train_memory
 from .models import Model, load_model
 from .memory.fewest import (MAX_GPUS, LayoutFit, fewest_tp, fewest_zero3, infer_layout,
                             shared_memo, train_layout)
@@ -23,6 +24,7 @@ from .memory.overhead import OverheadLevel, check_level, check_overrides
 
 if TYPE_CHECKING:  # pragma: no cover
     from .compute.speed import SpeedSection
+    from .memory import KVBudget
     from .solver import Suggestion, Suggestions
 
 __all__ = ["GpuVerdict", "ModeVerdict", "Plan", "plan", "resolve_model", "resolve_gpus", "MAX_GPUS"]
@@ -147,6 +149,10 @@ class Plan:
     the ``"speed"`` key."""
     solver: tuple["Suggestions", ...] = ()
     """What to change, per GPU and mode, where the solver ran (see :func:`plan`)."""
+    engine_budgets: tuple[tuple[str, "KVBudget"], ...] = ()
+    """(GPU name, the serving engine's start-up KV budget on it) for each GPU, when the job
+    serves under vllm, sglang or trt-llm (:func:`gpuplan.memory.kv_budget`); its JSON is
+    ``infer.engine`` (the first GPU's) and ``infer.engine_by_gpu``."""
 
     @property
     def suggestions(self) -> tuple["Suggestion", ...]:
@@ -179,6 +185,10 @@ class Plan:
             out["train"] = self.train.to_dict()
         if self.infer is not None:
             out["infer"] = self.infer.to_dict()
+            if self.engine_budgets:
+                name, first = self.engine_budgets[0]
+                out["infer"]["engine"] = {"gpu": name, **first.to_dict()}
+                out["infer"]["engine_by_gpu"] = {n: b.to_dict() for n, b in self.engine_budgets}
         ratio = self.train_to_infer_ratio
         if ratio is not None:
             out["train_to_infer_ratio"] = ratio
@@ -293,7 +303,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
          overhead_level: OverheadLevel = "expected", search_gpu_counts: bool = True,
          overhead_overrides=None, suggest: bool | None = None, max_batch: bool = False,
          max_seq: bool = False, top: int = 3, speed: bool = False,
-         use_noisy_bench: bool = False) -> Plan:
+         use_noisy_bench: bool = False, engine_budget: dict | None = None) -> Plan:
     """Memory of ``job`` per GPU and a verdict for each of ``gpus`` (default: a shortlist).
 
     ``suggest``: run the solver (:mod:`gpuplan.solver`) for every GPU -- ``True``; only for the
@@ -302,12 +312,17 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     queries for each GPU. ``speed``: add the speed model's headline numbers per GPU
     (``plan.speed``, :func:`gpuplan.compute.speed_section`); ``use_noisy_bench``: with
     a stored bench run's noisy measurements too (left out otherwise; the section says so).
+    ``engine_budget``: the serving engine's knobs for its start-up KV budget
+    (``gpu_memory_utilization``, ``mem_fraction_static``, ``max_model_len``, ``engine_version``,
+    ``max_num_batched_tokens``, ``max_num_seqs``); the budget is computed for every GPU whenever
+    the job serves under vllm, sglang or trt-llm (:attr:`Plan.engine_budgets`).
     """
     _check_plan_args(job, overhead_overrides, overhead_level, search_gpu_counts=search_gpu_counts,
                      suggest=suggest, max_batch=max_batch, max_seq=max_seq, top=top, speed=speed,
                      use_noisy_bench=use_noisy_bench)
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
+    budgets = _engine_budgets(model, job, [g for g, _ in resolved], engine_budget)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
     mems = {}
     if job.trains:
@@ -352,4 +367,22 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
             use_noisy_bench=use_noisy_bench)
         speed_rows = speed_rows.with_fits(_fits_by_gpu(verdicts))
     return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
-                solver=tuple(reports), speed=speed_rows)
+                solver=tuple(reports), speed=speed_rows, engine_budgets=budgets)
+
+
+def _engine_budgets(model: Model, job: Job, gpus: list[GPU],
+                    knobs: dict | None) -> tuple[tuple[str, "KVBudget"], ...]:
+    """Each GPU's start-up KV budget under the job's serving engine; knobs given for a job no
+    serving engine runs are refused."""
+    knobs = {k: v for k, v in (knobs or {}).items() if v is not None}
+    arch = model.architecture
+    serves = job.infers and job.engine in SERVING_ENGINES
+    if knobs and not serves:
+        name = next(iter(knobs))
+        raise InputError(f"{opt(name)} is a serving engine's knob: give {opt('engine')} vllm, "
+                         f"sglang or trt-llm with {opt('mode')} infer (the job's engine is "
+                         f"{job.engine})",
+                         field=name, value=knobs[name])
+    if not serves or arch is None or arch.kind != "decoder":
+        return ()
+    return tuple((g.name, kv_budget(model, g, job, **knobs)) for g in gpus)

@@ -12,6 +12,7 @@ from ..models import from_param_count, load_model
 from ..units import parse_count
 from ._job_options import add_job_options
 from ._job_options import job_from_args as job_options_to_job
+from ._budget_options import add_budget_options, budget_kwargs
 from ._common import add_download_argument
 
 HELP = "memory per GPU for training and inference, and a verdict per GPU"
@@ -31,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPU to judge against (repeatable; default: a shortlist; `gpuplan gpus`), "
                         "or a card by its numbers: custom:24GB,bw=1000GB/s,bf16=165TF")
     add_job_options(p)
+    add_budget_options(p)
     _add_plan_options(p)
     p.set_defaults(func=run)
 
@@ -162,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     result = plan(job, args.gpu, overhead_level=args.overhead, overhead_overrides=overrides,
                   suggest=True if args.suggest else None, max_batch=args.max_batch,
                   max_seq=args.max_seq, speed=not args.no_speed and not per_tensor,
-                  use_noisy_bench=args.use_noisy_bench)
+                  use_noisy_bench=args.use_noisy_bench, engine_budget=budget_kwargs(args))
     trace = None
     if args.trace:
         from ..crosscheck import compare_with_trace

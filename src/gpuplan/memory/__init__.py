@@ -11,6 +11,8 @@ One module per concern; each imports only modules listed after it (arrows point 
 * :mod:`.fewest` -- the fewest GPUs of one kind a job needs (ZeRO-3 alone, tensor parallel
   alone, a TP x PP layout): the searches behind ``fit``'s GPU-count columns and the solver;
 * :mod:`.train`, :mod:`.infer` -- the plans: :func:`train_memory`, :func:`infer_memory`;
+* :mod:`.budget` -- a serving engine's start-up KV budget as the engine computes it:
+  :func:`kv_budget`, :class:`KVBudget` (the rules: :mod:`gpuplan.engines.budget`);
 * :mod:`.parallel` -- one rank of each pipeline stage of a TP/SP/PP/CP/EP layout;
 * :mod:`.results` -- :class:`Line`, :class:`TrainMemory`, :class:`InferMemory`;
 * :mod:`.states` -- weights, gradients, master copy, optimizer states, ZeRO sharding, offload;
@@ -26,6 +28,7 @@ One module per concern; each imports only modules listed after it (arrows point 
 This module only re-exports.
 """
 
+from .budget import KVBudget, kv_budget
 from .infer import infer_memory
 from ..parallel import check_layout
 from .lora import DEFAULT_LORA_TARGETS, lora_tensors
@@ -35,5 +38,5 @@ from .train import train_memory
 
 __all__ = [
     "Line", "TrainMemory", "InferMemory", "train_memory", "infer_memory", "lora_tensors",
-    "DEFAULT_LORA_TARGETS", "shard", "check_layout",
+    "DEFAULT_LORA_TARGETS", "shard", "check_layout", "kv_budget", "KVBudget",
 ]

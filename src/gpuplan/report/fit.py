@@ -83,6 +83,25 @@ def _context_line(i: InferMemory, seq_given: bool) -> str | None:
             f"{context} or less for a prompt that fits the context.")
 
 
+def _engine_table(p: Plan, units: ByteUnits):
+    """The serving engine's start-up KV budget per GPU, as its log would print it."""
+    from rich.table import Table
+
+    b0 = p.engine_budgets[0][1]
+    table = Table(title=f"KV cache as {b0.engine} {b0.version}+ allocates it "
+                        f"(max_model_len {b0.max_model_len:,})", title_justify="left")
+    for col in ("GPU", "fraction", "weights", "activations", "CUDA graphs", "non-torch",
+                "available KV", "blocks", "KV tokens", "max concurrency"):
+        table.add_column(col, justify="left" if col == "GPU" else "right")
+    for name, b in p.engine_budgets:
+        parts = [format_bytes(b.parts[k], units) for k in
+                 ("weights", "activation_peak", "cuda_graph_pool", "non_torch")]
+        table.add_row(name, f"{b.fraction:g}", *parts, format_bytes(b.available_kv_bytes, units),
+                      f"{b.kv_blocks:,} x {b.block_size}", f"{b.kv_tokens:,}",
+                      f"{b.max_concurrency:.2f}x")
+    return table
+
+
 def _verdict_table(p: Plan, units: ByteUnits):
     from rich.table import Table
 
@@ -280,6 +299,8 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
             f"(model states {format_bytes(p.train.model_states_bytes, units)} vs "
             f"{p.infer.precision} weights {format_bytes(p.infer.weights_bytes, units)}).")
     console.print(_verdict_table(p, units))
+    if p.engine_budgets:
+        console.print(_engine_table(p, units))
     speed = _speed_table(p)
     if speed is not None:
         console.print(speed)
@@ -299,5 +320,7 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
         notes += list(p.train.notes)
     if p.infer is not None:
         notes += [n for n in p.infer.notes if n not in notes]
+    if p.engine_budgets:
+        notes += [n for n in p.engine_budgets[0][1].notes if n not in notes]
     for n in notes:
         console.print(f"[dim]note: {n}[/dim]")

@@ -1,0 +1,49 @@
+"""The serving engines' memory knobs (``fit``, and ``capacity`` when it lands): vLLM's
+``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, ``--max-model-len`` and
+``--engine-version``, passed to :func:`gpuplan.memory.kv_budget` as keywords. The values are
+range-checked there (:mod:`gpuplan.bounds`), so the CLI only parses numbers."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError, shown
+
+__all__ = ["add_budget_options", "budget_kwargs"]
+
+
+def add_budget_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("serving engine memory budget (--engine vllm, sglang, trt-llm)")
+    g.add_argument("--gpu-memory-utilization", metavar="U",
+                   help="vLLM's share of the card for weights, activations and the KV cache "
+                        "(TensorRT-LLM: its free_gpu_memory_fraction); default: the engine "
+                        "version's (vLLM 0.21+: 0.92, earlier 0.90; TRT-LLM 0.9)")
+    g.add_argument("--mem-fraction-static", metavar="F",
+                   help="SGLang's share of the free memory for the weights and the KV pool; "
+                        "default: computed per card and TP size as SGLang does")
+    g.add_argument("--max-model-len", metavar="L",
+                   help="the longest request the engine admits (default: the model's context); "
+                        "the 'maximum concurrency for L tokens per request' is quoted at it")
+    g.add_argument("--engine-version", metavar="V",
+                   help="the engine release whose budget rule applies, e.g. 0.10.2 (default: "
+                        "vLLM 0.21, SGLang 0.5, TensorRT-LLM 1.0; docs/engine_budget.md)")
+
+
+def _number(text: str | None, flag: str, kind=float):
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a number, e.g. 0.9" if kind is float else "a whole number of tokens, e.g. 8192"
+        raise InputError(f"{flag} {shown(text)}: expected {what}") from None
+
+
+def budget_kwargs(args: argparse.Namespace) -> dict:
+    """The keywords of :func:`gpuplan.memory.kv_budget` the options set (unset ones left out)."""
+    out = {"gpu_memory_utilization": _number(args.gpu_memory_utilization,
+                                             "--gpu-memory-utilization"),
+           "mem_fraction_static": _number(args.mem_fraction_static, "--mem-fraction-static"),
+           "max_model_len": _number(args.max_model_len, "--max-model-len", int),
+           "engine_version": args.engine_version}
+    return {k: v for k, v in out.items() if v is not None}

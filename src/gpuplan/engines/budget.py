@@ -1,0 +1,253 @@
+"""How each serving engine sizes its KV cache at start-up, as data: per engine and version, the
+rule's inputs (the utilization default, what the profile run measures, what is deducted, the
+block size, the batch budgets) with the engine code or thread each was read from.
+
+Nothing here computes; :func:`gpuplan.memory.budget.kv_budget` applies a rule to a model, a GPU
+and a job. A rule is selected by engine name and version (``engine_version``: the newest rule
+whose version is not above it); the default is the engine's stated recent version
+(:data:`DEFAULT_VERSIONS`). Fitted constants are named (``*_BYTES``) with the mechanism each
+stands for and the published logs they were read from.
+
+Sources (read through the project's code search and issue threads):
+
+* vLLM V0 ``vllm/worker/worker.py`` ``determine_num_available_blocks`` (0.6.x): KV = total x
+  ``gpu_memory_utilization`` - (torch peak of the profile run, weights included) - non-torch
+  memory; the log "Memory profiling results: total_gpu_memory=... non_torch_memory=...
+  kv_cache_size=..." (vllm-project/vllm#10517) states the same sum.
+* vLLM V1 ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` (commit
+  0012cf691b7e, 0.8.x; the ``memory_profiling`` form of 0.9-0.20 subtracts the same three
+  parts): CUDA graphs are captured *after* the KV cache is allocated, so they come out of the
+  (1 - utilization) headroom.
+* vLLM 0.21: PR vllm-project/vllm#38284 ("Enable CUDAGraph memory profiling by default") turns on
+  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` (PR #30515) -- the estimated graph pool is
+  deducted before the KV cache is sized -- and raises the default utilization to 0.92; the
+  0.27 start-up log says "CUDA graph memory profiling is enabled (default since v0.21.0)"
+  (gpustack/runner#251).
+* vLLM ``vllm/v1/core/kv_cache_utils.py``: "GPU KV cache size: N tokens" and "Maximum
+  concurrency for L tokens per request: X" (PR #13596; since the hybrid allocator
+  N = max_concurrency x L, issue #54662), block size 16 (``CacheConfig.block_size``).
+* SGLang ``python/sglang/srt/server_args.py`` ``_handle_gpu_memory_settings`` (PR
+  sgl-project/sglang#10975, 0.5.x): mem_fraction_static = (gpu_mem - reserved) / gpu_mem with
+  reserved (MiB) = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs +
+  1024 x tp x pp / 8, at least 10 GiB on cards over 60 GiB; chunked_prefill_size and
+  cuda_graph_max_bs by GPU memory bucket. 0.4.x: 0.88 / 0.87 / 0.85 / 0.81 / 0.79 by TP size
+  (1 / 2 / 4 / 8 / 16).
+* SGLang ``model_runner`` ``profile_max_num_token``: rest = free-after-weights - total x (1 -
+  mem_fraction_static), where "total" is the free memory measured once the distributed group
+  is up (before the weights); #tokens = rest / cell_size, cell = layers x kv_heads(rank) x
+  head_dim x 2 x bytes (MLA: layers x (kv_lora_rank + qk_rope_head_dim) x bytes); the log
+  "KV Cache is allocated. #tokens: N, K size: ... GB" (page size 1 by default).
+* TensorRT-LLM: ``KvCacheConfig.free_gpu_memory_fraction`` 0.9 "of free GPU memory (after
+  loading weights)" (NVIDIA/TensorRT-LLM docs/source/examples/kvcacheconfig.md), measured after
+  the PyTorch executor's warm-up (``tensorrt_llm/_torch/pyexecutor/_util.py`` KvCacheCreator,
+  PR NVIDIA/TensorRT-LLM#5933); ``tokens_per_block: int = Field(default=32)`` in the LLM API's
+  KvCacheConfig (the older engine-build plugin config used 64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
+from .._record import record
+from ..errors import InputError, opt, shown
+
+__all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
+           "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB"]
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+#: Fitted: memory outside PyTorch's allocator after the profile run, per GPU (cuBLAS/cuDNN
+#: workspaces, the CUDA context's growth after start). vLLM's V0 logs print it at TP 1: 0.35 and
+#: 0.35 (RTX 3090, #10517), 0.39 (16 GB card, #11251), 0.28, 0.05, 0.02, 0.01, 0.14, 0.46, 0.07,
+#: 0.08 GiB (logs in and beside benchmarks/published): it varies with the stack more than the
+#: model. Of 0.15, 0.25 and 0.35 GiB (tried with SAMPLER_COPIES 2: median error over the
+#: published logs 5.2% / 3.4% / 2.7%, worst 20% / 18% / 18%), 0.35 is taken.
+NON_TORCH_BYTES = int(0.35 * GIB)
+#: Fitted: extra non-torch memory per GPU when TP > 1 (NCCL communicators and the custom
+#: all-reduce's IPC buffers): 0.25 GiB in all at TP 2 (RTX 4090, #13061), 0.20 and 0.21 GiB at TP
+#: 4 -- read off those logs, not validated by a counted one.
+NON_TORCH_TP_BYTES = int(0.15 * GIB)
+#: Fitted: the CUDA-graph pool vLLM 0.21+ estimates for its default capture sizes (decode
+#: graphs up to 512 sequences, piecewise + full); its logs print 0.36 GiB (small model, TP 2,
+#: gpustack/runner#251), 0.65 GiB (Gemma 3 4B, #21489), 0.69 GiB estimated (a 27B hybrid).
+CUDA_GRAPH_POOL_BYTES = int(0.6 * GIB)
+#: Fitted: memory in use on each GPU before SGLang measures its "total" (the CUDA context and,
+#: with TP > 1, the NCCL / custom all-reduce setup of ``init_torch_distributed``). Its logs:
+#: "Load weight begin. avail mem=78.81 GB" on a 79.19 GiB H100 (0.38 GiB, TP 1); 23.99 - (16.00
+#: + 7.08) = 0.91 GiB on each of 4 RTX 4090s (TP 4).
+SGLANG_INIT_BYTES = int(0.4 * GIB)
+SGLANG_INIT_TP_BYTES = int(0.5 * GIB)
+#: The CUDA context TensorRT-LLM's process holds before its weights (fitted, like vLLM's).
+TRT_CONTEXT_BYTES = int(0.6 * GIB)
+
+
+@record
+class BudgetRule:
+    """One engine version's start-up KV sizing."""
+
+    engine: str
+    version: str
+    """The first version the rule holds for."""
+    knob: str
+    """The user's knob: ``gpu_memory_utilization``, ``mem_fraction_static``,
+    ``free_gpu_memory_fraction``."""
+    default_fraction: float | None
+    """The knob's default (None: computed per GPU and layout, SGLang 0.5)."""
+    fraction_of: str
+    """``total`` (vLLM: of the card's memory, everything counted inside it), ``init_free``
+    (SGLang: of the memory free before the weights; weights inside it), ``free_after``
+    (TensorRT-LLM: of what is free after weights and the warm-up run)."""
+    block_size: int
+    """Tokens per KV block / page."""
+    profile_activations: bool
+    """The profile run's activation peak is measured and deducted (vLLM, TensorRT-LLM); SGLang
+    leaves it to the (1 - fraction) reserve."""
+    cuda_graph_deducted: bool
+    """The CUDA-graph pool is deducted before the KV cache is sized (vLLM 0.21+); otherwise it
+    is captured afterwards, out of the reserve."""
+    max_num_batched_tokens: str
+    """What the profile run's token count defaults to: ``max_model_len`` (vLLM V0 without
+    chunked prefill), ``serve`` (vLLM V1 ``vllm serve``: 8192 on a card of 70 GiB or more, else
+    2048), ``chunked_prefill`` (SGLang: its chunked_prefill_size), ``8192`` (TRT-LLM)."""
+    max_num_seqs: str
+    """``256`` or ``serve`` (vLLM V1: 1024 on a card of 70 GiB or more, else 256)."""
+    hybrid_groups: bool
+    """Sliding-window layers keep only their window (vLLM V1's hybrid allocator); False: every
+    layer holds every token (vLLM V0, SGLang for Gemma / gpt-oss, whose hybrid SWA pool it
+    disables, TRT-LLM without a VSWA config)."""
+    tokens_reported: str
+    """``blocks`` (N = blocks x block_size) or ``concurrency`` (N = max_concurrency x
+    max_model_len, vLLM 0.10+)."""
+    sources: tuple[str, ...] = ()
+
+
+def _rule(**kw) -> BudgetRule:
+    return BudgetRule(**kw)
+
+
+_VLLM_V0 = _rule(
+    engine="vllm", version="0.6", knob="gpu_memory_utilization", default_fraction=0.9,
+    fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
+    max_num_batched_tokens="max_model_len", max_num_seqs="256", hybrid_groups=False,
+    tokens_reported="blocks",
+    sources=("vllm/worker/worker.py determine_num_available_blocks (0.6.x)",
+             "https://github.com/vllm-project/vllm/issues/10517"))
+_VLLM_V1 = _rule(
+    engine="vllm", version="0.8", knob="gpu_memory_utilization", default_fraction=0.9,
+    fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
+    max_num_batched_tokens="serve", max_num_seqs="serve", hybrid_groups=True,
+    tokens_reported="blocks",
+    sources=("vllm/v1/worker/gpu_worker.py determine_available_memory @ 0012cf691b7e",
+             "https://github.com/vllm-project/vllm/pull/13596"))
+_VLLM_V10 = replace(_VLLM_V1,
+    version="0.10", tokens_reported="concurrency",
+    sources=("vllm/v1/core/kv_cache_utils.py get_kv_cache_capacity (N = concurrency x L)",
+             "https://github.com/vllm-project/vllm/issues/54662"))
+_VLLM_V21 = replace(_VLLM_V10,
+    version="0.21", default_fraction=0.92, cuda_graph_deducted=True,
+    sources=("https://github.com/vllm-project/vllm/pull/38284 (graph profiling on, 0.92)",
+             "https://github.com/vllm-project/vllm/pull/30515",
+             "https://github.com/gpustack/runner/pull/251 (0.27 log: default since v0.21.0)"))
+_SGLANG_04 = _rule(
+    engine="sglang", version="0.4", knob="mem_fraction_static", default_fraction=None,
+    fraction_of="init_free", block_size=1, profile_activations=False, cuda_graph_deducted=False,
+    max_num_batched_tokens="chunked_prefill", max_num_seqs="serve", hybrid_groups=False,
+    tokens_reported="blocks",
+    sources=("sglang/srt/server_args.py (0.4.x): 0.88/0.87/0.85/0.81/0.79 by TP",
+             "sglang/srt/model_executor/model_runner.py profile_max_num_token"))
+_SGLANG_05 = replace(_SGLANG_04,
+    version="0.5",
+    sources=("https://github.com/sgl-project/sglang/pull/10975 (_handle_gpu_memory_settings)",
+             "sglang/srt/model_executor/model_runner.py profile_max_num_token"))
+_TRT = _rule(
+    engine="trt-llm", version="1.0", knob="free_gpu_memory_fraction", default_fraction=0.9,
+    fraction_of="free_after", block_size=32, profile_activations=True,
+    cuda_graph_deducted=False, max_num_batched_tokens="8192", max_num_seqs="serve",
+    hybrid_groups=False, tokens_reported="blocks",
+    sources=("NVIDIA/TensorRT-LLM docs/source/examples/kvcacheconfig.md (0.9 of free memory)",
+             "tensorrt_llm/llmapi KvCacheConfig tokens_per_block default 32",
+             "tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator (free x fraction)",
+             "https://github.com/NVIDIA/TensorRT-LLM/pull/5933",
+             "https://github.com/vllm-project/vllm/pull/5158 (0.9 of what is free after "
+             "the weights)"))
+
+#: engine -> its rules, oldest first.
+BUDGET_RULES: Mapping[str, tuple[BudgetRule, ...]] = MappingProxyType({
+    "vllm": (_VLLM_V0, _VLLM_V1, _VLLM_V10, _VLLM_V21),
+    "sglang": (_SGLANG_04, _SGLANG_05),
+    "trt-llm": (_TRT,),
+})
+#: The version each engine is planned at when none is named: a stated recent release.
+DEFAULT_VERSIONS: Mapping[str, str] = MappingProxyType(
+    {"vllm": "0.21", "sglang": "0.5", "trt-llm": "1.0"})
+SERVING_ENGINES = tuple(BUDGET_RULES)
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def known_versions(engine: str) -> tuple[str, ...]:
+    return tuple(r.version for r in BUDGET_RULES[engine])
+
+
+def budget_rule(engine: str, version: str | None = None) -> BudgetRule:
+    """The rule ``engine`` applies at ``version`` (default :data:`DEFAULT_VERSIONS`): the newest
+    rule not above it. An engine without a serving budget, a malformed version or one older than
+    the first rule known is an InputError naming the known ones."""
+    if engine not in BUDGET_RULES:
+        raise InputError(f"{opt('engine')} {engine}: it has no serving memory budget; use one "
+                         f"of {', '.join(SERVING_ENGINES)}", field="engine", value=engine,
+                         accepted=", ".join(SERVING_ENGINES))
+    rules = BUDGET_RULES[engine]
+    v = DEFAULT_VERSIONS[engine] if version is None else str(version).strip().lstrip("v")
+    known = ", ".join(known_versions(engine))
+    try:
+        if len(v) > 32:  # no release is named so; and int() of a huge string is slow
+            raise ValueError(v)
+        want = _key(v)
+    except ValueError:
+        raise InputError(f"{opt('engine_version')} {shown(version)}: expected a version like "
+                         f"{DEFAULT_VERSIONS[engine]}; {engine}'s rules are known from {known}",
+                         field="engine_version", value=version, accepted=known) from None
+    chosen = [r for r in rules if _key(r.version) <= want]
+    if not chosen:
+        raise InputError(f"{opt('engine_version')} {shown(version)} is older than any {engine} "
+                         f"budget rule gpuplan knows ({known}); name one of those or a later "
+                         "version", field="engine_version", value=version, accepted=known)
+    return chosen[-1]
+
+
+#: SGLang 0.5's (chunked_prefill_size, cuda_graph_max_bs at TP < 4, at TP >= 4) by the card's
+#: memory in MiB (upper bound of each bucket), from server_args.py.
+_SGLANG_BUCKETS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 2048, 24, 80),
+                   (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
+                   (160 * 1024, 8192, 256, 512), (float("inf"), 16384, 512, 512))
+
+
+def sglang_settings(gpu_mem_bytes: int, tp: int) -> tuple[int, int]:
+    """SGLang 0.5's default (chunked_prefill_size, cuda_graph_max_bs) on a card."""
+    mib = gpu_mem_bytes / MIB
+    for top, chunk, bs_small, bs_large in _SGLANG_BUCKETS:
+        if mib < top:
+            return chunk, (bs_small if tp < 4 else bs_large)
+    raise AssertionError("unreachable")
+
+
+def sglang_default_fraction(rule: BudgetRule, gpu_mem_bytes: int, tp: int, pp: int = 1) -> float:
+    """SGLang's mem_fraction_static when the user sets none (0.4: by TP size; 0.5: from the
+    card's memory and the reserve its server_args computes)."""
+    if rule.version == "0.4":
+        for at_least, frac in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+            if tp >= at_least:
+                return frac
+        return 0.88
+    mib = gpu_mem_bytes / MIB
+    chunk, graph_bs = sglang_settings(gpu_mem_bytes, tp)
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)

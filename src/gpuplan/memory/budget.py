@@ -1,0 +1,276 @@
+"""The KV cache a serving engine allocates at start-up, computed the way the engine computes it:
+vLLM's ``gpu_memory_utilization`` share of the card less the weights as loaded, the profile
+run's activation peak at ``max_num_batched_tokens``, memory outside PyTorch and (0.21+) the
+CUDA-graph pool; SGLang's ``mem_fraction_static`` share of the memory free before the weights,
+less the weights; TensorRT-LLM's ``free_gpu_memory_fraction`` of what is free after the weights
+and its warm-up. The bytes left, cut into the engine's blocks, are the KV blocks and tokens the
+engine logs, and the "maximum concurrency for L tokens per request" vLLM prints.
+
+The rules are data (:mod:`gpuplan.engines.budget`); this module applies them to one rank of the
+job's layout (the first pipeline stage: it holds the most layers and the embedding).
+"""
+
+from __future__ import annotations
+
+from .._record import record
+from ..bounds import check_int, check_number
+from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES, NON_TORCH_TP_BYTES,
+                              SGLANG_INIT_BYTES, SGLANG_INIT_TP_BYTES, TRT_CONTEXT_BYTES,
+                              BudgetRule, budget_rule, sglang_default_fraction,
+                              sglang_settings)
+from ..engines.profiles import runtime_of
+from ..errors import InputError, UnsupportedError, opt
+from ..formats import get_weight_format
+from ..hardware import GPU
+from ..job import Job
+from ..models import Architecture, Model
+from ..parallel import layout_of, rank_model
+from .infer import infer_memory
+from .kv import kv_elem_bytes
+
+__all__ = ["KVBudget", "kv_budget", "sglang_running_requests", "SAMPLER_COPIES",
+           "FUSED_MOE_CHUNK"]
+
+#: The profile run's sampler holds the logits of every sequence in fp32 and one more copy of
+#: them (the probabilities it samples from).
+SAMPLER_COPIES = 2
+#: vLLM's fused-MoE kernel works through at most this many tokens at once
+#: (``VLLM_FUSED_MOE_CHUNK_SIZE``), so its intermediate caches stop growing there.
+FUSED_MOE_CHUNK = 32768
+
+
+@record
+class KVBudget:
+    """What the engine's start-up log says about its KV cache, and the parts it deducted."""
+
+    engine: str
+    version: str
+    available_kv_bytes: int
+    """Bytes per GPU the engine gives the KV cache ("Available KV cache memory")."""
+    block_size: int
+    kv_blocks: int
+    kv_tokens: int
+    """vLLM's "GPU KV cache size: N tokens"; SGLang's "#tokens"; TensorRT-LLM's max tokens."""
+    max_concurrency: float
+    """Requests of ``max_model_len`` tokens the cache holds at once (vLLM's "Maximum
+    concurrency for L tokens per request: X")."""
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    fraction: float
+    """The utilization / memory fraction applied."""
+    kv_bytes_per_token: int
+    """KV bytes one token costs on this GPU (every layer of the rank, full attention)."""
+    parts: dict
+    """name -> bytes: ``weights``, ``activation_peak``, ``cuda_graph_pool``, ``non_torch``,
+    ``reserved`` (what the fraction leaves outside the budget)."""
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "version": self.version,
+                "available_kv_bytes": self.available_kv_bytes, "block_size": self.block_size,
+                "kv_blocks": self.kv_blocks, "kv_tokens": self.kv_tokens,
+                "max_concurrency": self.max_concurrency, "max_model_len": self.max_model_len,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "max_num_seqs": self.max_num_seqs, "fraction": self.fraction,
+                "kv_bytes_per_token": self.kv_bytes_per_token, "parts": dict(self.parts),
+                "notes": list(self.notes)}
+
+
+def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float | None = None,
+              mem_fraction_static: float | None = None, max_model_len: int | None = None,
+              engine_version: str | None = None, max_num_batched_tokens: int | None = None,
+              max_num_seqs: int | None = None) -> KVBudget:
+    """The KV budget ``job.engine`` (vllm, sglang, trt-llm) computes at start-up for ``model`` on
+    ``gpu`` under the job's layout, precision and KV dtype. ``gpu_memory_utilization`` is
+    vLLM's and TensorRT-LLM's knob (its ``free_gpu_memory_fraction``), ``mem_fraction_static``
+    SGLang's; unset, the engine's default at ``engine_version``. ``max_model_len`` defaults to
+    the model's context."""
+    rule = budget_rule(job.engine, engine_version)
+    arch = model.architecture
+    if arch is None or arch.kind != "decoder":
+        raise UnsupportedError(f"{model.name}: a serving engine's KV budget needs a decoder "
+                               "with a known architecture")
+    fraction = _fraction(rule, gpu, job, gpu_memory_utilization, mem_fraction_static)
+    L = _max_model_len(arch, max_model_len)
+    total = gpu.memory_bytes
+    lay = layout_of(job)
+    mnbt, seqs = _batch_budgets(rule, total, L, max_num_batched_tokens, max_num_seqs, lay.tp)
+    rarch = rank_model(model, job, 0).architecture if not lay.trivial else arch
+    weights = infer_memory(model, job).weights_bytes
+    act = _activation_peak(rarch, mnbt, seqs) if rule.profile_activations else 0
+    non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if lay.tp > 1 else 0)
+    graphs = (CUDA_GRAPH_POOL_BYTES if rule.cuda_graph_deducted
+              and runtime_of(job.runtime, "infer", job.engine) != "eager" else 0)
+    avail, reserved, non_torch = _available(rule, total, fraction, weights, act, non_torch,
+                                            graphs, lay.tp)
+    eb = _kv_elem(job, rarch)
+    page = int(rule.block_size * rarch.kv_elements_per_layer * eb)  # one layer's block
+    blocks, conc, tokens, notes = _blocks(rule, rarch, page, max(avail, 0), L, mnbt)
+    parts = {"weights": weights, "activation_peak": act, "cuda_graph_pool": graphs,
+             "non_torch": non_torch, "reserved": reserved}
+    if rule.engine == "sglang" and max_num_seqs is None:
+        seqs = sglang_running_requests(tokens, L)
+    notes = [*notes, *_budget_notes(rule, fraction, mnbt, seqs, graphs, avail)]
+    return KVBudget(engine=rule.engine, version=rule.version, available_kv_bytes=max(avail, 0),
+                    block_size=rule.block_size, kv_blocks=blocks, kv_tokens=tokens,
+                    max_concurrency=conc, max_model_len=L, max_num_batched_tokens=mnbt,
+                    max_num_seqs=seqs, fraction=fraction,
+                    kv_bytes_per_token=int(rarch.num_layers * rarch.kv_elements_per_layer * eb),
+                    parts=parts, notes=tuple(notes))
+
+
+def sglang_running_requests(kv_tokens: int, context_len: int) -> int:
+    """SGLang's default max_running_requests once its pool is sized: 512 requests per context's
+    worth of KV tokens, at least 2,048 and at most 4,096. Read off its start-up logs, not its
+    code: 444,500 tokens at 131,072 -> 2,048 (printed 2049, one dummy slot); 298,447 at 40,960
+    -> 3,730; 38,141 at 131,072 -> 2,048."""
+    return min(4096, max(2048, int(kv_tokens / context_len * 512)))
+
+
+def _fraction(rule: BudgetRule, gpu: GPU, job: Job, util: float | None,
+              mfs: float | None) -> float:
+    """The knob's value: the user's (range-checked; the other engine's knob refused) or the
+    default of the rule."""
+    own, other = ("mem_fraction_static", "gpu_memory_utilization") \
+        if rule.engine == "sglang" else ("gpu_memory_utilization", "mem_fraction_static")
+    given = {"gpu_memory_utilization": util, "mem_fraction_static": mfs}
+    if given[other] is not None:
+        raise InputError(f"{opt(other)} is not {rule.engine}'s knob; give {opt(own)} for "
+                         f"{rule.engine}", field=other, value=given[other])
+    value = given[own]
+    if value is not None:
+        return check_number(value, "memory_fraction", field=own)
+    if rule.default_fraction is not None:
+        return rule.default_fraction
+    lay = layout_of(job)
+    return sglang_default_fraction(rule, gpu.memory_bytes, lay.tp, lay.pp)
+
+
+def _max_model_len(arch: Architecture, given: int | None) -> int:
+    if given is None:
+        return arch.max_position_embeddings
+    L = check_int(given, "context", field="max_model_len")
+    if L > arch.max_position_embeddings:
+        raise InputError(f"{opt('max_model_len')} {L:,} is longer than the model's context "
+                         f"({arch.max_position_embeddings:,}); give at most that",
+                         field="max_model_len", value=given,
+                         fix={"max_model_len": arch.max_position_embeddings})
+    return L
+
+
+def _batch_budgets(rule: BudgetRule, total: int, L: int, mnbt: int | None,
+                   seqs: int | None, tp: int) -> tuple[int, int]:
+    """The profile run's (or the scheduler's) tokens and sequences: the user's, else the
+    engine's defaults (vLLM V0: the whole context, chunked at 512 past 32K; V1 ``vllm serve``:
+    8192 tokens and 1024 sequences on a card of 70 GiB or more, 2048 and 256 below; SGLang: its
+    chunked_prefill_size by card)."""
+    big = total >= 70 * GIB
+    if mnbt is None:
+        mnbt = {"max_model_len": 512 if L > 32768 else max(L, 2048),
+                "serve": 8192 if big else 2048, "chunked_prefill": sglang_settings(total, tp)[0],
+                "8192": 8192}[rule.max_num_batched_tokens]
+    else:
+        mnbt = check_int(mnbt, "count", field="max_num_batched_tokens")
+    if seqs is None:
+        seqs = 256 if rule.max_num_seqs == "256" else (1024 if big else 256)
+    else:
+        seqs = check_int(seqs, "count", field="max_num_seqs")
+    return mnbt, seqs
+
+
+def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2) -> int:
+    """PyTorch's peak over the profile run's forward of ``tokens`` tokens on one rank (``a`` is
+    the rank's architecture), beyond the weights: the largest layer's live tensors (the
+    residual stream and hidden state beside the MLP's gate/up output and activation, or the
+    fused-MoE caches, or the QKV and attention output) plus the sampler's fp32 logits of
+    ``seqs`` sequences."""
+    H = a.hidden_size
+    stream = 2 * tokens * H * dt
+    attn = tokens * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim * dt \
+        + tokens * a.num_heads * a.head_dim * dt
+    dense = tokens * 3 * a.intermediate_size * dt if a.intermediate_size else 0
+    moe = 0
+    if a.num_experts:
+        m = min(tokens, FUSED_MOE_CHUNK)
+        moe = m * a.experts_per_token * (3 * a.moe_intermediate_size + H) * dt \
+            + tokens * 3 * a.shared_expert_intermediate_size * dt
+    logits = min(seqs, tokens) * a.vocab_size * 4 * SAMPLER_COPIES
+    return stream + max(attn, dense, moe) + logits
+
+
+def _available(rule: BudgetRule, total: int, f: float, weights: int, act: int, non_torch: int,
+               graphs: int, tp: int) -> tuple[int, int, int]:
+    """(KV bytes, bytes the fraction reserves, non-torch bytes counted) by the rule's base."""
+    if rule.fraction_of == "total":  # vLLM
+        budget = int(total * f)
+        return budget - weights - act - non_torch - graphs, total - budget, non_torch
+    if rule.fraction_of == "init_free":  # SGLang: free before the weights, weights inside
+        init = total - SGLANG_INIT_BYTES - (SGLANG_INIT_TP_BYTES if tp > 1 else 0)
+        return int(init * f) - weights, total - int(init * f), total - init
+    free = total - TRT_CONTEXT_BYTES - weights - act - non_torch  # TensorRT-LLM
+    return int(max(free, 0) * f), int(max(free, 0) * (1 - f)), non_torch + TRT_CONTEXT_BYTES
+
+
+def _layer_groups(a: Architecture, rule: BudgetRule) -> list[tuple[int, int | None]]:
+    """(layers, window) per attention type: full layers (window None) and each windowed type
+    (sliding, Llama 4's chunks) when the rule keeps windows apart; else every layer full."""
+    windowed = []
+    if rule.hybrid_groups and a.sliding_window and a.sliding_window_layers:
+        windowed.append((len(a.sliding_window_layers), a.sliding_window))
+    if rule.hybrid_groups and a.attention_chunk and a.chunked_layers:
+        windowed.append((len(a.chunked_layers), a.attention_chunk))
+    full = a.num_layers - sum(n for n, _ in windowed)
+    return [(full, None)] * (full > 0) + windowed
+
+
+def _blocks(rule: BudgetRule, a: Architecture, page: int, avail: int, L: int,
+            mnbt: int) -> tuple[int, float, int, list[str]]:
+    """(blocks, max concurrency, tokens reported, notes). One type of layer: blocks = bytes //
+    (page x layers). Mixed types (vLLM V1's hybrid allocator): layers are grouped by the
+    smallest type's count, every group's blocks come from one pool of page x group-size blocks,
+    and a request needs cdiv(L, block) blocks in a full group but only its window's
+    (cdiv(window - 1 + max_num_batched_tokens, block) + 1) in a windowed one."""
+    bs = rule.block_size
+    groups = _layer_groups(a, rule)
+    if len(groups) == 1:
+        blocks = avail // (page * a.num_layers)
+        tokens = blocks * bs
+        return blocks, tokens / L, tokens, []
+    size = min(n for n, _ in groups)
+    blocks = avail // (page * size)
+    per_request = 0
+    for n, window in groups:
+        need = -(-L // bs) if window is None else min(-(-L // bs),
+                                                       -(-(window - 1 + mnbt) // bs) + 1)
+        per_request += -(-n // size) * need
+    conc = blocks / per_request
+    tokens = int(conc * L) if rule.tokens_reported == "concurrency" else blocks * bs
+    note = (f"hybrid KV groups of {size} layers ({', '.join(f'{n} x ' + ('full' if w is None else f'window {w}') for n, w in groups)}): "
+            "windowed layers keep only their window")
+    return blocks, conc, tokens, [note]
+
+
+def _kv_elem(job: Job, a: Architecture) -> float:
+    """Bytes per cached element: the job's KV dtype, else the compute dtype (fp8's per-layer
+    scales are not in the pages)."""
+    fmt = get_weight_format(job.infer_precision)
+    kv = job.kv_dtype or ("fp32" if fmt.compute_dtype == "fp32" else "bf16")
+    return kv_elem_bytes(kv, a.head_dim)
+
+
+def _budget_notes(rule: BudgetRule, f: float, mnbt: int, seqs: int, graphs: int,
+                  avail: int) -> list[str]:
+    notes = [f"{rule.engine} {rule.version}+ rule: {rule.knob} {f:g}"
+             + {"total": " of the card's memory", "init_free": " of the memory free before "
+                "the weights", "free_after": " of the memory free after the weights and the "
+                "warm-up"}[rule.fraction_of]]
+    if rule.profile_activations:
+        notes.append(f"profile run: {mnbt:,} tokens, {seqs:,} sequences")
+    if rule.engine == "vllm":
+        notes.append("CUDA-graph pool deducted before the KV cache (estimated)" if graphs else
+                     "CUDA graphs captured after the KV cache: out of the headroom, not counted")
+    if avail <= 0:
+        notes.append("nothing left for the KV cache: the engine refuses to start "
+                     "(raise the fraction, shorten max_model_len or add GPUs)")
+    return notes

@@ -1,0 +1,244 @@
+"""The serving engines' start-up KV budget (issue 29 part 3): hand calculations of each rule,
+the version switches, the per-rank KV bytes (GQA replication, MLA), the hybrid sliding-window
+allocator, bad input, and the published start-up logs as a bar."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from gpuplan.engines.budget import (CUDA_GRAPH_POOL_BYTES, DEFAULT_VERSIONS, GIB, MIB,
+                                    NON_TORCH_BYTES, SGLANG_INIT_BYTES, TRT_CONTEXT_BYTES,
+                                    budget_rule, sglang_default_fraction)
+from gpuplan.errors import InputError
+from gpuplan.hardware import get_gpu
+from gpuplan.job import Job
+from gpuplan.memory import KVBudget, kv_budget
+from gpuplan.memory.budget import SAMPLER_COPIES
+from gpuplan.models import load_model
+
+H100 = get_gpu("H100-SXM-80GB")  # 85,028,896,768 bytes: the 79.19 GiB vLLM logs print
+LLAMA8B_WEIGHTS = 8_030_261_248 * 2  # bf16, no buffers
+LLAMA8B_KV_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # K and V x layers x kv heads x head_dim x bf16
+
+
+def _job(model: str, engine: str, **kw) -> Job:
+    tp = kw.pop("tp", 1)
+    return Job(model=model, mode="infer", engine=engine, tp=tp, gpus=tp, **kw)
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return load_model("llama-3.1-8b")
+
+
+def test_vllm_default_rule_by_hand(llama8b):
+    """vLLM 0.21 on an H100: 0.92 of 85,028,896,768 bytes, less the weights, the profile run's
+    peak at 8,192 tokens and 1,024 sequences, non-torch memory and the graph pool; 2 MiB blocks
+    of 16 tokens x 32 layers x 4 KiB."""
+    b = kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm"), max_model_len=8192)
+    assert (b.engine, b.version, b.block_size, b.fraction) == ("vllm", "0.21", 16, 0.92)
+    t, h = 8192, 4096
+    act = (2 * t * h * 2                      # residual stream and hidden state, bf16
+           + t * 3 * 14336 * 2                # gate/up output (2 x 14,336) and SwiGLU output
+           + 1024 * 128_256 * 4 * SAMPLER_COPIES)  # the sampler's fp32 logits
+    assert b.parts["weights"] == LLAMA8B_WEIGHTS
+    assert b.parts["activation_peak"] == act
+    avail = int(85_028_896_768 * 0.92) - LLAMA8B_WEIGHTS - act - NON_TORCH_BYTES \
+        - CUDA_GRAPH_POOL_BYTES
+    assert b.available_kv_bytes == avail
+    assert b.kv_blocks == avail // (16 * LLAMA8B_KV_PER_TOKEN)
+    assert b.kv_tokens == b.kv_blocks * 16
+    assert b.max_concurrency == pytest.approx(b.kv_tokens / 8192)
+    assert b.kv_bytes_per_token == LLAMA8B_KV_PER_TOKEN
+
+
+def test_vllm_021_deducts_graphs_and_raises_the_default(llama8b):
+    """0.21 (PR #38284): the graph pool deducted, the default utilization 0.90 -> 0.92; the
+    difference between the two rules is exactly those two terms."""
+    job = _job("llama-3.1-8b", "vllm")
+    new = kv_budget(llama8b, H100, job, max_model_len=8192)
+    old = kv_budget(llama8b, H100, job, max_model_len=8192, engine_version="0.20.2")
+    assert old.version == "0.10" and old.fraction == 0.9 and old.parts["cuda_graph_pool"] == 0
+    diff = int(H100.memory_bytes * 0.92) - int(H100.memory_bytes * 0.9) - CUDA_GRAPH_POOL_BYTES
+    assert new.available_kv_bytes - old.available_kv_bytes == diff
+    eager = kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm", runtime="eager"),
+                      max_model_len=8192)
+    assert eager.parts["cuda_graph_pool"] == 0  # --enforce-eager captures no graphs
+
+
+def test_vllm_v0_profiles_the_whole_context(llama8b):
+    """V0 without chunked prefill profiles max(max_model_len, 2048) tokens and 256 sequences;
+    past 32K it chunks at 512. The 3090 log of vllm#10517 (20,000 tokens, 0.90) printed a
+    2.07 GiB activation peak (17.06 - 14.99) and 1,952 blocks; gpuplan's parts by hand."""
+    gpu = get_gpu("RTX-3090")
+    job = _job("llama-3.1-8b", "vllm")
+    b = kv_budget(llama8b, gpu, job, max_model_len=20000, engine_version="0.6.4")
+    assert (b.max_num_batched_tokens, b.max_num_seqs) == (20000, 256)
+    assert b.parts["activation_peak"] / GIB == pytest.approx(2.07, rel=0.05)
+    assert kv_budget(llama8b, gpu, job, max_model_len=35000,
+                     engine_version="0.6").max_num_batched_tokens == 512
+
+
+def test_sglang_rule_by_hand(llama8b):
+    """SGLang: mem_fraction_static of the memory free before the weights, less the weights;
+    #tokens = rest // (layers x kv_heads x head_dim x 2 x bytes), page size 1."""
+    b = kv_budget(llama8b, H100, _job("llama-3.1-8b", "sglang"), mem_fraction_static=0.88)
+    init = 85_028_896_768 - SGLANG_INIT_BYTES
+    rest = int(init * 0.88) - LLAMA8B_WEIGHTS
+    assert b.available_kv_bytes == rest
+    assert b.kv_tokens == rest // LLAMA8B_KV_PER_TOKEN
+    assert b.block_size == 1 and b.parts["activation_peak"] == 0
+
+
+def test_sglang_default_fraction_matches_its_server_args():
+    """0.5's reserve by card: the CI logs print mem_fraction_static=0.835 on an 80 GB H100
+    (nvidia-smi's 81,559 MiB) and 0.907 on a 141 GB card (143,771 MiB); 0.4 by TP size."""
+    r05, r04 = budget_rule("sglang", "0.5"), budget_rule("sglang", "0.4")
+    assert sglang_default_fraction(r05, 81_559 * MIB, tp=1) == 0.835
+    assert sglang_default_fraction(r05, 143_771 * MIB, tp=1) == 0.907
+    # TP 8 on the H100: 512 + 1.5 x 8192 + 2 x 512 + 1024 = 14,848 MiB reserved
+    assert sglang_default_fraction(r05, 81_559 * MIB, tp=8) == round((81_559 - 14_848) / 81_559, 3)
+    assert [sglang_default_fraction(r04, 1, tp=t) for t in (1, 2, 4, 8, 16)] == \
+        [0.88, 0.87, 0.85, 0.81, 0.79]
+
+
+def test_trt_llm_rule_by_hand(llama8b):
+    """TensorRT-LLM: 0.9 of what is free after the weights and the warm-up; 32-token blocks."""
+    b = kv_budget(llama8b, H100, _job("llama-3.1-8b", "trt-llm"), max_model_len=8192)
+    free = 85_028_896_768 - TRT_CONTEXT_BYTES - LLAMA8B_WEIGHTS \
+        - b.parts["activation_peak"] - NON_TORCH_BYTES
+    assert b.available_kv_bytes == int(free * 0.9)
+    assert b.block_size == 32 and b.kv_tokens % 32 == 0
+
+
+def test_kv_bytes_per_rank_gqa_replication_and_mla():
+    """Qwen3-235B's 4 K/V heads at TP 8: each rank still holds one (vLLM replicates); MLA
+    (DeepSeek-V3) caches 512 + 64 latent elements per layer on every rank."""
+    h200 = get_gpu("H200-SXM-141GB")
+    q = kv_budget(load_model("qwen3-235b-a22b"), h200,
+                  _job("qwen3-235b-a22b", "vllm", tp=8, infer_precision="fp8"))
+    assert q.kv_bytes_per_token == 94 * 2 * 1 * 128 * 2
+    d = kv_budget(load_model("deepseek-v3"), h200,
+                  _job("deepseek-v3", "vllm", tp=8, infer_precision="fp8-block"),
+                  max_model_len=32768)
+    assert d.kv_bytes_per_token == 61 * (512 + 64) * 2
+    assert d.kv_tokens > 0
+
+
+def test_hybrid_allocator_keeps_windows_apart():
+    """Gemma 3 27B under vLLM V1: 52 sliding (1,024) and 10 full layers are grouped by 10; the
+    pool's blocks span 10 layers; a 131,072-token request needs 8,192 blocks in the full group
+    and cdiv(1,023 + 8,192, 16) + 1 = 577 in each of the 6 sliding groups. V0 caches every
+    layer in full, so the same memory holds far fewer requests."""
+    model = load_model("gemma-3-27b")
+    job = _job("gemma-3-27b", "vllm")
+    b = kv_budget(model, H100, job)
+    page = 16 * 2 * 16 * 128 * 2
+    assert b.kv_blocks == b.available_kv_bytes // (page * 10)
+    assert b.max_concurrency == pytest.approx(b.kv_blocks / (8192 + 6 * 577))
+    assert b.kv_tokens == int(b.max_concurrency * 131072)
+    v0 = kv_budget(model, H100, job, engine_version="0.6", max_num_batched_tokens=8192)
+    assert v0.max_concurrency < b.max_concurrency / 3
+
+
+def test_unknown_versions_and_engines_are_input_errors(llama8b):
+    job = _job("llama-3.1-8b", "vllm")
+    with pytest.raises(InputError, match="0.6, 0.8, 0.10, 0.21"):
+        kv_budget(llama8b, H100, job, engine_version="0.4")
+    with pytest.raises(InputError, match="expected a version"):
+        kv_budget(llama8b, H100, job, engine_version="latest")
+    with pytest.raises(InputError, match="no serving memory budget"):
+        kv_budget(llama8b, H100, Job(model="llama-3.1-8b", mode="infer"))
+    assert DEFAULT_VERSIONS["vllm"] == "0.21" and budget_rule("vllm", "v0.27.1").version == "0.21"
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"gpu_memory_utilization": 0}, "gpu_memory_utilization"),
+    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ({"mem_fraction_static": 0.8}, "not vllm's knob"),
+    ({"max_model_len": 200_000}, "longer than the model's context"),
+    ({"max_model_len": 0}, "max_model_len"),
+])
+def test_out_of_range_knobs_are_input_errors(llama8b, kw, match):
+    with pytest.raises(InputError, match=match):
+        kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm"), **kw)
+
+
+def test_a_model_that_does_not_fit_leaves_no_cache():
+    b = kv_budget(load_model("llama-3.1-70b"), H100, _job("llama-3.1-70b", "vllm"))
+    assert (b.available_kv_bytes, b.kv_blocks, b.kv_tokens) == (0, 0, 0)
+    assert any("refuses to start" in n for n in b.notes)
+    assert isinstance(b, KVBudget) and b.to_dict()["kv_tokens"] == 0
+
+
+def _benchmark():
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_budget.py"
+    spec = importlib.util.spec_from_file_location("engine_budget_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_published_startup_logs_stay_within_the_bar():
+    """Over the published vLLM and SGLang start-up logs: the median error of the KV tokens and
+    of the maximum concurrency within 5% (the issue's bar), the worst within 20% -- the logs
+    do not state what else held memory on their cards (a VM's reserve, a desktop's display) and
+    the memory outside PyTorch varies with the stack (0.01 to 0.46 GiB in the V0 logs): the
+    worst two are a T4 (-18%, 0.01 GiB outside PyTorch against the 0.35 assumed) and an RTX
+    5060 Ti in a VM (+18%)."""
+    bench = _benchmark()
+    s = bench.summary(bench.rows())
+    assert s["n"] >= 17 and s["tokens_n"] >= 16 and s["concurrency_n"] >= 12
+    assert s["tokens_median"] < 0.05 and s["concurrency_median"] < 0.05
+    assert s["tokens_worst"] < 0.20 and s["concurrency_worst"] < 0.20
+
+
+def test_fit_json_shows_the_engine_budget(cli, llama8b):
+    """`fit --mode infer --engine vllm` carries the same figures under infer.engine (the
+    issue's contract), per GPU under infer.engine_by_gpu, and the knobs reach kv_budget."""
+    import json
+
+    code, out, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "vllm",
+                         "--gpu", "H100-SXM-80GB", "--gpu", "L40S", "--max-model-len", "8192",
+                         "--gpu-memory-utilization", "0.85", "--engine-version", "0.10.2",
+                         "--json", "--no-speed")
+    assert code == 0, err
+    e = json.loads(out)["infer"]["engine"]
+    want = kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm"), max_model_len=8192,
+                     gpu_memory_utilization=0.85, engine_version="0.10.2")
+    for k in ("available_kv_bytes", "block_size", "kv_blocks", "kv_tokens", "max_concurrency"):
+        assert e[k] == getattr(want, k), k
+    assert (e["gpu"], e["version"], e["fraction"]) == ("H100-SXM-80GB", "0.10", 0.85)
+    assert set(e["parts"]) == {"weights", "activation_peak", "cuda_graph_pool", "non_torch",
+                               "reserved"}
+    assert set(json.loads(out)["infer"]["engine_by_gpu"]) == {"H100-SXM-80GB", "L40S"}
+
+
+def test_fit_table_and_refusals(cli):
+    code, out, _ = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "sglang",
+                       "--gpu", "H100-SXM-80GB", "--no-speed")
+    assert code == 0 and "KV cache as sglang 0.5+ allocates it" in out
+    code, _, err = cli("fit", "llama-3.1-8b", "--gpu-memory-utilization", "0.9")
+    assert code == 2 and "--engine vllm" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "vllm",
+                       "--engine-version", "0.1", "--gpu", "H100-SXM-80GB")
+    assert code == 2 and "0.6, 0.8, 0.10, 0.21" in err
+
+
+def test_sglang_running_requests_and_chunk_by_card(llama8b):
+    """SGLang's scheduler budgets: max_running_requests from its pool as its logs show it
+    (298,447 tokens at 40,960 -> 3,730; a small pool -> 2,048), and the chunked-prefill size of
+    the card's bucket (8,192 on an 80 GB card, 2,048 on a 24 GB one)."""
+    from gpuplan.memory.budget import sglang_running_requests
+
+    assert sglang_running_requests(298_447, 40_960) == 3730
+    assert sglang_running_requests(38_141, 131_072) == 2048
+    assert sglang_running_requests(10**9, 1024) == 4096
+    job = _job("llama-3.1-8b", "sglang")
+    b = kv_budget(llama8b, H100, job)
+    assert b.max_num_batched_tokens == 8192
+    assert b.max_num_seqs == sglang_running_requests(b.kv_tokens, 131_072)
+    assert kv_budget(llama8b, get_gpu("RTX-4090"), job).max_num_batched_tokens == 2048
