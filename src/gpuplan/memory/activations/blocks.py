@@ -13,7 +13,7 @@ from fractions import Fraction
 
 from ...errors import InputError
 from .spec import DECODER_ROPE, GEMMA, GPT2_LIKE, Opts, Spec
-from .symbolic import BS, BSS, ONE, Form, Graph, Tensor
+from .symbolic import BS, BSS, ONE, S, Form, Graph, Tensor
 
 __all__ = ["Ctx", "norm", "layernorm", "activation", "transformer_layer"]
 
@@ -202,7 +202,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     """Projections, positions, the KV cache update, the attention core and the output projection,
     per family."""
     g, sp = c.g, c.sp
-    qkv = _project_qkv(c, c.gather(x))
+    qkv = _project_qkv(c, c.gather(x), layer)
     if c.o.cache and sp.kind == "decoder":
         _cache_kv(g, qkv)
     out = _attention_core(c, qkv, mask)
@@ -214,7 +214,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     return c.scatter(y)
 
 
-def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
+def _project_qkv(c: Ctx, x: Tensor, layer: int = 0) -> _QKV:
     """Each family's projections and rotary positions."""
     g, sp = c.g, c.sp
     h, fam = sp.h, sp.family
@@ -260,10 +260,53 @@ def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
     v = c.linear(x, h, kvd, names[2])
     if fam == "opt":
         q = g.scale(q, "q.scaled")
-    if fam in DECODER_ROPE:
+    if sp.qk_norm == "rmsnorm":  # Qwen3 / Gemma 3 / GLM-4.5: q_norm, k_norm per head
+        q = _head_norm(c, q, sp.heads, "q_norm")
+        k = _head_norm(c, k, sp.kv, "k_norm")
+    rope = layer not in sp.nope_layers
+    if fam == "llama4_text":
+        if rope:  # Llama 4's complex RoPE, then Llama4TextL2Norm (both on RoPE layers only)
+            q, k = _complex_rope(g, q, "q.rope"), _complex_rope(g, k, "k.rope")
+            if sp.qk_norm == "l2":
+                q = _head_norm(c, q, sp.heads, "q_l2norm")
+                k = _head_norm(c, k, sp.kv, "k_l2norm")
+        elif c.sp.attn_temp:
+            # attn_temperature_tuning on NoPE layers: (q * fp32 scales).to(q.dtype)
+            scales = g.constant(S, 4, "attn_scales")
+            q = g.to(g.mul(q, scales, out=q.numel, name="q.attn_temp"), q.dt)
+    elif fam in DECODER_ROPE:
         q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
         k = g.add(g.scale(k), g.scale(k), "k.rope")
     return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+
+
+def _complex_rope(g: Graph, x: Tensor, name: str) -> Tensor:
+    """Llama 4's ``apply_rotary_emb``: ``view_as_complex(x.float())`` times the complex
+    ``freqs_cis`` (a constant: the product saves only it), ``view_as_real``, ``type_as(x)``."""
+    xf = g.to(x, 4)
+    freqs = g.constant(ONE, 8, name + ".freqs_cis")
+    y = g.mul(xf, freqs, out=x.numel, name=name)
+    return g.to(y, x.dt)
+
+
+def _head_norm(c: Ctx, x: Tensor, heads: int, name: str) -> Tensor:
+    """An RMSNorm over each head's ``head_dim`` values (the rows are b*s*heads): Qwen3's
+    ``q_norm``/``k_norm`` (LlamaRMSNorm's ops, a weight of head_dim), Gemma 3's (Gemma's
+    ``(1 + weight)`` in fp32) or Llama 4's weightless ``Llama4TextL2Norm``
+    (``x.float() * rsqrt(mean(x^2) + eps)``, then ``type_as(x)``)."""
+    g, d = c.g, c.sp.d
+    rows, out = BS * heads, BS * (heads * d)
+    xf = g.to(x, 4)
+    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
+    m = g.reduce(p, rows, name + ".mean")
+    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
+    n = g.mul(xf, r, out=out, name=name + ".normed")
+    if c.sp.qk_norm == "l2":
+        return g.to(n, x.dt)
+    if c.sp.family in GEMMA:
+        y = g.mul(n, g.scale(g.to(c.w(d, name), 4), name + ".1+w"), out=out, name=name)
+        return g.to(y, x.dt)
+    return g.mul(c.w(d, name), g.to(n, x.dt), out=out, name=name)
 
 
 def _cache_kv(g: Graph, t: _QKV) -> None:
@@ -501,8 +544,7 @@ def _router(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     if sp.router == "sigmoid":
         scores = g.unary_saves_output(logits, "router.sigmoid")
         choice = g.scale(scores, "router.score_bias") if sp.score_bias else scores
-        if sp.groups[0] > 1:
-            choice = _group_limit(g, choice, sp.groups)
+        choice = _group_limit(g, choice, sp.groups)  # run whatever n_group is (n_group 1 too)
         idx = _made(g, BS * k, 8, "topk.indices")
         top = g.index(scores, BS * k, idx, name="router.gather")
     else:

@@ -101,6 +101,9 @@ class Spec:
     ``create_sliding_window_causal_mask`` on every forward; with ``use_sliding_window`` off the
     window is 0, SDPA's skip test ``kv_length < window`` fails and an (s, s) boolean mask is
     made, alive until the model's forward returns)."""
+    attn_temp: bool = False
+    """Llama 4's ``attn_temperature_tuning``: the query of each NoPE layer scaled by fp32
+    per-position factors and cast back."""
     shared_first: bool = False
     """The shared expert runs before the router (Qwen-MoE); otherwise after the routed experts
     (DeepSeek-V3, GLM-4.5)."""
@@ -169,6 +172,7 @@ def _spec(arch: Architecture) -> Spec:
               arch.mla.qk_nope_head_dim, arch.mla.v_head_dim)),
         sinks=arch.attention_sinks, nope_layers=arch.nope_layers,
         rotary_fraction=arch.rotary_fraction, expert_bias=arch.expert_bias,
+        attn_temp=(fam == "llama4_text" and bool(cfg.get("attn_temperature_tuning", True))),
         **_router_fields(fam, cfg),
     )
 
@@ -179,6 +183,10 @@ _ROUTERS: dict[str, dict] = {
     "mixtral": dict(router="softmax", router_fp32="logits"),
     "qwen2_moe": dict(router="softmax", router_fp32="dtype", router_cast_back=True,
                       shared_gate=True, shared_first=True),
+    "qwen3_moe": dict(router="softmax", router_fp32="dtype", router_cast_back=True),
+    "deepseek_v3": dict(router="sigmoid", router_fp32="input"),
+    "glm4_moe": dict(router="sigmoid", router_fp32="input"),
+    "gpt_oss": dict(router="topk_softmax"),
 }
 
 
