@@ -488,6 +488,37 @@ def _moe(c: Ctx, x: Tensor) -> Tensor:
     return c.scatter(_moe_body(c, c.gather(x)))
 
 
+def _llama4_moe(c: Ctx, x: Tensor) -> Tensor:
+    """``Llama4TextMoe.forward``: every token through every expert, weighted before the experts.
+
+    ``Llama4Router``: the logits, top-k of them, scattered into a ``full_like(-inf)`` (the
+    scatter saves the indices), sigmoid of its fp32 copy (saved) cast back; the tokens repeated
+    once per expert and multiplied by their (mostly zero) scores -- the product saves the
+    repeated copy and the scores; two ``torch.bmm`` over all (expert, token) rows around the
+    gated activation; the shared expert, and the experts' rows summed into its output in place.
+    """
+    g, sp = c.g, c.sp
+    h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
+    E_rank = E // c.o.ep
+    logits = g.linear(x, c.w(E * h, "router"), BS * E, name="router")
+    idx = _made(g, BS * k, 8, "router.topk_indices")
+    top = g.index(logits, BS * k, idx, name="router.topk")
+    full = g.index(top, BS * E, idx, name="router.scatter")
+    scores = g.to(g.unary_saves_output(g.to(full, 4), "router.sigmoid"), full.dt)
+    rep = g.expand_copy(x, BS * (E_rank * h), "experts.repeat")
+    routed = g.mul(rep, scores, out=BS * (E_rank * h), name="experts.routed_in")
+    gu = g.linear(routed, c.w(E_rank * h * 2 * I, "experts.gate_up_proj"), BS * (E_rank * 2 * I),
+                  name="experts.bmm_gate_up")
+    gate, up = g.split(gu, [BS * (E_rank * I), BS * (E_rank * I)])
+    y = g.mul(up, activation(c, gate, "experts.act"), name="experts.up*act")
+    down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), BS * (E_rank * h),
+                    name="experts.bmm_down")
+    shared = _shared_expert(c, x)
+    out = g.add(shared, g.reduce(down, BS * h, name="experts.sum"), "moe.add_")
+    g.touch(x, logits, scores, down)
+    return out
+
+
 def _moe_body(c: Ctx, x: Tensor) -> Tensor:
     """A sparse MoE block as transformers 5 runs it (``<Family>SparseMoeBlock.forward``): the
     router, the routed experts (the default ``grouped_mm`` implementation, dropless: every
@@ -497,6 +528,8 @@ def _moe_body(c: Ctx, x: Tensor) -> Tensor:
     The block's input, the router logits (bound to ``_``) and the top-k weights and indices are
     locals of the block's forward, alive until it returns."""
     g, sp = c.g, c.sp
+    if sp.family == "llama4_text":
+        return _llama4_moe(c, x)
     shared = _shared_expert(c, x) if sp.shared_inter and sp.shared_first else None
     logits, top, idx = _router(c, x)
     out = _grouped_mm_experts(c, x, top, idx)

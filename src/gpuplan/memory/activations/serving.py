@@ -12,7 +12,7 @@ from ...models._types import attention_for
 from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, infer_head
-from .spec import Opts, Spec, sliding_mask, spec_cached
+from .spec import DECODER_ROPE, Opts, Spec, sliding_mask, spec_cached
 from .symbolic import BS, Form, Graph, LayerProfile, Regime, simulate
 from .timeline import fmt_gb
 
@@ -92,8 +92,8 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     # alive while a layer runs (transformers 5 returns a bare tensor from the other families)
     prev = (b * sp.heads * prompt * prompt * regime.param
             if sp.family == "bloom" and sp.layers > 1 else 0)
-    if sp.experts and sp.layers > 1:
-        # <Family>Model.forward binds the embeddings' output to ``inputs_embeds`` and keeps it
+    if (sp.experts or sp.family in DECODER_ROPE) and sp.layers > 1:
+        # <Family>Model.forward (LlamaModel's and every llama-style decoder's) binds the embeddings' output to ``inputs_embeds`` and keeps it
         # until it returns: from the second layer on it is alive beside the layer's input
         prev += b * prompt * sp.h * regime.param
         # and the rotary table, (cos, sin) of (1, s, head_dim) in the model dtype
