@@ -205,7 +205,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     qkv = _project_qkv(c, c.gather(x), layer)
     if c.o.cache and sp.kind == "decoder":
         _cache_kv(g, qkv)
-    out = _attention_core(c, qkv, mask)
+    out = _attention_core(c, qkv, mask, layer)
     oname = {"gpt2": "c_proj", "gpt_bigcode": "c_proj", "gpt_neox": "dense", "falcon": "dense",
              "bert": "dense", "vit": "dense", "opt": "out_proj",
              "bloom": "dense"}.get(sp.family, "o_proj")
@@ -318,7 +318,7 @@ def _cache_kv(g: Graph, t: _QKV) -> None:
     t.k_contig = t.v_contig = True
 
 
-def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
+def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None, layer: int = 0) -> Tensor:
     """The attention core of the configured kernel: eager (or a math path), SDPA with an explicit
     mask, or SDPA/flash."""
     g, sp, o = c.g, c.sp, c.o
@@ -333,7 +333,7 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
                            kv_contig=t.k_contig and t.v_contig,
                            softmax_fp32=sp.family not in ("gpt2", "bert"),
                            dropout=sp.attn_dropout, mask=mask)
-    if o.sdpa_mask:
+    if o.sdpa_mask and (not sp.local_layers or layer in sp.local_layers):
         return _sdpa_masked(c, t)
     if (sp.kv < sp.heads and not g.r.autocast and g.r.param == 4
             and o.model_code != "torchtune"):

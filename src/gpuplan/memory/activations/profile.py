@@ -99,7 +99,9 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     pdt = regime.param
     grad_dt = pdt
     # layers: group consecutive identical layers (MoE vs dense)
-    kinds = [(sp.experts > 0 and i in sp.moe_layers) for i in range(sp.layers)]
+    # (a layer's kind: MoE or dense, local or global attention, RoPE or NoPE)
+    kinds = [(sp.experts > 0 and i in sp.moe_layers, i in sp.local_layers, i in sp.nope_layers)
+             for i in range(sp.layers)]
     runs: list[tuple[int, bool]] = []
     for k in kinds:
         if runs and runs[-1][1] == k:
@@ -117,15 +119,14 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
         mask_form = mask_form + Form(ss=1)  # an unused (s, s) boolean window mask (Spec)
     rows = BS if o.sp == 1 else BS * Fraction(1, o.sp)  # residual-stream rows on this rank
     layer_profiles = []
-    by_kind: dict[bool, LayerProfile] = {}
-    for count, is_moe in runs:
-        if is_moe not in by_kind:
+    by_kind: dict[tuple, LayerProfile] = {}
+    for count, kind in runs:
+        if kind not in by_kind:
             g = Graph(regime)
             c = Ctx(g, sp, o)
             x = g.input(rows * sp.h, pdt, grad=True, name="hidden")
             mask = g.constant(Form(bss=1), pdt, "mask") if mask_form != ZERO else None
-            layer_idx = sp.moe_layers[0] if is_moe else next(
-                (i for i in range(sp.layers) if i not in sp.moe_layers), 0)
+            layer_idx = kinds.index(kind)
             g.compiling = o.compiled  # torch.compile of each layer (torchtune's compile_model)
             y = transformer_layer(c, x, mask, layer_idx)
             if checkpointing == "full":
@@ -136,8 +137,8 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
                 prof = simulate(g, [y], param_grad_dt=grad_dt, drop_region="attn_core")
             else:
                 prof = simulate(g, [y], param_grad_dt=grad_dt)
-            by_kind[is_moe] = prof
-        layer_profiles.append((count, by_kind[is_moe]))
+            by_kind[kind] = prof
+        layer_profiles.append((count, by_kind[kind]))
     # embeddings
     g = Graph(regime)
     c = Ctx(g, sp, o)

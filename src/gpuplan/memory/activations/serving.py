@@ -103,6 +103,8 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     pre = max([a(b, prompt) + t(b, prompt) + prev for a, t in layer.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])
+    if attention == "sdpa" and sp.local_layers and sliding_mask(arch, sp, job.attention, prompt):
+        pre += b * prompt * prompt  # the local layers' boolean (b, 1, s, s) mask, built once
     if attention == "eager" and sp.kind == "decoder":
         pre += b * prompt * prompt * regime.param  # the (b, 1, s, s) mask, built once
     if sp.family == "bloom":

@@ -101,6 +101,9 @@ class Spec:
     ``create_sliding_window_causal_mask`` on every forward; with ``use_sliding_window`` off the
     window is 0, SDPA's skip test ``kv_length < window`` fails and an (s, s) boolean mask is
     made, alive until the model's forward returns)."""
+    local_layers: tuple[int, ...] = ()
+    """The layers whose attention is local (a sliding window or Llama 4's chunks) where only some
+    are (Gemma 3, gpt-oss, Llama 4); empty: every layer is alike."""
     attn_temp: bool = False
     """Llama 4's ``attn_temperature_tuning``: the query of each NoPE layer scaled by fp32
     per-position factors and cast back."""
@@ -172,6 +175,7 @@ def _spec(arch: Architecture) -> Spec:
               arch.mla.qk_nope_head_dim, arch.mla.v_head_dim)),
         sinks=arch.attention_sinks, nope_layers=arch.nope_layers,
         rotary_fraction=arch.rotary_fraction, expert_bias=arch.expert_bias,
+        local_layers=_local_layers(arch),
         attn_temp=(fam == "llama4_text" and bool(cfg.get("attn_temperature_tuning", True))),
         **_router_fields(fam, cfg),
     )
@@ -221,8 +225,19 @@ class Opts:
     loss_chunks: int = 1    # output projection + cross-entropy over this many sequence chunks
 
 
+def _local_layers(arch: Architecture) -> tuple[int, ...]:
+    if arch.family not in ("gemma3_text", "gpt_oss", "llama4_text"):
+        return ()
+    return tuple(sorted(set(arch.sliding_window_layers) | set(arch.chunked_layers)))
+
+
 def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:
-    """Whether an explicit sliding-window mask reaches SDPA (the window is shorter than ``s``)."""
+    """Whether an explicit sliding-window mask reaches SDPA (the window is shorter than ``s``);
+    for the families with local and global layers, whether it reaches their local layers
+    (Gemma 3's sliding layers, Llama 4's chunked ones: a window or chunk shorter than ``s``)."""
+    if sp.local_layers:
+        span = arch.attention_chunk if sp.family == "llama4_text" else arch.sliding_window
+        return bool(attention == "sdpa" and span and s > span)
     return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral", "phi3",
                                                       "qwen3", "qwen3_moe")
                 and arch.sliding_window and s > arch.sliding_window)
