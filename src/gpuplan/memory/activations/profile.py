@@ -17,7 +17,7 @@ from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, head_block
 from ...errors import InputError, opt
-from .spec import MODERN, TORCHTUNE_FAMILIES, Opts, Spec, sliding_mask, spec_cached
+from .spec import TORCHTUNE_FAMILIES, Opts, Spec, sliding_mask, spec_cached
 from .symbolic import BS, ZERO, Form, Graph, LayerProfile, Regime, simulate
 
 __all__ = ["StepProfile", "Shard", "step_profile", "layer_activation_bytes", "regime_for"]
@@ -93,6 +93,17 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                 loss_chunks=job.loss_chunks)
 
 
+#: What of a new family's forward is not yet op by op (the rest is: QK-norm, the routers,
+#: Llama 4's MoE, complex RoPE and L2 norm, local and global layers).
+_APPROXIMATE = {
+    "deepseek_v3": "MLA's low-rank projections are replayed as multi-head attention",
+    "deepseek_v2": "MLA's low-rank projections are replayed as multi-head attention and its "
+                   "router as a softmax top-k",
+    "gpt_oss": "its attention sinks and clamped SwiGLU are replayed as plain eager attention "
+               "and SiLU",
+}
+
+
 @lru_cache(maxsize=512)
 def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> StepProfile:
     notes: list[str] = []
@@ -154,12 +165,11 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     inputs = Form(bs=16) if sp.kind != "vision" else Form(b=8)
     if sp.kind == "vision":
         inputs = inputs + Form(bs=sp.channels * sp.patch * sp.patch * pdt)
-    if sp.family in MODERN:
-        notes.append(f"{sp.family}'s activations are replayed as a llama-style decoder layer: "
-                     "its QK-norm, MLA, sinks, Llama 4's complex RoPE and L2 norm and its "
-                     "router are not yet op by op (against the trace on small configs: 0 to "
-                     "-30%, benchmarks/modern_agreement.md); the weights, states and KV cache "
-                     "are exact")
+    if sp.family in _APPROXIMATE:
+        notes.append(f"{sp.family}'s activations are partly approximate: "
+                     f"{_APPROXIMATE[sp.family]} (against the trace on small configs: "
+                     "benchmarks/modern_agreement.md); the weights, states and KV cache are "
+                     "exact")
     if checkpointing == "selective" and o.attention == "sdpa":
         notes.append("selective checkpointing recomputes the attention core; with SDPA/flash "
                      "that core already keeps only O(s) statistics, so it saves little")
