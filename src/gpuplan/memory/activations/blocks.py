@@ -703,13 +703,18 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         m = g.dropout(_mlp(c, n2), p, "mlp.dropout")
         return g.add(n2 if sp.post_ln_residual else x1, m, "residual2")
     if fam in GEMMA:
-        a = _attention(c, norm(c, x, "input_layernorm"), mask, layer)
+        n1 = norm(c, x, "input_layernorm")
+        a = _attention(c, n1, mask, layer)
+        g.touch(n1)  # bound to the callee's parameter until it returns
         x1 = g.add(x, norm(c, a, "post_attention_layernorm"), "residual1")
-        m = _mlp(c, norm(c, x1, "pre_feedforward_layernorm"))
+        n2 = norm(c, x1, "pre_feedforward_layernorm")
+        m = _mlp(c, n2)
+        g.touch(n2)
         return g.add(x1, norm(c, m, "post_feedforward_layernorm"), "residual2")
     # pre-norm: llama family, gpt2, opt, vit, phi3, neox (sequential)
     n1 = norm(c, x, "input_layernorm")
     a = _attention(c, n1, mask, layer)
+    g.touch(n1)
     a = g.dropout(a, p, "attn.dropout")
     x1 = g.add(a, x, "residual1")
     n2 = norm(c, x1, "post_attention_layernorm")
@@ -720,6 +725,8 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         g.keep(n1)  # ViTLayer: hidden_states_norm and attention_output stay bound to locals
         g.keep(a)
     m = _moe(c, n2) if moe else _mlp(c, n2)
+    # the block's argument is bound to the callee's parameter until the callee returns
+    g.touch(n2)
     m = g.dropout(m, p, "mlp.dropout")
     return g.add(x1, m, "residual2")
 
