@@ -20,6 +20,7 @@ CASES = [
     ("qwen3", "train"), ("qwen3_moe", "train"), ("qwen3_moe", "infer"),
     ("gemma3_text", "train"), ("glm4_moe", "train"), ("glm4_moe", "infer"),
     ("llama4_text", "train"), ("deepseek_v3", "train"), ("deepseek_v3", "infer"),
+    ("gpt_oss", "train"),
 ]
 
 

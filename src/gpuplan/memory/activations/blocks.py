@@ -114,7 +114,7 @@ def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
     if c.sp.family == "falcon":
         act = "gelu"  # FalconMLP uses nn.GELU()
     if act == "swiglu_oai":
-        act = "silu"  # gpt-oss's clamped sigmoid gate, planned as SiLU (issue 28: not yet exact)
+        act = "silu"  # gpt-oss has no dense MLP; its experts take _swiglu_oai (exact)
     if act in ("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"):
         return g.unary_saves_input(x, name)
     if act == "relu":
@@ -181,6 +181,32 @@ def _eager_core(c: Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_c
     probs = g.dropout(probs, dropout, "attn_dropout")
     g.keep(probs)  # returned as attn_weights; the layer unpacks it into a local (`x, _ = ...`)
     out = g.matmul(probs, v2, BS * (heads * d), "attn_out")
+    g.region = ""
+    return g.contiguous(out, "attn_out.t")
+
+
+def _sinks_eager(c: Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """gpt-oss's ``eager_attention_forward``: repeat_kv, the scaled scores (+ mask), the learned
+    sinks concatenated as one more column (torch.cat promotes to the sinks' dtype), the row max
+    subtracted, softmax in that dtype (saved), the sink column dropped (a strided slice, copied
+    by ``.to(value.dtype)`` or by matmul's reshape: that copy is what the matmul saves)."""
+    g, sp = c.g, c.sp
+    heads, d = sp.heads, sp.d
+    if heads > sp.kv:
+        k = g.expand_copy(k, BS * (heads * d), "k.repeat_kv")
+        v = g.expand_copy(v, BS * (heads * d), "v.repeat_kv")
+    g.region = "attn_core"
+    scores = g.scale(g.matmul(q, k, BSS * heads, "scores"), "scores.scaled")
+    if mask is not None:
+        scores = g.add(scores, mask, "scores.masked")
+    sinks = g.view(c.w(heads, "sinks"), BS * heads)  # expanded over (b, heads, s, 1): a view
+    combined = g.cat([scores, sinks], "sinks.cat")
+    _made(g, BS * heads, 8, "logits.max_indices")
+    shifted = g.scale(combined, "logits-max")
+    probs = g.softmax(shifted, dt=shifted.dt, name="softmax")
+    p = g.contiguous(probs, "probs[..., :-1]") if probs.dt == v.dt else g.to(probs, v.dt)
+    g.keep(p)  # returned as attn_weights
+    out = g.matmul(p, v, BS * (heads * d), "attn_out", autocast=False)
     g.region = ""
     return g.contiguous(out, "attn_out.t")
 
@@ -329,6 +355,8 @@ def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None, layer: int = 0) -> Ten
             return _falcon_eager(c, t.q, t.k, t.v, mask)
         if sp.family == "bloom":  # the only path (models.EAGER_ONLY)
             return _bloom_eager(c, t, mask)
+        if sp.sinks:
+            return _sinks_eager(c, t.q, t.k, t.v, mask)
         return _eager_core(c, t.q, t.k, t.v, q_contig=t.q_contig,
                            kv_contig=t.k_contig and t.v_contig,
                            softmax_fp32=sp.family not in ("gpt2", "bert"),
@@ -646,10 +674,24 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     proj = g.linear(sel_w, c.w(E_rank * 2 * I * h, "experts.gate_up_proj"), S * (2 * I),
                     name="experts.gate_up", autocast=False)
     g._op("offsets", [], [], saved=[offsets])
+    bias = None
+    if sp.expert_bias:  # gate_up_proj_bias[expert_ids_g]: gathered per row, added in place
+        bias = g.index(c.w(E_rank * 2 * I, "experts.gate_up_proj_bias"), S * (2 * I), ids_g,
+                       name="experts.gate_up_bias")
     gate, up = g.split(proj, [S * I, S * I])
-    y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    if sp.act == "swiglu_oai":
+        y = _swiglu_oai(g, gate, up)
+    else:
+        y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    # the projection is bound to ``proj_out`` until the gate returns; the bias to
+    # ``selected_biases`` until the down projection's bias replaces it
+    g.touch(proj, *([bias] if bias is not None else []))
     down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), S * h, name="experts.down",
                     autocast=False)
+    if sp.expert_bias:
+        bias = g.index(c.w(E_rank * h, "experts.down_proj_bias"), S * h, ids_g,
+                       name="experts.down_bias")
+        g.touch(bias)
     weighted = g.mul(down, sw, out=S * h, name="experts.weighted")
     inv_perm = _made(g, S, 8, "inv_perm")
     ar = _made(g, S, 8, "arange")
@@ -658,6 +700,18 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     out = g.to(g.reduce(back, BS * h, name="experts.sum"), x.dt)
     g.touch(sel, ids_g, perm, sw, hist, counts, offsets, down, inv_perm, back)
     return out
+
+
+def _swiglu_oai(g: Graph, gate: Tensor, up: Tensor) -> Tensor:
+    """gpt-oss's ``GptOssExperts._apply_gate``: gate and up are strided halves of the grouped
+    projection; ``clamp`` of each saves its input (the projection), then ``gate *
+    sigmoid(gate * alpha)`` (the sigmoid saves its output, the product both factors) and
+    ``(up + 1) * glu`` (saves both)."""
+    gc = g.unary_saves_input(gate, "experts.gate.clamp")
+    uc = g.unary_saves_input(up, "experts.up.clamp")
+    sig = g.unary_saves_output(g.scale(gc, "experts.gate*alpha"), "experts.sigmoid")
+    glu = g.mul(gc, sig, name="experts.glu")
+    return g.mul(g.scale(uc, "experts.up+1"), glu, name="experts.gated")
 
 
 def _shared_expert(c: Ctx, x: Tensor) -> Tensor:

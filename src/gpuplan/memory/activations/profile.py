@@ -94,13 +94,12 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
 
 
 #: What of a new family's forward is not yet op by op (the rest is: QK-norm, the routers,
-#: Llama 4's MoE, complex RoPE and L2 norm, local and global layers).
+#: Llama 4's MoE, complex RoPE and L2 norm, local and global layers, gpt-oss's sinks, biased
+#: experts and clamped SwiGLU).
 _APPROXIMATE = {
     "deepseek_v3": "MLA's low-rank projections are replayed as multi-head attention",
     "deepseek_v2": "MLA's low-rank projections are replayed as multi-head attention and its "
                    "router as a softmax top-k",
-    "gpt_oss": "its attention sinks and clamped SwiGLU are replayed as plain eager attention "
-               "and SiLU",
 }
 
 
@@ -122,6 +121,8 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     mask_form = ZERO
     if sp.kind == "decoder" and (o.attention == "eager" or sp.family == "falcon"):
         mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
+        if sp.local_layers:
+            mask_form = Form(bss=2 * pdt)  # one for the local layers, one for the global
     if sp.family == "bloom":
         mask_form = mask_form + Form(bs=sp.heads * pdt)  # the (b heads, 1, s) ALiBi tensor
     if sp.kind == "decoder" and o.attention == "sdpa" and o.sdpa_mask:

@@ -106,7 +106,8 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     if attention == "sdpa" and sp.local_layers and sliding_mask(arch, sp, job.attention, prompt):
         pre += b * prompt * prompt  # the local layers' boolean (b, 1, s, s) mask, built once
     if attention == "eager" and sp.kind == "decoder":
-        pre += b * prompt * prompt * regime.param  # the (b, 1, s, s) mask, built once
+        # the (b, 1, s, s) mask, built once (two: local and global layers)
+        pre += b * prompt * prompt * regime.param * (2 if sp.local_layers else 1)
     if sp.family == "bloom":
         pre += b * sp.heads * prompt * regime.param  # the (b heads, 1, s) ALiBi tensor
     dec = 0
