@@ -222,12 +222,20 @@ class _QKV:
     q_contig: bool
     k_contig: bool
     v_contig: bool
+    locals: tuple = ()
+    """Other tensors the attention's forward binds to locals (alive until it returns)."""
 
 
 def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     """Projections, positions, the KV cache update, the attention core and the output projection,
     per family."""
     g, sp = c.g, c.sp
+    if sp.mla:
+        qkv = _project_mla(c, c.gather(x))
+        out = _mla_core(c, qkv, mask)
+        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj")
+        g.touch(qkv.q, qkv.k, qkv.v, out, *qkv.locals)
+        return c.scatter(y)
     qkv = _project_qkv(c, c.gather(x), layer)
     if c.o.cache and sp.kind == "decoder":
         _cache_kv(g, qkv)
@@ -304,6 +312,75 @@ def _project_qkv(c: Ctx, x: Tensor, layer: int = 0) -> _QKV:
         q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
         k = g.add(g.scale(k), g.scale(k), "k.rope")
     return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+
+
+def _rms_width(c: Ctx, x: Tensor, width: int, name: str) -> Tensor:
+    """LlamaRMSNorm over ``width`` values per token (MLA's q_a_layernorm, kv_a_layernorm)."""
+    g = c.g
+    xf = g.to(x, 4)
+    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
+    m = g.reduce(p, BS, name + ".mean")
+    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
+    n = g.to(g.mul(xf, r, out=BS * width, name=name + ".normed"), x.dt)
+    return g.mul(c.w(width, name), n, out=BS * width, name=name)
+
+
+def _interleaved_rope(g: Graph, x: Tensor, name: str) -> Tensor:
+    """``apply_rotary_pos_emb_interleave``: the even and odd halves (strided views) times cos
+    and sin (constants: nothing saved), combined, concatenated into a new tensor."""
+    a, b = g.split(x, [x.numel * Fraction(1, 2), x.numel * Fraction(1, 2)])
+    lo = g.add(g.scale(a, name + ".a*cos"), g.scale(b, name + ".b*sin"), name + ".lo")
+    hi = g.add(g.scale(b, name + ".b*cos"), g.scale(a, name + ".a*sin"), name + ".hi")
+    return g.cat([lo, hi], name)
+
+
+def _project_mla(c: Ctx, x: Tensor) -> _QKV:
+    """``DeepseekV3Attention.forward`` up to the attention call: the query through its low-rank
+    pair (``q_a_proj``, ``q_a_layernorm``, ``q_b_proj``) or ``q_proj``; the compressed latent and
+    the shared rotary key from ``kv_a_proj_with_mqa``, the latent normed; interleaved RoPE on
+    the rotary parts; the latents cached as they are (a training forward's DynamicCache); the
+    query concatenated; ``expand_kv``: ``kv_b_proj`` of the latent, split into the key's nope
+    part and the value (a strided view), the key assembled in a new tensor (two ``copy_``)."""
+    g, sp = c.g, c.sp
+    h, H = sp.h, sp.heads
+    qr, kvr, rope, nope, vd = sp.mla
+    if qr:
+        qa = _rms_width(c, c.linear(x, h, qr, "q_a_proj"), qr, "q_a_layernorm")
+        q = c.linear(qa, qr, H * (nope + rope), "q_b_proj")
+    else:
+        q = c.linear(x, h, H * (nope + rope), "q_proj")
+    q_pass, q_rot = g.split(q, [BS * (H * nope), BS * (H * rope)])
+    ckv = c.linear(x, h, kvr + rope, "kv_a_proj_with_mqa")
+    latent, k_rot = g.split(ckv, [BS * kvr, BS * rope])
+    latent = _rms_width(c, latent, kvr, "kv_a_layernorm")
+    q_rot = _interleaved_rope(g, q_rot, "q.rope")
+    k_rot = _interleaved_rope(g, k_rot, "k.rope")
+    if c.o.cache and sp.kind == "decoder":
+        latent, k_rot = g.cat([latent], "latent.cache"), g.cat([k_rot], "k_rot.cache")
+        g.hold(latent)
+        g.hold(k_rot)
+    query = g.cat([q_pass, q_rot], "query.cat")
+    kv = c.linear(latent, kvr, H * (nope + vd), "kv_b_proj")
+    k_nope, v = g.split(kv, [BS * (H * nope), BS * (H * vd)])
+    # new_empty + copy_ of k_nope and of k_rot expanded to every head
+    key = g.expand_copy(k_nope, BS * (H * (nope + rope)), "key.copy_")
+    g.ops[-1].inputs.append(k_rot)
+    return _QKV(query, key, v, q_contig=True, k_contig=True, v_contig=False,
+                locals=(q, ckv, q_rot, kv))  # (the latents are the cache: counted there)
+
+
+def _mla_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
+    """MLA's attention: eager through the generic core, or SDPA with the query/key head size
+    ``nope + rope`` and the value's ``v_head_dim`` (the output has the value's size)."""
+    g, sp = c.g, c.sp
+    vd = sp.mla[4]
+    if c.o.attention == "eager":
+        return _eager_core(c, t.q, t.k, t.v, q_contig=True, kv_contig=False, softmax_fp32=True,
+                           dropout=sp.attn_dropout, mask=mask)
+    g.region = "attn_core"
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, vd, kv_heads=sp.heads, out_copy_layout=True)
+    g.region = ""
+    return g.contiguous(out, "attn_out.t")
 
 
 def _complex_rope(g: Graph, x: Tensor, name: str) -> Tensor:
