@@ -1,8 +1,10 @@
 """The families of issue 28 on small configs: analytic plan (overhead excluded) vs the trace.
 
     PYTHONPATH=src python benchmarks/modern_agreement.py [family,family...]   # ~30 s
+
+``compare`` is what tests/integration/test_modern_exact.py asserts within 3%.
 """
-import json, os, sys, time
+import json, os, sys, tempfile, time
 from gpuplan.trace import trace_step
 from gpuplan.models import load_model
 from gpuplan.job import Job
@@ -12,32 +14,58 @@ CASES = {
  "qwen3": ("Qwen3ForCausalLM", dict(S, head_dim=64)),
  "gemma3_text": ("Gemma3ForCausalLM", dict(S, head_dim=64, sliding_window=128, num_hidden_layers=6)),
  "qwen3_moe": ("Qwen3MoeForCausalLM", dict(S, head_dim=64, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2)),
- "deepseek_v3": ("DeepseekV3ForCausalLM", dict(S, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, n_group=2, topk_group=1)),
+ # MLA has no KV heads of its own: DeepseekV3Config's num_key_value_heads equals the heads
+ "deepseek_v3": ("DeepseekV3ForCausalLM", dict(S, num_key_value_heads=4, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, n_group=2, topk_group=1)),
  "glm4_moe": ("Glm4MoeForCausalLM", dict(S, head_dim=64, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, partial_rotary_factor=0.5, attention_bias=True)),
  "gpt_oss": ("GptOssForCausalLM", dict(S, head_dim=64, intermediate_size=256, num_local_experts=8, num_experts_per_tok=2, sliding_window=128)),
  "llama4_text": ("Llama4ForCausalLM", dict(S, head_dim=64, intermediate_size=256, intermediate_size_mlp=512, num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=128, num_hidden_layers=4)),
 }
-def case(fam, mode, batch, seq, prec="amp-bf16", ck="none", trace=True):
+
+
+def write_config(fam, workdir):
     cls, cfg = CASES[fam]
-    d = f"/tmp/fcfg_{fam}"; os.makedirs(d, exist_ok=True); json.dump(dict(cfg, model_type=fam, architectures=[cls]), open(d+"/config.json","w"))
-    m = load_model(d+"/config.json")
+    d = os.path.join(workdir, f"fcfg_{fam}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(dict(cfg, model_type=fam, architectures=[cls]), f)
+    return os.path.join(d, "config.json")
+
+
+def analytic(path, mode, batch, seq, prec="amp-bf16", ck="none"):
+    m = load_model(path)
+    if mode == "train":
+        t = train_memory(m, Job(model=m, mode="train", precision=prec, optimizer="adamw", batch=batch, seq=seq, attention="sdpa", checkpointing=ck))
+    else:
+        t = infer_memory(m, Job(model=m, mode="infer", infer_precision="bf16", batch=batch, seq=seq, attention="sdpa"))
+    return t.total_bytes - t.overhead_bytes, t.peak_phase
+
+
+def compare(fam, mode, batch, seq, prec="amp-bf16", ck="none", workdir=None):
+    """(traced bytes, analytic bytes) of one small config."""
+    path = write_config(fam, workdir or tempfile.gettempdir())
+    a, _ = analytic(path, mode, batch, seq, prec, ck)
+    r = trace_step(path, mode=mode, batch=batch, seq=seq, precision=prec if mode == "train" else "bf16", checkpointing=ck)
+    return r.total_bytes, a
+
+
+def case(fam, mode, batch, seq, prec="amp-bf16", ck="none"):
+    path = write_config(fam, tempfile.gettempdir())
     try:
-        if mode=="train":
-            t = train_memory(m, Job(model=m, mode="train", precision=prec, optimizer="adamw", batch=batch, seq=seq, attention="sdpa", checkpointing=ck))
-        else:
-            t = infer_memory(m, Job(model=m, mode="infer", infer_precision="bf16", batch=batch, seq=seq, attention="sdpa"))
-        a = t.total_bytes - t.overhead_bytes; ap = t.peak_phase
+        a, ap = analytic(path, mode, batch, seq, prec, ck)
     except Exception as e:
         a, ap = None, repr(e)[:80]
-    t0=time.time()
+    t0 = time.time()
     try:
-        r = trace_step(d+"/config.json", mode=mode, batch=batch, seq=seq, precision=prec if mode=="train" else "bf16", checkpointing=ck)
+        r = trace_step(path, mode=mode, batch=batch, seq=seq, precision=prec if mode=="train" else "bf16", checkpointing=ck)
         tb, tp = r.total_bytes, r.peak_phase
     except Exception as e:
         tb, tp = None, repr(e)[:120]
     err = f"{(a-tb)/tb:+.2%}" if a and tb else "-"
     print(f"{fam:12s} {mode} {batch}x{seq} {prec} {ck}: trace {tb} {tp} analytic {a} {ap} {err} ({time.time()-t0:.1f}s)", flush=True)
-fams = sys.argv[1].split(",") if len(sys.argv)>1 else list(CASES)
-for f in fams:
-    case(f, "train", 2, 256)
-    case(f, "infer", 2, 256, "bf16")
+
+
+if __name__ == "__main__":
+    fams = sys.argv[1].split(",") if len(sys.argv) > 1 else list(CASES)
+    for f in fams:
+        case(f, "train", 2, 256)
+        case(f, "infer", 2, 256, "bf16")

@@ -263,7 +263,21 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--swiglu": None, "--untie-embeddings-and-output-weights": None,
             "--disable-bias-linear": None, "--add-qkv-bias": None, "--clip-grad": float,
             "--use-rope-scaling": None, "--rope-scaling-factor": float,
-            "--distribute-saved-activations": None}
+            "--distribute-saved-activations": None,
+            # MLA (_add_mla_args) and TransformerConfig fields made options by
+            # ArgumentGroupFactory (megatron/core/transformer/transformer_config.py @d98e8a64dd)
+            "--multi-latent-attention": None, "--q-lora-rank": int, "--kv-lora-rank": int,
+            "--qk-head-dim": int, "--qk-pos-emb-head-dim": int, "--v-head-dim": int,
+            "--rope-type": ["rope", "yarn"], "--rotary-scaling-factor": float, "--mscale": float,
+            "--mscale-all-dim": float, "--yarn-beta-fast": float, "--yarn-beta-slow": float,
+            "--yarn-original-max-position-embeddings": int, "--kv-channels": int,
+            "--qk-layernorm": None, "--qk-l2-norm": None, "--rotary-percent": float,
+            "--no-rope-freq": str, "--moe-ffn-hidden-size": int,
+            "--moe-shared-expert-intermediate-size": int, "--moe-layer-freq": str,
+            "--moe-router-score-function": ["softmax", "sigmoid", "sqrtsoftplus"],
+            "--moe-router-enable-expert-bias": None, "--moe-router-num-groups": int,
+            "--moe-router-group-topk": int, "--moe-router-topk-scaling-factor": float,
+            "--moe-router-pre-softmax": None}
 
 #: torchrun's options the launch line uses (torch.distributed.run; both spellings accepted).
 TORCHRUN = {"--nproc-per-node": int, "--nnodes": int, "--node-rank": str, "--master-addr": str,
@@ -490,3 +504,63 @@ def test_distributed_checkpoints_are_megatrons_distributed_saved_activations():
                                          "megatron")).distribute_saved_activations
     with pytest.raises(InputError, match="distribute_checkpoints has no torchtitan setting"):
         export_plan(j.with_(sequence_parallel=False), "torchtitan")
+
+
+def _config(name: str) -> dict:
+    from gpuplan.models import load_model
+    return load_model(name).architecture.config
+
+
+def test_megatron_writes_mla_and_deepseek_routing():
+    """DeepSeek-V3 as Megatron-LM builds it: MLA's ranks and head sizes, the shared expert, the
+    first dense layers, the sigmoid router with its bias, groups and scaling, YaRN -- each
+    compared with the model's own config.json."""
+    cfg = _config("deepseek-v3")
+    a = megatron_args(export_plan(job(model="deepseek-v3", gpus=64, tp=8, ep=8), "megatron"))
+    assert a.multi_latent_attention and not a.group_query_attention
+    assert (a.q_lora_rank, a.kv_lora_rank) == (cfg["q_lora_rank"], cfg["kv_lora_rank"])
+    assert (a.qk_head_dim, a.qk_pos_emb_head_dim, a.v_head_dim) == (
+        cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"])
+    assert (a.num_experts, a.moe_router_topk) == (cfg["n_routed_experts"],
+                                                   cfg["num_experts_per_tok"])
+    assert a.moe_ffn_hidden_size == cfg["moe_intermediate_size"]
+    assert a.moe_shared_expert_intermediate_size == (cfg["moe_intermediate_size"]
+                                                     * cfg["n_shared_experts"])
+    freq = ast.literal_eval(a.moe_layer_freq)
+    k = cfg["first_k_dense_replace"]
+    assert freq == [0] * k + [1] * (cfg["num_hidden_layers"] - k)
+    assert a.moe_router_score_function == "sigmoid" and a.moe_router_enable_expert_bias
+    assert (a.moe_router_num_groups, a.moe_router_group_topk) == (cfg["n_group"],
+                                                                 cfg["topk_group"])
+    assert a.moe_router_topk_scaling_factor == cfg["routed_scaling_factor"]
+    rs = cfg["rope_scaling"]
+    assert a.rope_type == "yarn" and a.rotary_scaling_factor == rs["factor"]
+    assert a.yarn_original_max_position_embeddings == rs["original_max_position_embeddings"]
+
+
+def test_megatron_writes_qk_norm_head_size_and_moe_width():
+    """Qwen3: QK-norm and a head size other than hidden / heads; Qwen3-MoE: the experts' width
+    and its renormalized top-k (Megatron's default router); GLM-4.5-Air: partial rotary, QKV
+    biases, first dense layer; Llama 4 Scout: L2 QK-norm, NoPE layers, sigmoid top-1."""
+    cfg = _config("qwen3-0.6b")
+    a = megatron_args(export_plan(job(model="qwen3-0.6b", gpus=1), "megatron"))
+    assert a.qk_layernorm and a.kv_channels == cfg["head_dim"]
+    assert cfg["head_dim"] * cfg["num_attention_heads"] != cfg["hidden_size"]
+    cfg = _config("qwen3-30b-a3b")
+    a = megatron_args(export_plan(job(model="qwen3-30b-a3b", gpus=8, ep=8), "megatron"))
+    assert (a.num_experts, a.moe_router_topk, a.moe_ffn_hidden_size) == (
+        cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"])
+    assert cfg["norm_topk_prob"] and not a.moe_router_pre_softmax
+    assert a.moe_layer_freq is None  # every layer is MoE
+    cfg = _config("glm-4.5-air")
+    a = megatron_args(export_plan(job(model="glm-4.5-air", gpus=8, ep=8), "megatron"))
+    assert a.rotary_percent == cfg["partial_rotary_factor"] and a.add_qkv_bias
+    assert ast.literal_eval(a.moe_layer_freq)[:cfg["first_k_dense_replace"] + 1] == (
+        [0] * cfg["first_k_dense_replace"] + [1])
+    cfg = _config("llama-4-scout")
+    a = megatron_args(export_plan(job(model="llama-4-scout", gpus=8, ep=8), "megatron"))
+    assert a.qk_l2_norm and a.moe_router_score_function == "sigmoid"
+    interval = cfg.get("no_rope_layer_interval", 4)
+    expected = ([int(not r) for r in cfg["no_rope_layers"]] if cfg.get("no_rope_layers") else
+                [int((i + 1) % interval == 0) for i in range(cfg["num_hidden_layers"])])
+    assert ast.literal_eval(a.no_rope_freq) == expected and sum(expected) > 0

@@ -38,11 +38,94 @@ def _model_args(job: Job, model: Model) -> list[str]:
     out = ["--num-layers", a.num_layers, "--hidden-size", a.hidden_size,
            "--num-attention-heads", a.num_heads, "--ffn-hidden-size", a.intermediate_size,
            "--seq-length", seq, "--max-position-embeddings", max(seq, a.max_position_embeddings)]
-    if a.num_kv_heads and a.num_kv_heads != a.num_heads:
-        out += ["--group-query-attention", "--num-query-groups", a.num_kv_heads]
+    out += _attention_args(a)
     if a.num_experts:
         out += ["--num-experts", a.num_experts, "--moe-router-topk", a.experts_per_token]
+        out += _moe_args(a)
     return [str(x) for x in out + _block_args(a, model)]
+
+
+def _attention_args(a) -> list[object]:
+    """Grouped-query attention, a head size other than hidden / heads (``--kv-channels``),
+    QK-norm (``--qk-layernorm``: the ``--normalization`` kind; ``--qk-l2-norm``: Llama 4's) and
+    Multi-head Latent Attention (``--multi-latent-attention`` and its ranks and head sizes,
+    ``_add_mla_args``: ``--qk-head-dim`` is the part without positions). The names are
+    TransformerConfig's fields (megatron/core/transformer/transformer_config.py, NVIDIA/Megatron-LM
+    @d98e8a64dd), which ``ArgumentGroupFactory`` turns into options."""
+    out: list[object] = []
+    if a.mla is not None:
+        m = a.mla
+        out.append("--multi-latent-attention")
+        if m.q_lora_rank:
+            out += ["--q-lora-rank", m.q_lora_rank]
+        out += ["--kv-lora-rank", m.kv_lora_rank, "--qk-head-dim", m.qk_nope_head_dim,
+                "--qk-pos-emb-head-dim", m.qk_rope_head_dim, "--v-head-dim", m.v_head_dim]
+        return out + _mla_yarn(a.config or {})
+    if a.num_kv_heads and a.num_kv_heads != a.num_heads:
+        out += ["--group-query-attention", "--num-query-groups", a.num_kv_heads]
+    if a.head_dim and a.num_heads and a.head_dim * a.num_heads != a.hidden_size:
+        out += ["--kv-channels", a.head_dim]
+    if a.qk_norm == "rmsnorm":
+        out.append("--qk-layernorm")
+    elif a.qk_norm == "l2":
+        out.append("--qk-l2-norm")
+    if a.rotary_fraction < 1:
+        out += ["--rotary-percent", repr(float(a.rotary_fraction))]
+    if a.nope_layers:  # Llama 4's global layers (1: RoPE skipped)
+        out += ["--no-rope-freq", "[" + ",".join("1" if i in a.nope_layers else "0"
+                                                 for i in range(a.num_layers)) + "]"]
+    return out
+
+
+def _mla_yarn(cfg: Mapping) -> list[object]:
+    """DeepSeek-V3's YaRN RoPE in MLA's options (``_add_mla_args``: ``--rotary-scaling-factor``,
+    ``--mscale``, ``--mscale-all-dim``; ``--yarn-*`` of the position group)."""
+    rs = cfg.get("rope_scaling")
+    if not isinstance(rs, Mapping) or _rope_kind(rs) != "yarn":
+        return []
+    out: list[object] = ["--rope-type", "yarn"]
+    for key, flag in (("factor", "--rotary-scaling-factor"), ("mscale", "--mscale"),
+                      ("mscale_all_dim", "--mscale-all-dim"), ("beta_fast", "--yarn-beta-fast"),
+                      ("beta_slow", "--yarn-beta-slow")):
+        v = rs.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1e6:
+            out += [flag, repr(float(v))]
+    o = rs.get("original_max_position_embeddings")
+    if isinstance(o, int) and not isinstance(o, bool) and 0 < o <= 1 << 24:
+        out += ["--yarn-original-max-position-embeddings", o]
+    return out
+
+
+def _moe_args(a) -> list[object]:
+    """The experts' width, the shared expert, which layers are MoE (``--moe-layer-freq`` as a
+    list: DeepSeek-V3's first dense layers, Llama 4's interleave) and the router: a sigmoid
+    score with the correction bias, group-limited choice and the routed scaling (DeepSeek-V3,
+    GLM-4.5); a softmax before the top-k when the top-k weights are not renormalized (Qwen-MoE
+    with ``norm_topk_prob`` false; Megatron's default top-k-then-softmax equals a renormalized
+    softmax top-k, as Mixtral and Qwen3-MoE route)."""
+    cfg = a.config or {}
+    out: list[object] = []
+    if a.moe_intermediate_size and a.moe_intermediate_size != a.intermediate_size:
+        out += ["--moe-ffn-hidden-size", a.moe_intermediate_size]
+    if a.shared_expert_intermediate_size:
+        out += ["--moe-shared-expert-intermediate-size", a.shared_expert_intermediate_size]
+    moe = set(a.moe_layers or range(a.num_layers))
+    if moe != set(range(a.num_layers)):
+        out += ["--moe-layer-freq",
+                "[" + ",".join("1" if i in moe else "0" for i in range(a.num_layers)) + "]"]
+    if a.router == "sigmoid" and a.family != "llama4_text":
+        out += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
+        n_group, topk_group = a.router_groups
+        if n_group > 1:
+            out += ["--moe-router-num-groups", n_group, "--moe-router-group-topk", topk_group]
+        factor = cfg.get("routed_scaling_factor")
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor != 1:
+            out += ["--moe-router-topk-scaling-factor", float(factor)]
+    elif a.router == "sigmoid":
+        out += ["--moe-router-score-function", "sigmoid"]  # Llama 4: sigmoid of the top-1 logit
+    elif a.family in ("qwen2_moe", "qwen3_moe") and not cfg.get("norm_topk_prob", False):
+        out.append("--moe-router-pre-softmax")
+    return out
 
 
 #: Linear modules whose bias Megatron-LM's ``--add-qkv-bias`` turns on.
@@ -118,13 +201,23 @@ def _notes(a) -> list[str]:
     rs = (a.config or {}).get("rope_scaling")
     if isinstance(rs, Mapping) and _rope_kind(rs) not in ("", "default"):
         kind = _rope_kind(rs)
-        if kind != "llama3":
+        if kind == "yarn" and a.mla is not None:
+            pass  # written as MLA's YaRN options (_mla_yarn)
+        elif kind != "llama3":
             out.append(f"# the model's RoPE is scaled ({kind!r}); these arguments do not scale "
                        "it: pretrain_gpt.py builds plain RoPE at --rotary-base")
         elif any(rs.get(k, v) != v for k, v in _LLAMA3_ROPE.items()):
             out.append("# Megatron-Core's Llama 3 RoPE scaling fixes low_freq_factor 1, "
                        "high_freq_factor 4 and original_max_position_embeddings 8192; this "
                        "model's config.json differs")
+    if a.mtp_layers:
+        out.append(f"# the checkpoint's {a.mtp_layers} multi-token-prediction layer(s) are not "
+                   "built (the plan has none, as transformers); --mtp-num-layers "
+                   f"{a.mtp_layers} trains them")
+    if a.attention_chunk:
+        out.append(f"# Llama 4's chunked local attention ({a.attention_chunk} tokens) is not an "
+                   "option of pretrain_gpt.py: its RoPE layers attend causally over the whole "
+                   "sequence (same sizes and FLOPs at seq <= the chunk)")
     if a.parallel_attn_mlp:
         out.append("# the model adds attention and MLP in parallel (one residual); Megatron-LM's "
                    "GPT block is sequential: same sizes and FLOPs, not the same function")

@@ -13,7 +13,7 @@ from fractions import Fraction
 
 from ...errors import InputError
 from .spec import DECODER_ROPE, GEMMA, GPT2_LIKE, Opts, Spec
-from .symbolic import BS, BSS, ONE, Form, Graph, Tensor
+from .symbolic import BS, BSS, ONE, S, Form, Graph, Tensor
 
 __all__ = ["Ctx", "norm", "layernorm", "activation", "transformer_layer"]
 
@@ -114,7 +114,7 @@ def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
     if c.sp.family == "falcon":
         act = "gelu"  # FalconMLP uses nn.GELU()
     if act == "swiglu_oai":
-        act = "silu"  # gpt-oss's clamped sigmoid gate, planned as SiLU (issue 28: not yet exact)
+        act = "silu"  # gpt-oss has no dense MLP; its experts take _swiglu_oai (exact)
     if act in ("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"):
         return g.unary_saves_input(x, name)
     if act == "relu":
@@ -185,6 +185,32 @@ def _eager_core(c: Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_c
     return g.contiguous(out, "attn_out.t")
 
 
+def _sinks_eager(c: Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """gpt-oss's ``eager_attention_forward``: repeat_kv, the scaled scores (+ mask), the learned
+    sinks concatenated as one more column (torch.cat promotes to the sinks' dtype), the row max
+    subtracted, softmax in that dtype (saved), the sink column dropped (a strided slice, copied
+    by ``.to(value.dtype)`` or by matmul's reshape: that copy is what the matmul saves)."""
+    g, sp = c.g, c.sp
+    heads, d = sp.heads, sp.d
+    if heads > sp.kv:
+        k = g.expand_copy(k, BS * (heads * d), "k.repeat_kv")
+        v = g.expand_copy(v, BS * (heads * d), "v.repeat_kv")
+    g.region = "attn_core"
+    scores = g.scale(g.matmul(q, k, BSS * heads, "scores"), "scores.scaled")
+    if mask is not None:
+        scores = g.add(scores, mask, "scores.masked")
+    sinks = g.view(c.w(heads, "sinks"), BS * heads)  # expanded over (b, heads, s, 1): a view
+    combined = g.cat([scores, sinks], "sinks.cat")
+    _made(g, BS * heads, 8, "logits.max_indices")
+    shifted = g.scale(combined, "logits-max")
+    probs = g.softmax(shifted, dt=shifted.dt, name="softmax")
+    p = g.contiguous(probs, "probs[..., :-1]") if probs.dt == v.dt else g.to(probs, v.dt)
+    g.keep(p)  # returned as attn_weights
+    out = g.matmul(p, v, BS * (heads * d), "attn_out", autocast=False)
+    g.region = ""
+    return g.contiguous(out, "attn_out.t")
+
+
 @dataclass
 class _QKV:
     """Query, key and value, and whether each is laid out (b, heads, s, d) in memory (a batched
@@ -196,16 +222,24 @@ class _QKV:
     q_contig: bool
     k_contig: bool
     v_contig: bool
+    locals: tuple = ()
+    """Other tensors the attention's forward binds to locals (alive until it returns)."""
 
 
 def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     """Projections, positions, the KV cache update, the attention core and the output projection,
     per family."""
     g, sp = c.g, c.sp
-    qkv = _project_qkv(c, c.gather(x))
+    if sp.mla:
+        qkv = _project_mla(c, c.gather(x))
+        out = _mla_core(c, qkv, mask)
+        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj")
+        g.touch(qkv.q, qkv.k, qkv.v, out, *qkv.locals)
+        return c.scatter(y)
+    qkv = _project_qkv(c, c.gather(x), layer)
     if c.o.cache and sp.kind == "decoder":
         _cache_kv(g, qkv)
-    out = _attention_core(c, qkv, mask)
+    out = _attention_core(c, qkv, mask, layer)
     oname = {"gpt2": "c_proj", "gpt_bigcode": "c_proj", "gpt_neox": "dense", "falcon": "dense",
              "bert": "dense", "vit": "dense", "opt": "out_proj",
              "bloom": "dense"}.get(sp.family, "o_proj")
@@ -214,7 +248,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     return c.scatter(y)
 
 
-def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
+def _project_qkv(c: Ctx, x: Tensor, layer: int = 0) -> _QKV:
     """Each family's projections and rotary positions."""
     g, sp = c.g, c.sp
     h, fam = sp.h, sp.family
@@ -260,10 +294,122 @@ def _project_qkv(c: Ctx, x: Tensor) -> _QKV:
     v = c.linear(x, h, kvd, names[2])
     if fam == "opt":
         q = g.scale(q, "q.scaled")
-    if fam in DECODER_ROPE:
+    if sp.qk_norm == "rmsnorm":  # Qwen3 / Gemma 3 / GLM-4.5: q_norm, k_norm per head
+        q = _head_norm(c, q, sp.heads, "q_norm")
+        k = _head_norm(c, k, sp.kv, "k_norm")
+    rope = layer not in sp.nope_layers
+    if fam == "llama4_text":
+        if rope:  # Llama 4's complex RoPE, then Llama4TextL2Norm (both on RoPE layers only)
+            q, k = _complex_rope(g, q, "q.rope"), _complex_rope(g, k, "k.rope")
+            if sp.qk_norm == "l2":
+                q = _head_norm(c, q, sp.heads, "q_l2norm")
+                k = _head_norm(c, k, sp.kv, "k_l2norm")
+        elif c.sp.attn_temp:
+            # attn_temperature_tuning on NoPE layers: (q * fp32 scales).to(q.dtype)
+            scales = g.constant(S, 4, "attn_scales")
+            q = g.to(g.mul(q, scales, out=q.numel, name="q.attn_temp"), q.dt)
+    elif fam in DECODER_ROPE:
         q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
         k = g.add(g.scale(k), g.scale(k), "k.rope")
     return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+
+
+def _rms_width(c: Ctx, x: Tensor, width: int, name: str) -> Tensor:
+    """LlamaRMSNorm over ``width`` values per token (MLA's q_a_layernorm, kv_a_layernorm)."""
+    g = c.g
+    xf = g.to(x, 4)
+    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
+    m = g.reduce(p, BS, name + ".mean")
+    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
+    n = g.to(g.mul(xf, r, out=BS * width, name=name + ".normed"), x.dt)
+    return g.mul(c.w(width, name), n, out=BS * width, name=name)
+
+
+def _interleaved_rope(g: Graph, x: Tensor, name: str) -> Tensor:
+    """``apply_rotary_pos_emb_interleave``: the even and odd halves (strided views) times cos
+    and sin (constants: nothing saved), combined, concatenated into a new tensor."""
+    a, b = g.split(x, [x.numel * Fraction(1, 2), x.numel * Fraction(1, 2)])
+    lo = g.add(g.scale(a, name + ".a*cos"), g.scale(b, name + ".b*sin"), name + ".lo")
+    hi = g.add(g.scale(b, name + ".b*cos"), g.scale(a, name + ".a*sin"), name + ".hi")
+    return g.cat([lo, hi], name)
+
+
+def _project_mla(c: Ctx, x: Tensor) -> _QKV:
+    """``DeepseekV3Attention.forward`` up to the attention call: the query through its low-rank
+    pair (``q_a_proj``, ``q_a_layernorm``, ``q_b_proj``) or ``q_proj``; the compressed latent and
+    the shared rotary key from ``kv_a_proj_with_mqa``, the latent normed; interleaved RoPE on
+    the rotary parts; the latents cached as they are (a training forward's DynamicCache); the
+    query concatenated; ``expand_kv``: ``kv_b_proj`` of the latent, split into the key's nope
+    part and the value (a strided view), the key assembled in a new tensor (two ``copy_``)."""
+    g, sp = c.g, c.sp
+    h, H = sp.h, sp.heads
+    qr, kvr, rope, nope, vd = sp.mla
+    if qr:
+        qa = _rms_width(c, c.linear(x, h, qr, "q_a_proj"), qr, "q_a_layernorm")
+        q = c.linear(qa, qr, H * (nope + rope), "q_b_proj")
+    else:
+        q = c.linear(x, h, H * (nope + rope), "q_proj")
+    q_pass, q_rot = g.split(q, [BS * (H * nope), BS * (H * rope)])
+    ckv = c.linear(x, h, kvr + rope, "kv_a_proj_with_mqa")
+    latent, k_rot = g.split(ckv, [BS * kvr, BS * rope])
+    latent = _rms_width(c, latent, kvr, "kv_a_layernorm")
+    q_rot = _interleaved_rope(g, q_rot, "q.rope")
+    k_rot = _interleaved_rope(g, k_rot, "k.rope")
+    if c.o.cache and sp.kind == "decoder":
+        latent, k_rot = g.cat([latent], "latent.cache"), g.cat([k_rot], "k_rot.cache")
+        g.hold(latent)
+        g.hold(k_rot)
+    query = g.cat([q_pass, q_rot], "query.cat")
+    kv = c.linear(latent, kvr, H * (nope + vd), "kv_b_proj")
+    k_nope, v = g.split(kv, [BS * (H * nope), BS * (H * vd)])
+    # new_empty + copy_ of k_nope and of k_rot expanded to every head
+    key = g.expand_copy(k_nope, BS * (H * (nope + rope)), "key.copy_")
+    g.ops[-1].inputs.append(k_rot)
+    return _QKV(query, key, v, q_contig=True, k_contig=True, v_contig=False,
+                locals=(q, ckv, q_rot, kv))  # (the latents are the cache: counted there)
+
+
+def _mla_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
+    """MLA's attention: eager through the generic core, or SDPA with the query/key head size
+    ``nope + rope`` and the value's ``v_head_dim`` (the output has the value's size)."""
+    g, sp = c.g, c.sp
+    vd = sp.mla[4]
+    if c.o.attention == "eager":
+        return _eager_core(c, t.q, t.k, t.v, q_contig=True, kv_contig=False, softmax_fp32=True,
+                           dropout=sp.attn_dropout, mask=mask)
+    g.region = "attn_core"
+    out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, vd, kv_heads=sp.heads, out_copy_layout=True)
+    g.region = ""
+    return g.contiguous(out, "attn_out.t")
+
+
+def _complex_rope(g: Graph, x: Tensor, name: str) -> Tensor:
+    """Llama 4's ``apply_rotary_emb``: ``view_as_complex(x.float())`` times the complex
+    ``freqs_cis`` (a constant: the product saves only it), ``view_as_real``, ``type_as(x)``."""
+    xf = g.to(x, 4)
+    freqs = g.constant(ONE, 8, name + ".freqs_cis")
+    y = g.mul(xf, freqs, out=x.numel, name=name)
+    return g.to(y, x.dt)
+
+
+def _head_norm(c: Ctx, x: Tensor, heads: int, name: str) -> Tensor:
+    """An RMSNorm over each head's ``head_dim`` values (the rows are b*s*heads): Qwen3's
+    ``q_norm``/``k_norm`` (LlamaRMSNorm's ops, a weight of head_dim), Gemma 3's (Gemma's
+    ``(1 + weight)`` in fp32) or Llama 4's weightless ``Llama4TextL2Norm``
+    (``x.float() * rsqrt(mean(x^2) + eps)``, then ``type_as(x)``)."""
+    g, d = c.g, c.sp.d
+    rows, out = BS * heads, BS * (heads * d)
+    xf = g.to(x, 4)
+    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
+    m = g.reduce(p, rows, name + ".mean")
+    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
+    n = g.mul(xf, r, out=out, name=name + ".normed")
+    if c.sp.qk_norm == "l2":
+        return g.to(n, x.dt)
+    if c.sp.family in GEMMA:
+        y = g.mul(n, g.scale(g.to(c.w(d, name), 4), name + ".1+w"), out=out, name=name)
+        return g.to(y, x.dt)
+    return g.mul(c.w(d, name), g.to(n, x.dt), out=out, name=name)
 
 
 def _cache_kv(g: Graph, t: _QKV) -> None:
@@ -275,18 +421,20 @@ def _cache_kv(g: Graph, t: _QKV) -> None:
     t.k_contig = t.v_contig = True
 
 
-def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
+def _attention_core(c: Ctx, t: _QKV, mask: Tensor | None, layer: int = 0) -> Tensor:
     """The attention core of the configured kernel: eager (or a math path), SDPA with an explicit
     mask, or SDPA/flash."""
     g, sp, o = c.g, c.sp, c.o
     if o.attention == "eager":
         if sp.family == "bloom":  # the only path (models.EAGER_ONLY)
             return _bloom_eager(c, t, mask)
+        if sp.sinks:
+            return _sinks_eager(c, t.q, t.k, t.v, mask)
         return _eager_core(c, t.q, t.k, t.v, q_contig=t.q_contig,
                            kv_contig=t.k_contig and t.v_contig,
                            softmax_fp32=sp.family not in ("gpt2", "bert"),
                            dropout=sp.attn_dropout, mask=mask)
-    if o.sdpa_mask:
+    if o.sdpa_mask and (not sp.local_layers or layer in sp.local_layers):
         return _sdpa_masked(c, t)
     if (sp.kv < sp.heads and not g.r.autocast and g.r.param == 4
             and o.model_code != "torchtune"):
@@ -412,6 +560,37 @@ def _moe(c: Ctx, x: Tensor) -> Tensor:
     return c.scatter(_moe_body(c, c.gather(x)))
 
 
+def _llama4_moe(c: Ctx, x: Tensor) -> Tensor:
+    """``Llama4TextMoe.forward``: every token through every expert, weighted before the experts.
+
+    ``Llama4Router``: the logits, top-k of them, scattered into a ``full_like(-inf)`` (the
+    scatter saves the indices), sigmoid of its fp32 copy (saved) cast back; the tokens repeated
+    once per expert and multiplied by their (mostly zero) scores -- the product saves the
+    repeated copy and the scores; two ``torch.bmm`` over all (expert, token) rows around the
+    gated activation; the shared expert, and the experts' rows summed into its output in place.
+    """
+    g, sp = c.g, c.sp
+    h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
+    E_rank = E // c.o.ep
+    logits = g.linear(x, c.w(E * h, "router"), BS * E, name="router")
+    idx = _made(g, BS * k, 8, "router.topk_indices")
+    top = g.index(logits, BS * k, idx, name="router.topk")
+    full = g.index(top, BS * E, idx, name="router.scatter")
+    scores = g.to(g.unary_saves_output(g.to(full, 4), "router.sigmoid"), full.dt)
+    rep = g.expand_copy(x, BS * (E_rank * h), "experts.repeat")
+    routed = g.mul(rep, scores, out=BS * (E_rank * h), name="experts.routed_in")
+    gu = g.linear(routed, c.w(E_rank * h * 2 * I, "experts.gate_up_proj"), BS * (E_rank * 2 * I),
+                  name="experts.bmm_gate_up")
+    gate, up = g.split(gu, [BS * (E_rank * I), BS * (E_rank * I)])
+    y = g.mul(up, activation(c, gate, "experts.act"), name="experts.up*act")
+    down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), BS * (E_rank * h),
+                    name="experts.bmm_down")
+    shared = _shared_expert(c, x)
+    out = g.add(shared, g.reduce(down, BS * h, name="experts.sum"), "moe.add_")
+    g.touch(x, logits, scores, down)
+    return out
+
+
 def _moe_body(c: Ctx, x: Tensor) -> Tensor:
     """A sparse MoE block as transformers 5 runs it (``<Family>SparseMoeBlock.forward``): the
     router, the routed experts (the default ``grouped_mm`` implementation, dropless: every
@@ -421,6 +600,8 @@ def _moe_body(c: Ctx, x: Tensor) -> Tensor:
     The block's input, the router logits (bound to ``_``) and the top-k weights and indices are
     locals of the block's forward, alive until it returns."""
     g, sp = c.g, c.sp
+    if sp.family == "llama4_text":
+        return _llama4_moe(c, x)
     shared = _shared_expert(c, x) if sp.shared_inter and sp.shared_first else None
     logits, top, idx = _router(c, x)
     out = _grouped_mm_experts(c, x, top, idx)
@@ -468,8 +649,7 @@ def _router(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     if sp.router == "sigmoid":
         scores = g.unary_saves_output(logits, "router.sigmoid")
         choice = g.scale(scores, "router.score_bias") if sp.score_bias else scores
-        if sp.groups[0] > 1:
-            choice = _group_limit(g, choice, sp.groups)
+        choice = _group_limit(g, choice, sp.groups)  # run whatever n_group is (n_group 1 too)
         idx = _made(g, BS * k, 8, "topk.indices")
         top = g.index(scores, BS * k, idx, name="router.gather")
     else:
@@ -538,10 +718,24 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     proj = g.linear(sel_w, c.w(E_rank * 2 * I * h, "experts.gate_up_proj"), S * (2 * I),
                     name="experts.gate_up", autocast=False)
     g._op("offsets", [], [], saved=[offsets])
+    bias = None
+    if sp.expert_bias:  # gate_up_proj_bias[expert_ids_g]: gathered per row, added in place
+        bias = g.index(c.w(E_rank * 2 * I, "experts.gate_up_proj_bias"), S * (2 * I), ids_g,
+                       name="experts.gate_up_bias")
     gate, up = g.split(proj, [S * I, S * I])
-    y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    if sp.act == "swiglu_oai":
+        y = _swiglu_oai(g, gate, up)
+    else:
+        y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    # the projection is bound to ``proj_out`` until the gate returns; the bias to
+    # ``selected_biases`` until the down projection's bias replaces it
+    g.touch(proj, *([bias] if bias is not None else []))
     down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), S * h, name="experts.down",
                     autocast=False)
+    if sp.expert_bias:
+        bias = g.index(c.w(E_rank * h, "experts.down_proj_bias"), S * h, ids_g,
+                       name="experts.down_bias")
+        g.touch(bias)
     weighted = g.mul(down, sw, out=S * h, name="experts.weighted")
     inv_perm = _made(g, S, 8, "inv_perm")
     ar = _made(g, S, 8, "arange")
@@ -550,6 +744,18 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     out = g.to(g.reduce(back, BS * h, name="experts.sum"), x.dt)
     g.touch(sel, ids_g, perm, sw, hist, counts, offsets, down, inv_perm, back)
     return out
+
+
+def _swiglu_oai(g: Graph, gate: Tensor, up: Tensor) -> Tensor:
+    """gpt-oss's ``GptOssExperts._apply_gate``: gate and up are strided halves of the grouped
+    projection; ``clamp`` of each saves its input (the projection), then ``gate *
+    sigmoid(gate * alpha)`` (the sigmoid saves its output, the product both factors) and
+    ``(up + 1) * glu`` (saves both)."""
+    gc = g.unary_saves_input(gate, "experts.gate.clamp")
+    uc = g.unary_saves_input(up, "experts.up.clamp")
+    sig = g.unary_saves_output(g.scale(gc, "experts.gate*alpha"), "experts.sigmoid")
+    glu = g.mul(gc, sig, name="experts.glu")
+    return g.mul(g.scale(uc, "experts.up+1"), glu, name="experts.gated")
 
 
 def _shared_expert(c: Ctx, x: Tensor) -> Tensor:
@@ -595,13 +801,18 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         m = g.dropout(_mlp(c, n2), p, "mlp.dropout")
         return g.add(n2 if sp.post_ln_residual else x1, m, "residual2")
     if fam in GEMMA:
-        a = _attention(c, norm(c, x, "input_layernorm"), mask, layer)
+        n1 = norm(c, x, "input_layernorm")
+        a = _attention(c, n1, mask, layer)
+        g.touch(n1)  # bound to the callee's parameter until it returns
         x1 = g.add(x, norm(c, a, "post_attention_layernorm"), "residual1")
-        m = _mlp(c, norm(c, x1, "pre_feedforward_layernorm"))
+        n2 = norm(c, x1, "pre_feedforward_layernorm")
+        m = _mlp(c, n2)
+        g.touch(n2)
         return g.add(x1, norm(c, m, "post_feedforward_layernorm"), "residual2")
     # pre-norm: llama family, gpt2, opt, vit, phi3, neox (sequential)
     n1 = norm(c, x, "input_layernorm")
     a = _attention(c, n1, mask, layer)
+    g.touch(n1)
     a = g.dropout(a, p, "attn.dropout")
     x1 = g.add(a, x, "residual1")
     n2 = norm(c, x1, "post_attention_layernorm")
@@ -612,6 +823,8 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         g.keep(n1)  # ViTLayer: hidden_states_norm and attention_output stay bound to locals
         g.keep(a)
     m = _moe(c, n2) if moe else _mlp(c, n2)
+    # the block's argument is bound to the callee's parameter until the callee returns
+    g.touch(n2)
     m = g.dropout(m, p, "mlp.dropout")
     return g.add(x1, m, "residual2")
 

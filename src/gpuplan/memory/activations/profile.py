@@ -17,7 +17,7 @@ from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, head_block
 from ...errors import InputError, opt
-from .spec import MODERN, TORCHTUNE_FAMILIES, Opts, Spec, sliding_mask, spec_cached
+from .spec import TORCHTUNE_FAMILIES, Opts, Spec, sliding_mask, spec_cached
 from .symbolic import BS, ZERO, Form, Graph, LayerProfile, Regime, simulate
 
 __all__ = ["StepProfile", "Shard", "step_profile", "layer_activation_bytes", "regime_for"]
@@ -93,13 +93,26 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                 loss_chunks=job.loss_chunks)
 
 
+#: What of a new family's forward is not yet op by op (the rest is: QK-norm, the routers,
+#: Llama 4's MoE, complex RoPE and L2 norm, local and global layers, gpt-oss's sinks, biased
+#: experts and clamped SwiGLU).
+_APPROXIMATE = {
+    "deepseek_v3": "MLA is op by op, but its attention kernel (CUDA's memory-efficient one: "
+                   "the value's head size differs) is replayed as flash (a dense-MLA small "
+                   "config is +2% to +4%)",
+    "deepseek_v2": "its router (softmax, group-limited greedy) is replayed as a softmax top-k",
+}
+
+
 @lru_cache(maxsize=512)
 def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> StepProfile:
     notes: list[str] = []
     pdt = regime.param
     grad_dt = pdt
     # layers: group consecutive identical layers (MoE vs dense)
-    kinds = [(sp.experts > 0 and i in sp.moe_layers) for i in range(sp.layers)]
+    # (a layer's kind: MoE or dense, local or global attention, RoPE or NoPE)
+    kinds = [(sp.experts > 0 and i in sp.moe_layers, i in sp.local_layers, i in sp.nope_layers)
+             for i in range(sp.layers)]
     runs: list[tuple[int, bool]] = []
     for k in kinds:
         if runs and runs[-1][1] == k:
@@ -109,6 +122,8 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     mask_form = ZERO
     if sp.kind == "decoder" and o.attention == "eager":
         mask_form = Form(bss=pdt)  # eager_mask: a (b, 1, s, s) float mask in the model dtype
+        if sp.local_layers:
+            mask_form = Form(bss=2 * pdt)  # one for the local layers, one for the global
     if sp.family == "bloom":
         mask_form = mask_form + Form(bs=sp.heads * pdt)  # the (b heads, 1, s) ALiBi tensor
     if sp.kind == "decoder" and o.attention == "sdpa" and o.sdpa_mask:
@@ -117,15 +132,14 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
         mask_form = mask_form + Form(ss=1)  # an unused (s, s) boolean window mask (Spec)
     rows = BS if o.sp == 1 else BS * Fraction(1, o.sp)  # residual-stream rows on this rank
     layer_profiles = []
-    by_kind: dict[bool, LayerProfile] = {}
-    for count, is_moe in runs:
-        if is_moe not in by_kind:
+    by_kind: dict[tuple, LayerProfile] = {}
+    for count, kind in runs:
+        if kind not in by_kind:
             g = Graph(regime)
             c = Ctx(g, sp, o)
             x = g.input(rows * sp.h, pdt, grad=True, name="hidden")
             mask = g.constant(Form(bss=1), pdt, "mask") if mask_form != ZERO else None
-            layer_idx = sp.moe_layers[0] if is_moe else next(
-                (i for i in range(sp.layers) if i not in sp.moe_layers), 0)
+            layer_idx = kinds.index(kind)
             g.compiling = o.compiled  # torch.compile of each layer (torchtune's compile_model)
             y = transformer_layer(c, x, mask, layer_idx)
             if checkpointing == "full":
@@ -136,8 +150,8 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
                 prof = simulate(g, [y], param_grad_dt=grad_dt, drop_region="attn_core")
             else:
                 prof = simulate(g, [y], param_grad_dt=grad_dt)
-            by_kind[is_moe] = prof
-        layer_profiles.append((count, by_kind[is_moe]))
+            by_kind[kind] = prof
+        layer_profiles.append((count, by_kind[kind]))
     # embeddings
     g = Graph(regime)
     c = Ctx(g, sp, o)
@@ -153,12 +167,11 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     inputs = Form(bs=16) if sp.kind != "vision" else Form(b=8)
     if sp.kind == "vision":
         inputs = inputs + Form(bs=sp.channels * sp.patch * sp.patch * pdt)
-    if sp.family in MODERN:
-        notes.append(f"{sp.family}'s activations are replayed as a llama-style decoder layer: "
-                     "its QK-norm, MLA, sinks, Llama 4's complex RoPE and L2 norm and its "
-                     "router are not yet op by op (against the trace on small configs: 0 to "
-                     "-30%, benchmarks/modern_agreement.md); the weights, states and KV cache "
-                     "are exact")
+    if sp.family in _APPROXIMATE:
+        notes.append(f"{sp.family}'s activations are partly approximate: "
+                     f"{_APPROXIMATE[sp.family]} (against the trace on small configs: "
+                     "benchmarks/modern_agreement.md); the weights, states and KV cache are "
+                     "exact")
     if checkpointing == "selective" and o.attention == "sdpa":
         notes.append("selective checkpointing recomputes the attention core; with SDPA/flash "
                      "that core already keeps only O(s) statistics, so it saves little")

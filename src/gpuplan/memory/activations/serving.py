@@ -12,7 +12,7 @@ from ...models._types import attention_for
 from ..shape import seq_for
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, infer_head
-from .spec import Opts, Spec, sliding_mask, spec_cached
+from .spec import DECODER_ROPE, Opts, Spec, sliding_mask, spec_cached
 from .symbolic import BS, Form, Graph, LayerProfile, Regime, simulate
 from .timeline import fmt_gb
 
@@ -92,8 +92,8 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     # alive while a layer runs (transformers 5 returns a bare tensor from the other families)
     prev = (b * sp.heads * prompt * prompt * regime.param
             if sp.family == "bloom" and sp.layers > 1 else 0)
-    if sp.experts and sp.layers > 1:
-        # <Family>Model.forward binds the embeddings' output to ``inputs_embeds`` and keeps it
+    if (sp.experts or sp.family in DECODER_ROPE) and sp.layers > 1:
+        # <Family>Model.forward (LlamaModel's and every llama-style decoder's) binds the embeddings' output to ``inputs_embeds`` and keeps it
         # until it returns: from the second layer on it is alive beside the layer's input
         prev += b * prompt * sp.h * regime.param
         # and the rotary table, (cos, sin) of (1, s, head_dim) in the model dtype
@@ -103,8 +103,11 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     pre = max([a(b, prompt) + t(b, prompt) + prev for a, t in layer.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in emb.fwd_points]
               + [a(b, prompt) + t(b, prompt) for a, t in head.fwd_points])
+    if attention == "sdpa" and sp.local_layers and sliding_mask(arch, sp, job.attention, prompt):
+        pre += b * prompt * prompt  # the local layers' boolean (b, 1, s, s) mask, built once
     if attention == "eager" and sp.kind == "decoder":
-        pre += b * prompt * prompt * regime.param  # the (b, 1, s, s) mask, built once
+        # the (b, 1, s, s) mask, built once (two: local and global layers)
+        pre += b * prompt * prompt * regime.param * (2 if sp.local_layers else 1)
     if sp.family == "bloom":
         pre += b * sp.heads * prompt * regime.param  # the (b heads, 1, s) ALiBi tensor
     dec = 0

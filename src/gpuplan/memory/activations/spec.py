@@ -100,6 +100,12 @@ class Spec:
     ``create_sliding_window_causal_mask`` on every forward; with ``use_sliding_window`` off the
     window is 0, SDPA's skip test ``kv_length < window`` fails and an (s, s) boolean mask is
     made, alive until the model's forward returns)."""
+    local_layers: tuple[int, ...] = ()
+    """The layers whose attention is local (a sliding window or Llama 4's chunks) where only some
+    are (Gemma 3, gpt-oss, Llama 4); empty: every layer is alike."""
+    attn_temp: bool = False
+    """Llama 4's ``attn_temperature_tuning``: the query of each NoPE layer scaled by fp32
+    per-position factors and cast back."""
     shared_first: bool = False
     """The shared expert runs before the router (Qwen-MoE); otherwise after the routed experts
     (DeepSeek-V3, GLM-4.5)."""
@@ -166,6 +172,8 @@ def _spec(arch: Architecture) -> Spec:
               arch.mla.qk_nope_head_dim, arch.mla.v_head_dim)),
         sinks=arch.attention_sinks, nope_layers=arch.nope_layers,
         rotary_fraction=arch.rotary_fraction, expert_bias=arch.expert_bias,
+        local_layers=_local_layers(arch),
+        attn_temp=(fam == "llama4_text" and bool(cfg.get("attn_temperature_tuning", True))),
         **_router_fields(fam, cfg),
     )
 
@@ -176,6 +184,10 @@ _ROUTERS: dict[str, dict] = {
     "mixtral": dict(router="softmax", router_fp32="logits"),
     "qwen2_moe": dict(router="softmax", router_fp32="dtype", router_cast_back=True,
                       shared_gate=True, shared_first=True),
+    "qwen3_moe": dict(router="softmax", router_fp32="dtype", router_cast_back=True),
+    "deepseek_v3": dict(router="sigmoid", router_fp32="input"),
+    "glm4_moe": dict(router="sigmoid", router_fp32="input"),
+    "gpt_oss": dict(router="topk_softmax"),
 }
 
 
@@ -210,12 +222,23 @@ class Opts:
     loss_chunks: int = 1    # output projection + cross-entropy over this many sequence chunks
 
 
+def _local_layers(arch: Architecture) -> tuple[int, ...]:
+    if arch.family not in ("gemma3_text", "gpt_oss", "llama4_text"):
+        return ()
+    return tuple(sorted(set(arch.sliding_window_layers) | set(arch.chunked_layers)))
+
+
 def sliding_mask(arch: Architecture, sp: Spec, attention: str, s: int) -> bool:
-    """Whether an explicit mask reaches SDPA: a sliding window shorter than ``s``, or Falcon's
+    """Whether an explicit mask reaches SDPA: a sliding window shorter than ``s``; for the
+    families with local and global layers, whether it reaches their local layers (Gemma 3's
+    sliding layers, Llama 4's chunked ones: a window or chunk shorter than ``s``); or Falcon's
     causal mask, which transformers (5.25 on) always materializes (``create_causal_mask`` with
     ``allow_is_causal_skip=False``, so that an ALiBi bias can be added to it)."""
     if attention == "sdpa" and sp.family == "falcon":
         return True
+    if sp.local_layers:
+        span = arch.attention_chunk if sp.family == "llama4_text" else arch.sliding_window
+        return bool(attention == "sdpa" and span and s > span)
     return bool(attention == "sdpa" and sp.family in ("mistral", "qwen2", "mixtral", "phi3",
                                                       "qwen3", "qwen3_moe")
                 and arch.sliding_window and s > arch.sliding_window)
