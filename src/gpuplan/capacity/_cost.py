@@ -37,8 +37,8 @@ __all__ = ["StepCost", "grid_points"]
 def grid_points(n: int, kind: str) -> tuple[int, int]:
     """The cached grid points around ``n`` (equal when ``n`` is one)."""
     if kind == "context":
-        if n <= 1:
-            return 1, 1
+        if n < 1:
+            return 1, 512
         step = 512
         lo = n - n % step
         return (lo, lo) if lo == n else (max(lo, 1), lo + step)
@@ -89,7 +89,7 @@ class StepCost:
         c = context_sum / b
         lo, hi = grid_points(int(c), "context")
         t0 = self._decode_at(b, lo)
-        if hi == lo and c == lo:
+        if c == lo or hi == lo:
             return t0
         t1 = self._decode_at(b, hi)
         return t0 + (t1 - t0) * (c - lo) / (hi - lo)
