@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 
+from ..compute import estimate_speed
 from ..hardware import GPU
 from ..job import Job
 
@@ -62,8 +63,6 @@ class StepCost:
         self.calls = 0
 
     def _speed(self, batch: int, seq: int, context: int):
-        from ..compute import estimate_speed
-
         self.calls += 1
         job = self.job.with_(batch=batch, seq=seq, context=context)
         return estimate_speed(self.model, self.gpu, job, new_tokens=1, measured=None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..errors import InputError
 from ..hardware import GPU
 from ..job import Job
+from ..memory import infer_memory
 from ._engines import SchedulerDefaults
 
 __all__ = ["kv_capacity"]
@@ -23,8 +24,6 @@ def kv_capacity(model, gpu: GPU, job: Job, sched: SchedulerDefaults,
     """(KV tokens one replica holds, tokens per block) for ``model`` served by ``sched``'s engine
     on ``gpu`` under ``job``'s layout (tp, pp, weight format, kv_dtype) at ``max_len`` tokens
     per request. Raises when the weights and the profile run leave no room for one request."""
-    from ..memory import infer_memory
-
     one = job.with_(batch=1, seq=max_len, context=max_len)
     mem = infer_memory(model, one)
     kv_per_token = mem.kv_cache_bytes / max_len
