@@ -14,7 +14,6 @@ fields of the scheduler, not other loops.
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
 
 from .._record import record
@@ -26,7 +25,7 @@ __all__ = ["SimTrace", "simulate"]
 
 class _Req:
     __slots__ = ("i", "arrival", "n_in", "n_out", "prompt", "ctx", "gen", "blocks", "first",
-                 "done", "sched", "last", "cached", "preempted")
+                 "done", "sched", "last_step", "cached", "preempted")
 
     def __init__(self, i: int, arrival: float, n_in: int, n_out: int, cached: int) -> None:
         self.i, self.arrival, self.n_in, self.n_out = i, arrival, n_in, n_out
@@ -34,7 +33,8 @@ class _Req:
         self.ctx = 0                # tokens whose KV is in the cache
         self.gen = 0                # output tokens made
         self.blocks = 0
-        self.first = self.done = self.sched = self.last = -1.0
+        self.first = self.done = self.sched = -1.0
+        self.last_step = -2           # the step that made its last token
         self.cached = cached        # prompt tokens the prefix cache serves
         self.preempted = 0
 
@@ -81,16 +81,14 @@ def simulate(workload: Workload, cost, sched: SchedulerDefaults, kv_tokens: int,
         if not st.running and not st.waiting:
             st.idle()
             continue
-        if sched.mixed:
-            decodes, chunks = st.schedule_mixed()
-        else:
-            decodes, chunks = st.schedule_prefill_first()
-        if not decodes and not chunks:
+        st.new_step()
+        chunks = st.schedule_mixed() if sched.mixed else st.schedule_prefill_first()
+        if not st.n_dec and not chunks:
             raise RuntimeError("capacity: the scheduler formed an empty step (a request larger "
                                "than the KV cache should have been refused)")
-        dt = cost.step_s(len(decodes), sum(r.ctx + 1 for r in decodes),
-                         [(n, r.ctx) for r, n in chunks])
-        st.advance(dt, decodes, chunks)
+        # the decodes' contexts already count the token each writes this step
+        dt = cost.step_s(st.n_dec, st.ctx_sum, [(n, r.ctx) for r, n in chunks])
+        st.advance(dt, chunks)
     return st.trace()
 
 
@@ -121,6 +119,28 @@ class _State:
         self.completed = self.steps = self.preemptions = self.kv_peak = 0
         self.in_system = self.run_int = self.wait_int = self.kv_int = 0.0
         self.itl: dict[float, int] = {}
+        self.step_end: list[float] = []
+        self.n_dec = self.ctx_sum = 0
+        self.irregular: list[tuple[_Req, int]] = []
+        self.finished: list[_Req] = []
+
+    def new_step(self) -> None:
+        self.n_dec = self.ctx_sum = 0
+        self.irregular = []
+        self.finished = []
+
+    def _decode(self, r: _Req) -> None:
+        """``r`` decodes in the step being formed: its state moves to after the step (the time
+        of its token is known when the step is timed)."""
+        r.ctx += 1
+        r.gen += 1
+        self.n_dec += 1
+        self.ctx_sum += r.ctx
+        if r.last_step != self.steps - 1:
+            self.irregular.append((r, r.last_step))
+        r.last_step = self.steps
+        if r.gen >= r.n_out:
+            self.finished.append(r)
 
     def arrive(self) -> None:
         if self.closed:
@@ -196,33 +216,55 @@ class _State:
             budget -= n
         return budget
 
-    def schedule_mixed(self) -> tuple[list, list]:
-        """vLLM V1 / TensorRT-LLM: running first (decodes and continuing chunks), then new."""
+    def schedule_mixed(self) -> list:
+        """vLLM V1 / TensorRT-LLM: running first (decodes and continuing chunks), then new.
+        Returns the prefill chunks; the decodes are counted into the state."""
         budget = self.sched.max_num_batched_tokens
-        decodes: list[_Req] = []
         chunks: list = []
         before = self.preemptions
-        i = 0
-        while i < len(self.running) and budget > 0:
-            r = self.running[i]
-            left = r.prompt - r.ctx
+        bs, running, decode = self.bs, self.running, self._decode
+        # the common case inlined (:meth:`_decode`): a decode with room in its last block
+        step, prev = self.steps, self.steps - 1
+        irregular, finished = self.irregular, self.finished
+        i = fast = ctx_sum = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            ctx = r.ctx
+            if ctx >= r.prompt and r.blocks * bs > ctx:
+                r.ctx = ctx = ctx + 1
+                ctx_sum += ctx
+                r.gen += 1
+                if r.last_step != prev:
+                    irregular.append((r, r.last_step))
+                r.last_step = step
+                if r.gen >= r.n_out:
+                    finished.append(r)
+                fast += 1
+                budget -= 1
+                i += 1
+                continue
+            left = r.prompt - ctx
             n = 1 if left <= 0 else min(left, budget)
             while not self._grow(r, r.ctx + n):
-                victim = self.running[-1]
+                victim = running[-1]  # never one scheduled already: those come before r
                 self._preempt(victim)
                 if victim is r:
                     break
             else:
-                (decodes.append(r) if left <= 0 else chunks.append((r, n)))
+                if left <= 0:
+                    decode(r)
+                else:
+                    chunks.append((r, n))
                 budget -= n
                 i += 1
-                continue
-            # r itself was preempted; the list shrank, do not advance
+            # else r itself was preempted: the list shrank, the index stays
+        self.n_dec += fast
+        self.ctx_sum += ctx_sum
         if self.preemptions == before:  # vLLM admits nothing new in a step that preempted
             self._admit(budget, chunks)
-        return decodes, chunks
+        return chunks
 
-    def schedule_prefill_first(self) -> tuple[list, list]:
+    def schedule_prefill_first(self) -> list:
         """SGLang: a prefill batch (continuing chunks and new requests) when one forms, else a
         decode batch of every running request."""
         budget = self.sched.max_num_batched_tokens
@@ -236,23 +278,23 @@ class _State:
                     budget -= n
         self._admit(budget, chunks)
         if chunks:
-            return [], chunks
-        decodes: list[_Req] = []
-        for r in list(self.running):
-            if r not in self.running:
-                continue
+            return chunks
+        i = 0
+        while i < len(self.running):
+            r = self.running[i]
             while not self._grow(r, r.ctx + 1):
                 victim = self.running[-1]
                 self._preempt(victim)  # SGLang's retract_decode, by recompute
                 if victim is r:
                     break
             else:
-                decodes.append(r)
-        return decodes, []
+                self._decode(r)
+                i += 1
+        return chunks
 
-    def advance(self, dt: float, decodes: list, chunks: list) -> None:
-        t0 = self.t
-        t = self.t = t0 + dt
+    def advance(self, dt: float, chunks: list) -> None:
+        t = self.t = self.t + dt
+        self.step_end.append(t)
         self.steps += 1
         nrun, nwait = len(self.running), len(self.waiting)
         self.in_system += (nrun + nwait) * dt
@@ -261,16 +303,14 @@ class _State:
         used = self.total_blocks - self.free
         self.kv_int += used * dt
         self.kv_peak = max(self.kv_peak, used)
-        itl = self.itl
-        finished = []
-        for r in decodes:
-            r.ctx += 1
-            r.gen += 1
-            g = t - r.last
+        itl, ends = self.itl, self.step_end
+        common = self.n_dec - len(self.irregular)  # their last token ended the step before
+        if common:
+            itl[dt] = itl.get(dt, 0) + common
+        for r, prev in self.irregular:
+            g = t - ends[prev]
             itl[g] = itl.get(g, 0) + 1
-            r.last = t
-            if r.gen >= r.n_out:
-                finished.append(r)
+        finished = self.finished
         for r, n in chunks:
             r.ctx += n
             if r.ctx >= r.prompt:
@@ -278,9 +318,9 @@ class _State:
                 if r.first < 0:
                     r.first = t
                 else:
-                    g = t - r.last
+                    g = t - ends[r.last_step]
                     itl[g] = itl.get(g, 0) + 1
-                r.last = t
+                r.last_step = self.steps - 1
                 if r.gen >= r.n_out:
                     finished.append(r)
         for r in finished:
