@@ -137,3 +137,18 @@ def test_bad_arrivals_and_rates(bad):
 def test_bad_distributions(bad):
     with pytest.raises(InputError):
         parse_dist(bad, what="--input-dist")
+
+
+@pytest.mark.parametrize("b,n", [(1, 512), (32, 1024), (128, 2048), (256, 4000)])
+def test_a_mixed_step_reads_the_weights_once(model, b, n):
+    """A step with a prefill chunk beside decodes costs more than either alone and less than
+    the two run as separate steps (the weights are read once, not twice)."""
+    cost = StepCost(model, GPU, Job(model="x", mode="infer", engine="vllm"), max_len=4096)
+    dec, pre = cost.step_s(b, b * 1500, []), cost.step_s(0, 0, [(n, 0)])
+    mixed = cost.step_s(b, b * 1500, [(n, 0)])
+    assert max(dec, pre) < mixed < dec + pre
+
+
+def test_a_chunk_after_a_cached_prefix_costs_more_attention(model):
+    cost = StepCost(model, GPU, Job(model="x", mode="infer", engine="vllm"), max_len=4096)
+    assert cost.step_s(0, 0, [(512, 3000)]) > cost.step_s(0, 0, [(512, 0)])
