@@ -87,3 +87,17 @@ def test_workload_file_with_prefixes(capsys, tmp_path):
 def test_request_longer_than_max_model_len(capsys):
     assert "max-model-len" in _err(capsys, BASE + ["--tp", "1", "--rate", "1", "--input",
                                                    "4000", "--output", "200"])
+
+
+def test_export_vllm_sets_the_simulated_knobs(capsys):
+    assert main(BASE + ["--tp", "2", "--replicas", "2", "--rate", "2", "--requests", "40",
+                        "--input", "500", "--output", "16", "--max-num-seqs", "128",
+                        "--export", "vllm", "--json"]) == 0
+    cmd = json.loads(capsys.readouterr().out)["export"].split()
+    def val(flag):
+        return cmd[cmd.index(flag) + 1]
+    assert cmd[:2] == ["vllm", "serve"]
+    assert val("--tensor-parallel-size") == "2" and val("--data-parallel-size") == "2"
+    assert val("--max-num-seqs") == "128" and val("--max-model-len") == "4096"
+    assert val("--max-num-batched-tokens") == "8192" and val("--block-size") == "16"
+    assert "sglang" in _err(capsys, BASE + ["--tp", "1", "--rate", "1", "--export", "sglang"])

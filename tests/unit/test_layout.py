@@ -89,6 +89,7 @@ HEAVY_BOUNDARY = {
     "gpuplan.cli.serve": "starlette/uvicorn (the web extra)",
     "gpuplan.cli.fit": "--trace imports torch; --plot matplotlib; the table rich",
     "gpuplan.cli.speed": "--plot matplotlib; the table rich",
+    "gpuplan.cli.capacity": "--plot matplotlib; the table rich; --export the exporter",
     "gpuplan.cli.flops": "the table rich",
 }
 

@@ -77,7 +77,7 @@ class Deployment:
                  "each replica simulated alone on its round-robin share of the requests")
         kv = {"kv_tokens": self.kv_tokens, "block_size": self.block_size,
               "kv_blocks": self.kv_tokens // self.block_size,
-              "max_concurrency": self.kv_tokens / self.max_len}
+              "max_model_len": self.max_len, "max_concurrency": self.kv_tokens / self.max_len}
         return summarize(tr, replicas=self.replicas, gpus=self.gpus, slo=slo, price=price,
                          model=self.name, gpu=self.gpu.name, engine=self.sched.engine,
                          engine_version=self.sched.version, layout=self.layout,

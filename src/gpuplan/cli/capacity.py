@@ -52,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--max-rate", action="store_true", help="the highest rate the deployment sustains "
                                               "within the SLO")
     a("--price", default=None, help="price per GPU-hour, for the cost per million tokens")
+    a("--export", default=None, metavar="ENGINE", help="vllm: the chosen deployment's `vllm "
+      "serve` command, every scheduler knob set")
     a("--json", action="store_true", help="machine-readable output")
     a("--plot", default=None, metavar="FILE.png", help="latency percentiles against the rate")
     p.set_defaults(func=run)
@@ -112,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     gpu, alias = resolve_gpu(args.gpu)
     model = load_model(args.model, download=args.download)
     given = given_job_options(args)
+    if "gpus" not in given and ("tp" in given or "pp" in given):
+        # a replica's layout: its GPUs are tp x pp (replicas come from --replicas)
+        args.gpus = str(int(given.get("tp", 1)) * int(given.get("pp", 1)))
     job = job_from_args(args, model, command="capacity", default_mode="infer", modes=("infer",))
     engine = job.engine if job.engine in ("vllm", "sglang", "trt-llm") else None
     if engine is None:
@@ -153,10 +158,32 @@ def run(args: argparse.Namespace) -> int:
             plot_rates([(x, dep.run(make(x), slo=slo)) for x in
                         (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
                        args.plot, slo=slo)
-    return _render(args, res, cands, best_rate, alias)
+    command = None if args.export is None else _export(args.export, model, job, res)
+    return _render(args, res, cands, best_rate, alias, command)
 
 
-def _render(args, res, cands, best_rate, alias) -> int:
+def _export(engine: str, model, job, res) -> str:
+    """The ``vllm serve`` command of the deployment ``res`` describes (export/vllm.py), with the
+    scheduler budgets the simulation ran under."""
+    from ..errors import InputError
+    from ..export.vllm import export
+
+    if engine != "vllm":
+        raise InputError(f"--export {engine}: capacity writes a vllm command only (so far)",
+                         field="export", value=engine, accepted="vllm")
+    if res.engine != "vllm":
+        raise InputError(f"--export vllm of an {res.engine} deployment: give --engine vllm")
+    lay, sch = res.layout, res.scheduler
+    max_len = res.kv["max_model_len"]
+    served = job.with_(engine="vllm", tp=lay["tp"], pp=lay["pp"],
+                       gpus=lay["tp"] * lay["pp"] * lay["replicas"], batch=sch["max_num_seqs"],
+                       seq=max_len, context=max_len)
+    cmd = export(served, model).rstrip("\n")
+    return (f"{cmd} --max-num-batched-tokens {sch['max_num_batched_tokens']} --block-size "
+            f"{sch['block_size']}\n")
+
+
+def _render(args, res, cands, best_rate, alias, command=None) -> int:
     if args.json:
         d = res.to_dict()
         if cands is not None:
@@ -165,6 +192,8 @@ def _render(args, res, cands, best_rate, alias) -> int:
             d["max_rate_requests_per_s"] = best_rate
         if alias:
             d["gpu_note"] = alias
+        if command is not None:
+            d["export"] = command
         sys.stdout.write(json_text(d, indent=2) + "\n")
         return 0
     from ..report.capacity import render_candidates, render_capacity
@@ -176,4 +205,6 @@ def _render(args, res, cands, best_rate, alias) -> int:
     render_capacity(res, max_rate=best_rate)
     if args.plot:
         print(f"plot written to {args.plot}")
+    if command is not None:
+        print(command, end="")
     return 0
