@@ -152,3 +152,38 @@ def test_a_mixed_step_reads_the_weights_once(model, b, n):
 def test_a_chunk_after_a_cached_prefix_costs_more_attention(model):
     cost = StepCost(model, GPU, Job(model="x", mode="infer", engine="vllm"), max_len=4096)
     assert cost.step_s(0, 0, [(512, 3000)]) > cost.step_s(0, 0, [(512, 0)])
+
+
+def test_max_rate_is_the_edge_of_the_slo(dep):
+    from gpuplan.capacity import max_rate
+
+    slo = SLO(ttft_s=0.5, tpot_s=0.03)
+
+    def make(r):
+        return _wl(rate=r, n=150, i=1000, o=32, seed=1)
+    best, res = max_rate(dep, slo, make=make, iters=8)
+    assert best > 0 and res.meets_slo
+    assert not dep.run(make(best * 1.25), slo=slo).meets_slo
+
+
+def test_sglang_runs_prefill_and_decode_in_separate_steps(model):
+    """SGLang's prefill-first order: a prompt arriving while others decode stalls their next
+    token for a whole prefill step, so its ITL tail is at least one prefill long; vLLM mixes the
+    chunk into the decode step (its tail is the mixed step, shorter than prefill + decode)."""
+    job = Job(model="x", mode="infer")
+    wl = _wl(rate=4, n=80, i=2000, o=64, seed=2)
+    sg = Deployment(model, GPU, job, engine="sglang", max_model_len=4096).run(wl)
+    vl = Deployment(model, GPU, job, engine="vllm", max_model_len=4096).run(wl)
+    pre = StepCost(model, GPU, job.with_(engine="sglang"), max_len=4096).prefill_s(2000)
+    assert sg.itl_s.p99 >= pre
+    assert vl.itl_s.p99 < sg.itl_s.p99
+
+
+def test_plot_of_latency_against_rate(dep, tmp_path):
+    pytest.importorskip("matplotlib")
+    from gpuplan.report.capacity import plot_rates
+
+    rows = [(x, dep.run(_wl(rate=x, n=60))) for x in (1, 4, 16)]
+    out = tmp_path / "rates.png"
+    plot_rates(rows, str(out), slo=SLO(ttft_s=1.0, tpot_s=0.05))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
