@@ -7,11 +7,11 @@ from __future__ import annotations
 from ..errors import InputError
 from ..hardware import GPU
 from ..job import Job
-from ._plan import Deployment
+from ._plan import Deployment, max_rate
 from ._result import SLO, CapacityResult
 from ._workload import Workload
 
-__all__ = ["search", "Candidate", "TP_CHOICES"]
+__all__ = ["search", "solve", "answer_dict", "Candidate", "TP_CHOICES"]
 
 TP_CHOICES = (1, 2, 4, 8)
 
@@ -95,3 +95,43 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
     else:
         key = lambda c: (c.result.gpus, c.result.ttft_s.p99)  # noqa: E731
     return min(ok, key=key).result, cands
+
+
+def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
+          layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
+          price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
+          make=None, **kw) -> dict:
+    """What ``gpuplan capacity --json`` and ``POST /api/capacity`` answer: without a layout and
+    with an SLO, the search's best deployment and every layout tried (``searched``); with
+    ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
+    builds the workload); else the given deployment at ``wl``. Also returns the deployment
+    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers."""
+    if not layout_given and replicas is None and slo.given and not find_max_rate:
+        res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
+                            price=price, prefix_hit=prefix_hit, **kw)
+        return {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+    dep = Deployment(model, gpu, job, engine=engine, replicas=replicas or 1, **kw)
+    best = None
+    if find_max_rate:
+        if not slo.given or make is None:
+            raise InputError("max rate needs an SLO (slo_ttft, slo_tpot or slo_e2e) and a "
+                             "synthetic workload (input, output)", field="max_rate")
+        best, res = max_rate(dep, slo, make=make)
+        if best == 0.0:
+            raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"
+                             f"{slo.percentile:g} TTFT {res.ttft_s.at(slo.percentile):.3g} s, "
+                             f"TPOT {res.tpot_s.at(slo.percentile) * 1e3:.3g} ms): relax the "
+                             "SLO or add GPUs", field="max_rate")
+    else:
+        res = dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
+    return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
+
+
+def answer_dict(out: dict) -> dict:
+    """The JSON answer of :func:`solve`'s outcome."""
+    d = out["_result"].to_dict()
+    if out["searched"] is not None:
+        d["searched"] = [c.to_dict() for c in out["searched"]]
+    if out["max_rate"] is not None:
+        d["max_rate_requests_per_s"] = out["max_rate"]
+    return d

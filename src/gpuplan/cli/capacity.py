@@ -105,8 +105,7 @@ def _inputs(args):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..capacity import Deployment, max_rate
-    from ..capacity._search import search
+    from ..capacity._search import solve
     from ..errors import InputError
     from ..hardware import resolve_gpu
     from ..models import load_model
@@ -131,33 +130,19 @@ def run(args: argparse.Namespace) -> int:
               max_num_batched_tokens=_int(args.max_num_batched_tokens,
                                           "--max-num-batched-tokens", 2**31),
               max_model_len=_int(args.max_model_len, "--max-model-len", 2**31))
-    cands, best_rate = None, None
-    if "tp" not in given and args.replicas is None and slo.given and not args.max_rate:
-        res, cands = search(model, gpu, job, wl, slo, engine=engine,
-                            max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
-                            prefix_hit=hit, **kw)
-    else:
-        dep = Deployment(model, gpu, job, engine=engine, replicas=_int(args.replicas or "1",
-                                                                       "--replicas"), **kw)
-        if args.max_rate:
-            if not slo.given or make is None:
-                raise InputError("--max-rate needs an SLO (--slo-ttft/--slo-tpot/--slo-e2e) and "
-                                 "a synthetic workload (--input/--output)")
-            best_rate, res = max_rate(dep, slo, make=make)
-            if best_rate == 0.0:
-                raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"
-                                 f"{slo.percentile:g} TTFT {res.ttft_s.at(slo.percentile):.3g} "
-                                 f"s, TPOT {res.tpot_s.at(slo.percentile) * 1e3:.3g} ms): "
-                                 "relax the SLO or add GPUs")
-        else:
-            res = dep.run(wl, slo=slo, price=price, prefix_hit=hit)
-        if args.plot and make is not None:
-            from ..report.capacity import plot_rates
+    out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
+                replicas=_int(args.replicas, "--replicas"),
+                max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price, prefix_hit=hit,
+                find_max_rate=args.max_rate, make=make, **kw)
+    res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
+        out["max_rate"]
+    if args.plot and dep is not None and make is not None:
+        from ..report.capacity import plot_rates
 
-            base = rate or best_rate or 1.0
-            plot_rates([(x, dep.run(make(x), slo=slo)) for x in
-                        (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
-                       args.plot, slo=slo)
+        base = rate or best_rate or 1.0
+        plot_rates([(x, dep.run(make(x), slo=slo)) for x in
+                    (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
+                   args.plot, slo=slo)
     command = None if args.export is None else _export(args.export, model, job, res)
     return _render(args, res, cands, best_rate, alias, command)
 
@@ -185,11 +170,9 @@ def _export(engine: str, model, job, res) -> str:
 
 def _render(args, res, cands, best_rate, alias, command=None) -> int:
     if args.json:
-        d = res.to_dict()
-        if cands is not None:
-            d["searched"] = [c.to_dict() for c in cands]
-        if best_rate is not None:
-            d["max_rate_requests_per_s"] = best_rate
+        from ..capacity._search import answer_dict
+
+        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate})
         if alias:
             d["gpu_note"] = alias
         if command is not None:
