@@ -21,6 +21,8 @@ __all__ = [
     "suggest", "Suggestion", "Suggestions", "max_batch", "max_seq",
     # the speed model
     "estimate_speed", "estimate_cpu_speed", "SpeedEstimate",
+    # serving under load (issue 29)
+    "capacity",
     # measuring (need torch, imported on first use)
     "profile",
 ]
@@ -45,6 +47,10 @@ _SUBPACKAGES = ("errors", "fit", "hardware", "job", "memory", "models")
 def __getattr__(name: str):
     if name in _SUBPACKAGES:
         return _subpackage(name)
+    if name == "capacity":  # the package, callable as its capacity() (gpuplan.capacity(...))
+        import gpuplan.capacity
+
+        return globals()["capacity"]
     module = _home(name)
     value = getattr(module, name)
     globals()[name] = value  # the next look-up is a plain attribute

@@ -28,6 +28,9 @@ memory_fraction    > 0 .. 1                     a serving engine's share of GPU 
 grad_norm          > 0 .. 10^6                  a clipping threshold (1.0 is the usual one)
 loss_chunks        1 .. 1024                    the head's graph is built once per chunk (1,024:
                                                 ~1.4 s for gpt2); torchtune's default is 8
+requests           1 .. 10^6                    requests one capacity simulation serves
+rate               > 0 .. 10^6 per second       requests per second into one deployment
+tokens             1 .. 2^31                    a request's prompt or output length
 =================  ===========================  =================================================
 
 Counts that drive work inside gpuplan, not taken from an option (the ones above bound those):
@@ -125,6 +128,10 @@ BOUNDS: dict[str, Bound] = {
     "memory_fraction": Bound(0, 1, "a share of GPU memory", open_low=True),
     "grad_norm": Bound(0, 1e6, "a gradient-norm threshold", open_low=True),
     "loss_chunks": Bound(1, MAX_LOSS_CHUNKS, "a number of loss chunks"),
+    # capacity (issue 29): requests simulated, their rate, token lengths
+    "requests": Bound(1, 10**6, "a number of requests"),
+    "rate": Bound(0, 10**6, "a request rate per second", open_low=True),
+    "tokens": Bound(1, 2**31, "a token count"),
 }
 
 

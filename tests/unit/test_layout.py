@@ -22,7 +22,7 @@ LAYERS = [
     {"__main__"},
     {"cli", "web"},
     {"report", "export"},
-    {"fit", "solver", "cluster", "trace", "measure", "crosscheck", "doctor"},
+    {"fit", "solver", "cluster", "trace", "measure", "crosscheck", "doctor", "capacity"},
     {"memory", "compute"},
     {"job"},
     {"parallel"},
@@ -57,6 +57,7 @@ LAZY_OK = {
     ("gpuplan", "gpuplan.models"): "PEP 562: the model inputs load on first use",
     ("gpuplan", "gpuplan.compute"): "PEP 562: the speed model loads on first use",
     ("gpuplan", "gpuplan.solver"): "PEP 562: the solver loads on first use",
+    ("gpuplan", "gpuplan.capacity"): "PEP 562: the serving simulation loads on first use",
     ("gpuplan", "gpuplan.measure.profile"): "PEP 562: gpuplan.profile needs torch when entered",
     ("gpuplan.fit", "gpuplan.solver"): "`import gpuplan` plans memory without the solver",
     ("gpuplan.fit", "gpuplan.compute"): "`import gpuplan` plans memory without the speed model",
@@ -88,6 +89,7 @@ HEAVY_BOUNDARY = {
     "gpuplan.cli.serve": "starlette/uvicorn (the web extra)",
     "gpuplan.cli.fit": "--trace imports torch; --plot matplotlib; the table rich",
     "gpuplan.cli.speed": "--plot matplotlib; the table rich",
+    "gpuplan.cli.capacity": "--plot matplotlib; the table rich; --export the exporter",
     "gpuplan.cli.flops": "the table rich",
 }
 

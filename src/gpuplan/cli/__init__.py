@@ -21,8 +21,8 @@ from ..errors import GpuplanError, GpuplanWarning, InputError, closest, printabl
 __all__ = ["main", "build_parser", "CliError"]
 
 #: The subcommands, in the order of ``gpuplan --help``.
-COMMANDS = ("fit", "gpus", "models", "speed", "cluster", "flops", "trace", "bench", "profile", "serve",
-            "doctor")
+COMMANDS = ("fit", "gpus", "models", "speed", "cluster", "capacity", "flops", "trace", "bench",
+            "profile", "serve", "doctor")
 
 #: Each command's one-line help, as ``gpuplan --help`` lists it: written out here so that listing
 #: the commands imports none of their modules (tests/unit/test_cli_help.py holds each line equal
@@ -34,6 +34,7 @@ HELP = {
               "tensor",
     "speed": "how fast a model trains or serves on a GPU, and why",
     "cluster": "the best parallel layout (TP/PP/CP/EP/DP, ZeRO) of a job on N GPUs",
+    "capacity": "TTFT/TPOT percentiles at a request rate, and the fewest GPUs that meet an SLO",
     "flops": "exact multiplies and additions of a matmul, and the work it gives a GPU",
     "trace": "run a model's real training or inference step under fake tensors and record its "
              "memory",
@@ -59,6 +60,8 @@ def command_module(name: str) -> ModuleType:
         from . import speed as m
     elif name == "cluster":
         from . import cluster as m
+    elif name == "capacity":
+        from . import capacity as m
     elif name == "flops":
         from . import flops as m
     elif name == "trace":

@@ -148,6 +148,9 @@ def _routes(work: _Work) -> list:
     async def cluster(request: Request) -> Response:
         return await post(request, "cluster")
 
+    async def capacity(request: Request) -> Response:
+        return await post(request, "capacity")
+
     async def models(request: Request) -> Response:
         return await work.run("models", request.query_params.get("q", ""), method="GET")
 
@@ -169,6 +172,7 @@ def _routes(work: _Work) -> list:
         Route("/api/speed", speed, methods=["POST"]),
         Route("/api/flops", flops, methods=["POST"]),
         Route("/api/cluster", cluster, methods=["POST"]),
+        Route("/api/capacity", capacity, methods=["POST"]),
         Route("/api/models", models, methods=["GET"]),
         Route("/api/gpus", gpus, methods=["GET"]),
         Route("/api/options", options, methods=["GET"]),

@@ -146,6 +146,33 @@ def openapi_schema() -> dict:
         "top": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
         "tp_overlap": {"type": "boolean", "default": False},
     }
+    num = {"type": "number", "exclusiveMinimum": True, "minimum": 0}
+    capacity_props = {
+        **job, **{k: _FIT_OPTIONS[k] for k in ("params", "config")},
+        "gpu": {"type": "string", "description": "the GPU of every replica's ranks"},
+        "rate": {**num, "description": "requests per second (open loop)"},
+        "concurrency": {"type": "integer", "minimum": 1, "description": "closed-loop clients"},
+        "input": {"type": "integer", "minimum": 1, "default": 2000},
+        "output": {"type": "integer", "minimum": 1, "default": 256},
+        "input_dist": {"type": "string", "description": "uniform:LO:HI, normal:MEAN:STD, "
+                                                        "lognormal:MEDIAN:SIGMA"},
+        "output_dist": {"type": "string"},
+        "arrivals": {"type": "string", "default": "poisson",
+                     "description": "poisson, constant or gamma:CV"},
+        "requests": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 2000},
+        "seed": {"type": "integer", "minimum": 0, "default": 0},
+        "replicas": {"type": "integer", "minimum": 1},
+        "engine_version": {"type": "string"},
+        "max_num_seqs": {"type": "integer", "minimum": 1},
+        "max_num_batched_tokens": {"type": "integer", "minimum": 1},
+        "max_model_len": {"type": "integer", "minimum": 1},
+        "prefix_hit": {"type": "number", "minimum": 0, "maximum": 1},
+        "slo_ttft": num, "slo_tpot": num, "slo_e2e": num,
+        "slo_percentile": {"type": "number", "enum": [50, 90, 99], "default": 99},
+        "price": {"type": "number", "minimum": 0},
+        "max_gpus": {"type": "integer", "minimum": 1, "maximum": 64, "default": 64},
+        "max_rate": {"type": "boolean", "default": False},
+    }
     return {
         "openapi": "3.0.3",
         "info": {"title": "gpuplan serve", "version": "1",
@@ -158,6 +185,8 @@ def openapi_schema() -> dict:
             "/api/flops": _post("counted FLOPs, as gpuplan flops model --json", "FlopsRequest"),
             "/api/cluster": _post("the best parallel layouts, as gpuplan cluster --json prints "
                                   "them (less elapsed_s)", "ClusterRequest"),
+            "/api/capacity": _post("TTFT/TPOT percentiles under load, as gpuplan capacity "
+                                   "--json prints them", "CapacityRequest"),
             "/api/models": _get("catalog models", [{"name": "q", "in": "query", "required": False,
                                                     "schema": {"type": "string",
                                                                "maxLength": 100}}]),
@@ -174,6 +203,8 @@ def openapi_schema() -> dict:
                              "additionalProperties": False},
             "ClusterRequest": {"type": "object", "properties": cluster_props, "required": ["gpu"],
                                "additionalProperties": False},
+            "CapacityRequest": {"type": "object", "properties": capacity_props,
+                                "required": ["gpu"], "additionalProperties": False},
             "Error": _ERROR,
         }},
     }

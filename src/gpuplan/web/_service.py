@@ -17,6 +17,9 @@ from collections.abc import Mapping
 
 from typing import Literal, get_args, get_origin, get_type_hints
 
+from ..bounds import check_int, check_number
+from ..capacity import SLO, make_workload, parse_dist
+from ..capacity._search import answer_dict, solve
 from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
 from ..engines.profiles import AUTO_ENGINE, ENGINE_NAMES
@@ -32,7 +35,7 @@ from ..report import gpus as gpus_report
 from ..report import models as models_report
 from ..units import MB, parse_count
 
-__all__ = ["fit", "speed", "flops", "cluster", "models", "gpus", "options", "FIT_OPTIONS",
+__all__ = ["capacity", "CAPACITY_OPTIONS", "fit", "speed", "flops", "cluster", "models", "gpus", "options", "FIT_OPTIONS",
            "MAX_CONFIG_BYTES", "MAX_GPUS_PER_REQUEST", "MAX_QUERY_CHARS"]
 
 #: A pasted config.json is read up to this size (real ones are a few kB).
@@ -282,3 +285,78 @@ def options() -> dict:
         "max_gpus_per_request": MAX_GPUS_PER_REQUEST,
         "max_config_bytes": MAX_CONFIG_BYTES,
     }
+
+
+#: The capacity simulation's own keys of ``POST /api/capacity`` (besides the job's and the
+#: model's); a trace file is the command line's (the server reads no file).
+CAPACITY_OPTIONS = ("gpu", "rate", "concurrency", "input", "output", "input_dist", "output_dist",
+                    "arrivals", "requests", "seed", "replicas", "engine_version", "max_num_seqs",
+                    "max_num_batched_tokens", "max_model_len", "prefix_hit", "slo_ttft",
+                    "slo_tpot", "slo_e2e", "slo_percentile", "price", "max_gpus", "max_rate")
+#: Most requests one web simulation serves, and the largest deployment it searches.
+MAX_WEB_REQUESTS = 5000
+MAX_WEB_GPUS = 64
+
+
+def _opt(body: Mapping, key: str, kind: str, bound: str, **kw):
+    v = body.get(key)
+    if v is None:
+        return None
+    return check_int(v, bound, field=key, **kw) if kind == "int" else check_number(
+        v, bound, field=key)
+
+
+def capacity(body: Mapping) -> dict:
+    """``POST /api/capacity``: what ``gpuplan capacity --json`` prints for the same model, GPU,
+    layout and workload (a synthetic one: ``rate`` or ``concurrency``, ``input``/``output`` or
+    their distributions), at most 5,000 requests and a search over at most 64 GPUs."""
+    if not isinstance(body, Mapping):
+        raise InputError("request body: expected a JSON object of job fields")
+    body = dict(body)
+    body.setdefault("mode", "infer")
+    body.setdefault("engine", "vllm")
+    if body.get("gpus") is None and (body.get("tp") or body.get("pp")):
+        body["gpus"] = int(body.get("tp") or 1) * int(body.get("pp") or 1)
+    job = _job(body, CAPACITY_OPTIONS)
+    names = _gpu_names(body.get("gpu"))
+    if not names or len(names) != 1:
+        raise InputError("gpu: name one GPU for the capacity simulation (see /api/gpus)")
+    gpu, note = resolve_gpu(names[0])
+    pct = _opt(body, "slo_percentile", "num", "duration") or 99.0
+    if pct not in (50.0, 90.0, 99.0):
+        raise InputError(f"slo_percentile {shown(pct)}: expected 50, 90 or 99",
+                         field="slo_percentile")
+    slo = SLO(ttft_s=_opt(body, "slo_ttft", "num", "seconds"),
+              tpot_s=_opt(body, "slo_tpot", "num", "seconds"),
+              e2e_s=_opt(body, "slo_e2e", "num", "seconds"), percentile=pct)
+    rate = _opt(body, "rate", "num", "rate")
+    conc = _opt(body, "concurrency", "int", "requests")
+    find = _bool(body, "max_rate", False)
+    if rate is None and conc is None and not find:
+        raise InputError("give rate (requests/s) or concurrency (closed loop)", field="rate")
+    kw = dict(input=parse_dist(str(body.get("input_dist") or body.get("input", 2000)),
+                               what="input"),
+              output=parse_dist(str(body.get("output_dist") or body.get("output", 256)),
+                                what="output"),
+              requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS) or 2000,
+              arrivals=str(body.get("arrivals", "poisson")),
+              seed=check_int(body.get("seed", 0) + 1, "int", field="seed") - 1
+              if isinstance(body.get("seed", 0), int) else check_int(body["seed"], "int",
+                                                                      field="seed"))
+
+    def make(r):
+        return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
+    out = solve(_model_of(job), gpu, job, make(rate if rate is not None else 1.0), slo,
+                engine=job.engine, layout_given=body.get("tp") is not None,
+                replicas=_opt(body, "replicas", "int", "gpus"),
+                max_gpus=_opt(body, "max_gpus", "int", "gpus", high=MAX_WEB_GPUS) or
+                MAX_WEB_GPUS, price=_opt(body, "price", "num", "price"),
+                prefix_hit=_opt(body, "prefix_hit", "num", "fraction") or 0.0,
+                find_max_rate=find, make=make, engine_version=body.get("engine_version"),
+                max_num_seqs=_opt(body, "max_num_seqs", "int", "requests"),
+                max_num_batched_tokens=_opt(body, "max_num_batched_tokens", "int", "tokens"),
+                max_model_len=_opt(body, "max_model_len", "int", "tokens"))
+    d = answer_dict(out)
+    if note:
+        d["gpu_note"] = note
+    return d

@@ -36,7 +36,7 @@ log = logging.getLogger("gpuplan.web")
 
 #: The :mod:`._service` functions a request may run (looked up by name when called, so the
 #: module's current function is the one run).
-ROUTES = ("fit", "speed", "flops", "cluster", "models", "gpus", "options")
+ROUTES = ("fit", "speed", "flops", "cluster", "capacity", "models", "gpus", "options")
 
 #: Seconds of wall clock a request's computation may take before it is answered 503 (the
 #: library's bounds keep a real request far below: a solver run takes well under a second).
@@ -51,7 +51,8 @@ Outcome = tuple[int, bytes]
 
 
 #: The keys a request may hold: the Job's fields and the endpoints' own options.
-_KEYS = frozenset(FLAT_FIELDS) | frozenset(_service.FIT_OPTIONS + _service.CLUSTER_OPTIONS)
+_KEYS = frozenset(FLAT_FIELDS) | frozenset(_service.FIT_OPTIONS + _service.CLUSTER_OPTIONS
+                                                  + _service.CAPACITY_OPTIONS)
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 

@@ -1,0 +1,53 @@
+"""Serving under load (issue 29): TTFT, TPOT, ITL and E2E percentiles of a model served by vLLM,
+SGLang or TensorRT-LLM at a request rate or concurrency, from a step-by-step simulation of the
+engine's scheduler timed by gpuplan's speed model."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from ..job import Job
+from ._engines import SCHEDULERS, SchedulerDefaults, scheduler_for
+from ._plan import Deployment, max_rate
+from ._result import SLO, CapacityResult, Stats
+from ._workload import Dist, Workload, make_workload, parse_dist, read_workload
+
+__all__ = ["capacity", "CapacityResult", "Stats", "SLO", "Deployment", "max_rate", "Workload",
+           "Dist", "make_workload", "read_workload", "parse_dist", "SchedulerDefaults",
+           "SCHEDULERS", "scheduler_for"]
+
+
+def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str | None = None,
+             rate: float | None = None, concurrency: int | None = None, input: int = 2000,
+             output: int = 256, input_dist: str | None = None, output_dist: str | None = None,
+             arrivals: str = "poisson", requests: int = 2000, seed: int = 0,
+             workload: Workload | None = None, replicas: int = 1,
+             max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+             max_model_len: int | None = None, prefix_hit: float = 0.0,
+             slo: SLO | None = None, price: float | None = None) -> CapacityResult:
+    """Simulate ``model`` served on ``gpu`` (a :class:`~gpuplan.GPU`) by ``engine`` under
+    ``job``'s layout (tp, pp, ep, weight format, kv_dtype; default one GPU) times ``replicas``,
+    at ``rate`` requests/s or ``concurrency`` clients, with fixed ``input``/``output`` lengths,
+    their distributions, or a ``workload``."""
+    if job is None:
+        job = Job(model="x", mode="infer", engine=engine)
+    if workload is None:
+        wl_in = parse_dist(input_dist or str(input), what="input")
+        wl_out = parse_dist(output_dist or str(output), what="output")
+        workload = make_workload(input=wl_in, output=wl_out, requests=requests, rate=rate,
+                                 concurrency=concurrency, arrivals=arrivals, seed=seed)
+    dep = Deployment(model, gpu, job, engine=engine, engine_version=engine_version,
+                     replicas=replicas, max_num_seqs=max_num_seqs,
+                     max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len)
+    return dep.run(workload, slo=slo, price=price, prefix_hit=prefix_hit)
+
+
+class _CallableModule(types.ModuleType):
+    """``gpuplan.capacity`` is this package, and calling it runs :func:`capacity`."""
+
+    def __call__(self, *args, **kwargs) -> CapacityResult:
+        return capacity(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

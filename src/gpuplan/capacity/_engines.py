@@ -1,0 +1,153 @@
+"""Each serving engine's scheduler, as data: its batch budgets, chunked prefill, block size,
+preemption and prefix caching by engine and version, with the source each default was read from.
+
+The simulation (:mod:`._sim`) reads only these fields, so where vLLM, SGLang and TensorRT-LLM
+schedule differently the difference is a value here, stated, not a branch hidden in the loop:
+
+* ``mixed``: vLLM (V1) and TensorRT-LLM (in-flight batching) put prefill chunks and decodes in
+  one step; SGLang runs a prefill batch *or* a decode batch (prefill first), unless
+  ``--enable-mixed-chunk``.
+* ``admission``: ``incremental`` (vLLM: a request is admitted when blocks for the tokens it is
+  scheduled now are free; later blocks are taken as it grows, and a running request is preempted
+  by recompute when none is free), ``reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT capacity
+  scheduler: blocks for the prompt and the whole output are reserved at admission, so nothing is
+  ever evicted), ``ratio`` (SGLang: the prompt plus ``new_token_ratio`` of every running
+  request's remaining output must fit; it retracts decodes when the pool still runs out).
+"""
+
+from __future__ import annotations
+
+from .._record import record
+from ..errors import InputError, closest, shown
+
+__all__ = ["SchedulerDefaults", "SCHEDULERS", "scheduler_for", "ENGINE_VERSIONS"]
+
+
+@record
+class SchedulerDefaults:
+    """One engine version's scheduler as the simulation runs it."""
+
+    engine: str
+    version: str
+    max_num_seqs: int
+    """Most requests running at once (vLLM ``max_num_seqs``, SGLang ``max_running_requests``,
+    TensorRT-LLM ``max_batch_size``)."""
+    max_num_batched_tokens: int
+    """Most tokens one step computes (vLLM ``max_num_batched_tokens``, SGLang
+    ``chunked_prefill_size``, TensorRT-LLM ``max_num_tokens``)."""
+    chunked_prefill: bool
+    mixed: bool
+    """Prefill chunks and decodes share a step."""
+    block_size: int
+    """Tokens per KV block (vLLM ``block_size``, SGLang ``page_size``, TensorRT-LLM
+    ``tokens_per_block``)."""
+    preemption: str
+    """``recompute`` (a preempted request frees its blocks and is prefilled again) or ``none``."""
+    admission: str
+    """``incremental``, ``reserve`` or ``ratio`` (module docstring)."""
+    prefix_caching: bool
+    memory_utilization: float
+    """vLLM ``gpu_memory_utilization`` (of the whole GPU), SGLang ``mem_fraction_static``,
+    TensorRT-LLM ``free_gpu_memory_fraction`` (of what is free after the weights)."""
+    new_token_ratio: float = 0.0
+    """SGLang: the share of a running request's remaining output held back at admission."""
+    high_memory_seqs: int | None = None
+    """vLLM >= 0.9.2: ``max_num_seqs`` on a GPU of >= 70 GiB that is not an A100."""
+    high_memory_tokens: int | None = None
+    """vLLM >= 0.9.2: ``max_num_batched_tokens`` on such a GPU (API server)."""
+    sources: tuple[str, ...] = ()
+
+    def on_gpu(self, memory_bytes: int, gpu_name: str) -> "SchedulerDefaults":
+        """The defaults on a given GPU (vLLM picks larger budgets on >= 70 GiB, non-A100)."""
+        from dataclasses import replace
+
+        big = memory_bytes >= 70 * 2**30 and "a100" not in gpu_name.lower()
+        if big and self.high_memory_seqs is not None:
+            return replace(self, max_num_seqs=self.high_memory_seqs,
+                           max_num_batched_tokens=self.high_memory_tokens or
+                           self.max_num_batched_tokens)
+        return self
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "version": self.version,
+                "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "chunked_prefill": self.chunked_prefill, "mixed": self.mixed,
+                "block_size": self.block_size, "preemption": self.preemption,
+                "admission": self.admission, "prefix_caching": self.prefix_caching,
+                "memory_utilization": self.memory_utilization,
+                "new_token_ratio": self.new_token_ratio, "sources": list(self.sources)}
+
+
+_VLLM_ARGS = ("vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (>= 70 GiB and not A100: "
+              "OPENAI_API_SERVER max_num_batched_tokens 8192, max_num_seqs 1024; else 2048 / "
+              "256; PR #17885 keeps A100 on the small budget)")
+_VLLM_V1 = ("vllm/engine/arg_utils.py _set_default_args_v1: V1 always chunks prefills, enables "
+            "prefix caching; vllm/v1/core/sched/scheduler.py: running requests first, then "
+            "waiting FCFS within the token budget; preempts the last-admitted running request "
+            "(recompute) when the KV cache manager cannot allocate")
+_VLLM_CACHE = "vllm/config/cache.py CacheConfig: block_size 16, gpu_memory_utilization 0.9"
+_SGL = ("sglang python/sglang/srt/server_args.py: chunked_prefill_size 8192 on an 80 GB GPU, "
+        "page_size 1, radix cache on, enable_mixed_chunk False, mem_fraction_static by GPU "
+        "memory and TP (about 0.88 on H100 TP1)")
+_SGL_SCHED = ("sglang python/sglang/srt/managers/scheduler.py get_next_batch_to_run: a prefill "
+              "batch when one can be formed, else a decode batch; schedule_policy.py "
+              "PrefillAdder reserves new_token_ratio of each running request's remaining "
+              "output; retract_decode on out-of-memory")
+_TRT = ("TensorRT-LLM tensorrt_llm/llmapi/llm_args.py: max_batch_size 2048, max_num_tokens "
+        "8192, enable_chunked_prefill False; KvCacheConfig free_gpu_memory_fraction 0.9, "
+        "tokens_per_block 32, enable_block_reuse True; CapacitySchedulerPolicy "
+        "GUARANTEED_NO_EVICT by default")
+
+SCHEDULERS: tuple[SchedulerDefaults, ...] = (
+    SchedulerDefaults(engine="vllm", version="0.8", max_num_seqs=256,
+                      max_num_batched_tokens=2048, chunked_prefill=True, mixed=True,
+                      block_size=16, preemption="recompute", admission="incremental",
+                      prefix_caching=True, memory_utilization=0.9,
+                      sources=(_VLLM_V1, _VLLM_CACHE)),
+    SchedulerDefaults(engine="vllm", version="0.11", max_num_seqs=256,
+                      max_num_batched_tokens=2048, chunked_prefill=True, mixed=True,
+                      block_size=16, preemption="recompute", admission="incremental",
+                      prefix_caching=True, memory_utilization=0.9, high_memory_seqs=1024,
+                      high_memory_tokens=8192, sources=(_VLLM_ARGS, _VLLM_V1, _VLLM_CACHE)),
+    SchedulerDefaults(engine="sglang", version="0.5", max_num_seqs=4096,
+                      max_num_batched_tokens=8192, chunked_prefill=True, mixed=False,
+                      block_size=1, preemption="recompute", admission="ratio",
+                      prefix_caching=True, memory_utilization=0.88, new_token_ratio=0.7,
+                      sources=(_SGL, _SGL_SCHED)),
+    SchedulerDefaults(engine="trt-llm", version="1.0", max_num_seqs=2048,
+                      max_num_batched_tokens=8192, chunked_prefill=False, mixed=True,
+                      block_size=32, preemption="none", admission="reserve",
+                      prefix_caching=True, memory_utilization=0.9, sources=(_TRT,)),
+)
+
+#: The version each engine's scheduler defaults to (the most recent one stated).
+ENGINE_VERSIONS = {"vllm": "0.11", "sglang": "0.5", "trt-llm": "1.0"}
+
+
+def scheduler_for(engine: str, version: str | None = None) -> SchedulerDefaults:
+    """The scheduler of ``engine`` at ``version`` (default :data:`ENGINE_VERSIONS`); a version
+    between two stated ones takes the earlier one's defaults."""
+    rows = [s for s in SCHEDULERS if s.engine == engine]
+    if not rows:
+        names = sorted(ENGINE_VERSIONS)
+        hint = closest(engine, names)
+        raise InputError(f"engine {shown(engine)}: capacity simulates "
+                         f"{', '.join(names)}" + (f"; did you mean {hint[0]}?" if hint else ""),
+                         field="engine", value=engine, accepted=", ".join(names))
+    if version is None:
+        version = ENGINE_VERSIONS[engine]
+    want = _key(version)
+    fits = [s for s in rows if _key(s.version) <= want]
+    if not fits:
+        raise InputError(f"engine version {shown(version)}: the oldest {engine} version "
+                         f"modelled is {rows[0].version}", field="engine_version", value=version)
+    return max(fits, key=lambda s: _key(s.version))
+
+
+def _key(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(version).split("."))
+    except ValueError:
+        raise InputError(f"engine version {shown(version)}: expected numbers with dots, e.g. "
+                         "0.11", field="engine_version", value=version) from None

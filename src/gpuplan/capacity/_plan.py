@@ -1,0 +1,132 @@
+"""One deployment (a replica's layout under an engine, times ``replicas``) prepared once -- its
+scheduler, KV capacity and step-cost cache -- and simulated at a workload; ``max_rate``: the
+highest request rate it serves within an SLO, by bisection on simulated rates."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import InputError
+from ..hardware import GPU
+from ..job import Job
+from ._cost import StepCost
+from ._engines import SchedulerDefaults, scheduler_for
+from ._kv import kv_capacity
+from ._result import SLO, CapacityResult, summarize
+from ._sim import simulate
+from ._workload import Request, Workload, make_workload
+
+__all__ = ["Deployment", "max_rate"]
+
+
+class Deployment:
+    """``replicas`` copies of ``job``'s layout (tp x pp x ep GPUs each) under ``engine``."""
+
+    def __init__(self, model, gpu: GPU, job: Job, *, engine: str = "vllm",
+                 engine_version: str | None = None, replicas: int = 1,
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                 max_model_len: int | None = None) -> None:
+        sched = scheduler_for(engine, engine_version).on_gpu(gpu.memory_bytes, gpu.name)
+        if max_num_seqs is not None:
+            sched = replace(sched, max_num_seqs=max_num_seqs)
+        if max_num_batched_tokens is not None:
+            sched = replace(sched, max_num_batched_tokens=max_num_batched_tokens)
+        arch = getattr(model, "architecture", None)
+        ctx = getattr(arch, "max_position_embeddings", None) or 8192
+        self.max_len = max_model_len or ctx
+        per = job.tp * job.pp * job.ep
+        self.job = job.with_(mode="infer", engine=engine, gpus=per)
+        self.model, self.gpu, self.sched, self.replicas = model, gpu, sched, replicas
+        self.gpus = per * replicas
+        self.kv_tokens, self.block_size = kv_capacity(model, gpu, self.job, sched, self.max_len)
+        self.cost = StepCost(model, gpu, self.job, max_len=self.max_len)
+        self.name = getattr(model, "name", str(model))
+
+    @property
+    def layout(self) -> dict:
+        j = self.job
+        return {"tp": j.tp, "pp": j.pp, "ep": j.ep, "replicas": self.replicas,
+                "gpus": self.gpus}
+
+    def _check(self, wl: Workload) -> None:
+        s = self.sched
+        for r in wl.requests:
+            if r.input_tokens + r.output_tokens > self.max_len:
+                raise InputError(f"a request of {r.input_tokens} + {r.output_tokens} tokens is "
+                                 f"longer than --max-model-len {self.max_len}; give a larger "
+                                 "--max-model-len or shorter requests", field="max_model_len")
+            if not s.chunked_prefill and r.input_tokens > s.max_num_batched_tokens:
+                raise InputError(f"a prompt of {r.input_tokens} tokens exceeds {s.engine}'s "
+                                 f"max_num_tokens {s.max_num_batched_tokens} without chunked "
+                                 "prefill; give a larger --max-num-batched-tokens",
+                                 field="max_num_batched_tokens")
+
+    def run(self, wl: Workload, *, slo: SLO | None = None, price: float | None = None,
+            prefix_hit: float = 0.0) -> CapacityResult:
+        """Simulate ``wl`` arriving at the whole deployment: each replica gets every
+        ``replicas``-th request (round robin)."""
+        self._check(wl)
+        one = _share(wl, self.replicas)
+        tr = simulate(one, self.cost, self.sched, self.kv_tokens, prefix_hit=prefix_hit)
+        notes = (f"KV cache per replica: {self.kv_tokens} tokens in blocks of "
+                 f"{self.block_size}; max_model_len {self.max_len}",
+                 f"{self.sched.engine} {self.sched.version}: max_num_seqs "
+                 f"{self.sched.max_num_seqs}, max_num_batched_tokens "
+                 f"{self.sched.max_num_batched_tokens}, "
+                 f"{'mixed prefill+decode steps' if self.sched.mixed else 'prefill-first'}",
+                 "each replica simulated alone on its round-robin share of the requests")
+        kv = {"kv_tokens": self.kv_tokens, "block_size": self.block_size,
+              "kv_blocks": self.kv_tokens // self.block_size,
+              "max_model_len": self.max_len, "max_concurrency": self.kv_tokens / self.max_len}
+        return summarize(tr, replicas=self.replicas, gpus=self.gpus, slo=slo, price=price,
+                         model=self.name, gpu=self.gpu.name, engine=self.sched.engine,
+                         engine_version=self.sched.version, layout=self.layout,
+                         workload=wl.to_dict(), scheduler=self.sched.to_dict(), kv=kv,
+                         notes=notes)
+
+
+def _share(wl: Workload, replicas: int) -> Workload:
+    if replicas == 1:
+        return wl
+    if wl.concurrency is not None:
+        c = max(1, wl.concurrency // replicas)
+        return replace(wl, requests=wl.requests[::replicas], concurrency=c)
+    reqs = wl.requests[::replicas]
+    return replace(wl, requests=tuple(Request(r.arrival_s, r.input_tokens, r.output_tokens,
+                                              r.prefix_id, r.prefix_tokens) for r in reqs),
+                   rate=None if wl.rate is None else wl.rate / replicas)
+
+
+def max_rate(dep: Deployment, slo: SLO, *, make, lo: float = 0.01, iters: int = 12,
+             progress=None) -> tuple[float, CapacityResult | None]:
+    """The highest rate (requests/s, whole deployment) whose simulation meets ``slo``;
+    ``make(rate)`` builds the workload at a rate. (0, None) when even ``lo`` misses it."""
+    first = dep.run(make(lo), slo=slo)
+    if not first.meets_slo:
+        return 0.0, first
+    hi = lo * 2
+    best = first
+    while True:  # grow until the SLO breaks
+        r = dep.run(make(hi), slo=slo)
+        if progress:
+            progress()
+        if not r.meets_slo:
+            break
+        lo, best = hi, r
+        hi *= 2
+        if hi > 1e6:
+            return lo, best
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        r = dep.run(make(mid), slo=slo)
+        if progress:
+            progress()
+        if r.meets_slo:
+            lo, best = mid, r
+        else:
+            hi = mid
+    return lo, best
+
+
+def synthetic(rate: float, **kw) -> Workload:
+    return make_workload(rate=rate, **kw)

@@ -1,0 +1,137 @@
+"""The fewest GPUs (or, with a price, the lowest cost per million output tokens) that serve a
+workload within an SLO: replicas x TP (x PP where one replica's TP cannot hold the model) per
+replica, each candidate simulated; the same workload split round robin over the replicas."""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ..hardware import GPU
+from ..job import Job
+from ._plan import Deployment, max_rate
+from ._result import SLO, CapacityResult
+from ._workload import Workload
+
+__all__ = ["search", "solve", "answer_dict", "Candidate", "TP_CHOICES"]
+
+TP_CHOICES = (1, 2, 4, 8)
+
+
+class Candidate:
+    """One layout tried: its result at the fewest replicas that met the SLO (or at the most
+    tried, when none did)."""
+
+    def __init__(self, tp: int, pp: int, result: CapacityResult) -> None:
+        self.tp, self.pp, self.result = tp, pp, result
+
+    def to_dict(self) -> dict:
+        r = self.result
+        return {"tp": self.tp, "pp": self.pp, "replicas": r.layout["replicas"], "gpus": r.gpus,
+                "meets_slo": r.meets_slo, "ttft_p99_s": r.ttft_s.p99, "tpot_p99_s": r.tpot_s.p99,
+                "cost_per_m_output_tokens": r.cost_per_m_output_tokens}
+
+
+def _deployments(model, gpu: GPU, job: Job, engine: str, max_gpus: int, kw: dict):
+    """(tp, pp, a one-replica deployment) for each layout whose KV cache holds a request."""
+    heads = getattr(getattr(model, "architecture", None), "num_attention_heads", 0) or 0
+    out = []
+    for tp in TP_CHOICES:
+        if tp > max_gpus or (heads and heads % tp):
+            continue
+        for pp in (1, 2, 4):
+            if tp * pp > max_gpus or (pp > 1 and tp < max(TP_CHOICES)):
+                continue  # PP only beyond a full node of TP
+            try:
+                dep = Deployment(model, gpu, job.with_(tp=tp, pp=pp, gpus=tp * pp),
+                                 engine=engine, **kw)
+            except InputError:
+                continue
+            out.append((tp, pp, dep))
+            break
+    return out
+
+
+def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
+           max_gpus: int = 64, price: float | None = None, prefix_hit: float = 0.0,
+           progress=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
+    """The best deployment meeting ``slo`` at ``wl`` (fewest GPUs; with ``price``, lowest cost
+    per million output tokens) and every layout tried. No deployment meets it: one line saying
+    the best p99 latencies reached."""
+    if not slo.given:
+        raise InputError("a search needs an SLO: give --slo-ttft, --slo-tpot or --slo-e2e, or a "
+                         "layout (--tp, --replicas)", field="slo_ttft")
+    cands: list[Candidate] = []
+    for tp, pp, base in _deployments(model, gpu, job, engine, max_gpus, kw):
+        per = tp * pp
+        lo, hi, best = 1, max_gpus // per, None
+        last = None
+        while lo <= hi:  # fewest replicas meeting the SLO (latency falls as replicas grow)
+            mid = (lo + hi) // 2
+            base.replicas, base.gpus = mid, per * mid
+            r = base.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
+            if progress:
+                progress()
+            last = r
+            if r.meets_slo:
+                best, hi = r, mid - 1
+            else:
+                lo = mid + 1
+        cands.append(Candidate(tp, pp, best or last))
+    if not cands:
+        raise InputError(f"no layout of up to {max_gpus} {gpu.name} holds {getattr(model, 'name', model)} "
+                         "with room for one request; give more --max-gpus or a lower-bit "
+                         "--precision", field="max_gpus")
+    ok = [c for c in cands if c.result.meets_slo]
+    if not ok:
+        best = min(cands, key=lambda c: (c.result.ttft_s.p99, c.result.tpot_s.p99))
+        r = best.result
+        raise InputError(
+            f"no layout of up to {max_gpus} GPUs meets the SLO; the best reached is p"
+            f"{slo.percentile:g} TTFT {r.ttft_s.at(slo.percentile):.3g} s, TPOT "
+            f"{r.tpot_s.at(slo.percentile) * 1e3:.3g} ms, E2E {r.e2e_s.at(slo.percentile):.3g} s "
+            f"on TP {best.tp} x PP {best.pp} x {r.layout['replicas']} replicas: relax the SLO "
+            "or lower the rate", field="slo_ttft")
+    if price is not None:
+        key = lambda c: (c.result.cost_per_m_output_tokens, c.result.gpus)  # noqa: E731
+    else:
+        key = lambda c: (c.result.gpus, c.result.ttft_s.p99)  # noqa: E731
+    return min(ok, key=key).result, cands
+
+
+def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
+          layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
+          price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
+          make=None, **kw) -> dict:
+    """What ``gpuplan capacity --json`` and ``POST /api/capacity`` answer: without a layout and
+    with an SLO, the search's best deployment and every layout tried (``searched``); with
+    ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
+    builds the workload); else the given deployment at ``wl``. Also returns the deployment
+    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers."""
+    if not layout_given and replicas is None and slo.given and not find_max_rate:
+        res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
+                            price=price, prefix_hit=prefix_hit, **kw)
+        return {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+    dep = Deployment(model, gpu, job, engine=engine, replicas=replicas or 1, **kw)
+    best = None
+    if find_max_rate:
+        if not slo.given or make is None:
+            raise InputError("max rate needs an SLO (slo_ttft, slo_tpot or slo_e2e) and a "
+                             "synthetic workload (input, output)", field="max_rate")
+        best, res = max_rate(dep, slo, make=make)
+        if best == 0.0:
+            raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"
+                             f"{slo.percentile:g} TTFT {res.ttft_s.at(slo.percentile):.3g} s, "
+                             f"TPOT {res.tpot_s.at(slo.percentile) * 1e3:.3g} ms): relax the "
+                             "SLO or add GPUs", field="max_rate")
+    else:
+        res = dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
+    return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
+
+
+def answer_dict(out: dict) -> dict:
+    """The JSON answer of :func:`solve`'s outcome."""
+    d = out["_result"].to_dict()
+    if out["searched"] is not None:
+        d["searched"] = [c.to_dict() for c in out["searched"]]
+    if out["max_rate"] is not None:
+        d["max_rate_requests_per_s"] = out["max_rate"]
+    return d

@@ -1,0 +1,193 @@
+"""``gpuplan capacity MODEL --gpu G``: TTFT/TPOT/ITL/E2E percentiles of a model served at a
+request rate or concurrency, simulated step by step as vLLM, SGLang or TensorRT-LLM schedule it;
+the fewest GPUs that meet an SLO; the highest rate a deployment sustains."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .._io import json_text
+from ._common import add_model_on_gpu
+from ._job_options import add_job_options, given_job_options, job_from_args
+
+__all__ = ["register", "run"]
+
+HELP = "TTFT/TPOT percentiles at a request rate, and the fewest GPUs that meet an SLO"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("capacity", help=HELP, description=(
+        "Serve MODEL on GPU under load: a discrete-event simulation of the engine's scheduler "
+        "(continuous batching, chunked prefill, paged KV blocks, preemption, prefix caching), "
+        "each step timed by gpuplan's speed model for its exact mix. Without --tp and with an "
+        "SLO: the fewest GPUs (replicas x TP) that meet it."))
+    add_model_on_gpu(p)
+    add_job_options(p)
+    a = p.add_argument
+    a("--engine-version", default=None, help="vllm 0.8 | 0.11 (default), sglang 0.5, trt-llm 1.0")
+    a("--rate", default=None, help="requests per second (open loop)")
+    a("--arrivals", default="poisson", help="poisson (default), constant, gamma:CV")
+    a("--concurrency", default=None, help="clients in a closed loop (instead of --rate)")
+    a("--input", default="2000", help="prompt tokens (default 2000)")
+    a("--output", default="256", help="output tokens (default 256)")
+    a("--input-dist", default=None, help="uniform:LO:HI, normal:MEAN:STD, lognormal:MEDIAN:SIGMA")
+    a("--output-dist", default=None, help="as --input-dist, for the output length")
+    a("--workload", default=None, metavar="FILE.jsonl",
+      help="one request a line: arrival_s, input_tokens, output_tokens[, prefix_id, "
+           "prefix_tokens]")
+    a("--requests", default="2000", help="requests simulated (default 2000)")
+    a("--seed", default="0", help="the RNG seed (default 0)")
+    a("--replicas", default=None, help="replicas of the layout (default 1, or searched)")
+    a("--max-gpus", default="64", help="the search's largest deployment (default 64)")
+    a("--max-num-seqs", default=None, help="the engine's running-request budget")
+    a("--max-num-batched-tokens", default=None, help="the engine's tokens-per-step budget")
+    a("--max-model-len", default=None, help="tokens per request the KV plan allows (default: "
+                                            "the model's context)")
+    a("--prefix-hit", default="0", help="share of each prompt served by the prefix cache")
+    a("--slo-ttft", default=None, help="TTFT target, seconds")
+    a("--slo-tpot", default=None, help="TPOT target, seconds")
+    a("--slo-e2e", default=None, help="end-to-end target, seconds")
+    a("--slo-percentile", default="99", help="50, 90 or 99 (default 99)")
+    a("--max-rate", action="store_true", help="the highest rate the deployment sustains "
+                                              "within the SLO")
+    a("--price", default=None, help="price per GPU-hour, for the cost per million tokens")
+    a("--export", default=None, metavar="ENGINE", help="vllm: the chosen deployment's `vllm "
+      "serve` command, every scheduler knob set")
+    a("--json", action="store_true", help="machine-readable output")
+    a("--plot", default=None, metavar="FILE.png", help="latency percentiles against the rate")
+    p.set_defaults(func=run)
+
+
+def _num(text, what, bound):
+    from ..units import parse_number
+
+    return None if text is None else parse_number(text, what=what, bound=bound)
+
+
+def _int(text, what, maximum=10**6):
+    from ..units import parse_positive_int
+
+    return None if text is None else parse_positive_int(text, what=what, maximum=maximum)
+
+
+def _inputs(args):
+    """The workload, SLO and deployment options, parsed (errors name the option)."""
+    from ..capacity import SLO, make_workload, parse_dist, read_workload
+    from ..errors import InputError
+
+    pct = _num(args.slo_percentile, "--slo-percentile", "duration")
+    if pct not in (50.0, 90.0, 99.0):
+        raise InputError(f"--slo-percentile {args.slo_percentile}: expected 50, 90 or 99")
+    slo = SLO(ttft_s=_num(args.slo_ttft, "--slo-ttft", "seconds"),
+              tpot_s=_num(args.slo_tpot, "--slo-tpot", "seconds"),
+              e2e_s=_num(args.slo_e2e, "--slo-e2e", "seconds"), percentile=pct)
+    rate = _num(args.rate, "--rate", "rate")
+    conc = _int(args.concurrency, "--concurrency")
+    if args.workload is not None:
+        if rate is not None or conc is not None:
+            raise InputError("--workload carries its own arrivals; drop --rate/--concurrency")
+        make = None
+        wl = read_workload(args.workload)
+    else:
+        if rate is None and conc is None and not args.max_rate:
+            raise InputError("give --rate R (requests/s), --concurrency C or --workload FILE")
+        kw = dict(input=parse_dist(args.input_dist or args.input, what="--input"),
+                  output=parse_dist(args.output_dist or args.output, what="--output"),
+                  requests=_int(args.requests, "--requests"), arrivals=args.arrivals,
+                  seed=_int(str(int(args.seed) + 1) if args.seed.isdigit() else args.seed,
+                            "--seed", 2**31) - 1)
+
+        def make(r, conc=conc, kw=kw):
+            return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
+        wl = make(rate if rate is not None else 1.0)
+    return wl, make, slo, rate
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..capacity._search import solve
+    from ..errors import InputError
+    from ..hardware import resolve_gpu
+    from ..models import load_model
+
+    gpu, alias = resolve_gpu(args.gpu)
+    model = load_model(args.model, download=args.download)
+    given = given_job_options(args)
+    if "gpus" not in given and ("tp" in given or "pp" in given):
+        # a replica's layout: its GPUs are tp x pp (replicas come from --replicas)
+        args.gpus = str(int(given.get("tp", 1)) * int(given.get("pp", 1)))
+    job = job_from_args(args, model, command="capacity", default_mode="infer", modes=("infer",))
+    engine = job.engine if job.engine in ("vllm", "sglang", "trt-llm") else None
+    if engine is None:
+        if "engine" in given:
+            raise InputError(f"--engine {job.engine}: capacity simulates vllm, sglang, trt-llm")
+        engine = "vllm"
+    wl, make, slo, rate = _inputs(args)
+    price = _num(args.price, "--price", "price")
+    hit = _num(args.prefix_hit, "--prefix-hit", "fraction")
+    kw = dict(engine_version=args.engine_version,
+              max_num_seqs=_int(args.max_num_seqs, "--max-num-seqs"),
+              max_num_batched_tokens=_int(args.max_num_batched_tokens,
+                                          "--max-num-batched-tokens", 2**31),
+              max_model_len=_int(args.max_model_len, "--max-model-len", 2**31))
+    out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
+                replicas=_int(args.replicas, "--replicas"),
+                max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price, prefix_hit=hit,
+                find_max_rate=args.max_rate, make=make, **kw)
+    res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
+        out["max_rate"]
+    if args.plot and dep is not None and make is not None:
+        from ..report.capacity import plot_rates
+
+        base = rate or best_rate or 1.0
+        plot_rates([(x, dep.run(make(x), slo=slo)) for x in
+                    (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
+                   args.plot, slo=slo)
+    command = None if args.export is None else _export(args.export, model, job, res)
+    return _render(args, res, cands, best_rate, alias, command)
+
+
+def _export(engine: str, model, job, res) -> str:
+    """The ``vllm serve`` command of the deployment ``res`` describes (export/vllm.py), with the
+    scheduler budgets the simulation ran under."""
+    from ..errors import InputError
+    from ..export.vllm import export
+
+    if engine != "vllm":
+        raise InputError(f"--export {engine}: capacity writes a vllm command only (so far)",
+                         field="export", value=engine, accepted="vllm")
+    if res.engine != "vllm":
+        raise InputError(f"--export vllm of an {res.engine} deployment: give --engine vllm")
+    lay, sch = res.layout, res.scheduler
+    max_len = res.kv["max_model_len"]
+    served = job.with_(engine="vllm", tp=lay["tp"], pp=lay["pp"],
+                       gpus=lay["tp"] * lay["pp"] * lay["replicas"], batch=sch["max_num_seqs"],
+                       seq=max_len, context=max_len)
+    cmd = export(served, model).rstrip("\n")
+    return (f"{cmd} --max-num-batched-tokens {sch['max_num_batched_tokens']} --block-size "
+            f"{sch['block_size']}\n")
+
+
+def _render(args, res, cands, best_rate, alias, command=None) -> int:
+    if args.json:
+        from ..capacity._search import answer_dict
+
+        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate})
+        if alias:
+            d["gpu_note"] = alias
+        if command is not None:
+            d["export"] = command
+        sys.stdout.write(json_text(d, indent=2) + "\n")
+        return 0
+    from ..report.capacity import render_candidates, render_capacity
+
+    if alias:
+        print(f"note: {alias}", file=sys.stderr)
+    if cands is not None:
+        render_candidates(cands)
+    render_capacity(res, max_rate=best_rate)
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    if command is not None:
+        print(command, end="")
+    return 0

@@ -1,0 +1,111 @@
+"""Rendering of ``gpuplan capacity``: the latency percentiles, throughput, occupancy, KV use and
+SLO verdict of a simulated deployment as a rich table; the layouts a search tried; and
+(``--plot``) p50/p99 TTFT and TPOT against the request rate with the SLO lines and the knee.
+matplotlib is imported when drawn."""
+
+from __future__ import annotations
+
+import io
+from typing import Sequence
+
+from .._io import write_atomic
+from ..capacity import CapacityResult
+from ..errors import MissingDependencyError
+from ._console import console_for
+
+__all__ = ["render_capacity", "render_candidates", "plot_rates"]
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def render_capacity(r: CapacityResult, *, max_rate: float | None = None) -> None:
+    from rich.table import Table
+
+    con = console_for()
+    lay = r.layout
+    w = r.workload
+    load = (f"{w['rate']:g} req/s ({w['arrivals']})" if w.get("rate") else
+            f"concurrency {w['concurrency']}" if w.get("concurrency") else "trace")
+    con.print(f"{r.model} on {r.gpus} x {r.gpu} -- {r.engine} {r.engine_version}, TP "
+              f"{lay['tp']} x PP {lay['pp']} x {lay['replicas']} replica(s); {load}, "
+              f"{w['requests']} requests of {w['mean_input_tokens']:.0f} in / "
+              f"{w['mean_output_tokens']:.0f} out (mean)")
+    t = Table(show_header=True, header_style="bold")
+    for col in ("latency", "mean", "p50", "p90", "p99"):
+        t.add_column(col, justify="right" if col != "latency" else "left")
+    for name, s in (("TTFT", r.ttft_s), ("TPOT", r.tpot_s), ("ITL", r.itl_s), ("E2E", r.e2e_s),
+                    ("queue", r.queue_s)):
+        t.add_row(name, _ms(s.mean), _ms(s.p50), _ms(s.p90), _ms(s.p99))
+    con.print(t)
+    th = r.throughput
+    con.print(f"throughput: {th['requests_per_s']:.3g} req/s, {th['input_tokens_per_s']:.4g} "
+              f"input tok/s, {th['output_tokens_per_s']:.4g} output tok/s")
+    con.print(f"in the system (per replica): {r.concurrency_mean:.2f} mean ({r.running_mean:.2f} "
+              f"running, {r.waiting_mean:.2f} waiting); preemptions {r.preemptions}; "
+              f"{r.steps} steps")
+    kv = r.kv
+    con.print(f"KV cache: {kv['kv_tokens']} tokens ({kv['kv_blocks']} blocks of "
+              f"{kv['block_size']}), max concurrency {kv['max_concurrency']:.2f} at max_model_len;"
+              f" used {kv['utilization_mean']:.1%} mean, {kv['utilization_peak']:.1%} peak")
+    if r.slo is not None and r.slo.given:
+        verdict = "meets" if r.meets_slo else "MISSES"
+        con.print(f"SLO (p{r.slo.percentile:g}): {verdict}; attainment {r.attainment:.1%}, "
+                  f"goodput {r.goodput_requests_per_s:.3g} req/s")
+    if max_rate is not None:
+        con.print(f"max rate within the SLO: {max_rate:.3g} req/s")
+    if r.cost_per_m_output_tokens is not None:
+        con.print(f"cost: ${r.cost_per_m_output_tokens:.3g} per million output tokens at "
+                  f"${r.price_per_gpu_hour:g}/GPU-hour")
+    for n in r.notes:
+        con.print(f"note: {n}")
+
+
+def render_candidates(cands: Sequence) -> None:
+    from rich.table import Table
+
+    t = Table(title="layouts tried (fewest replicas meeting the SLO per TP)", header_style="bold")
+    for col in ("TP", "PP", "replicas", "GPUs", "meets", "p99 TTFT", "p99 TPOT", "$/M out"):
+        t.add_column(col, justify="right")
+    for c in cands:
+        d = c.to_dict()
+        cost = d["cost_per_m_output_tokens"]
+        t.add_row(str(d["tp"]), str(d["pp"]), str(d["replicas"]), str(d["gpus"]),
+                  "yes" if d["meets_slo"] else "no", _ms(d["ttft_p99_s"]), _ms(d["tpot_p99_s"]),
+                  "-" if cost is None else f"{cost:.3g}")
+    console_for().print(t)
+
+
+def plot_rates(rows: Sequence[tuple[float, CapacityResult]], path: str, *, slo=None) -> None:
+    """p50 and p99 TTFT and TPOT against the rate; the knee (where p99 TTFT first exceeds three
+    times its lowest-rate value) marked; the SLO targets as lines."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise MissingDependencyError("matplotlib", "plot", "gpuplan capacity --plot") from e
+    rates = [x for x, _ in rows]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, key, target in ((a1, "ttft_s", getattr(slo, "ttft_s", None)),
+                            (a2, "tpot_s", getattr(slo, "tpot_s", None))):
+        for q, style in (("p50", "-"), ("p99", "--")):
+            ax.plot(rates, [getattr(getattr(r, key), q) for _, r in rows], style, label=q)
+        if target is not None:
+            ax.axhline(target, color="red", linewidth=1, label="SLO")
+        ax.set_xlabel("requests/s")
+        ax.set_ylabel(key.replace("_s", " (s)"))
+        ax.legend(fontsize=7)
+    base = rows[0][1].ttft_s.p99
+    knee = next((x for x, r in rows if r.ttft_s.p99 > 3 * base), None)
+    if knee is not None:
+        for ax in (a1, a2):
+            ax.axvline(knee, color="0.5", linestyle=":", linewidth=1)
+        a1.text(knee, a1.get_ylim()[1] * 0.9, " knee", fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())

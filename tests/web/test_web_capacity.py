@@ -1,0 +1,49 @@
+"""``POST /api/capacity`` answers what ``gpuplan capacity --json`` prints for the same job, and
+refuses bad input with one JSON line."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("argv,body", [
+    (["--tp", "1", "--rate", "3", "--requests", "60", "--input", "500", "--output", "32"],
+     {"tp": 1, "rate": 3, "requests": 60, "input": 500, "output": 32}),
+    (["--rate", "4", "--requests", "80", "--input", "500", "--output", "32", "--slo-ttft", "1",
+      "--slo-tpot", "0.1", "--engine", "sglang"],
+     {"rate": 4, "requests": 80, "input": 500, "output": 32, "slo_ttft": 1, "slo_tpot": 0.1,
+      "engine": "sglang"}),
+    (["--tp", "2", "--concurrency", "4", "--requests", "20", "--input-dist", "uniform:100:900",
+      "--output", "16", "--price", "2"],
+     {"tp": 2, "concurrency": 4, "requests": 20, "input_dist": "uniform:100:900", "output": 16,
+      "price": 2}),
+])
+def test_capacity_is_the_cli_json(client, cli_json, argv, body):
+    base = {"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB", "max_model_len": 4096}
+    r = client.post("/api/capacity", json={**base, **body})
+    assert r.status_code == 200, r.text
+    want = cli_json("capacity", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--max-model-len",
+                    "4096", *argv)
+    assert r.json() == want
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"rate": 0}, "rate"),
+    ({"rate": -2}, "rate"),
+    ({"rate": 1, "requests": 100000}, "requests"),
+    ({"rate": 1, "slo_percentile": 95}, "slo_percentile"),
+    ({}, "rate"),
+])
+def test_bad_capacity_input_is_one_json_line(client, body, field):
+    r = client.post("/api/capacity", json={"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB",
+                                           "max_model_len": 4096, **body})
+    assert r.status_code == 422
+    d = r.json()
+    assert "\n" not in d["error"] and d.get("field") == field
+
+
+def test_openapi_describes_capacity(client):
+    s = client.get("/api/openapi.json").json()
+    assert "/api/capacity" in s["paths"]
+    props = s["components"]["schemas"]["CapacityRequest"]["properties"]
+    assert {"rate", "concurrency", "slo_ttft", "slo_tpot", "max_rate"} <= set(props)
