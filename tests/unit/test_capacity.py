@@ -187,3 +187,24 @@ def test_plot_of_latency_against_rate(dep, tmp_path):
     out = tmp_path / "rates.png"
     plot_rates(rows, str(out), slo=SLO(ttft_s=1.0, tpot_s=0.05))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fit_and_capacity_give_one_kv_budget():
+    """One deployment, two commands: capacity's KV tokens, blocks and batch budgets are the ones
+    `fit --mode infer --engine E` reports (gpuplan.memory.kv_budget behind both)."""
+    from gpuplan.capacity import Deployment
+    from gpuplan.hardware import get_gpu
+    from gpuplan.job import Job
+    from gpuplan.memory import kv_budget
+    from gpuplan.models import load_model
+
+    model, gpu = load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB")
+    for engine, kw in (("vllm", {}), ("vllm", {"engine_version": "0.10"}),
+                       ("sglang", {}), ("trt-llm", {"gpu_memory_utilization": 0.8})):
+        job = Job(model=model, mode="infer", engine=engine)
+        dep = Deployment(model, gpu, job, engine=engine, max_model_len=8192, **kw)
+        b = kv_budget(model, gpu, job, max_model_len=8192, **kw)
+        assert (dep.kv_tokens, dep.block_size) == (b.kv_tokens, b.block_size), engine
+        assert dep.sched.max_num_seqs == b.max_num_seqs
+        assert dep.sched.max_num_batched_tokens == b.max_num_batched_tokens
+        assert dep.sched.version == b.version

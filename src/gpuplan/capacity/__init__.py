@@ -24,7 +24,8 @@ def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str 
              arrivals: str = "poisson", requests: int = 2000, seed: int = 0,
              workload: Workload | None = None, replicas: int = 1,
              max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-             max_model_len: int | None = None, prefix_hit: float = 0.0,
+             max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
+             mem_fraction_static: float | None = None, prefix_hit: float = 0.0,
              slo: SLO | None = None, price: float | None = None) -> CapacityResult:
     """Simulate ``model`` served on ``gpu`` (a :class:`~gpuplan.GPU`) by ``engine`` under
     ``job``'s layout (tp, pp, ep, weight format, kv_dtype; default one GPU) times ``replicas``,
@@ -39,7 +40,9 @@ def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str 
                                  concurrency=concurrency, arrivals=arrivals, seed=seed)
     dep = Deployment(model, gpu, job, engine=engine, engine_version=engine_version,
                      replicas=replicas, max_num_seqs=max_num_seqs,
-                     max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len)
+                     max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                     gpu_memory_utilization=gpu_memory_utilization,
+                     mem_fraction_static=mem_fraction_static)
     return dep.run(workload, slo=slo, price=price, prefix_hit=prefix_hit)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..engines.budget import DEFAULT_VERSIONS
 from ..errors import InputError
 from ..hardware import GPU
 from ..job import Job
@@ -25,20 +26,31 @@ class Deployment:
     def __init__(self, model, gpu: GPU, job: Job, *, engine: str = "vllm",
                  engine_version: str | None = None, replicas: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                 max_model_len: int | None = None) -> None:
-        sched = scheduler_for(engine, engine_version).on_gpu(gpu.memory_bytes, gpu.name)
-        if max_num_seqs is not None:
-            sched = replace(sched, max_num_seqs=max_num_seqs)
-        if max_num_batched_tokens is not None:
-            sched = replace(sched, max_num_batched_tokens=max_num_batched_tokens)
+                 max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
+                 mem_fraction_static: float | None = None) -> None:
+        version = engine_version or DEFAULT_VERSIONS.get(engine)
+        sched = scheduler_for(engine, version)
         arch = getattr(model, "architecture", None)
         ctx = getattr(arch, "max_position_embeddings", None) or 8192
         self.max_len = max_model_len or ctx
         per = job.tp * job.pp * job.ep
         self.job = job.with_(mode="infer", engine=engine, gpus=per)
+        knobs = {k: v for k, v in dict(
+            engine_version=version, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            gpu_memory_utilization=gpu_memory_utilization,
+            mem_fraction_static=mem_fraction_static).items() if v is not None}
+        # one budget for fit and capacity: the engine's batch budgets as the budget resolves them
+        # (the user's, else the version's defaults on this card) run the scheduler too
+        self.budget = kv_capacity(model, gpu, self.job, self.max_len, **knobs)
+        b = self.budget
+        sched = replace(sched, version=b.version, block_size=b.block_size,
+                        max_num_seqs=b.max_num_seqs,
+                        max_num_batched_tokens=b.max_num_batched_tokens,
+                        memory_utilization=b.fraction)
         self.model, self.gpu, self.sched, self.replicas = model, gpu, sched, replicas
         self.gpus = per * replicas
-        self.kv_tokens, self.block_size = kv_capacity(model, gpu, self.job, sched, self.max_len)
+        self.kv_tokens, self.block_size = b.kv_tokens, b.block_size
         self.cost = StepCost(model, gpu, self.job, max_len=self.max_len)
         self.name = getattr(model, "name", str(model))
 
@@ -75,9 +87,11 @@ class Deployment:
                  f"{self.sched.max_num_batched_tokens}, "
                  f"{'mixed prefill+decode steps' if self.sched.mixed else 'prefill-first'}",
                  "each replica simulated alone on its round-robin share of the requests")
+        b = self.budget
         kv = {"kv_tokens": self.kv_tokens, "block_size": self.block_size,
-              "kv_blocks": self.kv_tokens // self.block_size,
-              "max_model_len": self.max_len, "max_concurrency": self.kv_tokens / self.max_len}
+              "kv_blocks": b.kv_blocks, "max_model_len": self.max_len,
+              "max_concurrency": b.max_concurrency, "available_kv_bytes": b.available_kv_bytes,
+              "engine_version": b.version, "parts": dict(b.parts)}
         return summarize(tr, replicas=self.replicas, gpus=self.gpus, slo=slo, price=price,
                          model=self.name, gpu=self.gpu.name, engine=self.sched.engine,
                          engine_version=self.sched.version, layout=self.layout,

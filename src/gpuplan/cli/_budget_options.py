@@ -1,4 +1,4 @@
-"""The serving engines' memory knobs (``fit``, and ``capacity`` when it lands): vLLM's
+"""The serving engines' memory knobs (``fit``; ``capacity`` has the same options): vLLM's
 ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, ``--max-model-len`` and
 ``--engine-version``, passed to :func:`gpuplan.memory.kv_budget` as keywords. The values are
 range-checked there (:mod:`gpuplan.bounds`), so the CLI only parses numbers."""

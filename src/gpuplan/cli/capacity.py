@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_on_gpu(p)
     add_job_options(p)
     a = p.add_argument
-    a("--engine-version", default=None, help="vllm 0.8 | 0.11 (default), sglang 0.5, trt-llm 1.0")
+    a("--engine-version", default=None, help="the engine release whose scheduler and budget rules "
+      "apply (default: vllm 0.21, sglang 0.5, trt-llm 1.0; docs/engine_budget.md)")
     a("--rate", default=None, help="requests per second (open loop)")
     a("--arrivals", default="poisson", help="poisson (default), constant, gamma:CV")
     a("--concurrency", default=None, help="clients in a closed loop (instead of --rate)")
@@ -42,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--max-gpus", default="64", help="the search's largest deployment (default 64)")
     a("--max-num-seqs", default=None, help="the engine's running-request budget")
     a("--max-num-batched-tokens", default=None, help="the engine's tokens-per-step budget")
+    a("--gpu-memory-utilization", default=None, metavar="U",
+      help="vLLM's share of the card (TensorRT-LLM: its free_gpu_memory_fraction); default: "
+           "the engine version's")
+    a("--mem-fraction-static", default=None, metavar="F",
+      help="SGLang's share for the weights and the KV pool; default: computed as SGLang does")
     a("--max-model-len", default=None, help="tokens per request the KV plan allows (default: "
                                             "the model's context)")
     a("--prefix-hit", default="0", help="share of each prompt served by the prefix cache")
@@ -129,7 +135,11 @@ def run(args: argparse.Namespace) -> int:
               max_num_seqs=_int(args.max_num_seqs, "--max-num-seqs"),
               max_num_batched_tokens=_int(args.max_num_batched_tokens,
                                           "--max-num-batched-tokens", 2**31),
-              max_model_len=_int(args.max_model_len, "--max-model-len", 2**31))
+              max_model_len=_int(args.max_model_len, "--max-model-len", 2**31),
+              gpu_memory_utilization=_num(args.gpu_memory_utilization,
+                                          "--gpu-memory-utilization", "memory_fraction"),
+              mem_fraction_static=_num(args.mem_fraction_static, "--mem-fraction-static",
+                                       "memory_fraction"))
     out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
                 replicas=_int(args.replicas, "--replicas"),
                 max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price, prefix_hit=hit,

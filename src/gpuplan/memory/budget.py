@@ -95,7 +95,7 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     L = _max_model_len(arch, max_model_len)
     total = gpu.memory_bytes
     lay = layout_of(job)
-    mnbt, seqs = _batch_budgets(rule, total, L, max_num_batched_tokens, max_num_seqs, lay.tp)
+    mnbt, seqs = _batch_budgets(rule, gpu, L, max_num_batched_tokens, max_num_seqs, lay.tp)
     rarch = rank_model(model, job, 0).architecture if not lay.trivial else arch
     weights = infer_memory(model, job).weights_bytes
     act = _activation_peak(rarch, mnbt, seqs) if rule.profile_activations else 0
@@ -159,13 +159,15 @@ def _max_model_len(arch: Architecture, given: int | None) -> int:
     return L
 
 
-def _batch_budgets(rule: BudgetRule, total: int, L: int, mnbt: int | None,
+def _batch_budgets(rule: BudgetRule, gpu: GPU, L: int, mnbt: int | None,
                    seqs: int | None, tp: int) -> tuple[int, int]:
     """The profile run's (or the scheduler's) tokens and sequences: the user's, else the
     engine's defaults (vLLM V0: the whole context, chunked at 512 past 32K; V1 ``vllm serve``:
-    8192 tokens and 1024 sequences on a card of 70 GiB or more, 2048 and 256 below; SGLang: its
-    chunked_prefill_size by card)."""
-    big = total >= 70 * GIB
+    8192 tokens and 1024 sequences on a card of 70 GiB or more that is not an A100, 2048 and 256
+    otherwise -- ``EngineArgs.get_batch_defaults`` in vllm/engine/arg_utils.py, the A100 left out
+    since vLLM PR #17885; SGLang: its chunked_prefill_size by card)."""
+    total = gpu.memory_bytes
+    big = total >= 70 * GIB and "a100" not in gpu.name.lower()
     if mnbt is None:
         mnbt = {"max_model_len": 512 if L > 32768 else max(L, 2048),
                 "serve": 8192 if big else 2048, "chunked_prefill": sglang_settings(total, tp)[0],
