@@ -138,7 +138,7 @@ class ModelFileError(InputError):
     def __init__(self, path: object, problem: str) -> None:
         self.path = str(path)
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        super().__init__(f"{printable(self.path)}: {problem}")  # a newline in it stays one line
 
 
 #: PyTorch's CPU wheel index: a plain ``pip install torch`` on Linux resolves to the CUDA build

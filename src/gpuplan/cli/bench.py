@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     console = console_for(sys.stdout, width=160)
     if args.plot is not None:
         check_plot(args.plot)
-    if args.history or args.compare or args.show:
+    if args.history or args.compare or args.show is not None:  # --show '' is a bad id
         return _stored(args, console)
 
     from ..measure import store

@@ -230,7 +230,8 @@ def explain_db_error(e: BaseException, path: Path, doing: str, *, write: bool = 
                      timeout_s: float = LOCK_TIMEOUT_S) -> str:
     """One line for a failed SQLite operation on the bench database: the path, the problem and
     the remedy (shared by this read path and :mod:`gpuplan.measure.store`'s writes)."""
-    msg = str(e)
+    # SQLite's message quoting a damaged schema's bytes cannot be decoded: the file is malformed
+    msg = "malformed: stored text is not UTF-8" if isinstance(e, UnicodeDecodeError) else str(e)
     low = msg.lower()
     name = getattr(e, "sqlite_errorname", "") or ""
     if "BUSY" in name or "LOCKED" in name or "locked" in low or "busy" in low:
@@ -275,11 +276,11 @@ def recover_hot_journal(path: Path) -> None:
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True,
                                timeout=LOCK_TIMEOUT_S, isolation_level=None)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         raise _explain(e, path, "recovering it") from None
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # plays the journal back
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         raise _explain(e, path, "recovering it") from None
     finally:
         conn.close()
@@ -299,6 +300,16 @@ def skip_run(path: Path, run_id: object, why: str) -> None:
 
     warnings.warn(f"bench database {str(path)!r}: run {run_id} skipped, {printable(why, 160)}",
                   SkippedRunWarning, stacklevel=3)
+
+
+def stored_text(raw: bytes) -> str | bytes:
+    """A stored TEXT value as str -- the connection's ``text_factory``. Bytes that are not UTF-8
+    (a damaged page) come back as bytes, which :func:`checked_text` refuses as a damaged run,
+    instead of a UnicodeDecodeError from the whole query."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw
 
 
 def checked_text(v: object, what: str, limit: int = 4096) -> str:
@@ -346,11 +357,12 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
                                timeout=LOCK_TIMEOUT_S, isolation_level=None)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         raise _explain(e, path, "opening it") from None
+    conn.text_factory = stored_text
     try:
         conn.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         conn.close()
         raise _explain(e, path, "opening it") from None
     return conn
@@ -476,7 +488,7 @@ def latest_measured(db: str | os.PathLike | None = None, *,
             except BadRun as e:
                 skip_run(path, row[0], str(e))
         return None
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         raise _explain(e, path, "reading it") from None
     finally:
         conn.close()

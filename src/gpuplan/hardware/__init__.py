@@ -213,7 +213,8 @@ def _check_gpu(g: "GPU") -> None:
     for name in ("sm_count", "max_threads_per_sm", "pcie_lanes"):
         if getattr(g, name) is not None:
             check_int(getattr(g, name), "dim", field=name)
-    if g.pcie_gen is not None and (isinstance(g.pcie_gen, bool) or g.pcie_gen not in _PCIE):
+    if g.pcie_gen is not None and (isinstance(g.pcie_gen, bool) or not isinstance(
+            g.pcie_gen, (int, float)) or g.pcie_gen not in _PCIE):  # a list is unhashable
         raise InputError(f"{opt('pcie_gen')} {shown(g.pcie_gen)}: expected one of "
                          f"{sorted(_PCIE)} or None", field="pcie_gen", value=g.pcie_gen)
     if g.tdp_watts is not None:

@@ -30,7 +30,7 @@ from typing import Iterator, Mapping
 from .._record import record
 from ..compute.measured import (
     BadRun, MeasuredRun, checked_float, checked_int, checked_json, checked_text, explain_db_error,
-    recover_hot_journal, skip_run,
+    recover_hot_journal, skip_run, stored_text,
 )
 from ..bounds import MAX_DIGITS
 from ..errors import InputError, opt, printable, shown
@@ -117,11 +117,12 @@ def _connect(path: Path, *, write: bool) -> sqlite3.Connection:
         uri = f"{path.resolve().as_uri()}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_S, isolation_level=None)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         raise _explain(e, path, "opening it", write=write) from None
+    conn.text_factory = stored_text
     try:
         conn.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         conn.close()
         raise _explain(e, path, "opening it", write=write) from None
     return conn
@@ -258,7 +259,7 @@ def _write_transaction(path: Path, doing: str) -> Iterator[sqlite3.Connection]:
         yield conn
         if conn.in_transaction:
             conn.execute("COMMIT")
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         _rollback(conn)
         raise _explain(e, path, doing, write=True) from None
     except BaseException:
@@ -337,7 +338,7 @@ def _read(db: str | os.PathLike | None, fn):
         if not _check_schema(conn, path, create=False):
             return None
         return fn(conn)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         raise _explain(e, path, "reading it") from None
     finally:
         conn.close()

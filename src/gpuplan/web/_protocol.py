@@ -75,6 +75,21 @@ class _BoundedH11(H11Protocol):
         super().on_response_complete()  # an idle connection now: uvicorn's keep-alive timeout
         self._stop_watch()
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn answers a request whose body turns out malformed (a bad chunk size) 400 and
+        closes, while the app's task for it runs on: its own answer then raised h11's
+        LocalProtocolError, logged as a failed request with a traceback (the fuzzer's finding).
+        The app is told the client is gone (its answer goes nowhere, as after a disconnect);
+        a response already begun is cut off instead of followed by a second one."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()  # a receive() waiting for more body returns now
+            if cycle.response_started:
+                self.transport.close()
+                return
+        super().send_400_response(msg)
+
     # the header deadline
 
     def _waiting(self) -> bool:

@@ -110,9 +110,10 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     pdt = regime.param
     grad_dt = pdt
     # layers: group consecutive identical layers (MoE vs dense)
-    # (a layer's kind: MoE or dense, local or global attention, RoPE or NoPE)
-    kinds = [(sp.experts > 0 and i in sp.moe_layers, i in sp.local_layers, i in sp.nope_layers)
-             for i in range(sp.layers)]
+    # (a layer's kind: MoE or dense, local or global attention, RoPE or NoPE); sets: 10^4
+    # layers were 10^8 tuple scans (5.7 s)
+    moe, local, nope = (frozenset(x) for x in (sp.moe_layers, sp.local_layers, sp.nope_layers))
+    kinds = [(sp.experts > 0 and i in moe, i in local, i in nope) for i in range(sp.layers)]
     runs: list[tuple[int, bool]] = []
     for k in kinds:
         if runs and runs[-1][1] == k:
