@@ -136,3 +136,19 @@ def test_w4a8_runs_at_the_fp8_rate_and_is_refused_without_fp8():
 def test_gpt_oss_on_b200_keeps_its_experts_w4a16():
     est = _infer("gpt-oss-20b", "b200", "mxfp4")
     assert est.dtype == "bf16"
+
+
+def test_fp8_on_ampere_is_refused_except_as_vllms_w8a16():
+    # vLLM docs (FP8 W8A8): "Turing/Ampere GPUs are supported for W8A16 (weight-only FP8)
+    # utilizing Marlin kernels"; torch._scaled_mm (transformers' FP8 path) needs >= 8.9
+    a100 = device_from_gpu(get_gpu("a100"))
+    for name in ("fp8", "fp8-channel", "fp8-block"):
+        with pytest.raises(UnsupportedError, match="has no fp8 support"):
+            infer_precision(name, a100, False)
+        lay = infer_precision(name, a100, False, engine="vllm")
+        assert lay.dtype == "bf16" and lay.weight == pytest.approx(WEIGHT_FORMATS[name].bits / 8)
+    with pytest.raises(UnsupportedError, match="w4a16"):  # no W4A8 without fp8, under any engine
+        infer_precision("w4a8", a100, False, engine="vllm")
+    est = _infer("llama-3.1-8b", "a100", "fp8")
+    assert est.dtype == "bf16" and any("fp8 weights are read at 8.00 bits and multiplied in "
+                                       "bf16" in n for n in est.notes)
