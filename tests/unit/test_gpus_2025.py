@@ -115,6 +115,8 @@ def test_an_nvl72_rack_puts_tp_64_inside_one_nvlink_domain():
     assert link.kind == "nvlink" and nodes == 1 and link.bandwidth == 900e9
     assert "NVL72 rack's one NVLink domain" in rack.stated
     board = topology_for(gb200, gpus_per_node=8)  # read as 8-GPU nodes: TP 64 crosses 8 of them
+    assert "--gpus-per-node 72 times the rack as one" in board.stated
+    assert "rack" not in topology_for(get_gpu("b200"), gpus_per_node=8).stated
     assert board.link(64)[0].kind == "infiniband" and board.link(64)[1] == 8
     # an all-reduce over TP 64 on the rack: bus bandwidth 900 GB/s vs 50 GB/s per GPU of IB 400
     ratio = _bandwidth_term("all-reduce", 64, board) / _bandwidth_term("all-reduce", 64, rack)

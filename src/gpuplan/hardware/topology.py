@@ -112,6 +112,9 @@ class Topology:
     spans the node (NVSwitch, a mesh, or PCIe itself)."""
     pcie: Link | None = None
     """The PCIe link between bridged groups (``bridge`` > 0)."""
+    nvlink_domain: int = 0
+    """GPUs the SKU's NVLink domain joins where it spans more than a node (72: an NVL72 rack;
+    :func:`nvlink_domain`), 0 otherwise."""
 
     @property
     def node_link(self) -> Link:
@@ -167,7 +170,10 @@ class Topology:
                     f"({self.pcie.bandwidth / 1e9:.0f} GB/s)")
         else:
             node = f"{self.intra.name} ({self.intra.bandwidth / 1e9:.0f} GB/s per GPU each way)"
-        return (f"{self.gpus_per_node} GPUs per node on {node}; nodes on {net}"
+        rack = (f" (its NVLink domain is {self.nvlink_domain} GPUs: --gpus-per-node "
+                f"{self.nvlink_domain} times the rack as one)"
+                if self.gpus_per_node < self.nvlink_domain else "")
+        return (f"{self.gpus_per_node} GPUs per node on {node}{rack}; nodes on {net}"
                 + (" -- assumed, give --inter-node" if self.default_network else ""))
 
     def to_dict(self) -> dict:
@@ -236,7 +242,7 @@ def topology_for(gpu: object, *, gpus_per_node: int = 8,
     inter = parse_inter_node(inter_node or DEFAULT_INTER_NODE)
     return Topology(gpus_per_node=gpus_per_node, intra=intra, inter=inter,
                     default_network=inter_node is None, bridge=min(bridge, gpus_per_node),
-                    pcie=pcie if bridge else None)
+                    pcie=pcie if bridge else None, nvlink_domain=domain or 0)
 
 
 def nvlink_domain(gpu: object) -> int | None:
