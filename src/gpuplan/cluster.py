@@ -246,7 +246,9 @@ class _Ctx:
 def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx:
     device = device_from_gpu(gpu)
     prec = (train_precision(base.precision, device, False) if mode == "train"
-            else infer_precision(base.infer_precision, device, False))
+            else infer_precision(base.infer_precision, device, False,
+                                 shipped=getattr(model.architecture, "checkpoint_format", None),
+                                 engine=base.engine))
     topo = topology_for(gpu, gpus_per_node=base.gpus_per_node, inter_node=base.inter_node)
     return _Ctx(model=model, gpu=gpu, base=base, topo=topo, device=device,
                 eff=default_efficiency(device), prec=prec, usable=gpu.memory_bytes,

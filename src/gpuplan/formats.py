@@ -18,7 +18,7 @@ __all__ = [
     "TrainingRecipe", "OptimizerSpec", "WeightFormat",
     "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS", "STORED_FORMATS",
     "get_recipe", "get_optimizer", "get_weight_format",
-    "optimizer_state_bytes", "weights_bytes_in_format",
+    "optimizer_state_bytes", "weights_bytes_in_format", "gemm_dtype",
 ]
 
 
@@ -276,7 +276,8 @@ class WeightFormat:
     """Effective bits per quantized weight, scales and zero points included (the figure used when
     the architecture is unknown and every parameter is assumed quantized)."""
     compute_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8"]
-    """What the matmuls run in (dequantized formats compute in 16-bit)."""
+    """What the matmuls run in (dequantized formats compute in 16-bit); for a format with a
+    ``native_dtype``, what they run in on a SKU without that unit (the dequantizing fallback)."""
     description: str
     convention: str
     """Which tensors stay unquantized, by the format's own tooling."""
@@ -288,6 +289,13 @@ class WeightFormat:
     fp32 (2 + 4). 0: the kernel reads the stored weight (int8/fp8/GPTQ/AWQ kernels, 16-bit).
     (bitsandbytes < 0.45 also transformed each LLM.int8 weight to the col_ampere layout on its
     first matmul, a one-time int8 copy; not modeled: today's kernels read the row-major weight.)"""
+    native_dtype: Literal["fp4", "fp8"] | None = None
+    """The tensor-core dtype the blocks' GEMMs run at where the SKU has the unit the format
+    needs (:func:`gemm_dtype`): ``fp4`` for NVFP4/MXFP4 (both operands in 4 bits), ``fp8`` for
+    MXFP8. None: always ``compute_dtype``."""
+    native_archs: tuple[str, ...] = ()
+    """The architectures whose tensor cores take the format's block scales (NVFP4's e4m3 per 16:
+    Blackwell; the OCP MX e8m0 per 32: Blackwell and CDNA 4)."""
 
     def tensor_bytes(self, t: ParamTensor, arch: Architecture | None = None) -> int:
         """Bytes of all ``t.count`` copies of one parameter tensor in this format."""
@@ -371,6 +379,31 @@ def _mxfp4(t: ParamTensor, arch: Architecture | None) -> int:
     return t.total * 2
 
 
+def _nvfp4(t: ParamTensor, arch: Architecture | None) -> int:
+    # NVFP4: e2m1 values (two per byte), one e4m3 scale byte per 16 along the input, and one fp32
+    # scale per tensor (the second level); embeddings, head and norms in 16-bit (ModelOpt).
+    if _in_blocks(t):
+        per_row = -(-t.in_features // 2) + -(-t.in_features // 16)
+        return (per_row * t.out_features + 4) * t.matrices * t.count
+    return t.total * 2
+
+
+def _mxfp8(t: ParamTensor, arch: Architecture | None) -> int:
+    # OCP MX FP8: e4m3 values and one e8m0 scale byte per 32 along the input.
+    if _in_blocks(t):
+        per_row = t.in_features + -(-t.in_features // 32)
+        return per_row * t.out_features * t.matrices * t.count
+    return t.total * 2
+
+
+def _fp8_channel(t: ParamTensor, arch: Architecture | None) -> int:
+    # e4m3 linears in the blocks with one fp32 scale per output channel (llm-compressor's
+    # FP8_DYNAMIC: channel-wise weights, dynamic per-token activations).
+    if _in_blocks(t):
+        return (t.numel + 4 * t.out_features * t.matrices) * t.count
+    return t.total * 2
+
+
 _GGUF_DOWN = ("down_proj", "w2", "dense_4h_to_h", "fc2")
 _GGUF_FUSED_QKV = ("qkv_proj", "query_key_value", "c_attn")
 
@@ -445,14 +478,54 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                      source="DeepSeek-V3 technical report sec. 3.3 (block-wise quantization); "
                             "its config.json quantization_config (weight_block_size [128, 128])",
                      _tensor_bytes=_fp8_block),
+        WeightFormat(name="fp8-channel", bits=8, compute_dtype="fp8",
+                     description="fp8 e4m3 weights with an fp32 scale per output channel, "
+                                 "activations scaled per token (W8A8)",
+                     convention="linear layers of the blocks; embeddings, head, norms in 16-bit",
+                     source="llm-compressor FP8_DYNAMIC scheme (channel-wise weight, dynamic "
+                            "per-token activation); vLLM CompressedTensorsW8A8Fp8",
+                     _tensor_bytes=_fp8_channel),
         WeightFormat(name="mxfp4", bits=4.25, compute_dtype="bf16",
                      description="OCP MX FP4: e2m1 weights with an e8m0 scale per 32 values; "
-                                 "GEMMs dequantize to bf16 before Blackwell (W4A16)",
+                                 "FP4 GEMMs on Blackwell and CDNA 4 (activations in MXFP4 too), "
+                                 "dequantized to bf16 elsewhere (W4A16)",
                      convention="a checkpoint shipped in MXFP4 (gpt-oss): its experts only; "
                                 "otherwise the linear layers of the blocks",
                      source="OCP Microscaling Formats (MX) v1.0 spec; gpt-oss model card and "
                             "config.json quantization_config (modules_to_not_convert)",
-                     _tensor_bytes=_mxfp4),
+                     _tensor_bytes=_mxfp4, native_dtype="fp4",
+                     native_archs=("Blackwell", "CDNA 4")),
+        WeightFormat(name="nvfp4", bits=4 + 8 / 16, compute_dtype="bf16",
+                     description="NVFP4: e2m1 weights with an e4m3 scale per 16 values and an "
+                                 "fp32 scale per tensor; FP4 GEMMs on Blackwell (W4A4), "
+                                 "dequantized to bf16 elsewhere (W4A16)",
+                     convention="linear layers of the blocks; embeddings, head, norms in 16-bit",
+                     source="NVIDIA, Introducing NVFP4 for Efficient and Accurate Low-Precision "
+                            "Inference (developer blog, 2025); TensorRT Model Optimizer NVFP4 "
+                            "(weight_scale e4m3 per 16, weight_scale_2 fp32)",
+                     _tensor_bytes=_nvfp4, native_dtype="fp4", native_archs=("Blackwell",)),
+        WeightFormat(name="mxfp8", bits=8 + 8 / 32, compute_dtype="bf16",
+                     description="OCP MX FP8: e4m3 weights with an e8m0 scale per 32 values; FP8 "
+                                 "GEMMs on Blackwell and CDNA 4, dequantized to bf16 elsewhere",
+                     convention="linear layers of the blocks; embeddings, head, norms in 16-bit",
+                     source="OCP Microscaling Formats (MX) v1.0 spec (MXFP8 E4M3, block 32)",
+                     _tensor_bytes=_mxfp8, native_dtype="fp8",
+                     native_archs=("Blackwell", "CDNA 4")),
+        WeightFormat(name="w4a16", bits=4 + 16 / 128, compute_dtype="bf16",
+                     description="int4 weights, symmetric, a bf16 scale per 128 inputs; 16-bit "
+                                 "activations: a dequantizing GEMM (Marlin, Machete)",
+                     convention="linear layers of the blocks; embeddings and head in 16-bit",
+                     source="llm-compressor W4A16 preset scheme (int4, symmetric, group 128); "
+                            "vLLM Marlin / Machete mixed-input GEMMs",
+                     _tensor_bytes=_groupwise(4, 128, 16, 0)),
+        WeightFormat(name="w4a8", bits=4 + 16 / 128, compute_dtype="fp8",
+                     description="int4 weights, a 16-bit scale per 128 inputs, fp8 activations: "
+                                 "the weights widen to fp8 in the kernel and the GEMM runs at the "
+                                 "fp8 rate (Hopper, Ada, Blackwell)",
+                     convention="linear layers of the blocks; embeddings and head in 16-bit",
+                     source="TensorRT Model Optimizer W4A8_AWQ (int4 group 128, fp8 "
+                            "activations); TensorRT-LLM W4A8 GEMM; vLLM CUTLASS W4A8 (Hopper)",
+                     _tensor_bytes=_groupwise(4, 128, 16, 0)),
         WeightFormat(name="int8", bits=8, compute_dtype="int8",
                      description="LLM.int8(): int8 weights, one fp32 scale per output channel",
                      convention="every nn.Linear except the LM head; embeddings in 16-bit",
@@ -526,6 +599,21 @@ STORED_FORMATS: dict[str, WeightFormat] = {
                          source="the file's tensor infos; ggml type_traits block sizes",
                          _tensor_bytes=_as_stored_ggml),
 }
+
+def gemm_dtype(fmt: WeightFormat, architecture: str, supports: Callable[[str], bool],
+               *, shipped: str | None = None) -> str:
+    """The dtype ``fmt``'s block GEMMs run at on a SKU of ``architecture`` (``supports``: whether
+    it has a peak for a dtype): ``native_dtype`` where the tensor cores take the format's scales
+    (NVFP4 on Blackwell; MXFP4/MXFP8 on Blackwell and CDNA 4), else ``compute_dtype`` -- Hopper
+    runs MXFP4 and NVFP4 as a W4A16 dequantizing GEMM at the bf16 rate, reading the packed
+    weights. A checkpoint that ships the format for its weights only (``shipped``: gpt-oss's
+    MXFP4 experts, whose engines keep 16-bit activations) stays ``compute_dtype`` everywhere."""
+    native = fmt.native_dtype
+    if native is None or shipped == fmt.name or architecture not in fmt.native_archs \
+            or not supports(native):
+        return fmt.compute_dtype
+    return native
+
 
 #: Inference formats ordered by effective bits (largest first).
 INFERENCE_ORDER = tuple(sorted(WEIGHT_FORMATS, key=lambda n: -WEIGHT_FORMATS[n].bits))

@@ -206,7 +206,8 @@ def test_dense_peak_matches_units_times_rate_times_clock(name, dtype, units, per
 # rocminfo reports 32 wavefronts x 64 lanes = 2048 work-items per CU.
 # CDNA2 (gfx90a) likewise 32 wavefronts x 64. Apple publishes no threads per GPU core: None.
 THREADS_PER_SM = {"7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536, "9.0": 2048,
-                  "10.0": 2048, "12.0": 1536, "gfx90a": 32 * 64, "gfx942": 32 * 64, None: None}
+                  "10.0": 2048, "10.3": 2048, "12.0": 1536, "gfx90a": 32 * 64, "gfx942": 32 * 64,
+                  "gfx950": 32 * 64, None: None}
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
@@ -393,7 +394,7 @@ def test_docs_alias_and_source_tables_match_the_data():
 # --- the added SKUs against the figures printed in the documents they cite --------------------------
 
 def test_added_skus_match_their_datasheets():
-    # 43 SKUs; the default shortlist of `gpuplan fit` is unchanged.
+    # 51 SKUs; the default shortlist of `gpuplan fit` is unchanged.
     assert len(GPUS) >= 40
     assert DEFAULT_SHORTLIST == ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-SXM-40GB",
                                  "L40S", "RTX-4090", "T4")

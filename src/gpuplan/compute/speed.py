@@ -340,7 +340,7 @@ def estimate_speed(
     measured = resolve_measured(None if efficiency is not None and measured == "auto"
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured)
-    prec = _precision(job, mode, device, tf32, notes)
+    prec = _precision(job, mode, device, tf32, notes, arch)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
@@ -505,8 +505,8 @@ def _gpu_and_efficiency(gpu: GPU, efficiency: Efficiency | None,
     return device, eff, None
 
 
-def _precision(job: Job, mode: StepMode, device: Device, tf32: bool,
-               notes: list[str]) -> PrecisionLayout:
+def _precision(job: Job, mode: StepMode, device: Device, tf32: bool, notes: list[str],
+               arch: Architecture | None = None) -> PrecisionLayout:
     """The job's precision layout for ``mode`` on ``device`` (a LoRA base read in its own format),
     with the notes on what is not modeled."""
     if mode == "train":
@@ -519,11 +519,17 @@ def _precision(job: Job, mode: StepMode, device: Device, tf32: bool,
                 notes.append(f"frozen base in {fmt.name}: weights read at {fmt.bits:.2f} bits; "
                              "the dequantization work is not modeled")
     else:
-        prec = infer_precision(job.infer_precision, device, tf32)
+        shipped = arch.checkpoint_format if arch is not None else None
+        prec = infer_precision(job.infer_precision, device, tf32, shipped=shipped,
+                               engine=job.engine)
         fmt = WEIGHT_FORMATS[prec.name]
-        if prec.name not in ("fp32", "bf16", "fp16") and fmt.compute_dtype in ("bf16", "fp16"):
+        if prec.name not in ("fp32", "bf16", "fp16") and prec.dtype in ("bf16", "fp16"):
             notes.append(f"{prec.name} weights are read at {fmt.bits:.2f} bits and multiplied in "
                          f"{prec.dtype}; the dequantization work is not modeled")
+        elif fmt.native_dtype is not None and prec.dtype == fmt.native_dtype:
+            notes.append(f"{prec.name}: the blocks' GEMMs at the {prec.dtype} tensor-core rate "
+                         f"({device.architecture} takes its block scales), activations quantized "
+                         "to it on the fly; attention, embedding and head in bf16")
     if prec.dtype == "fp32" and device.supports("tf32"):
         notes.append("fp32 matmuls at the fp32 (not TF32) peak, PyTorch's default; "
                      "torch.backends.cuda.matmul.allow_tf32=True is --tf32")

@@ -15,7 +15,8 @@ from typing import Literal, Sequence
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
-from ..formats import TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
+from ..formats import (TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
+                       optimizer_state_bytes)
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
 from ..models._types import Architecture, Model
@@ -40,7 +41,7 @@ Mode = StepMode
 #: Bytes per KV-cache element by dtype name: the job's (and the memory accounting's) one table.
 KV_BYTES = KV_DTYPES
 
-_ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 2}
+_ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 2, "fp4": 2}
 
 
 @record
@@ -264,10 +265,17 @@ def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
                            master=r.master_bytes, state=r.state_bytes, autocast=r.autocast)
 
 
-def infer_precision(weight_format: str, device: Device, tf32: bool) -> PrecisionLayout:
-    """The layout of an inference weight format (a name the Job accepted) on ``device``.
-    ``gguf`` (a .gguf file's own per-tensor types) has no one layout: the speed model refuses
-    it in one line rather than guess its bits."""
+def infer_precision(weight_format: str, device: Device, tf32: bool, *,
+                    shipped: str | None = None, engine: str | None = None) -> PrecisionLayout:
+    """The layout of an inference weight format (a name the Job accepted) on ``device``: its
+    GEMMs at :func:`~gpuplan.formats.gemm_dtype` (NVFP4/MXFP4 at the FP4 rate where the SKU's
+    tensor cores take the format, a 16-bit dequantizing GEMM elsewhere), its weights read at
+    their packed bits. ``shipped`` is the checkpoint's own format (the architecture's
+    ``checkpoint_format``). FP8 weights on a SKU without FP8 tensor cores (Ampere, Turing) are
+    refused, except under ``engine`` vllm, which runs them as W8A16 (FP8 Marlin: the weights
+    widen to 16 bits in the kernel; vLLM docs, FP8 W8A8). ``gguf`` (a .gguf file's own
+    per-tensor types) has no one layout: the speed model refuses it in one line rather than
+    guess its bits."""
     if weight_format not in WEIGHT_FORMATS:
         raise InputError(f"{opt('infer_precision')} {shown(weight_format)}: the speed model "
                          "takes one weight format for every tensor; give the one the file "
@@ -275,7 +283,16 @@ def infer_precision(weight_format: str, device: Device, tf32: bool) -> Precision
                          field="infer_precision", value=weight_format,
                          accepted=", ".join(WEIGHT_FORMATS))
     f = WEIGHT_FORMATS[weight_format]
-    dtype = "tf32" if (f.compute_dtype == "fp32" and tf32) else f.compute_dtype
+    dtype = gemm_dtype(f, device.architecture, device.supports, shipped=shipped)
+    dtype = "tf32" if (dtype == "fp32" and tf32) else dtype
+    if dtype == "fp8" and f.name != "w4a8" and engine == "vllm" and not device.supports("fp8") \
+            and device.supports("bf16"):
+        dtype = "bf16"  # vLLM's FP8 Marlin: W8A16 on Ampere/Turing
+    if f.name == "w4a8" and not device.supports(dtype):
+        raise UnsupportedError(f"{device.name} has no fp8 support: W4A8 runs its GEMMs in fp8; "
+                               f"use {opt('precision')} w4a16 (the same 4-bit weights, 16-bit "
+                               "GEMMs)", field="precision", value="w4a8",
+                               fix={"precision": "w4a16"})
     _check_dtype(device, dtype, "infer")
     act = _ACT_BYTES[dtype]
     w = f.bits / 8

@@ -115,8 +115,8 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
     return tuple(out)
 
 
-#: The 16-bit dtype beside an 8-bit compute dtype.
-_SIXTEEN_BIT = {"fp8": "bf16", "int8": "fp16"}
+#: The 16-bit dtype beside an 8-bit (or 4-bit: NVFP4/MXFP4 on Blackwell) compute dtype.
+_SIXTEEN_BIT = {"fp8": "bf16", "int8": "fp16", "fp4": "bf16"}
 
 
 def _sixteen_bit_op(op: Op) -> bool:
@@ -327,7 +327,8 @@ class MatmulTime:
                 "total_s": self.total_s, "occupancy": self.occupancy, "bound": self.bound}
 
 
-_ELEM = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+_ELEM = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp6": 0.75,
+         "fp4": 0.5}
 
 
 def time_matmul(mm: MatmulCount, device: Device, eff: Efficiency, dtype: str, *,

@@ -34,8 +34,9 @@ __all__ = [
     "CUSTOM_PREFIX",
 ]
 
-#: The dtypes a peak may be given for, in display order.
-DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+#: The dtypes a peak may be given for, in display order. ``fp6`` and ``fp4`` are the tensor cores'
+#: narrow floats (Blackwell, CDNA 4): NVFP4/MXFP4/MXFP6 GEMMs run there (docs/formats.md).
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4")
 
 #: The GPUs ``gpuplan fit`` reports on when none is named: one of each class people rent or own.
 DEFAULT_SHORTLIST = ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-SXM-40GB",

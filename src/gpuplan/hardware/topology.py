@@ -34,7 +34,7 @@ from ..errors import InputError, UnsupportedError, opt, shown
 
 __all__ = ["Link", "Topology", "parse_inter_node", "topology_for", "collective_time",
            "DEFAULT_INTER_NODE", "Collective", "NCCL_SOURCE", "PROTOCOLS",
-           "collective_protocol"]
+           "collective_protocol", "nvlink_domain"]
 
 NCCL_SOURCE = ("NCCL src/graph/tuning.cc (baseLat/hwLat by protocol: LL, LL128, Simple) and "
                "nccl-tests doc/PERFORMANCE.md (bus-bandwidth factors)")
@@ -112,6 +112,9 @@ class Topology:
     spans the node (NVSwitch, a mesh, or PCIe itself)."""
     pcie: Link | None = None
     """The PCIe link between bridged groups (``bridge`` > 0)."""
+    nvlink_domain: int = 0
+    """GPUs the SKU's NVLink domain joins where it spans more than a node (72: an NVL72 rack;
+    :func:`nvlink_domain`), 0 otherwise."""
 
     @property
     def node_link(self) -> Link:
@@ -167,7 +170,10 @@ class Topology:
                     f"({self.pcie.bandwidth / 1e9:.0f} GB/s)")
         else:
             node = f"{self.intra.name} ({self.intra.bandwidth / 1e9:.0f} GB/s per GPU each way)"
-        return (f"{self.gpus_per_node} GPUs per node on {node}; nodes on {net}"
+        rack = (f" (its NVLink domain is {self.nvlink_domain} GPUs: --gpus-per-node "
+                f"{self.nvlink_domain} times the rack as one)"
+                if self.gpus_per_node < self.nvlink_domain else "")
+        return (f"{self.gpus_per_node} GPUs per node on {node}{rack}; nodes on {net}"
                 + (" -- assumed, give --inter-node" if self.default_network else ""))
 
     def to_dict(self) -> dict:
@@ -209,6 +215,11 @@ def topology_for(gpu: object, *, gpus_per_node: int = 8,
     if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
         raise InputError(f"{opt('gpus_per_node')} {shown(gpus_per_node)}: expected a whole "
                          "number >= 1", field="gpus_per_node", value=gpus_per_node)
+    domain = nvlink_domain(gpu)
+    if domain and gpus_per_node > domain:
+        raise InputError(f"{opt('gpus_per_node')} {gpus_per_node}: {gpu.name}'s NVLink domain is "
+                         f"{domain} GPUs (an NVL{domain} rack); give at most {domain}",
+                         field="gpus_per_node", value=gpus_per_node, fix={"gpus_per_node": domain})
     nv = getattr(gpu, "interconnect_bandwidth", None)
     bw = getattr(gpu, "pcie_bandwidth", None)
     pcie = Link(name=f"PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes}", kind="pcie",
@@ -216,6 +227,8 @@ def topology_for(gpu: object, *, gpus_per_node: int = 8,
     name = getattr(gpu, "interconnect", None) or "NVLink"
     bridge = 0
     if nv:
+        if domain and gpus_per_node == domain:
+            name = f"{name}: the NVL{domain} rack's one NVLink domain"
         intra = Link(name=name, kind="nvlink", bandwidth=nv / 2)
         if "bridge" in name.lower() and pcie is not None:
             # a PCIe card's NVLink bridge joins two cards (NVIDIA's A100/H100 PCIe, H100 NVL
@@ -229,7 +242,17 @@ def topology_for(gpu: object, *, gpus_per_node: int = 8,
     inter = parse_inter_node(inter_node or DEFAULT_INTER_NODE)
     return Topology(gpus_per_node=gpus_per_node, intra=intra, inter=inter,
                     default_network=inter_node is None, bridge=min(bridge, gpus_per_node),
-                    pcie=pcie if bridge else None)
+                    pcie=pcie if bridge else None, nvlink_domain=domain or 0)
+
+
+def nvlink_domain(gpu: object) -> int | None:
+    """GPUs one NVLink domain of ``gpu`` joins where the catalog records it
+    (``nvlink_domain_gpus``: 72 on a GB200/GB300 NVL72, whose NVLink Switch trays join the whole
+    rack), else None: an HGX board's domain is its node. ``--gpus-per-node 72`` on such a GPU
+    reads as the rack: every group of up to 72 consecutive ranks rides NVLink."""
+    extra = getattr(gpu, "extra", None) or {}
+    value = extra.get("nvlink_domain_gpus")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 _FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
