@@ -116,7 +116,7 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
 
 
 #: The 16-bit dtype beside an 8-bit compute dtype.
-_SIXTEEN_BIT = {"fp8": "bf16", "int8": "fp16"}
+_SIXTEEN_BIT = {"fp8": "bf16", "fp4": "bf16", "int8": "fp16"}
 
 
 def _sixteen_bit_op(op: Op) -> bool:
