@@ -470,6 +470,8 @@ class StepSpec:
     clip_grad_norm_ (foreach on a GPU, a per-tensor loop on a CPU)."""
     engine: str = "transformers"
     """The engine, resolved: how it runs MLA and the experts (:func:`~.flops.run_form`)."""
+    fp8_attention: bool = False
+    """Under a narrow recipe the attention kernels run at the 8-bit rate (``--fp8-attention``)."""
     ep: int = 1
     """Expert-parallel ranks the step's experts are spread over (each expert's GEMM at the tokens
     it gets from all of them: :func:`~.flops.expert_tokens`)."""
@@ -498,7 +500,8 @@ class StepSpec:
                    lora_targets=job.lora_targets, lora_dropout=job.lora_dropout,
                    model_code=job.model_code,
                    max_grad_norm=job.max_grad_norm if train else None,
-                   grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine))
+                   grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine),
+                   fp8_attention=train and job.fp8_attention)
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -672,6 +675,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     narrow = NARROW_RECIPES.get(prec.name)
     weight_casts: list[Op] = []
     if narrow is not None and arch is not None:
+        if spec.fp8_attention:
+            micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
         micro.append(_quantize_op(fwd, narrow))
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
