@@ -28,7 +28,7 @@ def _check_loop(c: "TrainingLoop") -> None:
     if c.precision not in TRAINING_RECIPES and c.precision != "fp8":
         get_recipe(c.precision)  # raises with suggestions
     narrow = NARROW_RECIPES.get(c.precision)
-    if c.fp8_param_gather and (narrow is None or not narrow.param_gather):
+    if c.fp8_param_gather and c.precision != "fp8" and (narrow is None or not narrow.param_gather):
         able = [n for n, r in NARROW_RECIPES.items() if r.param_gather]
         raise InputError(f"{opt('fp8_param_gather')} with {opt('precision')} {c.precision}: "
                          f"only {', '.join(able)} keep and gather their weights narrow",
