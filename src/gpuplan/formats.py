@@ -11,6 +11,7 @@ from typing import Callable, Literal
 
 from ._record import record
 from .errors import InputError, UnknownNameError
+from .fp8 import NARROW_RECIPES
 from .models._ggml import ggml_tensor_bytes
 from .models._types import Architecture, ParamTensor
 
@@ -39,8 +40,9 @@ class TrainingRecipe:
     """Bytes of a separate fp32 master copy held for the optimizer (0 when the weights are fp32)."""
     state_bytes: int
     """Default bytes of one optimizer-state element (fp32 = 4; pure bf16 keeps states in bf16)."""
-    compute_dtype: Literal["fp32", "bf16", "fp16"]
-    """The dtype the matmuls run in (for the speed model)."""
+    compute_dtype: Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
+    """The dtype the matmuls run in (for the speed model); fp8/fp4: the blocks' linear layers
+    (:mod:`gpuplan.fp8`), attention, embedding and head at bf16."""
     autocast: bool
     """torch.autocast over fp32 parameters: a 16-bit copy of each weight is cached for the step."""
     description: str
@@ -91,6 +93,11 @@ TRAINING_RECIPES: dict[str, TrainingRecipe] = {
             description="everything in fp32",
             source="-",
         ),
+        *(TrainingRecipe(
+            name=n.name, weight_bytes=2, grad_bytes=2, master_bytes=4, state_bytes=4,
+            compute_dtype=n.dtype, autocast=False,
+            description=f"mixed-bf16 with the linear GEMMs in {n.formats} ({n.implementation}: "
+                        f"{n.scaling})", source=n.source) for n in NARROW_RECIPES.values()),
     )
 }
 

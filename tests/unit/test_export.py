@@ -277,7 +277,13 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--moe-router-score-function": ["softmax", "sigmoid", "sqrtsoftplus"],
             "--moe-router-enable-expert-bias": None, "--moe-router-num-groups": int,
             "--moe-router-group-topk": int, "--moe-router-topk-scaling-factor": float,
-            "--moe-router-pre-softmax": None}
+            "--moe-router-pre-softmax": None,
+            # Transformer Engine options (_add_transformer_engine_args)
+            "--fp8-format": ["e4m3", "hybrid"],
+            "--fp8-recipe": ["tensorwise", "delayed", "mxfp8", "blockwise"],
+            "--fp8-amax-history-len": int, "--fp8-amax-compute-algo": ["most_recent", "max"],
+            "--fp8-param-gather": None, "--fp8-dot-product-attention": None,
+            "--fp4-format": ["e2m1"], "--fp4-recipe": ["nvfp4"]}
 
 #: torchrun's options the launch line uses (torch.distributed.run; both spellings accepted).
 TORCHRUN = {"--nproc-per-node": int, "--nnodes": int, "--node-rank": str, "--master-addr": str,
@@ -564,3 +570,61 @@ def test_megatron_writes_qk_norm_head_size_and_moe_width():
     expected = ([int(not r) for r in cfg["no_rope_layers"]] if cfg.get("no_rope_layers") else
                 [int((i + 1) % interval == 0) for i in range(cfg["num_hidden_layers"])])
     assert ast.literal_eval(a.no_rope_freq) == expected and sum(expected) > 0
+
+
+# ------------------------------------------------------------------ FP8 recipes (issue 30)
+
+@pytest.mark.parametrize("precision, fmt, recipe", [
+    ("fp8-delayed", "hybrid", "delayed"), ("fp8-current", "hybrid", "tensorwise"),
+    ("fp8-blockwise", "e4m3", "blockwise"), ("mxfp8", "e4m3", "mxfp8")])
+def test_megatron_writes_the_fp8_recipe(precision, fmt, recipe):
+    j = job(model="llama-3.1-70b", gpus=64, tp=4, pp=8, pp_schedule="interleaved:5",
+            sequence_parallel=True, zero=1, grad_accum=128, precision=precision,
+            engine="megatron", fp8_param_gather=True)
+    a = megatron_args(export_plan(j, "megatron"))
+    assert a.bf16 and (a.fp8_format, a.fp8_recipe) == (fmt, recipe) and a.fp8_param_gather
+    assert not a.fp8_dot_product_attention and a.fp4_format is None
+    # delayed scaling: TE's history (1024, max) written over Megatron's defaults (1, most_recent)
+    assert (a.fp8_amax_history_len, a.fp8_amax_compute_algo) == (
+        (1024, "max") if precision == "fp8-delayed" else (None, None))
+
+
+def test_megatron_plain_fp8_nvfp4_and_fp8_attention():
+    plain = megatron_args(export_plan(job(gpus=8, precision="fp8", engine="megatron",
+                                          fp8_attention=True), "megatron"))
+    assert plain.fp8_recipe == "delayed" and plain.fp8_dot_product_attention
+    fp4 = megatron_args(export_plan(job(gpus=8, precision="nvfp4", engine="megatron"),
+                                    "megatron"))
+    assert (fp4.fp4_format, fp4.fp4_recipe, fp4.fp8_format) == ("e2m1", "nvfp4", None)
+
+
+@pytest.mark.parametrize("precision, gather", [("fp8-tensorwise", True), ("fp8-rowwise", False),
+                                               ("fp8", False)])
+def test_torchtitan_float8_round_trip(precision, gather, tmp_path, tt_manager):
+    j = job(gpus=8, zero=3, precision=precision, engine="torchtitan", fp8_param_gather=gather)
+    c = tt_parse(export_plan(j, "torchtitan"), tmp_path, tt_manager)
+    assert c.model.converters == ["quantize.linear.float8"]
+    f8 = c.quantize.linear.float8
+    assert f8.recipe_name == ("rowwise" if precision == "fp8-rowwise" else None)
+    assert f8.enable_fsdp_float8_all_gather is gather
+    assert f8.precompute_float8_dynamic_scale_for_fsdp is gather
+    assert f8.filter_fqns == ["output"]
+
+
+def test_torchtitan_mxfp8_round_trip_and_refusals(tmp_path, tt_manager):
+    c = tt_parse(export_plan(job(gpus=8, zero=3, precision="mxfp8", engine="torchtitan"),
+                             "torchtitan"), tmp_path, tt_manager)
+    assert c.model.converters == ["quantize.linear.mx"]
+    assert c.quantize.linear.mx.recipe_name == "mxfp8_cublas"
+    with pytest.raises(InputError, match="linear layers only"):
+        export_plan(job(gpus=8, zero=3, precision="fp8-rowwise", engine="torchtitan",
+                        fp8_attention=True), "torchtitan")
+
+
+def test_fp8_options_are_refused_by_engines_that_cannot_write_them():
+    # a recipe an engine has no setting for, and the FP8 options, are refused in one line
+    with pytest.raises(InputError, match="fp8-delayed"):
+        export_plan(job(gpus=2, zero=3, precision="fp8-delayed"), "fsdp")
+    with pytest.raises(InputError, match="fp8.param.gather"):
+        export_plan(job(gpus=2, zero=3, precision="fp8-tensorwise", fp8_param_gather=True),
+                    "accelerate")

@@ -23,7 +23,8 @@ FIELDS = ["model", "mode", "engine", "precision", "infer_precision", "optimizer"
           "distribute_checkpoints", "pp_schedule",
           "pp_embedding_part", "pp_loss_part",
           "micro_batches", "gpus_per_node", "inter_node", "sharding",
-          "stage3_max_live_parameters", "stage3_prefetch_bucket_size"]
+          "stage3_max_live_parameters", "stage3_prefetch_bucket_size", "fp8_param_gather",
+          "fp8_attention"]
 
 
 def cli_job(*argv: str) -> Job:

@@ -28,7 +28,7 @@ LAYERS = [
     {"parallel"},
     {"engines"},
     {"formats"},
-    {"models", "hardware"},
+    {"models", "hardware", "fp8"},
     {"units", "_io", "_extras"},
     {"bounds"},
     {"errors", "_version", "_record"},

@@ -122,6 +122,11 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "
               "inputs full checkpointing keeps over the TP group (Megatron's "
               "--distribute-saved-activations)"),
+    JobOption("--fp8-param-gather", "fp8_param_gather", "flag", "under an FP8 recipe keep the "
+              "linear weights as FP8 parameters and all-gather them in FP8 (no BF16 copy; "
+              "Megatron --fp8-param-gather)"),
+    JobOption("--fp8-attention", "fp8_attention", "flag", "under an FP8 recipe run the "
+              "attention core in FP8 too (TE fp8_dpa; default BF16)"),
     JobOption("--stage3-max-live-parameters", "stage3_max_live_parameters", "count",
               "DeepSpeed ZeRO-3: prefetch until this many parameters are gathered (its "
               "default 1e9; e.g. 2e8 on a small GPU)", "N"),

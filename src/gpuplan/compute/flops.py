@@ -170,6 +170,9 @@ class Op:
     weight_width: float = 0.0
     """Bytes per weight element as this matmul reads them, where ``bytes / weight_elements`` is
     not that (a MoE GEMM reads only the experts it hits); 0: that ratio."""
+    narrow: bool = False
+    """An attention kernel run in the step's 8-bit dtype (TE ``fp8_dpa`` under an FP8 recipe)
+    rather than at the 16-bit rate beside it."""
     groups: int = 1
     """A grouped GEMM (MoE experts): ``shape``'s M rows split over this many experts, each its
     own product of about M / groups rows (what the shape-dependent efficiency sees)."""

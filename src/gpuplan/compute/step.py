@@ -17,6 +17,8 @@ from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import (TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
                        optimizer_state_bytes)
+from ..fp8 import NARROW_RECIPES, cast_bytes_per_element, check_narrow_on
+from ..hardware import all_gpus
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
 from ..models._types import Architecture, Model
@@ -255,8 +257,19 @@ def _check_dtype(device: Device, dtype: str, mode: str) -> None:
 
 
 def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
-    """The layout of a training recipe (a name the Job accepted) on ``device``."""
+    """The layout of a training recipe (a name the Job accepted) on ``device``; a narrow recipe
+    (:mod:`gpuplan.fp8`) is refused on an architecture without its tensor cores, naming the
+    catalog GPUs that have them."""
     r = TRAINING_RECIPES[recipe]
+    narrow = NARROW_RECIPES.get(recipe)
+    if narrow is not None and device.kind == "gpu":
+        have = tuple(g.name for g in all_gpus() if g.architecture in narrow.architectures)
+        check_narrow_on(narrow, device.name, device.architecture, have)
+        if not device.supports(narrow.dtype):
+            raise UnsupportedError(f"{opt('precision')} {recipe}: the catalog has no dense "
+                                   f"{narrow.dtype} rate for {device.name} (gpuplan does not "
+                                   "guess a peak); time it with a catalog entry that states one",
+                                   field="precision", value=recipe)
     dtype = "tf32" if (r.compute_dtype == "fp32" and tf32) else r.compute_dtype
     _check_dtype(device, dtype, "train")
     w = 2 if r.autocast else r.weight_bytes
@@ -474,6 +487,8 @@ class StepSpec:
     clip_grad_norm_ (foreach on a GPU, a per-tensor loop on a CPU)."""
     engine: str = "transformers"
     """The engine, resolved: how it runs MLA and the experts (:func:`~.flops.run_form`)."""
+    fp8_attention: bool = False
+    """Under a narrow recipe the attention kernels run at the 8-bit rate (``--fp8-attention``)."""
     ep: int = 1
     """Expert-parallel ranks the step's experts are spread over (each expert's GEMM at the tokens
     it gets from all of them: :func:`~.flops.expert_tokens`)."""
@@ -502,7 +517,8 @@ class StepSpec:
                    lora_targets=job.lora_targets, lora_dropout=job.lora_dropout,
                    model_code=job.model_code,
                    max_grad_norm=job.max_grad_norm if train else None,
-                   grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine))
+                   grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine),
+                   fp8_attention=train and job.fp8_attention)
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -583,6 +599,46 @@ def _torchtune_kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape
     return tuple(out)
 
 
+def _narrow_linears(fwd: Sequence[Op]) -> list[Op]:
+    """The forward GEMMs a narrow recipe quantizes: the blocks' linear layers (not the
+    embedding, the head or the attention products)."""
+    return [o for o in fwd if o.kind == "matmul" and o.weight_elements and o.shape
+            and o.group not in ("embedding", "head")]
+
+
+def _quantize_op(fwd: Sequence[Op], recipe) -> Op:
+    """One micro-batch's activation and gradient casts of a narrow recipe, as memory traffic
+    (:func:`gpuplan.fp8.cast_bytes_per_element`): each linear's input in the forward and its
+    output gradient in the backward; torchao (no narrow input saved) casts the saved 16-bit
+    input again for the weight gradient. A columnwise copy (MX, NVFP4) writes a second output."""
+    lin = _narrow_linears(fwd)
+    inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
+    grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
+    per = cast_bytes_per_element(recipe)
+    if recipe.columnwise_copy == "always":
+        per += 1.0 if recipe.dtype == "fp8" else 0.5
+    elements = inputs * (1 if recipe.saves_narrow_inputs else 2) + grads
+    launches = sum(o.count for o in lin) * (2 if recipe.saves_narrow_inputs else 3)
+    return Op(name="fp8.quantize", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=1, flops=float(elements), counted_flops=0.0,
+              bytes=float(elements * per), parallel_work=max(1, elements),
+              kernels=max(1, launches), group="dense")
+
+
+def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op:
+    """The weights' casts of one step: once per step where the recipe caches its narrow weights
+    (TE: the first micro-batch), in every forward and again for the backward where it does not
+    (torchao)."""
+    lin = _narrow_linears(fwd)
+    n = sum(o.weight_elements * o.count for o in lin)
+    uses = 1 if recipe.caches_weight else 2 * spec.grad_accum
+    per = cast_bytes_per_element(recipe) + (1.0 if recipe.columnwise_copy != "never" else 0.0)
+    return Op(name="fp8.weight_cast", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=uses, flops=float(n), counted_flops=0.0,
+              bytes=float(n * per), parallel_work=max(1, n),
+              kernels=max(1, sum(o.count for o in lin)), group="dense")
+
+
 def _dequant_op(fwd: Sequence[Op], prec: PrecisionLayout, uses: int) -> Op:
     """A quantized frozen base (QLoRA) is dequantized to 16 bits before every matmul that reads it
     (bitsandbytes MatMul4Bit: dequantize_4bit, then a 16-bit matmul): read the packed weight,
@@ -642,7 +698,14 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
                         kernels=sum(o.count * o.kernels for o in mm) or 1, group="head"))
     if lora and prec.weight < 1 and arch is not None and device.kind == "gpu":
         micro.append(_dequant_op(fwd, prec, 3 if spec.checkpointing == "full" else 2))
-    ops = [replace(o, count=o.count * spec.grad_accum) for o in micro]
+    narrow = NARROW_RECIPES.get(prec.name)
+    weight_casts: list[Op] = []
+    if narrow is not None and arch is not None:
+        if spec.fp8_attention:
+            micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
+        micro.append(_quantize_op(fwd, narrow))
+        weight_casts.append(_weight_cast_op(fwd, narrow, spec))
+    ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
         trainable = spec.trainable or sum(spec.lora_rank * (t.in_features + t.out_features)
                                           * t.count for t in adapted)

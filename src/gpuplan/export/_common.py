@@ -27,7 +27,7 @@ TRAIN_FIELDS = ("optimizer_states", "fused_optimizer", "zero", "offload_optimize
                 "pp", "cp", "ep", "sequence_parallel", "pp_schedule", "micro_batches", "runtime",
                 "use_cache", "pp_embedding_part", "pp_loss_part", "max_grad_norm",
                 "distribute_checkpoints", "stage3_max_live_parameters",
-                "stage3_prefetch_bucket_size")
+                "stage3_prefetch_bucket_size", "fp8_param_gather", "fp8_attention")
 #: The same for a serving engine (the training-only fields of a ``--mode both`` job are the
 #: training side's).
 INFER_FIELDS = ("kv_dtype", "attention", "tp", "pp", "cp", "ep", "sequence_parallel",
@@ -111,6 +111,8 @@ def _scalar(v: object) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
+    if isinstance(v, (list, tuple)):  # a flow sequence: the same in YAML and TOML
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
     return json.dumps(str(v))  # a double-quoted string reads the same in YAML and TOML
 
 

@@ -37,6 +37,11 @@ def _mp_policy(job: Job) -> tuple[str, list[str]]:
                                           f"dtype=torch.{dt})"]
     if p == "bf16":
         return "MixedPrecisionPolicy()", ["model.to(torch.bfloat16)  # pure bf16, no fp32 copy"]
+    if p != "fp32":  # a narrow recipe (gpuplan.fp8): an engine with FP8 linears writes it
+        raise refuse(ENGINE, f"{opt('precision')} {p}: the FSDP2 snippet has no FP8 linear "
+                     f"layers; export it with {opt('export')} torchtitan (torchao float8) or "
+                     "megatron (Transformer Engine)", field="precision", value=p,
+                     fix={"export": "torchtitan"})
     return "MixedPrecisionPolicy()", []
 
 

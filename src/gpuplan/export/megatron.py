@@ -25,7 +25,8 @@ ENGINE = "megatron"
 _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
                         "max_grad_norm",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
-                        "pp_embedding_part", "pp_loss_part", "distribute_checkpoints"})
+                        "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
+                        "fp8_param_gather", "fp8_attention"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -289,12 +290,40 @@ def _parts(job: Job, model: Model, chunks: int) -> list[str]:
     return out
 
 
+#: gpuplan's narrow recipes as Megatron-LM's Transformer Engine options
+#: (megatron/training/arguments.py ``_add_transformer_engine_args``): over ``--bf16`` (BF16
+#: weights, fp32 main weights). Megatron's own ``--fp8-amax-history-len`` default is 1 and its
+#: ``--fp8-amax-compute-algo`` most_recent: the export writes TE's DelayedScaling defaults, the
+#: history gpuplan plans (1024, max).
+_NARROW = {
+    "fp8-delayed": ["--fp8-format", "hybrid", "--fp8-recipe", "delayed",
+                    "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"],
+    "fp8-current": ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+    "fp8-blockwise": ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
+    "mxfp8": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+    "nvfp4": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+}
+
+
+def _narrow(job: Job) -> list[str]:
+    """The Transformer Engine options of a narrow recipe (none for a 16/32-bit one)."""
+    if job.precision not in _NARROW:
+        return []
+    out = ["--bf16", *_NARROW[job.precision]]
+    if job.fp8_param_gather:
+        out.append("--fp8-param-gather")
+    if job.fp8_attention:
+        out.append("--fp8-dot-product-attention")
+    return out
+
+
 def _recipe(job: Job) -> list[str]:
     flags = {"mixed-bf16": ["--bf16"], "mixed-fp16": ["--fp16"], "fp32": []}
+    flags.update({name: _narrow(job) for name in _NARROW})
     if job.precision not in flags:
         raise refuse(ENGINE, f"{opt('precision')} {job.precision} has no Megatron-LM setting "
                      "(--bf16 and --fp16 keep fp32 main weights: mixed-bf16, mixed-fp16; or "
-                     "fp32)", field="precision", value=job.precision,
+                     f"fp32; Transformer Engine: {', '.join(_NARROW)})", field="precision", value=job.precision,
                      fix={"precision": "mixed-bf16"})
     opts = {"adamw": ["--optimizer", "adam"], "adam": ["--optimizer", "adam"],
             "sgd": ["--optimizer", "sgd", "--sgd-momentum", "0.0"],

@@ -21,14 +21,39 @@ from ._common import (TRAIN_FIELDS, accumulation, check_expressed, hub_repo, ref
 
 ENGINE = "torchtitan"
 _EXPRESSED = frozenset({"zero", "checkpointing", "fused_optimizer", "tp", "pp", "cp", "ep",
-                        "max_grad_norm",
+                        "max_grad_norm", "fp8_param_gather", "fp8_attention",
                         "sequence_parallel", "pp_schedule", "micro_batches", "runtime"})
 #: catalog name -> (torchtitan model name, flavor), torchtitan/models/llama3/__init__.py
 MODELS = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
           "llama-3.1-405b": ("llama3", "405B")}
 _SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 _PRECISION = {"mixed-bf16": ("float32", "bfloat16"), "fp32": ("float32", "float32"),
-              "bf16": ("bfloat16", "bfloat16")}
+              "bf16": ("bfloat16", "bfloat16"), "fp8-tensorwise": ("float32", "bfloat16"),
+              "fp8-rowwise": ("float32", "bfloat16"), "mxfp8": ("float32", "bfloat16")}
+
+
+def _converters(job: Job) -> tuple[list[str], dict]:
+    """torchtitan 0.2's model converters and their sections for a narrow recipe
+    (``torchtitan/config/job_config.py``: ``Float8Linear``, ``MXLinear``): torchao's float8
+    linear (tensorwise: ``recipe_name`` unset, the FSDP float8 all-gather under
+    ``--fp8-param-gather``; rowwise: ``recipe_name = "rowwise"``) or its MXFP8 linear
+    (``mxfp8_cublas``), the output head left in BF16 as both recipes here keep it."""
+    if job.fp8_attention:
+        raise refuse(ENGINE, f"{opt('fp8_attention')}: torchtitan's float8 converters quantize "
+                     "the linear layers only", field="fp8_attention", value=True,
+                     fix={"fp8_attention": False})
+    if job.precision in ("fp8-tensorwise", "fp8-rowwise"):
+        sec = {"filter_fqns": ["output"]}
+        if job.precision == "fp8-rowwise":
+            sec["recipe_name"] = "rowwise"
+        elif job.fp8_param_gather:
+            sec |= {"enable_fsdp_float8_all_gather": True,
+                    "precompute_float8_dynamic_scale_for_fsdp": True}
+        return ["quantize.linear.float8"], {"quantize.linear.float8": sec}
+    if job.precision == "mxfp8":
+        return ["quantize.linear.mx"], {"quantize.linear.mx": {"recipe_name": "mxfp8_cublas",
+                                                               "filter_fqns": ["output"]}}
+    return [], {}
 
 
 def _model(job: Job, model: Model) -> dict:
@@ -77,7 +102,8 @@ def export(job: Job, model: Model) -> str:
     check_expressed(job, ENGINE, TRAIN_FIELDS, _EXPRESSED)
     if job.precision not in _PRECISION:
         raise refuse(ENGINE, f"{opt('precision')} {job.precision} has no torchtitan setting (FSDP "
-                     "mixed precision: mixed-bf16; or fp32, bf16)", field="precision",
+                     "mixed precision: mixed-bf16; or fp32, bf16; torchao: fp8-tensorwise, "
+                     "fp8-rowwise, mxfp8)", field="precision",
                      value=job.precision, fix={"precision": "mixed-bf16"})
     if job.optimizer not in ("adamw", "adam"):
         raise refuse(ENGINE, f"{opt('optimizer')} {job.optimizer}: torchtitan builds Adam and "
@@ -95,10 +121,12 @@ def export(job: Job, model: Model) -> str:
     # with a pipeline the step's micro-batches are one local batch; else torchtitan accumulates
     local = job.batch * (accum if job.pp > 1 else 1)
     dtype, param = _PRECISION[job.precision]
+    converters, quantize = _converters(job)
+    model_section = _model(job, model) | ({"converters": converters} if converters else {})
     return write_toml({
         f"# gpuplan plan of {model.name}: {job.gpus} GPUs": {},
         "job": {"description": f"gpuplan plan of {model.name}"},
-        "model": _model(job, model),
+        "model": model_section,
         "optimizer": {"name": "AdamW" if job.optimizer == "adamw" else "Adam",
                       "implementation": "fused" if job.fused_optimizer else "foreach"},
         "training": {"local_batch_size": local,
@@ -111,4 +139,5 @@ def export(job: Job, model: Model) -> str:
         "parallelism": _parallelism(job, model),
         "activation_checkpoint": {"mode": job.checkpointing},
         "compile": {"enable": runtime_of(job.runtime, "train", job.engine) == "compile"},
+        **quantize,
     })

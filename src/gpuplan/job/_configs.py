@@ -9,6 +9,7 @@ from ..engines.profiles import get_engine
 from ..errors import InputError, opt, shown
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, \
     get_weight_format
+from ..fp8 import NARROW_RECIPES
 from ._fields import check_fields
 from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
@@ -23,8 +24,19 @@ def _check_execution(c: "ExecutionConfig") -> None:
 
 
 def _check_loop(c: "TrainingLoop") -> None:
-    if c.precision not in TRAINING_RECIPES:
+    # plain "fp8" is resolved to the engine's recipe by the Job (gpuplan.fp8.resolve_plain_fp8)
+    if c.precision not in TRAINING_RECIPES and c.precision != "fp8":
         get_recipe(c.precision)  # raises with suggestions
+    narrow = NARROW_RECIPES.get(c.precision)
+    if c.fp8_param_gather and c.precision != "fp8" and (narrow is None or not narrow.param_gather):
+        able = [n for n, r in NARROW_RECIPES.items() if r.param_gather]
+        raise InputError(f"{opt('fp8_param_gather')} with {opt('precision')} {c.precision}: "
+                         f"only {', '.join(able)} keep and gather their weights narrow",
+                         field="fp8_param_gather", value=True, accepted=", ".join(able))
+    if c.fp8_attention and c.precision != "fp8" and narrow is None:
+        raise InputError(f"{opt('fp8_attention')} with {opt('precision')} {c.precision}: FP8 "
+                         "attention runs under an FP8 recipe; give one "
+                         f"({', '.join(NARROW_RECIPES)})", field="fp8_attention", value=True)
     if c.offload_activations and c.checkpointing != "full":
         raise InputError(f"{opt('offload_activations')} offloads what full checkpointing keeps "
                          f"(each layer's input), as torchtune requires; add {opt('checkpointing')}"
@@ -155,6 +167,12 @@ class TrainingLoop:
     """The activations checkpointing keeps (each layer's input) are copied to host memory in the
     forward and back in the backward (torchtune's OffloadActivations; saved_tensors_hooks with
     a side stream that keeps the 5 latest copies on the GPU). Needs --checkpointing full."""
+    fp8_param_gather: bool = False
+    """An FP8 recipe keeps the linear weights as FP8 parameters and all-gathers them in FP8: no
+    BF16 copy (Megatron ``--fp8-param-gather``; torchao ``enable_fsdp_float8_all_gather``)."""
+    fp8_attention: bool = False
+    """Under an FP8 recipe the attention core (QK^T, softmax-V) runs in FP8 too (TE
+    ``fp8_dpa``); default: BF16."""
 
     def __post_init__(self) -> None:
         check_fields(self)

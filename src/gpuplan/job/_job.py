@@ -20,6 +20,7 @@ from typing import Literal, get_args, get_origin
 from .._record import compiled_init, record
 from ..bounds import MAX_ARG_CHARS
 from ..engines.profiles import ENGINE_NAMES, check_engine_job, get_engine
+from ..fp8 import NARROW_RECIPES, resolve_plain_fp8
 from ..errors import InputError, UnsupportedError, closest, opt, shown
 from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
 from ..models import Model, from_param_count
@@ -203,7 +204,8 @@ FLAT_FIELDS: tuple[str, ...] = (
     "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
     "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "micro_batches", "gpus_per_node",
-    "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size")
+    "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
+    "fp8_param_gather", "fp8_attention")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -282,6 +284,16 @@ def _resolve_engine(job: Job) -> None:
     """What the engine decides when the job leaves it: model code, sharding, and (torchtitan)
     the embedding and loss as pipeline parts."""
     profile = get_engine(job.engine)
+    if job.precision == "fp8":
+        # plain fp8: the engine's own default recipe (gpuplan.fp8.DEFAULT_FP8_BY_ENGINE)
+        object.__setattr__(job, "loop", replace(job.loop, precision=resolve_plain_fp8(job.engine)))
+    narrow = NARROW_RECIPES.get(job.precision)
+    if narrow is not None and job.engine != "auto" and job.engine not in narrow.engines:
+        runs = [n for n, r in NARROW_RECIPES.items() if job.engine in r.engines]
+        raise InputError(f"{opt('precision')} {job.precision} is {narrow.implementation}, which "
+                         f"{opt('engine')} {job.engine} does not run; it runs "
+                         f"{', '.join(runs) or 'none of them'}", field="precision",
+                         value=job.precision, accepted=", ".join(runs))
     if job.model_code is None:
         object.__setattr__(job, "execution", replace(job.execution, model_code=profile.model_code))
     if job.sharding is None:

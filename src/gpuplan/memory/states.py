@@ -16,6 +16,7 @@ from ..formats import (
     BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
     weights_bytes_in_format,
 )
+from ..fp8 import NARROW_RECIPES, amax_history_bytes, fp8_weight_bytes
 from ..job import Job
 from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
@@ -56,6 +57,10 @@ class States:
     gathered_kept: int = 0
     """Of ``gathered``, the bytes still gathered in the optimizer step (after the backward
     released the rest): DeepSpeed's persisted small parameters."""
+    fp8: int = 0
+    """Bytes of a narrow recipe's persistent weight copies (FP8 weights, their transposes or
+    columnwise copies, block scales) and its amax histories (:mod:`gpuplan.fp8`)."""
+    fp8_label: str = ""
     fsdp: FsdpUnits | None = None
     """FSDP2's unit sizes (``sharding="fsdp2"``, ZeRO-2/3): the gathered parameters then vary
     along the step (the timeline places them) and ``gathered`` is 0."""
@@ -149,6 +154,13 @@ def _compute_states(model: Model, job: Job) -> States:
         notes.append("optimizer offloaded: fp32 master copy, states and an fp32 gradient copy "
                      "in host memory")
 
+    fp8, fp8_label, bf16_dropped = _narrow_states(job, trained)
+    weights_trainable -= bf16_dropped
+    if fp8_label:
+        notes.append(f"{fp8_label}: {fp8:,} bytes")
+    if z >= 3:
+        fp8 = shard(fp8, g)
+
     gathered = _Gathered(0, 0, "", _FSDP_UNITS)
     if z >= 3 and g > 1:
         gathered = _gathered_bytes(model, recipe, base_bytes > 0, job)
@@ -159,7 +171,27 @@ def _compute_states(model: Model, job: Job) -> States:
                   host=host, gathered=gathered.bytes, step_tmp=step_tmp,
                   step_detail=step_detail, notes=tuple(notes), paged=paged,
                   gathered_note=gathered.note, gathered_kept=gathered.kept,
-                  gathered_label=gathered.label)
+                  gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label)
+
+
+def _narrow_states(job: Job, trained: _Trained) -> tuple[int, str, int]:
+    """(bytes, label, 16-bit weight bytes it replaces) of a narrow recipe's persistent copies on
+    this rank: the blocks' linear weights (the embedding and head stay 16-bit) as
+    :func:`gpuplan.fp8.fp8_weight_bytes` counts them, reckoned as Hopper holds them (with the
+    transposes; Blackwell GEMMs take either layout), plus delayed scaling's amax histories."""
+    recipe = NARROW_RECIPES.get(job.precision)
+    if recipe is None or job.lora_rank is not None:
+        return 0, "", 0
+    lin = [t for t in trained.tensors or () if t.linear and t.component not in
+           ("embeddings", "head")]
+    elements = sum(t.total for t in lin) if lin else trained.count
+    copies, dropped, label = fp8_weight_bytes(recipe, elements, "Hopper",
+                                              param_gather=job.fp8_param_gather)
+    amax = amax_history_bytes(recipe, sum(t.count for t in lin))
+    if amax:
+        label += (" + " if label else "") + f"amax histories ({recipe.amax_history} x fp32)"
+    return copies + amax, label + ("" if lin else " (all parameters taken as linear weights)"), \
+        dropped
 
 
 def _paged_bytes(opt, tensors: tuple[ParamTensor, ...] | None, trainable: int) -> int:

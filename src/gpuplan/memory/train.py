@@ -69,7 +69,8 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
     return TrainMemory(
         precision=recipe.name, optimizer=opt.name,
         params=stage.params if stage else model.params.total,
-        trainable_params=st.trainable, weights_bytes=st.weights_trainable + st.base + buffers,
+        trainable_params=st.trainable,
+        weights_bytes=st.weights_trainable + st.base + buffers + st.fp8,
         gradients_bytes=at_peak.gradients, master_weights_bytes=st.master,
         optimizer_bytes=st.opt, activations_bytes=at_peak.activations,
         temporaries_bytes=at_peak.temporaries, gathered_params_bytes=at_peak.gathered,
@@ -107,6 +108,10 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
         Line(key="weights", label=f"weights, {w_bits}-bit"
              + (" (adapters)" if st.base else "") + (" shards (FSDP2)" if fsdp else ""),
              bytes=st.weights_trainable, bytes_per_param=per_param(st.weights_trainable)),
+        *([Line(key="weights", label=st.fp8_label, bytes=st.fp8,
+                bytes_per_param=per_param(st.fp8),
+                note="reckoned as Hopper holds them")]
+          if st.fp8 else []),
         Line(key="gradients", label=f"gradients, {g_bits}-bit",
              bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
              at_peak=_gradients_at_peak(at_peak, st.grads, in_backward)),
@@ -196,7 +201,7 @@ def _train_phases(job: Job, st: States, act: TrainActivations,
     place (``zero_grad_set_to_none=False``), the forward and backward run with all of them alive. The optimizer step holds the gradients, the
     states and the step's temporaries; the activations are gone by then."""
     grads = st.grads
-    base = dict(weights=st.weights_trainable + st.base + buffers, master=st.master,
+    base = dict(weights=st.weights_trainable + st.base + buffers + st.fp8, master=st.master,
                 optimizer=st.opt)
     # FSDP2: what is gathered depends on where the phase's peak is (the timeline places it);
     # nothing is gathered in the optimizer step

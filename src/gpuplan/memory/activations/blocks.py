@@ -25,6 +25,8 @@ class Ctx:
         #: Token rows this rank holds of the residual stream: all of them, or 1/sp of the
         #: sequence under Megatron sequence parallelism (norms, dropout and residuals sharded).
         self.rows = BS if o.sp == 1 else BS * Fraction(1, o.sp)
+        #: A narrow recipe's quantized copy of each linear input (q, k and v share one)
+        self.narrow: dict[int, Tensor] = {}
 
     def gather(self, x: Tensor) -> Tensor:
         """Entering a column-parallel region: all-gather the sequence shard (SP), else ``x``."""
@@ -48,6 +50,9 @@ class Ctx:
         g, o = self.g, self.o
         quant = fan_in * fan_out * o.quantized if (o.quantized and o.frozen) else 0
         x_in = x
+        if o.narrow_inputs and not o.frozen and x.gathered_from is None:
+            # TE quantizes the input and saves the narrow copy for the weight gradient
+            x = self.narrow.setdefault(id(x), g.to(x, o.narrow_inputs))
         if o.quantized > 2 and o.frozen:
             # bitsandbytes Linear4bit with an fp32 compute dtype: x.to(fp32), the matmul in
             # fp32 against the dequantized weight's fp32 copy, out.to(the input dtype)

@@ -3,6 +3,8 @@ each replayed once by :func:`~.symbolic.simulate` and cached per architecture an
 
 from __future__ import annotations
 
+from ...fp8 import NARROW_RECIPES
+
 from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
@@ -90,7 +92,17 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                                 and job.lora_base.startswith(("nf4", "fp4"))) else 0,
                 frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep,
                 compiled=runtime_of(job.runtime, "train", job.engine) == "compile", model_code=job.model_code,
-                loss_chunks=job.loss_chunks)
+                loss_chunks=job.loss_chunks, narrow_inputs=_narrow_inputs(job))
+
+
+def _narrow_inputs(job: Job) -> float:
+    """Bytes per element a narrow recipe saves each block linear's input in (Transformer
+    Engine's recipes keep the quantized input for the weight gradient: 1 for FP8/MXFP8, 0.5 for
+    NVFP4, before scales); 0 where the 16-bit input is saved (torchao, 16-bit recipes)."""
+    r = NARROW_RECIPES.get(job.precision)
+    if r is None or not r.saves_narrow_inputs or job.lora_rank is not None:
+        return 0
+    return 0.5 if r.dtype == "fp4" else 1
 
 
 #: What of a new family's forward is not yet op by op (the rest is: QK-norm, the routers,

@@ -220,6 +220,8 @@ class Opts:
     compiled: bool = False  # torch.compile of each layer and of the loss (runtime="compile")
     model_code: str = "transformers"  # whose model code: transformers or torchtune
     loss_chunks: int = 1    # output projection + cross-entropy over this many sequence chunks
+    narrow_inputs: float = 0  # a narrow recipe saves each block linear's input at this many
+                              # bytes per element for the weight gradient (TE FP8: 1; 0: 16-bit)
 
 
 def _local_layers(arch: Architecture) -> tuple[int, ...]:

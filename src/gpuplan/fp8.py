@@ -1,0 +1,234 @@
+"""Narrow-format training recipes (FP8, MXFP8, NVFP4) as data: which GEMMs run narrow, on which
+GPUs, what memory each keeps and what its casts cost.
+
+Every recipe names the implementation it describes and its source file at a pinned commit:
+
+* Transformer Engine, ``transformer_engine/common/recipe/__init__.py`` (NVIDIA/TransformerEngine
+  at 000b637ede9c221d01067e5cdf4f0953da3ab7cd): ``DelayedScaling`` (``amax_history_len`` 1024,
+  ``margin`` 0, ``fp8_format`` HYBRID = e4m3 forward / e5m2 backward), ``Float8CurrentScaling``
+  (HYBRID, per-tensor scale of the current tensor), ``Float8BlockScaling`` (fp32 scales per
+  block), ``MXFP8BlockScaling`` (e4m3, an e8m0 scale per 32 values; rowwise and columnwise copies
+  quantized separately from the high-precision tensor) and ``NVFP4BlockScaling`` (e2m1, an e4m3
+  scale per 16 values and an fp32 scale per tensor).
+* Megatron-LM ``megatron/training/arguments.py`` (``_add_transformer_engine_args``):
+  ``--fp8-format {e4m3,hybrid}``, ``--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}`` (default
+  delayed), ``--fp8-amax-history-len`` (default 1: Megatron's, not TE's 1024),
+  ``--fp8-param-gather``, ``--first-last-layers-bf16``, ``--fp4-format e2m1``, ``--fp4-recipe
+  nvfp4``.
+* torchao ``torchao/float8/config.py`` (pytorch/ao at 024fe94fd86a94f43be1f0dd62201bd92a313dcb):
+  tensorwise (dynamic per-tensor scaling, cuBLAS) and rowwise (axiswise scaling, CUTLASS rowwise
+  kernel); ``enable_fsdp_float8_all_gather`` only under tensorwise. torchao's ``Float8Linear``
+  saves its high-precision input for the backward and casts again there.
+* DeepSeek-V3 technical report (arXiv 2412.19437, sec. 3.3): 1 x 128 tiles for activations,
+  128 x 128 blocks for weights, fp32 scales; the embedding, output head, MoE gating, norms and
+  attention stay in BF16/FP32.
+
+The memory terms are per element of the blocks' linear weights (the embedding and the head stay
+16-bit in every recipe here, as ``compute.time`` already times them).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._record import record
+from .errors import InputError, opt, shown
+
+__all__ = ["NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_ENGINE", "narrow_recipe",
+           "check_narrow_on", "fp8_weight_bytes", "amax_history_bytes", "cast_bytes_per_element",
+           "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL"]
+
+#: GPU architectures (the catalog's ``architecture`` field) with FP8 tensor cores.
+FP8_ARCHITECTURES = ("Hopper", "Ada Lovelace", "Blackwell")
+#: ... and with MXFP8 / NVFP4 (block-scaled) tensor cores: Blackwell (sm_100 and later).
+BLACKWELL = ("Blackwell",)
+#: Architectures whose FP8 GEMMs take only the TN layout (cuBLASLt on sm_89/sm_90): Transformer
+#: Engine keeps each FP8 weight's transpose beside it for the dgrad/wgrad GEMMs.
+_TN_ONLY = ("Hopper", "Ada Lovelace")
+
+
+@record
+class NarrowRecipe:
+    """One narrow-format training recipe."""
+
+    name: str
+    dtype: Literal["fp8", "fp4"]
+    """The tensor-core rate its linear GEMMs run at."""
+    implementation: str
+    """The class or option that implements it."""
+    architectures: tuple[str, ...]
+    """GPU architectures that run it."""
+    formats: str
+    """Element formats forward / backward."""
+    scaling: str
+    """How scales are chosen and their granularity."""
+    act_block: int
+    """Elements of an activation or gradient sharing one scale (0: one per tensor)."""
+    weight_block: int
+    """Elements of a weight sharing one scale (0: one per tensor)."""
+    scale_bytes: int
+    """Bytes of one scale (fp32 4, e8m0 / e4m3 1)."""
+    amax_history: int
+    """Amax history entries kept per quantized tensor (delayed scaling), 0 otherwise."""
+    caches_weight: bool
+    """The narrow weight copy persists across micro-batches (TE's weight cache); False: cast in
+    every forward and freed (torchao)."""
+    columnwise_copy: Literal["never", "tn-only", "always"]
+    """A second (transposed / columnwise-scaled) copy of each narrow weight: ``tn-only`` on
+    Hopper/Ada (their FP8 GEMM is TN-only), ``always`` where the scales run along one axis (MX,
+    NVFP4: both directions quantized from the high-precision tensor)."""
+    saves_narrow_inputs: bool
+    """The linear layers save their input in the narrow format for the weight-gradient GEMM
+    (TE); False: the 16-bit input is saved and cast again in the backward (torchao)."""
+    narrow_gemms: str
+    """Which GEMMs run narrow."""
+    param_gather: bool
+    """Weights can be kept and all-gathered narrow (no 16-bit copy)."""
+    engines: tuple[str, ...]
+    """gpuplan engines that run it."""
+    source: str
+
+
+_TE = "NVIDIA/TransformerEngine transformer_engine/common/recipe/__init__.py @000b637e"
+_AO = "pytorch/ao torchao/float8/config.py @024fe94f"
+_ALL3 = "linear layers: forward (fprop), dgrad and wgrad"
+
+NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
+    NarrowRecipe(name="fp8-delayed", dtype="fp8", implementation="te.DelayedScaling",
+                 architectures=FP8_ARCHITECTURES, formats="HYBRID: e4m3 fwd / e5m2 bwd",
+                 scaling="per tensor, from the max of an amax history of past steps",
+                 act_block=0, weight_block=0, scale_bytes=4, amax_history=1024,
+                 caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
+                 narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
+                 source=_TE + " (DelayedScaling: amax_history_len=1024, margin=0)"),
+    NarrowRecipe(name="fp8-current", dtype="fp8", implementation="te.Float8CurrentScaling",
+                 architectures=FP8_ARCHITECTURES, formats="HYBRID: e4m3 fwd / e5m2 bwd",
+                 scaling="per tensor, from the tensor's own amax (an extra reduction pass)",
+                 act_block=0, weight_block=0, scale_bytes=4, amax_history=0,
+                 caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
+                 narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
+                 source=_TE + " (Float8CurrentScaling); Megatron --fp8-recipe tensorwise; "
+                        "NeMo/Megatron-Bridge FP8-CS"),
+    NarrowRecipe(name="fp8-tensorwise", dtype="fp8", implementation="torchao Float8Linear "
+                 "(tensorwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd / e5m2 bwd",
+                 scaling="dynamic per tensor", act_block=0, weight_block=0, scale_bytes=4,
+                 amax_history=0, caches_weight=False, columnwise_copy="never",
+                 saves_narrow_inputs=False, narrow_gemms=_ALL3, param_gather=True,
+                 engines=("torchtitan",),
+                 source=_AO + " (ALL_TENSORWISE; enable_fsdp_float8_all_gather)"),
+    NarrowRecipe(name="fp8-rowwise", dtype="fp8", implementation="torchao Float8Linear "
+                 "(rowwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd and bwd",
+                 scaling="dynamic per row (axiswise), fp32 scales", act_block=0, weight_block=0,
+                 scale_bytes=4, amax_history=0, caches_weight=False, columnwise_copy="never",
+                 saves_narrow_inputs=False, narrow_gemms=_ALL3, param_gather=False,
+                 engines=("torchtitan",),
+                 source=_AO + " (ALL_AXISWISE: FSDP float8 all-gather is tensorwise only)"),
+    NarrowRecipe(name="fp8-blockwise", dtype="fp8", implementation="te.Float8BlockScaling",
+                 architectures=FP8_ARCHITECTURES, formats="e4m3 fwd and bwd",
+                 scaling="1 x 128 tiles (activations, gradients), 128 x 128 blocks (weights), "
+                         "fp32 scales", act_block=128, weight_block=128 * 128, scale_bytes=4,
+                 amax_history=0, caches_weight=True, columnwise_copy="tn-only",
+                 saves_narrow_inputs=True, narrow_gemms=_ALL3, param_gather=True,
+                 engines=("megatron",),
+                 source=_TE + " (Float8BlockScaling); DeepSeek-V3 report sec. 3.3 "
+                        "(arXiv 2412.19437)"),
+    NarrowRecipe(name="mxfp8", dtype="fp8", implementation="te.MXFP8BlockScaling",
+                 architectures=BLACKWELL, formats="e4m3 fwd and bwd",
+                 scaling="an e8m0 (power-of-two) scale per 32 consecutive values",
+                 act_block=32, weight_block=32, scale_bytes=1, amax_history=0,
+                 caches_weight=True, columnwise_copy="always", saves_narrow_inputs=True,
+                 narrow_gemms=_ALL3, param_gather=True, engines=("megatron", "torchtitan"),
+                 source=_TE + " (MXFP8BlockScaling: rowwise and columnwise copies); OCP MX "
+                        "spec v1.0"),
+    NarrowRecipe(name="nvfp4", dtype="fp4", implementation="te.NVFP4BlockScaling",
+                 architectures=BLACKWELL, formats="e2m1 fwd and bwd",
+                 scaling="an e4m3 scale per 16 values and an fp32 scale per tensor",
+                 act_block=16, weight_block=16, scale_bytes=1, amax_history=0,
+                 caches_weight=True, columnwise_copy="always", saves_narrow_inputs=True,
+                 narrow_gemms=_ALL3, param_gather=False, engines=("megatron",),
+                 source=_TE + " (NVFP4BlockScaling); Megatron --fp4-format e2m1 "
+                        "--fp4-recipe nvfp4"),
+)}
+
+#: What plain ``--precision fp8`` means under each engine: Megatron's ``--fp8-recipe`` default
+#: (delayed) and torchtitan's float8 converter default (``recipe_name`` unset = tensorwise).
+DEFAULT_FP8_BY_ENGINE = {"megatron": "fp8-delayed", "torchtitan": "fp8-tensorwise"}
+
+
+def narrow_recipe(name: str) -> NarrowRecipe | None:
+    """The narrow recipe named ``name``; None for a 16/32-bit recipe."""
+    return NARROW_RECIPES.get(name)
+
+
+def resolve_plain_fp8(engine: str) -> str:
+    """The recipe plain ``fp8`` stands for under ``engine``, or a one-line error listing the
+    recipes where the engine has no default."""
+    if engine in DEFAULT_FP8_BY_ENGINE:
+        return DEFAULT_FP8_BY_ENGINE[engine]
+    raise InputError(f"{opt('precision')} fp8 names no training recipe under {opt('engine')} "
+                     f"{engine}: give one of {', '.join(NARROW_RECIPES)} (or {opt('engine')} "
+                     "megatron: fp8-delayed, torchtitan: fp8-tensorwise)",
+                     field="precision", value="fp8", accepted=", ".join(NARROW_RECIPES))
+
+
+def check_narrow_on(recipe: NarrowRecipe, gpu_name: str, architecture: str | None,
+                    have: tuple[str, ...]) -> None:
+    """Refuse ``recipe`` on a GPU whose architecture lacks its tensor cores, naming the catalog
+    GPUs (``have``: those of a right architecture) that run it."""
+    if architecture in recipe.architectures:
+        return
+    kind = "FP4" if recipe.dtype == "fp4" else ("MXFP8" if recipe.name == "mxfp8" else "FP8")
+    raise InputError(f"{opt('precision')} {recipe.name}: {gpu_name} ({architecture or 'unknown'}"
+                     f" architecture) has no {kind} tensor cores for it; it runs on "
+                     f"{', '.join(recipe.architectures)} GPUs ({', '.join(have)})",
+                     field="precision", value=recipe.name, accepted=", ".join(have))
+
+
+def _block_scale(elements: int, block: int, scale_bytes: int) -> float:
+    return 0.0 if block == 0 else elements * scale_bytes / block
+
+
+def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: str | None, *,
+                     param_gather: bool) -> tuple[int, int, str]:
+    """(persistent bytes of the narrow weight copies, bytes of the 16-bit weights it replaces,
+    a label) for ``linear_elements`` of the blocks' linear weights on one rank.
+
+    TE caches each weight's FP8 copy across micro-batches (1 byte per element, 0.5 for FP4, plus
+    its block scales) and on Hopper/Ada its transpose too; MX and NVFP4 keep a rowwise and a
+    columnwise copy everywhere. ``param_gather`` keeps the narrow copy *as* the parameter: the
+    16-bit copy (2 bytes per element) is gone. torchao casts in each forward and keeps nothing."""
+    if not recipe.caches_weight and not param_gather:
+        return 0, 0, ""
+    elem = 0.5 if recipe.dtype == "fp4" else 1.0
+    one = linear_elements * elem + _block_scale(linear_elements, recipe.weight_block,
+                                                recipe.scale_bytes)
+    copies = 1 + (recipe.columnwise_copy == "always"
+                  or (recipe.columnwise_copy == "tn-only" and architecture in _TN_ONLY))
+    what = "copy" if copies == 1 else "copy + transpose" if recipe.columnwise_copy == "tn-only" \
+        else "rowwise + columnwise copies"
+    label = f"{recipe.name} weight {what}" + (" (the parameters: fp8 param gather)"
+                                              if param_gather else "")
+    return int(round(one * copies)), 2 * linear_elements if param_gather else 0, label
+
+
+def amax_history_bytes(recipe: NarrowRecipe, linear_tensors: int, history: int | None = None) -> int:
+    """Bytes of the amax histories and scales of delayed scaling: each linear layer quantizes
+    three tensors (input, weight, output gradient), each with ``history`` fp32 amaxes plus its
+    fp32 scale and inverse scale."""
+    if not recipe.amax_history:
+        return 0
+    h = recipe.amax_history if history is None else history
+    return linear_tensors * 3 * (h + 2) * 4
+
+
+def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
+    """Bytes one quantize kernel moves per element: reads 16-bit, writes the narrow element plus
+    its share of the scales; current and dynamic per-tensor scaling read once more for the amax."""
+    out = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.act_block,
+                                                                 recipe.scale_bytes)
+    amax_pass = 2.0 if (recipe.act_block == 0 and not recipe.amax_history) else 0.0
+    return 2.0 + out + amax_pass
+
+
+def shown_recipes() -> str:
+    return ", ".join(shown(n) for n in NARROW_RECIPES)
