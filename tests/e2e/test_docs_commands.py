@@ -103,15 +103,32 @@ def command_of(line: str) -> str | None:
     return " ".join(s.split())
 
 
+def _joined(lines: tuple[str, ...]) -> list[str]:
+    """The block's lines with shell continuations (a trailing backslash) joined into one."""
+    out: list[str] = []
+    carry = ""
+    for line in lines:
+        if line.rstrip().endswith("\\"):
+            carry += line.rstrip()[:-1] + " "
+            continue
+        out.append(carry + line)
+        carry = ""
+    if carry:
+        out.append(carry)
+    return out
+
+
 def doc_commands() -> list[str]:
     """Every command of README.md and docs/*.md, first occurrence first, no duplicates."""
     seen: dict[str, None] = {}
     for doc in DOCS:
         for b in blocks(doc.read_text()):
-            for line in b.lines:
+            for line in _joined(b.lines):
                 if b.info.startswith("console") and not line.startswith("$ "):
                     continue   # a command's pasted output, not a command
                 c = command_of(line)
+                if c is not None and c not in SKIP and re.search(r"\[--[^\]]*\]", c):
+                    c = re.sub(r"\[(--[^\]]*)\]", r"\1", c)   # a synopsis: run with every option
                 if c is not None:
                     seen.setdefault(c)
     return list(seen)

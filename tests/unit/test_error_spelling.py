@@ -45,6 +45,7 @@ ALLOWED: tuple[tuple[str, str, str], ...] = (
     ("report/profile.py", "--plot", _COMMAND),
     ("report/fit_plot.py", "gpuplan fit --plot", _COMMAND),
     ("report/cluster.py", "gpuplan cluster --plot", _COMMAND),
+    ("report/capacity.py", "gpuplan capacity --plot", _COMMAND),
     ("measure/profile/estimate.py", "(--", _NOTE),
 )
 

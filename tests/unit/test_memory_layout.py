@@ -46,7 +46,7 @@ def _graph() -> dict[str, set[str]]:
 def test_public_names_are_the_documented_ones():
     assert set(gpuplan.memory.__all__) == {
         "Line", "TrainMemory", "InferMemory", "train_memory", "infer_memory", "lora_tensors",
-        "DEFAULT_LORA_TARGETS", "shard", "check_layout"}
+        "DEFAULT_LORA_TARGETS", "shard", "check_layout", "KVBudget", "kv_budget"}
     for name in gpuplan.memory.__all__:
         assert getattr(gpuplan.memory, name) is not None
 

@@ -5,7 +5,7 @@ CUDA-graph pool, the engine's memory fraction at its version): one budget for bo
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
 from ..memory.budget import KVBudget, kv_budget
@@ -23,6 +23,6 @@ def kv_capacity(model, gpu: GPU, job: Job, max_len: int, **knobs) -> KVBudget:
         raise InputError(
             f"the KV cache of {job.tp * job.pp} GPU(s) of {gpu.name} holds {max(b.kv_tokens, 0)}"
             f" tokens, fewer than one request's {max_len} (weights "
-            f"{b.parts['weights'] / 2**30:.1f} GiB per GPU): give more --tp, a smaller "
-            "--max-model-len or a lower-bit --precision", field="tp", value=job.tp)
+            f"{b.parts['weights'] / 2**30:.1f} GiB per GPU): give more {opt('tp')}, a "
+            f"smaller {opt('max_model_len')} or a lower-bit {opt('precision')}", field="tp", value=job.tp)
     return b

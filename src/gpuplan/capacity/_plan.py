@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..engines.budget import DEFAULT_VERSIONS
-from ..errors import InputError
+from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
 from ._cost import StepCost
@@ -65,12 +65,12 @@ class Deployment:
         for r in wl.requests:
             if r.input_tokens + r.output_tokens > self.max_len:
                 raise InputError(f"a request of {r.input_tokens} + {r.output_tokens} tokens is "
-                                 f"longer than --max-model-len {self.max_len}; give a larger "
-                                 "--max-model-len or shorter requests", field="max_model_len")
+                                 f"longer than {opt('max_model_len')} {self.max_len}; give a larger "
+                                 f"{opt('max_model_len')} or shorter requests", field="max_model_len")
             if not s.chunked_prefill and r.input_tokens > s.max_num_batched_tokens:
                 raise InputError(f"a prompt of {r.input_tokens} tokens exceeds {s.engine}'s "
                                  f"max_num_tokens {s.max_num_batched_tokens} without chunked "
-                                 "prefill; give a larger --max-num-batched-tokens",
+                                 f"prefill; give a larger {opt('max_num_batched_tokens')}",
                                  field="max_num_batched_tokens")
 
     def run(self, wl: Workload, *, slo: SLO | None = None, price: float | None = None,

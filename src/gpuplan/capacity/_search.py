@@ -4,7 +4,7 @@ replica, each candidate simulated; the same workload split round robin over the 
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
 from ._plan import Deployment, max_rate
@@ -57,8 +57,8 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
     per million output tokens) and every layout tried. No deployment meets it: one line saying
     the best p99 latencies reached."""
     if not slo.given:
-        raise InputError("a search needs an SLO: give --slo-ttft, --slo-tpot or --slo-e2e, or a "
-                         "layout (--tp, --replicas)", field="slo_ttft")
+        raise InputError(f"a search needs an SLO: give {opt('slo_ttft')}, {opt('slo_tpot')} or "
+                         f"{opt('slo_e2e')}, or a layout ({opt('tp')}, {opt('replicas')})", field="slo_ttft")
     cands: list[Candidate] = []
     for tp, pp, base in _deployments(model, gpu, job, engine, max_gpus, kw):
         per = tp * pp
@@ -78,8 +78,8 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
         cands.append(Candidate(tp, pp, best or last))
     if not cands:
         raise InputError(f"no layout of up to {max_gpus} {gpu.name} holds {getattr(model, 'name', model)} "
-                         "with room for one request; give more --max-gpus or a lower-bit "
-                         "--precision", field="max_gpus")
+                         f"with room for one request; give more {opt('max_gpus')} or a lower-bit "
+                         f"{opt('precision')}", field="max_gpus")
     ok = [c for c in cands if c.result.meets_slo]
     if not ok:
         best = min(cands, key=lambda c: (c.result.ttft_s.p99, c.result.tpot_s.p99))
