@@ -111,3 +111,18 @@ def test_glm45_air_first_layer_dense_and_partial_rotary():
     a = load_model("glm-4.5-air").architecture
     assert a.moe_layers == tuple(range(1, 46)) and a.rotary_fraction == 0.5
     assert a.router == "sigmoid" and a.shared_expert_intermediate_size == 1408
+
+
+def test_prefill_holds_the_whole_prompt_of_sliding_layers_under_transformers():
+    # gpt-oss-120b: 36 layers, 8 KV heads x 64, 18 sliding layers of window 128. A 1,000-token
+    # prompt in bf16: 2 (K, V) * 8 * 64 * 2 B = 2,048 B per token and layer. transformers'
+    # DynamicSlidingWindowLayer keeps a view of the prompt's torch.cat (cache_utils.py,
+    # transformers 5.25), so right after the prefill every layer holds 1,000 tokens; from the
+    # first decode step the sliding ones hold window - 1 = 127. vLLM writes 128 tokens' blocks.
+    m = load_model("gpt-oss-120b")
+    per = 2 * 8 * 64 * 2
+    hf = Job(model=m, mode="infer", batch=1, seq=1000)
+    assert kv_cache_bytes(m, hf, kv_dtype="bf16", prefill=True) == per * 36 * 1000
+    assert kv_cache_bytes(m, hf, kv_dtype="bf16") == per * (18 * 1000 + 18 * 127)
+    vllm = Job(model=m, mode="infer", batch=1, seq=1000, engine="vllm")
+    assert kv_cache_bytes(m, vllm, kv_dtype="bf16", prefill=True) == per * (18 * 1000 + 18 * 128)

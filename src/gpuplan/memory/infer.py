@@ -147,7 +147,7 @@ def _phases(model: Model, job: Job, act: InferActivations, kv_dtype: str,
     context = job.context or prompt
     kv_full = kv_cache_bytes(model, job, kv_dtype=kv_dtype, context=context)
     kv_prompt = kv_cache_bytes(model, job, kv_dtype=kv_dtype,
-                               context=min(prompt or 0, context or 0))
+                               context=min(prompt or 0, context or 0), prefill=True)
     ws_scale = 1
     if tensor_parallel > 1:
         # K/V heads are split over the tensor-parallel ranks; with fewer KV heads than ranks
@@ -182,6 +182,9 @@ def _kv_note(arch: Architecture | None, job: Job, ph: _Phases, kv: int) -> str:
     note = (f"{job.batch} x {context} tokens, {per_tok / 1e3:.1f} kB per token"
             + (f"; {len(arch.sliding_window_layers)} sliding-window layers capped at "
                f"{arch.sliding_window}" if arch.sliding_window else ""))
-    if kv != ph.kv_full:
+    if kv > ph.kv_full:
+        note += (f"; the prefill holds the whole prompt's K/V of the capped layers (transformers' "
+                 f"cache keeps a view of it), {ph.kv_full:,} bytes from the first decode step")
+    elif kv != ph.kv_full:
         note += f"; {ph.kv_full:,} bytes once {context} tokens are cached"
     return note

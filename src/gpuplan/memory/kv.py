@@ -21,7 +21,10 @@ def kv_cache_per_token(arch: Architecture, elem_bytes: float, *, context: int,
     layer, 4096; Gemma-2: every other; Gemma 3: five of six; gpt-oss: every other, 128) and each
     chunked layer (Llama 4: 8,192) capped at what the engine keeps of its window:
     ``sliding_held`` ``window`` (paged serving engines) or ``window - 1`` (transformers 5's
-    DynamicSlidingWindowLayer)."""
+    DynamicSlidingWindowLayer), or ``prompt`` (nothing capped: the storage transformers' cache
+    holds right after a prefill, see :func:`kv_cache_bytes`)."""
+    if sliding_held == "prompt":
+        return arch.kv_elements_per_layer * elem_bytes * arch.num_layers * context
     per_layer_tok = arch.kv_elements_per_layer * elem_bytes
     keep = (lambda w: w - 1) if sliding_held == "window - 1" else (lambda w: w)
     capped_layers = 0
@@ -51,15 +54,24 @@ def kv_elem_bytes(kv_dtype: str, head_dim: int) -> float:
 
 
 def kv_cache_bytes(model: Model, job: Job, elem_bytes: int | None = None, *,
-                   kv_dtype: str | None = None, context: int | None = None) -> int:
+                   kv_dtype: str | None = None, context: int | None = None,
+                   prefill: bool = False) -> int:
     """KV-cache bytes of the job: ``batch`` sequences of ``context`` tokens (prompt + generated;
-    default ``job.context`` or the sequence length)."""
+    default ``job.context`` or the sequence length).
+
+    ``prefill``: the storage alive at the end of the prompt's forward. transformers 5's
+    DynamicSlidingWindowLayer.update keeps ``full_key_states[:, :, -window + 1:, :]``, a *view*
+    of the whole prompt's torch.cat (cache_utils.py, transformers 5.25), so every sliding or
+    chunked layer holds the prompt's K/V storage uncapped until the first decode step replaces
+    it; paged engines write the window's blocks only."""
     arch = model.architecture
     if arch is None or arch.kind != "decoder":
         return 0
     ctx = context if context is not None else (job.context or seq_for(model, job))
     eb = kv_elem_bytes(kv_dtype, arch.head_dim) if kv_dtype is not None else float(elem_bytes)
     held = get_engine(job.engine).sliding_kv
+    if prefill and held == "window - 1":
+        held = "prompt"
     total = kv_cache_per_token(arch, eb, context=ctx, sliding_held=held) * job.batch
     if kv_dtype == "fp8":
         total += 8 * arch.num_layers

@@ -210,6 +210,9 @@ def _sinks_eager(c: Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -
     shifted = g.scale(combined, "logits-max")
     probs = g.softmax(shifted, dt=shifted.dt, name="softmax")
     p = g.contiguous(probs, "probs[..., :-1]") if probs.dt == v.dt else g.to(probs, v.dt)
+    # ``attn_weights`` (the masked scores) is rebound only by that copy's assignment, and
+    # ``combined_logits`` (shifted) stays bound until the function returns
+    g.touch(scores, shifted)
     g.keep(p)  # returned as attn_weights
     out = g.matmul(p, v, BS * (heads * d), "attn_out", autocast=False)
     g.region = ""
@@ -592,7 +595,9 @@ def _llama4_moe(c: Ctx, x: Tensor) -> Tensor:
                     name="experts.bmm_down")
     shared = _shared_expert(c, x)
     out = g.add(shared, g.reduce(down, BS * h, name="experts.sum"), "moe.add_")
-    g.touch(x, logits, scores, down)
+    # ``routed_in`` is bound in Llama4TextMoe.forward (and is the experts' argument) until it
+    # returns; so are the router's outputs and the experts' rows
+    g.touch(x, logits, scores, routed, down)
     return out
 
 
@@ -755,12 +760,15 @@ def _swiglu_oai(g: Graph, gate: Tensor, up: Tensor) -> Tensor:
     """gpt-oss's ``GptOssExperts._apply_gate``: gate and up are strided halves of the grouped
     projection; ``clamp`` of each saves its input (the projection), then ``gate *
     sigmoid(gate * alpha)`` (the sigmoid saves its output, the product both factors) and
-    ``(up + 1) * glu`` (saves both)."""
+    ``(up + 1) * glu`` (saves both); the clamped halves and ``glu`` are locals, alive until the
+    gate returns."""
     gc = g.unary_saves_input(gate, "experts.gate.clamp")
     uc = g.unary_saves_input(up, "experts.up.clamp")
     sig = g.unary_saves_output(g.scale(gc, "experts.gate*alpha"), "experts.sigmoid")
     glu = g.mul(gc, sig, name="experts.glu")
-    return g.mul(g.scale(uc, "experts.up+1"), glu, name="experts.gated")
+    out = g.mul(g.scale(uc, "experts.up+1"), glu, name="experts.gated")
+    g.touch(gc, uc, glu)  # the locals ``gate``, ``up`` and ``glu`` are bound until it returns
+    return out
 
 
 def _shared_expert(c: Ctx, x: Tensor) -> Tensor:
@@ -827,6 +835,8 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
     elif fam == "vit":
         g.keep(n1)  # ViTLayer: hidden_states_norm and attention_output stay bound to locals
         g.keep(a)
+    elif fam == "llama4_text":
+        g.keep(a)  # Llama4TextDecoderLayer binds the attention's output to attention_states
     m = _moe(c, n2) if moe else _mlp(c, n2)
     # the block's argument is bound to the callee's parameter until the callee returns
     g.touch(n2)
