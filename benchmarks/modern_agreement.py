@@ -16,6 +16,9 @@ CASES = {
  "qwen3_moe": ("Qwen3MoeForCausalLM", dict(S, head_dim=64, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2)),
  # MLA has no KV heads of its own: DeepseekV3Config's num_key_value_heads equals the heads
  "deepseek_v3": ("DeepseekV3ForCausalLM", dict(S, num_key_value_heads=4, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, n_group=2, topk_group=1)),
+ # DeepSeek-V2 (group-limited greedy, 2 groups, the best 1 kept) and V2-Lite (greedy, no q_lora)
+ "deepseek_v2": ("DeepseekV2ForCausalLM", dict(S, num_key_value_heads=4, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, topk_method="group_limited_greedy", n_group=2, topk_group=1, routed_scaling_factor=16.0)),
+ "deepseek_v2:lite": ("DeepseekV2ForCausalLM", dict(S, num_key_value_heads=4, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, topk_method="greedy")),
  "glm4_moe": ("Glm4MoeForCausalLM", dict(S, head_dim=64, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, partial_rotary_factor=0.5, attention_bias=True)),
  "gpt_oss": ("GptOssForCausalLM", dict(S, head_dim=64, intermediate_size=256, num_local_experts=8, num_experts_per_tok=2, sliding_window=128)),
  "llama4_text": ("Llama4ForCausalLM", dict(S, head_dim=64, intermediate_size=256, intermediate_size_mlp=512, num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=128, num_hidden_layers=4)),
@@ -24,10 +27,10 @@ CASES = {
 
 def write_config(fam, workdir):
     cls, cfg = CASES[fam]
-    d = os.path.join(workdir, f"fcfg_{fam}")
+    d = os.path.join(workdir, f"fcfg_{fam.replace(':', '_')}")
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(dict(cfg, model_type=fam, architectures=[cls]), f)
+    with open(os.path.join(d, "config.json"), "w") as f:  # "family:variant" keys: one family
+        json.dump(dict(cfg, model_type=fam.split(":")[0], architectures=[cls]), f)
     return os.path.join(d, "config.json")
 
 

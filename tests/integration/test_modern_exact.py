@@ -25,6 +25,8 @@ CASES = [
     ("llama4_text", "train"), ("deepseek_v3", "train"), ("deepseek_v3", "infer"),
     ("gpt_oss", "train"),
     ("gemma3_text", "infer"), ("gpt_oss", "infer"), ("llama4_text", "infer"),
+    ("deepseek_v2", "train"), ("deepseek_v2", "infer"),
+    ("deepseek_v2:lite", "train"), ("deepseek_v2:lite", "infer"),
 ]
 SHAPES = [(fam, mode, 2, 256) for fam, mode in CASES] + [
     ("gemma3_text", "infer", 1, 512), ("gpt_oss", "infer", 1, 512),

@@ -272,6 +272,8 @@ def _deepseek_moe(r: ConfigReader, family: str, T: Tensors, H: int, L: int) -> d
     g_default, tg_default = {"deepseek_v3": (8, 4)}.get(family, (1, 1))
     groups = (r.optional_integer("n_group", default=g_default) or 1,
               r.optional_integer("topk_group", default=tg_default) or 1)
+    if family == "deepseek_v2":
+        groups = _v2_groups(r, E)
     if E % groups[0] or groups[1] > groups[0]:
         raise r.fail(f'"n_group" {groups[0]} / "topk_group" {groups[1]} do not divide the {E} '
                      'experts into groups')
@@ -293,6 +295,30 @@ def _deepseek_moe(r: ConfigReader, family: str, T: Tensors, H: int, L: int) -> d
                 moe_intermediate_size=moe_I, shared_expert_intermediate_size=moe_I * shared,
                 moe_layers=layers, router="softmax" if family == "deepseek_v2" else "sigmoid",
                 router_groups=groups, buffer_bytes=buffers)
+
+
+#: DeepseekV2TopkRouter's ``topk_method`` values (transformers 5.25,
+#: models/deepseek_v2/modeling_deepseek_v2.py): a softmax over every expert, then top-k of all
+#: of them, or of the experts of the ``topk_group`` groups whose best score is highest.
+V2_TOPK_METHODS = ("greedy", "group_limited_greedy")
+
+
+def _v2_groups(r: ConfigReader, E: int) -> tuple[int, int]:
+    """DeepSeek-V2's routing: (1, 1) for ``greedy`` (V2-Lite; ``n_group`` unused), else the
+    ``n_group`` / ``topk_group`` its group-limited greedy needs (DeepSeek-V2: 8 / 3). V2 has no
+    ``e_score_correction_bias``."""
+    method = r.string("topk_method", default="greedy")
+    if method not in V2_TOPK_METHODS:
+        raise r.fail(f'"topk_method" {method!r} is not one of DeepSeek-V2\'s routers '
+                     f'({", ".join(V2_TOPK_METHODS)}); use one of those')
+    if method == "greedy":
+        return (1, 1)
+    n = r.optional_integer("n_group", default=None)
+    t = r.optional_integer("topk_group", default=None)
+    if n is None or t is None:
+        raise r.fail('"topk_method" group_limited_greedy needs "n_group" and "topk_group"; '
+                     'set both (DeepSeek-V2: 8 and 3)')
+    return (n, t)
 
 
 def _mtp(r: ConfigReader, T: Tensors, L: int, H: int, V: int, moe: dict) -> dict:

@@ -651,11 +651,15 @@ def _router(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     E, k = sp.experts, sp.top_k
     xin = g.to(x, 4) if sp.router_fp32 == "input" else x
     w = c.w(E * sp.h, "router")
-    logits = g.linear(xin, g.to(w, 4) if sp.router_fp32 == "input" else w, BS * E, name="router")
+    # (DeepSeek-V2 keeps gate.weight in fp32, _keep_in_fp32_modules_strict: no copy)
+    cast_w = sp.router_fp32 == "input" and sp.router != "softmax_v2"
+    logits = g.linear(xin, g.to(w, 4) if cast_w else w, BS * E, name="router")
     if sp.router == "topk_softmax":
         idx = _made(g, BS * k, 8, "topk.indices")
         top = g.index(logits, BS * k, idx, name="topk")
         return logits, g.softmax(top, dt=top.dt, name="router.softmax"), idx
+    if sp.router == "softmax_v2":
+        return (logits, *_router_v2(g, sp, logits))
     if sp.router == "sigmoid":
         scores = g.unary_saves_output(logits, "router.sigmoid")
         choice = g.scale(scores, "router.score_bias") if sp.score_bias else scores
@@ -680,6 +684,32 @@ def _router(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     if sp.router_cast_back:
         top = g.to(top, logits.dt)
     return logits, top, idx
+
+
+def _router_v2(g: Graph, sp: Spec, logits: Tensor) -> tuple[Tensor, Tensor]:
+    """``DeepseekV2TopkRouter.forward`` after its fp32 logits: softmax in fp32; greedy: top-k of
+    every expert; ``group_limited_greedy``: each group's best score (``max``: values and
+    indices), the top ``topk_group`` groups (values and indices), ``zeros_like`` scattered in
+    place, expanded to every expert (a copy), ``.bool()`` and its negation, masked_fill (a new
+    tensor), then top-k; the weights always times ``routed_scaling_factor`` (a new tensor)."""
+    scores = g.softmax(logits, dt=4, name="router.softmax")
+    n_group, topk_group = sp.groups
+    choice = scores
+    if n_group:
+        E = sp.experts
+        gmax = _made(g, BS * n_group, 4, "group.max")
+        _made(g, BS * n_group, 8, "group.max.indices")
+        _made(g, BS * topk_group, 4, "group.topk")
+        _made(g, BS * topk_group, 8, "group.topk.indices")
+        gm = g.scale(gmax, "group.mask")
+        sm = g.expand_copy(gm, BS * E, "group.score_mask")
+        sb = _made(g, BS * E, 1, "group.score_mask.bool")
+        neg = _made(g, BS * E, 1, "group.not_mask")
+        g.touch(sm, sb, neg)
+        choice = g.scale(scores, "group.masked_fill")
+    idx = _made(g, BS * sp.top_k, 8, "topk.indices")
+    top = g.index(choice, BS * sp.top_k, idx, name="topk")
+    return g.scale(top, "topk.routed_scale"), idx
 
 
 def _group_limit(g: Graph, choice: Tensor, groups: tuple[int, int]) -> Tensor:

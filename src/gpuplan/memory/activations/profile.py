@@ -112,7 +112,8 @@ _APPROXIMATE = {
     "deepseek_v3": "MLA is op by op, but its attention kernel (CUDA's memory-efficient one: "
                    "the value's head size differs) is replayed as flash (a dense-MLA small "
                    "config is +2% to +4%)",
-    "deepseek_v2": "its router (softmax, group-limited greedy) is replayed as a softmax top-k",
+    "deepseek_v2": "MLA as DeepSeek-V3's: its attention kernel (CUDA's memory-efficient one) "
+                   "is replayed as flash",
 }
 
 

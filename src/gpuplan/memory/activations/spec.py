@@ -162,7 +162,6 @@ def _spec(arch: Architecture) -> Spec:
         moe_layers=moe_layers,
         softcap_attn=float(cfg.get("attn_logit_softcapping") or 0.0) if fam in GEMMA else 0.0,
         softcap_final=float(cfg.get("final_logit_softcapping") or 0.0) if fam in GEMMA else 0.0,
-        norm_topk=bool(cfg.get("norm_topk_prob", fam in ("mixtral", "deepseek_v3", "glm4_moe"))),
         channels=arch.num_channels or 3, patch=arch.patch_size,
         post_ln_residual=bool(cfg.get("apply_residual_connection_post_layernorm", False))
         if fam == "bloom" else False,
@@ -174,7 +173,9 @@ def _spec(arch: Architecture) -> Spec:
         rotary_fraction=arch.rotary_fraction, expert_bias=arch.expert_bias,
         local_layers=_local_layers(arch),
         attn_temp=(fam == "llama4_text" and bool(cfg.get("attn_temperature_tuning", True))),
-        **_router_fields(fam, cfg),
+        **{"norm_topk": bool(cfg.get("norm_topk_prob", fam in ("mixtral", "deepseek_v3",
+                                                              "glm4_moe"))),
+           **_router_fields(fam, cfg)},
     )
 
 
@@ -188,6 +189,9 @@ _ROUTERS: dict[str, dict] = {
     "deepseek_v3": dict(router="sigmoid", router_fp32="input"),
     "glm4_moe": dict(router="sigmoid", router_fp32="input"),
     "gpt_oss": dict(router="topk_softmax"),
+    # DeepseekV2TopkRouter: fp32 input and (kept fp32) weight, softmax, greedy or group-limited
+    # top-k, always times routed_scaling_factor; norm_topk_prob is not read by its code
+    "deepseek_v2": dict(router="softmax_v2", router_fp32="input", norm_topk=False),
 }
 
 
@@ -198,6 +202,11 @@ def _router_fields(fam: str, cfg: dict) -> dict:
     if fields.get("router") == "sigmoid":
         fields.setdefault("score_bias", True)
         fields["groups"] = (int(cfg.get("n_group") or 1), int(cfg.get("topk_group") or 1))
+        fields["routed_scale"] = float(cfg.get("routed_scaling_factor") or 1.0)
+    if fam == "deepseek_v2":
+        limited = cfg.get("topk_method") == "group_limited_greedy"
+        fields["groups"] = ((int(cfg["n_group"]), int(cfg["topk_group"])) if limited
+                            else (0, 0))  # (0, 0): greedy, no group ops
         fields["routed_scale"] = float(cfg.get("routed_scaling_factor") or 1.0)
     return fields
 
