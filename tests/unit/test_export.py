@@ -233,6 +233,78 @@ def test_torchtitan_refusals():
         export_plan(job(gpus=2, tp=2), "torchtitan")
 
 
+def _tt_flavors(name: str) -> dict:
+    """torchtitan 0.2's flavors of model ``name`` read from its source
+    (torchtitan/models/<name>/__init__.py: the one dict of ModelArgs), keyword constants only:
+    importing the package needs triton, torchdata and datasets."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torchtitan")
+    if spec is None:
+        pytest.skip("torchtitan 0.2 not installed (pip install --no-deps torchtitan==0.2.2 tyro)")
+    src = Path(list(spec.submodule_search_locations)[0]) / "models" / name / "__init__.py"
+
+    def val(n):
+        if isinstance(n, ast.Call):
+            return {k.arg: val(k.value) for k in n.keywords}
+        try:
+            return ast.literal_eval(n)
+        except ValueError:
+            return None
+
+    for node in ast.parse(src.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            return {ast.literal_eval(k): val(v) for k, v in zip(node.value.keys, node.value.values)}
+    raise AssertionError(f"no flavor table in {src}")
+
+
+def test_torchtitan_flavors_are_the_catalog_models():
+    from gpuplan.export.torchtitan import MODELS
+    from gpuplan.models import load_model
+
+    for catalog, (name, flavor) in MODELS.items():
+        f = _tt_flavors(name)[flavor]
+        a = load_model(catalog).architecture
+        ours = {"dim": a.hidden_size, "n_layers": a.num_layers, "n_heads": a.num_heads,
+                "n_kv_heads": a.num_kv_heads, "vocab_size": a.vocab_size,
+                "head_dim": a.head_dim if a.mla is None else None,
+                "moe_inter_dim": a.moe_intermediate_size or None,
+                "kv_lora_rank": a.mla.kv_lora_rank if a.mla else None,
+                "q_lora_rank": (a.mla.q_lora_rank or 0) if a.mla else None}
+        for key, value in ours.items():
+            if key in f and value is not None:
+                assert f[key] == value, (catalog, flavor, key, f[key], value)
+        moe = f.get("moe_args") or {}
+        if "num_experts" in moe:
+            assert moe["num_experts"] == a.num_experts, (catalog, flavor)
+        if "top_k" in moe:
+            assert moe["top_k"] == a.experts_per_token, (catalog, flavor)
+        assert "n_layers" in f  # every flavor names its depth
+
+
+@pytest.mark.parametrize("model,name,flavor,ep", [
+    ("qwen3-8b", "qwen3", "8B", 1), ("qwen3-30b-a3b", "qwen3", "30B-A3B", 8),
+    ("llama-4-scout", "llama4", "17bx16e_irope", 8), ("deepseek-v3", "deepseek_v3", "671B", 8),
+    ("gpt-oss-20b", "gpt_oss", "20b", 4)])
+def test_torchtitan_new_families_round_trip(model, name, flavor, ep, tmp_path, tt_manager):
+    j = job(model=model, gpus=64, zero=3, ep=ep, batch=1, grad_accum=2, seq=4096)
+    c = tt_parse(export_plan(j, "torchtitan"), tmp_path, tt_manager)
+    assert (c.model.name, c.model.flavor) == (name, flavor)
+    assert (c.parallelism.data_parallel_shard_degree, c.parallelism.expert_parallel_degree) == (
+        64, ep)
+    assert (c.training.local_batch_size, c.training.global_batch_size) == (1, 2 * 64)
+
+
+@pytest.mark.parametrize("model,why", [
+    ("gemma-3-4b", "defines no gemma3_text model"), ("glm-4.5-air", "defines no glm4_moe model"),
+    ("kimi-k2", "no torchtitan deepseek_v3 flavor has its size")])
+def test_torchtitan_refuses_families_it_lacks(model, why):
+    with pytest.raises(InputError, match="not one of torchtitan's model definitions") as e:
+        export_plan(job(model=model, gpus=64, zero=3), "torchtitan")
+    assert why in str(e.value) and "\n" not in str(e.value)
+
+
 # ------------------------------------------------------------------ Megatron-LM (documented)
 
 #: Options of NVIDIA/Megatron-LM megatron/training/arguments.py used by the export, with their

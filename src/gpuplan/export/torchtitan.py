@@ -2,8 +2,9 @@
 reads (torchtitan 0.1-0.2, ``torchtitan/config/job_config.py``; torchtitan 0.3 moved to Python
 config registries with the same ``--section.key`` names as command-line overrides).
 
-torchtitan trains its own model definitions: the Llama 3.1 catalog models map onto its
-``llama3`` flavors; anything else is refused. ZeRO-3 is ``data_parallel_shard_degree`` with
+torchtitan trains its own model definitions: the catalog's Llama 3.1, Qwen3 (dense and MoE),
+Llama 4, DeepSeek-V3/R1 and gpt-oss models map onto its ``llama3``, ``qwen3``, ``llama4``,
+``deepseek_v3`` and ``gpt_oss`` flavors (``MODELS``); anything else is refused in one line. ZeRO-3 is ``data_parallel_shard_degree`` with
 ``fsdp_reshard_after_forward = "always"``, ZeRO-2 the same with ``"never"``, ZeRO-0 is
 ``data_parallel_replicate_degree`` (DDP). Its tensor parallel always shards the norms by
 sequence (sequence parallel). Local batch = micro-batch x pipeline micro-batches; the gradient
@@ -23,9 +24,25 @@ ENGINE = "torchtitan"
 _EXPRESSED = frozenset({"zero", "checkpointing", "fused_optimizer", "tp", "pp", "cp", "ep",
                         "max_grad_norm", "fp8_param_gather", "fp8_attention",
                         "sequence_parallel", "pp_schedule", "micro_batches", "runtime"})
-#: catalog name -> (torchtitan model name, flavor), torchtitan/models/llama3/__init__.py
+#: catalog name -> (torchtitan model name, flavor): the flavors of torchtitan 0.2.2's
+#: torchtitan/models/<name>/__init__.py (llama3_args, qwen3_args, llama4_args,
+#: deepseekv3_args, gptoss_configs) whose dimensions are the catalog model's (held to that
+#: source in tests/unit/test_export.py). Llama 4 maps onto the ``_irope`` flavors: NoPE every
+#: fourth layer and chunked attention, as the released models; DeepSeek-R1 is DeepSeek-V3's
+#: architecture.
 MODELS = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
-          "llama-3.1-405b": ("llama3", "405B")}
+          "llama-3.1-405b": ("llama3", "405B"),
+          "qwen3-0.6b": ("qwen3", "0.6B"), "qwen3-1.7b": ("qwen3", "1.7B"),
+          "qwen3-4b": ("qwen3", "4B"), "qwen3-8b": ("qwen3", "8B"),
+          "qwen3-14b": ("qwen3", "14B"), "qwen3-32b": ("qwen3", "32B"),
+          "qwen3-30b-a3b": ("qwen3", "30B-A3B"), "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+          "llama-4-scout": ("llama4", "17bx16e_irope"),
+          "llama-4-maverick": ("llama4", "17bx128e_irope"),
+          "deepseek-v3": ("deepseek_v3", "671B"), "deepseek-r1": ("deepseek_v3", "671B"),
+          "gpt-oss-20b": ("gpt_oss", "20b"), "gpt-oss-120b": ("gpt_oss", "120b")}
+#: the transformers families torchtitan 0.2 defines a model for
+_FAMILIES = {"llama": "llama3", "qwen3": "qwen3", "qwen3_moe": "qwen3", "llama4_text": "llama4",
+             "deepseek_v3": "deepseek_v3", "deepseek_v2": "deepseek_v3", "gpt_oss": "gpt_oss"}
 _SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 _PRECISION = {"mixed-bf16": ("float32", "bfloat16"), "fp32": ("float32", "float32"),
               "bf16": ("bfloat16", "bfloat16"), "fp8-tensorwise": ("float32", "bfloat16"),
@@ -58,9 +75,17 @@ def _converters(job: Job) -> tuple[list[str], dict]:
 
 def _model(job: Job, model: Model) -> dict:
     if model.name not in MODELS:
+        family = model.architecture.family if model.architecture else None
+        tt = _FAMILIES.get(family or "")
+        if tt is None:
+            why = (f"torchtitan 0.2 defines no {family} model" if family else
+                   "its architecture is unknown")
+        else:
+            flavors = sorted({f for n, f in MODELS.values() if n == tt})
+            why = f"no torchtitan {tt} flavor has its size ({', '.join(flavors)})"
         raise refuse(ENGINE, f"{model.name} is not one of torchtitan's model definitions "
-                     f"({', '.join(MODELS)}); use {opt('export')} fsdp for a transformers model",
-                     fix={"export": "fsdp"})
+                     f"({why}; it defines llama3, qwen3, llama4, deepseek_v3, gpt_oss); use "
+                     f"{opt('export')} fsdp for a transformers model", fix={"export": "fsdp"})
     name, flavor = MODELS[model.name]
     # where torchtitan's scripts/download_hf_assets.py puts the tokenizer: ./assets/hf/<repo>
     repo = (hub_repo(job, model) or model.name).split("/")[-1]
