@@ -118,11 +118,12 @@ def test_prefill_holds_the_whole_prompt_of_sliding_layers_under_transformers():
     # prompt in bf16: 2 (K, V) * 8 * 64 * 2 B = 2,048 B per token and layer. transformers'
     # DynamicSlidingWindowLayer keeps a view of the prompt's torch.cat (cache_utils.py,
     # transformers 5.25), so right after the prefill every layer holds 1,000 tokens; from the
-    # first decode step the sliding ones hold window - 1 = 127. vLLM writes 128 tokens' blocks.
+    # first decode step the sliding ones hold window - 1 = 127. vLLM writes whole blocks of 16:
+    # 1,000 tokens -> 63 blocks (1,008 tokens), the window's 128 -> 8 blocks.
     m = load_model("gpt-oss-120b")
     per = 2 * 8 * 64 * 2
     hf = Job(model=m, mode="infer", batch=1, seq=1000)
     assert kv_cache_bytes(m, hf, kv_dtype="bf16", prefill=True) == per * 36 * 1000
     assert kv_cache_bytes(m, hf, kv_dtype="bf16") == per * (18 * 1000 + 18 * 127)
     vllm = Job(model=m, mode="infer", batch=1, seq=1000, engine="vllm")
-    assert kv_cache_bytes(m, vllm, kv_dtype="bf16", prefill=True) == per * (18 * 1000 + 18 * 128)
+    assert kv_cache_bytes(m, vllm, kv_dtype="bf16", prefill=True) == per * (18 * 1008 + 18 * 128)
