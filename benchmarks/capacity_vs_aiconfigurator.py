@@ -63,6 +63,17 @@ CASES = [
     dict(id="q30a3-h100-tp1-c32", model="qwen3-30b-a3b", aic_model="Qwen/Qwen3-30B-A3B",
          gpu="h100", system="h100_sxm", tp=1, concurrency=32, input=1024, output=128,
          weights="bf16"),
+    # The two points of TensorRT-LLM's published "Online Serving Measurements" (v0.14.0, QPS 2,
+    # 467 in / 256 out, bf16; benchmarks/published/runs.json): gpuplan at the published rate
+    # (Poisson), AIConfigurator at the concurrency that rate holds by Little's law with the
+    # published latencies (2/s x (TTFT + 255 ITL): 8B 2 x 2.06 s = 4; 70B 2 x 5.42 s = 11).
+    dict(id="pub-l8-h100-tp1-qps2", model="llama-3.1-8b", aic_model="meta-llama/Meta-Llama-3.1-8B",
+         gpu="h100", system="h100_sxm", tp=1, concurrency=4, rate=2.0, input=467, output=256,
+         weights="bf16", published="trtllm-online-llama31-8b-h100-bf16-qps2-467-256"),
+    dict(id="pub-l70-h100-tp4-qps2", model="llama-3.1-70b",
+         aic_model="meta-llama/Meta-Llama-3.1-70B", gpu="h100", system="h100_sxm", tp=4,
+         concurrency=11, rate=2.0, input=467, output=256, weights="bf16",
+         published="trtllm-online-llama31-70b-h100-bf16-tp4-qps2-467-256"),
 ]
 
 # Runs inside AIConfigurator's venv: one estimate per case, printed as JSON.
@@ -109,10 +120,10 @@ def gpuplan_row(case: dict, kvcache: str) -> dict:
     kv = "fp8" if "fp8" in kvcache.lower() else "bf16"
     job = Job(model="x", mode="infer", engine="trt-llm", tp=case["tp"], gpus=case["tp"],
               infer_precision=case["weights"], kv_dtype=kv)
-    c = case["concurrency"]
+    c, rate = case["concurrency"], case.get("rate")
+    load = dict(rate=rate, requests=400) if rate else dict(concurrency=c, requests=max(32, 6 * c))
     r = capacity(load_model(case["model"]), get_gpu(case["gpu"]), job=job, engine="trt-llm",
-                 concurrency=c, input=case["input"], output=case["output"],
-                 requests=max(32, 6 * c), max_model_len=8192)
+                 input=case["input"], output=case["output"], max_model_len=8192, **load)
     return {"ttft_ms": r.ttft_s.mean * 1e3, "tpot_ms": r.tpot_s.mean * 1e3,
             "output_tokens_per_s_per_gpu": r.throughput["output_tokens_per_s"] / case["tp"]}
 
@@ -138,7 +149,9 @@ def table(rs: list[dict]) -> str:
     for r in rs:
         c, a, g = r["case"], r["aic"], r["gpuplan"]
         kv = "fp8" if "fp8" in a["kvcache"].lower() else "bf16"
-        cells = [c["id"], c["model"], c["system"], str(c["tp"]), str(c["concurrency"]),
+        load = f"{c['concurrency']} (gpuplan: {c['rate']:g}/s)" if c.get("rate") else str(
+            c["concurrency"])
+        cells = [c["id"], c["model"], c["system"], str(c["tp"]), load,
                  f"{c['input']}/{c['output']}", f"{c['weights']}/{kv}"]
         for key in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu"):
             ratio = g[key] / a[key]
