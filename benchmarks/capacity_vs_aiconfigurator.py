@@ -12,7 +12,7 @@ offline on its bundled per-GPU kernel database) through its Python API ``cli_est
 AIConfigurator's outputs are kept, none of its code or data.
 
     PYTHONPATH=src python benchmarks/capacity_vs_aiconfigurator.py            # print the table
-    PYTHONPATH=src python benchmarks/capacity_vs_aiconfigurator.py --write    # and rewrite the .md's table
+    PYTHONPATH=src python benchmarks/capacity_vs_aiconfigurator.py --write    # and rewrite the .md
     PYTHONPATH=src python benchmarks/capacity_vs_aiconfigurator.py --aic [--aic-python PY]
 
 tests/integration/test_capacity_vs_aic.py checks that the .md's gpuplan columns are what gpuplan
@@ -38,9 +38,11 @@ BEGIN, END = "<!-- table:begin -->", "<!-- table:end -->"
 # resolved kvcache mode, recorded in the JSON).
 CASES = [
     dict(id="l8-h100-tp1-c1", model="llama-3.1-8b", aic_model="meta-llama/Meta-Llama-3.1-8B",
-         gpu="h100", system="h100_sxm", tp=1, concurrency=1, input=1024, output=128, weights="bf16"),
+         gpu="h100", system="h100_sxm", tp=1, concurrency=1, input=1024, output=128,
+         weights="bf16"),
     dict(id="l8-h100-tp1-c8", model="llama-3.1-8b", aic_model="meta-llama/Meta-Llama-3.1-8B",
-         gpu="h100", system="h100_sxm", tp=1, concurrency=8, input=1024, output=128, weights="bf16"),
+         gpu="h100", system="h100_sxm", tp=1, concurrency=8, input=1024, output=128,
+         weights="bf16"),
     dict(id="l8-h100-tp1-c64", model="llama-3.1-8b", aic_model="meta-llama/Meta-Llama-3.1-8B",
          gpu="h100", system="h100_sxm", tp=1, concurrency=64, input=2048, output=256,
          weights="bf16"),
@@ -142,8 +144,8 @@ def _fmt(x: float) -> str:
 
 
 def table(rs: list[dict]) -> str:
-    head = ("| case | model | GPU | TP | conc. | in/out | weights/KV | TTFT ms gpuplan | TTFT ms AIC "
-            "| ratio | TPOT ms gpuplan | TPOT ms AIC | ratio | tok/s/GPU gpuplan | tok/s/GPU AIC "
+    head = ("| case | model | GPU | TP | conc. | in/out | weights/KV | TTFT ms gpuplan "
+            "| TTFT ms AIC | ratio | TPOT ms gpuplan | TPOT ms AIC | ratio | tok/s/GPU gpuplan | tok/s/GPU AIC "
             "| ratio |")
     lines = [head, "|" + "---|" * 16]
     for r in rs:
