@@ -145,8 +145,8 @@ def _fmt(x: float) -> str:
 
 def table(rs: list[dict]) -> str:
     head = ("| case | model | GPU | TP | conc. | in/out | weights/KV | TTFT ms gpuplan "
-            "| TTFT ms AIC | ratio | TPOT ms gpuplan | TPOT ms AIC | ratio | tok/s/GPU gpuplan | tok/s/GPU AIC "
-            "| ratio |")
+            "| TTFT ms AIC | ratio | TPOT ms gpuplan | TPOT ms AIC | ratio | tok/s/GPU gpuplan "
+            "| tok/s/GPU AIC | ratio |")
     lines = [head, "|" + "---|" * 16]
     for r in rs:
         c, a, g = r["case"], r["aic"], r["gpuplan"]
