@@ -54,30 +54,31 @@ def test_table_in_the_repository_is_current(rows):
 
 def test_summary_by_hand(rows):
     for key, _ in vc.FIGURES:
-        errs = sorted(abs(r.predicted[key] / r.run["measured"][key]["value"] - 1) for r in rows)
+        errs = sorted(abs(r.predicted[key] / r.run["measured"][key]["value"] - 1) for r in rows
+                      if key in r.run["measured"])
         assert vc.summary(rows, key)["median_abs_error"] == pytest.approx(
             statistics.median(errs))
         assert vc.summary(rows, key)["worst_abs_error"] == pytest.approx(errs[-1])
 
 
 def test_throughput_meets_the_bar(rows):
-    # reached: 3.8% median over the 80 rows (benchmarks/validate_capacity.md)
+    # reached: 3.8% median over the 85 rows (benchmarks/validate_capacity.md)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] <= vc.BAR
 
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 35.0%, ITL 19.4%, output tok/s 3.8% median |error|
-    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.350, abs=0.005)
+    # TTFT 35.1% (85 rows), ITL 19.4% (80 rows), output tok/s 3.8% (85 rows) median |error|
+    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.351, abs=0.005)
     assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.194, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.038, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 35.0% "
-                   "over 80 rows (TensorRT-LLM online table 34.6%, all low, by 6-17 ms per "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 35.1% "
+                   "over 85 rows (TensorRT-LLM online table 34.6%, all low, by 6-17 ms per "
                    "request at low load whatever the prompt; NIM 84.0%, its KV pool read at half "
-                   "the served one's)")
+                   "the served one's; vLLM on a 4090 49.6%)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
