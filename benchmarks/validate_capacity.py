@@ -200,7 +200,7 @@ Written after the rows above were first computed; no constant is fitted to them.
   38.6), which this simulation, with prompts not chunked as TensorRT-LLM's default, does not
   explain.
 - **Throughput.** Below saturation it is the arrival rate times the output length, so its small
-  error is by construction. At "INF" gpuplan over-predicts (+15% to +110%, most on 202/214): it
+  error is by construction. At "INF" gpuplan over-predicts (+14% to +110%, most on 202/214): it
   runs every queued request in one decode batch (TensorRT-LLM's `max_batch_size` 2048 and the KV
   pool hold all 500), while Little's law on the measured row (output tok/s x ITL) gives about
   170-370 sequences in flight: the served engine's batch limit, which the table does not state.
