@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                               "within the SLO")
     a("--price", default=None, help="price per GPU-hour, for the cost per million tokens")
     a("--export", default=None, metavar="ENGINE", help="vllm: the chosen deployment's `vllm "
-      "serve` command, every scheduler knob set")
+      "serve` command; sglang: its `sglang.launch_server` command per replica and a router; "
+      "every scheduler knob set")
     a("--json", action="store_true", help="machine-readable output")
     a("--plot", default=None, metavar="FILE.png", help="latency percentiles against the rate")
     p.set_defaults(func=run)
@@ -158,21 +159,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export(engine: str, model, job, res) -> str:
-    """The ``vllm serve`` command of the deployment ``res`` describes (export/vllm.py), with the
-    scheduler budgets the simulation ran under."""
-    from ..errors import InputError
-    from ..export.vllm import export
+    """The launch command(s) of the deployment ``res`` describes, with the scheduler budgets the
+    simulation ran under: ``vllm serve`` (export/vllm.py) or one ``sglang.launch_server`` per
+    replica and a router (export/sglang.py)."""
+    from ..errors import InputError, opt
 
-    if engine != "vllm":
-        raise InputError(f"--export {engine}: capacity writes a vllm command only (so far)",
-                         field="export", value=engine, accepted="vllm")
-    if res.engine != "vllm":
-        raise InputError(f"--export vllm of an {res.engine} deployment: give --engine vllm")
+    if engine not in ("vllm", "sglang"):
+        raise InputError(f"{opt('export')} {engine}: capacity writes a vllm or sglang command",
+                         field="export", value=engine, accepted="vllm, sglang")
+    if res.engine != engine:
+        raise InputError(f"{opt('export')} {engine} of an {res.engine} deployment: give "
+                         f"{opt('engine')} {engine}", field="export", value=engine)
     lay, sch = res.layout, res.scheduler
     max_len = res.kv["max_model_len"]
-    served = job.with_(engine="vllm", tp=lay["tp"], pp=lay["pp"],
+    served = job.with_(engine=engine, tp=lay["tp"], pp=lay["pp"],
                        gpus=lay["tp"] * lay["pp"] * lay["replicas"], batch=sch["max_num_seqs"],
                        seq=max_len, context=max_len)
+    if engine == "sglang":
+        from ..export.sglang import export as sglang_export
+
+        return sglang_export(served, model, replicas=lay["replicas"],
+                             mem_fraction_static=sch["memory_utilization"],
+                             max_running_requests=sch["max_num_seqs"],
+                             chunked_prefill_size=sch["max_num_batched_tokens"],
+                             page_size=sch["block_size"], context=max_len)
+    from ..export.vllm import export
+
     cmd = export(served, model).rstrip("\n")
     return (f"{cmd} --max-num-batched-tokens {sch['max_num_batched_tokens']} --block-size "
             f"{sch['block_size']}\n")
