@@ -52,15 +52,20 @@ def _deployments(model, gpu: GPU, job: Job, engine: str, max_gpus: int, kw: dict
 
 def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
            max_gpus: int = 64, price: float | None = None, prefix_hit: float = 0.0,
-           progress=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
+           progress=None, progress_total=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
     """The best deployment meeting ``slo`` at ``wl`` (fewest GPUs; with ``price``, lowest cost
     per million output tokens) and every layout tried. No deployment meets it: one line saying
-    the best p99 latencies reached."""
+    the best p99 latencies reached. ``progress()`` is called after each simulation;
+    ``progress_total(n)`` once, before the first, with the most simulations the search can run
+    (a bisection over 1..m replicas runs at most ``m.bit_length()``)."""
     if not slo.given:
         raise InputError(f"a search needs an SLO: give {opt('slo_ttft')}, {opt('slo_tpot')} or "
                          f"{opt('slo_e2e')}, or a layout ({opt('tp')}, {opt('replicas')})", field="slo_ttft")
     cands: list[Candidate] = []
-    for tp, pp, base in _deployments(model, gpu, job, engine, max_gpus, kw):
+    layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
+    if progress_total:
+        progress_total(sum((max_gpus // (tp * pp)).bit_length() for tp, pp, _ in layouts))
+    for tp, pp, base in layouts:
         per = tp * pp
         lo, hi, best = 1, max_gpus // per, None
         last = None
@@ -100,15 +105,17 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
 def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
           layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
           price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
-          make=None, **kw) -> dict:
+          make=None, progress=None, progress_total=None, **kw) -> dict:
     """What ``gpuplan capacity --json`` and ``POST /api/capacity`` answer: without a layout and
     with an SLO, the search's best deployment and every layout tried (``searched``); with
     ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
-    builds the workload); else the given deployment at ``wl``. Also returns the deployment
+    builds the workload); else the given deployment at ``wl``. ``progress`` (and, for a search,
+    ``progress_total``): as :func:`search` takes them. Also returns the deployment
     (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers."""
     if not layout_given and replicas is None and slo.given and not find_max_rate:
         res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
-                            price=price, prefix_hit=prefix_hit, **kw)
+                            price=price, prefix_hit=prefix_hit, progress=progress,
+                            progress_total=progress_total, **kw)
         return {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
     dep = Deployment(model, gpu, job, engine=engine, replicas=replicas or 1, **kw)
     best = None
@@ -116,7 +123,7 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
         if not slo.given or make is None:
             raise InputError("max rate needs an SLO (slo_ttft, slo_tpot or slo_e2e) and a "
                              "synthetic workload (input, output)", field="max_rate")
-        best, res = max_rate(dep, slo, make=make)
+        best, res = max_rate(dep, slo, make=make, progress=progress)
         if best == 0.0:
             raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"
                              f"{slo.percentile:g} TTFT {res.ttft_s.at(slo.percentile):.3g} s, "

@@ -5,6 +5,7 @@ the fewest GPUs that meet an SLO; the highest rate a deployment sustains."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from .._io import json_text
@@ -141,10 +142,12 @@ def run(args: argparse.Namespace) -> int:
                                           "--gpu-memory-utilization", "memory_fraction"),
               mem_fraction_static=_num(args.mem_fraction_static, "--mem-fraction-static",
                                        "memory_fraction"))
-    out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
-                replicas=_int(args.replicas, "--replicas"),
-                max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price, prefix_hit=hit,
-                find_max_rate=args.max_rate, make=make, **kw)
+    with _progress(args) as (step, total):
+        out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
+                    replicas=_int(args.replicas, "--replicas"),
+                    max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
+                    prefix_hit=hit, find_max_rate=args.max_rate, make=make, progress=step,
+                    progress_total=total, **kw)
     res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
         out["max_rate"]
     if args.plot and dep is not None and make is not None:
@@ -156,6 +159,27 @@ def run(args: argparse.Namespace) -> int:
                    args.plot, slo=slo)
     command = None if args.export is None else _export(args.export, model, job, res)
     return _render(args, res, cands, best_rate, alias, command)
+
+
+@contextlib.contextmanager
+def _progress(args):
+    """A transient bar on stderr while a search (or ``--max-rate``) simulates, only when stderr
+    is a terminal and the output is not ``--json``: yields (one simulation done, the most there
+    will be), or (None, None)."""
+    if args.json or not sys.stderr.isatty():
+        yield None, None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
+    task = bar.add_task("simulating", total=None)
+    bar.start()
+    try:
+        yield (lambda: bar.advance(task)), (lambda n: bar.update(task, total=n))
+    finally:
+        bar.stop()
 
 
 def _export(engine: str, model, job, res) -> str:
