@@ -63,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
       "serve` command; sglang: its `sglang.launch_server` command per replica and a router; "
       "every scheduler knob set")
     a("--json", action="store_true", help="machine-readable output")
+    a("--sweep", action="store_true", help="also the chosen deployment at 0.25x to 2x the "
+      "load (--rate or --concurrency): p50/p99 latencies and the knee (`sweep` in --json)")
     a("--plot", default=None, metavar="FILE.png", help="latency percentiles against the rate")
     p.set_defaults(func=run)
 
@@ -95,7 +97,7 @@ def _inputs(args):
     if args.workload is not None:
         if rate is not None or conc is not None:
             raise InputError("--workload carries its own arrivals; drop --rate/--concurrency")
-        make = None
+        make = make_at = None
         wl = read_workload(args.workload)
     else:
         if rate is None and conc is None and not args.max_rate:
@@ -108,8 +110,12 @@ def _inputs(args):
 
         def make(r, conc=conc, kw=kw):
             return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
+
+        def make_at(load, conc=conc, kw=kw):  # a --sweep point: a rate, or a concurrency
+            return make_workload(rate=None if conc is not None else load,
+                                 concurrency=load if conc is not None else None, **kw)
         wl = make(rate if rate is not None else 1.0)
-    return wl, make, slo, rate
+    return wl, make, slo, rate, conc, make_at
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
         if "engine" in given:
             raise InputError(f"--engine {job.engine}: capacity simulates vllm, sglang, trt-llm")
         engine = "vllm"
-    wl, make, slo, rate = _inputs(args)
+    wl, make, slo, rate, conc, make_at = _inputs(args)
+    if args.sweep and make_at is None:
+        raise InputError("--sweep varies a synthetic workload's load: give --rate or "
+                         "--concurrency instead of --workload")
     price = _num(args.price, "--price", "price")
     hit = _num(args.prefix_hit, "--prefix-hit", "fraction")
     kw = dict(engine_version=args.engine_version,
@@ -147,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
                     replicas=_int(args.replicas, "--replicas"),
                     max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
                     prefix_hit=hit, find_max_rate=args.max_rate, make=make, progress=step,
-                    progress_total=total, **kw)
+                    progress_total=total, sweep=args.sweep,
+                    sweep_base=conc if conc is not None else rate, closed=conc is not None,
+                    sweep_make=make_at, **kw)
     res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
         out["max_rate"]
     if args.plot and dep is not None and make is not None:
@@ -158,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
                     (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
                    args.plot, slo=slo)
     command = None if args.export is None else _export(args.export, model, job, res)
-    return _render(args, res, cands, best_rate, alias, command)
+    return _render(args, res, cands, best_rate, alias, command, out.get("sweep"))
 
 
 @contextlib.contextmanager
@@ -214,24 +225,27 @@ def _export(engine: str, model, job, res) -> str:
             f"{sch['block_size']}\n")
 
 
-def _render(args, res, cands, best_rate, alias, command=None) -> int:
+def _render(args, res, cands, best_rate, alias, command=None, sweep=None) -> int:
     if args.json:
         from ..capacity._search import answer_dict
 
-        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate})
+        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate,
+                         "sweep": sweep})
         if alias:
             d["gpu_note"] = alias
         if command is not None:
             d["export"] = command
         sys.stdout.write(json_text(d, indent=2) + "\n")
         return 0
-    from ..report.capacity import render_candidates, render_capacity
+    from ..report.capacity import render_candidates, render_capacity, render_sweep
 
     if alias:
         print(f"note: {alias}", file=sys.stderr)
     if cands is not None:
         render_candidates(cands)
     render_capacity(res, max_rate=best_rate)
+    if sweep is not None:
+        render_sweep(sweep)
     if args.plot:
         print(f"plot written to {args.plot}")
     if command is not None:
