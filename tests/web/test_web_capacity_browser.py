@@ -83,6 +83,8 @@ def test_panel_shows_the_api_numbers_and_the_sweep(page, live_server):
     page.fill("#cap-price", "2")
     simulate(page)
     assert page.locator("#cap-error").is_hidden()
+    table = page.locator("table[aria-label='latency percentiles']").bounding_box()
+    assert table and table["height"] > 100 and table["width"] > 200  # drawn, not just present
     body = {"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB", "engine": "vllm", "tp": 1,
             "concurrency": 4, "requests": 20, "input": 500, "output": 32, "max_model_len": 4096,
             "slo_ttft": 0.05, "slo_tpot": 0.01, "price": 2, "sweep": True}
@@ -144,7 +146,7 @@ def test_a_search_lists_the_layouts_and_a_bad_value_is_one_line(page, live_serve
                               "slo_tpot": 0.1, "sweep": True})
     v, _ = shown(page, "layout.replicas")
     assert v == want["layout"]["replicas"]
-    rows = page.locator("table[aria-label='layouts tried'] tbody tr")
+    rows = page.locator("table[aria-label="layouts tried"] tbody tr")
     assert rows.count() == len(want["searched"])
     assert shown(page, "ttft_s.p99")[0] == want["ttft_s"]["p99"]
     page.fill("#cap-requests", "100000")

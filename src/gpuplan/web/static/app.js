@@ -485,7 +485,7 @@ function renderCapacity(d) {
   }
   $("cap-summary").replaceChildren(...summary);
 
-  const t = el("table", { class: "cap", "aria-label": "latency percentiles" },
+  const t = el("table", { class: "captab", "aria-label": "latency percentiles" },
     el("thead", {}, el("tr", {}, ...["latency", "mean", "p50", "p90", "p99"].map((h) => el("th", { scope: "col", text: h })))));
   const tb = el("tbody");
   for (const [key, label] of LATENCIES) {
@@ -506,7 +506,7 @@ function renderCapacity(d) {
   const facts = el("ul", { class: "cap-facts" }, ...rows.map(([k, ...v]) => el("li", {}, el("strong", { text: k + ": " }), ...v)));
   const out = [el("h3", { text: "Latency" }), t, facts];
   if (d.searched) {
-    const st = el("table", { class: "cap", "aria-label": "layouts tried" },
+    const st = el("table", { class: "captab", "aria-label": "layouts tried" },
       el("thead", {}, el("tr", {}, ...["TP", "PP", "replicas", "GPUs", "meets", "p99 TTFT", "p99 TPOT"].map((h) => el("th", { scope: "col", text: h })))),
       el("tbody", {}, ...d.searched.map((c) => el("tr", {}, ...[c.tp, c.pp, c.replicas, c.gpus, c.meets_slo ? "yes" : "no",
         seconds(c.ttft_p99_s), seconds(c.tpot_p99_s)].map((x) => el("td", { text: String(x) }))))));
@@ -532,7 +532,7 @@ function latencyChart(sw, key, name, target) {
   const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "lat", role: "img", "aria-label": label, "data-chart": key });
   s.append(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, class: "frame" }));
   for (const f of [0, 0.5, 1]) {
-    s.append(svg("text", { x: L - 4, y: Y(y1 * f / 1.1) + 3, class: "small", "text-anchor": "end" }, seconds(y1 * f / 1.1)));
+    s.append(svg("text", { x: L - 4, y: Y(y1 * f / 1.1) + 3, class: "small", "text-anchor": "end" }, f === 0 ? "0" : seconds(y1 * f / 1.1)));
     s.append(svg("text", { x: X(x1 * f / 1.05), y: H - B + 12, class: "small", "text-anchor": "middle" }, num(x1 * f / 1.05)));
   }
   for (const q of ["p50", "p90", "p99"]) {
