@@ -146,7 +146,7 @@ def test_a_search_lists_the_layouts_and_a_bad_value_is_one_line(page, live_serve
                               "slo_tpot": 0.1, "sweep": True})
     v, _ = shown(page, "layout.replicas")
     assert v == want["layout"]["replicas"]
-    rows = page.locator("table[aria-label="layouts tried"] tbody tr")
+    rows = page.locator("table[aria-label='layouts tried'] tbody tr")
     assert rows.count() == len(want["searched"])
     assert shown(page, "ttft_s.p99")[0] == want["ttft_s"]["p99"]
     page.fill("#cap-requests", "100000")
