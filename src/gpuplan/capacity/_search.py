@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
-from ._plan import Deployment, max_rate
+from ._plan import Deployment, max_rate, sweep_dict
+from ._plan import sweep as run_sweep
 from ._result import SLO, CapacityResult
 from ._workload import Workload
 
@@ -52,15 +53,20 @@ def _deployments(model, gpu: GPU, job: Job, engine: str, max_gpus: int, kw: dict
 
 def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
            max_gpus: int = 64, price: float | None = None, prefix_hit: float = 0.0,
-           progress=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
+           progress=None, progress_total=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
     """The best deployment meeting ``slo`` at ``wl`` (fewest GPUs; with ``price``, lowest cost
     per million output tokens) and every layout tried. No deployment meets it: one line saying
-    the best p99 latencies reached."""
+    the best p99 latencies reached. ``progress()`` is called after each simulation;
+    ``progress_total(n)`` once, before the first, with the most simulations the search can run
+    (a bisection over 1..m replicas runs at most ``m.bit_length()``)."""
     if not slo.given:
         raise InputError(f"a search needs an SLO: give {opt('slo_ttft')}, {opt('slo_tpot')} or "
                          f"{opt('slo_e2e')}, or a layout ({opt('tp')}, {opt('replicas')})", field="slo_ttft")
     cands: list[Candidate] = []
-    for tp, pp, base in _deployments(model, gpu, job, engine, max_gpus, kw):
+    layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
+    if progress_total:
+        progress_total(sum((max_gpus // (tp * pp)).bit_length() for tp, pp, _ in layouts))
+    for tp, pp, base in layouts:
         per = tp * pp
         lo, hi, best = 1, max_gpus // per, None
         last = None
@@ -100,23 +106,42 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
 def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
           layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
           price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
-          make=None, **kw) -> dict:
+          make=None, progress=None, progress_total=None, sweep: bool = False,
+          sweep_base: float | None = None, closed: bool = False, sweep_make=None,
+          **kw) -> dict:
     """What ``gpuplan capacity --json`` and ``POST /api/capacity`` answer: without a layout and
     with an SLO, the search's best deployment and every layout tried (``searched``); with
     ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
-    builds the workload); else the given deployment at ``wl``. Also returns the deployment
-    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers."""
+    builds the workload); else the given deployment at ``wl``. ``progress`` (and, for a search,
+    ``progress_total``): as :func:`search` takes them. Also returns the deployment
+    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers.
+    ``sweep``: also the chosen deployment at :data:`SWEEP_FACTORS` times ``sweep_base`` (a rate,
+    or with ``closed`` a concurrency; by default the max rate found, else 1 request/s;
+    ``sweep_make(load)`` builds each workload) as ``"sweep"`` (:func:`sweep_dict`)."""
+    def _sweep(dep, found=None):
+        base = sweep_base or found or 1.0
+        rows = run_sweep(dep, sweep_make, base, slo=slo, closed=closed, prefix_hit=prefix_hit)
+        return sweep_dict(rows, closed=closed)
+
     if not layout_given and replicas is None and slo.given and not find_max_rate:
         res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
-                            price=price, prefix_hit=prefix_hit, **kw)
-        return {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+                            price=price, prefix_hit=prefix_hit, progress=progress,
+                            progress_total=progress_total, **kw)
+        out = {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+        if sweep:
+            lay = res.layout
+            dep = Deployment(model, gpu, job.with_(tp=lay["tp"], pp=lay["pp"],
+                                                   gpus=lay["tp"] * lay["pp"]),
+                             engine=engine, replicas=lay["replicas"], **kw)
+            out["sweep"] = _sweep(dep)
+        return out
     dep = Deployment(model, gpu, job, engine=engine, replicas=replicas or 1, **kw)
     best = None
     if find_max_rate:
         if not slo.given or make is None:
             raise InputError("max rate needs an SLO (slo_ttft, slo_tpot or slo_e2e) and a "
                              "synthetic workload (input, output)", field="max_rate")
-        best, res = max_rate(dep, slo, make=make)
+        best, res = max_rate(dep, slo, make=make, progress=progress)
         if best == 0.0:
             raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"
                              f"{slo.percentile:g} TTFT {res.ttft_s.at(slo.percentile):.3g} s, "
@@ -124,7 +149,10 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
                              "SLO or add GPUs", field="max_rate")
     else:
         res = dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
-    return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
+    out = {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
+    if sweep:
+        out["sweep"] = _sweep(dep, best)
+    return out
 
 
 def answer_dict(out: dict) -> dict:
@@ -134,4 +162,6 @@ def answer_dict(out: dict) -> dict:
         d["searched"] = [c.to_dict() for c in out["searched"]]
     if out["max_rate"] is not None:
         d["max_rate_requests_per_s"] = out["max_rate"]
+    if out.get("sweep") is not None:
+        d["sweep"] = out["sweep"]
     return d
