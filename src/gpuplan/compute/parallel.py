@@ -103,26 +103,27 @@ class MicroCost:
 def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
                attention: str, runtime: str = "auto", ep: int = 1,
-               selective: str = "attention") -> MicroCost:
+               selective: str = "attention", bf16_edge_layers: int = 0) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
     ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
-                       selective=selective)[checkpointing]
+                       selective=selective, bf16_edge_layers=bf16_edge_layers)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
                 runtime: str = "auto", ep: int = 1,
-                selective: str = "attention") -> dict[str, MicroCost]:
+                selective: str = "attention", bf16_edge_layers: int = 0) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
-    the recomputed forward ops)."""
+    the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
+    narrow recipe, averaged over the layers (the stages that hold them are not timed apart)."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
-                               single_device=True), ep=ep)
+                               single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")

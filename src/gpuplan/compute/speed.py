@@ -456,7 +456,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
                           runtime=resolve_runtime(job.runtime, "train", job.engine), ep=lay.ep,
-                          selective=get_engine(job.engine).selective)
+                          selective=get_engine(job.engine).selective,
+                          bf16_edge_layers=job.first_last_layers_bf16)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
@@ -591,6 +592,9 @@ def narrow_gather_bytes(arch: Architecture | None, job: Job, n_params: int,
         return None
     narrow = narrow_elements(n_params, arch.vocab_size, arch.hidden_size,
                              arch.tie_word_embeddings)
+    if job.first_last_layers_bf16 and arch.num_layers:  # those blocks gathered 16-bit
+        narrow = narrow * max(0, arch.num_layers - 2 * job.first_last_layers_bf16) \
+            // arch.num_layers
     g = gathered_bytes_per_element(recipe, n_params, narrow)
     if notes is not None:
         notes.append(f"{opt('fp8_param_gather')}: the weights all-gathered at {g:.3f} B an "
