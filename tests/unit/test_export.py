@@ -395,12 +395,20 @@ def test_megatron_zero3_is_megatron_fsdp():
 
 # ------------------------------------------------------------------ vLLM (documented)
 
-#: vLLM engine arguments (docs.vllm.ai/en/latest/configuration/engine_args.html).
+#: vLLM engine arguments (docs.vllm.ai/en/latest/configuration/engine_args.html). The
+#: --quantization choices are vLLM's QuantizationMethods (vllm/model_executor/layers/
+#: quantization/__init__.py @05d909563e1d1ada39a13b67e7b9a4cbca1d6a8e), --kv-cache-dtype's its
+#: CacheDType (vllm/config/cache.py @c1d86421174a87056edc90a41dc9942391509e84).
 VLLM = {"--tensor-parallel-size": int, "--pipeline-parallel-size": int,
         "--data-parallel-size": int, "--max-model-len": int, "--max-num-seqs": int,
         "--dtype": ["auto", "half", "float16", "bfloat16", "float", "float32"],
-        "--quantization": ["awq", "gptq", "fp8", "bitsandbytes", "gguf", "compressed-tensors"],
-        "--kv-cache-dtype": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+        "--quantization": ["awq", "fp8", "ptpc_fp8", "fbgemm_fp8", "fp_quant", "modelopt",
+                           "modelopt_fp4", "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin",
+                           "gptq_bitblas", "awq_marlin", "gptq", "compressed-tensors",
+                           "bitsandbytes", "experts_int8", "ipex", "quark", "moe_wna16",
+                           "torchao", "inc", "mxfp4", "mxfp8", "petit_nvfp4", "cpu_awq"],
+        "--kv-cache-dtype": ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
+                             "fp8_ds_mla"],
         "--enforce-eager": None, "--enable-expert-parallel": None,
         "--distributed-executor-backend": ["ray", "mp", "uni", "external_launcher"],
         "--gpu-memory-utilization": float}
