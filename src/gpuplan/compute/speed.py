@@ -371,7 +371,7 @@ def estimate_speed(
                            overlap_comm=overlap_comm, n_params=n_params, gpu=gpu,
                            gathers=gathers, gather_overlap=gather_overlap,
                            narrow=narrow_gather_bytes(arch, job, max(n_params, trainable),
-                                                      notes))
+                                                      notes if job.zero else None))
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -464,7 +464,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
-            gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params, notes),
+            gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
+                                                         notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(
                 spec, prec, device, eff, elements=n,
                 # the stage's share of the tensors; a ZeRO shard holds a piece of each of them
@@ -585,10 +586,11 @@ def narrow_gather_bytes(arch: Architecture | None, job: Job, n_params: int,
     """Mean bytes a gathered weight element moves under ``--fp8-param-gather`` (the blocks'
     weights narrow, the embedding and head 16-bit: :func:`gpuplan.fp8.gathered_bytes_per_element`),
     said in ``notes``; None where the job gathers 16-bit weights (no narrow recipe, no param
-    gather, LoRA: the base is gathered as stored, or a data-parallel group of one)."""
+    gather, LoRA: the base is gathered as stored). ZeRO-0 gathers nothing: its callers ignore it
+    there."""
     recipe = NARROW_RECIPES.get(job.precision)
     if (recipe is None or not job.fp8_param_gather or job.lora_rank is not None or arch is None
-            or job.zero == 0 or n_params <= 0):
+            or n_params <= 0):
         return None
     narrow = narrow_elements(n_params, arch.vocab_size, arch.hidden_size,
                              arch.tie_word_embeddings)
@@ -629,7 +631,7 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     w = prec.weight if narrow is None else narrow
     volume = (trainable * prec.grad + gathers * max(n_params, trainable) * w) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
-    if narrow is not None and not zero3:  # gradients reduce-scattered, FP8 weights gathered
+    if narrow is not None and not zero3 and job.zero >= 1:  # RS of gradients, AG of FP8 weights
         volume = (trainable * prec.grad + trainable * narrow) / 2
     serial = (gathers * max(n_params, trainable) * w / 2 * step.micro_steps
               if zero3 and not gather_overlap else 0)
