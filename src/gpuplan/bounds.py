@@ -14,6 +14,7 @@ lora_rank          1 .. 2^31
 seq, context       1 .. 2^31                    tokens per sequence
 gpus               1 .. 2^20                    a million GPUs
 layers             1 .. 10^4                    the deepest published transformer has < 200
+edge_layers        0 .. 10^4                    blocks kept 16-bit at each end of the stack
 dim                1 .. 2^31                    a hidden size, head count, vocabulary, matmul side
 params             1 .. 10^15                   ``units.MAX_PARAMS``
 count              1 .. 10^15                   tokens, samples
@@ -128,6 +129,7 @@ BOUNDS: dict[str, Bound] = {
     "memory_fraction": Bound(0, 1, "a share of GPU memory", open_low=True),
     "grad_norm": Bound(0, 1e6, "a gradient-norm threshold", open_low=True),
     "loss_chunks": Bound(1, MAX_LOSS_CHUNKS, "a number of loss chunks"),
+    "edge_layers": Bound(0, 10**4, "a number of layers"),
     # capacity (issue 29): requests simulated, their rate, token lengths
     "requests": Bound(1, 10**6, "a number of requests"),
     "rate": Bound(0, 10**6, "a request rate per second", open_low=True),

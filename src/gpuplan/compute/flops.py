@@ -173,6 +173,9 @@ class Op:
     narrow: bool = False
     """An attention kernel run in the step's 8-bit dtype (TE ``fp8_dpa`` under an FP8 recipe)
     rather than at the 16-bit rate beside it."""
+    wide: bool = False
+    """A block's matmul kept 16-bit under a narrow recipe (the first and last blocks in BF16:
+    Megatron ``--first-last-layers-bf16``)."""
     groups: int = 1
     """A grouped GEMM (MoE experts): ``shape``'s M rows split over this many experts, each its
     own product of about M / groups rows (what the shape-dependent efficiency sees)."""

@@ -121,7 +121,7 @@ _SIXTEEN_BIT = {"fp8": "bf16", "int8": "fp16", "fp4": "bf16"}
 
 def _sixteen_bit_op(op: Op) -> bool:
     return (op.kind == "attention" and not op.narrow) or (op.kind == "matmul" and (
-        op.weight_elements == 0 or op.group in ("head", "embedding")))
+        op.weight_elements == 0 or op.group in ("head", "embedding") or op.wide))
 
 
 def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,

@@ -26,7 +26,7 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "max_grad_norm",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
-                        "fp8_param_gather", "fp8_attention"})
+                        "fp8_param_gather", "fp8_attention", "first_last_layers_bf16"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -318,6 +318,10 @@ def _narrow(job: Job) -> list[str]:
         out.append("--fp8-param-gather")
     if job.fp8_attention:
         out.append("--fp8-dot-product-attention")
+    if job.first_last_layers_bf16:
+        n = str(job.first_last_layers_bf16)
+        out += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", n,
+                "--num-layers-at-end-in-bf16", n]
     return out
 
 
