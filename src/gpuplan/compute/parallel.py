@@ -44,7 +44,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .._record import record
-from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, deepspeed_gathered
+from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
+                              deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
 from ..parallel.layout import Layout
@@ -59,15 +60,6 @@ __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
-
-#: The bus bandwidth (bytes/s per GPU) DeepSpeed ZeRO-3's waited-for weight gathers reached
-#: before its prefetch (``gather_overlap`` False), whatever the link: each parameter gathered
-#: into a list of shards, copied out and synchronized before the next. DeepSpeed #1174
-#: (2021-06-19, DeepSpeed 0.3.16, one p4d: 8 A100 on NVLink, ~240 GB/s a GPU for NCCL): a
-#: 5.1B-parameter BERT's forward took ~480 ms under ZeRO-3 against ~60 ms under ZeRO-2, so its
-#: 10.2 GB of fp16 weights were gathered in ~420 ms -- 7/8 x 10.2 GB / 0.42 s ~ 21 GB/s of bus
-#: bandwidth a GPU. A measured figure of that code path, not fitted to a validation row.
-SERIAL_GATHER_BUS_BPS = 7 / 8 * 10.2e9 / 0.42
 
 
 def shard_arch(arch: Architecture, tp: int) -> Architecture:
