@@ -561,8 +561,10 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
 
     ``topology`` (a :class:`~gpuplan.hardware.topology.Topology`): each row's ring runs on the
     link its GPUs span -- the node's (``link``) while they fit in one node, the network once they
-    do not, at one NIC's rate per GPU or the node's link where that is slower
-    (``Topology.bandwidth`` says why not the sum of a node's NICs).
+    do not, on the node's NICs (one a GPU: a node's 8 GPUs reduce over 8 NICs) or the node's link
+    where that is slower (``Topology.bandwidth``). ``serial_bytes`` (DeepSpeed's waited-for
+    gathers, which move twice them) run no faster than
+    :data:`~gpuplan.engines.zero3.SERIAL_GATHER_BUS_BPS`.
     None: every row on ``link``, as the user named it.
     """
     positive_int(gpus, "GPU count")

@@ -18,8 +18,20 @@ NCCL's tree (algorithm bandwidth half the bus bandwidth; Simple latency 2 x (int
 The data-parallel, tensor-parallel ... groups are laid out as Megatron-LM does (tensor parallel
 innermost, then context, then data, then pipeline): a group whose members are ``stride`` ranks
 apart stays inside a node while ``stride x size <= gpus per node``; otherwise it crosses the
-network, and a ring over it runs at the network's per-GPU rate (rail-optimized fabric: one NIC per
-GPU; :meth:`Topology.bandwidth` says why not the NICs' sum an isolated nccl-tests ring reaches).
+network. The network's rate (``--inter-node``) is per GPU: one NIC a GPU (rail-optimized, as on
+DGX/HGX nodes), a node's total ``gpus per node x`` that; a source that states a node's rate is
+read as that rate over its GPUs. A ring or tree collective across nodes holds as many NICs as the
+group has GPUs in a node -- NCCL's channels leave the node through every NIC at once -- so its
+bus bandwidth is ``min(node link, members per node x NIC rate)``: 8 x 50 GB/s for an FSDP group of
+whole H100 nodes at 400 Gb/s a GPU, one NIC's 50 GB/s for a data-parallel group of one GPU a node
+(TP 8 inside it); an all-to-all and a send ride one GPU's NIC (:meth:`Topology.bandwidth`).
+
+Not modeled: NVLS (NVLink SHARP: the NVSwitch reduces in-network on H100/H200/B200 nodes;
+tuning.cc's NVLS and NVLS-tree algorithms), CollNet/SHARP in the InfiniBand switches, PAT (one GPU
+a node), NCCL's per-channel LL128 and tree caps (gpuplan counts no channels), the tree's network
+latency that a ring of one GPU a node takes, and the environment's overrides (``NCCL_ALGO``,
+``NCCL_PROTO``, ``NCCL_CROSS_NIC``, ``NCCL_PXN_DISABLE``, ``NCCL_MIN/MAX_NCHANNELS``): gpuplan
+times NCCL's defaults.
 """
 
 from __future__ import annotations
