@@ -121,3 +121,12 @@ def test_an_all_reduce_across_nodes_takes_the_faster_of_ring_and_tree():
     assert ring < tree
     assert collective_time("all-reduce", GIB, 16, t) == pytest.approx(ring, rel=1e-12)
     assert collective_protocol("all-reduce", GIB, 16, t) == "ring/Simple"
+
+
+def test_a_ring_is_as_wide_as_its_emptiest_node():
+    """9 GPUs on nodes of 8: the ring crosses into a node where it holds one GPU and so one NIC
+    (50 GB/s); 12 GPUs: 4 in the second node, 4 NICs (200 GB/s); 16: 8 NICs."""
+    t = topology_for(H100, inter_node="ib-400")
+    assert [t.per_node(n) for n in (9, 12, 16)] == [1, 4, 8]
+    assert [t.bandwidth(n)[2] for n in (9, 12, 16)] == [50e9, 200e9, 400e9]
+    assert t.per_node(6, stride=2) == 2  # TP 2: 4 of the group in the first node, 2 in the next

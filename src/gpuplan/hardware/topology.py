@@ -154,11 +154,13 @@ class Topology:
         return self.within(min(size * stride, self.gpus_per_node)).hop
 
     def per_node(self, size: int, stride: int = 1) -> int:
-        """Members of a group of ``size`` ranks ``stride`` apart that share a node (1 when
-        ``stride`` is a node or more: one GPU per node)."""
+        """Members of a group of ``size`` ranks ``stride`` apart in its emptiest node (1 when
+        ``stride`` is a node or more: one GPU per node; 1 in the second node of a group of 9
+        consecutive GPUs on nodes of 8) -- the NICs a ring across its nodes holds everywhere."""
         if size * stride <= self.gpus_per_node:
             return size
-        return max(1, min(size, self.gpus_per_node // stride))
+        full = max(1, min(size, self.gpus_per_node // stride))
+        return size % full or full
 
     def bandwidth(self, size: int, stride: int = 1,
                   op: str = "all-reduce") -> tuple[Link, int, float]:
