@@ -800,8 +800,8 @@ def _serving_gap(run: dict, row: Row) -> str:
 def _fsdp_nodes_gap(run: dict, row: Row) -> str:
     if row.mechanism != "multi-node ZeRO-3 / FSDP" or row.comm_share < 0.05:
         return ""
-    return ("NCCL's channels per NIC and PXN are not modeled: inter-node traffic is one ring "
-            "over each GPU's own NIC")
+    return ("NVLS/SHARP (in-switch reduction) and NCCL's per-channel caps are not modeled: the "
+            "inter-node ring holds the node's NICs at NCCL's tuning-model rates")
 
 
 def _volta_gap(run: dict, row: Row) -> str:

@@ -44,7 +44,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .._record import record
-from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, deepspeed_gathered
+from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
+                              deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
 from ..parallel.layout import Layout
@@ -374,8 +375,13 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,
                            efficiency=eff.comm)
     if lay.zero == 3 and not lay.gather_overlap:  # the gathers serial, the reduce-scatter not
-        serial = full * gathers * g / (grad_bytes + gathers * g)
-        return full, serial + max(full - serial - window_s, last)
+        # the gathers' share of the traffic (``g`` bytes each) and the gradients' reduce-scatter;
+        # waited-for gathers run at least at DeepSpeed 2021's measured serial rate
+        gather = full * gathers * g / (grad_bytes + gathers * g)
+        rs = full - gather
+        serial = max(gather, gathers * lay.micro_batches * g * (n - 1) / n
+                     / SERIAL_GATHER_BUS_BPS)
+        return serial + rs, serial + max(rs - window_s, last)
     return full, max(full - window_s, last)
 
 

@@ -23,6 +23,7 @@ from .efficiency import (
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
+from ..engines.zero3 import SERIAL_GATHER_BUS_BPS
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..hardware import GPU
 
@@ -561,8 +562,10 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
 
     ``topology`` (a :class:`~gpuplan.hardware.topology.Topology`): each row's ring runs on the
     link its GPUs span -- the node's (``link``) while they fit in one node, the network once they
-    do not, at one NIC's rate per GPU or the node's link where that is slower
-    (``Topology.bandwidth`` says why not the sum of a node's NICs).
+    do not, on the node's NICs (one a GPU: a node's 8 GPUs reduce over 8 NICs) or the node's link
+    where that is slower (``Topology.bandwidth``). ``serial_bytes`` (DeepSpeed's waited-for
+    gathers, which move twice them) run no faster than
+    :data:`~gpuplan.engines.zero3.SERIAL_GATHER_BUS_BPS`.
     None: every row on ``link``, as the user named it.
     """
     positive_int(gpus, "GPU count")
@@ -580,13 +583,18 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
             ar += math.ceil(gradient_bytes / bucket_bytes) * eff.launch_s
         if n == 1:
             exposed = 0.0
-        elif overlap:
-            last = allreduce_time(min(bucket_bytes, gradient_bytes), n, bus) + eff.launch_s
+        else:
             serial = (ar * min(serial_bytes, gradient_bytes) / gradient_bytes
                       if gradient_bytes > 0 else 0.0)
-            exposed = serial + max(ar - serial - backward_s, last)
-        else:
-            exposed = ar
+            if serial_bytes > 0:  # the waited-for gathers move 2 x serial_bytes, at most this fast
+                slow = max(serial, 2 * (n - 1) / n * min(serial_bytes, gradient_bytes)
+                           / SERIAL_GATHER_BUS_BPS)
+                ar, serial = ar + slow - serial, slow
+            if overlap:
+                last = allreduce_time(min(bucket_bytes, gradient_bytes), n, bus) + eff.launch_s
+                exposed = serial + max(ar - serial - backward_s, last)
+            else:
+                exposed = ar
         t = step_s + exposed
         base = t if base is None else base
         speedup = n * base / t
