@@ -1,9 +1,16 @@
 """The fewest GPUs (or, with a price, the lowest cost per million output tokens) that serve a
 workload within an SLO: replicas x TP (x PP where one replica's TP cannot hold the model) per
-replica, each candidate simulated; the same workload split round robin over the replicas."""
+replica, each candidate simulated; the same workload split round robin over the replicas. Then,
+for the KV dtype and the batch budgets the user left unset, each layout is tried again with the
+other choices (:func:`_variants`: fp8 KV where the engine and the GPU take it, the token
+budgets of :data:`gpuplan.bounds.CAPACITY_BATCH_TOKENS`), looking only for fewer replicas than
+that layout needed at the defaults -- a bounded number of simulations. With ``disaggregated``,
+also the split into prefill and decode pools (:mod:`._disagg`), compared with the best
+aggregated deployment."""
 
 from __future__ import annotations
 
+from ..bounds import CAPACITY_BATCH_TOKENS, MAX_CAPACITY_VARIANTS
 from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
@@ -20,14 +27,69 @@ class Candidate:
     """One layout tried: its result at the fewest replicas that met the SLO (or at the most
     tried, when none did)."""
 
-    def __init__(self, tp: int, pp: int, result: CapacityResult) -> None:
+    def __init__(self, tp: int, pp: int, result: CapacityResult, variant: dict | None = None
+                 ) -> None:
         self.tp, self.pp, self.result = tp, pp, result
+        self.variant = dict(variant or {})
+        """The knobs this candidate changed from the defaults (kv_dtype, batch budgets)."""
 
     def to_dict(self) -> dict:
         r = self.result
         return {"tp": self.tp, "pp": self.pp, "replicas": r.layout["replicas"], "gpus": r.gpus,
                 "meets_slo": r.meets_slo, "ttft_p99_s": r.ttft_s.p99, "tpot_p99_s": r.tpot_s.p99,
-                "cost_per_m_output_tokens": r.cost_per_m_output_tokens}
+                "cost_per_m_output_tokens": r.cost_per_m_output_tokens,
+                "kv_dtype": r.layout.get("kv_dtype"),
+                "max_num_seqs": r.scheduler.get("max_num_seqs"),
+                "max_num_batched_tokens": r.scheduler.get("max_num_batched_tokens"),
+                "variant": dict(self.variant)}
+
+
+#: Engines whose KV cache can be fp8 (each engine's KV-cache dtype option): vLLM
+#: ``--kv-cache-dtype fp8`` (vllm/config/cache.py CacheConfig.cache_dtype), SGLang
+#: ``--kv-cache-dtype fp8_e4m3`` (python/sglang/srt/server_args.py), TensorRT-LLM
+#: ``KvCacheConfig(dtype="fp8")`` (tensorrt_llm/llmapi/llm_args.py).
+FP8_KV_ENGINES = ("vllm", "sglang", "trt-llm")
+
+
+def _variants(gpu: GPU, job: Job, engine: str, kw: dict) -> list[dict]:
+    """The knob settings tried beside the defaults: fp8 KV (when no KV dtype was given, the
+    engine takes it and the GPU computes fp8), and each token budget of
+    :data:`CAPACITY_BATCH_TOKENS` (when ``max_num_batched_tokens`` was not given), alone and
+    with fp8; at most :data:`MAX_CAPACITY_VARIANTS`."""
+    kvs = [None]
+    if job.kv_dtype is None and engine in FP8_KV_ENGINES and gpu.supports("fp8"):
+        kvs.append("fp8")
+    budgets = [None]
+    if kw.get("max_num_batched_tokens") is None:
+        budgets += list(CAPACITY_BATCH_TOKENS)
+    out = []
+    for kv in kvs:
+        for b in budgets:
+            v = {}
+            if kv is not None:
+                v["kv_dtype"] = kv
+            if b is not None:
+                v["max_num_batched_tokens"] = b
+            if v:
+                out.append(v)
+    return out[:MAX_CAPACITY_VARIANTS]
+
+
+def _fewest(base: Deployment, per: int, hi: int, wl, slo, price, prefix_hit, progress):
+    """(result at the fewest replicas in 1..hi meeting ``slo`` or None, the last result)."""
+    lo, best, last = 1, None, None
+    while lo <= hi:  # latency falls as replicas grow
+        mid = (lo + hi) // 2
+        base.replicas, base.gpus = mid, per * mid
+        r = base.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
+        if progress:
+            progress()
+        last = r
+        if r.meets_slo:
+            best, hi = r, mid - 1
+        else:
+            lo = mid + 1
+    return best, last
 
 
 def _deployments(model, gpu: GPU, job: Job, engine: str, max_gpus: int, kw: dict):
@@ -60,22 +122,41 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
         raise InputError(f"a search needs an SLO: give {opt('slo_ttft')}, {opt('slo_tpot')} or "
                          f"{opt('slo_e2e')}, or a layout ({opt('tp')}, {opt('replicas')})", field="slo_ttft")
     cands: list[Candidate] = []
-    for tp, pp, base in _deployments(model, gpu, job, engine, max_gpus, kw):
-        per = tp * pp
-        lo, hi, best = 1, max_gpus // per, None
-        last = None
-        while lo <= hi:  # fewest replicas meeting the SLO (latency falls as replicas grow)
-            mid = (lo + hi) // 2
-            base.replicas, base.gpus = mid, per * mid
-            r = base.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
-            if progress:
-                progress()
-            last = r
-            if r.meets_slo:
-                best, hi = r, mid - 1
-            else:
-                lo = mid + 1
+    layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
+    for tp, pp, base in layouts:
+        best, last = _fewest(base, tp * pp, max_gpus // (tp * pp), wl, slo, price, prefix_hit,
+                             progress)
         cands.append(Candidate(tp, pp, best or last))
+    for v in _variants(gpu, job, engine, kw):  # fewer replicas with another KV dtype / budget
+        for (tp, pp, base), cand in zip(layouts, list(cands[:len(layouts)])):
+            per = tp * pp
+            hi = (cand.result.layout["replicas"] - 1 if cand.result.meets_slo
+                  else max_gpus // per)
+            if hi < 1:
+                continue
+            try:
+                dep = Deployment(model, gpu, base.job.with_(kv_dtype=v.get("kv_dtype",
+                                                                            job.kv_dtype)),
+                                 engine=engine, **{**kw, **{k: x for k, x in v.items()
+                                                            if k != "kv_dtype"}})
+            except InputError:
+                continue
+            if "kv_dtype" not in v:
+                if dep.sched.max_num_batched_tokens == base.sched.max_num_batched_tokens:
+                    continue  # the default's budget: tried already
+                dep.cost = base.cost  # the same step times: only the scheduler's budget moved
+            best, last = _fewest(dep, per, hi, wl, slo, price, prefix_hit, progress)
+            if best is not None:
+                cands.append(Candidate(tp, pp, best, v))
+        if set(v) == {"kv_dtype"}:  # layouts whose KV cache held no request at the default dtype
+            held = {(tp, pp) for tp, pp, _ in layouts}
+            for tp, pp, dep in _deployments(model, gpu, job.with_(kv_dtype=v["kv_dtype"]),
+                                            engine, max_gpus, kw):
+                if (tp, pp) in held:
+                    continue
+                best, last = _fewest(dep, tp * pp, max_gpus // (tp * pp), wl, slo, price,
+                                     prefix_hit, progress)
+                cands.append(Candidate(tp, pp, best or last, v))
     if not cands:
         raise InputError(f"no layout of up to {max_gpus} {gpu.name} holds {getattr(model, 'name', model)} "
                          f"with room for one request; give more {opt('max_gpus')} or a lower-bit "
@@ -100,12 +181,19 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
 def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
           layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
           price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
-          make=None, **kw) -> dict:
+          make=None, disaggregated: bool = False, **kw) -> dict:
     """What ``gpuplan capacity --json`` and ``POST /api/capacity`` answer: without a layout and
     with an SLO, the search's best deployment and every layout tried (``searched``); with
     ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
-    builds the workload); else the given deployment at ``wl``. Also returns the deployment
-    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers."""
+    builds the workload); else the given deployment at ``wl``. With ``disaggregated``, the best
+    split into prefill and decode pools (``"disaggregated"``, the answer's result) beside the
+    best aggregated deployment (``searched``). Also returns the deployment (``"_deployment"``,
+    None after a search) and the result (``"_result"``) for renderers."""
+    if disaggregated:
+        return _solve_disaggregated(model, gpu, job, wl, slo, engine=engine,
+                                    layout_given=layout_given or replicas is not None,
+                                    max_gpus=max_gpus, price=price, prefix_hit=prefix_hit,
+                                    find_max_rate=find_max_rate, **kw)
     if not layout_given and replicas is None and slo.given and not find_max_rate:
         res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
                             price=price, prefix_hit=prefix_hit, **kw)
@@ -127,9 +215,54 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
     return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
 
 
+def _solve_disaggregated(model, gpu, job, wl, slo, *, engine, layout_given, max_gpus, price,
+                         prefix_hit, find_max_rate, **kw) -> dict:
+    from ._disagg import search_disaggregated
+
+    if layout_given:
+        raise InputError(f"disaggregated searches each pool's layout: drop {opt('tp')}, "
+                         f"{opt('pp')} and {opt('replicas')}, or drop {opt('disaggregated')}",
+                         field="disaggregated")
+    if find_max_rate:
+        raise InputError(f"{opt('max_rate')} is for one aggregated deployment: drop "
+                         f"{opt('disaggregated')} or {opt('max_rate')}", field="disaggregated")
+    if not slo.given:
+        raise InputError(f"disaggregated needs an SLO to size its pools: give {opt('slo_ttft')}, "
+                         f"{opt('slo_tpot')} or {opt('slo_e2e')}", field="slo_ttft")
+    if wl.concurrency is not None:
+        raise InputError(f"a disaggregated deployment is simulated open loop: give "
+                         f"{opt('rate')} or {opt('workload')}, not {opt('concurrency')}",
+                         field="concurrency")
+    layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
+    if not layouts:
+        raise InputError(f"no layout of up to {max_gpus} {gpu.name} holds "
+                         f"{getattr(model, 'name', model)} with room for one request; give more "
+                         f"{opt('max_gpus')} or a lower-bit {opt('precision')}", field="max_gpus")
+    (dis, res, info), tried = search_disaggregated(layouts, wl, slo, max_gpus=max_gpus,
+                                                   price=price, prefix_hit=prefix_hit)
+    try:
+        agg, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
+                            price=price, prefix_hit=prefix_hit, **kw)
+    except InputError:
+        agg, cands = None, None
+    cmp = {"aggregated": None, "gpus_saved": None, "cost_ratio": None}
+    if agg is not None:
+        cmp = {"aggregated": {"layout": dict(agg.layout), "gpus": agg.gpus,
+                              "ttft_p99_s": agg.ttft_s.p99, "tpot_p99_s": agg.tpot_s.p99,
+                              "cost_per_m_output_tokens": agg.cost_per_m_output_tokens},
+               "gpus_saved": agg.gpus - res.gpus,
+               "cost_ratio": (None if price is None else
+                              res.cost_per_m_output_tokens / agg.cost_per_m_output_tokens)}
+    info = {**info, "comparison": cmp, "searched": tried}
+    return {"_result": res, "_deployment": None, "searched": cands, "max_rate": None,
+            "disaggregated": info, "_aggregated": agg}
+
+
 def answer_dict(out: dict) -> dict:
     """The JSON answer of :func:`solve`'s outcome."""
     d = out["_result"].to_dict()
+    if out.get("disaggregated") is not None:
+        d["disaggregated"] = out["disaggregated"]
     if out["searched"] is not None:
         d["searched"] = [c.to_dict() for c in out["searched"]]
     if out["max_rate"] is not None:

@@ -57,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--slo-percentile", default="99", help="50, 90 or 99 (default 99)")
     a("--max-rate", action="store_true", help="the highest rate the deployment sustains "
                                               "within the SLO")
+    a("--disaggregated", action="store_true", help="also search disaggregated prefill and "
+      "decode pools (DistServe, OSDI'24), each with its own TP and replicas, the KV cache sent "
+      "between them; compared with the best aggregated deployment")
     a("--price", default=None, help="price per GPU-hour, for the cost per million tokens")
     a("--export", default=None, metavar="ENGINE", help="vllm: the chosen deployment's `vllm "
       "serve` command, every scheduler knob set")
@@ -112,7 +115,7 @@ def _inputs(args):
 
 def run(args: argparse.Namespace) -> int:
     from ..capacity._search import solve
-    from ..errors import InputError
+    from ..errors import InputError, opt
     from ..hardware import resolve_gpu
     from ..models import load_model
 
@@ -143,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
                 replicas=_int(args.replicas, "--replicas"),
                 max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price, prefix_hit=hit,
-                find_max_rate=args.max_rate, make=make, **kw)
+                find_max_rate=args.max_rate, make=make, disaggregated=args.disaggregated, **kw)
     res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
         out["max_rate"]
     if args.plot and dep is not None and make is not None:
@@ -153,8 +156,12 @@ def run(args: argparse.Namespace) -> int:
         plot_rates([(x, dep.run(make(x), slo=slo)) for x in
                     (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
                    args.plot, slo=slo)
+    if args.export is not None and out.get("disaggregated") is not None:
+        raise InputError(f"{opt('export')} writes one aggregated deployment: drop "
+                         f"{opt('disaggregated')} or {opt('export')}", field="export")
     command = None if args.export is None else _export(args.export, model, job, res)
-    return _render(args, res, cands, best_rate, alias, command)
+    return _render(args, res, cands, best_rate, alias, command, out.get("disaggregated"),
+                   out.get("_aggregated"))
 
 
 def _export(engine: str, model, job, res) -> str:
@@ -171,6 +178,7 @@ def _export(engine: str, model, job, res) -> str:
     lay, sch = res.layout, res.scheduler
     max_len = res.kv["max_model_len"]
     served = job.with_(engine="vllm", tp=lay["tp"], pp=lay["pp"],
+                       kv_dtype=lay.get("kv_dtype", job.kv_dtype),
                        gpus=lay["tp"] * lay["pp"] * lay["replicas"], batch=sch["max_num_seqs"],
                        seq=max_len, context=max_len)
     cmd = export(served, model).rstrip("\n")
@@ -178,11 +186,12 @@ def _export(engine: str, model, job, res) -> str:
             f"{sch['block_size']}\n")
 
 
-def _render(args, res, cands, best_rate, alias, command=None) -> int:
+def _render(args, res, cands, best_rate, alias, command=None, dis=None, agg=None) -> int:
     if args.json:
         from ..capacity._search import answer_dict
 
-        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate})
+        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate,
+                         "disaggregated": dis})
         if alias:
             d["gpu_note"] = alias
         if command is not None:
@@ -195,7 +204,12 @@ def _render(args, res, cands, best_rate, alias, command=None) -> int:
         print(f"note: {alias}", file=sys.stderr)
     if cands is not None:
         render_candidates(cands)
-    render_capacity(res, max_rate=best_rate)
+    if dis is not None:
+        from ..report.capacity import render_disaggregated
+
+        render_disaggregated(res, dis, agg)
+    else:
+        render_capacity(res, max_rate=best_rate)
     if args.plot:
         print(f"plot written to {args.plot}")
     if command is not None:
