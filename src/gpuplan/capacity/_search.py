@@ -127,6 +127,7 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
         best, last = _fewest(base, tp * pp, max_gpus // (tp * pp), wl, slo, price, prefix_hit,
                              progress)
         cands.append(Candidate(tp, pp, best or last))
+    costs = {(tp, pp, None): base.cost for tp, pp, base in layouts}
     for v in _variants(gpu, job, engine, kw):  # fewer replicas with another KV dtype / budget
         for (tp, pp, base), cand in zip(layouts, list(cands[:len(layouts)])):
             per = tp * pp
@@ -141,10 +142,11 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
                                                             if k != "kv_dtype"}})
             except InputError:
                 continue
-            if "kv_dtype" not in v:
-                if dep.sched.max_num_batched_tokens == base.sched.max_num_batched_tokens:
-                    continue  # the default's budget: tried already
-                dep.cost = base.cost  # the same step times: only the scheduler's budget moved
+            if "kv_dtype" not in v and (dep.sched.max_num_batched_tokens
+                                        == base.sched.max_num_batched_tokens):
+                continue  # the default's budget: tried already
+            # one step-cost cache per (layout, KV dtype): a budget moves only the scheduler
+            dep.cost = costs.setdefault((tp, pp, v.get("kv_dtype")), dep.cost)
             best, last = _fewest(dep, per, hi, wl, slo, price, prefix_hit, progress)
             if best is not None:
                 cands.append(Candidate(tp, pp, best, v))
