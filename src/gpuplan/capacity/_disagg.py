@@ -132,22 +132,8 @@ class Disaggregated:
                             prefilled=True)
             for j, d in zip(dec_idx, tr_d.done_s):
                 done[j] = d
-        arr = tuple(reqs[j].arrival_s for j in mine)
-        fin = tuple(done[j] for j in mine)
-        start = min(arr)
-        tr = SimTrace(
-            arrival_s=arr, first_token_s=tuple(ready[j] for j in mine), done_s=fin,
-            scheduled_s=tuple(sched[j] for j in mine),
-            input_tokens=tuple(reqs[j].input_tokens for j in mine),
-            output_tokens=tuple(reqs[j].output_tokens for j in mine),
-            itl=tr_d.itl if tr_d else (), steps=tr_d.steps if tr_d else 0,
-            preemptions=tr_d.preemptions if tr_d else 0,
-            in_system_s=sum(d - a for d, a in zip(fin, arr)),  # Little: the sojourns' sum
-            running_s=tr_d.running_s if tr_d else 0.0, waiting_s=tr_d.waiting_s if tr_d else 0.0,
-            kv_used_s=tr_d.kv_used_s if tr_d else 0.0,
-            kv_peak_blocks=tr_d.kv_peak_blocks if tr_d else 0,
-            kv_blocks=tr_d.kv_blocks if tr_d else self.dec.kv_tokens // self.dec.block_size,
-            span_s=max(fin) - start, start_s=start)
+        tr = _combined(reqs, mine, ready, sched, done, tr_d,
+                       self.dec.kv_tokens // self.dec.block_size)
         d, b = self.dec, self.dec.budget
         kv = {"kv_tokens": d.kv_tokens, "block_size": d.block_size, "kv_blocks": b.kv_blocks,
               "max_model_len": d.max_len, "max_concurrency": b.max_concurrency,
@@ -191,6 +177,27 @@ class Disaggregated:
         return out
 
 
+def _combined(reqs, mine, ready, sched, done, tr_d, kv_blocks: int) -> SimTrace:
+    """One decode replica's requests as one trace: arrival and queue from the prefill pool,
+    the first token when its KV reached the decode replica, the rest from the decode pool."""
+    arr = tuple(reqs[j].arrival_s for j in mine)
+    fin = tuple(done[j] for j in mine)
+    start = min(arr)
+    return SimTrace(
+        arrival_s=arr, first_token_s=tuple(ready[j] for j in mine), done_s=fin,
+        scheduled_s=tuple(sched[j] for j in mine),
+        input_tokens=tuple(reqs[j].input_tokens for j in mine),
+        output_tokens=tuple(reqs[j].output_tokens for j in mine),
+        itl=tr_d.itl if tr_d else (), steps=tr_d.steps if tr_d else 0,
+        preemptions=tr_d.preemptions if tr_d else 0,
+        in_system_s=sum(d - a for d, a in zip(fin, arr)),  # Little: the sojourns' sum
+        running_s=tr_d.running_s if tr_d else 0.0, waiting_s=tr_d.waiting_s if tr_d else 0.0,
+        kv_used_s=tr_d.kv_used_s if tr_d else 0.0,
+        kv_peak_blocks=tr_d.kv_peak_blocks if tr_d else 0,
+        kv_blocks=tr_d.kv_blocks if tr_d else kv_blocks,
+        span_s=max(fin) - start, start_s=start)
+
+
 def _prefill_ok(dis: Disaggregated, wl: Workload, slo: SLO, prefix_hit: float,
                 cache: dict) -> tuple[bool, float]:
     """Whether the prefill pool (with this pair's transfer) meets the TTFT target -- ``slo``'s
@@ -208,6 +215,30 @@ def _prefill_ok(dis: Disaggregated, wl: Workload, slo: SLO, prefix_hit: float,
     return queue <= work, at
 
 
+def _best_prefill(layouts, dec: Deployment, wl: Workload, slo: SLO, max_gpus: int,
+                  prefix_hit: float, cache: dict, progress):
+    """(prefill deployment, its fewest replicas meeting the TTFT target, GPUs per replica) of
+    the prefill layout needing the fewest GPUs beside ``dec``; None when none does."""
+    per_d = dec.gpus // dec.replicas
+    best_pre = None
+    for _, _, pre in layouts:
+        per_p = pre.gpus // pre.replicas
+        lo, hi, got = 1, (max_gpus - per_d) // per_p, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            ok, _ = _prefill_ok(Disaggregated(pre, dec, prefill_replicas=mid), wl, slo,
+                                prefix_hit, cache)
+            if progress:
+                progress()
+            if ok:
+                got, hi = mid, mid - 1
+            else:
+                lo = mid + 1
+        if got is not None and (best_pre is None or got * per_p < best_pre[1] * best_pre[2]):
+            best_pre = (pre, got, per_p)
+    return best_pre
+
+
 def search_disaggregated(layouts, wl: Workload, slo: SLO, *, max_gpus: int,
                          price: float | None = None, prefix_hit: float = 0.0, progress=None):
     """The split (prefill replicas x their layout, decode replicas x theirs) meeting ``slo``
@@ -223,22 +254,7 @@ def search_disaggregated(layouts, wl: Workload, slo: SLO, *, max_gpus: int,
     results = []
     for _, _, dec in layouts:
         per_d = dec.gpus // dec.replicas
-        best_pre = None
-        for _, _, pre in layouts:
-            per_p = pre.gpus // pre.replicas
-            lo, hi, got = 1, (max_gpus - per_d) // per_p, None
-            while lo <= hi:
-                mid = (lo + hi) // 2
-                ok, _ = _prefill_ok(Disaggregated(pre, dec, prefill_replicas=mid), wl, slo,
-                                    prefix_hit, cache)
-                if progress:
-                    progress()
-                if ok:
-                    got, hi = mid, mid - 1
-                else:
-                    lo = mid + 1
-            if got is not None and (best_pre is None or got * per_p < best_pre[1] * best_pre[2]):
-                best_pre = (pre, got, per_p)
+        best_pre = _best_prefill(layouts, dec, wl, slo, max_gpus, prefix_hit, cache, progress)
         if best_pre is None:
             continue
         pre, P, per_p = best_pre

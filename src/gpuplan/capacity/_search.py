@@ -14,6 +14,7 @@ from ..bounds import CAPACITY_BATCH_TOKENS, MAX_CAPACITY_VARIANTS
 from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
+from ._disagg import search_disaggregated
 from ._plan import Deployment, max_rate
 from ._result import SLO, CapacityResult
 from ._workload import Workload
@@ -112,24 +113,16 @@ def _deployments(model, gpu: GPU, job: Job, engine: str, max_gpus: int, kw: dict
     return out
 
 
-def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
-           max_gpus: int = 64, price: float | None = None, prefix_hit: float = 0.0,
-           progress=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
-    """The best deployment meeting ``slo`` at ``wl`` (fewest GPUs; with ``price``, lowest cost
-    per million output tokens) and every layout tried. No deployment meets it: one line saying
-    the best p99 latencies reached."""
-    if not slo.given:
-        raise InputError(f"a search needs an SLO: give {opt('slo_ttft')}, {opt('slo_tpot')} or "
-                         f"{opt('slo_e2e')}, or a layout ({opt('tp')}, {opt('replicas')})", field="slo_ttft")
-    cands: list[Candidate] = []
-    layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
-    for tp, pp, base in layouts:
-        best, last = _fewest(base, tp * pp, max_gpus // (tp * pp), wl, slo, price, prefix_hit,
-                             progress)
-        cands.append(Candidate(tp, pp, best or last))
+
+def _try_variants(model, gpu, job, engine, max_gpus, kw, layouts, cands, wl, slo, price,
+                  prefix_hit, progress) -> list[Candidate]:
+    """The candidates :func:`_variants`' settings add: each layout with another KV dtype or
+    token budget at fewer replicas than it needed at the defaults (when it missed at the most
+    replicas, only if it meets there), and fp8 KV's layouts whose bf16 cache held no request."""
+    out: list[Candidate] = []
     costs = {(tp, pp, None): base.cost for tp, pp, base in layouts}
     for v in _variants(gpu, job, engine, kw):  # fewer replicas with another KV dtype / budget
-        for (tp, pp, base), cand in zip(layouts, list(cands[:len(layouts)])):
+        for (tp, pp, base), cand in zip(layouts, list(cands)):
             per = tp * pp
             hi = (cand.result.layout["replicas"] - 1 if cand.result.meets_slo
                   else max_gpus // per)
@@ -147,9 +140,13 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
                 continue  # the default's budget: tried already
             # one step-cost cache per (layout, KV dtype): a budget moves only the scheduler
             dep.cost = costs.setdefault((tp, pp, v.get("kv_dtype")), dep.cost)
+            if not cand.result.meets_slo:  # missed at the most replicas: probe those first
+                dep.replicas, dep.gpus = hi, per * hi
+                if not dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit).meets_slo:
+                    continue
             best, last = _fewest(dep, per, hi, wl, slo, price, prefix_hit, progress)
             if best is not None:
-                cands.append(Candidate(tp, pp, best, v))
+                out.append(Candidate(tp, pp, best, v))
         if set(v) == {"kv_dtype"}:  # layouts whose KV cache held no request at the default dtype
             held = {(tp, pp) for tp, pp, _ in layouts}
             for tp, pp, dep in _deployments(model, gpu, job.with_(kv_dtype=v["kv_dtype"]),
@@ -158,7 +155,26 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
                     continue
                 best, last = _fewest(dep, tp * pp, max_gpus // (tp * pp), wl, slo, price,
                                      prefix_hit, progress)
-                cands.append(Candidate(tp, pp, best or last, v))
+                out.append(Candidate(tp, pp, best or last, v))
+    return out
+
+def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
+           max_gpus: int = 64, price: float | None = None, prefix_hit: float = 0.0,
+           progress=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
+    """The best deployment meeting ``slo`` at ``wl`` (fewest GPUs; with ``price``, lowest cost
+    per million output tokens) and every layout tried. No deployment meets it: one line saying
+    the best p99 latencies reached."""
+    if not slo.given:
+        raise InputError(f"a search needs an SLO: give {opt('slo_ttft')}, {opt('slo_tpot')} or "
+                         f"{opt('slo_e2e')}, or a layout ({opt('tp')}, {opt('replicas')})", field="slo_ttft")
+    cands: list[Candidate] = []
+    layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
+    for tp, pp, base in layouts:
+        best, last = _fewest(base, tp * pp, max_gpus // (tp * pp), wl, slo, price, prefix_hit,
+                             progress)
+        cands.append(Candidate(tp, pp, best or last))
+    cands += _try_variants(model, gpu, job, engine, max_gpus, kw, layouts, cands, wl, slo,
+                           price, prefix_hit, progress)
     if not cands:
         raise InputError(f"no layout of up to {max_gpus} {gpu.name} holds {getattr(model, 'name', model)} "
                          f"with room for one request; give more {opt('max_gpus')} or a lower-bit "
@@ -219,8 +235,6 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
 
 def _solve_disaggregated(model, gpu, job, wl, slo, *, engine, layout_given, max_gpus, price,
                          prefix_hit, find_max_rate, **kw) -> dict:
-    from ._disagg import search_disaggregated
-
     if layout_given:
         raise InputError(f"disaggregated searches each pool's layout: drop {opt('tp')}, "
                          f"{opt('pp')} and {opt('replicas')}, or drop {opt('disaggregated')}",
