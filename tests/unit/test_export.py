@@ -277,7 +277,7 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--moe-router-score-function": ["softmax", "sigmoid", "sqrtsoftplus"],
             "--moe-router-enable-expert-bias": None, "--moe-router-num-groups": int,
             "--moe-router-group-topk": int, "--moe-router-topk-scaling-factor": float,
-            "--moe-router-pre-softmax": None,
+            "--moe-router-pre-softmax": None, "--moe-grouped-gemm": None,
             # Transformer Engine options (_add_transformer_engine_args)
             "--fp8-format": ["e4m3", "hybrid"],
             "--fp8-recipe": ["tensorwise", "delayed", "mxfp8", "blockwise"],

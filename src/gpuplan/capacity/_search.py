@@ -15,7 +15,8 @@ from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
 from ._disagg import search_disaggregated
-from ._plan import Deployment, max_rate
+from ._plan import Deployment, max_rate, sweep_dict
+from ._plan import sweep as run_sweep
 from ._result import SLO, CapacityResult
 from ._workload import Workload
 
@@ -158,17 +159,34 @@ def _try_variants(model, gpu, job, engine, max_gpus, kw, layouts, cands, wl, slo
                 out.append(Candidate(tp, pp, best or last, v))
     return out
 
+
+def _most_simulations(layouts, variants: list[dict], max_gpus: int) -> int:
+    """The most simulations :func:`search` can run: a bisection over 1..m replicas of each
+    layout runs at most ``m.bit_length()``; each variant of a layout at most one more (the probe
+    at the most replicas); fp8 KV's extra layouts at most one bisection per TP not held."""
+    first = sum((max_gpus // (tp * pp)).bit_length() for tp, pp, _ in layouts)
+    held = {tp for tp, _, _ in layouts}
+    extra = sum((max_gpus // tp).bit_length() for tp in TP_CHOICES
+                if tp <= max_gpus and tp not in held)
+    return first + sum(first + len(layouts) + (extra if set(v) == {"kv_dtype"} else 0)
+                       for v in variants)
+
+
 def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
            max_gpus: int = 64, price: float | None = None, prefix_hit: float = 0.0,
-           progress=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
+           progress=None, progress_total=None, **kw) -> tuple[CapacityResult, list[Candidate]]:
     """The best deployment meeting ``slo`` at ``wl`` (fewest GPUs; with ``price``, lowest cost
     per million output tokens) and every layout tried. No deployment meets it: one line saying
-    the best p99 latencies reached."""
+    the best p99 latencies reached. ``progress()`` is called after each simulation;
+    ``progress_total(n)`` once, before the first, with the most simulations the search can run
+    (a bisection over 1..m replicas runs at most ``m.bit_length()``)."""
     if not slo.given:
         raise InputError(f"a search needs an SLO: give {opt('slo_ttft')}, {opt('slo_tpot')} or "
                          f"{opt('slo_e2e')}, or a layout ({opt('tp')}, {opt('replicas')})", field="slo_ttft")
     cands: list[Candidate] = []
     layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
+    if progress_total:
+        progress_total(_most_simulations(layouts, _variants(gpu, job, engine, kw), max_gpus))
     for tp, pp, base in layouts:
         best, last = _fewest(base, tp * pp, max_gpus // (tp * pp), wl, slo, price, prefix_hit,
                              progress)
@@ -199,30 +217,52 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
 def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
           layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
           price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
-          make=None, disaggregated: bool = False, **kw) -> dict:
+          make=None, progress=None, progress_total=None, sweep: bool = False,
+          sweep_base: float | None = None, closed: bool = False, sweep_make=None,
+          disaggregated: bool = False, **kw) -> dict:
     """What ``gpuplan capacity --json`` and ``POST /api/capacity`` answer: without a layout and
     with an SLO, the search's best deployment and every layout tried (``searched``); with
     ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
-    builds the workload); else the given deployment at ``wl``. With ``disaggregated``, the best
-    split into prefill and decode pools (``"disaggregated"``, the answer's result) beside the
-    best aggregated deployment (``searched``). Also returns the deployment (``"_deployment"``,
-    None after a search) and the result (``"_result"``) for renderers."""
+    builds the workload); else the given deployment at ``wl``. ``progress`` (and, for a search,
+    ``progress_total``): as :func:`search` takes them. Also returns the deployment
+    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers.
+    ``sweep``: also the chosen deployment at :data:`SWEEP_FACTORS` times ``sweep_base`` (a rate,
+    or with ``closed`` a concurrency; by default the max rate found, else 1 request/s;
+    ``sweep_make(load)`` builds each workload) as ``"sweep"`` (:func:`sweep_dict`).
+    ``disaggregated``: :func:`_solve_disaggregated`."""
     if disaggregated:
-        return _solve_disaggregated(model, gpu, job, wl, slo, engine=engine,
+        return _solve_disaggregated(model, gpu, job, wl, slo, engine=engine, sweep=sweep,
                                     layout_given=layout_given or replicas is not None,
                                     max_gpus=max_gpus, price=price, prefix_hit=prefix_hit,
                                     find_max_rate=find_max_rate, **kw)
+
+    def _sweep(dep, found=None):
+        base = sweep_base or found or 1.0
+        rows = run_sweep(dep, sweep_make, base, slo=slo, closed=closed, prefix_hit=prefix_hit)
+        return sweep_dict(rows, closed=closed)
+
     if not layout_given and replicas is None and slo.given and not find_max_rate:
         res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
-                            price=price, prefix_hit=prefix_hit, **kw)
-        return {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+                            price=price, prefix_hit=prefix_hit, progress=progress,
+                            progress_total=progress_total, **kw)
+        out = {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+        if sweep:
+            lay = res.layout
+            won = next((c.variant for c in cands if c.result is res), {})
+            knobs = {**kw, **{k: x for k, x in won.items() if k != "kv_dtype"}}
+            dep = Deployment(model, gpu, job.with_(tp=lay["tp"], pp=lay["pp"],
+                                                   gpus=lay["tp"] * lay["pp"],
+                                                   kv_dtype=lay.get("kv_dtype", job.kv_dtype)),
+                             engine=engine, replicas=lay["replicas"], **knobs)
+            out["sweep"] = _sweep(dep)
+        return out
     dep = Deployment(model, gpu, job, engine=engine, replicas=replicas or 1, **kw)
     best = None
     if find_max_rate:
         if not slo.given or make is None:
             raise InputError("max rate needs an SLO (slo_ttft, slo_tpot or slo_e2e) and a "
                              "synthetic workload (input, output)", field="max_rate")
-        best, res = max_rate(dep, slo, make=make)
+        best, res = max_rate(dep, slo, make=make, progress=progress)
         if best == 0.0:
             raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"
                              f"{slo.percentile:g} TTFT {res.ttft_s.at(slo.percentile):.3g} s, "
@@ -230,11 +270,19 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
                              "SLO or add GPUs", field="max_rate")
     else:
         res = dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
-    return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
+    out = {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
+    if sweep:
+        out["sweep"] = _sweep(dep, best)
+    return out
 
 
 def _solve_disaggregated(model, gpu, job, wl, slo, *, engine, layout_given, max_gpus, price,
-                         prefix_hit, find_max_rate, **kw) -> dict:
+                         prefix_hit, find_max_rate, sweep=False, **kw) -> dict:
+    """The best split into prefill and decode pools (``"disaggregated"``, and the answer's
+    result) beside the best aggregated deployment (``searched``, ``"_aggregated"``)."""
+    if sweep:
+        raise InputError(f"{opt('sweep')} runs one aggregated deployment: drop "
+                         f"{opt('disaggregated')} or {opt('sweep')}", field="disaggregated")
     if layout_given:
         raise InputError(f"disaggregated searches each pool's layout: drop {opt('tp')}, "
                          f"{opt('pp')} and {opt('replicas')}, or drop {opt('disaggregated')}",
@@ -283,4 +331,6 @@ def answer_dict(out: dict) -> dict:
         d["searched"] = [c.to_dict() for c in out["searched"]]
     if out["max_rate"] is not None:
         d["max_rate_requests_per_s"] = out["max_rate"]
+    if out.get("sweep") is not None:
+        d["sweep"] = out["sweep"]
     return d

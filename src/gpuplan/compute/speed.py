@@ -344,7 +344,7 @@ def estimate_speed(
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
-    notes.extend(_form_notes(arch, job, mode))
+    notes.extend(_form_notes(arch, job, mode, device, prec))
     if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
@@ -386,11 +386,22 @@ def estimate_speed(
     return est
 
 
-def _form_notes(arch: Architecture | None, job: Job, mode: str) -> tuple[str, ...]:
+def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
+                prec) -> tuple[str, ...]:
     """What the engine's code does with MLA and the experts (:func:`~.flops.form_notes`): of the
     decode step when inferring, of training otherwise."""
     engine = resolve_engine(job.engine)
-    return form_notes(arch, run_form(arch, engine, decode=mode == "infer"), engine)
+    gpu_arch = device.architecture if device.kind == "gpu" else ""
+    form = run_form(arch, engine, decode=mode == "infer", gpu_arch=gpu_arch, act_bytes=prec.act)
+    out = form_notes(arch, form, engine)
+    if arch is not None and arch.is_moe and not form.all_experts and device.kind == "gpu":
+        out += (f"MoE under {engine}: " + (
+            "the experts run as grouped kernels (permute, one gate-up GEMM, the activation, one "
+            "down GEMM, unpermute per layer)" if form.grouped_experts else
+            "one GEMM per expert hit, launched one by one (torch's grouped GEMM has a kernel on "
+            "Hopper and Blackwell in bf16 only; the serving engines and Megatron fuse the "
+            "experts everywhere)"),)
+    return out
 
 
 def _engine_fields(job: Job, mode: str) -> dict:

@@ -568,8 +568,9 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
              spec: StepSpec, device: Device) -> tuple[Op, ...]:
     """The forward ops as the runtime runs them on a GPU (eager's unfused chains, autocast's fp32
     ops); a CPU's as counted."""
-    fwd = build_forward_ops(arch, shape, **kw, form=run_form(arch, spec.engine,
-                                                             decode=shape.decode, ep=spec.ep))
+    fwd = build_forward_ops(arch, shape, **kw, form=run_form(
+        arch, spec.engine, decode=shape.decode, ep=spec.ep,
+        gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act))
     if spec.model_code == "torchtune":
         fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":

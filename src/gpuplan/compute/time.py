@@ -19,7 +19,7 @@ from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
     GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, gemm_wave_efficiency,
-    gemv_bandwidth_fraction, grouped_gemm_efficiency,
+    gemv_bandwidth_fraction, grouped_gemm_efficiency, splitk_fixed_s,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
@@ -159,7 +159,8 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
             # kernel, whose share of the device is the occupancy above
             b, m, k, n = op.shape
             compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
-                b, m, n, device.sm_count, k)))
+                b, m, n, device.sm_count, k))) + splitk_fixed_s(
+                device.architecture, dtype, b, m, n, device.sm_count)
         used = dtype
     bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
     return OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,

@@ -41,7 +41,11 @@ def _model_args(job: Job, model: Model) -> list[str]:
            "--seq-length", seq, "--max-position-embeddings", max(seq, a.max_position_embeddings)]
     out += _attention_args(a)
     if a.num_experts:
-        out += ["--num-experts", a.num_experts, "--moe-router-topk", a.experts_per_token]
+        # --moe-grouped-gemm: the experts as Transformer Engine's GroupedLinear, as the
+        # published Megatron-Bridge MoE recipes run them and gpuplan times them
+        # (compute.flops.FUSED_MOE)
+        out += ["--num-experts", a.num_experts, "--moe-router-topk", a.experts_per_token,
+                "--moe-grouped-gemm"]
         out += _moe_args(a)
     return [str(x) for x in out + _block_args(a, model)]
 

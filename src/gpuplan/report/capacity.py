@@ -10,10 +10,12 @@ from typing import Sequence
 
 from .._io import write_atomic
 from ..capacity import CapacityResult
+from ..capacity._plan import knee as knee_of
 from ..errors import MissingDependencyError
 from ._console import console_for
 
-__all__ = ["render_capacity", "render_candidates", "render_disaggregated", "plot_rates"]
+__all__ = ["render_capacity", "render_candidates", "render_disaggregated", "render_sweep",
+           "plot_rates"]
 
 
 def _ms(x: float) -> str:
@@ -112,6 +114,24 @@ def render_candidates(cands: Sequence) -> None:
     console_for().print(t)
 
 
+def render_sweep(sw: dict) -> None:
+    """``--sweep``: the latency percentiles at each load, the knee marked."""
+    from rich.table import Table
+
+    t = Table(title=f"sweep over the {sw['load']} (knee: p99 TTFT above 3x the lowest load's)",
+              header_style="bold")
+    for col in (sw["load"], "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99",
+                "SLO"):
+        t.add_column(col, justify="right")
+    for i, p in enumerate(sw["points"]):
+        ok = p["meets_slo"]
+        t.add_row(f"{p['load']:g}" + (" knee" if i == sw["knee"] else ""),
+                  f"{p['requests_per_s']:.3g}", _ms(p["ttft_s"]["p50"]), _ms(p["ttft_s"]["p99"]),
+                  _ms(p["tpot_s"]["p50"]), _ms(p["tpot_s"]["p99"]), _ms(p["e2e_s"]["p99"]),
+                  "-" if ok is None else "yes" if ok else "no")
+    console_for().print(t)
+
+
 def plot_rates(rows: Sequence[tuple[float, CapacityResult]], path: str, *, slo=None) -> None:
     """p50 and p99 TTFT and TPOT against the rate; the knee (where p99 TTFT first exceeds three
     times its lowest-rate value) marked; the SLO targets as lines."""
@@ -133,8 +153,8 @@ def plot_rates(rows: Sequence[tuple[float, CapacityResult]], path: str, *, slo=N
         ax.set_xlabel("requests/s")
         ax.set_ylabel(key.replace("_s", " (s)"))
         ax.legend(fontsize=7)
-    base = rows[0][1].ttft_s.p99
-    knee = next((x for x, r in rows if r.ttft_s.p99 > 3 * base), None)
+    k = knee_of(rows)
+    knee = None if k is None else rows[k][0]
     if knee is not None:
         for ax in (a1, a2):
             ax.axvline(knee, color="0.5", linestyle=":", linewidth=1)
