@@ -142,6 +142,8 @@ BASE = ["capacity", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "4096", 
 @pytest.mark.parametrize("extra, needle", [
     (["--tp", "2", "--rate", "2", "--slo-ttft", "1"], "--tp"),
     (["--replicas", "2", "--rate", "2", "--slo-ttft", "1"], "--replicas"),
+    (["--pp", "2", "--rate", "2", "--slo-ttft", "1"], "--pp"),
+    (["--rate", "2", "--slo-ttft", "1", "--sweep"], "--sweep"),
     (["--concurrency", "4", "--slo-ttft", "1"], "--concurrency"),
     (["--rate", "2"], "SLO"),
     (["--max-rate", "--slo-ttft", "1"], "--max-rate"),

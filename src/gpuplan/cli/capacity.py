@@ -154,8 +154,10 @@ def run(args: argparse.Namespace) -> int:
                                           "--gpu-memory-utilization", "memory_fraction"),
               mem_fraction_static=_num(args.mem_fraction_static, "--mem-fraction-static",
                                        "memory_fraction"))
+    # --disaggregated searches both pools' layouts: a --pp alone is a layout given there too
+    laid_out = "tp" in given or (args.disaggregated and "pp" in given)
     with _progress(args) as (step, total):
-        out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
+        out = solve(model, gpu, job, wl, slo, engine=engine, layout_given=laid_out,
                     replicas=_int(args.replicas, "--replicas"),
                     max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
                     prefix_hit=hit, find_max_rate=args.max_rate, make=make, progress=step,
