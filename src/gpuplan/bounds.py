@@ -51,7 +51,8 @@ from ._record import record
 from .errors import InputError, opt, shown
 
 __all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS",
-           "MAX_LOSS_CHUNKS", "MAX_REPLAY_PARAMS", "MAX_FILE_ITEMS"]
+           "MAX_LOSS_CHUNKS", "MAX_REPLAY_PARAMS", "MAX_FILE_ITEMS", "CAPACITY_BATCH_TOKENS",
+           "MAX_CAPACITY_VARIANTS"]
 
 #: Longest decimal text parsed as a number (2^62 has 19 digits; a float with an exponent fits).
 MAX_DIGITS = 40
@@ -71,6 +72,17 @@ MAX_REPLAY_PARAMS = 200_000
 #: Most keys, tensors or array items one model file may declare (a GGUF vocabulary of 2^22
 #: tokens is 16 times the largest published one, 256,000).
 MAX_FILE_ITEMS = 2**22
+
+
+#: The token budgets per step (``max_num_batched_tokens``) ``gpuplan capacity``'s search tries
+#: beside the engine's default: vLLM's two defaults (2,048 below 70 GiB or on an A100, 8,192
+#: above; vllm/engine/arg_utils.py get_batch_defaults) and twice the larger. A smaller budget cuts
+#: the prefill chunks decodes wait behind (TPOT), a larger one prefills faster (TTFT).
+CAPACITY_BATCH_TOKENS = (2048, 8192, 16384)
+
+#: Most (KV dtype, batch budget) settings the capacity search tries beside the defaults, each
+#: only for fewer replicas than the layout needed at the defaults (a bisection per layout).
+MAX_CAPACITY_VARIANTS = 8
 
 
 @record(kw_only=False)

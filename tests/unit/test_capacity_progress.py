@@ -53,8 +53,10 @@ def test_a_search_on_a_terminal_shows_the_bar_on_stderr_only():
     assert rc == 0, err
     assert "simulating" in err and "\x1b[?25l" in err  # the bar, its cursor hidden
     # the bar's count: at most the bound, 1..8 replicas of TP1 bisected (8 .bit_length() = 4)
-    # plus TP2 (4 -> 3), TP4 (2 -> 2), TP8 (1 -> 1): 10 simulations
-    assert "/10" in err
+    # plus TP2 (4 -> 3), TP4 (2 -> 2), TP8 (1 -> 1): 10 simulations; then each of the search's
+    # 7 KV dtype / token budget variants (fp8 KV x the budgets 2048, 8192, 16384, less the
+    # default) at most as many again plus one probe per layout: 7 x (10 + 4) = 98, 108 in all
+    assert "/108" in err
     assert "simulating" not in out and "\x1b[" not in out and "layouts tried" in out
 
 
@@ -81,5 +83,5 @@ def test_the_search_reports_each_simulation_against_its_bound():
     seen, totals = [], []
     search(model, gpu, job, wl, SLO(ttft_s=1.0, tpot_s=0.05), max_gpus=8, max_model_len=4096,
            progress=lambda: seen.append(1), progress_total=totals.append)
-    assert totals == [10]  # the bound above
-    assert 4 <= len(seen) <= 10  # at least one simulation per layout (4 layouts), at most the bound
+    assert totals == [108]  # the bound above
+    assert 4 <= len(seen) <= 108  # at least one simulation per layout (4 layouts), at most the bound

@@ -58,7 +58,7 @@ class Deployment:
     def layout(self) -> dict:
         j = self.job
         return {"tp": j.tp, "pp": j.pp, "ep": j.ep, "replicas": self.replicas,
-                "gpus": self.gpus}
+                "gpus": self.gpus, "kv_dtype": j.kv_dtype}
 
     def _check(self, wl: Workload) -> None:
         s = self.sched

@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--slo-percentile", default="99", help="50, 90 or 99 (default 99)")
     a("--max-rate", action="store_true", help="the highest rate the deployment sustains "
                                               "within the SLO")
+    a("--disaggregated", action="store_true", help="also search disaggregated prefill and "
+      "decode pools (DistServe, OSDI'24), each with its own TP and replicas, the KV cache sent "
+      "between them; compared with the best aggregated deployment")
     a("--price", default=None, help="price per GPU-hour, for the cost per million tokens")
     a("--export", default=None, metavar="ENGINE", help="vllm: the chosen deployment's `vllm "
       "serve` command; sglang: its `sglang.launch_server` command per replica and a router; "
@@ -120,7 +123,7 @@ def _inputs(args):
 
 def run(args: argparse.Namespace) -> int:
     from ..capacity._search import solve
-    from ..errors import InputError
+    from ..errors import InputError, opt
     from ..hardware import resolve_gpu
     from ..models import load_model
 
@@ -151,14 +154,16 @@ def run(args: argparse.Namespace) -> int:
                                           "--gpu-memory-utilization", "memory_fraction"),
               mem_fraction_static=_num(args.mem_fraction_static, "--mem-fraction-static",
                                        "memory_fraction"))
+    # --disaggregated searches both pools' layouts: a --pp alone is a layout given there too
+    laid_out = "tp" in given or (args.disaggregated and "pp" in given)
     with _progress(args) as (step, total):
-        out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
+        out = solve(model, gpu, job, wl, slo, engine=engine, layout_given=laid_out,
                     replicas=_int(args.replicas, "--replicas"),
                     max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
                     prefix_hit=hit, find_max_rate=args.max_rate, make=make, progress=step,
                     progress_total=total, sweep=args.sweep,
                     sweep_base=conc if conc is not None else rate, closed=conc is not None,
-                    sweep_make=make_at, **kw)
+                    sweep_make=make_at, disaggregated=args.disaggregated, **kw)
     res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
         out["max_rate"]
     if args.plot and dep is not None and make is not None:
@@ -168,8 +173,12 @@ def run(args: argparse.Namespace) -> int:
         plot_rates([(x, dep.run(make(x), slo=slo)) for x in
                     (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
                    args.plot, slo=slo)
+    if args.export is not None and out.get("disaggregated") is not None:
+        raise InputError(f"{opt('export')} writes one aggregated deployment: drop "
+                         f"{opt('disaggregated')} or {opt('export')}", field="export")
     command = None if args.export is None else _export(args.export, model, job, res)
-    return _render(args, res, cands, best_rate, alias, command, out.get("sweep"))
+    return _render(args, res, cands, best_rate, alias, command, out.get("sweep"),
+                   out.get("disaggregated"), out.get("_aggregated"))
 
 
 @contextlib.contextmanager
@@ -208,6 +217,7 @@ def _export(engine: str, model, job, res) -> str:
     lay, sch = res.layout, res.scheduler
     max_len = res.kv["max_model_len"]
     served = job.with_(engine=engine, tp=lay["tp"], pp=lay["pp"],
+                       kv_dtype=lay.get("kv_dtype", job.kv_dtype),
                        gpus=lay["tp"] * lay["pp"] * lay["replicas"], batch=sch["max_num_seqs"],
                        seq=max_len, context=max_len)
     if engine == "sglang":
@@ -225,12 +235,13 @@ def _export(engine: str, model, job, res) -> str:
             f"{sch['block_size']}\n")
 
 
-def _render(args, res, cands, best_rate, alias, command=None, sweep=None) -> int:
+def _render(args, res, cands, best_rate, alias, command=None, sweep=None, dis=None,
+            agg=None) -> int:
     if args.json:
         from ..capacity._search import answer_dict
 
         d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate,
-                         "sweep": sweep})
+                         "sweep": sweep, "disaggregated": dis})
         if alias:
             d["gpu_note"] = alias
         if command is not None:
@@ -243,7 +254,12 @@ def _render(args, res, cands, best_rate, alias, command=None, sweep=None) -> int
         print(f"note: {alias}", file=sys.stderr)
     if cands is not None:
         render_candidates(cands)
-    render_capacity(res, max_rate=best_rate)
+    if dis is not None:
+        from ..report.capacity import render_disaggregated
+
+        render_disaggregated(res, dis, agg)
+    else:
+        render_capacity(res, max_rate=best_rate)
     if sweep is not None:
         render_sweep(sweep)
     if args.plot:

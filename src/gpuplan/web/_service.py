@@ -293,7 +293,7 @@ CAPACITY_OPTIONS = ("gpu", "rate", "concurrency", "input", "output", "input_dist
                     "arrivals", "requests", "seed", "replicas", "engine_version", "max_num_seqs",
                     "max_num_batched_tokens", "max_model_len", "prefix_hit", "slo_ttft",
                     "slo_tpot", "slo_e2e", "slo_percentile", "price", "max_gpus", "max_rate",
-                    "sweep")
+                    "sweep", "disaggregated")
 #: Most requests one web simulation serves, and the largest deployment it searches.
 MAX_WEB_REQUESTS = 5000
 MAX_WEB_GPUS = 64
@@ -358,7 +358,8 @@ def capacity(body: Mapping) -> dict:
                 max_gpus=_opt(body, "max_gpus", "int", "gpus", high=MAX_WEB_GPUS) or
                 MAX_WEB_GPUS, price=_opt(body, "price", "num", "price"),
                 prefix_hit=_opt(body, "prefix_hit", "num", "fraction") or 0.0,
-                find_max_rate=find, make=make, engine_version=body.get("engine_version"),
+                find_max_rate=find, make=make, disaggregated=_bool(body, "disaggregated", False),
+                engine_version=body.get("engine_version"),
                 max_num_seqs=_opt(body, "max_num_seqs", "int", "requests"),
                 max_num_batched_tokens=_opt(body, "max_num_batched_tokens", "int", "tokens"),
                 max_model_len=_opt(body, "max_model_len", "int", "tokens"),
