@@ -19,7 +19,7 @@ import time
 
 from gpuplan import Job, get_gpu, load_model
 from gpuplan.capacity import SLO, Deployment, Dist, make_workload
-from gpuplan.capacity._search import search
+from gpuplan.capacity._search import search, solve
 
 
 def _wl(n: int):
@@ -49,15 +49,30 @@ def main() -> None:
         rows.append((f"simulate {n} requests", statistics.median(cold), statistics.median(warm),
                      f"{r.steps} steps, {dep.cost.calls} speed-model calls; warm CPU time "
                      f"{statistics.median(cpu):.2f} s"))
-    times = []
+    times, cpu = [], []
     for _ in range(args.runs):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         best, cands = search(model, gpu, Job(model="x", mode="infer"), _wl(2000),
                              SLO(ttft_s=2.0, tpot_s=0.05), max_gpus=64)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     rows.append(("search <= 64 GPUs, 2000 requests", statistics.median(times), None,
                  f"best TP {best.layout['tp']} x {best.layout['replicas']} = {best.gpus} GPUs, "
-                 f"{len(cands)} layouts"))
+                 f"{len(cands)} candidates (layouts, then KV dtype / token budget variants "
+                 f"for fewer replicas); CPU time {statistics.median(cpu):.2f} s"))
+    times, cpu = [], []
+    for _ in range(args.runs):
+        t, c = time.perf_counter(), time.process_time()
+        out = solve(model, gpu, Job(model="x", mode="infer"), _wl(2000),
+                    SLO(ttft_s=2.0, tpot_s=0.05), max_gpus=64, disaggregated=True)
+        times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    dis = out["disaggregated"]
+    rows.append(("--disaggregated search <= 64 GPUs (with the aggregated one)",
+                 statistics.median(times), None,
+                 f"prefill {dis['prefill']['replicas']} x TP {dis['prefill']['tp']} + decode "
+                 f"{dis['decode']['replicas']} x TP {dis['decode']['tp']} = {dis['gpus']} GPUs; "
+                 f"CPU time {statistics.median(cpu):.2f} s"))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; median "
           f"of {args.runs} runs\n")

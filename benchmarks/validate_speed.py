@@ -712,7 +712,8 @@ MECHANISMS: dict[str, str] = {
                        "and data-parallel collectives on the topology",
     "multi-node data parallel": "the gradient all-reduce over the node topology",
     "LoRA / QLoRA training": "the adapters' passes and, for QLoRA, the base's dequantization",
-    "Volta/Turing training": "Volta's Tensor Core share, fp16 loss scaling's passes",
+    "Volta/Turing training": "Volta's Tensor Core share (Turing's by GEMM shape, DeepBench), "
+                             "fp16 loss scaling's passes",
     "single-GPU training": "the step's kernels on one GPU (matmul, attention and memory "
                            "fractions, the runtime's launch and host cost)",
 }
@@ -799,14 +800,17 @@ def _serving_gap(run: dict, row: Row) -> str:
 def _fsdp_nodes_gap(run: dict, row: Row) -> str:
     if row.mechanism != "multi-node ZeRO-3 / FSDP" or row.comm_share < 0.05:
         return ""
-    return ("NCCL's channels per NIC and PXN are not modeled: inter-node traffic is one ring "
-            "over each GPU's own NIC")
+    return ("NVLS/SHARP (in-switch reduction) and NCCL's per-channel caps are not modeled: the "
+            "inter-node ring holds the node's NICs at NCCL's tuning-model rates")
 
 
 def _volta_gap(run: dict, row: Row) -> str:
     if row.mechanism != "Volta/Turing training" and "V100" not in run["hardware"]["gpu"]:
         return ""
-    return "Volta/Turing Tensor Core efficiency by matmul shape (one fraction for all shapes)"
+    return ("fp16 on Volta: DeepBench's cuBLAS GEMMs (benchmarks/fit_volta_turing_gemm.py) run "
+            "BERT's linear layers faster than the 83-TFLOP/s share timed here, so the gap lies "
+            "outside the GEMMs and is not identified (eager attention's batched products of "
+            "K = head dim, the unfused elementwise chains, the optimizer)")
 
 
 def _zero3_2021_gap(run: dict, row: Row) -> str:

@@ -14,6 +14,7 @@ lora_rank          1 .. 2^31
 seq, context       1 .. 2^31                    tokens per sequence
 gpus               1 .. 2^20                    a million GPUs
 layers             1 .. 10^4                    the deepest published transformer has < 200
+edge_layers        0 .. 10^4                    blocks kept 16-bit at each end of the stack
 dim                1 .. 2^31                    a hidden size, head count, vocabulary, matmul side
 params             1 .. 10^15                   ``units.MAX_PARAMS``
 count              1 .. 10^15                   tokens, samples
@@ -50,7 +51,8 @@ from ._record import record
 from .errors import InputError, opt, shown
 
 __all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS",
-           "MAX_LOSS_CHUNKS", "MAX_REPLAY_PARAMS", "MAX_FILE_ITEMS"]
+           "MAX_LOSS_CHUNKS", "MAX_REPLAY_PARAMS", "MAX_FILE_ITEMS", "CAPACITY_BATCH_TOKENS",
+           "MAX_CAPACITY_VARIANTS"]
 
 #: Longest decimal text parsed as a number (2^62 has 19 digits; a float with an exponent fits).
 MAX_DIGITS = 40
@@ -70,6 +72,17 @@ MAX_REPLAY_PARAMS = 200_000
 #: Most keys, tensors or array items one model file may declare (a GGUF vocabulary of 2^22
 #: tokens is 16 times the largest published one, 256,000).
 MAX_FILE_ITEMS = 2**22
+
+
+#: The token budgets per step (``max_num_batched_tokens``) ``gpuplan capacity``'s search tries
+#: beside the engine's default: vLLM's two defaults (2,048 below 70 GiB or on an A100, 8,192
+#: above; vllm/engine/arg_utils.py get_batch_defaults) and twice the larger. A smaller budget cuts
+#: the prefill chunks decodes wait behind (TPOT), a larger one prefills faster (TTFT).
+CAPACITY_BATCH_TOKENS = (2048, 8192, 16384)
+
+#: Most (KV dtype, batch budget) settings the capacity search tries beside the defaults, each
+#: only for fewer replicas than the layout needed at the defaults (a bisection per layout).
+MAX_CAPACITY_VARIANTS = 8
 
 
 @record(kw_only=False)
@@ -128,6 +141,7 @@ BOUNDS: dict[str, Bound] = {
     "memory_fraction": Bound(0, 1, "a share of GPU memory", open_low=True),
     "grad_norm": Bound(0, 1e6, "a gradient-norm threshold", open_low=True),
     "loss_chunks": Bound(1, MAX_LOSS_CHUNKS, "a number of loss chunks"),
+    "edge_layers": Bound(0, 10**4, "a number of layers"),
     # capacity (issue 29): requests simulated, their rate, token lengths
     "requests": Bound(1, 10**6, "a number of requests"),
     "rate": Bound(0, 10**6, "a request rate per second", open_low=True),

@@ -28,6 +28,7 @@ from .compute.parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_costs,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
+from .compute.speed import narrow_gather_bytes
 from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
                            param_tensor_count, train_precision)
 from .errors import GpuplanError, InputError, opt, shown
@@ -263,7 +264,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                                    batch=lay.batch, seq=lay.seq, attention=c.base.attention,
                                    runtime=resolve_runtime(c.base.runtime, "train",
                                                            c.base.engine), ep=lay.ep,
-                                   selective=get_engine(c.base.engine).selective)
+                                   selective=get_engine(c.base.engine).selective,
+                                   bf16_edge_layers=c.base.first_last_layers_bf16)
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:
@@ -283,7 +285,9 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
     return layout_time(arch, c.costs[key][lay.checkpointing], lay, c.topo, device=c.device,
                        eff=c.eff, prec=c.prec, params=c.model.params.total,
                        flops_per_token=flops_per_token, state_bytes_per_param=per_param,
-                       tp_overlap=c.tp_overlap, optimizer_s=c.optimizer)
+                       tp_overlap=c.tp_overlap, optimizer_s=c.optimizer,
+                       gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
+                                                                    c.model.params.total))
 
 
 def _states_floor(c: _Ctx, lay: Layout) -> float:

@@ -36,7 +36,8 @@ from .errors import InputError, opt, shown
 
 __all__ = ["NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_ENGINE", "narrow_recipe",
            "check_narrow_on", "fp8_weight_bytes", "amax_history_bytes", "cast_bytes_per_element",
-           "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL"]
+           "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL",
+           "gathered_bytes_per_element", "narrow_elements"]
 
 #: GPU architectures (the catalog's ``architecture`` field) with FP8 tensor cores.
 FP8_ARCHITECTURES = ("Hopper", "Ada Lovelace", "Blackwell")
@@ -209,6 +210,30 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     label = f"{recipe.name} weight {what}" + (" (the parameters: fp8 param gather)"
                                               if param_gather else "")
     return int(round(one * copies)), 2 * linear_elements if param_gather else 0, label
+
+
+def narrow_elements(params: int, vocab_size: int, hidden_size: int, tied: bool) -> int:
+    """Elements of ``params`` that a narrow recipe quantizes: all but the embedding and the output
+    head, which stay 16-bit in every recipe here -- torchtitan's float8 converter skips
+    ``output`` by default (``filter_fqns``), Transformer Engine's recipes in Megatron run only
+    the blocks' ``te.Linear`` layers narrow (the embedding is a ``VocabParallelEmbedding`` and
+    the output layer a ``ColumnParallelLinear``, outside TE's autocast). The norms' vectors are
+    counted as narrow: they are under 0.01% of a block."""
+    return max(0, params - vocab_size * hidden_size * (1 if tied else 2))
+
+
+def gathered_bytes_per_element(recipe: NarrowRecipe, elements: int, narrow: int) -> float:
+    """Mean bytes per element of a weight all-gather of ``elements`` of which ``narrow`` are kept
+    and gathered narrow (``--fp8-param-gather``: Megatron's distributed optimizer gathers the FP8
+    parameters; torchtitan's FSDP2 float8 all-gather, ``enable_fsdp_float8_all_gather``): 1 byte
+    (0.5 for FP4) plus the block scales for those, 2 for the 16-bit rest. One per-tensor scale
+    (4 bytes a tensor) is left out: a few bytes per million elements."""
+    if elements <= 0:
+        return 2.0
+    elem = 0.5 if recipe.dtype == "fp4" else 1.0
+    per = elem + _block_scale(1, recipe.weight_block, recipe.scale_bytes)
+    narrow = min(narrow, elements)
+    return (narrow * per + (elements - narrow) * 2.0) / elements
 
 
 def amax_history_bytes(recipe: NarrowRecipe, linear_tensors: int, history: int | None = None) -> int:

@@ -349,13 +349,16 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--moe-router-score-function": ["softmax", "sigmoid", "sqrtsoftplus"],
             "--moe-router-enable-expert-bias": None, "--moe-router-num-groups": int,
             "--moe-router-group-topk": int, "--moe-router-topk-scaling-factor": float,
-            "--moe-router-pre-softmax": None,
+            "--moe-router-pre-softmax": None, "--moe-grouped-gemm": None,
             # Transformer Engine options (_add_transformer_engine_args)
             "--fp8-format": ["e4m3", "hybrid"],
             "--fp8-recipe": ["tensorwise", "delayed", "mxfp8", "blockwise"],
             "--fp8-amax-history-len": int, "--fp8-amax-compute-algo": ["most_recent", "max"],
             "--fp8-param-gather": None, "--fp8-dot-product-attention": None,
-            "--fp4-format": ["e2m1"], "--fp4-recipe": ["nvfp4"]}
+            "--fp4-format": ["e2m1"], "--fp4-recipe": ["nvfp4"],
+            # _add_transformer_engine_args (a 2025 arguments.py: store_true, and int default 1)
+            "--first-last-layers-bf16": None, "--num-layers-at-start-in-bf16": int,
+            "--num-layers-at-end-in-bf16": int}
 
 #: torchrun's options the launch line uses (torch.distributed.run; both spellings accepted).
 TORCHRUN = {"--nproc-per-node": int, "--nnodes": int, "--node-rank": str, "--master-addr": str,
@@ -464,12 +467,20 @@ def test_megatron_zero3_is_megatron_fsdp():
 
 # ------------------------------------------------------------------ vLLM (documented)
 
-#: vLLM engine arguments (docs.vllm.ai/en/latest/configuration/engine_args.html).
+#: vLLM engine arguments (docs.vllm.ai/en/latest/configuration/engine_args.html). The
+#: --quantization choices are vLLM's QuantizationMethods (vllm/model_executor/layers/
+#: quantization/__init__.py @05d909563e1d1ada39a13b67e7b9a4cbca1d6a8e), --kv-cache-dtype's its
+#: CacheDType (vllm/config/cache.py @c1d86421174a87056edc90a41dc9942391509e84).
 VLLM = {"--tensor-parallel-size": int, "--pipeline-parallel-size": int,
         "--data-parallel-size": int, "--max-model-len": int, "--max-num-seqs": int,
         "--dtype": ["auto", "half", "float16", "bfloat16", "float", "float32"],
-        "--quantization": ["awq", "gptq", "fp8", "bitsandbytes", "gguf", "compressed-tensors"],
-        "--kv-cache-dtype": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+        "--quantization": ["awq", "fp8", "ptpc_fp8", "fbgemm_fp8", "fp_quant", "modelopt",
+                           "modelopt_fp4", "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin",
+                           "gptq_bitblas", "awq_marlin", "gptq", "compressed-tensors",
+                           "bitsandbytes", "experts_int8", "ipex", "quark", "moe_wna16",
+                           "torchao", "inc", "mxfp4", "mxfp8", "petit_nvfp4", "cpu_awq"],
+        "--kv-cache-dtype": ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
+                             "fp8_ds_mla"],
         "--enforce-eager": None, "--enable-expert-parallel": None,
         "--distributed-executor-backend": ["ray", "mp", "uni", "external_launcher"],
         "--gpu-memory-utilization": float}
@@ -659,6 +670,19 @@ def test_megatron_writes_the_fp8_recipe(precision, fmt, recipe):
     # delayed scaling: TE's history (1024, max) written over Megatron's defaults (1, most_recent)
     assert (a.fp8_amax_history_len, a.fp8_amax_compute_algo) == (
         (1024, "max") if precision == "fp8-delayed" else (None, None))
+
+
+def test_megatron_first_last_layers_bf16():
+    j = job(model="llama-3.1-8b", gpus=8, precision="mxfp8", engine="megatron",
+            first_last_layers_bf16=2)
+    a = megatron_args(export_plan(j, "megatron"))
+    assert a.first_last_layers_bf16 and (a.num_layers_at_start_in_bf16,
+                                         a.num_layers_at_end_in_bf16) == (2, 2)
+    assert not megatron_args(export_plan(job(gpus=8, precision="mxfp8", engine="megatron"),
+                                         "megatron")).first_last_layers_bf16
+    with pytest.raises(InputError, match="first_last_layers_bf16"):
+        export_plan(job(gpus=8, zero=3, precision="mxfp8", engine="torchtitan",
+                        first_last_layers_bf16=1), "torchtitan")
 
 
 def test_megatron_plain_fp8_nvfp4_and_fp8_attention():

@@ -14,6 +14,7 @@ accelerate's own ``load_config_from_file``.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -128,3 +129,45 @@ def test_one_node_needs_no_main_node_address(tmp_path):
                                "accelerate"), tmp_path)
     assert cfg.num_machines == 1 and cfg.main_process_ip is None
     assert cfg.machine_rank == 0
+
+
+# ------------------------------------------------------------------ the 2025 formats (issue 30)
+
+@pytest.mark.parametrize("fmt, quant", [("fp8", "fp8"), ("mxfp8", "mxfp8")])
+def test_online_fp8_and_mxfp8_of_the_16_bit_repository(fmt, quant):
+    repo, a = vllm_args(export_plan(infer(infer_precision=fmt, kv_dtype="fp8"), "vllm"))
+    assert repo == "meta-llama/Llama-3.1-8B"
+    assert (a.quantization, a.kv_cache_dtype, a.dtype) == (quant, "fp8", "bfloat16")
+
+
+@pytest.mark.parametrize("fmt, quant, quantizer", [
+    ("nvfp4", "modelopt_fp4", "TensorRT Model Optimizer (NVFP4)"),
+    ("w4a16", "compressed-tensors", "llm-compressor (W4A16)"),
+    ("w4a8", "compressed-tensors", "llm-compressor (W4A8)"),
+    ("fp8-channel", "compressed-tensors", "llm-compressor (FP8_DYNAMIC)")])
+def test_a_quantizer_written_format_needs_its_checkpoint(fmt, quant, quantizer):
+    with pytest.raises(InputError, match=f"quantized by {re.escape(quantizer)}"):
+        export_plan(infer(infer_precision=fmt), "vllm")
+    repo, a = vllm_args(export_plan(infer(infer_precision=fmt), "vllm", repo="org/m-q"))
+    assert (repo, a.quantization, a.dtype) == ("org/m-q", quant, "bfloat16")
+
+
+def test_a_model_directory_quantized_by_modelopt_or_compressed_tensors(tmp_path):
+    for fmt, method, quant in (("nvfp4", "modelopt", "modelopt_fp4"),
+                               ("w4a16", "compressed-tensors", "compressed-tensors")):
+        config = catalog_config("llama-3.1-8b")
+        config.pop("_gpuplan", None)
+        config["quantization_config"] = {"quant_method": method}
+        d = tmp_path / fmt
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config))
+        model = load_model(str(d))
+        repo, a = vllm_args(export_plan(infer(model=str(d), infer_precision=fmt), "vllm",
+                                        model=model))
+        assert repo == str(d) and a.quantization == quant
+
+
+def test_gpt_oss_serves_its_own_mxfp4_checkpoint():
+    repo, a = vllm_args(export_plan(infer(model="gpt-oss-20b", infer_precision="mxfp4"),
+                                    "vllm"))
+    assert repo == "openai/gpt-oss-20b" and a.quantization == "mxfp4"

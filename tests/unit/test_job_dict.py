@@ -24,7 +24,7 @@ FIELDS = ["model", "mode", "engine", "precision", "infer_precision", "optimizer"
           "pp_embedding_part", "pp_loss_part",
           "micro_batches", "gpus_per_node", "inter_node", "sharding",
           "stage3_max_live_parameters", "stage3_prefetch_bucket_size", "fp8_param_gather",
-          "fp8_attention"]
+          "fp8_attention", "first_last_layers_bf16"]
 
 
 def cli_job(*argv: str) -> Job:

@@ -372,3 +372,23 @@ def test_paged_adamw_8bit_states_are_in_managed_memory():
     line = next(l for l in t.lines if l.key == "optimizer")
     assert "paged" in line.note and "torch's allocator statistics" in line.note
     assert t.to_dict()["paged_bytes"] == t.paged_bytes
+
+
+def test_lora_dropout_copies_and_qlora_saved_inputs_by_hand():
+    """Llama-2-7B (h 4096, ffn 11008, 32 layers), batch 1 x 512 tokens, LoRA r=8 on q_proj and
+    v_proj, SDPA. PEFT's forward is base(x) + B(A(dropout(x))): with lora_dropout 0 both adapters'
+    A save the one normed input x (2 B a token-element); with 0.1 each adapter saves its own
+    dropped bf16 copy (2 B) and its 1-byte mask: 2 x 3 - 2 = 4 B more per token-element of h, per
+    layer. A 4-bit base (bitsandbytes MatMul4Bit) saves every base linear's input for the input
+    gradient: beyond what LoRA and SDPA already keep, the MLP's normed input (2 B x h) and
+    down_proj's input (2 B x ffn); its dequantized 16-bit weight is a transient of each matmul,
+    which at this peak (the start of backward) is not alive."""
+    from gpuplan.models import load_model
+    m = load_model("llama-2-7b")
+    base = dict(model=m, mode="train", batch=1, seq=512, lora_rank=8,
+                lora_targets=("q_proj", "v_proj"), attention="sdpa")
+    act = {(d, q): train_memory(m, Job(**base, lora_dropout=d, lora_base=q)).activations_bytes
+           for d in (0.0, 0.1) for q in (None, "nf4")}
+    tokens, h, ffn, layers = 512, 4096, 11008, 32
+    assert act[(0.1, None)] - act[(0.0, None)] == (2 * 3 - 2) * tokens * h * layers  # 268,435,456
+    assert act[(0.0, "nf4")] - act[(0.0, None)] == 2 * tokens * (h + ffn) * layers  # 494,927,872

@@ -14,7 +14,7 @@ from gpuplan.compute.device import default_efficiency, device_from_gpu
 from gpuplan.compute.efficiency import gemm_wave_efficiency, grouped_gemm_efficiency
 from gpuplan.compute.flops import (
     RunForm, StepShape, build_forward_ops, chunked_score_elements, causal_score_elements,
-    expert_tokens, run_form, visible_keys,
+    expert_tokens, grouped_experts, run_form, visible_keys,
 )
 from gpuplan.compute.parallel import ep_all_to_all_s
 from gpuplan.hardware import get_gpu
@@ -216,3 +216,36 @@ def test_ep_all_to_all_is_dispatch_and_combine_of_top_k_copies():
                           efficiency=eff.comm)
     assert got == pytest.approx(2 * 1 * one)  # one MoE layer, dispatch + combine
     assert ep_all_to_all_s(arch, 4, replace(lay, ep=1), topo, eff, 2) == 0.0
+
+
+def test_grouped_experts_launch_a_fixed_handful_of_kernels_per_layer():
+    """The serving engines and Megatron fuse the experts (one grouped GEMM per projection); the
+    torch-native engines get torch's grouped GEMM only on Hopper / Blackwell in bf16, else one
+    GEMM per expert hit (transformers 5's grouped_mm falls back to one mm per group)."""
+    assert grouped_experts("vllm", "Ampere") and grouped_experts("megatron", "Volta")
+    assert grouped_experts("transformers", "Hopper") and grouped_experts("torchtitan", "Blackwell")
+    assert not grouped_experts("transformers", "Ampere")
+    assert not grouped_experts("fsdp2", "Hopper", act_bytes=4)   # fp32: no CUTLASS kernel
+    arch = mla_arch(mla=None)
+    shape = StepShape(batch=32, q_len=1, kv_len=64, decode=True)
+    loop = ops_of(arch, shape, RunForm())
+    fused = ops_of(arch, shape, RunForm(grouped_experts=True))
+    # 32 tokens x top-2 over 8 experts: every expert is hit (8 x (1 - (6/8)^32) rounds up to 8)
+    _, touched, _ = expert_tokens(32, arch, RunForm())
+    assert math.ceil(touched) == 8
+    assert layer_op(loop, "moe.up").kernels == 8 * 2      # gate and up, per expert hit
+    assert layer_op(loop, "moe.down").kernels == 8
+    assert layer_op(fused, "moe.up").kernels == 1 and layer_op(fused, "moe.down").kernels == 1
+    # the same bytes and FLOPs either way: only the launches differ
+    for name in ("moe.up", "moe.down"):
+        a, b = layer_op(loop, name), layer_op(fused, name)
+        assert (a.bytes, a.counted_flops) == (b.bytes, b.counted_flops)
+
+
+def test_run_form_picks_grouped_experts_from_the_engine_and_the_chip():
+    arch = load_model("qwen3-30b-a3b").architecture
+    assert run_form(arch, "transformers", decode=True, gpu_arch="Hopper").grouped_experts
+    assert not run_form(arch, "transformers", decode=True, gpu_arch="Ampere").grouped_experts
+    assert run_form(arch, "vllm", decode=True, gpu_arch="Ampere").grouped_experts
+    dense = load_model("llama-3.1-8b").architecture
+    assert not run_form(dense, "vllm", decode=True, gpu_arch="Hopper").grouped_experts

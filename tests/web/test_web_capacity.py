@@ -17,6 +17,13 @@ import pytest
       "--output", "16", "--price", "2"],
      {"tp": 2, "concurrency": 4, "requests": 20, "input_dist": "uniform:100:900", "output": 16,
       "price": 2}),
+    (["--tp", "1", "--concurrency", "4", "--requests", "20", "--input", "500", "--output", "32",
+      "--sweep"],
+     {"tp": 1, "concurrency": 4, "requests": 20, "input": 500, "output": 32, "sweep": True}),
+    (["--rate", "4", "--requests", "40", "--input", "500", "--output", "32", "--slo-ttft", "1",
+      "--slo-tpot", "0.1", "--max-gpus", "4", "--sweep"],
+     {"rate": 4, "requests": 40, "input": 500, "output": 32, "slo_ttft": 1, "slo_tpot": 0.1,
+      "max_gpus": 4, "sweep": True}),
 ])
 def test_capacity_is_the_cli_json(client, cli_json, argv, body):
     base = {"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB", "max_model_len": 4096}
@@ -47,3 +54,23 @@ def test_openapi_describes_capacity(client):
     assert "/api/capacity" in s["paths"]
     props = s["components"]["schemas"]["CapacityRequest"]["properties"]
     assert {"rate", "concurrency", "slo_ttft", "slo_tpot", "max_rate"} <= set(props)
+
+
+def test_the_sweep_holds_the_answer_at_its_own_load_and_finds_the_knee(client):
+    """The sweep's point at the given load is the answer itself; the knee is the first point
+    whose p99 TTFT is over three times the lowest load's."""
+    d = client.post("/api/capacity", json={"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB",
+                                           "max_model_len": 4096, "tp": 1, "concurrency": 4,
+                                           "requests": 20, "input": 500, "output": 32,
+                                           "sweep": True}).json()
+    sw = d["sweep"]
+    assert sw["load"] == "concurrency"
+    assert [p["concurrency"] for p in sw["points"]] == [1, 2, 3, 4, 5, 6, 8]  # 0.25x .. 2x of 4
+    at4 = sw["points"][3]
+    assert at4["ttft_s"] == d["ttft_s"] and at4["e2e_s"] == d["e2e_s"]
+    assert at4["requests_per_s"] == d["throughput"]["requests_per_s"]
+    p99 = [p["ttft_s"]["p99"] for p in sw["points"]]
+    want = next((i for i, x in enumerate(p99) if x > 3 * p99[0]), None)
+    assert sw["knee"] == want
+    assert sw["knee_requests_per_s"] == (None if want is None else
+                                         sw["points"][want]["requests_per_s"])

@@ -8,6 +8,7 @@ import sys
 import types
 
 from ..job import Job
+from ._disagg import Disaggregated
 from ._engines import SCHEDULERS, SchedulerDefaults, scheduler_for
 from ._plan import Deployment, max_rate
 from ._result import SLO, CapacityResult, Stats
@@ -15,7 +16,7 @@ from ._workload import Dist, Workload, make_workload, parse_dist, read_workload
 
 __all__ = ["capacity", "CapacityResult", "Stats", "SLO", "Deployment", "max_rate", "Workload",
            "Dist", "make_workload", "read_workload", "parse_dist", "SchedulerDefaults",
-           "SCHEDULERS", "scheduler_for"]
+           "SCHEDULERS", "scheduler_for", "Disaggregated"]
 
 
 def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str | None = None,

@@ -17,7 +17,7 @@ from ._result import SLO, CapacityResult, summarize
 from ._sim import simulate
 from ._workload import Request, Workload, make_workload
 
-__all__ = ["Deployment", "max_rate"]
+__all__ = ["Deployment", "max_rate", "sweep", "knee", "SWEEP_FACTORS"]
 
 
 class Deployment:
@@ -58,7 +58,7 @@ class Deployment:
     def layout(self) -> dict:
         j = self.job
         return {"tp": j.tp, "pp": j.pp, "ep": j.ep, "replicas": self.replicas,
-                "gpus": self.gpus}
+                "gpus": self.gpus, "kv_dtype": j.kv_dtype}
 
     def _check(self, wl: Workload) -> None:
         s = self.sched
@@ -140,6 +140,42 @@ def max_rate(dep: Deployment, slo: SLO, *, make, lo: float = 0.01, iters: int = 
         else:
             hi = mid
     return lo, best
+
+
+#: The loads a sweep simulates, as multiples of the given one (``gpuplan capacity --plot``).
+SWEEP_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+
+
+def sweep(dep: Deployment, make, base: float, *, slo: SLO | None = None, closed: bool = False,
+          prefix_hit: float = 0.0, factors=SWEEP_FACTORS) -> list[tuple[float, CapacityResult]]:
+    """``dep`` at each of ``factors`` times the load ``base``: a rate (requests/s), or with
+    ``closed`` a concurrency (clients, rounded, at least 1; each value once). ``make(x)`` builds
+    the workload at load x. Returns (load, result) in increasing load."""
+    loads = sorted({max(1, round(base * f)) for f in factors}) if closed else \
+        [base * f for f in factors]
+    return [(x, dep.run(make(x), slo=slo, prefix_hit=prefix_hit)) for x in loads]
+
+
+def knee(rows) -> int | None:
+    """The index of the first point of a sweep whose p99 TTFT exceeds three times the lowest
+    load's (where queueing starts to dominate), None when none does."""
+    if not rows:
+        return None
+    base = rows[0][1].ttft_s.p99
+    return next((i for i, (_, r) in enumerate(rows) if r.ttft_s.p99 > 3 * base), None)
+
+
+def sweep_dict(rows, *, closed: bool) -> dict:
+    """A sweep as JSON: each point's load, measured throughput, latency stats, SLO verdict."""
+    k = knee(rows)
+    pts = [{"load": x, "rate": None if closed else x, "concurrency": x if closed else None,
+            "requests_per_s": r.throughput["requests_per_s"],
+            "output_tokens_per_s": r.throughput["output_tokens_per_s"],
+            "ttft_s": r.ttft_s.to_dict(), "tpot_s": r.tpot_s.to_dict(),
+            "itl_s": r.itl_s.to_dict(), "e2e_s": r.e2e_s.to_dict(),
+            "meets_slo": r.meets_slo} for x, r in rows]
+    return {"load": "concurrency" if closed else "rate", "points": pts, "knee": k,
+            "knee_requests_per_s": None if k is None else pts[k]["requests_per_s"]}
 
 
 def synthetic(rate: float, **kw) -> Workload:

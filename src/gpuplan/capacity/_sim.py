@@ -7,7 +7,9 @@ arrival order while tokens, sequence slots and KV blocks remain; the step is tim
 :class:`._cost.StepCost` for exactly that mix, and the clock moves by it. A request is admitted
 only when the blocks it is scheduled for are free; when a running request cannot get its next
 block the last-admitted one is preempted by recompute (its blocks freed, its prompt and output
-so far prefilled again later). SGLang's order (a prefill batch when one can be formed, else a
+so far prefilled again later). With ``prefilled`` (the decode pool of a disaggregated
+deployment, :mod:`._disagg`) each request arrives with its prompt's KV cache and its first
+token already made elsewhere: it is admitted straight into decoding. SGLang's order (a prefill batch when one can be formed, else a
 decode batch) and TensorRT-LLM's reservation (blocks for the whole output at admission) are
 fields of the scheduler, not other loops.
 """
@@ -71,11 +73,13 @@ def _blocks(tokens: int, bs: int) -> int:
 
 
 def simulate(workload: Workload, cost, sched: SchedulerDefaults, kv_tokens: int, *,
-             prefix_hit: float = 0.0) -> SimTrace:
+             prefix_hit: float = 0.0, prefilled: bool = False) -> SimTrace:
     """Serve ``workload`` on one replica whose KV cache holds ``kv_tokens`` tokens, stepping
-    ``sched``'s scheduler with ``cost.step_s`` for each step's time."""
+    ``sched``'s scheduler with ``cost.step_s`` for each step's time. ``prefilled``: every
+    request arrives with its prompt in the cache and its first token made (at its arrival), so
+    it only decodes its ``output_tokens - 1`` others (each needs ``output_tokens`` >= 2)."""
     bs = sched.block_size
-    st = _State(workload, sched, kv_tokens // bs, prefix_hit)
+    st = _State(workload, sched, kv_tokens // bs, prefix_hit, prefilled)
     while st.completed < st.n:
         st.arrive()
         if not st.running and not st.waiting:
@@ -94,7 +98,7 @@ def simulate(workload: Workload, cost, sched: SchedulerDefaults, kv_tokens: int,
 
 class _State:
     def __init__(self, workload: Workload, sched: SchedulerDefaults, blocks: int,
-                 prefix_hit: float) -> None:
+                 prefix_hit: float, prefilled: bool = False) -> None:
         self.sched, self.total_blocks, self.free = sched, blocks, blocks
         self.bs = sched.block_size
         seen: set[str] = set()
@@ -109,7 +113,10 @@ class _State:
                 elif prefix_hit > 0:
                     cached = min(int(prefix_hit * r.input_tokens), r.input_tokens - 1)
                 cached -= cached % self.bs  # the cache hits whole blocks
-            reqs.append(_Req(i, r.arrival_s, r.input_tokens, r.output_tokens, cached))
+            q = _Req(i, r.arrival_s, r.input_tokens, r.output_tokens, 0 if prefilled else cached)
+            if prefilled:  # the KV of the prompt came over the link; its first token was made
+                q.ctx, q.gen, q.first = r.input_tokens, 1, r.arrival_s
+            reqs.append(q)
         self.reqs, self.n = reqs, len(reqs)
         self.closed = workload.concurrency is not None
         self.next = min(workload.concurrency, self.n) if self.closed else 0
@@ -196,6 +203,22 @@ class _State:
             if r.ctx == 0 and r.cached:
                 r.ctx = r.cached
             left = r.prompt - r.ctx
+            if left <= 0 and r.gen and not r.blocks:  # arrived prefilled: it decodes at once
+                need = self._admit_need(r, 1)
+                if s.admission == "ratio":
+                    if _blocks(need, self.bs) - r.blocks > self.free:
+                        break
+                    need = r.ctx + 1
+                if not self._grow(r, need):
+                    break
+                self.waiting.popleft()
+                if r.sched < 0:
+                    r.sched = self.t
+                self.running.append(r)
+                if s.mixed:  # SGLang's decode batch (prefill-first) takes it in its own loop
+                    self._decode(r)
+                budget -= 1
+                continue
             n = min(left, budget) if s.chunked_prefill else left
             if n > budget:
                 break
@@ -308,7 +331,7 @@ class _State:
         if common:
             itl[dt] = itl.get(dt, 0) + common
         for r, prev in self.irregular:
-            g = t - ends[prev]
+            g = t - (ends[prev] if prev >= 0 else r.first)  # < 0: its first token came prefilled
             itl[g] = itl.get(g, 0) + 1
         finished = self.finished
         for r, n in chunks:

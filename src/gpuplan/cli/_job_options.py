@@ -127,6 +127,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "Megatron --fp8-param-gather)"),
     JobOption("--fp8-attention", "fp8_attention", "flag", "under an FP8 recipe run the "
               "attention core in FP8 too (TE fp8_dpa; default BF16)"),
+    JobOption("--first-last-layers-bf16", "first_last_layers_bf16", "count", "under a narrow "
+              "recipe keep this many blocks at each end of the stack in BF16 (Megatron "
+              "--first-last-layers-bf16 with --num-layers-at-start/end-in-bf16 N)", "N"),
     JobOption("--stage3-max-live-parameters", "stage3_max_live_parameters", "count",
               "DeepSpeed ZeRO-3: prefetch until this many parameters are gathered (its "
               "default 1e9; e.g. 2e8 on a small GPU)", "N"),

@@ -5,6 +5,7 @@ the fewest GPUs that meet an SLO; the highest rate a deployment sustains."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from .._io import json_text
@@ -57,10 +58,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--slo-percentile", default="99", help="50, 90 or 99 (default 99)")
     a("--max-rate", action="store_true", help="the highest rate the deployment sustains "
                                               "within the SLO")
+    a("--disaggregated", action="store_true", help="also search disaggregated prefill and "
+      "decode pools (DistServe, OSDI'24), each with its own TP and replicas, the KV cache sent "
+      "between them; compared with the best aggregated deployment")
     a("--price", default=None, help="price per GPU-hour, for the cost per million tokens")
     a("--export", default=None, metavar="ENGINE", help="vllm: the chosen deployment's `vllm "
-      "serve` command, every scheduler knob set")
+      "serve` command; sglang: its `sglang.launch_server` command per replica and a router; "
+      "every scheduler knob set")
     a("--json", action="store_true", help="machine-readable output")
+    a("--sweep", action="store_true", help="also the chosen deployment at 0.25x to 2x the "
+      "load (--rate or --concurrency): p50/p99 latencies and the knee (`sweep` in --json)")
     a("--plot", default=None, metavar="FILE.png", help="latency percentiles against the rate")
     p.set_defaults(func=run)
 
@@ -93,7 +100,7 @@ def _inputs(args):
     if args.workload is not None:
         if rate is not None or conc is not None:
             raise InputError("--workload carries its own arrivals; drop --rate/--concurrency")
-        make = None
+        make = make_at = None
         wl = read_workload(args.workload)
     else:
         if rate is None and conc is None and not args.max_rate:
@@ -106,13 +113,17 @@ def _inputs(args):
 
         def make(r, conc=conc, kw=kw):
             return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
+
+        def make_at(load, conc=conc, kw=kw):  # a --sweep point: a rate, or a concurrency
+            return make_workload(rate=None if conc is not None else load,
+                                 concurrency=load if conc is not None else None, **kw)
         wl = make(rate if rate is not None else 1.0)
-    return wl, make, slo, rate
+    return wl, make, slo, rate, conc, make_at
 
 
 def run(args: argparse.Namespace) -> int:
     from ..capacity._search import solve
-    from ..errors import InputError
+    from ..errors import InputError, opt
     from ..hardware import resolve_gpu
     from ..models import load_model
 
@@ -128,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
         if "engine" in given:
             raise InputError(f"--engine {job.engine}: capacity simulates vllm, sglang, trt-llm")
         engine = "vllm"
-    wl, make, slo, rate = _inputs(args)
+    wl, make, slo, rate, conc, make_at = _inputs(args)
+    if args.sweep and make_at is None:
+        raise InputError("--sweep varies a synthetic workload's load: give --rate or "
+                         "--concurrency instead of --workload")
     price = _num(args.price, "--price", "price")
     hit = _num(args.prefix_hit, "--prefix-hit", "fraction")
     kw = dict(engine_version=args.engine_version,
@@ -140,10 +154,16 @@ def run(args: argparse.Namespace) -> int:
                                           "--gpu-memory-utilization", "memory_fraction"),
               mem_fraction_static=_num(args.mem_fraction_static, "--mem-fraction-static",
                                        "memory_fraction"))
-    out = solve(model, gpu, job, wl, slo, engine=engine, layout_given="tp" in given,
-                replicas=_int(args.replicas, "--replicas"),
-                max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price, prefix_hit=hit,
-                find_max_rate=args.max_rate, make=make, **kw)
+    # --disaggregated searches both pools' layouts: a --pp alone is a layout given there too
+    laid_out = "tp" in given or (args.disaggregated and "pp" in given)
+    with _progress(args) as (step, total):
+        out = solve(model, gpu, job, wl, slo, engine=engine, layout_given=laid_out,
+                    replicas=_int(args.replicas, "--replicas"),
+                    max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
+                    prefix_hit=hit, find_max_rate=args.max_rate, make=make, progress=step,
+                    progress_total=total, sweep=args.sweep,
+                    sweep_base=conc if conc is not None else rate, closed=conc is not None,
+                    sweep_make=make_at, disaggregated=args.disaggregated, **kw)
     res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
         out["max_rate"]
     if args.plot and dep is not None and make is not None:
@@ -153,49 +173,95 @@ def run(args: argparse.Namespace) -> int:
         plot_rates([(x, dep.run(make(x), slo=slo)) for x in
                     (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
                    args.plot, slo=slo)
+    if args.export is not None and out.get("disaggregated") is not None:
+        raise InputError(f"{opt('export')} writes one aggregated deployment: drop "
+                         f"{opt('disaggregated')} or {opt('export')}", field="export")
     command = None if args.export is None else _export(args.export, model, job, res)
-    return _render(args, res, cands, best_rate, alias, command)
+    return _render(args, res, cands, best_rate, alias, command, out.get("sweep"),
+                   out.get("disaggregated"), out.get("_aggregated"))
+
+
+@contextlib.contextmanager
+def _progress(args):
+    """A transient bar on stderr while a search (or ``--max-rate``) simulates, only when stderr
+    is a terminal and the output is not ``--json``: yields (one simulation done, the most there
+    will be), or (None, None)."""
+    if args.json or not sys.stderr.isatty():
+        yield None, None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
+    task = bar.add_task("simulating", total=None)
+    bar.start()
+    try:
+        yield (lambda: bar.advance(task)), (lambda n: bar.update(task, total=n))
+    finally:
+        bar.stop()
 
 
 def _export(engine: str, model, job, res) -> str:
-    """The ``vllm serve`` command of the deployment ``res`` describes (export/vllm.py), with the
-    scheduler budgets the simulation ran under."""
-    from ..errors import InputError
-    from ..export.vllm import export
+    """The launch command(s) of the deployment ``res`` describes, with the scheduler budgets the
+    simulation ran under: ``vllm serve`` (export/vllm.py) or one ``sglang.launch_server`` per
+    replica and a router (export/sglang.py)."""
+    from ..errors import InputError, opt
 
-    if engine != "vllm":
-        raise InputError(f"--export {engine}: capacity writes a vllm command only (so far)",
-                         field="export", value=engine, accepted="vllm")
-    if res.engine != "vllm":
-        raise InputError(f"--export vllm of an {res.engine} deployment: give --engine vllm")
+    if engine not in ("vllm", "sglang"):
+        raise InputError(f"{opt('export')} {engine}: capacity writes a vllm or sglang command",
+                         field="export", value=engine, accepted="vllm, sglang")
+    if res.engine != engine:
+        raise InputError(f"{opt('export')} {engine} of an {res.engine} deployment: give "
+                         f"{opt('engine')} {engine}", field="export", value=engine)
     lay, sch = res.layout, res.scheduler
     max_len = res.kv["max_model_len"]
-    served = job.with_(engine="vllm", tp=lay["tp"], pp=lay["pp"],
+    served = job.with_(engine=engine, tp=lay["tp"], pp=lay["pp"],
+                       kv_dtype=lay.get("kv_dtype", job.kv_dtype),
                        gpus=lay["tp"] * lay["pp"] * lay["replicas"], batch=sch["max_num_seqs"],
                        seq=max_len, context=max_len)
+    if engine == "sglang":
+        from ..export.sglang import export as sglang_export
+
+        return sglang_export(served, model, replicas=lay["replicas"],
+                             mem_fraction_static=sch["memory_utilization"],
+                             max_running_requests=sch["max_num_seqs"],
+                             chunked_prefill_size=sch["max_num_batched_tokens"],
+                             page_size=sch["block_size"], context=max_len)
+    from ..export.vllm import export
+
     cmd = export(served, model).rstrip("\n")
     return (f"{cmd} --max-num-batched-tokens {sch['max_num_batched_tokens']} --block-size "
             f"{sch['block_size']}\n")
 
 
-def _render(args, res, cands, best_rate, alias, command=None) -> int:
+def _render(args, res, cands, best_rate, alias, command=None, sweep=None, dis=None,
+            agg=None) -> int:
     if args.json:
         from ..capacity._search import answer_dict
 
-        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate})
+        d = answer_dict({"_result": res, "searched": cands, "max_rate": best_rate,
+                         "sweep": sweep, "disaggregated": dis})
         if alias:
             d["gpu_note"] = alias
         if command is not None:
             d["export"] = command
         sys.stdout.write(json_text(d, indent=2) + "\n")
         return 0
-    from ..report.capacity import render_candidates, render_capacity
+    from ..report.capacity import render_candidates, render_capacity, render_sweep
 
     if alias:
         print(f"note: {alias}", file=sys.stderr)
     if cands is not None:
         render_candidates(cands)
-    render_capacity(res, max_rate=best_rate)
+    if dis is not None:
+        from ..report.capacity import render_disaggregated
+
+        render_disaggregated(res, dis, agg)
+    else:
+        render_capacity(res, max_rate=best_rate)
+    if sweep is not None:
+        render_sweep(sweep)
     if args.plot:
         print(f"plot written to {args.plot}")
     if command is not None:

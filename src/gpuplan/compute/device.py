@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU, gpu_from_device_name
-from .efficiency import CONSTANTS, constant
+from .efficiency import CONSTANTS, OLDER_TENSOR_CORES, constant
 from .measured import RunUse, run_use
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -218,10 +218,12 @@ def default_efficiency(device: Device) -> Efficiency:
         else "matmul_other"
     frac = {"matmul_nvidia": 0.80, "matmul_amd": 0.60, "matmul_other": 0.70}[key]
     by_dtype, extra = {}, {}
-    if key == "matmul_nvidia" and device.architecture.lower() == "volta":
-        # Volta's Tensor Cores reach less of their peak than Ampere/Hopper's best shapes
-        by_dtype["fp16"] = constant("matmul_volta_fp16")
-        extra["matmul_fp16"] = "default: " + CONSTANTS["matmul_volta_fp16"].source
+    older = OLDER_TENSOR_CORES.get((device.architecture.lower(), "fp16"))
+    if key == "matmul_nvidia" and older is not None:
+        # Volta's and Turing's Tensor Cores reach another share of their peak than Ampere/Hopper's
+        # best shapes (DeepBench's cuBLAS GEMMs)
+        by_dtype["fp16"] = constant(older[0])
+        extra["matmul_fp16"] = "default: " + CONSTANTS[older[0]].source
     return Efficiency(
         matmul=frac, attention=min(frac, 0.50), memory=0.85, launch_s=5e-6, pcie_pinned=0.80,
         pcie_pageable=0.40, comm=0.80, matmul_by_dtype=MappingProxyType(by_dtype),

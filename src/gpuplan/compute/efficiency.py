@@ -27,7 +27,7 @@ from ..engines.profiles import get_engine, runtime_of
 from .flops import Op
 
 __all__ = [
-    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "gemv_bandwidth_fraction", "attention_fraction",
+    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "gemv_bandwidth_fraction", "attention_fraction",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
@@ -47,6 +47,12 @@ _FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), sec. 4.1 and Fig. 4-6: f
         "512 tokens; backward lower (up to ~63%)")
 _FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), sec. 1 and 4.1: FlashAttention-2 "
         "reaches ~35% of H100's peak (PyTorch SDPA's flash backend is FlashAttention-2)")
+
+_DEEPBENCH = ("fitted by benchmarks/fit_volta_turing_gemm.py to DeepBench's published cuBLAS "
+              "fp16 Tensor Core GEMM times (baidu-research/DeepBench results/train/"
+              "DeepBench_NV_V100.xlsx and DeepBench_NV_T4.xlsx at 30c5115, 2019-10-07; copied "
+              "into benchmarks/published/deepbench_gemm_fp16.json), time = max(work / (peak x "
+              "fraction x wave efficiency) + split-K's fixed cost, bytes / streaming bandwidth)")
 
 _ADAMW_PASSES = ("torch.optim.AdamW's foreach and for-loop implementations (torch/optim/adam.py "
                  "_multi_tensor_adam / _single_tensor_adam, decoupled weight decay): mul_(params), "
@@ -79,7 +85,21 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "Performance & Precision' (IPDPSW 2018, arXiv 1803.04014), abstract: cuBLAS GEMM on the "
         "Tensor Cores 'can deliver up to 83 Tflops/s in mixed precision on a Tesla V100', of its "
         "125 Tflops/s peak: 83 / 125. Replaces the matmul fraction for fp16 on Volta, as the "
-        "Ampere/Hopper best-shape 0.80 (device.DEFAULT_BASIS matmul_nvidia) does there"),
+        "Ampere/Hopper best-shape 0.80 (device.DEFAULT_BASIS matmul_nvidia) does there. (Kept: "
+        "DeepBench's V100 GEMMs fit 0.815 and 20 us per split-K GEMM, "
+        "benchmarks/fit_volta_turing_gemm.py, but taking them moves the V100 fp16 BERT runs "
+        "further optimistic -- their gap lies outside the GEMMs -- so they wait for that "
+        "mechanism; docs/speed.md)"),
+    "matmul_turing_fp16": Constant(
+        0.61, "fraction of peak", _DEEPBENCH + ": T4 (CUDA 10.1), 88 tiled fp16 GEMMs; large "
+        "shapes reach 36-46 of 65 TFLOP/s, the longest ones lowest (the 70 W board's clocks "
+        "fall under sustained Tensor Core load). The catalog's one Turing SKU"),
+    "splitk_fixed_turing_s": Constant(
+        16e-6, "s per GEMM", _DEEPBENCH + " (T4), the same fit: a GEMM of fewer 128 x 128 output "
+        "tiles than SMs, which the library splits over K, takes this much longer than its work "
+        "at the fraction above -- each slice writes its partial tile to a workspace and a second "
+        "kernel reduces them, with no asynchronous copy on Turing to overlap the register-staged "
+        "loads of its short K loops (e.g. M=2048 N=128 K=2048: 42 us measured, 34 us of work)"),
     # -- fused attention, share of the dense peak at long sequences ------------------------------
     "attn_fwd_ampere_d128": Constant(0.73, "fraction of peak", _FA2),
     "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
@@ -290,6 +310,29 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
     per = max(1, math.ceil(rows / max(1, groups)))
     tile = min(GEMM_TILE[0], max(GROUPED_TILE_MIN, 1 << (per - 1).bit_length()))
     return gemm_wave_efficiency(groups, per, n, sm_count, k, tile_m=tile)
+
+
+#: The generations whose own Tensor Core GEMM share gpuplan times: (architecture, dtype) -> (the
+#: matmul fraction's constant, split-K's fixed cost's constant, or None). Turing's pair is
+#: DeepBench's fit; Volta keeps Markidis's single fraction (see ``matmul_volta_fp16``).
+OLDER_TENSOR_CORES: Mapping[tuple[str, str], tuple[str, str | None]] = MappingProxyType({
+    ("volta", "fp16"): ("matmul_volta_fp16", None),
+    ("turing", "fp16"): ("matmul_turing_fp16", "splitk_fixed_turing_s"),
+})
+
+
+def splitk_fixed_s(architecture: str, dtype: str, batch: int, m: int, n: int,
+                   sm_count: int) -> float:
+    """The fixed cost of a split-K GEMM on Turing's Tensor Cores: a (batch x) M x N output of
+    fewer 128 x 128 tiles than SMs pays :data:`CONSTANTS` ``splitk_fixed_turing_s`` beyond its
+    work (the partial tiles' workspace and their reduction); 0 elsewhere (Volta too: see
+    ``matmul_volta_fp16``), and for GEMMs that fill the SMs."""
+    names = OLDER_TENSOR_CORES.get(((architecture or "").lower(), dtype))
+    if names is None or names[1] is None or sm_count <= 0:
+        return 0.0
+    tm, tn = GEMM_TILE
+    tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+    return constant(names[1]) if tiles < sm_count else 0.0
 
 
 def gemv_bandwidth_fraction(weight_bytes: float) -> float:

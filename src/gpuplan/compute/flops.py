@@ -36,7 +36,7 @@ __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
     "backward_ops", "recompute_ops", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
     "FlopsBreakdown", "LayerFlops", "flops_breakdown", "FLASH_BLOCK", "causal_score_elements",
-    "chunked_score_elements", "visible_keys", "RunForm", "run_form", "form_notes",
+    "chunked_score_elements", "visible_keys", "RunForm", "run_form", "form_notes", "grouped_experts",
     "expert_tokens", "TRANSFORMERS_CODE", "MLA_ABSORBING",
 ]
 
@@ -173,6 +173,9 @@ class Op:
     narrow: bool = False
     """An attention kernel run in the step's 8-bit dtype (TE ``fp8_dpa`` under an FP8 recipe)
     rather than at the 16-bit rate beside it."""
+    wide: bool = False
+    """A block's matmul kept 16-bit under a narrow recipe (the first and last blocks in BF16:
+    Megatron ``--first-last-layers-bf16``)."""
     groups: int = 1
     """A grouped GEMM (MoE experts): ``shape``'s M rows split over this many experts, each its
     own product of about M / groups rows (what the shape-dependent efficiency sees)."""
@@ -353,11 +356,15 @@ class RunForm:
     ``absorbed`` (vLLM / SGLang / TensorRT-LLM decode: kv_b_proj's key half is absorbed into the
     query and its value half into the output, and attention runs MQA-like over the latent).
     ``all_experts``: every expert computes every token (transformers' Llama4TextMoe repeats the
-    hidden states for all experts). ``ep``: expert-parallel ranks the experts are spread over."""
+    hidden states for all experts). ``ep``: expert-parallel ranks the experts are spread over.
+    ``grouped_experts``: the experts run as one grouped GEMM per projection (a fixed handful of
+    kernels per MoE layer: permute, the gate-up GEMM, the activation, the down GEMM, unpermute)
+    rather than one GEMM per expert hit (:func:`grouped_experts`)."""
 
     mla: Literal["naive", "expand", "absorbed"] = "naive"
     all_experts: bool = False
     ep: int = 1
+    grouped_experts: bool = False
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
@@ -367,16 +374,42 @@ TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
 MLA_ABSORBING = ("vllm", "sglang", "trt-llm")
 
 
-def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 1) -> RunForm:
+#: Engines whose MoE layers are fused / grouped kernels on every GPU they run on: vLLM's and
+#: SGLang's fused_moe (Triton; vllm/model_executor/layers/fused_moe), TensorRT-LLM's CUTLASS MoE
+#: plugin, Megatron-Core's grouped GEMM (Transformer Engine's GroupedLinear; the published
+#: recipes set ``--moe-grouped-gemm``, as gpuplan's Megatron export does).
+FUSED_MOE = ("vllm", "sglang", "trt-llm", "megatron")
+#: Chip generations where ``torch._grouped_mm`` has its CUTLASS bf16 kernel (SM90 and SM100:
+#: aten/src/ATen/native/cuda/GroupedBlas.cpp; elsewhere it falls back to one mm per group).
+#: transformers 5 (``experts_implementation="grouped_mm"``, its default: modeling_utils
+#: ``get_correct_experts_implementation``) and torchtitan (``use_grouped_mm``) call it.
+GROUPED_MM_ARCHS = ("Hopper", "Blackwell")
+
+
+def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bool:
+    """Whether ``engine`` runs the experts as grouped kernels on a ``gpu_arch`` chip with
+    ``act_bytes``-byte activations (bf16/fp16 are 2): the serving engines and Megatron always;
+    the torch-native engines only where torch's grouped GEMM has a kernel (Hopper, Blackwell;
+    bf16), else one GEMM per expert hit as before."""
+    if engine in FUSED_MOE:
+        return True
+    return gpu_arch in GROUPED_MM_ARCHS and act_bytes == 2
+
+
+def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 1,
+             gpu_arch: str = "", act_bytes: float = 2) -> RunForm:
     """How ``engine`` (a resolved engine name) runs ``arch``'s mechanisms in a decode step or in
-    prefill / training (:class:`RunForm`)."""
+    prefill / training (:class:`RunForm`) on a ``gpu_arch`` chip (``""``: unknown, no grouped
+    GEMM for the torch-native engines)."""
     if arch is None:
         return RunForm(ep=ep)
     mla = "naive"
     if arch.mla is not None and decode:
         mla = "absorbed" if engine in MLA_ABSORBING else "expand"
-    return RunForm(mla=mla, all_experts=arch.family == "llama4_text" and arch.is_moe
-                   and engine in TRANSFORMERS_CODE, ep=ep)
+    all_experts = arch.family == "llama4_text" and arch.is_moe and engine in TRANSFORMERS_CODE
+    return RunForm(mla=mla, all_experts=all_experts, ep=ep,
+                   grouped_experts=(arch.is_moe and not all_experts
+                                    and grouped_experts(engine, gpu_arch, act_bytes)))
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -693,11 +726,13 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     if form.all_experts:  # hidden_states.repeat(E, 1) * router_scores: one copy per expert
         ops.append(_ew("moe.repeat", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                        flops_per=1, kernels=2))
-    launches = max(1, math.ceil(touched))
+    # one GEMM per expert hit, or one grouped kernel for them all (plus its permute / unpermute)
+    launches = 1 if form.grouped_experts else max(1, math.ceil(touched))
     groups = max(1, round(touched))
     up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
     ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
-                       weight_elements=local * h * n_up, kernels=launches * (2 if gated else 1),
+                       weight_elements=local * h * n_up,
+                       kernels=1 if form.grouped_experts else launches * (2 if gated else 1),
                        groups=groups, weight_width=w))
     ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
                    nbytes=(3 if gated else 2) * R * ie * a,

@@ -44,7 +44,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .._record import record
-from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, deepspeed_gathered
+from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
+                              deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
 from ..parallel.layout import Layout
@@ -103,26 +104,27 @@ class MicroCost:
 def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
                attention: str, runtime: str = "auto", ep: int = 1,
-               selective: str = "attention") -> MicroCost:
+               selective: str = "attention", bf16_edge_layers: int = 0) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
     ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
-                       selective=selective)[checkpointing]
+                       selective=selective, bf16_edge_layers=bf16_edge_layers)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
                 runtime: str = "auto", ep: int = 1,
-                selective: str = "attention") -> dict[str, MicroCost]:
+                selective: str = "attention", bf16_edge_layers: int = 0) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
-    the recomputed forward ops)."""
+    the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
+    narrow recipe, averaged over the layers (the stages that hold them are not timed apart)."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
-                               single_device=True), ep=ep)
+                               single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
@@ -346,28 +348,40 @@ def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture
 
 
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
-             window_s: float) -> tuple[float, float]:
+             window_s: float, gather_bytes: float | None = None) -> tuple[float, float]:
     """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic. ZeRO-3
     gathers the weights (forward, backward) and reduce-scatters the gradients for every
     micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
     1.5 all-reduces' bytes come once per micro-batch, overlapped with the whole step; 2 with
     DeepSpeed and full checkpointing, less where its reuse distance keeps weights gathered
-    (:func:`zero3_gathers`, ``lay.weight_gathers``)."""
+    (:func:`zero3_gathers`, ``lay.weight_gathers``). ``gather_bytes``: the bytes of the weights'
+    all-gather where they differ from the gradients' (FP8 param gather: 1 byte an element for
+    the narrow weights); ZeRO-1/2 then reduce-scatter the gradients and all-gather those bytes,
+    half an all-reduce each. None: the same bytes as the gradients."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
-    factor = 1.0
+    g = grad_bytes if gather_bytes is None or lay.zero == 0 else gather_bytes
+    gathers = 1.0
+    per_mb = 1
     if lay.zero == 3:
         gathers = (lay.weight_gathers if lay.weight_gathers is not None
                    else zero3_gathers(lay.sharding, lay.checkpointing))
-        factor = (1 + gathers) / 2 * lay.micro_batches
+        per_mb = lay.micro_batches
+    # in all-reduces of the gradients: (1 + gathers) / 2 a micro-batch under ZeRO-3, 1 otherwise
+    factor = (grad_bytes + gathers * g) / (2 * grad_bytes) * per_mb
     full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
                                     efficiency=eff.comm)
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,
                            efficiency=eff.comm)
     if lay.zero == 3 and not lay.gather_overlap:  # the gathers serial, the reduce-scatter not
-        serial = full * gathers / (1 + gathers)
-        return full, serial + max(full - serial - window_s, last)
+        # the gathers' share of the traffic (``g`` bytes each) and the gradients' reduce-scatter;
+        # waited-for gathers run at least at DeepSpeed 2021's measured serial rate
+        gather = full * gathers * g / (grad_bytes + gathers * g)
+        rs = full - gather
+        serial = max(gather, gathers * lay.micro_batches * g * (n - 1) / n
+                     / SERIAL_GATHER_BUS_BPS)
+        return serial + rs, serial + max(rs - window_s, last)
     return full, max(full - window_s, last)
 
 
@@ -375,11 +389,15 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
                 flops_per_token: float, state_bytes_per_param: float,
                 tp_overlap: bool = False,
-                optimizer_s: Callable[[int, float], float] | None = None) -> LayoutTime:
+                optimizer_s: Callable[[int, float], float] | None = None,
+                gather_bytes_per_element: float | None = None) -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
     its stage holding ``share`` of the model's parameters, as the job runs it
-    (:func:`~.step.optimizer_stretch_s`); None: one fused pass (the cluster search's)."""
+    (:func:`~.step.optimizer_stretch_s`); None: one fused pass (the cluster search's).
+    ``gather_bytes_per_element``: the mean bytes of a gathered weight element where the weights
+    are gathered narrow (:func:`gpuplan.fp8.gathered_bytes_per_element`); None: as the
+    gradients."""
     stage_layers, t_mb = _busiest_stage(arch, cost, lay)
     tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
                                              tp_overlap=tp_overlap)
@@ -396,7 +414,9 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         pp_c = 2 * v * m * hop
     mine = stage_params(arch, params, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
-    dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window)
+    dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
+                               None if gather_bytes_per_element is None
+                               else mine * gather_bytes_per_element)
     shard = lay.dp * lay.cp if lay.zero >= 1 else 1
     if optimizer_s is None:
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)

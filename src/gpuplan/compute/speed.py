@@ -12,6 +12,7 @@ from .._record import record
 from ..engines.profiles import engine_notes, get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
+from ..fp8 import NARROW_RECIPES, gathered_bytes_per_element, narrow_elements
 from ..hardware import GPU
 from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
@@ -344,7 +345,7 @@ def estimate_speed(
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
-    notes.extend(_form_notes(arch, job, mode))
+    notes.extend(_form_notes(arch, job, mode, device, prec))
     if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
@@ -368,7 +369,9 @@ def estimate_speed(
     if mode == "train":
         scaling = _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
                            overlap_comm=overlap_comm, n_params=n_params, gpu=gpu,
-                           gathers=gathers, gather_overlap=gather_overlap)
+                           gathers=gathers, gather_overlap=gather_overlap,
+                           narrow=narrow_gather_bytes(arch, job, max(n_params, trainable),
+                                                      notes if job.zero else None))
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -386,11 +389,22 @@ def estimate_speed(
     return est
 
 
-def _form_notes(arch: Architecture | None, job: Job, mode: str) -> tuple[str, ...]:
+def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
+                prec) -> tuple[str, ...]:
     """What the engine's code does with MLA and the experts (:func:`~.flops.form_notes`): of the
     decode step when inferring, of training otherwise."""
     engine = resolve_engine(job.engine)
-    return form_notes(arch, run_form(arch, engine, decode=mode == "infer"), engine)
+    gpu_arch = device.architecture if device.kind == "gpu" else ""
+    form = run_form(arch, engine, decode=mode == "infer", gpu_arch=gpu_arch, act_bytes=prec.act)
+    out = form_notes(arch, form, engine)
+    if arch is not None and arch.is_moe and not form.all_experts and device.kind == "gpu":
+        out += (f"MoE under {engine}: " + (
+            "the experts run as grouped kernels (permute, one gate-up GEMM, the activation, one "
+            "down GEMM, unpermute per layer)" if form.grouped_experts else
+            "one GEMM per expert hit, launched one by one (torch's grouped GEMM has a kernel on "
+            "Hopper and Blackwell in bf16 only; the serving engines and Megatron fuse the "
+            "experts everywhere)"),)
+    return out
 
 
 def _engine_fields(job: Job, mode: str) -> dict:
@@ -453,13 +467,16 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
                           runtime=resolve_runtime(job.runtime, "train", job.engine), ep=lay.ep,
-                          selective=get_engine(job.engine).selective)
+                          selective=get_engine(job.engine).selective,
+                          bf16_edge_layers=job.first_last_layers_bf16)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
+            gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
+                                                         notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(
                 spec, prec, device, eff, elements=n,
                 # the stage's share of the tensors; a ZeRO shard holds a piece of each of them
@@ -575,13 +592,40 @@ def _weight_gathers(model: Model | Architecture, job: Job, mode: str,
     return g
 
 
+def narrow_gather_bytes(arch: Architecture | None, job: Job, n_params: int,
+                        notes: list[str] | None = None) -> float | None:
+    """Mean bytes a gathered weight element moves under ``--fp8-param-gather`` (the blocks'
+    weights narrow, the embedding and head 16-bit: :func:`gpuplan.fp8.gathered_bytes_per_element`),
+    said in ``notes``; None where the job gathers 16-bit weights (no narrow recipe, no param
+    gather, LoRA: the base is gathered as stored). ZeRO-0 gathers nothing: its callers ignore it
+    there."""
+    recipe = NARROW_RECIPES.get(job.precision)
+    if (recipe is None or not job.fp8_param_gather or job.lora_rank is not None or arch is None
+            or n_params <= 0):
+        return None
+    narrow = narrow_elements(n_params, arch.vocab_size, arch.hidden_size,
+                             arch.tie_word_embeddings)
+    if job.first_last_layers_bf16 and arch.num_layers:  # those blocks gathered 16-bit
+        narrow = narrow * max(0, arch.num_layers - 2 * job.first_last_layers_bf16) \
+            // arch.num_layers
+    g = gathered_bytes_per_element(recipe, n_params, narrow)
+    if notes is not None:
+        notes.append(f"{opt('fp8_param_gather')}: the weights all-gathered at {g:.3f} B an "
+                     f"element (the blocks' {narrow / n_params:.1%} narrow, the embedding and "
+                     "head 16-bit), not 2")
+    return g
+
+
 def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: PrecisionLayout,
              job: Job, device: Device, eff: Efficiency, *, link: str | float | None,
              overlap_comm: bool, n_params: int, gpu: GPU,
-             gathers: float | None, gather_overlap: bool = True) -> ScalingTable:
+             gathers: float | None, gather_overlap: bool = True,
+             narrow: float | None = None) -> ScalingTable:
     """Data-parallel scaling of a training step: the gradient all-reduce over ``link``, or, when
     no link is named, on the job's topology (its ``gpus_per_node`` on the node's link, nodes on
-    ``inter_node``, 400 Gb/s per GPU by default: stated in the table's notes)."""
+    ``inter_node``, 400 Gb/s per GPU by default: stated in the table's notes). ``narrow``: the
+    mean bytes of a gathered weight element under FP8 param gather (:func:`narrow_gather_bytes`),
+    None: the weights gathered as the step reads them."""
     lname, lbw = link_bandwidth(link, device)
     topo = None
     if link is None and job.gpus > 1:
@@ -595,9 +639,12 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # multiplies the traffic. Overlappable with forward and backward; stages 0-2 move one
     # all-reduce's bytes during backward.
     zero3 = job.zero == 3  # then ``gathers`` is the count estimate_speed took (_weight_gathers)
-    volume = (trainable * prec.grad + gathers * max(n_params, trainable) * prec.weight) / 2 \
+    w = prec.weight if narrow is None else narrow
+    volume = (trainable * prec.grad + gathers * max(n_params, trainable) * w) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
-    serial = (gathers * max(n_params, trainable) * prec.weight / 2 * step.micro_steps
+    if narrow is not None and not zero3 and job.zero >= 1:  # RS of gradients, AG of FP8 weights
+        volume = (trainable * prec.grad + trainable * narrow) / 2
+    serial = (gathers * max(n_params, trainable) * w / 2 * step.micro_steps
               if zero3 and not gather_overlap else 0)
     # Stages 0-2 reduce the gradients once a step, in the last micro-batch's backward (DDP's
     # no_sync accumulation, Megatron's DDP): only that backward hides the all-reduce, as

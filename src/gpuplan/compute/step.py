@@ -492,6 +492,9 @@ class StepSpec:
     ep: int = 1
     """Expert-parallel ranks the step's experts are spread over (each expert's GEMM at the tokens
     it gets from all of them: :func:`~.flops.expert_tokens`)."""
+    bf16_edge_layers: int = 0
+    """Under a narrow recipe the blocks kept BF16 at each end of the stack
+    (``--first-last-layers-bf16``)."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -518,7 +521,8 @@ class StepSpec:
                    model_code=job.model_code,
                    max_grad_norm=job.max_grad_norm if train else None,
                    grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine),
-                   fp8_attention=train and job.fp8_attention)
+                   fp8_attention=train and job.fp8_attention,
+                   bf16_edge_layers=job.first_last_layers_bf16 if train else 0)
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -568,8 +572,9 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
              spec: StepSpec, device: Device) -> tuple[Op, ...]:
     """The forward ops as the runtime runs them on a GPU (eager's unfused chains, autocast's fp32
     ops); a CPU's as counted."""
-    fwd = build_forward_ops(arch, shape, **kw, form=run_form(arch, spec.engine,
-                                                             decode=shape.decode, ep=spec.ep))
+    fwd = build_forward_ops(arch, shape, **kw, form=run_form(
+        arch, spec.engine, decode=shape.decode, ep=spec.ep,
+        gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act))
     if spec.model_code == "torchtune":
         fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":
@@ -601,9 +606,36 @@ def _torchtune_kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape
 
 def _narrow_linears(fwd: Sequence[Op]) -> list[Op]:
     """The forward GEMMs a narrow recipe quantizes: the blocks' linear layers (not the
-    embedding, the head or the attention products)."""
+    embedding, the head, the attention products or the blocks kept BF16)."""
     return [o for o in fwd if o.kind == "matmul" and o.weight_elements and o.shape
-            and o.group not in ("embedding", "head")]
+            and o.group not in ("embedding", "head") and not o.wide]
+
+
+def keep_edges_wide(fwd: Sequence[Op], layers: int, edge: int) -> list[Op]:
+    """``fwd`` with the first ``edge`` and the last ``edge`` of ``layers`` blocks' linear GEMMs
+    kept 16-bit (Megatron ``--first-last-layers-bf16``: those blocks are built as BF16 layers,
+    outside the FP8 autocast). Each block linear of ``count`` instances (layers x per layer) is
+    split into a narrow part and a wide part of ``count x 2 edge / layers`` instances (rounded:
+    a layer group unlike the rest, MoE beside dense, is taken at the stack's share)."""
+    if edge <= 0:
+        return list(fwd)
+    if 2 * edge >= layers:
+        raise InputError(f"{opt('first_last_layers_bf16')} {edge}: {2 * edge} of the model's "
+                         f"{layers} blocks would be BF16, none narrow; give at most "
+                         f"{max(0, (layers - 1) // 2)}", field="first_last_layers_bf16",
+                         value=edge, fix={"first_last_layers_bf16": max(0, (layers - 1) // 2)})
+    out: list[Op] = []
+    for o in fwd:
+        if o in _narrow_linears([o]):
+            wide = round(o.count * 2 * edge / layers)
+            if 0 < wide < o.count:
+                out += [replace(o, count=o.count - wide), replace(o, count=wide, wide=True)]
+                continue
+            if wide >= o.count:
+                out.append(replace(o, wide=True))
+                continue
+        out.append(o)
+    return out
 
 
 def _quantize_op(fwd: Sequence[Op], recipe) -> Op:
@@ -671,6 +703,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     else:
         fwd = _forward(arch, shape, kw, prec, spec, device)
         n_params = n_params or _params_estimate(arch, fwd)
+        if spec.bf16_edge_layers and NARROW_RECIPES.get(prec.name) is not None:
+            fwd = keep_edges_wide(fwd, arch.num_layers, spec.bf16_edge_layers)
     lora = spec.lora_rank is not None
     adapted = adapted_linears(arch, tensors, spec.lora_targets) if lora else None
     micro = list(fwd)

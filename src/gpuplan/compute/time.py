@@ -19,10 +19,11 @@ from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
     GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, gemm_wave_efficiency,
-    gemv_bandwidth_fraction, grouped_gemm_efficiency,
+    gemv_bandwidth_fraction, grouped_gemm_efficiency, splitk_fixed_s,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
+from ..engines.zero3 import SERIAL_GATHER_BUS_BPS
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..hardware import GPU
 
@@ -121,7 +122,7 @@ _SIXTEEN_BIT = {"fp8": "bf16", "int8": "fp16", "fp4": "bf16"}
 
 def _sixteen_bit_op(op: Op) -> bool:
     return (op.kind == "attention" and not op.narrow) or (op.kind == "matmul" and (
-        op.weight_elements == 0 or op.group in ("head", "embedding")))
+        op.weight_elements == 0 or op.group in ("head", "embedding") or op.wide))
 
 
 def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
@@ -159,7 +160,8 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
             # kernel, whose share of the device is the occupancy above
             b, m, k, n = op.shape
             compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
-                b, m, n, device.sm_count, k)))
+                b, m, n, device.sm_count, k))) + splitk_fixed_s(
+                device.architecture, dtype, b, m, n, device.sm_count)
         used = dtype
     bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
     return OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,
@@ -560,8 +562,10 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
 
     ``topology`` (a :class:`~gpuplan.hardware.topology.Topology`): each row's ring runs on the
     link its GPUs span -- the node's (``link``) while they fit in one node, the network once they
-    do not, at one NIC's rate per GPU or the node's link where that is slower
-    (``Topology.bandwidth`` says why not the sum of a node's NICs).
+    do not, on the node's NICs (one a GPU: a node's 8 GPUs reduce over 8 NICs) or the node's link
+    where that is slower (``Topology.bandwidth``). ``serial_bytes`` (DeepSpeed's waited-for
+    gathers, which move twice them) run no faster than
+    :data:`~gpuplan.engines.zero3.SERIAL_GATHER_BUS_BPS`.
     None: every row on ``link``, as the user named it.
     """
     positive_int(gpus, "GPU count")
@@ -579,13 +583,18 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
             ar += math.ceil(gradient_bytes / bucket_bytes) * eff.launch_s
         if n == 1:
             exposed = 0.0
-        elif overlap:
-            last = allreduce_time(min(bucket_bytes, gradient_bytes), n, bus) + eff.launch_s
+        else:
             serial = (ar * min(serial_bytes, gradient_bytes) / gradient_bytes
                       if gradient_bytes > 0 else 0.0)
-            exposed = serial + max(ar - serial - backward_s, last)
-        else:
-            exposed = ar
+            if serial_bytes > 0:  # the waited-for gathers move 2 x serial_bytes, at most this fast
+                slow = max(serial, 2 * (n - 1) / n * min(serial_bytes, gradient_bytes)
+                           / SERIAL_GATHER_BUS_BPS)
+                ar, serial = ar + slow - serial, slow
+            if overlap:
+                last = allreduce_time(min(bucket_bytes, gradient_bytes), n, bus) + eff.launch_s
+                exposed = serial + max(ar - serial - backward_s, last)
+            else:
+                exposed = ar
         t = step_s + exposed
         base = t if base is None else base
         speedup = n * base / t

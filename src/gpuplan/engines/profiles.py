@@ -226,7 +226,7 @@ _PROFILES = (
         zero_stages=(0,),
         kernels="fused RMSNorm, SiLU-and-mul and rotary kernels; FlashInfer / FlashAttention-3",
         parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
-        memory_utilization=0.88, cuda_graph_pool=True, sliding_kv="window",
+        memory_utilization=0.88, cuda_graph_pool=True, export="sglang", sliding_kv="window",
         sources=("sglang server_args.py: mem_fraction_static chosen by GPU memory when not "
                  "given (0.88 on an 80 GB card), disable_cuda_graph False",)),
     EngineProfile(

@@ -41,7 +41,7 @@ from .._record import record
 from ..bounds import MAX_REPLAY_PARAMS
 from ..models import Model, ParamTensor
 
-__all__ = ["PREFETCH_BUCKET", "MAX_LIVE", "MAX_REUSE", "PERSISTENCE", "Gathered",
+__all__ = ["SERIAL_GATHER_BUS_BPS", "PREFETCH_BUCKET", "MAX_LIVE", "MAX_REUSE", "PERSISTENCE", "Gathered",
            "deepspeed_gathered", "count_text"]
 
 #: DeepSpeed's ``zero_optimization`` defaults (deepspeed/runtime/zero/config.py, 0.19.8).
@@ -49,6 +49,15 @@ PREFETCH_BUCKET = 50_000_000      # stage3_prefetch_bucket_size
 MAX_LIVE = 1_000_000_000          # stage3_max_live_parameters
 MAX_REUSE = 1_000_000_000         # stage3_max_reuse_distance
 PERSISTENCE = 100_000             # stage3_param_persistence_threshold
+
+#: The bus bandwidth (bytes/s per GPU) DeepSpeed ZeRO-3's waited-for weight gathers reached
+#: before its prefetch (``gather_overlap`` False), whatever the link: each parameter gathered
+#: into a list of shards, copied out and synchronized before the next. DeepSpeed #1174
+#: (2021-06-19, DeepSpeed 0.3.16, one p4d: 8 A100 on NVLink, ~240 GB/s a GPU for NCCL): a
+#: 5.1B-parameter BERT's forward took ~480 ms under ZeRO-3 against ~60 ms under ZeRO-2, so its
+#: 10.2 GB of fp16 weights were gathered in ~420 ms -- 7/8 x 10.2 GB / 0.42 s ~ 21 GB/s of bus
+#: bandwidth a GPU. A measured figure of that code path, not fitted to a validation row.
+SERIAL_GATHER_BUS_BPS = 7 / 8 * 10.2e9 / 0.42
 
 
 def count_text(n: int) -> str:

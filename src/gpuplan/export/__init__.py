@@ -2,7 +2,8 @@
 
 ``export_plan(job, engine)`` returns the text of one engine's own config for a
 :class:`~gpuplan.job.Job` — DeepSpeed JSON, accelerate YAML, a torchrun + FSDP2 snippet,
-torchtitan TOML, Megatron-LM arguments, a ``vllm serve`` command — one module per engine. What an
+torchtitan TOML, Megatron-LM arguments, a ``vllm serve`` command, the ``sglang.launch_server``
+command(s) — one module per engine. What an
 engine cannot express for the job is an :class:`~gpuplan.errors.InputError` naming the option,
 never a silently dropped setting (docs/export.md).
 """
@@ -13,12 +14,13 @@ from ..engines.profiles import get_engine
 from ..errors import InputError, closest, opt
 from ..job import Job
 from ..models import Model, load_model
-from . import accelerate, deepspeed, fsdp, megatron, torchtitan, vllm
+from . import accelerate, deepspeed, fsdp, megatron, sglang, torchtitan, vllm
 
 __all__ = ["ENGINES", "export_plan"]
 
 _WRITERS = {"deepspeed": deepspeed.export, "accelerate": accelerate.export, "fsdp": fsdp.export,
-            "torchtitan": torchtitan.export, "megatron": megatron.export, "vllm": vllm.export}
+            "torchtitan": torchtitan.export, "megatron": megatron.export, "vllm": vllm.export,
+            "sglang": sglang.export}
 #: The engines, in the order ``--export`` lists them.
 ENGINES = tuple(_WRITERS)
 

@@ -26,7 +26,7 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "max_grad_norm",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
-                        "fp8_param_gather", "fp8_attention"})
+                        "fp8_param_gather", "fp8_attention", "first_last_layers_bf16"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -41,7 +41,11 @@ def _model_args(job: Job, model: Model) -> list[str]:
            "--seq-length", seq, "--max-position-embeddings", max(seq, a.max_position_embeddings)]
     out += _attention_args(a)
     if a.num_experts:
-        out += ["--num-experts", a.num_experts, "--moe-router-topk", a.experts_per_token]
+        # --moe-grouped-gemm: the experts as Transformer Engine's GroupedLinear, as the
+        # published Megatron-Bridge MoE recipes run them and gpuplan times them
+        # (compute.flops.FUSED_MOE)
+        out += ["--num-experts", a.num_experts, "--moe-router-topk", a.experts_per_token,
+                "--moe-grouped-gemm"]
         out += _moe_args(a)
     return [str(x) for x in out + _block_args(a, model)]
 
@@ -314,6 +318,10 @@ def _narrow(job: Job) -> list[str]:
         out.append("--fp8-param-gather")
     if job.fp8_attention:
         out.append("--fp8-dot-product-attention")
+    if job.first_last_layers_bf16:
+        n = str(job.first_last_layers_bf16)
+        out += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", n,
+                "--num-layers-at-end-in-bf16", n]
     return out
 
 

@@ -28,6 +28,22 @@ A catalog repository holds the published 16-bit weights, so:
   ``--quantization awq`` / ``gptq`` forces the older, slower kernel (vLLM logs "you specified
   quantization=awq explicitly, so forcing awq").
 
+* mxfp8: ``--quantization mxfp8``, vLLM's online MXFP8 (``Mxfp8Config``: BF16 weights quantized
+  at load to e4m3 with an e8m0 scale per 32; compute capability 10.0, Blackwell).
+* nvfp4, mxfp4, w4a16, w4a8, fp8-channel: checkpoints a quantizer wrote (vLLM has no online path
+  to them), so the repository must be one (``--export-repo``, or a plan model whose config.json
+  ``quantization_config`` has the method), and ``--quantization`` names the method vLLM's loader
+  resolves that checkpoint to -- the same name, so vLLM's check that the flag matches the
+  checkpoint passes: ``modelopt_fp4`` for NVFP4 (a TensorRT Model Optimizer checkpoint, its
+  config's ``quant_method`` ``modelopt`` with ``quant_algo`` NVFP4), ``mxfp4`` (gpt-oss's own),
+  ``compressed-tensors`` for llm-compressor's W4A16, W4A8 (int4 weights, FP8 activations) and
+  FP8_DYNAMIC (per-channel FP8) checkpoints.
+
+The names are vLLM's ``QuantizationMethods`` (``vllm/model_executor/layers/quantization/
+__init__.py`` at vllm-project/vllm@05d909563e1d1ada39a13b67e7b9a4cbca1d6a8e) and its
+``CacheDType`` (``vllm/config/cache.py`` at c1d86421174a87056edc90a41dc9942391509e84: ``fp8``
+is e4m3).
+
 Memory. ``--gpu-memory-utilization 0.9`` is vLLM's default, written so that the command states
 it: vLLM takes that fraction of each GPU's memory at start-up and fills what the weights and the
 profiled activations leave with KV-cache blocks, so the plan's KV cache for ``--max-num-seqs``
@@ -52,13 +68,22 @@ _EXPRESSED = frozenset({"kv_dtype", "tp", "pp", "ep", "runtime"})
 _WEIGHTS = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "fp32": ("float32", None),
             "fp8": ("bfloat16", "fp8"), "nf4": ("bfloat16", "bitsandbytes"),
             "gptq-4bit": ("float16", None), "awq-4bit": ("float16", None),
-            "fp8-block": ("bfloat16", None), "mxfp4": ("bfloat16", None)}
+            "fp8-block": ("bfloat16", None), "mxfp4": ("bfloat16", "mxfp4"),
+            "mxfp8": ("bfloat16", "mxfp8"), "nvfp4": ("bfloat16", "modelopt_fp4"),
+            "w4a16": ("bfloat16", "compressed-tensors"),
+            "w4a8": ("bfloat16", "compressed-tensors"),
+            "fp8-channel": ("bfloat16", "compressed-tensors")}
 #: Formats whose weights only a quantized repository holds -> its config.json ``quant_method``
 #: (DeepSeek-V3 and gpt-oss publish theirs so: vLLM reads the method from the repository).
-_PACKED = {"gptq-4bit": "gptq", "awq-4bit": "awq", "fp8-block": "fp8", "mxfp4": "mxfp4"}
+_PACKED = {"gptq-4bit": "gptq", "awq-4bit": "awq", "fp8-block": "fp8", "mxfp4": "mxfp4",
+           "nvfp4": "modelopt", "w4a16": "compressed-tensors", "w4a8": "compressed-tensors",
+           "fp8-channel": "compressed-tensors"}
+#: The quantizer that writes each packed format's checkpoints (named in a refusal).
+_QUANTIZER = {"nvfp4": "TensorRT Model Optimizer (NVFP4)", "w4a16": "llm-compressor (W4A16)",
+              "w4a8": "llm-compressor (W4A8)", "fp8-channel": "llm-compressor (FP8_DYNAMIC)"}
 #: What a given repository of each format keeps of the --quantization above (None: vLLM reads
 #: the method from the repository's own config.json).
-_GIVEN = {"fp8": None, "nf4": "bitsandbytes"}
+_GIVEN = {"fp8": None, "nf4": "bitsandbytes", "mxfp8": None}
 #: vLLM's default share of each GPU's memory (engine args: --gpu-memory-utilization, 0.9).
 GPU_MEMORY_UTILIZATION = 0.9
 
@@ -114,10 +139,11 @@ def _weights(job: Job, model: Model, repo: str | None) -> tuple[str, str, str | 
                      "model directory; name one instead of a bare parameter count, or give "
                      f"{opt('export_repo')} ORG/NAME", field="export_repo")
     if fmt in _PACKED and _config_quant_method(model) != _PACKED[fmt]:
-        method = _PACKED[fmt].upper()
+        method = _QUANTIZER.get(fmt) or _PACKED[fmt].upper()
         raise refuse(ENGINE, f"{opt('precision')} {fmt} serves a checkpoint quantized by "
                      f"{method} and {own} holds unquantized weights; add {opt('export_repo')} with "
-                     f"that repository (e.g. {opt('export_repo')} ORG/NAME-{method})",
+                     f"that repository (e.g. {opt('export_repo')} ORG/NAME-"
+                     f"{_PACKED[fmt].upper() if fmt not in _QUANTIZER else fmt.upper()})",
                      field="export_repo")
     return own, dtype, quant
 

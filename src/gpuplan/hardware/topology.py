@@ -18,8 +18,20 @@ NCCL's tree (algorithm bandwidth half the bus bandwidth; Simple latency 2 x (int
 The data-parallel, tensor-parallel ... groups are laid out as Megatron-LM does (tensor parallel
 innermost, then context, then data, then pipeline): a group whose members are ``stride`` ranks
 apart stays inside a node while ``stride x size <= gpus per node``; otherwise it crosses the
-network, and a ring over it runs at the network's per-GPU rate (rail-optimized fabric: one NIC per
-GPU; :meth:`Topology.bandwidth` says why not the NICs' sum an isolated nccl-tests ring reaches).
+network. The network's rate (``--inter-node``) is per GPU: one NIC a GPU (rail-optimized, as on
+DGX/HGX nodes), a node's total ``gpus per node x`` that; a source that states a node's rate is
+read as that rate over its GPUs. A ring or tree collective across nodes holds as many NICs as the
+group has GPUs in a node -- NCCL's channels leave the node through every NIC at once -- so its
+bus bandwidth is ``min(node link, members per node x NIC rate)``: 8 x 50 GB/s for an FSDP group of
+whole H100 nodes at 400 Gb/s a GPU, one NIC's 50 GB/s for a data-parallel group of one GPU a node
+(TP 8 inside it); an all-to-all and a send ride one GPU's NIC (:meth:`Topology.bandwidth`).
+
+Not modeled: NVLS (NVLink SHARP: the NVSwitch reduces in-network on H100/H200/B200 nodes;
+tuning.cc's NVLS and NVLS-tree algorithms), CollNet/SHARP in the InfiniBand switches, PAT (one GPU
+a node), NCCL's per-channel LL128 and tree caps (gpuplan counts no channels), the tree's network
+latency that a ring of one GPU a node takes, and the environment's overrides (``NCCL_ALGO``,
+``NCCL_PROTO``, ``NCCL_CROSS_NIC``, ``NCCL_PXN_DISABLE``, ``NCCL_MIN/MAX_NCHANNELS``): gpuplan
+times NCCL's defaults.
 """
 
 from __future__ import annotations
@@ -68,6 +80,10 @@ _TREE_HOP_S = {"LL": {"nvlink": 0.6e-6, "pcie": 1.0e-6, "net": 5.0e-6},
 #: ``perChMaxRingLL128Bws``); gpuplan counts no channels, so those caps are not applied.
 _RING_SHARE = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 _TREE_SHARE = {"LL": 0.92 / 3.8, "LL128": 0.92 * 120 / 128, "Simple": 1.0}
+#: tuning.cc ``llMaxBws`` (master 5067397): NCCL caps LL's bus bandwidth across nodes at 39 GB/s
+#: over two nodes and 20.4 GB/s over more (an Intel host's row; AMD's: 22.5 and 19.0), whatever
+#: the NICs -- LL's 8-byte stores do not aggregate them as Simple and LL128 do.
+_LL_MAX_BUS = {2: 39.0e9, 3: 20.4e9}
 #: A ring across nodes launches every step through the network proxy: each intra-node hop takes
 #: at least NCCL's ``getNetOverhead`` (1 us on an x86 host), 3x that for Simple.
 _NET_OVERHEAD_S = 1.0e-6
@@ -137,26 +153,40 @@ class Topology:
         """The hop (``nvlink``/``pcie``) a ring over the group takes inside each node."""
         return self.within(min(size * stride, self.gpus_per_node)).hop
 
-    def bandwidth(self, size: int, stride: int = 1) -> tuple[Link, int, float]:
-        """(link, nodes spanned, bus bytes/s per rank) of a collective over ``size`` ranks
-        ``stride`` apart: the node's link inside a node; across nodes the network's rate per GPU,
-        or the node's link where that is slower (a PCIe box: the ring's hops inside each node,
-        and the GPU's way to its NIC, ride PCIe) -- a ring is as fast as its slowest hop.
+    def per_node(self, size: int, stride: int = 1) -> int:
+        """Members of a group of ``size`` ranks ``stride`` apart in its emptiest node (1 when
+        ``stride`` is a node or more: one GPU per node; 1 in the second node of a group of 9
+        consecutive GPUs on nodes of 8) -- the NICs a ring across its nodes holds everywhere."""
+        if size * stride <= self.gpus_per_node:
+            return size
+        full = max(1, min(size, self.gpus_per_node // stride))
+        return size % full or full
 
-        A choice, stated: an isolated ring collective across nodes runs one channel per NIC and
-        so moves as many NICs' worth as the group has members in a node -- "8x200Gbit/s IB cards
-        ... we measure 192GB/s AllReduce BusBW" on a DGX A100 (NVIDIA/nccl issue #812, a
-        maintainer); all-to-all does not ("Alltoall cannot aggregate the bandwidth of multiple
-        NICs", NVIDIA/nccl-tests #267). Timed that way, the Megatron-Core weak-scaling rows whose
-        data-parallel groups hold 8, 4 and 2 GPUs of a node (TP 1, 2, 4) read 1.33, 1.30 and
-        1.12 against 0.89-1.10 for the TP 8 rows; at one NIC's rate they read 1.04, 0.95 and 0.90,
-        in line with the rest (docs/speed.md, section 7), and Narayanan et al. 2021's DeepSpeed
-        ZeRO-3 rows would read 1.6-5x. The measured training runs are what gpuplan predicts, so
-        one NIC's rate it is, whatever the collective."""
+    def bandwidth(self, size: int, stride: int = 1,
+                  op: str = "all-reduce") -> tuple[Link, int, float]:
+        """(link, nodes spanned, bus bytes/s per rank) of an ``op`` over ``size`` ranks
+        ``stride`` apart: the node's link inside a node; across nodes, for the ring and tree
+        collectives (all-reduce, all-gather, reduce-scatter), the slower of the node's link and
+        the NICs the group's members in a node hold between them -- ``min(members per node,
+        NICs)`` NICs, one per GPU at ``inter``'s rate (:data:`NIC_SOURCE`); for all-to-all and
+        send/recv, one GPU's own NIC.
+
+        Why: NCCL runs a ring (or tree) collective across nodes as ``nChannels`` rings, each
+        leaving the node through its own NIC, the GPUs between joined by NVLink (with PXN a GPU
+        reaches the NIC nearest the destination over NVLink), and prices it at ``nChannels x
+        bwInter`` (tuning.cc, ``busBw = graphs[a]->nChannels * bw``): a node's chunk of the
+        ring crosses the network once per channel, so each GPU's inter-node traffic is its
+        share over the node's NICs, the NVLink phase and the network phase pipelined (the
+        ring's rate is the slower of the two). A group of one GPU per node (tensor parallel
+        inside the node) holds one NIC, shared by the other groups' GPUs where the node has
+        fewer NICs than GPUs (``inter``'s rate is per GPU: a node's rate / its GPUs). An
+        all-to-all's and a send's bytes are each GPU's own: they ride its NIC ("Alltoall
+        cannot aggregate the bandwidth of multiple NICs", NVIDIA/nccl-tests #267)."""
         link, nodes = self.link(size, stride)
         if nodes == 1:
             return link, nodes, link.bandwidth
-        return link, nodes, min(link.bandwidth, self.node_link.bandwidth)
+        nics = self.per_node(size, stride) if op in _RING_OPS else 1
+        return link, nodes, min(nics * link.bandwidth, self.node_link.bandwidth)
 
     @property
     def stated(self) -> str:
@@ -255,6 +285,9 @@ def nvlink_domain(gpu: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+#: The collectives NCCL runs as rings or trees, whose inter-node traffic spreads over the NICs.
+_RING_OPS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
+
 _FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
            "reduce-scatter": lambda n: (n - 1) / n, "all-to-all": lambda n: (n - 1) / n,
            "send-recv": lambda n: 1.0}
@@ -282,7 +315,7 @@ def _choices(op: Collective, nbytes: float, size: int, topo: Topology, stride: i
              efficiency: float) -> list[tuple[float, str]]:
     if size <= 1 or nbytes <= 0:
         return [(0.0, "")]
-    link, nodes, bw = topo.bandwidth(size, stride)
+    link, nodes, bw = topo.bandwidth(size, stride, op)
     bus = bw * efficiency
     if op == "send-recv":
         return [(_RING_BASE_S["Simple"] + _RING_HOP_S["Simple"][link.hop] + nbytes / bus,
@@ -298,11 +331,19 @@ def _choices(op: Collective, nbytes: float, size: int, topo: Topology, stride: i
             intra = max(intra, _NET_OVERHEAD_S * (3 if p == "Simple" else 1))
         lat = (_RING_BASE_S[p] + (steps - inter_steps) * intra
                + inter_steps * _RING_HOP_S[p][link.hop])
-        out.append((lat + nbytes * _FACTOR[op](size) / (bus * _RING_SHARE[p]), f"ring/{p}"))
+        out.append((lat + nbytes * _FACTOR[op](size) / _bus(p, bus, nodes, _RING_SHARE),
+                    f"ring/{p}"))
     if op == "all-reduce" and nodes > 1:
         per_node = max(1, size // nodes)
         for p in protocols:
             lat = _TREE_BASE_S[p] + 2 * ((per_node - 1) * _TREE_HOP_S[p][hop]
                                          + math.log2(nodes) * _TREE_HOP_S[p]["net"])
-            out.append((lat + 2 * nbytes / (bus * _TREE_SHARE[p]), f"tree/{p}"))
+            out.append((lat + 2 * nbytes / _bus(p, bus, nodes, _TREE_SHARE), f"tree/{p}"))
     return out
+
+
+def _bus(p: Protocol, bus: float, nodes: int, share: dict[str, float]) -> float:
+    """The bus bandwidth protocol ``p`` carries: its share of ``bus``, LL's capped across nodes
+    (:data:`_LL_MAX_BUS`)."""
+    rate = bus * share[p]
+    return min(rate, _LL_MAX_BUS[min(nodes, 3)]) if p == "LL" and nodes > 1 else rate

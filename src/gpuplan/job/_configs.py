@@ -37,6 +37,12 @@ def _check_loop(c: "TrainingLoop") -> None:
         raise InputError(f"{opt('fp8_attention')} with {opt('precision')} {c.precision}: FP8 "
                          "attention runs under an FP8 recipe; give one "
                          f"({', '.join(NARROW_RECIPES)})", field="fp8_attention", value=True)
+    if c.first_last_layers_bf16 and c.precision != "fp8" and narrow is None:
+        raise InputError(f"{opt('first_last_layers_bf16')} {c.first_last_layers_bf16} with "
+                         f"{opt('precision')} {c.precision}: only a narrow recipe has layers to "
+                         f"keep in BF16; give one ({', '.join(NARROW_RECIPES)}) or drop it",
+                         field="first_last_layers_bf16", value=c.first_last_layers_bf16,
+                         fix={"first_last_layers_bf16": 0})
     if c.offload_activations and c.checkpointing != "full":
         raise InputError(f"{opt('offload_activations')} offloads what full checkpointing keeps "
                          f"(each layer's input), as torchtune requires; add {opt('checkpointing')}"
@@ -173,6 +179,11 @@ class TrainingLoop:
     fp8_attention: bool = False
     """Under an FP8 recipe the attention core (QK^T, softmax-V) runs in FP8 too (TE
     ``fp8_dpa``); default: BF16."""
+    first_last_layers_bf16: int = 0
+    """Under a narrow recipe this many blocks at each end of the stack (the first N and the last
+    N) stay BF16: their linear layers run 16-bit GEMMs and keep no narrow copies (Megatron
+    ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16 N``
+    ``--num-layers-at-end-in-bf16 N``; 0: every block narrow)."""
 
     def __post_init__(self) -> None:
         check_fields(self)

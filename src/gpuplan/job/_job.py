@@ -205,7 +205,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
-    "fp8_param_gather", "fp8_attention")
+    "fp8_param_gather", "fp8_attention", "first_last_layers_bf16")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)

@@ -74,7 +74,8 @@ def train_states(model: Model, job: Job) -> States:
     key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer, job.sharding, job.checkpointing,
-           job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size)
+           job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size,
+           job.fp8_param_gather, job.first_last_layers_bf16)
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -154,7 +155,9 @@ def _compute_states(model: Model, job: Job) -> States:
         notes.append("optimizer offloaded: fp32 master copy, states and an fp32 gradient copy "
                      "in host memory")
 
-    fp8, fp8_label, bf16_dropped = _narrow_states(job, trained)
+    arch = model.architecture
+    fp8, fp8_label, bf16_dropped = _narrow_states(job, trained,
+                                                  arch.num_layers if arch is not None else 0)
     weights_trainable -= bf16_dropped
     if fp8_label:
         notes.append(f"{fp8_label}: {fp8:,} bytes")
@@ -174,20 +177,27 @@ def _compute_states(model: Model, job: Job) -> States:
                   gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label)
 
 
-def _narrow_states(job: Job, trained: _Trained) -> tuple[int, str, int]:
+def _narrow_states(job: Job, trained: _Trained, layers: int = 0) -> tuple[int, str, int]:
     """(bytes, label, 16-bit weight bytes it replaces) of a narrow recipe's persistent copies on
     this rank: the blocks' linear weights (the embedding and head stay 16-bit) as
     :func:`gpuplan.fp8.fp8_weight_bytes` counts them, reckoned as Hopper holds them (with the
-    transposes; Blackwell GEMMs take either layout), plus delayed scaling's amax histories."""
+    transposes; Blackwell GEMMs take either layout), plus delayed scaling's amax histories. The
+    blocks kept BF16 (``first_last_layers_bf16`` at each end of ``layers``) hold none."""
     recipe = NARROW_RECIPES.get(job.precision)
     if recipe is None or job.lora_rank is not None:
         return 0, "", 0
     lin = [t for t in trained.tensors or () if t.linear and t.component not in
            ("embeddings", "head")]
     elements = sum(t.total for t in lin) if lin else trained.count
+    keep = max(0, layers - 2 * job.first_last_layers_bf16) if layers else 0
+    if job.first_last_layers_bf16 and layers:  # those blocks are BF16 layers: no narrow copies
+        elements = elements * keep // layers
     copies, dropped, label = fp8_weight_bytes(recipe, elements, "Hopper",
                                               param_gather=job.fp8_param_gather)
-    amax = amax_history_bytes(recipe, sum(t.count for t in lin))
+    tensors = sum(t.count for t in lin)
+    if job.first_last_layers_bf16 and layers:
+        tensors = tensors * keep // layers
+    amax = amax_history_bytes(recipe, tensors)
     if amax:
         label += (" + " if label else "") + f"amax histories ({recipe.amax_history} x fp32)"
     return copies + amax, label + ("" if lin else " (all parameters taken as linear weights)"), \

@@ -10,10 +10,12 @@ from typing import Sequence
 
 from .._io import write_atomic
 from ..capacity import CapacityResult
+from ..capacity._plan import knee as knee_of
 from ..errors import MissingDependencyError
 from ._console import console_for
 
-__all__ = ["render_capacity", "render_candidates", "plot_rates"]
+__all__ = ["render_capacity", "render_candidates", "render_disaggregated", "render_sweep",
+           "plot_rates"]
 
 
 def _ms(x: float) -> str:
@@ -62,18 +64,71 @@ def render_capacity(r: CapacityResult, *, max_rate: float | None = None) -> None
         con.print(f"note: {n}")
 
 
+def render_disaggregated(r: CapacityResult, dis: dict, agg: CapacityResult | None) -> None:
+    """The disaggregated split (its pools, the KV transfer) beside the best aggregated
+    deployment, then the split's simulated latencies."""
+    from rich.table import Table
+
+    con = console_for()
+    p, d, x = dis["prefill"], dis["decode"], dis["transfer_s"]
+    t = Table(title="disaggregated prefill/decode against aggregated", header_style="bold")
+    for col in ("deployment", "GPUs", "p99 TTFT", "p99 TPOT", "$/M out"):
+        t.add_column(col, justify="right" if col != "deployment" else "left")
+
+    def cost(c):
+        return "-" if c is None else f"{c:.3g}"
+    t.add_row(f"prefill {p['replicas']} x TP {p['tp']} + decode {d['replicas']} x TP {d['tp']}",
+              str(r.gpus), _ms(r.ttft_s.p99), _ms(r.tpot_s.p99),
+              cost(r.cost_per_m_output_tokens))
+    if agg is not None:
+        lay = agg.layout
+        t.add_row(f"aggregated {lay['replicas']} x TP {lay['tp']} x PP {lay['pp']}",
+                  str(agg.gpus), _ms(agg.ttft_s.p99), _ms(agg.tpot_s.p99),
+                  cost(agg.cost_per_m_output_tokens))
+    else:
+        t.add_row("aggregated: none meets the SLO", "-", "-", "-", "-")
+    con.print(t)
+    link = dis["link"]
+    con.print(f"KV transfer over {link['name']} ({link['bandwidth'] / 1e9:.0f} GB/s per GPU): "
+              f"{dis['kv_bytes_per_request_mean'] / 2**20:.1f} MiB a request, "
+              f"{_ms(x['mean'])} mean, {_ms(x['p99'])} p99")
+    render_capacity(r)
+
+
 def render_candidates(cands: Sequence) -> None:
     from rich.table import Table
 
     t = Table(title="layouts tried (fewest replicas meeting the SLO per TP)", header_style="bold")
-    for col in ("TP", "PP", "replicas", "GPUs", "meets", "p99 TTFT", "p99 TPOT", "$/M out"):
+    for col in ("TP", "PP", "replicas", "GPUs", "meets", "p99 TTFT", "p99 TPOT", "$/M out",
+                "KV / budget"):
         t.add_column(col, justify="right")
     for c in cands:
         d = c.to_dict()
         cost = d["cost_per_m_output_tokens"]
+        v = d.get("variant") or {}
+        knobs = ", ".join(f"{'KV ' + v['kv_dtype'] if k == 'kv_dtype' else f'{x} tok/step'}"
+                          for k, x in v.items()) or "defaults"
         t.add_row(str(d["tp"]), str(d["pp"]), str(d["replicas"]), str(d["gpus"]),
                   "yes" if d["meets_slo"] else "no", _ms(d["ttft_p99_s"]), _ms(d["tpot_p99_s"]),
-                  "-" if cost is None else f"{cost:.3g}")
+                  "-" if cost is None else f"{cost:.3g}", knobs)
+    console_for().print(t)
+
+
+def render_sweep(sw: dict) -> None:
+    """``--sweep``: the latency percentiles at each load, the knee marked."""
+    from rich.table import Table
+
+    t = Table(title=f"sweep over the {sw['load']} (knee: p99 TTFT above 3x the lowest load's)",
+              header_style="bold")
+    for col in (sw["load"], "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99",
+                "SLO"):
+        t.add_column(col, justify="right")
+    for i, p in enumerate(sw["points"]):
+        ok = p["meets_slo"]
+        t.add_row(f"{p['load']:g}" + (" knee" if i == sw["knee"] else ""),
+                  f"{p['requests_per_s']:.3g}", _ms(p["ttft_s"]["p50"]), _ms(p["ttft_s"]["p99"]),
+                  _ms(p["tpot_s"]["p50"]), _ms(p["tpot_s"]["p99"]), _ms(p["e2e_s"]["p99"]),
+                  "-" if ok is None else "yes" if ok else "no")
     console_for().print(t)
 
 
@@ -98,8 +153,8 @@ def plot_rates(rows: Sequence[tuple[float, CapacityResult]], path: str, *, slo=N
         ax.set_xlabel("requests/s")
         ax.set_ylabel(key.replace("_s", " (s)"))
         ax.legend(fontsize=7)
-    base = rows[0][1].ttft_s.p99
-    knee = next((x for x, r in rows if r.ttft_s.p99 > 3 * base), None)
+    k = knee_of(rows)
+    knee = None if k is None else rows[k][0]
     if knee is not None:
         for ax in (a1, a2):
             ax.axvline(knee, color="0.5", linestyle=":", linewidth=1)

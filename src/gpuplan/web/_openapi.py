@@ -172,6 +172,9 @@ def openapi_schema() -> dict:
         "price": {"type": "number", "minimum": 0},
         "max_gpus": {"type": "integer", "minimum": 1, "maximum": 64, "default": 64},
         "max_rate": {"type": "boolean", "default": False},
+        "sweep": {"type": "boolean", "default": False,
+                  "description": "also the chosen deployment at 0.25x to 2x the load (rate or "
+                                 "concurrency): latency stats per point and the knee"},
     }
     return {
         "openapi": "3.0.3",

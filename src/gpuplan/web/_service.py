@@ -292,7 +292,8 @@ def options() -> dict:
 CAPACITY_OPTIONS = ("gpu", "rate", "concurrency", "input", "output", "input_dist", "output_dist",
                     "arrivals", "requests", "seed", "replicas", "engine_version", "max_num_seqs",
                     "max_num_batched_tokens", "max_model_len", "prefix_hit", "slo_ttft",
-                    "slo_tpot", "slo_e2e", "slo_percentile", "price", "max_gpus", "max_rate")
+                    "slo_tpot", "slo_e2e", "slo_percentile", "price", "max_gpus", "max_rate",
+                    "sweep", "disaggregated")
 #: Most requests one web simulation serves, and the largest deployment it searches.
 MAX_WEB_REQUESTS = 5000
 MAX_WEB_GPUS = 64
@@ -346,16 +347,24 @@ def capacity(body: Mapping) -> dict:
 
     def make(r):
         return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
+
+    def make_at(load):  # a sweep's point: a rate, or a concurrency in a closed loop
+        return make_workload(rate=None if conc is not None else load,
+                             concurrency=load if conc is not None else None, **kw)
+    do_sweep = _bool(body, "sweep", False)
     out = solve(_model_of(job), gpu, job, make(rate if rate is not None else 1.0), slo,
                 engine=job.engine, layout_given=body.get("tp") is not None,
                 replicas=_opt(body, "replicas", "int", "gpus"),
                 max_gpus=_opt(body, "max_gpus", "int", "gpus", high=MAX_WEB_GPUS) or
                 MAX_WEB_GPUS, price=_opt(body, "price", "num", "price"),
                 prefix_hit=_opt(body, "prefix_hit", "num", "fraction") or 0.0,
-                find_max_rate=find, make=make, engine_version=body.get("engine_version"),
+                find_max_rate=find, make=make, disaggregated=_bool(body, "disaggregated", False),
+                engine_version=body.get("engine_version"),
                 max_num_seqs=_opt(body, "max_num_seqs", "int", "requests"),
                 max_num_batched_tokens=_opt(body, "max_num_batched_tokens", "int", "tokens"),
-                max_model_len=_opt(body, "max_model_len", "int", "tokens"))
+                max_model_len=_opt(body, "max_model_len", "int", "tokens"),
+                sweep=do_sweep, sweep_base=conc if conc is not None else rate,
+                closed=conc is not None, sweep_make=make_at)
     d = answer_dict(out)
     if note:
         d["gpu_note"] = note

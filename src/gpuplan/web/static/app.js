@@ -411,6 +411,149 @@ function roofline(e, bw, title) {
   return el("figure", {}, s, el("figcaption", { text: "● the step's op classes, ■ prefill; the line is the roofline of the datasheet peaks" }));
 }
 
+// ---- capacity: serving under load (POST /api/capacity answers what `gpuplan capacity --json`
+// prints; the page draws it and computes nothing) -----------------------------------------------
+let capController = null;
+
+function readCapacity() {
+  const b = { sweep: true };
+  const search = $("cap-layout").value === "search";
+  for (const f of document.querySelectorAll("#capacity-form [data-cap]")) {
+    if (f.dataset.layout && (f.dataset.layout === "search") !== search) continue;
+    const raw = f.value.trim();
+    if (raw === "") continue;
+    const t = f.dataset.type;
+    b[f.dataset.cap] = (t === "int" || t === "num") && raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
+  }
+  if (b.slo_percentile === 99) delete b.slo_percentile;
+  return b;
+}
+
+function capacityCommand(b) {
+  const argv = ["gpuplan", "capacity", quote(String(b.model || "")), "--gpu", quote(String(b.gpu || ""))];
+  for (const [k, v] of Object.entries(b)) {
+    if (["model", "gpu", "sweep"].includes(k)) continue;
+    argv.push("--" + k.replace(/_/g, "-"), quote(String(v)));
+  }
+  argv.push("--sweep", "--json");
+  return argv.join(" ");
+}
+
+async function updateCapacity() {
+  const b = readCapacity();
+  $("cap-cli").textContent = capacityCommand(b);
+  if (capController) capController.abort();
+  capController = new AbortController();
+  const box = $("cap-results");
+  box.setAttribute("aria-busy", "true");
+  $("cap-status").textContent = "simulating…";
+  const t0 = performance.now();
+  try {
+    const d = await api("/api/capacity", b, capController.signal);
+    $("cap-error").hidden = true;
+    renderCapacity(d);
+    const ms = performance.now() - t0;
+    $("cap-status").textContent = `simulated in ${ms.toFixed(0)} ms`;
+    $("cap-status").dataset.ms = ms.toFixed(1);
+  } catch (e) {
+    if (e.name === "AbortError") return;
+    $("cap-error").hidden = false;
+    $("cap-error").textContent = e.message;
+    $("cap-status").textContent = "not simulated: fix the input named below";
+    $("cap-summary").replaceChildren(); $("cap-table").replaceChildren(); $("cap-chart").replaceChildren();
+  } finally {
+    box.setAttribute("aria-busy", "false");
+  }
+}
+
+const LATENCIES = [["ttft_s", "TTFT (time to first token)"], ["tpot_s", "TPOT (time per output token)"],
+  ["itl_s", "ITL (inter-token latency)"], ["e2e_s", "E2E (end to end)"], ["queue_s", "queue"]];
+
+function capValue(field, v, text) {
+  return el("span", { "data-field": field, "data-value": v === null || v === undefined ? "" : v, text });
+}
+
+function renderCapacity(d) {
+  const lay = d.layout, w = d.workload, th = d.throughput;
+  const load = w.rate ? `${num(w.rate)} req/s (${w.arrivals})` : w.concurrency ? `concurrency ${w.concurrency}` : "trace";
+  const summary = [el("p", {}, el("strong", { text: `${d.model} on ${d.gpus} × ${d.gpu}` }),
+    ` — ${d.engine} ${d.engine_version}, TP ${lay.tp} × PP ${lay.pp} × `, capValue("layout.replicas", lay.replicas, String(lay.replicas)),
+    ` replica(s); ${load}, ${w.requests} requests of ${num(w.mean_input_tokens)} in / ${num(w.mean_output_tokens)} out (mean)`)];
+  if (d.meets_slo !== null && d.meets_slo !== undefined) {
+    summary.push(el("p", { class: d.meets_slo ? "verdict-ok" : "verdict-bad", "data-field": "meets_slo", "data-value": String(d.meets_slo),
+      text: `${d.meets_slo ? "✔ meets" : "✘ misses"} the p${d.slo.percentile} SLO; attainment ${(100 * d.attainment).toFixed(1)}%` }));
+  }
+  $("cap-summary").replaceChildren(...summary);
+
+  const t = el("table", { class: "captab", "aria-label": "latency percentiles" },
+    el("thead", {}, el("tr", {}, ...["latency", "mean", "p50", "p90", "p99"].map((h) => el("th", { scope: "col", text: h })))));
+  const tb = el("tbody");
+  for (const [key, label] of LATENCIES) {
+    const s = d[key];
+    tb.append(el("tr", { "data-latency": key }, el("th", { scope: "row", text: label }),
+      ...["mean", "p50", "p90", "p99"].map((q) => el("td", {}, capValue(`${key}.${q}`, s[q], seconds(s[q]))))));
+  }
+  t.append(tb);
+  const rows = [
+    ["throughput", capValue("throughput.requests_per_s", th.requests_per_s, `${num(th.requests_per_s)} req/s`),
+      `, ${num(th.output_tokens_per_s)} output tokens/s, ${num(th.input_tokens_per_s)} input tokens/s`],
+    ["goodput", d.goodput_requests_per_s === null ? "— (no SLO given)" :
+      capValue("goodput_requests_per_s", d.goodput_requests_per_s, `${num(d.goodput_requests_per_s)} req/s within the SLO`)],
+    ["cost", d.cost_per_m_output_tokens === null ? "— (no price given)" :
+      capValue("cost_per_m_output_tokens", d.cost_per_m_output_tokens, `$${num(d.cost_per_m_output_tokens)} per million output tokens`)],
+    ["KV cache", `${d.kv.kv_tokens.toLocaleString("en-US")} tokens per replica, ${(100 * d.kv.utilization_peak).toFixed(1)}% peak use; ${d.preemptions} preemptions`],
+  ];
+  const facts = el("ul", { class: "cap-facts" }, ...rows.map(([k, ...v]) => el("li", {}, el("strong", { text: k + ": " }), ...v)));
+  const out = [el("h3", { text: "Latency" }), t, facts];
+  if (d.searched) {
+    const st = el("table", { class: "captab", "aria-label": "layouts tried" },
+      el("thead", {}, el("tr", {}, ...["TP", "PP", "replicas", "GPUs", "meets", "p99 TTFT", "p99 TPOT"].map((h) => el("th", { scope: "col", text: h })))),
+      el("tbody", {}, ...d.searched.map((c) => el("tr", {}, ...[c.tp, c.pp, c.replicas, c.gpus, c.meets_slo ? "yes" : "no",
+        seconds(c.ttft_p99_s), seconds(c.tpot_p99_s)].map((x) => el("td", { text: String(x) }))))));
+    out.push(el("h3", { text: "Layouts tried (fewest replicas meeting the SLO per TP)" }), st);
+  }
+  $("cap-table").replaceChildren(...out);
+  $("cap-chart").replaceChildren(...(d.sweep ? [latencyChart(d.sweep, "ttft_s", "TTFT", d.slo && d.slo.ttft_s),
+    latencyChart(d.sweep, "tpot_s", "TPOT", d.slo && d.slo.tpot_s)] : []));
+}
+
+// Latency percentiles against the measured request rate of each sweep point, linear axes; the
+// SLO target as a line, the knee (first p99 TTFT over 3x the lowest load's) as a dashed line.
+function latencyChart(sw, key, name, target) {
+  const W = 420, H = 240, L = 56, B = 34, T = 12, R = 12;
+  const pts = sw.points;
+  const xs = pts.map((p) => p.requests_per_s);
+  const ys = pts.flatMap((p) => [p[key].p50, p[key].p90, p[key].p99]).concat(target ? [target] : []);
+  const x1 = Math.max(...xs) * 1.05, y1 = Math.max(...ys) * 1.1;
+  const X = (x) => L + (W - L - R) * x / x1;
+  const Y = (y) => T + (H - T - B) * (1 - y / y1);
+  const label = `${name} p50, p90 and p99 against requests/s over ${pts.length} loads` +
+    (target ? `; SLO ${seconds(target)}` : "") + (sw.knee !== null ? `; knee at ${num(sw.knee_requests_per_s)} req/s` : "");
+  const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "lat", role: "img", "aria-label": label, "data-chart": key });
+  s.append(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, class: "frame" }));
+  for (const f of [0, 0.5, 1]) {
+    s.append(svg("text", { x: L - 4, y: Y(y1 * f / 1.1) + 3, class: "small", "text-anchor": "end" }, f === 0 ? "0" : seconds(y1 * f / 1.1)));
+    s.append(svg("text", { x: X(x1 * f / 1.05), y: H - B + 12, class: "small", "text-anchor": "middle" }, num(x1 * f / 1.05)));
+  }
+  for (const q of ["p50", "p90", "p99"]) {
+    s.append(svg("polyline", { class: `q${q.slice(1)}`, "data-q": q, points: pts.map((p) => `${X(p.requests_per_s).toFixed(1)},${Y(p[key][q]).toFixed(1)}`).join(" ") }));
+    for (const p of pts) s.append(svg("circle", { class: "dot", r: 2, cx: X(p.requests_per_s).toFixed(1), cy: Y(p[key][q]).toFixed(1),
+      "data-q": q, "data-rate": p.requests_per_s, "data-value": p[key][q] }));
+  }
+  if (target) {
+    s.append(svg("line", { class: "slo", x1: L, x2: W - R, y1: Y(target), y2: Y(target), "data-value": target }));
+    s.append(svg("text", { x: W - R - 2, y: Y(target) - 3, class: "small", "text-anchor": "end" }, `SLO ${seconds(target)}`));
+  }
+  if (sw.knee !== null) {
+    const kx = X(sw.knee_requests_per_s);
+    s.append(svg("line", { class: "knee", x1: kx, x2: kx, y1: T, y2: H - B, "data-value": sw.knee_requests_per_s }));
+    s.append(svg("text", { x: kx + 3, y: T + 10, class: "small" }, "knee"));
+  }
+  s.append(svg("text", { x: (L + W) / 2, y: H - 4, class: "small", "text-anchor": "middle" }, "requests/s (measured at each load)"));
+  s.append(svg("text", { x: 12, y: (T + H - B) / 2, class: "small", "text-anchor": "middle", transform: `rotate(-90 12 ${(T + H - B) / 2})` }, name));
+  return el("figure", {}, s, el("figcaption", { text: `${name}: p50 solid, p90 dashed, p99 dotted; ${sw.load} at 0.25× to 2× the given one` }));
+}
+
 // ---- start ----------------------------------------------------------------------------------
 function fillSelect(sel, values, none) {
   sel.replaceChildren(...(none ? [el("option", { value: "", text: none })] : []),
@@ -444,6 +587,12 @@ async function start() {
     setTimeout(() => { $("copy").textContent = "Copy as CLI command"; }, 2000);
   });
   $("reset").addEventListener("click", () => { writeForm({ job: { model: "llama-3.1-8b" }, gpus: [], overhead: "expected" }); update(); });
+  fillSelect($("cap-gpu"), GPUS.map((g) => g.name));
+  $("cap-gpu").value = OPTIONS.default_gpus[1];
+  $("cap-model").value = "llama-3.1-8b";
+  $("capacity-form").addEventListener("submit", (e) => { e.preventDefault(); updateCapacity(); });
+  $("capacity-form").addEventListener("input", () => { $("cap-cli").textContent = capacityCommand(readCapacity()); });
+  $("cap-cli").textContent = capacityCommand(readCapacity());
   document.body.dataset.ready = "1";
   update();
 }

@@ -1,0 +1,233 @@
+"""Compare ``gpuplan capacity`` with published serving measurements (issue 29's "must hold":
+TTFT, ITL and throughput within a 15% median error).
+
+Each row of benchmarks/published/serving_runs.json runs through :func:`gpuplan.capacity` (the call
+behind ``gpuplan capacity``) at the row's engine, layout, precision, fixed input/output lengths and
+its stated load -- a request rate (Poisson arrivals: the sources do not state the process), a
+closed-loop concurrency, or "INF" (every request at once: a closed loop as wide as the request
+count). Nothing here is fitted: the simulation runs with the engine's defaults.
+
+    PYTHONPATH=src python benchmarks/validate_capacity.py --write   # rewrites validate_capacity.md
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from gpuplan.capacity import capacity  # noqa: E402
+from gpuplan.capacity._engines import SCHEDULERS  # noqa: E402
+from gpuplan.errors import InputError  # noqa: E402
+from gpuplan.hardware import get_gpu  # noqa: E402
+from gpuplan.job import Job  # noqa: E402
+from gpuplan.models import load_model  # noqa: E402
+
+RUNS = HERE / "published" / "serving_runs.json"
+OUT_MD = HERE / "validate_capacity.md"
+COMMAND = "PYTHONPATH=src python benchmarks/validate_capacity.py --write"
+#: the figures compared: (key in the row's ``measured``, label, how the prediction is read)
+FIGURES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("output_tokens_per_s", "output tok/s"))
+BAR = 0.15
+SEED = 0
+
+
+@dataclass
+class Row:
+    run: dict
+    version_run: str
+    requests: int
+    command: str
+    predicted: dict = field(default_factory=dict)
+    why_not: str = ""
+
+    def error(self, key: str) -> float | None:
+        m = self.run["measured"].get(key)
+        p = self.predicted.get(key)
+        if m is None or p is None or not m["value"]:
+            return None
+        return p / m["value"] - 1.0
+
+
+def _version(engine: str, stated: str | None) -> str:
+    """The engine version the simulation runs: the stated one if modelled, else the oldest
+    modelled row (TensorRT-LLM 0.14 is older than the 1.0 row; its scheduler is the same
+    in-flight batching under GUARANTEED_NO_EVICT)."""
+    rows = sorted((s.version for s in SCHEDULERS if s.engine == engine),
+                  key=lambda v: tuple(int(p) for p in v.split(".")))
+    if stated is None:
+        return rows[-1]
+    key = tuple(int(p) for p in stated.split(".")[:2])
+    fits = [v for v in rows if tuple(int(p) for p in v.split(".")) <= key]
+    return fits[-1] if fits else rows[0]
+
+
+def _load(run: dict) -> tuple[dict, int, str]:
+    """capacity() keywords for the row's load, the request count and the CLI spelling."""
+    load = run["load"]
+    n = run.get("num_requests")
+    if load.get("concurrency"):
+        c = int(load["concurrency"])
+        n = n or max(100, 4 * c)
+        return {"concurrency": c}, n, f"--concurrency {c}"
+    if load.get("request_rate") is None:          # "INF": every request at once
+        n = n or 500
+        return {"concurrency": n}, n, f"--concurrency {n}"
+    r = load["request_rate"]
+    n = n or 500
+    return {"rate": r}, n, f"--rate {r:g}"
+
+
+def predict(run: dict) -> Row:
+    version = _version(run["engine"], run.get("engine_version"))
+    kw, n, load_cli = _load(run)
+    tp = run["tp"]
+    cmd = (f"gpuplan capacity {run['model']} --gpu {run['gpu']} --engine {run['engine']} "
+           f"--engine-version {version} --tp {tp} --infer-precision {run['precision']} "
+           f"{load_cli} --requests {n} --input {run['input_len']} --output {run['output_len']} "
+           f"--seed {SEED}")
+    row = Row(run=run, version_run=version, requests=n, command=cmd)
+    try:
+        job = Job(model=run["model"], mode="infer", engine=run["engine"], tp=tp, gpus=tp,
+                  infer_precision=run["precision"])
+        res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
+                       engine=run["engine"], engine_version=version, input=run["input_len"],
+                       output=run["output_len"], requests=n, seed=SEED,
+                       replicas=run.get("replicas") or 1, **kw)
+    except InputError as e:
+        row.why_not = str(e)
+        return row
+    row.predicted = {"ttft_ms": res.ttft_s.mean * 1e3, "itl_ms": res.itl_s.mean * 1e3,
+                     "output_tokens_per_s": res.throughput["output_tokens_per_s"]}
+    return row
+
+
+def rows() -> list[Row]:
+    runs = json.loads(RUNS.read_text())["runs"]
+    return [predict(r) for r in runs]
+
+
+def summary(rs: list[Row], key: str, group: str | None = None) -> dict:
+    errs = [abs(e) for r in rs if (group is None or r.run["source_group"] == group)
+            for e in [r.error(key)] if e is not None]
+    if not errs:
+        return {"n": 0, "median_abs_error": None, "worst_abs_error": None}
+    return {"n": len(errs), "median_abs_error": statistics.median(errs),
+            "worst_abs_error": max(errs)}
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:+.1f}%"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def render(rs: list[Row]) -> str:
+    groups = sorted({r.run["source_group"] for r in rs})
+    out = ["# `gpuplan capacity` against published serving measurements (issue 29)", "",
+           f"Generated by `{COMMAND}` from `benchmarks/published/serving_runs.json` "
+           f"({len(rs)} rows). Each row is simulated by `gpuplan.capacity` at the row's engine "
+           "(TensorRT-LLM 0.14 runs as gpuplan's oldest TensorRT-LLM row, 1.0; an unstated version "
+           "as the engine's newest row), layout, "
+           "precision, fixed lengths and load: a stated QPS as Poisson arrivals (the sources do "
+           "not state the process), a concurrency as a closed loop, \"INF\" as every request "
+           f"at once; seed {SEED}, the source's request count (else 500, or 4 x the concurrency "
+           "for a closed loop, at least 100). Predicted figures are the simulation's means "
+           "(the sources quote means). Error = predicted / measured - 1. Issue 29's bar: median "
+           f"|error| within {BAR:.0%} for each figure.", "",
+           "## Summary", "",
+           "| figure | source | rows | median \\|error\\| | worst \\|error\\| | bar met |",
+           "|---|---|---:|---:|---:|---|"]
+    for key, label in FIGURES:
+        for g in groups + [None]:
+            s = summary(rs, key, g)
+            if not s["n"]:
+                continue
+            met = "yes" if s["median_abs_error"] <= BAR else "no"
+            out.append(f"| {label} | {g or '**all**'} | {s['n']} | "
+                       f"{100 * s['median_abs_error']:.1f}% | {100 * s['worst_abs_error']:.1f}% | "
+                       f"{met if g is None else ''} |")
+    out += ["", "## Rows", "",
+            "| id | load | TTFT ms pred / meas (err) | ITL ms pred / meas (err) | "
+            "output tok/s pred / meas (err) |", "|---|---|---|---|---|"]
+    for r in rs:
+        load = r.run["load"]
+        ld = (f"C={load['concurrency']}" if load.get("concurrency")
+              else f"QPS {load['rate_as_stated']}")
+        cells = []
+        for key, _ in FIGURES:
+            m = r.run["measured"].get(key)
+            if m is None:
+                cells.append("—")
+                continue
+            cells.append(f"{_num(r.predicted.get(key))} / {m['as_published']} "
+                         f"({_pct(r.error(key))})")
+        why = f" ({r.why_not})" if r.why_not else ""
+        out.append(f"| {r.run['id']}{why} | {ld} | " + " | ".join(cells) + " |")
+    out += ["", "## Reproduce one row", "",
+            "Each row's command (the CLI spelling of the library call above):", ""]
+    for r in rs:
+        out.append(f"- `{r.run['id']}`: `{r.command}`")
+    out += ["", MECHANISMS.strip(), ""]
+    return "\n".join(out)
+
+
+MECHANISMS = """
+## Reading the misses
+
+Written after the rows above were first computed; no constant is fitted to them.
+
+- **TTFT, TensorRT-LLM table (all 72 rows low).** At 2-8 QPS the measured TTFT exceeds the
+  simulated one by 6-9 ms on the 8B (e.g. 202/214 on H100: 19 ms against 10.1) and 7-17 ms
+  on the 70B at TP 4, no larger for 467-token prompts than for 202: a per-request cost that does
+  not grow with the prompt. It is the client-timed path through Triton's
+  tensorrtllm_backend (HTTP/gRPC streaming front end, tokenisation, the request entering the
+  executor at an iteration boundary), which gpuplan does not model (docs/capacity.md, "What is
+  not modelled": the engine process's CPU overheads). On a 10-20 ms TTFT that fixed cost is
+  35-55% of the figure, so the relative error is largest on the shortest prompts.
+- **ITL, TensorRT-LLM table.** At 2 QPS the simulated ITL is 0-1 ms under the measured on the
+  8B and up to 4 ms on the 70B, consistent with a per-token streaming cost of the same path. From 16
+  QPS the measured ITL rises faster than the simulated (70B H100 467/256 at 16 QPS: 66 ms against
+  38.6), which this simulation, with prompts not chunked as TensorRT-LLM's default, does not
+  explain.
+- **Throughput.** Below saturation it is the arrival rate times the output length, so its small
+  error is by construction. At "INF" gpuplan over-predicts (+14% to +110%, most on 202/214): it
+  runs every queued request in one decode batch (TensorRT-LLM's `max_batch_size` 2048 and the KV
+  pool hold all 500), while Little's law on the measured row (output tok/s x ITL) gives about
+  170-370 sequences in flight: the served engine's batch limit, which the table does not state.
+- **NIM (Llama 3.3 70B fp8, TP 2).** gpuplan's KV pool with the fp8 weights and its default
+  bf16 KV cache is 252,768 tokens per GPU pair: 45 requests of 5,500 tokens reserved under
+  GUARANTEED_NO_EVICT, so from concurrency 25-50 requests queue (TTFT +105% to +569%) and
+  throughput saturates at ~670 tok/s. The measured server holds about 86 sequences (920 tok/s x
+  93 ms), twice as many: consistent with an fp8 KV cache (TensorRT-LLM sets the KV cache to FP8
+  when it builds an FP8 engine, perf-overview.md at 258c754), which the page does not state, so
+  the row runs gpuplan's default; `--kv-dtype fp8` is the input to try when a source states it.
+- **vLLM on an RTX 4090 (Mistral 7B, 256/128, closed loop).** Throughput is within 3-13%. TTFT
+  is high at concurrency 4-16 (+38% to +197%) and low at 32-48: in the simulated closed loop
+  with fixed lengths the clients stay in lockstep, so each prompt waits for its whole cohort's
+  prefill in one step, while the measured median at concurrency 4-8 (53-55 ms) is about one
+  prompt's prefill -- the measured clients drift apart (the source does not say why). At 32-48
+  the measured queue is longer than the simulated one; not explained here.
+"""
+
+
+def main(argv: list[str]) -> int:
+    rs = rows()
+    text = render(rs)
+    if "--write" in argv:
+        OUT_MD.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

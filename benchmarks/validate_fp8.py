@@ -1,0 +1,256 @@
+"""gpuplan's speed estimate against published FP8 (and MXFP8 / NVFP4) training throughput
+(benchmarks/published/fp8_runs.json, recorded before any prediction of them was read).
+
+Each run is expressed as a gpuplan Job the way benchmarks/validate_speed.py builds one (its
+:func:`~validate_speed.topology` rules, ``measured=None``, the engine's defaults): the table's
+model (the catalog entry), GPU, precision recipe (FP8-CS = ``fp8-current``, FP8-MX = ``mxfp8``,
+NVFP4 = ``nvfp4``, NeMo 24.07's FP8 = ``fp8-delayed``, BF16 = ``mixed-bf16``), micro-batch,
+gradient accumulation, sequence, TP / PP / CP / EP and VP (``interleaved:VP``), sequence
+parallelism under TP, the distributed optimizer (ZeRO-1) -- Megatron-Bridge's performance
+recipes -- or listed with the reason it cannot be. Nothing is fitted.
+
+The bars (gpuplan issue 30): over the predicted rows, median |predicted / measured - 1| within
+10% and worst within 20%; for rows whose BF16 twin the same table publishes (same model, system
+and container), the predicted FP8-over-BF16 speed-up within 10% of the published one.
+
+Run:  PYTHONPATH=src python benchmarks/validate_fp8.py [--write]
+(--write regenerates benchmarks/validate_fp8.md)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuplan.compute import estimate_speed
+from gpuplan.errors import GpuplanError
+from gpuplan.hardware import get_gpu
+from gpuplan.hardware.topology import nvlink_domain, topology_for
+from gpuplan.job import Job
+from gpuplan.models import load_model
+
+HERE = Path(__file__).resolve().parent
+RUNS = HERE / "published" / "fp8_runs.json"
+OUT_MD = HERE / "validate_fp8.md"
+COMMAND = "PYTHONPATH=src python benchmarks/validate_fp8.py --write"
+
+MEDIAN_BAR, WORST_BAR, SPEEDUP_BAR = 0.10, 0.20, 0.10
+
+
+@dataclass(frozen=True)
+class Row:
+    run: dict
+    predicted: float | None
+    measured: float
+    why_not: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def error(self) -> float | None:
+        return None if self.predicted is None else abs(self.predicted / self.measured - 1)
+
+
+def _not_expressible(run: dict) -> str:
+    j = run["job"]
+    if run["kind"] == "train_gpu_hours":
+        return ("DeepSeek-V3's DualPipe schedule (forward and backward chunks of two micro-batches "
+                "overlapped with their all-to-alls), node-limited routing, the MTP module and a "
+                "ramped batch: gpuplan times 1F1B / interleaved pipelines only")
+    if run["model"]["catalog"] == "deepseek-v3":
+        return ("Megatron-Bridge's DeepSeek-V3 recipes place the 61 layers with an uneven "
+                "pipeline_model_parallel_layout (and MTP): gpuplan's megatron pipeline splits "
+                "layers evenly")
+    if j.get("fsdp"):
+        return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
+                "(the distributed optimizer)")
+    return ""
+
+
+#: Models whose Megatron-Bridge recipe counts the embedding and the loss as pipeline layers
+#: (account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), with where.
+SPLIT_ACCOUNTING = {
+    "llama-3.1-405b": "embedding and loss as pipeline parts: Megatron-Bridge "
+                      "src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config "
+                      "sets account_for_embedding/loss_in_pipeline_split True",
+    "qwen3-235b-a22b": "embedding and loss as pipeline parts (assumed: Megatron-Bridge's Qwen3 "
+                       "MoE recipes take account_for_embedding/loss_in_pipeline_split, its 235B "
+                       "finetune config sets both 'required for 235B model'; 94 layers split "
+                       "over PP 8 only so)",
+}
+
+
+#: Megatron-Bridge's precision presets (src/megatron/bridge/training/mixed_precision.py at
+#: NVIDIA-NeMo/Megatron-Bridge@d9f7643bb9609a6a6e0ea1439fb51d8669306434):
+#: bf16_with_fp8_current_scaling_mixed (FP8-CS) keeps the first and last block in BF16
+#: (num_layers_at_start/end_in_bf16 = 1) and gathers FP8 parameters; bf16_with_mxfp8_mixed
+#: (FP8-MX) gathers MXFP8 parameters; bf16_with_nvfp4_mixed (NVFP4) neither.
+BRIDGE_PRESETS = {"fp8-current": {"first_last_layers_bf16": 1, "fp8_param_gather": True},
+                  "mxfp8": {"fp8_param_gather": True}, "nvfp4": {}, "mixed-bf16": {}}
+
+
+def _pp_schedule(j: dict) -> str:
+    vp = j.get("vp")
+    return f"interleaved:{vp}" if j["pp"] > 1 and vp and vp > 1 else "1f1b"
+
+
+def job_of(run: dict, notes: list[str] | None = None) -> Job:
+    """The run as one gpuplan Job under the megatron engine."""
+    notes = [] if notes is None else notes
+    j, h = run["job"], run["hardware"]
+    gpus = h["count"]
+    domain = nvlink_domain(get_gpu(h["gpu"]))
+    per_node = min(domain, gpus) if domain else 8
+    if domain:
+        notes.append(f"{h['gpu']}: ranks in NVLink domains of {per_node} (the NVL{domain} rack)")
+    tp = j["tp"]
+    fields = dict(precision=j["precision"], batch=j["micro_batch"], grad_accum=j["grad_accum"],
+                  seq=j["seq"], gpus=gpus, tp=tp, pp=j["pp"], cp=j["cp"], ep=j.get("ep") or 1,
+                  sequence_parallel=tp > 1, pp_schedule=_pp_schedule(j), zero=1,
+                  gpus_per_node=per_node)
+    if run["source_group"] == "megatron-bridge":
+        preset = BRIDGE_PRESETS[j["precision"]]
+        fields.update(preset)
+        if preset:
+            notes.append(f"Megatron-Bridge's {j['precision_as_stated']} preset: "
+                         + ", ".join(f"{k} {v}" for k, v in preset.items()))
+    if run["model"]["catalog"] in SPLIT_ACCOUNTING and j["pp"] > 1:
+        fields.update(pp_embedding_part=True, pp_loss_part=True)
+        notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
+    notes.append("distributed optimizer (ZeRO-1), sequence parallelism under TP, "
+                 f"{fields['pp_schedule']}")
+    return Job(model=run["model"]["catalog"], mode="train", engine="megatron", **fields)
+
+
+def predict(run: dict) -> Row:
+    measured = float(run["measured"]["tokens_per_s_per_gpu"])
+    why = _not_expressible(run)
+    if why:
+        return Row(run, None, measured, why)
+    notes: list[str] = []
+    try:
+        job = job_of(run, notes)
+        gpu = get_gpu(run["hardware"]["gpu"])
+        topo = topology_for(gpu, gpus_per_node=job.gpus_per_node) if job.gpus > job.gpus_per_node \
+            or job.gpus_per_node > 8 else None
+        est = estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
+                             topology=topo, link="nvlink" if topo is None else None,
+                             tp_overlap=True)
+    except GpuplanError as e:
+        return Row(run, None, measured, f"gpuplan refuses the job: {e}")
+    return Row(run, est.tokens_per_s / run["hardware"]["count"], measured, notes=tuple(notes))
+
+
+def _twin_key(run: dict) -> tuple:
+    s = run["source"]
+    return (s.get("commit"), s.get("table"), run["model"]["catalog"])
+
+
+def speedups(rows: list[Row]) -> list[tuple[Row, Row, float, float | None]]:
+    """(FP8 row, its BF16 twin, published speed-up, predicted speed-up or None)."""
+    bf16 = {_twin_key(r.run): r for r in rows if r.run["job"]["precision"] == "mixed-bf16"}
+    out = []
+    for r in rows:
+        twin = bf16.get(_twin_key(r.run))
+        if twin is None or r is twin:
+            continue
+        pred = (r.predicted / twin.predicted if r.predicted is not None
+                and twin.predicted is not None else None)
+        out.append((r, twin, r.measured / twin.measured, pred))
+    return out
+
+
+def summary(rows: list[Row]) -> dict:
+    errs = [r.error for r in rows if r.error is not None]
+    sp = speedups(rows)
+    sperr = [abs(p / m - 1) for _, _, m, p in sp if p is not None]
+    return {"predicted": len(errs), "listed": len(rows) - len(errs),
+            "median": statistics.median(errs) if errs else None,
+            "worst": max(errs) if errs else None,
+            "speedup_pairs": len(sp), "speedup_checked": len(sperr),
+            "speedup_worst": max(sperr) if sperr else None}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+#: Subsets the summary reports apart: (label, test on a predicted row).
+SUBSETS = (
+    ("dense (Llama), Hopper", lambda r: r.run["model"]["catalog"].startswith("llama")
+     and r.run["hardware"]["gpu"].startswith("H")),
+    ("dense (Llama), Blackwell", lambda r: r.run["model"]["catalog"].startswith("llama")
+     and not r.run["hardware"]["gpu"].startswith("H")),
+    ("MoE (Qwen3)", lambda r: not r.run["model"]["catalog"].startswith("llama")),
+)
+
+
+def _subsets(rows: list[Row]) -> list[str]:
+    out = []
+    for label, test in SUBSETS:
+        sel = [r for r in rows if r.error is not None and test(r)]
+        if sel:
+            errs = [r.error for r in sel]
+            ratio = statistics.median(r.predicted / r.measured for r in sel)
+            out.append(f"| {label} | {len(sel)} | {_pct(statistics.median(errs))} | "
+                       f"{_pct(max(errs))} | {ratio:.2f} |")
+    return out
+
+
+def render(rows: list[Row]) -> str:
+    s = summary(rows)
+    out = ["# FP8 training speed: gpuplan against published runs", "",
+           f"Generated by `{COMMAND}` from `benchmarks/published/fp8_runs.json` (sources there). "
+           "Tokens/s/GPU as the tables give; ratio = predicted / measured. Default fractions, no "
+           "stored bench run, nothing fitted. Each run is a megatron Job: the table's TP/PP/CP/EP, "
+           "VP as interleaved:VP, sequence parallelism under TP, the distributed optimizer "
+           "(ZeRO-1), TP communication overlap; Megatron-Bridge rows with its precision presets "
+           "(FP8-CS: first and last block BF16 and FP8 param gather; FP8-MX: MXFP8 param "
+           "gather; `BRIDGE_PRESETS`), Llama 3.1 405B and Qwen3 235B with the embedding and "
+           "loss as pipeline parts (`SPLIT_ACCOUNTING`). The recorded rows are the sources' "
+           "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
+           f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
+           f"|error| {_pct(s['median'])}, worst {_pct(s['worst'])} (bars: median within "
+           f"{MEDIAN_BAR:.0%}, worst within {WORST_BAR:.0%}).", "",
+           f"FP8-over-BF16 speed-up: {s['speedup_pairs']} pairs published in the same table, "
+           f"{s['speedup_checked']} predicted, worst |error| {_pct(s['speedup_worst'])} (bar "
+           f"{SPEEDUP_BAR:.0%}).", "",
+           "| subset | runs | median \\|error\\| | worst \\|error\\| | median ratio |",
+           "|---|---|---|---|---|",
+           *_subsets(rows), "",
+           "| run | GPU | recipe | TP/PP/CP/VP/EP | MBS x GA | measured tok/s/GPU | predicted | ratio |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        j = r.run["job"]
+        lay = "/".join(str(j.get(k) if j.get(k) is not None else "-") for k in ("tp", "pp", "cp", "vp", "ep"))
+        pred = "—" if r.predicted is None else f"{r.predicted:,.0f}"
+        ratio = "—" if r.predicted is None else f"{r.predicted / r.measured:.2f}"
+        out.append(f"| `{r.run['id']}` | {r.run['hardware']['gpu']} | {j['precision']} | {lay} | "
+                   f"{j.get('micro_batch', '-')} x {j.get('grad_accum', '-')} | "
+                   f"{r.measured:,.0f} | {pred} | {ratio} |")
+    out += ["", "## FP8-over-BF16 speed-ups", "",
+            "| FP8 run | BF16 twin | published | predicted |", "|---|---|---|---|"]
+    for r, t, m, p in speedups(rows):
+        out.append(f"| `{r.run['id']}` | `{t.run['id']}` | {m:.3f} | "
+                   f"{'—' if p is None else f'{p:.3f}'} |")
+    out += ["", "## Not expressible", ""]
+    out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
+    return "\n".join(out) + "\n"
+
+
+def rows() -> list[Row]:
+    return [predict(run) for run in json.loads(RUNS.read_text())["runs"]]
+
+
+def main(argv: list[str]) -> int:
+    text = render(rows())
+    if "--write" in argv:
+        OUT_MD.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""benchmarks/validate_fp8.md is what benchmarks/validate_fp8.py writes today, and gpuplan's FP8
+training speed meets issue 30's bars against the published runs (benchmarks/published/
+fp8_runs.json) -- or the bar is a strict xfail carrying the figure measured now."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    path = ROOT / "benchmarks" / "validate_fp8.py"
+    spec = importlib.util.spec_from_file_location("validate_fp8", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["validate_fp8"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+V = _module()
+ROWS = V.rows()
+S = V.summary(ROWS)
+
+
+def test_md_is_current():
+    assert V.OUT_MD.read_text() == V.render(ROWS), f"rerun: {V.COMMAND}"
+
+
+def test_every_run_predicted_or_explained():
+    assert len(ROWS) == 42
+    for r in ROWS:
+        assert (r.predicted is None) == bool(r.why_not), r.run["id"]
+    # the DeepSeek-V3 figure is the report's 14.8T tokens over 2.664M H800 GPU-hours
+    ds = next(r for r in ROWS if r.run["id"] == "deepseek-v3-h800-x2048-pretrain")
+    assert ds.measured == pytest.approx(14.8e12 / (2.664e6 * 3600), rel=1e-3)
+
+
+# measured now: median 21.7%, worst 366.2% (Qwen3-30B-A3B on 16 H100: 4.66x optimistic -- the
+# MoE rows' expert GEMMs and all-to-alls run far slower than gpuplan's defaults say; dense Llama
+# rows: Hopper median 9.0% / worst 21.7%, Blackwell median 24.2% / worst 32.5%, all optimistic)
+@pytest.mark.xfail(strict=True, reason="median |error| 21.7% > 10% (dense Llama on Blackwell "
+                   "median 24.2% optimistic, MoE rows 1.2-4.7x)")
+def test_median_within_10_percent():
+    assert S["median"] <= V.MEDIAN_BAR, S
+
+
+@pytest.mark.xfail(strict=True, reason="worst |error| 366.2% > 20% (Qwen3-30B-A3B, 16 H100)")
+def test_worst_within_20_percent():
+    assert S["worst"] <= V.WORST_BAR, S
+
+
+@pytest.mark.xfail(strict=True, reason="the one published FP8/BF16 pair (DeepSeek-V3 on GB200, "
+                   "25.11: 1.280x) is not expressible: an uneven pipeline layout")
+def test_fp8_over_bf16_speedup_within_10_percent():
+    checked = [(m, p) for _, _, m, p in V.speedups(ROWS) if p is not None]
+    assert checked and all(abs(p / m - 1) <= V.SPEEDUP_BAR for m, p in checked), checked
