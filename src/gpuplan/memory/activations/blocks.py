@@ -833,9 +833,8 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         m = _mlp(c, n)
         return g.add(g.add(m, a, "residual_am"), x, "residual")
     if fam == "bloom":
-        # BloomBlock: dropout_add(dense(...), residual) in the attention and in the MLP; the
-        # residual is the LayerNorm's input (or output, apply_residual_connection_post_
-        # layernorm); attention_output stays bound until the block returns
+        # BloomBlock: dropout_add(dense(...), residual) in attention and MLP; the residual is the
+        # LN's input (output: apply_residual_connection_post_layernorm); attention_output bound
         n1 = layernorm(c, x, "input_layernorm")
         a = g.dropout(_attention(c, n1, mask, layer), p, "attn.dropout")
         x1 = g.add(n1 if sp.post_ln_residual else x, a, "residual1")
