@@ -809,8 +809,9 @@ def _volta_gap(run: dict, row: Row) -> str:
         return ""
     return ("fp16 on Volta: DeepBench's cuBLAS GEMMs (benchmarks/fit_volta_turing_gemm.py) run "
             "BERT's linear layers faster than the 83-TFLOP/s share timed here, so the gap lies "
-            "outside the GEMMs and is not identified (eager attention's batched products of "
-            "K = head dim, the unfused elementwise chains, the optimizer)")
+            "outside the GEMMs; the host's wait for each micro-batch's blocking input copy is "
+            "timed (compute/step.py BLOCKING_INPUT_COPY); the 1.2-1.4x left, common to every "
+            "fp16 row (APEX O2 and autocast alike), is not identified")
 
 
 def _zero3_2021_gap(run: dict, row: Row) -> str:

@@ -324,3 +324,55 @@ def test_a_layout_is_timed_as_its_runtime_runs():
                                            tp=2, gpus=2, runtime=rt), measured=None)
            for rt in ("eager", "compile")}
     assert est["compile"].step_time_s < 0.97 * est["eager"].step_time_s
+
+
+def test_pipelined_stretches_take_the_longest_path():
+    """Kernels issued by the host at an even pace and run by the device in order, both idle at
+    the start: the time is max over j of (host time before stretch j + device time from j on)."""
+    from gpuplan.compute.step import Phase
+
+    # forward host-bound (3 to issue, 1 to run), backward device-bound (1, 4): the device waits
+    # for the forward's issue, then runs the backward: 3 + 4
+    assert Phase._pipelined_s([(3e-3, 1e-3), (1e-3, 4e-3)]) == pytest.approx(7e-3)
+    # both device-bound: the device's own 3 + 4; both host-bound: the host's 3 + 2 (+0)
+    assert Phase._pipelined_s([(1e-3, 3e-3), (1e-3, 4e-3)]) == pytest.approx(7e-3)
+    assert Phase._pipelined_s([(3e-3, 1e-3), (2e-3, 1e-3)]) == pytest.approx(5e-3)
+
+
+def test_each_micro_batch_starts_after_the_device_drained():
+    """HF Trainer copies each micro-batch's inputs with a blocking .to(device) (torch Copy.cu:
+    memcpy_and_sync), so the host cannot issue micro-batch i+1's forward while micro-batch i's
+    backward runs. bert-large, amp-fp16, micro-batch 1 x 512, 4 accumulated, full checkpointing
+    on a V100 (the HF docs' ga4-gc-fp16 run): the forward's 32 us a kernel outlasts its kernels,
+    so each micro-batch costs its forward's issue plus its backward's device time."""
+    m = load_model("bert-large-uncased")
+    v100 = get_gpu("V100-SXM2-16GB")
+    job = Job(model="bert-large-uncased", mode="train", batch=1, seq=512, grad_accum=4,
+              checkpointing="full", precision="amp-fp16", attention="eager")
+    e = estimate_speed(m, v100, job, measured=None).step
+    assert e.sync_per_micro_step and e.sync_before_optimizer and e.micro_steps == 4
+    gap = constant("stream_gap_s")
+
+    def dev(ts):
+        return sum(t.total_s + t.op.kernels * t.op.count * gap for t in ts)
+
+    fwd = [t for t in e.ops if t.op.phase == "forward"]
+    bwd = [t for t in e.ops if t.op.phase in ("backward", "recompute")]
+    opt = [t for t in e.ops if t.op.phase == "optimizer"]
+    # no forward op has its own issue cost: eager_host_fwd_s per kernel; recompute is Python
+    # forward code (eager_host_fwd_s), backward nodes run from C++ (eager_host_bwd_s)
+    assert all(t.op.host_s is None for t in fwd + bwd)
+    n_f = sum(t.op.kernels * t.op.count for t in fwd) / 4
+    n_r = sum(t.op.kernels * t.op.count for t in bwd if t.op.phase == "recompute") / 4
+    n_b = sum(t.op.kernels * t.op.count for t in bwd if t.op.phase == "backward") / 4
+    h_f = n_f * constant("eager_host_fwd_s")
+    h_b = n_r * constant("eager_host_fwd_s") + n_b * constant("eager_host_bwd_s")
+    d_f, d_b = dev(fwd) / 4, dev(bwd) / 4
+    assert h_f > d_f and d_b > h_b  # host-bound forward, device-bound backward
+    host_opt = sum(t.op.kernels * t.op.count * (t.op.host_s or constant("eager_host_fwd_s"))
+                   for t in opt)
+    micro = max(d_f + d_b, h_f + d_b, h_f + h_b)
+    assert micro == pytest.approx(h_f + d_b)
+    assert e.time_s == pytest.approx(4 * micro + max(dev(opt), host_opt))
+    # the same job without the waits would hide the forward's issue behind the device
+    assert e.time_s > max(dev(fwd + bwd), e.host_time_s - host_opt) + max(dev(opt), host_opt)

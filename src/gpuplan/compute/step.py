@@ -80,6 +80,14 @@ class Phase:
     host_sync_s: float = 0.0
     """The cost of each of those reads beyond the wait (:data:`~.efficiency.CONSTANTS`
     ``host_sync_s``)."""
+    sync_per_micro_step: bool = False
+    """The host waits for the device at the start of every micro-batch: the training loop copies
+    its inputs to the GPU with a blocking ``.to(device)`` (transformers Trainer._prepare_input,
+    NVIDIA DLE run_squad.py ``t.to(device)``), which torch runs as cudaMemcpyAsync followed by
+    a stream synchronize (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda, non_blocking
+    False: ``memcpy_and_sync``). The host cannot run ahead into the next micro-batch, so a
+    forward the host issues slower than the device runs it is not hidden
+    (:meth:`_pipelined_s`)."""
 
     @property
     def tokens(self) -> int:
@@ -136,6 +144,17 @@ class Phase:
         device, so the slower of the two sets the pace. A CPU: its ops + its dispatch, in turn."""
         if self.overheads is None:
             return self.kernel_time_s + self.kernels * self.launch_s
+        overlapped = self._overlapped_s()
+        if not self.sync_per_micro_step:
+            return overlapped
+        synced = self._micro_synced_s()
+        # the waits only lengthen a step: where each micro-batch is device-bound from its first
+        # kernel they expose nothing, and the step is the overlapped one
+        return overlapped if synced is None else max(overlapped, synced)
+
+    def _overlapped_s(self) -> float:
+        """:attr:`time_s` with the host free to run ahead across micro-batches."""
+        assert self.overheads is not None
         if not self.sync_before_optimizer:
             return max(self.device_time_s, self.host_time_s)
         # the host catches up with the device before the optimizer: two stretches, each paced by
@@ -144,6 +163,39 @@ class Phase:
         rest = [t for t in self.ops if t.op.phase != "optimizer"]
         return (max(self._device_s(rest), self._host_s(rest) + self.overheads.host_fixed_s)
                 + self._optimizer_stretch_s(opt))
+
+    @staticmethod
+    def _pipelined_s(stretches: Sequence[tuple[float, float]]) -> float:
+        """Time of consecutive stretches (host issue time, device time), each a run of kernels
+        the host issues at an even pace, started with host and device both idle: the device runs
+        a kernel once the host has issued it and the kernel before it has run, so the time is
+        the longest path, max over j of (host time of the stretches before j + device time of
+        j and after) -- j = 0 is a device-bound step, j = all a host-bound one."""
+        return max(sum(h for h, _ in stretches[:j]) + sum(d for _, d in stretches[j:])
+                   for j in range(len(stretches) + 1))
+
+    def _micro_synced_s(self) -> float | None:
+        """:attr:`time_s` when each micro-batch starts after the device drained
+        (:attr:`sync_per_micro_step`): each micro-batch's forward then backward (its recompute
+        with it) pipelined from idle, the optimizer stretch after the last one -- on its own when
+        the host also waits before it (:attr:`sync_before_optimizer`), else pipelined with it.
+        None when every stretch is device-bound from its first kernel (nothing exposed)."""
+        o, m = self.overheads, self.micro_steps
+        assert o is not None
+        opt = [t for t in self.ops if t.op.phase == "optimizer"]
+        bwd = [t for t in self.ops if t.op.phase in ("backward", "recompute")]
+        fwd = [t for t in self.ops if t.op.phase not in ("optimizer", "backward", "recompute")]
+        micro = [(self._host_s(fwd) / m, self._device_s(fwd) / m),
+                 (self._host_s(bwd) / m, self._device_s(bwd) / m)]
+        last = micro + [(self._host_s(opt), self._device_s(opt))]
+        if self.sync_before_optimizer:
+            if self._pipelined_s(micro) <= sum(d for _, d in micro):
+                return None
+            return (m * self._pipelined_s(micro) + o.host_fixed_s
+                    + self._optimizer_stretch_s(opt))
+        if self._pipelined_s(last) <= sum(d for _, d in last):
+            return None
+        return (m - 1) * self._pipelined_s(micro) + self._pipelined_s(last) + o.host_fixed_s
 
     def _optimizer_stretch_s(self, opt: Sequence[OpTime]) -> float:
         """The optimizer stretch after the host caught up: the slower of issue and kernels, or,
@@ -419,12 +471,22 @@ def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
     return n
 
 
+#: Engines whose training loop copies each micro-batch's inputs to the GPU with a blocking
+#: ``.to(device)`` (:attr:`Phase.sync_per_micro_step`): transformers' Trainer
+#: (Trainer._prepare_input: ``data.to(device=self.args.device)``, no non_blocking, in every
+#: version since 4.x), and NVIDIA DLE's BERT scripts, timed under this engine (run_squad.py:
+#: ``batch = tuple(t.to(device) for t in batch)``). Others are not listed until their loop is
+#: read.
+BLOCKING_INPUT_COPY = frozenset({"transformers"})
+
+
 def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1,
-           runtime="eager", sync=False) -> Phase:
+           runtime="eager", sync=False, micro_sync=False) -> Phase:
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
                  peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps,
-                 overheads=_overheads(device, eff, runtime), sync_before_optimizer=sync)
+                 overheads=_overheads(device, eff, runtime), sync_before_optimizer=sync,
+                 sync_per_micro_step=micro_sync)
 
 
 def _overheads(device: Device, eff: Efficiency, runtime: str) -> RuntimeOverheads | None:
@@ -762,7 +824,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     sync = device.kind == "gpu" and (prec.dtype == "fp16" or reads > 0)
     phase = _phase("train", ops + opt_ops, device, eff, prec.dtype, batch=spec.batch,
                    q_len=spec.seq, kv_len=spec.seq, micro_steps=spec.grad_accum,
-                   runtime=spec.runtime, sync=sync)
+                   runtime=spec.runtime, sync=sync,
+                   micro_sync=device.kind == "gpu" and spec.engine in BLOCKING_INPUT_COPY)
     return _with_host_reads(phase, reads, opt_tensors or ()), None, n_params, trainable
 
 
