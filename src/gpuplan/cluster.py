@@ -22,10 +22,10 @@ from typing import Any, Literal
 from ._record import record
 from .compute.device import default_efficiency, device_from_gpu
 from .compute.efficiency import resolve_runtime
-from .engines.profiles import (SEARCH_SCHEDULES, LayoutLimits, check_engine_job,
+from .engines.profiles import (SEARCH_SCHEDULES, LayoutLimits, check_engine_job, resolve_engine,
                                engine_notes, get_engine, layout_limits)
 from .compute.parallel import (
-    Layout, LayoutTime, ServeTime, layout_time, micro_costs,
+    Layout, LayoutTime, ServeTime, layout_time, micro_costs, moe_host_sync,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
 from .compute.speed import narrow_gather_bytes
@@ -265,7 +265,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                                    runtime=resolve_runtime(c.base.runtime, "train",
                                                            c.base.engine), ep=lay.ep,
                                    selective=get_engine(c.base.engine).selective,
-                                   bf16_edge_layers=c.base.first_last_layers_bf16)
+                                   bf16_edge_layers=c.base.first_last_layers_bf16,
+                                   moe_sync=moe_host_sync(resolve_engine(c.base.engine), lay.ep))
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:

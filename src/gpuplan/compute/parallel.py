@@ -51,12 +51,13 @@ from ..job import Job, part_layers, pp_chunks
 from ..parallel.layout import Layout
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
+from .efficiency import constant
 from .flops import optimizer_op, recompute_ops
 from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "ep_all_to_all_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
+           "micro_costs", "layout_time", "ep_all_to_all_s", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -104,23 +105,30 @@ class MicroCost:
 def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
                attention: str, runtime: str = "auto", ep: int = 1,
-               selective: str = "attention", bf16_edge_layers: int = 0) -> MicroCost:
+               selective: str = "attention", bf16_edge_layers: int = 0,
+               moe_sync: bool = False) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
-    ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`)."""
+    ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`);
+    ``moe_sync``: the host waits for the device once per MoE layer's forward
+    (:func:`moe_host_sync`, :func:`synced_forward_s`)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
-                       selective=selective, bf16_edge_layers=bf16_edge_layers)[checkpointing]
+                       selective=selective, bf16_edge_layers=bf16_edge_layers,
+                       moe_sync=moe_sync)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
                 runtime: str = "auto", ep: int = 1,
-                selective: str = "attention", bf16_edge_layers: int = 0) -> dict[str, MicroCost]:
+                selective: str = "attention", bf16_edge_layers: int = 0,
+                moe_sync: bool = False) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
-    narrow recipe, averaged over the layers (the stages that hold them are not timed apart)."""
+    narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
+    ``moe_sync``: each MoE layer's forward is timed from a drained queue
+    (:func:`synced_forward_s`) rather than paced with the rest of the step."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
@@ -134,12 +142,78 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
         extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
                                        qkv_shares=qkv_shares(arch)), device, eff, prec.dtype)
         every = [*ops, *extra]
+        synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
+        # with a sync per MoE layer the layers' forward is timed apart: the pace of the rest
+        paced = [t for t in every if not (synced and _layer_forward(t))]
         pace = 1.0
         if step.overheads is not None:  # the host issues ahead: the slower of the two sets it
-            device_s = step._device_s(every)
-            pace = max(1.0, step._host_s(every) / device_s) if device_s > 0 else 1.0
-        out[level] = _cost_of(every, arch.num_layers, cp, gap, pace)
+            device_s = step._device_s(paced)
+            pace = max(1.0, step._host_s(paced) / device_s) if device_s > 0 else 1.0
+        cost = _cost_of(every, arch.num_layers, cp, gap, pace)
+        if synced:
+            fwd_ops = [t for t in ops if _layer_forward(t)]
+            moe = _moe_layers(arch) / arch.num_layers
+            free = cost.layer_fwd_s / pace  # the layers' forward paced alone would be
+            free = max(free, step._host_s(fwd_ops) / arch.num_layers)
+            one = synced_forward_s(_issue_order(fwd_ops, step, arch.num_layers, cp))
+            cost = replace(cost, layer_fwd_s=moe * (one + constant("host_sync_s"))
+                           + (1 - moe) * free)
+        out[level] = cost
     return out
+
+
+def moe_host_sync(engine: str, ep: int) -> bool:
+    """Whether ``engine``'s MoE layer makes the host wait for the device in each forward.
+
+    Megatron-Core's token dispatchers need the routed token counts on the host before the
+    expert-parallel exchange (its all-to-all's split sizes, Transformer Engine's GroupedLinear
+    m_splits): MoEAlltoAllTokenDispatcher.preprocess sets the sync point "before_ep_alltoall"
+    when EP > 1 and ``_maybe_dtoh_and_synchronize`` copies ``tokens_per_expert`` / the splits to
+    the CPU and calls ``d2h_event.synchronize()`` there (megatron/core/transformer/moe/
+    token_dispatcher.py lines 452-470, 586-596, 921-958 at NVIDIA/Megatron-LM@
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553); the flex (DeepEP / HybridEP) managers read
+    ``tokens_per_expert.sum()`` on the host too unless given an upper bound (lines 1045, 1173).
+    The backward reuses the splits already on the host: no sync there. Megatron-Bridge's Qwen3
+    MoE recipes run the alltoall or flex dispatcher without a full-layer CUDA graph
+    (src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py at NVIDIA-NeMo/Megatron-Bridge@
+    067f987df03b8355b03192d88d70f1709fedf51a: cuda_graph_impl "none", or graphs scoped to
+    moe_router and moe_preprocess only, which end before the sync)."""
+    return engine == "megatron" and ep > 1
+
+
+def _layer_forward(t: Any) -> bool:
+    return t.op.phase == "forward" and t.op.group not in ("embedding", "head")
+
+
+def _issue_order(fwd: list, step: Any, layers: int, cp: int) -> list[tuple[float, float, int]]:
+    """One layer's forward ops as (host issue s, device s, kernels) per op, averaged over the
+    layers, rotated to start where the sync releases the host: after the router's top-k (the
+    dispatch's all-to-all is the first op issued from a drained queue)."""
+    o = step.overheads
+    seq = []
+    for t in fwd:
+        k = t.op.kernels * t.op.count
+        scale = cp if t.op.kind == "attention" else 1
+        host = step._host_s([t])
+        dev = t.total_s * scale + k * o.device_gap_s
+        seq.append((t.op.name, host / layers, dev / layers, max(1, round(k / layers))))
+    cut = next((i + 1 for i, e in enumerate(seq) if e[0] == "moe.topk"), 0)
+    seq = seq[cut:] + seq[:cut]
+    return [(h, d, k) for _, h, d, k in seq]
+
+
+def synced_forward_s(ops: list[tuple[float, float, int]]) -> float:
+    """The time from a drained queue to the next sync over ``ops`` issued in order, each as
+    (host issue s, device s, kernels): each kernel starts when the host has issued it and the
+    device has finished the one before (finish = max(finish, issued) + run), so the host's
+    issue overlaps the device's work only within the segment -- what a sync per MoE layer
+    leaves of "the host runs ahead" (the max of the two totals when the queue never drains)."""
+    issued = finish = 0.0
+    for host, dev, k in ops:
+        for _ in range(k):
+            issued += host / k
+            finish = max(finish, issued) + dev / k
+    return max(finish, issued)
 
 
 def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0) -> MicroCost:

@@ -23,7 +23,7 @@ from ._args import speed_args
 from .flops import form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
-    Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token,
+    Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token, moe_host_sync,
     serve_time, shard_arch, zero3_gathers,
 )
 from .step import (
@@ -468,7 +468,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
                           runtime=resolve_runtime(job.runtime, "train", job.engine), ep=lay.ep,
                           selective=get_engine(job.engine).selective,
-                          bf16_edge_layers=job.first_last_layers_bf16)
+                          bf16_edge_layers=job.first_last_layers_bf16,
+                          moe_sync=moe_host_sync(resolve_engine(job.engine), lay.ep))
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
