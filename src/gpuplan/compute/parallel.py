@@ -106,7 +106,7 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
                attention: str, runtime: str = "auto", ep: int = 1,
                selective: str = "attention", bf16_edge_layers: int = 0,
-               moe_sync: bool = False) -> MicroCost:
+               moe_sync: bool = False, engine: str = "transformers") -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -116,21 +116,22 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
-                       moe_sync=moe_sync)[checkpointing]
+                       moe_sync=moe_sync, engine=engine)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
                 runtime: str = "auto", ep: int = 1,
                 selective: str = "attention", bf16_edge_layers: int = 0,
-                moe_sync: bool = False) -> dict[str, MicroCost]:
+                moe_sync: bool = False, engine: str = "transformers") -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
     ``moe_sync``: each MoE layer's forward is timed from a drained queue
-    (:func:`synced_forward_s`) rather than paced with the rest of the step."""
+    (:func:`synced_forward_s`) rather than paced with the rest of the step. ``engine``: the
+    job's engine, whose code the micro-batch runs (its kernels, its experts' form, its loop)."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
-              runtime=runtime)
+              runtime=runtime, engine=engine)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
