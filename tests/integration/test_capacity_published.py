@@ -72,13 +72,13 @@ def test_errors_reached(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.183, abs=0.005)
     assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.194, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
-        0.038, abs=0.005)
+        0.039, abs=0.005)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 18.3% "
-                   "over 85 rows (TensorRT-LLM online table 34.6%, all low, by 6-17 ms per "
-                   "request at low load whatever the prompt; NIM 84.0%, its KV pool read at half "
-                   "the served one's; vLLM on a 4090 49.6%)")
+                   "over 85 rows (TensorRT-LLM online table 14.4% once its 8.3 ms per-request cost is counted; "
+                   "NIM 84.0%, its KV pool read at half "
+                   "the served one's; vLLM on a 4090 48.9%)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
