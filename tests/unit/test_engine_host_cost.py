@@ -76,3 +76,15 @@ def test_capacity_adds_the_request_cost_to_ttft_once():
 def test_serving_host_step_is_linear():
     h = ServingHost(fixed_s=1e-4, per_seq_s=2e-5)
     assert h.step_s(0) == 1e-4 and h.step_s(10) == pytest.approx(3e-4)
+
+
+def test_tensor_parallel_step_carries_the_host_work_once():
+    gpu, model = get_gpu("H100-SXM-80GB"), load_model("llama-3.1-8b")
+    out = {}
+    for engine in ("vllm", "gpt-fast"):
+        job = Job(model="llama-3.1-8b", mode="infer", engine=engine, batch=8, seq=128, tp=2,
+                  gpus=2)
+        out[engine] = estimate_speed(model, gpu, job, new_tokens=64, measured=None)
+    # one step of 8 sequences, whatever the ranks: 0.2 ms + 7 x 3.2/31 ms
+    assert out["vllm"].tpot_s - out["gpt-fast"].tpot_s == pytest.approx(
+        0.2e-3 + 7 * 3.2e-3 / 31, rel=1e-9)
