@@ -184,16 +184,22 @@ def render(rs: list[Row]) -> str:
 MECHANISMS = """
 ## Reading the misses
 
-Written after the rows above were first computed; no constant is fitted to them.
+Written after the rows above were first computed. One constant is fitted to them, and said
+here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``ServingHost``).
 
-- **TTFT, TensorRT-LLM table (all 72 rows low).** At 2-8 QPS the measured TTFT exceeds the
-  simulated one by 6-9 ms on the 8B (e.g. 202/214 on H100: 19 ms against 10.1) and 7-17 ms
-  on the 70B at TP 4, no larger for 467-token prompts than for 202: a per-request cost that does
-  not grow with the prompt. It is the client-timed path through Triton's
+- **TTFT, TensorRT-LLM table.** Before that cost was counted all 72 rows read low: at 2-8 QPS
+  the measured TTFT exceeded the simulated one by 6-9 ms on the 8B (e.g. 202/214 on H100: 19 ms
+  against 10.1) and 7-17 ms on the 70B at TP 4, no larger for 467-token prompts than for 202: a
+  per-request cost that does not grow with the prompt, the client-timed path through Triton's
   tensorrtllm_backend (HTTP/gRPC streaming front end, tokenisation, the request entering the
-  executor at an iteration boundary), which gpuplan does not model (docs/capacity.md, "What is
-  not modelled": the engine process's CPU overheads). On a 10-20 ms TTFT that fixed cost is
-  35-55% of the figure, so the relative error is largest on the shortest prompts.
+  executor at an iteration boundary, the first token's return). No published figure for it was
+  found, so it is fitted: 8.3 ms, the median gap over the 12 QPS-2 rows (gaps 6.2-16.9 ms), and
+  added to every TensorRT-LLM request's first token. The TTFT median over all 85 rows went 35.1%
+  -> 18.3%; over the 73 rows outside the fit 36.1% -> 21.6%. What is left at low load is the
+  70B's larger gap (up to 17 ms), which one constant per engine does not follow.
+- **vLLM's per-step host work.** Each vLLM step carries its output processing after the kernels
+  (vllm issue #6913: 0.2 ms at batch 1, 3.4 ms at batch 32), not fitted here; it moves the
+  4090 rows by under 1% (TTFT 49.6% -> 48.9% median, throughput 9.1% -> 9.5%).
 - **ITL, TensorRT-LLM table.** At 2 QPS the simulated ITL is 0-1 ms under the measured on the
   8B and up to 4 ms on the 70B, consistent with a per-token streaming cost of the same path. From 16
   QPS the measured ITL rises faster than the simulated (70B H100 467/256 at 16 QPS: 66 ms against

@@ -794,7 +794,9 @@ def _serving_gap(run: dict, row: Row) -> str:
     if row.mechanism != "online serving":
         return ""
     return ("the serving engine's per-step host cost (scheduling, sampling, detokenization "
-            "between steps) is not in its engine profile")
+            "between steps) is in its engine profile only where a source gives it (vLLM's output "
+            "processing, vllm issue #6913); TensorRT-LLM's has none, its per-request front-end "
+            "time is fitted (engines/profiles.py, ServingHost)")
 
 
 def _fsdp_nodes_gap(run: dict, row: Row) -> str:

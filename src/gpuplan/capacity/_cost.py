@@ -5,8 +5,13 @@ The speed model times two kinds of step on the replica's layout (TP/PP/EP collec
 topology, the engine's runtime and its launch cost, the weights read once a step):
 
 * ``D(b, c)``: a decode step of ``b`` sequences at context ``c`` (:attr:`SpeedEstimate.tpot_s`);
-* ``P(n)``: one prompt of ``n`` tokens (:attr:`SpeedEstimate.ttft_s`), whose op list names its
-  attention (``attn.core``) apart from the token-linear rest.
+* ``P(n)``: one prompt of ``n`` tokens (:attr:`SpeedEstimate.ttft_s` less the engine's
+  per-request time, which is no part of a step), whose op list names its attention
+  (``attn.core``) apart from the token-linear rest.
+
+Both carry the serving engine's host work per step (scheduling, sampling, output processing:
+:class:`gpuplan.engines.profiles.ServingHost`), after the kernels or, under an overlap
+scheduler, beside them.
 
 A decode step's attention reads each sequence's own keys, so its time is affine in the summed
 context at a given ``b`` (checked: the speed model's D(b, c) is a straight line in c); the mix
@@ -60,6 +65,7 @@ class StepCost:
         self._decode: dict[tuple[int, int], float] = {}
         self._exact: dict[int, float] = {}
         self._prefill: dict[int, tuple[float, float]] = {}
+        self._request: float | None = None
         self.calls = 0
 
     def _speed(self, batch: int, seq: int, context: int):
@@ -80,7 +86,7 @@ class StepCost:
         if hit is None:
             est = self._speed(1, n, n)
             attn = sum(t.total_s for t in est.prefill.ops if t.op.name == "attn.core")
-            hit = self._prefill[n] = (est.ttft_s, attn)
+            hit = self._prefill[n] = (est.ttft_s - est.request_host_s, attn)
         return hit
 
     def decode_s(self, b: int, context_sum: float) -> float:
@@ -106,8 +112,17 @@ class StepCost:
         """One prompt of ``n`` tokens alone (the speed model's TTFT, at exactly ``n``)."""
         hit = self._exact.get(n)
         if hit is None:
-            hit = self._exact[n] = self._speed(1, n, n).ttft_s
+            est = self._speed(1, n, n)
+            hit = self._exact[n] = est.ttft_s - est.request_host_s
         return hit
+
+    @property
+    def request_s(self) -> float:
+        """Each request's time outside the steps (the engine's front end and first-token
+        return: :attr:`gpuplan.compute.SpeedEstimate.request_host_s`), added to its TTFT."""
+        if self._request is None:
+            self._request = self._speed(1, 1, 1).request_host_s
+        return self._request
 
     def _linear_s(self, n: int) -> float:
         p, a = self._pair(n)

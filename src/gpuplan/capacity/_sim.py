@@ -80,6 +80,9 @@ def simulate(workload: Workload, cost, sched: SchedulerDefaults, kv_tokens: int,
     it only decodes its ``output_tokens - 1`` others (each needs ``output_tokens`` >= 2)."""
     bs = sched.block_size
     st = _State(workload, sched, kv_tokens // bs, prefix_hit, prefilled)
+    # the engine's per-request time (front end, first token's return: StepCost.request_s), once
+    # per request: a decode pool's requests had theirs in the prefill pool
+    st.request_s = 0.0 if prefilled else getattr(cost, "request_s", 0.0)
     while st.completed < st.n:
         st.arrive()
         if not st.running and not st.waiting:
@@ -100,6 +103,7 @@ class _State:
     def __init__(self, workload: Workload, sched: SchedulerDefaults, blocks: int,
                  prefix_hit: float, prefilled: bool = False) -> None:
         self.sched, self.total_blocks, self.free = sched, blocks, blocks
+        self.request_s = 0.0
         self.bs = sched.block_size
         seen: set[str] = set()
         reqs = []
@@ -339,7 +343,8 @@ class _State:
             if r.ctx >= r.prompt:
                 r.gen += 1
                 if r.first < 0:
-                    r.first = t
+                    # the engine's per-request time (front end, first-token return) on top
+                    r.first = t + self.request_s
                 else:
                     g = t - ends[r.last_step]
                     itl[g] = itl.get(g, 0) + 1
@@ -350,7 +355,7 @@ class _State:
             self._finish(r)
 
     def _finish(self, r: _Req) -> None:
-        r.done = self.t
+        r.done = self.t + self.request_s
         self.free += r.blocks
         r.blocks = 0
         self.running.remove(r)

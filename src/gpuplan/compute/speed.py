@@ -170,7 +170,18 @@ class SpeedEstimate:
         pre = self.prefill_time_s
         if pre is None:
             return None
-        return pre + (self.prefill_transfer.exposed_s if self.prefill_transfer is not None else 0.0)
+        return (pre + (self.prefill_transfer.exposed_s if self.prefill_transfer is not None
+                       else 0.0) + self.request_host_s)
+
+    @property
+    def request_host_s(self) -> float:
+        """Decoder inference on a GPU under a serving engine: each request's time outside the
+        steps -- its front end, its entry to the scheduler and its first token's return
+        (:attr:`~gpuplan.engines.profiles.ServingHost.request_s`), part of :attr:`ttft_s`."""
+        host = get_engine(resolve_engine(self.engine)).serving_host
+        if host is None or self.prefill is None or self.prefill.overheads is None:
+            return 0.0
+        return host.request_s
 
     @property
     def tpot_s(self) -> float | None:
@@ -264,6 +275,8 @@ class SpeedEstimate:
             "prefill": None if self.prefill is None else self.prefill.to_dict(ops=ops),
             "new_tokens": self.new_tokens, "request_time_s": self.request_time_s,
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+            "request_host_s": self.request_host_s,
+            "serve_host_exposed_s": self.step.serve_host_exposed_s,
             "transfer": self.transfer.to_dict(),
             "prefill_transfer": None if self.prefill_transfer is None
             else self.prefill_transfer.to_dict(),

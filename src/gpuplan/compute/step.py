@@ -88,6 +88,14 @@ class Phase:
     False: ``memcpy_and_sync``). The host cannot run ahead into the next micro-batch, so a
     forward the host issues slower than the device runs it is not hidden
     (:meth:`_pipelined_s`)."""
+    serve_host_s: float = 0.0
+    """A serving engine's own host work per step beside issuing the kernels -- scheduling,
+    preparing the inputs, sampling and processing the outputs (:class:`~gpuplan.engines.
+    profiles.ServingHost`, at this step's batch); 0 outside a serving engine."""
+    serve_overlap: bool = False
+    """The engine runs that work for the next step while the device runs this one (an overlap
+    scheduler): the step is then max(device, host issue + it) instead of max(device, host
+    issue) + it."""
 
     @property
     def tokens(self) -> int:
@@ -135,11 +143,29 @@ class Phase:
 
     @property
     def launch_time_s(self) -> float:
-        """Time beyond the kernels' own: launch gaps, or the host's dispatch when it is longer."""
-        return self.time_s - self.kernel_time_s
+        """Time beyond the kernels' own and the serving engine's exposed host work: launch gaps,
+        or the host's dispatch when it is longer."""
+        return self.time_s - self.kernel_time_s - self.serve_host_exposed_s
+
+    @property
+    def serve_host_exposed_s(self) -> float:
+        """What the serving engine's host work per step (:attr:`serve_host_s`) adds to the step:
+        all of it without overlap, what outlasts the device with it."""
+        return self.time_s - self._issue_time_s if self.serve_host_s else 0.0
 
     @property
     def time_s(self) -> float:
+        """The step: the kernels' pace (:attr:`_issue_time_s`) with the serving engine's host work
+        (:attr:`serve_host_s`) after it, or -- under an overlap scheduler -- beside it."""
+        base = self._issue_time_s
+        if not self.serve_host_s or self.overheads is None or self.sync_before_optimizer:
+            return base
+        if self.serve_overlap:
+            return max(self.device_time_s, self.host_time_s + self.serve_host_s)
+        return base + self.serve_host_s
+
+    @property
+    def _issue_time_s(self) -> float:
         """A GPU: max(kernels + launch gaps, host dispatch) -- the host issues work ahead of the
         device, so the slower of the two sets the pace. A CPU: its ops + its dispatch, in turn."""
         if self.overheads is None:
@@ -255,6 +281,8 @@ class Phase:
              "micro_steps": self.micro_steps, "tokens": self.tokens, "time_s": self.time_s, "kernel_time_s": self.kernel_time_s,
              "launch_time_s": self.launch_time_s, "kernels": self.kernels,
              "host_time_s": self.host_time_s, "device_time_s": self.device_time_s,
+             "serve_host_s": self.serve_host_s, "serve_overlap": self.serve_overlap,
+             "serve_host_exposed_s": self.serve_host_exposed_s,
              "host_bound": self.host_bound,
              "runtime": None if self.overheads is None else self.overheads.runtime,
              "tokens_per_s": self.tokens_per_s, "flops": self.flops,
@@ -617,6 +645,11 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
                      runtime=rt)
     decode = _phase("decode", dec, device, eff, prec.dtype, batch=b, q_len=1, kv_len=ctx,
                     runtime=rt)
+    host = get_engine(spec.engine).serving_host
+    if host is not None and device.kind == "gpu":
+        # each sequence of the step samples one token, prefill or decode alike
+        prefill, decode = (replace(ph, serve_host_s=host.step_s(b), serve_overlap=host.overlap)
+                           for ph in (prefill, decode))
     return decode, prefill, n_params, 0
 
 

@@ -25,9 +25,38 @@ from types import MappingProxyType
 from .._record import record
 from ..errors import InputError, closest, opt, shown
 
-__all__ = ["EngineProfile", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
+__all__ = ["EngineProfile", "ServingHost", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
            "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
            "engine_notes", "LayoutLimits", "layout_limits", "SEARCH_SCHEDULES"]
+
+
+@record
+class ServingHost:
+    """A serving engine's own host work, beside issuing the step's kernels (issue 31, "serving
+    engines have a per-step cost the model does not carry"): per step, scheduling the batch,
+    preparing its inputs, sampling and processing each sequence's new token; per request, the
+    path from arrival to the first scheduling and the first token's return to the client."""
+
+    fixed_s: float = 0.0
+    """Host seconds per step, whatever the batch."""
+    per_seq_s: float = 0.0
+    """Host seconds per step for each sequence in it (its output processed)."""
+    overlap: bool = False
+    """The engine does this work for one step while the GPU runs the next (an overlap
+    scheduler): the step is max(device, host) rather than device + host."""
+    request_s: float = 0.0
+    """Seconds each request's first token spends outside the steps (front end, queue entry,
+    streaming return), added to its TTFT."""
+    basis: str = ""
+    """Where the figures come from."""
+
+    def step_s(self, batch: int) -> float:
+        """Host seconds of one step of ``batch`` sequences."""
+        return self.fixed_s + self.per_seq_s * batch
+
+    def to_dict(self) -> dict:
+        return {"fixed_s": self.fixed_s, "per_seq_s": self.per_seq_s, "overlap": self.overlap,
+                "request_s": self.request_s, "basis": self.basis}
 
 
 @record
@@ -91,6 +120,9 @@ class EngineProfile:
     matmul of a block)."""
     export: str | None = None
     """The ``--export`` writer for its config (None: gpuplan writes none yet)."""
+    serving_host: ServingHost | None = None
+    """A serving engine's host work per step and per request (None: none modelled -- a plain
+    generate loop, or an engine whose figures have no source yet)."""
     sources: tuple[str, ...] = ()
 
     @property
@@ -112,8 +144,34 @@ class EngineProfile:
                 "memory_utilization": self.memory_utilization,
                 "cuda_graph_pool": self.cuda_graph_pool, "sliding_kv": self.sliding_kv,
                 "selective": self.selective, "export": self.export,
+                "serving_host": None if self.serving_host is None
+                else self.serving_host.to_dict(),
                 "sources": list(self.sources)}
 
+
+#: vLLM's output processing per step, measured (V0's ``_process_model_outputs``): 0.2 ms at batch
+#: 1 and 3.4 ms at batch 32 (Llama-3-70B fp8 on 4x H100, 128 input tokens), a straight line
+#: through the two: 3.2 ms / 31 sequences per sequence, the rest fixed. Run after the step, on the
+#: critical path (the RFC's point: the GPU waits for it).
+_VLLM_SEQ_S = (3.4e-3 - 0.2e-3) / 31
+_VLLM_HOST = ServingHost(
+    fixed_s=0.2e-3 - _VLLM_SEQ_S, per_seq_s=_VLLM_SEQ_S, overlap=False,
+    basis="vllm-project/vllm issue #6913 (RFC: Asynchronous Output Processor, 2024-07-29): "
+    "_process_model_outputs 0.2 ms at batch 1, 3.4 ms at batch 32 (Llama3-70B FP8, 4xH100), "
+    "the GPU idle meanwhile; scheduling and input preparation (issue #6854: ~4 ms GPU bubble "
+    "per decode step, batch not stated) are not counted, so this is the lower bound")
+
+#: TensorRT-LLM behind Triton: its C++ executor's own per-step host work has no published figure
+#: here (none counted); each request's path through Triton's tensorrtllm_backend (HTTP
+#: streaming front end, tokenisation in the ensemble's preprocessing model, entry to the
+#: executor at an iteration boundary, the first token back through postprocessing) is fitted:
+#: the median of measured - simulated TTFT over the 12 QPS-2 rows of the TensorRT-LLM 0.14
+#: online table (gaps 6.2-16.9 ms before it was counted; benchmarks/validate_capacity.md), the
+#: other 68 rows of that table and the NIM rows out of sample.
+_TRTLLM_HOST = ServingHost(
+    request_s=8.3e-3, basis="per-request cost fitted, not published: 8.3 ms, the median gap of "
+    "measured over simulated TTFT on the QPS-2 rows of TensorRT-LLM 0.14's online serving "
+    "table (docs/source/performance/perf-overview.md at 258c754); no per-step figure counted")
 
 _EAGER = MappingProxyType({"train": "eager", "infer": "eager"})
 _EAGER_TRAIN = MappingProxyType({"train": "eager"})
@@ -217,8 +275,10 @@ _PROFILES = (
         kernels="fused RMSNorm, SiLU-and-mul and rotary kernels; FlashAttention (paged)",
         parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
         memory_utilization=0.9, cuda_graph_pool=True, export="vllm", sliding_kv="window",
+        serving_host=_VLLM_HOST,
         sources=("vllm/config: gpu_memory_utilization 0.9 by default; enforce_eager False "
-                 "(CUDA graphs captured for decode batch sizes)",)),
+                 "(CUDA graphs captured for decode batch sizes)",
+                 "host work per step: " + _VLLM_HOST.basis)),
     EngineProfile(
         name="sglang", title="SGLang (RadixAttention prefix cache, CUDA graphs for decode)",
         modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),
@@ -237,8 +297,21 @@ _PROFILES = (
         kernels="its fused GEMM + activation and norm kernels; its own attention plugin",
         parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
         memory_utilization=0.9, cuda_graph_pool=True, sliding_kv="window",
+        serving_host=_TRTLLM_HOST,
         sources=("TensorRT-LLM KvCacheConfig: free_gpu_memory_fraction 0.9 of the memory free "
-                 "after the weights",)),
+                 "after the weights",
+                 "host work: " + _TRTLLM_HOST.basis)),
+    EngineProfile(
+        name="gpt-fast", title="gpt-fast (torch.compile reduce-overhead: CUDA graphs, a static "
+        "KV cache, one generate loop)", modes=("infer",), runtime=_GRAPHS,
+        runtimes=("cudagraphs", "compile", "eager"), model_code="transformers",
+        sharding="deepspeed", shardings=("deepspeed",), zero_stages=(0,),
+        kernels="torch.compile's (Inductor's fused elementwise kernels, its int8/int4 GEMV "
+        "kernels); SDPA attention", parallel=frozenset({"tp"}), sliding_kv="window - 1",
+        sources=("pytorch-labs/gpt-fast generate.py: model compiled with mode "
+                 "'reduce-overhead' (CUDA graphs), a static KV cache, tensor parallel by "
+                 "torch.distributed (tp.py); a plain decode loop with no scheduler or "
+                 "detokenization between steps, so no serving host work",)),
 )
 
 #: name -> profile, in the order they are listed.

@@ -112,6 +112,10 @@ def _step_table(est: SpeedEstimate) -> Any:
     t.add_row("bytes moved per step", format_bytes(est.step.bytes))
     t.add_row("kernel time (sum of max(compute, memory))", format_seconds(est.step.kernel_time_s))
     t.add_row(_launch_label(est.step), format_seconds(est.step.launch_time_s))
+    if est.step.serve_host_s:
+        how = "beside the step, exposed" if est.step.serve_overlap else "after the kernels"
+        t.add_row(f"serving engine host work per step (its profile's; {how})",
+                  format_seconds(est.step.serve_host_exposed_s))
     if est.transfer.exposed_s:
         t.add_row("exposed input copy", format_seconds(est.transfer.exposed_s))
     if est.comm_exposed_s:
