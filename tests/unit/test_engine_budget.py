@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan.engines.budget import (CUDA_GRAPH_POOL_BYTES, DEFAULT_VERSIONS, GIB, MIB,
-                                    NON_TORCH_BYTES, SGLANG_INIT_BYTES, TRT_CONTEXT_BYTES,
+                                    NON_TORCH_BYTES, NON_TORCH_GROWTH_BYTES, SGLANG_INIT_BYTES, TRT_CONTEXT_BYTES,
                                     budget_rule, sglang_default_fraction)
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
@@ -36,17 +36,23 @@ def llama8b():
 
 def test_vllm_default_rule_by_hand(llama8b):
     """vLLM 0.21 on an H100: 0.92 of 85,028,896,768 bytes, less the weights, the profile run's
-    peak at 8,192 tokens and 1,024 sequences, non-torch memory and the graph pool; 2 MiB blocks
-    of 16 tokens x 32 layers x 4 KiB."""
+    peak at 8,192 tokens and 1,024 sequences, the non-torch growth and the graph pool; 2 MiB
+    blocks of 16 tokens x 32 layers x 4 KiB. At 1,024 sequences the peak is the sampler's sort
+    of 1,024 x 128,256 logits (28 bytes each: bf16 logits, fp32 copy, sorted values, int64
+    indices, two bool masks, softmax, scatter) beside the 8,192 hidden states, not the forward's
+    MLP with the logits."""
     b = kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm"), max_model_len=8192)
     assert (b.engine, b.version, b.block_size, b.fraction) == ("vllm", "0.21", 16, 0.92)
     t, h = 8192, 4096
-    act = (2 * t * h * 2                      # residual stream and hidden state, bf16
-           + t * 3 * 14336 * 2                # gate/up output (2 x 14,336) and SwiGLU output
-           + 1024 * 128_256 * 4 * SAMPLER_COPIES)  # the sampler's fp32 logits
+    forward = (2 * t * h * 2                  # residual stream and hidden state, bf16
+               + t * 3 * 14336 * 2            # gate/up output (2 x 14,336) and SwiGLU output
+               + 1024 * 128_256 * 4 * SAMPLER_COPIES)  # with the fp32 logits
+    sort = 1024 * 128_256 * (2 + 4 + 4 + 8 + 1 + 4 + 1 + 4) + t * h * 2
+    assert sort > forward
     assert b.parts["weights"] == LLAMA8B_WEIGHTS
-    assert b.parts["activation_peak"] == act
-    avail = int(85_028_896_768 * 0.92) - LLAMA8B_WEIGHTS - act - NON_TORCH_BYTES \
+    assert b.parts["activation_peak"] == sort
+    assert b.parts["non_torch"] == NON_TORCH_GROWTH_BYTES
+    avail = int(85_028_896_768 * 0.92) - LLAMA8B_WEIGHTS - sort - NON_TORCH_GROWTH_BYTES \
         - CUDA_GRAPH_POOL_BYTES
     assert b.available_kv_bytes == avail
     assert b.kv_blocks == avail // (16 * LLAMA8B_KV_PER_TOKEN)
@@ -146,7 +152,7 @@ def test_hybrid_allocator_keeps_windows_apart():
 
 def test_unknown_versions_and_engines_are_input_errors(llama8b):
     job = _job("llama-3.1-8b", "vllm")
-    with pytest.raises(InputError, match="0.6, 0.8, 0.10, 0.21"):
+    with pytest.raises(InputError, match="0.6, 0.7, 0.8, 0.10, 0.21"):
         kv_budget(llama8b, H100, job, engine_version="0.4")
     with pytest.raises(InputError, match="expected a version"):
         kv_budget(llama8b, H100, job, engine_version="latest")
@@ -225,7 +231,7 @@ def test_fit_table_and_refusals(cli):
     assert code == 2 and "--engine vllm" in err and len(err.strip().splitlines()) == 1
     code, _, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "vllm",
                        "--engine-version", "0.1", "--gpu", "H100-SXM-80GB")
-    assert code == 2 and "0.6, 0.8, 0.10, 0.21" in err
+    assert code == 2 and "0.6, 0.7, 0.8, 0.10, 0.21" in err
 
 
 def test_sglang_running_requests_and_chunk_by_card(llama8b):
