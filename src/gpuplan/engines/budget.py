@@ -73,8 +73,8 @@ NON_TORCH_BYTES = int(0.35 * GIB)
 #: non-torch memory that grew since ("the increase of non_torch_memory from creating the
 #: current vLLM instance until after profiling"). Its logs at TP 1: 0.16 GiB (H100, #12126's
 #: own), 0.14 (H100), 0.05 and 0.01 (T4), 0.02 (RTX 4070 laptop), 0.06 (16 GB card, V1), 0.11
-#: (A100, ovg-project/kvcached#448): 0.1 GiB taken.
-NON_TORCH_GROWTH_BYTES = int(0.1 * GIB)
+#: (A100, ovg-project/kvcached#448): their median, 0.06 GiB, is taken.
+NON_TORCH_GROWTH_BYTES = int(0.06 * GIB)
 #: Fitted: extra non-torch memory per GPU when TP > 1 (NCCL communicators and the custom
 #: all-reduce's IPC buffers): 0.25 GiB in all at TP 2 (RTX 4090, #13061), 0.20 and 0.21 GiB at TP
 #: 4 -- read off those logs, not validated by a counted one.
