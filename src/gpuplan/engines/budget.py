@@ -14,6 +14,13 @@ Sources (read through the project's code search and issue threads):
   ``gpu_memory_utilization`` - (torch peak of the profile run, weights included) - non-torch
   memory; the log "Memory profiling results: total_gpu_memory=... non_torch_memory=...
   kv_cache_size=..." (vllm-project/vllm#10517) states the same sum.
+* vLLM 0.7+ ``memory_profiling`` (vllm/utils.py, PRs vllm-project/vllm#10511, #12126): the
+  non-torch term is what grew since the instance's baseline snapshot, the CUDA context left out
+  (rule 0.7 for V0; 0.6's and 0.8's workers count all non-torch device memory).
+* vLLM's profile sampler: V0 ``profile_run`` uses ``SamplingParams(top_p=0.99,
+  top_k=vocab_size - 1)`` (vllm/worker/model_runner.py, v0.6.6.post1), V1
+  ``_dummy_sampler_run`` top_p 0.9 and top_k vocab - 1 (PR #13594): both sort the vocabulary
+  in ``apply_top_k_top_p`` (:data:`SORT_SAMPLER_BYTES`).
 * vLLM V1 ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` (commit
   0012cf691b7e, 0.8.x; the ``memory_profiling`` form of 0.9-0.20 subtracts the same three
   parts): CUDA graphs are captured *after* the KV cache is allocated, so they come out of the
