@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan.engines.budget import (CUDA_GRAPH_POOL_BYTES, DEFAULT_VERSIONS, GIB, MIB,
-                                    NON_TORCH_BYTES, SGLANG_INIT_BYTES, TRT_CONTEXT_BYTES,
+                                    NON_TORCH_BYTES, NON_TORCH_GROWTH_BYTES, SGLANG_INIT_BYTES, TRT_CONTEXT_BYTES,
                                     budget_rule, sglang_default_fraction)
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
@@ -36,17 +36,23 @@ def llama8b():
 
 def test_vllm_default_rule_by_hand(llama8b):
     """vLLM 0.21 on an H100: 0.92 of 85,028,896,768 bytes, less the weights, the profile run's
-    peak at 8,192 tokens and 1,024 sequences, non-torch memory and the graph pool; 2 MiB blocks
-    of 16 tokens x 32 layers x 4 KiB."""
+    peak at 8,192 tokens and 1,024 sequences, the non-torch growth and the graph pool; 2 MiB
+    blocks of 16 tokens x 32 layers x 4 KiB. At 1,024 sequences the peak is the sampler's sort
+    of 1,024 x 128,256 logits (28 bytes each: bf16 logits, fp32 copy, sorted values, int64
+    indices, two bool masks, softmax, scatter) beside the 8,192 hidden states, not the forward's
+    MLP with the logits."""
     b = kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm"), max_model_len=8192)
     assert (b.engine, b.version, b.block_size, b.fraction) == ("vllm", "0.21", 16, 0.92)
     t, h = 8192, 4096
-    act = (2 * t * h * 2                      # residual stream and hidden state, bf16
-           + t * 3 * 14336 * 2                # gate/up output (2 x 14,336) and SwiGLU output
-           + 1024 * 128_256 * 4 * SAMPLER_COPIES)  # the sampler's fp32 logits
+    forward = (2 * t * h * 2                  # residual stream and hidden state, bf16
+               + t * 3 * 14336 * 2            # gate/up output (2 x 14,336) and SwiGLU output
+               + 1024 * 128_256 * 4 * SAMPLER_COPIES)  # with the fp32 logits
+    sort = 1024 * 128_256 * (2 + 4 + 4 + 8 + 1 + 4 + 1 + 4) + t * h * 2
+    assert sort > forward
     assert b.parts["weights"] == LLAMA8B_WEIGHTS
-    assert b.parts["activation_peak"] == act
-    avail = int(85_028_896_768 * 0.92) - LLAMA8B_WEIGHTS - act - NON_TORCH_BYTES \
+    assert b.parts["activation_peak"] == sort
+    assert b.parts["non_torch"] == NON_TORCH_GROWTH_BYTES
+    avail = int(85_028_896_768 * 0.92) - LLAMA8B_WEIGHTS - sort - NON_TORCH_GROWTH_BYTES \
         - CUDA_GRAPH_POOL_BYTES
     assert b.available_kv_bytes == avail
     assert b.kv_blocks == avail // (16 * LLAMA8B_KV_PER_TOKEN)
@@ -146,7 +152,7 @@ def test_hybrid_allocator_keeps_windows_apart():
 
 def test_unknown_versions_and_engines_are_input_errors(llama8b):
     job = _job("llama-3.1-8b", "vllm")
-    with pytest.raises(InputError, match="0.6, 0.8, 0.10, 0.21"):
+    with pytest.raises(InputError, match="0.6, 0.7, 0.8, 0.10, 0.21"):
         kv_budget(llama8b, H100, job, engine_version="0.4")
     with pytest.raises(InputError, match="expected a version"):
         kv_budget(llama8b, H100, job, engine_version="latest")
@@ -184,16 +190,78 @@ def _benchmark():
 
 def test_published_startup_logs_stay_within_the_bar():
     """Over the published vLLM and SGLang start-up logs: the median error of the KV tokens and
-    of the maximum concurrency within 5% (the issue's bar), the worst within 20% -- the logs
-    do not state what else held memory on their cards (a VM's reserve, a desktop's display) and
-    the memory outside PyTorch varies with the stack (0.01 to 0.46 GiB in the V0 logs): the
-    worst two are a T4 (-18%, 0.01 GiB outside PyTorch against the 0.35 assumed) and an RTX
-    5060 Ti in a VM (+18%)."""
+    of the maximum concurrency within 5% (the issue's bar), the worst within 15%."""
     bench = _benchmark()
     s = bench.summary(bench.rows())
     assert s["n"] >= 17 and s["tokens_n"] >= 16 and s["concurrency_n"] >= 12
     assert s["tokens_median"] < 0.05 and s["concurrency_median"] < 0.05
-    assert s["tokens_worst"] < 0.20 and s["concurrency_worst"] < 0.20
+    assert s["tokens_worst"] < 0.15 and s["concurrency_worst"] < 0.15
+
+
+#: Counted logs still outside 5% (benchmarks/engine_budget.md), each with what is unexplained.
+OUTSIDE_THE_BAR = {
+    "vllm-5060ti-qwen2.5-7b-awq": "+13%: 0.8 GiB more held by 0.11 on an RTX 5060 Ti than the "
+                                  "same model's 16 GB log shows; not found in vLLM's code",
+    "vllm-4070laptop-llama3b-q8-10k": "+12%: the log's activation peak (1.22 GiB) is 0.25 GiB "
+                                      "over the GGUF forward and the sampler's sort",
+    "vllm-h100-llama70b-w8a8-2k": "-11%: a V1 run of 0.7, before the sampler was profiled "
+                                  "(PR #13594); no rule models 0.7's V1",
+    "sglang-4xh100-qwen3-235b-fp8": "+7%: 1.2 GiB per GPU more held before SGLang's pool",
+    "vllm-t4-qwen2.5-1.5b-32k": "-5.6%: activation peak 0.1 GiB over the log's",
+}
+
+
+@pytest.mark.xfail(strict=True, reason="5 of 17 counted logs are outside 5% of their KV "
+                   "tokens or concurrency (worst +13.2%): " + "; ".join(
+                       f"{k} {v}" for k, v in OUTSIDE_THE_BAR.items()))
+def test_every_counted_log_within_five_percent():
+    """The issue's must-hold: each counted log's KV tokens and maximum concurrency within 5%."""
+    bench = _benchmark()
+    out = {r["log"]["id"]: e for r in bench.rows() if "excluded" not in r["log"]
+           for k, e in r["errors"].items() if k != "available_kv" and abs(e) >= 0.05}
+    assert not out, out
+
+
+def test_outside_the_bar_list_is_current():
+    """The xfail above names exactly the logs outside 5% (so it cannot pass or fail silently for
+    another log)."""
+    bench = _benchmark()
+    out = {r["log"]["id"] for r in bench.rows() if "excluded" not in r["log"]
+           for k, e in r["errors"].items() if k != "available_kv" and abs(e) >= 0.05}
+    assert out == set(OUTSIDE_THE_BAR)
+
+
+def test_vllm_sampler_sort_and_non_torch_by_profiler(llama8b):
+    """vLLM's profile sampler sorts the vocabulary: on a T4 at 2,048 tokens and 256 sequences
+    Llama 3.2 3B's peak is the sort of 256 x 128,256 logits (28 bytes each) beside the hidden
+    states -- 0.87 GiB, where the log prints 0.90 (vllm-t4-llama3b-2k) -- not the forward. The
+    non-torch term is the CUDA context under the 0.6 profiler and only its growth from 0.7."""
+    model = load_model("llama-3.2-3b")
+    job = _job("llama-3.2-3b", "vllm", infer_precision="fp16")
+    t4 = get_gpu("T4")
+    b = kv_budget(model, t4, job, engine_version="0.7", max_model_len=2048,
+                  gpu_memory_utilization=0.89)
+    assert b.parts["activation_peak"] == 256 * 128_256 * 28 + 2048 * 3072 * 2
+    assert b.parts["activation_peak"] / GIB == pytest.approx(0.90, abs=0.04)
+    assert b.parts["non_torch"] == NON_TORCH_GROWTH_BYTES
+    old = kv_budget(model, t4, job, engine_version="0.6", max_model_len=2048,
+                    gpu_memory_utilization=0.89)
+    assert old.parts["non_torch"] == NON_TORCH_BYTES
+    assert old.available_kv_bytes - b.available_kv_bytes == NON_TORCH_GROWTH_BYTES - NON_TORCH_BYTES
+
+
+def test_gguf_merged_layers_hold_their_shards_and_the_concatenation():
+    """vLLM's GGUF linear method runs gate and up one at a time and concatenates them: at
+    10,000 tokens Llama 3.2 3B's MLP peak is 4 x 10,000 x 8,192 fp16 values, one more
+    intermediate than the unquantized layer's gate/up and SwiGLU output (one sequence, so that
+    the sampler's sort is not the peak)."""
+    model = load_model("llama-3.2-3b")
+    gpu = get_gpu("RTX-4070")
+    kw = dict(engine_version="0.7", max_model_len=10_000, gpu_memory_utilization=0.9,
+              max_num_seqs=1)
+    q8 = kv_budget(model, gpu, _job("llama-3.2-3b", "vllm", infer_precision="q8_0"), **kw)
+    fp16 = kv_budget(model, gpu, _job("llama-3.2-3b", "vllm", infer_precision="fp16"), **kw)
+    assert q8.parts["activation_peak"] - fp16.parts["activation_peak"] == 10_000 * 8192 * 2
 
 
 def test_fit_json_shows_the_engine_budget(cli, llama8b):
@@ -225,7 +293,7 @@ def test_fit_table_and_refusals(cli):
     assert code == 2 and "--engine vllm" in err and len(err.strip().splitlines()) == 1
     code, _, err = cli("fit", "llama-3.1-8b", "--mode", "infer", "--engine", "vllm",
                        "--engine-version", "0.1", "--gpu", "H100-SXM-80GB")
-    assert code == 2 and "0.6, 0.8, 0.10, 0.21" in err
+    assert code == 2 and "0.6, 0.7, 0.8, 0.10, 0.21" in err
 
 
 def test_sglang_running_requests_and_chunk_by_card(llama8b):

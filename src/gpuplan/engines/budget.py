@@ -14,6 +14,13 @@ Sources (read through the project's code search and issue threads):
   ``gpu_memory_utilization`` - (torch peak of the profile run, weights included) - non-torch
   memory; the log "Memory profiling results: total_gpu_memory=... non_torch_memory=...
   kv_cache_size=..." (vllm-project/vllm#10517) states the same sum.
+* vLLM 0.7+ ``memory_profiling`` (vllm/utils.py, PRs vllm-project/vllm#10511, #12126): the
+  non-torch term is what grew since the instance's baseline snapshot, the CUDA context left out
+  (rule 0.7 for V0; 0.6's and 0.8's workers count all non-torch device memory).
+* vLLM's profile sampler: V0 ``profile_run`` uses ``SamplingParams(top_p=0.99,
+  top_k=vocab_size - 1)`` (vllm/worker/model_runner.py, v0.6.6.post1), V1
+  ``_dummy_sampler_run`` top_p 0.9 and top_k vocab - 1 (PR #13594): both sort the vocabulary
+  in ``apply_top_k_top_p`` (:data:`SORT_SAMPLER_BYTES`).
 * vLLM V1 ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` (commit
   0012cf691b7e, 0.8.x; the ``memory_profiling`` form of 0.9-0.20 subtracts the same three
   parts): CUDA graphs are captured *after* the KV cache is allocated, so they come out of the
@@ -54,22 +61,41 @@ from .._record import record
 from ..errors import InputError, opt, shown
 
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
-           "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB"]
+           "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB",
+           "NON_TORCH_BYTES", "NON_TORCH_GROWTH_BYTES", "SORT_SAMPLER_BYTES"]
 
 GIB = 1 << 30
 MIB = 1 << 20
 
-#: Fitted: memory outside PyTorch's allocator after the profile run, per GPU (cuBLAS/cuDNN
-#: workspaces, the CUDA context's growth after start). vLLM's V0 logs print it at TP 1: 0.35 and
-#: 0.35 (RTX 3090, #10517), 0.39 (16 GB card, #11251), 0.28, 0.05, 0.02, 0.01, 0.14, 0.46, 0.07,
-#: 0.08 GiB (logs in and beside benchmarks/published): it varies with the stack more than the
-#: model. Of 0.15, 0.25 and 0.35 GiB (tried with SAMPLER_COPIES 2: median error over the
-#: published logs 5.2% / 3.4% / 2.7%, worst 20% / 18% / 18%), 0.35 is taken.
+#: Fitted: memory outside PyTorch's allocator per GPU as a profiler that counts *all* of it
+#: sees it (rules with ``non_torch="device"``: vLLM 0.6's V0 worker and 0.8's V1 worker, which
+#: take ``mem_get_info`` used minus torch's allocated bytes): the CUDA context and the cuBLAS /
+#: cuDNN workspaces. The 0.6.4 logs of an RTX 3090 print 0.35 and 0.35 GiB (#10517), their
+#: "initial_memory_usage" (15.34 GiB) less the weights (14.99 GiB) is the same 0.35 -- the
+#: context held before the weights; a 16 GB card prints 0.39 (#11251).
 NON_TORCH_BYTES = int(0.35 * GIB)
+#: Fitted: what a baseline profiler counts outside PyTorch (``non_torch="growth"``): vLLM's
+#: ``memory_profiling`` (vllm/utils.py, PRs vllm-project/vllm#10511 and #12126, 0.7.0) takes a
+#: snapshot when the instance is created -- the CUDA context already up -- and counts only the
+#: non-torch memory that grew since ("the increase of non_torch_memory from creating the
+#: current vLLM instance until after profiling"). Its logs at TP 1: 0.16 GiB (H100, #12126's
+#: own), 0.14 (H100), 0.05 and 0.01 (T4), 0.02 (RTX 4070 laptop), 0.06 (16 GB card, V1), 0.11
+#: (A100, ovg-project/kvcached#448): their median, 0.06 GiB, is taken.
+NON_TORCH_GROWTH_BYTES = int(0.06 * GIB)
 #: Fitted: extra non-torch memory per GPU when TP > 1 (NCCL communicators and the custom
 #: all-reduce's IPC buffers): 0.25 GiB in all at TP 2 (RTX 4090, #13061), 0.20 and 0.21 GiB at TP
 #: 4 -- read off those logs, not validated by a counted one.
 NON_TORCH_TP_BYTES = int(0.15 * GIB)
+#: Bytes per (sequence, vocabulary entry) at the peak of vLLM V1's dummy sampler run, which
+#: profiles the sampler with top_p 0.9 and top_k vocab - 1 (``_dummy_sampler_run`` in
+#: vllm/v1/worker/gpu_model_runner.py, PR vllm-project/vllm#13594, 0.8) and so takes the
+#: PyTorch-native sort path of ``apply_top_k_top_p`` (vllm/v1/sample/ops/topk_topp_sampler.py;
+#: FlashInfer's sampler is off by default there): the model's bf16 logits (2) held by the
+#: caller, their fp32 copy (4), the sorted values (4) and int64 indices (8), the top-k mask
+#: (1), the softmax of the sorted values (4; its cumsum in place), the top-p mask (1) and the
+#: scatter back (4). Counted from the code; the one V1 log that prints its activation peak
+#: (Qwen2.5-7B AWQ, 256 x 152,064 logits: 1.04 GiB) agrees within 0.01 GiB.
+SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 1 + 4 + 1 + 4
 #: Fitted: the CUDA-graph pool vLLM 0.21+ estimates for its default capture sizes (decode
 #: graphs up to 512 sequences, piecewise + full); its logs print 0.36 GiB (small model, TP 2,
 #: gpustack/runner#251), 0.65 GiB (Gemma 3 4B, #21489), 0.69 GiB estimated (a 27B hybrid).
@@ -121,6 +147,15 @@ class BudgetRule:
     tokens_reported: str
     """``blocks`` (N = blocks x block_size) or ``concurrency`` (N = max_concurrency x
     max_model_len, vLLM 0.10+)."""
+    non_torch: str = "device"
+    """What the profiler counts outside PyTorch: ``device`` (everything, the CUDA context
+    included: :data:`NON_TORCH_BYTES`) or ``growth`` (only what grew since the instance's
+    baseline snapshot: :data:`NON_TORCH_GROWTH_BYTES`)."""
+    sampler: str = "summed"
+    """How the profile run's sampler adds to its peak: ``summed`` (the fp32 logits and one copy
+    on top of the forward's peak) or ``sort`` (vLLM's profile sampler, top-k/top-p through a
+    full sort of the vocabulary after the forward: the larger of that and
+    :data:`SORT_SAMPLER_BYTES` per logit)."""
     sources: tuple[str, ...] = ()
 
 
@@ -132,19 +167,30 @@ _VLLM_V0 = _rule(
     engine="vllm", version="0.6", knob="gpu_memory_utilization", default_fraction=0.9,
     fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
     max_num_batched_tokens="max_model_len", max_num_seqs="256", hybrid_groups=False,
-    tokens_reported="blocks",
+    tokens_reported="blocks", non_torch="device", sampler="sort",
     sources=("vllm/worker/worker.py determine_num_available_blocks (0.6.x)",
+             "vllm/worker/model_runner.py profile_run: SamplingParams(top_p=0.99, "
+             "top_k=vocab_size - 1)",
              "https://github.com/vllm-project/vllm/issues/10517"))
+_VLLM_V07 = replace(_VLLM_V0,
+    version="0.7", non_torch="growth",
+    sources=("vllm/utils.py memory_profiling (baseline snapshot; non_torch_increase)",
+             "https://github.com/vllm-project/vllm/pull/10511",
+             "https://github.com/vllm-project/vllm/pull/12126 (0.16 GiB non-torch, H100)"))
 _VLLM_V1 = _rule(
     engine="vllm", version="0.8", knob="gpu_memory_utilization", default_fraction=0.9,
     fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
     max_num_batched_tokens="serve", max_num_seqs="serve", hybrid_groups=True,
-    tokens_reported="blocks",
-    sources=("vllm/v1/worker/gpu_worker.py determine_available_memory @ 0012cf691b7e",
+    tokens_reported="blocks", non_torch="device", sampler="sort",
+    sources=("vllm/v1/worker/gpu_worker.py determine_available_memory @ 0012cf691b7e "
+             "(mem_get_info used - torch allocated: the context counted)",
+             "https://github.com/vllm-project/vllm/pull/17122 (that worker's diff)",
+             "https://github.com/vllm-project/vllm/pull/13594 (dummy sampler run)",
              "https://github.com/vllm-project/vllm/pull/13596"))
 _VLLM_V10 = replace(_VLLM_V1,
-    version="0.10", tokens_reported="concurrency",
+    version="0.10", tokens_reported="concurrency", non_torch="growth",
     sources=("vllm/v1/core/kv_cache_utils.py get_kv_cache_capacity (N = concurrency x L)",
+             "vllm/v1/worker/gpu_worker.py determine_available_memory (memory_profiling)",
              "https://github.com/vllm-project/vllm/issues/54662"))
 _VLLM_V21 = replace(_VLLM_V10,
     version="0.21", default_fraction=0.92, cuda_graph_deducted=True,
@@ -176,7 +222,7 @@ _TRT = _rule(
 
 #: engine -> its rules, oldest first.
 BUDGET_RULES: Mapping[str, tuple[BudgetRule, ...]] = MappingProxyType({
-    "vllm": (_VLLM_V0, _VLLM_V1, _VLLM_V10, _VLLM_V21),
+    "vllm": (_VLLM_V0, _VLLM_V07, _VLLM_V1, _VLLM_V10, _VLLM_V21),
     "sglang": (_SGLANG_04, _SGLANG_05),
     "trt-llm": (_TRT,),
 })

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from .._record import record
 from ..bounds import check_int, check_number
-from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES, NON_TORCH_TP_BYTES,
-                              SGLANG_INIT_BYTES, SGLANG_INIT_TP_BYTES, TRT_CONTEXT_BYTES,
+from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES,
+                              NON_TORCH_GROWTH_BYTES, NON_TORCH_TP_BYTES, SGLANG_INIT_BYTES,
+                              SGLANG_INIT_TP_BYTES, SORT_SAMPLER_BYTES, TRT_CONTEXT_BYTES,
                               BudgetRule, budget_rule, sglang_default_fraction,
                               sglang_settings)
 from ..engines.profiles import runtime_of
@@ -29,11 +30,14 @@ from .infer import infer_memory
 from .kv import kv_elem_bytes
 
 __all__ = ["KVBudget", "kv_budget", "sglang_running_requests", "SAMPLER_COPIES",
-           "FUSED_MOE_CHUNK"]
+           "FUSED_MOE_CHUNK", "GGUF_FORMATS"]
 
 #: The profile run's sampler holds the logits of every sequence in fp32 and one more copy of
 #: them (the probabilities it samples from).
 SAMPLER_COPIES = 2
+#: The weight formats (gpuplan.formats) that are llama.cpp GGUF files, which vLLM loads through
+#: its GGUF quantization method (vllm/model_executor/layers/quantization/gguf.py).
+GGUF_FORMATS = frozenset({"q8_0", "q4_0", "q4_k_m", "gguf"})
 #: vLLM's fused-MoE kernel works through at most this many tokens at once
 #: (``VLLM_FUSED_MOE_CHUNK_SIZE``), so its intermediate caches stop growing there.
 FUSED_MOE_CHUNK = 32768
@@ -98,8 +102,11 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     mnbt, seqs = _batch_budgets(rule, gpu, L, max_num_batched_tokens, max_num_seqs, lay.tp)
     rarch = rank_model(model, job, 0).architecture if not lay.trivial else arch
     weights = infer_memory(model, job).weights_bytes
-    act = _activation_peak(rarch, mnbt, seqs) if rule.profile_activations else 0
-    non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if lay.tp > 1 else 0)
+    gguf = _is_gguf(job) and rule.engine == "vllm"
+    act = _activation_peak(rarch, mnbt, seqs, sampler=rule.sampler, split_merged=gguf) \
+        if rule.profile_activations else 0
+    non_torch = (NON_TORCH_GROWTH_BYTES if rule.non_torch == "growth" else NON_TORCH_BYTES) \
+        + (NON_TORCH_TP_BYTES if lay.tp > 1 else 0)
     graphs = (CUDA_GRAPH_POOL_BYTES if rule.cuda_graph_deducted
               and runtime_of(job.runtime, "infer", job.engine) != "eager" else 0)
     avail, reserved, non_torch = _available(rule, total, fraction, weights, act, non_torch,
@@ -181,24 +188,44 @@ def _batch_budgets(rule: BudgetRule, gpu: GPU, L: int, mnbt: int | None,
     return mnbt, seqs
 
 
-def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2) -> int:
-    """PyTorch's peak over the profile run's forward of ``tokens`` tokens on one rank (``a`` is
-    the rank's architecture), beyond the weights: the largest layer's live tensors (the
-    residual stream and hidden state beside the MLP's gate/up output and activation, or the
-    fused-MoE caches, or the QKV and attention output) plus the sampler's fp32 logits of
-    ``seqs`` sequences."""
+def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
+                     sampler: str = "summed", split_merged: bool = False) -> int:
+    """PyTorch's peak over the profile run of ``tokens`` tokens on one rank (``a`` is the
+    rank's architecture), beyond the weights: the largest layer's live tensors (the residual
+    stream and hidden state beside the MLP's gate/up output and activation, or the fused-MoE
+    caches, or the QKV and attention output) with the fp32 logits of ``seqs`` sequences and a
+    copy on top of that (``summed``: fitted to vLLM 0.6.4's logs, which print the torch peak);
+    for vLLM's profile sampler, which sorts the vocabulary for top-k/top-p after the forward,
+    the larger of that and :data:`SORT_SAMPLER_BYTES` per logit beside the hidden states
+    (``sort``).
+
+    ``split_merged``: vLLM's GGUF linear method runs a merged layer (QKV, gate/up) one shard at
+    a time and concatenates the outputs (``GGUFLinearMethod.apply``, torch.cat of the shard
+    results), so the shards and their concatenation are live together: the MLP's peak is the
+    gate and up outputs and their concatenation (4 x intermediate) instead of gate/up and the
+    SwiGLU output (3 x), and the QKV's is doubled."""
     H = a.hidden_size
     stream = 2 * tokens * H * dt
-    attn = tokens * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim * dt \
-        + tokens * a.num_heads * a.head_dim * dt
-    dense = tokens * 3 * a.intermediate_size * dt if a.intermediate_size else 0
+    qkv = tokens * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim * dt
+    attn = qkv * (2 if split_merged else 1) + tokens * a.num_heads * a.head_dim * dt
+    dense = tokens * (4 if split_merged else 3) * a.intermediate_size * dt \
+        if a.intermediate_size else 0
     moe = 0
     if a.num_experts:
         m = min(tokens, FUSED_MOE_CHUNK)
         moe = m * a.experts_per_token * (3 * a.moe_intermediate_size + H) * dt \
             + tokens * 3 * a.shared_expert_intermediate_size * dt
-    logits = min(seqs, tokens) * a.vocab_size * 4 * SAMPLER_COPIES
-    return stream + max(attn, dense, moe) + logits
+    forward = stream + max(attn, dense, moe)
+    logits = min(seqs, tokens) * a.vocab_size
+    summed = forward + logits * 4 * SAMPLER_COPIES
+    if sampler == "sort":  # after the forward: only its hidden states are still held
+        return max(summed, logits * SORT_SAMPLER_BYTES + tokens * H * dt)
+    return summed
+
+
+def _is_gguf(job: Job) -> bool:
+    """Whether the job's weights are a GGUF format (vLLM runs those through its GGUF method)."""
+    return job.infer_precision in GGUF_FORMATS
 
 
 def _available(rule: BudgetRule, total: int, f: float, weights: int, act: int, non_torch: int,
