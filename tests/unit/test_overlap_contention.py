@@ -20,11 +20,16 @@ SHARE = 24 / 132  # by hand: 24 CTAs resident, one SM each, of H100 SXM's 132 SM
 def test_share_of_the_sms_by_hand():
     assert CONSTANTS["nccl_overlap_ctas"].value == 24
     assert "forums.developer.nvidia.com" in CONSTANTS["nccl_overlap_ctas"].source
-    assert overlap_sm_share(132) == pytest.approx(0.18182, abs=1e-5)
-    assert overlap_sm_share(108) == pytest.approx(24 / 108)  # A100: the same CTAs, fewer SMs
-    assert overlap_sm_share(0) == 0.0  # SM count unknown: no guess
-    assert overlap_sm_share(304, "AMD") == 0.0  # RCCL's CTA count is not published
-    assert overlap_sm_share(12) == 1.0  # never more than every SM
+    nv = dict(vendor="NVIDIA", interconnect="NVLink 4")
+    assert overlap_sm_share(132, **nv) == pytest.approx(0.18182, abs=1e-5)
+    # A100: the same CTAs (assumed), fewer SMs
+    assert overlap_sm_share(108, vendor="NVIDIA", interconnect="NVLink 3") == pytest.approx(24 / 108)
+    assert overlap_sm_share(0, **nv) == 0.0  # SM count unknown: no guess
+    assert overlap_sm_share(12, **nv) == 1.0  # never more than every SM
+    # not measured there: RCCL, PCIe-only boards (L4), a bridged NVLink pair (H100 PCIe)
+    assert overlap_sm_share(304, vendor="AMD", interconnect="Infinity Fabric") == 0.0
+    assert overlap_sm_share(58, vendor="NVIDIA", interconnect=None) == 0.0
+    assert overlap_sm_share(114, vendor="NVIDIA", interconnect="NVLink 4 (bridge)") == 0.0
 
 
 def _scaling(backward_s: float, share: float):
@@ -78,7 +83,7 @@ def test_layout_path_adds_the_share_of_the_hidden_data_parallel_time(monkeypatch
         return estimate_speed(model, H100, job, measured=None, topology=topo).layout
 
     with_share = est()
-    monkeypatch.setattr(P, "overlap_sm_share", lambda sms, vendor="nvidia": 0.0)
+    monkeypatch.setattr(P, "overlap_sm_share", lambda sms, **kw: 0.0)
     without = est()
     assert with_share.dp_comm_s == pytest.approx(without.dp_comm_s)
     hidden = without.dp_comm_s - without.dp_exposed_s

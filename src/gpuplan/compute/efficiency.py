@@ -270,8 +270,8 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "Degradation because of Tail Effect', 2025, the poster's Nsight Systems profile: "
         "https://forums.developer.nvidia.com/t/337991). NCCL runs one CTA per channel; taken for "
         "every overlapped data-parallel collective (all-reduce, all-gather, reduce-scatter) on "
-        "every NVIDIA GPU -- a measured count on H100 only, the channel count NCCL picks "
-        "elsewhere is not published"),
+        "NVIDIA NVLink-switch boards (A100, H100/H200, B200: a measured count on H100 only, the "
+        "others assumed alike); none over PCIe, whose NCCL channel count is not published"),
     # -- AMP ---------------------------------------------------------------------------------------
     "autocast_fp32_ops": Constant(
         2.0, "x bytes", "CUDA autocast runs softmax and layer_norm in fp32 (PyTorch AMP op "
@@ -346,12 +346,17 @@ def splitk_fixed_s(architecture: str, dtype: str, batch: int, m: int, n: int,
     return constant(names[1]) if tiles < sm_count else 0.0
 
 
-def overlap_sm_share(sm_count: int, vendor: str = "nvidia") -> float:
+def overlap_sm_share(sm_count: int, *, vendor: str, interconnect: str | None) -> float:
     """Share of the SMs an overlapped NCCL collective holds while it runs (:data:`CONSTANTS`
     ``nccl_overlap_ctas`` of ``sm_count``): compute that runs beside it runs on the rest, so a
-    hidden collective of ``t`` seconds still costs the step ``share x t``. 0 where the SM count
-    is unknown or the vendor is not NVIDIA (RCCL's CTA count is not published)."""
-    if sm_count <= 0 or (vendor or "nvidia").lower() != "nvidia":
+    hidden collective of ``t`` seconds still costs the step ``share x t``. Only on NVIDIA boards
+    whose GPUs share an NVLink switch (``interconnect`` ``NVLink ...``, not a bridged pair), where
+    the count was measured (H100) -- applied to Ampere and Blackwell boards alike as an
+    assumption; 0 elsewhere: NCCL's channel count over PCIe (fewer, slower links) and RCCL's are
+    not published, and an unknown SM count gets no guess."""
+    link = interconnect or ""
+    if (sm_count <= 0 or (vendor or "").lower() != "nvidia" or not link.startswith("NVLink")
+            or "bridge" in link):
         return 0.0
     return min(1.0, constant("nccl_overlap_ctas") / sm_count)
 

@@ -423,7 +423,8 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
                                None if gather_bytes_per_element is None
                                else mine * gather_bytes_per_element,
-                               sm_share=overlap_sm_share(device.sm_count, device.vendor))
+                               sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
+                                                interconnect=device.interconnect))
     shard = lay.dp * lay.cp if lay.zero >= 1 else 1
     if optimizer_s is None:
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)

@@ -663,7 +663,8 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
         gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
         eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens, topology=topo,
         serial_bytes=int(serial),
-        overlap_sm_share=overlap_sm_share(device.sm_count, device.vendor))
+        overlap_sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
+                                                interconnect=device.interconnect))
 
 
 def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:
