@@ -154,5 +154,8 @@ def test_the_gradient_all_reduce_hides_under_the_last_micro_batch_only():
     st = est.step
     bwd = st._device_s([t for t in st.ops if t.op.phase in ("backward", "recompute")])
     assert st.device_time_s > st.host_time_s  # device-bound: the window is the kernels' time
-    assert row.exposed_comm_s == pytest.approx(row.allreduce_s - bwd / 4, rel=1e-6)
+    # the hidden quarter-backward's worth of the ring still holds 24 of the 132 SMs
+    # (efficiency.overlap_sm_share): that share of it slows the backward beside it
+    assert row.exposed_comm_s == pytest.approx(row.allreduce_s - bwd / 4 + 24 / 132 * bwd / 4,
+                                               rel=1e-6)
     assert row.exposed_comm_s > 0.5 * row.allreduce_s  # 16 GB over 400 Gb/s a node: mostly exposed

@@ -107,29 +107,37 @@ OUT_OF_SAMPLE = set(vs.OUT_OF_SAMPLE_GROUPS)
 
 def test_out_of_sample_holdout_reads(rows):
     # what the whole holdout reads with issue 31's runs (benchmarks/validate_speed.md): 79 runs,
-    # 13.0% median, 70.8% worst (13.1% / 75.0% before the network model held the node's NICs).
+    # 12.1% median, 70.8% worst (13.1% / 75.0% before the network model held the node's NICs,
+    # 13.0% median before the SM contention of overlapped collectives).
     # torchtitan's four bf16 rows 1.64-1.70x before its op-level selective checkpointing was
     # timed, 1.46-1.54x after; AutoAWQ's 24 rows 0.56-1.71x (its 4-bit kernels reach ~73% of the
     # bandwidth at batch 1, gpuplan's 4-bit fraction is gpt-fast's 42%); the IBM FSDP post's six
     # rows, their 400 / 800 Gbps read per node as written before any prediction was read, 0.25-
     # 0.29x while a ring across nodes ran at one NIC's rate (74-82% of the step exposed
     # all-gathers and reduce-scatters), now on the node's 8 NICs with the traffic hidden: the
-    # A100 rows 1.06-1.26x, the H100 rows 1.36-1.55x, as those GPUs' single-node FSDP rows read.
-    # Asserted as reached, so a change that moves it is seen
+    # A100 rows 1.06-1.26x, the H100 rows 1.36-1.55x, as those GPUs' single-node FSDP rows read;
+    # then (the SMs NCCL's 24 CTAs hold while the hidden traffic runs, efficiency.overlap_sm_share)
+    # 0.95-1.11x and 1.21-1.37x, the whole holdout 12.1% median: the hidden traffic now costs
+    # 24 / SMs of its time, 10-12% of these steps (at most 24/108 = 22% on A100, 24/132 = 18% on
+    # H100, were all of the step hidden traffic). Asserted as reached, so a change that moves it
+    # is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 34
-    assert s["median_abs_error"] <= 0.131 and s["worst_abs_error"] <= 0.709
+    assert s["median_abs_error"] <= 0.121 and s["worst_abs_error"] <= 0.709
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
-    assert len(ibm) == 6 and all(r.comm_share < 0.01 for r in ibm)
+    assert len(ibm) == 6
+    for r in ibm:
+        cap = 24 / (108 if "a100" in r.run["id"] else 132)
+        assert 0.05 < r.comm_share < cap
     a100 = [r.ratio for r in ibm if "a100" in r.run["id"]]
     h100 = [r.ratio for r in ibm if "h100" in r.run["id"]]
     assert len(a100) == len(h100) == 3
-    assert 1.05 < min(a100) and max(a100) < 1.26 and 1.35 < min(h100) and max(h100) < 1.55
+    assert 0.94 < min(a100) and max(a100) < 1.12 and 1.20 < min(h100) and max(h100) < 1.38
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 13.0% median and 70.8% worst, and the autoawq, torchtitan and "
+                   "holdout reads 12.1% median and 70.8% worst, and the autoawq, torchtitan and "
                    "ibm-fsdp-blog groups' medians are over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
 def test_holdout_meets_issue_31s_bar(rows):

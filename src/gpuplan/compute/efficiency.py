@@ -31,7 +31,7 @@ __all__ = [
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
-    "GRAD_CLIP_IMPLS", "GradClipCost", "grad_clip_cost",
+    "GRAD_CLIP_IMPLS", "GradClipCost", "grad_clip_cost", "overlap_sm_share",
 ]
 
 
@@ -261,6 +261,17 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "weights are copied into the fp16 ones (_master_params_to_model_params / "
         "_copy_main_params_to_model_params: read 4 B; the 2-B write is the step's): 2 + 4 + 2 + 4 "
         "= 12 B = 3 fp32 accesses more than one fused pass"),
+    # -- communication overlapped with compute: the SMs NCCL's kernels hold -----------------------
+    "nccl_overlap_ctas": Constant(
+        24, "CTAs (one SM each)", "an ncclAllGather overlapped with a GEMM under FSDP's prefetch "
+        "on an H100 (132 SMs) launches 24 blocks, each resident on its own SM for the "
+        "collective's whole duration, so the concurrent GEMM runs on the other 108 (NVIDIA "
+        "Developer Forums, 'Compute-Communication Overlap Causes Severe GEMM Performance "
+        "Degradation because of Tail Effect', 2025, the poster's Nsight Systems profile: "
+        "https://forums.developer.nvidia.com/t/337991). NCCL runs one CTA per channel; taken for "
+        "every overlapped data-parallel collective (all-reduce, all-gather, reduce-scatter) on "
+        "NVIDIA NVLink-switch boards (A100, H100/H200, B200: a measured count on H100 only, the "
+        "others assumed alike); none over PCIe, whose NCCL channel count is not published"),
     # -- AMP ---------------------------------------------------------------------------------------
     "autocast_fp32_ops": Constant(
         2.0, "x bytes", "CUDA autocast runs softmax and layer_norm in fp32 (PyTorch AMP op "
@@ -333,6 +344,21 @@ def splitk_fixed_s(architecture: str, dtype: str, batch: int, m: int, n: int,
     tm, tn = GEMM_TILE
     tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
     return constant(names[1]) if tiles < sm_count else 0.0
+
+
+def overlap_sm_share(sm_count: int, *, vendor: str, interconnect: str | None) -> float:
+    """Share of the SMs an overlapped NCCL collective holds while it runs (:data:`CONSTANTS`
+    ``nccl_overlap_ctas`` of ``sm_count``): compute that runs beside it runs on the rest, so a
+    hidden collective of ``t`` seconds still costs the step ``share x t``. Only on NVIDIA boards
+    whose GPUs share an NVLink switch (``interconnect`` ``NVLink ...``, not a bridged pair), where
+    the count was measured (H100) -- applied to Ampere and Blackwell boards alike as an
+    assumption; 0 elsewhere: NCCL's channel count over PCIe (fewer, slower links) and RCCL's are
+    not published, and an unknown SM count gets no guess."""
+    link = interconnect or ""
+    if (sm_count <= 0 or (vendor or "").lower() != "nvidia" or not link.startswith("NVLink")
+            or "bridge" in link):
+        return 0.0
+    return min(1.0, constant("nccl_overlap_ctas") / sm_count)
 
 
 def gemv_bandwidth_fraction(weight_bytes: float) -> float:

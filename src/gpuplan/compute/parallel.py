@@ -51,7 +51,7 @@ from ..job import Job, part_layers, pp_chunks
 from ..parallel.layout import Layout
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
-from .efficiency import constant
+from .efficiency import constant, overlap_sm_share
 from .flops import optimizer_op, recompute_ops
 from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
@@ -423,7 +423,8 @@ def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture
 
 
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
-             window_s: float, gather_bytes: float | None = None) -> tuple[float, float]:
+             window_s: float, gather_bytes: float | None = None,
+             sm_share: float = 0.0) -> tuple[float, float]:
     """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic. ZeRO-3
     gathers the weights (forward, backward) and reduce-scatters the gradients for every
     micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
@@ -432,7 +433,9 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     (:func:`zero3_gathers`, ``lay.weight_gathers``). ``gather_bytes``: the bytes of the weights'
     all-gather where they differ from the gradients' (FP8 param gather: 1 byte an element for
     the narrow weights); ZeRO-1/2 then reduce-scatter the gradients and all-gather those bytes,
-    half an all-reduce each. None: the same bytes as the gradients."""
+    half an all-reduce each. None: the same bytes as the gradients. ``sm_share``: the share of
+    the SMs the overlapped collectives hold (:func:`~.efficiency.overlap_sm_share`): the compute
+    beside their hidden stretch runs that much slower, which the exposed time carries."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
@@ -456,8 +459,10 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
         rs = full - gather
         serial = max(gather, gathers * lay.micro_batches * g * (n - 1) / n
                      / SERIAL_GATHER_BUS_BPS)
-        return serial + rs, serial + max(rs - window_s, last)
-    return full, max(full - window_s, last)
+        tail = max(rs - window_s, last)
+        return serial + rs, serial + tail + sm_share * max(0.0, rs - tail)
+    tail = max(full - window_s, last)
+    return full, tail + sm_share * max(0.0, full - tail)
 
 
 def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology, *,
@@ -491,7 +496,9 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
                                None if gather_bytes_per_element is None
-                               else mine * gather_bytes_per_element)
+                               else mine * gather_bytes_per_element,
+                               sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
+                                                interconnect=device.interconnect))
     shard = lay.dp * lay.cp if lay.zero >= 1 else 1
     if optimizer_s is None:
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)

@@ -18,7 +18,7 @@ from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, default_efficiency, device_from_gpu, measured_apply
-from .efficiency import resolve_runtime, speed_range, speed_residuals
+from .efficiency import overlap_sm_share, resolve_runtime, speed_range, speed_residuals
 from ._args import speed_args
 from .flops import form_notes, run_form
 from .measured import RunUse, resolve_measured
@@ -677,7 +677,9 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
         step_s=step.time_s + transfer.exposed_s, backward_s=window,
         gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
         eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens, topology=topo,
-        serial_bytes=int(serial))
+        serial_bytes=int(serial),
+        overlap_sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
+                                                interconnect=device.interconnect))
 
 
 def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:

@@ -550,7 +550,8 @@ def _gpu_counts(n: int) -> list[int]:
 def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: int, gpus: int,
                           link: str, link_bandwidth: float, eff: Efficiency, overlap: bool = True,
                           tokens_per_step: float, bucket_bytes: int = 25 * 1024 * 1024,
-                          topology: Any = None, serial_bytes: int = 0) -> ScalingTable:
+                          topology: Any = None, serial_bytes: int = 0,
+                          overlap_sm_share: float = 0.0) -> ScalingTable:
     """Speed-up and efficiency of data parallelism for 1..``gpus`` GPUs.
 
     Without overlap the whole all-reduce follows the backward pass. With overlap (PyTorch DDP's
@@ -566,7 +567,10 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
     where that is slower (``Topology.bandwidth``). ``serial_bytes`` (DeepSpeed's waited-for
     gathers, which move twice them) run no faster than
     :data:`~gpuplan.engines.zero3.SERIAL_GATHER_BUS_BPS`.
-    None: every row on ``link``, as the user named it.
+    None: every row on ``link``, as the user named it. ``overlap_sm_share``: the share of the SMs
+    the overlapped collective's kernels hold while they run
+    (:func:`~.efficiency.overlap_sm_share`): the backward beside them is slowed by that share of
+    the hidden stretch, which the exposed time carries.
     """
     positive_int(gpus, "GPU count")
     rows = []
@@ -592,7 +596,9 @@ def data_parallel_scaling(*, step_s: float, backward_s: float, gradient_bytes: i
                 ar, serial = ar + slow - serial, slow
             if overlap:
                 last = allreduce_time(min(bucket_bytes, gradient_bytes), n, bus) + eff.launch_s
-                exposed = serial + max(ar - serial - backward_s, last)
+                tail = max(ar - serial - backward_s, last)
+                hidden = max(0.0, ar - serial - tail)
+                exposed = serial + tail + overlap_sm_share * hidden
             else:
                 exposed = ar
         t = step_s + exposed
