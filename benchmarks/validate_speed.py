@@ -699,7 +699,8 @@ MECHANISMS: dict[str, str] = {
     "batched decode": "one static batch decoding together: the weights read once a step, the "
                       "KV cache per stream",
     "quantized decode": "batch-1 decode over 4/8-bit weights: the GEMV bandwidth fraction of "
-                        "the weight width (compute/efficiency.py gemv_bw_*)",
+                        "the engine's kernel (compute/efficiency.py QUANT_KERNELS), else of the "
+                        "weight width (gemv_bw_*)",
     "TP decode": "batch-1 decode under tensor parallelism: the weight read split, two "
                  "all-reduces a layer",
     "16-bit decode": "batch-1 decode over 16-bit weights: the GEMV bandwidth fraction, the "
@@ -775,8 +776,12 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
     q = str(run["job"].get("weight_quant") or "")
     if not q or row.mechanism not in ("quantized decode", "batched decode"):
         return ""
-    out = ("the 4/8-bit GEMV bandwidth fraction is gpt-fast's kernels' (calibrate split); this "
-           f"library's kernel ({q}) attains another")
+    out = ("the 4-bit kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
+           "QUANT_KERNELS autoawq-gemm, a mechanism with no published figure); "
+           f"this row's kernel is {q}")
+    if "GEMV" in q:
+        out += ("; gpuplan's Job cannot pick AutoAWQ's GEMV kernel, so it is timed as the GEMM "
+                "kernel")
     if "GEMV" in q and (run["job"].get("micro_batch") or 1) > 1:
         out += ("; its GEMV kernel at batch > 1 is marked 'avoid using' by the source (the "
                 "estimate reads the weights once a step for the whole batch)")

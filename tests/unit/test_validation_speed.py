@@ -119,12 +119,15 @@ def test_out_of_sample_holdout_reads(rows):
     # then (the SMs NCCL's 24 CTAs hold while the hidden traffic runs, efficiency.overlap_sm_share)
     # 0.95-1.11x and 1.21-1.37x, the whole holdout 12.1% median: the hidden traffic now costs
     # 24 / SMs of its time, 10-12% of these steps (at most 24/108 = 22% on A100, 24/132 = 18% on
-    # H100, were all of the step hidden traffic). Asserted as reached, so a change that moves it
-    # is seen
+    # H100, were all of the step hidden traffic). Issue 30/31 (awq31): AutoAWQ's GEMM kernel at
+    # the 16-bit GEMV share (QUANT_KERNELS autoawq-gemm) moves the holdout to 10.4% median; its
+    # worst becomes 159.5%, AutoAWQ's GEMV kernel at batch 8 (the Job cannot pick that kernel, so
+    # it is timed as the GEMM one, which reads the weights once for the batch). Asserted as
+    # reached, so a change that moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 34
-    assert s["median_abs_error"] <= 0.121 and s["worst_abs_error"] <= 0.709
+    assert s["median_abs_error"] <= 0.104 and s["worst_abs_error"] <= 1.596
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:

@@ -177,6 +177,9 @@ class Efficiency:
     """Measured fractions per dtype, which take precedence over ``matmul``."""
     basis: Mapping[str, str] = field(default_factory=dict)
     """Field name -> where the number comes from (``default: ...`` or ``measured: ...``)."""
+    quant_gemv: float = 0.0
+    """Share of the datasheet bandwidth the job's quantized-weight kernel reaches in decode's
+    skinny matmuls (compute/efficiency.py ``QUANT_KERNELS``); 0: the weight width's default."""
 
     def __post_init__(self) -> None:
         for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):

