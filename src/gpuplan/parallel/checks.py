@@ -149,13 +149,17 @@ def uneven_parts(num_layers: int, pp: int, chunks: int, first: int | None, last:
     if rest < rest_stages * chunks or (rest_stages == 0 and rest != 0):
         name = "pp_first_stage_layers" if first is not None else "pp_last_stage_layers"
         need = rest_stages * chunks
-        what = (f"leave {rest} of {num_layers} layers for the other {rest_stages} stages"
+        what = (f"would leave {rest} of {num_layers} layers for the other {rest_stages} stages"
                 + (f" x {chunks} chunks" if chunks > 1 else "")
-                if rest_stages else f"hold {num_layers - rest} of {num_layers} layers")
-        fix = (f"give the first and last stages {num_layers - need} layers or fewer together"
-               if rest_stages else f"make them add up to {num_layers}")
-        raise InputError(f"{opt(name)} {fixed[0 if first is not None else pp - 1]}: the first "
-                         f"and last stages {what}; {fix}", field=name,
+                if rest_stages else f"would hold {num_layers - rest} of {num_layers} layers")
+        both = len(fixed) == 2
+        fix = (f"give {'them' if both else 'it'} {num_layers - need} layers or fewer"
+               + (" together" if both else "") if rest_stages
+               else f"make them add up to {num_layers}")
+        stages = "the first and last stages" if both else "the " + (
+            "first" if first is not None else "last") + " stage"
+        raise InputError(f"{opt(name)} {fixed[0 if first is not None else pp - 1]}: {stages} "
+                         f"{what}; {fix}", field=name,
                          value=first if first is not None else last)
     middle = iter(_uniform(rest, rest_stages) if rest_stages else [])
     stage_totals = [fixed[s] if s in fixed else next(middle) for s in range(pp)]
