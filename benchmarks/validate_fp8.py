@@ -59,10 +59,6 @@ def _not_expressible(run: dict) -> str:
         return ("DeepSeek-V3's DualPipe schedule (forward and backward chunks of two micro-batches "
                 "overlapped with their all-to-alls), node-limited routing, the MTP module and a "
                 "ramped batch: gpuplan times 1F1B / interleaved pipelines only")
-    if run["model"]["catalog"] == "deepseek-v3":
-        return ("Megatron-Bridge's DeepSeek-V3 recipes place the 61 layers with an uneven "
-                "pipeline_model_parallel_layout (and MTP): gpuplan's megatron pipeline splits "
-                "layers evenly")
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
@@ -81,6 +77,18 @@ SPLIT_ACCOUNTING = {
                        "over PP 8 only so)",
 }
 
+
+#: DeepSeek-V3's uneven pipeline split in Megatron-Bridge's recipe (transformer layers on the
+#: first and last stage, the rest even), by (PP, VP): NVIDIA-NeMo/Megatron-Bridge
+#: src/megatron/bridge/recipes/deepseek/deepseek_v3.py ``layout_map`` at
+#: 05d003fb8985ccde5cc8c33a72f750e38c1e76ff: (4, 4) parts [E + 4t, 14 x 4t, t + mtp + loss]
+#: give stages 16/16/16/13, (16, 1) stages 4 x 15 and 1. (8, 4) is not in that map; taken as
+#: the 32-part string "Et*3|(tt|)*29m|L" of Megatron-LM's docs/source/user-guide/features/
+#: pipeline_parallel_layout.md (PP16 VPP2) and Megatron-Bridge's DeepSeek-V3 performance
+#: configs: stages 9/8/8/8/8/8/6+MTP/6 -- first 9, last 6, the middle 46 over 6 stages here
+#: (8,8,8,8,7,7: the same slowest stage). ASSUMED for the 25.11 GB200 PP8 VP4 row. The MTP
+#: module (mtp_num_layers 1) is not modelled.
+DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1), (8, 4): (9, 6)}
 
 #: Megatron-Bridge's precision presets (src/megatron/bridge/training/mixed_precision.py at
 #: NVIDIA-NeMo/Megatron-Bridge@d9f7643bb9609a6a6e0ea1439fb51d8669306434):
@@ -119,6 +127,18 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     if run["model"]["catalog"] in SPLIT_ACCOUNTING and j["pp"] > 1:
         fields.update(pp_embedding_part=True, pp_loss_part=True)
         notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
+    if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
+        first, last = DEEPSEEK_SPLIT[(j["pp"], j.get("vp") or 1)]
+        fields.update(pp_first_stage_layers=first, pp_last_stage_layers=last)
+        notes.append(f"DeepSeek-V3's uneven pipeline: first stage {first} layers, last {last} "
+                     "(DEEPSEEK_SPLIT; MTP not modelled)")
+    ep = fields["ep"]
+    if tp > 1 and ep > 1 and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep:
+        # EP wider than DP x CP: Megatron-Bridge folds the MoE layers, expert TP 1 (MoE
+        # Parallel Folding; its Qwen3 MoE and DeepSeek-V3 recipes set
+        # expert_tensor_parallel_size 1)
+        fields["etp"] = 1
+        notes.append(f"EP {ep} over TP x DP x CP with expert TP 1 (MoE Parallel Folding)")
     notes.append("distributed optimizer (ZeRO-1), sequence parallelism under TP, "
                  f"{fields['pp_schedule']}")
     return Job(model=run["model"]["catalog"], mode="train", engine="megatron", **fields)
@@ -183,7 +203,7 @@ SUBSETS = (
      and r.run["hardware"]["gpu"].startswith("H")),
     ("dense (Llama), Blackwell", lambda r: r.run["model"]["catalog"].startswith("llama")
      and not r.run["hardware"]["gpu"].startswith("H")),
-    ("MoE (Qwen3)", lambda r: not r.run["model"]["catalog"].startswith("llama")),
+    ("MoE (Qwen3, DeepSeek-V3)", lambda r: not r.run["model"]["catalog"].startswith("llama")),
 )
 
 

@@ -329,6 +329,9 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--num-virtual-stages-per-pipeline-rank": int,
             "--account-for-embedding-in-pipeline-split": None,
             "--account-for-loss-in-pipeline-split": None,
+            "--decoder-first-pipeline-num-layers": int,
+            "--decoder-last-pipeline-num-layers": int,
+            "--pipeline-model-parallel-layout": str, "--expert-tensor-parallel-size": int,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
                                           "none"],
             "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],
@@ -437,6 +440,28 @@ def test_megatron_embedding_and_loss_parts():
         export_plan(job(gpus=4, pp=4, pp_embedding_part=True, pp_loss_part=True), "megatron")
     with pytest.raises(InputError, match="pp_loss_part"):
         export_plan(job(gpus=2, pp=2, pp_loss_part=True), "torchtitan")
+
+
+def test_megatron_uneven_split_and_expert_tp():
+    # mixtral-8x7b, 32 layers: first 5, last 11, the middle 16 as 8 + 8: Megatron's own options
+    j = job(model="mixtral-8x7b", gpus=16, pp=4, tp=2, ep=4, etp=1, sequence_parallel=True,
+            pp_first_stage_layers=5, pp_last_stage_layers=11, grad_accum=4)
+    a = megatron_args(export_plan(j, "megatron"))
+    assert (a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers) == (5, 11)
+    assert a.expert_tensor_parallel_size == 1 and a.pipeline_model_parallel_layout is None
+    # first 6, last 7 over 2 chunks each: the middle 19 as 10 + 9 and the last stage's 7 as
+    # 4 + 3 are not Megatron's even split, so the parts go as a layout string: E + 3 t first,
+    # 3 t + the loss last
+    j = job(model="mixtral-8x7b", gpus=4, pp=4, pp_schedule="interleaved:2",
+            pp_first_stage_layers=6, pp_last_stage_layers=7, grad_accum=4)
+    a = megatron_args(export_plan(j, "megatron"))
+    parts = a.pipeline_model_parallel_layout.split("|")
+    assert len(parts) == 8 and parts[0] == "Et*3" and parts[-1] == "t*3L"
+    assert a.decoder_first_pipeline_num_layers is None
+    counts = [int(p.strip("EL").partition("*")[2] or 1) for p in parts]
+    assert sum(counts) == 32 and sum(counts[0::4]) == 6 and sum(counts[3::4]) == 7
+    with pytest.raises(InputError, match="pp_first_stage_layers"):
+        export_plan(j, "torchtitan")
 
 
 def test_megatron_writes_the_block_it_plans():

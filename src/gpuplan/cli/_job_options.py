@@ -117,6 +117,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--pp", "pp", "int", "pipeline-parallel stages (default 1)", "N"),
     JobOption("--cp", "cp", "int", "context-parallel degree (default 1)", "N"),
     JobOption("--ep", "ep", "int", "expert-parallel degree for MoE models (default 1)", "N"),
+    JobOption("--etp", "etp", "int", "expert tensor-parallel degree (Megatron-Core's "
+              "--expert-tensor-parallel-size; default: --tp); below --tp the MoE layers fold and "
+              "--ep spans tp x dp x cp / etp ranks (MoE Parallel Folding)", "N"),
     JobOption("--sequence-parallel", "sequence_parallel", "flag", "Megatron sequence parallelism "
               "over the TP group"),
     JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "
@@ -144,6 +147,11 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--pp-loss-part", "pp_loss_part", "flag", "the output layer and loss count as one "
               "layer in the pipeline split, on the last stage (Megatron's "
               "--account-for-loss-in-pipeline-split)"),
+    JobOption("--pp-first-stage-layers", "pp_first_stage_layers", "int", "transformer layers "
+              "on the first pipeline stage, the middle stages splitting the rest evenly "
+              "(Megatron's --decoder-first-pipeline-num-layers; default: the even split)", "N"),
+    JobOption("--pp-last-stage-layers", "pp_last_stage_layers", "int", "transformer layers on "
+              "the last pipeline stage (Megatron's --decoder-last-pipeline-num-layers)", "N"),
     JobOption("--micro-batches", "micro_batches", "int", "micro-batches per step through the "
               "pipeline, with --pp (default: --grad-accum)", "M"),
     JobOption("--gpus-per-node", "gpus_per_node", "int", "GPUs per node on the node's own link "

@@ -10,7 +10,8 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   balanced), timed by the roofline of :mod:`.time`; ``M`` micro-batches per step. With the
   embedding and/or the head and loss counted as pipeline parts (``pp_embedding_part`` /
   ``pp_loss_part``: :func:`gpuplan.parallel.layout.part_layers`), the busiest stage is the one whose
-  layers plus embedding / head take longest.
+  layers plus embedding / head take longest; with an uneven split (``pp_first_stage_layers`` /
+  ``pp_last_stage_layers``) likewise over the given stages: the slowest sets the pace.
 - **pipeline bubble**: ``(PP - 1) / V`` micro-batch times (``(p-1)/m`` of the ideal step for GPipe
   and 1F1B, ``(p-1)/(v m)`` interleaved with V chunks: Narayanan et al. 2021, sec. 2.2).
 - **TP collectives**: per layer two all-reduces in forward, two in backward (and two more when full
@@ -343,6 +344,8 @@ def stage_params(arch: Architecture, params: int, lay: Layout) -> int:
         expert = _moe_layers(arch) * arch.num_experts * mats * arch.hidden_size * width
         expert = min(expert, params)
     dense = params - expert
+    if lay.folded:  # each expert over expert TP ranks, not TP (MoE Parallel Folding)
+        return math.ceil(dense / (lay.tp * lay.pp) + expert / (lay.ep * lay.expert_tp * lay.pp))
     return math.ceil((dense + expert / lay.ep) / (lay.tp * lay.pp))
 
 
@@ -369,9 +372,17 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     moe = _moe_layers(arch)
     if lay.ep > 1 and moe:
         tok = act_bytes * max(1, arch.experts_per_token)
+        stride = lay.tp * lay.cp
+        if lay.folded:
+            # folded (MoE Parallel Folding, arXiv 2504.14960): a rank dispatches its own
+            # sequence-parallel share of the TP group's tokens (gathered over the expert TP
+            # group only), and EP's ranks sit next to one another past the expert TP group
+            # (Megatron-Core's expert rank order tp-ep-dp)
+            tok = tok * lay.expert_tp // lay.tp
+            stride = lay.expert_tp
         n_a2a = 4 + (2 if lay.checkpointing == "full" else 0)
         ep = moe / arch.num_layers * n_a2a * collective_time(
-            "all-to-all", tok, lay.ep, topo, stride=lay.tp * lay.cp, efficiency=eff.comm)
+            "all-to-all", tok, lay.ep, topo, stride=stride, efficiency=eff.comm)
     return tp * stage_layers, cp * stage_layers, ep * stage_layers
 
 
@@ -387,7 +398,7 @@ def ep_all_to_all_s(arch: Architecture, tokens: int, lay: Layout, topo: Topology
     if lay.ep <= 1 or not moe:
         return 0.0
     nbytes = tokens * max(1, arch.experts_per_token) * arch.hidden_size * act
-    return 2 * moe * collective_time("all-to-all", nbytes, lay.ep, topo, stride=lay.tp,
+    return 2 * moe * collective_time("all-to-all", nbytes, lay.ep, topo, stride=lay.expert_tp,
                                      efficiency=eff.comm)
 
 
@@ -518,10 +529,10 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout) -> tuple[in
     """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
     the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
     stage whose layers plus embedding (first) or head and loss (last) take longest."""
-    if lay.pp == 1 or not (lay.embedding_part or lay.loss_part):
+    if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven):
         n = math.ceil(arch.num_layers / lay.pp)
         return n, n * cost.layer_s + cost.other_s
-    sizes = part_layers(arch.num_layers, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part)
+    sizes = lay.parts(arch.num_layers)
     head_s = cost.other_s - cost.embedding_s
     best = (0, -1.0)
     for stage in range(lay.pp):
@@ -546,7 +557,7 @@ def _optimizer_s(n: int, state_bytes: float, device: Device, eff: Efficiency,
 
 def _links(lay: Layout, topo: Topology) -> dict[str, str]:
     groups = {"tp": (lay.tp, 1), "cp": (lay.cp, lay.tp), "dp": (lay.dp * lay.cp, lay.tp),
-              "ep": (lay.ep, lay.tp * lay.cp), "pp": (2 if lay.pp > 1 else 1,
+              "ep": (lay.ep, lay.expert_tp if lay.folded else lay.tp * lay.cp), "pp": (2 if lay.pp > 1 else 1,
                                                       lay.tp * lay.cp * lay.dp)}
     return {k: topo.link(n, s)[0].name for k, (n, s) in groups.items() if n > 1}
 

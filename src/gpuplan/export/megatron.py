@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Mapping
 
 from ..errors import opt
-from ..job import Job, default_seq, pp_chunks
+from ..job import Job, default_seq, part_layers, pp_chunks
 from ..models import Model
 from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines, refuse,
                       train_only)
@@ -26,7 +26,8 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "max_grad_norm",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
-                        "fp8_param_gather", "fp8_attention", "first_last_layers_bf16"})
+                        "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
+                        "pp_first_stage_layers", "pp_last_stage_layers", "etp"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -256,6 +257,11 @@ def _layout(job: Job, model: Model) -> list[str]:
         raise refuse(ENGINE, f"{opt('pp_schedule')} gpipe: Megatron-LM runs 1F1B (or "
                      "interleaved:V)", field="pp_schedule", value=job.pp_schedule,
                      fix={"pp_schedule": "1f1b"})
+    if job.etp is not None:
+        out += ["--expert-tensor-parallel-size", str(job.etp)]
+    if job.pp > 1 and (job.pp_first_stage_layers is not None
+                       or job.pp_last_stage_layers is not None):
+        return out + _uneven(job, model, chunks)
     extra = int(job.pp_embedding_part) + int(job.pp_loss_part)
     if job.pp > 1 and extra:
         return out + _parts(job, model, chunks)
@@ -266,6 +272,34 @@ def _layout(job: Job, model: Model) -> list[str]:
                          f"not split into {job.pp} x {chunks} equal chunks", field="pp_schedule",
                          value=job.pp_schedule)
         out += ["--num-layers-per-virtual-pipeline-stage", str(layers // (job.pp * chunks))]
+    if job.sequence_parallel:
+        out.append("--sequence-parallel")
+    return out
+
+
+def _uneven(job: Job, model: Model, chunks: int) -> list[str]:
+    """An uneven pipeline split. Megatron-LM's ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers`` when the split is theirs (the middle stages equal,
+    every stage's layers divisible by V, V as ``--num-virtual-stages-per-pipeline-rank``);
+    otherwise the parts themselves as a ``--pipeline-model-parallel-layout`` string (Megatron-
+    Core's ``PipelineParallelLayerLayout``: ``E`` the embedding, ``t`` a transformer layer, ``L``
+    the loss, ``|`` between the ``pp x V`` parts in model order, as NVIDIA-NeMo/Megatron-Bridge's
+    DeepSeek-V3 recipes write their 61 layers)."""
+    parts = part_layers(model.architecture.num_layers, job.pp, chunks, False, False,
+                        job.pp_first_stage_layers, job.pp_last_stage_layers)
+    stages = [parts[s::job.pp] for s in range(job.pp)]
+    given = {0: job.pp_first_stage_layers, job.pp - 1: job.pp_last_stage_layers}
+    middle = {sum(stages[s]) for s in range(job.pp) if given.get(s) is None}
+    if len(middle) <= 1 and all(sum(p) % chunks == 0 for p in stages):
+        out = ["--num-virtual-stages-per-pipeline-rank", str(chunks)] if chunks > 1 else []
+        if job.pp_first_stage_layers is not None:
+            out += ["--decoder-first-pipeline-num-layers", str(job.pp_first_stage_layers)]
+        if job.pp_last_stage_layers is not None:
+            out += ["--decoder-last-pipeline-num-layers", str(job.pp_last_stage_layers)]
+    else:
+        text = ["t" if n == 1 else f"t*{n}" for n in parts]
+        text[0], text[-1] = "E" + text[0], text[-1] + "L"
+        out = ["--pipeline-model-parallel-layout", "|".join(text)]
     if job.sequence_parallel:
         out.append("--sequence-parallel")
     return out

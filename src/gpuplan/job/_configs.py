@@ -116,6 +116,11 @@ def _check_parallel(c: "ParallelLayout") -> None:
             raise InputError(f"{opt('distribute_checkpoints')} with sequence parallelism: the "
                              "layer inputs are already split over the TP group; drop one",
                              field="distribute_checkpoints", value=True)
+    if c.etp is not None and (c.gpus // c.pp) % c.etp:
+        group = c.gpus // c.pp
+        raise InputError(f"{opt('etp')} {c.etp}: expert tensor parallelism splits each expert "
+                         f"over ranks of the tp x dp x cp group ({group}); use a divisor of "
+                         f"{group}", field="etp", value=c.etp)
     if c.inter_node is not None and not c.inter_node.strip():
         raise InputError(f"{opt('inter_node')} {c.inter_node!r}: expected a link name or a rate "
                          "such as ib-400 or 400Gb/s", field="inter_node", value=c.inter_node)
@@ -321,6 +326,17 @@ class ParallelLayout:
     pp_loss_part: bool = False
     """The final norm, output projection and loss count as one layer-equivalent part, on the
     last stage's last chunk (Megatron-LM's ``--account-for-loss-in-pipeline-split``)."""
+    pp_first_stage_layers: int | None = None
+    """Transformer layers on the first pipeline stage (an uneven split: Megatron-LM's
+    ``--decoder-first-pipeline-num-layers``); the stages between the first and last split the
+    rest evenly. None: the even split."""
+    pp_last_stage_layers: int | None = None
+    """Transformer layers on the last pipeline stage (Megatron-LM's
+    ``--decoder-last-pipeline-num-layers``); None: the even split."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (Megatron-Core's ``--expert-tensor-parallel-size``); None:
+    the attention's TP. Below TP the MoE layers fold (MoE Parallel Folding, Liu et al. 2025,
+    arXiv 2504.14960): EP spans TP x DP x CP / ETP ranks."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8

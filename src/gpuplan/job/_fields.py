@@ -25,7 +25,8 @@ BOUNDS_OF = {
     "context": "context", "lora_rank": "lora_rank", "micro_batches": "grad_accum",
     "stage3_max_live_parameters": "count", "stage3_prefetch_bucket_size": "count",
     "lora_dropout": "fraction", "max_grad_norm": "grad_norm", "zero": "zero",
-    "first_last_layers_bf16": "edge_layers",
+    "first_last_layers_bf16": "edge_layers", "pp_first_stage_layers": "grad_accum",
+    "pp_last_stage_layers": "grad_accum", "etp": "gpus",
 }
 
 #: Longest string a name field takes.

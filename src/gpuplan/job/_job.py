@@ -82,6 +82,7 @@ class Job:
         if self.pp > 1:
             return
         shaping = [f for f in ("pp_schedule", "pp_embedding_part", "pp_loss_part",
+                               "pp_first_stage_layers", "pp_last_stage_layers",
                                "micro_batches")
                    if getattr(self, f) not in (None, False, "1f1b")]
         if not shaping:
@@ -203,7 +204,8 @@ FLAT_FIELDS: tuple[str, ...] = (
     "fused_optimizer", "use_cache", "lora_dropout", "zero_grad_set_to_none", "max_grad_norm",
     "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
     "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
-    "pp_schedule", "pp_embedding_part", "pp_loss_part", "micro_batches", "gpus_per_node",
+    "pp_schedule", "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers",
+    "pp_last_stage_layers", "etp", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"

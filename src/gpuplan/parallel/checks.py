@@ -16,7 +16,7 @@ from ..models import Architecture
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 __all__ = ["PP_SCHEDULES", "pp_chunks", "pipeline_fix", "divisors", "nearest", "tp_fix", "part_layers",
-           "check_layout"]
+           "uneven_parts", "check_layout"]
 
 
 def pp_chunks(schedule: object) -> tuple[str, int]:
@@ -76,7 +76,8 @@ def tp_fix(t: int, valid: list[int], room: int, rest: int) -> str:
 
 @lru_cache(maxsize=256)
 def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
-                loss: bool = False) -> tuple[int, ...]:
+                loss: bool = False, first: int | None = None,
+                last: int | None = None) -> tuple[int, ...]:
     """Transformer layers of each of the ``pp * chunks`` pipeline parts, in model order (part
     ``k`` is chunk ``k // pp`` of stage ``k % pp``). The units split are the layers, plus one for
     the embedding before them (``embedding``) and one for the head and loss after them
@@ -85,7 +86,14 @@ def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fal
     ``partition_uniform``; Megatron refuses a split that does not divide). The embedding's unit is
     the first part's first, the loss's the last part's last: those parts hold one layer fewer.
 
+    With ``first`` / ``last`` (an uneven split: Megatron-LM's ``--decoder-first-pipeline-num-
+    layers`` / ``--decoder-last-pipeline-num-layers``) the first / last stage holds that many
+    transformer layers, the stages between them the rest (``partition_uniform`` again), and each
+    stage's layers are cut over its ``chunks`` the same way (:func:`uneven_parts`).
+
     Raises :class:`InputError` when a part would hold nothing, or a stage no transformer layer."""
+    if (first is not None or last is not None) and pp > 1:
+        return uneven_parts(num_layers, pp, chunks, first, last, embedding or loss)
     parts = pp * chunks
     units = num_layers + (int(embedding) + int(loss) if pp > 1 else 0)
     if parts > units:
@@ -106,6 +114,57 @@ def part_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = Fal
                          f"transformer layer ({num_layers} layers); use {opt('pp')} {pp - 1} or "
                          "less", field="pp", value=pp)
     return tuple(out)
+
+
+def _uniform(n: int, k: int) -> list[int]:
+    """``n`` cut into ``k`` parts, the first ``n % k`` one longer (``partition_uniform``)."""
+    base, extra = divmod(n, k)
+    return [base + (1 if i < extra else 0) for i in range(k)]
+
+
+def uneven_parts(num_layers: int, pp: int, chunks: int, first: int | None, last: int | None,
+                 accounted: bool = False) -> tuple[int, ...]:
+    """Transformer layers of each pipeline part (model order, as :func:`part_layers`) when the
+    first and/or last stage holds a given number of layers: the other stages split the rest
+    evenly, the first ``rest % stages`` one layer longer, and every stage cuts its layers over
+    its ``chunks`` the same way (Megatron-LM divides each stage's layers by V and refuses a
+    remainder; its ``--pipeline-model-parallel-layout`` places any count per part, which is how
+    the export writes a split that does not divide). One :class:`InputError` line when a stage
+    or chunk would hold no layer, or with the embedding / loss counted as parts too (Megatron
+    refuses the two together)."""
+    if accounted:
+        raise InputError(f"{opt('pp_first_stage_layers')} / {opt('pp_last_stage_layers')} give "
+                         "the stages' layers themselves; drop "
+                         f"{opt('pp_embedding_part')} / {opt('pp_loss_part')}",
+                         field="pp_first_stage_layers", value=first)
+    given = {0: first, pp - 1: last}
+    fixed = {s: n for s, n in given.items() if n is not None}
+    rest_stages = pp - len(fixed)
+    rest = num_layers - sum(fixed.values())
+    for s, n in fixed.items():
+        name = "pp_first_stage_layers" if s == 0 else "pp_last_stage_layers"
+        if n < chunks:
+            raise InputError(f"{opt(name)} {n}: each of the stage's {chunks} chunks needs a "
+                             f"transformer layer; use {chunks} or more", field=name, value=n)
+    if rest < rest_stages * chunks or (rest_stages == 0 and rest != 0):
+        name = "pp_first_stage_layers" if first is not None else "pp_last_stage_layers"
+        need = rest_stages * chunks
+        what = (f"would leave {rest} of {num_layers} layers for the other {rest_stages} stages"
+                + (f" x {chunks} chunks" if chunks > 1 else "")
+                if rest_stages else f"would hold {num_layers - rest} of {num_layers} layers")
+        both = len(fixed) == 2
+        fix = (f"give {'them' if both else 'it'} {num_layers - need} layers or fewer"
+               + (" together" if both else "") if rest_stages
+               else f"make them add up to {num_layers}")
+        stages = "the first and last stages" if both else "the " + (
+            "first" if first is not None else "last") + " stage"
+        raise InputError(f"{opt(name)} {fixed[0 if first is not None else pp - 1]}: {stages} "
+                         f"{what}; {fix}", field=name,
+                         value=first if first is not None else last)
+    middle = iter(_uniform(rest, rest_stages) if rest_stages else [])
+    stage_totals = [fixed[s] if s in fixed else next(middle) for s in range(pp)]
+    per_stage = [_uniform(n, chunks) for n in stage_totals]
+    return tuple(per_stage[k % pp][k // pp] for k in range(pp * chunks))
 
 
 def check_layout(arch: Architecture | None, job: object, seq: int | None = None) -> None:
@@ -161,6 +220,13 @@ def _check_tp(arch: Architecture, job: object, seq: int | None) -> None:
 def _check_pp(arch: Architecture, job: object) -> None:
     _, chunks = pp_chunks(job.pp_schedule)
     parts = job.pp * chunks
+    first, last = job.pp_first_stage_layers, job.pp_last_stage_layers
+    if first is not None or last is not None:
+        if job.pp == 1:
+            return
+        part_layers(arch.num_layers, job.pp, chunks, job.pp_embedding_part, job.pp_loss_part,
+                    first, last)
+        return  # Megatron places any per-part count with a layout string (the export's)
     if job.engine != "auto":
         check_engine_split(get_engine(job.engine), arch.num_layers, job.pp, chunks,
                            job.pp_embedding_part, job.pp_loss_part)
@@ -194,9 +260,26 @@ def _check_cp_ep(arch: Architecture, job: object, seq: int | None) -> None:
     if e % ep:
         raise InputError(f"{opt('ep')} {ep}: {arch.name} has {e} experts, not divisible by "
                          f"{ep}; use {opt('ep')} {nearest(ep, divisors(e))}", field="ep", value=ep)
-    group = job.dp * cp
+    etp = job.tp if job.etp is None else job.etp
+    if etp == job.tp:
+        group = job.dp * cp
+        if group % ep:
+            raise InputError(f"{opt('ep')} {ep}: experts are spread over the data-parallel x "
+                             f"context-parallel group ({group} ranks); use {opt('ep')} "
+                             f"{nearest(ep, [d for d in divisors(group) if e % d == 0])}"
+                             + (f", or fold the experts with {opt('etp')} 1 (EP over tp x dp x "
+                                f"cp = {group * job.tp})" if job.tp > 1
+                                and (group * job.tp) % ep == 0 else ""),
+                             field="ep", value=ep)
+        return
+    width = arch.moe_intermediate_size or arch.intermediate_size
+    if width % etp:
+        raise InputError(f"{opt('etp')} {etp}: expert width {width} is not divisible by {etp}; "
+                         f"use {opt('etp')} {nearest(etp, divisors(width))}", field="etp",
+                         value=etp)
+    group = job.tp * job.dp * cp // etp
     if group % ep:
-        raise InputError(f"{opt('ep')} {ep}: experts are spread over the data-parallel x context-"
-                         f"parallel group ({group} ranks); use {opt('ep')} "
+        raise InputError(f"{opt('ep')} {ep}: with {opt('etp')} {etp} experts are spread over "
+                         f"tp x dp x cp / etp = {group} ranks; use {opt('ep')} "
                          f"{nearest(ep, [d for d in divisors(group) if e % d == 0])}",
                          field="ep", value=ep)

@@ -18,10 +18,17 @@ Conventions (each stated where a number depends on it):
   / ``pp_loss_part`` the embedding / the head and loss count as one layer each in that split, at
   its start / end (Megatron-LM's ``--account-for-embedding-in-pipeline-split`` and
   ``--account-for-loss-in-pipeline-split``: ``(layers + 2) / (pp v)`` per part, one fewer
-  transformer layer in the first stage's first chunk and the last stage's last chunk).
+  transformer layer in the first stage's first chunk and the last stage's last chunk). With
+  ``pp_first_stage_layers`` / ``pp_last_stage_layers`` (Megatron-LM's ``--decoder-first/last-
+  pipeline-num-layers``) those stages hold the given layers, the others the rest evenly, each
+  stage's layers cut evenly over its chunks (:func:`~.checks.uneven_parts`).
 * **EP**: experts spread over ``ep`` ranks of the data-parallel (x context-parallel) group, each
   expert further split over the TP group (Megatron-Core's default ``expert_tensor_parallel_size
   = tensor_model_parallel_size``); dropless routing (Megatron's default, no capacity factor).
+  With ``etp`` (expert TP) below TP the MoE layers fold (MoE Parallel Folding, Liu et al. 2025,
+  arXiv 2504.14960; Megatron-Core's ``--expert-tensor-parallel-size``): each expert split over
+  ``etp`` ranks, EP over ``tp x dp x cp / etp`` ranks of the stage, the expert-data-parallel
+  group ``tp x dp x cp / (ep x etp)``.
 * **ZeRO/FSDP** shards over the data-parallel x context-parallel group (the ranks that hold the
   same weights: Megatron's distributed optimizer and FSDP's data-parallel mesh); expert
   parameters over the expert-data-parallel group ``dp x cp / ep``.
@@ -77,6 +84,12 @@ class Layout:
     """The embedding is one layer-equivalent part of the pipeline split (first stage)."""
     loss_part: bool = False
     """The head and loss are one layer-equivalent part of the pipeline split (last stage)."""
+    first_stage_layers: int | None = None
+    """Transformer layers on the first stage (an uneven split); None: the even split."""
+    last_stage_layers: int | None = None
+    """Transformer layers on the last stage (an uneven split); None: the even split."""
+    etp: int | None = None
+    """Expert tensor-parallel degree; None: ``tp`` (no folding)."""
     batch: int = 1
     """Sequences per micro-batch per data-parallel rank."""
     seq: int = 2048
@@ -107,6 +120,8 @@ class Layout:
                    sequence_parallel=job.sequence_parallel, schedule=name, chunks=v,
                    micro_batches=job.micro_batches or job.grad_accum,
                    embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part,
+                   first_stage_layers=job.pp_first_stage_layers,
+                   last_stage_layers=job.pp_last_stage_layers, etp=job.etp,
                    batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
                    checkpointing=job.checkpointing,
                    distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding)
@@ -135,16 +150,43 @@ class Layout:
         return self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """Ranks each expert is split over (Megatron-Core's ``expert_tensor_parallel_size``)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def folded(self) -> bool:
+        """The MoE layers use their own grid (MoE Parallel Folding): expert TP differs from TP."""
+        return self.expert_tp != self.tp
+
+    @property
+    def expert_group(self) -> int:
+        """The ranks EP spreads over: tp x dp x cp / expert TP (Megatron-Core forms the expert
+        groups over the attention's TP x DP x CP ranks of a stage; with expert TP = TP that is
+        the data-parallel x context-parallel group)."""
+        return max(1, self.tp * self.dp * self.cp // self.expert_tp)
+
+    @property
     def expert_zero_group(self) -> int:
-        return max(1, self.dp * self.cp // self.ep)
+        return max(1, self.expert_group // self.ep)
+
+    @property
+    def uneven(self) -> bool:
+        """The first and/or last stage's layers are given (not the even split)."""
+        return self.pp > 1 and (self.first_stage_layers is not None
+                                or self.last_stage_layers is not None)
 
     def label(self) -> str:
         parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"]
         if self.ep > 1:
-            parts.insert(3, f"EP{self.ep}")
+            parts.insert(3, f"EP{self.ep}" + (f" ETP{self.expert_tp}" if self.folded else ""))
         sched = f" {self.pp_schedule}" if self.pp > 1 else ""
         if self.pp > 1 and (self.embedding_part or self.loss_part):
             sched += " +emb/loss parts"
+        if self.uneven:
+            sched += "".join(f" {k} stage {n} layers" for k, n in
+                             (("first", self.first_stage_layers), ("last", self.last_stage_layers))
+                             if n is not None)
         sp = " SP" if self.sequence_parallel else ""
         return (" ".join(parts) + f"{sp} ZeRO-{self.zero} mb{self.batch}x{self.micro_batches}"
                 f"{sched} ckpt={self.checkpointing}")
@@ -156,23 +198,44 @@ class Layout:
                 "micro_batches": self.micro_batches, "batch": self.batch, "seq": self.seq,
                 "zero": self.zero, "sequence_parallel": self.sequence_parallel,
                 "checkpointing": self.checkpointing, "gpus": self.gpus,
-                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
+                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part,
+                **self._new_keys()}
+
+    def _new_keys(self) -> dict:
+        """The uneven split and expert TP, written only when used (the JSON of every other
+        layout stays as it was)."""
+        out = {}
+        if self.uneven:
+            out.update(pp_first_stage_layers=self.first_stage_layers,
+                       pp_last_stage_layers=self.last_stage_layers)
+        if self.etp is not None:
+            out["etp"] = self.etp
+        return out
 
     def degrees_dict(self) -> dict:
         """The degrees alone (the accounting's ``layout`` object in ``fit --json``)."""
         return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp,
                 "sequence_parallel": self.sequence_parallel, "pp_schedule": self.pp_schedule,
                 "micro_batches": self.micro_batches, "vocab_parallel": VOCAB_PARALLEL,
-                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part}
+                "pp_embedding_part": self.embedding_part, "pp_loss_part": self.loss_part,
+                **self._new_keys()}
 
     def parts(self, num_layers: int) -> tuple[int, ...]:
         """Transformer layers of each of the ``pp x chunks`` pipeline parts (:func:`part_layers`)."""
-        return part_layers(num_layers, self.pp, self.chunks, self.embedding_part, self.loss_part)
+        return part_layers(num_layers, self.pp, self.chunks, self.embedding_part, self.loss_part,
+                           *self._split())
 
     def stages(self, num_layers: int) -> tuple[tuple[int, ...], ...]:
         """Layer indices of each stage (:func:`stage_layers`)."""
         return stage_layers(num_layers, self.pp, self.chunks, self.embedding_part,
-                            self.loss_part)
+                            self.loss_part, *self._split())
+
+    def stage_totals(self, num_layers: int) -> tuple[int, ...]:
+        """Transformer layers of each stage (all its chunks)."""
+        return tuple(len(s) for s in self.stages(num_layers))
+
+    def _split(self) -> tuple[int | None, int | None]:
+        return (self.first_stage_layers, self.last_stage_layers) if self.uneven else (None, None)
 
 
 def layout_of(job) -> Layout:
@@ -206,12 +269,14 @@ def layout_notes(arch: Architecture | None, job) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=64)
 def stage_layers(num_layers: int, pp: int, chunks: int = 1, embedding: bool = False,
-                 loss: bool = False) -> tuple[tuple[int, ...], ...]:
+                 loss: bool = False, first: int | None = None,
+                 last: int | None = None) -> tuple[tuple[int, ...], ...]:
     """Layer indices held by each pipeline stage. Layers are cut into ``pp * chunks`` parts as
     evenly as possible, the first ``layers % parts`` parts one layer longer (DeepSpeed's
     ``partition_uniform``; with ``embedding`` / ``loss`` those count as one layer each:
-    :func:`part_layers`); stage ``i`` holds parts ``i, i + pp, i + 2 pp, ...`` (interleaved)."""
-    sizes = part_layers(num_layers, pp, chunks, embedding, loss)
+    :func:`part_layers`; ``first`` / ``last``: an uneven split, :func:`uneven_parts`); stage
+    ``i`` holds parts ``i, i + pp, i + 2 pp, ...`` (interleaved)."""
+    sizes = part_layers(num_layers, pp, chunks, embedding, loss, first, last)
     bounds = [0]
     for n in sizes:
         bounds.append(bounds[-1] + n)
@@ -332,6 +397,8 @@ def _rank_arch(arch: Architecture, lay: Layout, layers: tuple[int, ...]) -> Arch
         arch, num_layers=len(layers), num_heads=arch.num_heads // t,
         num_kv_heads=max(1, arch.num_kv_heads // t),
         intermediate_size=arch.intermediate_size // t,
+        # the experts' activations per rank: folded (expert TP < TP) a rank runs its own tp-th of
+        # the tokens through etp-split experts, the same bytes as all tokens through tp-split
         moe_intermediate_size=arch.moe_intermediate_size // t,
         shared_expert_intermediate_size=arch.shared_expert_intermediate_size // t,
         vocab_size=-(-arch.vocab_size // t) if VOCAB_PARALLEL else arch.vocab_size,
@@ -352,7 +419,7 @@ def rank_model(model: Model, job, stage: int, part: str = "all") -> Model:
     model and layout."""
     lay = layout_of(job)
     key = (id(model), lay.tp, lay.pp, lay.chunks, lay.embedding_part, lay.loss_part, lay.ep,
-           stage, part)
+           lay._split(), lay.expert_tp, stage, part)
     hit = _RANK.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -375,7 +442,8 @@ def _build_rank_model(model: Model, lay: Layout, stage: int, experts_only: bool)
         if t.component == "experts":
             n //= lay.ep
         if n:
-            tensors.append(replace(t, shape=_tp_shape(t, arch, lay.tp), count=n))
+            split = lay.expert_tp if t.component == "experts" else lay.tp
+            tensors.append(replace(t, shape=_tp_shape(t, arch, split), count=n))
     by: dict[str, int] = {}
     for t in tensors:
         by[t.component] = by.get(t.component, 0) + t.total
