@@ -210,6 +210,11 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   runs every queued request in one decode batch (TensorRT-LLM's `max_batch_size` 2048 and the KV
   pool hold all 500), while Little's law on the measured row (output tok/s x ITL) gives about
   170-370 sequences in flight: the served engine's batch limit, which the table does not state.
+  It is not 0.14's default: trtllm-build's `max_batch_size` became 2048 in 0.14.0 (256 before;
+  release-notes.md @b47198a2), and GUARANTEED_NO_EVICT (capacityScheduler.cpp @02a10fed)
+  admits every request whose prompt and whole output fit the pool, which here holds 581-1,609
+  such requests of 467 + 256 tokens in 64-token blocks. The 0.14 row (64-token blocks,
+  trtllm-build's defaults) moves no figure of the table against the 1.0 row.
 - **NIM (Llama 3.3 70B fp8, TP 2).** gpuplan's KV pool with the fp8 weights and its default
   bf16 KV cache is 252,768 tokens per GPU pair: 45 requests of 5,500 tokens reserved under
   GUARANTEED_NO_EVICT, so from concurrency 25-50 requests queue (TTFT +105% to +569%) and

@@ -97,3 +97,23 @@ def test_reserved_blocks_never_exceed_the_pool(n):
     tr = simulate(_closed(n, 20, 44), _Step(), _trt(), kv_tokens=3 * 32)
     assert tr.kv_peak_blocks == 2
     assert _steps(tr.first_token_s) == [1 + 44 * k for k in range(n)]
+
+
+@pytest.mark.parametrize("version", ["0.14", "1.0"])
+@pytest.mark.parametrize("gpu", ["a100", "h100"])
+def test_deployment_runs_trtllm_max_batch_size_on_every_card(version, gpu):
+    # TensorRT-LLM's max_batch_size does not depend on the card (release notes @b47198a2,
+    # 0.14.0: "The default max_batch_size of the trtllm-build command is set to 2048";
+    # tensorrt_llm/llmapi/llm_args.py: 2048), where vLLM's max_num_seqs is 256 on an A100
+    from gpuplan import Job, get_gpu, load_model
+    from gpuplan.capacity._plan import Deployment
+
+    model = load_model("llama-3.1-8b")
+    job = Job(model="llama-3.1-8b", mode="infer")
+    trt = Deployment(model, get_gpu(gpu), job, engine="trt-llm", engine_version=version,
+                     max_model_len=4096)
+    assert trt.sched.max_num_seqs == 2048
+    assert trt.block_size == (64 if version == "0.14" else 32)
+    vllm = Deployment(model, get_gpu(gpu), job, engine="vllm", engine_version="0.11",
+                      max_model_len=4096)
+    assert vllm.sched.max_num_seqs == (256 if gpu == "a100" else 1024)

@@ -139,7 +139,8 @@ class BudgetRule:
     chunked prefill), ``serve`` (vLLM V1 ``vllm serve``: 8192 on a card of 70 GiB or more, else
     2048), ``chunked_prefill`` (SGLang: its chunked_prefill_size), ``8192`` (TRT-LLM)."""
     max_num_seqs: str
-    """``256`` or ``serve`` (vLLM V1: 1024 on a card of 70 GiB or more, else 256)."""
+    """``256``, ``serve`` (vLLM V1: 1024 on a card of 70 GiB or more, else 256) or ``2048``
+    (TensorRT-LLM's ``max_batch_size`` on any card: trtllm-build from 0.14.0, llm_args 1.0)."""
     hybrid_groups: bool
     """Sliding-window layers keep only their window (vLLM V1's hybrid allocator); False: every
     layer holds every token (vLLM V0, SGLang for Gemma / gpt-oss, whose hybrid SWA pool it
@@ -211,7 +212,7 @@ _SGLANG_05 = replace(_SGLANG_04,
 _TRT = _rule(
     engine="trt-llm", version="1.0", knob="free_gpu_memory_fraction", default_fraction=0.9,
     fraction_of="free_after", block_size=32, profile_activations=True,
-    cuda_graph_deducted=False, max_num_batched_tokens="8192", max_num_seqs="serve",
+    cuda_graph_deducted=False, max_num_batched_tokens="8192", max_num_seqs="2048",
     hybrid_groups=False, tokens_reported="blocks",
     sources=("NVIDIA/TensorRT-LLM docs/source/examples/kvcacheconfig.md (0.9 of free memory)",
              "tensorrt_llm/llmapi KvCacheConfig tokens_per_block default 32",
