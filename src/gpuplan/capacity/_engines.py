@@ -99,6 +99,22 @@ _TRT = ("TensorRT-LLM tensorrt_llm/llmapi/llm_args.py: max_batch_size 2048, max_
         "tokens_per_block 32, enable_block_reuse True; CapacitySchedulerPolicy "
         "GUARANTEED_NO_EVICT by default")
 
+_TRT_SCHED = ("TensorRT-LLM cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp @02a10fed "
+              "GuaranteedNoEvictScheduler::impl: running requests keep the blocks to finish; "
+              "waiting ones admitted in order while enoughAvailableBlocks (prompt + whole "
+              "output) holds, the first misfit stops the loop, at most maxNumRequests; "
+              "microBatchScheduler.cpp @0a949d31: without chunking a prompt must fit "
+              "max_num_tokens whole with the step's generation tokens, else the loop breaks")
+_TRT_014 = ("TensorRT-LLM docs/source/release-notes.md @b47198a2: 0.14.0 'The default "
+            "max_batch_size of the trtllm-build command is set to 2048'; 0.10.0 'Set the "
+            "default tokens_per_block argument of the trtllm-build command to 64' (no later "
+            "change through 0.21); 0.16.0 'Chunked context is enabled by default' (so off in "
+            "0.14); tensorrt_llm/builder.py BuildConfig @008b2b8d max_num_tokens 8192 "
+            "(trtllm-build takes BuildConfig's defaults, tensorrt_llm/commands/build.py); "
+            "executor SchedulerConfig GUARANTEED_NO_EVICT, KvCacheConfig "
+            "free_gpu_memory_fraction 0.9; block reuse off by default before 0.17 ('KV cache "
+            "reuse is enabled automatically when paged_context_fmha is enabled')")
+
 SCHEDULERS: tuple[SchedulerDefaults, ...] = (
     SchedulerDefaults(engine="vllm", version="0.8", max_num_seqs=256,
                       max_num_batched_tokens=2048, chunked_prefill=True, mixed=True,
@@ -115,10 +131,15 @@ SCHEDULERS: tuple[SchedulerDefaults, ...] = (
                       block_size=1, preemption="recompute", admission="ratio",
                       prefix_caching=True, memory_utilization=0.88, new_token_ratio=0.7,
                       sources=(_SGL, _SGL_SCHED)),
+    SchedulerDefaults(engine="trt-llm", version="0.14", max_num_seqs=2048,
+                      max_num_batched_tokens=8192, chunked_prefill=False, mixed=True,
+                      block_size=64, preemption="none", admission="reserve",
+                      prefix_caching=False, memory_utilization=0.9,
+                      sources=(_TRT_014, _TRT_SCHED)),
     SchedulerDefaults(engine="trt-llm", version="1.0", max_num_seqs=2048,
                       max_num_batched_tokens=8192, chunked_prefill=False, mixed=True,
                       block_size=32, preemption="none", admission="reserve",
-                      prefix_caching=True, memory_utilization=0.9, sources=(_TRT,)),
+                      prefix_caching=True, memory_utilization=0.9, sources=(_TRT, _TRT_SCHED)),
 )
 
 #: The version each engine's scheduler defaults to (the most recent one stated).

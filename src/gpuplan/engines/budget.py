@@ -139,7 +139,8 @@ class BudgetRule:
     chunked prefill), ``serve`` (vLLM V1 ``vllm serve``: 8192 on a card of 70 GiB or more, else
     2048), ``chunked_prefill`` (SGLang: its chunked_prefill_size), ``8192`` (TRT-LLM)."""
     max_num_seqs: str
-    """``256`` or ``serve`` (vLLM V1: 1024 on a card of 70 GiB or more, else 256)."""
+    """``256``, ``serve`` (vLLM V1: 1024 on a card of 70 GiB or more, else 256) or ``2048``
+    (TensorRT-LLM's ``max_batch_size`` on any card: trtllm-build from 0.14.0, llm_args 1.0)."""
     hybrid_groups: bool
     """Sliding-window layers keep only their window (vLLM V1's hybrid allocator); False: every
     layer holds every token (vLLM V0, SGLang for Gemma / gpt-oss, whose hybrid SWA pool it
@@ -211,7 +212,7 @@ _SGLANG_05 = replace(_SGLANG_04,
 _TRT = _rule(
     engine="trt-llm", version="1.0", knob="free_gpu_memory_fraction", default_fraction=0.9,
     fraction_of="free_after", block_size=32, profile_activations=True,
-    cuda_graph_deducted=False, max_num_batched_tokens="8192", max_num_seqs="serve",
+    cuda_graph_deducted=False, max_num_batched_tokens="8192", max_num_seqs="2048",
     hybrid_groups=False, tokens_reported="blocks",
     sources=("NVIDIA/TensorRT-LLM docs/source/examples/kvcacheconfig.md (0.9 of free memory)",
              "tensorrt_llm/llmapi KvCacheConfig tokens_per_block default 32",
@@ -220,11 +221,24 @@ _TRT = _rule(
              "https://github.com/vllm-project/vllm/pull/5158 (0.9 of what is free after "
              "the weights)"))
 
+#: TensorRT-LLM 0.14 (engines built by trtllm-build, run by the C++ executor, e.g. behind
+#: Triton's tensorrtllm_backend): the same sizing as 1.0 (0.9 of what is free after the engine
+#: and its activation buffers), but the engine's paged KV cache has trtllm-build's 64-token
+#: blocks (docs/source/release-notes.md @b47198a2, 0.10.0 API changes: "Set the default
+#: tokens_per_block argument of the trtllm-build command to 64"; tensorrt_llm/plugin/plugin.py
+#: PluginConfig _tokens_per_block default 64), where 1.0's PyTorch flow has KvCacheConfig's 32.
+_TRT_014 = replace(_TRT,
+    version="0.14", block_size=64,
+    sources=("NVIDIA/TensorRT-LLM docs/source/release-notes.md @b47198a2 (0.10.0: "
+             "tokens_per_block 64 by default in trtllm-build; 0.14.0: max_batch_size 2048)",
+             "tensorrt_llm/plugin/plugin.py PluginConfig _tokens_per_block = 64",
+             "NVIDIA/TensorRT-LLM docs/source/examples/kvcacheconfig.md (0.9 of free memory)"))
+
 #: engine -> its rules, oldest first.
 BUDGET_RULES: Mapping[str, tuple[BudgetRule, ...]] = MappingProxyType({
     "vllm": (_VLLM_V0, _VLLM_V07, _VLLM_V1, _VLLM_V10, _VLLM_V21),
     "sglang": (_SGLANG_04, _SGLANG_05),
-    "trt-llm": (_TRT,),
+    "trt-llm": (_TRT_014, _TRT),
 })
 #: The version each engine is planned at when none is named: a stated recent release.
 DEFAULT_VERSIONS: Mapping[str, str] = MappingProxyType(

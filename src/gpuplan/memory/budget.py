@@ -182,7 +182,7 @@ def _batch_budgets(rule: BudgetRule, gpu: GPU, L: int, mnbt: int | None,
     else:
         mnbt = check_int(mnbt, "count", field="max_num_batched_tokens")
     if seqs is None:
-        seqs = 256 if rule.max_num_seqs == "256" else (1024 if big else 256)
+        seqs = {"256": 256, "2048": 2048, "serve": 1024 if big else 256}[rule.max_num_seqs]
     else:
         seqs = check_int(seqs, "count", field="max_num_seqs")
     return mnbt, seqs
