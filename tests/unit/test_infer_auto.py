@@ -18,7 +18,8 @@ GB = 1e9
 GIB = 2 ** 30
 
 # gpt-oss-120b's config.json (openai/gpt-oss-120b): 36 layers, 128 experts, hidden 2880,
-# intermediate 2880; each expert's gate_up_proj is 2880 x 5760 (two matrices), down_proj 2880 x 2880.
+# intermediate 2880; each expert's gate_up_proj is 2880 x 5760 (two matrices), down_proj
+# 2880 x 2880.
 _EXPERT_WEIGHTS = 36 * 128 * (2880 * 5760 + 2880 * 2880)
 # MXFP4 (OCP MX v1.0): two e2m1 values a byte and one e8m0 scale byte per 32 along the input
 # (2880 = 90 x 32): 4.25 bits; the experts' biases, attention, router, norms, embeddings, head bf16.

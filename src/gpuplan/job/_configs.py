@@ -7,8 +7,8 @@ from __future__ import annotations
 from .._record import record
 from ..engines.profiles import get_engine
 from ..errors import InputError, opt, shown
-from ..formats import INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, \
-    get_weight_format
+from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer,
+                       get_recipe, get_weight_format)
 from ..fp8 import NARROW_RECIPES
 from ._fields import check_fields
 from ..parallel.checks import pp_chunks

@@ -22,7 +22,8 @@ from ..bounds import MAX_ARG_CHARS
 from ..engines.profiles import ENGINE_NAMES, check_engine_job, get_engine
 from ..fp8 import NARROW_RECIPES, resolve_plain_fp8
 from ..errors import InputError, UnsupportedError, closest, opt, shown
-from ..formats import INFER_AUTO, OPTIMIZERS, resolve_infer_precision, TRAINING_RECIPES, WEIGHT_FORMATS
+from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS,
+                       resolve_infer_precision)
 from ..models import Model, from_param_count
 from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
                        ServingConfig, ShardingConfig, TrainingLoop)
