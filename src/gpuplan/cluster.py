@@ -246,6 +246,7 @@ class _Ctx:
 
 def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx:
     device = device_from_gpu(gpu)
+    base = base.resolve_infer(model.architecture, gpu.architecture)
     prec = (train_precision(base.precision, device, False) if mode == "train"
             else infer_precision(base.infer_precision, device, False,
                                  shipped=getattr(model.architecture, "checkpoint_format", None),

@@ -71,6 +71,7 @@ def untraceable_reason(model: Model, job: Job, mode: str) -> str | None:
         if job.optimizer_states != "auto":
             return "an optimizer-state dtype other than the recipe's is not traced"
     else:
+        job = job.resolve_infer(model.architecture)
         if job.infer_precision not in _TRACEABLE_INFER:
             return f"the {job.infer_precision} weight format is not traced (bf16, fp16, fp32 are)"
         if job.kv_dtype is not None and job.kv_dtype not in ("bf16", "fp16", "fp32"):
@@ -90,6 +91,8 @@ def compare_with_trace(p: Plan) -> tuple[TraceComparison, ...]:
 
     out = []
     job, model = p.job, p.model
+    if p.infer is not None:  # the weight format the plan resolved (auto) and planned
+        job = job.with_(infer_precision=p.infer.precision)
     for mode, mem in (("train", p.train), ("infer", p.infer)):
         if mem is None:
             continue

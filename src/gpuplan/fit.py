@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Literal
 
 from ._record import record
 from .errors import InputError, opt, shown
+from .formats import INFER_AUTO, loads_shipped
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import MAX_TOP, Job, flag_arg, int_arg, job_arg
 from .engines.budget import SERVING_ENGINES
@@ -322,6 +323,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                      use_noisy_bench=use_noisy_bench)
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
+    asked, job, format_note = job, *_resolve_format(model, job, [g for g, _ in resolved])
     budgets = _engine_budgets(model, job, [g for g, _ in resolved], engine_budget)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
     mems = {}
@@ -356,7 +358,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
                                    **v))
     train, infer = mems.get("train"), mems.get("infer")
-    notes = tuple(model.notes)
+    notes = (*model.notes, *format_note)
     speed_rows = None
     if speed:
         from .compute import speed_section
@@ -366,8 +368,26 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
             trainable_params=train.trainable_params if train is not None else None,
             use_noisy_bench=use_noisy_bench)
         speed_rows = speed_rows.with_fits(_fits_by_gpu(verdicts))
-    return Plan(job=job, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
+    return Plan(job=asked, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
                 solver=tuple(reports), speed=speed_rows, engine_budgets=budgets)
+
+
+def _resolve_format(model: Model, job: Job, gpus: list[GPU]) -> tuple[Job, tuple[str, ...]]:
+    """The job with its inference weight format resolved (``auto``: the checkpoint's shipped
+    format where the engine loads it on every GPU of the plan, else bf16) and the note saying
+    which was planned; the job as given when it names its format or plans no inference."""
+    arch = model.architecture
+    if not job.infers or job.infer_precision != INFER_AUTO or arch is None \
+            or arch.checkpoint_format is None:
+        return job.resolve_infer(arch), ()
+    out = job.resolve_infer(arch, tuple(g.architecture for g in gpus))
+    shipped = arch.checkpoint_format
+    if out.infer_precision == shipped:
+        return out, (f"planned in {shipped}, the format the checkpoint ships in (give "
+                     "--infer-precision bf16 to plan it dequantized)",)
+    which = ", ".join(g.name for g in gpus if not loads_shipped(arch, job.engine, g.architecture))
+    return out, (f"planned in bf16: engine {job.engine} dequantizes the {shipped} checkpoint to "
+                 f"bf16 on {which} (give --infer-precision {shipped} to plan the shipped format)",)
 
 
 def _engine_budgets(model: Model, job: Job, gpus: list[GPU],

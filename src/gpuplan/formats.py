@@ -20,6 +20,7 @@ __all__ = [
     "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS", "STORED_FORMATS",
     "get_recipe", "get_optimizer", "get_weight_format",
     "optimizer_state_bytes", "weights_bytes_in_format", "gemm_dtype",
+    "INFER_AUTO", "resolve_infer_precision", "loads_shipped",
 ]
 
 
@@ -622,12 +623,75 @@ def gemm_dtype(fmt: WeightFormat, architecture: str, supports: Callable[[str], b
     return native
 
 
+#: The inference weight format that means "the checkpoint's own" (the Job's default).
+INFER_AUTO = "auto"
+
+# Where each engine loads a checkpoint's shipped format as such (else it dequantizes to bf16 or
+# refuses), by GPU architecture (the catalog's ``architecture``):
+# - transformers 5.25 (quantizers/quantizer_finegrained_fp8.py: FP8 needs compute capability
+#   >= 8.9, else "default to dequantizing the model to bf16"; quantizer_mxfp4.py: MXFP4 needs
+#   >= 7.5, else dequantized to bf16); AMD CDNA 3/4 report >= 9.4 through ROCm.
+# - vLLM: FP8 W8A8 on Ada, Hopper and AMD (docs.vllm.ai v0.9.2 features/quantization/
+#   supported_hardware), FP8 Marlin (W8A16) on Ampere for dense models only ("vLLM supports FP8
+#   MoE models only on Ada Lovelace or Hopper GPUs", huggingface.co/neuralmagic/
+#   DeepSeek-Coder-V2-Instruct-FP8/discussions/1); gpt-oss's MXFP4 on H100/H200/B200/MI300x+
+#   and on Ampere through Marlin MXFP4 MoE (vllm-project/recipes OpenAI/GPT-OSS.md, read
+#   2026-12). SGLang and TensorRT-LLM: the FP8 tensor-core GPUs (no fallback assumed).
+_FP8_ARCHS = frozenset({"Ada Lovelace", "Hopper", "Blackwell", "CDNA 3", "CDNA 4"})
+_MXFP4_HF_ARCHS = frozenset({"Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell",
+                             "CDNA 2", "CDNA 3", "CDNA 4"})
+_MXFP4_VLLM_ARCHS = frozenset({"Ampere", "Hopper", "Blackwell", "CDNA 3", "CDNA 4"})
+_MXFP4_OTHER_ARCHS = frozenset({"Hopper", "Blackwell"})
+
+
+def loads_shipped(arch: Architecture, engine: str | None, gpu_arch: str) -> bool:
+    """Whether ``engine`` (None/``auto``: transformers) loads ``arch``'s checkpoint in its
+    shipped format on a GPU of ``gpu_arch`` (an empty name: not known, assumed it does)."""
+    fmt = arch.checkpoint_format
+    if fmt is None:
+        return False
+    if not gpu_arch:
+        return True
+    engine = engine or "auto"
+    if fmt in ("fp8", "fp8-block"):
+        moe = any(t.component == "experts" for t in arch.tensors)
+        return gpu_arch in _FP8_ARCHS or (engine == "vllm" and gpu_arch == "Ampere" and not moe)
+    if fmt == "mxfp4":
+        table = (_MXFP4_VLLM_ARCHS if engine == "vllm" else _MXFP4_OTHER_ARCHS
+                 if engine in ("sglang", "trt-llm") else _MXFP4_HF_ARCHS)
+        return gpu_arch in table
+    return False
+
+
+def resolve_infer_precision(name: str, arch: Architecture | None, engine: str | None = None,
+                            gpu_arch: str | tuple[str, ...] | None = None) -> str:
+    """The weight format an inference plan uses for the Job's ``infer_precision`` ``name``:
+    itself when given; for ``auto`` (the default) the checkpoint's shipped format
+    (``arch.checkpoint_format``: gpt-oss's mxfp4, DeepSeek-V3's fp8-block) where ``engine``
+    loads it as such on every GPU of ``gpu_arch`` (None: no GPU named), else bf16 -- what
+    transformers and the serving engines do with a quantized checkpoint. The one home of
+    that rule: every reader of ``Job.infer_precision`` resolves through it."""
+    if name != INFER_AUTO:
+        return name
+    if arch is None or arch.checkpoint_format is None:
+        return "bf16"
+    archs = (gpu_arch,) if gpu_arch is None or isinstance(gpu_arch, str) else tuple(gpu_arch)
+    if all(loads_shipped(arch, engine, a or "") for a in archs):
+        return arch.checkpoint_format
+    return "bf16"
+
+
 #: Inference formats ordered by effective bits (largest first).
 INFERENCE_ORDER = tuple(sorted(WEIGHT_FORMATS, key=lambda n: -WEIGHT_FORMATS[n].bits))
 
 
 def get_weight_format(name: str) -> WeightFormat:
-    """A format of WEIGHT_FORMATS, or of STORED_FORMATS (``gguf``)."""
+    """A format of WEIGHT_FORMATS, or of STORED_FORMATS (``gguf``); ``auto`` is the Job's
+    unresolved default (:func:`resolve_infer_precision` names the format)."""
+    if name == INFER_AUTO:
+        raise InputError("weight format 'auto' is resolved against the model's checkpoint "
+                         "(formats.resolve_infer_precision) before its bytes are read",
+                         field="infer_precision", value=name)
     fmt = WEIGHT_FORMATS.get(name) or STORED_FORMATS.get(name)
     if fmt is None:
         raise UnknownNameError("weight format", name, [*WEIGHT_FORMATS, *STORED_FORMATS],

@@ -741,6 +741,7 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     process), each re-planned with the full accounting. Software knobs rank before more or
     other hardware; a GPU count offered is the fewest that fits (as ``fit``'s column says)."""
     _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
+    job = job.resolve_infer(model.architecture, gpu.architecture)
     int_arg(top, "top", high=MAX_TOP)
     int_arg(max_changes, "max_changes", high=MAX_CHANGES)
     t0 = time.perf_counter()
@@ -791,6 +792,7 @@ def max_batch(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     """The largest micro-batch (training) or number of concurrent sequences (inference) that
     fits on one ``gpu``; an :class:`InputError` naming the need when not even 1 fits."""
     _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
+    job = job.resolve_infer(model.architecture, gpu.architecture)
     int_arg(limit, "limit", "batch")
     planner = _Planner(model, overhead_level, overhead_overrides)
 
@@ -814,6 +816,7 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     """The longest sequence (training) or context (inference: prompt + generated tokens) that
     fits on one ``gpu``, up to the architecture's limit."""
     _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
+    job = job.resolve_infer(model.architecture, gpu.architecture)
     arch = model.architecture
     if arch is None:
         raise InputError(f"{opt('max_seq')} needs the architecture: give a catalog name or a "

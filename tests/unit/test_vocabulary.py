@@ -14,7 +14,7 @@ def test_choices_come_from_their_tables():
     assert choices_of("engine") == ENGINE_NAMES
     assert choices_of("optimizer") == tuple(OPTIMIZERS)
     assert choices_of("precision") == tuple(TRAINING_RECIPES)
-    assert choices_of("infer_precision") == tuple(WEIGHT_FORMATS)
+    assert choices_of("infer_precision") == ("auto", *WEIGHT_FORMATS)  # auto: the checkpoint's
     assert choices_of("checkpointing") == ("none", "selective", "full")
     assert choices_of("batch") is None  # a free number
 

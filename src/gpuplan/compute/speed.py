@@ -571,8 +571,9 @@ def _precision(job: Job, mode: StepMode, device: Device, tf32: bool, notes: list
                              "the dequantization work is not modeled")
     else:
         shipped = arch.checkpoint_format if arch is not None else None
-        prec = infer_precision(job.infer_precision, device, tf32, shipped=shipped,
-                               engine=job.engine)
+        fmt_name = job.resolve_infer(arch, device.architecture if device.kind == "gpu" else
+                                     None).infer_precision
+        prec = infer_precision(fmt_name, device, tf32, shipped=shipped, engine=job.engine)
         fmt = WEIGHT_FORMATS[prec.name]
         if prec.name not in ("fp32", "bf16", "fp16") and prec.dtype in ("bf16", "fp16"):
             notes.append(f"{prec.name} weights are read at {fmt.bits:.2f} bits and multiplied in "

@@ -54,7 +54,8 @@ DEFAULT_PAGE = 1
 
 
 def _weights(job: Job, model: Model) -> tuple[str, str, str | None]:
-    fmt = job.infer_precision
+    # auto: the checkpoint's own format, its quantization passed on as the engine loads it
+    fmt = job.resolve_infer(model.architecture).infer_precision
     if fmt not in _WEIGHTS:
         raise refuse(ENGINE, f"{opt('precision')} {fmt} has no SGLang setting; use one of "
                      f"{', '.join(_WEIGHTS)}", field="precision", value=fmt)

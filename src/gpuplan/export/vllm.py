@@ -126,7 +126,8 @@ def check_repo(repo: str | None) -> str | None:
 
 def _weights(job: Job, model: Model, repo: str | None) -> tuple[str, str, str | None]:
     """(the repository vllm serve loads, --dtype, --quantization or None)."""
-    fmt = job.infer_precision
+    # auto: the checkpoint's own format, its quantization passed on as the engine loads it
+    fmt = job.resolve_infer(model.architecture).infer_precision
     if fmt not in _WEIGHTS:
         raise refuse(ENGINE, f"{opt('precision')} {fmt} has no vLLM setting; use one of "
                      f"{', '.join(_WEIGHTS)}", field="precision", value=fmt)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from .._record import record
 from ..engines.profiles import get_engine
 from ..errors import InputError, opt, shown
-from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer, get_recipe, \
-    get_weight_format
+from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, get_optimizer,
+                       get_recipe, get_weight_format)
 from ..fp8 import NARROW_RECIPES
 from ._fields import check_fields
 from ..parallel.checks import pp_chunks
@@ -83,7 +83,7 @@ def _check_lora(c: "LoraConfig") -> None:
 
 
 def _check_serving(c: "ServingConfig") -> None:
-    if c.infer_precision not in WEIGHT_FORMATS:
+    if c.infer_precision not in WEIGHT_FORMATS and c.infer_precision != INFER_AUTO:
         get_weight_format(c.infer_precision)
     if c.kv_dtype is not None and c.kv_dtype not in KV_DTYPES:
         raise InputError(f"{opt('kv_dtype')} {shown(c.kv_dtype)}: expected one of "
@@ -280,7 +280,9 @@ class ServingConfig:
     """Inference: the weight format, the KV cache and the prefill's logits."""
 
     infer_precision: str = DEFAULT_INFER_PRECISION
-    """Inference weight format (see ``gpuplan.formats.WEIGHT_FORMATS``)."""
+    """Inference weight format (see ``gpuplan.formats.WEIGHT_FORMATS``); ``auto`` (the default):
+    the checkpoint's shipped format where the engine and GPU load it, else bf16
+    (``gpuplan.formats.resolve_infer_precision``)."""
     kv_dtype: str | None = None
     """KV-cache element format for inference; None = the inference compute dtype (16-bit)."""
     context: int | None = None

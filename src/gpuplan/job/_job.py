@@ -22,7 +22,8 @@ from ..bounds import MAX_ARG_CHARS
 from ..engines.profiles import ENGINE_NAMES, check_engine_job, get_engine
 from ..fp8 import NARROW_RECIPES, resolve_plain_fp8
 from ..errors import InputError, UnsupportedError, closest, opt, shown
-from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
+from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS,
+                       resolve_infer_precision)
 from ..models import Model, from_param_count
 from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
                        ServingConfig, ShardingConfig, TrainingLoop)
@@ -167,6 +168,15 @@ class Job:
             for name in ("model_code", "sharding", "fused_optimizer"):
                 changes.setdefault(name, None)
         return replace(self, **changes)
+
+    def resolve_infer(self, arch: object, gpu_arch: "str | tuple[str, ...] | None" = None) -> "Job":
+        """This job with ``infer_precision`` ``auto`` resolved for ``arch`` under its engine on
+        ``gpu_arch`` (:func:`gpuplan.formats.resolve_infer_precision`, the one rule); itself when
+        the format is given."""
+        if self.infer_precision != INFER_AUTO:
+            return self
+        fmt = resolve_infer_precision(self.infer_precision, arch, self.engine, gpu_arch)
+        return replace(self, infer_precision=fmt)
 
     def _evolve(self, **changes: object) -> "Job":
         """A copy with fields changed *without* validation, for searches that only set values
@@ -378,7 +388,7 @@ def choices_of(name: str) -> tuple[str, ...] | None:
     vocabulary, the engines' table, the formats' tables); None for a free value (a number, a
     name of the user's). The CLI's help and the OpenAPI schema list these."""
     tables = {"engine": ENGINE_NAMES, "precision": tuple(TRAINING_RECIPES),
-              "infer_precision": tuple(WEIGHT_FORMATS), "lora_base": tuple(WEIGHT_FORMATS),
+              "infer_precision": (INFER_AUTO, *WEIGHT_FORMATS), "lora_base": tuple(WEIGHT_FORMATS),
               "optimizer": tuple(OPTIMIZERS), "kv_dtype": tuple(KV_DTYPES),
               "zero": tuple(map(str, ZERO_STAGES)),
               "pp_schedule": tuple(s + (":V" if s == "interleaved" else "")

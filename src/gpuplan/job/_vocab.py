@@ -27,7 +27,9 @@ KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 #: The default training recipe and inference weight format (the seed's case), defined once.
 DEFAULT_TRAIN_PRECISION = "mixed-bf16"
-DEFAULT_INFER_PRECISION = "bf16"
+#: ``auto``: the checkpoint's shipped format where the engine and GPU load it as such, else bf16
+#: (:func:`gpuplan.formats.resolve_infer_precision`); bf16 for a model with no quantization_config.
+DEFAULT_INFER_PRECISION = "auto"
 
 #: With no model named, a job (``gpuplan fit``, :meth:`Job.from_dict`) plans the source document's
 #: example: a bare 7B-parameter model.

@@ -90,6 +90,7 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     vLLM's and TensorRT-LLM's knob (its ``free_gpu_memory_fraction``), ``mem_fraction_static``
     SGLang's; unset, the engine's default at ``engine_version``. ``max_model_len`` defaults to
     the model's context."""
+    job = job.resolve_infer(model.architecture, gpu.architecture)
     rule = budget_rule(job.engine, engine_version)
     arch = model.architecture
     if arch is None or arch.kind != "decoder":

@@ -34,6 +34,7 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
     ``tensor_parallel``, K/V heads split as above."""
     memory_args(model, job, overhead_level, overhead_overrides)
     int_arg(tensor_parallel, "tensor_parallel", "gpus")
+    job = job.resolve_infer(model.architecture)  # no GPU named: auto = the shipped format
     if not layout_of(job).trivial:
         return _infer_layout(model, job, overhead_level=overhead_level,
                              overhead_overrides=overhead_overrides)
@@ -70,7 +71,7 @@ def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int |
                 overhead_level: OverheadLevel = "expected",
                 overhead_overrides=None) -> InferMemory:
     """One GPU's serving memory (``model`` is the whole model, or one rank's part of it)."""
-    fmt = get_weight_format(job.infer_precision)
+    fmt = get_weight_format(job.resolve_infer(model.architecture).infer_precision)
     n = model.params.total
     notes: list[str] = []
     weights = weights_bytes_in_format(fmt, model.tensors, model.architecture, n)

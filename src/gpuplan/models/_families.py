@@ -760,5 +760,4 @@ def _checkpoint_format(r: ConfigReader) -> tuple[str | None, str]:
     if fmt is None:
         return None, (f"quantization_config names {method!r}, a format gpuplan does not read "
                       "from a config; plan it with --infer-precision")
-    return fmt, (f"the checkpoint ships in {fmt} ({method}); inference plans use "
-                 f"--infer-precision {fmt} to match it")
+    return fmt, f"the checkpoint ships in {fmt} (quantization_config: {method})"

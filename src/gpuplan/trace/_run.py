@@ -9,7 +9,7 @@ from types import MappingProxyType
 import torch
 
 from ..errors import InputError, UnsupportedError, opt, shown
-from ..formats import get_recipe
+from ..formats import get_recipe, resolve_infer_precision
 from ..job import DEFAULT_INFER_PRECISION, DEFAULT_SEQ, DEFAULT_TRAIN_PRECISION, default_seq
 from ..models import architecture_from_config
 from ._limits import REAL_MAX_PARAMS
@@ -83,6 +83,9 @@ def trace(model, *, mode, batch, seq, precision, optimizer, optimizer_impl, chec
           attention, device, real) -> TraceResult:
     if precision is None:
         precision = DEFAULT_TRAIN_PRECISION if mode == "train" else DEFAULT_INFER_PRECISION
+    if mode != "train":
+        # the trace builds the model from its config in a 16-bit dtype: auto is bf16 here
+        precision = resolve_infer_precision(precision, None)
     source = resolve(model)
     if seq is None:
         seq = _default_seq(source)

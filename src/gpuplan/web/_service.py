@@ -25,7 +25,7 @@ from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
 from ..engines.profiles import AUTO_ENGINE, ENGINE_NAMES
 from ..errors import InputError, shown
 from ..fit import OverheadLevel, plan
-from ..formats import OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
+from ..formats import INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
 from ..hardware import DEFAULT_SHORTLIST, all_gpus, resolve_gpu
 from ..job import KV_DTYPES, Job, flat_defaults, flat_hints
 from ..memory import train_memory
@@ -275,7 +275,7 @@ def options() -> dict:
         "engine": list(ENGINE_NAMES),
         "engine_auto": AUTO_ENGINE,
         "precision": list(TRAINING_RECIPES),
-        "infer_precision": list(WEIGHT_FORMATS),
+        "infer_precision": [INFER_AUTO, *WEIGHT_FORMATS],  # auto: the checkpoint's own format
         "optimizer": list(OPTIMIZERS),
         "kv_dtype": list(KV_DTYPES),
         "zero": [0, 1, 2, 3],  # the ZeRO stages
