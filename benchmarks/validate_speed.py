@@ -172,6 +172,13 @@ def _optimizer_impl(run: dict, precision: str, notes: list[str]) -> str | None:
     if "Megatron" in rt:
         notes.append("Megatron's Adam is apex FusedAdam (fused)")
         return "fused"
+    if "torchtitan 9dec370" in (run.get("notes") or ""):
+        # torchtitan at the runs' commit: --optimizer.fused is a store_true flag, off by default
+        # (torchtitan/config_manager.py @9dec370), and no train_configs/llama3_*.toml sets it;
+        # torchtitan/optimizer.py passes foreach = not fused -- not the engine profile's fused
+        # default, which is today's torchtitan
+        notes.append("torchtitan 9dec370: AdamW foreach (--optimizer.fused off by default then)")
+        return "foreach"
     if "APEX" in rt:
         if "LAMB" in opt or precision != "fp32":
             notes.append("DLE: apex FusedAdam / FusedLAMB (fused)")
@@ -204,9 +211,6 @@ def _not_expressible(run: dict) -> str:
     if kind == "serving":
         return ("a server's continuous batching under unbounded concurrency: the batch is the "
                 "engine's choice (no serving model in gpuplan)")
-    if job.get("float8"):
-        return ("Float8 training (torchao's float8 linears: fp8 matmuls with dynamic scales beside "
-                "bf16 ones) is not a gpuplan training precision")
     if "not stated" in str(job.get("checkpointing")):
         return ("activation checkpointing of a fraction of the blocks, the fraction not stated "
                 "(gpuplan checkpoints none, the attention core or every block)")
@@ -359,6 +363,67 @@ LAYOUTS.update({
                                    ("174.6", 12, 96, 1536, 1536), ("529.6", 35, 105, 560, 2240),
                                    ("529.6", 35, 105, 1120, 2240),
                                    ("529.6", 35, 105, 2240, 2240))},
+})
+
+
+#: torchtitan's docs/performance.md Float8 rows (@eaea6f6a; the runs at torchtitan 9dec370,
+#: torchao eab345c), mapped here after the rows were recorded (benchmarks/published/README.md).
+#: The recipe: at 9dec370 torchtitan's float8 converter has one, tensor-wise dynamic scaling
+#: (config_manager.py: scaling_type_input/weight/grad_output default "dynamic"; docs/float8.md:
+#: "we currently support tensor-wise scaling with dynamic scales ... Row-wise scaling is under
+#: exploration") = gpuplan's fp8-tensorwise. The FSDP float8 all-gather
+#: (enable_fsdp_float8_all_gather, off by default) is not stated by performance.md: on here, as
+#: docs/float8.md's launch command (--float8.enable_float8_linear
+#: --float8.enable_fsdp_float8_all_gather --float8.precompute_float8_dynamic_scale_for_fsdp) and
+#: the 405B preset (train_configs/llama3_405b.toml) set it = --fp8-param-gather. FSDP2 shards
+#: over dp_shard x cp (parallelize_llama.py: the "dp_shard_cp" mesh), gpuplan's ZeRO group; under
+#: PP it keeps the gathered weights through the step (reshard_after_forward False = ZeRO-2). TP
+#: is sequence-parallel (SequenceParallel on the norms); the pipeline splits the local batch into
+#: pipeline_parallel_microbatches, by default the PP degree (pipelining_utils.py), and
+#: Interleaved1F1B runs 2 stages a rank. AsyncTP (the rows that state it) = the TP collectives
+#: overlapped with the GEMMs (``tp_overlap``).
+_TT_FLOAT8 = "fp8-tensorwise (torchtitan 9dec370: tensor-wise dynamic scales, its one recipe); " \
+    "FSDP float8 all-gather on (docs/float8.md's launch command; not stated by the table): " \
+    "--fp8-param-gather"
+
+
+def _torchtitan_float8(*, tp: int = 1, pp: int = 1, cp: int = 1, batch: int, seq: int,
+                       schedule: str | None = None, async_tp: bool = False,
+                       ) -> tuple[dict, bool, str]:
+    """One Float8 row of torchtitan's performance.md as Job fields (see :data:`_TT_FLOAT8`)."""
+    fields: dict = {"precision": "fp8-tensorwise", "fp8_param_gather": True, "seq": seq,
+                    "zero": 2 if pp > 1 else 3}
+    why = [_TT_FLOAT8]
+    if tp > 1:
+        fields.update(tp=tp, sequence_parallel=True)
+        why.append(f"TP{tp} with sequence parallelism" + (", AsyncTP" if async_tp else ""))
+    if cp > 1:
+        fields["cp"] = cp
+        why.append(f"CP{cp}, FSDP over dp x cp")
+    if pp > 1:
+        fields.update(pp=pp, pp_schedule=schedule, batch=batch // pp, grad_accum=pp)
+        why.append(f"PP{pp} {schedule}: local batch {batch} in {pp} micro-batches of "
+                   f"{batch // pp} (pipeline_parallel_microbatches' default, the PP degree); "
+                   "FSDP without resharding under PP = ZeRO-2")
+    return fields, async_tp, "; ".join(why)
+
+
+_TT = "torchtitan-t"
+LAYOUTS.update({
+    f"{_TT}1-llama31-8b-fsdp8-compile-float8": _torchtitan_float8(batch=2, seq=8192),
+    f"{_TT}3-llama31-8b-fsdp128-compile-float8": _torchtitan_float8(batch=2, seq=8192),
+    **{f"{_TT}2-llama31-8b-fsdp{8 // cp}-cp{cp}-s{8192 * 4 * cp}-float8":
+       _torchtitan_float8(cp=cp, batch=1, seq=8192 * 4 * cp) for cp in (1, 2, 4, 8)},
+    f"{_TT}4-llama31-70b-fsdp32-tp8-float8": _torchtitan_float8(tp=8, batch=16, seq=8192),
+    f"{_TT}4-llama31-70b-fsdp32-tp8-asynctp-float8": _torchtitan_float8(
+        tp=8, batch=16, seq=8192, async_tp=True),
+    f"{_TT}5-llama31-405b-fsdp8-tp8-pp8-1f1b-float8": _torchtitan_float8(
+        tp=8, pp=8, batch=32, seq=8192, schedule="1f1b", async_tp=True),
+    f"{_TT}5-llama31-405b-fsdp8-tp8-pp8-interleaved-float8": _torchtitan_float8(
+        tp=8, pp=8, batch=32, seq=8192, schedule="interleaved:2", async_tp=True),
+    **{f"{_TT}6-llama31-405b-fsdp{8 // cp}-cp{cp}-tp8-pp8-s{8192 * 4 * cp}-float8":
+       _torchtitan_float8(tp=8, pp=8, cp=cp, batch=8, seq=8192 * 4 * cp, schedule="1f1b",
+                          async_tp=True) for cp in (1, 2, 4, 8)},
 })
 
 
@@ -772,6 +837,17 @@ def _sku_gap(run: dict, row: Row) -> str:
             f"{run['hardware']['gpu']}, whose bandwidth, clocks and power limit differ")
 
 
+def _power_cap_gap(run: dict, row: Row) -> str:
+    """A run at a power limit below its SKU's TDP (the source's own words): the catalog's tensor
+    peaks are the vendor's at the TDP, and no source gives the sustained clock at the cap."""
+    stated = re.findall(r"(\d+)\s*W\b", run["hardware"].get("gpu_as_stated") or "")
+    tdp = get_gpu(run["hardware"]["gpu"]).tdp_watts
+    if not stated or tdp is None or int(stated[0]) >= tdp:
+        return ""
+    return (f"run at {stated[0]} W, below the {tdp:g} W TDP: the tensor peaks are the SKU's at "
+            "its TDP (no source gives the sustained clock at the cap)")
+
+
 def _quant_kernel_gap(run: dict, row: Row) -> str:
     q = str(run["job"].get("weight_quant") or "")
     if not q or row.mechanism not in ("quantized decode", "batched decode"):
@@ -786,6 +862,24 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
         out += ("; its GEMV kernel at batch > 1 is marked 'avoid using' by the source (the "
                 "estimate reads the weights once a step for the whole batch)")
     return out
+
+
+def _fsdp2_copy_gap(run: dict, row: Row) -> str:
+    """FSDP2's copies around its collectives on the compute stream, not timed. In
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py the copy-in into the all-gather
+    buffer runs on its own stream (``all_gather_copy_in_stream``), but
+    ``foreach_all_gather_copy_out`` waits for the gather on the current stream and copies the
+    gathered buffer into each parameter there (``split_with_sizes_copy``), and ``foreach_reduce``
+    builds the reduce-scatter input with ``_chunk_cat`` of the unsharded gradients, cast to the
+    reduce dtype, before the reduce-scatter stream waits on it: per parameter and micro-batch, 2
+    gathers x (2 B read + 2 B written) + 2 B read + 4 B written (fp32 reduce) = 14 B of memory
+    traffic."""
+    if "fsdp2" not in str(run["job"].get("zero") or "").lower().replace(" ", "") \
+            or row.mechanism not in ("single-node ZeRO-3 / FSDP", "multi-node ZeRO-3 / FSDP"):
+        return ""
+    return ("FSDP2's copy-out of the gathered weights and its chunk-cat of the gradients into the "
+            "fp32 reduce-scatter input run on the compute stream, untimed: ~14 B a parameter a "
+            "micro-batch (Llama 3.1 8B at 2.4 TB/s: ~55 ms, 3% of these steps)")
 
 
 def _host_gap(run: dict, row: Row) -> str:
@@ -829,8 +923,8 @@ def _zero3_2021_gap(run: dict, row: Row) -> str:
 
 
 #: What the estimate is known to leave out, each checked against a row (empty: does not apply).
-KNOWN_GAPS = (_sku_gap, _quant_kernel_gap, _host_gap, _serving_gap,
-              _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap)
+KNOWN_GAPS = (_sku_gap, _power_cap_gap, _fsdp2_copy_gap, _quant_kernel_gap, _host_gap,
+              _serving_gap, _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap)
 
 
 def misses(row: Row) -> str:

@@ -97,7 +97,7 @@ _AGGREGATED = (
     "under the backward; the step is the H100 compute alone (and the SMs NCCL's CTAs hold while "
     "the hidden traffic runs: efficiency.overlap_sm_share), {got} TFLOP/s against {pub} "
     "({ratio}x) -- as the other H100 rows whose traffic hides read (IBM's FSDP H100 rows "
-    "1.21-1.37x, llm-foundry's 512-GPU MPT-70B 1.32x, torchtitan's FSDP 1.45-1.51x). At one NIC's "
+    "1.21-1.37x, llm-foundry's 512-GPU MPT-70B 1.32x, torchtitan's FSDP 1.31-1.46x on its 2.4 TB/s H100-SXM-96GB). At one NIC's "
     "rate (before issue 31's network model) it read {one}x, the network's pessimism offsetting "
     "the compute's optimism")
 XFAIL = {

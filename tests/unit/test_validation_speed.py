@@ -122,12 +122,17 @@ def test_out_of_sample_holdout_reads(rows):
     # H100, were all of the step hidden traffic). Issue 30/31 (awq31): AutoAWQ's GEMM kernel at
     # the 16-bit GEMV share (QUANT_KERNELS autoawq-gemm) moves the holdout to 10.4% median; its
     # worst becomes 159.5%, AutoAWQ's GEMV kernel at batch 8 (the Job cannot pick that kernel, so
-    # it is timed as the GEMM one, which reads the weights once for the batch). Asserted as
-    # reached, so a change that moves it is seen
+    # it is timed as the GEMM one, which reads the weights once for the batch). Issue 31
+    # (tt31): torchtitan's 14 Float8 rows expressed (fp8-tensorwise, validate_speed's
+    # _torchtitan_float8) and its 18 rows timed on H100-SXM-96GB (2.4 TB/s, not 3.35): the four
+    # BF16 rows 1.45-1.51x -> 1.32-1.46x, then 1.31-1.46x with torchtitan 9dec370's foreach AdamW;
+    # the group 48.3% / 51.4% (4 rows) -> 35.9% / 71.5% (18), the whole holdout 93 runs, 11.4%
+    # median, worst still 159.5%. Asserted as reached, so a
+    # change that moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
-    assert s["n"] == 45 + len(new) and len(new) == 34
-    assert s["median_abs_error"] <= 0.104 and s["worst_abs_error"] <= 1.596
+    assert s["n"] == 45 + len(new) and len(new) == 48
+    assert s["median_abs_error"] <= 0.114 and s["worst_abs_error"] <= 1.596
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -140,7 +145,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 10.4% median and 159.5% worst (AutoAWQ's GEMV kernel at batch 8), "
+                   "holdout reads 11.4% median and 159.5% worst (AutoAWQ's GEMV kernel at batch 8), "
                    "and the torchtitan, nvidia-dle-bert and ibm-fsdp-blog groups' medians are "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
@@ -148,6 +153,88 @@ def test_holdout_meets_issue_31s_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.08 and s["worst_abs_error"] <= 0.25
     assert all(med <= 0.15 for _, _, med, _ in vs.by_group(rows, "holdout"))
+
+
+def _tt(rows, suffix):
+    (row,) = [r for r in rows if r.run["id"] == "torchtitan-t" + suffix]
+    return row
+
+
+def test_torchtitan_float8_rows_are_mapped_from_its_code(rows):
+    # torchtitan 9dec370 has one float8 recipe (tensor-wise dynamic scales) and docs/float8.md
+    # launches it with the FSDP float8 all-gather: every Float8 row is fp8-tensorwise with
+    # --fp8-param-gather, compiled, and predicted
+    f8 = [r for r in rows if r.run["source_group"] == "torchtitan" and r.run["job"]["float8"]]
+    assert len(f8) == 14 and all(r.predicted is not None for r in f8)
+    for r in f8:
+        job = vs.job_of(r.run)
+        assert (job.precision, job.fp8_param_gather, job.runtime) == ("fp8-tensorwise", True,
+                                                                      "compile"), r.run["id"]
+    # Table 5: local batch 32 over PP 8 = 8 micro-batches (the PP degree, torchtitan's default)
+    # of 32 / 8 = 4; FSDP keeps the gathered weights under PP (ZeRO-2); 512 / (8 x 8) = DP 8
+    job = vs.job_of(_tt(rows, "5-llama31-405b-fsdp8-tp8-pp8-interleaved-float8").run)
+    assert (job.batch, job.grad_accum, job.zero, job.pp_schedule) == (4, 8, 2, "interleaved:2")
+    assert (job.tp, job.pp, job.dp, job.sequence_parallel) == (8, 8, 8, True)
+    # Table 6's last row: local batch 8 = 8 micro-batches of 1; 512 / (8 x 8 x 8) = DP 1
+    job = vs.job_of(_tt(rows, "6-llama31-405b-fsdp1-cp8-tp8-pp8-s262144-float8").run)
+    assert (job.batch, job.grad_accum, job.cp, job.dp, job.seq) == (1, 8, 8, 1, 262144)
+    # Table 2's last row: FSDP 1 x CP 8 on 8 GPUs, FSDP2 sharding over dp x cp (ZeRO-3)
+    job = vs.job_of(_tt(rows, "2-llama31-8b-fsdp1-cp8-s262144-float8").run)
+    assert (job.cp, job.dp, job.zero, job.batch, job.grad_accum) == (8, 1, 3, 1, 1)
+    # AsyncTP (Table 4's second row) hides the TP collectives: faster than the same row without
+    plain = _tt(rows, "4-llama31-70b-fsdp32-tp8-float8")
+    asynctp = _tt(rows, "4-llama31-70b-fsdp32-tp8-asynctp-float8")
+    assert vs.LAYOUTS[asynctp.run["id"]][1] and not vs.LAYOUTS[plain.run["id"]][1]
+    assert asynctp.predicted > plain.predicted
+
+
+def test_torchtitan_rows_run_on_the_grand_teton_h100(rows, monkeypatch, tmp_path):
+    # docs/performance.md: 96GB HBM2e at 2.4 TB/s, default 500 W limit; the SXM5's peaks kept
+    from gpuplan.hardware import get_gpu
+
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", str(tmp_path / "none.sqlite"))
+    tt, sxm = get_gpu("H100-SXM-96GB"), get_gpu("H100-SXM-80GB")
+    assert tt.memory_bandwidth == 2400e9 and tt.peak_flops["bf16"] == sxm.peak_flops["bf16"]
+    assert tt.memory_bytes == 96 * 2**30
+    tt_rows = [r for r in rows if r.run["source_group"] == "torchtitan"]
+    assert len(tt_rows) == 18 and {r.run["hardware"]["gpu"] for r in tt_rows} == {tt.name}
+    # the same BF16 run on the 3.35 TB/s part is faster, by less than the bandwidth ratio (only
+    # the memory-bound share of the step moves)
+    row = _tt(rows, "1-llama31-8b-fsdp8-eager")
+    run = {**row.run, "hardware": {**row.run["hardware"], "gpu": sxm.name}}
+    on_sxm = vs.predict(run).predicted
+    assert row.predicted < on_sxm < row.predicted * 3350 / 2400
+    # the 500 W cap below the 700 W TDP is named as a known gap; Llama 3's 700 W rows have none
+    assert "500 W, below the 700 W TDP" in vs.misses(row)
+    llama3 = next(r for r in rows if r.run["source_group"] == "llama3")
+    assert vs._power_cap_gap(llama3.run, llama3) == ""
+
+
+def test_torchtitan_bf16_rows_step_as_torchtitan_9dec370_did(rows, monkeypatch, tmp_path):
+    # the runs' torchtitan (9dec370) left --optimizer.fused off: AdamW foreach, not the engine
+    # profile's (today's) fused default
+    row = _tt(rows, "1-llama31-8b-fsdp8-eager")
+    notes: list[str] = []
+    assert vs._optimizer_impl(row.run, "mixed-bf16", notes) == "foreach" and notes
+    llama3 = next(r for r in rows if r.run["source_group"] == "llama3")
+    assert vs._optimizer_impl(llama3.run, "mixed-bf16", []) is None
+    # FSDP2's untimed copies, named for the row: 2 gathers x (2 + 2) B + (2 + 4) B = 14 B a
+    # parameter; Llama 3.1 8B's parameters at 2.4 TB/s x the 0.85 memory fraction ~ 55 ms,
+    # ~3% of the estimated step (16,384 tokens at the predicted rate)
+    from gpuplan.compute.device import default_efficiency, device_from_gpu
+    from gpuplan.hardware import get_gpu
+    from gpuplan.models import load_model
+
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", str(tmp_path / "none.sqlite"))
+    gpu = get_gpu(row.run["hardware"]["gpu"])
+    est = vs.estimate_speed(load_model("llama-3.1-8b"), gpu, vs.job_of(row.run), measured=None,
+                            link="nvlink")
+    copy_s = 14 * est.trainable_params / (gpu.memory_bandwidth
+                                          * default_efficiency(device_from_gpu(gpu)).memory)
+    assert round(1e3 * copy_s) == 55
+    assert 0.025 < copy_s / (2 * 8192 / row.predicted) < 0.035
+    assert "~55 ms" in vs._fsdp2_copy_gap(row.run, row)
+    assert vs._fsdp2_copy_gap(llama3.run, llama3) == ""
 
 
 def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp_path):
