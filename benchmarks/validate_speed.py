@@ -910,9 +910,14 @@ def _volta_gap(run: dict, row: Row) -> str:
         return ""
     return ("fp16 on Volta: DeepBench's cuBLAS GEMMs (benchmarks/fit_volta_turing_gemm.py) run "
             "BERT's linear layers faster than the 83-TFLOP/s share timed here, so the gap lies "
-            "outside the GEMMs; the host's wait for each micro-batch's blocking input copy is "
-            "timed (compute/step.py BLOCKING_INPUT_COPY); the 1.2-1.4x left, common to every "
-            "fp16 row (APEX O2 and autocast alike), is not identified")
+            "outside the GEMMs; every host wait in the code these rows ran is timed, and each "
+            "comes once per micro-batch or step (the blocking input copy, compute/step.py "
+            "BLOCKING_INPUT_COPY; the loss read after each backward, HOST_READ_AFTER_BACKWARD; "
+            "apex amp's one overflow .item() per backward, GradScaler's found_inf.item()): with "
+            "every stretch device-bound they expose nothing. The fp16 steps measure close to "
+            "host issue + device time, as if the host waited on each kernel; no source shows "
+            "such a wait, and the 1.2-1.8x left, common to every fp16 row (APEX O2 and autocast "
+            "alike), is not identified")
 
 
 def _zero3_2021_gap(run: dict, row: Row) -> str:

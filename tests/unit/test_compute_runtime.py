@@ -116,7 +116,8 @@ def test_optimizer_implementations_move_what_torch_runs():
 
 def test_fp16_loss_scaling_exposes_the_optimizer_issue_time():
     """GradScaler reads found_inf on the host before optimizer.step: the loop's issue time is not
-    hidden behind the backward (bf16 has no scaler: one max over the whole step)."""
+    hidden behind the backward (bf16 has no scaler: without another host read, one max over the
+    whole step)."""
     m = load_model("bert-large-uncased")
     v100 = get_gpu("V100-SXM2-16GB")
     # transformers' Adafactor: 24 Python-issued kernels per tensor, more host than device time
@@ -136,8 +137,10 @@ def test_fp16_loss_scaling_exposes_the_optimizer_issue_time():
     host_rest = e.host_time_s - host_opt
     assert e.time_s == pytest.approx(max(dev[0], host_rest) + max(dev[1], host_opt))
     assert e.time_s > max(e.device_time_s, e.host_time_s)
-    a100 = estimate_speed(m, A100, job.with_(precision="mixed-bf16"), measured=None).step
-    assert not a100.sync_before_optimizer
+    # bf16 has no scaler: under a loop with no host read before the step, one max over it all
+    a100 = estimate_speed(m, A100, job.with_(precision="mixed-bf16", engine="fsdp2"),
+                          measured=None).step
+    assert not a100.sync_before_optimizer and not a100.sync_after_backward
     assert a100.time_s == pytest.approx(max(a100.device_time_s, a100.host_time_s))
 
 
@@ -376,3 +379,58 @@ def test_each_micro_batch_starts_after_the_device_drained():
     assert e.time_s == pytest.approx(4 * micro + max(dev(opt), host_opt))
     # the same job without the waits would hide the forward's issue behind the device
     assert e.time_s > max(dev(fwd + bwd), e.host_time_s - host_opt) + max(dev(opt), host_opt)
+
+
+def _stretches(e):
+    """(host, device) time of the forward+backward and of the optimizer stretch of step ``e``,
+    by hand from its ops: eager_host_fwd_s per forward kernel, eager_host_bwd_s per backward
+    kernel, an op's own issue cost where it has one; kernels plus the stream gap each."""
+    gap = constant("stream_gap_s")
+
+    def host(ts):
+        return sum(t.op.kernels * t.op.count * (
+            t.op.host_s if t.op.host_s is not None else constant(
+                "eager_host_bwd_s" if t.op.phase == "backward" else "eager_host_fwd_s"))
+            for t in ts)
+
+    def dev(ts):
+        return sum(t.total_s + t.op.kernels * t.op.count * gap for t in ts)
+
+    opt = [t for t in e.ops if t.op.phase == "optimizer"]
+    rest = [t for t in e.ops if t.op.phase != "optimizer"]
+    return (host(rest), dev(rest)), (host(opt), dev(opt))
+
+
+def test_trainer_reads_the_loss_after_each_backward():
+    """HF Trainer's NaN/inf filter (``torch.isnan(tr_loss_step)``, logging_nan_inf_filter=True by
+    default) is a host read after every backward: the device drains before the optimizer, so a
+    per-parameter Adafactor loop (24 kernels a tensor, 8 us each from Python) whose issue
+    outlasts its kernels is no longer hidden behind the backward. bert-large, fp32, batch 4 x 512
+    on a V100 (the HF docs' Adafactor run): the step is the device-bound forward+backward, then
+    the optimizer's issue."""
+    m = load_model("bert-large-uncased")
+    v100 = get_gpu("V100-SXM2-16GB")
+    job = Job(model="bert-large-uncased", mode="train", batch=4, seq=512, precision="fp32",
+              optimizer="adafactor", attention="eager")
+    e = estimate_speed(m, v100, job, measured=None).step
+    assert e.sync_after_backward and not e.sync_before_optimizer
+    (h_r, d_r), (h_o, d_o) = _stretches(e)
+    assert h_r < d_r and h_o > d_o  # device-bound forward+backward, host-bound optimizer
+    assert e.time_s == pytest.approx(d_r + h_o)
+    # without the read the optimizer's issue would overlap the backward: max(device, host)
+    assert e.time_s > max(d_r + d_o, h_r + h_o) * 1.05
+
+
+def test_a_loss_read_that_exposes_nothing_leaves_the_step_unsplit():
+    """The same read before a fused optimizer whose kernels outlast their issue costs nothing:
+    the step is max(device, host) exactly (the value and rounding it had without the read)."""
+    m = load_model("bert-large-uncased")
+    v100 = get_gpu("V100-SXM2-16GB")
+    job = Job(model="bert-large-uncased", mode="train", batch=4, seq=512, precision="fp32",
+              attention="eager")
+    e = estimate_speed(m, v100, job, measured=None, optimizer_impl="fused").step
+    assert e.sync_after_backward
+    (h_r, d_r), (h_o, d_o) = _stretches(e)
+    assert h_r < d_r and h_o < d_o
+    assert e.time_s == max(e.device_time_s, e.host_time_s)
+    assert e.time_s == pytest.approx(d_r + d_o)

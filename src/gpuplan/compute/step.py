@@ -80,6 +80,13 @@ class Phase:
     host_sync_s: float = 0.0
     """The cost of each of those reads beyond the wait (:data:`~.efficiency.CONSTANTS`
     ``host_sync_s``)."""
+    sync_after_backward: bool = False
+    """The training loop reads a device scalar on the host after every micro-batch's backward --
+    HF Trainer's NaN/inf filter on the loss (``logging_nan_inf_filter``, default True:
+    ``torch.isnan(tr_loss_step) or torch.isinf(tr_loss_step)`` is a bool of a CUDA tensor),
+    NVIDIA DLE run_pretraining.py's ``average_loss += loss.item()`` -- so the optimizer stretch,
+    as under :attr:`sync_before_optimizer`, starts after the device drained; unlike it, where
+    that exposes nothing the step is timed unsplit (the same value, the same rounding)."""
     sync_per_micro_step: bool = False
     """The host waits for the device at the start of every micro-batch: the training loop copies
     its inputs to the GPU with a blocking ``.to(device)`` (transformers Trainer._prepare_input,
@@ -181,14 +188,23 @@ class Phase:
     def _overlapped_s(self) -> float:
         """:attr:`time_s` with the host free to run ahead across micro-batches."""
         assert self.overheads is not None
-        if not self.sync_before_optimizer:
+        if not self.sync_before_optimizer and not self.sync_after_backward:
             return max(self.device_time_s, self.host_time_s)
         # the host catches up with the device before the optimizer: two stretches, each paced by
         # the slower of the two
         opt = [t for t in self.ops if t.op.phase == "optimizer"]
         rest = [t for t in self.ops if t.op.phase != "optimizer"]
-        return (max(self._device_s(rest), self._host_s(rest) + self.overheads.host_fixed_s)
-                + self._optimizer_stretch_s(opt))
+        rest_host = self._host_s(rest) + self.overheads.host_fixed_s
+        if not self.sync_before_optimizer and not self._split_exposes(rest, opt):
+            return max(self.device_time_s, self.host_time_s)
+        return max(self._device_s(rest), rest_host) + self._optimizer_stretch_s(opt)
+
+    def _split_exposes(self, rest: Sequence[OpTime], opt: Sequence[OpTime]) -> bool:
+        """A wait before the optimizer lengthens the step: the host issues the rest slower than
+        the device runs it, or the optimizer stretch outlasts its kernels."""
+        assert self.overheads is not None
+        return (self._host_s(rest) + self.overheads.host_fixed_s > self._device_s(rest)
+                or self._optimizer_stretch_s(opt) > self._device_s(opt))
 
     @staticmethod
     def _pipelined_s(stretches: Sequence[tuple[float, float]]) -> float:
@@ -214,7 +230,10 @@ class Phase:
         micro = [(self._host_s(fwd) / m, self._device_s(fwd) / m),
                  (self._host_s(bwd) / m, self._device_s(bwd) / m)]
         last = micro + [(self._host_s(opt), self._device_s(opt))]
-        if self.sync_before_optimizer:
+        # a read after the backward splits off an optimizer stretch that outlasts its kernels; one
+        # that does not is the same as pipelined with the last micro-batch (kept, for its rounding)
+        if self.sync_before_optimizer or (self.sync_after_backward
+                                          and self._optimizer_stretch_s(opt) > self._device_s(opt)):
             if self._pipelined_s(micro) <= sum(d for _, d in micro):
                 return None
             return (m * self._pipelined_s(micro) + o.host_fixed_s
@@ -507,14 +526,24 @@ def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
 #: read.
 BLOCKING_INPUT_COPY = frozenset({"transformers"})
 
+#: Engines whose training loop reads the loss on the host after every micro-batch's backward
+#: (:attr:`Phase.sync_after_backward`): transformers' Trainer (its training loop's NaN/inf filter
+#: ``torch.isnan(tr_loss_step) or torch.isinf(tr_loss_step)``, TrainingArguments
+#: ``logging_nan_inf_filter=True`` by default), and NVIDIA DLE's BERT pretraining, timed under
+#: this engine (run_pretraining.py: ``average_loss += loss.item()`` after ``backward()``;
+#: DeepLearningExamples 042e8724, PyTorch/LanguageModeling/BERT). DLE's run_squad.py reads the
+#: loss only every ``log_freq`` steps, but its fp16 step reads apex's overflow flag and its fp32
+#: step reads each clip norm, so its rows wait there already.
+HOST_READ_AFTER_BACKWARD = frozenset({"transformers"})
+
 
 def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1,
-           runtime="eager", sync=False, micro_sync=False) -> Phase:
+           runtime="eager", sync=False, micro_sync=False, loss_read=False) -> Phase:
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
                  peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps,
                  overheads=_overheads(device, eff, runtime), sync_before_optimizer=sync,
-                 sync_per_micro_step=micro_sync)
+                 sync_per_micro_step=micro_sync, sync_after_backward=loss_read)
 
 
 def _overheads(device: Device, eff: Efficiency, runtime: str) -> RuntimeOverheads | None:
@@ -858,7 +887,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     phase = _phase("train", ops + opt_ops, device, eff, prec.dtype, batch=spec.batch,
                    q_len=spec.seq, kv_len=spec.seq, micro_steps=spec.grad_accum,
                    runtime=spec.runtime, sync=sync,
-                   micro_sync=device.kind == "gpu" and spec.engine in BLOCKING_INPUT_COPY)
+                   micro_sync=device.kind == "gpu" and spec.engine in BLOCKING_INPUT_COPY,
+                   loss_read=device.kind == "gpu" and spec.engine in HOST_READ_AFTER_BACKWARD)
     return _with_host_reads(phase, reads, opt_tensors or ()), None, n_params, trainable
 
 
