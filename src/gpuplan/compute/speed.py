@@ -377,9 +377,8 @@ def estimate_speed(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
-    step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
-                                                     spec)
-    attn = _attention_precision(spec, device, notes)
+    step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
+                                                      spec, notes)
     if mode == "infer" and job.gpus > 1:
         notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
                      "parallelism modeled)")
@@ -402,8 +401,7 @@ def estimate_speed(
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        runtime_auto=job.runtime == "auto", measured_run=used, attention_precision=attn,
-        **_engine_fields(job, mode))
+        runtime_auto=job.runtime == "auto", measured_run=used, **_engine_fields(job, mode, attn))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -430,9 +428,11 @@ def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
     return out
 
 
-def _engine_fields(job: Job, mode: str) -> dict:
-    """The estimate's statement of the engine (:func:`gpuplan.engines.profiles.engine_notes`)."""
-    return {"engine": job.engine, "engine_notes": engine_notes(job, mode)}
+def _engine_fields(job: Job, mode: str, attention: AttentionPrecision | None = None) -> dict:
+    """The estimate's statement of the engine (:func:`gpuplan.engines.profiles.engine_notes`)
+    and how its attention ran."""
+    return {"engine": job.engine, "engine_notes": engine_notes(job, mode),
+            "attention_precision": attention}
 
 
 def _on_cpu(model: Model | Architecture, cpu: CPU, job: Job, new_tokens: int,
@@ -525,7 +525,15 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        attention_precision=attn, **_engine_fields(job, mode))
+        **_engine_fields(job, mode, attn))
+
+
+def _built(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
+           eff: Efficiency, prec: PrecisionLayout, spec: StepSpec, notes: list[str]) -> tuple:
+    """:func:`~.step.build_steps`'s four, and the step's attention precision (its notes added to
+    ``notes``)."""
+    return (*build_steps(arch, n_params, tensors, device, eff, prec, spec),
+            _attention_precision(spec, device, notes))
 
 
 def _attention_precision(spec: StepSpec, device: Device,
