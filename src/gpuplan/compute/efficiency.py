@@ -107,6 +107,13 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
                                     _FA2 + "; head dim 64 peaks lower (Fig. 4: ~190 of 312 TF)"),
     "attn_bwd_over_fwd": Constant(0.85, "ratio", _FA2 + " (63/73 = 0.86)"),
     "attn_fwd_hopper_fa2": Constant(0.35, "fraction of peak", _FA3),
+    "attn_fwd_hopper_fa3_fp8": Constant(
+        0.606, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
+        "abstract: 'with FP8 reaching close to 1.2 PFLOPs/s' on H100 SXM5 (FP16: 'up to 740 "
+        "TFLOPs/s (75% utilization)'), forward only; over H100-SXM-80GB's dense FP8 peak "
+        "1,978.9 TFLOP/s (gpus.json): 1.2 / 1.979 = 0.606. Its per-head-dim figures (Fig. 7) "
+        "are not in the offline index, so one share for every head dim; the FP8 kernel runs "
+        "the forward only (no backward)"),
     "attn_fwd_other": Constant(0.50, "fraction of peak",
                                "assumed for other generations (Volta/Turing/Ada: "
                                "memory-efficient kernels; no published fraction)"),
@@ -439,11 +446,14 @@ def gemv_bandwidth_fraction(weight_bytes: float, kernel: float = 0.0) -> float:
 
 
 def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: bool,
-                       cap: float) -> float:
+                       cap: float, kernel: str = "") -> float:
     """Share of the dense peak a fused (Flash) attention kernel reaches, at most ``cap`` (the
-    matmul fraction)."""
+    matmul fraction). ``kernel`` ``fa3-fp8``: FlashAttention-3's FP8 forward on Hopper (its
+    share of the FP8 peak); "" the generation's 16-bit kernel."""
     arch = (architecture or "").lower()
-    if arch == "hopper" or arch == "blackwell":
+    if kernel == "fa3-fp8" and arch == "hopper" and not backward:
+        top = constant("attn_fwd_hopper_fa3_fp8")
+    elif arch == "hopper" or arch == "blackwell":
         top = constant("attn_fwd_hopper_fa2")
     elif arch == "ampere":
         top = constant("attn_fwd_ampere_d128") if head_dim >= 128 else \

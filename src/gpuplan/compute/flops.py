@@ -27,8 +27,9 @@ from typing import Literal, Sequence, get_args
 
 from .._record import record
 from ..bounds import BOUNDS
-from ..engines.profiles import resolve_engine
+from ..engines.profiles import FP8_ATTENTION, fp8_attention_of, resolve_engine
 from ..errors import InputError, opt, shown
+from ..hardware import all_gpus
 from ..job import Attention, Checkpointing, Job, default_seq
 from ..models._types import Architecture, attention_for
 
@@ -37,7 +38,8 @@ __all__ = [
     "backward_ops", "recompute_ops", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
     "FlopsBreakdown", "LayerFlops", "flops_breakdown", "FLASH_BLOCK", "causal_score_elements",
     "chunked_score_elements", "visible_keys", "RunForm", "run_form", "form_notes", "grouped_experts",
-    "expert_tokens", "TRANSFORMERS_CODE", "MLA_ABSORBING",
+    "expert_tokens", "TRANSFORMERS_CODE", "MLA_ABSORBING", "AttentionPrecision",
+    "inference_attention", "fp8_attention_ops",
 ]
 
 OpClass = Literal["attention", "mlp", "norm_elementwise", "embedding", "logits", "optimizer"]
@@ -173,6 +175,9 @@ class Op:
     narrow: bool = False
     """An attention kernel run in the step's 8-bit dtype (TE ``fp8_dpa`` under an FP8 recipe)
     rather than at the 16-bit rate beside it."""
+    attention_kernel: str = ""
+    """The narrow attention kernel whose published share of the FP8 peak times it
+    (``fa3-fp8``: :func:`~.efficiency.attention_fraction`); "": the generation's 16-bit one."""
     wide: bool = False
     """A block's matmul kept 16-bit under a narrow recipe (the first and last blocks in BF16:
     Megatron ``--first-last-layers-bf16``)."""
@@ -217,6 +222,9 @@ class _Bytes:
     expert: float = 0.0
     """Bytes per element of the routed experts' weights (gpt-oss ships them in MXFP4 beside
     16-bit attention); 0: ``weight``."""
+    kv_scale: int = 0
+    """Bytes of the KV cache's scales each attention core reads per layer (an FP8 cache's fp32
+    k_scale and v_scale under the serving engines: 8); 0: none."""
 
     def __post_init__(self) -> None:
         if not self.expert:
@@ -537,7 +545,8 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
         ops.append(Op(name="attn.core", op_class="attention", kind="attention", phase="forward",
                       count=1, flops=f_exec, counted_flops=4.0 * B * H * counted * d,
                       bytes=2 * T * nq * a + kv_read + kv_write + (B * H * shape.q_len * 4
-                                                                   if shape.train else 0),
+                                                                   if shape.train else 0)
+                      + nb.kv_scale,
                       parallel_work=max(1, int(B * H * executed)), kernels=1,
                       shape=(B * H, shape.q_len, d, shape.kv_len)))
     else:
@@ -863,7 +872,7 @@ def build_forward_ops(arch: Architecture, shape: StepShape, *, act_bytes: int,
                       embed_bytes: float | None = None, kv_bytes: int | None = None,
                       grad_bytes: int | None = None, expert_bytes: float | None = None,
                       attention: Attention = "sdpa",
-                      form: RunForm | None = None) -> tuple[Op, ...]:
+                      form: RunForm | None = None, kv_scale_bytes: int = 0) -> tuple[Op, ...]:
     """Every forward operation of one pass, grouped by kind of layer (``count`` = layers).
 
     Layers with a sliding window or chunked attention, layers without rotary positions (Llama 4's
@@ -882,7 +891,7 @@ def build_forward_ops(arch: Architecture, shape: StepShape, *, act_bytes: int,
                 embed=weight_bytes if embed_bytes is None else embed_bytes,
                 kv=act_bytes if kv_bytes is None else kv_bytes,
                 grad=act_bytes if grad_bytes is None else grad_bytes,
-                expert=expert_bytes or 0.0)
+                expert=expert_bytes or 0.0, kv_scale=kv_scale_bytes)
     groups: dict[tuple[int, bool, bool], int] = {}
     moe_set = _moe_layer_set(arch)
     for i in range(arch.num_layers):
@@ -1246,3 +1255,103 @@ def _matmul_params(arch: Architecture, fwd: tuple[Op, ...], form: RunForm = RunF
         used = arch.num_experts if form.all_experts else arch.experts_per_token
         params += _moe_layers(arch) * used * per_expert
     return int(params)
+
+
+@record
+class AttentionPrecision:
+    """How an inference step's attention cores run: on the FP8 tensor cores or 16-bit, over an
+    FP8 KV cache or not (:func:`inference_attention`)."""
+
+    fp8: bool
+    """QK^T and PV run in FP8 (e4m3), at the FP8 peak."""
+    selected_by: str
+    """``fp8_attention`` (asked for), ``kv_dtype`` (the engine's FP8 KV backend selects its FP8
+    kernel) or "" (16-bit)."""
+    kernel: str
+    """The FP8 kernel ("" when 16-bit)."""
+    fraction_kernel: str
+    """Whose share of the FP8 peak times it (``fa3-fp8``; "": the 16-bit kernel's share)."""
+    kv_fp8: bool
+    kv_scale_bytes: int
+    """Scale bytes each layer's attention reads beside an FP8 cache (0: none)."""
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"fp8": self.fp8, "selected_by": self.selected_by or None,
+                "kernel": self.kernel or None, "kv_cache_fp8": self.kv_fp8,
+                "kv_scale_bytes_per_layer": self.kv_scale_bytes}
+
+
+_BF16_ATTENTION = AttentionPrecision(fp8=False, selected_by="", kernel="", fraction_kernel="",
+                                     kv_fp8=False, kv_scale_bytes=0)
+
+
+def _refuse_fp8_attention(engine: str, gpu: str, architecture: str, has_fp8: bool) -> None:
+    """One line when ``fp8_attention`` cannot run: no FP8 tensor cores on ``gpu``, an engine
+    without an FP8 attention kernel, or a generation its kernel does not run on."""
+    prof = fp8_attention_of(engine)
+    if not has_fp8:
+        have = [g.name for g in all_gpus() if "fp8" in g.peak_flops]
+        raise InputError(f"{opt('fp8_attention')}: {gpu} ({architecture or 'unknown'} "
+                         "architecture) has no FP8 tensor cores; FP8 attention runs on "
+                         f"{', '.join(have)}; drop it or pick one of them",
+                         field="fp8_attention", value=True, accepted=", ".join(have),
+                         fix={"fp8_attention": False})
+    if prof is None or not prof.kernel:
+        who = ", ".join(FP8_ATTENTION)
+        raise InputError(f"{opt('fp8_attention')} under {opt('engine')} {engine}: it has no "
+                         f"FP8 attention kernel for inference; use {opt('engine')} one of "
+                         f"{who}, or drop it", field="fp8_attention", value=True,
+                         accepted=who, fix={"fp8_attention": False})
+    if architecture not in prof.architectures:
+        have = [g.name for g in all_gpus() if g.architecture in prof.architectures]
+        raise InputError(f"{opt('fp8_attention')} under {opt('engine')} {engine}: its "
+                         f"{prof.kernel} runs on {', '.join(prof.architectures)} GPUs "
+                         f"({', '.join(have)}), not {gpu} ({architecture}); drop it or pick "
+                         "one of them", field="fp8_attention", value=True,
+                         accepted=", ".join(have), fix={"fp8_attention": False})
+
+
+def inference_attention(engine: str, kv_dtype: str | None, fp8_attention: bool, *, gpu: str,
+                        architecture: str, has_fp8: bool) -> AttentionPrecision:
+    """Whether a serving step's attention runs in FP8 on ``gpu`` under ``engine`` (resolved), by
+    the engine's data (:data:`gpuplan.engines.profiles.FP8_ATTENTION`): asked for
+    (``fp8_attention``: refused in one line where it cannot run), or selected by an FP8 KV cache
+    where the engine's kernel takes e4m3 queries (vLLM's and SGLang's FlashAttention-3 backend on
+    Hopper); otherwise 16-bit products, the cache dequantized in the kernel. An FP8 cache under
+    those engines also reads its per-tensor scales (8 bytes a layer)."""
+    kv_fp8 = kv_dtype == "fp8"
+    if fp8_attention:
+        _refuse_fp8_attention(engine, gpu, architecture, has_fp8)
+    prof = fp8_attention_of(engine)
+    if prof is None:
+        return _BF16_ATTENTION if not kv_fp8 else replace(_BF16_ATTENTION, kv_fp8=True)
+    scale = prof.scale_bytes_per_layer if kv_fp8 else 0
+    selects = (kv_fp8 and prof.kv_selects and has_fp8 and architecture in prof.architectures)
+    if fp8_attention or selects:
+        by = "fp8_attention" if fp8_attention else "kv_dtype"
+        why = "asked for" if fp8_attention else f"selected by the fp8 KV cache on {architecture}"
+        share = ("FlashAttention-3's FP8 share of the peak (Shah et al. 2024: ~1.2 PFLOP/s on "
+                 "H100)" if prof.fraction_kernel == "fa3-fp8" else
+                 "the 16-bit kernel's share of the FP8 peak (no published figure for it)")
+        note = (f"attention in FP8 ({why}): {engine}'s {prof.kernel}, QK^T and PV at the FP8 "
+                f"peak x {share}"
+                + (f"; KV cache e4m3 + {prof.scales}" if kv_fp8 else ""))
+        return AttentionPrecision(fp8=True, selected_by=by, kernel=prof.kernel,
+                                  fraction_kernel=prof.fraction_kernel, kv_fp8=kv_fp8,
+                                  kv_scale_bytes=scale, notes=(note,))
+    if not kv_fp8:
+        return _BF16_ATTENTION
+    note = (f"KV cache fp8 (e4m3, 1 B/element + {prof.scales}): {prof.kv_read}"
+            + ("" if prof.kv_selects or architecture not in prof.architectures else
+               f"; its FP8 attention ({prof.kernel}) is a switch of its own, not asked for"))
+    return AttentionPrecision(fp8=False, selected_by="", kernel="", fraction_kernel="",
+                              kv_fp8=True, kv_scale_bytes=scale, notes=(note,))
+
+
+def fp8_attention_ops(ops: Sequence[Op], plan: AttentionPrecision) -> tuple[Op, ...]:
+    """``ops`` with their fused attention cores marked to run in FP8 when ``plan`` says so."""
+    if not plan.fp8:
+        return tuple(ops)
+    return tuple(replace(o, narrow=True, attention_kernel=plan.fraction_kernel)
+                 if o.kind == "attention" else o for o in ops)

@@ -22,14 +22,14 @@ from .efficiency import (
     constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
 )
 from ._args import speed_args
-from .flops import form_notes, run_form
+from .flops import AttentionPrecision, form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token, moe_host_sync,
     serve_time, shard_arch, zero3_gathers,
 )
 from .step import (
-    KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, build_steps,
+    KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, attention_plan, build_steps,
     infer_precision, input_bytes_per_sample, lora_note, one_mode, optimizer_stretch_s,
     param_tensor_count, resolve_seq, train_precision,
 )
@@ -102,6 +102,9 @@ class SpeedEstimate:
     """The job's engine as given (``auto`` or a name)."""
     engine_notes: tuple[str, ...] = ()
     """What the engine is and runs (auto said as what it stands for)."""
+    attention_precision: AttentionPrecision | None = None
+    """Inference: whether the attention cores ran in FP8 and over which KV cache (the engine's
+    kernel, :func:`~.flops.inference_attention`); None in training."""
     measured_run: RunUse | None = None
     """The stored bench run read for this GPU (which run, its date, its quality, and whether it
     was used: a noisy one is not, unless asked); None when no stored run measured this GPU."""
@@ -293,6 +296,8 @@ class SpeedEstimate:
             "tokens_per_s_range": list(self.tokens_per_s_range),
             "range_basis": dict(speed_residuals()), "caveats": list(self.caveats),
             "measured_run": None if self.measured_run is None else self.measured_run.to_dict(),
+            "attention_precision": None if self.attention_precision is None
+            else self.attention_precision.to_dict(),
         }
         if self.layout is not None:
             d["layout"] = self.layout.to_dict()
@@ -372,8 +377,8 @@ def estimate_speed(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
-    step, prefill, n_params, trainable = build_steps(arch, n_params, tensors, device, eff, prec,
-                                                     spec)
+    step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
+                                                      spec, notes)
     if mode == "infer" and job.gpus > 1:
         notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
                      "parallelism modeled)")
@@ -396,7 +401,7 @@ def estimate_speed(
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        runtime_auto=job.runtime == "auto", measured_run=used, **_engine_fields(job, mode))
+        runtime_auto=job.runtime == "auto", measured_run=used, **_engine_fields(job, mode, attn))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -423,9 +428,11 @@ def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
     return out
 
 
-def _engine_fields(job: Job, mode: str) -> dict:
-    """The estimate's statement of the engine (:func:`gpuplan.engines.profiles.engine_notes`)."""
-    return {"engine": job.engine, "engine_notes": engine_notes(job, mode)}
+def _engine_fields(job: Job, mode: str, attention: AttentionPrecision | None = None) -> dict:
+    """The estimate's statement of the engine (:func:`gpuplan.engines.profiles.engine_notes`)
+    and how its attention ran."""
+    return {"engine": job.engine, "engine_notes": engine_notes(job, mode),
+            "attention_precision": attention}
 
 
 def _on_cpu(model: Model | Architecture, cpu: CPU, job: Job, new_tokens: int,
@@ -475,6 +482,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     spec = replace(spec, ep=lay.ep)
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
+    attn = _attention_precision(spec, device, notes)
     if not n_params and arch is not None:  # no tensor list: the count the step estimates
         one = StepSpec.of(Job(model="x", mode="train", seq=1), mode="train", seq=1,
                           new_tokens=1, trainable=None, single_device=True)
@@ -517,7 +525,26 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        **_engine_fields(job, mode))
+        **_engine_fields(job, mode, attn))
+
+
+def _built(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
+           eff: Efficiency, prec: PrecisionLayout, spec: StepSpec, notes: list[str]) -> tuple:
+    """:func:`~.step.build_steps`'s four, and the step's attention precision (its notes added to
+    ``notes``)."""
+    return (*build_steps(arch, n_params, tensors, device, eff, prec, spec),
+            _attention_precision(spec, device, notes))
+
+
+def _attention_precision(spec: StepSpec, device: Device,
+                         notes: list[str]) -> AttentionPrecision | None:
+    """An inference step's attention precision (the step was built with the same), its notes
+    added to ``notes``; None in training."""
+    if spec.mode == "train":
+        return None
+    plan = attention_plan(spec, device)
+    notes.extend(plan.notes)
+    return plan
 
 
 def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Efficiency,

@@ -24,7 +24,7 @@ from ..models import DEFAULT_LORA_TARGETS, lora_linears
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import (
-    Op, StepShape, backward_ops, build_forward_ops, default_seq, run_form, lora_adapter_ops, optimizer_op,
+    AttentionPrecision, Op, StepShape, backward_ops, fp8_attention_ops, inference_attention, build_forward_ops, default_seq, run_form, lora_adapter_ops, optimizer_op,
     recompute_ops,
 )
 from .efficiency import (
@@ -607,7 +607,10 @@ class StepSpec:
     engine: str = "transformers"
     """The engine, resolved: how it runs MLA and the experts (:func:`~.flops.run_form`)."""
     fp8_attention: bool = False
-    """Under a narrow recipe the attention kernels run at the 8-bit rate (``--fp8-attention``)."""
+    """Under a narrow recipe the attention kernels run at the 8-bit rate (``--fp8-attention``);
+    in inference the serving engine's FP8 attention kernel (:func:`attention_plan`)."""
+    kv_dtype: str | None = None
+    """The KV cache's format as given (None: the compute dtype's)."""
     ep: int = 1
     """Expert-parallel ranks the step's experts are spread over (each expert's GEMM at the tokens
     it gets from all of them: :func:`~.flops.expert_tokens`)."""
@@ -640,8 +643,19 @@ class StepSpec:
                    model_code=job.model_code,
                    max_grad_norm=job.max_grad_norm if train else None,
                    grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine),
-                   fp8_attention=train and job.fp8_attention,
+                   fp8_attention=job.fp8_attention, kv_dtype=job.kv_dtype,
                    bf16_edge_layers=job.first_last_layers_bf16 if train else 0)
+
+
+def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
+    """How an inference step's attention runs on ``device`` (FP8 or 16-bit, over which KV
+    cache: :func:`~.flops.inference_attention`); training's is the recipe's (16-bit)."""
+    if spec.mode == "train":
+        return inference_attention("transformers", None, False, gpu=device.name,
+                                   architecture=device.architecture, has_fp8=False)
+    return inference_attention(spec.engine, spec.kv_dtype, spec.fp8_attention, gpu=device.name,
+                               architecture=device.architecture or "",
+                               has_fp8=device.kind == "gpu" and device.supports("fp8"))
 
 
 def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,
@@ -658,9 +672,13 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
     b, s = spec.batch, spec.seq
     rt = spec.runtime
     if arch is not None and arch.kind != "decoder":
-        fwd = _forward(arch, StepShape(batch=b, q_len=s, kv_len=s), kw, prec, spec, device)
+        plan = attention_plan(spec, device)
+        fwd = fp8_attention_ops(_forward(arch, StepShape(batch=b, q_len=s, kv_len=s), kw, prec,
+                                         spec, device), plan)
         return (_phase("forward", fwd, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s,
                        runtime=rt), None, n_params, 0)
+    plan = attention_plan(spec, device)
+    kw["kv_scale_bytes"] = plan.kv_scale_bytes
     pre_shape = StepShape(batch=b, q_len=s, kv_len=s, logits_tokens=b)
     ctx = spec.context if spec.context is not None else s + spec.new_tokens // 2
     dec_shape = StepShape(batch=b, q_len=1, kv_len=ctx, decode=True)
@@ -668,8 +686,8 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
         pre = _count_only_ops(n_params, pre_shape, prec, device.parallel_slots)
         dec = _count_only_ops(n_params, dec_shape, prec, device.parallel_slots)
     else:
-        pre = _forward(arch, pre_shape, kw, prec, spec, device)
-        dec = _forward(arch, dec_shape, kw, prec, spec, device)
+        pre = fp8_attention_ops(_forward(arch, pre_shape, kw, prec, spec, device), plan)
+        dec = fp8_attention_ops(_forward(arch, dec_shape, kw, prec, spec, device), plan)
     prefill = _phase("prefill", pre, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s,
                      runtime=rt)
     decode = _phase("decode", dec, device, eff, prec.dtype, batch=b, q_len=1, kv_len=ctx,

@@ -104,13 +104,20 @@ def time_ops(ops: Sequence[Op], device: Device, eff: Efficiency, dtype: str, *,
     if wide is not None and not device.supports(wide):
         wide = "fp16" if device.supports("fp16") else None
     vec = device.vector_flops * eff.matmul_fraction("fp32" if device.supports("fp32") else dtype)
+    # an inference step's FP8 attention beside 16-bit (or int8-weight) GEMMs: the serving
+    # engine's FP8 kernel at the FP8 peak (compute.flops.inference_attention)
+    fp8_beside = dtype not in ("fp8", "fp4") and device.supports("fp8") and any(
+        o.narrow and o.kind == "attention" for o in ops)
     rates = {d: (device.peak(d), device.peak(d) * eff.matmul_fraction(d), vec)
-             for d in {dtype, wide} if d is not None}
+             for d in {dtype, wide, "fp8" if fp8_beside else None} if d is not None}
     out = []
     for op in ops:
         # 8-bit weights run 8-bit GEMMs in the blocks' linear layers only: attention (its
         # products of activations), the embedding and the head stay 16-bit (the formats'
         # convention, formats.WEIGHT_FORMATS; vLLM's FP8 W8A8 and LLM.int8() alike)
+        if fp8_beside and op.narrow and op.kind == "attention":
+            out.append(_time_op(op, device, eff, "fp8", rates["fp8"], shaped))
+            continue
         used = wide if wide is not None and _sixteen_bit_op(op) else dtype
         out.append(_time_op(op, device, eff, used, rates[used], shaped))
     return tuple(out)
@@ -191,7 +198,8 @@ def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
     _, _, d, kv = op.shape
     return peak * attention_fraction(device.architecture, d, 1 << 40 if long else kv,
                                      backward=op.phase == "backward",
-                                     cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)))
+                                     cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)),
+                                     kernel=op.attention_kernel)
 
 
 def op_dtype_hint(device: Device, peak: float, eff: Efficiency) -> str:

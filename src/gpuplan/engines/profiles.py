@@ -27,7 +27,8 @@ from ..errors import InputError, closest, opt, shown
 
 __all__ = ["EngineProfile", "ServingHost", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
            "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
-           "engine_notes", "LayoutLimits", "layout_limits", "SEARCH_SCHEDULES"]
+           "engine_notes", "LayoutLimits", "layout_limits", "SEARCH_SCHEDULES",
+           "Fp8Attention", "FP8_ATTENTION", "fp8_attention_of"]
 
 
 @record
@@ -339,6 +340,82 @@ def resolve_engine(name: str) -> str:
     """The engine ``name`` stands for (``auto`` -> :data:`AUTO_ENGINE`)."""
     return get_engine(name).name
 
+
+
+@record
+class Fp8Attention:
+    """How a serving engine's attention runs over an FP8 (e4m3) KV cache and whether it has an
+    FP8 attention kernel (QK^T and PV on the FP8 tensor cores), with its sources."""
+
+    engine: str
+    kernel: str
+    """The FP8 attention kernel ("" where the engine has none)."""
+    fraction_kernel: str
+    """Whose published share of the FP8 peak times it (``fa3-fp8``: FlashAttention-3's FP8
+    forward, :data:`gpuplan.compute.efficiency.CONSTANTS` ``attn_fwd_hopper_fa3_fp8``; "": the
+    16-bit kernel's share of the generation, none being published for this kernel)."""
+    architectures: tuple[str, ...]
+    """GPU generations the FP8 kernel runs on (gpus.json ``architecture``)."""
+    kv_selects: bool
+    """An FP8 KV cache alone selects the FP8 kernel on those generations (the query is
+    quantized to e4m3 and the whole attention runs in FP8); False: it takes its own switch."""
+    kv_read: str
+    """How the decode attention reads an FP8 cache where the FP8 kernel does not run."""
+    scales: str
+    """The scales read beside the cache."""
+    scale_bytes_per_layer: int
+    """Bytes of those scales per layer (fp32 k_scale and v_scale: 8)."""
+    sources: tuple[str, ...]
+
+
+_VLLM_FA = "vllm-project/vllm vllm/v1/attention/backends/flash_attn.py@0084b783bcda6d7ee15c337b1062cbee9985c954"
+_VLLM_FA_UTILS = "vllm-project/vllm vllm/attention/utils/fa_utils.py@4d5ee6c6807136942c22100aa35a97e1390a42c5"
+_SGL_FA = ("sgl-project/sglang python/sglang/srt/layers/attention/flashattention_backend.py"
+           "@756596d14cbf314dfa846f62064e4a9113f826ef")
+_FA3_API = "Dao-AILab/flash-attention hopper/flash_api.cpp@bc0e4ac01484ffb61ddc694724826bec4d9cf1c2"
+_TRT_BEST = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-best-practices.md"
+             "@31ac30e928a2db795799fdcab6be446bfa3a3998")
+_PER_TENSOR = "per-tensor fp32 k_scale and v_scale per layer (q_scale too where the query is cast)"
+
+#: engine -> its FP8 attention, for the serving engines that read an FP8 KV cache in the kernel
+#: (read 2026-12-06 from the offline index at the commits named).
+FP8_ATTENTION: Mapping[str, Fp8Attention] = MappingProxyType({f.engine: f for f in (
+    Fp8Attention(
+        engine="vllm", kernel="FlashAttention-3 FP8 (e4m3) forward", fraction_kernel="fa3-fp8",
+        architectures=("Hopper",), kv_selects=True,
+        kv_read="FlashInfer / Triton paged attention dequantize the e4m3 cache in the kernel; "
+        "the products run 16-bit",
+        scales=_PER_TENSOR, scale_bytes_per_layer=8,
+        sources=(_VLLM_FA + ": with kv_cache_dtype fp8 the cache is viewed as float8_e4m3fn, "
+                 "the query cast by ops.scaled_fp8_quant(query, layer._q_scale), and "
+                 "flash_attn_varlen_func called with q/k/v_descale (prefill and decode alike)",
+                 _VLLM_FA_UTILS + ": flash_attn_supports_fp8() is FlashAttention 3 on compute "
+                 "capability 9.x only",
+                 _FA3_API + ": is_e4m3 kernels for head dims 64-256 on sm90")),
+    Fp8Attention(
+        engine="sglang", kernel="FlashAttention-3 FP8 (e4m3) forward (sgl_kernel)",
+        fraction_kernel="fa3-fp8", architectures=("Hopper",), kv_selects=True,
+        kv_read="FlashInfer dequantizes the e4m3 cache in the kernel; the products run 16-bit",
+        scales=_PER_TENSOR, scale_bytes_per_layer=8,
+        sources=(_SGL_FA + ": kv_cache_dtype other than auto (head dim <= 256): "
+                 "k_descale/v_descale from layer.k_scale/v_scale, q = q.to(kv_cache_dtype), "
+                 "then flash_attn_with_kvcache; FlashAttention-3 is the Hopper backend",)),
+    Fp8Attention(
+        engine="trt-llm", kernel="FP8 context FMHA (use_fp8_context_fmha)", fraction_kernel="",
+        architectures=("Hopper",), kv_selects=False,
+        kv_read="the generation-phase attention reads the e4m3 cache and runs its products "
+        "16-bit (XQA / masked MHA: their code is not read here, so this is how it is timed, "
+        "not a quoted behaviour)",
+        scales=_PER_TENSOR, scale_bytes_per_layer=8,
+        sources=(_TRT_BEST + ": '--use_fp8_context_fmha enables FP8 Context fused multi-head "
+                 "attention ... only NVIDIA Hopper architecture is supported'",)),
+)})
+
+
+def fp8_attention_of(engine: str) -> Fp8Attention | None:
+    """The FP8 attention of ``engine`` (resolved name), None where it has none (transformers'
+    ``generate``, gpt-fast: SDPA over a 16-bit cache)."""
+    return FP8_ATTENTION.get(engine)
 
 #: The pipeline schedules a layout search tries when PP > 1 (GPipe has 1F1B's bubble and more
 #: memory: never better), with the model chunks per rank of the interleaved one.

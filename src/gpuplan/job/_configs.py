@@ -23,6 +23,15 @@ def _check_execution(c: "ExecutionConfig") -> None:
     get_engine(c.engine)  # one line naming the engines
 
 
+def check_fp8_attention(c: "TrainingLoop") -> None:
+    """Training's FP8 attention (TE ``fp8_dpa``) runs under an FP8 recipe; a serving job's is the
+    engine's FP8 kernel, checked against the GPU by the speed model."""
+    if c.fp8_attention and c.precision != "fp8" and NARROW_RECIPES.get(c.precision) is None:
+        raise InputError(f"{opt('fp8_attention')} with {opt('precision')} {c.precision}: FP8 "
+                         "attention runs under an FP8 recipe in training; give one "
+                         f"({', '.join(NARROW_RECIPES)})", field="fp8_attention", value=True)
+
+
 def _check_loop(c: "TrainingLoop") -> None:
     # plain "fp8" is resolved to the engine's recipe by the Job (gpuplan.fp8.resolve_plain_fp8)
     if c.precision not in TRAINING_RECIPES and c.precision != "fp8":
@@ -33,10 +42,6 @@ def _check_loop(c: "TrainingLoop") -> None:
         raise InputError(f"{opt('fp8_param_gather')} with {opt('precision')} {c.precision}: "
                          f"only {', '.join(able)} keep and gather their weights narrow",
                          field="fp8_param_gather", value=True, accepted=", ".join(able))
-    if c.fp8_attention and c.precision != "fp8" and narrow is None:
-        raise InputError(f"{opt('fp8_attention')} with {opt('precision')} {c.precision}: FP8 "
-                         "attention runs under an FP8 recipe; give one "
-                         f"({', '.join(NARROW_RECIPES)})", field="fp8_attention", value=True)
     if c.first_last_layers_bf16 and c.precision != "fp8" and narrow is None:
         raise InputError(f"{opt('first_last_layers_bf16')} {c.first_last_layers_bf16} with "
                          f"{opt('precision')} {c.precision}: only a narrow recipe has layers to "
@@ -183,7 +188,8 @@ class TrainingLoop:
     BF16 copy (Megatron ``--fp8-param-gather``; torchao ``enable_fsdp_float8_all_gather``)."""
     fp8_attention: bool = False
     """Under an FP8 recipe the attention core (QK^T, softmax-V) runs in FP8 too (TE
-    ``fp8_dpa``); default: BF16."""
+    ``fp8_dpa``); in inference the serving engine's FP8 attention kernel (vLLM's and SGLang's
+    FlashAttention-3 FP8, TensorRT-LLM's FP8 context FMHA; Hopper); default: BF16."""
     first_last_layers_bf16: int = 0
     """Under a narrow recipe this many blocks at each end of the stack (the first N and the last
     N) stay BF16: their linear layers run 16-bit GEMMs and keep no narrow copies (Megatron

@@ -26,6 +26,7 @@ from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS,
                        resolve_infer_precision)
 from ..models import Model, from_param_count
 from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
+                       check_fp8_attention,
                        ServingConfig, ShardingConfig, TrainingLoop)
 from ._fields import alternatives, check_value, from_json, hints_of
 from ._vocab import DEFAULT_MODEL_PARAMS, KV_DTYPES, PP_SCHEDULES, ZERO_STAGES, Attention, Mode
@@ -319,6 +320,8 @@ def _resolve_engine(job: Job) -> None:
 
 def _check_across(job: Job) -> None:
     """The checks that span two configs."""
+    if job.trains:
+        check_fp8_attention(job.loop)
     if job.offload_optimizer and job.optimizer == "sgd":
         raise InputError(f"{opt('offload_optimizer')} with sgd: plain SGD has no state to "
                          "offload", field="offload_optimizer", value=True)

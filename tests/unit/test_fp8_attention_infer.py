@@ -1,0 +1,120 @@
+"""FP8 KV cache and FP8 attention in inference (issue 30 part 2), checked by hand.
+
+Figures used (independent of the code): H100-SXM-80GB's datasheet, 3,350 GB/s and 1,978.9 dense
+FP8 TFLOP/s; the streaming share 0.85 (efficiency ``memory_default``); FlashAttention-3's FP8
+forward "close to 1.2 PFLOPs/s" on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608, abstract);
+FlashAttention-2's short-sequence roll-off seq / (seq + 256); Llama-3.1-8B: 32 layers, 32 query
+heads, 8 KV heads, head dim 128."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.compute import estimate_speed
+from gpuplan.engines.profiles import FP8_ATTENTION
+from gpuplan.errors import InputError
+from gpuplan.hardware import get_gpu
+from gpuplan.job import Job
+from gpuplan.models import load_model
+
+H100 = get_gpu("H100-SXM-80GB")
+A100 = get_gpu("A100-SXM-80GB")
+MODEL = load_model("llama-3.1-8b")
+LAYERS, H, HKV, D = 32, 32, 8, 128
+BW = 3350e9 * 0.85
+FP8_PEAK = 1978.9e12
+FA3_FP8_SHARE = 1.2e15 / FP8_PEAK
+
+
+def _est(gpu=H100, **kw):
+    job = Job(model="llama-3.1-8b", mode="infer", **kw)
+    return estimate_speed(MODEL, gpu, job, measured=None)
+
+
+def _core(phase):
+    (t,) = [t for t in phase.ops if t.op.name == "attn.core"]
+    return t
+
+
+def test_decode_attention_reads_an_fp8_cache_at_one_byte_plus_scales():
+    ctx, b = 8192, 4
+    fp8 = _core(_est(engine="vllm", kv_dtype="fp8", batch=b, seq=8000, context=ctx).step)
+    bf16 = _core(_est(engine="vllm", batch=b, seq=8000, context=ctx).step)
+    q_and_out = 2 * b * H * D * 2                      # the query read, the output written (bf16)
+    kv = b * ctx * 2 * HKV * D                         # K and V of every cached token, 1 B each
+    new = b * 1 * 2 * HKV * D                          # the new token's K and V written
+    assert fp8.op.bytes == q_and_out + kv + new + 8    # + fp32 k_scale and v_scale
+    assert bf16.op.bytes == q_and_out + 2 * (kv + new)
+    assert fp8.memory_s == pytest.approx((q_and_out + kv + new + 8) / BW, rel=1e-12)
+    assert fp8.time_s == pytest.approx(fp8.memory_s, rel=1e-12)  # memory-bound
+    assert bf16.time_s / fp8.time_s == pytest.approx((q_and_out + 2 * (kv + new))
+                                                      / (q_and_out + kv + new + 8), rel=1e-12)
+
+
+def test_prefill_attention_runs_at_the_fp8_peak_times_fa3s_share():
+    s = 8192
+    est = _est(engine="vllm", fp8_attention=True, seq=s)
+    core = _core(est.prefill)
+    assert core.dtype == "fp8" and core.op.narrow
+    rate = FP8_PEAK * FA3_FP8_SHARE * s / (s + 256)
+    assert core.compute_s == pytest.approx(core.op.flops / rate, rel=1e-3)
+    # the same prompt with 16-bit attention: FlashAttention-2's 0.35 of the bf16 peak
+    wide = _core(_est(engine="vllm", seq=s).prefill)
+    assert wide.op.flops == core.op.flops
+    assert wide.compute_s == pytest.approx(core.op.flops / (989.4e12 * 0.35 * s / (s + 256)),
+                                           rel=1e-3)
+    assert est.attention_precision.fp8 and est.attention_precision.selected_by == "fp8_attention"
+    assert any("FP8" in n and "FlashAttention-3" in n for n in est.notes)
+    assert est.to_dict()["attention_precision"]["fp8"] is True
+
+
+def test_vllm_fp8_kv_on_hopper_selects_fa3_fp8_and_trt_llm_does_not():
+    vllm = _est(engine="vllm", kv_dtype="fp8", seq=4096)
+    assert vllm.attention_precision.selected_by == "kv_dtype"
+    assert _core(vllm.prefill).dtype == "fp8"
+    trt = _est(engine="trt-llm", kv_dtype="fp8", seq=4096)
+    assert not trt.attention_precision.fp8 and trt.attention_precision.kv_scale_bytes == 8
+    assert _core(trt.prefill).dtype == "bf16"
+    asked = _est(engine="trt-llm", kv_dtype="fp8", fp8_attention=True, seq=4096)
+    # TRT-LLM's FP8 context FMHA has no published share: the 16-bit kernel's (0.35) of the FP8
+    # peak
+    c = _core(asked.prefill)
+    assert c.compute_s == pytest.approx(c.op.flops / (FP8_PEAK * 0.35 * 4096 / (4096 + 256)),
+                                        rel=1e-3)
+
+
+def test_defaults_stay_bf16():
+    est = _est(seq=4096)
+    assert not est.attention_precision.fp8 and not est.attention_precision.kv_fp8
+    assert _core(est.prefill).dtype == "bf16"
+    # transformers' generate reads an fp8 cache at 1 B, with no engine scales
+    assert _est(kv_dtype="fp8", seq=4096).attention_precision.kv_scale_bytes == 0
+
+
+def test_refused_in_one_line_without_fp8_tensor_cores():
+    with pytest.raises(InputError) as e:
+        _est(gpu=A100, engine="vllm", fp8_attention=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "A100-SXM-80GB" in msg and "Ampere" in msg
+    assert "H100-SXM-80GB" in msg and "A100" not in msg.split("runs on", 1)[1]
+    # an fp8 KV cache alone is not refused on A100: dequantized in the kernel, 16-bit products
+    assert not _est(gpu=A100, engine="vllm", kv_dtype="fp8").attention_precision.fp8
+
+
+def test_refused_under_an_engine_without_the_kernel_and_off_its_generation():
+    with pytest.raises(InputError, match="no FP8 attention kernel"):
+        _est(fp8_attention=True)                        # transformers' generate
+    with pytest.raises(InputError, match="Hopper"):
+        _est(gpu=get_gpu("L40S"), engine="vllm", fp8_attention=True)  # Ada: FA3 is sm90 only
+
+
+def test_training_keeps_its_recipe_rule():
+    with pytest.raises(InputError, match="FP8 recipe"):
+        Job(model="llama-3.1-8b", mode="train", fp8_attention=True)
+    Job(model="llama-3.1-8b", mode="infer", fp8_attention=True)
+
+
+def test_engine_data_names_its_sources_at_a_commit():
+    for f in FP8_ATTENTION.values():
+        assert f.sources and all("@" in s for s in f.sources)
+        assert f.architectures == ("Hopper",)
