@@ -32,7 +32,6 @@ prefetch bucket, not the live cap, stops a round).
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import functools
 import itertools
 import math
@@ -174,7 +173,7 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     # (stage3.py) -- checked against DeepSpeed itself (tests/integration/
     # test_zero3_deepspeed_oracle.py).
     uses, kept = _merge_idle(uses, len(uses) - len(pre))
-    live, where, fetched = _coordinator(uses, numel, knobs, kept)
+    live, where, fetched, _ = _coordinator(uses, numel, knobs, kept)
     return Gathered(live=live, persisted=persisted, where=where, fetched=fetched,
                     partitioned=sum(numel.values()))
 
@@ -298,108 +297,114 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
 
 
 def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
-                 kept: frozenset[int] = frozenset()) -> tuple[int, str, int]:
+                 kept: frozenset[int] = frozenset()) -> tuple[int, str, int, int]:
     """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
     nothing); the most non-persisted elements gathered at once, the modules gathered then, and
-    the elements fetched over the whole replay."""
+    the elements fetched over the whole replay.
+
+    Parameters are numbered and the state is flat lists (gathered, last recorded use, size), the
+    rounds inlined: the same steps as DeepSpeed's coordinator, about three times faster than
+    one object per parameter. The fourth value is the work done, in steps: one per use and one
+    per entry taken off the recorded queue, so at most the uses plus the queue's length (each
+    freed-after-use parameter two or three times over: forward, backward, any recompute)."""
+    ids: dict[str, int] = {}
+    label_of: list[str] = []
+    for label, ps, _, _ in uses:
+        for k, _ in ps:
+            if k not in ids:
+                ids[k] = len(ids)
+                label_of.append(label)
+            label_of[ids[k]] = label  # a parameter's module: the last use's label names it
+    size = [0] * len(ids)
+    for k, i in ids.items():
+        size[i] = numel[k]
     n = len(uses)
-    queue = [(k, j) for j, (_, ps, _, _) in enumerate(uses) for k, _ in ps]
+    use_ids = [tuple(ids[k] for k, _ in ps) for _, ps, _, _ in uses]
+    qk = [i for u in use_ids for i in u]   # the recorded queue: parameter, and its use
+    qs = [j for j, u in enumerate(use_ids) for _ in u]
+    qlen = len(qk)
+    # nxt[p]: the next use of queue entry p's parameter after p's own use (n if none)
+    nxt = [n] * qlen
+    seen = [n] * len(ids)
+    end = qlen
+    for j in range(n - 1, -1, -1):
+        first = end - len(use_ids[j])
+        for p in range(first, end):
+            nxt[p] = seen[qk[p]]
+        for p in range(first, end):
+            seen[qk[p]] = j
+        end = first
     # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all)
     prefix = [0]
     for _, _, elements, _ in uses:
         prefix.append(prefix[-1] + elements)
-    next_use = _next_uses(uses)
-    owner = {k: label for label, ps, _, _ in uses for k, _ in ps}
-    st = _State(knobs=knobs, queue=queue, numel=numel, owner=owner)
+    gathered = [False] * len(ids)
+    recent = [-1] * len(ids)
+    owners: dict[str, int] = {}  # module -> its parameters gathered, in the order first gathered
+    max_live, bucket, reuse = knobs.max_live, knobs.prefetch_bucket, knobs.max_reuse
+    available = fetched = ptr = steps = 0
     peak, where = 0, ""
-    for j, (label, ps, _, rounds) in enumerate(uses):
-        for k, c in ps:
-            st.gather(k, c)
+    start = 0  # the current use's first queue entry
+    for j in range(n):
+        label, _, _, rounds = uses[j]
+        mine = use_ids[j]
+        for i in mine:  # fetch
+            if not gathered[i]:
+                gathered[i] = True
+                c = size[i]
+                available += c
+                fetched += c
+                m = label_of[i]
+                owners[m] = owners.get(m, 0) + 1
         # the current use's own entries leave the queue (unless a prefetch took them)
-        wanted = {k for k, _ in ps if st.recent.get(k, -1) < j}
-        popped: set[str] = set()
-        while st.ptr < len(queue) and len(popped) < len(wanted):
-            k, s = queue[st.ptr]
-            st.ptr += 1
-            st.recent[k] = s
-            popped.add(k)
-        for _ in range(rounds):  # a run of uses that fetch nothing: one round each, until idle
-            if not st.prefetch():
+        wanted = len({i for i in mine if recent[i] < j})
+        if wanted:
+            popped: set[int] = set()
+            while ptr < qlen and len(popped) < wanted:
+                i = qk[ptr]
+                recent[i] = qs[ptr]
+                popped.add(i)
+                ptr += 1
+            steps += len(popped)
+        for _ in range(rounds):  # prefetch rounds (a run of idle uses: one each, until idle)
+            budget = min(max_live - available, bucket)
+            if budget <= 0 or ptr >= qlen:
                 break
-        if st.available > peak:
-            peak = st.available
-            names = list(itertools.islice(st.owners, 4))
-            more = len(st.owners) - 4
+            chosen = 0
+            while ptr < qlen and chosen < budget:
+                i = qk[ptr]
+                s = qs[ptr]
+                ptr += 1
+                steps += 1
+                if s > recent[i]:
+                    recent[i] = s
+                if not gathered[i]:
+                    gathered[i] = True
+                    c = size[i]
+                    chosen += c
+                    available += c
+                    fetched += c
+                    m = label_of[i]
+                    owners[m] = owners.get(m, 0) + 1
+        steps += 1
+        if available > peak:
+            peak = available
+            names = list(itertools.islice(owners, 4))
+            more = len(owners) - 4
             where = " + ".join(names) + (f" + {more} more" if more > 0 else "")
         # release after the use: not if prefetched for a later use, nor used again within the
         # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
-        if j in kept:
-            continue
-        last = min(bisect.bisect_left(prefix, prefix[j + 1] + knobs.max_reuse, lo=j + 1) - 1, n - 1)
-        for k, c in ps:
-            if k in st.gathered and st.recent.get(k, -1) <= j + 1 and next_use[j][k] > last:
-                st.release(k, c)
-    return peak, where, st.fetched
-
-
-def _next_uses(uses: list[_Use]) -> list[dict[str, int]]:
-    """next_use[j][k]: the next use of parameter k after use j (len(uses) if none)."""
-    n = len(uses)
-    next_use: list[dict[str, int]] = [{} for _ in range(n)]
-    seen: dict[str, int] = {}
-    for j in range(n - 1, -1, -1):
-        for k, _ in uses[j][1]:
-            next_use[j][k] = seen.get(k, n)
-        for k, _ in uses[j][1]:
-            seen[k] = j
-    return next_use
-
-
-@dataclasses.dataclass
-class _State:
-    """The coordinator's gathered set, its place in the recorded queue and its counts."""
-
-    knobs: _Knobs
-    queue: list[tuple[str, int]]
-    numel: dict[str, int]
-    owner: dict[str, str]
-    gathered: dict[str, int] = dataclasses.field(default_factory=dict)
-    owners: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Module -> its parameters gathered, in the order first gathered (for the peak's names)."""
-    recent: dict[str, int] = dataclasses.field(default_factory=dict)
-    available: int = 0
-    fetched: int = 0
-    ptr: int = 0
-
-    def gather(self, k: str, c: int) -> bool:
-        if c <= self.knobs.persistence or k in self.gathered:
-            return False
-        self.gathered[k] = c
-        self.available += c
-        self.fetched += c
-        m = self.owner[k]
-        self.owners[m] = self.owners.get(m, 0) + 1
-        return True
-
-    def release(self, k: str, c: int) -> None:
-        del self.gathered[k]
-        self.available -= c
-        m = self.owner[k]
-        self.owners[m] -= 1
-        if not self.owners[m]:
-            del self.owners[m]
-
-    def prefetch(self) -> bool:
-        """One prefetch round; False when it could do nothing (no budget or queue left)."""
-        budget = min(self.knobs.max_live - self.available, self.knobs.prefetch_bucket)
-        if budget <= 0 or self.ptr >= len(self.queue):
-            return False
-        chosen = 0
-        while self.ptr < len(self.queue) and chosen < budget:
-            k, s = self.queue[self.ptr]
-            self.ptr += 1
-            self.recent[k] = max(self.recent.get(k, -1), s)
-            c = self.numel[k]
-            if self.gather(k, c):
-                chosen += c
-        return True
+        end = start + len(mine)
+        if j not in kept and mine:
+            last = min(bisect.bisect_left(prefix, prefix[j + 1] + reuse, lo=j + 1) - 1, n - 1)
+            for p in range(start, end):
+                i = qk[p]
+                if gathered[i] and recent[i] <= j + 1 and nxt[p] > last:
+                    gathered[i] = False
+                    available -= size[i]
+                    m = label_of[i]
+                    owners[m] -= 1
+                    if not owners[m]:
+                        del owners[m]
+        start = end
+    return peak, where, fetched, steps
