@@ -296,17 +296,30 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
     return [u for e in sorted(experts) for u in _uses(experts[e])]
 
 
+#: Longest period, in uses, searched for a run of identical uses to skip (an expert is one to
+#: three submodules; its fused form one).
+_MAX_PERIOD = 8
+#: Most queue entries and gathered modules a skip compares (the state's size).
+_MAX_WINDOW = 512
+
+
 def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                  kept: frozenset[int] = frozenset()) -> tuple[int, str, int, int]:
     """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
-    nothing); the most non-persisted elements gathered at once, the modules gathered then, and
-    the elements fetched over the whole replay.
+    nothing); the most non-persisted elements gathered at once, the modules gathered then, the
+    elements fetched over the whole replay, and the steps it took.
 
-    Parameters are numbered and the state is flat lists (gathered, last recorded use, size), the
-    rounds inlined: the same steps as DeepSpeed's coordinator, about three times faster than
-    one object per parameter. The fourth value is the work done, in steps: one per use and one
-    per entry taken off the recorded queue, so at most the uses plus the queue's length (each
-    freed-after-use parameter two or three times over: forward, backward, any recompute)."""
+    Parameters are numbered and the state is flat lists (gathered, last recorded use, size),
+    the rounds inlined. Runs of identical uses (a layer's experts, forward or backward) are
+    skipped in closed form once the state repeats: where the uses ``j .. j+P`` and the next
+    ``P`` have the same shapes (sizes, elements, rounds, which releases the reuse distance
+    allows), every parameter ahead is untouched and distinct, and the state at ``j + P`` --
+    elements gathered, the queue's place, the gathered and recorded use of every entry between
+    the current use and the queue's place, the gathered modules' order -- is the state at ``j``
+    moved on by ``P`` uses, each further period repeats it exactly (the replay is a function
+    of that state and the uses ahead): the peak is not passed again, the fetched elements grow
+    by the period's, and the state lands moved on by whole periods. Steps: one per use
+    replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
     ids: dict[str, int] = {}
     label_of: list[str] = []
     for label, ps, _, _ in uses:
@@ -323,29 +336,99 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     qk = [i for u in use_ids for i in u]   # the recorded queue: parameter, and its use
     qs = [j for j, u in enumerate(use_ids) for _ in u]
     qlen = len(qk)
-    # nxt[p]: the next use of queue entry p's parameter after p's own use (n if none)
+    qstart = [0] * (n + 1)
+    for j, u in enumerate(use_ids):
+        qstart[j + 1] = qstart[j] + len(u)
+    # nxt[p]: the next use of queue entry p's parameter after p's own use (n if none);
+    # prv[p]: the previous queue entry of the same parameter (-1 if none)
     nxt = [n] * qlen
+    prv = [-1] * qlen
     seen = [n] * len(ids)
-    end = qlen
     for j in range(n - 1, -1, -1):
-        first = end - len(use_ids[j])
+        first, end = qstart[j], qstart[j + 1]
         for p in range(first, end):
             nxt[p] = seen[qk[p]]
         for p in range(first, end):
             seen[qk[p]] = j
-        end = first
-    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all)
+    where_at = [-1] * len(ids)
+    for p in range(qlen):
+        prv[p] = where_at[qk[p]]
+        where_at[qk[p]] = p
+    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all);
+    # last[j]: the last use within the reuse distance after use j
     prefix = [0]
     for _, _, elements, _ in uses:
         prefix.append(prefix[-1] + elements)
+    reuse = knobs.max_reuse
+    last = [min(bisect.bisect_left(prefix, prefix[j + 1] + reuse, lo=j + 1) - 1, n - 1)
+            for j in range(n)]
+    # each use's shape, as a number: equal numbers replay alike from equal states
+    shapes: dict[tuple, int] = {}
+    tok = [shapes.setdefault((tuple(size[i] for i in use_ids[j]), uses[j][2], uses[j][3],
+                              j in kept, tuple(nxt[p] > last[j]
+                                               for p in range(qstart[j], qstart[j + 1]))),
+                             len(shapes)) for j in range(n)]
+    # same[P]: byte u is 1 where use u + P has use u's shape
+    same = [b""] + [bytes(map(int.__eq__, tok, tok[P:])) for P in range(1, _MAX_PERIOD + 1)]
     gathered = [False] * len(ids)
     recent = [-1] * len(ids)
     owners: dict[str, int] = {}  # module -> its parameters gathered, in the order first gathered
-    max_live, bucket, reuse = knobs.max_live, knobs.prefetch_bucket, knobs.max_reuse
+    max_live, bucket = knobs.max_live, knobs.prefetch_bucket
     available = fetched = ptr = steps = 0
     peak, where = 0, ""
-    start = 0  # the current use's first queue entry
-    for j in range(n):
+    run_p, run_end, base, next_try, gap = 0, -1, -1, 0, 1  # the run being skipped, if any
+    base_state: tuple = ()
+    base_fetched = 0
+    j = 0
+    while j < n:
+        # a run of identical uses: compare the state with the one a period before; equal, skip
+        if j >= next_try and n - j > 4:
+            if j >= run_end:
+                run_p = 0
+                for P in range(1, min(_MAX_PERIOD, n - j - 1) + 1):
+                    e = same[P].find(0, j)
+                    e = len(same[P]) if e < 0 else e
+                    if e - j >= 4 * P:
+                        run_p, run_end, base, gap = P, e + P, -1, 1  # uses j .. e+P-1 periodic
+                        break
+                if not run_p:
+                    next_try = j + 1
+            if run_p and j + 2 * run_p <= run_end and ptr >= qstart[j]:
+                state = _skip_state(j, ptr, available, qstart, qk, gathered, recent, owners,
+                                    label_of)
+                P = run_p
+                if state is not None:
+                    steps += len(state[2]) + len(state[3]) + 1
+                if state is not None and base >= 0 and state == base_state:
+                    Q = qstart[j] - qstart[base]
+                    k = max(0, min((run_end - j) // P, (qstart[run_end] - ptr) // Q) - 1)
+                    a, b = ptr, ptr + k * Q
+                    if k > 0 and not any(gathered[qk[p]] for p in range(qstart[base], qstart[j])) \
+                            and _fresh(a, b, qstart[base], j, qk, prv, gathered, recent):
+                        land = j + k * P
+                        sj, sl = qstart[j], qstart[land]
+                        win = [(gathered[qk[p]], recent[qk[p]]) for p in range(sj, ptr)]
+                        relabel = {label_of[qk[p]]: label_of[qk[p + k * Q]]
+                                   for p in range(sj, ptr) if win[p - sj][0]}
+                        for p in range(sj, ptr):
+                            gathered[qk[p]] = False
+                        for p, (g, r) in zip(range(sl, b), win):
+                            recent[qk[p]] = r + k * P
+                            gathered[qk[p]] = g
+                        steps += 2 * (ptr - sj) + len(owners)
+                        owners = {relabel.get(m, m): c for m, c in owners.items()}
+                        fetched += k * (fetched - base_fetched)
+                        ptr = b
+                        j = land
+                        base, next_try = -1, j + 1
+                        continue
+                if state is None or base >= 0:  # too large, or not repeating yet: back off
+                    next_try, gap, base = j + gap * P, gap * 2, -1
+                elif _fresh(ptr, ptr + qstart[j + P] - qstart[j], qstart[j], j, qk, prv,
+                            gathered, recent):
+                    base, base_state, base_fetched, next_try = j, state, fetched, j + P
+                else:
+                    next_try, gap = j + gap * P, gap * 2
         label, _, _, rounds = uses[j]
         mine = use_ids[j]
         for i in mine:  # fetch
@@ -394,17 +477,48 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
             where = " + ".join(names) + (f" + {more} more" if more > 0 else "")
         # release after the use: not if prefetched for a later use, nor used again within the
         # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
-        end = start + len(mine)
         if j not in kept and mine:
-            last = min(bisect.bisect_left(prefix, prefix[j + 1] + reuse, lo=j + 1) - 1, n - 1)
-            for p in range(start, end):
+            lj = last[j]
+            for p in range(qstart[j], qstart[j + 1]):
                 i = qk[p]
-                if gathered[i] and recent[i] <= j + 1 and nxt[p] > last:
+                if gathered[i] and recent[i] <= j + 1 and nxt[p] > lj:
                     gathered[i] = False
                     available -= size[i]
                     m = label_of[i]
                     owners[m] -= 1
                     if not owners[m]:
                         del owners[m]
-        start = end
+        j += 1
     return peak, where, fetched, steps
+
+
+def _skip_state(j: int, ptr: int, available: int, qstart: list[int], qk: list[int],
+                gathered: list[bool], recent: list[int], owners: dict[str, int],
+                label_of: list[str]) -> tuple | None:
+    """The replay's state at use ``j`` relative to ``j`` (None when larger than
+    ``_MAX_WINDOW``): elements gathered, the queue's place, each entry's (gathered, recorded use)
+    from the current use to the queue's place, and the gathered modules in order -- those of
+    these entries by their place, the rest by name."""
+    sj = qstart[j]
+    if ptr - sj + len(owners) > _MAX_WINDOW:
+        return None
+    window = tuple((gathered[qk[p]], recent[qk[p]] - j) for p in range(sj, ptr))
+    place: dict[str, int] = {}
+    for p in range(sj, ptr):
+        if gathered[qk[p]]:
+            place.setdefault(label_of[qk[p]], p - sj)
+    mods = tuple((place[m], c) if m in place else (m, c) for m, c in owners.items())
+    return available, ptr - sj, window, mods
+
+
+def _fresh(a: int, b: int, lo: int, j: int, qk: list[int], prv: list[int],
+           gathered: list[bool], recent: list[int]) -> bool:
+    """Whether the queue entries ``a .. b`` name parameters seen in no entry from ``lo`` on
+    before them, none gathered nor recorded for use ``j`` or later: a replay from ``j`` takes
+    them as if never used."""
+    b = min(b, len(qk))
+    if a >= b:
+        return True
+    ahead = qk[a:b]
+    return (max(prv[a:b]) < lo and not any(map(gathered.__getitem__, ahead))
+            and max(map(recent.__getitem__, ahead)) < j)
