@@ -35,6 +35,7 @@ import bisect
 import functools
 import itertools
 import math
+import operator
 
 from .._record import record
 from ..bounds import MAX_REPLAY_PARAMS
@@ -288,12 +289,18 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
         n = sum(t.numel * c for t, c in expert_ts)
         label = _module_of(expert_ts[0][0].name).replace("{i}", str(i))
         return [(label, (), n, sum(per_module.values()))] if copies else []
-    experts: dict[int, _Mods] = {}
-    for t, c in expert_ts:
-        for e in range(c):
-            name = t.name.replace("{i}", str(i)).replace("{e}", str(e))
-            _add(experts.setdefault(e, {}), _module_of(name), name, t.numel, small)
-    return [u for e in sorted(experts) for u in _uses(experts[e])]
+    # each expert's modules in the order its tensors come (the names formatted once per layer)
+    forms = [(t.name.replace("{i}", str(i)), t.numel, c) for t, c in expert_ts]
+    forms = [(name, _module_of(name), n, c) for name, n, c in forms]
+    uses: list[_Use] = []
+    for e in range(copies):
+        s = str(e)
+        mods: _Mods = {}
+        for name, mod, n, c in forms:
+            if e < c:
+                _add(mods, mod.replace("{e}", s), name.replace("{e}", s), n, small)
+        uses += _uses(mods)
+    return uses
 
 
 #: Longest period, in uses, searched for a run of identical uses to skip (an expert is one to
@@ -322,17 +329,20 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
     ids: dict[str, int] = {}
     label_of: list[str] = []
+    size: list[int] = []
+    use_ids: list[tuple[int, ...]] = []
     for label, ps, _, _ in uses:
-        for k, _ in ps:
-            if k not in ids:
-                ids[k] = len(ids)
+        row = []
+        for k, c in ps:
+            i = ids.get(k)
+            if i is None:
+                i = ids[k] = len(size)
                 label_of.append(label)
-            label_of[ids[k]] = label  # a parameter's module: the last use's label names it
-    size = [0] * len(ids)
-    for k, i in ids.items():
-        size[i] = numel[k]
+                size.append(c)
+            label_of[i] = label  # a parameter's module: the last use's label names it
+            row.append(i)
+        use_ids.append(tuple(row))
     n = len(uses)
-    use_ids = [tuple(ids[k] for k, _ in ps) for _, ps, _, _ in uses]
     qk = [i for u in use_ids for i in u]   # the recorded queue: parameter, and its use
     qs = [j for j, u in enumerate(use_ids) for _ in u]
     qlen = len(qk)
@@ -362,14 +372,13 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     reuse = knobs.max_reuse
     last = [min(bisect.bisect_left(prefix, prefix[j + 1] + reuse, lo=j + 1) - 1, n - 1)
             for j in range(n)]
-    # each use's shape, as a number: equal numbers replay alike from equal states
-    shapes: dict[tuple, int] = {}
-    tok = [shapes.setdefault((tuple(size[i] for i in use_ids[j]), uses[j][2], uses[j][3],
-                              j in kept, tuple(nxt[p] > last[j]
-                                               for p in range(qstart[j], qstart[j + 1]))),
-                             len(shapes)) for j in range(n)]
+    # each use's shape: equal shapes replay alike from equal states
+    free = list(map(operator.gt, nxt, map(last.__getitem__, qs)))  # released if not prefetched
+    tok = list(zip([tuple(map(size.__getitem__, u)) for u in use_ids],
+                   [u[2] for u in uses], [u[3] for u in uses], map(kept.__contains__, range(n)),
+                   [tuple(free[a:b]) for a, b in zip(qstart, qstart[1:])]))
     # same[P]: byte u is 1 where use u + P has use u's shape
-    same = [b""] + [bytes(map(int.__eq__, tok, tok[P:])) for P in range(1, _MAX_PERIOD + 1)]
+    same = [b""] + [bytes(map(operator.eq, tok, tok[P:])) for P in range(1, _MAX_PERIOD + 1)]
     gathered = [False] * len(ids)
     recent = [-1] * len(ids)
     owners: dict[str, int] = {}  # module -> its parameters gathered, in the order first gathered
