@@ -306,6 +306,8 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
 #: Longest period, in uses, searched for a run of identical uses to skip (an expert is one to
 #: three submodules; its fused form one).
 _MAX_PERIOD = 8
+#: Fewest periods a run must last for the replay to look for a repeating state in it.
+_MIN_PERIODS = 16
 #: Most queue entries and gathered modules a skip compares (the state's size).
 _MAX_WINDOW = 512
 
@@ -397,12 +399,16 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                 for P in range(1, min(_MAX_PERIOD, n - j - 1) + 1):
                     e = same[P].find(0, j)
                     e = len(same[P]) if e < 0 else e
-                    if e - j >= 4 * P:
-                        run_p, run_end, base, gap = P, e + P, -1, 1  # uses j .. e+P-1 periodic
+                    Q = qstart[j + P] - qstart[j]
+                    if e - j >= _MIN_PERIODS * P and Q:
+                        # uses j .. e+P-1 periodic; the state can repeat once the prefetch has
+                        # gone past what it held on entering: first look after as many periods
+                        run_p, run_end, base, gap = P, e + P, -1, 1
+                        next_try = j + P * (max(0, ptr - qstart[j]) // Q + 2)
                         break
                 if not run_p:
                     next_try = j + 1
-            if run_p and j + 2 * run_p <= run_end and ptr >= qstart[j]:
+            if run_p and j >= next_try and j + 2 * run_p <= run_end and ptr >= qstart[j]:
                 state = _skip_state(j, ptr, available, qstart, qk, gathered, recent, owners,
                                     label_of)
                 P = run_p
