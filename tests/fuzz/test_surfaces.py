@@ -79,7 +79,7 @@ def test_the_zero3_replay_of_identical_experts_is_skipped_not_walked(monkeypatch
     120,009 uses (1,440,081 coordinator steps in all, counted before the skip); the coordinator
     now replays a run of identical experts only until its state repeats, then moves on by whole
     periods. Counted, not timed: the steps the coordinator reports, summed over the plan, stay
-    under 5% of the uses it covers (30,877 of 720,057) -- and the answer is the one-by-one
+    under 5% of the uses it covers (27,513 of 720,057) -- and the answer is the one-by-one
     replay's (the skip is held equal to it in tests/fuzz/test_bounded.py)."""
     from gpuplan.engines import zero3
 
