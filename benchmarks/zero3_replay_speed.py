@@ -30,8 +30,8 @@ def main() -> int:
     from gpuplan.models._load import model_from_config_bytes
 
     call = fs._wide_experts()
-    cases = [("config_plan reproducer", model_from_config_bytes(json.dumps(call["config"]).encode()),
-              call["job"])]
+    wide = model_from_config_bytes(json.dumps(call["config"]).encode())
+    cases = [("config_plan reproducer", wide, call["job"])]
     for name in ("deepseek-v3", "qwen3-235b-a22b", "mixtral-8x7b"):
         cases.append((f"{name} --gpus 64 --zero 3", load_model(name),
                       dict(mode="train", batch=1, gpus=64, zero=3)))
