@@ -38,7 +38,10 @@ Counts that drive work inside gpuplan, not taken from an option (the ones above 
 
 * :data:`MAX_REPLAY_PARAMS` -- freed-after-use parameters the ZeRO-3 coordinator replay names
   one by one (:mod:`gpuplan.engines.zero3`); persisted (small) ones and runs of experts with
-  only those are reckoned in closed form, so 10^7 tiny experts cost no more than one.
+  only those are reckoned in closed form, so 10^7 tiny experts cost no more than one; a run of
+  identical experts is replayed until the coordinator's state repeats, then skipped by whole
+  periods (issue 32: the fuzzer's slowest plan, 1,440,081 -> 27,513 coordinator steps). A plan
+  runs one replay per (TP, PP) shape its layout search tries, each bounded by this count.
 * :data:`MAX_FILE_ITEMS` -- keys, tensors and array items a model file may declare
   (:mod:`gpuplan.models._gguf`); every declared size is also checked against the bytes left.
 """
@@ -65,8 +68,11 @@ MAX_ARG_CHARS = 4096
 #: of gpt2 take ~1 s; 100,000 took 36 s and 1 GB). torchtune's default is 8.
 MAX_LOSS_CHUNKS = 1024
 
-#: Most freed-after-use parameters the DeepSpeed ZeRO-3 replay follows one by one (200,000: ~3 s);
-#: a model with more gets the per-unit estimate, said in its note.
+#: Most freed-after-use parameters the DeepSpeed ZeRO-3 replay follows one by one (200,000: ~3 s
+#: where nothing repeats; building the uses alone ~1 s). Runs of identical experts are skipped
+#: once the state repeats (the fuzzer's 60,000 expert matrices: 2 steps a use -> ~4%). A plan runs
+#: one replay per (TP, PP) shape tried; a model with more gets the per-unit estimate, said in
+#: its note.
 MAX_REPLAY_PARAMS = 200_000
 
 #: Most keys, tensors or array items one model file may declare (a GGUF vocabulary of 2^22

@@ -221,6 +221,51 @@ def test_the_bounded_zero3_replay_equals_the_one_by_one_replay(tmp_path, model, 
         assert got == want, (bucket, live, reuse)
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_the_skipped_runs_of_identical_experts_equal_the_one_by_one_replay(tmp_path, full):
+    """Issue 32: 400 experts of 64 x 2,000 in 2 layers, nothing persisted, so every expert
+    matrix is named: the replay skips most of each run of experts once its state repeats (its
+    steps a small share of its uses) and still answers as the one-by-one reference does, at the
+    defaults and where the bucket, the live cap or the reuse distance cut the rounds."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).parent))
+    from _zero3_reference import replay
+
+    from gpuplan.engines import zero3
+    from gpuplan.models._load import model_from_config_bytes
+
+    cfg = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+           "intermediate_size": 2000, "num_attention_heads": 4, "num_key_value_heads": 4,
+           "num_hidden_layers": 2, "vocab_size": 128, "num_local_experts": 400,
+           "num_experts_per_tok": 2, "max_position_embeddings": 256}
+    m = model_from_config_bytes(json.dumps(cfg).encode())
+    arch = m.architecture
+    args = (m.tensors, arch.num_layers, bool(arch.tie_word_embeddings), full)
+    steps = []
+    real = zero3._coordinator
+
+    def counted(uses, *a, **kw):
+        out = real(uses, *a, **kw)
+        steps.append((out[3], len(uses)))
+        return out
+
+    zero3._coordinator = counted
+    try:
+        for bucket, live, reuse in ((zero3.PREFETCH_BUCKET, zero3.MAX_LIVE, zero3.MAX_REUSE),
+                                    (300_000, 1_000_000, zero3.MAX_REUSE),
+                                    (128_000, 10**9, 10**6), (1, 500_000, 0)):
+            knobs = zero3._Knobs(bucket, live, reuse, 0)
+            zero3._replay.cache_clear()
+            assert zero3._replay(*args, knobs) == replay(*args, knobs), (bucket, live, reuse)
+    finally:
+        zero3._coordinator = real
+        zero3._replay.cache_clear()
+    # 2 layers x 400 experts x 3 matrices, forward and backward (and recompute): >= 4,800 uses
+    assert all(n >= 4800 for _, n in steps)
+    assert any(s < n / 4 for s, n in steps), steps
+
+
 def test_a_replay_of_more_parameters_than_the_bound_falls_back_at_once(tmp_path):
     from gpuplan.bounds import MAX_REPLAY_PARAMS
     from gpuplan.engines import zero3

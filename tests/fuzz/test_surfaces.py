@@ -73,6 +73,35 @@ def test_an_overlapped_tensor_offset_is_refused():
 # Findings of the large run, each fixed from its cause
 
 
+def test_the_zero3_replay_of_identical_experts_is_skipped_not_walked(monkeypatch):
+    """The slowest config_plan input: 10,000 experts of 3 matrices above the persistence
+    threshold in 2 layers. Each of the nine per-rank replays the plan runs walks 60,005 or
+    120,009 uses (1,440,081 coordinator steps in all, counted before the skip); the coordinator
+    now replays a run of identical experts only until its state repeats, then moves on by whole
+    periods. Counted, not timed: the steps the coordinator reports, summed over the plan, stay
+    under 5% of the uses it covers (27,513 of 720,057) -- and the answer is the one-by-one
+    replay's (the skip is held equal to it in tests/fuzz/test_bounded.py)."""
+    from gpuplan.engines import zero3
+
+    steps, uses = [], []
+    real = zero3._coordinator
+
+    def counted(u, *a, **kw):
+        out = real(u, *a, **kw)
+        steps.append(out[3])
+        uses.append(len(u))
+        return out
+
+    monkeypatch.setattr(zero3, "_coordinator", counted)
+    zero3._replay.cache_clear()
+    o = ft.outcome(fs.run_config_plan, fs._wide_experts())
+    zero3._replay.cache_clear()
+    assert ft.check_outcome(o) is None, o
+    # the uses: per layer 10,000 experts x 3 matrices + attention, forward and backward
+    assert len(steps) >= 3 and max(uses) >= 2 * 2 * 3 * 10_000
+    assert sum(steps) < 0.05 * sum(uses), (sum(steps), sum(uses))
+
+
 def test_bench_show_of_an_empty_id_is_refused_and_runs_no_benchmark(tmp_path, monkeypatch):
     """``bench --show ''`` was falsy, so it ran (and saved) a whole benchmark: 4-5 s of work and
     a store written by what reads as a read-only command."""

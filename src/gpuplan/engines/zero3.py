@@ -32,10 +32,10 @@ prefetch bucket, not the live cap, stops a round).
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import functools
 import itertools
 import math
+import operator
 
 from .._record import record
 from ..bounds import MAX_REPLAY_PARAMS
@@ -174,7 +174,7 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     # (stage3.py) -- checked against DeepSpeed itself (tests/integration/
     # test_zero3_deepspeed_oracle.py).
     uses, kept = _merge_idle(uses, len(uses) - len(pre))
-    live, where, fetched = _coordinator(uses, numel, knobs, kept)
+    live, where, fetched, _ = _coordinator(uses, numel, knobs, kept)
     return Gathered(live=live, persisted=persisted, where=where, fetched=fetched,
                     partitioned=sum(numel.values()))
 
@@ -289,117 +289,251 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
         n = sum(t.numel * c for t, c in expert_ts)
         label = _module_of(expert_ts[0][0].name).replace("{i}", str(i))
         return [(label, (), n, sum(per_module.values()))] if copies else []
-    experts: dict[int, _Mods] = {}
-    for t, c in expert_ts:
-        for e in range(c):
-            name = t.name.replace("{i}", str(i)).replace("{e}", str(e))
-            _add(experts.setdefault(e, {}), _module_of(name), name, t.numel, small)
-    return [u for e in sorted(experts) for u in _uses(experts[e])]
+    # each expert's modules in the order its tensors come (the names formatted once per layer)
+    forms = [(t.name.replace("{i}", str(i)), t.numel, c) for t, c in expert_ts]
+    forms = [(name, _module_of(name), n, c) for name, n, c in forms]
+    uses: list[_Use] = []
+    for e in range(copies):
+        s = str(e)
+        mods: _Mods = {}
+        for name, mod, n, c in forms:
+            if e < c:
+                _add(mods, mod.replace("{e}", s), name.replace("{e}", s), n, small)
+        uses += _uses(mods)
+    return uses
+
+
+#: Longest period, in uses, searched for a run of identical uses to skip (an expert is one to
+#: three submodules; its fused form one).
+_MAX_PERIOD = 8
+#: Fewest periods a run must last for the replay to look for a repeating state in it.
+_MIN_PERIODS = 16
+#: Most queue entries and gathered modules a skip compares (the state's size).
+_MAX_WINDOW = 512
 
 
 def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
-                 kept: frozenset[int] = frozenset()) -> tuple[int, str, int]:
+                 kept: frozenset[int] = frozenset()) -> tuple[int, str, int, int]:
     """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
-    nothing); the most non-persisted elements gathered at once, the modules gathered then, and
-    the elements fetched over the whole replay."""
+    nothing); the most non-persisted elements gathered at once, the modules gathered then, the
+    elements fetched over the whole replay, and the steps it took.
+
+    Parameters are numbered and the state is flat lists (gathered, last recorded use, size),
+    the rounds inlined. Runs of identical uses (a layer's experts, forward or backward) are
+    skipped in closed form once the state repeats: where the uses ``j .. j+P`` and the next
+    ``P`` have the same shapes (sizes, elements, rounds, which releases the reuse distance
+    allows), every parameter ahead is untouched and distinct, and the state at ``j + P`` --
+    elements gathered, the queue's place, the gathered and recorded use of every entry between
+    the current use and the queue's place, the gathered modules' order -- is the state at ``j``
+    moved on by ``P`` uses, each further period repeats it exactly (the replay is a function
+    of that state and the uses ahead): the peak is not passed again, the fetched elements grow
+    by the period's, and the state lands moved on by whole periods. Steps: one per use
+    replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
+    ids: dict[str, int] = {}
+    label_of: list[str] = []
+    size: list[int] = []
+    use_ids: list[tuple[int, ...]] = []
+    for label, ps, _, _ in uses:
+        row = []
+        for k, c in ps:
+            i = ids.get(k)
+            if i is None:
+                i = ids[k] = len(size)
+                label_of.append(label)
+                size.append(c)
+            label_of[i] = label  # a parameter's module: the last use's label names it
+            row.append(i)
+        use_ids.append(tuple(row))
     n = len(uses)
-    queue = [(k, j) for j, (_, ps, _, _) in enumerate(uses) for k, _ in ps]
-    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all)
+    qk = [i for u in use_ids for i in u]   # the recorded queue: parameter, and its use
+    qs = [j for j, u in enumerate(use_ids) for _ in u]
+    qlen = len(qk)
+    qstart = [0] * (n + 1)
+    for j, u in enumerate(use_ids):
+        qstart[j + 1] = qstart[j] + len(u)
+    # nxt[p]: the next use of queue entry p's parameter after p's own use (n if none);
+    # prv[p]: the previous queue entry of the same parameter (-1 if none)
+    nxt = [n] * qlen
+    prv = [-1] * qlen
+    seen = [n] * len(ids)
+    for j in range(n - 1, -1, -1):
+        first, end = qstart[j], qstart[j + 1]
+        for p in range(first, end):
+            nxt[p] = seen[qk[p]]
+        for p in range(first, end):
+            seen[qk[p]] = j
+    where_at = [-1] * len(ids)
+    for p in range(qlen):
+        prv[p] = where_at[qk[p]]
+        where_at[qk[p]] = p
+    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all);
+    # last[j]: the last use within the reuse distance after use j
     prefix = [0]
     for _, _, elements, _ in uses:
         prefix.append(prefix[-1] + elements)
-    next_use = _next_uses(uses)
-    owner = {k: label for label, ps, _, _ in uses for k, _ in ps}
-    st = _State(knobs=knobs, queue=queue, numel=numel, owner=owner)
+    reuse = knobs.max_reuse
+    last = [min(bisect.bisect_left(prefix, prefix[j + 1] + reuse, lo=j + 1) - 1, n - 1)
+            for j in range(n)]
+    # each use's shape: equal shapes replay alike from equal states
+    free = list(map(operator.gt, nxt, map(last.__getitem__, qs)))  # released if not prefetched
+    tok = list(zip([tuple(map(size.__getitem__, u)) for u in use_ids],
+                   [u[2] for u in uses], [u[3] for u in uses], map(kept.__contains__, range(n)),
+                   [tuple(free[a:b]) for a, b in zip(qstart, qstart[1:])]))
+    # same[P]: byte u is 1 where use u + P has use u's shape
+    same = [b""] + [bytes(map(operator.eq, tok, tok[P:])) for P in range(1, _MAX_PERIOD + 1)]
+    gathered = [False] * len(ids)
+    recent = [-1] * len(ids)
+    owners: dict[str, int] = {}  # module -> its parameters gathered, in the order first gathered
+    max_live, bucket = knobs.max_live, knobs.prefetch_bucket
+    available = fetched = ptr = steps = 0
     peak, where = 0, ""
-    for j, (label, ps, _, rounds) in enumerate(uses):
-        for k, c in ps:
-            st.gather(k, c)
+    run_p, run_end, base, next_try, gap = 0, -1, -1, 0, 1  # the run being skipped, if any
+    base_state: tuple = ()
+    base_fetched = 0
+    j = 0
+    while j < n:
+        # a run of identical uses: compare the state with the one a period before; equal, skip
+        if j >= next_try and n - j > 4:
+            if j >= run_end:
+                run_p = 0
+                for P in range(1, min(_MAX_PERIOD, n - j - 1) + 1):
+                    e = same[P].find(0, j)
+                    e = len(same[P]) if e < 0 else e
+                    Q = qstart[j + P] - qstart[j]
+                    if e - j >= _MIN_PERIODS * P and Q:
+                        # uses j .. e+P-1 periodic; the state can repeat once the prefetch has
+                        # gone past what it held on entering: first look after as many periods
+                        run_p, run_end, base, gap = P, e + P, -1, 1
+                        next_try = j + P * (max(0, ptr - qstart[j]) // Q + 2)
+                        break
+                if not run_p:
+                    next_try = j + 1
+            if run_p and j >= next_try and j + 2 * run_p <= run_end and ptr >= qstart[j]:
+                state = _skip_state(j, ptr, available, qstart, qk, gathered, recent, owners,
+                                    label_of)
+                P = run_p
+                if state is not None:
+                    steps += len(state[2]) + len(state[3]) + 1
+                if state is not None and base >= 0 and state == base_state:
+                    Q = qstart[j] - qstart[base]
+                    k = max(0, min((run_end - j) // P, (qstart[run_end] - ptr) // Q) - 1)
+                    a, b = ptr, ptr + k * Q
+                    if k > 0 and not any(gathered[qk[p]] for p in range(qstart[base], qstart[j])) \
+                            and _fresh(a, b, qstart[base], j, qk, prv, gathered, recent):
+                        land = j + k * P
+                        sj, sl = qstart[j], qstart[land]
+                        win = [(gathered[qk[p]], recent[qk[p]]) for p in range(sj, ptr)]
+                        relabel = {label_of[qk[p]]: label_of[qk[p + k * Q]]
+                                   for p in range(sj, ptr) if win[p - sj][0]}
+                        for p in range(sj, ptr):
+                            gathered[qk[p]] = False
+                        for p, (g, r) in zip(range(sl, b), win):
+                            recent[qk[p]] = r + k * P
+                            gathered[qk[p]] = g
+                        steps += 2 * (ptr - sj) + len(owners)
+                        owners = {relabel.get(m, m): c for m, c in owners.items()}
+                        fetched += k * (fetched - base_fetched)
+                        ptr = b
+                        j = land
+                        base, next_try = -1, j + 1
+                        continue
+                if state is None or base >= 0:  # too large, or not repeating yet: back off
+                    next_try, gap, base = j + gap * P, gap * 2, -1
+                elif _fresh(ptr, ptr + qstart[j + P] - qstart[j], qstart[j], j, qk, prv,
+                            gathered, recent):
+                    base, base_state, base_fetched, next_try = j, state, fetched, j + P
+                else:
+                    next_try, gap = j + gap * P, gap * 2
+        label, _, _, rounds = uses[j]
+        mine = use_ids[j]
+        for i in mine:  # fetch
+            if not gathered[i]:
+                gathered[i] = True
+                c = size[i]
+                available += c
+                fetched += c
+                m = label_of[i]
+                owners[m] = owners.get(m, 0) + 1
         # the current use's own entries leave the queue (unless a prefetch took them)
-        wanted = {k for k, _ in ps if st.recent.get(k, -1) < j}
-        popped: set[str] = set()
-        while st.ptr < len(queue) and len(popped) < len(wanted):
-            k, s = queue[st.ptr]
-            st.ptr += 1
-            st.recent[k] = s
-            popped.add(k)
-        for _ in range(rounds):  # a run of uses that fetch nothing: one round each, until idle
-            if not st.prefetch():
+        wanted = len({i for i in mine if recent[i] < j})
+        if wanted:
+            popped: set[int] = set()
+            while ptr < qlen and len(popped) < wanted:
+                i = qk[ptr]
+                recent[i] = qs[ptr]
+                popped.add(i)
+                ptr += 1
+            steps += len(popped)
+        for _ in range(rounds):  # prefetch rounds (a run of idle uses: one each, until idle)
+            budget = min(max_live - available, bucket)
+            if budget <= 0 or ptr >= qlen:
                 break
-        if st.available > peak:
-            peak = st.available
-            names = list(itertools.islice(st.owners, 4))
-            more = len(st.owners) - 4
+            chosen = 0
+            while ptr < qlen and chosen < budget:
+                i = qk[ptr]
+                s = qs[ptr]
+                ptr += 1
+                steps += 1
+                if s > recent[i]:
+                    recent[i] = s
+                if not gathered[i]:
+                    gathered[i] = True
+                    c = size[i]
+                    chosen += c
+                    available += c
+                    fetched += c
+                    m = label_of[i]
+                    owners[m] = owners.get(m, 0) + 1
+        steps += 1
+        if available > peak:
+            peak = available
+            names = list(itertools.islice(owners, 4))
+            more = len(owners) - 4
             where = " + ".join(names) + (f" + {more} more" if more > 0 else "")
         # release after the use: not if prefetched for a later use, nor used again within the
         # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
-        if j in kept:
-            continue
-        last = min(bisect.bisect_left(prefix, prefix[j + 1] + knobs.max_reuse, lo=j + 1) - 1, n - 1)
-        for k, c in ps:
-            if k in st.gathered and st.recent.get(k, -1) <= j + 1 and next_use[j][k] > last:
-                st.release(k, c)
-    return peak, where, st.fetched
+        if j not in kept and mine:
+            lj = last[j]
+            for p in range(qstart[j], qstart[j + 1]):
+                i = qk[p]
+                if gathered[i] and recent[i] <= j + 1 and nxt[p] > lj:
+                    gathered[i] = False
+                    available -= size[i]
+                    m = label_of[i]
+                    owners[m] -= 1
+                    if not owners[m]:
+                        del owners[m]
+        j += 1
+    return peak, where, fetched, steps
 
 
-def _next_uses(uses: list[_Use]) -> list[dict[str, int]]:
-    """next_use[j][k]: the next use of parameter k after use j (len(uses) if none)."""
-    n = len(uses)
-    next_use: list[dict[str, int]] = [{} for _ in range(n)]
-    seen: dict[str, int] = {}
-    for j in range(n - 1, -1, -1):
-        for k, _ in uses[j][1]:
-            next_use[j][k] = seen.get(k, n)
-        for k, _ in uses[j][1]:
-            seen[k] = j
-    return next_use
+def _skip_state(j: int, ptr: int, available: int, qstart: list[int], qk: list[int],
+                gathered: list[bool], recent: list[int], owners: dict[str, int],
+                label_of: list[str]) -> tuple | None:
+    """The replay's state at use ``j`` relative to ``j`` (None when larger than
+    ``_MAX_WINDOW``): elements gathered, the queue's place, each entry's (gathered, recorded use)
+    from the current use to the queue's place, and the gathered modules in order -- those of
+    these entries by their place, the rest by name."""
+    sj = qstart[j]
+    if ptr - sj + len(owners) > _MAX_WINDOW:
+        return None
+    window = tuple((gathered[qk[p]], recent[qk[p]] - j) for p in range(sj, ptr))
+    place: dict[str, int] = {}
+    for p in range(sj, ptr):
+        if gathered[qk[p]]:
+            place.setdefault(label_of[qk[p]], p - sj)
+    mods = tuple((place[m], c) if m in place else (m, c) for m, c in owners.items())
+    return available, ptr - sj, window, mods
 
 
-@dataclasses.dataclass
-class _State:
-    """The coordinator's gathered set, its place in the recorded queue and its counts."""
-
-    knobs: _Knobs
-    queue: list[tuple[str, int]]
-    numel: dict[str, int]
-    owner: dict[str, str]
-    gathered: dict[str, int] = dataclasses.field(default_factory=dict)
-    owners: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Module -> its parameters gathered, in the order first gathered (for the peak's names)."""
-    recent: dict[str, int] = dataclasses.field(default_factory=dict)
-    available: int = 0
-    fetched: int = 0
-    ptr: int = 0
-
-    def gather(self, k: str, c: int) -> bool:
-        if c <= self.knobs.persistence or k in self.gathered:
-            return False
-        self.gathered[k] = c
-        self.available += c
-        self.fetched += c
-        m = self.owner[k]
-        self.owners[m] = self.owners.get(m, 0) + 1
+def _fresh(a: int, b: int, lo: int, j: int, qk: list[int], prv: list[int],
+           gathered: list[bool], recent: list[int]) -> bool:
+    """Whether the queue entries ``a .. b`` name parameters seen in no entry from ``lo`` on
+    before them, none gathered nor recorded for use ``j`` or later: a replay from ``j`` takes
+    them as if never used."""
+    b = min(b, len(qk))
+    if a >= b:
         return True
-
-    def release(self, k: str, c: int) -> None:
-        del self.gathered[k]
-        self.available -= c
-        m = self.owner[k]
-        self.owners[m] -= 1
-        if not self.owners[m]:
-            del self.owners[m]
-
-    def prefetch(self) -> bool:
-        """One prefetch round; False when it could do nothing (no budget or queue left)."""
-        budget = min(self.knobs.max_live - self.available, self.knobs.prefetch_bucket)
-        if budget <= 0 or self.ptr >= len(self.queue):
-            return False
-        chosen = 0
-        while self.ptr < len(self.queue) and chosen < budget:
-            k, s = self.queue[self.ptr]
-            self.ptr += 1
-            self.recent[k] = max(self.recent.get(k, -1), s)
-            c = self.numel[k]
-            if self.gather(k, c):
-                chosen += c
-        return True
+    ahead = qk[a:b]
+    return (max(prv[a:b]) < lo and not any(map(gathered.__getitem__, ahead))
+            and max(map(recent.__getitem__, ahead)) < j)
