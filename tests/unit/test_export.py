@@ -332,6 +332,9 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--decoder-first-pipeline-num-layers": int,
             "--decoder-last-pipeline-num-layers": int,
             "--pipeline-model-parallel-layout": str, "--expert-tensor-parallel-size": int,
+            # transformer_config.py @d98e8a64dd (TransformerConfig fields as options)
+            "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
+            "--moe-expert-capacity-factor": float, "--moe-pad-expert-input-to-capacity": None,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
                                           "none"],
             "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],

@@ -107,7 +107,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
                attention: str, runtime: str = "auto", ep: int = 1,
                selective: str = "attention", bf16_edge_layers: int = 0,
-               moe_sync: bool = False, engine: str = "transformers") -> MicroCost:
+               moe_sync: bool = False, engine: str = "transformers",
+               capacity_factor: float | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -117,14 +118,16 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
-                       moe_sync=moe_sync, engine=engine)[checkpointing]
+                       moe_sync=moe_sync, engine=engine,
+                       capacity_factor=capacity_factor)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
                 runtime: str = "auto", ep: int = 1,
                 selective: str = "attention", bf16_edge_layers: int = 0,
-                moe_sync: bool = False, engine: str = "transformers") -> dict[str, MicroCost]:
+                moe_sync: bool = False, engine: str = "transformers",
+                capacity_factor: float | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
@@ -134,7 +137,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
-                               single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers)
+                               single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
+                   moe_capacity_factor=capacity_factor)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
