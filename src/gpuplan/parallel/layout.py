@@ -262,8 +262,21 @@ def layout_notes(arch: Architecture | None, job) -> tuple[str, ...]:
     if arch is not None and lay.tp > arch.num_kv_heads:
         notes.append(f"{arch.num_kv_heads} K/V heads over tp {lay.tp}: each rank holds one "
                      "K/V head (replicated)")
-    if lay.ep > 1:
+    cf = job.moe_capacity_factor
+    if lay.ep > 1 and cf is None:
         notes.append("MoE routing dropless (no capacity factor), balanced over expert ranks")
+    elif cf is not None and arch is not None and arch.num_experts:
+        from ..memory.moe_ep import (dropped_fraction_balanced, dropped_fraction_uniform,
+                                     expert_capacity)
+        tokens = lay.batch * (lay.seq // lay.cp) // (lay.tp if lay.sp else 1)
+        k = max(1, arch.experts_per_token)
+        cap = expert_capacity(tokens, arch.num_experts, k, cf)
+        drop = dropped_fraction_uniform(tokens, arch.num_experts, k, cf)
+        notes.append(f"MoE capacity factor {cf:g}: each expert runs {cap} rows of a rank's "
+                     f"{tokens} tokens x top-{k} (Megatron-Core's drop-and-pad, ceil(T x k / E x "
+                     f"cf)); {drop:.2%} of the assignments dropped under uniform random routing "
+                     f"({dropped_fraction_balanced(tokens, arch.num_experts, k, cf):.2%} if "
+                     "perfectly balanced)")
     return tuple(notes)
 
 
