@@ -104,6 +104,11 @@ def test_capacity_pads_the_expert_gemms(mixtral):
         assert ops["moe.up"].shape[1] == ops["moe.down"].shape[1] == rows
         assert ops["moe.up"].flops == 2 * rows * H * n_up
         assert ops["moe.down"].flops == 2 * rows * ie * H
+        # model FLOPs count the routed rows only: padding is executed, not counted; dropped
+        # rows are neither
+        routed = min(rows, T * K)
+        assert ops["moe.up"].counted_flops == pytest.approx(2 * routed * H * n_up)
+        assert ops["moe.down"].counted_flops == pytest.approx(2 * routed * ie * H)
 
 
 def test_capacity_grows_the_kept_expert_rows(mixtral):

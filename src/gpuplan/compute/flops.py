@@ -30,7 +30,7 @@ from ..bounds import BOUNDS
 from ..engines.profiles import resolve_engine
 from ..errors import InputError, opt, shown
 from ..job import Attention, Checkpointing, Job, default_seq
-from ..memory.moe_ep import expert_capacity
+from ..parallel.moe_ep import expert_capacity
 from ..models._types import Architecture, attention_for
 
 __all__ = [
@@ -705,7 +705,7 @@ def expert_tokens(T: int, arch: Architecture, form: RunForm) -> tuple[int, float
     Expected experts hit: ``E_local x (1 - (1 - k/E)^(T x EP))`` (uniform routing).
     ``form.all_experts``: every expert runs every token (transformers' Llama 4).
     ``form.capacity_factor``: every local expert runs its padded capacity from each of the EP
-    ranks, ``capacity x EP`` rows (:func:`~gpuplan.memory.moe_ep.expert_capacity`)."""
+    ranks, ``capacity x EP`` rows (:func:`~gpuplan.parallel.moe_ep.expert_capacity`)."""
     E, k = arch.num_experts, max(1, arch.experts_per_token)
     ep = max(1, form.ep)
     local = max(1, E // ep)
@@ -729,8 +729,11 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     ie = arch.moe_intermediate_size or arch.intermediate_size
     local, touched, per_expert = expert_tokens(T, arch, form)
     R = T * E if form.all_experts else T * k_top  # token-expert rows this rank computes
+    useful = 1.0  # share of the rows that are routed tokens (model FLOPs), not padding
     if form.capacity_factor is not None and not form.all_experts:  # padded to the capacity
+        routed = R
         R = E * expert_capacity(T, E, k_top, form.capacity_factor)
+        useful = min(routed, R) / R
     n_up = (2 if gated else 1) * ie
     ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=nb.weight),
            _ew("moe.topk", "norm_elementwise", elements=T * E, nbytes=3 * T * E * 4,
@@ -743,6 +746,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     groups = max(1, round(touched))
     up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
     ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
+                       counted_flops=up.counted_flops * useful,
                        weight_elements=local * h * n_up,
                        kernels=1 if form.grouped_experts else launches * (2 if gated else 1),
                        groups=groups, weight_width=w))
@@ -752,6 +756,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                    kernels=launches * (2 if gated else 1)))
     down = _mm("moe.down", "mlp", b=1, m=R, k=ie, n=h, act=a, w=w)
     ops.append(replace(down, bytes=R * ie * a + touched * ie * h * w + R * h * a,
+                       counted_flops=down.counted_flops * useful,
                        weight_elements=local * ie * h, kernels=launches, groups=groups,
                        weight_width=w))
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
