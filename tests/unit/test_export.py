@@ -332,6 +332,9 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--decoder-first-pipeline-num-layers": int,
             "--decoder-last-pipeline-num-layers": int,
             "--pipeline-model-parallel-layout": str, "--expert-tensor-parallel-size": int,
+            # transformer_config.py @d98e8a64dd (TransformerConfig fields as options)
+            "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
+            "--moe-expert-capacity-factor": float, "--moe-pad-expert-input-to-capacity": None,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
                                           "none"],
             "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],
@@ -749,3 +752,14 @@ def test_fp8_options_are_refused_by_engines_that_cannot_write_them():
     with pytest.raises(InputError, match="fp8.param.gather"):
         export_plan(job(gpus=2, zero=3, precision="fp8-tensorwise", fp8_param_gather=True),
                     "accelerate")
+
+
+def test_megatron_capacity_factor_and_alltoall_dispatcher():
+    # the EP buffers and the capacity are MoEAlltoAllTokenDispatcher's: the export names it
+    # (Megatron-Core's default is allgather) and drop-and-pad with the job's capacity factor
+    j = job(model="mixtral-8x7b", engine="megatron", gpus=8, ep=8, moe_capacity_factor=1.25)
+    a = megatron_args(export_plan(j, "megatron"))
+    assert a.moe_token_dispatcher_type == "alltoall"
+    assert a.moe_expert_capacity_factor == 1.25 and a.moe_pad_expert_input_to_capacity
+    a = megatron_args(export_plan(job(model="mixtral-8x7b", gpus=8, ep=8), "megatron"))
+    assert a.moe_expert_capacity_factor is None and not a.moe_pad_expert_input_to_capacity

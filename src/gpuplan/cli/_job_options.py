@@ -120,6 +120,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--etp", "etp", "int", "expert tensor-parallel degree (Megatron-Core's "
               "--expert-tensor-parallel-size; default: --tp); below --tp the MoE layers fold and "
               "--ep spans tp x dp x cp / etp ranks (MoE Parallel Folding)", "N"),
+    JobOption("--moe-capacity-factor", "moe_capacity_factor", "number", "MoE expert capacity "
+              "factor: each expert runs ceil(tokens x top-k / experts x CF) rows, the rest "
+              "dropped and short experts padded (Megatron-Core's --moe-expert-capacity-factor "
+              "with --moe-pad-expert-input-to-capacity); default: dropless", "CF"),
     JobOption("--sequence-parallel", "sequence_parallel", "flag", "Megatron sequence parallelism "
               "over the TP group"),
     JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "

@@ -31,6 +31,7 @@ from ..engines.profiles import FP8_ATTENTION, fp8_attention_of, resolve_engine
 from ..errors import InputError, opt, shown
 from ..hardware import all_gpus
 from ..job import Attention, Checkpointing, Job, default_seq
+from ..parallel.moe_ep import expert_capacity
 from ..models._types import Architecture, attention_for
 
 __all__ = [
@@ -367,12 +368,15 @@ class RunForm:
     hidden states for all experts). ``ep``: expert-parallel ranks the experts are spread over.
     ``grouped_experts``: the experts run as one grouped GEMM per projection (a fixed handful of
     kernels per MoE layer: permute, the gate-up GEMM, the activation, the down GEMM, unpermute)
-    rather than one GEMM per expert hit (:func:`grouped_experts`)."""
+    rather than one GEMM per expert hit (:func:`grouped_experts`). ``capacity_factor``: each
+    expert runs ``ceil(T x top-k / E x cf)`` rows, dropped and padded to it (Megatron-Core's
+    drop-and-pad; None: dropless)."""
 
     mla: Literal["naive", "expand", "absorbed"] = "naive"
     all_experts: bool = False
     ep: int = 1
     grouped_experts: bool = False
+    capacity_factor: float | None = None
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
@@ -405,7 +409,8 @@ def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bo
 
 
 def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 1,
-             gpu_arch: str = "", act_bytes: float = 2) -> RunForm:
+             gpu_arch: str = "", act_bytes: float = 2,
+             capacity_factor: float | None = None) -> RunForm:
     """How ``engine`` (a resolved engine name) runs ``arch``'s mechanisms in a decode step or in
     prefill / training (:class:`RunForm`) on a ``gpu_arch`` chip (``""``: unknown, no grouped
     GEMM for the torch-native engines)."""
@@ -417,7 +422,8 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
     all_experts = arch.family == "llama4_text" and arch.is_moe and engine in TRANSFORMERS_CODE
     return RunForm(mla=mla, all_experts=all_experts, ep=ep,
                    grouped_experts=(arch.is_moe and not all_experts
-                                    and grouped_experts(engine, gpu_arch, act_bytes)))
+                                    and grouped_experts(engine, gpu_arch, act_bytes)),
+                   capacity_factor=capacity_factor if arch.is_moe and not decode else None)
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -706,12 +712,16 @@ def expert_tokens(T: int, arch: Architecture, form: RunForm) -> tuple[int, float
     routing it runs ``T x top-k`` rows (balanced) over its experts, each getting
     ``T x EP x top-k / E`` -- EP makes each expert's GEMM taller, not the rank's work larger.
     Expected experts hit: ``E_local x (1 - (1 - k/E)^(T x EP))`` (uniform routing).
-    ``form.all_experts``: every expert runs every token (transformers' Llama 4)."""
+    ``form.all_experts``: every expert runs every token (transformers' Llama 4).
+    ``form.capacity_factor``: every local expert runs its padded capacity from each of the EP
+    ranks, ``capacity x EP`` rows (:func:`~gpuplan.parallel.moe_ep.expert_capacity`)."""
     E, k = arch.num_experts, max(1, arch.experts_per_token)
     ep = max(1, form.ep)
     local = max(1, E // ep)
     if form.all_experts:
         return local, float(local), float(T)
+    if form.capacity_factor is not None:
+        return local, float(local), float(expert_capacity(T, E, k, form.capacity_factor) * ep)
     touched = local * (1.0 - (1.0 - k / E) ** (T * ep))
     return local, touched, T * k / touched if touched else 0.0
 
@@ -728,6 +738,11 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     ie = arch.moe_intermediate_size or arch.intermediate_size
     local, touched, per_expert = expert_tokens(T, arch, form)
     R = T * E if form.all_experts else T * k_top  # token-expert rows this rank computes
+    useful = 1.0  # share of the rows that are routed tokens (model FLOPs), not padding
+    if form.capacity_factor is not None and not form.all_experts:  # padded to the capacity
+        routed = R
+        R = E * expert_capacity(T, E, k_top, form.capacity_factor)
+        useful = min(routed, R) / R
     n_up = (2 if gated else 1) * ie
     ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=nb.weight),
            _ew("moe.topk", "norm_elementwise", elements=T * E, nbytes=3 * T * E * 4,
@@ -740,6 +755,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     groups = max(1, round(touched))
     up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
     ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
+                       counted_flops=up.counted_flops * useful,
                        weight_elements=local * h * n_up,
                        kernels=1 if form.grouped_experts else launches * (2 if gated else 1),
                        groups=groups, weight_width=w))
@@ -749,6 +765,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                    kernels=launches * (2 if gated else 1)))
     down = _mm("moe.down", "mlp", b=1, m=R, k=ie, n=h, act=a, w=w)
     ops.append(replace(down, bytes=R * ie * a + touched * ie * h * w + R * h * a,
+                       counted_flops=down.counted_flops * useful,
                        weight_elements=local * ie * h, kernels=launches, groups=groups,
                        weight_width=w))
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,

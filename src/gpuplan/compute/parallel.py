@@ -49,8 +49,9 @@ from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
-from ..parallel.layout import Layout
 from ..models._types import Architecture, Model
+from ..parallel.layout import Layout
+from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
 from .efficiency import constant, overlap_sm_share
 from .flops import optimizer_op, recompute_ops
@@ -107,7 +108,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                tp: int, cp: int, batch: int, seq: int, checkpointing: str,
                attention: str, runtime: str = "auto", ep: int = 1,
                selective: str = "attention", bf16_edge_layers: int = 0,
-               moe_sync: bool = False, engine: str = "transformers") -> MicroCost:
+               moe_sync: bool = False, engine: str = "transformers",
+               capacity_factor: float | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -117,14 +119,16 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
-                       moe_sync=moe_sync, engine=engine)[checkpointing]
+                       moe_sync=moe_sync, engine=engine,
+                       capacity_factor=capacity_factor)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                 tp: int, cp: int, batch: int, seq: int, attention: str,
                 runtime: str = "auto", ep: int = 1,
                 selective: str = "attention", bf16_edge_layers: int = 0,
-                moe_sync: bool = False, engine: str = "transformers") -> dict[str, MicroCost]:
+                moe_sync: bool = False, engine: str = "transformers",
+                capacity_factor: float | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
@@ -134,7 +138,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
-                               single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers)
+                               single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
+                   moe_capacity_factor=capacity_factor)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
@@ -371,7 +376,7 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     ep = 0.0
     moe = _moe_layers(arch)
     if lay.ep > 1 and moe:
-        tok = act_bytes * max(1, arch.experts_per_token)
+        tok = act_bytes * max(1, arch.experts_per_token) * _padded_share(arch, lay)
         stride = lay.tp * lay.cp
         if lay.folded:
             # folded (MoE Parallel Folding, arXiv 2504.14960): a rank dispatches its own
@@ -386,6 +391,18 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     return tp * stage_layers, cp * stage_layers, ep * stage_layers
 
 
+def _padded_share(arch: Architecture, lay: Layout, tokens: int | None = None) -> float:
+    """Rows an all-to-all sends under the layout's capacity factor over the dropless ``T x
+    top-k`` (``E x capacity / (T x top-k)``, Megatron's drop-and-pad); 1 when dropless."""
+    if lay.moe_capacity_factor is None or not arch.num_experts:
+        return 1.0
+    if tokens is None:
+        tokens = lay.batch * (lay.seq // lay.cp)
+    k = max(1, arch.experts_per_token)
+    return ep_exchange(tokens, arch.num_experts, k, 1, 1, lay.ep,
+                       lay.moe_capacity_factor).rows / (tokens * k)
+
+
 def ep_all_to_all_s(arch: Architecture, tokens: int, lay: Layout, topo: Topology,
                     eff: Efficiency, act: int) -> float:
     """One forward's expert-parallel exchange on a rank holding ``tokens``: per MoE layer a
@@ -397,7 +414,8 @@ def ep_all_to_all_s(arch: Architecture, tokens: int, lay: Layout, topo: Topology
     moe = _moe_layers(arch)
     if lay.ep <= 1 or not moe:
         return 0.0
-    nbytes = tokens * max(1, arch.experts_per_token) * arch.hidden_size * act
+    nbytes = (tokens * max(1, arch.experts_per_token) * arch.hidden_size * act
+              * _padded_share(arch, lay, tokens))
     return 2 * moe * collective_time("all-to-all", nbytes, lay.ep, topo, stride=lay.expert_tp,
                                      efficiency=eff.comm)
 

@@ -617,6 +617,9 @@ class StepSpec:
     bf16_edge_layers: int = 0
     """Under a narrow recipe the blocks kept BF16 at each end of the stack
     (``--first-last-layers-bf16``)."""
+    moe_capacity_factor: float | None = None
+    """The experts' GEMMs run their padded capacity (:attr:`~.flops.RunForm.capacity_factor`);
+    None: dropless."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -644,7 +647,8 @@ class StepSpec:
                    max_grad_norm=job.max_grad_norm if train else None,
                    grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine),
                    fp8_attention=job.fp8_attention, kv_dtype=job.kv_dtype,
-                   bf16_edge_layers=job.first_last_layers_bf16 if train else 0)
+                   bf16_edge_layers=job.first_last_layers_bf16 if train else 0,
+                   moe_capacity_factor=job.moe_capacity_factor if train else None)
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -716,7 +720,8 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
     ops); a CPU's as counted."""
     fwd = build_forward_ops(arch, shape, **kw, form=run_form(
         arch, spec.engine, decode=shape.decode, ep=spec.ep,
-        gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act))
+        gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act,
+        capacity_factor=spec.moe_capacity_factor))
     if spec.model_code == "torchtune":
         fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":

@@ -27,7 +27,8 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
-                        "pp_first_stage_layers", "pp_last_stage_layers", "etp"})
+                        "pp_first_stage_layers", "pp_last_stage_layers", "etp",
+                        "moe_capacity_factor"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -259,6 +260,15 @@ def _layout(job: Job, model: Model) -> list[str]:
                      fix={"pp_schedule": "1f1b"})
     if job.etp is not None:
         out += ["--expert-tensor-parallel-size", str(job.etp)]
+    if job.ep > 1 or job.moe_capacity_factor is not None:
+        # the all-to-all dispatcher gpuplan's EP buffers and capacity are read from
+        # (MoEAlltoAllTokenDispatcher; Megatron-Core's default is allgather:
+        # transformer_config.py @d98e8a64 moe_token_dispatcher_type)
+        out += ["--moe-token-dispatcher-type", "alltoall"]
+    if job.moe_capacity_factor is not None:
+        # drop-and-pad: every expert runs exactly its capacity (moe_utils.get_capacity)
+        out += ["--moe-expert-capacity-factor", f"{job.moe_capacity_factor:g}",
+                "--moe-pad-expert-input-to-capacity"]
     if job.pp > 1 and (job.pp_first_stage_layers is not None
                        or job.pp_last_stage_layers is not None):
         return out + _uneven(job, model, chunks)

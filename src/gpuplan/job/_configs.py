@@ -345,6 +345,11 @@ class ParallelLayout:
     """Expert tensor-parallel degree (Megatron-Core's ``--expert-tensor-parallel-size``); None:
     the attention's TP. Below TP the MoE layers fold (MoE Parallel Folding, Liu et al. 2025,
     arXiv 2504.14960): EP spans TP x DP x CP / ETP ranks."""
+    moe_capacity_factor: float | None = None
+    """MoE expert capacity factor: each expert takes ``ceil(T x top-k / E x cf)`` of the (token,
+    expert) rows of a rank's ``T`` tokens, the rest dropped and short experts padded to it
+    (Megatron-Core's ``--moe-expert-capacity-factor`` with
+    ``--moe-pad-expert-input-to-capacity``); None: dropless, Megatron's default."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8

@@ -216,7 +216,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
     "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers",
-    "pp_last_stage_layers", "etp", "micro_batches", "gpus_per_node",
+    "pp_last_stage_layers", "etp", "moe_capacity_factor", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
@@ -346,6 +346,14 @@ def _check_across(job: Job) -> None:
                          f"{job.grad_accum} differ: a pipeline's micro-batches are its "
                          "accumulation steps, one number per step; give one of them",
                          field="micro_batches", value=job.micro_batches)
+    if job.moe_capacity_factor is not None and job.engine != "megatron":
+        # torchtitan's all-to-all dispatcher is dropless (torchtitan/models/common/
+        # token_dispatcher.py @b5bcd76c: no capacity); transformers has no capacity factor
+        raise InputError(f"{opt('moe_capacity_factor')} {job.moe_capacity_factor} under "
+                         f"{opt('engine')} {job.engine}: only Megatron-Core drops and pads to an "
+                         f"expert capacity; use {opt('engine')} megatron or drop "
+                         f"{opt('moe_capacity_factor')}", field="moe_capacity_factor",
+                         value=job.moe_capacity_factor, fix={"engine": "megatron"})
 
 
 def _plain(value: object) -> object:

@@ -11,8 +11,10 @@ layout's communication:
 * **ring attention** (cp > 1): two K/V blocks in flight (the one being used and the one arriving)
   in forward; in backward the same two plus their dK/dV (Megatron-Core's
   ``AttnFuncWithCPAndKVP2P``);
-* **all-to-all** (ep > 1, MoE stages): the dispatch receive buffer and the combine receive buffer,
-  ``b x s x top_k x h`` each (dropless, balanced routing);
+* **all-to-all** (ep > 1, MoE stages): one all-to-all's send and receive buffers alive at once,
+  ``b x s x top_k x h`` each (dropless, balanced routing; ``E x capacity`` rows under a capacity
+  factor); dispatch and combine keep no hidden-sized tensor for backward beyond the experts'
+  own input (:mod:`.moe_ep`, from Megatron-Core's and torchtitan's dispatchers);
 * the TP all-reduce is in place (Megatron's ``_reduce``); SP's all-gather buffers are tensors of
   the replayed layer (:meth:`Graph.sp_gather`). NCCL's own buffers are in the overhead line.
 """
@@ -28,6 +30,7 @@ from .activations import TrainActivations, regime_for, train_activations
 from .activations.profile import Shard
 from ..parallel import (Layout, check_layout, chunk_forwards, in_flight, layout_notes, layout_of,
                      rank_model)
+from .moe_ep import EpExchange, ep_exchange
 from .results import TrainMemory
 from .shape import seq_for
 from .states import States, train_states
@@ -79,8 +82,20 @@ class StagePlan:
             kv_block = 2 * b * s * arch.num_kv_heads * arch.head_dim * regime.compute
             out += (4 if backward else 2) * kv_block
         if lay.ep > 1 and arch.num_experts:
-            out += 2 * rows * arch.experts_per_token * h * regime.param
+            out += self.ep_exchange().transient_bytes
         return out
+
+    def ep_exchange(self) -> EpExchange | None:
+        """One MoE layer's all-to-all on this rank (:mod:`.moe_ep`): the rows it sends and
+        receives (balanced routing; dropless, or padded to the job's capacity factor) and the
+        transient peak of their send and receive buffers. None without experts."""
+        lay, arch = self.layout, self.model.architecture
+        if arch is None or self.seq is None or not arch.num_experts:
+            return None
+        tokens = self.job.batch * self.seq // (lay.tp if lay.sp else 1)
+        return ep_exchange(tokens, arch.num_experts, arch.experts_per_token, arch.hidden_size,
+                           regime_for(self.job.precision).param, lay.ep,
+                           self.job.moe_capacity_factor)
 
     def activations(self) -> TrainActivations:
         """One micro-batch's timeline on this rank, plus the other micro-batches in flight and

@@ -11,6 +11,7 @@ from .._record import record
 from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
 from ..job import Job
 from ..models import Model
+from ..parallel import check_layout
 from .activations import TrainActivations, train_activations
 from .activations.timeline import fmt_gb
 from .optimizer import optimizer_label
@@ -34,6 +35,8 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
     plans = stage_plans(model, job)
     if plans is None:
+        if job.moe_capacity_factor is not None:
+            check_layout(model.architecture, job)  # a capacity factor needs experts
         st = train_states(model, job)
         # in-backward steps: one parameter's step temporaries at a time (per element stepped)
         per_elem = st.step_tmp / st.trainable if job.optimizer_in_backward and st.trainable else 0

@@ -175,6 +175,10 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
     chunks. The one check behind fit, speed, trace and cluster (memory and compute both call
     it); ``seq``: the sequence the caller resolved (default ``job.seq``; None skips the
     sequence's checks)."""
+    cf = getattr(job, "moe_capacity_factor", None)
+    if cf is not None and arch is not None and not arch.num_experts:
+        raise InputError(f"{opt('moe_capacity_factor')} {cf}: {arch.name} has no experts; drop "
+                         f"{opt('moe_capacity_factor')}", field="moe_capacity_factor", value=cf)
     if job.tp == job.pp == job.cp == job.ep == 1:
         return
     if arch is None:

@@ -42,6 +42,7 @@ from dataclasses import replace
 
 from .._record import record
 from .checks import check_layout, part_layers, pp_chunks
+from .moe_ep import dropped_fraction_balanced, dropped_fraction_uniform, expert_capacity
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
@@ -90,6 +91,8 @@ class Layout:
     """Transformer layers on the last stage (an uneven split); None: the even split."""
     etp: int | None = None
     """Expert tensor-parallel degree; None: ``tp`` (no folding)."""
+    moe_capacity_factor: float | None = None
+    """MoE drop-and-pad capacity factor (:mod:`.moe_ep`); None: dropless."""
     batch: int = 1
     """Sequences per micro-batch per data-parallel rank."""
     seq: int = 2048
@@ -122,7 +125,7 @@ class Layout:
                    embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part,
                    first_stage_layers=job.pp_first_stage_layers,
                    last_stage_layers=job.pp_last_stage_layers, etp=job.etp,
-                   batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
+                   moe_capacity_factor=job.moe_capacity_factor, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
                    checkpointing=job.checkpointing,
                    distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding)
 
@@ -262,8 +265,19 @@ def layout_notes(arch: Architecture | None, job) -> tuple[str, ...]:
     if arch is not None and lay.tp > arch.num_kv_heads:
         notes.append(f"{arch.num_kv_heads} K/V heads over tp {lay.tp}: each rank holds one "
                      "K/V head (replicated)")
-    if lay.ep > 1:
+    cf = job.moe_capacity_factor
+    if lay.ep > 1 and cf is None:
         notes.append("MoE routing dropless (no capacity factor), balanced over expert ranks")
+    elif cf is not None and arch is not None and arch.num_experts:
+        tokens = lay.batch * (lay.seq // lay.cp) // (lay.tp if lay.sp else 1)
+        k = max(1, arch.experts_per_token)
+        cap = expert_capacity(tokens, arch.num_experts, k, cf)
+        drop = dropped_fraction_uniform(tokens, arch.num_experts, k, cf)
+        notes.append(f"MoE capacity factor {cf:g}: each expert runs {cap} rows of a rank's "
+                     f"{tokens} tokens x top-{k} (Megatron-Core's drop-and-pad, ceil(T x k / E x "
+                     f"cf)); {drop:.2%} of the assignments dropped under uniform random routing "
+                     f"({dropped_fraction_balanced(tokens, arch.num_experts, k, cf):.2%} if "
+                     "perfectly balanced)")
     return tuple(notes)
 
 

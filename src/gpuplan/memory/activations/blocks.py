@@ -740,11 +740,14 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     sorted ids, the permutation, the gathered rows, their weights, the histogram input, the
     down projection and the re-ordered rows -- live until it returns. Under expert parallelism
     a rank holds experts / ep of the weights (its dispatch and combine buffers are counted with
-    the parallel layout, :mod:`gpuplan.memory.parallel`)."""
+    the parallel layout, :mod:`gpuplan.memory.parallel`). Under a capacity factor (Megatron's
+    drop-and-pad) every row-wise tensor of the experts has ``b x s x k x cf`` rows, the padded
+    capacity (the ceiling's at most one row per expert is left out of the formula)."""
     g, sp = c.g, c.sp
     h, E, k, I = sp.h, sp.experts, sp.top_k, sp.moe_inter
     E_rank = E // c.o.ep
-    S = BS * k
+    cf = c.o.capacity_factor
+    S = BS * k if cf is None else BS * (k * cf)
     ids_g = _made(g, S, 8, "experts.sorted_ids")
     perm = _made(g, S, 8, "perm")
     pk = _made(g, S, 8, "perm//k")

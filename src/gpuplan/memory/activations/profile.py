@@ -92,7 +92,9 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                                 and job.lora_base.startswith(("nf4", "fp4"))) else 0,
                 frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep,
                 compiled=runtime_of(job.runtime, "train", job.engine) == "compile", model_code=job.model_code,
-                loss_chunks=job.loss_chunks, narrow_inputs=_narrow_inputs(job))
+                loss_chunks=job.loss_chunks, narrow_inputs=_narrow_inputs(job),
+                capacity_factor=(None if job.moe_capacity_factor is None
+                                 else Fraction(str(job.moe_capacity_factor))))
 
 
 def _narrow_inputs(job: Job) -> float:
