@@ -565,7 +565,7 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                  f"{share:.1%} of the bandwidth on its packed weights"
                  + (f", read once per row of the batch up to {rows} rows"
                     + (f" (here {job.batch})" if 1 < job.batch <= rows else "") if rows else ""))
-    return replace(eff, quant_gemv=share, quant_gemv_rows=rows,
+    return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 
