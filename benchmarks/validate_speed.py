@@ -775,7 +775,8 @@ def _train_value(est, unit: str, run: dict) -> float:
 MECHANISMS: dict[str, str] = {
     "online serving": "in-flight batching at a stated request rate (Little's law over the step "
                       "model, prefills in the iterations)",
-    "batched decode": "one static batch decoding together: the weights read once a step, the "
+    "batched decode": "one static batch decoding together: the weights read once a step "
+                      "(AutoAWQ's GEMV kernel: once per row, QUANT_KERNELS autoawq-gemv), the "
                       "KV cache per stream",
     "quantized decode": "batch-1 decode over 4/8-bit weights: the GEMV bandwidth fraction of "
                         "the engine's kernel (compute/efficiency.py QUANT_KERNELS), else of the "
