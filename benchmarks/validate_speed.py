@@ -450,14 +450,28 @@ def _model_of(run: dict, notes: list[str]):
     the run's shape."""
     m = run["model"]
     if not m.get("catalog"):
-        return _shape_arch(m)
-    model = load_model(m["catalog"])
+        return _awq_kernel(run, _shape_arch(m), notes)
+    model = _awq_kernel(run, load_model(m["catalog"]), notes)
     task = f"{run['job'].get('task') or ''} {m.get('name') or ''}".lower()
     if model.architecture.kind == "encoder" and ("fine-tuning" in task
                                                  or "classification" in task):
         notes.append("fine-tuned: a 2-way classifier head, not the checkpoint's MLM head")
         return replace(model.architecture, hf_class="BertForSequenceClassification", num_labels=2)
     return model
+
+
+def _awq_kernel(run: dict, model, notes: list[str]):
+    """``model`` as the AWQ checkpoint the run loaded: its ``quantization_config`` ``version``
+    (``Architecture.checkpoint_kernel``), the kernel the source's row names (AutoAWQ README's
+    Version column, the run's ``awq_version``: a field added by issue 31 after these rows'
+    errors were read; benchmarks/published/README.md says so)."""
+    v = run["job"].get("awq_version")
+    if not v:
+        return model
+    notes.append(f"an AWQ checkpoint of version {v!r} (the source row's kernel)")
+    if isinstance(model, Architecture):
+        return replace(model, checkpoint_kernel=v)
+    return replace(model, architecture=replace(model.architecture, checkpoint_kernel=v))
 
 
 #: torchtune's LoRA target names (lora_attn_modules, apply_lora_to_mlp) as the transformers modules
@@ -761,7 +775,8 @@ def _train_value(est, unit: str, run: dict) -> float:
 MECHANISMS: dict[str, str] = {
     "online serving": "in-flight batching at a stated request rate (Little's law over the step "
                       "model, prefills in the iterations)",
-    "batched decode": "one static batch decoding together: the weights read once a step, the "
+    "batched decode": "one static batch decoding together: the weights read once a step "
+                      "(AutoAWQ's GEMV kernel: once per row, QUANT_KERNELS autoawq-gemv), the "
                       "KV cache per stream",
     "quantized decode": "batch-1 decode over 4/8-bit weights: the GEMV bandwidth fraction of "
                         "the engine's kernel (compute/efficiency.py QUANT_KERNELS), else of the "
@@ -852,15 +867,14 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
     q = str(run["job"].get("weight_quant") or "")
     if not q or row.mechanism not in ("quantized decode", "batched decode"):
         return ""
+    gemv = run["job"].get("awq_version") == "gemv"
     out = ("the 4-bit kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
-           "QUANT_KERNELS autoawq-gemm, a mechanism with no published figure); "
-           f"this row's kernel is {q}")
-    if "GEMV" in q:
-        out += ("; gpuplan's Job cannot pick AutoAWQ's GEMV kernel, so it is timed as the GEMM "
-                "kernel")
-    if "GEMV" in q and (run["job"].get("micro_batch") or 1) > 1:
-        out += ("; its GEMV kernel at batch > 1 is marked 'avoid using' by the source (the "
-                "estimate reads the weights once a step for the whole batch)")
+           f"QUANT_KERNELS autoawq-{'gemv' if gemv else 'gemm'}, a mechanism with no published "
+           f"figure); this row's kernel is {q}")
+    if gemv and (run["job"].get("micro_batch") or 1) > 1:
+        out += ("; marked 'avoid using' at batch > 1 by the source: its code reloads the packed "
+                "weights once per row of the batch, timed as that many DRAM reads (the L2 "
+                "serving some of them is not modelled)")
     return out
 
 

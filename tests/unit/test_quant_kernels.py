@@ -3,13 +3,16 @@ QUANT_KERNELS), by hand: a block GEMM's memory time is its bytes over the datash
 the kernel's share, which the engine and the GPU's architecture pick."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.efficiency import QUANT_KERNELS, constant, quant_kernel
+from gpuplan.errors import ModelFileError
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
-from gpuplan.models import load_model
+from gpuplan.models import architecture_from_config, load_model
 
 
 def _decode(gpu, precision, engine):
@@ -53,3 +56,78 @@ def test_kernel_choice_is_data_with_sources():
     assert quant_kernel("transformers", "nf4", "Ampere") is None  # bitsandbytes: not modelled
     for k in QUANT_KERNELS:
         assert k.source and 0 < constant(k.constant) <= 1
+
+
+# -- AutoAWQ's GEMV kernel (issue 31): the checkpoint's quantization_config version picks it ------
+
+_LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+          "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 32,
+          "vocab_size": 32000, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize("qc, kernel", [
+    ({"quant_method": "awq", "version": "GEMV"}, "gemv"),  # AutoAWQ writes it upper-case
+    ({"quant_method": "awq", "version": "gemm"}, "gemm"),
+    ({"quant_method": "awq", "format": "gemv_fast"}, "gemv_fast"),  # transformers 5's name
+    ({"quant_method": "awq"}, "gemm"),  # AwqConfig's default
+    ({"quant_method": "fp8"}, None),
+    (None, None),
+])
+def test_the_config_reader_keeps_an_awq_checkpoints_kernel(qc, kernel):
+    cfg = dict(_LLAMA, **({"quantization_config": qc} if qc else {}))
+    assert architecture_from_config(cfg, name="t").checkpoint_kernel == kernel
+
+
+def test_a_malformed_awq_version_is_an_error_naming_it():
+    cfg = dict(_LLAMA, quantization_config={"quant_method": "awq", "version": 3})
+    with pytest.raises(ModelFileError, match="version"):
+        architecture_from_config(cfg, name="t")
+
+
+def test_the_checkpoints_version_picks_the_kernel():
+    assert quant_kernel("transformers", "awq-4bit", "Ada Lovelace", "gemv").name == "autoawq-gemv"
+    assert quant_kernel("transformers", "awq-4bit", "Ada Lovelace", "gemm").name == "autoawq-gemm"
+    assert quant_kernel("transformers", "awq-4bit", "Ada Lovelace").name == "autoawq-gemm"
+    # gemv_fast has no entry: the width-based share; vLLM's Marlin repacks any AWQ checkpoint
+    assert quant_kernel("transformers", "awq-4bit", "Ada Lovelace", "gemv_fast") is None
+    assert quant_kernel("vllm", "awq-4bit", "Ampere", "gemv").name == "marlin"
+
+
+def _awq_decode(batch, version):
+    m = load_model("llama-3.1-8b")
+    m = replace(m, architecture=replace(m.architecture, checkpoint_kernel=version))
+    est = estimate_speed(m, get_gpu("rtx-4090"), Job(
+        model=m, mode="infer", infer_precision="awq-4bit", batch=batch, seq=2048,
+        engine="transformers"))
+    return est, [o for o in est.step.ops if o.op.kind == "matmul" and o.op.weight_elements]
+
+
+@pytest.mark.parametrize("batch", [2, 8])
+def test_gemv_reads_the_packed_weights_once_per_row(batch):
+    # AutoAWQ gemv_cuda.cu: grid z = the batch's rows, each reloading the whole packed matrix:
+    # memory time = (bytes + (rows - 1) x weights x 4.15625 bits / 8) / (1,008 GB/s x 68.5%)
+    _, ops = _awq_decode(batch, "gemv")
+    blocks = [t for t in ops if t.op.group not in ("head", "embedding")]
+    assert blocks
+    for t in blocks:
+        rows = t.op.shape[0] * t.op.shape[1]
+        assert rows == batch
+        reread = (batch - 1) * t.op.weight_elements * (4 + 20 / 128) / 8
+        assert t.memory_s == pytest.approx((t.op.bytes + reread) / (1008e9 * 0.685), rel=1e-9)
+    # the 16-bit head is a cuBLAS GEMV at the 16-bit share, read once for the batch
+    for t in ops:
+        if t.op.group == "head":
+            assert t.memory_s == pytest.approx(t.op.bytes / (1008e9 * 0.685), rel=1e-9)
+
+
+def test_gemv_at_batch_1_and_gemm_at_batch_8_read_the_weights_once():
+    one_gemv, ops_v = _awq_decode(1, "gemv")
+    one_gemm, ops_m = _awq_decode(1, "gemm")
+    assert [t.memory_s for t in ops_v] == pytest.approx([t.memory_s for t in ops_m], rel=1e-12)
+    _, ops8 = _awq_decode(8, "gemm")
+    for t in ops8:
+        assert t.memory_s == pytest.approx(t.op.bytes / (1008e9 * 0.685), rel=1e-9)
+    # above 8 rows WQLinear_GEMV runs gemmv2_forward_cuda (a split-K GEMM): once again
+    _, ops9 = _awq_decode(9, "gemv")
+    for t in ops9:
+        assert t.memory_s == pytest.approx(t.op.bytes / (1008e9 * 0.685), rel=1e-9)

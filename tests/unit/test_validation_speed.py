@@ -127,12 +127,19 @@ def test_out_of_sample_holdout_reads(rows):
     # _torchtitan_float8) and its 18 rows timed on H100-SXM-96GB (2.4 TB/s, not 3.35): the four
     # BF16 rows 1.45-1.51x -> 1.32-1.46x, then 1.31-1.46x with torchtitan 9dec370's foreach AdamW;
     # the group 48.3% / 51.4% (4 rows) -> 35.9% / 71.5% (18), the whole holdout 93 runs, 11.4%
-    # median, worst still 159.5%. Asserted as reached, so a
+    # median, worst still 159.5%. Issue 31 (gemv): the autoawq rows carry the kernel their README
+    # row names (awq_version, Architecture.checkpoint_kernel) and AutoAWQ's GEMV kernel reloads
+    # its packed weights once per row up to 8 rows (QUANT_KERNELS autoawq-gemv): its two batch-8
+    # rows 2.60x / 1.95x -> 0.38x / 0.42x (the 4090's L2 serving re-reads is not modelled), the
+    # group's worst 159.5% -> 61.8%, the holdout 11.4% median, worst 71.5% (torchtitan's Float8
+    # CP rows). Asserted as reached, so a
     # change that moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
-    assert s["median_abs_error"] <= 0.114 and s["worst_abs_error"] <= 1.596
+    assert s["median_abs_error"] <= 0.114 and s["worst_abs_error"] <= 0.715
+    gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
+    assert len(gemv8) == 2 and all(0.35 < x < 0.45 for x in gemv8)
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -145,7 +152,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 11.4% median and 159.5% worst (AutoAWQ's GEMV kernel at batch 8), "
+                   "holdout reads 11.4% median and 71.5% worst (torchtitan's Float8 rows at CP 8), "
                    "and the torchtitan, nvidia-dle-bert and ibm-fsdp-blog groups' medians are "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")

@@ -180,6 +180,12 @@ class Efficiency:
     quant_gemv: float = 0.0
     """Share of the datasheet bandwidth the job's quantized-weight kernel reaches in decode's
     skinny matmuls (compute/efficiency.py ``QUANT_KERNELS``); 0: the weight width's default."""
+    quant_gemv_rows: int = 0
+    """Decode batches of up to this many rows read the quantized weights once per row (the
+    kernel's ``row_passes``: AutoAWQ's GEMV); 0: once for the whole batch."""
+    quant_weight_bytes: float = 0.0
+    """Bytes per element of those quantized weights (the format's bits / 8), what each row's
+    re-read moves."""
 
     def __post_init__(self) -> None:
         for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):

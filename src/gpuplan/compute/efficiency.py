@@ -392,16 +392,23 @@ class QuantKernel:
     constant: str
     """The :data:`CONSTANTS` entry of its bandwidth share."""
     source: str
+    versions: tuple[str, ...] = ()
+    """The checkpoint kernels (an AWQ ``quantization_config`` ``version``:
+    ``Architecture.checkpoint_kernel``) it is chosen for; a checkpoint naming none counts as
+    ``gemm`` (transformers' AwqConfig default); (): any."""
+    row_passes: int = 0
+    """Decode batches of up to this many rows read the packed weights once per row (one
+    launch slice per row, each reloading and dequantizing the whole matrix); larger batches,
+    and 0, read them once for the whole batch."""
 
 
 #: Which kernel runs a quantized format's decode GEMVs, per (engine, format, architecture): the
 #: first match wins; a job no entry matches keeps the width-based fraction
 #: (:func:`gemv_bandwidth_fraction`: gpt-fast's kernels, the calibrate split). Every kernel here
 #: streams its weights once for the whole batch while M is below one GEMM tile (the speed model's
-#: skinny regime, time.py ``_bandwidth``): Marlin's README measures that flat to 16-32 rows.
-#: Not modelled, for want of a figure: AutoAWQ's GEMV kernel (its README: faster at batch 1,
-#: to be avoided above it -- gpuplan's Job has no field that picks it over the GEMM kernel),
-#: bitsandbytes' nf4 (a GEMV at batch 1, dequantize-then-matmul above: formats.py
+#: skinny regime, time.py ``_bandwidth``): Marlin's README measures that flat to 16-32 rows --
+#: except AutoAWQ's GEMV kernel (``row_passes``), which reads them once per row of the batch.
+#: Not modelled, for want of a figure: bitsandbytes' nf4 (a GEMV at batch 1, dequantize-then-matmul above: formats.py
 #: ``matmul_weight_bytes``), ExLlamaV2, llama.cpp's per-GPU q4 kernels, vLLM's Machete on
 #: Hopper, TensorRT-LLM's W4A16 GEMV: they keep the width-based fraction.
 QUANT_KERNELS: tuple[QuantKernel, ...] = (
@@ -419,16 +426,39 @@ QUANT_KERNELS: tuple[QuantKernel, ...] = (
                "WQLinear_GEMM (llm-awq's gemm_cuda: tensor-core tiles that dequantize int4 in "
                "registers as the next tile's loads run). The share is the mechanism's (no "
                "published bandwidth figure outside gpuplan's holdout was found); set after the "
-               "autoawq holdout rows were read (benchmarks/published/README.md says so)"),
+               "autoawq holdout rows were read (benchmarks/published/README.md says so)",
+        versions=("gemm",)),
+    QuantKernel(
+        name="autoawq-gemv", engine="transformers", formats=("awq-4bit",),
+        archs=("Ampere", "Ada Lovelace", "Hopper"), constant="gemv_bw_dequant_hidden",
+        versions=("gemv",), row_passes=8,
+        source="a checkpoint whose quantization_config names version 'gemv' loads AutoAWQ's "
+               "WQLinear_GEMV. casper-hansen/AutoAWQ@027758d (the README of the autoawq rows) "
+               "awq/modules/linear.py WQLinear_GEMV.forward: 'if inputs.shape[0] > 8: "
+               "gemmv2_forward_cuda' (a split-K GEMM) 'else: gemv_forward_cuda'; "
+               "AutoAWQ@0091f1e awq_cuda/quantization/gemv_cuda.cu (the same in "
+               "casper-hansen/AutoAWQ_kernels@c7b0e88 awq_ext/quantization/gemv_cuda.cu): "
+               "'dim3 num_blocks(1, num_out_channels / 4, num_out_feats)' and in the kernel "
+               "'batch_idx = blockIdx.z', whose weight, zero and scale loads do not depend on "
+               "batch_idx -- each of up to 8 rows reloads and dequantizes the whole packed "
+               "matrix. Timed as that many reads from DRAM at the batch-1 share (the 4090's "
+               "L2 may serve some of the re-reads: not modelled, so batch > 1 reads "
+               "pessimistic). README: 'GEMV (quantized): 20% faster than GEMM, only batch "
+               "size 1 (not good for large context)'; its batch-8 GEMV rows carry the "
+               "legend's red mark, 'for avoid using'"),
 )
 
 
-def quant_kernel(engine: str, weight_format: str, architecture: str) -> QuantKernel | None:
+def quant_kernel(engine: str, weight_format: str, architecture: str,
+                 version: str | None = None) -> QuantKernel | None:
     """The kernel of :data:`QUANT_KERNELS` that ``engine`` (``auto``: its profile's name) runs
-    ``weight_format``'s decode matmuls with on ``architecture``; None: the width-based default."""
+    ``weight_format``'s decode matmuls with on ``architecture`` for a checkpoint naming kernel
+    ``version`` (None: ``gemm``, transformers' AwqConfig default); None: the width-based
+    default."""
     name = get_engine(engine).name
+    v = (version or "gemm").lower()
     return next((k for k in QUANT_KERNELS if k.engine == name and weight_format in k.formats
-                 and architecture in k.archs), None)
+                 and architecture in k.archs and (not k.versions or v in k.versions)), None)
 
 
 def gemv_bandwidth_fraction(weight_bytes: float, kernel: float = 0.0) -> float:

@@ -362,7 +362,8 @@ def estimate_speed(
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured)
     prec = _precision(job, mode, device, tf32, notes, arch)
-    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes)
+    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
+                                   arch.checkpoint_kernel if arch is not None else None)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
@@ -548,18 +549,23 @@ def _attention_precision(spec: StepSpec, device: Device,
 
 
 def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Efficiency,
-                             prec: PrecisionLayout, notes: list[str]) -> Efficiency:
+                             prec: PrecisionLayout, notes: list[str],
+                             version: str | None = None) -> Efficiency:
     """``eff`` with the decode GEMV share of the kernel the job's engine runs its quantized
-    weights with (:func:`~.efficiency.quant_kernel`), stated in the notes; else ``eff``."""
+    weights with for a checkpoint naming kernel ``version`` (:func:`~.efficiency.quant_kernel`),
+    and how many rows re-read them, stated in the notes; else ``eff``."""
     if mode == "train" or device.kind != "gpu":
         return eff
-    kernel = quant_kernel(job.engine, prec.name, device.architecture)
+    kernel = quant_kernel(job.engine, prec.name, device.architecture, version)
     if kernel is None:
         return eff
     share = constant(kernel.constant)
+    rows = kernel.row_passes
     notes.append(f"{prec.name} decode matmuls under {kernel.engine}: the {kernel.name} kernel, "
-                 f"{share:.1%} of the bandwidth on its packed weights")
-    return replace(eff, quant_gemv=share,
+                 f"{share:.1%} of the bandwidth on its packed weights"
+                 + (f", read once per row of the batch up to {rows} rows"
+                    + (f" (here {job.batch})" if 1 < job.batch <= rows else "") if rows else ""))
+    return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 

@@ -171,7 +171,8 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
                 device.architecture, dtype, b, m, n, device.sm_count)
         used = dtype
     bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
-    return OpTime(op=op, compute_s=compute, memory_s=op.bytes / bw,
+    reread = _row_rereads(op, device, eff) if shaped else 0.0
+    return OpTime(op=op, compute_s=compute, memory_s=(op.bytes + reread) / bw,
                   occupancy=min(1.0, p / slots), dtype=used)
 
 
@@ -185,6 +186,21 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
         w = op.weight_width or op.bytes / op.weight_elements
         return bw * gemv_bandwidth_fraction(w, eff.quant_gemv) / constant("memory_default")
     return bw
+
+
+def _row_rereads(op: Op, device: Device, eff: Efficiency) -> float:
+    """Bytes a quantized decode matmul reads beyond ``op.bytes`` under a kernel that reloads its
+    packed weights once per row (``eff.quant_gemv_rows``: AutoAWQ's GEMV, at batch 2 to 8):
+    (rows - 1) x its weights at ``eff.quant_weight_bytes`` each; 0 otherwise (the 16-bit head and
+    embedding, a grouped MoE GEMM, batch 1)."""
+    if eff.quant_gemv_rows <= 0 or device.kind != "gpu" or op.kind != "matmul" \
+            or not op.weight_elements or not op.shape or op.groups != 1:
+        return 0.0
+    rows = op.shape[0] * op.shape[1]
+    if (op.weight_width or op.bytes / op.weight_elements) >= 1.5 \
+            or not 1 < rows <= eff.quant_gemv_rows:
+        return 0.0
+    return (rows - 1) * op.weight_elements * eff.quant_weight_bytes
 
 
 def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,

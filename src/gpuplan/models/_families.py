@@ -720,7 +720,7 @@ def build_architecture(config: Mapping[str, object], *, name: str, source: str =
         raise r.fail(f"describes {total:.3e} parameters, more than the {MAX_PARAMS:.0e} limit")
     arch = Architecture(
         name=name, family=model_type, hf_class=hf_class, tensors=tensors,
-        checkpoint_format=fmt,
+        checkpoint_format=fmt, checkpoint_kernel=_checkpoint_kernel(r),
         torch_dtype=_torch_dtype(r), config=_freeze(dict(config)),  # type: ignore[arg-type]
         source=source, **fields,
     )
@@ -744,6 +744,21 @@ def _text_part(config: Mapping[str, object], where: str) -> tuple[Mapping[str, o
             inner[key] = config[key]
     return inner, [f"the text model of this {mt} multimodal config is planned; its vision "
                    "tower and projector are not counted"]
+
+
+def _checkpoint_kernel(r: ConfigReader) -> str | None:
+    """An AWQ checkpoint's kernel: ``quantization_config`` ``version`` (AutoAWQ's quant_config
+    writes it, e.g. "GEMM") or ``format`` (transformers 5's AwqConfig, which reads ``version``
+    as the legacy name of ``format``, lowercased; default "gemm": utils/quantization_config.py
+    ``AwqConfig.__init__``, transformers 5.25.0); None for any other checkpoint."""
+    q = r.config.get("quantization_config")
+    if not isinstance(q, Mapping) or str(q.get("quant_method") or "").lower() != "awq":
+        return None
+    v = q.get("version") if q.get("version") is not None else q.get("format", "gemm")
+    if not isinstance(v, str) or not v:
+        raise r.fail(f'quantization_config "version" {v!r}: expected a kernel name such as '
+                     '"gemm" or "gemv"')
+    return v.lower()
 
 
 def _checkpoint_format(r: ConfigReader) -> tuple[str | None, str]:

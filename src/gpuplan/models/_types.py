@@ -223,6 +223,11 @@ class Architecture:
     """The weight format the published checkpoint ships in, from its ``quantization_config``
     (``fp8-block``: DeepSeek-V3's e4m3 with a 128 x 128 block scale; ``mxfp4``: gpt-oss's
     experts); None for a 16-bit checkpoint."""
+    checkpoint_kernel: str | None = None
+    """The kernel an AWQ checkpoint names in its ``quantization_config`` (``version``, or
+    transformers' newer ``format``; lowercased: ``gemm``, ``gemv``, ``gemv_fast`` ...), which
+    picks the decode kernel (compute/efficiency.py ``QUANT_KERNELS``); None for any other
+    checkpoint."""
     buffer_bytes: int = 0
     """Non-parameter buffers the module keeps on the device next to its weights, in bytes
     (GPTBigCode's n_positions x n_positions bool causal mask); 0 for most families."""
