@@ -19,32 +19,11 @@ if CHROMIUM is None:
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+from _browser import browser_fixture, page_fixture  # noqa: E402 (after the skips above)
 
 
-@pytest.fixture
-def page(browser, live_server):
-    # bypass_csp: Playwright's wait_for_function evaluates strings, which the page's policy
-    # forbids; test_page_runs_under_its_content_security_policy runs the page with it enforced
-    ctx = browser.new_context(viewport={"width": 1280, "height": 1000}, bypass_csp=True)
-    p = ctx.new_page()
-    problems: list[str] = []
-    p.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    p.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    # the page must work with the network unplugged: any request off this server fails the test
-    p.route("**/*", lambda route: route.continue_() if route.request.url.startswith(live_server)
-            or route.request.url.startswith("data:") else (problems.append(route.request.url),
-                                                           route.abort()))
-    p.problems = problems
-    yield p
-    ctx.close()
-    assert not problems, problems
+browser = browser_fixture(sync_api, CHROMIUM, ARGS)
+page = page_fixture(1000)
 
 
 def settle(page, seq_before: str | None = None) -> None:

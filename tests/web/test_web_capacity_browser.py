@@ -10,32 +10,11 @@ import urllib.request
 import pytest
 
 from test_web_browser import ARGS, CHROMIUM, sync_api  # noqa: F401 (skips as that module does)
+from _browser import browser_fixture, page_fixture
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser, live_server):
-    # bypass_csp: wait_for_function evaluates strings (test_web_browser.py's
-    # test_page_runs_under_its_content_security_policy runs the page with its policy enforced)
-    ctx = browser.new_context(viewport={"width": 1280, "height": 1400}, bypass_csp=True)
-    p = ctx.new_page()
-    problems: list[str] = []
-    p.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    p.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    p.route("**/*", lambda route: route.continue_() if route.request.url.startswith(live_server)
-            or route.request.url.startswith("data:") else (problems.append(route.request.url),
-                                                           route.abort()))
-    p.problems = problems
-    yield p
-    ctx.close()
-    assert not problems, problems
+browser = browser_fixture(sync_api, CHROMIUM, ARGS)
+page = page_fixture(1400)
 
 
 def post(url: str, body: dict) -> dict:
