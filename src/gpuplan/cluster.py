@@ -290,6 +290,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                        flops_per_token=flops_per_token, state_bytes_per_param=per_param,
                        tp_overlap=c.tp_overlap, optimizer_s=c.optimizer,
                        tp_overlap_kind=get_engine(c.base.engine).tp_overlap_kind,
+                       cp_rotate=get_engine(c.base.engine).cp_rotate,
                        gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
                                                                     c.model.params.total))
 

@@ -45,6 +45,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .._record import record
+from ..engines.profiles import get_engine
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -58,7 +59,7 @@ from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
+           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -167,8 +168,40 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
             one = synced_forward_s(_issue_order(fwd_ops, step, arch.num_layers, cp))
             cost = replace(cost, layer_fwd_s=moe * (one + constant("host_sync_s"))
                            + (1 - moe) * free)
+        if cp > 1 and get_engine(engine).cp_rotate == "allgather":
+            f_b, b_b = torch_cp_merge_bytes(shard_arch(arch, tp), batch, seq // cp, cp, prec.act)
+            rate = device.memory_bandwidth * eff.memory
+            again = f_b if level == "full" else 0.0  # the recompute merges again
+            cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
+                           layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
         out[level] = cost
     return out
+
+
+def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
+                         act: int) -> tuple[float, float]:
+    """One layer's memory traffic (bytes, forward and backward) of PyTorch's context-parallel
+    SDPA around its sub-SDPA calls, on the busiest CP rank (the last: every later step a full
+    merge), counted from torch.distributed.tensor.experimental._attention's eager code with
+    ``convert_to_f32`` on (its default). ``E`` = the rank's output elements (batch x local
+    heads x ``s_local`` x head dim), ``K`` = its K and V elements.
+
+    Forward (``_SDPAMerger``): step 0 casts the block output to fp32 (2 + 4 B/E); each later
+    step casts (6), takes ``out - block_out`` (8 + 4), scales it by ``sigmoid(block_lse - lse)``
+    (4 + 4) and subtracts (8 + 4): 38 B/E; ``results`` casts back (6). Backward: fp32 gradient
+    accumulators zeroed (4 B/E, 4 B/K) and step 0's gradients added (2 + 4 + 4: 10 each); each
+    later step adds the query gradient (10 B/E), updates the K/V gradient's first half and
+    re-cats it (``_partial_update``: 5 + 8), cats it for the ring (8) and cats K and V for the
+    rotater (4): 10 B/E + 25 B/K; the ends cast back to the input dtype (6 B/E, 6 B/K). ``act``
+    other than 2 scales the 16-bit reads and writes."""
+    heads = arch.num_heads
+    e = batch * heads * s_local * arch.head_dim
+    k = batch * 2 * arch.num_kv_heads * s_local * arch.head_dim
+    r = act / 2  # the 16-bit tensors' bytes per element over 2
+    fwd = e * ((2 * r + 4) + (cp - 1) * (2 * r + 36) + (4 + 2 * r))
+    bwd = (e * (4 + (2 * r + 8) + (cp - 1) * (2 * r + 8) + (4 + 2 * r))
+           + k * (4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
+    return fwd, bwd
 
 
 def moe_host_sync(engine: str, ep: int) -> bool:
@@ -372,7 +405,7 @@ def stage_params(arch: Architecture, params: int, lay: Layout) -> int:
 def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology,
                           eff: Efficiency, act: int, stage_layers: int, *,
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
-                          ) -> tuple[float, float, float]:
+                          cp_rotate: str = "p2p") -> tuple[float, float, float]:
     """Exposed (TP, CP, EP) communication of one micro-batch on one stage."""
     s_local = lay.seq // lay.cp
     act_bytes = lay.batch * s_local * arch.hidden_size * act
@@ -391,9 +424,13 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     if lay.cp > 1:
         kv_local = arch.num_kv_heads // lay.tp if arch.num_kv_heads % lay.tp == 0 else 1
         kv_bytes = lay.batch * s_local * 2 * kv_local * arch.head_dim * act
-        step = collective_time("send-recv", kv_bytes, 2, topo, stride=lay.tp, efficiency=eff.comm)
-        ring_f, ring_b = (lay.cp - 1) * step, 2 * (lay.cp - 1) * step
-        cp = max(0.0, ring_f - cost.attn_fwd_s) + max(0.0, ring_b - cost.attn_bwd_s)
+        if cp_rotate == "allgather":
+            cp = torch_cp_exposed_s(cost, lay, topo, eff, kv_bytes, act)
+        else:
+            step = collective_time("send-recv", kv_bytes, 2, topo, stride=lay.tp,
+                                   efficiency=eff.comm)
+            ring_f, ring_b = (lay.cp - 1) * step, 2 * (lay.cp - 1) * step
+            cp = max(0.0, ring_f - cost.attn_fwd_s) + max(0.0, ring_b - cost.attn_bwd_s)
     ep = 0.0
     moe = _moe_layers(arch)
     if lay.ep > 1 and moe:
@@ -444,6 +481,36 @@ def async_tp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Effici
     fwd = exposed(cost.tp_gemm_fwd_s)
     passes = fwd * (2 if lay.checkpointing == "full" else 1)
     return passes + exposed(cost.tp_gemm_bwd_s)
+
+
+def torch_cp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Efficiency,
+                       kv_bytes: float, act: int) -> float:
+    """One layer's exposed K/V exchange under PyTorch's context parallel with the all-gather
+    rotater (torch.distributed.tensor.experimental._attention: ``_templated_ring_attention``
+    and its backward; torchtitan@9dec370 config_manager.py:
+    ``--experimental.context_parallel_rotate_method`` "allgather" by default, "all-gather all
+    kv shards on ranks after the first sub-SDPA computation").
+
+    Forward (and the recompute under full checkpointing): one all-gather of every rank's K and
+    V (``CP x kv_bytes``), issued before step 0 and waited for at step 1, so it hides under the
+    first sub-SDPA only -- one of the ``CP`` equal steps of the round-robin split (step 0 the
+    causal local block, each later one half a full block). Backward: the same all-gather beside
+    step 0's backward, and the K/V gradients passed round the ring by an all-to-all
+    (``dkv_rotater``, ``_RotateMethod.ALL_TO_ALL``) in fp32 (``convert_to_f32``: ``4 / act``
+    times the K/V bytes) after every step, each waited for after the next step's sub-SDPA
+    backward; the last one is waited for at once, exposed."""
+    n = lay.cp
+    gather = collective_time("all-gather", n * kv_bytes, n, topo, stride=lay.tp,
+                             efficiency=eff.comm)
+    full = lay.checkpointing == "full"
+    fwd_step = cost.attn_fwd_s / n
+    bwd_step = max(0.0, cost.attn_bwd_s - (cost.attn_fwd_s if full else 0.0)) / n
+    passes = 2 if full else 1
+    fwd = passes * max(0.0, gather - fwd_step)
+    dkv = collective_time("send-recv", kv_bytes * 4 / act, 2, topo, stride=lay.tp,
+                          efficiency=eff.comm)
+    bwd = max(0.0, gather - bwd_step) + (n - 1) * max(0.0, dkv - bwd_step) + dkv
+    return fwd + bwd
 
 
 def ep_all_to_all_s(arch: Architecture, tokens: int, lay: Layout, topo: Topology,
@@ -541,7 +608,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 flops_per_token: float, state_bytes_per_param: float,
                 tp_overlap: bool = False,
                 optimizer_s: Callable[[int, float], float] | None = None,
-                tp_overlap_kind: str = "userbuffers",
+                tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
                 gather_bytes_per_element: float | None = None) -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
@@ -552,11 +619,13 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     gradients. ``tp_overlap_kind``: how ``tp_overlap`` hides the TP collectives --
     ``"userbuffers"`` (Megatron-Core's --tp-comm-overlap: under the layer's GEMMs) or
     ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
-    :func:`async_tp_exposed_s`)."""
+    :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``:
+    a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`)."""
     stage_layers, t_mb = _busiest_stage(arch, cost, lay)
     tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
                                              tp_overlap=tp_overlap,
-                                             tp_overlap_kind=tp_overlap_kind)
+                                             tp_overlap_kind=tp_overlap_kind,
+                                             cp_rotate=cp_rotate)
     per_mb = t_mb + tp_c + cp_c + ep_c
     m, v = lay.micro_batches, lay.chunks
     bubble = (lay.pp - 1) / v * per_mb
