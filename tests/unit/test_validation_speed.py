@@ -127,12 +127,20 @@ def test_out_of_sample_holdout_reads(rows):
     # _torchtitan_float8) and its 18 rows timed on H100-SXM-96GB (2.4 TB/s, not 3.35): the four
     # BF16 rows 1.45-1.51x -> 1.32-1.46x, then 1.31-1.46x with torchtitan 9dec370's foreach AdamW;
     # the group 48.3% / 51.4% (4 rows) -> 35.9% / 71.5% (18), the whole holdout 93 runs, 11.4%
-    # median, worst still 159.5%. Asserted as reached, so a
+    # median, worst still 159.5%. Issue 31 (ttc): AsyncTP hides each TP collective under its own
+    # GEMM only (micro_pipeline_tp's fused all-gather-matmul / matmul-reduce-scatter) and
+    # torch's context parallel is timed as torchtitan 9dec370 ran it (the all-gather rotater
+    # beside step 0, the fp32 dK/dV ring, the fp32 merges): the 70B AsyncTP row 1.14x -> 1.02x,
+    # the 405B AsyncTP rows 1.25-1.31x -> 1.20-1.23x, the CP 4-8 rows 1.49-1.71x -> 1.41-1.64x;
+    # the group 35.9% / 71.5% -> 35.9% / 64.0%, the whole holdout 11.2% median (Llama 3's CP16
+    # row 1.09x -> 1.03x by the same merges). Asserted as reached, so a
     # change that moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
-    assert s["median_abs_error"] <= 0.114 and s["worst_abs_error"] <= 1.596
+    assert s["median_abs_error"] <= 0.113 and s["worst_abs_error"] <= 1.596
+    (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
+    assert tt_med <= 0.36 and tt_worst <= 0.641
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -145,7 +153,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 11.4% median and 159.5% worst (AutoAWQ's GEMV kernel at batch 8), "
+                   "holdout reads 11.2% median and 159.5% worst (AutoAWQ's GEMV kernel at batch 8), "
                    "and the torchtitan, nvidia-dle-bert and ibm-fsdp-blog groups' medians are "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
@@ -186,6 +194,10 @@ def test_torchtitan_float8_rows_are_mapped_from_its_code(rows):
     asynctp = _tt(rows, "4-llama31-70b-fsdp32-tp8-asynctp-float8")
     assert vs.LAYOUTS[asynctp.run["id"]][1] and not vs.LAYOUTS[plain.run["id"]][1]
     assert asynctp.predicted > plain.predicted
+    # ... but only what each collective's own GEMM covers: measured, AsyncTP gained 876 / 829 =
+    # 5.7% on this row (docs/performance.md) and "~8% E2E" on Llama3 70B (discuss.pytorch.org/t/
+    # 209487); hiding all of TP under the layer's GEMMs (the userbuffers model) read +31%
+    assert 1.0 < asynctp.predicted / plain.predicted < 1.2
 
 
 def test_torchtitan_rows_run_on_the_grand_teton_h100(rows, monkeypatch, tmp_path):
