@@ -19,9 +19,14 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   et al. 2019, fig. 4); with sequence parallelism each becomes an all-gather + reduce-scatter pair
   of the same volume (Korthikanti et al. 2022, sec. 4.2.2); distributed checkpoints add one
   all-gather of the layer input before each recompute. Exposed, unless ``tp_overlap``
-  (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls.
+  (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls; under an engine
+  whose overlap is PyTorch's AsyncTP (the profile's ``tp_overlap_kind``: torchtitan) each
+  collective hides under its own GEMM only (:func:`async_tp_exposed_s`).
 - **CP ring**: per layer ``CP - 1`` passes of the local K and V in forward, twice that in backward
   (K, V and their gradients), overlapped with the attention kernels; what exceeds them is exposed.
+  Under PyTorch's context_parallel (the profile's ``cp_rotate`` "allgather": torchtitan) one K/V
+  all-gather beside the first sub-SDPA, the fp32 K/V-gradient ring (:func:`torch_cp_exposed_s`)
+  and the fp32 merges' memory traffic added to the layer (:func:`torch_cp_merge_bytes`).
 - **EP all-to-all**: per MoE layer a dispatch and a combine of ``b x s/CP x top-k x hidden``
   activations in forward and in backward (and in the recompute), exposed.
 - **pipeline p2p**: each micro-batch sends its activations forward and receives their gradients
