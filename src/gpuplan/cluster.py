@@ -246,7 +246,8 @@ class _Ctx:
 
 def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx:
     device = device_from_gpu(gpu)
-    base = base.resolve_infer(model.architecture, gpu.architecture)
+    if mode == "infer":  # training plans no inference format (its commands must not name one)
+        base = base.resolve_infer(model.architecture, gpu.architecture)
     prec = (train_precision(base.precision, device, False) if mode == "train"
             else infer_precision(base.infer_precision, device, False,
                                  shipped=getattr(model.architecture, "checkpoint_format", None),
@@ -289,6 +290,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                        eff=c.eff, prec=c.prec, params=c.model.params.total,
                        flops_per_token=flops_per_token, state_bytes_per_param=per_param,
                        tp_overlap=c.tp_overlap, optimizer_s=c.optimizer,
+                       tp_overlap_kind=get_engine(c.base.engine).tp_overlap_kind,
+                       cp_rotate=get_engine(c.base.engine).cp_rotate,
                        gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
                                                                     c.model.params.total))
 

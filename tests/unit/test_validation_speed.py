@@ -132,14 +132,23 @@ def test_out_of_sample_holdout_reads(rows):
     # its packed weights once per row up to 8 rows (QUANT_KERNELS autoawq-gemv): its two batch-8
     # rows 2.60x / 1.95x -> 0.38x / 0.42x (the 4090's L2 serving re-reads is not modelled), the
     # group's worst 159.5% -> 61.8%, the holdout 11.4% median, worst 71.5% (torchtitan's Float8
-    # CP rows). Asserted as reached, so a
+    # CP rows).
+    # Issue 31 (ttc): AsyncTP hides each TP collective under its own
+    # GEMM only (micro_pipeline_tp's fused all-gather-matmul / matmul-reduce-scatter) and
+    # torch's context parallel is timed as torchtitan 9dec370 ran it (the all-gather rotater
+    # beside step 0, the fp32 dK/dV ring, the fp32 merges): the 70B AsyncTP row 1.14x -> 1.02x,
+    # the 405B AsyncTP rows 1.25-1.31x -> 1.20-1.23x, the CP 4-8 rows 1.49-1.71x -> 1.41-1.64x;
+    # the group 35.9% / 71.5% -> 35.9% / 64.0%, the whole holdout 11.2% median (Llama 3's CP16
+    # row 1.09x -> 1.03x by the same merges). Asserted as reached, so a
     # change that moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
-    assert s["median_abs_error"] <= 0.114 and s["worst_abs_error"] <= 0.715
+    assert s["median_abs_error"] <= 0.113 and s["worst_abs_error"] <= 0.641
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
     assert len(gemv8) == 2 and all(0.35 < x < 0.45 for x in gemv8)
+    (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
+    assert tt_med <= 0.36 and tt_worst <= 0.641
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -152,7 +161,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 11.4% median and 71.5% worst (torchtitan's Float8 rows at CP 8), "
+                   "holdout reads 11.2% median and 64.0% worst (torchtitan's Float8 rows at CP 8), "
                    "and the torchtitan, nvidia-dle-bert and ibm-fsdp-blog groups' medians are "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
@@ -193,6 +202,10 @@ def test_torchtitan_float8_rows_are_mapped_from_its_code(rows):
     asynctp = _tt(rows, "4-llama31-70b-fsdp32-tp8-asynctp-float8")
     assert vs.LAYOUTS[asynctp.run["id"]][1] and not vs.LAYOUTS[plain.run["id"]][1]
     assert asynctp.predicted > plain.predicted
+    # ... but only what each collective's own GEMM covers: measured, AsyncTP gained 876 / 829 =
+    # 5.7% on this row (docs/performance.md) and "~8% E2E" on Llama3 70B (discuss.pytorch.org/t/
+    # 209487); hiding all of TP under the layer's GEMMs (the userbuffers model) read +31%
+    assert 1.0 < asynctp.predicted / plain.predicted < 1.2
 
 
 def test_torchtitan_rows_run_on_the_grand_teton_h100(rows, monkeypatch, tmp_path):

@@ -502,6 +502,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
+            tp_overlap_kind=get_engine(job.engine).tp_overlap_kind,
+            cp_rotate=get_engine(job.engine).cp_rotate,
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
                                                          notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(

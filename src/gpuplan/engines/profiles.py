@@ -103,6 +103,17 @@ class EngineProfile:
     ``--pp-loss-part``), ``always`` (the engine always weighs them as one layer each)."""
     overlap: str = ""
     """Its overlap of communication with compute (stated)."""
+    tp_overlap_kind: str = "userbuffers"
+    """How its TP communication overlap (when on) hides the TP collectives: ``userbuffers``
+    (Megatron-Core / Transformer Engine --tp-comm-overlap: under the layer's GEMMs) or
+    ``async-tp`` (PyTorch's micro-pipelined TP: each collective under its own GEMM only;
+    :func:`gpuplan.compute.parallel.async_tp_exposed_s`)."""
+    cp_rotate: str = "p2p"
+    """How its context parallelism exchanges K and V: ``p2p`` (a ring of send/recv, one per
+    step, each beside a step's attention: Megatron-Core over Transformer Engine) or
+    ``allgather`` (PyTorch's context_parallel with the all-gather rotater, its fp32 merges and
+    fp32 K/V-gradient ring: :func:`gpuplan.compute.parallel.torch_cp_exposed_s`,
+    :func:`gpuplan.compute.parallel.torch_cp_merge_bytes`)."""
     memory_utilization: float | None = None
     """Serving engines: the share of GPU memory it takes for weights, activations and the KV pool
     (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``, TensorRT-LLM's
@@ -238,6 +249,10 @@ _PROFILES = (
         parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
         pp_schedules=("gpipe", "1f1b", "interleaved"), pp_split="uneven", pp_parts="always",
         overlap="FSDP2 prefetch; async TP when enabled", export="torchtitan",
+        tp_overlap_kind="async-tp",  # parallelize_llama.py: enable_async_tp sets inductor's
+        # _micro_pipeline_tp and enable_symm_mem_for_group (torchtitan@9dec370)
+        cp_rotate="allgather",  # config_manager.py: context_parallel_rotate_method "allgather"
+        # by default; utils.create_context_parallel_ctx -> set_rotate_method (torchtitan@9dec370)
         selective="op",
         sources=("torchtitan/config/job_config.py: compile.enable false by default; "
                  "optimizer.implementation 'fused' by default",

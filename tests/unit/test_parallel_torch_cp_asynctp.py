@@ -1,0 +1,92 @@
+"""PyTorch's AsyncTP and context parallel as torchtitan runs them (compute/parallel.py):
+hand-computed exposures and byte counts from the mechanisms' own code (issue 31)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.compute import estimate_speed
+from gpuplan.compute.parallel import (MicroCost, async_tp_exposed_s, torch_cp_exposed_s,
+                                      torch_cp_merge_bytes)
+from gpuplan.engines.profiles import get_engine
+from gpuplan.hardware import get_gpu
+from gpuplan.hardware.topology import collective_time, topology_for
+from gpuplan.job import Job
+from gpuplan.models import load_model
+from gpuplan.parallel.layout import Layout
+
+H100 = get_gpu("H100-SXM-80GB")
+TOPO = topology_for(H100)
+
+
+class _Eff:  # only the link share is read by the exposure functions
+    comm = 0.8
+
+
+def _cost(fwd=(), bwd=(), attn_fwd=0.0, attn_bwd=0.0) -> MicroCost:
+    return MicroCost(layers=1, layer_fwd_s=1.0, layer_bwd_s=2.0, attn_fwd_s=attn_fwd,
+                     attn_bwd_s=attn_bwd, other_s=0.0, hardware_flops=0.0,
+                     tp_gemm_fwd_s=fwd, tp_gemm_bwd_s=bwd)
+
+
+def test_async_tp_hides_each_collective_under_its_own_gemm_only():
+    lay = Layout(tp=8, sequence_parallel=True, batch=1, seq=8192)
+    nbytes = 1 * 8192 * 8192 * 2
+    ag = collective_time("all-gather", nbytes, 8, TOPO, efficiency=0.8)
+    rs = collective_time("reduce-scatter", nbytes, 8, TOPO, efficiency=0.8)
+    # windows: none; 8/7 of the RS (hides it all); half the AG x 8/7 (hides half); huge
+    fwd = (0.0, rs * 8 / 7, ag * 8 / 7 / 2, 10.0)
+    # exposed = max(0, c - g 7/8): ag + 0 + ag/2 + 0
+    want_pass = ag + ag / 2
+    got = async_tp_exposed_s(_cost(fwd=fwd, bwd=fwd), lay, TOPO, _Eff(), nbytes)
+    assert got == pytest.approx(2 * want_pass)  # forward + backward, no recompute
+    full = Layout(tp=8, sequence_parallel=True, batch=1, seq=8192, checkpointing="full")
+    assert async_tp_exposed_s(_cost(fwd=fwd, bwd=fwd), full, TOPO, _Eff(), nbytes) == \
+        pytest.approx(3 * want_pass)  # the recompute repeats the forward's four
+    # no GEMMs beside them: every collective exposed, = two all-reduces' worth per pass
+    assert async_tp_exposed_s(_cost(), lay, TOPO, _Eff(), nbytes) == pytest.approx(
+        2 * (2 * ag + 2 * rs))
+
+
+def test_torch_cp_allgather_hides_under_step_zero_only():
+    lay = Layout(cp=4, batch=1, seq=4 * 8192)
+    kv = 1 * 8192 * 2 * 8 * 128 * 2
+    gather = collective_time("all-gather", 4 * kv, 4, TOPO, efficiency=0.8)
+    dkv = collective_time("send-recv", kv * 2, 2, TOPO, efficiency=0.8)  # fp32 grads: 2x bf16
+    # attention: forward 4 steps of gather/2 each; backward 4 steps of 2 dkv each
+    cost = _cost(attn_fwd=4 * gather / 2, attn_bwd=4 * 2 * dkv)
+    # forward: gather - gather/2; backward: gather hidden iff 2 dkv >= gather, the 3 middle
+    # dKV passes hidden (dkv < 2 dkv), the last exposed
+    want = gather / 2 + max(0.0, gather - 2 * dkv) + dkv
+    assert torch_cp_exposed_s(cost, lay, TOPO, _Eff(), kv, 2) == pytest.approx(want)
+
+
+def test_torch_cp_merge_bytes_by_hand():
+    arch = load_model("llama-3.1-8b").architecture  # 32 heads, 8 KV heads, head dim 128
+    assert (arch.num_heads, arch.num_kv_heads, arch.head_dim) == (32, 8, 128)
+    e = 32 * 1024 * 128       # output elements: heads x tokens x head dim
+    k = 2 * 8 * 1024 * 128    # K and V elements
+    fwd, bwd = torch_cp_merge_bytes(arch, 1, 1024, 4, 2)
+    assert fwd == pytest.approx(e * (6 + 3 * 38 + 6))            # 126 B/E
+    assert bwd == pytest.approx(e * (4 + 10 + 3 * 10 + 6) + k * (4 + 10 + 3 * 25 + 6))
+
+
+def test_engines_name_their_mechanisms():
+    assert get_engine("torchtitan").tp_overlap_kind == "async-tp"
+    assert get_engine("torchtitan").cp_rotate == "allgather"
+    assert get_engine("megatron").tp_overlap_kind == "userbuffers"
+    assert get_engine("megatron").cp_rotate == "p2p"
+
+
+def test_async_tp_gains_less_than_userbuffers_on_a_70b_layout():
+    # the same TP8 layout: Megatron's overlap hides (nearly) all of TP; AsyncTP only what each
+    # collective's GEMM covers, so its step is longer but shorter than no overlap at all
+    model = load_model("llama-3.1-70b")
+    job = dict(model="llama-3.1-70b", mode="train", tp=8, sequence_parallel=True, batch=2,
+               seq=8192, precision="mixed-bf16", checkpointing="full", gpus=8)
+    t = {}
+    for engine in ("torchtitan", "megatron"):
+        for ov in (False, True):
+            est = estimate_speed(model, H100, Job(**job, engine=engine), tp_overlap=ov)
+            t[engine, ov] = est.step_time_s
+    assert t["torchtitan", False] > t["torchtitan", True] > t["megatron", True] * 0.999
