@@ -353,21 +353,9 @@ def estimate_speed(
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
-    mode = one_mode(job)
-    arch, name, n_params, tensors = arch_and_name(model)
-    notes: list[str] = []
-    job = _as_run(job, arch, notes)
-    seq = resolve_seq(arch, job.seq, notes)
-    measured = resolve_measured(None if efficiency is not None and measured == "auto"
-                                else measured, use_noisy=use_noisy_bench)
-    device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured)
-    prec = _precision(job, mode, device, tf32, notes, arch)
-    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
-                                   arch.checkpoint_kernel if arch is not None else None)
-    if job.lora_rank is not None and trainable_params is None and mode == "train":
-        notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
-    gathers = _weight_gathers(model, job, mode, notes)
-    notes.extend(_form_notes(arch, job, mode, device, prec))
+    (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
+     notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
+                       trainable_params)
     if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
@@ -409,6 +397,30 @@ def estimate_speed(
         est = replace(est, cpu=_compare_cpu(est, _on_cpu(model, cpu, job, new_tokens,
                                                          trainable_params, measured)))
     return est
+
+
+def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: bool, tf32: bool,
+             trainable_params: int | None) -> tuple:
+    """What every estimate starts from: the job's one mode, the architecture and its name and
+    tensors, the job as it runs, the sequence, the stored measurement, the device and its
+    fractions (the quantized kernel's included), the precision, ZeRO-3's gathers, the notes."""
+    mode = one_mode(job)
+    arch, name, n_params, tensors = arch_and_name(model)
+    notes: list[str] = []
+    job = _as_run(job, arch, notes)
+    seq = resolve_seq(arch, job.seq, notes)
+    measured = resolve_measured(None if efficiency is not None and measured == "auto"
+                                else measured, use_noisy=use_noisy_bench)
+    device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured)
+    prec = _precision(job, mode, device, tf32, notes, arch)
+    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
+                                   arch.checkpoint_kernel if arch is not None else None)
+    if job.lora_rank is not None and trainable_params is None and mode == "train":
+        notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
+    gathers = _weight_gathers(model, job, mode, notes)
+    notes.extend(_form_notes(arch, job, mode, device, prec))
+    return (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec,
+            gathers, notes)
 
 
 def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
