@@ -45,7 +45,7 @@ def test_every_run_predicted_or_explained():
 # median 18.2%, worst 374.4% (Qwen3-30B-A3B on 16 H100: 4.74x optimistic -- the MoE rows' expert
 # GEMMs and all-to-alls run far slower than gpuplan's defaults say; DeepSeek-V3 1.08-1.88x, B200
 # 1.58-1.88x against GB200 1.08-1.19x; the folded Qwen3-235B H100 rows 0.67-0.68x; dense Llama
-# rows: Hopper median 8.5% / worst 13.7%, Blackwell median 17.8% / worst 29.3%, all optimistic
+# rows: Hopper median 8.5% / worst 13.7%, Blackwell median 17.8% / worst 24.7%, all optimistic
 # but two H100 70B rows at 0.91x)
 @pytest.mark.xfail(strict=True, reason="median |error| 18.2% > 10% (dense Llama on Blackwell "
                    "median 17.8% optimistic, MoE rows 0.7-4.7x)")
