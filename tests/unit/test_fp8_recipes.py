@@ -71,7 +71,7 @@ def test_fp8_gemm_takes_half_the_bf16_time_when_compute_bound():
     from gpuplan.compute.time import time_ops
     from gpuplan.hardware import get_gpu
     dev = device_from_gpu(get_gpu("H100-SXM-80GB"))
-    eff = default_efficiency(dev)  # one matmul fraction for both dtypes
+    eff = default_efficiency(dev)  # H100 SXM: BF16 at the default 0.80, FP8 at its own 0.709
     m = k = n = 16384
     op = Op(name="mlp.up", op_class="matmul", kind="matmul", phase="forward", count=1,
             flops=2.0 * m * k * n, counted_flops=2.0 * m * k * n, bytes=2.0 * (m * k + k * n
@@ -79,4 +79,46 @@ def test_fp8_gemm_takes_half_the_bf16_time_when_compute_bound():
             shape=(1, m, k, n), group="dense")
     bf16 = time_ops([op], dev, eff, "bf16")[0].time_s
     fp8 = time_ops([op], dev, eff, "fp8")[0].time_s
-    assert fp8 == pytest.approx(bf16 / 2, rel=0.02)  # 1978.9 vs 989.4 TFLOP/s dense
+    # 1978.9 vs 989.4 TFLOP/s dense, at 1,402.6 / 1,979 = 70.9% against 80%: (989.4 / 1978.9) x
+    # (0.80 / 0.709) = 0.564 of the BF16 time (the same tiles and waves for both)
+    assert fp8 / bf16 == pytest.approx(989.4 / 1978.9 * 0.80 / 0.709, rel=0.002)
+
+
+def test_blackwell_and_hopper_fp8_matmuls_take_their_measured_best_shape_shares():
+    """The MAMF table's best-shape matmuls (ml-engineering @744d01e1): B200 SXM BF16 1,745.0 of
+    2,250 and FP8 3,432.5 of 4,500 TFLOP/s; GB200 1,822.0 of 2,500 and 3,615.6 of 5,000; H100
+    SXM FP8 1,402.6 of 1,979. Elsewhere (A100, H100 BF16) the 0.80 default stays."""
+    from gpuplan.compute.device import default_efficiency, device_from_gpu
+    from gpuplan.compute.flops import Op
+    from gpuplan.compute.time import time_ops
+    from gpuplan.hardware import get_gpu
+
+    def eff(name):
+        return default_efficiency(device_from_gpu(get_gpu(name)))
+    b200, gb200, h100 = eff("B200-SXM-180GB"), eff("GB200-NVL72"), eff("H100-SXM-80GB")
+    assert b200.matmul_fraction("bf16") == pytest.approx(1745.0 / 2250, abs=5e-4)
+    assert b200.matmul_fraction("fp8") == pytest.approx(3432.5 / 4500, abs=5e-4)
+    assert gb200.matmul_fraction("bf16") == pytest.approx(1822.0 / 2500, abs=5e-4)
+    assert gb200.matmul_fraction("fp8") == pytest.approx(3615.6 / 5000, abs=5e-4)
+    assert h100.matmul_fraction("fp8") == pytest.approx(1402.6 / 1979, abs=5e-4)
+    assert h100.matmul_fraction("bf16") == 0.80 == eff("A100-SXM-80GB").matmul_fraction("fp8")
+    # no FP4 best-shape figure: NVFP4 takes the same chip's FP8 share (H100 has no FP4 rate)
+    assert b200.matmul_fraction("fp4") == b200.matmul_fraction("fp8")
+    assert gb200.matmul_fraction("fp4") == gb200.matmul_fraction("fp8")
+    assert "fp4" not in h100.matmul_by_dtype
+    assert "ml-engineering" in b200.basis["matmul_fp8"]
+    # a compute-bound FP8 GEMM: GB200 over B200 by 5,000 x 0.723 / (4,500 x 0.763) = 1.053
+    # (the measured best shapes' 3,615.6 / 3,432.5), not the peaks' 1.111
+    m = k = n = 16384
+    op = Op(name="mlp.up", op_class="matmul", kind="matmul", phase="forward", count=1,
+            flops=2.0 * m * k * n, counted_flops=2.0 * m * k * n, bytes=2.0 * (m * k + k * n
+            + m * n), parallel_work=m * n, kernels=1, weight_elements=k * n,
+            shape=(1, m, k, n), group="dense")
+    t = {g: time_ops([op], device_from_gpu(get_gpu(g)), e, "fp8")[0].time_s
+         for g, e in (("B200-SXM-180GB", b200), ("GB200-NVL72", gb200))}
+    assert t["B200-SXM-180GB"] / t["GB200-NVL72"] == pytest.approx(5000 * 0.723 / (4500 * 0.763),
+                                                                   rel=1e-6)
+    # and 2 x 16384^3 FLOPs at 4,500 TFLOP/s x 0.763 x the wave efficiency (16,384 tiles of
+    # 128 x 128 over 148 SMs: 111 waves, the last 0.7 full -> 16384 / (111 x 148) = 0.9974)
+    assert t["B200-SXM-180GB"] == pytest.approx(2 * 16384 ** 3 / (4500e12 * 0.763 * 16384
+                                                                  / (111 * 148)), rel=1e-3)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU, gpu_from_device_name
-from .efficiency import CONSTANTS, OLDER_TENSOR_CORES, constant
+from .efficiency import CONSTANTS, MEASURED_MATMUL, OLDER_TENSOR_CORES, constant
 from .measured import RunUse, run_use
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -233,6 +233,18 @@ def default_efficiency(device: Device) -> Efficiency:
         # best shapes (DeepBench's cuBLAS GEMMs)
         by_dtype["fp16"] = constant(older[0])
         extra["matmul_fp16"] = "default: " + CONSTANTS[older[0]].source
+    if key == "matmul_nvidia":
+        # SKUs whose best-shape matmul was measured at a dtype (the MAMF table): Blackwell's
+        # BF16 and FP8, Hopper's FP8, each below the H100 BF16 row the default comes from
+        for (gpu, dtype), name in MEASURED_MATMUL.items():
+            if gpu == device.name:
+                by_dtype[dtype] = constant(name)
+                extra[f"matmul_{dtype}"] = "default: " + CONSTANTS[name].source
+        if "fp8" in by_dtype and device.supports("fp4"):
+            # no published best-shape FP4 (NVFP4) figure: the same chip's FP8 share, assumed
+            by_dtype["fp4"] = by_dtype["fp8"]
+            extra["matmul_fp4"] = ("default: the FP8 share (assumed: the MAMF table measures no "
+                                   "FP4 matmul) -- " + extra["matmul_fp8"].removeprefix("default: "))
     return Efficiency(
         matmul=frac, attention=min(frac, 0.50), memory=0.85, launch_s=5e-6, pcie_pinned=0.80,
         pcie_pageable=0.40, comm=0.80, matmul_by_dtype=MappingProxyType(by_dtype),

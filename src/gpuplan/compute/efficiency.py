@@ -27,7 +27,7 @@ from ..engines.profiles import get_engine, runtime_of
 from .flops import Op
 
 __all__ = [
-    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "gemv_bandwidth_fraction",
+    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
     "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
@@ -48,6 +48,11 @@ _FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), sec. 4.1 and Fig. 4-6: f
         "512 tokens; backward lower (up to ~63%)")
 _FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), sec. 1 and 4.1: FlashAttention-2 "
         "reaches ~35% of H100's peak (PyTorch SDPA's flash backend is FlashAttention-2)")
+
+_MAMF = ("S. Bekman, ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul "
+         "FLOPS comparison table' (stas00/ml-engineering @744d01e1, 2026-08-22): torch.matmul, "
+         "best shape of a brute-force search, mean of 100 iterations; the same table as "
+         "device.DEFAULT_BASIS matmul_nvidia")
 
 _DEEPBENCH = ("fitted by benchmarks/fit_volta_turing_gemm.py to DeepBench's published cuBLAS "
               "fp16 Tensor Core GEMM times (baidu-research/DeepBench results/train/"
@@ -101,6 +106,25 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "at the fraction above -- each slice writes its partial tile to a workspace and a second "
         "kernel reduces them, with no asynchronous copy on Turing to overlap the register-staged "
         "loads of its short K loops (e.g. M=2048 N=128 K=2048: 42 us measured, 34 us of work)"),
+    # -- best-shape matmuls measured per SKU and dtype (the MAMF table) -------------------------
+    "matmul_h100_fp8": Constant(0.709, "fraction of peak", _MAMF + ": FP8 (float8_e4m3fn), "
+                                "H100 SXM 1,402.6 of 1,979 TFLOP/s = 70.9% (torch 2.7.0+cu126; "
+                                "its BF16 row, 80.3%, is the default 0.80)"),
+    "matmul_h200_fp8": Constant(0.734, "fraction of peak", _MAMF + ": FP8, H200 SXM 1,453.4 of "
+                                "1,979 TFLOP/s = 73.4% (torch 2.7.1+cu128; BF16: 'H200 is the "
+                                "same' as H100, the default)"),
+    "matmul_b200_bf16": Constant(0.776, "fraction of peak", _MAMF + ": BF16, B200 SXM 1,745.0 "
+                                 "of 2,250 TFLOP/s = 77.6% (torch 2.7.1+cu128)"),
+    "matmul_b200_fp8": Constant(0.763, "fraction of peak", _MAMF + ": FP8, B200 SXM 3,432.5 of "
+                                "4,500 TFLOP/s = 76.3% (torch 2.7.1+cu128). Taken for MXFP8's "
+                                "block-scaled GEMMs too (no published MXFP8 best-shape figure)"),
+    "matmul_gb200_bf16": Constant(0.729, "fraction of peak", _MAMF + ": BF16, GB200 SXM 1,822.0 "
+                                  "of 2,500 TFLOP/s = 72.9% (torch 2.10.0.dev20250916+cu130)"),
+    "matmul_gb200_fp8": Constant(
+        0.723, "fraction of peak", _MAMF + ": FP8, GB200 SXM 3,615.6 of 5,000 TFLOP/s = 72.3% "
+        "(same torch); taken for MXFP8 as on B200. GB200 over B200 measured: 1.053 (FP8), 1.044 "
+        "(BF16), as the device-reported maximum SM clocks (2,062 / 1,965 MHz = 1.049, same "
+        "README's 'Clock speed' table), not the datasheet peaks' 1.111"),
     # -- fused attention, share of the dense peak at long sequences ------------------------------
     "attn_fwd_ampere_d128": Constant(0.73, "fraction of peak", _FA2),
     "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
@@ -342,6 +366,17 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
 #: The generations whose own Tensor Core GEMM share gpuplan times: (architecture, dtype) -> (the
 #: matmul fraction's constant, split-K's fixed cost's constant, or None). Turing's pair is
 #: DeepBench's fit; Volta keeps Markidis's single fraction (see ``matmul_volta_fp16``).
+#: Catalog SKUs whose best-shape matmul at a dtype was measured apart (the MAMF table):
+#: (GPU name, dtype) -> its CONSTANTS entry, replacing the default fraction for that dtype.
+MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
+    ("H100-SXM-80GB", "fp8"): "matmul_h100_fp8",
+    ("H200-SXM-141GB", "fp8"): "matmul_h200_fp8",
+    ("B200-SXM-180GB", "bf16"): "matmul_b200_bf16",
+    ("B200-SXM-180GB", "fp8"): "matmul_b200_fp8",
+    ("GB200-NVL72", "bf16"): "matmul_gb200_bf16",
+    ("GB200-NVL72", "fp8"): "matmul_gb200_fp8",
+})
+
 OLDER_TENSOR_CORES: Mapping[tuple[str, str], tuple[str, str | None]] = MappingProxyType({
     ("volta", "fp16"): ("matmul_volta_fp16", None),
     ("turing", "fp16"): ("matmul_turing_fp16", "splitk_fixed_turing_s"),
