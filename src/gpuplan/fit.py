@@ -354,7 +354,8 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
             v[mode] = ModeVerdict(**mv)
             run = suggest is True or (suggest is None and gpus is not None and not fits)
             if run:
-                reports.append(_solver().suggest(model, mjob, gpu, mode=mode, top=top, **kw))
+                reports.append(_solver().suggest(model, mjob, gpu, mode=mode, top=top,
+                                                 as_asked=asked.with_(mode=mode), **kw))
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
                                    **v))
     train, infer = mems.get("train"), mems.get("infer")

@@ -25,7 +25,7 @@ from typing import Literal
 from ._record import record
 from .compute import flops_breakdown
 from .errors import GpuplanError, InputError, opt
-from .formats import OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
+from .formats import INFER_AUTO, OPTIMIZERS, WEIGHT_FORMATS, get_recipe, get_weight_format
 from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import (FLAT_FIELDS, MAX_CHANGES, MAX_TOP, Job, choice_arg, default_seq, gpu_arg,
                   int_arg, pp_chunks, seq_limit)
@@ -552,14 +552,22 @@ def _infer_layout_knob(model: Model, job: Job, gpu: GPU, planner: _Planner) -> l
     return [_layout_change(job, lay, why)]
 
 
-def _gpu_alternatives(gpu: GPU) -> list[tuple[Change, dict]]:
+def _gpu_alternatives(gpu: GPU, model: Model | None = None,
+                      given: Job | None = None) -> list[tuple[Change, dict]]:
+    """The bigger GPUs. Where the job's inference format is ``auto``, each GPU plans the format
+    that GPU resolves it to (a shipped FP8 checkpoint dequantized on one card loads as FP8 on
+    another), as ``fit --gpu`` with the printed flags will."""
     out = []
     for g in sorted((get_gpu(n) for n in SOLVER_GPUS), key=lambda g: g.memory_bytes):
         if g.memory_bytes > gpu.memory_bytes:
+            fix: dict = {"_gpu": g}
+            if given is not None and model is not None and given.infer_precision == INFER_AUTO:
+                fix["_auto_infer"] = given.resolve_infer(
+                    model.architecture, g.architecture).infer_precision
             out.append((Change(knob="gpu", value=g.name, tier=_HARDWARE, text=f"--gpu {g.name}",
                                cost=f"a {g.name} ({format_bytes(g.memory_bytes)}) instead of a "
                                     f"{gpu.name}"),
-                        {"_gpu": g}))
+                        fix))
     return out
 
 
@@ -625,15 +633,19 @@ class _Search:
         so far (only then is it scored). True when it fits."""
         self.candidates += 1
         kw: dict = {}
-        target, count = self.gpu, None
+        target, count, auto = self.gpu, None, None
         for _, d, _ in combo:
             for k, v in d.items():
                 if k == "_count":
                     count = v
                 elif k == "_gpu":
                     target = v
+                elif k == "_auto_infer":
+                    auto = v
                 else:
                     kw[k] = v
+        if auto is not None:  # another GPU resolves "auto" its own way, unless a format is named
+            kw.setdefault("infer_precision", auto)
         job = self.job
         cand = job._evolve(**kw) if kw else job
         peak = self.planner.peak(self.mode, cand)
@@ -711,7 +723,7 @@ def _message(search: _Search, picked: list[Suggestion]) -> str:
 
 
 def _knob_groups(model: Model, job: Job, gpu: GPU, mode: Mode, planner: _Planner,
-                 fits_already: bool) -> list:
+                 fits_already: bool, given: Job | None = None) -> list:
     """The knobs for ``mode`` and the bigger GPUs, each change with its score terms (worked out
     here once rather than per candidate); only software knobs when the job fits already."""
     seq = job.seq or default_seq(model.architecture)
@@ -721,7 +733,7 @@ def _knob_groups(model: Model, job: Job, gpu: GPU, mode: Mode, planner: _Planner
     else:
         layout = [] if fits_already else _infer_layout_knob(model, job, gpu, planner)
         groups = _infer_knobs(model, job, seq, job.context or seq, layout)
-    groups.append(_gpu_alternatives(gpu))
+    groups.append(_gpu_alternatives(gpu, model, given if mode == "infer" else None))
     if fits_already:
         groups = [[(c, d) for c, d in g if c.tier != _HARDWARE] for g in groups]
     return [[(c, d, _score_terms(c, d)) for c, d in g] for g in groups if g]
@@ -736,11 +748,16 @@ def _train_knobs_software(model: Model, job: Job, gpu: GPU, seq: int) -> list:
 
 def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
             overhead_level: OverheadLevel = "expected", overhead_overrides=None,
-            top: int = DEFAULT_TOP, max_changes: int = 3) -> Suggestions:
+            top: int = DEFAULT_TOP, max_changes: int = 3,
+            as_asked: Job | None = None) -> Suggestions:
     """The cheapest changes that make ``job`` fit on ``gpu`` (one GPU of that model per
     process), each re-planned with the full accounting. Software knobs rank before more or
-    other hardware; a GPU count offered is the fewest that fits (as ``fit``'s column says)."""
+    other hardware; a GPU count offered is the fewest that fits (as ``fit``'s column says).
+    ``as_asked``: the job as given when ``job`` is a plan's resolution of it (``fit`` resolves
+    an ``auto`` inference format once for its GPUs): a bigger GPU proposed resolves the format
+    its own way, as ``fit --gpu`` with the printed flags does."""
     _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
+    given = as_asked if as_asked is not None else job
     job = job.resolve_infer(model.architecture, gpu.architecture)
     int_arg(top, "top", high=MAX_TOP)
     int_arg(max_changes, "max_changes", high=MAX_CHANGES)
@@ -751,7 +768,7 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
         raise InputError(f"the job cannot be planned as given; check {opt('seq')} and "
                          f"{opt('context')}")
     search = _Search(planner, job, gpu, mode, base_peak)
-    groups = _knob_groups(model, job, gpu, mode, planner, search.fits_already)
+    groups = _knob_groups(model, job, gpu, mode, planner, search.fits_already, given)
     search.run(groups, max_changes, top)
     picked = _pick(search.found, top)
     fits_already = search.fits_already
@@ -792,7 +809,7 @@ def max_batch(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     """The largest micro-batch (training) or number of concurrent sequences (inference) that
     fits on one ``gpu``; an :class:`InputError` naming the need when not even 1 fits."""
     _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
-    job = job.resolve_infer(model.architecture, gpu.architecture)
+    given, job = job, job.resolve_infer(model.architecture, gpu.architecture)
     int_arg(limit, "limit", "batch")
     planner = _Planner(model, overhead_level, overhead_overrides)
 
@@ -816,7 +833,7 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     """The longest sequence (training) or context (inference: prompt + generated tokens) that
     fits on one ``gpu``, up to the architecture's limit."""
     _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
-    job = job.resolve_infer(model.architecture, gpu.architecture)
+    given, job = job, job.resolve_infer(model.architecture, gpu.architecture)
     arch = model.architecture
     if arch is None:
         raise InputError(f"{opt('max_seq')} needs the architecture: give a catalog name or a "
