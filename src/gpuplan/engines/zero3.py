@@ -387,7 +387,7 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     max_live, bucket = knobs.max_live, knobs.prefetch_bucket
     available = fetched = ptr = steps = 0
     peak, where = 0, ""
-    run_p, run_end, base, next_try, gap = 0, -1, -1, 0, 1  # the run being skipped, if any
+    run_p, run_q, run_end, base, next_try, gap = 0, 0, -1, -1, 0, 1  # the run being skipped
     base_state: tuple = ()
     base_fetched = 0
     j = 0
@@ -403,12 +403,18 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                     if e - j >= _MIN_PERIODS * P and Q:
                         # uses j .. e+P-1 periodic; the state can repeat once the prefetch has
                         # gone past what it held on entering: first look after as many periods
-                        run_p, run_end, base, gap = P, e + P, -1, 1
+                        run_p, run_q, run_end, base, gap = P, Q, e + P, -1, 1
                         next_try = j + P * (max(0, ptr - qstart[j]) // Q + 2)
                         break
                 if not run_p:
                     next_try = j + 1
-            if run_p and j >= next_try and j + 2 * run_p <= run_end and ptr >= qstart[j]:
+            if run_p and j >= next_try and (j + (2 if base >= 0 else 3) * run_p > run_end
+                                            or qstart[run_end] - ptr < 2 * run_q):
+                # too near the run's end for any skip: the one a state equal a period on (or
+                # now, if a base is set) allows moves ``min(...) - 1 <= 0`` periods, and ``j``
+                # and the queue's place only grow -- replay the rest of the run one by one
+                next_try = run_end
+            if run_p and j >= next_try and ptr >= qstart[j]:
                 state = _skip_state(j, ptr, available, qstart, qk, gathered, recent, owners,
                                     label_of)
                 P = run_p
