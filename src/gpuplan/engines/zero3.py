@@ -303,6 +303,10 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
     return uses
 
 
+_FIRST, _PS, _SECOND, _ELEMENTS, _ROUNDS = (operator.itemgetter(0), operator.itemgetter(1),
+                                            operator.itemgetter(1), operator.itemgetter(2),
+                                            operator.itemgetter(3))
+
 #: Longest period, in uses, searched for a run of identical uses to skip (an expert is one to
 #: three submodules; its fused form one).
 _MAX_PERIOD = 8
@@ -329,58 +333,60 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     of that state and the uses ahead): the peak is not passed again, the fetched elements grow
     by the period's, and the state lands moved on by whole periods. Steps: one per use
     replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
-    ids: dict[str, int] = {}
-    label_of: list[str] = []
-    size: list[int] = []
-    use_ids: list[tuple[int, ...]] = []
-    for label, ps, _, _ in uses:
-        row = []
-        for k, c in ps:
-            i = ids.get(k)
-            if i is None:
-                i = ids[k] = len(size)
-                label_of.append(label)
-                size.append(c)
-            label_of[i] = label  # a parameter's module: the last use's label names it
-            row.append(i)
-        use_ids.append(tuple(row))
+    # the setup is flat lists built by C-level maps (a few hundred ns an entry): it is most of
+    # the work where the runs are skipped
     n = len(uses)
-    qk = [i for u in use_ids for i in u]   # the recorded queue: parameter, and its use
-    qs = [j for j, u in enumerate(use_ids) for _ in u]
+    lens = list(map(len, map(_PS, uses)))
+    qstart = list(itertools.accumulate(lens, initial=0))
+    slices = list(map(slice, qstart, qstart[1:]))
+    flat = list(itertools.chain.from_iterable(map(_PS, uses)))  # (key, elements) per entry
+    keys = list(map(_FIRST, flat))
+    ids = dict(zip(dict.fromkeys(keys), itertools.count()))  # numbered in order first named
+    qk = list(map(ids.__getitem__, keys))  # the recorded queue: parameter, and its use
+    qs = list(itertools.chain.from_iterable(map(itertools.repeat, range(n), lens)))
     qlen = len(qk)
-    qstart = [0] * (n + 1)
-    for j, u in enumerate(use_ids):
-        qstart[j + 1] = qstart[j] + len(u)
-    # nxt[p]: the next use of queue entry p's parameter after p's own use (n if none);
-    # prv[p]: the previous queue entry of the same parameter (-1 if none)
-    nxt = [n] * qlen
+    # prv[p]: the previous queue entry of the same parameter (-1 if none), succ[p] the next
+    # (qlen if none); nxt[p]: the next use of entry p's parameter after p's own use (n if none)
     prv = [-1] * qlen
-    seen = [n] * len(ids)
-    for j in range(n - 1, -1, -1):
-        first, end = qstart[j], qstart[j + 1]
-        for p in range(first, end):
-            nxt[p] = seen[qk[p]]
-        for p in range(first, end):
-            seen[qk[p]] = j
+    succ = [qlen] * qlen
     where_at = [-1] * len(ids)
     for p in range(qlen):
         prv[p] = where_at[qk[p]]
         where_at[qk[p]] = p
-    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all);
-    # last[j]: the last use within the reuse distance after use j
-    prefix = [0]
-    for _, _, elements, _ in uses:
-        prefix.append(prefix[-1] + elements)
+    # a parameter's module: the last use naming it labels it
+    label_of = list(map(_FIRST, map(uses.__getitem__, map(qs.__getitem__, where_at))))
+    where_at = [qlen] * len(ids)
+    for p in range(qlen - 1, -1, -1):
+        succ[p] = where_at[qk[p]]
+        where_at[qk[p]] = p
+    size = list(map(_SECOND, map(flat.__getitem__, where_at)))  # its elements as first named
+    qs_end = qs + [n]
+    nxt = list(map(qs_end.__getitem__, succ))
+    if any(map(operator.eq, map((qs + [-2]).__getitem__, prv), qs)):
+        # a parameter named twice in one use: its next use is the next in another use
+        for p in range(qlen - 1, -1, -1):
+            q = succ[p]
+            if q < qlen and qs[q] == qs[p]:
+                nxt[p] = nxt[q]
+    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all). The
+    # walk from use j + 1 on stops at the first use m with prefix[m] >= prefix[j + 1] +
+    # MAX_REUSE, so entry p of use j is released (unless prefetched) where its next use is
+    # that m or later, or none (prefix[n] taken as past every bound)
+    prefix = list(itertools.accumulate(map(_ELEMENTS, uses), initial=0))
     reuse = knobs.max_reuse
-    last = [min(bisect.bisect_left(prefix, prefix[j + 1] + reuse, lo=j + 1) - 1, n - 1)
-            for j in range(n)]
-    # each use's shape: equal shapes replay alike from equal states
-    free = list(map(operator.gt, nxt, map(last.__getitem__, qs)))  # released if not prefetched
-    tok = list(zip([tuple(map(size.__getitem__, u)) for u in use_ids],
-                   [u[2] for u in uses], [u[3] for u in uses], map(kept.__contains__, range(n)),
-                   [tuple(free[a:b]) for a, b in zip(qstart, qstart[1:])]))
+    reach = prefix[:n] + [prefix[n] + reuse]
+    free = list(map(operator.ge, map(reach.__getitem__, nxt),
+                    map(operator.add, map(prefix[1:].__getitem__, qs), itertools.repeat(reuse))))
+    # each use's shape: equal shapes replay alike from equal states, numbered (the sizes and
+    # releases of its entries as one number each, its elements, rounds, whether it keeps)
+    qshape = list(map(operator.add, map(operator.mul, map(size.__getitem__, qk),
+                                        itertools.repeat(2)), free))
+    tok = zip(map(tuple, map(qshape.__getitem__, slices)), map(_ELEMENTS, uses),
+              map(_ROUNDS, uses), map(kept.__contains__, range(n)))
+    shapes: dict = {}
+    tid = list(map(shapes.setdefault, tok, itertools.count()))
     # same[P]: byte u is 1 where use u + P has use u's shape
-    same = [b""] + [bytes(map(operator.eq, tok, tok[P:])) for P in range(1, _MAX_PERIOD + 1)]
+    same = [b""] + [bytes(map(operator.eq, tid, tid[P:])) for P in range(1, _MAX_PERIOD + 1)]
     gathered = [False] * len(ids)
     recent = [-1] * len(ids)
     owners: dict[str, int] = {}  # module -> its parameters gathered, in the order first gathered
@@ -451,7 +457,7 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                 else:
                     next_try, gap = j + gap * P, gap * 2
         label, _, _, rounds = uses[j]
-        mine = use_ids[j]
+        mine = qk[qstart[j]:qstart[j + 1]]
         for i in mine:  # fetch
             if not gathered[i]:
                 gathered[i] = True
@@ -499,10 +505,9 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
         # release after the use: not if prefetched for a later use, nor used again within the
         # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
         if j not in kept and mine:
-            lj = last[j]
             for p in range(qstart[j], qstart[j + 1]):
                 i = qk[p]
-                if gathered[i] and recent[i] <= j + 1 and nxt[p] > lj:
+                if gathered[i] and recent[i] <= j + 1 and free[p]:
                     gathered[i] = False
                     available -= size[i]
                     m = label_of[i]
