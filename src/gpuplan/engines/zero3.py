@@ -167,7 +167,7 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     else:
         backward = list(reversed(forward))
     uses = forward + backward
-    numel = {k: n for _, ps, _, _ in uses for k, n in ps}
+    numel = dict(itertools.chain.from_iterable(map(_PS, uses)))  # key -> elements
     # The embeddings' backward never releases: DeepSpeed hangs a module's post-backward hook on
     # its inputs that require a gradient (parameter_offload.py), and token and position ids get
     # none, so they stay gathered until release_backward_leftovers at the end of the backward
@@ -187,6 +187,9 @@ def _merge_idle(uses: list[_Use], first_kept: int) -> tuple[list[_Use], frozense
     total only grows across the run (its peak is the run's end), and the reuse distance is
     counted in elements. A 10^4-layer model of tiny experts but a large router walked 500,000
     uses to fetch one parameter a layer; now about two uses a layer."""
+    empty = bytes(map(operator.not_, map(_PS, uses)))
+    if b"\x01\x01" not in empty:  # no two idle uses in a row: nothing to merge
+        return uses, frozenset(range(first_kept, len(uses)))
     out: list[_Use] = []
     kept: list[int] = []
     for j, u in enumerate(uses):
@@ -293,6 +296,25 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
     forms = [(t.name.replace("{i}", str(i)), t.numel, c) for t, c in expert_ts]
     forms = [(name, _module_of(name), n, c) for name, n, c in forms]
     uses: list[_Use] = []
+    template: list = []
+    if all(c == copies and m.count("{e}") == 1 and name.count("{e}") == 1
+           for name, m, _, c in forms):
+        # every expert has every tensor: one template of its modules, each name split at {e}
+        # (none that could name another's module for some expert, which the loop below merges)
+        mods: _Mods = {}
+        for name, mod, n, _ in forms:
+            _add(mods, mod, name, n, small)
+        template = [(mod.split("{e}"), [(k.split("{e}"), c) for k, c in ps], total)
+                    for mod, (ps, total) in mods.items()]
+        heads = {h for (h, _), _, _ in template}
+        if any(h != g and h.startswith(g) for h in heads for g in heads):
+            template = []
+    if template:
+        for e in range(copies):
+            s = str(e)
+            uses += [(h + s + t, tuple([(x + s + y, c) for (x, y), c in ps]), total, 1)
+                     for (h, t), ps, total in template]
+        return uses
     for e in range(copies):
         s = str(e)
         mods: _Mods = {}
