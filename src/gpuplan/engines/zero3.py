@@ -187,19 +187,34 @@ def _merge_idle(uses: list[_Use], first_kept: int) -> tuple[list[_Use], frozense
     total only grows across the run (its peak is the run's end), and the reuse distance is
     counted in elements. A 10^4-layer model of tiny experts but a large router walked 500,000
     uses to fetch one parameter a layer; now about two uses a layer."""
+    n = len(uses)
     empty = bytes(map(operator.not_, map(_PS, uses)))
-    if b"\x01\x01" not in empty:  # no two idle uses in a row: nothing to merge
-        return uses, frozenset(range(first_kept, len(uses)))
+    runs: list[tuple[int, int]] = []  # [s, e): the runs of two or more idle uses
+    pos = empty.find(b"\x01\x01")
+    while pos >= 0:
+        end = empty.find(0, pos)
+        end = n if end < 0 else end
+        runs.append((pos, end))
+        pos = empty.find(b"\x01\x01", end)
+    if not runs:
+        return uses, frozenset(range(first_kept, n))
     out: list[_Use] = []
+    prev = 0
+    for s, e in runs:
+        out += uses[prev:s]
+        out.append((uses[s][0], (), sum(map(_ELEMENTS, uses[s:e])),
+                    sum(map(_ROUNDS, uses[s:e]))))
+        prev = e
+    out += uses[prev:]
+    # the new index of each use from first_kept on: less the uses merged before it
     kept: list[int] = []
-    for j, u in enumerate(uses):
-        if not u[1] and out and not out[-1][1]:
-            label, _, elements, rounds = out[-1]
-            out[-1] = (label, (), elements + u[2], rounds + u[3])
-        else:
-            out.append(u)
-        if j >= first_kept:
-            kept.append(len(out) - 1)
+    shift, r = 0, 0
+    for j in range(first_kept, n):
+        while r < len(runs) and runs[r][1] <= j:
+            shift += runs[r][1] - runs[r][0] - 1
+            r += 1
+        s = runs[r][0] if r < len(runs) else n
+        kept.append(s - shift if j >= s else j - shift)
     return out, frozenset(kept)
 
 
