@@ -368,7 +368,9 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     the current use and the queue's place, the gathered modules' order -- is the state at ``j``
     moved on by ``P`` uses, each further period repeats it exactly (the replay is a function
     of that state and the uses ahead): the peak is not passed again, the fetched elements grow
-    by the period's, and the state lands moved on by whole periods. Steps: one per use
+    by the period's, and the state lands moved on by whole periods; once the run's end (or the
+    queue's) is too near for a skip of one period, the rest is replayed without looking, so a
+    run costs its warm-up and a skip, whatever its length. Steps: one per use
     replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
     # the setup is flat lists built by C-level maps (a few hundred ns an entry): it is most of
     # the work where the runs are skipped
