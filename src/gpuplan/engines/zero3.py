@@ -324,12 +324,12 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
         heads = {h for (h, _), _, _ in template}
         if any(h != g and h.startswith(g) for h in heads for g in heads):
             template = []
+    if len(template) == 1 and len(template[0][1]) == 1:  # one module of one freed matrix
+        ((h, t), (((x, y), c),), total), = template
+        return [(h + s + t, ((x + s + y, c),), total, 1) for s in map(str, range(copies))]
     if template:
-        for e in range(copies):
-            s = str(e)
-            uses += [(h + s + t, tuple([(x + s + y, c) for (x, y), c in ps]), total, 1)
-                     for (h, t), ps, total in template]
-        return uses
+        return [(h + s + t, tuple([(x + s + y, c) for (x, y), c in ps]), total, 1)
+                for s in map(str, range(copies)) for (h, t), ps, total in template]
     for e in range(copies):
         s = str(e)
         mods: _Mods = {}
