@@ -31,7 +31,6 @@ prefetch bucket, not the live cap, stops a round).
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
