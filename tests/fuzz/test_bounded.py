@@ -266,6 +266,51 @@ def test_the_skipped_runs_of_identical_experts_equal_the_one_by_one_replay(tmp_p
     assert any(s < n / 4 for s, n in steps), steps
 
 
+def test_a_plans_replay_steps_do_not_grow_with_the_expert_count():
+    """Issue 32's per-plan bound, counted in coordinator steps (not seconds): the fuzzer's
+    reproducer (experts of 1e6 x 64 in 2 layers, one plan on an H100, nine per-rank replays)
+    with 1,000 and with 8,000 experts. Eight times the uses, the same steps within 1%: each run
+    of identical experts costs its warm-up (the prefetch window) and a skip, whatever its
+    length -- and steps under a fiftieth of the uses at 8,000."""
+    from gpuplan import Job, plan
+    from gpuplan.engines import zero3
+    from gpuplan.models._load import model_from_config_bytes
+
+    real = zero3._coordinator
+    seen: list[tuple[int, int]] = []
+
+    def counted(uses, *a, **kw):
+        out = real(uses, *a, **kw)
+        seen.append((len(uses), out[3]))
+        return out
+
+    runs = {}
+    zero3._coordinator = counted
+    try:
+        for experts in (1000, 8000):
+            cfg = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+                   "hidden_size": 64, "intermediate_size": 1_000_000, "num_attention_heads": 4,
+                   "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 128,
+                   "num_local_experts": experts, "num_experts_per_tok": 2,
+                   "max_position_embeddings": 256}
+            m = model_from_config_bytes(json.dumps(cfg).encode())
+            seen.clear()
+            zero3._replay.cache_clear()
+            plan(Job(model=m, mode="train", batch=1), ["h100"], speed=False)
+            runs[experts] = (len(seen), sum(u for u, _ in seen), sum(s for _, s in seen))
+    finally:
+        zero3._coordinator = real
+        zero3._replay.cache_clear()
+    (r1, u1, s1), (r8, u8, s8) = runs[1000], runs[8000]
+    assert r1 == r8 and r1 >= 2
+    # each expert is 3 uses (w1, w2, w3) per layer and pass: the uses grow with the experts
+    assert u8 > 7.5 * u1, runs
+    assert s8 <= s1 * 1.01, runs
+    # under 1,000 steps a layer and replay (z3b's skip: ~1,530, retrying past each run's end)
+    assert s8 < 1000 * 2 * r8, runs
+    assert s8 < u8 / 50, runs
+
+
 def test_a_replay_of_more_parameters_than_the_bound_falls_back_at_once(tmp_path):
     from gpuplan.bounds import MAX_REPLAY_PARAMS
     from gpuplan.engines import zero3

@@ -184,3 +184,26 @@ def test_the_solver_offers_a_lower_live_cap():
                    get_gpu("A100-40GB"))
     assert not any(c.knob == "stage3_max_live_parameters" for s in fsdp.suggestions
                    for c in s.changes)
+
+
+def test_experts_whose_names_meet_for_one_expert_share_its_module():
+    """The experts' uses come from one template split at {e}, unless two module names could
+    spell one for some expert: here "a.0.{e}.b.1.c" and "a.0.1.b.{e}.c" are both "a.0.1.b.1.c"
+    for expert 1, which is one module using one parameter twice (12 experts: 2 x 12 - 1 uses),
+    as formatting each expert's names gives."""
+    from gpuplan.engines.zero3 import _expert_uses
+    from gpuplan.models import ParamTensor
+
+    ts = [(ParamTensor(name=n, shape=(5000, 64), count=12, component="mlp", module="x",
+                       linear=True), 12) for n in ("a.{i}.{e}.b.1.c.w", "a.{i}.1.b.{e}.c.w")]
+    uses = _expert_uses(ts, 0, 100_000)
+    assert len(uses) == 23
+    assert uses[2] == ("a.0.1.b.1.c", (("a.0.1.b.1.c.w", 320_000),) * 2, 640_000, 1)
+    assert uses[:2] == [("a.0.0.b.1.c", (("a.0.0.b.1.c.w", 320_000),), 320_000, 1),
+                        ("a.0.1.b.0.c", (("a.0.1.b.0.c.w", 320_000),), 320_000, 1)]
+    # one fused matrix an expert: one use each, named by the expert
+    fused = [(ParamTensor(name="m.{i}.experts.{e}.gate_up", shape=(5000, 64), count=3,
+                          component="mlp", module="x", linear=True), 3)]
+    assert _expert_uses(fused, 7, 100_000) == [
+        (f"m.7.experts.{e}", ((f"m.7.experts.{e}.gate_up", 320_000),), 320_000, 1)
+        for e in range(3)]

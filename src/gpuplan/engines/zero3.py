@@ -31,7 +31,6 @@ prefetch bucket, not the live cap, stops a round).
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
@@ -167,7 +166,7 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     else:
         backward = list(reversed(forward))
     uses = forward + backward
-    numel = {k: n for _, ps, _, _ in uses for k, n in ps}
+    numel = dict(itertools.chain.from_iterable(map(_PS, uses)))  # key -> elements
     # The embeddings' backward never releases: DeepSpeed hangs a module's post-backward hook on
     # its inputs that require a gradient (parameter_offload.py), and token and position ids get
     # none, so they stay gathered until release_backward_leftovers at the end of the backward
@@ -187,16 +186,34 @@ def _merge_idle(uses: list[_Use], first_kept: int) -> tuple[list[_Use], frozense
     total only grows across the run (its peak is the run's end), and the reuse distance is
     counted in elements. A 10^4-layer model of tiny experts but a large router walked 500,000
     uses to fetch one parameter a layer; now about two uses a layer."""
+    n = len(uses)
+    empty = bytes(map(operator.not_, map(_PS, uses)))
+    runs: list[tuple[int, int]] = []  # [s, e): the runs of two or more idle uses
+    pos = empty.find(b"\x01\x01")
+    while pos >= 0:
+        end = empty.find(0, pos)
+        end = n if end < 0 else end
+        runs.append((pos, end))
+        pos = empty.find(b"\x01\x01", end)
+    if not runs:
+        return uses, frozenset(range(first_kept, n))
     out: list[_Use] = []
+    prev = 0
+    for s, e in runs:
+        out += uses[prev:s]
+        out.append((uses[s][0], (), sum(map(_ELEMENTS, uses[s:e])),
+                    sum(map(_ROUNDS, uses[s:e]))))
+        prev = e
+    out += uses[prev:]
+    # the new index of each use from first_kept on: less the uses merged before it
     kept: list[int] = []
-    for j, u in enumerate(uses):
-        if not u[1] and out and not out[-1][1]:
-            label, _, elements, rounds = out[-1]
-            out[-1] = (label, (), elements + u[2], rounds + u[3])
-        else:
-            out.append(u)
-        if j >= first_kept:
-            kept.append(len(out) - 1)
+    shift, r = 0, 0
+    for j in range(first_kept, n):
+        while r < len(runs) and runs[r][1] <= j:
+            shift += runs[r][1] - runs[r][0] - 1
+            r += 1
+        s = runs[r][0] if r < len(runs) else n
+        kept.append(s - shift if j >= s else j - shift)
     return out, frozenset(kept)
 
 
@@ -293,6 +310,25 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
     forms = [(t.name.replace("{i}", str(i)), t.numel, c) for t, c in expert_ts]
     forms = [(name, _module_of(name), n, c) for name, n, c in forms]
     uses: list[_Use] = []
+    template: list = []
+    if all(c == copies and m.count("{e}") == 1 and name.count("{e}") == 1
+           for name, m, _, c in forms):
+        # every expert has every tensor: one template of its modules, each name split at {e}
+        # (none that could name another's module for some expert, which the loop below merges)
+        mods: _Mods = {}
+        for name, mod, n, _ in forms:
+            _add(mods, mod, name, n, small)
+        template = [(mod.split("{e}"), [(k.split("{e}"), c) for k, c in ps], total)
+                    for mod, (ps, total) in mods.items()]
+        heads = {h for (h, _), _, _ in template}
+        if any(h != g and h.startswith(g) for h in heads for g in heads):
+            template = []
+    if len(template) == 1 and len(template[0][1]) == 1:  # one module of one freed matrix
+        ((h, t), (((x, y), c),), total), = template
+        return [(h + s + t, ((x + s + y, c),), total, 1) for s in map(str, range(copies))]
+    if template:
+        return [(h + s + t, tuple([(x + s + y, c) for (x, y), c in ps]), total, 1)
+                for s in map(str, range(copies)) for (h, t), ps, total in template]
     for e in range(copies):
         s = str(e)
         mods: _Mods = {}
@@ -302,6 +338,10 @@ def _expert_uses(expert_ts: list[tuple[ParamTensor, int]], i: int, small: int) -
         uses += _uses(mods)
     return uses
 
+
+_FIRST, _PS, _SECOND, _ELEMENTS, _ROUNDS = (operator.itemgetter(0), operator.itemgetter(1),
+                                            operator.itemgetter(1), operator.itemgetter(2),
+                                            operator.itemgetter(3))
 
 #: Longest period, in uses, searched for a run of identical uses to skip (an expert is one to
 #: three submodules; its fused form one).
@@ -327,67 +367,71 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     the current use and the queue's place, the gathered modules' order -- is the state at ``j``
     moved on by ``P`` uses, each further period repeats it exactly (the replay is a function
     of that state and the uses ahead): the peak is not passed again, the fetched elements grow
-    by the period's, and the state lands moved on by whole periods. Steps: one per use
+    by the period's, and the state lands moved on by whole periods; once the run's end (or the
+    queue's) is too near for a skip of one period, the rest is replayed without looking, so a
+    run costs its warm-up and a skip, whatever its length. Steps: one per use
     replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
-    ids: dict[str, int] = {}
-    label_of: list[str] = []
-    size: list[int] = []
-    use_ids: list[tuple[int, ...]] = []
-    for label, ps, _, _ in uses:
-        row = []
-        for k, c in ps:
-            i = ids.get(k)
-            if i is None:
-                i = ids[k] = len(size)
-                label_of.append(label)
-                size.append(c)
-            label_of[i] = label  # a parameter's module: the last use's label names it
-            row.append(i)
-        use_ids.append(tuple(row))
+    # the setup is flat lists built by C-level maps (a few hundred ns an entry): it is most of
+    # the work where the runs are skipped
     n = len(uses)
-    qk = [i for u in use_ids for i in u]   # the recorded queue: parameter, and its use
-    qs = [j for j, u in enumerate(use_ids) for _ in u]
+    lens = list(map(len, map(_PS, uses)))
+    qstart = list(itertools.accumulate(lens, initial=0))
+    slices = list(map(slice, qstart, qstart[1:]))
+    flat = list(itertools.chain.from_iterable(map(_PS, uses)))  # (key, elements) per entry
+    keys = list(map(_FIRST, flat))
+    ids = dict(zip(dict.fromkeys(keys), itertools.count()))  # numbered in order first named
+    qk = list(map(ids.__getitem__, keys))  # the recorded queue: parameter, and its use
+    qs = list(itertools.chain.from_iterable(map(itertools.repeat, range(n), lens)))
     qlen = len(qk)
-    qstart = [0] * (n + 1)
-    for j, u in enumerate(use_ids):
-        qstart[j + 1] = qstart[j] + len(u)
-    # nxt[p]: the next use of queue entry p's parameter after p's own use (n if none);
-    # prv[p]: the previous queue entry of the same parameter (-1 if none)
-    nxt = [n] * qlen
+    # prv[p]: the previous queue entry of the same parameter (-1 if none), succ[p] the next
+    # (qlen if none); nxt[p]: the next use of entry p's parameter after p's own use (n if none)
     prv = [-1] * qlen
-    seen = [n] * len(ids)
-    for j in range(n - 1, -1, -1):
-        first, end = qstart[j], qstart[j + 1]
-        for p in range(first, end):
-            nxt[p] = seen[qk[p]]
-        for p in range(first, end):
-            seen[qk[p]] = j
+    succ = [qlen] * qlen
     where_at = [-1] * len(ids)
     for p in range(qlen):
         prv[p] = where_at[qk[p]]
         where_at[qk[p]] = p
-    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all);
-    # last[j]: the last use within the reuse distance after use j
-    prefix = [0]
-    for _, _, elements, _ in uses:
-        prefix.append(prefix[-1] + elements)
+    # a parameter's module: the last use naming it labels it
+    label_of = list(map(_FIRST, map(uses.__getitem__, map(qs.__getitem__, where_at))))
+    where_at = [qlen] * len(ids)
+    for p in range(qlen - 1, -1, -1):
+        succ[p] = where_at[qk[p]]
+        where_at[qk[p]] = p
+    size = list(map(_SECOND, map(flat.__getitem__, where_at)))  # its elements as first named
+    qs_end = qs + [n]
+    nxt = list(map(qs_end.__getitem__, succ))
+    if any(map(operator.eq, map((qs + [-2]).__getitem__, prv), qs)):
+        # a parameter named twice in one use: its next use is the next in another use
+        for p in range(qlen - 1, -1, -1):
+            q = succ[p]
+            if q < qlen and qs[q] == qs[p]:
+                nxt[p] = nxt[q]
+    # prefix[m]: elements of the uses before m (the reuse-distance walk counts them all). The
+    # walk from use j + 1 on stops at the first use m with prefix[m] >= prefix[j + 1] +
+    # MAX_REUSE, so entry p of use j is released (unless prefetched) where its next use is
+    # that m or later, or none (prefix[n] taken as past every bound)
+    prefix = list(itertools.accumulate(map(_ELEMENTS, uses), initial=0))
     reuse = knobs.max_reuse
-    last = [min(bisect.bisect_left(prefix, prefix[j + 1] + reuse, lo=j + 1) - 1, n - 1)
-            for j in range(n)]
-    # each use's shape: equal shapes replay alike from equal states
-    free = list(map(operator.gt, nxt, map(last.__getitem__, qs)))  # released if not prefetched
-    tok = list(zip([tuple(map(size.__getitem__, u)) for u in use_ids],
-                   [u[2] for u in uses], [u[3] for u in uses], map(kept.__contains__, range(n)),
-                   [tuple(free[a:b]) for a, b in zip(qstart, qstart[1:])]))
+    reach = prefix[:n] + [prefix[n] + reuse]
+    free = list(map(operator.ge, map(reach.__getitem__, nxt),
+                    map(operator.add, map(prefix[1:].__getitem__, qs), itertools.repeat(reuse))))
+    # each use's shape: equal shapes replay alike from equal states, numbered (the sizes and
+    # releases of its entries as one number each, its elements, rounds, whether it keeps)
+    qshape = list(map(operator.add, map(operator.mul, map(size.__getitem__, qk),
+                                        itertools.repeat(2)), free))
+    tok = zip(map(tuple, map(qshape.__getitem__, slices)), map(_ELEMENTS, uses),
+              map(_ROUNDS, uses), map(kept.__contains__, range(n)))
+    shapes: dict = {}
+    tid = list(map(shapes.setdefault, tok, itertools.count()))
     # same[P]: byte u is 1 where use u + P has use u's shape
-    same = [b""] + [bytes(map(operator.eq, tok, tok[P:])) for P in range(1, _MAX_PERIOD + 1)]
+    same = [b""] + [bytes(map(operator.eq, tid, tid[P:])) for P in range(1, _MAX_PERIOD + 1)]
     gathered = [False] * len(ids)
     recent = [-1] * len(ids)
     owners: dict[str, int] = {}  # module -> its parameters gathered, in the order first gathered
     max_live, bucket = knobs.max_live, knobs.prefetch_bucket
     available = fetched = ptr = steps = 0
     peak, where = 0, ""
-    run_p, run_end, base, next_try, gap = 0, -1, -1, 0, 1  # the run being skipped, if any
+    run_p, run_q, run_end, base, next_try, gap = 0, 0, -1, -1, 0, 1  # the run being skipped
     base_state: tuple = ()
     base_fetched = 0
     j = 0
@@ -403,12 +447,18 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                     if e - j >= _MIN_PERIODS * P and Q:
                         # uses j .. e+P-1 periodic; the state can repeat once the prefetch has
                         # gone past what it held on entering: first look after as many periods
-                        run_p, run_end, base, gap = P, e + P, -1, 1
+                        run_p, run_q, run_end, base, gap = P, Q, e + P, -1, 1
                         next_try = j + P * (max(0, ptr - qstart[j]) // Q + 2)
                         break
                 if not run_p:
                     next_try = j + 1
-            if run_p and j >= next_try and j + 2 * run_p <= run_end and ptr >= qstart[j]:
+            if run_p and j >= next_try and (j + (2 if base >= 0 else 3) * run_p > run_end
+                                            or qstart[run_end] - ptr < 2 * run_q):
+                # too near the run's end for any skip: the one a state equal a period on (or
+                # now, if a base is set) allows moves ``min(...) - 1 <= 0`` periods, and ``j``
+                # and the queue's place only grow -- replay the rest of the run one by one
+                next_try = run_end
+            if run_p and j >= next_try and ptr >= qstart[j]:
                 state = _skip_state(j, ptr, available, qstart, qk, gathered, recent, owners,
                                     label_of)
                 P = run_p
@@ -445,7 +495,7 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
                 else:
                     next_try, gap = j + gap * P, gap * 2
         label, _, _, rounds = uses[j]
-        mine = use_ids[j]
+        mine = qk[qstart[j]:qstart[j + 1]]
         for i in mine:  # fetch
             if not gathered[i]:
                 gathered[i] = True
@@ -493,10 +543,9 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
         # release after the use: not if prefetched for a later use, nor used again within the
         # reuse distance (the walk from the next use on stops once it has counted MAX_REUSE)
         if j not in kept and mine:
-            lj = last[j]
             for p in range(qstart[j], qstart[j + 1]):
                 i = qk[p]
-                if gathered[i] and recent[i] <= j + 1 and nxt[p] > lj:
+                if gathered[i] and recent[i] <= j + 1 and free[p]:
                     gathered[i] = False
                     available -= size[i]
                     m = label_of[i]
