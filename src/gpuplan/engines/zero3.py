@@ -352,25 +352,10 @@ _MIN_PERIODS = 16
 _MAX_WINDOW = 512
 
 
-def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
-                 kept: frozenset[int] = frozenset()) -> tuple[int, str, int, int]:
-    """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
-    nothing); the most non-persisted elements gathered at once, the modules gathered then, the
-    elements fetched over the whole replay, and the steps it took.
-
-    Parameters are numbered and the state is flat lists (gathered, last recorded use, size),
-    the rounds inlined. Runs of identical uses (a layer's experts, forward or backward) are
-    skipped in closed form once the state repeats: where the uses ``j .. j+P`` and the next
-    ``P`` have the same shapes (sizes, elements, rounds, which releases the reuse distance
-    allows), every parameter ahead is untouched and distinct, and the state at ``j + P`` --
-    elements gathered, the queue's place, the gathered and recorded use of every entry between
-    the current use and the queue's place, the gathered modules' order -- is the state at ``j``
-    moved on by ``P`` uses, each further period repeats it exactly (the replay is a function
-    of that state and the uses ahead): the peak is not passed again, the fetched elements grow
-    by the period's, and the state lands moved on by whole periods; once the run's end (or the
-    queue's) is too near for a skip of one period, the rest is replayed without looking, so a
-    run costs its warm-up and a skip, whatever its length. Steps: one per use
-    replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
+def _tables(uses: list[_Use], knobs: _Knobs, kept: frozenset[int]) -> tuple:
+    """:func:`_coordinator`'s flat tables over ``uses``: the queue (entries' parameters, their
+    uses and each use's slice), each parameter's neighbours, module and size, which entries the
+    reuse distance releases, and which uses share a shape a period on."""
     # the setup is flat lists built by C-level maps (a few hundred ns an entry): it is most of
     # the work where the runs are skipped
     n = len(uses)
@@ -425,75 +410,124 @@ def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
     tid = list(map(shapes.setdefault, tok, itertools.count()))
     # same[P]: byte u is 1 where use u + P has use u's shape
     same = [b""] + [bytes(map(operator.eq, tid, tid[P:])) for P in range(1, _MAX_PERIOD + 1)]
+    return n, qstart, qk, qs, qlen, prv, label_of, size, free, same, ids
+
+
+def _find_run(j: int, ptr: int, n: int, qstart: list[int],
+              same: list[bytes]) -> tuple[int, int, int, int] | None:
+    """The run of identical uses starting at ``j`` with the shortest period that repeats at
+    least ``_MIN_PERIODS`` times: (period, its queue entries, the run's end, the first use to
+    look for a repeated state at); None when there is none."""
+    for P in range(1, min(_MAX_PERIOD, n - j - 1) + 1):
+        e = same[P].find(0, j)
+        e = len(same[P]) if e < 0 else e
+        Q = qstart[j + P] - qstart[j]
+        if e - j >= _MIN_PERIODS * P and Q:
+            # uses j .. e+P-1 periodic; the state can repeat once the prefetch has gone past
+            # what it held on entering: first look after as many periods
+            return P, Q, e + P, j + P * (max(0, ptr - qstart[j]) // Q + 2)
+    return None
+
+
+def _try_skip(j: int, ptr: int, available: int, fetched: int, steps: int, owners: dict,
+              run: tuple, n: int, tables: tuple, gathered: list[bool],
+              recent: list[int]) -> tuple:
+    """One look for a skip at use ``j`` (:func:`_coordinator`'s docstring says when one is
+    taken): the replay's state after it, the run's state, and whether it skipped."""
+    qstart, qk, prv, label_of, same = tables
+    run_p, run_q, run_end, base, next_try, gap, base_state, base_fetched = run
+    if j >= run_end:  # a run of identical uses: its state a period on equal to now's, skip
+        found = _find_run(j, ptr, n, qstart, same)
+        if found is None:
+            run_p, next_try = 0, j + 1
+        else:
+            run_p, run_q, run_end, next_try = found
+            base, gap = -1, 1
+    if run_p and j >= next_try and (j + (2 if base >= 0 else 3) * run_p > run_end
+                                    or qstart[run_end] - ptr < 2 * run_q):
+        # too near the run's end for any skip: the one a state equal a period on (or
+        # now, if a base is set) allows moves ``min(...) - 1 <= 0`` periods, and ``j``
+        # and the queue's place only grow -- replay the rest of the run one by one
+        next_try = run_end
+    if run_p and j >= next_try and ptr >= qstart[j]:
+        state = _skip_state(j, ptr, available, qstart, qk, gathered, recent, owners,
+                            label_of)
+        P = run_p
+        if state is not None:
+            steps += len(state[2]) + len(state[3]) + 1
+        if state is not None and base >= 0 and state == base_state:
+            Q = qstart[j] - qstart[base]
+            k = max(0, min((run_end - j) // P, (qstart[run_end] - ptr) // Q) - 1)
+            a, b = ptr, ptr + k * Q
+            if k > 0 and not any(gathered[qk[p]] for p in range(qstart[base], qstart[j])) \
+                    and _fresh(a, b, qstart[base], j, qk, prv, gathered, recent):
+                land = j + k * P
+                sj, sl = qstart[j], qstart[land]
+                win = [(gathered[qk[p]], recent[qk[p]]) for p in range(sj, ptr)]
+                relabel = {label_of[qk[p]]: label_of[qk[p + k * Q]]
+                           for p in range(sj, ptr) if win[p - sj][0]}
+                for p in range(sj, ptr):
+                    gathered[qk[p]] = False
+                for p, (g, r) in zip(range(sl, b), win):
+                    recent[qk[p]] = r + k * P
+                    gathered[qk[p]] = g
+                steps += 2 * (ptr - sj) + len(owners)
+                owners = {relabel.get(m, m): c for m, c in owners.items()}
+                fetched += k * (fetched - base_fetched)
+                ptr = b
+                j = land
+                base, next_try = -1, j + 1
+                return (j, ptr, fetched, steps, owners,
+                        (run_p, run_q, run_end, base, next_try, gap, base_state,
+                         base_fetched), True)
+        if state is None or base >= 0:  # too large, or not repeating yet: back off
+            next_try, gap, base = j + gap * P, gap * 2, -1
+        elif _fresh(ptr, ptr + qstart[j + P] - qstart[j], qstart[j], j, qk, prv,
+                    gathered, recent):
+            base, base_state, base_fetched, next_try = j, state, fetched, j + P
+        else:
+            next_try, gap = j + gap * P, gap * 2
+    return (j, ptr, fetched, steps, owners,
+            (run_p, run_q, run_end, base, next_try, gap, base_state, base_fetched), False)
+
+
+def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
+                 kept: frozenset[int] = frozenset()) -> tuple[int, str, int, int]:
+    """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
+    nothing); the most non-persisted elements gathered at once, the modules gathered then, the
+    elements fetched over the whole replay, and the steps it took.
+
+    Parameters are numbered and the state is flat lists (gathered, last recorded use, size),
+    the rounds inlined. Runs of identical uses (a layer's experts, forward or backward) are
+    skipped in closed form once the state repeats: where the uses ``j .. j+P`` and the next
+    ``P`` have the same shapes (sizes, elements, rounds, which releases the reuse distance
+    allows), every parameter ahead is untouched and distinct, and the state at ``j + P`` --
+    elements gathered, the queue's place, the gathered and recorded use of every entry between
+    the current use and the queue's place, the gathered modules' order -- is the state at ``j``
+    moved on by ``P`` uses, each further period repeats it exactly (the replay is a function
+    of that state and the uses ahead): the peak is not passed again, the fetched elements grow
+    by the period's, and the state lands moved on by whole periods; once the run's end (or the
+    queue's) is too near for a skip of one period, the rest is replayed without looking, so a
+    run costs its warm-up and a skip, whatever its length. Steps: one per use
+    replayed, one per entry taken off the queue, one per entry a skip compares or writes."""
+    n, qstart, qk, qs, qlen, prv, label_of, size, free, same, ids = _tables(uses, knobs, kept)
     gathered = [False] * len(ids)
     recent = [-1] * len(ids)
     owners: dict[str, int] = {}  # module -> its parameters gathered, in the order first gathered
     max_live, bucket = knobs.max_live, knobs.prefetch_bucket
     available = fetched = ptr = steps = 0
     peak, where = 0, ""
-    run_p, run_q, run_end, base, next_try, gap = 0, 0, -1, -1, 0, 1  # the run being skipped
-    base_state: tuple = ()
-    base_fetched = 0
+    # the run being skipped: period, its queue entries, end, base use, next look, back-off,
+    # the base's state and fetched elements
+    run: tuple = (0, 0, -1, -1, 0, 1, (), 0)
     j = 0
     while j < n:
-        # a run of identical uses: compare the state with the one a period before; equal, skip
-        if j >= next_try and n - j > 4:
-            if j >= run_end:
-                run_p = 0
-                for P in range(1, min(_MAX_PERIOD, n - j - 1) + 1):
-                    e = same[P].find(0, j)
-                    e = len(same[P]) if e < 0 else e
-                    Q = qstart[j + P] - qstart[j]
-                    if e - j >= _MIN_PERIODS * P and Q:
-                        # uses j .. e+P-1 periodic; the state can repeat once the prefetch has
-                        # gone past what it held on entering: first look after as many periods
-                        run_p, run_q, run_end, base, gap = P, Q, e + P, -1, 1
-                        next_try = j + P * (max(0, ptr - qstart[j]) // Q + 2)
-                        break
-                if not run_p:
-                    next_try = j + 1
-            if run_p and j >= next_try and (j + (2 if base >= 0 else 3) * run_p > run_end
-                                            or qstart[run_end] - ptr < 2 * run_q):
-                # too near the run's end for any skip: the one a state equal a period on (or
-                # now, if a base is set) allows moves ``min(...) - 1 <= 0`` periods, and ``j``
-                # and the queue's place only grow -- replay the rest of the run one by one
-                next_try = run_end
-            if run_p and j >= next_try and ptr >= qstart[j]:
-                state = _skip_state(j, ptr, available, qstart, qk, gathered, recent, owners,
-                                    label_of)
-                P = run_p
-                if state is not None:
-                    steps += len(state[2]) + len(state[3]) + 1
-                if state is not None and base >= 0 and state == base_state:
-                    Q = qstart[j] - qstart[base]
-                    k = max(0, min((run_end - j) // P, (qstart[run_end] - ptr) // Q) - 1)
-                    a, b = ptr, ptr + k * Q
-                    if k > 0 and not any(gathered[qk[p]] for p in range(qstart[base], qstart[j])) \
-                            and _fresh(a, b, qstart[base], j, qk, prv, gathered, recent):
-                        land = j + k * P
-                        sj, sl = qstart[j], qstart[land]
-                        win = [(gathered[qk[p]], recent[qk[p]]) for p in range(sj, ptr)]
-                        relabel = {label_of[qk[p]]: label_of[qk[p + k * Q]]
-                                   for p in range(sj, ptr) if win[p - sj][0]}
-                        for p in range(sj, ptr):
-                            gathered[qk[p]] = False
-                        for p, (g, r) in zip(range(sl, b), win):
-                            recent[qk[p]] = r + k * P
-                            gathered[qk[p]] = g
-                        steps += 2 * (ptr - sj) + len(owners)
-                        owners = {relabel.get(m, m): c for m, c in owners.items()}
-                        fetched += k * (fetched - base_fetched)
-                        ptr = b
-                        j = land
-                        base, next_try = -1, j + 1
-                        continue
-                if state is None or base >= 0:  # too large, or not repeating yet: back off
-                    next_try, gap, base = j + gap * P, gap * 2, -1
-                elif _fresh(ptr, ptr + qstart[j + P] - qstart[j], qstart[j], j, qk, prv,
-                            gathered, recent):
-                    base, base_state, base_fetched, next_try = j, state, fetched, j + P
-                else:
-                    next_try, gap = j + gap * P, gap * 2
+        if j >= run[4] and n - j > 4:
+            j, ptr, fetched, steps, owners, run, skipped = _try_skip(
+                j, ptr, available, fetched, steps, owners, run, n,
+                (qstart, qk, prv, label_of, same), gathered, recent)
+            if skipped:
+                continue
         label, _, _, rounds = uses[j]
         mine = qk[qstart[j]:qstart[j + 1]]
         for i in mine:  # fetch

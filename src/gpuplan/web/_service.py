@@ -307,6 +307,18 @@ def _opt(body: Mapping, key: str, kind: str, bound: str, **kw):
         v, bound, field=key)
 
 
+def _slo(body: Mapping) -> SLO:
+    """The request's SLOs (``slo_ttft``, ``slo_tpot``, ``slo_e2e`` in seconds) at its
+    ``slo_percentile`` (50, 90 or 99; default 99)."""
+    pct = _opt(body, "slo_percentile", "num", "duration") or 99.0
+    if pct not in (50.0, 90.0, 99.0):
+        raise InputError(f"slo_percentile {shown(pct)}: expected 50, 90 or 99",
+                         field="slo_percentile")
+    return SLO(ttft_s=_opt(body, "slo_ttft", "num", "seconds"),
+               tpot_s=_opt(body, "slo_tpot", "num", "seconds"),
+               e2e_s=_opt(body, "slo_e2e", "num", "seconds"), percentile=pct)
+
+
 def capacity(body: Mapping) -> dict:
     """``POST /api/capacity``: what ``gpuplan capacity --json`` prints for the same model, GPU,
     layout and workload (a synthetic one: ``rate`` or ``concurrency``, ``input``/``output`` or
@@ -323,13 +335,7 @@ def capacity(body: Mapping) -> dict:
     if not names or len(names) != 1:
         raise InputError("gpu: name one GPU for the capacity simulation (see /api/gpus)")
     gpu, note = resolve_gpu(names[0])
-    pct = _opt(body, "slo_percentile", "num", "duration") or 99.0
-    if pct not in (50.0, 90.0, 99.0):
-        raise InputError(f"slo_percentile {shown(pct)}: expected 50, 90 or 99",
-                         field="slo_percentile")
-    slo = SLO(ttft_s=_opt(body, "slo_ttft", "num", "seconds"),
-              tpot_s=_opt(body, "slo_tpot", "num", "seconds"),
-              e2e_s=_opt(body, "slo_e2e", "num", "seconds"), percentile=pct)
+    slo = _slo(body)
     rate = _opt(body, "rate", "num", "rate")
     conc = _opt(body, "concurrency", "int", "requests")
     find = _bool(body, "max_rate", False)
