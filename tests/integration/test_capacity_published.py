@@ -68,9 +68,10 @@ def test_throughput_meets_the_bar(rows):
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 18.3% (85 rows), ITL 19.4% (80 rows), output tok/s 3.9% (85 rows) median |error|
+    # TTFT 18.3% (85 rows), ITL 19.8% (80 rows), output tok/s 3.9% (85 rows) median |error|
+    # (ITL 19.4% -> 19.8%: H100's FP8 GEMMs at their measured best-shape share 0.709, the NIM fp8 rows)
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.183, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.194, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.198, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.039, abs=0.005)
 
@@ -83,7 +84,7 @@ def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 19.4% "
-                   "over 80 rows (TensorRT-LLM online table 18.7%, NIM 24.8%)")
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 19.8% "
+                   "over 80 rows (TensorRT-LLM online table 18.7%, NIM 24.0%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
