@@ -273,7 +273,7 @@ _PROFILES = (
         "GEMM's input, fused RoPE, fused bias-SwiGLU), timed as fused elementwise chains; "
         "cuDNN / flash fused attention",
         parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
-        pp_schedules=("1f1b", "interleaved"), pp_split="even",
+        pp_schedules=("1f1b", "interleaved", "dualpipe"), pp_split="even",
         overlap="the distributed optimizer's gradient reduce-scatter and parameter all-gather "
         "overlapped (--overlap-grad-reduce, --overlap-param-gather); TP communication overlap "
         "with --tp-comm-overlap", export="megatron",

@@ -29,7 +29,7 @@ from ..models import Model
 from .activations import TrainActivations, regime_for, train_activations
 from .activations.profile import Shard
 from ..parallel import (Layout, check_layout, chunk_forwards, in_flight, layout_notes, layout_of,
-                     rank_model)
+                     mtp_rank_params, rank_model)
 from .moe_ep import EpExchange, ep_exchange
 from .results import TrainMemory
 from .shape import seq_for
@@ -203,6 +203,30 @@ def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: 
     return replace(st, **fix)
 
 
+#: The model states that scale with the parameters a rank holds.
+_STATE_FIELDS = ("trainable", "weights_trainable", "grads", "master", "opt", "host", "step_tmp")
+
+
+def _rank_states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout,
+                 stage: int) -> States:
+    """The states of stage ``stage``'s rank: DualPipe's rank also holds stage ``pp - 1 - stage``
+    (parameters 2x: DeepSeek-V3 report Table 2), and the last stage's the MTP modules
+    (:func:`gpuplan.parallel.mtp_rank_params`, at the stage's bytes per parameter)."""
+    st = _states(model, job, rank, rjob, lay, stage)
+    if lay.dual:
+        twin = lay.pp - 1 - stage
+        other = _states(model, job, rank_model(model, job, twin), rjob, lay, twin)
+        st = replace(st, **{f: getattr(st, f) + getattr(other, f) for f in _STATE_FIELDS})
+    holds_mtp = stage == lay.pp - 1 or (lay.dual and stage == 0)
+    extra = mtp_rank_params(model.architecture, lay) if holds_mtp else 0
+    if extra and rank.params.total:
+        share = extra / rank.params.total
+        st = replace(st, **{f: getattr(st, f) + round(getattr(st, f) * share)
+                            for f in _STATE_FIELDS if f != "trainable"},
+                     trainable=st.trainable + extra)
+    return st
+
+
 def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
     """One :class:`StagePlan` per pipeline stage, or None for a data-parallel-only job (planned
     as one GPU sharded by ZeRO)."""
@@ -222,7 +246,7 @@ def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
                       ckpt_split=lay.tp if job.distribute_checkpoints else 1)
         plans.append(StagePlan(
             index=i, layout=lay, model=rank, job=rjob,
-            states=_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,
+            states=_rank_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,
             in_flight=in_flight(lay.schedule, lay.pp, i, lay.micro_batches, lay.chunks),
             layers=layers, gpus=job.gpus, params=model.params.total,
             full_layers=arch.num_layers, notes=notes))

@@ -13,7 +13,9 @@ from ..errors import InputError, opt
 from ..models import Architecture
 
 #: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+#: ``dualpipe``: DeepSeek-V3's bidirectional schedule (arXiv 2412.19437 sec. 3.2.1;
+#: github.com/deepseek-ai/DualPipe): each rank holds two stages (``i`` and ``pp - 1 - i``).
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 
 __all__ = ["PP_SCHEDULES", "pp_chunks", "pipeline_fix", "divisors", "nearest", "tp_fix", "part_layers",
            "uneven_parts", "check_layout"]
@@ -25,8 +27,9 @@ def pp_chunks(schedule: object) -> tuple[str, int]:
     text = str(schedule).strip().lower()
     name, _, v = text.partition(":")
     if name not in PP_SCHEDULES or (v and name != "interleaved"):
-        raise InputError(f"{opt('pp_schedule')} {schedule!r:.40}: expected gpipe, 1f1b or "
-                         "interleaved:V (V model chunks per stage, e.g. interleaved:2)",
+        raise InputError(f"{opt('pp_schedule')} {schedule!r:.40}: expected gpipe, 1f1b, "
+                         "dualpipe or interleaved:V (V model chunks per stage, e.g. "
+                         "interleaved:2)",
                          field="pp_schedule", value=schedule)
     if name != "interleaved":
         return name, 1
@@ -222,7 +225,9 @@ def _check_tp(arch: Architecture, job: object, seq: int | None) -> None:
 
 
 def _check_pp(arch: Architecture, job: object) -> None:
-    _, chunks = pp_chunks(job.pp_schedule)
+    name, chunks = pp_chunks(job.pp_schedule)
+    if name == "dualpipe" and job.pp > 1:
+        _check_dualpipe(job)
     parts = job.pp * chunks
     first, last = job.pp_first_stage_layers, job.pp_last_stage_layers
     if first is not None or last is not None:
@@ -243,6 +248,22 @@ def _check_pp(arch: Architecture, job: object) -> None:
                          f"{parts} pipeline parts; use "
                          f"{pipeline_fix(arch.num_layers, job.pp, chunks)}",
                          field="pp", value=job.pp)
+
+
+def _check_dualpipe(job: object) -> None:
+    """DualPipe feeds micro-batches from both ends of the pipeline, half each way: the stages
+    pair up (``i`` with ``pp - 1 - i``) and the micro-batches split in two (DeepSeek-V3 report
+    sec. 3.2.1: "both the pipeline stages and micro-batches be divisible by 2";
+    deepseek-ai/DualPipe README)."""
+    if job.pp % 2:
+        raise InputError(f"{opt('pp')} {job.pp}: dualpipe pairs stage i with stage pp-1-i; use "
+                         f"an even {opt('pp')} ({job.pp - 1} or {job.pp + 1})", field="pp",
+                         value=job.pp)
+    m = job.micro_batches or job.grad_accum
+    if m % 2:
+        raise InputError(f"{opt('micro_batches')} {m}: dualpipe feeds half the micro-batches "
+                         f"from each end; use an even count ({m + 1})", field="micro_batches",
+                         value=m)
 
 
 def _check_cp_ep(arch: Architecture, job: object, seq: int | None) -> None:
