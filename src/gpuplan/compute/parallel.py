@@ -691,11 +691,11 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
     :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``:
     a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`)."""
-    stage_layers, t_mb = _busiest_stage(arch, cost, lay)
-    tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
-                                             tp_overlap=tp_overlap,
-                                             tp_overlap_kind=tp_overlap_kind,
-                                             cp_rotate=cp_rotate)
+    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,
+                                tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
+                                cp_rotate=cp_rotate)  # one layer's: linear in the layers
+    stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
+    tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m, v = lay.micro_batches, lay.chunks
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * prec.act
     if lay.sequence_parallel:
@@ -739,31 +739,39 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         topology=topo)
 
 
-def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout) -> tuple[int, float]:
+def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
+                   comm_per_layer: float = 0.0) -> tuple[int, float]:
     """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
     the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
     stage whose layers plus embedding (first) or head and loss (last) take longest. MTP: each
     depth one more layer and the head and loss once more on the last stage. DualPipe: rank
     ``i`` runs half the micro-batches as stage ``i`` and half as stage ``PP - 1 - i``, so the
-    pair's mean is its micro-batch time."""
+    pair's mean is its micro-batch time. The layers returned are those whose communication the
+    stage runs (the MTP modules' counted); where the stages differ, the busiest is the one
+    whose compute (under DualPipe or MTP: plus ``comm_per_layer`` per such layer) is
+    longest."""
     head_s = cost.other_s - cost.embedding_s
     mtp_s = lay.mtp_layers * (cost.layer_s + head_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual):
         n = math.ceil(arch.num_layers / lay.pp)
-        return n, n * cost.layer_s + cost.other_s + mtp_s
+        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s
     sizes = lay.parts(arch.num_layers)
     stages = []
     for stage in range(lay.pp):
-        n = sum(sizes[stage::lay.pp])
-        stages.append((n, n * cost.layer_s + (cost.embedding_s if stage == 0 else 0.0)
+        n = sum(sizes[stage::lay.pp]) + (lay.mtp_layers if stage == lay.pp - 1 else 0)
+        stages.append((n, n * cost.layer_s - (lay.mtp_layers * cost.layer_s
+                                                if stage == lay.pp - 1 else 0.0)
+                       + (cost.embedding_s if stage == 0 else 0.0)
                        + (head_s + mtp_s if stage == lay.pp - 1 else 0.0)))
     if lay.dual:
-        stages = [(max(a[0], b[0]), (a[1] + b[1]) / 2)
+        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2)
                   for a, b in zip(stages, reversed(stages))]
-    best = (0, -1.0)
+    if not (lay.dual or lay.mtp_layers):
+        comm_per_layer = 0.0  # the stages' compute alone, as before DualPipe and MTP
+    best, worst = (0, -1.0), -1.0
     for n, t in stages:
-        if t > best[1]:
-            best = (n, t)
+        if t + n * comm_per_layer > worst:
+            best, worst = (n, t), t + n * comm_per_layer
     return best
 
 
