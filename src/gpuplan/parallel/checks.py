@@ -182,7 +182,17 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
     if cf is not None and arch is not None and not arch.num_experts:
         raise InputError(f"{opt('moe_capacity_factor')} {cf}: {arch.name} has no experts; drop "
                          f"{opt('moe_capacity_factor')}", field="moe_capacity_factor", value=cf)
+    mtp = getattr(job, "mtp_layers", None)
+    if mtp and (arch is None or not arch.mtp_params):
+        name = arch.name if arch is not None else "the model"
+        raise InputError(f"{opt('mtp_layers')} {mtp}: {name}'s config has no "
+                         "multi-token-prediction layer (num_nextn_predict_layers) to train; drop "
+                         f"{opt('mtp_layers')}", field="mtp_layers", value=mtp)
     if job.tp == job.pp == job.cp == job.ep == 1:
+        if mtp:  # the single-GPU accounting has no MTP module: only the per-rank model does
+            raise InputError(f"{opt('mtp_layers')} {mtp} is counted on a parallel layout's last "
+                             f"stage; give {opt('pp')} or {opt('ep')} 2 or more, or drop "
+                             f"{opt('mtp_layers')}", field="mtp_layers", value=mtp)
         return
     if arch is None:
         raise InputError("tp/pp/cp/ep > 1 needs the architecture (a catalog name or a "
