@@ -696,21 +696,10 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                                 cp_rotate=cp_rotate)  # one layer's: linear in the layers
     stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
-    m, v = lay.micro_batches, lay.chunks
-    p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * prec.act
-    if lay.sequence_parallel:
-        p2p_bytes /= lay.tp
-    pp_c = hop = 0.0
-    if lay.pp > 1:
-        hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
-                              efficiency=eff.comm)
-        pp_c = 2 * v * m * hop
-    if lay.dual:
-        # DualPipe runs a micro-batch's all-to-alls and pipeline sends beside the paired
-        # chunk's compute: exposed only what outlasts it (ep_c carries it, pp_c none)
-        ep_c, pp_c = max(0.0, ep_c + 2 * hop - t_mb), 0.0
+    m = lay.micro_batches
+    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb)
     per_mb = t_mb + tp_c + cp_c + ep_c
-    bubble = (lay.pp - 1) / v * per_mb
+    bubble = (lay.pp - 1) / lay.chunks * per_mb
     if lay.dual:
         b_s = stage_layers * cost.layer_bwd_s
         bubble = dualpipe_bubble_s(lay.pp, per_mb, b_s, stage_layers * cost.wgrad_s)
@@ -737,6 +726,24 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
         topology=topo)
+
+
+def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
+                    ep_c: float, t_mb: float) -> tuple[float, float]:
+    """(exposed EP all-to-all of a micro-batch, the step's exposed pipeline p2p): each
+    micro-batch sends its activations forward and their gradients back once per chunk
+    (blocking); DualPipe runs a micro-batch's all-to-alls and sends beside the paired chunk's
+    compute ``t_mb``, exposed only what outlasts it (carried by the all-to-all's share)."""
+    p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
+    if lay.sequence_parallel:
+        p2p_bytes /= lay.tp
+    if lay.pp == 1:
+        return ep_c, 0.0
+    hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
+                          efficiency=eff.comm)
+    if lay.dual:
+        return max(0.0, ep_c + 2 * hop - t_mb), 0.0
+    return ep_c, 2 * lay.chunks * lay.micro_batches * hop
 
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
