@@ -282,7 +282,10 @@ _PROFILES = (
                  "the layers of a stage divisible by its chunks",
                  "megatron/core/optimizer: Adam is TE's / Apex's FusedAdam",
                  "--use-distributed-optimizer shards the fp32 master and the states over the "
-                 "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated")),
+                 "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated",
+                 "dualpipe is DeepSeek's schedule over Megatron-style stages (DeepSeek-V3 "
+                 "report, arXiv 2412.19437, sec. 3.2.1; github.com/deepseek-ai/DualPipe @3da1bbe)"
+                 ", timed here, not a Megatron-LM option: the export refuses it")),
     EngineProfile(
         name="vllm", title="vLLM (continuous batching over paged attention, CUDA graphs for "
         "decode)", modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),
