@@ -160,3 +160,20 @@ def test_mtp_without_a_layout_is_refused_not_ignored():
         estimate_speed(m, H100, Job(model=m, mode="train", engine="megatron", mtp_layers=1),
                        measured=None)
     assert e.value.field == "mtp_layers" and "\n" not in str(e.value)
+
+
+def test_mtp_states_and_activations_sit_on_the_last_stage():
+    m = load_model("deepseek-v3")
+    base = dict(model=m, mode="train", engine="megatron", seq=4096, gpus=1024, ep=64, pp=16,
+                micro_batches=32, pp_first_stage_layers=4, pp_last_stage_layers=1, zero=1)
+    one = stage_plans(m, Job(**base))
+    mtp = stage_plans(m, Job(**base, mtp_layers=1))
+    assert mtp[7].states == one[7].states and mtp[7].mtp_kept(10**9) == 0
+    last = one[15]
+    assert mtp[15].states.grads > last.states.grads
+    assert mtp[15].states.trainable - last.states.trainable > 0
+    # one layer's share of the last stage's one layer of kept activations, 1 micro-batch in
+    # flight on 1F1B's last stage: all of it again
+    assert mtp[15].in_flight == 1 and mtp[15].mtp_kept(1000) == 1000
+    dual = stage_plans(m, Job(**base, mtp_layers=1, pp_schedule="dualpipe"))
+    assert dual[0].mtp_kept(4000) == 17 * 4000 // 4  # 17 in flight over stage 0's 4 layers

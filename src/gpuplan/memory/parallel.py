@@ -107,6 +107,7 @@ class StagePlan:
         v = self.layout.chunks
         live, idle = self.layer_chunks()
         held = max(0, self.in_flight - idle - live) * act.kept_bytes // live
+        held += self.mtp_kept(act.kept_bytes)
         fwd = self.buffers(False)
         bwd = self.buffers(True, in_layers=not act.backward_detail.startswith("end of backward"))
         summary = act.summary
@@ -117,6 +118,17 @@ class StagePlan:
                        backward_peak=act.backward_peak + held,
                        forward_temporaries=act.forward_temporaries + fwd,
                        backward_temporaries=act.backward_temporaries + bwd, summary=summary)
+
+    def mtp_kept(self, kept: int) -> int:
+        """What the MTP modules keep for backward on this stage: each depth one layer's share of
+        the stage's kept activations (``kept`` over its layers) for every micro-batch in flight
+        (the last stage; rank 0 too under DualPipe). Its head's logits are not added."""
+        lay = self.layout
+        holds = self.index == lay.pp - 1 or (lay.dual and self.index == 0)
+        if not (lay.mtp_layers and holds and self.layers):
+            return 0
+        whole = max(1, self.in_flight // lay.chunks)
+        return lay.mtp_layers * whole * kept // len(self.layers)
 
     def layer_chunks(self) -> tuple[int, int]:
         """(this stage's chunks that hold transformer layers, in-flight micro-batches of its
