@@ -196,7 +196,8 @@ def rank_job(job: Job, lay: Layout) -> Job:
     return job._evolve(gpus=lay.zero_group, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
                        distribute_checkpoints=False,
                        pp_schedule="1f1b", micro_batches=None, grad_accum=accum,
-                       pp_embedding_part=False, pp_loss_part=False)
+                       pp_embedding_part=False, pp_loss_part=False,
+                       mtp_layers=None)  # the stage plan adds the MTP modules itself
 
 
 def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: int) -> States:
