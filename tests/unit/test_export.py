@@ -335,6 +335,8 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             # transformer_config.py @d98e8a64dd (TransformerConfig fields as options)
             "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
             "--moe-expert-capacity-factor": float, "--moe-pad-expert-input-to-capacity": None,
+            # arguments.py _add_mtp_args (NVIDIA/Megatron-LM): an int, default None
+            "--mtp-num-layers": int,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
                                           "none"],
             "--rotary-base": int, "--normalization": ["LayerNorm", "RMSNorm"],
@@ -763,3 +765,22 @@ def test_megatron_capacity_factor_and_alltoall_dispatcher():
     assert a.moe_expert_capacity_factor == 1.25 and a.moe_pad_expert_input_to_capacity
     a = megatron_args(export_plan(job(model="mixtral-8x7b", gpus=8, ep=8), "megatron"))
     assert a.moe_expert_capacity_factor is None and not a.moe_pad_expert_input_to_capacity
+
+
+def test_megatron_mtp_layers_and_dualpipe_refused():
+    # --mtp-num-layers is Megatron-Core's MTP depth (arguments.py _add_mtp_args): written when the
+    # job trains one, absent (and the checkpoint's note kept) otherwise
+    base = dict(model="deepseek-v3", engine="megatron", gpus=64, ep=64, zero=1)
+    a = megatron_args(export_plan(job(**base, mtp_layers=1), "megatron"))
+    assert a.mtp_num_layers == 1
+    text = export_plan(job(**base), "megatron")
+    assert megatron_args(text).mtp_num_layers is None and "--mtp-num-layers 1 trains them" in text
+    # DualPipe is DeepSeek's schedule, not Megatron-LM's: one line, naming the field
+    with pytest.raises(InputError) as e:
+        export_plan(job(**{**base, "gpus": 1024}, pp=16, pp_schedule="dualpipe", grad_accum=32,
+                        pp_first_stage_layers=4, pp_last_stage_layers=1), "megatron")
+    assert e.value.field == "pp_schedule" and "\n" not in str(e.value)
+    assert "dualpipe" in str(e.value)
+    # the other exports refuse an MTP depth they cannot express
+    with pytest.raises(InputError):
+        export_plan(job(**base, mtp_layers=1), "deepspeed")

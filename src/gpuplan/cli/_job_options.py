@@ -124,6 +124,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "factor: each expert runs ceil(tokens x top-k / experts x CF) rows, the rest "
               "dropped and short experts padded (Megatron-Core's --moe-expert-capacity-factor "
               "with --moe-pad-expert-input-to-capacity); default: dropless", "CF"),
+    JobOption("--mtp-layers", "mtp_layers", "int", "multi-token-prediction depth trained "
+              "beside the model (Megatron-Core's --mtp-num-layers; DeepSeek-V3: 1): one more "
+              "transformer block, projection and head pass per depth; default: none", "N"),
     JobOption("--sequence-parallel", "sequence_parallel", "flag", "Megatron sequence parallelism "
               "over the TP group"),
     JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "

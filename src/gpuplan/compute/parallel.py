@@ -14,6 +14,19 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   ``pp_last_stage_layers``) likewise over the given stages: the slowest sets the pace.
 - **pipeline bubble**: ``(PP - 1) / V`` micro-batch times (``(p-1)/m`` of the ideal step for GPipe
   and 1F1B, ``(p-1)/(v m)`` interleaved with V chunks: Narayanan et al. 2021, sec. 2.2).
+  DualPipe (DeepSeek-V3 report, arXiv 2412.19437, sec. 3.2.1 and Table 2; deepseek-ai/DualPipe
+  README): ``(PP/2 - 1)(F&B + B - 3W)``, F&B a forward and a backward chunk overlapped (their
+  compute, the communication hidden), B a chunk's backward, W its weight-gradient part (half
+  the backward GEMMs: :attr:`MicroCost.wgrad_s`); each rank holds stages ``i`` and
+  ``PP - 1 - i`` (parameters 2x, so the pair's mean sets the pace), and the EP all-to-all and
+  the pipeline sends run beside the paired chunk's compute ("both all-to-all and PP
+  communication can be fully hidden during execution", sec. 3.2.1): exposed only what
+  outlasts that compute (the report's node-limited routing, which trims the IB volume, is not
+  modelled).
+- **MTP** (``mtp_layers``, DeepSeek-V3 sec. 2.2; Megatron-Core's ``--mtp-num-layers``): each
+  depth one more layer (the mean layer's time) and the head and loss once more on the last
+  stage; its parameters (:func:`gpuplan.parallel.mtp_params`) in the stage's gradients and
+  optimizer step.
 - **TP collectives**: per layer two all-reduces in forward, two in backward (and two more when full
   checkpointing recomputes the forward) of ``b x s/CP x hidden`` activations (Megatron-LM, Shoeybi
   et al. 2019, fig. 4); with sequence parallelism each becomes an all-gather + reduce-scatter pair
@@ -56,7 +69,7 @@ from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
 from ..models._types import Architecture, Model
-from ..parallel.layout import Layout
+from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_params
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
 from .efficiency import constant, overlap_sm_share
@@ -65,7 +78,8 @@ from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES"]
+           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "mtp_flops_per_token", "dualpipe_bubble_s"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -111,6 +125,9 @@ class MicroCost:
     reduce-scatter): AsyncTP's overlap windows."""
     tp_gemm_bwd_s: tuple[float, ...] = ()
     """The same GEMMs' input-gradient (dgrad) half of their backward, averaged over the layers."""
+    wgrad_s: float = 0.0
+    """One layer's weight-gradient GEMMs (half of its backward matmuls' time: dgrad and wgrad
+    are two GEMMs of the forward's FLOPs), averaged over the layers: DualPipe's W."""
 
     @property
     def layer_s(self) -> float:
@@ -275,7 +292,8 @@ TP_GEMMS = {"attn.qkv": 0, "attn.out": 1, "mlp.up": 2, "mlp.gate_up": 2, "mlp.do
 
 
 def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0) -> MicroCost:
-    sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0, "emb": 0.0}
+    sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0, "emb": 0.0,
+            "wgrad": 0.0}
     gemm = {"forward": [0.0] * 4, "backward": [0.0] * 4}
     hw = 0.0
     for t in ops:
@@ -294,12 +312,15 @@ def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0
         sums["fwd" if fwd else "bwd"] += s
         if t.op.kind == "attention":
             sums["afwd" if fwd else "abwd"] += t.total_s * scale
+        if t.op.kind == "matmul" and t.op.phase == "backward":
+            sums["wgrad"] += s / 2
     L = layers
     return MicroCost(layers=L, layer_fwd_s=sums["fwd"] / L, layer_bwd_s=sums["bwd"] / L,
                      attn_fwd_s=sums["afwd"] / L, attn_bwd_s=sums["abwd"] / L,
                      other_s=sums["other"], hardware_flops=hw, embedding_s=sums["emb"],
                      tp_gemm_fwd_s=tuple(g / L for g in gemm["forward"]),
-                     tp_gemm_bwd_s=tuple(g / L for g in gemm["backward"]))
+                     tp_gemm_bwd_s=tuple(g / L for g in gemm["backward"]),
+                     wgrad_s=sums["wgrad"] / L)
 
 
 def model_flops_per_token(arch: Architecture, device: Device, eff: Efficiency,
@@ -310,6 +331,32 @@ def model_flops_per_token(arch: Architecture, device: Device, eff: Efficiency,
                        single_device=True)
     step, _, _, _ = build_steps(arch, 0, (), device, eff, prec, spec)
     return step.model_flops / seq
+
+
+def mtp_flops_per_token(arch: Architecture, seq: int, depth: int) -> float:
+    """Training FLOPs (forward and backward, 3x the forward) one token spends in ``depth``
+    multi-token-prediction modules (DeepSeek-V3 sec. 2.2): per module its block's and the 2H -> H
+    projection's matmuls at the parameters the token runs through
+    (:func:`gpuplan.parallel.mtp_active_params`: 2 FLOPs each), the shared head's ``2 H V``, and
+    causal attention over the sequence (``2 x heads x (qk + v head dims) x (s + 1) / 2``; MLA's
+    dims where it has them)."""
+    if not depth:
+        return 0.0
+    if arch.mla is not None:
+        qk, v = arch.mla.qk_nope_head_dim + arch.mla.qk_rope_head_dim, arch.mla.v_head_dim
+    else:
+        qk = v = arch.head_dim
+    attn = 2 * arch.num_heads * (qk + v) * (seq + 1) / 2
+    fwd = 2 * mtp_active_params(arch, depth) + depth * (2 * arch.hidden_size * arch.vocab_size
+                                                        + attn)
+    return 3 * fwd
+
+
+def dualpipe_bubble_s(pp: int, f_and_b_s: float, b_s: float, w_s: float) -> float:
+    """DualPipe's bubble, ``(PP/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 report Table 2;
+    deepseek-ai/DualPipe README): ``f_and_b_s`` a forward and a backward chunk overlapped,
+    ``b_s`` a chunk's full backward, ``w_s`` its weight-gradient part."""
+    return (pp / 2 - 1) * max(0.0, f_and_b_s + b_s - 3 * w_s)
 
 
 @record
@@ -644,23 +691,21 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
     :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``:
     a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`)."""
-    stage_layers, t_mb = _busiest_stage(arch, cost, lay)
-    tp_c, cp_c, ep_c = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, stage_layers,
-                                             tp_overlap=tp_overlap,
-                                             tp_overlap_kind=tp_overlap_kind,
-                                             cp_rotate=cp_rotate)
+    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,
+                                tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
+                                cp_rotate=cp_rotate)  # one layer's: linear in the layers
+    stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
+    tp_c, cp_c, ep_c = (c * stage_layers for c in one)
+    m = lay.micro_batches
+    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb)
     per_mb = t_mb + tp_c + cp_c + ep_c
-    m, v = lay.micro_batches, lay.chunks
-    bubble = (lay.pp - 1) / v * per_mb
-    p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * prec.act
-    if lay.sequence_parallel:
-        p2p_bytes /= lay.tp
-    pp_c = 0.0
-    if lay.pp > 1:
-        hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
-                              efficiency=eff.comm)
-        pp_c = 2 * v * m * hop
-    mine = stage_params(arch, params, lay)
+    bubble = (lay.pp - 1) / lay.chunks * per_mb
+    if lay.dual:
+        b_s = stage_layers * cost.layer_bwd_s
+        bubble = dualpipe_bubble_s(lay.pp, per_mb, b_s, stage_layers * cost.wgrad_s)
+    mtp = mtp_params(arch, lay.mtp_layers)
+    mine = (stage_params(arch, params, lay) * (2 if lay.dual else 1)
+            + mtp_rank_params(arch, lay))
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
                                None if gather_bytes_per_element is None
@@ -671,33 +716,69 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     if optimizer_s is None:
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
     else:
-        opt_s = optimizer_s(max(1, mine // shard), mine / max(1, params))
+        opt_s = optimizer_s(max(1, mine // shard), mine / max(1, params + mtp))
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
         dp_comm_s=dp_full, dp_exposed_s=dp_exp, optimizer_s=opt_s,
-        tokens_per_step=lay.batch * m * lay.dp * lay.seq, model_flops_per_token=flops_per_token,
+        tokens_per_step=lay.batch * m * lay.dp * lay.seq,
+        model_flops_per_token=flops_per_token + mtp_flops_per_token(arch, lay.seq, lay.mtp_layers),
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
         topology=topo)
 
 
-def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout) -> tuple[int, float]:
+def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
+                    ep_c: float, t_mb: float) -> tuple[float, float]:
+    """(exposed EP all-to-all of a micro-batch, the step's exposed pipeline p2p): each
+    micro-batch sends its activations forward and their gradients back once per chunk
+    (blocking); DualPipe runs a micro-batch's all-to-alls and sends beside the paired chunk's
+    compute ``t_mb``, exposed only what outlasts it (carried by the all-to-all's share)."""
+    p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
+    if lay.sequence_parallel:
+        p2p_bytes /= lay.tp
+    if lay.pp == 1:
+        return ep_c, 0.0
+    hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
+                          efficiency=eff.comm)
+    if lay.dual:
+        return max(0.0, ep_c + 2 * hop - t_mb), 0.0
+    return ep_c, 2 * lay.chunks * lay.micro_batches * hop
+
+
+def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
+                   comm_per_layer: float = 0.0) -> tuple[int, float]:
     """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
     the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
-    stage whose layers plus embedding (first) or head and loss (last) take longest."""
-    if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven):
-        n = math.ceil(arch.num_layers / lay.pp)
-        return n, n * cost.layer_s + cost.other_s
-    sizes = lay.parts(arch.num_layers)
+    stage whose layers plus embedding (first) or head and loss (last) take longest. MTP: each
+    depth one more layer and the head and loss once more on the last stage. DualPipe: rank
+    ``i`` runs half the micro-batches as stage ``i`` and half as stage ``PP - 1 - i``, so the
+    pair's mean is its micro-batch time. The layers returned are those whose communication the
+    stage runs (the MTP modules' counted); where the stages differ, the busiest is the one
+    whose compute (under DualPipe or MTP: plus ``comm_per_layer`` per such layer) is
+    longest."""
     head_s = cost.other_s - cost.embedding_s
-    best = (0, -1.0)
+    mtp_s = lay.mtp_layers * (cost.layer_s + head_s)
+    if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual):
+        n = math.ceil(arch.num_layers / lay.pp)
+        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s
+    sizes = lay.parts(arch.num_layers)
+    stages = []
     for stage in range(lay.pp):
-        n = sum(sizes[stage::lay.pp])
-        t = (n * cost.layer_s + (cost.embedding_s if stage == 0 else 0.0)
-             + (head_s if stage == lay.pp - 1 else 0.0))
-        if t > best[1]:
-            best = (n, t)
+        n = sum(sizes[stage::lay.pp]) + (lay.mtp_layers if stage == lay.pp - 1 else 0)
+        stages.append((n, n * cost.layer_s - (lay.mtp_layers * cost.layer_s
+                                                if stage == lay.pp - 1 else 0.0)
+                       + (cost.embedding_s if stage == 0 else 0.0)
+                       + (head_s + mtp_s if stage == lay.pp - 1 else 0.0)))
+    if lay.dual:
+        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2)
+                  for a, b in zip(stages, reversed(stages))]
+    if not (lay.dual or lay.mtp_layers):
+        comm_per_layer = 0.0  # the stages' compute alone, as before DualPipe and MTP
+    best, worst = (0, -1.0), -1.0
+    for n, t in stages:
+        if t + n * comm_per_layer > worst:
+            best, worst = (n, t), t + n * comm_per_layer
     return best
 
 
@@ -724,9 +805,16 @@ def _layout_notes(lay: Layout, topo: Topology) -> tuple[str, ...]:
     if lay.tp > topo.gpus_per_node:
         notes.append(f"TP {lay.tp} spans nodes ({topo.gpus_per_node} GPUs each): its all-reduces "
                      "cross the network")
-    if lay.pp > 1:
+    if lay.dual:
+        notes.append(f"DualPipe over {lay.pp} stages: bubble (PP/2 - 1)(F&B + B - 3W), two "
+                     "stages' parameters a rank, the EP all-to-all and p2p sends beside the "
+                     "paired chunk's compute (exposed: what outlasts it)")
+    elif lay.pp > 1:
         notes.append(f"pipeline bubble (p-1)/(v m) = {lay.pp - 1}/({lay.chunks} x "
                      f"{lay.micro_batches}); p2p sends counted as blocking")
+    if lay.mtp_layers:
+        notes.append(f"MTP depth {lay.mtp_layers} on the last stage: one more layer and the "
+                     "head per depth (DeepSeek-V3 sec. 2.2)")
     return tuple(notes)
 
 

@@ -356,6 +356,8 @@ def estimate_speed(
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
                        trainable_params)
+    if job.mtp_layers and mode != "infer":
+        check_layout(arch, job, seq)  # MTP is timed on a layout's last stage only
     if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,

@@ -273,7 +273,7 @@ _PROFILES = (
         "GEMM's input, fused RoPE, fused bias-SwiGLU), timed as fused elementwise chains; "
         "cuDNN / flash fused attention",
         parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
-        pp_schedules=("1f1b", "interleaved"), pp_split="even",
+        pp_schedules=("1f1b", "interleaved", "dualpipe"), pp_split="even",
         overlap="the distributed optimizer's gradient reduce-scatter and parameter all-gather "
         "overlapped (--overlap-grad-reduce, --overlap-param-gather); TP communication overlap "
         "with --tp-comm-overlap", export="megatron",
@@ -282,7 +282,10 @@ _PROFILES = (
                  "the layers of a stage divisible by its chunks",
                  "megatron/core/optimizer: Adam is TE's / Apex's FusedAdam",
                  "--use-distributed-optimizer shards the fp32 master and the states over the "
-                 "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated")),
+                 "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated",
+                 "dualpipe is DeepSeek's schedule over Megatron-style stages (DeepSeek-V3 "
+                 "report, arXiv 2412.19437, sec. 3.2.1; github.com/deepseek-ai/DualPipe @3da1bbe)"
+                 ", timed here, not a Megatron-LM option: the export refuses it")),
     EngineProfile(
         name="vllm", title="vLLM (continuous batching over paged attention, CUDA graphs for "
         "decode)", modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),

@@ -28,7 +28,7 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
                         "pp_first_stage_layers", "pp_last_stage_layers", "etp",
-                        "moe_capacity_factor"})
+                        "moe_capacity_factor", "mtp_layers"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -202,8 +202,9 @@ def _rope_kind(rs: Mapping) -> str:
     return str(rs.get("rope_type") or rs.get("type") or "")[:40]
 
 
-def _notes(a) -> list[str]:
-    """What pretrain_gpt.py cannot express of the block, said in the export."""
+def _notes(a, mtp: int | None = None) -> list[str]:
+    """What pretrain_gpt.py cannot express of the block, said in the export (``mtp``: the
+    job's MTP depth, written as ``--mtp-num-layers``)."""
     out = []
     rs = (a.config or {}).get("rope_scaling")
     if isinstance(rs, Mapping) and _rope_kind(rs) not in ("", "default"):
@@ -217,7 +218,7 @@ def _notes(a) -> list[str]:
             out.append("# Megatron-Core's Llama 3 RoPE scaling fixes low_freq_factor 1, "
                        "high_freq_factor 4 and original_max_position_embeddings 8192; this "
                        "model's config.json differs")
-    if a.mtp_layers:
+    if a.mtp_layers and not mtp:
         out.append(f"# the checkpoint's {a.mtp_layers} multi-token-prediction layer(s) are not "
                    "built (the plan has none, as transformers); --mtp-num-layers "
                    f"{a.mtp_layers} trains them")
@@ -258,6 +259,14 @@ def _layout(job: Job, model: Model) -> list[str]:
         raise refuse(ENGINE, f"{opt('pp_schedule')} gpipe: Megatron-LM runs 1F1B (or "
                      "interleaved:V)", field="pp_schedule", value=job.pp_schedule,
                      fix={"pp_schedule": "1f1b"})
+    if job.pp > 1 and name == "dualpipe":
+        raise refuse(ENGINE, f"{opt('pp_schedule')} dualpipe: DeepSeek's DualPipe "
+                     "(github.com/deepseek-ai/DualPipe) is not a Megatron-LM schedule; export "
+                     "with 1f1b or interleaved:V", field="pp_schedule", value=job.pp_schedule,
+                     fix={"pp_schedule": "1f1b"})
+    if job.mtp_layers:
+        # megatron/training/arguments.py (_add_mtp_args): --mtp-num-layers, default None
+        out += ["--mtp-num-layers", str(job.mtp_layers)]
     if job.etp is not None:
         out += ["--expert-tensor-parallel-size", str(job.etp)]
     if job.ep > 1 or job.moe_capacity_factor is not None:
@@ -406,7 +415,7 @@ def export(job: Job, model: Model) -> str:
         args += ["--clip-grad", repr(job.max_grad_norm)]
     lines = [f"# gpuplan plan of {model.name}: {job.gpus} GPUs = tp {job.tp} x pp {job.pp} x "
              f"cp {job.cp} x dp {job.dp}"]
-    lines += _notes(model.architecture)
+    lines += _notes(model.architecture, job.mtp_layers)
     if not job.fused_optimizer:
         lines.append("# Megatron-LM's Adam is a fused kernel (no foreach temporary): plan with "
                      "--fused-optimizer for its exact step memory")

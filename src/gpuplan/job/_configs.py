@@ -325,7 +325,9 @@ class ParallelLayout:
     metaseq's ``--distribute-checkpointed-activations``): needs --tp > 1 and --checkpointing
     full; sequence parallelism already splits them."""
     pp_schedule: str = "1f1b"
-    """Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per stage)."""
+    """Pipeline schedule: gpipe, 1f1b, interleaved:V (V model chunks per stage) or dualpipe
+    (DeepSeek-V3's bidirectional schedule: two stages a rank, its all-to-all and pipeline
+    sends hidden under the paired chunks' compute; arXiv 2412.19437 sec. 3.2.1)."""
     pp_embedding_part: bool = False
     """The token embedding counts as one layer-equivalent part of the pipeline split, on the
     first stage's first chunk (Megatron-LM's ``--account-for-embedding-in-pipeline-split``):
@@ -350,6 +352,12 @@ class ParallelLayout:
     expert) rows of a rank's ``T`` tokens, the rest dropped and short experts padded to it
     (Megatron-Core's ``--moe-expert-capacity-factor`` with
     ``--moe-pad-expert-input-to-capacity``); None: dropless, Megatron's default."""
+    mtp_layers: int | None = None
+    """Multi-token-prediction depth trained beside the model (Megatron-Core's
+    ``--mtp-num-layers``: megatron/training/arguments.py; DeepSeek-V3's MTP module, arXiv
+    2412.19437 sec. 2.2): each depth one more transformer block (a copy of the model's last
+    layer), a 2H -> H projection and its norms, on the last pipeline stage, the embedding and
+    the output head shared with the model; None: none trained."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8

@@ -27,7 +27,7 @@ BOUNDS_OF = {
     "lora_dropout": "fraction", "max_grad_norm": "grad_norm", "zero": "zero",
     "first_last_layers_bf16": "edge_layers", "pp_first_stage_layers": "grad_accum",
     "pp_last_stage_layers": "grad_accum", "etp": "gpus",
-    "moe_capacity_factor": "capacity_factor",
+    "moe_capacity_factor": "capacity_factor", "mtp_layers": "edge_layers",
 }
 
 #: Longest string a name field takes.

@@ -216,7 +216,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
     "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers",
-    "pp_last_stage_layers", "etp", "moe_capacity_factor", "micro_batches", "gpus_per_node",
+    "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
@@ -354,6 +354,13 @@ def _check_across(job: Job) -> None:
                          f"expert capacity; use {opt('engine')} megatron or drop "
                          f"{opt('moe_capacity_factor')}", field="moe_capacity_factor",
                          value=job.moe_capacity_factor, fix={"engine": "megatron"})
+    if job.mtp_layers and job.engine != "megatron":
+        # Megatron-Core trains MTP (--mtp-num-layers); transformers builds no MTP module
+        raise InputError(f"{opt('mtp_layers')} {job.mtp_layers} under {opt('engine')} "
+                         f"{job.engine}: only Megatron-Core trains a multi-token-prediction "
+                         f"module here; use {opt('engine')} megatron or drop "
+                         f"{opt('mtp_layers')}", field="mtp_layers", value=job.mtp_layers,
+                         fix={"engine": "megatron"})
 
 
 def _plain(value: object) -> object:

@@ -29,7 +29,7 @@ from ..models import Model
 from .activations import TrainActivations, regime_for, train_activations
 from .activations.profile import Shard
 from ..parallel import (Layout, check_layout, chunk_forwards, in_flight, layout_notes, layout_of,
-                     rank_model)
+                     mtp_rank_params, rank_model)
 from .moe_ep import EpExchange, ep_exchange
 from .results import TrainMemory
 from .shape import seq_for
@@ -107,6 +107,7 @@ class StagePlan:
         v = self.layout.chunks
         live, idle = self.layer_chunks()
         held = max(0, self.in_flight - idle - live) * act.kept_bytes // live
+        held += self.mtp_kept(act.kept_bytes)
         fwd = self.buffers(False)
         bwd = self.buffers(True, in_layers=not act.backward_detail.startswith("end of backward"))
         summary = act.summary
@@ -117,6 +118,17 @@ class StagePlan:
                        backward_peak=act.backward_peak + held,
                        forward_temporaries=act.forward_temporaries + fwd,
                        backward_temporaries=act.backward_temporaries + bwd, summary=summary)
+
+    def mtp_kept(self, kept: int) -> int:
+        """What the MTP modules keep for backward on this stage: each depth one layer's share of
+        the stage's kept activations (``kept`` over its layers) for every micro-batch in flight
+        (the last stage; rank 0 too under DualPipe). Its head's logits are not added."""
+        lay = self.layout
+        holds = self.index == lay.pp - 1 or (lay.dual and self.index == 0)
+        if not (lay.mtp_layers and holds and self.layers):
+            return 0
+        whole = max(1, self.in_flight // lay.chunks)
+        return lay.mtp_layers * whole * kept // len(self.layers)
 
     def layer_chunks(self) -> tuple[int, int]:
         """(this stage's chunks that hold transformer layers, in-flight micro-batches of its
@@ -184,7 +196,8 @@ def rank_job(job: Job, lay: Layout) -> Job:
     return job._evolve(gpus=lay.zero_group, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
                        distribute_checkpoints=False,
                        pp_schedule="1f1b", micro_batches=None, grad_accum=accum,
-                       pp_embedding_part=False, pp_loss_part=False)
+                       pp_embedding_part=False, pp_loss_part=False,
+                       mtp_layers=None)  # the stage plan adds the MTP modules itself
 
 
 def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: int) -> States:
@@ -201,6 +214,30 @@ def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: 
     fix = {f: getattr(st, f) + getattr(b, f) - getattr(a, f)
            for f in ("weights_trainable", "grads", "master", "opt", "host", "step_tmp")}
     return replace(st, **fix)
+
+
+#: The model states that scale with the parameters a rank holds.
+_STATE_FIELDS = ("trainable", "weights_trainable", "grads", "master", "opt", "host", "step_tmp")
+
+
+def _rank_states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout,
+                 stage: int) -> States:
+    """The states of stage ``stage``'s rank: DualPipe's rank also holds stage ``pp - 1 - stage``
+    (parameters 2x: DeepSeek-V3 report Table 2), and the last stage's the MTP modules
+    (:func:`gpuplan.parallel.mtp_rank_params`, at the stage's bytes per parameter)."""
+    st = _states(model, job, rank, rjob, lay, stage)
+    if lay.dual:
+        twin = lay.pp - 1 - stage
+        other = _states(model, job, rank_model(model, job, twin), rjob, lay, twin)
+        st = replace(st, **{f: getattr(st, f) + getattr(other, f) for f in _STATE_FIELDS})
+    holds_mtp = stage == lay.pp - 1 or (lay.dual and stage == 0)
+    extra = mtp_rank_params(model.architecture, lay) if holds_mtp else 0
+    if extra and rank.params.total:
+        share = extra / rank.params.total
+        st = replace(st, **{f: getattr(st, f) + round(getattr(st, f) * share)
+                            for f in _STATE_FIELDS if f != "trainable"},
+                     trainable=st.trainable + extra)
+    return st
 
 
 def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
@@ -222,7 +259,7 @@ def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
                       ckpt_split=lay.tp if job.distribute_checkpoints else 1)
         plans.append(StagePlan(
             index=i, layout=lay, model=rank, job=rjob,
-            states=_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,
+            states=_rank_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,
             in_flight=in_flight(lay.schedule, lay.pp, i, lay.micro_batches, lay.chunks),
             layers=layers, gpus=job.gpus, params=model.params.total,
             full_layers=arch.num_layers, notes=notes))

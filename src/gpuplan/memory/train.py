@@ -35,8 +35,9 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
     plans = stage_plans(model, job)
     if plans is None:
-        if job.moe_capacity_factor is not None:
-            check_layout(model.architecture, job)  # a capacity factor needs experts
+        if job.moe_capacity_factor is not None or job.mtp_layers:
+            # a capacity factor needs experts; MTP a layout (and a model with an MTP layer)
+            check_layout(model.architecture, job)
         st = train_states(model, job)
         # in-backward steps: one parameter's step temporaries at a time (per element stepped)
         per_elem = st.step_tmp / st.trainable if job.optimizer_in_backward and st.trainable else 0

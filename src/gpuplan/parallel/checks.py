@@ -13,7 +13,9 @@ from ..errors import InputError, opt
 from ..models import Architecture
 
 #: Pipeline schedules; ``interleaved:V`` (V model chunks per stage) is spelled with its V.
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+#: ``dualpipe``: DeepSeek-V3's bidirectional schedule (arXiv 2412.19437 sec. 3.2.1;
+#: github.com/deepseek-ai/DualPipe): each rank holds two stages (``i`` and ``pp - 1 - i``).
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 
 __all__ = ["PP_SCHEDULES", "pp_chunks", "pipeline_fix", "divisors", "nearest", "tp_fix", "part_layers",
            "uneven_parts", "check_layout"]
@@ -25,8 +27,9 @@ def pp_chunks(schedule: object) -> tuple[str, int]:
     text = str(schedule).strip().lower()
     name, _, v = text.partition(":")
     if name not in PP_SCHEDULES or (v and name != "interleaved"):
-        raise InputError(f"{opt('pp_schedule')} {schedule!r:.40}: expected gpipe, 1f1b or "
-                         "interleaved:V (V model chunks per stage, e.g. interleaved:2)",
+        raise InputError(f"{opt('pp_schedule')} {schedule!r:.40}: expected gpipe, 1f1b, "
+                         "dualpipe or interleaved:V (V model chunks per stage, e.g. "
+                         "interleaved:2)",
                          field="pp_schedule", value=schedule)
     if name != "interleaved":
         return name, 1
@@ -179,7 +182,17 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
     if cf is not None and arch is not None and not arch.num_experts:
         raise InputError(f"{opt('moe_capacity_factor')} {cf}: {arch.name} has no experts; drop "
                          f"{opt('moe_capacity_factor')}", field="moe_capacity_factor", value=cf)
+    mtp = getattr(job, "mtp_layers", None)
+    if mtp and (arch is None or not arch.mtp_params):
+        name = arch.name if arch is not None else "the model"
+        raise InputError(f"{opt('mtp_layers')} {mtp}: {name}'s config has no "
+                         "multi-token-prediction layer (num_nextn_predict_layers) to train; drop "
+                         f"{opt('mtp_layers')}", field="mtp_layers", value=mtp)
     if job.tp == job.pp == job.cp == job.ep == 1:
+        if mtp:  # the single-GPU accounting has no MTP module: only the per-rank model does
+            raise InputError(f"{opt('mtp_layers')} {mtp} is counted on a parallel layout's last "
+                             f"stage; give {opt('pp')} or {opt('ep')} 2 or more, or drop "
+                             f"{opt('mtp_layers')}", field="mtp_layers", value=mtp)
         return
     if arch is None:
         raise InputError("tp/pp/cp/ep > 1 needs the architecture (a catalog name or a "
@@ -222,7 +235,9 @@ def _check_tp(arch: Architecture, job: object, seq: int | None) -> None:
 
 
 def _check_pp(arch: Architecture, job: object) -> None:
-    _, chunks = pp_chunks(job.pp_schedule)
+    name, chunks = pp_chunks(job.pp_schedule)
+    if name == "dualpipe" and job.pp > 1:
+        _check_dualpipe(job)
     parts = job.pp * chunks
     first, last = job.pp_first_stage_layers, job.pp_last_stage_layers
     if first is not None or last is not None:
@@ -243,6 +258,22 @@ def _check_pp(arch: Architecture, job: object) -> None:
                          f"{parts} pipeline parts; use "
                          f"{pipeline_fix(arch.num_layers, job.pp, chunks)}",
                          field="pp", value=job.pp)
+
+
+def _check_dualpipe(job: object) -> None:
+    """DualPipe feeds micro-batches from both ends of the pipeline, half each way: the stages
+    pair up (``i`` with ``pp - 1 - i``) and the micro-batches split in two (DeepSeek-V3 report
+    sec. 3.2.1: "both the pipeline stages and micro-batches be divisible by 2";
+    deepseek-ai/DualPipe README)."""
+    if job.pp % 2:
+        raise InputError(f"{opt('pp')} {job.pp}: dualpipe pairs stage i with stage pp-1-i; use "
+                         f"an even {opt('pp')} ({job.pp - 1} or {job.pp + 1})", field="pp",
+                         value=job.pp)
+    m = job.micro_batches or job.grad_accum
+    if m % 2:
+        raise InputError(f"{opt('micro_batches')} {m}: dualpipe feeds half the micro-batches "
+                         f"from each end; use an even count ({m + 1})", field="micro_batches",
+                         value=m)
 
 
 def _check_cp_ep(arch: Architecture, job: object, seq: int | None) -> None:

@@ -37,16 +37,19 @@ Conventions (each stated where a number depends on it):
 from __future__ import annotations
 
 import functools
+import math
 
 from dataclasses import replace
 
 from .._record import record
 from .checks import check_layout, part_layers, pp_chunks
 from .moe_ep import dropped_fraction_balanced, dropped_fraction_uniform, expert_capacity
+from ..errors import InputError, opt
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
-           "in_flight", "chunk_forwards", "rank_model", "layout_notes"]
+           "in_flight", "chunk_forwards", "rank_model", "layout_notes", "mtp_params",
+           "mtp_active_params", "mtp_rank_params"]
 
 #: The token embedding and output head are split over the TP group (Megatron-LM always does).
 VOCAB_PARALLEL = True
@@ -77,7 +80,8 @@ class Layout:
     dp: int = 1
     sequence_parallel: bool = False
     schedule: str = "1f1b"
-    """The pipeline schedule's name: gpipe, 1f1b or interleaved (its chunks: ``chunks``)."""
+    """The pipeline schedule's name: gpipe, 1f1b, interleaved (its chunks: ``chunks``) or
+    dualpipe (two stages a rank, :attr:`dual`)."""
     chunks: int = 1
     """Model chunks per stage (interleaved:V)."""
     micro_batches: int = 1
@@ -93,6 +97,8 @@ class Layout:
     """Expert tensor-parallel degree; None: ``tp`` (no folding)."""
     moe_capacity_factor: float | None = None
     """MoE drop-and-pad capacity factor (:mod:`.moe_ep`); None: dropless."""
+    mtp_layers: int = 0
+    """Multi-token-prediction depth trained on the last stage (:func:`mtp_params`)."""
     batch: int = 1
     """Sequences per micro-batch per data-parallel rank."""
     seq: int = 2048
@@ -125,7 +131,8 @@ class Layout:
                    embedding_part=job.pp_embedding_part, loss_part=job.pp_loss_part,
                    first_stage_layers=job.pp_first_stage_layers,
                    last_stage_layers=job.pp_last_stage_layers, etp=job.etp,
-                   moe_capacity_factor=job.moe_capacity_factor, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
+                   moe_capacity_factor=job.moe_capacity_factor,
+                   mtp_layers=job.mtp_layers or 0, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
                    checkpointing=job.checkpointing,
                    distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding)
 
@@ -141,6 +148,12 @@ class Layout:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def dual(self) -> bool:
+        """DualPipe: each rank holds the parameters of two stages, ``i`` and ``pp - 1 - i``
+        (the report's Table 2: parameters 2x)."""
+        return self.schedule == "dualpipe" and self.pp > 1
 
     @property
     def trivial(self) -> bool:
@@ -213,6 +226,8 @@ class Layout:
                        pp_last_stage_layers=self.last_stage_layers)
         if self.etp is not None:
             out["etp"] = self.etp
+        if self.mtp_layers:
+            out["mtp_layers"] = self.mtp_layers
         return out
 
     def degrees_dict(self) -> dict:
@@ -239,6 +254,50 @@ class Layout:
 
     def _split(self) -> tuple[int | None, int | None]:
         return (self.first_stage_layers, self.last_stage_layers) if self.uneven else (None, None)
+
+
+def mtp_params(arch: Architecture, depth: int) -> int:
+    """Parameters ``depth`` multi-token-prediction modules add to training (DeepSeek-V3 report,
+    arXiv 2412.19437 sec. 2.2: each module a transformer block, a 2H -> H projection and two
+    RMSNorms, the embedding and the output head shared with the main model): the checkpoint's
+    MTP layer (``arch.mtp_params``, :func:`gpuplan.models._modern._mtp`: block, norms,
+    projection and its own copies of the embedding and head) less those two copies. 0 when
+    ``depth`` is 0; raises when the architecture holds no MTP layer to copy."""
+    if not depth:
+        return 0
+    if not arch.mtp_layers or not arch.mtp_params:
+        raise InputError(f"{opt('mtp_layers')} {depth}: {arch.name}'s config has no "
+                         "multi-token-prediction layer (num_nextn_predict_layers) to train; drop "
+                         f"{opt('mtp_layers')}", field="mtp_layers", value=depth)
+    one = arch.mtp_params // arch.mtp_layers - 2 * arch.vocab_size * arch.hidden_size
+    return depth * one
+
+
+def mtp_active_params(arch: Architecture, depth: int) -> int:
+    """Of :func:`mtp_params`, those one token runs through: the routed experts it is not sent
+    to left out (``(E - k) x 3 H x W`` per module, gated experts)."""
+    if not depth:
+        return 0
+    idle = 0
+    if arch.num_experts:
+        mats = 3 if arch.mlp == "gated" else 2
+        idle = (arch.num_experts - arch.experts_per_token) * mats * arch.hidden_size \
+            * (arch.moe_intermediate_size or arch.intermediate_size)
+    return mtp_params(arch, depth) - depth * idle
+
+
+def mtp_rank_params(arch: Architecture, lay: Layout) -> int:
+    """The last stage's rank's share of the MTP modules' parameters (:func:`mtp_params`): their
+    routed experts over EP (and expert TP), the rest over TP."""
+    mtp = mtp_params(arch, lay.mtp_layers)
+    if not mtp:
+        return 0
+    expert = 0
+    if arch.is_moe and lay.ep > 1:
+        mats = 3 if arch.mlp == "gated" else 2
+        expert = lay.mtp_layers * arch.num_experts * mats * arch.hidden_size \
+            * (arch.moe_intermediate_size or arch.intermediate_size)
+    return math.ceil((mtp - expert) / lay.tp + expert / (lay.ep * lay.expert_tp))
 
 
 def layout_of(job) -> Layout:
@@ -308,10 +367,14 @@ def in_flight(schedule: str, pp: int, stage: int, micro_batches: int, chunks: in
     ``v`` chunks (Narayanan et al. 2021; Megatron-LM's ``forward_backward_pipelining_with_
     interleaving``): ``2 (pp - i - 1) + (v - 1) pp`` warm-up chunk forwards plus one, at most
     ``m v`` -- on the first stage ``pp v + pp - 1`` chunks, i.e. activations of ``L (1 + (pp - 1)
-    / (pp v))`` layers (Korthikanti et al. 2022, sec. 4.2.3)."""
+    / (pp v))`` layers (Korthikanti et al. 2022, sec. 4.2.3). DualPipe (DeepSeek-V3 report,
+    arXiv 2412.19437, Table 2; deepseek-ai/DualPipe README's table): ``pp + 1`` micro-batches of
+    a stage's activations on every rank, at most ``m``."""
     m = micro_batches
     if schedule == "gpipe":
         return m * chunks
+    if schedule == "dualpipe":
+        return min(m, pp + 1)
     if schedule == "interleaved":
         return min(m * chunks, 2 * (pp - stage - 1) + (chunks - 1) * pp + 1)
     return min(m, pp - stage)
