@@ -37,3 +37,31 @@ def test_fp8_attention_with_the_fp8_cache_is_expressed_by_the_cache(engine, cach
               kv_dtype="fp8")
     args = shlex.split(export_plan(job, engine).splitlines()[0])
     assert args[args.index(cache_flag) + 1] == cache_value
+
+
+# -- --first-last-layers-bf16 past half the blocks ------------------------------------------
+# The speed model refused it; `gpuplan fit --no-speed` (the memory alone) planned it, clamping
+# the narrow blocks to none, so the two commands disagreed on the same job. Qwen3-30B-A3B has 48
+# blocks (its config.json num_hidden_layers): 2 x 24 = 48 leaves none narrow, 23 is the most.
+
+@pytest.mark.parametrize("edge", [24, 30])
+def test_memory_refuses_edge_layers_that_leave_no_block_narrow(edge):
+    from gpuplan.memory import train_memory
+    from gpuplan.models import load_model
+
+    job = Job(model="qwen3-30b-a3b", mode="train", precision="fp8-delayed",
+              first_last_layers_bf16=edge)
+    with pytest.raises(InputError) as e:
+        train_memory(load_model("qwen3-30b-a3b"), job)
+    assert str(e.value) == (f"first_last_layers_bf16 {edge}: {2 * edge} of the model's 48 "
+                            "blocks would be BF16, none narrow; give at most 23")
+    assert e.value.fix == {"first_last_layers_bf16": 23}
+
+
+def test_memory_and_speed_agree_on_the_largest_edge():
+    from gpuplan.fit import plan
+
+    job = Job(model="qwen3-30b-a3b", mode="train", precision="fp8-delayed",
+              first_last_layers_bf16=23)
+    p = plan(job, ["H100-SXM-80GB"], speed=True, suggest=False)  # both accept 23 of 48
+    assert p.train is not None and p.speed is not None
