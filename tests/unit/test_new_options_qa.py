@@ -65,3 +65,24 @@ def test_memory_and_speed_agree_on_the_largest_edge():
               first_last_layers_bf16=23)
     p = plan(job, ["H100-SXM-80GB"], speed=True, suggest=False)  # both accept 23 of 48
     assert p.train is not None and p.speed is not None
+
+
+# -- a second --gpu on a one-GPU command ----------------------------------------------------
+# `gpuplan speed/cluster/capacity --gpu H100 --gpu A100` planned the A100 alone without a word
+# (argparse keeps the last value), while POST /api/speed refuses a list.
+
+@pytest.mark.parametrize("command", ["speed", "cluster", "capacity"])
+def test_a_second_gpu_is_refused_not_replaced(command, capsys):
+    from gpuplan.cli import main
+
+    argv = [command, "llama-3.1-8b", "--mode", "infer", "--gpu", "H100-SXM-80GB",
+            "--gpu", "A100-SXM-80GB", *(["--rate", "1"] if command == "capacity" else [])]
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("gpuplan: error: --gpu given twice (H100-SXM-80GB, A100-SXM-80GB): this "
+                       "command plans one GPU; run it once per GPU, or judge several with "
+                       f"`gpuplan fit --gpu A --gpu B` (see `gpuplan {command} --help`)")
