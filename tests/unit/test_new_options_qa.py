@@ -86,3 +86,33 @@ def test_a_second_gpu_is_refused_not_replaced(command, capsys):
     assert err[-1] == ("gpuplan: error: --gpu given twice (H100-SXM-80GB, A100-SXM-80GB): this "
                        "command plans one GPU; run it once per GPU, or judge several with "
                        f"`gpuplan fit --gpu A --gpu B` (see `gpuplan {command} --help`)")
+
+
+# -- infer_precision auto over a mixed GPU list ---------------------------------------------
+# One format serves the list (formats.resolve_infer_precision): SGLang loads gpt-oss's MXFP4 on
+# Hopper only, so H100 + A100 plans bf16 everywhere. The H100 row then said "does not fit"
+# while the note named only the A100 and `fit --gpu H100-SXM-80GB` alone said "fits" (mxfp4).
+
+def test_mixed_list_note_names_the_gpu_that_would_load_the_shipped_format():
+    from gpuplan.fit import plan
+
+    job = Job(model="gpt-oss-120b", mode="infer", engine="sglang")
+    mixed = plan(job, ["H100-SXM-80GB", "A100-SXM-80GB"], suggest=False)
+    alone = plan(job, ["H100-SXM-80GB"], suggest=False)
+    assert (mixed.infer.precision, alone.infer.precision) == ("bf16", "mxfp4")
+    assert ("planned in bf16: engine sglang dequantizes the mxfp4 checkpoint to bf16 on "
+            "A100-SXM-80GB; one format serves the whole list, so it is bf16 on H100-SXM-80GB "
+            "too (name that GPU alone for its mxfp4 plan) (give --infer-precision mxfp4 to plan "
+            "the shipped format)") in mixed.notes
+    # bf16 weights: 2 bytes a parameter of the 116.83B, more than an 80 GB card by itself
+    assert mixed.infer.total_bytes > 2 * 116_829_156_672 > alone.infer.total_bytes
+
+
+def test_a_list_no_gpu_of_which_loads_it_keeps_the_short_note():
+    from gpuplan.fit import plan
+
+    p = plan(Job(model="gpt-oss-120b", mode="infer", engine="sglang"),
+             ["A100-SXM-80GB", "MI300X"], suggest=False)
+    assert ("planned in bf16: engine sglang dequantizes the mxfp4 checkpoint to bf16 on "
+            "A100-SXM-80GB, MI300X (give --infer-precision mxfp4 to plan the shipped format)"
+            ) in p.notes
