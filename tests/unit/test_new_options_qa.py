@@ -116,3 +116,18 @@ def test_a_list_no_gpu_of_which_loads_it_keeps_the_short_note():
     assert ("planned in bf16: engine sglang dequantizes the mxfp4 checkpoint to bf16 on "
             "A100-SXM-80GB, MI300X (give --infer-precision mxfp4 to plan the shipped format)"
             ) in p.notes
+
+
+# -- capacity --sweep at the top of the accepted load ----------------------------------------
+# --rate 1e6 is accepted (<= 10^6), but the sweep's 1.25x point failed as "--rate 1250000.0: out
+# of range", a value the user never gave. Now refused up front, naming the sweep.
+
+def test_sweep_past_the_load_bound_names_the_sweep(capsys):
+    from gpuplan.cli import main
+
+    rc = main(["capacity", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--engine", "vllm",
+               "--rate", "1e6", "--sweep"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "gpuplan: error: --sweep runs up to 2x the load: --rate 1e+06 would reach 2e+06, over "
+        "the 10^6 accepted; give --rate 500000 or less, or drop --sweep")
