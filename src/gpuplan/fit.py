@@ -387,8 +387,13 @@ def _resolve_format(model: Model, job: Job, gpus: list[GPU]) -> tuple[Job, tuple
         return out, (f"planned in {shipped}, the format the checkpoint ships in (give "
                      "--infer-precision bf16 to plan it dequantized)",)
     which = ", ".join(g.name for g in gpus if not loads_shipped(arch, job.engine, g.architecture))
+    loads = ", ".join(dict.fromkeys(g.name for g in gpus
+                                    if loads_shipped(arch, job.engine, g.architecture)))
+    also = (f"; one format serves the whole list, so it is bf16 on {loads} too (name that GPU "
+            f"alone for its {shipped} plan)" if loads else "")
     return out, (f"planned in bf16: engine {job.engine} dequantizes the {shipped} checkpoint to "
-                 f"bf16 on {which} (give --infer-precision {shipped} to plan the shipped format)",)
+                 f"bf16 on {which}{also} (give --infer-precision {shipped} to plan the "
+                 "shipped format)",)
 
 
 def _engine_budgets(model: Model, job: Job, gpus: list[GPU],

@@ -34,7 +34,7 @@ from typing import Literal
 from ._record import record
 from .errors import InputError, opt, shown
 
-__all__ = ["NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_ENGINE", "narrow_recipe",
+__all__ = ["narrow_blocks", "NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_ENGINE", "narrow_recipe",
            "check_narrow_on", "fp8_weight_bytes", "amax_history_bytes", "cast_bytes_per_element",
            "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL",
            "gathered_bytes_per_element", "narrow_elements"]
@@ -257,3 +257,15 @@ def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
 
 def shown_recipes() -> str:
     return ", ".join(shown(n) for n in NARROW_RECIPES)
+
+
+def narrow_blocks(layers: int, edge: int) -> int:
+    """How many of ``layers`` blocks run narrow when the first ``edge`` and the last ``edge`` stay
+    BF16 (Megatron ``--first-last-layers-bf16``); refused in one line where none would be left
+    narrow -- the one home of that check, read by the memory and the speed model alike."""
+    if edge > 0 and 2 * edge >= layers:
+        raise InputError(f"{opt('first_last_layers_bf16')} {edge}: {2 * edge} of the model's "
+                         f"{layers} blocks would be BF16, none narrow; give at most "
+                         f"{max(0, (layers - 1) // 2)}", field="first_last_layers_bf16",
+                         value=edge, fix={"first_last_layers_bf16": max(0, (layers - 1) // 2)})
+    return layers - 2 * max(0, edge)

@@ -122,6 +122,7 @@ def _inputs(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..capacity._plan import SWEEP_FACTORS
     from ..capacity._search import solve
     from ..errors import InputError, opt
     from ..hardware import resolve_gpu
@@ -143,6 +144,13 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep and make_at is None:
         raise InputError("--sweep varies a synthetic workload's load: give --rate or "
                          "--concurrency instead of --workload")
+    if args.sweep:  # the sweep's top point, 2x the load, must itself be a load accepted
+        top = max(SWEEP_FACTORS)
+        load, name = (conc, "--concurrency") if conc is not None else (rate, "--rate")
+        if load * top > 10**6:
+            raise InputError(f"--sweep runs up to {top:g}x the load: {name} {load:g} would "
+                             f"reach {load * top:g}, over the 10^6 accepted; give {name} "
+                             f"{10**6 / top:g} or less, or drop --sweep")
     price = _num(args.price, "--price", "price")
     hit = _num(args.prefix_hit, "--prefix-hit", "fraction")
     kw = dict(engine_version=args.engine_version,

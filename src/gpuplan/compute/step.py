@@ -17,7 +17,7 @@ from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import (TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
                        optimizer_state_bytes)
-from ..fp8 import NARROW_RECIPES, cast_bytes_per_element, check_narrow_on
+from ..fp8 import NARROW_RECIPES, cast_bytes_per_element, check_narrow_on, narrow_blocks
 from ..hardware import all_gpus
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
@@ -766,11 +766,7 @@ def keep_edges_wide(fwd: Sequence[Op], layers: int, edge: int) -> list[Op]:
     a layer group unlike the rest, MoE beside dense, is taken at the stack's share)."""
     if edge <= 0:
         return list(fwd)
-    if 2 * edge >= layers:
-        raise InputError(f"{opt('first_last_layers_bf16')} {edge}: {2 * edge} of the model's "
-                         f"{layers} blocks would be BF16, none narrow; give at most "
-                         f"{max(0, (layers - 1) // 2)}", field="first_last_layers_bf16",
-                         value=edge, fix={"first_last_layers_bf16": max(0, (layers - 1) // 2)})
+    narrow_blocks(layers, edge)
     out: list[Op] = []
     for o in fwd:
         if o in _narrow_linears([o]):

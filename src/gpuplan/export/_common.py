@@ -17,7 +17,7 @@ from ..errors import InputError, opt
 from ..job import Job, default_job
 from ..models import Model
 
-__all__ = ["refuse", "check_expressed", "train_only", "infer_only", "accumulation", "flag",
+__all__ = ["refuse", "check_expressed", "train_only", "infer_only", "fp8_attention_by_kv", "accumulation", "flag",
            "hub_repo", "num_machines", "write_yaml", "write_toml", "TRAIN_FIELDS", "INFER_FIELDS"]
 
 #: Job fields a training engine must either express or refuse (the rest describe the hardware
@@ -33,7 +33,7 @@ TRAIN_FIELDS = ("optimizer_states", "fused_optimizer", "zero", "offload_optimize
 #: The same for a serving engine (the training-only fields of a ``--mode both`` job are the
 #: training side's).
 INFER_FIELDS = ("kv_dtype", "attention", "tp", "pp", "cp", "ep", "sequence_parallel",
-                "prefill_logits", "runtime")
+                "prefill_logits", "runtime", "fp8_attention")
 
 
 def flag(field: str) -> str:
@@ -83,6 +83,18 @@ def infer_only(job: Job, engine: str) -> None:
         raise refuse(engine, f"writes a serving command and this plan has {opt('mode')} train; "
                      f"use {opt('mode')} infer (or both)", field="mode", value=job.mode,
                      fix={"mode": "infer"})
+
+
+def fp8_attention_by_kv(job: Job, engine: str) -> None:
+    """A serving engine whose FP8 attention is selected by its FP8 KV cache (vLLM's and SGLang's
+    FlashAttention-3 backend: :data:`gpuplan.engines.profiles.FP8_ATTENTION` ``kv_selects``)
+    expresses the job's ``fp8_attention`` by its ``--kv-cache-dtype fp8`` and has no switch of
+    its own: refused with a 16-bit cache rather than dropped."""
+    if job.fp8_attention and job.kv_dtype != "fp8":
+        raise refuse(engine, f"{opt('fp8_attention')} has no {engine} setting of its own: its "
+                     "FP8 attention is selected by the FP8 KV cache; give "
+                     f"{opt('kv_dtype')} fp8 too, or drop {opt('fp8_attention')}",
+                     field="fp8_attention", value=True, fix={"kv_dtype": "fp8"})
 
 
 def accumulation(job: Job, engine: str) -> int:

@@ -30,13 +30,14 @@ import shlex
 from ..errors import opt
 from ..job import Job, default_seq
 from ..models import Model
-from ._common import INFER_FIELDS, check_expressed, hub_repo, infer_only, refuse
+from ._common import (INFER_FIELDS, check_expressed, fp8_attention_by_kv, hub_repo,
+                      infer_only, refuse)
 from .vllm import _PACKED, _WEIGHTS, _config_quant_method
 
 __all__ = ["export", "SERVER_FLAGS", "ROUTER_FLAGS", "BASE_PORT", "ROUTER_PORT"]
 
 ENGINE = "sglang"
-_EXPRESSED = frozenset({"kv_dtype", "tp", "pp", "ep", "runtime"})
+_EXPRESSED = frozenset({"kv_dtype", "tp", "pp", "ep", "runtime", "fp8_attention"})
 #: The flags this writer may emit, with where SGLang defines them (tests check against them).
 SERVER_FLAGS = ("--model-path", "--tp-size", "--pp-size", "--ep-size", "--dtype",
                 "--quantization", "--kv-cache-dtype", "--context-length",
@@ -94,6 +95,7 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
     simulated); unset, the plan's batch and SGLang's defaults are written."""
     infer_only(job, ENGINE)
     check_expressed(job, ENGINE, INFER_FIELDS, _EXPRESSED)
+    fp8_attention_by_kv(job, ENGINE)
     if job.runtime == "eager":
         raise refuse(ENGINE, f"{opt('runtime')} eager: SGLang's disable_cuda_graph is no "
                      "longer a command-line field of its server_args; use the default runtime",

@@ -60,10 +60,11 @@ import shlex
 from ..errors import InputError, opt, shown
 from ..job import Job, default_seq
 from ..models import Model
-from ._common import INFER_FIELDS, check_expressed, hub_repo, infer_only, refuse
+from ._common import (INFER_FIELDS, check_expressed, fp8_attention_by_kv, hub_repo,
+                      infer_only, refuse)
 
 ENGINE = "vllm"
-_EXPRESSED = frozenset({"kv_dtype", "tp", "pp", "ep", "runtime"})
+_EXPRESSED = frozenset({"kv_dtype", "tp", "pp", "ep", "runtime", "fp8_attention"})
 #: weight format -> (--dtype, --quantization on the model's own 16-bit repository)
 _WEIGHTS = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "fp32": ("float32", None),
             "fp8": ("bfloat16", "fp8"), "nf4": ("bfloat16", "bitsandbytes"),
@@ -154,6 +155,7 @@ def export(job: Job, model: Model, *, repo: str | None = None) -> str:
     it is not the model's own (a quantized checkpoint of it)."""
     infer_only(job, ENGINE)
     check_expressed(job, ENGINE, INFER_FIELDS, _EXPRESSED)
+    fp8_attention_by_kv(job, ENGINE)
     served, dtype, quant = _weights(job, model, check_repo(repo))
     context = job.context or job.seq or default_seq(model.architecture)
     args = ["vllm", "serve", served, "--tensor-parallel-size", str(job.tp),

@@ -16,7 +16,7 @@ from ..formats import (
     BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
     weights_bytes_in_format,
 )
-from ..fp8 import NARROW_RECIPES, amax_history_bytes, fp8_weight_bytes
+from ..fp8 import NARROW_RECIPES, amax_history_bytes, fp8_weight_bytes, narrow_blocks
 from ..job import Job
 from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
@@ -189,7 +189,7 @@ def _narrow_states(job: Job, trained: _Trained, layers: int = 0) -> tuple[int, s
     lin = [t for t in trained.tensors or () if t.linear and t.component not in
            ("embeddings", "head")]
     elements = sum(t.total for t in lin) if lin else trained.count
-    keep = max(0, layers - 2 * job.first_last_layers_bf16) if layers else 0
+    keep = narrow_blocks(layers, job.first_last_layers_bf16) if layers else 0
     if job.first_last_layers_bf16 and layers:  # those blocks are BF16 layers: no narrow copies
         elements = elements * keep // layers
     copies, dropped, label = fp8_weight_bytes(recipe, elements, "Hopper",
