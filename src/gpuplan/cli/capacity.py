@@ -121,8 +121,24 @@ def _inputs(args):
     return wl, make, slo, rate, conc, make_at
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_sweep(make_at, rate, conc) -> None:
+    """A sweep varies a synthetic workload's load up to 2x: refused on a workload file, or
+    where its top point would be a load not accepted."""
     from ..capacity._plan import SWEEP_FACTORS
+    from ..errors import InputError
+
+    if make_at is None:
+        raise InputError("--sweep varies a synthetic workload's load: give --rate or "
+                         "--concurrency instead of --workload")
+    top = max(SWEEP_FACTORS)
+    load, name = (conc, "--concurrency") if conc is not None else (rate, "--rate")
+    if load * top > 10**6:
+        raise InputError(f"--sweep runs up to {top:g}x the load: {name} {load:g} would "
+                         f"reach {load * top:g}, over the 10^6 accepted; give {name} "
+                         f"{10**6 / top:g} or less, or drop --sweep")
+
+
+def run(args: argparse.Namespace) -> int:
     from ..capacity._search import solve
     from ..errors import InputError, opt
     from ..hardware import resolve_gpu
@@ -141,16 +157,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--engine {job.engine}: capacity simulates vllm, sglang, trt-llm")
         engine = "vllm"
     wl, make, slo, rate, conc, make_at = _inputs(args)
-    if args.sweep and make_at is None:
-        raise InputError("--sweep varies a synthetic workload's load: give --rate or "
-                         "--concurrency instead of --workload")
-    if args.sweep:  # the sweep's top point, 2x the load, must itself be a load accepted
-        top = max(SWEEP_FACTORS)
-        load, name = (conc, "--concurrency") if conc is not None else (rate, "--rate")
-        if load * top > 10**6:
-            raise InputError(f"--sweep runs up to {top:g}x the load: {name} {load:g} would "
-                             f"reach {load * top:g}, over the 10^6 accepted; give {name} "
-                             f"{10**6 / top:g} or less, or drop --sweep")
+    if args.sweep:
+        _check_sweep(make_at, rate, conc)
     price = _num(args.price, "--price", "price")
     hit = _num(args.prefix_hit, "--prefix-hit", "fraction")
     kw = dict(engine_version=args.engine_version,
@@ -220,7 +228,7 @@ def _export(engine: str, model, job, res) -> str:
         raise InputError(f"{opt('export')} {engine}: capacity writes a vllm or sglang command",
                          field="export", value=engine, accepted="vllm, sglang")
     if res.engine != engine:
-        raise InputError(f"{opt('export')} {engine} of an {res.engine} deployment: give "
+        raise InputError(f"{opt('export')} {engine} of a {res.engine} deployment: give "
                          f"{opt('engine')} {engine}", field="export", value=engine)
     lay, sch = res.layout, res.scheduler
     max_len = res.kv["max_model_len"]
