@@ -131,3 +131,32 @@ def test_sweep_past_the_load_bound_names_the_sweep(capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "gpuplan: error: --sweep runs up to 2x the load: --rate 1e+06 would reach 2e+06, over "
         "the 10^6 accepted; give --rate 500000 or less, or drop --sweep")
+
+
+def test_expert_parallel_serving_of_a_dense_model_is_refused():
+    """--ep on a model without experts is one line in inference too (training refused it; a
+    serving job of TP x PP 1 skipped the layout check and the vLLM export wrote
+    --enable-expert-parallel for a dense Llama)."""
+    import pytest
+
+    from gpuplan.errors import InputError
+    from gpuplan.job import Job
+    from gpuplan.memory import infer_memory
+    from gpuplan.models import load_model
+
+    m = load_model("llama-3.1-8b")
+    with pytest.raises(InputError, match=r"has no experts; drop"):
+        infer_memory(m, Job(model=m, mode="infer", engine="vllm", ep=2, gpus=2))
+
+
+def test_no_export_writes_expert_parallelism_for_a_dense_model():
+    import pytest
+
+    from gpuplan.errors import InputError
+    from gpuplan.export import export_plan
+    from gpuplan.job import Job
+
+    for engine in ("vllm", "sglang"):
+        job = Job(model="llama-3.1-8b", mode="infer", engine=engine, ep=2, gpus=2)
+        with pytest.raises(InputError, match=r"has no experts; drop"):
+            export_plan(job, engine)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..engines.profiles import get_engine
 from ..errors import InputError, closest, opt
-from ..job import Job
+from ..job import Job, check_layout
 from ..models import Model, load_model
 from . import accelerate, deepspeed, fsdp, megatron, sglang, torchtitan, vllm
 
@@ -45,6 +45,8 @@ def export_plan(job: Job, engine: str, *, model: Model | None = None,
                          field="export_repo", value=repo)
     if model is None:
         model = job.model if isinstance(job.model, Model) else load_model(job.model)
+    if job.ep > 1:  # the layout the plan refuses is not written either
+        check_layout(model.architecture, job)
     return vllm.export(job, model, repo=repo) if name == "vllm" else writer(job, model)
 
 

@@ -35,6 +35,8 @@ def infer_memory(model: Model, job: Job, *, tensor_parallel: int = 1,
     memory_args(model, job, overhead_level, overhead_overrides)
     int_arg(tensor_parallel, "tensor_parallel", "gpus")
     job = job.resolve_infer(model.architecture)  # no GPU named: auto = the shipped format
+    if job.ep > 1:  # a serving layout of TP x PP 1 is trivial, but its EP must still split experts
+        check_layout(model.architecture, job)
     if not layout_of(job).trivial:
         return _infer_layout(model, job, overhead_level=overhead_level,
                              overhead_overrides=overhead_overrides)
