@@ -173,7 +173,7 @@ def _replay(tensors: tuple[ParamTensor, ...], layers: int, tied: bool, full: boo
     # (stage3.py) -- checked against DeepSpeed itself (tests/integration/
     # test_zero3_deepspeed_oracle.py).
     uses, kept = _merge_idle(uses, len(uses) - len(pre))
-    live, where, fetched, _ = _coordinator(uses, numel, knobs, kept)
+    live, where, fetched, _ = _coordinator(uses, knobs, kept)
     return Gathered(live=live, persisted=persisted, where=where, fetched=fetched,
                     partitioned=sum(numel.values()))
 
@@ -491,7 +491,7 @@ def _try_skip(j: int, ptr: int, available: int, fetched: int, steps: int, owners
             (run_p, run_q, run_end, base, next_try, gap, base_state, base_fetched), False)
 
 
-def _coordinator(uses: list[_Use], numel: dict[str, int], knobs: _Knobs,
+def _coordinator(uses: list[_Use], knobs: _Knobs,
                  kept: frozenset[int] = frozenset()) -> tuple[int, str, int, int]:
     """Replay DeepSpeed's fetch, prefetch and release over ``uses`` (those in ``kept`` release
     nothing); the most non-persisted elements gathered at once, the modules gathered then, the
