@@ -16,7 +16,6 @@ from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
 from gpuplan.memory import KVBudget, kv_budget
-from gpuplan.memory.budget import SAMPLER_COPIES
 from gpuplan.models import load_model
 
 H100 = get_gpu("H100-SXM-80GB")  # 85,028,896,768 bytes: the 79.19 GiB vLLM logs print
@@ -40,13 +39,12 @@ def test_vllm_default_rule_by_hand(llama8b):
     blocks of 16 tokens x 32 layers x 4 KiB. At 1,024 sequences the peak is the sampler's sort
     of 1,024 x 128,256 logits (28 bytes each: bf16 logits, fp32 copy, sorted values, int64
     indices, two bool masks, softmax, scatter) beside the 8,192 hidden states, not the forward's
-    MLP with the logits."""
+    MLP (the sampler runs after it)."""
     b = kv_budget(llama8b, H100, _job("llama-3.1-8b", "vllm"), max_model_len=8192)
     assert (b.engine, b.version, b.block_size, b.fraction) == ("vllm", "0.21", 16, 0.92)
     t, h = 8192, 4096
-    forward = (2 * t * h * 2                  # residual stream and hidden state, bf16
-               + t * 3 * 14336 * 2            # gate/up output (2 x 14,336) and SwiGLU output
-               + 1024 * 128_256 * 4 * SAMPLER_COPIES)  # with the fp32 logits
+    forward = (3 * t * h * 2                  # residual, normed input, down_proj output
+               + t * 3 * 14336 * 2)           # gate/up output (2 x 14,336) and SwiGLU output
     sort = 1024 * 128_256 * (2 + 4 + 4 + 8 + 1 + 4 + 1 + 4) + t * h * 2
     assert sort > forward
     assert b.parts["weights"] == LLAMA8B_WEIGHTS
@@ -83,7 +81,13 @@ def test_vllm_v0_profiles_the_whole_context(llama8b):
     job = _job("llama-3.1-8b", "vllm")
     b = kv_budget(llama8b, gpu, job, max_model_len=20000, engine_version="0.6.4")
     assert (b.max_num_batched_tokens, b.max_num_seqs) == (20000, 256)
-    assert b.parts["activation_peak"] / GIB == pytest.approx(2.07, rel=0.05)
+    # the forward's live tensors at the down projection: residual, normed input, gate/up,
+    # SwiGLU output, down_proj output (3 x 4,096 + 3 x 14,336 per token, bf16); the sampler's
+    # sort of 256 x 128,256 logits (0.86 GiB) runs after the forward and is smaller
+    assert b.parts["activation_peak"] == 3 * 20000 * (4096 + 14336) * 2
+    assert b.parts["activation_peak"] / GIB == pytest.approx(2.07, rel=0.01)
+    b29 = kv_budget(llama8b, gpu, job, max_model_len=29000, engine_version="0.6.4")
+    assert b29.parts["activation_peak"] / GIB == pytest.approx(2.99, rel=0.01)  # the 29K log
     assert kv_budget(llama8b, gpu, job, max_model_len=35000,
                      engine_version="0.6").max_num_batched_tokens == 512
 
@@ -202,17 +206,17 @@ def test_published_startup_logs_stay_within_the_bar():
 OUTSIDE_THE_BAR = {
     "vllm-5060ti-qwen2.5-7b-awq": "+13%: 0.8 GiB more held by 0.11 on an RTX 5060 Ti than the "
                                   "same model's 16 GB log shows; not found in vLLM's code",
-    "vllm-4070laptop-llama3b-q8-10k": "+12%: the log's activation peak (1.22 GiB) is 0.25 GiB "
-                                      "over the GGUF forward and the sampler's sort",
+    "vllm-4070laptop-llama3b-q8-10k": "+15%: the log's activation peak (1.22 GiB) is 0.31 GiB "
+                                      "over the sampler's sort (0.91), itself above the GGUF "
+                                      "forward (0.73)",
     "vllm-h100-llama70b-w8a8-2k": "-11%: a V1 run of 0.7, before the sampler was profiled "
                                   "(PR #13594); no rule models 0.7's V1",
     "sglang-4xh100-qwen3-235b-fp8": "+7%: 1.2 GiB per GPU more held before SGLang's pool",
-    "vllm-t4-qwen2.5-1.5b-32k": "-5.6%: activation peak 0.1 GiB over the log's",
 }
 
 
-@pytest.mark.xfail(strict=True, reason="5 of 17 counted logs are outside 5% of their KV "
-                   "tokens or concurrency (worst +13.2%): " + "; ".join(
+@pytest.mark.xfail(strict=True, reason="4 of 17 counted logs are outside 5% of their KV "
+                   "tokens or concurrency (worst +14.7%): " + "; ".join(
                        f"{k} {v}" for k, v in OUTSIDE_THE_BAR.items()))
 def test_every_counted_log_within_five_percent():
     """The issue's must-hold: each counted log's KV tokens and maximum concurrency within 5%."""
@@ -252,16 +256,18 @@ def test_vllm_sampler_sort_and_non_torch_by_profiler(llama8b):
 
 def test_gguf_merged_layers_hold_their_shards_and_the_concatenation():
     """vLLM's GGUF linear method runs gate and up one at a time and concatenates them: at
-    10,000 tokens Llama 3.2 3B's MLP peak is 4 x 10,000 x 8,192 fp16 values, one more
-    intermediate than the unquantized layer's gate/up and SwiGLU output (one sequence, so that
-    the sampler's sort is not the peak)."""
+    10,000 tokens Llama 3.2 3B's MLP peak is the residual and normed input beside both shards and
+    their concatenation (2 x 3,072 + 4 x 8,192 fp16 values per token), where the unquantized
+    layer's is at the down projection (3 x 3,072 + 3 x 8,192): one intermediate more, one hidden
+    less (one sequence, so that the sampler's sort is not the peak)."""
     model = load_model("llama-3.2-3b")
     gpu = get_gpu("RTX-4070")
     kw = dict(engine_version="0.7", max_model_len=10_000, gpu_memory_utilization=0.9,
               max_num_seqs=1)
     q8 = kv_budget(model, gpu, _job("llama-3.2-3b", "vllm", infer_precision="q8_0"), **kw)
     fp16 = kv_budget(model, gpu, _job("llama-3.2-3b", "vllm", infer_precision="fp16"), **kw)
-    assert q8.parts["activation_peak"] - fp16.parts["activation_peak"] == 10_000 * 8192 * 2
+    assert fp16.parts["activation_peak"] == 10_000 * (3 * 3072 + 3 * 8192) * 2
+    assert q8.parts["activation_peak"] == 10_000 * (2 * 3072 + 4 * 8192) * 2
 
 
 def test_fit_json_shows_the_engine_budget(cli, llama8b):
@@ -310,3 +316,17 @@ def test_sglang_running_requests_and_chunk_by_card(llama8b):
     assert b.max_num_batched_tokens == 8192
     assert b.max_num_seqs == sglang_running_requests(b.kv_tokens, 131_072)
     assert kv_budget(llama8b, get_gpu("RTX-4090"), job).max_num_batched_tokens == 2048
+
+
+def test_vllm_v0_long_profile_peaks_in_the_forward_without_the_logits():
+    """At 32,768 tokens (vllm-t4-qwen2.5-1.5b-32k: Qwen2.5-1.5B fp16 on a T4, V0) the peak is the
+    forward's MLP -- 3 x 1,536 + 3 x 8,960 values per token -- and the sampler, which runs after
+    it, is not added on top: 1.92 GiB, where the log prints 2.02 (the summed form gave 2.12)."""
+    model = load_model("qwen2.5-1.5b")
+    job = _job("qwen2.5-1.5b", "vllm", infer_precision="fp16")
+    b = kv_budget(model, get_gpu("T4"), job, engine_version="0.7", max_model_len=32768,
+                  gpu_memory_utilization=0.5)
+    assert (b.max_num_batched_tokens, b.max_num_seqs) == (32768, 256)
+    assert b.parts["activation_peak"] == 32768 * (3 * 1536 + 3 * 8960) * 2
+    assert b.parts["activation_peak"] > 256 * 151_936 * 28 + 32768 * 1536 * 2  # the sort
+    assert b.parts["activation_peak"] / GIB == pytest.approx(2.02, rel=0.05)

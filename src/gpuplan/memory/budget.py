@@ -192,36 +192,68 @@ def _batch_budgets(rule: BudgetRule, gpu: GPU, L: int, mnbt: int | None,
 def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
                      sampler: str = "summed", split_merged: bool = False) -> int:
     """PyTorch's peak over the profile run of ``tokens`` tokens on one rank (``a`` is the
-    rank's architecture), beyond the weights: the largest layer's live tensors (the residual
-    stream and hidden state beside the MLP's gate/up output and activation, or the fused-MoE
-    caches, or the QKV and attention output) with the fp32 logits of ``seqs`` sequences and a
-    copy on top of that (``summed``: fitted to vLLM 0.6.4's logs, which print the torch peak);
-    for vLLM's profile sampler, which sorts the vocabulary for top-k/top-p after the forward,
-    the larger of that and :data:`SORT_SAMPLER_BYTES` per logit beside the hidden states
-    (``sort``).
+    rank's architecture), beyond the weights.
+
+    ``summed`` (TensorRT-LLM's warm-up): the residual stream and hidden state, the largest
+    layer's working set, and the fp32 logits of ``seqs`` sequences and a copy on top.
+
+    ``sort`` (vLLM): the forward and the sampler run one after the other, so the peak is the
+    larger of the two (:func:`_forward_peak`: the tensors live at the largest layer's busiest
+    point; the sampler: :data:`SORT_SAMPLER_BYTES` per logit beside the hidden states, the only
+    forward tensor still held when it sorts). vLLM's ``execute_model`` computes the logits from
+    the model's returned hidden states after the layers' intermediates are freed, so the logits
+    are not summed onto the MLP's peak (vllm/worker/model_runner.py ``execute_model``: the
+    model's forward, then ``compute_logits``, then ``sample``). On the RTX 3090 log of vllm#10517
+    this gives 2.06 GiB at 20,000 tokens and 2.99 at 29,000, where vLLM measured 2.07 and 2.99
+    (the ``summed`` form gave 2.15 and 3.01, its copy count fitted to them).
 
     ``split_merged``: vLLM's GGUF linear method runs a merged layer (QKV, gate/up) one shard at
     a time and concatenates the outputs (``GGUFLinearMethod.apply``, torch.cat of the shard
-    results), so the shards and their concatenation are live together: the MLP's peak is the
-    gate and up outputs and their concatenation (4 x intermediate) instead of gate/up and the
-    SwiGLU output (3 x), and the QKV's is doubled."""
+    results), so the shards and their concatenation are live together."""
     H = a.hidden_size
+    logits = min(seqs, tokens) * a.vocab_size
+    if sampler == "sort":
+        return max(_forward_peak(a, tokens, dt, split_merged),
+                   logits * SORT_SAMPLER_BYTES + tokens * H * dt)
     stream = 2 * tokens * H * dt
     qkv = tokens * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim * dt
     attn = qkv * (2 if split_merged else 1) + tokens * a.num_heads * a.head_dim * dt
     dense = tokens * (4 if split_merged else 3) * a.intermediate_size * dt \
         if a.intermediate_size else 0
-    moe = 0
-    if a.num_experts:
-        m = min(tokens, FUSED_MOE_CHUNK)
-        moe = m * a.experts_per_token * (3 * a.moe_intermediate_size + H) * dt \
-            + tokens * 3 * a.shared_expert_intermediate_size * dt
-    forward = stream + max(attn, dense, moe)
-    logits = min(seqs, tokens) * a.vocab_size
-    summed = forward + logits * 4 * SAMPLER_COPIES
-    if sampler == "sort":  # after the forward: only its hidden states are still held
-        return max(summed, logits * SORT_SAMPLER_BYTES + tokens * H * dt)
-    return summed
+    forward = stream + max(attn, dense, _moe_caches(a, tokens, dt))
+    return forward + logits * 4 * SAMPLER_COPIES
+
+
+def _moe_caches(a: Architecture, tokens: int, dt: int) -> int:
+    """The fused-MoE kernel's intermediate caches (chunked at :data:`FUSED_MOE_CHUNK` tokens)
+    and the shared expert's gate/up and activation."""
+    if not a.num_experts:
+        return 0
+    m = min(tokens, FUSED_MOE_CHUNK)
+    return m * a.experts_per_token * (3 * a.moe_intermediate_size + a.hidden_size) * dt \
+        + tokens * 3 * a.shared_expert_intermediate_size * dt
+
+
+def _forward_peak(a: Architecture, tokens: int, dt: int, split_merged: bool) -> int:
+    """The forward's live tensors at its busiest point, as vLLM's decoder layers of 0.6-0.8 hold
+    them (vllm/model_executor/models/llama.py, qwen2.py): the residual and the normed hidden
+    state (the layer's caller keeps its reference while the MLP runs: ``hidden_states =
+    self.mlp(hidden_states)``), and in ``LlamaMLP.forward`` -- ``gate_up, _ =
+    self.gate_up_proj(x); x = self.act_fn(gate_up); x, _ = self.down_proj(x)`` -- gate/up
+    (2 x intermediate) still bound while the down projection writes its output, beside the
+    activation (1 x): 3 hidden + 3 intermediate per token. The attention's: the two, the QKV,
+    the attention output and the o_proj output. GGUF's merged layers (``split_merged``) hold
+    both shards and their concatenation at the torch.cat: 2 hidden + 4 intermediate; its QKV
+    doubles. The MoE: the fused kernel's caches beside the three hidden-sized tensors."""
+    H = a.hidden_size
+    held = 3 * tokens * H * dt  # residual, normed input, the block's output
+    qkv = tokens * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim * dt
+    attn = qkv * (2 if split_merged else 1) + tokens * a.num_heads * a.head_dim * dt
+    inter = a.intermediate_size or 0
+    dense = tokens * 3 * inter * dt
+    if split_merged and inter:  # at the concatenation: no output of the block yet
+        dense = max(dense, tokens * 4 * inter * dt - tokens * H * dt)
+    return held + max(attn, dense if inter else 0, _moe_caches(a, tokens, dt))
 
 
 def _is_gguf(job: Job) -> bool:
