@@ -1052,6 +1052,72 @@ def _worst_table(rs: list[Row], split: str) -> list[str]:
     return out
 
 
+#: Issue 31's must-hold subset: "Serving latency rows (vLLM, SGLang, TensorRT-LLM, NIM; batch 1 to
+#: 64): median within 10%". A row belongs when its engine is one of these, its measured figure
+#: is a latency (a unit in ms: mean ITL or per-token time) and the batch it ran at is 1-64: the
+#: stated micro-batch, else for a request-rate run the measured requests in flight by Little's
+#: law (rate x (TTFT + output tokens x ITL)), read from the source's figures, not the estimate.
+SERVING_LATENCY_ENGINES = ("vllm", "sglang", "trt-llm", "nim")
+SERVING_LATENCY_BAR = 0.10
+SERVING_LATENCY_BATCH = (1, 64)
+
+
+def serving_batch(run: dict) -> float | None:
+    """The batch a serving-engine latency row ran at: the stated micro-batch, else the measured
+    requests in flight at its request rate (Little's law on the source's TTFT and ITL)."""
+    job, m = run["job"], run["measured"]
+    if job.get("micro_batch"):
+        return float(job["micro_batch"])
+    qps, out = job.get("qps"), job.get("output_len")
+    if qps and out and "ms per output token" in m["unit"]:
+        ttft = m.get("also_reported", {}).get("mean_ttft_ms", 0.0)
+        return qps * (ttft + out * m["value"]) / 1000.0
+    return None
+
+
+def serving_latency_rows(rs: list[Row]) -> list[Row]:
+    """The rows of issue 31's serving-latency subset (:data:`SERVING_LATENCY_ENGINES`, a
+    latency measured in ms, batch within :data:`SERVING_LATENCY_BATCH`), predicted or not."""
+    lo, hi = SERVING_LATENCY_BATCH
+    out = []
+    for r in rs:
+        run = r.run
+        if run["kind"] not in ("decode", "serving") or run["engine"] not in SERVING_LATENCY_ENGINES:
+            continue
+        if "ms" not in run["measured"]["unit"].split():
+            continue
+        b = serving_batch(run)
+        if b is not None and lo <= b <= hi:
+            out.append(r)
+    return out
+
+
+def _serving_latency_section(rs: list[Row]) -> list[str]:
+    sub = serving_latency_rows(rs)
+    done = [r for r in sub if r.ratio is not None]
+    lines = ["## Serving latency (issue 31's subset)", "",
+             "Rows from vLLM, SGLang, TensorRT-LLM or NIM whose measured figure is a latency "
+             f"(ms) at a batch of {SERVING_LATENCY_BATCH[0]}-{SERVING_LATENCY_BATCH[1]} (the "
+             "stated batch, or the requests in flight by Little's law on the measured TTFT and "
+             "ITL), either split. The bar: median |error| within "
+             f"{100 * SERVING_LATENCY_BAR:.0f}%.", ""]
+    if not done:
+        return lines + ["No row of runs.json is in the subset.", ""]
+    med = statistics.median(abs(r.ratio - 1) for r in done)
+    lines += [f"{len(done)} rows (engines present: "
+              f"{', '.join(sorted({r.run['engine'] for r in done}))}; none from "
+              f"{', '.join(e for e in SERVING_LATENCY_ENGINES if e not in {r.run['engine'] for r in done})}): "
+              f"median |error| {100 * med:.1f}%, worst "
+              f"{100 * max(abs(r.ratio - 1) for r in done):.1f}%; bar met: "
+              f"{'yes' if med <= SERVING_LATENCY_BAR else 'no'}.", "",
+              "| run | split | batch | predicted | measured | unit | ratio |",
+              "|---|---|---:|---:|---:|---|---:|"]
+    lines += [f"| {r.run['id']} | {r.run['split']} | {serving_batch(r.run):.1f} | "
+              f"{_fmt(r.predicted)} | {_fmt(r.measured)} | {r.unit} | {r.ratio:.2f} |"
+              for r in done]
+    return lines + [""]
+
+
 def _split_section(rs: list[Row], split: str) -> list[str]:
     s = summary(rs, split)
     lines = [f"## {split}", ""]
@@ -1088,6 +1154,7 @@ def render(rs: list[Row]) -> str:
              "optimistic). |error| = |ratio - 1|. Default fractions, no stored bench run.", ""]
     for split in ("calibrate", "holdout"):
         lines += _split_section(rs, split)
+    lines += _serving_latency_section(rs)
     lines += ["## Not expressible in gpuplan (yet)", "", "| run | split | kind | why |", "|---|---|---|---|"]
     lines += [f"| {r.run['id']} | {r.run['split']} | {r.run['kind']} | {r.why_not} |"
               for r in rs if r.ratio is None]
