@@ -379,13 +379,23 @@ def _project_mla(c: Ctx, x: Tensor) -> _QKV:
 
 def _mla_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
     """MLA's attention: eager through the generic core, or SDPA with the query/key head size
-    ``nope + rope`` and the value's ``v_head_dim`` (the output has the value's size)."""
+    ``nope + rope`` and the value's ``v_head_dim`` (the output has the value's size).
+
+    CUDA's flash kernel needs one head size for q, k and v (``check_head_dim_size_flash`` in
+    PyTorch's ``sdp_utils.cpp``), so where ``v_head_dim`` differs from ``nope + rope`` (every
+    DeepSeek config: 128 against 192) SDPA runs the memory-efficient kernel: no fp32 dq
+    accumulator in its backward, and an output already laid out (b, s, heads, v), which
+    transformers' ``transpose(1, 2).contiguous()`` does not copy."""
     g, sp = c.g, c.sp
-    vd = sp.mla[4]
+    _, _, rope, nope, vd = sp.mla
     if c.o.attention == "eager":
         return _eager_core(c, t.q, t.k, t.v, q_contig=True, kv_contig=False, softmax_fp32=True,
                            dropout=sp.attn_dropout, mask=mask)
     g.region = "attn_core"
+    if vd != nope + rope:
+        out = g.sdpa_efficient(t.q, t.k, t.v, sp.heads, vd)
+        g.region = ""
+        return out
     out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, vd, kv_heads=sp.heads, out_copy_layout=True)
     g.region = ""
     return g.contiguous(out, "attn_out.t")

@@ -109,14 +109,9 @@ def _narrow_inputs(job: Job) -> float:
 
 #: What of a new family's forward is not yet op by op (the rest is: QK-norm, the routers,
 #: Llama 4's MoE, complex RoPE and L2 norm, local and global layers, gpt-oss's sinks, biased
-#: experts and clamped SwiGLU).
-_APPROXIMATE = {
-    "deepseek_v3": "MLA is op by op, but its attention kernel (CUDA's memory-efficient one: "
-                   "the value's head size differs) is replayed as flash (a dense-MLA small "
-                   "config is +2% to +4%)",
-    "deepseek_v2": "MLA as DeepSeek-V3's: its attention kernel (CUDA's memory-efficient one) "
-                   "is replayed as flash",
-}
+#: experts and clamped SwiGLU, MLA with the memory-efficient SDPA kernel CUDA runs for it):
+#: family -> what is approximate. Empty today; a family named here gets a note in every plan.
+_APPROXIMATE: dict[str, str] = {}
 
 
 @lru_cache(maxsize=512)

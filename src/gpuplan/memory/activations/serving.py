@@ -96,8 +96,9 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
         # <Family>Model.forward (LlamaModel's and every llama-style decoder's) binds the embeddings' output to ``inputs_embeds`` and keeps it
         # until it returns: from the second layer on it is alive beside the layer's input
         prev += b * prompt * sp.h * regime.param
-        # and the rotary table, (cos, sin) of (1, s, head_dim) in the model dtype
-        prev += 2 * prompt * sp.d * regime.param
+        # and the rotary table, (cos, sin) of (1, s, rotary dim) in the model dtype: MLA rotates
+        # only qk_rope_head_dim of each head (DeepseekV3RotaryEmbedding's dim)
+        prev += 2 * prompt * (sp.mla[2] if sp.mla else sp.d) * regime.param
     if sp.window_mask and attention == "sdpa":
         prev += prompt * prompt  # the unused (s, s) boolean window mask (Spec.window_mask)
     pre = max([a(b, prompt) + t(b, prompt) + prev for a, t in layer.fwd_points]

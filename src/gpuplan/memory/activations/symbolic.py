@@ -456,6 +456,25 @@ class Graph:
                  bwd_temp=temp, kind="extern")
         return out
 
+    def sdpa_efficient(self, q: Tensor, k: Tensor, v: Tensor, heads: int, v_dim: int, *,
+                       name: str = "sdpa") -> Tensor:
+        """CUDA's memory-efficient kernel (xformers' cutlass FMHA), which SDPA runs when flash
+        cannot (here: the value's head size differs from the query's, ``sdp_utils.cpp``
+        check_head_dim_size_flash): saves q, k, v, the output and an fp32 logsumexp of
+        b*heads*s (padded to 32 queries: not modelled). The output is allocated
+        (b, s, heads, v_dim) and returned transposed, so the caller's ``transpose(1, 2)
+        .contiguous()`` copies nothing. Its backward allocates dq, dk, dv and an fp32 ``delta``
+        of b*heads*s, no dq accumulator (``_efficient_attention_backward`` in PyTorch's
+        ``attention_backward.cu``; its workspace for fp32 gradient accumulators is not modelled,
+        as gpuplan's trace does not emulate it: trace/_attention.py)."""
+        if self.r.autocast:
+            q, k, v = (self._cast(t, self.r.autocast) for t in (q, k, v))
+        out = self._new(BS * (heads * v_dim), q.dt, True, "act", name)
+        lse = self._new(BS * heads, 4, False, "act", name + ".lse")
+        self._op(name, [q, k, v], [out, lse], saved=[q, k, v, out, lse],
+                 bwd_temp=BS * (4 * heads), kind="extern")
+        return out
+
     def cross_entropy(self, logits: Tensor, rows: Form, vocab: int, name: str = "loss") -> Tensor:
         """F.cross_entropy = log_softmax(x, dtype=x.dtype) (output saved) + nll_loss (saves its
         input). autocast leaves the explicit dtype alone but runs nll_loss in fp32 (CUDA's fp32
