@@ -268,7 +268,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                                                            c.base.engine), ep=lay.ep,
                                    selective=get_engine(c.base.engine).selective,
                                    bf16_edge_layers=c.base.first_last_layers_bf16,
-                                   moe_sync=moe_host_sync(resolve_engine(c.base.engine), lay.ep),
+                                   moe_sync=moe_host_sync(resolve_engine(c.base.engine), lay.ep,
+                                                           c.base.moe_capacity_factor),
                                    engine=c.base.engine)
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)

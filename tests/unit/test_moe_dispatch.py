@@ -9,6 +9,8 @@ import pytest
 
 from gpuplan.compute.device import default_efficiency, device_from_gpu
 from gpuplan.compute.efficiency import constant
+from gpuplan.compute.flops import _Bytes, run_form
+from gpuplan.compute.flops import _moe_ops as ops
 from gpuplan.compute.parallel import micro_cost, moe_host_sync, synced_forward_s
 from gpuplan.compute.step import train_precision
 from gpuplan.hardware import get_gpu
@@ -51,3 +53,34 @@ def test_sync_lengthens_a_moe_forward_by_at_least_the_read_and_leaves_dense_alon
     assert synced.layer_bwd_s == pytest.approx(free.layer_bwd_s)  # no sync in the backward
     dense_free, dense_sync = _cost("llama-3.1-8b", False), _cost("llama-3.1-8b", True)
     assert dense_sync.layer_fwd_s == pytest.approx(dense_free.layer_fwd_s)
+
+
+def test_drop_and_pad_removes_the_sync():
+    # token_dispatcher.py _maybe_dtoh_and_synchronize copies and waits only if not drop_and_pad;
+    # a capacity factor is exported with --moe-pad-expert-input-to-capacity
+    assert moe_host_sync("megatron", 8, None)
+    assert not moe_host_sync("megatron", 8, 1.0)
+
+
+def _moe_ops(engine: str):
+    arch = load_model("qwen3-30b-a3b").architecture
+    form = run_form(arch, engine, decode=False, ep=8, gpu_arch="Hopper")
+    nb = _Bytes(act=2, weight=2, head=2, embed=2, kv=2, grad=2)
+    return {o.name: o for o in ops(arch, 4096, nb, form)}
+
+
+def test_megatron_launches_one_expert_gemm_per_local_expert():
+    # Qwen3-30B-A3B: 128 experts over EP 8 = 16 local experts; TE GroupedLinear's cuBLAS loop
+    # issues 16 up and 16 down GEMMs (vLLM's fused_moe: one kernel each)
+    meg, vllm = _moe_ops("megatron"), _moe_ops("vllm")
+    assert meg["moe.up"].kernels == 128 // 8 == meg["moe.down"].kernels
+    assert vllm["moe.up"].kernels == 1 == vllm["moe.down"].kernels
+    assert meg["moe.up"].flops == vllm["moe.up"].flops  # same work, more launches
+
+
+def test_serialized_host_term_is_launches_times_the_per_launch_cost():
+    # one segment: k launches, each host h to issue and ~0 to run, after the
+    # sync: the forward waits k x h (nothing left for the device to hide it under)
+    h = constant("compile_host_s")
+    k = 2 * 16  # the up and down GEMMs of 16 local experts
+    assert synced_forward_s([(k * h, 1e-12, k)]) == pytest.approx(k * h)

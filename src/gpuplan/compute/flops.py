@@ -370,13 +370,15 @@ class RunForm:
     kernels per MoE layer: permute, the gate-up GEMM, the activation, the down GEMM, unpermute)
     rather than one GEMM per expert hit (:func:`grouped_experts`). ``capacity_factor``: each
     expert runs ``ceil(T x top-k / E x cf)`` rows, dropped and padded to it (Megatron-Core's
-    drop-and-pad; None: dropless)."""
+    drop-and-pad; None: dropless). ``expert_gemm_loop``: the grouped GEMM is issued as one GEMM
+    launch per local expert (:data:`EXPERT_GEMM_LOOP`), not one kernel."""
 
     mla: Literal["naive", "expand", "absorbed"] = "naive"
     all_experts: bool = False
     ep: int = 1
     grouped_experts: bool = False
     capacity_factor: float | None = None
+    expert_gemm_loop: bool = False
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
@@ -396,6 +398,14 @@ FUSED_MOE = ("vllm", "sglang", "trt-llm", "megatron")
 #: transformers 5 (``experts_implementation="grouped_mm"``, its default: modeling_utils
 #: ``get_correct_experts_implementation``) and torchtitan (``use_grouped_mm``) call it.
 GROUPED_MM_ARCHS = ("Hopper", "Blackwell")
+#: Engines whose grouped expert GEMM launches one cuBLAS GEMM per local expert: Megatron-Core's
+#: TEGroupedMLP runs Transformer Engine's GroupedLinear, whose general_grouped_gemm calls
+#: nvte_multi_stream_cublas_gemm, a C++ loop of one cublas_gemm per split over round-robin
+#: streams (transformer_engine/common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm at
+#: NVIDIA/TransformerEngine@fe8fad59c9add7f8aa841fed2a0b4087b931856f, 2026-01-13, the TE of the
+#: Megatron-Bridge 25.11 / 26.02 containers' era; TE's one-kernel grouped-tensor path came in
+#: mid 2026). The backward's dgrad and wgrad loop the same way (backward_ops doubles kernels).
+EXPERT_GEMM_LOOP = ("megatron",)
 
 
 def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bool:
@@ -423,6 +433,7 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
     return RunForm(mla=mla, all_experts=all_experts, ep=ep,
                    grouped_experts=(arch.is_moe and not all_experts
                                     and grouped_experts(engine, gpu_arch, act_bytes)),
+                   expert_gemm_loop=arch.is_moe and engine in EXPERT_GEMM_LOOP,
                    capacity_factor=capacity_factor if arch.is_moe and not decode else None)
 
 
@@ -753,11 +764,14 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     # one GEMM per expert hit, or one grouped kernel for them all (plus its permute / unpermute)
     launches = 1 if form.grouped_experts else max(1, math.ceil(touched))
     groups = max(1, round(touched))
+    # a grouped GEMM issued as one launch per local expert (TE GroupedLinear's cuBLAS loop)
+    grouped_launches = local if form.expert_gemm_loop else 1
     up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
     ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
                        counted_flops=up.counted_flops * useful,
                        weight_elements=local * h * n_up,
-                       kernels=1 if form.grouped_experts else launches * (2 if gated else 1),
+                       kernels=(grouped_launches if form.grouped_experts
+                                else launches * (2 if gated else 1)),
                        groups=groups, weight_width=w))
     ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
                    nbytes=(3 if gated else 2) * R * ie * a,
@@ -766,7 +780,9 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     down = _mm("moe.down", "mlp", b=1, m=R, k=ie, n=h, act=a, w=w)
     ops.append(replace(down, bytes=R * ie * a + touched * ie * h * w + R * h * a,
                        counted_flops=down.counted_flops * useful,
-                       weight_elements=local * ie * h, kernels=launches, groups=groups,
+                       weight_elements=local * ie * h,
+                       kernels=grouped_launches if form.grouped_experts else launches,
+                       groups=groups,
                        weight_width=w))
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                    flops_per=2, kernels=launches * 2))

@@ -231,8 +231,12 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     return fwd, bwd
 
 
-def moe_host_sync(engine: str, ep: int) -> bool:
+def moe_host_sync(engine: str, ep: int, capacity_factor: float | None = None) -> bool:
     """Whether ``engine``'s MoE layer makes the host wait for the device in each forward.
+    ``capacity_factor``: the job's drop-and-pad capacity (gpuplan's Megatron export writes it
+    with ``--moe-pad-expert-input-to-capacity``): the padded splits are known on the host, and
+    ``_maybe_dtoh_and_synchronize`` copies and waits only ``if not self.drop_and_pad`` (same
+    file, lines 921-958), so no sync.
 
     Megatron-Core's token dispatchers need the routed token counts on the host before the
     expert-parallel exchange (its all-to-all's split sizes, Transformer Engine's GroupedLinear
@@ -247,7 +251,7 @@ def moe_host_sync(engine: str, ep: int) -> bool:
     (src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py at NVIDIA-NeMo/Megatron-Bridge@
     067f987df03b8355b03192d88d70f1709fedf51a: cuda_graph_impl "none", or graphs scoped to
     moe_router and moe_preprocess only, which end before the sync)."""
-    return engine == "megatron" and ep > 1
+    return engine == "megatron" and ep > 1 and capacity_factor is None
 
 
 def _layer_forward(t: Any) -> bool:
