@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuplan.compute import estimate_speed
+from gpuplan.compute.device import POWER_SIBLINGS
 from gpuplan.engines.profiles import runtime_of
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import Topology, topology_for
@@ -631,9 +632,12 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     read. The runtime is the source's where it states one, else the engine's."""
     notes = [] if notes is None else notes
     runtime = _stated_runtime(str(run["job"].get("runtime") or ""))
-    if run["kind"] == "decode":
-        return _infer_job(run, runtime, notes)
-    return _train_job(run, runtime, notes)
+    job = (_infer_job if run["kind"] == "decode" else _train_job)(run, runtime, notes)
+    watts = run["hardware"].get("power_limit_w")
+    if watts is not None:  # the source's stated limit (runs.json hardware.power_limit_w)
+        notes.append(f"power limit {watts} W as stated ({run['hardware']['gpu_as_stated']})")
+        job = job.with_(power_limit_w=float(watts))
+    return job
 
 
 def predict(run: dict) -> Row:
@@ -853,14 +857,20 @@ def _sku_gap(run: dict, row: Row) -> str:
 
 
 def _power_cap_gap(run: dict, row: Row) -> str:
-    """A run at a power limit below its SKU's TDP (the source's own words): the catalog's tensor
-    peaks are the vendor's at the TDP, and no source gives the sustained clock at the cap."""
-    stated = re.findall(r"(\d+)\s*W\b", run["hardware"].get("gpu_as_stated") or "")
-    tdp = get_gpu(run["hardware"]["gpu"]).tdp_watts
-    if not stated or tdp is None or int(stated[0]) >= tdp:
+    """A run at a stated power limit below its SKU's TDP (runs.json hardware.power_limit_w) whose
+    SKU has no same-die sibling to read the sustained clock from (compute/device.py
+    POWER_SIBLINGS): its tensor peaks stay the TDP's. With a sibling the cap is timed, and what
+    remains is the reading's own uncertainty: an interpolation between two vendor ratings."""
+    watts = run["hardware"].get("power_limit_w")
+    gpu = get_gpu(run["hardware"]["gpu"])
+    if watts is None or gpu.tdp_watts is None or watts >= gpu.tdp_watts:
         return ""
-    return (f"run at {stated[0]} W, below the {tdp:g} W TDP: the tensor peaks are the SKU's at "
-            "its TDP (no source gives the sustained clock at the cap)")
+    if gpu.name in POWER_SIBLINGS:
+        return (f"run at {watts} W, below the {gpu.tdp_watts:g} W TDP: the tensor clock read "
+                f"between {POWER_SIBLINGS[gpu.name]}'s and this SKU's ratings (no measured "
+                "curve of the sustained clock against the cap)")
+    return (f"run at {watts} W, below the {gpu.tdp_watts:g} W TDP: the tensor peaks are the "
+            "SKU's at its TDP (no source gives the sustained clock at the cap)")
 
 
 def _quant_kernel_gap(run: dict, row: Row) -> str:
@@ -893,7 +903,7 @@ def _fsdp2_copy_gap(run: dict, row: Row) -> str:
         return ""
     return ("FSDP2's copy-out of the gathered weights and its chunk-cat of the gradients into the "
             "fp32 reduce-scatter input run on the compute stream, untimed: ~14 B a parameter a "
-            "micro-batch (Llama 3.1 8B at 2.4 TB/s: ~55 ms, 3% of these steps)")
+            "micro-batch (Llama 3.1 8B at 2.4 TB/s: ~55 ms, 2-3% of these steps)")
 
 
 def _host_gap(run: dict, row: Row) -> str:

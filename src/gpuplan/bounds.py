@@ -28,6 +28,7 @@ fraction           0 .. < 1                     fragmentation, dropout
 memory_fraction    > 0 .. 1                     a serving engine's share of GPU memory
 grad_norm          > 0 .. 10^6                  a clipping threshold (1.0 is the usual one)
 capacity_factor    > 0 .. 10^3                  an MoE expert's capacity over its balanced share
+power              > 0 .. 10^5 W                a GPU's power limit (nvidia-smi -pl)
 loss_chunks        1 .. 1024                    the head's graph is built once per chunk (1,024:
                                                 ~1.4 s for gpt2); torchtune's default is 8
 requests           1 .. 10^6                    requests one capacity simulation serves
@@ -150,6 +151,7 @@ BOUNDS: dict[str, Bound] = {
     "memory_fraction": Bound(0, 1, "a share of GPU memory", open_low=True),
     "grad_norm": Bound(0, 1e6, "a gradient-norm threshold", open_low=True),
     "capacity_factor": Bound(0, 1e3, "a capacity factor", open_low=True),
+    "power": Bound(0, 1e5, "a power limit in watts", open_low=True),
     "loss_chunks": Bound(1, MAX_LOSS_CHUNKS, "a number of loss chunks"),
     "edge_layers": Bound(0, 10**4, "a number of layers"),
     # capacity (issue 29): requests simulated, their rate, token lengths

@@ -240,7 +240,7 @@ def test_torchtitan_bf16_rows_step_as_torchtitan_9dec370_did(rows, monkeypatch, 
     assert vs._optimizer_impl(llama3.run, "mixed-bf16", []) is None
     # FSDP2's untimed copies, named for the row: 2 gathers x (2 + 2) B + (2 + 4) B = 14 B a
     # parameter; Llama 3.1 8B's parameters at 2.4 TB/s x the 0.85 memory fraction ~ 55 ms,
-    # ~3% of the estimated step (16,384 tokens at the predicted rate)
+    # ~2-3% of the estimated step at the 500 W cap (16,384 tokens at the predicted rate)
     from gpuplan.compute.device import default_efficiency, device_from_gpu
     from gpuplan.hardware import get_gpu
     from gpuplan.models import load_model
@@ -252,7 +252,7 @@ def test_torchtitan_bf16_rows_step_as_torchtitan_9dec370_did(rows, monkeypatch, 
     copy_s = 14 * est.trainable_params / (gpu.memory_bandwidth
                                           * default_efficiency(device_from_gpu(gpu)).memory)
     assert round(1e3 * copy_s) == 55
-    assert 0.025 < copy_s / (2 * 8192 / row.predicted) < 0.035
+    assert 0.02 < copy_s / (2 * 8192 / row.predicted) < 0.035
     assert "~55 ms" in vs._fsdp2_copy_gap(row.run, row)
     assert vs._fsdp2_copy_gap(llama3.run, llama3) == ""
 

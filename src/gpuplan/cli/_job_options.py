@@ -165,6 +165,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "(default 8)", "N"),
     JobOption("--inter-node", "inter_node", "str", "link between nodes per GPU, e.g. ib-400, "
               "roce-200, 100Gb/s (default: 400 Gb/s InfiniBand)", "LINK"),
+    JobOption("--power-limit-w", "power_limit_w", "number", "the GPUs' power limit in watts "
+              "(nvidia-smi -pl) when below the TDP: the tensor clock sustained at it (default: "
+              "the TDP)", "W"),
 )
 
 _BY_FIELD = {o.field: o for o in JOB_OPTIONS}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from .._record import record
 from ..errors import InputError, UnsupportedError
-from ..hardware import GPU, gpu_from_device_name
+from ..hardware import GPU, get_gpu, gpu_from_device_name
 from .efficiency import CONSTANTS, MEASURED_MATMUL, OLDER_TENSOR_CORES, constant
 from .measured import RunUse, run_use
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
     "apply_measured", "measured_apply", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
+    "POWER_SIBLINGS", "power_clock_fraction", "at_power_limit",
 ]
 
 #: CPU memory bandwidth assumed when nothing was measured: two channels of DDR4-3200
@@ -136,6 +137,64 @@ def device_from_gpu(gpu: GPU) -> Device:
         interconnect=gpu.interconnect,
         interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
         architecture=gpu.architecture, source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})")
+
+
+#: A power-capped SKU's sibling: the same die with the same SM count, rated by its vendor at a
+#: lower board power. The vendor's dense tensor peak is the clock the part sustains at its rated
+#: power (H100 datasheet, nvidia.com/en-us/data-center/h100, read 2026-12-06: H100 SXM 989.4
+#: TFLOP/s BF16 at up to 700 W, H100 NVL 835.5 at 350-400 W, both the full 132-SM GH100:
+#: 1.830 and 1.545 GHz x 132 x 4,096 FLOP a clock). torchtitan's docs/performance.md
+#: (@eaea6f6, footnote 2) says of its 500 W HBM2e SXM H100 that "the actual peak TFLOPs number
+#: is between SXM and NVL". A SKU without a sibling here keeps its TDP peaks under a cap, and
+#: the estimate says so.
+POWER_SIBLINGS: Mapping[str, str] = MappingProxyType({
+    "H100-SXM-80GB": "H100-NVL-94GB",
+    "H100-SXM-96GB": "H100-NVL-94GB",
+})
+
+
+def power_clock_fraction(gpu: GPU, watts: float | None) -> tuple[float, str]:
+    """The share of ``gpu``'s TDP tensor clock it sustains at a ``watts`` power limit, and the
+    note that says how it was read.
+
+    Between the sibling's rated power and the TDP the clock is read linearly between the two
+    vendor ratings (:data:`POWER_SIBLINGS`): an interpolation, not a measured curve (no source
+    found gives the H100's sustained tensor clock at each cap; a cube law, power ~ f V^2 with V
+    ~ f, gives (500/700)^(1/3) = 0.894 at 500 W against the line's 0.896). Below the sibling's
+    power the sibling's clock is kept, an upper bound. Memory-bound kernels are not slowed:
+    HBM has its own clock, which a power cap does not lower (arXiv 2605.11999: memory-bound
+    decode on an H200 draws 137-300 W and never reaches a cap)."""
+    tdp = gpu.tdp_watts
+    if watts is None or tdp is None or watts >= tdp:
+        return 1.0, ""
+    sib_name = POWER_SIBLINGS.get(gpu.name)
+    if sib_name is None:
+        return 1.0, (f"power limit {watts:g} W, below the {tdp:g} W TDP: no source gives "
+                     f"{gpu.name}'s sustained clock at it; the TDP peaks kept (an upper bound)")
+    sib = get_gpu(sib_name)
+    f_sib = sib.peak_flops["bf16"] / gpu.peak_flops["bf16"]
+    p_sib = sib.tdp_watts
+    if watts >= p_sib:
+        f = f_sib + (1.0 - f_sib) * (watts - p_sib) / (tdp - p_sib)
+        how = (f"read between {sib_name}'s rating at {p_sib:g} W ({f_sib:.3f} of the clock) and "
+               f"{gpu.name}'s at {tdp:g} W")
+    else:
+        f = f_sib
+        how = f"{sib_name}'s at {p_sib:g} W kept, an upper bound below it"
+    return f, (f"power limit {watts:g} W (TDP {tdp:g} W): tensor and vector peaks at {f:.3f} "
+               f"of the TDP clock ({how}; POWER_SIBLINGS); memory bandwidth unchanged")
+
+
+def at_power_limit(device: Device, gpu: GPU, watts: float | None) -> tuple[Device, str]:
+    """``device`` (built from ``gpu``) at a ``watts`` power limit: its matrix and vector peaks
+    at the clock :func:`power_clock_fraction` reads, its memory and links unchanged; and the
+    note (empty when the limit is the TDP or none is given)."""
+    f, note = power_clock_fraction(gpu, watts)
+    if f == 1.0:
+        return device, note
+    peaks = MappingProxyType({k: v * f for k, v in device.peak_flops.items()})
+    return replace(device, peak_flops=peaks, vector_flops=device.vector_flops * f,
+                   peak_basis=f"{device.peak_basis} at {watts:g} W"), note
 
 
 def device_from_cpu(cpu: CPU, *, memory_bandwidth: float | None = None) -> Device:

@@ -17,7 +17,8 @@ from ..hardware import GPU
 from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
-from .device import Device, Efficiency, default_efficiency, device_from_gpu, measured_apply
+from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
+                     measured_apply)
 from .efficiency import (
     constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
 )
@@ -413,7 +414,7 @@ def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: b
     seq = resolve_seq(arch, job.seq, notes)
     measured = resolve_measured(None if efficiency is not None and measured == "auto"
                                 else measured, use_noisy=use_noisy_bench)
-    device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured)
+    device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured, job.power_limit_w, notes)
     prec = _precision(job, mode, device, tf32, notes, arch)
     eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
                                    arch.checkpoint_kernel if arch is not None else None)
@@ -594,12 +595,16 @@ def _ridge_points(device: Device, eff: Efficiency, dtype: str) -> dict[str, floa
             / (device.memory_bandwidth * eff.memory)}
 
 
-def _gpu_and_efficiency(gpu: GPU, efficiency: Efficiency | None,
-                        measured: Any) -> tuple[Device, Efficiency, RunUse | None]:
-    """The GPU as the model sees it and the achievable fractions: ``efficiency`` when given, else
-    the defaults replaced by what ``measured`` (a stored run, or None) measured on it; and which
-    run that was (None when none was read)."""
-    device = device_from_gpu(gpu)
+def _gpu_and_efficiency(gpu: GPU, efficiency: Efficiency | None, measured: Any,
+                        power_limit_w: float | None = None,
+                        notes: list[str] | None = None) -> tuple[Device, Efficiency, RunUse | None]:
+    """The GPU as the model sees it (at ``power_limit_w``: its peaks at the clock sustained
+    there, :func:`~.device.at_power_limit`, noted in ``notes``) and the achievable fractions:
+    ``efficiency`` when given, else the defaults replaced by what ``measured`` (a stored run, or
+    None) measured on it; and which run that was (None when none was read)."""
+    device, note = at_power_limit(device_from_gpu(gpu), gpu, power_limit_w)
+    if note and notes is not None:
+        notes.append(note)
     eff = efficiency or default_efficiency(device)
     if measured is not None and efficiency is None:
         return measured_apply(device, eff, measured)

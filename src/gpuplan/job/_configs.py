@@ -153,6 +153,11 @@ class ExecutionConfig:
     family) or torchtune's TransformerDecoder (llama-style families): K and V expanded to every
     query head before attention (a copy the speed model times too), the logits upcast to fp32 in
     the model's forward, outside the loss, and in eager its own RoPE chain (timed)."""
+    power_limit_w: float | None = None
+    """The GPUs' power limit in watts (``nvidia-smi -pl``) when it is below the SKU's TDP; None:
+    the TDP. Under a lower cap the tensor clock sustained is lower: the speed model reads it
+    from the SKU's rating at its TDP and a same-die sibling's at its own
+    (:func:`gpuplan.compute.device.at_power_limit`); memory bandwidth is not scaled."""
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -218,7 +218,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers",
     "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
-    "fp8_param_gather", "fp8_attention", "first_last_layers_bf16")
+    "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
