@@ -88,6 +88,9 @@ class NarrowRecipe:
     engines: tuple[str, ...]
     """gpuplan engines that run it."""
     source: str
+    global_scale: bool = False
+    """A per-tensor fp32 scale over the block scales, taken from the current tensor's amax
+    (NVFP4's second level): one more read of the 16-bit tensor before it is quantized."""
 
 
 _TE = "NVIDIA/TransformerEngine transformer_engine/common/recipe/__init__.py @000b637e"
@@ -148,7 +151,11 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="always", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=False, engines=("megatron",),
                  source=_TE + " (NVFP4BlockScaling); Megatron --fp4-format e2m1 "
-                        "--fp4-recipe nvfp4"),
+                        "--fp4-recipe nvfp4; the global amax pass: TE "
+                        "transformer_engine/pytorch/csrc/quantizer.cpp "
+                        "NVFP4Quantizer::quantize_impl @d0067d0d (nvte_compute_amax_with_config, "
+                        "or nvte_hadamard_transform_amax with RHT, before the quantize kernel)",
+                 global_scale=True),
 )}
 
 #: What plain ``--precision fp8`` means under each engine: Megatron's ``--fp8-recipe`` default
@@ -248,10 +255,16 @@ def amax_history_bytes(recipe: NarrowRecipe, linear_tensors: int, history: int |
 
 def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     """Bytes one quantize kernel moves per element: reads 16-bit, writes the narrow element plus
-    its share of the scales; current and dynamic per-tensor scaling read once more for the amax."""
+    its share of the scales; current and dynamic per-tensor scaling read once more for the amax,
+    and so does NVFP4 for its per-tensor second-level scale (``global_scale``: Transformer
+    Engine's NVFP4 quantizer runs an amax kernel over the whole tensor -- over the input and its
+    Hadamard transform at once where RHT is on -- before the one kernel that writes the rowwise
+    and the columnwise copies). MX block scales come from each block's own amax, in the
+    quantize kernel itself."""
     out = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.act_block,
                                                                  recipe.scale_bytes)
-    amax_pass = 2.0 if (recipe.act_block == 0 and not recipe.amax_history) else 0.0
+    amax_pass = 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
+                        or recipe.global_scale) else 0.0
     return 2.0 + out + amax_pass
 
 

@@ -91,7 +91,10 @@ def test_an_fp4_prefill_on_b200_runs_twice_the_fp8_compute_rate():
     assert pairs
     for a, b in pairs:
         assert a.dtype == "fp8" and b.dtype == "fp4"
-        assert a.compute_s / b.compute_s == pytest.approx(2.0)  # B200: 9 PF vs 4.5 PF dense
+        # B200: 9 PF vs 4.5 PF dense, at NVFP4's share (BF16's 1,745 / 2,250 x torchao #2427's
+        # 0.611 / 0.646) over FP8's measured best shape (3,432.5 / 4,500)
+        assert a.compute_s / b.compute_s == pytest.approx(
+            2.0 * (1745.0 / 2250 * 0.946) / (3432.5 / 4500), rel=2e-3)
     # attention and the head stay bf16 in both
     assert {o.dtype for o in fp4.prefill.ops if o.op.kind == "attention"} == {"bf16"}
 

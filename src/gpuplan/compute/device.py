@@ -299,11 +299,14 @@ def default_efficiency(device: Device) -> Efficiency:
             if gpu == device.name:
                 by_dtype[dtype] = constant(name)
                 extra[f"matmul_{dtype}"] = "default: " + CONSTANTS[name].source
-        if "fp8" in by_dtype and device.supports("fp4"):
-            # no published best-shape FP4 (NVFP4) figure: the same chip's FP8 share, assumed
-            by_dtype["fp4"] = by_dtype["fp8"]
-            extra["matmul_fp4"] = ("default: the FP8 share (assumed: the MAMF table measures no "
-                                   "FP4 matmul) -- " + extra["matmul_fp8"].removeprefix("default: "))
+        if "bf16" in by_dtype and device.supports("fp4"):
+            # the MAMF table measures no FP4 (NVFP4) matmul: the chip's BF16 share times NVFP4's
+            # share over BF16's measured in one run on a B200 (torchao's bench_matmul)
+            by_dtype["fp4"] = by_dtype["bf16"] * constant("matmul_fp4_vs_bf16")
+            extra["matmul_fp4"] = ("default: the BF16 share x "
+                                   f"{constant('matmul_fp4_vs_bf16')} ("
+                                   + CONSTANTS["matmul_fp4_vs_bf16"].source + ") -- "
+                                   + extra["matmul_bf16"].removeprefix("default: "))
     return Efficiency(
         matmul=frac, attention=min(frac, 0.50), memory=0.85, launch_s=5e-6, pcie_pinned=0.80,
         pcie_pageable=0.40, comm=0.80, matmul_by_dtype=MappingProxyType(by_dtype),

@@ -54,6 +54,12 @@ _MAMF = ("S. Bekman, ml-engineering compute/accelerator/README.md, 'Maximum Achi
          "best shape of a brute-force search, mean of 100 iterations; the same table as "
          "device.DEFAULT_BASIS matmul_nvidia")
 
+_TE_GEMM = ("NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst @d0067d0d "
+            "(last changed 1609c890, 2026-06-01), 'Autocast vs Pre-quantized', B300 SXM6, "
+            "hidden 4096, intermediate 16384, 15,872 tokens, CUDA events, 100 timed iterations")
+_AO_NVFP4 = ("pytorch/ao pull request #2427 (merged 2025-06-23), benchmarks/float8/bench_matmul.py "
+             "--recipe nvfp4 on an NVIDIA B200 (torch._scaled_mm, cuBLASLt; square M=K=N)")
+
 _DEEPBENCH = ("fitted by benchmarks/fit_volta_turing_gemm.py to DeepBench's published cuBLAS "
               "fp16 Tensor Core GEMM times (baidu-research/DeepBench results/train/"
               "DeepBench_NV_V100.xlsx and DeepBench_NV_T4.xlsx at 30c5115, 2019-10-07; copied "
@@ -125,6 +131,17 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "(same torch); taken for MXFP8 as on B200. GB200 over B200 measured: 1.053 (FP8), 1.044 "
         "(BF16), as the device-reported maximum SM clocks (2,062 / 1,965 MHz = 1.049, same "
         "README's 'Clock speed' table), not the datasheet peaks' 1.111"),
+    # -- block-scaled GEMMs beside the per-tensor ones, same chip, same library -----------------
+    "gemm_mxfp8_vs_fp8": Constant(
+        0.951, "ratio of GEMM rates", _TE_GEMM + ": kernel-only (--pre-quantize) per-layer GEMM "
+        "time, FP8 CurrentScaling 6.812 ms, MXFP8 7.161 ms: 6.812 / 7.161 = 0.951 (the MXFP8 "
+        "kernel reads its 1x32 e8m0 scales beside the operands; same Blackwell tensor cores and "
+        "cuBLASLt as the B200's)"),
+    "matmul_fp4_vs_bf16": Constant(
+        0.946, "ratio of shares of peak", _AO_NVFP4 + ": NVFP4 pct_peak over the same run's BF16 "
+        "pct_peak at the two largest shapes printed, 6144^3: 0.611 / 0.646 = 0.946, 8192^3: "
+        "0.597 / 0.631 = 0.946 (5.37e15 of 9.00e15); taken over the chip's measured BF16 share "
+        "(the MAMF table's), as the run's own clocks cancel in the ratio"),
     # -- fused attention, share of the dense peak at long sequences ------------------------------
     "attn_fwd_ampere_d128": Constant(0.73, "fraction of peak", _FA2),
     "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
@@ -376,6 +393,11 @@ MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     ("GB200-NVL72", "bf16"): "matmul_gb200_bf16",
     ("GB200-NVL72", "fp8"): "matmul_gb200_fp8",
 })
+
+#: Recipes whose block-scaled GEMMs run at a measured share of the per-tensor-scaled GEMM rate
+#: the dtype's fraction stands for (the MAMF table's FP8 rows are per-tensor torch._scaled_mm):
+#: recipe name -> its CONSTANTS ratio. NVFP4's fraction is measured block-scaled already.
+BLOCK_SCALED_GEMM: Mapping[str, str] = MappingProxyType({"mxfp8": "gemm_mxfp8_vs_fp8"})
 
 OLDER_TENSOR_CORES: Mapping[tuple[str, str], tuple[str, str | None]] = MappingProxyType({
     ("volta", "fp16"): ("matmul_volta_fp16", None),

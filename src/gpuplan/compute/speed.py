@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from .._record import record
@@ -20,7 +21,7 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply)
 from .efficiency import (
-    constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
+    BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
 )
 from ._args import speed_args
 from .flops import AttentionPrecision, form_notes, run_form
@@ -418,6 +419,7 @@ def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: b
     prec = _precision(job, mode, device, tf32, notes, arch)
     eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
                                    arch.checkpoint_kernel if arch is not None else None)
+    eff = block_scaled_efficiency(eff, prec.name, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
@@ -585,6 +587,23 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                     + (f" (here {job.batch})" if 1 < job.batch <= rows else "") if rows else ""))
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
+
+
+def block_scaled_efficiency(eff: Efficiency, recipe: str, notes: list[str]) -> Efficiency:
+    """``eff`` with the narrow dtype's matmul fraction scaled by the recipe's measured
+    block-scaled over per-tensor GEMM rate (:data:`~.efficiency.BLOCK_SCALED_GEMM`: MXFP8's
+    kernels read a scale per 32 values of each operand), stated in the notes; else ``eff``."""
+    name = BLOCK_SCALED_GEMM.get(recipe)
+    if name is None:
+        return eff
+    dtype = NARROW_RECIPES[recipe].dtype
+    ratio = constant(name)
+    by_dtype = {**eff.matmul_by_dtype, dtype: eff.matmul_fraction(dtype) * ratio}
+    notes.append(f"{recipe} GEMMs at {ratio:.3f} of the per-tensor {dtype.upper()} GEMM rate "
+                 "(block-scaled kernels; Transformer Engine's GEMM profiling guide)")
+    return replace(eff, matmul_by_dtype=MappingProxyType(by_dtype),
+                   basis={**eff.basis, f"matmul_{dtype}": eff.basis.get(f"matmul_{dtype}",
+                          "default") + f"; x {ratio} under {recipe}: {CONSTANTS[name].source}"})
 
 
 def _ridge_points(device: Device, eff: Efficiency, dtype: str) -> dict[str, float]:
