@@ -205,6 +205,34 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   QPS the measured ITL rises faster than the simulated (70B H100 467/256 at 16 QPS: 66 ms against
   38.6), which this simulation, with prompts not chunked as TensorRT-LLM's default, does not
   explain.
+- **TensorRT-LLM under load (QPS 8-32): the saturation rate, not the scheduler.** The table's
+  own INF rows say how fast the served engine prefills: with every request admitted at once
+  (KV room for all 500 under GUARANTEED_NO_EVICT, in the table as in gpuplan: the 467/256 and
+  467/16 INF rows have the same mean TTFT, 9123 and 9126 ms on the 70B H100), the mean TTFT is
+  half the time to prefill all 500 (500 / 28 req/s / 2 = 8.9 s against 9.1 measured). The
+  467/16 INF rows, prompt-bound, serve 28 / 79 / 29 / 81 req/s (70B H100, 8B H100, 70B H200,
+  8B H200); gpuplan's steps serve 32.4 / 94.9 / 33.6 / 99.1: its compute-bound step is 16-22%
+  too fast on both models and both cards. At QPS 16 on the 467/256 rows the offered load
+  equals the measured INF rate (16 req/s), so the served engine runs at utilisation ~1 where
+  gpuplan's runs at ~0.87, and queueing turns a 16-22% step error into -37% TTFT and -41% ITL.
+  Checked by hand (not committed): scaling only the prompt part of every step by 1.18 moves
+  the 28 QPS-16/32 rows' median TTFT error 22.6% -> 13.0% and ITL 26.2% -> 21.5%. The cause
+  to find is in the speed model's prefill (GEMM rate at 8k tokens, TP all-reduce), not in
+  capacity/; the scheduler (0.14: no context chunking, max_num_tokens 8192, contexts and
+  generations in one iteration, every generation waiting on the iteration's whole prefill)
+  is as simulated. The ITL deficit at low load on the 8B rows is partly the table's rounding
+  to whole milliseconds (6 may be 5.5).
+- **vLLM on the RTX 4090: the served output is 100 tokens, not 128.** The source's own columns
+  give it: Output Tok/s / Req/s = 210/2.09, 377/3.78, 644/6.44, 975/9.73, 1190/11.87 = 100.5,
+  99.7, 100.0, 100.2, 100.3 tokens per request. Generation stopped at EOS before max_tokens
+  (the benchmark did not ignore EOS; vLLM's `vllm bench serve` forces ignore_eos only for the
+  random dataset in later versions, vllm/benchmarks/serve.py at 009e6d4). Varied output
+  lengths are what desynchronise the closed-loop clients (median TTFT 53-55 ms at concurrency
+  4-8, one prompt's prefill). Tried by hand with a constant per-token EOS hazard capped at 128
+  (mean 100.3; an assumption, the distribution is not published): TTFT -40/-38/-56/-63/-67%
+  (median 56%, from 49%) and output tok/s median 12.3% (from 9.5%): the lockstep goes, and
+  what is left is a per-request cost of vLLM's OpenAI server that gpuplan does not count (at
+  concurrency 4: 38 ms simulated against 63 measured) -- not adopted until that is sourced.
 - **Throughput.** Below saturation it is the arrival rate times the output length, so its small
   error is by construction. At "INF" gpuplan over-predicts (+14% to +110%, most on 202/214): it
   runs every queued request in one decode batch (TensorRT-LLM's `max_batch_size` 2048 and the KV
@@ -222,6 +250,12 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   93 ms), twice as many: consistent with an fp8 KV cache (TensorRT-LLM sets the KV cache to FP8
   when it builds an FP8 engine, perf-overview.md at 258c754), which the page does not state, so
   the row runs gpuplan's default; `--kv-dtype fp8` is the input to try when a source states it.
+- **NIM at concurrency 25-50: the ramp.** With 5,000-token prompts and no context chunking
+  one prompt fits an iteration (max_num_tokens 8192), so the simulated closed loop's first 25
+  (50) clients, all sent at t=0, get their first tokens one prefill (~390 ms) apart: the mean
+  over 4 x C requests carries that ramp (C=25: 1,535 ms). The measured 689 ms is one prefill
+  plus ~280 ms, as in a steady state; the page states neither AIPerf's request count nor a
+  warm-up, so the row keeps gpuplan's count (4 x C, at least 100).
 - **vLLM on an RTX 4090 (Mistral 7B, 256/128, closed loop).** Throughput is within 3-13%. TTFT
   is high at concurrency 4-16 (+38% to +197%) and low at 32-48: in the simulated closed loop
   with fixed lengths the clients stay in lockstep, so each prompt waits for its whole cohort's
