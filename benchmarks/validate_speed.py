@@ -883,8 +883,10 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
            f"figure); this row's kernel is {q}")
     if gemv and (run["job"].get("micro_batch") or 1) > 1:
         out += ("; marked 'avoid using' at batch > 1 by the source: its code reloads the packed "
-                "weights once per row of the batch, timed as that many DRAM reads (the L2 "
-                "serving some of them is not modelled)")
+                "weights once per row of the batch, the rows after the first timed from the L2 "
+                "at its measured rate where a launch's matrix fits the footprint the L2 was "
+                "measured to keep (compute/time.py row_rereads), else from DRAM; each row's "
+                "dequantization is not timed")
     return out
 
 

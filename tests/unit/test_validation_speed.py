@@ -145,8 +145,11 @@ def test_out_of_sample_holdout_reads(rows):
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
     assert s["median_abs_error"] <= 0.113 and s["worst_abs_error"] <= 0.641
+    # AutoAWQ's GEMV at batch 8 (awql2): rows 2-8 re-read each matrix from the RTX 4090's L2 at
+    # its measured 3,645 GB/s (every Mistral launch fits the 32 MiB it was measured to keep):
+    # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic)
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
-    assert len(gemv8) == 2 and all(0.35 < x < 0.45 for x in gemv8)
+    assert len(gemv8) == 2 and all(1.10 < x < 1.25 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
     assert tt_med <= 0.36 and tt_worst <= 0.641
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]

@@ -98,6 +98,11 @@ class Device:
     source: str = ""
     peak_basis: str = ""
     """How the peak was obtained (catalog dense figure, or the CPU estimate's arithmetic)."""
+    l2_resident_bytes: int = 0
+    """The largest footprint a kernel sweeping it again and again was measured to read from the
+    L2 at the L2's rate (the catalog's ``l2_cache``); 0: no measurement, no L2 reuse timed."""
+    l2_bandwidth: float = 0.0
+    """Bytes/s that measurement moved from the L2 (an achieved rate, not a peak); 0: none."""
 
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops
@@ -136,7 +141,21 @@ def device_from_gpu(gpu: GPU) -> Device:
         host_link="" if pcie is None else f"PCIe {gpu.pcie_gen}.0 x{gpu.pcie_lanes}",
         interconnect=gpu.interconnect,
         interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
-        architecture=gpu.architecture, source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})")
+        architecture=gpu.architecture, source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})",
+        **_l2_of(gpu))
+
+
+def _l2_of(gpu: GPU) -> dict:
+    """The catalog record's measured L2 (``l2_cache``: ``resident_bytes``, ``read_GBps``, each
+    with its source) as :class:`Device` fields; none when the record gives no measurement."""
+    rec = gpu.extra.get("l2_cache")
+    if not isinstance(rec, Mapping):
+        return {}
+    size, rate = rec.get("resident_bytes"), rec.get("read_GBps")
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0 \
+            or isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+        raise ValueError(f"{gpu.name}: l2_cache needs a positive resident_bytes and read_GBps")
+    return {"l2_resident_bytes": size, "l2_bandwidth": float(rate) * 1e9}
 
 
 #: A power-capped SKU's sibling: the same die with the same SM count, rated by its vendor at a

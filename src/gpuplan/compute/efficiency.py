@@ -498,9 +498,11 @@ QUANT_KERNELS: tuple[QuantKernel, ...] = (
                "'dim3 num_blocks(1, num_out_channels / 4, num_out_feats)' and in the kernel "
                "'batch_idx = blockIdx.z', whose weight, zero and scale loads do not depend on "
                "batch_idx -- each of up to 8 rows reloads and dequantizes the whole packed "
-               "matrix. Timed as that many reads from DRAM at the batch-1 share (the 4090's "
-               "L2 may serve some of the re-reads: not modelled, so batch > 1 reads "
-               "pessimistic). README: 'GEMV (quantized): 20% faster than GEMM, only batch "
+               "matrix. Row r + 1 re-reads a tile one whole matrix after row r (blockIdx.z is "
+               "the slowest index): the re-reads come from the L2 at its measured rate where "
+               "one launch's matrix fits the footprint the L2 was measured to keep (the "
+               "catalog's l2_cache), else from DRAM at the batch-1 share (time.py "
+               "row_rereads). README: 'GEMV (quantized): 20% faster than GEMM, only batch "
                "size 1 (not good for large context)'; its batch-8 GEMV rows carry the "
                "legend's red mark, 'for avoid using'"),
 )

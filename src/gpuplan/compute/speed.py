@@ -584,7 +584,12 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
     notes.append(f"{prec.name} decode matmuls under {kernel.engine}: the {kernel.name} kernel, "
                  f"{share:.1%} of the bandwidth on its packed weights"
                  + (f", read once per row of the batch up to {rows} rows"
-                    + (f" (here {job.batch})" if 1 < job.batch <= rows else "") if rows else ""))
+                    + (f" (here {job.batch})" if 1 < job.batch <= rows else "") if rows else "")
+                 + (f"; the rows after the first from the L2 at {device.l2_bandwidth / 1e9:,.0f} "
+                    f"GB/s for a matrix of at most {device.l2_resident_bytes / 2**20:g} MiB (what "
+                    "it was measured to keep), a larger one from DRAM"
+                    if rows and device.l2_bandwidth else
+                    "; every row from DRAM (no L2 measurement for this GPU)" if rows else ""))
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 

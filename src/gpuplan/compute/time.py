@@ -171,8 +171,9 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
                 device.architecture, dtype, b, m, n, device.sm_count)
         used = dtype
     bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
-    reread = _row_rereads(op, device, eff) if shaped else 0.0
-    return OpTime(op=op, compute_s=compute, memory_s=(op.bytes + reread) / bw,
+    dram, l2 = row_rereads(op, device, eff) if shaped else (0.0, 0.0)
+    memory = (op.bytes + dram) / bw + (l2 / device.l2_bandwidth if l2 else 0.0)
+    return OpTime(op=op, compute_s=compute, memory_s=memory,
                   occupancy=min(1.0, p / slots), dtype=used)
 
 
@@ -188,19 +189,39 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
     return bw
 
 
-def _row_rereads(op: Op, device: Device, eff: Efficiency) -> float:
+def row_rereads(op: Op, device: Device, eff: Efficiency) -> tuple[float, float]:
     """Bytes a quantized decode matmul reads beyond ``op.bytes`` under a kernel that reloads its
-    packed weights once per row (``eff.quant_gemv_rows``: AutoAWQ's GEMV, at batch 2 to 8):
-    (rows - 1) x its weights at ``eff.quant_weight_bytes`` each; 0 otherwise (the 16-bit head and
-    embedding, a grouped MoE GEMM, batch 1)."""
+    packed weights once per row (``eff.quant_gemv_rows``: AutoAWQ's GEMV, at batch 2 to 8), as
+    (from DRAM, from the L2): (rows - 1) x its weights at ``eff.quant_weight_bytes`` each; (0, 0)
+    otherwise (the 16-bit head and embedding, a grouped MoE GEMM, batch 1).
+
+    The kernel's grid is (1, out_channels / 4, rows) with the row in ``blockIdx.z``
+    (AutoAWQ_kernels@c7b0e88 awq_ext/quantization/gemv_cuda.cu), and the blocks go to the SMs
+    in the order of their linear index, x fastest, z slowest (how NVIDIA hardware dispatches a
+    grid; the CUDA guide promises no order, which is why CUTLASS's threadblock swizzles exist):
+    row r + 1 reads a weight tile one whole matrix after row r read it. So the re-reads come
+    from the L2 only where one launch's matrix fits in what the L2 was measured to keep over
+    such a sweep (``device.l2_resident_bytes``), at the rate measured there
+    (``device.l2_bandwidth``); a larger matrix, or a GPU without that measurement, re-reads it
+    all from DRAM. One launch's matrix is the op's weights over its launches (gate and up: two)."""
     if eff.quant_gemv_rows <= 0 or device.kind != "gpu" or op.kind != "matmul" \
             or not op.weight_elements or not op.shape or op.groups != 1:
-        return 0.0
+        return 0.0, 0.0
     rows = op.shape[0] * op.shape[1]
     if (op.weight_width or op.bytes / op.weight_elements) >= 1.5 \
             or not 1 < rows <= eff.quant_gemv_rows:
-        return 0.0
-    return (rows - 1) * op.weight_elements * eff.quant_weight_bytes
+        return 0.0, 0.0
+    extra = (rows - 1) * op.weight_elements * eff.quant_weight_bytes
+    if l2_keeps(op, device, eff):
+        return 0.0, extra
+    return extra, 0.0
+
+
+def l2_keeps(op: Op, device: Device, eff: Efficiency) -> bool:
+    """One launch of ``op`` reads a packed matrix no larger than the footprint ``device``'s L2
+    was measured to keep (:func:`row_rereads`)."""
+    per_launch = op.weight_elements * eff.quant_weight_bytes / max(1, op.kernels)
+    return device.l2_bandwidth > 0 and 0 < per_launch <= device.l2_resident_bytes
 
 
 def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
