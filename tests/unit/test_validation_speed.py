@@ -303,3 +303,19 @@ def test_a_decode_rows_measured_step_is_read_off_its_own_figure(rows):
     b1 = by_id["autoawq-mistral-7b-gemm-b1-p64-d64-4090"]
     assert vs._measured_step(b1.run, vs.job_of(b1.run), b1.measured) == pytest.approx(1 / 156.317)
     assert "measured 6.75 ms" in b8.diagnosis  # 8 / 1185.25 tokens/s
+
+
+def test_ibm_fsdp_rows_name_what_their_code_ran(rows):
+    # fms-fsdp @5e522b4 README: 7B HSDP, 13B/34B/70B FSDP; the gap says so for the 7B rows only,
+    # and for no other source group
+    ibm = [r for r in rows if r.run["source_group"] == "ibm-fsdp-blog" and r.predicted]
+    assert len(ibm) == 6
+    for r in ibm:
+        gap = vs._fms_fsdp1_gap(r.run, r)
+        assert "FSDP1" in gap and ("HSDP" in gap) == ("7b" in r.run["id"])
+        assert gap in vs.misses(r)
+    # FMS's eager fp32 rotary per element of a bf16 q, by hand: float (2 read + 4 written), the
+    # broadcast product (4 read + 2 x 4 written), its sum (8 + 4), type_as (4 + 2) = 36 B
+    assert "~36 B" in vs._fms_fsdp1_gap(ibm[0].run, ibm[0])
+    other = next(r for r in rows if r.run["source_group"] == "nvidia-dle-bert")
+    assert vs._fms_fsdp1_gap(other.run, other) == ""
