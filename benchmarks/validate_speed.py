@@ -568,6 +568,9 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
+    if j.get("model_code"):  # whose model code the source's run used, where not the engine's
+        fields["model_code"] = j["model_code"]
+        notes.append(f"model code {j['model_code']}")
     return Job(model=run["model"]["name"], mode="train", engine=run["engine"],
                attention=_attention(run, notes), runtime=runtime, **fields, **_lora(j, notes))
 
@@ -946,20 +949,18 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
     2024-03-13, the post's date): torch FSDP1 (``FullyShardedDataParallel``, flat parameters,
     ``limit_all_gathers=True``: at most two un-freed all-gathers, so one unit gathered ahead),
     not FSDP2; the README's table gives the 7B HSDP (sharded in the node, replicated across
-    nodes) and the larger ones FSDP; IBM FMS's Llama @464c4ca (fms/modules/positions.py
-    ``RotaryEmbedding.adjusted_qk``) rotates q and k in fp32 through a broadcast (..., D/2, 2, 2)
-    product and a sum: ~36 B a q/k element in eager (float 6, mul 12, sum 12, type_as 6) against
-    transformers' 20 B. None of the three is in the job: the timing is FSDP2 full sharding over
-    transformers' ops. By gpuplan's own rates none closes the H100 rows' gap (the rotary's extra
-    bytes ~4% of the 7B H100 step; HSDP moves fewer bytes across nodes, not more)."""
+    nodes) and the larger ones FSDP. Neither is in the job: the timing is FSDP2 full sharding.
+    IBM FMS's fp32 eager rotary is (the rows' ``model_code`` fms, compute/efficiency.py
+    ``eager_rotary_fms_bytes``). By gpuplan's own rates HSDP would not close the H100 rows' gap:
+    it moves fewer bytes across nodes, not more."""
     if run.get("source_group") != "ibm-fsdp-blog":
         return ""
     hsdp = "7b" in run["id"]
     return ("ran torch FSDP1 (fms-fsdp @5e522b4: FullyShardedDataParallel, limit_all_gathers) "
             + ("under HSDP (the README's table for 7B: all-gathers inside the node) " if hsdp
                else "")
-            + "over IBM FMS's Llama, whose eager rotary runs in fp32 (~36 B a q/k element "
-            "against transformers' 20 B): timed as FSDP2 full sharding over transformers' ops")
+            + "over IBM FMS's Llama: timed as FSDP2 full sharding (FMS's fp32 eager rotary "
+            "timed, model_code fms)")
 
 
 #: What the estimate is known to leave out, each checked against a row (empty: does not apply).
