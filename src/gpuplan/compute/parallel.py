@@ -139,7 +139,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                attention: str, runtime: str = "auto", ep: int = 1,
                selective: str = "attention", bf16_edge_layers: int = 0,
                moe_sync: bool = False, engine: str = "transformers",
-               capacity_factor: float | None = None) -> MicroCost:
+               capacity_factor: float | None = None,
+               model_code: str | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -150,7 +151,7 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
-                       capacity_factor=capacity_factor)[checkpointing]
+                       capacity_factor=capacity_factor, model_code=model_code)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -158,15 +159,17 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 runtime: str = "auto", ep: int = 1,
                 selective: str = "attention", bf16_edge_layers: int = 0,
                 moe_sync: bool = False, engine: str = "transformers",
-                capacity_factor: float | None = None) -> dict[str, MicroCost]:
+                capacity_factor: float | None = None,
+                model_code: str | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
     ``moe_sync``: each MoE layer's forward is timed from a drained queue
     (:func:`synced_forward_s`) rather than paced with the rest of the step. ``engine``: the
-    job's engine, whose code the micro-batch runs (its kernels, its experts' form, its loop)."""
+    job's engine, whose code the micro-batch runs (its kernels, its experts' form, its loop);
+    ``model_code``: the job's model code where not the engine's (None: the engine's)."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
-              runtime=runtime, engine=engine)
+              runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
                    moe_capacity_factor=capacity_factor)

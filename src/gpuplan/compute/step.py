@@ -597,7 +597,7 @@ class StepSpec:
     """The adapted modules (None: the family's PEFT default)."""
     model_code: str = "transformers"
     """Whose model code runs (``torchtune``: its RoPE chain in eager, K/V expanded to every
-    head)."""
+    head; ``fms``: IBM FMS's fp32 RoPE chain in eager)."""
     lora_dropout: float = 0.0
     max_grad_norm: float | None = None
     """Clip the gradients' global norm each step (None: no clipping)."""
