@@ -654,7 +654,8 @@ def predict(run: dict) -> Row:
     model = _model_of(run, notes)
     job = job_of(run, notes)
     if run["kind"] == "decode":
-        est = estimate_speed(model, gpu, job, new_tokens=_new_tokens(run), measured=None)
+        est = estimate_speed(model, gpu, job, new_tokens=_new_tokens(run), measured=None,
+                             host_sync_per_step=_host_sync_per_step(run, notes))
         value = est.tokens_per_s
         if run["job"].get("qps"):
             value = _online_rate(model, gpu, job, _new_tokens(run), float(run["job"]["qps"]),
@@ -680,6 +681,17 @@ def predict(run: dict) -> Row:
                diagnosis=diagnose(est, gpu, value / measured, _measured_step(run, job, measured)),
                host_bound=est.step.host_bound,
                comm_share=est.comm_exposed_s / est.step_time_s if est.mode == "train" else 0.0)
+
+
+def _host_sync_per_step(run: dict, notes: list[str]) -> bool:
+    """The run's loop waits for the device around every forward (runs.json
+    ``job.host_sync_per_step``, a field added by issue 31 after these rows' errors were read;
+    benchmarks/published/README.md says which rows state it and where their loop does it)."""
+    if not run["job"].get("host_sync_per_step"):
+        return False
+    notes.append("the benchmark loop synchronizes before and after every forward (the run's "
+                 "host_sync_per_step)")
+    return True
 
 
 def _measured_step(run: dict, job: Job, measured: float) -> float | None:
