@@ -686,7 +686,12 @@ def predict(run: dict) -> Row:
 def _host_sync_per_step(run: dict, notes: list[str]) -> bool:
     """The run's loop waits for the device around every forward (runs.json
     ``job.host_sync_per_step``, a field added by issue 31 after these rows' errors were read;
-    benchmarks/published/README.md says which rows state it and where their loop does it)."""
+    benchmarks/published/README.md says which rows state it and where their loop does it).
+    AutoAWQ v0.1.6 (8110e028c7fe, the version its README's table was measured with)
+    examples/benchmark.py ``generate()``: ``torch.cuda.synchronize()`` at lines 20 and 32, before
+    and after ``model(inputs, use_cache=True)``; at the README's commit 027758d47 the same in
+    ``generate_torch()``, lines 44 and 56. gpt-fast's generate.py (32971d31) does not: its
+    ``decode_n_tokens`` loop has no wait, ``device_sync`` comes after the whole generate."""
     if not run["job"].get("host_sync_per_step"):
         return False
     notes.append("the benchmark loop synchronizes before and after every forward (the run's "
