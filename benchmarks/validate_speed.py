@@ -623,7 +623,35 @@ def _infer_job(run: dict, runtime: str, notes: list[str]) -> Job:
                      "SKU's NVLink (gpuplan's default topology); batch 1, one replica")
     return Job(model=run["model"]["name"], mode="infer", engine=run["engine"],
                infer_precision=fmt, batch=batch, seq=prompt, runtime=runtime, attention="sdpa", tp=tp,
-               gpus=run["hardware"]["count"] if tp > 1 else 1)
+               gpus=run["hardware"]["count"] if tp > 1 else 1,
+               context=_window_context(run, notes))
+
+
+#: Tokens AutoAWQ's WindowedCache drops when a decode step would overflow it: ``roll_kv_n_steps
+#: (start_pos, n=100)``, ``n = min(n, max_seq_len)`` (AutoAWQ v0.1.6, 8110e028c7fe,
+#: awq/modules/fused/attn.py line 139, awq/modules/fused/cache.py ``roll_kv_n_steps``).
+_AWQ_ROLL = 100
+
+
+def _window_context(run: dict, notes: list[str]) -> int | None:
+    """The keys a decode step attends to in the run's median step when its KV cache is a window
+    (runs.json ``job.kv_window``, issue 31, added after these rows' errors were read): AutoAWQ's
+    fused modules size it to ``max_seq_len`` = from_quantized's ``max_new_tokens``, which
+    examples/benchmark.py sets to n_generate (v0.1.6 benchmark.py line 46; awq/models/base.py
+    lines 207-213 ``config.max_new_tokens``; llama.py line 121 ``max_seq_len``). Full, it rolls
+    ``min(100, window)`` tokens out, so the steps see ``window - roll + 1`` to ``window`` keys
+    (``start_pos + 1``: FT's single_query_attention reads that many timesteps) -- their middle,
+    ``window - roll / 2 + 1/2`` rounded down -- and not the prompt plus half the output (the rolling step's
+    own copy is one step in ``roll``, which the README's median time per token leaves out).
+    None: no window (gpuplan's default, prompt + new tokens / 2)."""
+    w = run["job"].get("kv_window")
+    if not w:
+        return None
+    roll = min(_AWQ_ROLL, w)
+    ctx = math.floor(w - roll / 2 + 0.5)
+    notes.append(f"the KV cache a {w}-token window that rolls {roll} tokens out when full: the "
+                 f"median decode step attends to {ctx} keys")
+    return ctx
 
 
 def job_of(run: dict, notes: list[str] | None = None) -> Job:
