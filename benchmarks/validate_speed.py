@@ -932,6 +932,14 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
                 "at its measured rate where a launch's matrix fits the footprint the L2 was "
                 "measured to keep (compute/time.py row_rereads), else from DRAM; each row's "
                 "dequantization is not timed")
+    if run["job"].get("kv_window"):
+        out += ("; its decode attention is FT's single_query_attention (AutoAWQ v0.1.6 "
+                "awq_cuda/attention/decoder_masked_multihead_attention.cu: grid (heads, batch), "
+                "one thread block of 128 threads per head and sequence below 2,048 timesteps, "
+                "256 from there), each block streaming its head's keys and values on one SM: "
+                "paced by that block's loop, not the device's bandwidth, which gpuplan times "
+                f"(here {_window_context(run, [])} keys a step); untimed, it grows with the "
+                "context, as the 2048-token rows' extra time over the 64-token rows does")
     return out
 
 
