@@ -774,16 +774,8 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
     else:
         opt_s = optimizer_s(max(1, mine // shard), mine / max(1, params + mtp))
-    copy_s = 0.0
-    if fsdp2_reduce_bytes and lay.zero >= 2 and lay.dp * lay.cp > 1:
-        gathers = (lay.weight_gathers if lay.weight_gathers is not None
-                   else zero3_gathers(lay.sharding, lay.checkpointing))
-        copy_s = fsdp2_copy_bytes(
-            mine, zero=lay.zero, micro_batches=m, gathers=gathers,
-            gathered_bytes=(prec.weight_store if gather_bytes_per_element is None
-                            else gather_bytes_per_element),
-            grad_bytes=prec.weight_store, reduce_bytes=fsdp2_reduce_bytes,
-        ) / (device.memory_bandwidth * eff.memory)
+    copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
+                            fsdp2_reduce_bytes)
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
@@ -793,6 +785,23 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
         topology=topo, fsdp_copy_s=copy_s)
+
+
+def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Device,
+                   eff: Efficiency, gather_bytes_per_element: float | None,
+                   reduce_bytes: int) -> float:
+    """FSDP2's copies of a step on a rank of ``lay`` holding ``mine`` parameters of its stage
+    (:func:`fsdp2_copy_bytes`), at the memory rate; 0 where not timed or nothing is sharded."""
+    if not reduce_bytes or lay.zero < 2 or lay.dp * lay.cp <= 1:
+        return 0.0
+    gathers = (lay.weight_gathers if lay.weight_gathers is not None
+               else zero3_gathers(lay.sharding, lay.checkpointing))
+    nbytes = fsdp2_copy_bytes(
+        mine, zero=lay.zero, micro_batches=lay.micro_batches, gathers=gathers,
+        gathered_bytes=(prec.weight_store if gather_bytes_per_element is None
+                        else gather_bytes_per_element),
+        grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes)
+    return nbytes / (device.memory_bandwidth * eff.memory)
 
 
 def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
