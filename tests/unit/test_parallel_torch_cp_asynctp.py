@@ -70,8 +70,11 @@ def test_torch_cp_merge_bytes_by_hand():
     # forward: the merges' 126 B/E; K and V made contiguous (read 2 + write 2) and cat for the
     # rotater before each of the 3 later steps (4 each): 16 B/K
     assert fwd == pytest.approx(e * (6 + 3 * 38 + 6) + k * (4 + 3 * 4))
-    # backward: K and V made contiguous again (4 B/K) before the accumulators' 4 + 10 + 75 + 6
-    assert bwd == pytest.approx(e * (4 + 10 + 3 * 10 + 6) + k * (4 + 4 + 10 + 3 * 25 + 6))
+    # backward: K and V made contiguous again (4 B/K) before the accumulators' 4 + 10 + 75 + 6;
+    # each of the 3 later flash backward calls reads dO and O (2 + 2), clears the fp32 dQ
+    # accumulator (4), reads it back (4) and writes dQ (2): 14 B/E more a step
+    assert bwd == pytest.approx(e * (4 + 10 + 3 * (10 + 14) + 6)
+                                + k * (4 + 4 + 10 + 3 * 25 + 6))
     # K and V repeated to the 32 query heads (torchtitan's repeat_kv): 4x the K/V terms only
     k32 = 2 * 32 * 1024 * 128
     fwd32, bwd32 = torch_cp_merge_bytes(arch, 1, 1024, 4, 2, kv_heads=32)

@@ -142,10 +142,12 @@ def test_out_of_sample_holdout_reads(rows):
     # row 1.09x -> 1.03x by the same merges).
     # Issue 31 (titancp): FSDP2's copy-out and chunk-cat timed on the compute stream for
     # torchtitan (14 B an element a micro-batch): its FSDP rows 1.18-1.33x -> 1.15-1.29x; torch
-    # CP's K/V contiguous copies and forward cats: the 8B CP rows 1.08/1.43/1.48x ->
-    # 1.08/1.42/1.48x; the group 25.0% / 48.1% -> 22.7% / 48.0%; Llama 3's and OPT's rows, which
-    # ride the torchtitan profile, -0.1% to -0.8% (theirs ran other FSDPs). Asserted as
-    # reached, so a change that moves it is seen
+    # CP's K/V contiguous copies and forward cats and the flash backward's per-call dO.O and dQ
+    # accumulator passes: the 8B CP2-8 rows 1.08/1.43/1.48x -> 1.07/1.42/1.47x, the 405B CP8
+    # row 1.48x -> 1.47x; the group 25.0% / 48.1% -> 22.7% / 47.3%; Llama 3's and OPT's rows,
+    # which ride the torchtitan profile, -0.1% to -1.3% (their FSDPs were others, the 0.1-0.8%
+    # of the copies a cause those runs did not have). Asserted as reached, so a change that
+    # moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
@@ -153,7 +155,7 @@ def test_out_of_sample_holdout_reads(rows):
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
     assert len(gemv8) == 2 and all(0.35 < x < 0.45 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
-    assert tt_med <= 0.228 and tt_worst <= 0.481
+    assert tt_med <= 0.228 and tt_worst <= 0.474
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:

@@ -236,7 +236,15 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     transposed to ``(b, h, s, d)`` are not contiguous), and the forward too cats K and V for
     the rotater before every step but the last (``torch.cat([key.flatten(), value.flatten()])``,
     4 B/K): ``4 cp`` B/K in forward, 4 more in backward. ``kv_heads``: the heads of the K and
-    V the SDPA is called with (:func:`sdpa_kv_heads`; None: ``arch.num_kv_heads``)."""
+    V the SDPA is called with (:func:`sdpa_kv_heads`; None: ``arch.num_kv_heads``).
+
+    The flash backward's own passes, once per call and so ``CP - 1`` more times than one
+    call over the whole sequence: ``flash_bwd_dot_do_o_kernel`` reads dO and O (4 B/E) and
+    clears the fp32 dQ accumulator (4), ``flash_bwd_convert_dq_kernel`` reads it (4) and
+    writes dQ (2): 14 B/E a later step (Dao-AILab/flash-attention
+    csrc/flash_attn/src/flash_bwd_launch_template.h run_flash_bwd_seqk_parallel, flash_api.cpp
+    mha_bwd's dq_accum; torch's bundled FlashAttention-2 is that code). The first call's are
+    the whole-sequence kernel's and left to it."""
     heads = arch.num_heads
     kv = arch.num_kv_heads if kv_heads is None else kv_heads
     e = batch * heads * s_local * arch.head_dim
@@ -244,7 +252,7 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     r = act / 2  # the 16-bit tensors' bytes per element over 2
     fwd = (e * ((2 * r + 4) + (cp - 1) * (2 * r + 36) + (4 + 2 * r))
            + k * 4 * r * cp)  # contiguous(), then a cat before each of the cp - 1 later steps
-    bwd = (e * (4 + (2 * r + 8) + (cp - 1) * (2 * r + 8) + (4 + 2 * r))
+    bwd = (e * (4 + (2 * r + 8) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
            + k * (4 * r + 4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
     return fwd, bwd
 
