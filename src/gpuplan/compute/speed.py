@@ -276,7 +276,7 @@ class SpeedEstimate:
             "step_time_s": self.step_time_s, "kernel_time_s": self.step.kernel_time_s,
             "launch_time_s": self.step.launch_time_s, "kernels_per_step": self.step.kernels,
             "transfer_exposed_s": self.transfer.exposed_s,
-            "comm_exposed_s": self.comm_exposed_s,
+            "comm_exposed_s": self.comm_exposed_s, "fsdp_copy_s": self.fsdp_copy_s,
             "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s,
             "mfu": self.mfu, "hfu": self.hfu, "bound": self.bound,
             "peak_flops": self.step.peak_flops, "ridge_point": self.ridge_point,
