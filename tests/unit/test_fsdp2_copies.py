@@ -45,6 +45,7 @@ def test_torchtitan_fsdp_step_carries_the_copies():
     assert est.fsdp_copy_s == pytest.approx(n * 14 / rate)
     assert est.step_time_s == pytest.approx(est.step.time_s + est.transfer.exposed_s
                                             + est.comm_exposed_s + n * 14 / rate)
+    assert est.to_dict(ops=False)["fsdp_copy_s"] == est.fsdp_copy_s
     # the generic fsdp2 profile's rows ran FSDP1 (a flat parameter, no copy-out): not timed
     plain = estimate_speed(model, H100, _job(engine="fsdp2"), measured=None, link="nvlink")
     assert plain.fsdp_copy_s == 0.0
@@ -66,3 +67,4 @@ def test_layout_step_carries_the_copies():
     assert lt.step_s == pytest.approx(lt.compute_s + lt.bubble_s + lt.tp_comm_s + lt.cp_comm_s
                                       + lt.ep_comm_s + lt.pp_comm_s + lt.dp_exposed_s
                                       + lt.optimizer_s + lt.fsdp_copy_s)
+    assert lt.to_dict()["fsdp_copy_s"] == lt.fsdp_copy_s
