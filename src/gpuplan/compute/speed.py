@@ -314,6 +314,19 @@ class SpeedEstimate:
 # The estimate
 
 
+def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, *,
+                n_params, gathers, link, overlap_comm, gather_overlap):
+    """A training step's data-parallel scaling and FSDP2's copies on the compute stream
+    (:func:`_fsdp2_copy_s`), for :func:`estimate_speed`'s path without a layout."""
+    narrow = narrow_gather_bytes(arch, job, max(n_params, trainable),
+                                 notes if job.zero else None)
+    copy_s = _fsdp2_copy_s(job, prec, device, eff, max(n_params, trainable), gathers, narrow,
+                           step.micro_steps)
+    return _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
+                    overlap_comm=overlap_comm, n_params=n_params, gpu=gpu, gathers=gathers,
+                    gather_overlap=gather_overlap, narrow=narrow, copy_s=copy_s), copy_s
+
+
 def estimate_speed(
     model: Model | Architecture, gpu: GPU, job: Job, *, new_tokens: int = 128,
     link: str | float | None = None, overlap_comm: bool = True, pinned: bool = True,
@@ -389,17 +402,9 @@ def estimate_speed(
                                                                                       mode)
     transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
                                             pinned=pinned, overlap=overlap_transfer)
-    scaling = None
-    copy_s = 0.0
-    if mode == "train":
-        narrow = narrow_gather_bytes(arch, job, max(n_params, trainable),
-                                     notes if job.zero else None)
-        copy_s = _fsdp2_copy_s(job, prec, device, eff, max(n_params, trainable), gathers,
-                               narrow, step.micro_steps)
-        scaling = _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
-                           overlap_comm=overlap_comm, n_params=n_params, gpu=gpu,
-                           gathers=gathers, gather_overlap=gather_overlap,
-                           narrow=narrow, copy_s=copy_s)
+    scaling, copy_s = (None, 0.0) if mode != "train" else _dp_scaling(
+        arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, n_params=n_params,
+        gathers=gathers, link=link, overlap_comm=overlap_comm, gather_overlap=gather_overlap)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
