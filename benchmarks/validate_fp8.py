@@ -95,6 +95,47 @@ BRIDGE_PRESETS = {"fp8-current": {"first_last_layers_bf16": 1, "fp8_param_gather
                   "mxfp8": {"fp8_param_gather": True}, "nvfp4": {}, "mixed-bf16": {}}
 
 
+#: What the MoE rows' Megatron-Bridge performance recipes set that gpuplan's Job has no word
+#: for (each row's ``recipe`` in fp8_runs.json: the config read at its tag and commit): named in
+#: the row's notes, not modelled.
+RECIPE_UNMODELLED = {
+    "recompute_modules": lambda v: f"selective recompute of {', '.join(v)} (gpuplan's "
+                                   "checkpointing 'selective' recomputes the attention core only)",
+    "moe_flex_dispatcher_backend": lambda v: f"the flex dispatcher's {v} backend (gpuplan's "
+                                             "all-to-all is the flat alltoall dispatcher's)",
+    "cuda_graph_scope": lambda v: f"TE CUDA graphs over {', '.join(v)}",
+}
+
+
+def recipe_fields(run: dict, notes: list[str]) -> dict:
+    """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
+    batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``) and the MTP depth
+    (``mtp_num_layers`` -> ``mtp_layers``); what gpuplan cannot express goes to ``notes``."""
+    r = run.get("recipe")
+    if not r:
+        return {}
+    out: dict = {}
+    where = f"{r['repo']}@{r['tag']} {r['config']}"
+    if r.get("moe_a2a_overlap"):
+        out["ep_overlap"] = True
+        notes.append(f"batch-level EP overlap (moe_a2a_overlap, {where})")
+    if r.get("mtp_num_layers"):
+        out["mtp_layers"] = r["mtp_num_layers"]
+        notes.append(f"MTP depth {r['mtp_num_layers']} (the recipe's mtp_num_layers, {where})")
+    if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
+        notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
+    missing = [say(r[k]) for k, say in RECIPE_UNMODELLED.items() if r.get(k)]
+    if missing:
+        notes.append("not modelled: " + "; ".join(missing))
+    return out
+
+
+def tp_overlap_of(run: dict) -> bool:
+    """Megatron-Bridge's CommOverlapConfig(tp_comm_overlap=...) as the row's recipe sets it
+    (True where no recipe is recorded: the dense rows' recipes overlap)."""
+    return bool((run.get("recipe") or {}).get("tp_comm_overlap", True))
+
+
 def _pp_schedule(j: dict) -> str:
     vp = j.get("vp")
     return f"interleaved:{vp}" if j["pp"] > 1 and vp and vp > 1 else "1f1b"
@@ -123,11 +164,12 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     if run["model"]["catalog"] in SPLIT_ACCOUNTING and j["pp"] > 1:
         fields.update(pp_embedding_part=True, pp_loss_part=True)
         notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
+    fields.update(recipe_fields(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
         first, last = DEEPSEEK_SPLIT[(j["pp"], j.get("vp") or 1)]
         fields.update(pp_first_stage_layers=first, pp_last_stage_layers=last)
         notes.append(f"DeepSeek-V3's uneven pipeline: first stage {first} layers, last {last} "
-                     "(DEEPSEEK_SPLIT; MTP not modelled)")
+                     "(DEEPSEEK_SPLIT)")
     ep = fields["ep"]
     if tp > 1 and ep > 1 and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep:
         # EP wider than DP x CP: Megatron-Bridge folds the MoE layers, expert TP 1 (MoE
@@ -184,7 +226,7 @@ def predict(run: dict) -> Row:
             or job.gpus_per_node > 8 else None
         est = estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
                              topology=topo, link="nvlink" if topo is None else None,
-                             tp_overlap=True)
+                             tp_overlap=tp_overlap_of(run))
     except GpuplanError as e:
         return Row(run, None, measured, f"gpuplan refuses the job: {e}")
     return Row(run, est.tokens_per_s / run["hardware"]["count"], measured, notes=tuple(notes))

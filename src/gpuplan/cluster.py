@@ -548,7 +548,8 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     for n in _counts(model, gpu, job, mode):
         try:
             p = search_layouts(model, gpu, job.with_(gpus=n, tp=1, pp=1, cp=1, ep=1,
-                                                     sequence_parallel=False), **kw)
+                                                     sequence_parallel=False,
+                                                     ep_overlap=False), **kw)
         except InputError:
             continue  # no layout of n GPUs (the global batch does not split over them)
         if p.best:

@@ -79,7 +79,7 @@ from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
-           "mtp_flops_per_token", "dualpipe_bubble_s"]
+           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -741,6 +741,8 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
     if lay.sequence_parallel:
         p2p_bytes /= lay.tp
+    if lay.ep_overlap and not lay.dual:
+        ep_c = ep_overlap_exposed_s(ep_c, t_mb, lay)
     if lay.pp == 1:
         return ep_c, 0.0
     hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
@@ -748,6 +750,28 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     if lay.dual:
         return max(0.0, ep_c + 2 * hop - t_mb), 0.0
     return ep_c, 2 * lay.chunks * lay.micro_batches * hop
+
+
+def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
+    """One micro-batch's exposed all-to-all under Megatron-Core's batch-level EP overlap
+    (``lay.ep_overlap``; megatron/core/pipeline_parallel/combined_1f1b.py at
+    NVIDIA/Megatron-LM@d98e8a64): in the steady state the forward of micro-batch i+1 runs merged
+    with the backward of micro-batch i, layer by layer, each one's all-to-alls on the
+    communication stream beside the other's compute, so a pair exposes only what its
+    all-to-alls (``ep_c`` a micro-batch) outlast its compute (``t_mb``). The warm-up forwards
+    and the cool-down backwards have no partner and keep theirs: per the first stage's count in
+    schedules.py ``get_pp_rank_microbatches`` there, ``(pp - 1) x 2 + (chunks - 1) x pp + 1``
+    chunk passes of the step's ``micro_batches x chunks`` under the interleaved schedule
+    (``microbatch_group_size_per_vp_stage`` at its default, pp; the + 1 the extra forward the
+    overlap schedules), and with PP 1 the first forward and the last backward (one micro-batch's
+    worth, combined_1f1b_schedule_for_no_pipelining)."""
+    passes = lay.micro_batches * lay.chunks
+    if lay.pp > 1:
+        lone = (lay.pp - 1) * 2 + (lay.chunks - 1) * lay.pp + 1
+    else:
+        lone = 1
+    share = min(1.0, lone / max(1, passes))
+    return share * ep_c + (1 - share) * max(0.0, ep_c - t_mb)
 
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,

@@ -495,7 +495,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     shard = shard_arch(arch, lay.tp)
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
                                  cp=1, ep=1, sequence_parallel=False,
-                                 distribute_checkpoints=False, gpus=1),
+                                 distribute_checkpoints=False, ep_overlap=False, gpus=1),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     spec = replace(spec, ep=lay.ep)

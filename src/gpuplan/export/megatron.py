@@ -28,7 +28,7 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
                         "pp_first_stage_layers", "pp_last_stage_layers", "etp",
-                        "moe_capacity_factor", "mtp_layers"})
+                        "moe_capacity_factor", "mtp_layers", "ep_overlap"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -267,6 +267,10 @@ def _layout(job: Job, model: Model) -> list[str]:
     if job.mtp_layers:
         # megatron/training/arguments.py (_add_mtp_args): --mtp-num-layers, default None
         out += ["--mtp-num-layers", str(job.mtp_layers)]
+    if job.ep_overlap:
+        # megatron/training/arguments.py @d98e8a64: batch-level EP overlap and the delayed
+        # wgrad it is paired with (megatron/core/transformer/moe/README.md)
+        out += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if job.etp is not None:
         out += ["--expert-tensor-parallel-size", str(job.etp)]
     if job.ep > 1 or job.moe_capacity_factor is not None:

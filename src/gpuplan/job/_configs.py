@@ -363,6 +363,15 @@ class ParallelLayout:
     2412.19437 sec. 2.2): each depth one more transformer block (a copy of the model's last
     layer), a 2H -> H projection and its norms, on the last pipeline stage, the embedding and
     the output head shared with the model; None: none trained."""
+    ep_overlap: bool = False
+    """The expert-parallel all-to-alls of one micro-batch run beside another micro-batch's
+    compute: Megatron-Core's batch-level EP overlap (``--overlap-moe-expert-parallel-comm
+    --delay-wgrad-compute``, Megatron-Bridge's ``moe_a2a_overlap``), which merges the forward of
+    micro-batch i+1 with the backward of micro-batch i, layer by layer, the all-to-alls on a
+    communication stream (megatron/core/transformer/moe/README.md at NVIDIA/Megatron-LM@d98e8a64:
+    "Overlaps All-to-All with computation by merging FWD-BWD passes of adjacent microbatches").
+    Megatron only; needs --ep > 1, no full checkpointing, and interleaved:V when --pp > 1
+    (transformer_config.py's checks there)."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8
