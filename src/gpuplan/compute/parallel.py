@@ -843,6 +843,11 @@ def _layout_notes(lay: Layout, topo: Topology) -> tuple[str, ...]:
     if lay.mtp_layers:
         notes.append(f"MTP depth {lay.mtp_layers} on the last stage: one more layer and the "
                      "head per depth (DeepSeek-V3 sec. 2.2)")
+    if lay.ep_overlap and lay.ep > 1 and not lay.dual:
+        notes.append("batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm): "
+                     "each micro-batch's all-to-alls beside the paired micro-batch's compute, "
+                     "the warm-up and cool-down passes' exposed; the overlapped compute is not "
+                     "slowed by the all-to-all kernels' SMs here")
     return tuple(notes)
 
 
