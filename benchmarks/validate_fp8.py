@@ -132,7 +132,7 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
 
 def tp_overlap_of(run: dict) -> bool:
     """Megatron-Bridge's CommOverlapConfig(tp_comm_overlap=...) as the row's recipe sets it
-    (True where no recipe is recorded: the dense rows' recipes overlap)."""
+    (True where no recipe is recorded, as every row ran before the recipes were read)."""
     return bool((run.get("recipe") or {}).get("tp_comm_overlap", True))
 
 
@@ -324,9 +324,33 @@ def render(rows: list[Row]) -> str:
     for r, t, m, p in speedups(rows):
         out.append(f"| `{r.run['id']}` | `{t.run['id']}` | {m:.3f} | "
                    f"{'—' if p is None else f'{p:.3f}'} |")
+    out += _recipe_lines(rows)
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
     return "\n".join(out) + "\n"
+
+
+def _recipe_lines(rows: list[Row]) -> list[str]:
+    """Per MoE row, its recorded Megatron-Bridge recipe and what of it the Job takes or leaves."""
+    out = ["", "## MoE rows: the Megatron-Bridge recipes they ran", "",
+           "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
+           "taken into the Job: moe_a2a_overlap (`ep_overlap`), mtp_num_layers (`mtp_layers`), "
+           "tp_comm_overlap; the rest named, not modelled.", "",
+           "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rec = r.run.get("recipe")
+        if not rec:
+            continue
+        disp = rec["moe_token_dispatcher_type"] + (f" ({rec['moe_flex_dispatcher_backend']})"
+                                                   if rec.get("moe_flex_dispatcher_backend")
+                                                   else "")
+        rc = ", ".join(rec.get("recompute_modules") or []) or "none"
+        graphs = ", ".join(rec.get("cuda_graph_scope") or []) or "none"
+        out.append(f"| `{r.run['id']}` | {rec['config']} @ {rec['tag']} | {disp} | "
+                   f"{'yes' if rec.get('moe_a2a_overlap') else 'no'} | {rc} | {graphs} | "
+                   f"{rec.get('mtp_num_layers', '-')} |")
+    return out
 
 
 def rows() -> list[Row]:
