@@ -83,7 +83,9 @@ SPLIT_ACCOUNTING = {
 #: pipeline_parallel_layout.md (PP16 VPP2) and Megatron-Bridge's DeepSeek-V3 performance
 #: configs: stages 9/8/8/8/8/8/6+MTP/6 -- first 9, last 6, the middle 46 over 6 stages here
 #: (8,8,8,8,7,7: the same slowest stage). ASSUMED for the 25.11 GB200 PP8 VP4 row. The MTP
-#: module (mtp_num_layers 1) is not modelled.
+#: module rides on the last stage where the row's recipe trains one (``mtp_num_layers`` 1 in the
+#: 26.02 configs and the 25.11 B200 row, "w/ MTP"; 0 for the 25.11 GB200 rows, "w/o MTP":
+#: :func:`recipe_fields`).
 DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1), (8, 4): (9, 6)}
 
 #: Megatron-Bridge's precision presets (src/megatron/bridge/training/mixed_precision.py at
