@@ -101,8 +101,6 @@ BRIDGE_PRESETS = {"fp8-current": {"first_last_layers_bf16": 1, "fp8_param_gather
 #: for (each row's ``recipe`` in fp8_runs.json: the config read at its tag and commit): named in
 #: the row's notes, not modelled.
 RECIPE_UNMODELLED = {
-    "recompute_modules": lambda v: f"selective recompute of {', '.join(v)} (gpuplan's "
-                                   "checkpointing 'selective' recomputes the attention core only)",
     "moe_flex_dispatcher_backend": lambda v: f"the flex dispatcher's {v} backend (gpuplan's "
                                              "all-to-all is the flat alltoall dispatcher's)",
     "cuda_graph_scope": lambda v: f"TE CUDA graphs over {', '.join(v)}",
@@ -111,8 +109,10 @@ RECIPE_UNMODELLED = {
 
 def recipe_fields(run: dict, notes: list[str]) -> dict:
     """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
-    batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``) and the MTP depth
-    (``mtp_num_layers`` -> ``mtp_layers``); what gpuplan cannot express goes to ``notes``."""
+    batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the MTP depth
+    (``mtp_num_layers`` -> ``mtp_layers``) and selective recompute of named modules
+    (``recompute_modules`` -> ``checkpointing`` selective with ``recompute_modules``); what
+    gpuplan cannot express goes to ``notes``."""
     r = run.get("recipe")
     if not r:
         return {}
@@ -124,6 +124,9 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("mtp_num_layers"):
         out["mtp_layers"] = r["mtp_num_layers"]
         notes.append(f"MTP depth {r['mtp_num_layers']} (the recipe's mtp_num_layers, {where})")
+    if r.get("recompute_modules"):
+        out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
+        notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
     if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
         notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
     missing = [say(r[k]) for k, say in RECIPE_UNMODELLED.items() if r.get(k)]
@@ -337,7 +340,8 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
     out = ["", "## MoE rows: the Megatron-Bridge recipes they ran", "",
            "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
            "taken into the Job: moe_a2a_overlap (`ep_overlap`), mtp_num_layers (`mtp_layers`), "
-           "tp_comm_overlap; the rest named, not modelled.", "",
+           "recompute_modules (`recompute_modules`, its time only), tp_comm_overlap; the rest "
+           "named, not modelled.", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -336,6 +336,7 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
             "--moe-expert-capacity-factor": float, "--moe-pad-expert-input-to-capacity": None,
             "--overlap-moe-expert-parallel-comm": None, "--delay-wgrad-compute": None,
+            "--recompute-modules": ("*", str),  # a List[str] field: nargs *
             # arguments.py _add_mtp_args (NVIDIA/Megatron-LM): an int, default None
             "--mtp-num-layers": int,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
@@ -381,6 +382,8 @@ def _documented_parser(options: dict) -> argparse.ArgumentParser:
             p.add_argument(name, action="store_true")
         elif isinstance(kind, list):
             p.add_argument(name, choices=kind)
+        elif isinstance(kind, tuple):
+            p.add_argument(name, nargs=kind[0], type=kind[1])
         else:
             p.add_argument(name, type=kind)
     return p
@@ -795,3 +798,13 @@ def test_megatron_ep_overlap():
     assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
     a = megatron_args(export_plan(job(**base), "megatron"))
     assert not a.overlap_moe_expert_parallel_comm and not a.delay_wgrad_compute
+
+
+def test_megatron_recompute_modules():
+    # transformer_config.py @d98e8a64 recompute_modules: a list after --recompute-granularity
+    base = dict(model="deepseek-v3", engine="megatron", gpus=64, ep=64, zero=1)
+    text = export_plan(job(**base, checkpointing="selective",
+                           recompute_modules=("mla_up_proj", "moe_act")), "megatron")
+    a = megatron_args(text)
+    assert a.recompute_granularity == "selective"
+    assert a.recompute_modules == ["mla_up_proj", "moe_act"]

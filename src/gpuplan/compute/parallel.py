@@ -139,18 +139,21 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                attention: str, runtime: str = "auto", ep: int = 1,
                selective: str = "attention", bf16_edge_layers: int = 0,
                moe_sync: bool = False, engine: str = "transformers",
-               capacity_factor: float | None = None) -> MicroCost:
+               capacity_factor: float | None = None,
+               recompute_modules: tuple[str, ...] | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
     ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`);
     ``moe_sync``: the host waits for the device once per MoE layer's forward
-    (:func:`moe_host_sync`, :func:`synced_forward_s`)."""
+    (:func:`moe_host_sync`, :func:`synced_forward_s`); ``recompute_modules``: what selective
+    checkpointing recomputes where Megatron-Core's modules are named (:data:`~.flops.MODULE_OPS`)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
-                       capacity_factor=capacity_factor)[checkpointing]
+                       capacity_factor=capacity_factor,
+                       recompute_modules=recompute_modules)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -158,7 +161,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 runtime: str = "auto", ep: int = 1,
                 selective: str = "attention", bf16_edge_layers: int = 0,
                 moe_sync: bool = False, engine: str = "transformers",
-                capacity_factor: float | None = None) -> dict[str, MicroCost]:
+                capacity_factor: float | None = None,
+                recompute_modules: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
@@ -177,7 +181,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     for level in ("none", "selective", "full"):
         extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
-                                       qkv_shares=qkv_shares(arch)), device, eff, prec.dtype)
+                                       qkv_shares=qkv_shares(arch),
+                                       modules=recompute_modules), device, eff, prec.dtype)
         every = [*ops, *extra]
         synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
         # with a sync per MoE layer the layers' forward is timed apart: the pace of the rest

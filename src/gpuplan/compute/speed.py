@@ -513,7 +513,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                           bf16_edge_layers=job.first_last_layers_bf16,
                           moe_sync=moe_host_sync(resolve_engine(job.engine), lay.ep,
                                                  job.moe_capacity_factor),
-                          engine=job.engine, capacity_factor=job.moe_capacity_factor)
+                          engine=job.engine, capacity_factor=job.moe_capacity_factor,
+                          recompute_modules=job.recompute_modules)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(

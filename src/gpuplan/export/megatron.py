@@ -28,7 +28,8 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
                         "pp_first_stage_layers", "pp_last_stage_layers", "etp",
-                        "moe_capacity_factor", "mtp_layers", "ep_overlap"})
+                        "moe_capacity_factor", "mtp_layers", "ep_overlap",
+                        "recompute_modules"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -400,6 +401,9 @@ def _recipe(job: Job) -> list[str]:
     rec = {"none": [], "selective": ["--recompute-granularity", "selective"],
            "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                     "--recompute-num-layers", "1"]}[job.checkpointing]
+    if job.recompute_modules is not None:
+        # transformer_config.py @d98e8a64 recompute_modules (a list; default ["core_attn"])
+        rec += ["--recompute-modules", *job.recompute_modules]
     if job.distribute_checkpoints:
         rec.append("--distribute-saved-activations")
     return flags[job.precision] + opts[job.optimizer] + rec

@@ -218,7 +218,8 @@ FLAT_FIELDS: tuple[str, ...] = (
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers",
     "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
-    "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w")
+    "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
+    "recompute_modules")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -363,6 +364,12 @@ def _check_across(job: Job) -> None:
                          fix={"engine": "megatron"})
     if job.ep_overlap:
         _check_ep_overlap(job)
+    if job.recompute_modules is not None and job.engine != "megatron":
+        raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
+                         "Megatron-Core's module list; use "
+                         f"{opt('engine')} megatron or drop {opt('recompute_modules')}",
+                         field="recompute_modules", value=list(job.recompute_modules),
+                         fix={"engine": "megatron"})
 
 
 def _check_ep_overlap(job: Job) -> None:
