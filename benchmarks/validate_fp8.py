@@ -83,7 +83,9 @@ SPLIT_ACCOUNTING = {
 #: pipeline_parallel_layout.md (PP16 VPP2) and Megatron-Bridge's DeepSeek-V3 performance
 #: configs: stages 9/8/8/8/8/8/6+MTP/6 -- first 9, last 6, the middle 46 over 6 stages here
 #: (8,8,8,8,7,7: the same slowest stage). ASSUMED for the 25.11 GB200 PP8 VP4 row. The MTP
-#: module (mtp_num_layers 1) is not modelled.
+#: module rides on the last stage where the row's recipe trains one (``mtp_num_layers`` 1 in the
+#: 26.02 configs and the 25.11 B200 row, "w/ MTP"; 0 for the 25.11 GB200 rows, "w/o MTP":
+#: :func:`recipe_fields`).
 DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1), (8, 4): (9, 6)}
 
 #: Megatron-Bridge's precision presets (src/megatron/bridge/training/mixed_precision.py at
@@ -93,6 +95,50 @@ DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1), (8, 4): (9, 6)}
 #: (FP8-MX) gathers MXFP8 parameters; bf16_with_nvfp4_mixed (NVFP4) neither.
 BRIDGE_PRESETS = {"fp8-current": {"first_last_layers_bf16": 1, "fp8_param_gather": True},
                   "mxfp8": {"fp8_param_gather": True}, "nvfp4": {}, "mixed-bf16": {}}
+
+
+#: What the MoE rows' Megatron-Bridge performance recipes set that gpuplan's Job has no word
+#: for (each row's ``recipe`` in fp8_runs.json: the config read at its tag and commit): named in
+#: the row's notes, not modelled.
+RECIPE_UNMODELLED = {
+    "moe_flex_dispatcher_backend": lambda v: f"the flex dispatcher's {v} backend (gpuplan's "
+                                             "all-to-all is the flat alltoall dispatcher's)",
+    "cuda_graph_scope": lambda v: f"TE CUDA graphs over {', '.join(v)}",
+}
+
+
+def recipe_fields(run: dict, notes: list[str]) -> dict:
+    """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
+    batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the MTP depth
+    (``mtp_num_layers`` -> ``mtp_layers``) and selective recompute of named modules
+    (``recompute_modules`` -> ``checkpointing`` selective with ``recompute_modules``); what
+    gpuplan cannot express goes to ``notes``."""
+    r = run.get("recipe")
+    if not r:
+        return {}
+    out: dict = {}
+    where = f"{r['repo']}@{r['tag']} {r['config']}"
+    if r.get("moe_a2a_overlap"):
+        out["ep_overlap"] = True
+        notes.append(f"batch-level EP overlap (moe_a2a_overlap, {where})")
+    if r.get("mtp_num_layers"):
+        out["mtp_layers"] = r["mtp_num_layers"]
+        notes.append(f"MTP depth {r['mtp_num_layers']} (the recipe's mtp_num_layers, {where})")
+    if r.get("recompute_modules"):
+        out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
+        notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
+    if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
+        notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
+    missing = [say(r[k]) for k, say in RECIPE_UNMODELLED.items() if r.get(k)]
+    if missing:
+        notes.append("not modelled: " + "; ".join(missing))
+    return out
+
+
+def tp_overlap_of(run: dict) -> bool:
+    """Megatron-Bridge's CommOverlapConfig(tp_comm_overlap=...) as the row's recipe sets it
+    (True where no recipe is recorded, as every row ran before the recipes were read)."""
+    return bool((run.get("recipe") or {}).get("tp_comm_overlap", True))
 
 
 def _pp_schedule(j: dict) -> str:
@@ -123,11 +169,12 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     if run["model"]["catalog"] in SPLIT_ACCOUNTING and j["pp"] > 1:
         fields.update(pp_embedding_part=True, pp_loss_part=True)
         notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
+    fields.update(recipe_fields(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
         first, last = DEEPSEEK_SPLIT[(j["pp"], j.get("vp") or 1)]
         fields.update(pp_first_stage_layers=first, pp_last_stage_layers=last)
         notes.append(f"DeepSeek-V3's uneven pipeline: first stage {first} layers, last {last} "
-                     "(DEEPSEEK_SPLIT; MTP not modelled)")
+                     "(DEEPSEEK_SPLIT)")
     ep = fields["ep"]
     if tp > 1 and ep > 1 and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep:
         # EP wider than DP x CP: Megatron-Bridge folds the MoE layers, expert TP 1 (MoE
@@ -184,7 +231,7 @@ def predict(run: dict) -> Row:
             or job.gpus_per_node > 8 else None
         est = estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
                              topology=topo, link="nvlink" if topo is None else None,
-                             tp_overlap=True)
+                             tp_overlap=tp_overlap_of(run))
     except GpuplanError as e:
         return Row(run, None, measured, f"gpuplan refuses the job: {e}")
     return Row(run, est.tokens_per_s / run["hardware"]["count"], measured, notes=tuple(notes))
@@ -282,9 +329,34 @@ def render(rows: list[Row]) -> str:
     for r, t, m, p in speedups(rows):
         out.append(f"| `{r.run['id']}` | `{t.run['id']}` | {m:.3f} | "
                    f"{'—' if p is None else f'{p:.3f}'} |")
+    out += _recipe_lines(rows)
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
     return "\n".join(out) + "\n"
+
+
+def _recipe_lines(rows: list[Row]) -> list[str]:
+    """Per MoE row, its recorded Megatron-Bridge recipe and what of it the Job takes or leaves."""
+    out = ["", "## MoE rows: the Megatron-Bridge recipes they ran", "",
+           "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
+           "taken into the Job: moe_a2a_overlap (`ep_overlap`), mtp_num_layers (`mtp_layers`), "
+           "recompute_modules (`recompute_modules`, its time only), tp_comm_overlap; the rest "
+           "named, not modelled.", "",
+           "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rec = r.run.get("recipe")
+        if not rec:
+            continue
+        disp = rec["moe_token_dispatcher_type"] + (f" ({rec['moe_flex_dispatcher_backend']})"
+                                                   if rec.get("moe_flex_dispatcher_backend")
+                                                   else "")
+        rc = ", ".join(rec.get("recompute_modules") or []) or "none"
+        graphs = ", ".join(rec.get("cuda_graph_scope") or []) or "none"
+        out.append(f"| `{r.run['id']}` | {rec['config']} @ {rec['tag']} | {disp} | "
+                   f"{'yes' if rec.get('moe_a2a_overlap') else 'no'} | {rc} | {graphs} | "
+                   f"{rec.get('mtp_num_layers', '-')} |")
+    return out
 
 
 def rows() -> list[Row]:

@@ -270,7 +270,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                                    bf16_edge_layers=c.base.first_last_layers_bf16,
                                    moe_sync=moe_host_sync(resolve_engine(c.base.engine), lay.ep,
                                                            c.base.moe_capacity_factor),
-                                   engine=c.base.engine, model_code=c.base.model_code)
+                                   engine=c.base.engine, model_code=c.base.model_code,
+                                   recompute_modules=c.base.recompute_modules)
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:
@@ -550,7 +551,8 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     for n in _counts(model, gpu, job, mode):
         try:
             p = search_layouts(model, gpu, job.with_(gpus=n, tp=1, pp=1, cp=1, ep=1,
-                                                     sequence_parallel=False), **kw)
+                                                     sequence_parallel=False,
+                                                     ep_overlap=False), **kw)
         except InputError:
             continue  # no layout of n GPUs (the global batch does not split over them)
         if p.best:

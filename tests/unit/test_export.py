@@ -335,6 +335,8 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             # transformer_config.py @d98e8a64dd (TransformerConfig fields as options)
             "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
             "--moe-expert-capacity-factor": float, "--moe-pad-expert-input-to-capacity": None,
+            "--overlap-moe-expert-parallel-comm": None, "--delay-wgrad-compute": None,
+            "--recompute-modules": ("*", str),  # a List[str] field: nargs *
             # arguments.py _add_mtp_args (NVIDIA/Megatron-LM): an int, default None
             "--mtp-num-layers": int,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
@@ -380,6 +382,8 @@ def _documented_parser(options: dict) -> argparse.ArgumentParser:
             p.add_argument(name, action="store_true")
         elif isinstance(kind, list):
             p.add_argument(name, choices=kind)
+        elif isinstance(kind, tuple):
+            p.add_argument(name, nargs=kind[0], type=kind[1])
         else:
             p.add_argument(name, type=kind)
     return p
@@ -784,3 +788,23 @@ def test_megatron_mtp_layers_and_dualpipe_refused():
     # the other exports refuse an MTP depth they cannot express
     with pytest.raises(InputError):
         export_plan(job(**base, mtp_layers=1), "deepspeed")
+
+
+def test_megatron_ep_overlap():
+    # batch-level EP overlap: TransformerConfig's overlap_moe_expert_parallel_comm with the
+    # delay_wgrad_compute it is paired with (megatron/core/transformer/moe/README.md @d98e8a64)
+    base = dict(model="deepseek-v3", engine="megatron", gpus=64, ep=64, zero=1)
+    a = megatron_args(export_plan(job(**base, ep_overlap=True), "megatron"))
+    assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
+    a = megatron_args(export_plan(job(**base), "megatron"))
+    assert not a.overlap_moe_expert_parallel_comm and not a.delay_wgrad_compute
+
+
+def test_megatron_recompute_modules():
+    # transformer_config.py @d98e8a64 recompute_modules: a list after --recompute-granularity
+    base = dict(model="deepseek-v3", engine="megatron", gpus=64, ep=64, zero=1)
+    text = export_plan(job(**base, checkpointing="selective",
+                           recompute_modules=("mla_up_proj", "moe_act")), "megatron")
+    a = megatron_args(text)
+    assert a.recompute_granularity == "selective"
+    assert a.recompute_modules == ["mla_up_proj", "moe_act"]

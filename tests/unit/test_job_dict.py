@@ -22,10 +22,10 @@ FIELDS = ["model", "mode", "engine", "precision", "infer_precision", "optimizer"
           "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel",
           "distribute_checkpoints", "pp_schedule",
           "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers", "pp_last_stage_layers",
-          "etp", "moe_capacity_factor", "mtp_layers",
+          "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap",
           "micro_batches", "gpus_per_node", "inter_node", "sharding",
           "stage3_max_live_parameters", "stage3_prefetch_bucket_size", "fp8_param_gather",
-          "fp8_attention", "first_last_layers_bf16", "power_limit_w"]
+          "fp8_attention", "first_last_layers_bf16", "power_limit_w", "recompute_modules"]
 
 
 def cli_job(*argv: str) -> Job:

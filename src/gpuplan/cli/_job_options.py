@@ -128,6 +128,14 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--mtp-layers", "mtp_layers", "int", "multi-token-prediction depth trained "
               "beside the model (Megatron-Core's --mtp-num-layers; DeepSeek-V3: 1): one more "
               "transformer block, projection and head pass per depth; default: none", "N"),
+    JobOption("--recompute-modules", "recompute_modules", "list", "under --checkpointing "
+              "selective the submodules recomputed in backward (Megatron-Core's "
+              "--recompute-modules: core_attn, mla_up_proj, layernorm, moe_act, mlp, "
+              "shared_experts; default core_attn)", "M1,M2"),
+    JobOption("--ep-overlap", "ep_overlap", "flag", "run one micro-batch's expert-parallel "
+              "all-to-alls beside another's compute (Megatron-Core's "
+              "--overlap-moe-expert-parallel-comm --delay-wgrad-compute; Megatron-Bridge's "
+              "moe_a2a_overlap)"),
     JobOption("--sequence-parallel", "sequence_parallel", "flag", "Megatron sequence parallelism "
               "over the TP group"),
     JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "

@@ -1020,9 +1020,25 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
 SELECTIVE_POLICIES = ("attention", "op")
 
 
+#: The forward ops each of Megatron-Core's ``--recompute-modules`` re-runs (transformer_config.py
+#: at NVIDIA/Megatron-LM@d98e8a64: "mla_up_proj": recompute the MLA up projection and RoPE
+#: applying parts; "layernorm": the input_layernorm and pre_mlp_layernorm; "moe_act": the MoE
+#: MLP activation function; "mlp": the dense MLP submodule; "shared_experts": the shared
+#: experts in the MoE layer). core_attn: the attention core, as ``selective`` alone.
+MODULE_OPS = {
+    "core_attn": ("attn.scores", "attn.scale_mask", "attn.softmax", "attn.values"),
+    "mla_up_proj": ("attn.q_b", "attn.kv_b", "attn.kv_expand", "attn.rotary"),
+    "layernorm": ("attn.norm", "mlp.norm"),
+    "moe_act": ("moe.act",),
+    "mlp": ("mlp.gate_up", "mlp.up", "mlp.act", "mlp.down"),
+    "shared_experts": ("moe.shared_up", "moe.shared_act", "moe.shared_down", "moe.shared_gate"),
+}
+
+
 def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
                   attention: Attention, *, policy: str = "attention",
-                  qkv_shares: tuple[float, float, float] | None = None) -> tuple[Op, ...]:
+                  qkv_shares: tuple[float, float, float] | None = None,
+                  modules: tuple[str, ...] | None = None) -> tuple[Op, ...]:
     """The extra forward work of activation checkpointing.
 
     ``full``: every transformer layer's forward runs again during backward (embedding and head are
@@ -1031,7 +1047,9 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
     recomputed; with a fused (sdpa) kernel that core is never stored in the first place (its
     backward recomputes it, already counted), so selective adds nothing. ``op``:
     :func:`_op_policy_recompute` (``qkv_shares``: the q, k and v projections' shares of a
-    three-kernel QKV op's work).
+    three-kernel QKV op's work). ``modules`` (selective only): Megatron-Core's
+    ``--recompute-modules`` instead of the attention core alone (:data:`MODULE_OPS`; core_attn
+    among them as the attention core under the same fused-kernel rule).
     """
     if checkpointing == "none":
         return ()
@@ -1040,6 +1058,8 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
                          "or full", field="checkpointing", value=checkpointing)
     if checkpointing == "selective" and policy == "op":
         return _op_policy_recompute(fwd, qkv_shares or (1 / 3, 1 / 3, 1 / 3))
+    if checkpointing == "selective" and modules is not None:
+        return _module_recompute(fwd, attention, modules)
     out = []
     for op in fwd:
         if not is_layer_op(op):
@@ -1050,6 +1070,16 @@ def recompute_ops(fwd: tuple[Op, ...], checkpointing: Checkpointing,
                 continue
         out.append(replace(op, phase="recompute"))
     return tuple(out)
+
+
+def _module_recompute(fwd: tuple[Op, ...], attention: Attention,
+                      modules: tuple[str, ...]) -> tuple[Op, ...]:
+    """The forward ops of Megatron-Core's recompute ``modules``, each layer's again in backward
+    (the attention core's only where it is stored: not under a fused kernel)."""
+    names = {n for m in modules for n in MODULE_OPS[m]
+             if not (m == "core_attn" and attention == "sdpa")}
+    return tuple(replace(op, phase="recompute") for op in fwd
+                 if is_layer_op(op) and op.name in names)
 
 
 def _op_policy_recompute(fwd: tuple[Op, ...],

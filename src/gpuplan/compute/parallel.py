@@ -79,7 +79,7 @@ from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
-           "mtp_flops_per_token", "dualpipe_bubble_s"]
+           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -140,18 +140,21 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                selective: str = "attention", bf16_edge_layers: int = 0,
                moe_sync: bool = False, engine: str = "transformers",
                capacity_factor: float | None = None,
-               model_code: str | None = None) -> MicroCost:
+               model_code: str | None = None,
+               recompute_modules: tuple[str, ...] | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
     ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`);
     ``moe_sync``: the host waits for the device once per MoE layer's forward
-    (:func:`moe_host_sync`, :func:`synced_forward_s`)."""
+    (:func:`moe_host_sync`, :func:`synced_forward_s`); ``recompute_modules``: what selective
+    checkpointing recomputes where Megatron-Core's modules are named (:data:`~.flops.MODULE_OPS`)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
-                       capacity_factor=capacity_factor, model_code=model_code)[checkpointing]
+                       capacity_factor=capacity_factor, model_code=model_code,
+                       recompute_modules=recompute_modules)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -160,7 +163,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 selective: str = "attention", bf16_edge_layers: int = 0,
                 moe_sync: bool = False, engine: str = "transformers",
                 capacity_factor: float | None = None,
-                model_code: str | None = None) -> dict[str, MicroCost]:
+                model_code: str | None = None,
+                recompute_modules: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
@@ -180,7 +184,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     for level in ("none", "selective", "full"):
         extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
-                                       qkv_shares=qkv_shares(arch)), device, eff, prec.dtype)
+                                       qkv_shares=qkv_shares(arch),
+                                       modules=recompute_modules), device, eff, prec.dtype)
         every = [*ops, *extra]
         synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
         # with a sync per MoE layer the layers' forward is timed apart: the pace of the rest
@@ -825,6 +830,8 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
     if lay.sequence_parallel:
         p2p_bytes /= lay.tp
+    if lay.ep_overlap and not lay.dual:
+        ep_c = ep_overlap_exposed_s(ep_c, t_mb, lay)
     if lay.pp == 1:
         return ep_c, 0.0
     hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
@@ -832,6 +839,28 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     if lay.dual:
         return max(0.0, ep_c + 2 * hop - t_mb), 0.0
     return ep_c, 2 * lay.chunks * lay.micro_batches * hop
+
+
+def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
+    """One micro-batch's exposed all-to-all under Megatron-Core's batch-level EP overlap
+    (``lay.ep_overlap``; megatron/core/pipeline_parallel/combined_1f1b.py at
+    NVIDIA/Megatron-LM@d98e8a64): in the steady state the forward of micro-batch i+1 runs merged
+    with the backward of micro-batch i, layer by layer, each one's all-to-alls on the
+    communication stream beside the other's compute, so a pair exposes only what its
+    all-to-alls (``ep_c`` a micro-batch) outlast its compute (``t_mb``). The warm-up forwards
+    and the cool-down backwards have no partner and keep theirs: per the first stage's count in
+    schedules.py ``get_pp_rank_microbatches`` there, ``(pp - 1) x 2 + (chunks - 1) x pp + 1``
+    chunk passes of the step's ``micro_batches x chunks`` under the interleaved schedule
+    (``microbatch_group_size_per_vp_stage`` at its default, pp; the + 1 the extra forward the
+    overlap schedules), and with PP 1 the first forward and the last backward (one micro-batch's
+    worth, combined_1f1b_schedule_for_no_pipelining)."""
+    passes = lay.micro_batches * lay.chunks
+    if lay.pp > 1:
+        lone = (lay.pp - 1) * 2 + (lay.chunks - 1) * lay.pp + 1
+    else:
+        lone = 1
+    share = min(1.0, lone / max(1, passes))
+    return share * ep_c + (1 - share) * max(0.0, ep_c - t_mb)
 
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
@@ -903,6 +932,11 @@ def _layout_notes(lay: Layout, topo: Topology) -> tuple[str, ...]:
     if lay.mtp_layers:
         notes.append(f"MTP depth {lay.mtp_layers} on the last stage: one more layer and the "
                      "head per depth (DeepSeek-V3 sec. 2.2)")
+    if lay.ep_overlap and lay.ep > 1 and not lay.dual:
+        notes.append("batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm): "
+                     "each micro-batch's all-to-alls beside the paired micro-batch's compute, "
+                     "the warm-up and cool-down passes' exposed; the overlapped compute is not "
+                     "slowed by the all-to-all kernels' SMs here")
     return tuple(notes)
 
 

@@ -515,7 +515,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     shard = shard_arch(arch, lay.tp)
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
                                  cp=1, ep=1, sequence_parallel=False,
-                                 distribute_checkpoints=False, gpus=1),
+                                 distribute_checkpoints=False, ep_overlap=False, gpus=1),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     spec = replace(spec, ep=lay.ep)
@@ -535,7 +535,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                           moe_sync=moe_host_sync(resolve_engine(job.engine), lay.ep,
                                                  job.moe_capacity_factor),
                           engine=job.engine, capacity_factor=job.moe_capacity_factor,
-                          model_code=job.model_code)
+                          model_code=job.model_code,
+                          recompute_modules=job.recompute_modules)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(

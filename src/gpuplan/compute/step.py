@@ -668,6 +668,9 @@ class StepSpec:
     moe_capacity_factor: float | None = None
     """The experts' GEMMs run their padded capacity (:attr:`~.flops.RunForm.capacity_factor`);
     None: dropless."""
+    recompute_modules: tuple[str, ...] | None = None
+    """Megatron-Core's recompute modules under selective checkpointing
+    (:data:`~.flops.MODULE_OPS`); None: the attention core."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -696,7 +699,8 @@ class StepSpec:
                    grad_clip_impl=grad_clip_impl, engine=resolve_engine(job.engine),
                    fp8_attention=job.fp8_attention, kv_dtype=job.kv_dtype,
                    bf16_edge_layers=job.first_last_layers_bf16 if train else 0,
-                   moe_capacity_factor=job.moe_capacity_factor if train else None)
+                   moe_capacity_factor=job.moe_capacity_factor if train else None,
+                   recompute_modules=job.recompute_modules if train else None)
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -902,7 +906,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     micro += backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad, weight_grads=not lora)
     micro += recompute_ops(fwd, spec.checkpointing, spec.attention,
                            policy=get_engine(spec.engine).selective,
-                           qkv_shares=qkv_shares(arch)) if arch is not None else [
+                           qkv_shares=qkv_shares(arch),
+                           modules=spec.recompute_modules) if arch is not None else [
         replace(o, phase="recompute") for o in fwd if spec.checkpointing == "full"]
     if adapted:
         T = spec.batch * spec.seq

@@ -28,7 +28,8 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
                         "pp_first_stage_layers", "pp_last_stage_layers", "etp",
-                        "moe_capacity_factor", "mtp_layers"})
+                        "moe_capacity_factor", "mtp_layers", "ep_overlap",
+                        "recompute_modules"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -267,6 +268,10 @@ def _layout(job: Job, model: Model) -> list[str]:
     if job.mtp_layers:
         # megatron/training/arguments.py (_add_mtp_args): --mtp-num-layers, default None
         out += ["--mtp-num-layers", str(job.mtp_layers)]
+    if job.ep_overlap:
+        # megatron/training/arguments.py @d98e8a64: batch-level EP overlap and the delayed
+        # wgrad it is paired with (megatron/core/transformer/moe/README.md)
+        out += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if job.etp is not None:
         out += ["--expert-tensor-parallel-size", str(job.etp)]
     if job.ep > 1 or job.moe_capacity_factor is not None:
@@ -396,6 +401,9 @@ def _recipe(job: Job) -> list[str]:
     rec = {"none": [], "selective": ["--recompute-granularity", "selective"],
            "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                     "--recompute-num-layers", "1"]}[job.checkpointing]
+    if job.recompute_modules is not None:
+        # transformer_config.py @d98e8a64 recompute_modules (a list; default ["core_attn"])
+        rec += ["--recompute-modules", *job.recompute_modules]
     if job.distribute_checkpoints:
         rec.append("--distribute-saved-activations")
     return flags[job.precision] + opts[job.optimizer] + rec

@@ -48,11 +48,31 @@ def _check_loop(c: "TrainingLoop") -> None:
                          f"keep in BF16; give one ({', '.join(NARROW_RECIPES)}) or drop it",
                          field="first_last_layers_bf16", value=c.first_last_layers_bf16,
                          fix={"first_last_layers_bf16": 0})
+    if c.recompute_modules is not None:
+        _check_recompute_modules(c)
     if c.offload_activations and c.checkpointing != "full":
         raise InputError(f"{opt('offload_activations')} offloads what full checkpointing keeps "
                          f"(each layer's input), as torchtune requires; add {opt('checkpointing')}"
                          " full", field="offload_activations", value=True,
                          fix={"checkpointing": "full"})
+
+
+def _check_recompute_modules(c: "TrainingLoop") -> None:
+    bad = [m for m in c.recompute_modules if m not in RECOMPUTE_MODULES]
+    if bad:
+        raise InputError(f"{opt('recompute_modules')} {bad[0]!r}: expected some of "
+                         f"{', '.join(RECOMPUTE_MODULES)} (Megatron-Core's moe, gdn_* and mhc "
+                         "are not modelled)", field="recompute_modules", value=bad[0],
+                         accepted=", ".join(RECOMPUTE_MODULES))
+    if c.checkpointing != "selective":
+        raise InputError(f"{opt('recompute_modules')} chooses what selective checkpointing "
+                         f"recomputes; add {opt('checkpointing')} selective",
+                         field="recompute_modules", value=list(c.recompute_modules),
+                         fix={"checkpointing": "selective"})
+
+
+#: Megatron-Core's ``--recompute-modules`` choices gpuplan times (transformer_config.py).
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "shared_experts")
 
 
 def _check_optim(c: "OptimizerConfig") -> None:
@@ -177,6 +197,13 @@ class TrainingLoop:
     """Gradient-accumulation steps (global batch = batch x grad_accum x gpus)."""
     checkpointing: Checkpointing = "none"
     """Activation checkpointing: none, selective (attention recomputed) or full (per layer)."""
+    recompute_modules: tuple[str, ...] | None = None
+    """Under selective checkpointing, the submodules whose forward re-runs in backward
+    (Megatron-Core's ``--recompute-modules``; transformer_config.py at NVIDIA/Megatron-LM@d98e8a64:
+    core_attn, the attention core, its default; mla_up_proj, the MLA up projections and their
+    RoPE; layernorm, the two pre-norms; moe_act, the experts' activation; mlp, the dense MLP;
+    shared_experts, the MoE layer's shared experts). None: core_attn. Megatron only; only the
+    time is modelled (the activations they free are not)."""
     use_cache: bool = False
     """Training forward with transformers' KV cache: False (the default) models
     ``model(..., use_cache=False)``, as training loops commonly call it and as ``gpuplan trace``
@@ -366,6 +393,15 @@ class ParallelLayout:
     2412.19437 sec. 2.2): each depth one more transformer block (a copy of the model's last
     layer), a 2H -> H projection and its norms, on the last pipeline stage, the embedding and
     the output head shared with the model; None: none trained."""
+    ep_overlap: bool = False
+    """The expert-parallel all-to-alls of one micro-batch run beside another micro-batch's
+    compute: Megatron-Core's batch-level EP overlap (``--overlap-moe-expert-parallel-comm
+    --delay-wgrad-compute``, Megatron-Bridge's ``moe_a2a_overlap``), which merges the forward of
+    micro-batch i+1 with the backward of micro-batch i, layer by layer, the all-to-alls on a
+    communication stream (megatron/core/transformer/moe/README.md at NVIDIA/Megatron-LM@d98e8a64:
+    "Overlaps All-to-All with computation by merging FWD-BWD passes of adjacent microbatches").
+    Megatron only; needs --ep > 1, no full checkpointing, and interleaved:V when --pp > 1
+    (transformer_config.py's checks there)."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8

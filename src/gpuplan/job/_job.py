@@ -216,9 +216,10 @@ FLAT_FIELDS: tuple[str, ...] = (
     "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
     "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers",
-    "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "micro_batches", "gpus_per_node",
+    "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
-    "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w")
+    "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
+    "recompute_modules")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -361,6 +362,33 @@ def _check_across(job: Job) -> None:
                          f"module here; use {opt('engine')} megatron or drop "
                          f"{opt('mtp_layers')}", field="mtp_layers", value=job.mtp_layers,
                          fix={"engine": "megatron"})
+    if job.ep_overlap:
+        _check_ep_overlap(job)
+    if job.recompute_modules is not None and job.engine != "megatron":
+        raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
+                         "Megatron-Core's module list; use "
+                         f"{opt('engine')} megatron or drop {opt('recompute_modules')}",
+                         field="recompute_modules", value=list(job.recompute_modules),
+                         fix={"engine": "megatron"})
+
+
+def _check_ep_overlap(job: Job) -> None:
+    """Megatron-Core's batch-level EP overlap, as its transformer_config.py accepts it
+    (NVIDIA/Megatron-LM@d98e8a64 ``overlap_moe_expert_parallel_comm``'s assertions)."""
+    why, fix = None, {}
+    if job.engine != "megatron":
+        why, fix = f"only Megatron-Core has it; use {opt('engine')} megatron", {"engine": "megatron"}
+    elif job.ep <= 1:
+        why = f"it overlaps expert-parallel all-to-alls; needs {opt('ep')} > 1"
+    elif job.checkpointing == "full":
+        why, fix = (f"Megatron refuses it beside full recomputation; use {opt('checkpointing')} "
+                    "selective or none"), {"checkpointing": "selective"}
+    elif job.pp > 1 and not job.pp_schedule.startswith("interleaved"):
+        why = (f"with {opt('pp')} > 1 Megatron runs it only in the interleaved schedule; use "
+               f"{opt('pp_schedule')} interleaved:V")
+    if why:
+        raise InputError(f"{opt('ep_overlap')}: {why}, or drop {opt('ep_overlap')}",
+                         field="ep_overlap", value=True, fix=fix or None)
 
 
 def _plain(value: object) -> object:

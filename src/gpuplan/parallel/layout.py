@@ -99,6 +99,9 @@ class Layout:
     """MoE drop-and-pad capacity factor (:mod:`.moe_ep`); None: dropless."""
     mtp_layers: int = 0
     """Multi-token-prediction depth trained on the last stage (:func:`mtp_params`)."""
+    ep_overlap: bool = False
+    """Megatron-Core's batch-level EP overlap: a micro-batch's all-to-alls beside another
+    micro-batch's compute (:attr:`gpuplan.job.ParallelLayout.ep_overlap`)."""
     batch: int = 1
     """Sequences per micro-batch per data-parallel rank."""
     seq: int = 2048
@@ -132,7 +135,7 @@ class Layout:
                    first_stage_layers=job.pp_first_stage_layers,
                    last_stage_layers=job.pp_last_stage_layers, etp=job.etp,
                    moe_capacity_factor=job.moe_capacity_factor,
-                   mtp_layers=job.mtp_layers or 0, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
+                   mtp_layers=job.mtp_layers or 0, ep_overlap=job.ep_overlap, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
                    checkpointing=job.checkpointing,
                    distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding)
 
@@ -228,6 +231,8 @@ class Layout:
             out["etp"] = self.etp
         if self.mtp_layers:
             out["mtp_layers"] = self.mtp_layers
+        if self.ep_overlap:
+            out["ep_overlap"] = True
         return out
 
     def degrees_dict(self) -> dict:
