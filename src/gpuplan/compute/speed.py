@@ -19,7 +19,7 @@ from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
-                     measured_apply)
+                     measured_apply, power_clock_fraction)
 from .efficiency import (
     BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
 )
@@ -114,6 +114,18 @@ class SpeedEstimate:
     """A data-parallel step without a layout: FSDP2's copy-out of the gathered weights and
     chunk-cat of the gradients on the compute stream, where the engine's are timed
     (:func:`~.parallel.fsdp2_copy_bytes`); under a layout :attr:`LayoutTime.fsdp_copy_s`."""
+    power_limit_w: float | None = None
+    """The job's power limit in watts (None: the TDP)."""
+    clock_fraction: float = 1.0
+    """The share of the TDP tensor clock sustained at ``power_limit_w``
+    (:func:`~.device.power_clock_fraction`): ``step.peak_flops`` is the capped peak, MFU and HFU
+    stay against the rated one (:attr:`rated_peak_flops`), as the catalog and published MFUs
+    state it."""
+
+    @property
+    def rated_peak_flops(self) -> float:
+        """The compute dtype's dense peak at the TDP: the MFU and HFU denominator."""
+        return self.step.peak_flops / self.clock_fraction
 
     @property
     def flops_per_step(self) -> float:
@@ -223,8 +235,8 @@ class SpeedEstimate:
     def mfu(self) -> float:
         if isinstance(self.layout, LayoutTime):
             return self.layout.model_flops_per_token * self.tokens_per_s / (
-                self.gpus * self.step.peak_flops)
-        return self.step.model_flops / (self.step_time_s * self.step.peak_flops * self._stages)
+                self.gpus * self.rated_peak_flops)
+        return self.step.model_flops / (self.step_time_s * self.rated_peak_flops * self._stages)
 
     @property
     def tokens_per_s_range(self) -> tuple[float, float]:
@@ -249,8 +261,8 @@ class SpeedEstimate:
     @property
     def hfu(self) -> float:
         if isinstance(self.layout, LayoutTime):
-            return self.layout.hardware_flops_per_gpu / (self.step_time_s * self.step.peak_flops)
-        return self.step.hardware_flops / (self.step_time_s * self.step.peak_flops * self._stages)
+            return self.layout.hardware_flops_per_gpu / (self.step_time_s * self.rated_peak_flops)
+        return self.step.hardware_flops / (self.step_time_s * self.rated_peak_flops * self._stages)
 
     @property
     def _stages(self) -> int:
@@ -280,7 +292,9 @@ class SpeedEstimate:
             "comm_exposed_s": self.comm_exposed_s, "fsdp_copy_s": self.fsdp_copy_s,
             "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s,
             "mfu": self.mfu, "hfu": self.hfu, "bound": self.bound,
-            "peak_flops": self.step.peak_flops, "ridge_point": self.ridge_point,
+            "peak_flops": self.step.peak_flops, "rated_peak_flops": self.rated_peak_flops,
+            "power_limit_w": self.power_limit_w, "clock_fraction": self.clock_fraction,
+            "ridge_point": self.ridge_point,
             "achievable_ridge_point": self.achievable_ridge_point,
             "step": self.step.to_dict(ops=ops),
             "prefill": None if self.prefill is None else self.prefill.to_dict(ops=ops),
@@ -409,7 +423,7 @@ def estimate_speed(
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s,
-        **_engine_fields(job, mode, attn))
+        **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -459,6 +473,12 @@ def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
             "Hopper and Blackwell in bf16 only; the serving engines and Megatron fuse the "
             "experts everywhere)"),)
     return out
+
+
+def _power_fields(gpu: GPU, job: Job) -> dict:
+    """The estimate's power limit and the clock share sustained at it (the peaks it ran at)."""
+    return {"power_limit_w": job.power_limit_w,
+            "clock_fraction": power_clock_fraction(gpu, job.power_limit_w)[0]}
 
 
 def _engine_fields(job: Job, mode: str, attention: AttentionPrecision | None = None) -> dict:
@@ -565,7 +585,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        **_engine_fields(job, mode, attn))
+        **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
 
 
 def _synced(step: Phase, prefill: Phase | None, synced: bool,
