@@ -115,3 +115,24 @@ def test_capacity_notes_the_limit_it_ran_at():
                    rate=2.0, requests=50)
     assert any(n.startswith("power limit 300 W (TDP 700 W): tensor and vector peaks at 0.844")
                for n in res.notes)
+
+
+# -- fit's speed table at a limit said nothing of it --------------------------------------------
+# `gpuplan fit --gpu H100-SXM-80GB --gpu A100-SXM-80GB --power-limit-w 500` timed the H100 at
+# 0.896 of its clock and the A100 (400 W TDP) at its rated one without a word in either row.
+
+def test_fit_rows_state_the_clock_they_ran_at(capsys):
+    import json
+
+    rc, out = _cli(["fit", "llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--gpu", "A100-SXM-80GB",
+                    "--mode", "train", "--seq", "512", "--power-limit-w", "500", "--json"],
+                   capsys)
+    assert rc == 0, out.err
+    rows = {r["gpu"]: r["train"] for r in json.loads(out.out)["speed"]["gpus"]}
+    h100, a100 = rows["H100-SXM-80GB"], rows["A100-SXM-80GB"]
+    assert h100["power_limit_w"] == 500.0
+    assert h100["clock_fraction"] == pytest.approx(F_500, rel=1e-4)
+    assert any(c.startswith("power limit 500 W (TDP 700 W)") for c in h100["caveats"])
+    assert a100["clock_fraction"] == 1.0
+    assert any(c.startswith("power limit 500 W is above A100-SXM-80GB's 400 W TDP")
+               for c in a100["caveats"])

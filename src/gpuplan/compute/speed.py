@@ -121,6 +121,9 @@ class SpeedEstimate:
     (:func:`~.device.power_clock_fraction`): ``step.peak_flops`` is the capped peak, MFU and HFU
     stay against the rated one (:attr:`rated_peak_flops`), as the catalog and published MFUs
     state it."""
+    power_note: str = ""
+    """How the clock at ``power_limit_w`` was read, or why it was not (empty without a limit, or
+    at the TDP); also one of :attr:`notes`, and a caveat of ``fit``'s speed row."""
 
     @property
     def rated_peak_flops(self) -> float:
@@ -477,8 +480,8 @@ def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
 
 def _power_fields(gpu: GPU, job: Job) -> dict:
     """The estimate's power limit and the clock share sustained at it (the peaks it ran at)."""
-    return {"power_limit_w": job.power_limit_w,
-            "clock_fraction": power_clock_fraction(gpu, job.power_limit_w)[0]}
+    f, note = power_clock_fraction(gpu, job.power_limit_w)
+    return {"power_limit_w": job.power_limit_w, "clock_fraction": f, "power_note": note}
 
 
 def _engine_fields(job: Job, mode: str, attention: AttentionPrecision | None = None) -> dict:
@@ -944,7 +947,9 @@ def _headline(e: SpeedEstimate) -> dict:
         out["training_time"] = e.training_time.to_dict()
     out["tokens_per_s_range"] = list(e.tokens_per_s_range)
     out["runtime"] = e.step.overheads.runtime if e.step.overheads else None
-    out["caveats"] = list(e.caveats)
+    out["caveats"] = list(e.caveats) + ([e.power_note] if e.power_note else [])
+    if e.power_limit_w is not None:
+        out["power_limit_w"], out["clock_fraction"] = e.power_limit_w, e.clock_fraction
     out["measured_run"] = None if e.measured_run is None else e.measured_run.to_dict()
     return out
 
