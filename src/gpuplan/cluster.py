@@ -29,7 +29,7 @@ from .compute.parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_costs, moe_host_sync,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
-from .compute.speed import narrow_gather_bytes
+from .compute.speed import kernel_efficiency, narrow_gather_bytes
 from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
                            param_tensor_count, train_precision)
 from .errors import GpuplanError, InputError, opt, shown
@@ -255,8 +255,10 @@ def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx
                                  shipped=getattr(model.architecture, "checkpoint_format", None),
                                  engine=base.engine))
     topo = topology_for(gpu, gpus_per_node=base.gpus_per_node, inter_node=base.inter_node)
+    eff = kernel_efficiency(base, mode, device, default_efficiency(device), prec,
+                            model.architecture, [])  # as speed runs the same kernels
     return _Ctx(model=model, gpu=gpu, base=base, topo=topo, device=device,
-                eff=default_efficiency(device), prec=prec, usable=gpu.memory_bytes,
+                eff=eff, prec=prec, usable=gpu.memory_bytes,
                 tp_overlap=tp_overlap)
 
 

@@ -449,9 +449,7 @@ def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: b
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured, job.power_limit_w, notes)
     prec = _precision(job, mode, device, tf32, notes, arch)
-    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
-                                   arch.checkpoint_kernel if arch is not None else None)
-    eff = block_scaled_efficiency(eff, prec.name, notes)
+    eff = kernel_efficiency(job, mode, device, eff, prec, arch, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
@@ -646,6 +644,18 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                     "; every row from DRAM (no L2 measurement for this GPU)" if rows else ""))
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
+
+
+def kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Efficiency,
+                      prec: PrecisionLayout, arch: Architecture | None,
+                      notes: list[str]) -> Efficiency:
+    """``eff`` as the job's kernels reach it: the quantized decode kernel's share
+    (:func:`_quant_kernel_efficiency`) and the block-scaled GEMM share
+    (:func:`block_scaled_efficiency`), stated in ``notes``. One home for both, which ``speed``
+    and the cluster search read alike."""
+    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
+                                   arch.checkpoint_kernel if arch is not None else None)
+    return block_scaled_efficiency(eff, prec.name, notes)
 
 
 def block_scaled_efficiency(eff: Efficiency, recipe: str, notes: list[str]) -> Efficiency:
