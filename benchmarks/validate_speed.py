@@ -812,7 +812,7 @@ def _train_value(est, unit: str, run: dict) -> float:
         notes = (run.get("notes") or "").lower()
         counted = "hardware flops" in notes or "recomput" in notes  # recompute, recomputation
         hardware = "hardware" in unit or (counted and "not stated" not in notes)
-        return (est.hfu if hardware else est.mfu) * est.step.peak_flops / 1e12
+        return (est.hfu if hardware else est.mfu) * est.rated_peak_flops / 1e12
     if unit.startswith("MFU"):
         return 100 * est.mfu
     raise ValueError(f"unit {unit!r}")

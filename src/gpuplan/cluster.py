@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ._record import record
-from .compute.device import default_efficiency, device_from_gpu
+from .compute.device import (at_power_limit, default_efficiency, device_from_gpu,
+                             power_clock_fraction)
 from .compute.efficiency import resolve_runtime
 from .engines.profiles import (SEARCH_SCHEDULES, LayoutLimits, check_engine_job, resolve_engine,
                                engine_notes, get_engine, layout_limits)
@@ -28,7 +29,7 @@ from .compute.parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_costs, moe_host_sync,
     model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
-from .compute.speed import narrow_gather_bytes
+from .compute.speed import kernel_efficiency, narrow_gather_bytes
 from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
                            param_tensor_count, train_precision)
 from .errors import GpuplanError, InputError, opt, shown
@@ -49,7 +50,7 @@ __all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CH
 SEARCH_JOB_FIELDS = frozenset({"mode", "precision", "infer_precision", "optimizer",
                                "optimizer_states", "fused_optimizer", "seq", "gpus", "attention",
                                "kv_dtype", "context", "gpus_per_node", "inter_node", "runtime",
-                               "engine"})
+                               "engine", "power_limit_w"})
 
 
 def search_options(*, global_batch: Any = None, concurrency: Any = None, top: Any = 3,
@@ -245,7 +246,8 @@ class _Ctx:
 
 
 def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx:
-    device = device_from_gpu(gpu)
+    # the GPU at the job's power limit, as speed sees it (the note is the search's)
+    device = at_power_limit(device_from_gpu(gpu), gpu, base.power_limit_w)[0]
     if mode == "infer":  # training plans no inference format (its commands must not name one)
         base = base.resolve_infer(model.architecture, gpu.architecture)
     prec = (train_precision(base.precision, device, False) if mode == "train"
@@ -253,8 +255,10 @@ def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx
                                  shipped=getattr(model.architecture, "checkpoint_format", None),
                                  engine=base.engine))
     topo = topology_for(gpu, gpus_per_node=base.gpus_per_node, inter_node=base.inter_node)
+    eff = kernel_efficiency(base, mode, device, default_efficiency(device), prec,
+                            model.architecture, [])  # as speed runs the same kernels
     return _Ctx(model=model, gpu=gpu, base=base, topo=topo, device=device,
-                eff=default_efficiency(device), prec=prec, usable=gpu.memory_bytes,
+                eff=eff, prec=prec, usable=gpu.memory_bytes,
                 tp_overlap=tp_overlap)
 
 
@@ -617,6 +621,7 @@ def search_layouts(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     best, tried = _rank(c, timed, mode, top, max_memory_checks)
     best = [_with_command(c, cand, mode) for cand in best]
     notes = [f"topology: {c.topo.stated}"]
+    notes += [n for n in (power_clock_fraction(gpu, job.power_limit_w)[1],) if n]
     notes += engine_notes(job, mode)
     notes += [
              f"{len(timed)} layouts timed; memory checked fastest first for {len(tried)}"]

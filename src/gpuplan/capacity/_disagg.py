@@ -27,6 +27,7 @@ replica, and it decodes its other ``output - 1`` tokens there (:func:`._sim.simu
 
 from __future__ import annotations
 
+from ..compute.device import power_clock_fraction
 from ..errors import InputError, opt
 from ..hardware.topology import Link, topology_for
 from ._plan import Deployment
@@ -160,6 +161,8 @@ class Disaggregated:
                  TTFT_CONVENTION,
                  f"decode KV cache per replica: {d.kv_tokens} tokens; the first decode replica "
                  "simulated on its share, every prefill replica on its round-robin share")
+        power = power_clock_fraction(d.gpu, d.job.power_limit_w)[1]
+        notes += (power,) if power else ()  # both pools' steps ran at the limit's clock
         return summarize(tr, replicas=self.D, gpus=self.gpus, slo=slo, price=price,
                          model=d.name, gpu=d.gpu.name, engine=d.sched.engine,
                          engine_version=d.sched.version, layout=lay, workload=wl.to_dict(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..compute.device import power_clock_fraction
 from ..engines.budget import DEFAULT_VERSIONS
 from ..errors import InputError, opt
 from ..hardware import GPU
@@ -87,6 +88,8 @@ class Deployment:
                  f"{self.sched.max_num_batched_tokens}, "
                  f"{'mixed prefill+decode steps' if self.sched.mixed else 'prefill-first'}",
                  "each replica simulated alone on its round-robin share of the requests")
+        power = power_clock_fraction(self.gpu, self.job.power_limit_w)[1]
+        notes += (power,) if power else ()  # the steps ran at the clock of the limit
         b = self.budget
         kv = {"kv_tokens": self.kv_tokens, "block_size": self.block_size,
               "kv_blocks": b.kv_blocks, "max_model_len": self.max_len,

@@ -184,8 +184,14 @@ def power_clock_fraction(gpu: GPU, watts: float | None) -> tuple[float, str]:
     HBM has its own clock, which a power cap does not lower (arXiv 2605.11999: memory-bound
     decode on an H200 draws 137-300 W and never reaches a cap)."""
     tdp = gpu.tdp_watts
-    if watts is None or tdp is None or watts >= tdp:
+    if watts is None or watts == tdp:
         return 1.0, ""
+    if tdp is None:  # a custom card, or a catalog entry whose vendor states no board power
+        return 1.0, (f"power limit {watts:g} W: {gpu.name} has no TDP on record, so the clock "
+                     "at the limit cannot be read; its peaks kept (an upper bound)")
+    if watts > tdp:
+        return 1.0, (f"power limit {watts:g} W is above {gpu.name}'s {tdp:g} W TDP, where its "
+                     "rated peaks hold: they are kept (the limit changes nothing)")
     sib_name = POWER_SIBLINGS.get(gpu.name)
     if sib_name is None:
         return 1.0, (f"power limit {watts:g} W, below the {tdp:g} W TDP: no source gives "

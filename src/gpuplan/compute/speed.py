@@ -19,7 +19,7 @@ from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
 from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
-                     measured_apply)
+                     measured_apply, power_clock_fraction)
 from .efficiency import (
     BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
 )
@@ -114,6 +114,21 @@ class SpeedEstimate:
     """A data-parallel step without a layout: FSDP2's copy-out of the gathered weights and
     chunk-cat of the gradients on the compute stream, where the engine's are timed
     (:func:`~.parallel.fsdp2_copy_bytes`); under a layout :attr:`LayoutTime.fsdp_copy_s`."""
+    power_limit_w: float | None = None
+    """The job's power limit in watts (None: the TDP)."""
+    clock_fraction: float = 1.0
+    """The share of the TDP tensor clock sustained at ``power_limit_w``
+    (:func:`~.device.power_clock_fraction`): ``step.peak_flops`` is the capped peak, MFU and HFU
+    stay against the rated one (:attr:`rated_peak_flops`), as the catalog and published MFUs
+    state it."""
+    power_note: str = ""
+    """How the clock at ``power_limit_w`` was read, or why it was not (empty without a limit, or
+    at the TDP); also one of :attr:`notes`, and a caveat of ``fit``'s speed row."""
+
+    @property
+    def rated_peak_flops(self) -> float:
+        """The compute dtype's dense peak at the TDP: the MFU and HFU denominator."""
+        return self.step.peak_flops / self.clock_fraction
 
     @property
     def flops_per_step(self) -> float:
@@ -223,8 +238,8 @@ class SpeedEstimate:
     def mfu(self) -> float:
         if isinstance(self.layout, LayoutTime):
             return self.layout.model_flops_per_token * self.tokens_per_s / (
-                self.gpus * self.step.peak_flops)
-        return self.step.model_flops / (self.step_time_s * self.step.peak_flops * self._stages)
+                self.gpus * self.rated_peak_flops)
+        return self.step.model_flops / (self.step_time_s * self.rated_peak_flops * self._stages)
 
     @property
     def tokens_per_s_range(self) -> tuple[float, float]:
@@ -249,8 +264,8 @@ class SpeedEstimate:
     @property
     def hfu(self) -> float:
         if isinstance(self.layout, LayoutTime):
-            return self.layout.hardware_flops_per_gpu / (self.step_time_s * self.step.peak_flops)
-        return self.step.hardware_flops / (self.step_time_s * self.step.peak_flops * self._stages)
+            return self.layout.hardware_flops_per_gpu / (self.step_time_s * self.rated_peak_flops)
+        return self.step.hardware_flops / (self.step_time_s * self.rated_peak_flops * self._stages)
 
     @property
     def _stages(self) -> int:
@@ -280,7 +295,9 @@ class SpeedEstimate:
             "comm_exposed_s": self.comm_exposed_s, "fsdp_copy_s": self.fsdp_copy_s,
             "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s,
             "mfu": self.mfu, "hfu": self.hfu, "bound": self.bound,
-            "peak_flops": self.step.peak_flops, "ridge_point": self.ridge_point,
+            "peak_flops": self.step.peak_flops, "rated_peak_flops": self.rated_peak_flops,
+            "power_limit_w": self.power_limit_w, "clock_fraction": self.clock_fraction,
+            "ridge_point": self.ridge_point,
             "achievable_ridge_point": self.achievable_ridge_point,
             "step": self.step.to_dict(ops=ops),
             "prefill": None if self.prefill is None else self.prefill.to_dict(ops=ops),
@@ -414,7 +431,7 @@ def estimate_speed(
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s,
-        **_engine_fields(job, mode, attn))
+        **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -437,9 +454,7 @@ def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: b
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured, job.power_limit_w, notes)
     prec = _precision(job, mode, device, tf32, notes, arch)
-    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
-                                   arch.checkpoint_kernel if arch is not None else None)
-    eff = block_scaled_efficiency(eff, prec.name, notes)
+    eff = kernel_efficiency(job, mode, device, eff, prec, arch, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
@@ -464,6 +479,12 @@ def _form_notes(arch: Architecture | None, job: Job, mode: str, device: Device,
             "Hopper and Blackwell in bf16 only; the serving engines and Megatron fuse the "
             "experts everywhere)"),)
     return out
+
+
+def _power_fields(gpu: GPU, job: Job) -> dict:
+    """The estimate's power limit and the clock share sustained at it (the peaks it ran at)."""
+    f, note = power_clock_fraction(gpu, job.power_limit_w)
+    return {"power_limit_w": job.power_limit_w, "clock_fraction": f, "power_note": note}
 
 
 def _engine_fields(job: Job, mode: str, attention: AttentionPrecision | None = None) -> dict:
@@ -571,7 +592,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        **_engine_fields(job, mode, attn))
+        **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
 
 
 def _synced(step: Phase, prefill: Phase | None, synced: bool,
@@ -629,6 +650,18 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                     "; every row from DRAM (no L2 measurement for this GPU)" if rows else ""))
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
+
+
+def kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Efficiency,
+                      prec: PrecisionLayout, arch: Architecture | None,
+                      notes: list[str]) -> Efficiency:
+    """``eff`` as the job's kernels reach it: the quantized decode kernel's share
+    (:func:`_quant_kernel_efficiency`) and the block-scaled GEMM share
+    (:func:`block_scaled_efficiency`), stated in ``notes``. One home for both, which ``speed``
+    and the cluster search read alike."""
+    eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
+                                   arch.checkpoint_kernel if arch is not None else None)
+    return block_scaled_efficiency(eff, prec.name, notes)
 
 
 def block_scaled_efficiency(eff: Efficiency, recipe: str, notes: list[str]) -> Efficiency:
@@ -930,7 +963,9 @@ def _headline(e: SpeedEstimate) -> dict:
         out["training_time"] = e.training_time.to_dict()
     out["tokens_per_s_range"] = list(e.tokens_per_s_range)
     out["runtime"] = e.step.overheads.runtime if e.step.overheads else None
-    out["caveats"] = list(e.caveats)
+    out["caveats"] = list(e.caveats) + ([e.power_note] if e.power_note else [])
+    if e.power_limit_w is not None:
+        out["power_limit_w"], out["clock_fraction"] = e.power_limit_w, e.clock_fraction
     out["measured_run"] = None if e.measured_run is None else e.measured_run.to_dict()
     return out
 
