@@ -171,12 +171,25 @@ def deepseek_job(run: dict, notes: list[str]) -> Job:
                gpus_per_node=h["gpus_per_node"])
 
 
+def tp_comm_overlap(run: dict) -> bool:
+    """Whether the run overlaps its TP collectives with the GEMMs (Megatron-Core
+    --tp-comm-overlap, TE userbuffers): the row's ``recipe.tp_comm_overlap`` where
+    fp8_runs.json records it from the performance config (Megatron-Bridge
+    scripts/performance/configs/llama/*_llm_pretrain.py: on from the Llama recipes'
+    CommOverlapConfig, off for NVFP4 on every GPU); on otherwise (the engine's default here)."""
+    return bool((run.get("recipe") or {}).get("tp_comm_overlap", True))
+
+
 def predict(run: dict) -> Row:
     measured = float(run["measured"]["tokens_per_s_per_gpu"])
     why = _not_expressible(run)
     if why:
         return Row(run, None, measured, why)
     notes: list[str] = []
+    overlap = tp_comm_overlap(run)
+    if not overlap:
+        notes.append("TP communication exposed: the recipe turns tp_comm_overlap off ("
+                     + run["recipe"]["source"]["path"] + ")")
     try:
         job = deepseek_job(run, notes) if run["kind"] == "train_gpu_hours" else job_of(run, notes)
         gpu = get_gpu(run["hardware"]["gpu"])
@@ -184,7 +197,7 @@ def predict(run: dict) -> Row:
             or job.gpus_per_node > 8 else None
         est = estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
                              topology=topo, link="nvlink" if topo is None else None,
-                             tp_overlap=True)
+                             tp_overlap=overlap)
     except GpuplanError as e:
         return Row(run, None, measured, f"gpuplan refuses the job: {e}")
     return Row(run, est.tokens_per_s / run["hardware"]["count"], measured, notes=tuple(notes))

@@ -85,6 +85,22 @@ def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 
 
+def test_the_recipes_tp_comm_overlap_is_the_rows():
+    """Megatron-Bridge's performance configs turn tp_comm_overlap off for NVFP4 (every GPU) and
+    keep the Llama recipes' on otherwise (fp8_runs.json ``recipe``, file and commit there): the
+    dense TP rows carry it, and an NVFP4 row's TP collectives are exposed -- it predicts less
+    than the same Job with them hidden."""
+    tp_rows = [r for r in ROWS if r.run["source_group"] == "megatron-bridge"
+               and r.run["model"]["catalog"].startswith("llama") and r.run["job"]["tp"] > 1]
+    assert len(tp_rows) == 12
+    for r in tp_rows:
+        assert V.tp_comm_overlap(r.run) == (r.run["job"]["precision"] != "nvfp4"), r.run["id"]
+        assert r.run["recipe"]["source"]["commit"] in r.run["recipe"]["source"]["url"]
+    nv = next(r for r in tp_rows if r.run["id"].endswith("llama3.1405b-nvfp4-x256"))
+    hidden = V.predict({**nv.run, "recipe": {**nv.run["recipe"], "tp_comm_overlap": True}})
+    assert nv.predicted < 0.9 * hidden.predicted
+
+
 def test_the_uneven_and_folded_rows_are_predicted():
     """Issue 30: the Megatron-Bridge DeepSeek-V3 rows (uneven pipeline) and the Qwen3-235B H100
     rows (EP 32 over TP x DP with expert TP 1) are Jobs now; the one FP8/BF16 pair is predicted."""
