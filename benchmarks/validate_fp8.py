@@ -90,8 +90,13 @@ DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1), (8, 4): (9, 6)}
 #: NVIDIA-NeMo/Megatron-Bridge@d9f7643bb9609a6a6e0ea1439fb51d8669306434):
 #: bf16_with_fp8_current_scaling_mixed (FP8-CS) keeps the first and last block in BF16
 #: (num_layers_at_start/end_in_bf16 = 1) and gathers FP8 parameters; bf16_with_mxfp8_mixed
-#: (FP8-MX) gathers MXFP8 parameters; bf16_with_nvfp4_mixed (NVFP4) neither.
-BRIDGE_PRESETS = {"fp8-current": {"first_last_layers_bf16": 1, "fp8_param_gather": True},
+#: (FP8-MX) gathers MXFP8 parameters; bf16_with_nvfp4_mixed (NVFP4) neither. The performance
+#: scripts that ran the published rows turn FP8-CS's BF16 blocks off ("Disable BF16
+#: Transformer layers in the performance config": scripts/performance/utils/precision.py
+#: get_precision_config sets first_last_layers_bf16 = False for fp8_cs, at df0289c180dd20ff
+#: 26933455c7a0a11084f6a36f (26.02's) and 2effdfa312c53d140350410204400cafb2fb6968
+#: (2025-12-03, 25.11's)), so those rows run every block in FP8.
+BRIDGE_PRESETS = {"fp8-current": {"fp8_param_gather": True},
                   "mxfp8": {"fp8_param_gather": True}, "nvfp4": {}, "mixed-bf16": {}}
 
 
@@ -267,8 +272,8 @@ def render(rows: list[Row]) -> str:
            "stored bench run, nothing fitted. Each run is a megatron Job: the table's TP/PP/CP/EP, "
            "VP as interleaved:VP, sequence parallelism under TP, the distributed optimizer "
            "(ZeRO-1), TP communication overlap; Megatron-Bridge rows with its precision presets "
-           "(FP8-CS: first and last block BF16 and FP8 param gather; FP8-MX: MXFP8 param "
-           "gather; `BRIDGE_PRESETS`), Llama 3.1 405B and Qwen3 235B with the embedding and "
+           "(FP8-CS: FP8 param gather, every block FP8 as the performance scripts run it; "
+           "FP8-MX: MXFP8 param gather; `BRIDGE_PRESETS`), Llama 3.1 405B and Qwen3 235B with the embedding and "
            "loss as pipeline parts (`SPLIT_ACCOUNTING`). The recorded rows are the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
            f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
