@@ -569,6 +569,9 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
     if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
+    if j.get("model_code"):  # whose model code the source's run used, where not the engine's
+        fields["model_code"] = j["model_code"]
+        notes.append(f"model code {j['model_code']}")
     return Job(model=run["model"]["name"], mode="train", engine=run["engine"],
                attention=_attention(run, notes), runtime=runtime, **fields, **_lora(j, notes))
 
@@ -623,7 +626,35 @@ def _infer_job(run: dict, runtime: str, notes: list[str]) -> Job:
                      "SKU's NVLink (gpuplan's default topology); batch 1, one replica")
     return Job(model=run["model"]["name"], mode="infer", engine=run["engine"],
                infer_precision=fmt, batch=batch, seq=prompt, runtime=runtime, attention="sdpa", tp=tp,
-               gpus=run["hardware"]["count"] if tp > 1 else 1)
+               gpus=run["hardware"]["count"] if tp > 1 else 1,
+               context=_window_context(run, notes))
+
+
+#: Tokens AutoAWQ's WindowedCache drops when a decode step would overflow it: ``roll_kv_n_steps
+#: (start_pos, n=100)``, ``n = min(n, max_seq_len)`` (AutoAWQ v0.1.6, 8110e028c7fe,
+#: awq/modules/fused/attn.py line 139, awq/modules/fused/cache.py ``roll_kv_n_steps``).
+_AWQ_ROLL = 100
+
+
+def _window_context(run: dict, notes: list[str]) -> int | None:
+    """The keys a decode step attends to in the run's median step when its KV cache is a window
+    (runs.json ``job.kv_window``, issue 31, added after these rows' errors were read): AutoAWQ's
+    fused modules size it to ``max_seq_len`` = from_quantized's ``max_new_tokens``, which
+    examples/benchmark.py sets to n_generate (v0.1.6 benchmark.py line 46; awq/models/base.py
+    lines 207-213 ``config.max_new_tokens``; llama.py line 121 ``max_seq_len``). Full, it rolls
+    ``min(100, window)`` tokens out, so the steps see ``window - roll + 1`` to ``window`` keys
+    (``start_pos + 1``: FT's single_query_attention reads that many timesteps) -- their middle,
+    ``window - roll / 2 + 1/2`` rounded down -- and not the prompt plus half the output (the rolling step's
+    own copy is one step in ``roll``, which the README's median time per token leaves out).
+    None: no window (gpuplan's default, prompt + new tokens / 2)."""
+    w = run["job"].get("kv_window")
+    if not w:
+        return None
+    roll = min(_AWQ_ROLL, w)
+    ctx = math.floor(w - roll / 2 + 0.5)
+    notes.append(f"the KV cache a {w}-token window that rolls {roll} tokens out when full: the "
+                 f"median decode step attends to {ctx} keys")
+    return ctx
 
 
 def job_of(run: dict, notes: list[str] | None = None) -> Job:
@@ -654,7 +685,8 @@ def predict(run: dict) -> Row:
     model = _model_of(run, notes)
     job = job_of(run, notes)
     if run["kind"] == "decode":
-        est = estimate_speed(model, gpu, job, new_tokens=_new_tokens(run), measured=None)
+        est = estimate_speed(model, gpu, job, new_tokens=_new_tokens(run), measured=None,
+                             host_sync_per_step=_host_sync_per_step(run, notes))
         value = est.tokens_per_s
         if run["job"].get("qps"):
             value = _online_rate(model, gpu, job, _new_tokens(run), float(run["job"]["qps"]),
@@ -680,6 +712,22 @@ def predict(run: dict) -> Row:
                diagnosis=diagnose(est, gpu, value / measured, _measured_step(run, job, measured)),
                host_bound=est.step.host_bound,
                comm_share=est.comm_exposed_s / est.step_time_s if est.mode == "train" else 0.0)
+
+
+def _host_sync_per_step(run: dict, notes: list[str]) -> bool:
+    """The run's loop waits for the device around every forward (runs.json
+    ``job.host_sync_per_step``, a field added by issue 31 after these rows' errors were read;
+    benchmarks/published/README.md says which rows state it and where their loop does it).
+    AutoAWQ v0.1.6 (8110e028c7fe, the version its README's table was measured with)
+    examples/benchmark.py ``generate()``: ``torch.cuda.synchronize()`` at lines 20 and 32, before
+    and after ``model(inputs, use_cache=True)``; at the README's commit 027758d47 the same in
+    ``generate_torch()``, lines 44 and 56. gpt-fast's generate.py (32971d31) does not: its
+    ``decode_n_tokens`` loop has no wait, ``device_sync`` comes after the whole generate."""
+    if not run["job"].get("host_sync_per_step"):
+        return False
+    notes.append("the benchmark loop synchronizes before and after every forward (the run's "
+                 "host_sync_per_step)")
+    return True
 
 
 def _measured_step(run: dict, job: Job, measured: float) -> float | None:
@@ -887,6 +935,14 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
                 "at its measured rate where a launch's matrix fits the footprint the L2 was "
                 "measured to keep (compute/time.py row_rereads), else from DRAM; each row's "
                 "dequantization is not timed")
+    if run["job"].get("kv_window"):
+        out += ("; its decode attention is FT's single_query_attention (AutoAWQ v0.1.6 "
+                "awq_cuda/attention/decoder_masked_multihead_attention.cu: grid (heads, batch), "
+                "one thread block of 128 threads per head and sequence below 2,048 timesteps, "
+                "256 from there), each block streaming its head's keys and values on one SM: "
+                "paced by that block's loop, not the device's bandwidth, which gpuplan times "
+                f"(here {_window_context(run, [])} keys a step); untimed, it grows with the "
+                "context, as the 2048-token rows' extra time over the 64-token rows does")
     return out
 
 
@@ -953,9 +1009,28 @@ def _zero3_2021_gap(run: dict, row: Row) -> str:
             "order and bucket sizes are not in the job")
 
 
+def _fms_fsdp1_gap(run: dict, row: Row) -> str:
+    """The IBM FSDP blog's rows, as their code ran them (foundation-model-stack/fms-fsdp @5e522b4,
+    2024-03-13, the post's date): torch FSDP1 (``FullyShardedDataParallel``, flat parameters,
+    ``limit_all_gathers=True``: at most two un-freed all-gathers, so one unit gathered ahead),
+    not FSDP2; the README's table gives the 7B HSDP (sharded in the node, replicated across
+    nodes) and the larger ones FSDP. Neither is in the job: the timing is FSDP2 full sharding.
+    IBM FMS's fp32 eager rotary is (the rows' ``model_code`` fms, compute/efficiency.py
+    ``eager_rotary_fms_bytes``). By gpuplan's own rates HSDP would not close the H100 rows' gap:
+    it moves fewer bytes across nodes, not more."""
+    if run.get("source_group") != "ibm-fsdp-blog":
+        return ""
+    hsdp = "7b" in run["id"]
+    return ("ran torch FSDP1 (fms-fsdp @5e522b4: FullyShardedDataParallel, limit_all_gathers) "
+            + ("under HSDP (the README's table for 7B: all-gathers inside the node) " if hsdp
+               else "")
+            + "over IBM FMS's Llama: timed as FSDP2 full sharding (FMS's fp32 eager rotary "
+            "timed, model_code fms)")
+
+
 #: What the estimate is known to leave out, each checked against a row (empty: does not apply).
 KNOWN_GAPS = (_sku_gap, _power_cap_gap, _fsdp2_copy_gap, _quant_kernel_gap, _host_gap,
-              _serving_gap, _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap)
+              _serving_gap, _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap, _fms_fsdp1_gap)
 
 
 def misses(row: Row) -> str:

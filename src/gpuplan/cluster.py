@@ -270,7 +270,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                                    bf16_edge_layers=c.base.first_last_layers_bf16,
                                    moe_sync=moe_host_sync(resolve_engine(c.base.engine), lay.ep,
                                                            c.base.moe_capacity_factor),
-                                   engine=c.base.engine)
+                                   engine=c.base.engine, model_code=c.base.model_code)
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:

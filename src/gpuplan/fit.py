@@ -70,6 +70,12 @@ class GpuVerdict:
     """Device memory as the device reports it; runtime overhead is a line of the job."""
     train: ModeVerdict | None = None
     infer: ModeVerdict | None = None
+    infer_precision: str | None = None
+    """The inference weight format planned on this GPU (None: no inference planned): the job's,
+    or under ``infer_precision`` auto this GPU's own (:func:`gpuplan.formats.
+    resolve_infer_precision` for it alone), so a mixed list plans each GPU in its format."""
+    infer_total_bytes: int | None = None
+    """The serving total in that format (the plan's ``infer`` is the format every GPU loads)."""
 
     def mode(self, mode: str) -> ModeVerdict | None:
         return self.train if mode == "train" else self.infer
@@ -110,6 +116,9 @@ class GpuVerdict:
             for m, v in modes.items():
                 if v is not None and getattr(v, key) is not None:
                     d[f"{m}_{key}"] = getattr(v, key)
+        if self.infer_precision is not None:
+            d["infer_precision"] = self.infer_precision
+            d["infer_total_bytes"] = self.infer_total_bytes
         if self.alias_note:
             d["alias_note"] = self.alias_note
         if job is not None:
@@ -154,6 +163,10 @@ class Plan:
     """(GPU name, the serving engine's start-up KV budget on it) for each GPU, when the job
     serves under vllm, sglang or trt-llm (:func:`gpuplan.memory.kv_budget`); its JSON is
     ``infer.engine`` (the first GPU's) and ``infer.engine_by_gpu``."""
+    infer_by_precision: tuple[tuple[str, InferMemory], ...] = ()
+    """(format, serving memory in it) for each format the GPUs were planned in, when a mixed
+    list under ``infer_precision`` auto resolves differently per GPU (empty otherwise); its
+    JSON is ``infer_by_precision``."""
 
     @property
     def suggestions(self) -> tuple["Suggestion", ...]:
@@ -190,6 +203,8 @@ class Plan:
                 name, first = self.engine_budgets[0]
                 out["infer"]["engine"] = {"gpu": name, **first.to_dict()}
                 out["infer"]["engine_by_gpu"] = {n: b.to_dict() for n, b in self.engine_budgets}
+            if self.infer_by_precision:
+                out["infer_by_precision"] = {f: m.to_dict() for f, m in self.infer_by_precision}
         ratio = self.train_to_infer_ratio
         if ratio is not None:
             out["train_to_infer_ratio"] = ratio
@@ -323,54 +338,102 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                      use_noisy_bench=use_noisy_bench)
     model = resolve_model(job.model)
     resolved = resolve_gpus(gpus)
-    asked, job, format_note = job, *_resolve_format(model, job, [g for g, _ in resolved])
-    budgets = _engine_budgets(model, job, [g for g, _ in resolved], engine_budget)
+    gpu_list = [g for g, _ in resolved]
+    asked, job, format_note = job, *_resolve_format(model, job, gpu_list)
+    gpu_jobs = _gpu_jobs(model, asked, job, gpu_list)
+    budgets = _engine_budgets(model, job, gpu_list, engine_budget, gpu_jobs)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
-    mems = {}
-    if job.trains:
-        mems["train"] = train_memory(model, job, **kw)
-    if job.infers:
-        mems["infer"] = infer_memory(model, job, **kw)
-    memo = shared_memo(model, job, overhead_level, overhead_overrides) if mems else {}
+    planned = _Planned(model, kw)
+    mems, _ = planned.of(job)
     verdicts = []
     reports = []
-    for gpu, note in resolved:
-        usable = gpu.memory_bytes
+    for (gpu, note), gjob in zip(resolved, gpu_jobs):
+        gmems, memo = planned.of(gjob)
         v: dict = {}
-        for mode, mem in mems.items():
-            fits = mem.total_bytes <= usable
-            mv: dict = {"fits": fits,
-                        "verdict": _verdict(mem.total_bytes, _total_at(mem, "high"), usable),
-                        "headroom_bytes": usable - mem.total_bytes}
-            if search_gpu_counts:
-                mv.update(_gpu_counts(model, job, mode, usable, overhead_level,
-                                      overhead_overrides, memo))
-            mjob = job.with_(mode=mode)
-            if max_batch:
-                mv["max_batch"] = _query(_solver().max_batch, model, mjob, gpu, mode=mode, **kw)
-            if max_seq and model.architecture is not None \
-                    and model.architecture.kind != "vision":
-                mv["max_seq"] = _query(_solver().max_seq, model, mjob, gpu, mode=mode, **kw)
-            v[mode] = ModeVerdict(**mv)
-            run = suggest is True or (suggest is None and gpus is not None and not fits)
+        for mode, mem in gmems.items():
+            v[mode] = _mode_verdict(model, gjob, gpu, mode, mem, memo, kw, max_batch=max_batch,
+                                    max_seq=max_seq, search_gpu_counts=search_gpu_counts)
+            run = suggest is True or (suggest is None and gpus is not None and not v[mode].fits)
             if run:
-                reports.append(_solver().suggest(model, mjob, gpu, mode=mode, top=top,
-                                                 as_asked=asked.with_(mode=mode), **kw))
-        verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note, usable_bytes=usable,
-                                   **v))
+                reports.append(_solver().suggest(model, gjob.with_(mode=mode), gpu, mode=mode,
+                                                 top=top, as_asked=asked.with_(mode=mode), **kw))
+        inf = gmems.get("infer")
+        verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note,
+                                   usable_bytes=gpu.memory_bytes, **v,
+                                   infer_precision=inf.precision if inf is not None else None,
+                                   infer_total_bytes=inf.total_bytes if inf is not None else None))
     train, infer = mems.get("train"), mems.get("infer")
     notes = (*model.notes, *format_note)
     speed_rows = None
     if speed:
         from .compute import speed_section
 
+        # under auto the speed model resolves the format per GPU itself (as gpu_jobs do)
         speed_rows = speed_section(
-            job, [g.gpu for g in verdicts], model=model,
+            asked if len(planned.formats) > 1 else job, [g.gpu for g in verdicts], model=model,
             trainable_params=train.trainable_params if train is not None else None,
             use_noisy_bench=use_noisy_bench)
         speed_rows = speed_rows.with_fits(_fits_by_gpu(verdicts))
     return Plan(job=asked, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
-                solver=tuple(reports), speed=speed_rows, engine_budgets=budgets)
+                solver=tuple(reports), speed=speed_rows, engine_budgets=budgets,
+                infer_by_precision=planned.formats if len(planned.formats) > 1 else ())
+
+
+class _Planned:
+    """The memories of a plan, once per inference format its GPUs are planned in (training's
+    does not depend on it: computed once)."""
+
+    def __init__(self, model: Model, kw: dict):
+        self.model, self.kw = model, kw
+        self._by: dict[str, tuple[dict, dict]] = {}
+        self._train: TrainMemory | None = None
+
+    def of(self, job: Job) -> tuple[dict, dict]:
+        key = job.infer_precision
+        if key not in self._by:
+            mems: dict = {}
+            if job.trains:
+                self._train = self._train or train_memory(self.model, job, **self.kw)
+                mems["train"] = self._train
+            if job.infers:
+                mems["infer"] = infer_memory(self.model, job, **self.kw)
+            memo = shared_memo(self.model, job, self.kw["overhead_level"],
+                               self.kw["overhead_overrides"]) if mems else {}
+            self._by[key] = (mems, memo)
+        return self._by[key]
+
+    @property
+    def formats(self) -> tuple[tuple[str, InferMemory], ...]:
+        return tuple((k, m["infer"]) for k, (m, _) in self._by.items() if "infer" in m)
+
+
+def _mode_verdict(model: Model, job: Job, gpu: GPU, mode: str, mem, memo: dict, kw: dict, *,
+                  max_batch: bool, max_seq: bool, search_gpu_counts: bool) -> ModeVerdict:
+    """How one mode of ``job`` sits on ``gpu``."""
+    usable = gpu.memory_bytes
+    mv: dict = {"fits": mem.total_bytes <= usable,
+                "verdict": _verdict(mem.total_bytes, _total_at(mem, "high"), usable),
+                "headroom_bytes": usable - mem.total_bytes}
+    if search_gpu_counts:
+        mv.update(_gpu_counts(model, job, mode, usable, kw["overhead_level"],
+                              kw["overhead_overrides"], memo))
+    mjob = job.with_(mode=mode)
+    if max_batch:
+        mv["max_batch"] = _query(_solver().max_batch, model, mjob, gpu, mode=mode, **kw)
+    if max_seq and model.architecture is not None and model.architecture.kind != "vision":
+        mv["max_seq"] = _query(_solver().max_seq, model, mjob, gpu, mode=mode, **kw)
+    return ModeVerdict(**mv)
+
+
+def _gpu_jobs(model: Model, asked: Job, job: Job, gpus: list[GPU]) -> list[Job]:
+    """The job each GPU is planned with: ``job`` (its format resolved for the whole list), or
+    under ``infer_precision`` auto the format resolved for that GPU alone -- a mixed list plans
+    each GPU in the format its engine loads there (fp8 on an H100, bf16 on an A100)."""
+    arch = model.architecture
+    if not job.infers or asked.infer_precision != INFER_AUTO or arch is None \
+            or arch.checkpoint_format is None or len(gpus) < 2:
+        return [job] * len(gpus)
+    return [asked.resolve_infer(arch, g.architecture) for g in gpus]
 
 
 def _resolve_format(model: Model, job: Job, gpus: list[GPU]) -> tuple[Job, tuple[str, ...]]:
@@ -389,15 +452,15 @@ def _resolve_format(model: Model, job: Job, gpus: list[GPU]) -> tuple[Job, tuple
     which = ", ".join(g.name for g in gpus if not loads_shipped(arch, job.engine, g.architecture))
     loads = ", ".join(dict.fromkeys(g.name for g in gpus
                                     if loads_shipped(arch, job.engine, g.architecture)))
-    also = (f"; one format serves the whole list, so it is bf16 on {loads} too (name that GPU "
-            f"alone for its {shipped} plan)" if loads else "")
+    also = (f"; {loads} {'is' if ', ' not in loads else 'are'} planned in {shipped}, the "
+            "format the checkpoint ships in, each GPU in its own format" if loads else "")
     return out, (f"planned in bf16: engine {job.engine} dequantizes the {shipped} checkpoint to "
                  f"bf16 on {which}{also} (give --infer-precision {shipped} to plan the "
                  "shipped format)",)
 
 
-def _engine_budgets(model: Model, job: Job, gpus: list[GPU],
-                    knobs: dict | None) -> tuple[tuple[str, "KVBudget"], ...]:
+def _engine_budgets(model: Model, job: Job, gpus: list[GPU], knobs: dict | None,
+                    gpu_jobs: list[Job] | None = None) -> tuple[tuple[str, "KVBudget"], ...]:
     """Each GPU's start-up KV budget under the job's serving engine; knobs given for a job no
     serving engine runs are refused."""
     knobs = {k: v for k, v in (knobs or {}).items() if v is not None}
@@ -411,4 +474,5 @@ def _engine_budgets(model: Model, job: Job, gpus: list[GPU],
                          field=name, value=knobs[name])
     if not serves or arch is None or arch.kind != "decoder":
         return ()
-    return tuple((g.name, kv_budget(model, g, job, **knobs)) for g in gpus)
+    jobs = gpu_jobs or [job] * len(gpus)
+    return tuple((g.name, kv_budget(model, g, j, **knobs)) for g, j in zip(gpus, jobs))

@@ -7,6 +7,8 @@ seed document's table (bytes per parameter per line item) and every figure can b
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Callable, Literal
 
 from ._record import record
@@ -19,7 +21,8 @@ __all__ = [
     "TrainingRecipe", "OptimizerSpec", "WeightFormat",
     "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS", "STORED_FORMATS",
     "get_recipe", "get_optimizer", "get_weight_format",
-    "optimizer_state_bytes", "weights_bytes_in_format", "gemm_dtype",
+    "optimizer_state_bytes", "weights_bytes_in_format", "gemm_dtype", "FP32_KEPT_STRICT",
+    "HF_LOADED_ENGINES", "fp32_kept", "fp32_kept_params",
     "INFER_AUTO", "resolve_infer_precision", "loads_shipped",
 ]
 
@@ -700,13 +703,56 @@ def get_weight_format(name: str) -> WeightFormat:
     return fmt
 
 
+#: The parameters transformers 5.25 keeps in fp32 when a model is built or loaded in bf16 or
+#: fp16 (``_keep_in_fp32_modules_strict``, applied by ``PreTrainedModel._get_dtype_plan``), by
+#: family, as the leaf module whose ``weight`` it is: the MoE router's ``gate.weight`` in
+#: models/deepseek_v2/modeling_deepseek_v2.py (["gate.weight"]), deepseek_v3 and glm4_moe
+#: (["e_score_correction_bias", "gate.weight"]; the bias is a buffer, already fp32 in
+#: ``buffer_bytes``). No other planned family has a strict list; gpt_oss's non-strict
+#: ``_keep_in_fp32_modules`` (its norms, upcast only under fp16) is not modelled.
+FP32_KEPT_STRICT: Mapping[str, frozenset[str]] = MappingProxyType({
+    "deepseek_v2": frozenset({"gate"}), "deepseek_v3": frozenset({"gate"}),
+    "glm4_moe": frozenset({"gate"}),
+})
+
+#: Engines whose weights come from transformers' own model classes and loader, so the fp32 kept
+#: above applies. vLLM and SGLang build their own router (vLLM's GateLinear, a ReplicatedLinear
+#: with params_dtype left to the model dtype: vllm-project/vllm@002d6073
+#: vllm/model_executor/models/deepseek_v2.py, DeepseekV2MoE) and load the checkpoint's bf16
+#: gate.weight as such; torchtitan, Megatron and the others run their own model code.
+HF_LOADED_ENGINES = frozenset({"auto", "transformers", "deepspeed", "fsdp2"})
+
+
+def fp32_kept(t: ParamTensor, arch: Architecture | None, engine: str | None = None) -> bool:
+    """Whether ``engine`` (None: transformers) holds ``t`` in fp32 under a 16-bit dtype
+    (:data:`FP32_KEPT_STRICT`)."""
+    if arch is None or (engine or "auto") not in HF_LOADED_ENGINES:
+        return False
+    kept = FP32_KEPT_STRICT.get(arch.family)
+    return kept is not None and t.module in kept and t.name.endswith(".gate.weight")
+
+
+def fp32_kept_params(tensors: tuple[ParamTensor, ...] | None, arch: Architecture | None,
+                     engine: str | None = None) -> int:
+    """Parameters of ``tensors`` that ``engine`` keeps in fp32 under a 16-bit dtype."""
+    return sum(t.total for t in tensors or () if fp32_kept(t, arch, engine))
+
+
 def weights_bytes_in_format(fmt: WeightFormat, tensors: tuple[ParamTensor, ...],
-                            arch: Architecture | None, n_params: int) -> int:
+                            arch: Architecture | None, n_params: int,
+                            engine: str | None = None) -> int:
     """Bytes of all weights in ``fmt``: per tensor when the tensors are known, else every
-    parameter at the format's effective bits."""
+    parameter at the format's effective bits. A tensor the format leaves in 16-bit that
+    ``engine`` (None: transformers) keeps in fp32 (:func:`fp32_kept`) counts 4 bytes each."""
     if not tensors:
         if fmt.name == "gguf":
             raise InputError("weight format 'gguf' needs a model read from a .gguf file (its "
                              "per-tensor types); this model has no tensors")
         return math.ceil(n_params * fmt.bits / 8)
-    return sum(fmt.tensor_bytes(t, arch) for t in tensors)
+    total = 0
+    for t in tensors:
+        b = fmt.tensor_bytes(t, arch)
+        if fmt.name != "gguf" and b == t.total * 2 and fp32_kept(t, arch, engine):
+            b = t.total * 4
+        total += b
+    return total

@@ -312,6 +312,24 @@ def test_torchtune_code_moves_what_its_code_moves():
     assert fp32["attn.rotary"].kernels == 14
 
 
+def test_fms_code_moves_what_its_rotary_moves():
+    # IBM FMS's RotaryEmbedding.adjusted_qk (foundation-model-stack@464c4ca3) on a bf16 q (4096
+    # wide) and k (1024), per element: x.float() 2+4, the (..., D/2, 2, 2) broadcast product
+    # reads 4 and writes 2 x 4, its sum reads 8 and writes 4, type_as 4+2 = 36 B in 4 kernels
+    # (fused 2+2 = 4 B); fp32: no casts, 4+8 + 8+4 = 24 B in 2 (fused 8 B). The rest as
+    # transformers' (no K/V expansion)
+    T = 512
+    eager, fused = _layer_ops("eager", model_code="fms"), _layer_ops("compile", model_code="fms")
+    assert eager["attn.rotary"].bytes == pytest.approx(36 * T * (4096 + 1024))
+    assert eager["attn.rotary"].kernels == 8
+    assert fused["attn.rotary"].bytes == 4 * T * (4096 + 1024)
+    assert "attn.kv_expand" not in eager
+    assert eager["attn.norm"].bytes == _layer_ops("eager")["attn.norm"].bytes
+    fp32 = _layer_ops("eager", precision="fp32", model_code="fms")
+    assert fp32["attn.rotary"].bytes == pytest.approx(24 * T * (4096 + 1024))
+    assert fp32["attn.rotary"].kernels == 4
+
+
 def test_eager_rmsnorm_on_fp32_skips_the_casts():
     # fp32 activations: both casts return the tensor itself; pow 8, mean 4, x rsqrt 8, x weight 8
     eager = _layer_ops("eager", precision="fp32")

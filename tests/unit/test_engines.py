@@ -77,6 +77,17 @@ def test_a_named_engine_resolves_what_the_job_leaves():
     assert runtime_of("auto", "infer", "vllm") == "cudagraphs"
 
 
+def test_fsdp2_runs_fms_model_code_and_other_engines_refuse_it():
+    # FSDP2 wraps any model: IBM's fms-fsdp trains FMS's Llama under torch FSDP; DeepSpeed's
+    # engine runs transformers' code only, and the fix names the engine that runs FMS's
+    assert Job(model="gpt2", mode="train", engine="fsdp2", model_code="fms").model_code == "fms"
+    with pytest.raises(InputError, match="fsdp2") as e:
+        Job(model="gpt2", mode="train", engine="deepspeed", model_code="fms")
+    assert e.value.fix == {"model_code": "transformers"}
+    with pytest.raises(InputError):
+        Job(model="gpt2", mode="train", engine="fsdp2", model_code="torchtune")
+
+
 @pytest.mark.parametrize("kw, needle", [
     (dict(engine="vllm", mode="train"), "engine vllm does not train"),
     (dict(engine="megatron", mode="train", zero=3), "zero 3 under engine megatron"),

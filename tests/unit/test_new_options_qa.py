@@ -89,23 +89,56 @@ def test_a_second_gpu_is_refused_not_replaced(command, capsys):
 
 
 # -- infer_precision auto over a mixed GPU list ---------------------------------------------
-# One format serves the list (formats.resolve_infer_precision): SGLang loads gpt-oss's MXFP4 on
-# Hopper only, so H100 + A100 plans bf16 everywhere. The H100 row then said "does not fit"
-# while the note named only the A100 and `fit --gpu H100-SXM-80GB` alone said "fits" (mxfp4).
+# SGLang loads gpt-oss's MXFP4 on Hopper only. One format used to serve the list (bf16), so the
+# H100 row of H100 + A100 said "does not fit" while `fit --gpu H100-SXM-80GB` alone said "fits".
+# Now each GPU is planned in its own format (issue 28): the H100 row is the H100-alone plan.
 
-def test_mixed_list_note_names_the_gpu_that_would_load_the_shipped_format():
+def test_mixed_list_plans_each_gpu_in_its_own_format():
     from gpuplan.fit import plan
 
     job = Job(model="gpt-oss-120b", mode="infer", engine="sglang")
     mixed = plan(job, ["H100-SXM-80GB", "A100-SXM-80GB"], suggest=False)
-    alone = plan(job, ["H100-SXM-80GB"], suggest=False)
-    assert (mixed.infer.precision, alone.infer.precision) == ("bf16", "mxfp4")
+    h100 = plan(job, ["H100-SXM-80GB"], suggest=False)
+    a100 = plan(job, ["A100-SXM-80GB"], suggest=False)
+    assert (h100.infer.precision, a100.infer.precision) == ("mxfp4", "bf16")
+    rows = {g.name: g for g in mixed.gpus}
+    for name, alone in (("H100-SXM-80GB", h100), ("A100-SXM-80GB", a100)):
+        assert rows[name].infer_precision == alone.infer.precision
+        assert rows[name].infer_total_bytes == alone.infer.total_bytes
+        assert rows[name].infer_verdict == alone.gpus[0].infer_verdict
+        assert rows[name].infer_headroom_bytes == alone.gpus[0].infer_headroom_bytes
+    # the plan's own inference section stays the format every GPU of the list loads
+    assert mixed.infer.precision == "bf16"
+    assert dict(mixed.infer_by_precision) == {"bf16": a100.infer, "mxfp4": h100.infer}
     assert ("planned in bf16: engine sglang dequantizes the mxfp4 checkpoint to bf16 on "
-            "A100-SXM-80GB; one format serves the whole list, so it is bf16 on H100-SXM-80GB "
-            "too (name that GPU alone for its mxfp4 plan) (give --infer-precision mxfp4 to plan "
-            "the shipped format)") in mixed.notes
+            "A100-SXM-80GB; H100-SXM-80GB is planned in mxfp4, the format the checkpoint ships "
+            "in, each GPU in its own format (give --infer-precision mxfp4 to plan the shipped "
+            "format)") in mixed.notes
     # bf16 weights: 2 bytes a parameter of the 116.83B, more than an 80 GB card by itself
-    assert mixed.infer.total_bytes > 2 * 116_829_156_672 > alone.infer.total_bytes
+    assert a100.infer.total_bytes > 2 * 116_829_156_672 > h100.infer.total_bytes
+    d = mixed.to_dict()
+    assert [(g["name"], g["infer_precision"], g["infer_total_bytes"]) for g in d["gpus"]] == [
+        ("H100-SXM-80GB", "mxfp4", h100.infer.total_bytes),
+        ("A100-SXM-80GB", "bf16", a100.infer.total_bytes)]
+    assert d["infer_by_precision"]["mxfp4"] == h100.infer.to_dict()
+
+
+def test_mixed_list_table_shows_each_gpus_format(cli):
+    rc, out, _ = cli("fit", "deepseek-v3", "--mode", "infer", "--engine", "vllm",
+                     "--gpu", "H100-SXM-80GB", "--gpu", "A100-SXM-80GB")
+    assert rc == 0 and "Inference: bf16" in out and "Inference: fp8-block" in out
+    assert "infer format" in out
+    # the Per GPU table's rows: GPU, memory, verdict, headroom, TP GPUs, infer format
+    rows = {c[0]: c for line in out.splitlines()
+            if len(c := [x.strip() for x in line.strip("│ ").split("│")]) == 6
+            and c[2] in ("fits", "tight", "does not fit")}
+    assert (rows["H100-SXM-80GB"][5], rows["A100-SXM-80GB"][5]) == ("fp8-block", "bf16")
+
+
+def test_one_format_list_adds_no_format_column(cli):
+    rc, out, _ = cli("fit", "llama-3.1-8b", "--mode", "infer",
+                     "--gpu", "H100-SXM-80GB", "--gpu", "A100-SXM-80GB")
+    assert rc == 0 and "Per GPU" in out and "infer format" not in out
 
 
 def test_a_list_no_gpu_of_which_loads_it_keeps_the_short_note():

@@ -10,7 +10,9 @@ from gpuplan.fit import ModeVerdict
 VERDICT_KEYS = {"name", "usable_bytes", "train_fits", "infer_fits", "train_verdict",
                 "infer_verdict", "train_headroom_bytes", "infer_headroom_bytes",
                 "train_min_gpus_zero3", "infer_min_gpus_tensor_parallel", "train_min_gpus_layout",
-                "train_layout", "infer_min_gpus_layout", "infer_layout"}
+                "train_layout", "infer_min_gpus_layout", "infer_layout",
+                # the GPU's own inference format and total (added by issue 28: a mixed list)
+                "infer_precision", "infer_total_bytes"}
 
 
 def test_a_verdict_holds_one_result_per_mode():

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan.compute import estimate_speed
+from gpuplan.hardware import get_gpu
+from gpuplan.models import load_model
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -144,7 +148,7 @@ def test_out_of_sample_holdout_reads(rows):
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
-    assert s["median_abs_error"] <= 0.113 and s["worst_abs_error"] <= 0.641
+    assert s["median_abs_error"] <= 0.110 and s["worst_abs_error"] <= 0.641
     # AutoAWQ's GEMV at batch 8 (awql2): rows 2-8 re-read each matrix from the RTX 4090's L2 at
     # its measured 3,645 GB/s (every Mistral launch fits the 32 MiB it was measured to keep):
     # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic)
@@ -160,12 +164,15 @@ def test_out_of_sample_holdout_reads(rows):
     a100 = [r.ratio for r in ibm if "a100" in r.run["id"]]
     h100 = [r.ratio for r in ibm if "h100" in r.run["id"]]
     assert len(a100) == len(h100) == 3
-    assert 0.94 < min(a100) and max(a100) < 1.12 and 1.20 < min(h100) and max(h100) < 1.38
+    # IBM FMS's fp32 eager rotary (model_code fms: 36 B a q/k element against transformers' 20 B)
+    # moved them 7B 1.114 -> 1.082 (A100), 1.370 -> 1.310 (H100); 34B 1.012 -> 1.001, 1.231 ->
+    # 1.208; 70B 0.954 -> 0.945, 1.207 -> 1.188; the group's median 16.1% -> 13.5%
+    assert 0.94 < min(a100) and max(a100) < 1.09 and 1.18 < min(h100) and max(h100) < 1.32
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 11.2% median and 64.0% worst (torchtitan's Float8 rows at CP 8), "
-                   "and the torchtitan, nvidia-dle-bert and ibm-fsdp-blog groups' medians are "
+                   "holdout reads 10.9% median and 64.0% worst (torchtitan's Float8 rows at CP 8), "
+                   "and the torchtitan and nvidia-dle-bert groups' medians are "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
 def test_holdout_meets_issue_31s_bar(rows):
@@ -306,3 +313,53 @@ def test_a_decode_rows_measured_step_is_read_off_its_own_figure(rows):
     b1 = by_id["autoawq-mistral-7b-gemm-b1-p64-d64-4090"]
     assert vs._measured_step(b1.run, vs.job_of(b1.run), b1.measured) == pytest.approx(1 / 156.317)
     assert "measured 6.75 ms" in b8.diagnosis  # 8 / 1185.25 tokens/s
+
+
+def test_ibm_fsdp_rows_name_what_their_code_ran(rows):
+    # fms-fsdp @5e522b4 README: 7B HSDP, 13B/34B/70B FSDP; the gap says so for the 7B rows only,
+    # and for no other source group
+    ibm = [r for r in rows if r.run["source_group"] == "ibm-fsdp-blog" and r.predicted]
+    assert len(ibm) == 6
+    for r in ibm:
+        gap = vs._fms_fsdp1_gap(r.run, r)
+        assert "FSDP1" in gap and ("HSDP" in gap) == ("7b" in r.run["id"])
+        assert gap in vs.misses(r)
+    # FMS's eager fp32 rotary is in the job now (tests/unit/test_compute_runtime.py counts its
+    # 36 B a q/k element): every row runs model_code fms, and an FMS step is slower than the
+    # same job over transformers' code in eager (more bytes), equal compiled (one fused chain)
+    for r in ibm:
+        assert vs.job_of(r.run).model_code == "fms" and "FSDP2 full sharding" in vs.misses(r)
+    model = load_model("llama-2-7b")
+    fms = vs.job_of(ibm[0].run)
+    rate = {(code, rt): estimate_speed(model, get_gpu("A100-SXM-80GB"), fms.with_(
+        model_code=code, runtime=rt), measured=None).tokens_per_s
+            for code in ("fms", "transformers") for rt in ("eager", "compile")}
+    assert rate["fms", "eager"] < 0.99 * rate["transformers", "eager"]
+    assert rate["fms", "compile"] == pytest.approx(rate["transformers", "compile"])
+    other = next(r for r in rows if r.run["source_group"] == "nvidia-dle-bert")
+    assert vs._fms_fsdp1_gap(other.run, other) == ""
+
+
+def test_autoawq_rows_run_as_its_benchmark_loop_does(rows):
+    # Issue 31 (awqsync): AutoAWQ v0.1.6's examples/benchmark.py synchronizes before and after
+    # every forward (host_sync_per_step: each step kernel by kernel from idle) and its fused
+    # modules keep a KV window of n_generate tokens rolled by min(100, window) when full: a
+    # 2048-token window's steps attend to 1,949..2,048 keys, middle 2048 - 50 + 0.5 = 1998.5
+    # -> 1998; a 64-token window rolls all 64 out, 1..64 keys, middle 64 - 32 + 0.5 -> 32. No
+    # other run states either (gpt-fast's loop waits once, after generate).
+    awq = [r for r in rows if r.run["source_group"] == "autoawq"]
+    assert len(awq) == 24
+    assert all(r.run["job"]["host_sync_per_step"] for r in awq)
+    others = [r for r in rows if r.run["source_group"] != "autoawq"]
+    assert not any(r.run["job"].get("host_sync_per_step") or r.run["job"].get("kv_window")
+                   for r in others)
+    by_id = {r.run["id"]: r for r in awq}
+    long = by_id["autoawq-tinyllama-1.1b-gemv-b1-p2048-d2048-4090"].run
+    short = by_id["autoawq-tinyllama-1.1b-gemv-b1-p64-d64-4090"].run
+    assert vs.job_of(long).context == 1998 and vs.job_of(short).context == 32
+    # before: group 10.6% median, 43.7% worst (TinyLlama p2048 1.44x); the sync 1.44x -> 1.42x
+    # (p64 1.18x -> 1.12x), the window moves the p2048 rows up (MPT 1.14x -> 1.24x): 10.1% /
+    # 42.8%. The p2048 rows' extra time over p64 is FT's single-query attention (one thread
+    # block per head and sequence, latency-bound), not timed.
+    (_, _, med, worst_err), = [g for g in vs.by_group(rows, "holdout") if g[0] == "autoawq"]
+    assert med <= 0.102 and worst_err <= 0.429

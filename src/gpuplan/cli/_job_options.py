@@ -105,7 +105,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "the engine's, stated; compile: torch.compile or fused kernels)", "HOW"),
     JobOption("--model-code", "model_code", "str", "whose model code runs the step: "
               "{choices} (default: the engine's; torchtune: llama-style, K/V expanded to every "
-              "head, logits upcast in the model, its own RoPE chain in eager)", "CODE"),
+              "head, logits upcast in the model, its own RoPE chain in eager; fms: IBM FMS's Llama "
+              "under the fsdp2 engine, its fp32 RoPE chain in eager)", "CODE"),
     JobOption("--loss-chunks", "loss_chunks", "int", "output projection and cross-entropy over "
               "N chunks of the sequence (torchtune's CEWithChunkedOutputLoss: 8; default 1)",
               "N"),

@@ -19,7 +19,8 @@ __all__ = ["speed_args", "common_args", "MAX_LINK_GBPS"]
 MAX_LINK_GBPS = 1e7
 
 #: The switches of :func:`~gpuplan.compute.estimate_speed` (True or False).
-_FLAGS = ("overlap_comm", "pinned", "tf32", "tp_overlap", "gather_overlap", "use_noisy_bench")
+_FLAGS = ("overlap_comm", "pinned", "tf32", "tp_overlap", "gather_overlap", "use_noisy_bench",
+          "host_sync_per_step")
 
 
 def common_args(model: object, job: object, new_tokens: object, trainable_params: object,

@@ -278,6 +278,20 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     "eager_rotary_torchtune_bytes_fp32": Constant(
         4.5, "x fused bytes", "the same chain on an fp32 input: no casts; 16 + 12 + 8 = 36 B "
         "against 8 B fused"),
+    "eager_rotary_fms_kernels": Constant(
+        4, "kernels per tensor", "IBM FMS's RotaryEmbedding.adjusted_qk (foundation-model-stack/"
+        "foundation-model-stack@464c4ca3, 2024-02-29, fms/modules/positions.py): x.float(), the "
+        "(..., D/2, 2, 2) product of the cached rotation by x.unsqueeze(-2), its sum over the last "
+        "axis, type_as (2 on an fp32 input: both casts return the tensor itself); the per-layer "
+        "position_ids and cache lookup not counted"),
+    "eager_rotary_fms_bytes": Constant(
+        9.0, "x fused bytes", "the same chain per element of a 16-bit q (or k): x.float() reads "
+        "2 B and writes 4, the broadcast product reads 4 and writes two fp32 values (8), the sum "
+        "reads those 8 and writes 4, type_as 4 + 2 = 36 B, against 4 B fused (read + write; the "
+        "rotation cache broadcast over the heads)"),
+    "eager_rotary_fms_bytes_fp32": Constant(
+        3.0, "x fused bytes", "the same chain on an fp32 input: no casts; product 4 + 8, sum "
+        "8 + 4 = 24 B against 8 B fused"),
     "eager_swiglu_bytes": Constant(
         5 / 3, "x fused bytes", "transformers LlamaMLP.forward: act_fn(gate_proj(x)) * "
         "up_proj(x): the activation reads the gate and writes its output (2 accesses), the "
@@ -777,9 +791,9 @@ def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
                  model_code: str = "transformers") -> tuple[Op, ...]:
     """Forward ops as ``runtime`` runs them: in eager, the elementwise chains torch.compile (and
     hand-fused kernels) run as one kernel are separate kernels with intermediates in memory
-    (RMSNorm, rotary embedding -- transformers' or torchtune's, by ``model_code`` -- a ``gated``
-    MLP's activation times the up projection); under CUDA autocast softmax and layer norm run in
-    fp32. ``act_bytes``: the activations' width (an fp32 input makes the casts no-ops)."""
+    (RMSNorm, rotary embedding -- transformers', torchtune's or IBM FMS's, by ``model_code`` --
+    a ``gated`` MLP's activation times the up projection); under CUDA autocast softmax and layer
+    norm run in fp32. ``act_bytes``: the activations' width (an fp32 input makes the casts no-ops)."""
     out = []
     for op in ops:
         if runtime == "eager" and op.name == "attn.rotary" and model_code == "torchtune":
@@ -787,6 +801,11 @@ def eager_chains(ops: tuple[Op, ...], *, norm: str, runtime: str,
             kernels = int(constant("eager_rotary_torchtune_kernels")) - (2 if fp32 else 0)
             op = replace(op, kernels=2 * kernels, bytes=op.bytes * constant(
                 "eager_rotary_torchtune_bytes_fp32" if fp32 else "eager_rotary_torchtune_bytes"))
+        elif runtime == "eager" and op.name == "attn.rotary" and model_code == "fms":
+            fp32 = act_bytes >= 4
+            kernels = int(constant("eager_rotary_fms_kernels")) - (2 if fp32 else 0)
+            op = replace(op, kernels=2 * kernels, bytes=op.bytes * constant(
+                "eager_rotary_fms_bytes_fp32" if fp32 else "eager_rotary_fms_bytes"))
         elif runtime == "eager" and op.name in _NORMS and norm == "rmsnorm":
             fp32 = act_bytes >= 4
             kernels = int(constant("eager_rmsnorm_kernels")) - (2 if fp32 else 0)

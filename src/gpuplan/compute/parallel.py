@@ -155,7 +155,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                attention: str, runtime: str = "auto", ep: int = 1,
                selective: str = "attention", bf16_edge_layers: int = 0,
                moe_sync: bool = False, engine: str = "transformers",
-               capacity_factor: float | None = None) -> MicroCost:
+               capacity_factor: float | None = None,
+               model_code: str | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -166,7 +167,7 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
-                       capacity_factor=capacity_factor)[checkpointing]
+                       capacity_factor=capacity_factor, model_code=model_code)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -174,18 +175,20 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 runtime: str = "auto", ep: int = 1,
                 selective: str = "attention", bf16_edge_layers: int = 0,
                 moe_sync: bool = False, engine: str = "transformers",
-                capacity_factor: float | None = None) -> dict[str, MicroCost]:
+                capacity_factor: float | None = None,
+                model_code: str | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers.
     ``moe_sync``: each MoE layer's forward is timed from a drained queue
     (:func:`synced_forward_s`) rather than paced with the rest of the step. ``engine``: the
-    job's engine, whose code the micro-batch runs (its kernels, its experts' form, its loop).
-    With edge blocks the costs also carry one wide block's time (:attr:`MicroCost.wide_layer_s`,
+    job's engine, whose code the micro-batch runs (its kernels, its experts' form, its loop);
+    ``model_code``: the job's model code where not the engine's (None: the engine's). With edge
+    blocks the costs also carry one wide block's time (:attr:`MicroCost.wide_layer_s`,
     from a second build without them), so a pipeline stage that holds them is timed apart."""
     kw = dict(tp=tp, cp=cp, batch=batch, seq=seq, attention=attention, runtime=runtime, ep=ep,
               selective=selective, moe_sync=moe_sync, engine=engine,
-              capacity_factor=capacity_factor)
+              capacity_factor=capacity_factor, model_code=model_code)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -203,10 +206,10 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
 def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                  tp: int, cp: int, batch: int, seq: int, attention: str, runtime: str, ep: int,
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
-                 bf16_edge_layers: int = 0) -> dict[str, MicroCost]:
+                 model_code: str | None, bf16_edge_layers: int = 0) -> dict[str, MicroCost]:
     """:func:`micro_costs` from one build, the edge blocks averaged in."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
-              runtime=runtime, engine=engine)
+              runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
                    moe_capacity_factor=capacity_factor)

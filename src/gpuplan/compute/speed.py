@@ -320,6 +320,7 @@ def estimate_speed(
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
+    host_sync_per_step: bool = False,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -353,6 +354,9 @@ def estimate_speed(
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
+    ``host_sync_per_step`` (inference): the loop waits for the device before and after every
+    forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
+    runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
@@ -365,13 +369,15 @@ def estimate_speed(
                                seq=seq, new_tokens=new_tokens, topology=topology,
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
                                notes=notes, impls=(optimizer_impl, grad_clip_impl),
-                               gathers=gathers, gather_overlap=gather_overlap)
+                               gathers=gathers, gather_overlap=gather_overlap,
+                               synced=host_sync_per_step)
         return replace(est, measured_run=used, training_time=_training_time(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
     step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
                                                       spec, notes)
+    step, prefill = _synced(step, prefill, host_sync_per_step and mode == "infer", notes)
     if mode == "infer" and job.gpus > 1:
         notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
                      "parallelism modeled)")
@@ -482,7 +488,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                      tp_overlap: bool, per_sample: int | None, pinned: bool,
                      notes: list[str], impls: tuple = (None, None),
                      gathers: float | None = None,
-                     gather_overlap: bool = True) -> SpeedEstimate:
+                     gather_overlap: bool = True, synced: bool = False) -> SpeedEstimate:
     """The estimate of a job under its parallel layout (:mod:`.parallel`); ``impls``: how its
     optimizer and its clip run (:func:`estimate_speed`'s ``optimizer_impl``,
     ``grad_clip_impl``)."""
@@ -500,6 +506,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     spec = replace(spec, ep=lay.ep)
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
+    step, prefill = _synced(step, prefill, synced and mode == "infer", notes)
     attn = _attention_precision(spec, device, notes)
     if not n_params and arch is not None:  # no tensor list: the count the step estimates
         one = StepSpec.of(Job(model="x", mode="train", seq=1), mode="train", seq=1,
@@ -513,7 +520,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                           bf16_edge_layers=job.first_last_layers_bf16,
                           moe_sync=moe_host_sync(resolve_engine(job.engine), lay.ep,
                                                  job.moe_capacity_factor),
-                          engine=job.engine, capacity_factor=job.moe_capacity_factor)
+                          engine=job.engine, capacity_factor=job.moe_capacity_factor,
+                          model_code=job.model_code)
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
@@ -547,6 +555,18 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         **_engine_fields(job, mode, attn))
+
+
+def _synced(step: Phase, prefill: Phase | None, synced: bool,
+            notes: list[str]) -> tuple[Phase, Phase | None]:
+    """The decode step and the prefill of a loop that waits for the device around every forward
+    (:attr:`~.step.Phase.sync_per_step`), stated in the notes; else as they are."""
+    if not synced or step.overheads is None:
+        return step, prefill
+    notes.append("the loop waits for the device before and after every forward: each step runs "
+                 "from idle, kernel by kernel (the host cannot issue ahead into the next one)")
+    return (replace(step, sync_per_step=True),
+            None if prefill is None else replace(prefill, sync_per_step=True))
 
 
 def _built(arch: Architecture | None, n_params: int, tensors: tuple, device: Device,

@@ -95,6 +95,12 @@ class Phase:
     False: ``memcpy_and_sync``). The host cannot run ahead into the next micro-batch, so a
     forward the host issues slower than the device runs it is not hidden
     (:meth:`_pipelined_s`)."""
+    sync_per_step: bool = False
+    """The host waits for the device after every step: a benchmark loop that calls
+    ``torch.cuda.synchronize()`` before and after each forward (AutoAWQ's examples/benchmark.py,
+    :func:`~gpuplan.compute.estimate_speed` ``host_sync_per_step``). Each step then starts with
+    host and device idle and the host cannot issue ahead into the next one, so the step runs
+    kernel by kernel (:meth:`_kernel_paced_s`), not as the slower of host and device."""
     serve_host_s: float = 0.0
     """A serving engine's own host work per step beside issuing the kernels -- scheduling,
     preparing the inputs, sampling and processing the outputs (:class:`~gpuplan.engines.
@@ -177,6 +183,8 @@ class Phase:
         device, so the slower of the two sets the pace. A CPU: its ops + its dispatch, in turn."""
         if self.overheads is None:
             return self.kernel_time_s + self.kernels * self.launch_s
+        if self.sync_per_step:
+            return self._kernel_paced_s()
         overlapped = self._overlapped_s()
         if not self.sync_per_micro_step:
             return overlapped
@@ -215,6 +223,46 @@ class Phase:
         j and after) -- j = 0 is a device-bound step, j = all a host-bound one."""
         return max(sum(h for h, _ in stretches[:j]) + sum(d for _, d in stretches[j:])
                    for j in range(len(stretches) + 1))
+
+    def _in_order(self) -> list[tuple[OpTime, float]]:
+        """The step's ops in the order the device runs them, with the occurrences of each entry:
+        the ops before the first repeated one (count ``n``, the layers), then the run from it to
+        the last, layer by layer (each op in it ``count / n`` times a layer), then the rest (each
+        all its occurrences at once)."""
+        n = max((t.op.count for t in self.ops), default=1)
+        rep = [i for i, t in enumerate(self.ops) if t.op.count == n]
+        if n <= 1:
+            return [(t, t.op.count) for t in self.ops]
+        first, last = rep[0], rep[-1] + 1
+        layer = [(t, t.op.count / n) for t in self.ops[first:last]]
+        return ([(t, t.op.count) for t in self.ops[:first]] + layer * n
+                + [(t, t.op.count) for t in self.ops[last:]])
+
+    def _kernel_paced_s(self) -> float:
+        """The step from host and device both idle (:attr:`sync_per_step`), kernel by kernel:
+        the host issues each kernel in its own issue time after the one before; the device
+        starts a kernel once it is issued and the kernel before it has run. A kernel that runs
+        shorter than the host issues the next leaves the device idle, so the step is at least
+        max(host, device), and longer where short kernels and long ones alternate. An entry's
+        ``k`` kernels (host ``h``, device ``d`` each), from host time ``H`` and device time
+        ``C``, end at max(C + k d, H + h + k d, H + k h + d) (the longest path through them);
+        the runtime's fixed host cost per step comes first."""
+        o = self.overheads
+        assert o is not None
+        host = dev = o.host_fixed_s
+        for t, times in self._in_order():
+            k = t.op.kernels * times
+            if k <= 0:
+                continue
+            h = ((o.host_bwd_s if t.op.phase == "backward" else o.host_fwd_s)
+                 if t.op.host_s is None else t.op.host_s)
+            d = t.total_s / (t.op.kernels * t.op.count) + o.device_gap_s
+            if k >= 1:
+                dev = max(dev + k * d, host + h + k * d, host + k * h + d)
+            else:  # a share of one kernel a layer: its share of the issue and of the run
+                dev = max(dev, host + k * h) + k * d
+            host += k * h
+        return dev
 
     def _micro_synced_s(self) -> float | None:
         """:attr:`time_s` when each micro-batch starts after the device drained
@@ -597,7 +645,7 @@ class StepSpec:
     """The adapted modules (None: the family's PEFT default)."""
     model_code: str = "transformers"
     """Whose model code runs (``torchtune``: its RoPE chain in eager, K/V expanded to every
-    head)."""
+    head; ``fms``: IBM FMS's fp32 RoPE chain in eager)."""
     lora_dropout: float = 0.0
     max_grad_norm: float | None = None
     """Clip the gradients' global norm each step (None: no clipping)."""

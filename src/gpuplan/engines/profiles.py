@@ -78,6 +78,9 @@ class EngineProfile:
     """The runtimes a user may ask of it (``--runtime``)."""
     model_code: str
     """Whose model code the step runs (:data:`gpuplan.job.ModelCode`)."""
+    model_codes: tuple[str, ...] = ()
+    """Other model codes a job may ask of it (``model_code``) besides ``model_code``: FSDP2
+    wraps any model (IBM's fms-fsdp trains FMS's Llama under torch FSDP)."""
     sharding: str
     """Whose ZeRO the engine's ``--zero`` is (:data:`gpuplan.job.Sharding`): DeepSpeed's (16-bit
     shards beside an fp32 master; Megatron's distributed optimizer holds the same copies) or
@@ -233,8 +236,8 @@ _PROFILES = (
     EngineProfile(
         name="fsdp2", title="PyTorch FSDP2 (fully_shard per block and on the root) over "
         "transformers' model code", modes=("train",), runtime=_EAGER_TRAIN,
-        runtimes=("eager", "compile"), model_code="transformers", sharding="fsdp2",
-        shardings=("fsdp2",), zero_stages=(0, 2, 3), kernels=_UNFUSED,
+        runtimes=("eager", "compile"), model_code="transformers", model_codes=("fms",),
+        sharding="fsdp2", shardings=("fsdp2",), zero_stages=(0, 2, 3), kernels=_UNFUSED,
         parallel=frozenset(), overlap="the next unit's all-gather prefetched beside the "
         "compute; reduce-scatter per block in the backward", export="fsdp",
         sources=("torch.distributed.fsdp.fully_shard: reshard_after_forward True (ZeRO-3) / "
@@ -515,8 +518,9 @@ def check_engine_job(prof: EngineProfile, job: object) -> None:
                          "another engine", field="zero", value=job.zero,
                          accepted=", ".join(map(str, prof.zero_stages)),
                          fix={"zero": max(prof.zero_stages)})
-    if job.trains and job.model_code != prof.model_code and name != "transformers":
-        other = "torchtune" if job.model_code == "torchtune" else "transformers"
+    if (job.trains and job.model_code != prof.model_code and name != "transformers"
+            and job.model_code not in prof.model_codes):
+        other = {"torchtune": "torchtune", "fms": "fsdp2"}.get(job.model_code, "transformers")
         raise InputError(f"{opt('model_code')} {job.model_code} under {opt('engine')} {name}: "
                          f"it runs {prof.model_code}'s; drop it or use {opt('engine')} {other}",
                          field="model_code", value=job.model_code, accepted=prof.model_code,

@@ -152,7 +152,10 @@ class ExecutionConfig:
     """None: the engine's (transformers' under auto). Whose model code runs the step: transformers' (the default; what gpuplan replays for every
     family) or torchtune's TransformerDecoder (llama-style families): K and V expanded to every
     query head before attention (a copy the speed model times too), the logits upcast to fp32 in
-    the model's forward, outside the loss, and in eager its own RoPE chain (timed)."""
+    the model's forward, outside the loss, and in eager its own RoPE chain (timed); or IBM's
+    Foundation Model Stack Llama (``fms``, under the fsdp2 engine, as fms-fsdp trains it): the
+    same ops as transformers' but its fp32 eager rotary (timed; its memory counted as
+    transformers')."""
     power_limit_w: float | None = None
     """The GPUs' power limit in watts (``nvidia-smi -pl``) when it is below the SKU's TDP; None:
     the TDP. Under a lower cap the tensor clock sustained is lower: the speed model reads it

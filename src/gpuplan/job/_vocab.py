@@ -17,7 +17,7 @@ Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
 Attention = Literal["eager", "sdpa"]
 Runtime = Literal["auto", "eager", "compile", "cudagraphs"]
-ModelCode = Literal["transformers", "torchtune"]
+ModelCode = Literal["transformers", "torchtune", "fms"]
 #: Which engine shards the model states under ZeRO: DeepSpeed's ZeRO (the default) or PyTorch's
 #: FSDP2 (``fully_shard``); they hold different copies (docs/memory.md, "FSDP2").
 Sharding = Literal["deepspeed", "fsdp2"]

@@ -76,7 +76,7 @@ def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int |
     fmt = get_weight_format(job.resolve_infer(model.architecture).infer_precision)
     n = model.params.total
     notes: list[str] = []
-    weights = weights_bytes_in_format(fmt, model.tensors, model.architecture, n)
+    weights = weights_bytes_in_format(fmt, model.tensors, model.architecture, n, job.engine)
     if not model.tensors and fmt.name not in ("fp32", "bf16", "fp16"):
         notes.append(f"layer shapes unknown: every parameter assumed stored as {fmt.name} "
                      f"({fmt.bits:g} bits)")

@@ -14,6 +14,7 @@ from ..errors import UnsupportedError, opt
 
 from ..formats import (
     BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
+    fp32_kept_params,
     weights_bytes_in_format,
 )
 from ..fp8 import NARROW_RECIPES, amax_history_bytes, fp8_weight_bytes, narrow_blocks
@@ -107,15 +108,25 @@ def _what_is_trained(model: Model, job: Job, recipe: TrainingRecipe) -> _Trained
     trainable = sum(t.total for t in adapters)
     if job.lora_base is not None:
         fmt = get_weight_format(job.lora_base)
-        base_bytes = weights_bytes_in_format(fmt, model.tensors, model.architecture, n)
+        base_bytes = weights_bytes_in_format(fmt, model.tensors, model.architecture, n,
+                                             job.engine)
         base_label = f"frozen base, {fmt.name}"
     else:
-        base_bytes = n * recipe.weight_bytes
+        base_bytes = n * recipe.weight_bytes + _fp32_extra(model, job, recipe.weight_bytes)
         base_label = f"frozen base, {recipe.weight_bytes * 8}-bit"
     note = (f"LoRA rank {job.lora_rank}: {trainable:,} trainable parameters "
             f"({100 * trainable / n:.2f}% of {n:,})")
     return _Trained(tensors=adapters, count=trainable, base=base_bytes, base_label=base_label,
                     notes=(note,))
+
+
+def _fp32_extra(model: Model, job: Job, elem_bytes: int) -> int:
+    """Bytes over ``elem_bytes`` each of the parameters the engine keeps in fp32 although the
+    recipe holds ``elem_bytes``-byte copies (transformers' ``_keep_in_fp32_modules_strict``:
+    DeepSeek's router; :func:`gpuplan.formats.fp32_kept`): only under a 16-bit copy."""
+    if elem_bytes != 2:
+        return 0
+    return fp32_kept_params(model.tensors, model.architecture, job.engine) * (4 - elem_bytes)
 
 
 def _compute_states(model: Model, job: Job) -> States:
@@ -130,6 +141,9 @@ def _compute_states(model: Model, job: Job) -> States:
 
     weights_trainable = trainable * recipe.weight_bytes
     grads = trainable * recipe.grad_bytes
+    if job.lora_rank is None:  # an fp32 parameter's 16-bit copy and grad are fp32
+        weights_trainable += _fp32_extra(model, job, recipe.weight_bytes)
+        grads += _fp32_extra(model, job, recipe.grad_bytes)
     master = trainable * recipe.master_bytes
     opt_bytes, opt_note = optimizer_state_bytes(opt, trained.tensors, trainable, state_b)
     if opt_note:

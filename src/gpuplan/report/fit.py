@@ -116,6 +116,9 @@ def _verdict_table(p: Plan, units: ByteUnits):
         table.add_column("infer", justify="center")
         table.add_column("headroom", justify="right")
         table.add_column("TP GPUs", justify="right")
+    per_format = len({g.infer_precision for g in p.gpus}) > 1
+    if per_format:
+        table.add_column("infer format")
     layouts = [m for m in ("train", "infer") if any(getattr(g, f"{m}_layout") for g in p.gpus)]
     for m in layouts:
         table.add_column(f"TP x PP ({m})", justify="right")
@@ -137,6 +140,8 @@ def _verdict_table(p: Plan, units: ByteUnits):
             row += [f"[{style}]{g.infer_verdict}[/{style}]",
                     format_bytes(g.infer_headroom_bytes, units),
                     "> 64" if g.infer_min_gpus is None else str(g.infer_min_gpus)]
+        if per_format:
+            row.append(g.infer_precision or "-")
         for m in layouts:
             lay = getattr(g, f"{m}_layout")
             row.append("-" if lay is None else f"{lay.gpus} ({lay.label()})")
@@ -265,6 +270,18 @@ def _trace_table(comparisons, units: ByteUnits):
     return out
 
 
+def _print_infer(console, p: Plan, units: ByteUnits) -> None:
+    """The inference table, its context line, and a table per other format a mixed GPU list's
+    GPUs were planned in (``infer_precision`` auto resolved per GPU)."""
+    console.print(_infer_table(p.infer, units))
+    ctx = _context_line(p.infer, p.job.seq is not None)
+    if ctx:
+        console.print(f"[dim]{ctx}[/dim]")
+    for fmt, mem in p.infer_by_precision:
+        if fmt != p.infer.precision:
+            console.print(_infer_table(mem, units))
+
+
 def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None,
                 trace=None) -> None:
     from ._console import console_for
@@ -288,10 +305,7 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
     if p.train is not None:
         console.print(_train_table(p.train, units))
     if p.infer is not None:
-        console.print(_infer_table(p.infer, units))
-        ctx = _context_line(p.infer, p.job.seq is not None)
-        if ctx:
-            console.print(f"[dim]{ctx}[/dim]")
+        _print_infer(console, p, units)
     ratio = p.train_to_infer_ratio
     if ratio is not None:
         console.print(
