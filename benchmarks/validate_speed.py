@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import POWER_SIBLINGS
-from gpuplan.engines.profiles import runtime_of
+from gpuplan.engines.profiles import get_engine, runtime_of
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import Topology, topology_for
 from gpuplan.job import Job
@@ -955,9 +955,11 @@ def _fsdp2_copy_gap(run: dict, row: Row) -> str:
     builds the reduce-scatter input with ``_chunk_cat`` of the unsharded gradients, cast to the
     reduce dtype, before the reduce-scatter stream waits on it: per parameter and micro-batch, 2
     gathers x (2 B read + 2 B written) + 2 B read + 4 B written (fp32 reduce) = 14 B of memory
-    traffic."""
+    traffic. Timed where the engine's profile says so (``fsdp2_reduce_bytes``: torchtitan,
+    compute/parallel.py fsdp2_copy_bytes); a gap for the others."""
     if "fsdp2" not in str(run["job"].get("zero") or "").lower().replace(" ", "") \
-            or row.mechanism not in ("single-node ZeRO-3 / FSDP", "multi-node ZeRO-3 / FSDP"):
+            or row.mechanism not in ("single-node ZeRO-3 / FSDP", "multi-node ZeRO-3 / FSDP") \
+            or get_engine(run["engine"]).fsdp2_reduce_bytes:
         return ""
     return ("FSDP2's copy-out of the gathered weights and its chunk-cat of the gradients into the "
             "fp32 reduce-scatter input run on the compute stream, untimed: ~14 B a parameter a "

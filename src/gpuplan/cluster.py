@@ -293,6 +293,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                        tp_overlap=c.tp_overlap, optimizer_s=c.optimizer,
                        tp_overlap_kind=get_engine(c.base.engine).tp_overlap_kind,
                        cp_rotate=get_engine(c.base.engine).cp_rotate,
+                       repeat_kv=get_engine(c.base.engine).sdpa_repeat_kv,
+                       fsdp2_reduce_bytes=get_engine(c.base.engine).fsdp2_reduce_bytes,
                        gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
                                                                     c.model.params.total))
 

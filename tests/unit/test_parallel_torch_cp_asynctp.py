@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.compute import estimate_speed
-from gpuplan.compute.parallel import (MicroCost, async_tp_exposed_s, torch_cp_exposed_s,
-                                      torch_cp_merge_bytes)
+from gpuplan.compute.parallel import (MicroCost, async_tp_exposed_s, sdpa_kv_heads,
+                                      torch_cp_exposed_s, torch_cp_merge_bytes)
 from gpuplan.engines.profiles import get_engine
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import collective_time, topology_for
@@ -67,8 +67,26 @@ def test_torch_cp_merge_bytes_by_hand():
     e = 32 * 1024 * 128       # output elements: heads x tokens x head dim
     k = 2 * 8 * 1024 * 128    # K and V elements
     fwd, bwd = torch_cp_merge_bytes(arch, 1, 1024, 4, 2)
-    assert fwd == pytest.approx(e * (6 + 3 * 38 + 6))            # 126 B/E
-    assert bwd == pytest.approx(e * (4 + 10 + 3 * 10 + 6) + k * (4 + 10 + 3 * 25 + 6))
+    # forward: the merges' 126 B/E; K and V made contiguous (read 2 + write 2) and cat for the
+    # rotater before each of the 3 later steps (4 each): 16 B/K
+    assert fwd == pytest.approx(e * (6 + 3 * 38 + 6) + k * (4 + 3 * 4))
+    # backward: K and V made contiguous again (4 B/K) before the accumulators' 4 + 10 + 75 + 6;
+    # each of the 3 later flash backward calls reads dO and O (2 + 2), clears the fp32 dQ
+    # accumulator (4), reads it back (4) and writes dQ (2): 14 B/E more a step
+    assert bwd == pytest.approx(e * (4 + 10 + 3 * (10 + 14) + 6)
+                                + k * (4 + 4 + 10 + 3 * 25 + 6))
+    # K and V repeated to the 32 query heads (torchtitan's repeat_kv): 4x the K/V terms only
+    k32 = 2 * 32 * 1024 * 128
+    fwd32, bwd32 = torch_cp_merge_bytes(arch, 1, 1024, 4, 2, kv_heads=32)
+    assert fwd32 - fwd == pytest.approx((k32 - k) * 16)
+    assert bwd32 - bwd == pytest.approx((k32 - k) * 99)
+
+
+def test_sdpa_kv_heads_follow_the_profile():
+    arch = load_model("llama-3.1-8b").architecture
+    assert sdpa_kv_heads(arch, "megatron") == 8
+    assert sdpa_kv_heads(arch, "torchtitan") == (32 if get_engine("torchtitan").sdpa_repeat_kv
+                                                 else 8)
 
 
 def test_engines_name_their_mechanisms():

@@ -143,8 +143,15 @@ def test_out_of_sample_holdout_reads(rows):
     # beside step 0, the fp32 dK/dV ring, the fp32 merges): the 70B AsyncTP row 1.14x -> 1.02x,
     # the 405B AsyncTP rows 1.25-1.31x -> 1.20-1.23x, the CP 4-8 rows 1.49-1.71x -> 1.41-1.64x;
     # the group 35.9% / 71.5% -> 35.9% / 64.0%, the whole holdout 11.2% median (Llama 3's CP16
-    # row 1.09x -> 1.03x by the same merges). Asserted as reached, so a
-    # change that moves it is seen
+    # row 1.09x -> 1.03x by the same merges).
+    # Issue 31 (titancp): FSDP2's copy-out and chunk-cat timed on the compute stream for
+    # torchtitan (14 B an element a micro-batch): its FSDP rows 1.18-1.33x -> 1.15-1.29x; torch
+    # CP's K/V contiguous copies and forward cats and the flash backward's per-call dO.O and dQ
+    # accumulator passes: the 8B CP2-8 rows 1.08/1.43/1.48x -> 1.07/1.42/1.47x, the 405B CP8
+    # row 1.48x -> 1.47x; the group 25.0% / 48.1% -> 22.7% / 47.3%; Llama 3's and OPT's rows,
+    # which ride the torchtitan profile, -0.1% to -1.3% (their FSDPs were others, the 0.1-0.8%
+    # of the copies a cause those runs did not have). Asserted as reached, so a change that
+    # moves it is seen
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
@@ -155,7 +162,7 @@ def test_out_of_sample_holdout_reads(rows):
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
     assert len(gemv8) == 2 and all(1.10 < x < 1.25 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
-    assert tt_med <= 0.36 and tt_worst <= 0.641
+    assert tt_med <= 0.228 and tt_worst <= 0.474
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -248,9 +255,10 @@ def test_torchtitan_bf16_rows_step_as_torchtitan_9dec370_did(rows, monkeypatch, 
     assert vs._optimizer_impl(row.run, "mixed-bf16", notes) == "foreach" and notes
     llama3 = next(r for r in rows if r.run["source_group"] == "llama3")
     assert vs._optimizer_impl(llama3.run, "mixed-bf16", []) is None
-    # FSDP2's untimed copies, named for the row: 2 gathers x (2 + 2) B + (2 + 4) B = 14 B a
-    # parameter; Llama 3.1 8B's parameters at 2.4 TB/s x the 0.85 memory fraction ~ 55 ms,
-    # ~2-3% of the estimated step at the 500 W cap (16,384 tokens at the predicted rate)
+    # FSDP2's copies on the compute stream, timed for torchtitan (fsdp2_copy_bytes): 2 gathers x
+    # (2 + 2) B + (2 + 4) B = 14 B a parameter; Llama 3.1 8B's parameters at 2.4 TB/s x the 0.85
+    # memory fraction ~ 55 ms, ~2-3% of the estimated step at the 500 W cap (16,384 tokens at
+    # the predicted rate), so no longer a gap the row names
     from gpuplan.compute.device import default_efficiency, device_from_gpu
     from gpuplan.hardware import get_gpu
     from gpuplan.models import load_model
@@ -263,7 +271,8 @@ def test_torchtitan_bf16_rows_step_as_torchtitan_9dec370_did(rows, monkeypatch, 
                                           * default_efficiency(device_from_gpu(gpu)).memory)
     assert round(1e3 * copy_s) == 55
     assert 0.02 < copy_s / (2 * 8192 / row.predicted) < 0.035
-    assert "~55 ms" in vs._fsdp2_copy_gap(row.run, row)
+    assert est.fsdp_copy_s == pytest.approx(copy_s)
+    assert vs._fsdp2_copy_gap(row.run, row) == ""
     assert vs._fsdp2_copy_gap(llama3.run, llama3) == ""
 
 

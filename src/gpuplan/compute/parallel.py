@@ -78,7 +78,7 @@ from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
@@ -239,7 +239,9 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             cost = replace(cost, layer_fwd_s=moe * (one + constant("host_sync_s"))
                            + (1 - moe) * free)
         if cp > 1 and get_engine(engine).cp_rotate == "allgather":
-            f_b, b_b = torch_cp_merge_bytes(shard_arch(arch, tp), batch, seq // cp, cp, prec.act)
+            shard = shard_arch(arch, tp)
+            f_b, b_b = torch_cp_merge_bytes(shard, batch, seq // cp, cp, prec.act,
+                                            kv_heads=sdpa_kv_heads(shard, engine))
             rate = device.memory_bandwidth * eff.memory
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
@@ -248,8 +250,15 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     return out
 
 
+def sdpa_kv_heads(arch: Architecture, engine: str) -> int:
+    """The K/V heads of the SDPA call under ``engine`` on a rank holding ``arch`` (a TP shard):
+    the query heads where its model code repeats K and V first (the profile's
+    ``sdpa_repeat_kv``: torchtitan), else the KV heads."""
+    return arch.num_heads if get_engine(engine).sdpa_repeat_kv else arch.num_kv_heads
+
+
 def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
-                         act: int) -> tuple[float, float]:
+                         act: int, *, kv_heads: int | None = None) -> tuple[float, float]:
     """One layer's memory traffic (bytes, forward and backward) of PyTorch's context-parallel
     SDPA around its sub-SDPA calls, on the busiest CP rank (the last: every later step a full
     merge), counted from torch.distributed.tensor.experimental._attention's eager code with
@@ -263,14 +272,31 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     later step adds the query gradient (10 B/E), updates the K/V gradient's first half and
     re-cats it (``_partial_update``: 5 + 8), cats it for the ring (8) and cats K and V for the
     rotater (4): 10 B/E + 25 B/K; the ends cast back to the input dtype (6 B/E, 6 B/K). ``act``
-    other than 2 scales the 16-bit reads and writes."""
+    other than 2 scales the 16-bit reads and writes.
+
+    K and V themselves: ``_templated_ring_attention`` and its backward each begin with
+    ``key.contiguous()`` / ``value.contiguous()`` (4 B/K: the ``(b, s, h, d)`` projections
+    transposed to ``(b, h, s, d)`` are not contiguous), and the forward too cats K and V for
+    the rotater before every step but the last (``torch.cat([key.flatten(), value.flatten()])``,
+    4 B/K): ``4 cp`` B/K in forward, 4 more in backward. ``kv_heads``: the heads of the K and
+    V the SDPA is called with (:func:`sdpa_kv_heads`; None: ``arch.num_kv_heads``).
+
+    The flash backward's own passes, once per call and so ``CP - 1`` more times than one
+    call over the whole sequence: ``flash_bwd_dot_do_o_kernel`` reads dO and O (4 B/E) and
+    clears the fp32 dQ accumulator (4), ``flash_bwd_convert_dq_kernel`` reads it (4) and
+    writes dQ (2): 14 B/E a later step (Dao-AILab/flash-attention
+    csrc/flash_attn/src/flash_bwd_launch_template.h run_flash_bwd_seqk_parallel, flash_api.cpp
+    mha_bwd's dq_accum; torch's bundled FlashAttention-2 is that code). The first call's are
+    the whole-sequence kernel's and left to it."""
     heads = arch.num_heads
+    kv = arch.num_kv_heads if kv_heads is None else kv_heads
     e = batch * heads * s_local * arch.head_dim
-    k = batch * 2 * arch.num_kv_heads * s_local * arch.head_dim
+    k = batch * 2 * kv * s_local * arch.head_dim
     r = act / 2  # the 16-bit tensors' bytes per element over 2
-    fwd = e * ((2 * r + 4) + (cp - 1) * (2 * r + 36) + (4 + 2 * r))
-    bwd = (e * (4 + (2 * r + 8) + (cp - 1) * (2 * r + 8) + (4 + 2 * r))
-           + k * (4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
+    fwd = (e * ((2 * r + 4) + (cp - 1) * (2 * r + 36) + (4 + 2 * r))
+           + k * 4 * r * cp)  # contiguous(), then a cat before each of the cp - 1 later steps
+    bwd = (e * (4 + (2 * r + 8) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
+           + k * (4 * r + 4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
     return fwd, bwd
 
 
@@ -399,6 +425,28 @@ def mtp_flops_per_token(arch: Architecture, seq: int, depth: int) -> float:
     return 3 * fwd
 
 
+def fsdp2_copy_bytes(elements: float, *, zero: int, micro_batches: int, gathers: float,
+                     gathered_bytes: float, grad_bytes: float, reduce_bytes: float) -> float:
+    """The step's memory traffic (bytes) of FSDP2's copies on the compute stream around its
+    collectives, on a rank whose units hold ``elements`` parameters unsharded.
+
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: the copy-in into the all-gather
+    buffer runs on its own stream (``all_gather_copy_in_stream``), but
+    ``foreach_all_gather_copy_out`` makes the current stream wait for the gather and copies the
+    gathered buffer into each parameter there (``split_with_sizes_copy``: ``gathered_bytes``
+    read and written an element), and ``foreach_reduce`` builds the reduce-scatter input on
+    the compute stream with ``_chunk_cat`` of the unsharded gradients (``grad_bytes`` read,
+    ``reduce_bytes`` written: the reduce dtype) before the reduce-scatter stream waits on it.
+    ZeRO-3 (reshard after forward) does both for every micro-batch, ``gathers`` copy-outs
+    (2 for FSDP: :func:`zero3_gathers`); ZeRO-2 (no reshard: torchtitan under PP, where the
+    pipeline's stage turns gradient sync off until the last backward) once a step."""
+    copy_out = elements * 2 * gathered_bytes
+    cat = elements * (grad_bytes + reduce_bytes)
+    if zero >= 3:
+        return micro_batches * (gathers * copy_out + cat)
+    return copy_out + cat
+
+
 def dualpipe_bubble_s(pp: int, f_and_b_s: float, b_s: float, w_s: float) -> float:
     """DualPipe's bubble, ``(PP/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 report Table 2;
     deepseek-ai/DualPipe README): ``f_and_b_s`` a forward and a backward chunk overlapped,
@@ -431,6 +479,9 @@ class LayoutTime:
     hardware_flops_per_gpu: float
     """Counted FLOPs one GPU of the busiest stage runs in the step, recompute included."""
     topology: Topology
+    fsdp_copy_s: float = 0.0
+    """FSDP2's copy-out of the gathered weights and chunk-cat of the gradients on the compute
+    stream (:func:`fsdp2_copy_bytes`), the step's; 0 where the engine's are not timed."""
 
     @property
     def links(self) -> dict[str, str]:
@@ -444,7 +495,8 @@ class LayoutTime:
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_comm_s + self.cp_comm_s
-                + self.ep_comm_s + self.pp_comm_s + self.dp_exposed_s + self.optimizer_s)
+                + self.ep_comm_s + self.pp_comm_s + self.dp_exposed_s + self.optimizer_s
+                + self.fsdp_copy_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -478,7 +530,8 @@ class LayoutTime:
                 "tp_comm_exposed_s": self.tp_comm_s, "cp_comm_exposed_s": self.cp_comm_s,
                 "ep_comm_exposed_s": self.ep_comm_s, "pp_comm_exposed_s": self.pp_comm_s,
                 "dp_comm_s": self.dp_comm_s, "dp_comm_exposed_s": self.dp_exposed_s,
-                "optimizer_s": self.optimizer_s, "tokens_per_step": self.tokens_per_step,
+                "optimizer_s": self.optimizer_s, "fsdp_copy_s": self.fsdp_copy_s,
+                "tokens_per_step": self.tokens_per_step,
                 "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "hfu": self.hfu, "tflops_per_gpu": self.tflops_per_gpu,
@@ -509,8 +562,10 @@ def stage_params(arch: Architecture, params: int, lay: Layout) -> int:
 def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology,
                           eff: Efficiency, act: int, stage_layers: int, *,
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
-                          cp_rotate: str = "p2p") -> tuple[float, float, float]:
-    """Exposed (TP, CP, EP) communication of one micro-batch on one stage."""
+                          cp_rotate: str = "p2p",
+                          repeat_kv: bool = False) -> tuple[float, float, float]:
+    """Exposed (TP, CP, EP) communication of one micro-batch on one stage; ``repeat_kv``: the
+    K/V exchanged has the query heads (the engine's ``sdpa_repeat_kv``)."""
     s_local = lay.seq // lay.cp
     act_bytes = lay.batch * s_local * arch.hidden_size * act
     n_tp = 4 + (2 if lay.checkpointing == "full" else 0)
@@ -527,6 +582,8 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
     cp = 0.0
     if lay.cp > 1:
         kv_local = arch.num_kv_heads // lay.tp if arch.num_kv_heads % lay.tp == 0 else 1
+        if repeat_kv:
+            kv_local = arch.num_heads // lay.tp
         kv_bytes = lay.batch * s_local * 2 * kv_local * arch.head_dim * act
         if cp_rotate == "allgather":
             cp = torch_cp_exposed_s(cost, lay, topo, eff, kv_bytes, act)
@@ -726,7 +783,8 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 tp_overlap: bool = False,
                 optimizer_s: Callable[[int, float], float] | None = None,
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
-                gather_bytes_per_element: float | None = None) -> LayoutTime:
+                gather_bytes_per_element: float | None = None, repeat_kv: bool = False,
+                fsdp2_reduce_bytes: int = 0) -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
     its stage holding ``share`` of the model's parameters, as the job runs it
@@ -737,10 +795,14 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     ``"userbuffers"`` (Megatron-Core's --tp-comm-overlap: under the layer's GEMMs) or
     ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
     :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``:
-    a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`)."""
+    a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
+    ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
+    ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, whose copies are timed on the
+    compute stream (:func:`fsdp2_copy_bytes`); 0: not timed."""
     one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,
                                 tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
-                                cp_rotate=cp_rotate)  # one layer's: linear in the layers
+                                cp_rotate=cp_rotate,
+                                repeat_kv=repeat_kv)  # one layer's: linear in the layers
     stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
@@ -764,6 +826,8 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
     else:
         opt_s = optimizer_s(max(1, mine // shard), mine / max(1, params + mtp))
+    copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
+                            fsdp2_reduce_bytes)
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
@@ -772,7 +836,24 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         model_flops_per_token=flops_per_token + mtp_flops_per_token(arch, lay.seq, lay.mtp_layers),
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
-        topology=topo)
+        topology=topo, fsdp_copy_s=copy_s)
+
+
+def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Device,
+                   eff: Efficiency, gather_bytes_per_element: float | None,
+                   reduce_bytes: int) -> float:
+    """FSDP2's copies of a step on a rank of ``lay`` holding ``mine`` parameters of its stage
+    (:func:`fsdp2_copy_bytes`), at the memory rate; 0 where not timed or nothing is sharded."""
+    if not reduce_bytes or lay.zero < 2 or lay.dp * lay.cp <= 1:
+        return 0.0
+    gathers = (lay.weight_gathers if lay.weight_gathers is not None
+               else zero3_gathers(lay.sharding, lay.checkpointing))
+    nbytes = fsdp2_copy_bytes(
+        mine, zero=lay.zero, micro_batches=lay.micro_batches, gathers=gathers,
+        gathered_bytes=(prec.weight_store if gather_bytes_per_element is None
+                        else gather_bytes_per_element),
+        grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes)
+    return nbytes / (device.memory_bandwidth * eff.memory)
 
 
 def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,

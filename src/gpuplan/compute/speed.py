@@ -28,7 +28,7 @@ from .flops import AttentionPrecision, form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token, moe_host_sync,
-    serve_time, shard_arch, zero3_gathers,
+    fsdp2_copy_bytes, serve_time, shard_arch, zero3_gathers,
 )
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, attention_plan, build_steps,
@@ -110,6 +110,10 @@ class SpeedEstimate:
     measured_run: RunUse | None = None
     """The stored bench run read for this GPU (which run, its date, its quality, and whether it
     was used: a noisy one is not, unless asked); None when no stored run measured this GPU."""
+    fsdp_copy_s: float = 0.0
+    """A data-parallel step without a layout: FSDP2's copy-out of the gathered weights and
+    chunk-cat of the gradients on the compute stream, where the engine's are timed
+    (:func:`~.parallel.fsdp2_copy_bytes`); under a layout :attr:`LayoutTime.fsdp_copy_s`."""
 
     @property
     def flops_per_step(self) -> float:
@@ -145,7 +149,7 @@ class SpeedEstimate:
             return self.layout.step_s + self.transfer.exposed_s
         if isinstance(self.layout, ServeTime):
             return self.layout.decode_s + self.transfer.exposed_s
-        return self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s
+        return self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s + self.fsdp_copy_s
 
     @property
     def _tokens_per_step(self) -> float:
@@ -273,7 +277,7 @@ class SpeedEstimate:
             "step_time_s": self.step_time_s, "kernel_time_s": self.step.kernel_time_s,
             "launch_time_s": self.step.launch_time_s, "kernels_per_step": self.step.kernels,
             "transfer_exposed_s": self.transfer.exposed_s,
-            "comm_exposed_s": self.comm_exposed_s,
+            "comm_exposed_s": self.comm_exposed_s, "fsdp_copy_s": self.fsdp_copy_s,
             "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s,
             "mfu": self.mfu, "hfu": self.hfu, "bound": self.bound,
             "peak_flops": self.step.peak_flops, "ridge_point": self.ridge_point,
@@ -386,12 +390,16 @@ def estimate_speed(
     transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
                                             pinned=pinned, overlap=overlap_transfer)
     scaling = None
+    copy_s = 0.0
     if mode == "train":
+        narrow = narrow_gather_bytes(arch, job, max(n_params, trainable),
+                                     notes if job.zero else None)
+        copy_s = _fsdp2_copy_s(job, prec, device, eff, max(n_params, trainable), gathers,
+                               narrow, step.micro_steps)
         scaling = _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
                            overlap_comm=overlap_comm, n_params=n_params, gpu=gpu,
                            gathers=gathers, gather_overlap=gather_overlap,
-                           narrow=narrow_gather_bytes(arch, job, max(n_params, trainable),
-                                                      notes if job.zero else None))
+                           narrow=narrow, copy_s=copy_s)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -400,7 +408,8 @@ def estimate_speed(
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        runtime_auto=job.runtime == "auto", measured_run=used, **_engine_fields(job, mode, attn))
+        runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s,
+        **_engine_fields(job, mode, attn))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
     if cpu is not None:
@@ -530,6 +539,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
             tp_overlap_kind=get_engine(job.engine).tp_overlap_kind,
             cp_rotate=get_engine(job.engine).cp_rotate,
+            repeat_kv=get_engine(job.engine).sdpa_repeat_kv,
+            fsdp2_reduce_bytes=get_engine(job.engine).fsdp2_reduce_bytes,
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
                                                          notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(
@@ -750,16 +761,35 @@ def narrow_gather_bytes(arch: Architecture | None, job: Job, n_params: int,
     return g
 
 
+def _fsdp2_copy_s(job: Job, prec: PrecisionLayout, device: Device, eff: Efficiency,
+                  elements: int, gathers: float | None, narrow: float | None,
+                  micro_batches: int) -> float:
+    """FSDP2's copies on the compute stream of a data-parallel step without a layout
+    (:func:`~.parallel.fsdp2_copy_bytes`), where the engine's are timed
+    (``fsdp2_reduce_bytes``) and the weights are sharded (ZeRO-2/3 over several GPUs)."""
+    reduce_bytes = get_engine(job.engine).fsdp2_reduce_bytes
+    if not reduce_bytes or job.zero < 2 or job.gpus <= 1 or job.sharding != "fsdp2":
+        return 0.0
+    nbytes = fsdp2_copy_bytes(
+        elements, zero=job.zero, micro_batches=micro_batches,
+        gathers=gathers if gathers is not None else zero3_gathers(job.sharding,
+                                                                  job.checkpointing),
+        gathered_bytes=prec.weight_store if narrow is None else narrow,
+        grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes)
+    return nbytes / (device.memory_bandwidth * eff.memory)
+
+
 def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: PrecisionLayout,
              job: Job, device: Device, eff: Efficiency, *, link: str | float | None,
              overlap_comm: bool, n_params: int, gpu: GPU,
              gathers: float | None, gather_overlap: bool = True,
-             narrow: float | None = None) -> ScalingTable:
+             narrow: float | None = None, copy_s: float = 0.0) -> ScalingTable:
     """Data-parallel scaling of a training step: the gradient all-reduce over ``link``, or, when
     no link is named, on the job's topology (its ``gpus_per_node`` on the node's link, nodes on
     ``inter_node``, 400 Gb/s per GPU by default: stated in the table's notes). ``narrow``: the
     mean bytes of a gathered weight element under FP8 param gather (:func:`narrow_gather_bytes`),
-    None: the weights gathered as the step reads them."""
+    None: the weights gathered as the step reads them. ``copy_s``: FSDP2's copies on the compute
+    stream (:func:`_fsdp2_copy_s`), part of every row's step."""
     lname, lbw = link_bandwidth(link, device)
     topo = None
     if link is None and job.gpus > 1:
@@ -793,7 +823,7 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     if not zero3:
         window /= step.micro_steps
     return data_parallel_scaling(
-        step_s=step.time_s + transfer.exposed_s, backward_s=window,
+        step_s=step.time_s + transfer.exposed_s + copy_s, backward_s=window,
         gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
         eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens, topology=topo,
         serial_bytes=int(serial),

@@ -117,6 +117,15 @@ class EngineProfile:
     ``allgather`` (PyTorch's context_parallel with the all-gather rotater, its fp32 merges and
     fp32 K/V-gradient ring: :func:`gpuplan.compute.parallel.torch_cp_exposed_s`,
     :func:`gpuplan.compute.parallel.torch_cp_merge_bytes`)."""
+    sdpa_repeat_kv: bool = False
+    """Its model code expands K and V to every query head (``repeat_kv``) before SDPA, so what
+    context parallelism exchanges and merges around the SDPA has the query heads' count, not
+    the KV heads' (torchtitan@9dec370 torchtitan/models/llama/model.py lines 201-209)."""
+    fsdp2_reduce_bytes: int = 0
+    """Where its sharding is torch's ``fully_shard`` (FSDP2) run as the code timed here: the
+    bytes of its reduce dtype, which the chunk-cat of the gradients writes
+    (:func:`gpuplan.compute.parallel.fsdp2_copy_bytes`: the copy-out of the gathered weights and
+    that chunk-cat, on the compute stream); 0: those copies are not timed."""
     memory_utilization: float | None = None
     """Serving engines: the share of GPU memory it takes for weights, activations and the KV pool
     (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``, TensorRT-LLM's
@@ -240,6 +249,9 @@ _PROFILES = (
         sharding="fsdp2", shardings=("fsdp2",), zero_stages=(0, 2, 3), kernels=_UNFUSED,
         parallel=frozenset(), overlap="the next unit's all-gather prefetched beside the "
         "compute; reduce-scatter per block in the backward", export="fsdp",
+        # fsdp2_reduce_bytes left 0 here: the published rows this profile times ran FSDP1
+        # (Composer's, fms-fsdp's), whose flat parameter has no copy-out (issue 31: the FSDP1
+        # rows are another branch's)
         sources=("torch.distributed.fsdp.fully_shard: reshard_after_forward True (ZeRO-3) / "
                  "False (ZeRO-2)",)),
     EngineProfile(
@@ -256,6 +268,12 @@ _PROFILES = (
         # _micro_pipeline_tp and enable_symm_mem_for_group (torchtitan@9dec370)
         cp_rotate="allgather",  # config_manager.py: context_parallel_rotate_method "allgather"
         # by default; utils.create_context_parallel_ctx -> set_rotate_method (torchtitan@9dec370)
+        # sdpa_repeat_kv: torchtitan's Llama repeats K and V to every query head before SDPA
+        # (models/llama/model.py lines 201-209 @9dec370), so its context parallel exchanges and
+        # merges them at the query heads; left False while this profile also times the Llama 3
+        # paper's CP row, whose all-gather moves the GQA K and V (arXiv 2407.21783 sec. 3.3.2)
+        fsdp2_reduce_bytes=4,  # config_manager.py: --training.mixed_precision_reduce "float32"
+        # by default (9dec370); parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(reduce_dtype)
         selective="op",
         sources=("torchtitan/config/job_config.py: compile.enable false by default; "
                  "optimizer.implementation 'fused' by default",

@@ -1,0 +1,70 @@
+"""FSDP2's copies on the compute stream (compute/parallel.py fsdp2_copy_bytes): the copy-out of
+the gathered weights (foreach_all_gather_copy_out's split_with_sizes_copy) and the chunk-cat of
+the gradients into the reduce-scatter input (foreach_reduce's _chunk_cat), by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.compute import estimate_speed
+from gpuplan.compute.parallel import fsdp2_copy_bytes
+from gpuplan.engines.profiles import get_engine
+from gpuplan.hardware import get_gpu
+from gpuplan.job import Job
+from gpuplan.models import load_model
+
+H100 = get_gpu("H100-SXM-80GB")
+
+
+def test_copy_bytes_by_hand():
+    # 1e9 elements, bf16 gathered and read, fp32 written by the chunk-cat
+    # copy-out: 2 B read + 2 B written = 4e9 B; chunk-cat: 2 + 4 = 6e9 B
+    kw = dict(gathers=2, gathered_bytes=2, grad_bytes=2, reduce_bytes=4)
+    # ZeRO-3, 2 micro-batches: 2 x (2 copy-outs + 1 chunk-cat) = 2 x 14e9
+    assert fsdp2_copy_bytes(1e9, zero=3, micro_batches=2, **kw) == pytest.approx(28e9)
+    # ZeRO-2 (no reshard): one copy-out and one chunk-cat a step, whatever the micro-batches
+    assert fsdp2_copy_bytes(1e9, zero=2, micro_batches=4, **kw) == pytest.approx(10e9)
+    # FP8 all-gather: 1 B an element read and written by the copy-out
+    assert fsdp2_copy_bytes(1e9, zero=3, micro_batches=1, gathers=2, gathered_bytes=1,
+                            grad_bytes=2, reduce_bytes=4) == pytest.approx(10e9)
+
+
+def _job(**kw):
+    base = dict(model="llama-3.1-8b", mode="train", precision="mixed-bf16", batch=2, seq=4096,
+                gpus=8, zero=3, checkpointing="full")
+    return Job(**{**base, **kw})
+
+
+def test_torchtitan_fsdp_step_carries_the_copies():
+    assert get_engine("torchtitan").fsdp2_reduce_bytes == 4  # mixed_precision_reduce float32
+    model = load_model("llama-3.1-8b")
+    est = estimate_speed(model, H100, _job(engine="torchtitan"), measured=None, link="nvlink")
+    n = est.trainable_params
+    rate = H100.memory_bandwidth * est.efficiency.memory
+    # per micro-batch: 2 copy-outs x (2 + 2 B) + chunk-cat 2 + 4 B = 14 B an element
+    assert est.fsdp_copy_s == pytest.approx(n * 14 / rate)
+    assert est.step_time_s == pytest.approx(est.step.time_s + est.transfer.exposed_s
+                                            + est.comm_exposed_s + n * 14 / rate)
+    assert est.to_dict(ops=False)["fsdp_copy_s"] == est.fsdp_copy_s
+    # the generic fsdp2 profile's rows ran FSDP1 (a flat parameter, no copy-out): not timed
+    plain = estimate_speed(model, H100, _job(engine="fsdp2"), measured=None, link="nvlink")
+    assert plain.fsdp_copy_s == 0.0
+    # one GPU shards nothing
+    one = estimate_speed(model, H100, _job(engine="torchtitan", gpus=1, zero=0),
+                         measured=None)
+    assert one.fsdp_copy_s == 0.0
+
+
+def test_layout_step_carries_the_copies():
+    # CP 2 x DP 4 under torchtitan: FSDP over dp x cp = 8, the whole model on every rank (no
+    # TP/PP), one micro-batch: 14 B an element once
+    model = load_model("llama-3.1-8b")
+    est = estimate_speed(model, H100, _job(engine="torchtitan", cp=2, seq=8192),
+                         measured=None)
+    lt = est.layout
+    rate = H100.memory_bandwidth * est.efficiency.memory
+    assert lt.fsdp_copy_s == pytest.approx(est.trainable_params * 14 / rate, rel=1e-6)
+    assert lt.step_s == pytest.approx(lt.compute_s + lt.bubble_s + lt.tp_comm_s + lt.cp_comm_s
+                                      + lt.ep_comm_s + lt.pp_comm_s + lt.dp_exposed_s
+                                      + lt.optimizer_s + lt.fsdp_copy_s)
+    assert lt.to_dict()["fsdp_copy_s"] == lt.fsdp_copy_s
