@@ -92,8 +92,13 @@ DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1), (8, 4): (9, 6)}
 #: NVIDIA-NeMo/Megatron-Bridge@d9f7643bb9609a6a6e0ea1439fb51d8669306434):
 #: bf16_with_fp8_current_scaling_mixed (FP8-CS) keeps the first and last block in BF16
 #: (num_layers_at_start/end_in_bf16 = 1) and gathers FP8 parameters; bf16_with_mxfp8_mixed
-#: (FP8-MX) gathers MXFP8 parameters; bf16_with_nvfp4_mixed (NVFP4) neither.
-BRIDGE_PRESETS = {"fp8-current": {"first_last_layers_bf16": 1, "fp8_param_gather": True},
+#: (FP8-MX) gathers MXFP8 parameters; bf16_with_nvfp4_mixed (NVFP4) neither. The performance
+#: scripts that ran the published rows turn FP8-CS's BF16 blocks off ("Disable BF16
+#: Transformer layers in the performance config": scripts/performance/utils/precision.py
+#: get_precision_config sets first_last_layers_bf16 = False for fp8_cs, at df0289c180dd20ff
+#: 26933455c7a0a11084f6a36f (26.02's) and 2effdfa312c53d140350410204400cafb2fb6968
+#: (2025-12-03, 25.11's)), so those rows run every block in FP8.
+BRIDGE_PRESETS = {"fp8-current": {"fp8_param_gather": True},
                   "mxfp8": {"fp8_param_gather": True}, "nvfp4": {}, "mixed-bf16": {}}
 
 
@@ -117,7 +122,9 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if not r:
         return {}
     out: dict = {}
-    where = f"{r['repo']}@{r['tag']} {r['config']}"
+    src = r.get("source") or {}
+    where = (f"{r['repo']}@{r['tag']} {r['config']}" if "repo" in r
+             else f"{src.get('path', '?')} @{src.get('commit', '?')}")
     if r.get("moe_a2a_overlap"):
         out["ep_overlap"] = True
         notes.append(f"batch-level EP overlap (moe_a2a_overlap, {where})")
@@ -218,12 +225,16 @@ def deepseek_job(run: dict, notes: list[str]) -> Job:
                gpus_per_node=h["gpus_per_node"])
 
 
+tp_comm_overlap = tp_overlap_of  # the name the dense rows' test reads
+
+
 def predict(run: dict) -> Row:
     measured = float(run["measured"]["tokens_per_s_per_gpu"])
     why = _not_expressible(run)
     if why:
         return Row(run, None, measured, why)
     notes: list[str] = []
+    overlap = tp_comm_overlap(run)  # job_of's notes say where it is off
     try:
         job = deepseek_job(run, notes) if run["kind"] == "train_gpu_hours" else job_of(run, notes)
         gpu = get_gpu(run["hardware"]["gpu"])
@@ -231,7 +242,7 @@ def predict(run: dict) -> Row:
             or job.gpus_per_node > 8 else None
         est = estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
                              topology=topo, link="nvlink" if topo is None else None,
-                             tp_overlap=tp_overlap_of(run))
+                             tp_overlap=overlap)
     except GpuplanError as e:
         return Row(run, None, measured, f"gpuplan refuses the job: {e}")
     return Row(run, est.tokens_per_s / run["hardware"]["count"], measured, notes=tuple(notes))
@@ -300,9 +311,11 @@ def render(rows: list[Row]) -> str:
            "Tokens/s/GPU as the tables give; ratio = predicted / measured. Default fractions, no "
            "stored bench run, nothing fitted. Each run is a megatron Job: the table's TP/PP/CP/EP, "
            "VP as interleaved:VP, sequence parallelism under TP, the distributed optimizer "
-           "(ZeRO-1), TP communication overlap; Megatron-Bridge rows with its precision presets "
-           "(FP8-CS: first and last block BF16 and FP8 param gather; FP8-MX: MXFP8 param "
-           "gather; `BRIDGE_PRESETS`), Llama 3.1 405B and Qwen3 235B with the embedding and "
+           "(ZeRO-1), TP communication overlap as the row's performance config sets it "
+           "(recipe.tp_comm_overlap in the runs file: off for NVFP4); Megatron-Bridge rows with "
+           "its precision presets (FP8-CS: FP8 param gather, every block FP8 as the performance "
+           "scripts run it; FP8-MX: MXFP8 param gather; `BRIDGE_PRESETS`), Llama 3.1 405B and "
+           "Qwen3 235B with the embedding and "
            "loss as pipeline parts (`SPLIT_ACCOUNTING`). The recorded rows are the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
            f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
@@ -346,8 +359,8 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "|---|---|---|---|---|---|---|"]
     for r in rows:
         rec = r.run.get("recipe")
-        if not rec:
-            continue
+        if not rec or "moe_token_dispatcher_type" not in rec:
+            continue  # a dense row's recipe (tp_comm_overlap only)
         disp = rec["moe_token_dispatcher_type"] + (f" ({rec['moe_flex_dispatcher_backend']})"
                                                    if rec.get("moe_flex_dispatcher_backend")
                                                    else "")

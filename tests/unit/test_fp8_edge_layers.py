@@ -66,3 +66,22 @@ def test_refusals():
     with pytest.raises(InputError, match="give at most 15"):
         estimate_speed(load_model("llama-3.1-8b"), H100, _job(first_last_layers_bf16=16),
                        measured=None)
+
+
+def test_a_pipeline_stage_that_holds_an_edge_block_runs_it_wide():
+    """Under PP the BF16 blocks sit on the first and the last stage, and a pipeline runs at its
+    slowest stage: the last (it holds the head) carries one whole BF16 block, not the mean's
+    share of two. On 32 blocks the last stage holds block 31 at PP 2 (16 blocks) and at PP 4
+    (8 blocks) alike, so the edge block costs a micro-batch the same (wide - narrow) at both;
+    averaged over the blocks it would cost 16 x 2 / 32 = 1 and 8 x 2 / 32 = 1/2 of that."""
+    m = load_model("llama-3.1-8b")
+
+    def extra(pp):
+        def compute(**kw):
+            job = _job(gpus=pp, pp=pp, grad_accum=8, **kw)
+            return estimate_speed(m, H100, job, measured=None).layout.compute_s
+        return compute(first_last_layers_bf16=1) - compute()
+
+    two, four = extra(2), extra(4)
+    assert two > 0
+    assert four == pytest.approx(two, rel=1e-9)

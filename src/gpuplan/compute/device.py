@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 from .._record import record
 from ..errors import InputError, UnsupportedError
 from ..hardware import GPU, get_gpu, gpu_from_device_name
-from .efficiency import CONSTANTS, MEASURED_MATMUL, OLDER_TENSOR_CORES, constant
+from .efficiency import (CONSTANTS, MEASURED_MATMUL, OLDER_TENSOR_CORES, TRAINING_SHAPE_GEMM,
+                         constant)
 from .measured import RunUse, run_use
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -324,6 +325,11 @@ def default_efficiency(device: Device) -> Efficiency:
             if gpu == device.name:
                 by_dtype[dtype] = constant(name)
                 extra[f"matmul_{dtype}"] = "default: " + CONSTANTS[name].source
+                shaped = TRAINING_SHAPE_GEMM.get((device.architecture.lower(), dtype))
+                if shaped is not None:  # best shape -> a model's shapes, beside Hopper's
+                    by_dtype[dtype] *= constant(shaped)
+                    extra[f"matmul_{dtype}"] += (f"; x {constant(shaped)} at training shapes "
+                                                 f"({shaped}: " + CONSTANTS[shaped].source + ")")
         if "bf16" in by_dtype and device.supports("fp4"):
             # the MAMF table measures no FP4 (NVFP4) matmul: the chip's BF16 share times NVFP4's
             # share over BF16's measured in one run on a B200 (torchao's bench_matmul)

@@ -82,6 +82,32 @@ _LAMB = ("apex.optimizers.FusedLAMB.step and csrc/multi_tensor_lamb.cu (NVIDIA D
          "the update into the gradient), multi_tensor_l2norm of the update, LAMBStage2 (reads "
          "update and weight, writes the weight): 52 B per fp32 parameter vs fused Adam's 28")
 
+#: TE's GEMM profiling guide (``_TE_GEMM``, section "Autocast vs Pre-quantized", kernel-only
+#: ``--pre-quantize`` per-layer totals of the 12 GEMMs -- Fprop, Dgrad, Wgrad of QKV 15872 x
+#: 4096 x 12288, attention out 15872 x 4096 x 4096, MLP up 15872 x 4096 x 16384, MLP down
+#: 15872 x 16384 x 4096 -- on a B300 SXM6 and, "Worked Example: 5B Model on H200", an H200
+#: NVL), ms: the same tool at the same training shapes on each generation.
+TE_TRAINING_GEMM_MS = {("B300", "bf16"): 13.102, ("B300", "fp8"): 6.812,
+                       ("H200 NVL", "bf16"): 31.968, ("H200 NVL", "fp8"): 16.785}
+#: Their dense datasheet peaks, TFLOP/s (the catalog's B300-SXM-288GB and H200-NVL-141GB).
+TE_TRAINING_GEMM_PEAK = {("B300", "bf16"): 2250.0, ("B300", "fp8"): 4500.0,
+                         ("H200 NVL", "bf16"): 836.0, ("H200 NVL", "fp8"): 1670.0}
+#: The MAMF table's best-shape shares the same comparison reads against (the constants
+#: below: B200's BF16 / FP8; Hopper's BF16 row 80.3% -- "H200 is the same" -- and H200's FP8).
+_MAMF_SHARE = {("blackwell", "bf16"): 0.776, ("blackwell", "fp8"): 0.763,
+               ("hopper", "bf16"): 0.803, ("hopper", "fp8"): 0.734}
+
+
+def _training_shape_ratio(dtype: str) -> float:
+    """Blackwell's share of its peak at TE's training shapes over Hopper's (one tool, one set
+    of shapes), divided by the same ratio at the MAMF table's best shapes: how much further
+    below its best-shape figure a Blackwell GEMM runs at a model's shapes than a Hopper one."""
+    share = {g: 2 * 3 * 15872 * 4096 * 49152 / (TE_TRAINING_GEMM_MS[(g, dtype)] * 1e-3)
+             / (TE_TRAINING_GEMM_PEAK[(g, dtype)] * 1e12) for g in ("B300", "H200 NVL")}
+    return (share["B300"] / share["H200 NVL"]) / (_MAMF_SHARE[("blackwell", dtype)]
+                                                   / _MAMF_SHARE[("hopper", dtype)])
+
+
 CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     # -- matmuls --------------------------------------------------------------------------------
     "gemm_tile_m": Constant(128, "rows", "CUTLASS/cuBLAS default tensor-op tile on Ampere/Hopper "
@@ -137,6 +163,21 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "time, FP8 CurrentScaling 6.812 ms, MXFP8 7.161 ms: 6.812 / 7.161 = 0.951 (the MXFP8 "
         "kernel reads its 1x32 e8m0 scales beside the operands; same Blackwell tensor cores and "
         "cuBLASLt as the B200's)"),
+    "gemm_training_shapes_blackwell_bf16": Constant(
+        round(_training_shape_ratio("bf16"), 4), "ratio of shares of peak",
+        _TE_GEMM + " and its H200 NVL worked example (TE_TRAINING_GEMM_MS): BF16 at the 12 "
+        "training GEMMs reaches 65.0% of B300's peak and 71.8% of H200 NVL's (0.907), where "
+        "the MAMF table's best shapes read B200 77.6% against Hopper's 80.3% (0.966): "
+        "Blackwell's GEMMs at a model's shapes fall that much further below their best-shape "
+        "share than Hopper's do, which the Hopper shares (validated) leave out. B300 (1,100 W) "
+        "stands for B200 and GB200, whose MAMF rows the factor scales; the H200 NVL (600 W) "
+        "throttles at least as an SXM would, so the factor is if anything too near 1"),
+    "gemm_training_shapes_blackwell_fp8": Constant(
+        round(_training_shape_ratio("fp8"), 4), "ratio of shares of peak",
+        _TE_GEMM + " and its H200 NVL worked example (TE_TRAINING_GEMM_MS): FP8 current "
+        "scaling, kernel-only, at the 12 training GEMMs reaches 62.5% of B300's peak and 68.4% "
+        "of H200 NVL's (0.914), where the MAMF table's best shapes read B200 76.3% against "
+        "H200 73.4% (1.040); as the BF16 entry, for B200 and GB200's FP8 (and MXFP8) rows"),
     "matmul_fp4_vs_bf16": Constant(
         0.946, "ratio of shares of peak", _AO_NVFP4 + ": NVFP4 pct_peak over the same run's BF16 "
         "pct_peak at the two largest shapes printed, 6144^3: 0.611 / 0.646 = 0.946, 8192^3: "
@@ -412,6 +453,14 @@ MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
 #: the dtype's fraction stands for (the MAMF table's FP8 rows are per-tensor torch._scaled_mm):
 #: recipe name -> its CONSTANTS ratio. NVFP4's fraction is measured block-scaled already.
 BLOCK_SCALED_GEMM: Mapping[str, str] = MappingProxyType({"mxfp8": "gemm_mxfp8_vs_fp8"})
+
+#: Architectures whose MAMF (best-shape) matmul shares are scaled to training shapes, by
+#: dtype: how much further below the best shape their GEMMs run at a model's shapes than
+#: Hopper's, whose shares the validation holds (:func:`_training_shape_ratio`).
+TRAINING_SHAPE_GEMM: Mapping[tuple[str, str], str] = MappingProxyType({
+    ("blackwell", "bf16"): "gemm_training_shapes_blackwell_bf16",
+    ("blackwell", "fp8"): "gemm_training_shapes_blackwell_fp8",
+})
 
 OLDER_TENSOR_CORES: Mapping[tuple[str, str], tuple[str, str | None]] = MappingProxyType({
     ("volta", "fp16"): ("matmul_volta_fp16", None),

@@ -128,10 +128,26 @@ class MicroCost:
     wgrad_s: float = 0.0
     """One layer's weight-gradient GEMMs (half of its backward matmuls' time: dgrad and wgrad
     are two GEMMs of the forward's FLOPs), averaged over the layers: DualPipe's W."""
+    edge_layers: int = 0
+    """Blocks kept BF16 at each end under a narrow recipe (``first_last_layers_bf16``): the
+    per-layer times above average them in; a pipeline stage that holds them runs them wide."""
+    wide_layer_s: float = 0.0
+    """One such block's forward and backward (recompute included); 0 when none."""
 
     @property
     def layer_s(self) -> float:
         return self.layer_fwd_s + self.layer_bwd_s
+
+    def stage_layers_s(self, indices: tuple[int, ...] | list[int]) -> float:
+        """Forward and backward of the layers ``indices`` (0-based over :attr:`layers`): the
+        mean layer each, but the BF16 edge blocks among them wide and the rest narrow."""
+        n = len(indices)
+        e = self.edge_layers
+        if not e or self.layers <= 2 * e:
+            return n * self.layer_s
+        wide = sum(1 for i in indices if i < e or i >= self.layers - e)
+        narrow = (self.layers * self.layer_s - 2 * e * self.wide_layer_s) / (self.layers - 2 * e)
+        return (n - wide) * narrow + wide * self.wide_layer_s
 
 
 def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -167,11 +183,37 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 recompute_modules: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
-    narrow recipe, averaged over the layers (the stages that hold them are not timed apart).
+    narrow recipe, averaged over the layers.
     ``moe_sync``: each MoE layer's forward is timed from a drained queue
     (:func:`synced_forward_s`) rather than paced with the rest of the step. ``engine``: the
     job's engine, whose code the micro-batch runs (its kernels, its experts' form, its loop);
-    ``model_code``: the job's model code where not the engine's (None: the engine's)."""
+    ``model_code``: the job's model code where not the engine's (None: the engine's). With edge
+    blocks the costs also carry one wide block's time (:attr:`MicroCost.wide_layer_s`,
+    from a second build without them), so a pipeline stage that holds them is timed apart."""
+    kw = dict(tp=tp, cp=cp, batch=batch, seq=seq, attention=attention, runtime=runtime, ep=ep,
+              selective=selective, moe_sync=moe_sync, engine=engine,
+              capacity_factor=capacity_factor, model_code=model_code,
+              recompute_modules=recompute_modules)
+    out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
+    edge = min(bf16_edge_layers, arch.num_layers // 2)
+    if edge <= 0:
+        return out
+    narrow = _micro_costs(arch, device, eff, prec, **kw)
+    if narrow["none"].layer_s == out["none"].layer_s:
+        return out  # no block kept wide (a wide recipe: the same step)
+    n = arch.num_layers
+    # the mean is ((n - 2e) narrow + 2e wide) / n: one wide block from the two builds
+    return {k: replace(c, edge_layers=edge, wide_layer_s=narrow[k].layer_s
+                       + (c.layer_s - narrow[k].layer_s) * n / (2 * edge))
+            for k, c in out.items()}
+
+
+def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
+                 tp: int, cp: int, batch: int, seq: int, attention: str, runtime: str, ep: int,
+                 selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
+                 model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
+                 bf16_edge_layers: int = 0) -> dict[str, MicroCost]:
+    """:func:`micro_costs` from one build, the edge blocks averaged in."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
@@ -873,18 +915,19 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
     pair's mean is its micro-batch time. The layers returned are those whose communication the
     stage runs (the MTP modules' counted); where the stages differ, the busiest is the one
     whose compute (under DualPipe or MTP: plus ``comm_per_layer`` per such layer) is
-    longest."""
+    longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
+    the stages that hold them, the rest narrow."""
     head_s = cost.other_s - cost.embedding_s
     mtp_s = lay.mtp_layers * (cost.layer_s + head_s)
-    if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual):
+    if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual
+                           or cost.edge_layers):
         n = math.ceil(arch.num_layers / lay.pp)
         return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s
-    sizes = lay.parts(arch.num_layers)
     stages = []
-    for stage in range(lay.pp):
-        n = sum(sizes[stage::lay.pp]) + (lay.mtp_layers if stage == lay.pp - 1 else 0)
-        stages.append((n, n * cost.layer_s - (lay.mtp_layers * cost.layer_s
-                                                if stage == lay.pp - 1 else 0.0)
+    for stage, held in enumerate(lay.stages(arch.num_layers)):
+        n = len(held) + (lay.mtp_layers if stage == lay.pp - 1 else 0)
+        # the BF16 edge blocks run wide on the stages that hold them (the first and last)
+        stages.append((n, cost.stage_layers_s(held)
                        + (cost.embedding_s if stage == 0 else 0.0)
                        + (head_s + mtp_s if stage == lay.pp - 1 else 0.0)))
     if lay.dual:
