@@ -85,3 +85,16 @@ def test_report_names_the_measured_step(estimate):
 def test_unknown_run_is_refused(capsys):
     assert sb.main(["no-such-run"]) == 2
     assert "no-such-run" in capsys.readouterr().out
+
+
+def test_separate_qkv_launches_wave_on_their_own(estimate):
+    # BertSelfAttention's query, key and value are three nn.Linear: three 1536 x 1024 outputs of
+    # 12 x 8 = 96 tiles each on V100's 80 SMs -- two waves, 96 / 160 = 60% busy -- not one
+    # 1536 x 3072 product of 288 tiles (four waves, 90% busy)
+    _, est = estimate
+    t = _op(est, "attn.qkv")
+    assert t.op.kernels == 3 and t.op.launch_shares == (1 / 3, 1 / 3, 1 / 3)
+    flops = 2 * 1536 * 1024 * 3072
+    assert t.compute_s == pytest.approx(flops / (125e12 * 0.664 * 0.6), rel=1e-9)  # 194.1 us
+    back = _op(est, "attn.qkv", "backward")  # dX and dW of each projection, the same waves
+    assert back.compute_s == pytest.approx(2 * flops / (125e12 * 0.664 * 0.6), rel=1e-9)

@@ -185,6 +185,10 @@ class Op:
     groups: int = 1
     """A grouped GEMM (MoE experts): ``shape``'s M rows split over this many experts, each its
     own product of about M / groups rows (what the shape-dependent efficiency sees)."""
+    launch_shares: tuple[float, ...] = ()
+    """A matmul that runs as separate GEMM launches over N (unfused Q, K and V projections; gate
+    and up): each launch's share of ``shape``'s N, which each tile and wave over the SMs on its
+    own (:func:`~.efficiency.separate_launches_s`); (): one product of the whole N."""
 
     @property
     def intensity(self) -> float:
@@ -233,7 +237,8 @@ class _Bytes:
 
 
 def _mm(name: str, cls: OpClass, *, b: int, m: int, k: int, n: int, act: int, w: float | None,
-        kernels: int = 1, counted: bool = True, input_reads: int = 1) -> Op:
+        kernels: int = 1, counted: bool = True, input_reads: int = 1,
+        launch_shares: tuple[float, ...] = ()) -> Op:
     """A forward matmul; ``w`` is the weight element size (None: both operands are activations)."""
     f = 2.0 * b * m * k * n
     rhs = k * n * w if w is not None else b * k * n * act
@@ -241,7 +246,8 @@ def _mm(name: str, cls: OpClass, *, b: int, m: int, k: int, n: int, act: int, w:
               counted_flops=f if counted else 0.0,
               bytes=input_reads * b * m * k * act + rhs + b * m * n * act,
               parallel_work=b * m * n, kernels=kernels,
-              weight_elements=k * n if w is not None else 0, shape=(b, m, k, n))
+              weight_elements=k * n if w is not None else 0, shape=(b, m, k, n),
+              launch_shares=launch_shares)
 
 
 def _ew(name: str, cls: OpClass, *, elements: int, nbytes: float, flops_per: float,
@@ -545,6 +551,9 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
     fused = _is_fused_qkv(arch)
     ops = [_mm("attn.qkv", "attention", b=1, m=T, k=h, n=nq + 2 * nkv, act=a, w=w,
                kernels=1 if fused else 3, input_reads=1 if fused else 3)]
+    if not fused:  # three nn.Linear (BertSelfAttention query/key/value, q_proj/k_proj/v_proj)
+        n = nq + 2 * nkv
+        ops[0] = replace(ops[0], launch_shares=(nq / n, nkv / n, nkv / n))
     ops.extend(_qk_norm_ops(arch, T, nq, nkv, a, kind.rotary))
     if arch.position == "rotary" and kind.rotary:
         rot = max(1, round(T * (nq + nkv) * arch.rotary_fraction))  # GLM-4.5 rotates half
@@ -806,7 +815,8 @@ def _mlp_ops(arch: Architecture, T: int, nb: _Bytes) -> list[Op]:
     if arch.mlp == "gated":
         fused_gu = arch.family == "phi3"
         ops = [_mm("mlp.gate_up", "mlp", b=1, m=T, k=h, n=2 * i, act=a, w=w,
-                   kernels=1 if fused_gu else 2, input_reads=1 if fused_gu else 2),
+                   kernels=1 if fused_gu else 2, input_reads=1 if fused_gu else 2,
+                   launch_shares=() if fused_gu else (0.5, 0.5)),
                _ew("mlp.act", "norm_elementwise", elements=T * i, nbytes=3 * T * i * a,
                    flops_per=_ACT_FLOPS[act] + 1, kernels=2)]
     else:
@@ -1079,6 +1089,7 @@ def _op_policy_recompute(fwd: tuple[Op, ...],
             # the recomputed launches' own product: N cut to their share (wk: N = kv width)
             shape = op.shape and (*op.shape[:3], max(1, round(op.shape[3] * share)))
             out.append(replace(op, phase="recompute", flops=op.flops * share, shape=shape,
+                               launch_shares=(),
                                counted_flops=op.counted_flops * share, bytes=op.bytes * share,
                                parallel_work=max(1, round(op.parallel_work * share)),
                                kernels=kernels, weight_elements=round(op.weight_elements * share)))
