@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.compute.efficiency import separate_launches_s
+from gpuplan.compute.flops import StepShape, build_forward_ops, run_form
+from gpuplan.models import load_model
 
 
 def test_one_launch_is_the_whole_product():
@@ -46,3 +48,20 @@ def test_each_split_k_launch_pays_turings_fixed_cost():
     _, fused = separate_launches_s(flops, (1, 512, 1024, 2048), (), 65e12 * 0.61,
                                    architecture="turing", dtype="fp16", sm_count=40)
     assert fused == 0.0
+
+
+@pytest.mark.parametrize("engine,split", [("transformers", True), ("torchtitan", True),
+                                          ("megatron", False), ("vllm", False)])
+def test_the_engine_decides_whether_projections_are_separate(engine, split):
+    # Llama-3.2-1B: 32 query heads, 8 KV heads of 64 -- q 2048, k and v 512 of 3072; transformers
+    # and torchtitan keep q/k/v and gate/up as separate nn.Linear, Megatron-Core (linear_qkv,
+    # linear_fc1) and vLLM (QKVParallelLinear, MergedColumnParallelLinear) fuse them
+    arch = load_model("llama-3.2-1b").architecture
+    ops = build_forward_ops(arch, StepShape(batch=1, q_len=512, kv_len=512, train=False),
+                            act_bytes=2, weight_bytes=2,
+                            form=run_form(arch, engine, decode=False))
+    qkv = next(o for o in ops if o.name == "attn.qkv")
+    gate_up = next(o for o in ops if o.name == "mlp.gate_up")
+    assert qkv.kernels == 3  # the launch count is the architecture's either way
+    assert qkv.launch_shares == ((2048 / 3072, 512 / 3072, 512 / 3072) if split else ())
+    assert gate_up.launch_shares == ((0.5, 0.5) if split else ())

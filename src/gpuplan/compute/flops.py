@@ -385,10 +385,21 @@ class RunForm:
     grouped_experts: bool = False
     capacity_factor: float | None = None
     expert_gemm_loop: bool = False
+    split_launches: bool = True
+    """The engine's model code runs a layer's unfused projections as separate nn.Linear GEMMs,
+    each waving over the SMs on its own (:attr:`Op.launch_shares`); False: it fuses them
+    (:data:`SEPARATE_PROJECTIONS`)."""
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
 TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
+#: Engines whose model code keeps Q, K and V (and gate and up) as separate nn.Linear layers:
+#: transformers' models (BertSelfAttention query/key/value, LlamaAttention q_proj/k_proj/v_proj,
+#: LlamaMLP gate_proj/up_proj), under DeepSpeed and FSDP2 too; torchtune (q_proj/k_proj/v_proj,
+#: w1/w3); torchtitan (wq/wk/wv, w1/w3). Megatron-Core fuses them (linear_qkv, linear_fc1), as
+#: vLLM, SGLang and TensorRT-LLM do (QKVParallelLinear, MergedColumnParallelLinear) and gpt-fast
+#: its QKV (wqkv; its w1/w3 stay apart, taken fused here).
+SEPARATE_PROJECTIONS = (*TRANSFORMERS_CODE, "torchtune", "torchtitan")
 #: Serving engines whose MLA decode is the absorbed form (vLLM's MLA backends, SGLang's
 #: FlashInfer / FlashMLA / Triton MLA, TensorRT-LLM's MLA generation kernels).
 MLA_ABSORBING = ("vllm", "sglang", "trt-llm")
@@ -440,7 +451,8 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    grouped_experts=(arch.is_moe and not all_experts
                                     and grouped_experts(engine, gpu_arch, act_bytes)),
                    expert_gemm_loop=arch.is_moe and engine in EXPERT_GEMM_LOOP,
-                   capacity_factor=capacity_factor if arch.is_moe and not decode else None)
+                   capacity_factor=capacity_factor if arch.is_moe and not decode else None,
+                   split_launches=engine in SEPARATE_PROJECTIONS)
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -507,6 +519,8 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
     ops.extend(dropout("mlp.dropout"))
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
+    if not form.split_launches:  # the engine fuses the projections: one product each
+        ops = [replace(o, launch_shares=()) if o.launch_shares else o for o in ops]
     return ops
 
 
