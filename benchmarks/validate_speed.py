@@ -671,7 +671,9 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     return job
 
 
-def predict(run: dict) -> Row:
+def predict(run: dict, keep: list | None = None) -> Row:
+    """The row of ``run``: gpuplan's estimate beside the measured figure. ``keep``, when given,
+    receives the estimate itself (benchmarks/speed_breakdown.py prints its ops)."""
     m = run["measured"]
     unit, measured = m["unit"], m["value"]
     if unit.startswith("ms per output token"):  # compared as a rate
@@ -706,6 +708,8 @@ def predict(run: dict) -> Row:
                              tp_overlap=bool(layout and layout[1]),
                              gather_overlap=gather_overlap(run, job, notes))
         value = _train_value(est, unit, run)
+    if keep is not None:
+        keep.append(est)
     return Row(run, value, measured, unit, cfg, assumptions=tuple(notes),
                runtime=f"{job.engine}: {runtime_of(job.runtime, job.mode, job.engine)}",
                mechanism=mechanism_of(run, job),
@@ -990,18 +994,40 @@ def _fsdp_nodes_gap(run: dict, row: Row) -> str:
 
 
 def _volta_gap(run: dict, row: Row) -> str:
+    """The V100 fp16 rows' gap, read op by op (benchmarks/speed_breakdown.py prints the ops; issue
+    31). Found: BERT's query, key and value are three nn.Linear, three GEMM launches that tile
+    and wave over the SMs each on its own (compute/efficiency.separate_launches_s): 96 tiles on
+    80 SMs, 60% busy, where one fused 1,536 x 3,072 product was timed at 90% -- the DLE rows
+    moved fp32 1.08 / 1.12 -> 1.01 / 1.04, AMP 1.23 / 1.22 -> 1.17 / 1.16, pre-training AMP 1.22
+    -> 1.20 (its 2,048 tokens fill the waves better). Left, dle-bert-large-ft-v100-16g-amp: 95.3
+    ms estimated, 111.5 ms implied; by class GEMMs 48.9, attention bmm 4.7, elementwise 17.6,
+    optimizer 22.8 (Adam 12.3, loss scaling 5.3, clip 5.3), gaps 1.3 ms; host issue 19.4 ms.
+    Each class against what is published: (e) DeepBench's V100 GEMMs of one to two waves measure
+    as timed here (4096x128x4096 NN 67 us vs 64.7; 7680x128x2560 NN 74 vs 81) and larger ones
+    faster (fit 0.815); its one slow row, 7680x128x2560 TN, 130 vs 81 us, is the weight-gradient
+    layout of BERT's 1024 x 1024 layers (1.6x on those: ~2.5 ms); (a) the batched K = 64 GEMMs
+    have no V100 figure in DeepBench's sheet (K >= 512) and are 4.7 ms in all (at half the rate
+    timed, an assumption: +4.7 ms); (b) pre-1.5 PyTorch ran half elementwise kernels at ~80% of
+    fp32's rate (pytorch/pytorch#22612, ngimel, 2019-07-15): <= 4.4 ms on the elementwise class;
+    (c) the step is device-bound unless the host's cost per kernel is 4.9x the one timed; (d) the
+    2019 FusedAdam's per-tensor Python loop (DeepLearningExamples BERT fused_adam_local.py) moves
+    the row by 0.005. Unsourced and not shipped (before the launches were split): a host cost per
+    kernel 2x (3x) the one timed read the DLE fp16 rows 1.13-1.16 (0.98-1.02) and HF's GA4+GC fp16
+    rows 1.10-1.17 (0.77-0.80), fp32 rows unmoved, but HF's batch-4 fp16 row 1.39 (1.23)."""
     if row.mechanism != "Volta/Turing training" and "V100" not in run["hardware"]["gpu"]:
         return ""
-    return ("fp16 on Volta: DeepBench's cuBLAS GEMMs (benchmarks/fit_volta_turing_gemm.py) run "
-            "BERT's linear layers faster than the 83-TFLOP/s share timed here, so the gap lies "
-            "outside the GEMMs; every host wait in the code these rows ran is timed, and each "
-            "comes once per micro-batch or step (the blocking input copy, compute/step.py "
-            "BLOCKING_INPUT_COPY; the loss read after each backward, HOST_READ_AFTER_BACKWARD; "
-            "apex amp's one overflow .item() per backward, GradScaler's found_inf.item()): with "
-            "every stretch device-bound they expose nothing. The fp16 steps measure close to "
-            "host issue + device time, as if the host waited on each kernel; no source shows "
-            "such a wait, and the 1.2-1.8x left, common to every fp16 row (APEX O2 and autocast "
-            "alike), is not identified")
+    return ("fp16 on Volta, read op by op (benchmarks/speed_breakdown.py; _volta_gap's docstring "
+            "has the figures): DeepBench's V100 GEMMs of BERT's one-to-two-wave sizes measure "
+            "as timed here (Q, K and V as three launches) and larger ones faster, so the gap "
+            "lies outside the linear layers; the attention core's K=64 batched GEMMs (no V100 "
+            "figure), pre-1.5 PyTorch's half elementwise kernels at ~80% of fp32's rate "
+            "(pytorch#22612) and the transposed weight-gradient GEMMs (DeepBench "
+            "7680x128x2560 TN: 1.6x) add at most ~12 of the 16 ms missing from "
+            "dle-bert-large-ft-v100-16g-amp; every host wait in the code these rows ran is "
+            "timed (BLOCKING_INPUT_COPY, HOST_READ_AFTER_BACKWARD, apex amp's overflow .item(), "
+            "GradScaler's found_inf.item()), and the step is device-bound unless the host's "
+            "cost per kernel is several times the one timed. The 1.15-1.85x left, common to "
+            "every fp16 row (APEX O2 and autocast alike), is not identified")
 
 
 def _zero3_2021_gap(run: dict, row: Row) -> str:

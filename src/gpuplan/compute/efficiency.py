@@ -20,7 +20,7 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .._record import record
 from ..engines.profiles import get_engine, runtime_of
@@ -480,6 +480,30 @@ def splitk_fixed_s(architecture: str, dtype: str, batch: int, m: int, n: int,
     tm, tn = GEMM_TILE
     tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
     return constant(names[1]) if tiles < sm_count else 0.0
+
+
+def separate_launches_s(flops: float, shape: tuple[int, int, int, int],
+                        shares: Sequence[float], rate: float, *, architecture: str, dtype: str,
+                        sm_count: int) -> tuple[float, float]:
+    """(work seconds, fixed seconds) of a tiled GEMM of ``shape`` (batch, M, K, N) and ``flops`` at ``rate`` that runs
+    as one launch per entry of ``shares`` (each that share of N and of the work; (): one launch):
+    each launch tiles and waves over the SMs on its own (:func:`gemm_wave_efficiency`) and pays
+    its own split-K fixed cost (:func:`splitk_fixed_s`). Separate nn.Linear layers are separate
+    cuBLAS calls -- NVIDIA DeepLearningExamples BERT modeling.py BertSelfAttention (query, key,
+    value), transformers' BERT and Llama (q_proj, k_proj, v_proj; gate_proj, up_proj) -- so BERT-
+    large's 1,536 x 1,024 query output is 96 tiles on V100's 80 SMs, two waves 60% busy, where a
+    fused 1,536 x 3,072 QKV would be 288 tiles, four waves 90% busy."""
+    b, m, k, n = shape
+    by_n: dict[int, list[float]] = {}  # launches of one width share one efficiency
+    for share in shares or (1.0,):
+        by_n.setdefault(max(1, round(n * share)), []).append(share)
+    work = fixed = 0.0
+    for ni, group in by_n.items():
+        share = sum(group) if len(group) > 1 else group[0]
+        eff = gemm_wave_efficiency(b, m, ni, sm_count, k)
+        work += (flops if share == 1.0 else flops * share) / (rate * eff)
+        fixed += len(group) * splitk_fixed_s(architecture, dtype, b, m, ni, sm_count)
+    return work, fixed
 
 
 def overlap_sm_share(sm_count: int, *, vendor: str, interconnect: str | None) -> float:

@@ -185,6 +185,10 @@ class Op:
     groups: int = 1
     """A grouped GEMM (MoE experts): ``shape``'s M rows split over this many experts, each its
     own product of about M / groups rows (what the shape-dependent efficiency sees)."""
+    launch_shares: tuple[float, ...] = ()
+    """A matmul that runs as separate GEMM launches over N (unfused Q, K and V projections; gate
+    and up): each launch's share of ``shape``'s N, which each tile and wave over the SMs on its
+    own (:func:`~.efficiency.separate_launches_s`); (): one product of the whole N."""
 
     @property
     def intensity(self) -> float:
@@ -233,7 +237,8 @@ class _Bytes:
 
 
 def _mm(name: str, cls: OpClass, *, b: int, m: int, k: int, n: int, act: int, w: float | None,
-        kernels: int = 1, counted: bool = True, input_reads: int = 1) -> Op:
+        kernels: int = 1, counted: bool = True, input_reads: int = 1,
+        launch_shares: tuple[float, ...] = ()) -> Op:
     """A forward matmul; ``w`` is the weight element size (None: both operands are activations)."""
     f = 2.0 * b * m * k * n
     rhs = k * n * w if w is not None else b * k * n * act
@@ -241,7 +246,8 @@ def _mm(name: str, cls: OpClass, *, b: int, m: int, k: int, n: int, act: int, w:
               counted_flops=f if counted else 0.0,
               bytes=input_reads * b * m * k * act + rhs + b * m * n * act,
               parallel_work=b * m * n, kernels=kernels,
-              weight_elements=k * n if w is not None else 0, shape=(b, m, k, n))
+              weight_elements=k * n if w is not None else 0, shape=(b, m, k, n),
+              launch_shares=launch_shares)
 
 
 def _ew(name: str, cls: OpClass, *, elements: int, nbytes: float, flops_per: float,
@@ -379,10 +385,21 @@ class RunForm:
     grouped_experts: bool = False
     capacity_factor: float | None = None
     expert_gemm_loop: bool = False
+    split_launches: bool = True
+    """The engine's model code runs a layer's unfused projections as separate nn.Linear GEMMs,
+    each waving over the SMs on its own (:attr:`Op.launch_shares`); False: it fuses them
+    (:data:`SEPARATE_PROJECTIONS`)."""
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
 TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
+#: Engines whose model code keeps Q, K and V (and gate and up) as separate nn.Linear layers:
+#: transformers' models (BertSelfAttention query/key/value, LlamaAttention q_proj/k_proj/v_proj,
+#: LlamaMLP gate_proj/up_proj), under DeepSpeed and FSDP2 too; torchtune (q_proj/k_proj/v_proj,
+#: w1/w3); torchtitan (wq/wk/wv, w1/w3). Megatron-Core fuses them (linear_qkv, linear_fc1), as
+#: vLLM, SGLang and TensorRT-LLM do (QKVParallelLinear, MergedColumnParallelLinear) and gpt-fast
+#: its QKV (wqkv; its w1/w3 stay apart, taken fused here).
+SEPARATE_PROJECTIONS = (*TRANSFORMERS_CODE, "torchtune", "torchtitan")
 #: Serving engines whose MLA decode is the absorbed form (vLLM's MLA backends, SGLang's
 #: FlashInfer / FlashMLA / Triton MLA, TensorRT-LLM's MLA generation kernels).
 MLA_ABSORBING = ("vllm", "sglang", "trt-llm")
@@ -434,7 +451,8 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    grouped_experts=(arch.is_moe and not all_experts
                                     and grouped_experts(engine, gpu_arch, act_bytes)),
                    expert_gemm_loop=arch.is_moe and engine in EXPERT_GEMM_LOOP,
-                   capacity_factor=capacity_factor if arch.is_moe and not decode else None)
+                   capacity_factor=capacity_factor if arch.is_moe and not decode else None,
+                   split_launches=engine in SEPARATE_PROJECTIONS)
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -501,6 +519,8 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
     ops.extend(dropout("mlp.dropout"))
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
+    if not form.split_launches:  # the engine fuses the projections: one product each
+        ops = [replace(o, launch_shares=()) if o.launch_shares else o for o in ops]
     return ops
 
 
@@ -545,6 +565,9 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
     fused = _is_fused_qkv(arch)
     ops = [_mm("attn.qkv", "attention", b=1, m=T, k=h, n=nq + 2 * nkv, act=a, w=w,
                kernels=1 if fused else 3, input_reads=1 if fused else 3)]
+    if not fused:  # three nn.Linear (BertSelfAttention query/key/value, q_proj/k_proj/v_proj)
+        n = nq + 2 * nkv
+        ops[0] = replace(ops[0], launch_shares=(nq / n, nkv / n, nkv / n))
     ops.extend(_qk_norm_ops(arch, T, nq, nkv, a, kind.rotary))
     if arch.position == "rotary" and kind.rotary:
         rot = max(1, round(T * (nq + nkv) * arch.rotary_fraction))  # GLM-4.5 rotates half
@@ -806,7 +829,8 @@ def _mlp_ops(arch: Architecture, T: int, nb: _Bytes) -> list[Op]:
     if arch.mlp == "gated":
         fused_gu = arch.family == "phi3"
         ops = [_mm("mlp.gate_up", "mlp", b=1, m=T, k=h, n=2 * i, act=a, w=w,
-                   kernels=1 if fused_gu else 2, input_reads=1 if fused_gu else 2),
+                   kernels=1 if fused_gu else 2, input_reads=1 if fused_gu else 2,
+                   launch_shares=() if fused_gu else (0.5, 0.5)),
                _ew("mlp.act", "norm_elementwise", elements=T * i, nbytes=3 * T * i * a,
                    flops_per=_ACT_FLOPS[act] + 1, kernels=2)]
     else:
@@ -1109,6 +1133,7 @@ def _op_policy_recompute(fwd: tuple[Op, ...],
             # the recomputed launches' own product: N cut to their share (wk: N = kv width)
             shape = op.shape and (*op.shape[:3], max(1, round(op.shape[3] * share)))
             out.append(replace(op, phase="recompute", flops=op.flops * share, shape=shape,
+                               launch_shares=(),
                                counted_flops=op.counted_flops * share, bytes=op.bytes * share,
                                parallel_work=max(1, round(op.parallel_work * share)),
                                kernels=kernels, weight_elements=round(op.weight_elements * share)))

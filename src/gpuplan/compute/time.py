@@ -18,8 +18,8 @@ from typing import Any, Literal, Sequence
 from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
-    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, gemm_wave_efficiency,
-    gemv_bandwidth_fraction, grouped_gemm_efficiency, splitk_fixed_s,
+    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant,
+    gemv_bandwidth_fraction, grouped_gemm_efficiency, separate_launches_s,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
@@ -165,10 +165,10 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
                 and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
             # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
             # kernel, whose share of the device is the occupancy above
-            b, m, k, n = op.shape
-            compute = max(compute, op.flops / (rate * gemm_wave_efficiency(
-                b, m, n, device.sm_count, k))) + splitk_fixed_s(
-                device.architecture, dtype, b, m, n, device.sm_count)
+            work, fixed = separate_launches_s(
+                op.flops, op.shape, op.launch_shares, rate, architecture=device.architecture,
+                dtype=dtype, sm_count=device.sm_count)
+            compute = max(compute, work) + fixed
         used = dtype
     bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
     dram, l2 = row_rereads(op, device, eff) if shaped else (0.0, 0.0)
