@@ -83,21 +83,32 @@ def _load(run: dict) -> tuple[dict, int, str]:
     return {"rate": r}, n, f"--rate {r:g}"
 
 
+def _output(run: dict) -> int:
+    """The output length simulated: the served mean where the row's own columns give one
+    (``output_len_served``: generation stopped at EOS before the length asked), else the
+    length asked."""
+    served = run.get("output_len_served")
+    return int(served["run_as"]) if served else int(run["output_len"])
+
+
 def predict(run: dict) -> Row:
     version = _version(run["engine"], run.get("engine_version"))
     kw, n, load_cli = _load(run)
     tp = run["tp"]
+    out = _output(run)
+    kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
     cmd = (f"gpuplan capacity {run['model']} --gpu {run['gpu']} --engine {run['engine']} "
            f"--engine-version {version} --tp {tp} --infer-precision {run['precision']} "
-           f"{load_cli} --requests {n} --input {run['input_len']} --output {run['output_len']} "
+           + (f"--kv-dtype {kv} " if kv else "")
+           + f"{load_cli} --requests {n} --input {run['input_len']} --output {out} "
            f"--seed {SEED}")
     row = Row(run=run, version_run=version, requests=n, command=cmd)
     try:
         job = Job(model=run["model"], mode="infer", engine=run["engine"], tp=tp, gpus=tp,
-                  infer_precision=run["precision"])
+                  infer_precision=run["precision"], kv_dtype=kv)
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=run["input_len"],
-                       output=run["output_len"], requests=n, seed=SEED,
+                       output=out, requests=n, seed=SEED,
                        replicas=run.get("replicas") or 1, **kw)
     except InputError as e:
         row.why_not = str(e)
