@@ -5,7 +5,9 @@ Each row of benchmarks/published/serving_runs.json runs through :func:`gpuplan.c
 behind ``gpuplan capacity``) at the row's engine, layout, precision, fixed input/output lengths and
 its stated load -- a request rate (Poisson arrivals: the sources do not state the process), a
 closed-loop concurrency, or "INF" (every request at once: a closed loop as wide as the request
-count). Nothing here is fitted: the simulation runs with the engine's defaults.
+count). Nothing here is fitted: the simulation runs with the engine's defaults and what the row
+states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``) and
+the mean output length served where the row's own columns give it (``output_len_served``).
 
     PYTHONPATH=src python benchmarks/validate_capacity.py --write   # rewrites validate_capacity.md
 """
