@@ -5,7 +5,9 @@ Each row of benchmarks/published/serving_runs.json runs through :func:`gpuplan.c
 behind ``gpuplan capacity``) at the row's engine, layout, precision, fixed input/output lengths and
 its stated load -- a request rate (Poisson arrivals: the sources do not state the process), a
 closed-loop concurrency, or "INF" (every request at once: a closed loop as wide as the request
-count). Nothing here is fitted: the simulation runs with the engine's defaults.
+count). Nothing here is fitted: the simulation runs with the engine's defaults and what the row
+states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``) and
+the mean output length served where the row's own columns give it (``output_len_served``).
 
     PYTHONPATH=src python benchmarks/validate_capacity.py --write   # rewrites validate_capacity.md
 """
@@ -83,21 +85,32 @@ def _load(run: dict) -> tuple[dict, int, str]:
     return {"rate": r}, n, f"--rate {r:g}"
 
 
+def _output(run: dict) -> int:
+    """The output length simulated: the served mean where the row's own columns give one
+    (``output_len_served``: generation stopped at EOS before the length asked), else the
+    length asked."""
+    served = run.get("output_len_served")
+    return int(served["run_as"]) if served else int(run["output_len"])
+
+
 def predict(run: dict) -> Row:
     version = _version(run["engine"], run.get("engine_version"))
     kw, n, load_cli = _load(run)
     tp = run["tp"]
+    out = _output(run)
+    kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
     cmd = (f"gpuplan capacity {run['model']} --gpu {run['gpu']} --engine {run['engine']} "
            f"--engine-version {version} --tp {tp} --infer-precision {run['precision']} "
-           f"{load_cli} --requests {n} --input {run['input_len']} --output {run['output_len']} "
+           + (f"--kv-dtype {kv} " if kv else "")
+           + f"{load_cli} --requests {n} --input {run['input_len']} --output {out} "
            f"--seed {SEED}")
     row = Row(run=run, version_run=version, requests=n, command=cmd)
     try:
         job = Job(model=run["model"], mode="infer", engine=run["engine"], tp=tp, gpus=tp,
-                  infer_precision=run["precision"])
+                  infer_precision=run["precision"], kv_dtype=kv)
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=run["input_len"],
-                       output=run["output_len"], requests=n, seed=SEED,
+                       output=out, requests=n, seed=SEED,
                        replicas=run.get("replicas") or 1, **kw)
     except InputError as e:
         row.why_not = str(e)
@@ -222,8 +235,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   generations in one iteration, every generation waiting on the iteration's whole prefill)
   is as simulated. The ITL deficit at low load on the 8B rows is partly the table's rounding
   to whole milliseconds (6 may be 5.5).
-- **vLLM on the RTX 4090: the served output is 100 tokens, not 128.** The source's own columns
-  give it: Output Tok/s / Req/s = 210/2.09, 377/3.78, 644/6.44, 975/9.73, 1190/11.87 = 100.5,
+- **vLLM on the RTX 4090: the served output is 100 tokens, not 128 (the rows run 100).** The
+  source's own columns give it: Output Tok/s / Req/s = 210/2.09, 377/3.78, 644/6.44, 975/9.73, 1190/11.87 = 100.5,
   99.7, 100.0, 100.2, 100.3 tokens per request. Generation stopped at EOS before max_tokens
   (the benchmark did not ignore EOS; vLLM's `vllm bench serve` forces ignore_eos only for the
   random dataset in later versions, vllm/benchmarks/serve.py at 009e6d4). Varied output
@@ -233,6 +246,14 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   (median 56%, from 49%) and output tok/s median 12.3% (from 9.5%): the lockstep goes, and
   what is left is a per-request cost of vLLM's OpenAI server that gpuplan does not count (at
   concurrency 4: 38 ms simulated against 63 measured) -- not adopted until that is sourced.
+  What the rows state (``output_len_served``) is only the served mean, and they run it as a
+  fixed length: TTFT is unchanged (49.0% median; the lockstep stays) and output tok/s moves
+  the wrong way, 9.5% -> 12.5% median, because the 128-token rows had overstated each
+  request's work and so hidden a decode step that is slow on this card: at concurrency 4 the
+  measured 2.09 req/s is 1.91 s a request (63 ms TTFT + ~99 steps of ~18.7 ms), the simulated
+  1.8 req/s 2.2 s (steps of ~21.5 ms; 14.5 GB of bf16 weights over the 4090's 1,008 GB/s is
+  14.4 ms). Neither the vLLM version nor the OpenAI server's per-request cost is stated by the
+  source, and no source measuring that cost was found.
 - **Throughput.** Below saturation it is the arrival rate times the output length, so its small
   error is by construction. At "INF" gpuplan over-predicts (+14% to +110%, most on 202/214): it
   runs every queued request in one decode batch (TensorRT-LLM's `max_batch_size` 2048 and the KV
@@ -243,19 +264,32 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   admits every request whose prompt and whole output fit the pool, which here holds 581-1,609
   such requests of 467 + 256 tokens in 64-token blocks. The 0.14 row (64-token blocks,
   trtllm-build's defaults) moves no figure of the table against the 1.0 row.
-- **NIM (Llama 3.3 70B fp8, TP 2).** gpuplan's KV pool with the fp8 weights and its default
-  bf16 KV cache is 252,768 tokens per GPU pair: 45 requests of 5,500 tokens reserved under
-  GUARANTEED_NO_EVICT, so from concurrency 25-50 requests queue (TTFT +105% to +569%) and
-  throughput saturates at ~670 tok/s. The measured server holds about 86 sequences (920 tok/s x
-  93 ms), twice as many: consistent with an fp8 KV cache (TensorRT-LLM sets the KV cache to FP8
-  when it builds an FP8 engine, perf-overview.md at 258c754), which the page does not state, so
-  the row runs gpuplan's default; `--kv-dtype fp8` is the input to try when a source states it.
+- **NIM (Llama 3.3 70B fp8, TP 2): an FP8 KV cache.** With gpuplan's default KV cache (the
+  weights' dtype would be bf16 for the cache) the pool is 252,768 tokens per GPU pair: 45
+  requests of 5,500 tokens under GUARANTEED_NO_EVICT, throughput saturating at ~650 tok/s
+  against 920 measured, and TTFT +58% to +607% from concurrency 25. The measured server holds
+  about 86 sequences (920 tok/s x 93 ms). The page names the profile only "fp8 TP2"; TensorRT-LLM
+  states for its FP8 engine builds "If you specify FP8 quantization, the KV cache will
+  automatically be set to FP8 as well!" (perf-overview.md at 258c754, Engine Building), so the
+  rows run ``--kv-dtype fp8`` (``kv_dtype_inferred``: NIM does not say it; the profile's build
+  config, its max_batch_size, max_num_tokens and context chunking were not found). Nothing
+  fitted: the pool doubles and the saturated rows (C=100-250) land within -4.6% to +21.4% on
+  TTFT, +1.3% to +6.4% on ITL and -5.5% to -7.4% on throughput (NIM medians: TTFT 91.3% ->
+  13.0%, ITL 24.0% -> 6.1%, output tok/s 26.3% -> 8.0%). Left: ITL at concurrency 1-5 is +17
+  to +19% (22.0 against 18.6 ms: the FP8 decode step of the speed model, not the scheduler).
 - **NIM at concurrency 25-50: the ramp.** With 5,000-token prompts and no context chunking
   one prompt fits an iteration (max_num_tokens 8192), so the simulated closed loop's first 25
   (50) clients, all sent at t=0, get their first tokens one prefill (~390 ms) apart: the mean
-  over 4 x C requests carries that ramp (C=25: 1,535 ms). The measured 689 ms is one prefill
-  plus ~280 ms, as in a steady state; the page states neither AIPerf's request count nor a
-  warm-up, so the row keeps gpuplan's count (4 x C, at least 100).
+  over 4 x C requests carries that ramp (C=25: 1,529 ms, +122%; C=50: 2,729 ms, +227%). Any
+  burst of C such prompts must queue that way, chunked or not (the prefill work is the same),
+  so the measured 689 ms (one prefill plus ~300 ms) is a steady state: the start-up is outside
+  the statistics (a warm-up, or a measurement window). The page states neither AIPerf's request
+  count nor a warm-up (its "Using AIPerf to Benchmark" sweep was not found in the offline
+  index); AIPerf's own default would not exclude it (no request count given: max(10, 2 x C)
+  requests, all C sent at once, no warm-up; ai-dynamo/aiperf config_defaults.py at 0e4e8da:
+  MIN_REQUEST_COUNT 10, REQUEST_COUNT_MULTIPLIER 2). So the rows keep gpuplan's count (4 x C,
+  at least 100) and every request; a warm-up excluded from the statistics is the input to add
+  when a source states its size.
 - **vLLM on an RTX 4090 (Mistral 7B, 256/128, closed loop).** Throughput is within 3-13%. TTFT
   is high at concurrency 4-16 (+38% to +197%) and low at 32-48: in the simulated closed loop
   with fixed lengths the clients stay in lockstep, so each prompt waits for its whole cohort's
