@@ -665,10 +665,13 @@ def _moe_body(c: Ctx, x: Tensor) -> Tensor:
             shared = _shared_expert(c, x)
         if sp.shared_gate:
             # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output, after the experts
+            # (inside Megatron-Core's SharedExpertMLP: part of its shared_experts recompute)
+            _begin(g, "shared_experts")
             gate_logit = g.linear(x, c.w(sp.h, "shared_expert_gate"), BS,
                                   name="shared_expert_gate")
             sgate = g.unary_saves_output(gate_logit, "shared.sigmoid")
             shared = g.mul(sgate, shared, out=BS * sp.h, name="shared.gated")
+            g.region = ""
         out = g.add(out, shared, "moe.sum")
     g.touch(x, logits, top, idx)
     return out
@@ -860,7 +863,7 @@ def _shared_expert(c: Ctx, x: Tensor) -> Tensor:
     g, sp = c.g, c.sp
     h, si = sp.h, sp.shared_inter
     # Megatron-Core's ``shared_experts`` recompute: ``tensor_parallel.checkpoint`` of the
-    # shared expert MLP (moe_layer.py, NVIDIA/Megatron-LM@d98e8a64); its gate is outside here
+    # shared expert MLP (moe_layer.py, NVIDIA/Megatron-LM@d98e8a64), its gate included
     _begin(g, "shared_experts")
     sg = c.linear(x, h, si, "shared_expert.gate_proj")
     su = c.linear(x, h, si, "shared_expert.up_proj")

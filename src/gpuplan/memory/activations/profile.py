@@ -134,6 +134,9 @@ def _module_notes(g_regions: set[str], modules: tuple[str, ...], o: Opts) -> lis
     model has no such part for."""
     found = [m for m in modules if ("attn_core" if m == "core_attn" else m) in g_regions]
     absent = [m for m in modules if m not in found]
+    fused_core = "core_attn" in found and o.attention == "sdpa"
+    if fused_core:  # as the speed model: the fused kernel's own backward recomputes the scores
+        found.remove("core_attn")
     notes = []
     if found:
         notes.append("selective checkpointing recomputes " + ", ".join(found) + " (Megatron-Core "
@@ -142,9 +145,9 @@ def _module_notes(g_regions: set[str], modules: tuple[str, ...], o: Opts) -> lis
     if absent:
         notes.append("recompute modules " + ", ".join(absent) + ": no such part in this "
                      "model's layers, nothing recomputed")
-    if "core_attn" in found and o.attention == "sdpa":
-        notes.append("core_attn under SDPA/flash: the core keeps only O(s) statistics already, "
-                     "so recomputing it saves little")
+    if fused_core:
+        notes.append("core_attn under SDPA/flash: nothing recomputed beyond the fused kernel's "
+                     "own backward; the core keeps only O(s) statistics (dropped)")
     if "layernorm" in found:
         notes.append("layernorm recompute is modelled on separate norm modules; with Megatron-Core's "
                      "Transformer Engine layer spec a norm fused into the next linear is not "

@@ -745,11 +745,16 @@ def _kept_for_backward(g: Graph, region_inputs: set[int], drops: frozenset,
 
 def _instance_of(g: Graph, st: _Storage, drops: frozenset, producer: dict[int, int]) -> str:
     """The dropped region instance a dropped saved storage is recomputed by: its producer's,
-    else its first saver's."""
+    else its first saver's, else (a tensor a compiled layer's partition recomputes) the
+    instance the backward reaches first, as when there was one region per layer."""
     p = producer.get(id(st))
     if p is not None and g.ops[p].region in drops:
         return g.ops[p].region
-    return next((g.ops[i].region for i in st.saved_by if g.ops[i].region in drops), "")
+    inst = next((g.ops[i].region for i in st.saved_by if g.ops[i].region in drops), "")
+    if inst:
+        return inst
+    return max(drops, key=lambda r: g.triggers.get(r, max(
+        i for i, op in enumerate(g.ops) if op.region == r)))
 
 
 def _measure_storages(g: Graph, keep: set[int], drops: frozenset, prof: LayerProfile) -> Form:
