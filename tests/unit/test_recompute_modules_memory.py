@@ -111,17 +111,23 @@ def test_moe_act_discards_the_down_projections_input():
 
 
 def test_backward_peak_holds_one_layers_recompute():
-    # at a batch where the layers dominate, the backward's activation peak under mlp recompute
-    # is at least everything kept plus one layer's rematerialized MLP (3 x 2I per token)
+    # the layer's backward passes through a point holding the rematerialized MLP again (the
+    # points are relative to the state before the layer's backward, which holds what is kept)
     m = _llama()
-    job = _job(m, ("mlp",))
-    mem = train_memory(m, job)
-    kept = train_memory(m, job).activations_bytes
-    assert mem.activations_bytes < train_memory(m, _job(m)).activations_bytes
-    prof = A.step_profile(m, job)
-    layers = sum(n * p.saved(B, S) for n, p in prof.layers)
-    assert max(a(B, S) for a, _, _ in prof.layers[0][1].bwd_points) >= 3 * 2 * INTER * B * S
-    assert kept >= layers
+    prof = _layer(m, ("mlp",))
+    (part,) = dict(prof.region_parts).values()
+    assert max(a(B, S) for a, _, _ in prof.bwd_points) >= part(B, S)
+    # and the whole step keeps less than plain selective
+    assert (train_memory(m, _job(m, ("mlp",))).activations_bytes
+            < train_memory(m, _job(m)).activations_bytes)
+
+
+def test_layernorm_of_other_layouts_is_said_not_modelled():
+    m = load_model("gemma-2-9b")
+    job = Job(model="gemma-2-9b", mode="train", engine="megatron", batch=1, seq=1024,
+              attention="sdpa", checkpointing="selective", recompute_modules=("layernorm",))
+    assert any("memory of layernorm recompute not modelled" in n
+               for n in A.step_profile(m, job).notes)
 
 
 _SPEED_AGREES = [("llama-3.1-8b", m) for m in ("mlp", "layernorm", "moe_act", "mla_up_proj",

@@ -814,15 +814,7 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
         bias = g.index(c.w(E_rank * 2 * I, "experts.gate_up_proj_bias"), S * (2 * I), ids_g,
                        name="experts.gate_up_bias")
     gate, up = g.split(proj, [S * I, S * I])
-    # Megatron-Core's ``moe_act`` recompute (moe/experts.py, ``CheckpointWithoutOutput`` of the
-    # activation and the GLU product; its output, the down projection's input, discarded and
-    # recomputed when that projection's output gradient arrives; NVIDIA/Megatron-LM@d98e8a64)
-    act = _begin(g, "moe_act")
-    if sp.act == "swiglu_oai":
-        y = _swiglu_oai(g, gate, up)
-    else:
-        y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
-    g.region = ""
+    act, y = _experts_act(c, gate, up)
     # the projection is bound to ``proj_out`` until the gate returns; the bias to
     # ``selected_biases`` until the down projection's bias replaces it
     g.touch(proj, *([bias] if bias is not None else []))
@@ -841,6 +833,21 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     out = g.to(g.reduce(back, BS * h, name="experts.sum"), x.dt)
     g.touch(sel, ids_g, perm, sw, hist, counts, offsets, down, inv_perm, back)
     return out
+
+
+def _experts_act(c: Ctx, gate: Tensor, up: Tensor) -> tuple[str, Tensor]:
+    """The experts' gated activation, the region of Megatron-Core's ``moe_act`` recompute
+    (moe/experts.py, ``CheckpointWithoutOutput`` of the activation and the GLU product; its
+    output, the down projection's input, discarded and recomputed when that projection's
+    output gradient arrives; NVIDIA/Megatron-LM@d98e8a64). Returns the region and the output."""
+    g = c.g
+    act = _begin(g, "moe_act")
+    if c.sp.act == "swiglu_oai":
+        y = _swiglu_oai(g, gate, up)
+    else:
+        y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    g.region = ""
+    return act, y
 
 
 def _swiglu_oai(g: Graph, gate: Tensor, up: Tensor) -> Tensor:
@@ -913,7 +920,13 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         m = _mlp(c, n2)
         g.touch(n2)
         return g.add(x1, norm(c, m, "post_feedforward_layernorm"), "residual2")
-    # pre-norm: llama family, gpt2, opt, vit, phi3, neox (sequential). Megatron-Core's
+    return _pre_norm_layer(c, x, mask, layer, moe)
+
+
+def _pre_norm_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int, moe: bool) -> Tensor:
+    """The pre-norm block: llama family, gpt2, opt, vit, phi3, neox (sequential)."""
+    g, fam, p = c.g, c.sp.family, c.sp.hidden_dropout
+    # Megatron-Core's
     # ``layernorm`` recompute (transformer_layer.py, NVIDIA/Megatron-LM@d98e8a64): each norm
     # under ``CheckpointWithoutOutput``, its output discarded and recomputed when the
     # attention's (the MLP's) output gradient arrives

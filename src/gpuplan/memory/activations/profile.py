@@ -129,7 +129,8 @@ def _drops(modules: tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple("attn_core" if m == "core_attn" else m for m in modules)
 
 
-def _module_notes(g_regions: set[str], modules: tuple[str, ...], o: Opts) -> list[str]:
+def _module_notes(g_regions: set[str], modules: tuple[str, ...], o: Opts,
+                  family: str) -> list[str]:
     """What the plan says about ``--recompute-modules``: the modules recomputed, and those this
     model has no such part for."""
     found = [m for m in modules if ("attn_core" if m == "core_attn" else m) in g_regions]
@@ -142,6 +143,11 @@ def _module_notes(g_regions: set[str], modules: tuple[str, ...], o: Opts) -> lis
         notes.append("selective checkpointing recomputes " + ", ".join(found) + " (Megatron-Core "
                      "recompute modules): their saved tensors are not kept, one layer's are "
                      "rematerialized during its backward")
+    if "layernorm" in absent:
+        # the norms of post-LN, parallel-residual, BLOOM and Gemma layers are not tagged
+        absent.remove("layernorm")
+        notes.append(f"memory of layernorm recompute not modelled for {family}'s layer layout "
+                     "(its norms stay kept; the speed model still times their recompute)")
     if absent:
         notes.append("recompute modules " + ", ".join(absent) + ": no such part in this "
                      "model's layers, nothing recomputed")
@@ -153,6 +159,20 @@ def _module_notes(g_regions: set[str], modules: tuple[str, ...], o: Opts) -> lis
                      "Transformer Engine layer spec a norm fused into the next linear is not "
                      "recomputed (transformer_layer.py skips an IdentityOp norm)")
     return notes
+
+
+def _simulate_layer(g: Graph, y, checkpointing: str, modules: tuple[str, ...] | None,
+                    grad_dt: int) -> LayerProfile:
+    """One layer's replay under the job's checkpointing."""
+    if checkpointing == "full":
+        prof = simulate(g, [y], param_grad_dt=grad_dt, recompute=True)
+        prof.fwd_points_nosave = simulate(g, [y], param_grad_dt=grad_dt,
+                                          inference=True).fwd_points
+        return prof
+    if checkpointing == "selective":
+        return simulate(g, [y], param_grad_dt=grad_dt, drop_region=_drops(modules),
+                        discard_outputs=DISCARD_OUTPUTS if modules else frozenset())
+    return simulate(g, [y], param_grad_dt=grad_dt)
 
 
 @lru_cache(maxsize=512)
@@ -196,17 +216,9 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str,
             layer_idx = kinds.index(kind)
             g.compiling = o.compiled  # torch.compile of each layer (torchtune's compile_model)
             y = transformer_layer(c, x, mask, layer_idx)
-            if checkpointing == "full":
-                prof = simulate(g, [y], param_grad_dt=grad_dt, recompute=True)
-                prof.fwd_points_nosave = simulate(g, [y], param_grad_dt=grad_dt,
-                                                  inference=True).fwd_points
-            elif checkpointing == "selective":
+            if checkpointing == "selective":
                 regions |= {op.region.partition("#")[0] for op in g.ops if op.region}
-                prof = simulate(g, [y], param_grad_dt=grad_dt, drop_region=_drops(modules),
-                                discard_outputs=DISCARD_OUTPUTS if modules else frozenset())
-            else:
-                prof = simulate(g, [y], param_grad_dt=grad_dt)
-            by_kind[kind] = prof
+            by_kind[kind] = _simulate_layer(g, y, checkpointing, modules, grad_dt)
         layer_profiles.append((count, by_kind[kind]))
     # embeddings
     g = Graph(regime)
@@ -229,7 +241,7 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str,
                      "benchmarks/modern_agreement.md); the weights, states and KV cache are "
                      "exact")
     if checkpointing == "selective" and modules is not None:
-        notes += _module_notes(regions, modules, o)
+        notes += _module_notes(regions, modules, o, sp.family)
     elif checkpointing == "selective" and o.attention == "sdpa":
         notes.append("selective checkpointing recomputes the attention core; with SDPA/flash "
                      "that core already keeps only O(s) statistics, so it saves little")
