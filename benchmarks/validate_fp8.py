@@ -353,7 +353,8 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
     out = ["", "## MoE rows: the Megatron-Bridge recipes they ran", "",
            "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
            "taken into the Job: moe_a2a_overlap (`ep_overlap`), mtp_num_layers (`mtp_layers`), "
-           "recompute_modules (`recompute_modules`, its time only), tp_comm_overlap; the rest "
+           "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap; "
+           "the rest "
            "named, not modelled.", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]

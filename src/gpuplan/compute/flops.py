@@ -1049,9 +1049,14 @@ SELECTIVE_POLICIES = ("attention", "op")
 #: applying parts; "layernorm": the input_layernorm and pre_mlp_layernorm; "moe_act": the MoE
 #: MLP activation function; "mlp": the dense MLP submodule; "shared_experts": the shared
 #: experts in the MoE layer). core_attn: the attention core, as ``selective`` alone.
+#: mla_up_proj's function (multi_latent_attention.py ``qkv_up_proj_and_rope_apply``) also runs
+#: q_proj where there is no q_lora_rank, and the q/kv norms fused into the up projections
+#: (gpt_layer_specs.py: ``column_parallel_layer_norm_linear`` under qk_layernorm). The memory
+#: model drops the same regions (memory/activations/blocks.py, ``_begin``).
 MODULE_OPS = {
     "core_attn": ("attn.scores", "attn.scale_mask", "attn.softmax", "attn.values"),
-    "mla_up_proj": ("attn.q_b", "attn.kv_b", "attn.kv_expand", "attn.rotary"),
+    "mla_up_proj": ("attn.q_a_norm", "attn.q_b", "attn.q", "attn.kv_a_norm", "attn.kv_b",
+                    "attn.kv_expand", "attn.rotary"),
     "layernorm": ("attn.norm", "mlp.norm"),
     "moe_act": ("moe.act",),
     "mlp": ("mlp.gate_up", "mlp.up", "mlp.act", "mlp.down"),
@@ -1100,8 +1105,10 @@ def _module_recompute(fwd: tuple[Op, ...], attention: Attention,
                       modules: tuple[str, ...]) -> tuple[Op, ...]:
     """The forward ops of Megatron-Core's recompute ``modules``, each layer's again in backward
     (the attention core's only where it is stored: not under a fused kernel)."""
+    mla = any(op.name == "attn.kv_b" for op in fwd)  # attn.rotary alone is any RoPE model's
     names = {n for m in modules for n in MODULE_OPS[m]
-             if not (m == "core_attn" and attention == "sdpa")}
+             if not (m == "core_attn" and attention == "sdpa")
+             and not (m == "mla_up_proj" and not mla)}
     return tuple(replace(op, phase="recompute") for op in fwd
                  if is_layer_op(op) and op.name in names)
 

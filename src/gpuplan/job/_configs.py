@@ -202,8 +202,8 @@ class TrainingLoop:
     (Megatron-Core's ``--recompute-modules``; transformer_config.py at NVIDIA/Megatron-LM@d98e8a64:
     core_attn, the attention core, its default; mla_up_proj, the MLA up projections and their
     RoPE; layernorm, the two pre-norms; moe_act, the experts' activation; mlp, the dense MLP;
-    shared_experts, the MoE layer's shared experts). None: core_attn. Megatron only; only the
-    time is modelled (the activations they free are not)."""
+    shared_experts, the MoE layer's shared experts). None: core_attn. Megatron only; the
+    time and the activations they free are both modelled (memory/activations/profile.py)."""
     use_cache: bool = False
     """Training forward with transformers' KV cache: False (the default) models
     ``model(..., use_cache=False)``, as training loops commonly call it and as ``gpuplan trace``

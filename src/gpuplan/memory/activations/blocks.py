@@ -72,6 +72,15 @@ class Ctx:
         return y
 
 
+def _begin(g: Graph, module: str) -> str:
+    """Open one instance of a recompute region named after Megatron-Core's
+    ``--recompute-modules`` entry ``module`` (dropped only when the job names it: the profile's
+    ``simulate(drop_region=...)``); returns the instance's name. Close it with
+    ``g.region = ""``."""
+    g.region = f"{module}#{len(g.ops)}"
+    return g.region
+
+
 def _rms_normed(c: Ctx, x: Tensor, name: str) -> Tensor:
     """The part every RMSNorm shares: x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)."""
     g = c.g
@@ -232,6 +241,8 @@ class _QKV:
     v_contig: bool
     locals: tuple = ()
     """Other tensors the attention's forward binds to locals (alive until it returns)."""
+    region: str = ""
+    """MLA: the ``mla_up_proj`` region instance that made q, k and v."""
 
 
 def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
@@ -241,6 +252,9 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     if sp.mla:
         qkv = _project_mla(c, c.gather(x))
         out = _mla_core(c, qkv, mask)
+        # its outputs are recomputed when the core attention's output gradient arrives
+        # (``discard_output_and_register_recompute(core_attn_out)``)
+        g.recompute_at_last_op(qkv.region)
         y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj")
         g.touch(qkv.q, qkv.k, qkv.v, out, *qkv.locals)
         return c.scatter(y)
@@ -352,29 +366,41 @@ def _project_mla(c: Ctx, x: Tensor) -> _QKV:
     g, sp = c.g, c.sp
     h, H = sp.h, sp.heads
     qr, kvr, rope, nope, vd = sp.mla
+    # the region of Megatron-Core's ``mla_up_proj`` recompute (multi_latent_attention.py,
+    # ``qkv_up_proj_and_rope_apply`` under ``CheckpointWithoutOutput``, NVIDIA/Megatron-LM@
+    # d98e8a64): the q and kv up projections with their norms (fused into them:
+    # gpt_layer_specs.py, ``column_parallel_layer_norm_linear`` when qk_layernorm), the RoPE
+    # and the concatenations, from the compressed latents; q_proj when there is no q_lora_rank
     if qr:
-        qa = _rms_width(c, c.linear(x, h, qr, "q_a_proj"), qr, "q_a_layernorm")
-        q = c.linear(qa, qr, H * (nope + rope), "q_b_proj")
+        qa0 = c.linear(x, h, qr, "q_a_proj")
+        up = _begin(g, "mla_up_proj")
+        q = c.linear(_rms_width(c, qa0, qr, "q_a_layernorm"), qr, H * (nope + rope), "q_b_proj")
     else:
+        up = _begin(g, "mla_up_proj")
         q = c.linear(x, h, H * (nope + rope), "q_proj")
     q_pass, q_rot = g.split(q, [BS * (H * nope), BS * (H * rope)])
+    g.region = ""
     ckv = c.linear(x, h, kvr + rope, "kv_a_proj_with_mqa")
     latent, k_rot = g.split(ckv, [BS * kvr, BS * rope])
+    g.region = up
     latent = _rms_width(c, latent, kvr, "kv_a_layernorm")
     q_rot = _interleaved_rope(g, q_rot, "q.rope")
     k_rot = _interleaved_rope(g, k_rot, "k.rope")
+    g.region = ""
     if c.o.cache and sp.kind == "decoder":
         latent, k_rot = g.cat([latent], "latent.cache"), g.cat([k_rot], "k_rot.cache")
         g.hold(latent)
         g.hold(k_rot)
+    g.region = up
     query = g.cat([q_pass, q_rot], "query.cat")
     kv = c.linear(latent, kvr, H * (nope + vd), "kv_b_proj")
     k_nope, v = g.split(kv, [BS * (H * nope), BS * (H * vd)])
     # new_empty + copy_ of k_nope and of k_rot expanded to every head
     key = g.expand_copy(k_nope, BS * (H * (nope + rope)), "key.copy_")
     g.ops[-1].inputs.append(k_rot)
+    g.region = ""
     return _QKV(query, key, v, q_contig=True, k_contig=True, v_contig=False,
-                locals=(q, ckv, q_rot, kv))  # (the latents are the cache: counted there)
+                locals=(q, ckv, q_rot, kv), region=up)  # (the latents are the cache: counted there)
 
 
 def _mla_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
@@ -546,8 +572,14 @@ def _bloom_eager(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
 
 
 def _mlp(c: Ctx, x: Tensor) -> Tensor:
-    """The dense MLP (column-parallel up/gate, row-parallel down under TP)."""
-    return c.scatter(_mlp_body(c, c.gather(x)))
+    """The dense MLP (column-parallel up/gate, row-parallel down under TP), the region of
+    Megatron-Core's ``mlp`` recompute (transformer_layer.py, ``tensor_parallel.checkpoint`` of
+    the whole MLP from the pre-MLP norm's output, dense layers only; NVIDIA/Megatron-LM@d98e8a64)."""
+    g = c.g
+    _begin(g, "mlp")
+    y = _mlp_body(c, c.gather(x))
+    g.region = ""
+    return c.scatter(y)
 
 
 def _mlp_body(c: Ctx, x: Tensor) -> Tensor:
@@ -600,9 +632,12 @@ def _llama4_moe(c: Ctx, x: Tensor) -> Tensor:
     gu = g.linear(routed, c.w(E_rank * h * 2 * I, "experts.gate_up_proj"), BS * (E_rank * 2 * I),
                   name="experts.bmm_gate_up")
     gate, up = g.split(gu, [BS * (E_rank * I), BS * (E_rank * I)])
+    act = _begin(g, "moe_act")  # as in _grouped_mm_experts
     y = g.mul(up, activation(c, gate, "experts.act"), name="experts.up*act")
+    g.region = ""
     down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), BS * (E_rank * h),
                     name="experts.bmm_down")
+    g.recompute_at_last_op(act)
     shared = _shared_expert(c, x)
     out = g.add(shared, g.reduce(down, BS * h, name="experts.sum"), "moe.add_")
     # ``routed_in`` is bound in Llama4TextMoe.forward (and is the experts' argument) until it
@@ -630,10 +665,13 @@ def _moe_body(c: Ctx, x: Tensor) -> Tensor:
             shared = _shared_expert(c, x)
         if sp.shared_gate:
             # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output, after the experts
+            # (inside Megatron-Core's SharedExpertMLP: part of its shared_experts recompute)
+            _begin(g, "shared_experts")
             gate_logit = g.linear(x, c.w(sp.h, "shared_expert_gate"), BS,
                                   name="shared_expert_gate")
             sgate = g.unary_saves_output(gate_logit, "shared.sigmoid")
             shared = g.mul(sgate, shared, out=BS * sp.h, name="shared.gated")
+            g.region = ""
         out = g.add(out, shared, "moe.sum")
     g.touch(x, logits, top, idx)
     return out
@@ -776,15 +814,13 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
         bias = g.index(c.w(E_rank * 2 * I, "experts.gate_up_proj_bias"), S * (2 * I), ids_g,
                        name="experts.gate_up_bias")
     gate, up = g.split(proj, [S * I, S * I])
-    if sp.act == "swiglu_oai":
-        y = _swiglu_oai(g, gate, up)
-    else:
-        y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    act, y = _experts_act(c, gate, up)
     # the projection is bound to ``proj_out`` until the gate returns; the bias to
     # ``selected_biases`` until the down projection's bias replaces it
     g.touch(proj, *([bias] if bias is not None else []))
     down = g.linear(y, c.w(E_rank * I * h, "experts.down_proj"), S * h, name="experts.down",
                     autocast=False)
+    g.recompute_at_last_op(act)
     if sp.expert_bias:
         bias = g.index(c.w(E_rank * h, "experts.down_proj_bias"), S * h, ids_g,
                        name="experts.down_bias")
@@ -797,6 +833,21 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     out = g.to(g.reduce(back, BS * h, name="experts.sum"), x.dt)
     g.touch(sel, ids_g, perm, sw, hist, counts, offsets, down, inv_perm, back)
     return out
+
+
+def _experts_act(c: Ctx, gate: Tensor, up: Tensor) -> tuple[str, Tensor]:
+    """The experts' gated activation, the region of Megatron-Core's ``moe_act`` recompute
+    (moe/experts.py, ``CheckpointWithoutOutput`` of the activation and the GLU product; its
+    output, the down projection's input, discarded and recomputed when that projection's
+    output gradient arrives; NVIDIA/Megatron-LM@d98e8a64). Returns the region and the output."""
+    g = c.g
+    act = _begin(g, "moe_act")
+    if c.sp.act == "swiglu_oai":
+        y = _swiglu_oai(g, gate, up)
+    else:
+        y = g.mul(activation(c, gate, "experts.act"), up, name="experts.act*up")
+    g.region = ""
+    return act, y
 
 
 def _swiglu_oai(g: Graph, gate: Tensor, up: Tensor) -> Tensor:
@@ -818,10 +869,15 @@ def _shared_expert(c: Ctx, x: Tensor) -> Tensor:
     """The shared expert: a dense gated MLP over every token (``<Family>MLP``)."""
     g, sp = c.g, c.sp
     h, si = sp.h, sp.shared_inter
+    # Megatron-Core's ``shared_experts`` recompute: ``tensor_parallel.checkpoint`` of the
+    # shared expert MLP (moe_layer.py, NVIDIA/Megatron-LM@d98e8a64), its gate included
+    _begin(g, "shared_experts")
     sg = c.linear(x, h, si, "shared_expert.gate_proj")
     su = c.linear(x, h, si, "shared_expert.up_proj")
     sy = g.mul(activation(c, sg, "shared.act"), su, name="shared.act*up")
-    return c.linear(sy, si, h, "shared_expert.down_proj")
+    out = c.linear(sy, si, h, "shared_expert.down_proj")
+    g.region = ""
+    return out
 
 
 def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
@@ -864,13 +920,27 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         m = _mlp(c, n2)
         g.touch(n2)
         return g.add(x1, norm(c, m, "post_feedforward_layernorm"), "residual2")
-    # pre-norm: llama family, gpt2, opt, vit, phi3, neox (sequential)
+    return _pre_norm_layer(c, x, mask, layer, moe)
+
+
+def _pre_norm_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int, moe: bool) -> Tensor:
+    """The pre-norm block: llama family, gpt2, opt, vit, phi3, neox (sequential)."""
+    g, fam, p = c.g, c.sp.family, c.sp.hidden_dropout
+    # Megatron-Core's
+    # ``layernorm`` recompute (transformer_layer.py, NVIDIA/Megatron-LM@d98e8a64): each norm
+    # under ``CheckpointWithoutOutput``, its output discarded and recomputed when the
+    # attention's (the MLP's) output gradient arrives
+    ln1 = _begin(g, "layernorm")
     n1 = norm(c, x, "input_layernorm")
+    g.region = ""
     a = _attention(c, n1, mask, layer)
+    g.recompute_at_last_op(ln1)
     g.touch(n1)
     a = g.dropout(a, p, "attn.dropout")
     x1 = g.add(a, x, "residual1")
+    ln2 = _begin(g, "layernorm")
     n2 = norm(c, x1, "post_attention_layernorm")
+    g.region = ""
     if fam in GPT2_LIKE:
         g.keep(a)   # GPT2Block / GPTBigCodeBlock: attn_output and the ln_2 output stay bound
         g.keep(n2)
@@ -880,6 +950,7 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
     elif fam == "llama4_text":
         g.keep(a)  # Llama4TextDecoderLayer binds the attention's output to attention_states
     m = _moe(c, n2) if moe else _mlp(c, n2)
+    g.recompute_at_last_op(ln2)
     # the block's argument is bound to the callee's parameter until the callee returns
     g.touch(n2)
     m = g.dropout(m, p, "mlp.dropout")

@@ -114,8 +114,70 @@ def _narrow_inputs(job: Job) -> float:
 _APPROXIMATE: dict[str, str] = {}
 
 
+#: Megatron-Core's ``--recompute-modules`` entries whose outputs are discarded as well
+#: (``CheckpointWithoutOutput``: transformer_layer.py for the norms, multi_latent_attention.py,
+#: moe/experts.py; NVIDIA/Megatron-LM@d98e8a64); the others (``tensor_parallel.checkpoint``)
+#: keep their output where a later op saves it.
+DISCARD_OUTPUTS = frozenset({"layernorm", "mla_up_proj", "moe_act"})
+
+
+def _drops(modules: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The recompute regions selective checkpointing drops: the attention core, or the named
+    modules (core_attn is the region ``attn_core``)."""
+    if modules is None:
+        return ("attn_core",)
+    return tuple("attn_core" if m == "core_attn" else m for m in modules)
+
+
+def _module_notes(g_regions: set[str], modules: tuple[str, ...], o: Opts,
+                  family: str) -> list[str]:
+    """What the plan says about ``--recompute-modules``: the modules recomputed, and those this
+    model has no such part for."""
+    found = [m for m in modules if ("attn_core" if m == "core_attn" else m) in g_regions]
+    absent = [m for m in modules if m not in found]
+    fused_core = "core_attn" in found and o.attention == "sdpa"
+    if fused_core:  # as the speed model: the fused kernel's own backward recomputes the scores
+        found.remove("core_attn")
+    notes = []
+    if found:
+        notes.append("selective checkpointing recomputes " + ", ".join(found) + " (Megatron-Core "
+                     "recompute modules): their saved tensors are not kept, one layer's are "
+                     "rematerialized during its backward")
+    if "layernorm" in absent:
+        # the norms of post-LN, parallel-residual, BLOOM and Gemma layers are not tagged
+        absent.remove("layernorm")
+        notes.append(f"memory of layernorm recompute not modelled for {family}'s layer layout "
+                     "(its norms stay kept; the speed model still times their recompute)")
+    if absent:
+        notes.append("recompute modules " + ", ".join(absent) + ": no such part in this "
+                     "model's layers, nothing recomputed")
+    if fused_core:
+        notes.append("core_attn under SDPA/flash: nothing recomputed beyond the fused kernel's "
+                     "own backward; the core keeps only O(s) statistics (dropped)")
+    if "layernorm" in found:
+        notes.append("layernorm recompute is modelled on separate norm modules; with Megatron-Core's "
+                     "Transformer Engine layer spec a norm fused into the next linear is not "
+                     "recomputed (transformer_layer.py skips an IdentityOp norm)")
+    return notes
+
+
+def _simulate_layer(g: Graph, y, checkpointing: str, modules: tuple[str, ...] | None,
+                    grad_dt: int) -> LayerProfile:
+    """One layer's replay under the job's checkpointing."""
+    if checkpointing == "full":
+        prof = simulate(g, [y], param_grad_dt=grad_dt, recompute=True)
+        prof.fwd_points_nosave = simulate(g, [y], param_grad_dt=grad_dt,
+                                          inference=True).fwd_points
+        return prof
+    if checkpointing == "selective":
+        return simulate(g, [y], param_grad_dt=grad_dt, drop_region=_drops(modules),
+                        discard_outputs=DISCARD_OUTPUTS if modules else frozenset())
+    return simulate(g, [y], param_grad_dt=grad_dt)
+
+
 @lru_cache(maxsize=512)
-def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> StepProfile:
+def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str,
+                    modules: tuple[str, ...] | None = None) -> StepProfile:
     notes: list[str] = []
     pdt = regime.param
     grad_dt = pdt
@@ -144,6 +206,7 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
     rows = BS if o.sp == 1 else BS * Fraction(1, o.sp)  # residual-stream rows on this rank
     layer_profiles = []
     by_kind: dict[tuple, LayerProfile] = {}
+    regions: set[str] = set()
     for count, kind in runs:
         if kind not in by_kind:
             g = Graph(regime)
@@ -153,15 +216,9 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
             layer_idx = kinds.index(kind)
             g.compiling = o.compiled  # torch.compile of each layer (torchtune's compile_model)
             y = transformer_layer(c, x, mask, layer_idx)
-            if checkpointing == "full":
-                prof = simulate(g, [y], param_grad_dt=grad_dt, recompute=True)
-                prof.fwd_points_nosave = simulate(g, [y], param_grad_dt=grad_dt,
-                                                  inference=True).fwd_points
-            elif checkpointing == "selective":
-                prof = simulate(g, [y], param_grad_dt=grad_dt, drop_region="attn_core")
-            else:
-                prof = simulate(g, [y], param_grad_dt=grad_dt)
-            by_kind[kind] = prof
+            if checkpointing == "selective":
+                regions |= {op.region.partition("#")[0] for op in g.ops if op.region}
+            by_kind[kind] = _simulate_layer(g, y, checkpointing, modules, grad_dt)
         layer_profiles.append((count, by_kind[kind]))
     # embeddings
     g = Graph(regime)
@@ -183,7 +240,9 @@ def _profile_cached(sp: Spec, regime: Regime, o: Opts, checkpointing: str) -> St
                      f"{_APPROXIMATE[sp.family]} (against the trace on small configs: "
                      "benchmarks/modern_agreement.md); the weights, states and KV cache are "
                      "exact")
-    if checkpointing == "selective" and o.attention == "sdpa":
+    if checkpointing == "selective" and modules is not None:
+        notes += _module_notes(regions, modules, o, sp.family)
+    elif checkpointing == "selective" and o.attention == "sdpa":
         notes.append("selective checkpointing recomputes the attention core; with SDPA/flash "
                      "that core already keeps only O(s) statistics, so it saves little")
     return StepProfile(embed=embed, layers=tuple(layer_profiles), head=head,
@@ -213,7 +272,9 @@ def step_profile(model: Model, job: Job, seq: int | None = None,
     s = seq if seq is not None else seq_for(model, job)
     o = _opts(job, sp, _lora_targets(model, job), sliding_mask(arch, sp, job.attention, s),
               shard)
-    prof = _profile_cached(sp, regime_for(job.precision), o, job.checkpointing)
+    modules = job.recompute_modules if job.checkpointing == "selective" else None
+    prof = _profile_cached(sp, regime_for(job.precision), o, job.checkpointing,
+                           tuple(modules) if modules is not None else None)
     if shard.ckpt_split > 1 and job.checkpointing == "full":
         prof = replace(prof, ckpt_split=shard.ckpt_split)
     if shard.first and shard.last:

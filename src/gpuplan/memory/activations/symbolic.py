@@ -173,6 +173,10 @@ class Graph:
         self.storages: list[_Storage] = []
         self.weight_copies: dict[int, Tensor] = {}
         self.region = ""
+        self.triggers: dict[str, int] = {}
+        """Region instance -> the op whose backward starts its recompute, where that is not the
+        region's own last op (Megatron's ``discard_output_and_register_recompute`` hooks the
+        recompute on a later tensor's gradient)."""
         self.kept: set[int] = set()
         self.compiling = False
         """Ops recorded while set belong to a torch.compile region."""
@@ -206,6 +210,11 @@ class Graph:
         """Keep ``x`` alive until the end of this block (a local variable of the layer's
         forward, such as the attention weights it unpacks and ignores)."""
         self.kept.add(id(x.st))
+
+    def recompute_at_last_op(self, region: str) -> None:
+        """The recompute of ``region`` (an instance name) starts when the backward reaches the
+        op recorded last (the hook on that op's output gradient)."""
+        self.triggers[region] = len(self.ops) - 1
 
     def hold(self, x: Tensor) -> None:
         """Keep ``x`` alive until the end of the block's forward (a Python reference or a cache)."""
@@ -548,6 +557,9 @@ class LayerProfile:
     """Parameter-gradient bytes the block's backward leaves behind."""
     region_saved: Form = ZERO
     """Saved bytes inside the recompute region (dropped by selective checkpointing)."""
+    region_parts: tuple = ()
+    """(region instance, its dropped saved bytes) per dropped region instance, in forward order
+    (Megatron-Core's ``--recompute-modules``: one re-run of each in backward)."""
     largest_param: int = 0
     """Elements of the largest trainable parameter the block's backward makes a gradient for."""
     fwd_points_nosave: list = field(default_factory=list)
@@ -561,9 +573,10 @@ def _root(t: Tensor) -> Tensor:
     return t
 
 
-def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region: str = "",
-             recompute: bool = False, inference: bool = False,
-             debug: list | None = None) -> LayerProfile:
+def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int,
+             drop_region: "str | tuple[str, ...]" = "", recompute: bool = False,
+             inference: bool = False, debug: list | None = None,
+             discard_outputs: frozenset = frozenset()) -> LayerProfile:
     """Replay the block's forward and backward and return its profile.
 
     ``outputs`` are the block's results: alive at the end of its forward (the next block, or the
@@ -571,25 +584,30 @@ def simulate(g: Graph, outputs: list[Tensor], *, param_grad_dt: int, drop_region
     a region whose saved tensors are not kept in forward (selective checkpointing) and are
     recreated by a recompute when the backward reaches it. ``recompute`` re-runs the whole
     forward just before the backward (full checkpointing): the caller then keeps only the block's
-    input.
+    input. ``drop_region`` may name several regions (the base names of the ops' region
+    instances, ``layernorm#1`` -> ``layernorm``); ``discard_outputs``: those of them whose
+    outputs are not kept either, even where an op outside saves them (Megatron-Core's
+    ``CheckpointWithoutOutput``), and are recomputed with the region.
     """
     prof = LayerProfile()
-    region_inputs = _region_inputs(g.ops, drop_region) if drop_region else set()
+    drops = _dropped(g.ops, drop_region)
+    region_inputs = _region_inputs(g.ops, drops) if drops else set()
     # under torch.inference_mode() nothing is kept for a backward
-    keep = set() if inference else _kept_for_backward(g, region_inputs, drop_region)
+    keep = set() if inference else _kept_for_backward(g, region_inputs, drops,
+                                                       discard_outputs)
     out_st = {id(t.st) for t in outputs if t.st is not None} | g.kept
     fused: set[int] = set()
     if any(op.compiled for op in g.ops):
         if keep:
             keep = _compiled_keep(g, keep)
         fused = _fused_storages(g, keep, out_st)
-    inputs_kept = _measure_storages(g, keep, drop_region, prof)
+    inputs_kept = _measure_storages(g, keep, drops, prof)
     fwd = _forward(g, keep, out_st, debug, fused)
     prof.fwd_points = prune(fwd)
     if inference:
         return prof
     back = _Backward(g, outputs, prof, keep, region_inputs, param_grad_dt=param_grad_dt,
-                     drop_region=drop_region, recompute=recompute, debug=debug, fused=fused)
+                     drop_region=drops, recompute=recompute, debug=debug, fused=fused)
     back.run(g.ops, fwd, inputs_kept)
     return prof
 
@@ -672,7 +690,19 @@ def _fused_storages(g: Graph, keep: set[int], out_st: set[int]) -> set[int]:
     return fused
 
 
-def _region_inputs(ops: list[_Op], region: str) -> set[int]:
+def _base(region: str) -> str:
+    """A region instance's base name (``layernorm#2`` -> ``layernorm``)."""
+    return region.partition("#")[0]
+
+
+def _dropped(ops: list[_Op], drop_region: "str | tuple[str, ...]") -> frozenset:
+    """The region instances of ``ops`` whose base name is dropped."""
+    names = {drop_region} if isinstance(drop_region, str) else set(drop_region)
+    names.discard("")
+    return frozenset(op.region for op in ops if op.region and _base(op.region) in names)
+
+
+def _region_inputs(ops: list[_Op], regions: frozenset) -> set[int]:
     """Selective recompute keeps the region's inputs (Q, K, V for the attention core) so that the
     region can be re-run: the storages of activations and block inputs that ops of the region
     read and no op of the region made."""
@@ -683,30 +713,56 @@ def _region_inputs(ops: list[_Op], region: str) -> set[int]:
                 producer.setdefault(id(t.st), i)
     found: set[int] = set()
     for op in ops:
-        if op.region != region:
+        if op.region not in regions:
             continue
         for t in op.inputs:
             if t.st is None or t.param:
                 continue
             p = producer.get(id(t.st))
-            if (p is None or ops[p].region != region) and t.st.cat in ("act", "input"):
+            if (p is None or ops[p].region != op.region) and t.st.cat in ("act", "input"):
                 found.add(id(t.st))
     return found
 
 
-def _kept_for_backward(g: Graph, region_inputs: set[int], drop_region: str) -> set[int]:
+def _kept_for_backward(g: Graph, region_inputs: set[int], drops: frozenset,
+                       discard_outputs: frozenset = frozenset()) -> set[int]:
     """The storages the forward keeps for the backward: saved by an op outside the dropped
-    region, or an input of that region."""
+    regions, or an input of one of them; less the outputs of a dropped region that discards
+    its outputs (recomputed with it)."""
     ops = g.ops
-    return region_inputs | {
+    keep = region_inputs | {
         id(st) for st in g.storages
-        if any(not (drop_region and ops[i].region == drop_region) for i in st.saved_by)}
+        if any(ops[i].region not in drops for i in st.saved_by)}
+    if discard_outputs:
+        producer = _producers(g)
+        for st in g.storages:
+            p = producer.get(id(st))
+            if (p is not None and st.cat == "act" and ops[p].region in drops
+                    and _base(ops[p].region) in discard_outputs):
+                keep.discard(id(st))
+    return keep
 
 
-def _measure_storages(g: Graph, keep: set[int], drop_region: str, prof: LayerProfile) -> Form:
+def _instance_of(g: Graph, st: _Storage, drops: frozenset, producer: dict[int, int]) -> str:
+    """The dropped region instance a dropped saved storage is recomputed by: its producer's,
+    else its first saver's, else (a tensor a compiled layer's partition recomputes) the
+    instance the backward reaches first, as when there was one region per layer."""
+    p = producer.get(id(st))
+    if p is not None and g.ops[p].region in drops:
+        return g.ops[p].region
+    inst = next((g.ops[i].region for i in st.saved_by if g.ops[i].region in drops), "")
+    if inst:
+        return inst
+    return max(drops, key=lambda r: g.triggers.get(r, max(
+        i for i, op in enumerate(g.ops) if op.region == r)))
+
+
+def _measure_storages(g: Graph, keep: set[int], drops: frozenset, prof: LayerProfile) -> Form:
     """Fill the profile's sizes (saved, autocast copies, held, the dropped region's saved bytes);
     return the bytes of the block's inputs among the saved ones."""
     inputs_kept = ZERO
+    producer = _producers(g) if drops else {}
+    parts: dict[str, Form] = {}
     for st in g.storages:
         if st.cat == "autocast":
             prof.autocast_copies = prof.autocast_copies + st.nbytes
@@ -714,10 +770,13 @@ def _measure_storages(g: Graph, keep: set[int], drop_region: str, prof: LayerPro
             prof.saved = prof.saved + st.nbytes
             if st.cat == "input":
                 inputs_kept = inputs_kept + st.nbytes
-        if drop_region and st.cat == "act" and st.saved_by and id(st) not in keep:
+        if drops and st.cat == "act" and st.saved_by and id(st) not in keep:
             prof.region_saved = prof.region_saved + st.nbytes
+            inst = _instance_of(g, st, drops, producer)
+            parts[inst] = parts.get(inst, ZERO) + st.nbytes
         if st.held and st.cat == "act" and not (st.saved_by and id(st) in keep):
             prof.held = prof.held + st.nbytes
+    prof.region_parts = tuple(parts.items())
     return inputs_kept
 
 
@@ -787,7 +846,7 @@ class _Backward:
     gradients)."""
 
     def __init__(self, g: Graph, outputs: list[Tensor], prof: LayerProfile, keep: set[int],
-                 region_inputs: set[int], *, param_grad_dt: int, drop_region: str,
+                 region_inputs: set[int], *, param_grad_dt: int, drop_region: frozenset,
                  recompute: bool, debug: list | None, fused: set[int] = frozenset()) -> None:
         self.prof, self.keep, self.param_grad_dt = prof, keep, param_grad_dt
         self.drop_region, self.recompute, self.debug = drop_region, recompute, debug
@@ -819,7 +878,18 @@ class _Backward:
         self.tmp = ZERO
         self.pgrad = ZERO
         self.points: list[tuple[Form, Form, Form, Form]] = []
-        self.recomputed = False
+        # the dropped region instances: where each one's recompute starts (the op whose
+        # backward triggers it) and its bytes; its dropped storages wait for their users too
+        self.triggers: dict[str, int] = {}
+        for i, op in enumerate(g.ops):
+            if op.region in drop_region:
+                self.triggers[op.region] = g.triggers.get(op.region, i)
+        self.parts = dict(prof.region_parts)
+        self.recomputed: set[str] = set()
+        if drop_region:
+            for st in g.storages:
+                if st.cat == "act" and st.saved_by and id(st) not in keep:
+                    self.pending.setdefault(id(st), len(st.saved_by))
 
     def run(self, ops: list[_Op], fwd: list[tuple[Form, Form]], inputs_kept: Form) -> None:
         prof = self.prof
@@ -830,7 +900,7 @@ class _Backward:
             self.act = prof.saved - inputs_kept
             self.tmp = prof.autocast_copies
         for i in range(len(ops) - 1, -1, -1):
-            self._gradients(ops[i])
+            self._gradients(ops[i], i)
             self._release_saved(ops[i])
             for st in self.release_at.get(i, ()):
                 self.act = self.act - st.nbytes
@@ -843,17 +913,19 @@ class _Backward:
         prof.bwd_points_acc = prune([(a, t + n, ZERO) for a, t, _, n in self.points])
         prof.bwd_points_inflight = prune([(a, t + n, p) for a, t, p, n in self.points])
 
-    def _gradients(self, op: _Op) -> None:
+    def _gradients(self, op: _Op, i: int) -> None:
         """The op's backward, when a gradient reaches it: its inputs' gradients are allocated,
         its outputs' gradients freed."""
         grads = self.grads
         out_keys = {id(_root(t)) for t in op.outputs if t.grad}
         if not any(k in grads for k in out_keys):
             return
-        if self.drop_region and op.region == self.drop_region and not self.recomputed:
-            self.recomputed = True
-            self.act = self.act + self.prof.region_saved
-            self.points.append((self.act, self.tmp, self.pgrad, ZERO))
+        for inst, at in self.triggers.items():
+            if at >= i and inst not in self.recomputed:
+                # the region's forward runs again: its saved tensors exist again, one layer's
+                self.recomputed.add(inst)
+                self.act = self.act + self.parts.get(inst, ZERO)
+                self.points.append((self.act, self.tmp, self.pgrad, ZERO))
         new_keys, accum, new_param = self._input_gradients(op)
         new = ZERO
         for f in new_keys.values():
