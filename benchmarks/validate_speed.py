@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import validate_capacity  # benchmarks/: the serving rows' capacity() call, shared
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import POWER_SIBLINGS
 from gpuplan.engines.profiles import get_engine, runtime_of
@@ -689,8 +690,7 @@ def predict(run: dict) -> Row:
                              host_sync_per_step=_host_sync_per_step(run, notes))
         value = est.tokens_per_s
         if run["job"].get("qps"):
-            value = _online_rate(model, gpu, job, _new_tokens(run), float(run["job"]["qps"]),
-                                 notes)
+            value = _online_rate(run, notes)
     else:
         if job.zero == 3 and job.sharding == "deepspeed" and isinstance(model, Architecture):
             model = _gpt_model(run["model"])
@@ -738,37 +738,35 @@ def _measured_step(run: dict, job: Job, measured: float) -> float | None:
     return (job.batch if "all" in run["measured"]["unit"] else 1) / measured
 
 
-def _online_rate(model, gpu, job: Job, new: int, qps: float, notes: list[str]) -> float:
-    """1 / the mean inter-token latency of a server taking ``qps`` requests a second (Poisson
-    arrivals, ``job.seq`` prompt and ``new`` output tokens each) with in-flight batching: the
-    engine runs iterations back to back; each iteration decodes one token of every running
-    request, and the prefill of an arriving request joins one iteration and lengthens it. Per
-    second the GPU spends ``qps x prefill`` on prefills, so the mean iteration (the ITL) is
-    ``decode(B) / (1 - qps x prefill)``, with B the running requests by Little's law, ``qps x new
-    x ITL`` -- solved by iteration (B interpolated between whole batches)."""
-    prefill = estimate_speed(model, gpu, job, new_tokens=new, measured=None).prefill_time_s
-    busy = qps * prefill
-    if busy >= 1:
-        raise ValueError(f"{qps} requests/s saturate the GPU with prefills alone")
-    decode_s: dict[int, float] = {}  # one decode step of a whole batch, by batch
+def online_serving_row(run: dict) -> dict:
+    """The runs.json online-serving row (a request rate, ``job.qps``) as a row of
+    benchmarks/published/serving_runs.json: its engine and the version its runtime states (
+    "TensorRT-LLM 0.14 + Triton" -> 0.14), model, GPU, TP, precision, fixed input/output lengths
+    and its rate as Poisson arrivals -- what validate_capacity.py hands to ``gpuplan.capacity``."""
+    j = run["job"]
+    version = re.search(r"\d+\.\d+(?:\.\d+)?", j.get("runtime") or "")
+    return {"id": run["id"], "engine": run["engine"],
+            "engine_version": version.group(0) if version else None,
+            "model": run["model"]["catalog"], "gpu": run["hardware"]["gpu"], "tp": j.get("tp") or 1,
+            "precision": j["precision"], "input_len": j["input_len"], "output_len": j["output_len"],
+            "load": {"request_rate": float(j["qps"]), "concurrency": None},
+            "num_requests": j.get("num_requests"), "replicas": 1, "measured": {}}
 
-    def decode(batch: int) -> float:
-        if batch not in decode_s:
-            est = estimate_speed(model, gpu, job.with_(batch=batch), new_tokens=new,
-                                 measured=None)
-            decode_s[batch] = batch / est.tokens_per_s
-        return decode_s[batch]
 
-    itl, running = 0.0, 1.0
-    for _ in range(8):
-        lo = math.floor(running)  # running >= 1
-        step = decode(lo) + (decode(lo + 1) - decode(lo)) * (running - lo)
-        itl = step / (1 - busy)
-        running = max(1.0, qps * new * itl)
-    notes.append(f"online at {qps:g} requests/s: {running:.1f} requests decoding at a time "
-                 f"(Little's law), prefills {100 * busy:.1f}% of the GPU's time; ITL = "
-                 f"decode step / (1 - that share)")
-    return 1.0 / itl
+def _online_rate(run: dict, notes: list[str]) -> float:
+    """1 / the mean inter-token latency of a server taking ``job.qps`` requests a second:
+    ``gpuplan.capacity``'s simulation of the engine's scheduler (the call ``gpuplan capacity``
+    makes, built by validate_capacity.py's :func:`~validate_capacity.predict` from
+    :func:`online_serving_row`), so this row and validate_capacity.md's row of the same
+    measurement read one prediction."""
+    cap = validate_capacity.predict(online_serving_row(run))
+    if cap.why_not:
+        raise ValueError(f"{run['id']}: gpuplan capacity cannot run it: {cap.why_not}")
+    itl = cap.predicted["itl_ms"]
+    notes.append(f"online at {run['job']['qps']:g} requests/s: gpuplan.capacity's simulation "
+                 f"(`{cap.command}`): mean ITL {itl:.2f} ms, mean TTFT "
+                 f"{cap.predicted['ttft_ms']:.1f} ms")
+    return 1000.0 / itl
 
 
 def _inter_node(stated: str | None, per_node: int) -> str | None:
@@ -825,8 +823,10 @@ def _train_value(est, unit: str, run: dict) -> float:
 #: The mechanisms a run is sorted under, in the order they are tested (the first that holds):
 #: name -> what the estimate carries for it. Read from the job gpuplan runs (:func:`mechanism_of`).
 MECHANISMS: dict[str, str] = {
-    "online serving": "in-flight batching at a stated request rate (Little's law over the step "
-                      "model, prefills in the iterations)",
+    "online serving": "in-flight batching at a stated request rate: gpuplan.capacity's "
+                      "discrete-event simulation of the engine's scheduler (the `gpuplan "
+                      "capacity` call validate_capacity.py makes for the same row), so the two "
+                      "reports read one prediction",
     "batched decode": "one static batch decoding together: the weights read once a step "
                       "(AutoAWQ's GEMV kernel: once per row, QUANT_KERNELS autoawq-gemv), the "
                       "KV cache per stream",
