@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import validate_capacity  # benchmarks/: the serving rows' capacity() call, shared
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import POWER_SIBLINGS
 from gpuplan.engines.profiles import get_engine, runtime_of
@@ -211,7 +212,8 @@ def _not_expressible(run: dict) -> str:
     job, kind = run["job"], run["kind"]
     if kind == "serving":
         return ("a server's continuous batching under unbounded concurrency: the batch is the "
-                "engine's choice (no serving model in gpuplan)")
+                "engine's choice (trtllm-bench's offline max-throughput; not yet run through "
+                "gpuplan.capacity, whose \"INF\" load validate_capacity.py reads)")
     if "not stated" in str(job.get("checkpointing")):
         return ("activation checkpointing of a fraction of the blocks, the fraction not stated "
                 "(gpuplan checkpoints none, the attention core or every block)")
@@ -691,8 +693,7 @@ def predict(run: dict, keep: list | None = None) -> Row:
                              host_sync_per_step=_host_sync_per_step(run, notes))
         value = est.tokens_per_s
         if run["job"].get("qps"):
-            value = _online_rate(model, gpu, job, _new_tokens(run), float(run["job"]["qps"]),
-                                 notes)
+            value = _online_rate(run, notes)
     else:
         if job.zero == 3 and job.sharding == "deepspeed" and isinstance(model, Architecture):
             model = _gpt_model(run["model"])
@@ -742,37 +743,35 @@ def _measured_step(run: dict, job: Job, measured: float) -> float | None:
     return (job.batch if "all" in run["measured"]["unit"] else 1) / measured
 
 
-def _online_rate(model, gpu, job: Job, new: int, qps: float, notes: list[str]) -> float:
-    """1 / the mean inter-token latency of a server taking ``qps`` requests a second (Poisson
-    arrivals, ``job.seq`` prompt and ``new`` output tokens each) with in-flight batching: the
-    engine runs iterations back to back; each iteration decodes one token of every running
-    request, and the prefill of an arriving request joins one iteration and lengthens it. Per
-    second the GPU spends ``qps x prefill`` on prefills, so the mean iteration (the ITL) is
-    ``decode(B) / (1 - qps x prefill)``, with B the running requests by Little's law, ``qps x new
-    x ITL`` -- solved by iteration (B interpolated between whole batches)."""
-    prefill = estimate_speed(model, gpu, job, new_tokens=new, measured=None).prefill_time_s
-    busy = qps * prefill
-    if busy >= 1:
-        raise ValueError(f"{qps} requests/s saturate the GPU with prefills alone")
-    decode_s: dict[int, float] = {}  # one decode step of a whole batch, by batch
+def online_serving_row(run: dict) -> dict:
+    """The runs.json online-serving row (a request rate, ``job.qps``) as a row of
+    benchmarks/published/serving_runs.json: its engine and the version its runtime states (
+    "TensorRT-LLM 0.14 + Triton" -> 0.14), model, GPU, TP, precision, fixed input/output lengths
+    and its rate as Poisson arrivals -- what validate_capacity.py hands to ``gpuplan.capacity``."""
+    j = run["job"]
+    version = re.search(r"\d+\.\d+(?:\.\d+)?", j.get("runtime") or "")
+    return {"id": run["id"], "engine": run["engine"],
+            "engine_version": version.group(0) if version else None,
+            "model": run["model"]["catalog"], "gpu": run["hardware"]["gpu"], "tp": j.get("tp") or 1,
+            "precision": j["precision"], "input_len": j["input_len"], "output_len": j["output_len"],
+            "load": {"request_rate": float(j["qps"]), "concurrency": None},
+            "num_requests": j.get("num_requests"), "replicas": 1, "measured": {}}
 
-    def decode(batch: int) -> float:
-        if batch not in decode_s:
-            est = estimate_speed(model, gpu, job.with_(batch=batch), new_tokens=new,
-                                 measured=None)
-            decode_s[batch] = batch / est.tokens_per_s
-        return decode_s[batch]
 
-    itl, running = 0.0, 1.0
-    for _ in range(8):
-        lo = math.floor(running)  # running >= 1
-        step = decode(lo) + (decode(lo + 1) - decode(lo)) * (running - lo)
-        itl = step / (1 - busy)
-        running = max(1.0, qps * new * itl)
-    notes.append(f"online at {qps:g} requests/s: {running:.1f} requests decoding at a time "
-                 f"(Little's law), prefills {100 * busy:.1f}% of the GPU's time; ITL = "
-                 f"decode step / (1 - that share)")
-    return 1.0 / itl
+def _online_rate(run: dict, notes: list[str]) -> float:
+    """1 / the mean inter-token latency of a server taking ``job.qps`` requests a second:
+    ``gpuplan.capacity``'s simulation of the engine's scheduler (the call ``gpuplan capacity``
+    makes, built by validate_capacity.py's :func:`~validate_capacity.predict` from
+    :func:`online_serving_row`), so this row and validate_capacity.md's row of the same
+    measurement read one prediction."""
+    cap = validate_capacity.predict(online_serving_row(run))
+    if cap.why_not:
+        raise ValueError(f"{run['id']}: gpuplan capacity cannot run it: {cap.why_not}")
+    itl = cap.predicted["itl_ms"]
+    notes.append(f"online at {run['job']['qps']:g} requests/s: gpuplan.capacity's simulation "
+                 f"(`{cap.command}`): mean ITL {itl:.2f} ms, mean TTFT "
+                 f"{cap.predicted['ttft_ms']:.1f} ms")
+    return 1000.0 / itl
 
 
 def _inter_node(stated: str | None, per_node: int) -> str | None:
@@ -829,8 +828,10 @@ def _train_value(est, unit: str, run: dict) -> float:
 #: The mechanisms a run is sorted under, in the order they are tested (the first that holds):
 #: name -> what the estimate carries for it. Read from the job gpuplan runs (:func:`mechanism_of`).
 MECHANISMS: dict[str, str] = {
-    "online serving": "in-flight batching at a stated request rate (Little's law over the step "
-                      "model, prefills in the iterations)",
+    "online serving": "in-flight batching at a stated request rate: gpuplan.capacity's "
+                      "discrete-event simulation of the engine's scheduler (the `gpuplan "
+                      "capacity` call validate_capacity.py makes for the same row), so the two "
+                      "reports read one prediction",
     "batched decode": "one static batch decoding together: the weights read once a step "
                       "(AutoAWQ's GEMV kernel: once per row, QUANT_KERNELS autoawq-gemv), the "
                       "KV cache per stream",
@@ -980,10 +981,12 @@ def _host_gap(run: dict, row: Row) -> str:
 def _serving_gap(run: dict, row: Row) -> str:
     if row.mechanism != "online serving":
         return ""
-    return ("the serving engine's per-step host cost (scheduling, sampling, detokenization "
+    return ("gpuplan.capacity's simulation (validate_capacity.md's row of the same measurement): "
+            "the serving engine's per-step host cost (scheduling, sampling, detokenization "
             "between steps) is in its engine profile only where a source gives it (vLLM's output "
-            "processing, vllm issue #6913); TensorRT-LLM's has none, its per-request front-end "
-            "time is fitted (engines/profiles.py, ServingHost)")
+            "processing, vllm issue #6913); TensorRT-LLM's has none, nor a per-token streaming "
+            "cost through Triton; its per-request front-end time is fitted (engines/profiles.py, "
+            "ServingHost) and moves TTFT only")
 
 
 def _fsdp_nodes_gap(run: dict, row: Row) -> str:
@@ -1168,13 +1171,43 @@ def _worst_table(rs: list[Row], split: str) -> list[str]:
 
 
 #: Issue 31's must-hold subset: "Serving latency rows (vLLM, SGLang, TensorRT-LLM, NIM; batch 1 to
-#: 64): median within 10%". A row belongs when its engine is one of these, its measured figure
-#: is a latency (a unit in ms: mean ITL or per-token time) and the batch it ran at is 1-64: the
-#: stated micro-batch, else for a request-rate run the measured requests in flight by Little's
-#: law (rate x (TTFT + output tokens x ITL)), read from the source's figures, not the estimate.
+#: 64): median within 10%", over both published files, each measured figure once
+#: (:func:`serving_latency_figures`). A runs.json row belongs when its engine is one of these, its
+#: measured figure is a latency (a unit in ms: mean ITL or per-token time) and the batch it ran at
+#: is at most 64: the stated micro-batch, else for a request-rate run the measured requests in flight
+#: by Little's law (rate x (TTFT + output tokens x ITL)), read from the source's figures, not the
+#: estimate; under 1 in flight the engine runs one request at a time, batch 1. A serving_runs.json
+#: row (issue 29's table) gives its TTFT and its ITL, each a member when the row's requests in
+#: flight are at most 64 (:func:`serving_in_flight`: the closed
+#: loop's concurrency, else the same Little's law at the stated rate; "INF" sends every request at
+#: once, so all of them); a figure runs.json already holds (the same engine, model, GPU, TP,
+#: lengths and load) is counted there, not twice. NIM is TensorRT-LLM inside NVIDIA's container
+#: (serving_runs.json's ``engine`` trt-llm, ``engine_as_stated`` "NVIDIA NIM ..."): named nim here.
 SERVING_LATENCY_ENGINES = ("vllm", "sglang", "trt-llm", "nim")
 SERVING_LATENCY_BAR = 0.10
-SERVING_LATENCY_BATCH = (1, 64)
+SERVING_LATENCY_BATCH = (1, 64)  # in flight at most 64; under 1 is batch 1
+#: serving_runs.json's latency figures: key in the row's ``measured`` -> the label
+SERVING_FIGURES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"))
+
+
+@dataclass(frozen=True)
+class ServingLatency:
+    """One measured serving latency of the subset: where it is published, the requests in flight
+    it was measured at, and gpuplan's prediction of it (None: not predicted, said why there)."""
+    id: str
+    file: str          # runs.json or serving_runs.json
+    split: str         # runs.json's split; serving_runs.json has none ("-")
+    engine: str
+    figure: str        # TTFT or ITL
+    in_flight: float
+    measured_ms: float
+    predicted_ms: float | None
+    fitted: bool = False  # a figure a gpuplan constant was fitted to (:func:`_fitted_to`)
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured latency - 1 (a latency: above 0 is pessimistic)."""
+        return None if self.predicted_ms is None else self.predicted_ms / self.measured_ms - 1
 
 
 def serving_batch(run: dict) -> float | None:
@@ -1190,10 +1223,58 @@ def serving_batch(run: dict) -> float | None:
     return None
 
 
+def serving_in_flight(srow: dict) -> float | None:
+    """A serving_runs.json row's requests in flight, from the source's load and figures: a closed
+    loop's concurrency; at a stated rate Little's law on the measured mean TTFT and ITL (rate x
+    (TTFT + output tokens x ITL)); "INF" (no rate, no concurrency) every request at once."""
+    load, m = srow["load"], srow["measured"]
+    if load.get("concurrency"):
+        return float(load["concurrency"])
+    if load.get("request_rate") is None:
+        return float(srow.get("num_requests") or 500)  # validate_capacity's count for INF
+    if "itl_ms" not in m:
+        return None
+    return load["request_rate"] * (m["ttft_ms"]["value"]
+                                   + srow["output_len"] * m["itl_ms"]["value"]) / 1000.0
+
+
+def _fitted_to(srow: dict, label: str) -> bool:
+    """A TTFT that fitted TensorRT-LLM's per-request time (engines/profiles.py ``_TRTLLM_HOST``:
+    8.3 ms, the median gap over the QPS-2 rows of TensorRT-LLM 0.14's online table)."""
+    return (label == "TTFT" and srow["source_group"] == "tensorrt-llm-online"
+            and srow["load"].get("request_rate") == 2.0)
+
+
+def _serving_engine(srow: dict) -> str:
+    return "nim" if srow.get("engine_as_stated", "").startswith("NVIDIA NIM") else srow["engine"]
+
+
+def _figure_key(engine, model, gpu, tp, lengths, load, figure) -> tuple:
+    """What identifies one published measurement across the two files."""
+    return (engine, model, gpu, int(tp or 1), tuple(lengths), load, figure)
+
+
+def _serving_key(srow: dict, figure: str) -> tuple:
+    load = srow["load"]
+    ld = (("concurrency", load["concurrency"]) if load.get("concurrency")
+          else ("rate", float(load["request_rate"])) if load.get("request_rate") is not None
+          else ("all",))
+    return _figure_key(_serving_engine(srow), srow["model"], srow["gpu"], srow["tp"],
+                       (srow["input_len"], srow["output_len"]), ld, figure)
+
+
+def _runs_key(run: dict) -> tuple:
+    j = run["job"]
+    if not (j.get("qps") and "inter-token" in run["measured"]["unit"]):
+        return ("runs.json", run["id"])
+    return _figure_key(run["engine"], run["model"]["catalog"], run["hardware"]["gpu"], j.get("tp"),
+                       (j["input_len"], j["output_len"]), ("rate", float(j["qps"])), "ITL")
+
+
 def serving_latency_rows(rs: list[Row]) -> list[Row]:
-    """The rows of issue 31's serving-latency subset (:data:`SERVING_LATENCY_ENGINES`, a
-    latency measured in ms, batch within :data:`SERVING_LATENCY_BATCH`), predicted or not."""
-    lo, hi = SERVING_LATENCY_BATCH
+    """The runs.json rows of issue 31's serving-latency subset (:data:`SERVING_LATENCY_ENGINES`, a
+    latency measured in ms, batch at most :data:`SERVING_LATENCY_BATCH`'s 64), predicted or not."""
+    hi = SERVING_LATENCY_BATCH[1]
     out = []
     for r in rs:
         run = r.run
@@ -1202,34 +1283,91 @@ def serving_latency_rows(rs: list[Row]) -> list[Row]:
         if "ms" not in run["measured"]["unit"].split():
             continue
         b = serving_batch(run)
-        if b is not None and lo <= b <= hi:
+        if b is not None and b <= hi:
             out.append(r)
     return out
 
 
-def _serving_latency_section(rs: list[Row]) -> list[str]:
-    sub = serving_latency_rows(rs)
-    done = [r for r in sub if r.ratio is not None]
+def serving_runs_members(seen: set = frozenset()) -> list[tuple[dict, str, str, float]]:
+    """serving_runs.json's figures in the subset, as (row, key in ``measured``, label, in flight):
+    at most 64 requests in flight, a :data:`SERVING_LATENCY_ENGINES` engine, not among ``seen``."""
+    hi = SERVING_LATENCY_BATCH[1]
+    out = []
+    for srow in json.loads(validate_capacity.RUNS.read_text())["runs"]:
+        n = serving_in_flight(srow)
+        if _serving_engine(srow) not in SERVING_LATENCY_ENGINES or n is None or n > hi:
+            continue
+        out += [(srow, key, label, n) for key, label in SERVING_FIGURES
+                if key in srow["measured"] and _serving_key(srow, label) not in seen]
+    return out
+
+
+def serving_latency_figures(rs: list[Row], predict_serving=None) -> list[ServingLatency]:
+    """Issue 31's subset over both files, each measured figure once: runs.json's rows
+    (:func:`serving_latency_rows`; a rate-compared row's latency is its measured ms over the
+    ratio) and serving_runs.json's figures (:func:`serving_runs_members`), predicted by
+    ``predict_serving`` (validate_capacity.py's :func:`~validate_capacity.predict`, the
+    ``gpuplan capacity`` call, by default)."""
+    predict_serving = predict_serving or validate_capacity.predict
+    out = []
+    for r in serving_latency_rows(rs):
+        ms = float(r.run["measured"]["value"])
+        out.append(ServingLatency(
+            r.run["id"], "runs.json", r.run["split"], r.run["engine"],
+            "ITL" if "inter-token" in r.run["measured"]["unit"] else "per-token", serving_batch(r.run),
+            ms, None if r.ratio is None else ms / r.ratio))
+    seen = {_runs_key(r.run) for r in serving_latency_rows(rs)}
+    preds: dict[str, dict] = {}
+    for srow, key, label, n in serving_runs_members(seen):
+        if srow["id"] not in preds:
+            preds[srow["id"]] = predict_serving(srow).predicted
+        out.append(ServingLatency(srow["id"], "serving_runs.json", "-", _serving_engine(srow),
+                                  label, n, float(srow["measured"][key]["value"]),
+                                  preds[srow["id"]].get(key), _fitted_to(srow, label)))
+    return out
+
+
+def _median_abs(figs: list[ServingLatency]) -> float:
+    return statistics.median(abs(f.error) for f in figs)
+
+
+def _serving_latency_section(rs: list[Row], predict_serving=None) -> list[str]:
+    figs = serving_latency_figures(rs, predict_serving)
+    done = [f for f in figs if f.error is not None]
+    lo, hi = SERVING_LATENCY_BATCH
     lines = ["## Serving latency (issue 31's subset)", "",
-             "Rows from vLLM, SGLang, TensorRT-LLM or NIM whose measured figure is a latency "
-             f"(ms) at a batch of {SERVING_LATENCY_BATCH[0]}-{SERVING_LATENCY_BATCH[1]} (the "
-             "stated batch, or the requests in flight by Little's law on the measured TTFT and "
-             "ITL), either split. The bar: median |error| within "
-             f"{100 * SERVING_LATENCY_BAR:.0f}%.", ""]
+             "Every published serving latency from vLLM, SGLang, TensorRT-LLM or NIM at a batch "
+             f"of {lo}-{hi} (at most {hi} requests in flight; under 1, one request at a time), "
+             "over runs.json (either split) and "
+             "serving_runs.json, each measured figure once: the stated batch or closed-loop "
+             "concurrency, else the requests in flight by Little's law on the measured TTFT and "
+             "ITL at the stated rate (\"INF\": every request at once). A figure both files hold "
+             "is counted in runs.json's row. Online rows are predicted by gpuplan.capacity's "
+             "simulation (the call validate_capacity.py makes), so the two reports agree. "
+             "error = predicted / measured latency - 1 (for runs.json's rate-compared rows, 1 / "
+             f"ratio - 1). The bar: median |error| within {100 * SERVING_LATENCY_BAR:.0f}%.", ""]
     if not done:
-        return lines + ["No row of runs.json is in the subset.", ""]
-    med = statistics.median(abs(r.ratio - 1) for r in done)
-    lines += [f"{len(done)} rows (engines present: "
-              f"{', '.join(sorted({r.run['engine'] for r in done}))}; none from "
-              f"{', '.join(e for e in SERVING_LATENCY_ENGINES if e not in {r.run['engine'] for r in done})}): "
-              f"median |error| {100 * med:.1f}%, worst "
-              f"{100 * max(abs(r.ratio - 1) for r in done):.1f}%; bar met: "
-              f"{'yes' if med <= SERVING_LATENCY_BAR else 'no'}.", "",
-              "| run | split | batch | predicted | measured | unit | ratio |",
-              "|---|---|---:|---:|---:|---|---:|"]
-    lines += [f"| {r.run['id']} | {r.run['split']} | {serving_batch(r.run):.1f} | "
-              f"{_fmt(r.predicted)} | {_fmt(r.measured)} | {r.unit} | {r.ratio:.2f} |"
-              for r in done]
+        return lines + ["No published figure is in the subset.", ""]
+    med = _median_abs(done)
+    engines = sorted({f.engine for f in done})
+    by_fig = ", ".join(f"{label} {len(sub)}: {100 * _median_abs(sub):.1f}%"
+                       for label in sorted({f.figure for f in done})
+                       for sub in [[f for f in done if f.figure == label]])
+    lines += [f"{len(done)} figures (engines present: {', '.join(engines)}; none from "
+              f"{', '.join(e for e in SERVING_LATENCY_ENGINES if e not in engines) or '-'}; "
+              f"{len(figs) - len(done)} not predicted): median |error| {100 * med:.1f}%, worst "
+              f"{100 * max(abs(f.error) for f in done):.1f}% (by figure: {by_fig}); bar met: "
+              f"{'yes' if med <= SERVING_LATENCY_BAR else 'no'}."]
+    held = [f for f in done if not f.fitted]
+    if len(held) < len(done):
+        lines += [f"{len(done) - len(held)} of them (TTFT on TensorRT-LLM's QPS-2 rows) fitted "
+                  "TensorRT-LLM's per-request time (engines/profiles.py, ServingHost); without "
+                  f"them {len(held)} figures, median |error| {100 * _median_abs(held):.1f}%."]
+    lines += ["", "| measurement | file | split | engine | figure | in flight | predicted ms | "
+              "measured ms | error |", "|---|---|---|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {f.id} | {f.file} | {f.split} | {f.engine} | {f.figure} | {f.in_flight:.1f} | "
+              f"{_fmt(f.predicted_ms)} | {_fmt(f.measured_ms)} | {100 * f.error:+.1f}% |"
+              for f in done]
     return lines + [""]
 
 

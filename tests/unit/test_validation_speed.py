@@ -86,7 +86,11 @@ def test_holdout_error_reached(rows):
     # micro-batch paced as the single-GPU step is -- the device gap between kernels, not a whole
     # launch each, stretched where the host is slower (issue 27: speed and cluster one model) --
     # moved the layout rows +0.5-2%: still 8.0% / 24.4%, the other groups' median 9.2% -> 9.65%,
-    # its median row Llama 3 405B at 131k tokens 1.09x -> 1.10x, so that bar is 9.7%)
+    # its median row Llama 3 405B at 131k tokens 1.09x -> 1.10x, so that bar is 9.7%; the
+    # TensorRT-LLM online rows predicted by gpuplan.capacity's simulation, validate_capacity's
+    # call, in place of Little's law over the step model (issue 27's one truth, onlinecap):
+    # 1.13/1.08/1.20x -> 1.14/1.12/1.21x, the 70B row now the others' median row: 9.65% -> 11.2%,
+    # the wrong way, so that bar is 11.3%)
     #
     # These bars are held on the runs they were set on: the holdout before issue 31 added its
     # out-of-sample groups (OUT_OF_SAMPLE below), which test_out_of_sample_holdout_reads reports.
@@ -95,7 +99,7 @@ def test_holdout_error_reached(rows):
     assert s["n"] >= 45
     others = [abs(r.ratio - 1) for r in old if r.ratio is not None
               and r.run["split"] == "holdout" and r.run["source_group"] != "narayanan2021"]
-    assert statistics.median(others) <= 0.097
+    assert statistics.median(others) <= 0.113
     assert s["median_abs_error"] <= 0.095
     assert s["worst_abs_error"] <= 0.245
 
@@ -151,11 +155,11 @@ def test_out_of_sample_holdout_reads(rows):
     # row 1.48x -> 1.47x; the group 25.0% / 48.1% -> 22.7% / 47.3%; Llama 3's and OPT's rows,
     # which ride the torchtitan profile, -0.1% to -1.3% (their FSDPs were others, the 0.1-0.8%
     # of the copies a cause those runs did not have). Asserted as reached, so a change that
-    # moves it is seen
+    # moves it is seen. The online rows by gpuplan.capacity (onlinecap, above): 10.9% -> 11.2%
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
-    assert s["median_abs_error"] <= 0.110 and s["worst_abs_error"] <= 0.641
+    assert s["median_abs_error"] <= 0.112 and s["worst_abs_error"] <= 0.641
     # AutoAWQ's GEMV at batch 8 (awql2): rows 2-8 re-read each matrix from the RTX 4090's L2 at
     # its measured 3,645 GB/s (every Mistral launch fits the 32 MiB it was measured to keep):
     # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic)
@@ -276,22 +280,23 @@ def test_torchtitan_bf16_rows_step_as_torchtitan_9dec370_did(rows, monkeypatch, 
     assert vs._fsdp2_copy_gap(llama3.run, llama3) == ""
 
 
-def test_online_rate_tends_to_one_stream_and_refuses_saturation(monkeypatch, tmp_path):
-    # at a vanishing request rate one request runs at a time and no prefill interrupts it: the
-    # inter-token latency is the single-stream decode step; a rate whose prefills alone fill the
-    # GPU has no steady state
-    monkeypatch.setenv("GPUPLAN_BENCH_DB", str(tmp_path / "none.sqlite"))
-    from gpuplan.hardware import get_gpu
-    from gpuplan.job import Job
-    from gpuplan.models import load_model
-
-    model, gpu = load_model("llama-3.1-8b"), get_gpu("H100-SXM-80GB")
-    job = Job(model="llama-3.1-8b", mode="infer", batch=1, seq=467, runtime="cudagraphs")
-    one = vs.estimate_speed(model, gpu, job, new_tokens=256, measured=None)
-    assert vs._online_rate(model, gpu, job, 256, 1e-9, []) == pytest.approx(one.tokens_per_s,
-                                                                           rel=1e-6)
-    with pytest.raises(ValueError, match="saturate"):
-        vs._online_rate(model, gpu, job, 256, 1.01 / one.prefill_time_s, [])
+def test_online_rows_are_gpuplan_capacitys_prediction(rows):
+    # issue 27's one truth: each runs.json online row (a request rate) is predicted by the same
+    # gpuplan.capacity call validate_capacity.py makes for serving_runs.json's row of the same
+    # measurement (TensorRT-LLM's online table, 500 requests), so the two reports cannot disagree
+    serving = json.loads(vs.validate_capacity.RUNS.read_text())["runs"]
+    online = [r for r in rows if r.mechanism == "online serving"]
+    assert len(online) == 3
+    for r in online:
+        j = r.run["job"]
+        twin = [s for s in serving if (s["model"], s["gpu"], s["tp"], s["input_len"],
+                                       s["output_len"], s["load"]["request_rate"])
+                == (r.run["model"]["catalog"], r.run["hardware"]["gpu"], j["tp"],
+                    j["input_len"], j["output_len"], j["qps"])]
+        assert len(twin) == 1 and twin[0]["measured"]["itl_ms"]["value"] == 1000 / r.measured
+        cap = vs.validate_capacity.predict(twin[0])
+        assert cap.requests == 500  # the table's stated request count
+        assert r.predicted == pytest.approx(1000 / cap.predicted["itl_ms"], rel=1e-12)
 
 
 def test_every_row_sits_under_one_mechanism_and_the_tables_add_up(rows):
