@@ -42,10 +42,14 @@ def test_mla_decode_working_set_agrees_with_trace(fam, att, batch, ctx, tmp_path
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_absorbing_engines_do_not_expand(engine, tmp_path):
-    """vLLM's and SGLang's MLA decode is the absorbed form (MQA over the latent): their decode
-    working set has none of transformers' expansion, which is at least the kv_b_proj output
-    (b, ctx, heads, qk_nope + v) plus the new (b, heads, ctx, qk_nope + qk_rope) keys, bf16."""
+def test_absorbing_engines_keep_the_unexpanded_decode(engine, tmp_path):
+    """vLLM's and SGLang's MLA decode is the absorbed form (MQA over the latent): no expansion.
+    Their plan stays the decode formula it was before this change, by hand for this config:
+    the residual stream and the layer's input (2 x b x hidden), the token's q/k/v/out
+    (4 x b x heads x (qk_nope + qk_rope)) and a one-layer cache duplicate
+    (2 x heads x (qk_nope + qk_rope) x b x ctx), bf16; the MLP (b x (3 x inter + 2 x hidden))
+    and the logits are smaller here. transformers' plan adds at least the kv_b_proj output
+    (b, ctx, heads, qk_nope + v) and the new (b, heads, ctx, qk_nope + qk_rope) keys."""
     m = load_model(write_config("deepseek_v3", str(tmp_path)))
     cfg = CASES["deepseek_v3"][1]
     b, ctx = 4, 1025
@@ -56,6 +60,9 @@ def test_absorbing_engines_do_not_expand(engine, tmp_path):
                   attention="sdpa", engine=eng)
         return infer_activations(m, job, fmt).decode_bytes
 
-    heads, nope = cfg["num_attention_heads"], cfg["qk_nope_head_dim"]
-    expansion = b * ctx * heads * (2 * nope + cfg["v_head_dim"] + cfg["qk_rope_head_dim"]) * 2
-    assert dec("transformers") - dec(engine) >= expansion
+    h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    d = nope + rope
+    assert dec(engine) == (2 * b * h + 4 * b * heads * d + 2 * heads * d * b * ctx) * 2
+    expansion = b * ctx * heads * (nope + v + d) * 2
+    assert dec("transformers") >= expansion > dec(engine)
