@@ -28,6 +28,7 @@ from typing import Literal, Sequence, get_args
 from .._record import record
 from ..bounds import BOUNDS
 from ..engines.profiles import FP8_ATTENTION, fp8_attention_of, resolve_engine
+from ..engines.profiles import MLA_ABSORBING as _MLA_ABSORBING
 from ..errors import InputError, opt, shown
 from ..hardware import all_gpus
 from ..job import Attention, Checkpointing, Job, default_seq
@@ -383,9 +384,9 @@ class RunForm:
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
 TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
-#: Serving engines whose MLA decode is the absorbed form (vLLM's MLA backends, SGLang's
-#: FlashInfer / FlashMLA / Triton MLA, TensorRT-LLM's MLA generation kernels).
-MLA_ABSORBING = ("vllm", "sglang", "trt-llm")
+#: Serving engines whose MLA decode is the absorbed form: defined in engines.profiles (the
+#: memory plan reads it too), kept here under its name
+MLA_ABSORBING = _MLA_ABSORBING
 
 
 #: Engines whose MoE layers are fused / grouped kernels on every GPU they run on: vLLM's and

@@ -10,8 +10,7 @@ from ...job import Job
 from ...models import Architecture, Model
 from ...models._types import attention_for
 from ..shape import seq_for
-from ...compute.flops import MLA_ABSORBING
-from ...engines.profiles import resolve_engine
+from ...engines.profiles import MLA_ABSORBING, resolve_engine
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, infer_head
 from .spec import DECODER_ROPE, Opts, Spec, sliding_mask, spec_cached
@@ -117,7 +116,7 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     if sp.kind == "decoder":
         ctx = job.context or prompt
         # transformers' DeepseekV2/V3 attention re-expands the cached latent every decode step;
-        # vLLM, SGLang and TensorRT-LLM run the absorbed form (compute.flops.MLA_ABSORBING)
+        # vLLM, SGLang and TensorRT-LLM run the absorbed form (engines.profiles.MLA_ABSORBING)
         expand = bool(sp.mla) and resolve_engine(job.engine) not in MLA_ABSORBING
         dec = _decode_working_set(sp, arch, b, ctx, regime.param, attention, dequant,
                                   expand_mla=expand)
