@@ -25,7 +25,8 @@ from types import MappingProxyType
 from .._record import record
 from ..errors import InputError, closest, opt, shown
 
-__all__ = ["EngineProfile", "ServingHost", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "MLA_ABSORBING", "get_engine",
+__all__ = ["EngineProfile", "ServingHost", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
+           "MLA_ABSORBING",
            "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
            "engine_notes", "LayoutLimits", "layout_limits", "SEARCH_SCHEDULES",
            "Fp8Attention", "FP8_ATTENTION", "fp8_attention_of"]
