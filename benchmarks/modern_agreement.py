@@ -104,7 +104,21 @@ def case(fam, mode, batch, seq, prec="amp-bf16", ck="none"):
     print(f"{fam:12s} {mode} {batch}x{seq} {prec} {ck}: trace {tb} {tp} analytic {a} {ap} {err} ({time.time()-t0:.1f}s)", flush=True)
 
 
+def decode_cases():
+    """The MLA decode step (tests/integration/test_mla_decode.py), sdpa and eager."""
+    for fam in ("deepseek_v3", "deepseek_v2", "deepseek_v2:lite", "deepseek_v3:dense_q",
+                "deepseek_v3:dense_flash"):
+        for att in ("sdpa", "eager"):
+            for b, ctx in ((1, 256), (4, 256), (1, 1024), (4, 1024)):
+                t, a = decode_compare(fam, b, ctx, att)
+                print(f"{fam:24s} decode {att:5s} {b}x{ctx}: trace {t} analytic {a} "
+                      f"{(a - t) / t:+.2%}", flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["decode"]:  # PYTHONPATH=src python benchmarks/modern_agreement.py decode
+        decode_cases()
+        sys.exit()
     fams = sys.argv[1].split(",") if len(sys.argv) > 1 else list(CASES)
     for f in fams:
         case(f, "train", 2, 256)

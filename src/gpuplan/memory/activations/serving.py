@@ -140,7 +140,8 @@ def _decode_working_set(sp: Spec, arch: Architecture, b: int, ctx: int, dt: int,
     the attention over ``ctx`` cached positions (eager: b*heads*ctx scores in fp32 and 16-bit;
     flash-decoding: O(b*heads) partials), transformers' DynamicCache update (torch.cat makes a
     new K/V tensor for the layer while the old one is alive: one layer's cache, duplicated), and
-    the next-token logits (16-bit and fp32)."""
+    the next-token logits (16-bit and fp32). ``expand_mla``: transformers' MLA attention, which
+    re-expands the cached latent every step (:func:`_mla_expanded_attention`)."""
     h = sp.h
     inter = (sp.moe_inter * sp.top_k + sp.shared_inter) if sp.experts else sp.inter
     mlp = b * (3 * inter + 2 * h) * dt
