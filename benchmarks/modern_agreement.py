@@ -9,6 +9,8 @@ from gpuplan.trace import trace_step
 from gpuplan.models import load_model
 from gpuplan.job import Job
 from gpuplan.memory import train_memory, infer_memory
+from gpuplan.memory.activations import infer_activations
+from gpuplan.formats import get_weight_format
 S = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000, intermediate_size=512, num_key_value_heads=2, max_position_embeddings=4096)
 CASES = {
  "qwen3": ("Qwen3ForCausalLM", dict(S, head_dim=64)),
@@ -58,6 +60,34 @@ def compare(fam, mode, batch, seq, prec="amp-bf16", ck="none", workdir=None):
     return r.total_bytes, a
 
 
+def _block(n):
+    """The CUDA caching allocator's 512-byte rounding, as the trace applies it."""
+    return -(-n // 512) * 512
+
+
+def decode_compare(fam, batch, ctx, attention="sdpa", engine="auto", workdir=None):
+    """(traced, analytic) working set of the decode step beyond the weights and the KV cache, bf16.
+
+    The trace runs a prefill of ``ctx`` tokens, then one decode token: the step attends over
+    ctx + 1 cached positions, so the plan is asked for ``context`` = ctx + 1. The trace's cache
+    at the decode peak (the last layer's attention, every layer's cache already extended) is
+    counted by hand from the config: per layer the (b, 1, ctx + 1, kv_lora_rank) latent and the
+    (b, 1, ctx + 1, qk_rope_head_dim) rotary key that transformers' DynamicCache keeps for MLA.
+    """
+    path = write_config(fam, workdir or tempfile.gettempdir())
+    cfg = CASES[fam][1]
+    m = load_model(path)
+    job = Job(model=m, mode="infer", infer_precision="bf16", batch=batch, seq=ctx,
+              context=ctx + 1, attention=attention, engine=engine)
+    plan = infer_activations(m, job, get_weight_format("bf16"))
+    r = trace_step(path, mode="infer", batch=batch, seq=ctx, precision="bf16", attention=attention)
+    tok = batch * (ctx + 1) * 2
+    kv = cfg["num_hidden_layers"] * (_block(tok * cfg["kv_lora_rank"])
+                                     + _block(tok * cfg["qk_rope_head_dim"]))
+    traced = r.phase_peaks["decode"] - r.per_gpu["weights_bytes"] - kv
+    return traced, plan.decode_bytes
+
+
 def case(fam, mode, batch, seq, prec="amp-bf16", ck="none"):
     path = write_config(fam, tempfile.gettempdir())
     try:
@@ -74,7 +104,21 @@ def case(fam, mode, batch, seq, prec="amp-bf16", ck="none"):
     print(f"{fam:12s} {mode} {batch}x{seq} {prec} {ck}: trace {tb} {tp} analytic {a} {ap} {err} ({time.time()-t0:.1f}s)", flush=True)
 
 
+def decode_cases():
+    """The MLA decode step (tests/integration/test_mla_decode.py), sdpa and eager."""
+    for fam in ("deepseek_v3", "deepseek_v2", "deepseek_v2:lite", "deepseek_v3:dense_q",
+                "deepseek_v3:dense_flash"):
+        for att in ("sdpa", "eager"):
+            for b, ctx in ((1, 256), (4, 256), (1, 1024), (4, 1024)):
+                t, a = decode_compare(fam, b, ctx, att)
+                print(f"{fam:24s} decode {att:5s} {b}x{ctx}: trace {t} analytic {a} "
+                      f"{(a - t) / t:+.2%}", flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["decode"]:  # PYTHONPATH=src python benchmarks/modern_agreement.py decode
+        decode_cases()
+        sys.exit()
     fams = sys.argv[1].split(",") if len(sys.argv) > 1 else list(CASES)
     for f in fams:
         case(f, "train", 2, 256)

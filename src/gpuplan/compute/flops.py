@@ -28,6 +28,7 @@ from typing import Literal, Sequence, get_args
 from .._record import record
 from ..bounds import BOUNDS
 from ..engines.profiles import FP8_ATTENTION, fp8_attention_of, resolve_engine
+from ..engines.profiles import MLA_ABSORBING as _MLA_ABSORBING
 from ..errors import InputError, opt, shown
 from ..hardware import all_gpus
 from ..job import Attention, Checkpointing, Job, default_seq
@@ -400,9 +401,9 @@ TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
 #: vLLM, SGLang and TensorRT-LLM do (QKVParallelLinear, MergedColumnParallelLinear) and gpt-fast
 #: its QKV (wqkv; its w1/w3 stay apart, taken fused here).
 SEPARATE_PROJECTIONS = (*TRANSFORMERS_CODE, "torchtune", "torchtitan")
-#: Serving engines whose MLA decode is the absorbed form (vLLM's MLA backends, SGLang's
-#: FlashInfer / FlashMLA / Triton MLA, TensorRT-LLM's MLA generation kernels).
-MLA_ABSORBING = ("vllm", "sglang", "trt-llm")
+#: Serving engines whose MLA decode is the absorbed form: defined in engines.profiles (the
+#: memory plan reads it too), kept here under its name
+MLA_ABSORBING = _MLA_ABSORBING
 
 
 #: Engines whose MoE layers are fused / grouped kernels on every GPU they run on: vLLM's and

@@ -26,6 +26,7 @@ from .._record import record
 from ..errors import InputError, closest, opt, shown
 
 __all__ = ["EngineProfile", "ServingHost", "ENGINES", "ENGINE_NAMES", "AUTO_ENGINE", "get_engine",
+           "MLA_ABSORBING",
            "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
            "engine_notes", "LayoutLimits", "layout_limits", "SEARCH_SCHEDULES",
            "Fp8Attention", "FP8_ATTENTION", "fp8_attention_of"]
@@ -360,6 +361,10 @@ ENGINES: Mapping[str, EngineProfile] = MappingProxyType({p.name: p for p in _PRO
 ENGINE_NAMES: tuple[str, ...] = ("auto", *ENGINES)
 #: What ``auto`` is, in both modes (stated in every output).
 AUTO_ENGINE = "transformers"
+#: Serving engines whose MLA decode is the absorbed form (vLLM's MLA backends, SGLang's
+#: FlashInfer / FlashMLA / Triton MLA, TensorRT-LLM's MLA generation kernels): no per-step
+#: expansion of the cached latent (compute.flops, memory.activations.serving).
+MLA_ABSORBING = ("vllm", "sglang", "trt-llm")
 
 
 def get_engine(name: object) -> EngineProfile:

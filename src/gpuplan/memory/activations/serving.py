@@ -10,6 +10,7 @@ from ...job import Job
 from ...models import Architecture, Model
 from ...models._types import attention_for
 from ..shape import seq_for
+from ...engines.profiles import MLA_ABSORBING, resolve_engine
 from .blocks import Ctx, transformer_layer
 from .heads import embed_block, infer_head
 from .spec import DECODER_ROPE, Opts, Spec, sliding_mask, spec_cached
@@ -114,7 +115,11 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     dec = 0
     if sp.kind == "decoder":
         ctx = job.context or prompt
-        dec = _decode_working_set(sp, arch, b, ctx, regime.param, attention, dequant)
+        # transformers' DeepseekV2/V3 attention re-expands the cached latent every decode step;
+        # vLLM, SGLang and TensorRT-LLM run the absorbed form (engines.profiles.MLA_ABSORBING)
+        expand = bool(sp.mla) and resolve_engine(job.engine) not in MLA_ABSORBING
+        dec = _decode_working_set(sp, arch, b, ctx, regime.param, attention, dequant,
+                                  expand_mla=expand)
     if sp.kind != "decoder":
         peak, phase = pre, "forward"
     else:
@@ -130,12 +135,13 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
 
 
 def _decode_working_set(sp: Spec, arch: Architecture, b: int, ctx: int, dt: int, attention: str,
-                        dequant: int) -> int:
+                        dequant: int, *, expand_mla: bool = False) -> int:
     """One new token per sequence: the residual stream and a layer's intermediates for b tokens,
     the attention over ``ctx`` cached positions (eager: b*heads*ctx scores in fp32 and 16-bit;
     flash-decoding: O(b*heads) partials), transformers' DynamicCache update (torch.cat makes a
     new K/V tensor for the layer while the old one is alive: one layer's cache, duplicated), and
-    the next-token logits (16-bit and fp32)."""
+    the next-token logits (16-bit and fp32). ``expand_mla``: transformers' MLA attention, which
+    re-expands the cached latent every step (:func:`_mla_expanded_attention`)."""
     h = sp.h
     inter = (sp.moe_inter * sp.top_k + sp.shared_inter) if sp.experts else sp.inter
     mlp = b * (3 * inter + 2 * h) * dt
@@ -146,8 +152,41 @@ def _decode_working_set(sp: Spec, arch: Architecture, b: int, ctx: int, dt: int,
             att += kv_layer * sp.heads // sp.kv  # repeat_kv copies the cached K and V
     else:
         att = b * 4 * sp.heads * sp.d * dt
+    if expand_mla:
+        att = _mla_expanded_attention(sp, b, ctx, dt, attention)
+        kv_layer = 0  # the latent's torch.cat is freed before the expansion (see below)
     w = 0
     if dequant:
         w = max(sp.inter, sp.moe_inter) * h * dequant
     logits = b * sp.vocab * (dt + 4)
     return max(b * h * dt * 2 + max(mlp, att + kv_layer) + w, logits + b * h * dt)
+
+
+def _mla_expanded_attention(sp: Spec, b: int, ctx: int, dt: int, attention: str) -> int:
+    """transformers 5's DeepseekV3Attention / DeepseekV2Attention in a decode step (one token per
+    sequence, ``ctx`` cached positions including it). The cache holds the latent -- kv_a_proj's
+    normed ``kv_lora_rank`` part and the rotated ``qk_rope_head_dim`` key, (b, 1, ctx, .) each --
+    and ``cache.update`` returns the whole of it (its torch.cat's old tensor is freed on
+    assignment, before the expansion). ``expand_kv`` then runs kv_b_proj over every cached
+    position: a (b, ctx, heads, qk_nope + v) output whose split gives the values as a view, and
+    a new (b, heads, ctx, qk_nope + qk_rope) key tensor the nope part and the broadcast rotary
+    key are copied into. Both are locals of ``forward`` and stay alive through o_proj, the
+    step's peak; beside them the token's own q (q_b_proj's output and the concatenated query),
+    kv_a_proj's output, the attention output and o_proj's (transformers 5.25,
+    models/deepseek_v3/modeling_deepseek_v3.py, DeepseekV3Attention.expand_kv / forward).
+    Eager attention adds the (b, 1, 1, ctx) 16-bit mask and the larger of two moments: the
+    softmax (the 16-bit masked scores, their fp32 copy for ``softmax(dtype=float32)`` and its
+    fp32 output), or ``torch.matmul(attn_weights, value_states)``, which folds (b, heads) into
+    one batch dimension with a reshape: for b > 1 the strided value view cannot merge them and
+    is copied, a contiguous (b, heads, ctx, v) tensor beside the 16-bit weights (at::matmul's
+    reshape; for b = 1 the reshape is a view)."""
+    _q_lora, kv_lora, rope, nope, v = sp.mla
+    expanded = b * ctx * sp.heads * (nope + v) * dt
+    keys = b * ctx * sp.heads * (nope + rope) * dt
+    token = b * (sp.heads * (2 * (nope + rope) + v) + kv_lora + rope + sp.h) * dt
+    att = expanded + keys + token
+    if attention == "eager":
+        softmax = b * sp.heads * ctx * (dt + 8)
+        value = b * sp.heads * ctx * ((v if b > 1 else 0) + 1) * dt
+        att += b * ctx * dt + max(softmax, value)
+    return att
