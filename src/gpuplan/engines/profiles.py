@@ -144,6 +144,11 @@ class EngineProfile:
     matmul of a block)."""
     export: str | None = None
     """The ``--export`` writer for its config (None: gpuplan writes none yet)."""
+    host_issue: str = ""
+    """The runtime whose host cost per launched kernel its launches carry where that differs
+    from its ``runtime``'s ("": the runtime's own). Megatron-Core's kernels are fused as a
+    compiled model's (``runtime`` compile: Transformer Engine's fused modules), but no compiler
+    emits a wrapper that launches them: its nn.Modules run eagerly from Python (``eager``)."""
     serving_host: ServingHost | None = None
     """A serving engine's host work per step and per request (None: none modelled -- a plain
     generate loop, or an engine whose figures have no source yet)."""
@@ -168,6 +173,7 @@ class EngineProfile:
                 "memory_utilization": self.memory_utilization,
                 "cuda_graph_pool": self.cuda_graph_pool, "sliding_kv": self.sliding_kv,
                 "selective": self.selective, "export": self.export,
+                "host_issue": self.host_issue or None,
                 "serving_host": None if self.serving_host is None
                 else self.serving_host.to_dict(),
                 "sources": list(self.sources)}
@@ -288,6 +294,7 @@ _PROFILES = (
     EngineProfile(
         name="megatron", title="Megatron-Core with Transformer Engine", modes=("train",),
         runtime=MappingProxyType({"train": "compile"}), runtimes=("compile",),
+        host_issue="eager",
         model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
         zero_stages=(0, 1), fused_optimizer=True,
         kernels="Transformer Engine's fused kernels (LayerNorm/RMSNorm fused with the next "
