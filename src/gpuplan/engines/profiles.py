@@ -313,7 +313,24 @@ _PROFILES = (
                  "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated",
                  "dualpipe is DeepSeek's schedule over Megatron-style stages (DeepSeek-V3 "
                  "report, arXiv 2412.19437, sec. 3.2.1; github.com/deepseek-ai/DualPipe @3da1bbe)"
-                 ", timed here, not a Megatron-LM option: the export refuses it")),
+                 ", timed here, not a Megatron-LM option: the export refuses it",
+                 "host_issue eager: Megatron-Core calls torch.compile nowhere in its training "
+                 "path; its TransformerLayer, MoELayer, token dispatcher and Transformer Engine "
+                 "modules run as eager nn.Modules from Python, so each forward kernel carries "
+                 "eager PyTorch's host cost (eager_host_fwd_s, 32 us), each backward kernel "
+                 "autograd's (eager_host_bwd_s, 4 us; TE's backward is Python too, for which no "
+                 "per-kernel figure was found). Same mechanism measured on TE itself: "
+                 "NVIDIA/TransformerEngine issue #2053 (2025-08-11) times one BF16 Linear forward "
+                 "(hidden 2048, 8192 tokens, one GEMM) at 99.66 us CPU for te.Linear against "
+                 "37.08 us for torch.nn.Linear on GB200's Grace, 13.48 us for torch.nn.Linear on "
+                 "an x86 DGX H100; a TE maintainer (issue #2126, 2026-01-03) has TE's BF16 Linear "
+                 "since cut to nearly torch's. Megatron-LM megatron/core/transformer/moe/README.md "
+                 "(@d98e8a6) names the 'CPU overhead bottleneck' of fine-grained MoE (gaps "
+                 "between kernels; CUDA graphs, larger micro-batch, less TP as the fixes). Not "
+                 "modelled: the host CPU's own speed (Grace against x86), and the recipes' "
+                 "TE-scoped CUDA graphs (attn, moe_router, moe_preprocess): Megatron-Bridge "
+                 "docs/training/cuda-graphs.md (@067f987) measured them neutral on Qwen3-30B-A3B, "
+                 "H100 BF16 (42.00 s against 41.36 s eager)")),
     EngineProfile(
         name="vllm", title="vLLM (continuous batching over paged attention, CUDA graphs for "
         "decode)", modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),
