@@ -74,16 +74,19 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # performance configs (off for NVFP4), FP8-CS rows with every block FP8 as the performance
 # scripts run them, BF16 edge blocks timed on the stages that hold them; the MoE rows' recorded
 # recipes: batch-level EP overlap, MTP, DeepSeek-V3's mla_up_proj recompute; the 26.02 H100
-# Qwen3-30B-A3B row at the merged table's 5113 tok/s): 39 rows predicted, 3 listed: median
-# 9.7% (the bar met), worst 207.6% (Qwen3-30B-A3B on 8 B200, 25.11: 3.08x optimistic -- the
-# Qwen3-30B rows' per-micro-batch cost runs far above gpuplan's: B200 2.95-3.08x, H100
-# 2.71-2.93x, GB200 1.26-1.38x; DeepSeek-V3 B200 1.38-1.64x against GB200 1.00-1.13x); dense
-# Llama rows: Hopper median 7.9% / worst 13.7%, Blackwell median 5.1% / worst 10.5%
+# Qwen3-30B-A3B row at the merged table's 5113 tok/s; Megatron's launches at eager PyTorch's
+# host cost per kernel, profiles.EngineProfile.host_issue): 39 rows predicted, 3 listed: median
+# 9.7% (the bar met), worst 159.4% (Qwen3-30B-A3B on 16 H100, 25.11: 2.59x optimistic -- the
+# Qwen3-30B rows' per-micro-batch cost still runs far above gpuplan's: H100 2.57-2.59x, B200
+# 1.99-2.08x, GB200 1.19-1.31x; DeepSeek-V3 B200 1.34-1.60x against GB200 1.00-1.13x; before
+# host_issue worst 207.6%, B200 2.95-3.08x, H100 2.71-2.93x, GB200 1.26-1.38x, MoE median
+# 32.0% -> 25.1%); dense Llama rows: Hopper median 7.9% / worst 13.7%, Blackwell median 5.1% /
+# worst 10.5% (unmoved by host_issue: their GEMMs hide the host)
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 207.6% > 20% (Qwen3-30B-A3B, 8 B200, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 159.4% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 

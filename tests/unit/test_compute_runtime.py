@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace as dc_replace
 from pathlib import Path
 
 import pytest
 
 from gpuplan.compute import estimate_speed
+from gpuplan.compute import step as step_mod
 from gpuplan.compute.efficiency import (
     CONSTANTS, DEFAULT_RUNTIME, attention_fraction, constant, gemm_wave_efficiency,
     resolve_runtime,
@@ -452,3 +454,45 @@ def test_a_loss_read_that_exposes_nothing_leaves_the_step_unsplit():
     assert h_r < d_r and h_o < d_o
     assert e.time_s == max(e.device_time_s, e.host_time_s)
     assert e.time_s == pytest.approx(d_r + d_o)
+
+
+def _train(engine: str, runtime: str = "auto", **kw):
+    m = load_model("llama-3.1-8b")
+    return estimate_speed(m, get_gpu("H100-SXM-80GB"),
+                          Job(model="llama-3.1-8b", mode="train", engine=engine, runtime=runtime,
+                              batch=1, seq=512, **kw), measured=None)
+
+
+def test_megatron_issues_compiles_kernels_at_eager_host_cost():
+    """Megatron-Core runs its Transformer Engine modules eagerly from Python (no compiler
+    wrapper launches them): its kernels are compile's -- fused, the same count -- but each
+    forward kernel costs eager's 32 us on the host and each backward one autograd's 4 us, so
+    the host time is n_fwd x 32 us + n_bwd x 4 us, counted here from the ops."""
+    mt = _train("megatron")
+    o = mt.step.overheads
+    assert o.runtime == "compile"  # the label and the kernels stay the runtime's
+    assert (o.host_fwd_s, o.host_bwd_s) == (32e-6, 4e-6)
+    assert o.device_gap_s == constant("stream_gap_s")
+    n_bwd = sum(t.op.kernels * t.op.count for t in mt.step.ops if t.op.phase == "backward"
+                and t.op.host_s is None)
+    n_rest = sum(t.op.kernels * t.op.count for t in mt.step.ops if t.op.phase != "backward"
+                 and t.op.host_s is None)
+    own = sum(t.op.kernels * t.op.count * t.op.host_s for t in mt.step.ops
+              if t.op.host_s is not None)
+    assert mt.step.host_time_s == pytest.approx(n_rest * 32e-6 + n_bwd * 4e-6 + own, rel=1e-12)
+    # torchtitan compiled: the same fusion, Inductor's wrapper launches at 4 us each
+    tt = _train("torchtitan", "compile").step.overheads
+    assert (tt.runtime, tt.host_fwd_s, tt.host_bwd_s) == ("compile", 4e-6, 4e-6)
+
+
+def test_megatron_host_cost_moves_no_kernel_and_no_device_time(monkeypatch):
+    """The host cost is the only change: the same Job's kernels and device time as compile's
+    with its 4 us launches (the profile's host_issue cleared)."""
+    mt = _train("megatron")
+    real = step_mod.get_engine
+    monkeypatch.setattr(step_mod, "get_engine", lambda name: dc_replace(real(name), host_issue=""))
+    base = _train("megatron")
+    assert base.step.overheads.host_fwd_s == base.step.overheads.host_bwd_s == 4e-6
+    assert mt.step.kernels == base.step.kernels
+    assert mt.step.device_time_s == pytest.approx(base.step.device_time_s, rel=1e-12)
+    assert mt.step.host_time_s > base.step.host_time_s

@@ -43,6 +43,8 @@ def render_page() -> str:
     for p in ENGINES.values():
         out += [f"## `{p.name}`: {p.title}", "", f"- kernels: {p.kernels}"]
         out += [f"- overlap: {p.overlap}"] if p.overlap else []
+        out += [f"- host cost per launch: {p.host_issue}'s (`host_issue`; the kernels stay "
+                "the runtime's)"] if p.host_issue else []
         out += [f"- source: {s}" for s in p.sources] + [""]
     return "\n".join(out)
 

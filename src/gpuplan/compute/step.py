@@ -586,20 +586,29 @@ HOST_READ_AFTER_BACKWARD = frozenset({"transformers"})
 
 
 def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1,
-           runtime="eager", sync=False, micro_sync=False, loss_read=False) -> Phase:
+           runtime="eager", sync=False, micro_sync=False, loss_read=False,
+           engine: str = "transformers") -> Phase:
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
                  peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps,
-                 overheads=_overheads(device, eff, runtime), sync_before_optimizer=sync,
+                 overheads=_overheads(device, eff, runtime, get_engine(engine).host_issue),
+                 sync_before_optimizer=sync,
                  sync_per_micro_step=micro_sync, sync_after_backward=loss_read)
 
 
-def _overheads(device: Device, eff: Efficiency, runtime: str) -> RuntimeOverheads | None:
+def _overheads(device: Device, eff: Efficiency, runtime: str,
+               host_issue: str = "") -> RuntimeOverheads | None:
     """The runtime's per-kernel costs on a GPU (None on a CPU). A measured back-to-back launch of a
     tiny op (``gpuplan bench``) is the dispatcher-level cost: it replaces the backward and compile
-    constants, and the eager forward keeps its stated ratio to them."""
+    constants, and the eager forward keeps its stated ratio to them. ``host_issue``: the runtime
+    whose host costs per kernel the engine's launches carry where they differ from ``runtime``'s
+    (:attr:`~gpuplan.engines.profiles.EngineProfile.host_issue`): the kernels, the device gaps
+    and the label stay ``runtime``'s."""
     if device.kind != "gpu":
         return None
+    if host_issue and host_issue != runtime:
+        o, h = _overheads(device, eff, runtime), _overheads(device, eff, host_issue)
+        return replace(o, host_fwd_s=h.host_fwd_s, host_bwd_s=h.host_bwd_s)
     if str(eff.basis.get("launch_s", "")).startswith("measured"):
         ratio = constant("eager_host_fwd_s") / constant("eager_host_bwd_s")
         o = runtime_overheads(runtime, eager_host_s=eff.launch_s * ratio)
@@ -958,7 +967,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     sync = device.kind == "gpu" and (prec.dtype == "fp16" or reads > 0)
     phase = _phase("train", ops + opt_ops, device, eff, prec.dtype, batch=spec.batch,
                    q_len=spec.seq, kv_len=spec.seq, micro_steps=spec.grad_accum,
-                   runtime=spec.runtime, sync=sync,
+                   runtime=spec.runtime, sync=sync, engine=spec.engine,
                    micro_sync=device.kind == "gpu" and spec.engine in BLOCKING_INPUT_COPY,
                    loss_read=device.kind == "gpu" and spec.engine in HOST_READ_AFTER_BACKWARD)
     return _with_host_reads(phase, reads, opt_tensors or ()), None, n_params, trainable
@@ -1028,7 +1037,7 @@ def optimizer_stretch_s(spec: StepSpec, prec: PrecisionLayout, device: Device, e
     tensors, elements = max(1, tensors), max(1, elements)
     ops, reads = _optimizer_ops(one, prec, device, eff, elements, None, tensors)
     phase = _phase("train", ops, device, eff, prec.dtype, batch=1, q_len=1, kv_len=1,
-                   runtime=spec.runtime)
+                   runtime=spec.runtime, engine=spec.engine)
     if phase.overheads is None:
         return phase.time_s
     phase = _with_host_reads(phase, reads, ())

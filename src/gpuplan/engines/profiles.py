@@ -145,6 +145,11 @@ class EngineProfile:
     matmul of a block)."""
     export: str | None = None
     """The ``--export`` writer for its config (None: gpuplan writes none yet)."""
+    host_issue: str = ""
+    """The runtime whose host cost per launched kernel its launches carry where that differs
+    from its ``runtime``'s ("": the runtime's own). Megatron-Core's kernels are fused as a
+    compiled model's (``runtime`` compile: Transformer Engine's fused modules), but no compiler
+    emits a wrapper that launches them: its nn.Modules run eagerly from Python (``eager``)."""
     serving_host: ServingHost | None = None
     """A serving engine's host work per step and per request (None: none modelled -- a plain
     generate loop, or an engine whose figures have no source yet)."""
@@ -169,6 +174,7 @@ class EngineProfile:
                 "memory_utilization": self.memory_utilization,
                 "cuda_graph_pool": self.cuda_graph_pool, "sliding_kv": self.sliding_kv,
                 "selective": self.selective, "export": self.export,
+                "host_issue": self.host_issue or None,
                 "serving_host": None if self.serving_host is None
                 else self.serving_host.to_dict(),
                 "sources": list(self.sources)}
@@ -289,6 +295,7 @@ _PROFILES = (
     EngineProfile(
         name="megatron", title="Megatron-Core with Transformer Engine", modes=("train",),
         runtime=MappingProxyType({"train": "compile"}), runtimes=("compile",),
+        host_issue="eager",
         model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
         zero_stages=(0, 1), fused_optimizer=True,
         kernels="Transformer Engine's fused kernels (LayerNorm/RMSNorm fused with the next "
@@ -307,7 +314,24 @@ _PROFILES = (
                  "data-parallel group (ZeRO-1), 16-bit weights and gradients replicated",
                  "dualpipe is DeepSeek's schedule over Megatron-style stages (DeepSeek-V3 "
                  "report, arXiv 2412.19437, sec. 3.2.1; github.com/deepseek-ai/DualPipe @3da1bbe)"
-                 ", timed here, not a Megatron-LM option: the export refuses it")),
+                 ", timed here, not a Megatron-LM option: the export refuses it",
+                 "host_issue eager: Megatron-Core calls torch.compile nowhere in its training "
+                 "path; its TransformerLayer, MoELayer, token dispatcher and Transformer Engine "
+                 "modules run as eager nn.Modules from Python, so each forward kernel carries "
+                 "eager PyTorch's host cost (eager_host_fwd_s, 32 us), each backward kernel "
+                 "autograd's (eager_host_bwd_s, 4 us; TE's backward is Python too, for which no "
+                 "per-kernel figure was found). Same mechanism measured on TE itself: "
+                 "NVIDIA/TransformerEngine issue #2053 (2025-08-11) times one BF16 Linear forward "
+                 "(hidden 2048, 8192 tokens, one GEMM) at 99.66 us CPU for te.Linear against "
+                 "37.08 us for torch.nn.Linear on GB200's Grace, 13.48 us for torch.nn.Linear on "
+                 "an x86 DGX H100; a TE maintainer (issue #2126, 2026-01-03) has TE's BF16 Linear "
+                 "since cut to nearly torch's. Megatron-LM megatron/core/transformer/moe/README.md "
+                 "(@d98e8a6) names the 'CPU overhead bottleneck' of fine-grained MoE (gaps "
+                 "between kernels; CUDA graphs, larger micro-batch, less TP as the fixes). Not "
+                 "modelled: the host CPU's own speed (Grace against x86), and the recipes' "
+                 "TE-scoped CUDA graphs (attn, moe_router, moe_preprocess): Megatron-Bridge "
+                 "docs/training/cuda-graphs.md (@067f987) measured them neutral on Qwen3-30B-A3B, "
+                 "H100 BF16 (42.00 s against 41.36 s eager)")),
     EngineProfile(
         name="vllm", title="vLLM (continuous batching over paged attention, CUDA graphs for "
         "decode)", modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),
