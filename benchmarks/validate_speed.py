@@ -530,6 +530,28 @@ def gather_overlap(run: dict, job: Job, notes: list[str] | None = None) -> bool:
     return False
 
 
+#: Megatron-LM overlaps an interleaved pipeline's send/recv with the next chunk's compute since
+#: NVIDIA/Megatron-LM commit f9283c5a8a (2023-05-31, "Add option to overlap p2p communication"),
+#: on by default since 4eeff55d1f (2023-10-12, "Make overlap_p2p_comm the default"): a run
+#: published before 2024 ran its sends blocking (the engine profile's default is today's code).
+P2P_OVERLAP_YEAR = 2024
+
+
+def p2p_overlap(run: dict, job: Job, notes: list[str] | None = None) -> bool | None:
+    """Whether ``run``'s interleaved pipeline sends overlap compute: False for a Megatron-LM run
+    published before :data:`P2P_OVERLAP_YEAR` (said in ``notes``); None (the engine's rule)
+    otherwise."""
+    if job.engine != "megatron" or job.pp <= 1 or not job.pp_schedule.startswith("interleaved"):
+        return None
+    if (run["source"].get("year") or P2P_OVERLAP_YEAR) >= P2P_OVERLAP_YEAR:
+        return None
+    if notes is not None:
+        notes.append(f"Megatron-LM in {run['source']['year']}: interleaved pipeline sends "
+                     "blocking (--overlap-p2p-communication came in May 2023, Megatron-LM "
+                     "f9283c5a8a)")
+    return False
+
+
 def _attention(run: dict, notes: list[str]) -> str:
     stated = str(run["job"].get("attention") or "")
     if "eager" in stated:
@@ -707,7 +729,8 @@ def predict(run: dict, keep: list | None = None) -> Row:
         est = estimate_speed(model, gpu, job.with_(max_grad_norm=norm), measured=None, link=link, optimizer_impl=impl,
                              grad_clip_impl=clip, topology=topo,
                              tp_overlap=bool(layout and layout[1]),
-                             gather_overlap=gather_overlap(run, job, notes))
+                             gather_overlap=gather_overlap(run, job, notes),
+                             p2p_overlap=p2p_overlap(run, job, notes))
         value = _train_value(est, unit, run)
     if keep is not None:
         keep.append(est)

@@ -300,6 +300,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                        cp_rotate=get_engine(c.base.engine).cp_rotate,
                        repeat_kv=get_engine(c.base.engine).sdpa_repeat_kv,
                        fsdp2_reduce_bytes=get_engine(c.base.engine).fsdp2_reduce_bytes,
+                       p2p_overlap=get_engine(c.base.engine).p2p_overlap,
                        gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
                                                                     c.model.params.total))
 

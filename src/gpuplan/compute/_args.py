@@ -40,6 +40,7 @@ def speed_args(model: object, gpu: object, job: object, kw: dict[str, Any]) -> N
     for name in _FLAGS:
         flag_arg(kw[name], name)
     flag_arg(kw["overlap_transfer"], "overlap_transfer", optional=True)
+    flag_arg(kw["p2p_overlap"], "p2p_overlap", optional=True)
     int_arg(kw["input_bytes"], "input_bytes", "bytes", low=1, optional=True)
     for name in ("train_tokens", "train_samples"):
         number_arg(kw[name], name, "count", optional=True)

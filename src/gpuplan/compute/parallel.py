@@ -44,7 +44,10 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   activations in forward and in backward (and in the recompute), exposed.
 - **pipeline p2p**: each micro-batch sends its activations forward and receives their gradients
   back once per model chunk (``/ TP`` with sequence parallelism, Megatron's scatter-gather),
-  exposed (blocking sends).
+  exposed (blocking sends); under an engine that overlaps them on an interleaved schedule (the
+  profile's ``p2p_overlap``: Megatron-LM's --overlap-p2p-communication) the steady state's
+  sends run beside the next chunk's compute, exposed only where longer
+  (:func:`interleaved_p2p_exposed_s`).
 - **data parallel**: the stage's gradients all-reduced (ZeRO 0-2; 1 and 2 reduce-scatter then
   all-gather the same bytes) or reduce-scattered and the weights gathered twice (ZeRO-3: 1.5x)
   over the DP x CP group, overlapped with the last micro-batch's backward (ZeRO-3: with the whole
@@ -489,6 +492,8 @@ class LayoutTime:
     fsdp_copy_s: float = 0.0
     """FSDP2's copy-out of the gathered weights and chunk-cat of the gradients on the compute
     stream (:func:`fsdp2_copy_bytes`), the step's; 0 where the engine's are not timed."""
+    p2p_overlapped: bool = False
+    """The pipeline's steady-state sends ran beside compute (:func:`interleaved_p2p_exposed_s`)."""
 
     @property
     def links(self) -> dict[str, str]:
@@ -497,7 +502,7 @@ class LayoutTime:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return _layout_notes(self.layout, self.topology)
+        return _layout_notes(self.layout, self.topology, self.p2p_overlapped)
 
     @property
     def step_s(self) -> float:
@@ -791,7 +796,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 optimizer_s: Callable[[int, float], float] | None = None,
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
                 gather_bytes_per_element: float | None = None, repeat_kv: bool = False,
-                fsdp2_reduce_bytes: int = 0) -> LayoutTime:
+                fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none") -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
     its stage holding ``share`` of the model's parameters, as the job runs it
@@ -805,7 +810,9 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
     ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
     ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, whose copies are timed on the
-    compute stream (:func:`fsdp2_copy_bytes`); 0: not timed."""
+    compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``p2p_overlap``: the engine's
+    pipeline send/recv (``none``: blocking; ``interleaved``: beside compute under an interleaved
+    schedule, :func:`interleaved_p2p_exposed_s`)."""
     one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,
                                 tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
                                 cp_rotate=cp_rotate,
@@ -813,7 +820,9 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
-    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb)
+    overlapped = p2p_overlap == "interleaved" and lay.pp > 1 and lay.chunks > 1 and not lay.dual
+    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb,
+                                 overlapped=overlapped)
     per_mb = t_mb + tp_c + cp_c + ep_c
     bubble = (lay.pp - 1) / lay.chunks * per_mb
     if lay.dual:
@@ -843,7 +852,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         model_flops_per_token=flops_per_token + mtp_flops_per_token(arch, lay.seq, lay.mtp_layers),
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
-        topology=topo, fsdp_copy_s=copy_s)
+        topology=topo, fsdp_copy_s=copy_s, p2p_overlapped=overlapped)
 
 
 def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Device,
@@ -864,11 +873,14 @@ def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Devi
 
 
 def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
-                    ep_c: float, t_mb: float) -> tuple[float, float]:
+                    ep_c: float, t_mb: float, *,
+                    overlapped: bool = False) -> tuple[float, float]:
     """(exposed EP all-to-all of a micro-batch, the step's exposed pipeline p2p): each
     micro-batch sends its activations forward and their gradients back once per chunk
     (blocking); DualPipe runs a micro-batch's all-to-alls and sends beside the paired chunk's
-    compute ``t_mb``, exposed only what outlasts it (carried by the all-to-all's share)."""
+    compute ``t_mb``, exposed only what outlasts it (carried by the all-to-all's share).
+    ``overlapped``: the interleaved schedule's sends beside compute
+    (:func:`interleaved_p2p_exposed_s`)."""
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
     if lay.sequence_parallel:
         p2p_bytes /= lay.tp
@@ -880,7 +892,29 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
                           efficiency=eff.comm)
     if lay.dual:
         return max(0.0, ep_c + 2 * hop - t_mb), 0.0
+    if overlapped:
+        return ep_c, interleaved_p2p_exposed_s(hop, t_mb, lay)
     return ep_c, 2 * lay.chunks * lay.micro_batches * hop
+
+
+def interleaved_p2p_exposed_s(hop: float, t_mb: float, lay: Layout) -> float:
+    """The step's exposed pipeline p2p under Megatron's interleaved schedule with
+    ``overlap_p2p_comm`` (megatron/core/pipeline_parallel/schedules.py
+    forward_backward_pipelining_with_interleaving, NVIDIA/Megatron-LM@d98e8a64): ``hop`` one
+    send/recv of a chunk's activations (or their gradients), ``t_mb`` one micro-batch through
+    the stage (all its chunks, forward and backward). The warm-up forwards and the cool-down
+    backwards send blocking (``send_forward_recv_forward`` without ``overlap_p2p_comm`` unless
+    ``overlap_p2p_comm_warmup_flush``, off by default); there are ``(pp - 1) x 2 + (chunks -
+    1) x pp`` of each on the first stage (``num_warmup_microbatches`` with
+    ``microbatch_group_size_per_vp_stage`` at its default, pp), at most the step's ``micro_batches
+    x chunks``. Each steady-state 1F1B iteration posts its forward send (``pp_post_forward``)
+    before its backward chunk and its backward send before the next forward chunk and waits
+    for them only in ``pp_pre_forward`` / ``pp_pre_backward``, so its two hops run beside one
+    chunk's forward and backward (``t_mb / chunks``), exposed only what outlasts them."""
+    passes = lay.micro_batches * lay.chunks
+    lone = min(passes, (lay.pp - 1) * 2 + (lay.chunks - 1) * lay.pp)
+    paired = passes - lone
+    return 2 * lone * hop + paired * max(0.0, 2 * hop - t_mb / lay.chunks)
 
 
 def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
@@ -960,7 +994,8 @@ def _links(lay: Layout, topo: Topology) -> dict[str, str]:
     return {k: topo.link(n, s)[0].name for k, (n, s) in groups.items() if n > 1}
 
 
-def _layout_notes(lay: Layout, topo: Topology) -> tuple[str, ...]:
+def _layout_notes(lay: Layout, topo: Topology,
+                  p2p_overlapped: bool = False) -> tuple[str, ...]:
     notes = [f"topology: {topo.stated}"]
     if lay.tp > topo.gpus_per_node:
         notes.append(f"TP {lay.tp} spans nodes ({topo.gpus_per_node} GPUs each): its all-reduces "
@@ -971,7 +1006,10 @@ def _layout_notes(lay: Layout, topo: Topology) -> tuple[str, ...]:
                      "paired chunk's compute (exposed: what outlasts it)")
     elif lay.pp > 1:
         notes.append(f"pipeline bubble (p-1)/(v m) = {lay.pp - 1}/({lay.chunks} x "
-                     f"{lay.micro_batches}); p2p sends counted as blocking")
+                     f"{lay.micro_batches}); " + (
+                         "p2p sends of the steady state beside the next chunk's compute "
+                         "(--overlap-p2p-communication), the warm-up and cool-down sends "
+                         "blocking" if p2p_overlapped else "p2p sends counted as blocking"))
     if lay.mtp_layers:
         notes.append(f"MTP depth {lay.mtp_layers} on the last stage: one more layer and the "
                      "head per depth (DeepSeek-V3 sec. 2.2)")

@@ -354,7 +354,7 @@ def estimate_speed(
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
-    host_sync_per_step: bool = False,
+    host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -388,6 +388,9 @@ def estimate_speed(
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
+    ``p2p_overlap``: whether an interleaved pipeline's sends run beside the next chunk's compute
+    (:func:`~.parallel.interleaved_p2p_exposed_s`); None: the engine's default
+    (:attr:`~gpuplan.engines.EngineProfile.p2p_overlap`), False: blocking, True: overlapped.
     ``host_sync_per_step`` (inference): the loop waits for the device before and after every
     forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
     runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
@@ -404,7 +407,7 @@ def estimate_speed(
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
                                notes=notes, impls=(optimizer_impl, grad_clip_impl),
                                gathers=gathers, gather_overlap=gather_overlap,
-                               synced=host_sync_per_step)
+                               synced=host_sync_per_step, p2p_overlap=p2p_overlap)
         return replace(est, measured_run=used, training_time=_training_time(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
@@ -523,10 +526,11 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                      tp_overlap: bool, per_sample: int | None, pinned: bool,
                      notes: list[str], impls: tuple = (None, None),
                      gathers: float | None = None,
-                     gather_overlap: bool = True, synced: bool = False) -> SpeedEstimate:
+                     gather_overlap: bool = True, synced: bool = False,
+                     p2p_overlap: bool | None = None) -> SpeedEstimate:
     """The estimate of a job under its parallel layout (:mod:`.parallel`); ``impls``: how its
     optimizer and its clip run (:func:`estimate_speed`'s ``optimizer_impl``,
-    ``grad_clip_impl``)."""
+    ``grad_clip_impl``); ``p2p_overlap``: :func:`estimate_speed`'s."""
     topo = topology or topology_for(gpu, gpus_per_node=job.gpus_per_node,
                                     inter_node=job.inter_node)
     lay = replace(Layout.of(job, seq), weight_gathers=gathers, gather_overlap=gather_overlap)
@@ -568,6 +572,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             cp_rotate=get_engine(job.engine).cp_rotate,
             repeat_kv=get_engine(job.engine).sdpa_repeat_kv,
             fsdp2_reduce_bytes=get_engine(job.engine).fsdp2_reduce_bytes,
+            p2p_overlap=(get_engine(job.engine).p2p_overlap if p2p_overlap is None
+                         else "interleaved" if p2p_overlap else "none"),
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
                                                          notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(

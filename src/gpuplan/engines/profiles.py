@@ -118,6 +118,13 @@ class EngineProfile:
     ``allgather`` (PyTorch's context_parallel with the all-gather rotater, its fp32 merges and
     fp32 K/V-gradient ring: :func:`gpuplan.compute.parallel.torch_cp_exposed_s`,
     :func:`gpuplan.compute.parallel.torch_cp_merge_bytes`)."""
+    p2p_overlap: str = "none"
+    """When its pipeline's send/recv of activations and gradients runs beside compute:
+    ``none`` (blocking sends: each waited for where it is posted) or ``interleaved`` (under an
+    interleaved schedule, VP > 1, the steady state's sends posted asynchronously and waited
+    for only before the chunk that needs them, so each runs beside the next chunk's compute:
+    Megatron-LM's ``--overlap-p2p-communication``, :func:`gpuplan.compute.parallel.
+    interleaved_p2p_exposed_s`)."""
     sdpa_repeat_kv: bool = False
     """Its model code expands K and V to every query head (``repeat_kv``) before SDPA, so what
     context parallelism exchanges and merges around the SDPA has the query heads' count, not
@@ -303,6 +310,14 @@ _PROFILES = (
         "cuDNN / flash fused attention",
         parallel=frozenset({"tp", "sp", "pp", "cp", "ep"}),
         pp_schedules=("1f1b", "interleaved", "dualpipe"), pp_split="even",
+        # p2p_overlap: Megatron-LM megatron/training/arguments.py (NVIDIA/Megatron-LM@d98e8a64)
+        # --no-overlap-p2p-communication is store_false into overlap_p2p_comm, so the overlap is
+        # on by default, and validate_args turns it off unless a virtual pipeline is set
+        # (lines ~1000-1018); Megatron-Bridge does the same by rule: overlap_p2p_comm = True,
+        # batch_p2p_comm = False when PP > 1 and VP > 1, else off (src/megatron/bridge/training/
+        # comm_overlap.py lines 453-462, NVIDIA-NeMo/Megatron-Bridge@067f987). Megatron-Core's
+        # own ModelParallelConfig.overlap_p2p_comm defaults to False (a library caller's choice)
+        p2p_overlap="interleaved",
         overlap="the distributed optimizer's gradient reduce-scatter and parameter all-gather "
         "overlapped (--overlap-grad-reduce, --overlap-param-gather); TP communication overlap "
         "with --tp-comm-overlap", export="megatron",
