@@ -811,26 +811,22 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
     ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, whose copies are timed on the
     compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``p2p_overlap``: the engine's
-    pipeline send/recv (``none``: blocking; ``interleaved``: beside compute under an interleaved
-    schedule, :func:`interleaved_p2p_exposed_s`)."""
-    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,
+    pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`)."""
+    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,  # one layer's: linear
                                 tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
-                                cp_rotate=cp_rotate,
-                                repeat_kv=repeat_kv)  # one layer's: linear in the layers
+                                cp_rotate=cp_rotate, repeat_kv=repeat_kv)  # in the layers
     stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
-    overlapped = p2p_overlap == "interleaved" and lay.pp > 1 and lay.chunks > 1 and not lay.dual
-    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb,
-                                 overlapped=overlapped)
+    overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
+    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped)
     per_mb = t_mb + tp_c + cp_c + ep_c
     bubble = (lay.pp - 1) / lay.chunks * per_mb
     if lay.dual:
         b_s = stage_layers * cost.layer_bwd_s
         bubble = dualpipe_bubble_s(lay.pp, per_mb, b_s, stage_layers * cost.wgrad_s)
     mtp = mtp_params(arch, lay.mtp_layers)
-    mine = (stage_params(arch, params, lay) * (2 if lay.dual else 1)
-            + mtp_rank_params(arch, lay))
+    mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
                                None if gather_bytes_per_element is None
@@ -852,7 +848,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         model_flops_per_token=flops_per_token + mtp_flops_per_token(arch, lay.seq, lay.mtp_layers),
         peak_flops=device.peak(prec.dtype),
         hardware_flops_per_gpu=m * cost.hardware_flops * stage_layers / arch.num_layers,
-        topology=topo, fsdp_copy_s=copy_s, p2p_overlapped=overlapped)
+        topology=topo, fsdp_copy_s=copy_s, p2p_overlapped=overlapped and lay.pp > 1)
 
 
 def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Device,
@@ -873,7 +869,7 @@ def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Devi
 
 
 def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
-                    ep_c: float, t_mb: float, *,
+                    ep_c: float, t_mb: float,
                     overlapped: bool = False) -> tuple[float, float]:
     """(exposed EP all-to-all of a micro-batch, the step's exposed pipeline p2p): each
     micro-batch sends its activations forward and their gradients back once per chunk
