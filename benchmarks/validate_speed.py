@@ -1039,7 +1039,10 @@ def _volta_gap(run: dict, row: Row) -> str:
     2019 FusedAdam's per-tensor Python loop (DeepLearningExamples BERT fused_adam_local.py) moves
     the row by 0.005. Unsourced and not shipped (before the launches were split): a host cost per
     kernel 2x (3x) the one timed read the DLE fp16 rows 1.13-1.16 (0.98-1.02) and HF's GA4+GC fp16
-    rows 1.10-1.17 (0.77-0.80), fp32 rows unmoved, but HF's batch-4 fp16 row 1.39 (1.23)."""
+    rows 1.10-1.17 (0.77-0.80), fp32 rows unmoved, but HF's batch-4 fp16 row 1.39 (1.23).
+    Split-K's fixed cost on V100 (efficiency.splitk_fixed_volta_s, 16.8 us a GEMM of fewer
+    output tiles than SMs, DeepBench's V100 rows) moved HF's micro-batch-1 GA4+GC fp16 rows
+    1.85 / 1.65 / 1.61 -> 1.72 / 1.55 / 1.52 (their separate Q/K/V launches are split-K)."""
     if row.mechanism != "Volta/Turing training" and "V100" not in run["hardware"]["gpu"]:
         return ""
     return ("fp16 on Volta, read op by op (benchmarks/speed_breakdown.py; _volta_gap's docstring "
@@ -1052,7 +1055,7 @@ def _volta_gap(run: dict, row: Row) -> str:
             "dle-bert-large-ft-v100-16g-amp; every host wait in the code these rows ran is "
             "timed (BLOCKING_INPUT_COPY, HOST_READ_AFTER_BACKWARD, apex amp's overflow .item(), "
             "GradScaler's found_inf.item()), and the step is device-bound unless the host's "
-            "cost per kernel is several times the one timed. The 1.15-1.85x left, common to "
+            "cost per kernel is several times the one timed. The 1.16-1.72x left, common to "
             "every fp16 row (APEX O2 and autocast alike), is not identified")
 
 

@@ -198,8 +198,8 @@ def test_split_k_gemm_on_turing_pays_its_fixed_cost_by_hand():
     16 x 1 tiles < 40, split over K into min(40 // 16, 2048 // 256) = 2 slices -> 32 of 40 SMs
     busy (0.8); work 1,073,741,824 FLOP / (65e12 x 0.61 x 0.8) = 33.85 us, + 16 us of split-K =
     49.85 us; the bytes (2048x2048 + 2048x128 + 2048x128) x 2 = 9,437,184 / (320 GB/s x 0.85) =
-    34.70 us. M=512 N=1024 (4 x 8 = 32 tiles < 40) pays it, M=1024 N=1024 (64) does not; Volta,
-    Ampere and bf16 never."""
+    34.70 us. M=512 N=1024 (4 x 8 = 32 tiles < 40) pays it, M=1024 N=1024 (64) does not; Ampere
+    and bf16 never (Volta's own: tests/unit/test_splitk_volta.py)."""
     from gpuplan.compute.device import default_efficiency, device_from_gpu
     from gpuplan.compute.efficiency import splitk_fixed_s
     from gpuplan.compute.time import time_ops
@@ -210,7 +210,6 @@ def test_split_k_gemm_on_turing_pays_its_fixed_cost_by_hand():
     assert t.memory_s == pytest.approx(9437184 / (320e9 * 0.85), rel=1e-9)
     assert splitk_fixed_s("Turing", "fp16", 1, 512, 1024, 40) == 16e-6
     assert splitk_fixed_s("Turing", "fp16", 1, 1024, 1024, 40) == 0.0
-    assert splitk_fixed_s("Volta", "fp16", 1, 3072, 128, 80) == 0.0
     assert splitk_fixed_s("Ampere", "fp16", 1, 3072, 128, 108) == 0.0
     assert splitk_fixed_s("Turing", "bf16", 1, 2048, 128, 40) == 0.0
 

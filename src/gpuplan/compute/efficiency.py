@@ -82,6 +82,54 @@ _LAMB = ("apex.optimizers.FusedLAMB.step and csrc/multi_tensor_lamb.cu (NVIDIA D
          "the update into the gradient), multi_tensor_l2norm of the update, LAMBStage2 (reads "
          "update and weight, writes the weight): 52 B per fp32 parameter vs fused Adam's 28")
 
+#: DeepBench's V100 fp16 GEMMs (``_DEEPBENCH``; DeepBench_NV_V100.xlsx, sheet GEMM, rows also in
+#: benchmarks/published/deepbench_gemm_fp16.json) that cuBLAS runs split-K by gpuplan's rule --
+#: fewer 128 x 128 output tiles than the V100's 80 SMs (:func:`splitk_fixed_s`) -- and at least
+#: one tile each way and 20 us (the fit's row filter): (M, N, K, ta, tb) -> measured ms. All are
+#: N = 128 (one tile column) with K = 1,024-4,096.
+DEEPBENCH_V100_SPLITK_MS = {
+    (1760, 128, 1760, "N", "N"): 0.031, (2048, 128, 2048, "N", "N"): 0.031,
+    (2560, 128, 2560, "N", "N"): 0.036, (4096, 128, 4096, "N", "N"): 0.067,
+    (1760, 128, 1760, "T", "N"): 0.029, (2048, 128, 2048, "T", "N"): 0.031,
+    (2560, 128, 2560, "T", "N"): 0.049, (4096, 128, 4096, "T", "N"): 0.071,
+    (7680, 128, 2560, "N", "N"): 0.074, (7680, 128, 2560, "T", "N"): 0.130,
+    (3072, 128, 1024, "N", "N"): 0.024, (3072, 128, 1024, "T", "N"): 0.024,
+}
+#: The board DeepBench ran them on (its sheet 'Specs': a DGX-1's V100, the catalog's
+#: V100-SXM2-16GB): dense fp16 Tensor Core peak, FLOP/s, and SM count.
+DEEPBENCH_V100 = {"peak": 125e12, "sms": 80}
+_TILE, _SPLIT_K_MIN = 128, 256  # gemm_tile_m / gemm_tile_n, gemm_split_k_min below
+_MARKIDIS_V100 = 83 / 125  # matmul_volta_fp16 below
+
+
+def _wave_efficiency(batch: int, m: int, n: int, sm_count: int, k: int | None, tm: int,
+                     tn: int, split_min: int) -> float:
+    """:func:`gemm_wave_efficiency` with its tile and split-K slice given."""
+    if sm_count <= 0:
+        return 1.0
+    tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+    useful = batch * m * n / (tm * tn)  # tiles' worth of real outputs
+    if k is not None and tiles < sm_count:
+        splits = max(1, min(sm_count // tiles, k // split_min))
+        tiles, useful = tiles * splits, useful * splits
+    waves = math.ceil(tiles / sm_count)
+    return min(1.0, useful / (waves * sm_count))
+
+
+def _volta_splitk_fixed_s() -> float:
+    """Split-K's fixed cost on V100 from DeepBench's split-K rows: the median over
+    :data:`DEEPBENCH_V100_SPLITK_MS` of measured time minus the GEMM's work at the shipped Volta
+    fraction (Markidis's 83/125) and wave efficiency. The median, not the mean, so that the one
+    transposed 7680 x 128 x 2560 row (130 us against its NN twin's 74) does not set it."""
+    peak, sms = DEEPBENCH_V100["peak"], DEEPBENCH_V100["sms"]
+    excess = sorted(
+        ms * 1e-3 - 2 * m * n * k / (peak * _MARKIDIS_V100
+                                     * _wave_efficiency(1, m, n, sms, k, _TILE, _TILE, _SPLIT_K_MIN))
+        for (m, n, k, _, _), ms in DEEPBENCH_V100_SPLITK_MS.items())
+    mid = len(excess) // 2
+    return (excess[mid - 1] + excess[mid]) / 2 if len(excess) % 2 == 0 else excess[mid]
+
+
 #: TE's GEMM profiling guide (``_TE_GEMM``, section "Autocast vs Pre-quantized", kernel-only
 #: ``--pre-quantize`` per-layer totals of the 12 GEMMs -- Fprop, Dgrad, Wgrad of QKV 15872 x
 #: 4096 x 12288, attention out 15872 x 4096 x 4096, MLP up 15872 x 4096 x 16384, MLP down
@@ -110,24 +158,34 @@ def _training_shape_ratio(dtype: str) -> float:
 
 CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     # -- matmuls --------------------------------------------------------------------------------
-    "gemm_tile_m": Constant(128, "rows", "CUTLASS/cuBLAS default tensor-op tile on Ampere/Hopper "
+    "gemm_tile_m": Constant(_TILE, "rows", "CUTLASS/cuBLAS default tensor-op tile on Ampere/Hopper "
                             "(NVIDIA Matrix Multiplication Background User's Guide, 'Tile "
                             "quantization')"),
-    "gemm_tile_n": Constant(128, "columns", "as gemm_tile_m"),
-    "gemm_split_k_min": Constant(256, "K elements per slice", "split-K: when the output tiles "
+    "gemm_tile_n": Constant(_TILE, "columns", "as gemm_tile_m"),
+    "gemm_split_k_min": Constant(_SPLIT_K_MIN, "K elements per slice", "split-K: when the output tiles "
                                  "fill less than one wave, cuBLAS/CUTLASS split the K loop over "
                                  "more CTAs (CUTLASS split-K and stream-K; Osama et al. 2023, "
                                  "'Stream-K'); slices kept at >= 2 K-blocks of 128"),
     "matmul_volta_fp16": Constant(
-        0.664, "fraction of peak", "Markidis et al. 2018, 'NVIDIA Tensor Core Programmability, "
+        round(_MARKIDIS_V100, 3), "fraction of peak", "Markidis et al. 2018, 'NVIDIA Tensor Core Programmability, "
         "Performance & Precision' (IPDPSW 2018, arXiv 1803.04014), abstract: cuBLAS GEMM on the "
         "Tensor Cores 'can deliver up to 83 Tflops/s in mixed precision on a Tesla V100', of its "
         "125 Tflops/s peak: 83 / 125. Replaces the matmul fraction for fp16 on Volta, as the "
         "Ampere/Hopper best-shape 0.80 (device.DEFAULT_BASIS matmul_nvidia) does there. (Kept: "
-        "DeepBench's V100 GEMMs fit 0.815 and 20 us per split-K GEMM, "
-        "benchmarks/fit_volta_turing_gemm.py, but taking them moves the V100 fp16 BERT runs "
-        "further optimistic -- their gap lies outside the GEMMs -- so they wait for that "
-        "mechanism; docs/speed.md)"),
+        "DeepBench's V100 GEMMs fit 0.815 with 20 us per split-K GEMM, "
+        "benchmarks/fit_volta_turing_gemm.py, but taking the fraction moves the V100 fp16 BERT "
+        "runs further optimistic -- their gap lies outside the GEMMs -- so it waits for that "
+        "mechanism; docs/speed.md. Split-K's fixed cost is shipped: splitk_fixed_volta_s)"),
+    "splitk_fixed_volta_s": Constant(
+        round(_volta_splitk_fixed_s(), 7), "s per GEMM", _DEEPBENCH + " (V100), computed at "
+        "import from DEEPBENCH_V100_SPLITK_MS: the median, over the 12 V100 GEMMs of fewer "
+        "128 x 128 output tiles than SMs (all N = 128, K = 1,024-4,096), of the measured time "
+        "minus the work at matmul_volta_fp16 and the wave efficiency. A fixed cost, not a "
+        "slower rate: at the fit's 0.815 the excess is 14-22 us on 9 of the 12 rows while "
+        "their work runs 9-53 us; at 0.664 the 8 rows of under 21 us of work read 13-29 us, median 18 "
+        "(the larger ones less: they run above 0.664). Each slice "
+        "writes its partial tile to a workspace and a second kernel reduces them (as "
+        "splitk_fixed_turing_s; e.g. M=2048 N=128 K=2048: 31 us measured, 13 us of work)"),
     "matmul_turing_fp16": Constant(
         0.61, "fraction of peak", _DEEPBENCH + ": T4 (CUDA 10.1), 88 tiled fp16 GEMMs; large "
         "shapes reach 36-46 of 65 TFLOP/s, the longest ones lowest (the 70 W board's clocks "
@@ -406,17 +464,9 @@ def gemm_wave_efficiency(batch: int, m: int, n: int, sm_count: int, k: int | Non
     into up to SMs / tiles slices of at least ``gemm_split_k_min`` (split-K), as the libraries do
     for such shapes -- without it one more row at M = 128 would double the time. 1.0 when the SM
     count is unknown."""
-    if sm_count <= 0:
-        return 1.0
     tm, tn = GEMM_TILE
-    tm = tile_m or tm
-    tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
-    useful = batch * m * n / (tm * tn)  # tiles' worth of real outputs
-    if k is not None and tiles < sm_count:
-        splits = max(1, min(sm_count // tiles, k // int(constant("gemm_split_k_min"))))
-        tiles, useful = tiles * splits, useful * splits
-    waves = math.ceil(tiles / sm_count)
-    return min(1.0, useful / (waves * sm_count))
+    return _wave_efficiency(batch, m, n, sm_count, k, tile_m or tm, tn,
+                            int(constant("gemm_split_k_min")))
 
 
 #: Smallest row tile of a grouped MoE GEMM (vLLM's fused_moe Triton kernel picks BLOCK_SIZE_M
@@ -437,7 +487,8 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
 
 #: The generations whose own Tensor Core GEMM share gpuplan times: (architecture, dtype) -> (the
 #: matmul fraction's constant, split-K's fixed cost's constant, or None). Turing's pair is
-#: DeepBench's fit; Volta keeps Markidis's single fraction (see ``matmul_volta_fp16``).
+#: DeepBench's fit; Volta keeps Markidis's fraction (see ``matmul_volta_fp16``) with the split-K
+#: cost DeepBench's V100 rows give at that fraction (``splitk_fixed_volta_s``).
 #: Catalog SKUs whose best-shape matmul at a dtype was measured apart (the MAMF table):
 #: (GPU name, dtype) -> its CONSTANTS entry, replacing the default fraction for that dtype.
 MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
@@ -463,17 +514,19 @@ TRAINING_SHAPE_GEMM: Mapping[tuple[str, str], str] = MappingProxyType({
 })
 
 OLDER_TENSOR_CORES: Mapping[tuple[str, str], tuple[str, str | None]] = MappingProxyType({
-    ("volta", "fp16"): ("matmul_volta_fp16", None),
+    ("volta", "fp16"): ("matmul_volta_fp16", "splitk_fixed_volta_s"),
     ("turing", "fp16"): ("matmul_turing_fp16", "splitk_fixed_turing_s"),
 })
 
 
 def splitk_fixed_s(architecture: str, dtype: str, batch: int, m: int, n: int,
                    sm_count: int) -> float:
-    """The fixed cost of a split-K GEMM on Turing's Tensor Cores: a (batch x) M x N output of
-    fewer 128 x 128 tiles than SMs pays :data:`CONSTANTS` ``splitk_fixed_turing_s`` beyond its
-    work (the partial tiles' workspace and their reduction); 0 elsewhere (Volta too: see
-    ``matmul_volta_fp16``), and for GEMMs that fill the SMs."""
+    """The fixed cost of a split-K GEMM on Volta's and Turing's Tensor Cores: a (batch x) M x N
+    output of fewer 128 x 128 tiles than SMs -- the shapes :func:`gemm_wave_efficiency` splits
+    over K (``gemm_split_k_min``'s source: CUTLASS split-K, the libraries' rule for outputs under
+    one wave) -- pays :data:`CONSTANTS` ``splitk_fixed_volta_s`` / ``splitk_fixed_turing_s``
+    beyond its work (the partial tiles' workspace and their reduction); 0 elsewhere, and for
+    GEMMs that fill the SMs."""
     names = OLDER_TENSOR_CORES.get(((architecture or "").lower(), dtype))
     if names is None or names[1] is None or sm_count <= 0:
         return 0.0
