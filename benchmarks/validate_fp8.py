@@ -225,16 +225,13 @@ def deepseek_job(run: dict, notes: list[str]) -> Job:
                gpus_per_node=h["gpus_per_node"])
 
 
-tp_comm_overlap = tp_overlap_of  # the name the dense rows' test reads
-
-
 def predict(run: dict) -> Row:
     measured = float(run["measured"]["tokens_per_s_per_gpu"])
     why = _not_expressible(run)
     if why:
         return Row(run, None, measured, why)
     notes: list[str] = []
-    overlap = tp_comm_overlap(run)  # job_of's notes say where it is off
+    overlap = tp_overlap_of(run)  # job_of's notes say where it is off
     try:
         job = deepseek_job(run, notes) if run["kind"] == "train_gpu_hours" else job_of(run, notes)
         gpu = get_gpu(run["hardware"]["gpu"])

@@ -23,11 +23,11 @@ from ._record import record
 from .compute.device import (at_power_limit, default_efficiency, device_from_gpu,
                              power_clock_fraction)
 from .compute.efficiency import resolve_runtime
-from .engines.profiles import (SEARCH_SCHEDULES, LayoutLimits, check_engine_job, resolve_engine,
-                               engine_notes, get_engine, layout_limits)
+from .engines.profiles import (SEARCH_SCHEDULES, LayoutLimits, check_engine_job,
+                               engine_notes, layout_limits)
 from .compute.parallel import (
-    Layout, LayoutTime, ServeTime, layout_time, micro_costs, moe_host_sync,
-    model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
+    Layout, LayoutTime, ServeTime, engine_layout_options, job_micro_options, layout_time,
+    micro_costs, model_flops_per_token, serve_time, shard_arch, stage_params, zero3_gathers,
 )
 from .compute.speed import kernel_efficiency, narrow_gather_bytes
 from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
@@ -268,14 +268,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
     if key not in c.costs:
         c.costs[key] = micro_costs(arch, c.device, c.eff, c.prec, tp=lay.tp, cp=lay.cp,
                                    batch=lay.batch, seq=lay.seq, attention=c.base.attention,
-                                   runtime=resolve_runtime(c.base.runtime, "train",
-                                                           c.base.engine), ep=lay.ep,
-                                   selective=get_engine(c.base.engine).selective,
-                                   bf16_edge_layers=c.base.first_last_layers_bf16,
-                                   moe_sync=moe_host_sync(resolve_engine(c.base.engine), lay.ep,
-                                                           c.base.moe_capacity_factor),
-                                   engine=c.base.engine, model_code=c.base.model_code,
-                                   recompute_modules=c.base.recompute_modules)
+                                   **job_micro_options(c.base, lay.ep))
     if lay.zero == 3:
         gkey = (lay.sharding, lay.checkpointing)
         if gkey not in c.gathers:
@@ -296,11 +289,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                        eff=c.eff, prec=c.prec, params=c.model.params.total,
                        flops_per_token=flops_per_token, state_bytes_per_param=per_param,
                        tp_overlap=c.tp_overlap, optimizer_s=c.optimizer,
-                       tp_overlap_kind=get_engine(c.base.engine).tp_overlap_kind,
-                       cp_rotate=get_engine(c.base.engine).cp_rotate,
-                       repeat_kv=get_engine(c.base.engine).sdpa_repeat_kv,
-                       fsdp2_reduce_bytes=get_engine(c.base.engine).fsdp2_reduce_bytes,
-                       p2p_overlap=get_engine(c.base.engine).p2p_overlap,
+                       **engine_layout_options(c.base.engine),
                        gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
                                                                     c.model.params.total))
 

@@ -107,7 +107,7 @@ def test_the_recipes_tp_comm_overlap_is_the_rows():
                and r.run["model"]["catalog"].startswith("llama") and r.run["job"]["tp"] > 1]
     assert len(tp_rows) == 12
     for r in tp_rows:
-        assert V.tp_comm_overlap(r.run) == (r.run["job"]["precision"] != "nvfp4"), r.run["id"]
+        assert V.tp_overlap_of(r.run) == (r.run["job"]["precision"] != "nvfp4"), r.run["id"]
         assert r.run["recipe"]["source"]["commit"] in r.run["recipe"]["source"]["url"]
     nv = next(r for r in tp_rows if r.run["id"].endswith("llama3.1405b-nvfp4-x256"))
     hidden = V.predict({**nv.run, "recipe": {**nv.run["recipe"], "tp_comm_overlap": True}})

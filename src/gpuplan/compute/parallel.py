@@ -66,7 +66,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .._record import record
-from ..engines.profiles import get_engine
+from ..engines.profiles import get_engine, resolve_engine
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -75,14 +75,15 @@ from ..models._types import Architecture, Model
 from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_params
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
-from .efficiency import constant, overlap_sm_share
+from .efficiency import constant, overlap_sm_share, resolve_runtime
 from .flops import optimizer_op, recompute_ops
 from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
-           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s"]
+           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
+           "engine_layout_options"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -308,6 +309,29 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     bwd = (e * (4 + (2 * r + 8) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
            + k * (4 * r + 4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
     return fwd, bwd
+
+
+def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
+    """The keywords :func:`micro_cost` / :func:`micro_costs` take from ``job`` (its training
+    runtime, the engine's selective policy and MoE sync, the edge blocks, capacity factor, model
+    code and recompute modules) at expert-parallel degree ``ep``: one place, so ``speed`` and
+    the cluster search time a layout's micro-batch alike."""
+    return dict(runtime=resolve_runtime(job.runtime, "train", job.engine), ep=ep,
+                selective=get_engine(job.engine).selective,
+                bf16_edge_layers=job.first_last_layers_bf16,
+                moe_sync=moe_host_sync(resolve_engine(job.engine), ep, job.moe_capacity_factor),
+                engine=job.engine, capacity_factor=job.moe_capacity_factor,
+                model_code=job.model_code, recompute_modules=job.recompute_modules)
+
+
+def engine_layout_options(engine: str) -> dict[str, Any]:
+    """The engine profile's facts :func:`layout_time` reads (how it hides TP, rotates CP's K/V,
+    feeds SDPA, copies FSDP2's buffers and sends between pipeline stages): one place, so
+    ``speed`` and the cluster search read them alike."""
+    e = get_engine(engine)
+    return dict(tp_overlap_kind=e.tp_overlap_kind, cp_rotate=e.cp_rotate,
+                repeat_kv=e.sdpa_repeat_kv, fsdp2_reduce_bytes=e.fsdp2_reduce_bytes,
+                p2p_overlap=e.p2p_overlap)
 
 
 def moe_host_sync(engine: str, ep: int, capacity_factor: float | None = None) -> bool:

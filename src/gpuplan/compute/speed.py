@@ -21,14 +21,14 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
-    BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, resolve_runtime, speed_range, speed_residuals,
+    BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, speed_range, speed_residuals,
 )
 from ._args import speed_args
 from .flops import AttentionPrecision, form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
-    Layout, LayoutTime, ServeTime, layout_time, micro_cost, model_flops_per_token, moe_host_sync,
-    fsdp2_copy_bytes, serve_time, shard_arch, zero3_gathers,
+    Layout, LayoutTime, ServeTime, engine_layout_options, job_micro_options, layout_time,
+    micro_cost, model_flops_per_token, fsdp2_copy_bytes, serve_time, shard_arch, zero3_gathers,
 )
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, attention_plan, build_steps,
@@ -554,26 +554,16 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     if mode == "train":
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
-                          runtime=resolve_runtime(job.runtime, "train", job.engine), ep=lay.ep,
-                          selective=get_engine(job.engine).selective,
-                          bf16_edge_layers=job.first_last_layers_bf16,
-                          moe_sync=moe_host_sync(resolve_engine(job.engine), lay.ep,
-                                                 job.moe_capacity_factor),
-                          engine=job.engine, capacity_factor=job.moe_capacity_factor,
-                          model_code=job.model_code,
-                          recompute_modules=job.recompute_modules)
+                          **job_micro_options(job, lay.ep))
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
-            tp_overlap_kind=get_engine(job.engine).tp_overlap_kind,
-            cp_rotate=get_engine(job.engine).cp_rotate,
-            repeat_kv=get_engine(job.engine).sdpa_repeat_kv,
-            fsdp2_reduce_bytes=get_engine(job.engine).fsdp2_reduce_bytes,
-            p2p_overlap=(get_engine(job.engine).p2p_overlap if p2p_overlap is None
-                         else "interleaved" if p2p_overlap else "none"),
+            **{**engine_layout_options(job.engine),
+               **({} if p2p_overlap is None
+                  else {"p2p_overlap": "interleaved" if p2p_overlap else "none"})},
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
                                                          notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(
