@@ -156,6 +156,11 @@ def test_out_of_sample_holdout_reads(rows):
     # which ride the torchtitan profile, -0.1% to -1.3% (their FSDPs were others, the 0.1-0.8%
     # of the copies a cause those runs did not have). Asserted as reached, so a change that
     # moves it is seen. The online rows by gpuplan.capacity (onlinecap, above): 10.9% -> 11.2%
+    # Issue 31 (titan): H100-SXM-96GB's FP8 GEMMs at the MAMF H100 SXM FP8 share (0.709, the
+    # same GH100 SXM5 die) rather than the BF16 default 0.80: torchtitan's 14 Float8 rows
+    # 0.01-0.06x less optimistic (8B FSDP 1.22/1.15 -> 1.17/1.10, 405B 1F1B 1.14 -> 1.08, the
+    # 70B 2D rows 0.88/0.98 -> 0.85/0.95); the group 22.6% / 47.3% -> 19.5% / 46.3%, the whole
+    # holdout 10.9% -> 10.4% median.
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
@@ -166,7 +171,7 @@ def test_out_of_sample_holdout_reads(rows):
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
     assert len(gemv8) == 2 and all(1.10 < x < 1.25 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
-    assert tt_med <= 0.228 and tt_worst <= 0.474
+    assert tt_med <= 0.196 and tt_worst <= 0.464
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:

@@ -493,6 +493,11 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
 #: (GPU name, dtype) -> its CONSTANTS entry, replacing the default fraction for that dtype.
 MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     ("H100-SXM-80GB", "fp8"): "matmul_h100_fp8",
+    # Meta's 96 GB HBM2e SXM H100 (torchtitan docs/performance.md @eaea6f6) is the same GH100
+    # SXM5 die and Tensor Cores as the MAMF row's H100 SXM, its peaks the SXM5's: the FP8 share
+    # of the peak is the die's (cuBLASLt's FP8 kernels), not the memory's, so it carries over
+    # (its 500 W cap scales the peak apart: device.at_power_limit)
+    ("H100-SXM-96GB", "fp8"): "matmul_h100_fp8",
     ("H200-SXM-141GB", "fp8"): "matmul_h200_fp8",
     ("B200-SXM-180GB", "bf16"): "matmul_b200_bf16",
     ("B200-SXM-180GB", "fp8"): "matmul_b200_fp8",
