@@ -160,7 +160,10 @@ def test_out_of_sample_holdout_reads(rows):
     # same GH100 SXM5 die) rather than the BF16 default 0.80: torchtitan's 14 Float8 rows
     # 0.01-0.06x less optimistic (8B FSDP 1.22/1.15 -> 1.17/1.10, 405B 1F1B 1.14 -> 1.08, the
     # 70B 2D rows 0.88/0.98 -> 0.85/0.95); the group 22.6% / 47.3% -> 19.5% / 46.3%, the whole
-    # holdout 10.9% -> 10.4% median.
+    # holdout 10.9% -> 10.4% median. Then torchao's Float8 TP styles (torchtitan apply_tp with
+    # float8 on: all-gathers in float8, reduce-scatters in bf16, parallel.tp_collectives_s): the
+    # 70B 2D rows 0.85/0.95 -> 0.90/0.98, the 405B rows the wrong way 1.08/1.10/1.07/1.27/1.26 ->
+    # 1.10/1.12/1.08/1.28/1.27; the group 19.5% / 46.3%, the holdout 10.4% / 46.3% unchanged.
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48

@@ -83,7 +83,7 @@ from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
-           "engine_layout_options"]
+           "engine_layout_options", "tp_collectives_s"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -324,14 +324,16 @@ def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
                 model_code=job.model_code, recompute_modules=job.recompute_modules)
 
 
-def engine_layout_options(engine: str) -> dict[str, Any]:
+def engine_layout_options(engine: str, precision: str | None = None) -> dict[str, Any]:
     """The engine profile's facts :func:`layout_time` reads (how it hides TP, rotates CP's K/V,
-    feeds SDPA, copies FSDP2's buffers and sends between pipeline stages): one place, so
-    ``speed`` and the cluster search read them alike."""
+    feeds SDPA, copies FSDP2's buffers, sends between pipeline stages and, under the job's
+    ``precision``, what its TP all-gathers move): one place, so ``speed`` and the cluster
+    search read them alike."""
     e = get_engine(engine)
     return dict(tp_overlap_kind=e.tp_overlap_kind, cp_rotate=e.cp_rotate,
                 repeat_kv=e.sdpa_repeat_kv, fsdp2_reduce_bytes=e.fsdp2_reduce_bytes,
-                p2p_overlap=e.p2p_overlap)
+                p2p_overlap=e.p2p_overlap,
+                tp_gather_bytes=1.0 if precision in e.tp_narrow_gather else None)
 
 
 def moe_host_sync(engine: str, ep: int, capacity_factor: float | None = None) -> bool:
@@ -599,18 +601,21 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
                           eff: Efficiency, act: int, stage_layers: int, *,
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
                           cp_rotate: str = "p2p",
-                          repeat_kv: bool = False) -> tuple[float, float, float]:
+                          repeat_kv: bool = False,
+                          tp_gather_bytes: float | None = None) -> tuple[float, float, float]:
     """Exposed (TP, CP, EP) communication of one micro-batch on one stage; ``repeat_kv``: the
-    K/V exchanged has the query heads (the engine's ``sdpa_repeat_kv``)."""
+    K/V exchanged has the query heads (the engine's ``sdpa_repeat_kv``); ``tp_gather_bytes``:
+    the bytes an element of the TP all-gathers moves (:func:`tp_collectives_s`; None: ``act``)."""
     s_local = lay.seq // lay.cp
     act_bytes = lay.batch * s_local * arch.hidden_size * act
+    gather_bytes = None if tp_gather_bytes is None else act_bytes * tp_gather_bytes / act
     n_tp = 4 + (2 if lay.checkpointing == "full" else 0)
-    tp = n_tp * collective_time("all-reduce", act_bytes, lay.tp, topo, efficiency=eff.comm)
+    tp = n_tp * tp_collectives_s(act_bytes, lay.tp, topo, eff, gather_bytes)
     regather = 0.0
     if lay.distribute_checkpoints:  # the layer input gathered back before its recompute
         regather = collective_time("all-gather", act_bytes, lay.tp, topo, efficiency=eff.comm)
     if tp_overlap and tp_overlap_kind == "async-tp" and lay.sequence_parallel and lay.tp > 1:
-        tp = regather + async_tp_exposed_s(cost, lay, topo, eff, act_bytes)
+        tp = regather + async_tp_exposed_s(cost, lay, topo, eff, act_bytes, gather_bytes)
     else:
         tp += regather
         if tp_overlap:
@@ -658,8 +663,24 @@ def _padded_share(arch: Architecture, lay: Layout, tokens: int | None = None) ->
                        lay.moe_capacity_factor).rows / (tokens * k)
 
 
+def tp_collectives_s(act_bytes: float, n: int, topo: Topology, eff: Efficiency,
+                     gather_bytes: float | None = None) -> float:
+    """One TP all-reduce's worth of a layer's collectives (an all-reduce, or under sequence
+    parallelism the all-gather and the reduce-scatter it splits into) of ``act_bytes`` over ``n``
+    ranks. ``gather_bytes``: what the all-gather moves where it is narrower than the
+    reduce-scatter -- torchao's Float8 TP styles under a tensor-wise recipe (the engine's
+    ``tp_narrow_gather``: torchtitan) gather float8 (the layer input cast to e4m3 before its
+    all-gather, the output gradient to e5m2 before the backward's) and reduce-scatter the
+    16-bit outputs and input gradients: a reduce-scatter of ``act_bytes`` and an all-gather of
+    ``gather_bytes``. None: one all-reduce of ``act_bytes`` (as before)."""
+    if gather_bytes is None:
+        return collective_time("all-reduce", act_bytes, n, topo, efficiency=eff.comm)
+    return (collective_time("reduce-scatter", act_bytes, n, topo, efficiency=eff.comm)
+            + collective_time("all-gather", gather_bytes, n, topo, efficiency=eff.comm))
+
+
 def async_tp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Efficiency,
-                       act_bytes: float) -> float:
+                       act_bytes: float, gather_bytes: float | None = None) -> float:
     """One layer's exposed TP communication under PyTorch's AsyncTP (micro-pipelined TP).
 
     Inductor's ``micro_pipeline_tp_pass`` (torch/_inductor/fx_passes/micro_pipeline_tp.py)
@@ -677,19 +698,25 @@ def async_tp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Effici
     GEMM and the reverse), beside the dgrad GEMMs; full checkpointing repeats the forward.
     Measured in torchtitan (discuss.pytorch.org/t/209487, Sep 2024: "Up to ~29% forward pass
     speedup and ~8% E2E speedup in Llama3 7B", "Up to ~20% forward pass speedup and ~8% E2E
-    speedup in Llama3 70B") -- far from the collectives' whole share."""
-    n = lay.tp
-    ag = collective_time("all-gather", act_bytes, n, topo, efficiency=eff.comm)
-    rs = collective_time("reduce-scatter", act_bytes, n, topo, efficiency=eff.comm)
-    comm = (ag, rs, ag, rs)
+    speedup in Llama3 70B") -- far from the collectives' whole share.
 
-    def exposed(gemms: tuple[float, ...]) -> float:
+    ``gather_bytes``: the all-gathers' bytes where narrower than ``act_bytes`` (torchao's Float8
+    TP styles, :func:`tp_collectives_s`): the forward's all-gathers (before QKV and the MLP's
+    up) and the backward's (the output gradients', before the out-proj's and down's dgrad)
+    move them; the reduce-scatters ``act_bytes``."""
+    n = lay.tp
+    ag = collective_time("all-gather", act_bytes if gather_bytes is None else gather_bytes, n,
+                         topo, efficiency=eff.comm)
+    rs = collective_time("reduce-scatter", act_bytes, n, topo, efficiency=eff.comm)
+
+    def exposed(comm: tuple[float, ...], gemms: tuple[float, ...]) -> float:
         g = tuple(gemms) + (0.0,) * (4 - len(gemms))
         return sum(max(0.0, c - w * (n - 1) / n) for c, w in zip(comm, g))
 
-    fwd = exposed(cost.tp_gemm_fwd_s)
+    fwd = exposed((ag, rs, ag, rs), cost.tp_gemm_fwd_s)
     passes = fwd * (2 if lay.checkpointing == "full" else 1)
-    return passes + exposed(cost.tp_gemm_bwd_s)
+    # backward: each forward all-gather's gradient is a reduce-scatter and the reverse
+    return passes + exposed((rs, ag, rs, ag), cost.tp_gemm_bwd_s)
 
 
 def torch_cp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Efficiency,
@@ -815,11 +842,10 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
 
 def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology, *,
                 device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
-                flops_per_token: float, state_bytes_per_param: float,
-                tp_overlap: bool = False,
-                optimizer_s: Callable[[int, float], float] | None = None,
+                flops_per_token: float, state_bytes_per_param: float, tp_overlap: bool = False,
+                optimizer_s: Callable[[int, float], float] | None = None, repeat_kv: bool = False,
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
-                gather_bytes_per_element: float | None = None, repeat_kv: bool = False,
+                gather_bytes_per_element: float | None = None, tp_gather_bytes: float | None = None,
                 fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none") -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
@@ -830,15 +856,16 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     gradients. ``tp_overlap_kind``: how ``tp_overlap`` hides the TP collectives --
     ``"userbuffers"`` (Megatron-Core's --tp-comm-overlap: under the layer's GEMMs) or
     ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
-    :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``:
-    a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
+    :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``: a
+    send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
     ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
     ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, whose copies are timed on the
     compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``p2p_overlap``: the engine's
-    pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`)."""
-    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,  # one layer's: linear
-                                tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
-                                cp_rotate=cp_rotate, repeat_kv=repeat_kv)  # in the layers
+    pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`).
+    ``tp_gather_bytes``: a TP all-gather's bytes an element (:func:`tp_collectives_s`)."""
+    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap,
+                                tp_overlap_kind=tp_overlap_kind, cp_rotate=cp_rotate,
+                                repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes)
     stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
