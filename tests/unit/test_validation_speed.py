@@ -164,6 +164,12 @@ def test_out_of_sample_holdout_reads(rows):
     # float8 on: all-gathers in float8, reduce-scatters in bf16, parallel.tp_collectives_s): the
     # 70B 2D rows 0.85/0.95 -> 0.90/0.98, the 405B rows the wrong way 1.08/1.10/1.07/1.27/1.26 ->
     # 1.10/1.12/1.08/1.28/1.27; the group 19.5% / 46.3%, the holdout 10.4% / 46.3% unchanged.
+    # Then a checkpointed block's narrow casts as they re-run (step.narrow_recompute_op): the
+    # layout path had recomputed the whole step's casts (the gradients' and the weights' too),
+    # the single-GPU path none: the layout rows the wrong way (8B FSDP128 Float8 1.10 -> 1.20,
+    # its FSDP8 twin 1.17 -> 1.15; 70B 0.90/0.98 -> 0.96/1.05; 405B 1.10/1.12/1.08/1.28/1.27/
+    # 1.46 -> 1.17/1.19/1.13/1.32/1.30/1.48; 8B CP2-8 +0.01-0.02); the group 19.7% / 48.0%, the
+    # holdout 10.9% / 48.0%.
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
@@ -174,7 +180,7 @@ def test_out_of_sample_holdout_reads(rows):
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
     assert len(gemv8) == 2 and all(1.10 < x < 1.25 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
-    assert tt_med <= 0.196 and tt_worst <= 0.464
+    assert tt_med <= 0.198 and tt_worst <= 0.481
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -190,7 +196,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 10.9% median and 47.3% worst (torchtitan's Float8 rows at CP 8), "
+                   "holdout reads 10.9% median and 48.0% worst (torchtitan's Float8 rows at CP 8), "
                    "and the torchtitan group's median is "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")

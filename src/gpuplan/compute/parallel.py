@@ -67,6 +67,7 @@ from typing import Any, Callable
 
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
+from ..fp8 import NARROW_RECIPES
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -78,7 +79,8 @@ from .device import Device, Efficiency
 from .efficiency import constant, overlap_sm_share, resolve_runtime
 from .flops import optimizer_op, recompute_ops
 from .time import time_ops
-from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
+from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narrow_recompute_op,
+                   qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
@@ -225,13 +227,17 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                    moe_capacity_factor=capacity_factor)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
-    fwd = tuple(t.op for t in ops if t.op.phase == "forward")
+    # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
+    fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
+    narrow = NARROW_RECIPES.get(prec.name)
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     for level in ("none", "selective", "full"):
-        extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
-                                       qkv_shares=qkv_shares(arch),
-                                       modules=recompute_modules), device, eff, prec.dtype)
+        again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
+        extra = time_ops((*recompute_ops(fwd, level, attention, policy=selective,
+                                         qkv_shares=qkv_shares(arch),
+                                         modules=recompute_modules), *([again] if again else [])),
+                         device, eff, prec.dtype)
         every = [*ops, *extra]
         synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
         # with a sync per MoE layer the layers' forward is timed apart: the pace of the rest

@@ -34,7 +34,8 @@ from .efficiency import (
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
 __all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode",
-           "optimizer_stretch_s", "param_tensor_count"]
+           "optimizer_stretch_s", "param_tensor_count", "narrow_recompute_op",
+           "STEP_LEVEL_OPS"]
 
 #: The mode of one estimated step (a Job's ``both`` is two estimates).
 StepMode = Literal["train", "infer"]
@@ -861,6 +862,43 @@ def _quantize_op(fwd: Sequence[Op], recipe) -> Op:
               kernels=max(1, launches), group="dense")
 
 
+#: Ops a step adds beside its blocks' forward (the narrow recipes' casts, QLoRA's dequantize, the
+#: autocast copies): each counts its own passes, a checkpointed recompute's included, so a
+#: recompute built from a step's forward ops leaves them out.
+STEP_LEVEL_OPS = frozenset({"fp8.quantize", "fp8.weight_cast", "fp8.recompute_cast",
+                            "lora.dequantize", "autocast.cast"})
+
+
+def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
+                        policy: str) -> Op | None:
+    """The activation casts a checkpointed block runs again in backward under a narrow recipe:
+    each narrow linear's input cast once more (the forward's; the gradients' casts are the
+    backward's own, the weights' are counted by their uses in :func:`_weight_cast_op`).
+
+    ``full``: the whole block re-runs, its casts with their amax passes
+    (:func:`gpuplan.fp8.cast_bytes_per_element`). Selective under torchtitan's op policy
+    (``policy`` ``op``): the block re-runs every op whose output is not on its save list
+    (torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py ``_save_list``: mm, SDPA,
+    reduce-scatter, and "for low precision training ... the result of max(abs(tensor))"), so
+    the amax is cached and the cast itself (scale, clamp, convert: read 16-bit, write the
+    narrow element) re-runs, one launch per linear. Other selective policies recompute no
+    linear's input: None; and None where nothing re-runs."""
+    if checkpointing == "full":
+        per = cast_bytes_per_element(recipe)
+    elif checkpointing == "selective" and policy == "op":
+        per = 2.0 + (0.5 if recipe.dtype == "fp4" else 1.0)
+    else:
+        return None
+    lin = _narrow_linears(fwd)
+    inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
+    if inputs <= 0:
+        return None
+    return Op(name="fp8.recompute_cast", op_class="norm_elementwise", kind="elementwise",
+              phase="recompute", count=1, flops=float(inputs), counted_flops=0.0,
+              bytes=float(inputs * per), parallel_work=max(1, inputs),
+              kernels=max(1, sum(o.count for o in lin)), group="dense")
+
+
 def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op:
     """The weights' casts of one step: once per step where the recipe caches its narrow weights
     (TE: the first micro-batch), in every forward and again for the backward where it does not
@@ -943,6 +981,10 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
         micro.append(_quantize_op(fwd, narrow))
+        again = narrow_recompute_op(fwd, narrow, spec.checkpointing,
+                                    get_engine(spec.engine).selective)
+        if again is not None:
+            micro.append(again)
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
