@@ -76,7 +76,7 @@ from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_pa
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
 from .efficiency import constant, overlap_sm_share, resolve_runtime
-from .flops import optimizer_op, recompute_ops
+from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
 from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
 
@@ -137,6 +137,10 @@ class MicroCost:
     per-layer times above average them in; a pipeline stage that holds them runs them wide."""
     wide_layer_s: float = 0.0
     """One such block's forward and backward (recompute included); 0 when none."""
+    mtp_proj_s: float = 0.0
+    """One multi-token-prediction module's work around its block, forward and backward: the two
+    RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
+    charged per MTP depth on the last pipeline stage, 0 for a model without an MTP layer."""
 
     @property
     def layer_s(self) -> float:
@@ -228,6 +232,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
+    proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     for level in ("none", "selective", "full"):
         extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
                                        qkv_shares=qkv_shares(arch),
@@ -257,8 +262,20 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = cost
+        out[level] = replace(cost, mtp_proj_s=proj_s)
     return out
+
+
+def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency,
+                prec: PrecisionLayout, gap: float) -> float:
+    """One MTP module's norms, concatenation and ``2H -> H`` projection over ``tokens`` tokens,
+    forward and backward, with their launches (:attr:`MicroCost.mtp_proj_s`); 0 without MTP."""
+    if not arch.mtp_layers:
+        return 0.0
+    fwd = tuple(mtp_projection_ops(arch, tokens, prec.act, prec.weight))
+    ops = (*fwd, *backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad))
+    timed = time_ops(ops, device, eff, prec.dtype)
+    return sum(t.total_s + t.op.kernels * t.op.count * gap for t in timed)
 
 
 def sdpa_kv_heads(arch: Architecture, engine: str) -> int:
@@ -972,7 +989,7 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
     longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
     the stages that hold them, the rest narrow."""
     head_s = cost.other_s - cost.embedding_s
-    mtp_s = lay.mtp_layers * (cost.layer_s + head_s)
+    mtp_s = lay.mtp_layers * (cost.layer_s + head_s + cost.mtp_proj_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual
                            or cost.edge_layers):
         n = math.ceil(arch.num_layers / lay.pp)
