@@ -115,8 +115,9 @@ SGLANG_INIT_TP_BYTES = int(0.5 * GIB)
 #: does not grow with NVLS' multicast pools. The log: SGLang 0.5.x (2025-09, nccl 2.27.3) on 8
 #: H100 80GB HBM3 at TP 8: "Init torch distributed ends. mem usage=1.25 GB" then "Load weight
 #: begin. avail mem=77.43 GB" on the 79.19 GiB card -- 1.76 GiB in use before the weights, of
-#: which :data:`SGLANG_INIT_BYTES` is the context (code-search index file 45518106035, its
-#: repository not returned). Applied at any TP > 1 (a ring's buffers are per neighbour, not per
+#: which :data:`SGLANG_INIT_BYTES` is the context (Shivank Chaudhary, "Grok2 OnPrem Deployment
+#: via sglang", 2025-09-14: lmsysorg/sglang:v0.5.2rc2-cu126, --tp 8 --quantization fp8, the
+#: server log's TP0 lines, 2025-09-11). Applied at any TP > 1 (a ring's buffers are per neighbour, not per
 #: rank); no NVLink log at TP 2 or 4 prints it.
 SGLANG_INIT_NVLINK_TP_BYTES = int(1.36 * GIB)
 #: The CUDA context TensorRT-LLM's process holds before its weights (fitted, like vLLM's).
