@@ -772,7 +772,8 @@ def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture
 
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
              window_s: float, gather_bytes: float | None = None,
-             sm_share: float = 0.0) -> tuple[float, float]:
+             sm_share: float = 0.0, reduce_bytes: float | None = None,
+             backward_s: float | None = None) -> tuple[float, float]:
     """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic. ZeRO-3
     gathers the weights (forward, backward) and reduce-scatters the gradients for every
     micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
@@ -783,19 +784,28 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     the narrow weights); ZeRO-1/2 then reduce-scatter the gradients and all-gather those bytes,
     half an all-reduce each. None: the same bytes as the gradients. ``sm_share``: the share of
     the SMs the overlapped collectives hold (:func:`~.efficiency.overlap_sm_share`): the compute
-    beside their hidden stretch runs that much slower, which the exposed time carries."""
+    beside their hidden stretch runs that much slower, which the exposed time carries.
+    ``reduce_bytes``: the bytes of the gradients' reduce-scatter where the engine reduces in
+    another dtype than it keeps them (FSDP2's ``reduce_dtype`` fp32 under torchtitan's
+    mixed precision: 4 bytes an element); None: ``grad_bytes``. Under hybrid sharding
+    (``lay.replicas`` > 1) :func:`_hsdp_comm`; ``backward_s`` is then the stretch that hides the
+    replicas' all-reduce (None: ``window_s``)."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
     g = grad_bytes if gather_bytes is None or lay.zero == 0 else gather_bytes
+    r = grad_bytes if reduce_bytes is None or lay.zero == 0 else reduce_bytes
     gathers = 1.0
     per_mb = 1
     if lay.zero == 3:
         gathers = (lay.weight_gathers if lay.weight_gathers is not None
                    else zero3_gathers(lay.sharding, lay.checkpointing))
         per_mb = lay.micro_batches
+        if lay.replicas > 1:
+            return _hsdp_comm(g, r, gathers, lay, topo, eff, window_s,
+                              window_s if backward_s is None else backward_s, sm_share)
     # in all-reduces of the gradients: (1 + gathers) / 2 a micro-batch under ZeRO-3, 1 otherwise
-    factor = (grad_bytes + gathers * g) / (2 * grad_bytes) * per_mb
+    factor = (r + gathers * g) / (2 * grad_bytes) * per_mb
     full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
                                     efficiency=eff.comm)
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,
@@ -810,6 +820,37 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
         tail = max(rs - window_s, last)
         return serial + rs, serial + tail + sm_share * max(0.0, rs - tail)
     tail = max(full - window_s, last)
+    return full, tail + sm_share * max(0.0, full - tail)
+
+
+def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: Layout,
+               topo: Topology, eff: Efficiency, window_s: float, backward_s: float,
+               sm_share: float) -> tuple[float, float]:
+    """(all of it, exposed) of ZeRO-3's traffic under hybrid sharding: per micro-batch
+    ``gathers`` all-gathers of the weights and one reduce-scatter of the gradients inside the
+    shard group (``lay.zero_group`` ranks ``tp`` apart: a node's NVLink when it fits there),
+    then each rank's gradient shard all-reduced across the ``lay.replicas`` groups (ranks
+    ``tp x shard group`` apart: the network, one GPU of each node). torch FSDP1
+    ``_runtime_utils._post_backward_reshard``/``_reduce_grad`` (HYBRID_SHARD: the reduce-scatter,
+    then ``dist.all_reduce`` of the shard over ``_inter_node_pg`` on the same stream) and FSDP2's
+    2-D mesh (``foreach_reduce``: reduce-scatter over the shard mesh, all-reduce over the
+    replicate mesh) do the same. The gathers and the reduce-scatter hide beside the step's
+    compute (``window_s``); the all-reduce runs in the backward only (``backward_s``), "no
+    inter-node traffic during the pre-fetch stage for forward pass" (the IBM/PyTorch FSDP
+    post, https://pytorch.org/blog/maximizing-training/, 2024-03-13, appendix); the last
+    bucket's all-reduce stays exposed."""
+    n, stride = lay.zero_group, lay.tp
+    ag = collective_time("all-gather", gather_bytes, n, topo, stride=stride, efficiency=eff.comm)
+    rs = collective_time("reduce-scatter", reduce_bytes, n, topo, stride=stride,
+                         efficiency=eff.comm)
+    shard = reduce_bytes / n
+    ar = collective_time("all-reduce", shard, lay.replicas, topo, stride=stride * n,
+                         efficiency=eff.comm)
+    last = collective_time("all-reduce", min(BUCKET_BYTES, shard), lay.replicas, topo,
+                           stride=stride * n, efficiency=eff.comm)
+    m = lay.micro_batches
+    full = m * (gathers * ag + rs + ar)
+    tail = max(full - window_s, m * ar - backward_s, last)
     return full, tail + sm_share * max(0.0, full - tail)
 
 
@@ -852,12 +893,16 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     mtp = mtp_params(arch, lay.mtp_layers)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
+    reduce_b = (mine * fsdp2_reduce_bytes if fsdp2_reduce_bytes and lay.sharding == "fsdp2"
+                and lay.zero >= 2 else None)  # FSDP2's reduce_dtype (torchtitan: fp32)
     dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
                                None if gather_bytes_per_element is None
                                else mine * gather_bytes_per_element,
                                sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
-                                                interconnect=device.interconnect))
-    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
+                                                interconnect=device.interconnect),
+                               reduce_bytes=reduce_b,
+                               backward_s=m * stage_layers * cost.layer_bwd_s)
+    shard = lay.zero_group if lay.zero >= 1 else 1
     if optimizer_s is None:
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
     else:
