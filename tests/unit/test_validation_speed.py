@@ -342,7 +342,9 @@ def test_ibm_fsdp_rows_name_what_their_code_ran(rows):
     # 36 B a q/k element): every row runs model_code fms, and an FMS step is slower than the
     # same job over transformers' code in eager (more bytes), equal compiled (one fused chain)
     for r in ibm:
-        assert vs.job_of(r.run).model_code == "fms" and "FSDP2 full sharding" in vs.misses(r)
+        assert vs.job_of(r.run).model_code == "fms" and "FSDP2's per-block units" in vs.misses(r)
+        # the README's HSDP rows run hybrid sharding over a node's 8 GPUs (the job's dp_shard)
+        assert vs.job_of(r.run).dp_shard == (8 if "7b" in r.run["id"] else None)
     model = load_model("llama-2-7b")
     fms = vs.job_of(ibm[0].run)
     rate = {(code, rt): estimate_speed(model, get_gpu("A100-SXM-80GB"), fms.with_(

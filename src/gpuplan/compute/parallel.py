@@ -823,6 +823,15 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     return full, tail + sm_share * max(0.0, full - tail)
 
 
+def _reduce_bytes(lay: Layout, elements: float, fsdp2_reduce_bytes: int) -> float | None:
+    """The gradients' reduce-scatter bytes in FSDP2's reduce dtype, where the engine's is timed
+    (``fsdp2_reduce_bytes``: torchtitan's ``reduce_dtype`` fp32) and FSDP shards them (ZeRO-2/3);
+    None: the gradients' own bytes."""
+    if fsdp2_reduce_bytes and lay.sharding == "fsdp2" and lay.zero >= 2:
+        return elements * fsdp2_reduce_bytes
+    return None
+
+
 def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: Layout,
                topo: Topology, eff: Efficiency, window_s: float, backward_s: float,
                sm_share: float) -> tuple[float, float]:
@@ -893,15 +902,11 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     mtp = mtp_params(arch, lay.mtp_layers)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
-    reduce_b = (mine * fsdp2_reduce_bytes if fsdp2_reduce_bytes and lay.sharding == "fsdp2"
-                and lay.zero >= 2 else None)  # FSDP2's reduce_dtype (torchtitan: fp32)
-    dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
-                               None if gather_bytes_per_element is None
-                               else mine * gather_bytes_per_element,
-                               sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
-                                                interconnect=device.interconnect),
-                               reduce_bytes=reduce_b,
-                               backward_s=m * stage_layers * cost.layer_bwd_s)
+    dp_full, dp_exp = _dp_comm(
+        mine * prec.grad, lay, topo, eff, window, None if gather_bytes_per_element is None
+        else mine * gather_bytes_per_element, overlap_sm_share(
+            device.sm_count, vendor=device.vendor, interconnect=device.interconnect),
+        _reduce_bytes(lay, mine, fsdp2_reduce_bytes), m * stage_layers * cost.layer_bwd_s)
     shard = lay.zero_group if lay.zero >= 1 else 1
     if optimizer_s is None:
         opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
