@@ -141,3 +141,33 @@ def test_cli_option(cli):
     rc, _, err = cli("speed", "llama-2-7b", "--gpu", "H100-SXM-80GB", "--mode", "train",
                      "--zero", "2", "--gpus", "16", "--dp-shard", "8")
     assert rc == 2 and "dp_shard" in err.replace("-", "_")
+
+
+def test_fsdp_edge_units_by_hand():
+    # Llama-2-7B: the root unit holds the embedding and the untied head, 2 x 32000 x 4096, and
+    # one of the 32 blocks holds (P - root) / 32: their gather opens the step, their
+    # reduce-scatter closes it (the IBM/PyTorch FSDP post: the first and last blocks)
+    from gpuplan.compute.parallel import fsdp_edge_share
+    from gpuplan.models import load_model as lm
+
+    arch = lm("llama-2-7b").architecture
+    lay = Layout(dp=96, zero=3, sharding="fsdp2", batch=2, seq=4096)
+    root = 2 * 32000 * 4096
+    share = (root + (P - root) / 32) / P
+    assert fsdp_edge_share(arch, lay, 32, P) == pytest.approx(share, rel=1e-12)
+    assert share == pytest.approx(0.0689, abs=1e-4)
+    # a pipeline stage's one block; DeepSpeed's ZeRO-3 keeps its own prefetch (no edge)
+    assert fsdp_edge_share(arch, Layout(dp=12, pp=8, zero=3, sharding="fsdp2"), 4, P) == 0.25
+    assert fsdp_edge_share(arch, Layout(dp=96, zero=3, sharding="deepspeed"), 32, P) == 0.0
+    grad = 2 * P
+    share_sm = 24 / 132
+    full, exposed = _dp_comm(grad, lay, TOPO, EFF, window_s=10.0, sm_share=share_sm,
+                             edge_share=share)
+    # each of the edge all-gather and reduce-scatter: (95/96) of the edge bytes on 8 NICs, plus
+    # a 96-rank Simple ring's latency: 8.4 us + 84 NVLink steps x 3.4 us + 11 network steps x
+    # 9.6 us (NCCL tuning.cc's figures as hardware/topology.py holds them)
+    lat = 8.4e-6 + 84 * 3.4e-6 + 11 * 9.6e-6
+    edge = 2 * (grad * share * 95 / 96 / (8 * 12.5e9 * EFF.comm) + lat)
+    assert exposed == pytest.approx(edge + share_sm * (full - edge), rel=1e-6)
+    _, no_edge = _dp_comm(grad, lay, TOPO, EFF, window_s=10.0, sm_share=share_sm)
+    assert exposed > no_edge
