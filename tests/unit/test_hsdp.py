@@ -171,3 +171,11 @@ def test_fsdp_edge_units_by_hand():
     assert exposed == pytest.approx(edge + share_sm * (full - edge), rel=1e-6)
     _, no_edge = _dp_comm(grad, lay, TOPO, EFF, window_s=10.0, sm_share=share_sm)
     assert exposed > no_edge
+
+
+def test_layout_says_it_is_hybrid():
+    lay = Layout(dp=96, zero=3, sharding="fsdp2", dp_shard=8)
+    assert lay.to_dict()["dp_shard"] == 8 and lay.to_dict()["dp_replicas"] == 12
+    assert "DP96(HSDP 12x8)" in lay.label()
+    plain = Layout(dp=96, zero=3, sharding="fsdp2")
+    assert "dp_shard" not in plain.to_dict() and plain.replicas == 1

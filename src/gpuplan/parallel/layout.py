@@ -207,7 +207,9 @@ class Layout:
                                 or self.last_stage_layers is not None)
 
     def label(self) -> str:
-        parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"]
+        parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"
+                 + (f"(HSDP {self.replicas}x{self.zero_group // self.cp})"
+                    if self.replicas > 1 else "")]
         if self.ep > 1:
             parts.insert(3, f"EP{self.ep}" + (f" ETP{self.expert_tp}" if self.folded else ""))
         sched = f" {self.pp_schedule}" if self.pp > 1 else ""
@@ -244,6 +246,8 @@ class Layout:
             out["mtp_layers"] = self.mtp_layers
         if self.ep_overlap:
             out["ep_overlap"] = True
+        if self.replicas > 1:  # hybrid sharding: the shard group and its replicas
+            out.update(dp_shard=self.zero_group // self.cp, dp_replicas=self.replicas)
         return out
 
     def degrees_dict(self) -> dict:
