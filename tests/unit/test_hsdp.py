@@ -14,7 +14,7 @@ from gpuplan import Job
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import default_efficiency, device_from_gpu
 from gpuplan.compute.efficiency import overlap_sm_share
-from gpuplan.compute.parallel import BUCKET_BYTES, _dp_comm
+from gpuplan.compute.parallel import BUCKET_BYTES, _dp_comm, fsdp_edge_share
 from gpuplan.errors import InputError
 from gpuplan.export import export_plan
 from gpuplan.hardware import get_gpu
@@ -147,10 +147,7 @@ def test_fsdp_edge_units_by_hand():
     # Llama-2-7B: the root unit holds the embedding and the untied head, 2 x 32000 x 4096, and
     # one of the 32 blocks holds (P - root) / 32: their gather opens the step, their
     # reduce-scatter closes it (the IBM/PyTorch FSDP post: the first and last blocks)
-    from gpuplan.compute.parallel import fsdp_edge_share
-    from gpuplan.models import load_model as lm
-
-    arch = lm("llama-2-7b").architecture
+    arch = load_model("llama-2-7b").architecture
     lay = Layout(dp=96, zero=3, sharding="fsdp2", batch=2, seq=4096)
     root = 2 * 32000 * 4096
     share = (root + (P - root) / 32) / P
