@@ -176,3 +176,24 @@ def test_layout_says_it_is_hybrid():
     assert "DP96(HSDP 12x8)" in lay.label()
     plain = Layout(dp=96, zero=3, sharding="fsdp2")
     assert "dp_shard" not in plain.to_dict() and plain.replicas == 1
+
+
+def test_hsdp_with_tp_inside_the_node():
+    # TP 2 x a shard group of 4 fills a node of 8: the gathers ride NVLink (4 ranks 2 apart),
+    # each gradient shard is all-reduced over 8 replicas one node apart -- one GPU a node, its
+    # own NIC (400 Gb/s: 50 GB/s)
+    topo = topology_for(H100, gpus_per_node=8)
+    lay = Layout(tp=2, dp=32, zero=3, sharding="fsdp2", dp_shard=4, sequence_parallel=True)
+    assert (lay.zero_group, lay.replicas) == (4, 8)
+    grad = 2 * 35e9  # a TP rank's half of a 70B model, bf16
+    full, _ = _dp_comm(grad, lay, topo, EFF, window_s=100.0)
+    ag = grad * 3 / 4 / (450e9 * EFF.comm)
+    ar = 2 * 7 / 8 * (grad / 4) / (50e9 * EFF.comm)
+    assert full == pytest.approx(3 * ag + ar, rel=2e-3)
+    # the states of a TP rank over its shard group of 4: 1/4 of what one TP rank holds
+    model = load_model("llama-3.1-70b")
+    job = dict(model="llama-3.1-70b", mode="train", engine="torchtitan", gpus=64, tp=2,
+               zero=3, sequence_parallel=True, batch=1, seq=8192, checkpointing="full")
+    hsdp, full_shard = (train_memory(model, Job(**job, **kw)).optimizer_bytes
+                        for kw in ({"dp_shard": 4}, {}))
+    assert hsdp == pytest.approx(8 * full_shard, rel=1e-2)  # 32 / 4, up to FSDP2's padding
