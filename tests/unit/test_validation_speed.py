@@ -177,8 +177,11 @@ def test_out_of_sample_holdout_reads(rows):
     assert len(a100) == len(h100) == 3
     # IBM FMS's fp32 eager rotary (model_code fms: 36 B a q/k element against transformers' 20 B)
     # moved them 7B 1.114 -> 1.082 (A100), 1.370 -> 1.310 (H100); 34B 1.012 -> 1.001, 1.231 ->
-    # 1.208; 70B 0.954 -> 0.945, 1.207 -> 1.188; the group's median 16.1% -> 13.5%
-    assert 0.94 < min(a100) and max(a100) < 1.09 and 1.18 < min(h100) and max(h100) < 1.32
+    # 1.208; 70B 0.954 -> 0.945, 1.207 -> 1.188; the group's median 16.1% -> 13.5%. Issue 31
+    # (fsdpnode): the 7B rows under HSDP over a node (dp_shard 8, the README's row) and FSDP's
+    # edge units exposed (compute.parallel.fsdp_edge_share): 7B 1.082 -> 1.070 (A100), 1.307 ->
+    # 1.269 (H100); 34B 1.001 -> 0.993, 1.203 -> 1.190; 70B 0.945 -> 0.941, 1.186 -> 1.179
+    assert 0.93 < min(a100) and max(a100) < 1.08 and 1.17 < min(h100) and max(h100) < 1.28
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
@@ -342,7 +345,9 @@ def test_ibm_fsdp_rows_name_what_their_code_ran(rows):
     # 36 B a q/k element): every row runs model_code fms, and an FMS step is slower than the
     # same job over transformers' code in eager (more bytes), equal compiled (one fused chain)
     for r in ibm:
-        assert vs.job_of(r.run).model_code == "fms" and "FSDP2 full sharding" in vs.misses(r)
+        assert vs.job_of(r.run).model_code == "fms" and "FSDP2's per-block units" in vs.misses(r)
+        # the README's HSDP rows run hybrid sharding over a node's 8 GPUs (the job's dp_shard)
+        assert vs.job_of(r.run).dp_shard == (8 if "7b" in r.run["id"] else None)
     model = load_model("llama-2-7b")
     fms = vs.job_of(ibm[0].run)
     rate = {(code, rt): estimate_speed(model, get_gpu("A100-SXM-80GB"), fms.with_(

@@ -401,7 +401,8 @@ def estimate_speed(
                        trainable_params)
     if job.mtp_layers and mode != "infer":
         check_layout(arch, job, seq)  # MTP is timed on a layout's last stage only
-    if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
+    if (topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel
+            or (job.dp_shard is not None and mode == "train")):  # HSDP: timed on the topology
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
@@ -540,7 +541,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     shard = shard_arch(arch, lay.tp)
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
                                  cp=1, ep=1, sequence_parallel=False,
-                                 distribute_checkpoints=False, ep_overlap=False, gpus=1),
+                                 distribute_checkpoints=False, ep_overlap=False, gpus=1,
+                                 dp_shard=None),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     spec = replace(spec, ep=lay.ep)
@@ -839,7 +841,11 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # all-reduce's bytes during backward.
     zero3 = job.zero == 3  # then ``gathers`` is the count estimate_speed took (_weight_gathers)
     w = prec.weight if narrow is None else narrow
-    volume = (trainable * prec.grad + gathers * max(n_params, trainable) * w) / 2 \
+    # the gradients' reduce-scatter in FSDP2's reduce dtype where the engine's is timed
+    # (torchtitan: reduce_dtype fp32, 4 bytes an element; parallel._dp_comm's ``reduce_bytes``)
+    fsdp2_r = get_engine(job.engine).fsdp2_reduce_bytes
+    r = fsdp2_r if fsdp2_r and job.sharding == "fsdp2" and job.zero >= 2 else prec.grad
+    volume = (trainable * r + gathers * max(n_params, trainable) * w) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
     if narrow is not None and not zero3 and job.zero >= 1:  # RS of gradients, AG of FP8 weights
         volume = (trainable * prec.grad + trainable * narrow) / 2
