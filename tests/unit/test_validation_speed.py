@@ -373,10 +373,18 @@ def test_autoawq_rows_run_as_its_benchmark_loop_does(rows):
     assert vs.job_of(long).context == 1998 and vs.job_of(short).context == 32
     # before: group 10.6% median, 43.7% worst (TinyLlama p2048 1.44x); the sync 1.44x -> 1.42x
     # (p64 1.18x -> 1.12x), the window moves the p2048 rows up (MPT 1.14x -> 1.24x): 10.1% /
-    # 42.8%. The p2048 rows' extra time over p64 is FT's single-query attention (one thread
-    # block per head and sequence, latency-bound), not timed.
+    # 42.8%. Issue 31 (awq): the p2048 rows' extra time over p64 is FT's single-query attention
+    # (one thread block per head and sequence, each waiting one memory latency per loop
+    # iteration: compute/efficiency.py single_query_attention_s, the RTX 4090's 252 ns from
+    # gpus.json memory_latency), timed now, and its rotary is in the kernel: TinyLlama p2048
+    # 1.43x -> 0.97x, Falcon 1.39x -> 1.17x, Mistral GEMM 1.36x -> 1.05x, MPT 1.24x -> 1.08x,
+    # Mistral GEMV 1.19x -> 0.92x; TinyLlama p64 1.12x -> 1.18x (two rotary launches a layer
+    # fewer on a host-bound step): the group 10.1% / 42.8% -> 7.2% / 24.8% (Mistral GEMV b8).
     (_, _, med, worst_err), = [g for g in vs.by_group(rows, "holdout") if g[0] == "autoawq"]
-    assert med <= 0.102 and worst_err <= 0.429
+    assert med <= 0.073 and worst_err <= 0.249
+    ratio = {r.run["id"]: r.ratio for r in awq}
+    assert 0.96 < ratio["autoawq-tinyllama-1.1b-gemv-b1-p2048-d2048-4090"] < 0.98
+    assert 1.04 < ratio["autoawq-mistral-7b-gemm-b1-p2048-d2048-4090"] < 1.06
 
 
 def test_dle_bert_rows_time_q_k_v_as_three_launches(rows):

@@ -680,6 +680,10 @@ class StepSpec:
     recompute_modules: tuple[str, ...] | None = None
     """Megatron-Core's recompute modules under selective checkpointing
     (:data:`~.flops.MODULE_OPS`); None: the attention core."""
+    decode_attention: str = ""
+    """The decode attention kernel where it is not the engine's fused (Flash) one
+    (:data:`~.efficiency.DECODE_ATTENTION_KERNELS`: ``ft-mmha``, FasterTransformer's masked
+    multi-head attention under AutoAWQ's fused modules); "": the engine's."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -752,7 +756,8 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
         dec = _count_only_ops(n_params, dec_shape, prec, device.parallel_slots)
     else:
         pre = fp8_attention_ops(_forward(arch, pre_shape, kw, prec, spec, device), plan)
-        dec = fp8_attention_ops(_forward(arch, dec_shape, kw, prec, spec, device), plan)
+        dec = _decode_attention_ops(fp8_attention_ops(_forward(arch, dec_shape, kw, prec, spec,
+                                                               device), plan), spec)
     prefill = _phase("prefill", pre, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s,
                      runtime=rt)
     decode = _phase("decode", dec, device, eff, prec.dtype, batch=b, q_len=1, kv_len=ctx,
@@ -763,6 +768,18 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
         prefill, decode = (replace(ph, serve_host_s=host.step_s(b), serve_overlap=host.overlap)
                            for ph in (prefill, decode))
     return decode, prefill, n_params, 0
+
+
+def _decode_attention_ops(dec: tuple[Op, ...], spec: StepSpec) -> tuple[Op, ...]:
+    """The decode step's ops under ``spec.decode_attention``. ``ft-mmha`` (AutoAWQ v0.1.6,
+    awq/modules/fused/attn.py: ``single_query_attention(..., self.rotary_dim, 10000,
+    self.is_neox)`` with ``rotary_dim = head_dim``): the kernel rotates the new token's Q and K
+    itself and writes its K and V into the cache, so no rotary kernels run beside it; its core
+    is timed by its loop (:func:`~.efficiency.single_query_attention_s`)."""
+    if spec.decode_attention != "ft-mmha":
+        return dec
+    return tuple(replace(o, attention_kernel="ft-mmha") if o.name == "attn.core" else o
+                 for o in dec if o.name != "attn.rotary")
 
 
 def _shipped_bytes(arch: Architecture | None, prec: PrecisionLayout) -> dict:
