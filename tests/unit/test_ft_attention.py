@@ -4,6 +4,8 @@ AutoAWQ's fused modules, timed by its thread blocks' chains of dependent loads
 (AutoAWQ v0.1.6 awq_cuda/attention/decoder_masked_multihead_attention.cu and _template.hpp)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuplan.compute import estimate_speed
@@ -113,3 +115,44 @@ def test_without_a_latency_on_record_the_bytes_time_it():
 def test_an_unknown_decode_attention_kernel_is_refused():
     with pytest.raises(InputError, match="decode_attention 'flash-decoding'"):
         _decode("rtx-4090", "flash-decoding")
+
+
+def test_ft_decode_runs_one_fused_qkv_launch():
+    # AutoAWQ's fuse_qkv: q, k and v concatenated into one WQLinear, one launch reading the
+    # 4096-wide input once: Mistral's 4096 x (4096 + 2 x 1024) = 4096 x 6144 matrix either way
+    ft, sdpa = _decode("rtx-4090", "ft-mmha"), _decode("rtx-4090", None)
+    q_ft, q_sdpa = _op(ft, "attn.qkv"), _op(sdpa, "attn.qkv")
+    assert q_sdpa.op.kernels == 3 and q_ft.op.kernels == 1
+    assert q_ft.op.weight_elements == q_sdpa.op.weight_elements == 4096 * 6144
+    assert q_sdpa.op.bytes - q_ft.op.bytes == 2 * 4096 * 2  # two input reads fewer
+
+
+def _awq_ops(version: str) -> dict:
+    m = load_model("mistral-7b")
+    arch = replace(m.architecture, checkpoint_kernel=version)
+    job = Job(model=m, mode="infer", infer_precision="awq-4bit", batch=8, seq=64,
+              engine="transformers", context=32)
+    est = estimate_speed(arch, get_gpu("rtx-4090"), job, measured=None)
+    return {t.op.name: t for t in est.step.ops}
+
+
+@pytest.mark.parametrize("version, sums", [("gemm", True), ("gemv", False)])
+def test_awq_gemm_sums_its_eight_split_k_partials(version, sums):
+    # AutoAWQ's WQLinear_GEMM: gemm_forward_cuda(..., 8) writes 8 partials of rows x out
+    # features (16-bit) and returns _out_feats.sum(0): per launch one reduction kernel reading
+    # the 8 partials and writing the output; the GEMV kernel writes its output itself
+    names, gemv = _awq_ops(version), _awq_ops("gemv")
+    if not sums:
+        assert not [n for n in names if n.endswith(".splitk_sum")]
+        return
+    # the GEMM writes 8 partials where the GEMV writes 1: 7 x 8 rows x 6144 x 2 B more for QKV
+    assert names["attn.qkv"].op.bytes - gemv["attn.qkv"].op.bytes == 7 * 8 * 6144 * 2
+    for name, n_out, launches in (("attn.qkv", 6144, 3), ("attn.out", 4096, 1),
+                                  ("mlp.gate_up", 2 * 14336, 2), ("mlp.down", 4096, 1)):
+        s = names[f"{name}.splitk_sum"]
+        assert s.op.kernels == launches and s.op.count == 32
+        # 8 rows x n_out outputs: read 8 partials, write 1, 2 bytes each
+        assert s.op.bytes == (8 + 1) * 8 * n_out * 2
+        assert s.op.host_s == pytest.approx(4e-6)  # the dispatcher's cost, issued from C++
+    # the head is a 16-bit nn.Linear: no partials
+    assert "logits.head.splitk_sum" not in names

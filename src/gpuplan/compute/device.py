@@ -289,6 +289,9 @@ class Efficiency:
     quant_weight_bytes: float = 0.0
     """Bytes per element of those quantized weights (the format's bits / 8), what each row's
     re-read moves."""
+    quant_splitk: int = 0
+    """The quantized kernel writes this many split-K partial outputs, which a separate reduction
+    kernel sums after each launch (the kernel's ``splitk_partials``: AutoAWQ's GEMM); 0: none."""
 
     def __post_init__(self) -> None:
         for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):

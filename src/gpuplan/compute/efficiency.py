@@ -269,6 +269,18 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "dequantization inside the kernel costs bandwidth)"),
     "gemv_bw_4bit": Constant(
         0.423, "fraction of bandwidth", "same table: int4 group-32 weight-only 863 GB/s = 42.3%"),
+    "gemv_bw_awq_gemv": Constant(
+        0.702, "fraction of bandwidth", "mit-han-lab/llm-awq tinychat/README.md @1480555 "
+        "(2023-09-06, 'Add new implementation of TinyChat'), 4090 Results footnote: LLaMA-2-7B "
+        "W4A16 'around 195 tokens / second' with 4 context tokens on an RTX 4090. That TinyChat "
+        "runs every decode linear with gemv_forward_cuda (awq/quantize/qmodule.py "
+        "WQLinear.forward, tinychat/modules/fused_mlp.py), whose awq/kernels/csrc/quantization/"
+        "gemv_cuda.cu is AutoAWQ v0.1.6's but for the stream argument. Its weights by hand: 32 "
+        "layers x (4 x 4096^2 + 3 x 4096 x 11008) = 6.476e9 at 4 bits + a 2-byte scale and a "
+        "4-bit zero per 128 (0.5195 B) = 3.364 GB, + the fp16 head 32000 x 4096 x 2 B = 0.262 "
+        "GB: 3.627 GB in 1/195 s = 707 GB/s, 70.2% of 1,008 GB/s -- the whole step at the "
+        "kernel's rate, a lower bound on its own share (the step also runs the head, the "
+        "attention, the norms and the host's launches)"),
     "gemv_bw_dequant_hidden": Constant(
         0.685, "fraction of bandwidth", "a 4-bit kernel that dequantizes in registers while its "
         "next loads are in flight reads its packed weights at the 16-bit GEMV's share "
@@ -598,6 +610,9 @@ class QuantKernel:
     """Decode batches of up to this many rows read the packed weights once per row (one
     launch slice per row, each reloading and dequantizing the whole matrix); larger batches,
     and 0, read them once for the whole batch."""
+    splitk_partials: int = 0
+    """Each launch writes this many split-K partial outputs (16-bit, rows x out features each)
+    that a separate reduction kernel then sums; 0: the kernel writes its output itself."""
 
 
 #: Which kernel runs a quantized format's decode GEMVs, per (engine, format, architecture): the
@@ -624,13 +639,23 @@ QUANT_KERNELS: tuple[QuantKernel, ...] = (
                "WQLinear_GEMM (llm-awq's gemm_cuda: tensor-core tiles that dequantize int4 in "
                "registers as the next tile's loads run). The share is the mechanism's (no "
                "published bandwidth figure outside gpuplan's holdout was found); set after the "
-               "autoawq holdout rows were read (benchmarks/published/README.md says so)",
-        versions=("gemm",)),
+               "autoawq holdout rows were read (benchmarks/published/README.md says so). "
+               "Its split-K partials: AutoAWQ v0.1.6 (8110e028) awq/modules/linear.py "
+               "WQLinear_GEMM.forward calls gemm_forward_cuda(x, qweight, scales, qzeros, 8), "
+               "and awq/modules/fused/mlp.py QuantLlamaMLP passes the same 8 ('self.group_size "
+               "= 8' for a GEMM down_proj); awq_cuda/quantization/gemm_cuda_gen.cu "
+               "gemm_forward_cuda allocates '_out_feats = torch::empty({split_k_iters, "
+               "num_in_feats, OC})', the grid's blocks each own one of the 8 K slices, and it "
+               "returns '_out_feats.sum(0)': a torch reduction kernel after every launch",
+        versions=("gemm",), splitk_partials=8),
     QuantKernel(
         name="autoawq-gemv", engine="transformers", formats=("awq-4bit",),
-        archs=("Ampere", "Ada Lovelace", "Hopper"), constant="gemv_bw_dequant_hidden",
+        archs=("Ampere", "Ada Lovelace", "Hopper"), constant="gemv_bw_awq_gemv",
         versions=("gemv",), row_passes=8,
-        source="a checkpoint whose quantization_config names version 'gemv' loads AutoAWQ's "
+        source="its share: TinyChat's Llama-2-7B on an RTX 4090 with the same kernel "
+               "(gemv_bw_awq_gemv, a lower bound measured on the 4090 only, applied to Ampere "
+               "and Hopper as an assumption). "
+               "A checkpoint whose quantization_config names version 'gemv' loads AutoAWQ's "
                "WQLinear_GEMV. casper-hansen/AutoAWQ@027758d (the README of the autoawq rows) "
                "awq/modules/linear.py WQLinear_GEMV.forward: 'if inputs.shape[0] > 8: "
                "gemmv2_forward_cuda' (a split-K GEMM) 'else: gemv_forward_cuda'; "
@@ -700,7 +725,9 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
 #: what runs. ``ft-mmha``: FasterTransformer's masked multi-head attention (its
 #: ``single_query_attention``), which AutoAWQ's fused modules (``fuse_layers=True``) call for
 #: every decode step (v0.1.6, 8110e028, awq/modules/fused/attn.py ``QuantAttentionFused.forward``:
-#: ``seqlen == 1`` and ``ft_inference_engine`` installed).
+#: ``seqlen == 1`` and ``ft_inference_engine`` installed); the only code that runs it, so the
+#: name also stands for those modules' decode around it (compute/step.py
+#: ``_decode_attention_ops``: the rotary inside the kernel, one fused QKV launch).
 DECODE_ATTENTION_KERNELS: Mapping[str, str] = MappingProxyType({
     "ft-mmha": "FasterTransformer v5.2.1 masked multi-head attention, as AutoAWQ v0.1.6 builds it "
                "(awq_cuda/attention/decoder_masked_multihead_attention.cu and _template.hpp)",

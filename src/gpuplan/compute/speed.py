@@ -668,7 +668,11 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                     "it was measured to keep), a larger one from DRAM"
                     if rows and device.l2_bandwidth else
                     "; every row from DRAM (no L2 measurement for this GPU)" if rows else ""))
+    if kernel.splitk_partials:
+        notes.append(f"each {kernel.name} launch writes {kernel.splitk_partials} split-K partial "
+                     "outputs, summed by a reduction kernel after it")
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
+                   quant_splitk=kernel.splitk_partials,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 
