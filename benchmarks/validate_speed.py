@@ -968,9 +968,14 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
     if not q or row.mechanism not in ("quantized decode", "batched decode"):
         return ""
     gemv = run["job"].get("awq_version") == "gemv"
-    out = ("the 4-bit kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
-           f"QUANT_KERNELS autoawq-{'gemv' if gemv else 'gemm'}, a mechanism with no published "
-           f"figure); this row's kernel is {q}")
+    if gemv:
+        out = ("the GEMV kernel's bandwidth share is a lower bound read from TinyChat's Llama-2-7B "
+               "on the same kernel (compute/efficiency.py gemv_bw_awq_gemv: its whole step at the "
+               f"kernel's rate); this row's kernel is {q}")
+    else:
+        out = ("the GEMM kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
+               "QUANT_KERNELS autoawq-gemm, a mechanism with no published figure; its 8 split-K "
+               f"partials and their sum are timed); this row's kernel is {q}")
     if gemv and (run["job"].get("micro_batch") or 1) > 1:
         out += ("; marked 'avoid using' at batch > 1 by the source: its code reloads the packed "
                 "weights once per row of the batch, the rows after the first timed from the L2 "
