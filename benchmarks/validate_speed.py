@@ -721,7 +721,8 @@ def predict(run: dict, keep: list | None = None) -> Row:
     job = job_of(run, notes)
     if run["kind"] == "decode":
         est = estimate_speed(model, gpu, job, new_tokens=_new_tokens(run), measured=None,
-                             host_sync_per_step=_host_sync_per_step(run, notes))
+                             host_sync_per_step=_host_sync_per_step(run, notes),
+                             decode_attention=_decode_attention(run, notes))
         value = est.tokens_per_s
         if run["job"].get("qps"):
             value = _online_rate(run, notes)
@@ -765,6 +766,19 @@ def _host_sync_per_step(run: dict, notes: list[str]) -> bool:
     notes.append("the benchmark loop synchronizes before and after every forward (the run's "
                  "host_sync_per_step)")
     return True
+
+
+def _decode_attention(run: dict, notes: list[str]) -> str | None:
+    """``ft-mmha`` where the run's attention is AutoAWQ's fused attention (runs.json
+    ``job.attention``, as transcribed with the rows): with ``fuse_layers=True`` every decode
+    step calls FasterTransformer's single_query_attention (AutoAWQ v0.1.6, 8110e028,
+    awq/modules/fused/attn.py ``QuantAttentionFused.forward``: ``seqlen == 1`` with
+    ``ft_inference_engine`` installed: v0.1.6 setup.py builds that extension wherever ``os.name
+    != "nt"``; the rows' OS is not stated, Linux assumed); None: the engine's own kernel."""
+    if "AutoAWQ fused attention" not in str(run["job"].get("attention") or ""):
+        return None
+    notes.append("decode attention: FT's single_query_attention (AutoAWQ's fused modules)")
+    return "ft-mmha"
 
 
 def _measured_step(run: dict, job: Job, measured: float) -> float | None:
@@ -963,9 +977,14 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
     if not q or row.mechanism not in ("quantized decode", "batched decode"):
         return ""
     gemv = run["job"].get("awq_version") == "gemv"
-    out = ("the 4-bit kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
-           f"QUANT_KERNELS autoawq-{'gemv' if gemv else 'gemm'}, a mechanism with no published "
-           f"figure); this row's kernel is {q}")
+    if gemv:
+        out = ("the GEMV kernel's bandwidth share is a lower bound read from TinyChat's Llama-2-7B "
+               "on the same kernel (compute/efficiency.py gemv_bw_awq_gemv: its whole step at the "
+               f"kernel's rate); this row's kernel is {q}")
+    else:
+        out = ("the GEMM kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
+               "QUANT_KERNELS autoawq-gemm, a mechanism with no published figure; its 8 split-K "
+               f"partials and their sum are timed); this row's kernel is {q}")
     if gemv and (run["job"].get("micro_batch") or 1) > 1:
         out += ("; marked 'avoid using' at batch > 1 by the source: its code reloads the packed "
                 "weights once per row of the batch, the rows after the first timed from the L2 "
@@ -973,13 +992,12 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
                 "measured to keep (compute/time.py row_rereads), else from DRAM; each row's "
                 "dequantization is not timed")
     if run["job"].get("kv_window"):
-        out += ("; its decode attention is FT's single_query_attention (AutoAWQ v0.1.6 "
-                "awq_cuda/attention/decoder_masked_multihead_attention.cu: grid (heads, batch), "
-                "one thread block of 128 threads per head and sequence below 2,048 timesteps, "
-                "256 from there), each block streaming its head's keys and values on one SM: "
-                "paced by that block's loop, not the device's bandwidth, which gpuplan times "
-                f"(here {_window_context(run, [])} keys a step); untimed, it grows with the "
-                "context, as the 2048-token rows' extra time over the 64-token rows does")
+        out += ("; its decode attention is FT's single_query_attention, timed by each thread "
+                "block's chain of loads (compute/efficiency.py single_query_attention_s: one "
+                "memory latency per loop iteration, nvcc's unrolling not checked; here "
+                f"{_window_context(run, [])} keys a step); the softmax between its loops, the "
+                "cache's roll every 100 steps (outside the median step) and the fused model's "
+                "per-layer Python are not timed")
     return out
 
 

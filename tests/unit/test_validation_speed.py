@@ -162,9 +162,11 @@ def test_out_of_sample_holdout_reads(rows):
     assert s["median_abs_error"] <= 0.112 and s["worst_abs_error"] <= 0.641
     # AutoAWQ's GEMV at batch 8 (awql2): rows 2-8 re-read each matrix from the RTX 4090's L2 at
     # its measured 3,645 GB/s (every Mistral launch fits the 32 MiB it was measured to keep):
-    # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic)
+    # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic);
+    # issue 31 (awq): the GEMV kernel's batch-1 share from TinyChat's figure (70.2%, not
+    # 68.5%) and one fused QKV launch: 1.27x / 1.26x
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
-    assert len(gemv8) == 2 and all(1.10 < x < 1.25 for x in gemv8)
+    assert len(gemv8) == 2 and all(1.10 < x < 1.28 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
     assert tt_med <= 0.228 and tt_worst <= 0.474
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
@@ -185,7 +187,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 10.9% median and 47.3% worst (torchtitan's Float8 rows at CP 8), "
+                   "holdout reads 8.9% median and 47.3% worst (torchtitan's Float8 rows at CP 8), "
                    "and the torchtitan group's median is "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
@@ -378,10 +380,23 @@ def test_autoawq_rows_run_as_its_benchmark_loop_does(rows):
     assert vs.job_of(long).context == 1998 and vs.job_of(short).context == 32
     # before: group 10.6% median, 43.7% worst (TinyLlama p2048 1.44x); the sync 1.44x -> 1.42x
     # (p64 1.18x -> 1.12x), the window moves the p2048 rows up (MPT 1.14x -> 1.24x): 10.1% /
-    # 42.8%. The p2048 rows' extra time over p64 is FT's single-query attention (one thread
-    # block per head and sequence, latency-bound), not timed.
+    # 42.8%. Issue 31 (awq): the p2048 rows' extra time over p64 is FT's single-query attention
+    # (one thread block per head and sequence, each waiting one memory latency per loop
+    # iteration: compute/efficiency.py single_query_attention_s, the RTX 4090's 252 ns from
+    # gpus.json memory_latency), timed now, and its rotary is in the kernel: TinyLlama p2048
+    # 1.43x -> 0.97x, Falcon 1.39x -> 1.17x, Mistral GEMM 1.36x -> 1.05x, MPT 1.24x -> 1.08x,
+    # Mistral GEMV 1.19x -> 0.92x; TinyLlama p64 1.12x -> 1.18x (two rotary launches a layer
+    # fewer on a host-bound step): the group 10.1% / 42.8% -> 7.2% / 24.8%. The GEMV kernel's
+    # share from TinyChat's 4090 figure (gemv_bw_awq_gemv, 70.2%, not 68.5%): 6.7% / 26.0%.
+    # The GEMM kernel's 8 split-K partials summed by a kernel after each launch, and the fused
+    # modules' one QKV launch: the GEMM rows 2-10% down (Mistral b8 p64 1.09x -> 1.00x), the
+    # GEMV rows up (TinyLlama p64 1.23x): 5.6% / 26.6% (Mistral GEMV b8, 1.27x).
     (_, _, med, worst_err), = [g for g in vs.by_group(rows, "holdout") if g[0] == "autoawq"]
-    assert med <= 0.102 and worst_err <= 0.429
+    assert med <= 0.057 and worst_err <= 0.267
+    ratio = {r.run["id"]: r.ratio for r in awq}
+    assert 0.98 < ratio["autoawq-tinyllama-1.1b-gemv-b1-p2048-d2048-4090"] < 1.00
+    assert 1.02 < ratio["autoawq-mistral-7b-gemm-b1-p2048-d2048-4090"] < 1.04
+    assert 0.99 < ratio["autoawq-mistral-7b-gemm-b8-p64-d64-4090"] < 1.01
 
 
 def test_dle_bert_rows_time_q_k_v_as_three_launches(rows):

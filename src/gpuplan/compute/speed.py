@@ -21,7 +21,8 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
-    BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, speed_range, speed_residuals,
+    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, constant, overlap_sm_share,
+    quant_kernel, speed_range, speed_residuals,
 )
 from ._args import speed_args
 from .flops import AttentionPrecision, form_notes, run_form
@@ -355,6 +356,7 @@ def estimate_speed(
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
+    decode_attention: str | None = None,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -394,6 +396,7 @@ def estimate_speed(
     ``host_sync_per_step`` (inference): the loop waits for the device before and after every
     forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
     runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
+    ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
@@ -413,6 +416,7 @@ def estimate_speed(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
+    spec = _with_decode_attention(spec, decode_attention, device, notes)
     step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
                                                       spec, notes)
     step, prefill = _synced(step, prefill, host_sync_per_step and mode == "infer", notes)
@@ -593,6 +597,26 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
 
 
+def _with_decode_attention(spec: StepSpec, kernel: str | None, device: Device,
+                           notes: list[str]) -> StepSpec:
+    """``spec`` with an inference step's decode attention kernel given by name (``ft-mmha``:
+    FasterTransformer's masked multi-head attention, which AutoAWQ's fused modules run: timed
+    by its blocks' chains of loads where the GPU's memory latency is on record, its rotary in
+    the kernel), said in ``notes``; ``spec`` itself in training or with none given."""
+    if not kernel or spec.mode != "infer":
+        return spec
+    what = DECODE_ATTENTION_KERNELS[kernel]
+    if device.memory_latency_s <= 0:
+        notes.append(f"decode attention: {what}; {device.name}'s memory latency is not on "
+                     "record, so it is timed by its bytes alone")
+    else:
+        notes.append(f"decode attention: {what}, each block's chain of dependent loads at "
+                     f"{1e9 * device.memory_latency_s:.0f} ns a load (the catalog's "
+                     "memory_latency) or its bytes at the bandwidth, whichever is longer; its "
+                     "rotary in the kernel")
+    return replace(spec, decode_attention=kernel)
+
+
 def _synced(step: Phase, prefill: Phase | None, synced: bool,
             notes: list[str]) -> tuple[Phase, Phase | None]:
     """The decode step and the prefill of a loop that waits for the device around every forward
@@ -646,7 +670,11 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                     "it was measured to keep), a larger one from DRAM"
                     if rows and device.l2_bandwidth else
                     "; every row from DRAM (no L2 measurement for this GPU)" if rows else ""))
+    if kernel.splitk_partials:
+        notes.append(f"each {kernel.name} launch writes {kernel.splitk_partials} split-K partial "
+                     "outputs, summed by a reduction kernel after it")
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
+                   quant_splitk=kernel.splitk_partials,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 
