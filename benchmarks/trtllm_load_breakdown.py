@@ -233,6 +233,13 @@ static library; these are the first open-sourced versions of the same loop):
   `TrtGptModelInflightBatching::executeContext` never for a batch with a context request): each
   iteration enqueues the engine's kernels. That is a per-kernel cost, the same at any batch, so it
   is no part of a gap that grows with the requests in flight.
+* **How gpuplan prices a mixed step** (capacity/_cost.py `StepCost.step_s`): the decode step of
+  its decodes at their mean context (the speed model's D(b, c) is affine in the summed context, so
+  the mean is exact), plus the token-linear part of the prompt tokens over the decodes'
+  (`Plin(T + b) - Plin(b)`: the weights read once, elementwise work per token), plus each chunk's
+  attention over its own cached prefix. The one piece it drops is the finishing prompt's own
+  logits row (both `Plin` terms carry one), a row of a GEMM whose weights the decodes' rows already
+  read. Nothing here grows with the requests in flight beyond what the kernels do.
 * **Sampling over the vocabulary.** One read and one write of fp32 logits (vocabulary 128,256) for
   64 sequences moves {sampler_mb:.0f} MB: {sampler_us:.0f} us at the H100's 3.35 TB/s, {sampler_pct:.2f}%
   of the simulated 8B step at that batch ({step64:.2f} ms) -- too small to matter, so it is not
