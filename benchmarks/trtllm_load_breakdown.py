@@ -273,8 +273,10 @@ def _conclusion(online: list[dict], offline: list[dict], steps: list[tuple]) -> 
              "rows leave "
              + " and ".join(f"{r['decode_ms'] * (r['sim'] / r['meas'] - 1):.1f} ms per step "
                             f"({r['id'].removeprefix('perf-overview ')})" for r in heavy)
-             + ", the size of the online gaps at 10-60 requests in flight (1-3 ms on 8B, 2-6 ms "
-             "on 70B TP4). The speed model prices every 16-bit weight matmul below one 128-row "
+             + ", the size of the online gaps at 8-64 requests in flight on the decode-bound "
+             "lengths (" + "; ".join(
+                 f"{lo:.1f}-{hi:.1f} ms on {m}" for m, (lo, hi) in _gap_ranges(online).items())
+             + "). The speed model prices every 16-bit weight matmul below one 128-row "
              "tile at the GEMV bandwidth share measured at batch 1 (efficiency.py `gemv_bw_16bit` "
              "0.685, gpt-fast's batch-1 decode; time.py `_bandwidth`) and from 128 rows on at the "
              "streaming share (`memory_default` 0.85), so its decode step drops where a 128th "
@@ -294,6 +296,17 @@ def _conclusion(online: list[dict], offline: list[dict], steps: list[tuple]) -> 
               "tensorrtllm_backend streamed and not streamed at one batch (reading 1), and a "
               "16-bit GEMM of a 70B layer's shapes at 1-256 rows (reading 2), on an H100.", ""]
     return lines
+
+
+def _gap_ranges(online: list[dict]) -> dict[str, tuple[float, float]]:
+    """Measured minus simulated ITL (ms), lowest and highest, over the 467/256 and 202/214 rows
+    with 8-64 requests in flight, by model."""
+    out: dict[str, list[float]] = {}
+    for r in online:
+        if 8 <= r["in_flight"] <= 64 and "-467-16-" not in r["id"]:
+            out.setdefault(r["id"].split("-h")[0].removeprefix("trtllm-online-"), []).append(
+                r["meas"] - r["pred"])
+    return {m: (min(g), max(g)) for m, g in out.items()}
 
 
 def decode_steps(batches=(1, 2, 8, 32, 64, 127, 128, 256)) -> list[tuple]:
