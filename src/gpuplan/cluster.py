@@ -544,7 +544,7 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     plans = []
     for n in _counts(model, gpu, job, mode):
         try:
-            p = search_layouts(model, gpu, job.with_(gpus=n, tp=1, pp=1, cp=1, ep=1,
+            p = search_layouts(model, gpu, job.with_(gpus=n, tp=1, pp=1, cp=1, ep=1, dp_shard=None,
                                                      sequence_parallel=False,
                                                      ep_overlap=False), **kw)
         except InputError:

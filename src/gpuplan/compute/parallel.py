@@ -77,13 +77,13 @@ from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_pa
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
 from .efficiency import constant, overlap_sm_share, resolve_runtime
-from .flops import optimizer_op, recompute_ops
+from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
 from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narrow_recompute_op,
                    qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s"]
 
@@ -139,6 +139,10 @@ class MicroCost:
     per-layer times above average them in; a pipeline stage that holds them runs them wide."""
     wide_layer_s: float = 0.0
     """One such block's forward and backward (recompute included); 0 when none."""
+    mtp_proj_s: float = 0.0
+    """One multi-token-prediction module's work around its block, forward and backward: the two
+    RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
+    charged per MTP depth on the last pipeline stage, 0 for a model without an MTP layer."""
 
     @property
     def layer_s(self) -> float:
@@ -232,6 +236,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     narrow = NARROW_RECIPES.get(prec.name)
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
+    proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     for level in ("none", "selective", "full"):
         again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
         extra = time_ops((*recompute_ops(fwd, level, attention, policy=selective,
@@ -263,8 +268,20 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = cost
+        out[level] = replace(cost, mtp_proj_s=proj_s)
     return out
+
+
+def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency,
+                prec: PrecisionLayout, gap: float) -> float:
+    """One MTP module's norms, concatenation and ``2H -> H`` projection over ``tokens`` tokens,
+    forward and backward, with their launches (:attr:`MicroCost.mtp_proj_s`); 0 without MTP."""
+    if not arch.mtp_layers:
+        return 0.0
+    fwd = tuple(mtp_projection_ops(arch, tokens, prec.act, prec.weight))
+    ops = (*fwd, *backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad))
+    timed = time_ops(ops, device, eff, prec.dtype)
+    return sum(t.total_s + t.op.kernels * t.op.count * gap for t in timed)
 
 
 def sdpa_kv_heads(arch: Architecture, engine: str) -> int:
@@ -805,7 +822,8 @@ def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture
 
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
              window_s: float, gather_bytes: float | None = None,
-             sm_share: float = 0.0) -> tuple[float, float]:
+             sm_share: float = 0.0, reduce_bytes: float | None = None,
+             backward_s: float | None = None, edge_share: float = 0.0) -> tuple[float, float]:
     """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic. ZeRO-3
     gathers the weights (forward, backward) and reduce-scatters the gradients for every
     micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
@@ -816,23 +834,38 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     the narrow weights); ZeRO-1/2 then reduce-scatter the gradients and all-gather those bytes,
     half an all-reduce each. None: the same bytes as the gradients. ``sm_share``: the share of
     the SMs the overlapped collectives hold (:func:`~.efficiency.overlap_sm_share`): the compute
-    beside their hidden stretch runs that much slower, which the exposed time carries."""
+    beside their hidden stretch runs that much slower, which the exposed time carries.
+    ``reduce_bytes``: the bytes of the gradients' reduce-scatter where the engine reduces in
+    another dtype than it keeps them (FSDP2's ``reduce_dtype`` fp32 under torchtitan's
+    mixed precision: 4 bytes an element); None: ``grad_bytes``. Under hybrid sharding
+    (``lay.replicas`` > 1) :func:`_hsdp_comm`; ``backward_s`` is then the stretch that hides the
+    replicas' all-reduce (None: ``window_s``). ``edge_share``: the share of the bytes in FSDP's
+    units that nothing hides (:func:`fsdp_edge_share`): their all-gather starts each
+    micro-batch and their reduce-scatter ends it, exposed whatever the window; 0: one bucket's
+    all-reduce (DDP's last bucket) is the least exposed."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
     g = grad_bytes if gather_bytes is None or lay.zero == 0 else gather_bytes
+    r = grad_bytes if reduce_bytes is None or lay.zero == 0 else reduce_bytes
     gathers = 1.0
     per_mb = 1
     if lay.zero == 3:
         gathers = (lay.weight_gathers if lay.weight_gathers is not None
                    else zero3_gathers(lay.sharding, lay.checkpointing))
         per_mb = lay.micro_batches
+        if lay.replicas > 1:
+            return _hsdp_comm(g, r, gathers, lay, topo, eff, window_s,
+                              window_s if backward_s is None else backward_s, sm_share,
+                              edge_share)
     # in all-reduces of the gradients: (1 + gathers) / 2 a micro-batch under ZeRO-3, 1 otherwise
-    factor = (grad_bytes + gathers * g) / (2 * grad_bytes) * per_mb
+    factor = (r + gathers * g) / (2 * grad_bytes) * per_mb
     full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
                                     efficiency=eff.comm)
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,
                            efficiency=eff.comm)
+    if lay.zero == 3 and edge_share > 0:  # FSDP's first units' gather, last units' scatter
+        last = per_mb * _edge_s(g * edge_share, r * edge_share, n, lay, topo, eff)
     if lay.zero == 3 and not lay.gather_overlap:  # the gathers serial, the reduce-scatter not
         # the gathers' share of the traffic (``g`` bytes each) and the gradients' reduce-scatter;
         # waited-for gathers run at least at DeepSpeed 2021's measured serial rate
@@ -843,6 +876,83 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
         tail = max(rs - window_s, last)
         return serial + rs, serial + tail + sm_share * max(0.0, rs - tail)
     tail = max(full - window_s, last)
+    return full, tail + sm_share * max(0.0, full - tail)
+
+
+def fsdp_edge_share(arch: Architecture, lay: Layout, stage_layers: int, total: int) -> float:
+    """The share of a rank's parameters in the FSDP units no compute hides: the root unit (the
+    embedding, the head where untied) and one block, whose all-gather starts a micro-batch's
+    forward and whose reduce-scatter ends its backward -- "the first block during forward pass
+    and the last block during backward pass are not able to overlap" (the IBM/PyTorch FSDP
+    post, https://pytorch.org/blog/maximizing-training/, 2024-03-13, appendix); the root's
+    parameters stay gathered from forward into backward (FSDP1 ``_post_forward_reshard``: not
+    the root; FSDP2's root ``post_forward_mesh_info`` None), so its gather is the first and
+    its reduce-scatter (the embedding's gradient, the last computed) the last. Under a pipeline
+    a stage's one block (its ends are another stage's). ``total``: the model's parameters.
+    0 where not FSDP's ZeRO-3."""
+    if lay.zero != 3 or lay.sharding != "fsdp2" or stage_layers < 1:
+        return 0.0
+    if lay.pp > 1:
+        return 1.0 / stage_layers
+    root = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
+    if total <= root:
+        return 1.0
+    return (root + (total - root) / arch.num_layers) / total
+
+
+def _edge_s(gather_bytes: float, reduce_bytes: float, n: int, lay: Layout, topo: Topology,
+            eff: Efficiency) -> float:
+    """The edge units' all-gather and reduce-scatter over the ``n`` ranks of the shard group
+    (``tp`` apart): exposed at the ends of a micro-batch (:func:`fsdp_edge_share`)."""
+    return (collective_time("all-gather", gather_bytes, n, topo, stride=lay.tp,
+                            efficiency=eff.comm)
+            + collective_time("reduce-scatter", reduce_bytes, n, topo, stride=lay.tp,
+                              efficiency=eff.comm))
+
+
+def _reduce_bytes(lay: Layout, elements: float, fsdp2_reduce_bytes: int) -> float | None:
+    """The gradients' reduce-scatter bytes in FSDP2's reduce dtype, where the engine's is timed
+    (``fsdp2_reduce_bytes``: torchtitan's ``reduce_dtype`` fp32) and FSDP shards them (ZeRO-2/3);
+    None: the gradients' own bytes."""
+    if fsdp2_reduce_bytes and lay.sharding == "fsdp2" and lay.zero >= 2:
+        return elements * fsdp2_reduce_bytes
+    return None
+
+
+def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: Layout,
+               topo: Topology, eff: Efficiency, window_s: float, backward_s: float,
+               sm_share: float, edge_share: float = 0.0) -> tuple[float, float]:
+    """(all of it, exposed) of ZeRO-3's traffic under hybrid sharding: per micro-batch
+    ``gathers`` all-gathers of the weights and one reduce-scatter of the gradients inside the
+    shard group (``lay.zero_group`` ranks ``tp`` apart: a node's NVLink when it fits there),
+    then each rank's gradient shard all-reduced across the ``lay.replicas`` groups (ranks
+    ``tp x shard group`` apart: the network, one GPU of each node). torch FSDP1
+    ``_runtime_utils._post_backward_reshard``/``_reduce_grad`` (HYBRID_SHARD: the reduce-scatter,
+    then ``dist.all_reduce`` of the shard over ``_inter_node_pg`` on the same stream) and FSDP2's
+    2-D mesh (``foreach_reduce``: reduce-scatter over the shard mesh, all-reduce over the
+    replicate mesh) do the same. The gathers and the reduce-scatter hide beside the step's
+    compute (``window_s``); the all-reduce runs in the backward only (``backward_s``), "no
+    inter-node traffic during the pre-fetch stage for forward pass" (the IBM/PyTorch FSDP
+    post, https://pytorch.org/blog/maximizing-training/, 2024-03-13, appendix); the last
+    bucket's all-reduce stays exposed, or with ``edge_share`` (:func:`fsdp_edge_share`) the
+    first units' gather and the last units' reduce-scatter and all-reduce."""
+    n, stride = lay.zero_group, lay.tp
+    ag = collective_time("all-gather", gather_bytes, n, topo, stride=stride, efficiency=eff.comm)
+    rs = collective_time("reduce-scatter", reduce_bytes, n, topo, stride=stride,
+                         efficiency=eff.comm)
+    shard = reduce_bytes / n
+    ar = collective_time("all-reduce", shard, lay.replicas, topo, stride=stride * n,
+                         efficiency=eff.comm)
+    last = collective_time("all-reduce", min(BUCKET_BYTES, shard), lay.replicas, topo,
+                           stride=stride * n, efficiency=eff.comm)
+    m = lay.micro_batches
+    if edge_share > 0:
+        last = m * (_edge_s(gather_bytes * edge_share, reduce_bytes * edge_share, n, lay, topo,
+                            eff) + collective_time("all-reduce", shard * edge_share,
+                                                   lay.replicas, topo, stride=stride * n,
+                                                   efficiency=eff.comm))
+    full = m * (gathers * ag + rs + ar)
+    tail = max(full - window_s, m * ar - backward_s, last)
     return full, tail + sm_share * max(0.0, full - tail)
 
 
@@ -885,16 +995,15 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     mtp = mtp_params(arch, lay.mtp_layers)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
-    dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
-                               None if gather_bytes_per_element is None
-                               else mine * gather_bytes_per_element,
-                               sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
-                                                interconnect=device.interconnect))
-    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
-    if optimizer_s is None:
-        opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
-    else:
-        opt_s = optimizer_s(max(1, mine // shard), mine / max(1, params + mtp))
+    dp_full, dp_exp = _dp_comm(
+        mine * prec.grad, lay, topo, eff, window, None if gather_bytes_per_element is None
+        else mine * gather_bytes_per_element, overlap_sm_share(
+            device.sm_count, vendor=device.vendor, interconnect=device.interconnect),
+        _reduce_bytes(lay, mine, fsdp2_reduce_bytes), m * stage_layers * cost.layer_bwd_s,
+        fsdp_edge_share(arch, lay, stage_layers, params))
+    local = max(1, mine // (lay.zero_group if lay.zero >= 1 else 1))  # the optimizer's shard
+    opt_s = (_optimizer_s(local, state_bytes_per_param, device, eff, prec) if optimizer_s is None
+             else optimizer_s(local, mine / max(1, params + mtp)))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
     return LayoutTime(
@@ -1005,7 +1114,7 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
     longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
     the stages that hold them, the rest narrow."""
     head_s = cost.other_s - cost.embedding_s
-    mtp_s = lay.mtp_layers * (cost.layer_s + head_s)
+    mtp_s = lay.mtp_layers * (cost.layer_s + head_s + cost.mtp_proj_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual
                            or cost.edge_layers):
         n = math.ceil(arch.num_layers / lay.pp)
