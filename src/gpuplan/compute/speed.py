@@ -404,8 +404,7 @@ def estimate_speed(
                        trainable_params)
     if job.mtp_layers and mode != "infer":
         check_layout(arch, job, seq)  # MTP is timed on a layout's last stage only
-    if (topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel
-            or (job.dp_shard is not None and mode == "train")):  # HSDP: timed on the topology
+    if _on_topology(job, mode, topology):
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
@@ -446,6 +445,13 @@ def estimate_speed(
         est = replace(est, cpu=_compare_cpu(est, _on_cpu(model, cpu, job, new_tokens,
                                                          trainable_params, measured)))
     return est
+
+
+def _on_topology(job: Job, mode: str, topology: Topology | None) -> bool:
+    """Whether the step is timed by :mod:`.parallel` on a topology: one given, a model-parallel
+    layout, or HSDP (``dp_shard``) in training."""
+    return (topology is not None or job.tp * job.pp * job.cp * job.ep > 1
+            or job.sequence_parallel or (job.dp_shard is not None and mode == "train"))
 
 
 def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: bool, tf32: bool,
