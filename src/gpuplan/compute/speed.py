@@ -338,7 +338,7 @@ def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, no
     narrow = narrow_gather_bytes(arch, job, max(n_params, trainable),
                                  notes if job.zero else None)
     copy_s = _fsdp2_copy_s(job, prec, device, eff, max(n_params, trainable), gathers, narrow,
-                           step.micro_steps)
+                           step.micro_steps, grad_elements=trainable if job.lora_rank else None)
     return _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
                     overlap_comm=overlap_comm, n_params=n_params, gpu=gpu, gathers=gathers,
                     gather_overlap=gather_overlap, narrow=narrow, copy_s=copy_s), copy_s
@@ -798,10 +798,11 @@ def narrow_gather_bytes(arch: Architecture | None, job: Job, n_params: int,
 
 def _fsdp2_copy_s(job: Job, prec: PrecisionLayout, device: Device, eff: Efficiency,
                   elements: int, gathers: float | None, narrow: float | None,
-                  micro_batches: int) -> float:
+                  micro_batches: int, grad_elements: int | None = None) -> float:
     """FSDP2's copies on the compute stream of a data-parallel step without a layout
     (:func:`~.parallel.fsdp2_copy_bytes`), where the engine's are timed
-    (``fsdp2_reduce_bytes``) and the weights are sharded (ZeRO-2/3 over several GPUs)."""
+    (``fsdp2_reduce_bytes``) and the weights are sharded (ZeRO-2/3 over several GPUs);
+    ``grad_elements``: the parameters with a gradient where fewer (LoRA's adapters)."""
     reduce_bytes = get_engine(job.engine).fsdp2_reduce_bytes
     if not reduce_bytes or job.zero < 2 or job.gpus <= 1 or job.sharding != "fsdp2":
         return 0.0
@@ -810,7 +811,7 @@ def _fsdp2_copy_s(job: Job, prec: PrecisionLayout, device: Device, eff: Efficien
         gathers=gathers if gathers is not None else zero3_gathers(job.sharding,
                                                                   job.checkpointing),
         gathered_bytes=prec.weight_store if narrow is None else narrow,
-        grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes)
+        grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes, grad_elements=grad_elements)
     return nbytes / (device.memory_bandwidth * eff.memory)
 
 
