@@ -29,6 +29,36 @@ def test_copy_bytes_by_hand():
                             grad_bytes=2, reduce_bytes=4) == pytest.approx(10e9)
 
 
+def test_only_the_parameters_with_a_gradient_are_chunk_cat():
+    # LoRA over a frozen base: FSDPParamGroup.post_backward hands foreach_reduce the parameters
+    # whose .grad is set; every parameter is still gathered and copied out.
+    # 1e9 gathered, 1e6 adapters, bf16 everywhere: 2 copy-outs x (2 + 2) B x 1e9 = 8e9 B,
+    # chunk-cat (2 + 2) B x 1e6 = 4e6 B
+    kw = dict(zero=3, micro_batches=1, gathers=2, gathered_bytes=2, grad_bytes=2, reduce_bytes=2)
+    assert fsdp2_copy_bytes(1e9, grad_elements=1e6, **kw) == pytest.approx(8.004e9)
+    assert fsdp2_copy_bytes(1e9, grad_elements=None, **kw) == pytest.approx(12e9)
+
+
+def test_torchtune_lora_fsdp_step_carries_the_copy_out():
+    # torchtune's shard_model calls fully_shard without a MixedPrecisionPolicy: bf16 reduce (2 B)
+    assert get_engine("torchtune").fsdp2_reduce_bytes == 2
+    a100 = get_gpu("A100-SXM-80GB")
+    model = load_model("llama-3.1-70b")
+    job = Job(model="llama-3.1-70b", mode="train", engine="torchtune", precision="bf16",
+              batch=2, seq=2048, gpus=8, zero=3, checkpointing="full", lora_rank=16,
+              lora_targets=("q_proj", "k_proj", "v_proj"))
+    est = estimate_speed(model, a100, job, measured=None, link="nvlink")
+    n, t = model.params.total, est.trainable_params
+    # rank 16 on q (8192 -> 8192), k and v (8192 -> 1024): A 3 x 16 x 8192 + B (8192 + 2 x 1024)
+    # x 16 = 557,056 a layer, x 80 layers
+    assert t == 80 * (3 * 16 * 8192 + (8192 + 2 * 1024) * 16) == 44_564_480
+    rate = a100.memory_bandwidth * est.efficiency.memory
+    # 2 copy-outs x (2 + 2) B over every weight, the chunk-cat (2 + 2) B over the adapters only
+    assert est.fsdp_copy_s == pytest.approx((8 * n + 4 * t) / rate, rel=1e-6)
+    # ~70.6e9 x 8 B at 2,039 GB/s x 0.85: about a third of a second
+    assert 0.30 < est.fsdp_copy_s < 0.35
+
+
 def _job(**kw):
     base = dict(model="llama-3.1-8b", mode="train", precision="mixed-bf16", batch=2, seq=4096,
                 gpus=8, zero=3, checkpointing="full")
