@@ -755,6 +755,7 @@ def predict(run: dict, keep: list | None = None) -> Row:
         norm, clip = _grad_clip(run, job.precision, notes)
         est = estimate_speed(model, gpu, job.with_(max_grad_norm=norm), measured=None, link=link, optimizer_impl=impl,
                              grad_clip_impl=clip, topology=topo,
+                             paged_host_bytes=_paged_host_bytes(run, notes),
                              tp_overlap=bool(layout and layout[1]),
                              gather_overlap=gather_overlap(run, job, notes),
                              p2p_overlap=p2p_overlap(run, job, notes))
@@ -1127,22 +1128,28 @@ def paged_overflow_bytes(run: dict) -> int:
     return max(0, mem.paged_bytes - (gpu.memory_bytes - (mem.total_bytes - mem.paged_bytes)))
 
 
+def _paged_host_bytes(run: dict, notes: list[str]) -> int:
+    """The run's paged optimizer states in host memory (:func:`paged_overflow_bytes`), which
+    the estimate times coming back each step (``estimate_speed(paged_host_bytes=...)``)."""
+    if "Paged" not in str(run["job"].get("optimizer") or "") or not run["model"].get("catalog"):
+        return 0
+    over = paged_overflow_bytes(run)
+    if over:
+        notes.append(f"PagedAdamW8bit: {over / 2**30:.1f} GiB of its states over the GPU's "
+                     "memory (gpuplan's memory plan of the same Job), migrated back each step")
+    return over
+
+
 def _paged_optimizer_gap(run: dict, row: Row) -> str:
     """bitsandbytes PagedAdamW8bit over its GPU's memory: the overflow migrates both ways each
-    step (bitsandbytes Optimizer8bit.prefetch_state: cudaMemPrefetchAsync of each state before
-    its update), not timed. Said with the time one direction takes at the link's pinned rate
-    (0.80 of PCIe, device.DEFAULT_BASIS pcie_pinned) -- a bound, not a prediction."""
-    if "Paged" not in str(run["job"].get("optimizer") or "") or not run["model"].get("catalog"):
+    step; the estimate times one direction at the link's pinned rate
+    (compute/speed.py paged_migration_s), the evictions beside it -- serialized, they would
+    double it."""
+    if not _paged_host_bytes(run, []):
         return ""
-    over = paged_overflow_bytes(run)
-    if not over:
-        return ""
-    gpu = get_gpu(run["hardware"]["gpu"])
-    link = gpu.pcie_lanes * {3: 0.985e9, 4: 1.969e9, 5: 3.938e9}[gpu.pcie_gen] * 0.80
-    return (f"PagedAdamW8bit's 8-bit states do not fit beside the weights: {over / 2**30:.1f} "
-            "GiB of them (gpuplan's memory plan) live in host memory and migrate over PCIe both "
-            f"ways every step, >= {over / link:.2f} s a direction at the link's pinned rate, "
-            "untimed")
+    return ("PagedAdamW8bit's evictions to host memory (the other direction of each step's "
+            "migration) are taken to overlap its fetches; serialized, they would add as much "
+            "again")
 
 
 #: The torchtune commit that added the README's "Optimization flags" table (Llama 3.2 3B on an

@@ -114,6 +114,9 @@ class SpeedEstimate:
     """A data-parallel step without a layout: FSDP2's copy-out of the gathered weights and
     chunk-cat of the gradients on the compute stream, where the engine's are timed
     (:func:`~.parallel.fsdp2_copy_bytes`); under a layout :attr:`LayoutTime.fsdp_copy_s`."""
+    paged_s: float = 0.0
+    """A step's migration of a paged optimizer's evicted states back to the GPU
+    (:func:`paged_migration_s`); 0 where none was said to overflow."""
     power_limit_w: float | None = None
     """The job's power limit in watts (None: the TDP)."""
     clock_fraction: float = 1.0
@@ -164,7 +167,8 @@ class SpeedEstimate:
             return self.layout.step_s + self.transfer.exposed_s
         if isinstance(self.layout, ServeTime):
             return self.layout.decode_s + self.transfer.exposed_s
-        return self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s + self.fsdp_copy_s
+        return (self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s
+                + self.fsdp_copy_s + self.paged_s)
 
     @property
     def _tokens_per_step(self) -> float:
@@ -293,6 +297,7 @@ class SpeedEstimate:
             "launch_time_s": self.step.launch_time_s, "kernels_per_step": self.step.kernels,
             "transfer_exposed_s": self.transfer.exposed_s,
             "comm_exposed_s": self.comm_exposed_s, "fsdp_copy_s": self.fsdp_copy_s,
+            "paged_s": self.paged_s,
             "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s,
             "mfu": self.mfu, "hfu": self.hfu, "bound": self.bound,
             "peak_flops": self.step.peak_flops, "rated_peak_flops": self.rated_peak_flops,
@@ -331,17 +336,35 @@ class SpeedEstimate:
 # The estimate
 
 
+def paged_migration_s(paged_host_bytes: int, device: Device, eff: Efficiency) -> float:
+    """Seconds a step spends migrating a bitsandbytes paged optimizer's evicted states back to
+    the GPU: ``paged_host_bytes`` at the host link's pinned rate, exposed. bitsandbytes
+    (bitsandbytes-foundation/bitsandbytes@06029dd6 bitsandbytes/optim/optimizer.py
+    ``Optimizer8bit.step``) prefetches each parameter's states before its update and calls
+    ``torch.cuda.synchronize()`` after it, and its ``cprefetch`` (csrc/pythonInterface.cpp) is
+    ``cudaMemPrefetchAsync(ptr, bytes, device, 0)`` on the legacy default stream, the one
+    PyTorch's kernels run on: nothing computes while the states come in. Every state is touched
+    once a step in the same order, so a least-recently-used eviction sends the overflow out and
+    back each step; the evictions (device to host) are taken to ride the other direction of the
+    full-duplex link beside the fetches (an assumption: were they serialized, twice this)."""
+    if paged_host_bytes <= 0:
+        return 0.0
+    return paged_host_bytes / (device.host_link_bandwidth * eff.pcie_pinned)
+
+
 def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, *,
-                n_params, gathers, link, overlap_comm, gather_overlap):
+                n_params, gathers, link, overlap_comm, gather_overlap, paged_s=0.0):
     """A training step's data-parallel scaling and FSDP2's copies on the compute stream
-    (:func:`_fsdp2_copy_s`), for :func:`estimate_speed`'s path without a layout."""
+    (:func:`_fsdp2_copy_s`), for :func:`estimate_speed`'s path without a layout; ``paged_s``
+    (:func:`paged_migration_s`) is part of every row's step, as the copies are."""
     narrow = narrow_gather_bytes(arch, job, max(n_params, trainable),
                                  notes if job.zero else None)
     copy_s = _fsdp2_copy_s(job, prec, device, eff, max(n_params, trainable), gathers, narrow,
                            step.micro_steps, grad_elements=trainable if job.lora_rank else None)
     return _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
                     overlap_comm=overlap_comm, n_params=n_params, gpu=gpu, gathers=gathers,
-                    gather_overlap=gather_overlap, narrow=narrow, copy_s=copy_s), copy_s
+                    gather_overlap=gather_overlap, narrow=narrow,
+                    copy_s=copy_s + paged_s), copy_s
 
 
 def estimate_speed(
@@ -355,6 +378,7 @@ def estimate_speed(
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
+    paged_host_bytes: int = 0,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -394,6 +418,9 @@ def estimate_speed(
     ``host_sync_per_step`` (inference): the loop waits for the device before and after every
     forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
     runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
+    ``paged_host_bytes`` (training): the bytes of a bitsandbytes paged optimizer's states that do
+    not fit on the GPU beside what the step holds (the memory plan's overflow: the caller has
+    it, as ``trainable_params``), migrated back every step (:func:`paged_migration_s`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
@@ -422,9 +449,15 @@ def estimate_speed(
                                                                                       mode)
     transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
                                             pinned=pinned, overlap=overlap_transfer)
+    paged_s = paged_migration_s(paged_host_bytes, device, eff) if mode == "train" else 0.0
+    if paged_s:
+        notes.append(f"{paged_host_bytes / 2**30:.1f} GiB of the paged optimizer's states in "
+                     f"host memory: {paged_s:.2f} s a step to migrate them back over "
+                     f"{device.host_link} (the evictions beside them)")
     scaling, copy_s = (None, 0.0) if mode != "train" else _dp_scaling(
         arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, n_params=n_params,
-        gathers=gathers, link=link, overlap_comm=overlap_comm, gather_overlap=gather_overlap)
+        gathers=gathers, link=link, overlap_comm=overlap_comm, gather_overlap=gather_overlap,
+        paged_s=paged_s)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -434,6 +467,7 @@ def estimate_speed(
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s,
+        paged_s=paged_s,
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
