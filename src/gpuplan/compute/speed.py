@@ -353,10 +353,15 @@ def paged_migration_s(paged_host_bytes: int, device: Device, eff: Efficiency) ->
 
 
 def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, *,
-                n_params, gathers, link, overlap_comm, gather_overlap, paged_s=0.0):
-    """A training step's data-parallel scaling and FSDP2's copies on the compute stream
-    (:func:`_fsdp2_copy_s`), for :func:`estimate_speed`'s path without a layout; ``paged_s``
-    (:func:`paged_migration_s`) is part of every row's step, as the copies are."""
+                n_params, gathers, link, overlap_comm, gather_overlap, paged_host_bytes=0):
+    """A training step's data-parallel scaling, FSDP2's copies on the compute stream
+    (:func:`_fsdp2_copy_s`) and a paged optimizer's migration (:func:`paged_migration_s`), for
+    :func:`estimate_speed`'s path without a layout; both are part of every row's step."""
+    paged_s = paged_migration_s(paged_host_bytes, device, eff)
+    if paged_s:
+        notes.append(f"{paged_host_bytes / 2**30:.1f} GiB of the paged optimizer's states in "
+                     f"host memory: {paged_s:.2f} s a step to migrate them back over "
+                     f"{device.host_link} (the evictions beside them)")
     narrow = narrow_gather_bytes(arch, job, max(n_params, trainable),
                                  notes if job.zero else None)
     copy_s = _fsdp2_copy_s(job, prec, device, eff, max(n_params, trainable), gathers, narrow,
@@ -364,7 +369,7 @@ def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, no
     return _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
                     overlap_comm=overlap_comm, n_params=n_params, gpu=gpu, gathers=gathers,
                     gather_overlap=gather_overlap, narrow=narrow,
-                    copy_s=copy_s + paged_s), copy_s
+                    copy_s=copy_s + paged_s), copy_s, paged_s
 
 
 def estimate_speed(
@@ -377,8 +382,7 @@ def estimate_speed(
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
-    host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
-    paged_host_bytes: int = 0,
+    host_sync_per_step: bool = False, p2p_overlap: bool | None = None, paged_host_bytes: int = 0,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -418,9 +422,7 @@ def estimate_speed(
     ``host_sync_per_step`` (inference): the loop waits for the device before and after every
     forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
     runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
-    ``paged_host_bytes`` (training): the bytes of a bitsandbytes paged optimizer's states that do
-    not fit on the GPU beside what the step holds (the memory plan's overflow: the caller has
-    it, as ``trainable_params``), migrated back every step (:func:`paged_migration_s`).
+    ``paged_host_bytes``: a paged optimizer's states over the GPU (:func:`paged_migration_s`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
@@ -449,15 +451,10 @@ def estimate_speed(
                                                                                       mode)
     transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
                                             pinned=pinned, overlap=overlap_transfer)
-    paged_s = paged_migration_s(paged_host_bytes, device, eff) if mode == "train" else 0.0
-    if paged_s:
-        notes.append(f"{paged_host_bytes / 2**30:.1f} GiB of the paged optimizer's states in "
-                     f"host memory: {paged_s:.2f} s a step to migrate them back over "
-                     f"{device.host_link} (the evictions beside them)")
-    scaling, copy_s = (None, 0.0) if mode != "train" else _dp_scaling(
+    scaling, copy_s, paged_s = (None, 0.0, 0.0) if mode != "train" else _dp_scaling(
         arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, n_params=n_params,
         gathers=gathers, link=link, overlap_comm=overlap_comm, gather_overlap=gather_overlap,
-        paged_s=paged_s)
+        paged_host_bytes=paged_host_bytes)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
