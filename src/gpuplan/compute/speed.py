@@ -21,7 +21,8 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
-    BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, speed_range, speed_residuals,
+    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, constant, overlap_sm_share,
+    quant_kernel, speed_range, speed_residuals,
 )
 from ._args import speed_args
 from .flops import AttentionPrecision, form_notes, run_form
@@ -352,8 +353,8 @@ def paged_migration_s(paged_host_bytes: int, device: Device, eff: Efficiency) ->
     return paged_host_bytes / (device.host_link_bandwidth * eff.pcie_pinned)
 
 
-def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, *,
-                n_params, gathers, link, overlap_comm, gather_overlap, paged_host_bytes=0):
+def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, notes,
+                paged_host_bytes=0, *, n_params, gathers, link, overlap_comm, gather_overlap):
     """A training step's data-parallel scaling, FSDP2's copies on the compute stream
     (:func:`_fsdp2_copy_s`) and a paged optimizer's migration (:func:`paged_migration_s`), for
     :func:`estimate_speed`'s path without a layout; both are part of every row's step."""
@@ -382,10 +383,10 @@ def estimate_speed(
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
-    host_sync_per_step: bool = False, p2p_overlap: bool | None = None, paged_host_bytes: int = 0,
+    host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
+    decode_attention: str | None = None, paged_host_bytes: int = 0,
 ) -> SpeedEstimate:
-    """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
-    GPUs).
+    """Estimate one step of ``job`` with ``model`` on ``gpu`` (and ``job.gpus`` data-parallel GPUs).
 
     The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
     infer; ``both`` is two estimates, :func:`estimate_speed_for_job`), ``batch`` per GPU (a
@@ -419,9 +420,9 @@ def estimate_speed(
     ``p2p_overlap``: whether an interleaved pipeline's sends run beside the next chunk's compute
     (:func:`~.parallel.interleaved_p2p_exposed_s`); None: the engine's default
     (:attr:`~gpuplan.engines.EngineProfile.p2p_overlap`), False: blocking, True: overlapped.
-    ``host_sync_per_step`` (inference): the loop waits for the device before and after every
-    forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
-    runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
+    ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
+    benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
+    ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
     ``paged_host_bytes``: a paged optimizer's states over the GPU (:func:`paged_migration_s`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
@@ -430,7 +431,8 @@ def estimate_speed(
                        trainable_params)
     if job.mtp_layers and mode != "infer":
         check_layout(arch, job, seq)  # MTP is timed on a layout's last stage only
-    if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
+    if (topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel
+            or (job.dp_shard is not None and mode == "train")):  # HSDP: timed on the topology
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
@@ -441,20 +443,20 @@ def estimate_speed(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
+    spec = _with_decode_attention(spec, decode_attention, device, notes)
     step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
                                                       spec, notes)
     step, prefill = _synced(step, prefill, host_sync_per_step and mode == "infer", notes)
     if mode == "infer" and job.gpus > 1:
         notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
                      "parallelism modeled)")
-    per_sample = input_bytes if input_bytes is not None else input_bytes_per_sample(arch, seq,
-                                                                                      mode)
+    per_sample = input_bytes_per_sample(arch, seq, mode) if input_bytes is None else input_bytes
     transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
                                             pinned=pinned, overlap=overlap_transfer)
     scaling, copy_s, paged_s = (None, 0.0, 0.0) if mode != "train" else _dp_scaling(
-        arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, n_params=n_params,
-        gathers=gathers, link=link, overlap_comm=overlap_comm, gather_overlap=gather_overlap,
-        paged_host_bytes=paged_host_bytes)
+        arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, paged_host_bytes,
+        n_params=n_params, gathers=gathers, link=link, overlap_comm=overlap_comm,
+        gather_overlap=gather_overlap)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -463,8 +465,7 @@ def estimate_speed(
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s,
-        paged_s=paged_s,
+        runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s, paged_s=paged_s,
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
@@ -571,7 +572,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     shard = shard_arch(arch, lay.tp)
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
                                  cp=1, ep=1, sequence_parallel=False,
-                                 distribute_checkpoints=False, ep_overlap=False, gpus=1),
+                                 distribute_checkpoints=False, ep_overlap=False, gpus=1,
+                                 dp_shard=None),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     spec = replace(spec, ep=lay.ep)
@@ -592,7 +594,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
-            **{**engine_layout_options(job.engine),
+            **{**engine_layout_options(job.engine, job.precision),
                **({} if p2p_overlap is None
                   else {"p2p_overlap": "interleaved" if p2p_overlap else "none"})},
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
@@ -620,6 +622,26 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
+
+
+def _with_decode_attention(spec: StepSpec, kernel: str | None, device: Device,
+                           notes: list[str]) -> StepSpec:
+    """``spec`` with an inference step's decode attention kernel given by name (``ft-mmha``:
+    FasterTransformer's masked multi-head attention, which AutoAWQ's fused modules run: timed
+    by its blocks' chains of loads where the GPU's memory latency is on record, its rotary in
+    the kernel), said in ``notes``; ``spec`` itself in training or with none given."""
+    if not kernel or spec.mode != "infer":
+        return spec
+    what = DECODE_ATTENTION_KERNELS[kernel]
+    if device.memory_latency_s <= 0:
+        notes.append(f"decode attention: {what}; {device.name}'s memory latency is not on "
+                     "record, so it is timed by its bytes alone")
+    else:
+        notes.append(f"decode attention: {what}, each block's chain of dependent loads at "
+                     f"{1e9 * device.memory_latency_s:.0f} ns a load (the catalog's "
+                     "memory_latency) or its bytes at the bandwidth, whichever is longer; its "
+                     "rotary in the kernel")
+    return replace(spec, decode_attention=kernel)
 
 
 def _synced(step: Phase, prefill: Phase | None, synced: bool,
@@ -675,7 +697,11 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                     "it was measured to keep), a larger one from DRAM"
                     if rows and device.l2_bandwidth else
                     "; every row from DRAM (no L2 measurement for this GPU)" if rows else ""))
+    if kernel.splitk_partials:
+        notes.append(f"each {kernel.name} launch writes {kernel.splitk_partials} split-K partial "
+                     "outputs, summed by a reduction kernel after it")
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
+                   quant_splitk=kernel.splitk_partials,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 
@@ -871,7 +897,11 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # all-reduce's bytes during backward.
     zero3 = job.zero == 3  # then ``gathers`` is the count estimate_speed took (_weight_gathers)
     w = prec.weight if narrow is None else narrow
-    volume = (trainable * prec.grad + gathers * max(n_params, trainable) * w) / 2 \
+    # the gradients' reduce-scatter in FSDP2's reduce dtype where the engine's is timed
+    # (torchtitan: reduce_dtype fp32, 4 bytes an element; parallel._dp_comm's ``reduce_bytes``)
+    fsdp2_r = get_engine(job.engine).fsdp2_reduce_bytes
+    r = fsdp2_r if fsdp2_r and job.sharding == "fsdp2" and job.zero >= 2 else prec.grad
+    volume = (trainable * r + gathers * max(n_params, trainable) * w) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
     if narrow is not None and not zero3 and job.zero >= 1:  # RS of gradients, AG of FP8 weights
         volume = (trainable * prec.grad + trainable * narrow) / 2
