@@ -98,3 +98,35 @@ def test_layout_step_carries_the_copies():
                                       + lt.ep_comm_s + lt.pp_comm_s + lt.dp_exposed_s
                                       + lt.optimizer_s + lt.fsdp_copy_s)
     assert lt.to_dict()["fsdp_copy_s"] == lt.fsdp_copy_s
+
+
+def test_a_plan_times_a_paged_optimizers_overflow_on_each_gpu(tmp_path, monkeypatch):
+    # gpuplan fit's speed section reads the plan's own memory: PagedAdamW8bit's 2 x
+    # (8,030,261,248 - 65 x 4,096) B of states over what the 24 GB RTX 4090 has left beside the
+    # rest of the step come back over PCIe each step; on an 80 GB A100 they all fit (no time)
+    from gpuplan.compute.speed import paged_migration_s
+    from gpuplan.fit import plan
+
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", str(tmp_path / "none.sqlite"))
+    job = Job(model="llama-3.1-8b", mode="train", engine="torchtune", precision="bf16", batch=2,
+              seq=2048, runtime="compile", loss_chunks=8, checkpointing="full",
+              optimizer="paged-adamw-8bit", optimizer_in_backward=True)
+    p = plan(job, ["RTX-4090", "A100-SXM-80GB"], speed=True, suggest=False,
+             search_gpu_counts=False)  # the fewest-GPU search shards: fsdp2 plans no paged states
+    assert p.train.paged_bytes == 2 * (8_030_261_248 - 65 * 4096)
+    over = p.train.paged_bytes - (get_gpu("RTX-4090").memory_bytes
+                                  - (p.train.total_bytes - p.train.paged_bytes))
+    assert 9.5 * 2**30 < over < 10.5 * 2**30
+    rows = {r.gpu: r for r in p.speed.rows}
+    est = rows["RTX-4090"].train
+    # 31.51 GB/s (PCIe 4.0 x16) x 0.80 pinned: ~0.43 s a step
+    assert est.paged_s == pytest.approx(over / (16e9 * 128 / 130 * 16 / 8 * 0.80))
+    assert est.paged_s == pytest.approx(paged_migration_s(over, _device("RTX-4090"),
+                                                          est.efficiency))
+    assert rows["A100-SXM-80GB"].train.paged_s == 0.0
+
+
+def _device(name):
+    from gpuplan.compute.device import device_from_gpu
+
+    return device_from_gpu(get_gpu(name))

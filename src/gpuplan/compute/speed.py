@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from .._record import record
 from ..engines.profiles import engine_notes, get_engine, resolve_engine
@@ -995,7 +995,7 @@ def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | 
 
 #: Keywords of :func:`estimate_speed` that only a training estimate takes.
 _TRAINING_ONLY = ("train_tokens", "train_samples", "epochs", "price_per_gpu_hour", "link",
-                  "overlap_comm", "optimizer_impl", "grad_clip_impl")
+                  "overlap_comm", "optimizer_impl", "grad_clip_impl", "paged_host_bytes")
 
 
 #: The headline fields of an estimate that ``speed_section`` keeps.
@@ -1096,19 +1096,23 @@ class SpeedSection:
 
 def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture | None = None,
                   trainable_params: int | None = None, measured: Any = "auto",
-                  use_noisy_bench: bool = False, **kwargs: Any) -> SpeedSection:
+                  use_noisy_bench: bool = False, paged_host_bytes: Mapping[str, int] | None = None,
+                  **kwargs: Any) -> SpeedSection:
     """A plan's speed section: per GPU and mode, :func:`estimate_speed_for_job`'s estimate
     (``.to_dict()``: the headline numbers ``gpuplan fit --json`` prints). A GPU that cannot run
     the job's dtype gets an ``error`` row instead (e.g. bf16 on a T4), so one GPU never sinks
-    the whole plan."""
+    the whole plan. ``paged_host_bytes``: by GPU name, a paged optimizer's states over that
+    GPU's memory (the plan's memory has them), timed by :func:`paged_migration_s`."""
     measured = resolve_measured(measured, use_noisy=use_noisy_bench)
     rows = []
     basis = None
     runs: dict = {}
     for gpu in gpus:
+        paged = (paged_host_bytes or {}).get(gpu.name, 0)
         try:
             est = estimate_speed_for_job(job, gpu, model=model, trainable_params=trainable_params,
-                                         measured=measured, **kwargs)
+                                         measured=measured, **kwargs,
+                                         **({"paged_host_bytes": paged} if paged else {}))
         except UnsupportedError as e:
             rows.append(SpeedRow(gpu=gpu.name, error=str(e)))
             continue
