@@ -1151,7 +1151,6 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
                else "") + " (FMS's fp32 eager rotary timed, model_code fms)")
 
 
-#: What the estimate is known to leave out, each checked against a row (empty: does not apply).
 def paged_overflow_bytes(run: dict) -> int:
     """Bytes of a bitsandbytes paged optimizer's states that do not fit on the run's GPU beside
     what torch's allocator holds at the peak (gpuplan's own memory plan of :func:`job_of`'s
@@ -1162,8 +1161,7 @@ def paged_overflow_bytes(run: dict) -> int:
     if job.mode != "train" or not get_optimizer(job.optimizer).paged:
         return 0
     mem = train_memory(load_model(run["model"]["catalog"]), job)
-    gpu = get_gpu(run["hardware"]["gpu"])
-    return max(0, mem.paged_bytes - (gpu.memory_bytes - (mem.total_bytes - mem.paged_bytes)))
+    return mem.paged_overflow_bytes(get_gpu(run["hardware"]["gpu"]).memory_bytes)
 
 
 def _paged_host_bytes(run: dict, notes: list[str]) -> int:
@@ -1216,6 +1214,7 @@ def _torchtune_packing_gap(run: dict, row: Row) -> str:
     return out
 
 
+#: What the estimate is known to leave out, each checked against a row (empty: does not apply).
 KNOWN_GAPS = (_sku_gap, _power_cap_gap, _fsdp2_copy_gap, _quant_kernel_gap, _host_gap,
               _serving_gap, _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap, _fms_fsdp1_gap,
               _paged_optimizer_gap, _torchtune_packing_gap)

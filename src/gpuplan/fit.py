@@ -384,11 +384,10 @@ def _paged_overflow(train: TrainMemory | None, gpus: list[GPU]) -> dict[str, int
     """By GPU name, the bytes of a paged optimizer's states (CUDA managed memory, outside what
     the step otherwise holds) that do not fit on that GPU: the speed model times their
     migration back each step (compute.speed.paged_migration_s)."""
-    if train is None or not train.paged_bytes:
+    if train is None:
         return {}
-    held = train.total_bytes - train.paged_bytes
-    over = {g.name: train.paged_bytes - (g.memory_bytes - held) for g in gpus}
-    return {name: b for name, b in over.items() if b > 0}
+    over = {g.name: train.paged_overflow_bytes(g.memory_bytes) for g in gpus}
+    return {name: b for name, b in over.items() if b}
 
 
 class _Planned:

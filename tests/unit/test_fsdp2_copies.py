@@ -1,8 +1,12 @@
 """FSDP2's copies on the compute stream (compute/parallel.py fsdp2_copy_bytes): the copy-out of
 the gathered weights (foreach_all_gather_copy_out's split_with_sizes_copy) and the chunk-cat of
-the gradients into the reduce-scatter input (foreach_reduce's _chunk_cat), by hand."""
+the gradients into the reduce-scatter input (foreach_reduce's _chunk_cat), by hand; and the other
+host-side copy a step carries beside its kernels, a paged optimizer's overflow migrated back
+(compute/speed.py paged_migration_s, TrainMemory.paged_overflow_bytes)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -130,3 +134,15 @@ def _device(name):
     from gpuplan.compute.device import device_from_gpu
 
     return device_from_gpu(get_gpu(name))
+
+
+def test_paged_overflow_by_hand():
+    # 10 GB paged of a 30 GB plan on a 24 GB card: 20 GB held beside them, 4 GB left, 6 GB over
+    from gpuplan.memory import train_memory
+
+    base = train_memory(load_model("gpt2"), Job(model="gpt2", mode="train", batch=1, seq=128))
+    mem = replace(base, total_bytes=30 * 10**9, paged_bytes=10 * 10**9)
+    assert mem.paged_overflow_bytes(24 * 10**9) == 6 * 10**9
+    assert mem.paged_overflow_bytes(80 * 10**9) == 0
+    # nothing paged, nothing over, however small the card
+    assert replace(base, total_bytes=30 * 10**9).paged_overflow_bytes(10**9) == 0
