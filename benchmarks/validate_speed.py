@@ -33,9 +33,11 @@ import validate_capacity  # benchmarks/: the serving rows' capacity() call, shar
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import POWER_SIBLINGS
 from gpuplan.engines.profiles import get_engine, runtime_of
+from gpuplan.formats import get_optimizer
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import Topology, topology_for
 from gpuplan.job import Job
+from gpuplan.memory import train_memory
 from gpuplan.models import architecture_from_config, load_model, model_from_config_bytes
 from gpuplan.models._types import Architecture
 
@@ -119,7 +121,8 @@ def _gpt_model(model: dict):
 
 
 _PRECISION = {"amp_bf16": "mixed-bf16", "amp-fp16": "amp-fp16", "fp32": "fp32"}
-_OPTIMIZER = {"PagedAdamW8bit": "adamw-8bit", "Adam8bit": "adamw-8bit", "adafactor": "adafactor"}
+_OPTIMIZER = {"PagedAdamW8bit": "paged-adamw-8bit", "Adam8bit": "adamw-8bit",
+              "adafactor": "adafactor"}
 
 
 def _precision(job: dict, runtime: str) -> tuple[str, list[str]]:
@@ -496,7 +499,32 @@ def _lora(job: dict, notes: list[str]) -> dict:
     if lora.get("targets"):
         out["lora_targets"] = tuple(m for t in lora["targets"] for m in _TORCHTUNE_TARGETS[t])
     if lora.get("base_dtype") == "nf4":
-        out["lora_base"] = "nf4"
+        out["lora_base"] = "nf4-dq"  # torchtune's QLoRA base: torchao to_nf4 (double-quantized)
+    return out
+
+
+def _torchtune_flags(run: dict, notes: list[str]) -> dict:
+    """The torchtune recipe's memory and loss flags the run states (runs.json job
+    ``optimizer_in_bwd``, ``activation_offloading``, ``chunked_cross_entropy``; the optimizer
+    text "optimizer_in_bwd"), as the Job's fields: the one Job both the speed and the memory
+    checks read. torchtune's CEWithChunkedOutputLoss splits the output into 8 chunks
+    (torchtune/modules/loss/ce_chunked_output_loss.py @30b8519e8: ``num_output_chunks: int = 8``);
+    QLoRA's base is torchao's ``to_nf4`` (torchtune/modules/peft/lora.py @30b8519e8:
+    ``from torchao.dtypes.nf4tensor import linear_nf4, to_nf4``), NF4 blocks of 64 with the
+    scalers double-quantized in blocks of 256 (``nf4-dq``; :func:`_lora`)."""
+    if run["engine"] != "torchtune":
+        return {}
+    j, out = run["job"], {}
+    if j.get("optimizer_in_bwd") or "optimizer_in_bwd" in str(j.get("optimizer") or ""):
+        out["optimizer_in_backward"] = True
+    if j.get("activation_offloading"):
+        out["offload_activations"] = True
+        # torchtune/training/_activation_offloading.py @1814feb17: get_act_offloading_ctx_manager
+        # returns OffloadActivations(), use_streams=True by default (copies on their own stream)
+        notes.append("activation offloading: torchtune's OffloadActivations copies on its own "
+                     "stream (use_streams=True), beside the compute: not timed")
+    if j.get("chunked_cross_entropy"):
+        out["loss_chunks"] = 8
     return out
 
 
@@ -585,8 +613,6 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
         gb = j.get("global_batch")
         mb = max(1, (gb or gpus) // gpus)
         notes.append(f"micro-batch {mb} = global batch / data-parallel GPUs (not stated)")
-    if j.get("activation_offloading"):
-        notes.append("activation offloading not modeled")
     if zero == 3 and str(j.get("zero") or "").startswith("HSDP"):
         # torch FSDP1 HYBRID_SHARD without process groups given shards over each node's GPUs
         # (torch/distributed/fsdp/_init_utils.py _init_intra_and_inter_node_groups: the intra-node
@@ -606,7 +632,8 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
         fields["model_code"] = j["model_code"]
         notes.append(f"model code {j['model_code']}")
     return Job(model=run["model"]["name"], mode="train", engine=run["engine"],
-               attention=_attention(run, notes), runtime=runtime, **fields, **_lora(j, notes))
+               attention=_attention(run, notes), runtime=runtime, **fields, **_lora(j, notes),
+               **_torchtune_flags(run, notes))
 
 
 def _grad_clip(run: dict, precision: str, notes: list[str]) -> tuple[float | None, str | None]:
@@ -738,6 +765,7 @@ def predict(run: dict, keep: list | None = None) -> Row:
         norm, clip = _grad_clip(run, job.precision, notes)
         est = estimate_speed(model, gpu, job.with_(max_grad_norm=norm), measured=None, link=link, optimizer_impl=impl,
                              grad_clip_impl=clip, topology=topo,
+                             paged_host_bytes=_paged_host_bytes(run, notes),
                              tp_overlap=bool(layout and layout[1]),
                              gather_overlap=gather_overlap(run, job, notes),
                              p2p_overlap=p2p_overlap(run, job, notes))
@@ -1123,9 +1151,73 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
                else "") + " (FMS's fp32 eager rotary timed, model_code fms)")
 
 
+def paged_overflow_bytes(run: dict) -> int:
+    """Bytes of a bitsandbytes paged optimizer's states that do not fit on the run's GPU beside
+    what torch's allocator holds at the peak (gpuplan's own memory plan of :func:`job_of`'s
+    Job: total less the paged states), 0 where they fit or nothing is paged. The paged states
+    live in CUDA managed memory (formats.py ``paged-adamw-8bit``): what does not fit is evicted
+    to host memory and migrated back over PCIe when the optimizer touches it, every step."""
+    job = job_of(run)
+    if job.mode != "train" or not get_optimizer(job.optimizer).paged:
+        return 0
+    mem = train_memory(load_model(run["model"]["catalog"]), job)
+    return mem.paged_overflow_bytes(get_gpu(run["hardware"]["gpu"]).memory_bytes)
+
+
+def _paged_host_bytes(run: dict, notes: list[str]) -> int:
+    """The run's paged optimizer states in host memory (:func:`paged_overflow_bytes`), which
+    the estimate times coming back each step (``estimate_speed(paged_host_bytes=...)``)."""
+    if "Paged" not in str(run["job"].get("optimizer") or "") or not run["model"].get("catalog"):
+        return 0
+    over = paged_overflow_bytes(run)
+    if over:
+        notes.append(f"PagedAdamW8bit: {over / 2**30:.1f} GiB of its states over the GPU's "
+                     "memory (gpuplan's memory plan of the same Job), migrated back each step")
+    return over
+
+
+def _paged_optimizer_gap(run: dict, row: Row) -> str:
+    """bitsandbytes PagedAdamW8bit over its GPU's memory: the overflow migrates both ways each
+    step; the estimate times one direction at the link's pinned rate
+    (compute/speed.py paged_migration_s), the evictions beside it -- serialized, they would
+    double it."""
+    if not _paged_host_bytes(run, []):
+        return ""
+    return ("PagedAdamW8bit's evictions to host memory (the other direction of each step's "
+            "migration) are taken to overlap its fetches; serialized, they would add as much "
+            "again")
+
+
+#: The torchtune commit that added the README's "Optimization flags" table (Llama 3.2 3B on an
+#: A100); its recipes count ``(batch["labels"] != self._loss_fn.ignore_index).sum()`` tokens
+#: (recipes/full_finetune_single_device.py and lora_finetune_single_device.py @1814feb17), where
+#: the "Memory and training speed" table's commit 30b8519e8 counted ``batch["tokens"].numel()``.
+TORCHTUNE_LABEL_TOKENS_COMMIT = "1814feb17"
+
+
+def _torchtune_packing_gap(run: dict, row: Row) -> str:
+    """What a packed torchtune row's figure and kernels leave out of the estimate: the tokens it
+    counts (the padding of each pack to max_seq_len is labelled ignore_index, PackedDataset
+    ._pad_pack, and the 1814feb17 recipes do not count it) and the flex attention a packed
+    batch runs on torch >= 2.5 (torchtune/modules/attention_utils.py @30b8519e8:
+    packed_block_causal_mask builds a BlockMask, _sdpa_or_flex_attention runs flex_attention
+    on it, skipping the blocks between documents). Neither the padding's share nor the torch
+    version is stated; the estimate times every token of the pack and causal attention."""
+    if run["engine"] != "torchtune" or not run["job"].get("packed"):
+        return ""
+    out = ("packed batches: on torch >= 2.5 flex attention with a document mask skips the "
+           "attention between the pack's samples (torch version not stated), timed as causal "
+           "attention over the whole pack")
+    if run["source"].get("table") == "Optimization flags":
+        out += (f"; the recipes at {TORCHTUNE_LABEL_TOKENS_COMMIT} count only tokens with a "
+                "label, not the pack's padding (its share not stated)")
+    return out
+
+
 #: What the estimate is known to leave out, each checked against a row (empty: does not apply).
 KNOWN_GAPS = (_sku_gap, _power_cap_gap, _fsdp2_copy_gap, _quant_kernel_gap, _host_gap,
-              _serving_gap, _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap, _fms_fsdp1_gap)
+              _serving_gap, _fsdp_nodes_gap, _volta_gap, _zero3_2021_gap, _fms_fsdp1_gap,
+              _paged_optimizer_gap, _torchtune_packing_gap)
 
 
 def misses(row: Row) -> str:

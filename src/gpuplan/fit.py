@@ -372,11 +372,22 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
         speed_rows = speed_section(
             asked if len(planned.formats) > 1 else job, [g.gpu for g in verdicts], model=model,
             trainable_params=train.trainable_params if train is not None else None,
-            use_noisy_bench=use_noisy_bench)
+            use_noisy_bench=use_noisy_bench,
+            paged_host_bytes=_paged_overflow(train, [g.gpu for g in verdicts]))
         speed_rows = speed_rows.with_fits(_fits_by_gpu(verdicts))
     return Plan(job=asked, model=model, train=train, infer=infer, gpus=tuple(verdicts), notes=notes,
                 solver=tuple(reports), speed=speed_rows, engine_budgets=budgets,
                 infer_by_precision=planned.formats if len(planned.formats) > 1 else ())
+
+
+def _paged_overflow(train: TrainMemory | None, gpus: list[GPU]) -> dict[str, int]:
+    """By GPU name, the bytes of a paged optimizer's states (CUDA managed memory, outside what
+    the step otherwise holds) that do not fit on that GPU: the speed model times their
+    migration back each step (compute.speed.paged_migration_s)."""
+    if train is None:
+        return {}
+    over = {g.name: train.paged_overflow_bytes(g.memory_bytes) for g in gpus}
+    return {name: b for name, b in over.items() if b}
 
 
 class _Planned:

@@ -82,6 +82,24 @@ def test_attention_fraction_by_generation_direction_and_sequence():
     assert attention_fraction("Ampere", 128, 10**9, backward=False, cap=0.5) == 0.5
 
 
+def test_ada_runs_flashattention2s_sm8x_kernels():
+    # sm89 is FlashAttention-2's sm8x class with sm86 (flash_fwd_launch_template.h: is_sm8x), and
+    # SDPA's flash backend runs on it: Ada reads Ampere's shares (the FA2 paper's 73% forward at
+    # head dim 128, x 0.85 backward), as every sm86 card already does
+    for arch in ("Ada Lovelace", "ada lovelace"):
+        assert attention_fraction(arch, 128, 10**9, backward=False, cap=1.0) == \
+            pytest.approx(0.73, rel=1e-6)
+        assert attention_fraction(arch, 128, 10**9, backward=True, cap=1.0) == \
+            pytest.approx(0.6205, rel=1e-6)
+        # 256 tokens: 0.73 x 256 / (256 + 256)
+        assert attention_fraction(arch, 128, 256, backward=False, cap=1.0) == pytest.approx(0.365)
+    # the generations without FlashAttention-2 keep the memory-efficient kernels' assumed 0.50
+    assert attention_fraction("Volta", 128, 10**9, backward=False, cap=1.0) == \
+        pytest.approx(0.50, rel=1e-6)
+    assert attention_fraction("Turing", 64, 10**9, backward=False, cap=1.0) == \
+        pytest.approx(0.50, rel=1e-6)
+
+
 def _opt(est):
     return next(t for t in est.step.ops if t.op.phase == "optimizer")
 

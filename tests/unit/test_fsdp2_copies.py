@@ -1,8 +1,12 @@
 """FSDP2's copies on the compute stream (compute/parallel.py fsdp2_copy_bytes): the copy-out of
 the gathered weights (foreach_all_gather_copy_out's split_with_sizes_copy) and the chunk-cat of
-the gradients into the reduce-scatter input (foreach_reduce's _chunk_cat), by hand."""
+the gradients into the reduce-scatter input (foreach_reduce's _chunk_cat), by hand; and the other
+host-side copy a step carries beside its kernels, a paged optimizer's overflow migrated back
+(compute/speed.py paged_migration_s, TrainMemory.paged_overflow_bytes)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -27,6 +31,36 @@ def test_copy_bytes_by_hand():
     # FP8 all-gather: 1 B an element read and written by the copy-out
     assert fsdp2_copy_bytes(1e9, zero=3, micro_batches=1, gathers=2, gathered_bytes=1,
                             grad_bytes=2, reduce_bytes=4) == pytest.approx(10e9)
+
+
+def test_only_the_parameters_with_a_gradient_are_chunk_cat():
+    # LoRA over a frozen base: FSDPParamGroup.post_backward hands foreach_reduce the parameters
+    # whose .grad is set; every parameter is still gathered and copied out.
+    # 1e9 gathered, 1e6 adapters, bf16 everywhere: 2 copy-outs x (2 + 2) B x 1e9 = 8e9 B,
+    # chunk-cat (2 + 2) B x 1e6 = 4e6 B
+    kw = dict(zero=3, micro_batches=1, gathers=2, gathered_bytes=2, grad_bytes=2, reduce_bytes=2)
+    assert fsdp2_copy_bytes(1e9, grad_elements=1e6, **kw) == pytest.approx(8.004e9)
+    assert fsdp2_copy_bytes(1e9, grad_elements=None, **kw) == pytest.approx(12e9)
+
+
+def test_torchtune_lora_fsdp_step_carries_the_copy_out():
+    # torchtune's shard_model calls fully_shard without a MixedPrecisionPolicy: bf16 reduce (2 B)
+    assert get_engine("torchtune").fsdp2_reduce_bytes == 2
+    a100 = get_gpu("A100-SXM-80GB")
+    model = load_model("llama-3.1-70b")
+    job = Job(model="llama-3.1-70b", mode="train", engine="torchtune", precision="bf16",
+              batch=2, seq=2048, gpus=8, zero=3, checkpointing="full", lora_rank=16,
+              lora_targets=("q_proj", "k_proj", "v_proj"))
+    est = estimate_speed(model, a100, job, measured=None, link="nvlink")
+    n, t = model.params.total, est.trainable_params
+    # rank 16 on q (8192 -> 8192), k and v (8192 -> 1024): A 3 x 16 x 8192 + B (8192 + 2 x 1024)
+    # x 16 = 557,056 a layer, x 80 layers
+    assert t == 80 * (3 * 16 * 8192 + (8192 + 2 * 1024) * 16) == 44_564_480
+    rate = a100.memory_bandwidth * est.efficiency.memory
+    # 2 copy-outs x (2 + 2) B over every weight, the chunk-cat (2 + 2) B over the adapters only
+    assert est.fsdp_copy_s == pytest.approx((8 * n + 4 * t) / rate, rel=1e-6)
+    # ~70.6e9 x 8 B at 2,039 GB/s x 0.85: about a third of a second
+    assert 0.30 < est.fsdp_copy_s < 0.35
 
 
 def _job(**kw):
@@ -68,3 +102,47 @@ def test_layout_step_carries_the_copies():
                                       + lt.ep_comm_s + lt.pp_comm_s + lt.dp_exposed_s
                                       + lt.optimizer_s + lt.fsdp_copy_s)
     assert lt.to_dict()["fsdp_copy_s"] == lt.fsdp_copy_s
+
+
+def test_a_plan_times_a_paged_optimizers_overflow_on_each_gpu(tmp_path, monkeypatch):
+    # gpuplan fit's speed section reads the plan's own memory: PagedAdamW8bit's 2 x
+    # (8,030,261,248 - 65 x 4,096) B of states over what the 24 GB RTX 4090 has left beside the
+    # rest of the step come back over PCIe each step; on an 80 GB A100 they all fit (no time)
+    from gpuplan.compute.speed import paged_migration_s
+    from gpuplan.fit import plan
+
+    monkeypatch.setenv("GPUPLAN_BENCH_DB", str(tmp_path / "none.sqlite"))
+    job = Job(model="llama-3.1-8b", mode="train", engine="torchtune", precision="bf16", batch=2,
+              seq=2048, runtime="compile", loss_chunks=8, checkpointing="full",
+              optimizer="paged-adamw-8bit", optimizer_in_backward=True)
+    p = plan(job, ["RTX-4090", "A100-SXM-80GB"], speed=True, suggest=False,
+             search_gpu_counts=False)  # the fewest-GPU search shards: fsdp2 plans no paged states
+    assert p.train.paged_bytes == 2 * (8_030_261_248 - 65 * 4096)
+    over = p.train.paged_bytes - (get_gpu("RTX-4090").memory_bytes
+                                  - (p.train.total_bytes - p.train.paged_bytes))
+    assert 9.5 * 2**30 < over < 10.5 * 2**30
+    rows = {r.gpu: r for r in p.speed.rows}
+    est = rows["RTX-4090"].train
+    # 31.51 GB/s (PCIe 4.0 x16) x 0.80 pinned: ~0.43 s a step
+    assert est.paged_s == pytest.approx(over / (16e9 * 128 / 130 * 16 / 8 * 0.80))
+    assert est.paged_s == pytest.approx(paged_migration_s(over, _device("RTX-4090"),
+                                                          est.efficiency))
+    assert rows["A100-SXM-80GB"].train.paged_s == 0.0
+
+
+def _device(name):
+    from gpuplan.compute.device import device_from_gpu
+
+    return device_from_gpu(get_gpu(name))
+
+
+def test_paged_overflow_by_hand():
+    # 10 GB paged of a 30 GB plan on a 24 GB card: 20 GB held beside them, 4 GB left, 6 GB over
+    from gpuplan.memory import train_memory
+
+    base = train_memory(load_model("gpt2"), Job(model="gpt2", mode="train", batch=1, seq=128))
+    mem = replace(base, total_bytes=30 * 10**9, paged_bytes=10 * 10**9)
+    assert mem.paged_overflow_bytes(24 * 10**9) == 6 * 10**9
+    assert mem.paged_overflow_bytes(80 * 10**9) == 0
+    # nothing paged, nothing over, however small the card
+    assert replace(base, total_bytes=30 * 10**9).paged_overflow_bytes(10**9) == 0

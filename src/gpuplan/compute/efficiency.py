@@ -28,7 +28,7 @@ from .flops import Op
 
 __all__ = [
     "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
-    "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction",
+    "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction", "FA2_SM8X",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
@@ -256,7 +256,7 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "are not in the offline index, so one share for every head dim; the FP8 kernel runs "
         "the forward only (no backward)"),
     "attn_fwd_other": Constant(0.50, "fraction of peak",
-                               "assumed for other generations (Volta/Turing/Ada: "
+                               "assumed for other generations (Volta/Turing: "
                                "memory-efficient kernels; no published fraction)"),
     "attn_half_seq": Constant(256, "tokens", _FA2 + ": at 512 tokens about two thirds of the "
                               "long-sequence rate, i.e. seq / (seq + 256)"),
@@ -705,6 +705,19 @@ def gemv_bandwidth_fraction(weight_bytes: float, kernel: float = 0.0) -> float:
     return constant("gemv_bw_4bit")
 
 
+#: The generations whose 16-bit attention is FlashAttention-2's sm8x kernels (A100's shares, the
+#: FlashAttention-2 paper's): Ampere (sm80, sm86) and Ada (sm89). PyTorch's SDPA runs its flash
+#: backend on sm80 and newer (pytorch/pytorch@001f694a aten/src/ATen/native/transformers/cuda/
+#: sdp_utils.cpp, check_flash_attention_hardware_support: "[sm80, sm121]"; "[sm80, sm90]" in the
+#: 2.x releases of 2024), and FlashAttention-2 tiles sm86 and sm89 as one class
+#: (Dao-AILab/flash-attention@01afd16d csrc/flash_attn/src/flash_fwd_launch_template.h,
+#: run_mha_fwd_hdim128: ``is_sm8x = cc_major == 8 && cc_minor > 0``, "For sm86 or sm89, 64 x 64 is
+#: the fastest for causal"), so Ada reads what sm86 (RTX 3090, A6000, A10) already reads. No Ada
+#: measurement of the kernel is published; the share is Ampere's, over the card's fp32-accumulate
+#: tensor peak (the one FlashAttention-2's MMAs run at).
+FA2_SM8X = frozenset({"ampere", "ada lovelace"})
+
+
 def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: bool,
                        cap: float, kernel: str = "") -> float:
     """Share of the dense peak a fused (Flash) attention kernel reaches, at most ``cap`` (the
@@ -715,7 +728,7 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
         top = constant("attn_fwd_hopper_fa3_fp8")
     elif arch == "hopper" or arch == "blackwell":
         top = constant("attn_fwd_hopper_fa2")
-    elif arch == "ampere":
+    elif arch in FA2_SM8X:
         top = constant("attn_fwd_ampere_d128") if head_dim >= 128 else \
             constant("attn_fwd_ampere_d64")
     else:

@@ -485,7 +485,8 @@ def mtp_flops_per_token(arch: Architecture, seq: int, depth: int) -> float:
 
 
 def fsdp2_copy_bytes(elements: float, *, zero: int, micro_batches: int, gathers: float,
-                     gathered_bytes: float, grad_bytes: float, reduce_bytes: float) -> float:
+                     gathered_bytes: float, grad_bytes: float, reduce_bytes: float,
+                     grad_elements: float | None = None) -> float:
     """The step's memory traffic (bytes) of FSDP2's copies on the compute stream around its
     collectives, on a rank whose units hold ``elements`` parameters unsharded.
 
@@ -498,9 +499,13 @@ def fsdp2_copy_bytes(elements: float, *, zero: int, micro_batches: int, gathers:
     ``reduce_bytes`` written: the reduce dtype) before the reduce-scatter stream waits on it.
     ZeRO-3 (reshard after forward) does both for every micro-batch, ``gathers`` copy-outs
     (2 for FSDP: :func:`zero3_gathers`); ZeRO-2 (no reshard: torchtitan under PP, where the
-    pipeline's stage turns gradient sync off until the last backward) once a step."""
+    pipeline's stage turns gradient sync off until the last backward) once a step.
+    ``grad_elements``: the parameters that have a gradient, where fewer than ``elements`` (LoRA:
+    the adapters; ``FSDPParamGroup.post_backward`` hands ``foreach_reduce`` only the parameters
+    whose ``.grad`` is set, so a frozen base is gathered and copied out but never chunk-cat);
+    None: all of them."""
     copy_out = elements * 2 * gathered_bytes
-    cat = elements * (grad_bytes + reduce_bytes)
+    cat = (elements if grad_elements is None else grad_elements) * (grad_bytes + reduce_bytes)
     if zero >= 3:
         return micro_batches * (gathers * copy_out + cat)
     return copy_out + cat

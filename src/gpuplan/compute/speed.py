@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from .._record import record
 from ..engines.profiles import engine_notes, get_engine, resolve_engine
@@ -115,6 +115,9 @@ class SpeedEstimate:
     """A data-parallel step without a layout: FSDP2's copy-out of the gathered weights and
     chunk-cat of the gradients on the compute stream, where the engine's are timed
     (:func:`~.parallel.fsdp2_copy_bytes`); under a layout :attr:`LayoutTime.fsdp_copy_s`."""
+    paged_s: float = 0.0
+    """A step's migration of a paged optimizer's evicted states back to the GPU
+    (:func:`paged_migration_s`); 0 where none was said to overflow."""
     power_limit_w: float | None = None
     """The job's power limit in watts (None: the TDP)."""
     clock_fraction: float = 1.0
@@ -165,7 +168,8 @@ class SpeedEstimate:
             return self.layout.step_s + self.transfer.exposed_s
         if isinstance(self.layout, ServeTime):
             return self.layout.decode_s + self.transfer.exposed_s
-        return self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s + self.fsdp_copy_s
+        return (self.step.time_s + self.transfer.exposed_s + self.comm_exposed_s
+                + self.fsdp_copy_s + self.paged_s)
 
     @property
     def _tokens_per_step(self) -> float:
@@ -294,6 +298,7 @@ class SpeedEstimate:
             "launch_time_s": self.step.launch_time_s, "kernels_per_step": self.step.kernels,
             "transfer_exposed_s": self.transfer.exposed_s,
             "comm_exposed_s": self.comm_exposed_s, "fsdp_copy_s": self.fsdp_copy_s,
+            "paged_s": self.paged_s,
             "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s,
             "mfu": self.mfu, "hfu": self.hfu, "bound": self.bound,
             "peak_flops": self.step.peak_flops, "rated_peak_flops": self.rated_peak_flops,
@@ -332,17 +337,40 @@ class SpeedEstimate:
 # The estimate
 
 
-def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, *,
-                n_params, gathers, link, overlap_comm, gather_overlap):
-    """A training step's data-parallel scaling and FSDP2's copies on the compute stream
-    (:func:`_fsdp2_copy_s`), for :func:`estimate_speed`'s path without a layout."""
+def paged_migration_s(paged_host_bytes: int, device: Device, eff: Efficiency) -> float:
+    """Seconds a step spends migrating a bitsandbytes paged optimizer's evicted states back to
+    the GPU: ``paged_host_bytes`` at the host link's pinned rate, exposed. bitsandbytes
+    (bitsandbytes-foundation/bitsandbytes@06029dd6 bitsandbytes/optim/optimizer.py
+    ``Optimizer8bit.step``) prefetches each parameter's states before its update and calls
+    ``torch.cuda.synchronize()`` after it, and its ``cprefetch`` (csrc/pythonInterface.cpp) is
+    ``cudaMemPrefetchAsync(ptr, bytes, device, 0)`` on the legacy default stream, the one
+    PyTorch's kernels run on: nothing computes while the states come in. Every state is touched
+    once a step in the same order, so a least-recently-used eviction sends the overflow out and
+    back each step; the evictions (device to host) are taken to ride the other direction of the
+    full-duplex link beside the fetches (an assumption: were they serialized, twice this)."""
+    if paged_host_bytes <= 0:
+        return 0.0
+    return paged_host_bytes / (device.host_link_bandwidth * eff.pcie_pinned)
+
+
+def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, notes,
+                paged_host_bytes=0, *, n_params, gathers, link, overlap_comm, gather_overlap):
+    """A training step's data-parallel scaling, FSDP2's copies on the compute stream
+    (:func:`_fsdp2_copy_s`) and a paged optimizer's migration (:func:`paged_migration_s`), for
+    :func:`estimate_speed`'s path without a layout; both are part of every row's step."""
+    paged_s = paged_migration_s(paged_host_bytes, device, eff)
+    if paged_s:
+        notes.append(f"{paged_host_bytes / 2**30:.1f} GiB of the paged optimizer's states in "
+                     f"host memory: {paged_s:.2f} s a step to migrate them back over "
+                     f"{device.host_link} (the evictions beside them)")
     narrow = narrow_gather_bytes(arch, job, max(n_params, trainable),
                                  notes if job.zero else None)
     copy_s = _fsdp2_copy_s(job, prec, device, eff, max(n_params, trainable), gathers, narrow,
-                           step.micro_steps)
+                           step.micro_steps, grad_elements=trainable if job.lora_rank else None)
     return _scaling(step, transfer, trainable, prec, job, device, eff, link=link,
                     overlap_comm=overlap_comm, n_params=n_params, gpu=gpu, gathers=gathers,
-                    gather_overlap=gather_overlap, narrow=narrow, copy_s=copy_s), copy_s
+                    gather_overlap=gather_overlap, narrow=narrow,
+                    copy_s=copy_s + paged_s), copy_s, paged_s
 
 
 def estimate_speed(
@@ -356,10 +384,9 @@ def estimate_speed(
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
-    decode_attention: str | None = None,
+    decode_attention: str | None = None, paged_host_bytes: int = 0,
 ) -> SpeedEstimate:
-    """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
-    GPUs).
+    """Estimate one step of ``job`` with ``model`` on ``gpu`` (and ``job.gpus`` data-parallel GPUs).
 
     The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
     infer; ``both`` is two estimates, :func:`estimate_speed_for_job`), ``batch`` per GPU (a
@@ -393,10 +420,10 @@ def estimate_speed(
     ``p2p_overlap``: whether an interleaved pipeline's sends run beside the next chunk's compute
     (:func:`~.parallel.interleaved_p2p_exposed_s`); None: the engine's default
     (:attr:`~gpuplan.engines.EngineProfile.p2p_overlap`), False: blocking, True: overlapped.
-    ``host_sync_per_step`` (inference): the loop waits for the device before and after every
-    forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
-    runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
+    ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
+    benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
+    ``paged_host_bytes``: a paged optimizer's states over the GPU (:func:`paged_migration_s`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
@@ -422,13 +449,13 @@ def estimate_speed(
     if mode == "infer" and job.gpus > 1:
         notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
                      "parallelism modeled)")
-    per_sample = input_bytes if input_bytes is not None else input_bytes_per_sample(arch, seq,
-                                                                                      mode)
+    per_sample = input_bytes_per_sample(arch, seq, mode) if input_bytes is None else input_bytes
     transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
                                             pinned=pinned, overlap=overlap_transfer)
-    scaling, copy_s = (None, 0.0) if mode != "train" else _dp_scaling(
-        arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, n_params=n_params,
-        gathers=gathers, link=link, overlap_comm=overlap_comm, gather_overlap=gather_overlap)
+    scaling, copy_s, paged_s = (None, 0.0, 0.0) if mode != "train" else _dp_scaling(
+        arch, step, transfer, trainable, prec, job, device, eff, gpu, notes, paged_host_bytes,
+        n_params=n_params, gathers=gathers, link=link, overlap_comm=overlap_comm,
+        gather_overlap=gather_overlap)
     est = SpeedEstimate(
         model=name, gpu=gpu.name, mode=mode, precision=prec.name, dtype=prec.dtype,
         batch=job.batch, seq=seq, gpus=job.gpus, checkpointing=job.checkpointing,
@@ -437,7 +464,7 @@ def estimate_speed(
         new_tokens=new_tokens if prefill is not None else None, transfer=transfer,
         prefill_transfer=prefill_transfer, scaling=scaling, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
-        runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s,
+        runtime_auto=job.runtime == "auto", measured_run=used, fsdp_copy_s=copy_s, paged_s=paged_s,
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
     est = replace(est, training_time=_training_time(est, train_tokens, train_samples, epochs,
                                                     price_per_gpu_hour))
@@ -834,10 +861,11 @@ def narrow_gather_bytes(arch: Architecture | None, job: Job, n_params: int,
 
 def _fsdp2_copy_s(job: Job, prec: PrecisionLayout, device: Device, eff: Efficiency,
                   elements: int, gathers: float | None, narrow: float | None,
-                  micro_batches: int) -> float:
+                  micro_batches: int, grad_elements: int | None = None) -> float:
     """FSDP2's copies on the compute stream of a data-parallel step without a layout
     (:func:`~.parallel.fsdp2_copy_bytes`), where the engine's are timed
-    (``fsdp2_reduce_bytes``) and the weights are sharded (ZeRO-2/3 over several GPUs)."""
+    (``fsdp2_reduce_bytes``) and the weights are sharded (ZeRO-2/3 over several GPUs);
+    ``grad_elements``: the parameters with a gradient where fewer (LoRA's adapters)."""
     reduce_bytes = get_engine(job.engine).fsdp2_reduce_bytes
     if not reduce_bytes or job.zero < 2 or job.gpus <= 1 or job.sharding != "fsdp2":
         return 0.0
@@ -846,7 +874,7 @@ def _fsdp2_copy_s(job: Job, prec: PrecisionLayout, device: Device, eff: Efficien
         gathers=gathers if gathers is not None else zero3_gathers(job.sharding,
                                                                   job.checkpointing),
         gathered_bytes=prec.weight_store if narrow is None else narrow,
-        grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes)
+        grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes, grad_elements=grad_elements)
     return nbytes / (device.memory_bandwidth * eff.memory)
 
 
@@ -973,7 +1001,7 @@ def estimate_speed_for_job(job: Job, gpu: GPU, *, model: Model | Architecture | 
 
 #: Keywords of :func:`estimate_speed` that only a training estimate takes.
 _TRAINING_ONLY = ("train_tokens", "train_samples", "epochs", "price_per_gpu_hour", "link",
-                  "overlap_comm", "optimizer_impl", "grad_clip_impl")
+                  "overlap_comm", "optimizer_impl", "grad_clip_impl", "paged_host_bytes")
 
 
 #: The headline fields of an estimate that ``speed_section`` keeps.
@@ -1074,19 +1102,23 @@ class SpeedSection:
 
 def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture | None = None,
                   trainable_params: int | None = None, measured: Any = "auto",
-                  use_noisy_bench: bool = False, **kwargs: Any) -> SpeedSection:
+                  use_noisy_bench: bool = False, paged_host_bytes: Mapping[str, int] | None = None,
+                  **kwargs: Any) -> SpeedSection:
     """A plan's speed section: per GPU and mode, :func:`estimate_speed_for_job`'s estimate
     (``.to_dict()``: the headline numbers ``gpuplan fit --json`` prints). A GPU that cannot run
     the job's dtype gets an ``error`` row instead (e.g. bf16 on a T4), so one GPU never sinks
-    the whole plan."""
+    the whole plan. ``paged_host_bytes``: by GPU name, a paged optimizer's states over that
+    GPU's memory (the plan's memory has them), timed by :func:`paged_migration_s`."""
     measured = resolve_measured(measured, use_noisy=use_noisy_bench)
     rows = []
     basis = None
     runs: dict = {}
     for gpu in gpus:
+        paged = (paged_host_bytes or {}).get(gpu.name, 0)
         try:
             est = estimate_speed_for_job(job, gpu, model=model, trainable_params=trainable_params,
-                                         measured=measured, **kwargs)
+                                         measured=measured, **kwargs,
+                                         **({"paged_host_bytes": paged} if paged else {}))
         except UnsupportedError as e:
             rows.append(SpeedRow(gpu=gpu.name, error=str(e)))
             continue

@@ -245,6 +245,12 @@ _PROFILES = (
         "in eager, logits upcast in the model; SDPA flash attention",
         parallel=frozenset({"tp"}),
         overlap="FSDP2 prefetches the next unit's all-gather beside the compute",
+        fsdp2_reduce_bytes=2,  # training.shard_model (torchtune/training/_distributed.py @30b8519e8)
+        # calls fully_shard with reshard_after_forward and an optional CPUOffloadPolicy only, no
+        # MixedPrecisionPolicy: the weights are bf16 and foreach_reduce reduces in the gradient's
+        # dtype (reduce_dtype or grad_dtype), 2 B; the copy-out is foreach_all_gather_copy_out's
+        # split_with_sizes_copy on the current stream (pytorch@415cc262 torch/distributed/
+        # _composable/fsdp/_fsdp_collectives.py, the FSDP2 of the torch 2.4-2.5 these rows ran)
         sources=("torchtune recipes/configs: compile: False by default",
                  "torchtune recipes/full_finetune_distributed.py: fully_shard per layer, "
                  "tensor_parallel_dim")),

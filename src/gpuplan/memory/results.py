@@ -70,6 +70,13 @@ class TrainMemory:
     memory: on the GPU while they fit (nvidia-smi counts them), evicted to host memory when the
     GPU runs short; torch.cuda.memory_stats never counts them."""
 
+    def paged_overflow_bytes(self, usable_bytes: int) -> int:
+        """Of :attr:`paged_bytes`, what does not fit in ``usable_bytes`` of GPU memory beside
+        the rest of the step (``total_bytes`` less the paged states): evicted to host memory and
+        migrated back when the optimizer touches it, every step; 0 where it all fits."""
+        held = self.total_bytes - self.paged_bytes
+        return max(0, self.paged_bytes - (usable_bytes - held)) if self.paged_bytes else 0
+
     @property
     def model_states_bytes(self) -> int:
         """Weights + gradients + master copy + optimizer states: the seed's table."""
