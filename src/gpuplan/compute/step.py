@@ -591,24 +591,29 @@ def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
                  peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps,
-                 overheads=_overheads(device, eff, runtime, get_engine(engine).host_issue),
+                 overheads=_overheads(device, eff, runtime, get_engine(engine).host_issue,
+                                      python_backward=get_engine(engine).python_backward),
                  sync_before_optimizer=sync,
                  sync_per_micro_step=micro_sync, sync_after_backward=loss_read)
 
 
 def _overheads(device: Device, eff: Efficiency, runtime: str,
-               host_issue: str = "") -> RuntimeOverheads | None:
+               host_issue: str = "", *, python_backward: bool = False) -> RuntimeOverheads | None:
     """The runtime's per-kernel costs on a GPU (None on a CPU). A measured back-to-back launch of a
     tiny op (``gpuplan bench``) is the dispatcher-level cost: it replaces the backward and compile
     constants, and the eager forward keeps its stated ratio to them. ``host_issue``: the runtime
     whose host costs per kernel the engine's launches carry where they differ from ``runtime``'s
     (:attr:`~gpuplan.engines.profiles.EngineProfile.host_issue`): the kernels, the device gaps
-    and the label stay ``runtime``'s."""
+    and the label stay ``runtime``'s. ``python_backward``: the engine's backward kernels are
+    launched from Python as its forward's are
+    (:attr:`~gpuplan.engines.profiles.EngineProfile.python_backward`), so each carries
+    ``host_issue``'s forward cost per kernel rather than its backward one."""
     if device.kind != "gpu":
         return None
     if host_issue and host_issue != runtime:
         o, h = _overheads(device, eff, runtime), _overheads(device, eff, host_issue)
-        return replace(o, host_fwd_s=h.host_fwd_s, host_bwd_s=h.host_bwd_s)
+        bwd = h.host_fwd_s if python_backward else h.host_bwd_s
+        return replace(o, host_fwd_s=h.host_fwd_s, host_bwd_s=bwd)
     if str(eff.basis.get("launch_s", "")).startswith("measured"):
         ratio = constant("eager_host_fwd_s") / constant("eager_host_bwd_s")
         o = runtime_overheads(runtime, eager_host_s=eff.launch_s * ratio)
