@@ -866,6 +866,29 @@ def _quantize_op(fwd: Sequence[Op], recipe) -> Op:
               kernels=max(1, launches), group="dense")
 
 
+def _split_quantize_op(fwd: Sequence[Op], recipe) -> Op | None:
+    """The launches Transformer Engine's ``split_quantize`` adds to one micro-batch beyond the
+    one cast per linear :func:`_quantize_op` counts: a grouped linear issued as one GEMM per
+    local expert (``groups`` > 1 and that many ``kernels``: TE GroupedLinear under Megatron,
+    :data:`~.flops.EXPERT_GEMM_LOOP`) quantizes its input in the forward and its output gradient
+    in the backward split by split, each split ``recipe.split_quantize_kernels`` kernels (one
+    fused kernel for all of them where that is 0). Their bytes are the casts' own, already
+    counted; these are launches only, issued from TE's C++ loop inside one Python call, so each
+    costs the dispatcher-level launch (``eager_host_bwd_s``, as the multi-tensor launches from
+    C++ below), not eager's Python cost. None: no such linear, or no split quantize (torchao)."""
+    per = recipe.split_quantize_kernels
+    if per is None:
+        return None
+    extra = sum(o.count * 2 * (max(1, o.kernels * per) - 1) for o in _narrow_linears(fwd)
+                if o.groups > 1 and o.kernels > 1)
+    if extra <= 0:
+        return None
+    return Op(name="fp8.split_quantize", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=1, flops=0.0, counted_flops=0.0, bytes=0.0,
+              parallel_work=1, kernels=extra, group="dense",
+              host_s=constant("eager_host_bwd_s"))
+
+
 def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op:
     """The weights' casts of one step: once per step where the recipe caches its narrow weights
     (TE: the first micro-batch), in every forward and again for the backward where it does not
@@ -948,6 +971,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
         micro.append(_quantize_op(fwd, narrow))
+        split = _split_quantize_op(fwd, narrow)
+        micro += [split] if split is not None else []
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
