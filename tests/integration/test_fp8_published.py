@@ -94,15 +94,16 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # alltoall dispatcher's permute, sorts and all-to-all launches (flops.dispatch_op): median
 # 11.1% -> 10.2%, worst 193.2% -> 172.3% (25.11 H100 Qwen3-30B 2.93 -> 2.72), MoE median
 # 24.5% -> 18.5%; Qwen3-30B B200 1.35/1.41 -> 1.25/1.30, H100 26.02 2.41 -> 2.24, GB200
-# 1.19/1.30 -> 1.11/1.22; 25.11 GB200 DeepSeek-V3 MXFP8 1.00 -> 0.95 (the wrong way)
-@pytest.mark.xfail(strict=True, reason="median |error| 10.2% > 10%: with Megatron's interleaved "
-                   "p2p overlap modelled the VP rows read up to 12 points more optimistic (the "
-                   "rows already above 1.0: a cost still missing from their steps)")
+# 1.19/1.30 -> 1.11/1.22; 25.11 GB200 DeepSeek-V3 MXFP8 1.00 -> 0.95 (the wrong way). The
+# narrow recipes' expert row padding (step._expert_padding_op): median 10.2% -> 9.4% (the bar
+# met), worst 172.3% -> 155.9% (25.11 H100 Qwen3-30B 2.72 -> 2.56), MoE median 18.5% -> 15.4%;
+# Qwen3-30B B200 1.21/1.26, H100 26.02 2.15, GB200 1.05/1.16; 25.11 GB200 DeepSeek-V3 MXFP8
+# 0.95 -> 0.92 (the wrong way)
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 172.3% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 155.9% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 
@@ -145,14 +146,15 @@ def test_the_uneven_and_folded_rows_are_predicted():
     assert S["speedup_checked"] == S["speedup_pairs"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="1.078x predicted against 1.280x (15.8%): MXFP8's GEMMs "
+@pytest.mark.xfail(strict=True, reason="1.040x predicted against 1.280x (18.7%): MXFP8's GEMMs "
                    "at 0.951 of per-tensor FP8's (TE's GEMM profiling guide) and Blackwell's FP8 "
                    "share at training shapes (0.880 against BF16's 0.938) slow the MXFP8 run; "
-                   "its BF16 twin (VP 4, PP 4) is itself 1.18x optimistic (MoE rows), its "
+                   "its BF16 twin (VP 4, PP 4) is itself 1.13x optimistic (MoE rows), its "
                    "p2p overlap gaining it more than the MXFP8 twin (VP 4, PP 8)")
 def test_fp8_over_bf16_speedup_within_10_percent():
-    """The one published pair (DeepSeek-V3 on GB200, 25.11): 1.078x predicted against 1.280x
-    (15.8%: the dispatcher's copies cost the MXFP8 run, PP 8 with EP 32, a larger share than
+    """The one published pair (DeepSeek-V3 on GB200, 25.11): 1.040x predicted against 1.280x
+    (18.7%: the MXFP8 run's expert row padding, four full copies of the experts' rows a layer
+    that the BF16 twin does not make; 1.078x, 15.8%, before it; the dispatcher's copies cost the MXFP8 run, PP 8 with EP 32, a larger share than
     its BF16 twin's; 1.087x, 15.1%, before them; 1.089x, 14.9%, before the MXFP8 run's
     per-expert split-quantize launches, which its BF16 twin has none of; 1.127x, 12.0%, before Megatron's interleaved p2p overlap; 1.124x, 12.2%, before both ran their recipe's mla_up_proj recompute; 1.139x, 11.0%, before Blackwell's GEMMs took their training-shape shares; 1.157x,
     9.6%, before MXFP8's GEMMs took their measured share of per-tensor FP8's; 1.141x, 10.9%,

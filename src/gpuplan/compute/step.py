@@ -889,6 +889,51 @@ def _split_quantize_op(fwd: Sequence[Op], recipe) -> Op | None:
               host_s=constant("eager_host_bwd_s"))
 
 
+def _cast_ops(fwd: Sequence[Op], recipe, act: int, capacity_factor: float | None) -> list[Op]:
+    """One micro-batch's activation casts of a narrow recipe (:func:`_quantize_op`), the
+    launches its split quantize adds to grouped linears (:func:`_split_quantize_op`) and the
+    experts' row padding around them (:func:`_expert_padding_op`)."""
+    extra = (_split_quantize_op(fwd, recipe), _expert_padding_op(fwd, recipe, act,
+                                                                 capacity_factor))
+    return [_quantize_op(fwd, recipe), *(o for o in extra if o is not None)]
+
+
+#: Rows a quantized grouped GEMM's split must be a multiple of (Transformer Engine
+#: transformer_engine/pytorch/quantization.py get_align_size_for_quantization @fe8fad59c:
+#: MXFP8 32, NVFP4 128, every other recipe 16).
+QUANT_ALIGN = {"mxfp8": 32, "nvfp4": 128}
+
+
+def _expert_padding_op(fwd: Sequence[Op], recipe, act: int,
+                       capacity_factor: float | None) -> Op | None:
+    """Megatron-Core's TEGroupedMLP under a narrow recipe pads each local expert's rows to the
+    quantized GEMM's alignment before fc1 and strips the padding after fc2 (megatron/core/
+    transformer/moe/experts.py TEGroupedMLP.forward, Fp8Padding / Fp8Unpadding, at
+    NVIDIA/Megatron-LM@b0cc2706ddc60d2aefd5fff346445b5c013036a8; TE module/fp8_padding.py
+    @fe8fad59c: one ``fused_multi_row_padding`` / ``fused_multi_row_unpadding`` each): the
+    tokens' ``R x h`` rows and the probabilities' ``R`` padded, the output's ``R x h`` unpadded --
+    3 copies, each reading and writing its rows -- and in the backward the same three the other
+    way. Fp8Padding returns its input when every split is already aligned: a dropless router's
+    splits are its routing's (not aligned, taken as padded), a drop-and-pad capacity's are
+    ``capacity x EP`` rows each (padded unless a multiple of :data:`QUANT_ALIGN`'s rows). One op
+    of both passes, as :func:`_quantize_op`'s casts; None where no grouped linear runs per
+    local expert or nothing is padded."""
+    if recipe.split_quantize_kernels is None:
+        return None
+    align = QUANT_ALIGN.get(recipe.name, 16)
+    fc1 = [o for o in _narrow_linears(fwd) if o.name == "moe.up" and o.groups > 1
+           and o.kernels > 1]
+    padded = [o for o in fc1 if capacity_factor is None or (o.shape[1] // o.kernels) % align]
+    if not padded:
+        return None
+    nbytes = sum(o.count * 2 * (4 * o.shape[1] * o.shape[2] + 2 * o.shape[1]) * act
+                 for o in padded)
+    return Op(name="fp8.expert_padding", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=1, flops=0.0, counted_flops=0.0, bytes=float(nbytes),
+              parallel_work=max(1, padded[0].shape[1] * padded[0].shape[2]),
+              kernels=6 * sum(o.count for o in padded), group="dense")
+
+
 def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op:
     """The weights' casts of one step: once per step where the recipe caches its narrow weights
     (TE: the first micro-batch), in every forward and again for the backward where it does not
@@ -970,9 +1015,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if narrow is not None and arch is not None:
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
-        micro.append(_quantize_op(fwd, narrow))
-        split = _split_quantize_op(fwd, narrow)
-        micro += [split] if split is not None else []
+        micro += _cast_ops(fwd, narrow, prec.act, spec.moe_capacity_factor)
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
