@@ -71,3 +71,45 @@ def test_the_layer_op_is_the_counted_one():
                                           gpu_arch="Blackwell"))
     (op,) = [o for o in fwd if o.name == "moe.dispatch"]
     assert op.count == 48 and op.bytes == 692_584_448 and op.kernels == 11
+
+
+# -- the flex dispatcher's backends ------------------------------------------------------------
+
+def test_hybridep_fuses_the_permute_into_the_exchange():
+    # metadata preprocessing + dispatch_with_permute + combine_with_unpermute; the routing map
+    # read once (4096 x 128 bools); no row copies of its own
+    op = dispatch_op(T, R, H, E, 2, ep=8, local=16, dispatcher="hybridep")
+    assert (op.kernels, op.backward_kernels, op.bytes) == (3, 2, 4096 * 128)
+
+
+def test_deepep_permutes_after_its_exchange():
+    # top-k 1, layout 1, dispatch 2, multi-hot 13, sum 1, row map 3 + permute 1, combine 1;
+    # the permute reads and writes 32768 x 2048 rows, the row map 9 B an entry
+    op = dispatch_op(T, R, H, E, 2, ep=8, local=16, dispatcher="deepep")
+    assert (op.kernels, op.backward_kernels) == (1 + 1 + 2 + 13 + 1 + 4 + 1, 5) == (23, 5)
+    assert op.bytes == 4096 * 128 * 9 + 2 * 32768 * 2048 * 2
+
+
+@pytest.mark.parametrize("dispatcher", ["deepep", "hybridep"])
+def test_one_rank_runs_the_alltoall_path(dispatcher):
+    assert dispatch_op(T, R, H, E, 2, ep=1, local=128, dispatcher=dispatcher) == \
+        dispatch_op(T, R, H, E, 2, ep=1, local=128)
+
+
+def test_the_job_carries_the_dispatcher_to_the_layer():
+    shape = StepShape(batch=1, q_len=T, kv_len=T, train=True)
+    fwd = build_forward_ops(ARCH, shape, act_bytes=2, weight_bytes=2.0,
+                            form=run_form(ARCH, "megatron", decode=False, ep=8,
+                                          gpu_arch="Blackwell", dispatcher="hybridep"))
+    (op,) = [o for o in fwd if o.name == "moe.dispatch"]
+    assert op.kernels == 3
+
+
+def test_only_megatron_takes_a_flex_dispatcher():
+    from gpuplan.errors import InputError
+    from gpuplan.job import Job
+    assert Job(model="qwen3-30b-a3b", mode="train", engine="megatron", gpus=8, ep=8,
+               moe_dispatcher="deepep").moe_dispatcher == "deepep"
+    with pytest.raises(InputError) as e:
+        Job(model="qwen3-30b-a3b", mode="train", engine="torchtitan", moe_dispatcher="deepep")
+    assert e.value.field == "moe_dispatcher"

@@ -105,3 +105,19 @@ def test_torchao_and_one_kernel_grouped_gemms_pad_nothing():
     assert _expert_padding_op(_fwd("torchtitan", 8), NARROW_RECIPES["mxfp8"], 2, None) is None
     assert _expert_padding_op(_fwd("megatron", 8), NARROW_RECIPES["fp8-tensorwise"], 2,
                               None) is None
+
+
+def test_hybridep_pads_inside_its_dispatch():
+    # _HybridEPManager.dispatch passes pad_multiple, so TEGroupedMLP's Fp8Padding finds every
+    # split aligned: no padding op, the split quantize launches stay
+    from dataclasses import replace
+    from gpuplan.compute.step import StepSpec, _cast_ops
+    from gpuplan.job import Job
+    job = Job(model="qwen3-30b-a3b", mode="train", engine="megatron", gpus=8, ep=8)
+    spec = StepSpec.of(job, mode="train", seq=4096, new_tokens=1, trainable=None)
+    fwd = _fwd("megatron", 8)
+    names = [o.name for o in _cast_ops(fwd, NARROW_RECIPES["mxfp8"], 2, spec)]
+    assert names == ["fp8.quantize", "fp8.split_quantize", "fp8.expert_padding"]
+    hyb = replace(spec, moe_dispatcher="hybridep")
+    names = [o.name for o in _cast_ops(fwd, NARROW_RECIPES["mxfp8"], 2, hyb)]
+    assert names == ["fp8.quantize", "fp8.split_quantize"]

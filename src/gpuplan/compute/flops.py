@@ -393,6 +393,9 @@ class RunForm:
     """The token dispatcher's permute, sort-by-expert and their inverses run as kernels of
     their own around the experts, the expert-parallel all-to-alls launched between them
     (:data:`ALLTOALL_DISPATCH`, :func:`dispatch_op`)."""
+    dispatcher: str = "alltoall"
+    """Which of Megatron-Core's dispatchers does so: ``alltoall``, ``deepep``, ``hybridep``
+    (:func:`dispatch_op`)."""
     split_launches: bool = True
     """The engine's model code runs a layer's unfused projections as separate nn.Linear GEMMs,
     each waving over the SMs on its own (:attr:`Op.launch_shares`); False: it fuses them
@@ -450,7 +453,7 @@ def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bo
 
 def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 1,
              gpu_arch: str = "", act_bytes: float = 2,
-             capacity_factor: float | None = None) -> RunForm:
+             capacity_factor: float | None = None, dispatcher: str = "alltoall") -> RunForm:
     """How ``engine`` (a resolved engine name) runs ``arch``'s mechanisms in a decode step or in
     prefill / training (:class:`RunForm`) on a ``gpu_arch`` chip (``""``: unknown, no grouped
     GEMM for the torch-native engines)."""
@@ -465,7 +468,7 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                                     and grouped_experts(engine, gpu_arch, act_bytes)),
                    expert_gemm_loop=arch.is_moe and engine in EXPERT_GEMM_LOOP,
                    dispatch_copies=arch.is_moe and not all_experts
-                   and engine in ALLTOALL_DISPATCH,
+                   and engine in ALLTOALL_DISPATCH, dispatcher=dispatcher,
                    capacity_factor=capacity_factor if arch.is_moe and not decode else None,
                    split_launches=engine in SEPARATE_PROJECTIONS)
 
@@ -775,12 +778,14 @@ def expert_tokens(T: int, arch: Architecture, form: RunForm) -> tuple[int, float
     return local, touched, T * k / touched if touched else 0.0
 
 
-def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int) -> Op:
-    """The copies and launches Megatron-Core's MoEAlltoAllTokenDispatcher adds around the experts
-    of one MoE layer on one rank holding ``T`` tokens that send ``R`` token-expert rows of
-    ``h`` elements (``act`` bytes each) over ``E`` experts, ``local`` of them here, under
-    expert parallelism ``ep`` -- beyond the router, the experts' GEMMs, their activation and the
-    combine, which are their own ops. Counted from the code with ``moe_permute_fusion``
+def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int,
+                dispatcher: str = "alltoall") -> Op:
+    """The copies and launches Megatron-Core's token ``dispatcher`` adds around the experts of
+    one MoE layer on one rank holding ``T`` tokens that send ``R`` token-expert rows of ``h``
+    elements (``act`` bytes each) over ``E`` experts, ``local`` of them here, under expert
+    parallelism ``ep`` -- beyond the router, the experts' GEMMs, their activation and the
+    combine, which are their own ops. The alltoall dispatcher, counted from the code with
+    ``moe_permute_fusion``
     (NVIDIA/Megatron-LM@b0cc2706ddc60d2aefd5fff346445b5c013036a8 token_dispatcher.py
     dispatch_preprocess / token_dispatch / dispatch_postprocess / combine_preprocess /
     token_combine; the fused kernels of NVIDIA/TransformerEngine@fe8fad59c transformer_engine/
@@ -797,9 +802,34 @@ def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int
 
     The unpermute back to ``[T, h]`` is ``moe.combine``. The backward moves the forward's bytes
     (a copy's gradient is the inverse copy), its launches in :attr:`Op.backward_kernels`. Not
-    counted: the FP8 recipes' per-expert padding to the GEMM's row alignment (Fp8Padding /
-    Fp8Unpadding), and the flex dispatchers' own fused kernels (DeepEP, HybridEP): every row
-    is timed on the alltoall dispatcher's path."""
+    counted here: the FP8 recipes' per-expert row padding (``_expert_padding_op`` in
+    compute/step.py).
+
+    The flex dispatcher (token_dispatcher.py MoEFlexTokenDispatcher and fused_a2a.py at the
+    same commit) over ``deepep``: ``setup_metadata``'s top-k (1), DeepEP's
+    ``get_dispatch_layout`` (1) and ``dispatch`` (notify and dispatch, 2), the received rows
+    multi-hot mapped by ``_indices_to_multihot`` (unfused without Megatron's experimental flag,
+    which the Qwen3 performance configs leave off: two ``zeros``, the mask, two boolean-mask
+    selections at a nonzero and a gather each, ``arange``, a sum and ``repeat_interleave``, two
+    index-puts and the ``bool`` cast, 13), ``tokens_per_expert.sum()`` (1), TE's permute (row
+    map 3 and the permute 1, ``R x h`` read and written) and DeepEP's ``combine`` (1): 23
+    launches (the unpermute is ``moe.combine``); backward DeepEP's two calls the other way, the
+    permute's inverse and the probabilities' gather and index-put, 5. Launches per torch call
+    as stated, not read from the kernels; the host waits this path adds (the boolean-mask
+    selections, ``repeat_interleave`` and ``.item()``) are not modelled. Over
+    ``hybridep``: HybridEP's ``metadata_preprocessing`` and ``dispatch_with_permute`` (the
+    permute and the expert padding done in the exchange's own writes) and
+    ``combine_with_unpermute`` (deep_ep/hybrid_ep_buffer.py, deepseek-ai/DeepEP branch
+    hybrid-ep @94a9f8f6: one launch taken per runtime call), reading the routing map: 3
+    launches, backward 2. Without expert parallelism the flex dispatchers are not run
+    (Megatron-Bridge sets them only for EP > 1): one rank times as alltoall."""
+    if dispatcher == "hybridep" and ep > 1:
+        return replace(_ew("moe.dispatch", "norm_elementwise", elements=T * E, nbytes=T * E,
+                           flops_per=0, kernels=3), backward_kernels=2)
+    if dispatcher == "deepep" and ep > 1:
+        return replace(_ew("moe.dispatch", "norm_elementwise", elements=R * h,
+                           nbytes=T * E * 9 + 2 * R * h * act, flops_per=0, kernels=23),
+                       backward_kernels=5)
     exchange = ep > 1
     sort = exchange and local > 1
     nbytes = T * E * 9 + (T + R) * h * act + (4 * R * h * act if sort else 0)
@@ -815,8 +845,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     combine, and a shared expert where the model has one. FLOPs are those of the routed
     ``T x top-k`` rows (all ``T x E`` when ``form.all_experts``), not of every expert."""
     h, a, w = arch.hidden_size, nb.act, nb.expert
-    act = _mlp_act(arch)
-    gated = arch.mlp == "gated"
+    act, gated = _mlp_act(arch), arch.mlp == "gated"
     E, k_top = arch.num_experts, max(1, arch.experts_per_token)
     ie = arch.moe_intermediate_size or arch.intermediate_size
     local, touched, per_expert = expert_tokens(T, arch, form)
@@ -830,7 +859,8 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=nb.weight),
            _ew("moe.topk", "norm_elementwise", elements=T * E, nbytes=3 * T * E * 4,
                flops_per=_SOFTMAX_FLOPS, kernels=4)]
-    ops += [dispatch_op(T, R, h, E, a, ep=form.ep, local=local)] if form.dispatch_copies else []
+    ops += [dispatch_op(T, R, h, E, a, ep=form.ep, local=local, dispatcher=form.dispatcher)
+            ] if form.dispatch_copies else []
     if form.all_experts:  # hidden_states.repeat(E, 1) * router_scores: one copy per expert
         ops.append(_ew("moe.repeat", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                        flops_per=1, kernels=2))

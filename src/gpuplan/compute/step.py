@@ -685,6 +685,9 @@ class StepSpec:
     recompute_modules: tuple[str, ...] | None = None
     """Megatron-Core's recompute modules under selective checkpointing
     (:data:`~.flops.MODULE_OPS`); None: the attention core."""
+    moe_dispatcher: str = "alltoall"
+    """Megatron-Core's MoE token dispatcher (:attr:`gpuplan.job.ParallelLayout.moe_dispatcher`):
+    which copies and launches surround the experts (:func:`~.flops.dispatch_op`)."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -714,7 +717,8 @@ class StepSpec:
                    fp8_attention=job.fp8_attention, kv_dtype=job.kv_dtype,
                    bf16_edge_layers=job.first_last_layers_bf16 if train else 0,
                    moe_capacity_factor=job.moe_capacity_factor if train else None,
-                   recompute_modules=job.recompute_modules if train else None)
+                   recompute_modules=job.recompute_modules if train else None,
+                   moe_dispatcher=job.moe_dispatcher)
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -787,7 +791,7 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
     fwd = build_forward_ops(arch, shape, **kw, form=run_form(
         arch, spec.engine, decode=shape.decode, ep=spec.ep,
         gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act,
-        capacity_factor=spec.moe_capacity_factor))
+        capacity_factor=spec.moe_capacity_factor, dispatcher=spec.moe_dispatcher))
     if spec.model_code == "torchtune":
         fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":
@@ -889,12 +893,16 @@ def _split_quantize_op(fwd: Sequence[Op], recipe) -> Op | None:
               host_s=constant("eager_host_bwd_s"))
 
 
-def _cast_ops(fwd: Sequence[Op], recipe, act: int, capacity_factor: float | None) -> list[Op]:
+def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec") -> list[Op]:
     """One micro-batch's activation casts of a narrow recipe (:func:`_quantize_op`), the
     launches its split quantize adds to grouped linears (:func:`_split_quantize_op`) and the
-    experts' row padding around them (:func:`_expert_padding_op`)."""
-    extra = (_split_quantize_op(fwd, recipe), _expert_padding_op(fwd, recipe, act,
-                                                                 capacity_factor))
+    experts' row padding around them (:func:`_expert_padding_op`; none under HybridEP, whose
+    dispatch pads each expert's rows itself: Megatron-Core token_dispatcher.py
+    _HybridEPManager.dispatch passes ``pad_multiple`` = the quantization's alignment, so
+    Fp8Padding finds the splits aligned)."""
+    pad = None if spec.moe_dispatcher == "hybridep" else _expert_padding_op(
+        fwd, recipe, act, spec.moe_capacity_factor)
+    extra = (_split_quantize_op(fwd, recipe), pad)
     return [_quantize_op(fwd, recipe), *(o for o in extra if o is not None)]
 
 
@@ -1015,7 +1023,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if narrow is not None and arch is not None:
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
-        micro += _cast_ops(fwd, narrow, prec.act, spec.moe_capacity_factor)
+        micro += _cast_ops(fwd, narrow, prec.act, spec)
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
