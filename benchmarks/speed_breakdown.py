@@ -55,6 +55,26 @@ def breakdown(run: dict) -> tuple[object, object]:
     return row, (keep[0] if keep else None)
 
 
+#: The classes whose kernels run at the tensor peak (the GEMMs and the fused attention): what a
+#: lower sustained clock (a power cap) stretches; the elementwise and optimizer passes are
+#: memory-bound and keep their time.
+TENSOR_CLASSES = ("gemm", "bmm", "attention")
+
+
+def implied_tensor_stretch(totals: dict[str, float], ratio: float) -> float | None:
+    """The factor the tensor-core classes' time (:data:`TENSOR_CLASSES` of ``totals``) would need
+    for the estimated step to read the measured one (``ratio`` = predicted / measured rate),
+    the rest of the step as estimated: ``1 + (ratio - 1) / share``, ``share`` their part of the
+    device time (the classes and the gaps). A reading of the residual, not a model: where the
+    step is a layout's, the micro-batch's shares stand for the whole step's. None when no
+    tensor-core time is estimated."""
+    device = sum(totals.values())
+    tensor = sum(totals.get(k, 0.0) for k in TENSOR_CLASSES)
+    if tensor <= 0 or device <= 0:
+        return None
+    return 1.0 + (ratio - 1.0) / (tensor / device)
+
+
 def op_lines(phase) -> list[str]:
     lines = []
     for t in phase.ops:
@@ -78,6 +98,10 @@ def report(run: dict) -> list[str]:
     lines += op_lines(step)
     totals = class_totals(step)
     lines.append("  by class: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in totals.items()))
+    k = implied_tensor_stretch(totals, row.ratio)
+    if k is not None:
+        lines.append(f"  with the memory-bound kernels as estimated, the tensor-core kernels "
+                     f"({', '.join(TENSOR_CLASSES)}) would run {k:.3f}x their estimated time")
     lines.append(f"  step {est.step_time_s * 1e3:.2f} ms (device {step.device_time_s * 1e3:.2f} "
                  f"ms, host issue {step.host_time_s * 1e3:.2f} ms, {step.kernels} kernels); "
                  f"the measured figure implies {measured_step * 1e3:.2f} ms")

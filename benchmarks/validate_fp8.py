@@ -67,10 +67,12 @@ SPLIT_ACCOUNTING = {
     "llama-3.1-405b": "embedding and loss as pipeline parts: Megatron-Bridge "
                       "src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config "
                       "sets account_for_embedding/loss_in_pipeline_split True",
-    "qwen3-235b-a22b": "embedding and loss as pipeline parts (assumed: Megatron-Bridge's Qwen3 "
-                       "MoE recipes take account_for_embedding/loss_in_pipeline_split, its 235B "
-                       "finetune config sets both 'required for 235B model'; 94 layers split "
-                       "over PP 8 only so)",
+    "qwen3-235b-a22b": "embedding and loss as pipeline parts: Megatron-Bridge "
+                       "src/megatron/bridge/recipes/qwen/qwen3_moe.py "
+                       "qwen3_235b_a22b_pretrain_config sets account_for_embedding/"
+                       "loss_in_pipeline_split True at v0.2.0 (7af9601c) and v0.3.0 (21b02e0c), "
+                       "the config scripts/performance/configs/qwen/qwen3_llm_pretrain.py builds "
+                       "every 235B row from (set_qwen3_common_configs leaves them)",
 }
 
 

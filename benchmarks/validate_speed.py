@@ -587,9 +587,18 @@ def _train_job(run: dict, runtime: str, notes: list[str]) -> Job:
         notes.append(f"micro-batch {mb} = global batch / data-parallel GPUs (not stated)")
     if j.get("activation_offloading"):
         notes.append("activation offloading not modeled")
+    if zero == 3 and str(j.get("zero") or "").startswith("HSDP"):
+        # torch FSDP1 HYBRID_SHARD without process groups given shards over each node's GPUs
+        # (torch/distributed/fsdp/_init_utils.py _init_intra_and_inter_node_groups: the intra-node
+        # group of the local device count) and replicates across nodes
+        fields_hsdp = {"dp_shard": run["hardware"].get("gpus_per_node") or 8}
+        notes.append(f"HSDP: sharded over the {fields_hsdp['dp_shard']} GPUs of a node, "
+                     "replicated across nodes (FSDP1 HYBRID_SHARD's default groups)")
+    else:
+        fields_hsdp = {}
     fields = dict(precision=prec, optimizer=opt, batch=mb, seq=j.get("seq") or 2048,
                   grad_accum=accum, gpus=gpus, zero=zero,
-                  checkpointing=j.get("checkpointing") or "none")
+                  checkpointing=j.get("checkpointing") or "none", **fields_hsdp)
     if layout[0]:
         fields.update(layout[0])
         notes.append("layout as tests/unit/test_published_layouts.py: " + layout[2])
@@ -712,7 +721,8 @@ def predict(run: dict, keep: list | None = None) -> Row:
     job = job_of(run, notes)
     if run["kind"] == "decode":
         est = estimate_speed(model, gpu, job, new_tokens=_new_tokens(run), measured=None,
-                             host_sync_per_step=_host_sync_per_step(run, notes))
+                             host_sync_per_step=_host_sync_per_step(run, notes),
+                             decode_attention=_decode_attention(run, notes))
         value = est.tokens_per_s
         if run["job"].get("qps"):
             value = _online_rate(run, notes)
@@ -756,6 +766,19 @@ def _host_sync_per_step(run: dict, notes: list[str]) -> bool:
     notes.append("the benchmark loop synchronizes before and after every forward (the run's "
                  "host_sync_per_step)")
     return True
+
+
+def _decode_attention(run: dict, notes: list[str]) -> str | None:
+    """``ft-mmha`` where the run's attention is AutoAWQ's fused attention (runs.json
+    ``job.attention``, as transcribed with the rows): with ``fuse_layers=True`` every decode
+    step calls FasterTransformer's single_query_attention (AutoAWQ v0.1.6, 8110e028,
+    awq/modules/fused/attn.py ``QuantAttentionFused.forward``: ``seqlen == 1`` with
+    ``ft_inference_engine`` installed: v0.1.6 setup.py builds that extension wherever ``os.name
+    != "nt"``; the rows' OS is not stated, Linux assumed); None: the engine's own kernel."""
+    if "AutoAWQ fused attention" not in str(run["job"].get("attention") or ""):
+        return None
+    notes.append("decode attention: FT's single_query_attention (AutoAWQ's fused modules)")
+    return "ft-mmha"
 
 
 def _measured_step(run: dict, job: Job, measured: float) -> float | None:
@@ -954,9 +977,14 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
     if not q or row.mechanism not in ("quantized decode", "batched decode"):
         return ""
     gemv = run["job"].get("awq_version") == "gemv"
-    out = ("the 4-bit kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
-           f"QUANT_KERNELS autoawq-{'gemv' if gemv else 'gemm'}, a mechanism with no published "
-           f"figure); this row's kernel is {q}")
+    if gemv:
+        out = ("the GEMV kernel's bandwidth share is a lower bound read from TinyChat's Llama-2-7B "
+               "on the same kernel (compute/efficiency.py gemv_bw_awq_gemv: its whole step at the "
+               f"kernel's rate); this row's kernel is {q}")
+    else:
+        out = ("the GEMM kernel's bandwidth share is the 16-bit GEMV's (compute/efficiency.py "
+               "QUANT_KERNELS autoawq-gemm, a mechanism with no published figure; its 8 split-K "
+               f"partials and their sum are timed); this row's kernel is {q}")
     if gemv and (run["job"].get("micro_batch") or 1) > 1:
         out += ("; marked 'avoid using' at batch > 1 by the source: its code reloads the packed "
                 "weights once per row of the batch, the rows after the first timed from the L2 "
@@ -964,13 +992,12 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
                 "measured to keep (compute/time.py row_rereads), else from DRAM; each row's "
                 "dequantization is not timed")
     if run["job"].get("kv_window"):
-        out += ("; its decode attention is FT's single_query_attention (AutoAWQ v0.1.6 "
-                "awq_cuda/attention/decoder_masked_multihead_attention.cu: grid (heads, batch), "
-                "one thread block of 128 threads per head and sequence below 2,048 timesteps, "
-                "256 from there), each block streaming its head's keys and values on one SM: "
-                "paced by that block's loop, not the device's bandwidth, which gpuplan times "
-                f"(here {_window_context(run, [])} keys a step); untimed, it grows with the "
-                "context, as the 2048-token rows' extra time over the 64-token rows does")
+        out += ("; its decode attention is FT's single_query_attention, timed by each thread "
+                "block's chain of loads (compute/efficiency.py single_query_attention_s: one "
+                "memory latency per loop iteration, nvcc's unrolling not checked; here "
+                f"{_window_context(run, [])} keys a step); the softmax between its loops, the "
+                "cache's roll every 100 steps (outside the median step) and the fused model's "
+                "per-layer Python are not timed")
     return out
 
 
@@ -1013,10 +1040,20 @@ def _serving_gap(run: dict, row: Row) -> str:
 
 
 def _fsdp_nodes_gap(run: dict, row: Row) -> str:
+    """A multi-node FSDP row whose communication shows: what the estimate's exposed share is
+    made of, and what NCCL does that it leaves out. NCCL's per-channel caps
+    (tuning.cc ``perChMaxRingLL128Bws``, ``perChMaxTreeBws``) bind LL128 and the tree only,
+    which large gathers do not take (Simple); NVLS / SHARP reduce in the switch (an all-reduce
+    across nodes: NVLS-tree; an all-gather or reduce-scatter across nodes only with CollNet),
+    which would make these steps faster, not slower. The IBM/PyTorch post reads ~10% of its
+    H100 steps as exposed network ("network peeking out") and puts the rest of their low MFU on
+    HBM bandwidth -- the device, not the collectives."""
     if row.mechanism != "multi-node ZeRO-3 / FSDP" or row.comm_share < 0.05:
         return ""
-    return ("NVLS/SHARP (in-switch reduction) and NCCL's per-channel caps are not modeled: the "
-            "inter-node ring holds the node's NICs at NCCL's tuning-model rates")
+    return (f"exposed communication {100 * row.comm_share:.0f}% of the estimated step: the edge "
+            "units' gathers and scatters (compute.parallel.fsdp_edge_share) and the SMs NCCL's "
+            "CTAs hold beside the hidden traffic (the IBM post's H100 profiles: ~10% 'network "
+            "peeking out'); not modeled: NVLS/SHARP in-switch reduction (would be faster)")
 
 
 def _volta_gap(run: dict, row: Row) -> str:
@@ -1071,18 +1108,19 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
     2024-03-13, the post's date): torch FSDP1 (``FullyShardedDataParallel``, flat parameters,
     ``limit_all_gathers=True``: at most two un-freed all-gathers, so one unit gathered ahead),
     not FSDP2; the README's table gives the 7B HSDP (sharded in the node, replicated across
-    nodes) and the larger ones FSDP. Neither is in the job: the timing is FSDP2 full sharding.
-    IBM FMS's fp32 eager rotary is (the rows' ``model_code`` fms, compute/efficiency.py
-    ``eager_rotary_fms_bytes``). By gpuplan's own rates HSDP would not close the H100 rows' gap:
-    it moves fewer bytes across nodes, not more."""
+    nodes: the job's ``dp_shard``, timed) and the larger ones FSDP. FSDP1's flat parameters,
+    its rate limiter and its BACKWARD_PRE prefetch are not in the job: the timing is FSDP2's
+    per-block units with one unit gathered ahead (the rate limiter's two in flight). The
+    reduce dtype is bf16 as timed (fms_fsdp/policies/mixed_precision.py ``bfSixteen``:
+    ``reduce_dtype=torch.bfloat16``). IBM FMS's fp32 eager rotary is (the rows' ``model_code``
+    fms, compute/efficiency.py ``eager_rotary_fms_bytes``). HSDP does not close the H100 rows'
+    gap: it moves fewer bytes across nodes, not more."""
     if run.get("source_group") != "ibm-fsdp-blog":
         return ""
-    hsdp = "7b" in run["id"]
-    return ("ran torch FSDP1 (fms-fsdp @5e522b4: FullyShardedDataParallel, limit_all_gathers) "
-            + ("under HSDP (the README's table for 7B: all-gathers inside the node) " if hsdp
-               else "")
-            + "over IBM FMS's Llama: timed as FSDP2 full sharding (FMS's fp32 eager rotary "
-            "timed, model_code fms)")
+    return ("ran torch FSDP1 (fms-fsdp @5e522b4: FullyShardedDataParallel, flat parameters, "
+            "limit_all_gathers) over IBM FMS's Llama: timed as FSDP2's per-block units"
+            + (" under HSDP (dp_shard 8)" if run["job"].get("zero", "").startswith("HSDP")
+               else "") + " (FMS's fp32 eager rotary timed, model_code fms)")
 
 
 #: What the estimate is known to leave out, each checked against a row (empty: does not apply).

@@ -289,7 +289,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                        eff=c.eff, prec=c.prec, params=c.model.params.total,
                        flops_per_token=flops_per_token, state_bytes_per_param=per_param,
                        tp_overlap=c.tp_overlap, optimizer_s=c.optimizer,
-                       **engine_layout_options(c.base.engine),
+                       **engine_layout_options(c.base.engine, c.base.precision),
                        gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
                                                                     c.model.params.total))
 
@@ -544,7 +544,7 @@ def cluster_search(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     plans = []
     for n in _counts(model, gpu, job, mode):
         try:
-            p = search_layouts(model, gpu, job.with_(gpus=n, tp=1, pp=1, cp=1, ep=1,
+            p = search_layouts(model, gpu, job.with_(gpus=n, tp=1, pp=1, cp=1, ep=1, dp_shard=None,
                                                      sequence_parallel=False,
                                                      ep_overlap=False), **kw)
         except InputError:

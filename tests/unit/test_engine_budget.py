@@ -21,6 +21,11 @@ from gpuplan.models import load_model
 H100 = get_gpu("H100-SXM-80GB")  # 85,028,896,768 bytes: the 79.19 GiB vLLM logs print
 LLAMA8B_WEIGHTS = 8_030_261_248 * 2  # bf16, no buffers
 LLAMA8B_KV_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # K and V x layers x kv heads x head_dim x bf16
+#: The rotary cos/sin table loaded beside the weights: 131,072 positions x 128 (cos and sin of
+#: 64 frequencies), bf16 under vLLM (RotaryEmbedding casts it to the model dtype), fp32 under
+#: SGLang (kept in fp32 on CUDA).
+LLAMA8B_ROPE_VLLM = 131_072 * 128 * 2
+LLAMA8B_ROPE_SGLANG = 131_072 * 128 * 4
 
 
 def _job(model: str, engine: str, **kw) -> Job:
@@ -50,8 +55,9 @@ def test_vllm_default_rule_by_hand(llama8b):
     assert b.parts["weights"] == LLAMA8B_WEIGHTS
     assert b.parts["activation_peak"] == sort
     assert b.parts["non_torch"] == NON_TORCH_GROWTH_BYTES
-    avail = int(85_028_896_768 * 0.92) - LLAMA8B_WEIGHTS - sort - NON_TORCH_GROWTH_BYTES \
-        - CUDA_GRAPH_POOL_BYTES
+    assert b.parts["rope_cache"] == LLAMA8B_ROPE_VLLM
+    avail = int(85_028_896_768 * 0.92) - LLAMA8B_WEIGHTS - LLAMA8B_ROPE_VLLM - sort \
+        - NON_TORCH_GROWTH_BYTES - CUDA_GRAPH_POOL_BYTES
     assert b.available_kv_bytes == avail
     assert b.kv_blocks == avail // (16 * LLAMA8B_KV_PER_TOKEN)
     assert b.kv_tokens == b.kv_blocks * 16
@@ -93,11 +99,12 @@ def test_vllm_v0_profiles_the_whole_context(llama8b):
 
 
 def test_sglang_rule_by_hand(llama8b):
-    """SGLang: mem_fraction_static of the memory free before the weights, less the weights;
-    #tokens = rest // (layers x kv_heads x head_dim x 2 x bytes), page size 1."""
+    """SGLang: mem_fraction_static of the memory free before the weights, less the weights (and
+    the fp32 rotary table loaded with them); #tokens = rest // (layers x kv_heads x head_dim x 2
+    x bytes), page size 1."""
     b = kv_budget(llama8b, H100, _job("llama-3.1-8b", "sglang"), mem_fraction_static=0.88)
     init = 85_028_896_768 - SGLANG_INIT_BYTES
-    rest = int(init * 0.88) - LLAMA8B_WEIGHTS
+    rest = int(init * 0.88) - LLAMA8B_WEIGHTS - LLAMA8B_ROPE_SGLANG
     assert b.available_kv_bytes == rest
     assert b.kv_tokens == rest // LLAMA8B_KV_PER_TOKEN
     assert b.block_size == 1 and b.parts["activation_peak"] == 0
@@ -205,18 +212,23 @@ def test_published_startup_logs_stay_within_the_bar():
 #: Counted logs still outside 5% (benchmarks/engine_budget.md), each with what is unexplained.
 OUTSIDE_THE_BAR = {
     "vllm-5060ti-qwen2.5-7b-awq": "+13%: 0.8 GiB more held by 0.11 on an RTX 5060 Ti than the "
-                                  "same model's 16 GB log shows; not found in vLLM's code",
-    "vllm-4070laptop-llama3b-q8-10k": "+15%: the log's activation peak (1.22 GiB) is 0.31 GiB "
+                                  "same model's 16 GB log shows; the source quotes only the KV "
+                                  "size, so no part is pinned",
+    "vllm-4070laptop-llama3b-q8-10k": "+13%: the log's activation peak (1.22 GiB) is 0.31 GiB "
                                       "over the sampler's sort (0.91), itself above the GGUF "
-                                      "forward (0.73)",
+                                      "forward (0.73); its weights 3.26 GiB (gpuplan 3.21 with "
+                                      "the rope table)",
     "vllm-h100-llama70b-w8a8-2k": "-11%: a V1 run of 0.7, before the sampler was profiled "
-                                  "(PR #13594); no rule models 0.7's V1",
-    "sglang-4xh100-qwen3-235b-fp8": "+7%: 1.2 GiB per GPU more held before SGLang's pool",
+                                  "(PR #13594); no rule models 0.7's V1 (its weights, 67.72 "
+                                  "GiB, are gpuplan's to the 0.01)",
+    "vllm-l4-qwen2.5-1.5b": "-5.2%: the log leaves 1.10 GiB for the profile peak, graphs and "
+                            "non-torch memory where gpuplan deducts 1.68 (the sampler's sort "
+                            "1.02, the fitted 0.6 graph pool); the log prints neither",
 }
 
 
 @pytest.mark.xfail(strict=True, reason="4 of 17 counted logs are outside 5% of their KV "
-                   "tokens or concurrency (worst +14.7%): " + "; ".join(
+                   "tokens or concurrency (worst +13.4%): " + "; ".join(
                        f"{k} {v}" for k, v in OUTSIDE_THE_BAR.items()))
 def test_every_counted_log_within_five_percent():
     """The issue's must-hold: each counted log's KV tokens and maximum concurrency within 5%."""
@@ -286,8 +298,8 @@ def test_fit_json_shows_the_engine_budget(cli, llama8b):
     for k in ("available_kv_bytes", "block_size", "kv_blocks", "kv_tokens", "max_concurrency"):
         assert e[k] == getattr(want, k), k
     assert (e["gpu"], e["version"], e["fraction"]) == ("H100-SXM-80GB", "0.10", 0.85)
-    assert set(e["parts"]) == {"weights", "activation_peak", "cuda_graph_pool", "non_torch",
-                               "reserved"}
+    assert set(e["parts"]) == {"weights", "rope_cache", "activation_peak", "cuda_graph_pool",
+                               "non_torch", "reserved"}
     assert set(json.loads(out)["infer"]["engine_by_gpu"]) == {"H100-SXM-80GB", "L40S"}
 
 
@@ -330,3 +342,50 @@ def test_vllm_v0_long_profile_peaks_in_the_forward_without_the_logits():
     assert b.parts["activation_peak"] == 32768 * (3 * 1536 + 3 * 8960) * 2
     assert b.parts["activation_peak"] > 256 * 151_936 * 28 + 32768 * 1536 * 2  # the sort
     assert b.parts["activation_peak"] / GIB == pytest.approx(2.02, rel=0.05)
+
+
+def test_sglang_tp_init_over_nvlink_by_hand():
+    """SGLang's "total" is what is free once its distributed group is up. Over NVLink NCCL's
+    buffers sit in device memory: the 8 x H100 log (Grok-1, TP 8) shows 79.19 - 77.43 = 1.76
+    GiB in use before the weights (SGLANG_INIT_BYTES + SGLANG_INIT_NVLINK_TP_BYTES = 0.4 +
+    1.36); the RTX 4090s, without P2P, 23.99 - 23.08 = 0.91 (0.4 + 0.5). Qwen3-235B FP8 at TP 4
+    and 0.93 (sglang-4xh100-qwen3-235b-fp8, 8.23 + 8.23 GB of K and V): within 3% of its
+    367,404 tokens, where the PCIe figure gave +7.4%."""
+    from gpuplan.engines.budget import SGLANG_INIT_NVLINK_TP_BYTES, SGLANG_INIT_TP_BYTES
+
+    assert (SGLANG_INIT_BYTES + SGLANG_INIT_NVLINK_TP_BYTES) / GIB == pytest.approx(1.76, abs=0.01)
+    assert (SGLANG_INIT_BYTES + SGLANG_INIT_TP_BYTES) / GIB == pytest.approx(0.91, abs=0.02)
+    model = load_model("qwen3-235b-a22b")
+    job = _job("qwen3-235b-a22b", "sglang", tp=4, infer_precision="fp8-block")
+    b = kv_budget(model, H100, job, mem_fraction_static=0.93, max_model_len=40960,
+                  engine_version="0.4")
+    init = 85_028_896_768 - SGLANG_INIT_BYTES - SGLANG_INIT_NVLINK_TP_BYTES
+    rope = 40_960 * 128 * 4
+    rest = int(init * 0.93) - b.parts["weights"] - rope
+    assert b.parts["rope_cache"] == rope and b.available_kv_bytes == rest
+    per_token = 94 * 1 * 128 * 2 * 2  # 4 K/V heads over TP 4: one per rank
+    assert b.kv_tokens == rest // per_token
+    assert b.kv_tokens / 367_404 - 1 == pytest.approx(0, abs=0.03)
+    pcie = kv_budget(model, get_gpu("RTX-4090"), _job("qwen3-14b", "sglang", tp=4),
+                     mem_fraction_static=0.8)
+    assert pcie.parts["non_torch"] == SGLANG_INIT_BYTES + SGLANG_INIT_TP_BYTES
+
+
+def test_rope_table_is_what_the_logs_weights_add_to_the_parameters():
+    """vLLM's "model weights take" is the parameters plus the rotary cos/sin table
+    (max_position x head_dim in the model dtype): Llama 3.2 3B fp16 on the T4 log prints 6.02
+    GiB (parameters 5.98 + 131,072 x 128 x 2 = 32 MiB); Llama 3.1 70B int8 w8a8 prints 67.72
+    (67.69 + 32 MiB); Qwen3-14B prints 27.52 (27.51 + 40,960 x 128 x 2 = 10 MiB)."""
+    t4 = get_gpu("T4")
+    cases = [("llama-3.2-3b", "fp16", t4, 6.02), ("llama-3.1-70b", "int8", H100, 67.72),
+             ("qwen3-14b", "bf16", get_gpu("L40S"), 27.52)]
+    for name, prec, gpu, logged in cases:
+        b = kv_budget(load_model(name), gpu, _job(name, "vllm", infer_precision=prec),
+                      max_model_len=2048, engine_version="0.10")
+        assert b.parts["rope_cache"] == load_model(name).architecture.max_position_embeddings \
+            * 128 * 2
+        assert (b.parts["weights"] + b.parts["rope_cache"]) / GIB == \
+            pytest.approx(logged, abs=0.006), name
+    trt = kv_budget(load_model("llama-3.2-3b"), t4,
+                    _job("llama-3.2-3b", "trt-llm", infer_precision="fp16"), max_model_len=2048)
+    assert trt.parts["rope_cache"] == 0

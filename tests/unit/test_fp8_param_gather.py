@@ -53,12 +53,13 @@ def test_megatron_distributed_optimizer_gathers_fp8():
 
 
 def test_fsdp2_float8_all_gather_bytes():
-    # ZeRO-3 (torchtitan FSDP2): a reduce-scatter of 2 B gradients and two all-gathers of the
-    # weights a micro-batch: (2 + 2 w) / 2 all-reduce bytes an element, w = 2 -> L8_G
+    # ZeRO-3 (torchtitan FSDP2): a reduce-scatter of the gradients in its reduce dtype (fp32,
+    # 4 B: torchtitan's --training.mixed_precision_reduce float32) and two all-gathers of the
+    # weights a micro-batch: (4 + 2 w) / 2 all-reduce bytes an element, w = 2 -> L8_G
     kw = dict(engine="torchtitan", precision="fp8-tensorwise", batch=1, seq=4096, gpus=8, zero=3)
     base, fp8 = _est(**kw), _est(**kw, fp8_param_gather=True)
-    assert base.scaling.gradient_bytes == pytest.approx(3 * L8_PARAMS, rel=1e-9)
-    assert fp8.scaling.gradient_bytes == pytest.approx((1 + L8_G) * L8_PARAMS, rel=1e-9)
+    assert base.scaling.gradient_bytes == pytest.approx(4 * L8_PARAMS, rel=1e-9)
+    assert fp8.scaling.gradient_bytes == pytest.approx((2 + L8_G) * L8_PARAMS, rel=1e-9)
 
 
 def test_no_param_gather_no_change():

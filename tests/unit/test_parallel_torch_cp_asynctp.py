@@ -108,3 +108,34 @@ def test_async_tp_gains_less_than_userbuffers_on_a_70b_layout():
             est = estimate_speed(model, H100, Job(**job, engine=engine), tp_overlap=ov)
             t[engine, ov] = est.step_time_s
     assert t["torchtitan", False] > t["torchtitan", True] > t["megatron", True] * 0.999
+
+
+def test_float8_tp_gathers_one_byte_reduce_scatters_two():
+    # torchao's Float8 TP styles (torchtitan 9dec370 apply_tp with float8 on): the all-gather
+    # moves e4m3 / e5m2 (1 B), the reduce-scatter bf16 (2 B). Llama 3.1 70B's layer input at
+    # TP 8: 16 x 8192 tokens x 8192 hidden x 2 B = 2.15 GB
+    from gpuplan.compute.parallel import engine_layout_options, tp_collectives_s
+    nbytes = 16 * 8192 * 8192 * 2
+    ag = collective_time("all-gather", nbytes, 8, TOPO, efficiency=0.8)
+    rs = collective_time("reduce-scatter", nbytes, 8, TOPO, efficiency=0.8)
+    ag8 = collective_time("all-gather", nbytes / 2, 8, TOPO, efficiency=0.8)
+    # as before without narrow gathers: one all-reduce
+    assert tp_collectives_s(nbytes, 8, TOPO, _Eff()) == pytest.approx(
+        collective_time("all-reduce", nbytes, 8, TOPO, efficiency=0.8))
+    assert tp_collectives_s(nbytes, 8, TOPO, _Eff(), nbytes / 2) == pytest.approx(rs + ag8)
+    # a 2 GB ring is bandwidth-bound: half the bytes, half the time (to 1%), so the pair reads
+    # (1 + 1/2) / 2 = 0.75 of the bf16 pair
+    assert ag8 == pytest.approx(ag / 2, rel=0.01)
+    assert (rs + ag8) / (rs + ag) == pytest.approx(0.75, rel=0.01)
+    # AsyncTP with no GEMM beside them: forward (ag8, rs, ag8, rs), backward (rs, ag8, rs, ag8)
+    lay = Layout(tp=8, sequence_parallel=True, batch=16, seq=8192)
+    assert async_tp_exposed_s(_cost(), lay, TOPO, _Eff(), nbytes, nbytes / 2) == pytest.approx(
+        2 * (2 * ag8 + 2 * rs))
+    # backward windows: only the dgrad beside an all-gather (index 1, 3) hides it
+    bwd = (0.0, ag8 * 8 / 7, 0.0, ag8 * 8 / 7)
+    assert async_tp_exposed_s(_cost(bwd=bwd), lay, TOPO, _Eff(), nbytes, nbytes / 2) == \
+        pytest.approx((2 * ag8 + 2 * rs) + 2 * rs)
+    # the profile's fact: torchtitan under its tensor-wise Float8 only
+    assert engine_layout_options("torchtitan", "fp8-tensorwise")["tp_gather_bytes"] == 1.0
+    assert engine_layout_options("torchtitan", "mixed-bf16")["tp_gather_bytes"] is None
+    assert engine_layout_options("megatron", "fp8-tensorwise")["tp_gather_bytes"] is None

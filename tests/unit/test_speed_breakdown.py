@@ -98,3 +98,15 @@ def test_separate_qkv_launches_wave_on_their_own(estimate):
     assert t.compute_s == pytest.approx(flops / (125e12 * 0.664 * 0.6), rel=1e-9)  # 194.1 us
     back = _op(est, "attn.qkv", "backward")  # dX and dW of each projection, the same waves
     assert back.compute_s == pytest.approx(2 * flops / (125e12 * 0.664 * 0.6), rel=1e-9)
+
+
+def test_implied_tensor_stretch_by_hand():
+    # a step of 2.0 s of GEMMs, 0.5 s of attention, 1.0 s elementwise, 0.5 s optimizer: the
+    # tensor-core share 2.5 / 4.0 = 0.625; measured 1.25x slower (ratio 1.25) with the memory-
+    # bound 1.5 s unchanged needs the 2.5 s to become 5.0 - 1.5 = 3.5 s: 1.4x = 1 + 0.25 / 0.625
+    totals = {"gemm": 2.0, "bmm": 0.0, "attention": 0.5, "elementwise": 1.0, "optimizer": 0.5,
+              "gaps": 0.0}
+    assert sb.implied_tensor_stretch(totals, 1.25) == pytest.approx(1.4, rel=1e-12)
+    assert sb.implied_tensor_stretch(totals, 1.0) == pytest.approx(1.0)
+    # an optimistic-by-nothing step on memory-bound kernels only: no reading
+    assert sb.implied_tensor_stretch({"elementwise": 1.0, "gaps": 0.1}, 1.3) is None

@@ -156,17 +156,34 @@ def test_out_of_sample_holdout_reads(rows):
     # which ride the torchtitan profile, -0.1% to -1.3% (their FSDPs were others, the 0.1-0.8%
     # of the copies a cause those runs did not have). Asserted as reached, so a change that
     # moves it is seen. The online rows by gpuplan.capacity (onlinecap, above): 10.9% -> 11.2%
+    # Issue 31 (titan): H100-SXM-96GB's FP8 GEMMs at the MAMF H100 SXM FP8 share (0.709, the
+    # same GH100 SXM5 die) rather than the BF16 default 0.80: torchtitan's 14 Float8 rows
+    # 0.01-0.06x less optimistic (8B FSDP 1.22/1.15 -> 1.17/1.10, 405B 1F1B 1.14 -> 1.08, the
+    # 70B 2D rows 0.88/0.98 -> 0.85/0.95); the group 22.6% / 47.3% -> 19.5% / 46.3%, the whole
+    # holdout 10.9% -> 10.4% median. Then torchao's Float8 TP styles (torchtitan apply_tp with
+    # float8 on: all-gathers in float8, reduce-scatters in bf16, parallel.tp_collectives_s): the
+    # 70B 2D rows 0.85/0.95 -> 0.90/0.98, the 405B rows the wrong way 1.08/1.10/1.07/1.27/1.26 ->
+    # 1.10/1.12/1.08/1.28/1.27; the group 19.5% / 46.3%, the holdout 10.4% / 46.3% unchanged.
+    # Then a checkpointed block's narrow casts as they re-run (step.narrow_recompute_op): the
+    # layout path had recomputed the whole step's casts (the gradients' and the weights' too),
+    # the single-GPU path none: the layout rows the wrong way (8B FSDP128 Float8 1.10 -> 1.20,
+    # its FSDP8 twin 1.17 -> 1.15; 70B 0.90/0.98 -> 0.96/1.05; 405B 1.10/1.12/1.08/1.28/1.27/
+    # 1.46 -> 1.17/1.19/1.13/1.32/1.30/1.48; 8B CP2-8 +0.01-0.02); the group 19.7% / 48.0%, the
+    # holdout 10.9% / 48.0%. Merged over main's fsdpnode and awq (main: torchtitan 21.6% /
+    # 47.2%, holdout 8.9% / 47.2%): torchtitan 19.0% / 48.0%, holdout 7.7% / 48.0%.
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
     assert s["median_abs_error"] <= 0.112 and s["worst_abs_error"] <= 0.641
     # AutoAWQ's GEMV at batch 8 (awql2): rows 2-8 re-read each matrix from the RTX 4090's L2 at
     # its measured 3,645 GB/s (every Mistral launch fits the 32 MiB it was measured to keep):
-    # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic)
+    # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic);
+    # issue 31 (awq): the GEMV kernel's batch-1 share from TinyChat's figure (70.2%, not
+    # 68.5%) and one fused QKV launch: 1.27x / 1.26x
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
-    assert len(gemv8) == 2 and all(1.10 < x < 1.25 for x in gemv8)
+    assert len(gemv8) == 2 and all(1.10 < x < 1.28 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
-    assert tt_med <= 0.228 and tt_worst <= 0.474
+    assert tt_med <= 0.191 and tt_worst <= 0.481
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -177,12 +194,15 @@ def test_out_of_sample_holdout_reads(rows):
     assert len(a100) == len(h100) == 3
     # IBM FMS's fp32 eager rotary (model_code fms: 36 B a q/k element against transformers' 20 B)
     # moved them 7B 1.114 -> 1.082 (A100), 1.370 -> 1.310 (H100); 34B 1.012 -> 1.001, 1.231 ->
-    # 1.208; 70B 0.954 -> 0.945, 1.207 -> 1.188; the group's median 16.1% -> 13.5%
-    assert 0.94 < min(a100) and max(a100) < 1.09 and 1.18 < min(h100) and max(h100) < 1.32
+    # 1.208; 70B 0.954 -> 0.945, 1.207 -> 1.188; the group's median 16.1% -> 13.5%. Issue 31
+    # (fsdpnode): the 7B rows under HSDP over a node (dp_shard 8, the README's row) and FSDP's
+    # edge units exposed (compute.parallel.fsdp_edge_share): 7B 1.082 -> 1.070 (A100), 1.307 ->
+    # 1.269 (H100); 34B 1.001 -> 0.993, 1.203 -> 1.190; 70B 0.945 -> 0.941, 1.186 -> 1.179
+    assert 0.93 < min(a100) and max(a100) < 1.08 and 1.17 < min(h100) and max(h100) < 1.28
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 10.9% median and 47.3% worst (torchtitan's Float8 rows at CP 8), "
+                   "holdout reads 7.7% median and 48.0% worst (torchtitan's Float8 rows at CP 8), "
                    "and the torchtitan group's median is "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
@@ -342,7 +362,9 @@ def test_ibm_fsdp_rows_name_what_their_code_ran(rows):
     # 36 B a q/k element): every row runs model_code fms, and an FMS step is slower than the
     # same job over transformers' code in eager (more bytes), equal compiled (one fused chain)
     for r in ibm:
-        assert vs.job_of(r.run).model_code == "fms" and "FSDP2 full sharding" in vs.misses(r)
+        assert vs.job_of(r.run).model_code == "fms" and "FSDP2's per-block units" in vs.misses(r)
+        # the README's HSDP rows run hybrid sharding over a node's 8 GPUs (the job's dp_shard)
+        assert vs.job_of(r.run).dp_shard == (8 if "7b" in r.run["id"] else None)
     model = load_model("llama-2-7b")
     fms = vs.job_of(ibm[0].run)
     rate = {(code, rt): estimate_speed(model, get_gpu("A100-SXM-80GB"), fms.with_(
@@ -373,10 +395,23 @@ def test_autoawq_rows_run_as_its_benchmark_loop_does(rows):
     assert vs.job_of(long).context == 1998 and vs.job_of(short).context == 32
     # before: group 10.6% median, 43.7% worst (TinyLlama p2048 1.44x); the sync 1.44x -> 1.42x
     # (p64 1.18x -> 1.12x), the window moves the p2048 rows up (MPT 1.14x -> 1.24x): 10.1% /
-    # 42.8%. The p2048 rows' extra time over p64 is FT's single-query attention (one thread
-    # block per head and sequence, latency-bound), not timed.
+    # 42.8%. Issue 31 (awq): the p2048 rows' extra time over p64 is FT's single-query attention
+    # (one thread block per head and sequence, each waiting one memory latency per loop
+    # iteration: compute/efficiency.py single_query_attention_s, the RTX 4090's 252 ns from
+    # gpus.json memory_latency), timed now, and its rotary is in the kernel: TinyLlama p2048
+    # 1.43x -> 0.97x, Falcon 1.39x -> 1.17x, Mistral GEMM 1.36x -> 1.05x, MPT 1.24x -> 1.08x,
+    # Mistral GEMV 1.19x -> 0.92x; TinyLlama p64 1.12x -> 1.18x (two rotary launches a layer
+    # fewer on a host-bound step): the group 10.1% / 42.8% -> 7.2% / 24.8%. The GEMV kernel's
+    # share from TinyChat's 4090 figure (gemv_bw_awq_gemv, 70.2%, not 68.5%): 6.7% / 26.0%.
+    # The GEMM kernel's 8 split-K partials summed by a kernel after each launch, and the fused
+    # modules' one QKV launch: the GEMM rows 2-10% down (Mistral b8 p64 1.09x -> 1.00x), the
+    # GEMV rows up (TinyLlama p64 1.23x): 5.6% / 26.6% (Mistral GEMV b8, 1.27x).
     (_, _, med, worst_err), = [g for g in vs.by_group(rows, "holdout") if g[0] == "autoawq"]
-    assert med <= 0.102 and worst_err <= 0.429
+    assert med <= 0.057 and worst_err <= 0.267
+    ratio = {r.run["id"]: r.ratio for r in awq}
+    assert 0.98 < ratio["autoawq-tinyllama-1.1b-gemv-b1-p2048-d2048-4090"] < 1.00
+    assert 1.02 < ratio["autoawq-mistral-7b-gemm-b1-p2048-d2048-4090"] < 1.04
+    assert 0.99 < ratio["autoawq-mistral-7b-gemm-b8-p64-d64-4090"] < 1.01
 
 
 def test_dle_bert_rows_time_q_k_v_as_three_launches(rows):

@@ -71,6 +71,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "the engine's; deepspeed: 16-bit shards + fp32 master; fsdp2: PyTorch "
               "fully_shard, the fp32 shard is the master, the root unit stays gathered through "
               "backward); fsdp2 with --zero 2 or 3", "ENGINE"),
+    JobOption("--dp-shard", "dp_shard", "int", "hybrid sharding (HSDP) under --zero 3 "
+              "--sharding fsdp2: shard the states over groups of N data-parallel ranks (e.g. a "
+              "node's GPUs), replicate them across the groups (FSDP1 HYBRID_SHARD, torchtitan's "
+              "data_parallel_shard_degree); default: shard over every data-parallel rank", "N"),
     JobOption("--offload-optimizer", "offload_optimizer", "flag", "keep master weights and "
               "optimizer states in host memory (ZeRO-Offload)"),
     JobOption("--lora-rank", "lora_rank", "int", "train LoRA adapters of rank R", "R"),

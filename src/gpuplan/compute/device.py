@@ -104,6 +104,10 @@ class Device:
     L2 at the L2's rate (the catalog's ``l2_cache``); 0: no measurement, no L2 reuse timed."""
     l2_bandwidth: float = 0.0
     """Bytes/s that measurement moved from the L2 (an achieved rate, not a peak); 0: none."""
+    memory_latency_s: float = 0.0
+    """Seconds one dependent load from device memory takes (the catalog's ``memory_latency``: a
+    pointer chase, cycles at the SM clock over that clock); 0: no measurement, no kernel timed by
+    its chain of loads (:func:`~.efficiency.single_query_attention_s`)."""
 
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops
@@ -143,7 +147,7 @@ def device_from_gpu(gpu: GPU) -> Device:
         interconnect=gpu.interconnect,
         interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
         architecture=gpu.architecture, source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})",
-        **_l2_of(gpu))
+        **_l2_of(gpu), **_latency_of(gpu))
 
 
 def _l2_of(gpu: GPU) -> dict:
@@ -157,6 +161,20 @@ def _l2_of(gpu: GPU) -> dict:
             or isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
         raise ValueError(f"{gpu.name}: l2_cache needs a positive resident_bytes and read_GBps")
     return {"l2_resident_bytes": size, "l2_bandwidth": float(rate) * 1e9}
+
+
+def _latency_of(gpu: GPU) -> dict:
+    """The catalog record's measured memory latency (``memory_latency``: ``cycles`` of the SM
+    clock at ``clock_MHz``, each with its source) as :attr:`Device.memory_latency_s`; none when
+    the record gives no measurement."""
+    rec = gpu.extra.get("memory_latency")
+    if not isinstance(rec, Mapping):
+        return {}
+    cycles, mhz = rec.get("cycles"), rec.get("clock_MHz")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0
+           for v in (cycles, mhz)):
+        raise ValueError(f"{gpu.name}: memory_latency needs a positive cycles and clock_MHz")
+    return {"memory_latency_s": float(cycles) / (float(mhz) * 1e6)}
 
 
 #: A power-capped SKU's sibling: the same die with the same SM count, rated by its vendor at a
@@ -271,6 +289,9 @@ class Efficiency:
     quant_weight_bytes: float = 0.0
     """Bytes per element of those quantized weights (the format's bits / 8), what each row's
     re-read moves."""
+    quant_splitk: int = 0
+    """The quantized kernel writes this many split-K partial outputs, which a separate reduction
+    kernel sums after each launch (the kernel's ``splitk_partials``: AutoAWQ's GEMM); 0: none."""
 
     def __post_init__(self) -> None:
         for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):

@@ -33,6 +33,7 @@ __all__ = [
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
     "GRAD_CLIP_IMPLS", "GradClipCost", "grad_clip_cost", "overlap_sm_share",
+    "DECODE_ATTENTION_KERNELS", "single_query_attention_trips", "single_query_attention_s",
 ]
 
 
@@ -268,6 +269,18 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "dequantization inside the kernel costs bandwidth)"),
     "gemv_bw_4bit": Constant(
         0.423, "fraction of bandwidth", "same table: int4 group-32 weight-only 863 GB/s = 42.3%"),
+    "gemv_bw_awq_gemv": Constant(
+        0.702, "fraction of bandwidth", "mit-han-lab/llm-awq tinychat/README.md @1480555 "
+        "(2023-09-06, 'Add new implementation of TinyChat'), 4090 Results footnote: LLaMA-2-7B "
+        "W4A16 'around 195 tokens / second' with 4 context tokens on an RTX 4090. That TinyChat "
+        "runs every decode linear with gemv_forward_cuda (awq/quantize/qmodule.py "
+        "WQLinear.forward, tinychat/modules/fused_mlp.py), whose awq/kernels/csrc/quantization/"
+        "gemv_cuda.cu is AutoAWQ v0.1.6's but for the stream argument. Its weights by hand: 32 "
+        "layers x (4 x 4096^2 + 3 x 4096 x 11008) = 6.476e9 at 4 bits + a 2-byte scale and a "
+        "4-bit zero per 128 (0.5195 B) = 3.364 GB, + the fp16 head 32000 x 4096 x 2 B = 0.262 "
+        "GB: 3.627 GB in 1/195 s = 707 GB/s, 70.2% of 1,008 GB/s -- the whole step at the "
+        "kernel's rate, a lower bound on its own share (the step also runs the head, the "
+        "attention, the norms and the host's launches)"),
     "gemv_bw_dequant_hidden": Constant(
         0.685, "fraction of bandwidth", "a 4-bit kernel that dequantizes in registers while its "
         "next loads are in flight reads its packed weights at the 16-bit GEMV's share "
@@ -493,6 +506,11 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
 #: (GPU name, dtype) -> its CONSTANTS entry, replacing the default fraction for that dtype.
 MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     ("H100-SXM-80GB", "fp8"): "matmul_h100_fp8",
+    # Meta's 96 GB HBM2e SXM H100 (torchtitan docs/performance.md @eaea6f6) is the same GH100
+    # SXM5 die and Tensor Cores as the MAMF row's H100 SXM, its peaks the SXM5's: the FP8 share
+    # of the peak is the die's (cuBLASLt's FP8 kernels), not the memory's, so it carries over
+    # (its 500 W cap scales the peak apart: device.at_power_limit)
+    ("H100-SXM-96GB", "fp8"): "matmul_h100_fp8",
     ("H200-SXM-141GB", "fp8"): "matmul_h200_fp8",
     ("B200-SXM-180GB", "bf16"): "matmul_b200_bf16",
     ("B200-SXM-180GB", "fp8"): "matmul_b200_fp8",
@@ -597,6 +615,9 @@ class QuantKernel:
     """Decode batches of up to this many rows read the packed weights once per row (one
     launch slice per row, each reloading and dequantizing the whole matrix); larger batches,
     and 0, read them once for the whole batch."""
+    splitk_partials: int = 0
+    """Each launch writes this many split-K partial outputs (16-bit, rows x out features each)
+    that a separate reduction kernel then sums; 0: the kernel writes its output itself."""
 
 
 #: Which kernel runs a quantized format's decode GEMVs, per (engine, format, architecture): the
@@ -623,13 +644,23 @@ QUANT_KERNELS: tuple[QuantKernel, ...] = (
                "WQLinear_GEMM (llm-awq's gemm_cuda: tensor-core tiles that dequantize int4 in "
                "registers as the next tile's loads run). The share is the mechanism's (no "
                "published bandwidth figure outside gpuplan's holdout was found); set after the "
-               "autoawq holdout rows were read (benchmarks/published/README.md says so)",
-        versions=("gemm",)),
+               "autoawq holdout rows were read (benchmarks/published/README.md says so). "
+               "Its split-K partials: AutoAWQ v0.1.6 (8110e028) awq/modules/linear.py "
+               "WQLinear_GEMM.forward calls gemm_forward_cuda(x, qweight, scales, qzeros, 8), "
+               "and awq/modules/fused/mlp.py QuantLlamaMLP passes the same 8 ('self.group_size "
+               "= 8' for a GEMM down_proj); awq_cuda/quantization/gemm_cuda_gen.cu "
+               "gemm_forward_cuda allocates '_out_feats = torch::empty({split_k_iters, "
+               "num_in_feats, OC})', the grid's blocks each own one of the 8 K slices, and it "
+               "returns '_out_feats.sum(0)': a torch reduction kernel after every launch",
+        versions=("gemm",), splitk_partials=8),
     QuantKernel(
         name="autoawq-gemv", engine="transformers", formats=("awq-4bit",),
-        archs=("Ampere", "Ada Lovelace", "Hopper"), constant="gemv_bw_dequant_hidden",
+        archs=("Ampere", "Ada Lovelace", "Hopper"), constant="gemv_bw_awq_gemv",
         versions=("gemv",), row_passes=8,
-        source="a checkpoint whose quantization_config names version 'gemv' loads AutoAWQ's "
+        source="its share: TinyChat's Llama-2-7B on an RTX 4090 with the same kernel "
+               "(gemv_bw_awq_gemv, a lower bound measured on the 4090 only, applied to Ampere "
+               "and Hopper as an assumption). "
+               "A checkpoint whose quantization_config names version 'gemv' loads AutoAWQ's "
                "WQLinear_GEMV. casper-hansen/AutoAWQ@027758d (the README of the autoawq rows) "
                "awq/modules/linear.py WQLinear_GEMV.forward: 'if inputs.shape[0] > 8: "
                "gemmv2_forward_cuda' (a split-K GEMM) 'else: gemv_forward_cuda'; "
@@ -693,6 +724,69 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
         top *= constant("attn_bwd_over_fwd")
     s = max(1, seq)
     return min(cap, top * s / (s + constant("attn_half_seq")))
+
+
+#: Decode attention kernels timed by their own loop rather than the bandwidth alone: name ->
+#: what runs. ``ft-mmha``: FasterTransformer's masked multi-head attention (its
+#: ``single_query_attention``), which AutoAWQ's fused modules (``fuse_layers=True``) call for
+#: every decode step (v0.1.6, 8110e028, awq/modules/fused/attn.py ``QuantAttentionFused.forward``:
+#: ``seqlen == 1`` and ``ft_inference_engine`` installed); the only code that runs it, so the
+#: name also stands for those modules' decode around it (compute/step.py
+#: ``_decode_attention_ops``: the rotary inside the kernel, one fused QKV launch).
+DECODE_ATTENTION_KERNELS: Mapping[str, str] = MappingProxyType({
+    "ft-mmha": "FasterTransformer v5.2.1 masked multi-head attention, as AutoAWQ v0.1.6 builds it "
+               "(awq_cuda/attention/decoder_masked_multihead_attention.cu and _template.hpp)",
+})
+
+#: FT's kernel specializes its head dimension to the next of these (``Dh_MAX``:
+#: decoder_masked_multihead_attention.cu ``multihead_attention_``: 48 -> 64, 80/96/112 -> 128,
+#: 160/192/224 -> 256).
+_MMHA_DH_MAX = (32, 64, 128, 256)
+
+
+def single_query_attention_trips(head_dim: int, keys: int) -> int:
+    """Dependent memory round trips one thread block of FT's masked multi-head attention makes
+    for one (head, sequence) at ``keys`` cached timesteps (its ``timestep``; AutoAWQ v0.1.6
+    awq_cuda/attention/decoder_masked_multihead_attention.cu and its _template.hpp).
+
+    The launcher picks by the timestep: below 32, 4 threads per key and 64 threads a block;
+    below 2,048, 2 and 128; from there 1 and 256 (``mmha_launch_kernel``). The key loop
+    (``for ti ...; ti += K_PER_ITER``) covers ``threads / threads_per_key`` keys an iteration,
+    each thread's loads for its key issued together (an unrolled inner loop) and then reduced
+    across the key's threads (``Qk_dot``, shuffles) before the next iteration; the value loop
+    covers ``threads / (Dh_MAX x 2 B / 16 B)`` timesteps an iteration, one 16-byte load a
+    thread, each folded into the running sum (``out = fma(logit, v, out)``). Neither loop carries
+    an unroll pragma, so each iteration is taken to wait one full memory latency (an assumption
+    of this model: nvcc's own unrolling of the value loop was not checked, which would overlap
+    some of its loads). Two round trips more: the new token's Q and K loads before the key loop,
+    its V load after the value loop. The softmax between the loops reads shared memory only and
+    is not counted."""
+    t = max(1, keys)
+    dh_max = next((d for d in _MMHA_DH_MAX if d >= head_dim), _MMHA_DH_MAX[-1])
+    per_key, threads = (4, 64) if t < 32 else (2, 128) if t < 2048 else (1, 256)
+    per_value = dh_max * 2 // 16  # THREADS_PER_VALUE: 16 B of fp16 each
+    k_iters = math.ceil(t / (threads // per_key))
+    v_iters = math.ceil(t / max(1, threads // per_value))
+    return k_iters + v_iters + 2
+
+
+def single_query_attention_s(blocks: int, head_dim: int, keys: int, *, sm_count: int,
+                             max_threads_per_sm: int, latency_s: float) -> float:
+    """Seconds FT's masked multi-head attention takes by its loop: the round trips of one block
+    (:func:`single_query_attention_trips`) x the device's memory latency (``latency_s``, the
+    catalog's ``memory_latency``), once per wave of its grid of ``blocks`` = heads x sequences
+    (``dim3 grid(params.num_heads, params.batch_size)``) over the SMs, as many blocks resident
+    per SM as its threads allow (shared memory and registers, which may allow fewer, not
+    counted). 0 where the latency is not on record: the bandwidth term alone times it. This is a
+    floor under the kernel's bandwidth time, not an addition to it: a batch whose blocks
+    together stream more than the bandwidth allows is bandwidth-bound."""
+    if latency_s <= 0 or sm_count <= 0 or blocks <= 0:
+        return 0.0
+    t = max(1, keys)
+    threads = 64 if t < 32 else 128 if t < 2048 else 256
+    per_sm = max(1, max_threads_per_sm // threads) if max_threads_per_sm > 0 else 1
+    waves = math.ceil(blocks / (sm_count * per_sm))
+    return waves * single_query_attention_trips(head_dim, keys) * latency_s
 
 
 #: How an optimizer step runs: one pass of fused multi-tensor kernels (``AdamW(fused=True)``, apex

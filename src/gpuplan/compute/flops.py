@@ -37,7 +37,7 @@ from ..models._types import Architecture, attention_for
 
 __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
-    "backward_ops", "recompute_ops", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
+    "backward_ops", "recompute_ops", "mtp_projection_ops", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
     "FlopsBreakdown", "LayerFlops", "flops_breakdown", "FLASH_BLOCK", "causal_score_elements",
     "chunked_score_elements", "visible_keys", "RunForm", "run_form", "form_notes", "grouped_experts",
     "expert_tokens", "TRANSFORMERS_CODE", "MLA_ABSORBING", "AttentionPrecision",
@@ -259,6 +259,24 @@ def _ew(name: str, cls: OpClass, *, elements: int, nbytes: float, flops_per: flo
     return Op(name=name, op_class=cls, kind="elementwise", phase="forward", count=1,
               flops=float(flops_per * elements), counted_flops=0.0, bytes=float(nbytes),
               parallel_work=max(1, int(elements)), kernels=kernels)
+
+
+def mtp_projection_ops(arch: Architecture, tokens: int, act: int, weight: float) -> list[Op]:
+    """The forward ops one multi-token-prediction module runs around its transformer block, over
+    ``tokens`` tokens (Megatron-Core ``MultiTokenPredictionLayer._concat_embeddings``,
+    megatron/core/transformer/multi_token_prediction.py at NVIDIA/Megatron-LM@d98e8a64): the
+    RMSNorms of the shifted embedding (``enorm``) and of the main model's hidden state
+    (``hnorm``), their concatenation to ``2H``, and ``eh_proj``, a column-parallel linear ``2H ->
+    H`` run inside the FP8 context where the model trains narrow (DeepSeek-V3 report, arXiv
+    2412.19437 sec. 2.2: ``M_k [RMSNorm(h); RMSNorm(Emb(t))]``). ``act``: bytes of an
+    activation, ``weight``: of a block weight element as its GEMM reads it."""
+    h, T = arch.hidden_size, tokens
+    norm = _NORM_FLOPS["rmsnorm"]
+    return [_ew("mtp.norms", "norm_elementwise", elements=2 * T * h, nbytes=2 * 2 * T * h * act,
+                flops_per=norm, kernels=2),
+            _ew("mtp.concat", "norm_elementwise", elements=2 * T * h,
+                nbytes=2 * 2 * T * h * act, flops_per=0),
+            _mm("mtp.eh_proj", "mlp", b=1, m=T, k=2 * h, n=h, act=act, w=weight)]
 
 
 def causal_score_elements(q_len: int, window: int | None = None, block: int = FLASH_BLOCK) -> int:

@@ -67,6 +67,7 @@ from typing import Any, Callable
 
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
+from ..fp8 import NARROW_RECIPES
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -76,14 +77,15 @@ from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_pa
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
 from .efficiency import constant, overlap_sm_share, resolve_runtime
-from .flops import optimizer_op, recompute_ops
+from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
-from .step import PrecisionLayout, StepSpec, build_steps, qkv_shares
+from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narrow_recompute_op,
+                   qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
-           "engine_layout_options"]
+           "engine_layout_options", "tp_collectives_s"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -137,6 +139,10 @@ class MicroCost:
     per-layer times above average them in; a pipeline stage that holds them runs them wide."""
     wide_layer_s: float = 0.0
     """One such block's forward and backward (recompute included); 0 when none."""
+    mtp_proj_s: float = 0.0
+    """One multi-token-prediction module's work around its block, forward and backward: the two
+    RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
+    charged per MTP depth on the last pipeline stage, 0 for a model without an MTP layer."""
 
     @property
     def layer_s(self) -> float:
@@ -227,13 +233,18 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                    moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
-    fwd = tuple(t.op for t in ops if t.op.phase == "forward")
+    # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
+    fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
+    narrow = NARROW_RECIPES.get(prec.name)
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
+    proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     for level in ("none", "selective", "full"):
-        extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
-                                       qkv_shares=qkv_shares(arch),
-                                       modules=recompute_modules), device, eff, prec.dtype)
+        again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
+        extra = time_ops((*recompute_ops(fwd, level, attention, policy=selective,
+                                         qkv_shares=qkv_shares(arch),
+                                         modules=recompute_modules), *([again] if again else [])),
+                         device, eff, prec.dtype)
         every = [*ops, *extra]
         synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
         # with a sync per MoE layer the layers' forward is timed apart: the pace of the rest
@@ -259,8 +270,20 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = cost
+        out[level] = replace(cost, mtp_proj_s=proj_s)
     return out
+
+
+def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency,
+                prec: PrecisionLayout, gap: float) -> float:
+    """One MTP module's norms, concatenation and ``2H -> H`` projection over ``tokens`` tokens,
+    forward and backward, with their launches (:attr:`MicroCost.mtp_proj_s`); 0 without MTP."""
+    if not arch.mtp_layers:
+        return 0.0
+    fwd = tuple(mtp_projection_ops(arch, tokens, prec.act, prec.weight))
+    ops = (*fwd, *backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad))
+    timed = time_ops(ops, device, eff, prec.dtype)
+    return sum(t.total_s + t.op.kernels * t.op.count * gap for t in timed)
 
 
 def sdpa_kv_heads(arch: Architecture, engine: str) -> int:
@@ -327,14 +350,16 @@ def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
                 dispatcher=job.moe_dispatcher)
 
 
-def engine_layout_options(engine: str) -> dict[str, Any]:
+def engine_layout_options(engine: str, precision: str | None = None) -> dict[str, Any]:
     """The engine profile's facts :func:`layout_time` reads (how it hides TP, rotates CP's K/V,
-    feeds SDPA, copies FSDP2's buffers and sends between pipeline stages): one place, so
-    ``speed`` and the cluster search read them alike."""
+    feeds SDPA, copies FSDP2's buffers, sends between pipeline stages and, under the job's
+    ``precision``, what its TP all-gathers move): one place, so ``speed`` and the cluster
+    search read them alike."""
     e = get_engine(engine)
     return dict(tp_overlap_kind=e.tp_overlap_kind, cp_rotate=e.cp_rotate,
                 repeat_kv=e.sdpa_repeat_kv, fsdp2_reduce_bytes=e.fsdp2_reduce_bytes,
-                p2p_overlap=e.p2p_overlap)
+                p2p_overlap=e.p2p_overlap,
+                tp_gather_bytes=1.0 if precision in e.tp_narrow_gather else None)
 
 
 def moe_host_sync(engine: str, ep: int, capacity_factor: float | None = None) -> bool:
@@ -602,18 +627,21 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
                           eff: Efficiency, act: int, stage_layers: int, *,
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
                           cp_rotate: str = "p2p",
-                          repeat_kv: bool = False) -> tuple[float, float, float]:
+                          repeat_kv: bool = False,
+                          tp_gather_bytes: float | None = None) -> tuple[float, float, float]:
     """Exposed (TP, CP, EP) communication of one micro-batch on one stage; ``repeat_kv``: the
-    K/V exchanged has the query heads (the engine's ``sdpa_repeat_kv``)."""
+    K/V exchanged has the query heads (the engine's ``sdpa_repeat_kv``); ``tp_gather_bytes``:
+    the bytes an element of the TP all-gathers moves (:func:`tp_collectives_s`; None: ``act``)."""
     s_local = lay.seq // lay.cp
     act_bytes = lay.batch * s_local * arch.hidden_size * act
+    gather_bytes = None if tp_gather_bytes is None else act_bytes * tp_gather_bytes / act
     n_tp = 4 + (2 if lay.checkpointing == "full" else 0)
-    tp = n_tp * collective_time("all-reduce", act_bytes, lay.tp, topo, efficiency=eff.comm)
+    tp = n_tp * tp_collectives_s(act_bytes, lay.tp, topo, eff, gather_bytes)
     regather = 0.0
     if lay.distribute_checkpoints:  # the layer input gathered back before its recompute
         regather = collective_time("all-gather", act_bytes, lay.tp, topo, efficiency=eff.comm)
     if tp_overlap and tp_overlap_kind == "async-tp" and lay.sequence_parallel and lay.tp > 1:
-        tp = regather + async_tp_exposed_s(cost, lay, topo, eff, act_bytes)
+        tp = regather + async_tp_exposed_s(cost, lay, topo, eff, act_bytes, gather_bytes)
     else:
         tp += regather
         if tp_overlap:
@@ -661,8 +689,24 @@ def _padded_share(arch: Architecture, lay: Layout, tokens: int | None = None) ->
                        lay.moe_capacity_factor).rows / (tokens * k)
 
 
+def tp_collectives_s(act_bytes: float, n: int, topo: Topology, eff: Efficiency,
+                     gather_bytes: float | None = None) -> float:
+    """One TP all-reduce's worth of a layer's collectives (an all-reduce, or under sequence
+    parallelism the all-gather and the reduce-scatter it splits into) of ``act_bytes`` over ``n``
+    ranks. ``gather_bytes``: what the all-gather moves where it is narrower than the
+    reduce-scatter -- torchao's Float8 TP styles under a tensor-wise recipe (the engine's
+    ``tp_narrow_gather``: torchtitan) gather float8 (the layer input cast to e4m3 before its
+    all-gather, the output gradient to e5m2 before the backward's) and reduce-scatter the
+    16-bit outputs and input gradients: a reduce-scatter of ``act_bytes`` and an all-gather of
+    ``gather_bytes``. None: one all-reduce of ``act_bytes`` (as before)."""
+    if gather_bytes is None:
+        return collective_time("all-reduce", act_bytes, n, topo, efficiency=eff.comm)
+    return (collective_time("reduce-scatter", act_bytes, n, topo, efficiency=eff.comm)
+            + collective_time("all-gather", gather_bytes, n, topo, efficiency=eff.comm))
+
+
 def async_tp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Efficiency,
-                       act_bytes: float) -> float:
+                       act_bytes: float, gather_bytes: float | None = None) -> float:
     """One layer's exposed TP communication under PyTorch's AsyncTP (micro-pipelined TP).
 
     Inductor's ``micro_pipeline_tp_pass`` (torch/_inductor/fx_passes/micro_pipeline_tp.py)
@@ -680,19 +724,25 @@ def async_tp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Effici
     GEMM and the reverse), beside the dgrad GEMMs; full checkpointing repeats the forward.
     Measured in torchtitan (discuss.pytorch.org/t/209487, Sep 2024: "Up to ~29% forward pass
     speedup and ~8% E2E speedup in Llama3 7B", "Up to ~20% forward pass speedup and ~8% E2E
-    speedup in Llama3 70B") -- far from the collectives' whole share."""
-    n = lay.tp
-    ag = collective_time("all-gather", act_bytes, n, topo, efficiency=eff.comm)
-    rs = collective_time("reduce-scatter", act_bytes, n, topo, efficiency=eff.comm)
-    comm = (ag, rs, ag, rs)
+    speedup in Llama3 70B") -- far from the collectives' whole share.
 
-    def exposed(gemms: tuple[float, ...]) -> float:
+    ``gather_bytes``: the all-gathers' bytes where narrower than ``act_bytes`` (torchao's Float8
+    TP styles, :func:`tp_collectives_s`): the forward's all-gathers (before QKV and the MLP's
+    up) and the backward's (the output gradients', before the out-proj's and down's dgrad)
+    move them; the reduce-scatters ``act_bytes``."""
+    n = lay.tp
+    ag = collective_time("all-gather", act_bytes if gather_bytes is None else gather_bytes, n,
+                         topo, efficiency=eff.comm)
+    rs = collective_time("reduce-scatter", act_bytes, n, topo, efficiency=eff.comm)
+
+    def exposed(comm: tuple[float, ...], gemms: tuple[float, ...]) -> float:
         g = tuple(gemms) + (0.0,) * (4 - len(gemms))
         return sum(max(0.0, c - w * (n - 1) / n) for c, w in zip(comm, g))
 
-    fwd = exposed(cost.tp_gemm_fwd_s)
+    fwd = exposed((ag, rs, ag, rs), cost.tp_gemm_fwd_s)
     passes = fwd * (2 if lay.checkpointing == "full" else 1)
-    return passes + exposed(cost.tp_gemm_bwd_s)
+    # backward: each forward all-gather's gradient is a reduce-scatter and the reverse
+    return passes + exposed((rs, ag, rs, ag), cost.tp_gemm_bwd_s)
 
 
 def torch_cp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Efficiency,
@@ -775,7 +825,8 @@ def zero3_gathers(sharding: str, checkpointing: str, model: Model | Architecture
 
 def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
              window_s: float, gather_bytes: float | None = None,
-             sm_share: float = 0.0) -> tuple[float, float]:
+             sm_share: float = 0.0, reduce_bytes: float | None = None,
+             backward_s: float | None = None, edge_share: float = 0.0) -> tuple[float, float]:
     """(all of it, exposed) of the data-parallel gradient (and ZeRO-3 weight) traffic. ZeRO-3
     gathers the weights (forward, backward) and reduce-scatters the gradients for every
     micro-batch -- resharded after each backward (DeepSpeed stage 3; FSDP's default) -- so its
@@ -786,23 +837,38 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     the narrow weights); ZeRO-1/2 then reduce-scatter the gradients and all-gather those bytes,
     half an all-reduce each. None: the same bytes as the gradients. ``sm_share``: the share of
     the SMs the overlapped collectives hold (:func:`~.efficiency.overlap_sm_share`): the compute
-    beside their hidden stretch runs that much slower, which the exposed time carries."""
+    beside their hidden stretch runs that much slower, which the exposed time carries.
+    ``reduce_bytes``: the bytes of the gradients' reduce-scatter where the engine reduces in
+    another dtype than it keeps them (FSDP2's ``reduce_dtype`` fp32 under torchtitan's
+    mixed precision: 4 bytes an element); None: ``grad_bytes``. Under hybrid sharding
+    (``lay.replicas`` > 1) :func:`_hsdp_comm`; ``backward_s`` is then the stretch that hides the
+    replicas' all-reduce (None: ``window_s``). ``edge_share``: the share of the bytes in FSDP's
+    units that nothing hides (:func:`fsdp_edge_share`): their all-gather starts each
+    micro-batch and their reduce-scatter ends it, exposed whatever the window; 0: one bucket's
+    all-reduce (DDP's last bucket) is the least exposed."""
     n = lay.dp * lay.cp
     if n == 1 or grad_bytes <= 0:
         return 0.0, 0.0
     g = grad_bytes if gather_bytes is None or lay.zero == 0 else gather_bytes
+    r = grad_bytes if reduce_bytes is None or lay.zero == 0 else reduce_bytes
     gathers = 1.0
     per_mb = 1
     if lay.zero == 3:
         gathers = (lay.weight_gathers if lay.weight_gathers is not None
                    else zero3_gathers(lay.sharding, lay.checkpointing))
         per_mb = lay.micro_batches
+        if lay.replicas > 1:
+            return _hsdp_comm(g, r, gathers, lay, topo, eff, window_s,
+                              window_s if backward_s is None else backward_s, sm_share,
+                              edge_share)
     # in all-reduces of the gradients: (1 + gathers) / 2 a micro-batch under ZeRO-3, 1 otherwise
-    factor = (grad_bytes + gathers * g) / (2 * grad_bytes) * per_mb
+    factor = (r + gathers * g) / (2 * grad_bytes) * per_mb
     full = factor * collective_time("all-reduce", grad_bytes, n, topo, stride=lay.tp,
                                     efficiency=eff.comm)
     last = collective_time("all-reduce", min(BUCKET_BYTES, grad_bytes), n, topo, stride=lay.tp,
                            efficiency=eff.comm)
+    if lay.zero == 3 and edge_share > 0:  # FSDP's first units' gather, last units' scatter
+        last = per_mb * _edge_s(g * edge_share, r * edge_share, n, lay, topo, eff)
     if lay.zero == 3 and not lay.gather_overlap:  # the gathers serial, the reduce-scatter not
         # the gathers' share of the traffic (``g`` bytes each) and the gradients' reduce-scatter;
         # waited-for gathers run at least at DeepSpeed 2021's measured serial rate
@@ -816,13 +882,89 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
     return full, tail + sm_share * max(0.0, full - tail)
 
 
+def fsdp_edge_share(arch: Architecture, lay: Layout, stage_layers: int, total: int) -> float:
+    """The share of a rank's parameters in the FSDP units no compute hides: the root unit (the
+    embedding, the head where untied) and one block, whose all-gather starts a micro-batch's
+    forward and whose reduce-scatter ends its backward -- "the first block during forward pass
+    and the last block during backward pass are not able to overlap" (the IBM/PyTorch FSDP
+    post, https://pytorch.org/blog/maximizing-training/, 2024-03-13, appendix); the root's
+    parameters stay gathered from forward into backward (FSDP1 ``_post_forward_reshard``: not
+    the root; FSDP2's root ``post_forward_mesh_info`` None), so its gather is the first and
+    its reduce-scatter (the embedding's gradient, the last computed) the last. Under a pipeline
+    a stage's one block (its ends are another stage's). ``total``: the model's parameters.
+    0 where not FSDP's ZeRO-3."""
+    if lay.zero != 3 or lay.sharding != "fsdp2" or stage_layers < 1:
+        return 0.0
+    if lay.pp > 1:
+        return 1.0 / stage_layers
+    root = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
+    if total <= root:
+        return 1.0
+    return (root + (total - root) / arch.num_layers) / total
+
+
+def _edge_s(gather_bytes: float, reduce_bytes: float, n: int, lay: Layout, topo: Topology,
+            eff: Efficiency) -> float:
+    """The edge units' all-gather and reduce-scatter over the ``n`` ranks of the shard group
+    (``tp`` apart): exposed at the ends of a micro-batch (:func:`fsdp_edge_share`)."""
+    return (collective_time("all-gather", gather_bytes, n, topo, stride=lay.tp,
+                            efficiency=eff.comm)
+            + collective_time("reduce-scatter", reduce_bytes, n, topo, stride=lay.tp,
+                              efficiency=eff.comm))
+
+
+def _reduce_bytes(lay: Layout, elements: float, fsdp2_reduce_bytes: int) -> float | None:
+    """The gradients' reduce-scatter bytes in FSDP2's reduce dtype, where the engine's is timed
+    (``fsdp2_reduce_bytes``: torchtitan's ``reduce_dtype`` fp32) and FSDP shards them (ZeRO-2/3);
+    None: the gradients' own bytes."""
+    if fsdp2_reduce_bytes and lay.sharding == "fsdp2" and lay.zero >= 2:
+        return elements * fsdp2_reduce_bytes
+    return None
+
+
+def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: Layout,
+               topo: Topology, eff: Efficiency, window_s: float, backward_s: float,
+               sm_share: float, edge_share: float = 0.0) -> tuple[float, float]:
+    """(all of it, exposed) of ZeRO-3's traffic under hybrid sharding: per micro-batch
+    ``gathers`` all-gathers of the weights and one reduce-scatter of the gradients inside the
+    shard group (``lay.zero_group`` ranks ``tp`` apart: a node's NVLink when it fits there),
+    then each rank's gradient shard all-reduced across the ``lay.replicas`` groups (ranks
+    ``tp x shard group`` apart: the network, one GPU of each node). torch FSDP1
+    ``_runtime_utils._post_backward_reshard``/``_reduce_grad`` (HYBRID_SHARD: the reduce-scatter,
+    then ``dist.all_reduce`` of the shard over ``_inter_node_pg`` on the same stream) and FSDP2's
+    2-D mesh (``foreach_reduce``: reduce-scatter over the shard mesh, all-reduce over the
+    replicate mesh) do the same. The gathers and the reduce-scatter hide beside the step's
+    compute (``window_s``); the all-reduce runs in the backward only (``backward_s``), "no
+    inter-node traffic during the pre-fetch stage for forward pass" (the IBM/PyTorch FSDP
+    post, https://pytorch.org/blog/maximizing-training/, 2024-03-13, appendix); the last
+    bucket's all-reduce stays exposed, or with ``edge_share`` (:func:`fsdp_edge_share`) the
+    first units' gather and the last units' reduce-scatter and all-reduce."""
+    n, stride = lay.zero_group, lay.tp
+    ag = collective_time("all-gather", gather_bytes, n, topo, stride=stride, efficiency=eff.comm)
+    rs = collective_time("reduce-scatter", reduce_bytes, n, topo, stride=stride,
+                         efficiency=eff.comm)
+    shard = reduce_bytes / n
+    ar = collective_time("all-reduce", shard, lay.replicas, topo, stride=stride * n,
+                         efficiency=eff.comm)
+    last = collective_time("all-reduce", min(BUCKET_BYTES, shard), lay.replicas, topo,
+                           stride=stride * n, efficiency=eff.comm)
+    m = lay.micro_batches
+    if edge_share > 0:
+        last = m * (_edge_s(gather_bytes * edge_share, reduce_bytes * edge_share, n, lay, topo,
+                            eff) + collective_time("all-reduce", shard * edge_share,
+                                                   lay.replicas, topo, stride=stride * n,
+                                                   efficiency=eff.comm))
+    full = m * (gathers * ag + rs + ar)
+    tail = max(full - window_s, m * ar - backward_s, last)
+    return full, tail + sm_share * max(0.0, full - tail)
+
+
 def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology, *,
                 device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
-                flops_per_token: float, state_bytes_per_param: float,
-                tp_overlap: bool = False,
-                optimizer_s: Callable[[int, float], float] | None = None,
+                flops_per_token: float, state_bytes_per_param: float, tp_overlap: bool = False,
+                optimizer_s: Callable[[int, float], float] | None = None, repeat_kv: bool = False,
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
-                gather_bytes_per_element: float | None = None, repeat_kv: bool = False,
+                gather_bytes_per_element: float | None = None, tp_gather_bytes: float | None = None,
                 fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none") -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
@@ -833,15 +975,16 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     gradients. ``tp_overlap_kind``: how ``tp_overlap`` hides the TP collectives --
     ``"userbuffers"`` (Megatron-Core's --tp-comm-overlap: under the layer's GEMMs) or
     ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
-    :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``:
-    a send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
+    :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``: a
+    send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
     ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
     ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, whose copies are timed on the
     compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``p2p_overlap``: the engine's
-    pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`)."""
-    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,  # one layer's: linear
-                                tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
-                                cp_rotate=cp_rotate, repeat_kv=repeat_kv)  # in the layers
+    pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`).
+    ``tp_gather_bytes``: a TP all-gather's bytes an element (:func:`tp_collectives_s`)."""
+    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap,
+                                tp_overlap_kind=tp_overlap_kind, cp_rotate=cp_rotate,
+                                repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes)
     stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
@@ -855,16 +998,15 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     mtp = mtp_params(arch, lay.mtp_layers)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
-    dp_full, dp_exp = _dp_comm(mine * prec.grad, lay, topo, eff, window,
-                               None if gather_bytes_per_element is None
-                               else mine * gather_bytes_per_element,
-                               sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
-                                                interconnect=device.interconnect))
-    shard = lay.dp * lay.cp if lay.zero >= 1 else 1
-    if optimizer_s is None:
-        opt_s = _optimizer_s(max(1, mine // shard), state_bytes_per_param, device, eff, prec)
-    else:
-        opt_s = optimizer_s(max(1, mine // shard), mine / max(1, params + mtp))
+    dp_full, dp_exp = _dp_comm(
+        mine * prec.grad, lay, topo, eff, window, None if gather_bytes_per_element is None
+        else mine * gather_bytes_per_element, overlap_sm_share(
+            device.sm_count, vendor=device.vendor, interconnect=device.interconnect),
+        _reduce_bytes(lay, mine, fsdp2_reduce_bytes), m * stage_layers * cost.layer_bwd_s,
+        fsdp_edge_share(arch, lay, stage_layers, params))
+    local = max(1, mine // (lay.zero_group if lay.zero >= 1 else 1))  # the optimizer's shard
+    opt_s = (_optimizer_s(local, state_bytes_per_param, device, eff, prec) if optimizer_s is None
+             else optimizer_s(local, mine / max(1, params + mtp)))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
     return LayoutTime(
@@ -975,7 +1117,7 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
     longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
     the stages that hold them, the rest narrow."""
     head_s = cost.other_s - cost.embedding_s
-    mtp_s = lay.mtp_layers * (cost.layer_s + head_s)
+    mtp_s = lay.mtp_layers * (cost.layer_s + head_s + cost.mtp_proj_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual
                            or cost.edge_layers):
         n = math.ceil(arch.num_layers / lay.pp)

@@ -21,7 +21,8 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
-    BLOCK_SCALED_GEMM, CONSTANTS, constant, overlap_sm_share, quant_kernel, speed_range, speed_residuals,
+    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, constant, overlap_sm_share,
+    quant_kernel, speed_range, speed_residuals,
 )
 from ._args import speed_args
 from .flops import AttentionPrecision, form_notes, run_form
@@ -355,6 +356,7 @@ def estimate_speed(
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
+    decode_attention: str | None = None,
 ) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and on ``job.gpus`` data-parallel
     GPUs).
@@ -394,6 +396,7 @@ def estimate_speed(
     ``host_sync_per_step`` (inference): the loop waits for the device before and after every
     forward (``torch.cuda.synchronize()`` around each step, as benchmark loops do), so each step
     runs kernel by kernel from idle (:attr:`~.step.Phase.sync_per_step`).
+    ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
@@ -401,7 +404,7 @@ def estimate_speed(
                        trainable_params)
     if job.mtp_layers and mode != "infer":
         check_layout(arch, job, seq)  # MTP is timed on a layout's last stage only
-    if topology is not None or job.tp * job.pp * job.cp * job.ep > 1 or job.sequence_parallel:
+    if _on_topology(job, mode, topology):
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
@@ -412,6 +415,7 @@ def estimate_speed(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
+    spec = _with_decode_attention(spec, decode_attention, device, notes)
     step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
                                                       spec, notes)
     step, prefill = _synced(step, prefill, host_sync_per_step and mode == "infer", notes)
@@ -441,6 +445,13 @@ def estimate_speed(
         est = replace(est, cpu=_compare_cpu(est, _on_cpu(model, cpu, job, new_tokens,
                                                          trainable_params, measured)))
     return est
+
+
+def _on_topology(job: Job, mode: str, topology: Topology | None) -> bool:
+    """Whether the step is timed by :mod:`.parallel` on a topology: one given, a model-parallel
+    layout, or HSDP (``dp_shard``) in training."""
+    return (topology is not None or job.tp * job.pp * job.cp * job.ep > 1
+            or job.sequence_parallel or (job.dp_shard is not None and mode == "train"))
 
 
 def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: bool, tf32: bool,
@@ -540,7 +551,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     shard = shard_arch(arch, lay.tp)
     spec = StepSpec.of(job.with_(seq=seq // lay.cp, grad_accum=lay.micro_batches, tp=1, pp=1,
                                  cp=1, ep=1, sequence_parallel=False,
-                                 distribute_checkpoints=False, ep_overlap=False, gpus=1),
+                                 distribute_checkpoints=False, ep_overlap=False, gpus=1,
+                                 dp_shard=None),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
     spec = replace(spec, ep=lay.ep)
@@ -561,7 +573,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
-            **{**engine_layout_options(job.engine),
+            **{**engine_layout_options(job.engine, job.precision),
                **({} if p2p_overlap is None
                   else {"p2p_overlap": "interleaved" if p2p_overlap else "none"})},
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
@@ -589,6 +601,26 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
+
+
+def _with_decode_attention(spec: StepSpec, kernel: str | None, device: Device,
+                           notes: list[str]) -> StepSpec:
+    """``spec`` with an inference step's decode attention kernel given by name (``ft-mmha``:
+    FasterTransformer's masked multi-head attention, which AutoAWQ's fused modules run: timed
+    by its blocks' chains of loads where the GPU's memory latency is on record, its rotary in
+    the kernel), said in ``notes``; ``spec`` itself in training or with none given."""
+    if not kernel or spec.mode != "infer":
+        return spec
+    what = DECODE_ATTENTION_KERNELS[kernel]
+    if device.memory_latency_s <= 0:
+        notes.append(f"decode attention: {what}; {device.name}'s memory latency is not on "
+                     "record, so it is timed by its bytes alone")
+    else:
+        notes.append(f"decode attention: {what}, each block's chain of dependent loads at "
+                     f"{1e9 * device.memory_latency_s:.0f} ns a load (the catalog's "
+                     "memory_latency) or its bytes at the bandwidth, whichever is longer; its "
+                     "rotary in the kernel")
+    return replace(spec, decode_attention=kernel)
 
 
 def _synced(step: Phase, prefill: Phase | None, synced: bool,
@@ -644,7 +676,11 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
                     "it was measured to keep), a larger one from DRAM"
                     if rows and device.l2_bandwidth else
                     "; every row from DRAM (no L2 measurement for this GPU)" if rows else ""))
+    if kernel.splitk_partials:
+        notes.append(f"each {kernel.name} launch writes {kernel.splitk_partials} split-K partial "
+                     "outputs, summed by a reduction kernel after it")
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
+                   quant_splitk=kernel.splitk_partials,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 
@@ -839,7 +875,11 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     # all-reduce's bytes during backward.
     zero3 = job.zero == 3  # then ``gathers`` is the count estimate_speed took (_weight_gathers)
     w = prec.weight if narrow is None else narrow
-    volume = (trainable * prec.grad + gathers * max(n_params, trainable) * w) / 2 \
+    # the gradients' reduce-scatter in FSDP2's reduce dtype where the engine's is timed
+    # (torchtitan: reduce_dtype fp32, 4 bytes an element; parallel._dp_comm's ``reduce_bytes``)
+    fsdp2_r = get_engine(job.engine).fsdp2_reduce_bytes
+    r = fsdp2_r if fsdp2_r and job.sharding == "fsdp2" and job.zero >= 2 else prec.grad
+    volume = (trainable * r + gathers * max(n_params, trainable) * w) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
     if narrow is not None and not zero3 and job.zero >= 1:  # RS of gradients, AG of FP8 weights
         volume = (trainable * prec.grad + trainable * narrow) / 2

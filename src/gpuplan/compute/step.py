@@ -34,7 +34,8 @@ from .efficiency import (
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
 __all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode",
-           "optimizer_stretch_s", "param_tensor_count"]
+           "optimizer_stretch_s", "param_tensor_count", "narrow_recompute_op",
+           "STEP_LEVEL_OPS"]
 
 #: The mode of one estimated step (a Job's ``both`` is two estimates).
 StepMode = Literal["train", "infer"]
@@ -688,6 +689,10 @@ class StepSpec:
     moe_dispatcher: str = "alltoall"
     """Megatron-Core's MoE token dispatcher (:attr:`gpuplan.job.ParallelLayout.moe_dispatcher`):
     which copies and launches surround the experts (:func:`~.flops.dispatch_op`)."""
+    decode_attention: str = ""
+    """The decode attention kernel where it is not the engine's fused (Flash) one
+    (:data:`~.efficiency.DECODE_ATTENTION_KERNELS`: ``ft-mmha``, FasterTransformer's masked
+    multi-head attention under AutoAWQ's fused modules); "": the engine's."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -760,8 +765,11 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
         pre = _count_only_ops(n_params, pre_shape, prec, device.parallel_slots)
         dec = _count_only_ops(n_params, dec_shape, prec, device.parallel_slots)
     else:
-        pre = fp8_attention_ops(_forward(arch, pre_shape, kw, prec, spec, device), plan)
-        dec = fp8_attention_ops(_forward(arch, dec_shape, kw, prec, spec, device), plan)
+        pre = splitk_sum_ops(fp8_attention_ops(_forward(arch, pre_shape, kw, prec, spec,
+                                                        device), plan), eff, prec.act, rt)
+        dec = splitk_sum_ops(_decode_attention_ops(fp8_attention_ops(
+            _forward(arch, dec_shape, kw, prec, spec, device), plan), spec, prec.act), eff,
+            prec.act, rt)
     prefill = _phase("prefill", pre, device, eff, prec.dtype, batch=b, q_len=s, kv_len=s,
                      runtime=rt)
     decode = _phase("decode", dec, device, eff, prec.dtype, batch=b, q_len=1, kv_len=ctx,
@@ -772,6 +780,64 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
         prefill, decode = (replace(ph, serve_host_s=host.step_s(b), serve_overlap=host.overlap)
                            for ph in (prefill, decode))
     return decode, prefill, n_params, 0
+
+
+def _decode_attention_ops(dec: tuple[Op, ...], spec: StepSpec, act: int) -> tuple[Op, ...]:
+    """The decode step's ops under ``spec.decode_attention``. ``ft-mmha``: AutoAWQ's fused
+    modules (v0.1.6, 8110e028), the only code that runs it. Their attention
+    (awq/modules/fused/attn.py) calls ``single_query_attention(..., self.rotary_dim, 10000,
+    self.is_neox)`` with ``rotary_dim = head_dim``: the kernel rotates the new token's Q and K
+    itself and writes its K and V into the cache, so no rotary kernels run beside it, and its
+    core is timed by its loop (:func:`~.efficiency.single_query_attention_s`); their QKV is one
+    linear (awq/utils/fused_utils.py ``fuse_qkv``: q, k and v's packed weights concatenated, the
+    Llama, Mistral and Aquila fusers' ``qkv_layer``), one launch reading the input once."""
+    if spec.decode_attention != "ft-mmha":
+        return dec
+    out = []
+    for o in dec:
+        if o.name == "attn.rotary":
+            continue
+        if o.name == "attn.core":
+            o = replace(o, attention_kernel="ft-mmha")
+        elif o.name == "attn.qkv" and o.kernels > 1 and o.shape:
+            b, m, k, _ = o.shape  # three nn.Linear read the input three times
+            o = replace(o, kernels=1, launch_shares=(),
+                        bytes=o.bytes - (o.kernels - 1) * b * m * k * act)
+        out.append(o)
+    return tuple(out)
+
+
+def splitk_sum_ops(ops: Sequence[Op], eff: Efficiency, act: int,
+                   runtime: str) -> tuple[Op, ...]:
+    """``ops`` with, after each quantized block matmul whose kernel writes split-K partials
+    (``eff.quant_splitk`` = S: AutoAWQ's GEMM, ``_out_feats.sum(0)``), the reduction that sums
+    them: it reads the S partials of rows x out features and writes the output, one kernel per
+    launch of the matmul; the matmul's own write grows from one output to S. The reduction is
+    issued from C++ inside the extension's call (``_out_feats.sum(0)`` in gemm_forward_cuda), so
+    its host cost is the dispatcher's alone (``eager_host_bwd_s``, as autograd's C++ nodes), not
+    a Python op's; none under CUDA graphs. The embedding, the 16-bit head and unquantized
+    matmuls keep their kernels."""
+    s = eff.quant_splitk
+    if s <= 0:
+        return tuple(ops)
+    out: list[Op] = []
+    for o in ops:
+        quantized = (o.kind == "matmul" and o.weight_elements and o.shape and o.groups == 1
+                     and o.group not in ("head", "embedding")
+                     and (o.weight_width or o.bytes / o.weight_elements) < 1.5)
+        if not quantized:
+            out.append(o)
+            continue
+        b, m, _, n = o.shape
+        outputs = b * m * n
+        out.append(replace(o, bytes=o.bytes + (s - 1) * outputs * act))
+        out.append(Op(name=f"{o.name}.splitk_sum", op_class="norm_elementwise",
+                      kind="elementwise", phase=o.phase, count=o.count,
+                      flops=float((s - 1) * outputs), counted_flops=0.0,
+                      bytes=float((s + 1) * outputs * act), parallel_work=max(1, outputs),
+                      kernels=o.kernels, group=o.group,
+                      host_s=None if runtime == "cudagraphs" else constant("eager_host_bwd_s")))
+    return tuple(out)
 
 
 def _shipped_bytes(arch: Architecture | None, prec: PrecisionLayout) -> dict:
@@ -942,6 +1008,44 @@ def _expert_padding_op(fwd: Sequence[Op], recipe, act: int,
               kernels=6 * sum(o.count for o in padded), group="dense")
 
 
+#: Ops a step adds beside its blocks' forward (the narrow recipes' casts, QLoRA's dequantize, the
+#: autocast copies): each counts its own passes, a checkpointed recompute's included, so a
+#: recompute built from a step's forward ops leaves them out.
+STEP_LEVEL_OPS = frozenset({"fp8.quantize", "fp8.weight_cast", "fp8.recompute_cast",
+                            "fp8.split_quantize", "fp8.expert_padding",
+                            "lora.dequantize", "autocast.cast"})
+
+
+def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
+                        policy: str) -> Op | None:
+    """The activation casts a checkpointed block runs again in backward under a narrow recipe:
+    each narrow linear's input cast once more (the forward's; the gradients' casts are the
+    backward's own, the weights' are counted by their uses in :func:`_weight_cast_op`).
+
+    ``full``: the whole block re-runs, its casts with their amax passes
+    (:func:`gpuplan.fp8.cast_bytes_per_element`). Selective under torchtitan's op policy
+    (``policy`` ``op``): the block re-runs every op whose output is not on its save list
+    (torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py ``_save_list``: mm, SDPA,
+    reduce-scatter, and "for low precision training ... the result of max(abs(tensor))"), so
+    the amax is cached and the cast itself (scale, clamp, convert: read 16-bit, write the
+    narrow element) re-runs, one launch per linear. Other selective policies recompute no
+    linear's input: None; and None where nothing re-runs."""
+    if checkpointing == "full":
+        per = cast_bytes_per_element(recipe)
+    elif checkpointing == "selective" and policy == "op":
+        per = 2.0 + (0.5 if recipe.dtype == "fp4" else 1.0)
+    else:
+        return None
+    lin = _narrow_linears(fwd)
+    inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
+    if inputs <= 0:
+        return None
+    return Op(name="fp8.recompute_cast", op_class="norm_elementwise", kind="elementwise",
+              phase="recompute", count=1, flops=float(inputs), counted_flops=0.0,
+              bytes=float(inputs * per), parallel_work=max(1, inputs),
+              kernels=max(1, sum(o.count for o in lin)), group="dense")
+
+
 def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op:
     """The weights' casts of one step: once per step where the recipe caches its narrow weights
     (TE: the first micro-batch), in every forward and again for the backward where it does not
@@ -1024,6 +1128,10 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
         micro += _cast_ops(fwd, narrow, prec.act, spec)
+        again = narrow_recompute_op(fwd, narrow, spec.checkpointing,
+                                    get_engine(spec.engine).selective)
+        if again is not None:
+            micro.append(again)
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:

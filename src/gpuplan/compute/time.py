@@ -20,6 +20,7 @@ from .device import Device, Efficiency
 from .efficiency import (
     GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant,
     gemv_bandwidth_fraction, grouped_gemm_efficiency, separate_launches_s,
+    single_query_attention_s,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
 from ..bounds import BOUNDS
@@ -173,8 +174,22 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
     bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
     dram, l2 = row_rereads(op, device, eff) if shaped else (0.0, 0.0)
     memory = (op.bytes + dram) / bw + (l2 / device.l2_bandwidth if l2 else 0.0)
+    if shaped and op.attention_kernel == "ft-mmha" and op.shape and device.kind == "gpu":
+        memory = max(memory, _mmha_chain_s(op, device))
     return OpTime(op=op, compute_s=compute, memory_s=memory,
                   occupancy=min(1.0, p / slots), dtype=used)
+
+
+def _mmha_chain_s(op: Op, device: Device) -> float:
+    """FT's masked multi-head attention (a decode ``attn.core`` of shape (sequences x heads, 1,
+    head dim, keys)) timed by its blocks' chain of dependent loads
+    (:func:`~.efficiency.single_query_attention_s`); 0 where the device's memory latency is not
+    on record."""
+    blocks, _, head_dim, keys = op.shape
+    per_sm = device.parallel_slots // device.sm_count if device.sm_count else 0
+    return single_query_attention_s(blocks, head_dim, keys, sm_count=device.sm_count,
+                                    max_threads_per_sm=per_sm,
+                                    latency_s=device.memory_latency_s)
 
 
 def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:

@@ -62,7 +62,8 @@ from ..errors import InputError, opt, shown
 
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
            "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB",
-           "NON_TORCH_BYTES", "NON_TORCH_GROWTH_BYTES", "SORT_SAMPLER_BYTES"]
+           "NON_TORCH_BYTES", "NON_TORCH_GROWTH_BYTES", "SORT_SAMPLER_BYTES",
+           "SGLANG_INIT_NVLINK_TP_BYTES"]
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -106,6 +107,19 @@ CUDA_GRAPH_POOL_BYTES = int(0.6 * GIB)
 #: + 7.08) = 0.91 GiB on each of 4 RTX 4090s (TP 4).
 SGLANG_INIT_BYTES = int(0.4 * GIB)
 SGLANG_INIT_TP_BYTES = int(0.5 * GIB)
+#: Read off an independent log, not fitted to a counted one: what ``init_torch_distributed``
+#: leaves on each GPU at TP > 1 when the GPUs talk over NVLink. NCCL's P2P transport puts its
+#: per-channel receive buffers in device memory (over PCIe without P2P, as between GeForce
+#: cards, NCCL stages through host memory, hence the 4090s' 0.5 GiB above), and SGLang keeps
+#: NCCL's NVLink SHARP off (``enable_nccl_nvls=False``, sgl-project/sglang#631), so the figure
+#: does not grow with NVLS' multicast pools. The log: SGLang 0.5.x (2025-09, nccl 2.27.3) on 8
+#: H100 80GB HBM3 at TP 8: "Init torch distributed ends. mem usage=1.25 GB" then "Load weight
+#: begin. avail mem=77.43 GB" on the 79.19 GiB card -- 1.76 GiB in use before the weights, of
+#: which :data:`SGLANG_INIT_BYTES` is the context (Shivank Chaudhary, "Grok2 OnPrem Deployment
+#: via sglang", 2025-09-14: lmsysorg/sglang:v0.5.2rc2-cu126, --tp 8 --quantization fp8, the
+#: server log's TP0 lines, 2025-09-11). Applied at any TP > 1 (a ring's buffers are per neighbour, not per
+#: rank); no NVLink log at TP 2 or 4 prints it.
+SGLANG_INIT_NVLINK_TP_BYTES = int(1.36 * GIB)
 #: The CUDA context TensorRT-LLM's process holds before its weights (fitted, like vLLM's).
 TRT_CONTEXT_BYTES = int(0.6 * GIB)
 

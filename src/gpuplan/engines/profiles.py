@@ -134,6 +134,12 @@ class EngineProfile:
     bytes of its reduce dtype, which the chunk-cat of the gradients writes
     (:func:`gpuplan.compute.parallel.fsdp2_copy_bytes`: the copy-out of the gathered weights and
     that chunk-cat, on the compute stream); 0: those copies are not timed."""
+    tp_narrow_gather: tuple[str, ...] = ()
+    """Narrow recipes (:data:`gpuplan.fp8.NARROW_RECIPES`) under which its sequence-parallel
+    TP all-gathers move float8 (1 B an element) and its reduce-scatters 16-bit: the layer
+    inputs are cast before they are gathered for the column-parallel GEMMs, and the output
+    gradients before they are gathered for the row-parallel GEMMs' backward
+    (:func:`gpuplan.compute.parallel.tp_collectives_s`)."""
     memory_utilization: float | None = None
     """Serving engines: the share of GPU memory it takes for weights, activations and the KV pool
     (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``, TensorRT-LLM's
@@ -295,6 +301,13 @@ _PROFILES = (
         # paper's CP row, whose all-gather moves the GQA K and V (arXiv 2407.21783 sec. 3.3.2)
         fsdp2_reduce_bytes=4,  # config_manager.py: --training.mixed_precision_reduce "float32"
         # by default (9dec370); parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(reduce_dtype)
+        # parallelize_llama.py apply_tp @9dec370: with float8 on, the blocks' TP plan is
+        # torchao's Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput
+        # (torchao/float8/float8_tensor_parallel.py: the input cast to float8 e4m3 before its
+        # Shard(1) -> Replicate all-gather; the row-parallel output reduce-scattered in 16 bits,
+        # then _NoopFwToFloat8BwDynamic, so its gradient is cast to e5m2 before the backward's
+        # all-gather); tensor-wise dynamic scales only (_float8_linear_supports_float8_allgather)
+        tp_narrow_gather=("fp8-tensorwise",),
         selective="op",
         sources=("torchtitan/config/job_config.py: compile.enable false by default; "
                  "optimizer.implementation 'fused' by default",

@@ -26,7 +26,7 @@ from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines,
                       train_only, write_yaml)
 
 ENGINE = "accelerate"
-_EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "cp"})
+_EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "cp", "dp_shard"})
 _MIXED = {"mixed-bf16": "bf16", "amp-bf16": "bf16", "mixed-fp16": "fp16", "amp-fp16": "fp16",
           "fp32": "no"}
 
@@ -67,8 +67,9 @@ def _deepspeed(job: Job, accum: int) -> dict:
 
 
 def _parallelism(job: Job) -> dict:
-    return {"parallelism_config_dp_replicate_size": 1,
-            "parallelism_config_dp_shard_size": job.dp,
+    shard = job.dp if job.dp_shard is None else job.dp_shard  # HSDP: replicas of the shards
+    return {"parallelism_config_dp_replicate_size": job.dp // shard,
+            "parallelism_config_dp_shard_size": shard,
             "parallelism_config_tp_size": job.tp, "parallelism_config_cp_size": job.cp}
 
 
@@ -124,8 +125,8 @@ def export(job: Job, model: Model) -> str:
         cfg.update(_nodes(cfg["num_machines"]))
     if backend == "FSDP":
         cfg["fsdp_config"] = _fsdp(job)
-        if job.tp * job.cp > 1:
-            cfg["parallelism_config"] = _parallelism(job)
+        if job.tp * job.cp > 1 or (job.dp_shard is not None and job.dp_shard < job.dp):
+            cfg["parallelism_config"] = _parallelism(job)  # HSDP: its dp_replicate_size
     elif backend == "DEEPSPEED":
         cfg["deepspeed_config"] = _deepspeed(job, accum)
     return write_yaml(cfg)

@@ -17,7 +17,7 @@ from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines,
                       train_only)
 
 ENGINE = "fsdp"
-_EXPRESSED = frozenset({"zero", "checkpointing", "fused_optimizer"})
+_EXPRESSED = frozenset({"zero", "checkpointing", "fused_optimizer", "dp_shard"})
 _TORCH_OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD",
                      "adagrad": "Adagrad", "rmsprop": "RMSprop", "adafactor": "Adafactor"}
 
@@ -65,6 +65,17 @@ def _optimizer_line(job: Job) -> str:
     return f"optimizer = torch.optim.{name}(model.parameters(), {', '.join(kw)})"
 
 
+def _mesh_line(job: Job) -> str:
+    """The device mesh: one dimension of every data-parallel rank, or under hybrid sharding
+    (``dp_shard``) FSDP2's 2-D mesh, replicas x shard group (fully_shard on a 2-D mesh is HSDP:
+    torch/distributed/fsdp/_fully_shard/_fully_shard.py, "a 2D mesh ... hybrid sharded data
+    parallel")."""
+    if job.dp_shard is None or job.dp_shard == job.dp:
+        return f"mesh = init_device_mesh('cuda', ({job.dp},), mesh_dim_names=('dp_shard',))"
+    return (f"mesh = init_device_mesh('cuda', ({job.dp // job.dp_shard}, {job.dp_shard}), "
+            "mesh_dim_names=('dp_replicate', 'dp_shard'))  # HSDP: replicate x shard")
+
+
 def export(job: Job, model: Model) -> str:
     """A torchrun command and the FSDP2 lines of the training script for ``job``."""
     train_only(job, ENGINE)
@@ -95,7 +106,7 @@ def export(job: Job, model: Model) -> str:
         "from torch.distributed.device_mesh import init_device_mesh",
         "from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard",
         "",
-        f"mesh = init_device_mesh('cuda', ({job.dp},), mesh_dim_names=('dp_shard',))",
+        _mesh_line(job),
         f"mp_policy = {mp}",
         *step_lines,
         *ck,

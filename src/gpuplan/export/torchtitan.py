@@ -21,7 +21,7 @@ from ._common import (TRAIN_FIELDS, accumulation, check_expressed, hub_repo, ref
                       train_only, write_toml)
 
 ENGINE = "torchtitan"
-_EXPRESSED = frozenset({"zero", "checkpointing", "fused_optimizer", "tp", "pp", "cp", "ep",
+_EXPRESSED = frozenset({"zero", "dp_shard", "checkpointing", "fused_optimizer", "tp", "pp", "cp", "ep",
                         "max_grad_norm", "fp8_param_gather", "fp8_attention",
                         "sequence_parallel", "pp_schedule", "micro_batches", "runtime"})
 #: catalog name -> (torchtitan model name, flavor): the flavors of torchtitan 0.2.2's
@@ -102,8 +102,9 @@ def _parallelism(job: Job, model: Model) -> dict:
                      "torchtitan's tensor parallel always shards the norms by sequence; add "
                      f"{opt('sequence_parallel')}", field="sequence_parallel", value=False,
                      fix={"sequence_parallel": True})
-    out = {"data_parallel_replicate_degree": job.dp if job.zero == 0 else 1,
-           "data_parallel_shard_degree": 1 if job.zero == 0 else job.dp,
+    shard = job.dp if job.dp_shard is None else job.dp_shard  # HSDP: replicas of the shards
+    out = {"data_parallel_replicate_degree": job.dp if job.zero == 0 else job.dp // shard,
+           "data_parallel_shard_degree": 1 if job.zero == 0 else shard,
            "fsdp_reshard_after_forward": "always" if job.zero == 3 else "never",
            "tensor_parallel_degree": job.tp, "context_parallel_degree": job.cp,
            "expert_parallel_degree": job.ep, "pipeline_parallel_degree": job.pp}

@@ -291,6 +291,14 @@ class ShardingConfig:
     stage3_prefetch_bucket_size: int | None = None
     """DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size``: elements one prefetch round chooses
     at most (None: DeepSpeed's default, 5e7). ZeRO-3 under deepspeed."""
+    dp_shard: int | None = None
+    """Hybrid sharding (HSDP): the ZeRO-3 states sharded over groups of this many data-parallel
+    ranks (``x cp``), the groups replicas of each other -- torch FSDP1's
+    ``ShardingStrategy.HYBRID_SHARD`` (shard inside a node, replicate across nodes) and FSDP2's
+    2-D mesh (torchtitan's ``data_parallel_shard_degree``, its ``data_parallel_replicate_degree``
+    the data-parallel degree / this). The weights are all-gathered and the gradients
+    reduce-scattered inside the group; each gradient shard is then all-reduced across the
+    replicas. None: one group of every data-parallel rank (full sharding). ZeRO-3 under fsdp2."""
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -219,7 +219,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "moe_dispatcher", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
-    "recompute_modules")
+    "recompute_modules", "dp_shard")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -369,12 +369,30 @@ def _check_across(job: Job) -> None:
                          f"{job.engine}: Megatron-Core's flex dispatcher; use {opt('engine')} "
                          f"megatron or drop {opt('moe_dispatcher')}", field="moe_dispatcher",
                          value=job.moe_dispatcher, fix={"engine": "megatron"})
+    if job.dp_shard is not None:
+        _check_dp_shard(job)
     if job.recompute_modules is not None and job.engine != "megatron":
         raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
                          "Megatron-Core's module list; use "
                          f"{opt('engine')} megatron or drop {opt('recompute_modules')}",
                          field="recompute_modules", value=list(job.recompute_modules),
                          fix={"engine": "megatron"})
+
+
+def _check_dp_shard(job: Job) -> None:
+    """HSDP's shard group: ZeRO-3 under FSDP (FSDP1 HYBRID_SHARD, FSDP2's 2-D mesh), a divisor
+    of the data-parallel degree."""
+    if job.zero != 3 or job.sharding != "fsdp2":
+        raise InputError(f"{opt('dp_shard')} {job.dp_shard}: hybrid sharding is FSDP's "
+                         f"(HYBRID_SHARD, a 2-D mesh); use {opt('zero')} 3 with "
+                         f"{opt('sharding')} fsdp2, or drop {opt('dp_shard')}", field="dp_shard",
+                         value=job.dp_shard, fix={"zero": 3, "sharding": "fsdp2"})
+    if job.dp % job.dp_shard:
+        near = max(d for d in range(1, job.dp + 1) if job.dp % d == 0 and d <= job.dp_shard)
+        raise InputError(f"{opt('dp_shard')} {job.dp_shard}: the shard groups split the "
+                         f"data-parallel degree ({job.dp}); use a divisor of it, e.g. "
+                         f"{opt('dp_shard')} {near}", field="dp_shard", value=job.dp_shard,
+                         fix={"dp_shard": near})
 
 
 def _check_ep_overlap(job: Job) -> None:

@@ -16,9 +16,9 @@ from .._record import record
 from ..bounds import check_int, check_number
 from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES,
                               NON_TORCH_GROWTH_BYTES, NON_TORCH_TP_BYTES, SGLANG_INIT_BYTES,
-                              SGLANG_INIT_TP_BYTES, SORT_SAMPLER_BYTES, TRT_CONTEXT_BYTES,
-                              BudgetRule, budget_rule, sglang_default_fraction,
-                              sglang_settings)
+                              SGLANG_INIT_NVLINK_TP_BYTES, SGLANG_INIT_TP_BYTES,
+                              SORT_SAMPLER_BYTES, TRT_CONTEXT_BYTES, BudgetRule, budget_rule,
+                              sglang_default_fraction, sglang_settings)
 from ..engines.profiles import runtime_of
 from ..errors import InputError, UnsupportedError, opt
 from ..formats import get_weight_format
@@ -29,8 +29,8 @@ from ..parallel import layout_of, rank_model
 from .infer import infer_memory
 from .kv import kv_elem_bytes
 
-__all__ = ["KVBudget", "kv_budget", "sglang_running_requests", "SAMPLER_COPIES",
-           "FUSED_MOE_CHUNK", "GGUF_FORMATS"]
+__all__ = ["KVBudget", "kv_budget", "sglang_running_requests", "rope_cache_bytes",
+           "SAMPLER_COPIES", "FUSED_MOE_CHUNK", "GGUF_FORMATS"]
 
 #: The profile run's sampler holds the logits of every sequence in fp32 and one more copy of
 #: them (the probabilities it samples from).
@@ -66,8 +66,10 @@ class KVBudget:
     kv_bytes_per_token: int
     """KV bytes one token costs on this GPU (every layer of the rank, full attention)."""
     parts: dict
-    """name -> bytes: ``weights``, ``activation_peak``, ``cuda_graph_pool``, ``non_torch``,
-    ``reserved`` (what the fraction leaves outside the budget)."""
+    """name -> bytes: ``weights``, ``rope_cache`` (the rotary embedding's cos/sin buffer,
+    loaded with the weights: :func:`rope_cache_bytes`), ``activation_peak``,
+    ``cuda_graph_pool``, ``non_torch``, ``reserved`` (what the fraction leaves outside the
+    budget)."""
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
@@ -103,6 +105,7 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     mnbt, seqs = _batch_budgets(rule, gpu, L, max_num_batched_tokens, max_num_seqs, lay.tp)
     rarch = rank_model(model, job, 0).architecture if not lay.trivial else arch
     weights = infer_memory(model, job).weights_bytes
+    rope = rope_cache_bytes(rule, rarch, job)
     gguf = _is_gguf(job) and rule.engine == "vllm"
     act = _activation_peak(rarch, mnbt, seqs, sampler=rule.sampler, split_merged=gguf) \
         if rule.profile_activations else 0
@@ -110,12 +113,13 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
         + (NON_TORCH_TP_BYTES if lay.tp > 1 else 0)
     graphs = (CUDA_GRAPH_POOL_BYTES if rule.cuda_graph_deducted
               and runtime_of(job.runtime, "infer", job.engine) != "eager" else 0)
-    avail, reserved, non_torch = _available(rule, total, fraction, weights, act, non_torch,
-                                            graphs, lay.tp)
+    avail, reserved, non_torch = _available(rule, total, fraction, weights + rope, act,
+                                            non_torch, graphs, _sglang_init_bytes(gpu, lay.tp))
     eb = _kv_elem(job, rarch)
     page = int(rule.block_size * rarch.kv_elements_per_layer * eb)  # one layer's block
     blocks, conc, tokens, notes = _blocks(rule, rarch, page, max(avail, 0), L, mnbt)
-    parts = {"weights": weights, "activation_peak": act, "cuda_graph_pool": graphs,
+    parts = {"weights": weights, "rope_cache": rope, "activation_peak": act,
+             "cuda_graph_pool": graphs,
              "non_torch": non_torch, "reserved": reserved}
     if rule.engine == "sglang" and max_num_seqs is None:
         seqs = sglang_running_requests(tokens, L)
@@ -261,14 +265,44 @@ def _is_gguf(job: Job) -> bool:
     return job.infer_precision in GGUF_FORMATS
 
 
+def rope_cache_bytes(rule: BudgetRule, a: Architecture, job: Job) -> int:
+    """The rotary embedding's cos/sin table, a buffer the model holds beside its weights (one
+    per rope setup, shared by every layer): ``max_position_embeddings x rotary_dim`` values
+    (the rotary part of a head; MLA's ``qk_rope_head_dim``). vLLM keeps it in the model's dtype
+    (``RotaryEmbedding.__init__``: ``cache = cache.to(dtype)``,
+    vllm/model_executor/layers/rotary_embedding.py @0042be241b0f), so its "Model loading
+    took" counts it; SGLang keeps it in fp32 on CUDA ("cache needs to be in FP32 for numerical
+    stability", python/sglang/srt/layers/rotary_embedding.py @00a66ebe136b). Llama 3.2 3B at
+    131,072 positions: 32 MiB in fp16, the 0.03 GiB by which the T4 log's 6.02 GiB of weights
+    exceeds the parameters' 5.98. TensorRT-LLM's engines are not counted here (0)."""
+    if rule.engine not in ("vllm", "sglang"):
+        return 0
+    rot = a.mla.qk_rope_head_dim if a.mla is not None else a.head_dim
+    if rule.engine == "sglang":
+        dt = 4
+    else:
+        dt = 4 if get_weight_format(job.infer_precision).compute_dtype == "fp32" else 2
+    return a.max_position_embeddings * rot * dt
+
+
+def _sglang_init_bytes(gpu: GPU, tp: int) -> int:
+    """What SGLang's process holds before it measures its "total": the CUDA context, and at
+    TP > 1 NCCL and the custom all-reduce -- in device memory over NVLink
+    (:data:`SGLANG_INIT_NVLINK_TP_BYTES`), staged through the host over PCIe."""
+    if tp == 1:
+        return SGLANG_INIT_BYTES
+    nvlink = (gpu.interconnect or "").lower().startswith("nvlink")
+    return SGLANG_INIT_BYTES + (SGLANG_INIT_NVLINK_TP_BYTES if nvlink else SGLANG_INIT_TP_BYTES)
+
+
 def _available(rule: BudgetRule, total: int, f: float, weights: int, act: int, non_torch: int,
-               graphs: int, tp: int) -> tuple[int, int, int]:
+               graphs: int, sglang_init: int) -> tuple[int, int, int]:
     """(KV bytes, bytes the fraction reserves, non-torch bytes counted) by the rule's base."""
     if rule.fraction_of == "total":  # vLLM
         budget = int(total * f)
         return budget - weights - act - non_torch - graphs, total - budget, non_torch
     if rule.fraction_of == "init_free":  # SGLang: free before the weights, weights inside
-        init = total - SGLANG_INIT_BYTES - (SGLANG_INIT_TP_BYTES if tp > 1 else 0)
+        init = total - sglang_init
         return int(init * f) - weights, total - int(init * f), total - init
     free = total - TRT_CONTEXT_BYTES - weights - act - non_torch  # TensorRT-LLM
     return int(max(free, 0) * f), int(max(free, 0) * (1 - f)), non_torch + TRT_CONTEXT_BYTES

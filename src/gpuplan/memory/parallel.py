@@ -193,7 +193,8 @@ def rank_job(job: Job, lay: Layout) -> Job:
     (dp x cp), the pipeline's micro-batches as accumulation steps (gradients accumulate over
     them)."""
     accum = lay.micro_batches if lay.pp > 1 else job.grad_accum
-    return job._evolve(gpus=lay.zero_group, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False,
+    return job._evolve(gpus=lay.zero_group, dp_shard=None, tp=1, pp=1, cp=1, ep=1,
+                       sequence_parallel=False,
                        distribute_checkpoints=False,
                        pp_schedule="1f1b", micro_batches=None, grad_accum=accum,
                        pp_embedding_part=False, pp_loss_part=False,

@@ -70,13 +70,20 @@ class States:
 _STATES: dict[tuple, tuple[Model, States]] = {}
 
 
+def zero_shards(job: Job) -> int:
+    """Ranks ZeRO/FSDP shards the states over: the job's GPUs (its data-parallel group), or under
+    hybrid sharding its shard group (``dp_shard``: HYBRID_SHARD keeps one whole copy of the
+    states in each group, the groups replicas)."""
+    return job.gpus if job.dp_shard is None else min(job.gpus, job.dp_shard)
+
+
 def train_states(model: Model, job: Job) -> States:
     """The model states of ``job`` on ``model``, computed once per model and job knobs."""
     key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer, job.sharding, job.checkpointing,
            job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size,
-           job.fp8_param_gather, job.first_last_layers_bf16)
+           job.fp8_param_gather, job.first_last_layers_bf16, job.dp_shard)
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -151,7 +158,7 @@ def _compute_states(model: Model, job: Job) -> States:
     paged = _paged_bytes(opt, trained.tensors, trainable)
 
     # Sharding over the data-parallel group (ZeRO stages / FSDP).
-    g = job.gpus
+    g = zero_shards(job)
     z = job.zero
     host = 0
     if z >= 1:
@@ -303,7 +310,7 @@ def _fsdp2_states(model: Model, job: Job) -> States:
     optim = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trainable = model.params.total
-    g = job.gpus
+    g = zero_shards(job)
     units = fsdp_units(model, recipe, gpus=g, zero=job.zero)
     local = shard_elements(model, g)
     opt_bytes, opt_note = optimizer_state_bytes(optim, model.tensors or None, trainable, state_b)

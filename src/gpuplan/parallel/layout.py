@@ -117,6 +117,9 @@ class Layout:
     """ZeRO-3's all-gathers of the weights per micro-batch, in whole-model units
     (:func:`gpuplan.compute.parallel.zero3_gathers` of the model); None: the count without a
     tensor list."""
+    dp_shard: int | None = None
+    """Hybrid sharding (HSDP): the data-parallel ranks of one shard group
+    (:attr:`gpuplan.job.ShardingConfig.dp_shard`); None: every data-parallel rank."""
     gather_overlap: bool = True
     """ZeRO-3's weight all-gathers run beside the compute (a prefetch on its own stream: FSDP,
     DeepSpeed since its PR #1453, January 2022); False: each one waited for before the layer
@@ -137,7 +140,8 @@ class Layout:
                    moe_capacity_factor=job.moe_capacity_factor,
                    mtp_layers=job.mtp_layers or 0, ep_overlap=job.ep_overlap, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
                    checkpointing=job.checkpointing,
-                   distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding)
+                   distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding,
+                   dp_shard=job.dp_shard)
 
     @property
     def sp(self) -> bool:
@@ -165,8 +169,15 @@ class Layout:
 
     @property
     def zero_group(self) -> int:
-        """Ranks holding the same dense weights: ZeRO/FSDP's sharding group."""
-        return self.dp * self.cp
+        """Ranks ZeRO/FSDP shards the dense weights over: the data-parallel x context-parallel
+        group, or under hybrid sharding one shard group of it (``dp_shard x cp``)."""
+        return (self.dp if self.dp_shard is None else min(self.dp, self.dp_shard)) * self.cp
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the sharded states under hybrid sharding (``dp / dp_shard``; 1 otherwise):
+        the group each gradient shard is all-reduced over."""
+        return self.dp // (self.zero_group // self.cp)
 
     @property
     def expert_tp(self) -> int:
@@ -196,7 +207,9 @@ class Layout:
                                 or self.last_stage_layers is not None)
 
     def label(self) -> str:
-        parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"]
+        parts = [f"TP{self.tp}", f"PP{self.pp}", f"CP{self.cp}", f"DP{self.dp}"
+                 + (f"(HSDP {self.replicas}x{self.zero_group // self.cp})"
+                    if self.replicas > 1 else "")]
         if self.ep > 1:
             parts.insert(3, f"EP{self.ep}" + (f" ETP{self.expert_tp}" if self.folded else ""))
         sched = f" {self.pp_schedule}" if self.pp > 1 else ""
@@ -233,6 +246,8 @@ class Layout:
             out["mtp_layers"] = self.mtp_layers
         if self.ep_overlap:
             out["ep_overlap"] = True
+        if self.replicas > 1:  # hybrid sharding: the shard group and its replicas
+            out.update(dp_shard=self.zero_group // self.cp, dp_replicas=self.replicas)
         return out
 
     def degrees_dict(self) -> dict:

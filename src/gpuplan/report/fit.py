@@ -94,8 +94,10 @@ def _engine_table(p: Plan, units: ByteUnits):
                 "available KV", "blocks", "KV tokens", "max concurrency"):
         table.add_column(col, justify="left" if col == "GPU" else "right")
     for name, b in p.engine_budgets:
-        parts = [format_bytes(b.parts[k], units) for k in
-                 ("weights", "activation_peak", "cuda_graph_pool", "non_torch")]
+        loaded = b.parts["weights"] + b.parts.get("rope_cache", 0)  # as the engine's log counts
+        parts = [format_bytes(v, units) for v in
+                 (loaded, *(b.parts[k] for k in ("activation_peak", "cuda_graph_pool",
+                                                 "non_torch")))]
         table.add_row(name, f"{b.fraction:g}", *parts, format_bytes(b.available_kv_bytes, units),
                       f"{b.kv_blocks:,} x {b.block_size}", f"{b.kv_tokens:,}",
                       f"{b.max_concurrency:.2f}x")

@@ -80,6 +80,8 @@ def _print_layout(c: Any, est: SpeedEstimate) -> None:
     lay = d["layout"]
     c.print(f"[bold]layout[/bold]: TP {lay['tp']} x PP {lay['pp']} x CP {lay['cp']} x DP "
             f"{lay['dp']}" + (f" (EP {lay['ep']})" if lay["ep"] > 1 else "")
+            + (f" (HSDP: {lay['dp_replicas']} replicas of a shard group of {lay['dp_shard']})"
+               if lay.get("dp_shard") else "")
             + f" = {lay['gpus']} GPUs")
     keys = ("compute_s", "bubble_s", "tp_comm_exposed_s", "cp_comm_exposed_s",
             "ep_comm_exposed_s", "pp_comm_exposed_s", "dp_comm_exposed_s", "optimizer_s",

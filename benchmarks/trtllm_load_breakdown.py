@@ -1,0 +1,355 @@
+"""Where gpuplan's TensorRT-LLM serving steps go fast under load (issues 29 and 31): the online rows
+of TensorRT-LLM's perf overview beside the offline rows of the same page, and what TensorRT-LLM's
+own code does per request and per iteration that the step model does or does not carry.
+
+Three sections, all from the model and the published figures, nothing fitted:
+
+* **Online** (TensorRT-LLM 0.14 behind Triton's tensorrtllm_backend, streamed; serving_runs.json,
+  every row at a stated rate): the simulation's steps split into decode-only and mixed ones, the
+  simulated and measured mean ITL, the gap, the requests in flight by Little's law on the measured
+  figures, and the gap per request in flight; beside it the request rate the server completed
+  (output tokens/s over the output length) against the rate the table states.
+* **Offline** (TensorRT-LLM 0.17's trtllm-bench, non-streamed, every request at once: runs.json's
+  ``tensorrt-llm`` serving rows, plus the table's decode-heavy 128/2048 rows): simulated over
+  measured output tokens/s, and what the gap is per sequence per step at the simulation's batch.
+* **Per-request work** of TensorRT-LLM's executor loop, sized from first principles at 64
+  sequences where it can be.
+
+    PYTHONPATH=src python benchmarks/trtllm_load_breakdown.py [--write]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))
+
+from gpuplan.capacity import _cost, capacity  # noqa: E402
+from gpuplan.hardware import get_gpu  # noqa: E402
+from gpuplan.job import Job  # noqa: E402
+from gpuplan.models import load_model  # noqa: E402
+
+import validate_capacity  # noqa: E402
+from validate_speed import serving_in_flight  # noqa: E402
+
+SERVING = HERE / "published" / "serving_runs.json"
+RUNS = HERE / "published" / "runs.json"
+OUT_MD = HERE / "trtllm_load_breakdown.md"
+PERF = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md "
+        "@258c7540c03517def55d9a5aadfa9288af474e1b")
+#: perf-overview.md @258c754, "Preparing a Dataset": $num_requests by input/output length
+NUM_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000,
+                (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000,
+                (20000, 2000): 1000}
+#: perf-overview.md @258c754, "Throughput Measurements" (v0.17, FP8, output tokens/s): the
+#: decode-heavy 128/2048 rows runs.json does not hold (model, GPU, TP, measured)
+DECODE_HEAVY = (("llama-3.1-8b", "H100-SXM-80GB", 1, 21109.38),
+                ("llama-3.1-70b", "H100-SXM-80GB", 4, 11511.93))
+
+
+def achieved_rate(srow: dict) -> float:
+    """Requests/s the server completed: the measured output tokens/s over the output length."""
+    return srow["measured"]["output_tokens_per_s"]["value"] / srow["output_len"]
+
+
+def gap_per_request_us(predicted_ms: float, measured_ms: float, in_flight: float) -> float:
+    """The measured minus simulated mean ITL, per request in flight, in microseconds."""
+    return (measured_ms - predicted_ms) / in_flight * 1e3
+
+
+def offline_gap_per_seq_us(step_ms: float, simulated: float, measured: float,
+                           batch: float) -> float:
+    """What the measured throughput implies per sequence per step beyond the simulated step:
+    the step that gives the measured throughput at the same batch is ``step x simulated /
+    measured``; the difference over the batch, in microseconds."""
+    return step_ms * (simulated / measured - 1.0) / batch * 1e3
+
+
+def logits_pass_s(seqs: int, vocab: int, bytes_per_logit: int, bandwidth: float,
+                  passes: int = 2) -> float:
+    """One read and one write (``passes``) of ``seqs`` rows of logits over the vocabulary: the
+    least a sampler's pass over them moves, at ``bandwidth`` bytes/s."""
+    return passes * seqs * vocab * bytes_per_logit / bandwidth
+
+
+def short_of_rate(rows: list[dict], share: float = 0.9, queue: float = 1.5) -> list[dict]:
+    """Rows whose server completed under ``share`` of the stated rate while their measured TTFT
+    stayed within ``queue`` x the same configuration's TTFT at its lowest rate (no queue built
+    up: the requests were not arriving faster than they were served). A configuration is the
+    row id less its ``-qps<N>`` tail."""
+    base: dict[str, dict] = {}
+    for r in rows:
+        key = r["id"].rsplit("-qps", 1)[0]
+        if key not in base or r["qps"] < base[key]["qps"]:
+            base[key] = r
+    return [r for r in rows if r["achieved"] < share * r["qps"]
+            and r["ttft"] <= queue * base[r["id"].rsplit("-qps", 1)[0]]["ttft"]]
+
+
+def _logged(fn):
+    """Run ``fn`` with every step's (decodes, prompt tokens, seconds) recorded."""
+    log: list[tuple[int, int, float]] = []
+    orig = _cost.StepCost.step_s
+
+    def step_s(self, decodes, context_sum, chunks):
+        t = orig(self, decodes, context_sum, chunks)
+        log.append((decodes, sum(n for n, _ in chunks), t))
+        return t
+
+    _cost.StepCost.step_s = step_s
+    try:
+        return fn(), log
+    finally:
+        _cost.StepCost.step_s = orig
+
+
+def online_rows() -> list[dict]:
+    """Every TensorRT-LLM 0.14 online row at a stated rate, simulated as validate_capacity.py
+    does, with its steps split."""
+    out = []
+    for srow in json.loads(SERVING.read_text())["runs"]:
+        if srow["source_group"] != "tensorrt-llm-online" or srow["load"]["request_rate"] is None:
+            continue
+        row, log = _logged(lambda: validate_capacity.predict(srow))
+        dec = [s for s in log if not s[1]]
+        mixed = [s for s in log if s[1]]
+        pred, meas = row.predicted["itl_ms"], srow["measured"]["itl_ms"]["value"]
+        flight = serving_in_flight(srow)
+        out.append({"id": srow["id"], "qps": srow["load"]["request_rate"],
+                    "achieved": achieved_rate(srow), "in_flight": flight,
+                    "decode_b": statistics.mean(s[0] for s in dec),
+                    "decode_ms": 1e3 * statistics.mean(s[2] for s in dec),
+                    "mixed_share": len(mixed) / len(log),
+                    "mixed_ms": 1e3 * statistics.mean(s[2] for s in mixed) if mixed else 0.0,
+                    "pred": pred, "meas": meas, "ttft": srow["measured"]["ttft_ms"]["value"],
+                    "gap_us": gap_per_request_us(pred, meas, flight)})
+    return out
+
+
+def _offline_specs() -> list[tuple]:
+    specs = []
+    for r in json.loads(RUNS.read_text())["runs"]:
+        if r["source_group"] == "tensorrt-llm" and r["kind"] == "serving":
+            j, hw = r["job"], r["hardware"]
+            prec = j["precision"].split()[0]  # "fp8 (weights and KV cache)": an FP8 build
+            specs.append((r["id"], r["model"]["catalog"], hw["gpu"], j.get("tp") or 1, prec,
+                          j["input_len"], j["output_len"], r["measured"]["value"]))
+    for model, gpu, tp, meas in DECODE_HEAVY:
+        specs.append((f"perf-overview {model} {gpu} tp{tp} fp8 128/2048", model, gpu, tp, "fp8",
+                      128, 2048, meas))
+    return specs
+
+
+def offline_rows() -> list[dict]:
+    """The offline max-throughput rows at every request at once (trtllm-bench's load), on
+    gpuplan's TensorRT-LLM 0.14 scheduler row (0.17 lies between 0.14 and 1.0); an FP8 build
+    runs an FP8 KV cache (perf-overview.md: "If you specify FP8 quantization, the KV cache will
+    automatically be set to FP8 as well!")."""
+    out = []
+    for rid, model, gpu, tp, prec, i, o, meas in _offline_specs():
+        n = NUM_REQUESTS[(i, o)]
+        job = Job(model=model, mode="infer", engine="trt-llm", tp=tp, gpus=tp,
+                  infer_precision=prec, kv_dtype="fp8" if prec == "fp8" else None)
+        res, log = _logged(lambda: capacity(
+            load_model(model), get_gpu(gpu), job=job, engine="trt-llm", engine_version="0.14",
+            input=i, output=o, requests=n, seed=0, concurrency=n))
+        sim = res.throughput["output_tokens_per_s"]
+        dec = [s for s in log if not s[1]]
+        b = statistics.mean(s[0] for s in dec)
+        step = 1e3 * statistics.mean(s[2] for s in dec)
+        out.append({"id": rid, "in_out": f"{i}/{o}", "requests": n, "sim": sim, "meas": meas,
+                    "decode_b": b, "decode_ms": step,
+                    "gap_us": offline_gap_per_seq_us(step, sim, meas, b)})
+    return out
+
+
+def _online_table(rows: list[dict]) -> list[str]:
+    lines = ["| row | QPS | completed req/s | in flight | decode-only steps: batch, ms | mixed "
+             "steps: share, ms | ITL ms sim / meas | gap per request in flight |",
+             "|---|---:|---:|---:|---|---|---|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r['id'].removeprefix('trtllm-online-')} | {r['qps']:g} | {r['achieved']:.2f} | "
+            f"{r['in_flight']:.1f} | {r['decode_b']:.1f}, {r['decode_ms']:.2f} | "
+            f"{100 * r['mixed_share']:.1f}%, {r['mixed_ms']:.1f} | {r['pred']:.2f} / "
+            f"{r['meas']:g} | {r['gap_us']:.0f} us |")
+    return lines
+
+
+def _offline_table(rows: list[dict]) -> list[str]:
+    lines = ["| row | in/out | requests | output tok/s sim / meas | ratio | decode-only steps: "
+             "batch, ms | implied extra per sequence per step |", "|---|---|---:|---|---:|---|---:|"]
+    for r in rows:
+        lines.append(f"| {r['id']} | {r['in_out']} | {r['requests']} | {r['sim']:,.0f} / "
+                     f"{r['meas']:,.0f} | {r['sim'] / r['meas']:.2f} | {r['decode_b']:.0f}, "
+                     f"{r['decode_ms']:.2f} | {r['gap_us']:.1f} us |")
+    return lines
+
+
+def _summary(online: list[dict]) -> list[str]:
+    small = [r for r in online if r["in_flight"] <= 64 and r["id"].endswith(
+        ("-467-256-qps2", "-467-256-qps4", "-202-214-qps2", "-202-214-qps4", "-202-214-qps8"))]
+    under = short_of_rate(online)
+    gaps = sorted(r["gap_us"] for r in small)
+    return [f"Decode-bound rows (467/256 at 2-4 QPS, 202/214 at 2-8 QPS) with at most 64 in flight: "
+            f"{len(small)}; the measured ITL exceeds the simulated one by "
+            f"{gaps[0]:.0f}-{gaps[-1]:.0f} us per request in flight (median "
+            f"{statistics.median(gaps):.0f} us). Rows whose server completed under 90% of the "
+            f"stated rate with their TTFT within 1.5x their lowest rate's (no queue): {len(under)} "
+            f"({', '.join(r['id'].removeprefix('trtllm-online-') for r in under)})."]
+
+
+MECHANISMS = """## What TensorRT-LLM does per request and per iteration
+
+Read in NVIDIA/TensorRT-LLM as stored in the offline index (the 0.14 batch manager shipped as a
+static library; these are the first open-sourced versions of the same loop):
+
+* **The executor loop is serial with the GPU.** `cpp/tensorrt_llm/executor/executorImpl.cpp`
+  @036a60f7 `Executor::Impl::executionLoop`: `forwardSync` (waits for the iteration's GPU work and
+  the decoder, updates the requests), `populateNewResponses` (for every active request,
+  `llmReq->createResponse(...)`: under streaming a response with the iteration's new token, each
+  iteration), `enqueueNewResponses` (one lock of the response map, one notify), then
+  `fetchNewRequests` and `forwardAsync` (capacity and micro-batch scheduling, sequence slots, KV
+  blocks, buffers, the engine's enqueue, the decoder step). Nothing of this overlaps the GPU unless
+  TRT overlap is on (`trtGptModelInflightBatching.cpp` @00825c4e: `mNumMicroBatches =
+  isTrtOverlap() ? 2 : 1`, off by default). gpuplan's TensorRT-LLM host already runs serially
+  (`ServingHost.overlap` False) but with no per-step or per-sequence seconds: no published figure
+  for this loop's host time was found.
+* **Streaming is the difference between the two tables.** The online rows stream every token
+  through Triton's tensorrtllm_backend (perf-overview.md: "The TensorRT-LLM backend is used to
+  measure the performance of TensorRT-LLM for online serving"); `trtllm-bench throughput`, which
+  made the offline table, does not stream unless asked (`tensorrt_llm/bench/benchmark/
+  throughput.py`: `--streaming`, `is_flag=True, default=False`). A non-streamed request makes one
+  response at its end; a streamed one makes a response per iteration in the loop above and then
+  travels Triton's response path (the backend's response thread, the ensemble's postprocessing
+  model, the HTTP/gRPC stream). Its cost per response is published nowhere found here.
+* **No CUDA graphs.** The TRT-engine runtime replays a graph only in CUDA-graph mode
+  (`ExtendedRuntimePerfKnobConfig.cuda_graph_mode`, default False;
+  `TrtGptModelInflightBatching::executeContext` never for a batch with a context request): each
+  iteration enqueues the engine's kernels. That is a per-kernel cost, the same at any batch, so it
+  is no part of a gap that grows with the requests in flight.
+* **How gpuplan prices a mixed step** (capacity/_cost.py `StepCost.step_s`): the decode step of
+  its decodes at their mean context (the speed model's D(b, c) is affine in the summed context, so
+  the mean is exact), plus the token-linear part of the prompt tokens over the decodes'
+  (`Plin(T + b) - Plin(b)`: the weights read once, elementwise work per token), plus each chunk's
+  attention over its own cached prefix. The one piece it drops is the finishing prompt's own
+  logits row (both `Plin` terms carry one), a row of a GEMM whose weights the decodes' rows already
+  read. Nothing here grows with the requests in flight beyond what the kernels do.
+* **Sampling over the vocabulary.** One read and one write of fp32 logits (vocabulary 128,256) for
+  64 sequences moves {sampler_mb:.0f} MB: {sampler_us:.0f} us at the H100's 3.35 TB/s, {sampler_pct:.2f}%
+  of the simulated 8B step at that batch ({step64:.2f} ms) -- too small to matter, so it is not
+  added to the step.
+"""
+
+
+def _conclusion(online: list[dict], offline: list[dict], steps: list[tuple]) -> list[str]:
+    small = [r for r in online if 2 <= r["in_flight"] <= 64]
+    ratios = [r["sim"] / r["meas"] for r in offline]
+    heavy = [r for r in offline if r["id"].startswith("perf-overview")]
+    gap = statistics.median(r["gap_us"] for r in small)
+    lines = ["## Reading", "",
+             f"Offline, the same engine's batched step at {min(r['decode_b'] for r in offline):.0f}-"
+             f"{max(r['decode_b'] for r in offline):,.0f} sequences is simulated within "
+             f"{100 * (min(ratios) - 1):+.0f}% to {100 * (max(ratios) - 1):+.0f}% of the measured "
+             f"throughput (at most {max(r['gap_us'] for r in offline):.0f} us per sequence per "
+             "step left). Online, with 2-64 requests in flight, the measured ITL is "
+             f"{gap:.0f} us per request in flight (median over {len(small)} rows) above the "
+             "simulated one, and about nothing at one request. Two readings are consistent with "
+             "both tables:", "",
+             "1. **A cost per streamed response** (only the online rows stream): the loop's "
+             "`createResponse` and Triton's response path for every request every iteration. At "
+             f"{gap:.0f} us per sequence it would add "
+             + ", ".join(f"{gap * r['decode_b'] / 1e3:.0f} ms to the {r['decode_ms']:.1f} ms "
+                         f"offline step of {r['id'].removeprefix('perf-overview ')}"
+                         for r in heavy)
+             + " had those requests streamed; they did not, so the offline rows neither confirm "
+             "nor exclude it.",
+             "2. **A per-step cost that appears past one sequence**: the offline decode-heavy "
+             "rows leave "
+             + " and ".join(f"{r['decode_ms'] * (r['sim'] / r['meas'] - 1):.1f} ms per step "
+                            f"({r['id'].removeprefix('perf-overview ')})" for r in heavy)
+             + ", the size of the online gaps at 8-64 requests in flight on the decode-bound "
+             "lengths (" + "; ".join(
+                 f"{lo:.1f}-{hi:.1f} ms on {m}" for m, (lo, hi) in _gap_ranges(online).items())
+             + "). The speed model prices every 16-bit weight matmul below one 128-row "
+             "tile at the GEMV bandwidth share measured at batch 1 (efficiency.py `gemv_bw_16bit` "
+             "0.685, gpt-fast's batch-1 decode; time.py `_bandwidth`) and from 128 rows on at the "
+             "streaming share (`memory_default` 0.85), so its decode step drops where a 128th "
+             "sequence joins:", ""]
+    lines += ["| model (H100, bf16, context 512) | " + " | ".join(f"D({b})" for b, _ in steps[0][1])
+              + " |", "|---|" + "---:|" * len(steps[0][1])]
+    lines += [f"| {m} | " + " | ".join(f"{t:.2f} ms" for _, t in row) + " |" for m, row in steps]
+    lines += ["", "A step cannot get faster for reading the same weights for one more row: one of "
+              "the two shares is wrong near the boundary; under reading 2 it is the one below "
+              "it, too high for 2-127 rows. No published measurement of a 16-bit GEMM's "
+              "bandwidth share at 2-127 rows on a Hopper was found, so neither share is changed "
+              "here (the speed model's, not the scheduler's; the owner of efficiency.py should "
+              "see it).", "",
+              "Neither cost has a published figure, and one fitted to these rows is what issue 31 "
+              "rules out, so nothing is added: gpuplan's TensorRT-LLM host (engines/profiles.py "
+              "``_TRTLLM_HOST``) keeps no per-step or per-sequence seconds. What would settle it: "
+              "tensorrtllm_backend streamed and not streamed at one batch (reading 1), and a "
+              "16-bit GEMM of a 70B layer's shapes at 1-256 rows (reading 2), on an H100.", ""]
+    return lines
+
+
+def _gap_ranges(online: list[dict]) -> dict[str, tuple[float, float]]:
+    """Measured minus simulated ITL (ms), lowest and highest, over the 467/256 and 202/214 rows
+    with 8-64 requests in flight, by model."""
+    out: dict[str, list[float]] = {}
+    for r in online:
+        if 8 <= r["in_flight"] <= 64 and "-467-16-" not in r["id"]:
+            out.setdefault(r["id"].split("-h")[0].removeprefix("trtllm-online-"), []).append(
+                r["meas"] - r["pred"])
+    return {m: (min(g), max(g)) for m, g in out.items()}
+
+
+def decode_steps(batches=(1, 2, 8, 32, 64, 127, 128, 256)) -> list[tuple]:
+    """The simulated decode step D(b) at context 512 on an H100 (bf16, TensorRT-LLM), for the
+    8B on one GPU and the 70B over TP4: (model, [(b, ms), ...])."""
+    out = []
+    for model, tp in (("llama-3.1-8b", 1), ("llama-3.1-70b", 4)):
+        job = Job(model=model, mode="infer", engine="trt-llm", infer_precision="bf16", tp=tp,
+                  gpus=tp)
+        cost = _cost.StepCost(load_model(model), get_gpu("H100-SXM-80GB"), job, max_len=4096)
+        out.append((f"{model} TP{tp}", [(b, cost.decode_s(b, b * 512) * 1e3) for b in batches]))
+    return out
+
+
+def render(online: list[dict], offline: list[dict], steps: list[tuple]) -> str:
+    s = logits_pass_s(64, 128256, 4, 3.35e12)
+    step64_ms = dict(steps[0][1])[64]
+    lines = ["Recorded by `PYTHONPATH=src python benchmarks/trtllm_load_breakdown.py --write` "
+             "(the model's figures, no GPU).", "",
+             "# TensorRT-LLM under load: online (streamed) against offline (not streamed)", "",
+             f"Both tables are {PERF}. Little's law on the measured figures gives the requests in "
+             "flight (rate x (TTFT + output x ITL)); the gap is measured minus simulated mean "
+             "ITL over them.", "", "## Online: TensorRT-LLM 0.14 behind Triton, streamed", ""]
+    lines += _online_table(online) + [""] + _summary(online) + [""]
+    lines += ["## Offline: trtllm-bench (v0.17, FP8/FP16), every request at once, not streamed",
+              "", "Simulated on gpuplan's TensorRT-LLM 0.14 scheduler row at the request counts the "
+              "page states; trtllm-bench tunes its own max_batch_size (not stated), which moves "
+              "none of these rows: at 2,048 and 4,096 sequences the KV cache is the limit.", ""]
+    lines += _offline_table(offline) + [""]
+    lines += _conclusion(online, offline, steps)
+    lines += [MECHANISMS.format(sampler_mb=2 * 64 * 128256 * 4 / 1e6, sampler_us=s * 1e6,
+                                sampler_pct=100 * s / (step64_ms / 1e3), step64=step64_ms)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render(online_rows(), offline_rows(), decode_steps())
+    if "--write" in argv:
+        OUT_MD.write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
