@@ -103,8 +103,9 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # exchange (no copies, no Fp8Padding), DeepEP permutes after it: median 9.4% -> 10.4%, worst
 # 155.9% unmoved; the HybridEP rows back up -- GB200 Qwen3-30B 1.18/1.29, DeepSeek-V3
 # 1.10/0.99 (BF16 1.17), Qwen3-235B 1.10/1.10, B200 DeepSeek-V3 26.02 1.33; H100 26.02
-# Qwen3-30B (DeepEP) 2.15 -> 2.05; MoE median 15.4% -> 19.5%
-@pytest.mark.xfail(strict=True, reason="median |error| 10.4% > 10%: the HybridEP rows (GB200) "
+# Qwen3-30B (DeepEP) 2.15 -> 2.05; MoE median 15.4% -> 19.5% (10.2% median after merging main,
+# whose DeepSeek-V3 recompute casts moved B200 26.02 to 1.31)
+@pytest.mark.xfail(strict=True, reason="median |error| 10.2% > 10%: the HybridEP rows (GB200) "
                    "1.10-1.29x optimistic, the Qwen3-30B H100 rows 2.05-2.56x")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
