@@ -108,15 +108,14 @@ BRIDGE_PRESETS = {"fp8-current": {"fp8_param_gather": True},
 #: for (each row's ``recipe`` in fp8_runs.json: the config read at its tag and commit): named in
 #: the row's notes, not modelled.
 RECIPE_UNMODELLED = {
-    "moe_flex_dispatcher_backend": lambda v: f"the flex dispatcher's {v} backend (gpuplan's "
-                                             "all-to-all is the flat alltoall dispatcher's)",
     "cuda_graph_scope": lambda v: f"TE CUDA graphs over {', '.join(v)}",
 }
 
 
 def recipe_fields(run: dict, notes: list[str]) -> dict:
     """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
-    batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the MTP depth
+    batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
+    backend (``moe_flex_dispatcher_backend`` -> ``moe_dispatcher``), the MTP depth
     (``mtp_num_layers`` -> ``mtp_layers``) and selective recompute of named modules
     (``recompute_modules`` -> ``checkpointing`` selective with ``recompute_modules``); what
     gpuplan cannot express goes to ``notes``."""
@@ -130,6 +129,10 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("moe_a2a_overlap"):
         out["ep_overlap"] = True
         notes.append(f"batch-level EP overlap (moe_a2a_overlap, {where})")
+    if r.get("moe_token_dispatcher_type") == "flex" and r.get("moe_flex_dispatcher_backend"):
+        out["moe_dispatcher"] = r["moe_flex_dispatcher_backend"]
+        notes.append(f"the flex dispatcher over {r['moe_flex_dispatcher_backend']} "
+                     f"(moe_flex_dispatcher_backend, {where})")
     if r.get("mtp_num_layers"):
         out["mtp_layers"] = r["mtp_num_layers"]
         notes.append(f"MTP depth {r['mtp_num_layers']} (the recipe's mtp_num_layers, {where})")
@@ -351,7 +354,8 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
     """Per MoE row, its recorded Megatron-Bridge recipe and what of it the Job takes or leaves."""
     out = ["", "## MoE rows: the Megatron-Bridge recipes they ran", "",
            "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
-           "taken into the Job: moe_a2a_overlap (`ep_overlap`), mtp_num_layers (`mtp_layers`), "
+           "taken into the Job: moe_a2a_overlap (`ep_overlap`), the dispatcher and its flex "
+           "backend (`moe_dispatcher`), mtp_num_layers (`mtp_layers`), "
            "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap; "
            "the rest "
            "named, not modelled.", "",

@@ -91,6 +91,17 @@ class NarrowRecipe:
     global_scale: bool = False
     """A per-tensor fp32 scale over the block scales, taken from the current tensor's amax
     (NVFP4's second level): one more read of the 16-bit tensor before it is quantized."""
+    split_quantize_kernels: int | None = None
+    """Kernels Transformer Engine's ``split_quantize`` launches per split when it quantizes a
+    grouped linear's input or output gradient, one split per local expert (TE
+    transformer_engine/pytorch/csrc/extensions/cast.cpp ``split_quantize`` ->
+    ``multi_tensor_quantize_impl`` at NVIDIA/TransformerEngine@
+    fe8fad59c9add7f8aa841fed2a0b4087b931856f): 0 where one fused kernel quantizes every split
+    (delayed scaling's ``nvte_multi_cast_transpose``), else each split's own quantize --
+    current scaling 3 (``nvte_compute_amax_with_config``, ``nvte_compute_scale_from_amax``,
+    ``nvte_quantize_v2``: csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl),
+    MXFP8 and 1 x 128 / 128 x 128 blocks 1 (``nvte_quantize_v2``), NVFP4 1 (after one grouped
+    amax, ``nvte_group_amax``). None: no split quantize (torchao casts each call's input once)."""
 
 
 _TE = "NVIDIA/TransformerEngine transformer_engine/common/recipe/__init__.py @000b637e"
@@ -104,7 +115,8 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  act_block=0, weight_block=0, scale_bytes=4, amax_history=1024,
                  caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
-                 source=_TE + " (DelayedScaling: amax_history_len=1024, margin=0)"),
+                 source=_TE + " (DelayedScaling: amax_history_len=1024, margin=0)",
+                 split_quantize_kernels=0),
     NarrowRecipe(name="fp8-current", dtype="fp8", implementation="te.Float8CurrentScaling",
                  architectures=FP8_ARCHITECTURES, formats="HYBRID: e4m3 fwd / e5m2 bwd",
                  scaling="per tensor, from the tensor's own amax (an extra reduction pass)",
@@ -112,7 +124,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
                  source=_TE + " (Float8CurrentScaling); Megatron --fp8-recipe tensorwise; "
-                        "NeMo/Megatron-Bridge FP8-CS"),
+                        "NeMo/Megatron-Bridge FP8-CS", split_quantize_kernels=3),
     NarrowRecipe(name="fp8-tensorwise", dtype="fp8", implementation="torchao Float8Linear "
                  "(tensorwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd / e5m2 bwd",
                  scaling="dynamic per tensor", act_block=0, weight_block=0, scale_bytes=4,
@@ -135,7 +147,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  saves_narrow_inputs=True, narrow_gemms=_ALL3, param_gather=True,
                  engines=("megatron",),
                  source=_TE + " (Float8BlockScaling); DeepSeek-V3 report sec. 3.3 "
-                        "(arXiv 2412.19437)"),
+                        "(arXiv 2412.19437)", split_quantize_kernels=1),
     NarrowRecipe(name="mxfp8", dtype="fp8", implementation="te.MXFP8BlockScaling",
                  architectures=BLACKWELL, formats="e4m3 fwd and bwd",
                  scaling="an e8m0 (power-of-two) scale per 32 consecutive values",
@@ -143,7 +155,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="always", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron", "torchtitan"),
                  source=_TE + " (MXFP8BlockScaling: rowwise and columnwise copies); OCP MX "
-                        "spec v1.0"),
+                        "spec v1.0", split_quantize_kernels=1),
     NarrowRecipe(name="nvfp4", dtype="fp4", implementation="te.NVFP4BlockScaling",
                  architectures=BLACKWELL, formats="e2m1 fwd and bwd",
                  scaling="an e4m3 scale per 16 values and an fp32 scale per tensor",
@@ -155,7 +167,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                         "transformer_engine/pytorch/csrc/quantizer.cpp "
                         "NVFP4Quantizer::quantize_impl @d0067d0d (nvte_compute_amax_with_config, "
                         "or nvte_hadamard_transform_amax with RHT, before the quantize kernel)",
-                 global_scale=True),
+                 global_scale=True, split_quantize_kernels=1),
 )}
 
 #: What plain ``--precision fp8`` means under each engine: Megatron's ``--fp8-recipe`` default

@@ -483,12 +483,13 @@ def _train(engine: str, runtime: str = "auto", **kw):
 def test_megatron_issues_compiles_kernels_at_eager_host_cost():
     """Megatron-Core runs its Transformer Engine modules eagerly from Python (no compiler
     wrapper launches them): its kernels are compile's -- fused, the same count -- but each
-    forward kernel costs eager's 32 us on the host and each backward one autograd's 4 us, so
-    the host time is n_fwd x 32 us + n_bwd x 4 us, counted here from the ops."""
+    forward kernel costs eager's 32 us on the host, and so does each backward one (TE's
+    autograd Functions run their backward in Python: ``python_backward``), so the host time is
+    (n_fwd + n_bwd) x 32 us, counted here from the ops."""
     mt = _train("megatron")
     o = mt.step.overheads
     assert o.runtime == "compile"  # the label and the kernels stay the runtime's
-    assert (o.host_fwd_s, o.host_bwd_s) == (32e-6, 4e-6)
+    assert (o.host_fwd_s, o.host_bwd_s) == (32e-6, 32e-6)
     assert o.device_gap_s == constant("stream_gap_s")
     n_bwd = sum(t.op.kernels * t.op.count for t in mt.step.ops if t.op.phase == "backward"
                 and t.op.host_s is None)
@@ -496,10 +497,29 @@ def test_megatron_issues_compiles_kernels_at_eager_host_cost():
                  and t.op.host_s is None)
     own = sum(t.op.kernels * t.op.count * t.op.host_s for t in mt.step.ops
               if t.op.host_s is not None)
-    assert mt.step.host_time_s == pytest.approx(n_rest * 32e-6 + n_bwd * 4e-6 + own, rel=1e-12)
+    assert n_bwd > 0
+    assert mt.step.host_time_s == pytest.approx((n_rest + n_bwd) * 32e-6 + own, rel=1e-12)
     # torchtitan compiled: the same fusion, Inductor's wrapper launches at 4 us each
     tt = _train("torchtitan", "compile").step.overheads
     assert (tt.runtime, tt.host_fwd_s, tt.host_bwd_s) == ("compile", 4e-6, 4e-6)
+
+
+def test_python_backward_moves_only_the_backward_host_cost(monkeypatch):
+    """Without ``python_backward`` the backward kernels cost autograd's 4 us again and the
+    forward's stay at 32 us: the host time falls by n_bwd x (32 - 4) us exactly, no kernel and
+    no device time moves."""
+    mt = _train("megatron")
+    real = step_mod.get_engine
+    monkeypatch.setattr(step_mod, "get_engine",
+                        lambda name: dc_replace(real(name), python_backward=False))
+    base = _train("megatron")
+    assert (base.step.overheads.host_fwd_s, base.step.overheads.host_bwd_s) == (32e-6, 4e-6)
+    n_bwd = sum(t.op.kernels * t.op.count for t in mt.step.ops if t.op.phase == "backward"
+                and t.op.host_s is None)
+    assert mt.step.kernels == base.step.kernels
+    assert mt.step.device_time_s == pytest.approx(base.step.device_time_s, rel=1e-12)
+    assert mt.step.host_time_s - base.step.host_time_s == pytest.approx(n_bwd * 28e-6,
+                                                                        rel=1e-9)
 
 
 def test_megatron_host_cost_moves_no_kernel_and_no_device_time(monkeypatch):

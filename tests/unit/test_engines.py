@@ -45,6 +45,8 @@ def render_page() -> str:
         out += [f"- overlap: {p.overlap}"] if p.overlap else []
         out += [f"- host cost per launch: {p.host_issue}'s (`host_issue`; the kernels stay "
                 "the runtime's)"] if p.host_issue else []
+        out += ["- backward launches: from Python, at the forward's host cost per kernel "
+                "(`python_backward`)"] if p.python_backward else []
         out += [f"- source: {s}" for s in p.sources] + [""]
     return "\n".join(out)
 

@@ -334,6 +334,8 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--pipeline-model-parallel-layout": str, "--expert-tensor-parallel-size": int,
             # transformer_config.py @d98e8a64dd (TransformerConfig fields as options)
             "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
+            # transformer_config.py @b0cc2706: moe_flex_dispatcher_backend Literal
+            "--moe-flex-dispatcher-backend": ["deepep", "hybridep"],
             "--moe-expert-capacity-factor": float, "--moe-pad-expert-input-to-capacity": None,
             "--overlap-moe-expert-parallel-comm": None, "--delay-wgrad-compute": None,
             "--recompute-modules": ("*", str),  # a List[str] field: nargs *
@@ -798,6 +800,15 @@ def test_megatron_ep_overlap():
     assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
     a = megatron_args(export_plan(job(**base), "megatron"))
     assert not a.overlap_moe_expert_parallel_comm and not a.delay_wgrad_compute
+
+
+def test_megatron_flex_dispatcher():
+    # the flex dispatcher and its backend (transformer_config.py @b0cc2706); alltoall otherwise
+    base = dict(model="qwen3-30b-a3b", engine="megatron", gpus=8, ep=8, zero=1)
+    a = megatron_args(export_plan(job(**base, moe_dispatcher="hybridep"), "megatron"))
+    assert (a.moe_token_dispatcher_type, a.moe_flex_dispatcher_backend) == ("flex", "hybridep")
+    a = megatron_args(export_plan(job(**base), "megatron"))
+    assert a.moe_token_dispatcher_type == "alltoall" and a.moe_flex_dispatcher_backend is None
 
 
 def test_megatron_recompute_modules():

@@ -22,7 +22,7 @@ FIELDS = ["model", "mode", "engine", "precision", "infer_precision", "optimizer"
           "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel",
           "distribute_checkpoints", "pp_schedule",
           "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers", "pp_last_stage_layers",
-          "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap",
+          "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "moe_dispatcher",
           "micro_batches", "gpus_per_node", "inter_node", "sharding",
           "stage3_max_live_parameters", "stage3_prefetch_bucket_size", "fp8_param_gather",
           "fp8_attention", "first_last_layers_bf16", "power_limit_w", "recompute_modules",
@@ -111,3 +111,11 @@ def test_fit_json_job_is_serialized_from_the_fields(capsys):
     job = json.loads(capsys.readouterr().out)["job"]
     assert list(job) == FIELDS
     assert job["optimizer_states"] == "bf16" and job["lora_dropout"] == 0.0
+
+
+def test_the_moe_dispatcher_option():
+    j = cli_job("qwen3-30b-a3b", "--engine", "megatron", "--gpus", "8", "--ep", "8",
+                "--moe-dispatcher", "deepep")
+    assert j.moe_dispatcher == "deepep"
+    assert Job.from_dict(j.to_dict()).moe_dispatcher == "deepep"
+    assert cli_job("qwen3-30b-a3b").moe_dispatcher == "alltoall"

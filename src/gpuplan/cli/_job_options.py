@@ -140,6 +140,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "all-to-alls beside another's compute (Megatron-Core's "
               "--overlap-moe-expert-parallel-comm --delay-wgrad-compute; Megatron-Bridge's "
               "moe_a2a_overlap)"),
+    JobOption("--moe-dispatcher", "moe_dispatcher", "str", "Megatron-Core's MoE token "
+              "dispatcher: {choices} (default {default}; deepep, hybridep: the flex dispatcher "
+              "over DeepEP's / HybridEP's fused kernels)", "NAME"),
     JobOption("--sequence-parallel", "sequence_parallel", "flag", "Megatron sequence parallelism "
               "over the TP group"),
     JobOption("--distribute-checkpoints", "distribute_checkpoints", "flag", "split the layer "

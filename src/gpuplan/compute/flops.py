@@ -190,6 +190,9 @@ class Op:
     """A matmul that runs as separate GEMM launches over N (unfused Q, K and V projections; gate
     and up): each launch's share of ``shape``'s N, which each tile and wave over the SMs on its
     own (:func:`~.efficiency.separate_launches_s`); (): one product of the whole N."""
+    backward_kernels: int = 0
+    """Kernel launches of this op's backward where they are not :func:`backward_ops`' rule for
+    its kind (0: the rule): Megatron-Core's token-dispatch copies (``moe.dispatch``)."""
 
     @property
     def intensity(self) -> float:
@@ -404,6 +407,13 @@ class RunForm:
     grouped_experts: bool = False
     capacity_factor: float | None = None
     expert_gemm_loop: bool = False
+    dispatch_copies: bool = False
+    """The token dispatcher's permute, sort-by-expert and their inverses run as kernels of
+    their own around the experts, the expert-parallel all-to-alls launched between them
+    (:data:`ALLTOALL_DISPATCH`, :func:`dispatch_op`)."""
+    dispatcher: str = "alltoall"
+    """Which of Megatron-Core's dispatchers does so: ``alltoall``, ``deepep``, ``hybridep``
+    (:func:`dispatch_op`)."""
     split_launches: bool = True
     """The engine's model code runs a layer's unfused projections as separate nn.Linear GEMMs,
     each waving over the SMs on its own (:attr:`Op.launch_shares`); False: it fuses them
@@ -442,6 +452,11 @@ GROUPED_MM_ARCHS = ("Hopper", "Blackwell")
 #: Megatron-Bridge 25.11 / 26.02 containers' era; TE's one-kernel grouped-tensor path came in
 #: mid 2026). The backward's dgrad and wgrad loop the same way (backward_ops doubles kernels).
 EXPERT_GEMM_LOOP = ("megatron",)
+#: Engines whose MoE layer runs Megatron-Core's MoEAlltoAllTokenDispatcher (gpuplan's Megatron
+#: export writes --moe-token-dispatcher-type alltoall) with --moe-permute-fusion, as the
+#: published Qwen3 and DeepSeek-V3 recipes set it (Megatron-Bridge qwen_provider.py
+#: Qwen3MoEModelProvider moe_permute_fusion True @v0.3.0): :func:`dispatch_op`.
+ALLTOALL_DISPATCH = ("megatron",)
 
 
 def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bool:
@@ -456,7 +471,7 @@ def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bo
 
 def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 1,
              gpu_arch: str = "", act_bytes: float = 2,
-             capacity_factor: float | None = None) -> RunForm:
+             capacity_factor: float | None = None, dispatcher: str = "alltoall") -> RunForm:
     """How ``engine`` (a resolved engine name) runs ``arch``'s mechanisms in a decode step or in
     prefill / training (:class:`RunForm`) on a ``gpu_arch`` chip (``""``: unknown, no grouped
     GEMM for the torch-native engines)."""
@@ -470,6 +485,8 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    grouped_experts=(arch.is_moe and not all_experts
                                     and grouped_experts(engine, gpu_arch, act_bytes)),
                    expert_gemm_loop=arch.is_moe and engine in EXPERT_GEMM_LOOP,
+                   dispatch_copies=arch.is_moe and not all_experts
+                   and engine in ALLTOALL_DISPATCH, dispatcher=dispatcher,
                    capacity_factor=capacity_factor if arch.is_moe and not decode else None,
                    split_launches=engine in SEPARATE_PROJECTIONS)
 
@@ -779,14 +796,74 @@ def expert_tokens(T: int, arch: Architecture, form: RunForm) -> tuple[int, float
     return local, touched, T * k / touched if touched else 0.0
 
 
+def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int,
+                dispatcher: str = "alltoall") -> Op:
+    """The copies and launches Megatron-Core's token ``dispatcher`` adds around the experts of
+    one MoE layer on one rank holding ``T`` tokens that send ``R`` token-expert rows of ``h``
+    elements (``act`` bytes each) over ``E`` experts, ``local`` of them here, under expert
+    parallelism ``ep`` -- beyond the router, the experts' GEMMs, their activation and the
+    combine, which are their own ops. The alltoall dispatcher, counted from the code with
+    ``moe_permute_fusion``
+    (NVIDIA/Megatron-LM@b0cc2706ddc60d2aefd5fff346445b5c013036a8 token_dispatcher.py
+    dispatch_preprocess / token_dispatch / dispatch_postprocess / combine_preprocess /
+    token_combine; the fused kernels of NVIDIA/TransformerEngine@fe8fad59c transformer_engine/
+    pytorch/triton/permutation.py):
+
+    * ``permute``: ``make_row_id_map``'s three passes (read the ``T x E`` routing map, write the
+      int32 row map, taken at 9 bytes an entry) and ``_permute_kernel`` (read ``T x h``, write
+      ``R x h``) -- 4 launches; its backward one ``_unpermute_kernel`` over the same bytes.
+    * under EP > 1: the dispatch ``all_to_all`` of the tokens and of the probabilities and the
+      combine's (3 launches, each its backward's too; their bytes are the layout's EP
+      exchange), and with several local experts ``sort_chunks_by_idxs`` into expert order and
+      back (``_make_chunk_sort_map_kernel`` + ``_sort_chunks_by_map_kernel`` each way, read and
+      write ``R x h`` each: 4 launches; backward one sort each way).
+
+    The unpermute back to ``[T, h]`` is ``moe.combine``. The backward moves the forward's bytes
+    (a copy's gradient is the inverse copy), its launches in :attr:`Op.backward_kernels`. Not
+    counted here: the FP8 recipes' per-expert row padding (``_expert_padding_op`` in
+    compute/step.py).
+
+    The flex dispatcher (token_dispatcher.py MoEFlexTokenDispatcher and fused_a2a.py at the
+    same commit) over ``deepep``: ``setup_metadata``'s top-k (1), DeepEP's
+    ``get_dispatch_layout`` (1) and ``dispatch`` (notify and dispatch, 2), the received rows
+    multi-hot mapped by ``_indices_to_multihot`` (unfused without Megatron's experimental flag,
+    which the Qwen3 performance configs leave off: two ``zeros``, the mask, two boolean-mask
+    selections at a nonzero and a gather each, ``arange``, a sum and ``repeat_interleave``, two
+    index-puts and the ``bool`` cast, 13), ``tokens_per_expert.sum()`` (1), TE's permute (row
+    map 3 and the permute 1, ``R x h`` read and written) and DeepEP's ``combine`` (1): 23
+    launches (the unpermute is ``moe.combine``); backward DeepEP's two calls the other way, the
+    permute's inverse and the probabilities' gather and index-put, 5. Launches per torch call
+    as stated, not read from the kernels; the host waits this path adds (the boolean-mask
+    selections, ``repeat_interleave`` and ``.item()``) are not modelled. Over
+    ``hybridep``: HybridEP's ``metadata_preprocessing`` and ``dispatch_with_permute`` (the
+    permute and the expert padding done in the exchange's own writes) and
+    ``combine_with_unpermute`` (deep_ep/hybrid_ep_buffer.py, deepseek-ai/DeepEP branch
+    hybrid-ep @94a9f8f6: one launch taken per runtime call), reading the routing map: 3
+    launches, backward 2. Without expert parallelism the flex dispatchers are not run
+    (Megatron-Bridge sets them only for EP > 1): one rank times as alltoall."""
+    if dispatcher == "hybridep" and ep > 1:
+        return replace(_ew("moe.dispatch", "norm_elementwise", elements=T * E, nbytes=T * E,
+                           flops_per=0, kernels=3), backward_kernels=2)
+    if dispatcher == "deepep" and ep > 1:
+        return replace(_ew("moe.dispatch", "norm_elementwise", elements=R * h,
+                           nbytes=T * E * 9 + 2 * R * h * act, flops_per=0, kernels=23),
+                       backward_kernels=5)
+    exchange = ep > 1
+    sort = exchange and local > 1
+    nbytes = T * E * 9 + (T + R) * h * act + (4 * R * h * act if sort else 0)
+    kernels = 4 + (3 if exchange else 0) + (4 if sort else 0)
+    back = 1 + (3 if exchange else 0) + (2 if sort else 0)
+    return replace(_ew("moe.dispatch", "norm_elementwise", elements=(T + R) * h, nbytes=nbytes,
+                       flops_per=0, kernels=kernels), backward_kernels=back)
+
+
 def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) -> list[Op]:
     """A mixture-of-experts MLP over ``T`` tokens: router, top-k, the experts hit (a grouped GEMM:
     ``groups`` experts of ``rows / groups`` rows each, as :func:`expert_tokens` gives them),
     combine, and a shared expert where the model has one. FLOPs are those of the routed
     ``T x top-k`` rows (all ``T x E`` when ``form.all_experts``), not of every expert."""
     h, a, w = arch.hidden_size, nb.act, nb.expert
-    act = _mlp_act(arch)
-    gated = arch.mlp == "gated"
+    act, gated = _mlp_act(arch), arch.mlp == "gated"
     E, k_top = arch.num_experts, max(1, arch.experts_per_token)
     ie = arch.moe_intermediate_size or arch.intermediate_size
     local, touched, per_expert = expert_tokens(T, arch, form)
@@ -800,6 +877,8 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=nb.weight),
            _ew("moe.topk", "norm_elementwise", elements=T * E, nbytes=3 * T * E * 4,
                flops_per=_SOFTMAX_FLOPS, kernels=4)]
+    ops += [dispatch_op(T, R, h, E, a, ep=form.ep, local=local, dispatcher=form.dispatcher)
+            ] if form.dispatch_copies else []
     if form.all_experts:  # hidden_states.repeat(E, 1) * router_scores: one copy per expert
         ops.append(_ew("moe.repeat", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                        flops_per=1, kernels=2))
@@ -1041,6 +1120,10 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
             out.append(replace(op, phase="backward", flops=2.5 * op.flops,
                                counted_flops=2 * op.counted_flops, bytes=2 * op.bytes,
                                kernels=3))
+        elif op.name == "moe.dispatch":
+            # the inverse copies, at the forward's bytes (its routing-map share, T x E x 9 B --
+            # a few MB against the rows' hundreds -- taken again rather than split off)
+            out.append(replace(op, phase="backward", bytes=op.bytes, kernels=op.backward_kernels))
         elif op.name == "attn.scale_mask":
             # the scale's gradient is one multiply; the mask add passes the gradient through
             out.append(replace(op, phase="backward", flops=op.flops / 2, bytes=op.bytes / 2,

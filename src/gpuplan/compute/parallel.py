@@ -167,7 +167,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                moe_sync: bool = False, engine: str = "transformers",
                capacity_factor: float | None = None,
                model_code: str | None = None,
-               recompute_modules: tuple[str, ...] | None = None) -> MicroCost:
+               recompute_modules: tuple[str, ...] | None = None,
+               dispatcher: str = "alltoall") -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -180,7 +181,7 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
                        capacity_factor=capacity_factor, model_code=model_code,
-                       recompute_modules=recompute_modules)[checkpointing]
+                       recompute_modules=recompute_modules, dispatcher=dispatcher)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -190,7 +191,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 moe_sync: bool = False, engine: str = "transformers",
                 capacity_factor: float | None = None,
                 model_code: str | None = None,
-                recompute_modules: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
+                recompute_modules: tuple[str, ...] | None = None,
+                dispatcher: str = "alltoall") -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers.
@@ -203,7 +205,7 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     kw = dict(tp=tp, cp=cp, batch=batch, seq=seq, attention=attention, runtime=runtime, ep=ep,
               selective=selective, moe_sync=moe_sync, engine=engine,
               capacity_factor=capacity_factor, model_code=model_code,
-              recompute_modules=recompute_modules)
+              recompute_modules=recompute_modules, dispatcher=dispatcher)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -222,13 +224,13 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                  tp: int, cp: int, batch: int, seq: int, attention: str, runtime: str, ep: int,
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
                  model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
-                 bf16_edge_layers: int = 0) -> dict[str, MicroCost]:
+                 bf16_edge_layers: int = 0, dispatcher: str = "alltoall") -> dict[str, MicroCost]:
     """:func:`micro_costs` from one build, the edge blocks averaged in."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
-                   moe_capacity_factor=capacity_factor)
+                   moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
@@ -344,7 +346,8 @@ def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
                 bf16_edge_layers=job.first_last_layers_bf16,
                 moe_sync=moe_host_sync(resolve_engine(job.engine), ep, job.moe_capacity_factor),
                 engine=job.engine, capacity_factor=job.moe_capacity_factor,
-                model_code=job.model_code, recompute_modules=job.recompute_modules)
+                model_code=job.model_code, recompute_modules=job.recompute_modules,
+                dispatcher=job.moe_dispatcher)
 
 
 def engine_layout_options(engine: str, precision: str | None = None) -> dict[str, Any]:

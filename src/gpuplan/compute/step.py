@@ -592,24 +592,29 @@ def _phase(name, ops, device, eff, dtype, *, batch, q_len, kv_len, micro_steps=1
     return Phase(name=name, batch=batch, q_len=q_len, kv_len=kv_len,
                  ops=time_ops(ops, device, eff, dtype), launch_s=eff.launch_s,
                  peak_flops=device.peak(dtype), dtype=dtype, micro_steps=micro_steps,
-                 overheads=_overheads(device, eff, runtime, get_engine(engine).host_issue),
+                 overheads=_overheads(device, eff, runtime, get_engine(engine).host_issue,
+                                      python_backward=get_engine(engine).python_backward),
                  sync_before_optimizer=sync,
                  sync_per_micro_step=micro_sync, sync_after_backward=loss_read)
 
 
 def _overheads(device: Device, eff: Efficiency, runtime: str,
-               host_issue: str = "") -> RuntimeOverheads | None:
+               host_issue: str = "", *, python_backward: bool = False) -> RuntimeOverheads | None:
     """The runtime's per-kernel costs on a GPU (None on a CPU). A measured back-to-back launch of a
     tiny op (``gpuplan bench``) is the dispatcher-level cost: it replaces the backward and compile
     constants, and the eager forward keeps its stated ratio to them. ``host_issue``: the runtime
     whose host costs per kernel the engine's launches carry where they differ from ``runtime``'s
     (:attr:`~gpuplan.engines.profiles.EngineProfile.host_issue`): the kernels, the device gaps
-    and the label stay ``runtime``'s."""
+    and the label stay ``runtime``'s. ``python_backward``: the engine's backward kernels are
+    launched from Python as its forward's are
+    (:attr:`~gpuplan.engines.profiles.EngineProfile.python_backward`), so each carries
+    ``host_issue``'s forward cost per kernel rather than its backward one."""
     if device.kind != "gpu":
         return None
     if host_issue and host_issue != runtime:
         o, h = _overheads(device, eff, runtime), _overheads(device, eff, host_issue)
-        return replace(o, host_fwd_s=h.host_fwd_s, host_bwd_s=h.host_bwd_s)
+        bwd = h.host_fwd_s if python_backward else h.host_bwd_s
+        return replace(o, host_fwd_s=h.host_fwd_s, host_bwd_s=bwd)
     if str(eff.basis.get("launch_s", "")).startswith("measured"):
         ratio = constant("eager_host_fwd_s") / constant("eager_host_bwd_s")
         o = runtime_overheads(runtime, eager_host_s=eff.launch_s * ratio)
@@ -681,6 +686,9 @@ class StepSpec:
     recompute_modules: tuple[str, ...] | None = None
     """Megatron-Core's recompute modules under selective checkpointing
     (:data:`~.flops.MODULE_OPS`); None: the attention core."""
+    moe_dispatcher: str = "alltoall"
+    """Megatron-Core's MoE token dispatcher (:attr:`gpuplan.job.ParallelLayout.moe_dispatcher`):
+    which copies and launches surround the experts (:func:`~.flops.dispatch_op`)."""
     decode_attention: str = ""
     """The decode attention kernel where it is not the engine's fused (Flash) one
     (:data:`~.efficiency.DECODE_ATTENTION_KERNELS`: ``ft-mmha``, FasterTransformer's masked
@@ -714,7 +722,8 @@ class StepSpec:
                    fp8_attention=job.fp8_attention, kv_dtype=job.kv_dtype,
                    bf16_edge_layers=job.first_last_layers_bf16 if train else 0,
                    moe_capacity_factor=job.moe_capacity_factor if train else None,
-                   recompute_modules=job.recompute_modules if train else None)
+                   recompute_modules=job.recompute_modules if train else None,
+                   moe_dispatcher=job.moe_dispatcher)
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -848,7 +857,7 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
     fwd = build_forward_ops(arch, shape, **kw, form=run_form(
         arch, spec.engine, decode=shape.decode, ep=spec.ep,
         gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act,
-        capacity_factor=spec.moe_capacity_factor))
+        capacity_factor=spec.moe_capacity_factor, dispatcher=spec.moe_dispatcher))
     if spec.model_code == "torchtune":
         fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":
@@ -927,10 +936,83 @@ def _quantize_op(fwd: Sequence[Op], recipe) -> Op:
               kernels=max(1, launches), group="dense")
 
 
+def _split_quantize_op(fwd: Sequence[Op], recipe) -> Op | None:
+    """The launches Transformer Engine's ``split_quantize`` adds to one micro-batch beyond the
+    one cast per linear :func:`_quantize_op` counts: a grouped linear issued as one GEMM per
+    local expert (``groups`` > 1 and that many ``kernels``: TE GroupedLinear under Megatron,
+    :data:`~.flops.EXPERT_GEMM_LOOP`) quantizes its input in the forward and its output gradient
+    in the backward split by split, each split ``recipe.split_quantize_kernels`` kernels (one
+    fused kernel for all of them where that is 0). Their bytes are the casts' own, already
+    counted; these are launches only, issued from TE's C++ loop inside one Python call, so each
+    costs the dispatcher-level launch (``eager_host_bwd_s``, as the multi-tensor launches from
+    C++ below), not eager's Python cost. None: no such linear, or no split quantize (torchao)."""
+    per = recipe.split_quantize_kernels
+    if per is None:
+        return None
+    extra = sum(o.count * 2 * (max(1, o.kernels * per) - 1) for o in _narrow_linears(fwd)
+                if o.groups > 1 and o.kernels > 1)
+    if extra <= 0:
+        return None
+    return Op(name="fp8.split_quantize", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=1, flops=0.0, counted_flops=0.0, bytes=0.0,
+              parallel_work=1, kernels=extra, group="dense",
+              host_s=constant("eager_host_bwd_s"))
+
+
+def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec") -> list[Op]:
+    """One micro-batch's activation casts of a narrow recipe (:func:`_quantize_op`), the
+    launches its split quantize adds to grouped linears (:func:`_split_quantize_op`) and the
+    experts' row padding around them (:func:`_expert_padding_op`; none under HybridEP, whose
+    dispatch pads each expert's rows itself: Megatron-Core token_dispatcher.py
+    _HybridEPManager.dispatch passes ``pad_multiple`` = the quantization's alignment, so
+    Fp8Padding finds the splits aligned)."""
+    pad = None if spec.moe_dispatcher == "hybridep" else _expert_padding_op(
+        fwd, recipe, act, spec.moe_capacity_factor)
+    extra = (_split_quantize_op(fwd, recipe), pad)
+    return [_quantize_op(fwd, recipe), *(o for o in extra if o is not None)]
+
+
+#: Rows a quantized grouped GEMM's split must be a multiple of (Transformer Engine
+#: transformer_engine/pytorch/quantization.py get_align_size_for_quantization @fe8fad59c:
+#: MXFP8 32, NVFP4 128, every other recipe 16).
+QUANT_ALIGN = {"mxfp8": 32, "nvfp4": 128}
+
+
+def _expert_padding_op(fwd: Sequence[Op], recipe, act: int,
+                       capacity_factor: float | None) -> Op | None:
+    """Megatron-Core's TEGroupedMLP under a narrow recipe pads each local expert's rows to the
+    quantized GEMM's alignment before fc1 and strips the padding after fc2 (megatron/core/
+    transformer/moe/experts.py TEGroupedMLP.forward, Fp8Padding / Fp8Unpadding, at
+    NVIDIA/Megatron-LM@b0cc2706ddc60d2aefd5fff346445b5c013036a8; TE module/fp8_padding.py
+    @fe8fad59c: one ``fused_multi_row_padding`` / ``fused_multi_row_unpadding`` each): the
+    tokens' ``R x h`` rows and the probabilities' ``R`` padded, the output's ``R x h`` unpadded --
+    3 copies, each reading and writing its rows -- and in the backward the same three the other
+    way. Fp8Padding returns its input when every split is already aligned: a dropless router's
+    splits are its routing's (not aligned, taken as padded), a drop-and-pad capacity's are
+    ``capacity x EP`` rows each (padded unless a multiple of :data:`QUANT_ALIGN`'s rows). One op
+    of both passes, as :func:`_quantize_op`'s casts; None where no grouped linear runs per
+    local expert or nothing is padded."""
+    if recipe.split_quantize_kernels is None:
+        return None
+    align = QUANT_ALIGN.get(recipe.name, 16)
+    fc1 = [o for o in _narrow_linears(fwd) if o.name == "moe.up" and o.groups > 1
+           and o.kernels > 1]
+    padded = [o for o in fc1 if capacity_factor is None or (o.shape[1] // o.kernels) % align]
+    if not padded:
+        return None
+    nbytes = sum(o.count * 2 * (4 * o.shape[1] * o.shape[2] + 2 * o.shape[1]) * act
+                 for o in padded)
+    return Op(name="fp8.expert_padding", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=1, flops=0.0, counted_flops=0.0, bytes=float(nbytes),
+              parallel_work=max(1, padded[0].shape[1] * padded[0].shape[2]),
+              kernels=6 * sum(o.count for o in padded), group="dense")
+
+
 #: Ops a step adds beside its blocks' forward (the narrow recipes' casts, QLoRA's dequantize, the
 #: autocast copies): each counts its own passes, a checkpointed recompute's included, so a
 #: recompute built from a step's forward ops leaves them out.
 STEP_LEVEL_OPS = frozenset({"fp8.quantize", "fp8.weight_cast", "fp8.recompute_cast",
+                            "fp8.split_quantize", "fp8.expert_padding",
                             "lora.dequantize", "autocast.cast"})
 
 
@@ -1045,7 +1127,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if narrow is not None and arch is not None:
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
-        micro.append(_quantize_op(fwd, narrow))
+        micro += _cast_ops(fwd, narrow, prec.act, spec)
         again = narrow_recompute_op(fwd, narrow, spec.checkpointing,
                                     get_engine(spec.engine).selective)
         if again is not None:

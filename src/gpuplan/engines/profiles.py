@@ -163,6 +163,12 @@ class EngineProfile:
     from its ``runtime``'s ("": the runtime's own). Megatron-Core's kernels are fused as a
     compiled model's (``runtime`` compile: Transformer Engine's fused modules), but no compiler
     emits a wrapper that launches them: its nn.Modules run eagerly from Python (``eager``)."""
+    python_backward: bool = False
+    """Its backward kernels are launched from Python too: its modules are
+    ``torch.autograd.Function`` subclasses whose ``backward`` is a Python method, so autograd's
+    engine calls back into Python for each node and every backward kernel carries the
+    ``host_issue`` runtime's forward cost per kernel, not autograd's C++ node cost
+    (``_overheads`` in compute/step.py)."""
     serving_host: ServingHost | None = None
     """A serving engine's host work per step and per request (None: none modelled -- a plain
     generate loop, or an engine whose figures have no source yet)."""
@@ -188,6 +194,7 @@ class EngineProfile:
                 "cuda_graph_pool": self.cuda_graph_pool, "sliding_kv": self.sliding_kv,
                 "selective": self.selective, "export": self.export,
                 "host_issue": self.host_issue or None,
+                "python_backward": self.python_backward,
                 "serving_host": None if self.serving_host is None
                 else self.serving_host.to_dict(),
                 "sources": list(self.sources)}
@@ -321,7 +328,7 @@ _PROFILES = (
     EngineProfile(
         name="megatron", title="Megatron-Core with Transformer Engine", modes=("train",),
         runtime=MappingProxyType({"train": "compile"}), runtimes=("compile",),
-        host_issue="eager",
+        host_issue="eager", python_backward=True,
         model_code="transformers", sharding="deepspeed", shardings=("deepspeed",),
         zero_stages=(0, 1), fused_optimizer=True,
         kernels="Transformer Engine's fused kernels (LayerNorm/RMSNorm fused with the next "
@@ -352,9 +359,8 @@ _PROFILES = (
                  "host_issue eager: Megatron-Core calls torch.compile nowhere in its training "
                  "path; its TransformerLayer, MoELayer, token dispatcher and Transformer Engine "
                  "modules run as eager nn.Modules from Python, so each forward kernel carries "
-                 "eager PyTorch's host cost (eager_host_fwd_s, 32 us), each backward kernel "
-                 "autograd's (eager_host_bwd_s, 4 us; TE's backward is Python too, for which no "
-                 "per-kernel figure was found). Same mechanism measured on TE itself: "
+                 "eager PyTorch's host cost (eager_host_fwd_s, 32 us). Same mechanism measured "
+                 "on TE itself: "
                  "NVIDIA/TransformerEngine issue #2053 (2025-08-11) times one BF16 Linear forward "
                  "(hidden 2048, 8192 tokens, one GEMM) at 99.66 us CPU for te.Linear against "
                  "37.08 us for torch.nn.Linear on GB200's Grace, 13.48 us for torch.nn.Linear on "
@@ -365,7 +371,23 @@ _PROFILES = (
                  "modelled: the host CPU's own speed (Grace against x86), and the recipes' "
                  "TE-scoped CUDA graphs (attn, moe_router, moe_preprocess): Megatron-Bridge "
                  "docs/training/cuda-graphs.md (@067f987) measured them neutral on Qwen3-30B-A3B, "
-                 "H100 BF16 (42.00 s against 41.36 s eager)")),
+                 "H100 BF16 (42.00 s against 41.36 s eager)",
+                 "python_backward: each backward kernel at the same 32 us, not autograd's C++ "
+                 "node cost (eager_host_bwd_s, 4 us): the layer's backward runs in Python "
+                 "autograd.Function.backward methods -- Transformer Engine's _Linear, "
+                 "_LayerNormLinear, _GroupedLinear (a Python loop over the local experts' "
+                 "quantizers and main-grad buffers before its grouped dgrad and wgrad GEMMs), "
+                 "FusedAttnFunc, _moe_permute/_moe_unpermute_mask_map (NVIDIA/TransformerEngine@"
+                 "fe8fad59c9add7f8aa841fed2a0b4087b931856f transformer_engine/pytorch/module/"
+                 "linear.py:82, layernorm_linear.py:86, grouped_linear.py:59 and 311, attention/"
+                 "dot_product_attention/backends.py:1086, permutation.py:184 and 338), and "
+                 "Megatron-Core's EP exchange _AllToAll and MoEAuxLossAutoScaler "
+                 "(NVIDIA/Megatron-LM@b0cc2706ddc60d2aefd5fff346445b5c013036a8, the 26.02 "
+                 "Megatron-Bridge v0.3.0 pin: tensor_parallel/mappings.py:420, transformer/moe/"
+                 "moe_utils.py:238). Measured the same way round: NVIDIA/TransformerEngine issue "
+                 "#2897 (2026-04-16) times the host side of TE's grouped MLP block (MXFP8, 64 "
+                 "experts, GB200) at ~1.2 ms forward and ~2.1 ms backward -- the backward's host "
+                 "work is the larger, not an eighth of it")),
     EngineProfile(
         name="vllm", title="vLLM (continuous batching over paged attention, CUDA graphs for "
         "decode)", modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs", "eager"),

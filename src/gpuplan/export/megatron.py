@@ -29,7 +29,7 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
                         "pp_first_stage_layers", "pp_last_stage_layers", "etp",
                         "moe_capacity_factor", "mtp_layers", "ep_overlap",
-                        "recompute_modules"})
+                        "recompute_modules", "moe_dispatcher"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -278,7 +278,9 @@ def _layout(job: Job, model: Model) -> list[str]:
         # the all-to-all dispatcher gpuplan's EP buffers and capacity are read from
         # (MoEAlltoAllTokenDispatcher; Megatron-Core's default is allgather:
         # transformer_config.py @d98e8a64 moe_token_dispatcher_type)
-        out += ["--moe-token-dispatcher-type", "alltoall"]
+        out += ["--moe-token-dispatcher-type", "alltoall"] if job.moe_dispatcher == "alltoall" \
+            else ["--moe-token-dispatcher-type", "flex",  # transformer_config.py @b0cc2706
+                  "--moe-flex-dispatcher-backend", job.moe_dispatcher]
     if job.moe_capacity_factor is not None:
         # drop-and-pad: every expert runs exactly its capacity (moe_utils.get_capacity)
         out += ["--moe-expert-capacity-factor", f"{job.moe_capacity_factor:g}",

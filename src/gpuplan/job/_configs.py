@@ -13,7 +13,8 @@ from ..fp8 import NARROW_RECIPES
 from ._fields import check_fields
 from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
-                     ModelCode, OptimizerStates, PrefillLogits, Runtime, Sharding)
+                     ModelCode, MoeDispatcher, OptimizerStates, PrefillLogits, Runtime,
+                     Sharding)
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
            "ServingConfig", "ParallelLayout", "CONFIGS"]
@@ -410,6 +411,11 @@ class ParallelLayout:
     "Overlaps All-to-All with computation by merging FWD-BWD passes of adjacent microbatches").
     Megatron only; needs --ep > 1, no full checkpointing, and interleaved:V when --pp > 1
     (transformer_config.py's checks there)."""
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    """Megatron-Core's MoE token dispatcher: ``alltoall`` (MoEAlltoAllTokenDispatcher: permute,
+    all-to-all, sort by expert, and back), ``deepep`` or ``hybridep`` (the flex dispatcher over
+    DeepEP's / HybridEP's fused dispatch and combine kernels; Megatron-Bridge's
+    ``moe_flex_dispatcher_backend``). Megatron only."""
     micro_batches: int | None = None
     """Micro-batches per step through the pipeline; None = grad_accum (one per accumulation)."""
     gpus_per_node: int = 8

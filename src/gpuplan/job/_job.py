@@ -216,7 +216,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "prefill_logits", "runtime", "model_code", "loss_chunks", "optimizer_in_backward",
     "offload_activations", "tp", "pp", "cp", "ep", "sequence_parallel", "distribute_checkpoints",
     "pp_schedule", "pp_embedding_part", "pp_loss_part", "pp_first_stage_layers",
-    "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "micro_batches", "gpus_per_node",
+    "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "moe_dispatcher", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
     "recompute_modules", "dp_shard")
@@ -364,6 +364,11 @@ def _check_across(job: Job) -> None:
                          fix={"engine": "megatron"})
     if job.ep_overlap:
         _check_ep_overlap(job)
+    if job.moe_dispatcher != "alltoall" and job.engine != "megatron":
+        raise InputError(f"{opt('moe_dispatcher')} {job.moe_dispatcher} under {opt('engine')} "
+                         f"{job.engine}: Megatron-Core's flex dispatcher; use {opt('engine')} "
+                         f"megatron or drop {opt('moe_dispatcher')}", field="moe_dispatcher",
+                         value=job.moe_dispatcher, fix={"engine": "megatron"})
     if job.dp_shard is not None:
         _check_dp_shard(job)
     if job.recompute_modules is not None and job.engine != "megatron":

@@ -11,7 +11,7 @@ from ..parallel.checks import PP_SCHEDULES
 __all__ = ["Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding",
            "PP_SCHEDULES", "KV_DTYPES", "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "DEFAULT_MODEL_PARAMS", "DEFAULT_SEQ", "seq_limit", "default_seq", "ZERO_STAGES",
-           "OptimizerStates", "PrefillLogits"]
+           "OptimizerStates", "PrefillLogits", "MoeDispatcher"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -21,6 +21,10 @@ ModelCode = Literal["transformers", "torchtune", "fms"]
 #: Which engine shards the model states under ZeRO: DeepSpeed's ZeRO (the default) or PyTorch's
 #: FSDP2 (``fully_shard``); they hold different copies (docs/memory.md, "FSDP2").
 Sharding = Literal["deepspeed", "fsdp2"]
+#: Megatron-Core's MoE token dispatcher: ``alltoall`` (MoEAlltoAllTokenDispatcher), or the flex
+#: dispatcher over DeepEP's or HybridEP's fused kernels (``--moe-token-dispatcher-type flex
+#: --moe-flex-dispatcher-backend deepep|hybridep``).
+MoeDispatcher = Literal["alltoall", "deepep", "hybridep"]
 
 #: KV-cache element formats and their bytes.
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
