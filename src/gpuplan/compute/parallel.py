@@ -137,6 +137,13 @@ class MicroCost:
     per-layer times above average them in; a pipeline stage that holds them runs them wide."""
     wide_layer_s: float = 0.0
     """One such block's forward and backward (recompute included); 0 when none."""
+    step_cast_s: float = 0.0
+    """The narrow recipe's weight casts of one step over all the layers, once per step, not per
+    micro-batch: Transformer Engine casts a linear's weights in the first micro-batch
+    (``is_first_microbatch``) and reuses the cast copies in the rest, Megatron-Core setting the
+    flag once per step (megatron/core/extensions/transformer_engine.py TELinear /
+    TEGroupedLinear ``forward``, pipeline_parallel/schedules.py ``forward_step``'s
+    ``set_is_first_microbatch``, NVIDIA/Megatron-LM@d98e8a64); 0 under a wide recipe."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
@@ -229,9 +236,13 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                    moe_capacity_factor=capacity_factor)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
+    # the weight casts come once per step (TE's first micro-batch), not once per micro-batch
+    casts = [t for t in ops if t.op.name == "fp8.weight_cast"]
+    ops = [t for t in ops if t.op.name != "fp8.weight_cast"]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
+    cast_s = sum(t.total_s + t.op.kernels * t.op.count * gap for t in casts)
     proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     for level in ("none", "selective", "full"):
         extra = time_ops(recompute_ops(fwd, level, attention, policy=selective,
@@ -262,7 +273,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = replace(cost, mtp_proj_s=proj_s)
+        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s)
     return out
 
 
@@ -973,8 +984,10 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
              else optimizer_s(local, mine / max(1, params + mtp)))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
+    # the stage's share of the step's weight casts, once (the first micro-batch's forward)
+    casts = cost.step_cast_s * min(1.0, stage_layers / arch.num_layers)
     return LayoutTime(
-        layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
+        layout=lay, stage_layers=stage_layers, compute_s=m * t_mb + casts, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
         dp_comm_s=dp_full, dp_exposed_s=dp_exp, optimizer_s=opt_s,
         tokens_per_step=lay.batch * m * lay.dp * lay.seq,
