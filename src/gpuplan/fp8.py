@@ -91,6 +91,23 @@ class NarrowRecipe:
     global_scale: bool = False
     """A per-tensor fp32 scale over the block scales, taken from the current tensor's amax
     (NVFP4's second level): one more read of the 16-bit tensor before it is quantized."""
+    reduces_amax_over_tp: bool = False
+    """Under sequence parallelism the per-tensor amax of a tensor that is quantized on its
+    sequence shard and then all-gathered (a column-parallel linear's input in the forward, a
+    row-parallel linear's output gradient in the backward) is all-reduced (MAX) over the TP
+    group before the quantize kernel, so that every rank's shard takes one scale: Transformer
+    Engine's ``Float8CurrentScaling`` and ``NVFP4BlockScaling`` quantizers
+    (transformer_engine/pytorch/module/linear.py and layernorm_linear.py
+    ``_customize_quantizers_float8_current_scaling`` / ``_customize_quantizers_nvfp4``:
+    ``with_amax_reduction``, ``amax_reduction_group = self.tp_group`` when
+    ``sequence_parallel`` and ``parallel_mode`` is "column" (input) or "row" (grad output);
+    csrc/quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl`` and
+    ``NVFP4Quantizer::quantize_impl``: the amax kernel, then
+    ``amax_reduction_group->allreduce(...)->wait()``, then the scale and the cast on the same
+    stream; NVIDIA/TransformerEngine v2.9 @70f53666, unchanged in substance at d0067d0d).
+    Delayed scaling takes its scale from past amaxes (one reduction of the whole amax buffer
+    per autocast region), block and MX scales from each block's own values: no per-GEMM
+    reduction."""
 
 
 _TE = "NVIDIA/TransformerEngine transformer_engine/common/recipe/__init__.py @000b637e"
@@ -112,7 +129,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
                  source=_TE + " (Float8CurrentScaling); Megatron --fp8-recipe tensorwise; "
-                        "NeMo/Megatron-Bridge FP8-CS"),
+                        "NeMo/Megatron-Bridge FP8-CS", reduces_amax_over_tp=True),
     NarrowRecipe(name="fp8-tensorwise", dtype="fp8", implementation="torchao Float8Linear "
                  "(tensorwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd / e5m2 bwd",
                  scaling="dynamic per tensor", act_block=0, weight_block=0, scale_bytes=4,
@@ -155,7 +172,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                         "transformer_engine/pytorch/csrc/quantizer.cpp "
                         "NVFP4Quantizer::quantize_impl @d0067d0d (nvte_compute_amax_with_config, "
                         "or nvte_hadamard_transform_amax with RHT, before the quantize kernel)",
-                 global_scale=True),
+                 global_scale=True, reduces_amax_over_tp=True),
 )}
 
 #: What plain ``--precision fp8`` means under each engine: Megatron's ``--fp8-recipe`` default

@@ -67,6 +67,7 @@ from typing import Any, Callable
 
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
+from ..fp8 import NARROW_RECIPES
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -144,10 +145,24 @@ class MicroCost:
     flag once per step (megatron/core/extensions/transformer_engine.py TELinear /
     TEGroupedLinear ``forward``, pipeline_parallel/schedules.py ``forward_step``'s
     ``set_is_first_microbatch``, NVIDIA/Megatron-LM@d98e8a64); 0 under a wide recipe."""
+    amax_reduces: float = 0.0
+    """One layer's blocking amax all-reduces over the TP group per micro-batch under a recipe
+    that takes each tensor's own scale (:attr:`gpuplan.fp8.NarrowRecipe.reduces_amax_over_tp`):
+    the column-parallel GEMMs' inputs (QKV, MLP up) in the forward and in a recompute, the
+    row-parallel GEMMs' output gradients (attention out, MLP down) in the backward
+    (:func:`amax_reduces_per_layer`); charged only under sequence parallelism with TP > 1."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
     charged per MTP depth on the last pipeline stage, 0 for a model without an MTP layer."""
+
+    def stage_casts_s(self, indices: tuple[int, ...] | list[int], extra: int = 0) -> float:
+        """The weight casts of the blocks ``indices`` and ``extra`` more narrow blocks (a
+        stage's MTP modules) once: :attr:`step_cast_s` over the narrow blocks, each narrow block
+        its share (the BF16 edge blocks none)."""
+        e = self.edge_layers if self.layers > 2 * self.edge_layers else 0
+        narrow = sum(1 for i in indices if e <= i < self.layers - e) + max(0, extra)
+        return self.step_cast_s * min(1.0, narrow / max(1, self.layers - 2 * e))
 
     @property
     def layer_s(self) -> float:
@@ -273,8 +288,30 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s)
+        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s,
+                             amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec))
     return out
+
+
+def amax_reduces_per_layer(ops: list, layers: int, prec: PrecisionLayout) -> float:
+    """The amax all-reduces of one micro-batch per layer (:attr:`MicroCost.amax_reduces`): each
+    narrow :data:`TP_GEMMS` GEMM whose quantized tensor is a sequence shard all-gathered before
+    it -- a column-parallel GEMM's input in the forward (and again in its recompute), a
+    row-parallel GEMM's output gradient in the backward (Transformer Engine sets the TP group
+    as the amax reduction group of exactly those two quantizers; the sourced detail is at
+    :attr:`gpuplan.fp8.NarrowRecipe.reduces_amax_over_tp`); 0 where the recipe reduces none."""
+    recipe = NARROW_RECIPES.get(prec.name)
+    if recipe is None or not recipe.reduces_amax_over_tp or layers <= 0:
+        return 0.0
+    n = 0
+    for t in ops:
+        o = t.op
+        if o.kind != "matmul" or o.wide or o.name not in TP_GEMMS:
+            continue
+        gathered_input = TP_GEMMS[o.name] % 2 == 0  # after the all-gather: column-parallel
+        if gathered_input == (o.phase in ("forward", "recompute")):
+            n += o.count
+    return n / layers
 
 
 def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency,
@@ -643,6 +680,10 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
         tp += regather
         if tp_overlap:
             tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
+    if lay.sequence_parallel and lay.tp > 1 and cost.amax_reduces:
+        # each waits on the compute stream between the amax and the cast: nothing hides it
+        tp += cost.amax_reduces * collective_time("all-reduce", 4, lay.tp, topo,
+                                                  efficiency=eff.comm)
     cp = 0.0
     if lay.cp > 1:
         kv_local = arch.num_kv_heads // lay.tp if arch.num_kv_heads % lay.tp == 0 else 1
@@ -960,7 +1001,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1,  # one layer's: linear
                                 tp_overlap=tp_overlap, tp_overlap_kind=tp_overlap_kind,
                                 cp_rotate=cp_rotate, repeat_kv=repeat_kv)  # in the layers
-    stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
+    stage_layers, t_mb, held = _busiest_stage_held(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
@@ -984,8 +1025,8 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
              else optimizer_s(local, mine / max(1, params + mtp)))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
-    # the stage's share of the step's weight casts, once (the first micro-batch's forward)
-    casts = cost.step_cast_s * min(1.0, stage_layers / arch.num_layers)
+    # the stage's narrow blocks' weight casts, once (the first micro-batch's forward)
+    casts = cost.stage_casts_s(held, stage_layers - len(held))
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb + casts, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
@@ -1083,6 +1124,13 @@ def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
                    comm_per_layer: float = 0.0) -> tuple[int, float]:
+    """:func:`_busiest_stage_held` without the blocks it holds."""
+    n, t, _ = _busiest_stage_held(arch, cost, lay, comm_per_layer)
+    return n, t
+
+
+def _busiest_stage_held(arch: Architecture, cost: MicroCost, lay: Layout,
+                        comm_per_layer: float = 0.0) -> tuple[int, float, tuple[int, ...]]:
     """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
     the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
     stage whose layers plus embedding (first) or head and loss (last) take longest. MTP: each
@@ -1092,29 +1140,31 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
     stage runs (the MTP modules' counted); where the stages differ, the busiest is the one
     whose compute (under DualPipe or MTP: plus ``comm_per_layer`` per such layer) is
     longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
-    the stages that hold them, the rest narrow."""
+    the stages that hold them, the rest narrow. Third: the blocks (0-based) whose weights the
+    busiest rank holds (both of its stages' under DualPipe), which its weight casts cover."""
     head_s = cost.other_s - cost.embedding_s
     mtp_s = lay.mtp_layers * (cost.layer_s + head_s + cost.mtp_proj_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual
                            or cost.edge_layers):
         n = math.ceil(arch.num_layers / lay.pp)
-        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s
+        held = tuple(range(max(0, arch.num_layers - n), arch.num_layers))  # the last stage's
+        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s, held
     stages = []
     for stage, held in enumerate(lay.stages(arch.num_layers)):
         n = len(held) + (lay.mtp_layers if stage == lay.pp - 1 else 0)
         # the BF16 edge blocks run wide on the stages that hold them (the first and last)
         stages.append((n, cost.stage_layers_s(held)
                        + (cost.embedding_s if stage == 0 else 0.0)
-                       + (head_s + mtp_s if stage == lay.pp - 1 else 0.0)))
+                       + (head_s + mtp_s if stage == lay.pp - 1 else 0.0), tuple(held)))
     if lay.dual:
-        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2)
+        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2, a[2] + b[2])
                   for a, b in zip(stages, reversed(stages))]
     if not (lay.dual or lay.mtp_layers):
         comm_per_layer = 0.0  # the stages' compute alone, as before DualPipe and MTP
-    best, worst = (0, -1.0), -1.0
-    for n, t in stages:
+    best, worst = (0, -1.0, ()), -1.0
+    for n, t, held in stages:
         if t + n * comm_per_layer > worst:
-            best, worst = (n, t), t + n * comm_per_layer
+            best, worst = (n, t, held), t + n * comm_per_layer
     return best
 
 
