@@ -84,3 +84,15 @@ def test_weight_casts_once_per_step_not_per_micro_batch():
     assert casts == pytest.approx(lin / 4 * 6 / rate, rel=0.05)
     b4, b8 = (_layout(precision="mixed-bf16", grad_accum=g).compute_s for g in (4, 8))
     assert b4 - 4 * (b8 - b4) / 4 == pytest.approx(0.0, abs=1e-9)
+
+
+def test_torchao_casts_its_weights_in_every_micro_batch():
+    """torchao's Float8Linear keeps no narrow weight (caches_weight False): it casts in every
+    forward and again in the backward, so its casts stay in the micro-batch and the compute is
+    proportional to the micro-batches, with no per-step intercept."""
+    def compute(ga):
+        job = Job(model="llama-3.1-8b", mode="train", engine="torchtitan",
+                  precision="fp8-tensorwise", gpus=8, tp=4, batch=1, seq=4096, grad_accum=ga)
+        return estimate_speed(MODEL, H100, job, measured=None, link="nvlink").layout.compute_s
+    c4, c8 = compute(4), compute(8)
+    assert c8 == pytest.approx(2 * c4, rel=1e-9)

@@ -251,9 +251,12 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                    moe_capacity_factor=capacity_factor)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
-    # the weight casts come once per step (TE's first micro-batch), not once per micro-batch
-    casts = [t for t in ops if t.op.name == "fp8.weight_cast"]
-    ops = [t for t in ops if t.op.name != "fp8.weight_cast"]
+    # the weight casts come once per step where the recipe caches them (TE's first
+    # micro-batch), in every micro-batch's forward and backward where not (torchao)
+    recipe = NARROW_RECIPES.get(prec.name)
+    once = recipe is not None and recipe.caches_weight
+    casts = [t for t in ops if once and t.op.name == "fp8.weight_cast"]
+    ops = [t for t in ops if not (once and t.op.name == "fp8.weight_cast")]
     fwd = tuple(t.op for t in ops if t.op.phase == "forward")
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
