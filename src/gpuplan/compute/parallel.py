@@ -1028,8 +1028,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
              else optimizer_s(local, mine / max(1, params + mtp)))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
-    # the stage's narrow blocks' weight casts, once (the first micro-batch's forward)
-    casts = cost.stage_casts_s(held, stage_layers - len(held))
+    casts = cost.stage_casts_s(held, stage_layers - len(held))  # once a step, not per micro-batch
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb + casts, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
