@@ -37,7 +37,8 @@ from .errors import InputError, opt, shown
 __all__ = ["narrow_blocks", "NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_ENGINE", "narrow_recipe",
            "check_narrow_on", "fp8_weight_bytes", "amax_history_bytes", "cast_bytes_per_element",
            "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL",
-           "gathered_bytes_per_element", "narrow_elements"]
+           "gathered_bytes_per_element", "narrow_elements", "columnwise_bytes_per_element",
+           "gathers_rowwise_only"]
 
 #: GPU architectures (the catalog's ``architecture`` field) with FP8 tensor cores.
 FP8_ARCHITECTURES = ("Hopper", "Ada Lovelace", "Blackwell")
@@ -283,6 +284,34 @@ def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     amax_pass = 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
                         or recipe.global_scale) else 0.0
     return 2.0 + out + amax_pass
+
+
+def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None) -> float:
+    """Bytes per element of the second (columnwise) copy a quantize kernel writes beside the
+    rowwise one for a linear's input or output gradient, whose weight-gradient GEMM reads it:
+    MX and NVFP4 quantize both directions from the 16-bit tensor everywhere (``always``), and
+    Transformer Engine's per-tensor and block FP8 write a transposed copy where the FP8 GEMM is
+    TN-only (Hopper, Ada: ``tn-only``; the fused ``cast_transpose`` kernel, one read, two writes:
+    transformer_engine/pytorch/module/linear.py sets the input quantizer's usage to ``rowwise``
+    and ``columnwise`` when the backward needs the input, and docs "Handling transposes" of
+    NVIDIA/TransformerEngine @d0067d0d: "for FP8 on Hopper architecture, some tensors need to be
+    physically transposed in memory"); 0 where the GEMM takes either layout (torchao's
+    ``never``, per-tensor FP8 on Blackwell)."""
+    if recipe.columnwise_copy == "always":
+        return 1.0 if recipe.dtype == "fp8" else 0.5
+    if recipe.columnwise_copy == "tn-only" and architecture in _TN_ONLY:
+        return 1.0 + _block_scale(1, recipe.act_block, recipe.scale_bytes)
+    return 0.0
+
+
+def gathers_rowwise_only(recipe: NarrowRecipe) -> bool:
+    """Transformer Engine all-gathers a per-tensor FP8 tensor's rowwise data only (its
+    ``Float8Quantizer`` / ``Float8CurrentScalingQuantizer.supports_only_rowwise_all_gather``:
+    True, tensor/float8_tensor.py @70f53666): under sequence parallelism the shard is quantized
+    rowwise and the transposed copy made after the gather (layernorm_linear.py backward: "If data
+    is in FP8, we compute FP8 transposes manually"); block, MX and NVFP4 tensors gather both
+    copies, quantized on the shard."""
+    return recipe.act_block == 0 and recipe.implementation.startswith("te.")
 
 
 def shown_recipes() -> str:

@@ -91,8 +91,12 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # 197.7% -> 203.3%, dense Hopper median 7.7% -> 13.7% (worst 17.8%), Blackwell 7.1% -> 9.3%
 # (worst 21.6%: B200 405B MXFP8 1.22); then current scaling's and NVFP4's per-GEMM amax
 # all-reduces over TP (4 a layer, 7.8-15 us each): the FP8-CS/NVFP4 TP rows 0.1-0.6% slower,
-# Blackwell median 9.1%, the rest unmoved
-@pytest.mark.xfail(strict=True, reason="median |error| 13.9% > 10%: the FP8 layout rows read "
+# Blackwell median 9.1%, the rest unmoved; then TE's activation quantize as it runs: Hopper's
+# FP8 transposes (+1 B an element: the TP 1 Hopper rows 1-2% slower) and, under sequence
+# parallelism, the gathered tensors quantized on the shard (the TP rows 1-2% faster): median
+# 13.9% -> 14.5%, worst 203.3% -> 197.9%, dense Hopper 13.7% / 17.8% -> 13.1% / 16.6%,
+# Blackwell 9.1% / 21.6% -> 9.7% / 23.0% (B200 405B MXFP8 1.22 -> 1.23)
+@pytest.mark.xfail(strict=True, reason="median |error| 14.5% > 10%: the FP8 layout rows read "
                    "2-7% more optimistic since the weight casts are charged once per step, as "
                    "TE casts them (the rows already above 1.0: a cost still missing from their "
                    "steps, not found in the casts: see the dense subsets' test)")
@@ -100,7 +104,7 @@ def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 203.3% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 197.9% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 
@@ -121,13 +125,13 @@ def test_the_recipes_tp_comm_overlap_is_the_rows():
     assert nv.predicted < 0.9 * hidden.predicted
 
 
-@pytest.mark.xfail(strict=True, reason="dense Hopper median 13.7% > 10% (the NeMo 24.07 "
-                   "delayed-scaling rows 1.12-1.18, the 405B FP8-CS rows 1.11-1.15) and dense "
-                   "Blackwell worst 21.6% > 20% (B200 405B MXFP8 1.22) since the weight casts "
+@pytest.mark.xfail(strict=True, reason="dense Hopper median 13.1% > 10% (the NeMo 24.07 "
+                   "delayed-scaling rows 1.11-1.16, the 405B FP8-CS rows 1.13-1.17) and dense "
+                   "Blackwell worst 23.0% > 20% (B200 405B MXFP8 1.23) since the weight casts "
                    "are charged once per step: the overcount hid them")
 def test_the_dense_llama_subsets_meet_the_bars():
     """Issue 30's bars over the dense Llama rows apart (the MoE rows miss them). Measured now:
-    Hopper median 13.7% / worst 17.8%, Blackwell 9.1% / 21.6%; before the weight casts were
+    Hopper median 13.1% / worst 16.6%, Blackwell 9.7% / 23.0%; before the weight casts were
     charged once per step Hopper 7.7% / 13.7%, Blackwell 7.1% / 16.3% (the per-micro-batch
     casts, 2-7% of each FP8 layout row's step, were hiding optimism elsewhere: the 405B rows'
     and the delayed-scaling rows', which no per-GEMM amax reduction touches)."""

@@ -11,6 +11,7 @@ from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import default_efficiency, device_from_gpu
 from gpuplan.compute.parallel import amax_reduces_per_layer, micro_costs
 from gpuplan.compute.step import train_precision
+from gpuplan.fp8 import NARROW_RECIPES, columnwise_bytes_per_element, gathers_rowwise_only
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
 from gpuplan.models import load_model
@@ -96,3 +97,32 @@ def test_torchao_casts_its_weights_in_every_micro_batch():
         return estimate_speed(MODEL, H100, job, measured=None, link="nvlink").layout.compute_s
     c4, c8 = compute(4), compute(8)
     assert c8 == pytest.approx(2 * c4, rel=1e-9)
+
+
+@pytest.mark.parametrize("recipe, arch, want", [
+    ("fp8-delayed", "Hopper", 1.0), ("fp8-current", "Hopper", 1.0),
+    ("fp8-current", "Blackwell", 0.0), ("fp8-blockwise", "Hopper", 1.0 + 4 / 128),
+    ("mxfp8", "Blackwell", 1.0), ("nvfp4", "Blackwell", 0.5), ("fp8-tensorwise", "Hopper", 0.0)])
+def test_the_columnwise_copy_of_an_activation(recipe, arch, want):
+    """Hopper's FP8 GEMM is TN-only: TE's cast_transpose writes a transposed FP8 copy (1 byte,
+    plus a 1 x 128 block's fp32 scale share for blockwise); Blackwell's per-tensor FP8 needs none;
+    MX and NVFP4 write a columnwise copy everywhere; torchao none."""
+    assert columnwise_bytes_per_element(NARROW_RECIPES[recipe], arch) == pytest.approx(want)
+    assert gathers_rowwise_only(NARROW_RECIPES[recipe]) == (recipe in ("fp8-delayed",
+                                                                       "fp8-current"))
+
+
+@pytest.mark.parametrize("precision, saved", [("fp8-delayed", 4 - (3 / 4 + 2)),
+                                              ("fp8-current", 6 - (5 / 4 + 2))])
+def test_sequence_parallelism_quantizes_the_gathered_tensors_on_the_shard(precision, saved):
+    """Under SP the four gathered tensors of a layer (QKV's and fc1's inputs, the attention
+    projection's and fc2's output gradients: 4 x T x H elements at T = 4096, H = 4096) are
+    quantized rowwise on the 1/4 shard and transposed after the gather (2 B an element) instead
+    of cast and transposed whole: delayed 3 + 1 -> 3/4 + 2 bytes an element, current (its amax
+    pass) 5 + 1 -> 5/4 + 2; at the quantize kernel's memory rate, 32 layers, 4 micro-batches."""
+    on, off = _layout(precision=precision), _layout(precision=precision, sequence_parallel=False)
+    eff = estimate_speed(MODEL, H100, Job(model="llama-3.1-8b", mode="train", precision=precision,
+                                          engine="megatron"), measured=None).efficiency
+    rate = H100.memory_bandwidth * eff.memory
+    want = 4 * 32 * 4 * 4096 * 4096 * saved / rate
+    assert off.compute_s - on.compute_s == pytest.approx(want, rel=0.02)

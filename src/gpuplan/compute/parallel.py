@@ -67,7 +67,8 @@ from typing import Any, Callable
 
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
-from ..fp8 import NARROW_RECIPES
+from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, columnwise_bytes_per_element,
+                   gathers_rowwise_only)
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -151,6 +152,11 @@ class MicroCost:
     the column-parallel GEMMs' inputs (QKV, MLP up) in the forward and in a recompute, the
     row-parallel GEMMs' output gradients (attention out, MLP down) in the backward
     (:func:`amax_reduces_per_layer`); charged only under sequence parallelism with TP > 1."""
+    sp_quantize_s: float = 0.0
+    """The change of one layer's forward time (negative: a saving) when sequence parallelism
+    shards the tensors that are all-gathered before a GEMM: Transformer Engine quantizes them on
+    the rank's sequence shard and gathers them narrow (:func:`sp_quantize_s`); applied where
+    the layout runs sequence parallelism with TP > 1."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
@@ -292,8 +298,46 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
         out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s,
-                             amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec))
+                             amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec),
+                             sp_quantize_s=sp_quantize_s(ops, arch.num_layers, prec, tp,
+                                                         device.architecture))
     return out
+
+
+def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
+                  architecture: str) -> float:
+    """:attr:`MicroCost.sp_quantize_s` from one micro-batch's timed ops: the micro-batch's
+    ``fp8.quantize`` charges each quantized tensor whole, rowwise and columnwise
+    (:func:`gpuplan.fp8.columnwise_bytes_per_element`). Under sequence parallelism the tensors
+    all-gathered before a GEMM -- a column-parallel :data:`TP_GEMMS` GEMM's input, a
+    row-parallel one's output gradient -- are quantized on the ``1 / tp`` sequence shard, and a
+    per-tensor FP8 tensor gathered rowwise only (:func:`gpuplan.fp8.gathers_rowwise_only`) gets
+    its transposed copy after the gather, an FP8 read and write (2 bytes) of the whole tensor
+    where the GEMM is TN-only (Transformer Engine v2.9 layernorm_linear.py / linear.py
+    forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
+    time over its bytes); 0 under a wide recipe, torchao's (its own tensor-parallel casts are
+    not modelled here) or TP 1."""
+    recipe = NARROW_RECIPES.get(prec.name)
+    quant = [t for t in ops if t.op.name == "fp8.quantize" and t.op.bytes > 0]
+    if (recipe is None or tp <= 1 or not quant or layers <= 0
+            or not recipe.implementation.startswith("te.")):
+        return 0.0
+    gathered = 0
+    for t in ops:
+        o = t.op
+        if (o.kind == "matmul" and not o.wide and o.name in TP_GEMMS and o.shape
+                and o.phase == "forward"):
+            col = TP_GEMMS[o.name] % 2 == 0  # its input gathered; else its output gradient
+            gathered += o.shape[0] * o.shape[1] * (o.shape[2] if col else o.shape[3]) * o.count
+    row = cast_bytes_per_element(recipe)
+    whole = row + columnwise_bytes_per_element(recipe, architecture)
+    if gathers_rowwise_only(recipe):
+        transpose = 2.0 if columnwise_bytes_per_element(recipe, architecture) else 0.0
+        sharded = row / tp + transpose
+    else:
+        sharded = whole / tp
+    rate = sum(t.op.bytes for t in quant) / sum(t.total_s for t in quant)
+    return gathered * (sharded - whole) / rate / layers
 
 
 def amax_reduces_per_layer(ops: list, layers: int, prec: PrecisionLayout) -> float:
@@ -1144,6 +1188,8 @@ def _busiest_stage_held(arch: Architecture, cost: MicroCost, lay: Layout,
     longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
     the stages that hold them, the rest narrow. Third: the blocks (0-based) whose weights the
     busiest rank holds (both of its stages' under DualPipe), which its weight casts cover."""
+    if lay.sequence_parallel and lay.tp > 1:  # the gathered tensors quantized on their shard
+        cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + cost.sp_quantize_s)
     head_s = cost.other_s - cost.embedding_s
     mtp_s = lay.mtp_layers * (cost.layer_s + head_s + cost.mtp_proj_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual

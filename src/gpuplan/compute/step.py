@@ -17,7 +17,8 @@ from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import (TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
                        optimizer_state_bytes)
-from ..fp8 import NARROW_RECIPES, cast_bytes_per_element, check_narrow_on, narrow_blocks
+from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, check_narrow_on,
+                   columnwise_bytes_per_element, narrow_blocks)
 from ..hardware import all_gpus
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
@@ -907,17 +908,17 @@ def keep_edges_wide(fwd: Sequence[Op], layers: int, edge: int) -> list[Op]:
     return out
 
 
-def _quantize_op(fwd: Sequence[Op], recipe) -> Op:
+def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "") -> Op:
     """One micro-batch's activation and gradient casts of a narrow recipe, as memory traffic
     (:func:`gpuplan.fp8.cast_bytes_per_element`): each linear's input in the forward and its
     output gradient in the backward; torchao (no narrow input saved) casts the saved 16-bit
-    input again for the weight gradient. A columnwise copy (MX, NVFP4) writes a second output."""
+    input again for the weight gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
+    transposes on Hopper/Ada: :func:`gpuplan.fp8.columnwise_bytes_per_element`) writes a second
+    output."""
     lin = _narrow_linears(fwd)
     inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
     grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
-    per = cast_bytes_per_element(recipe)
-    if recipe.columnwise_copy == "always":
-        per += 1.0 if recipe.dtype == "fp8" else 0.5
+    per = cast_bytes_per_element(recipe) + columnwise_bytes_per_element(recipe, architecture)
     elements = inputs * (1 if recipe.saves_narrow_inputs else 2) + grads
     launches = sum(o.count for o in lin) * (2 if recipe.saves_narrow_inputs else 3)
     return Op(name="fp8.quantize", op_class="norm_elementwise", kind="elementwise",
@@ -1007,7 +1008,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if narrow is not None and arch is not None:
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
-        micro.append(_quantize_op(fwd, narrow))
+        micro.append(_quantize_op(fwd, narrow, device.architecture))
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
