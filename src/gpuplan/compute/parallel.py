@@ -67,7 +67,8 @@ from typing import Any, Callable
 
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
-from ..fp8 import NARROW_RECIPES
+from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, columnwise_bytes_per_element,
+                   gathers_rowwise_only)
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -139,10 +140,36 @@ class MicroCost:
     per-layer times above average them in; a pipeline stage that holds them runs them wide."""
     wide_layer_s: float = 0.0
     """One such block's forward and backward (recompute included); 0 when none."""
+    step_cast_s: float = 0.0
+    """The narrow recipe's weight casts of one step over all the layers, once per step, not per
+    micro-batch: Transformer Engine casts a linear's weights in the first micro-batch
+    (``is_first_microbatch``) and reuses the cast copies in the rest, Megatron-Core setting the
+    flag once per step (megatron/core/extensions/transformer_engine.py TELinear /
+    TEGroupedLinear ``forward``, pipeline_parallel/schedules.py ``forward_step``'s
+    ``set_is_first_microbatch``, NVIDIA/Megatron-LM@d98e8a64); 0 under a wide recipe."""
+    amax_reduces: float = 0.0
+    """One layer's blocking amax all-reduces over the TP group per micro-batch under a recipe
+    that takes each tensor's own scale (:attr:`gpuplan.fp8.NarrowRecipe.reduces_amax_over_tp`):
+    the column-parallel GEMMs' inputs (QKV, MLP up) in the forward and in a recompute, the
+    row-parallel GEMMs' output gradients (attention out, MLP down) in the backward
+    (:func:`amax_reduces_per_layer`); charged only under sequence parallelism with TP > 1."""
+    sp_quantize_s: float = 0.0
+    """The change of one layer's forward time (negative: a saving) when sequence parallelism
+    shards the tensors that are all-gathered before a GEMM: Transformer Engine quantizes them on
+    the rank's sequence shard and gathers them narrow (:func:`sp_quantize_s`); applied where
+    the layout runs sequence parallelism with TP > 1."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
     charged per MTP depth on the last pipeline stage, 0 for a model without an MTP layer."""
+
+    def stage_casts_s(self, indices: tuple[int, ...] | list[int], extra: int = 0) -> float:
+        """The weight casts of the blocks ``indices`` and ``extra`` more narrow blocks (a
+        stage's MTP modules) once: :attr:`step_cast_s` over the narrow blocks, each narrow block
+        its share (the BF16 edge blocks none)."""
+        e = self.edge_layers if self.layers > 2 * self.edge_layers else 0
+        narrow = sum(1 for i in indices if e <= i < self.layers - e) + max(0, extra)
+        return self.step_cast_s * min(1.0, narrow / max(1, self.layers - 2 * e))
 
     @property
     def layer_s(self) -> float:
@@ -233,11 +260,13 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                    moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
+    narrow = NARROW_RECIPES.get(prec.name)
+    casts, ops = _step_casts(ops, narrow)
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
     fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
-    narrow = NARROW_RECIPES.get(prec.name)
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
+    cast_s = sum(t.total_s + t.op.kernels * t.op.count * gap for t in casts)
     proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     for level in ("none", "selective", "full"):
         again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
@@ -270,8 +299,77 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = replace(cost, mtp_proj_s=proj_s)
+        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s,
+                             amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec),
+                             sp_quantize_s=sp_quantize_s(ops, arch.num_layers, prec, tp,
+                                                         device.architecture))
     return out
+
+
+def _step_casts(ops: list, narrow) -> tuple[list, list]:
+    """(the weight casts charged once a step, the rest) of one micro-batch's timed ops: the
+    casts come once per step where the recipe caches its narrow weights (TE's first
+    micro-batch), in every micro-batch's forward and backward where not (torchao)."""
+    once = narrow is not None and narrow.caches_weight
+    casts = [t for t in ops if once and t.op.name == "fp8.weight_cast"]
+    return casts, [t for t in ops if not (once and t.op.name == "fp8.weight_cast")]
+
+
+def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
+                  architecture: str) -> float:
+    """:attr:`MicroCost.sp_quantize_s` from one micro-batch's timed ops: the micro-batch's
+    ``fp8.quantize`` charges each quantized tensor whole, rowwise and columnwise
+    (:func:`gpuplan.fp8.columnwise_bytes_per_element`). Under sequence parallelism the tensors
+    all-gathered before a GEMM -- a column-parallel :data:`TP_GEMMS` GEMM's input, a
+    row-parallel one's output gradient -- are quantized on the ``1 / tp`` sequence shard, and a
+    per-tensor FP8 tensor gathered rowwise only (:func:`gpuplan.fp8.gathers_rowwise_only`) gets
+    its transposed copy after the gather, an FP8 read and write (2 bytes) of the whole tensor
+    where the GEMM is TN-only (Transformer Engine v2.9 layernorm_linear.py / linear.py
+    forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
+    time over its bytes); 0 under a wide recipe, torchao's (its own tensor-parallel casts are
+    not modelled here) or TP 1."""
+    recipe = NARROW_RECIPES.get(prec.name)
+    quant = [t for t in ops if t.op.name == "fp8.quantize" and t.op.bytes > 0]
+    if (recipe is None or tp <= 1 or not quant or layers <= 0
+            or not recipe.implementation.startswith("te.")):
+        return 0.0
+    gathered = 0
+    for t in ops:
+        o = t.op
+        if (o.kind == "matmul" and not o.wide and o.name in TP_GEMMS and o.shape
+                and o.phase == "forward"):
+            col = TP_GEMMS[o.name] % 2 == 0  # its input gathered; else its output gradient
+            gathered += o.shape[0] * o.shape[1] * (o.shape[2] if col else o.shape[3]) * o.count
+    row = cast_bytes_per_element(recipe)
+    whole = row + columnwise_bytes_per_element(recipe, architecture)
+    if gathers_rowwise_only(recipe):
+        transpose = 2.0 if columnwise_bytes_per_element(recipe, architecture) else 0.0
+        sharded = row / tp + transpose
+    else:
+        sharded = whole / tp
+    rate = sum(t.op.bytes for t in quant) / sum(t.total_s for t in quant)
+    return gathered * (sharded - whole) / rate / layers
+
+
+def amax_reduces_per_layer(ops: list, layers: int, prec: PrecisionLayout) -> float:
+    """The amax all-reduces of one micro-batch per layer (:attr:`MicroCost.amax_reduces`): each
+    narrow :data:`TP_GEMMS` GEMM whose quantized tensor is a sequence shard all-gathered before
+    it -- a column-parallel GEMM's input in the forward (and again in its recompute), a
+    row-parallel GEMM's output gradient in the backward (Transformer Engine sets the TP group
+    as the amax reduction group of exactly those two quantizers; the sourced detail is at
+    :attr:`gpuplan.fp8.NarrowRecipe.reduces_amax_over_tp`); 0 where the recipe reduces none."""
+    recipe = NARROW_RECIPES.get(prec.name)
+    if recipe is None or not recipe.reduces_amax_over_tp or layers <= 0:
+        return 0.0
+    n = 0
+    for t in ops:
+        o = t.op
+        if o.kind != "matmul" or o.wide or o.name not in TP_GEMMS:
+            continue
+        gathered_input = TP_GEMMS[o.name] % 2 == 0  # after the all-gather: column-parallel
+        if gathered_input == (o.phase in ("forward", "recompute")):
+            n += o.count
+    return n / layers
 
 
 def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency,
@@ -651,6 +749,10 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
         tp += regather
         if tp_overlap:
             tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
+    if lay.sequence_parallel and lay.tp > 1 and cost.amax_reduces:
+        # each waits on the compute stream between the amax and the cast: nothing hides it
+        tp += cost.amax_reduces * collective_time("all-reduce", 4, lay.tp, topo,
+                                                  efficiency=eff.comm)
     cp = 0.0
     if lay.cp > 1:
         kv_local = arch.num_kv_heads // lay.tp if arch.num_kv_heads % lay.tp == 0 else 1
@@ -990,7 +1092,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap,
                                 tp_overlap_kind=tp_overlap_kind, cp_rotate=cp_rotate,
                                 repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes)
-    stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
+    stage_layers, t_mb, held = _busiest_stage_held(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
@@ -1014,8 +1116,9 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
              else optimizer_s(local, mine / max(1, params + mtp)))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
+    casts = cost.stage_casts_s(held, stage_layers - len(held))  # once a step, not per micro-batch
     return LayoutTime(
-        layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
+        layout=lay, stage_layers=stage_layers, compute_s=m * t_mb + casts, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
         dp_comm_s=dp_full, dp_exposed_s=dp_exp, optimizer_s=opt_s,
         tokens_per_step=lay.batch * m * lay.dp * lay.seq,
@@ -1111,6 +1214,13 @@ def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
                    comm_per_layer: float = 0.0) -> tuple[int, float]:
+    """:func:`_busiest_stage_held` without the blocks it holds."""
+    n, t, _ = _busiest_stage_held(arch, cost, lay, comm_per_layer)
+    return n, t
+
+
+def _busiest_stage_held(arch: Architecture, cost: MicroCost, lay: Layout,
+                        comm_per_layer: float = 0.0) -> tuple[int, float, tuple[int, ...]]:
     """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
     the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
     stage whose layers plus embedding (first) or head and loss (last) take longest. MTP: each
@@ -1120,29 +1230,33 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
     stage runs (the MTP modules' counted); where the stages differ, the busiest is the one
     whose compute (under DualPipe or MTP: plus ``comm_per_layer`` per such layer) is
     longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
-    the stages that hold them, the rest narrow."""
+    the stages that hold them, the rest narrow. Third: the blocks (0-based) whose weights the
+    busiest rank holds (both of its stages' under DualPipe), which its weight casts cover."""
+    if lay.sequence_parallel and lay.tp > 1:  # the gathered tensors quantized on their shard
+        cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + cost.sp_quantize_s)
     head_s = cost.other_s - cost.embedding_s
     mtp_s = lay.mtp_layers * (cost.layer_s + head_s + cost.mtp_proj_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual
                            or cost.edge_layers):
         n = math.ceil(arch.num_layers / lay.pp)
-        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s
+        held = tuple(range(max(0, arch.num_layers - n), arch.num_layers))  # the last stage's
+        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s, held
     stages = []
     for stage, held in enumerate(lay.stages(arch.num_layers)):
         n = len(held) + (lay.mtp_layers if stage == lay.pp - 1 else 0)
         # the BF16 edge blocks run wide on the stages that hold them (the first and last)
         stages.append((n, cost.stage_layers_s(held)
                        + (cost.embedding_s if stage == 0 else 0.0)
-                       + (head_s + mtp_s if stage == lay.pp - 1 else 0.0)))
+                       + (head_s + mtp_s if stage == lay.pp - 1 else 0.0), tuple(held)))
     if lay.dual:
-        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2)
+        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2, a[2] + b[2])
                   for a, b in zip(stages, reversed(stages))]
     if not (lay.dual or lay.mtp_layers):
         comm_per_layer = 0.0  # the stages' compute alone, as before DualPipe and MTP
-    best, worst = (0, -1.0), -1.0
-    for n, t in stages:
+    best, worst = (0, -1.0, ()), -1.0
+    for n, t, held in stages:
         if t + n * comm_per_layer > worst:
-            best, worst = (n, t), t + n * comm_per_layer
+            best, worst = (n, t, held), t + n * comm_per_layer
     return best
 
 
