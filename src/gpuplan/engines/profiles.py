@@ -236,7 +236,16 @@ _VLLM_HOST = ServingHost(
 #: executor at an iteration boundary, the first token back through postprocessing) is fitted:
 #: the median of measured - simulated TTFT over the 12 QPS-2 rows of the TensorRT-LLM 0.14
 #: online table (gaps 6.2-16.9 ms before it was counted; benchmarks/validate_capacity.md), the
-#: other 68 rows of that table and the NIM rows out of sample.
+#: other 68 rows of that table and the NIM rows out of sample. No cost per streamed response
+#: (the executor's createResponse per active request per iteration, then Triton's decoupled
+#: response path) is counted: no published figure for it was found (searched 2026-12: NVIDIA/
+#: TensorRT-LLM #2613, streaming slower than non-streaming on v0.13, no per-token figure, and
+#: PRs #5284 / #6332, stream_interval "to reduce per-token CPU overhead", no figure;
+#: triton-inference-server/server #8045, streamed -23% req/s against non-streamed on the KServe
+#: endpoint, confounded by perf_analyzer #298's --streaming ignoring the output length;
+#: tensorrtllm_backend #622, 0.13's postprocessing model at ~40 ms an execute() through
+#: len(tokenizer.vocab), a bug of the ensemble's Python postprocessing, not of the executor
+#: loop, and far above what the 0.14 rows' 7-9 ms ITLs allow).
 _TRTLLM_HOST = ServingHost(
     request_s=8.3e-3, basis="per-request cost fitted, not published: 8.3 ms, the median gap of "
     "measured over simulated TTFT on the QPS-2 rows of TensorRT-LLM 0.14's online serving "
