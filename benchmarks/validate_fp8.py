@@ -399,9 +399,11 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
            "taken into the Job: moe_a2a_overlap (`ep_overlap`), the dispatcher and its flex "
            "backend (`moe_dispatcher`), mtp_num_layers (`mtp_layers`), "
-           "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap; "
-           "the rest "
-           "named, not modelled.", "",
+           "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap, "
+           "pipeline_model_parallel_layout where recorded (the 25.11 GB200 DeepSeek-V3 rows: the "
+           "pipeline split, `layout_split`, with its source in `layout_source`); the rest "
+           "named, not modelled. Under hybridep inside the NVL72 rack the EP exchange is "
+           "HybridEP's measured one (`hybridep_exchange_s`).", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
