@@ -385,8 +385,7 @@ def estimate_speed(
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
     decode_attention: str | None = None, paged_host_bytes: int = 0,
-    sdpa_repeat_kv: bool | None = None,
-) -> SpeedEstimate:
+    sdpa_repeat_kv: bool | None = None) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and ``job.gpus`` data-parallel GPUs).
 
     The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
@@ -418,17 +417,13 @@ def estimate_speed(
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
-    ``p2p_overlap``: whether an interleaved pipeline's sends run beside the next chunk's compute
-    (:func:`~.parallel.interleaved_p2p_exposed_s`); None: the engine's default
-    (:attr:`~gpuplan.engines.EngineProfile.p2p_overlap`), False: blocking, True: overlapped.
+    ``p2p_overlap`` (interleaved sends beside compute, :func:`~.parallel.interleaved_p2p_exposed_s`)
+    and ``sdpa_repeat_kv`` (CP's K and V at the query heads, :func:`~.parallel.sdpa_kv_heads`):
+    True or False as the job ran; None: the engine profile's (``EngineProfile``'s same fields).
     ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
     benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
     ``paged_host_bytes``: a paged optimizer's states over the GPU (:func:`paged_migration_s`).
-    ``sdpa_repeat_kv``: under context parallelism, whether the model code hands SDPA K and V
-    repeated to the query heads (what the CP exchange and merges move,
-    :func:`~.parallel.sdpa_kv_heads`); None: the engine's
-    (:attr:`~gpuplan.engines.EngineProfile.sdpa_repeat_kv`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
