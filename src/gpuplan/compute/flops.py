@@ -172,8 +172,12 @@ class Op:
     """Host time to issue each kernel when it is not the runtime's per-phase cost (a Python loop
     issuing one tensor op at a time, a multi-tensor pass issued from C++)."""
     weight_width: float = 0.0
-    """Bytes per weight element as this matmul reads them, where ``bytes / weight_elements`` is
-    not that (a MoE GEMM reads only the experts it hits); 0: that ratio."""
+    """Bytes per weight element as this matmul reads them (every weight matmul :func:`_mm` builds
+    states it; ``bytes / weight_elements`` is not that once the rows' activations count, or in a
+    MoE GEMM, which reads only the experts it hits); 0: that ratio."""
+    weights_read: float = 1.0
+    """Share of ``weight_elements`` this matmul reads per instance: a MoE GEMM reads the experts
+    its tokens hit of the rank's local ones (``touched / local``); 1 for a dense weight."""
     narrow: bool = False
     """An attention kernel run in the step's 8-bit dtype (TE ``fp8_dpa`` under an FP8 recipe)
     rather than at the 16-bit rate beside it."""
@@ -251,7 +255,7 @@ def _mm(name: str, cls: OpClass, *, b: int, m: int, k: int, n: int, act: int, w:
               bytes=input_reads * b * m * k * act + rhs + b * m * n * act,
               parallel_work=b * m * n, kernels=kernels,
               weight_elements=k * n if w is not None else 0, shape=(b, m, k, n),
-              launch_shares=launch_shares)
+              weight_width=w or 0.0, launch_shares=launch_shares)
 
 
 def _ew(name: str, cls: OpClass, *, elements: int, nbytes: float, flops_per: float,
@@ -893,7 +897,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                        weight_elements=local * h * n_up,
                        kernels=(grouped_launches if form.grouped_experts
                                 else launches * (2 if gated else 1)),
-                       groups=groups, weight_width=w))
+                       groups=groups, weight_width=w, weights_read=touched / local))
     ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
                    nbytes=(3 if gated else 2) * R * ie * a,
                    flops_per=_ACT_FLOPS[act] + (1 if gated else 0),
@@ -904,7 +908,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                        weight_elements=local * ie * h,
                        kernels=grouped_launches if form.grouped_experts else launches,
                        groups=groups,
-                       weight_width=w))
+                       weight_width=w, weights_read=touched / local))
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                    flops_per=2, kernels=launches * 2))
     si = arch.shared_expert_intermediate_size
