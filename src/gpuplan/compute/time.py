@@ -220,13 +220,13 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency, rereads: float = 0.0) ->
     into the weights' share, costs a step pays at every batch, as the kernels per step do not
     change with it."""
     bw = device.memory_bandwidth * eff.memory
-    if device.kind != "gpu" or op.kind != "matmul" or not op.weight_elements or not op.shape:
+    if device.kind != "gpu" or op.kind != "matmul" or op.weight_bytes <= 0 \
+            or not op.weight_elements or not op.shape:
         return bw
-    w = op.weight_width or op.bytes / op.weight_elements
+    # the format's width (not bytes / elements, which the rows' activations inflate with M)
+    w = op.weight_width or op.weight_bytes / op.weight_elements
     total = op.bytes + rereads
-    weights = min(total, op.weight_elements * op.weights_read * w + rereads)
-    if weights <= 0:
-        return bw
+    weights = min(total, op.weight_bytes + rereads)
     skinny = bw * gemv_bandwidth_fraction(w, eff.quant_gemv) / constant("memory_default")
     return min(bw, skinny * total / weights)
 
