@@ -200,7 +200,7 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency, rereads: float = 0.0) ->
     Its time is the longer of all its bytes at the streaming share and its weights at that
     skinny share, so the share is monotone and continuous in M: the skinny one while the
     weights are the bytes (decode), rising to the streaming one only as the rows' activations
-    grow to ``1 - gemv / streaming`` of them (a GEMM of 4096 x 14336 16-bit weights: about 760
+    grow to ``1 - gemv / streaming`` of them (a GEMM of 4096 x 14336 16-bit weights: 767
     rows). The step time of a weight-bound matmul therefore never falls as its rows grow, where a
     switch at one 128-row tile made a 128th decode row 1.3 ms faster on llama-3.1-8b H100 (issues
     29/31).
