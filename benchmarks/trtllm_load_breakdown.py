@@ -288,9 +288,9 @@ def _conclusion(online: list[dict], offline: list[dict], steps: list[tuple]) -> 
               "tile, and a 128th sequence made the step faster; the switch had no GEMM "
               "measurement behind it (DeepBench's cuBLAS rows and Marlin's FP16 baseline hold "
               "their share from 1 to 32-128 rows), so it is gone, and the 2-127-row steps are "
-              "within 2% of what they were. Under reading 2 the GEMV share would still be too "
-              "high for 2-127 rows on a Hopper; no published measurement of a 16-bit GEMM's "
-              "bandwidth share at those rows on a Hopper was found to say so.", "",
+              "at most 2-3% shorter than they were. Under reading 2 the GEMV share would still "
+              "be too high for 2-127 rows on a Hopper; no published measurement of a 16-bit "
+              "GEMM's bandwidth share at those rows on a Hopper was found to say so.", "",
               "Neither cost has a published figure, and one fitted to these rows is what issue 31 "
               "rules out, so nothing is added: gpuplan's TensorRT-LLM host (engines/profiles.py "
               "``_TRTLLM_HOST``) keeps no per-step or per-sequence seconds. What would settle it: "

@@ -129,7 +129,8 @@ def test_the_decode_step_never_falls_as_the_batch_grows(model, gpu, job):
 
 def test_issue_figures_llama_8b_h100():
     """The issue's command: batch 127 read 13.76 ms, 128 read 12.49 ms. Now 128 is no faster,
-    and the 127-row step is within 2% of what it was (its weights kept the GEMV share)."""
+    and the 127-row step is 2.2% shorter (its weights kept the GEMV share; its activations
+    ride under them)."""
     b100, b127, b128 = _steps("llama-3.1-8b", "H100-SXM-80GB", (100, 127, 128))
     assert b100 < b127 <= b128 < b127 * 1.01
     assert b127 == pytest.approx(13.76e-3, rel=0.03)
