@@ -214,8 +214,8 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency, rereads: float = 0.0) ->
     0.146 ms (tests/unit/test_skinny_bandwidth.py computes their shares). Marlin's README figure
     (IST-DASLab/marlin@2f6d7c1 assets/peak.png, A10, 72k x 18k, FP16 via PyTorch's
     CUTLASS/cuBLAS call as the baseline) measures Marlin's speedup at the ideal 3.87x from 1 to
-    32 rows: the FP16 GEMM holds the same multiple of its byte floor over those rows, where
-    Marlin's own kernel does. The GEMV share itself (gpt-fast's batch-1 step, ``gemv_bw_16bit``)
+    32 rows: over those rows the FP16 GEMM stays as near its byte floor as Marlin's 4-bit kernel
+    stays to its own, with no rise of its share as the rows grow. The GEMV share itself (gpt-fast's batch-1 step, ``gemv_bw_16bit``)
     is an end-to-end figure: it folds each kernel's ramp and tail and the gaps between kernels
     into the weights' share, costs a step pays at every batch, as the kernels per step do not
     change with it."""
