@@ -104,14 +104,18 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # 155.9% unmoved; the HybridEP rows back up -- GB200 Qwen3-30B 1.18/1.29, DeepSeek-V3
 # 1.10/0.99 (BF16 1.17), Qwen3-235B 1.10/1.10, B200 DeepSeek-V3 26.02 1.33; H100 26.02
 # Qwen3-30B (DeepEP) 2.15 -> 2.05; MoE median 15.4% -> 19.5% (10.2% median after merging main,
-# whose DeepSeek-V3 recompute casts moved B200 26.02 to 1.31)
-@pytest.mark.xfail(strict=True, reason="median |error| 10.2% > 10%: the HybridEP rows (GB200) "
-                   "1.10-1.29x optimistic, the Qwen3-30B H100 rows 2.05-2.56x")
+# whose DeepSeek-V3 recompute casts moved B200 26.02 to 1.31). The MoE layer's launches and
+# host waits counted from Megatron-Core / TE (moehost): current scaling's four launches a
+# quantize, DDP's Python main_grad adds, the router GEMM 16-bit, DeepEP's four forward waits
+# and one backward wait (parallel.MOE_HOST_SYNCS): median 10.2% -> 10.05%, worst 155.9% ->
+# 155.1% (25.11 H100 Qwen3-30B 2.56 -> 2.55), H100 26.02 Qwen3-30B (DeepEP) 2.05 -> 1.87
+@pytest.mark.xfail(strict=True, reason="median |error| 10.05% > 10%: the HybridEP rows (GB200) "
+                   "1.10-1.29x optimistic, the Qwen3-30B H100 rows 1.87-2.55x")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 155.9% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 155.1% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 
@@ -154,14 +158,15 @@ def test_the_uneven_and_folded_rows_are_predicted():
     assert S["speedup_checked"] == S["speedup_pairs"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="1.086x predicted against 1.280x (15.2%): MXFP8's GEMMs "
+@pytest.mark.xfail(strict=True, reason="1.087x predicted against 1.280x (15.1%): MXFP8's GEMMs "
                    "at 0.951 of per-tensor FP8's (TE's GEMM profiling guide) and Blackwell's FP8 "
                    "share at training shapes (0.880 against BF16's 0.938) slow the MXFP8 run; "
                    "its BF16 twin (VP 4, PP 4) is itself 1.17x optimistic (MoE rows), its "
                    "p2p overlap gaining it more than the MXFP8 twin (VP 4, PP 8)")
 def test_fp8_over_bf16_speedup_within_10_percent():
-    """The one published pair (DeepSeek-V3 on GB200, 25.11): 1.086x predicted against 1.280x
-    (15.2%, both on HybridEP, which pads in its dispatch; 1.040x, 18.7%, with the alltoall
+    """The one published pair (DeepSeek-V3 on GB200, 25.11): 1.087x predicted against 1.280x
+    (15.1%, with the router GEMM kept 16-bit and DDP's main_grad adds; 1.086x, 15.2%, before
+    them, both on HybridEP, which pads in its dispatch; 1.040x, 18.7%, with the alltoall
     dispatcher's expert row padding, four full copies of the experts' rows a layer that the
     BF16 twin does not make; 1.078x, 15.8%, before it; the dispatcher's copies cost the MXFP8 run, PP 8 with EP 32, a larger share than
     its BF16 twin's; 1.087x, 15.1%, before them; 1.089x, 14.9%, before the MXFP8 run's
