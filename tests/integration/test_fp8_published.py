@@ -108,14 +108,17 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # host waits counted from Megatron-Core / TE (moehost): current scaling's four launches a
 # quantize, DDP's Python main_grad adds, the router GEMM 16-bit, DeepEP's four forward waits
 # and one backward wait (parallel.MOE_HOST_SYNCS): median 10.2% -> 10.05%, worst 155.9% ->
-# 155.1% (25.11 H100 Qwen3-30B 2.56 -> 2.55), H100 26.02 Qwen3-30B (DeepEP) 2.05 -> 1.87
-@pytest.mark.xfail(strict=True, reason="median |error| 10.05% > 10%: the HybridEP rows (GB200) "
-                   "1.10-1.29x optimistic, the Qwen3-30B H100 rows 1.87-2.55x")
+# 155.1% (25.11 H100 Qwen3-30B 2.56 -> 2.55), H100 26.02 Qwen3-30B (DeepEP) 2.05 -> 1.87;
+# then linear_qkv and linear_fc1 as one launch each (flops.ONE_LAUNCH_PROJECTIONS), the wrong
+# way: median 10.05% -> 10.13%, worst 155.2%, H100 26.02 Qwen3-30B 1.87 -> 1.90, B200 Qwen3-30B
+# 1.20/1.25 -> 1.24/1.29
+@pytest.mark.xfail(strict=True, reason="median |error| 10.13% > 10%: the HybridEP rows (GB200) "
+                   "1.10-1.30x optimistic, the Qwen3-30B H100 rows 1.90-2.55x")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 155.1% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 155.2% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 
