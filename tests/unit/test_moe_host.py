@@ -114,3 +114,17 @@ def test_a_backward_wait_times_the_moe_layer_from_idle(monkeypatch):
     assert out.layer_bwd_s == pytest.approx(21 + constant("host_sync_s"))
     # without a backward wait (alltoall, HybridEP) the backward stays paced
     assert _synced_layer_cost(cost, ops, ops, STEP, arch, 1, 1.0, (0, 0)).layer_bwd_s == 11.0
+
+
+def test_each_forward_wait_costs_one_host_read(monkeypatch):
+    # one MoE layer's forward from a drained queue: topk (host 2, device 1) then dispatch (host
+    # 1, device 5); rotated to begin after the top-k: dispatch issues by 1, runs to 6; topk
+    # issues by 3, runs to 7: 7, plus host_sync_s a wait -- alltoall 1, DeepEP 4
+    monkeypatch.setattr(parallel, "_moe_layers", lambda arch: 1)
+    ops = [_t("moe.topk", "forward", 2, 1), _t("moe.dispatch", "forward", 1, 5)]
+    cost = MicroCost(layers=1, layer_fwd_s=6.0, layer_bwd_s=0.0, attn_fwd_s=0.0,
+                     attn_bwd_s=0.0, other_s=0.0, hardware_flops=0.0)
+    arch = SimpleNamespace(num_layers=1)
+    for name, waits in MOE_HOST_SYNCS.items():
+        out = _synced_layer_cost(cost, ops, ops, STEP, arch, 1, 1.0, waits)
+        assert out.layer_fwd_s == pytest.approx(7 + waits[0] * constant("host_sync_s")), name
