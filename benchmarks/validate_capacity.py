@@ -295,7 +295,12 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   with fixed lengths the clients stay in lockstep, so each prompt waits for its whole cohort's
   prefill in one step, while the measured median at concurrency 4-8 (53-55 ms) is about one
   prompt's prefill -- the measured clients drift apart (the source does not say why). At 32-48
-  the measured queue is longer than the simulated one; not explained here.
+  the measured queue is longer than the simulated one; not explained here. Not the engine's
+  output processing either: the page states no vLLM version, and every version gpuplan models
+  (0.8, 0.11) is the V1 engine, which detokenises and streams in the API-server process beside
+  the EngineCore loop (engines/profiles.py ``_VLLM_HOST``, overlapped); counting V0's in-loop
+  cost instead (issue #6913's line after each step) moves these TTFTs by under 1% (C=4 118 ms
+  either way) and only the throughput (median 6.7% overlapped, 12.4% in-loop).
 """
 
 

@@ -37,7 +37,8 @@ from .errors import InputError, opt, shown
 __all__ = ["narrow_blocks", "NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_ENGINE", "narrow_recipe",
            "check_narrow_on", "fp8_weight_bytes", "amax_history_bytes", "cast_bytes_per_element",
            "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL",
-           "gathered_bytes_per_element", "narrow_elements"]
+           "gathered_bytes_per_element", "narrow_elements", "columnwise_bytes_per_element",
+           "gathers_rowwise_only"]
 
 #: GPU architectures (the catalog's ``architecture`` field) with FP8 tensor cores.
 FP8_ARCHITECTURES = ("Hopper", "Ada Lovelace", "Blackwell")
@@ -104,6 +105,23 @@ class NarrowRecipe:
     Float8CurrentScalingQuantizer::quantize_impl),
     MXFP8 and 1 x 128 / 128 x 128 blocks 1 (``nvte_quantize_v2``), NVFP4 1 (after one grouped
     amax, ``nvte_group_amax``). None: no split quantize (torchao casts each call's input once)."""
+    reduces_amax_over_tp: bool = False
+    """Under sequence parallelism the per-tensor amax of a tensor that is quantized on its
+    sequence shard and then all-gathered (a column-parallel linear's input in the forward, a
+    row-parallel linear's output gradient in the backward) is all-reduced (MAX) over the TP
+    group before the quantize kernel, so that every rank's shard takes one scale: Transformer
+    Engine's ``Float8CurrentScaling`` and ``NVFP4BlockScaling`` quantizers
+    (transformer_engine/pytorch/module/linear.py and layernorm_linear.py
+    ``_customize_quantizers_float8_current_scaling`` / ``_customize_quantizers_nvfp4``:
+    ``with_amax_reduction``, ``amax_reduction_group = self.tp_group`` when
+    ``sequence_parallel`` and ``parallel_mode`` is "column" (input) or "row" (grad output);
+    csrc/quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl`` and
+    ``NVFP4Quantizer::quantize_impl``: the amax kernel, then
+    ``amax_reduction_group->allreduce(...)->wait()``, then the scale and the cast on the same
+    stream; NVIDIA/TransformerEngine v2.9 @70f53666, unchanged in substance at d0067d0d).
+    Delayed scaling takes its scale from past amaxes (one reduction of the whole amax buffer
+    per autocast region), block and MX scales from each block's own values: no per-GEMM
+    reduction."""
 
 
 _TE = "NVIDIA/TransformerEngine transformer_engine/common/recipe/__init__.py @000b637e"
@@ -126,7 +144,8 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
                  source=_TE + " (Float8CurrentScaling); Megatron --fp8-recipe tensorwise; "
-                        "NeMo/Megatron-Bridge FP8-CS", split_quantize_kernels=4),
+                        "NeMo/Megatron-Bridge FP8-CS", split_quantize_kernels=4,
+                 reduces_amax_over_tp=True),
     NarrowRecipe(name="fp8-tensorwise", dtype="fp8", implementation="torchao Float8Linear "
                  "(tensorwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd / e5m2 bwd",
                  scaling="dynamic per tensor", act_block=0, weight_block=0, scale_bytes=4,
@@ -169,7 +188,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                         "transformer_engine/pytorch/csrc/quantizer.cpp "
                         "NVFP4Quantizer::quantize_impl @d0067d0d (nvte_compute_amax_with_config, "
                         "or nvte_hadamard_transform_amax with RHT, before the quantize kernel)",
-                 global_scale=True, split_quantize_kernels=1),
+                 global_scale=True, split_quantize_kernels=1, reduces_amax_over_tp=True),
 )}
 
 #: What plain ``--precision fp8`` means under each engine: Megatron's ``--fp8-recipe`` default
@@ -280,6 +299,34 @@ def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     amax_pass = 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
                         or recipe.global_scale) else 0.0
     return 2.0 + out + amax_pass
+
+
+def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None) -> float:
+    """Bytes per element of the second (columnwise) copy a quantize kernel writes beside the
+    rowwise one for a linear's input or output gradient, whose weight-gradient GEMM reads it:
+    MX and NVFP4 quantize both directions from the 16-bit tensor everywhere (``always``), and
+    Transformer Engine's per-tensor and block FP8 write a transposed copy where the FP8 GEMM is
+    TN-only (Hopper, Ada: ``tn-only``; the fused ``cast_transpose`` kernel, one read, two writes:
+    transformer_engine/pytorch/module/linear.py sets the input quantizer's usage to ``rowwise``
+    and ``columnwise`` when the backward needs the input, and docs "Handling transposes" of
+    NVIDIA/TransformerEngine @d0067d0d: "for FP8 on Hopper architecture, some tensors need to be
+    physically transposed in memory"); 0 where the GEMM takes either layout (torchao's
+    ``never``, per-tensor FP8 on Blackwell)."""
+    if recipe.columnwise_copy == "always":
+        return 1.0 if recipe.dtype == "fp8" else 0.5
+    if recipe.columnwise_copy == "tn-only" and architecture in _TN_ONLY:
+        return 1.0 + _block_scale(1, recipe.act_block, recipe.scale_bytes)
+    return 0.0
+
+
+def gathers_rowwise_only(recipe: NarrowRecipe) -> bool:
+    """Transformer Engine all-gathers a per-tensor FP8 tensor's rowwise data only (its
+    ``Float8Quantizer`` / ``Float8CurrentScalingQuantizer.supports_only_rowwise_all_gather``:
+    True, tensor/float8_tensor.py @70f53666): under sequence parallelism the shard is quantized
+    rowwise and the transposed copy made after the gather (layernorm_linear.py backward: "If data
+    is in FP8, we compute FP8 transposes manually"); block, MX and NVFP4 tensors gather both
+    copies, quantized on the shard."""
+    return recipe.act_block == 0 and recipe.implementation.startswith("te.")
 
 
 def shown_recipes() -> str:

@@ -62,19 +62,20 @@ def test_summary_by_hand(rows):
 
 
 def test_throughput_meets_the_bar(rows):
-    # reached: 4.6% median over the 85 rows (benchmarks/validate_capacity.md)
+    # reached: 3.8% median over the 85 rows (benchmarks/validate_capacity.md)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] <= vc.BAR
 
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 17.2% (85 rows), ITL 17.4% (80 rows), output tok/s 4.6% (85 rows) median |error|
+    # TTFT 17.2% (85 rows), ITL 17.4% (80 rows), output tok/s 3.8% (85 rows) median |error|
     # (18.3% / 19.8% / 3.9% before the NIM rows ran an FP8 KV cache and the 4090 rows their
-    # served 100-token mean; the 4090's tok/s moved the wrong way, 9.5% -> 12.5%)
+    # served 100-token mean; the 4090's tok/s moved the wrong way, 9.5% -> 12.5%; 4.6% -> 3.8%
+    # once vLLM V1's output processing ran beside the steps: the 4090 rows 12.4% -> 6.7%)
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.172, abs=0.005)
     assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.174, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
-        0.046, abs=0.005)
+        0.038, abs=0.005)
     nim = "nvidia-nim"
     assert vc.summary(rows, "ttft_ms", nim)["median_abs_error"] == pytest.approx(0.130, abs=0.005)
     assert vc.summary(rows, "itl_ms", nim)["median_abs_error"] == pytest.approx(0.061, abs=0.005)
@@ -83,7 +84,7 @@ def test_errors_reached(rows):
 @pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 17.2% "
                    "over 85 rows (TensorRT-LLM online table 14.4% once its 8.3 ms per-request cost is counted; "
                    "NIM 13.0%, its C=25-50 rows carrying the closed loop's start-up ramp; "
-                   "vLLM on a 4090 49.0%)")
+                   "vLLM on a 4090 50.0%)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 

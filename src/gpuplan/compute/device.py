@@ -341,7 +341,8 @@ def default_efficiency(device: Device) -> Efficiency:
         extra["matmul_fp16"] = "default: " + CONSTANTS[older[0]].source
     if key == "matmul_nvidia":
         # SKUs whose best-shape matmul was measured at a dtype (the MAMF table): Blackwell's
-        # BF16 and FP8, Hopper's FP8, each below the H100 BF16 row the default comes from
+        # BF16 and FP8, Hopper's FP8, each below the H100 BF16 row the default comes from;
+        # the H200 NVL's sustained training GEMMs (TE's guide: its own clock at 600 W)
         for (gpu, dtype), name in MEASURED_MATMUL.items():
             if gpu == device.name:
                 by_dtype[dtype] = constant(name)

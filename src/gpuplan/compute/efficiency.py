@@ -28,6 +28,8 @@ from .flops import Op
 
 __all__ = [
     "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
+    "TE_TRAINING_LAYERS", "TE_H200NVL_BARS_MS", "te_training_gemms", "te_training_waves",
+    "te_h200nvl_shares",
     "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction", "FA2_SM8X",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
@@ -157,6 +159,67 @@ def _training_shape_ratio(dtype: str) -> float:
                                                    / _MAMF_SHARE[("hopper", dtype)])
 
 
+#: The layers of TE's guide (``_TE_GEMM``, "Forward Summary"): name -> (in, out) features; each
+#: runs at M = 15,872 tokens as Fprop (tokens x in x out), Dgrad (tokens x out x in) and Wgrad
+#: (in x tokens x out), M x K x N as the guide writes them ("Full Backward Table").
+TE_TRAINING_TOKENS = 15872
+TE_TRAINING_LAYERS = {"qkv": (4096, 12288), "attn_out": (4096, 4096),
+                      "mlp_up": (4096, 16384), "mlp_down": (16384, 4096)}
+#: The H200 NVL's kernel-only (``--pre-quantize``) bars per layer and pass, ms, (BF16, FP8
+#: CurrentScaling): read off the guide's figure docs/examples/gemm_profiling/img/
+#: h200_model_config_speedup_prequant.png (same commit as ``_TE_GEMM``; its text prints the pass
+#: sums only) by pixel -- 25.87 px per ms from the gridlines 0-30 ms, so +-0.04 ms a bar. Check
+#: against the text: BF16 Fprop + Dgrad 21.379 read (21.379 printed), Wgrad 10.554 (10.530);
+#: FP8 11.211 (11.238), 5.567 (5.547).
+TE_H200NVL_BARS_MS = {
+    ("qkv", "fprop+dgrad"): (5.374, 2.745), ("attn_out", "fprop+dgrad"): (1.778, 0.966),
+    ("mlp_up", "fprop+dgrad"): (7.113, 3.789), ("mlp_down", "fprop+dgrad"): (7.114, 3.711),
+    ("qkv", "wgrad"): (2.590, 1.392), ("attn_out", "wgrad"): (0.889, 0.425),
+    ("mlp_up", "wgrad"): (3.557, 1.856), ("mlp_down", "wgrad"): (3.518, 1.894),
+}
+
+
+def te_training_gemms(layer: str, passes: str = "fprop+dgrad+wgrad") -> tuple[tuple[int, int, int], ...]:
+    """The (M, K, N) of ``layer``'s GEMMs in TE's guide for ``passes`` (``+``-joined names)."""
+    k, n, t = *TE_TRAINING_LAYERS[layer], TE_TRAINING_TOKENS
+    shapes = {"fprop": (t, k, n), "dgrad": (t, n, k), "wgrad": (k, t, n)}
+    return tuple(shapes[p] for p in passes.split("+"))
+
+
+def te_training_waves(sm_count: int, shapes: Sequence[tuple[int, int, int]] | None = None) -> float:
+    """Work-weighted wave efficiency (:func:`gemm_wave_efficiency`, split-K included) of TE's
+    training GEMMs on ``sm_count`` SMs: their FLOPs over the sum of each one's FLOPs / its
+    efficiency, so that fraction x this is the share of peak the model gives the whole set."""
+    shapes = shapes or tuple(s for layer in TE_TRAINING_LAYERS for s in te_training_gemms(layer))
+    work = [(2 * m * k * n, _wave_efficiency(1, m, n, sm_count, k, _TILE, _TILE, _SPLIT_K_MIN))
+            for m, k, n in shapes]
+    return sum(f for f, _ in work) / sum(f / w for f, w in work)
+
+
+def te_h200nvl_shares(dtype: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per bar of TE's H200 NVL figure (:data:`TE_H200NVL_BARS_MS`): (the measured share of the
+    NVL's rated peak, the work-weighted wave efficiency gpuplan gives its GEMMs on 132 SMs).
+    The measured share over (best-shape fraction x waves) is the bar's gap to the model."""
+    col = {"bf16": 0, "fp8": 1}[dtype]
+    peak = TE_TRAINING_GEMM_PEAK[("H200 NVL", dtype)] * 1e12
+    out = {}
+    for (layer, passes), ms in TE_H200NVL_BARS_MS.items():
+        shapes = te_training_gemms(layer, passes)
+        flops = sum(2 * m * k * n for m, k, n in shapes)
+        out[(layer, passes)] = (flops / (ms[col] * 1e-3) / peak, te_training_waves(132, shapes))
+    return out
+
+
+def _h200nvl_sustained(dtype: str) -> float:
+    """The H200 NVL's matmul fraction: its 12-GEMM kernel-only share of its own rated peak in
+    TE's guide (TE_TRAINING_GEMM_MS) over the wave efficiency gpuplan gives those GEMMs on its
+    132 SMs, so that the model's fraction x waves reproduces the measured total."""
+    flops = 2 * 3 * TE_TRAINING_TOKENS * sum(k * n for k, n in TE_TRAINING_LAYERS.values())
+    share = flops / (TE_TRAINING_GEMM_MS[("H200 NVL", dtype)] * 1e-3) \
+        / (TE_TRAINING_GEMM_PEAK[("H200 NVL", dtype)] * 1e12)
+    return share / te_training_waves(132)
+
+
 CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     # -- matmuls --------------------------------------------------------------------------------
     "gemm_tile_m": Constant(_TILE, "rows", "CUTLASS/cuBLAS default tensor-op tile on Ampere/Hopper "
@@ -228,15 +291,42 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "training GEMMs reaches 65.0% of B300's peak and 71.8% of H200 NVL's (0.907), where "
         "the MAMF table's best shapes read B200 77.6% against Hopper's 80.3% (0.966): "
         "Blackwell's GEMMs at a model's shapes fall that much further below their best-shape "
-        "share than Hopper's do, which the Hopper shares (validated) leave out. B300 (1,100 W) "
-        "stands for B200 and GB200, whose MAMF rows the factor scales; the H200 NVL (600 W) "
-        "throttles at least as an SXM would, so the factor is if anything too near 1"),
+        "share than Hopper's do. B300 (1,100 W) stands for B200 and GB200, whose MAMF rows the "
+        "factor scales. Not a shape mechanism on either side (issue 31): gpuplan's waves give "
+        "all 12 GEMMs 0.988-0.993 on 148 SMs, yet B300's BF16 Fprop times read 66.3-68.0% for "
+        "the 1.1-1.4 ms GEMMs and 77.1% (its MAMF row's 78.6%) for the 0.31 ms attention-out "
+        "one; the NVL's bars are flat at 71.6-73.8% of its peak (TE_H200NVL_BARS_MS: its own "
+        "sustained clock, matmul_h200nvl_bf16). So the factor reads Blackwell's sustained "
+        "GEMM clock under a training stream against the NVL's, each against its best shape; "
+        "the Hopper SXM parts take no factor (no sustained SXM figure published), so nothing "
+        "is counted twice, and were the SXM's sustained share the NVL's 0.92 of the model, "
+        "this factor would be too near 1 by as much"),
     "gemm_training_shapes_blackwell_fp8": Constant(
         round(_training_shape_ratio("fp8"), 4), "ratio of shares of peak",
         _TE_GEMM + " and its H200 NVL worked example (TE_TRAINING_GEMM_MS): FP8 current "
         "scaling, kernel-only, at the 12 training GEMMs reaches 62.5% of B300's peak and 68.4% "
         "of H200 NVL's (0.914), where the MAMF table's best shapes read B200 76.3% against "
         "H200 73.4% (1.040); as the BF16 entry, for B200 and GB200's FP8 (and MXFP8) rows"),
+    "matmul_h200nvl_bf16": Constant(
+        round(_h200nvl_sustained("bf16"), 3), "fraction of peak",
+        _TE_GEMM + ", its 'Worked Example: 5B Model on H200' on an H200 NVL (600 W), kernel-only: "
+        "the 12 training GEMMs (19.17 TFLOP) in 31.968 ms = 600 TFLOP/s = 71.8% of the NVL's "
+        "own rated 835.5 (not the SXM's 989), over the work-weighted wave efficiency gpuplan "
+        "gives them on 132 SMs (0.977, te_training_waves): 0.735, so fraction x waves gives "
+        "the measured total. The SKU's sustained clock, not a shape effect: per layer and pass "
+        "(TE_H200NVL_BARS_MS, read off the guide's figure) the bars run 71.1-73.8%, the "
+        "smallest GEMMs (attention out, N = K = 4,096) at 71.7% as the MLP's, the bars the "
+        "wave model gives 0.98 no faster than those at 0.97; 0.92 of the SXM-derived "
+        "0.80 x waves at every bar within 3%. No MAMF row measures an NVL (none in "
+        "stas00/ml-engineering's history), so its best-shape share cannot be read apart; "
+        "for this SKU only (the H100 NVL, 400 W, has the same rating and its own cap)"),
+    "matmul_h200nvl_fp8": Constant(
+        round(_h200nvl_sustained("fp8"), 3), "fraction of peak",
+        _TE_GEMM + ", as matmul_h200nvl_bf16: FP8 CurrentScaling kernel-only 16.785 ms = "
+        "1,142 TFLOP/s = 68.4% of the NVL's 1,670.5, over the same waves 0.977: 0.700 (the "
+        "SXM H200's best-shape FP8 row, 73.4%, x waves would give 71.7%). Per bar 66.0-75.0%: "
+        "FP8's kernel choice varies with the aspect ratio (attention out's Wgrad fastest, its "
+        "Fprop + Dgrad slowest), not with the wave efficiency"),
     "matmul_fp4_vs_bf16": Constant(
         0.946, "ratio of shares of peak", _AO_NVFP4 + ": NVFP4 pct_peak over the same run's BF16 "
         "pct_peak at the two largest shapes printed, 6144^3: 0.611 / 0.646 = 0.946, 8192^3: "
@@ -502,8 +592,9 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
 #: matmul fraction's constant, split-K's fixed cost's constant, or None). Turing's pair is
 #: DeepBench's fit; Volta keeps Markidis's fraction (see ``matmul_volta_fp16``) with the split-K
 #: cost DeepBench's V100 rows give at that fraction (``splitk_fixed_volta_s``).
-#: Catalog SKUs whose best-shape matmul at a dtype was measured apart (the MAMF table):
-#: (GPU name, dtype) -> its CONSTANTS entry, replacing the default fraction for that dtype.
+#: Catalog SKUs whose matmul at a dtype was measured apart -- best shapes in the MAMF table,
+#: the H200 NVL's sustained training GEMMs in TE's guide: (GPU name, dtype) -> its CONSTANTS
+#: entry, replacing the default fraction for that dtype.
 MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     ("H100-SXM-80GB", "fp8"): "matmul_h100_fp8",
     # Meta's 96 GB HBM2e SXM H100 (torchtitan docs/performance.md @eaea6f6) is the same GH100
@@ -512,6 +603,12 @@ MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     # (its 500 W cap scales the peak apart: device.at_power_limit)
     ("H100-SXM-96GB", "fp8"): "matmul_h100_fp8",
     ("H200-SXM-141GB", "fp8"): "matmul_h200_fp8",
+    # the H200 NVL (600 W) has no MAMF row: its sustained kernel-only share at TE's training
+    # GEMMs over their wave efficiency (matmul_h200nvl_*), its own clock under its own cap --
+    # not carried to the SXM parts, whose MAMF rows stand (issue 31: the NVL's gap to the SXM
+    # shares is flat over the 12 shapes, a clock's, not a shape's)
+    ("H200-NVL-141GB", "bf16"): "matmul_h200nvl_bf16",
+    ("H200-NVL-141GB", "fp8"): "matmul_h200nvl_fp8",
     ("B200-SXM-180GB", "bf16"): "matmul_b200_bf16",
     ("B200-SXM-180GB", "fp8"): "matmul_b200_fp8",
     ("GB200-NVL72", "bf16"): "matmul_gb200_bf16",
@@ -524,8 +621,9 @@ MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
 BLOCK_SCALED_GEMM: Mapping[str, str] = MappingProxyType({"mxfp8": "gemm_mxfp8_vs_fp8"})
 
 #: Architectures whose MAMF (best-shape) matmul shares are scaled to training shapes, by
-#: dtype: how much further below the best shape their GEMMs run at a model's shapes than
-#: Hopper's, whose shares the validation holds (:func:`_training_shape_ratio`).
+#: dtype: how much further below the best shape their GEMMs run in TE's training GEMMs than
+#: the H200 NVL's do (:func:`_training_shape_ratio`; a sustained clock's effect rather than a
+#: shape's, see the constants). Hopper's SXM shares take none: no sustained SXM figure.
 TRAINING_SHAPE_GEMM: Mapping[tuple[str, str], str] = MappingProxyType({
     ("blackwell", "bf16"): "gemm_training_shapes_blackwell_bf16",
     ("blackwell", "fp8"): "gemm_training_shapes_blackwell_fp8",

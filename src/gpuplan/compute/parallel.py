@@ -41,7 +41,9 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   all-gather beside the first sub-SDPA, the fp32 K/V-gradient ring (:func:`torch_cp_exposed_s`)
   and the fp32 merges' memory traffic added to the layer (:func:`torch_cp_merge_bytes`).
 - **EP all-to-all**: per MoE layer a dispatch and a combine of ``b x s/CP x top-k x hidden``
-  activations in forward and in backward (and in the recompute), exposed.
+  activations in forward and in backward (and in the recompute), exposed; under the job's
+  ``hybridep`` dispatcher inside an NVL72 rack, HybridEP's measured GB200 exchange instead
+  (each token once per destination rank, :func:`hybridep_exchange_s`).
 - **pipeline p2p**: each micro-batch sends its activations forward and receives their gradients
   back once per model chunk (``/ TP`` with sequence parallelism, Megatron's scatter-gather),
   exposed (blocking sends); under an engine that overlaps them on an interleaved schedule (the
@@ -67,7 +69,8 @@ from typing import Any, Callable
 
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
-from ..fp8 import NARROW_RECIPES
+from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, columnwise_bytes_per_element,
+                   gathers_rowwise_only)
 from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
                               deepspeed_gathered)
 from ..hardware.topology import Topology, collective_time
@@ -83,7 +86,7 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
                    qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s"]
 
@@ -139,10 +142,36 @@ class MicroCost:
     per-layer times above average them in; a pipeline stage that holds them runs them wide."""
     wide_layer_s: float = 0.0
     """One such block's forward and backward (recompute included); 0 when none."""
+    step_cast_s: float = 0.0
+    """The narrow recipe's weight casts of one step over all the layers, once per step, not per
+    micro-batch: Transformer Engine casts a linear's weights in the first micro-batch
+    (``is_first_microbatch``) and reuses the cast copies in the rest, Megatron-Core setting the
+    flag once per step (megatron/core/extensions/transformer_engine.py TELinear /
+    TEGroupedLinear ``forward``, pipeline_parallel/schedules.py ``forward_step``'s
+    ``set_is_first_microbatch``, NVIDIA/Megatron-LM@d98e8a64); 0 under a wide recipe."""
+    amax_reduces: float = 0.0
+    """One layer's blocking amax all-reduces over the TP group per micro-batch under a recipe
+    that takes each tensor's own scale (:attr:`gpuplan.fp8.NarrowRecipe.reduces_amax_over_tp`):
+    the column-parallel GEMMs' inputs (QKV, MLP up) in the forward and in a recompute, the
+    row-parallel GEMMs' output gradients (attention out, MLP down) in the backward
+    (:func:`amax_reduces_per_layer`); charged only under sequence parallelism with TP > 1."""
+    sp_quantize_s: float = 0.0
+    """The change of one layer's forward time (negative: a saving) when sequence parallelism
+    shards the tensors that are all-gathered before a GEMM: Transformer Engine quantizes them on
+    the rank's sequence shard and gathers them narrow (:func:`sp_quantize_s`); applied where
+    the layout runs sequence parallelism with TP > 1."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
     charged per MTP depth on the last pipeline stage, 0 for a model without an MTP layer."""
+
+    def stage_casts_s(self, indices: tuple[int, ...] | list[int], extra: int = 0) -> float:
+        """The weight casts of the blocks ``indices`` and ``extra`` more narrow blocks (a
+        stage's MTP modules) once: :attr:`step_cast_s` over the narrow blocks, each narrow block
+        its share (the BF16 edge blocks none)."""
+        e = self.edge_layers if self.layers > 2 * self.edge_layers else 0
+        narrow = sum(1 for i in indices if e <= i < self.layers - e) + max(0, extra)
+        return self.step_cast_s * min(1.0, narrow / max(1, self.layers - 2 * e))
 
     @property
     def layer_s(self) -> float:
@@ -233,11 +262,13 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                    moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
+    narrow = NARROW_RECIPES.get(prec.name)
+    casts, ops = _step_casts(ops, narrow)
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
     fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
-    narrow = NARROW_RECIPES.get(prec.name)
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
+    cast_s = sum(t.total_s + t.op.kernels * t.op.count * gap for t in casts)
     proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     for level in ("none", "selective", "full"):
         again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
@@ -267,7 +298,10 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = replace(cost, mtp_proj_s=proj_s)
+        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s,
+                             amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec),
+                             sp_quantize_s=sp_quantize_s(ops, arch.num_layers, prec, tp,
+                                                         device.architecture))
     return out
 
 
@@ -297,6 +331,72 @@ def _synced_layer_cost(cost: MicroCost, ops: list, every: list, step: Any, arch:
     one_b = synced_forward_s(_issue_order(bwd_ops, step, layers, cp, backward=True))
     return replace(cost, layer_bwd_s=again + moe * (one_b + waits[1] * constant("host_sync_s"))
                    + (1 - moe) * free_b)
+
+
+def _step_casts(ops: list, narrow) -> tuple[list, list]:
+    """(the weight casts charged once a step, the rest) of one micro-batch's timed ops: the
+    casts come once per step where the recipe caches its narrow weights (TE's first
+    micro-batch), in every micro-batch's forward and backward where not (torchao)."""
+    once = narrow is not None and narrow.caches_weight
+    casts = [t for t in ops if once and t.op.name == "fp8.weight_cast"]
+    return casts, [t for t in ops if not (once and t.op.name == "fp8.weight_cast")]
+
+
+def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
+                  architecture: str) -> float:
+    """:attr:`MicroCost.sp_quantize_s` from one micro-batch's timed ops: the micro-batch's
+    ``fp8.quantize`` charges each quantized tensor whole, rowwise and columnwise
+    (:func:`gpuplan.fp8.columnwise_bytes_per_element`). Under sequence parallelism the tensors
+    all-gathered before a GEMM -- a column-parallel :data:`TP_GEMMS` GEMM's input, a
+    row-parallel one's output gradient -- are quantized on the ``1 / tp`` sequence shard, and a
+    per-tensor FP8 tensor gathered rowwise only (:func:`gpuplan.fp8.gathers_rowwise_only`) gets
+    its transposed copy after the gather, an FP8 read and write (2 bytes) of the whole tensor
+    where the GEMM is TN-only (Transformer Engine v2.9 layernorm_linear.py / linear.py
+    forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
+    time over its bytes); 0 under a wide recipe, torchao's (its own tensor-parallel casts are
+    not modelled here) or TP 1."""
+    recipe = NARROW_RECIPES.get(prec.name)
+    quant = [t for t in ops if t.op.name == "fp8.quantize" and t.op.bytes > 0]
+    if (recipe is None or tp <= 1 or not quant or layers <= 0
+            or not recipe.implementation.startswith("te.")):
+        return 0.0
+    gathered = 0
+    for t in ops:
+        o = t.op
+        if (o.kind == "matmul" and not o.wide and o.name in TP_GEMMS and o.shape
+                and o.phase == "forward"):
+            col = TP_GEMMS[o.name] % 2 == 0  # its input gathered; else its output gradient
+            gathered += o.shape[0] * o.shape[1] * (o.shape[2] if col else o.shape[3]) * o.count
+    row = cast_bytes_per_element(recipe)
+    whole = row + columnwise_bytes_per_element(recipe, architecture)
+    if gathers_rowwise_only(recipe):
+        transpose = 2.0 if columnwise_bytes_per_element(recipe, architecture) else 0.0
+        sharded = row / tp + transpose
+    else:
+        sharded = whole / tp
+    rate = sum(t.op.bytes for t in quant) / sum(t.total_s for t in quant)
+    return gathered * (sharded - whole) / rate / layers
+
+
+def amax_reduces_per_layer(ops: list, layers: int, prec: PrecisionLayout) -> float:
+    """The amax all-reduces of one micro-batch per layer (:attr:`MicroCost.amax_reduces`): each
+    narrow :data:`TP_GEMMS` GEMM whose quantized tensor is a sequence shard all-gathered before
+    it -- a column-parallel GEMM's input in the forward (and again in its recompute), a
+    row-parallel GEMM's output gradient in the backward (Transformer Engine sets the TP group
+    as the amax reduction group of exactly those two quantizers; the sourced detail is at
+    :attr:`gpuplan.fp8.NarrowRecipe.reduces_amax_over_tp`); 0 where the recipe reduces none."""
+    recipe = NARROW_RECIPES.get(prec.name)
+    if recipe is None or not recipe.reduces_amax_over_tp or layers <= 0:
+        return 0.0
+    n = 0
+    for t in ops:
+        o = t.op
+        if o.kind != "matmul" or o.wide or o.name not in TP_GEMMS:
+            continue
+        gathered_input = TP_GEMMS[o.name] % 2 == 0  # after the all-gather: column-parallel
+        if gathered_input == (o.phase in ("forward", "recompute")):
+            n += o.count
+    return n / layers
 
 
 def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency,
@@ -689,10 +789,13 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
                           cp_rotate: str = "p2p",
                           repeat_kv: bool = False,
-                          tp_gather_bytes: float | None = None) -> tuple[float, float, float]:
+                          tp_gather_bytes: float | None = None,
+                          ep_dispatcher: str = "alltoall") -> tuple[float, float, float]:
     """Exposed (TP, CP, EP) communication of one micro-batch on one stage; ``repeat_kv``: the
     K/V exchanged has the query heads (the engine's ``sdpa_repeat_kv``); ``tp_gather_bytes``:
-    the bytes an element of the TP all-gathers moves (:func:`tp_collectives_s`; None: ``act``)."""
+    the bytes an element of the TP all-gathers moves (:func:`tp_collectives_s`; None: ``act``);
+    ``ep_dispatcher``: the job's MoE dispatcher (``hybridep`` inside an NVL72 rack: HybridEP's
+    measured exchange, :func:`hybridep_exchange_s`; otherwise NCCL's all-to-all)."""
     s_local = lay.seq // lay.cp
     act_bytes = lay.batch * s_local * arch.hidden_size * act
     gather_bytes = None if tp_gather_bytes is None else act_bytes * tp_gather_bytes / act
@@ -707,6 +810,10 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
         tp += regather
         if tp_overlap:
             tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
+    if lay.sequence_parallel and lay.tp > 1 and cost.amax_reduces:
+        # each waits on the compute stream between the amax and the cast: nothing hides it
+        tp += cost.amax_reduces * collective_time("all-reduce", 4, lay.tp, topo,
+                                                  efficiency=eff.comm)
     cp = 0.0
     if lay.cp > 1:
         kv_local = arch.num_kv_heads // lay.tp if arch.num_kv_heads % lay.tp == 0 else 1
@@ -720,22 +827,100 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
                                    efficiency=eff.comm)
             ring_f, ring_b = (lay.cp - 1) * step, 2 * (lay.cp - 1) * step
             cp = max(0.0, ring_f - cost.attn_fwd_s) + max(0.0, ring_b - cost.attn_bwd_s)
-    ep = 0.0
-    moe = _moe_layers(arch)
-    if lay.ep > 1 and moe:
-        tok = act_bytes * max(1, arch.experts_per_token) * _padded_share(arch, lay)
-        stride = lay.tp * lay.cp
-        if lay.folded:
-            # folded (MoE Parallel Folding, arXiv 2504.14960): a rank dispatches its own
-            # sequence-parallel share of the TP group's tokens (gathered over the expert TP
-            # group only), and EP's ranks sit next to one another past the expert TP group
-            # (Megatron-Core's expert rank order tp-ep-dp)
-            tok = tok * lay.expert_tp // lay.tp
-            stride = lay.expert_tp
-        n_a2a = 4 + (2 if lay.checkpointing == "full" else 0)
-        ep = moe / arch.num_layers * n_a2a * collective_time(
-            "all-to-all", tok, lay.ep, topo, stride=stride, efficiency=eff.comm)
+    ep = _ep_exchanges_s(arch, lay, topo, eff, act, act_bytes, ep_dispatcher)
     return tp * stage_layers, cp * stage_layers, ep * stage_layers
+
+
+def _ep_exchanges_s(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
+                    act_bytes: float, dispatcher: str) -> float:
+    """One layer's exposed EP exchanges of one micro-batch (the MoE layers' share of a layer):
+    a dispatch and a combine forward, the same pair backward (the dispatch's gradient is a
+    combine, the combine's a dispatch), once more for a full recompute; HybridEP's measured
+    exchange where it applies (:func:`hybridep_applies`), NCCL's all-to-all otherwise."""
+    moe = _moe_layers(arch)
+    if lay.ep <= 1 or not moe:
+        return 0.0
+    tok = act_bytes * max(1, arch.experts_per_token) * _padded_share(arch, lay)
+    stride = lay.tp * lay.cp
+    if lay.folded:
+        # folded (MoE Parallel Folding, arXiv 2504.14960): a rank dispatches its own
+        # sequence-parallel share of the TP group's tokens (gathered over the expert TP
+        # group only), and EP's ranks sit next to one another past the expert TP group
+        # (Megatron-Core's expert rank order tp-ep-dp)
+        tok = tok * lay.expert_tp // lay.tp
+        stride = lay.expert_tp
+    n_a2a = 4 + (2 if lay.checkpointing == "full" else 0)
+    if hybridep_applies(dispatcher, lay, topo):
+        rows = tok / (arch.hidden_size * act * max(1, arch.experts_per_token))
+        one = hybridep_exchange_s(rows, arch.num_experts, arch.experts_per_token, lay.ep,
+                                  arch.hidden_size)
+    else:
+        one = collective_time("all-to-all", tok, lay.ep, topo, stride=stride, efficiency=eff.comm)
+    return moe / arch.num_layers * n_a2a * one
+
+
+#: HybridEP's measured exchange on GB200 (NVL72), by EP ranks: (dispatch, combine) algorithm
+#: bandwidth in bytes/s, the bytes being the rows a rank receives in the dispatch (each token
+#: once per destination rank, however many of its experts that rank holds) times the hidden
+#: size at 2 bytes, and the same rows back in the combine (tests/test_hybrid_ep.py:
+#: ``nvl_recv_bytes = dispatched_hidden.numel() * 2``, ``nvl_combine = nvl_dispatch``). From
+#: deepseek-ai/DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md "GB200 Platform", HybridEP,
+#: Torch API, SM count 32 (Megatron-Bridge's performance scripts set moe_hybridep_num_sms 32:
+#: scripts/performance/utils/helpers.py at v0.2.0), dispatch in BF16 (Megatron-Core does not
+#: dispatch FP8 on GB200: NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization/
+#: deepseek-v3-gb200-optimization.md, FAQ 1, at 402bc50b), at 94a9f8f6b146c07d97ec58f67cd6d303
+#: 296d6098 (2026-07-10); measured at 4096 tokens, hidden 7168, top-8, a random uniform router,
+#: 8 local experts a rank. Between two rank counts the rate is interpolated; past 36 (the
+#: largest measured) the 36-rank rate is held -- NOT measured there (EP 64 in particular).
+HYBRIDEP_GB200 = {8: (545.71e9, 568.94e9), 16: (523.48e9, 521.55e9), 24: (507.32e9, 483.76e9),
+                  32: (484.22e9, 464.54e9), 36: (479.02e9, 447.89e9)}
+
+
+def hybridep_applies(dispatcher: str, lay: Layout, topo: Topology) -> bool:
+    """Whether a layout's EP exchange is HybridEP's measured one (:data:`HYBRIDEP_GB200`): the
+    job's dispatcher is ``hybridep``, the topology an NVL72 rack's NVLink domain, and the EP
+    group inside one such domain."""
+    if dispatcher != "hybridep" or lay.ep <= 1 or topo.nvlink_domain != 72:
+        return False
+    stride = lay.expert_tp if lay.folded else lay.tp * lay.cp
+    return topo.link(lay.ep, stride)[1] == 1
+
+
+def hybridep_rows(tokens: float, experts: int, top_k: int, ep: int) -> float:
+    """Rows a rank receives in HybridEP's dispatch when each of ``ep`` ranks routes ``tokens``
+    tokens to ``top_k`` of ``experts`` experts uniformly without replacement, ``experts / ep`` a
+    rank: a token goes once to each rank holding one of its experts, so a rank receives
+    ``tokens x ep x (1 - C(E - E/ep, k) / C(E, k))`` rows (DeepSeek-V3, E 256, k 8: 7.27 ranks a
+    token at EP 32, 7.68 at EP 64, against the 8 copies of a plain all-to-all)."""
+    local = experts // ep
+    miss = 1.0
+    for i in range(top_k):
+        miss *= (experts - local - i) / (experts - i)
+    return tokens * ep * (1.0 - miss)
+
+
+def _hybridep_rates(ep: int) -> tuple[float, float]:
+    ranks = sorted(HYBRIDEP_GB200)
+    if ep <= ranks[0] or ep >= ranks[-1]:
+        return HYBRIDEP_GB200[ranks[0] if ep <= ranks[0] else ranks[-1]]
+    lo = max(r for r in ranks if r <= ep)
+    hi = min(r for r in ranks if r >= ep)
+    if lo == hi:
+        return HYBRIDEP_GB200[lo]
+    w = (ep - lo) / (hi - lo)
+    return tuple((1 - w) * a + w * b for a, b in zip(HYBRIDEP_GB200[lo], HYBRIDEP_GB200[hi]))
+
+
+def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden: int) -> float:
+    """Seconds of one HybridEP exchange on GB200 -- the mean of a dispatch and a combine, so a
+    layer's forward (a dispatch and a combine) is twice it -- for a rank routing ``tokens``
+    tokens over ``ep`` ranks: :func:`hybridep_rows` rows of ``hidden`` BF16 elements at
+    :data:`HYBRIDEP_GB200`'s measured rates."""
+    if ep <= 1 or tokens <= 0:
+        return 0.0
+    nbytes = hybridep_rows(tokens, experts, max(1, top_k), ep) * hidden * 2
+    dispatch, combine = _hybridep_rates(ep)
+    return 0.5 * (nbytes / dispatch + nbytes / combine)
 
 
 def _padded_share(arch: Architecture, lay: Layout, tokens: int | None = None) -> float:
@@ -1020,13 +1205,23 @@ def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: La
     return full, tail + sm_share * max(0.0, full - tail)
 
 
+def _bubble_s(lay: Layout, per_mb: float, stage_layers: int, cost: MicroCost) -> float:
+    """The pipeline's idle time a step: (pp - 1) / chunks micro-batches for 1F1B and the
+    interleaved schedule, DualPipe's own (:func:`dualpipe_bubble_s`) for a dual layout."""
+    if lay.dual:
+        return dualpipe_bubble_s(lay.pp, per_mb, stage_layers * cost.layer_bwd_s,
+                                 stage_layers * cost.wgrad_s)
+    return (lay.pp - 1) / lay.chunks * per_mb
+
+
 def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology, *,
                 device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
                 flops_per_token: float, state_bytes_per_param: float, tp_overlap: bool = False,
                 optimizer_s: Callable[[int, float], float] | None = None, repeat_kv: bool = False,
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
                 gather_bytes_per_element: float | None = None, tp_gather_bytes: float | None = None,
-                fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none") -> LayoutTime:
+                fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none",
+                ep_dispatcher: str = "alltoall") -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
     its stage holding ``share`` of the model's parameters, as the job runs it
@@ -1043,20 +1238,17 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``p2p_overlap``: the engine's
     pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`).
     ``tp_gather_bytes``: a TP all-gather's bytes an element (:func:`tp_collectives_s`)."""
-    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap,
-                                tp_overlap_kind=tp_overlap_kind, cp_rotate=cp_rotate,
-                                repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes)
-    stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
+    one = _comm_per_micro_batch(
+        arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap, cp_rotate=cp_rotate,
+        tp_overlap_kind=tp_overlap_kind, repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes,
+        ep_dispatcher=ep_dispatcher)
+    stage_layers, t_mb, held = _busiest_stage_held(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
     ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped)
     per_mb = t_mb + tp_c + cp_c + ep_c
-    bubble = (lay.pp - 1) / lay.chunks * per_mb
-    if lay.dual:
-        b_s = stage_layers * cost.layer_bwd_s
-        bubble = dualpipe_bubble_s(lay.pp, per_mb, b_s, stage_layers * cost.wgrad_s)
-    mtp = mtp_params(arch, lay.mtp_layers)
+    bubble = _bubble_s(lay, per_mb, stage_layers, cost)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(
@@ -1067,11 +1259,12 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         fsdp_edge_share(arch, lay, stage_layers, params))
     local = max(1, mine // (lay.zero_group if lay.zero >= 1 else 1))  # the optimizer's shard
     opt_s = (_optimizer_s(local, state_bytes_per_param, device, eff, prec) if optimizer_s is None
-             else optimizer_s(local, mine / max(1, params + mtp)))
+             else optimizer_s(local, mine / max(1, params + mtp_params(arch, lay.mtp_layers))))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
+    casts = cost.stage_casts_s(held, stage_layers - len(held))  # once a step, not per micro-batch
     return LayoutTime(
-        layout=lay, stage_layers=stage_layers, compute_s=m * t_mb, bubble_s=bubble,
+        layout=lay, stage_layers=stage_layers, compute_s=m * t_mb + casts, bubble_s=bubble,
         tp_comm_s=m * tp_c, cp_comm_s=m * cp_c, ep_comm_s=m * ep_c, pp_comm_s=pp_c,
         dp_comm_s=dp_full, dp_exposed_s=dp_exp, optimizer_s=opt_s,
         tokens_per_step=lay.batch * m * lay.dp * lay.seq,
@@ -1167,6 +1360,13 @@ def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
                    comm_per_layer: float = 0.0) -> tuple[int, float]:
+    """:func:`_busiest_stage_held` without the blocks it holds."""
+    n, t, _ = _busiest_stage_held(arch, cost, lay, comm_per_layer)
+    return n, t
+
+
+def _busiest_stage_held(arch: Architecture, cost: MicroCost, lay: Layout,
+                        comm_per_layer: float = 0.0) -> tuple[int, float, tuple[int, ...]]:
     """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
     the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
     stage whose layers plus embedding (first) or head and loss (last) take longest. MTP: each
@@ -1176,29 +1376,33 @@ def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
     stage runs (the MTP modules' counted); where the stages differ, the busiest is the one
     whose compute (under DualPipe or MTP: plus ``comm_per_layer`` per such layer) is
     longest. Blocks kept BF16 at each end (:attr:`MicroCost.edge_layers`) are timed wide on
-    the stages that hold them, the rest narrow."""
+    the stages that hold them, the rest narrow. Third: the blocks (0-based) whose weights the
+    busiest rank holds (both of its stages' under DualPipe), which its weight casts cover."""
+    if lay.sequence_parallel and lay.tp > 1:  # the gathered tensors quantized on their shard
+        cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + cost.sp_quantize_s)
     head_s = cost.other_s - cost.embedding_s
     mtp_s = lay.mtp_layers * (cost.layer_s + head_s + cost.mtp_proj_s)
     if lay.pp == 1 or not (lay.embedding_part or lay.loss_part or lay.uneven or lay.dual
                            or cost.edge_layers):
         n = math.ceil(arch.num_layers / lay.pp)
-        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s
+        held = tuple(range(max(0, arch.num_layers - n), arch.num_layers))  # the last stage's
+        return n + lay.mtp_layers, n * cost.layer_s + cost.other_s + mtp_s, held
     stages = []
     for stage, held in enumerate(lay.stages(arch.num_layers)):
         n = len(held) + (lay.mtp_layers if stage == lay.pp - 1 else 0)
         # the BF16 edge blocks run wide on the stages that hold them (the first and last)
         stages.append((n, cost.stage_layers_s(held)
                        + (cost.embedding_s if stage == 0 else 0.0)
-                       + (head_s + mtp_s if stage == lay.pp - 1 else 0.0)))
+                       + (head_s + mtp_s if stage == lay.pp - 1 else 0.0), tuple(held)))
     if lay.dual:
-        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2)
+        stages = [(math.ceil((a[0] + b[0]) / 2), (a[1] + b[1]) / 2, a[2] + b[2])
                   for a, b in zip(stages, reversed(stages))]
     if not (lay.dual or lay.mtp_layers):
         comm_per_layer = 0.0  # the stages' compute alone, as before DualPipe and MTP
-    best, worst = (0, -1.0), -1.0
-    for n, t in stages:
+    best, worst = (0, -1.0, ()), -1.0
+    for n, t, held in stages:
         if t + n * comm_per_layer > worst:
-            best, worst = (n, t), t + n * comm_per_layer
+            best, worst = (n, t, held), t + n * comm_per_layer
     return best
 
 

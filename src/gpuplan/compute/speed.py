@@ -600,6 +600,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
+            ep_dispatcher=job.moe_dispatcher,
             **{**engine_layout_options(job.engine, job.precision),
                **({} if p2p_overlap is None
                   else {"p2p_overlap": "interleaved" if p2p_overlap else "none"})},

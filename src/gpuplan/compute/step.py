@@ -17,7 +17,8 @@ from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import (TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
                        optimizer_state_bytes)
-from ..fp8 import NARROW_RECIPES, cast_bytes_per_element, check_narrow_on, narrow_blocks
+from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, check_narrow_on,
+                   columnwise_bytes_per_element, narrow_blocks)
 from ..hardware import all_gpus
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
@@ -917,17 +918,17 @@ def keep_edges_wide(fwd: Sequence[Op], layers: int, edge: int) -> list[Op]:
     return out
 
 
-def _quantize_op(fwd: Sequence[Op], recipe) -> Op:
+def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "") -> Op:
     """One micro-batch's activation and gradient casts of a narrow recipe, as memory traffic
     (:func:`gpuplan.fp8.cast_bytes_per_element`): each linear's input in the forward and its
     output gradient in the backward; torchao (no narrow input saved) casts the saved 16-bit
-    input again for the weight gradient. A columnwise copy (MX, NVFP4) writes a second output."""
+    input again for the weight gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
+    transposes on Hopper/Ada: :func:`gpuplan.fp8.columnwise_bytes_per_element`) writes a second
+    output."""
     lin = _narrow_linears(fwd)
     inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
     grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
-    per = cast_bytes_per_element(recipe)
-    if recipe.columnwise_copy == "always":
-        per += 1.0 if recipe.dtype == "fp8" else 0.5
+    per = cast_bytes_per_element(recipe) + columnwise_bytes_per_element(recipe, architecture)
     elements = inputs * (1 if recipe.saves_narrow_inputs else 2) + grads
     launches = sum(o.count for o in lin) * (2 if recipe.saves_narrow_inputs else 3)
     return Op(name="fp8.quantize", op_class="norm_elementwise", kind="elementwise",
@@ -1030,7 +1031,8 @@ def _scale_launch_op(fwd: Sequence[Op], recipe) -> Op | None:
               host_s=constant("eager_host_bwd_s"))
 
 
-def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec") -> list[Op]:
+def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
+              architecture: str = "") -> list[Op]:
     """One micro-batch's activation casts of a narrow recipe (:func:`_quantize_op`), the
     launches its split quantize adds to grouped linears (:func:`_split_quantize_op`) and the
     experts' row padding around them (:func:`_expert_padding_op`; none under HybridEP, whose
@@ -1040,7 +1042,7 @@ def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec") -> list[Op]
     pad = None if spec.moe_dispatcher == "hybridep" else _expert_padding_op(
         fwd, recipe, act, spec.moe_capacity_factor)
     extra = (_split_quantize_op(fwd, recipe), _scale_launch_op(fwd, recipe), pad)
-    return [_quantize_op(fwd, recipe), *(o for o in extra if o is not None)]
+    return [_quantize_op(fwd, recipe, architecture), *(o for o in extra if o is not None)]
 
 
 #: Rows a quantized grouped GEMM's split must be a multiple of (Transformer Engine
@@ -1202,7 +1204,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if narrow is not None and arch is not None:
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
-        micro += _cast_ops(fwd, narrow, prec.act, spec)
+        micro += _cast_ops(fwd, narrow, prec.act, spec, device.architecture)
         again = narrow_recompute_op(fwd, narrow, spec.checkpointing,
                                     get_engine(spec.engine).selective)
         if again is not None:

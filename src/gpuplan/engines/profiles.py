@@ -202,15 +202,33 @@ class EngineProfile:
 
 #: vLLM's output processing per step, measured (V0's ``_process_model_outputs``): 0.2 ms at batch
 #: 1 and 3.4 ms at batch 32 (Llama-3-70B fp8 on 4x H100, 128 input tokens), a straight line
-#: through the two: 3.2 ms / 31 sequences per sequence, the rest fixed. Run after the step, on the
-#: critical path (the RFC's point: the GPU waits for it).
+#: through the two: 3.2 ms / 31 sequences per sequence, the rest fixed. In V0 it ran after the
+#: step, on the critical path (the RFC's point: the GPU waits for it). Every vLLM version gpuplan
+#: models (its scheduler rows 0.8 and 0.11; none older is accepted) runs the V1 engine, the
+#: default from 0.8.0 (vllm-project/vllm PR #13726, in the 0.8.0 release; docs/source/
+#: getting_started/v1_user_guide.md, PR #15064, 2025-03-18: "V1 is now enabled by default").
+#: V1 does that work -- detokenisation, stop strings, building each request's RequestOutput and
+#: streaming it -- in the API-server process (AsyncLLM's OutputProcessor, "Converts
+#: EngineCoreOutputs --> RequestOutput", beside "EngineCore (starts the engine in background
+#: process)": vllm/v1/engine/async_llm.py @00080ee13c7a451fce071ccb8d0e94d395acf5a7), while the
+#: EngineCore process's loop "focuses exclusively on the scheduler and model executor" (vLLM
+#: blog "vLLM V1: A Major Upgrade to vLLM's Core Architecture", 2025-01-27, vllm-project.github.io
+#: _posts/2025-01-27-v1-alpha-release.md @3d6784c2: "greater overlap of CPU-intensive tasks --
+#: such as tokenization, multimodal input processing, de-tokenization, and request streaming --
+#: with the core execution loop"). So the same work runs beside the steps (``overlap``): a
+#: step is max(device, host), the output processing costing time only where it outlasts the
+#: kernels. V0's figure stays its size (no measurement of V1's OutputProcessor was found);
+#: the EngineCore's own per-step host work (scheduling, input preparation, applying the sampled
+#: tokens) has no published figure and is not counted.
 _VLLM_SEQ_S = (3.4e-3 - 0.2e-3) / 31
 _VLLM_HOST = ServingHost(
-    fixed_s=0.2e-3 - _VLLM_SEQ_S, per_seq_s=_VLLM_SEQ_S, overlap=False,
+    fixed_s=0.2e-3 - _VLLM_SEQ_S, per_seq_s=_VLLM_SEQ_S, overlap=True,
     basis="vllm-project/vllm issue #6913 (RFC: Asynchronous Output Processor, 2024-07-29): "
-    "_process_model_outputs 0.2 ms at batch 1, 3.4 ms at batch 32 (Llama3-70B FP8, 4xH100), "
-    "the GPU idle meanwhile; scheduling and input preparation (issue #6854: ~4 ms GPU bubble "
-    "per decode step, batch not stated) are not counted, so this is the lower bound")
+    "_process_model_outputs 0.2 ms at batch 1, 3.4 ms at batch 32 (Llama3-70B FP8, 4xH100); "
+    "under the V1 engine (the default from vLLM 0.8.0, PR #13726) this output processing runs "
+    "in the API-server process beside the EngineCore loop (vllm/v1/engine/async_llm.py "
+    "@00080ee1; vLLM V1 blog, 2025-01-27), so it overlaps the steps; the EngineCore's own "
+    "scheduling and input preparation are not counted (no published figure)")
 
 #: TensorRT-LLM behind Triton: its C++ executor's own per-step host work has no published figure
 #: here (none counted); each request's path through Triton's tensorrtllm_backend (HTTP
@@ -218,7 +236,16 @@ _VLLM_HOST = ServingHost(
 #: executor at an iteration boundary, the first token back through postprocessing) is fitted:
 #: the median of measured - simulated TTFT over the 12 QPS-2 rows of the TensorRT-LLM 0.14
 #: online table (gaps 6.2-16.9 ms before it was counted; benchmarks/validate_capacity.md), the
-#: other 68 rows of that table and the NIM rows out of sample.
+#: other 68 rows of that table and the NIM rows out of sample. No cost per streamed response
+#: (the executor's createResponse per active request per iteration, then Triton's decoupled
+#: response path) is counted: no published figure for it was found (searched 2026-12: NVIDIA/
+#: TensorRT-LLM #2613, streaming slower than non-streaming on v0.13, no per-token figure, and
+#: PRs #5284 / #6332, stream_interval "to reduce per-token CPU overhead", no figure;
+#: triton-inference-server/server #8045, streamed -23% req/s against non-streamed on the KServe
+#: endpoint, confounded by perf_analyzer #298's --streaming ignoring the output length;
+#: tensorrtllm_backend #622, 0.13's postprocessing model at ~40 ms an execute() through
+#: len(tokenizer.vocab), a bug of the ensemble's Python postprocessing, not of the executor
+#: loop, and far above what the 0.14 rows' 7-9 ms ITLs allow).
 _TRTLLM_HOST = ServingHost(
     request_s=8.3e-3, basis="per-request cost fitted, not published: 8.3 ms, the median gap of "
     "measured over simulated TTFT on the QPS-2 rows of TensorRT-LLM 0.14's online serving "
