@@ -197,20 +197,23 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                capacity_factor: float | None = None,
                model_code: str | None = None,
                recompute_modules: tuple[str, ...] | None = None,
-               dispatcher: str = "alltoall") -> MicroCost:
+               dispatcher: str = "alltoall", repeat_kv: bool | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
     ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`);
     ``moe_sync``: the host waits for the device once per MoE layer's forward
     (:func:`moe_host_sync`, :func:`synced_forward_s`); ``recompute_modules``: what selective
-    checkpointing recomputes where Megatron-Core's modules are named (:data:`~.flops.MODULE_OPS`)."""
+    checkpointing recomputes where Megatron-Core's modules are named (:data:`~.flops.MODULE_OPS`);
+    ``repeat_kv``: the SDPA gets K and V at the query heads (:func:`sdpa_kv_heads`; None: the
+    engine's)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
                        capacity_factor=capacity_factor, model_code=model_code,
-                       recompute_modules=recompute_modules, dispatcher=dispatcher)[checkpointing]
+                       recompute_modules=recompute_modules, dispatcher=dispatcher,
+                       repeat_kv=repeat_kv)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -221,7 +224,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 capacity_factor: float | None = None,
                 model_code: str | None = None,
                 recompute_modules: tuple[str, ...] | None = None,
-                dispatcher: str = "alltoall") -> dict[str, MicroCost]:
+                dispatcher: str = "alltoall",
+                repeat_kv: bool | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers.
@@ -234,7 +238,7 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     kw = dict(tp=tp, cp=cp, batch=batch, seq=seq, attention=attention, runtime=runtime, ep=ep,
               selective=selective, moe_sync=moe_sync, engine=engine,
               capacity_factor=capacity_factor, model_code=model_code,
-              recompute_modules=recompute_modules, dispatcher=dispatcher)
+              recompute_modules=recompute_modules, dispatcher=dispatcher, repeat_kv=repeat_kv)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -253,7 +257,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                  tp: int, cp: int, batch: int, seq: int, attention: str, runtime: str, ep: int,
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
                  model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
-                 bf16_edge_layers: int = 0, dispatcher: str = "alltoall") -> dict[str, MicroCost]:
+                 bf16_edge_layers: int = 0, dispatcher: str = "alltoall",
+                 repeat_kv: bool | None = None) -> dict[str, MicroCost]:
     """:func:`micro_costs` from one build, the edge blocks averaged in."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine, model_code=model_code)
@@ -293,7 +298,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
         if cp > 1 and get_engine(engine).cp_rotate == "allgather":
             shard = shard_arch(arch, tp)
             f_b, b_b = torch_cp_merge_bytes(shard, batch, seq // cp, cp, prec.act,
-                                            kv_heads=sdpa_kv_heads(shard, engine))
+                                            kv_heads=sdpa_kv_heads(shard, engine, repeat_kv))
             rate = device.memory_bandwidth * eff.memory
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
@@ -411,11 +416,13 @@ def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency
     return sum(t.total_s + t.op.kernels * t.op.count * gap for t in timed)
 
 
-def sdpa_kv_heads(arch: Architecture, engine: str) -> int:
+def sdpa_kv_heads(arch: Architecture, engine: str, repeat_kv: bool | None = None) -> int:
     """The K/V heads of the SDPA call under ``engine`` on a rank holding ``arch`` (a TP shard):
     the query heads where its model code repeats K and V first (the profile's
-    ``sdpa_repeat_kv``: torchtitan), else the KV heads."""
-    return arch.num_heads if get_engine(engine).sdpa_repeat_kv else arch.num_kv_heads
+    ``sdpa_repeat_kv``: torchtitan; ``repeat_kv`` True or False says it for the job's own
+    code), else the KV heads."""
+    repeated = get_engine(engine).sdpa_repeat_kv if repeat_kv is None else repeat_kv
+    return arch.num_heads if repeated else arch.num_kv_heads
 
 
 def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
