@@ -423,6 +423,9 @@ class RunForm:
     """The engine's model code runs a layer's unfused projections as separate nn.Linear GEMMs,
     each waving over the SMs on its own (:attr:`Op.launch_shares`); False: it fuses them
     (:data:`SEPARATE_PROJECTIONS`)."""
+    one_launch: bool = False
+    """With ``split_launches`` False, the fused projection is also counted as the one launch
+    that reads its input once (:func:`_one_product`; :data:`ONE_LAUNCH_PROJECTIONS`)."""
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
@@ -434,6 +437,11 @@ TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
 #: vLLM, SGLang and TensorRT-LLM do (QKVParallelLinear, MergedColumnParallelLinear) and gpt-fast
 #: its QKV (wqkv; its w1/w3 stay apart, taken fused here).
 SEPARATE_PROJECTIONS = (*TRANSFORMERS_CODE, "torchtune", "torchtitan")
+#: Engines whose fused Q/K/V and gate/up projections are counted as one launch reading the input
+#: once (:func:`_one_product`): Megatron-Core, whose code was read for it (issue 30). vLLM,
+#: SGLang, TensorRT-LLM and gpt-fast fuse the same way but keep the separate GEMMs' launches and
+#: input reads here for now (counted once they would move their serving rows; not yet checked).
+ONE_LAUNCH_PROJECTIONS = ("megatron",)
 #: Serving engines whose MLA decode is the absorbed form: defined in engines.profiles (the
 #: memory plan reads it too), kept here under its name
 MLA_ABSORBING = _MLA_ABSORBING
@@ -493,7 +501,8 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    dispatch_copies=arch.is_moe and not all_experts
                    and engine in ALLTOALL_DISPATCH, dispatcher=dispatcher,
                    capacity_factor=capacity_factor if arch.is_moe and not decode else None,
-                   split_launches=engine in SEPARATE_PROJECTIONS)
+                   split_launches=engine in SEPARATE_PROJECTIONS,
+                   one_launch=engine in ONE_LAUNCH_PROJECTIONS)
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -561,8 +570,21 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     if not form.split_launches:  # the engine fuses the projections: one product each
-        ops = [replace(o, launch_shares=()) if o.launch_shares else o for o in ops]
+        ops = [(_one_product(o, a) if form.one_launch else replace(o, launch_shares=()))
+               if o.launch_shares else o for o in ops]
     return ops
+
+
+def _one_product(op: Op, act: int) -> Op:
+    """A projection built as separate GEMMs (Q/K/V, gate/up: ``op.kernels`` of them, each
+    reading the input) run as the one fused GEMM an engine outside
+    :data:`SEPARATE_PROJECTIONS` launches: one launch, the input read once (Megatron-Core's
+    linear_qkv and linear_fc1: megatron/core/transformer/attention.py SelfAttention and
+    mlp.py MLP at NVIDIA/Megatron-LM@b0cc2706 build one ColumnParallelLinear of the
+    concatenated outputs; vLLM's QKVParallelLinear / MergedColumnParallelLinear alike)."""
+    b, m, k, _ = op.shape
+    return replace(op, launch_shares=(), kernels=1,
+                   bytes=op.bytes - (op.kernels - 1) * b * m * k * act)
 
 
 def _qk_norm_ops(arch: Architecture, T: int, q_el: int, k_el: int, a: int,
