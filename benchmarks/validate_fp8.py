@@ -107,16 +107,16 @@ BRIDGE_PRESETS = {"fp8-current": {"fp8_param_gather": True},
 #: What the MoE rows' Megatron-Bridge performance recipes set that gpuplan's Job has no word
 #: for (each row's ``recipe`` in fp8_runs.json: the config read at its tag and commit): named in
 #: the row's notes, not modelled.
-RECIPE_UNMODELLED = {
-    "cuda_graph_scope": lambda v: f"TE CUDA graphs over {', '.join(v)}",
-}
+RECIPE_UNMODELLED: dict = {}
 
 
 def recipe_fields(run: dict, notes: list[str]) -> dict:
     """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
     batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
     backend (``moe_flex_dispatcher_backend`` -> ``moe_dispatcher``), the MTP depth
-    (``mtp_num_layers`` -> ``mtp_layers``) and selective recompute of named modules
+    (``mtp_num_layers`` -> ``mtp_layers``), Transformer Engine's scoped CUDA graphs
+    (``cuda_graph_scope`` under ``cuda_graph_impl`` transformer_engine -> ``cuda_graph_scope``)
+    and selective recompute of named modules
     (``recompute_modules`` -> ``checkpointing`` selective with ``recompute_modules``); what
     gpuplan cannot express goes to ``notes``."""
     r = run.get("recipe")
@@ -136,6 +136,10 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("mtp_num_layers"):
         out["mtp_layers"] = r["mtp_num_layers"]
         notes.append(f"MTP depth {r['mtp_num_layers']} (the recipe's mtp_num_layers, {where})")
+    if r.get("cuda_graph_impl") == "transformer_engine" and r.get("cuda_graph_scope"):
+        out["cuda_graph_scope"] = tuple(r["cuda_graph_scope"])
+        notes.append(f"TE CUDA graphs over {', '.join(r['cuda_graph_scope'])}, one host launch "
+                     f"a graph (cuda_graph_impl / cuda_graph_scope, {where})")
     if r.get("recompute_modules"):
         out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
         notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")

@@ -104,7 +104,11 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # 155.9% unmoved; the HybridEP rows back up -- GB200 Qwen3-30B 1.18/1.29, DeepSeek-V3
 # 1.10/0.99 (BF16 1.17), Qwen3-235B 1.10/1.10, B200 DeepSeek-V3 26.02 1.33; H100 26.02
 # Qwen3-30B (DeepEP) 2.15 -> 2.05; MoE median 15.4% -> 19.5% (10.2% median after merging main,
-# whose DeepSeek-V3 recompute casts moved B200 26.02 to 1.31)
+# whose DeepSeek-V3 recompute casts moved B200 26.02 to 1.31). The recipes' TE CUDA graphs
+# (Job.cuda_graph_scope: one host launch a graph for the captured kernels, compute/graphs.py):
+# median 10.2% and worst 155.9% unmoved; only the host-bound B200 Qwen3-30B rows move, the
+# wrong way, 1.26/1.21 -> 1.36/1.31 (MoE median 19.5% -> 22.0%); the GB200 rows' graphs over
+# attn, moe_router, moe_preprocess leave them as they were (device-bound there)
 @pytest.mark.xfail(strict=True, reason="median |error| 10.2% > 10%: the HybridEP rows (GB200) "
                    "1.10-1.29x optimistic, the Qwen3-30B H100 rows 2.05-2.56x")
 def test_median_within_10_percent():
@@ -192,6 +196,9 @@ def test_every_moe_bridge_row_records_its_recipe():
         assert (job.mtp_layers or 0) == (rec.get("mtp_num_layers") or 0), r.run["id"]
         assert job.recompute_modules == (tuple(rec["recompute_modules"])
                                          if rec.get("recompute_modules") else None), r.run["id"]
+        graphed = rec.get("cuda_graph_impl") == "transformer_engine" and rec["cuda_graph_scope"]
+        assert job.cuda_graph_scope == (tuple(rec["cuda_graph_scope"]) if graphed
+                                        else None), r.run["id"]
         if rec.get("moe_flex_dispatcher_backend"):
             assert any(rec["moe_flex_dispatcher_backend"] in n for n in r.notes), r.run["id"]
         flex = rec["moe_token_dispatcher_type"] == "flex"

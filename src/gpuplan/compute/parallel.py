@@ -76,6 +76,7 @@ from ..models._types import Architecture, Model
 from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_params
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
+from .graphs import graphed_ops
 from .efficiency import constant, overlap_sm_share, resolve_runtime
 from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
@@ -168,7 +169,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                capacity_factor: float | None = None,
                model_code: str | None = None,
                recompute_modules: tuple[str, ...] | None = None,
-               dispatcher: str = "alltoall") -> MicroCost:
+               dispatcher: str = "alltoall",
+               cuda_graph_scope: tuple[str, ...] | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -181,7 +183,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
                        capacity_factor=capacity_factor, model_code=model_code,
-                       recompute_modules=recompute_modules, dispatcher=dispatcher)[checkpointing]
+                       recompute_modules=recompute_modules, dispatcher=dispatcher,
+                       cuda_graph_scope=cuda_graph_scope)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -192,7 +195,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 capacity_factor: float | None = None,
                 model_code: str | None = None,
                 recompute_modules: tuple[str, ...] | None = None,
-                dispatcher: str = "alltoall") -> dict[str, MicroCost]:
+                dispatcher: str = "alltoall",
+                cuda_graph_scope: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers.
@@ -205,7 +209,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     kw = dict(tp=tp, cp=cp, batch=batch, seq=seq, attention=attention, runtime=runtime, ep=ep,
               selective=selective, moe_sync=moe_sync, engine=engine,
               capacity_factor=capacity_factor, model_code=model_code,
-              recompute_modules=recompute_modules, dispatcher=dispatcher)
+              recompute_modules=recompute_modules, dispatcher=dispatcher,
+              cuda_graph_scope=cuda_graph_scope)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -224,17 +229,20 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                  tp: int, cp: int, batch: int, seq: int, attention: str, runtime: str, ep: int,
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
                  model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
-                 bf16_edge_layers: int = 0, dispatcher: str = "alltoall") -> dict[str, MicroCost]:
-    """:func:`micro_costs` from one build, the edge blocks averaged in."""
+                 bf16_edge_layers: int = 0, dispatcher: str = "alltoall",
+                 cuda_graph_scope: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
+    """:func:`micro_costs` from one build, the edge blocks averaged in; the scoped CUDA
+    graphs' host issue (:func:`~.graphs.graphed_ops`) on the layers' ops and their recompute."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
                    moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
-    ops = [t for t in step.ops if t.op.group != "optimizer"]
+    raw = [t for t in step.ops if t.op.group != "optimizer"]
+    ops = graphed_ops(raw, cuda_graph_scope, step.overheads, dispatcher)
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
-    fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
+    fwd = tuple(t.op for t in raw if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
     narrow = NARROW_RECIPES.get(prec.name)
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
@@ -245,7 +253,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                                          qkv_shares=qkv_shares(arch),
                                          modules=recompute_modules), *([again] if again else [])),
                          device, eff, prec.dtype)
-        every = [*ops, *extra]
+        # a recompute inside the graphed scope replays with the backward's graph
+        every = graphed_ops([*raw, *extra], cuda_graph_scope, step.overheads, dispatcher)
         synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
         # with a sync per MoE layer the layers' forward is timed apart: the pace of the rest
         paced = [t for t in every if not (synced and _layer_forward(t))]
@@ -347,7 +356,7 @@ def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
                 moe_sync=moe_host_sync(resolve_engine(job.engine), ep, job.moe_capacity_factor),
                 engine=job.engine, capacity_factor=job.moe_capacity_factor,
                 model_code=job.model_code, recompute_modules=job.recompute_modules,
-                dispatcher=job.moe_dispatcher)
+                dispatcher=job.moe_dispatcher, cuda_graph_scope=job.cuda_graph_scope)
 
 
 def engine_layout_options(engine: str, precision: str | None = None) -> dict[str, Any]:

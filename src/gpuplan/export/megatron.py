@@ -29,7 +29,7 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
                         "pp_first_stage_layers", "pp_last_stage_layers", "etp",
                         "moe_capacity_factor", "mtp_layers", "ep_overlap",
-                        "recompute_modules", "moe_dispatcher"})
+                        "recompute_modules", "moe_dispatcher", "cuda_graph_scope"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -406,6 +406,10 @@ def _recipe(job: Job) -> list[str]:
     if job.recompute_modules is not None:
         # transformer_config.py @d98e8a64 recompute_modules (a list; default ["core_attn"])
         rec += ["--recompute-modules", *job.recompute_modules]
+    if job.cuda_graph_scope is not None:
+        # transformer_config.py @b0cc2706 cuda_graph_impl / cuda_graph_scope (a list)
+        rec += ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope",
+                *job.cuda_graph_scope]
     if job.distribute_checkpoints:
         rec.append("--distribute-saved-activations")
     return flags[job.precision] + opts[job.optimizer] + rec
