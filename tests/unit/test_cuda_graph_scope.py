@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from gpuplan.compute import estimate_speed
 from gpuplan.compute.efficiency import constant, runtime_overheads
 from gpuplan.compute.flops import Op
 from gpuplan.compute.graphs import captured_kernels, graphed_ops
@@ -119,4 +120,26 @@ def test_refusals(kw, field):
 def test_other_engines_refuse_it():
     with pytest.raises(InputError) as e:
         Job(model="qwen3-30b-a3b", mode="train", engine="torchtitan", cuda_graph_scope=("attn",))
+    assert e.value.field == "cuda_graph_scope"
+
+
+def test_a_single_gpu_step_replays_its_graphs_too():
+    # one B200 (no layout): the step's own ops carry the graphs; a host-bound MoE step gains,
+    # a dense device-bound one (Llama 3.1 8B) is unmoved
+    gpu = get_gpu("B200-SXM-180GB")
+
+    def tps(model, scope):
+        job = Job(model=model, mode="train", engine="megatron", precision="mxfp8", seq=4096,
+                  grad_accum=4, cuda_graph_scope=scope)
+        return estimate_speed(load_model(model), gpu, job, measured=None).tokens_per_s
+
+    assert tps("qwen3-30b-a3b", ("moe_router", "moe_preprocess")) > tps("qwen3-30b-a3b", None)
+    assert tps("llama-3.1-8b", ("attn",)) == pytest.approx(tps("llama-3.1-8b", None))
+
+
+def test_router_graphs_need_experts():
+    job = Job(model="llama-3.1-8b", mode="train", engine="megatron",
+              cuda_graph_scope=("moe_router",))
+    with pytest.raises(InputError) as e:
+        estimate_speed(load_model("llama-3.1-8b"), get_gpu("B200-SXM-180GB"), job, measured=None)
     assert e.value.field == "cuda_graph_scope"

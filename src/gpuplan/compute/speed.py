@@ -429,8 +429,9 @@ def estimate_speed(
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
                        trainable_params)
-    if job.mtp_layers and mode != "infer":
-        check_layout(arch, job, seq)  # MTP is timed on a layout's last stage only
+    if (job.mtp_layers or job.cuda_graph_scope) and mode != "infer":
+        # MTP is timed on a layout's last stage only; a router graph needs experts
+        check_layout(arch, job, seq)
     if _on_topology(job, mode, topology):
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
