@@ -151,6 +151,14 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     return out
 
 
+def gather_overlap_of(run: dict) -> bool:
+    """Megatron-Bridge's ``overlap_param_gather`` as the row's recipe sets it: the 25.11
+    performance scripts turn it off for FP8-MX ("keeping this eanbled causes NaN grad norm"),
+    recorded in the runs file's ``recipe`` where the row's config function does; True
+    elsewhere (the recipes' DistributedDataParallelConfig(overlap_param_gather=True))."""
+    return bool((run.get("recipe") or {}).get("overlap_param_gather", True))
+
+
 def tp_overlap_of(run: dict) -> bool:
     """Megatron-Bridge's CommOverlapConfig(tp_comm_overlap=...) as the row's recipe sets it
     (True where no recipe is recorded, as every row ran before the recipes were read)."""
@@ -248,7 +256,10 @@ def predict(run: dict) -> Row:
             or job.gpus_per_node > 8 else None
         est = estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
                              topology=topo, link="nvlink" if topo is None else None,
-                             tp_overlap=overlap)
+                             tp_overlap=overlap, gather_overlap=gather_overlap_of(run))
+        if not gather_overlap_of(run):
+            notes.append("the weights' all-gather after the optimizer step, not overlapped "
+                         "(the recipe's overlap_param_gather False)")
     except GpuplanError as e:
         return Row(run, None, measured, f"gpuplan refuses the job: {e}")
     return Row(run, est.tokens_per_s / run["hardware"]["count"], measured, notes=tuple(notes))

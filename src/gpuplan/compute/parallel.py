@@ -84,7 +84,7 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
                    qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s"]
 
@@ -892,8 +892,27 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
                      / SERIAL_GATHER_BUS_BPS)
         tail = max(rs - window_s, last)
         return serial + rs, serial + tail + sm_share * max(0.0, rs - tail)
+    if lay.zero in (1, 2) and not lay.gather_overlap:
+        return full, zero1_sync_gather_exposed_s(full, g, r, window_s, last, sm_share)
     tail = max(full - window_s, last)
     return full, tail + sm_share * max(0.0, full - tail)
+
+
+def zero1_sync_gather_exposed_s(full: float, gather_bytes: float, reduce_bytes: float,
+                                window_s: float, last: float, sm_share: float) -> float:
+    """The exposed data-parallel time of a ZeRO-1/2 step whose weights' all-gather is not
+    overlapped (Megatron-Core's distributed optimizer without ``overlap_param_gather``: "If not
+    overlapping all-gather for parameters, launch synchronous all-gather communication calls
+    here", ``start_param_sync`` for every model chunk after the update --
+    megatron/core/optimizer/distrib_optimizer.py ``step`` at
+    NVIDIA/Megatron-LM@0d8e0714cd29c01e164fe6de9f532182bdffa942, lines 2593-2599): ``full``
+    carries the reduce-scatter and the all-gather, half an all-reduce each at their bytes
+    (``reduce_bytes``, ``gather_bytes``); the all-gather's share is exposed whole, the
+    reduce-scatter still hides in the backward (``window_s``) but for its tail (``last``)."""
+    gather = full * gather_bytes / (reduce_bytes + gather_bytes)
+    rs = full - gather
+    tail = max(rs - window_s, last) if rs > 0 else 0.0
+    return gather + tail + sm_share * max(0.0, rs - tail)
 
 
 def fsdp_edge_share(arch: Architecture, lay: Layout, stage_layers: int, total: int) -> float:

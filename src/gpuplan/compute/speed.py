@@ -416,7 +416,10 @@ def estimate_speed(
     ``gpus_per_node`` on the SKU's NVLink, nodes on ``inter_node`` or 400 Gb/s per GPU, stated in
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
-    ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
+    ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`);
+    under ZeRO-1/2 on a layout, the weights' all-gather run synchronously after the optimizer
+    step (Megatron-Core without ``overlap_param_gather``:
+    :func:`~.parallel.zero1_sync_gather_exposed_s`).
     ``p2p_overlap``: whether an interleaved pipeline's sends run beside the next chunk's compute
     (:func:`~.parallel.interleaved_p2p_exposed_s`); None: the engine's default
     (:attr:`~gpuplan.engines.EngineProfile.p2p_overlap`), False: blocking, True: overlapped.

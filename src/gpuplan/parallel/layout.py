@@ -124,7 +124,9 @@ class Layout:
     """ZeRO-3's weight all-gathers run beside the compute (a prefetch on its own stream: FSDP,
     DeepSpeed since its PR #1453, January 2022); False: each one waited for before the layer
     runs, as DeepSpeed ZeRO-3 did before (PR #1188, June 2021: "each all_gather calls
-    torch.cuda.synchronize()"), only the gradients' reduce-scatter overlapped."""
+    torch.cuda.synchronize()"), only the gradients' reduce-scatter overlapped. Under ZeRO-1/2,
+    False: the weights' all-gather after the optimizer step, synchronous (Megatron-Core's
+    distributed optimizer without ``overlap_param_gather``)."""
 
     @classmethod
     def of(cls, job, seq: int | None = None) -> "Layout":
