@@ -416,10 +416,8 @@ def estimate_speed(
     ``gpus_per_node`` on the SKU's NVLink, nodes on ``inter_node`` or 400 Gb/s per GPU, stated in
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
-    ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`);
-    under ZeRO-1/2 on a layout, the weights' all-gather run synchronously after the optimizer
-    step (Megatron-Core without ``overlap_param_gather``:
-    :func:`~.parallel.zero1_sync_gather_exposed_s`).
+    ``gather_overlap`` False: ZeRO-3's all-gathers waited for, ZeRO-1/2's run after the step
+    (:attr:`.Layout.gather_overlap`).
     ``p2p_overlap``: whether an interleaved pipeline's sends run beside the next chunk's compute
     (:func:`~.parallel.interleaved_p2p_exposed_s`); None: the engine's default
     (:attr:`~gpuplan.engines.EngineProfile.p2p_overlap`), False: blocking, True: overlapped.
@@ -433,8 +431,7 @@ def estimate_speed(
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
                        trainable_params)
     if (job.mtp_layers or job.cuda_graph_scope) and mode != "infer":
-        # MTP is timed on a layout's last stage only; a router graph needs experts
-        check_layout(arch, job, seq)
+        check_layout(arch, job, seq)  # MTP on a layout's last stage; a router graph, experts
     if _on_topology(job, mode, topology):
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
