@@ -145,6 +145,15 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
         notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
     if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
         notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
+    if (run["model"]["catalog"] == "deepseek-v3" and not r.get("moe_a2a_overlap")
+            and r.get("moe_token_dispatcher_type") == "alltoall"):
+        # DeepSeekV3ModelProvider moe_shared_expert_overlap = True (src/megatron/bridge/models/
+        # deepseek/deepseek_provider.py:78 at v0.2.0 7af9601c and v0.3.0 21b02e0c); Megatron-Core
+        # allows it only under the alltoall dispatcher (transformer_config.py @0d8e0714 line 941)
+        # and the a2a-overlap override turns it off (scripts/performance/utils/helpers.py:186)
+        notes.append("not modelled: the shared expert beside the dispatcher's all-to-alls "
+                     "(moe_shared_expert_overlap, the DeepSeek-V3 provider's default under "
+                     "alltoall)")
     missing = [say(r[k]) for k, say in RECIPE_UNMODELLED.items() if r.get(k)]
     if missing:
         notes.append("not modelled: " + "; ".join(missing))
