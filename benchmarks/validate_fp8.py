@@ -151,7 +151,8 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
         # deepseek/deepseek_provider.py:78 at v0.2.0 7af9601c and v0.3.0 21b02e0c); Megatron-Core
         # allows it only under the alltoall dispatcher (transformer_config.py @0d8e0714 line 941)
         # and the a2a-overlap override turns it off (scripts/performance/utils/helpers.py:186)
-        notes.append("not modelled: the shared expert beside the dispatcher's all-to-alls "
+        out["moe_shared_expert_overlap"] = True
+        notes.append("the shared expert beside the dispatcher's all-to-alls "
                      "(moe_shared_expert_overlap, the DeepSeek-V3 provider's default under "
                      "alltoall)")
     missing = [say(r[k]) for k, say in RECIPE_UNMODELLED.items() if r.get(k)]

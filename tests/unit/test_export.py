@@ -342,6 +342,8 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             # @b0cc2706: cuda_graph_impl a choice; arguments.py --cuda-graph-scope nargs +
             "--cuda-graph-impl": ["none", "local", "transformer_engine"],
             "--cuda-graph-scope": ("*", str),
+            # transformer_config.py @0d8e0714: moe_shared_expert_overlap, a bool flag
+            "--moe-shared-expert-overlap": None,
             # arguments.py _add_mtp_args (NVIDIA/Megatron-LM): an int, default None
             "--mtp-num-layers": int,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
@@ -822,6 +824,14 @@ def test_megatron_cuda_graph_scope():
     assert a.cuda_graph_impl == "transformer_engine"
     assert a.cuda_graph_scope == ["moe_router", "moe_preprocess"]
     assert megatron_args(export_plan(job(**base), "megatron")).cuda_graph_scope is None
+
+
+def test_megatron_shared_expert_overlap():
+    # Megatron-Bridge's DeepSeek-V3 provider default (deepseek_provider.py:78 @21b02e0c)
+    base = dict(model="deepseek-v3", engine="megatron", gpus=64, ep=64, zero=1)
+    a = megatron_args(export_plan(job(**base, moe_shared_expert_overlap=True), "megatron"))
+    assert a.moe_shared_expert_overlap
+    assert not megatron_args(export_plan(job(**base), "megatron")).moe_shared_expert_overlap
 
 
 def test_megatron_recompute_modules():

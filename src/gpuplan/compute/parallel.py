@@ -84,7 +84,7 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
                    qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s"]
 
@@ -140,6 +140,11 @@ class MicroCost:
     per-layer times above average them in; a pipeline stage that holds them runs them wide."""
     wide_layer_s: float = 0.0
     """One such block's forward and backward (recompute included); 0 when none."""
+    shared_parts_s: tuple[float, ...] = ()
+    """One layer's shared-expert kernels, averaged over the layers, in the four stretches
+    Megatron's ``moe_shared_expert_overlap`` runs beside an all-to-all: the first linear and
+    its activation forward (beside the dispatch), the second linear forward (the combine), and
+    the same two backward (:func:`shared_overlap_hidden_s`); () for a model without one."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
@@ -439,8 +444,13 @@ def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0
     sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0, "emb": 0.0,
             "wgrad": 0.0}
     gemm = {"forward": [0.0] * 4, "backward": [0.0] * 4}
+    shared = [0.0] * 4  # fc1 + act fwd, fc2 fwd, fc1 + act bwd, fc2 bwd
     hw = 0.0
     for t in ops:
+        if t.op.name.startswith("moe.shared_") and t.op.phase in ("forward", "backward"):
+            part = (0 if t.op.name != "moe.shared_down" else 1) \
+                + (2 if t.op.phase == "backward" else 0)
+            shared[part] += t.total_s + t.op.kernels * t.op.count * launch_s
         if t.op.kind == "matmul" and t.op.name in TP_GEMMS and t.op.phase in gemm:
             # the backward op is dgrad + wgrad, two GEMMs of the forward's FLOPs: dgrad is half
             part = t.total_s if t.op.phase == "forward" else t.total_s / 2
@@ -464,7 +474,32 @@ def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0
                      other_s=sums["other"], hardware_flops=hw, embedding_s=sums["emb"],
                      tp_gemm_fwd_s=tuple(g / L for g in gemm["forward"]),
                      tp_gemm_bwd_s=tuple(g / L for g in gemm["backward"]),
-                     wgrad_s=sums["wgrad"] / L)
+                     wgrad_s=sums["wgrad"] / L,
+                     shared_parts_s=tuple(s / L for s in shared) if any(shared) else ())
+
+
+def shared_overlap_hidden_s(ep_layer_s: float, parts: tuple[float, ...]) -> float:
+    """A layer's expert-parallel all-to-all time the shared expert hides under Megatron-Core's
+    ``moe_shared_expert_overlap`` (NVIDIA/Megatron-LM@0d8e0714: token_dispatcher.py
+    MoEAlltoAllTokenDispatcher launches the shared expert's ``linear_fc1_forward_and_act`` on
+    its own stream right after the dispatch all-to-all is issued, lines 696-697, and
+    ``linear_fc2_forward`` after the combine's, lines 836-838; shared_experts.py
+    ``set_tensor_grad_fn_sequence_sr`` orders the backward's the same way): ``ep_layer_s`` the
+    layer's four all-to-alls (dispatch and combine, forward and backward: the same bytes each,
+    a quarter apiece), ``parts`` the shared expert's four stretches
+    (:attr:`MicroCost.shared_parts_s`); each hides at most its own all-to-all."""
+    if not parts:
+        return 0.0
+    quarter = ep_layer_s / 4
+    return sum(min(quarter, p) for p in parts)
+
+
+def _shared_hidden_s(lay: Layout, ep_layer_s: float, cost: MicroCost) -> float:
+    """:func:`shared_overlap_hidden_s` where ``lay`` runs the overlap (not under DualPipe,
+    whose all-to-alls already sit beside the paired chunk); else 0."""
+    if not lay.shared_overlap or lay.dual:
+        return 0.0
+    return shared_overlap_hidden_s(ep_layer_s, cost.shared_parts_s)
 
 
 def model_flops_per_token(arch: Architecture, device: Device, eff: Efficiency,
@@ -1020,6 +1055,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                                 repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes)
     stage_layers, t_mb = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
+    ep_c -= stage_layers * _shared_hidden_s(lay, one[2], cost)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
     ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped)

@@ -448,6 +448,13 @@ class ParallelLayout:
     "Overlaps All-to-All with computation by merging FWD-BWD passes of adjacent microbatches").
     Megatron only; needs --ep > 1, no full checkpointing, and interleaved:V when --pp > 1
     (transformer_config.py's checks there)."""
+    moe_shared_expert_overlap: bool = False
+    """The MoE layer's shared expert runs on its own stream beside the token dispatcher's
+    all-to-alls (Megatron-Core's ``--moe-shared-expert-overlap``: shared_experts.py and
+    token_dispatcher.py at NVIDIA/Megatron-LM@0d8e0714 -- its first linear and activation
+    beside the dispatch, its second beside the combine, the backward likewise). Megatron only;
+    the alltoall dispatcher only, not beside the batch-level EP overlap (transformer_config.py
+    there); a model with shared experts. Megatron-Bridge's DeepSeek-V3 provider sets it."""
     moe_dispatcher: MoeDispatcher = "alltoall"
     """Megatron-Core's MoE token dispatcher: ``alltoall`` (MoEAlltoAllTokenDispatcher: permute,
     all-to-all, sort by expert, and back), ``deepep`` or ``hybridep`` (the flex dispatcher over

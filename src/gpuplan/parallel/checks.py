@@ -189,6 +189,11 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
         raise InputError(f"{opt('cuda_graph_scope')} {routed[0]}: {arch.name} has no experts to "
                          f"route; keep attn only or drop {opt('cuda_graph_scope')}",
                          field="cuda_graph_scope", value=routed[0])
+    if getattr(job, "moe_shared_expert_overlap", False) and arch is not None \
+            and not arch.shared_expert_intermediate_size:
+        raise InputError(f"{opt('moe_shared_expert_overlap')}: {arch.name} has no shared expert; "
+                         f"drop {opt('moe_shared_expert_overlap')}",
+                         field="moe_shared_expert_overlap", value=True)
     mtp = getattr(job, "mtp_layers", None)
     if mtp and (arch is None or not arch.mtp_params):
         name = arch.name if arch is not None else "the model"
