@@ -381,8 +381,10 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
            "taken into the Job: moe_a2a_overlap (`ep_overlap`), the dispatcher and its flex "
            "backend (`moe_dispatcher`), mtp_num_layers (`mtp_layers`), "
-           "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap; "
-           "the rest "
+           "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap, "
+           "TE CUDA graphs (`cuda_graph_scope`: one host launch a graph), the DeepSeek-V3 "
+           "provider's shared expert overlap under alltoall (`moe_shared_expert_overlap`), the "
+           "25.11 FP8-MX scripts' overlap_param_gather False (`gather_overlap`); the rest "
            "named, not modelled.", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]
