@@ -149,7 +149,6 @@ BRIDGE_PRESETS = {"fp8-current": {"fp8_param_gather": True},
 #: for (each row's ``recipe`` in fp8_runs.json: the config read at its tag and commit): named in
 #: the row's notes, not modelled.
 RECIPE_UNMODELLED = {
-    "cuda_graph_scope": lambda v: f"TE CUDA graphs over {', '.join(v)}",
     # the router as the recipe runs it (Megatron-Core moe_utils.py @b0cc2706): TE's fused top-k
     # is one launch each way where the Job counts Megatron's unfused default (4 forward, 5
     # backward); the random logits (RandomSTE: clone, normal_) two forward launches a layer
@@ -164,7 +163,9 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
     batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
     backend (``moe_flex_dispatcher_backend`` -> ``moe_dispatcher``), the MTP depth
-    (``mtp_num_layers`` -> ``mtp_layers``) and selective recompute of named modules
+    (``mtp_num_layers`` -> ``mtp_layers``), Transformer Engine's scoped CUDA graphs
+    (``cuda_graph_scope`` under ``cuda_graph_impl`` transformer_engine -> ``cuda_graph_scope``)
+    and selective recompute of named modules
     (``recompute_modules`` -> ``checkpointing`` selective with ``recompute_modules``); what
     gpuplan cannot express goes to ``notes``."""
     r = run.get("recipe")
@@ -184,15 +185,37 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("mtp_num_layers"):
         out["mtp_layers"] = r["mtp_num_layers"]
         notes.append(f"MTP depth {r['mtp_num_layers']} (the recipe's mtp_num_layers, {where})")
+    if r.get("cuda_graph_impl") == "transformer_engine" and r.get("cuda_graph_scope"):
+        out["cuda_graph_scope"] = tuple(r["cuda_graph_scope"])
+        notes.append(f"TE CUDA graphs over {', '.join(r['cuda_graph_scope'])}, one host launch "
+                     f"a graph (cuda_graph_impl / cuda_graph_scope, {where})")
     if r.get("recompute_modules"):
         out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
         notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
     if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
         notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
+    if (run["model"]["catalog"] == "deepseek-v3" and not r.get("moe_a2a_overlap")
+            and r.get("moe_token_dispatcher_type") == "alltoall"):
+        # DeepSeekV3ModelProvider moe_shared_expert_overlap = True (src/megatron/bridge/models/
+        # deepseek/deepseek_provider.py:78 at v0.2.0 7af9601c and v0.3.0 21b02e0c); Megatron-Core
+        # allows it only under the alltoall dispatcher (transformer_config.py @0d8e0714 line 941)
+        # and the a2a-overlap override turns it off (scripts/performance/utils/helpers.py:186)
+        out["moe_shared_expert_overlap"] = True
+        notes.append("the shared expert beside the dispatcher's all-to-alls "
+                     "(moe_shared_expert_overlap, the DeepSeek-V3 provider's default under "
+                     "alltoall)")
     missing = [say(r[k]) for k, say in RECIPE_UNMODELLED.items() if r.get(k)]
     if missing:
         notes.append("not modelled: " + "; ".join(missing))
     return out
+
+
+def gather_overlap_of(run: dict) -> bool:
+    """Megatron-Bridge's ``overlap_param_gather`` as the row's recipe sets it: the 25.11
+    performance scripts turn it off for FP8-MX ("keeping this eanbled causes NaN grad norm"),
+    recorded in the runs file's ``recipe`` where the row's config function does; True
+    elsewhere (the recipes' DistributedDataParallelConfig(overlap_param_gather=True))."""
+    return bool((run.get("recipe") or {}).get("overlap_param_gather", True))
 
 
 def tp_overlap_of(run: dict) -> bool:
@@ -294,7 +317,10 @@ def predict(run: dict) -> Row:
             or job.gpus_per_node > 8 else None
         est = estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
                              topology=topo, link="nvlink" if topo is None else None,
-                             tp_overlap=overlap)
+                             tp_overlap=overlap, gather_overlap=gather_overlap_of(run))
+        if not gather_overlap_of(run):
+            notes.append("the weights' all-gather after the optimizer step, not overlapped "
+                         "(the recipe's overlap_param_gather False)")
     except GpuplanError as e:
         return Row(run, None, measured, f"gpuplan refuses the job: {e}")
     return Row(run, est.tokens_per_s / run["hardware"]["count"], measured, notes=tuple(notes))
@@ -408,8 +434,10 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "backend (`moe_dispatcher`), mtp_num_layers (`mtp_layers`), "
            "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap, "
            "pipeline_model_parallel_layout where recorded (the 25.11 GB200 DeepSeek-V3 rows: the "
-           "pipeline split, `layout_split`, with its source in `layout_source`); the rest "
-           "named, not modelled. Under hybridep inside the NVL72 rack the EP exchange is "
+           "pipeline split, `layout_split`, with its source in `layout_source`); TE CUDA graphs (`cuda_graph_scope`: one host "
+           "launch a graph), the DeepSeek-V3 provider's shared expert overlap under alltoall "
+           "(`moe_shared_expert_overlap`), the 25.11 FP8-MX scripts' overlap_param_gather False "
+           "(`gather_overlap`); the rest named, not modelled. Under hybridep inside the NVL72 rack the EP exchange is "
            "HybridEP's measured one (`hybridep_exchange_s`).", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]

@@ -339,6 +339,11 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--moe-expert-capacity-factor": float, "--moe-pad-expert-input-to-capacity": None,
             "--overlap-moe-expert-parallel-comm": None, "--delay-wgrad-compute": None,
             "--recompute-modules": ("*", str),  # a List[str] field: nargs *
+            # @b0cc2706: cuda_graph_impl a choice; arguments.py --cuda-graph-scope nargs +
+            "--cuda-graph-impl": ["none", "local", "transformer_engine"],
+            "--cuda-graph-scope": ("*", str),
+            # transformer_config.py @0d8e0714: moe_shared_expert_overlap, a bool flag
+            "--moe-shared-expert-overlap": None,
             # arguments.py _add_mtp_args (NVIDIA/Megatron-LM): an int, default None
             "--mtp-num-layers": int,
             "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative",
@@ -809,6 +814,24 @@ def test_megatron_flex_dispatcher():
     assert (a.moe_token_dispatcher_type, a.moe_flex_dispatcher_backend) == ("flex", "hybridep")
     a = megatron_args(export_plan(job(**base), "megatron"))
     assert a.moe_token_dispatcher_type == "alltoall" and a.moe_flex_dispatcher_backend is None
+
+
+def test_megatron_cuda_graph_scope():
+    # the scope as Megatron-Bridge's Qwen3-30B-A3B B200 recipe sets it (v0.3.0 21b02e0c)
+    base = dict(model="qwen3-30b-a3b", engine="megatron", gpus=8, ep=8, zero=1)
+    a = megatron_args(export_plan(job(**base, cuda_graph_scope=("moe_router", "moe_preprocess")),
+                                  "megatron"))
+    assert a.cuda_graph_impl == "transformer_engine"
+    assert a.cuda_graph_scope == ["moe_router", "moe_preprocess"]
+    assert megatron_args(export_plan(job(**base), "megatron")).cuda_graph_scope is None
+
+
+def test_megatron_shared_expert_overlap():
+    # Megatron-Bridge's DeepSeek-V3 provider default (deepseek_provider.py:78 @21b02e0c)
+    base = dict(model="deepseek-v3", engine="megatron", gpus=64, ep=64, zero=1)
+    a = megatron_args(export_plan(job(**base, moe_shared_expert_overlap=True), "megatron"))
+    assert a.moe_shared_expert_overlap
+    assert not megatron_args(export_plan(job(**base), "megatron")).moe_shared_expert_overlap
 
 
 def test_megatron_recompute_modules():

@@ -136,6 +136,13 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "selective the submodules recomputed in backward (Megatron-Core's "
               "--recompute-modules: core_attn, mla_up_proj, layernorm, moe_act, mlp, "
               "shared_experts; default core_attn)", "M1,M2"),
+    JobOption("--moe-shared-expert-overlap", "moe_shared_expert_overlap", "flag", "run the "
+              "MoE layer's shared expert beside the alltoall dispatcher's all-to-alls on its own "
+              "stream (Megatron-Core's --moe-shared-expert-overlap)"),
+    JobOption("--cuda-graph-scope", "cuda_graph_scope", "list", "the parts of each layer "
+              "Megatron-Core replays as Transformer Engine CUDA graphs (--cuda-graph-scope: "
+              "attn, moe_router, moe_preprocess): one host launch a graph instead of one a "
+              "kernel; default: none", "S1,S2"),
     JobOption("--ep-overlap", "ep_overlap", "flag", "run one micro-batch's expert-parallel "
               "all-to-alls beside another's compute (Megatron-Core's "
               "--overlap-moe-expert-parallel-comm --delay-wgrad-compute; Megatron-Bridge's "

@@ -79,6 +79,7 @@ from ..models._types import Architecture, Model
 from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_params
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
+from .graphs import graphed_ops
 from .efficiency import constant, overlap_sm_share, resolve_runtime
 from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
@@ -86,7 +87,7 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
                    qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s"]
 
@@ -160,6 +161,11 @@ class MicroCost:
     shards the tensors that are all-gathered before a GEMM: Transformer Engine quantizes them on
     the rank's sequence shard and gathers them narrow (:func:`sp_quantize_s`); applied where
     the layout runs sequence parallelism with TP > 1."""
+    shared_parts_s: tuple[float, ...] = ()
+    """One layer's shared-expert kernels, averaged over the layers, in the four stretches
+    Megatron's ``moe_shared_expert_overlap`` runs beside an all-to-all: the first linear and
+    its activation forward (beside the dispatch), the second linear forward (the combine), and
+    the same two backward (:func:`shared_overlap_hidden_s`); () for a model without one."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
@@ -197,7 +203,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                capacity_factor: float | None = None,
                model_code: str | None = None,
                recompute_modules: tuple[str, ...] | None = None,
-               dispatcher: str = "alltoall", repeat_kv: bool | None = None) -> MicroCost:
+               dispatcher: str = "alltoall", repeat_kv: bool | None = None,
+               cuda_graph_scope: tuple[str, ...] | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -213,7 +220,7 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                        moe_sync=moe_sync, engine=engine,
                        capacity_factor=capacity_factor, model_code=model_code,
                        recompute_modules=recompute_modules, dispatcher=dispatcher,
-                       repeat_kv=repeat_kv)[checkpointing]
+                       repeat_kv=repeat_kv, cuda_graph_scope=cuda_graph_scope)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -225,7 +232,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 model_code: str | None = None,
                 recompute_modules: tuple[str, ...] | None = None,
                 dispatcher: str = "alltoall",
-                repeat_kv: bool | None = None) -> dict[str, MicroCost]:
+                repeat_kv: bool | None = None,
+                cuda_graph_scope: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers.
@@ -238,7 +246,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     kw = dict(tp=tp, cp=cp, batch=batch, seq=seq, attention=attention, runtime=runtime, ep=ep,
               selective=selective, moe_sync=moe_sync, engine=engine,
               capacity_factor=capacity_factor, model_code=model_code,
-              recompute_modules=recompute_modules, dispatcher=dispatcher, repeat_kv=repeat_kv)
+              recompute_modules=recompute_modules, dispatcher=dispatcher, repeat_kv=repeat_kv,
+              cuda_graph_scope=cuda_graph_scope)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -258,19 +267,21 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
                  model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
                  bf16_edge_layers: int = 0, dispatcher: str = "alltoall",
-                 repeat_kv: bool | None = None) -> dict[str, MicroCost]:
-    """:func:`micro_costs` from one build, the edge blocks averaged in."""
+                 repeat_kv: bool | None = None,
+                 cuda_graph_scope: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
+    """:func:`micro_costs` from one build, the edge blocks averaged in; the scoped CUDA
+    graphs' host issue (:func:`~.graphs.graphed_ops`) on the layers' ops and their recompute."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
                    moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
-    ops = [t for t in step.ops if t.op.group != "optimizer"]
     narrow = NARROW_RECIPES.get(prec.name)
-    casts, ops = _step_casts(ops, narrow)
+    casts, raw = _step_casts([t for t in step.ops if t.op.group != "optimizer"], narrow)
+    ops = graphed_ops(raw, cuda_graph_scope, step.overheads, dispatcher)
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
-    fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
+    fwd = tuple(t.op for t in raw if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
     out = {}
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     cast_s = sum(t.total_s + t.op.kernels * t.op.count * gap for t in casts)
@@ -281,7 +292,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                                          qkv_shares=qkv_shares(arch),
                                          modules=recompute_modules), *([again] if again else [])),
                          device, eff, prec.dtype)
-        every = [*ops, *extra]
+        # a recompute inside the graphed scope replays with the backward's graph
+        every = graphed_ops([*raw, *extra], cuda_graph_scope, step.overheads, dispatcher)
         synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
         waits = MOE_HOST_SYNCS.get(dispatcher, (1, 0)) if synced else (0, 0)
         # with a sync per MoE layer the layers' forward (and, with one in the backward too,
@@ -479,7 +491,7 @@ def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
                 moe_sync=moe_host_sync(resolve_engine(job.engine), ep, job.moe_capacity_factor),
                 engine=job.engine, capacity_factor=job.moe_capacity_factor,
                 model_code=job.model_code, recompute_modules=job.recompute_modules,
-                dispatcher=job.moe_dispatcher)
+                dispatcher=job.moe_dispatcher, cuda_graph_scope=job.cuda_graph_scope)
 
 
 def engine_layout_options(engine: str, precision: str | None = None) -> dict[str, Any]:
@@ -593,8 +605,13 @@ def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0
     sums = {"fwd": 0.0, "bwd": 0.0, "afwd": 0.0, "abwd": 0.0, "other": 0.0, "emb": 0.0,
             "wgrad": 0.0}
     gemm = {"forward": [0.0] * 4, "backward": [0.0] * 4}
+    shared = [0.0] * 4  # fc1 + act fwd, fc2 fwd, fc1 + act bwd, fc2 bwd
     hw = 0.0
     for t in ops:
+        if t.op.name.startswith("moe.shared_") and t.op.phase in ("forward", "backward"):
+            part = (0 if t.op.name != "moe.shared_down" else 1) \
+                + (2 if t.op.phase == "backward" else 0)
+            shared[part] += t.total_s + t.op.kernels * t.op.count * launch_s
         if t.op.kind == "matmul" and t.op.name in TP_GEMMS and t.op.phase in gemm:
             # the backward op is dgrad + wgrad, two GEMMs of the forward's FLOPs: dgrad is half
             part = t.total_s if t.op.phase == "forward" else t.total_s / 2
@@ -618,7 +635,32 @@ def _cost_of(ops: list, layers: int, cp: int, launch_s: float, pace: float = 1.0
                      other_s=sums["other"], hardware_flops=hw, embedding_s=sums["emb"],
                      tp_gemm_fwd_s=tuple(g / L for g in gemm["forward"]),
                      tp_gemm_bwd_s=tuple(g / L for g in gemm["backward"]),
-                     wgrad_s=sums["wgrad"] / L)
+                     wgrad_s=sums["wgrad"] / L,
+                     shared_parts_s=tuple(s / L for s in shared) if any(shared) else ())
+
+
+def shared_overlap_hidden_s(ep_layer_s: float, parts: tuple[float, ...]) -> float:
+    """A layer's expert-parallel all-to-all time the shared expert hides under Megatron-Core's
+    ``moe_shared_expert_overlap`` (NVIDIA/Megatron-LM@0d8e0714: token_dispatcher.py
+    MoEAlltoAllTokenDispatcher launches the shared expert's ``linear_fc1_forward_and_act`` on
+    its own stream right after the dispatch all-to-all is issued, lines 696-697, and
+    ``linear_fc2_forward`` after the combine's, lines 836-838; shared_experts.py
+    ``set_tensor_grad_fn_sequence_sr`` orders the backward's the same way): ``ep_layer_s`` the
+    layer's four all-to-alls (dispatch and combine, forward and backward: the same bytes each,
+    a quarter apiece), ``parts`` the shared expert's four stretches
+    (:attr:`MicroCost.shared_parts_s`); each hides at most its own all-to-all."""
+    if not parts:
+        return 0.0
+    quarter = ep_layer_s / 4
+    return sum(min(quarter, p) for p in parts)
+
+
+def _shared_hidden_s(lay: Layout, ep_layer_s: float, cost: MicroCost) -> float:
+    """:func:`shared_overlap_hidden_s` where ``lay`` runs the overlap (not under DualPipe,
+    whose all-to-alls already sit beside the paired chunk); else 0."""
+    if not lay.shared_overlap or lay.dual:
+        return 0.0
+    return shared_overlap_hidden_s(ep_layer_s, cost.shared_parts_s)
 
 
 def model_flops_per_token(arch: Architecture, device: Device, eff: Efficiency,
@@ -1131,8 +1173,27 @@ def _dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
                      / SERIAL_GATHER_BUS_BPS)
         tail = max(rs - window_s, last)
         return serial + rs, serial + tail + sm_share * max(0.0, rs - tail)
+    if lay.zero in (1, 2) and not lay.gather_overlap:
+        return full, zero1_sync_gather_exposed_s(full, g, r, window_s, last, sm_share)
     tail = max(full - window_s, last)
     return full, tail + sm_share * max(0.0, full - tail)
+
+
+def zero1_sync_gather_exposed_s(full: float, gather_bytes: float, reduce_bytes: float,
+                                window_s: float, last: float, sm_share: float) -> float:
+    """The exposed data-parallel time of a ZeRO-1/2 step whose weights' all-gather is not
+    overlapped (Megatron-Core's distributed optimizer without ``overlap_param_gather``: "If not
+    overlapping all-gather for parameters, launch synchronous all-gather communication calls
+    here", ``start_param_sync`` for every model chunk after the update --
+    megatron/core/optimizer/distrib_optimizer.py ``step`` at
+    NVIDIA/Megatron-LM@0d8e0714cd29c01e164fe6de9f532182bdffa942, lines 2593-2599): ``full``
+    carries the reduce-scatter and the all-gather, half an all-reduce each at their bytes
+    (``reduce_bytes``, ``gather_bytes``); the all-gather's share is exposed whole, the
+    reduce-scatter still hides in the backward (``window_s``) but for its tail (``last``)."""
+    gather = full * gather_bytes / (reduce_bytes + gather_bytes)
+    rs = full - gather
+    tail = max(rs - window_s, last) if rs > 0 else 0.0
+    return gather + tail + sm_share * max(0.0, rs - tail)
 
 
 def fsdp_edge_share(arch: Architecture, lay: Layout, stage_layers: int, total: int) -> float:
@@ -1251,6 +1312,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         ep_dispatcher=ep_dispatcher)
     stage_layers, t_mb, held = _busiest_stage_held(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
+    ep_c -= stage_layers * _shared_hidden_s(lay, one[2], cost)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
     ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped)

@@ -416,10 +416,11 @@ def estimate_speed(
     ``gpus_per_node`` on the SKU's NVLink, nodes on ``inter_node`` or 400 Gb/s per GPU, stated in
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
-    ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
-    ``p2p_overlap`` (interleaved sends beside compute, :func:`~.parallel.interleaved_p2p_exposed_s`)
-    and ``sdpa_repeat_kv`` (CP's K and V at the query heads, :func:`~.parallel.sdpa_kv_heads`):
-    True or False as the job ran; None: the engine profile's (``EngineProfile``'s same fields).
+    ``gather_overlap`` False: ZeRO-3's all-gathers waited for, ZeRO-1/2's run after the step
+    (:attr:`.Layout.gather_overlap`). ``p2p_overlap`` (interleaved sends beside compute,
+    :func:`~.parallel.interleaved_p2p_exposed_s`) and ``sdpa_repeat_kv`` (CP's K and V at the
+    query heads, :func:`~.parallel.sdpa_kv_heads`): True or False as the job ran; None: the
+    engine profile's (``EngineProfile``'s same fields).
     ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
     benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
@@ -429,8 +430,8 @@ def estimate_speed(
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
                        trainable_params)
-    if job.mtp_layers and mode != "infer":
-        check_layout(arch, job, seq)  # MTP is timed on a layout's last stage only
+    if (job.mtp_layers or job.cuda_graph_scope) and mode != "infer":
+        check_layout(arch, job, seq)  # MTP on a layout's last stage; a router graph, experts
     if _on_topology(job, mode, topology):
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,
@@ -447,9 +448,7 @@ def estimate_speed(
     step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
                                                       spec, notes)
     step, prefill = _synced(step, prefill, host_sync_per_step and mode == "infer", notes)
-    if mode == "infer" and job.gpus > 1:
-        notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
-                     "parallelism modeled)")
+    _replica_note(job, mode, notes)
     per_sample = input_bytes_per_sample(arch, seq, mode) if input_bytes is None else input_bytes
     transfer, prefill_transfer = _transfers(step, prefill, per_sample, job.batch, device, eff,
                                             pinned=pinned, overlap=overlap_transfer)
@@ -473,6 +472,13 @@ def estimate_speed(
         est = replace(est, cpu=_compare_cpu(est, _on_cpu(model, cpu, job, new_tokens,
                                                          trainable_params, measured)))
     return est
+
+
+def _replica_note(job: Job, mode: str, notes: list[str]) -> None:
+    """Say that inference on several GPUs without a layout is that many independent replicas."""
+    if mode == "infer" and job.gpus > 1:
+        notes.append(f"inference on {job.gpus} GPUs = {job.gpus} independent replicas (no tensor "
+                     "parallelism modeled)")
 
 
 def _on_topology(job: Job, mode: str, topology: Topology | None) -> bool:

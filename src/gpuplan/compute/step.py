@@ -32,6 +32,7 @@ from .efficiency import (
     GRAD_CLIP_IMPLS, OPTIMIZER_IMPLS, RuntimeOverheads, constant, eager_chains, grad_clip_cost,
     multi_tensor_launches, optimizer_cost, resolve_runtime, runtime_overheads,
 )
+from .graphs import graphed_ops
 from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
 __all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode",
@@ -690,6 +691,10 @@ class StepSpec:
     moe_dispatcher: str = "alltoall"
     """Megatron-Core's MoE token dispatcher (:attr:`gpuplan.job.ParallelLayout.moe_dispatcher`):
     which copies and launches surround the experts (:func:`~.flops.dispatch_op`)."""
+    cuda_graph_scope: tuple[str, ...] | None = None
+    """Megatron-Core's Transformer Engine CUDA graphs over parts of each layer
+    (:attr:`gpuplan.job.TrainingLoop.cuda_graph_scope`): the captured kernels' host issue as
+    graph replays (:func:`~.graphs.graphed_ops`); None: none."""
     decode_attention: str = ""
     """The decode attention kernel where it is not the engine's fused (Flash) one
     (:data:`~.efficiency.DECODE_ATTENTION_KERNELS`: ``ft-mmha``, FasterTransformer's masked
@@ -724,7 +729,8 @@ class StepSpec:
                    bf16_edge_layers=job.first_last_layers_bf16 if train else 0,
                    moe_capacity_factor=job.moe_capacity_factor if train else None,
                    recompute_modules=job.recompute_modules if train else None,
-                   moe_dispatcher=job.moe_dispatcher)
+                   moe_dispatcher=job.moe_dispatcher,
+                   cuda_graph_scope=job.cuda_graph_scope if train else None)
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -748,7 +754,12 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
               attention=spec.attention)
     kw.update(_shipped_bytes(arch, prec))
     if spec.mode == "train":
-        return _train_step(arch, n_params, tensors, device, eff, prec, spec, kw)
+        step, prefill, n, trainable = _train_step(arch, n_params, tensors, device, eff, prec,
+                                                  spec, kw)
+        if spec.cuda_graph_scope:
+            step = replace(step, ops=tuple(graphed_ops(step.ops, spec.cuda_graph_scope,
+                                                       step.overheads, spec.moe_dispatcher)))
+        return step, prefill, n, trainable
     b, s = spec.batch, spec.seq
     rt = spec.runtime
     if arch is not None and arch.kind != "decoder":

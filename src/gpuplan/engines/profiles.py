@@ -398,10 +398,12 @@ _PROFILES = (
                  "since cut to nearly torch's. Megatron-LM megatron/core/transformer/moe/README.md "
                  "(@d98e8a6) names the 'CPU overhead bottleneck' of fine-grained MoE (gaps "
                  "between kernels; CUDA graphs, larger micro-batch, less TP as the fixes). Not "
-                 "modelled: the host CPU's own speed (Grace against x86), and the recipes' "
-                 "TE-scoped CUDA graphs (attn, moe_router, moe_preprocess): Megatron-Bridge "
-                 "docs/training/cuda-graphs.md (@067f987) measured them neutral on Qwen3-30B-A3B, "
-                 "H100 BF16 (42.00 s against 41.36 s eager)",
+                 "modelled: the host CPU's own speed (Grace against x86). The recipes' TE-scoped "
+                 "CUDA graphs (attn, moe_router, moe_preprocess) are the job's cuda_graph_scope "
+                 "(compute/graphs.py: one launch a graph); Megatron-Bridge "
+                 "docs/training/cuda-graphs.md (@067f987) measured them from neutral "
+                 "(Qwen3-30B-A3B, H100 BF16, 42.00 s against 41.36 s eager) to low-20s percent "
+                 "faster on launch-bound MoE runs",
                  "python_backward: each backward kernel at the same 32 us, not autograd's C++ "
                  "node cost (eager_host_bwd_s, 4 us): the layer's backward runs in Python "
                  "autograd.Function.backward methods -- Transformer Engine's _Linear, "

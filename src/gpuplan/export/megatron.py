@@ -29,7 +29,8 @@ _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp"
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
                         "pp_first_stage_layers", "pp_last_stage_layers", "etp",
                         "moe_capacity_factor", "mtp_layers", "ep_overlap",
-                        "recompute_modules", "moe_dispatcher"})
+                        "recompute_modules", "moe_dispatcher", "cuda_graph_scope",
+                        "moe_shared_expert_overlap"})
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -268,6 +269,9 @@ def _layout(job: Job, model: Model) -> list[str]:
     if job.mtp_layers:
         # megatron/training/arguments.py (_add_mtp_args): --mtp-num-layers, default None
         out += ["--mtp-num-layers", str(job.mtp_layers)]
+    if job.moe_shared_expert_overlap:
+        # transformer_config.py @0d8e0714 moe_shared_expert_overlap (a TransformerConfig flag)
+        out.append("--moe-shared-expert-overlap")
     if job.ep_overlap:
         # megatron/training/arguments.py @d98e8a64: batch-level EP overlap and the delayed
         # wgrad it is paired with (megatron/core/transformer/moe/README.md)
@@ -406,6 +410,10 @@ def _recipe(job: Job) -> list[str]:
     if job.recompute_modules is not None:
         # transformer_config.py @d98e8a64 recompute_modules (a list; default ["core_attn"])
         rec += ["--recompute-modules", *job.recompute_modules]
+    if job.cuda_graph_scope is not None:
+        # transformer_config.py @b0cc2706 cuda_graph_impl / cuda_graph_scope (a list)
+        rec += ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope",
+                *job.cuda_graph_scope]
     if job.distribute_checkpoints:
         rec.append("--distribute-saved-activations")
     return flags[job.precision] + opts[job.optimizer] + rec

@@ -51,6 +51,8 @@ def _check_loop(c: "TrainingLoop") -> None:
                          fix={"first_last_layers_bf16": 0})
     if c.recompute_modules is not None:
         _check_recompute_modules(c)
+    if c.cuda_graph_scope is not None:
+        _check_cuda_graph_scope(c)
     if c.offload_activations and c.checkpointing != "full":
         raise InputError(f"{opt('offload_activations')} offloads what full checkpointing keeps "
                          f"(each layer's input), as torchtune requires; add {opt('checkpointing')}"
@@ -70,6 +72,33 @@ def _check_recompute_modules(c: "TrainingLoop") -> None:
                          f"recomputes; add {opt('checkpointing')} selective",
                          field="recompute_modules", value=list(c.recompute_modules),
                          fix={"checkpointing": "selective"})
+
+
+def _check_cuda_graph_scope(c: "TrainingLoop") -> None:
+    """transformer_config.py's scope checks at NVIDIA/Megatron-LM@b0cc2706 (lines ~1740-1800):
+    the names, moe_preprocess only with moe_router, no scoped graph beside full recompute."""
+    bad = [m for m in c.cuda_graph_scope if m not in CUDA_GRAPH_SCOPES]
+    if bad or not c.cuda_graph_scope:
+        shown = bad[0] if bad else ""
+        raise InputError(f"{opt('cuda_graph_scope')} {shown!r}: expected some of "
+                         f"{', '.join(CUDA_GRAPH_SCOPES)} (Megatron-Core's mlp, moe, mamba and "
+                         "full_iteration are not modelled)", field="cuda_graph_scope",
+                         value=shown, accepted=", ".join(CUDA_GRAPH_SCOPES))
+    if "moe_preprocess" in c.cuda_graph_scope and "moe_router" not in c.cuda_graph_scope:
+        raise InputError(f"{opt('cuda_graph_scope')} moe_preprocess: Megatron-Core captures the "
+                         "dispatcher's preprocess only with the router; add moe_router",
+                         field="cuda_graph_scope", value=list(c.cuda_graph_scope),
+                         fix={"cuda_graph_scope": ["moe_router", *c.cuda_graph_scope]})
+    if c.checkpointing == "full":
+        raise InputError(f"{opt('cuda_graph_scope')} with {opt('checkpointing')} full: "
+                         "Megatron-Core runs full recompute only under a full-iteration graph; "
+                         f"use {opt('checkpointing')} selective or none",
+                         field="cuda_graph_scope", value=list(c.cuda_graph_scope),
+                         fix={"checkpointing": "selective"})
+
+
+#: Megatron-Core's ``--cuda-graph-scope`` choices (Transformer Engine graphs) gpuplan times.
+CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
 
 
 #: Megatron-Core's ``--recompute-modules`` choices gpuplan times (transformer_config.py).
@@ -205,6 +234,14 @@ class TrainingLoop:
     RoPE; layernorm, the two pre-norms; moe_act, the experts' activation; mlp, the dense MLP;
     shared_experts, the MoE layer's shared experts). None: core_attn. Megatron only; the
     time and the activations they free are both modelled (memory/activations/profile.py)."""
+    cuda_graph_scope: tuple[str, ...] | None = None
+    """The parts of each layer Megatron-Core captures in Transformer Engine CUDA graphs
+    (``--cuda-graph-impl transformer_engine --cuda-graph-scope``; transformer_config.py at
+    NVIDIA/Megatron-LM@b0cc2706, the 26.02 pin): attn, the input norm and the attention block;
+    moe_router, the pre-MLP norm and the router; moe_preprocess, the token dispatcher's
+    preprocess and first permute (needs moe_router). Each layer's captured part replays as one
+    graph forward and one backward, its kernels' host issue one launch
+    (compute/graphs.py). None: no CUDA graph. Megatron only."""
     use_cache: bool = False
     """Training forward with transformers' KV cache: False (the default) models
     ``model(..., use_cache=False)``, as training loops commonly call it and as ``gpuplan trace``
@@ -411,6 +448,13 @@ class ParallelLayout:
     "Overlaps All-to-All with computation by merging FWD-BWD passes of adjacent microbatches").
     Megatron only; needs --ep > 1, no full checkpointing, and interleaved:V when --pp > 1
     (transformer_config.py's checks there)."""
+    moe_shared_expert_overlap: bool = False
+    """The MoE layer's shared expert runs on its own stream beside the token dispatcher's
+    all-to-alls (Megatron-Core's ``--moe-shared-expert-overlap``: shared_experts.py and
+    token_dispatcher.py at NVIDIA/Megatron-LM@0d8e0714 -- its first linear and activation
+    beside the dispatch, its second beside the combine, the backward likewise). Megatron only;
+    the alltoall dispatcher only, not beside the batch-level EP overlap (transformer_config.py
+    there); a model with shared experts. Megatron-Bridge's DeepSeek-V3 provider sets it."""
     moe_dispatcher: MoeDispatcher = "alltoall"
     """Megatron-Core's MoE token dispatcher: ``alltoall`` (MoEAlltoAllTokenDispatcher: permute,
     all-to-all, sort by expert, and back), ``deepep`` or ``hybridep`` (the flex dispatcher over

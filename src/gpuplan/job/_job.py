@@ -219,7 +219,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "moe_dispatcher", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
-    "recompute_modules", "dp_shard")
+    "recompute_modules", "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -371,12 +371,60 @@ def _check_across(job: Job) -> None:
                          value=job.moe_dispatcher, fix={"engine": "megatron"})
     if job.dp_shard is not None:
         _check_dp_shard(job)
+    _check_megatron_recipe(job)
     if job.recompute_modules is not None and job.engine != "megatron":
         raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
                          "Megatron-Core's module list; use "
                          f"{opt('engine')} megatron or drop {opt('recompute_modules')}",
                          field="recompute_modules", value=list(job.recompute_modules),
                          fix={"engine": "megatron"})
+
+
+def _check_megatron_recipe(job: Job) -> None:
+    """The Megatron-Core recipe settings' own checks: scoped CUDA graphs, the shared expert
+    overlap."""
+    if job.cuda_graph_scope is not None:
+        _check_cuda_graph_job(job)
+    if job.moe_shared_expert_overlap:
+        _check_shared_overlap(job)
+
+
+def _check_cuda_graph_job(job: Job) -> None:
+    """The scoped CUDA graphs are Megatron-Core's; its alltoall dispatcher refuses a graphed
+    preprocess when that step copies to the host and waits (a capacity factor:
+    transformer_config.py at NVIDIA/Megatron-LM@b0cc2706, 'moe_preprocess cuda graph is not
+    supported when there are DtoH copies and synchronizations in the preprocess step')."""
+    if job.engine != "megatron":
+        raise InputError(f"{opt('cuda_graph_scope')} under {opt('engine')} {job.engine}: "
+                         f"Megatron-Core's Transformer Engine graphs; use {opt('engine')} "
+                         f"megatron or drop {opt('cuda_graph_scope')}", field="cuda_graph_scope",
+                         value=list(job.cuda_graph_scope), fix={"engine": "megatron"})
+    if ("moe_preprocess" in job.cuda_graph_scope and job.moe_dispatcher == "alltoall"
+            and job.moe_capacity_factor is not None):
+        raise InputError(f"{opt('cuda_graph_scope')} moe_preprocess with "
+                         f"{opt('moe_capacity_factor')}: the alltoall dispatcher's preprocess "
+                         "then copies to the host and waits, which a graph cannot hold; drop "
+                         f"moe_preprocess or {opt('moe_capacity_factor')}",
+                         field="cuda_graph_scope", value=list(job.cuda_graph_scope))
+
+
+def _check_shared_overlap(job: Job) -> None:
+    """Megatron-Core's checks on ``moe_shared_expert_overlap`` (transformer_config.py at
+    NVIDIA/Megatron-LM@0d8e0714 and @b0cc2706: 'moe_shared_expert_overlap only works with
+    alltoall token dispatcher'; 'disable moe_shared_expert_overlap when enabling
+    overlap_moe_expert_parallel_comm')."""
+    why, fix = None, {}
+    if job.engine != "megatron":
+        why, fix = f"only Megatron-Core has it; use {opt('engine')} megatron", {"engine": "megatron"}
+    elif job.moe_dispatcher != "alltoall":
+        why, fix = (f"Megatron runs it under the alltoall dispatcher only, not "
+                    f"{job.moe_dispatcher}"), {"moe_dispatcher": "alltoall"}
+    elif job.ep_overlap:
+        why, fix = f"Megatron refuses it beside {opt('ep_overlap')}", {"ep_overlap": False}
+    if why:
+        raise InputError(f"{opt('moe_shared_expert_overlap')}: {why}, or drop "
+                         f"{opt('moe_shared_expert_overlap')}", field="moe_shared_expert_overlap",
+                         value=True, fix=fix or None)
 
 
 def _check_dp_shard(job: Job) -> None:

@@ -182,6 +182,18 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
     if cf is not None and arch is not None and not arch.num_experts:
         raise InputError(f"{opt('moe_capacity_factor')} {cf}: {arch.name} has no experts; drop "
                          f"{opt('moe_capacity_factor')}", field="moe_capacity_factor", value=cf)
+    scope = getattr(job, "cuda_graph_scope", None) or ()
+    routed = [p for p in scope if p in ("moe_router", "moe_preprocess")]
+    if routed and arch is not None and not arch.num_experts:
+        # transformer_config.py @b0cc2706: 'moe cuda graph is only supported for MoE.'
+        raise InputError(f"{opt('cuda_graph_scope')} {routed[0]}: {arch.name} has no experts to "
+                         f"route; keep attn only or drop {opt('cuda_graph_scope')}",
+                         field="cuda_graph_scope", value=routed[0])
+    if getattr(job, "moe_shared_expert_overlap", False) and arch is not None \
+            and not arch.shared_expert_intermediate_size:
+        raise InputError(f"{opt('moe_shared_expert_overlap')}: {arch.name} has no shared expert; "
+                         f"drop {opt('moe_shared_expert_overlap')}",
+                         field="moe_shared_expert_overlap", value=True)
     mtp = getattr(job, "mtp_layers", None)
     if mtp and (arch is None or not arch.mtp_params):
         name = arch.name if arch is not None else "the model"

@@ -102,6 +102,9 @@ class Layout:
     ep_overlap: bool = False
     """Megatron-Core's batch-level EP overlap: a micro-batch's all-to-alls beside another
     micro-batch's compute (:attr:`gpuplan.job.ParallelLayout.ep_overlap`)."""
+    shared_overlap: bool = False
+    """The shared expert beside the dispatcher's all-to-alls
+    (:attr:`gpuplan.job.ParallelLayout.moe_shared_expert_overlap`)."""
     batch: int = 1
     """Sequences per micro-batch per data-parallel rank."""
     seq: int = 2048
@@ -124,7 +127,9 @@ class Layout:
     """ZeRO-3's weight all-gathers run beside the compute (a prefetch on its own stream: FSDP,
     DeepSpeed since its PR #1453, January 2022); False: each one waited for before the layer
     runs, as DeepSpeed ZeRO-3 did before (PR #1188, June 2021: "each all_gather calls
-    torch.cuda.synchronize()"), only the gradients' reduce-scatter overlapped."""
+    torch.cuda.synchronize()"), only the gradients' reduce-scatter overlapped. Under ZeRO-1/2,
+    False: the weights' all-gather after the optimizer step, synchronous (Megatron-Core's
+    distributed optimizer without ``overlap_param_gather``)."""
 
     @classmethod
     def of(cls, job, seq: int | None = None) -> "Layout":
@@ -138,7 +143,8 @@ class Layout:
                    first_stage_layers=job.pp_first_stage_layers,
                    last_stage_layers=job.pp_last_stage_layers, etp=job.etp,
                    moe_capacity_factor=job.moe_capacity_factor,
-                   mtp_layers=job.mtp_layers or 0, ep_overlap=job.ep_overlap, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
+                   mtp_layers=job.mtp_layers or 0, ep_overlap=job.ep_overlap,
+                   shared_overlap=job.moe_shared_expert_overlap, batch=job.batch, seq=seq or job.seq or 2048, zero=job.zero,
                    checkpointing=job.checkpointing,
                    distribute_checkpoints=job.distribute_checkpoints, sharding=job.sharding,
                    dp_shard=job.dp_shard)
@@ -246,6 +252,8 @@ class Layout:
             out["mtp_layers"] = self.mtp_layers
         if self.ep_overlap:
             out["ep_overlap"] = True
+        if self.shared_overlap:
+            out["moe_shared_expert_overlap"] = True
         if self.replicas > 1:  # hybrid sharding: the shard group and its replicas
             out.update(dp_shard=self.zero_group // self.cp, dp_replicas=self.replicas)
         return out
