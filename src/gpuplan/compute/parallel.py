@@ -77,7 +77,7 @@ from ..models._types import Architecture, Model
 from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_params
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
-from .efficiency import constant, overlap_sm_share, resolve_runtime
+from .efficiency import constant, gemm_wave_efficiency, overlap_sm_share, resolve_runtime
 from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
 from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narrow_recompute_op,
@@ -158,6 +158,15 @@ class MicroCost:
     shards the tensors that are all-gathered before a GEMM: Transformer Engine quantizes them on
     the rank's sequence shard and gathers them narrow (:func:`sp_quantize_s`); applied where
     the layout runs sequence parallelism with TP > 1."""
+    ub_split_s: float = 0.0
+    """One layer's added GEMM time when Transformer Engine's userbuffers overlap runs the TP
+    GEMMs as ring exchanges (:func:`ub_split_s`): each such GEMM launched as TP chunks of
+    ``tokens / TP`` rows, every chunk tiling and waving over the SMs on its own; charged only
+    under a userbuffers TP overlap with sequence parallelism and TP > 1."""
+    ub_pipeline_rs: bool = False
+    """The row-parallel GEMMs' forward reduce-scatters run TE's default ``pipeline`` method
+    (a wide recipe: :data:`UB_PIPELINE_SPLITS`), not the ring exchange of Megatron-Bridge's FP8
+    configs: the last of its chunks' reduce-scatters is what stays exposed."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
@@ -261,6 +270,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     narrow = NARROW_RECIPES.get(prec.name)
+    wide = narrow is None  # TE's default pipeline reduce-scatters; FP8 configs ring-exchange
     casts, ops = _step_casts(ops, narrow)
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
     fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
@@ -299,11 +309,84 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             again = f_b if level == "full" else 0.0  # the recompute merges again
             cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
                            layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s,
+        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s, ub_pipeline_rs=wide,
+                             ub_split_s=ub_split_s(every, arch.num_layers, tp, device, eff,
+                                                   prec.act, pipeline_rs=wide),
                              amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec),
                              sp_quantize_s=sp_quantize_s(ops, arch.num_layers, prec, tp,
                                                          device.architecture))
     return out
+
+
+#: The TP GEMMs Transformer Engine's userbuffers overlap runs as a ring exchange in the
+#: backward (their input gradient's GEMM over the all-gathered output gradient, TP chunks):
+#: ``proj_dgrad`` and ``fc2_dgrad`` are RingExchangeOverlapCfg in every Megatron-Bridge
+#: TransformerLayerTPOverlapCfg the dense Llama recipes pick (src/megatron/bridge/training/
+#: comm_overlap.py, e.g. userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192,
+#: NVIDIA-NeMo/Megatron-Bridge@df0289c1); QKV's and the MLP up's dgrad / wgrad are bulk
+#: overlaps (one whole GEMM beside the collective). In the forward all four run as ring
+#: exchanges (qkv_fprop, fc1_fprop: all-gather; proj_fprop, fc2_fprop: reduce-scatter) in the
+#: FP8 configs.
+UB_RING_DGRAD = ("attn.out", "mlp.down")
+
+#: Transformer Engine's default userbuffers config of a method (``initialize_ub``'s
+#: ``get_default_config``, transformer_engine/pytorch/module/base.py, NVIDIA/
+#: TransformerEngine@bf4b2b9f): proj_fprop and fc2_fprop run the ``pipeline`` method, the GEMM
+#: in 4 launches over its output columns on all but 16 SMs (``set_sm_margin``: cuBLAS gets
+#: ``sm_count - num_sm``), each chunk reduce-scattered by a userbuffers kernel on those 16 as
+#: the next computes. Megatron-LM's --tp-comm-overlap without a config file takes these, as do
+#: the BF16 Megatron-Bridge configs (num_sm 8-32 per GEMM: approximated by the default 16);
+#: Megatron-Bridge's FP8 configs set both to RingExchangeOverlapCfg (:func:`ub_split_s`).
+UB_PIPELINE_SPLITS = 4
+UB_PIPELINE_SMS = 16
+
+
+def ub_split_s(ops: list, layers: int, tp: int, device: Device, eff: Efficiency,
+               act: int, pipeline_rs: bool = False) -> float:
+    """One layer's added kernel time when the TP GEMMs run as userbuffers ring exchanges.
+    Transformer Engine's CommOverlapP2PBase::split_overlap_ag / split_overlap_rs
+    (transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp, NVIDIA/
+    TransformerEngine@815bf369; aggregate False, as Megatron-Bridge's configs set it) launch one
+    cuBLAS GEMM per TP rank's chunk of ``tokens / TP`` rows, so each chunk tiles and waves over
+    the SMs on its own (:func:`~.efficiency.gemm_wave_efficiency`): a chunk's output of fewer
+    tiles leaves more of its last wave idle. Forward (and recompute): the four TP GEMMs; backward:
+    the dgrad half of :data:`UB_RING_DGRAD` (its output is the forward's K wide). Compute-bound
+    time only: ``compute x (eff(M) / eff(M / TP) - 1)``, no more than what the chunks add over
+    the op's roofline time. A reduce-scatter's ring (the attention out and MLP down GEMMs in the
+    forward) then sums the TP chunks it received into the rank's shard on the main stream
+    (``reduce_bf16``: reads ``TP`` chunks of ``M / TP x N`` at ``act`` bytes, writes one).
+    ``pipeline_rs``: those two run TE's default ``pipeline`` method instead
+    (:data:`UB_PIPELINE_SPLITS` launches of ``N / 4`` on ``sm_count - UB_PIPELINE_SMS`` SMs;
+    no reduce kernel)."""
+    if tp <= 1 or device.sm_count <= 0:
+        return 0.0
+    extra = 0.0
+    rate = device.memory_bandwidth * eff.memory
+    for t in ops:
+        op = t.op
+        if op.kind != "matmul" or op.name not in TP_GEMMS or not op.shape or op.groups > 1:
+            continue
+        b, m, k, n = op.shape
+        chunk = max(1, m // tp)
+        if op.phase == "backward":
+            if op.name not in UB_RING_DGRAD:
+                continue
+            compute, memory, n, k = t.compute_s / 2, t.memory_s / 2, k, n  # dgrad: M x K out
+        else:
+            compute, memory = t.compute_s, t.memory_s
+            if op.name in UB_RING_DGRAD and pipeline_rs and device.sm_count > UB_PIPELINE_SMS:
+                sms = device.sm_count - UB_PIPELINE_SMS
+                whole = gemm_wave_efficiency(b, m, n, device.sm_count, k)
+                split = gemm_wave_efficiency(b, m, max(1, n // UB_PIPELINE_SPLITS), sms, k)
+                slow = compute * whole / split * device.sm_count / sms
+                extra += max(0.0, max(slow, memory) - max(compute, memory)) * op.count
+                continue
+            if op.name in UB_RING_DGRAD and rate > 0:  # the row-parallel GEMM's reduce-scatter
+                extra += (tp + 1) * b * chunk * n * act / rate * op.count
+        whole = gemm_wave_efficiency(b, m, n, device.sm_count, k)
+        split = gemm_wave_efficiency(b, chunk, n, device.sm_count, k)
+        extra += max(0.0, max(compute * whole / split, memory) - max(compute, memory)) * op.count
+    return extra / max(1, layers)
 
 
 def _step_casts(ops: list, narrow) -> tuple[list, list]:
@@ -749,6 +832,15 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
         tp += regather
         if tp_overlap:
             tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
+            if lay.sequence_parallel and lay.tp > 1:
+                # the ring exchanges' own price: the GEMMs in TP chunks and the reduce kernels
+                # (MicroCost.ub_split_s), each reduce-scatter's last chunk sent after its GEMM
+                n_rs = 2 + (2 if lay.checkpointing == "full" else 0)
+                last = (collective_time("reduce-scatter", act_bytes / UB_PIPELINE_SPLITS, lay.tp,
+                                        topo, efficiency=eff.comm) if cost.ub_pipeline_rs
+                        else collective_time("send-recv", act_bytes / lay.tp, 2, topo,
+                                             efficiency=eff.comm))
+                tp += cost.ub_split_s + n_rs * last
     if lay.sequence_parallel and lay.tp > 1 and cost.amax_reduces:
         # each waits on the compute stream between the amax and the cast: nothing hides it
         tp += cost.amax_reduces * collective_time("all-reduce", 4, lay.tp, topo,
