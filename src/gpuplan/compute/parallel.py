@@ -86,7 +86,8 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
-           "engine_layout_options", "tp_collectives_s"]
+           "engine_layout_options", "tp_collectives_s", "ub_split_s", "ub_overlap_price_s",
+           "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -270,7 +271,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     ops = [t for t in step.ops if t.op.group != "optimizer"]
     narrow = NARROW_RECIPES.get(prec.name)
-    wide = narrow is None  # TE's default pipeline reduce-scatters; FP8 configs ring-exchange
+    wide = prec.name not in UB_RING_RS_RECIPES  # TE's default pipeline reduce-scatters
     casts, ops = _step_casts(ops, narrow)
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
     fwd = tuple(t.op for t in ops if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
@@ -339,6 +340,17 @@ UB_RING_DGRAD = ("attn.out", "mlp.down")
 #: Megatron-Bridge's FP8 configs set both to RingExchangeOverlapCfg (:func:`ub_split_s`).
 UB_PIPELINE_SPLITS = 4
 UB_PIPELINE_SMS = 16
+
+#: The recipes whose userbuffers configs ring-exchange proj_fprop and fc2_fprop: Megatron-
+#: Bridge picks its ``userbuffers_fp8_*`` TransformerLayerTPOverlapCfg for FP8-CS and FP8-MX
+#: (scripts/performance/configs/llama/llama3_llm_pretrain.py, llama31_llm_pretrain.py @df0289c1;
+#: NVFP4 the same config, though its performance scripts turn the overlap off). Every other
+#: recipe runs the ``pipeline`` method: TE's default, Megatron-Bridge's BF16 configs, and the
+#: NeMo 24.07 launcher's H100 FP8 configs of its delayed-scaling era (launcher_scripts/conf/
+#: training/tp_overlap/ub_cfg_h100_h8192_tp4_mbs1_seqlen4096.yaml and _seqlen8192.yaml,
+#: NVIDIA/NeMo-Framework-Launcher tag 24.07 = 8325688d: proj_fprop pipeline num_sm 24,
+#: fc2_fprop pipeline num_sm 16, num_splits 4, set_sm_margin 1).
+UB_RING_RS_RECIPES = ("fp8-current", "mxfp8", "nvfp4")
 
 
 def ub_split_s(ops: list, layers: int, tp: int, device: Device, eff: Efficiency,
@@ -809,6 +821,25 @@ def stage_params(arch: Architecture, params: int, lay: Layout) -> int:
     return math.ceil((dense + expert / lay.ep) / (lay.tp * lay.pp))
 
 
+def ub_overlap_price_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Efficiency,
+                       act_bytes: float) -> float:
+    """What one layer's userbuffers TP overlap costs beyond the collectives it hides, under
+    sequence parallelism with TP > 1 (0 otherwise): the ring exchanges' GEMMs in TP chunks and
+    their reduce kernels (:attr:`MicroCost.ub_split_s`), and per forward reduce-scatter (the
+    attention out and MLP down, again in a full recompute) what is left after its last GEMM
+    chunk -- a ring's last chunk sent to its peer (``act_bytes / TP``), or TE's pipeline
+    method's last of :data:`UB_PIPELINE_SPLITS` chunks reduce-scattered."""
+    if not lay.sequence_parallel or lay.tp <= 1:
+        return 0.0
+    n_rs = 2 + (2 if lay.checkpointing == "full" else 0)
+    if cost.ub_pipeline_rs:
+        last = collective_time("reduce-scatter", act_bytes / UB_PIPELINE_SPLITS, lay.tp, topo,
+                               efficiency=eff.comm)
+    else:
+        last = collective_time("send-recv", act_bytes / lay.tp, 2, topo, efficiency=eff.comm)
+    return cost.ub_split_s + n_rs * last
+
+
 def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology,
                           eff: Efficiency, act: int, stage_layers: int, *,
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
@@ -832,15 +863,7 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
         tp += regather
         if tp_overlap:
             tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
-            if lay.sequence_parallel and lay.tp > 1:
-                # the ring exchanges' own price: the GEMMs in TP chunks and the reduce kernels
-                # (MicroCost.ub_split_s), each reduce-scatter's last chunk sent after its GEMM
-                n_rs = 2 + (2 if lay.checkpointing == "full" else 0)
-                last = (collective_time("reduce-scatter", act_bytes / UB_PIPELINE_SPLITS, lay.tp,
-                                        topo, efficiency=eff.comm) if cost.ub_pipeline_rs
-                        else collective_time("send-recv", act_bytes / lay.tp, 2, topo,
-                                             efficiency=eff.comm))
-                tp += cost.ub_split_s + n_rs * last
+            tp += ub_overlap_price_s(cost, lay, topo, eff, act_bytes)
     if lay.sequence_parallel and lay.tp > 1 and cost.amax_reduces:
         # each waits on the compute stream between the amax and the cast: nothing hides it
         tp += cost.amax_reduces * collective_time("all-reduce", 4, lay.tp, topo,
