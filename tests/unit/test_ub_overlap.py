@@ -2,7 +2,9 @@
 GEMMs launched as TP chunks of ``tokens / TP`` rows (CommOverlapP2PBase::split_overlap_ag /
 split_overlap_rs), the ring reduce-scatter's reduce kernel and its last chunk's send after the
 GEMMs, and TE's default ``pipeline`` reduce-scatter on ``sm_count - 16`` SMs in ``N / 4``
-launches. The figures below are tile arithmetic by hand (128 x 128 output tiles)."""
+launches; and its P2P context parallelism merges each step's attention output and gradients
+(AttnFuncWithCPAndKVP2P). The figures below are tile and byte arithmetic by hand (128 x 128
+output tiles)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from types import SimpleNamespace as NS
 
 import pytest
 
+from gpuplan.compute import parallel
 from gpuplan.compute.device import default_efficiency, device_from_gpu
 from gpuplan.compute.parallel import (UB_RING_RS_RECIPES, MicroCost, layout_time, micro_cost,
-                                      ub_split_s)
+                                      te_cp_merge_bytes, ub_split_s)
 from gpuplan.compute.step import train_precision
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import collective_time, topology_for
@@ -126,3 +129,38 @@ def test_the_recipes_that_ring_exchange_the_reduce_scatters():
                        checkpointing="none", attention="sdpa", engine="megatron")
         assert c.ub_pipeline_rs is pipeline, recipe
         assert c.ub_split_s > 0, recipe
+
+
+def test_te_cp_merge_bytes_by_hand():
+    """TE's P2P CP merges for Llama 3.1 405B at TP 8, CP 2, 4,096 tokens a rank: 16 query heads
+    and 1 K/V head of 128 on the rank. Forward: the first step rescaled (2 x 2 B), the second
+    step added on all rows at rank 1 and half the rows at rank 0 (3 x 2 B x 1.5 / 2 mean):
+    2 x 2 + 4.5 x 2 = 13 B a query element; backward the same over dQ, dK and dV."""
+    arch = NS(num_heads=16, num_kv_heads=1, head_dim=128)
+    q, kv = 4096 * 16 * 128, 2 * 4096 * 1 * 128
+    fwd, bwd = te_cp_merge_bytes(arch, 1, 4096, 2, 2)
+    assert fwd == pytest.approx(13 * q, rel=1e-12)
+    assert bwd == pytest.approx(13 * (q + kv), rel=1e-12)
+    # CP 4: 4 + 4.5 x 2 x 3 = 31 B; CP 1 would be the first step's 4 B only
+    assert te_cp_merge_bytes(arch, 1, 4096, 4, 2)[0] == pytest.approx(31 * q, rel=1e-12)
+
+
+def test_megatron_cp_step_carries_the_merges(monkeypatch):
+    """Under megatron (cp_rotate p2p) a CP 2 micro-batch's layer is longer by exactly the merge
+    bytes at the memory rate than the same build with the merges taken out."""
+    gpu = get_gpu("H100-SXM-80GB")
+    device = device_from_gpu(gpu)
+    eff = default_efficiency(device)
+    prec = train_precision("fp8-current", device, False)
+    arch = load_model("llama-3.1-8b").architecture
+    kw = dict(tp=1, cp=2, batch=1, seq=8192, checkpointing="none", attention="sdpa",
+              engine="megatron")
+    with_cp = micro_cost(arch, device, eff, prec, **kw)
+    fwd, bwd = te_cp_merge_bytes(arch, 1, 4096, 2, prec.act)
+    monkeypatch.setattr(parallel, "te_cp_merge_bytes", lambda *a: (0.0, 0.0))
+    bare = micro_cost(arch, device, eff, prec, **kw)
+    rate = device.memory_bandwidth * eff.memory
+    assert with_cp.layer_fwd_s - bare.layer_fwd_s == pytest.approx(fwd / rate, rel=1e-9)
+    assert with_cp.layer_bwd_s - bare.layer_bwd_s == pytest.approx(bwd / rate, rel=1e-9)
+    # Llama 3.1 8B: 32 heads of 128, 8 K/V heads: 13 B x 4,096 x 4,096 forward
+    assert fwd == pytest.approx(13 * 4096 * 32 * 128, rel=1e-12)

@@ -32,11 +32,15 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   et al. 2019, fig. 4); with sequence parallelism each becomes an all-gather + reduce-scatter pair
   of the same volume (Korthikanti et al. 2022, sec. 4.2.2); distributed checkpoints add one
   all-gather of the layer input before each recompute. Exposed, unless ``tp_overlap``
-  (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls; under an engine
+  (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls, at the price
+  of Transformer Engine's userbuffers itself (:func:`ub_overlap_price_s`: the ring exchanges'
+  GEMMs in TP chunks, their reduce kernels, each reduce-scatter's last chunk); under an engine
   whose overlap is PyTorch's AsyncTP (the profile's ``tp_overlap_kind``: torchtitan) each
   collective hides under its own GEMM only (:func:`async_tp_exposed_s`).
 - **CP ring**: per layer ``CP - 1`` passes of the local K and V in forward, twice that in backward
-  (K, V and their gradients), overlapped with the attention kernels; what exceeds them is exposed.
+  (K, V and their gradients), overlapped with the attention kernels; what exceeds them is exposed;
+  Transformer Engine's merges of the per-step outputs and gradients added to the layer
+  (:func:`te_cp_merge_bytes`).
   Under PyTorch's context_parallel (the profile's ``cp_rotate`` "allgather": torchtitan) one K/V
   all-gather beside the first sub-SDPA, the fp32 K/V-gradient ring (:func:`torch_cp_exposed_s`)
   and the fp32 merges' memory traffic added to the layer (:func:`torch_cp_merge_bytes`).
@@ -86,7 +90,7 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
-           "engine_layout_options", "tp_collectives_s", "ub_split_s", "ub_overlap_price_s",
+           "engine_layout_options", "tp_collectives_s", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
@@ -302,14 +306,9 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
             one = synced_forward_s(_issue_order(fwd_ops, step, arch.num_layers, cp))
             cost = replace(cost, layer_fwd_s=moe * (one + constant("host_sync_s"))
                            + (1 - moe) * free)
-        if cp > 1 and get_engine(engine).cp_rotate == "allgather":
-            shard = shard_arch(arch, tp)
-            f_b, b_b = torch_cp_merge_bytes(shard, batch, seq // cp, cp, prec.act,
-                                            kv_heads=sdpa_kv_heads(shard, engine))
-            rate = device.memory_bandwidth * eff.memory
-            again = f_b if level == "full" else 0.0  # the recompute merges again
-            cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
-                           layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
+        if cp > 1:
+            cost = _with_cp_merges(cost, level, shard_arch(arch, tp), batch, seq // cp, cp,
+                                   prec, engine, device.memory_bandwidth * eff.memory)
         out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s, ub_pipeline_rs=wide,
                              ub_split_s=ub_split_s(every, arch.num_layers, tp, device, eff,
                                                    prec.act, pipeline_rs=wide),
@@ -484,6 +483,46 @@ def sdpa_kv_heads(arch: Architecture, engine: str) -> int:
     the query heads where its model code repeats K and V first (the profile's
     ``sdpa_repeat_kv``: torchtitan), else the KV heads."""
     return arch.num_heads if get_engine(engine).sdpa_repeat_kv else arch.num_kv_heads
+
+
+def _with_cp_merges(cost: MicroCost, level: str, shard: Architecture, batch: int,
+                    s_local: int, cp: int, prec: PrecisionLayout, engine: str,
+                    rate: float) -> MicroCost:
+    """``cost`` with its CP ring's merge traffic at ``rate`` bytes/s: PyTorch's
+    context_parallel (:func:`torch_cp_merge_bytes`) or Transformer Engine's P2P ring
+    (:func:`te_cp_merge_bytes`), by the engine's ``cp_rotate``; a full recompute merges its
+    forward again."""
+    if get_engine(engine).cp_rotate == "allgather":
+        f_b, b_b = torch_cp_merge_bytes(shard, batch, s_local, cp, prec.act,
+                                        kv_heads=sdpa_kv_heads(shard, engine))
+    else:
+        f_b, b_b = te_cp_merge_bytes(shard, batch, s_local, cp, prec.act)
+    again = f_b if level == "full" else 0.0
+    return replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
+                   layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
+
+
+def te_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
+                      act: int) -> tuple[float, float]:
+    """(forward, backward) bytes one layer's Transformer Engine P2P context-parallel attention
+    moves merging its ``cp`` per-step results on a rank of ``arch``'s (TP-sharded) heads,
+    ``s_local`` tokens each (AttnFuncWithCPAndKVP2P, transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py, NVIDIA/TransformerEngine@7d0365b3, bshd/sbhd
+    with the causal load balance, attention not FP8). Forward: the first step's output
+    rescaled into ``out`` (``flash_attn_fwd_out_correction_init``: read and write, ``2 act``
+    an element), each later step's added in (``flash_attn_fwd_out_correction``: read the
+    step's output and ``out``, write ``out``: ``3 act``) on every row where the step is below
+    the rank's diagonal, on the second half of the rows elsewhere
+    (``..._second_half_out_correction``): ``3 act (1 + (cp - i) / cp)`` for step ``i``
+    averaged over the ranks, ``4.5 act (cp - 1)`` over the later steps. Backward: the same
+    copy-then-add pattern for dQ over the query elements and dK, dV over the K/V elements
+    (``dq.copy_`` / ``dq.add_``, ``dk``/``dv`` likewise into the buffer sent on), taken at the
+    forward's average. The softmax statistics' corrections (one fp32 per row and head) are
+    left out: under 1/``head_dim`` of the above."""
+    q = batch * s_local * arch.num_heads * arch.head_dim
+    kv = 2 * batch * s_local * arch.num_kv_heads * arch.head_dim
+    per = act * (2 + 4.5 * (cp - 1))
+    return q * per, (q + kv) * per
 
 
 def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
