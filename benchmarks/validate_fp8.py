@@ -80,15 +80,56 @@ SPLIT_ACCOUNTING = {
 #: first and last stage, the rest even), by (PP, VP): NVIDIA-NeMo/Megatron-Bridge
 #: src/megatron/bridge/recipes/deepseek/deepseek_v3.py ``layout_map`` at
 #: 05d003fb8985ccde5cc8c33a72f750e38c1e76ff: (4, 4) parts [E + 4t, 14 x 4t, t + mtp + loss]
-#: give stages 16/16/16/13, (16, 1) stages 4 x 15 and 1. (8, 4) is not in that map; taken as
-#: the 32-part string "Et*3|(tt|)*29m|L" of Megatron-LM's docs/source/user-guide/features/
-#: pipeline_parallel_layout.md (PP16 VPP2) and Megatron-Bridge's DeepSeek-V3 performance
-#: configs: stages 9/8/8/8/8/8/6+MTP/6 -- first 9, last 6, the middle 46 over 6 stages here
-#: (8,8,8,8,7,7: the same slowest stage). ASSUMED for the 25.11 GB200 PP8 VP4 row. The MTP
+#: give stages 16/16/16/13, (16, 1) stages 4 x 15 and 1. A row whose recipe records the layout
+#: string it ran (``recipe.pipeline_model_parallel_layout``) takes its split from that string
+#: instead (:func:`layout_split`): the 25.11 GB200 rows, whose (8, 4) is in no map. The MTP
 #: module rides on the last stage where the row's recipe trains one (``mtp_num_layers`` 1 in the
 #: 26.02 configs and the 25.11 B200 row, "w/ MTP"; 0 for the 25.11 GB200 rows, "w/o MTP":
 #: :func:`recipe_fields`).
-DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1), (8, 4): (9, 6)}
+DEEPSEEK_SPLIT = {(4, 4): (16, 13), (16, 1): (4, 1)}
+
+
+def _expand_layout(text: str) -> str:
+    """Megatron-Core's pipeline layout string with its repetitions written out: ``X*n`` repeats
+    the symbol or the parenthesised group before it ``n`` times (``"Et*3|(t*4|)*2L"`` ->
+    ``"Ettt|tttt|tttt|L"``), as PipelineParallelLayerLayout.from_str reads it
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py, NVIDIA/Megatron-LM)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "(":
+            depth, j = 1, i + 1
+            while depth:
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                j += 1
+            unit, i = _expand_layout(text[i + 1:j - 1]), j
+        elif c == "*":
+            j = i + 1
+            while j < len(text) and text[j].isdigit():
+                j += 1
+            out.append(out.pop() * (int(text[i + 1:j]) if j > i + 1 else 1))
+            i = j
+            continue
+        else:
+            unit, i = c, i + 1
+        out.append(unit)
+    return "".join(out)
+
+
+def layout_split(layout: str, pp: int) -> tuple[int, int]:
+    """(transformer layers on the first pipeline stage, on the last) under a Megatron-Core layout
+    string over ``pp`` stages: its ``|``-separated parts go to the stages in turn (part ``i`` to
+    stage ``i mod pp``, the virtual chunks interleaved), ``t`` counted. The stages between must
+    hold one count (the Job's split: first, last, the rest even); a layout that does not is an
+    error, as is one whose parts are not a multiple of ``pp``."""
+    parts = _expand_layout(layout.replace(" ", "")).split("|")
+    if len(parts) % pp:
+        raise ValueError(f"layout {layout!r}: {len(parts)} parts over PP {pp}")
+    stages = [sum(p.count("t") for p in parts[s::pp]) for s in range(pp)]
+    if len(set(stages[1:-1])) > 1:
+        raise ValueError(f"layout {layout!r}: middle stages {stages[1:-1]} are not even")
+    return stages[0], stages[-1]
 
 #: Megatron-Bridge's precision presets (src/megatron/bridge/training/mixed_precision.py at
 #: NVIDIA-NeMo/Megatron-Bridge@d9f7643bb9609a6a6e0ea1439fb51d8669306434):
@@ -183,10 +224,12 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
     fields.update(recipe_fields(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
-        first, last = DEEPSEEK_SPLIT[(j["pp"], j.get("vp") or 1)]
+        layout = (run.get("recipe") or {}).get("pipeline_model_parallel_layout")
+        first, last = (layout_split(layout, j["pp"]) if layout
+                       else DEEPSEEK_SPLIT[(j["pp"], j.get("vp") or 1)])
         fields.update(pp_first_stage_layers=first, pp_last_stage_layers=last)
         notes.append(f"DeepSeek-V3's uneven pipeline: first stage {first} layers, last {last} "
-                     "(DEEPSEEK_SPLIT)")
+                     + (f"(the recipe's layout {layout})" if layout else "(DEEPSEEK_SPLIT)"))
     ep = fields["ep"]
     if tp > 1 and ep > 1 and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep:
         # EP wider than DP x CP: Megatron-Bridge folds the MoE layers, expert TP 1 (MoE
@@ -356,9 +399,11 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "Each row's `recipe` in fp8_runs.json (the performance config read at the tag named); "
            "taken into the Job: moe_a2a_overlap (`ep_overlap`), the dispatcher and its flex "
            "backend (`moe_dispatcher`), mtp_num_layers (`mtp_layers`), "
-           "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap; "
-           "the rest "
-           "named, not modelled.", "",
+           "recompute_modules (`recompute_modules`: its time and its memory), tp_comm_overlap, "
+           "pipeline_model_parallel_layout where recorded (the 25.11 GB200 DeepSeek-V3 rows: the "
+           "pipeline split, `layout_split`, with its source in `layout_source`); the rest "
+           "named, not modelled. Under hybridep inside the NVL72 rack the EP exchange is "
+           "HybridEP's measured one (`hybridep_exchange_s`).", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:

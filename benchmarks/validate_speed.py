@@ -558,6 +558,24 @@ def gather_overlap(run: dict, job: Job, notes: list[str] | None = None) -> bool:
     return False
 
 
+#: Source groups whose runs go through an engine profile whose model code repeats K and V before
+#: SDPA (torchtitan's) but ran other code: the Llama 3 paper's own 4D parallelism, whose
+#: context parallel all-gathers the GQA K and V ("K and V tensors are much smaller than Q
+#: tensor due to the use of GQA", arXiv 2407.21783 sec. 3.3.2).
+GQA_CP_GROUPS = frozenset({"llama3"})
+
+
+def sdpa_repeat_kv(run: dict, job: Job, notes: list[str] | None = None) -> bool | None:
+    """False where ``run``'s context parallel moves the GQA K and V although its engine profile
+    repeats them (:data:`GQA_CP_GROUPS`, said in ``notes``); None (the engine's) otherwise."""
+    if job.cp <= 1 or run.get("source_group") not in GQA_CP_GROUPS:
+        return None
+    if notes is not None:
+        notes.append("CP all-gathers the GQA K and V (the paper's sec. 3.3.2), not repeated to "
+                     "the query heads as torchtitan's Llama does")
+    return False
+
+
 #: Megatron-LM overlaps an interleaved pipeline's send/recv with the next chunk's compute since
 #: NVIDIA/Megatron-LM commit f9283c5a8a (2023-05-31, "Add option to overlap p2p communication"),
 #: on by default since 4eeff55d1f (2023-10-12, "Make overlap_p2p_comm the default"): a run
@@ -768,7 +786,8 @@ def predict(run: dict, keep: list | None = None) -> Row:
                              paged_host_bytes=_paged_host_bytes(run, notes),
                              tp_overlap=bool(layout and layout[1]),
                              gather_overlap=gather_overlap(run, job, notes),
-                             p2p_overlap=p2p_overlap(run, job, notes))
+                             p2p_overlap=p2p_overlap(run, job, notes),
+                             sdpa_repeat_kv=sdpa_repeat_kv(run, job, notes))
         value = _train_value(est, unit, run)
     if keep is not None:
         keep.append(est)

@@ -289,6 +289,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
                        eff=c.eff, prec=c.prec, params=c.model.params.total,
                        flops_per_token=flops_per_token, state_bytes_per_param=per_param,
                        tp_overlap=c.tp_overlap, optimizer_s=c.optimizer,
+                       ep_dispatcher=c.base.moe_dispatcher,
                        **engine_layout_options(c.base.engine, c.base.precision),
                        gather_bytes_per_element=narrow_gather_bytes(arch, c.base,
                                                                     c.model.params.total))

@@ -85,8 +85,62 @@ def test_torch_cp_merge_bytes_by_hand():
 def test_sdpa_kv_heads_follow_the_profile():
     arch = load_model("llama-3.1-8b").architecture
     assert sdpa_kv_heads(arch, "megatron") == 8
-    assert sdpa_kv_heads(arch, "torchtitan") == (32 if get_engine("torchtitan").sdpa_repeat_kv
-                                                 else 8)
+    # torchtitan@9dec370 models/llama/model.py: keys = repeat_kv(xk, n_rep) before SDPA, so
+    # its context parallel sees the 32 query heads of K and V, not the 8 KV heads
+    assert get_engine("torchtitan").sdpa_repeat_kv
+    assert sdpa_kv_heads(arch, "torchtitan") == 32
+    # a job's own code says otherwise either way
+    assert sdpa_kv_heads(arch, "torchtitan", False) == 8
+    assert sdpa_kv_heads(arch, "megatron", True) == 32
+
+
+def test_repeated_kv_moves_the_merges_kv_terms_only():
+    # one micro-batch of Llama 3.1 8B at CP 4 under torchtitan (s_local 8192): the merges'
+    # bytes on K and V (torch_cp_merge_bytes: forward 4 B/K x CP, backward 24 + 25 (CP - 1)
+    # B/K with 16-bit K and V) grow with the 32 repeated heads against the 8 KV heads; the
+    # recompute under full checkpointing merges the forward's once more
+    from gpuplan.compute.device import default_efficiency, device_from_gpu
+    from gpuplan.compute.parallel import micro_costs
+    from gpuplan.compute.step import train_precision
+
+    arch = load_model("llama-3.1-8b").architecture
+    device = device_from_gpu(H100)
+    eff = default_efficiency(device)
+    prec = train_precision("mixed-bf16", device, False)
+    kw = dict(tp=1, cp=4, batch=1, seq=4 * 8192, attention="sdpa", engine="torchtitan")
+    rep, gqa = micro_costs(arch, device, eff, prec, **kw), micro_costs(
+        arch, device, eff, prec, **kw, repeat_kv=False)
+    dk = 1 * 2 * (32 - 8) * 8192 * 128  # K and V elements more, a layer
+    rate = device.memory_bandwidth * eff.memory
+    fwd_b, bwd_b = 4 * 4 * dk, (24 + 25 * 3) * dk
+    for level in ("none", "full"):
+        assert rep[level].layer_fwd_s - gqa[level].layer_fwd_s == pytest.approx(fwd_b / rate)
+        again = fwd_b if level == "full" else 0.0
+        assert rep[level].layer_bwd_s - gqa[level].layer_bwd_s == pytest.approx(
+            (bwd_b + again) / rate)
+        assert rep[level].attn_fwd_s == gqa[level].attn_fwd_s  # the kernels' work is the same
+
+
+def test_repeated_kv_gathers_the_query_heads_kv():
+    # Llama 3.1 405B at TP 8 (16 query heads, 1 KV head a rank), CP 8 over the nodes (the CP
+    # group strides the 8 TP ranks of a node): torchtitan's all-gather moves 8 x 16 heads of
+    # K and V, the 8B-to-405B rows' gap; the Llama 3 paper's GQA all-gather 8 x 1
+    from gpuplan.compute.parallel import _comm_per_micro_batch
+
+    arch = load_model("llama-3.1-405b").architecture
+    lay = Layout(tp=8, cp=8, batch=1, seq=8 * 32768, sequence_parallel=True,
+                 checkpointing="full")
+    cost = _cost(attn_fwd=0.1, attn_bwd=0.4)
+    kv16 = 1 * 32768 * 2 * (128 // 8) * 128 * 2  # 268 MB a rank
+    kv1 = 1 * 32768 * 2 * (8 // 8) * 128 * 2
+    for repeat, kv in ((True, kv16), (False, kv1)):
+        _, cp, _ = _comm_per_micro_batch(arch, cost, lay, TOPO, _Eff(), 2, 1,
+                                          tp_overlap=False, cp_rotate="allgather",
+                                          repeat_kv=repeat)
+        assert cp == pytest.approx(torch_cp_exposed_s(cost, lay, TOPO, _Eff(), kv, 2))
+    # over the 50 GB/s network the 16-head gather outlasts one of the 8 forward steps
+    gather = collective_time("all-gather", 8 * kv16, 8, TOPO, stride=8, efficiency=0.8)
+    assert gather > 0.1 / 8
 
 
 def test_engines_name_their_mechanisms():

@@ -45,7 +45,9 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   all-gather beside the first sub-SDPA, the fp32 K/V-gradient ring (:func:`torch_cp_exposed_s`)
   and the fp32 merges' memory traffic added to the layer (:func:`torch_cp_merge_bytes`).
 - **EP all-to-all**: per MoE layer a dispatch and a combine of ``b x s/CP x top-k x hidden``
-  activations in forward and in backward (and in the recompute), exposed.
+  activations in forward and in backward (and in the recompute), exposed; under the job's
+  ``hybridep`` dispatcher inside an NVL72 rack, HybridEP's measured GB200 exchange instead
+  (each token once per destination rank, :func:`hybridep_exchange_s`).
 - **pipeline p2p**: each micro-batch sends its activations forward and receives their gradients
   back once per model chunk (``/ TP`` with sequence parallelism, Megatron's scatter-gather),
   exposed (blocking sends); under an engine that overlaps them on an interleaved schedule (the
@@ -88,7 +90,7 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
                    qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -209,20 +211,23 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                capacity_factor: float | None = None,
                model_code: str | None = None,
                recompute_modules: tuple[str, ...] | None = None,
-               dispatcher: str = "alltoall") -> MicroCost:
+               dispatcher: str = "alltoall", repeat_kv: bool | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
     ``selective``: the engine's selective-checkpointing policy (:func:`~.flops.recompute_ops`);
     ``moe_sync``: the host waits for the device once per MoE layer's forward
     (:func:`moe_host_sync`, :func:`synced_forward_s`); ``recompute_modules``: what selective
-    checkpointing recomputes where Megatron-Core's modules are named (:data:`~.flops.MODULE_OPS`)."""
+    checkpointing recomputes where Megatron-Core's modules are named (:data:`~.flops.MODULE_OPS`);
+    ``repeat_kv``: the SDPA gets K and V at the query heads (:func:`sdpa_kv_heads`; None: the
+    engine's)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
                        capacity_factor=capacity_factor, model_code=model_code,
-                       recompute_modules=recompute_modules, dispatcher=dispatcher)[checkpointing]
+                       recompute_modules=recompute_modules, dispatcher=dispatcher,
+                       repeat_kv=repeat_kv)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -233,7 +238,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 capacity_factor: float | None = None,
                 model_code: str | None = None,
                 recompute_modules: tuple[str, ...] | None = None,
-                dispatcher: str = "alltoall") -> dict[str, MicroCost]:
+                dispatcher: str = "alltoall",
+                repeat_kv: bool | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers.
@@ -246,7 +252,7 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
     kw = dict(tp=tp, cp=cp, batch=batch, seq=seq, attention=attention, runtime=runtime, ep=ep,
               selective=selective, moe_sync=moe_sync, engine=engine,
               capacity_factor=capacity_factor, model_code=model_code,
-              recompute_modules=recompute_modules, dispatcher=dispatcher)
+              recompute_modules=recompute_modules, dispatcher=dispatcher, repeat_kv=repeat_kv)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -265,7 +271,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                  tp: int, cp: int, batch: int, seq: int, attention: str, runtime: str, ep: int,
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
                  model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
-                 bf16_edge_layers: int = 0, dispatcher: str = "alltoall") -> dict[str, MicroCost]:
+                 bf16_edge_layers: int = 0, dispatcher: str = "alltoall",
+                 repeat_kv: bool | None = None) -> dict[str, MicroCost]:
     """:func:`micro_costs` from one build, the edge blocks averaged in."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
               runtime=runtime, engine=engine, model_code=model_code)
@@ -308,7 +315,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                            + (1 - moe) * free)
         if cp > 1:
             cost = _with_cp_merges(cost, level, shard_arch(arch, tp), batch, seq // cp, cp,
-                                   prec, engine, device.memory_bandwidth * eff.memory)
+                                   prec, engine, device.memory_bandwidth * eff.memory,
+                                   repeat_kv)
         out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s, ub_pipeline_rs=wide,
                              ub_split_s=ub_split_s(every, arch.num_layers, tp, device, eff,
                                                    prec.act, pipeline_rs=wide),
@@ -478,23 +486,25 @@ def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency
     return sum(t.total_s + t.op.kernels * t.op.count * gap for t in timed)
 
 
-def sdpa_kv_heads(arch: Architecture, engine: str) -> int:
+def sdpa_kv_heads(arch: Architecture, engine: str, repeat_kv: bool | None = None) -> int:
     """The K/V heads of the SDPA call under ``engine`` on a rank holding ``arch`` (a TP shard):
     the query heads where its model code repeats K and V first (the profile's
-    ``sdpa_repeat_kv``: torchtitan), else the KV heads."""
-    return arch.num_heads if get_engine(engine).sdpa_repeat_kv else arch.num_kv_heads
+    ``sdpa_repeat_kv``: torchtitan; ``repeat_kv`` True or False says it for the job's own
+    code), else the KV heads."""
+    repeated = get_engine(engine).sdpa_repeat_kv if repeat_kv is None else repeat_kv
+    return arch.num_heads if repeated else arch.num_kv_heads
 
 
 def _with_cp_merges(cost: MicroCost, level: str, shard: Architecture, batch: int,
                     s_local: int, cp: int, prec: PrecisionLayout, engine: str,
-                    rate: float) -> MicroCost:
+                    rate: float, repeat_kv: bool | None = None) -> MicroCost:
     """``cost`` with its CP ring's merge traffic at ``rate`` bytes/s: PyTorch's
     context_parallel (:func:`torch_cp_merge_bytes`) or Transformer Engine's P2P ring
     (:func:`te_cp_merge_bytes`), by the engine's ``cp_rotate``; a full recompute merges its
-    forward again."""
+    forward again; ``repeat_kv``: as :func:`sdpa_kv_heads` takes it."""
     if get_engine(engine).cp_rotate == "allgather":
         f_b, b_b = torch_cp_merge_bytes(shard, batch, s_local, cp, prec.act,
-                                        kv_heads=sdpa_kv_heads(shard, engine))
+                                        kv_heads=sdpa_kv_heads(shard, engine, repeat_kv))
     else:
         f_b, b_b = te_cp_merge_bytes(shard, batch, s_local, cp, prec.act)
     again = f_b if level == "full" else 0.0
@@ -884,10 +894,13 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
                           cp_rotate: str = "p2p",
                           repeat_kv: bool = False,
-                          tp_gather_bytes: float | None = None) -> tuple[float, float, float]:
+                          tp_gather_bytes: float | None = None,
+                          ep_dispatcher: str = "alltoall") -> tuple[float, float, float]:
     """Exposed (TP, CP, EP) communication of one micro-batch on one stage; ``repeat_kv``: the
     K/V exchanged has the query heads (the engine's ``sdpa_repeat_kv``); ``tp_gather_bytes``:
-    the bytes an element of the TP all-gathers moves (:func:`tp_collectives_s`; None: ``act``)."""
+    the bytes an element of the TP all-gathers moves (:func:`tp_collectives_s`; None: ``act``);
+    ``ep_dispatcher``: the job's MoE dispatcher (``hybridep`` inside an NVL72 rack: HybridEP's
+    measured exchange, :func:`hybridep_exchange_s`; otherwise NCCL's all-to-all)."""
     s_local = lay.seq // lay.cp
     act_bytes = lay.batch * s_local * arch.hidden_size * act
     gather_bytes = None if tp_gather_bytes is None else act_bytes * tp_gather_bytes / act
@@ -920,22 +933,100 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
                                    efficiency=eff.comm)
             ring_f, ring_b = (lay.cp - 1) * step, 2 * (lay.cp - 1) * step
             cp = max(0.0, ring_f - cost.attn_fwd_s) + max(0.0, ring_b - cost.attn_bwd_s)
-    ep = 0.0
-    moe = _moe_layers(arch)
-    if lay.ep > 1 and moe:
-        tok = act_bytes * max(1, arch.experts_per_token) * _padded_share(arch, lay)
-        stride = lay.tp * lay.cp
-        if lay.folded:
-            # folded (MoE Parallel Folding, arXiv 2504.14960): a rank dispatches its own
-            # sequence-parallel share of the TP group's tokens (gathered over the expert TP
-            # group only), and EP's ranks sit next to one another past the expert TP group
-            # (Megatron-Core's expert rank order tp-ep-dp)
-            tok = tok * lay.expert_tp // lay.tp
-            stride = lay.expert_tp
-        n_a2a = 4 + (2 if lay.checkpointing == "full" else 0)
-        ep = moe / arch.num_layers * n_a2a * collective_time(
-            "all-to-all", tok, lay.ep, topo, stride=stride, efficiency=eff.comm)
+    ep = _ep_exchanges_s(arch, lay, topo, eff, act, act_bytes, ep_dispatcher)
     return tp * stage_layers, cp * stage_layers, ep * stage_layers
+
+
+def _ep_exchanges_s(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
+                    act_bytes: float, dispatcher: str) -> float:
+    """One layer's exposed EP exchanges of one micro-batch (the MoE layers' share of a layer):
+    a dispatch and a combine forward, the same pair backward (the dispatch's gradient is a
+    combine, the combine's a dispatch), once more for a full recompute; HybridEP's measured
+    exchange where it applies (:func:`hybridep_applies`), NCCL's all-to-all otherwise."""
+    moe = _moe_layers(arch)
+    if lay.ep <= 1 or not moe:
+        return 0.0
+    tok = act_bytes * max(1, arch.experts_per_token) * _padded_share(arch, lay)
+    stride = lay.tp * lay.cp
+    if lay.folded:
+        # folded (MoE Parallel Folding, arXiv 2504.14960): a rank dispatches its own
+        # sequence-parallel share of the TP group's tokens (gathered over the expert TP
+        # group only), and EP's ranks sit next to one another past the expert TP group
+        # (Megatron-Core's expert rank order tp-ep-dp)
+        tok = tok * lay.expert_tp // lay.tp
+        stride = lay.expert_tp
+    n_a2a = 4 + (2 if lay.checkpointing == "full" else 0)
+    if hybridep_applies(dispatcher, lay, topo):
+        rows = tok / (arch.hidden_size * act * max(1, arch.experts_per_token))
+        one = hybridep_exchange_s(rows, arch.num_experts, arch.experts_per_token, lay.ep,
+                                  arch.hidden_size)
+    else:
+        one = collective_time("all-to-all", tok, lay.ep, topo, stride=stride, efficiency=eff.comm)
+    return moe / arch.num_layers * n_a2a * one
+
+
+#: HybridEP's measured exchange on GB200 (NVL72), by EP ranks: (dispatch, combine) algorithm
+#: bandwidth in bytes/s, the bytes being the rows a rank receives in the dispatch (each token
+#: once per destination rank, however many of its experts that rank holds) times the hidden
+#: size at 2 bytes, and the same rows back in the combine (tests/test_hybrid_ep.py:
+#: ``nvl_recv_bytes = dispatched_hidden.numel() * 2``, ``nvl_combine = nvl_dispatch``). From
+#: deepseek-ai/DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md "GB200 Platform", HybridEP,
+#: Torch API, SM count 32 (Megatron-Bridge's performance scripts set moe_hybridep_num_sms 32:
+#: scripts/performance/utils/helpers.py at v0.2.0), dispatch in BF16 (Megatron-Core does not
+#: dispatch FP8 on GB200: NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization/
+#: deepseek-v3-gb200-optimization.md, FAQ 1, at 402bc50b), at 94a9f8f6b146c07d97ec58f67cd6d303
+#: 296d6098 (2026-07-10); measured at 4096 tokens, hidden 7168, top-8, a random uniform router,
+#: 8 local experts a rank. Between two rank counts the rate is interpolated; past 36 (the
+#: largest measured) the 36-rank rate is held -- NOT measured there (EP 64 in particular).
+HYBRIDEP_GB200 = {8: (545.71e9, 568.94e9), 16: (523.48e9, 521.55e9), 24: (507.32e9, 483.76e9),
+                  32: (484.22e9, 464.54e9), 36: (479.02e9, 447.89e9)}
+
+
+def hybridep_applies(dispatcher: str, lay: Layout, topo: Topology) -> bool:
+    """Whether a layout's EP exchange is HybridEP's measured one (:data:`HYBRIDEP_GB200`): the
+    job's dispatcher is ``hybridep``, the topology an NVL72 rack's NVLink domain, and the EP
+    group inside one such domain."""
+    if dispatcher != "hybridep" or lay.ep <= 1 or topo.nvlink_domain != 72:
+        return False
+    stride = lay.expert_tp if lay.folded else lay.tp * lay.cp
+    return topo.link(lay.ep, stride)[1] == 1
+
+
+def hybridep_rows(tokens: float, experts: int, top_k: int, ep: int) -> float:
+    """Rows a rank receives in HybridEP's dispatch when each of ``ep`` ranks routes ``tokens``
+    tokens to ``top_k`` of ``experts`` experts uniformly without replacement, ``experts / ep`` a
+    rank: a token goes once to each rank holding one of its experts, so a rank receives
+    ``tokens x ep x (1 - C(E - E/ep, k) / C(E, k))`` rows (DeepSeek-V3, E 256, k 8: 7.27 ranks a
+    token at EP 32, 7.68 at EP 64, against the 8 copies of a plain all-to-all)."""
+    local = experts // ep
+    miss = 1.0
+    for i in range(top_k):
+        miss *= (experts - local - i) / (experts - i)
+    return tokens * ep * (1.0 - miss)
+
+
+def _hybridep_rates(ep: int) -> tuple[float, float]:
+    ranks = sorted(HYBRIDEP_GB200)
+    if ep <= ranks[0] or ep >= ranks[-1]:
+        return HYBRIDEP_GB200[ranks[0] if ep <= ranks[0] else ranks[-1]]
+    lo = max(r for r in ranks if r <= ep)
+    hi = min(r for r in ranks if r >= ep)
+    if lo == hi:
+        return HYBRIDEP_GB200[lo]
+    w = (ep - lo) / (hi - lo)
+    return tuple((1 - w) * a + w * b for a, b in zip(HYBRIDEP_GB200[lo], HYBRIDEP_GB200[hi]))
+
+
+def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden: int) -> float:
+    """Seconds of one HybridEP exchange on GB200 -- the mean of a dispatch and a combine, so a
+    layer's forward (a dispatch and a combine) is twice it -- for a rank routing ``tokens``
+    tokens over ``ep`` ranks: :func:`hybridep_rows` rows of ``hidden`` BF16 elements at
+    :data:`HYBRIDEP_GB200`'s measured rates."""
+    if ep <= 1 or tokens <= 0:
+        return 0.0
+    nbytes = hybridep_rows(tokens, experts, max(1, top_k), ep) * hidden * 2
+    dispatch, combine = _hybridep_rates(ep)
+    return 0.5 * (nbytes / dispatch + nbytes / combine)
 
 
 def _padded_share(arch: Architecture, lay: Layout, tokens: int | None = None) -> float:
@@ -1220,13 +1311,23 @@ def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: La
     return full, tail + sm_share * max(0.0, full - tail)
 
 
+def _bubble_s(lay: Layout, per_mb: float, stage_layers: int, cost: MicroCost) -> float:
+    """The pipeline's idle time a step: (pp - 1) / chunks micro-batches for 1F1B and the
+    interleaved schedule, DualPipe's own (:func:`dualpipe_bubble_s`) for a dual layout."""
+    if lay.dual:
+        return dualpipe_bubble_s(lay.pp, per_mb, stage_layers * cost.layer_bwd_s,
+                                 stage_layers * cost.wgrad_s)
+    return (lay.pp - 1) / lay.chunks * per_mb
+
+
 def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology, *,
                 device: Device, eff: Efficiency, prec: PrecisionLayout, params: int,
                 flops_per_token: float, state_bytes_per_param: float, tp_overlap: bool = False,
                 optimizer_s: Callable[[int, float], float] | None = None, repeat_kv: bool = False,
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
                 gather_bytes_per_element: float | None = None, tp_gather_bytes: float | None = None,
-                fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none") -> LayoutTime:
+                fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none",
+                ep_dispatcher: str = "alltoall") -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
     its stage holding ``share`` of the model's parameters, as the job runs it
@@ -1243,20 +1344,17 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``p2p_overlap``: the engine's
     pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`).
     ``tp_gather_bytes``: a TP all-gather's bytes an element (:func:`tp_collectives_s`)."""
-    one = _comm_per_micro_batch(arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap,
-                                tp_overlap_kind=tp_overlap_kind, cp_rotate=cp_rotate,
-                                repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes)
+    one = _comm_per_micro_batch(
+        arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap, cp_rotate=cp_rotate,
+        tp_overlap_kind=tp_overlap_kind, repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes,
+        ep_dispatcher=ep_dispatcher)
     stage_layers, t_mb, held = _busiest_stage_held(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
     ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped)
     per_mb = t_mb + tp_c + cp_c + ep_c
-    bubble = (lay.pp - 1) / lay.chunks * per_mb
-    if lay.dual:
-        b_s = stage_layers * cost.layer_bwd_s
-        bubble = dualpipe_bubble_s(lay.pp, per_mb, b_s, stage_layers * cost.wgrad_s)
-    mtp = mtp_params(arch, lay.mtp_layers)
+    bubble = _bubble_s(lay, per_mb, stage_layers, cost)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(
@@ -1267,7 +1365,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         fsdp_edge_share(arch, lay, stage_layers, params))
     local = max(1, mine // (lay.zero_group if lay.zero >= 1 else 1))  # the optimizer's shard
     opt_s = (_optimizer_s(local, state_bytes_per_param, device, eff, prec) if optimizer_s is None
-             else optimizer_s(local, mine / max(1, params + mtp)))
+             else optimizer_s(local, mine / max(1, params + mtp_params(arch, lay.mtp_layers))))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
                             fsdp2_reduce_bytes)
     casts = cost.stage_casts_s(held, stage_layers - len(held))  # once a step, not per micro-batch

@@ -385,7 +385,7 @@ def estimate_speed(
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
     decode_attention: str | None = None, paged_host_bytes: int = 0,
-) -> SpeedEstimate:
+    sdpa_repeat_kv: bool | None = None) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and ``job.gpus`` data-parallel GPUs).
 
     The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
@@ -417,9 +417,9 @@ def estimate_speed(
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for (:attr:`.Layout.gather_overlap`).
-    ``p2p_overlap``: whether an interleaved pipeline's sends run beside the next chunk's compute
-    (:func:`~.parallel.interleaved_p2p_exposed_s`); None: the engine's default
-    (:attr:`~gpuplan.engines.EngineProfile.p2p_overlap`), False: blocking, True: overlapped.
+    ``p2p_overlap`` (interleaved sends beside compute, :func:`~.parallel.interleaved_p2p_exposed_s`)
+    and ``sdpa_repeat_kv`` (CP's K and V at the query heads, :func:`~.parallel.sdpa_kv_heads`):
+    True or False as the job ran; None: the engine profile's (``EngineProfile``'s same fields).
     ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
     benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
@@ -437,7 +437,8 @@ def estimate_speed(
                                tp_overlap=tp_overlap, per_sample=input_bytes, pinned=pinned,
                                notes=notes, impls=(optimizer_impl, grad_clip_impl),
                                gathers=gathers, gather_overlap=gather_overlap,
-                               synced=host_sync_per_step, p2p_overlap=p2p_overlap)
+                               synced=host_sync_per_step, p2p_overlap=p2p_overlap,
+                               repeat_kv=sdpa_repeat_kv)
         return replace(est, measured_run=used, training_time=_training_time(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
@@ -565,10 +566,12 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                      notes: list[str], impls: tuple = (None, None),
                      gathers: float | None = None,
                      gather_overlap: bool = True, synced: bool = False,
-                     p2p_overlap: bool | None = None) -> SpeedEstimate:
+                     p2p_overlap: bool | None = None,
+                     repeat_kv: bool | None = None) -> SpeedEstimate:
     """The estimate of a job under its parallel layout (:mod:`.parallel`); ``impls``: how its
     optimizer and its clip run (:func:`estimate_speed`'s ``optimizer_impl``,
-    ``grad_clip_impl``); ``p2p_overlap``: :func:`estimate_speed`'s."""
+    ``grad_clip_impl``); ``p2p_overlap``, ``repeat_kv``: :func:`estimate_speed`'s
+    (``sdpa_repeat_kv``)."""
     topo = topology or topology_for(gpu, gpus_per_node=job.gpus_per_node,
                                     inter_node=job.inter_node)
     lay = replace(Layout.of(job, seq), weight_gathers=gathers, gather_overlap=gather_overlap)
@@ -593,16 +596,18 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
     if mode == "train":
         cost = micro_cost(arch, device, eff, prec, tp=lay.tp, cp=lay.cp, batch=lay.batch,
                           seq=seq, checkpointing=lay.checkpointing, attention=job.attention,
-                          **job_micro_options(job, lay.ep))
+                          repeat_kv=repeat_kv, **job_micro_options(job, lay.ep))
         per_param, _ = optimizer_state_bytes(get_optimizer(job.optimizer), None, 1, prec.state)
         total_tensors = param_tensor_count(arch)
         timed: LayoutTime | ServeTime = layout_time(
             arch, cost, lay, topo, device=device, eff=eff, prec=prec, params=n_params,
             flops_per_token=model_flops_per_token(arch, device, eff, prec, seq, job.attention),
             state_bytes_per_param=per_param, tp_overlap=tp_overlap,
+            ep_dispatcher=job.moe_dispatcher,
             **{**engine_layout_options(job.engine, job.precision),
                **({} if p2p_overlap is None
-                  else {"p2p_overlap": "interleaved" if p2p_overlap else "none"})},
+                  else {"p2p_overlap": "interleaved" if p2p_overlap else "none"}),
+               **({} if repeat_kv is None else {"repeat_kv": repeat_kv})},
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
                                                          notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(

@@ -328,10 +328,13 @@ _PROFILES = (
         # _micro_pipeline_tp and enable_symm_mem_for_group (torchtitan@9dec370)
         cp_rotate="allgather",  # config_manager.py: context_parallel_rotate_method "allgather"
         # by default; utils.create_context_parallel_ctx -> set_rotate_method (torchtitan@9dec370)
-        # sdpa_repeat_kv: torchtitan's Llama repeats K and V to every query head before SDPA
-        # (models/llama/model.py lines 201-209 @9dec370), so its context parallel exchanges and
-        # merges them at the query heads; left False while this profile also times the Llama 3
-        # paper's CP row, whose all-gather moves the GQA K and V (arXiv 2407.21783 sec. 3.3.2)
+        sdpa_repeat_kv=True,  # torchtitan's Llama repeats K and V to every query head before
+        # F.scaled_dot_product_attention (models/llama/model.py lines 201-209 @9dec370: keys =
+        # repeat_kv(xk, self.n_rep), values = repeat_kv(xv, self.n_rep)), so the K and V its
+        # context parallel all-gathers, rotates back as fp32 gradients and merges have the query
+        # heads. A job run by other model code through this profile (the Llama 3 paper's CP
+        # row: its all-gather moves the GQA K and V, arXiv 2407.21783 sec. 3.3.2) says so with
+        # estimate_speed's sdpa_repeat_kv=False
         fsdp2_reduce_bytes=4,  # config_manager.py: --training.mixed_precision_reduce "float32"
         # by default (9dec370); parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(reduce_dtype)
         # parallelize_llama.py apply_tp @9dec370: with float8 on, the blocks' TP plan is
