@@ -276,20 +276,21 @@ def _conclusion(online: list[dict], offline: list[dict], steps: list[tuple]) -> 
              + ", the size of the online gaps at 8-64 requests in flight on the decode-bound "
              "lengths (" + "; ".join(
                  f"{lo:.1f}-{hi:.1f} ms on {m}" for m, (lo, hi) in _gap_ranges(online).items())
-             + "). The speed model prices every 16-bit weight matmul below one 128-row "
-             "tile at the GEMV bandwidth share measured at batch 1 (efficiency.py `gemv_bw_16bit` "
-             "0.685, gpt-fast's batch-1 decode; time.py `_bandwidth`) and from 128 rows on at the "
-             "streaming share (`memory_default` 0.85), so its decode step drops where a 128th "
-             "sequence joins:", ""]
+             + "). The speed model reads every 16-bit weight matmul's weights at the GEMV "
+             "bandwidth share measured at batch 1 (efficiency.py `gemv_bw_16bit` 0.685, "
+             "gpt-fast's batch-1 decode) at every row count, and all its bytes at no more than "
+             "the streaming share (`memory_default` 0.85; time.py `_bandwidth`), so its decode "
+             "step grows smoothly with the sequences in flight:", ""]
     lines += ["| model (H100, bf16, context 512) | " + " | ".join(f"D({b})" for b, _ in steps[0][1])
               + " |", "|---|" + "---:|" * len(steps[0][1])]
     lines += [f"| {m} | " + " | ".join(f"{t:.2f} ms" for _, t in row) + " |" for m, row in steps]
-    lines += ["", "A step cannot get faster for reading the same weights for one more row: one of "
-              "the two shares is wrong near the boundary; under reading 2 it is the one below "
-              "it, too high for 2-127 rows. No published measurement of a 16-bit GEMM's "
-              "bandwidth share at 2-127 rows on a Hopper was found, so neither share is changed "
-              "here (the speed model's, not the scheduler's; the owner of efficiency.py should "
-              "see it).", "",
+    lines += ["", "Until issues 29/31 the model switched to the streaming share at one 128-row "
+              "tile, and a 128th sequence made the step faster; the switch had no GEMM "
+              "measurement behind it (DeepBench's cuBLAS rows and Marlin's FP16 baseline hold "
+              "their share from 1 to 32-128 rows), so it is gone, and the 2-127-row steps are "
+              "at most 2-3% shorter than they were. Under reading 2 the GEMV share would still "
+              "be too high for 2-127 rows on a Hopper; no published measurement of a 16-bit "
+              "GEMM's bandwidth share at those rows on a Hopper was found to say so.", "",
               "Neither cost has a published figure, and one fitted to these rows is what issue 31 "
               "rules out, so nothing is added: gpuplan's TensorRT-LLM host (engines/profiles.py "
               "``_TRTLLM_HOST``) keeps no per-step or per-sequence seconds. What would settle it: "

@@ -150,6 +150,13 @@ BRIDGE_PRESETS = {"fp8-current": {"fp8_param_gather": True},
 #: the row's notes, not modelled.
 RECIPE_UNMODELLED = {
     "cuda_graph_scope": lambda v: f"TE CUDA graphs over {', '.join(v)}",
+    # the router as the recipe runs it (Megatron-Core moe_utils.py @b0cc2706): TE's fused top-k
+    # is one launch each way where the Job counts Megatron's unfused default (4 forward, 5
+    # backward); the random logits (RandomSTE: clone, normal_) two forward launches a layer
+    "moe_router_fusion": lambda v: "TE's fused router top-k (1 launch a pass; counted as "
+                                   "Megatron's unfused default, 4 forward / 5 backward)",
+    "moe_router_force_load_balancing": lambda v: "random router logits (RandomSTE: 2 forward "
+                                                 "launches a MoE layer, not counted)",
 }
 
 

@@ -99,8 +99,10 @@ class NarrowRecipe:
     ``multi_tensor_quantize_impl`` at NVIDIA/TransformerEngine@
     fe8fad59c9add7f8aa841fed2a0b4087b931856f): 0 where one fused kernel quantizes every split
     (delayed scaling's ``nvte_multi_cast_transpose``), else each split's own quantize --
-    current scaling 3 (``nvte_compute_amax_with_config``, ``nvte_compute_scale_from_amax``,
-    ``nvte_quantize_v2``: csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl),
+    current scaling 4 (``nvte_compute_amax_with_config``, which launches ``zero_amax_kernel``
+    then ``amax_kernel``: common/recipe/current_scaling.cu launch_amax_kernel;
+    ``nvte_compute_scale_from_amax``; ``nvte_quantize_v2``: csrc/quantizer.cpp
+    Float8CurrentScalingQuantizer::quantize_impl),
     MXFP8 and 1 x 128 / 128 x 128 blocks 1 (``nvte_quantize_v2``), NVFP4 1 (after one grouped
     amax, ``nvte_group_amax``). None: no split quantize (torchao casts each call's input once)."""
     reduces_amax_over_tp: bool = False
@@ -142,7 +144,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
                  source=_TE + " (Float8CurrentScaling); Megatron --fp8-recipe tensorwise; "
-                        "NeMo/Megatron-Bridge FP8-CS", split_quantize_kernels=3,
+                        "NeMo/Megatron-Bridge FP8-CS", split_quantize_kernels=4,
                  reduces_amax_over_tp=True),
     NarrowRecipe(name="fp8-tensorwise", dtype="fp8", implementation="torchao Float8Linear "
                  "(tensorwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd / e5m2 bwd",

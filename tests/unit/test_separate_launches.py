@@ -62,6 +62,13 @@ def test_the_engine_decides_whether_projections_are_separate(engine, split):
                             form=run_form(arch, engine, decode=False))
     qkv = next(o for o in ops if o.name == "attn.qkv")
     gate_up = next(o for o in ops if o.name == "mlp.gate_up")
-    assert qkv.kernels == 3  # the launch count is the architecture's either way
+    # the launch count: Megatron-Core's linear_qkv / linear_fc1 are one GEMM each, reading the
+    # input once (ONE_LAUNCH_PROJECTIONS); the other engines keep the architecture's count
+    one = engine == "megatron"
+    assert (qkv.kernels, gate_up.kernels) == ((1, 1) if one else (3, 2))
+    # bytes: the input (512 x 2048 x 2 B) read 3 / 2 times, or once
+    reads = 512 * 2048 * 2
+    assert qkv.bytes == (1 if one else 3) * reads + 2048 * 3072 * 2 + 512 * 3072 * 2
+    assert gate_up.bytes == (1 if one else 2) * reads + 2048 * 16384 * 2 + 512 * 16384 * 2
     assert qkv.launch_shares == ((2048 / 3072, 512 / 3072, 512 / 3072) if split else ())
     assert gate_up.launch_shares == ((0.5, 0.5) if split else ())

@@ -1,7 +1,7 @@
 """Transformer Engine's GroupedLinear quantizes its input (forward) and its output gradient
 (backward) split by split, one split per local expert (cast.cpp ``split_quantize`` ->
-``multi_tensor_quantize_impl``): current scaling launches three kernels a split (amax, scale,
-cast), MXFP8 / blocks / NVFP4 one, delayed scaling one fused kernel for them all. These tests
+``multi_tensor_quantize_impl``): current scaling launches four kernels a split (zero the amax,
+amax, scale, cast), MXFP8 / blocks / NVFP4 one, delayed scaling one fused kernel for them all. These tests
 count the launches that adds to a micro-batch by hand for Qwen3-30B-A3B (48 MoE layers, 128
 experts) and check that nothing else moves; and the experts' row padding to the quantized
 GEMM's alignment that Megatron-Core's TEGroupedMLP runs around them (Fp8Padding)."""
@@ -40,10 +40,11 @@ def test_mxfp8_adds_one_launch_per_local_expert_beyond_the_counted_cast():
     assert op.host_s == constant("eager_host_bwd_s") == 4e-6  # launched from TE's C++ loop
 
 
-def test_current_scaling_launches_three_kernels_a_split():
-    # amax, scale from amax, cast for each of the 16 splits: 48 a cast, 47 beyond the counted one
+def test_current_scaling_launches_four_kernels_a_split():
+    # zero the amax, amax, scale from amax, cast for each of the 16 splits (launch_amax_kernel
+    # launches zero_amax_kernel before amax_kernel): 64 a cast, 63 beyond the counted one
     op = _split_quantize_op(_fwd("megatron", 8, "Hopper"), NARROW_RECIPES["fp8-current"])
-    assert op.kernels == 2 * 48 * 2 * (3 * 16 - 1) == 9024
+    assert op.kernels == 2 * 48 * 2 * (4 * 16 - 1) == 12096
 
 
 def test_fewer_local_experts_fewer_launches():

@@ -206,7 +206,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 7.3% median and 43.8% worst (torchtitan's 8B Float8 CP 8 row), "
+                   "holdout reads 7.7% median and 43.8% worst (torchtitan's 8B Float8 CP 8 row), "
                    "and the torchtitan group's median is "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
@@ -428,12 +428,18 @@ def test_autoawq_rows_run_as_its_benchmark_loop_does(rows):
     # The GEMM kernel's 8 split-K partials summed by a kernel after each launch, and the fused
     # modules' one QKV launch: the GEMM rows 2-10% down (Mistral b8 p64 1.09x -> 1.00x), the
     # GEMV rows up (TinyLlama p64 1.23x): 5.6% / 26.6% (Mistral GEMV b8, 1.27x).
+    # Issues 29/31 (skinny): a weight matmul's time is the longer of its weights at the kernel's
+    # share and all its bytes at the streaming one, so the split-K partials and the rows'
+    # activations no longer add time under a weight-bound read: the b8 rows move up (Mistral
+    # GEMM b8 p64 1.00x -> 1.04x, p2048 1.05x -> 1.09x; GEMV b8 1.27x): 6.2% / 27.2%, the
+    # wrong way.
     (_, _, med, worst_err), = [g for g in vs.by_group(rows, "holdout") if g[0] == "autoawq"]
-    assert med <= 0.057 and worst_err <= 0.267
+    assert med <= 0.063 and worst_err <= 0.273
     ratio = {r.run["id"]: r.ratio for r in awq}
     assert 0.98 < ratio["autoawq-tinyllama-1.1b-gemv-b1-p2048-d2048-4090"] < 1.00
     assert 1.02 < ratio["autoawq-mistral-7b-gemm-b1-p2048-d2048-4090"] < 1.04
-    assert 0.99 < ratio["autoawq-mistral-7b-gemm-b8-p64-d64-4090"] < 1.01
+    # 1.00x before issues 29/31 (its 8 split-K partials now written under the weight stream)
+    assert 1.03 < ratio["autoawq-mistral-7b-gemm-b8-p64-d64-4090"] < 1.05
 
 
 def test_dle_bert_rows_time_q_k_v_as_three_launches(rows):

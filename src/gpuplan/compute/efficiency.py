@@ -790,10 +790,16 @@ def quant_kernel(engine: str, weight_format: str, architecture: str,
 
 
 def gemv_bandwidth_fraction(weight_bytes: float, kernel: float = 0.0) -> float:
-    """Share of the datasheet bandwidth a skinny (M < one tile) matmul reaching its weights at
-    ``weight_bytes`` per element attains (decode's GEMVs; dequantizing formats attain less):
-    a quantized weight (below 1.5 B) at ``kernel``, the share of the job's kernel
-    (:func:`quant_kernel`), when it is given (> 0)."""
+    """Share of the datasheet bandwidth at which a matmul's weight stream, at ``weight_bytes`` per
+    element, is read (decode's GEMVs; dequantizing formats attain less): a quantized weight
+    (below 1.5 B) at ``kernel``, the share of the job's kernel (:func:`quant_kernel`), when it is
+    given (> 0). The same share at every M: :func:`~.time._bandwidth` takes the longer of the
+    weights at this share and all the op's bytes at the streaming one, so a weight-bound GEMM's
+    time never falls as its rows grow (issues 29/31). The 16-bit share is an end-to-end step's
+    (gpt-fast's batch-1 decode: each kernel's ramp and tail and the gaps between kernels are in
+    it), not one kernel's; DeepBench's cuBLAS GEMMs (NN) over 25-50 MB of weights at 16 rows read
+    0.66-0.82 of V100's and 0.80-0.93 of T4's bandwidth, kernel alone
+    (benchmarks/published/deepbench_gemm_fp16.json)."""
     if kernel > 0 and weight_bytes < 1.5:
         return kernel
     if weight_bytes >= 1.5:

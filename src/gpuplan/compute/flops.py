@@ -174,6 +174,11 @@ class Op:
     weight_width: float = 0.0
     """Bytes per weight element as this matmul reads them, where ``bytes / weight_elements`` is
     not that (a MoE GEMM reads only the experts it hits); 0: that ratio."""
+    weight_bytes: float = 0.0
+    """Bytes of weights this matmul reads per instance, its weight stream (a MoE GEMM: the
+    experts it hits; a backward op: what its input gradient reads), within ``bytes``; 0: none
+    (an activation product, a weight-gradient-only backward). What the skinny share of
+    :func:`~.time._bandwidth` applies to."""
     narrow: bool = False
     """An attention kernel run in the step's 8-bit dtype (TE ``fp8_dpa`` under an FP8 recipe)
     rather than at the 16-bit rate beside it."""
@@ -251,7 +256,7 @@ def _mm(name: str, cls: OpClass, *, b: int, m: int, k: int, n: int, act: int, w:
               bytes=input_reads * b * m * k * act + rhs + b * m * n * act,
               parallel_work=b * m * n, kernels=kernels,
               weight_elements=k * n if w is not None else 0, shape=(b, m, k, n),
-              launch_shares=launch_shares)
+              weight_bytes=k * n * w if w is not None else 0.0, launch_shares=launch_shares)
 
 
 def _ew(name: str, cls: OpClass, *, elements: int, nbytes: float, flops_per: float,
@@ -418,6 +423,9 @@ class RunForm:
     """The engine's model code runs a layer's unfused projections as separate nn.Linear GEMMs,
     each waving over the SMs on its own (:attr:`Op.launch_shares`); False: it fuses them
     (:data:`SEPARATE_PROJECTIONS`)."""
+    one_launch: bool = False
+    """With ``split_launches`` False, the fused projection is also counted as the one launch
+    that reads its input once (:func:`_one_product`; :data:`ONE_LAUNCH_PROJECTIONS`)."""
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
@@ -429,6 +437,11 @@ TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
 #: vLLM, SGLang and TensorRT-LLM do (QKVParallelLinear, MergedColumnParallelLinear) and gpt-fast
 #: its QKV (wqkv; its w1/w3 stay apart, taken fused here).
 SEPARATE_PROJECTIONS = (*TRANSFORMERS_CODE, "torchtune", "torchtitan")
+#: Engines whose fused Q/K/V and gate/up projections are counted as one launch reading the input
+#: once (:func:`_one_product`): Megatron-Core, whose code was read for it (issue 30). vLLM,
+#: SGLang, TensorRT-LLM and gpt-fast fuse the same way but keep the separate GEMMs' launches and
+#: input reads here for now (counted once they would move their serving rows; not yet checked).
+ONE_LAUNCH_PROJECTIONS = ("megatron",)
 #: Serving engines whose MLA decode is the absorbed form: defined in engines.profiles (the
 #: memory plan reads it too), kept here under its name
 MLA_ABSORBING = _MLA_ABSORBING
@@ -488,7 +501,8 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    dispatch_copies=arch.is_moe and not all_experts
                    and engine in ALLTOALL_DISPATCH, dispatcher=dispatcher,
                    capacity_factor=capacity_factor if arch.is_moe and not decode else None,
-                   split_launches=engine in SEPARATE_PROJECTIONS)
+                   split_launches=engine in SEPARATE_PROJECTIONS,
+                   one_launch=engine in ONE_LAUNCH_PROJECTIONS)
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -556,8 +570,21 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     if not form.split_launches:  # the engine fuses the projections: one product each
-        ops = [replace(o, launch_shares=()) if o.launch_shares else o for o in ops]
+        ops = [(_one_product(o, a) if form.one_launch else replace(o, launch_shares=()))
+               if o.launch_shares else o for o in ops]
     return ops
+
+
+def _one_product(op: Op, act: int) -> Op:
+    """A projection built as separate GEMMs (Q/K/V, gate/up: ``op.kernels`` of them, each
+    reading the input) run as the one fused GEMM an engine outside
+    :data:`SEPARATE_PROJECTIONS` launches: one launch, the input read once (Megatron-Core's
+    linear_qkv and linear_fc1: megatron/core/transformer/attention.py SelfAttention and
+    mlp.py MLP at NVIDIA/Megatron-LM@b0cc2706 build one ColumnParallelLinear of the
+    concatenated outputs; vLLM's QKVParallelLinear / MergedColumnParallelLinear alike)."""
+    b, m, k, _ = op.shape
+    return replace(op, launch_shares=(), kernels=1,
+                   bytes=op.bytes - (op.kernels - 1) * b * m * k * act)
 
 
 def _qk_norm_ops(arch: Architecture, T: int, q_el: int, k_el: int, a: int,
@@ -733,7 +760,7 @@ def _mla_absorbed_core(arch: Architecture, shape: StepShape, nb: _Bytes, *, exec
     c, dr, dn, dv = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
     uk = _mm("attn.q_absorb", "attention", b=H, m=T, k=dn, n=c, act=a, w=w)
     uk = replace(uk, bytes=H * T * dn * a + H * dn * c * w + H * T * c * a,
-                 weight_elements=H * dn * c)
+                 weight_elements=H * dn * c, weight_bytes=H * dn * c * w)
     core = Op(name="attn.core", op_class="attention", kind="attention", phase="forward", count=1,
               flops=2.0 * B * H * executed * (2 * c + dr),
               counted_flops=2.0 * B * H * counted * (2 * c + dr),
@@ -742,7 +769,7 @@ def _mla_absorbed_core(arch: Architecture, shape: StepShape, nb: _Bytes, *, exec
               shape=(B * H, q, c + dr, kv))
     uv = _mm("attn.v_up", "attention", b=H, m=T, k=c, n=dv, act=a, w=w)
     uv = replace(uv, bytes=H * T * c * a + H * c * dv * w + H * T * dv * a,
-                 weight_elements=H * c * dv)
+                 weight_elements=H * c * dv, weight_bytes=H * c * dv * w)
     return [uk, core, uv]
 
 
@@ -893,7 +920,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                        weight_elements=local * h * n_up,
                        kernels=(grouped_launches if form.grouped_experts
                                 else launches * (2 if gated else 1)),
-                       groups=groups, weight_width=w))
+                       groups=groups, weight_width=w, weight_bytes=touched * h * n_up * w))
     ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
                    nbytes=(3 if gated else 2) * R * ie * a,
                    flops_per=_ACT_FLOPS[act] + (1 if gated else 0),
@@ -904,7 +931,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                        weight_elements=local * ie * h,
                        kernels=grouped_launches if form.grouped_experts else launches,
                        groups=groups,
-                       weight_width=w))
+                       weight_width=w, weight_bytes=touched * ie * h * w))
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                    flops_per=2, kernels=launches * 2))
     si = arch.shared_expert_intermediate_size
@@ -1098,7 +1125,7 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
             if op.weight_elements and op.name == "embed.patches":
                 # a patch embedding's input (the pixels) needs no gradient: dW only
                 if weight_grads:
-                    out.append(replace(op, phase="backward",
+                    out.append(replace(op, phase="backward", weight_bytes=0.0,
                                        bytes=b * m * k * a + b * m * n * a
                                        + op.weight_elements * grad_bytes))
                 continue
@@ -1245,7 +1272,8 @@ def _op_policy_recompute(fwd: tuple[Op, ...],
                                launch_shares=(),
                                counted_flops=op.counted_flops * share, bytes=op.bytes * share,
                                parallel_work=max(1, round(op.parallel_work * share)),
-                               kernels=kernels, weight_elements=round(op.weight_elements * share)))
+                               kernels=kernels, weight_elements=round(op.weight_elements * share),
+                               weight_bytes=op.weight_bytes * share))
     return tuple(out)
 
 

@@ -298,21 +298,18 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                          device, eff, prec.dtype)
         every = [*ops, *extra]
         synced = moe_sync and step.overheads is not None and _moe_layers(arch) > 0
-        # with a sync per MoE layer the layers' forward is timed apart: the pace of the rest
-        paced = [t for t in every if not (synced and _layer_forward(t))]
+        waits = MOE_HOST_SYNCS.get(dispatcher, (1, 0)) if synced else (0, 0)
+        # with a sync per MoE layer the layers' forward (and, with one in the backward too,
+        # their backward) is timed apart: the pace of the rest
+        paced = [t for t in every if not (synced and _layer_forward(t))
+                 and not (waits[1] and _layer_backward(t))]
         pace = 1.0
         if step.overheads is not None:  # the host issues ahead: the slower of the two sets it
             device_s = step._device_s(paced)
             pace = max(1.0, step._host_s(paced) / device_s) if device_s > 0 else 1.0
         cost = _cost_of(every, arch.num_layers, cp, gap, pace)
         if synced:
-            fwd_ops = [t for t in ops if _layer_forward(t)]
-            moe = _moe_layers(arch) / arch.num_layers
-            free = cost.layer_fwd_s / pace  # the layers' forward paced alone would be
-            free = max(free, step._host_s(fwd_ops) / arch.num_layers)
-            one = synced_forward_s(_issue_order(fwd_ops, step, arch.num_layers, cp))
-            cost = replace(cost, layer_fwd_s=moe * (one + constant("host_sync_s"))
-                           + (1 - moe) * free)
+            cost = _synced_layer_cost(cost, ops, every, step, arch, cp, pace, waits)
         if cp > 1:
             cost = _with_cp_merges(cost, level, shard_arch(arch, tp), batch, seq // cp, cp,
                                    prec, engine, device.memory_bandwidth * eff.memory,
@@ -406,6 +403,34 @@ def ub_split_s(ops: list, layers: int, tp: int, device: Device, eff: Efficiency,
         split = gemm_wave_efficiency(b, chunk, n, device.sm_count, k)
         extra += max(0.0, max(compute * whole / split, memory) - max(compute, memory)) * op.count
     return extra / max(1, layers)
+
+
+def _synced_layer_cost(cost: MicroCost, ops: list, every: list, step: Any, arch: Architecture,
+                       cp: int, pace: float, waits: tuple[int, int]) -> MicroCost:
+    """``cost`` with each MoE layer's forward -- and, where its dispatcher also waits in the
+    backward (``waits``: :data:`MOE_HOST_SYNCS`), its backward -- timed from a drained queue
+    (:func:`synced_forward_s`), one :data:`~.efficiency.CONSTANTS` ``host_sync_s`` a wait; the
+    other layers as paced alone. The backward's recompute stays paced with the rest."""
+    layers = arch.num_layers
+    moe = _moe_layers(arch) / layers
+    fwd_ops = [t for t in ops if _layer_forward(t)]
+    free = cost.layer_fwd_s / pace  # the layers' forward paced alone would be
+    free = max(free, step._host_s(fwd_ops) / layers)
+    one = synced_forward_s(_issue_order(fwd_ops, step, layers, cp))
+    cost = replace(cost, layer_fwd_s=moe * (one + waits[0] * constant("host_sync_s"))
+                   + (1 - moe) * free)
+    if not waits[1]:
+        return cost
+    bwd_ops = [t for t in ops if _layer_backward(t)]
+    gap = step.overheads.device_gap_s
+    again = sum((t.total_s * (cp if t.op.kind == "attention" else 1)
+                 + t.op.kernels * t.op.count * gap) * pace
+                for t in every if t.op.phase == "recompute"
+                and t.op.group not in ("embedding", "head")) / layers
+    free_b = max(step._device_s(bwd_ops), step._host_s(bwd_ops)) / layers
+    one_b = synced_forward_s(_issue_order(bwd_ops, step, layers, cp, backward=True))
+    return replace(cost, layer_bwd_s=again + moe * (one_b + waits[1] * constant("host_sync_s"))
+                   + (1 - moe) * free_b)
 
 
 def _step_casts(ops: list, narrow) -> tuple[list, list]:
@@ -631,19 +656,50 @@ def _layer_forward(t: Any) -> bool:
     return t.op.phase == "forward" and t.op.group not in ("embedding", "head")
 
 
-def _issue_order(fwd: list, step: Any, layers: int, cp: int) -> list[tuple[float, float, int]]:
+def _layer_backward(t: Any) -> bool:
+    return t.op.phase == "backward" and t.op.group not in ("embedding", "head", "optimizer")
+
+
+#: Host waits per MoE layer of Megatron-Core's dropless token dispatchers, (forward, backward),
+#: counted from NVIDIA/Megatron-LM@b0cc2706ddc60d2aefd5fff346445b5c013036a8 (the 26.02 pin)
+#: megatron/core/transformer/moe/token_dispatcher.py and fused_a2a.py:
+#:
+#: * ``alltoall``: one, ``d2h_event.synchronize()`` at the sync point "before_ep_alltoall"
+#:   (``_maybe_dtoh_and_synchronize``, lines 862-899: the splits and tokens_per_expert copied
+#:   to the host on a side stream, waited for before the exchange); the backward's all-to-alls
+#:   reuse the host splits.
+#: * ``deepep``: four -- DeepEP's non-cached ``buffer.dispatch``, where "the CPU will wait for
+#:   GPU's signal to arrive" (fused_a2a.py FusedDispatch.forward, the received counts as a
+#:   Python list), then ``_DeepepManager._indices_to_multihot`` (lines 1198-1226): two boolean-
+#:   mask selections (``indices[mask]``, ``probs[mask]``: a nonzero each, whose output size the
+#:   host reads) and ``repeat_interleave(mask.sum(dim=1))`` without ``output_size`` (the host
+#:   reads the repeats' sum); ``tokens_per_expert`` is a CPU tensor from there on (its
+#:   ``.sum().item()`` and TE GroupedLinear's ``.tolist()`` read host memory). One in the
+#:   backward: ``probs[mask]``'s gradient is an index-put over the same boolean mask, which
+#:   takes its nonzero again (ATen's index_backward -> _index_put_impl_); DeepEP's cached
+#:   dispatch and combine in the backward take their sizes from the handle.
+#: * ``hybridep``: one, HybridEP's dispatch without an upper bound on the permuted tokens
+#:   ("None means no up-bound, will cause a CPU sync": _HybridEPManager, lines 986-987).
+MOE_HOST_SYNCS = {"alltoall": (1, 0), "deepep": (4, 1), "hybridep": (1, 0)}
+
+
+def _issue_order(fwd: list, step: Any, layers: int, cp: int,
+                 backward: bool = False) -> list[tuple[float, float, int]]:
     """One layer's forward ops as (host issue s, device s, kernels) per op, averaged over the
     layers, rotated to start where the sync releases the host: after the router's top-k (the
-    dispatch's all-to-all is the first op issued from a drained queue)."""
+    dispatch's all-to-all is the first op issued from a drained queue). ``backward``: the
+    layer's backward ops, run in reverse, from the dispatch's backward (where DeepEP's wait is:
+    :data:`MOE_HOST_SYNCS`)."""
     o = step.overheads
     seq = []
-    for t in fwd:
+    for t in (reversed(fwd) if backward else fwd):
         k = t.op.kernels * t.op.count
         scale = cp if t.op.kind == "attention" else 1
         host = step._host_s([t])
         dev = t.total_s * scale + k * o.device_gap_s
         seq.append((t.op.name, host / layers, dev / layers, max(1, round(k / layers))))
-    cut = next((i + 1 for i, e in enumerate(seq) if e[0] == "moe.topk"), 0)
+    cut = next((i + (0 if backward else 1) for i, e in enumerate(seq)
+                if e[0] == ("moe.dispatch" if backward else "moe.topk")), 0)
     seq = seq[cut:] + seq[:cut]
     return [(h, d, k) for _, h, d, k in seq]
 

@@ -960,6 +960,77 @@ def _split_quantize_op(fwd: Sequence[Op], recipe) -> Op | None:
               host_s=constant("eager_host_bwd_s"))
 
 
+#: The weights whose gradient Megatron-Core adds to its fp32 ``main_grad`` from Python, per op
+#: of a layer that holds them (:func:`_main_grad_add_op`): each norm's weight, QK-norm's two, the
+#: MoE router's.
+_HOOKED_WEIGHTS = {"attn.norm": 1, "mlp.norm": 1, "attn.qk_norm": 2, "moe.router": 1}
+
+
+def _main_grad_add_op(fwd: Sequence[Op], arch: Architecture) -> Op | None:
+    """The gradient adds Megatron-Core's data-parallel wrapper issues from a Python backward hook
+    per micro-batch: ``param.main_grad.add_(param.grad.data)`` for each parameter whose gradient
+    Transformer Engine's GEMM did not accumulate into ``main_grad`` itself
+    (megatron/core/distributed/distributed_data_parallel.py ``_make_backward_post_hook``, line
+    440 at NVIDIA/Megatron-LM@b0cc2706ddc60d2aefd5fff346445b5c013036a8; TE's
+    ``fuse_wgrad_accumulation`` covers the linear weights only): the RMSNorms' weights (the input
+    and pre-MLP norm, fused into the next TE linear or not, and QK-norm's query and key norms,
+    unweighted L2 ones excepted) and the router's (``RouterGatingLinearFunction.backward``
+    returns ``grad_weight``: transformer/moe/moe_utils.py lines 1208-1242). One launch each,
+    reading the fp32 main gradient and the 16-bit gradient and writing the main gradient (10 B
+    an element). None: nothing hooked."""
+    kernels, nbytes = 0, 0.0
+    for o in fwd:
+        n = _HOOKED_WEIGHTS.get(o.name, 0)
+        if not n or (o.name == "attn.qk_norm" and arch.qk_norm == "l2"):
+            continue
+        width = (arch.head_dim if o.name == "attn.qk_norm" else arch.hidden_size) * (
+            arch.num_experts if o.name == "moe.router" else 1)
+        kernels += n * o.count
+        nbytes += 10.0 * n * o.count * width
+    if not kernels:
+        return None
+    return Op(name="ddp.main_grad_add", op_class="norm_elementwise", kind="elementwise",
+              phase="backward", count=1, flops=0.0, counted_flops=0.0, bytes=nbytes,
+              parallel_work=max(1, arch.hidden_size), kernels=kernels, group="dense")
+
+
+def _megatron_wide_router(fwd: Sequence[Op], narrow) -> list[Op]:
+    """``fwd`` with the MoE router's GEMM kept 16-bit under a Transformer Engine narrow recipe:
+    Megatron-Core's router calls TE's ``general_gemm`` on its 16-bit input and weight in the
+    router dtype (moe_utils.py RouterGatingLinearFunction.forward, lines 1168-1206 at
+    b0cc2706), outside any TE module, so nothing quantizes it."""
+    if narrow is None or "megatron" not in narrow.engines:
+        return list(fwd)
+    return [replace(o, wide=True) if o.name == "moe.router" else o for o in fwd]
+
+
+def _scale_launch_op(fwd: Sequence[Op], recipe) -> Op | None:
+    """The launches one Transformer Engine quantize of a whole tensor issues beyond the cast
+    :func:`_quantize_op` counts, for the linears not quantized split by split (those are
+    :func:`_split_quantize_op`'s): ``recipe.split_quantize_kernels - 1`` per cast, one cast of
+    each linear's input in the forward and one of its output gradient in the backward -- under
+    current scaling 3 (``zero_amax_kernel`` and ``amax_kernel`` from
+    ``nvte_compute_amax_with_config``, ``compute_scale_from_amax_kernel``; NVIDIA/
+    TransformerEngine@fe8fad59c9add7f8aa841fed2a0b4087b931856f transformer_engine/common/recipe/
+    current_scaling.cu launch_amax_kernel and nvte_compute_scale_from_amax, called from
+    csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl lines 497-536), none for
+    the one-kernel recipes. Their bytes (the amax pass) are the casts' own
+    (:func:`gpuplan.fp8.cast_bytes_per_element`); issued from TE's C++ inside the cast's one
+    Python call, each at the dispatcher-level launch (``eager_host_bwd_s``). None: nothing to
+    add."""
+    per = recipe.split_quantize_kernels
+    if not per or per <= 1:
+        return None
+    extra = sum(o.count * 2 * (per - 1) for o in _narrow_linears(fwd)
+                if not (o.groups > 1 and o.kernels > 1))
+    if extra <= 0:
+        return None
+    return Op(name="fp8.scale_launches", op_class="norm_elementwise", kind="elementwise",
+              phase="forward", count=1, flops=0.0, counted_flops=0.0, bytes=0.0,
+              parallel_work=1, kernels=extra, group="dense",
+              host_s=constant("eager_host_bwd_s"))
+
+
 def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
               architecture: str = "") -> list[Op]:
     """One micro-batch's activation casts of a narrow recipe (:func:`_quantize_op`), the
@@ -970,7 +1041,7 @@ def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
     Fp8Padding finds the splits aligned)."""
     pad = None if spec.moe_dispatcher == "hybridep" else _expert_padding_op(
         fwd, recipe, act, spec.moe_capacity_factor)
-    extra = (_split_quantize_op(fwd, recipe), pad)
+    extra = (_split_quantize_op(fwd, recipe), _scale_launch_op(fwd, recipe), pad)
     return [_quantize_op(fwd, recipe, architecture), *(o for o in extra if o is not None)]
 
 
@@ -1014,7 +1085,7 @@ def _expert_padding_op(fwd: Sequence[Op], recipe, act: int,
 #: autocast copies): each counts its own passes, a checkpointed recompute's included, so a
 #: recompute built from a step's forward ops leaves them out.
 STEP_LEVEL_OPS = frozenset({"fp8.quantize", "fp8.weight_cast", "fp8.recompute_cast",
-                            "fp8.split_quantize", "fp8.expert_padding",
+                            "fp8.split_quantize", "fp8.expert_padding", "fp8.scale_launches",
                             "lora.dequantize", "autocast.cast"})
 
 
@@ -1096,10 +1167,14 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         n_params = n_params or _params_estimate(arch, fwd)
         if spec.bf16_edge_layers and NARROW_RECIPES.get(prec.name) is not None:
             fwd = keep_edges_wide(fwd, arch.num_layers, spec.bf16_edge_layers)
+        if spec.engine == "megatron":
+            fwd = _megatron_wide_router(fwd, NARROW_RECIPES.get(prec.name))
     lora = spec.lora_rank is not None
     adapted = adapted_linears(arch, tensors, spec.lora_targets) if lora else None
     micro = list(fwd)
     micro += backward_ops(fwd, act_bytes=prec.act, grad_bytes=prec.grad, weight_grads=not lora)
+    hooked = _main_grad_add_op(fwd, arch) if spec.engine == "megatron" and arch else None
+    micro += [hooked] if hooked is not None and not lora else []
     micro += recompute_ops(fwd, spec.checkpointing, spec.attention,
                            policy=get_engine(spec.engine).selective,
                            qkv_shares=qkv_shares(arch),

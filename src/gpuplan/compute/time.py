@@ -171,8 +171,8 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
                 dtype=dtype, sm_count=device.sm_count)
             compute = max(compute, work) + fixed
         used = dtype
-    bw = _bandwidth(op, device, eff) if shaped else device.memory_bandwidth * eff.memory
     dram, l2 = row_rereads(op, device, eff) if shaped else (0.0, 0.0)
+    bw = _bandwidth(op, device, eff, dram) if shaped else device.memory_bandwidth * eff.memory
     memory = (op.bytes + dram) / bw + (l2 / device.l2_bandwidth if l2 else 0.0)
     if shaped and op.attention_kernel == "ft-mmha" and op.shape and device.kind == "gpu":
         memory = max(memory, _mmha_chain_s(op, device))
@@ -192,16 +192,43 @@ def _mmha_chain_s(op: Op, device: Device) -> float:
                                     latency_s=device.memory_latency_s)
 
 
-def _bandwidth(op: Op, device: Device, eff: Efficiency) -> float:
-    """Achievable bytes/s of ``op``: the streaming fraction, or for a skinny weight matmul on a GPU
-    (M below one tile: decode) the GEMV fraction of its weight width, scaled with a measured
-    streaming fraction (:func:`~.efficiency.gemv_bandwidth_fraction`)."""
+def _bandwidth(op: Op, device: Device, eff: Efficiency, rereads: float = 0.0) -> float:
+    """Achievable bytes/s of ``op`` (with ``rereads`` bytes of its weights read again from DRAM,
+    :func:`row_rereads`): the streaming fraction; for a weight matmul on a GPU, at any M, no more
+    than lets its weight stream run at the skinny (GEMV / split-K) share of its weight width
+    (:func:`~.efficiency.gemv_bandwidth_fraction`, scaled with a measured streaming fraction).
+    Its time is the longer of all its bytes at the streaming share and its weights at that
+    skinny share, so the share is monotone and continuous in M: the skinny one while the
+    weights are the bytes (decode), rising to the streaming one only as the rows' activations
+    grow to ``1 - gemv / streaming`` of them (a GEMM of 4096 x 14336 16-bit weights: 767
+    rows). The step time of a weight-bound matmul therefore never falls as its rows grow, where a
+    switch at one 128-row tile made a 128th decode row 1.3 ms faster on llama-3.1-8b H100 (issues
+    29/31).
+
+    Why there is no switch at the tile: the streaming share 0.85 (``memory_default``) is the
+    elementwise default, not a GEMM measurement, and the published skinny-GEMM measurements do
+    not rise toward it as M grows to a tile. DeepBench's cuBLAS rows (benchmarks/published/
+    deepbench_gemm_fp16.json, baidu-research/DeepBench@30c5115 results/train, FP16 sheets) at a
+    fixed large weight read a flat-to-falling share from 16 to 128 rows: V100 7680 x 2560 (NN)
+    16/32/64/128 rows in 0.056/0.057/0.061/0.074 ms, T4 4096 x 4096 (NN) in 0.123/0.123/0.128/
+    0.146 ms (tests/unit/test_skinny_bandwidth.py computes their shares). Marlin's README figure
+    (IST-DASLab/marlin@2f6d7c1 assets/peak.png, A10, 72k x 18k, FP16 via PyTorch's
+    CUTLASS/cuBLAS call as the baseline) measures Marlin's speedup at the ideal 3.87x from 1 to
+    32 rows: over those rows the FP16 GEMM stays as near its byte floor as Marlin's 4-bit kernel
+    stays to its own, with no rise of its share as the rows grow. The GEMV share itself (gpt-fast's batch-1 step, ``gemv_bw_16bit``)
+    is an end-to-end figure: it folds each kernel's ramp and tail and the gaps between kernels
+    into the weights' share, costs a step pays at every batch, as the kernels per step do not
+    change with it."""
     bw = device.memory_bandwidth * eff.memory
-    if device.kind == "gpu" and op.kind == "matmul" and op.weight_elements and op.shape \
-            and op.shape[1] < GEMM_TILE[0] * op.groups:  # a grouped GEMM: rows per expert
-        w = op.weight_width or op.bytes / op.weight_elements
-        return bw * gemv_bandwidth_fraction(w, eff.quant_gemv) / constant("memory_default")
-    return bw
+    if device.kind != "gpu" or op.kind != "matmul" or op.weight_bytes <= 0 \
+            or not op.weight_elements or not op.shape:
+        return bw
+    # the format's width (not bytes / elements, which the rows' activations inflate with M)
+    w = op.weight_width or op.weight_bytes / op.weight_elements
+    total = op.bytes + rereads
+    weights = min(total, op.weight_bytes + rereads)
+    skinny = bw * gemv_bandwidth_fraction(w, eff.quant_gemv) / constant("memory_default")
+    return min(bw, skinny * total / weights)
 
 
 def row_rereads(op: Op, device: Device, eff: Efficiency) -> tuple[float, float]:
