@@ -111,8 +111,16 @@ XFAIL = {
               "1,536 GPUs"),
     "megatron-core-gpt1.7b-h100-x48": _AGGREGATED.format(tp=1, nics=8, got=558.5, pub=408.8,
                                                           ratio=1.37, one=1.06),
-    "megatron-core-gpt7.1b-h100-x96": _AGGREGATED.format(tp=2, nics=4, got=607.0, pub=465.9,
-                                                          ratio=1.30, one=0.97),
+    "megatron-core-gpt7.1b-h100-x96": _AGGREGATED.format(tp=2, nics=4, got=576.3, pub=465.9,
+                                                          ratio=1.24, one=0.97),
+    "megatron-core-gpt32b-h100-x384": (
+        "Megatron-Core weak scaling, TP 8 over 48 nodes: 385.7 TFLOP/s against 459.6 (0.84x). "
+        "The data-parallel reduce-scatter / all-gather leaves 0.278 s of the 1.06 s step exposed "
+        "(the window past the last micro-batch's backward is too short for 48 ranks over "
+        "InfiniBand at TP 8's gradient shard), and TP 8's userbuffers ring exchanges add 0.065 s "
+        "(compute.parallel.ub_split_s: the QKV GEMM in 512-row chunks, 72 tiles on 132 SMs; TE's "
+        "pipeline reduce-scatters on 116 SMs). Before the ring exchanges were priced it read "
+        "0.89x; the data-parallel exposure is the gap, not modelled better here"),
 }
 CASES += [
     # Llama 3 Table 4 long-context row: TP8 CP16 PP16, DP 8 (the runs.json DP 4 does not fill

@@ -32,11 +32,15 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   et al. 2019, fig. 4); with sequence parallelism each becomes an all-gather + reduce-scatter pair
   of the same volume (Korthikanti et al. 2022, sec. 4.2.2); distributed checkpoints add one
   all-gather of the layer input before each recompute. Exposed, unless ``tp_overlap``
-  (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls; under an engine
+  (Megatron-Core ``--tp-comm-overlap``): then hidden under the layer's matmuls, at the price
+  of Transformer Engine's userbuffers itself (:func:`ub_overlap_price_s`: the ring exchanges'
+  GEMMs in TP chunks, their reduce kernels, each reduce-scatter's last chunk); under an engine
   whose overlap is PyTorch's AsyncTP (the profile's ``tp_overlap_kind``: torchtitan) each
   collective hides under its own GEMM only (:func:`async_tp_exposed_s`).
 - **CP ring**: per layer ``CP - 1`` passes of the local K and V in forward, twice that in backward
-  (K, V and their gradients), overlapped with the attention kernels; what exceeds them is exposed.
+  (K, V and their gradients), overlapped with the attention kernels; what exceeds them is exposed;
+  Transformer Engine's merges of the per-step outputs and gradients added to the layer
+  (:func:`te_cp_merge_bytes`).
   Under PyTorch's context_parallel (the profile's ``cp_rotate`` "allgather": torchtitan) one K/V
   all-gather beside the first sub-SDPA, the fp32 K/V-gradient ring (:func:`torch_cp_exposed_s`)
   and the fp32 merges' memory traffic added to the layer (:func:`torch_cp_merge_bytes`).
@@ -80,7 +84,7 @@ from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_pa
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
 from .graphs import graphed_ops
-from .efficiency import constant, overlap_sm_share, resolve_runtime
+from .efficiency import constant, gemm_wave_efficiency, overlap_sm_share, resolve_runtime
 from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
 from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narrow_recompute_op,
@@ -89,7 +93,8 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
-           "engine_layout_options", "tp_collectives_s"]
+           "engine_layout_options", "tp_collectives_s", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
+           "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -166,6 +171,15 @@ class MicroCost:
     Megatron's ``moe_shared_expert_overlap`` runs beside an all-to-all: the first linear and
     its activation forward (beside the dispatch), the second linear forward (the combine), and
     the same two backward (:func:`shared_overlap_hidden_s`); () for a model without one."""
+    ub_split_s: float = 0.0
+    """One layer's added GEMM time when Transformer Engine's userbuffers overlap runs the TP
+    GEMMs as ring exchanges (:func:`ub_split_s`): each such GEMM launched as TP chunks of
+    ``tokens / TP`` rows, every chunk tiling and waving over the SMs on its own; charged only
+    under a userbuffers TP overlap with sequence parallelism and TP > 1."""
+    ub_pipeline_rs: bool = False
+    """The row-parallel GEMMs' forward reduce-scatters run TE's default ``pipeline`` method
+    (a wide recipe: :data:`UB_PIPELINE_SPLITS`), not the ring exchange of Megatron-Bridge's FP8
+    configs: the last of its chunks' reduce-scatters is what stays exposed."""
     mtp_proj_s: float = 0.0
     """One multi-token-prediction module's work around its block, forward and backward: the two
     RMSNorms, the concatenation and the ``2H -> H`` projection (:func:`~.flops.mtp_projection_ops`);
@@ -280,6 +294,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     narrow = NARROW_RECIPES.get(prec.name)
     casts, raw = _step_casts([t for t in step.ops if t.op.group != "optimizer"], narrow)
     ops = graphed_ops(raw, cuda_graph_scope, step.overheads, dispatcher)
+    wide = prec.name not in UB_RING_RS_RECIPES  # TE's default pipeline reduce-scatters
     # the blocks' forward: the step-level casts count their own passes (STEP_LEVEL_OPS)
     fwd = tuple(t.op for t in raw if t.op.phase == "forward" and t.op.name not in STEP_LEVEL_OPS)
     out = {}
@@ -307,19 +322,99 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
         cost = _cost_of(every, arch.num_layers, cp, gap, pace)
         if synced:
             cost = _synced_layer_cost(cost, ops, every, step, arch, cp, pace, waits)
-        if cp > 1 and get_engine(engine).cp_rotate == "allgather":
-            shard = shard_arch(arch, tp)
-            f_b, b_b = torch_cp_merge_bytes(shard, batch, seq // cp, cp, prec.act,
-                                            kv_heads=sdpa_kv_heads(shard, engine, repeat_kv))
-            rate = device.memory_bandwidth * eff.memory
-            again = f_b if level == "full" else 0.0  # the recompute merges again
-            cost = replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
-                           layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
-        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s,
+        if cp > 1:
+            cost = _with_cp_merges(cost, level, shard_arch(arch, tp), batch, seq // cp, cp,
+                                   prec, engine, device.memory_bandwidth * eff.memory,
+                                   repeat_kv)
+        out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s, ub_pipeline_rs=wide,
+                             ub_split_s=ub_split_s(every, arch.num_layers, tp, device, eff,
+                                                   prec.act, pipeline_rs=wide),
                              amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec),
                              sp_quantize_s=sp_quantize_s(ops, arch.num_layers, prec, tp,
                                                          device.architecture))
     return out
+
+
+#: The TP GEMMs Transformer Engine's userbuffers overlap runs as a ring exchange in the
+#: backward (their input gradient's GEMM over the all-gathered output gradient, TP chunks):
+#: ``proj_dgrad`` and ``fc2_dgrad`` are RingExchangeOverlapCfg in every Megatron-Bridge
+#: TransformerLayerTPOverlapCfg the dense Llama recipes pick (src/megatron/bridge/training/
+#: comm_overlap.py, e.g. userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192,
+#: NVIDIA-NeMo/Megatron-Bridge@df0289c1); QKV's and the MLP up's dgrad / wgrad are bulk
+#: overlaps (one whole GEMM beside the collective). In the forward all four run as ring
+#: exchanges (qkv_fprop, fc1_fprop: all-gather; proj_fprop, fc2_fprop: reduce-scatter) in the
+#: FP8 configs.
+UB_RING_DGRAD = ("attn.out", "mlp.down")
+
+#: Transformer Engine's default userbuffers config of a method (``initialize_ub``'s
+#: ``get_default_config``, transformer_engine/pytorch/module/base.py, NVIDIA/
+#: TransformerEngine@bf4b2b9f): proj_fprop and fc2_fprop run the ``pipeline`` method, the GEMM
+#: in 4 launches over its output columns on all but 16 SMs (``set_sm_margin``: cuBLAS gets
+#: ``sm_count - num_sm``), each chunk reduce-scattered by a userbuffers kernel on those 16 as
+#: the next computes. Megatron-LM's --tp-comm-overlap without a config file takes these, as do
+#: the BF16 Megatron-Bridge configs (num_sm 8-32 per GEMM: approximated by the default 16);
+#: Megatron-Bridge's FP8 configs set both to RingExchangeOverlapCfg (:func:`ub_split_s`).
+UB_PIPELINE_SPLITS = 4
+UB_PIPELINE_SMS = 16
+
+#: The recipes whose userbuffers configs ring-exchange proj_fprop and fc2_fprop: Megatron-
+#: Bridge picks its ``userbuffers_fp8_*`` TransformerLayerTPOverlapCfg for FP8-CS and FP8-MX
+#: (scripts/performance/configs/llama/llama3_llm_pretrain.py, llama31_llm_pretrain.py @df0289c1;
+#: NVFP4 the same config, though its performance scripts turn the overlap off). Every other
+#: recipe runs the ``pipeline`` method: TE's default, Megatron-Bridge's BF16 configs, and the
+#: NeMo 24.07 launcher's H100 FP8 configs of its delayed-scaling era (launcher_scripts/conf/
+#: training/tp_overlap/ub_cfg_h100_h8192_tp4_mbs1_seqlen4096.yaml and _seqlen8192.yaml,
+#: NVIDIA/NeMo-Framework-Launcher tag 24.07 = 8325688d: proj_fprop pipeline num_sm 24,
+#: fc2_fprop pipeline num_sm 16, num_splits 4, set_sm_margin 1).
+UB_RING_RS_RECIPES = ("fp8-current", "mxfp8", "nvfp4")
+
+
+def ub_split_s(ops: list, layers: int, tp: int, device: Device, eff: Efficiency,
+               act: int, pipeline_rs: bool = False) -> float:
+    """One layer's added kernel time when the TP GEMMs run as userbuffers ring exchanges.
+    Transformer Engine's CommOverlapP2PBase::split_overlap_ag / split_overlap_rs
+    (transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp, NVIDIA/
+    TransformerEngine@815bf369; aggregate False, as Megatron-Bridge's configs set it) launch one
+    cuBLAS GEMM per TP rank's chunk of ``tokens / TP`` rows, so each chunk tiles and waves over
+    the SMs on its own (:func:`~.efficiency.gemm_wave_efficiency`): a chunk's output of fewer
+    tiles leaves more of its last wave idle. Forward (and recompute): the four TP GEMMs; backward:
+    the dgrad half of :data:`UB_RING_DGRAD` (its output is the forward's K wide). Compute-bound
+    time only: ``compute x (eff(M) / eff(M / TP) - 1)``, no more than what the chunks add over
+    the op's roofline time. A reduce-scatter's ring (the attention out and MLP down GEMMs in the
+    forward) then sums the TP chunks it received into the rank's shard on the main stream
+    (``reduce_bf16``: reads ``TP`` chunks of ``M / TP x N`` at ``act`` bytes, writes one).
+    ``pipeline_rs``: those two run TE's default ``pipeline`` method instead
+    (:data:`UB_PIPELINE_SPLITS` launches of ``N / 4`` on ``sm_count - UB_PIPELINE_SMS`` SMs;
+    no reduce kernel)."""
+    if tp <= 1 or device.sm_count <= 0:
+        return 0.0
+    extra = 0.0
+    rate = device.memory_bandwidth * eff.memory
+    for t in ops:
+        op = t.op
+        if op.kind != "matmul" or op.name not in TP_GEMMS or not op.shape or op.groups > 1:
+            continue
+        b, m, k, n = op.shape
+        chunk = max(1, m // tp)
+        if op.phase == "backward":
+            if op.name not in UB_RING_DGRAD:
+                continue
+            compute, memory, n, k = t.compute_s / 2, t.memory_s / 2, k, n  # dgrad: M x K out
+        else:
+            compute, memory = t.compute_s, t.memory_s
+            if op.name in UB_RING_DGRAD and pipeline_rs and device.sm_count > UB_PIPELINE_SMS:
+                sms = device.sm_count - UB_PIPELINE_SMS
+                whole = gemm_wave_efficiency(b, m, n, device.sm_count, k)
+                split = gemm_wave_efficiency(b, m, max(1, n // UB_PIPELINE_SPLITS), sms, k)
+                slow = compute * whole / split * device.sm_count / sms
+                extra += max(0.0, max(slow, memory) - max(compute, memory)) * op.count
+                continue
+            if op.name in UB_RING_DGRAD and rate > 0:  # the row-parallel GEMM's reduce-scatter
+                extra += (tp + 1) * b * chunk * n * act / rate * op.count
+        whole = gemm_wave_efficiency(b, m, n, device.sm_count, k)
+        split = gemm_wave_efficiency(b, chunk, n, device.sm_count, k)
+        extra += max(0.0, max(compute * whole / split, memory) - max(compute, memory)) * op.count
+    return extra / max(1, layers)
 
 
 def _synced_layer_cost(cost: MicroCost, ops: list, every: list, step: Any, arch: Architecture,
@@ -435,6 +530,46 @@ def sdpa_kv_heads(arch: Architecture, engine: str, repeat_kv: bool | None = None
     code), else the KV heads."""
     repeated = get_engine(engine).sdpa_repeat_kv if repeat_kv is None else repeat_kv
     return arch.num_heads if repeated else arch.num_kv_heads
+
+
+def _with_cp_merges(cost: MicroCost, level: str, shard: Architecture, batch: int,
+                    s_local: int, cp: int, prec: PrecisionLayout, engine: str,
+                    rate: float, repeat_kv: bool | None = None) -> MicroCost:
+    """``cost`` with its CP ring's merge traffic at ``rate`` bytes/s: PyTorch's
+    context_parallel (:func:`torch_cp_merge_bytes`) or Transformer Engine's P2P ring
+    (:func:`te_cp_merge_bytes`), by the engine's ``cp_rotate``; a full recompute merges its
+    forward again; ``repeat_kv``: as :func:`sdpa_kv_heads` takes it."""
+    if get_engine(engine).cp_rotate == "allgather":
+        f_b, b_b = torch_cp_merge_bytes(shard, batch, s_local, cp, prec.act,
+                                        kv_heads=sdpa_kv_heads(shard, engine, repeat_kv))
+    else:
+        f_b, b_b = te_cp_merge_bytes(shard, batch, s_local, cp, prec.act)
+    again = f_b if level == "full" else 0.0
+    return replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
+                   layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
+
+
+def te_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
+                      act: int) -> tuple[float, float]:
+    """(forward, backward) bytes one layer's Transformer Engine P2P context-parallel attention
+    moves merging its ``cp`` per-step results on a rank of ``arch``'s (TP-sharded) heads,
+    ``s_local`` tokens each (AttnFuncWithCPAndKVP2P, transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py, NVIDIA/TransformerEngine@7d0365b3, bshd/sbhd
+    with the causal load balance, attention not FP8). Forward: the first step's output
+    rescaled into ``out`` (``flash_attn_fwd_out_correction_init``: read and write, ``2 act``
+    an element), each later step's added in (``flash_attn_fwd_out_correction``: read the
+    step's output and ``out``, write ``out``: ``3 act``) on every row where the step is below
+    the rank's diagonal, on the second half of the rows elsewhere
+    (``..._second_half_out_correction``): ``3 act (1 + (cp - i) / cp)`` for step ``i``
+    averaged over the ranks, ``4.5 act (cp - 1)`` over the later steps. Backward: the same
+    copy-then-add pattern for dQ over the query elements and dK, dV over the K/V elements
+    (``dq.copy_`` / ``dq.add_``, ``dk``/``dv`` likewise into the buffer sent on), taken at the
+    forward's average. The softmax statistics' corrections (one fp32 per row and head) are
+    left out: under 1/``head_dim`` of the above."""
+    q = batch * s_local * arch.num_heads * arch.head_dim
+    kv = 2 * batch * s_local * arch.num_kv_heads * arch.head_dim
+    per = act * (2 + 4.5 * (cp - 1))
+    return q * per, (q + kv) * per
 
 
 def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
@@ -833,6 +968,25 @@ def stage_params(arch: Architecture, params: int, lay: Layout) -> int:
     return math.ceil((dense + expert / lay.ep) / (lay.tp * lay.pp))
 
 
+def ub_overlap_price_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Efficiency,
+                       act_bytes: float) -> float:
+    """What one layer's userbuffers TP overlap costs beyond the collectives it hides, under
+    sequence parallelism with TP > 1 (0 otherwise): the ring exchanges' GEMMs in TP chunks and
+    their reduce kernels (:attr:`MicroCost.ub_split_s`), and per forward reduce-scatter (the
+    attention out and MLP down, again in a full recompute) what is left after its last GEMM
+    chunk -- a ring's last chunk sent to its peer (``act_bytes / TP``), or TE's pipeline
+    method's last of :data:`UB_PIPELINE_SPLITS` chunks reduce-scattered."""
+    if not lay.sequence_parallel or lay.tp <= 1:
+        return 0.0
+    n_rs = 2 + (2 if lay.checkpointing == "full" else 0)
+    if cost.ub_pipeline_rs:
+        last = collective_time("reduce-scatter", act_bytes / UB_PIPELINE_SPLITS, lay.tp, topo,
+                               efficiency=eff.comm)
+    else:
+        last = collective_time("send-recv", act_bytes / lay.tp, 2, topo, efficiency=eff.comm)
+    return cost.ub_split_s + n_rs * last
+
+
 def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology,
                           eff: Efficiency, act: int, stage_layers: int, *,
                           tp_overlap: bool, tp_overlap_kind: str = "userbuffers",
@@ -859,6 +1013,7 @@ def _comm_per_micro_batch(arch: Architecture, cost: MicroCost, lay: Layout, topo
         tp += regather
         if tp_overlap:
             tp = max(0.0, tp - 0.9 * cost.layer_s)  # userbuffers overlap under the layer's GEMMs
+            tp += ub_overlap_price_s(cost, lay, topo, eff, act_bytes)
     if lay.sequence_parallel and lay.tp > 1 and cost.amax_reduces:
         # each waits on the compute stream between the amax and the cast: nothing hides it
         tp += cost.amax_reduces * collective_time("all-reduce", 4, lay.tp, topo,
