@@ -57,3 +57,34 @@ def test_a_compute_bound_step_slows_by_at_most_the_clock():
 def test_bad_limit_is_one_line():
     with pytest.raises(InputError, match="power_limit_w"):
         Job(model="llama-3.1-8b", power_limit_w=0)
+
+
+def test_measured_curve_reads_the_published_iteration_times():
+    # Perseus SOSP'24 artifact (ml-energy/zeus @38cb3f9, sosp24_data/zeus/csv/A100/
+    # zeus_global.csv, gpt3-xl on 4x A100-80G PCIe): seconds per iteration at each power limit
+    g = get_gpu("A100-PCIe-80GB")  # 300 W TDP
+    t300, t250, t225, t175 = 60.095173279444374, 65.02246014277141, 73.32878303527832, 106.298974831899
+    assert power_clock_fraction(g, 300) == (1.0, "")
+    f, note = power_clock_fraction(g, 250)
+    assert f == pytest.approx(t300 / t250)  # 0.924: 7.6% slower at 5/6 of the TDP
+    assert f == pytest.approx(0.9242, abs=1e-4) and "measured" in note
+    # between measured limits: the iteration time read linearly in watts
+    t_mid = (t250 + t225) / 2
+    assert power_clock_fraction(g, 237.5)[0] == pytest.approx(t300 / t_mid)
+    # below the lowest limit measured: that limit's share, said to be an upper bound
+    f, note = power_clock_fraction(g, 150)
+    assert f == pytest.approx(t300 / t175) and "upper bound" in note
+
+
+def test_measured_curve_scales_a_capped_device():
+    g = get_gpu("A100-PCIe-80GB")
+    d = device_from_gpu(g)
+    capped, note = at_power_limit(d, g, 200)
+    assert capped.peak("bf16") == pytest.approx(d.peak("bf16") * 60.095173279444374 / 87.91865595181783)
+    assert capped.memory_bandwidth == d.memory_bandwidth and "200 W" in note
+
+
+def test_a_sku_without_a_curve_keeps_its_rule():
+    # the curve is the PCIe card's alone: the SXM (400 W TDP) keeps its TDP peaks under a cap
+    assert power_clock_fraction(get_gpu("A100-SXM-80GB"), 250)[0] == 1.0
+    assert power_clock_fraction(get_gpu("A100-PCIe-40GB"), 200)[0] == 1.0

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
     "apply_measured", "measured_apply", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
-    "POWER_SIBLINGS", "power_clock_fraction", "at_power_limit",
+    "POWER_SIBLINGS", "MEASURED_POWER_CURVES", "power_clock_fraction", "at_power_limit",
 ]
 
 #: CPU memory bandwidth assumed when nothing was measured: two channels of DDR4-3200
@@ -191,12 +191,55 @@ POWER_SIBLINGS: Mapping[str, str] = MappingProxyType({
 })
 
 
+#: A measured curve of training throughput against the power limit (``nvidia-smi -pl``): the
+#: SKU, then the source and (watts, seconds per iteration) pairs as published, the first at the
+#: SKU's TDP. The share of the TDP throughput at a limit is t(TDP) / t(limit), read linearly
+#: between the measured limits. It is end-to-end throughput, so the memory-bound kernels and
+#: the pipeline's communication (which a cap slows less) are in it: the tensor clock's share is
+#: at most this, and the curve is an upper bound on it.
+#:
+#: A100-PCIe-80GB: Perseus (Chung et al., SOSP 2024) artifact, github.com/ml-energy/zeus @
+#: 38cb3f90c30d9041d4b141cfe5c922dba55baa45, sosp24_data/zeus/csv/A100/zeus_global.csv, the
+#: "ZeusGlobal" baseline (one power limit set on all four GPUs), row gpt3-xl (Merak, 4-stage
+#: pipeline, batch 1024, 128 microbatches of 8); the README there names the nodes: 4x NVIDIA
+#: A100-80G PCIe (300 W TDP). The GPT-3 row is the transformer LM of the five models measured
+#: (the others, BERT-huge, BLOOM-3B, T5-3B, Wide-ResNet, read 0.90-0.94 at 250 W against its
+#: 0.924). No such measurement was found for any H100 (searched 2026-12-07): POWER_SIBLINGS
+#: still reads those.
+MEASURED_POWER_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]] = \
+    MappingProxyType({
+        "A100-PCIe-80GB": (
+            "Perseus SOSP'24 artifact, ml-energy/zeus@38cb3f9 zeus_global.csv, GPT-3 XL",
+            ((300.0, 60.095173279444374), (275.0, 62.02395955721537),
+             (250.0, 65.02246014277141), (225.0, 73.32878303527832),
+             (200.0, 87.91865595181783), (175.0, 106.298974831899))),
+    })
+
+
+def _measured_fraction(gpu: GPU, watts: float) -> tuple[float, str] | None:
+    """The share of the TDP throughput read from :data:`MEASURED_POWER_CURVES` at ``watts``
+    (at or below the TDP), and how it was read; None when no curve covers ``gpu``."""
+    curve = MEASURED_POWER_CURVES.get(gpu.name)
+    if curve is None:
+        return None
+    source, points = curve
+    t_tdp = points[0][1]
+    for (p_hi, t_hi), (p_lo, t_lo) in zip(points, points[1:]):
+        if p_lo <= watts <= p_hi:
+            t = t_lo + (t_hi - t_lo) * (watts - p_lo) / (p_hi - p_lo)
+            return t_tdp / t, f"read from a measured curve of training throughput ({source})"
+    p_min, t_min = points[-1]
+    return t_tdp / t_min, (f"the lowest measured limit's, {p_min:g} W, kept, an upper bound "
+                           f"below it ({source})")
+
+
 def power_clock_fraction(gpu: GPU, watts: float | None) -> tuple[float, str]:
     """The share of ``gpu``'s TDP tensor clock it sustains at a ``watts`` power limit, and the
     note that says how it was read.
 
-    Between the sibling's rated power and the TDP the clock is read linearly between the two
-    vendor ratings (:data:`POWER_SIBLINGS`): an interpolation, not a measured curve (no source
+    Where :data:`MEASURED_POWER_CURVES` has the SKU, the share is read from that measured
+    curve. Otherwise, between the sibling's rated power and the TDP, the clock is read linearly
+    between the two vendor ratings (:data:`POWER_SIBLINGS`): an interpolation, not a measured curve (no source
     found gives the H100's sustained tensor clock at each cap; a cube law, power ~ f V^2 with V
     ~ f, gives (500/700)^(1/3) = 0.894 at 500 W against the line's 0.896). Below the sibling's
     power the sibling's clock is kept, an upper bound. Memory-bound kernels are not slowed:
@@ -211,6 +254,12 @@ def power_clock_fraction(gpu: GPU, watts: float | None) -> tuple[float, str]:
     if watts > tdp:
         return 1.0, (f"power limit {watts:g} W is above {gpu.name}'s {tdp:g} W TDP, where its "
                      "rated peaks hold: they are kept (the limit changes nothing)")
+    measured = _measured_fraction(gpu, watts)
+    if measured is not None:
+        f, how = measured
+        return f, (f"power limit {watts:g} W (TDP {tdp:g} W): tensor and vector peaks at "
+                   f"{f:.3f} of the TDP clock ({how}; MEASURED_POWER_CURVES); memory "
+                   "bandwidth unchanged")
     sib_name = POWER_SIBLINGS.get(gpu.name)
     if sib_name is None:
         return 1.0, (f"power limit {watts:g} W, below the {tdp:g} W TDP: no source gives "
