@@ -965,10 +965,15 @@ def _split_quantize_op(fwd: Sequence[Op], recipe) -> Op | None:
                 if o.groups > 1 and o.kernels > 1)
     if extra <= 0:
         return None
-    return Op(name="fp8.split_quantize", op_class="norm_elementwise", kind="elementwise",
-              phase="forward", count=1, flops=0.0, counted_flops=0.0, bytes=0.0,
-              parallel_work=1, kernels=extra, group="dense",
-              host_s=constant("eager_host_bwd_s"))
+    return _launch_only_op("fp8.split_quantize", extra)
+
+
+def _launch_only_op(name: str, kernels: int) -> Op:
+    """``kernels`` launches that move no bytes worth timing, each issued from C++ at the
+    dispatcher-level cost (``eager_host_bwd_s``)."""
+    return Op(name=name, op_class="norm_elementwise", kind="elementwise", phase="forward",
+              count=1, flops=0.0, counted_flops=0.0, bytes=0.0, parallel_work=1,
+              kernels=kernels, group="dense", host_s=constant("eager_host_bwd_s"))
 
 
 #: The weights whose gradient Megatron-Core adds to its fp32 ``main_grad`` from Python, per op
@@ -1036,10 +1041,7 @@ def _scale_launch_op(fwd: Sequence[Op], recipe) -> Op | None:
                 if not (o.groups > 1 and o.kernels > 1))
     if extra <= 0:
         return None
-    return Op(name="fp8.scale_launches", op_class="norm_elementwise", kind="elementwise",
-              phase="forward", count=1, flops=0.0, counted_flops=0.0, bytes=0.0,
-              parallel_work=1, kernels=extra, group="dense",
-              host_s=constant("eager_host_bwd_s"))
+    return _launch_only_op("fp8.scale_launches", extra)
 
 
 def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
