@@ -37,7 +37,7 @@ from ..models._types import Architecture, attention_for
 
 __all__ = [
     "MatmulCount", "count_matmul", "Op", "OpClass", "OP_CLASSES", "StepShape", "build_forward_ops",
-    "backward_ops", "recompute_ops", "mtp_projection_ops", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
+    "backward_ops", "recompute_ops", "mtp_projection_ops", "one_launch_product", "optimizer_op", "lora_adapter_ops", "is_layer_op", "default_seq",
     "FlopsBreakdown", "LayerFlops", "flops_breakdown", "FLASH_BLOCK", "causal_score_elements",
     "chunked_score_elements", "visible_keys", "RunForm", "run_form", "form_notes", "grouped_experts",
     "expert_tokens", "TRANSFORMERS_CODE", "MLA_ABSORBING", "AttentionPrecision",
@@ -425,7 +425,7 @@ class RunForm:
     (:data:`SEPARATE_PROJECTIONS`)."""
     one_launch: bool = False
     """With ``split_launches`` False, the fused projection is also counted as the one launch
-    that reads its input once (:func:`_one_product`; :data:`ONE_LAUNCH_PROJECTIONS`)."""
+    that reads its input once (:func:`one_launch_product`; :data:`ONE_LAUNCH_PROJECTIONS`)."""
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
@@ -438,7 +438,7 @@ TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
 #: its QKV (wqkv; its w1/w3 stay apart, taken fused here).
 SEPARATE_PROJECTIONS = (*TRANSFORMERS_CODE, "torchtune", "torchtitan")
 #: Engines whose fused Q/K/V and gate/up projections are counted as one launch reading the input
-#: once (:func:`_one_product`): Megatron-Core, whose code was read for it (issue 30). vLLM,
+#: once (:func:`one_launch_product`): Megatron-Core, whose code was read for it (issue 30). vLLM,
 #: SGLang, TensorRT-LLM and gpt-fast fuse the same way but keep the separate GEMMs' launches and
 #: input reads here for now (counted once they would move their serving rows; not yet checked).
 ONE_LAUNCH_PROJECTIONS = ("megatron",)
@@ -570,12 +570,12 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
     ops.append(_ew("mlp.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
                    flops_per=1))
     if not form.split_launches:  # the engine fuses the projections: one product each
-        ops = [(_one_product(o, a) if form.one_launch else replace(o, launch_shares=()))
+        ops = [(one_launch_product(o, a) if form.one_launch else replace(o, launch_shares=()))
                if o.launch_shares else o for o in ops]
     return ops
 
 
-def _one_product(op: Op, act: int) -> Op:
+def one_launch_product(op: Op, act: int) -> Op:
     """A projection built as separate GEMMs (Q/K/V, gate/up: ``op.kernels`` of them, each
     reading the input) run as the one fused GEMM an engine outside
     :data:`SEPARATE_PROJECTIONS` launches: one launch, the input read once (Megatron-Core's

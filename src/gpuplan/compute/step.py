@@ -26,7 +26,7 @@ from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import (
     AttentionPrecision, Op, StepShape, backward_ops, fp8_attention_ops, inference_attention, build_forward_ops, default_seq, run_form, lora_adapter_ops, optimizer_op,
-    recompute_ops,
+    one_launch_product, recompute_ops,
 )
 from .efficiency import (
     GRAD_CLIP_IMPLS, OPTIMIZER_IMPLS, RuntimeOverheads, constant, eager_chains, grad_clip_cost,
@@ -812,9 +812,7 @@ def _decode_attention_ops(dec: tuple[Op, ...], spec: StepSpec, act: int) -> tupl
         if o.name == "attn.core":
             o = replace(o, attention_kernel="ft-mmha")
         elif o.name == "attn.qkv" and o.kernels > 1 and o.shape:
-            b, m, k, _ = o.shape  # three nn.Linear read the input three times
-            o = replace(o, kernels=1, launch_shares=(),
-                        bytes=o.bytes - (o.kernels - 1) * b * m * k * act)
+            o = one_launch_product(o, act)  # three nn.Linear read the input three times
         out.append(o)
     return tuple(out)
 
