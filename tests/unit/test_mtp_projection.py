@@ -39,14 +39,14 @@ def test_last_stage_carries_the_projection_once_per_depth():
     two = Layout(pp=4, micro_batches=8, mtp_layers=2)
     # an even split: ceil(32 / 4) = 8 layers x 3 and other_s 0.5 (embedding, head and loss, as
     # the even path counts them) + per depth (layer 3 + head and loss 0.3 + projection 0.4)
-    assert _busiest_stage(arch, _cost(0.4), one) == (9, pytest.approx(24.5 + 3.7))
-    assert _busiest_stage(arch, _cost(0.4), two) == (10, pytest.approx(24.5 + 2 * 3.7))
-    assert _busiest_stage(arch, _cost(0.0), one) == (9, pytest.approx(24.5 + 3.3))
+    assert _busiest_stage(arch, _cost(0.4), one)[:2] == (9, pytest.approx(24.5 + 3.7))
+    assert _busiest_stage(arch, _cost(0.4), two)[:2] == (10, pytest.approx(24.5 + 2 * 3.7))
+    assert _busiest_stage(arch, _cost(0.0), one)[:2] == (9, pytest.approx(24.5 + 3.3))
     # an uneven split (the stage loop), stages 7/8/8/9: the last stage's 9 layers, its head and
     # loss 0.3 and one depth 3.7 = 31.0, over the first's 7 x 3 + embedding 0.2
     uneven = Layout(pp=4, micro_batches=8, mtp_layers=1, first_stage_layers=7,
                     last_stage_layers=9)
-    assert _busiest_stage(arch, _cost(0.4), uneven) == (10, pytest.approx(27 + 0.3 + 3.7))
+    assert _busiest_stage(arch, _cost(0.4), uneven)[:2] == (10, pytest.approx(27 + 0.3 + 3.7))
     # no MTP: the projection is not charged
-    assert _busiest_stage(arch, _cost(0.4), Layout(pp=4, micro_batches=8)) == \
+    assert _busiest_stage(arch, _cost(0.4), Layout(pp=4, micro_batches=8))[:2] == \
         (8, pytest.approx(24.5))

@@ -93,7 +93,7 @@ from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narro
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
-           "engine_layout_options", "tp_collectives_s", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
+           "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
@@ -301,6 +301,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     cast_s = sum(t.total_s + t.op.kernels * t.op.count * gap for t in casts)
     proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
+    sp_s = sp_quantize_s(ops, arch.num_layers, prec, tp, device.architecture)  # every level's
     for level in ("none", "selective", "full"):
         again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
         extra = time_ops((*recompute_ops(fwd, level, attention, policy=selective,
@@ -330,8 +331,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                              ub_split_s=ub_split_s(every, arch.num_layers, tp, device, eff,
                                                    prec.act, pipeline_rs=wide),
                              amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec),
-                             sp_quantize_s=sp_quantize_s(ops, arch.num_layers, prec, tp,
-                                                         device.architecture))
+                             sp_quantize_s=sp_s)
     return out
 
 
@@ -1382,13 +1382,19 @@ def _edge_s(gather_bytes: float, reduce_bytes: float, n: int, lay: Layout, topo:
                               efficiency=eff.comm))
 
 
+def fsdp2_reduce_width(sharding: str, zero: int, fsdp2_reduce_bytes: int) -> int:
+    """Bytes an element of the gradients' reduce-scatter moves in FSDP2's reduce dtype, where
+    the engine's is timed (``fsdp2_reduce_bytes``: torchtitan's ``reduce_dtype`` fp32) and FSDP
+    shards them (ZeRO-2/3); 0: the gradients' own width. One rule for the layout path
+    (:func:`_reduce_bytes`) and the data-parallel one (``speed._dp_scaling``)."""
+    return fsdp2_reduce_bytes if fsdp2_reduce_bytes and sharding == "fsdp2" and zero >= 2 else 0
+
+
 def _reduce_bytes(lay: Layout, elements: float, fsdp2_reduce_bytes: int) -> float | None:
-    """The gradients' reduce-scatter bytes in FSDP2's reduce dtype, where the engine's is timed
-    (``fsdp2_reduce_bytes``: torchtitan's ``reduce_dtype`` fp32) and FSDP shards them (ZeRO-2/3);
+    """The gradients' reduce-scatter bytes in FSDP2's reduce dtype (:func:`fsdp2_reduce_width`);
     None: the gradients' own bytes."""
-    if fsdp2_reduce_bytes and lay.sharding == "fsdp2" and lay.zero >= 2:
-        return elements * fsdp2_reduce_bytes
-    return None
+    width = fsdp2_reduce_width(lay.sharding, lay.zero, fsdp2_reduce_bytes)
+    return elements * width if width else None
 
 
 def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: Layout,
@@ -1465,7 +1471,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap, cp_rotate=cp_rotate,
         tp_overlap_kind=tp_overlap_kind, repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes,
         ep_dispatcher=ep_dispatcher)
-    stage_layers, t_mb, held = _busiest_stage_held(arch, cost, lay, sum(one))
+    stage_layers, t_mb, held = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
     ep_c -= stage_layers * _shared_hidden_s(lay, one[2], cost)
     m = lay.micro_batches
@@ -1583,14 +1589,7 @@ def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
 
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
-                   comm_per_layer: float = 0.0) -> tuple[int, float]:
-    """:func:`_busiest_stage_held` without the blocks it holds."""
-    n, t, _ = _busiest_stage_held(arch, cost, lay, comm_per_layer)
-    return n, t
-
-
-def _busiest_stage_held(arch: Architecture, cost: MicroCost, lay: Layout,
-                        comm_per_layer: float = 0.0) -> tuple[int, float, tuple[int, ...]]:
+                   comm_per_layer: float = 0.0) -> tuple[int, float, tuple[int, ...]]:
     """(layers, one micro-batch's compute) of the busiest stage: ``ceil(layers / PP)`` layers and
     the head (the last stage) by default; with the embedding and/or loss as pipeline parts, the
     stage whose layers plus embedding (first) or head and loss (last) take longest. MTP: each

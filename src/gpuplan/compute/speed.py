@@ -28,8 +28,8 @@ from ._args import speed_args
 from .flops import AttentionPrecision, form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
-    Layout, LayoutTime, ServeTime, engine_layout_options, job_micro_options, layout_time,
-    micro_cost, model_flops_per_token, fsdp2_copy_bytes, serve_time, shard_arch, zero3_gathers,
+    Layout, LayoutTime, ServeTime, engine_layout_options, fsdp2_reduce_width, job_micro_options,
+    layout_time, micro_cost, model_flops_per_token, fsdp2_copy_bytes, serve_time, shard_arch, zero3_gathers,
 )
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, attention_plan, build_steps,
@@ -916,8 +916,8 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
     w = prec.weight if narrow is None else narrow
     # the gradients' reduce-scatter in FSDP2's reduce dtype where the engine's is timed
     # (torchtitan: reduce_dtype fp32, 4 bytes an element; parallel._dp_comm's ``reduce_bytes``)
-    fsdp2_r = get_engine(job.engine).fsdp2_reduce_bytes
-    r = fsdp2_r if fsdp2_r and job.sharding == "fsdp2" and job.zero >= 2 else prec.grad
+    r = fsdp2_reduce_width(job.sharding, job.zero, get_engine(job.engine).fsdp2_reduce_bytes) \
+        or prec.grad
     volume = (trainable * r + gathers * max(n_params, trainable) * w) / 2 \
         * step.micro_steps if zero3 else trainable * prec.grad
     if narrow is not None and not zero3 and job.zero >= 1:  # RS of gradients, AG of FP8 weights
