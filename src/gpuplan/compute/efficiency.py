@@ -30,6 +30,7 @@ __all__ = [
     "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
     "TE_TRAINING_LAYERS", "TE_H200NVL_BARS_MS", "te_training_gemms", "te_training_waves",
     "te_h200nvl_shares", "DEEPGEMM_H800_TFLOPS", "grouped_gemm_k_share", "grouped_gemm_s",
+    "kloop_fixed_blocks", "KLOOP_FIXED_ARCHS",
     "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction", "FA2_SM8X",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
@@ -623,38 +624,58 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
 
 
 
-def grouped_gemm_k_share(k: int) -> float:
+#: Architectures whose grouped expert GEMMs pay a tile's fixed cost beside the K loop
+#: (:func:`kloop_fixed_blocks`): Hopper, where DeepGEMM measured it; Blackwell assumed alike
+#: (its TMA-fed, warp-specialized kernels have the same prologue and epilogue; no published
+#: short-K table found). Older generations and AMD keep none: no measurement.
+KLOOP_FIXED_ARCHS = ("hopper", "blackwell")
+
+
+def kloop_fixed_blocks(architecture: str, peak: float, fp8_peak: float) -> float:
+    """A tile's fixed cost in K blocks of 128 of a GEMM at ``peak`` FLOP/s on an
+    ``architecture`` chip whose dense FP8 peak is ``fp8_peak``: :data:`CONSTANTS`
+    ``gemm_kloop_fixed_blocks`` (measured in FP8 K blocks) times ``peak / fp8_peak`` -- the
+    fixed part is a time (the pipeline's fill, the output tile's store), and a 16-bit K block
+    takes twice an 8-bit one at half the peak, so it is half as many 16-bit blocks. 0 outside
+    :data:`KLOOP_FIXED_ARCHS` or without an FP8 peak."""
+    if (architecture or "").lower() not in KLOOP_FIXED_ARCHS or fp8_peak <= 0 or peak <= 0:
+        return 0.0
+    return constant("gemm_kloop_fixed_blocks") * peak / fp8_peak
+
+
+def grouped_gemm_k_share(k: int, fixed_blocks: float) -> float:
     """Share of a tile's time that is its K loop at inner dimension ``k``: ``kb / (kb + c)``,
-    kb = K / 128 and c = :data:`CONSTANTS` ``gemm_kloop_fixed_blocks`` (a tile's prologue and
+    kb = K / 128 and c = ``fixed_blocks`` (:func:`kloop_fixed_blocks`: a tile's prologue and
     epilogue as K blocks). A short K -- an MoE expert's down projection (Qwen3-30B-A3B: 768),
     the expert wgrad's K of the rows each expert gets -- spends a larger part of each tile
-    outside its main loop: 0.59 at K = 768, 0.79 at 2,048, 0.97 at 16,384. The best-shape
-    matmul fractions (MAMF's search) are large-K shapes, where the share is ~1."""
+    outside its main loop: at the FP8 c = 4.17, 0.59 at K = 768, 0.79 at 2,048, 0.97 at
+    16,384. The best-shape matmul fractions (MAMF's search) are large-K shapes, where the share
+    is ~1."""
     kb = max(1, k) / GEMM_TILE[0]
-    return kb / (kb + constant("gemm_kloop_fixed_blocks"))
+    return kb / (kb + max(0.0, fixed_blocks))
 
 
 def grouped_gemm_s(flops: float, shape: tuple[int, int, int, int], groups: int, rate: float,
-                   sm_count: int, *, backward: bool) -> float:
+                   sm_count: int, *, backward: bool, fixed_blocks: float = 0.0) -> float:
     """Seconds of a grouped expert GEMM of forward ``shape`` (batch, rows, K, N; ``rows`` over
     ``groups`` experts) and ``flops`` at ``rate``: each product at its own tiles and waves
-    (:func:`grouped_gemm_efficiency`) and its own K loop's share (:func:`grouped_gemm_k_share`).
-    A backward is the input gradient (rows x K out, inner N) and, past one forward's FLOPs, the
-    weight gradient (K x N out per expert, inner: the rows each expert gets), each timed at its
-    own shape."""
+    (:func:`grouped_gemm_efficiency`) and its own K loop's share (:func:`grouped_gemm_k_share`
+    with ``fixed_blocks``). A backward is the input gradient (rows x K out, inner N) and, past
+    one forward's FLOPs, the weight gradient (K x N out per expert, inner: the rows each expert
+    gets), each timed at its own shape."""
     b, m, k, n = shape
     rows = b * m
     if not backward:
         return flops / (rate * grouped_gemm_efficiency(groups, rows, n, sm_count, k)
-                        * grouped_gemm_k_share(k))
+                        * grouped_gemm_k_share(k, fixed_blocks))
     fwd = 2.0 * rows * k * n
     dgrad = min(flops, fwd)
     t = dgrad / (rate * grouped_gemm_efficiency(groups, rows, k, sm_count, n)
-                 * grouped_gemm_k_share(n))
+                 * grouped_gemm_k_share(n, fixed_blocks))
     if flops > dgrad:
         per = max(1, math.ceil(rows / max(1, groups)))
         t += (flops - dgrad) / (rate * gemm_wave_efficiency(groups, k, n, sm_count, per)
-                                * grouped_gemm_k_share(per))
+                                * grouped_gemm_k_share(per, fixed_blocks))
     return t
 
 #: The generations whose own Tensor Core GEMM share gpuplan times: (architecture, dtype) -> (the
