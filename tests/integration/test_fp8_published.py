@@ -142,13 +142,21 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # delayed-scaling rows) and TE's P2P CP merges (te_cp_merge_bytes): median 14.3% -> 11.2%, worst
 # 155.5% unmoved, the pair 3.0% unmoved, MoE rows unmoved (23.0%); dense Hopper 13.0% / 16.5%
 # -> 7.9% / 16.5% (median ratio 1.13 -> 1.08), Blackwell 9.8% / 23.1% -> 9.8% / 18.7%
-@pytest.mark.xfail(strict=True, reason="median |error| 11.2% > 10%: the MoE rows (25.0% median) "
+# The grouped expert GEMMs' K-loop share on Hopper / Blackwell (efficiency.grouped_gemm_k_share,
+# a tile's fixed cost from DeepGEMM's H800 table) and their backward's dgrad / wgrad at their own
+# shapes (grouped_gemm_s): median 11.2% unmoved, worst 155.5% -> 151.2% (25.11 H100 Qwen3-30B
+# 2.55 -> 2.51), MoE median 25.0% -> 24.0% (median ratio 1.25 -> 1.24); H100 26.02 Qwen3-30B
+# 1.95 unmoved (host-bound: its device time +3.6% under the host's), GB200 Qwen3-30B
+# 1.20/1.32 -> 1.19/1.30, B200 DeepSeek-V3 1.35/1.57 -> 1.32/1.54, GB200 Qwen3-235B BF16 1.07
+# -> 1.05, DeepSeek-V3 BF16 1.14 -> 1.12; the pair 3.1% -> 3.9% (the wrong way: 1.241x ->
+# 1.230x against 1.280x, the BF16 twin's GEMMs keep half the FP8 fixed blocks); dense unmoved
+@pytest.mark.xfail(strict=True, reason="median |error| 11.2% > 10%: the MoE rows (24.0% median) "
                    "hold it above the bar; the dense rows meet it (see the dense subsets' test)")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 155.5% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 151.2% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 

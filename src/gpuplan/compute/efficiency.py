@@ -29,7 +29,8 @@ from .flops import Op
 __all__ = [
     "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
     "TE_TRAINING_LAYERS", "TE_H200NVL_BARS_MS", "te_training_gemms", "te_training_waves",
-    "te_h200nvl_shares",
+    "te_h200nvl_shares", "DEEPGEMM_H800_TFLOPS", "grouped_gemm_k_share", "grouped_gemm_s",
+    "kloop_fixed_blocks", "KLOOP_FIXED_ARCHS",
     "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction", "FA2_SM8X",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
@@ -101,6 +102,19 @@ DEEPBENCH_V100_SPLITK_MS = {
 #: The board DeepBench ran them on (its sheet 'Specs': a DGX-1's V100, the catalog's
 #: V100-SXM2-16GB): dense fp16 Tensor Core peak, FLOP/s, and SM count.
 DEEPBENCH_V100 = {"peak": 125e12, "sms": 80}
+#: DeepGEMM's published FP8 GEMM throughput on an H800 SXM5 (132 SMs; dense FP8 peak 1,979
+#: TFLOP/s, the H100 SXM's), NVCC 12.8: (M, N, K) -> TFLOP/s, the README's 'Normal GEMMs for
+#: dense models' table (deepseek-ai/DeepGEMM README.md at 55ab91f72f76e8a6db0e86282c3169a88d93df1b,
+#: 2025-03-25, the last README with the tables). The M = 4096 rows: one output shape at two K
+#: (16,384 and 2,048) sets the fixed cost of a tile's K loop (:func:`_kloop_fixed_blocks`); the
+#: K = 512 and 1,536 rows are the checks (tests/unit/test_grouped_gemm_k.py).
+DEEPGEMM_H800_TFLOPS = {
+    (4096, 2112, 7168): 1009, (4096, 24576, 1536): 1125, (4096, 32768, 512): 751,
+    (4096, 7168, 16384): 1426, (4096, 4096, 7168): 1265, (4096, 7168, 2048): 1168,
+}
+#: The pair of :data:`DEEPGEMM_H800_TFLOPS` rows of one output shape (same tiles, same waves)
+#: whose K alone differs.
+DEEPGEMM_K_PAIR = ((4096, 7168, 16384), (4096, 7168, 2048))
 _TILE, _SPLIT_K_MIN = 128, 256  # gemm_tile_m / gemm_tile_n, gemm_split_k_min below
 _MARKIDIS_V100 = 83 / 125  # matmul_volta_fp16 below
 
@@ -117,6 +131,18 @@ def _wave_efficiency(batch: int, m: int, n: int, sm_count: int, k: int | None, t
         tiles, useful = tiles * splits, useful * splits
     waves = math.ceil(tiles / sm_count)
     return min(1.0, useful / (waves * sm_count))
+
+
+def _kloop_fixed_blocks() -> float:
+    """A GEMM tile's fixed cost (its pipeline's fill, the epilogue's store) in 128-deep K blocks
+    of its main loop, from :data:`DEEPGEMM_K_PAIR`: with a tile's time ``(K / 128 + c) x t``
+    the throughput at one output shape goes as ``kb / (kb + c)`` (kb = K / 128), so the two
+    rows' ratio r = T(kb1) / T(kb2) gives c = kb1 kb2 (r - 1) / (kb1 - r kb2). 1426 / 1168 at
+    kb = 128 and 16: c = 4.17 blocks (534 of K)."""
+    (m1, n1, k1), (m2, n2, k2) = DEEPGEMM_K_PAIR
+    r = DEEPGEMM_H800_TFLOPS[(m1, n1, k1)] / DEEPGEMM_H800_TFLOPS[(m2, n2, k2)]
+    kb1, kb2 = k1 / _TILE, k2 / _TILE
+    return kb1 * kb2 * (r - 1) / (kb1 - r * kb2)
 
 
 def _volta_splitk_fixed_s() -> float:
@@ -226,6 +252,15 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
                             "(NVIDIA Matrix Multiplication Background User's Guide, 'Tile "
                             "quantization')"),
     "gemm_tile_n": Constant(_TILE, "columns", "as gemm_tile_m"),
+    "gemm_kloop_fixed_blocks": Constant(
+        round(_kloop_fixed_blocks(), 2), "K blocks of 128",
+        "a tile's fixed cost beside its K loop: DeepGEMM's FP8 GEMMs on an H800 (README table at "
+        "55ab91f7, 2025-03-25) run M = 4096, N = 7168 at 1,426 TFLOP/s with K = 16,384 and 1,168 "
+        "with K = 2,048; as kb / (kb + c) of one shape's rate that is c = 4.17 (_kloop_fixed_"
+        "blocks). Its K = 512 and 1,536 rows (751, 1,125) then read within 5% of it. Taken for "
+        "the grouped expert GEMMs (:func:`grouped_gemm_k_share`); DeepGEMM's 1x128-scaled FP8 "
+        "kernel, not cuBLAS's per-tensor one that TE calls on Hopper: a kernel's own fixed cost, "
+        "assumed alike"),
     "gemm_split_k_min": Constant(_SPLIT_K_MIN, "K elements per slice", "split-K: when the output tiles "
                                  "fill less than one wave, cuBLAS/CUTLASS split the K loop over "
                                  "more CTAs (CUTLASS split-K and stream-K; Osama et al. 2023, "
@@ -587,6 +622,61 @@ def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: in
     tile = min(GEMM_TILE[0], max(GROUPED_TILE_MIN, 1 << (per - 1).bit_length()))
     return gemm_wave_efficiency(groups, per, n, sm_count, k, tile_m=tile)
 
+
+
+#: Architectures whose grouped expert GEMMs pay a tile's fixed cost beside the K loop
+#: (:func:`kloop_fixed_blocks`): Hopper, where DeepGEMM measured it; Blackwell assumed alike
+#: (its TMA-fed, warp-specialized kernels have the same prologue and epilogue; no published
+#: short-K table found). Older generations and AMD keep none: no measurement.
+KLOOP_FIXED_ARCHS = ("hopper", "blackwell")
+
+
+def kloop_fixed_blocks(architecture: str, peak: float, fp8_peak: float) -> float:
+    """A tile's fixed cost in K blocks of 128 of a GEMM at ``peak`` FLOP/s on an
+    ``architecture`` chip whose dense FP8 peak is ``fp8_peak``: :data:`CONSTANTS`
+    ``gemm_kloop_fixed_blocks`` (measured in FP8 K blocks) times ``peak / fp8_peak`` -- the
+    fixed part is a time (the pipeline's fill, the output tile's store), and a 16-bit K block
+    takes twice an 8-bit one at half the peak, so it is half as many 16-bit blocks. 0 outside
+    :data:`KLOOP_FIXED_ARCHS` or without an FP8 peak."""
+    if (architecture or "").lower() not in KLOOP_FIXED_ARCHS or fp8_peak <= 0 or peak <= 0:
+        return 0.0
+    return constant("gemm_kloop_fixed_blocks") * peak / fp8_peak
+
+
+def grouped_gemm_k_share(k: int, fixed_blocks: float) -> float:
+    """Share of a tile's time that is its K loop at inner dimension ``k``: ``kb / (kb + c)``,
+    kb = K / 128 and c = ``fixed_blocks`` (:func:`kloop_fixed_blocks`: a tile's prologue and
+    epilogue as K blocks). A short K -- an MoE expert's down projection (Qwen3-30B-A3B: 768),
+    the expert wgrad's K of the rows each expert gets -- spends a larger part of each tile
+    outside its main loop: at the FP8 c = 4.17, 0.59 at K = 768, 0.79 at 2,048, 0.97 at
+    16,384. The best-shape matmul fractions (MAMF's search) are large-K shapes, where the share
+    is ~1."""
+    kb = max(1, k) / GEMM_TILE[0]
+    return kb / (kb + max(0.0, fixed_blocks))
+
+
+def grouped_gemm_s(flops: float, shape: tuple[int, int, int, int], groups: int, rate: float,
+                   sm_count: int, *, backward: bool, fixed_blocks: float = 0.0) -> float:
+    """Seconds of a grouped expert GEMM of forward ``shape`` (batch, rows, K, N; ``rows`` over
+    ``groups`` experts) and ``flops`` at ``rate``: each product at its own tiles and waves
+    (:func:`grouped_gemm_efficiency`) and its own K loop's share (:func:`grouped_gemm_k_share`
+    with ``fixed_blocks``). A backward is the input gradient (rows x K out, inner N) and, past
+    one forward's FLOPs, the weight gradient (K x N out per expert, inner: the rows each expert
+    gets), each timed at its own shape."""
+    b, m, k, n = shape
+    rows = b * m
+    if not backward:
+        return flops / (rate * grouped_gemm_efficiency(groups, rows, n, sm_count, k)
+                        * grouped_gemm_k_share(k, fixed_blocks))
+    fwd = 2.0 * rows * k * n
+    dgrad = min(flops, fwd)
+    t = dgrad / (rate * grouped_gemm_efficiency(groups, rows, k, sm_count, n)
+                 * grouped_gemm_k_share(n, fixed_blocks))
+    if flops > dgrad:
+        per = max(1, math.ceil(rows / max(1, groups)))
+        t += (flops - dgrad) / (rate * gemm_wave_efficiency(groups, k, n, sm_count, per)
+                                * grouped_gemm_k_share(per, fixed_blocks))
+    return t
 
 #: The generations whose own Tensor Core GEMM share gpuplan times: (architecture, dtype) -> (the
 #: matmul fraction's constant, split-K's fixed cost's constant, or None). Turing's pair is

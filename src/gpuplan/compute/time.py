@@ -19,7 +19,7 @@ from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
     GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant,
-    gemv_bandwidth_fraction, grouped_gemm_efficiency, separate_launches_s,
+    gemv_bandwidth_fraction, grouped_gemm_s, kloop_fixed_blocks, separate_launches_s,
     single_query_attention_s,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
@@ -159,9 +159,11 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
         if shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
                 and op.groups > 1 and op.shape[1] >= op.groups * GROUPED_TILE_MIN:
             # a grouped MoE GEMM: each expert's product at the rows it gets
-            b, m, k, n = op.shape
-            compute = max(compute, op.flops / (rate * grouped_gemm_efficiency(
-                op.groups, b * m, n, device.sm_count, k)))
+            fixed = kloop_fixed_blocks(device.architecture, peak, device.peak("fp8")
+                                       if device.supports("fp8") else 0.0)
+            compute = max(compute, grouped_gemm_s(op.flops, op.shape, op.groups, rate,
+                                                  device.sm_count, fixed_blocks=fixed,
+                                                  backward=op.phase == "backward"))
         elif shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
                 and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
             # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
