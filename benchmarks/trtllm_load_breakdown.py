@@ -166,13 +166,18 @@ def _pairs_section(online: list[dict]) -> list[str]:
                      f"{b['in_flight']:.1f} | {a['meas'] - a['pred']:+.2f} / "
                      f"{b['meas'] - b['pred']:+.2f} |")
     whole = [r for r in online if r["in_flight"] <= 64 and abs(r["meas"] - r["pred"]) <= 0.5]
+    single = {gpu: [r["meas"] - r["pred"] for r in online
+                    if f"-{gpu}-" in r["id"] and r["in_flight"] <= 1.5] for gpu in ("h100", "h200")}
     lines += ["", f"{len(against)} of {len(pairs)} pairs have the larger gap on the H200 with no "
               f"more requests in flight there, {len(beyond)} by more than 1 ms (beyond the two "
               "ITLs' rounding: the table's ITLs are whole milliseconds, so each gap is itself "
               f"+-0.5 ms; {len(whole)} of the rows at most 64 in flight are simulated within "
               "it). A cost per request in flight alone cannot make these gaps: what makes them "
               "differs between the two GPUs (or their hosts), not with the requests in flight "
-              "only.", ""]
+              "only. At no more than 1.5 requests in flight the gaps are "
+              f"{min(single['h100']):+.2f} to {max(single['h100']):+.2f} ms on the H100 "
+              f"({len(single['h100'])} rows) and {min(single['h200']):+.2f} to "
+              f"{max(single['h200']):+.2f} ms on the H200 ({len(single['h200'])} rows).", ""]
     return lines
 
 
@@ -275,7 +280,8 @@ static library; these are the first open-sourced versions of the same loop):
   model, the HTTP/gRPC stream). Its cost per response is published nowhere found here.
 * **Where a streamed response's work runs.** On the loop: `createResponse` under streaming copies
   `max(getNumTokensPerIteration(), 1)` tokens, one without speculative decoding
-  (`cpp/include/tensorrt_llm/batch_manager/llmRequest.h` @d879430b), no detokenisation. Off it:
+  (`cpp/include/tensorrt_llm/batch_manager/llmRequest.h` @d879430b; `exclude_input_in_output`
+  is read only when not streaming), no detokenisation. Off it:
   triton-inference-server/tensorrtllm_backend v0.14.0 @9958c211
   `inflight_batcher_llm/src/model_instance_state.cc` drains the responses on its own
   `WaitForResponse` thread (`awaitResponses` with a 1 ms wait, `fillTritonResponse`,
