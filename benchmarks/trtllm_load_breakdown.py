@@ -131,6 +131,56 @@ def online_rows() -> list[dict]:
     return out
 
 
+def gpu_pairs(online: list[dict], max_in_flight: float = 64.0) -> list[tuple[str, dict, dict]]:
+    """The rows run at the same model, layout, lengths and rate on the H100 and on the H200 (the
+    same TensorRT-LLM 0.14 and Triton software), both with at most ``max_in_flight`` requests in
+    flight: (the id with its GPU dropped, the H100 row, the H200 row), in the H100 rows' order."""
+    h200 = {r["id"]: r for r in online if "-h200-" in r["id"]}
+    out = []
+    for r in online:
+        twin = h200.get(r["id"].replace("-h100-", "-h200-")) if "-h100-" in r["id"] else None
+        if twin and max(r["in_flight"], twin["in_flight"]) <= max_in_flight:
+            out.append((r["id"].replace("-h100-", "-"), r, twin))
+    return out
+
+
+def host_cost_contradicted(h100: dict, h200: dict, margin_ms: float = 0.0) -> bool:
+    """A pair a host cost per request in flight cannot explain: the H200 row holds no more
+    requests in flight than the H100 row, yet its ITL gap (measured - simulated) is larger by more
+    than ``margin_ms`` (1 ms: beyond both measured ITLs' rounding to whole milliseconds)."""
+    return (h200["in_flight"] <= h100["in_flight"]
+            and h200["meas"] - h200["pred"] > h100["meas"] - h100["pred"] + margin_ms)
+
+
+def _pairs_section(online: list[dict]) -> list[str]:
+    pairs = gpu_pairs(online)
+    against = [k for k, a, b in pairs if host_cost_contradicted(a, b)]
+    beyond = [k for k, a, b in pairs if host_cost_contradicted(a, b, margin_ms=1.0)]
+    lines = ["## The same load on an H100 and an H200", "",
+             "The same rows on both GPUs (the same TensorRT-LLM 0.14, Triton and client; at most 64 "
+             "requests in flight): a host cost per request in flight is the same on both hosts, so "
+             "it leaves the larger gap where more requests are in flight.", "",
+             "| row | in flight H100 / H200 | ITL gap ms H100 / H200 |", "|---|---|---|"]
+    for key, a, b in pairs:
+        lines.append(f"| {key.removeprefix('trtllm-online-')} | {a['in_flight']:.1f} / "
+                     f"{b['in_flight']:.1f} | {a['meas'] - a['pred']:+.2f} / "
+                     f"{b['meas'] - b['pred']:+.2f} |")
+    whole = [r for r in online if r["in_flight"] <= 64 and abs(r["meas"] - r["pred"]) <= 0.5]
+    single = {gpu: [r["meas"] - r["pred"] for r in online
+                    if f"-{gpu}-" in r["id"] and r["in_flight"] <= 1.5] for gpu in ("h100", "h200")}
+    lines += ["", f"{len(against)} of {len(pairs)} pairs have the larger gap on the H200 with no "
+              f"more requests in flight there, {len(beyond)} by more than 1 ms (beyond the two "
+              "ITLs' rounding: the table's ITLs are whole milliseconds, so each gap is itself "
+              f"+-0.5 ms; {len(whole)} of the rows at most 64 in flight are simulated within "
+              "it). A cost per request in flight alone cannot make these gaps: what makes them "
+              "differs between the two GPUs (or their hosts), not with the requests in flight "
+              "only. At no more than 1.5 requests in flight the gaps are "
+              f"{min(single['h100']):+.2f} to {max(single['h100']):+.2f} ms on the H100 "
+              f"({len(single['h100'])} rows) and {min(single['h200']):+.2f} to "
+              f"{max(single['h200']):+.2f} ms on the H200 ({len(single['h200'])} rows).", ""]
+    return lines
+
+
 def _offline_specs() -> list[tuple]:
     specs = []
     for r in json.loads(RUNS.read_text())["runs"]:
@@ -228,6 +278,24 @@ static library; these are the first open-sourced versions of the same loop):
   response at its end; a streamed one makes a response per iteration in the loop above and then
   travels Triton's response path (the backend's response thread, the ensemble's postprocessing
   model, the HTTP/gRPC stream). Its cost per response is published nowhere found here.
+* **Where a streamed response's work runs.** On the loop: `createResponse` under streaming copies
+  `max(getNumTokensPerIteration(), 1)` tokens, one without speculative decoding
+  (`cpp/include/tensorrt_llm/batch_manager/llmRequest.h` @d879430b; `exclude_input_in_output`
+  is read only when not streaming), no detokenisation. Off it:
+  triton-inference-server/tensorrtllm_backend v0.14.0 @9958c211
+  `inflight_batcher_llm/src/model_instance_state.cc` drains the responses on its own
+  `WaitForResponse` thread (`awaitResponses` with a 1 ms wait, `fillTritonResponse`,
+  `TRITONBACKEND_ResponseSend`), and the ensemble detokenises each streamed token in its
+  `postprocessing` model, a Python backend model (`all_models/inflight_batcher_llm/postprocessing`,
+  `dynamic_batching {{}}`, KIND_CPU instances) in its own stub process. Work off the loop delays a
+  token's delivery without lengthening the iterations, and a delay cancels out of a request's mean
+  gap (its gaps sum to its last token's time minus its first's) unless that stage falls behind.
+* **How the client timed it.** perf-overview.md names no client; its columns (Mean TTFT, Mean ITL,
+  Total Token Tput, Output Tput, a QPS of INF, 500 requests) are the report of vLLM's
+  `benchmarks/benchmark_serving.py`, whose `tensorrt-llm` backend (`async_request_trt_llm`,
+  `backend_request_func.py`) posts to Triton's `generate_stream` and timestamps each server-sent
+  event as it is read; the mean ITL is the mean of all those gaps. That reading is inferred from
+  the column names, not stated by the page.
 * **No CUDA graphs.** The TRT-engine runtime replays a graph only in CUDA-graph mode
   (`ExtendedRuntimePerfKnobConfig.cuda_graph_mode`, default False;
   `TrtGptModelInflightBatching::executeContext` never for a batch with a context request): each
@@ -332,6 +400,7 @@ def render(online: list[dict], offline: list[dict], steps: list[tuple]) -> str:
              "flight (rate x (TTFT + output x ITL)); the gap is measured minus simulated mean "
              "ITL over them.", "", "## Online: TensorRT-LLM 0.14 behind Triton, streamed", ""]
     lines += _online_table(online) + [""] + _summary(online) + [""]
+    lines += _pairs_section(online)
     lines += ["## Offline: trtllm-bench (v0.17, FP8/FP16), every request at once, not streamed",
               "", "Simulated on gpuplan's TensorRT-LLM 0.14 scheduler row at the request counts the "
               "page states; trtllm-bench tunes its own max_batch_size (not stated), which moves "

@@ -73,3 +73,36 @@ def test_short_of_rate_needs_no_queue(bd):
             {"id": "x-202-214-qps32", "qps": 32, "achieved": 14.0, "ttft": 116.0},
             {"id": "y-467-16-qps2", "qps": 2, "achieved": 1.75, "ttft": 53.0}]
     assert [r["id"] for r in bd.short_of_rate(rows)] == ["x-202-214-qps8", "y-467-16-qps2"]
+
+
+def _row(rid: str, in_flight: float, pred: float, meas: float) -> dict:
+    return {"id": rid, "in_flight": in_flight, "pred": pred, "meas": meas}
+
+
+def test_gpu_pairs_match_the_same_load_on_both_gpus(bd):
+    # a pair is the same id with h100 -> h200; a row with no twin, or one past 64 in flight on
+    # either GPU, makes no pair
+    rows = [_row("m-h100-tp4-467-256-qps2", 10.9, 18.66, 21),
+            _row("m-h100-tp4-467-256-qps16", 273.1, 40.24, 66),
+            _row("m-h100-tp1-202-214-qps2", 3.0, 6.87, 7),
+            _row("m-h200-tp4-467-256-qps2", 9.3, 13.82, 18),
+            _row("m-h200-tp4-467-256-qps16", 40.0, 32.88, 60)]
+    pairs = bd.gpu_pairs(rows)
+    assert [k for k, _, _ in pairs] == ["m-tp4-467-256-qps2"]
+    assert pairs[0][1]["in_flight"] == 10.9 and pairs[0][2]["in_flight"] == 9.3
+
+
+def test_host_cost_contradicted(bd):
+    # perf-overview.md @258c754, 70B TP4 467/256 at QPS 2: H100 21 ms measured against 18.66
+    # simulated (2.34 ms gap, 10.9 in flight), H200 18 against 13.82 (4.18 ms, 9.3 in flight):
+    # fewer in flight on the H200 and a gap 1.84 ms larger -- beyond the 1 ms of rounding too
+    h100, h200 = _row("a", 10.9, 18.66, 21), _row("b", 9.3, 13.82, 18)
+    assert bd.host_cost_contradicted(h100, h200)
+    assert bd.host_cost_contradicted(h100, h200, margin_ms=1.0)
+    assert not bd.host_cost_contradicted(h100, h200, margin_ms=2.0)
+    # 8B TP1 467/256 at QPS 2: gaps 1.00 and 1.04 ms -- larger on the H200, within rounding
+    h100, h200 = _row("a", 4.1, 7.00, 8), _row("b", 3.1, 4.96, 6)
+    assert bd.host_cost_contradicted(h100, h200)
+    assert not bd.host_cost_contradicted(h100, h200, margin_ms=1.0)
+    # more requests in flight on the H200 explains a larger gap there: not a contradiction
+    assert not bd.host_cost_contradicted(_row("a", 2.0, 7.0, 8), _row("b", 3.0, 5.0, 7))

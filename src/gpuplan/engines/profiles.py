@@ -246,6 +246,16 @@ _VLLM_HOST = ServingHost(
 #: tensorrtllm_backend #622, 0.13's postprocessing model at ~40 ms an execute() through
 #: len(tokenizer.vocab), a bug of the ensemble's Python postprocessing, not of the executor
 #: loop, and far above what the 0.14 rows' 7-9 ms ITLs allow).
+#: Nor is one found in the code that ran (searched 2026-12-07; benchmarks/trtllm_load_breakdown.md):
+#: on the executor loop a streamed response copies one token per request (createResponse,
+#: NVIDIA/TensorRT-LLM cpp/include/tensorrt_llm/batch_manager/llmRequest.h @d879430b), while the
+#: Triton side runs off it -- tensorrtllm_backend v0.14.0 @9958c211 (inflight_batcher_llm/src/
+#: model_instance_state.cc) sends responses from its own WaitForResponse thread, and the
+#: ensemble's postprocessing detokenises in a separate Python-backend process -- so it delays a
+#: token without lengthening an iteration, and a delay cancels out of a mean inter-token gap.
+#: The online rows' ITL gaps are also larger on the H200 than on the H100 at the same load with
+#: fewer requests in flight (8 of 22 pairs by more than the 1 ms of the table's whole-millisecond
+#: rounding), which a host cost per request in flight cannot produce; none is fitted.
 _TRTLLM_HOST = ServingHost(
     request_s=8.3e-3, basis="per-request cost fitted, not published: 8.3 ms, the median gap of "
     "measured over simulated TTFT on the QPS-2 rows of TensorRT-LLM 0.14's online serving "
