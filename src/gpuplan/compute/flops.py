@@ -899,6 +899,15 @@ def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int
                        flops_per=0, kernels=kernels), backward_kernels=back)
 
 
+def _expert_launches(form: RunForm, local: int) -> tuple[int, int]:
+    """(launches, experts in flight at once) of a grouped expert GEMM: one launch over
+    :data:`TE_GEMM_STREAMS` streams per local expert where the engine loops
+    (:data:`EXPERT_GEMM_LOOP`), else one grouped kernel (0: every expert in one schedule)."""
+    if not form.expert_gemm_loop:
+        return 1, 0
+    return local, TE_GEMM_STREAMS if form.grouped_experts else 0
+
+
 def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) -> list[Op]:
     """A mixture-of-experts MLP over ``T`` tokens: router, top-k, the experts hit (a grouped GEMM:
     ``groups`` experts of ``rows / groups`` rows each, as :func:`expert_tokens` gives them),
@@ -927,10 +936,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     # one GEMM per expert hit, or one grouped kernel for them all (plus its permute / unpermute)
     launches = 1 if form.grouped_experts else max(1, math.ceil(touched))
     groups = max(1, round(touched))
-    # a grouped GEMM issued as one launch per local expert (TE GroupedLinear's cuBLAS loop),
-    # at most TE_GEMM_STREAMS of them in flight
-    grouped_launches = local if form.expert_gemm_loop else 1
-    streams = TE_GEMM_STREAMS if form.grouped_experts and form.expert_gemm_loop else 0
+    grouped_launches, streams = _expert_launches(form, local)  # TE GroupedLinear's loop
     up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
     ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
                        counted_flops=up.counted_flops * useful,
