@@ -150,13 +150,18 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # 1.20/1.32 -> 1.19/1.30, B200 DeepSeek-V3 1.35/1.57 -> 1.32/1.54, GB200 Qwen3-235B BF16 1.07
 # -> 1.05, DeepSeek-V3 BF16 1.14 -> 1.12; the pair 3.1% -> 3.9% (the wrong way: 1.241x ->
 # 1.230x against 1.280x, the BF16 twin's GEMMs keep half the FP8 fixed blocks); dense unmoved
-@pytest.mark.xfail(strict=True, reason="median |error| 11.2% > 10%: the MoE rows (24.0% median) "
+# TE's grouped GEMM four experts at a time (flops.TE_GEMM_STREAMS: one cuBLAS launch per expert
+# over 4 streams, each set of four waving alone): median 11.2% unmoved, worst 151.2% -> 151.1%,
+# MoE median 24.0% -> 23.4% (median ratio 1.24 -> 1.23; the 16- and 32-expert ranks only:
+# GB200 Qwen3-30B 1.19/1.30 -> 1.18/1.29, B200 DeepSeek-V3 25.11 1.54 -> 1.53, the others within
+# 0.5%); the pair 3.9% -> 4.1% (1.230x -> 1.228x, the wrong way); dense unmoved
+@pytest.mark.xfail(strict=True, reason="median |error| 11.2% > 10%: the MoE rows (23.4% median) "
                    "hold it above the bar; the dense rows meet it (see the dense subsets' test)")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 151.2% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 151.1% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 

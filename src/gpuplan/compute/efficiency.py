@@ -20,7 +20,7 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .._record import record
 from ..engines.profiles import get_engine, runtime_of
@@ -612,15 +612,36 @@ def gemm_wave_efficiency(batch: int, m: int, n: int, sm_count: int, k: int | Non
 GROUPED_TILE_MIN = 16
 
 
-def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: int) -> float:
+def grouped_gemm_efficiency(groups: int, rows: int, n: int, sm_count: int, k: int,
+                            concurrent: int = 0) -> float:
     """Busy share of a grouped (MoE) GEMM: ``rows`` token-expert rows over ``groups`` experts,
     each its own ``rows / groups`` x ``n`` output. The row tile shrinks with the rows each expert
     gets (a power of two from :data:`GROUPED_TILE_MIN` to the dense 128), then tile and wave
     quantization as :func:`gemm_wave_efficiency` (split-K included): few tokens per expert leave
-    most of each tile empty and waves idle. Not validated against a measured grouped GEMM."""
+    most of each tile empty and waves idle. Not validated against a measured grouped GEMM.
+    ``concurrent``: the experts' products run ``concurrent`` at a time (one launch each over that
+    many streams: :data:`~.flops.TE_GEMM_STREAMS`), each set's tiles waving over the SMs
+    together and the sets one after another (:func:`grouped_rounds_efficiency`); 0: one kernel
+    schedules every expert's tiles."""
     per = max(1, math.ceil(rows / max(1, groups)))
     tile = min(GEMM_TILE[0], max(GROUPED_TILE_MIN, 1 << (per - 1).bit_length()))
-    return gemm_wave_efficiency(groups, per, n, sm_count, k, tile_m=tile)
+    return grouped_rounds_efficiency(groups, concurrent, lambda g: gemm_wave_efficiency(
+        g, per, n, sm_count, k, tile_m=tile))
+
+
+def grouped_rounds_efficiency(groups: int, concurrent: int,
+                              share: Callable[[int], float]) -> float:
+    """Busy share of ``groups`` equal products run ``concurrent`` at a time, ``share(g)`` the
+    busy share of ``g`` of them run together: ``ceil(groups / concurrent)`` rounds, the full
+    ones of ``concurrent`` products and the last of the rest, each taking its work over its own
+    share, so the whole is ``groups / sum(g_r / share(g_r))``. ``concurrent`` 0 or at least
+    ``groups``: one round, ``share(groups)``."""
+    groups = max(1, groups)
+    if concurrent <= 0 or concurrent >= groups:
+        return share(groups)
+    full, rest = divmod(groups, concurrent)
+    time = full * concurrent / share(concurrent) + (rest / share(rest) if rest else 0.0)
+    return groups / time
 
 
 
@@ -656,26 +677,30 @@ def grouped_gemm_k_share(k: int, fixed_blocks: float) -> float:
 
 
 def grouped_gemm_s(flops: float, shape: tuple[int, int, int, int], groups: int, rate: float,
-                   sm_count: int, *, backward: bool, fixed_blocks: float = 0.0) -> float:
+                   sm_count: int, *, backward: bool, fixed_blocks: float = 0.0,
+                   concurrent: int = 0) -> float:
     """Seconds of a grouped expert GEMM of forward ``shape`` (batch, rows, K, N; ``rows`` over
     ``groups`` experts) and ``flops`` at ``rate``: each product at its own tiles and waves
     (:func:`grouped_gemm_efficiency`) and its own K loop's share (:func:`grouped_gemm_k_share`
     with ``fixed_blocks``). A backward is the input gradient (rows x K out, inner N) and, past
     one forward's FLOPs, the weight gradient (K x N out per expert, inner: the rows each expert
-    gets), each timed at its own shape."""
+    gets), each timed at its own shape. ``concurrent``: the experts' products in flight at once
+    (:func:`grouped_gemm_efficiency`), the three GEMMs alike (TE's grouped linear issues its
+    forward, dgrad and wgrad through the same multi-stream call)."""
     b, m, k, n = shape
     rows = b * m
     if not backward:
-        return flops / (rate * grouped_gemm_efficiency(groups, rows, n, sm_count, k)
+        return flops / (rate * grouped_gemm_efficiency(groups, rows, n, sm_count, k, concurrent)
                         * grouped_gemm_k_share(k, fixed_blocks))
     fwd = 2.0 * rows * k * n
     dgrad = min(flops, fwd)
-    t = dgrad / (rate * grouped_gemm_efficiency(groups, rows, k, sm_count, n)
+    t = dgrad / (rate * grouped_gemm_efficiency(groups, rows, k, sm_count, n, concurrent)
                  * grouped_gemm_k_share(n, fixed_blocks))
     if flops > dgrad:
         per = max(1, math.ceil(rows / max(1, groups)))
-        t += (flops - dgrad) / (rate * gemm_wave_efficiency(groups, k, n, sm_count, per)
-                                * grouped_gemm_k_share(per, fixed_blocks))
+        wave = grouped_rounds_efficiency(groups, concurrent, lambda g: gemm_wave_efficiency(
+            g, k, n, sm_count, per))
+        t += (flops - dgrad) / (rate * wave * grouped_gemm_k_share(per, fixed_blocks))
     return t
 
 #: The generations whose own Tensor Core GEMM share gpuplan times: (architecture, dtype) -> (the

@@ -191,6 +191,11 @@ class Op:
     groups: int = 1
     """A grouped GEMM (MoE experts): ``shape``'s M rows split over this many experts, each its
     own product of about M / groups rows (what the shape-dependent efficiency sees)."""
+    concurrent: int = 0
+    """A grouped GEMM issued as one launch per expert over a few streams: how many experts'
+    products run at once, each set tiling and waving over the SMs together
+    (:func:`~.efficiency.grouped_gemm_efficiency`); 0: one grouped kernel, every expert's tiles
+    in one schedule."""
     launch_shares: tuple[float, ...] = ()
     """A matmul that runs as separate GEMM launches over N (unfused Q, K and V projections; gate
     and up): each launch's share of ``shape``'s N, which each tile and wave over the SMs on its
@@ -465,6 +470,16 @@ GROUPED_MM_ARCHS = ("Hopper", "Blackwell")
 #: Megatron-Bridge 25.11 / 26.02 containers' era; TE's one-kernel grouped-tensor path came in
 #: mid 2026). The backward's dgrad and wgrad loop the same way (backward_ops doubles kernels).
 EXPERT_GEMM_LOOP = ("megatron",)
+#: Streams Transformer Engine's grouped GEMM spreads its per-expert cuBLAS launches over:
+#: ``multi_stream_cublas_gemm`` issues GEMM i on compute stream ``i % num_streams`` and
+#: ``get_num_compute_streams`` returns the constant 4 (transformer_engine/common/gemm/
+#: cublaslt_gemm.cu lines 948-1001, common/util/multi_stream.cpp lines 52-55 at
+#: NVIDIA/TransformerEngine@fe8fad59c9add7f8aa841fed2a0b4087b931856f). GroupedLinear reaches it
+#: through ``general_grouped_gemm`` -> ``nvte_multi_tensor_gemm``, which takes the cuBLAS path
+#: on every GPU unless NVTE_USE_CUTLASS_GROUPED_GEMM is set on Hopper (same file, lines
+#: 1030-1050); no Megatron-Bridge performance script sets it (scripts/ at v0.3.0). So at most
+#: four experts' GEMMs share the SMs at a time: each set of four tiles and waves alone.
+TE_GEMM_STREAMS = 4
 #: Engines whose MoE layer runs Megatron-Core's MoEAlltoAllTokenDispatcher (gpuplan's Megatron
 #: export writes --moe-token-dispatcher-type alltoall) with --moe-permute-fusion, as the
 #: published Qwen3 and DeepSeek-V3 recipes set it (Megatron-Bridge qwen_provider.py
@@ -884,6 +899,15 @@ def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int
                        flops_per=0, kernels=kernels), backward_kernels=back)
 
 
+def _expert_launches(form: RunForm, local: int) -> tuple[int, int]:
+    """(launches, experts in flight at once) of a grouped expert GEMM: one launch over
+    :data:`TE_GEMM_STREAMS` streams per local expert where the engine loops
+    (:data:`EXPERT_GEMM_LOOP`), else one grouped kernel (0: every expert in one schedule)."""
+    if not form.expert_gemm_loop:
+        return 1, 0
+    return local, TE_GEMM_STREAMS if form.grouped_experts else 0
+
+
 def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) -> list[Op]:
     """A mixture-of-experts MLP over ``T`` tokens: router, top-k, the experts hit (a grouped GEMM:
     ``groups`` experts of ``rows / groups`` rows each, as :func:`expert_tokens` gives them),
@@ -912,15 +936,15 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     # one GEMM per expert hit, or one grouped kernel for them all (plus its permute / unpermute)
     launches = 1 if form.grouped_experts else max(1, math.ceil(touched))
     groups = max(1, round(touched))
-    # a grouped GEMM issued as one launch per local expert (TE GroupedLinear's cuBLAS loop)
-    grouped_launches = local if form.expert_gemm_loop else 1
+    grouped_launches, streams = _expert_launches(form, local)  # TE GroupedLinear's loop
     up = _mm("moe.up", "mlp", b=1, m=R, k=h, n=n_up, act=a, w=w)
     ops.append(replace(up, bytes=R * h * a + touched * h * n_up * w + R * n_up * a,
                        counted_flops=up.counted_flops * useful,
                        weight_elements=local * h * n_up,
                        kernels=(grouped_launches if form.grouped_experts
                                 else launches * (2 if gated else 1)),
-                       groups=groups, weight_width=w, weight_bytes=touched * h * n_up * w))
+                       groups=groups, concurrent=streams, weight_width=w,
+                       weight_bytes=touched * h * n_up * w))
     ops.append(_ew("moe.act", "norm_elementwise", elements=R * ie,
                    nbytes=(3 if gated else 2) * R * ie * a,
                    flops_per=_ACT_FLOPS[act] + (1 if gated else 0),
@@ -930,7 +954,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                        counted_flops=down.counted_flops * useful,
                        weight_elements=local * ie * h,
                        kernels=grouped_launches if form.grouped_experts else launches,
-                       groups=groups,
+                       groups=groups, concurrent=streams,
                        weight_width=w, weight_bytes=touched * ie * h * w))
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                    flops_per=2, kernels=launches * 2))

@@ -163,7 +163,8 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
                                        if device.supports("fp8") else 0.0)
             compute = max(compute, grouped_gemm_s(op.flops, op.shape, op.groups, rate,
                                                   device.sm_count, fixed_blocks=fixed,
-                                                  backward=op.phase == "backward"))
+                                                  backward=op.phase == "backward",
+                                                  concurrent=op.concurrent))
         elif shaped and op.kind == "matmul" and op.shape and device.kind == "gpu" \
                 and min(op.shape[1], op.shape[3]) >= GEMM_TILE[0]:
             # tiled GEMMs only: a skinny product (decode's M = 1) runs as a GEMV / split-K
