@@ -102,9 +102,9 @@ NON_TORCH_TP_BYTES = int(0.15 * GIB)
 SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 1 + 4 + 1 + 4
 #: Bytes per (sequence, vocabulary entry) at the peak of vLLM V0's profile sampler on CUDA, read
 #: from the code, not fitted. V0's ``profile_run`` samples with ``top_p=0.99, top_k=vocab - 1``
-#: (vllm/worker/model_runner.py, 0.6-0.8); ``Sampler.forward`` casts the logits to fp32
-#: (``logits = logits.to(torch.float)``) while ``execute_model`` keeps the model-dtype logits
-#: bound, and ``_apply_top_k_top_p`` (vllm/model_executor/layers/sampler.py) begins with
+#: (vllm/worker/model_runner.py, 0.6-0.8); 0.8's ``Sampler.forward`` casts the logits to fp32
+#: (``logits = logits.to(torch.float)``, "Use float32 to apply temperature scaling") while
+#: ``execute_model`` keeps the model-dtype logits bound (the logs this binds are 0.8's), and ``_apply_top_k_top_p`` (vllm/model_executor/layers/sampler.py) begins with
 #: ``logits.sort(dim=-1)``. On CUDA a sort over more than 4,096 columns runs
 #: ``launch_stable_sort_kernel`` (aten/src/ATen/native/cuda/SortStable.cu, pytorch/pytorch
 #: @061531e83b8f): with 128 rows or more (one row: the same sizes) ``segmented_sort_pairs``
