@@ -46,6 +46,8 @@ def predict(log: dict):
               runtime=log.get("runtime", "auto"), kv_dtype=log.get("kv_dtype"))
     knob = "mem_fraction_static" if log["engine"] == "sglang" else "gpu_memory_utilization"
     kw = {knob: log["fraction"]} if "fraction" in log else {}
+    # the scheduler budgets where the log states them (else the engine version's defaults)
+    kw.update({k: log[k] for k in ("max_num_seqs", "max_num_batched_tokens") if k in log})
     return kv_budget(model, gpu, job, max_model_len=log.get("max_model_len"),
                      engine_version=log["rule"], **kw)
 

@@ -20,7 +20,9 @@ Sources (read through the project's code search and issue threads):
 * vLLM's profile sampler: V0 ``profile_run`` uses ``SamplingParams(top_p=0.99,
   top_k=vocab_size - 1)`` (vllm/worker/model_runner.py, v0.6.6.post1), V1
   ``_dummy_sampler_run`` top_p 0.9 and top_k vocab - 1 (PR #13594): both sort the vocabulary
-  in ``apply_top_k_top_p`` (:data:`SORT_SAMPLER_BYTES`).
+  in ``apply_top_k_top_p`` (:data:`SORT_SAMPLER_BYTES`); V0's peak is inside that sort, whose
+  CUDA kernel (PyTorch's ``SortStable.cu``, cub's segmented radix sort) allocates reverse
+  indices and cub's third keys and values buffers (:data:`V0_SORT_SAMPLER_BYTES`).
 * vLLM V1 ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` (commit
   0012cf691b7e, 0.8.x; the ``memory_profiling`` form of 0.9-0.20 subtracts the same three
   parts): CUDA graphs are captured *after* the KV cache is allocated, so they come out of the
@@ -63,6 +65,7 @@ from ..errors import InputError, opt, shown
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
            "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB",
            "NON_TORCH_BYTES", "NON_TORCH_GROWTH_BYTES", "SORT_SAMPLER_BYTES",
+           "V0_SORT_SAMPLER_BYTES", "V0_FULL_SORT_SAMPLER_BYTES",
            "SGLANG_INIT_NVLINK_TP_BYTES"]
 
 GIB = 1 << 30
@@ -97,6 +100,27 @@ NON_TORCH_TP_BYTES = int(0.15 * GIB)
 #: scatter back (4). Counted from the code; the one V1 log that prints its activation peak
 #: (Qwen2.5-7B AWQ, 256 x 152,064 logits: 1.04 GiB) agrees within 0.01 GiB.
 SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 1 + 4 + 1 + 4
+#: Bytes per (sequence, vocabulary entry) at the peak of vLLM V0's profile sampler on CUDA, read
+#: from the code, not fitted. V0's ``profile_run`` samples with ``top_p=0.99, top_k=vocab - 1``
+#: (vllm/worker/model_runner.py, 0.6-0.8); 0.8's ``Sampler.forward`` casts the logits to fp32
+#: (``logits = logits.to(torch.float)``, "Use float32 to apply temperature scaling") while
+#: ``execute_model`` keeps the model-dtype logits bound (the logs this binds are 0.8's), and ``_apply_top_k_top_p`` (vllm/model_executor/layers/sampler.py) begins with
+#: ``logits.sort(dim=-1)``. On CUDA a sort over more than 4,096 columns runs
+#: ``launch_stable_sort_kernel`` (aten/src/ATen/native/cuda/SortStable.cu, pytorch/pytorch
+#: @061531e83b8f): with 128 rows or more (one row: the same sizes) ``segmented_sort_pairs``
+#: allocates an int64 reverse-index array and calls cub's ``DeviceSegmentedRadixSort::
+#: SortPairs``, which, not allowed to overwrite its input, takes "a 3rd keys buffer" and "a 3rd
+#: values buffer" of the whole input in its temporary storage (cub
+#: ``DispatchSegmentedRadixSort::InvokePasses``, ``allocation_sizes``). Live during the sort:
+#: the model-dtype logits (2), the fp32 copy (4), the sorted values (4) and int64 indices (8),
+#: the reverse indices (8), cub's keys and values buffers (4 + 8) = 38. Past the sort V0 holds
+#: less (two masks, the softmax, a cumsum that is not in place, the scatter: 32). V1's
+#: :data:`SORT_SAMPLER_BYTES` counts its post-sort tensors only.
+V0_SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 8 + 4 + 8
+#: The same sort with 2 to 127 rows takes ``segmented_sort_pairs_by_full_sort``: two int2
+#: (index, segment) arrays (8 + 8), the keys output cub's wrapper allocates when passed none (4)
+#: and ``DeviceRadixSort::SortPairs``' third keys and int2 values buffers (4 + 8).
+V0_FULL_SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8
 #: Fitted: the CUDA-graph pool vLLM 0.21+ estimates for its default capture sizes (decode
 #: graphs up to 512 sequences, piecewise + full); its logs print 0.36 GiB (small model, TP 2,
 #: gpustack/runner#251), 0.65 GiB (Gemma 3 4B, #21489), 0.69 GiB estimated (a 27B hybrid).
@@ -170,7 +194,9 @@ class BudgetRule:
     """How the profile run's sampler adds to its peak: ``summed`` (the fp32 logits and one copy
     on top of the forward's peak) or ``sort`` (vLLM's profile sampler, top-k/top-p through a
     full sort of the vocabulary after the forward: the larger of that and
-    :data:`SORT_SAMPLER_BYTES` per logit)."""
+    :data:`SORT_SAMPLER_BYTES` per logit) or ``v0_sort`` (vLLM V0's sampler on CUDA: its peak is
+    inside the sort, :data:`V0_SORT_SAMPLER_BYTES` per logit; on other GPUs, whose sort
+    gpuplan has not read, ``sort``)."""
     sources: tuple[str, ...] = ()
 
 
@@ -182,16 +208,22 @@ _VLLM_V0 = _rule(
     engine="vllm", version="0.6", knob="gpu_memory_utilization", default_fraction=0.9,
     fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
     max_num_batched_tokens="max_model_len", max_num_seqs="256", hybrid_groups=False,
-    tokens_reported="blocks", non_torch="device", sampler="sort",
+    tokens_reported="blocks", non_torch="device", sampler="v0_sort",
     sources=("vllm/worker/worker.py determine_num_available_blocks (0.6.x)",
              "vllm/worker/model_runner.py profile_run: SamplingParams(top_p=0.99, "
              "top_k=vocab_size - 1)",
+             "vllm/model_executor/layers/sampler.py _apply_top_k_top_p (logits.sort)",
+             "pytorch/pytorch aten/src/ATen/native/cuda/SortStable.cu @061531e83b8f "
+             "segmented_sort_pairs",
              "https://github.com/vllm-project/vllm/issues/10517"))
 _VLLM_V07 = replace(_VLLM_V0,
     version="0.7", non_torch="growth",
     sources=("vllm/utils.py memory_profiling (baseline snapshot; non_torch_increase)",
              "https://github.com/vllm-project/vllm/pull/10511",
-             "https://github.com/vllm-project/vllm/pull/12126 (0.16 GiB non-torch, H100)"))
+             "https://github.com/vllm-project/vllm/pull/12126 (0.16 GiB non-torch, H100)",
+             "vllm/model_executor/layers/sampler.py _apply_top_k_top_p (logits.sort)",
+             "pytorch/pytorch aten/src/ATen/native/cuda/SortStable.cu @061531e83b8f "
+             "segmented_sort_pairs"))
 _VLLM_V1 = _rule(
     engine="vllm", version="0.8", knob="gpu_memory_utilization", default_fraction=0.9,
     fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,

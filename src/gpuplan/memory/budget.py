@@ -17,7 +17,8 @@ from ..bounds import check_int, check_number
 from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES,
                               NON_TORCH_GROWTH_BYTES, NON_TORCH_TP_BYTES, SGLANG_INIT_BYTES,
                               SGLANG_INIT_NVLINK_TP_BYTES, SGLANG_INIT_TP_BYTES,
-                              SORT_SAMPLER_BYTES, TRT_CONTEXT_BYTES, BudgetRule, budget_rule,
+                              SORT_SAMPLER_BYTES, TRT_CONTEXT_BYTES, V0_FULL_SORT_SAMPLER_BYTES,
+                              V0_SORT_SAMPLER_BYTES, BudgetRule, budget_rule,
                               sglang_default_fraction, sglang_settings)
 from ..engines.profiles import runtime_of
 from ..errors import InputError, UnsupportedError, opt
@@ -107,7 +108,8 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     weights = infer_memory(model, job).weights_bytes
     rope = rope_cache_bytes(rule, rarch, job)
     gguf = _is_gguf(job) and rule.engine == "vllm"
-    act = _activation_peak(rarch, mnbt, seqs, sampler=rule.sampler, split_merged=gguf) \
+    sampler = rule.sampler if rule.sampler != "v0_sort" or gpu.vendor == "NVIDIA" else "sort"
+    act = _activation_peak(rarch, mnbt, seqs, sampler=sampler, split_merged=gguf) \
         if rule.profile_activations else 0
     non_torch = (NON_TORCH_GROWTH_BYTES if rule.non_torch == "growth" else NON_TORCH_BYTES) \
         + (NON_TORCH_TP_BYTES if lay.tp > 1 else 0)
@@ -204,7 +206,8 @@ def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
     ``sort`` (vLLM): the forward and the sampler run one after the other, so the peak is the
     larger of the two (:func:`_forward_peak`: the tensors live at the largest layer's busiest
     point; the sampler: :data:`SORT_SAMPLER_BYTES` per logit beside the hidden states, the only
-    forward tensor still held when it sorts). vLLM's ``execute_model`` computes the logits from
+    forward tensor still held when it sorts). ``v0_sort``: the same with V0's sampler, whose
+    peak is inside the CUDA sort (:func:`_sort_bytes`). vLLM's ``execute_model`` computes the logits from
     the model's returned hidden states after the layers' intermediates are freed, so the logits
     are not summed onto the MLP's peak (vllm/worker/model_runner.py ``execute_model``: the
     model's forward, then ``compute_logits``, then ``sample``). On the RTX 3090 log of vllm#10517
@@ -215,10 +218,11 @@ def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
     a time and concatenates the outputs (``GGUFLinearMethod.apply``, torch.cat of the shard
     results), so the shards and their concatenation are live together."""
     H = a.hidden_size
-    logits = min(seqs, tokens) * a.vocab_size
-    if sampler == "sort":
+    rows = min(seqs, tokens)
+    logits = rows * a.vocab_size
+    if sampler in ("sort", "v0_sort"):
         return max(_forward_peak(a, tokens, dt, split_merged),
-                   logits * SORT_SAMPLER_BYTES + tokens * H * dt)
+                   logits * _sort_bytes(sampler, rows) + tokens * H * dt)
     stream = 2 * tokens * H * dt
     qkv = tokens * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim * dt
     attn = qkv * (2 if split_merged else 1) + tokens * a.num_heads * a.head_dim * dt
@@ -226,6 +230,16 @@ def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
         if a.intermediate_size else 0
     forward = stream + max(attn, dense, _moe_caches(a, tokens, dt))
     return forward + logits * 4 * SAMPLER_COPIES
+
+
+def _sort_bytes(sampler: str, rows: int) -> int:
+    """Bytes per logit at the profile sampler's peak: V1's tensors after the sort
+    (:data:`SORT_SAMPLER_BYTES`), or V0's during it, by the path PyTorch's CUDA sort takes for
+    ``rows`` rows (SortStable.cu: one row or 128 and more, the segmented radix sort; between,
+    the full sort by (index, segment) pairs)."""
+    if sampler == "sort":
+        return SORT_SAMPLER_BYTES
+    return V0_SORT_SAMPLER_BYTES if rows == 1 or rows >= 128 else V0_FULL_SORT_SAMPLER_BYTES
 
 
 def _moe_caches(a: Architecture, tokens: int, dt: int) -> int:
