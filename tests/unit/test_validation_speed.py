@@ -175,6 +175,10 @@ def test_out_of_sample_holdout_reads(rows):
     # its context parallel all-gathers, rotates (fp32 dK/dV) and merges 4x (8B) / 16x (405B at
     # TP 8) the GQA K/V: 405B CP2/4/8 1.32/1.30/1.48 -> 1.24/1.21/1.30, 8B CP2/4/8 1.08/1.42/
     # 1.47 -> 1.05/1.39/1.44; torchtitan 19.0% / 43.8%, holdout 7.5% / 48.0% -> 7.3% / 43.8%.
+    # Issue 31 (ttpower): the 500 W H100 HBM2e's tensor clock read from a published measured SM
+    # clock (arXiv:2604.11391v2 Fig. 6b: 0.879, not the ratings' line 0.896): every torchtitan
+    # row -0.01 to -0.03 (8B FSDP8 compile 1.23 -> 1.21, 8B CP8 1.44 -> 1.41); torchtitan 19.0%
+    # / 43.8% -> 17.3% / 41.3%, holdout 7.7% / 43.8% -> 7.7% / 41.3%.
     s = vs.summary(rows, "holdout")
     new = [r for r in rows if r.run["source_group"] in OUT_OF_SAMPLE and r.ratio is not None]
     assert s["n"] == 45 + len(new) and len(new) == 48
@@ -187,7 +191,7 @@ def test_out_of_sample_holdout_reads(rows):
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
     assert len(gemv8) == 2 and all(1.10 < x < 1.28 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
-    assert tt_med <= 0.191 and tt_worst <= 0.439
+    assert tt_med <= 0.174 and tt_worst <= 0.414
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]
     assert len(ibm) == 6
     for r in ibm:
@@ -206,7 +210,7 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 7.7% median and 43.8% worst (torchtitan's 8B Float8 CP 8 row), "
+                   "holdout reads 7.7% median and 41.3% worst (torchtitan's 8B Float8 CP 8 row), "
                    "and the torchtitan group's median is "
                    "over 15% (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")

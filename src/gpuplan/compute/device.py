@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
     "apply_measured", "measured_apply", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
-    "POWER_SIBLINGS", "MEASURED_POWER_CURVES", "power_clock_fraction", "at_power_limit",
+    "POWER_SIBLINGS", "MEASURED_POWER_CURVES", "MEASURED_CLOCK_CURVES", "power_clock_fraction",
+    "at_power_limit",
 ]
 
 #: CPU memory bandwidth assumed when nothing was measured: two channels of DDR4-3200
@@ -184,7 +185,8 @@ def _latency_of(gpu: GPU) -> dict:
 #: 1.830 and 1.545 GHz x 132 x 4,096 FLOP a clock). torchtitan's docs/performance.md
 #: (@eaea6f6, footnote 2) says of its 500 W HBM2e SXM H100 that "the actual peak TFLOPs number
 #: is between SXM and NVL". A SKU without a sibling here keeps its TDP peaks under a cap, and
-#: the estimate says so.
+#: the estimate says so. A measured curve (MEASURED_CLOCK_CURVES, MEASURED_POWER_CURVES) is read
+#: before this line: H100-SXM-96GB has one.
 POWER_SIBLINGS: Mapping[str, str] = MappingProxyType({
     "H100-SXM-80GB": "H100-NVL-94GB",
     "H100-SXM-96GB": "H100-NVL-94GB",
@@ -192,8 +194,8 @@ POWER_SIBLINGS: Mapping[str, str] = MappingProxyType({
 
 
 #: A measured curve of training throughput against the power limit (``nvidia-smi -pl``): the
-#: SKU, then the source and (watts, seconds per iteration) pairs as published, the first at the
-#: SKU's TDP. The share of the TDP throughput at a limit is t(TDP) / t(limit), read linearly
+#: SKU, then the source and (watts, seconds per iteration, or per token) pairs as published,
+#: the first at the SKU's TDP. The share of the TDP throughput at a limit is t(TDP) / t(limit), read linearly
 #: between the measured limits. It is end-to-end throughput, so the memory-bound kernels and
 #: the pipeline's communication (which a cap slows less) are in it: the tensor clock's share is
 #: at most this, and the curve is an upper bound on it.
@@ -204,8 +206,20 @@ POWER_SIBLINGS: Mapping[str, str] = MappingProxyType({
 #: pipeline, batch 1024, 128 microbatches of 8); the README there names the nodes: 4x NVIDIA
 #: A100-80G PCIe (300 W TDP). The GPT-3 row is the transformer LM of the five models measured
 #: (the others, BERT-huge, BLOOM-3B, T5-3B, Wide-ResNet, read 0.90-0.94 at 250 W against its
-#: 0.924). No such measurement was found for any H100 (searched 2026-12-07): POWER_SIBLINGS
-#: still reads those.
+#: 0.924).
+#:
+#: H100-SXM-96GB: Mayr et al., "AI Application Benchmarking: Power-Aware Performance Analysis for
+#: Vision and Language Models", arXiv:2603.16164 (2026), Table 4, row "Pre-training / H100":
+#: tokens/s of LLaMA 3 8B continued pre-training (LitGPT, bf16-true, FSDP over 4 GPUs of one
+#: node, micro-batch 4 x 512 tokens: RRZE-HPC/hpc-ai-perf-bench@52d1f50 llm/training/configs/
+#: llama3_8b_4gpu.yaml and slurm_scripts/powercap_training_4x.sh, the caps 200-700 W) on an H100
+#: SXM of 94 GB HBM2e, 700 W (the HBM2e part of this SKU's 2.4 TB/s; the same part is an
+#: assumption). The table was read here as transcribed in connorlagana/flexcompute-microgrid
+#: @5c8dbb0 src/flexcompute/gpu.py (the paper's HTML could not be opened from this sandbox);
+#: the ratios are used, not the absolute rate (6 x 8.03e9 x 30,271 tokens/s is above one H100's
+#: dense peak, so the rate is the node's, not a GPU's as that transcription labels it). Stored
+#: as seconds per token, 1 / tokens/s. :data:`MEASURED_CLOCK_CURVES` holds a measured clock for
+#: this SKU and is read first: this curve bounds it (0.915 at 500 W against the clock's 0.879).
 MEASURED_POWER_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]] = \
     MappingProxyType({
         "A100-PCIe-80GB": (
@@ -213,35 +227,83 @@ MEASURED_POWER_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]]
             ((300.0, 60.095173279444374), (275.0, 62.02395955721537),
              (250.0, 65.02246014277141), (225.0, 73.32878303527832),
              (200.0, 87.91865595181783), (175.0, 106.298974831899))),
+        "H100-SXM-96GB": (
+            "Mayr et al. arXiv:2603.16164 Table 4, LLaMA 3 8B pre-training on H100 94 GB HBM2e",
+            ((700.0, 1 / 30271.0), (600.0, 1 / 29250.0), (500.0, 1 / 27705.3),
+             (400.0, 1 / 24853.4), (300.0, 1 / 17982.3), (200.0, 1 / 9699.3))),
     })
 
 
-def _measured_fraction(gpu: GPU, watts: float) -> tuple[float, str] | None:
-    """The share of the TDP throughput read from :data:`MEASURED_POWER_CURVES` at ``watts``
-    (at or below the TDP), and how it was read; None when no curve covers ``gpu``."""
-    curve = MEASURED_POWER_CURVES.get(gpu.name)
-    if curve is None:
-        return None
-    source, points = curve
-    t_tdp = points[0][1]
-    for (p_hi, t_hi), (p_lo, t_lo) in zip(points, points[1:]):
+#: A measured sustained SM clock against the power limit (``nvidia-smi -pl``) under a
+#: compute-bound tensor-core load: the SKU, then the source and (watts, MHz) pairs as published,
+#: the first at the SKU's TDP. The share at a limit is f(limit) / f(TDP), read linearly between
+#: the measured limits: the clock share :func:`power_clock_fraction` returns, measured rather than
+#: bounded by end-to-end throughput (:data:`MEASURED_POWER_CURVES`), so it is read first.
+#:
+#: H100-SXM-96GB: Ujeniya, Eitzinger, Hager, Wellein, "Architectural Trade-offs in the
+#: Energy-Efficient Era: A Comparative Study of power-capping NVIDIA H100 and H200",
+#: arXiv:2604.11391v2 (2026), Fig. 6b: the average SM clock of an H100 of 94 GiB HBM2e
+#: (2.41 TB/s, 700 W) running ViT-L/16 inference, batch 256, TF32, at caps 200-700 W; the
+#: figure's printed annotations as transcribed in connorlagana/flexcompute-microgrid @5c8dbb0
+#: src/flexcompute/gpu.py (the paper could not be opened from this sandbox). Its 700 W point
+#: is the part's top boost clock (1,969 MHz at 647 W drawn): the cap first binds below it. A
+#: TF32 vision load, not BF16/FP8 training: how far a denser load's clock falls at each cap is
+#: not measured there. Mayr et al.'s LLaMA pre-training throughput on an H100 of the same
+#: memory (MEASURED_POWER_CURVES) reads above this clock at every cap, as an end-to-end bound
+#: should.
+MEASURED_CLOCK_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]] = \
+    MappingProxyType({
+        "H100-SXM-96GB": (
+            "Ujeniya et al. arXiv:2604.11391v2 Fig. 6b, ViT-L/16 TF32 on H100 94 GiB HBM2e",
+            ((700.0, 1969.0), (600.0, 1889.0), (500.0, 1731.0), (400.0, 1501.0),
+             (300.0, 1132.0), (200.0, 625.0))),
+    })
+
+
+def _read_curve(points: tuple[tuple[float, float], ...], watts: float, *,
+                per_time: bool) -> tuple[float, float | None]:
+    """The share of the TDP point (the first) read linearly in watts from ``points`` at
+    ``watts``, and None; below the lowest limit, that limit's share and its watts. ``per_time``:
+    the values are times (share = v(TDP) / v), else rates (share = v / v(TDP))."""
+    v_tdp = points[0][1]
+    share = (lambda v: v_tdp / v) if per_time else (lambda v: v / v_tdp)
+    for (p_hi, v_hi), (p_lo, v_lo) in zip(points, points[1:]):
         if p_lo <= watts <= p_hi:
-            t = t_lo + (t_hi - t_lo) * (watts - p_lo) / (p_hi - p_lo)
-            return t_tdp / t, f"read from a measured curve of training throughput ({source})"
-    p_min, t_min = points[-1]
-    return t_tdp / t_min, (f"the lowest measured limit's, {p_min:g} W, kept, an upper bound "
-                           f"below it ({source})")
+            return share(v_lo + (v_hi - v_lo) * (watts - p_lo) / (p_hi - p_lo)), None
+    return share(points[-1][1]), points[-1][0]
+
+
+def _measured_fraction(gpu: GPU, watts: float) -> tuple[float, str] | None:
+    """The clock share at ``watts`` (at or below the TDP) read from
+    :data:`MEASURED_CLOCK_CURVES`, else from :data:`MEASURED_POWER_CURVES`, and how it was
+    read; None when neither covers ``gpu``."""
+    for name, curves, what, per_time in (
+            ("MEASURED_CLOCK_CURVES", MEASURED_CLOCK_CURVES, "sustained SM clock", False),
+            ("MEASURED_POWER_CURVES", MEASURED_POWER_CURVES, "training throughput", True)):
+        curve = curves.get(gpu.name)
+        if curve is None:
+            continue
+        source, points = curve
+        f, p_min = _read_curve(points, watts, per_time=per_time)
+        if p_min is None:
+            return f, f"read from a measured curve of {what} ({source}); {name}"
+        return f, (f"the lowest measured limit's, {p_min:g} W, kept, an upper bound below it "
+                   f"({source}); {name}")
+    return None
 
 
 def power_clock_fraction(gpu: GPU, watts: float | None) -> tuple[float, str]:
     """The share of ``gpu``'s TDP tensor clock it sustains at a ``watts`` power limit, and the
     note that says how it was read.
 
-    Where :data:`MEASURED_POWER_CURVES` has the SKU, the share is read from that measured
-    curve. Otherwise, between the sibling's rated power and the TDP, the clock is read linearly
-    between the two vendor ratings (:data:`POWER_SIBLINGS`): an interpolation, not a measured curve (no source
-    found gives the H100's sustained tensor clock at each cap; a cube law, power ~ f V^2 with V
-    ~ f, gives (500/700)^(1/3) = 0.894 at 500 W against the line's 0.896). Below the sibling's
+    Where :data:`MEASURED_CLOCK_CURVES` has the SKU, the share is read from that measured
+    clock; else where :data:`MEASURED_POWER_CURVES` has it, from that measured throughput (an
+    upper bound on the clock's share). Otherwise, between the sibling's rated power and the
+    TDP, the clock is read linearly between the two vendor ratings (:data:`POWER_SIBLINGS`): an
+    interpolation, not a measured curve (no source found gives the HBM3 H100 SXM's sustained
+    tensor clock at each cap; a cube law, power ~ f V^2 with V ~ f, gives (500/700)^(1/3) =
+    0.894 at 500 W against the line's 0.896; the HBM2e part's measured clock reads 0.879,
+    MEASURED_CLOCK_CURVES). Below the sibling's
     power the sibling's clock is kept, an upper bound. Memory-bound kernels are not slowed:
     HBM has its own clock, which a power cap does not lower (arXiv 2605.11999: memory-bound
     decode on an H200 draws 137-300 W and never reaches a cap)."""
@@ -258,8 +320,7 @@ def power_clock_fraction(gpu: GPU, watts: float | None) -> tuple[float, str]:
     if measured is not None:
         f, how = measured
         return f, (f"power limit {watts:g} W (TDP {tdp:g} W): tensor and vector peaks at "
-                   f"{f:.3f} of the TDP clock ({how}; MEASURED_POWER_CURVES); memory "
-                   "bandwidth unchanged")
+                   f"{f:.3f} of the TDP clock ({how}); memory bandwidth unchanged")
     sib_name = POWER_SIBLINGS.get(gpu.name)
     if sib_name is None:
         return 1.0, (f"power limit {watts:g} W, below the {tdp:g} W TDP: no source gives "
