@@ -287,6 +287,8 @@ def gemv_issue_s(op: Op, device: Device, eff: Efficiency, first_s: float,
     if (op.weight_width or op.bytes / op.weight_elements) >= 1.5:
         return 0.0
     rows = op.shape[0] * op.shape[1]
+    if eff.quant_gemv_rows and rows > eff.quant_gemv_rows:
+        return 0.0  # above its rows another kernel runs (WQLinear_GEMV: gemmv2_forward_cuda)
     issue = op.weight_elements * eff.quant_issue / device.issue_rate
     if rows <= 1:
         return max(first_s, issue)
