@@ -850,7 +850,10 @@ class QuantKernel:
 #: bound checks, loads and branches (10 IMAD, 8 IADD3, 7 LDG, 5 ISETP, 5 BRA, 4 BSSY,
 #: 4 BSYNC, 1 UIADD3, 1 CALL) -- 265 / 32 = 8.28 a weight; the warp reduction and store after
 #: the loop (about 30 per output channel) are left out (under 1% at 4,096 inputs). The
-#: wheel that ran the autoawq rows may come from another nvcc; its count was not checked.
+#: wheel that ran the autoawq rows may come from another nvcc; its count was not checked. The
+#: same count is applied on sm_80 and sm_90 (Ampere and Hopper, an assumption): compiled for
+#: sm_80 the convert is I2F (the conversion unit, whose lower rate is not timed) rather than
+#: sm_86+'s I2FP, and neither loop was counted on its own.
 AWQ_GEMV_ISSUE_PER_WEIGHT = 265 / 32
 
 
