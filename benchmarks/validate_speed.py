@@ -1037,7 +1037,10 @@ def _quant_kernel_gap(run: dict, row: Row) -> str:
                 "weights once per row of the batch, the rows after the first timed from the L2 "
                 "at its measured rate where a launch's matrix fits the footprint the L2 was "
                 "measured to keep (compute/time.py row_rereads), else from DRAM; each row's "
-                "dequantization is not timed")
+                "unpacking and dequantization timed by its instructions, 265 a 32 weights "
+                "(compute/efficiency.py AWQ_GEMV_ISSUE_PER_WEIGHT, its sm_89 SASS) at 128 a "
+                "clock per SM, the rows one after another, each the longer of its reads and its "
+                "issue (compute/time.py gemv_issue_s; the split of the SM's pipes not counted)")
     if run["job"].get("kv_window"):
         out += ("; its decode attention is FT's single_query_attention, timed by each thread "
                 "block's chain of loads (compute/efficiency.py single_query_attention_s: one "

@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from gpuplan.compute import estimate_speed
-from gpuplan.compute.efficiency import QUANT_KERNELS, constant, quant_kernel
+from gpuplan.compute.device import device_from_gpu, issue_rate_of
+from gpuplan.compute.efficiency import (AWQ_GEMV_ISSUE_PER_WEIGHT, QUANT_KERNELS, constant,
+                                        quant_kernel)
 from gpuplan.errors import ModelFileError
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
@@ -192,3 +194,77 @@ def test_gemv_at_batch_1_and_gemm_at_batch_8_read_the_weights_once():
     for t in ops9:
         w = _GEMV if t.op.group not in ("head", "embedding") else 0.685
         assert t.memory_s == pytest.approx(_read_s(t, 1008e9, w), rel=1e-9)
+
+
+# Issue 31 (awqgemv): AutoAWQ's GEMV kernel issues its unpacking and dequantization once per
+# row. Its g128 loop compiled for sm_89 (nvcc 13.0) is 265 SASS instructions an iteration of 32
+# weights a thread, by class:
+_SASS_G128 = {"I2FP": 33, "HADD2": 33, "FADD": 32, "FMUL": 32, "FFMA": 32, "SHF": 29, "LOP3": 29,
+              "IMAD": 10, "IADD3": 8, "LDG": 7, "ISETP": 5, "BRA": 5, "BSSY": 4, "BSYNC": 4,
+              "UIADD3": 1, "CALL": 1}
+# the RTX 4090 issues 128 thread instructions a clock on each of 128 SMs at the 2.52 GHz its
+# 82.6 TFLOP/s FP32 peak implies (128 lanes x 2 FLOPs x 128 SMs): 41.3e12 a second
+_ISSUE_4090 = 128 * 128 * 82.6e12 / (2 * 128 * 128)
+
+
+def test_the_gemv_kernels_instructions_per_weight_are_its_sass_count():
+    assert sum(_SASS_G128.values()) == 265
+    assert AWQ_GEMV_ISSUE_PER_WEIGHT == pytest.approx(265 / 32)
+    assert quant_kernel("transformers", "awq-4bit", "Ada Lovelace", "gemv").issue_per_weight \
+        == AWQ_GEMV_ISSUE_PER_WEIGHT
+    # the GEMM kernel's instructions are not counted (its loads hide its dequantization)
+    assert quant_kernel("transformers", "awq-4bit", "Ada Lovelace", "gemm").issue_per_weight == 0
+
+
+def test_issue_rate_is_128_a_clock_per_sm_at_the_fp32_peaks_clock():
+    assert issue_rate_of("8.9", 82.6e12, 128) == pytest.approx(41.3e12)
+    # A100: 64 FP32 lanes an SM, 108 SMs, 19.5 TFLOP/s -> 1.41 GHz, 128 x 108 x 1.41e9 = 19.5e12
+    assert issue_rate_of("8.0", 19.5e12, 108) == pytest.approx(19.5e12)
+    assert issue_rate_of("7.0", 15.7e12, 80) == 0.0  # lanes not on record: no guess
+    assert device_from_gpu(get_gpu("rtx-4090")).issue_rate == pytest.approx(_ISSUE_4090)
+
+
+def test_gemv_rows_after_the_first_are_bound_by_their_dequantization_on_a_4090():
+    # Llama 3.1 8B at batch 8: each row re-reads its matrix from the L2 (3,645 GB/s) faster
+    # than it issues 8.28 instructions a weight, so rows 2-8 each take the issue time; the
+    # first row is bound by its DRAM read. mlp.down by hand: 14336 x 4096 = 58.7M weights,
+    # issue 58.7e6 x 8.28 / 41.3e12 = 11.77 us a row, an L2 re-read 58.7e6 x 0.5195 B /
+    # 3,645 GB/s = 8.37 us, the first row 30.5 MB / (1,008 GB/s x 70.2%) = 43.1 us:
+    # 43.1 + 7 x 11.77 = 125.5 us (101.7 us by bytes alone)
+    _, ops = _awq_decode(8, "gemv")
+    blocks = [t for t in ops if t.op.group not in ("head", "embedding")]
+    assert blocks
+    for t in blocks:
+        issue = t.op.weight_elements * 265 / 32 / _ISSUE_4090
+        reread = t.op.weight_elements * _PACKED / _L2_RATE
+        first = _read_s(t, 1008e9, _GEMV)
+        assert t.time_s == pytest.approx(max(first, issue) + 7 * max(reread, issue), rel=1e-9)
+    down, = [t for t in blocks if t.op.name == "mlp.down"]
+    assert down.time_s == pytest.approx(125.5e-6, rel=0.005)
+    assert down.bound == "compute"
+
+
+def test_gemv_at_batch_1_stays_bound_by_its_bytes_on_a_4090_but_not_on_an_a100():
+    # batch 1 on the 4090: 11.77 us of issue under mlp.down's 43.1 us of DRAM: unchanged
+    _, ops = _awq_decode(1, "gemv")
+    for t in ops:
+        if t.op.group not in ("head", "embedding"):
+            assert t.time_s == pytest.approx(_read_s(t, 1008e9, _GEMV), rel=1e-9)
+            assert t.bound == "memory"
+    # A100-SXM-80GB issues 19.5e12 a second (above) against 2,039 GB/s x 70.2%: mlp.down's
+    # 58.7e6 x 8.28 / 19.5e12 = 24.9 us of issue outlasts its 30.5 MB / 1,431 GB/s = 21.3 us
+    _, ops = _awq_decode(1, "gemv", gpu="a100-sxm-80gb")
+    # (the matmul's occupancy floor, 25.4 us here, is the longer of the two compute terms)
+    down, = [t for t in ops if t.op.name == "mlp.down"]
+    issue = 14336 * 4096 * 265 / 32 / 19.5e12
+    assert issue == pytest.approx(24.9e-6, rel=0.005)
+    assert down.memory_s == pytest.approx(21.3e-6, rel=0.005) and down.memory_s < issue
+    assert down.time_s >= issue and down.bound == "compute"
+
+
+def test_above_8_rows_the_gemv_instructions_are_not_counted():
+    # WQLinear_GEMV runs gemmv2_forward_cuda above 8 rows: timed by its bytes, as before
+    _, ops9 = _awq_decode(9, "gemv")
+    for t in ops9:
+        if t.op.kind == "matmul" and t.op.group not in ("head", "embedding"):
+            assert t.time_s == pytest.approx(_read_s(t, 1008e9, _GEMV), rel=1e-9)

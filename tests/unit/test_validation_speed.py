@@ -187,9 +187,12 @@ def test_out_of_sample_holdout_reads(rows):
     # its measured 3,645 GB/s (every Mistral launch fits the 32 MiB it was measured to keep):
     # 0.38x / 0.42x -> 1.24x / 1.15x; each row's dequantization is not timed (optimistic);
     # issue 31 (awq): the GEMV kernel's batch-1 share from TinyChat's figure (70.2%, not
-    # 68.5%) and one fused QKV launch: 1.27x / 1.26x
+    # 68.5%) and one fused QKV launch: 1.27x / 1.26x; issue 31 (awqgemv): each row's unpacking
+    # and dequantization timed by its instructions (efficiency.AWQ_GEMV_ISSUE_PER_WEIGHT, 8.28
+    # a weight at 128 a clock per SM, time.gemv_issue_s), the rows one after another: 1.04x /
+    # 1.07x; the batch-1 rows stay bound by their bytes, unchanged
     gemv8 = [r.ratio for r in new if "-gemv-b8-" in r.run["id"]]
-    assert len(gemv8) == 2 and all(1.10 < x < 1.28 for x in gemv8)
+    assert len(gemv8) == 2 and all(1.0 < x < 1.10 for x in gemv8)
     (_, _, tt_med, tt_worst), = [g for g in vs.by_group(rows, "holdout") if g[0] == "torchtitan"]
     assert tt_med <= 0.174 and tt_worst <= 0.414
     ibm = [r for r in new if r.run["source_group"] == "ibm-fsdp-blog"]

@@ -109,6 +109,9 @@ class Device:
     """Seconds one dependent load from device memory takes (the catalog's ``memory_latency``: a
     pointer chase, cycles at the SM clock over that clock); 0: no measurement, no kernel timed by
     its chain of loads (:func:`~.efficiency.single_query_attention_s`)."""
+    issue_rate: float = 0.0
+    """Thread instructions a second the SMs can issue (:func:`issue_rate_of`); 0: the chip's FP32
+    lanes per SM are not on record, and no kernel is timed by its instruction count."""
 
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops
@@ -148,7 +151,34 @@ def device_from_gpu(gpu: GPU) -> Device:
         interconnect=gpu.interconnect,
         interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
         architecture=gpu.architecture, source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})",
+        issue_rate=issue_rate_of(gpu.compute_capability, gpu.peak_flops["fp32"], gpu.sm_count),
         **_l2_of(gpu), **_latency_of(gpu))
+
+
+#: FP32 lanes (CUDA cores) per SM by compute capability, as NVIDIA's architecture whitepapers
+#: state them: 8.0 (GA100) 64, "NVIDIA A100 Tensor Core GPU Architecture" (2020); 8.6/8.7 (GA10x)
+#: 128, "NVIDIA Ampere GA102 GPU Architecture" (2021: two FP32 datapaths per partition, one of
+#: them shared with INT32); 8.9 (AD10x) 128, "NVIDIA Ada GPU Architecture" (2023); 9.0 (GH100)
+#: 128, "NVIDIA H100 Tensor Core GPU Architecture" (2022). Each of those SMs is four partitions
+#: with one warp scheduler and one dispatch unit each, one 32-thread instruction a clock (the
+#: GA102 whitepaper's partition, as quoted in the offline index: "one warp scheduler, one
+#: dispatch unit"; its SM diagram labels both "32 thread/clk"): 128 thread instructions a clock
+#: per SM. These figures were read from the whitepapers' well-known SM descriptions, not
+#: re-checked against the PDFs this session (the offline index does not hold them).
+_FP32_LANES_PER_SM = {"8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128}
+_ISSUE_PER_SM_CLOCK = 4 * 32
+
+
+def issue_rate_of(compute_capability: str | None, fp32_flops: float, sm_count: int) -> float:
+    """Thread instructions a second ``sm_count`` SMs issue: 128 a clock each (four schedulers of
+    one 32-thread instruction), at the clock the dense FP32 peak implies (``fp32_flops`` /
+    (2 FLOPs x FP32 lanes x SMs); RTX 4090: 82.6e12 / (2 x 128 x 128) = 2.52 GHz, its rated
+    boost); 0 for a chip whose lanes per SM are not in :data:`_FP32_LANES_PER_SM`."""
+    lanes = _FP32_LANES_PER_SM.get(compute_capability or "")
+    if not lanes or sm_count <= 0 or fp32_flops <= 0:
+        return 0.0
+    clock = fp32_flops / (2 * lanes * sm_count)
+    return _ISSUE_PER_SM_CLOCK * sm_count * clock
 
 
 def _l2_of(gpu: GPU) -> dict:
@@ -402,6 +432,10 @@ class Efficiency:
     quant_splitk: int = 0
     """The quantized kernel writes this many split-K partial outputs, which a separate reduction
     kernel sums after each launch (the kernel's ``splitk_partials``: AutoAWQ's GEMM); 0: none."""
+    quant_issue: float = 0.0
+    """Thread instructions the quantized kernel issues per weight per row of the batch (its
+    unpacking, dequantization and dot product: the kernel's ``issue_per_weight``); 0: not
+    counted, the kernel timed by its bytes alone."""
 
     def __post_init__(self) -> None:
         for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):

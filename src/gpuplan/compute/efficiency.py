@@ -31,7 +31,7 @@ __all__ = [
     "TE_TRAINING_LAYERS", "TE_H200NVL_BARS_MS", "te_training_gemms", "te_training_waves",
     "te_h200nvl_shares", "DEEPGEMM_H800_TFLOPS", "grouped_gemm_k_share", "grouped_gemm_s",
     "kloop_fixed_blocks", "KLOOP_FIXED_ARCHS",
-    "QuantKernel", "QUANT_KERNELS", "quant_kernel", "attention_fraction", "FA2_SM8X",
+    "QuantKernel", "QUANT_KERNELS", "AWQ_GEMV_ISSUE_PER_WEIGHT", "quant_kernel", "attention_fraction", "FA2_SM8X",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
@@ -831,6 +831,30 @@ class QuantKernel:
     splitk_partials: int = 0
     """Each launch writes this many split-K partial outputs (16-bit, rows x out features each)
     that a separate reduction kernel then sums; 0: the kernel writes its output itself."""
+    issue_per_weight: float = 0.0
+    """Thread instructions its loop issues per weight per row of the batch (unpacking,
+    dequantization, the dot product, the loop's own bookkeeping), counted from its compiled
+    code; 0: not counted (the kernel timed by its bytes alone)."""
+
+
+#: AutoAWQ's GEMV kernel (g128), instructions per weight per row. Its loop
+#: (casper-hansen/AutoAWQ_kernels@c7b0e88 awq_ext/quantization/gemv_cuda.cu gemv_kernel_g128,
+#: the same code as AutoAWQ@0091f1e awq_cuda/quantization/gemv_cuda.cu): each thread of a
+#: (32, 4) block takes 32 weights of one output channel an iteration (one float4 of 4 packed
+#: int32), and per weight runs ``(float)(w & 0xF)``, ``scale * (w_fp - zero)``,
+#: ``psum += dq * __half2float(x)`` and ``w >>= 4``; the batch row is ``blockIdx.z``, so every
+#: row repeats all of it. Compiled for sm_89 (nvcc 13.0 V13.0.88, -O3; AutoAWQ_kernels'
+#: setup.py builds sm_89 code for an RTX 4090) and disassembled (nvdisasm 13.5), one iteration
+#: of its outer loop is 265 SASS instructions: per 32 weights 33 I2FP.F32.U32, 33 HADD2.F32 (the
+#: fp16 -> fp32 converts), 32 FADD, 32 FMUL, 32 FFMA, 29 SHF, 29 LOP3, and 45 of address,
+#: bound checks, loads and branches (10 IMAD, 8 IADD3, 7 LDG, 5 ISETP, 5 BRA, 4 BSSY,
+#: 4 BSYNC, 1 UIADD3, 1 CALL) -- 265 / 32 = 8.28 a weight; the warp reduction and store after
+#: the loop (about 30 per output channel) are left out (under 1% at 4,096 inputs). The
+#: wheel that ran the autoawq rows may come from another nvcc; its count was not checked. The
+#: same count is applied on sm_80 and sm_90 (Ampere and Hopper, an assumption): compiled for
+#: sm_80 the convert is I2F (the conversion unit, whose lower rate is not timed) rather than
+#: sm_86+'s I2FP, and neither loop was counted on its own.
+AWQ_GEMV_ISSUE_PER_WEIGHT = 265 / 32
 
 
 #: Which kernel runs a quantized format's decode GEMVs, per (engine, format, architecture): the
@@ -869,7 +893,7 @@ QUANT_KERNELS: tuple[QuantKernel, ...] = (
     QuantKernel(
         name="autoawq-gemv", engine="transformers", formats=("awq-4bit",),
         archs=("Ampere", "Ada Lovelace", "Hopper"), constant="gemv_bw_awq_gemv",
-        versions=("gemv",), row_passes=8,
+        versions=("gemv",), row_passes=8, issue_per_weight=AWQ_GEMV_ISSUE_PER_WEIGHT,
         source="its share: TinyChat's Llama-2-7B on an RTX 4090 with the same kernel "
                "(gemv_bw_awq_gemv, a lower bound measured on the 4090 only, applied to Ampere "
                "and Hopper as an assumption). "
@@ -888,7 +912,8 @@ QUANT_KERNELS: tuple[QuantKernel, ...] = (
                "catalog's l2_cache), else from DRAM at the batch-1 share (time.py "
                "row_rereads). README: 'GEMV (quantized): 20% faster than GEMM, only batch "
                "size 1 (not good for large context)'; its batch-8 GEMV rows carry the "
-               "legend's red mark, 'for avoid using'"),
+               "legend's red mark, 'for avoid using'. Its issue: AWQ_GEMV_ISSUE_PER_WEIGHT "
+               "instructions per weight per row (its SASS), timed by time.py gemv_issue_s"),
 )
 
 

@@ -718,7 +718,7 @@ def _quant_kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Effi
         notes.append(f"each {kernel.name} launch writes {kernel.splitk_partials} split-K partial "
                      "outputs, summed by a reduction kernel after it")
     return replace(eff, quant_gemv=share, quant_gemv_rows=rows, quant_weight_bytes=prec.weight,
-                   quant_splitk=kernel.splitk_partials,
+                   quant_splitk=kernel.splitk_partials, quant_issue=kernel.issue_per_weight,
                    basis={**eff.basis, "quant_gemv": f"default: {kernel.name}: {kernel.source}"})
 
 

@@ -177,6 +177,9 @@ def _time_op(op: Op, device: Device, eff: Efficiency, dtype: str,
     dram, l2 = row_rereads(op, device, eff) if shaped else (0.0, 0.0)
     bw = _bandwidth(op, device, eff, dram) if shaped else device.memory_bandwidth * eff.memory
     memory = (op.bytes + dram) / bw + (l2 / device.l2_bandwidth if l2 else 0.0)
+    issued = gemv_issue_s(op, device, eff, op.bytes / bw, memory) if shaped else 0.0
+    if issued > memory:  # the rows' dequantization outlasts their loads
+        compute = max(compute, issued)
     if shaped and op.attention_kernel == "ft-mmha" and op.shape and device.kind == "gpu":
         memory = max(memory, _mmha_chain_s(op, device))
     return OpTime(op=op, compute_s=compute, memory_s=memory,
@@ -260,6 +263,37 @@ def row_rereads(op: Op, device: Device, eff: Efficiency) -> tuple[float, float]:
     if l2_keeps(op, device, eff):
         return 0.0, extra
     return extra, 0.0
+
+
+def gemv_issue_s(op: Op, device: Device, eff: Efficiency, first_s: float,
+                 memory_s: float) -> float:
+    """Seconds a quantized decode matmul takes under a kernel whose every row of the batch issues
+    ``eff.quant_issue`` instructions per weight (AutoAWQ's GEMV: the row in ``blockIdx.z``, each
+    row unpacking and dequantizing the whole matrix again), at the device's issue rate
+    (``device.issue_rate``); 0 where the kernel or the rate is not counted, or the op is not
+    such a matmul (the 16-bit head, a grouped MoE GEMM).
+
+    The rows run one after another (the grid's z is its slowest index, :func:`row_rereads`),
+    and within a row each SM's resident warps overlap their loads with their arithmetic. So each
+    row takes the longer of its bytes and its issue, and the rows add: the first row
+    max(``first_s``, issue) -- ``first_s`` its bytes from DRAM -- and each later row
+    max(its share of the re-reads, issue), the re-reads being ``memory_s - first_s`` (from the L2
+    or DRAM, :func:`row_rereads`). At batch 1 that is max(bytes, issue). The issue count is a
+    floor: a pipe shared by the integer, fp16 and half the FP32 instructions (the GA10x/Ada
+    partition) is not counted."""
+    if eff.quant_issue <= 0 or device.issue_rate <= 0 or device.kind != "gpu" \
+            or op.kind != "matmul" or not op.weight_elements or not op.shape or op.groups != 1:
+        return 0.0
+    if (op.weight_width or op.bytes / op.weight_elements) >= 1.5:
+        return 0.0
+    rows = op.shape[0] * op.shape[1]
+    if eff.quant_gemv_rows and rows > eff.quant_gemv_rows:
+        return 0.0  # above its rows another kernel runs (WQLinear_GEMV: gemmv2_forward_cuda)
+    issue = op.weight_elements * eff.quant_issue / device.issue_rate
+    if rows <= 1:
+        return max(first_s, issue)
+    reread = max(0.0, memory_s - first_s) / (rows - 1)
+    return max(first_s, issue) + (rows - 1) * max(reread, issue)
 
 
 def l2_keeps(op: Op, device: Device, eff: Efficiency) -> bool:
