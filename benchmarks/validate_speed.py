@@ -31,7 +31,7 @@ from pathlib import Path
 
 import validate_capacity  # benchmarks/: the serving rows' capacity() call, shared
 from gpuplan.compute import estimate_speed
-from gpuplan.compute.device import POWER_SIBLINGS
+from gpuplan.compute.device import MEASURED_CLOCK_CURVES, POWER_SIBLINGS, power_clock_fraction
 from gpuplan.engines.profiles import get_engine, runtime_of
 from gpuplan.formats import get_optimizer
 from gpuplan.hardware import get_gpu
@@ -1011,6 +1011,12 @@ def _power_cap_gap(run: dict, row: Row) -> str:
     gpu = get_gpu(run["hardware"]["gpu"])
     if watts is None or gpu.tdp_watts is None or watts >= gpu.tdp_watts:
         return ""
+    if gpu.name in MEASURED_CLOCK_CURVES:
+        share, _ = power_clock_fraction(gpu, watts)
+        return (f"run at {watts} W, below the {gpu.tdp_watts:g} W TDP: the tensor clock at "
+                f"{share:.3f} of the TDP's, read from a measured SM clock curve "
+                f"({MEASURED_CLOCK_CURVES[gpu.name][0]}), a load that drew under the TDP uncapped; "
+                "a GEMM load that reaches the TDP may sustain less at the same cap (not measured)")
     if gpu.name in POWER_SIBLINGS:
         return (f"run at {watts} W, below the {gpu.tdp_watts:g} W TDP: the tensor clock read "
                 f"between {POWER_SIBLINGS[gpu.name]}'s and this SKU's ratings (no measured "
