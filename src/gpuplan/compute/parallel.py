@@ -87,8 +87,8 @@ from .graphs import graphed_ops
 from .efficiency import constant, gemm_wave_efficiency, overlap_sm_share, resolve_runtime
 from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
-from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narrow_recompute_op,
-                   qkv_shares)
+from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps,
+                   narrow_recompute_op, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
@@ -303,7 +303,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     sp_s = sp_quantize_s(ops, arch.num_layers, prec, tp, device.architecture)  # every level's
     for level in ("none", "selective", "full"):
-        again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
+        again = narrow and narrow_recompute_op(fwd, narrow, level, selective, prec.act)
         extra = time_ops((*recompute_ops(fwd, level, attention, policy=selective,
                                          qkv_shares=qkv_shares(arch),
                                          modules=recompute_modules), *([again] if again else [])),
@@ -466,17 +466,24 @@ def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
     where the GEMM is TN-only (Transformer Engine v2.9 layernorm_linear.py / linear.py
     forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
     time over its bytes); 0 under a wide recipe, torchao's (its own tensor-parallel casts are
-    not modelled here) or TP 1."""
+    not modelled here) or TP 1. A linear whose norm writes its narrow input
+    (:func:`~.step.norm_fused_elements`) is left out: the quantize op already charges it only
+    the transposed copy of the whole (gathered) tensor, made after the gather (Transformer
+    Engine v1.8 layernorm_linear.py: the norm's FP8 output gathered, ``fp8_transpose`` of
+    ``ln_out_total`` in the backward)."""
     recipe = NARROW_RECIPES.get(prec.name)
     quant = [t for t in ops if t.op.name == "fp8.quantize" and t.op.bytes > 0]
     if (recipe is None or tp <= 1 or not quant or layers <= 0
             or not recipe.implementation.startswith("te.")):
         return 0.0
+    names = {t.op.name for t in ops}
+    fused = {n for n, norm in NORM_FED_LINEARS.items()
+             if recipe.fused_norm_cast and norm in names}
     gathered = 0
     for t in ops:
         o = t.op
         if (o.kind == "matmul" and not o.wide and o.name in TP_GEMMS and o.shape
-                and o.phase == "forward"):
+                and o.phase == "forward" and o.name not in fused):
             col = TP_GEMMS[o.name] % 2 == 0  # its input gathered; else its output gradient
             gathered += o.shape[0] * o.shape[1] * (o.shape[2] if col else o.shape[3]) * o.count
     row = cast_bytes_per_element(recipe)
