@@ -37,7 +37,7 @@ from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
 __all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode",
            "optimizer_stretch_s", "param_tensor_count", "narrow_recompute_op",
-           "STEP_LEVEL_OPS"]
+           "STEP_LEVEL_OPS", "NORM_FED_LINEARS", "norm_fused_elements"]
 
 #: The mode of one estimated step (a Job's ``both`` is two estimates).
 StepMode = Literal["train", "infer"]
