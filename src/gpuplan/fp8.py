@@ -120,8 +120,36 @@ class NarrowRecipe:
     ``amax_reduction_group->allreduce(...)->wait()``, then the scale and the cast on the same
     stream; NVIDIA/TransformerEngine v2.9 @70f53666, unchanged in substance at d0067d0d).
     Delayed scaling takes its scale from past amaxes (one reduction of the whole amax buffer
-    per autocast region), block and MX scales from each block's own values: no per-GEMM
-    reduction."""
+    per autocast region: :attr:`reduces_amax_per_region`), block and MX scales from each
+    block's own values: no per-GEMM reduction."""
+    fused_norm_cast: bool = False
+    """A ``te.LayerNormLinear`` (Megatron-Core's fused input norm and column-parallel linear:
+    the attention's QKV and a dense MLP's up projection) normalizes straight into the narrow
+    format: the norm kernel writes the 1-byte element with the scale already known, and no
+    separate quantize reads the 16-bit norm output; on Hopper/Ada the transposed copy the
+    weight gradient reads is made from the narrow copy (1 byte read, 1 written). Delayed
+    scaling only, whose scale comes from past amaxes: Transformer Engine v1.8
+    (NVIDIA/TransformerEngine@v1.8, NeMo 24.07's) transformer_engine/pytorch/module/
+    layernorm_linear.py forward allocates ``ln_out`` as uint8 under fp8 and
+    ``_apply_normalization(..., fp8_out=True)`` runs ``layernorm_fwd_fp8`` / ``rmsnorm_fwd_fp8``;
+    its backward runs ``tex.fp8_transpose(ln_out_total)`` before the wgrad GEMM; at
+    000b637ede9c221d01067e5cdf4f0953da3ab7cd csrc/extensions/normalization.cpp picks
+    ``Impl::FULLY_FUSED`` for the delayed ``Float8Quantizer`` only (current scaling
+    ``FUSED_NORM_AMAX_FP8``: the 16-bit norm output, then a quantize; MX and NVFP4 unfused)."""
+    reduces_amax_per_region: bool = False
+    """Delayed scaling's amax reduction: at the exit of each ``fp8_autocast`` region's forward
+    and in the backward of its first module, Transformer Engine concatenates the amaxes of
+    every narrow GEMM registered under the recipe, all-reduces them (MAX) over the region's
+    amax group on the compute stream (``async_op=False``) and rolls the histories in one bulk
+    kernel (NVIDIA/TransformerEngine@v1.8 transformer_engine/pytorch/fp8.py
+    ``reduce_and_update_fp8_tensors``, ``fp8_autocast_exit``; module/base.py and linear.py
+    ``reduce_and_update_bwd_fp8_tensors``; common/recipe/delayed_scaling.cu ``kernel_bulk``).
+    Megatron-Core opens one region per model chunk's forward, its group TP x CP at
+    core_r0.8.0 (NVIDIA/Megatron-LM@baf94af3c667248865f23df73b9fb8e2395e6fd0
+    megatron/core/transformer/transformer_block.py ``get_amax_reduction_group(
+    with_context_parallel=True)``, parallel_state.py: ``_TENSOR_AND_CONTEXT_PARALLEL_GROUP``);
+    later Megatron-Core adds the data-parallel ranks unless ``tp_only_amax_red``
+    (parallel_state.py at d98e8a64dd), which gpuplan does not charge (a lower bound there)."""
 
 
 _TE = "NVIDIA/TransformerEngine transformer_engine/common/recipe/__init__.py @000b637e"
@@ -136,7 +164,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="tn-only", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron",),
                  source=_TE + " (DelayedScaling: amax_history_len=1024, margin=0)",
-                 split_quantize_kernels=0),
+                 split_quantize_kernels=0, fused_norm_cast=True, reduces_amax_per_region=True),
     NarrowRecipe(name="fp8-current", dtype="fp8", implementation="te.Float8CurrentScaling",
                  architectures=FP8_ARCHITECTURES, formats="HYBRID: e4m3 fwd / e5m2 bwd",
                  scaling="per tensor, from the tensor's own amax (an extra reduction pass)",

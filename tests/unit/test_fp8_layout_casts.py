@@ -33,20 +33,26 @@ def test_current_scaling_reduces_four_amaxes_a_layer_over_tp(checkpointing, per_
     attention projection's and fc2's output gradients in the backward over the TP group, each
     a 4-byte LL ring all-reduce: 6.6 us + 2 (4 - 1) x 0.6 us NVLink hops = 10.2 us; a full
     recompute quantizes the two inputs again. Delayed scaling (the same TP traffic otherwise)
-    reduces none of them per GEMM."""
+    reduces none of them per GEMM, only its one autocast region's amaxes twice a micro-batch
+    (1.5 and 1 KB: LL's bandwidth adds ~0.01 us to the 10.2)."""
     cur = _layout(checkpointing=checkpointing)
     delayed = _layout(checkpointing=checkpointing, precision="fp8-delayed")
     one = 6.6e-6 + 6 * 0.6e-6  # the 4 bytes' share of LL's bandwidth is ~1e-11 s
-    want = 4 * 32 * per_layer * one  # micro-batches x layers x reductions
+    want = 4 * (32 * per_layer - 2) * one  # micro-batches x (layers x reductions - regions)
     assert cur.tp_comm_s - delayed.tp_comm_s == pytest.approx(want, rel=1e-4)
 
 
 def test_no_amax_reduction_without_sequence_parallelism_or_tp():
-    """Without sequence parallelism nothing is gathered before a GEMM, so TE sets no amax
-    reduction group; at TP 1 there is no group."""
-    for kw in (dict(sequence_parallel=False), dict(tp=1, pp=2, sequence_parallel=False)):
-        cur, delayed = _layout(**kw), _layout(precision="fp8-delayed", **kw)
-        assert cur.tp_comm_s == pytest.approx(delayed.tp_comm_s, rel=1e-12), kw
+    """Without sequence parallelism nothing is gathered before a GEMM, so current scaling's
+    quantizers get no amax reduction group; delayed scaling still reduces its region's amaxes
+    over TP at the forward's exit and in the backward (2 x 10.2 us a micro-batch, 4 of them);
+    at TP 1 there is no group for either."""
+    cur, delayed = _layout(sequence_parallel=False), _layout(precision="fp8-delayed",
+                                                             sequence_parallel=False)
+    assert delayed.tp_comm_s - cur.tp_comm_s == pytest.approx(4 * 2 * 10.2e-6, rel=2e-3)
+    kw = dict(tp=1, pp=2, sequence_parallel=False)
+    cur, delayed = _layout(**kw), _layout(precision="fp8-delayed", **kw)
+    assert cur.tp_comm_s == pytest.approx(delayed.tp_comm_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("precision, want", [("fp8-current", 4.0), ("nvfp4", 4.0),
@@ -112,17 +118,32 @@ def test_the_columnwise_copy_of_an_activation(recipe, arch, want):
                                                                        "fp8-current"))
 
 
-@pytest.mark.parametrize("precision, saved", [("fp8-delayed", 4 - (3 / 4 + 2)),
-                                              ("fp8-current", 6 - (5 / 4 + 2))])
-def test_sequence_parallelism_quantizes_the_gathered_tensors_on_the_shard(precision, saved):
-    """Under SP the four gathered tensors of a layer (QKV's and fc1's inputs, the attention
-    projection's and fc2's output gradients: 4 x T x H elements at T = 4096, H = 4096) are
+@pytest.mark.parametrize("precision, tensors, saved", [("fp8-delayed", 2, 4 - (3 / 4 + 2)),
+                                                       ("fp8-current", 4, 6 - (5 / 4 + 2))])
+def test_sequence_parallelism_quantizes_the_gathered_tensors_on_the_shard(precision, tensors,
+                                                                          saved):
+    """Under SP the gathered tensors of a layer (QKV's and fc1's inputs, the attention
+    projection's and fc2's output gradients: T x H elements each at T = 4096, H = 4096) are
     quantized rowwise on the 1/4 shard and transposed after the gather (2 B an element) instead
     of cast and transposed whole: delayed 3 + 1 -> 3/4 + 2 bytes an element, current (its amax
-    pass) 5 + 1 -> 5/4 + 2; at the quantize kernel's memory rate, 32 layers, 4 micro-batches."""
+    pass) 5 + 1 -> 5/4 + 2; at the quantize kernel's memory rate, 32 layers, 4 micro-batches.
+    Under delayed scaling QKV's and fc1's inputs are the fused norm's own FP8 output (no cast
+    to move onto the shard, the transpose after the gather either way), so 2 tensors move, not
+    4."""
     on, off = _layout(precision=precision), _layout(precision=precision, sequence_parallel=False)
     eff = estimate_speed(MODEL, H100, Job(model="llama-3.1-8b", mode="train", precision=precision,
                                           engine="megatron"), measured=None).efficiency
     rate = H100.memory_bandwidth * eff.memory
-    want = 4 * 32 * 4 * 4096 * 4096 * saved / rate
+    want = tensors * 32 * 4 * 4096 * 4096 * saved / rate
     assert off.compute_s - on.compute_s == pytest.approx(want, rel=0.02)
+
+
+def test_delayed_scaling_reduces_once_a_region_over_tp_and_cp():
+    """Megatron-Core opens one fp8_autocast region per model chunk; TE reduces the region's
+    amaxes at its forward's exit and once in its backward over TP x CP (core_r0.8.0's group):
+    TP 2 x CP 2 = 4 NVLink ranks, 10.2 us each (as above), interleaved:2 (2 chunks a stage),
+    4 micro-batches: 4 x 2 x 2 reductions. Current scaling without sequence parallelism has no
+    per-GEMM reduction, so the difference is delayed's alone."""
+    kw = dict(tp=2, cp=2, pp=2, pp_schedule="interleaved:2", sequence_parallel=False)
+    cur, delayed = _layout(**kw), _layout(precision="fp8-delayed", **kw)
+    assert delayed.tp_comm_s - cur.tp_comm_s == pytest.approx(4 * 2 * 2 * 10.2e-6, rel=2e-3)

@@ -87,11 +87,11 @@ from .graphs import graphed_ops
 from .efficiency import constant, gemm_wave_efficiency, overlap_sm_share, resolve_runtime
 from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
-from .step import (STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps, narrow_recompute_op,
-                   qkv_shares)
+from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps,
+                   narrow_recompute_op, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -161,6 +161,10 @@ class MicroCost:
     the column-parallel GEMMs' inputs (QKV, MLP up) in the forward and in a recompute, the
     row-parallel GEMMs' output gradients (attention out, MLP down) in the backward
     (:func:`amax_reduces_per_layer`); charged only under sequence parallelism with TP > 1."""
+    narrow_linears: float = 0.0
+    """One layer's narrow linear GEMMs (forward instances, averaged over the layers): the
+    amaxes a stage registers under delayed scaling (:func:`delayed_amax_reduce_s`); 0 under a
+    wide recipe."""
     sp_quantize_s: float = 0.0
     """The change of one layer's forward time (negative: a saving) when sequence parallelism
     shards the tensors that are all-gathered before a GEMM: Transformer Engine quantizes them on
@@ -303,7 +307,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
     sp_s = sp_quantize_s(ops, arch.num_layers, prec, tp, device.architecture)  # every level's
     for level in ("none", "selective", "full"):
-        again = narrow and narrow_recompute_op(fwd, narrow, level, selective)
+        again = narrow and narrow_recompute_op(fwd, narrow, level, selective, prec.act)
         extra = time_ops((*recompute_ops(fwd, level, attention, policy=selective,
                                          qkv_shares=qkv_shares(arch),
                                          modules=recompute_modules), *([again] if again else [])),
@@ -331,6 +335,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                              ub_split_s=ub_split_s(every, arch.num_layers, tp, device, eff,
                                                    prec.act, pipeline_rs=wide),
                              amax_reduces=amax_reduces_per_layer(every, arch.num_layers, prec),
+                             narrow_linears=_narrow_linears_per_layer(fwd, arch.num_layers, narrow),
                              sp_quantize_s=sp_s)
     return out
 
@@ -466,17 +471,24 @@ def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
     where the GEMM is TN-only (Transformer Engine v2.9 layernorm_linear.py / linear.py
     forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
     time over its bytes); 0 under a wide recipe, torchao's (its own tensor-parallel casts are
-    not modelled here) or TP 1."""
+    not modelled here) or TP 1. A linear whose norm writes its narrow input
+    (:func:`~.step.norm_fused_elements`) is left out: the quantize op already charges it only
+    the transposed copy of the whole (gathered) tensor, made after the gather (Transformer
+    Engine v1.8 layernorm_linear.py: the norm's FP8 output gathered, ``fp8_transpose`` of
+    ``ln_out_total`` in the backward)."""
     recipe = NARROW_RECIPES.get(prec.name)
     quant = [t for t in ops if t.op.name == "fp8.quantize" and t.op.bytes > 0]
     if (recipe is None or tp <= 1 or not quant or layers <= 0
             or not recipe.implementation.startswith("te.")):
         return 0.0
+    names = {t.op.name for t in ops}
+    fused = {n for n, norm in NORM_FED_LINEARS.items()
+             if recipe.fused_norm_cast and norm in names}
     gathered = 0
     for t in ops:
         o = t.op
         if (o.kind == "matmul" and not o.wide and o.name in TP_GEMMS and o.shape
-                and o.phase == "forward"):
+                and o.phase == "forward" and o.name not in fused):
             col = TP_GEMMS[o.name] % 2 == 0  # its input gathered; else its output gradient
             gathered += o.shape[0] * o.shape[1] * (o.shape[2] if col else o.shape[3]) * o.count
     row = cast_bytes_per_element(recipe)
@@ -509,6 +521,41 @@ def amax_reduces_per_layer(ops: list, layers: int, prec: PrecisionLayout) -> flo
         if gathered_input == (o.phase in ("forward", "recompute")):
             n += o.count
     return n / layers
+
+
+def _narrow_linears_per_layer(fwd: tuple, layers: int, recipe) -> float:
+    """:attr:`MicroCost.narrow_linears`: the forward's narrow linear GEMM instances (the blocks'
+    weighted matmuls, not the embedding, the head or a block kept BF16) over ``layers``."""
+    if recipe is None or layers <= 0:
+        return 0.0
+    return sum(o.count for o in fwd if o.kind == "matmul" and o.weight_elements and o.shape
+               and o.group not in ("embedding", "head") and not o.wide) / layers
+
+
+#: fp32 amaxes Transformer Engine keeps per GEMM under delayed scaling, forward (input, weight,
+#: output) and backward (output gradient, input gradient): ``num_fp8_tensors`` =
+#: ``num_gemms * 3`` / ``* 2`` (NVIDIA/TransformerEngine@v1.8 transformer_engine/pytorch/module/
+#: base.py ``set_meta_tensor``).
+DELAYED_AMAXES = (3, 2)
+
+
+def delayed_amax_reduce_s(cost: "MicroCost", lay: Layout, topo: Topology, eff: Efficiency,
+                          prec: PrecisionLayout, stage_layers: int) -> float:
+    """One micro-batch's blocking amax all-reduces on a stage under delayed scaling
+    (:attr:`gpuplan.fp8.NarrowRecipe.reduces_amax_per_region`): each of the stage's model
+    chunks is one ``fp8_autocast`` region, reduced at its forward's exit and once in its
+    backward, over the TP x CP ranks (Megatron-Core core_r0.8.0's amax group; later versions'
+    data-parallel ranks not charged), each reduction carrying every amax the stage registered
+    under the recipe (:data:`DELAYED_AMAXES` per narrow GEMM, fp32). On the compute stream,
+    so exposed. The concatenation and the bulk history update (two launches a reduction, a
+    few microseconds) are not timed. 0 under another recipe or where TP x CP is 1."""
+    recipe = NARROW_RECIPES.get(prec.name)
+    group = lay.tp * lay.cp
+    if recipe is None or not recipe.reduces_amax_per_region or group <= 1:
+        return 0.0
+    gemms = cost.narrow_linears * stage_layers
+    return lay.chunks * sum(collective_time("all-reduce", 4 * n * gemms, group, topo,
+                                            efficiency=eff.comm) for n in DELAYED_AMAXES)
 
 
 def _mtp_proj_s(arch: Architecture, tokens: int, device: Device, eff: Efficiency,
@@ -1473,6 +1520,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
         ep_dispatcher=ep_dispatcher)
     stage_layers, t_mb, held = _busiest_stage(arch, cost, lay, sum(one))
     tp_c, cp_c, ep_c = (c * stage_layers for c in one)
+    tp_c += delayed_amax_reduce_s(cost, lay, topo, eff, prec, stage_layers)
     ep_c -= stage_layers * _shared_hidden_s(lay, one[2], cost)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual

@@ -37,7 +37,7 @@ from .time import OpTime, RooflineClass, roofline_classes, step_bound, time_ops
 
 __all__ = ["Phase", "StepMode", "KV_BYTES", "input_bytes_per_sample", "one_mode",
            "optimizer_stretch_s", "param_tensor_count", "narrow_recompute_op",
-           "STEP_LEVEL_OPS"]
+           "STEP_LEVEL_OPS", "NORM_FED_LINEARS", "norm_fused_elements"]
 
 #: The mode of one estimated step (a Job's ``both`` is two estimates).
 StepMode = Literal["train", "infer"]
@@ -927,22 +927,50 @@ def keep_edges_wide(fwd: Sequence[Op], layers: int, edge: int) -> list[Op]:
     return out
 
 
-def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "") -> Op:
+#: The linears Megatron-Core's Transformer Engine layer spec builds as ``te.LayerNormLinear``
+#: (TELayerNormColumnParallelLinear: ``linear_qkv``, and a dense MLP's ``linear_fc1``; a MoE
+#: layer's norm is a TENorm apart), each with the norm op that feeds it: megatron/core/models/
+#: gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec at NVIDIA/Megatron-LM@
+#: baf94af3c667248865f23df73b9fb8e2395e6fd0 (core_r0.8.0).
+NORM_FED_LINEARS = {"attn.qkv": "attn.norm", "mlp.gate_up": "mlp.norm", "mlp.up": "mlp.norm"}
+
+
+def norm_fused_elements(fwd: Sequence[Op], recipe) -> tuple[int, int]:
+    """(input elements, linear instances) of the narrow linears whose input a fused norm writes
+    in the narrow format (:attr:`gpuplan.fp8.NarrowRecipe.fused_norm_cast`, the linears of
+    :data:`NORM_FED_LINEARS` whose norm the forward has); (0, 0) under any other recipe."""
+    if not recipe.fused_norm_cast:
+        return 0, 0
+    names = {o.name for o in fwd}
+    fed = [o for o in _narrow_linears(fwd) if NORM_FED_LINEARS.get(o.name) in names]
+    return (sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in fed),
+            sum(o.count for o in fed))
+
+
+def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2) -> Op:
     """One micro-batch's activation and gradient casts of a narrow recipe, as memory traffic
     (:func:`gpuplan.fp8.cast_bytes_per_element`): each linear's input in the forward and its
     output gradient in the backward; torchao (no narrow input saved) casts the saved 16-bit
     input again for the weight gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
     transposes on Hopper/Ada: :func:`gpuplan.fp8.columnwise_bytes_per_element`) writes a second
-    output."""
+    output. Where the norm writes the narrow input itself (:func:`norm_fused_elements`) those
+    elements save the norm's wider write (``act`` - 1 bytes, taken off here: both passes are the
+    forward's memory-bound elementwise kernels) and the whole cast, and read their 1-byte copy
+    again for the transpose where there is one (the cast's launch becomes the transpose's;
+    without a transpose it is gone)."""
     lin = _narrow_linears(fwd)
     inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
     grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
-    per = cast_bytes_per_element(recipe) + columnwise_bytes_per_element(recipe, architecture)
+    col = columnwise_bytes_per_element(recipe, architecture)
+    per = cast_bytes_per_element(recipe) + col
     elements = inputs * (1 if recipe.saves_narrow_inputs else 2) + grads
     launches = sum(o.count for o in lin) * (2 if recipe.saves_narrow_inputs else 3)
+    fused, fused_launches = norm_fused_elements(fwd, recipe)
+    saved = fused * ((act - 1) + cast_bytes_per_element(recipe) - (1.0 if col else 0.0))
+    launches -= 0 if col else fused_launches
     return Op(name="fp8.quantize", op_class="norm_elementwise", kind="elementwise",
               phase="forward", count=1, flops=float(elements), counted_flops=0.0,
-              bytes=float(elements * per), parallel_work=max(1, elements),
+              bytes=float(elements * per - saved), parallel_work=max(1, elements),
               kernels=max(1, launches), group="dense")
 
 
@@ -1053,7 +1081,7 @@ def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
     pad = None if spec.moe_dispatcher == "hybridep" else _expert_padding_op(
         fwd, recipe, act, spec.moe_capacity_factor)
     extra = (_split_quantize_op(fwd, recipe), _scale_launch_op(fwd, recipe), pad)
-    return [_quantize_op(fwd, recipe, architecture), *(o for o in extra if o is not None)]
+    return [_quantize_op(fwd, recipe, architecture, act), *(o for o in extra if o is not None)]
 
 
 #: Rows a quantized grouped GEMM's split must be a multiple of (Transformer Engine
@@ -1101,7 +1129,7 @@ STEP_LEVEL_OPS = frozenset({"fp8.quantize", "fp8.weight_cast", "fp8.recompute_ca
 
 
 def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
-                        policy: str) -> Op | None:
+                        policy: str, act: int = 2) -> Op | None:
     """The activation casts a checkpointed block runs again in backward under a narrow recipe:
     each narrow linear's input cast once more (the forward's; the gradients' casts are the
     backward's own, the weights' are counted by their uses in :func:`_weight_cast_op`).
@@ -1113,9 +1141,14 @@ def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
     reduce-scatter, and "for low precision training ... the result of max(abs(tensor))"), so
     the amax is cached and the cast itself (scale, clamp, convert: read 16-bit, write the
     narrow element) re-runs, one launch per linear. Other selective policies recompute no
-    linear's input: None; and None where nothing re-runs."""
+    linear's input: None; and None where nothing re-runs. A full recompute of a norm that
+    writes its linear's narrow input (:func:`norm_fused_elements`) re-runs that fused kernel:
+    those elements save the norm's wider write (``act`` - 1 bytes) and their cast, launch
+    included."""
+    fused, fused_launches = 0, 0
     if checkpointing == "full":
         per = cast_bytes_per_element(recipe)
+        fused, fused_launches = norm_fused_elements(fwd, recipe)
     elif checkpointing == "selective" and policy == "op":
         per = 2.0 + (0.5 if recipe.dtype == "fp4" else 1.0)
     else:
@@ -1126,8 +1159,9 @@ def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
         return None
     return Op(name="fp8.recompute_cast", op_class="norm_elementwise", kind="elementwise",
               phase="recompute", count=1, flops=float(inputs), counted_flops=0.0,
-              bytes=float(inputs * per), parallel_work=max(1, inputs),
-              kernels=max(1, sum(o.count for o in lin)), group="dense")
+              bytes=float(inputs * per - fused * ((act - 1) + per)),
+              parallel_work=max(1, inputs),
+              kernels=max(1, sum(o.count for o in lin) - fused_launches), group="dense")
 
 
 def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op:
@@ -1217,7 +1251,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
         micro += _cast_ops(fwd, narrow, prec.act, spec, device.architecture)
         again = narrow_recompute_op(fwd, narrow, spec.checkpointing,
-                                    get_engine(spec.engine).selective)
+                                    get_engine(spec.engine).selective, prec.act)
         if again is not None:
             micro.append(again)
         weight_casts.append(_weight_cast_op(fwd, narrow, spec))
