@@ -134,6 +134,60 @@ def summary(rs: list[Row], key: str, group: str | None = None) -> dict:
             "worst_abs_error": max(errs)}
 
 
+def all_at_once(run: dict, figures: dict) -> dict | None:
+    """What an "INF" row's own means say about its workload (every request sent at t=0).
+
+    From the mean TTFT, the mean ITL and the output tok/s of ``figures`` (the measured row's, or
+    the prediction's) and the row's request count n and output length o: the makespan
+    n * o / (output tok/s); a request's mean latency TTFT + (o - 1) * ITL; their ratio; and by
+    Little's law the mean number of requests decoding at once, (output tok/s) * ITL. With
+    fixed lengths and every request sent at once, each request ends close to the last (the
+    last ones admitted wait for the prompts before theirs, then decode as long as every other),
+    so the ratio is near 1; well under 1, some requests ended long after the mean one.
+    None for a row that is not "INF" or lacks a figure."""
+    if run["load"].get("rate_as_stated") != "INF":
+        return None
+    try:
+        ttft_s = figures["ttft_ms"] / 1e3
+        itl_s = figures["itl_ms"] / 1e3
+        tok_s = figures["output_tokens_per_s"]
+    except (KeyError, TypeError):
+        return None
+    if not tok_s:
+        return None
+    n, o = run["num_requests"], _output(run)
+    makespan_s = n * o / tok_s
+    latency_s = ttft_s + (o - 1) * itl_s
+    return {"makespan_s": makespan_s, "latency_s": latency_s,
+            "latency_over_makespan": latency_s / makespan_s, "decoding": tok_s * itl_s}
+
+
+def _measured_means(run: dict) -> dict:
+    return {k: m["value"] for k in ("ttft_ms", "itl_ms", "output_tokens_per_s")
+            for m in [run["measured"].get(k)] if m is not None}
+
+
+def _all_at_once_table(rs: list[Row]) -> list[str]:
+    out = ["## All at once: what the INF rows' own means say", "",
+           "For each \"INF\" row (every request sent at t=0), from its mean TTFT, mean ITL and "
+           "output tok/s (`all_at_once`): the makespan (requests x output length / output "
+           "tok/s), a request's mean latency (TTFT + (output - 1) x ITL), their ratio, and the "
+           "mean number of requests decoding at once by Little's law (output tok/s x ITL). "
+           "With fixed lengths sent at once every request ends near the last one: ratio near 1.",
+           "", "| id | makespan s meas / pred | mean latency s meas / pred | latency / makespan "
+           "meas / pred | decoding meas / pred |", "|---|---|---|---|---|"]
+    for r in rs:
+        m = all_at_once(r.run, _measured_means(r.run))
+        p = all_at_once(r.run, r.predicted)
+        if m is None or p is None:
+            continue
+        out.append(f"| {r.run['id']} | {m['makespan_s']:.1f} / {p['makespan_s']:.1f} | "
+                   f"{m['latency_s']:.1f} / {p['latency_s']:.1f} | "
+                   f"{m['latency_over_makespan']:.2f} / {p['latency_over_makespan']:.2f} | "
+                   f"{m['decoding']:.0f} / {p['decoding']:.0f} |")
+    return out + [""]
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:+.1f}%"
 
@@ -186,7 +240,8 @@ def render(rs: list[Row]) -> str:
                          f"({_pct(r.error(key))})")
         why = f" ({r.why_not})" if r.why_not else ""
         out.append(f"| {r.run['id']}{why} | {ld} | " + " | ".join(cells) + " |")
-    out += ["", "## Reproduce one row", "",
+    out += [""] + _all_at_once_table(rs)
+    out += ["## Reproduce one row", "",
             "Each row's command (the CLI spelling of the library call above):", ""]
     for r in rs:
         out.append(f"- `{r.run['id']}`: `{r.command}`")
@@ -255,15 +310,34 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   14.4 ms). Neither the vLLM version nor the OpenAI server's per-request cost is stated by the
   source, and no source measuring that cost was found.
 - **Throughput.** Below saturation it is the arrival rate times the output length, so its small
-  error is by construction. At "INF" gpuplan over-predicts (+14% to +110%, most on 202/214): it
-  runs every queued request in one decode batch (TensorRT-LLM's `max_batch_size` 2048 and the KV
-  pool hold all 500), while Little's law on the measured row (output tok/s x ITL) gives about
-  170-370 sequences in flight: the served engine's batch limit, which the table does not state.
-  It is not 0.14's default: trtllm-build's `max_batch_size` became 2048 in 0.14.0 (256 before;
-  release-notes.md @b47198a2), and GUARANTEED_NO_EVICT (capacityScheduler.cpp @02a10fed)
-  admits every request whose prompt and whole output fit the pool, which here holds 581-1,609
-  such requests of 467 + 256 tokens in 64-token blocks. The 0.14 row (64-token blocks,
-  trtllm-build's defaults) moves no figure of the table against the 1.0 row.
+  error is by construction. At "INF" gpuplan over-predicts +14% to +25% on the fixed-length
+  467/256 and 467/16 rows (the prefill step being too fast, above) and +89% to +109% on 202/214.
+  Little's law on the measured 202/214 INF rows (output tok/s x ITL) gives 173-179 requests
+  decoding at once against the simulation's 386-401, which reads like a batch limit; it is not
+  one. (1) Nothing in the setup bounds it below the 500 requests: trtllm-build's max_batch_size
+  is 2048 from 0.14.0 (release-notes.md @b47198a2; max_num_tokens 8192 since 0.11.0, max_seq_len
+  from the model's config), and tensorrtllm_backend v0.14.0 passes neither to the executor
+  (inflight_batcher_llm/src/model_instance_state.cc @9958c21 getExecutorConfigFromParams:
+  maxBatchSize and maxNumTokens std::nullopt, the engine's own), its docs/model_config.md saying
+  the runtime batch "can be larger than triton_max_batch_size", with batch_scheduler_policy
+  guaranteed_no_evict, kv_cache_free_gpu_mem_fraction 0.9, enable_chunked_context false and
+  max_tokens_in_paged_kv_cache unspecified ('infinite') by default -- gpuplan's 0.14 row as it
+  is. (2) The same engines on the 467/256 INF rows hold 347-367 decoding (simulated 349-377), so
+  a limit under ~350 would have shown there. (3) A KV-bound count (GUARANTEED_NO_EVICT reserving
+  a larger max_tokens than the output) would scale with the pool, which is 2.0x (8B: 446k ->
+  893k tokens) and 2.4x (70B TP 4: 521k -> 1.24M) larger on the H200; the measured counts are
+  the same on both cards (174 / 175, 173 / 179). (4) The rows' own means (the "All at once"
+  table): a request's mean latency over the makespan is 0.98-0.99 on every fixed-length INF row,
+  measured and simulated alike, but 0.47-0.51 on the four 202/214 rows, whose makespans are
+  4-11 s longer than twice the mean TTFT (the last first token, were the prompts' first tokens
+  spread evenly) plus one request's decode (213 x ITL): some requests ended long after the mean
+  one. Fixed lengths sent at once cannot do that, and a batch limit does not either: requests
+  then end evenly from one decode (4.0-10.7 s) to the makespan, a ratio of about
+  (decode + makespan) / 2 / makespan = 0.67-0.68 on these rows, not 0.5. The 202/214 workload is most likely varied lengths whose
+  means are 202 and 214 (the page states neither its dataset nor its client;
+  tensorrtllm_backend's own benchmark_core_model.py draws lengths from a normal distribution
+  or a dataset and does not report TTFT or ITL, so it is not the table's client as published).
+  Nothing is fitted for it: the distribution is not stated.
 - **NIM (Llama 3.3 70B fp8, TP 2): an FP8 KV cache.** With gpuplan's default KV cache (the
   weights' dtype would be bf16 for the cache) the pool is 252,768 tokens per GPU pair: 45
   requests of 5,500 tokens under GUARANTEED_NO_EVICT, throughput saturating at ~650 tok/s

@@ -114,6 +114,13 @@ _TRT_014 = ("TensorRT-LLM docs/source/release-notes.md @b47198a2: 0.14.0 'The de
             "executor SchedulerConfig GUARANTEED_NO_EVICT, KvCacheConfig "
             "free_gpu_memory_fraction 0.9; block reuse off by default before 0.17 ('KV cache "
             "reuse is enabled automatically when paged_context_fmha is enabled')")
+_TRT_TRITON_014 = ("triton-inference-server/tensorrtllm_backend v0.14.0 (9958c21): "
+                   "inflight_batcher_llm/src/model_instance_state.cc getExecutorConfigFromParams "
+                   "passes maxBatchSize and maxNumTokens as std::nullopt (the engine's "
+                   "trtllm-build values), batch_scheduler_policy guaranteed_no_evict, "
+                   "kv_cache_free_gpu_mem_fraction 0.9 and enable_chunked_context false when "
+                   "unset; docs/model_config.md: the runtime batch 'can be larger than "
+                   "triton_max_batch_size', max_tokens_in_paged_kv_cache unset is 'infinite'")
 
 SCHEDULERS: tuple[SchedulerDefaults, ...] = (
     SchedulerDefaults(engine="vllm", version="0.8", max_num_seqs=256,
@@ -135,7 +142,7 @@ SCHEDULERS: tuple[SchedulerDefaults, ...] = (
                       max_num_batched_tokens=8192, chunked_prefill=False, mixed=True,
                       block_size=64, preemption="none", admission="reserve",
                       prefix_caching=False, memory_utilization=0.9,
-                      sources=(_TRT_014, _TRT_SCHED)),
+                      sources=(_TRT_014, _TRT_TRITON_014, _TRT_SCHED)),
     SchedulerDefaults(engine="trt-llm", version="1.0", max_num_seqs=2048,
                       max_num_batched_tokens=8192, chunked_prefill=False, mixed=True,
                       block_size=32, preemption="none", admission="reserve",
