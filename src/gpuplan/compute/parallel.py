@@ -687,9 +687,12 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     in): ``(CP - 1)(8 + 2) - 4`` B/E. The K/V cats before the later steps are dead in the
     graph (the all-gather rotater's ``exchange_buffers`` reads its argument only the first
     time), so only the first one's 4 B/K stays, beside ``contiguous()``'s, in forward and in
-    backward. The backward's gradient updates are counted as eager runs them (their reads
-    and writes are the accumulators' either way; what Inductor saves there is not counted:
-    an overstatement)."""
+    backward. Backward: the zeroed accumulators fold into step 0's gradients (read 2, write
+    4: 6 B/E, 6 B/K); a later step's query-gradient add reads and writes what it did
+    (10 B/E); its K/V-gradient update and the cat for the ring become one kernel writing the
+    ring's buffer: the received gradient read (4), the step's half read (1), the buffer
+    written (4): 9 B/K against eager's 21; the ends' casts and the flash backward's own
+    passes as in eager."""
     heads = arch.num_heads
     kv = arch.num_kv_heads if kv_heads is None else kv_heads
     e = batch * heads * s_local * arch.head_dim
@@ -701,7 +704,8 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
            + k * (4 * r + 4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
     if traced:
         fwd = e * ((cp - 1) * (8 + 2 * r) - 8 + 4 * r) + k * 8 * r
-        bwd -= k * 4 * r * max(0, cp - 2)  # the dead cats of the backward's K/V rotater
+        bwd = (e * ((2 * r + 4) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
+               + k * (4 * r + (2 * r + 4) + (cp - 1) * (8 + r) + 4 * r + (4 + 2 * r)))
     return fwd, bwd
 
 
