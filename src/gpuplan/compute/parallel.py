@@ -679,9 +679,27 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     mha_bwd's dq_accum; torch's bundled FlashAttention-2 is that code). The first call's are
     the whole-sequence kernel's and left to it.
 
-    ``traced``: the ring inside the compiled block (:func:`torch_cp_traced`). Inductor fuses
-    each later step's merge into one kernel over the tensors the sub-SDPA calls (extern
-    kernels) leave between them: it reads the running ``out`` (fp32, 4 B/E) and the step's
+    ``traced``: the ring inside the compiled block, its merges fused
+    (:func:`_traced_cp_merge_bytes`)."""
+    heads = arch.num_heads
+    kv = arch.num_kv_heads if kv_heads is None else kv_heads
+    e = batch * heads * s_local * arch.head_dim
+    k = batch * 2 * kv * s_local * arch.head_dim
+    r = act / 2  # the 16-bit tensors' bytes per element over 2
+    fwd = (e * ((2 * r + 4) + (cp - 1) * (2 * r + 36) + (4 + 2 * r))
+           + k * 4 * r * cp)  # contiguous(), then a cat before each of the cp - 1 later steps
+    bwd = (e * (4 + (2 * r + 8) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
+           + k * (4 * r + 4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
+    if traced:
+        return _traced_cp_merge_bytes(e, k, cp, r)
+    return fwd, bwd
+
+
+def _traced_cp_merge_bytes(e: float, k: float, cp: int, r: float) -> tuple[float, float]:
+    """:func:`torch_cp_merge_bytes` for the ring inside the compiled block
+    (:func:`torch_cp_traced`), over ``e`` output and ``k`` K/V elements, ``r`` the 16-bit
+    tensors' bytes over 2. Inductor fuses each later step's merge into one kernel over the
+    tensors the sub-SDPA calls (extern kernels) leave between them: it reads the running ``out`` (fp32, 4 B/E) and the step's
     output (2) and writes ``out`` (4), the first reading step 0's output itself (2: its cast
     fused in) and the last writing the result in the input dtype (2: ``results``' cast fused
     in): ``(CP - 1)(8 + 2) - 4`` B/E. The K/V cats before the later steps are dead in the
@@ -693,19 +711,9 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     ring's buffer: the received gradient read (4), the step's half read (1), the buffer
     written (4): 9 B/K against eager's 21; the ends' casts and the flash backward's own
     passes as in eager."""
-    heads = arch.num_heads
-    kv = arch.num_kv_heads if kv_heads is None else kv_heads
-    e = batch * heads * s_local * arch.head_dim
-    k = batch * 2 * kv * s_local * arch.head_dim
-    r = act / 2  # the 16-bit tensors' bytes per element over 2
-    fwd = (e * ((2 * r + 4) + (cp - 1) * (2 * r + 36) + (4 + 2 * r))
-           + k * 4 * r * cp)  # contiguous(), then a cat before each of the cp - 1 later steps
-    bwd = (e * (4 + (2 * r + 8) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
-           + k * (4 * r + 4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
-    if traced:
-        fwd = e * ((cp - 1) * (8 + 2 * r) - 8 + 4 * r) + k * 8 * r
-        bwd = (e * ((2 * r + 4) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
-               + k * (4 * r + (2 * r + 4) + (cp - 1) * (8 + r) + 4 * r + (4 + 2 * r)))
+    fwd = e * ((cp - 1) * (8 + 2 * r) - 8 + 4 * r) + k * 8 * r
+    bwd = (e * ((2 * r + 4) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
+           + k * (4 * r + (2 * r + 4) + (cp - 1) * (8 + r) + 4 * r + (4 + 2 * r)))
     return fwd, bwd
 
 
