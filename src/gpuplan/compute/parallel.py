@@ -616,9 +616,14 @@ def torch_cp_traced(engine: str, runtime: str) -> bool:
     (fullgraph admits no graph break). Traced, a functional collective waits at once:
     ``_maybe_wrap_tensor`` returns ``wait_tensor(self)`` when ``_are_we_tracing()``, the
     AsyncCollectiveTensor that waits at first use being eager's only
-    (torch/distributed/_functional_collectives.py, torch 2.5-2.6); Inductor moves a wait
+    (torch/distributed/_functional_collectives.py, torch 2.5-2.6). Inductor moves a wait
     later only under ``reorder_for_compute_comm_overlap``, False by default
-    (torch/_inductor/config.py), and torchtitan@9dec370 sets only ``_micro_pipeline_tp``."""
+    (torch/_inductor/config.py; torchtitan@9dec370 sets only ``_micro_pipeline_tp``); its
+    ``reorder_for_locality``, which sinks producers to their first user (the collective with
+    its wait), runs on inference graphs only (fx_passes/post_grad.py ``post_grad_passes``:
+    ``if is_inference and config.reordering``, 2024), and leaves a collective beside its wait
+    either way (pytorch/pytorch#150074, #152252, 2025-04: the compiled schedule holds the
+    collective and its wait together unless those passes are turned on)."""
     return (get_engine(engine).cp_rotate == "allgather"
             and resolve_runtime(runtime, "train", engine) == "compile")
 
