@@ -3,11 +3,14 @@ hand-computed exposures and byte counts from the mechanisms' own code (issue 31)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.parallel import (MicroCost, async_tp_exposed_s, sdpa_kv_heads,
-                                      torch_cp_exposed_s, torch_cp_merge_bytes)
+                                      torch_cp_exposed_s, torch_cp_merge_bytes,
+                                      torch_cp_traced)
 from gpuplan.engines.profiles import get_engine
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import collective_time, topology_for
@@ -193,3 +196,64 @@ def test_float8_tp_gathers_one_byte_reduce_scatters_two():
     assert engine_layout_options("torchtitan", "fp8-tensorwise")["tp_gather_bytes"] == 1.0
     assert engine_layout_options("torchtitan", "mixed-bf16")["tp_gather_bytes"] is None
     assert engine_layout_options("megatron", "fp8-tensorwise")["tp_gather_bytes"] is None
+
+
+def test_torch_cp_traced_only_under_torchtitans_compiled_blocks():
+    # torchtitan@9dec370 apply_compile: torch.compile(transformer_block, fullgraph=True), the
+    # SDPA (the ring under context_parallel) inside; eager runs it outside any graph
+    assert torch_cp_traced("torchtitan", "compile")
+    assert not torch_cp_traced("torchtitan", "eager")
+    assert not torch_cp_traced("megatron", "compile")  # Transformer Engine's P2P ring
+
+
+def test_traced_torch_cp_waits_for_every_exchange():
+    # traced, each functional collective is waited for where it is issued: the forward's,
+    # the recompute's and the backward's all-gathers and all 4 K/V-gradient exchanges exposed,
+    # however long the attention beside them
+    lay = Layout(cp=4, batch=1, seq=4 * 8192, checkpointing="full")
+    kv = 1 * 8192 * 2 * 8 * 128 * 2
+    gather = collective_time("all-gather", 4 * kv, 4, TOPO, efficiency=0.8)
+    dkv = collective_time("send-recv", kv * 2, 2, TOPO, efficiency=0.8)
+    cost = replace(_cost(attn_fwd=10.0, attn_bwd=20.0), cp_traced=True)
+    assert torch_cp_exposed_s(cost, lay, TOPO, _Eff(), kv, 2) == pytest.approx(
+        3 * gather + 4 * dkv)
+    eager = torch_cp_exposed_s(replace(cost, cp_traced=False), lay, TOPO, _Eff(), kv, 2)
+    assert eager == pytest.approx(dkv)  # all hidden but the last gradient exchange
+    none = Layout(cp=4, batch=1, seq=4 * 8192)
+    assert torch_cp_exposed_s(cost, none, TOPO, _Eff(), kv, 2) == pytest.approx(
+        2 * gather + 4 * dkv)
+
+
+def test_traced_torch_cp_merge_bytes_by_hand():
+    arch = load_model("llama-3.1-8b").architecture
+    e = 32 * 1024 * 128
+    k = 2 * 8 * 1024 * 128
+    fwd, bwd = torch_cp_merge_bytes(arch, 1, 1024, 4, 2, traced=True)
+    # forward: 3 fused merges, each reading out (4) and the step's output (2) and writing out
+    # (4), the first reading step 0's bf16 output (2, not 4), the last writing bf16 (2, not 4):
+    # 30 - 4 = 26 B/E; K and V: contiguous (4) and the one live cat before the all-gather (4)
+    assert fwd == pytest.approx(e * 26 + k * 8)
+    # backward, E: step 0's gradient into fresh fp32 accumulators (2 + 4), 3 later steps' dQ
+    # adds (10) and flash passes (14), the cast back (6); K: contiguous (4), step 0's (6),
+    # 3 later fused update-and-cat kernels (4 + 1 + 4), the one live rotater cat (4), the
+    # cast back (6)
+    assert bwd == pytest.approx(e * (6 + 3 * (10 + 14) + 6) + k * (4 + 6 + 3 * 9 + 4 + 6))
+    _, eager_bwd = torch_cp_merge_bytes(arch, 1, 1024, 4, 2)
+    assert bwd < eager_bwd
+    # CP 2: one fused merge reading two bf16 outputs and writing bf16: 6 B/E
+    fwd2, _ = torch_cp_merge_bytes(arch, 1, 1024, 2, 2, traced=True)
+    assert fwd2 == pytest.approx(e * 6 + k * 8)
+
+
+def test_compiled_torchtitan_micro_costs_carry_the_traced_ring():
+    from gpuplan.compute.device import default_efficiency, device_from_gpu
+    from gpuplan.compute.parallel import micro_costs
+    from gpuplan.compute.step import train_precision
+
+    arch = load_model("llama-3.1-8b").architecture
+    device = device_from_gpu(H100)
+    eff = default_efficiency(device)
+    prec = train_precision("mixed-bf16", device, False)
+    kw = dict(tp=1, cp=4, batch=1, seq=4 * 8192, attention="sdpa", engine="torchtitan")
+    assert micro_costs(arch, device, eff, prec, runtime="compile", **kw)["full"].cp_traced
+    assert not micro_costs(arch, device, eff, prec, runtime="eager", **kw)["full"].cp_traced

@@ -234,11 +234,12 @@ def test_torchtitan_cp_rows_exchange_repeated_kv(rows):
     for r in cp_rows:
         assert vs.sdpa_repeat_kv(r.run, vs.job_of(r.run)) is None, r.run["id"]
     # the 405B rows cross the nodes with CP (TP fills a node): the 16-head K/V costs their step
-    # most at CP 8, whose all-gather of 8 ranks' K and V hides under one of 8 ring steps only
+    # most at CP 8, whose all-gathers of 8 ranks' K and V, traced into torchtitan's compiled
+    # blocks, are waited for where they are issued (compute.parallel.torch_cp_traced)
     big = _tt(rows, "6-llama31-405b-fsdp1-cp8-tp8-pp8-s262144-float8")
     grouped = vs.predict({**big.run, "source_group": "llama3"}).predicted
     assert big.predicted < grouped * 0.95
-    assert 1.2 < big.ratio < 1.35
+    assert 1.0 < big.ratio < 1.2
 
 
 def _tt(rows, suffix):

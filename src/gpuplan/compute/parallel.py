@@ -43,7 +43,10 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   (:func:`te_cp_merge_bytes`).
   Under PyTorch's context_parallel (the profile's ``cp_rotate`` "allgather": torchtitan) one K/V
   all-gather beside the first sub-SDPA, the fp32 K/V-gradient ring (:func:`torch_cp_exposed_s`)
-  and the fp32 merges' memory traffic added to the layer (:func:`torch_cp_merge_bytes`).
+  and the fp32 merges' memory traffic added to the layer (:func:`torch_cp_merge_bytes`); where
+  the engine compiles the block with its attention (torchtitan under torch.compile,
+  :func:`torch_cp_traced`) the ring is traced into the graph: every exchange waited for where
+  it is issued, the forward merges fused.
 - **EP all-to-all**: per MoE layer a dispatch and a combine of ``b x s/CP x top-k x hidden``
   activations in forward and in backward (and in the recompute), exposed; under the job's
   ``hybridep`` dispatcher inside an NVL72 rack, HybridEP's measured GB200 exchange instead
@@ -91,7 +94,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
                    narrow_recompute_op, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -165,6 +168,10 @@ class MicroCost:
     """One layer's narrow linear GEMMs (forward instances, averaged over the layers): the
     amaxes a stage registers under delayed scaling (:func:`delayed_amax_reduce_s`); 0 under a
     wide recipe."""
+    cp_traced: bool = False
+    """The CP ring runs inside the compiled block (:func:`torch_cp_traced`): its exchanges are
+    waited for where they are issued (:func:`torch_cp_exposed_s`) and its forward merges are
+    fused (:func:`torch_cp_merge_bytes`)."""
     sp_quantize_s: float = 0.0
     """The change of one layer's forward time (negative: a saving) when sequence parallelism
     shards the tensors that are all-gathered before a GEMM: Transformer Engine quantizes them on
@@ -330,7 +337,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
         if cp > 1:
             cost = _with_cp_merges(cost, level, shard_arch(arch, tp), batch, seq // cp, cp,
                                    prec, engine, device.memory_bandwidth * eff.memory,
-                                   repeat_kv)
+                                   repeat_kv, traced=torch_cp_traced(engine, runtime))
         out[level] = replace(cost, mtp_proj_s=proj_s, step_cast_s=cast_s, ub_pipeline_rs=wide,
                              ub_split_s=ub_split_s(every, arch.num_layers, tp, device, eff,
                                                    prec.act, pipeline_rs=wide),
@@ -581,19 +588,44 @@ def sdpa_kv_heads(arch: Architecture, engine: str, repeat_kv: bool | None = None
 
 def _with_cp_merges(cost: MicroCost, level: str, shard: Architecture, batch: int,
                     s_local: int, cp: int, prec: PrecisionLayout, engine: str,
-                    rate: float, repeat_kv: bool | None = None) -> MicroCost:
+                    rate: float, repeat_kv: bool | None = None, *,
+                    traced: bool = False) -> MicroCost:
     """``cost`` with its CP ring's merge traffic at ``rate`` bytes/s: PyTorch's
-    context_parallel (:func:`torch_cp_merge_bytes`) or Transformer Engine's P2P ring
-    (:func:`te_cp_merge_bytes`), by the engine's ``cp_rotate``; a full recompute merges its
-    forward again; ``repeat_kv``: as :func:`sdpa_kv_heads` takes it."""
+    context_parallel (:func:`torch_cp_merge_bytes`, ``traced``: inside the compiled block) or
+    Transformer Engine's P2P ring (:func:`te_cp_merge_bytes`), by the engine's ``cp_rotate``;
+    a full recompute merges its forward again; ``repeat_kv``: as :func:`sdpa_kv_heads` takes
+    it."""
     if get_engine(engine).cp_rotate == "allgather":
         f_b, b_b = torch_cp_merge_bytes(shard, batch, s_local, cp, prec.act,
-                                        kv_heads=sdpa_kv_heads(shard, engine, repeat_kv))
+                                        kv_heads=sdpa_kv_heads(shard, engine, repeat_kv),
+                                        traced=traced)
     else:
         f_b, b_b = te_cp_merge_bytes(shard, batch, s_local, cp, prec.act)
+        traced = False
     again = f_b if level == "full" else 0.0
     return replace(cost, layer_fwd_s=cost.layer_fwd_s + f_b / rate,
-                   layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate)
+                   layer_bwd_s=cost.layer_bwd_s + (b_b + again) / rate, cp_traced=traced)
+
+
+def torch_cp_traced(engine: str, runtime: str) -> bool:
+    """Whether PyTorch's context-parallel ring runs inside a compiled graph under ``engine``
+    at ``runtime``: torchtitan (the profile's ``cp_rotate`` "allgather") compiles each
+    TransformerBlock whole, ``torch.compile(transformer_block, fullgraph=True)``
+    (torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py ``apply_compile``), so
+    its SDPA -- which ``context_parallel`` replaces by the ring -- is traced with the block
+    (fullgraph admits no graph break). Traced, a functional collective waits at once:
+    ``_maybe_wrap_tensor`` returns ``wait_tensor(self)`` when ``_are_we_tracing()``, the
+    AsyncCollectiveTensor that waits at first use being eager's only
+    (torch/distributed/_functional_collectives.py, torch 2.5-2.6). Inductor moves a wait
+    later only under ``reorder_for_compute_comm_overlap``, False by default
+    (torch/_inductor/config.py; torchtitan@9dec370 sets only ``_micro_pipeline_tp``); its
+    ``reorder_for_locality``, which sinks producers to their first user (the collective with
+    its wait), runs on inference graphs only (fx_passes/post_grad.py ``post_grad_passes``:
+    ``if is_inference and config.reordering``, 2024), and leaves a collective beside its wait
+    either way (pytorch/pytorch#150074, #152252, 2025-04: the compiled schedule holds the
+    collective and its wait together unless those passes are turned on)."""
+    return (get_engine(engine).cp_rotate == "allgather"
+            and resolve_runtime(runtime, "train", engine) == "compile")
 
 
 def te_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
@@ -620,7 +652,8 @@ def te_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
 
 
 def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
-                         act: int, *, kv_heads: int | None = None) -> tuple[float, float]:
+                         act: int, *, kv_heads: int | None = None,
+                         traced: bool = False) -> tuple[float, float]:
     """One layer's memory traffic (bytes, forward and backward) of PyTorch's context-parallel
     SDPA around its sub-SDPA calls, on the busiest CP rank (the last: every later step a full
     merge), counted from torch.distributed.tensor.experimental._attention's eager code with
@@ -649,7 +682,10 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
     writes dQ (2): 14 B/E a later step (Dao-AILab/flash-attention
     csrc/flash_attn/src/flash_bwd_launch_template.h run_flash_bwd_seqk_parallel, flash_api.cpp
     mha_bwd's dq_accum; torch's bundled FlashAttention-2 is that code). The first call's are
-    the whole-sequence kernel's and left to it."""
+    the whole-sequence kernel's and left to it.
+
+    ``traced``: the ring inside the compiled block, its merges fused
+    (:func:`_traced_cp_merge_bytes`)."""
     heads = arch.num_heads
     kv = arch.num_kv_heads if kv_heads is None else kv_heads
     e = batch * heads * s_local * arch.head_dim
@@ -659,6 +695,30 @@ def torch_cp_merge_bytes(arch: Architecture, batch: int, s_local: int, cp: int,
            + k * 4 * r * cp)  # contiguous(), then a cat before each of the cp - 1 later steps
     bwd = (e * (4 + (2 * r + 8) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
            + k * (4 * r + 4 + (2 * r + 8) + (cp - 1) * (21 + 4 * r) + (4 + 2 * r)))
+    if traced:
+        return _traced_cp_merge_bytes(e, k, cp, r)
+    return fwd, bwd
+
+
+def _traced_cp_merge_bytes(e: float, k: float, cp: int, r: float) -> tuple[float, float]:
+    """:func:`torch_cp_merge_bytes` for the ring inside the compiled block
+    (:func:`torch_cp_traced`), over ``e`` output and ``k`` K/V elements, ``r`` the 16-bit
+    tensors' bytes over 2. Inductor fuses each later step's merge into one kernel over the
+    tensors the sub-SDPA calls (extern kernels) leave between them: it reads the running ``out`` (fp32, 4 B/E) and the step's
+    output (2) and writes ``out`` (4), the first reading step 0's output itself (2: its cast
+    fused in) and the last writing the result in the input dtype (2: ``results``' cast fused
+    in): ``(CP - 1)(8 + 2) - 4`` B/E. The K/V cats before the later steps are dead in the
+    graph (the all-gather rotater's ``exchange_buffers`` reads its argument only the first
+    time), so only the first one's 4 B/K stays, beside ``contiguous()``'s, in forward and in
+    backward. Backward: the zeroed accumulators fold into step 0's gradients (read 2, write
+    4: 6 B/E, 6 B/K); a later step's query-gradient add reads and writes what it did
+    (10 B/E); its K/V-gradient update and the cat for the ring become one kernel writing the
+    ring's buffer: the received gradient read (4), the step's half read (1), the buffer
+    written (4): 9 B/K against eager's 21; the ends' casts and the flash backward's own
+    passes as in eager."""
+    fwd = e * ((cp - 1) * (8 + 2 * r) - 8 + 4 * r) + k * 8 * r
+    bwd = (e * ((2 * r + 4) + (cp - 1) * ((2 * r + 8) + (6 * r + 8)) + (4 + 2 * r))
+           + k * (4 * r + (2 * r + 4) + (cp - 1) * (8 + r) + 4 * r + (4 + 2 * r)))
     return fwd, bwd
 
 
@@ -1257,7 +1317,11 @@ def torch_cp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Effici
     step 0's backward, and the K/V gradients passed round the ring by an all-to-all
     (``dkv_rotater``, ``_RotateMethod.ALL_TO_ALL``) in fp32 (``convert_to_f32``: ``4 / act``
     times the K/V bytes) after every step, each waited for after the next step's sub-SDPA
-    backward; the last one is waited for at once, exposed."""
+    backward; the last one is waited for at once, exposed.
+
+    Where the ring is traced into the compiled block (``cost.cp_traced``,
+    :func:`torch_cp_traced`) each collective is waited for where it is issued: every
+    all-gather (forward, recompute, backward) and all ``CP`` K/V-gradient exchanges exposed."""
     n = lay.cp
     gather = collective_time("all-gather", n * kv_bytes, n, topo, stride=lay.tp,
                              efficiency=eff.comm)
@@ -1265,9 +1329,11 @@ def torch_cp_exposed_s(cost: MicroCost, lay: Layout, topo: Topology, eff: Effici
     fwd_step = cost.attn_fwd_s / n
     bwd_step = max(0.0, cost.attn_bwd_s - (cost.attn_fwd_s if full else 0.0)) / n
     passes = 2 if full else 1
-    fwd = passes * max(0.0, gather - fwd_step)
     dkv = collective_time("send-recv", kv_bytes * 4 / act, 2, topo, stride=lay.tp,
                           efficiency=eff.comm)
+    if cost.cp_traced:
+        return (passes + 1) * gather + n * dkv
+    fwd = passes * max(0.0, gather - fwd_step)
     bwd = max(0.0, gather - bwd_step) + (n - 1) * max(0.0, dkv - bwd_step) + dkv
     return fwd + bwd
 
