@@ -1,6 +1,8 @@
 """FSDP2's copies on the compute stream (compute/parallel.py fsdp2_copy_bytes): the copy-out of
 the gathered weights (foreach_all_gather_copy_out's split_with_sizes_copy) and the chunk-cat of
-the gradients into the reduce-scatter input (foreach_reduce's _chunk_cat), by hand; and the other
+the gradients into the reduce-scatter input (foreach_reduce's _chunk_cat), by hand; FSDP1's one
+copy there, the cat that joins a unit's gradients into its flat gradient (fsdp1_grad_cat_bytes);
+and the other
 host-side copy a step carries beside its kernels, a paged optimizer's overflow migrated back
 (compute/speed.py paged_migration_s, TrainMemory.paged_overflow_bytes)."""
 
@@ -11,9 +13,10 @@ from dataclasses import replace
 import pytest
 
 from gpuplan.compute import estimate_speed
-from gpuplan.compute.parallel import fsdp2_copy_bytes
+from gpuplan.compute.parallel import fsdp1_grad_cat_bytes, fsdp2_copy_bytes
 from gpuplan.engines.profiles import get_engine
 from gpuplan.hardware import get_gpu
+from gpuplan.hardware.topology import topology_for
 from gpuplan.job import Job
 from gpuplan.models import load_model
 
@@ -80,13 +83,54 @@ def test_torchtitan_fsdp_step_carries_the_copies():
     assert est.step_time_s == pytest.approx(est.step.time_s + est.transfer.exposed_s
                                             + est.comm_exposed_s + n * 14 / rate)
     assert est.to_dict(ops=False)["fsdp_copy_s"] == est.fsdp_copy_s
-    # the generic fsdp2 profile's rows ran FSDP1 (a flat parameter, no copy-out): not timed
+    # the generic fsdp2 profile's rows ran FSDP1 (a flat parameter, no copy-out): only the
+    # split backward's cat of the gradients, bf16 read + bf16 written = 4 B an element
     plain = estimate_speed(model, H100, _job(engine="fsdp2"), measured=None, link="nvlink")
-    assert plain.fsdp_copy_s == 0.0
+    assert plain.fsdp_copy_s == pytest.approx(n * 4 / rate)
     # one GPU shards nothing
     one = estimate_speed(model, H100, _job(engine="torchtitan", gpus=1, zero=0),
                          measured=None)
     assert one.fsdp_copy_s == 0.0
+
+
+def test_fsdp1_grad_cat_bytes_by_hand():
+    # FSDP1 (a FlatParameter a unit): each backward's split-backward cat reads and writes every
+    # gradient once at its width -- 1e9 bf16 gradients: 2 + 2 B = 4e9 B a micro-batch; no
+    # copy-out, so the gathers do not enter; three micro-batches three cats
+    assert fsdp1_grad_cat_bytes(1e9, micro_batches=1, grad_bytes=2) == pytest.approx(4e9)
+    assert fsdp1_grad_cat_bytes(1e9, micro_batches=3, grad_bytes=2) == pytest.approx(12e9)
+    # Composer's DEFAULT mixed precision keeps fp32 parameters, so fp32 gradients: 8 B
+    assert fsdp1_grad_cat_bytes(1e9, micro_batches=1, grad_bytes=4) == pytest.approx(8e9)
+    # against FSDP2 at the same bf16 widths: 2 copy-outs (4 B each) + chunk-cat (4 B) = 12 B
+    assert fsdp2_copy_bytes(1e9, zero=3, micro_batches=1, gathers=2, gathered_bytes=2,
+                            grad_bytes=2, reduce_bytes=2) == pytest.approx(3 * 4e9)
+
+
+def test_fsdp1_profile_times_the_cat_not_fsdp2s_copies():
+    # the fsdp2 profile times FSDP1's cat (its published rows ran FullyShardedDataParallel);
+    # torchtitan and torchtune time FSDP2's copies, not the cat
+    assert get_engine("fsdp2").fsdp1_grad_cat and get_engine("fsdp2").fsdp2_reduce_bytes == 0
+    assert not get_engine("torchtitan").fsdp1_grad_cat
+    assert not get_engine("torchtune").fsdp1_grad_cat
+    model = load_model("llama-3.1-8b")
+    rate = H100.memory_bandwidth
+    # on a topology (16 GPUs, 2 nodes of 8), 2 micro-batches: 2 cats of the whole model's
+    # bf16 gradients, and the step carries them
+    job = _job(engine="fsdp2", gpus=16, grad_accum=2)
+    est = estimate_speed(model, H100, job, measured=None,
+                         topology=topology_for(H100, gpus_per_node=8))
+    lt = est.layout
+    rate *= est.efficiency.memory
+    assert lt is not None and lt.layout.micro_batches == 2
+    assert lt.fsdp_copy_s == pytest.approx(2 * est.trainable_params * 4 / rate, rel=1e-6)
+    assert lt.step_s == pytest.approx(lt.compute_s + lt.bubble_s + lt.tp_comm_s + lt.cp_comm_s
+                                      + lt.ep_comm_s + lt.pp_comm_s + lt.dp_exposed_s
+                                      + lt.optimizer_s + lt.fsdp_copy_s)
+    # one GPU, or ZeRO-0 (DDP): nothing sharded, no flat gradient timed
+    assert estimate_speed(model, H100, _job(engine="fsdp2", gpus=1, zero=0),
+                          measured=None).fsdp_copy_s == 0.0
+    assert estimate_speed(model, H100, _job(engine="fsdp2", zero=0), measured=None,
+                          link="nvlink").fsdp_copy_s == 0.0
 
 
 def test_layout_step_carries_the_copies():

@@ -94,7 +94,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
                    narrow_recompute_op, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -744,7 +744,7 @@ def engine_layout_options(engine: str, precision: str | None = None) -> dict[str
     e = get_engine(engine)
     return dict(tp_overlap_kind=e.tp_overlap_kind, cp_rotate=e.cp_rotate,
                 repeat_kv=e.sdpa_repeat_kv, fsdp2_reduce_bytes=e.fsdp2_reduce_bytes,
-                p2p_overlap=e.p2p_overlap,
+                p2p_overlap=e.p2p_overlap, fsdp1_grad_cat=e.fsdp1_grad_cat,
                 tp_gather_bytes=1.0 if precision in e.tp_narrow_gather else None)
 
 
@@ -959,6 +959,21 @@ def fsdp2_copy_bytes(elements: float, *, zero: int, micro_batches: int, gathers:
     if zero >= 3:
         return micro_batches * (gathers * copy_out + cat)
     return copy_out + cat
+
+
+def fsdp1_grad_cat_bytes(grad_elements: float, *, micro_batches: int,
+                         grad_bytes: float) -> float:
+    """The step's memory traffic (bytes) of torch FSDP1's one copy on the compute stream, on a
+    rank whose units hold ``grad_elements`` parameters with a gradient: each backward joins a
+    unit's per-weight gradients into its flat gradient with the backward of the ``torch.split``
+    that made the weights' views (``at::cat``: ``grad_bytes`` read and written an element;
+    :attr:`gpuplan.engines.profiles.EngineProfile.fsdp1_grad_cat`), every micro-batch whatever
+    the stage -- the views are split again at every unshard, and under ``no_sync`` too. Its
+    other copies run off the compute stream (the low-precision shard's cast before the
+    all-gather on the pre-unshard stream, the gradient's pre-divide on the post-backward
+    stream: torch/distributed/fsdp/_runtime_utils.py), as FSDP2's copy-in is left out of
+    :func:`fsdp2_copy_bytes`."""
+    return micro_batches * grad_elements * 2 * grad_bytes
 
 
 def dualpipe_bubble_s(pp: int, f_and_b_s: float, b_s: float, w_s: float) -> float:
@@ -1563,7 +1578,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
                 gather_bytes_per_element: float | None = None, tp_gather_bytes: float | None = None,
                 fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none",
-                ep_dispatcher: str = "alltoall") -> LayoutTime:
+                ep_dispatcher: str = "alltoall", fsdp1_grad_cat: bool = False) -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
     its stage holding ``share`` of the model's parameters, as the job runs it
@@ -1577,7 +1592,8 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
     ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
     ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, whose copies are timed on the
-    compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``p2p_overlap``: the engine's
+    compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``fsdp1_grad_cat``: FSDP1's
+    flat gradient cat timed instead (:func:`fsdp1_grad_cat_bytes`). ``p2p_overlap``: the engine's
     pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`).
     ``tp_gather_bytes``: a TP all-gather's bytes an element (:func:`tp_collectives_s`)."""
     one = _comm_per_micro_batch(
@@ -1605,7 +1621,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     opt_s = (_optimizer_s(local, state_bytes_per_param, device, eff, prec) if optimizer_s is None
              else optimizer_s(local, mine / max(1, params + mtp_params(arch, lay.mtp_layers))))
     copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
-                            fsdp2_reduce_bytes)
+                            fsdp2_reduce_bytes, fsdp1_grad_cat)
     casts = cost.stage_casts_s(held, stage_layers - len(held))  # once a step, not per micro-batch
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb + casts, bubble_s=bubble,
@@ -1620,11 +1636,17 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
 
 def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Device,
                    eff: Efficiency, gather_bytes_per_element: float | None,
-                   reduce_bytes: int) -> float:
+                   reduce_bytes: int, fsdp1_grad_cat: bool = False) -> float:
     """FSDP2's copies of a step on a rank of ``lay`` holding ``mine`` parameters of its stage
-    (:func:`fsdp2_copy_bytes`), at the memory rate; 0 where not timed or nothing is sharded."""
-    if not reduce_bytes or lay.zero < 2 or lay.dp * lay.cp <= 1:
+    (:func:`fsdp2_copy_bytes`), or FSDP1's gradient cat (``fsdp1_grad_cat``:
+    :func:`fsdp1_grad_cat_bytes`), at the memory rate; 0 where not timed or nothing is
+    sharded."""
+    if not (reduce_bytes or fsdp1_grad_cat) or lay.zero < 2 or lay.dp * lay.cp <= 1:
         return 0.0
+    if fsdp1_grad_cat:
+        return (fsdp1_grad_cat_bytes(mine, micro_batches=lay.micro_batches,
+                                     grad_bytes=prec.weight_store)
+                / (device.memory_bandwidth * eff.memory))
     gathers = (lay.weight_gathers if lay.weight_gathers is not None
                else zero3_gathers(lay.sharding, lay.checkpointing))
     nbytes = fsdp2_copy_bytes(

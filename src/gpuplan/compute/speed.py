@@ -29,7 +29,8 @@ from .flops import AttentionPrecision, form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, engine_layout_options, fsdp2_reduce_width, job_micro_options,
-    layout_time, micro_cost, model_flops_per_token, fsdp2_copy_bytes, serve_time, shard_arch, zero3_gathers,
+    layout_time, micro_cost, model_flops_per_token, fsdp1_grad_cat_bytes, fsdp2_copy_bytes, serve_time,
+    shard_arch, zero3_gathers,
 )
 from .step import (
     KV_BYTES, Phase, PrecisionLayout, StepMode, StepSpec, arch_and_name, attention_plan, build_steps,
@@ -875,11 +876,19 @@ def _fsdp2_copy_s(job: Job, prec: PrecisionLayout, device: Device, eff: Efficien
                   micro_batches: int, grad_elements: int | None = None) -> float:
     """FSDP2's copies on the compute stream of a data-parallel step without a layout
     (:func:`~.parallel.fsdp2_copy_bytes`), where the engine's are timed
-    (``fsdp2_reduce_bytes``) and the weights are sharded (ZeRO-2/3 over several GPUs);
-    ``grad_elements``: the parameters with a gradient where fewer (LoRA's adapters)."""
-    reduce_bytes = get_engine(job.engine).fsdp2_reduce_bytes
-    if not reduce_bytes or job.zero < 2 or job.gpus <= 1 or job.sharding != "fsdp2":
+    (``fsdp2_reduce_bytes``), or FSDP1's gradient cat where its profile times that instead
+    (``fsdp1_grad_cat``: :func:`~.parallel.fsdp1_grad_cat_bytes`), and the weights are sharded
+    (ZeRO-2/3 over several GPUs); ``grad_elements``: the parameters with a gradient where
+    fewer (LoRA's adapters)."""
+    engine = get_engine(job.engine)
+    reduce_bytes = engine.fsdp2_reduce_bytes
+    if (not (reduce_bytes or engine.fsdp1_grad_cat) or job.zero < 2 or job.gpus <= 1
+            or job.sharding != "fsdp2"):
         return 0.0
+    if engine.fsdp1_grad_cat:
+        return (fsdp1_grad_cat_bytes(elements if grad_elements is None else grad_elements,
+                                     micro_batches=micro_batches, grad_bytes=prec.weight_store)
+                / (device.memory_bandwidth * eff.memory))
     nbytes = fsdp2_copy_bytes(
         elements, zero=job.zero, micro_batches=micro_batches,
         gathers=gathers if gathers is not None else zero3_gathers(job.sharding,

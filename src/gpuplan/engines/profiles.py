@@ -134,6 +134,17 @@ class EngineProfile:
     bytes of its reduce dtype, which the chunk-cat of the gradients writes
     (:func:`gpuplan.compute.parallel.fsdp2_copy_bytes`: the copy-out of the gathered weights and
     that chunk-cat, on the compute stream); 0: those copies are not timed."""
+    fsdp1_grad_cat: bool = False
+    """Where its sharding runs as torch's ``FullyShardedDataParallel`` (FSDP1, one
+    ``FlatParameter`` a unit), as the published rows this profile times did: the unit's weights
+    are ``torch.split`` views of the flat parameter in forward and backward (torch
+    distributed/fsdp/_flat_param.py ``_get_unflat_views_unaligned``, ``_use_unsharded_views``
+    with ``as_params=False`` "during forward/backward computation", pytorch/pytorch@01caf79e),
+    so autograd joins their gradients into the flat gradient with the split's backward, an
+    ``at::cat`` on the compute stream (torch/csrc/autograd/FunctionsManual.cpp
+    ``split_with_sizes_backward``): read and written at the gradient width, once per unit a
+    micro-batch (:func:`gpuplan.compute.parallel.fsdp1_grad_cat_bytes`). No copy-out: the
+    all-gather writes the flat parameter itself. False: not timed."""
     tp_narrow_gather: tuple[str, ...] = ()
     """Narrow recipes (:data:`gpuplan.fp8.NARROW_RECIPES`) under which its sequence-parallel
     TP all-gathers move float8 (1 B an element) and its reduce-scatters 16-bit: the layer
@@ -320,8 +331,9 @@ _PROFILES = (
         parallel=frozenset(), overlap="the next unit's all-gather prefetched beside the "
         "compute; reduce-scatter per block in the backward", export="fsdp",
         # fsdp2_reduce_bytes left 0 here: the published rows this profile times ran FSDP1
-        # (Composer's, fms-fsdp's), whose flat parameter has no copy-out (issue 31: the FSDP1
-        # rows are another branch's)
+        # (Composer's, fms-fsdp's), whose flat parameter has no copy-out; its one copy on the
+        # compute stream, the split backward's cat of each unit's gradients, is timed instead
+        fsdp1_grad_cat=True,
         sources=("torch.distributed.fsdp.fully_shard: reshard_after_forward True (ZeRO-3) / "
                  "False (ZeRO-2)",)),
     EngineProfile(
