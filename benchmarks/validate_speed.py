@@ -1166,7 +1166,9 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
     not FSDP2; the README's table gives the 7B HSDP (sharded in the node, replicated across
     nodes: the job's ``dp_shard``, timed) and the larger ones FSDP. FSDP1's flat parameters,
     its rate limiter and its BACKWARD_PRE prefetch are not in the job: the timing is FSDP2's
-    per-block units with one unit gathered ahead (the rate limiter's two in flight). The
+    per-block units with one unit gathered ahead (the rate limiter's two in flight), with
+    FSDP1's one copy on the compute stream timed (the engine profile's ``fsdp1_grad_cat``: the
+    split backward's cat of a unit's gradients into its flat gradient, no copy-out). The
     reduce dtype is bf16 as timed (fms_fsdp/policies/mixed_precision.py ``bfSixteen``:
     ``reduce_dtype=torch.bfloat16``). IBM FMS's fp32 eager rotary is (the rows' ``model_code``
     fms, compute/efficiency.py ``eager_rotary_fms_bytes``). HSDP does not close the H100 rows'
@@ -1174,7 +1176,8 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
     if run.get("source_group") != "ibm-fsdp-blog":
         return ""
     return ("ran torch FSDP1 (fms-fsdp @5e522b4: FullyShardedDataParallel, flat parameters, "
-            "limit_all_gathers) over IBM FMS's Llama: timed as FSDP2's per-block units"
+            "limit_all_gathers) over IBM FMS's Llama: timed as FSDP2's per-block units with "
+            "FSDP1's flat-gradient cat"
             + (" under HSDP (dp_shard 8)" if run["job"].get("zero", "").startswith("HSDP")
                else "") + " (FMS's fp32 eager rotary timed, model_code fms)")
 

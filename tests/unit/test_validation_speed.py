@@ -208,8 +208,12 @@ def test_out_of_sample_holdout_reads(rows):
     # 1.208; 70B 0.954 -> 0.945, 1.207 -> 1.188; the group's median 16.1% -> 13.5%. Issue 31
     # (fsdpnode): the 7B rows under HSDP over a node (dp_shard 8, the README's row) and FSDP's
     # edge units exposed (compute.parallel.fsdp_edge_share): 7B 1.082 -> 1.070 (A100), 1.307 ->
-    # 1.269 (H100); 34B 1.001 -> 0.993, 1.203 -> 1.190; 70B 0.945 -> 0.941, 1.186 -> 1.179
-    assert 0.93 < min(a100) and max(a100) < 1.08 and 1.17 < min(h100) and max(h100) < 1.28
+    # 1.269 (H100); 34B 1.001 -> 0.993, 1.203 -> 1.190; 70B 0.945 -> 0.941, 1.186 -> 1.179.
+    # Issue 31 (ibmfsdp): FSDP1's split-backward cat of each unit's gradients into its flat
+    # gradient (fsdp1_grad_cat_bytes, 4 B a bf16 parameter on the compute stream): 7B 1.070 ->
+    # 1.062 / 1.269 -> 1.255, 34B 0.993 -> 0.986 / 1.190 -> 1.177, 70B 0.941 -> 0.935 / 1.179 ->
+    # 1.166 (the A100 34B/70B rows the wrong way)
+    assert 0.92 < min(a100) and max(a100) < 1.07 and 1.15 < min(h100) and max(h100) < 1.26
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
