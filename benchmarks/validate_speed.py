@@ -1172,14 +1172,24 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
     reduce dtype is bf16 as timed (fms_fsdp/policies/mixed_precision.py ``bfSixteen``:
     ``reduce_dtype=torch.bfloat16``). IBM FMS's fp32 eager rotary is (the rows' ``model_code``
     fms, compute/efficiency.py ``eager_rotary_fms_bytes``). HSDP does not close the H100 rows'
-    gap: it moves fewer bytes across nodes, not more."""
+    gap: it moves fewer bytes across nodes, not more. Nor does the network: the follow-up post
+    (https://pytorch.org/blog/maximizing-training-throughput/, Team PyTorch at IBM and Meta,
+    2024, Table 2's "MFU no-compile" column, after fms-fsdp ed74fd5 of 2024-05-09) reads the
+    same no-compile MFU on 464 H100s over 3.2 Tbps a node as these 96 over 800 Gbps (464 / 96:
+    7B 0.37 / 0.37, 13B 0.35 / 0.35, 34B 0.32 / 0.32, 70B 0.32 / 0.34), where gpuplan's own
+    timing of the 7B, 34B and 70B jobs gains 7-9% from the faster network: a slower network here
+    would contradict it. What the H100 rows miss is in the step's compute (the post's own guess: "the
+    HBM bandwidth of H100s"), not in FSDP's traffic."""
     if run.get("source_group") != "ibm-fsdp-blog":
         return ""
+    h100 = "h100" in run["id"]
     return ("ran torch FSDP1 (fms-fsdp @5e522b4: FullyShardedDataParallel, flat parameters, "
             "limit_all_gathers) over IBM FMS's Llama: timed as FSDP2's per-block units with "
             "FSDP1's flat-gradient cat"
             + (" under HSDP (dp_shard 8)" if run["job"].get("zero", "").startswith("HSDP")
-               else "") + " (FMS's fp32 eager rotary timed, model_code fms)")
+               else "") + " (FMS's fp32 eager rotary timed, model_code fms)"
+            + ("; not the network: the same no-compile MFU on 464 H100s over 3.2 Tbps a node "
+               "(pytorch.org/blog/maximizing-training-throughput, Table 2)" if h100 else ""))
 
 
 def paged_overflow_bytes(run: dict) -> int:
