@@ -1177,9 +1177,9 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
     2024, Table 2's "MFU no-compile" column, after fms-fsdp ed74fd5 of 2024-05-09) reads the
     same no-compile MFU on 464 H100s over 3.2 Tbps a node as these 96 over 800 Gbps (464 / 96:
     7B 0.37 / 0.37, 13B 0.35 / 0.35, 34B 0.32 / 0.32, 70B 0.32 / 0.34), where gpuplan's own
-    timing of the 7B, 34B and 70B jobs gains 7-9% from the faster network: a slower network here
-    would contradict it. What the H100 rows miss is in the step's compute (the post's own guess: "the
-    HBM bandwidth of H100s"), not in FSDP's traffic."""
+    timing of the 7B, 34B and 70B jobs gains 7-9% from the faster network: a slower network
+    here would contradict it. What the H100 rows miss is in the step's compute (the post's own
+    guess: "the HBM bandwidth of H100s"), not in FSDP's traffic."""
     if run.get("source_group") != "ibm-fsdp-blog":
         return ""
     h100 = "h100" in run["id"]
