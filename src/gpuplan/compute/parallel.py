@@ -1580,22 +1580,21 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none",
                 ep_dispatcher: str = "alltoall", fsdp1_grad_cat: bool = False) -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
-    ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``,
-    its stage holding ``share`` of the model's parameters, as the job runs it
-    (:func:`~.step.optimizer_stretch_s`); None: one fused pass (the cluster search's).
-    ``gather_bytes_per_element``: the mean bytes of a gathered weight element where the weights
-    are gathered narrow (:func:`gpuplan.fp8.gathered_bytes_per_element`); None: as the
-    gradients. ``tp_overlap_kind``: how ``tp_overlap`` hides the TP collectives --
+    ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``, its
+    stage holding ``share`` of the parameters (:func:`~.step.optimizer_stretch_s`); None: one fused
+    pass (the cluster search's). ``gather_bytes_per_element``: the mean bytes of a gathered weight
+    element where the weights are gathered narrow (:func:`gpuplan.fp8.gathered_bytes_per_element`);
+    None: as the gradients. ``tp_overlap_kind``: how ``tp_overlap`` hides the TP collectives --
     ``"userbuffers"`` (Megatron-Core's --tp-comm-overlap: under the layer's GEMMs) or
     ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
     :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``: a
     send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
     ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
-    ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, whose copies are timed on the
-    compute stream (:func:`fsdp2_copy_bytes`); 0: not timed. ``fsdp1_grad_cat``: FSDP1's
-    flat gradient cat timed instead (:func:`fsdp1_grad_cat_bytes`). ``p2p_overlap``: the engine's
-    pipeline sends (``none`` blocking, ``interleaved``: :func:`interleaved_p2p_exposed_s`).
-    ``tp_gather_bytes``: a TP all-gather's bytes an element (:func:`tp_collectives_s`)."""
+    ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, its copies timed on the compute stream
+    (:func:`fsdp2_copy_bytes`; 0: not), or ``fsdp1_grad_cat``: FSDP1's flat-gradient cat
+    (:func:`fsdp1_grad_cat_bytes`). ``p2p_overlap``: its pipeline sends (``none`` blocking,
+    ``interleaved``: :func:`interleaved_p2p_exposed_s`). ``tp_gather_bytes``: a TP all-gather's
+    bytes an element (:func:`tp_collectives_s`)."""
     one = _comm_per_micro_batch(
         arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap, cp_rotate=cp_rotate,
         tp_overlap_kind=tp_overlap_kind, repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes,
