@@ -77,7 +77,7 @@ def test_errors_reached(rows):
     # 3.8% once vLLM V1's output processing ran beside the steps: the 4090 rows 12.4% -> 6.3%;
     # ITL 17.5% -> 16.4% (TensorRT-LLM 18.8% -> 17.4%) once the H200 SXM streamed at its measured
     # share beside the H100's, 0.85 x 0.965 (compute/device.py stream_share): every H200 ITL
-    # toward the measured; TTFT 15.2% either way: 10 H200 TTFTs and 5 tok/s the wrong way by
+    # toward the measured (8B 467/16 QPS 2 across it, -1.7% -> +1.7%); TTFT 15.2% either way: 10 H200 TTFTs and 5 tok/s the wrong way by
     # 0.1-2.1 points)
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.152, abs=0.005)
     assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.164, abs=0.005)
