@@ -68,15 +68,19 @@ def test_throughput_meets_the_bar(rows):
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 15.2% (85 rows), ITL 17.5% (80 rows), output tok/s 3.8% (85 rows) median |error|
+    # TTFT 15.2% (85 rows), ITL 16.4% (80 rows), output tok/s 3.8% (85 rows) median |error|
     # (18.3% / 19.8% / 3.9% before the NIM rows ran an FP8 KV cache and the 4090 rows their
     # served 100-token mean; the 4090's tok/s moved the wrong way, 9.5% -> 12.5%; then 17.2% /
     # 17.4% / 4.6% before issues 29/31's one weight share at every M: the prefill chunks' weights
     # at the GEMV share up to ~770 rows (TTFT up, toward the measured), the decode GEMMs' rows no
     # longer at it (ITL down ~0.1-1%, the wrong way: TensorRT-LLM 18.7% -> 18.8%); tok/s 4.6% ->
-    # 3.8% once vLLM V1's output processing ran beside the steps: the 4090 rows 12.4% -> 6.3%)
+    # 3.8% once vLLM V1's output processing ran beside the steps: the 4090 rows 12.4% -> 6.3%;
+    # ITL 17.5% -> 16.4% (TensorRT-LLM 18.8% -> 17.4%) once the H200 SXM streamed at its measured
+    # share beside the H100's, 0.85 x 0.965 (compute/device.py stream_share): every H200 ITL
+    # toward the measured (8B 467/16 QPS 2 across it, -1.7% -> +1.7%); TTFT 15.2% either way: 10 H200 TTFTs and 5 tok/s the wrong way by
+    # 0.1-2.1 points)
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.152, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.175, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.164, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.038, abs=0.005)
     nim = "nvidia-nim"
@@ -92,8 +96,8 @@ def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 17.5% "
-                   "over 80 rows (TensorRT-LLM online table 18.8%, NIM 5.3%)")
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.4% "
+                   "over 80 rows (TensorRT-LLM online table 17.4%, NIM 5.3%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
 

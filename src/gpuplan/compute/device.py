@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Device", "Efficiency", "device_from_gpu", "device_from_cpu", "default_efficiency",
     "apply_measured", "measured_apply", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
-    "POWER_SIBLINGS", "MEASURED_POWER_CURVES", "MEASURED_CLOCK_CURVES", "power_clock_fraction",
+    "POWER_SIBLINGS", "MEASURED_POWER_CURVES", "MEASURED_STREAM", "STREAM_ANCHOR",
+    "stream_share", "MEASURED_CLOCK_CURVES", "power_clock_fraction",
     "at_power_limit",
 ]
 
@@ -69,6 +70,55 @@ DEFAULT_BASIS: dict[str, str] = {
         "0.80 of the per-direction link bandwidth for a ring all-reduce's bus bandwidth: NCCL "
         "reaches about 80% of NVLink's per-direction rate (e.g. ~240 of 300 GB/s on A100 NVLink 3)"),
 }
+
+
+#: The SKU whose achievable streaming share the default (``memory_default``, 0.85) stands for:
+#: the default's basis is H100 measurements (``DEFAULT_BASIS["memory_gpu"]``: H100 PCIe's
+#: memcpy, H100 SXM's coalesced loads), and this harness's H100 SXM Copy reads 0.866 of it.
+STREAM_ANCHOR = "H100-SXM-80GB"
+
+_AZURE_BABELSTREAM = (
+    "Azure/AI-benchmarking-guide@8fd0c6e1bd0f853ef8f0500a3640a7d80a2a92ef (2024-09-27; both "
+    "files last changed 2024-09-24), Azure_Results/ND_H100_v5_results.md and "
+    "ND_H200_v5_results.md, 'HBM Bandwidth': BabelStream's CUDA build "
+    "(Benchmarks/HBMBandwidth.py), on VMs with the same host CPU (Xeon Platinum 8480C), CUDA "
+    "12.6, PyTorch 2.4.0 and VBIOS 96.00.9D.00.02")
+
+#: Achievable memory bandwidth measured by one harness on the anchor and its same-die siblings
+#: (the same GH100 with 132 SMs at the same clocks; only the HBM differs): SKU -> (bytes/s,
+#: source). BabelStream's Copy kernel (one read, one write a byte: the streaming copy that
+#: ``memory_default``'s basis names). Both tables' five kernels, TB/s, H100 SXM (3.35 TB/s) /
+#: H200 SXM (4.8 TB/s): Copy 2.90 / 4.01, Mul 2.90 / 4.00, Add 2.97 / 4.15, Triad 2.97 / 4.15,
+#: Dot 3.18 / 4.48 -- the H200 reaching 0.963 (Mul) to 0.983 (Dot, read only) of the H100's
+#: share of its datasheet. Only a ratio within one harness is read: another card's
+#: measurement by another tool says nothing against the anchor's.
+MEASURED_STREAM: Mapping[str, tuple[float, str]] = MappingProxyType({
+    "H100-SXM-80GB": (2.90e12, _AZURE_BABELSTREAM + ": Copy 2.90 TB/s (ND H100 v5)"),
+    "H200-SXM-141GB": (4.01e12, _AZURE_BABELSTREAM + ": Copy 4.01 TB/s (ND H200 v5)"),
+})
+
+
+def stream_share(name: str, memory_bandwidth: float) -> tuple[float, str] | None:
+    """The streaming share of the datasheet ``memory_bandwidth`` that the GPU ``name`` reaches,
+    where :data:`MEASURED_STREAM` holds it beside :data:`STREAM_ANCHOR`, and its basis: the
+    anchor's share (``memory_default``) times this SKU's measured share over the anchor's, so
+    the default is not moved and only the measured difference between the siblings is added.
+    None for the anchor and for a SKU not measured (the default stands).
+
+    H200 SXM by hand: (4.01 / 4.8) / (2.90 / 3.35) = 0.83542 / 0.86567 = 0.96505, x 0.85 =
+    0.8203; the GEMV share it scales (time.py ``_bandwidth``: x memory / memory_default) is
+    0.685 x 0.96505 = 0.6611."""
+    if name == STREAM_ANCHOR or name not in MEASURED_STREAM:
+        return None
+    measured, source = MEASURED_STREAM[name]
+    anchor_measured, anchor_source = MEASURED_STREAM[STREAM_ANCHOR]
+    anchor_datasheet = get_gpu(STREAM_ANCHOR).memory_bandwidth
+    ratio = (measured / memory_bandwidth) / (anchor_measured / anchor_datasheet)
+    share = constant("memory_default") * ratio
+    return share, (f"{share:.3f} of the datasheet memory bandwidth: the default "
+                   f"{constant('memory_default')} (the {STREAM_ANCHOR}'s) x {ratio:.4f}, this "
+                   f"SKU's measured streaming share over the {STREAM_ANCHOR}'s in one harness "
+                   f"({source}; {anchor_source.rsplit(': ', 1)[-1]})")
 
 
 @record
@@ -504,12 +554,14 @@ def default_efficiency(device: Device) -> Efficiency:
                                    f"{constant('matmul_fp4_vs_bf16')} ("
                                    + CONSTANTS["matmul_fp4_vs_bf16"].source + ") -- "
                                    + extra["matmul_bf16"].removeprefix("default: "))
+    memory, memory_basis = stream_share(device.name, device.memory_bandwidth) \
+        or (constant("memory_default"), DEFAULT_BASIS["memory_gpu"])
     return Efficiency(
-        matmul=frac, attention=min(frac, 0.50), memory=0.85, launch_s=5e-6, pcie_pinned=0.80,
+        matmul=frac, attention=min(frac, 0.50), memory=memory, launch_s=5e-6, pcie_pinned=0.80,
         pcie_pageable=0.40, comm=0.80, matmul_by_dtype=MappingProxyType(by_dtype),
         basis={**extra, "matmul": "default: " + DEFAULT_BASIS[key],
                "attention": "default: " + DEFAULT_BASIS["attention_gpu"],
-               "memory": "default: " + DEFAULT_BASIS["memory_gpu"],
+               "memory": "default: " + memory_basis,
                "launch_s": "default: " + DEFAULT_BASIS["launch_gpu"],
                "pcie_pinned": "default: " + DEFAULT_BASIS["pcie_pinned"],
                "pcie_pageable": "default: " + DEFAULT_BASIS["pcie_pageable"],
