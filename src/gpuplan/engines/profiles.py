@@ -264,9 +264,10 @@ _VLLM_HOST = ServingHost(
 #: model_instance_state.cc) sends responses from its own WaitForResponse thread, and the
 #: ensemble's postprocessing detokenises in a separate Python-backend process -- so it delays a
 #: token without lengthening an iteration, and a delay cancels out of a mean inter-token gap.
-#: The online rows' ITL gaps are also larger on the H200 than on the H100 at the same load with
+#: The online rows' ITL gaps were also larger on the H200 than on the H100 at the same load with
 #: fewer requests in flight (8 of 22 pairs by more than the 1 ms of the table's whole-millisecond
-#: rounding), which a host cost per request in flight cannot produce; none is fitted.
+#: rounding, before the H200's measured streaming share, compute/device.py MEASURED_STREAM; 3 of
+#: 22 after), which a host cost per request in flight cannot produce; none is fitted.
 _TRTLLM_HOST = ServingHost(
     request_s=8.3e-3, basis="per-request cost fitted, not published: 8.3 ms, the median gap of "
     "measured over simulated TTFT on the QPS-2 rows of TensorRT-LLM 0.14's online serving "
