@@ -355,7 +355,7 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   as cuBLASLt's FP8 GEMM (no dequantization), which now reads at the FP8 tensor-core share
   (compute/efficiency.py gemv_bw_fp8_tensorcore, 0.625: the 16-bit share times vLLM PR #49363's
   H100 FP8/BF16 one-row ratio, CUTLASS's kernel's, assumed for cuBLASLt's): C=1 18.9 ms (+1.6%),
-  C=5 +2.5%; NIM medians TTFT 13.1% -> 13.4% (C=150-250 0.3-2.3 points further under, the wrong
+  C=5 +2.5%; NIM medians TTFT 13.1% -> 13.4% (C=150-250 2.2-2.3 points further under, the wrong
   way), ITL 5.3% -> 2.2%, output tok/s 7.4% -> 2.9%.
 - **NIM at concurrency 25-50: the ramp.** With 5,000-token prompts and no context chunking
   one prompt fits an iteration (max_num_tokens 8192), so the simulated closed loop's first 25
