@@ -349,8 +349,14 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   config, its max_batch_size, max_num_tokens and context chunking were not found). Nothing
   fitted: the pool doubles and the saturated rows (C=100-250) land within -4.6% to +21.4% on
   TTFT, +1.3% to +6.4% on ITL and -5.5% to -7.4% on throughput (NIM medians: TTFT 91.3% ->
-  13.0%, ITL 24.0% -> 6.1%, output tok/s 26.3% -> 8.0%). Left: ITL at concurrency 1-5 is +17
-  to +19% (22.0 against 18.6 ms: the FP8 decode step of the speed model, not the scheduler).
+  13.0%, ITL 24.0% -> 6.1%, output tok/s 26.3% -> 8.0%). ITL at concurrency 1-5 then read +17
+  to +19% (22.0 against 18.6 ms at C=1): the FP8 decode step, whose 1-byte weights were read at
+  gpt-fast's int8 weight-only share (0.524). TensorRT-LLM's PyTorch backend runs FP8 on Hopper
+  as cuBLASLt's FP8 GEMM (no dequantization), which now reads at the FP8 tensor-core share
+  (compute/efficiency.py gemv_bw_fp8_tensorcore, 0.625: the 16-bit share times vLLM PR #49363's
+  H100 FP8/BF16 one-row ratio, CUTLASS's kernel's, assumed for cuBLASLt's): C=1 18.9 ms (+1.6%),
+  C=5 +2.5%; NIM medians TTFT 13.1% -> 13.4% (C=150-250 2.2-2.3 points further under, the wrong
+  way), ITL 5.3% -> 2.2%, output tok/s 7.4% -> 2.9%.
 - **NIM at concurrency 25-50: the ramp.** With 5,000-token prompts and no context chunking
   one prompt fits an iteration (max_num_tokens 8192), so the simulated closed loop's first 25
   (50) clients, all sent at t=0, get their first tokens one prefill (~390 ms) apart: the mean

@@ -414,6 +414,21 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "over FP16 -- 4x fewer bytes at the same bandwidth share. Applied to the kernels of "
         "QUANT_KERNELS that name it; see there for which rest on Marlin's figure and which on "
         "the mechanism alone"),
+    "gemv_bw_fp8_tensorcore": Constant(
+        0.625, "fraction of bandwidth", "an FP8 W8A8 GEMM on FP8 tensor cores (no dequantization: "
+        "e4m3 weights and activations go to the MMA as stored, the scales in the epilogue) reads "
+        "its 1-byte weights at the 16-bit GEMV's share (gemv_bw_16bit, an end-to-end step's) "
+        "times the kernel-level ratio of its share to the BF16 GEMM's at one row. That ratio: "
+        "vllm-project/vllm pull request #49363 (HDCharles, 2026-07-21, 'H100 benchmarks for "
+        "google/gemma-4-31B-it', benchmark_fp8_gemm.py), batch_size 1.0, TFLOP/s: N=12288 "
+        "K=5376 torch-bf16 2.870333, fp8-tensor-w-token-a (vLLM's CUTLASS scaled_mm with the "
+        "activation's per-token quantization kernel) 4.733311; N=43008 K=5376 3.072025 and "
+        "5.796762. At one row a GEMM's 2NK FLOPs move NK weights (2NK bytes in BF16, NK in "
+        "FP8): both shapes together, BF16 594.5 MB in 196.6 us, FP8 297.3 MB in 107.7 us "
+        "(2.761 of 3.025 TB/s) = 0.9126 of BF16's share; 0.685 x 0.9126 = 0.625. The "
+        "quantization kernel is in it (the GEMM alone, its '-noquant' column, 5.162899 and "
+        "6.077129: 0.9665); the PR's bf16 kernel alone reads 0.90 of H100's 3,350 GB/s, FP8 "
+        "0.82. Measured on H100 (Hopper) only"),
     "memory_default": Constant(0.85, "fraction of bandwidth",
                                "the default streaming fraction (device.DEFAULT_BASIS memory_gpu)"),
     # -- runtime: host and device cost per kernel -------------------------------------------------
@@ -865,7 +880,11 @@ AWQ_GEMV_ISSUE_PER_WEIGHT = 265 / 32
 #: except AutoAWQ's GEMV kernel (``row_passes``), which reads them once per row of the batch.
 #: Not modelled, for want of a figure: bitsandbytes' nf4 (a GEMV at batch 1, dequantize-then-matmul above: formats.py
 #: ``matmul_weight_bytes``), ExLlamaV2, llama.cpp's per-GPU q4 kernels, vLLM's Machete on
-#: Hopper, TensorRT-LLM's W4A16 GEMV: they keep the width-based fraction.
+#: Hopper, TensorRT-LLM's W4A16 GEMV: they keep the width-based fraction. FP8 W8A8 on Hopper
+#: under vLLM, SGLang and TensorRT-LLM runs an FP8 tensor-core GEMM, not a dequantizing GEMV
+#: (gemv_bw_fp8_tensorcore); on Ada (TensorRT-LLM's CUDA-core FP8 GEMV below 9 rows, vLLM's sm89
+#: CUTLASS kernels, Marlin FP8 on Ampere) and Blackwell no small-M measurement was found, so those
+#: keep the width-based fraction (gpt-fast's int8 weight-only kernel's).
 QUANT_KERNELS: tuple[QuantKernel, ...] = (
     QuantKernel(
         name="marlin", engine="vllm", formats=("awq-4bit", "gptq-4bit", "w4a16"),
@@ -914,6 +933,40 @@ QUANT_KERNELS: tuple[QuantKernel, ...] = (
                "size 1 (not good for large context)'; its batch-8 GEMV rows carry the "
                "legend's red mark, 'for avoid using'. Its issue: AWQ_GEMV_ISSUE_PER_WEIGHT "
                "instructions per weight per row (its SASS), timed by time.py gemv_issue_s"),
+    QuantKernel(
+        name="cutlass-fp8-scaled-mm", engine="vllm", formats=("fp8", "fp8-channel"),
+        archs=("Hopper",), constant="gemv_bw_fp8_tensorcore",
+        source="vLLM's FP8 linear (Fp8LinearOp: cutlass_scaled_mm where cutlass_fp8_supported, "
+               "compute capability >= 8.9) quantizes the activation and runs CUTLASS's sm90 FP8 "
+               "GEMM with the scales in its epilogue, at every M. Its share: the same kernel's "
+               "H100 benchmark at one row (gemv_bw_fp8_tensorcore: vllm pull request #49363)"),
+    QuantKernel(
+        name="sgl-kernel-fp8-scaled-mm", engine="sglang", formats=("fp8", "fp8-channel"),
+        archs=("Hopper",), constant="gemv_bw_fp8_tensorcore",
+        source="SGLang python/sglang/srt/layers/quantization/fp8_utils.py apply_fp8_linear "
+               "(read from the offline index; commit not recorded): with cutlass_fp8_supported "
+               "it quantizes the activation (static_quant_fp8, or per_token_group_quant_fp8 "
+               "with one group per row) and calls sgl-kernel's fp8_scaled_mm, a CUTLASS W8A8 "
+               "FP8 GEMM ('cutlass w8a8 fp8 sgl-kernel only supports per-channel scale': a "
+               "per-tensor scale repeated per channel). Its share is vLLM's CUTLASS kernel's "
+               "(gemv_bw_fp8_tensorcore), an assumption: sgl-kernel's own small-M H100 figures "
+               "were not found"),
+    QuantKernel(
+        name="cublaslt-fp8", engine="trt-llm", formats=("fp8",),
+        archs=("Hopper",), constant="gemv_bw_fp8_tensorcore",
+        source="NVIDIA/TensorRT-LLM@00bbf71e tensorrt_llm/_torch/modules/linear.py "
+               "FP8QDQLinearMethod.apply (the PyTorch backend, TensorRT-LLM 1.0's default): the "
+               "activation quantized per tensor (static_quantize_e4m3_per_tensor), then "
+               "torch.ops.trtllm.cuda_scaled_mm (CUDA cores) where qinput.shape[0] <= 8 and "
+               "module.enable_cuda_core -- set only for compute capability 8.9 -- else "
+               "torch.ops.trtllm.cublas_scaled_mm, cuBLASLt's FP8 GEMM: on Hopper at every M. "
+               "Its share is vLLM's CUTLASS FP8 kernel's (gemv_bw_fp8_tensorcore), an "
+               "assumption: cuBLASLt's own small-M FP8 figures were not found. Not for the "
+               "TensorRT engines of 2024 (TensorRT-LLM docs/source/blogs/"
+               "quantization-in-TRT-LLM.md @2ee99e8: FP8 over FP16 1.51x at batch 1 and 1.40x "
+               "at batch 8 on LLaMA-v2-7B, H100, 1024/128, which gpuplan reads at the 1-byte "
+               "default 0.524 (1.45x / 1.37x) nearer than at this share (1.68x / 1.51x); "
+               "tests/unit/test_quant_kernels.py)"),
 )
 
 
