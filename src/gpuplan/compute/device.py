@@ -314,6 +314,23 @@ MEASURED_POWER_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]]
     })
 
 
+# At the TDP itself no clock factor is applied, for training or serving (issue 31, searched
+# 2026-12-07). The idea tested: a full training load (tensor cores, HBM, NVLink and NIC together)
+# holds the 700 W H100 SXM at a lower SM clock than the GEMM-only loop its matmul share comes
+# from (the MAMF table). No published figure was found that gives the H100's SM clock or power
+# during LLM training set against a GEMM loop's. What was found points the other way:
+# Ujeniya et al.'s dense TF32 load (below) draws 647 W under the 700 W cap at 1,969 MHz, so the
+# cap does not bind there. Mayr et al.'s LLaMA 3 8B pre-training keeps 0.966 of its 700 W
+# throughput at 600 W (MEASURED_POWER_CURVES). Horace He (thonking.ai, "Strangely, Matrix
+# Multiplications on GPUs Run Faster When Given 'Predictable' Data!", read 2026-12-07) finds
+# H100 matmuls power-limited in a plain GEMM loop, so a back-to-back GEMM loop such as the
+# MAMF table's is where the cap binds hardest; training mixes in lower-power phases. A trial
+# with the H100-SXM-80GB's peaks scaled by 0.84 (the IBM FSDP H100/A100 twin ratio; not
+# shipped) moved Llama 3 405B's 700 W rows from 0.93/0.93/1.01 to 0.84/0.84/0.89,
+# Megatron-Core's 16B-462B rows from 0.84-1.04 to 0.77-0.93, and Megatron-Bridge's Llama 3 70B
+# FP8 rows from 0.97 to 0.84. A power-clock effect would hit the largest, most GEMM-heavy
+# models hardest, and those are the rows that fit now.
+
 #: A measured sustained SM clock against the power limit (``nvidia-smi -pl``) under a
 #: compute-bound tensor-core load: the SKU, then the source and (watts, MHz) pairs as published,
 #: the first at the SKU's TDP. The share at a limit is f(limit) / f(TDP), read linearly between
