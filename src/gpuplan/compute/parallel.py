@@ -300,7 +300,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
               runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
-                   moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
+                   moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher,
+                   sdpa_repeat_kv=repeat_kv)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     narrow = NARROW_RECIPES.get(prec.name)
     casts, raw = _step_casts([t for t in step.ops if t.op.group != "optimizer"], narrow)

@@ -699,6 +699,11 @@ class StepSpec:
     """The decode attention kernel where it is not the engine's fused (Flash) one
     (:data:`~.efficiency.DECODE_ATTENTION_KERNELS`: ``ft-mmha``, FasterTransformer's masked
     multi-head attention under AutoAWQ's fused modules); "": the engine's."""
+    sdpa_repeat_kv: bool | None = None
+    """The model code expands K and V to every query head before its SDPA call (a copy:
+    :func:`_kv_expand`); None: as the engine's profile says
+    (:attr:`~gpuplan.engines.profiles.EngineProfile.sdpa_repeat_kv`, torchtitan's Llama), or
+    ``model_code`` torchtune's. False: a job run through such a profile by other code."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -868,20 +873,37 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
         arch, spec.engine, decode=shape.decode, ep=spec.ep,
         gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act,
         capacity_factor=spec.moe_capacity_factor, dispatcher=spec.moe_dispatcher))
-    if spec.model_code == "torchtune":
-        fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
+    if expands_kv(spec):
+        fwd = _kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":
         return fwd
     return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast,
                         gated=arch.mlp == "gated", act_bytes=prec.act, model_code=spec.model_code)
 
 
-def _torchtune_kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape,
-                         act: int) -> tuple[Op, ...]:
-    """torchtune's attention expands K and V to every query head before the kernel
-    (torchtune/modules/attention.py: ``k.expand(...)`` then a reshape, which copies): per layer,
-    read the K/V heads and write every head's copy, for all ``kv_len`` positions (a decode step
-    copies its whole cache). No copy when K/V heads equal the query heads."""
+def expands_kv(spec: StepSpec) -> bool:
+    """Whether the step's model code copies K and V to every query head before SDPA: torchtune's
+    (``model_code``), or the engine's own Llama where its profile says so (``sdpa_repeat_kv``:
+    torchtitan@9dec370 torchtitan/models/llama/model.py lines 116-125 and 201-202, ``repeat_kv``
+    = ``unsqueeze(x, 3).expand(bs, slen, n_kv_heads, n_rep, head_dim).reshape(bs, slen,
+    n_kv_heads * n_rep, head_dim)``, a reshape of an expanded view, which copies), unless the
+    job says its code is another's (``spec.sdpa_repeat_kv`` False)."""
+    if spec.model_code == "torchtune":
+        return True
+    if spec.sdpa_repeat_kv is not None:
+        return spec.sdpa_repeat_kv
+    return get_engine(spec.engine).sdpa_repeat_kv
+
+
+def _kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape,
+               act: int) -> tuple[Op, ...]:
+    """The model code expands K and V to every query head before the kernel (torchtune/modules/
+    attention.py: ``k.expand(...)`` then a reshape, which copies; torchtitan's ``repeat_kv``,
+    :func:`expands_kv`): per layer, read the K/V heads and write every head's copy, for all
+    ``kv_len`` positions (a decode step copies its whole cache). No copy when K/V heads equal the
+    query heads. Under torch.compile the copy stays: SDPA is an external kernel whose inputs
+    inductor materializes. Not saved by torchtitan's op-level checkpointing (``_save_list``
+    holds mm, SDPA and reduce-scatter), so recomputed under it as the other elementwise ops."""
     if arch.kind != "decoder" or arch.num_kv_heads >= arch.num_heads:
         return tuple(fwd)
     out = []
