@@ -533,3 +533,32 @@ def test_megatron_host_cost_moves_no_kernel_and_no_device_time(monkeypatch):
     assert mt.step.kernels == base.step.kernels
     assert mt.step.device_time_s == pytest.approx(base.step.device_time_s, rel=1e-12)
     assert mt.step.host_time_s > base.step.host_time_s
+
+
+def _torchtitan_ops(runtime: str, checkpointing: str = "none", **kw):
+    m = load_model("llama-3.1-8b")
+    est = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
+                                      engine="torchtitan", runtime=runtime,
+                                      checkpointing=checkpointing), measured=None, **kw)
+    return est.step.ops
+
+
+def test_torchtitan_llama_copies_k_and_v_to_every_head_before_sdpa():
+    # torchtitan@9dec370 models/llama/model.py repeat_kv: unsqueeze, expand to n_rep = 32 / 8
+    # = 4, reshape -- a copy. Per layer at 512 tokens: read K and V at 8 heads of 128, write
+    # them at 32: 2 x 512 x 128 x (32 + 8) x 2 B = 10,485,760 B, in eager and compiled (SDPA's
+    # inputs are materialized); its backward counted as any elementwise op's (2x)
+    T = 512
+    for runtime in ("eager", "compile"):
+        ops = _torchtitan_ops(runtime)
+        fwd = {t.op.name: t.op for t in ops if t.op.phase == "forward"}
+        assert fwd["attn.kv_expand"].bytes == 2 * T * 128 * (32 + 8) * 2 == 10_485_760
+        assert fwd["attn.kv_expand"].count == 32  # every layer
+        bwd = {t.op.name: t.op for t in ops if t.op.phase == "backward"}
+        assert bwd["attn.kv_expand"].bytes == 2 * 10_485_760
+    # not on the op policy's save list (mm, SDPA, reduce-scatter): recomputed with the block
+    rec = [t.op.name for t in _torchtitan_ops("eager", "selective") if t.op.phase == "recompute"]
+    assert "attn.kv_expand" in rec
+    # a job through the profile whose code passes the GQA heads to SDPA says so
+    none = _torchtitan_ops("eager", sdpa_repeat_kv=False)
+    assert not any(t.op.name == "attn.kv_expand" for t in none)
