@@ -573,9 +573,10 @@ def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
 #: ``.to(device)`` (:attr:`Phase.sync_per_micro_step`): transformers' Trainer
 #: (Trainer._prepare_input: ``data.to(device=self.args.device)``, no non_blocking, in every
 #: version since 4.x), and NVIDIA DLE's BERT scripts, timed under this engine (run_squad.py:
-#: ``batch = tuple(t.to(device) for t in batch)``). Others are not listed until their loop is
-#: read.
-BLOCKING_INPUT_COPY = frozenset({"transformers"})
+#: ``batch = tuple(t.to(device) for t in batch)``), and torchtitan (train.py @9dec370, each
+#: step: ``input_ids = input_ids.to(device_type)``, ``labels = labels.to(device_type)``, no
+#: non_blocking). Others are not listed until their loop is read.
+BLOCKING_INPUT_COPY = frozenset({"transformers", "torchtitan"})
 
 #: Engines whose training loop reads the loss on the host after every micro-batch's backward
 #: (:attr:`Phase.sync_after_backward`): transformers' Trainer (its training loop's NaN/inf filter
