@@ -562,3 +562,30 @@ def test_torchtitan_llama_copies_k_and_v_to_every_head_before_sdpa():
     # a job through the profile whose code passes the GQA heads to SDPA says so
     none = _torchtitan_ops("eager", sdpa_repeat_kv=False)
     assert not any(t.op.name == "attn.kv_expand" for t in none)
+
+
+def test_torchtitan_compiles_its_blocks_only():
+    # parallelize_llama.py apply_compile @9dec370 compiles each of model.layers: the final
+    # RMSNorm runs eager (36 B an element in 8 kernels, as transformers' eager LlamaRMSNorm)
+    # while the blocks' norms are fused (4 B, 1 kernel); whole-model compile fuses it too
+    T, h = 512, 4096
+    fwd = {t.op.name: t.op for t in _torchtitan_ops("compile") if t.op.phase == "forward"}
+    assert fwd["final.norm"].bytes == pytest.approx(36 * T * h)
+    assert fwd["final.norm"].kernels == 8
+    assert fwd["attn.norm"].bytes == 4 * T * h and fwd["attn.norm"].kernels == 1
+    m = load_model("llama-3.1-8b")
+    whole = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
+                                        runtime="compile"), measured=None)
+    final = next(t.op for t in whole.step.ops if t.op.name == "final.norm"
+                 and t.op.phase == "forward")
+    assert final.bytes == 4 * T * h and final.kernels == 1
+
+
+def test_torchtitan_loop_copies_its_inputs_blocking():
+    # train.py @9dec370: input_ids.to(device_type), no non_blocking -- a stream synchronize
+    # at every step's start (Phase.sync_per_micro_step), as transformers' Trainer
+    m = load_model("llama-3.1-8b")
+    for engine, synced in (("torchtitan", True), ("transformers", True), ("megatron", False)):
+        est = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
+                                          engine=engine), measured=None)
+        assert est.step.sync_per_micro_step is synced, engine

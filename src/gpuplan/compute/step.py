@@ -26,7 +26,7 @@ from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import (
     AttentionPrecision, Op, StepShape, backward_ops, fp8_attention_ops, inference_attention, build_forward_ops, default_seq, run_form, lora_adapter_ops, optimizer_op,
-    one_launch_product, recompute_ops,
+    is_layer_op, one_launch_product, recompute_ops,
 )
 from .efficiency import (
     GRAD_CLIP_IMPLS, OPTIMIZER_IMPLS, RuntimeOverheads, constant, eager_chains, grad_clip_cost,
@@ -878,8 +878,13 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
         fwd = _kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":
         return fwd
-    return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast,
-                        gated=arch.mlp == "gated", act_bytes=prec.act, model_code=spec.model_code)
+    chains = dict(norm=arch.norm, autocast=prec.autocast, gated=arch.mlp == "gated",
+                  act_bytes=prec.act, model_code=spec.model_code)
+    if spec.runtime == "compile" and get_engine(spec.engine).compile_scope == "blocks":
+        # only the blocks compiled: the ops outside them (the final norm) run as eager's
+        return tuple(eager_chains((op,), runtime="compile" if is_layer_op(op) else "eager",
+                                  **chains)[0] for op in fwd)
+    return eager_chains(fwd, runtime=spec.runtime, **chains)
 
 
 def expands_kv(spec: StepSpec) -> bool:
