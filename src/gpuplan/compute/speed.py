@@ -420,9 +420,8 @@ def estimate_speed(
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for, ZeRO-1/2's run after the step
     (:attr:`.Layout.gather_overlap`). ``p2p_overlap`` (interleaved sends beside compute,
     :func:`~.parallel.interleaved_p2p_exposed_s`) and ``sdpa_repeat_kv`` (CP's K and V at the
-    query heads, :func:`~.parallel.sdpa_kv_heads`, and the copy that expands them,
-    :func:`~.step.expands_kv`): True or False as the job ran; None: the engine profile's
-    (``EngineProfile``'s same fields).
+    query heads, :func:`~.parallel.sdpa_kv_heads`; the copy, :func:`~.step.expands_kv`): True
+    or False as the job ran; None: the engine profile's (``EngineProfile``'s same fields).
     ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
     benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
