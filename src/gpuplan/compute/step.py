@@ -909,7 +909,11 @@ def _kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape,
     ``kv_len`` positions (a decode step copies its whole cache). No copy when K/V heads equal the
     query heads. Under torch.compile the copy stays: SDPA is an external kernel whose inputs
     inductor materializes. Not saved by torchtitan's op-level checkpointing (``_save_list``
-    holds mm, SDPA and reduce-scatter), so recomputed under it as the other elementwise ops."""
+    holds mm, SDPA and reduce-scatter), so recomputed under it as the other elementwise ops.
+    Its backward sums each gradient over the repeats (autograd's ``sum_to`` for ``expand``; the
+    reshape's clone passes the gradient through): one kernel each for K and V, reading every
+    head's gradient and writing the K/V heads' -- the forward's bytes (:attr:`Op.
+    backward_kernels`)."""
     if arch.kind != "decoder" or arch.num_kv_heads >= arch.num_heads:
         return tuple(fwd)
     out = []
@@ -921,7 +925,7 @@ def _kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape,
                                kind="elementwise", flops=0.0, counted_flops=0.0,
                                bytes=float(2 * n * (arch.num_heads + arch.num_kv_heads) * act),
                                parallel_work=max(1, 2 * n * arch.num_heads), kernels=2,
-                               weight_elements=0, shape=None))
+                               weight_elements=0, shape=None, backward_kernels=2))
     return tuple(out)
 
 
