@@ -590,3 +590,32 @@ def test_torchtitan_loop_copies_its_inputs_blocking():
         est = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
                                           engine=engine), measured=None)
         assert est.step.sync_per_micro_step is synced, engine
+
+
+def test_float8_all_gathered_weights_are_not_cast_on_the_compute_stream():
+    # torchao@eab345c: with enable_fsdp_float8_all_gather each weight shard is cast inside
+    # FSDP2's all-gather copy-in (its own stream) and arrives a Float8Tensor, which
+    # Float8Linear.cast_weight_to_float8_t passes through (weight.t()): no fp8.weight_cast on
+    # the compute stream. Without it, or on one GPU (nothing gathered), every forward casts.
+    from gpuplan.compute.parallel import job_micro_options
+    from gpuplan.compute.step import narrow_weights_gathered
+
+    m = load_model("llama-3.1-8b")
+    H100 = get_gpu("H100-SXM-80GB")
+
+    def casts(**kw):
+        job = Job(model="llama-3.1-8b", mode="train", batch=1, seq=512, engine="torchtitan",
+                  precision="fp8-tensorwise", runtime="compile", **kw)
+        est = estimate_speed(m, H100, job, measured=None, link="nvlink")
+        return [t.op for t in est.step.ops if t.op.name == "fp8.weight_cast"], job
+
+    gathered, job = casts(gpus=8, zero=3, fp8_param_gather=True)
+    assert gathered == [] and narrow_weights_gathered(job)
+    assert job_micro_options(job, 1)["weights_gathered"] is True
+    wide, job16 = casts(gpus=8, zero=3)
+    assert len(wide) == 1 and not narrow_weights_gathered(job16)
+    # the blocks' linear weights, 7 per layer: 32 x (4096 x 6144 + 4096^2 + 3 x 4096 x 14336)
+    n = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+    assert wide[0].bytes == n * 5  # dynamic tensorwise: amax read 2 + read 2 + write 1
+    single, _ = casts(gpus=1, zero=3, fp8_param_gather=True)
+    assert len(single) == 1

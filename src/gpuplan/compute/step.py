@@ -700,6 +700,9 @@ class StepSpec:
     """The decode attention kernel where it is not the engine's fused (Flash) one
     (:data:`~.efficiency.DECODE_ATTENTION_KERNELS`: ``ft-mmha``, FasterTransformer's masked
     multi-head attention under AutoAWQ's fused modules); "": the engine's."""
+    narrow_weights_gathered: bool = False
+    """The narrow weights arrive cast (:func:`narrow_weights_gathered`): the compute stream
+    casts none of them."""
     sdpa_repeat_kv: bool | None = None
     """The model code expands K and V to every query head before its SDPA call (a copy:
     :func:`_kv_expand`); None: as the engine's profile says
@@ -736,7 +739,9 @@ class StepSpec:
                    moe_capacity_factor=job.moe_capacity_factor if train else None,
                    recompute_modules=job.recompute_modules if train else None,
                    moe_dispatcher=job.moe_dispatcher,
-                   cuda_graph_scope=job.cuda_graph_scope if train else None)
+                   cuda_graph_scope=job.cuda_graph_scope if train else None,
+                   narrow_weights_gathered=(train and not single_device and job.gpus > 1
+                                            and narrow_weights_gathered(job)))
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -885,6 +890,23 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
         return tuple(eager_chains((op,), runtime="compile" if is_layer_op(op) else "eager",
                                   **chains)[0] for op in fwd)
     return eager_chains(fwd, runtime=spec.runtime, **chains)
+
+
+def narrow_weights_gathered(job: Job) -> bool:
+    """Whether FSDP all-gathers ``job``'s weights already cast to its narrow format, so that no
+    forward (and no recompute) casts them on the compute stream: torchao's tensorwise recipe with
+    its float8 all-gather (``--fp8-param-gather``: torchtitan's enable_fsdp_float8_all_gather)
+    over sharded weights. torchao@eab345c torchao/float8/fsdp_utils.py
+    ``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`` casts the local shard (with the
+    precomputed scale, else its own amax) inside FSDP2's all-gather copy-in, on its own stream
+    (torch distributed/fsdp/_fully_shard/_fsdp_collectives.py ``foreach_all_gather``:
+    ``all_gather_copy_in_stream``); ``fsdp_post_all_gather`` returns a Float8Tensor, and
+    float8_linear.py ``cast_weight_to_float8_t`` returns ``weight.t()`` for a weight
+    ``tensor_already_casted_to_fp8`` -- no cast. A recipe that caches its weight (TE) keeps
+    its own rule."""
+    recipe = NARROW_RECIPES.get(job.precision)
+    return (recipe is not None and recipe.param_gather and not recipe.caches_weight
+            and job.fp8_param_gather and job.zero >= 2 and job.lora_rank is None)
 
 
 def expands_kv(spec: StepSpec) -> bool:
@@ -1286,7 +1308,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
                                     get_engine(spec.engine).selective, prec.act)
         if again is not None:
             micro.append(again)
-        weight_casts.append(_weight_cast_op(fwd, narrow, spec))
+        if not spec.narrow_weights_gathered:
+            weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
         trainable = spec.trainable or sum(spec.lora_rank * (t.in_features + t.out_features)
