@@ -566,11 +566,14 @@ GQA_CP_GROUPS = frozenset({"llama3"})
 
 
 def sdpa_repeat_kv(run: dict, job: Job, notes: list[str] | None = None) -> bool | None:
-    """False where ``run``'s context parallel moves the GQA K and V although its engine profile
-    repeats them (:data:`GQA_CP_GROUPS`, said in ``notes``); None (the engine's) otherwise."""
-    if job.cp <= 1 or run.get("source_group") not in GQA_CP_GROUPS:
+    """False where ``run``'s code is not the engine profile's own Llama, which repeats K and V
+    to the query heads (:data:`GQA_CP_GROUPS`): its context parallel moves the GQA K and V (said
+    in ``notes``), and the profile's repeat_kv copy before SDPA (compute/step.py
+    ``expands_kv``) is not timed -- no source shows that code copying them; None (the engine's)
+    otherwise."""
+    if run.get("source_group") not in GQA_CP_GROUPS:
         return None
-    if notes is not None:
+    if notes is not None and job.cp > 1:
         notes.append("CP all-gathers the GQA K and V (the paper's sec. 3.3.2), not repeated to "
                      "the query heads as torchtitan's Llama does")
     return False
@@ -678,6 +681,15 @@ def _grad_clip(run: dict, precision: str, notes: list[str]) -> tuple[float | Non
     if "HF Trainer" in rt:
         notes.append("Trainer's default max_grad_norm 1.0 (clip_grad_norm_ per tensor, torch 1.x)")
         return 1.0, "per-tensor"
+    if "torchtitan 9dec370" in (run.get("notes") or ""):
+        # train.py @9dec370 clips every step: utils.clip_grad_norm_(params,
+        # job_config.training.max_norm, foreach=True, pp_mesh=...) before optimizers.step();
+        # --training.max_norm 1.0 by default (config_manager.py) and in train_configs/
+        # llama3_*.toml; torch.nn.utils.get_total_norm's _foreach_norm over the local shards
+        # (DTensor's _NormPartial: one all-reduce of the norm, no host read) and
+        # clip_grads_with_norm_'s _foreach_mul_
+        notes.append("torchtitan 9dec370 clips at max_norm 1.0 each step (foreach norm and mul)")
+        return 1.0, "foreach"
     return None, None
 
 

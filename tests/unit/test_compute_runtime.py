@@ -533,3 +533,89 @@ def test_megatron_host_cost_moves_no_kernel_and_no_device_time(monkeypatch):
     assert mt.step.kernels == base.step.kernels
     assert mt.step.device_time_s == pytest.approx(base.step.device_time_s, rel=1e-12)
     assert mt.step.host_time_s > base.step.host_time_s
+
+
+def _torchtitan_ops(runtime: str, checkpointing: str = "none", **kw):
+    m = load_model("llama-3.1-8b")
+    est = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
+                                      engine="torchtitan", runtime=runtime,
+                                      checkpointing=checkpointing), measured=None, **kw)
+    return est.step.ops
+
+
+def test_torchtitan_llama_copies_k_and_v_to_every_head_before_sdpa():
+    # torchtitan@9dec370 models/llama/model.py repeat_kv: unsqueeze, expand to n_rep = 32 / 8
+    # = 4, reshape -- a copy. Per layer at 512 tokens: read K and V at 8 heads of 128, write
+    # them at 32: 2 x 512 x 128 x (32 + 8) x 2 B = 10,485,760 B, in eager and compiled (SDPA's
+    # inputs are materialized); its backward, autograd's sum_to of expand over the 4 repeats,
+    # reads the 32 heads' gradient and writes the 8 heads': the same bytes, one kernel each
+    T = 512
+    for runtime in ("eager", "compile"):
+        ops = _torchtitan_ops(runtime)
+        fwd = {t.op.name: t.op for t in ops if t.op.phase == "forward"}
+        assert fwd["attn.kv_expand"].bytes == 2 * T * 128 * (32 + 8) * 2 == 10_485_760
+        assert fwd["attn.kv_expand"].count == 32  # every layer
+        bwd = {t.op.name: t.op for t in ops if t.op.phase == "backward"}
+        assert bwd["attn.kv_expand"].bytes == 10_485_760 and bwd["attn.kv_expand"].kernels == 2
+    # not on the op policy's save list (mm, SDPA, reduce-scatter): recomputed with the block
+    rec = [t.op.name for t in _torchtitan_ops("eager", "selective") if t.op.phase == "recompute"]
+    assert "attn.kv_expand" in rec
+    # a job through the profile whose code passes the GQA heads to SDPA says so
+    none = _torchtitan_ops("eager", sdpa_repeat_kv=False)
+    assert not any(t.op.name == "attn.kv_expand" for t in none)
+
+
+def test_torchtitan_compiles_its_blocks_only():
+    # parallelize_llama.py apply_compile @9dec370 compiles each of model.layers: the final
+    # RMSNorm runs eager (36 B an element in 8 kernels, as transformers' eager LlamaRMSNorm)
+    # while the blocks' norms are fused (4 B, 1 kernel); whole-model compile fuses it too
+    T, h = 512, 4096
+    fwd = {t.op.name: t.op for t in _torchtitan_ops("compile") if t.op.phase == "forward"}
+    assert fwd["final.norm"].bytes == pytest.approx(36 * T * h)
+    assert fwd["final.norm"].kernels == 8
+    assert fwd["attn.norm"].bytes == 4 * T * h and fwd["attn.norm"].kernels == 1
+    m = load_model("llama-3.1-8b")
+    whole = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
+                                        runtime="compile"), measured=None)
+    final = next(t.op for t in whole.step.ops if t.op.name == "final.norm"
+                 and t.op.phase == "forward")
+    assert final.bytes == 4 * T * h and final.kernels == 1
+
+
+def test_torchtitan_loop_copies_its_inputs_blocking():
+    # train.py @9dec370: input_ids.to(device_type), no non_blocking -- a stream synchronize
+    # at every step's start (Phase.sync_per_micro_step), as transformers' Trainer
+    m = load_model("llama-3.1-8b")
+    for engine, synced in (("torchtitan", True), ("transformers", True), ("megatron", False)):
+        est = estimate_speed(m, A100, Job(model="llama-3.1-8b", mode="train", batch=1, seq=512,
+                                          engine=engine), measured=None)
+        assert est.step.sync_per_micro_step is synced, engine
+
+
+def test_float8_all_gathered_weights_are_not_cast_on_the_compute_stream():
+    # torchao@eab345c: with enable_fsdp_float8_all_gather each weight shard is cast inside
+    # FSDP2's all-gather copy-in (its own stream) and arrives a Float8Tensor, which
+    # Float8Linear.cast_weight_to_float8_t passes through (weight.t()): no fp8.weight_cast on
+    # the compute stream. Without it, or on one GPU (nothing gathered), every forward casts.
+    from gpuplan.compute.parallel import job_micro_options
+    from gpuplan.compute.step import narrow_weights_gathered
+
+    m = load_model("llama-3.1-8b")
+    H100 = get_gpu("H100-SXM-80GB")
+
+    def casts(**kw):
+        job = Job(model="llama-3.1-8b", mode="train", batch=1, seq=512, engine="torchtitan",
+                  precision="fp8-tensorwise", runtime="compile", **kw)
+        est = estimate_speed(m, H100, job, measured=None, link="nvlink")
+        return [t.op for t in est.step.ops if t.op.name == "fp8.weight_cast"], job
+
+    gathered, job = casts(gpus=8, zero=3, fp8_param_gather=True)
+    assert gathered == [] and narrow_weights_gathered(job)
+    assert job_micro_options(job, 1)["weights_gathered"] is True
+    wide, job16 = casts(gpus=8, zero=3)
+    assert len(wide) == 1 and not narrow_weights_gathered(job16)
+    # the blocks' linear weights, 7 per layer: 32 x (4096 x 6144 + 4096^2 + 3 x 4096 x 14336)
+    n = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+    assert wide[0].bytes == n * 5  # dynamic tensorwise: amax read 2 + read 2 + write 1
+    single, _ = casts(gpus=1, zero=3, fp8_param_gather=True)
+    assert len(single) == 1

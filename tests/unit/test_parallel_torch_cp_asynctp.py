@@ -97,12 +97,15 @@ def test_sdpa_kv_heads_follow_the_profile():
     assert sdpa_kv_heads(arch, "megatron", True) == 32
 
 
-def test_repeated_kv_moves_the_merges_kv_terms_only():
+def test_repeated_kv_moves_the_merges_kv_terms_and_the_copy():
     # one micro-batch of Llama 3.1 8B at CP 4 under torchtitan (s_local 8192): the merges'
     # bytes on K and V (torch_cp_merge_bytes: forward 4 B/K x CP, backward 24 + 25 (CP - 1)
     # B/K with 16-bit K and V) grow with the 32 repeated heads against the 8 KV heads; the
-    # recompute under full checkpointing merges the forward's once more
+    # recompute under full checkpointing merges the forward's once more. The repeat itself is a
+    # copy (compute.step.expands_kv): read 8 heads, write 32, of K and V, 2 kernels; its
+    # backward the sum over the repeats, the same bytes in 2 kernels; recomputed under full
     from gpuplan.compute.device import default_efficiency, device_from_gpu
+    from gpuplan.compute.efficiency import constant
     from gpuplan.compute.parallel import micro_costs
     from gpuplan.compute.step import train_precision
 
@@ -116,11 +119,14 @@ def test_repeated_kv_moves_the_merges_kv_terms_only():
     dk = 1 * 2 * (32 - 8) * 8192 * 128  # K and V elements more, a layer
     rate = device.memory_bandwidth * eff.memory
     fwd_b, bwd_b = 4 * 4 * dk, (24 + 25 * 3) * dk
+    copy_b, gap = 2 * 8192 * 128 * (32 + 8) * 2, constant("stream_gap_s")
+    copy_s = copy_b / rate + 2 * gap
     for level in ("none", "full"):
-        assert rep[level].layer_fwd_s - gqa[level].layer_fwd_s == pytest.approx(fwd_b / rate)
-        again = fwd_b if level == "full" else 0.0
+        assert rep[level].layer_fwd_s - gqa[level].layer_fwd_s == pytest.approx(
+            fwd_b / rate + copy_s)
+        again = fwd_b / rate + copy_s if level == "full" else 0.0
         assert rep[level].layer_bwd_s - gqa[level].layer_bwd_s == pytest.approx(
-            (bwd_b + again) / rate)
+            bwd_b / rate + copy_s + again)
         assert rep[level].attn_fwd_s == gqa[level].attn_fwd_s  # the kernels' work is the same
 
 

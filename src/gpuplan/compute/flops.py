@@ -202,7 +202,10 @@ class Op:
     own (:func:`~.efficiency.separate_launches_s`); (): one product of the whole N."""
     backward_kernels: int = 0
     """Kernel launches of this op's backward where they are not :func:`backward_ops`' rule for
-    its kind (0: the rule): Megatron-Core's token-dispatch copies (``moe.dispatch``)."""
+    its kind (0: the rule): Megatron-Core's token-dispatch copies (``moe.dispatch``); the GQA
+    K/V expansion (``attn.kv_expand`` of compute/step.py ``_kv_expand``), whose backward is
+    autograd's ``sum_to`` over the repeats (derivatives.yaml ``expand``: ``at::sum_to(grad,
+    self.sym_sizes())``), at the forward's bytes."""
 
     @property
     def intensity(self) -> float:
@@ -1171,7 +1174,7 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
             out.append(replace(op, phase="backward", flops=2.5 * op.flops,
                                counted_flops=2 * op.counted_flops, bytes=2 * op.bytes,
                                kernels=3))
-        elif op.name == "moe.dispatch":
+        elif op.name == "moe.dispatch" or (op.name == "attn.kv_expand" and op.backward_kernels):
             # the inverse copies, at the forward's bytes (its routing-map share, T x E x 9 B --
             # a few MB against the rows' hundreds -- taken again rather than split off)
             out.append(replace(op, phase="backward", bytes=op.bytes, kernels=op.backward_kernels))

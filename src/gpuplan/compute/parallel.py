@@ -91,7 +91,7 @@ from .efficiency import constant, gemm_wave_efficiency, overlap_sm_share, resolv
 from .flops import backward_ops, mtp_projection_ops, optimizer_op, recompute_ops
 from .time import time_ops
 from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps,
-                   narrow_recompute_op, qkv_shares)
+                   narrow_recompute_op, narrow_weights_gathered, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
@@ -229,7 +229,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                model_code: str | None = None,
                recompute_modules: tuple[str, ...] | None = None,
                dispatcher: str = "alltoall", repeat_kv: bool | None = None,
-               cuda_graph_scope: tuple[str, ...] | None = None) -> MicroCost:
+               cuda_graph_scope: tuple[str, ...] | None = None,
+               weights_gathered: bool = False) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -238,14 +239,16 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
     (:func:`moe_host_sync`, :func:`synced_forward_s`); ``recompute_modules``: what selective
     checkpointing recomputes where Megatron-Core's modules are named (:data:`~.flops.MODULE_OPS`);
     ``repeat_kv``: the SDPA gets K and V at the query heads (:func:`sdpa_kv_heads`; None: the
-    engine's)."""
+    engine's); ``weights_gathered``: the narrow weights arrive cast, no compute-stream cast of
+    them (:func:`~.step.narrow_weights_gathered`)."""
     return micro_costs(arch, device, eff, prec, tp=tp, cp=cp, batch=batch, seq=seq,
                        attention=attention, runtime=runtime, ep=ep,
                        selective=selective, bf16_edge_layers=bf16_edge_layers,
                        moe_sync=moe_sync, engine=engine,
                        capacity_factor=capacity_factor, model_code=model_code,
                        recompute_modules=recompute_modules, dispatcher=dispatcher,
-                       repeat_kv=repeat_kv, cuda_graph_scope=cuda_graph_scope)[checkpointing]
+                       repeat_kv=repeat_kv, cuda_graph_scope=cuda_graph_scope,
+                       weights_gathered=weights_gathered)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -258,7 +261,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 recompute_modules: tuple[str, ...] | None = None,
                 dispatcher: str = "alltoall",
                 repeat_kv: bool | None = None,
-                cuda_graph_scope: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
+                cuda_graph_scope: tuple[str, ...] | None = None,
+                weights_gathered: bool = False) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
     narrow recipe, averaged over the layers.
@@ -272,7 +276,7 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
               selective=selective, moe_sync=moe_sync, engine=engine,
               capacity_factor=capacity_factor, model_code=model_code,
               recompute_modules=recompute_modules, dispatcher=dispatcher, repeat_kv=repeat_kv,
-              cuda_graph_scope=cuda_graph_scope)
+              cuda_graph_scope=cuda_graph_scope, weights_gathered=weights_gathered)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -292,7 +296,7 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
                  model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
                  bf16_edge_layers: int = 0, dispatcher: str = "alltoall",
-                 repeat_kv: bool | None = None,
+                 repeat_kv: bool | None = None, weights_gathered: bool = False,
                  cuda_graph_scope: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_costs` from one build, the edge blocks averaged in; the scoped CUDA
     graphs' host issue (:func:`~.graphs.graphed_ops`) on the layers' ops and their recompute."""
@@ -300,7 +304,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
               runtime=runtime, engine=engine, model_code=model_code)
     spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
                                single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
-                   moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher)
+                   moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher,
+                   sdpa_repeat_kv=repeat_kv, narrow_weights_gathered=weights_gathered)
     step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
     narrow = NARROW_RECIPES.get(prec.name)
     casts, raw = _step_casts([t for t in step.ops if t.op.group != "optimizer"], narrow)
@@ -733,7 +738,8 @@ def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
                 moe_sync=moe_host_sync(resolve_engine(job.engine), ep, job.moe_capacity_factor),
                 engine=job.engine, capacity_factor=job.moe_capacity_factor,
                 model_code=job.model_code, recompute_modules=job.recompute_modules,
-                dispatcher=job.moe_dispatcher, cuda_graph_scope=job.cuda_graph_scope)
+                dispatcher=job.moe_dispatcher, cuda_graph_scope=job.cuda_graph_scope,
+                weights_gathered=narrow_weights_gathered(job))
 
 
 def engine_layout_options(engine: str, precision: str | None = None) -> dict[str, Any]:

@@ -420,8 +420,8 @@ def estimate_speed(
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for, ZeRO-1/2's run after the step
     (:attr:`.Layout.gather_overlap`). ``p2p_overlap`` (interleaved sends beside compute,
     :func:`~.parallel.interleaved_p2p_exposed_s`) and ``sdpa_repeat_kv`` (CP's K and V at the
-    query heads, :func:`~.parallel.sdpa_kv_heads`): True or False as the job ran; None: the
-    engine profile's (``EngineProfile``'s same fields).
+    query heads, :func:`~.parallel.sdpa_kv_heads`; the copy, :func:`~.step.expands_kv`): True
+    or False as the job ran; None: the engine profile's (``EngineProfile``'s same fields).
     ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
     benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
@@ -445,7 +445,8 @@ def estimate_speed(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
                        optimizer_impl=optimizer_impl, grad_clip_impl=grad_clip_impl)
-    spec = _with_decode_attention(spec, decode_attention, device, notes)
+    spec = _with_decode_attention(replace(spec, sdpa_repeat_kv=sdpa_repeat_kv), decode_attention,
+                                  device, notes)
     step, prefill, n_params, trainable, attn = _built(arch, n_params, tensors, device, eff, prec,
                                                       spec, notes)
     step, prefill = _synced(step, prefill, host_sync_per_step and mode == "infer", notes)
@@ -592,7 +593,7 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                                  dp_shard=None),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
-    spec = replace(spec, ep=lay.ep)
+    spec = replace(spec, ep=lay.ep, sdpa_repeat_kv=repeat_kv)
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
     step, prefill = _synced(step, prefill, synced and mode == "infer", notes)
     attn = _attention_precision(spec, device, notes)

@@ -26,7 +26,7 @@ from ..models._types import Architecture, Model
 from .device import Device, Efficiency
 from .flops import (
     AttentionPrecision, Op, StepShape, backward_ops, fp8_attention_ops, inference_attention, build_forward_ops, default_seq, run_form, lora_adapter_ops, optimizer_op,
-    one_launch_product, recompute_ops,
+    is_layer_op, one_launch_product, recompute_ops,
 )
 from .efficiency import (
     GRAD_CLIP_IMPLS, OPTIMIZER_IMPLS, RuntimeOverheads, constant, eager_chains, grad_clip_cost,
@@ -573,9 +573,10 @@ def _params_estimate(arch: Architecture, fwd: Sequence[Op]) -> int:
 #: ``.to(device)`` (:attr:`Phase.sync_per_micro_step`): transformers' Trainer
 #: (Trainer._prepare_input: ``data.to(device=self.args.device)``, no non_blocking, in every
 #: version since 4.x), and NVIDIA DLE's BERT scripts, timed under this engine (run_squad.py:
-#: ``batch = tuple(t.to(device) for t in batch)``). Others are not listed until their loop is
-#: read.
-BLOCKING_INPUT_COPY = frozenset({"transformers"})
+#: ``batch = tuple(t.to(device) for t in batch)``), and torchtitan (train.py @9dec370, each
+#: step: ``input_ids = input_ids.to(device_type)``, ``labels = labels.to(device_type)``, no
+#: non_blocking). Others are not listed until their loop is read.
+BLOCKING_INPUT_COPY = frozenset({"transformers", "torchtitan"})
 
 #: Engines whose training loop reads the loss on the host after every micro-batch's backward
 #: (:attr:`Phase.sync_after_backward`): transformers' Trainer (its training loop's NaN/inf filter
@@ -699,6 +700,14 @@ class StepSpec:
     """The decode attention kernel where it is not the engine's fused (Flash) one
     (:data:`~.efficiency.DECODE_ATTENTION_KERNELS`: ``ft-mmha``, FasterTransformer's masked
     multi-head attention under AutoAWQ's fused modules); "": the engine's."""
+    narrow_weights_gathered: bool = False
+    """The narrow weights arrive cast (:func:`narrow_weights_gathered`): the compute stream
+    casts none of them."""
+    sdpa_repeat_kv: bool | None = None
+    """The model code expands K and V to every query head before its SDPA call (a copy:
+    :func:`_kv_expand`); None: as the engine's profile says
+    (:attr:`~gpuplan.engines.profiles.EngineProfile.sdpa_repeat_kv`, torchtitan's Llama), or
+    ``model_code`` torchtune's. False: a job run through such a profile by other code."""
 
     @classmethod
     def of(cls, job: Job, *, mode: StepMode, seq: int, new_tokens: int,
@@ -730,7 +739,9 @@ class StepSpec:
                    moe_capacity_factor=job.moe_capacity_factor if train else None,
                    recompute_modules=job.recompute_modules if train else None,
                    moe_dispatcher=job.moe_dispatcher,
-                   cuda_graph_scope=job.cuda_graph_scope if train else None)
+                   cuda_graph_scope=job.cuda_graph_scope if train else None,
+                   narrow_weights_gathered=(train and not single_device and job.gpus > 1
+                                            and narrow_weights_gathered(job)))
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -868,20 +879,63 @@ def _forward(arch: Architecture, shape: StepShape, kw: dict, prec: PrecisionLayo
         arch, spec.engine, decode=shape.decode, ep=spec.ep,
         gpu_arch=device.architecture if device.kind == "gpu" else "", act_bytes=prec.act,
         capacity_factor=spec.moe_capacity_factor, dispatcher=spec.moe_dispatcher))
-    if spec.model_code == "torchtune":
-        fwd = _torchtune_kv_expand(fwd, arch, shape, prec.act)
+    if expands_kv(spec):
+        fwd = _kv_expand(fwd, arch, shape, prec.act)
     if device.kind != "gpu":
         return fwd
-    return eager_chains(fwd, norm=arch.norm, runtime=spec.runtime, autocast=prec.autocast,
-                        gated=arch.mlp == "gated", act_bytes=prec.act, model_code=spec.model_code)
+    chains = dict(norm=arch.norm, autocast=prec.autocast, gated=arch.mlp == "gated",
+                  act_bytes=prec.act, model_code=spec.model_code)
+    if spec.runtime == "compile" and get_engine(spec.engine).compile_scope == "blocks":
+        # only the blocks compiled: the ops outside them (the final norm) run as eager's
+        return tuple(eager_chains((op,), runtime="compile" if is_layer_op(op) else "eager",
+                                  **chains)[0] for op in fwd)
+    return eager_chains(fwd, runtime=spec.runtime, **chains)
 
 
-def _torchtune_kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape,
-                         act: int) -> tuple[Op, ...]:
-    """torchtune's attention expands K and V to every query head before the kernel
-    (torchtune/modules/attention.py: ``k.expand(...)`` then a reshape, which copies): per layer,
-    read the K/V heads and write every head's copy, for all ``kv_len`` positions (a decode step
-    copies its whole cache). No copy when K/V heads equal the query heads."""
+def narrow_weights_gathered(job: Job) -> bool:
+    """Whether FSDP all-gathers ``job``'s weights already cast to its narrow format, so that no
+    forward (and no recompute) casts them on the compute stream: torchao's tensorwise recipe with
+    its float8 all-gather (``--fp8-param-gather``: torchtitan's enable_fsdp_float8_all_gather)
+    over sharded weights. torchao@eab345c torchao/float8/fsdp_utils.py
+    ``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`` casts the local shard (with the
+    precomputed scale, else its own amax) inside FSDP2's all-gather copy-in, on its own stream
+    (torch distributed/fsdp/_fully_shard/_fsdp_collectives.py ``foreach_all_gather``:
+    ``all_gather_copy_in_stream``); ``fsdp_post_all_gather`` returns a Float8Tensor, and
+    float8_linear.py ``cast_weight_to_float8_t`` returns ``weight.t()`` for a weight
+    ``tensor_already_casted_to_fp8`` -- no cast. A recipe that caches its weight (TE) keeps
+    its own rule."""
+    recipe = NARROW_RECIPES.get(job.precision)
+    return (recipe is not None and recipe.param_gather and not recipe.caches_weight
+            and job.fp8_param_gather and job.zero >= 2 and job.lora_rank is None)
+
+
+def expands_kv(spec: StepSpec) -> bool:
+    """Whether the step's model code copies K and V to every query head before SDPA: torchtune's
+    (``model_code``), or the engine's own Llama where its profile says so (``sdpa_repeat_kv``:
+    torchtitan@9dec370 torchtitan/models/llama/model.py lines 116-125 and 201-202, ``repeat_kv``
+    = ``unsqueeze(x, 3).expand(bs, slen, n_kv_heads, n_rep, head_dim).reshape(bs, slen,
+    n_kv_heads * n_rep, head_dim)``, a reshape of an expanded view, which copies), unless the
+    job says its code is another's (``spec.sdpa_repeat_kv`` False)."""
+    if spec.model_code == "torchtune":
+        return True
+    if spec.sdpa_repeat_kv is not None:
+        return spec.sdpa_repeat_kv
+    return get_engine(spec.engine).sdpa_repeat_kv
+
+
+def _kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape,
+               act: int) -> tuple[Op, ...]:
+    """The model code expands K and V to every query head before the kernel (torchtune/modules/
+    attention.py: ``k.expand(...)`` then a reshape, which copies; torchtitan's ``repeat_kv``,
+    :func:`expands_kv`): per layer, read the K/V heads and write every head's copy, for all
+    ``kv_len`` positions (a decode step copies its whole cache). No copy when K/V heads equal the
+    query heads. Under torch.compile the copy stays: SDPA is an external kernel whose inputs
+    inductor materializes. Not saved by torchtitan's op-level checkpointing (``_save_list``
+    holds mm, SDPA and reduce-scatter), so recomputed under it as the other elementwise ops.
+    Its backward sums each gradient over the repeats (autograd's ``sum_to`` for ``expand``; the
+    reshape's clone passes the gradient through): one kernel each for K and V, reading every
+    head's gradient and writing the K/V heads' -- the forward's bytes (:attr:`Op.
+    backward_kernels`)."""
     if arch.kind != "decoder" or arch.num_kv_heads >= arch.num_heads:
         return tuple(fwd)
     out = []
@@ -893,7 +947,7 @@ def _torchtune_kv_expand(fwd: Sequence[Op], arch: Architecture, shape: StepShape
                                kind="elementwise", flops=0.0, counted_flops=0.0,
                                bytes=float(2 * n * (arch.num_heads + arch.num_kv_heads) * act),
                                parallel_work=max(1, 2 * n * arch.num_heads), kernels=2,
-                               weight_elements=0, shape=None))
+                               weight_elements=0, shape=None, backward_kernels=2))
     return tuple(out)
 
 
@@ -1254,7 +1308,8 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
                                     get_engine(spec.engine).selective, prec.act)
         if again is not None:
             micro.append(again)
-        weight_casts.append(_weight_cast_op(fwd, narrow, spec))
+        if not spec.narrow_weights_gathered:
+            weight_casts.append(_weight_cast_op(fwd, narrow, spec))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
         trainable = spec.trainable or sum(spec.lora_rank * (t.in_features + t.out_features)

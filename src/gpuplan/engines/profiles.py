@@ -167,6 +167,10 @@ class EngineProfile:
     SELECTIVE_POLICIES`): ``attention``, the attention core only (Megatron's selective
     recompute); ``op``, torchtitan's op-level policy (every elementwise op and every second
     matmul of a block)."""
+    compile_scope: str = "model"
+    """What its ``compile`` runtime compiles: ``model`` (every op fused as torch.compile of the
+    whole model fuses them) or ``blocks`` (each transformer block on its own, the ops outside
+    them -- the final norm, the head, the loss -- run eagerly: torchtitan's apply_compile)."""
     export: str | None = None
     """The ``--export`` writer for its config (None: gpuplan writes none yet)."""
     host_issue: str = ""
@@ -203,7 +207,8 @@ class EngineProfile:
                 "pp_parts": self.pp_parts, "overlap": self.overlap,
                 "memory_utilization": self.memory_utilization,
                 "cuda_graph_pool": self.cuda_graph_pool, "sliding_kv": self.sliding_kv,
-                "selective": self.selective, "export": self.export,
+                "selective": self.selective, "compile_scope": self.compile_scope,
+                "export": self.export,
                 "host_issue": self.host_issue or None,
                 "python_backward": self.python_backward,
                 "serving_host": None if self.serving_host is None
@@ -368,6 +373,10 @@ _PROFILES = (
         # all-gather); tensor-wise dynamic scales only (_float8_linear_supports_float8_allgather)
         tp_narrow_gather=("fp8-tensorwise",),
         selective="op",
+        # parallelize_llama.py apply_compile @9dec370: torch.compile(transformer_block,
+        # fullgraph=True) for each of model.layers only; the final norm, the output and the
+        # loss stay eager (train.py: "compiling loss function causes CUDA errors")
+        compile_scope="blocks",
         sources=("torchtitan/config/job_config.py: compile.enable false by default; "
                  "optimizer.implementation 'fused' by default",
                  "activation_checkpoint.selective_ac_option 'op' by default (train_configs/"
