@@ -94,7 +94,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
                    narrow_recompute_op, narrow_weights_gathered, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -982,6 +982,22 @@ def fsdp1_grad_cat_bytes(grad_elements: float, *, micro_batches: int,
     return micro_batches * grad_elements * 2 * grad_bytes
 
 
+
+def sharded_copy_bytes(elements: float, *, fsdp1_grad_cat: bool, zero: int, micro_batches: int,
+                       gathers: float, gathered_bytes: float, grad_bytes: float,
+                       reduce_bytes: float, grad_elements: float | None = None) -> float:
+    """The step's compute-stream copy traffic (bytes) of a sharded data-parallel rank holding
+    ``elements`` parameters: torch FSDP1's gradient cat where its profile times that
+    (``fsdp1_grad_cat``: :func:`fsdp1_grad_cat_bytes`, over ``grad_elements`` where fewer have a
+    gradient), else FSDP2's copies (:func:`fsdp2_copy_bytes`). The one rule for the step with a
+    layout (``_layout_copy_s``) and without (compute/speed.py ``_fsdp2_copy_s``)."""
+    if fsdp1_grad_cat:
+        return fsdp1_grad_cat_bytes(elements if grad_elements is None else grad_elements,
+                                    micro_batches=micro_batches, grad_bytes=grad_bytes)
+    return fsdp2_copy_bytes(elements, zero=zero, micro_batches=micro_batches, gathers=gathers,
+                            gathered_bytes=gathered_bytes, grad_bytes=grad_bytes,
+                            reduce_bytes=reduce_bytes, grad_elements=grad_elements)
+
 def dualpipe_bubble_s(pp: int, f_and_b_s: float, b_s: float, w_s: float) -> float:
     """DualPipe's bubble, ``(PP/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 report Table 2;
     deepseek-ai/DualPipe README): ``f_and_b_s`` a forward and a backward chunk overlapped,
@@ -1648,16 +1664,12 @@ def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Devi
     sharded."""
     if not (reduce_bytes or fsdp1_grad_cat) or lay.zero < 2 or lay.dp * lay.cp <= 1:
         return 0.0
-    if fsdp1_grad_cat:
-        return (fsdp1_grad_cat_bytes(mine, micro_batches=lay.micro_batches,
-                                     grad_bytes=prec.weight_store)
-                / (device.memory_bandwidth * eff.memory))
     gathers = (lay.weight_gathers if lay.weight_gathers is not None
                else zero3_gathers(lay.sharding, lay.checkpointing))
-    nbytes = fsdp2_copy_bytes(
-        mine, zero=lay.zero, micro_batches=lay.micro_batches, gathers=gathers,
-        gathered_bytes=(prec.weight_store if gather_bytes_per_element is None
-                        else gather_bytes_per_element),
+    nbytes = sharded_copy_bytes(
+        mine, fsdp1_grad_cat=fsdp1_grad_cat, zero=lay.zero, micro_batches=lay.micro_batches,
+        gathers=gathers, gathered_bytes=(prec.weight_store if gather_bytes_per_element is None
+                                         else gather_bytes_per_element),
         grad_bytes=prec.weight_store, reduce_bytes=reduce_bytes)
     return nbytes / (device.memory_bandwidth * eff.memory)
 

@@ -29,7 +29,7 @@ from .flops import AttentionPrecision, form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, engine_layout_options, fsdp2_reduce_width, job_micro_options,
-    layout_time, micro_cost, model_flops_per_token, fsdp1_grad_cat_bytes, fsdp2_copy_bytes, serve_time,
+    layout_time, micro_cost, model_flops_per_token, serve_time, sharded_copy_bytes,
     shard_arch, zero3_gathers,
 )
 from .step import (
@@ -878,20 +878,17 @@ def _fsdp2_copy_s(job: Job, prec: PrecisionLayout, device: Device, eff: Efficien
     """FSDP2's copies on the compute stream of a data-parallel step without a layout
     (:func:`~.parallel.fsdp2_copy_bytes`), where the engine's are timed
     (``fsdp2_reduce_bytes``), or FSDP1's gradient cat where its profile times that instead
-    (``fsdp1_grad_cat``: :func:`~.parallel.fsdp1_grad_cat_bytes`), and the weights are sharded
-    (ZeRO-2/3 over several GPUs); ``grad_elements``: the parameters with a gradient where
-    fewer (LoRA's adapters)."""
+    (``fsdp1_grad_cat``: :func:`~.parallel.fsdp1_grad_cat_bytes`), both through
+    :func:`~.parallel.sharded_copy_bytes`, and the weights are sharded (ZeRO-2/3 over several
+    GPUs); ``grad_elements``: the parameters with a gradient where fewer (LoRA's adapters)."""
     engine = get_engine(job.engine)
     reduce_bytes = engine.fsdp2_reduce_bytes
     if (not (reduce_bytes or engine.fsdp1_grad_cat) or job.zero < 2 or job.gpus <= 1
             or job.sharding != "fsdp2"):
         return 0.0
-    if engine.fsdp1_grad_cat:
-        return (fsdp1_grad_cat_bytes(elements if grad_elements is None else grad_elements,
-                                     micro_batches=micro_batches, grad_bytes=prec.weight_store)
-                / (device.memory_bandwidth * eff.memory))
-    nbytes = fsdp2_copy_bytes(
-        elements, zero=job.zero, micro_batches=micro_batches,
+    nbytes = sharded_copy_bytes(
+        elements, fsdp1_grad_cat=engine.fsdp1_grad_cat, zero=job.zero,
+        micro_batches=micro_batches,
         gathers=gathers if gathers is not None else zero3_gathers(job.sharding,
                                                                   job.checkpointing),
         gathered_bytes=prec.weight_store if narrow is None else narrow,
