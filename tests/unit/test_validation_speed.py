@@ -556,3 +556,28 @@ def test_packed_torchtune_rows_say_what_their_figures_leave_out(rows):
     assert "1814feb17" not in vs._torchtune_packing_gap(eight.run, eight)
     dle = next(r for r in rows if r.run["source_group"] == "nvidia-dle-bert")
     assert vs._torchtune_packing_gap(dle.run, dle) == ""
+
+
+def test_torch_cp_rows_name_what_their_ring_was_checked_for(rows):
+    # torchtitan's CP rows (issue 31, ttcp2): the ring steps a row adds to its series' CP 1
+    # row (the same 32,768 tokens a rank), measured over estimated, by hand from the two rows'
+    # published and predicted figures
+    base, cp8 = _tt(rows, "2-llama31-8b-fsdp8-cp1-s32768-float8"), \
+        _tt(rows, "2-llama31-8b-fsdp1-cp8-s262144-float8")
+    assert (base.measured, cp8.measured) == (3890, 548)  # performance.md Table 2, TPS/GPU
+    by_hand = (1 / 548 - 1 / 3890) / (1 / cp8.predicted - 1 / base.predicted)
+    assert vs.ring_base_run(cp8.run)["id"] == base.run["id"]
+    assert vs.ring_step_ratio(cp8.run, cp8) == pytest.approx(by_hand, rel=1e-9)
+    gap = vs._torch_cp_gap(cp8.run, cp8)
+    assert f"cost {by_hand:.2f}x the estimate's" in gap and "FlashAttention-2" in gap
+    assert gap in vs.misses(cp8)
+    # the finding the note rests on: the 8B series' CP 8 ring steps cost more over the
+    # estimate than the 405B series' at the same sub-SDPA shapes a rank
+    big = _tt(rows, "6-llama31-405b-fsdp1-cp8-tp8-pp8-s262144-float8")
+    assert vs.ring_step_ratio(big.run, big) < vs.ring_step_ratio(cp8.run, cp8)
+    # not a CP row, or not torchtitan's context_parallel (the Llama 3 paper's own 4D code,
+    # an MFU figure): no note, no ratio
+    assert vs._torch_cp_gap(base.run, base) == "" and vs.ring_base_run(base.run) is None
+    llama3 = next(r for r in rows if r.run["id"] == "llama3-405b-h100-x16384-s131072")
+    assert vs._torch_cp_gap(llama3.run, llama3) == ""
+    assert vs.ring_step_ratio(llama3.run, llama3) is None
