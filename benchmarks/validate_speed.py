@@ -1344,8 +1344,11 @@ def _torch_cp_gap(run: dict, row: Row) -> str:
     1.46x (CP 8) the estimate's, the 405B series' (TP 8 PP 8; the same 32,768 tokens and
     head dim a rank, the same sub-SDPA shapes at half the heads) 1.12x, 0.96x, 1.09x
     (validate_speed at ttcp2's base, main 80427c6): a slower attention kernel would slow
-    both series' steps alike, and the 8B's own CP 2 steps too. What the 8B's CP 4-8 steps
-    spend beyond the estimate is not identified (no device to profile them)."""
+    both series' steps alike, and the 8B's own CP 2 steps too. The 8B's CP 4 and CP 8 steps
+    run over the estimate by the same factor, so what is missing costs the same each ring
+    step rather than growing with CP; what it is was not identified (no device to profile
+    them; torchtitan's TPS/GPU divides by cp x tp x pp, train.py ``non_data_parallel_size``
+    @9dec370, as gpuplan's per-GPU rate does, so the figure's unit is not it)."""
     if "torchtitan 9dec370" not in (run.get("notes") or "") or (run["job"].get("cp") or 1) <= 1:
         return ""
     ratio = ring_step_ratio(run, row)
