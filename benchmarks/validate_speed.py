@@ -32,7 +32,8 @@ from pathlib import Path
 
 import validate_capacity  # benchmarks/: the serving rows' capacity() call, shared
 from gpuplan.compute import estimate_speed
-from gpuplan.compute.device import MEASURED_CLOCK_CURVES, POWER_SIBLINGS, power_clock_fraction
+from gpuplan.compute.device import (MEASURED_CLOCK_CURVES, POWER_SIBLINGS,
+                                    measured_training_share, power_clock_fraction)
 from gpuplan.engines.profiles import get_engine, runtime_of
 from gpuplan.formats import get_optimizer
 from gpuplan.hardware import get_gpu
@@ -1015,21 +1016,41 @@ def _sku_gap(run: dict, row: Row) -> str:
             f"{run['hardware']['gpu']}, whose bandwidth, clocks and power limit differ")
 
 
+def _cap_cost(run: dict, row: Row, gpu, watts: float) -> str:
+    """What the cap costs ``row``'s estimate (its rate over the same run's estimate with no
+    limit), beside the end-to-end loss measured for a training run on the SKU at the same limit
+    (compute/device.py MEASURED_POWER_CURVES), when one is on record."""
+    free = predict({**run, "hardware": {**run["hardware"], "power_limit_w": None}}).predicted
+    if not free or row.predicted is None:
+        return ""
+    out = f"the cap costs this estimate {1 - row.predicted / free:.1%} of its uncapped rate"
+    measured = measured_training_share(gpu, watts)
+    if measured is not None:
+        out += (f", against {1 - measured[0]:.1%} measured end to end at {watts:g} W "
+                f"({measured[1]})")
+    return out
+
+
 def _power_cap_gap(run: dict, row: Row) -> str:
     """A run at a stated power limit below its SKU's TDP (runs.json hardware.power_limit_w) whose
     SKU has no same-die sibling to read the sustained clock from (compute/device.py
     POWER_SIBLINGS): its tensor peaks stay the TDP's. With a sibling the cap is timed, and what
-    remains is the reading's own uncertainty: an interpolation between two vendor ratings."""
+    remains is the reading's own uncertainty: an interpolation between two vendor ratings. With a
+    measured clock curve (MEASURED_CLOCK_CURVES) the note sets what the cap costs the estimate
+    beside a measured training run's loss at the same limit (issue 31: no clock curve of a GEMM
+    load at a cap was found; the curve's comment says what was read and what rules the cap out
+    as the torchtitan rows' miss)."""
     watts = run["hardware"].get("power_limit_w")
     gpu = get_gpu(run["hardware"]["gpu"])
     if watts is None or gpu.tdp_watts is None or watts >= gpu.tdp_watts:
         return ""
     if gpu.name in MEASURED_CLOCK_CURVES:
         share, _ = power_clock_fraction(gpu, watts)
+        cost = _cap_cost(run, row, gpu, watts)
         return (f"run at {watts} W, below the {gpu.tdp_watts:g} W TDP: the tensor clock at "
                 f"{share:.3f} of the TDP's, read from a measured SM clock curve "
-                f"({MEASURED_CLOCK_CURVES[gpu.name][0]}), a load that drew under the TDP uncapped; "
-                "a GEMM load that reaches the TDP may sustain less at the same cap (not measured)")
+                f"({MEASURED_CLOCK_CURVES[gpu.name][0]}), a load that drew under the TDP uncapped "
+                "(no curve of a GEMM load at a cap was found)" + (f"; {cost}" if cost else ""))
     if gpu.name in POWER_SIBLINGS:
         return (f"run at {watts} W, below the {gpu.tdp_watts:g} W TDP: the tensor clock read "
                 f"between {POWER_SIBLINGS[gpu.name]}'s and this SKU's ratings (no measured "

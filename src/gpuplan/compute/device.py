@@ -23,7 +23,7 @@ __all__ = [
     "apply_measured", "measured_apply", "DEFAULT_BASIS", "ASSUMED_CPU_MEMORY_BANDWIDTH",
     "POWER_SIBLINGS", "MEASURED_POWER_CURVES", "MEASURED_STREAM", "STREAM_ANCHOR",
     "stream_share", "MEASURED_CLOCK_CURVES", "power_clock_fraction",
-    "at_power_limit",
+    "at_power_limit", "measured_training_share",
 ]
 
 #: CPU memory bandwidth assumed when nothing was measured: two channels of DDR4-3200
@@ -348,6 +348,30 @@ MEASURED_POWER_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]]
 #: not measured there. Mayr et al.'s LLaMA pre-training throughput on an H100 of the same
 #: memory (MEASURED_POWER_CURVES) reads above this clock at every cap, as an end-to-end bound
 #: should.
+#:
+#: A GEMM-load curve was searched for and not found (issue 31, 2026-12-07): no source read gives
+#: dense BF16 or FP8 GEMM throughput, or the SM clock under a GEMM loop, on an H100 SXM at a
+#: 500 W limit or over a sweep of limits, so the ViT load above stays the SKU's curve. Read: the
+#: same paper's DGEMM (FP64) sweep over 200-700 W, whose values no stored copy holds (abstract and
+#: summaries only: arxiv.org/abs/2604.11391, emergentmind.com/papers/2604.11391); Patel et al.,
+#: "Characterizing Power Management Opportunities for LLMs in the Cloud" (ASPLOS'24, POLCA,
+#: arXiv:2308.12908), whose testbed is DGX A100 (8x A100-80GB); the Perseus SOSP'24 artifact
+#: (ml-energy/zeus@38cb3f9 sosp24_data: A100 and A40 runs only); Horace He's matmul power study
+#: (thonking.ai, A100 at 400 W); torchtitan docs/performance.md @eaea6f6, whose 500 W is "the
+#: default 500W power limit" of Meta's Grand Teton hosts (a fleet setting, no 700 W run beside it);
+#: Meta's benchmark scripts, which set H100s to 500 W (pytorch/helion PR 347 run_input_shard.sh,
+#: facebookexperimental/triton denoise.sh) while PR facebookexperimental/triton#2023 measures
+#: cuBLAS GEMM at 500 W only on a GB300 (~617 against 1,600-2,174 TFLOP/s at 1,400 W);
+#: deepseek-ai/DeepGEMM#120, an H800 SXM's clock falling from 1,980 to 1,575 MHz when its FP8
+#: GEMMs overlap communication at the 700 W TDP (a GEMM load does reach the TDP uncapped; no
+#: capped figure); huggingface/gpu-fryer's README (an uncapped H100 80GB BF16 loop, ~730 TFLOP/s).
+#: The cap is ruled out as the torchtitan rows' miss (validate_speed._power_cap_gap computes each
+#: row's): the 500 W estimate of torchtitan's Llama 3.1 8B FSDP rows is 0.90-0.92 of the same
+#: estimate uncapped, against 0.915 measured end to end for LLaMA 3 8B FSDP pre-training on an
+#: H100 of the same HBM2e memory (MEASURED_POWER_CURVES); their four BF16 rows (1.15-1.24) would
+#: reach 1.0 only at a clock share of 0.68-0.72 (1,346-1,412 MHz of the 1,969), the curve's
+#: 300-400 W range, an end-to-end loss of 20-27% at 500 W (a what-if with the share forced,
+#: not shipped).
 MEASURED_CLOCK_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]] = \
     MappingProxyType({
         "H100-SXM-96GB": (
@@ -387,6 +411,18 @@ def _measured_fraction(gpu: GPU, watts: float) -> tuple[float, str] | None:
         return f, (f"the lowest measured limit's, {p_min:g} W, kept, an upper bound below it "
                    f"({source}); {name}")
     return None
+
+
+def measured_training_share(gpu: GPU, watts: float) -> tuple[float, str] | None:
+    """The share of its TDP throughput the training run on record for ``gpu`` in
+    :data:`MEASURED_POWER_CURVES` kept at a ``watts`` limit (t(TDP) / t(limit), read linearly
+    between the measured limits), and that curve's source; None when no curve covers ``gpu`` or
+    ``watts`` lies outside the measured limits."""
+    curve = MEASURED_POWER_CURVES.get(gpu.name)
+    if curve is None or not curve[1][-1][0] <= watts <= curve[1][0][0]:
+        return None
+    f, _ = _read_curve(curve[1], watts, per_time=True)
+    return f, curve[0]
 
 
 def power_clock_fraction(gpu: GPU, watts: float | None) -> tuple[float, str]:
