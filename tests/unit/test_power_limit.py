@@ -6,7 +6,7 @@ import pytest
 
 from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import (MEASURED_POWER_CURVES, at_power_limit, device_from_gpu,
-                                    power_clock_fraction)
+                                    measured_training_share, power_clock_fraction)
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
@@ -127,6 +127,20 @@ def test_measured_clock_is_under_the_measured_training_throughput():
     points = dict(MEASURED_POWER_CURVES["H100-SXM-96GB"][1])
     assert points[700.0] / points[500.0] == pytest.approx(27705.3 / 30271.0)
     assert 27705.3 / 30271.0 == pytest.approx(0.9152, abs=1e-4)
+
+
+def test_measured_training_share_reads_the_published_tokens_per_second():
+    g = get_gpu("H100-SXM-96GB")
+    f, source = measured_training_share(g, 500)
+    assert f == pytest.approx(MAYR_TOKENS_S[500] / MAYR_TOKENS_S[700])  # 0.915
+    assert "2603.16164" in source
+    # between measured caps the time a token is read linearly in watts
+    t550 = (1 / MAYR_TOKENS_S[600] + 1 / MAYR_TOKENS_S[500]) / 2
+    assert measured_training_share(g, 550)[0] == pytest.approx(1 / MAYR_TOKENS_S[700] / t550)
+    assert measured_training_share(g, 700)[0] == pytest.approx(1.0)
+    # outside the measured limits, and on a SKU without a curve: nothing is claimed
+    assert measured_training_share(g, 150) is None
+    assert measured_training_share(get_gpu("H100-SXM-80GB"), 500) is None
 
 
 def test_hbm2e_curve_leaves_the_hbm3_part_on_its_rule():

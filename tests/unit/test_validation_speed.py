@@ -246,6 +246,29 @@ def test_torchtitan_cp_rows_exchange_repeated_kv(rows):
     assert 1.0 < big.ratio < 1.2
 
 
+def test_the_cap_is_costed_as_the_measured_8b_fsdp_run_lost(rows):
+    # issue 31 (h100cap): no clock curve of a GEMM load at 500 W on an H100 SXM was found; what
+    # the 500 W limit costs torchtitan's Llama 3.1 8B FSDP rows (estimate over the same run's
+    # uncapped estimate) is held to the end-to-end loss Mayr et al. measured for LLaMA 3 8B FSDP
+    # pre-training on an H100 of the same HBM2e memory (arXiv:2603.16164 Table 4: 27,705.3 of
+    # 30,271 tokens/s at 500 W). A clock share fitted to close these holdout rows (0.68-0.72)
+    # would cost them 20-27% and fail here.
+    mayr = 27705.3 / 30271.0
+    fsdp = [r for r in rows if r.run["source_group"] == "torchtitan"
+            and r.run["job"]["tp"] == 1 and r.run["job"]["cp"] == 1 and r.run["job"]["dp"] >= 8]
+    assert len(fsdp) == 7
+    for r in fsdp:
+        assert r.run["hardware"]["power_limit_w"] == 500
+        free = vs.predict({**r.run, "hardware": {**r.run["hardware"], "power_limit_w": None}})
+        assert r.predicted / free.predicted == pytest.approx(mayr, abs=0.025), r.run["id"]
+        assert free.predicted > r.predicted
+    # the worst-ten note says so, with the row's own cost and the measured loss
+    row = _tt(rows, "1-llama31-8b-fsdp8-compile")
+    note = vs.misses(row)
+    assert "the cap costs this estimate 9.9% of its uncapped rate" in note
+    assert "against 8.5% measured end to end at 500 W" in note and "2603.16164" in note
+
+
 def _tt(rows, suffix):
     (row,) = [r for r in rows if r.run["id"] == "torchtitan-t" + suffix]
     return row
