@@ -362,9 +362,10 @@ MEASURED_POWER_CURVES: Mapping[str, tuple[str, tuple[tuple[float, float], ...]]]
 #: Meta's benchmark scripts, which set H100s to 500 W (pytorch/helion PR 347 run_input_shard.sh,
 #: facebookexperimental/triton denoise.sh) while PR facebookexperimental/triton#2023 measures
 #: cuBLAS GEMM at 500 W only on a GB300 (~617 against 1,600-2,174 TFLOP/s at 1,400 W);
-#: deepseek-ai/DeepGEMM#120, an H800 SXM's clock falling from 1,980 to 1,575 MHz when its FP8
-#: GEMMs overlap communication at the 700 W TDP (a GEMM load does reach the TDP uncapped; no
-#: capped figure); huggingface/gpu-fryer's README (an uncapped H100 80GB BF16 loop, ~730 TFLOP/s).
+#: deepseek-ai/DeepGEMM#120, a Hopper SXM's clock falling from 1,980 to 1,575 MHz when FP8 GEMMs
+#: overlap communication and the power "exceeded the limit" (a GEMM load does reach its limit; no
+#: figure at a lowered cap); huggingface/gpu-fryer's README (an H100 80GB HBM3 BF16 GEMM loop,
+#: ~730 TFLOP/s, no limit stated).
 #: The cap is ruled out as the torchtitan rows' miss (validate_speed._power_cap_gap computes each
 #: row's): the 500 W estimate of torchtitan's Llama 3.1 8B FSDP rows is 0.90-0.92 of the same
 #: estimate uncapped, against 0.915 measured end to end for LLaMA 3 8B FSDP pre-training on an
