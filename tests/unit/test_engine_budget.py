@@ -11,7 +11,8 @@ import pytest
 
 from gpuplan.engines.budget import (CUDA_GRAPH_POOL_BYTES, DEFAULT_VERSIONS, GIB, MIB,
                                     NON_TORCH_BYTES, NON_TORCH_GROWTH_BYTES, SGLANG_INIT_BYTES, TRT_CONTEXT_BYTES,
-                                    budget_rule, sglang_default_fraction)
+                                    FUSED_SAMPLER_BYTES, V0_SORT_SAMPLER_BYTES, budget_rule,
+                                    sglang_default_fraction)
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
@@ -428,3 +429,24 @@ def test_rope_table_is_what_the_logs_weights_add_to_the_parameters():
     trt = kv_budget(load_model("llama-3.2-3b"), t4,
                     _job("llama-3.2-3b", "trt-llm", infer_precision="fp16"), max_model_len=2048)
     assert trt.parts["rope_cache"] == 0
+
+
+def test_v1_sort_count_matches_vllms_own_benchmark_of_the_sort():
+    """vLLM PR #32558 (2026-01-18) measured the PyTorch top-k/top-p path at 256 x 131,072 fp32
+    logits: "Pyt Mem 1.25 GB". Its harness holds a pristine and a working fp32 copy (4 + 4) and no
+    bf16 logits, so the in-sort count less the bf16 logits (2) plus the pristine copy (4) must give
+    that figure: 40 bytes a logit, 1.25 GiB."""
+    assert V0_SORT_SAMPLER_BYTES == 38 and FUSED_SAMPLER_BYTES == 14
+    per_logit = V0_SORT_SAMPLER_BYTES - 2 + 4
+    assert 256 * 131_072 * per_logit / GIB == pytest.approx(1.25, abs=0.005)
+
+
+def test_rtx_5060_ti_peaks_are_sms_times_rate_times_clock():
+    """36 SMs at 2,572 MHz boost (NVIDIA's RTX 5060 Ti specifications), 256 FP32 FLOP/clk and
+    512 FP16/BF16 tensor FLOP/clk with FP32 accumulate per SM (GeForce Blackwell); 16 GB GDDR7 at
+    28 Gbps on 128 bits."""
+    g = get_gpu("5060ti-16gb")
+    assert g.name == "RTX-5060-Ti-16GB"
+    assert g.peak("fp32") / 1e12 == pytest.approx(36 * 256 * 2.572e9 / 1e12, abs=0.05)
+    assert g.peak("bf16") / 1e12 == pytest.approx(36 * 512 * 2.572e9 / 1e12, abs=0.05)
+    assert g.memory_bandwidth == pytest.approx(28e9 * 128 / 8)
