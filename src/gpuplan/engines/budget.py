@@ -20,9 +20,10 @@ Sources (read through the project's code search and issue threads):
 * vLLM's profile sampler: V0 ``profile_run`` uses ``SamplingParams(top_p=0.99,
   top_k=vocab_size - 1)`` (vllm/worker/model_runner.py, v0.6.6.post1), V1
   ``_dummy_sampler_run`` top_p 0.9 and top_k vocab - 1 (PR #13594): both sort the vocabulary
-  in ``apply_top_k_top_p`` (:data:`SORT_SAMPLER_BYTES`); V0's peak is inside that sort, whose
-  CUDA kernel (PyTorch's ``SortStable.cu``, cub's segmented radix sort) allocates reverse
-  indices and cub's third keys and values buffers (:data:`V0_SORT_SAMPLER_BYTES`).
+  in ``apply_top_k_top_p``; the peak (V0, and V1 0.8-0.20) is inside that sort, whose CUDA
+  kernel (PyTorch's ``SortStable.cu``, cub's segmented radix sort) allocates reverse indices
+  and cub's third keys and values buffers (:data:`V0_SORT_SAMPLER_BYTES`). From 0.21 the
+  sampler does not sort (FlashInfer's by default, PR #40376; :data:`FUSED_SAMPLER_BYTES`).
 * vLLM V1 ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` (commit
   0012cf691b7e, 0.8.x; the ``memory_profiling`` form of 0.9-0.20 subtracts the same three
   parts): CUDA graphs are captured *after* the KV cache is allocated, so they come out of the
