@@ -20,9 +20,10 @@ Sources (read through the project's code search and issue threads):
 * vLLM's profile sampler: V0 ``profile_run`` uses ``SamplingParams(top_p=0.99,
   top_k=vocab_size - 1)`` (vllm/worker/model_runner.py, v0.6.6.post1), V1
   ``_dummy_sampler_run`` top_p 0.9 and top_k vocab - 1 (PR #13594): both sort the vocabulary
-  in ``apply_top_k_top_p`` (:data:`SORT_SAMPLER_BYTES`); V0's peak is inside that sort, whose
-  CUDA kernel (PyTorch's ``SortStable.cu``, cub's segmented radix sort) allocates reverse
-  indices and cub's third keys and values buffers (:data:`V0_SORT_SAMPLER_BYTES`).
+  in ``apply_top_k_top_p``; the peak (V0, and V1 0.8-0.20) is inside that sort, whose CUDA
+  kernel (PyTorch's ``SortStable.cu``, cub's segmented radix sort) allocates reverse indices
+  and cub's third keys and values buffers (:data:`V0_SORT_SAMPLER_BYTES`). From 0.21 the
+  sampler does not sort (FlashInfer's by default, PR #40376; :data:`FUSED_SAMPLER_BYTES`).
 * vLLM V1 ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` (commit
   0012cf691b7e, 0.8.x; the ``memory_profiling`` form of 0.9-0.20 subtracts the same three
   parts): CUDA graphs are captured *after* the KV cache is allocated, so they come out of the
@@ -65,7 +66,7 @@ from ..errors import InputError, opt, shown
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
            "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB",
            "NON_TORCH_BYTES", "NON_TORCH_GROWTH_BYTES", "SORT_SAMPLER_BYTES",
-           "V0_SORT_SAMPLER_BYTES", "V0_FULL_SORT_SAMPLER_BYTES",
+           "V0_SORT_SAMPLER_BYTES", "V0_FULL_SORT_SAMPLER_BYTES", "FUSED_SAMPLER_BYTES",
            "SGLANG_INIT_NVLINK_TP_BYTES"]
 
 GIB = 1 << 30
@@ -97,8 +98,13 @@ NON_TORCH_TP_BYTES = int(0.15 * GIB)
 #: FlashInfer's sampler is off by default there): the model's bf16 logits (2) held by the
 #: caller, their fp32 copy (4), the sorted values (4) and int64 indices (8), the top-k mask
 #: (1), the softmax of the sorted values (4; its cumsum in place), the top-p mask (1) and the
-#: scatter back (4). Counted from the code; the one V1 log that prints its activation peak
-#: (Qwen2.5-7B AWQ, 256 x 152,064 logits: 1.04 GiB) agrees within 0.01 GiB.
+#: scatter back (4). Counted from the code. These are the tensors *after* the sort; the sort
+#: itself holds more (:data:`V0_SORT_SAMPLER_BYTES`, which V1's sort also takes: rules 0.8 and
+#: 0.10, ``sampler="in_sort"``), so no vLLM rule uses this count for its peak any more; it
+#: stays for rules on GPUs whose sort gpuplan has not read (``sort``). The one V1 log that
+#: prints its activation peak (Qwen2.5-7B AWQ, 256 x 152,064 logits: 1.04 GiB, version not
+#: quoted) agrees with it and not with the in-sort 1.39: not explained (see
+#: docs/engine_budget.md).
 SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 1 + 4 + 1 + 4
 #: Bytes per (sequence, vocabulary entry) at the peak of vLLM V0's profile sampler on CUDA, read
 #: from the code, not fitted. V0's ``profile_run`` samples with ``top_p=0.99, top_k=vocab - 1``
@@ -114,13 +120,32 @@ SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 1 + 4 + 1 + 4
 #: ``DispatchSegmentedRadixSort::InvokePasses``, ``allocation_sizes``). Live during the sort:
 #: the model-dtype logits (2), the fp32 copy (4), the sorted values (4) and int64 indices (8),
 #: the reverse indices (8), cub's keys and values buffers (4 + 8) = 38. Past the sort V0 holds
-#: less (two masks, the softmax, a cumsum that is not in place, the scatter: 32). V1's
-#: :data:`SORT_SAMPLER_BYTES` counts its post-sort tensors only.
+#: less (two masks, the softmax, a cumsum that is not in place, the scatter: 32).
+#: V1's sort (0.8 to 0.20) is the same call on the same tensors: ``Sampler.forward`` casts the
+#: bf16 logits that ``_dummy_sampler_run`` keeps bound to fp32, scales them in place
+#: (``apply_temperature``) and ``apply_top_k_top_p`` (vllm/v1/sample/ops/topk_topp_sampler.py)
+#: begins with ``logits.sort(dim=-1, descending=False)`` of the profile's 256 (or 1,024) rows,
+#: so its peak is this count too. vLLM's own benchmark of that PyTorch path (PR
+#: vllm-project/vllm#32558, 2026-01-18: 256 x 131,072 fp32 logits, "Pyt Mem 1.25 GB") is 40
+#: bytes per logit = its pristine and working fp32 copies (4 + 4) and the sort's 32 beyond
+#: them (4 + 8 + 8 + 4 + 8), 1.25 GiB exactly.
 V0_SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 8 + 4 + 8
 #: The same sort with 2 to 127 rows takes ``segmented_sort_pairs_by_full_sort``: two int2
 #: (index, segment) arrays (8 + 8), the keys output cub's wrapper allocates when passed none (4)
 #: and ``DeviceRadixSort::SortPairs``' third keys and int2 values buffers (4 + 8).
 V0_FULL_SORT_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8
+#: Bytes per (sequence, vocabulary entry) at the peak of vLLM 0.21+'s profile sampler, which
+#: no longer sorts: FlashInfer's top-k/top-p sampler is on by default (PR
+#: vllm-project/vllm#40376, 2026-04-20, "FlashInfer top-k/top-p has better performance compared
+#: to Triton's implementation used by default now"; ``flashinfer_sampler_supported``: compute
+#: capability 8.0-12.x, more than 16 SMs), and without it the native path is the Triton kernel
+#: of PR #33538 (``apply_top_k_top_p_triton``; the PyTorch sort only under 8 rows). FlashInfer's
+#: ``top_k_top_p_sampling_from_logits`` (flashinfer/sampling.py, ``top_k_first``) masks the
+#: top-k into a new tensor and takes its softmax: the bf16 logits (2), the fp32 copy (4), the
+#: masked logits (4) and the probabilities (4). Triton's path holds about the same (its
+#: [programs, vocab] buffers, "~80MiB", then the probabilities and the exponential noise).
+#: Counted from the code, not fitted; which of the two a 0.21 build runs is not pinned here.
+FUSED_SAMPLER_BYTES = 2 + 4 + 4 + 4
 #: Fitted: the CUDA-graph pool vLLM 0.21+ estimates for its default capture sizes (decode
 #: graphs up to 512 sequences, piecewise + full); its logs print 0.36 GiB (small model, TP 2,
 #: gpustack/runner#251), 0.65 GiB (Gemma 3 4B, #21489), 0.69 GiB estimated (a 27B hybrid).
@@ -196,7 +221,9 @@ class BudgetRule:
     full sort of the vocabulary after the forward: the larger of that and
     :data:`SORT_SAMPLER_BYTES` per logit) or ``v0_sort`` (vLLM V0's sampler on CUDA: its peak is
     inside the sort, :data:`V0_SORT_SAMPLER_BYTES` per logit; on other GPUs, whose sort
-    gpuplan has not read, ``sort``)."""
+    gpuplan has not read, ``sort``) or ``in_sort`` (vLLM V1 0.8-0.20: the same sort, the same
+    count) or ``fused`` (vLLM 0.21+: FlashInfer's or the Triton top-k/top-p sampler, no sort:
+    :data:`FUSED_SAMPLER_BYTES` per logit)."""
     sources: tuple[str, ...] = ()
 
 
@@ -228,11 +255,13 @@ _VLLM_V1 = _rule(
     engine="vllm", version="0.8", knob="gpu_memory_utilization", default_fraction=0.9,
     fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
     max_num_batched_tokens="serve", max_num_seqs="serve", hybrid_groups=True,
-    tokens_reported="blocks", non_torch="device", sampler="sort",
+    tokens_reported="blocks", non_torch="device", sampler="in_sort",
     sources=("vllm/v1/worker/gpu_worker.py determine_available_memory @ 0012cf691b7e "
              "(mem_get_info used - torch allocated: the context counted)",
              "https://github.com/vllm-project/vllm/pull/17122 (that worker's diff)",
              "https://github.com/vllm-project/vllm/pull/13594 (dummy sampler run)",
+             "vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (logits.sort)",
+             "https://github.com/vllm-project/vllm/pull/32558 (the sort path's memory)",
              "https://github.com/vllm-project/vllm/pull/13596"))
 _VLLM_V10 = replace(_VLLM_V1,
     version="0.10", tokens_reported="concurrency", non_torch="growth",
@@ -240,8 +269,11 @@ _VLLM_V10 = replace(_VLLM_V1,
              "vllm/v1/worker/gpu_worker.py determine_available_memory (memory_profiling)",
              "https://github.com/vllm-project/vllm/issues/54662"))
 _VLLM_V21 = replace(_VLLM_V10,
-    version="0.21", default_fraction=0.92, cuda_graph_deducted=True,
-    sources=("https://github.com/vllm-project/vllm/pull/38284 (graph profiling on, 0.92)",
+    version="0.21", default_fraction=0.92, cuda_graph_deducted=True, sampler="fused",
+    sources=("https://github.com/vllm-project/vllm/pull/40376 (FlashInfer sampler by default)",
+             "https://github.com/vllm-project/vllm/pull/33538 (Triton top-k/top-p kernel)",
+             "flashinfer/sampling.py top_k_top_p_sampling_from_logits",
+             "https://github.com/vllm-project/vllm/pull/38284 (graph profiling on, 0.92)",
              "https://github.com/vllm-project/vllm/pull/30515",
              "https://github.com/gpustack/runner/pull/251 (0.27 log: default since v0.21.0)"))
 _SGLANG_04 = _rule(

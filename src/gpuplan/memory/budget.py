@@ -17,7 +17,8 @@ from ..bounds import check_int, check_number
 from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES,
                               NON_TORCH_GROWTH_BYTES, NON_TORCH_TP_BYTES, SGLANG_INIT_BYTES,
                               SGLANG_INIT_NVLINK_TP_BYTES, SGLANG_INIT_TP_BYTES,
-                              SORT_SAMPLER_BYTES, TRT_CONTEXT_BYTES, V0_FULL_SORT_SAMPLER_BYTES,
+                              FUSED_SAMPLER_BYTES, SORT_SAMPLER_BYTES, TRT_CONTEXT_BYTES,
+                              V0_FULL_SORT_SAMPLER_BYTES,
                               V0_SORT_SAMPLER_BYTES, BudgetRule, budget_rule,
                               sglang_default_fraction, sglang_settings)
 from ..engines.profiles import runtime_of
@@ -108,7 +109,8 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     weights = infer_memory(model, job).weights_bytes
     rope = rope_cache_bytes(rule, rarch, job)
     gguf = _is_gguf(job) and rule.engine == "vllm"
-    sampler = rule.sampler if rule.sampler != "v0_sort" or gpu.vendor == "NVIDIA" else "sort"
+    sampler = rule.sampler if rule.sampler not in ("v0_sort", "in_sort") \
+        or gpu.vendor == "NVIDIA" else "sort"
     act = _activation_peak(rarch, mnbt, seqs, sampler=sampler, split_merged=gguf) \
         if rule.profile_activations else 0
     non_torch = (NON_TORCH_GROWTH_BYTES if rule.non_torch == "growth" else NON_TORCH_BYTES) \
@@ -206,8 +208,9 @@ def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
     ``sort`` (vLLM): the forward and the sampler run one after the other, so the peak is the
     larger of the two (:func:`_forward_peak`: the tensors live at the largest layer's busiest
     point; the sampler: :data:`SORT_SAMPLER_BYTES` per logit beside the hidden states, the only
-    forward tensor still held when it sorts). ``v0_sort``: the same with V0's sampler, whose
-    peak is inside the CUDA sort (:func:`_sort_bytes`). vLLM's ``execute_model`` computes the logits from
+    forward tensor still held when it sorts). ``v0_sort`` / ``in_sort``: the same with the
+    peak inside the CUDA sort (:func:`_sort_bytes`; V0, and V1 0.8-0.20). ``fused``: vLLM
+    0.21+'s sampler, which does not sort (:data:`FUSED_SAMPLER_BYTES`). vLLM's ``execute_model`` computes the logits from
     the model's returned hidden states after the layers' intermediates are freed, so the logits
     are not summed onto the MLP's peak (vllm/worker/model_runner.py ``execute_model``: the
     model's forward, then ``compute_logits``, then ``sample``). On the RTX 3090 log of vllm#10517
@@ -220,7 +223,7 @@ def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
     H = a.hidden_size
     rows = min(seqs, tokens)
     logits = rows * a.vocab_size
-    if sampler in ("sort", "v0_sort"):
+    if sampler in ("sort", "v0_sort", "in_sort", "fused"):
         return max(_forward_peak(a, tokens, dt, split_merged),
                    logits * _sort_bytes(sampler, rows) + tokens * H * dt)
     stream = 2 * tokens * H * dt
@@ -233,12 +236,15 @@ def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
 
 
 def _sort_bytes(sampler: str, rows: int) -> int:
-    """Bytes per logit at the profile sampler's peak: V1's tensors after the sort
-    (:data:`SORT_SAMPLER_BYTES`), or V0's during it, by the path PyTorch's CUDA sort takes for
-    ``rows`` rows (SortStable.cu: one row or 128 and more, the segmented radix sort; between,
-    the full sort by (index, segment) pairs)."""
+    """Bytes per logit at the profile sampler's peak: the tensors after a sort
+    (:data:`SORT_SAMPLER_BYTES`, GPUs whose sort gpuplan has not read), 0.21+'s sampler without
+    a sort (:data:`FUSED_SAMPLER_BYTES`), or during the CUDA sort (V0, V1 0.8-0.20), by the path
+    PyTorch's sort takes for ``rows`` rows (SortStable.cu: one row or 128 and more, the
+    segmented radix sort; between, the full sort by (index, segment) pairs)."""
     if sampler == "sort":
         return SORT_SAMPLER_BYTES
+    if sampler == "fused":
+        return FUSED_SAMPLER_BYTES
     return V0_SORT_SAMPLER_BYTES if rows == 1 or rows >= 128 else V0_FULL_SORT_SAMPLER_BYTES
 
 
