@@ -362,14 +362,40 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   (50) clients, all sent at t=0, get their first tokens one prefill (~390 ms) apart: the mean
   over 4 x C requests carries that ramp (C=25: 1,529 ms, +122%; C=50: 2,729 ms, +227%). Any
   burst of C such prompts must queue that way, chunked or not (the prefill work is the same),
-  so the measured 689 ms (one prefill plus ~300 ms) is a steady state: the start-up is outside
-  the statistics (a warm-up, or a measurement window). The page states neither AIPerf's request
-  count nor a warm-up (its "Using AIPerf to Benchmark" sweep was not found in the offline
-  index); AIPerf's own default would not exclude it (no request count given: max(10, 2 x C)
-  requests, all C sent at once, no warm-up; ai-dynamo/aiperf config_defaults.py at 0e4e8da:
-  MIN_REQUEST_COUNT 10, REQUEST_COUNT_MULTIPLIER 2). So the rows keep gpuplan's count (4 x C,
-  at least 100) and every request; a warm-up excluded from the statistics is the input to add
-  when a source states its size.
+  so the measured 689 ms (one prefill plus ~300 ms) is not the mean of such a run. Issue 29's
+  search for the measurement method (a negative result; nothing modelled, nothing fitted):
+  (1) NIM's guide, "Using AIPerf to Benchmark" (docs.nvidia.com/nim/benchmarking/llm/latest/
+  quickstart.html, read in a copy fetched 2026-08-30; the 1.0.0 page the rows cite links to its
+  "step-by-step" version, whose sweep was not found in the offline index), sweeps
+  concurrency 1 2 5 10 50 100 250 with ``aiperf profile --concurrency C --request-count 3C``
+  and no ``--warmup-request-count``: its warm-up is one separate run before the sweep, and it
+  reads ``time_to_first_token.avg`` over every request. Run so (3 x C, all counted) the
+  simulation reads further off: C=5 640 ms (+17%), C=25 1,908 (+177%), C=50 3,506 (+320%).
+  (2) AIPerf's own warm-up would not remove the burst either: its warm-up metrics are
+  discarded, but by default it "waits indefinitely for all warmup responses before starting
+  profiling" (docs.nvidia.com/aiperf, tutorials, warmup-phase-configuration), so the profiling
+  phase again starts C requests at once. (3) NVIDIA's blog "LLM Inference Benchmarking Guide:
+  NVIDIA GenAI-Perf and NIM" (developer.nvidia.com/blog/llm-performance-benchmarking-measuring-
+  nvidia-nim-performance-with-genai-perf/, copy fetched 2026-08-31) says "All the performance
+  figures on the NIM Performance page were collected with the NVIDIA GenAI-Perf tool" and
+  sweeps with ``--measurement-interval 30000`` (100000 suggested for a 70B model at 250), so
+  which tool made the 1.8.0 rows is itself unsettled. GenAI-Perf ran perf_analyzer's time
+  windows, which stop at three stable windows (triton-inference-server/perf_analyzer
+  src/inference_profiler.cc at 069e403, as triton-inference-server/client's at 0094d30:
+  stability_window 3, MergePerfStatusReports over the last three), but every window's requests
+  go to the profile export (Summarize -> CollectData, per window), and GenAI-Perf's TTFT is
+  the mean over all of an experiment's exported requests (triton-inference-server/client
+  genai_perf/profile_data_parser/profile_data_parser.py at 2be678d): the start-up is diluted
+  by the run's length, not excluded. So no source states a warm-up or a window that excludes
+  the burst, and none is added. A warm-up alone would not match either: dropping the first C
+  requests of the simulated run leaves 387-396 ms at C=5-50 (-29% to -53%), a bare prefill,
+  because clients with fixed lengths settle one prefill apart and never wait again. The
+  measured TTFT sits above the C=1 one (406.77 ms) by 140, 282 and 428 ms at C=5, 25, 50 -- a
+  wait that grows with load, as in a queue of arrivals that do not keep that stagger (a rough
+  check, not a model: Poisson arrivals at the measured request rate, tok/s / 500, to a
+  392 ms server, M/D/1, wait 41, 187 and 346 ms). What desynchronises the measured clients is
+  not stated (the open question of the vLLM 4090 rows below); the rows keep gpuplan's count
+  (4 x C, at least 100) and every request.
 - **vLLM on an RTX 4090 (Mistral 7B, 256/128, closed loop).** Throughput is within 3-13%. TTFT
   is high at concurrency 4-16 (+38% to +197%) and low at 32-48: in the simulated closed loop
   with fixed lengths the clients stay in lockstep, so each prompt waits for its whole cohort's
