@@ -190,8 +190,20 @@ MOE_LOCAL_EXPERT_CHECKS = (
     "differs in VP 2 against none and the 25.11 FP8-MX overlap_param_gather False, both in "
     "the Job); the H100 "
     "Qwen3-30B-A3B pair reads the same way (25.11 alltoall with the overlap 2.51, 26.02 "
-    "DeepEP with it 1.95). What the overlapped schedule (combined 1F1B with the delayed expert "
-    "wgrad) costs at EP 8 is the lead left; nothing is fitted to it.",
+    "DeepEP with it 1.95). The same Jobs without the overlap still read 1.52 and 2.09 (the "
+    "overlap's whole modelled gain is under half the miss), and the overlap's hidden all-to-all "
+    "is charged no SM share (:func:`~gpuplan.compute.efficiency.overlap_sm_share`, which the DP "
+    "collectives carry). What the overlapped schedule (combined 1F1B with the delayed expert "
+    "wgrad) costs at EP 8 is one lead left; nothing is fitted to it.",
+    "The other lead: per MoE layer pass the miss hardly moves with the micro-batch or the "
+    "model's width at 16 local experts on Blackwell (B200 Qwen3-30B-A3B, MBS 1: 2.30 / 2.67 ms; "
+    "GB200 Qwen3-30B-A3B, MBS 4: 1.98 / 3.26 ms; B200 Qwen3-235B-A22B 26.02: 2.75 ms), so it "
+    "goes by launches, not tokens. Read as a floor of 33 us on each expert GEMM launch on the "
+    "device (TE pull request #3134's figure above) it would add 2.69 ms a pass to the B200 "
+    "Qwen3-30B-A3B rows, 1.53 to the GB200 ones, 1.54 to the B200 Qwen3-235B-A22B ones, 2.37 "
+    "to the B200 DeepSeek-V3 ones (misses 11.5 / 20.8 ms) and nothing to the EP 32 / 64 rows, "
+    "whose expert GEMMs run 39-297 us; not taken, because that benchmark does not say whether "
+    "its 33 us is the host's pace or the device's, and the host side is charged already.",
 )
 
 
