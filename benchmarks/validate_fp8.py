@@ -159,6 +159,59 @@ RECIPE_UNMODELLED = {
 }
 
 
+#: What was checked for the MoE rows whose ranks hold 16-32 local experts at EP 8 (issue 30; the
+#: B200 and H100 rows, ratios 1.29-2.51, against 1.00-1.12 at EP 32 / 64 with 2-8 local
+#: experts), and what it left. Each entry is printed under the MoE recipes' table.
+MOE_LOCAL_EXPERT_CHECKS = (
+    "Per local expert the residual is no constant: (the measured step - the estimated one) per "
+    "MoE layer pass (a layer's forward and backward of one micro-batch, the stage's layers x the "
+    "micro-batches) per local expert reads 124-651 us on the B200 / GB200 rows with 16-32 local "
+    "experts and 507-1,217 us on the H100 Qwen3-30B-A3B ones, so no per-expert cost, host or "
+    "device, explains the rows alone.",
+    "TE GroupedLinear's per-expert host work is in the estimate already: its loop of one cuBLASLt "
+    "GEMM per local expert (transformer_engine/common/gemm/cublaslt_gemm.cu at NVIDIA/"
+    "TransformerEngine@fe8fad59c9add7f8aa841fed2a0b4087b931856f, lines 454-777: four matrix "
+    "layouts, a matmul descriptor and its attributes, a preference and "
+    "cublasLtMatmulAlgoGetHeuristic created and destroyed per call) and each split quantize's "
+    "launches are issued at the megatron runtime's 32 us a kernel, forward and backward, and "
+    "the B200 Qwen3-30B-A3B rows are host-bound in the estimate (host / device 2.05). A measured "
+    "figure of that path, TE pull request #3134 (SM100, benchmarks/linear/"
+    "benchmark_grouped_linear.py, 8 experts x 128 tokens, N = K = 2048: 0.267 ms for the "
+    "multi-stream cuBLASLt GEMMs alone, 33 us an expert GEMM), charged per expert GEMM launch "
+    "in place of the runtime's, leaves those rows at 1.33 / 1.39 (from 1.35 / 1.41): ruled out "
+    "as the miss. Nor is the per-expert Python work that launches nothing (the quantizer and "
+    "weight-workspace loops of the forward, the main_grad and dummy-wgrad loops and "
+    "clear_tensor_data of the backward: module/grouped_linear.py at fe8fad59c): TE issue #2897 "
+    "(GB200, a grouped MLP block of 64 experts) measures its like at 350 us of wgrad "
+    "allocations, 200 us of clear_tensor_data and 90 us of weight-quantizer set-up a pass, "
+    "10 us an expert: 0.16 ms a pass at 16 local experts, against a 2.3-2.75 ms miss.",
+    "The recipe pair is against the batch-level EP overlap at EP 8 inside one NVLink node: the "
+    "25.11 B200 Qwen3-235B-A22B run (moe_a2a_overlap on, which Megatron-Bridge's "
+    "set_moe_a2a_overlap_overrides pairs with delay_wgrad_compute True: scripts/performance/"
+    "utils/helpers.py lines 182-186 at NVIDIA-NeMo/Megatron-Bridge@7af9601c; TE GroupedLinear "
+    "then stores the experts' wgrad GEMMs for later, module/grouped_linear.py lines 472-473 at "
+    "fe8fad59c) measured 3,269 tok/s/GPU, 14% below the 26.02 run without the overlap (3,805), "
+    "where the estimate reads the 25.11 run 18% faster (5,806 against 4,909; the pair also "
+    "differs in VP 2 against none and the 25.11 FP8-MX overlap_param_gather False, both in "
+    "the Job); the H100 "
+    "Qwen3-30B-A3B pair reads the same way (25.11 alltoall with the overlap 2.51, 26.02 "
+    "DeepEP with it 1.95). The same Jobs without the overlap still read 1.52 and 2.09 (the "
+    "overlap's whole modelled gain is under half the miss), and the overlap's hidden all-to-all "
+    "is charged no SM share (:func:`~gpuplan.compute.efficiency.overlap_sm_share`, which the DP "
+    "collectives carry). What the overlapped schedule (combined 1F1B with the delayed expert "
+    "wgrad) costs at EP 8 is one lead left; nothing is fitted to it.",
+    "The other lead: per MoE layer pass the miss hardly moves with the micro-batch or the "
+    "model's width at 16 local experts on Blackwell (B200 Qwen3-30B-A3B, MBS 1: 2.30 / 2.67 ms; "
+    "GB200 Qwen3-30B-A3B, MBS 4: 1.98 / 3.26 ms; B200 Qwen3-235B-A22B 26.02: 2.75 ms), so it "
+    "goes by launches, not tokens. Read as a floor of 33 us on each expert GEMM launch on the "
+    "device (TE pull request #3134's figure above) it would add 2.69 ms a pass to the B200 "
+    "Qwen3-30B-A3B rows, 1.53 to the GB200 ones, 1.54 to the B200 Qwen3-235B-A22B ones, 2.37 "
+    "to the B200 DeepSeek-V3 ones (misses 11.5 / 20.8 ms) and nothing to the EP 32 / 64 rows, "
+    "whose expert GEMMs run 39-297 us; not taken, because that benchmark does not say whether "
+    "its 33 us is the host's pace or the device's, and the host side is charged already.",
+)
+
+
 def recipe_fields(run: dict, notes: list[str]) -> dict:
     """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
     batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
@@ -453,6 +506,9 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
         out.append(f"| `{r.run['id']}` | {rec['config']} @ {rec['tag']} | {disp} | "
                    f"{'yes' if rec.get('moe_a2a_overlap') else 'no'} | {rc} | {graphs} | "
                    f"{rec.get('mtp_num_layers', '-')} |")
+    out += ["", "Checked for the EP 8 rows with 16-32 local experts (`MOE_LOCAL_EXPERT_CHECKS`):",
+            ""]
+    out += [f"- {c}" for c in MOE_LOCAL_EXPERT_CHECKS]
     return out
 
 
