@@ -1552,7 +1552,8 @@ def serving_batch(run: dict) -> float | None:
 def serving_in_flight(srow: dict) -> float | None:
     """A serving_runs.json row's requests in flight, from the source's load and figures: a closed
     loop's concurrency; at a stated rate Little's law on the measured mean TTFT and ITL (rate x
-    (TTFT + output tokens x ITL)); "INF" (no rate, no concurrency) every request at once."""
+    (TTFT + output tokens x ITL), the output tokens served where the row states them
+    (``output_len_served``); "INF" (no rate, no concurrency) every request at once."""
     load, m = srow["load"], srow["measured"]
     if load.get("concurrency"):
         return float(load["concurrency"])
@@ -1560,8 +1561,8 @@ def serving_in_flight(srow: dict) -> float | None:
         return float(srow.get("num_requests") or 500)  # validate_capacity's count for INF
     if "itl_ms" not in m:
         return None
-    return load["request_rate"] * (m["ttft_ms"]["value"]
-                                   + srow["output_len"] * m["itl_ms"]["value"]) / 1000.0
+    out = validate_capacity._output(srow)  # the served mean where the row gives one
+    return load["request_rate"] * (m["ttft_ms"]["value"] + out * m["itl_ms"]["value"]) / 1000.0
 
 
 def _fitted_to(srow: dict, label: str) -> bool:

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import validate_capacity as vc  # noqa: E402
+from gpuplan.capacity._result import Stats  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +69,12 @@ def test_throughput_meets_the_bar(rows):
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 15.2% (85 rows), ITL 16.0% (80 rows), output tok/s 2.8% (85 rows) median |error|.
+    # TTFT 16.6% (90 rows), ITL 15.5% (85 rows), output tok/s 2.8% (90 rows) median |error|.
     # History, newest first:
+    # - 15.2% / 16.0% / 2.8% over 85 / 80 / 85 rows before DataCrunch's five SGLang H200 rows
+    #   joined out of sample (issue 31; nothing fitted): their TTFT 37.7% median (35-47% low,
+    #   not explained, validate_capacity.py MECHANISMS), ITL 1.6% at the simulated p50 against
+    #   the quoted medians, tok/s 3.5%;
     # - ITL 16.4% / tok/s 3.8% before FP8 W8A8 on Hopper read its tensor-core GEMM's share, 0.625,
     #   not the int8 weight-only 0.524 (compute/efficiency.py gemv_bw_fp8_tensorcore): NIM's ITL
     #   5.3% -> 2.2%, tok/s 7.4% -> 2.9%, its TTFT 13.1% -> 13.4%, the wrong way;
@@ -84,25 +89,28 @@ def test_errors_reached(rows):
     #   decode GEMMs' rows no longer at it (ITL down ~0.1-1%, the wrong way: TensorRT-LLM 18.7% ->
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
-    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.152, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
+    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.166, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.155, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.028, abs=0.005)
     nim = "nvidia-nim"
     assert vc.summary(rows, "ttft_ms", nim)["median_abs_error"] == pytest.approx(0.134, abs=0.005)
     assert vc.summary(rows, "itl_ms", nim)["median_abs_error"] == pytest.approx(0.022, abs=0.005)
+    sgl = "datacrunch-sglang-h200"
+    assert vc.summary(rows, "ttft_ms", sgl)["median_abs_error"] == pytest.approx(0.377, abs=0.01)
+    assert vc.summary(rows, "itl_ms", sgl)["median_abs_error"] == pytest.approx(0.016, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 15.2% "
-                   "over 85 rows (TensorRT-LLM online table 12.8% once its 8.3 ms per-request cost is counted; "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 16.6% "
+                   "over 90 rows (SGLang on H200 37.7%; TensorRT-LLM online table 12.8% once its 8.3 ms per-request cost is counted; "
                    "NIM 13.4%, its C=25-50 rows carrying the closed loop's start-up ramp; "
                    "vLLM on a 4090 50.0%)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.0% "
-                   "over 80 rows (TensorRT-LLM online table 17.4%, NIM 2.2%)")
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 15.5% "
+                   "over 85 rows (TensorRT-LLM online table 17.4%, NIM 2.2%, SGLang 1.6%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
 
@@ -121,7 +129,8 @@ def test_stated_kv_dtype_is_run_and_cited(rows):
 def test_served_output_mean_is_the_rows_own_ratio(rows):
     # output tok/s over req/s is the mean served output (a closed loop's both rates share one
     # window): 210 / 2.09 = 100.48 tokens on the 4090's concurrency-4 row
-    served = [r for r in rows if r.run.get("output_len_served")]
+    served = [r for r in rows if r.run.get("output_len_served")
+              and r.run["source_group"] == "mushfiqrahman-vllm-4090"]
     assert len(served) == 5
     for r in served:
         m, s = r.run["measured"], r.run["output_len_served"]
@@ -131,6 +140,32 @@ def test_served_output_mean_is_the_rows_own_ratio(rows):
         assert f"--output {s['run_as']} " in r.command
     c4 = next(r for r in served if r.run["load"]["concurrency"] == 4)
     assert c4.run["output_len_served"]["mean"] == pytest.approx(100.48, abs=0.01)
+
+
+def test_drawn_lengths_run_as_the_lines_own_means(rows):
+    # DataCrunch's SGLang lines draw each prompt and output length up to 1024
+    # (random_range_ratio 0.0): the rows run the served means, total tokens / completed, e.g.
+    # 152612 / 300 = 508.7 in and 160347 / 300 = 534.5 out at 1 req/s
+    drawn = [r for r in rows if r.run["source_group"] == "datacrunch-sglang-h200"]
+    assert len(drawn) == 5
+    for r in drawn:
+        t = r.run["run_totals"]
+        for side, total in (("input", "total_input_tokens"), ("output", "total_output_tokens")):
+            s = r.run[f"{side}_len_served"]
+            assert s["mean"] == pytest.approx(t[total] / t["completed"], abs=0.005)
+            assert s["run_as"] == round(t[total] / t["completed"]) < 1024
+            assert f"--{side} {s['run_as']} " in r.command
+    rps1 = next(r for r in drawn if "70b" in r.run["id"] and r.run["load"]["request_rate"] == 1)
+    assert "--input 509 --output 534 " in rps1.command
+
+
+def test_median_figures_read_the_simulated_median():
+    # a row quoting medians is compared with the simulation's p50, a row quoting means with its
+    # mean: Stats(mean=2, p50=1) reads 1 for a median figure and 2 for a mean one
+    st = Stats(mean=2.0, p50=1.0, p90=3.0, p99=4.0)
+    assert vc._stat(st, {"measured": {"itl_ms": {"value": 9, "stat": "median"}}}, "itl_ms") == 1.0
+    assert vc._stat(st, {"measured": {"itl_ms": {"value": 9, "stat": "mean"}}}, "itl_ms") == 2.0
+    assert vc._stat(st, {"measured": {}}, "ttft_ms") == 2.0
 
 
 def test_simulated_concurrency_matches_the_fixed_length_inf_rows(rows):

@@ -79,10 +79,11 @@ def test_runs_json_members(vs):
 
 
 def test_serving_runs_members_each_figure_once(vs):
-    """serving_runs.json's 85 rows: 26 outside (12 INF, NIM at C = 100/150/200/250, 14 rate rows
-    over 64 in flight) -- the other 59 give TTFT and ITL (the vLLM 4090 rows TTFT only: no ITL
-    published), less the three ITLs runs.json holds: 46 x 2 - 3 + 8 + 5 = 102 figures, and 105
-    with runs.json's three."""
+    """serving_runs.json's 90 rows: 26 outside (12 INF, NIM at C = 100/150/200/250, 14 rate rows
+    over 64 in flight) -- the other 64 give TTFT and ITL (the vLLM 4090 rows TTFT only: no ITL
+    published), less the three ITLs runs.json holds: 46 x 2 - 3 + 8 + 5 = 102 figures from
+    TensorRT-LLM, NIM and vLLM, plus 5 x 2 from DataCrunch's SGLang rows (all at most 45-52 in
+    flight) = 112, and 115 with runs.json's three."""
     outside = {s["id"] for s in _serving()
                if s["load"].get("request_rate") is None and not s["load"].get("concurrency")}
     outside |= {s["id"] for s in _serving() if (s["load"].get("concurrency") or 0) >= 100}
@@ -94,11 +95,11 @@ def test_serving_runs_members_each_figure_once(vs):
     dup = set(RUNS_MEMBERS.values())
     assert not any(s["id"] in dup and label == "ITL" for s, _, label, _ in members)
     assert {s["id"] for s, _, label, _ in members if label == "TTFT"} >= dup
-    assert len(members) == 102
+    assert len(members) == 112
     keys = [vs._serving_key(s, label) for s, _, label, _ in members] + sorted(seen)
-    assert len(keys) == len(set(keys)) == 105
+    assert len(keys) == len(set(keys)) == 115
     engines = {vs._serving_engine(s) for s, *_ in members}
-    assert engines == {"trt-llm", "nim", "vllm"}
+    assert engines == {"trt-llm", "nim", "vllm", "sglang"}
 
 
 def test_in_flight_is_littles_law_on_the_measured_figures(vs):
@@ -122,6 +123,12 @@ def test_in_flight_is_littles_law_on_the_measured_figures(vs):
     assert vs.serving_in_flight(by_id["trtllm-online-llama-3.1-70b-h100-tp4-467-16-qps2"]) == \
         pytest.approx(0.682)
     assert vs.serving_in_flight(by_id["nim-llama-3.3-70b-h100-fp8-tp2-5000-500-c50"]) == 50
+    # a row whose lengths are drawn per request counts its served output (the line's
+    # total_output_tokens / completed = 308712 / 600 = 514.5, run as 515), not the 1024 asked:
+    # 405B at 2 req/s, median TTFT 244.26 ms, ITL 43.30 ms: 2 x (0.24426 + 515 x 0.0433) = 45.1
+    # (89.2 at 1024 tokens, which would drop it); the line's own mean E2E says 2 x 29.97 = 59.9
+    dc = by_id["datacrunch-sglang-llama-3.1-405b-h200-tp8-random1024-rps2"]
+    assert vs.serving_in_flight(dc) == pytest.approx(2 * (0.24426 + 515 * 0.0433), rel=1e-3)
     assert vs.serving_in_flight(by_id["trtllm-online-llama-3.1-8b-h100-tp1-467-16-qpsinf"]) == 500
 
 
@@ -133,11 +140,11 @@ def test_section_reports_median_and_bar(vs):
         return SimpleNamespace(predicted={k: v["value"] * 1.25
                                           for k, v in srow["measured"].items()})
     text = "\n".join(vs._serving_latency_section(_rows(vs, scale=1 / 1.25), fake))
-    assert "105 figures" in text and "median |error| 25.0%" in text and "bar met: no" in text
-    assert "none from sglang" in text
+    assert "115 figures" in text and "median |error| 25.0%" in text and "bar met: no" in text
+    assert "engines present: nim, sglang, trt-llm, vllm; none from -" in text
     # the 12 TTFTs at 2 QPS of TensorRT-LLM's online table (4 model/GPU setups x 3
     # lengths) fitted engines/profiles.py's TensorRT-LLM request time: reported without them too
-    assert "12 of them" in text and "without them 93 figures" in text
+    assert "12 of them" in text and "without them 103 figures" in text
     text = "\n".join(vs._serving_latency_section(
         _rows(vs, scale=1 / 1.05),
         lambda s: SimpleNamespace(predicted={k: v["value"] * 0.95
