@@ -76,6 +76,64 @@ SPLIT_ACCOUNTING = {
 }
 
 
+#: Issue 30's Llama 3.1 405B rows on Blackwell (B200 x128 TP4 PP8 CP2 VP8, GB200 x256 TP4 PP16
+#: VP4/8), FP8-CS and FP8-MX 1.11-1.19 against the H100 405B rows' 1.05-1.08 and the Blackwell
+#: 8B/70B rows' 1.01-1.10: what their recipes run that might cost them time, each read at the
+#: config functions fp8_runs.json names (scripts/performance/configs/llama/llama31_llm_pretrain.py
+#: llama31_405b_pretrain_config_b200 / _gb200, the presets in llama31_workload_base_configs.py,
+#: the recipe src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config,
+#: NVIDIA-NeMo/Megatron-Bridge at 2effdfa312c53d140350410204400cafb2fb6968 (25.11) and
+#: df0289c180dd20ff26933455c7a0a11084f6a36f (26.02)) and sized with gpuplan's own times at the
+#: commit that added this (the GB200 FP8-CS row: a layer 16.99 ms a micro-batch forward and
+#: backward, sequence-parallel quantize included). A negative result: no mechanism a source shows
+#: accounts for the gap, none is charged for it. (candidate, finding) pairs.
+BLACKWELL_405B_CHECKED = (
+    ("TP collectives without userbuffers overlap",
+     "not the case: the B200 and GB200 config functions keep the recipe's CommOverlapConfig("
+     "tp_comm_overlap=True) with userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 for FP8-CS "
+     "and FP8-MX (off for NVFP4 only, as the Job takes it), and Megatron-Bridge turns it off only "
+     "for TP < 2, no sequence parallelism or no Transformer Engine "
+     "(src/megatron/bridge/training/comm_overlap.py _get_model_comm_overlap_cfgs at df0289c1). "
+     "Each collective lies under its own GEMM in gpuplan's times (NVLink 5, TP 4, GB200): the "
+     "tightest, the attention-out forward reduce-scatter of 268 MB, 0.30 ms against its 0.35 ms "
+     "GEMM; the FP8 all-gathers 0.16 ms against 0.40 ms (QKV) and more; B200's CP 2 halves "
+     "both. Exposed in full they would bring these rows to the ratios in the last column (and "
+     "the H100 405B rows to 0.90-0.93), but no source shows the overlap failing on Blackwell"),
+    ("the userbuffers bulk overlaps' SMs",
+     "too small: the config's bulk qkv_dgrad / qkv_wgrad / fc1_dgrad / fc1_wgrad run their "
+     "all-gather or reduce-scatter kernel on 8 / 32 / 2 / 8 SMs beside a GEMM given every SM "
+     "(set_sm_margin False; Transformer Engine CommOverlapBase::bulk_overlap, "
+     "transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp at 815bf369): at most "
+     "(0.16 ms x 10 + 0.30 ms x 40) / 148 SMs = 0.09 ms of the 17 ms layer (0.5%), the same share "
+     "on B200; not modelled"),
+    ("the pipeline's uneven first / last stage",
+     "ruled out: account_for_embedding/loss_in_pipeline_split put 126 layers and 2 parts in 128 "
+     "over PP x VP (SPLIT_ACCOUNTING, taken), and at TP 4 the BF16 output layer and loss cost "
+     "about one FP8 layer (16.60 ms against 16.99 ms on GB200 FP8-CS; 8.71 ms against 9.14 ms on "
+     "B200), so the last stage (7 layers and the head, 135.5 ms; B200 15 and the head, "
+     "145.8 ms) is no busier than a middle one (135.9 ms; 146.2 ms), and no virtual chunk "
+     "outlasts a middle stage's (VP 8: the loss part 16.6 ms against a layer's 17.5 ms). NVFP4's "
+     "cheaper layers (11 ms) leave its last stage the busiest, which the Job already times"),
+    ("CP 2's ring exchange on B200",
+     "ruled out: the Llama recipes leave cp_comm_type unset (Megatron-Core's p2p); a rank's K "
+     "and V (4,096 tokens x 2 KV heads x 128 x 2 x 2 B = 4.2 MB) is one ring step on NVLink, "
+     "hidden under the attention; TE's P2P merges are timed (te_cp_merge_bytes); the H100 405B "
+     "rows run the same CP 2 and read 1.05-1.08"),
+    ("MXFP8's activations quantized after the TP all-gather",
+     "ruled out: Transformer Engine v2.9 quantizes the norm's output on the rank's sequence "
+     "shard before the userbuffers all-gather (layernorm_linear.py forward, "
+     "fill_userbuffers_buffer_for_all_gather with the input quantizer, at 70f53666); the BF16 "
+     "gather then quantize runs only under return_layernorm_output_gathered, which "
+     "Megatron-Core does not set. Timed as run (compute.parallel.sp_quantize_s)"),
+    ("the rest of the recipe",
+     "nothing more to time: no CUDA graphs (26.02's recipe sets cuda_graph_impl none, 25.11's "
+     "leaves Megatron-Core's default, none, and no 405B FP8 preset sets one), no recompute "
+     "(neither recipe sets one; the GB200 NVFP4 V2 preset clears V1's recompute_num_layers 1), "
+     "TE's fused cross entropy "
+     "(scripts/performance/utils/overrides.py _set_common_perf_overrides), no FSDP, nccl_ub "
+     "unset, a manual GC every 100 steps"),
+)
+
 #: DeepSeek-V3's uneven pipeline split in Megatron-Bridge's recipe (transformer layers on the
 #: first and last stage, the rest even), by (PP, VP): NVIDIA-NeMo/Megatron-Bridge
 #: src/megatron/bridge/recipes/deepseek/deepseek_v3.py ``layout_map`` at
@@ -356,13 +414,17 @@ def deepseek_job(run: dict, notes: list[str]) -> Job:
                gpus_per_node=h["gpus_per_node"])
 
 
-def predict(run: dict) -> Row:
+def predict(run: dict, tp_overlap: bool | None = None) -> Row:
+    """The run's Row: gpuplan's estimate of it, or why it is not expressible. ``tp_overlap``:
+    the TP communication overlap to time it with (None: the row's recipe's, :func:`tp_overlap_of`;
+    False: every TP collective exposed, the bound :data:`BLACKWELL_405B_CHECKED` reports)."""
     measured = float(run["measured"]["tokens_per_s_per_gpu"])
     why = _not_expressible(run)
     if why:
         return Row(run, None, measured, why)
     notes: list[str] = []
-    overlap = tp_overlap_of(run)  # job_of's notes say where it is off
+    # job_of's notes say where it is off
+    overlap = tp_overlap_of(run) if tp_overlap is None else tp_overlap
     try:
         job = deepseek_job(run, notes) if run["kind"] == "train_gpu_hours" else job_of(run, notes)
         gpu = get_gpu(run["hardware"]["gpu"])
@@ -474,6 +536,7 @@ def render(rows: list[Row]) -> str:
         out.append(f"| `{r.run['id']}` | `{t.run['id']}` | {m:.3f} | "
                    f"{'—' if p is None else f'{p:.3f}'} |")
     out += _recipe_lines(rows)
+    out += _blackwell_405b_lines(rows)
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
     return "\n".join(out) + "\n"
@@ -509,6 +572,33 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
     out += ["", "Checked for the EP 8 rows with 16-32 local experts (`MOE_LOCAL_EXPERT_CHECKS`):",
             ""]
     out += [f"- {c}" for c in MOE_LOCAL_EXPERT_CHECKS]
+    return out
+
+
+def blackwell_405b(rows: list[Row]) -> list[Row]:
+    """The Llama 3.1 405B rows on Blackwell (B200, GB200) that gpuplan predicts."""
+    return [r for r in rows if r.predicted is not None
+            and r.run["model"]["catalog"] == "llama-3.1-405b"
+            and not r.run["hardware"]["gpu"].startswith("H")]
+
+
+def _blackwell_405b_lines(rows: list[Row]) -> list[str]:
+    """Issue 30's Blackwell 405B rows: what was checked (:data:`BLACKWELL_405B_CHECKED`), each
+    row beside its ratio with every TP collective exposed (:func:`predict`, ``tp_overlap``
+    False) -- the size a failing overlap would have, not a prediction."""
+    out = ["", "## Llama 3.1 405B on Blackwell: what was checked", "",
+           "These rows read more optimistic than the H100 405B rows and the Blackwell 8B / 70B "
+           "rows. Each mechanism their Megatron-Bridge recipes could pay for, with what was "
+           "found (sources in `BLACKWELL_405B_CHECKED`); none is charged beyond what the table "
+           "above already times, and what these rows pay that gpuplan does not time is still "
+           "unknown.", ""]
+    out += [f"- {what}: {found}." for what, found in BLACKWELL_405B_CHECKED]
+    out += ["", "| run | TP overlap (recipe) | ratio | ratio, every TP collective exposed |",
+            "|---|---|---|---|"]
+    for r in blackwell_405b(rows):
+        off = predict(r.run, tp_overlap=False)
+        out.append(f"| `{r.run['id']}` | {'on' if tp_overlap_of(r.run) else 'off'} | "
+                   f"{r.predicted / r.measured:.2f} | {off.predicted / off.measured:.2f} |")
     return out
 
 
