@@ -95,7 +95,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
-           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "job_micro_options",
+           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
 
@@ -1627,7 +1627,8 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     ep_c -= stage_layers * _shared_hidden_s(lay, one[2], cost)
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
-    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped)
+    ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped,
+                                 ep_overlap_sm_share(ep_dispatcher, device))
     per_mb = t_mb + tp_c + cp_c + ep_c
     bubble = _bubble_s(lay, per_mb, stage_layers, cost)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
@@ -1675,19 +1676,20 @@ def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Devi
 
 
 def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
-                    ep_c: float, t_mb: float,
-                    overlapped: bool = False) -> tuple[float, float]:
+                    ep_c: float, t_mb: float, overlapped: bool = False,
+                    sm_share: float = 0.0) -> tuple[float, float]:
     """(exposed EP all-to-all of a micro-batch, the step's exposed pipeline p2p): each
     micro-batch sends its activations forward and their gradients back once per chunk
     (blocking); DualPipe runs a micro-batch's all-to-alls and sends beside the paired chunk's
     compute ``t_mb``, exposed only what outlasts it (carried by the all-to-all's share).
     ``overlapped``: the interleaved schedule's sends beside compute
-    (:func:`interleaved_p2p_exposed_s`)."""
+    (:func:`interleaved_p2p_exposed_s`). ``sm_share``: the SMs the EP overlap's hidden
+    all-to-all kernels hold (:func:`ep_overlap_sm_share`)."""
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
     if lay.sequence_parallel:
         p2p_bytes /= lay.tp
     if lay.ep_overlap and not lay.dual:
-        ep_c = ep_overlap_exposed_s(ep_c, t_mb, lay)
+        ep_c = ep_overlap_exposed_s(ep_c, t_mb, lay, sm_share)
     if lay.pp == 1:
         return ep_c, 0.0
     hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
@@ -1719,7 +1721,7 @@ def interleaved_p2p_exposed_s(hop: float, t_mb: float, lay: Layout) -> float:
     return 2 * lone * hop + paired * max(0.0, 2 * hop - t_mb / lay.chunks)
 
 
-def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
+def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout, sm_share: float = 0.0) -> float:
     """One micro-batch's exposed all-to-all under Megatron-Core's batch-level EP overlap
     (``lay.ep_overlap``; megatron/core/pipeline_parallel/combined_1f1b.py at
     NVIDIA/Megatron-LM@d98e8a64): in the steady state the forward of micro-batch i+1 runs merged
@@ -1731,14 +1733,53 @@ def ep_overlap_exposed_s(ep_c: float, t_mb: float, lay: Layout) -> float:
     chunk passes of the step's ``micro_batches x chunks`` under the interleaved schedule
     (``microbatch_group_size_per_vp_stage`` at its default, pp; the + 1 the extra forward the
     overlap schedules), and with PP 1 the first forward and the last backward (one micro-batch's
-    worth, combined_1f1b_schedule_for_no_pipelining)."""
+    worth, combined_1f1b_schedule_for_no_pipelining). ``sm_share``: the share of the SMs the
+    dispatcher's kernels hold while they run (:func:`ep_overlap_sm_share`); the paired
+    compute beside the hidden part (``min(ep_c, t_mb)``) runs on the rest, so that part still
+    costs ``sm_share`` of itself, the rule the overlapped DP collectives follow
+    (:func:`~.efficiency.overlap_sm_share`)."""
     passes = lay.micro_batches * lay.chunks
     if lay.pp > 1:
         lone = (lay.pp - 1) * 2 + (lay.chunks - 1) * lay.pp + 1
     else:
         lone = 1
     share = min(1.0, lone / max(1, passes))
-    return share * ep_c + (1 - share) * max(0.0, ep_c - t_mb)
+    paired = max(0.0, ep_c - t_mb) + sm_share * min(ep_c, t_mb)
+    return share * ep_c + (1 - share) * paired
+
+
+#: SMs a flex dispatcher's kernels hold while they run. ``deepep``: DeepEP's
+#: ``Buffer.set_num_sms(config.moe_deepep_num_sms)`` (token_dispatcher.py line 1167 at
+#: NVIDIA/Megatron-LM@0d8e0714cd29c01e164fe6de9f532182bdffa942, the 25.11 pin, line 1153 at
+#: @b0cc2706ddc60d2aefd5fff346445b5c013036a8, the 26.02 pin), default 20
+#: (transformer_config.py line 215 / 722 there), which neither Megatron-Bridge tag's
+#: performance scripts change (no moe_deepep_num_sms under scripts/performance at
+#: NVIDIA-NeMo/Megatron-Bridge v0.2.0 = 7af9601c, v0.3.0 = 21b02e0c). ``hybridep``:
+#: HybridEPBuffer's num_sms_dispatch_api / num_sms_combine_api = config.moe_hybridep_num_sms
+#: (token_dispatcher.py lines 1058-1059 / 1044-1045 there), which both tags' performance
+#: scripts set to 32 (scripts/performance/utils/helpers.py line 113 at v0.2.0, overrides.py
+#: line 69 at v0.3.0; Megatron-Core's default is 16). ``alltoall`` (NCCL's all-to-all, a grouped
+#: send/recv) has no entry: its CTAs are :func:`~.efficiency.overlap_sm_share`'s, one a p2p
+#: channel (NVIDIA/nccl issue #1598, 2025-02-08: torch's all_to_all_single launched
+#: ncclDevKernel_SendRecv with 16 blocks; issue #2421, 2026-09-18: 32 a kernel on two GB300s,
+#: NCCL 2.31.2 -- the 24 measured for an all-gather on H100 lies between), each holding its SM
+#: alone (NVIDIA/nccl issue #689, sjeaugey, 2023-08: "NCCL CTAs won't share an SM with compute
+#: kernels").
+EP_DISPATCHER_SMS = {"deepep": 20, "hybridep": 32}
+
+
+def ep_overlap_sm_share(dispatcher: str, device: Device) -> float:
+    """Share of ``device``'s SMs the EP dispatcher's all-to-all kernels hold under the batch-level
+    overlap (:func:`ep_overlap_exposed_s`): DeepEP's and HybridEP's set SM counts
+    (:data:`EP_DISPATCHER_SMS`) over the SM count; NCCL's all-to-all the overlapped NCCL
+    collectives' share (:func:`~.efficiency.overlap_sm_share`: NVIDIA NVLink-switch boards only).
+    0 for an unknown SM count."""
+    if device.sm_count <= 0:
+        return 0.0
+    if dispatcher in EP_DISPATCHER_SMS:
+        return min(1.0, EP_DISPATCHER_SMS[dispatcher] / device.sm_count)
+    return overlap_sm_share(device.sm_count, vendor=device.vendor,
+                            interconnect=device.interconnect)
 
 
 def _busiest_stage(arch: Architecture, cost: MicroCost, lay: Layout,
@@ -1822,8 +1863,8 @@ def _layout_notes(lay: Layout, topo: Topology,
     if lay.ep_overlap and lay.ep > 1 and not lay.dual:
         notes.append("batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm): "
                      "each micro-batch's all-to-alls beside the paired micro-batch's compute, "
-                     "the warm-up and cool-down passes' exposed; the overlapped compute is not "
-                     "slowed by the all-to-all kernels' SMs here")
+                     "the warm-up and cool-down passes' exposed; the overlapped compute runs "
+                     "on the SMs the all-to-all kernels leave")
     return tuple(notes)
 
 
