@@ -7,10 +7,13 @@ of theirs. Megatron's own checks (transformer_config.py) are the Job's refusals.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuplan.compute import estimate_speed
-from gpuplan.compute.parallel import ep_overlap_exposed_s
+from gpuplan.compute.device import device_from_gpu
+from gpuplan.compute.parallel import ep_overlap_exposed_s, ep_overlap_sm_share
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
@@ -35,6 +38,32 @@ def test_exposed_share_without_pipeline_by_hand():
     assert ep_overlap_exposed_s(4.0, 1.0, Layout(micro_batches=1, ep=8)) == pytest.approx(4.0)
 
 
+def test_hidden_part_costs_the_dispatchers_sm_share_by_hand():
+    # PP 1, 64 micro-batches; all-to-alls 3.0 beside compute 2.0: 2.0 hidden, 1.0 exposed a pair.
+    # With the kernels on a fifth of the SMs the paired compute loses 0.2 x 2.0 = 0.4 more.
+    lay = Layout(micro_batches=64, ep=8, ep_overlap=True)
+    assert ep_overlap_exposed_s(3.0, 2.0, lay, 0.2) == pytest.approx(
+        3.0 / 64 + 63 / 64 * (1.0 + 0.4))
+    # all-to-alls shorter than the compute: all of them hidden, a fifth of them charged
+    assert ep_overlap_exposed_s(1.0, 2.0, lay, 0.2) == pytest.approx(1.0 / 64 + 63 / 64 * 0.2)
+
+
+def _device(sms, interconnect="NVLink 4.0"):
+    return replace(device_from_gpu(get_gpu("H100-SXM-80GB")), sm_count=sms,
+                   interconnect=interconnect)
+
+
+def test_dispatcher_sm_shares_by_hand():
+    # DeepEP: Megatron-Core's moe_deepep_num_sms default 20; H100 SXM 132 SMs
+    assert ep_overlap_sm_share("deepep", _device(132)) == pytest.approx(20 / 132)
+    # HybridEP: Megatron-Bridge's moe_hybridep_num_sms 32; B200 148 SMs
+    assert ep_overlap_sm_share("hybridep", _device(148)) == pytest.approx(32 / 148)
+    # NCCL's all-to-all: the 24 CTAs of an overlapped NCCL collective, NVLink boards only
+    assert ep_overlap_sm_share("alltoall", _device(132)) == pytest.approx(24 / 132)
+    assert ep_overlap_sm_share("alltoall", _device(132, "PCIe 5.0")) == 0.0
+    assert ep_overlap_sm_share("deepep", _device(0)) == 0.0
+
+
 def _layout_time(**kw):
     job = Job(model="qwen3-30b-a3b", mode="train", engine="megatron", precision="mixed-bf16",
               gpus=8, ep=8, zero=1, seq=4096, grad_accum=16, **kw)
@@ -45,12 +74,14 @@ def _layout_time(**kw):
 
 def test_the_step_exposes_what_the_schedule_says():
     """With the overlap the step's exposed EP time is the hand formula applied to the plain
-    step's own per-micro-batch all-to-all and compute; nothing else moves."""
+    step's own per-micro-batch all-to-all and compute, the hidden part charged NCCL's 24 CTAs
+    of the H100's 132 SMs; nothing else moves."""
     plain, over = _layout_time(), _layout_time(ep_overlap=True)
     m = 16
     ep_c, t_mb = plain.ep_comm_s / m, plain.compute_s / m
     assert ep_c > 0
-    want = m * (ep_c / m + (1 - 1 / m) * max(0.0, ep_c - t_mb))
+    paired = max(0.0, ep_c - t_mb) + 24 / 132 * min(ep_c, t_mb)
+    want = m * (ep_c / m + (1 - 1 / m) * paired)
     assert over.ep_comm_s == pytest.approx(want, rel=1e-9)
     assert over.compute_s == pytest.approx(plain.compute_s, rel=1e-12)
     assert over.step_s < plain.step_s
