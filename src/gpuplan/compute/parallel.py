@@ -95,7 +95,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
            "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
-           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "job_micro_options",
+           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "nccl_sm_share", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
 
@@ -1635,8 +1635,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
     dp_full, dp_exp = _dp_comm(
         mine * prec.grad, lay, topo, eff, window, None if gather_bytes_per_element is None
-        else mine * gather_bytes_per_element, overlap_sm_share(
-            device.sm_count, vendor=device.vendor, interconnect=device.interconnect),
+        else mine * gather_bytes_per_element, nccl_sm_share(device),
         _reduce_bytes(lay, mine, fsdp2_reduce_bytes), m * stage_layers * cost.layer_bwd_s,
         fsdp_edge_share(arch, lay, stage_layers, params))
     local = max(1, mine // (lay.zero_group if lay.zero >= 1 else 1))  # the optimizer's shard
@@ -1778,6 +1777,12 @@ def ep_overlap_sm_share(dispatcher: str, device: Device) -> float:
         return 0.0
     if dispatcher in EP_DISPATCHER_SMS:
         return min(1.0, EP_DISPATCHER_SMS[dispatcher] / device.sm_count)
+    return nccl_sm_share(device)
+
+
+def nccl_sm_share(device: Device) -> float:
+    """:func:`~.efficiency.overlap_sm_share` of ``device``: the SMs an overlapped NCCL
+    collective holds on it."""
     return overlap_sm_share(device.sm_count, vendor=device.vendor,
                             interconnect=device.interconnect)
 
