@@ -592,7 +592,9 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "Developer Forums, 'Compute-Communication Overlap Causes Severe GEMM Performance "
         "Degradation because of Tail Effect', 2025, the poster's Nsight Systems profile: "
         "https://forums.developer.nvidia.com/t/337991). NCCL runs one CTA per channel; taken for "
-        "every overlapped data-parallel collective (all-reduce, all-gather, reduce-scatter) on "
+        "every overlapped data-parallel collective (all-reduce, all-gather, reduce-scatter) and "
+        "the EP all-to-all under Megatron's batch-level overlap (a grouped send/recv, one CTA "
+        "a p2p channel: parallel.ep_overlap_sm_share) on "
         "NVIDIA NVLink-switch boards (A100, H100/H200, B200: a measured count on H100 only, the "
         "others assumed alike); none over PCIe, whose NCCL channel count is not published"),
     # -- AMP ---------------------------------------------------------------------------------------
