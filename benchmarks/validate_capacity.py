@@ -437,18 +437,34 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   prefill batch alone, the decodes waiting, so every stream has a few long gaps that lift the
   simulated mean ITL 4-30% above its median (405B at 2 req/s: mean 55.4 ms, p50 42.6, measured
   median 43.3). ITL at the median: 4 of 5 rows within 6%; 70B at 4 req/s (about 52 in flight)
-  reads 23% low (14.9 ms against 19.4), not explained. TTFT reads 35-47% low at every rate, and
-  not by a constant: the measured median is 2.2x the speed model's lone 509-token prefill on the
-  70B (85.8 ms against P(509) = 39.6) and 1.8x on the 405B (218.8 against 120.9), gaps of 46 and
-  98 ms. Ruled out: the statistic (the simulated p50 is below its mean), the length mix (prompts
-  uniform in 1..1024: prefill time is about linear in the tokens, so the median prompt's prefill
-  is the mean's) and queueing (at 1 req/s the simulated queue is a few ms on the 70B). The SGLang
-  profile carries no ``ServingHost`` (no per-request or per-step host work), but a per-request
-  constant such as TensorRT-LLM's would not grow from the 70B to the 405B; and SGLang runs its
-  prefill (extend) batches outside the CUDA graphs it captures for decode while gpuplan times
-  every step of an engine under one runtime, yet at 509 tokens a TP shard's kernels take longer
-  than their launches, so eager launches would hide behind them. Left open, with no source for a
-  cause; --enable-torch-compile (the rows' launch flag) changes decode graphs only.
+  reads 23% low (14.9 ms against 19.4), not explained (the overlap scheduler below moves no ITL).
+  TTFT read 35-47% low at every rate, and not by a constant: the measured median is 2.2x the
+  speed model's lone 509-token prefill on the 70B (85.8 ms against P(509) = 39.6) and 1.8x on the
+  405B (218.8 against 120.9), gaps of 46 and 98 ms. Ruled out: the statistic (the simulated p50 is
+  below its mean), the length mix (prompts uniform in 1..1024: prefill time is about linear in
+  the tokens, so the median prompt's prefill is the mean's) and queueing (at 1 req/s the
+  simulated queue is a few ms on the 70B). Modelled since, from the code: SGLang's overlap
+  scheduler (on by default; sglang scheduler.py event_loop_overlap, lmsys.org/blog/2024-12-04-
+  sglang-v0-4 "runs one batch ahead") forms and launches batch k+1 before it resolves batch k, so
+  a batch is formed while the one before it still runs and a request arriving mid-step joins the
+  batch after next (capacity/_engines.py ``run_ahead``): about one decode step more per first
+  token. TTFT now reads 17-32% low (70B -29.6 / -21.7 / -32.0% at 1 / 2 / 4 req/s, 405B -16.5 /
+  -18.4%; median 37.7% -> 21.7%); nothing else moves. Also read in that code and ruled out as a
+  further delay: the first token is not held for the next step (it is streamed as soon as batch
+  k resolves, right after k+1 is launched: tp_worker_overlap_thread.py resolve_batch_result waits
+  on k's copy and k+1's launch only); the detokenizer and the HTTP stream run in their own
+  processes (detokenizer_manager.py, tokenizer_manager.py), off the loop. The profile's
+  ``ServingHost`` is overlapped with no figure counted: the loop's own work (rank 0's ZMQ poll
+  and broadcast_pyobj of new requests over the TP CPU group each iteration, PrefillAdder, the
+  per-request output processing) has no published time, and under the overlap it costs a step
+  only where it outlasts the GPU's (the blog's Nsight profile: no GPU idle over five decode
+  batches). Still unexplained: 19-34 ms on the 70B, 36-45 ms on the 405B, growing with the model
+  as a too-fast prefill would (the TensorRT-LLM table above reads its compute-bound steps 16-22%
+  fast), not as a per-request constant. SGLang runs its prefill (extend) batches outside the CUDA
+  graphs it captures for decode while gpuplan times every step of an engine under one runtime,
+  yet at 509 tokens a TP shard's kernels take longer than their launches, so eager launches
+  would hide behind them; --enable-torch-compile (the rows' launch flag) changes decode graphs
+  only.
 """
 
 

@@ -51,6 +51,12 @@ class SchedulerDefaults:
     TensorRT-LLM ``free_gpu_memory_fraction`` (of what is free after the weights)."""
     new_token_ratio: float = 0.0
     """SGLang: the share of a running request's remaining output held back at admission."""
+    run_ahead: bool = False
+    """The scheduler forms the next step while the GPU runs this one (SGLang's overlap
+    scheduler, on unless ``--disable-overlap-schedule``): the batch that starts when step ``k``
+    ends was formed when step ``k`` started, so a request that arrives during step ``k`` waits
+    for step ``k + 1``'s batch, one step later than under a loop that forms each batch after
+    the last one ends. No delay when nothing runs (the idle loop forms a batch at once)."""
     high_memory_seqs: int | None = None
     """vLLM >= 0.9.2: ``max_num_seqs`` on a GPU of >= 70 GiB that is not an A100."""
     high_memory_tokens: int | None = None
@@ -76,7 +82,8 @@ class SchedulerDefaults:
                 "block_size": self.block_size, "preemption": self.preemption,
                 "admission": self.admission, "prefix_caching": self.prefix_caching,
                 "memory_utilization": self.memory_utilization,
-                "new_token_ratio": self.new_token_ratio, "sources": list(self.sources)}
+                "new_token_ratio": self.new_token_ratio, "run_ahead": self.run_ahead,
+                "sources": list(self.sources)}
 
 
 _VLLM_ARGS = ("vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (>= 70 GiB and not A100: "
@@ -94,6 +101,21 @@ _SGL_SCHED = ("sglang python/sglang/srt/managers/scheduler.py get_next_batch_to_
               "batch when one can be formed, else a decode batch; schedule_policy.py "
               "PrefillAdder reserves new_token_ratio of each running request's remaining "
               "output; retract_decode on out-of-memory")
+#: SGLang's overlap scheduler (its v0.4 "zero-overhead batch scheduler"): lmsys.org/blog/
+#: 2024-12-04-sglang-v0-4 ("The scheduler runs one batch ahead and prepares all the metadata
+#: required for the next batch"; NanoFlow's idea). scheduler.py event_loop_overlap: each loop
+#: iteration receives requests, forms and launches batch k+1 (run_batch hands it to
+#: tp_worker_overlap_thread.py's forward thread and returns future token ids), and only then
+#: resolves batch k's result (resolve_batch_result waits on k's copy_done event) and streams its
+#: tokens. So a batch is formed while the one before it still runs on the GPU, and a request
+#: received then joins the batch after. The first token itself is not held a further step: it
+#: goes to the detokenizer as soon as batch k resolves, right after k+1 is launched. server_args
+#: disable_overlap_schedule False by default (the v0.4.0 tag's file was not readable here; the
+#: blog introduces the overlap scheduler with v0.4, and it stays on in the 0.5 line gpuplan keys).
+_SGL_OVERLAP = ("sglang scheduler.py event_loop_overlap / tp_worker_overlap_thread.py: batch k+1 "
+                "formed and launched before batch k resolves (lmsys.org/blog/2024-12-04-sglang-v0-4"
+                ", zero-overhead batch scheduler: 'runs one batch ahead'); server_args "
+                "disable_overlap_schedule False")
 _TRT = ("TensorRT-LLM tensorrt_llm/llmapi/llm_args.py: max_batch_size 2048, max_num_tokens "
         "8192, enable_chunked_prefill False; KvCacheConfig free_gpu_memory_fraction 0.9, "
         "tokens_per_block 32, enable_block_reuse True; CapacitySchedulerPolicy "
@@ -137,7 +159,7 @@ SCHEDULERS: tuple[SchedulerDefaults, ...] = (
                       max_num_batched_tokens=8192, chunked_prefill=True, mixed=False,
                       block_size=1, preemption="recompute", admission="ratio",
                       prefix_caching=True, memory_utilization=0.88, new_token_ratio=0.7,
-                      sources=(_SGL, _SGL_SCHED)),
+                      run_ahead=True, sources=(_SGL, _SGL_SCHED, _SGL_OVERLAP)),
     SchedulerDefaults(engine="trt-llm", version="0.14", max_num_seqs=2048,
                       max_num_batched_tokens=8192, chunked_prefill=False, mixed=True,
                       block_size=64, preemption="none", admission="reserve",

@@ -134,8 +134,14 @@ class _State:
         self.n_dec = self.ctx_sum = 0
         self.irregular: list[tuple[_Req, int]] = []
         self.finished: list[_Req] = []
+        self.last_start: float | None = None  # when the step that just ended began
+        self.cutoff: float | None = None      # the latest arrival this step's batch can admit
 
     def new_step(self) -> None:
+        # a scheduler that runs one step ahead (SchedulerDefaults.run_ahead) formed this batch
+        # when the step before it began: what arrived since waits for the next one
+        self.cutoff = (self.last_start if self.sched.run_ahead and self.running
+                       and self.last_start is not None else None)
         self.n_dec = self.ctx_sum = 0
         self.irregular = []
         self.finished = []
@@ -165,7 +171,8 @@ class _State:
             self.next += 1
 
     def idle(self) -> None:
-        self.t = self.reqs[self.next].arrival
+        self.last_start = None  # the idle loop forms the next batch as its request arrives
+        self.t = max(self.t, self.reqs[self.next].arrival)
 
     def _grow(self, r: _Req, tokens: int) -> bool:
         """Blocks for ``r`` to hold ``tokens``; False when the pool has too few."""
@@ -204,6 +211,8 @@ class _State:
         s = self.sched
         while self.waiting and budget > 0 and len(self.running) < s.max_num_seqs:
             r = self.waiting[0]
+            if self.cutoff is not None and r.sched < 0 and r.arrival > self.cutoff:
+                break  # received after this batch was formed (run_ahead)
             if r.ctx == 0 and r.cached:
                 r.ctx = r.cached
             left = r.prompt - r.ctx
@@ -320,6 +329,7 @@ class _State:
         return chunks
 
     def advance(self, dt: float, chunks: list) -> None:
+        self.last_start = self.t
         t = self.t = self.t + dt
         self.step_end.append(t)
         self.steps += 1

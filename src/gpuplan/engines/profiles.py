@@ -278,6 +278,25 @@ _TRTLLM_HOST = ServingHost(
     "measured over simulated TTFT on the QPS-2 rows of TensorRT-LLM 0.14's online serving "
     "table (docs/source/performance/perf-overview.md at 258c754); no per-step figure counted")
 
+#: SGLang's host work runs beside the GPU under its overlap scheduler (on by default from v0.4:
+#: lmsys.org/blog/2024-12-04-sglang-v0-4, "zero-overhead batch scheduler ... overlap the CPU
+#: scheduling with the GPU computation"; scheduler.py event_loop_overlap forms and launches batch
+#: k+1, then processes batch k's result -- process_batch_result, the radix-cache update,
+#: stream_output to the detokenizer -- while k+1 runs; tp_worker_overlap_thread.py). Each loop
+#: iteration's own terms, none with a published figure, so none is counted: recv_requests
+#: (rank 0 polls the tokenizer's ZMQ socket, then broadcast_pyobj over the TP CPU group, every
+#: iteration), get_next_batch_to_run (PrefillAdder over the waiting queue), and the per-request
+#: output processing; the detokenizer (detokenizer_manager.py: batch_decode of each step's new
+#: ids) and the tokenizer manager (tokenizer_manager.py: the HTTP stream) are separate processes,
+#: off the loop. The blog's Nsight profile shows "no single idle time on the GPU" over five
+#: decode batches, i.e. the host work fits under the steps it overlaps. What the overlap costs a
+#: new request -- a batch formed one step ahead -- is the scheduler's (capacity/_engines.py
+#: SchedulerDefaults.run_ahead), not a host time.
+_SGLANG_HOST = ServingHost(
+    overlap=True, basis="SGLang overlap scheduler (lmsys.org/blog/2024-12-04-sglang-v0-4; "
+    "scheduler.py event_loop_overlap): host work per step beside the GPU step; no published "
+    "per-step or per-request figure, none counted")
+
 _EAGER = MappingProxyType({"train": "eager", "infer": "eager"})
 _EAGER_TRAIN = MappingProxyType({"train": "eager"})
 _GRAPHS = MappingProxyType({"infer": "cudagraphs"})
@@ -472,8 +491,10 @@ _PROFILES = (
         kernels="fused RMSNorm, SiLU-and-mul and rotary kernels; FlashInfer / FlashAttention-3",
         parallel=frozenset({"tp", "pp", "ep"}), pp_schedules=("1f1b",),
         memory_utilization=0.88, cuda_graph_pool=True, export="sglang", sliding_kv="window",
+        serving_host=_SGLANG_HOST,
         sources=("sglang server_args.py: mem_fraction_static chosen by GPU memory when not "
-                 "given (0.88 on an 80 GB card), disable_cuda_graph False",)),
+                 "given (0.88 on an 80 GB card), disable_cuda_graph False",
+                 "host work: " + _SGLANG_HOST.basis)),
     EngineProfile(
         name="trt-llm", title="TensorRT-LLM (in-flight batching, CUDA graphs)",
         modes=("infer",), runtime=_GRAPHS, runtimes=("cudagraphs",),
