@@ -1680,8 +1680,9 @@ def _serving_latency_section(rs: list[Row], predict_serving=None) -> list[str]:
     by_fig = ", ".join(f"{label} {len(sub)}: {100 * _median_abs(sub):.1f}%"
                        for label in sorted({f.figure for f in done})
                        for sub in [[f for f in done if f.figure == label]])
-    lines += [f"{len(done)} figures (engines present: {', '.join(engines)}; none from "
-              f"{', '.join(e for e in SERVING_LATENCY_ENGINES if e not in engines) or '-'}; "
+    absent = [e for e in SERVING_LATENCY_ENGINES if e not in engines]
+    lines += [f"{len(done)} figures (engines present: {', '.join(engines)}; "
+              f"{'none from ' + ', '.join(absent) + '; ' if absent else ''}"
               f"{len(figs) - len(done)} not predicted): median |error| {100 * med:.1f}%, worst "
               f"{100 * max(abs(f.error) for f in done):.1f}% (by figure: {by_fig}); bar met: "
               f"{'yes' if med <= SERVING_LATENCY_BAR else 'no'}."]

@@ -141,7 +141,7 @@ def test_section_reports_median_and_bar(vs):
                                           for k, v in srow["measured"].items()})
     text = "\n".join(vs._serving_latency_section(_rows(vs, scale=1 / 1.25), fake))
     assert "115 figures" in text and "median |error| 25.0%" in text and "bar met: no" in text
-    assert "engines present: nim, sglang, trt-llm, vllm; none from -" in text
+    assert "engines present: nim, sglang, trt-llm, vllm; 0 not predicted" in text
     # the 12 TTFTs at 2 QPS of TensorRT-LLM's online table (4 model/GPU setups x 3
     # lengths) fitted engines/profiles.py's TensorRT-LLM request time: reported without them too
     assert "12 of them" in text and "without them 103 figures" in text
