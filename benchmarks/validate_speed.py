@@ -603,6 +603,21 @@ def p2p_overlap(run: dict, job: Job, notes: list[str] | None = None) -> bool | N
     return False
 
 
+def pp_reduce_after_backward(run: dict, job: Job, notes: list[str] | None = None) -> bool | None:
+    """False where ``run`` ran a pipeline under the torchtitan profile but not on
+    torch.distributed.pipelining (:data:`GQA_CP_GROUPS`: the Llama 3 paper's own 4D
+    parallelism, whose stages' gradient reduce no source describes): its FSDP reduce-scatter
+    keeps the usual overlap with the last backward rather than the pipelining stage's
+    after-the-last-backward reduce (compute/parallel.py ``pipeline_reduce_exposed_s``); None
+    (the engine's) otherwise."""
+    if run.get("source_group") not in GQA_CP_GROUPS or job.pp <= 1:
+        return None
+    if notes is not None:
+        notes.append("the paper's own pipeline, not torch.distributed.pipelining: FSDP's "
+                     "reduce-scatter beside the last backward")
+    return False
+
+
 def _attention(run: dict, notes: list[str]) -> str:
     stated = str(run["job"].get("attention") or "")
     if "eager" in stated:
@@ -801,7 +816,8 @@ def predict(run: dict, keep: list | None = None) -> Row:
                              tp_overlap=bool(layout and layout[1]),
                              gather_overlap=gather_overlap(run, job, notes),
                              p2p_overlap=p2p_overlap(run, job, notes),
-                             sdpa_repeat_kv=sdpa_repeat_kv(run, job, notes))
+                             sdpa_repeat_kv=sdpa_repeat_kv(run, job, notes),
+                             pp_reduce_after_backward=pp_reduce_after_backward(run, job, notes))
         value = _train_value(est, unit, run)
     if keep is not None:
         keep.append(est)
