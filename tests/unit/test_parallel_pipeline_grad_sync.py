@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.compute import estimate_speed
-from gpuplan.compute.parallel import (engine_layout_options, pipeline_accumulate_bytes,
-                                      pipeline_reduce_exposed_s)
+from gpuplan.compute.device import device_from_gpu
+from gpuplan.compute.parallel import (engine_layout_options, nccl_sm_share,
+                                      pipeline_accumulate_bytes, pipeline_reduce_exposed_s)
 from gpuplan.engines.profiles import get_engine
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
@@ -76,6 +77,23 @@ def test_torchtitan_pipeline_pays_the_sync_and_the_accumulation():
     # inside every backward: the bubble grows by (pp - 1) / m of it
     assert a.bubble_s - b.bubble_s == pytest.approx(3 / 8 * acc, rel=1e-6)
     assert late.step_time_s > usual.step_time_s
+
+
+def test_interleaved_hides_the_earlier_chunks_reduce():
+    # Interleaved1F1B, 2 chunks a rank: the first chunk's reduce-scatter (half the bytes) runs
+    # beside the second's last round of backwards (8 micro-batches of a 4-layer chunk here,
+    # far longer); the last chunk's half is exposed
+    model = load_model("llama-3.1-8b")
+    job = _job(pp_schedule="interleaved:2")
+    a = estimate_speed(model, H100, job, measured=None).layout
+    one = estimate_speed(model, H100, _job(), measured=None).layout
+    assert a.dp_comm_s == pytest.approx(one.dp_comm_s)
+    rs = a.dp_comm_s * 4 / 6
+    assert rs / 2 <= a.dp_exposed_s < one.dp_exposed_s
+    # the exposed half, and the hidden rest slowing the compute beside it by NCCL's SM share
+    share = nccl_sm_share(device_from_gpu(H100))
+    assert a.dp_exposed_s == pytest.approx(rs / 2 + share * (a.dp_comm_s - rs / 2))
+    assert one.dp_exposed_s == pytest.approx(rs + share * (one.dp_comm_s - rs))
 
 
 def test_no_pipeline_or_no_sharding_or_other_engines_unchanged():

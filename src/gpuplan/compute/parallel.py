@@ -1571,17 +1571,18 @@ def _pipeline_sync(lay: Layout, mine: float, prec: PrecisionLayout, device: Devi
     gradients are reduced beside the last backward as usual; the step's accumulation time) of
     a pipeline stage holding ``mine`` parameters a GPU under ``pp_grad_reduce``
     (:attr:`gpuplan.engines.profiles.EngineProfile.pp_grad_reduce`). Under
-    ``after-last-backward`` with ZeRO-1/2 over more than one rank: the rank's chunk finishing
-    last is preceded by one round of the other chunks' backwards (``min(m, pp)`` micro-batches
-    of a chunk: ScheduleInterleaved1F1B's ``microbatches_per_round``; ``chunk_bwd_s`` the
-    stage's backward of one micro-batch, all its chunks), and the gradients accumulate in
+    ``after-last-backward`` with ZeRO-1/2 over more than one rank: the last chunk's last round
+    of backwards (ScheduleInterleaved1F1B's ``microbatches_per_round``, ``m // max(1, m //
+    pp)`` micro-batches of one chunk; ``chunk_bwd_s`` the stage's backward of one micro-batch,
+    all its chunks) runs after the other chunks' last backward and hides their reduce-scatters
+    (the earliest chunks' get more: one round is the least), and the gradients accumulate in
     FSDP2's reduce dtype (``reduce_bytes``; none where it is the gradients' own:
     :func:`pipeline_accumulate_bytes`) at the memory rate."""
     if (pp_grad_reduce != "after-last-backward" or lay.pp == 1 or lay.zero not in (1, 2)
             or lay.dp * lay.cp <= 1):
         return None, 0.0
     m = lay.micro_batches
-    hide = (lay.chunks - 1) / lay.chunks * min(m, lay.pp) * chunk_bwd_s / lay.chunks
+    hide = m // max(1, m // lay.pp) * chunk_bwd_s / lay.chunks
     nbytes = (pipeline_accumulate_bytes(mine, m, prec.grad, reduce_bytes)
               if reduce_bytes > prec.grad else 0.0)
     return hide, nbytes / (device.memory_bandwidth * eff.memory)
