@@ -60,9 +60,14 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
 - **data parallel**: the stage's gradients all-reduced (ZeRO 0-2; 1 and 2 reduce-scatter then
   all-gather the same bytes) or reduce-scattered and the weights gathered twice (ZeRO-3: 1.5x)
   over the DP x CP group, overlapped with the last micro-batch's backward (ZeRO-3: with the whole
-  step); never less than the last 25 MiB bucket; then the optimizer step on the GPU's shard, as
-  the job runs it (``optimizer_s``: :func:`~.step.optimizer_stretch_s`; one fused pass when not
-  given, as the cluster search times every layout).
+  step); never less than the last 25 MiB bucket. Under an engine whose pipeline stage reduces
+  only after its last backward (the profile's ``pp_grad_reduce``: torch.distributed.pipelining
+  under torchtitan) the ZeRO-1/2 reduce-scatter of the last chunk runs beside nothing
+  (:func:`pipeline_reduce_exposed_s`) and each micro-batch's gradient is accumulated unsharded
+  in FSDP2's reduce dtype in its backward (:func:`pipeline_accumulate_bytes`). Then the
+  optimizer step on the GPU's shard, as the job runs it (``optimizer_s``:
+  :func:`~.step.optimizer_stretch_s`; one fused pass when not given, as the cluster search
+  times every layout).
 
 The collectives' times are NCCL's (:func:`~gpuplan.hardware.topology.collective_time`) at the
 achievable share ``Efficiency.comm`` of each link.
