@@ -217,14 +217,32 @@ def test_out_of_sample_holdout_reads(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31's bar is not met out of sample: the whole "
-                   "holdout reads 7.2% median and 41.0% worst (torchtitan's 8B Float8 CP 8 row), "
-                   "and the torchtitan group's median (16.0%) is over 15% "
-                   "(benchmarks/validate_speed.md, "
+                   "holdout reads 7.2% median and 41.0% worst (torchtitan's 8B Float8 CP 8 row; "
+                   "the torchtitan group's median, 14.6% since the pipelining stage's gradient "
+                   "sync is timed, is under 15%) (benchmarks/validate_speed.md, "
                    "'holdout: by source group' and 'the worst ten')")
 def test_holdout_meets_issue_31s_bar(rows):
     s = vs.summary(rows, "holdout")
     assert s["median_abs_error"] <= 0.08 and s["worst_abs_error"] <= 0.25
     assert all(med <= 0.15 for _, _, med, _ in vs.by_group(rows, "holdout"))
+
+
+def test_only_torchtitans_own_pipelines_reduce_after_the_last_backward(rows):
+    # torchtitan's PP rows ran torch.distributed.pipelining (the profile's pp_grad_reduce); the
+    # Llama 3 paper's rows, timed on the same profile, ran Meta's own pipeline: told so
+    pp_rows = [r for r in rows if r.run["source_group"] == "torchtitan" and r.run["job"]["pp"] > 1]
+    assert len(pp_rows) == 6
+    for r in pp_rows:
+        assert vs.pp_reduce_after_backward(r.run, vs.job_of(r.run)) is None, r.run["id"]
+        assert "torch.distributed.pipelining" in vs.misses(r)
+        keep: list = []
+        vs.predict(r.run, keep)
+        lay = keep[0].layout
+        # the last chunk's fp32 reduce-scatter (4 of the 4 + 1 bytes: FP8 weights gathered)
+        assert lay.dp_exposed_s >= lay.dp_comm_s * 0.8 / lay.layout.chunks
+    for r in rows:
+        if r.run["source_group"] == "llama3":
+            assert vs.pp_reduce_after_backward(r.run, vs.job_of(r.run)) is False, r.run["id"]
 
 
 def test_torchtitan_cp_rows_exchange_repeated_kv(rows):

@@ -43,6 +43,7 @@ def speed_args(model: object, gpu: object, job: object, kw: dict[str, Any]) -> N
     flag_arg(kw["overlap_transfer"], "overlap_transfer", optional=True)
     flag_arg(kw["p2p_overlap"], "p2p_overlap", optional=True)
     flag_arg(kw["sdpa_repeat_kv"], "sdpa_repeat_kv", optional=True)
+    flag_arg(kw["pp_reduce_after_backward"], "pp_reduce_after_backward", optional=True)
     int_arg(kw["input_bytes"], "input_bytes", "bytes", low=1, optional=True)
     int_arg(kw["paged_host_bytes"], "paged_host_bytes", "bytes", low=0)
     for name in ("train_tokens", "train_samples"):

@@ -60,9 +60,14 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
 - **data parallel**: the stage's gradients all-reduced (ZeRO 0-2; 1 and 2 reduce-scatter then
   all-gather the same bytes) or reduce-scattered and the weights gathered twice (ZeRO-3: 1.5x)
   over the DP x CP group, overlapped with the last micro-batch's backward (ZeRO-3: with the whole
-  step); never less than the last 25 MiB bucket; then the optimizer step on the GPU's shard, as
-  the job runs it (``optimizer_s``: :func:`~.step.optimizer_stretch_s`; one fused pass when not
-  given, as the cluster search times every layout).
+  step); never less than the last 25 MiB bucket. Under an engine whose pipeline stage reduces
+  only after its last backward (the profile's ``pp_grad_reduce``: torch.distributed.pipelining
+  under torchtitan) the ZeRO-1/2 reduce-scatter of the last chunk runs beside nothing
+  (:func:`pipeline_reduce_exposed_s`) and each micro-batch's gradient is accumulated unsharded
+  in FSDP2's reduce dtype in its backward (:func:`pipeline_accumulate_bytes`). Then the
+  optimizer step on the GPU's shard, as the job runs it (``optimizer_s``:
+  :func:`~.step.optimizer_stretch_s`; one fused pass when not given, as the cluster search
+  times every layout).
 
 The collectives' times are NCCL's (:func:`~gpuplan.hardware.topology.collective_time`) at the
 achievable share ``Efficiency.comm`` of each link.
@@ -94,7 +99,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
                    narrow_recompute_op, narrow_weights_gathered, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes", "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "nccl_sm_share", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -751,7 +756,7 @@ def engine_layout_options(engine: str, precision: str | None = None) -> dict[str
     return dict(tp_overlap_kind=e.tp_overlap_kind, cp_rotate=e.cp_rotate,
                 repeat_kv=e.sdpa_repeat_kv, fsdp2_reduce_bytes=e.fsdp2_reduce_bytes,
                 p2p_overlap=e.p2p_overlap, fsdp1_grad_cat=e.fsdp1_grad_cat,
-                tp_gather_bytes=1.0 if precision in e.tp_narrow_gather else None)
+                pp_grad_reduce=e.pp_grad_reduce, tp_gather_bytes=1.0 if precision in e.tp_narrow_gather else None)
 
 
 def moe_host_sync(engine: str, ep: int, capacity_factor: float | None = None) -> bool:
@@ -1547,6 +1552,85 @@ def _reduce_bytes(lay: Layout, elements: float, fsdp2_reduce_bytes: int) -> floa
     return elements * width if width else None
 
 
+def _stage_dp_comm(grad_bytes: float, lay: Layout, topo: Topology, eff: Efficiency,
+                   window_s: float, gather_bytes: float | None, sm_share: float,
+                   reduce_bytes: float | None, backward_s: float, edge_share: float,
+                   after_backward_s: float | None) -> tuple[float, float]:
+    """:func:`_dp_comm` of a stage, with ZeRO-1/2's reduce-scatter issued only after the stage's
+    last backward where ``after_backward_s`` is given (:func:`_pipeline_sync`: the rank's other
+    chunks' backward that still hides theirs; :func:`pipeline_reduce_exposed_s`)."""
+    full, exposed = _dp_comm(grad_bytes, lay, topo, eff, window_s, gather_bytes, sm_share,
+                             reduce_bytes, backward_s, edge_share)
+    if after_backward_s is None or lay.zero not in (1, 2) or full <= 0:
+        return full, exposed
+    g = grad_bytes if gather_bytes is None else gather_bytes
+    r = grad_bytes if reduce_bytes is None else reduce_bytes
+    return full, pipeline_reduce_exposed_s(full, g, r, lay.chunks, after_backward_s, window_s,
+                                           sm_share, lay.gather_overlap)
+
+
+def _pipeline_sync(lay: Layout, mine: float, prec: PrecisionLayout, device: Device,
+                   eff: Efficiency, reduce_bytes: int, pp_grad_reduce: str,
+                   chunk_bwd_s: float) -> tuple[float | None, float]:
+    """(the backward that hides the earlier chunks' reduce-scatters, or None where the
+    gradients are reduced beside the last backward as usual; the step's accumulation time) of
+    a pipeline stage holding ``mine`` parameters a GPU under ``pp_grad_reduce``
+    (:attr:`gpuplan.engines.profiles.EngineProfile.pp_grad_reduce`). Under
+    ``after-last-backward`` with ZeRO-1/2 over more than one rank: the last chunk's last round
+    of backwards (ScheduleInterleaved1F1B's ``microbatches_per_round``, ``m // max(1, m //
+    pp)`` micro-batches of one chunk; ``chunk_bwd_s`` the stage's backward of one micro-batch,
+    all its chunks) runs after the other chunks' last backward and hides their reduce-scatters
+    (the earliest chunks' get more: one round is the least), and the gradients accumulate in
+    FSDP2's reduce dtype (``reduce_bytes``; none where it is the gradients' own:
+    :func:`pipeline_accumulate_bytes`) at the memory rate."""
+    if (pp_grad_reduce != "after-last-backward" or lay.pp == 1 or lay.zero not in (1, 2)
+            or lay.dp * lay.cp <= 1):
+        return None, 0.0
+    m = lay.micro_batches
+    hide = m // max(1, m // lay.pp) * chunk_bwd_s / lay.chunks
+    nbytes = (pipeline_accumulate_bytes(mine, m, prec.grad, reduce_bytes)
+              if reduce_bytes > prec.grad else 0.0)
+    return hide, nbytes / (device.memory_bandwidth * eff.memory)
+
+
+def pipeline_accumulate_bytes(elements: float, micro_batches: int, grad_bytes: float,
+                              reduce_bytes: float) -> float:
+    """The step's memory traffic (bytes) of FSDP2's unsharded gradient accumulation on a
+    pipeline stage whose gradient sync is off until the last backward (torch.distributed.
+    pipelining's stage), on a rank holding ``elements`` parameters unsharded, where the reduce
+    dtype (``reduce_bytes``) is wider than the gradients (``grad_bytes``). torch/distributed/
+    fsdp/_fully_shard/_fsdp_param_group.py ``post_backward`` with ``reduce_grads`` False: each
+    parameter's ``accumulate_unsharded_grad_if_needed`` (``unsharded_accumulated_grad +=
+    unsharded_param.grad``: the fp32 sum read and written, the 16-bit gradient read) and then
+    ``to_accumulated_grad_if_needed`` (the first micro-batch's gradient cast to the reduce
+    dtype: read and written), on the compute stream in each backward; and at the reduce, the
+    chunk-cat reads the fp32 sum where :func:`fsdp2_copy_bytes` counts the 16-bit gradient."""
+    first = grad_bytes + reduce_bytes
+    later = (micro_batches - 1) * (2 * reduce_bytes + grad_bytes)
+    return elements * (first + later + reduce_bytes - grad_bytes)
+
+
+def pipeline_reduce_exposed_s(full: float, gather_bytes: float, reduce_bytes: float,
+                              chunks: int, hide_s: float, window_s: float,
+                              sm_share: float = 0.0, gather_overlap: bool = True) -> float:
+    """The exposed part of a pipeline stage's ZeRO-1/2 traffic (``full`` seconds: the
+    gradients' reduce-scatter, ``reduce_bytes``, and the weights' all-gather,
+    ``gather_bytes``) when the reduce-scatter is issued after the stage's last backward:
+    torch.distributed.pipelining's ``backward_maybe_with_nosync`` runs the last micro-batch's
+    backward with FSDP's gradient sync off and then calls ``post_backward`` on every FSDP
+    param group of the stage (``run_post_backward``; ``_root_post_backward_final_callback``
+    makes the compute stream wait for the reduce-scatters before the optimizer step). The
+    last chunk's share (``1 / chunks``) runs beside nothing; the earlier chunks' beside
+    ``hide_s`` of the last chunk's backwards. The all-gather (at the next step's first
+    forward, FSDP2's prefetch) hides under ``window_s`` as before, unless not
+    ``gather_overlap``; the hidden traffic slows the compute beside it by ``sm_share``."""
+    rs = full * reduce_bytes / (reduce_bytes + gather_bytes)
+    ag = full - rs
+    tail = rs / chunks + max(0.0, rs * (chunks - 1) / chunks - hide_s)
+    tail += max(0.0, ag - window_s) if gather_overlap else ag
+    return tail + sm_share * max(0.0, full - tail)
+
+
 def _hsdp_comm(gather_bytes: float, reduce_bytes: float, gathers: float, lay: Layout,
                topo: Topology, eff: Efficiency, window_s: float, backward_s: float,
                sm_share: float, edge_share: float = 0.0) -> tuple[float, float]:
@@ -1600,23 +1684,21 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
                 tp_overlap_kind: str = "userbuffers", cp_rotate: str = "p2p",
                 gather_bytes_per_element: float | None = None, tp_gather_bytes: float | None = None,
                 fsdp2_reduce_bytes: int = 0, p2p_overlap: str = "none",
-                ep_dispatcher: str = "alltoall", fsdp1_grad_cat: bool = False) -> LayoutTime:
+                ep_dispatcher: str = "alltoall", fsdp1_grad_cat: bool = False,
+                pp_grad_reduce: str = "overlapped") -> LayoutTime:
     """The step of ``lay`` from one micro-batch's ``cost`` (see the module docstring).
     ``optimizer_s(elements, share)``: the optimizer stretch of a rank's shard of ``elements``, its
     stage holding ``share`` of the parameters (:func:`~.step.optimizer_stretch_s`); None: one fused
-    pass (the cluster search's). ``gather_bytes_per_element``: the mean bytes of a gathered weight
-    element where the weights are gathered narrow (:func:`gpuplan.fp8.gathered_bytes_per_element`);
-    None: as the gradients. ``tp_overlap_kind``: how ``tp_overlap`` hides the TP collectives --
-    ``"userbuffers"`` (Megatron-Core's --tp-comm-overlap: under the layer's GEMMs) or
-    ``"async-tp"`` (PyTorch's micro-pipelined TP: each under its own GEMM,
-    :func:`async_tp_exposed_s`). ``cp_rotate``: the engine's K/V exchange under CP (``p2p``: a
-    send/recv ring; ``allgather``: PyTorch's context_parallel, :func:`torch_cp_exposed_s`).
-    ``repeat_kv``: the engine's SDPA takes K and V at the query heads (``sdpa_repeat_kv``).
-    ``fsdp2_reduce_bytes``: the engine's FSDP2 reduce dtype, its copies timed on the compute stream
-    (:func:`fsdp2_copy_bytes`; 0: not), or ``fsdp1_grad_cat``: FSDP1's flat-gradient cat
-    (:func:`fsdp1_grad_cat_bytes`). ``p2p_overlap``: its pipeline sends (``none`` blocking,
-    ``interleaved``: :func:`interleaved_p2p_exposed_s`). ``tp_gather_bytes``: a TP all-gather's
-    bytes an element (:func:`tp_collectives_s`)."""
+    pass (the cluster search's). ``gather_bytes_per_element``: a gathered weight element's mean
+    bytes where gathered narrow (:func:`gpuplan.fp8.gathered_bytes_per_element`); None: as the
+    gradients. ``tp_overlap_kind``: ``"userbuffers"`` (Megatron-Core's --tp-comm-overlap) or
+    ``"async-tp"`` (:func:`async_tp_exposed_s`). ``cp_rotate``: ``p2p`` (a send/recv ring) or
+    ``allgather`` (:func:`torch_cp_exposed_s`). ``repeat_kv``: the engine's SDPA takes K and V at
+    the query heads. ``fsdp2_reduce_bytes``: FSDP2's reduce dtype, its copies timed
+    (:func:`fsdp2_copy_bytes`; 0: not), or ``fsdp1_grad_cat`` (:func:`fsdp1_grad_cat_bytes`).
+    ``p2p_overlap``: ``none`` or ``interleaved`` (:func:`interleaved_p2p_exposed_s`);
+    ``pp_grad_reduce``: the stages' gradient sync (:func:`_pipeline_sync`); ``tp_gather_bytes``:
+    a TP all-gather's bytes an element (:func:`tp_collectives_s`)."""
     one = _comm_per_micro_batch(
         arch, cost, lay, topo, eff, prec.act, 1, tp_overlap=tp_overlap, cp_rotate=cp_rotate,
         tp_overlap_kind=tp_overlap_kind, repeat_kv=repeat_kv, tp_gather_bytes=tp_gather_bytes,
@@ -1629,20 +1711,22 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
     ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped,
                                  ep_overlap_sm_share(ep_dispatcher, device))
-    per_mb = t_mb + tp_c + cp_c + ep_c
-    bubble = _bubble_s(lay, per_mb, stage_layers, cost)
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
+    hide, accum = _pipeline_sync(lay, mine, prec, device, eff, fsdp2_reduce_bytes,
+                                 pp_grad_reduce, stage_layers * cost.layer_bwd_s)
+    per_mb = t_mb + tp_c + cp_c + ep_c + accum / m  # the accumulation: in each backward
+    bubble = _bubble_s(lay, per_mb, stage_layers, cost)
     window = (m * t_mb if lay.zero == 3 else stage_layers * cost.layer_bwd_s)
-    dp_full, dp_exp = _dp_comm(
+    dp_full, dp_exp = _stage_dp_comm(
         mine * prec.grad, lay, topo, eff, window, None if gather_bytes_per_element is None
         else mine * gather_bytes_per_element, nccl_sm_share(device),
         _reduce_bytes(lay, mine, fsdp2_reduce_bytes), m * stage_layers * cost.layer_bwd_s,
-        fsdp_edge_share(arch, lay, stage_layers, params))
+        fsdp_edge_share(arch, lay, stage_layers, params), hide)
     local = max(1, mine // (lay.zero_group if lay.zero >= 1 else 1))  # the optimizer's shard
     opt_s = (_optimizer_s(local, state_bytes_per_param, device, eff, prec) if optimizer_s is None
              else optimizer_s(local, mine / max(1, params + mtp_params(arch, lay.mtp_layers))))
-    copy_s = _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
-                            fsdp2_reduce_bytes, fsdp1_grad_cat)
+    copy_s = accum + _layout_copy_s(lay, mine, prec, device, eff, gather_bytes_per_element,
+                                    fsdp2_reduce_bytes, fsdp1_grad_cat)
     casts = cost.stage_casts_s(held, stage_layers - len(held))  # once a step, not per micro-batch
     return LayoutTime(
         layout=lay, stage_layers=stage_layers, compute_s=m * t_mb + casts, bubble_s=bubble,

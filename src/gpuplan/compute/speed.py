@@ -384,9 +384,9 @@ def estimate_speed(
     tf32: bool = False, cpu: CPU | None = None, topology: Topology | None = None,
     tp_overlap: bool = False, gather_overlap: bool = True, optimizer_impl: str | None = None,
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
-    host_sync_per_step: bool = False, p2p_overlap: bool | None = None,
-    decode_attention: str | None = None, paged_host_bytes: int = 0,
-    sdpa_repeat_kv: bool | None = None) -> SpeedEstimate:
+    host_sync_per_step: bool = False, p2p_overlap: bool | None = None, paged_host_bytes: int = 0,
+    decode_attention: str | None = None, sdpa_repeat_kv: bool | None = None,
+    pp_reduce_after_backward: bool | None = None) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and ``job.gpus`` data-parallel GPUs).
 
     The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
@@ -418,10 +418,10 @@ def estimate_speed(
     the notes); ``tp_overlap`` hides the TP collectives under the GEMMs (Megatron-Core
     ``--tp-comm-overlap``). A data-parallel job without a topology keeps the ``link`` model.
     ``gather_overlap`` False: ZeRO-3's all-gathers waited for, ZeRO-1/2's run after the step
-    (:attr:`.Layout.gather_overlap`). ``p2p_overlap`` (interleaved sends beside compute,
-    :func:`~.parallel.interleaved_p2p_exposed_s`) and ``sdpa_repeat_kv`` (CP's K and V at the
-    query heads, :func:`~.parallel.sdpa_kv_heads`; the copy, :func:`~.step.expands_kv`): True
-    or False as the job ran; None: the engine profile's (``EngineProfile``'s same fields).
+    (:attr:`.Layout.gather_overlap`). ``p2p_overlap`` (interleaved sends),
+    ``sdpa_repeat_kv`` (:func:`~.parallel.sdpa_kv_heads`, :func:`~.step.expands_kv`) and
+    ``pp_reduce_after_backward`` (:func:`~.parallel.pipeline_reduce_exposed_s`): True or False as
+    the job ran; None: the engine profile's (p2p_overlap, sdpa_repeat_kv, pp_grad_reduce).
     ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
     benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
@@ -440,7 +440,7 @@ def estimate_speed(
                                notes=notes, impls=(optimizer_impl, grad_clip_impl),
                                gathers=gathers, gather_overlap=gather_overlap,
                                synced=host_sync_per_step, p2p_overlap=p2p_overlap,
-                               repeat_kv=sdpa_repeat_kv)
+                               repeat_kv=sdpa_repeat_kv, after=pp_reduce_after_backward)
         return replace(est, measured_run=used, training_time=_training_time(
             est, train_tokens, train_samples, epochs, price_per_gpu_hour))
     spec = StepSpec.of(job, mode=mode, seq=seq, new_tokens=new_tokens, trainable=trainable_params,
@@ -574,12 +574,12 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                      notes: list[str], impls: tuple = (None, None),
                      gathers: float | None = None,
                      gather_overlap: bool = True, synced: bool = False,
-                     p2p_overlap: bool | None = None,
-                     repeat_kv: bool | None = None) -> SpeedEstimate:
+                     p2p_overlap: bool | None = None, repeat_kv: bool | None = None,
+                     after: bool | None = None) -> SpeedEstimate:
     """The estimate of a job under its parallel layout (:mod:`.parallel`); ``impls``: how its
     optimizer and its clip run (:func:`estimate_speed`'s ``optimizer_impl``,
-    ``grad_clip_impl``); ``p2p_overlap``, ``repeat_kv``: :func:`estimate_speed`'s
-    (``sdpa_repeat_kv``)."""
+    ``grad_clip_impl``); ``p2p_overlap``, ``repeat_kv``, ``after``: :func:`estimate_speed`'s
+    (``sdpa_repeat_kv``, ``pp_reduce_after_backward``)."""
     topo = topology or topology_for(gpu, gpus_per_node=job.gpus_per_node,
                                     inter_node=job.inter_node)
     lay = replace(Layout.of(job, seq), weight_gathers=gathers, gather_overlap=gather_overlap)
@@ -615,7 +615,9 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
             **{**engine_layout_options(job.engine, job.precision),
                **({} if p2p_overlap is None
                   else {"p2p_overlap": "interleaved" if p2p_overlap else "none"}),
-               **({} if repeat_kv is None else {"repeat_kv": repeat_kv})},
+               **({} if repeat_kv is None else {"repeat_kv": repeat_kv}),
+               **({} if after is None else {"pp_grad_reduce": "after-last-backward" if after
+                                            else "overlapped"})},
             gather_bytes_per_element=narrow_gather_bytes(arch, job, n_params,
                                                          notes if job.zero else None),
             optimizer_s=lambda n, share: optimizer_stretch_s(

@@ -125,6 +125,15 @@ class EngineProfile:
     for only before the chunk that needs them, so each runs beside the next chunk's compute:
     Megatron-LM's ``--overlap-p2p-communication``, :func:`gpuplan.compute.parallel.
     interleaved_p2p_exposed_s`)."""
+    pp_grad_reduce: str = "overlapped"
+    """When a pipeline stage's sharded data-parallel gradients (ZeRO-1/2) are reduce-scattered:
+    ``overlapped`` (each bucket beside the last micro-batch's backward, as FSDP's and DDP's
+    autograd hooks issue them) or ``after-last-backward`` (torch.distributed.pipelining: the
+    stage turns FSDP2's gradient sync off for every micro-batch and calls each parameter
+    group's ``post_backward`` itself once the last micro-batch's backward is done, so nothing
+    but the rank's other chunks' backwards runs beside them, and each micro-batch's gradient is
+    accumulated unsharded in the reduce dtype: :func:`gpuplan.compute.parallel.
+    pipeline_reduce_exposed_s`, :func:`gpuplan.compute.parallel.pipeline_accumulate_bytes`)."""
     sdpa_repeat_kv: bool = False
     """Its model code expands K and V to every query head (``repeat_kv``) before SDPA, so what
     context parallelism exchanges and merges around the SDPA has the query heads' count, not
@@ -382,6 +391,12 @@ _PROFILES = (
         # heads. A job run by other model code through this profile (the Llama 3 paper's CP
         # row: its all-gather moves the GQA K and V, arXiv 2407.21783 sec. 3.3.2) says so with
         # estimate_speed's sdpa_repeat_kv=False
+        # torch.distributed.pipelining's _PipelineStageBase.backward_maybe_with_nosync (stage.py,
+        # the torch of torchtitan's PP rows, 1963fc8 2024-12-23, read in undated stored copies of
+        # pytorch/pytorch that agree on it): set_requires_gradient_sync(False) for every
+        # micro-batch, then, after the last one's backward, run_post_backward calls
+        # post_backward on every FSDP param group of the stage
+        pp_grad_reduce="after-last-backward",
         fsdp2_reduce_bytes=4,  # config_manager.py: --training.mixed_precision_reduce "float32"
         # by default (9dec370); parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(reduce_dtype)
         # parallelize_llama.py apply_tp @9dec370: with float8 on, the blocks' TP plan is
