@@ -1134,8 +1134,62 @@ def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
     Fp8Padding finds the splits aligned)."""
     pad = None if spec.moe_dispatcher == "hybridep" else _expert_padding_op(
         fwd, recipe, act, spec.moe_capacity_factor)
-    extra = (_split_quantize_op(fwd, recipe), _scale_launch_op(fwd, recipe), pad)
+    extra = (_split_quantize_op(fwd, recipe), _scale_launch_op(fwd, recipe), pad,
+             _torchao_relayout_op(fwd, recipe, spec))
     return [_quantize_op(fwd, recipe, architecture, act), *(o for o in extra if o is not None)]
+
+
+#: torchao's float8 recipes (pytorch/ao@eab345c2268a7506355d506ebfc27b5d28e5e7d0): how the
+#: output gradient reaches the weight-gradient GEMM (:func:`_torchao_relayout_op`).
+#: ``transpose``: tensorwise, the one cast's FP8 copy laid out again; ``recast``: rowwise, cast
+#: a second time with scales along the other axis.
+TORCHAO_GRAD_OUTPUT_FOR_WGRAD = {"fp8-tensorwise": "transpose", "fp8-rowwise": "recast"}
+
+
+def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | None:
+    """One micro-batch's backward FP8 copies torchao makes for the layouts ``torch._scaled_mm``
+    takes (mat1 row-major, mat2 column-major: pytorch/ao@eab345c torchao/float8/float8_ops.py
+    ``preprocess_addmm``: ``a_data.contiguous()`` where mat1 is not row-major,
+    ``b_data.t().contiguous().t()`` where mat2 is row-major), beyond the casts
+    :func:`_quantize_op` and :func:`_weight_cast_op` count.
+
+    Per linear (float8_linear.py @eab345c): the tensorwise path
+    (``manual_float8_matmul_with_args_in_float8``) casts the output gradient once, row-major;
+    its weight-gradient GEMM ``mm(grad_output.t(), input)`` needs it transposed. Compiled (a
+    torchtitan block), the cast kernel writes the column-major copy beside the row-major one
+    (torchao's roofline, torchao/float8/roofline_utils.py @eab345c and
+    torchao/testing/training/roofline_utils.py @36027d82 ``tensorwise``: "read in bf16, write
+    twice in float8 (row-major and col-major)"): 1 byte an element, no launch; eager, the copy
+    reads and writes its FP8 bytes, one launch. The rowwise path
+    (``manual_float8_matmul_with_args_in_hp``) casts it a second time with scales along dim 0
+    (``cast_config_grad_output_for_grad_weight``): a whole cast
+    (:func:`gpuplan.fp8.cast_bytes_per_element`), one launch. The input's and the non-gathered
+    weight's other layouts are covered by the second casts gpuplan already charges them.
+
+    Where FSDP2 gathers the weights in FP8 (``spec.narrow_weights_gathered``: no weight cast
+    on the compute stream) the gathered row-major weight is mat2 of the input-gradient GEMM
+    ``mm(grad_output, weight_fp8_t.t())``: ``preprocess_addmm`` copies it column-major in each
+    backward, an FP8 read and write (2 bytes an element) and one launch a linear, compiled or
+    not (no cast kernel to write it; torchao's eab345c roofline leaves it out: "TODO: model this
+    if FSDP float8 all-gather is on"). None: a recipe not torchao's."""
+    how = TORCHAO_GRAD_OUTPUT_FOR_WGRAD.get(recipe.name)
+    lin = _narrow_linears(fwd)
+    if how is None or not lin:
+        return None
+    grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
+    n = sum(o.count for o in lin)
+    if how == "recast":
+        nbytes, launches = grads * cast_bytes_per_element(recipe), n
+    elif spec.runtime == "compile":
+        nbytes, launches = grads * 1.0, 0
+    else:
+        nbytes, launches = grads * 2.0, n
+    if spec.narrow_weights_gathered:
+        nbytes += 2.0 * sum(o.weight_elements * o.count for o in lin)
+        launches += n
+    return Op(name="fp8.relayout", op_class="norm_elementwise", kind="elementwise",
+              phase="backward", count=1, flops=0.0, counted_flops=0.0, bytes=float(nbytes),
+              parallel_work=max(1, grads), kernels=launches, group="dense")
 
 
 #: Rows a quantized grouped GEMM's split must be a multiple of (Transformer Engine
@@ -1178,7 +1232,7 @@ def _expert_padding_op(fwd: Sequence[Op], recipe, act: int,
 #: autocast copies): each counts its own passes, a checkpointed recompute's included, so a
 #: recompute built from a step's forward ops leaves them out.
 STEP_LEVEL_OPS = frozenset({"fp8.quantize", "fp8.weight_cast", "fp8.recompute_cast",
-                            "fp8.split_quantize", "fp8.expert_padding", "fp8.scale_launches",
+                            "fp8.split_quantize", "fp8.relayout", "fp8.expert_padding", "fp8.scale_launches",
                             "lora.dequantize", "autocast.cast"})
 
 
