@@ -1164,7 +1164,12 @@ def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | No
     (``manual_float8_matmul_with_args_in_hp``) casts it a second time with scales along dim 0
     (``cast_config_grad_output_for_grad_weight``): a whole cast
     (:func:`gpuplan.fp8.cast_bytes_per_element`), one launch. The input's and the non-gathered
-    weight's other layouts are covered by the second casts gpuplan already charges them.
+    weight's other layouts are covered by the second casts gpuplan already charges them
+    (:func:`_quantize_op`, :func:`_weight_cast_op`: 5 bytes an element each). Open, not
+    changed here: at eab345c the tensorwise path saves ``input_fp8`` for the backward and
+    torchao's roofline charges its input one cast writing both layouts (amax 2 + 2 + 1 + 1 =
+    6 bytes an element, against gpuplan's two casts, 10), the weight two casts (fwd dim0, bwd
+    dim1) as gpuplan does.
 
     Where FSDP2 gathers the weights in FP8 (``spec.narrow_weights_gathered``: no weight cast
     on the compute stream) the gathered row-major weight is mat2 of the input-gradient GEMM
@@ -1177,7 +1182,7 @@ def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | No
     if how is None or not lin:
         return None
     grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
-    n = sum(o.count for o in lin)
+    n = sum(o.kernels * o.count for o in lin)  # one launch a linear (wq, wk, wv apart)
     if how == "recast":
         nbytes, launches = grads * cast_bytes_per_element(recipe), n
     elif spec.runtime == "compile":
