@@ -134,6 +134,58 @@ BLACKWELL_405B_CHECKED = (
      "unset, a manual GC every 100 steps"),
 )
 
+#: Issue 30, MXFP8 beside FP8 current scaling on the same model, GPU and table: the 25.11 pairs
+#: (Transformer Engine release_v2.9, the pin of NVIDIA-NeMo/Megatron-Bridge@7af9601c v0.2.0's
+#: pyproject.toml; TE v2.9 = 70f536662ae10a62a54f4ed1ba92e3314c5cfd69) measure MXFP8 3.6-5.9%
+#: slower, the estimate 1.1-4.2%. What an MXFP8 step runs that FP8-CS does not, each read in TE
+#: at that pin and at 26.02's (Megatron-Bridge@21b02e0c v0.3.0 pins TE
+#: 5671fd3675906cda1ade26c24a65d3dedd88eb89, 2.12.0.dev) and sized with gpuplan's own times.
+#: (candidate, finding) pairs; the one mechanism found wrong is charged (the BF16 param gather).
+MXFP8_CHECKED = (
+    ("the scale swizzle into cuBLAS's layout",
+     "already in the measured GEMM rate: at TE v2.9 every GEMM swizzles both operands' e8m0 "
+     "scales, one kernel and one allocation an operand (pytorch/csrc/extensions/gemm.cpp "
+     "gemm lines 233-240, util.cpp swizzle_scaling_factors), a grouped GEMM one multi-tensor "
+     "kernel an operand list of up to 64 experts (gemm.cpp te_general_grouped_gemm lines "
+     "484-491; common/swizzle/swizzle.cu kMaxTensorsPerKernel 64), and TE's GEMM profiling "
+     "guide's pre-quantized MXFP8 loop, the source of gemm_mxfp8_vs_fp8 (0.951), swizzles both "
+     "operands inside its CUDA-event window on every call (benchmarks/gemm/benchmark_gemm.py "
+     "benchmark_fp8_prequantized at d0067d0d: MXFP8Quantizer outputs without optimize_for_gemm; "
+     "swizzle_scales_for_gemm marks only its local TensorWrapper swizzled), so the device side "
+     "is priced as 25.11 ran it. The host side, 6 launches a linear a micro-batch at the "
+     "dispatcher cost, lies under a device 10 times longer on the dense rows (Llama 3 8B: host "
+     "0.40 s, device 4.0 s a step), and adds 12 launches (under 0.05 ms) to a MoE layer pass "
+     "whose miss is 2.3-2.75 ms. From the 26.02 pin the quantize writes the swizzled layout "
+     "itself for the inputs and output gradients not gathered under sequence parallelism "
+     "(module/linear.py _get_quantizers, grouped_linear.py lines 961 and 971: "
+     "optimize_for_gemm), so the 0.951 errs slow there, by at most the swizzle kernels' "
+     "unmeasured device time; not charged either way")
+    , ("the quantize kernels, rowwise and columnwise",
+       "not under-charged: one kernel reads the 16-bit tensor once and writes both copies with "
+       "their e8m0 scales (2 + 2 x (1 + 1/32) = 4.06 B an element, the columnwise scales "
+       "counted since this note: TE v2.9 quantizer.cpp MXFP8Quantizer::get_scale_shape), "
+       "against FP8-CS's 5 B (its amax pass) and 3 more launches; TE's guide measures the "
+       "quantize's share on B300 as autocast minus pre-quantized per layer, MXFP8 8.984 - "
+       "7.161 = 1.823 ms against FP8-CS 9.147 - 6.812 = 2.335 ms (0.78), where gpuplan's MXFP8 "
+       "casts move 0.81 of FP8-CS's bytes")
+    , ("the backward's requantization of the output gradient",
+       "none beyond the cast counted: the output gradient is quantized once with rowwise and "
+       "columnwise usage (dgrad reads the rowwise copy, wgrad the columnwise), one kernel, in "
+       "fp8.quantize; under sequence parallelism the row-parallel output gradient is quantized "
+       "on its shard before the gather (compute.parallel.sp_quantize_s)")
+    , ("the MXFP8 GEMM against the per-tensor one",
+       "in the estimate: gemm_mxfp8_vs_fp8 0.951 (TE's guide, B300, the 12 training GEMMs); no "
+       "B200 or GB200 MXFP8 cuBLASLt measurement was found to set beside it")
+    , ("the weights' all-gather under MXFP8 param gather",
+       "charged since this note: Megatron-Core gathers MXFP8 parameters in BF16 through the "
+       "gradient buffer and casts them after the gather (reuse_grad_buf_for_mxfp8_param_ag, "
+       "which bf16_with_mxfp8_mixed sets: gpuplan.fp8.NarrowRecipe.gathers_16bit_under), 2 B "
+       "an element, not 1 + 1/32; it moves the B200 405B 25.11 row (DP 4 across nodes, the "
+       "25.11 FP8-MX overlap_param_gather False) 1.19 -> 1.16 and the others under half a "
+       "point; the slice's zeroing after the copy (2 B a parameter a step) is not charged")
+)
+
+
 #: DeepSeek-V3's uneven pipeline split in Megatron-Bridge's recipe (transformer layers on the
 #: first and last stage, the rest even), by (PP, VP): NVIDIA-NeMo/Megatron-Bridge
 #: src/megatron/bridge/recipes/deepseek/deepseek_v3.py ``layout_map`` at
@@ -523,7 +575,8 @@ def render(rows: list[Row]) -> str:
            "(ZeRO-1), TP communication overlap as the row's performance config sets it "
            "(recipe.tp_comm_overlap in the runs file: off for NVFP4); Megatron-Bridge rows with "
            "its precision presets (FP8-CS: FP8 param gather, every block FP8 as the performance "
-           "scripts run it; FP8-MX: MXFP8 param gather; `BRIDGE_PRESETS`), Llama 3.1 405B and "
+           "scripts run it; FP8-MX: MXFP8 param gather, which Megatron-Core runs in BF16; "
+           "`BRIDGE_PRESETS`), Llama 3.1 405B and "
            "Qwen3 235B with the embedding and "
            "loss as pipeline parts (`SPLIT_ACCOUNTING`). The recorded rows are the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
@@ -553,6 +606,7 @@ def render(rows: list[Row]) -> str:
                    f"{'—' if p is None else f'{p:.3f}'} |")
     out += _recipe_lines(rows)
     out += _blackwell_405b_lines(rows)
+    out += _mxfp8_lines(rows)
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
     return "\n".join(out) + "\n"
@@ -615,6 +669,35 @@ def _blackwell_405b_lines(rows: list[Row]) -> list[str]:
         off = predict(r.run, tp_overlap=False)
         out.append(f"| `{r.run['id']}` | {'on' if tp_overlap_of(r.run) else 'off'} | "
                    f"{r.predicted / r.measured:.2f} | {off.predicted / off.measured:.2f} |")
+    return out
+
+
+def mxfp8_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
+    """(MXFP8 row, FP8-CS row) pairs of one table, GPU and model, both predicted."""
+    def key(r: Row) -> tuple:
+        return (r.run["source"]["table"], r.run["model"]["catalog"])
+    cs = {key(r): r for r in rows if r.predicted is not None
+          and r.run["job"]["precision"] == "fp8-current"}
+    return [(r, cs[key(r)]) for r in rows if r.predicted is not None
+            and r.run["job"]["precision"] == "mxfp8" and key(r) in cs]
+
+
+def _mxfp8_lines(rows: list[Row]) -> list[str]:
+    """Issue 30's MXFP8 rows beside their FP8-CS twins: what was checked
+    (:data:`MXFP8_CHECKED`) and each pair's MXFP8 / FP8-CS tokens/s, measured and predicted."""
+    out = ["", "## MXFP8 beside FP8 current scaling: what was checked", "",
+           "Each cost an MXFP8 step runs that an FP8-CS one does not, read in Transformer "
+           "Engine at the 25.11 and 26.02 pins (sources in `MXFP8_CHECKED`). What the 25.11 "
+           "pairs pay beyond these is still unknown.", ""]
+    out += [f"- {what}: {found}." for what, found in MXFP8_CHECKED]
+    out += ["", "| MXFP8 run | FP8-CS twin | layouts (TP/PP/CP/VP) | measured MXFP8 / FP8-CS | "
+            "predicted |", "|---|---|---|---|---|"]
+    for mx, cs in mxfp8_pairs(rows):
+        lay = [" / ".join(str(r.run["job"].get(k) or "-") for k in ("tp", "pp", "cp", "vp"))
+               for r in (mx, cs)]
+        out.append(f"| `{mx.run['id']}` | `{cs.run['id']}` | "
+                   f"{lay[0] if lay[0] == lay[1] else ' vs '.join(lay)} | "
+                   f"{mx.measured / cs.measured:.3f} | {mx.predicted / cs.predicted:.3f} |")
     return out
 
 

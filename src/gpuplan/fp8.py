@@ -136,6 +136,22 @@ class NarrowRecipe:
     000b637ede9c221d01067e5cdf4f0953da3ab7cd csrc/extensions/normalization.cpp picks
     ``Impl::FULLY_FUSED`` for the delayed ``Float8Quantizer`` only (current scaling
     ``FUSED_NORM_AMAX_FP8``: the 16-bit norm output, then a quantize; MX and NVFP4 unfused)."""
+    gathers_16bit_under: tuple[str, ...] = ()
+    """Engines whose parameter all-gather of this recipe (``--fp8-param-gather``) moves the
+    16-bit weights and quantizes them after the gather, not the narrow copy: Megatron-Core
+    keeps MXFP8 parameters out of its parameter buffer and, with
+    ``reuse_grad_buf_for_mxfp8_param_ag`` (which Megatron-Bridge's ``bf16_with_mxfp8_mixed``
+    sets with ``fp8_param_gather``: src/megatron/bridge/training/mixed_precision.py at
+    NVIDIA-NeMo/Megatron-Bridge@7af9601c (v0.2.0, 25.11) and @21b02e0c (v0.3.0, 26.02);
+    MixedPrecisionConfig asserts it under mxfp8 param gather), all-gathers them in BF16 through
+    the gradient buffer ("For FP32 weight grads, only half of the buffer is used to store
+    params in bf16"), then ``param.data.copy_`` casts each to MXFP8 and zeroes the slice for
+    the gradients (megatron/core/distributed/param_and_grad_buffer.py
+    ``_ParamAndGradBuffer.__init__`` shared_buffer and ``finish_param_sync``,
+    distributed_data_parallel.py ``start_param_sync`` at NVIDIA/Megatron-LM@
+    0d8e0714cd29c01e164fe6de9f532182bdffa942, the 25.11 pin, the same at b0cc2706, 26.02's).
+    The cast is the once-a-step weight cast already timed; the slice's zeroing (2 B a
+    parameter a step) is not."""
     reduces_amax_per_region: bool = False
     """Delayed scaling's amax reduction: at the exit of each ``fp8_autocast`` region's forward
     and in the backward of its first module, Transformer Engine concatenates the amaxes of
@@ -204,7 +220,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  caches_weight=True, columnwise_copy="always", saves_narrow_inputs=True,
                  narrow_gemms=_ALL3, param_gather=True, engines=("megatron", "torchtitan"),
                  source=_TE + " (MXFP8BlockScaling: rowwise and columnwise copies); OCP MX "
-                        "spec v1.0", split_quantize_kernels=1),
+                        "spec v1.0", split_quantize_kernels=1, gathers_16bit_under=("megatron",)),
     NarrowRecipe(name="nvfp4", dtype="fp4", implementation="te.NVFP4BlockScaling",
                  architectures=BLACKWELL, formats="e2m1 fwd and bwd",
                  scaling="an e4m3 scale per 16 values and an fp32 scale per tensor",
@@ -339,9 +355,15 @@ def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None)
     and ``columnwise`` when the backward needs the input, and docs "Handling transposes" of
     NVIDIA/TransformerEngine @d0067d0d: "for FP8 on Hopper architecture, some tensors need to be
     physically transposed in memory"); 0 where the GEMM takes either layout (torchao's
-    ``never``, per-tensor FP8 on Blackwell)."""
+    ``never``, per-tensor FP8 on Blackwell). The columnwise copy of a block-scaled recipe has
+    its own scales, one per block down the columns (Transformer Engine v2.9 @70f53666
+    transformer_engine/pytorch/csrc/quantizer.cpp ``MXFP8Quantizer::get_scale_shape``: the
+    columnwise scale-inverse is roundup(rows / 32, 4) x roundup(columns, 128) e8m0 bytes;
+    ``NVFP4Quantizer::get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4)), the
+    same share as the rowwise copy's."""
     if recipe.columnwise_copy == "always":
-        return 1.0 if recipe.dtype == "fp8" else 0.5
+        return (1.0 if recipe.dtype == "fp8" else 0.5) + _block_scale(1, recipe.act_block,
+                                                                      recipe.scale_bytes)
     if recipe.columnwise_copy == "tn-only" and architecture in _TN_ONLY:
         return 1.0 + _block_scale(1, recipe.act_block, recipe.scale_bytes)
     return 0.0

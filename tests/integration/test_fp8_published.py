@@ -345,3 +345,17 @@ def test_the_blackwell_405b_rows_keep_their_tp_overlap_and_its_bound():
     assert "## Llama 3.1 405B on Blackwell: what was checked" in text
     for what, _ in V.BLACKWELL_405B_CHECKED:
         assert f"- {what}: " in text
+
+
+def test_mxfp8_pairs_are_one_table_and_model():
+    # issue 30's MXFP8 / FP8-CS twins: the four tables that publish both recipes for one model
+    # (25.11 GB200 and B200 Llama 3 8B, 25.11 B200 and 26.02 GB200 Llama 3.1 405B); the measured
+    # quotient is the two published figures' (25.11 GB200 8B: 29,789 / 31,508 tok/s/GPU)
+    pairs = {mx.run["id"]: (mx, cs) for mx, cs in V.mxfp8_pairs(ROWS)}
+    assert len(pairs) == 4
+    for mx, cs in pairs.values():
+        assert mx.run["source"]["table"] == cs.run["source"]["table"]
+        assert mx.run["model"]["catalog"] == cs.run["model"]["catalog"]
+        assert (mx.run["job"]["precision"], cs.run["job"]["precision"]) == ("mxfp8", "fp8-current")
+    mx, cs = pairs["megatron-bridge-25.11-dgx-gb200-llama38b-mxfp8-x8"]
+    assert mx.measured / cs.measured == pytest.approx(29_789 / 31_508)

@@ -108,11 +108,14 @@ def test_torchao_casts_its_weights_in_every_micro_batch():
 @pytest.mark.parametrize("recipe, arch, want", [
     ("fp8-delayed", "Hopper", 1.0), ("fp8-current", "Hopper", 1.0),
     ("fp8-current", "Blackwell", 0.0), ("fp8-blockwise", "Hopper", 1.0 + 4 / 128),
-    ("mxfp8", "Blackwell", 1.0), ("nvfp4", "Blackwell", 0.5), ("fp8-tensorwise", "Hopper", 0.0)])
+    ("mxfp8", "Blackwell", 1.0 + 1 / 32), ("nvfp4", "Blackwell", 0.5 + 1 / 16),
+    ("fp8-tensorwise", "Hopper", 0.0)])
 def test_the_columnwise_copy_of_an_activation(recipe, arch, want):
     """Hopper's FP8 GEMM is TN-only: TE's cast_transpose writes a transposed FP8 copy (1 byte,
     plus a 1 x 128 block's fp32 scale share for blockwise); Blackwell's per-tensor FP8 needs none;
-    MX and NVFP4 write a columnwise copy everywhere; torchao none."""
+    MX and NVFP4 write a columnwise copy everywhere, with its own scales (an e8m0 byte per 32
+    values down a column for MX, an e4m3 byte per 16 for NVFP4: TE v2.9 quantizer.cpp
+    get_scale_shape); torchao none."""
     assert columnwise_bytes_per_element(NARROW_RECIPES[recipe], arch) == pytest.approx(want)
     assert gathers_rowwise_only(NARROW_RECIPES[recipe]) == (recipe in ("fp8-delayed",
                                                                        "fp8-current"))

@@ -67,3 +67,27 @@ def test_no_param_gather_no_change():
               zero=1, sequence_parallel=True, grad_accum=4)
     bf16 = _est(**{**kw, "precision": "mixed-bf16"})
     assert not any("fp8_param_gather" in n for n in _est(**kw).notes + bf16.notes)
+
+
+def _est_b200(**kw):
+    job = Job(model="llama-3.1-8b", mode="train", **kw)
+    return estimate_speed(load_model("llama-3.1-8b"), get_gpu("B200-SXM-180GB"), job,
+                          measured=None)
+
+
+def test_megatron_mxfp8_param_gather_moves_bf16():
+    # Megatron-Core's MXFP8 param gather (reuse_grad_buf_for_mxfp8_param_ag, which
+    # Megatron-Bridge's bf16_with_mxfp8_mixed sets beside fp8_param_gather) all-gathers the BF16
+    # weights through the gradient buffer and casts them after: the data-parallel bytes are the
+    # 16-bit gather's, 2 B an element, not 1 + 1/32 -- while fp8-current on the same layout
+    # gathers (2 + L8_G) / 4 of them
+    kw = dict(engine="megatron", batch=1, seq=4096, gpus=16, tp=2, zero=1,
+              sequence_parallel=True, grad_accum=4)
+    mx, mx_gather = _est_b200(precision="mxfp8", **kw), _est_b200(
+        precision="mxfp8", fp8_param_gather=True, **kw)
+    assert mx_gather.layout.dp_comm_s == pytest.approx(mx.layout.dp_comm_s, rel=1e-9)
+    assert any("16 bits through the gradient buffer" in n for n in mx_gather.notes)
+    cs, cs_gather = _est_b200(precision="fp8-current", **kw), _est_b200(
+        precision="fp8-current", fp8_param_gather=True, **kw)
+    assert cs_gather.layout.dp_comm_s / cs.layout.dp_comm_s == pytest.approx((2 + L8_G) / 4,
+                                                                              rel=1e-6)

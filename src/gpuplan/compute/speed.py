@@ -855,11 +855,19 @@ def narrow_gather_bytes(arch: Architecture | None, job: Job, n_params: int,
     """Mean bytes a gathered weight element moves under ``--fp8-param-gather`` (the blocks'
     weights narrow, the embedding and head 16-bit: :func:`gpuplan.fp8.gathered_bytes_per_element`),
     said in ``notes``; None where the job gathers 16-bit weights (no narrow recipe, no param
-    gather, LoRA: the base is gathered as stored). ZeRO-0 gathers nothing: its callers ignore it
-    there."""
+    gather, LoRA: the base is gathered as stored, and a recipe the engine gathers 16-bit and
+    quantizes after the gather: :attr:`gpuplan.fp8.NarrowRecipe.gathers_16bit_under`, Megatron's
+    MXFP8). ZeRO-0 gathers nothing: its callers ignore it there."""
     recipe = NARROW_RECIPES.get(job.precision)
     if (recipe is None or not job.fp8_param_gather or job.lora_rank is not None or arch is None
             or n_params <= 0):
+        return None
+    if resolve_engine(job.engine) in recipe.gathers_16bit_under:
+        if notes is not None:
+            notes.append(f"{opt('fp8_param_gather')} under {recipe.name}: the weights "
+                         "all-gathered in 16 bits through the gradient buffer and cast after "
+                         "the gather (Megatron-Core's reuse_grad_buf_for_mxfp8_param_ag), not "
+                         "narrow")
         return None
     narrow = narrow_elements(n_params, arch.vocab_size, arch.hidden_size,
                              arch.tie_word_embeddings)
