@@ -38,14 +38,20 @@ __all__ = ["narrow_blocks", "NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_EN
            "check_narrow_on", "fp8_weight_bytes", "amax_history_bytes", "cast_bytes_per_element",
            "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL",
            "gathered_bytes_per_element", "narrow_elements", "columnwise_bytes_per_element",
-           "gathers_rowwise_only"]
+           "gathers_rowwise_only", "keeps_columnwise", "weight_cast_bytes_per_element"]
 
 #: GPU architectures (the catalog's ``architecture`` field) with FP8 tensor cores.
 FP8_ARCHITECTURES = ("Hopper", "Ada Lovelace", "Blackwell")
 #: ... and with MXFP8 / NVFP4 (block-scaled) tensor cores: Blackwell (sm_100 and later).
 BLACKWELL = ("Blackwell",)
 #: Architectures whose FP8 GEMMs take only the TN layout (cuBLASLt on sm_89/sm_90): Transformer
-#: Engine keeps each FP8 weight's transpose beside it for the dgrad/wgrad GEMMs.
+#: Engine keeps each FP8 weight's transpose beside it for the dgrad/wgrad GEMMs. TE's test is
+#: ``nvte_is_non_tn_fp8_gemm_supported`` (common/transformer_engine.cpp at NVIDIA/TransformerEngine
+#: @70f53666 and @5671fd36, the pins of Megatron-Bridge 25.11 and 26.02; pytorch/utils.py
+#: ``is_non_tn_fp8_gemm_supported``): compute capability 10.x-11.x or >= 13.0 takes any layout.
+#: Consumer Blackwell (sm_120: RTX 50-series, RTX PRO 6000) is TN-only there too; gpuplan keys
+#: this on the architecture name alone, so it treats those as non-TN (KNOWN_GAPS: the transposed
+#: copies on sm_120 are not charged).
 _TN_ONLY = ("Hopper", "Ada Lovelace")
 
 
@@ -78,7 +84,10 @@ class NarrowRecipe:
     columnwise_copy: Literal["never", "tn-only", "always"]
     """A second (transposed / columnwise-scaled) copy of each narrow weight: ``tn-only`` on
     Hopper/Ada (their FP8 GEMM is TN-only), ``always`` where the scales run along one axis (MX,
-    NVFP4: both directions quantized from the high-precision tensor)."""
+    NVFP4: both directions quantized from the high-precision tensor; TE's 1 x 128 / 128 x 128
+    blocks, whose ``Float8BlockQuantizer::create_tensor`` allocates the transposed
+    ``columnwise_data`` whenever the quantizer has columnwise usage, with no architecture test:
+    pytorch/csrc/quantizer.cpp at NVIDIA/TransformerEngine @70f53666 and @5671fd36)."""
     saves_narrow_inputs: bool
     """The linear layers save their input in the narrow format for the weight-gradient GEMM
     (TE); False: the 16-bit input is saved and cast again in the backward (torchao)."""
@@ -208,7 +217,7 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                  architectures=FP8_ARCHITECTURES, formats="e4m3 fwd and bwd",
                  scaling="1 x 128 tiles (activations, gradients), 128 x 128 blocks (weights), "
                          "fp32 scales", act_block=128, weight_block=128 * 128, scale_bytes=4,
-                 amax_history=0, caches_weight=True, columnwise_copy="tn-only",
+                 amax_history=0, caches_weight=True, columnwise_copy="always",
                  saves_narrow_inputs=True, narrow_gemms=_ALL3, param_gather=True,
                  engines=("megatron",),
                  source=_TE + " (Float8BlockScaling); DeepSeek-V3 report sec. 3.3 "
@@ -287,8 +296,7 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     elem = 0.5 if recipe.dtype == "fp4" else 1.0
     one = linear_elements * elem + _block_scale(linear_elements, recipe.weight_block,
                                                 recipe.scale_bytes)
-    copies = 1 + (recipe.columnwise_copy == "always"
-                  or (recipe.columnwise_copy == "tn-only" and architecture in _TN_ONLY))
+    copies = 1 + keeps_columnwise(recipe, architecture)
     what = "copy" if copies == 1 else "copy + transpose" if recipe.columnwise_copy == "tn-only" \
         else "rowwise + columnwise copies"
     label = f"{recipe.name} weight {what}" + (" (the parameters: fp8 param gather)"
@@ -345,6 +353,19 @@ def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     return 2.0 + out + amax_pass
 
 
+def keeps_columnwise(recipe: NarrowRecipe, architecture: str | None) -> bool:
+    """Whether Transformer Engine's quantizer writes a second (columnwise) copy beside the rowwise
+    one when the backward needs it: MX, NVFP4 and TE's FP8 blocks always (``always``); per-tensor
+    FP8 (``tn-only``) only where the FP8 GEMM is TN-only -- ``Float8Quantizer`` and
+    ``Float8CurrentScalingQuantizer::create_tensor`` allocate the transpose only when
+    ``columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()`` (pytorch/csrc/quantizer.cpp at
+    NVIDIA/TransformerEngine @70f53666 and @5671fd36), and ``get_weight_workspace`` resets a
+    cached FP8 weight for a missing transpose only under the same test (module/base.py); torchao
+    never (``never``: its casts are laid out again instead, :mod:`gpuplan.compute.step`)."""
+    return recipe.columnwise_copy == "always" or (recipe.columnwise_copy == "tn-only"
+                                                  and architecture in _TN_ONLY)
+
+
 def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None) -> float:
     """Bytes per element of the second (columnwise) copy a quantize kernel writes beside the
     rowwise one for a linear's input or output gradient, whose weight-gradient GEMM reads it:
@@ -361,12 +382,31 @@ def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None)
     columnwise scale-inverse is roundup(rows / 32, 4) x roundup(columns, 128) e8m0 bytes;
     ``NVFP4Quantizer::get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4)), the
     same share as the rowwise copy's."""
-    if recipe.columnwise_copy == "always":
-        return (1.0 if recipe.dtype == "fp8" else 0.5) + _block_scale(1, recipe.act_block,
-                                                                      recipe.scale_bytes)
-    if recipe.columnwise_copy == "tn-only" and architecture in _TN_ONLY:
-        return 1.0 + _block_scale(1, recipe.act_block, recipe.scale_bytes)
-    return 0.0
+    if not keeps_columnwise(recipe, architecture):
+        return 0.0
+    return (1.0 if recipe.dtype == "fp8" else 0.5) + _block_scale(1, recipe.act_block,
+                                                                  recipe.scale_bytes)
+
+
+def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None) -> float:
+    """Bytes one cast of a linear weight moves per element: the 16-bit read, the amax pass where
+    the scale comes from the current tensor (as :func:`cast_bytes_per_element`), the rowwise copy
+    with the weight's own block scales (``weight_block``: 128 x 128 blocks for TE's FP8 blocks,
+    16 values for NVFP4), and the columnwise copy where the quantizer keeps one
+    (:func:`keeps_columnwise`), with its own element size and scales. Transformer Engine's
+    linear sets the weight quantizer's usage to rowwise and columnwise in training
+    (module/linear.py ``_Linear.forward``: ``weight_quantizer.set_usage(rowwise=True,
+    columnwise=columnwise_usage)`` before ``get_weight_workspace``, at
+    NVIDIA/TransformerEngine @70f53666 and @5671fd36); per-tensor FP8 then writes its 1-byte
+    transpose on Hopper/Ada only (on sm_100 the one copy serves both GEMMs), NVFP4 writes a
+    0.5-byte columnwise copy with an e4m3 byte per 16 values (``NVFP4Quantizer::create_tensor``
+    and ``get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4) scale bytes) and MXFP8
+    a 1-byte one with an e8m0 byte per 32 (``MXFP8Quantizer::get_scale_shape``)."""
+    row = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.weight_block,
+                                                                 recipe.scale_bytes)
+    amax_pass = 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
+                        or recipe.global_scale) else 0.0
+    return 2.0 + amax_pass + row * (1 + keeps_columnwise(recipe, architecture))
 
 
 def gathers_rowwise_only(recipe: NarrowRecipe) -> bool:

@@ -18,7 +18,7 @@ from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import (TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
                        optimizer_state_bytes)
 from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, check_narrow_on,
-                   columnwise_bytes_per_element, narrow_blocks)
+                   columnwise_bytes_per_element, narrow_blocks, weight_cast_bytes_per_element)
 from ..hardware import all_gpus
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
@@ -1277,14 +1277,16 @@ def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
               kernels=max(1, sum(o.count for o in lin) - fused_launches), group="dense")
 
 
-def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op:
+def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec", architecture: str = "") -> Op:
     """The weights' casts of one step: once per step where the recipe caches its narrow weights
     (TE: the first micro-batch), in every forward and again for the backward where it does not
-    (torchao)."""
+    (torchao); each cast's bytes are the recipe's on ``architecture``
+    (:func:`gpuplan.fp8.weight_cast_bytes_per_element`: the columnwise copy only where TE's
+    quantizer keeps one, at its own element size and scales)."""
     lin = _narrow_linears(fwd)
     n = sum(o.weight_elements * o.count for o in lin)
     uses = 1 if recipe.caches_weight else 2 * spec.grad_accum
-    per = cast_bytes_per_element(recipe) + (1.0 if recipe.columnwise_copy != "never" else 0.0)
+    per = weight_cast_bytes_per_element(recipe, architecture)
     return Op(name="fp8.weight_cast", op_class="norm_elementwise", kind="elementwise",
               phase="forward", count=uses, flops=float(n), counted_flops=0.0,
               bytes=float(n * per), parallel_work=max(1, n),
@@ -1368,7 +1370,7 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
         if again is not None:
             micro.append(again)
         if not spec.narrow_weights_gathered:
-            weight_casts.append(_weight_cast_op(fwd, narrow, spec))
+            weight_casts.append(_weight_cast_op(fwd, narrow, spec, device.architecture))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
         trainable = spec.trainable or sum(spec.lora_rank * (t.in_features + t.out_features)
