@@ -168,6 +168,17 @@ MXFP8_CHECKED = (
        "quantize's share on B300 as autocast minus pre-quantized per layer, MXFP8 8.984 - "
        "7.161 = 1.823 ms against FP8-CS 9.147 - 6.812 = 2.335 ms (0.78), where gpuplan's MXFP8 "
        "casts move 0.81 of FP8-CS's bytes")
+    , ("the weights' cast and its columnwise copy",
+       "charged per recipe and architecture since this note (fp8.weight_cast_bytes_per_element): "
+       "TE's linear sets the weight quantizer to rowwise + columnwise usage in training "
+       "(module/linear.py, TE @70f53666 and @5671fd36, the 25.11 and 26.02 pins), and "
+       "quantizer.cpp allocates the per-tensor FP8 transpose only where "
+       "nvte_is_non_tn_fp8_gemm_supported() is false (sm_90, sm_89, sm_120), so on sm_100 an "
+       "FP8-CS weight cast moves 5 B an element, not 6; NVFP4's columnwise copy is 0.5 B plus an "
+       "e4m3 byte per 16 (NVFP4Quantizer::get_scale_shape), 5.125 B in all instead of 5.56; "
+       "MXFP8's 1 + 1/32, 4.06 B instead of 4.03; TE's FP8 blocks keep their columnwise copy on "
+       "every architecture (Float8BlockQuantizer::create_tensor). One cast a step: the 8B rows "
+       "move by under 0.03% (GB200 FP8-CS 32,947 -> 32,956 tok/s), the rest by a token or none")
     , ("the backward's requantization of the output gradient",
        "none beyond the cast counted: the output gradient is quantized once with rowwise and "
        "columnwise usage (dgrad reads the rowwise copy, wgrad the columnwise), one kernel, in "

@@ -50,8 +50,8 @@ BLACKWELL = ("Blackwell",)
 #: @70f53666 and @5671fd36, the pins of Megatron-Bridge 25.11 and 26.02; pytorch/utils.py
 #: ``is_non_tn_fp8_gemm_supported``): compute capability 10.x-11.x or >= 13.0 takes any layout.
 #: Consumer Blackwell (sm_120: RTX 50-series, RTX PRO 6000) is TN-only there too; gpuplan keys
-#: this on the architecture name alone, so it treats those as non-TN (KNOWN_GAPS: the transposed
-#: copies on sm_120 are not charged).
+#: this on the architecture name alone, so it treats those as non-TN -- a known gap: their
+#: per-tensor FP8 transposes (memory and cast bytes) are not charged.
 _TN_ONLY = ("Hopper", "Ada Lovelace")
 
 

@@ -11,7 +11,8 @@ from gpuplan.compute import estimate_speed
 from gpuplan.compute.device import default_efficiency, device_from_gpu
 from gpuplan.compute.parallel import amax_reduces_per_layer, micro_costs
 from gpuplan.compute.step import train_precision
-from gpuplan.fp8 import NARROW_RECIPES, columnwise_bytes_per_element, gathers_rowwise_only
+from gpuplan.fp8 import (NARROW_RECIPES, columnwise_bytes_per_element, fp8_weight_bytes,
+                         gathers_rowwise_only)
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
 from gpuplan.models import load_model
@@ -108,6 +109,7 @@ def test_torchao_casts_its_weights_in_every_micro_batch():
 @pytest.mark.parametrize("recipe, arch, want", [
     ("fp8-delayed", "Hopper", 1.0), ("fp8-current", "Hopper", 1.0),
     ("fp8-current", "Blackwell", 0.0), ("fp8-blockwise", "Hopper", 1.0 + 4 / 128),
+    ("fp8-blockwise", "Blackwell", 1.0 + 4 / 128), ("fp8-delayed", "Blackwell", 0.0),
     ("mxfp8", "Blackwell", 1.0 + 1 / 32), ("nvfp4", "Blackwell", 0.5 + 1 / 16),
     ("fp8-tensorwise", "Hopper", 0.0)])
 def test_the_columnwise_copy_of_an_activation(recipe, arch, want):
@@ -150,3 +152,49 @@ def test_delayed_scaling_reduces_once_a_region_over_tp_and_cp():
     kw = dict(tp=2, cp=2, pp=2, pp_schedule="interleaved:2", sequence_parallel=False)
     cur, delayed = _layout(**kw), _layout(precision="fp8-delayed", **kw)
     assert delayed.tp_comm_s - cur.tp_comm_s == pytest.approx(4 * 2 * 2 * 10.2e-6, rel=2e-3)
+
+
+# The blocks' linear weights of Llama 3.1 8B, 7 per layer: 32 x (4096 x 6144 + 4096^2 +
+# 3 x 4096 x 14336).
+_LLAMA8B_LINEAR = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+
+
+@pytest.mark.parametrize("recipe, gpu, per", [
+    ("fp8-current", "H100-SXM-80GB", 2 + 2 + 1 + 1),   # read, amax read, rowwise, transpose
+    ("fp8-current", "B200-SXM-180GB", 2 + 2 + 1),      # sm_100 takes any layout: no transpose
+    ("fp8-delayed", "H100-SXM-80GB", 2 + 1 + 1),
+    ("fp8-delayed", "B200-SXM-180GB", 2 + 1),
+    ("fp8-blockwise", "H100-SXM-80GB", 2 + 2 * (1 + 4 / (128 * 128))),
+    ("fp8-blockwise", "B200-SXM-180GB", 2 + 2 * (1 + 4 / (128 * 128))),
+    ("mxfp8", "B200-SXM-180GB", 2 + 2 * (1 + 1 / 32)),
+    ("nvfp4", "B200-SXM-180GB", 2 + 2 + 2 * (0.5 + 1 / 16))])  # global amax, two FP4 copies
+def test_the_weight_cast_writes_the_copies_te_keeps(recipe, gpu, per):
+    """One cast of each cached weight per step (TE's first micro-batch) moves the 16-bit read,
+    the amax pass where the scale is the current tensor's, and the copies the quantizer keeps:
+    module/linear.py sets the weight quantizer to rowwise + columnwise usage in training, and
+    quantizer.cpp (TE @70f53666 / @5671fd36) allocates a per-tensor FP8 transpose only where
+    nvte_is_non_tn_fp8_gemm_supported() is false (compute capability 9.0 here, 10.0 for B200),
+    an FP8 block copy (fp32 scale per 128 x 128 block) down the columns everywhere, MXFP8's
+    with an e8m0 byte per 32 values and NVFP4's 0.5-byte one with an e4m3 byte per 16."""
+    job = Job(model="llama-3.1-8b", mode="train", batch=1, seq=512, engine="megatron",
+              precision=recipe, gpus=1, grad_accum=4)
+    est = estimate_speed(MODEL, get_gpu(gpu), job, measured=None)
+    casts = [t.op for t in est.step.ops if t.op.name == "fp8.weight_cast"]
+    assert len(casts) == 1 and casts[0].count == 1
+    assert casts[0].bytes == pytest.approx(_LLAMA8B_LINEAR * per, rel=1e-12)
+
+
+def test_te_fp8_blocks_keep_a_columnwise_weight_copy_on_blackwell():
+    """Float8BlockQuantizer::create_tensor allocates columnwise_data whenever the quantizer has
+    columnwise usage, with no architecture test (TE @70f53666 quantizer.cpp), so a cached
+    fp8-blockwise weight is two 1-byte copies with their fp32 128 x 128 block scales on B200 as
+    on H100; per-tensor FP8 keeps one copy on B200."""
+    n = 128 * 128 * 1000
+    for arch in ("Hopper", "Blackwell"):
+        kept, _, label = fp8_weight_bytes(NARROW_RECIPES["fp8-blockwise"], n, arch,
+                                          param_gather=False)
+        assert kept == 2 * (n + 4 * 1000) and "columnwise" in label
+        assert columnwise_bytes_per_element(NARROW_RECIPES["fp8-blockwise"], arch) == \
+            pytest.approx(1 + 4 / 128)
+    assert fp8_weight_bytes(NARROW_RECIPES["fp8-current"], n, "Blackwell",
+                            param_gather=False)[0] == n
