@@ -12,15 +12,21 @@ import random
 from .._io import read_bounded
 from .._record import record
 from ..bounds import check_int, check_number
-from ..errors import InputError, shown
+from ..errors import InputError, opt, shown
 
 __all__ = ["Request", "Workload", "Dist", "parse_dist", "parse_arrivals", "make_workload",
-           "read_workload", "MAX_WORKLOAD_BYTES", "MAX_REQUESTS"]
+           "read_workload", "MAX_WORKLOAD_BYTES", "MAX_REQUESTS", "MAX_ARRIVAL_SPAN_S"]
 
 #: A workload file is read whole; larger ones are refused (one line, exit 2).
 MAX_WORKLOAD_BYTES = 64 * 2**20
 #: Requests one simulation serves (a trace's lines, --requests).
 MAX_REQUESTS = 10**6
+#: Longest expected arrival span (requests / rate) of a synthetic workload, in seconds. The
+#: simulation's clock is a float: at t = 10^9 s one unit in the last place is 2^-23 s (0.12 us),
+#: well under the ~10 us a step takes, so every step is still timed; at 1e-300 requests/s the
+#: arrivals sat ~10^301 s apart, where adding a 7 ms step leaves the clock unchanged and every
+#: latency printed 0.0 ms. A --max-rate search starts at 0.01/s, so 10^6 requests (10^8 s) fit.
+MAX_ARRIVAL_SPAN_S = 10**9
 
 _DISTS = ("uniform", "normal", "lognormal")
 
@@ -158,6 +164,13 @@ def make_workload(*, input: Dist, output: Dist, requests: int = 2000, rate: floa
                          "neither", field="rate")
     if rate is not None:
         check_number(rate, "rate", field="rate")
+        if requests / rate > MAX_ARRIVAL_SPAN_S:
+            raise InputError(f"{opt('rate')} {rate:g} with {opt('requests')} {requests}: the "
+                             f"arrivals would span {requests / rate:.3g} s, over the "
+                             f"{MAX_ARRIVAL_SPAN_S:.0e} s a simulated clock times steps in; give "
+                             f"a rate of at least {requests / MAX_ARRIVAL_SPAN_S:.3g} or fewer "
+                             "requests", field="rate", value=rate,
+                             fix={"rate": requests / MAX_ARRIVAL_SPAN_S})
     if concurrency is not None:
         check_int(concurrency, "requests", field="concurrency")
     kind, cv = parse_arrivals(arrivals)

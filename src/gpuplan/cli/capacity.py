@@ -105,8 +105,10 @@ def _inputs(args):
     else:
         if rate is None and conc is None and not args.max_rate:
             raise InputError("give --rate R (requests/s), --concurrency C or --workload FILE")
-        kw = dict(input=parse_dist(args.input_dist or args.input, what="--input"),
-                  output=parse_dist(args.output_dist or args.output, what="--output"),
+        kw = dict(input=parse_dist(args.input_dist or args.input,
+                                   what="--input-dist" if args.input_dist else "--input"),
+                  output=parse_dist(args.output_dist or args.output,
+                                    what="--output-dist" if args.output_dist else "--output"),
                   requests=_int(args.requests, "--requests"), arrivals=args.arrivals,
                   seed=_int(str(int(args.seed) + 1) if args.seed.isdigit() else args.seed,
                             "--seed", 2**31) - 1)

@@ -1,0 +1,67 @@
+"""Hostile input to `gpuplan capacity` (issue qa41): each bad value one line naming it, exit 2;
+a version spelled the way `gpuplan fit` accepts it is accepted here too, and gives the same KV
+tokens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuplan.capacity._workload import Dist, make_workload
+from gpuplan.cli import main
+from gpuplan.errors import InputError
+
+BASE = ["capacity", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "4096", "--tp", "1"]
+
+def _err(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpuplan: error:") and "\n" not in err
+    return err
+
+def test_a_rate_so_low_the_clock_cannot_time_a_step(capsys):
+    # 50 requests at 1e-300/s arrive ~1e301 s apart: a float clock there cannot tell a 7 ms
+    # decode step from none (it printed a p50 TTFT and E2E of 0.0 ms); the span is refused
+    err = _err(capsys, BASE + ["--rate", "1e-300", "--requests", "50"])
+    assert "--rate" in err and "1e-300" in err and "--requests" in err
+    with pytest.raises(InputError, match="span"):
+        make_workload(input=Dist("fixed", 10), output=Dist("fixed", 2), requests=2000,
+                      rate=1e-6)
+
+def test_the_lowest_rate_accepted_still_times_the_steps(capsys):
+    # 20 requests spanning ~10^9 s: the p50 TTFT stays the idle engine's prefill (> 1 ms)
+    assert main(BASE + ["--rate", "2.1e-8", "--requests", "20", "--input", "500", "--output",
+                        "8", "--arrivals", "constant", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["ttft_s"]["p50"] > 1e-3 and d["e2e_s"]["p50"] > d["ttft_s"]["p50"]
+
+@pytest.mark.parametrize("engine,version", [("vllm", "v0.21"), ("sglang", " v0.5 ")])
+def test_version_spelled_as_fit_takes_it(capsys, engine, version):
+    assert main(["fit", "llama-3.1-8b", "--gpu", "h100", "--mode", "infer", "--engine", engine,
+                 "--engine-version", version, "--json"]) == 0
+    fit_kv = json.loads(capsys.readouterr().out)["infer"]["engine"]["kv_tokens"]
+    assert main(["capacity", "llama-3.1-8b", "--gpu", "h100", "--tp", "1", "--engine", engine,
+                 "--engine-version", version, "--rate", "1", "--requests", "5", "--input",
+                 "100", "--output", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kv"]["kv_tokens"] == fit_kv
+
+@pytest.mark.parametrize("cmd", ["fit", "capacity"])
+@pytest.mark.parametrize("version", ["-1", "0..5", "0.5.x"])
+def test_malformed_version_is_named_so(capsys, cmd, version):
+    argv = (["fit", "llama-3.1-8b", "--gpu", "h100", "--mode", "infer"] if cmd == "fit" else
+            BASE + ["--rate", "1", "--requests", "5"])
+    err = _err(capsys, argv + ["--engine", "sglang", "--engine-version", version])
+    assert "--engine-version" in err and repr(version) in err and "expected a version" in err
+
+def test_too_old_for_capacity_says_what_to_give(capsys):
+    # fit plans vLLM 0.6's budget; capacity's scheduler rows start at 0.8
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", "--engine", "vllm",
+                               "--engine-version", "0.6"])
+    assert "--engine-version" in err and "0.8" in err and "later" in err
+
+def test_bad_input_dist_names_input_dist(capsys):
+    err = _err(capsys, BASE + ["--rate", "1", "--input-dist", "uniform:5:1"])
+    assert "--input-dist" in err
+    err = _err(capsys, BASE + ["--rate", "1", "--output-dist", "normal:-3:1"])
+    assert "--output-dist" in err
