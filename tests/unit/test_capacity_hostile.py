@@ -65,3 +65,26 @@ def test_bad_input_dist_names_input_dist(capsys):
     assert "--input-dist" in err
     err = _err(capsys, BASE + ["--rate", "1", "--output-dist", "normal:-3:1"])
     assert "--output-dist" in err
+
+
+def test_a_training_engine_is_named_not_a_mode_never_given(capsys):
+    err = _err(capsys, BASE + ["--rate", "1", "--engine", "megatron"])
+    assert "--engine 'megatron'" in err and "vllm, sglang, trt-llm" in err and "--mode" not in err
+    assert "did you mean vllm" in _err(capsys, BASE + ["--rate", "1", "--engine", "vlm"])
+
+
+@pytest.mark.parametrize("extra", [["--moe-dispatcher", "deepep"], ["--ep-overlap"]])
+def test_a_training_only_option_is_dropped_not_sent_to_megatron(capsys, extra):
+    # capacity serves: "use --engine megatron" would be a dead end (capacity refuses it)
+    err = _err(capsys, ["capacity", "mixtral-8x7b", "--gpu", "h100", "--tp", "2", "--ep", "2",
+                        "--rate", "1", "--requests", "5"] + extra)
+    assert extra[0] in err and "--engine megatron" not in err and "drop" in err
+
+
+@pytest.mark.parametrize("cmd", ["fit", "speed"])
+@pytest.mark.parametrize("extra", [["--moe-capacity-factor", "1.0"],
+                                   ["--moe-dispatcher", "deepep"]])
+def test_an_moe_option_on_a_dense_model_is_refused_by_fit_and_speed(capsys, cmd, extra):
+    err = _err(capsys, [cmd, "llama-3.1-8b", "--gpu", "h100", "--engine", "megatron", "--gpus",
+                        "8", "--batch", "1", "--seq", "1024"] + extra)
+    assert extra[0] in err and "no experts" in err

@@ -140,6 +140,33 @@ def _check_sweep(make_at, rate, conc) -> None:
                          f"{10**6 / top:g} or less, or drop --sweep")
 
 
+_SERVING = ("vllm", "sglang", "trt-llm")
+
+
+def _serving_job(args: argparse.Namespace, model, given: dict):
+    """The Job a capacity run serves: a training engine is named as such (not as the train
+    mode it implies), and a training-only option (one whose fix is a training engine) is to be
+    dropped, not moved to an engine capacity refuses."""
+    from ..errors import InputError, closest, opt, shown
+
+    if "engine" in given and given["engine"] not in (*_SERVING, "auto"):
+        hint = closest(given["engine"], _SERVING)
+        raise InputError(f"{opt('engine')} {shown(given['engine'])}: capacity simulates "
+                         f"{', '.join(_SERVING)}"
+                         + (f"; did you mean {hint[0]}?" if hint else "; name one of those"),
+                         field="engine",
+                         value=given["engine"], accepted=", ".join(_SERVING))
+    try:
+        return job_from_args(args, model, command="capacity", default_mode="infer",
+                             modes=("infer",))
+    except InputError as e:
+        if e.field is None or e.fix.get("engine") in (None, *_SERVING):
+            raise
+        raise InputError(f"{opt(e.field)}: {e.fix['engine']} training's option; capacity "
+                         f"serves with {', '.join(_SERVING)}, so drop {opt(e.field)}",
+                         field=e.field, value=e.value) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..capacity._search import solve
     from ..errors import InputError, opt
@@ -152,12 +179,8 @@ def run(args: argparse.Namespace) -> int:
     if "gpus" not in given and ("tp" in given or "pp" in given):
         # a replica's layout: its GPUs are tp x pp (replicas come from --replicas)
         args.gpus = str(int(given.get("tp", 1)) * int(given.get("pp", 1)))
-    job = job_from_args(args, model, command="capacity", default_mode="infer", modes=("infer",))
-    engine = job.engine if job.engine in ("vllm", "sglang", "trt-llm") else None
-    if engine is None:
-        if "engine" in given:
-            raise InputError(f"--engine {job.engine}: capacity simulates vllm, sglang, trt-llm")
-        engine = "vllm"
+    job = _serving_job(args, model, given)
+    engine = job.engine if job.engine in _SERVING else "vllm"
     wl, make, slo, rate, conc, make_at = _inputs(args)
     if args.sweep:
         _check_sweep(make_at, rate, conc)
