@@ -88,3 +88,24 @@ def test_an_moe_option_on_a_dense_model_is_refused_by_fit_and_speed(capsys, cmd,
     err = _err(capsys, [cmd, "llama-3.1-8b", "--gpu", "h100", "--engine", "megatron", "--gpus",
                         "8", "--batch", "1", "--seq", "1024"] + extra)
     assert extra[0] in err and "no experts" in err
+
+
+@pytest.mark.parametrize("engine,knobs,moved", [
+    ("vllm", ["--max-num-seqs", "64", "--max-num-batched-tokens", "4096"], "kv_tokens"),
+    ("sglang", ["--max-num-seqs", "32"], "max_num_seqs")])
+def test_fit_takes_the_batch_budgets_capacity_takes(capsys, engine, knobs, moved):
+    # vLLM's profile run's activation and sampler peaks grow with both budgets, so its KV
+    # tokens depend on them; SGLang's running-request cap is the one given: fit has to be able
+    # to state the job capacity simulates
+    common = ["llama-3.1-8b", "--gpu", "h100", "--engine", engine, "--max-model-len", "4096"]
+    assert main(["fit"] + common + ["--mode", "infer", "--json"] + knobs) == 0
+    fit = json.loads(capsys.readouterr().out)["infer"]["engine"]
+    assert main(["capacity"] + common + ["--tp", "1", "--rate", "1", "--requests", "5",
+                                         "--input", "100", "--output", "4", "--json"]
+                + knobs) == 0
+    cap_kv = json.loads(capsys.readouterr().out)["kv"]["kv_tokens"]
+    assert main(["fit"] + common + ["--mode", "infer", "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)["infer"]["engine"]
+    assert fit["kv_tokens"] == cap_kv and fit[moved] != default[moved]
+    assert "--max-num-seqs" in _err(capsys, ["fit"] + common + ["--mode", "infer",
+                                                                "--max-num-seqs", "0"])
