@@ -109,3 +109,23 @@ def test_fit_takes_the_batch_budgets_capacity_takes(capsys, engine, knobs, moved
     assert fit["kv_tokens"] == cap_kv and fit[moved] != default[moved]
     assert "--max-num-seqs" in _err(capsys, ["fit"] + common + ["--mode", "infer",
                                                                 "--max-num-seqs", "0"])
+
+
+@pytest.mark.parametrize("load,ok", [(["--rate", "4"], ["--rate", "4"]),
+                                     (["--concurrency", "1"], ["--concurrency", "4"])])
+def test_more_replicas_than_requests_is_refused(capsys, load, ok):
+    # each replica is simulated on its round-robin share: with 10^6 replicas and 40 requests the
+    # one simulated request's 1 / E2E was multiplied by 10^6 (8.76e6 req/s out of 4 offered)
+    err = _err(capsys, BASE + ["--requests", "40", "--replicas", "1000000", "--input", "500",
+                               "--output", "16"] + load)
+    assert "--replicas" in err and "1000000" in err and "--requests" in err and "40" in err
+    # as many replicas as requests (and clients) is still simulated
+    assert main(BASE + ["--requests", "4", "--replicas", "4", "--input", "500", "--output",
+                        "16", "--json"] + ok) == 0
+
+
+def test_fewer_clients_than_replicas_is_refused(capsys):
+    # a closed loop's clients are shared out (concurrency // replicas, at least 1): 1 client
+    # over 4 replicas ran 4 clients, four times the load given
+    err = _err(capsys, BASE + ["--requests", "40", "--replicas", "4", "--concurrency", "1"])
+    assert "--concurrency" in err and "--replicas" in err
