@@ -129,3 +129,19 @@ def test_fewer_clients_than_replicas_is_refused(capsys):
     # over 4 replicas ran 4 clients, four times the load given
     err = _err(capsys, BASE + ["--requests", "40", "--replicas", "4", "--concurrency", "1"])
     assert "--concurrency" in err and "--replicas" in err
+
+
+@pytest.mark.parametrize("cmd", ["fit", "capacity"])
+@pytest.mark.parametrize("knobs", [["--max-num-seqs", "1000000"],
+                                   ["--max-num-batched-tokens", "128"]])
+def test_vllm_refuses_fewer_step_tokens_than_sequences(capsys, cmd, knobs):
+    # vLLM's SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py at
+    # vllm-project/vllm@01230b40): max_num_batched_tokens must be >= max_num_seqs; H100's
+    # defaults are 8192 tokens and 1024 sequences
+    argv = (["fit", "llama-3.1-8b", "--gpu", "h100", "--mode", "infer"] if cmd == "fit" else
+            BASE + ["--rate", "1", "--requests", "5"])
+    err = _err(capsys, argv + ["--engine", "vllm"] + knobs)
+    assert "--max-num-batched-tokens" in err and "--max-num-seqs" in err
+    # SGLang has no such rule: its running-request cap is separate from the chunk size
+    assert main(argv + ["--engine", "sglang", "--max-num-seqs", "1000000", "--json"]) == 0
+    capsys.readouterr()
