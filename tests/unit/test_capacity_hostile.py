@@ -145,3 +145,22 @@ def test_vllm_refuses_fewer_step_tokens_than_sequences(capsys, cmd, knobs):
     # SGLang has no such rule: its running-request cap is separate from the chunk size
     assert main(argv + ["--engine", "sglang", "--max-num-seqs", "1000000", "--json"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("cv", ["1e-300", "1e-200", "0.0001"])
+def test_a_gamma_cv_too_small_is_refused_not_a_traceback(capsys, cv):
+    # 1 / cv^2 underflowed to a ZeroDivisionError (1e-300) or overflowed to inf (1e-200)
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", "--arrivals", f"gamma:{cv}"])
+    assert cv in err and "constant" in err
+
+
+@pytest.mark.parametrize("seed,shown", [("-1", "'-1'"), ("1.5", "'1.5'"),
+                                        ("99999999999999999999", "'99999999999999999999'")])
+def test_a_bad_seed_is_named_as_given(capsys, seed, shown):
+    # the seed was parsed shifted by one: 10^20 - 1 was shown as 10^20, and -1 told ">= 1"
+    # although 0 is accepted (the default)
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", f"--seed={seed}"])
+    assert f"--seed {shown}" in err and ">= 0" in err
+    assert main(BASE + ["--rate", "1", "--requests", "5", "--input", "100", "--output", "4",
+                        "--seed", "0", "--json"]) == 0
+    capsys.readouterr()

@@ -144,9 +144,12 @@ def parse_arrivals(text: str) -> tuple[str, float]:
             cv = float(t[6:])
         except ValueError:
             cv = math.nan
-        if not (0 < cv <= 100):
-            raise InputError(f"arrivals {shown(text)}: gamma's CV must be > 0 and <= 100 (1 is "
-                             "Poisson)", field="arrivals", value=text)
+        # below 10^-3 the gaps differ from constant ones by under 0.1% (and 1 / CV^2, the
+        # gamma's shape, overflows or divides by zero at 1e-200 / 1e-300)
+        if not (1e-3 <= cv <= 100):
+            raise InputError(f"arrivals {shown(text)}: gamma's CV must be >= 0.001 and <= 100 "
+                             "(1 is Poisson; for even gaps use constant)", field="arrivals",
+                             value=text)
         return "gamma", cv
     raise InputError(f"arrivals {shown(text)}: expected poisson, constant or gamma:CV",
                      field="arrivals", value=text, accepted="poisson, constant, gamma:CV")

@@ -84,6 +84,17 @@ def _int(text, what, maximum=10**6):
     return None if text is None else parse_positive_int(text, what=what, maximum=maximum)
 
 
+def _seed(text: str) -> int:
+    """``--seed``: a whole number 0 .. 2^31 - 1 (the default 0), named as given when not."""
+    from ..errors import InputError, shown
+
+    t = str(text).strip()
+    if not (t.isascii() and t.isdigit()) or len(t) > 10 or int(t) > 2**31 - 1:
+        raise InputError(f"--seed {shown(text)}: expected a whole number >= 0 and <= 2^31 - 1",
+                         field="seed", value=text)
+    return int(t)
+
+
 def _inputs(args):
     """The workload, SLO and deployment options, parsed (errors name the option)."""
     from ..capacity import SLO, make_workload, parse_dist, read_workload
@@ -110,8 +121,7 @@ def _inputs(args):
                   output=parse_dist(args.output_dist or args.output,
                                     what="--output-dist" if args.output_dist else "--output"),
                   requests=_int(args.requests, "--requests"), arrivals=args.arrivals,
-                  seed=_int(str(int(args.seed) + 1) if args.seed.isdigit() else args.seed,
-                            "--seed", 2**31) - 1)
+                  seed=_seed(args.seed))
 
         def make(r, conc=conc, kw=kw):
             return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
