@@ -164,3 +164,12 @@ def test_a_bad_seed_is_named_as_given(capsys, seed, shown):
     assert main(BASE + ["--rate", "1", "--requests", "5", "--input", "100", "--output", "4",
                         "--seed", "0", "--json"]) == 0
     capsys.readouterr()
+
+
+def test_a_refused_export_writes_no_plot(capsys, tmp_path):
+    # the plot was written before --export was checked: exit 2 with a file left behind
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "p.png"
+    err = _err(capsys, BASE + ["--rate", "2", "--requests", "20", "--input", "500", "--output",
+                               "16", "--plot", str(plot), "--export", "sglang"])
+    assert "--export" in err and not plot.exists()

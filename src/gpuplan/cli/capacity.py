@@ -241,6 +241,11 @@ def run(args: argparse.Namespace) -> int:
                     sweep_make=make_at, disaggregated=args.disaggregated, **kw)
     res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
         out["max_rate"]
+    if args.export is not None and out.get("disaggregated") is not None:
+        raise InputError(f"{opt('export')} writes one aggregated deployment: drop "
+                         f"{opt('disaggregated')} or {opt('export')}", field="export")
+    # checked before the plot is written: a refused export leaves no file
+    command = None if args.export is None else _export(args.export, model, job, res)
     if args.plot and dep is not None and make is not None:
         from ..report.capacity import plot_rates
 
@@ -248,10 +253,6 @@ def run(args: argparse.Namespace) -> int:
         plot_rates([(x, dep.run(make(x), slo=slo)) for x in
                     (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
                    args.plot, slo=slo)
-    if args.export is not None and out.get("disaggregated") is not None:
-        raise InputError(f"{opt('export')} writes one aggregated deployment: drop "
-                         f"{opt('disaggregated')} or {opt('export')}", field="export")
-    command = None if args.export is None else _export(args.export, model, job, res)
     return _render(args, res, cands, best_rate, alias, command, out.get("sweep"),
                    out.get("disaggregated"), out.get("_aggregated"))
 
