@@ -173,3 +173,12 @@ def test_a_refused_export_writes_no_plot(capsys, tmp_path):
     err = _err(capsys, BASE + ["--rate", "2", "--requests", "20", "--input", "500", "--output",
                                "16", "--plot", str(plot), "--export", "sglang"])
     assert "--export" in err and not plot.exists()
+
+
+def test_the_web_api_refuses_more_replicas_than_requests():
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError, match="replicas") as e:
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 40,
+                  "replicas": 1000, "input": 500, "output": 16, "max_model_len": 4096})
+    assert e.value.field == "replicas" and e.value.fix == {"replicas": 40}

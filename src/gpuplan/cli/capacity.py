@@ -153,30 +153,6 @@ def _check_sweep(make_at, rate, conc) -> None:
 _SERVING = ("vllm", "sglang", "trt-llm")
 
 
-def _replicas(args: argparse.Namespace, wl, conc: int | None) -> int | None:
-    """``--replicas``, at most one a request (and a client): each replica is simulated alone
-    on its round-robin share and the result scaled by the count, so a replica with no request
-    (or no client: the share is at least one) would multiply one request's 1 / E2E, or add
-    clients never given."""
-    from ..errors import InputError, opt
-
-    r = _int(args.replicas, "--replicas")
-    if r is None:
-        return None
-    n = len(wl.requests)
-    if r > n:
-        raise InputError(f"{opt('replicas')} {r} with {opt('requests')} {n}: each replica is "
-                         f"simulated on its round-robin share, and {r - n} would serve none; "
-                         f"give {opt('replicas')} {n} or fewer, or more {opt('requests')}",
-                         field="replicas", value=r, fix={"replicas": n})
-    if conc is not None and r > conc:
-        raise InputError(f"{opt('replicas')} {r} with {opt('concurrency')} {conc}: the "
-                         f"clients are shared out, so {r - conc} replica(s) would get none; "
-                         f"give {opt('concurrency')} {r} or more, or fewer replicas",
-                         field="replicas", value=r, fix={"replicas": conc})
-    return r
-
-
 def _serving_job(args: argparse.Namespace, model, given: dict):
     """The Job a capacity run serves: a training engine is named as such (not as the train
     mode it implies), and a training-only option (one whose fix is a training engine) is to be
@@ -233,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     laid_out = "tp" in given or (args.disaggregated and "pp" in given)
     with _progress(args) as (step, total):
         out = solve(model, gpu, job, wl, slo, engine=engine, layout_given=laid_out,
-                    replicas=_replicas(args, wl, conc),
+                    replicas=_int(args.replicas, "--replicas"),
                     max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
                     prefix_hit=hit, find_max_rate=args.max_rate, make=make, progress=step,
                     progress_total=total, sweep=args.sweep,
