@@ -182,3 +182,14 @@ def test_the_web_api_refuses_more_replicas_than_requests():
         capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 40,
                   "replicas": 1000, "input": 500, "output": 16, "max_model_len": 4096})
     assert e.value.field == "replicas" and e.value.fix == {"replicas": 40}
+
+
+@pytest.mark.parametrize("seed", [-1, True, 2**31])
+def test_the_web_api_names_a_bad_seed_as_given(seed):
+    from gpuplan.web._service import capacity
+
+    # the web parsed seed + 1: -1 was shown as 0, and True (a bool) became the seed 1
+    with pytest.raises(InputError, match="seed") as e:
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 5,
+                  "seed": seed, "input": 100, "output": 4, "max_model_len": 4096})
+    assert e.value.value is seed
