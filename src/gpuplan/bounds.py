@@ -36,6 +36,11 @@ rate               > 0 .. 10^6 per second       requests per second into one dep
 tokens             1 .. 2^31                    a request's prompt or output length
 =================  ===========================  =================================================
 
+Ranges that join two values: a synthetic workload's ``requests / rate`` (its expected arrival
+span) is at most :data:`gpuplan.capacity._workload.MAX_ARRIVAL_SPAN_S`, 10^9 s, where the
+simulation's float clock still resolves a step (0.12 us); a trace's ``arrival_s`` is a
+``duration`` (10^7 s).
+
 Counts that drive work inside gpuplan, not taken from an option (the ones above bound those):
 
 * :data:`MAX_REPLAY_PARAMS` -- freed-after-use parameters the ZeRO-3 coordinator replay names

@@ -18,7 +18,8 @@ schedule differently the difference is a value here, stated, not a branch hidden
 from __future__ import annotations
 
 from .._record import record
-from ..errors import InputError, closest, shown
+from ..engines.budget import version_key
+from ..errors import InputError, closest, opt, shown
 
 __all__ = ["SchedulerDefaults", "SCHEDULERS", "scheduler_for", "ENGINE_VERSIONS"]
 
@@ -187,17 +188,15 @@ def scheduler_for(engine: str, version: str | None = None) -> SchedulerDefaults:
                          field="engine", value=engine, accepted=", ".join(names))
     if version is None:
         version = ENGINE_VERSIONS[engine]
-    want = _key(version)
+    want = version_key(version, engine)  # the spelling budget_rule (gpuplan fit) accepts
     fits = [s for s in rows if _key(s.version) <= want]
     if not fits:
-        raise InputError(f"engine version {shown(version)}: the oldest {engine} version "
-                         f"modelled is {rows[0].version}", field="engine_version", value=version)
+        raise InputError(f"{opt('engine_version')} {shown(version)}: the oldest {engine} "
+                         f"scheduler capacity simulates is {rows[0].version}'s; name "
+                         f"{rows[0].version} or a later version", field="engine_version",
+                         value=version, accepted=f"{rows[0].version} or later")
     return max(fits, key=lambda s: _key(s.version))
 
 
 def _key(version: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in str(version).split("."))
-    except ValueError:
-        raise InputError(f"engine version {shown(version)}: expected numbers with dots, e.g. "
-                         "0.11", field="engine_version", value=version) from None
+    return tuple(int(p) for p in version.split("."))

@@ -214,6 +214,29 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
     return min(ok, key=key).result, cands
 
 
+def check_replicas(replicas: int | None, wl: Workload) -> None:
+    """``replicas`` given for ``wl`` (None: none given): at most one a request (and a closed loop's client). Each
+    replica is simulated alone on its round-robin share and the result scaled by the count
+    (:class:`Deployment`), so a replica with no request would multiply one request's
+    1 / E2E (10^6 replicas on 40 requests: 8.76e6 req/s for 4 offered), and one with no client
+    would still get one (the share is at least one), adding load never given."""
+    if replicas is None:
+        return
+    n = len(wl.requests)
+    if replicas > n:
+        raise InputError(f"{opt('replicas')} {replicas} with {opt('requests')} {n}: each replica "
+                         f"is simulated on its round-robin share, and {replicas - n} would "
+                         f"serve none; give {opt('replicas')} {n} or fewer, or more "
+                         f"{opt('requests')}", field="replicas", value=replicas,
+                         fix={"replicas": n})
+    c = wl.concurrency
+    if c is not None and replicas > c:
+        raise InputError(f"{opt('replicas')} {replicas} with {opt('concurrency')} {c}: the "
+                         f"clients are shared out, so {replicas - c} replica(s) would get none; "
+                         f"give {opt('concurrency')} {replicas} or more, or fewer replicas",
+                         field="replicas", value=replicas, fix={"replicas": c})
+
+
 def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
           layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
           price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
@@ -230,6 +253,7 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
     or with ``closed`` a concurrency; by default the max rate found, else 1 request/s;
     ``sweep_make(load)`` builds each workload) as ``"sweep"`` (:func:`sweep_dict`).
     ``disaggregated``: :func:`_solve_disaggregated`."""
+    check_replicas(replicas, wl)
     if disaggregated:
         return _solve_disaggregated(model, gpu, job, wl, slo, engine=engine, sweep=sweep,
                                     layout_given=layout_given or replicas is not None,
@@ -270,10 +294,8 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
                              "SLO or add GPUs", field="max_rate")
     else:
         res = dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
-    out = {"_result": res, "_deployment": dep, "searched": None, "max_rate": best}
-    if sweep:
-        out["sweep"] = _sweep(dep, best)
-    return out
+    return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best,
+            **({"sweep": _sweep(dep, best)} if sweep else {})}
 
 
 def _solve_disaggregated(model, gpu, job, wl, slo, *, engine, layout_given, max_gpus, price,

@@ -12,15 +12,21 @@ import random
 from .._io import read_bounded
 from .._record import record
 from ..bounds import check_int, check_number
-from ..errors import InputError, shown
+from ..errors import InputError, opt, shown
 
 __all__ = ["Request", "Workload", "Dist", "parse_dist", "parse_arrivals", "make_workload",
-           "read_workload", "MAX_WORKLOAD_BYTES", "MAX_REQUESTS"]
+           "read_workload", "MAX_WORKLOAD_BYTES", "MAX_REQUESTS", "MAX_ARRIVAL_SPAN_S"]
 
 #: A workload file is read whole; larger ones are refused (one line, exit 2).
 MAX_WORKLOAD_BYTES = 64 * 2**20
 #: Requests one simulation serves (a trace's lines, --requests).
 MAX_REQUESTS = 10**6
+#: Longest expected arrival span (requests / rate) of a synthetic workload, in seconds. The
+#: simulation's clock is a float: at t = 10^9 s one unit in the last place is 2^-23 s (0.12 us),
+#: well under the ~10 us a step takes, so every step is still timed; at 1e-300 requests/s the
+#: arrivals sat ~10^301 s apart, where adding a 7 ms step leaves the clock unchanged and every
+#: latency printed 0.0 ms. A --max-rate search starts at 0.01/s, so 10^6 requests (10^8 s) fit.
+MAX_ARRIVAL_SPAN_S = 10**9
 
 _DISTS = ("uniform", "normal", "lognormal")
 
@@ -138,9 +144,12 @@ def parse_arrivals(text: str) -> tuple[str, float]:
             cv = float(t[6:])
         except ValueError:
             cv = math.nan
-        if not (0 < cv <= 100):
-            raise InputError(f"arrivals {shown(text)}: gamma's CV must be > 0 and <= 100 (1 is "
-                             "Poisson)", field="arrivals", value=text)
+        # below 10^-3 the gaps differ from constant ones by under 0.1% (and 1 / CV^2, the
+        # gamma's shape, overflows or divides by zero at 1e-200 / 1e-300)
+        if not (1e-3 <= cv <= 100):
+            raise InputError(f"arrivals {shown(text)}: gamma's CV must be >= 0.001 and <= 100 "
+                             "(1 is Poisson; for even gaps use constant)", field="arrivals",
+                             value=text)
         return "gamma", cv
     raise InputError(f"arrivals {shown(text)}: expected poisson, constant or gamma:CV",
                      field="arrivals", value=text, accepted="poisson, constant, gamma:CV")
@@ -158,6 +167,13 @@ def make_workload(*, input: Dist, output: Dist, requests: int = 2000, rate: floa
                          "neither", field="rate")
     if rate is not None:
         check_number(rate, "rate", field="rate")
+        if requests / rate > MAX_ARRIVAL_SPAN_S:
+            raise InputError(f"{opt('rate')} {rate:g} with {opt('requests')} {requests}: the "
+                             f"arrivals would span {requests / rate:.3g} s, over the "
+                             f"{MAX_ARRIVAL_SPAN_S:.0e} s a simulated clock times steps in; give "
+                             f"a rate of at least {requests / MAX_ARRIVAL_SPAN_S:.3g} or fewer "
+                             "requests", field="rate", value=rate,
+                             fix={"rate": requests / MAX_ARRIVAL_SPAN_S})
     if concurrency is not None:
         check_int(concurrency, "requests", field="concurrency")
     kind, cv = parse_arrivals(arrivals)

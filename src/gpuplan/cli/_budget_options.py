@@ -1,6 +1,7 @@
 """The serving engines' memory knobs (``fit``; ``capacity`` has the same options): vLLM's
 ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, ``--max-model-len`` and
-``--engine-version``, passed to :func:`gpuplan.memory.kv_budget` as keywords. The values are
+``--engine-version``, the batch budgets ``--max-num-seqs`` and ``--max-num-batched-tokens``,
+passed to :func:`gpuplan.memory.kv_budget` as keywords. The values are
 range-checked there (:mod:`gpuplan.bounds`), so the CLI only parses numbers."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError, shown
+from ..units import parse_positive_int
 
 __all__ = ["add_budget_options", "budget_kwargs"]
 
@@ -24,6 +26,12 @@ def add_budget_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", metavar="L",
                    help="the longest request the engine admits (default: the model's context); "
                         "the 'maximum concurrency for L tokens per request' is quoted at it")
+    g.add_argument("--max-num-seqs", metavar="N",
+                   help="the engine's running-request budget (as capacity takes it); its "
+                        "profile run samples this many sequences")
+    g.add_argument("--max-num-batched-tokens", metavar="T",
+                   help="the engine's tokens-per-step budget (as capacity takes it); its "
+                        "profile run's activations are this many tokens")
     g.add_argument("--engine-version", metavar="V",
                    help="the engine release whose budget rule applies, e.g. 0.10.2 (default: "
                         "vLLM 0.21, SGLang 0.5, TensorRT-LLM 1.0; docs/engine_budget.md)")
@@ -39,11 +47,19 @@ def _number(text: str | None, flag: str, kind=float):
         raise InputError(f"{flag} {shown(text)}: expected {what}") from None
 
 
+def _whole(text: str | None, flag: str, maximum: int) -> int | None:
+    return None if text is None else parse_positive_int(text, what=flag, maximum=maximum)
+
+
 def budget_kwargs(args: argparse.Namespace) -> dict:
     """The keywords of :func:`gpuplan.memory.kv_budget` the options set (unset ones left out)."""
     out = {"gpu_memory_utilization": _number(args.gpu_memory_utilization,
                                              "--gpu-memory-utilization"),
            "mem_fraction_static": _number(args.mem_fraction_static, "--mem-fraction-static"),
            "max_model_len": _number(args.max_model_len, "--max-model-len", int),
-           "engine_version": args.engine_version}
+           "engine_version": args.engine_version,
+           # the bounds capacity's options take (cli/capacity.py)
+           "max_num_seqs": _whole(args.max_num_seqs, "--max-num-seqs", 10**6),
+           "max_num_batched_tokens": _whole(args.max_num_batched_tokens,
+                                            "--max-num-batched-tokens", 2**31)}
     return {k: v for k, v in out.items() if v is not None}

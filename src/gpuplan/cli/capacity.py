@@ -84,6 +84,17 @@ def _int(text, what, maximum=10**6):
     return None if text is None else parse_positive_int(text, what=what, maximum=maximum)
 
 
+def _seed(text: str) -> int:
+    """``--seed``: a whole number 0 .. 2^31 - 1 (the default 0), named as given when not."""
+    from ..errors import InputError, shown
+
+    t = str(text).strip()
+    if not (t.isascii() and t.isdigit()) or len(t) > 10 or int(t) > 2**31 - 1:
+        raise InputError(f"--seed {shown(text)}: expected a whole number >= 0 and <= 2^31 - 1",
+                         field="seed", value=text)
+    return int(t)
+
+
 def _inputs(args):
     """The workload, SLO and deployment options, parsed (errors name the option)."""
     from ..capacity import SLO, make_workload, parse_dist, read_workload
@@ -105,11 +116,12 @@ def _inputs(args):
     else:
         if rate is None and conc is None and not args.max_rate:
             raise InputError("give --rate R (requests/s), --concurrency C or --workload FILE")
-        kw = dict(input=parse_dist(args.input_dist or args.input, what="--input"),
-                  output=parse_dist(args.output_dist or args.output, what="--output"),
+        kw = dict(input=parse_dist(args.input_dist or args.input,
+                                   what="--input-dist" if args.input_dist else "--input"),
+                  output=parse_dist(args.output_dist or args.output,
+                                    what="--output-dist" if args.output_dist else "--output"),
                   requests=_int(args.requests, "--requests"), arrivals=args.arrivals,
-                  seed=_int(str(int(args.seed) + 1) if args.seed.isdigit() else args.seed,
-                            "--seed", 2**31) - 1)
+                  seed=_seed(args.seed))
 
         def make(r, conc=conc, kw=kw):
             return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
@@ -138,6 +150,33 @@ def _check_sweep(make_at, rate, conc) -> None:
                          f"{10**6 / top:g} or less, or drop --sweep")
 
 
+_SERVING = ("vllm", "sglang", "trt-llm")
+
+
+def _serving_job(args: argparse.Namespace, model, given: dict):
+    """The Job a capacity run serves: a training engine is named as such (not as the train
+    mode it implies), and a training-only option (one whose fix is a training engine) is to be
+    dropped, not moved to an engine capacity refuses."""
+    from ..errors import InputError, closest, opt, shown
+
+    if "engine" in given and given["engine"] not in (*_SERVING, "auto"):
+        hint = closest(given["engine"], _SERVING)
+        raise InputError(f"{opt('engine')} {shown(given['engine'])}: capacity simulates "
+                         f"{', '.join(_SERVING)}"
+                         + (f"; did you mean {hint[0]}?" if hint else "; name one of those"),
+                         field="engine",
+                         value=given["engine"], accepted=", ".join(_SERVING))
+    try:
+        return job_from_args(args, model, command="capacity", default_mode="infer",
+                             modes=("infer",))
+    except InputError as e:
+        if e.field is None or e.fix.get("engine") in (None, *_SERVING):
+            raise
+        raise InputError(f"{opt(e.field)}: {e.fix['engine']} training's option; capacity "
+                         f"serves with {', '.join(_SERVING)}, so drop {opt(e.field)}",
+                         field=e.field, value=e.value) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..capacity._search import solve
     from ..errors import InputError, opt
@@ -150,12 +189,8 @@ def run(args: argparse.Namespace) -> int:
     if "gpus" not in given and ("tp" in given or "pp" in given):
         # a replica's layout: its GPUs are tp x pp (replicas come from --replicas)
         args.gpus = str(int(given.get("tp", 1)) * int(given.get("pp", 1)))
-    job = job_from_args(args, model, command="capacity", default_mode="infer", modes=("infer",))
-    engine = job.engine if job.engine in ("vllm", "sglang", "trt-llm") else None
-    if engine is None:
-        if "engine" in given:
-            raise InputError(f"--engine {job.engine}: capacity simulates vllm, sglang, trt-llm")
-        engine = "vllm"
+    job = _serving_job(args, model, given)
+    engine = job.engine if job.engine in _SERVING else "vllm"
     wl, make, slo, rate, conc, make_at = _inputs(args)
     if args.sweep:
         _check_sweep(make_at, rate, conc)
@@ -182,6 +217,11 @@ def run(args: argparse.Namespace) -> int:
                     sweep_make=make_at, disaggregated=args.disaggregated, **kw)
     res, dep, cands, best_rate = out["_result"], out["_deployment"], out["searched"], \
         out["max_rate"]
+    if args.export is not None and out.get("disaggregated") is not None:
+        raise InputError(f"{opt('export')} writes one aggregated deployment: drop "
+                         f"{opt('disaggregated')} or {opt('export')}", field="export")
+    # checked before the plot is written: a refused export leaves no file
+    command = None if args.export is None else _export(args.export, model, job, res)
     if args.plot and dep is not None and make is not None:
         from ..report.capacity import plot_rates
 
@@ -189,10 +229,6 @@ def run(args: argparse.Namespace) -> int:
         plot_rates([(x, dep.run(make(x), slo=slo)) for x in
                     (base * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0))],
                    args.plot, slo=slo)
-    if args.export is not None and out.get("disaggregated") is not None:
-        raise InputError(f"{opt('export')} writes one aggregated deployment: drop "
-                         f"{opt('disaggregated')} or {opt('export')}", field="export")
-    command = None if args.export is None else _export(args.export, model, job, res)
     return _render(args, res, cands, best_rate, alias, command, out.get("sweep"),
                    out.get("disaggregated"), out.get("_aggregated"))
 

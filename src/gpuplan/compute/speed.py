@@ -374,6 +374,14 @@ def _dp_scaling(arch, step, transfer, trainable, prec, job, device, eff, gpu, no
                     copy_s=copy_s + paged_s), copy_s, paged_s
 
 
+def _checks_layout_alone(job: Job, mode: str) -> bool:
+    """Whether a job off a topology still needs :func:`check_layout` (as fit runs it): MTP on a
+    layout's last stage, a router graph (training), or an MoE option on a model without
+    experts (a capacity factor, a flex dispatcher)."""
+    return bool((job.mtp_layers or job.cuda_graph_scope) and mode != "infer"
+                or job.moe_capacity_factor is not None or job.moe_dispatcher != "alltoall")
+
+
 def estimate_speed(
     model: Model | Architecture, gpu: GPU, job: Job, *, new_tokens: int = 128,
     link: str | float | None = None, overlap_comm: bool = True, pinned: bool = True,
@@ -431,8 +439,8 @@ def estimate_speed(
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
                        trainable_params)
-    if (job.mtp_layers or job.cuda_graph_scope) and mode != "infer":
-        check_layout(arch, job, seq)  # MTP on a layout's last stage; a router graph, experts
+    if _checks_layout_alone(job, mode):
+        check_layout(arch, job, seq)
     if _on_topology(job, mode, topology):
         est = _layout_estimate(arch, name, n_params, gpu, device, eff, prec, job, mode=mode,
                                seq=seq, new_tokens=new_tokens, topology=topology,

@@ -64,6 +64,7 @@ from .._record import record
 from ..errors import InputError, opt, shown
 
 __all__ = ["BudgetRule", "BUDGET_RULES", "DEFAULT_VERSIONS", "budget_rule", "known_versions",
+           "version_key",
            "sglang_default_fraction", "sglang_settings", "SERVING_ENGINES", "GIB", "MIB",
            "NON_TORCH_BYTES", "NON_TORCH_GROWTH_BYTES", "SORT_SAMPLER_BYTES",
            "V0_SORT_SAMPLER_BYTES", "V0_FULL_SORT_SAMPLER_BYTES", "FUSED_SAMPLER_BYTES",
@@ -328,6 +329,22 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
+def version_key(version: object, engine: str, *, known: str = "") -> tuple[int, ...]:
+    """``version`` as whole numbers to compare (``'0.21'``, ``'v0.21'``, ``' 0.10.1 '`` ->
+    (0, 21), (0, 21), (0, 10, 1)): the one spelling `gpuplan fit` and `gpuplan capacity` both
+    accept. Anything else ('-1', '0..5', '0.21rc1', a 10^4-digit text) is an InputError
+    (naming ``known``, the versions whose rules are known, when given)."""
+    v = str(version).strip().lstrip("v")
+    parts = v.split(".")
+    # no release is named with more than 32 characters; and int() of a huge text is slow
+    if len(v) > 32 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise InputError(f"{opt('engine_version')} {shown(version)}: expected a version like "
+                         f"{DEFAULT_VERSIONS.get(engine, '0.5')}, whole numbers with dots"
+                         + (f"; {engine}'s rules are known from {known}" if known else ""),
+                         field="engine_version", value=version, accepted=known or None)
+    return tuple(int(p) for p in parts)
+
+
 def known_versions(engine: str) -> tuple[str, ...]:
     return tuple(r.version for r in BUDGET_RULES[engine])
 
@@ -341,16 +358,9 @@ def budget_rule(engine: str, version: str | None = None) -> BudgetRule:
                          f"of {', '.join(SERVING_ENGINES)}", field="engine", value=engine,
                          accepted=", ".join(SERVING_ENGINES))
     rules = BUDGET_RULES[engine]
-    v = DEFAULT_VERSIONS[engine] if version is None else str(version).strip().lstrip("v")
     known = ", ".join(known_versions(engine))
-    try:
-        if len(v) > 32:  # no release is named so; and int() of a huge string is slow
-            raise ValueError(v)
-        want = _key(v)
-    except ValueError:
-        raise InputError(f"{opt('engine_version')} {shown(version)}: expected a version like "
-                         f"{DEFAULT_VERSIONS[engine]}; {engine}'s rules are known from {known}",
-                         field="engine_version", value=version, accepted=known) from None
+    want = version_key(DEFAULT_VERSIONS[engine] if version is None else version, engine,
+                       known=known)
     chosen = [r for r in rules if _key(r.version) <= want]
     if not chosen:
         raise InputError(f"{opt('engine_version')} {shown(version)} is older than any {engine} "

@@ -190,10 +190,20 @@ def _batch_budgets(rule: BudgetRule, gpu: GPU, L: int, mnbt: int | None,
                 "8192": 8192}[rule.max_num_batched_tokens]
     else:
         mnbt = check_int(mnbt, "count", field="max_num_batched_tokens")
+    given = "max_num_seqs" if seqs is not None else "max_num_batched_tokens"
     if seqs is None:
         seqs = {"256": 256, "2048": 2048, "serve": 1024 if big else 256}[rule.max_num_seqs]
     else:
         seqs = check_int(seqs, "count", field="max_num_seqs")
+    if rule.engine == "vllm" and mnbt < seqs:
+        # SchedulerConfig.verify_max_model_len, vllm/config/scheduler.py at
+        # vllm-project/vllm@01230b40 (and V0's _verify_args): the engine refuses to start
+        t, n = opt("max_num_batched_tokens"), opt("max_num_seqs")
+        raise InputError(f"{t} {mnbt} under {n} {seqs}: vLLM refuses fewer tokens a step than "
+                         f"sequences; give {n} {mnbt} or less, or {t} {seqs} or more",
+                         field=given, value=seqs if given == "max_num_seqs" else mnbt,
+                         fix={"max_num_seqs": mnbt} if given == "max_num_seqs"
+                         else {"max_num_batched_tokens": seqs})
     return mnbt, seqs
 
 

@@ -182,6 +182,11 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
     if cf is not None and arch is not None and not arch.num_experts:
         raise InputError(f"{opt('moe_capacity_factor')} {cf}: {arch.name} has no experts; drop "
                          f"{opt('moe_capacity_factor')}", field="moe_capacity_factor", value=cf)
+    disp = getattr(job, "moe_dispatcher", "alltoall")
+    if disp != "alltoall" and arch is not None and not arch.num_experts:
+        raise InputError(f"{opt('moe_dispatcher')} {disp}: {arch.name} has no experts to "
+                         f"dispatch; drop {opt('moe_dispatcher')}", field="moe_dispatcher",
+                         value=disp)
     scope = getattr(job, "cuda_graph_scope", None) or ()
     routed = [p for p in scope if p in ("moe_router", "moe_preprocess")]
     if routed and arch is not None and not arch.num_experts:

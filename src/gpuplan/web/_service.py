@@ -347,9 +347,8 @@ def capacity(body: Mapping) -> dict:
                                 what="output"),
               requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS) or 2000,
               arrivals=str(body.get("arrivals", "poisson")),
-              seed=check_int(body.get("seed", 0) + 1, "int", field="seed") - 1
-              if isinstance(body.get("seed", 0), int) else check_int(body["seed"], "int",
-                                                                      field="seed"))
+              seed=check_int(body.get("seed", 0), "int", field="seed", low=0,
+                             high=2**31 - 1))
 
     def make(r):
         return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
