@@ -1004,8 +1004,9 @@ def norm_fused_elements(fwd: Sequence[Op], recipe) -> tuple[int, int]:
 def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2) -> Op:
     """One micro-batch's activation and gradient casts of a narrow recipe, as memory traffic
     (:func:`gpuplan.fp8.cast_bytes_per_element`): each linear's input in the forward and its
-    output gradient in the backward; torchao (no narrow input saved) casts the saved 16-bit
-    input again for the weight gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
+    output gradient in the backward; where no narrow input is saved (torchao's rowwise:
+    :data:`gpuplan.fp8.TORCHAO_SAVED_INPUT`) the saved 16-bit input is cast again for the weight
+    gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
     transposes on Hopper/Ada: :func:`gpuplan.fp8.columnwise_bytes_per_element`) writes a second
     output. Where the norm writes the narrow input itself (:func:`norm_fused_elements`) those
     elements save the norm's wider write (``act`` - 1 bytes, taken off here: both passes are the
@@ -1165,11 +1166,19 @@ def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | No
     (``cast_config_grad_output_for_grad_weight``): a whole cast
     (:func:`gpuplan.fp8.cast_bytes_per_element`), one launch. The input's and the non-gathered
     weight's other layouts are covered by the second casts gpuplan already charges them
-    (:func:`_quantize_op`, :func:`_weight_cast_op`: 5 bytes an element each). Open, not
-    changed here: at eab345c the tensorwise path saves ``input_fp8`` for the backward and
-    torchao's roofline charges its input one cast writing both layouts (amax 2 + 2 + 1 + 1 =
-    6 bytes an element, against gpuplan's two casts, 10), the weight two casts (fwd dim0, bwd
-    dim1) as gpuplan does.
+    (:func:`_quantize_op`, :func:`_weight_cast_op`: 5 bytes an element each) under rowwise
+    (``manual_float8_matmul_with_args_in_hp`` saves the 16-bit input and casts it again along
+    dim 0). The tensorwise path saves the forward's ``input_fp8``
+    (``ctx.save_for_backward(input_fp8, weight_fp8_t)``; :data:`gpuplan.fp8.
+    TORCHAO_SAVED_INPUT`), cast once (:func:`_quantize_op`), and its weight-gradient GEMM
+    ``mm(grad_output.t(), input_fp8)`` takes it as mat2, row-major: ``preprocess_addmm``'s
+    column-major copy -- compiled, written by the cast kernel beside the row-major one
+    (torchao's roofline ``get_tensor_memory_traffic_bytes``, "write twice in float8", charges
+    the input so: one cast writing both layouts), 1 byte an element, no launch; eager, an FP8
+    read and write and one launch a linear, as the output gradient's. torchao's roofline also
+    takes the input's amax as fused into the previous kernel (``fuse_with_prev=True``), which
+    gpuplan does not (its cast reads the 16-bit input twice: 6 bytes an element compiled,
+    torchao's roofline 4).
 
     Where FSDP2 gathers the weights in FP8 (``spec.narrow_weights_gathered``: no weight cast
     on the compute stream) the gathered row-major weight is mat2 of the input-gradient GEMM
@@ -1183,12 +1192,18 @@ def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | No
         return None
     grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
     n = sum(o.kernels * o.count for o in lin)  # one launch a linear (wq, wk, wv apart)
+    # the saved FP8 input's column-major copy (tensorwise); q, k and v read one input, cast once
+    # as :func:`_quantize_op` counts it (torch.compile's CSE; eager casts it per linear: not
+    # counted)
+    inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin) \
+        if recipe.saves_narrow_inputs else 0
+    n_in = sum(o.count for o in lin) if inputs else 0
     if how == "recast":
         nbytes, launches = grads * cast_bytes_per_element(recipe), n
     elif spec.runtime == "compile":
-        nbytes, launches = grads * 1.0, 0
+        nbytes, launches = (grads + inputs) * 1.0, 0
     else:
-        nbytes, launches = grads * 2.0, n
+        nbytes, launches = (grads + inputs) * 2.0, n + n_in
     if spec.narrow_weights_gathered:
         nbytes += 2.0 * sum(o.weight_elements * o.count for o in lin)
         launches += n
