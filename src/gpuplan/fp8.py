@@ -225,7 +225,8 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                         "NeMo/Megatron-Bridge FP8-CS", split_quantize_kernels=4,
                  reduces_amax_over_tp=True),
     NarrowRecipe(name="fp8-tensorwise", dtype="fp8", implementation="torchao Float8Linear "
-                 "(tensorwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd / e5m2 bwd",
+                 "(tensorwise, torchao <= 0.8)", architectures=FP8_ARCHITECTURES,
+                 formats="e4m3 fwd / e5m2 bwd",
                  scaling="dynamic per tensor", act_block=0, weight_block=0, scale_bytes=4,
                  amax_history=0, caches_weight=False, columnwise_copy="never",
                  saves_narrow_inputs=True, narrow_gemms=_ALL3, param_gather=True,
