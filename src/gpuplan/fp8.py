@@ -318,7 +318,14 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     TE caches each weight's FP8 copy across micro-batches (1 byte per element, 0.5 for FP4, plus
     its block scales) and on Hopper/Ada its transpose too; MX and NVFP4 keep a rowwise and a
     columnwise copy everywhere. ``param_gather`` keeps the narrow copy *as* the parameter: the
-    16-bit copy (2 bytes per element) is gone. torchao casts in each forward and keeps nothing."""
+    16-bit copy (2 bytes per element) is gone. torchao casts in each forward and keeps no copy
+    across steps. Not counted: up to torchao 0.8 (pytorch/ao@eab345c2 float8_linear.py) the
+    tensorwise matmul also saves the forward's ``weight_fp8_t`` for the backward, so without
+    activation checkpointing and without the FSDP float8 all-gather (whose gathered storage
+    FSDP2 frees after the forward) each block's FP8 weight (1 B an element) stays alive from
+    its forward to its backward; under torchtitan@9dec370's op-level checkpointing the cast is
+    recomputed but its ``abs(weight)`` is on the save list (16 bits) unless the FSDP float8
+    scale is precomputed outside the block."""
     if not recipe.caches_weight and not param_gather:
         return 0, 0, ""
     elem = 0.5 if recipe.dtype == "fp4" else 1.0
