@@ -324,8 +324,9 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     activation checkpointing and without the FSDP float8 all-gather (whose gathered storage
     FSDP2 frees after the forward) each block's FP8 weight (1 B an element) stays alive from
     its forward to its backward; under torchtitan@9dec370's op-level checkpointing the cast is
-    recomputed but its ``abs(weight)`` is on the save list (16 bits) unless the FSDP float8
-    scale is precomputed outside the block."""
+    recomputed but its ``abs(weight)`` is on the save list (16 bits) where the cast runs inside
+    the block (not under the FSDP float8 all-gather, which casts in FSDP's pre-forward hook; not
+    checked further here)."""
     if not recipe.caches_weight and not param_gather:
         return 0, 0, ""
     elem = 0.5 if recipe.dtype == "fp4" else 1.0
