@@ -17,8 +17,11 @@ Every recipe names the implementation it describes and its source file at a pinn
   nvfp4``.
 * torchao ``torchao/float8/config.py`` (pytorch/ao at 024fe94fd86a94f43be1f0dd62201bd92a313dcb):
   tensorwise (dynamic per-tensor scaling, cuBLAS) and rowwise (axiswise scaling, CUTLASS rowwise
-  kernel); ``enable_fsdp_float8_all_gather`` only under tensorwise. torchao's ``Float8Linear``
-  saves its high-precision input for the backward and casts again there.
+  kernel); ``enable_fsdp_float8_all_gather`` only under tensorwise. What torchao's
+  ``Float8Linear`` saves of its input for the backward depends on the recipe and the release
+  (:data:`TORCHAO_SAVED_INPUT`): up to torchao 0.8 (024fe94f, and eab345c, the one torchtitan's
+  published float8 runs used) tensorwise saves the FP8 input it cast for the forward GEMM,
+  rowwise the 16-bit input, cast again in the backward; from 0.9 both save the 16-bit input.
 * DeepSeek-V3 technical report (arXiv 2412.19437, sec. 3.3): 1 x 128 tiles for activations,
   128 x 128 blocks for weights, fp32 scales; the embedding, output head, MoE gating, norms and
   attention stay in BF16/FP32.
@@ -90,7 +93,8 @@ class NarrowRecipe:
     pytorch/csrc/quantizer.cpp at NVIDIA/TransformerEngine @70f53666 and @5671fd36)."""
     saves_narrow_inputs: bool
     """The linear layers save their input in the narrow format for the weight-gradient GEMM
-    (TE); False: the 16-bit input is saved and cast again in the backward (torchao)."""
+    (TE; torchao's tensorwise up to 0.8: :data:`TORCHAO_SAVED_INPUT`); False: the 16-bit input
+    is saved and cast again in the backward (torchao's rowwise)."""
     narrow_gemms: str
     """Which GEMMs run narrow."""
     param_gather: bool
@@ -161,6 +165,12 @@ class NarrowRecipe:
     0d8e0714cd29c01e164fe6de9f532182bdffa942, the 25.11 pin, the same at b0cc2706, 26.02's).
     The cast is the once-a-step weight cast already timed; the slice's zeroing (2 B a
     parameter a step) is not."""
+    narrow_input_after_gather: bool = False
+    """Under sequence parallelism the narrow input a linear saves is the all-gathered one,
+    whole: torchao's ``Float8ColwiseParallel`` casts the sequence shard to FP8 before the
+    all-gather (torchao/float8/float8_tensor_parallel.py @eab345c) and the matmul function
+    saves the gathered ``input_fp8`` it is given. False: Transformer Engine, which saves its
+    rank's shard and gathers it again in the backward."""
     reduces_amax_per_region: bool = False
     """Delayed scaling's amax reduction: at the exit of each ``fp8_autocast`` region's forward
     and in the backward of its first module, Transformer Engine concatenates the amaxes of
@@ -179,7 +189,31 @@ class NarrowRecipe:
 
 _TE = "NVIDIA/TransformerEngine transformer_engine/common/recipe/__init__.py @000b637e"
 _AO = "pytorch/ao torchao/float8/config.py @024fe94f"
+_AO_LINEAR = "pytorch/ao torchao/float8/float8_linear.py @eab345c2 (v0.8)"
 _ALL3 = "linear layers: forward (fprop), dgrad and wgrad"
+
+#: What torchao's ``Float8Linear`` saves of each linear's input for the weight-gradient GEMM,
+#: by recipe and release (pytorch/ao torchao/float8/float8_linear.py):
+#:
+#: * up to v0.8 (@024fe94f, gpuplan's recipe source, and @eab345c2, 2024-12-20, the torchao
+#:   of torchtitan's published float8 runs; benchmarks/validate_speed.py ``_TT_FLOAT8``):
+#:   tensorwise ``Float8Linear.forward`` casts the input (``cast_input_to_float8``) before
+#:   ``manual_float8_matmul_with_args_in_float8``, whose ``ctx.save_for_backward(input_fp8,
+#:   weight_fp8_t)`` keeps the Float8Tensor (1 B an element and one fp32 scale) and whose
+#:   backward computes ``mm(grad_output.t(), input_fp8)`` from it: no second cast, only the
+#:   column-major layout ``torch._scaled_mm`` takes for mat2 (compute/step.py
+#:   ``_torchao_relayout_op``). Rowwise (axiswise) runs ``manual_float8_matmul_with_args_in_hp``:
+#:   ``save_for_backward(input_hp, weight_hp_t)``, the 16-bit input, cast again along dim 0 in
+#:   the backward (``cast_config_input_for_grad_weight``).
+#: * from v0.9 (@12396c64, 2025-01-13, "unify dynamic input and grad_output casting", and at
+#:   @36027d82, 2026-08): both recipes run ``matmul_with_hp_or_float8_args``, which saves
+#:   ``input_hp`` -- the 16-bit input -- and casts it again in the backward. What
+#:   torch.compile's partitioner then keeps is not read here.
+#:
+#: gpuplan's ``fp8-tensorwise`` and ``fp8-rowwise`` are the v0.8 recipes (their sources and the
+#: runs they are validated on); gpuplan has no torchao version to key a later one on.
+TORCHAO_SAVED_INPUT = {"fp8-tensorwise": "fp8 (torchao <= 0.8); 16-bit from 0.9",
+                       "fp8-rowwise": "16-bit, cast again in the backward"}
 
 NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
     NarrowRecipe(name="fp8-delayed", dtype="fp8", implementation="te.DelayedScaling",
@@ -200,12 +234,15 @@ NARROW_RECIPES: dict[str, NarrowRecipe] = {r.name: r for r in (
                         "NeMo/Megatron-Bridge FP8-CS", split_quantize_kernels=4,
                  reduces_amax_over_tp=True),
     NarrowRecipe(name="fp8-tensorwise", dtype="fp8", implementation="torchao Float8Linear "
-                 "(tensorwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd / e5m2 bwd",
+                 "(tensorwise, torchao <= 0.8)", architectures=FP8_ARCHITECTURES,
+                 formats="e4m3 fwd / e5m2 bwd",
                  scaling="dynamic per tensor", act_block=0, weight_block=0, scale_bytes=4,
                  amax_history=0, caches_weight=False, columnwise_copy="never",
-                 saves_narrow_inputs=False, narrow_gemms=_ALL3, param_gather=True,
+                 saves_narrow_inputs=True, narrow_gemms=_ALL3, param_gather=True,
                  engines=("torchtitan",),
-                 source=_AO + " (ALL_TENSORWISE; enable_fsdp_float8_all_gather)"),
+                 source=_AO + " (ALL_TENSORWISE; enable_fsdp_float8_all_gather); the FP8 "
+                        "input saved: " + _AO_LINEAR + " manual_float8_matmul_with_args_in_float8",
+                 narrow_input_after_gather=True),
     NarrowRecipe(name="fp8-rowwise", dtype="fp8", implementation="torchao Float8Linear "
                  "(rowwise)", architectures=FP8_ARCHITECTURES, formats="e4m3 fwd and bwd",
                  scaling="dynamic per row (axiswise), fp32 scales", act_block=0, weight_block=0,
@@ -290,7 +327,15 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     TE caches each weight's FP8 copy across micro-batches (1 byte per element, 0.5 for FP4, plus
     its block scales) and on Hopper/Ada its transpose too; MX and NVFP4 keep a rowwise and a
     columnwise copy everywhere. ``param_gather`` keeps the narrow copy *as* the parameter: the
-    16-bit copy (2 bytes per element) is gone. torchao casts in each forward and keeps nothing."""
+    16-bit copy (2 bytes per element) is gone. torchao casts in each forward and keeps no copy
+    across steps. Not counted: up to torchao 0.8 (pytorch/ao@eab345c2 float8_linear.py) the
+    tensorwise matmul also saves the forward's ``weight_fp8_t`` for the backward, so without
+    activation checkpointing and without the FSDP float8 all-gather (whose gathered storage
+    FSDP2 frees after the forward) each block's FP8 weight (1 B an element) stays alive from
+    its forward to its backward; under torchtitan@9dec370's op-level checkpointing the cast is
+    recomputed but its ``abs(weight)`` is on the save list (16 bits) where the cast runs inside
+    the block (not under the FSDP float8 all-gather, which casts in FSDP's pre-forward hook; not
+    checked further here)."""
     if not recipe.caches_weight and not param_gather:
         return 0, 0, ""
     elem = 0.5 if recipe.dtype == "fp4" else 1.0

@@ -1004,8 +1004,9 @@ def norm_fused_elements(fwd: Sequence[Op], recipe) -> tuple[int, int]:
 def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2) -> Op:
     """One micro-batch's activation and gradient casts of a narrow recipe, as memory traffic
     (:func:`gpuplan.fp8.cast_bytes_per_element`): each linear's input in the forward and its
-    output gradient in the backward; torchao (no narrow input saved) casts the saved 16-bit
-    input again for the weight gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
+    output gradient in the backward; where no narrow input is saved (torchao's rowwise:
+    :data:`gpuplan.fp8.TORCHAO_SAVED_INPUT`) the saved 16-bit input is cast again for the weight
+    gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
     transposes on Hopper/Ada: :func:`gpuplan.fp8.columnwise_bytes_per_element`) writes a second
     output. Where the norm writes the narrow input itself (:func:`norm_fused_elements`) those
     elements save the norm's wider write (``act`` - 1 bytes, taken off here: both passes are the
@@ -1146,6 +1147,30 @@ def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
 TORCHAO_GRAD_OUTPUT_FOR_WGRAD = {"fp8-tensorwise": "transpose", "fp8-rowwise": "recast"}
 
 
+def _saved_fp8_inputs(lin: Sequence[Op], recipe) -> tuple[int, int]:
+    """(elements, linear ops) of the FP8 inputs torchao's tensorwise path saves for the weight
+    gradient, each laid out again column-major in the backward; (0, 0) under rowwise, which
+    saves the 16-bit input and casts it again along dim 0 (``manual_float8_matmul_with_args_
+    in_hp``, counted by :func:`_quantize_op`).
+
+    At pytorch/ao@eab345c (v0.8) ``manual_float8_matmul_with_args_in_float8`` saves the
+    forward's ``input_fp8`` (``ctx.save_for_backward(input_fp8, weight_fp8_t)``;
+    :data:`gpuplan.fp8.TORCHAO_SAVED_INPUT`), cast once, and its weight-gradient GEMM
+    ``mm(grad_output.t(), input_fp8)`` takes it as mat2, row-major: ``preprocess_addmm``'s
+    column-major copy -- compiled, written by the cast kernel beside the row-major one
+    (torchao/float8/roofline_utils.py ``get_tensor_memory_traffic_bytes``: "read in bf16, write
+    twice in float8", its charge for the input), 1 byte an element, no launch; eager, an FP8
+    read and write and one launch, as the output gradient's. That roofline also takes the
+    input's amax as fused into the previous kernel (``fuse_with_prev=True``), which gpuplan does
+    not (its cast reads the 16-bit input twice: 6 bytes an element compiled, the roofline's 4).
+    q, k and v read one input, cast once as :func:`_quantize_op` counts it (torch.compile's
+    CSE of three identical casts; eager casts it per linear, not counted)."""
+    if not recipe.saves_narrow_inputs:
+        return 0, 0
+    return (sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin),
+            sum(o.count for o in lin))
+
+
 def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | None:
     """One micro-batch's backward FP8 copies torchao makes for the layouts ``torch._scaled_mm``
     takes (mat1 row-major, mat2 column-major: pytorch/ao@eab345c torchao/float8/float8_ops.py
@@ -1165,11 +1190,9 @@ def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | No
     (``cast_config_grad_output_for_grad_weight``): a whole cast
     (:func:`gpuplan.fp8.cast_bytes_per_element`), one launch. The input's and the non-gathered
     weight's other layouts are covered by the second casts gpuplan already charges them
-    (:func:`_quantize_op`, :func:`_weight_cast_op`: 5 bytes an element each). Open, not
-    changed here: at eab345c the tensorwise path saves ``input_fp8`` for the backward and
-    torchao's roofline charges its input one cast writing both layouts (amax 2 + 2 + 1 + 1 =
-    6 bytes an element, against gpuplan's two casts, 10), the weight two casts (fwd dim0, bwd
-    dim1) as gpuplan does.
+    (:func:`_quantize_op`, :func:`_weight_cast_op`: 5 bytes an element each) under rowwise;
+    tensorwise's saved FP8 input gets the output gradient's treatment
+    (:func:`_saved_fp8_inputs`).
 
     Where FSDP2 gathers the weights in FP8 (``spec.narrow_weights_gathered``: no weight cast
     on the compute stream) the gathered row-major weight is mat2 of the input-gradient GEMM
@@ -1183,12 +1206,13 @@ def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | No
         return None
     grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
     n = sum(o.kernels * o.count for o in lin)  # one launch a linear (wq, wk, wv apart)
+    inputs, n_in = _saved_fp8_inputs(lin, recipe)
     if how == "recast":
         nbytes, launches = grads * cast_bytes_per_element(recipe), n
     elif spec.runtime == "compile":
-        nbytes, launches = grads * 1.0, 0
+        nbytes, launches = (grads + inputs) * 1.0, 0
     else:
-        nbytes, launches = grads * 2.0, n
+        nbytes, launches = (grads + inputs) * 2.0, n + n_in
     if spec.narrow_weights_gathered:
         nbytes += 2.0 * sum(o.weight_elements * o.count for o in lin)
         launches += n

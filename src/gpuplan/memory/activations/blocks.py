@@ -50,8 +50,9 @@ class Ctx:
         g, o = self.g, self.o
         quant = fan_in * fan_out * o.quantized if (o.quantized and o.frozen) else 0
         x_in = x
-        if o.narrow_inputs and not o.frozen and x.gathered_from is None:
-            # TE quantizes the input and saves the narrow copy for the weight gradient
+        if o.narrow_inputs and not o.frozen and (x.gathered_from is None or o.narrow_gathered):
+            # TE (its shard; gathered again in backward) and torchao's tensorwise up to 0.8 (the
+            # gathered FP8 input under TP) save the quantized input for the weight gradient
             x = self.narrow.setdefault(id(x), g.to(x, o.narrow_inputs))
         if o.quantized > 2 and o.frozen:
             # bitsandbytes Linear4bit with an fp32 compute dtype: x.to(fp32), the matmul in

@@ -10,7 +10,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from ..._record import record
-from ...engines.profiles import runtime_of
+from ...engines.profiles import get_engine, runtime_of
 from ...job import Job
 from ...models import Model
 from ...models._types import attention_for
@@ -93,18 +93,41 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                 frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep,
                 compiled=runtime_of(job.runtime, "train", job.engine) == "compile", model_code=job.model_code,
                 loss_chunks=job.loss_chunks, narrow_inputs=_narrow_inputs(job),
+                narrow_gathered=_narrow_gathered(job),
                 capacity_factor=(None if job.moe_capacity_factor is None
                                  else Fraction(str(job.moe_capacity_factor))))
 
 
 def _narrow_inputs(job: Job) -> float:
     """Bytes per element a narrow recipe saves each block linear's input in (Transformer
-    Engine's recipes keep the quantized input for the weight gradient: 1 for FP8/MXFP8, 0.5 for
-    NVFP4, before scales); 0 where the 16-bit input is saved (torchao, 16-bit recipes)."""
+    Engine's recipes and torchao's tensorwise up to 0.8 keep the quantized input for the weight
+    gradient: 1 for FP8/MXFP8, 0.5 for NVFP4, before scales: :data:`gpuplan.fp8.
+    TORCHAO_SAVED_INPUT`); 0 where the 16-bit input is saved (torchao's rowwise, 16-bit
+    recipes).
+
+    Also 0 under selective checkpointing with torchtitan's op policy (the engine's
+    ``selective`` ``op``): the cast is not on its save list, so its FP8 output is recomputed,
+    not kept (gpuplan.compute.step.narrow_recompute_op times that), while the 16-bit
+    ``abs(x)`` of the amax is kept -- torchtitan@9dec370 torchtitan/parallelisms/
+    parallelize_llama.py ``_save_list`` holds ``aten.abs`` and ``aten.max`` "for low precision
+    training" (taken off the list by torchtitan@88247277, 2025-02-06, #820, for the peak memory
+    it cost float8 training): 2 B an element, the 16-bit input's bytes. (The memory model does
+    not replay the op policy's other recomputes; this keeps the linear inputs at 16 bits as
+    before.) Under full checkpointing the choice moves only the one layer recomputed at a time."""
     r = NARROW_RECIPES.get(job.precision)
     if r is None or not r.saves_narrow_inputs or job.lora_rank is not None:
         return 0
+    if job.checkpointing == "selective" and get_engine(job.engine).selective == "op":
+        return 0
     return 0.5 if r.dtype == "fp4" else 1
+
+
+def _narrow_gathered(job: Job) -> bool:
+    """The narrow input saved is the all-gathered one (:attr:`gpuplan.fp8.NarrowRecipe.
+    narrow_input_after_gather`, torchao), where the engine gathers the recipe narrow."""
+    r = NARROW_RECIPES.get(job.precision)
+    return bool(r is not None and r.narrow_input_after_gather
+                and job.precision in get_engine(job.engine).tp_narrow_gather)
 
 
 #: What of a new family's forward is not yet op by op (the rest is: QK-norm, the routers,

@@ -231,6 +231,7 @@ class Opts:
     loss_chunks: int = 1    # output projection + cross-entropy over this many sequence chunks
     narrow_inputs: float = 0  # a narrow recipe saves each block linear's input at this many
                               # bytes per element for the weight gradient (TE FP8: 1; 0: 16-bit)
+    narrow_gathered: bool = False  # ... of the all-gathered input under SP, saved whole (torchao)
     capacity_factor: object = None  # MoE capacity factor (a Fraction): the experts run
                                     # b*s*top_k*cf padded rows; None: dropless
 
