@@ -41,20 +41,17 @@ __all__ = ["narrow_blocks", "NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_EN
            "check_narrow_on", "fp8_weight_bytes", "amax_history_bytes", "cast_bytes_per_element",
            "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL",
            "gathered_bytes_per_element", "narrow_elements", "columnwise_bytes_per_element",
-           "gathers_rowwise_only", "keeps_columnwise", "weight_cast_bytes_per_element"]
+           "gathers_rowwise_only", "keeps_columnwise", "weight_cast_bytes_per_element",
+           "non_tn_fp8_gemm"]
 
 #: GPU architectures (the catalog's ``architecture`` field) with FP8 tensor cores.
 FP8_ARCHITECTURES = ("Hopper", "Ada Lovelace", "Blackwell")
 #: ... and with MXFP8 / NVFP4 (block-scaled) tensor cores: Blackwell (sm_100 and later).
 BLACKWELL = ("Blackwell",)
 #: Architectures whose FP8 GEMMs take only the TN layout (cuBLASLt on sm_89/sm_90): Transformer
-#: Engine keeps each FP8 weight's transpose beside it for the dgrad/wgrad GEMMs. TE's test is
-#: ``nvte_is_non_tn_fp8_gemm_supported`` (common/transformer_engine.cpp at NVIDIA/TransformerEngine
-#: @70f53666 and @5671fd36, the pins of Megatron-Bridge 25.11 and 26.02; pytorch/utils.py
-#: ``is_non_tn_fp8_gemm_supported``): compute capability 10.x-11.x or >= 13.0 takes any layout.
-#: Consumer Blackwell (sm_120: RTX 50-series, RTX PRO 6000) is TN-only there too; gpuplan keys
-#: this on the architecture name alone, so it treats those as non-TN -- a known gap: their
-#: per-tensor FP8 transposes (memory and cast bytes) are not charged.
+#: Engine keeps each FP8 weight's transpose beside it for the dgrad/wgrad GEMMs. The fallback of
+#: :func:`non_tn_fp8_gemm` where no compute capability is known (a custom GPU, a test): by
+#: architecture name it cannot tell consumer Blackwell (sm_120, TN-only) from sm_100 (any layout).
 _TN_ONLY = ("Hopper", "Ada Lovelace")
 
 
@@ -86,7 +83,7 @@ class NarrowRecipe:
     every forward and freed (torchao)."""
     columnwise_copy: Literal["never", "tn-only", "always"]
     """A second (transposed / columnwise-scaled) copy of each narrow weight: ``tn-only`` on
-    Hopper/Ada (their FP8 GEMM is TN-only), ``always`` where the scales run along one axis (MX,
+    Hopper/Ada/sm_120 (their FP8 GEMM is TN-only: :func:`non_tn_fp8_gemm`), ``always`` where the scales run along one axis (MX,
     NVFP4: both directions quantized from the high-precision tensor; TE's 1 x 128 / 128 x 128
     blocks, whose ``Float8BlockQuantizer::create_tensor`` allocates the transposed
     ``columnwise_data`` whenever the quantizer has columnwise usage, with no architecture test:
@@ -320,12 +317,14 @@ def _block_scale(elements: int, block: int, scale_bytes: int) -> float:
 
 
 def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: str | None, *,
-                     param_gather: bool) -> tuple[int, int, str]:
+                     param_gather: bool,
+                     compute_capability: str | None = None) -> tuple[int, int, str]:
     """(persistent bytes of the narrow weight copies, bytes of the 16-bit weights it replaces,
     a label) for ``linear_elements`` of the blocks' linear weights on one rank.
 
     TE caches each weight's FP8 copy across micro-batches (1 byte per element, 0.5 for FP4, plus
-    its block scales) and on Hopper/Ada its transpose too; MX and NVFP4 keep a rowwise and a
+    its block scales) and where the FP8 GEMM is TN-only (Hopper, Ada, consumer Blackwell:
+    :func:`non_tn_fp8_gemm` on ``compute_capability``) its transpose too; MX and NVFP4 keep a rowwise and a
     columnwise copy everywhere. ``param_gather`` keeps the narrow copy *as* the parameter: the
     16-bit copy (2 bytes per element) is gone. torchao casts in each forward and keeps no copy
     across steps. Not counted: up to torchao 0.8 (pytorch/ao@eab345c2 float8_linear.py) the
@@ -341,7 +340,7 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     elem = 0.5 if recipe.dtype == "fp4" else 1.0
     one = linear_elements * elem + _block_scale(linear_elements, recipe.weight_block,
                                                 recipe.scale_bytes)
-    copies = 1 + keeps_columnwise(recipe, architecture)
+    copies = 1 + keeps_columnwise(recipe, architecture, compute_capability)
     what = "copy" if copies == 1 else "copy + transpose" if recipe.columnwise_copy == "tn-only" \
         else "rowwise + columnwise copies"
     label = f"{recipe.name} weight {what}" + (" (the parameters: fp8 param gather)"
@@ -398,7 +397,32 @@ def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     return 2.0 + out + amax_pass
 
 
-def keeps_columnwise(recipe: NarrowRecipe, architecture: str | None) -> bool:
+def _sm_arch(compute_capability: str | None) -> int | None:
+    """CUDA's ``major * 10 + minor`` of a catalog ``compute_capability`` ("12.0" -> 120); None
+    where there is none or it is not a CUDA one (AMD's "gfx942")."""
+    major, dot, minor = (compute_capability or "").partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        return None
+    return int(major) * 10 + int(minor)
+
+
+def non_tn_fp8_gemm(architecture: str | None, compute_capability: str | None = None) -> bool:
+    """Whether the FP8 GEMM takes layouts other than TN, as Transformer Engine decides it:
+    ``nvte_is_non_tn_fp8_gemm_supported`` (transformer_engine/common/transformer_engine.cpp at
+    NVIDIA/TransformerEngine @70f53666) returns ``(sm_arch >= 100 && sm_arch < 120) || sm_arch
+    >= 130`` for the device's ``major * 10 + minor`` ("temporary restriction"): data-centre
+    Blackwell (10.0 B200, 10.3 B300) and 11.x take any layout, consumer Blackwell (12.x: RTX
+    50-series, RTX PRO 6000 Blackwell), Hopper and Ada only TN. Read from the catalog's
+    ``compute_capability``; only where none is known, from the architecture name
+    (:data:`_TN_ONLY`: Hopper and Ada TN-only, any other name -- Blackwell included -- not)."""
+    sm = _sm_arch(compute_capability)
+    if sm is None:
+        return architecture not in _TN_ONLY
+    return 100 <= sm < 120 or sm >= 130
+
+
+def keeps_columnwise(recipe: NarrowRecipe, architecture: str | None,
+                     compute_capability: str | None = None) -> bool:
     """Whether Transformer Engine's quantizer writes a second (columnwise) copy beside the rowwise
     one when the backward needs it: MX, NVFP4 and TE's FP8 blocks always (``always``); per-tensor
     FP8 (``tn-only``) only where the FP8 GEMM is TN-only -- ``Float8Quantizer`` and
@@ -406,34 +430,39 @@ def keeps_columnwise(recipe: NarrowRecipe, architecture: str | None) -> bool:
     ``columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()`` (pytorch/csrc/quantizer.cpp at
     NVIDIA/TransformerEngine @70f53666 and @5671fd36), and ``get_weight_workspace`` resets a
     cached FP8 weight for a missing transpose only under the same test (module/base.py); torchao
-    never (``never``: its casts are laid out again instead, :mod:`gpuplan.compute.step`)."""
-    return recipe.columnwise_copy == "always" or (recipe.columnwise_copy == "tn-only"
-                                                  and architecture in _TN_ONLY)
+    never (``never``: its casts are laid out again instead, :mod:`gpuplan.compute.step`). The
+    TN-only test is :func:`non_tn_fp8_gemm` on ``compute_capability`` (the name
+    ``architecture`` only where that is unknown)."""
+    return recipe.columnwise_copy == "always" or (
+        recipe.columnwise_copy == "tn-only"
+        and not non_tn_fp8_gemm(architecture, compute_capability))
 
 
-def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None) -> float:
+def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None,
+                                 compute_capability: str | None = None) -> float:
     """Bytes per element of the second (columnwise) copy a quantize kernel writes beside the
     rowwise one for a linear's input or output gradient, whose weight-gradient GEMM reads it:
     MX and NVFP4 quantize both directions from the 16-bit tensor everywhere (``always``), and
     Transformer Engine's per-tensor and block FP8 write a transposed copy where the FP8 GEMM is
-    TN-only (Hopper, Ada: ``tn-only``; the fused ``cast_transpose`` kernel, one read, two writes:
+    TN-only (Hopper, Ada, sm_120: ``tn-only``; the fused ``cast_transpose`` kernel, one read, two writes:
     transformer_engine/pytorch/module/linear.py sets the input quantizer's usage to ``rowwise``
     and ``columnwise`` when the backward needs the input, and docs "Handling transposes" of
     NVIDIA/TransformerEngine @d0067d0d: "for FP8 on Hopper architecture, some tensors need to be
     physically transposed in memory"); 0 where the GEMM takes either layout (torchao's
-    ``never``, per-tensor FP8 on Blackwell). The columnwise copy of a block-scaled recipe has
+    ``never``, per-tensor FP8 on sm_100/sm_103). The columnwise copy of a block-scaled recipe has
     its own scales, one per block down the columns (Transformer Engine v2.9 @70f53666
     transformer_engine/pytorch/csrc/quantizer.cpp ``MXFP8Quantizer::get_scale_shape``: the
     columnwise scale-inverse is roundup(rows / 32, 4) x roundup(columns, 128) e8m0 bytes;
     ``NVFP4Quantizer::get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4)), the
     same share as the rowwise copy's."""
-    if not keeps_columnwise(recipe, architecture):
+    if not keeps_columnwise(recipe, architecture, compute_capability):
         return 0.0
     return (1.0 if recipe.dtype == "fp8" else 0.5) + _block_scale(1, recipe.act_block,
                                                                   recipe.scale_bytes)
 
 
-def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None) -> float:
+def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None,
+                                  compute_capability: str | None = None) -> float:
     """Bytes one cast of a linear weight moves per element: the 16-bit read, the amax pass where
     the scale comes from the current tensor (as :func:`cast_bytes_per_element`), the rowwise copy
     with the weight's own block scales (``weight_block``: 128 x 128 blocks for TE's FP8 blocks,
@@ -443,7 +472,7 @@ def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None
     (module/linear.py ``_Linear.forward``: ``weight_quantizer.set_usage(rowwise=True,
     columnwise=columnwise_usage)`` before ``get_weight_workspace``, at
     NVIDIA/TransformerEngine @70f53666 and @5671fd36); per-tensor FP8 then writes its 1-byte
-    transpose on Hopper/Ada only (on sm_100 the one copy serves both GEMMs), NVFP4 writes a
+    transpose on Hopper/Ada/sm_120 only (on sm_100 the one copy serves both GEMMs), NVFP4 writes a
     0.5-byte columnwise copy with an e4m3 byte per 16 values (``NVFP4Quantizer::create_tensor``
     and ``get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4) scale bytes) and MXFP8
     a 1-byte one with an e8m0 byte per 32 (``MXFP8Quantizer::get_scale_shape``)."""
@@ -451,7 +480,8 @@ def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None
                                                                  recipe.scale_bytes)
     amax_pass = 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
                         or recipe.global_scale) else 0.0
-    return 2.0 + amax_pass + row * (1 + keeps_columnwise(recipe, architecture))
+    return 2.0 + amax_pass + row * (1 + keeps_columnwise(recipe, architecture,
+                                                          compute_capability))
 
 
 def gathers_rowwise_only(recipe: NarrowRecipe) -> bool:

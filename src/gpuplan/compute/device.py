@@ -162,6 +162,10 @@ class Device:
     issue_rate: float = 0.0
     """Thread instructions a second the SMs can issue (:func:`issue_rate_of`); 0: the chip's FP32
     lanes per SM are not on record, and no kernel is timed by its instruction count."""
+    compute_capability: str = ""
+    """The catalog's compute capability ("9.0", "12.0"; AMD's LLVM target): what Transformer
+    Engine's TN-only FP8 test reads (:func:`gpuplan.fp8.non_tn_fp8_gemm`); "": not known (a CPU,
+    a custom GPU without one), the architecture name decides."""
 
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops
@@ -202,6 +206,7 @@ def device_from_gpu(gpu: GPU) -> Device:
         interconnect_bandwidth=gpu.interconnect_bandwidth, sm_count=gpu.sm_count,
         architecture=gpu.architecture, source=gpu.source, peak_basis=f"catalog dense peak ({gpu.name})",
         issue_rate=issue_rate_of(gpu.compute_capability, gpu.peak_flops["fp32"], gpu.sm_count),
+        compute_capability=gpu.compute_capability or "",
         **_l2_of(gpu), **_latency_of(gpu))
 
 

@@ -322,7 +322,8 @@ def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Prec
     gap = step.launch_s if step.overheads is None else step.overheads.device_gap_s
     cast_s = sum(t.total_s + t.op.kernels * t.op.count * gap for t in casts)
     proj_s = _mtp_proj_s(arch, batch * (seq // cp), device, eff, prec, gap)
-    sp_s = sp_quantize_s(ops, arch.num_layers, prec, tp, device.architecture)  # every level's
+    sp_s = sp_quantize_s(ops, arch.num_layers, prec, tp, device.architecture,  # every level's
+                         device.compute_capability)
     for level in ("none", "selective", "full"):
         again = narrow and narrow_recompute_op(fwd, narrow, level, selective, prec.act)
         extra = time_ops((*recompute_ops(fwd, level, attention, policy=selective,
@@ -477,7 +478,7 @@ def _step_casts(ops: list, narrow) -> tuple[list, list]:
 
 
 def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
-                  architecture: str) -> float:
+                  architecture: str, compute_capability: str = "") -> float:
     """:attr:`MicroCost.sp_quantize_s` from one micro-batch's timed ops: the micro-batch's
     ``fp8.quantize`` charges each quantized tensor whole, rowwise and columnwise
     (:func:`gpuplan.fp8.columnwise_bytes_per_element`). Under sequence parallelism the tensors
@@ -485,8 +486,8 @@ def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
     row-parallel one's output gradient -- are quantized on the ``1 / tp`` sequence shard, and a
     per-tensor FP8 tensor gathered rowwise only (:func:`gpuplan.fp8.gathers_rowwise_only`) gets
     its transposed copy after the gather, an FP8 read and write (2 bytes) of the whole tensor
-    where the GEMM is TN-only (Transformer Engine v2.9 layernorm_linear.py / linear.py
-    forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
+    where the GEMM is TN-only (Hopper, Ada, sm_120: :func:`gpuplan.fp8.non_tn_fp8_gemm`;
+    Transformer Engine v2.9 layernorm_linear.py / linear.py forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
     time over its bytes); 0 under a wide recipe, torchao's (its own tensor-parallel casts are
     not modelled here) or TP 1. A linear whose norm writes its narrow input
     (:func:`~.step.norm_fused_elements`) is left out: the quantize op already charges it only
@@ -509,9 +510,10 @@ def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
             col = TP_GEMMS[o.name] % 2 == 0  # its input gathered; else its output gradient
             gathered += o.shape[0] * o.shape[1] * (o.shape[2] if col else o.shape[3]) * o.count
     row = cast_bytes_per_element(recipe)
-    whole = row + columnwise_bytes_per_element(recipe, architecture)
+    col = columnwise_bytes_per_element(recipe, architecture, compute_capability)
+    whole = row + col
     if gathers_rowwise_only(recipe):
-        transpose = 2.0 if columnwise_bytes_per_element(recipe, architecture) else 0.0
+        transpose = 2.0 if col else 0.0
         sharded = row / tp + transpose
     else:
         sharded = whole / tp

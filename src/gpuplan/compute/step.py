@@ -1001,13 +1001,15 @@ def norm_fused_elements(fwd: Sequence[Op], recipe) -> tuple[int, int]:
             sum(o.count for o in fed))
 
 
-def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2) -> Op:
+def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2,
+                 compute_capability: str = "") -> Op:
     """One micro-batch's activation and gradient casts of a narrow recipe, as memory traffic
     (:func:`gpuplan.fp8.cast_bytes_per_element`): each linear's input in the forward and its
     output gradient in the backward; where no narrow input is saved (torchao's rowwise:
     :data:`gpuplan.fp8.TORCHAO_SAVED_INPUT`) the saved 16-bit input is cast again for the weight
     gradient. A columnwise copy (MX and NVFP4 everywhere, TE's FP8
-    transposes on Hopper/Ada: :func:`gpuplan.fp8.columnwise_bytes_per_element`) writes a second
+    transposes where the FP8 GEMM is TN-only, Hopper/Ada/sm_120:
+    :func:`gpuplan.fp8.columnwise_bytes_per_element` on ``compute_capability``) writes a second
     output. Where the norm writes the narrow input itself (:func:`norm_fused_elements`) those
     elements save the norm's wider write (``act`` - 1 bytes, taken off here: both passes are the
     forward's memory-bound elementwise kernels) and the whole cast, and read their 1-byte copy
@@ -1016,7 +1018,7 @@ def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2
     lin = _narrow_linears(fwd)
     inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
     grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
-    col = columnwise_bytes_per_element(recipe, architecture)
+    col = columnwise_bytes_per_element(recipe, architecture, compute_capability)
     per = cast_bytes_per_element(recipe) + col
     elements = inputs * (1 if recipe.saves_narrow_inputs else 2) + grads
     launches = sum(o.count for o in lin) * (2 if recipe.saves_narrow_inputs else 3)
@@ -1126,7 +1128,7 @@ def _scale_launch_op(fwd: Sequence[Op], recipe) -> Op | None:
 
 
 def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
-              architecture: str = "") -> list[Op]:
+              architecture: str = "", compute_capability: str = "") -> list[Op]:
     """One micro-batch's activation casts of a narrow recipe (:func:`_quantize_op`), the
     launches its split quantize adds to grouped linears (:func:`_split_quantize_op`) and the
     experts' row padding around them (:func:`_expert_padding_op`; none under HybridEP, whose
@@ -1137,7 +1139,8 @@ def _cast_ops(fwd: Sequence[Op], recipe, act: int, spec: "StepSpec",
         fwd, recipe, act, spec.moe_capacity_factor)
     extra = (_split_quantize_op(fwd, recipe), _scale_launch_op(fwd, recipe), pad,
              _torchao_relayout_op(fwd, recipe, spec))
-    return [_quantize_op(fwd, recipe, architecture, act), *(o for o in extra if o is not None)]
+    return [_quantize_op(fwd, recipe, architecture, act, compute_capability),
+            *(o for o in extra if o is not None)]
 
 
 #: torchao's float8 recipes (pytorch/ao@eab345c2268a7506355d506ebfc27b5d28e5e7d0): how the
@@ -1301,7 +1304,8 @@ def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
               kernels=max(1, sum(o.count for o in lin) - fused_launches), group="dense")
 
 
-def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec", architecture: str = "") -> Op:
+def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec", architecture: str = "",
+                    compute_capability: str = "") -> Op:
     """The weights' casts of one step: once per step where the recipe caches its narrow weights
     (TE: the first micro-batch), in every forward and again for the backward where it does not
     (torchao); each cast's bytes are the recipe's on ``architecture``
@@ -1310,7 +1314,7 @@ def _weight_cast_op(fwd: Sequence[Op], recipe, spec: "StepSpec", architecture: s
     lin = _narrow_linears(fwd)
     n = sum(o.weight_elements * o.count for o in lin)
     uses = 1 if recipe.caches_weight else 2 * spec.grad_accum
-    per = weight_cast_bytes_per_element(recipe, architecture)
+    per = weight_cast_bytes_per_element(recipe, architecture, compute_capability)
     return Op(name="fp8.weight_cast", op_class="norm_elementwise", kind="elementwise",
               phase="forward", count=uses, flops=float(n), counted_flops=0.0,
               bytes=float(n * per), parallel_work=max(1, n),
@@ -1388,13 +1392,15 @@ def _train_step(arch: Architecture | None, n_params: int, tensors: tuple, device
     if narrow is not None and arch is not None:
         if spec.fp8_attention:
             micro = [replace(o, narrow=True) if o.kind == "attention" else o for o in micro]
-        micro += _cast_ops(fwd, narrow, prec.act, spec, device.architecture)
+        micro += _cast_ops(fwd, narrow, prec.act, spec, device.architecture,
+                           device.compute_capability)
         again = narrow_recompute_op(fwd, narrow, spec.checkpointing,
                                     get_engine(spec.engine).selective, prec.act)
         if again is not None:
             micro.append(again)
         if not spec.narrow_weights_gathered:
-            weight_casts.append(_weight_cast_op(fwd, narrow, spec, device.architecture))
+            weight_casts.append(_weight_cast_op(fwd, narrow, spec, device.architecture,
+                                                device.compute_capability))
     ops = [replace(o, count=o.count * spec.grad_accum) for o in micro] + weight_casts
     if adapted:
         trainable = spec.trainable or sum(spec.lora_rank * (t.in_features + t.out_features)

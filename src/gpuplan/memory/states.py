@@ -202,7 +202,11 @@ def _narrow_states(job: Job, trained: _Trained, layers: int = 0) -> tuple[int, s
     """(bytes, label, 16-bit weight bytes it replaces) of a narrow recipe's persistent copies on
     this rank: the blocks' linear weights (the embedding and head stay 16-bit) as
     :func:`gpuplan.fp8.fp8_weight_bytes` counts them, reckoned as Hopper holds them (with the
-    transposes; Blackwell GEMMs take either layout), plus delayed scaling's amax histories. The
+    transposes), plus delayed scaling's amax histories. The memory model knows no GPU, so it
+    takes TN-only FP8 GEMMs: right on Hopper, Ada and consumer Blackwell (compute capability
+    12.x, where Transformer Engine's ``nvte_is_non_tn_fp8_gemm_supported`` is false:
+    :func:`gpuplan.fp8.non_tn_fp8_gemm`), an over-count of one 1-byte transpose per per-tensor
+    FP8 weight element on sm_100/sm_103 (B200, B300), whose GEMMs take either layout. The
     blocks kept BF16 (``first_last_layers_bf16`` at each end of ``layers``) hold none."""
     recipe = NARROW_RECIPES.get(job.precision)
     if recipe is None or job.lora_rank is not None:
