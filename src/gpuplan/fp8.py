@@ -83,11 +83,12 @@ class NarrowRecipe:
     every forward and freed (torchao)."""
     columnwise_copy: Literal["never", "tn-only", "always"]
     """A second (transposed / columnwise-scaled) copy of each narrow weight: ``tn-only`` on
-    Hopper/Ada/sm_120 (their FP8 GEMM is TN-only: :func:`non_tn_fp8_gemm`), ``always`` where the scales run along one axis (MX,
-    NVFP4: both directions quantized from the high-precision tensor; TE's 1 x 128 / 128 x 128
-    blocks, whose ``Float8BlockQuantizer::create_tensor`` allocates the transposed
-    ``columnwise_data`` whenever the quantizer has columnwise usage, with no architecture test:
-    pytorch/csrc/quantizer.cpp at NVIDIA/TransformerEngine @70f53666 and @5671fd36)."""
+    Hopper/Ada/sm_120 (their FP8 GEMM is TN-only: :func:`non_tn_fp8_gemm`), ``always`` where
+    the scales run along one axis (MX, NVFP4: both directions quantized from the high-precision
+    tensor; TE's 1 x 128 / 128 x 128 blocks, whose ``Float8BlockQuantizer::create_tensor``
+    allocates the transposed ``columnwise_data`` whenever the quantizer has columnwise usage, with
+    no architecture test: pytorch/csrc/quantizer.cpp at NVIDIA/TransformerEngine @70f53666 and
+    @5671fd36)."""
     saves_narrow_inputs: bool
     """The linear layers save their input in the narrow format for the weight-gradient GEMM
     (TE; torchao's tensorwise up to 0.8: :data:`TORCHAO_SAVED_INPUT`); False: the 16-bit input
@@ -324,17 +325,17 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
 
     TE caches each weight's FP8 copy across micro-batches (1 byte per element, 0.5 for FP4, plus
     its block scales) and where the FP8 GEMM is TN-only (Hopper, Ada, consumer Blackwell:
-    :func:`non_tn_fp8_gemm` on ``compute_capability``) its transpose too; MX and NVFP4 keep a rowwise and a
-    columnwise copy everywhere. ``param_gather`` keeps the narrow copy *as* the parameter: the
-    16-bit copy (2 bytes per element) is gone. torchao casts in each forward and keeps no copy
-    across steps. Not counted: up to torchao 0.8 (pytorch/ao@eab345c2 float8_linear.py) the
-    tensorwise matmul also saves the forward's ``weight_fp8_t`` for the backward, so without
-    activation checkpointing and without the FSDP float8 all-gather (whose gathered storage
-    FSDP2 frees after the forward) each block's FP8 weight (1 B an element) stays alive from
-    its forward to its backward; under torchtitan@9dec370's op-level checkpointing the cast is
-    recomputed but its ``abs(weight)`` is on the save list (16 bits) where the cast runs inside
-    the block (not under the FSDP float8 all-gather, which casts in FSDP's pre-forward hook; not
-    checked further here)."""
+    :func:`non_tn_fp8_gemm` on ``compute_capability``) its transpose too; MX and NVFP4 keep a
+    rowwise and a columnwise copy everywhere. ``param_gather`` keeps the narrow copy *as* the
+    parameter: the 16-bit copy (2 bytes per element) is gone. torchao casts in each forward and
+    keeps no copy across steps. Not counted: up to torchao 0.8 (pytorch/ao@eab345c2
+    float8_linear.py) the tensorwise matmul also saves the forward's ``weight_fp8_t`` for the
+    backward, so without activation checkpointing and without the FSDP float8 all-gather (whose
+    gathered storage FSDP2 frees after the forward) each block's FP8 weight (1 B an element) stays
+    alive from its forward to its backward; under torchtitan@9dec370's op-level checkpointing the
+    cast is recomputed but its ``abs(weight)`` is on the save list (16 bits) where the cast runs
+    inside the block (not under the FSDP float8 all-gather, which casts in FSDP's pre-forward hook;
+    not checked further here)."""
     if not recipe.caches_weight and not param_gather:
         return 0, 0, ""
     elem = 0.5 if recipe.dtype == "fp4" else 1.0
@@ -444,17 +445,17 @@ def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None,
     rowwise one for a linear's input or output gradient, whose weight-gradient GEMM reads it:
     MX and NVFP4 quantize both directions from the 16-bit tensor everywhere (``always``), and
     Transformer Engine's per-tensor and block FP8 write a transposed copy where the FP8 GEMM is
-    TN-only (Hopper, Ada, sm_120: ``tn-only``; the fused ``cast_transpose`` kernel, one read, two writes:
-    transformer_engine/pytorch/module/linear.py sets the input quantizer's usage to ``rowwise``
-    and ``columnwise`` when the backward needs the input, and docs "Handling transposes" of
-    NVIDIA/TransformerEngine @d0067d0d: "for FP8 on Hopper architecture, some tensors need to be
-    physically transposed in memory"); 0 where the GEMM takes either layout (torchao's
-    ``never``, per-tensor FP8 on sm_100/sm_103). The columnwise copy of a block-scaled recipe has
-    its own scales, one per block down the columns (Transformer Engine v2.9 @70f53666
+    TN-only (Hopper, Ada, sm_120: ``tn-only``; the fused ``cast_transpose`` kernel, one read,
+    two writes: transformer_engine/pytorch/module/linear.py sets the input quantizer's usage to
+    ``rowwise`` and ``columnwise`` when the backward needs the input, and docs "Handling
+    transposes" of NVIDIA/TransformerEngine @d0067d0d: "for FP8 on Hopper architecture, some
+    tensors need to be physically transposed in memory"); 0 where the GEMM takes either layout
+    (torchao's ``never``, per-tensor FP8 on sm_100/sm_103). The columnwise copy of a block-scaled
+    recipe has its own scales, one per block down the columns (Transformer Engine v2.9 @70f53666
     transformer_engine/pytorch/csrc/quantizer.cpp ``MXFP8Quantizer::get_scale_shape``: the
     columnwise scale-inverse is roundup(rows / 32, 4) x roundup(columns, 128) e8m0 bytes;
-    ``NVFP4Quantizer::get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4)), the
-    same share as the rowwise copy's."""
+    ``NVFP4Quantizer::get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4)), the same
+    share as the rowwise copy's."""
     if not keeps_columnwise(recipe, architecture, compute_capability):
         return 0.0
     return (1.0 if recipe.dtype == "fp8" else 0.5) + _block_scale(1, recipe.act_block,

@@ -487,13 +487,13 @@ def sp_quantize_s(ops: list, layers: int, prec: PrecisionLayout, tp: int,
     per-tensor FP8 tensor gathered rowwise only (:func:`gpuplan.fp8.gathers_rowwise_only`) gets
     its transposed copy after the gather, an FP8 read and write (2 bytes) of the whole tensor
     where the GEMM is TN-only (Hopper, Ada, sm_120: :func:`gpuplan.fp8.non_tn_fp8_gemm`;
-    Transformer Engine v2.9 layernorm_linear.py / linear.py forward and backward, @70f53666). The change is timed at the quantize op's own rate (its
-    time over its bytes); 0 under a wide recipe, torchao's (its own tensor-parallel casts are
-    not modelled here) or TP 1. A linear whose norm writes its narrow input
-    (:func:`~.step.norm_fused_elements`) is left out: the quantize op already charges it only
-    the transposed copy of the whole (gathered) tensor, made after the gather (Transformer
-    Engine v1.8 layernorm_linear.py: the norm's FP8 output gathered, ``fp8_transpose`` of
-    ``ln_out_total`` in the backward)."""
+    Transformer Engine v2.9 layernorm_linear.py / linear.py forward and backward, @70f53666).
+    The change is timed at the quantize op's own rate (its time over its bytes); 0 under a wide
+    recipe, torchao's (its own tensor-parallel casts are not modelled here) or TP 1. A linear whose
+    norm writes its narrow input (:func:`~.step.norm_fused_elements`) is left out: the quantize op
+    already charges it only the transposed copy of the whole (gathered) tensor, made after the
+    gather (Transformer Engine v1.8 layernorm_linear.py: the norm's FP8 output gathered,
+    ``fp8_transpose`` of ``ln_out_total`` in the backward)."""
     recipe = NARROW_RECIPES.get(prec.name)
     quant = [t for t in ops if t.op.name == "fp8.quantize" and t.op.bytes > 0]
     if (recipe is None or tp <= 1 or not quant or layers <= 0
