@@ -93,3 +93,20 @@ def test_a_custom_card_without_fp8_is_told_to_add_it():
         infer_precision("fp8", card, False)
     assert "fp8=" in str(e.value) and "tensor cores" not in str(e.value)
     assert e.value.field == "infer_precision"
+
+
+def test_a_training_recipe_on_a_catalog_gap_names_the_entries_that_state_the_rate(cli):
+    msg = _one_line_error(cli, "speed", "qwen2.5-7b", "--gpu", "rtx5090", "--precision",
+                          "fp8-tensorwise", "--engine", "torchtitan")
+    assert msg.startswith("--precision fp8-tensorwise: the catalog has no dense fp8 rate for "
+                          "RTX-5090 (its Blackwell tensor cores run it")
+    named = msg[msg.rindex("(") + 1:msg.rindex(")")].split(", ")
+    assert "RTX-PRO-6000-Blackwell" in named and "B200-SXM-180GB" in named
+    assert not {"RTX-5080", "H100-SXM-80GB"} & set(named)  # no rate / another architecture
+
+
+def test_an_architecture_refusal_of_a_recipe_names_only_gpus_it_can_time(cli):
+    msg = _one_line_error(cli, "speed", "qwen2.5-7b", "--gpu", "a100", "--precision",
+                          "fp8-tensorwise", "--engine", "torchtitan")
+    assert "(Ampere architecture) has no FP8 tensor cores" in msg
+    assert "H100-SXM-80GB" in msg and "RTX-5090" not in msg and "RTX-5060-Ti-16GB" not in msg

@@ -452,13 +452,20 @@ def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
     r = TRAINING_RECIPES[recipe]
     narrow = NARROW_RECIPES.get(recipe)
     if narrow is not None and device.kind == "gpu":
-        have = tuple(g.name for g in all_gpus() if g.architecture in narrow.architectures)
+        # the GPUs named are those that can be timed: the right architecture and a rate on record
+        have = tuple(g.name for g in all_gpus()
+                     if g.architecture in narrow.architectures and g.supports(narrow.dtype))
         check_narrow_on(narrow, device.name, device.architecture, have)
         if not device.supports(narrow.dtype):
+            same = [g.name for g in all_gpus() if g.architecture == device.architecture
+                    and g.supports(narrow.dtype)]
             raise UnsupportedError(f"{opt('precision')} {recipe}: the catalog has no dense "
-                                   f"{narrow.dtype} rate for {device.name} (gpuplan does not "
-                                   "guess a peak); time it with a catalog entry that states one",
-                                   field="precision", value=recipe)
+                                   f"{narrow.dtype} rate for {device.name} (its "
+                                   f"{device.architecture} tensor cores run it; gpuplan does not "
+                                   "guess a peak, and a custom: card has no architecture to run "
+                                   "a narrow recipe on); time it on a catalog entry that states "
+                                   f"one ({', '.join(same or have)})",
+                                   field="precision", value=recipe, accepted=", ".join(same or have))
     dtype = "tf32" if (r.compute_dtype == "fp32" and tf32) else r.compute_dtype
     _check_dtype(device, dtype, "train")
     w = 2 if r.autocast else r.weight_bytes
