@@ -23,7 +23,7 @@ __all__ = [
     "get_recipe", "get_optimizer", "get_weight_format",
     "optimizer_state_bytes", "weights_bytes_in_format", "gemm_dtype", "FP32_KEPT_STRICT",
     "HF_LOADED_ENGINES", "fp32_kept", "fp32_kept_params",
-    "INFER_AUTO", "resolve_infer_precision", "loads_shipped",
+    "INFER_AUTO", "resolve_infer_precision", "loads_shipped", "FP8_GEMM_ARCHS",
 ]
 
 
@@ -641,6 +641,10 @@ INFER_AUTO = "auto"
 #   and on Ampere through Marlin MXFP4 MoE (vllm-project/recipes OpenAI/GPT-OSS.md, read
 #   2026-12). SGLang and TensorRT-LLM: the FP8 tensor-core GPUs (no fallback assumed).
 _FP8_ARCHS = frozenset({"Ada Lovelace", "Hopper", "Blackwell", "CDNA 3", "CDNA 4"})
+#: The architectures whose tensor (matrix) cores run FP8 GEMMs, in display order: the same set,
+#: named by the inference refusal of an FP8 format (compute.step.infer_precision).
+FP8_GEMM_ARCHS = ("Hopper", "Ada Lovelace", "Blackwell", "CDNA 3", "CDNA 4")
+assert frozenset(FP8_GEMM_ARCHS) == _FP8_ARCHS
 _MXFP4_HF_ARCHS = frozenset({"Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell",
                              "CDNA 2", "CDNA 3", "CDNA 4"})
 _MXFP4_VLLM_ARCHS = frozenset({"Ampere", "Hopper", "Blackwell", "CDNA 3", "CDNA 4"})

@@ -136,8 +136,9 @@ def test_w4a8_runs_at_the_fp8_rate_and_is_refused_without_fp8():
     assert lay.dtype == "fp8" and lay.weight == pytest.approx(4.125 / 8)
     with pytest.raises(UnsupportedError, match="w4a16") as e:
         infer_precision("w4a8", device_from_gpu(get_gpu("a100")), False)
-    assert e.value.fix == {"precision": "w4a16"}
-    with pytest.raises(UnsupportedError, match="has no fp8 support"):
+    # the request key of an inference format is infer_precision (web: "request keys and values")
+    assert e.value.fix == {"infer_precision": "w4a16"} and e.value.field == "infer_precision"
+    with pytest.raises(UnsupportedError, match=r"\(Ampere architecture\) has no FP8 tensor cores"):
         infer_precision("fp8", device_from_gpu(get_gpu("a100")), False)
 
 
@@ -151,7 +152,8 @@ def test_fp8_on_ampere_is_refused_except_as_vllms_w8a16():
     # utilizing Marlin kernels"; torch._scaled_mm (transformers' FP8 path) needs >= 8.9
     a100 = device_from_gpu(get_gpu("a100"))
     for name in ("fp8", "fp8-channel", "fp8-block"):
-        with pytest.raises(UnsupportedError, match="has no fp8 support"):
+        with pytest.raises(UnsupportedError, match=f"^infer_precision {name}: A100-SXM-80GB "
+                           r"\(Ampere architecture\) has no FP8 tensor cores.*engine vllm"):
             infer_precision(name, a100, False)
         lay = infer_precision(name, a100, False, engine="vllm")
         assert lay.dtype == "bf16" and lay.weight == pytest.approx(WEIGHT_FORMATS[name].bits / 8)

@@ -55,7 +55,7 @@ def test_plot_is_written(capsys, tmp_path, cli):
 
 @pytest.mark.parametrize("argv,match", [
     (("--gpu", "T4"), "T4 has no bf16 support"),
-    (("--gpu", "V100", "--mode", "infer"), "use --precision fp16"),
+    (("--gpu", "V100", "--mode", "infer"), "use --infer-precision fp16"),
     (("--gpu", "h100", "--gpus", "0"), "--gpus '0'"),
     (("--gpu", "h100", "--batch", "-2"), "--batch '-2'"),
     (("--gpu", "h100", "--seq", "0"), "--seq '0'"),

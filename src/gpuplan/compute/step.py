@@ -15,11 +15,11 @@ from typing import Literal, Sequence
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
-from ..formats import (TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
+from ..formats import (FP8_GEMM_ARCHS, TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
                        optimizer_state_bytes)
 from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, check_narrow_on,
                    columnwise_bytes_per_element, narrow_blocks, weight_cast_bytes_per_element)
-from ..hardware import all_gpus
+from ..hardware import all_gpus, custom_spec
 from ..job import KV_DTYPES, Attention, Checkpointing, Job
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
 from ..models._types import Architecture, Model
@@ -386,9 +386,12 @@ class PrecisionLayout:
 
 
 def _check_dtype(device: Device, dtype: str, mode: str) -> None:
+    """Refuse a GEMM dtype ``device`` has no peak for, naming the option that chose it
+    (``precision`` in training, ``infer_precision`` in inference) and the one that works."""
     if device.supports(dtype):
         return
-    p = opt("precision")
+    field = "precision" if mode == "train" else "infer_precision"
+    p = opt(field)
     remedy = {
         "bf16": f"{p} mixed-fp16" if mode == "train" else f"{p} fp16",
         "tf32": f"run without {opt('tf32')} (plain fp32)",
@@ -396,14 +399,50 @@ def _check_dtype(device: Device, dtype: str, mode: str) -> None:
         "int8": f"{p} bf16 or fp16",
         "fp16": f"{p} fp32",
     }.get(dtype, f"another {p}")
-    fix = {"bf16": {"precision": "mixed-fp16" if mode == "train" else "fp16"},
-           "tf32": {"tf32": False}, "fp8": {"precision": "bf16"}, "int8": {"precision": "bf16"},
-           "fp16": {"precision": "fp32"}}.get(dtype)
-    have = ", ".join(d for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-                     if device.supports(d))
-    raise UnsupportedError(f"{device.name} has no {dtype} support (it has {have}); "
-                           f"use {remedy}", field="tf32" if dtype == "tf32" else "precision",
+    fix = {"bf16": {field: "mixed-fp16" if mode == "train" else "fp16"},
+           "tf32": {"tf32": False}, "fp8": {field: "bf16"}, "int8": {field: "bf16"},
+           "fp16": {field: "fp32"}}.get(dtype)
+    raise UnsupportedError(f"{device.name} has no {dtype} support (it has {_dtypes_of(device)}); "
+                           f"use {remedy}", field="tf32" if dtype == "tf32" else field,
                            value=dtype, fix=fix)
+
+
+def _dtypes_of(device: Device) -> str:
+    return ", ".join(d for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+                     if device.supports(d)) or "none"
+
+
+def _refuse_fp8_infer(device: Device, weight_format: str) -> None:
+    """The one line for an inference format whose GEMMs run in fp8 (fp8, fp8-block, w4a8 ...)
+    on ``device`` without an fp8 peak, saying which is true: its architecture has no FP8 tensor
+    cores (naming those that have them and the catalog GPUs with an fp8 rate, as
+    :func:`gpuplan.fp8.check_narrow_on` does for training), or the catalog entry lacks the dense
+    FP8 rate its tensor cores have (consumer Blackwell): then the card by its numbers, a
+    ``custom:`` spec with the fp8 peak left to fill in."""
+    p = opt("infer_precision")
+    alt = "w4a16" if weight_format == "w4a8" else ("bf16" if device.supports("bf16") else "fp16")
+    head = f"{p} {weight_format}" + (" (its GEMMs run in fp8)" if weight_format == "w4a8" else "")
+    use = f"use {p} {alt}"
+    gpu = next((g for g in all_gpus() if g.name == device.name), None)
+    if device.kind != "gpu" or device.architecture == "custom" or gpu is None:
+        why = (f"{device.name} gives no fp8 peak; add fp8=...TF (its dense FP8 rate) to the spec"
+               if device.architecture == "custom" else
+               f"{device.name} has no fp8 peak (it has {_dtypes_of(device)})")
+    elif device.architecture in FP8_GEMM_ARCHS:
+        why = (f"the catalog has no dense fp8 rate for {device.name} (its {device.architecture}"
+               f" tensor cores run FP8, but the entry records {_dtypes_of(device)} only; gpuplan "
+               f"does not guess a peak): give the card by its numbers with its dense FP8 rate for "
+               f"PEAK, {opt('gpu')} {custom_spec(gpu, fp8='PEAK')}")
+        use = "or " + use
+    else:
+        have = [g.name for g in all_gpus() if g.supports("fp8")]
+        why = (f"{device.name} ({device.architecture or 'unknown'} architecture) has no FP8 "
+               f"tensor cores; FP8 GEMMs run on {', '.join(FP8_GEMM_ARCHS)} GPUs "
+               f"({', '.join(have)})")
+        if weight_format != "w4a8" and device.supports("bf16"):
+            use += f", or {opt('engine')} vllm (it runs FP8 weights as W8A16 here)"
+    raise UnsupportedError(f"{head}: {why}; {use}", field="infer_precision",
+                           value=weight_format, fix={"infer_precision": alt})
 
 
 def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
@@ -413,13 +452,20 @@ def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
     r = TRAINING_RECIPES[recipe]
     narrow = NARROW_RECIPES.get(recipe)
     if narrow is not None and device.kind == "gpu":
-        have = tuple(g.name for g in all_gpus() if g.architecture in narrow.architectures)
+        # the GPUs named are those that can be timed: the right architecture and a rate on record
+        have = tuple(g.name for g in all_gpus()
+                     if g.architecture in narrow.architectures and g.supports(narrow.dtype))
         check_narrow_on(narrow, device.name, device.architecture, have)
         if not device.supports(narrow.dtype):
+            same = [g.name for g in all_gpus() if g.architecture == device.architecture
+                    and g.supports(narrow.dtype)]
             raise UnsupportedError(f"{opt('precision')} {recipe}: the catalog has no dense "
-                                   f"{narrow.dtype} rate for {device.name} (gpuplan does not "
-                                   "guess a peak); time it with a catalog entry that states one",
-                                   field="precision", value=recipe)
+                                   f"{narrow.dtype} rate for {device.name} (its "
+                                   f"{device.architecture} tensor cores run it; gpuplan does not "
+                                   "guess a peak, and a custom: card has no architecture to run "
+                                   "a narrow recipe on); time it on a catalog entry that states "
+                                   f"one ({', '.join(same or have)})",
+                                   field="precision", value=recipe, accepted=", ".join(same or have))
     dtype = "tf32" if (r.compute_dtype == "fp32" and tf32) else r.compute_dtype
     _check_dtype(device, dtype, "train")
     w = 2 if r.autocast else r.weight_bytes
@@ -451,11 +497,8 @@ def infer_precision(weight_format: str, device: Device, tf32: bool, *,
     if dtype == "fp8" and f.name != "w4a8" and engine == "vllm" and not device.supports("fp8") \
             and device.supports("bf16"):
         dtype = "bf16"  # vLLM's FP8 Marlin: W8A16 on Ampere/Turing
-    if f.name == "w4a8" and not device.supports(dtype):
-        raise UnsupportedError(f"{device.name} has no fp8 support: W4A8 runs its GEMMs in fp8; "
-                               f"use {opt('precision')} w4a16 (the same 4-bit weights, 16-bit "
-                               "GEMMs)", field="precision", value="w4a8",
-                               fix={"precision": "w4a16"})
+    if dtype == "fp8" and not device.supports(dtype):
+        _refuse_fp8_infer(device, weight_format)
     _check_dtype(device, dtype, "infer")
     act = _ACT_BYTES[dtype]
     w = f.bits / 8

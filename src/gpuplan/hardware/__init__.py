@@ -30,7 +30,7 @@ from ..units import parse_bandwidth, parse_bytes, parse_flops, parse_positive_in
 __all__ = [
     "GPU", "DTYPES", "get_gpu", "resolve_gpu", "all_gpus", "gpu_from_device_name",
     "gpu_aliases", "UnknownGPUError", "DEFAULT_SHORTLIST", "SOLVER_GPUS", "pcie_bandwidth",
-    "parse_custom_gpu",
+    "parse_custom_gpu", "custom_spec",
     "CUSTOM_PREFIX",
 ]
 
@@ -471,6 +471,28 @@ def _custom_part(spec: str, key: str, value: str) -> tuple[str, object]:
         return key, (int(gen), int(lanes))
     raise _bad_spec(spec, f"unknown part {key!r}; expected bw=, sms=, threads=, pcie= or a peak "
                      f"per dtype ({', '.join(DTYPES)}): {_CUSTOM_HELP}")
+
+
+def _number(x: float) -> str:
+    """``x`` without trailing zeros and without rounding away a recorded digit."""
+    return f"{x:.9f}".rstrip("0").rstrip(".")
+
+
+def custom_spec(gpu: GPU, **more: str) -> str:
+    """``gpu``'s own numbers as a ``custom:`` spec (:func:`parse_custom_gpu` reads it back to the
+    same memory, bandwidth, peaks, SM/thread counts and host link), with ``more`` (``fp8="PEAK"``)
+    appended as given: a refusal can hand the user the card with one figure left to fill in."""
+    parts = [f"{CUSTOM_PREFIX}{_number(gpu.memory_bytes / 1e9)}GB"]
+    if gpu.memory_bandwidth is not None:
+        parts.append(f"bw={_number(gpu.memory_bandwidth / 1e9)}GB/s")
+    parts += [f"{d}={_number(gpu.peak_flops[d] / 1e12)}TF" for d in DTYPES
+              if d in gpu.peak_flops and d not in more]
+    parts += [f"{k}={v}" for k, v in more.items()]
+    if gpu.sm_count is not None and gpu.max_threads_per_sm is not None:
+        parts.append(f"sms={gpu.sm_count},threads={gpu.max_threads_per_sm}")
+    if gpu.pcie_gen is not None and gpu.pcie_lanes is not None:
+        parts.append(f"pcie={gpu.pcie_gen}x{gpu.pcie_lanes}")
+    return ",".join(parts)
 
 
 def parse_custom_gpu(spec: str) -> GPU:
