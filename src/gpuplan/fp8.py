@@ -383,6 +383,14 @@ def amax_history_bytes(recipe: NarrowRecipe, linear_tensors: int, history: int |
     return linear_tensors * 3 * (h + 2) * 4
 
 
+def _amax_pass_bytes(recipe: NarrowRecipe) -> float:
+    """The 16-bit read of a cast's separate amax pass (per element): current and dynamic
+    per-tensor scaling, and NVFP4's per-tensor second-level scale; none for a delayed scale or
+    block scales taken in the quantize kernel itself."""
+    return 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
+                   or recipe.global_scale) else 0.0
+
+
 def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     """Bytes one quantize kernel moves per element: reads 16-bit, writes the narrow element plus
     its share of the scales; current and dynamic per-tensor scaling read once more for the amax,
@@ -393,9 +401,7 @@ def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     quantize kernel itself."""
     out = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.act_block,
                                                                  recipe.scale_bytes)
-    amax_pass = 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
-                        or recipe.global_scale) else 0.0
-    return 2.0 + out + amax_pass
+    return 2.0 + out + _amax_pass_bytes(recipe)
 
 
 def _sm_arch(compute_capability: str | None) -> int | None:
@@ -479,10 +485,8 @@ def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None
     a 1-byte one with an e8m0 byte per 32 (``MXFP8Quantizer::get_scale_shape``)."""
     row = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.weight_block,
                                                                  recipe.scale_bytes)
-    amax_pass = 2.0 if ((recipe.act_block == 0 and not recipe.amax_history)
-                        or recipe.global_scale) else 0.0
-    return 2.0 + amax_pass + row * (1 + keeps_columnwise(recipe, architecture,
-                                                          compute_capability))
+    return 2.0 + _amax_pass_bytes(recipe) + row * (1 + keeps_columnwise(recipe, architecture,
+                                                                         compute_capability))
 
 
 def gathers_rowwise_only(recipe: NarrowRecipe) -> bool:

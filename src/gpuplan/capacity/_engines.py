@@ -189,14 +189,11 @@ def scheduler_for(engine: str, version: str | None = None) -> SchedulerDefaults:
     if version is None:
         version = ENGINE_VERSIONS[engine]
     want = version_key(version, engine)  # the spelling budget_rule (gpuplan fit) accepts
-    fits = [s for s in rows if _key(s.version) <= want]
+    fits = [s for s in rows if version_key(s.version, engine) <= want]
     if not fits:
         raise InputError(f"{opt('engine_version')} {shown(version)}: the oldest {engine} "
                          f"scheduler capacity simulates is {rows[0].version}'s; name "
                          f"{rows[0].version} or a later version", field="engine_version",
                          value=version, accepted=f"{rows[0].version} or later")
-    return max(fits, key=lambda s: _key(s.version))
+    return max(fits, key=lambda s: version_key(s.version, engine))
 
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))

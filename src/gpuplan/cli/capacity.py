@@ -150,7 +150,7 @@ def _check_sweep(make_at, rate, conc) -> None:
                          f"{10**6 / top:g} or less, or drop --sweep")
 
 
-_SERVING = ("vllm", "sglang", "trt-llm")
+from ..engines.budget import SERVING_ENGINES as _SERVING  # vllm, sglang, trt-llm
 
 
 def _serving_job(args: argparse.Namespace, model, given: dict):

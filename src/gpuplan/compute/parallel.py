@@ -758,7 +758,8 @@ def engine_layout_options(engine: str, precision: str | None = None) -> dict[str
     return dict(tp_overlap_kind=e.tp_overlap_kind, cp_rotate=e.cp_rotate,
                 repeat_kv=e.sdpa_repeat_kv, fsdp2_reduce_bytes=e.fsdp2_reduce_bytes,
                 p2p_overlap=e.p2p_overlap, fsdp1_grad_cat=e.fsdp1_grad_cat,
-                pp_grad_reduce=e.pp_grad_reduce, tp_gather_bytes=1.0 if precision in e.tp_narrow_gather else None)
+                pp_grad_reduce=e.pp_grad_reduce,
+                tp_gather_bytes=1.0 if precision in e.tp_narrow_gather else None)
 
 
 def moe_host_sync(engine: str, ep: int, capacity_factor: float | None = None) -> bool:
@@ -989,7 +990,6 @@ def fsdp1_grad_cat_bytes(grad_elements: float, *, micro_batches: int,
     return micro_batches * grad_elements * 2 * grad_bytes
 
 
-
 def sharded_copy_bytes(elements: float, *, fsdp1_grad_cat: bool, zero: int, micro_batches: int,
                        gathers: float, gathered_bytes: float, grad_bytes: float,
                        reduce_bytes: float, grad_elements: float | None = None) -> float:
@@ -1004,6 +1004,7 @@ def sharded_copy_bytes(elements: float, *, fsdp1_grad_cat: bool, zero: int, micr
     return fsdp2_copy_bytes(elements, zero=zero, micro_batches=micro_batches, gathers=gathers,
                             gathered_bytes=gathered_bytes, grad_bytes=grad_bytes,
                             reduce_bytes=reduce_bytes, grad_elements=grad_elements)
+
 
 def dualpipe_bubble_s(pp: int, f_and_b_s: float, b_s: float, w_s: float) -> float:
     """DualPipe's bubble, ``(PP/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 report Table 2;

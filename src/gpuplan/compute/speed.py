@@ -21,7 +21,7 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
-    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, constant, overlap_sm_share,
+    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, constant,
     quant_kernel, speed_range, speed_residuals,
 )
 from ._args import speed_args
@@ -29,7 +29,7 @@ from .flops import AttentionPrecision, form_notes, run_form
 from .measured import RunUse, resolve_measured
 from .parallel import (
     Layout, LayoutTime, ServeTime, engine_layout_options, fsdp2_reduce_width, job_micro_options,
-    layout_time, micro_cost, model_flops_per_token, serve_time, sharded_copy_bytes,
+    layout_time, micro_cost, model_flops_per_token, nccl_sm_share, serve_time, sharded_copy_bytes,
     shard_arch, zero3_gathers,
 )
 from .step import (
@@ -966,8 +966,7 @@ def _scaling(step: Phase, transfer: TransferEstimate, trainable: int, prec: Prec
         gradient_bytes=int(volume), gpus=job.gpus, link=lname, link_bandwidth=lbw,
         eff=eff, overlap=overlap_comm, tokens_per_step=step.tokens, topology=topo,
         serial_bytes=int(serial),
-        overlap_sm_share=overlap_sm_share(device.sm_count, vendor=device.vendor,
-                                                interconnect=device.interconnect))
+        overlap_sm_share=nccl_sm_share(device))
 
 
 def _compare_cpu(est: SpeedEstimate, on_cpu) -> CpuComparison:

@@ -1001,6 +1001,17 @@ def _narrow_linears(fwd: Sequence[Op]) -> list[Op]:
             and o.group not in ("embedding", "head") and not o.wide]
 
 
+def _input_elements(lin: Sequence[Op]) -> int:
+    """Elements of the inputs of the linear GEMMs ``lin`` (batch x tokens x in features)."""
+    return sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
+
+
+def _grad_elements(lin: Sequence[Op]) -> int:
+    """Elements of the output gradients of the linear GEMMs ``lin`` (batch x tokens x out
+    features)."""
+    return sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
+
+
 def keep_edges_wide(fwd: Sequence[Op], layers: int, edge: int) -> list[Op]:
     """``fwd`` with the first ``edge`` and the last ``edge`` of ``layers`` blocks' linear GEMMs
     kept 16-bit (Megatron ``--first-last-layers-bf16``: those blocks are built as BF16 layers,
@@ -1040,8 +1051,7 @@ def norm_fused_elements(fwd: Sequence[Op], recipe) -> tuple[int, int]:
         return 0, 0
     names = {o.name for o in fwd}
     fed = [o for o in _narrow_linears(fwd) if NORM_FED_LINEARS.get(o.name) in names]
-    return (sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in fed),
-            sum(o.count for o in fed))
+    return _input_elements(fed), sum(o.count for o in fed)
 
 
 def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2,
@@ -1059,8 +1069,8 @@ def _quantize_op(fwd: Sequence[Op], recipe, architecture: str = "", act: int = 2
     again for the transpose where there is one (the cast's launch becomes the transpose's;
     without a transpose it is gone)."""
     lin = _narrow_linears(fwd)
-    inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
-    grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
+    inputs = _input_elements(lin)
+    grads = _grad_elements(lin)
     col = columnwise_bytes_per_element(recipe, architecture, compute_capability)
     per = cast_bytes_per_element(recipe) + col
     elements = inputs * (1 if recipe.saves_narrow_inputs else 2) + grads
@@ -1213,8 +1223,7 @@ def _saved_fp8_inputs(lin: Sequence[Op], recipe) -> tuple[int, int]:
     CSE of three identical casts; eager casts it per linear, not counted)."""
     if not recipe.saves_narrow_inputs:
         return 0, 0
-    return (sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin),
-            sum(o.count for o in lin))
+    return _input_elements(lin), sum(o.count for o in lin)
 
 
 def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | None:
@@ -1250,7 +1259,7 @@ def _torchao_relayout_op(fwd: Sequence[Op], recipe, spec: "StepSpec") -> Op | No
     lin = _narrow_linears(fwd)
     if how is None or not lin:
         return None
-    grads = sum(o.shape[0] * o.shape[1] * o.shape[3] * o.count for o in lin)
+    grads = _grad_elements(lin)
     n = sum(o.kernels * o.count for o in lin)  # one launch a linear (wq, wk, wv apart)
     inputs, n_in = _saved_fp8_inputs(lin, recipe)
     if how == "recast":
@@ -1307,8 +1316,8 @@ def _expert_padding_op(fwd: Sequence[Op], recipe, act: int,
 #: autocast copies): each counts its own passes, a checkpointed recompute's included, so a
 #: recompute built from a step's forward ops leaves them out.
 STEP_LEVEL_OPS = frozenset({"fp8.quantize", "fp8.weight_cast", "fp8.recompute_cast",
-                            "fp8.split_quantize", "fp8.relayout", "fp8.expert_padding", "fp8.scale_launches",
-                            "lora.dequantize", "autocast.cast"})
+                            "fp8.split_quantize", "fp8.relayout", "fp8.expert_padding",
+                            "fp8.scale_launches", "lora.dequantize", "autocast.cast"})
 
 
 def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
@@ -1337,7 +1346,7 @@ def narrow_recompute_op(fwd: Sequence[Op], recipe, checkpointing: str,
     else:
         return None
     lin = _narrow_linears(fwd)
-    inputs = sum(o.shape[0] * o.shape[1] * o.shape[2] * o.count for o in lin)
+    inputs = _input_elements(lin)
     if inputs <= 0:
         return None
     return Op(name="fp8.recompute_cast", op_class="norm_elementwise", kind="elementwise",
