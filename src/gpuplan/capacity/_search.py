@@ -215,11 +215,11 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
 
 
 def check_replicas(replicas: int | None, wl: Workload) -> None:
-    """``replicas`` given for ``wl`` (None: none given): at most one a request (and a closed loop's client). Each
-    replica is simulated alone on its round-robin share and the result scaled by the count
-    (:class:`Deployment`), so a replica with no request would multiply one request's
-    1 / E2E (10^6 replicas on 40 requests: 8.76e6 req/s for 4 offered), and one with no client
-    would still get one (the share is at least one), adding load never given."""
+    """``replicas`` given for ``wl`` (None: none given): at most one a request (and a closed
+    loop's client). Each replica is simulated alone on its round-robin share and the result
+    scaled by the count (:class:`Deployment`), so a replica with no request would multiply one
+    request's 1 / E2E (10^6 replicas on 40 requests: 8.76e6 req/s for 4 offered), and one with
+    no client would still get one (the share is at least one), adding load never given."""
     if replicas is None:
         return
     n = len(wl.requests)

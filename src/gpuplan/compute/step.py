@@ -465,7 +465,8 @@ def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
                                    "guess a peak, and a custom: card has no architecture to run "
                                    "a narrow recipe on); time it on a catalog entry that states "
                                    f"one ({', '.join(same or have)})",
-                                   field="precision", value=recipe, accepted=", ".join(same or have))
+                                   field="precision", value=recipe,
+                                   accepted=", ".join(same or have))
     dtype = "tf32" if (r.compute_dtype == "fp32" and tf32) else r.compute_dtype
     _check_dtype(device, dtype, "train")
     w = 2 if r.autocast else r.weight_bytes

@@ -220,10 +220,11 @@ def _activation_peak(a: Architecture, tokens: int, seqs: int, dt: int = 2, *,
     point; the sampler: :data:`SORT_SAMPLER_BYTES` per logit beside the hidden states, the only
     forward tensor still held when it sorts). ``v0_sort`` / ``in_sort``: the same with the
     peak inside the CUDA sort (:func:`_sort_bytes`; V0, and V1 0.8-0.20). ``fused``: vLLM
-    0.21+'s sampler, which does not sort (:data:`FUSED_SAMPLER_BYTES`). vLLM's ``execute_model`` computes the logits from
-    the model's returned hidden states after the layers' intermediates are freed, so the logits
-    are not summed onto the MLP's peak (vllm/worker/model_runner.py ``execute_model``: the
-    model's forward, then ``compute_logits``, then ``sample``). On the RTX 3090 log of vllm#10517
+    0.21+'s sampler, which does not sort (:data:`FUSED_SAMPLER_BYTES`). vLLM's
+    ``execute_model`` computes the logits from the model's returned hidden states after the
+    layers' intermediates are freed, so the logits are not summed onto the MLP's peak
+    (vllm/worker/model_runner.py ``execute_model``: the model's forward, then
+    ``compute_logits``, then ``sample``). On the RTX 3090 log of vllm#10517
     this gives 2.06 GiB at 20,000 tokens and 2.99 at 29,000, where vLLM measured 2.07 and 2.99
     (the ``summed`` form gave 2.15 and 3.01, its copy count fitted to them).
 
