@@ -9,6 +9,7 @@ import contextlib
 import sys
 
 from .._io import json_text
+from ..engines.budget import SERVING_ENGINES
 from ._common import add_model_on_gpu
 from ._job_options import add_job_options, given_job_options, job_from_args
 
@@ -150,7 +151,7 @@ def _check_sweep(make_at, rate, conc) -> None:
                          f"{10**6 / top:g} or less, or drop --sweep")
 
 
-from ..engines.budget import SERVING_ENGINES as _SERVING  # vllm, sglang, trt-llm
+_SERVING = SERVING_ENGINES  # vllm, sglang, trt-llm: the engines capacity simulates
 
 
 def _serving_job(args: argparse.Namespace, model, given: dict):
