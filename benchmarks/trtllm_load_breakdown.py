@@ -220,6 +220,10 @@ def gemm_rows(path: Path = GEMMS) -> list[dict]:
     return out
 
 
+def _gemm_rise(gemms: list[dict], n: int, m: int) -> float:
+    return next(r["rise"] for r in gemms if r["dtype"] == "bf16" and (r["n"], r["m"]) == (n, m))
+
+
 def _gemm_section(gemms: list[dict], online: list[dict]) -> list[str]:
     lines = ["## A GEMM at 1-256 rows on an H100", "",
              "published/hopper_small_m_gemm.json (vLLM pull requests #49363, #23280, #13917; "
@@ -262,8 +266,12 @@ def _gemm_section(gemms: list[dict], online: list[dict]) -> list[str]:
               f"{100 * (at16 - 1):.1f}%, {min(bound.values()):.2f}-{max(bound.values()):.2f} ms "
               "a step had the whole step risen so, and the measured gap exceeds that on "
               f"{len(over)} of the {len(low)} rows on the decode-bound lengths (median gap "
-              f"{statistics.median(r['meas'] - r['pred'] for r in low):.1f} ms). Not measured: "
-              "TensorRT-LLM's own GEMM plugin at these rows, and shapes under 30 MB.", ""]
+              f"{statistics.median(r['meas'] - r['pred'] for r in low):.1f} ms). At 17-64 rows "
+              "the data bound it less: the 30 MB shape, the size of llama-3.1-70b TP4's "
+              "attention projections (2560 x 8192 and 8192 x 2048, 42 and 34 MB), takes "
+              f"{_gemm_rise(gemms, 2112, 64):.3f}x at 64 rows, and nothing was published between "
+              "16 and 64 rows. Not measured: TensorRT-LLM's own GEMM plugin at these rows, and "
+              "shapes under 30 MB.", ""]
     return lines
 
 
