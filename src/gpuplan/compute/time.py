@@ -226,8 +226,8 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency, rereads: float = 0.0) ->
     cuBLAS's bf16 GEMM takes 0.99-1.02x its one-row time at 16 rows and 1.04-1.08x at 128 rows
     over 132-462 MB of weights (1.42x on a 30 MB one that fits the L2), while the time here, at
     the end-to-end share, is the longer at every one of those rows but that 30 MB one at 128
-    (benchmarks/trtllm_load_breakdown.py). The GEMV share itself (gpt-fast's batch-1 step, ``gemv_bw_16bit``)
-    is an end-to-end figure: it folds each kernel's ramp and tail and the gaps between kernels
+    (benchmarks/trtllm_load_breakdown.py). The GEMV share itself (gpt-fast's batch-1 step,
+    ``gemv_bw_16bit``) is an end-to-end figure: it folds each kernel's ramp and tail and the gaps between kernels
     into the weights' share, costs a step pays at every batch, as the kernels per step do not
     change with it."""
     bw = device.memory_bandwidth * eff.memory
