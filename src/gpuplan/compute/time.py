@@ -221,8 +221,13 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency, rereads: float = 0.0) ->
     (IST-DASLab/marlin@2f6d7c1 assets/peak.png, A10, 72k x 18k, FP16 via PyTorch's
     CUTLASS/cuBLAS call as the baseline) measures Marlin's speedup at the ideal 3.87x from 1 to
     32 rows: over those rows the FP16 GEMM stays as near its byte floor as Marlin's 4-bit kernel
-    stays to its own, with no rise of its share as the rows grow. The GEMV share itself (gpt-fast's batch-1 step, ``gemv_bw_16bit``)
-    is an end-to-end figure: it folds each kernel's ramp and tail and the gaps between kernels
+    stays to its own, with no rise of its share as the rows grow. On an H100 neither does it fall
+    (benchmarks/published/hopper_small_m_gemm.json, vLLM pull requests #49363 and #23280):
+    cuBLAS's bf16 GEMM takes 0.99-1.02x its one-row time at 16 rows and 1.04-1.08x at 128 rows
+    over 132-462 MB of weights (1.42x on a 30 MB one that fits the L2), while the time here, at
+    the end-to-end share, is the longer at every one of those rows but that 30 MB one at 128
+    (benchmarks/trtllm_load_breakdown.py). The GEMV share itself (gpt-fast's batch-1 step,
+    ``gemv_bw_16bit``) is an end-to-end figure: it folds each kernel's ramp and tail and the gaps between kernels
     into the weights' share, costs a step pays at every batch, as the kernels per step do not
     change with it."""
     bw = device.memory_bandwidth * eff.memory
