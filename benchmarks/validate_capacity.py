@@ -9,7 +9,8 @@ count). Nothing here is fitted: the simulation runs with the engine's defaults a
 states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``) and
 the mean input and output lengths served where the row's own figures give them
 (``input_len_served``, ``output_len_served``: lengths drawn per request, or generation stopped
-at EOS).
+at EOS) and the server flags its source states (``server_flags``: vLLM's gpu_memory_utilization,
+max_model_len, max_num_seqs, max_num_batched_tokens).
 
     PYTHONPATH=src python benchmarks/validate_capacity.py --write   # rewrites validate_capacity.md
 """
@@ -104,6 +105,18 @@ def _input(run: dict) -> int:
     return int(served["run_as"]) if served else int(run["input_len"])
 
 
+#: the server flags a row may state (``server_flags``), each a keyword of :func:`gpuplan.capacity`
+#: and, spelt with dashes, an option of ``gpuplan capacity``
+SERVER_FLAGS = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens")
+
+
+def _server_flags(run: dict) -> dict:
+    """The engine flags the row's source states for its server (``server_flags``: e.g. vLLM's
+    ``--gpu-memory-utilization 0.5 --max-model-len 2048``), else none (the engine's defaults)."""
+    stated = run.get("server_flags") or {}
+    return {k: stated[k] for k in SERVER_FLAGS if stated.get(k) is not None}
+
+
 def _stat(stats, run: dict, key: str) -> float:
     """The simulated statistic the row's figure is: its median (p50) where the source quotes
     one (``measured[key]["stat"] == "median"``: sglang.bench_serving's JSON line holds only
@@ -120,9 +133,11 @@ def predict(run: dict) -> Row:
     tp = run["tp"]
     out, inp = _output(run), _input(run)
     kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
+    flags = _server_flags(run)
     cmd = (f"gpuplan capacity {run['model']} --gpu {run['gpu']} --engine {run['engine']} "
            f"--engine-version {version} --tp {tp} --infer-precision {run['precision']} "
            + (f"--kv-dtype {kv} " if kv else "")
+           + "".join(f"--{k.replace('_', '-')} {v:g} " for k, v in flags.items())
            + f"{load_cli} --requests {n} --input {inp} --output {out} "
            f"--seed {SEED}")
     row = Row(run=run, version_run=version, requests=n, command=cmd)
@@ -132,7 +147,7 @@ def predict(run: dict) -> Row:
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=inp,
                        output=out, requests=n, seed=SEED,
-                       replicas=run.get("replicas") or 1, **kw)
+                       replicas=run.get("replicas") or 1, **flags, **kw)
     except InputError as e:
         row.why_not = str(e)
         return row
