@@ -9,7 +9,8 @@ count). Nothing here is fitted: the simulation runs with the engine's defaults a
 states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``) and
 the mean input and output lengths served where the row's own figures give them
 (``input_len_served``, ``output_len_served``: lengths drawn per request, or generation stopped
-at EOS).
+at EOS) and the server flags its source states (``server_flags``: vLLM's gpu_memory_utilization,
+max_model_len, max_num_seqs, max_num_batched_tokens).
 
     PYTHONPATH=src python benchmarks/validate_capacity.py --write   # rewrites validate_capacity.md
 """
@@ -104,6 +105,18 @@ def _input(run: dict) -> int:
     return int(served["run_as"]) if served else int(run["input_len"])
 
 
+#: the server flags a row may state (``server_flags``), each a keyword of :func:`gpuplan.capacity`
+#: and, spelt with dashes, an option of ``gpuplan capacity``
+SERVER_FLAGS = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens")
+
+
+def _server_flags(run: dict) -> dict:
+    """The engine flags the row's source states for its server (``server_flags``: e.g. vLLM's
+    ``--gpu-memory-utilization 0.5 --max-model-len 2048``), else none (the engine's defaults)."""
+    stated = run.get("server_flags") or {}
+    return {k: stated[k] for k in SERVER_FLAGS if stated.get(k) is not None}
+
+
 def _stat(stats, run: dict, key: str) -> float:
     """The simulated statistic the row's figure is: its median (p50) where the source quotes
     one (``measured[key]["stat"] == "median"``: sglang.bench_serving's JSON line holds only
@@ -120,9 +133,11 @@ def predict(run: dict) -> Row:
     tp = run["tp"]
     out, inp = _output(run), _input(run)
     kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
+    flags = _server_flags(run)
     cmd = (f"gpuplan capacity {run['model']} --gpu {run['gpu']} --engine {run['engine']} "
            f"--engine-version {version} --tp {tp} --infer-precision {run['precision']} "
            + (f"--kv-dtype {kv} " if kv else "")
+           + "".join(f"--{k.replace('_', '-')} {v:g} " for k, v in flags.items())
            + f"{load_cli} --requests {n} --input {inp} --output {out} "
            f"--seed {SEED}")
     row = Row(run=run, version_run=version, requests=n, command=cmd)
@@ -132,7 +147,7 @@ def predict(run: dict) -> Row:
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=inp,
                        output=out, requests=n, seed=SEED,
-                       replicas=run.get("replicas") or 1, **kw)
+                       replicas=run.get("replicas") or 1, **flags, **kw)
     except InputError as e:
         row.why_not = str(e)
         return row
@@ -465,6 +480,47 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   yet at 509 tokens a TP shard's kernels take longer than their launches, so eager launches
   would hide behind them; --enable-torch-compile (the rows' launch flag) changes decode graphs
   only.
+- **vLLM on datacenter GPUs (issue 29's vLLM source; 19 rows, transcribed and committed before
+  any prediction was read; nothing fitted, nothing in the model changed for them).** Medians over
+  the 19: TTFT 36.0%, ITL 22.1%, output tok/s 13.6%. What each group says:
+  (1) *gpt-oss-20b on H100 (vLLM blog, FP8-KV post, Table 5): attention planned eager.*
+  TTFT +519%/+539%, ITL +138%/+70%, tok/s -66%/-58%. gpuplan plans every gpt-oss job with
+  materialized scores (models/_types.py ``EAGER_ONLY``: transformers' GptOssPreTrainedModel has
+  ``_supports_sdpa = False``), whatever the engine: a lone 20k-token prefill reads 2.1 s (an
+  8192-token chunk 956 ms, memory-bound at 6.7% MFU) against Llama-3.1-8B's 0.73 s, and the slow
+  chunked-prefill steps stall the decodes (ITL). vLLM runs gpt-oss's sinks in fused kernels:
+  "vLLM has integrated special GPU kernels from FlashInfer (Blackwell) and FlashAttention 3
+  (Hopper)" (blog.vllm.ai 2025-08-05 gpt-oss, vllm-project.github.io _posts/2025-08-05-gpt-oss.md
+  @c3a01c4). The cause is the engine-independent attention choice; left for the speed model
+  (not changed here, by the brief).
+  (2) *Qwen3-0.6B on H100 (kvcached bench JSONs, vLLM 0.19.0).* TTFT -95% (1.9 against 39.1 ms at
+  16 req/s) and ITL -65% (0.85 against 2.40 ms); all at once TTFT -82% and ITL +720%, tok/s -24%,
+  and the measured run holds 71 decoding at once by Little's law against the simulation's 444.
+  A 0.6B model's GPU step is under a millisecond, so the server's CPU work sets the pace: the
+  measured all-at-once run prefills 256k prompt tokens in about 6 s (mean TTFT 3.0 s, 43k tok/s;
+  the simulated GPU takes 0.55 s mean TTFT), so what binds is the API server's intake (tokenizing,
+  the request's path to the EngineCore) and the engine's per-step scheduling, which gpuplan's
+  vLLM V1 profile counts as overlapped (``_VLLM_HOST``) and does not time. The 37 ms gap at 16
+  req/s matches the per-request cost the 4090 rows left open (25 ms there); no source measures
+  it, so nothing is added.
+  (3) *Qwen2-7B on A100 80GB (dennislee22, vLLM 0.10.1.1, all N sent at once).* ITL reads 10-31%
+  low at every N (N = 1: 10.4 against 11.75 ms; the SKU is not stated, and on the PCIe card's
+  1,935 GB/s the simulated 10.4 would be about 11.0) and more so where the pool binds (0.25
+  utilization, 93,872 tokens: -19% to -31%); tok/s +3% to +35%. TTFT is confounded: prefix caching
+  was on and every run reused benchmark_serving.py's seed 0 on one server, so the server logs the
+  README quotes show 1-57% prefix-cache hits, and the measured mean TTFT falls from N = 10 to 20
+  and 30 (489, 195, 242 ms) where a cold run's must grow; the rows run no hit (not stated per
+  run), TTFT median 34.4% over the 13.
+  (4) *Llama-3.1-8B on H100 (vLLM blog, Table 4, concurrency 8, ~20k in).* BF16 KV: TTFT +21%, ITL
+  -4%, tok/s +2%; FP8 KV: TTFT -18%, ITL -17%, tok/s +22%: the simulated FP8 cache gains more than
+  the measured (ITL 14.5 -> 10.7 ms simulated, 15.18 -> 12.93 measured), consistent with the post's
+  two-level accumulation in FA3's FP8 path, which gpuplan does not cost.
+  Not expressible, not transcribed: the post's "FP8 skip-SW" row (an FP8 cache on the full-
+  attention layers only, `--kv-cache-dtype-skip-layers sliding_window`: gpuplan has one KV dtype
+  per model); the A100 sweep's N = 1000 (76 and 106 of the requests failed); kvcached's own
+  configurations (a patched KV allocator). Searched and left out: vLLM's nightly/perf dashboards
+  (ShareGPT workloads, results not in the repository), the v0.6.0 blog (ShareGPT and sonnet,
+  charts only), vLLM PR threads whose quoted blocks lack the GPU, the version or the ITL.
 """
 
 

@@ -1631,18 +1631,26 @@ def _serving_engine(srow: dict) -> str:
     return "nim" if srow.get("engine_as_stated", "").startswith("NVIDIA NIM") else srow["engine"]
 
 
-def _figure_key(engine, model, gpu, tp, lengths, load, figure) -> tuple:
-    """What identifies one published measurement across the two files."""
-    return (engine, model, gpu, int(tp or 1), tuple(lengths), load, figure)
+def _figure_key(engine, model, gpu, tp, lengths, load, figure, setup=()) -> tuple:
+    """What identifies one published measurement across the two files; ``setup`` is what else
+    the source states about the server (a KV-cache dtype, engine flags), empty where it states
+    none (every runs.json row)."""
+    return (engine, model, gpu, int(tp or 1), tuple(lengths), load, figure, tuple(setup))
 
 
 def _serving_key(srow: dict, figure: str) -> tuple:
+    """An "INF" load is keyed by its request count (all N sent at once: N = 10 and N = 50 are
+    two measurements), and the setup by the row's stated KV dtype and ``server_flags`` (the vLLM
+    blog's BF16- and FP8-KV rows share every other field)."""
     load = srow["load"]
     ld = (("concurrency", load["concurrency"]) if load.get("concurrency")
           else ("rate", float(load["request_rate"])) if load.get("request_rate") is not None
-          else ("all",))
+          else ("all", int(srow.get("num_requests") or 500)))
+    flags = srow.get("server_flags") or {}
+    setup = ((("kv_dtype", srow["kv_dtype"]),) if srow.get("kv_dtype") else ()) + tuple(
+        sorted((k, v) for k, v in flags.items() if k != "from"))
     return _figure_key(_serving_engine(srow), srow["model"], srow["gpu"], srow["tp"],
-                       (srow["input_len"], srow["output_len"]), ld, figure)
+                       (srow["input_len"], srow["output_len"]), ld, figure, setup)
 
 
 def _runs_key(run: dict) -> tuple:

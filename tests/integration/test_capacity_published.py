@@ -63,14 +63,20 @@ def test_summary_by_hand(rows):
 
 
 def test_throughput_meets_the_bar(rows):
-    # reached: 2.9% median over the 85 rows (benchmarks/validate_capacity.md)
+    # reached: 3.8% median over the 109 rows (benchmarks/validate_capacity.md)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] <= vc.BAR
 
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 16.4% (90 rows), ITL 15.5% (85 rows), output tok/s 2.8% (90 rows) median |error|.
+    # TTFT 18.1% (109 rows), ITL 16.4% (104 rows), output tok/s 3.8% (109 rows) median |error|.
     # History, newest first:
+    # - 16.4% / 15.5% / 2.8% over 90 / 85 / 90 rows before issue 29's 19 vLLM rows joined (kvcached
+    #   H100, the vLLM blog's FP8-KV tables, dennislee22's A100 sweep; transcribed before any
+    #   prediction was read, nothing fitted, no model change): their own medians TTFT 36.0%, ITL
+    #   22.1%, tok/s 13.6% (gpt-oss planned with eager attention, a 0.6B model's host-bound
+    #   server, prefix-cache hits in the A100 sweep; validate_capacity.py MECHANISMS); every
+    #   earlier row reads as before;
     # - 16.6% / 15.5% / 2.8% before SGLang's overlap scheduler formed each batch one step ahead
     #   (capacity/_engines.py SchedulerDefaults.run_ahead; sglang scheduler.py
     #   event_loop_overlap): the five SGLang TTFTs 37.7% -> 21.7% median (70B -45.5/-37.7/-46.8%
@@ -93,10 +99,10 @@ def test_errors_reached(rows):
     #   decode GEMMs' rows no longer at it (ITL down ~0.1-1%, the wrong way: TensorRT-LLM 18.7% ->
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
-    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.164, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.155, abs=0.005)
+    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.181, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.164, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
-        0.028, abs=0.005)
+        0.038, abs=0.005)
     nim = "nvidia-nim"
     assert vc.summary(rows, "ttft_ms", nim)["median_abs_error"] == pytest.approx(0.134, abs=0.005)
     assert vc.summary(rows, "itl_ms", nim)["median_abs_error"] == pytest.approx(0.022, abs=0.005)
@@ -105,25 +111,27 @@ def test_errors_reached(rows):
     assert vc.summary(rows, "itl_ms", sgl)["median_abs_error"] == pytest.approx(0.016, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 16.4% "
-                   "over 90 rows (SGLang on H200 21.7%; TensorRT-LLM online table 12.8% once its 8.3 ms per-request cost is counted; "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 18.1% "
+                   "over 109 rows (SGLang on H200 21.7%; TensorRT-LLM online table 12.8% once its 8.3 ms per-request cost is counted; "
                    "NIM 13.4%, its C=25-50 rows carrying the closed loop's start-up ramp; "
-                   "vLLM on a 4090 50.0%)")
+                   "vLLM on a 4090 50.0%; vLLM on H100/A100 36.0%)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 15.5% "
-                   "over 85 rows (TensorRT-LLM online table 17.4%, NIM 2.2%, SGLang 1.6%)")
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.4% "
+                   "over 104 rows (TensorRT-LLM online table 17.4%, NIM 2.2%, SGLang 1.6%, "
+                   "vLLM on H100/A100 22.1%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
 
 
 def test_stated_kv_dtype_is_run_and_cited(rows):
     # a row that states a KV-cache dtype runs it (the job and the CLI line), and quotes where
-    # it comes from; the NIM fp8 rows are the ones that state it (inferred, TensorRT-LLM's doc)
+    # it comes from; the NIM fp8 rows (inferred, TensorRT-LLM's doc) and the vLLM blog's FP8-KV
+    # rows (stated: --kv-cache-dtype fp8) are the ones that state it
     stated = [r for r in rows if r.run.get("kv_dtype")]
-    assert {r.run["source_group"] for r in stated} == {"nvidia-nim"}
+    assert {r.run["source_group"] for r in stated} == {"nvidia-nim", "vllm-blog-fp8-kv"}
     for r in stated:
         src = r.run["kv_dtype_source"]
         assert src["url"].startswith("https://") and src["quote"], r.run["id"]

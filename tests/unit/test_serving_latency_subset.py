@@ -16,7 +16,8 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 #: serving_runs.json's rows outside the subset, by hand from the rule (more than 64 requests in
-#: flight): every "INF" row (all 500 requests at once), NIM at concurrency 100-250, and the rate
+#: flight): every "INF" row of more than 64 requests (all of them sent at once: TensorRT-LLM's and
+#: kvcached's 500, the A100 sweep's 75-500), NIM at concurrency 100-250, and the rate
 #: rows whose Little's law on the measured figures, rate x (TTFT + output x ITL), is over 64
 #: (e.g. 70B H100 467/256 at 8 QPS: 8 x (0.092 + 256 x 0.032) = 66.3; 8B H100 202/214 at 32 QPS:
 #: 32 x (0.027 + 214 x 0.011) = 76.2).
@@ -79,15 +80,20 @@ def test_runs_json_members(vs):
 
 
 def test_serving_runs_members_each_figure_once(vs):
-    """serving_runs.json's 90 rows: 26 outside (12 INF, NIM at C = 100/150/200/250, 14 rate rows
-    over 64 in flight) -- the other 64 give TTFT and ITL (the vLLM 4090 rows TTFT only: no ITL
+    """serving_runs.json's 109 rows: 35 outside (21 INF rows of more than 64 requests: TensorRT-LLM's
+    12, kvcached's 500 and the A100 sweep's 8 of 75-500; NIM at C = 100/150/200/250; 14 rate rows
+    over 64 in flight) -- the other 74 give TTFT and ITL (the vLLM 4090 rows TTFT only: no ITL
     published), less the three ITLs runs.json holds: 46 x 2 - 3 + 8 + 5 = 102 figures from
-    TensorRT-LLM, NIM and vLLM, plus 5 x 2 from DataCrunch's SGLang rows (all at most 45-52 in
-    flight) = 112, and 115 with runs.json's three."""
+    TensorRT-LLM, NIM and vLLM's 4090 rows, plus 5 x 2 from DataCrunch's SGLang rows (all at most
+    45-52 in flight) = 112, plus 10 x 2 from the vLLM rows of issue 29 (kvcached at 16 req/s,
+    5.5 in flight; the vLLM blog's four at concurrency 8; the A100 sweep's N = 1-50 sent at
+    once) = 132, and 135 with runs.json's three. Five of those A100 rows differ only in N and
+    the blog's BF16- and FP8-KV rows only in the KV dtype: each is its own measurement."""
     outside = {s["id"] for s in _serving()
-               if s["load"].get("request_rate") is None and not s["load"].get("concurrency")}
+               if s["load"].get("request_rate") is None and not s["load"].get("concurrency")
+               and s["num_requests"] > 64}
     outside |= {s["id"] for s in _serving() if (s["load"].get("concurrency") or 0) >= 100}
-    assert len(outside) == 12 + 4
+    assert len(outside) == 21 + 4
     outside |= OUTSIDE_RATE
     seen = {vs._runs_key(r.run) for r in vs.serving_latency_rows(_rows(vs))}
     members = vs.serving_runs_members(seen)
@@ -95,9 +101,9 @@ def test_serving_runs_members_each_figure_once(vs):
     dup = set(RUNS_MEMBERS.values())
     assert not any(s["id"] in dup and label == "ITL" for s, _, label, _ in members)
     assert {s["id"] for s, _, label, _ in members if label == "TTFT"} >= dup
-    assert len(members) == 112
+    assert len(members) == 132
     keys = [vs._serving_key(s, label) for s, _, label, _ in members] + sorted(seen)
-    assert len(keys) == len(set(keys)) == 115
+    assert len(keys) == len(set(keys)) == 135
     engines = {vs._serving_engine(s) for s, *_ in members}
     assert engines == {"trt-llm", "nim", "vllm", "sglang"}
 
@@ -130,6 +136,22 @@ def test_in_flight_is_littles_law_on_the_measured_figures(vs):
     dc = by_id["datacrunch-sglang-llama-3.1-405b-h200-tp8-random1024-rps2"]
     assert vs.serving_in_flight(dc) == pytest.approx(2 * (0.24426 + 515 * 0.0433), rel=1e-3)
     assert vs.serving_in_flight(by_id["trtllm-online-llama-3.1-8b-h100-tp1-467-16-qpsinf"]) == 500
+    # an "INF" row of 10 requests sent at once holds 10 in flight (a member), of 75 not
+    n10 = by_id["dl-vllm-qwen2-7b-a100-util05-1024-1024-n10"]
+    assert vs.serving_in_flight(n10) == 10
+    assert vs.serving_in_flight(by_id["dl-vllm-qwen2-7b-a100-util05-1024-1024-n75"]) == 75
+
+
+def test_key_tells_apart_what_the_source_tells_apart(vs):
+    """Two all-at-once runs of 10 and 20 requests, and the vLLM blog's BF16- and FP8-KV runs of
+    one workload, are four measurements: their keys differ in the count and in the KV dtype."""
+    by_id = {s["id"]: s for s in _serving()}
+    a, b = (by_id[f"dl-vllm-qwen2-7b-a100-util05-1024-1024-n{n}"] for n in (10, 20))
+    assert vs._serving_key(a, "TTFT") != vs._serving_key(b, "TTFT")
+    assert vs._serving_key(a, "TTFT")[5] == ("all", 10)
+    bf, f8 = (by_id[f"vllm-blog-fp8kv-llama-3.1-8b-h100-20k-2k-c8-kv{k}"] for k in ("bf16", "fp8"))
+    assert vs._serving_key(bf, "ITL") != vs._serving_key(f8, "ITL")
+    assert ("kv_dtype", "fp8") in vs._serving_key(f8, "ITL")[7]
 
 
 def test_section_reports_median_and_bar(vs):
@@ -140,11 +162,11 @@ def test_section_reports_median_and_bar(vs):
         return SimpleNamespace(predicted={k: v["value"] * 1.25
                                           for k, v in srow["measured"].items()})
     text = "\n".join(vs._serving_latency_section(_rows(vs, scale=1 / 1.25), fake))
-    assert "115 figures" in text and "median |error| 25.0%" in text and "bar met: no" in text
+    assert "135 figures" in text and "median |error| 25.0%" in text and "bar met: no" in text
     assert "engines present: nim, sglang, trt-llm, vllm; 0 not predicted" in text
     # the 12 TTFTs at 2 QPS of TensorRT-LLM's online table (4 model/GPU setups x 3
     # lengths) fitted engines/profiles.py's TensorRT-LLM request time: reported without them too
-    assert "12 of them" in text and "without them 103 figures" in text
+    assert "12 of them" in text and "without them 123 figures" in text
     text = "\n".join(vs._serving_latency_section(
         _rows(vs, scale=1 / 1.05),
         lambda s: SimpleNamespace(predicted={k: v["value"] * 0.95
