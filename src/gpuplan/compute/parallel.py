@@ -55,7 +55,8 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   back once per model chunk (``/ TP`` with sequence parallelism, Megatron's scatter-gather),
   exposed (blocking sends); under an engine that overlaps them on an interleaved schedule (the
   profile's ``p2p_overlap``: Megatron-LM's --overlap-p2p-communication) the steady state's
-  sends run beside the next chunk's compute, exposed only where longer
+  sends run beside the next chunk's compute, exposed only where longer; under the batch-level
+  EP overlap each merged forward-and-backward iteration posts its sends last and waits one hop
   (:func:`interleaved_p2p_exposed_s`).
 - **data parallel**: the stage's gradients all-reduced (ZeRO 0-2; 1 and 2 reduce-scatter then
   all-gather the same bytes) or reduce-scattered and the weights gathered twice (ZeRO-3: 1.5x)
@@ -1977,8 +1978,11 @@ def _layout_notes(lay: Layout, topo: Topology,
     elif lay.pp > 1:
         notes.append(f"pipeline bubble (p-1)/(v m) = {lay.pp - 1}/({lay.chunks} x "
                      f"{lay.micro_batches}); " + (
-                         "p2p sends of the steady state beside the next chunk's compute "
-                         "(--overlap-p2p-communication), the warm-up and cool-down sends "
+                         ("p2p sends of the steady state posted after each merged forward "
+                          "and backward chunk of the EP overlap, one hop waited an iteration"
+                          if lay.ep_overlap else
+                          "p2p sends of the steady state beside the next chunk's compute")
+                         + " (--overlap-p2p-communication), the warm-up and cool-down sends "
                          "blocking" if p2p_overlapped else "p2p sends counted as blocking"))
     if lay.mtp_layers:
         notes.append(f"MTP depth {lay.mtp_layers} on the last stage: one more layer and the "
