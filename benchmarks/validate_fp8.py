@@ -315,8 +315,8 @@ MOE_LOCAL_EXPERT_CHECKS = (
     "where the estimate reads the 25.11 run 15% faster (5,653 against 4,909; the pair also "
     "differs in VP 2 against none and the 25.11 FP8-MX overlap_param_gather False, both in "
     "the Job); the H100 "
-    "Qwen3-30B-A3B pair reads the same way (25.11 alltoall with the overlap 2.42, 26.02 "
-    "DeepEP with it 1.90). The same Jobs without the overlap still read 1.52 and 2.09 (the "
+    "Qwen3-30B-A3B pair reads the same way (25.11 alltoall with the overlap 2.32, 26.02 "
+    "DeepEP with it 1.86). The same Jobs without the overlap still read 1.52 and 2.09 (the "
     "overlap's whole modelled gain is under half the miss). The hidden all-to-all's kernels "
     "hold SMs the paired micro-batch's compute then lacks, and are charged so "
     "(:func:`~gpuplan.compute.parallel.ep_overlap_sm_share`: DeepEP's moe_deepep_num_sms 20, "
@@ -346,6 +346,58 @@ MOE_LOCAL_EXPERT_CHECKS = (
     "to the B200 DeepSeek-V3 ones (misses 11.5 / 20.8 ms) and nothing to the EP 32 / 64 rows, "
     "whose expert GEMMs run 39-297 us; not taken, because that benchmark does not say whether "
     "its 33 us is the host's pace or the device's, and the host side is charged already.",
+)
+
+
+#: What was checked of the pipeline for the H100 Qwen3-30B-A3B rows (issue 30's worst: 25.11 PP 2
+#: x VP 24, one of the 48 layers a virtual stage, MBS 2; 26.02 PP 2 x VP 12, two, MBS 1), and
+#: what it left. Printed under :data:`MOE_LOCAL_EXPERT_CHECKS`.
+PIPELINE_CHECKS = (
+    "Where the sends go: Megatron-Core's rank order tp-cp-ep-dp-pp (parallel_state.py "
+    "initialize_model_parallel at NVIDIA/Megatron-LM@0d8e0714; Megatron-Bridge passes it, "
+    "src/megatron/bridge/training/initialize.py line 431 at NVIDIA-NeMo/Megatron-Bridge@7af9601c) "
+    "puts the two stages on the two DGX nodes, so every hop crosses InfiniBand: b x s x hidden "
+    "x 2 B = 33.6 MB (MBS 2) and 16.8 MB (MBS 1) a hop, 0.86 ms and 0.44 ms in gpuplan's "
+    "send-recv, the NIC's bandwidth, not its latency. Megatron-Bridge sets overlap_p2p_comm True "
+    "and batch_p2p_comm False for PP > 1 with VP > 1 (src/megatron/bridge/training/"
+    "comm_overlap.py lines 450-460 at v0.2.0 = 7af9601c and v0.3.0 = 21b02e0c), and no "
+    "performance script overrides either (no p2p key under scripts/performance at either tag).",
+    "Charged since this note: under moe_a2a_overlap the interleaved schedule's steady state is "
+    "combined_1f1b_schedule_for_interleaved_pipelining (schedules.py "
+    "forward_backward_helper_wrapper, line 1302 at Megatron-LM@0d8e0714, line 1322 at "
+    "@b0cc2706), whose merged iteration waits for both receives first and posts both sends "
+    "last (model_chunk_schedule_plan.py TransformerModelChunkSchedulePlan.run), only the first "
+    "layer's delayed attention wgrad after them; round the ring of stages each iteration then "
+    "waits one hop less that tail (:func:`~gpuplan.compute.parallel.interleaved_p2p_exposed_s`, "
+    "the form checked against an event-by-event simulation of the schedule in tests/unit/"
+    "test_p2p_overlap.py): the exposed p2p goes 0.08 -> 0.54 s a step (25.11) and 0.02 -> "
+    "0.51 s (26.02), the rows 2.42 -> 2.32 and 1.90 -> 1.86 (B200 Qwen3-235B 25.11, PP 8 x VP "
+    "2, 1.73 -> 1.71; the H100 Qwen3-235B rows 0.89 unmoved at two decimals, 0.5% the wrong way).",
+    "The rest of the pipeline cannot hold the miss: every send exposed in full would be 2 x 24 x 32 "
+    "hops x 0.86 ms = 1.32 s (25.11) and 2 x 12 x 128 x 0.44 ms = 1.34 s (26.02) against "
+    "misses of 14.1 s and 23.8 s a step (measured 24.8 s and 51.3 s, estimated 10.7 s and "
+    "27.5 s); the interleaved bubble, (PP - 1) / VP of a micro-batch, is 13 ms and 18 ms. The "
+    "miss is 9.2 ms (25.11) and 7.7 ms (26.02) a chunk pass, each way.",
+    "Nor the schedule's per-virtual-stage host work, by a measured control: the 25.09 run of the "
+    "same pipeline (Megatron-Bridge docs/performance-summary.md at 7af9601c, 25.09 container, "
+    "DGX-H100: Qwen3_30B_a3B (tokendrop), 16 GPUs, GBS 512, MBS 2, TP 1, PP 2, VP 24, EP 8, "
+    "GA 32: 10,494 tok/s/GPU; its script at ea299063, scripts/performance/configs/qwen3/"
+    "qwen3_30b_a3b_llm_pretrain.yaml perf_matrix h100: fp8_cs mbs 2, bf16's 1; run_script.py "
+    "apply_moe_token_drop: capacity factor 1.0 padded, the alltoall dispatcher; no "
+    "moe_a2a_overlap: the script passes CommOverlapConfig(tp_comm_overlap=True) alone and "
+    "src/megatron/bridge/training/comm_overlap.py line 438 there leaves the overlap off) ran "
+    "the same 48 virtual stages, 1,536 chunk passes a step, at twice the 25.11 throughput, and gpuplan times that Job (the 25.11 one "
+    "with moe_capacity_factor 1.0, no EP overlap) at 11,789 tok/s/GPU, 1.12; the NeMo 24.07 "
+    "Llama 2 70B (PP 4 x VP 20) and 13B (PP 4 x VP 10) rows above, one layer a virtual stage "
+    "too, read 1.11 and 1.17. So the miss lies in what 25.11 changed beside the pipeline, "
+    "dropless routing (its host sync per MoE layer, :data:`~gpuplan.compute.parallel."
+    "MOE_HOST_SYNCS`) with the batch-level EP overlap: measured x 0.50 (10,494 -> 5,275), "
+    "estimated x 1.04 (11,789 -> 12,239; the sync alone 11,789 -> 11,044, the overlap then "
+    "11,044 -> 12,239). Not modelled further here: no source measures either mechanism on "
+    "H100. The 25.11 config at its tag (QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG at 7af9601c) "
+    "sets VP 12 and MBS 1 where the table says VP 24 and MBS 2 (fp8_runs.json "
+    "differs_from_table; the table's taken); the config's layout would read 10,307 (1.95), "
+    "beside the 26.02 row's 1.86 under the same layout.",
 )
 
 
@@ -653,6 +705,9 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
     out += ["", "Checked for the EP 8 rows with 16-32 local experts (`MOE_LOCAL_EXPERT_CHECKS`):",
             ""]
     out += [f"- {c}" for c in MOE_LOCAL_EXPERT_CHECKS]
+    out += ["", "Checked of the pipeline for the H100 Qwen3-30B-A3B rows (PP 2 x VP 24 / 12: one / "
+            "two layers a virtual stage; `PIPELINE_CHECKS`):", ""]
+    out += [f"- {c}" for c in PIPELINE_CHECKS]
     return out
 
 

@@ -159,13 +159,18 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # median 11.2% unmoved, worst 151.1% -> 142.3%, MoE median 23.4% unmoved (the five overlap rows:
 # H100 Qwen3-30B 2.51 -> 2.42 and 1.95 -> 1.90, B200 Qwen3-235B 1.78 -> 1.73; H100 Qwen3-235B
 # 1.00 / 0.99 -> 0.89 / 0.89, the wrong way); the pair and dense unmoved
+# the EP overlap's merged 1F1B iterations wait one pipeline hop each under the interleaved
+# schedule (parallel.interleaved_p2p_exposed_s): median 11.2% unmoved, worst 142.3% -> 132.0%,
+# MoE median 23.4% unmoved (H100 Qwen3-30B 2.42 -> 2.32 and 1.90 -> 1.86, B200 Qwen3-235B
+# 25.11 1.73 -> 1.71; H100 Qwen3-235B 1,461 -> 1,454 and 1,405 -> 1,399 tok/s, 0.89 both, the
+# wrong way); the pair and dense unmoved
 @pytest.mark.xfail(strict=True, reason="median |error| 11.2% > 10%: the MoE rows (23.4% median) "
                    "hold it above the bar; the dense rows meet it (see the dense subsets' test)")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
 
-@pytest.mark.xfail(strict=True, reason="worst |error| 142.3% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
+@pytest.mark.xfail(strict=True, reason="worst |error| 132.0% > 20% (Qwen3-30B-A3B, 16 H100, 25.11)")
 def test_worst_within_20_percent():
     assert S["worst"] <= V.WORST_BAR, S
 

@@ -55,7 +55,8 @@ The model, per GPU of the busiest pipeline stage (the last: it holds the output 
   back once per model chunk (``/ TP`` with sequence parallelism, Megatron's scatter-gather),
   exposed (blocking sends); under an engine that overlaps them on an interleaved schedule (the
   profile's ``p2p_overlap``: Megatron-LM's --overlap-p2p-communication) the steady state's
-  sends run beside the next chunk's compute, exposed only where longer
+  sends run beside the next chunk's compute, exposed only where longer; under the batch-level
+  EP overlap each merged forward-and-backward iteration posts its sends last and waits one hop
   (:func:`interleaved_p2p_exposed_s`).
 - **data parallel**: the stage's gradients all-reduced (ZeRO 0-2; 1 and 2 reduce-scatter then
   all-gather the same bytes) or reduce-scattered and the weights gathered twice (ZeRO-3: 1.5x)
@@ -1713,7 +1714,7 @@ def layout_time(arch: Architecture, cost: MicroCost, lay: Layout, topo: Topology
     m = lay.micro_batches
     overlapped = p2p_overlap == "interleaved" and lay.chunks > 1 and not lay.dual
     ep_c, pp_c = _pipeline_sends(arch, lay, topo, eff, prec.act, ep_c, t_mb, overlapped,
-                                 ep_overlap_sm_share(ep_dispatcher, device))
+                                 ep_overlap_sm_share(ep_dispatcher, device), _tail_s(cost, lay))
     mine = stage_params(arch, params, lay) * (2 if lay.dual else 1) + mtp_rank_params(arch, lay)
     hide, accum = _pipeline_sync(lay, mine, prec, device, eff, fsdp2_reduce_bytes,
                                  pp_grad_reduce, stage_layers * cost.layer_bwd_s)
@@ -1763,14 +1764,15 @@ def _layout_copy_s(lay: Layout, mine: float, prec: PrecisionLayout, device: Devi
 
 def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Efficiency, act: int,
                     ep_c: float, t_mb: float, overlapped: bool = False,
-                    sm_share: float = 0.0) -> tuple[float, float]:
+                    sm_share: float = 0.0, tail_s: float = 0.0) -> tuple[float, float]:
     """(exposed EP all-to-all of a micro-batch, the step's exposed pipeline p2p): each
     micro-batch sends its activations forward and their gradients back once per chunk
     (blocking); DualPipe runs a micro-batch's all-to-alls and sends beside the paired chunk's
     compute ``t_mb``, exposed only what outlasts it (carried by the all-to-all's share).
     ``overlapped``: the interleaved schedule's sends beside compute
     (:func:`interleaved_p2p_exposed_s`). ``sm_share``: the SMs the EP overlap's hidden
-    all-to-all kernels hold (:func:`ep_overlap_sm_share`)."""
+    all-to-all kernels hold (:func:`ep_overlap_sm_share`). ``tail_s``: what a merged
+    iteration of the EP overlap runs after posting its sends (:func:`interleaved_p2p_exposed_s`)."""
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
     if lay.sequence_parallel:
         p2p_bytes /= lay.tp
@@ -1783,11 +1785,18 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     if lay.dual:
         return max(0.0, ep_c + 2 * hop - t_mb), 0.0
     if overlapped:
-        return ep_c, interleaved_p2p_exposed_s(hop, t_mb, lay)
+        return ep_c, interleaved_p2p_exposed_s(hop, t_mb, lay, tail_s)
     return ep_c, 2 * lay.chunks * lay.micro_batches * hop
 
 
-def interleaved_p2p_exposed_s(hop: float, t_mb: float, lay: Layout) -> float:
+def _tail_s(cost: MicroCost, lay: Layout) -> float:
+    """What the EP overlap's merged iteration runs after posting its pipeline sends: the first
+    layer's delayed attention weight gradient (QKV and the output projection; timed as their
+    dgrad halves, the same FLOPs) (:func:`interleaved_p2p_exposed_s`); 0 without the overlap."""
+    return sum(cost.tp_gemm_bwd_s[:2]) if lay.ep_overlap else 0.0
+
+
+def interleaved_p2p_exposed_s(hop: float, t_mb: float, lay: Layout, tail_s: float = 0.0) -> float:
     """The step's exposed pipeline p2p under Megatron's interleaved schedule with
     ``overlap_p2p_comm`` (megatron/core/pipeline_parallel/schedules.py
     forward_backward_pipelining_with_interleaving, NVIDIA/Megatron-LM@d98e8a64): ``hop`` one
@@ -1800,10 +1809,33 @@ def interleaved_p2p_exposed_s(hop: float, t_mb: float, lay: Layout) -> float:
     x chunks``. Each steady-state 1F1B iteration posts its forward send (``pp_post_forward``)
     before its backward chunk and its backward send before the next forward chunk and waits
     for them only in ``pp_pre_forward`` / ``pp_pre_backward``, so its two hops run beside one
-    chunk's forward and backward (``t_mb / chunks``), exposed only what outlasts them."""
+    chunk's forward and backward (``t_mb / chunks``), exposed only what outlasts them.
+
+    Under the batch-level EP overlap (``lay.ep_overlap``) the steady state is
+    ``combined_1f1b_schedule_for_interleaved_pipelining`` instead (``forward_backward_helper_
+    wrapper``, schedules.py line 1302 at NVIDIA/Megatron-LM@0d8e0714, the 25.11 pin; line 1322
+    at @b0cc2706, the 26.02 pin), whose merged iteration of a forward chunk and a backward chunk
+    (``TransformerModelChunkSchedulePlan.run``, megatron/core/models/common/
+    model_chunk_schedule_plan.py there) waits for both receives first (``pre_forward``,
+    ``pre_backward``) and posts both sends last (``post_forward``, ``post_backward``), with
+    only the first layer's delayed attention weight gradient (``tail_s``) after them. A
+    chunk's forward on a stage then needs what the stage before sent at the end of its own
+    iteration: round the ring of ``pp`` stages (a micro-batch's next chunk comes ``pp``
+    forwards later on the first stage, and each stage's warm-up runs 2 forwards fewer than the
+    one before) the ``pp`` iterations carry ``pp`` hops, so each steady iteration waits
+    ``max(0, hop - tail_s)``, whatever its length; the warm-up is one forward longer
+    (``get_pp_rank_microbatches``' + 1 for the overlap), and where a stage's merged
+    iterations meet its neighbour's blocking warm-up and cool-down sends, 2 (pp - 1) of
+    those on the step's critical path hide ``min(hop, tail_s)`` each behind the tail (the
+    schedule's dependencies, simulated event by event in tests/unit/test_p2p_overlap.py,
+    give this form exactly)."""
     passes = lay.micro_batches * lay.chunks
-    lone = min(passes, (lay.pp - 1) * 2 + (lay.chunks - 1) * lay.pp)
+    combined = lay.ep_overlap and lay.pp > 1
+    lone = min(passes, (lay.pp - 1) * 2 + (lay.chunks - 1) * lay.pp + (1 if combined else 0))
     paired = passes - lone
+    if combined and paired > 0:
+        return (2 * lone * hop + paired * max(0.0, hop - tail_s)
+                - 2 * (lay.pp - 1) * min(hop, tail_s))
     return 2 * lone * hop + paired * max(0.0, 2 * hop - t_mb / lay.chunks)
 
 
@@ -1946,8 +1978,11 @@ def _layout_notes(lay: Layout, topo: Topology,
     elif lay.pp > 1:
         notes.append(f"pipeline bubble (p-1)/(v m) = {lay.pp - 1}/({lay.chunks} x "
                      f"{lay.micro_batches}); " + (
-                         "p2p sends of the steady state beside the next chunk's compute "
-                         "(--overlap-p2p-communication), the warm-up and cool-down sends "
+                         ("p2p sends of the steady state posted after each merged forward "
+                          "and backward chunk of the EP overlap, one hop waited an iteration"
+                          if lay.ep_overlap else
+                          "p2p sends of the steady state beside the next chunk's compute")
+                         + " (--overlap-p2p-communication), the warm-up and cool-down sends "
                          "blocking" if p2p_overlapped else "p2p sends counted as blocking"))
     if lay.mtp_layers:
         notes.append(f"MTP depth {lay.mtp_layers} on the last stage: one more layer and the "
