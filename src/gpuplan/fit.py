@@ -352,7 +352,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     budgets = _engine_budgets(model, job, gpu_list, engine_budget, gpu_jobs)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
     planned = _Planned(model, kw)
-    mems, _ = planned.of(job, _plan_gpu(gpu_list))
+    mems, _ = planned.of(job, _plan_gpu(job, gpu_list))
     verdicts = []
     reports = []
     for (gpu, note), gjob in zip(resolved, gpu_jobs):
@@ -390,12 +390,12 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                 infer_by_precision=planned.formats if len(planned.formats) > 1 else ())
 
 
-def _plan_gpu(gpus: list[GPU]) -> GPU | None:
+def _plan_gpu(job: Job, gpus: list[GPU]) -> GPU | None:
     """The GPU the plan's own training memory is reckoned on: the first of ``gpus`` where every
     one holds a per-tensor FP8 recipe's weights alike (:func:`gpuplan.memory.train.
     gpu_non_tn_fp8`), else none -- the transposes kept, as Hopper holds them (the upper bound),
     and each GPU's verdict on its own memory (:attr:`GpuVerdict.train_total_bytes`)."""
-    if not gpus or len({gpu_non_tn_fp8(g) for g in gpus}) > 1:
+    if not gpus or len({gpu_non_tn_fp8(g, job) for g in gpus}) > 1:
         return None
     return gpus[0]
 
@@ -437,7 +437,7 @@ class _Planned:
         self._infer: dict[str, InferMemory] = {}
 
     def of(self, job: Job, gpu: GPU | None = None) -> tuple[dict, dict]:
-        non_tn = gpu_non_tn_fp8(gpu)
+        non_tn = gpu_non_tn_fp8(gpu, job)
         key = (job.infer_precision, non_tn)
         if key not in self._by:
             mems: dict = {}

@@ -182,7 +182,7 @@ class _Planner:
 
     def peak(self, mode: Mode, job: Job, gpu: GPU | None = None) -> int | None:
         gpu = gpu or self.gpu
-        key = (mode, gpu_non_tn_fp8(gpu)) + _JOB_KEY(job)
+        key = (mode, mode == "train" and gpu_non_tn_fp8(gpu, job)) + _JOB_KEY(job)
         hit = self._cache.get(key)
         if hit is not None or key in self._cache:
             return hit

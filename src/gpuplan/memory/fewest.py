@@ -160,7 +160,7 @@ def shared_memo(model: Model, job: Job, level: OverheadLevel, overrides=None,
     GPUs whose architecture moves the memory (:func:`~.train.gpu_non_tn_fp8`: per-tensor FP8
     weights without transposes) share a memo apart from the others'."""
     over = tuple(sorted(check_overrides(overrides).items()))
-    key = (id(model), _JOB_KEY(job), level, over, gpu_non_tn_fp8(gpu))
+    key = (id(model), _JOB_KEY(job), level, over, gpu_non_tn_fp8(gpu, job))
     hit = _MEMOS.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .._record import record
 from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
-from ..fp8 import non_tn_fp8_gemm
+from ..fp8 import NARROW_RECIPES, non_tn_fp8_gemm
 from ..hardware import GPU
 from ..job import Job
 from ..models import Model
@@ -57,9 +57,16 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     return plans[worst].annotate(results[worst], [r.total_bytes for r in results])
 
 
-def gpu_non_tn_fp8(gpu: GPU | None) -> bool:
+def gpu_non_tn_fp8(gpu: GPU | None, job: Job | None = None) -> bool:
     """Whether ``gpu``'s FP8 GEMMs take any layout, as Transformer Engine tests it
-    (:func:`gpuplan.fp8.non_tn_fp8_gemm`); False where no GPU is given."""
+    (:func:`gpuplan.fp8.non_tn_fp8_gemm`); False where no GPU is given. With ``job``: only
+    where that moves its training memory -- a recipe whose weights keep a transpose on TN-only
+    GPUs alone (per-tensor FP8, ``columnwise_copy`` "tn-only") -- so that caches keyed on it
+    split no other job."""
+    if job is not None:
+        recipe = NARROW_RECIPES.get(job.precision)
+        if not job.trains or recipe is None or recipe.columnwise_copy != "tn-only":
+            return False
     return gpu is not None and non_tn_fp8_gemm(gpu.architecture, gpu.compute_capability)
 
 
