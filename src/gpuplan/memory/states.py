@@ -62,6 +62,9 @@ class States:
     """Bytes of a narrow recipe's persistent weight copies (FP8 weights, their transposes or
     columnwise copies, block scales) and its amax histories (:mod:`gpuplan.fp8`)."""
     fp8_label: str = ""
+    fp8_note: str = ""
+    """Where the copies were reckoned: per-tensor FP8's transposes kept (a TN-only GPU, or none
+    known) or not (a GPU whose FP8 GEMMs take any layout)."""
     fsdp: FsdpUnits | None = None
     """FSDP2's unit sizes (``sharding="fsdp2"``, ZeRO-2/3): the gathered parameters then vary
     along the step (the timeline places them) and ``gathered`` is 0."""
@@ -205,7 +208,17 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
                   host=host, gathered=gathered.bytes, step_tmp=step_tmp,
                   step_detail=step_detail, notes=tuple(notes), paged=paged,
                   gathered_note=gathered.note, gathered_kept=gathered.kept,
-                  gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label)
+                  gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label,
+                  fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
+
+
+def _fp8_note(job: Job, non_tn_fp8: bool) -> str:
+    """The weights line's note on where its narrow copies were reckoned."""
+    if not _narrow_tn_only(job):
+        return "rowwise and columnwise copies on every GPU"
+    if non_tn_fp8:
+        return "no transposes: this GPU's FP8 GEMMs take any layout"
+    return "transposes kept: FP8 GEMMs TN-only (Hopper, Ada, 12.x; as Hopper where no GPU is given)"
 
 
 def _narrow_states(job: Job, trained: _Trained, layers: int = 0,

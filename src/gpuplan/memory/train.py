@@ -134,7 +134,7 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
              bytes=st.weights_trainable, bytes_per_param=per_param(st.weights_trainable)),
         *([Line(key="weights", label=st.fp8_label, bytes=st.fp8,
                 bytes_per_param=per_param(st.fp8),
-                note="reckoned as Hopper holds them")]
+                note=st.fp8_note)]
           if st.fp8 else []),
         Line(key="gradients", label=f"gradients, {g_bits}-bit",
              bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
