@@ -22,6 +22,7 @@ from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
 from gpuplan.memory import train_memory
 from gpuplan.models import load_model
+from gpuplan.solver import max_batch
 
 H100, B200 = get_gpu("H100-SXM-80GB"), get_gpu("B200-SXM-180GB")
 M = load_model("llama-3.2-1b")
@@ -126,3 +127,25 @@ def test_a_mixed_list_under_mxfp8_needs_no_second_plan():
     job = Job(model=M, mode="train", precision="mxfp8", engine="megatron")
     p = plan(job, ["H100-SXM-80GB", "B200-SXM-180GB"])
     assert [g.train_total_bytes for g in p.gpus] == [None, None]
+
+
+def test_the_searches_plan_on_the_gpu_asked_about():
+    """fit's layout column and the solver's max batch read the GPU's own memory: llama-3.1-70b
+    under fp8-current on a B200 needs TP 8 (8 GPUs), where Hopper's layout of the same job
+    (the transposes kept, 68.45 GB more per replica) needed 16; the layout's peak is what
+    train_memory gives for that layout on the B200, and the max batch of llama-3.2-1b (seq
+    1024) is the last batch whose B200 plan fits."""
+    job = Job(model="llama-3.1-70b", mode="train", precision="fp8-current", engine="megatron")
+    g = plan(job, ["B200-SXM-180GB"]).gpus[0]
+    assert (g.train_layout.gpus, g.train_layout.tp, g.train_layout.pp) == (8, 8, 1)
+    laid = g.train_layout.apply(job)
+    model = load_model("llama-3.1-70b")
+    assert g.train_layout.peak_bytes == train_memory(model, laid, gpu=B200).total_bytes
+    assert train_memory(model, laid, gpu=B200).total_bytes <= B200.memory_bytes \
+        < train_memory(model, laid).total_bytes
+    small = Job(model=M, mode="train", precision="fp8-current", engine="megatron", seq=1024)
+    b = max_batch(M, small, B200)
+    assert train_memory(M, small.with_(batch=b), gpu=B200).total_bytes <= B200.memory_bytes \
+        < train_memory(M, small.with_(batch=b + 1), gpu=B200).total_bytes
+    # ... a batch that Hopper's layout (the transposes kept) would not fit on it
+    assert train_memory(M, small.with_(batch=b), gpu=None).total_bytes > B200.memory_bytes
