@@ -353,8 +353,9 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     :func:`non_tn_fp8_gemm` on ``compute_capability``) its transpose too; MX and NVFP4 keep a
     rowwise and a columnwise copy everywhere (:func:`weight_copies`; ``backward`` False: the
     rowwise copy alone; ``non_tn``: the GPU's :func:`non_tn_fp8_gemm` where the caller knows
-    it, in place of ``architecture`` and ``compute_capability``). ``param_gather`` keeps the narrow copy *as* the parameter: the 16-bit
-    copy (2 bytes per element) is gone, and the copies are the same -- a ``Float8Tensor``
+    it, in place of ``architecture`` and ``compute_capability``). ``param_gather`` keeps the
+    narrow copy *as* the parameter: the 16-bit copy (2 bytes per element) is gone, and the
+    copies are the same -- a ``Float8Tensor``
     parameter's transpose is made after each all-gather where the GEMM is TN-only and not
     otherwise (tensor/utils.py ``post_all_gather_processing``: ``if not
     is_non_tn_fp8_gemm_supported(): model_weight._create_transpose()``; an ``MXFP8Tensor`` keeps
