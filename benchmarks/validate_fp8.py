@@ -30,6 +30,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.hardware import get_gpu
 from gpuplan.hardware.topology import nvlink_domain, topology_for
 from gpuplan.job import Job
+from gpuplan.memory import train_memory
 from gpuplan.models import load_model
 
 HERE = Path(__file__).resolve().parent
@@ -670,6 +671,7 @@ def render(rows: list[Row]) -> str:
     out += _recipe_lines(rows)
     out += _blackwell_405b_lines(rows)
     out += _mxfp8_lines(rows)
+    out += _memory_lines(rows)
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
     return "\n".join(out) + "\n"
@@ -764,6 +766,47 @@ def _mxfp8_lines(rows: list[Row]) -> list[str]:
         out.append(f"| `{mx.run['id']}` | `{cs.run['id']}` | "
                    f"{lay[0] if lay[0] == lay[1] else ' vs '.join(lay)} | "
                    f"{mx.measured / cs.measured:.3f} | {mx.predicted / cs.predicted:.3f} |")
+    return out
+
+
+def memory_of(run: dict) -> tuple[int, int, int] | None:
+    """(gpuplan's per-GPU training total of the run on its GPU, the same with the FP8 weights
+    reckoned as Hopper holds them -- the plan of the job with no GPU --, the GPU's memory);
+    None where the run is not expressible or refused."""
+    if _not_expressible(run):
+        return None
+    try:
+        job = deepseek_job(run, []) if run["kind"] == "train_gpu_hours" else job_of(run, [])
+        gpu, model = get_gpu(run["hardware"]["gpu"]), load_model(run["model"]["catalog"])
+        return (train_memory(model, job, gpu=gpu).total_bytes,
+                train_memory(model, job).total_bytes, gpu.memory_bytes)
+    except GpuplanError:
+        return None
+
+
+def _memory_lines(rows: list[Row]) -> list[str]:
+    """Each run's training memory as ``fit`` plans it on the run's GPU: every run ran, so a plan
+    over the GPU's memory over-counts it (issue 30: the FP8 weight copies as Transformer Engine
+    keeps them on that GPU, :func:`gpuplan.fp8.weight_copies`)."""
+    planned = [(r, memory_of(r.run)) for r in rows]
+    planned = [(r, got) for r, got in planned if got is not None]
+    fit = sum(own <= usable for _, (own, _, usable) in planned)
+    fit_hopper = sum(hopper <= usable for _, (_, hopper, usable) in planned)
+    out = ["", "## Memory: each run's plan on its GPU", "",
+           "gpuplan's per-GPU training total of each run's Job (`fit`'s, at the expected "
+           "overhead) on the run's GPU, beside the same with the per-tensor FP8 weights' "
+           "transposes kept as on Hopper (the plan of the job with no GPU: B200 and GB200 run "
+           "FP8 GEMMs of any layout, so Transformer Engine keeps none there). Every run ran: a "
+           "plan over the GPU's memory over-counts that run.", "",
+           f"{fit} of {len(planned)} planned runs fit their GPU ({fit_hopper} with Hopper's "
+           "transposes everywhere).", "",
+           "| run | GPU | recipe | planned GB | with Hopper's transposes | GPU GB | fits |",
+           "|---|---|---|---|---|---|---|"]
+    for r, (own, hopper, usable) in planned:
+        out.append(f"| `{r.run['id']}` | {r.run['hardware']['gpu']} | "
+                   f"{r.run['job']['precision']} | {own / 1e9:.1f} | "
+                   f"{'same' if hopper == own else f'{hopper / 1e9:.1f}'} | {usable / 1e9:.1f} | "
+                   f"{'yes' if own <= usable else '**no**'} |")
     return out
 
 

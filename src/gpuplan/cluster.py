@@ -342,7 +342,8 @@ def _memory(c: _Ctx, lay: Layout, mode: str) -> tuple[int | None, str | None]:
         return None, "model states alone exceed the GPU (not built)"
     job = _job_of(c, lay, mode)
     try:  # one rank of the layout, tensor by tensor: what fit plans for the same job
-        mem = train_memory(c.model, job) if mode == "train" else infer_memory(c.model, job)
+        mem = (train_memory(c.model, job, gpu=c.gpu) if mode == "train"
+               else infer_memory(c.model, job))
     except GpuplanError as e:
         return None, str(e).split(";")[0]
     return mem.total_bytes, None

@@ -18,6 +18,7 @@ from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import MAX_TOP, Job, flag_arg, int_arg, job_arg
 from .engines.budget import SERVING_ENGINES
 from .memory import InferMemory, TrainMemory, infer_memory, kv_budget, train_memory
+from .memory.train import gpu_non_tn_fp8
 from .models import Model, load_model
 from .memory.fewest import (MAX_GPUS, LayoutFit, fewest_tp, fewest_zero3, infer_layout,
                             shared_memo, train_layout)
@@ -76,6 +77,11 @@ class GpuVerdict:
     resolve_infer_precision` for it alone), so a mixed list plans each GPU in its format."""
     infer_total_bytes: int | None = None
     """The serving total in that format (the plan's ``infer`` is the format every GPU loads)."""
+    train_total_bytes: int | None = None
+    """This GPU's own training total where it differs from the plan's ``train`` (a per-tensor
+    FP8 recipe on a list mixing GPUs whose FP8 GEMMs take any layout with TN-only ones: no
+    weight transposes on the former, :func:`gpuplan.memory.train.gpu_non_tn_fp8`); None where
+    the plan's ``train`` is this GPU's."""
 
     def mode(self, mode: str) -> ModeVerdict | None:
         return self.train if mode == "train" else self.infer
@@ -119,6 +125,8 @@ class GpuVerdict:
         if self.infer_precision is not None:
             d["infer_precision"] = self.infer_precision
             d["infer_total_bytes"] = self.infer_total_bytes
+        if self.train_total_bytes is not None:
+            d["train_total_bytes"] = self.train_total_bytes
         if self.alias_note:
             d["alias_note"] = self.alias_note
         if job is not None:
@@ -280,14 +288,14 @@ def _verdict(total_expected: int, total_high: int, usable: int) -> Verdict:
 
 
 def _gpu_counts(model: Model, job: Job, mode: str, usable: int, level: OverheadLevel,
-                overrides, memo: dict) -> dict:
+                overrides, memo: dict, gpu: GPU | None = None) -> dict:
     """The "how many of this GPU" answers of one mode: ZeRO-3 alone (training) or tensor
     parallel alone (serving), and the TP x PP layout where it needs fewer GPUs (training) or
     where TP within a node is not enough (serving) -- the searches the solver runs too."""
     if mode == "train":
-        n = fewest_zero3(model, job, usable, level, overrides, memo)
+        n = fewest_zero3(model, job, usable, level, overrides, memo, gpu)
         return {"min_gpus": n, "layout": train_layout(
-            model, job, usable, level, overrides, memo, below=n)}
+            model, job, usable, level, overrides, memo, below=n, gpu=gpu)}
     n = fewest_tp(model, job, usable, level, overrides, memo)
     return {"min_gpus": n, "layout": infer_layout(
         model, job, usable, level, overrides, memo, tp_gpus=n)}
@@ -344,11 +352,11 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     budgets = _engine_budgets(model, job, gpu_list, engine_budget, gpu_jobs)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
     planned = _Planned(model, kw)
-    mems, _ = planned.of(job)
+    mems, _ = planned.of(job, _plan_gpu(job, gpu_list))
     verdicts = []
     reports = []
     for (gpu, note), gjob in zip(resolved, gpu_jobs):
-        gmems, memo = planned.of(gjob)
+        gmems, memo = planned.of(gjob, gpu)
         v: dict = {}
         for mode, mem in gmems.items():
             v[mode] = _mode_verdict(model, gjob, gpu, mode, mem, memo, kw, max_batch=max_batch,
@@ -357,13 +365,15 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
             if run:
                 reports.append(_solver().suggest(model, gjob.with_(mode=mode), gpu, mode=mode,
                                                  top=top, as_asked=asked.with_(mode=mode), **kw))
-        inf = gmems.get("infer")
+        inf, own = gmems.get("infer"), gmems.get("train")
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note,
                                    usable_bytes=gpu.memory_bytes, **v,
                                    infer_precision=inf.precision if inf is not None else None,
-                                   infer_total_bytes=inf.total_bytes if inf is not None else None))
+                                   infer_total_bytes=inf.total_bytes if inf is not None else None,
+                                   train_total_bytes=own.total_bytes if own is not None
+                                   and own is not mems.get("train") else None))
     train, infer = mems.get("train"), mems.get("infer")
-    notes = (*model.notes, *format_note)
+    notes = (*model.notes, *format_note, *_train_by_gpu_note(train, verdicts))
     speed_rows = None
     if speed:
         from .compute import speed_section
@@ -380,6 +390,30 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
                 infer_by_precision=planned.formats if len(planned.formats) > 1 else ())
 
 
+def _plan_gpu(job: Job, gpus: list[GPU]) -> GPU | None:
+    """The GPU the plan's own training memory is reckoned on: the first of ``gpus`` where every
+    one holds a per-tensor FP8 recipe's weights alike (:func:`gpuplan.memory.train.
+    gpu_non_tn_fp8`), else none -- the transposes kept, as Hopper holds them (the upper bound),
+    and each GPU's verdict on its own memory (:attr:`GpuVerdict.train_total_bytes`)."""
+    if not gpus or len({gpu_non_tn_fp8(g, job) for g in gpus}) > 1:
+        return None
+    return gpus[0]
+
+
+def _train_by_gpu_note(train: TrainMemory | None, verdicts: list[GpuVerdict]) -> tuple[str, ...]:
+    """The note naming the GPUs whose training total differs from the plan's lines (a
+    per-tensor FP8 recipe on a mixed list: no weight transposes where the FP8 GEMM takes any
+    layout)."""
+    own = [(v.name, v.train_total_bytes) for v in verdicts if v.train_total_bytes is not None]
+    if train is None or not own:
+        return ()
+    names = ", ".join(dict.fromkeys(n for n, _ in own))
+    less = train.total_bytes - own[0][1]
+    return (f"{names}: {train.precision} weights keep no FP8 transposes there (the GPU's FP8 "
+            f"GEMMs take any layout), {less / 1e9:.2f} GB less per GPU than the training lines "
+            "above, which keep them as Hopper does; each GPU's verdict is on its own total",)
+
+
 def _paged_overflow(train: TrainMemory | None, gpus: list[GPU]) -> dict[str, int]:
     """By GPU name, the bytes of a paged optimizer's states (CUDA managed memory, outside what
     the step otherwise holds) that do not fit on that GPU: the speed model times their
@@ -391,31 +425,38 @@ def _paged_overflow(train: TrainMemory | None, gpus: list[GPU]) -> dict[str, int
 
 
 class _Planned:
-    """The memories of a plan, once per inference format its GPUs are planned in (training's
-    does not depend on it: computed once)."""
+    """The memories of a plan, once per inference format its GPUs are planned in and per
+    whether their FP8 GEMMs take any layout (:func:`gpuplan.memory.train.gpu_non_tn_fp8`:
+    a per-tensor FP8 recipe's weights then keep no transposes); training's does not depend on
+    the format, nor serving's on the GPU's FP8 GEMM: each computed once per what moves it."""
 
     def __init__(self, model: Model, kw: dict):
         self.model, self.kw = model, kw
-        self._by: dict[str, tuple[dict, dict]] = {}
-        self._train: TrainMemory | None = None
+        self._by: dict[tuple, tuple[dict, dict]] = {}
+        self._train: dict[bool, TrainMemory] = {}
+        self._infer: dict[str, InferMemory] = {}
 
-    def of(self, job: Job) -> tuple[dict, dict]:
-        key = job.infer_precision
+    def of(self, job: Job, gpu: GPU | None = None) -> tuple[dict, dict]:
+        non_tn = gpu_non_tn_fp8(gpu, job)
+        key = (job.infer_precision, non_tn)
         if key not in self._by:
             mems: dict = {}
             if job.trains:
-                self._train = self._train or train_memory(self.model, job, **self.kw)
-                mems["train"] = self._train
+                if non_tn not in self._train:
+                    self._train[non_tn] = train_memory(self.model, job, gpu=gpu, **self.kw)
+                mems["train"] = self._train[non_tn]
             if job.infers:
-                mems["infer"] = infer_memory(self.model, job, **self.kw)
+                if job.infer_precision not in self._infer:
+                    self._infer[job.infer_precision] = infer_memory(self.model, job, **self.kw)
+                mems["infer"] = self._infer[job.infer_precision]
             memo = shared_memo(self.model, job, self.kw["overhead_level"],
-                               self.kw["overhead_overrides"]) if mems else {}
+                               self.kw["overhead_overrides"], gpu) if mems else {}
             self._by[key] = (mems, memo)
         return self._by[key]
 
     @property
     def formats(self) -> tuple[tuple[str, InferMemory], ...]:
-        return tuple((k, m["infer"]) for k, (m, _) in self._by.items() if "infer" in m)
+        return tuple(self._infer.items())
 
 
 def _mode_verdict(model: Model, job: Job, gpu: GPU, mode: str, mem, memo: dict, kw: dict, *,
@@ -427,7 +468,7 @@ def _mode_verdict(model: Model, job: Job, gpu: GPU, mode: str, mem, memo: dict, 
                 "headroom_bytes": usable - mem.total_bytes}
     if search_gpu_counts:
         mv.update(_gpu_counts(model, job, mode, usable, kw["overhead_level"],
-                              kw["overhead_overrides"], memo))
+                              kw["overhead_overrides"], memo, gpu))
     mjob = job.with_(mode=mode)
     if max_batch:
         mv["max_batch"] = _query(_solver().max_batch, model, mjob, gpu, mode=mode, **kw)

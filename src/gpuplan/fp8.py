@@ -42,7 +42,7 @@ __all__ = ["narrow_blocks", "NarrowRecipe", "NARROW_RECIPES", "DEFAULT_FP8_BY_EN
            "resolve_plain_fp8", "FP8_ARCHITECTURES", "BLACKWELL",
            "gathered_bytes_per_element", "narrow_elements", "columnwise_bytes_per_element",
            "gathers_rowwise_only", "keeps_columnwise", "weight_cast_bytes_per_element",
-           "non_tn_fp8_gemm"]
+           "non_tn_fp8_gemm", "columnwise_kept", "weight_copies"]
 
 #: GPU architectures (the catalog's ``architecture`` field) with FP8 tensor cores.
 FP8_ARCHITECTURES = ("Hopper", "Ada Lovelace", "Blackwell")
@@ -317,17 +317,49 @@ def _block_scale(elements: int, block: int, scale_bytes: int) -> float:
     return 0.0 if block == 0 else elements * scale_bytes / block
 
 
+def weight_copies(recipe: NarrowRecipe, non_tn: bool, *, backward: bool = True) -> int:
+    """How many narrow copies of each linear weight Transformer Engine keeps (1 or 2): the
+    rowwise one the forward GEMM reads, and beside it the columnwise one the backward's dgrad
+    GEMM reads where the quantizer keeps one (:func:`columnwise_kept` on ``non_tn``, the GPU's
+    :func:`non_tn_fp8_gemm`) -- the one rule the memory plan (:func:`fp8_weight_bytes`) and the
+    speed model's weight cast (:func:`weight_cast_bytes_per_element`) both read.
+
+    Without a backward (``backward`` False: no gradient, TE's inference) only the rowwise copy:
+    ``_Linear.forward`` asks the weight quantizer for ``columnwise=is_grad_enabled and
+    inp.requires_grad`` (transformer_engine/pytorch/module/linear.py at
+    NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b), on every GPU and recipe.
+    With a backward, ``weight_quantizer.set_usage(rowwise=True, columnwise=True)``, and what
+    ``columnwise`` allocates is per recipe: per-tensor FP8 (``Float8Quantizer``,
+    ``Float8CurrentScalingQuantizer``) a transposed ``_transpose`` only where
+    ``!nvte_is_non_tn_fp8_gemm_supported()`` (pytorch/csrc/quantizer.cpp; on sm_100 the
+    columnwise usage is served by the one ``_data``: tensor/storage/float8_tensor_storage.py
+    ``update_usage`` and ``get_usages`` at d0067d0d), MXFP8 and NVFP4 a separately quantized
+    ``_columnwise_data`` with its own ``_columnwise_scale_inv`` everywhere
+    (tensor/mxfp8_tensor.py ``MXFP8Quantizer`` specs ``_columnwise_data`` /
+    ``_columnwise_scale_inv``; tensor/nvfp4_tensor.py the same), TE's 1 x 128 / 128 x 128 blocks
+    a columnwise copy everywhere."""
+    return 1 + (backward and columnwise_kept(recipe, non_tn))
+
+
 def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: str | None, *,
                      param_gather: bool,
-                     compute_capability: str | None = None) -> tuple[int, int, str]:
+                     compute_capability: str | None = None,
+                     backward: bool = True, non_tn: bool | None = None) -> tuple[int, int, str]:
     """(persistent bytes of the narrow weight copies, bytes of the 16-bit weights it replaces,
     a label) for ``linear_elements`` of the blocks' linear weights on one rank.
 
     TE caches each weight's FP8 copy across micro-batches (1 byte per element, 0.5 for FP4, plus
     its block scales) and where the FP8 GEMM is TN-only (Hopper, Ada, consumer Blackwell:
     :func:`non_tn_fp8_gemm` on ``compute_capability``) its transpose too; MX and NVFP4 keep a
-    rowwise and a columnwise copy everywhere. ``param_gather`` keeps the narrow copy *as* the
-    parameter: the 16-bit copy (2 bytes per element) is gone. torchao casts in each forward and
+    rowwise and a columnwise copy everywhere (:func:`weight_copies`; ``backward`` False: the
+    rowwise copy alone; ``non_tn``: the GPU's :func:`non_tn_fp8_gemm` where the caller knows
+    it, in place of ``architecture`` and ``compute_capability``). ``param_gather`` keeps the
+    narrow copy *as* the parameter: the 16-bit copy (2 bytes per element) is gone, and the
+    copies are the same -- a ``Float8Tensor``
+    parameter's transpose is made after each all-gather where the GEMM is TN-only and not
+    otherwise (tensor/utils.py ``post_all_gather_processing``: ``if not
+    is_non_tn_fp8_gemm_supported(): model_weight._create_transpose()``; an ``MXFP8Tensor`` keeps
+    both directions; NVIDIA/TransformerEngine@d0067d0d). torchao casts in each forward and
     keeps no copy across steps. Not counted: up to torchao 0.8 (pytorch/ao@eab345c2
     float8_linear.py) the tensorwise matmul also saves the forward's ``weight_fp8_t`` for the
     backward, so without activation checkpointing and without the FSDP float8 all-gather (whose
@@ -341,7 +373,9 @@ def fp8_weight_bytes(recipe: NarrowRecipe, linear_elements: int, architecture: s
     elem = 0.5 if recipe.dtype == "fp4" else 1.0
     one = linear_elements * elem + _block_scale(linear_elements, recipe.weight_block,
                                                 recipe.scale_bytes)
-    copies = 1 + keeps_columnwise(recipe, architecture, compute_capability)
+    if non_tn is None:
+        non_tn = non_tn_fp8_gemm(architecture, compute_capability)
+    copies = weight_copies(recipe, non_tn, backward=backward)
     what = "copy" if copies == 1 else "copy + transpose" if recipe.columnwise_copy == "tn-only" \
         else "rowwise + columnwise copies"
     label = f"{recipe.name} weight {what}" + (" (the parameters: fp8 param gather)"
@@ -440,9 +474,15 @@ def keeps_columnwise(recipe: NarrowRecipe, architecture: str | None,
     never (``never``: its casts are laid out again instead, :mod:`gpuplan.compute.step`). The
     TN-only test is :func:`non_tn_fp8_gemm` on ``compute_capability`` (the name
     ``architecture`` only where that is unknown)."""
-    return recipe.columnwise_copy == "always" or (
-        recipe.columnwise_copy == "tn-only"
-        and not non_tn_fp8_gemm(architecture, compute_capability))
+    return columnwise_kept(recipe, non_tn_fp8_gemm(architecture, compute_capability))
+
+
+def columnwise_kept(recipe: NarrowRecipe, non_tn: bool) -> bool:
+    """:func:`keeps_columnwise` once the GPU's :func:`non_tn_fp8_gemm` is known (``non_tn``):
+    the columnwise copy of ``always`` recipes everywhere, of ``tn-only`` ones where the GEMM is
+    TN-only, of ``never`` ones nowhere."""
+    return recipe.columnwise_copy == "always" or (recipe.columnwise_copy == "tn-only"
+                                                  and not non_tn)
 
 
 def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None,
@@ -485,8 +525,8 @@ def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None
     a 1-byte one with an e8m0 byte per 32 (``MXFP8Quantizer::get_scale_shape``)."""
     row = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.weight_block,
                                                                  recipe.scale_bytes)
-    return 2.0 + _amax_pass_bytes(recipe) + row * (1 + keeps_columnwise(recipe, architecture,
-                                                                         compute_capability))
+    return 2.0 + _amax_pass_bytes(recipe) + row * weight_copies(
+        recipe, non_tn_fp8_gemm(architecture, compute_capability))
 
 
 def gathers_rowwise_only(recipe: NarrowRecipe) -> bool:

@@ -30,6 +30,7 @@ from .hardware import GPU, SOLVER_GPUS, get_gpu
 from .job import (FLAT_FIELDS, MAX_CHANGES, MAX_TOP, Job, choice_arg, default_seq, gpu_arg,
                   int_arg, pp_chunks, seq_limit)
 from .memory import DEFAULT_LORA_TARGETS, infer_memory, train_memory
+from .memory.train import gpu_non_tn_fp8
 from .memory.fewest import (MAX_TP, LayoutFit, fewest_tp, fewest_zero3, infer_layout,
                             serving_tp_degrees, shared_memo,
                             train_layout)
@@ -167,17 +168,21 @@ _JOB_KEY = attrgetter(*(f for f in FLAT_FIELDS if f != "model"))
 
 
 class _Planner:
-    """Plans candidate jobs (the full accounting), counting them."""
+    """Plans candidate jobs (the full accounting) on ``gpu`` (the GPU asked about; a candidate
+    on another names its own), counting them."""
 
-    def __init__(self, model: Model, level: OverheadLevel, overrides) -> None:
+    def __init__(self, model: Model, level: OverheadLevel, overrides,
+                 gpu: GPU | None = None) -> None:
         self.model = model
         self.level = level
         self.overrides = overrides
+        self.gpu = gpu
         self.evaluated = 0
         self._cache: dict = {}
 
-    def peak(self, mode: Mode, job: Job) -> int | None:
-        key = (mode,) + _JOB_KEY(job)
+    def peak(self, mode: Mode, job: Job, gpu: GPU | None = None) -> int | None:
+        gpu = gpu or self.gpu
+        key = (mode, mode == "train" and gpu_non_tn_fp8(gpu, job)) + _JOB_KEY(job)
         hit = self._cache.get(key)
         if hit is not None or key in self._cache:
             return hit
@@ -185,7 +190,7 @@ class _Planner:
         try:
             if mode == "train":
                 v = train_memory(self.model, job, overhead_level=self.level,
-                                 overhead_overrides=self.overrides).total_bytes
+                                 overhead_overrides=self.overrides, gpu=gpu).total_bytes
             else:
                 v = infer_memory(self.model, job, overhead_level=self.level,
                                  overhead_overrides=self.overrides).total_bytes
@@ -431,9 +436,9 @@ def _parallel_knobs(job: Job, gpu: GPU, planner: _Planner) -> list[tuple[Change,
                                 + ("" if keep else "; the global batch grows")),
                     {"gpus": n, "zero": z, "grad_accum": new_ga}))
     model, level, over = planner.model, planner.level, planner.overrides
-    memo = shared_memo(model, job, level, over)
-    n3 = fewest_zero3(model, job, gpu.memory_bytes, level, over, memo)
-    lay = train_layout(model, job, gpu.memory_bytes, level, over, memo, below=n3)
+    memo = shared_memo(model, job, level, over, gpu)
+    n3 = fewest_zero3(model, job, gpu.memory_bytes, level, over, memo, gpu)
+    lay = train_layout(model, job, gpu.memory_bytes, level, over, memo, below=n3, gpu=gpu)
     if lay is not None:
         par.append(_layout_change(job, lay, f"ZeRO-3 alone needs {n3 or 'more than 4096'}"))
     return par
@@ -648,7 +653,7 @@ class _Search:
             kw.setdefault("infer_precision", auto)
         job = self.job
         cand = job._evolve(**kw) if kw else job
-        peak = self.planner.peak(self.mode, cand)
+        peak = self.planner.peak(self.mode, cand, target)
         if peak is None:
             return False
         fits = peak <= target.memory_bytes
@@ -762,7 +767,7 @@ def suggest(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     int_arg(top, "top", high=MAX_TOP)
     int_arg(max_changes, "max_changes", high=MAX_CHANGES)
     t0 = time.perf_counter()
-    planner = _Planner(model, overhead_level, overhead_overrides)
+    planner = _Planner(model, overhead_level, overhead_overrides, gpu)
     base_peak = planner.peak(mode, job)
     if base_peak is None:
         raise InputError(f"the job cannot be planned as given; check {opt('seq')} and "
@@ -811,7 +816,7 @@ def max_batch(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     _solver_args(model, job, gpu, mode, overhead_level, overhead_overrides)
     given, job = job, job.resolve_infer(model.architecture, gpu.architecture)
     int_arg(limit, "limit", "batch")
-    planner = _Planner(model, overhead_level, overhead_overrides)
+    planner = _Planner(model, overhead_level, overhead_overrides, gpu)
 
     def fits(b: int) -> bool:
         p = planner.peak(mode, job.with_(batch=b))
@@ -842,7 +847,7 @@ def max_seq(model: Model, job: Job, gpu: GPU, *, mode: Mode = "train",
     if arch.kind == "vision":
         raise InputError(f"{model.name} is a vision model: its sequence is fixed by the image "
                          f"size ({limit} tokens)")
-    planner = _Planner(model, overhead_level, overhead_overrides)
+    planner = _Planner(model, overhead_level, overhead_overrides, gpu)
     prompt = job.seq or default_seq(arch)  # inference: the prompt stays, the context grows
 
     def fits(s: int) -> bool:

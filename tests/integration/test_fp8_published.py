@@ -364,3 +364,26 @@ def test_mxfp8_pairs_are_one_table_and_model():
         assert (mx.run["job"]["precision"], cs.run["job"]["precision"]) == ("mxfp8", "fp8-current")
     mx, cs = pairs["megatron-bridge-25.11-dgx-gb200-llama38b-mxfp8-x8"]
     assert mx.measured / cs.measured == pytest.approx(29_789 / 31_508)
+
+
+def test_blackwell_per_tensor_fp8_runs_plan_without_transposes():
+    """Issue 30's memory rule on the published runs: a per-tensor FP8 run on B200/GB200
+    (compute capability 10.0: FP8 GEMMs of any layout) plans less than with Hopper's
+    transposes, by 1 B an element of the narrow linears on its rank (the 8B at TP 1: all its
+    block linears); every other run (Hopper, MX, NVFP4, BF16) plans the same either way, and
+    none plans more."""
+    by_id = {r.run["id"]: V.memory_of(r.run) for r in ROWS}
+    for r in ROWS:
+        got = by_id[r.run["id"]]
+        if got is None:
+            continue
+        own, hopper, _ = got
+        blackwell = not r.run["hardware"]["gpu"].startswith("H")
+        if blackwell and r.run["job"]["precision"] == "fp8-current":
+            assert own < hopper, r.run["id"]
+        else:
+            assert own == hopper, r.run["id"]
+    # llama-3.1-8b on one B200, TP 1: every block linear on the rank, 32 x (4096 x 6144 +
+    # 4096 x 4096 + 3 x 4096 x 14336) elements, 1 B each
+    own, hopper, _ = by_id["megatron-bridge-25.11-dgx-b200-llama38b-fp8-current-x8"]
+    assert hopper - own == 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)

@@ -46,6 +46,7 @@ from operator import attrgetter
 from .._record import record
 from ..engines.profiles import layout_limits
 from ..errors import InputError
+from ..hardware import GPU
 from ..job import FLAT_FIELDS, Job
 from ..models import Model
 from .infer import infer_memory
@@ -53,7 +54,7 @@ from ..parallel import check_layout
 from .overhead import OverheadLevel, check_overrides, runtime_overhead
 from .activations import train_activations
 from .states import train_states
-from .train import train_memory
+from .train import gpu_non_tn_fp8, train_memory
 
 __all__ = ["MAX_GPUS", "TP_DEGREES", "MAX_TP", "MAX_STAGES", "LayoutFit", "fewest_zero3",
            "fewest_tp", "serving_tp_degrees",
@@ -151,12 +152,15 @@ _JOB_KEY = attrgetter(*(f for f in FLAT_FIELDS if f not in ("model", "mode")))
 _MEMOS: dict[tuple, tuple[Model, dict]] = {}
 
 
-def shared_memo(model: Model, job: Job, level: OverheadLevel, overrides=None) -> dict:
+def shared_memo(model: Model, job: Job, level: OverheadLevel, overrides=None,
+                gpu: GPU | None = None) -> dict:
     """The searches' evaluations for one job, kept between calls: every GPU of a plan, a later
     plan of the same job and the solver's runs on it reuse them (they are the full accounting
-    of fixed layouts of a fixed job, so they never go stale). Kept for at most 256 jobs."""
+    of fixed layouts of a fixed job, so they never go stale). Kept for at most 256 jobs. The
+    GPUs whose architecture moves the memory (:func:`~.train.gpu_non_tn_fp8`: per-tensor FP8
+    weights without transposes) share a memo apart from the others'."""
     over = tuple(sorted(check_overrides(overrides).items()))
-    key = (id(model), _JOB_KEY(job), level, over)
+    key = (id(model), _JOB_KEY(job), level, over, gpu_non_tn_fp8(gpu, job))
     hit = _MEMOS.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -167,16 +171,16 @@ def shared_memo(model: Model, job: Job, level: OverheadLevel, overrides=None) ->
     return memo
 
 
-def _total(fn, model: Model, job: Job, level: OverheadLevel, overrides) -> int | None:
+def _total(fn, model: Model, job: Job, level: OverheadLevel, overrides, **kw) -> int | None:
     """The per-GPU total, or None for a layout the architecture does not allow."""
     try:
-        return fn(model, job, overhead_level=level, overhead_overrides=overrides).total_bytes
+        return fn(model, job, overhead_level=level, overhead_overrides=overrides, **kw).total_bytes
     except InputError:
         return None
 
 
 def fewest_zero3(model: Model, job: Job, usable: int, level: OverheadLevel, overrides=None,
-                 memo: dict | None = None) -> int | None:
+                 memo: dict | None = None, gpu: GPU | None = None) -> int | None:
     """Smallest N with ZeRO-3 over N GPUs such that one GPU's peak fits (None: none up to
     :data:`MAX_GPUS`). Per-GPU memory falls as N grows (for N >= 2), so a search from the
     bound of :class:`_Floor` (galloping up, then bisecting) finds it. ``memo`` keeps the per-N
@@ -194,8 +198,8 @@ def fewest_zero3(model: Model, job: Job, usable: int, level: OverheadLevel, over
         if key not in memo:
             # the same job with valid values changed: no need to validate it again
             memo[key] = train_memory(model, job._evolve(zero=3 if k > 1 else job.zero, gpus=n),
-                                     overhead_level=level,
-                                     overhead_overrides=overrides).total_bytes
+                                     overhead_level=level, overhead_overrides=overrides,
+                                     gpu=gpu).total_bytes
         return memo[key] <= usable
 
     top = MAX_GPUS // unit
@@ -403,8 +407,8 @@ class _TrainSearch:
     (every GPU of a plan asks about the same layouts)."""
 
     def __init__(self, model: Model, job: Job, usable: int, level: OverheadLevel, overrides,
-                 memo: dict, floor: _Floor):
-        self.model, self.job, self.usable = model, job, usable
+                 memo: dict, floor: _Floor, gpu: GPU | None = None):
+        self.model, self.job, self.usable, self.gpu = model, job, usable, gpu
         self.level, self.overrides, self.memo = level, overrides, memo
         self.floor, self.over = floor, floor.overhead
         self.zero = layout_limits(job).deepest_zero
@@ -422,7 +426,8 @@ class _TrainSearch:
         key = ("layout", t, p, d, zero)
         if key not in self.memo:
             job = _layout(self.job, t, p, d, zero).apply(self.job)
-            self.memo[key] = _total(train_memory, self.model, job, self.level, self.overrides)
+            self.memo[key] = _total(train_memory, self.model, job, self.level, self.overrides,
+                                    gpu=self.gpu)
         return self.memo[key]
 
     def fits(self, t: int, p: int, d: int, zero: int | None = None) -> bool:
@@ -441,7 +446,7 @@ class _TrainSearch:
             job = _layout(self.job, t, p, d, 3).apply(self.job)
             try:
                 r = train_memory(self.model, job, overhead_level=self.level,
-                                 overhead_overrides=self.overrides)
+                                 overhead_overrides=self.overrides, gpu=self.gpu)
             except InputError:
                 self.memo[key] = None
             else:
@@ -492,7 +497,8 @@ class _TrainSearch:
 
 
 def train_layout(model: Model, job: Job, usable: int, level: OverheadLevel, overrides=None,
-                 memo: dict | None = None, *, below: int | None = None) -> LayoutFit | None:
+                 memo: dict | None = None, *, below: int | None = None,
+                 gpu: GPU | None = None) -> LayoutFit | None:
     """The fewest GPUs of ``usable`` bytes each that train ``job`` under a TP x PP layout with
     ZeRO over its data-parallel group, where that is fewer than ZeRO-3 alone needs (``below``:
     that count, found with :func:`fewest_zero3` when not given); None where no layout is.
@@ -508,7 +514,7 @@ def train_layout(model: Model, job: Job, usable: int, level: OverheadLevel, over
     if not _searchable(model, job):
         return None
     if below is None:
-        below = fewest_zero3(model, job, usable, level, overrides, memo)
+        below = fewest_zero3(model, job, usable, level, overrides, memo, gpu)
     hi = MAX_GPUS if below is None else below - 1
     floor = _floor(model, job, level, overrides, memo)
     if usable <= floor.overhead:
@@ -517,7 +523,7 @@ def train_layout(model: Model, job: Job, usable: int, level: OverheadLevel, over
     if lo > hi:
         return None
     tps, pps = _degrees(model, job, memo, train=True)
-    search = _TrainSearch(model, job, usable, level, overrides, memo, floor)
+    search = _TrainSearch(model, job, usable, level, overrides, memo, floor, gpu)
     best: tuple[int, int, int, int] | None = None  # (gpus, t, p, d)
 
     def visit(t: int, p: int) -> bool:

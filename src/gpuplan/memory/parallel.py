@@ -201,17 +201,18 @@ def rank_job(job: Job, lay: Layout) -> Job:
                        mtp_layers=None)  # the stage plan adds the MTP modules itself
 
 
-def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: int) -> States:
+def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: int,
+            non_tn_fp8: bool = False) -> States:
     """The rank's model states; expert parameters sharded by ZeRO over the expert-data-parallel
     group (dp x cp / ep) rather than dp x cp."""
-    st = train_states(rank, rjob)
+    st = train_states(rank, rjob, non_tn_fp8)
     if lay.ep == 1 or job.zero == 0 or job.lora_rank is not None:
         return st
     experts = rank_model(model, job, stage, part="experts")
     if not experts.tensors:
         return st
-    a = train_states(experts, rjob)
-    b = train_states(experts, rjob._evolve(gpus=lay.expert_zero_group))
+    a = train_states(experts, rjob, non_tn_fp8)
+    b = train_states(experts, rjob._evolve(gpus=lay.expert_zero_group), non_tn_fp8)
     fix = {f: getattr(st, f) + getattr(b, f) - getattr(a, f)
            for f in ("weights_trainable", "grads", "master", "opt", "host", "step_tmp")}
     return replace(st, **fix)
@@ -222,14 +223,14 @@ _STATE_FIELDS = ("trainable", "weights_trainable", "grads", "master", "opt", "ho
 
 
 def _rank_states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout,
-                 stage: int) -> States:
+                 stage: int, non_tn_fp8: bool = False) -> States:
     """The states of stage ``stage``'s rank: DualPipe's rank also holds stage ``pp - 1 - stage``
     (parameters 2x: DeepSeek-V3 report Table 2), and the last stage's the MTP modules
     (:func:`gpuplan.parallel.mtp_rank_params`, at the stage's bytes per parameter)."""
-    st = _states(model, job, rank, rjob, lay, stage)
+    st = _states(model, job, rank, rjob, lay, stage, non_tn_fp8)
     if lay.dual:
         twin = lay.pp - 1 - stage
-        other = _states(model, job, rank_model(model, job, twin), rjob, lay, twin)
+        other = _states(model, job, rank_model(model, job, twin), rjob, lay, twin, non_tn_fp8)
         st = replace(st, **{f: getattr(st, f) + getattr(other, f) for f in _STATE_FIELDS})
     holds_mtp = stage == lay.pp - 1 or (lay.dual and stage == 0)
     extra = mtp_rank_params(model.architecture, lay) if holds_mtp else 0
@@ -241,9 +242,10 @@ def _rank_states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout,
     return st
 
 
-def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
+def stage_plans(model: Model, job: Job, non_tn_fp8: bool = False) -> list[StagePlan] | None:
     """One :class:`StagePlan` per pipeline stage, or None for a data-parallel-only job (planned
-    as one GPU sharded by ZeRO)."""
+    as one GPU sharded by ZeRO). ``non_tn_fp8``: the GPU's FP8 GEMMs take any layout
+    (:func:`gpuplan.memory.states.train_states`)."""
     lay = layout_of(job)
     if lay.trivial:
         return None
@@ -260,7 +262,8 @@ def stage_plans(model: Model, job: Job) -> list[StagePlan] | None:
                       ckpt_split=lay.tp if job.distribute_checkpoints else 1)
         plans.append(StagePlan(
             index=i, layout=lay, model=rank, job=rjob,
-            states=_rank_states(model, job, rank, rjob, lay, i), shard=shard, seq=s_rank,
+            states=_rank_states(model, job, rank, rjob, lay, i, non_tn_fp8), shard=shard,
+            seq=s_rank,
             in_flight=in_flight(lay.schedule, lay.pp, i, lay.micro_batches, lay.chunks),
             layers=layers, gpus=job.gpus, params=model.params.total,
             full_layers=arch.num_layers, notes=notes))

@@ -62,6 +62,9 @@ class States:
     """Bytes of a narrow recipe's persistent weight copies (FP8 weights, their transposes or
     columnwise copies, block scales) and its amax histories (:mod:`gpuplan.fp8`)."""
     fp8_label: str = ""
+    fp8_note: str = ""
+    """Where the copies were reckoned: per-tensor FP8's transposes kept (a TN-only GPU, or none
+    known) or not (a GPU whose FP8 GEMMs take any layout)."""
     fsdp: FsdpUnits | None = None
     """FSDP2's unit sizes (``sharding="fsdp2"``, ZeRO-2/3): the gathered parameters then vary
     along the step (the timeline places them) and ``gathered`` is 0."""
@@ -77,9 +80,13 @@ def zero_shards(job: Job) -> int:
     return job.gpus if job.dp_shard is None else min(job.gpus, job.dp_shard)
 
 
-def train_states(model: Model, job: Job) -> States:
-    """The model states of ``job`` on ``model``, computed once per model and job knobs."""
-    key = (id(model), job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
+def train_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
+    """The model states of ``job`` on ``model``, computed once per model and job knobs.
+    ``non_tn_fp8``: the GPU's FP8 GEMMs take any layout (:func:`gpuplan.fp8.non_tn_fp8_gemm`:
+    sm_100/sm_103), so per-tensor FP8 weights keep no transpose; False (no GPU known, Hopper,
+    Ada, sm_120): they do."""
+    non_tn_fp8 = bool(non_tn_fp8) and _narrow_tn_only(job)
+    key = (id(model), non_tn_fp8, job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer, job.sharding, job.checkpointing,
            job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size,
@@ -87,7 +94,7 @@ def train_states(model: Model, job: Job) -> States:
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
-    st = _compute_states(model, job)
+    st = _compute_states(model, job, non_tn_fp8)
     if len(_STATES) > 4096:
         _STATES.clear()
     _STATES[key] = (model, st)
@@ -136,7 +143,14 @@ def _fp32_extra(model: Model, job: Job, elem_bytes: int) -> int:
     return fp32_kept_params(model.tensors, model.architecture, job.engine) * (4 - elem_bytes)
 
 
-def _compute_states(model: Model, job: Job) -> States:
+def _narrow_tn_only(job: Job) -> bool:
+    """Whether the job's recipe keeps a columnwise weight copy on TN-only GPUs alone (per-tensor
+    FP8 under Transformer Engine): the only recipes whose states depend on the GPU."""
+    recipe = NARROW_RECIPES.get(job.precision)
+    return recipe is not None and recipe.columnwise_copy == "tn-only"
+
+
+def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
     recipe = get_recipe(job.precision)
@@ -176,9 +190,8 @@ def _compute_states(model: Model, job: Job) -> States:
         notes.append("optimizer offloaded: fp32 master copy, states and an fp32 gradient copy "
                      "in host memory")
 
-    arch = model.architecture
-    fp8, fp8_label, bf16_dropped = _narrow_states(job, trained,
-                                                  arch.num_layers if arch is not None else 0)
+    layers = model.architecture.num_layers if model.architecture is not None else 0
+    fp8, fp8_label, bf16_dropped = _narrow_states(job, trained, layers, non_tn_fp8)
     weights_trainable -= bf16_dropped
     if fp8_label:
         notes.append(f"{fp8_label}: {fp8:,} bytes")
@@ -195,19 +208,31 @@ def _compute_states(model: Model, job: Job) -> States:
                   host=host, gathered=gathered.bytes, step_tmp=step_tmp,
                   step_detail=step_detail, notes=tuple(notes), paged=paged,
                   gathered_note=gathered.note, gathered_kept=gathered.kept,
-                  gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label)
+                  gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label,
+                  fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
 
 
-def _narrow_states(job: Job, trained: _Trained, layers: int = 0) -> tuple[int, str, int]:
+def _fp8_note(job: Job, non_tn_fp8: bool) -> str:
+    """The weights line's note on where its narrow copies were reckoned."""
+    if not _narrow_tn_only(job):
+        return "rowwise and columnwise copies on every GPU"
+    if non_tn_fp8:
+        return "no transposes: this GPU's FP8 GEMMs take any layout"
+    return "transposes kept: FP8 GEMMs TN-only (Hopper, Ada, 12.x; as Hopper where no GPU is given)"
+
+
+def _narrow_states(job: Job, trained: _Trained, layers: int = 0,
+                   non_tn_fp8: bool = False) -> tuple[int, str, int]:
     """(bytes, label, 16-bit weight bytes it replaces) of a narrow recipe's persistent copies on
     this rank: the blocks' linear weights (the embedding and head stay 16-bit) as
-    :func:`gpuplan.fp8.fp8_weight_bytes` counts them, reckoned as Hopper holds them (with the
-    transposes), plus delayed scaling's amax histories. The memory model knows no GPU, so it
-    takes TN-only FP8 GEMMs: right on Hopper, Ada and consumer Blackwell (compute capability
-    12.x, where Transformer Engine's ``nvte_is_non_tn_fp8_gemm_supported`` is false:
-    :func:`gpuplan.fp8.non_tn_fp8_gemm`), an over-count of one 1-byte transpose per per-tensor
-    FP8 weight element on sm_100/sm_103 (B200, B300), whose GEMMs take either layout. The
-    blocks kept BF16 (``first_last_layers_bf16`` at each end of ``layers``) hold none."""
+    :func:`gpuplan.fp8.fp8_weight_bytes` counts them -- the copies :func:`gpuplan.fp8.
+    weight_copies` says, the rule the speed model's weight cast reads -- plus delayed scaling's
+    amax histories. ``non_tn_fp8``: the GPU's FP8 GEMMs take any layout (sm_100/sm_103: B200,
+    GB200, B300), so a per-tensor FP8 weight keeps no transpose; False where no GPU is known
+    (the plan of a job alone) and on Hopper, Ada and consumer Blackwell (12.x), where
+    Transformer Engine's ``nvte_is_non_tn_fp8_gemm_supported`` is false and the transpose is
+    kept (the upper bound). The blocks kept BF16 (``first_last_layers_bf16`` at each end of
+    ``layers``) hold none."""
     recipe = NARROW_RECIPES.get(job.precision)
     if recipe is None or job.lora_rank is not None:
         return 0, "", 0
@@ -217,7 +242,7 @@ def _narrow_states(job: Job, trained: _Trained, layers: int = 0) -> tuple[int, s
     keep = narrow_blocks(layers, job.first_last_layers_bf16) if layers else 0
     if job.first_last_layers_bf16 and layers:  # those blocks are BF16 layers: no narrow copies
         elements = elements * keep // layers
-    copies, dropped, label = fp8_weight_bytes(recipe, elements, "Hopper",
+    copies, dropped, label = fp8_weight_bytes(recipe, elements, None, non_tn=non_tn_fp8,
                                               param_gather=job.fp8_param_gather)
     tensors = sum(t.count for t in lin)
     if job.first_last_layers_bf16 and layers:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from .._record import record
 from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
+from ..fp8 import NARROW_RECIPES, non_tn_fp8_gemm
+from ..hardware import GPU
 from ..job import Job
 from ..models import Model
 from ..parallel import check_layout
@@ -25,20 +27,25 @@ __all__ = ["train_memory"]
 
 
 def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "expected",
-                 overhead_overrides=None) -> TrainMemory:
+                 overhead_overrides=None, gpu: GPU | None = None) -> TrainMemory:
     """Per-GPU memory of training ``model`` as ``job`` describes, at the peak of a step.
 
     Under a parallel layout (tp, pp, cp, ep > 1) every pipeline stage is planned for one of its
-    ranks and the worst stage is the answer (``stage`` and ``layout`` say which and how)."""
+    ranks and the worst stage is the answer (``stage`` and ``layout`` say which and how).
+    ``gpu``: the GPU it runs on, where its architecture moves the memory -- a per-tensor FP8
+    recipe's weight transposes, kept where the FP8 GEMM is TN-only (:func:`gpuplan.fp8.
+    non_tn_fp8_gemm` on its compute capability, the test the speed model reads); None: as
+    Hopper holds them (the transposes kept, the upper bound)."""
     memory_args(model, job, overhead_level, overhead_overrides)
     check_seq(model, job)
     kw = dict(overhead_level=overhead_level, overhead_overrides=overhead_overrides)
-    plans = stage_plans(model, job)
+    non_tn = gpu_non_tn_fp8(gpu)
+    plans = stage_plans(model, job, non_tn)
     if plans is None:
         if job.moe_capacity_factor is not None or job.mtp_layers:
             # a capacity factor needs experts; MTP a layout (and a model with an MTP layer)
             check_layout(model.architecture, job)
-        st = train_states(model, job)
+        st = train_states(model, job, non_tn)
         # in-backward steps: one parameter's step temporaries at a time (per element stepped)
         per_elem = st.step_tmp / st.trainable if job.optimizer_in_backward and st.trainable else 0
         act = train_activations(model, job, grad_bytes=st.grads, step_per_elem=per_elem,
@@ -48,6 +55,19 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
                for p in plans]
     worst = max(range(len(plans)), key=lambda i: results[i].total_bytes)
     return plans[worst].annotate(results[worst], [r.total_bytes for r in results])
+
+
+def gpu_non_tn_fp8(gpu: GPU | None, job: Job | None = None) -> bool:
+    """Whether ``gpu``'s FP8 GEMMs take any layout, as Transformer Engine tests it
+    (:func:`gpuplan.fp8.non_tn_fp8_gemm`); False where no GPU is given. With ``job``: only
+    where that moves its training memory -- a recipe whose weights keep a transpose on TN-only
+    GPUs alone (per-tensor FP8, ``columnwise_copy`` "tn-only") -- so that caches keyed on it
+    split no other job."""
+    if job is not None:
+        recipe = NARROW_RECIPES.get(job.precision)
+        if not job.trains or recipe is None or recipe.columnwise_copy != "tn-only":
+            return False
+    return gpu is not None and non_tn_fp8_gemm(gpu.architecture, gpu.compute_capability)
 
 
 def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
@@ -114,7 +134,7 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
              bytes=st.weights_trainable, bytes_per_param=per_param(st.weights_trainable)),
         *([Line(key="weights", label=st.fp8_label, bytes=st.fp8,
                 bytes_per_param=per_param(st.fp8),
-                note="reckoned as Hopper holds them")]
+                note=st.fp8_note)]
           if st.fp8 else []),
         Line(key="gradients", label=f"gradients, {g_bits}-bit",
              bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
