@@ -6,10 +6,11 @@ behind ``gpuplan capacity``) at the row's engine, layout, precision, fixed input
 its stated load -- a request rate (Poisson arrivals: the sources do not state the process), a
 closed-loop concurrency, or "INF" (every request at once: a closed loop as wide as the request
 count). Nothing here is fitted: the simulation runs with the engine's defaults and what the row
-states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``) and
+states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``),
 the mean input and output lengths served where the row's own figures give them
 (``input_len_served``, ``output_len_served``: lengths drawn per request, or generation stopped
-at EOS).
+at EOS), and where a row states its client's seeded draws (``drawn``: sglang.bench_serving's
+random dataset) the very requests that client sent (:func:`bench_serving_workload`).
 
     PYTHONPATH=src python benchmarks/validate_capacity.py --write   # rewrites validate_capacity.md
 """
@@ -27,6 +28,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from gpuplan.capacity import capacity  # noqa: E402
 from gpuplan.capacity._engines import SCHEDULERS  # noqa: E402
+from gpuplan.capacity._workload import Request, Workload  # noqa: E402
 from gpuplan.errors import InputError  # noqa: E402
 from gpuplan.hardware import get_gpu  # noqa: E402
 from gpuplan.job import Job  # noqa: E402
@@ -104,6 +106,43 @@ def _input(run: dict) -> int:
     return int(served["run_as"]) if served else int(run["input_len"])
 
 
+def bench_serving_workload(run: dict) -> Workload | None:
+    """The requests sglang.bench_serving sent for a row that states its draws (``drawn``): its
+    random dataset's per-request lengths and its Poisson gaps, drawn as the client draws them
+    from numpy's global generator seeded with ``--seed`` (sgl-project/sglang
+    python/sglang/bench_serving.py: run_benchmark seeds, sample_random_requests draws every
+    input length then every output length with ``np.random.randint``, get_request one
+    ``np.random.exponential(1 / rate)`` after each request). At random_range_ratio 0 the prompts
+    are uniform in 1..L and the outputs in 0..L, so the run is a mix of short and long requests,
+    not its means: the mix sets how often a long prompt's prefill stalls the decodes and which
+    prompt is the median one. Refused (ValueError) unless the draws sum to the row's own token
+    totals, which they do exactly on the five DataCrunch lines. A drawn output of 0 runs as 1
+    (the prefill's token; bench_serving counts no first token for it: 3 of the 1,200 requests at
+    4 req/s). None for a row without ``drawn``."""
+    d = run.get("drawn")
+    if not d:
+        return None
+    import numpy as np  # the client's own generator (MT19937, legacy seeding); benchmarks only
+
+    rng = np.random.RandomState(d["seed"])
+    n, ratio = d["num_prompts"], d["random_range_ratio"]
+    n_in = rng.randint(max(int(d["random_input_len"] * ratio), 1), d["random_input_len"] + 1,
+                       size=n)
+    n_out = rng.randint(int(d["random_output_len"] * ratio), d["random_output_len"] + 1, size=n)
+    t = run["run_totals"]
+    if (int(n_in.sum()), int(n_out.sum())) != (t["total_input_tokens"], t["total_output_tokens"]):
+        raise ValueError(f"{run['id']}: the seed-{d['seed']} draws sum to {int(n_in.sum())} / "
+                         f"{int(n_out.sum())} tokens, not the line's {t['total_input_tokens']} / "
+                         f"{t['total_output_tokens']}")
+    gaps = rng.exponential(1.0 / d["request_rate"], size=n)
+    arrival, reqs = 0.0, []
+    for i in range(n):
+        reqs.append(Request(arrival, int(n_in[i]), max(1, int(n_out[i]))))
+        arrival += float(gaps[i])
+    return Workload(requests=tuple(reqs), rate=d["request_rate"], arrivals="poisson",
+                    source=f"{d['client']} {d['dataset']} seed {d['seed']}")
+
+
 def _stat(stats, run: dict, key: str) -> float:
     """The simulated statistic the row's figure is: its median (p50) where the source quotes
     one (``measured[key]["stat"] == "median"``: sglang.bench_serving's JSON line holds only
@@ -120,15 +159,20 @@ def predict(run: dict) -> Row:
     tp = run["tp"]
     out, inp = _output(run), _input(run)
     kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
+    drawn = bench_serving_workload(run)
+    shape = (f"{load_cli} --requests {n} --input {inp} --output {out} --seed {SEED}"
+             if drawn is None else
+             f"--workload {run['id']}.jsonl (bench_serving_workload: the client's seed-"
+             f"{run['drawn']['seed']} requests)")
     cmd = (f"gpuplan capacity {run['model']} --gpu {run['gpu']} --engine {run['engine']} "
            f"--engine-version {version} --tp {tp} --infer-precision {run['precision']} "
-           + (f"--kv-dtype {kv} " if kv else "")
-           + f"{load_cli} --requests {n} --input {inp} --output {out} "
-           f"--seed {SEED}")
+           + (f"--kv-dtype {kv} " if kv else "") + shape)
     row = Row(run=run, version_run=version, requests=n, command=cmd)
     try:
         job = Job(model=run["model"], mode="infer", engine=run["engine"], tp=tp, gpus=tp,
                   infer_precision=run["precision"], kv_dtype=kv)
+        if drawn is not None:
+            kw = {"workload": drawn}
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=inp,
                        output=out, requests=n, seed=SEED,
@@ -232,7 +276,8 @@ def render(rs: list[Row]) -> str:
            f"at once; seed {SEED}, the source's request count (else 500, or 4 x the concurrency "
            "for a closed loop, at least 100). Predicted figures are the simulation's means "
            "where the source quotes means, its medians (p50) where it quotes medians (the "
-           "SGLang bench_serving rows); lengths drawn per request run as their served means. "
+           "SGLang bench_serving rows); lengths drawn per request run as their served means, "
+           "or, where the row states the client's seeded draws, as the requests it drew. "
            "Error = predicted / measured - 1. Issue 29's bar: median "
            f"|error| within {BAR:.0%} for each figure.", "",
            "## Summary", "",
@@ -465,6 +510,30 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   yet at 509 tokens a TP shard's kernels take longer than their launches, so eager launches
   would hide behind them; --enable-torch-compile (the rows' launch flag) changes decode graphs
   only.
+- **SGLang: the requests the client drew, not their means.** sglang.bench_serving seeds numpy
+  with its --seed (default 1; the rows' commands pass none) and draws every prompt length, then
+  every output length, then one Poisson gap per request from that one generator
+  (python/sglang/bench_serving.py: run_benchmark, sample_random_requests, get_request). Redrawn
+  here they sum to each line's own totals exactly (152,612 / 160,347 tokens at 1 req/s; 308,748
+  / 308,712 at 2; 615,860 / 607,936 at 4), and the simulated runs end within 0.1-1.1% of the
+  lines' durations (297.7 against 298.4 s at 1 req/s on the 70B, 338.0 against 338.8 on the
+  405B at 2), so the rows run those requests (``drawn``, :func:`bench_serving_workload`) rather
+  than the served means at gpuplan's seed-0 arrivals. The random_range_ratio the lines state,
+  0.0, makes the prompts uniform in [1, 1024] (``max(int(1024 * 0.0), 1)``) and the outputs in
+  [0, 1024]: the median prompt is the mean one (507.5 against 508.7 at 1 req/s), and a prefill
+  about affine in its tokens puts the median TTFT at the median prompt's, so the served mean was
+  a fair stand-in for the TTFT; what the mix changes is the load -- which requests overlap and how
+  long each decodes. Output tok/s goes 3.5% -> 0.2% median (every row within 1.1%); TTFT 21.7%
+  -> 23.6% (70B -23.6 / -24.0 / -32.7% at 1 / 2 / 4 req/s, 405B -13.6 / -15.8%: three rows
+  toward the measured, two 0.7-2.3 points away); ITL 1.6% either way (70B at 4 req/s -22.2%).
+  So neither the lengths nor the arrivals explain the TTFT deficit: 20 ms on the 70B at 1-2
+  req/s (65.5 against 85.7), 35 ms at 4, 30-39 ms on the 405B. Read in bench_serving and ruled
+  out as a measured delay the simulation lacks: TTFT is taken at the first streamed chunk whose
+  cumulative ``text`` is non-empty (async_request_sglang_generate), so it is one token's step
+  later only where the first token decodes to no text (a special token the detokenizer skips,
+  or a partial UTF-8 byte it holds back: detokenizer_manager.py's incremental decode); the
+  lines keep no generated text (no --output-details), so how often that happened is not known,
+  and nothing is added for it.
 """
 
 
