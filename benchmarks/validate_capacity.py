@@ -503,7 +503,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   and broadcast_pyobj of new requests over the TP CPU group each iteration, PrefillAdder, the
   per-request output processing) has no published time, and under the overlap it costs a step
   only where it outlasts the GPU's (the blog's Nsight profile: no GPU idle over five decode
-  batches). Still unexplained: 19-34 ms on the 70B, 36-45 ms on the 405B, growing with the model
+  batches). Still unexplained (at the served means; at the drawn requests, next point): 19-34 ms
+  on the 70B, 36-45 ms on the 405B, growing with the model
   as a too-fast prefill would (the TensorRT-LLM table above reads its compute-bound steps 16-22%
   fast), not as a per-request constant. SGLang runs its prefill (extend) batches outside the CUDA
   graphs it captures for decode while gpuplan times every step of an engine under one runtime,
@@ -533,7 +534,36 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   later only where the first token decodes to no text (a special token the detokenizer skips,
   or a partial UTF-8 byte it holds back: detokenizer_manager.py's incremental decode); the
   lines keep no generated text (no --output-details), so how often that happened is not known,
-  and nothing is added for it.
+  and nothing is added for it. The one-step lag itself is SGLang's own account: turning the
+  overlap scheduler on by default (sgl-project/sglang PR #2067, 2024-11-18) raised the bound on
+  median TTFT in its test_bench_serving.py test_online_latency_default from 80 to 86 ms,
+  "because we delayed the processing of the first batch in favor of launching the kernels for
+  the next batch first": the delay ``run_ahead`` already adds, not a further one. The prefill is not convex over the drawn range either:
+  P(128) 16.7, P(509) 39.6, P(1024) 70.9 ms on the 70B (the chord through the ends gives 39.7 at
+  509). What is left, 20.2 ms on the 70B and 29.7 ms on the 405B at 1 req/s, scales like the
+  layer count (80 / 126 = 0.63; 20.2 / 29.7 = 0.68), not like the prefill (39.6 / 120.9 = 0.33)
+  nor a per-request constant (1.0): about 0.24 ms a layer. SGLang runs its extend (prefill)
+  batches eagerly -- in the v0.3-v0.4 model_runner.py only forward_decode replays a captured
+  graph (when cuda_graph_runner.can_run), forward_extend calls the model's forward as is -- while
+  gpuplan times every SGLang step under CUDA graphs
+  (1,283 kernels for the 70B prefill at 5 us a launch). An eager launch per layer (16 kernels)
+  should hide behind the GPU's 0.49 ms (70B) and 0.96 ms (405B) a layer, unless the prefill
+  cannot start launching before the step ahead of it ends; no per-kernel host time for SGLang's
+  fused extend path was found, and gpuplan's own eager runtime (transformers' unfused code,
+  3,050 kernels at 32 us) would put the 70B's P(509) at 107.7 ms, above the measured TTFT, so it
+  is no stand-in. Nothing is counted. The ITL at 4 req/s is the other open end: by Little's law
+  (rate x mean E2E latency) about 8, 17 and 51 requests are in flight at 1, 2 and 4 req/s on the
+  70B, and the measured median ITL grows 0.134 ms per request (13.64 -> 19.42 ms) where the
+  simulated step grows 0.035 (13.6 -> 15.1); the 405B, at about 24 and 60 in flight, grows 0.125
+  measured and 0.092 simulated and stays within 2%. A per-request host cost in the loop that
+  outlasts the 70B's ~15 ms GPU step beyond ~40 requests, yet stays under the 405B's ~43 ms,
+  would read so; the overlap hides host work only up to a step, and v0.4's per-request time has
+  no published figure. Not torch.compile's bound (torch_compile_max_bs 32): the 405B's
+  batches at 2 req/s are past it too and read -1.6%. The DataCrunch offline lines (every request
+  at once; not rows here) point the same way: the same seed-1 draws reproduce their token
+  totals exactly, and the simulation serves 6,352 output tok/s against the measured 4,521 at
+  3,000 x 1024/1024, 4,774 against 3,492 at 4,000 x 1024/512 and 9,454 against 6,648 at 6,000 x
+  256/512 -- the served engine's large-batch steps are about 1.4x the simulated ones.
 """
 
 
