@@ -538,7 +538,10 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   overlap scheduler on by default (sgl-project/sglang PR #2067, 2024-11-18) raised the bound on
   median TTFT in its test_bench_serving.py test_online_latency_default from 80 to 86 ms,
   "because we delayed the processing of the first batch in favor of launching the kernels for
-  the next batch first": the delay ``run_ahead`` already adds, not a further one. The prefill is not convex over the drawn range either:
+  the next batch first": the delay ``run_ahead`` already adds, not a further one. Nor a run of
+  decode steps between looks at the queue (SGLang v0.2's tp_worker.py forward_step ran
+  global_config.num_continue_decode_steps, 10, decode batches in a row): that would add about
+  4.5 decode steps to a median first token, 61 ms on the 70B at 1 req/s, three times the gap. The prefill is not convex over the drawn range either:
   P(128) 16.7, P(509) 39.6, P(1024) 70.9 ms on the 70B (the chord through the ends gives 39.7 at
   509). What is left, 20.2 ms on the 70B and 29.7 ms on the 405B at 1 req/s, scales like the
   layer count (80 / 126 = 0.63; 20.2 / 29.7 = 0.68), not like the prefill (39.6 / 120.9 = 0.33)
