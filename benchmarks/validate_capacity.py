@@ -6,11 +6,13 @@ behind ``gpuplan capacity``) at the row's engine, layout, precision, fixed input
 its stated load -- a request rate (Poisson arrivals: the sources do not state the process), a
 closed-loop concurrency, or "INF" (every request at once: a closed loop as wide as the request
 count). Nothing here is fitted: the simulation runs with the engine's defaults and what the row
-states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``) and
+states beyond its table, each with its source in the row: a KV-cache dtype (``kv_dtype``),
 the mean input and output lengths served where the row's own figures give them
 (``input_len_served``, ``output_len_served``: lengths drawn per request, or generation stopped
-at EOS) and the server flags its source states (``server_flags``: vLLM's gpu_memory_utilization,
-max_model_len, max_num_seqs, max_num_batched_tokens).
+at EOS), the server flags its source states (``server_flags``: vLLM's gpu_memory_utilization,
+max_model_len, max_num_seqs, max_num_batched_tokens), and where a row states its client's
+seeded draws (``drawn``: sglang.bench_serving's random dataset) the very requests that client
+sent (:func:`bench_serving_workload`).
 
     PYTHONPATH=src python benchmarks/validate_capacity.py --write   # rewrites validate_capacity.md
 """
@@ -28,6 +30,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from gpuplan.capacity import capacity  # noqa: E402
 from gpuplan.capacity._engines import SCHEDULERS  # noqa: E402
+from gpuplan.capacity._workload import Request, Workload  # noqa: E402
 from gpuplan.errors import InputError  # noqa: E402
 from gpuplan.hardware import get_gpu  # noqa: E402
 from gpuplan.job import Job  # noqa: E402
@@ -117,6 +120,43 @@ def _server_flags(run: dict) -> dict:
     return {k: stated[k] for k in SERVER_FLAGS if stated.get(k) is not None}
 
 
+def bench_serving_workload(run: dict) -> Workload | None:
+    """The requests sglang.bench_serving sent for a row that states its draws (``drawn``): its
+    random dataset's per-request lengths and its Poisson gaps, drawn as the client draws them
+    from numpy's global generator seeded with ``--seed`` (sgl-project/sglang
+    python/sglang/bench_serving.py: run_benchmark seeds, sample_random_requests draws every
+    input length then every output length with ``np.random.randint``, get_request one
+    ``np.random.exponential(1 / rate)`` after each request). At random_range_ratio 0 the prompts
+    are uniform in 1..L and the outputs in 0..L, so the run is a mix of short and long requests,
+    not its means: the mix sets how often a long prompt's prefill stalls the decodes and which
+    prompt is the median one. Refused (ValueError) unless the draws sum to the row's own token
+    totals, which they do exactly on the five DataCrunch lines. A drawn output of 0 runs as 1
+    (the prefill's token; bench_serving counts no first token for it: 3 of the 1,200 requests at
+    4 req/s). None for a row without ``drawn``."""
+    d = run.get("drawn")
+    if not d:
+        return None
+    import numpy as np  # the client's own generator (MT19937, legacy seeding); benchmarks only
+
+    rng = np.random.RandomState(d["seed"])
+    n, ratio = d["num_prompts"], d["random_range_ratio"]
+    n_in = rng.randint(max(int(d["random_input_len"] * ratio), 1), d["random_input_len"] + 1,
+                       size=n)
+    n_out = rng.randint(int(d["random_output_len"] * ratio), d["random_output_len"] + 1, size=n)
+    t = run["run_totals"]
+    if (int(n_in.sum()), int(n_out.sum())) != (t["total_input_tokens"], t["total_output_tokens"]):
+        raise ValueError(f"{run['id']}: the seed-{d['seed']} draws sum to {int(n_in.sum())} / "
+                         f"{int(n_out.sum())} tokens, not the line's {t['total_input_tokens']} / "
+                         f"{t['total_output_tokens']}")
+    gaps = rng.exponential(1.0 / d["request_rate"], size=n)
+    arrival, reqs = 0.0, []
+    for i in range(n):
+        reqs.append(Request(arrival, int(n_in[i]), max(1, int(n_out[i]))))
+        arrival += float(gaps[i])
+    return Workload(requests=tuple(reqs), rate=d["request_rate"], arrivals="poisson",
+                    source=f"{d['client']} {d['dataset']} seed {d['seed']}")
+
+
 def _stat(stats, run: dict, key: str) -> float:
     """The simulated statistic the row's figure is: its median (p50) where the source quotes
     one (``measured[key]["stat"] == "median"``: sglang.bench_serving's JSON line holds only
@@ -134,16 +174,22 @@ def predict(run: dict) -> Row:
     out, inp = _output(run), _input(run)
     kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
     flags = _server_flags(run)
+    drawn = bench_serving_workload(run)
+    shape = (f"{load_cli} --requests {n} --input {inp} --output {out} --seed {SEED}"
+             if drawn is None else
+             f"--workload {run['id']}.jsonl (bench_serving_workload: the client's seed-"
+             f"{run['drawn']['seed']} requests)")
     cmd = (f"gpuplan capacity {run['model']} --gpu {run['gpu']} --engine {run['engine']} "
            f"--engine-version {version} --tp {tp} --infer-precision {run['precision']} "
            + (f"--kv-dtype {kv} " if kv else "")
            + "".join(f"--{k.replace('_', '-')} {v:g} " for k, v in flags.items())
-           + f"{load_cli} --requests {n} --input {inp} --output {out} "
-           f"--seed {SEED}")
+           + shape)
     row = Row(run=run, version_run=version, requests=n, command=cmd)
     try:
         job = Job(model=run["model"], mode="infer", engine=run["engine"], tp=tp, gpus=tp,
                   infer_precision=run["precision"], kv_dtype=kv)
+        if drawn is not None:
+            kw = {"workload": drawn}
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=inp,
                        output=out, requests=n, seed=SEED,
@@ -247,7 +293,8 @@ def render(rs: list[Row]) -> str:
            f"at once; seed {SEED}, the source's request count (else 500, or 4 x the concurrency "
            "for a closed loop, at least 100). Predicted figures are the simulation's means "
            "where the source quotes means, its medians (p50) where it quotes medians (the "
-           "SGLang bench_serving rows); lengths drawn per request run as their served means. "
+           "SGLang bench_serving rows); lengths drawn per request run as their served means, "
+           "or, where the row states the client's seeded draws, as the requests it drew. "
            "Error = predicted / measured - 1. Issue 29's bar: median "
            f"|error| within {BAR:.0%} for each figure.", "",
            "## Summary", "",
@@ -473,13 +520,70 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   and broadcast_pyobj of new requests over the TP CPU group each iteration, PrefillAdder, the
   per-request output processing) has no published time, and under the overlap it costs a step
   only where it outlasts the GPU's (the blog's Nsight profile: no GPU idle over five decode
-  batches). Still unexplained: 19-34 ms on the 70B, 36-45 ms on the 405B, growing with the model
+  batches). Still unexplained (at the served means; at the drawn requests, next point): 19-34 ms
+  on the 70B, 36-45 ms on the 405B, growing with the model
   as a too-fast prefill would (the TensorRT-LLM table above reads its compute-bound steps 16-22%
   fast), not as a per-request constant. SGLang runs its prefill (extend) batches outside the CUDA
   graphs it captures for decode while gpuplan times every step of an engine under one runtime,
   yet at 509 tokens a TP shard's kernels take longer than their launches, so eager launches
   would hide behind them; --enable-torch-compile (the rows' launch flag) changes decode graphs
   only.
+- **SGLang: the requests the client drew, not their means.** sglang.bench_serving seeds numpy
+  with its --seed (default 1; the rows' commands pass none) and draws every prompt length, then
+  every output length, then one Poisson gap per request from that one generator
+  (python/sglang/bench_serving.py: run_benchmark, sample_random_requests, get_request). Redrawn
+  here they sum to each line's own totals exactly (152,612 / 160,347 tokens at 1 req/s; 308,748
+  / 308,712 at 2; 615,860 / 607,936 at 4), and the simulated runs end within 0.1-1.1% of the
+  lines' durations (297.7 against 298.4 s at 1 req/s on the 70B, 338.0 against 338.8 on the
+  405B at 2), so the rows run those requests (``drawn``, :func:`bench_serving_workload`) rather
+  than the served means at gpuplan's seed-0 arrivals. The random_range_ratio the lines state,
+  0.0, makes the prompts uniform in [1, 1024] (``max(int(1024 * 0.0), 1)``) and the outputs in
+  [0, 1024]: the median prompt is the mean one (507.5 against 508.7 at 1 req/s), and a prefill
+  about affine in its tokens puts the median TTFT at the median prompt's, so the served mean was
+  a fair stand-in for the TTFT; what the mix changes is the load -- which requests overlap and how
+  long each decodes. Output tok/s goes 3.5% -> 0.2% median (every row within 1.1%); TTFT 21.7%
+  -> 23.6% (70B -23.6 / -24.0 / -32.7% at 1 / 2 / 4 req/s, 405B -13.6 / -15.8%: three rows
+  toward the measured, two 0.7-2.3 points away); ITL 1.6% either way (70B at 4 req/s -22.2%).
+  So neither the lengths nor the arrivals explain the TTFT deficit: 20 ms on the 70B at 1-2
+  req/s (65.5 against 85.7), 35 ms at 4, 30-39 ms on the 405B. Read in bench_serving and ruled
+  out as a measured delay the simulation lacks: TTFT is taken at the first streamed chunk whose
+  cumulative ``text`` is non-empty (async_request_sglang_generate), so it is one token's step
+  later only where the first token decodes to no text (a special token the detokenizer skips,
+  or a partial UTF-8 byte it holds back: detokenizer_manager.py's incremental decode); the
+  lines keep no generated text (no --output-details), so how often that happened is not known,
+  and nothing is added for it. The one-step lag itself is SGLang's own account: turning the
+  overlap scheduler on by default (sgl-project/sglang PR #2067, 2024-11-18) raised the bound on
+  median TTFT in its test_bench_serving.py test_online_latency_default from 80 to 86 ms,
+  "because we delayed the processing of the first batch in favor of launching the kernels for
+  the next batch first": the delay ``run_ahead`` already adds, not a further one. Nor a run of
+  decode steps between looks at the queue (SGLang v0.2's tp_worker.py forward_step ran
+  global_config.num_continue_decode_steps, 10, decode batches in a row): that would add about
+  4.5 decode steps to a median first token, 61 ms on the 70B at 1 req/s, three times the gap. The prefill is not convex over the drawn range either:
+  P(128) 16.7, P(509) 39.6, P(1024) 70.9 ms on the 70B (the chord through the ends gives 39.7 at
+  509). What is left, 20.2 ms on the 70B and 29.7 ms on the 405B at 1 req/s, scales like the
+  layer count (80 / 126 = 0.63; 20.2 / 29.7 = 0.68), not like the prefill (39.6 / 120.9 = 0.33)
+  nor a per-request constant (1.0): about 0.24 ms a layer. SGLang runs its extend (prefill)
+  batches eagerly -- in the v0.3-v0.4 model_runner.py only forward_decode replays a captured
+  graph (when cuda_graph_runner.can_run), forward_extend calls the model's forward as is -- while
+  gpuplan times every SGLang step under CUDA graphs
+  (1,283 kernels for the 70B prefill at 5 us a launch). An eager launch per layer (16 kernels)
+  should hide behind the GPU's 0.49 ms (70B) and 0.96 ms (405B) a layer, unless the prefill
+  cannot start launching before the step ahead of it ends; no per-kernel host time for SGLang's
+  fused extend path was found, and gpuplan's own eager runtime (transformers' unfused code,
+  3,050 kernels at 32 us) would put the 70B's P(509) at 107.7 ms, above the measured TTFT, so it
+  is no stand-in. Nothing is counted. The ITL at 4 req/s is the other open end: by Little's law
+  (rate x mean E2E latency) about 8, 17 and 51 requests are in flight at 1, 2 and 4 req/s on the
+  70B, and the measured median ITL grows 0.134 ms per request (13.64 -> 19.42 ms) where the
+  simulated step grows 0.035 (13.6 -> 15.1); the 405B, at about 24 and 60 in flight, grows 0.125
+  measured and 0.092 simulated and stays within 2%. A per-request host cost in the loop that
+  outlasts the 70B's ~15 ms GPU step beyond ~40 requests, yet stays under the 405B's ~43 ms,
+  would read so; the overlap hides host work only up to a step, and v0.4's per-request time has
+  no published figure. Not torch.compile's bound (torch_compile_max_bs 32): the 405B's
+  batches at 2 req/s are past it too and read -1.6%. The DataCrunch offline lines (every request
+  at once; not rows here) point the same way: the same seed-1 draws reproduce their token
+  totals exactly, and the simulation serves 6,352 output tok/s against the measured 4,521 at
+  3,000 x 1024/1024, 4,774 against 3,492 at 4,000 x 1024/512 and 9,454 against 6,648 at 6,000 x
+  256/512 -- the served engine's large-batch steps are about 1.4x the simulated ones.
 - **vLLM on datacenter GPUs (issue 29's vLLM source; 19 rows, transcribed and committed before
   any prediction was read; nothing fitted, nothing in the model changed for them).** Medians over
   the 19: TTFT 36.0%, ITL 22.1%, output tok/s 13.6%. What each group says:
