@@ -402,10 +402,38 @@ def _vllm_4090_figures(rs: list[Row]) -> dict[str, str]:
     }
 
 
+def _nim_sglang_figures(rs: list[Row]) -> dict[str, str]:
+    """The figures quoted of the NIM and the SGLang (DataCrunch H200) rows, from ``rs``."""
+    nim = {r.run["load"]["concurrency"]: r for r in rs if r.run["source_group"] == "nvidia-nim"}
+    g = "datacrunch-sglang-h200"
+    sgl = [r for r in rs if r.run["source_group"] == g]
+    big = [r for r in sgl if "405b" in r.run["model"]]
+    small = [r for r in sgl if r not in big]
+    worst = next(r for r in small if r.run["id"].endswith("-rps4"))   # 70B at 4 req/s
+    rest = [abs(r.error("itl_ms")) for r in sgl if r is not worst]
+
+    def errs(sub, key="ttft_ms"):
+        return " / ".join(f"{100 * r.error(key):.1f}" for r in sub)
+
+    return {
+        "nim_ramp": "; ".join(f"C={c}: {_num(nim[c].predicted['ttft_ms'])} ms, "
+                              f"{100 * nim[c].error('ttft_ms'):+.0f}%" for c in (25, 50)),
+        "nim_c1_itl": f"{nim[1].predicted['itl_ms']:.1f} ms ({_pct(nim[1].error('itl_ms'))})",
+        "nim_c5_itl_err": _pct(nim[5].error("itl_ms")),
+        "sgl_ttft_low": _span([-100 * r.error("ttft_ms") for r in sgl], unit="%"),
+        "sgl_ttft_70b": errs(small), "sgl_ttft_405b_1": errs(big[:1]),
+        "sgl_ttft_405b_2": errs(big[1:]),
+        "sgl_ttft_median": f"{100 * summary(rs, 'ttft_ms', g)['median_abs_error']:.1f}%",
+        "sgl_itl_within": f"{len(rest)} of {len(sgl)} rows within {100 * max(rest):.0f}%",
+        "sgl_itl_worst": f"{-100 * worst.error('itl_ms'):.0f}% low ({worst.predicted['itl_ms']:.1f} "
+                         f"ms against {worst.run['measured']['itl_ms']['value']:.1f})",
+    }
+
+
 def fill_mechanisms(text: str, rs: list[Row]) -> str:
     """``text`` with each ``{name}`` of the figures computed from ``rs`` filled in (a figure
     the prose quotes of today's table is computed, never typed); other braces stay as they are."""
-    figs = _trtllm_figures(rs) | _vllm_4090_figures(rs)
+    figs = _trtllm_figures(rs) | _vllm_4090_figures(rs) | _nim_sglang_figures(rs)
     return re.sub(r"\{(\w+)\}", lambda m: figs.get(m.group(1), m.group(0)), text)
 
 
@@ -514,13 +542,13 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   gpt-fast's int8 weight-only share (0.524). TensorRT-LLM's PyTorch backend runs FP8 on Hopper
   as cuBLASLt's FP8 GEMM (no dequantization), which now reads at the FP8 tensor-core share
   (compute/efficiency.py gemv_bw_fp8_tensorcore, 0.625: the 16-bit share times vLLM PR #49363's
-  H100 FP8/BF16 one-row ratio, CUTLASS's kernel's, assumed for cuBLASLt's): C=1 18.9 ms (+1.6%),
-  C=5 +2.5%; NIM medians TTFT 13.1% -> 13.4% (C=150-250 2.2-2.3 points further under, the wrong
+  H100 FP8/BF16 one-row ratio, CUTLASS's kernel's, assumed for cuBLASLt's): C=1 {nim_c1_itl},
+  C=5 {nim_c5_itl_err}; NIM medians TTFT 13.1% -> 13.4% (C=150-250 2.2-2.3 points further under, the wrong
   way), ITL 5.3% -> 2.2%, output tok/s 7.4% -> 2.9%.
 - **NIM at concurrency 25-50: the ramp.** With 5,000-token prompts and no context chunking
   one prompt fits an iteration (max_num_tokens 8192), so the simulated closed loop's first 25
   (50) clients, all sent at t=0, get their first tokens one prefill (~390 ms) apart: the mean
-  over 4 x C requests carries that ramp (C=25: 1,529 ms, +122%; C=50: 2,729 ms, +227%). Any
+  over 4 x C requests carries that ramp ({nim_ramp}). Any
   burst of C such prompts must queue that way, chunked or not (the prefill work is the same),
   so the measured 689 ms (one prefill plus ~300 ms) is not the mean of such a run. Issue 29's
   search for the measurement method (a negative result; nothing modelled, nothing fitted):
@@ -573,8 +601,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   quotes medians only, so the simulation's p50 is compared (``_stat``): SGLang's scheduler runs a
   prefill batch alone, the decodes waiting, so every stream has a few long gaps that lift the
   simulated mean ITL 4-30% above its median (405B at 2 req/s: mean 55.4 ms, p50 42.6, measured
-  median 43.3). ITL at the median: 4 of 5 rows within 6%; 70B at 4 req/s (about 52 in flight)
-  reads 23% low (14.9 ms against 19.4), not explained (the overlap scheduler below moves no ITL).
+  median 43.3). ITL at the median: {sgl_itl_within}; 70B at 4 req/s (about 52 in flight)
+  reads {sgl_itl_worst}, not explained (the overlap scheduler below moves no ITL).
   TTFT read 35-47% low at every rate, and not by a constant: the measured median is 2.2x the
   speed model's lone 509-token prefill on the 70B (85.8 ms against P(509) = 39.6) and 1.8x on the
   405B (218.8 against 120.9), gaps of 46 and 98 ms. Ruled out: the statistic (the simulated p50 is
@@ -585,8 +613,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   sglang-v0-4 "runs one batch ahead") forms and launches batch k+1 before it resolves batch k, so
   a batch is formed while the one before it still runs and a request arriving mid-step joins the
   batch after next (capacity/_engines.py ``run_ahead``): about one decode step more per first
-  token. TTFT now reads 17-32% low (70B -29.6 / -21.7 / -32.0% at 1 / 2 / 4 req/s, 405B -16.5 /
-  -18.4%; median 37.7% -> 21.7%); nothing else moves. Also read in that code and ruled out as a
+  token. TTFT now reads {sgl_ttft_low} low (70B {sgl_ttft_70b}% at 1 / 2 / 4 req/s, 405B {sgl_ttft_405b_1} /
+  {sgl_ttft_405b_2}%; median 37.7% -> {sgl_ttft_median}); nothing else moves. Also read in that code and ruled out as a
   further delay: the first token is not held for the next step (it is streamed as soon as batch
   k resolves, right after k+1 is launched: tp_worker_overlap_thread.py resolve_batch_result waits
   on k's copy and k+1's launch only); the detokenizer and the HTTP stream run in their own
