@@ -25,6 +25,7 @@ import argparse
 import json
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 
@@ -32,6 +33,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 JSON_PATH = HERE / "capacity_vs_aiconfigurator.json"
 MD_PATH = HERE / "capacity_vs_aiconfigurator.md"
 BEGIN, END = "<!-- table:begin -->", "<!-- table:end -->"
+# The prose blocks whose figures summarise the table: computed from the same rows (``prose``).
+AGREES = ("<!-- agrees:begin -->", "<!-- agrees:end -->")
+PUB_NOTE = ("<!-- pub-note:begin -->", "<!-- pub-note:end -->")
+MOE_NOW = ("<!-- moe-now:begin -->", "<!-- moe-now:end -->")
 
 # id, gpuplan catalog name, AIConfigurator model (its Hugging Face id), gpuplan GPU, AIC system,
 # TP, concurrency, input, output, weight format ("bf16" or "fp8"; the KV cache follows AIC's
@@ -102,9 +107,13 @@ print(json.dumps(out))
 """
 
 
+def _is_moe(case: dict) -> bool:
+    return case["model"] == "qwen3-30b-a3b"
+
+
 def run_aic(python: str) -> dict:
     """AIConfigurator's estimate of every case (needs its venv); returns the JSON's content."""
-    cases = [dict(c, moe=c["model"] == "qwen3-30b-a3b") for c in CASES]
+    cases = [dict(c, moe=_is_moe(c)) for c in CASES]
     proc = subprocess.run([python, "-c", _AIC_SCRIPT], input=json.dumps(cases), text=True,
                           capture_output=True, check=True)
     data = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -163,6 +172,53 @@ def table(rs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _ratios(rs: list[dict], key: str) -> list[float]:
+    return [r["gpuplan"][key] / r["aic"][key] for r in rs]
+
+
+def _spread(ratios: list[float]) -> str:
+    """'within N% (lo-hi, median m)', each figure formatted as the table's ratio cells."""
+    worst = max(abs(x - 1) for x in ratios)
+    return (f"within {100 * worst:.0f}% ({min(ratios):.2f}-{max(ratios):.2f}, "
+            f"median {statistics.median(ratios):.2f})")
+
+
+def agrees(rs: list[dict]) -> str:
+    """The "What agrees" bullets, their ranges and medians taken from the table's rows."""
+    dense = [r for r in rs if not _is_moe(r["case"])]
+    closed = [r for r in dense if not r["case"].get("rate")]
+    moe = [r for r in rs if _is_moe(r["case"])]
+    tpot, tok = "tpot_ms", "output_tokens_per_s_per_gpu"
+    moe_text = "; ".join(f"`{r['case']['id']}` TPOT {_ratios([r], tpot)[0]:.2f}, tokens/s/GPU "
+                         f"{_ratios([r], tok)[0]:.2f}" for r in moe)
+    return (f"- **TPOT**: every dense case {_spread(_ratios(dense, tpot))}.\n"
+            f"- **Output tokens/s per GPU** in the closed-loop dense cases: "
+            f"{_spread(_ratios(closed, tok))}.\n"
+            "  Decode is weight- and KV-bandwidth bound; the two tools' step models (gpuplan's "
+            "roofline speed\n  model, AIC's measured kernels) agree there.\n"
+            "- **The MoE case**, since its experts run as one grouped kernel (case 3 below):\n"
+            f"  {moe_text}.")
+
+
+def pub_note(rs: list[dict]) -> str:
+    """The sentence giving the `pub-` rows' gpuplan TTFT today, from the table's rows."""
+    pub = [_fmt(r["gpuplan"]["ttft_ms"]) for r in rs if r["case"].get("published")]
+    return f"gpuplan's TTFT on the two `pub-` rows is now {' and '.join(pub)} ms"
+
+
+def moe_now(rs: list[dict]) -> str:
+    """Case 3's figures after the grouped-expert fix, as the table gives them today."""
+    r = next(r for r in rs if _is_moe(r["case"]))
+    g, a = r["gpuplan"], r["aic"]
+    return (f"TPOT now {_fmt(g['tpot_ms'])} ms, ratio {g['tpot_ms'] / a['tpot_ms']:.2f}, "
+            f"tokens/s/GPU {g['output_tokens_per_s_per_gpu'] / a['output_tokens_per_s_per_gpu']:.2f}")
+
+
+def _replace(text: str, marks: tuple[str, str], body: str, sep: str = "\n") -> str:
+    return re.sub(re.escape(marks[0]) + ".*?" + re.escape(marks[1]),
+                  lambda _: f"{marks[0]}{sep}{body}{sep}{marks[1]}", text, flags=re.S)
+
+
 def parse_md_gpuplan(text: str) -> dict[str, tuple[str, str, str]]:
     """The .md table's gpuplan cells (TTFT, TPOT, tokens/s/GPU) by case id, as written."""
     block = text.split(BEGIN, 1)[1].split(END, 1)[0]
@@ -182,15 +238,17 @@ def main() -> None:
     if args.aic:
         JSON_PATH.write_text(json.dumps(run_aic(args.aic_python), indent=1) + "\n")
     aic = json.loads(JSON_PATH.read_text())
-    t = table(rows(aic))
+    rs = rows(aic)
+    t = table(rs)
     print(f"AIConfigurator {aic['aiconfigurator_version']} (core "
           f"{aic['aiconfigurator_core_version']})\n")
     print(t)
+    print(f"\n{agrees(rs)}\n\n{pub_note(rs)}\n\n{moe_now(rs)}")
     if args.write:
-        text = MD_PATH.read_text()
-        new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: f"{BEGIN}\n{t}\n{END}",
-                     text, flags=re.S)
-        MD_PATH.write_text(new)
+        text = _replace(MD_PATH.read_text(), (BEGIN, END), t)
+        text = _replace(text, AGREES, agrees(rs))
+        text = _replace(text, PUB_NOTE, pub_note(rs), sep="")
+        MD_PATH.write_text(_replace(text, MOE_NOW, moe_now(rs), sep=""))
 
 
 if __name__ == "__main__":

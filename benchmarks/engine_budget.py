@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from dataclasses import replace
@@ -93,6 +94,17 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{100 * x:+.1f}%"
 
 
+def _fill(note: str, r: dict) -> str:
+    """An exclusion note with each ``{name}`` it quotes of the row's own figures filled in from
+    the table's values (the note's figures of gpuplan's budget are computed, never typed)."""
+    b, pub = r["budget"], r["log"]["published"]
+    kv = b.available_kv_bytes / GIB
+    figs = {"available_kv_gib": f"{kv:.2f}", "kv_tokens_error": _pct(r["errors"].get("kv_tokens"))}
+    if "available_kv_gib" in pub:
+        figs["available_kv_gap_gib"] = f"{kv - pub['available_kv_gib']:.2f}"
+    return re.sub(r"\{(\w+)\}", lambda m: figs.get(m.group(1), m.group(0)), note)
+
+
 def report(results: list[dict]) -> str:
     s = summary(results)
     lines = [
@@ -125,7 +137,7 @@ def report(results: list[dict]) -> str:
             f"{b.max_concurrency:.2f} | {_pct(e.get('max_concurrency'))} | "
             f"{pub.get('available_kv_gib', '')} | {b.available_kv_bytes / GIB:.2f} |")
     lines += ["", "Excluded from the median and worst (shown above):", ""]
-    lines += [f"* {r['log']['id']}: {r['log']['excluded']}" for r in results
+    lines += [f"* {r['log']['id']}: {_fill(r['log']['excluded'], r)}" for r in results
               if "excluded" in r["log"]]
     lines += ["", "Sources and the quoted log lines: `benchmarks/published/engine_startup_logs.json`.",
               "What each rule deducts, and the fitted constants: `docs/engine_budget.md`.", ""]

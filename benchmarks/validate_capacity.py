@@ -20,6 +20,7 @@ sent (:func:`bench_serving_workload`).
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -331,8 +332,102 @@ def render(rs: list[Row]) -> str:
             "Each row's command (the CLI spelling of the library call above):", ""]
     for r in rs:
         out.append(f"- `{r.run['id']}`: `{r.command}`")
-    out += ["", MECHANISMS.strip(), ""]
+    out += ["", fill_mechanisms(MECHANISMS, rs).strip(), ""]
     return "\n".join(out)
+
+
+def _span(xs: list[float], fmt: str = "{:.0f}", sep: str = "-", unit: str = "") -> str:
+    """'lo-hi' of ``xs``, each as ``fmt`` (the prose's ranges, read off the rows)."""
+    return f"{fmt.format(min(xs))}{sep}{fmt.format(max(xs))}{unit}"
+
+
+def _trtllm_figures(rs: list[Row]) -> dict[str, str]:
+    """The figures "Reading the misses" quotes of the TensorRT-LLM online rows, from ``rs``."""
+    trt = [r for r in rs if r.run["source_group"] == "tensorrt-llm-online"]
+    fit = {r.run["id"] for r in trt if r.run["load"].get("rate_as_stated") == "2"}
+    outside = [r for r in rs if r.run["id"] not in fit]
+    inf = [r for r in trt if r.run["load"].get("rate_as_stated") == "INF"]
+    varied = [r for r in inf if (r.run["input_len"], r.run["output_len"]) == (202, 214)]
+    fixed = [r for r in inf if r not in varied]
+    short = [r for r in fixed if _output(r.run) == 16]          # the prompt-bound 467/16 rows
+    long_ = [r for r in fixed if _output(r.run) == 256]
+    q16 = next(r for r in trt if r.run["id"].endswith("70b-h100-tp4-467-256-qps16"))
+    inf_256 = next(r for r in long_ if r.run["id"].endswith("70b-h100-tp4-467-256-qpsinf"))
+    pred_rate = inf_256.predicted["output_tokens_per_s"] / _output(inf_256.run)
+    tok = "output_tokens_per_s"
+
+    def means(r, measured):
+        return all_at_once(r.run, _measured_means(r.run) if measured else r.predicted)
+
+    return {
+        "n_all": str(len(rs)), "n_outside_fit": str(len(outside)),
+        "ttft_all": f"{100 * summary(rs, 'ttft_ms')['median_abs_error']:.1f}%",
+        "ttft_outside_fit": f"{100 * summary(outside, 'ttft_ms')['median_abs_error']:.1f}%",
+        "q16_itl": f"{q16.run['measured']['itl_ms']['value']:g} ms against "
+                   f"{q16.predicted['itl_ms']:.1f}",
+        "short_meas": " / ".join(f"{r.run['measured'][tok]['value'] / 16:.0f}" for r in short),
+        "short_pred": " / ".join(f"{r.predicted[tok] / 16:.1f}" for r in short),
+        "short_fast": _span([100 * r.error(tok) for r in short], unit="%"),
+        "q16_util": f"{q16.run['load']['request_rate'] / pred_rate:.2f}",
+        "q16_errs": f"{100 * q16.error('ttft_ms'):.0f}% TTFT and {100 * q16.error('itl_ms'):.0f}% ITL",
+        "inf_tok_fixed": _span([100 * r.error(tok) for r in fixed], "{:+.0f}%", " to "),
+        "inf_tok_varied": _span([100 * r.error(tok) for r in varied], "{:+.0f}%", " to "),
+        "lat_fixed_meas": _span([means(r, True)["latency_over_makespan"] for r in fixed],
+                                "{:.2f}"),
+        "lat_fixed_pred": _span([means(r, False)["latency_over_makespan"] for r in fixed],
+                                "{:.2f}"),
+        "lat_varied_meas": _span([means(r, True)["latency_over_makespan"] for r in varied],
+                                 "{:.2f}"),
+    }
+
+
+def _vllm_4090_figures(rs: list[Row]) -> dict[str, str]:
+    """The figures quoted of the RTX 4090 vLLM rows (closed loop), from ``rs``."""
+    g = "mushfiqrahman-vllm-4090"
+    vr = [r for r in rs if r.run["source_group"] == g]
+    high = [r for r in vr if r.error("ttft_ms") > 0]
+    low = [r for r in vr if r.error("ttft_ms") <= 0]
+
+    def conc(sub):
+        return _span([r.run["load"]["concurrency"] for r in sub])
+
+    return {
+        "v4090_tok": _span([100 * abs(r.error("output_tokens_per_s")) for r in vr], "{:.1f}",
+                           unit="%"),
+        "v4090_ttft_high": f"at concurrency {conc(high)} ("
+                           + _span([100 * r.error("ttft_ms") for r in high], "{:+.0f}%", " to ")
+                           + ")",
+        "v4090_low_conc": conc(low),
+        "v4090_tok_median": f"{100 * summary(rs, 'output_tokens_per_s', g)['median_abs_error']:.1f}%",
+    }
+
+
+def _nim_sglang_figures(rs: list[Row]) -> dict[str, str]:
+    """The figures quoted of the NIM and the SGLang (DataCrunch H200) rows, from ``rs``."""
+    nim = {r.run["load"]["concurrency"]: r for r in rs if r.run["source_group"] == "nvidia-nim"}
+    g = "datacrunch-sglang-h200"
+    sgl = [r for r in rs if r.run["source_group"] == g]
+    worst = next(r for r in sgl if "405b" not in r.run["model"]
+                 and r.run["id"].endswith("-rps4"))                  # 70B at 4 req/s
+    rest = [abs(r.error("itl_ms")) for r in sgl if r is not worst]
+
+    return {
+        "nim_ramp": "; ".join(f"C={c}: {_num(nim[c].predicted['ttft_ms'])} ms, "
+                              f"{100 * nim[c].error('ttft_ms'):+.0f}%" for c in (25, 50)),
+        "nim_c1_itl": f"{nim[1].predicted['itl_ms']:.1f} ms ({_pct(nim[1].error('itl_ms'))})",
+        "nim_c5_itl_err": _pct(nim[5].error("itl_ms")),
+        "sgl_ttft_median": f"{100 * summary(rs, 'ttft_ms', g)['median_abs_error']:.1f}%",
+        "sgl_itl_within": f"{len(rest)} of {len(sgl)} rows within {100 * max(rest):.0f}%",
+        "sgl_itl_worst": f"{-100 * worst.error('itl_ms'):.0f}% low ({worst.predicted['itl_ms']:.1f} "
+                         f"ms against {worst.run['measured']['itl_ms']['value']:.1f})",
+    }
+
+
+def fill_mechanisms(text: str, rs: list[Row]) -> str:
+    """``text`` with each ``{name}`` of the figures computed from ``rs`` filled in (a figure
+    the prose quotes of today's table is computed, never typed); other braces stay as they are."""
+    figs = _trtllm_figures(rs) | _vllm_4090_figures(rs) | _nim_sglang_figures(rs)
+    return re.sub(r"\{(\w+)\}", lambda m: figs.get(m.group(1), m.group(0)), text)
 
 
 MECHANISMS = """
@@ -348,27 +443,27 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   tensorrtllm_backend (HTTP/gRPC streaming front end, tokenisation, the request entering the
   executor at an iteration boundary, the first token's return). No published figure for it was
   found, so it is fitted: 8.3 ms, the median gap over the 12 QPS-2 rows (gaps 6.2-16.9 ms), and
-  added to every TensorRT-LLM request's first token. The TTFT median over all 85 rows went 35.1%
-  -> 18.3%; over the 73 rows outside the fit 36.1% -> 21.6%. What is left at low load is the
+  added to every TensorRT-LLM request's first token. When it was fitted the TTFT median over the
+  85 rows then in the file went 35.1% -> 18.3%, over the 73 outside the fit 36.1% -> 21.6%; today
+  over all {n_all} rows it is {ttft_all}, over the {n_outside_fit} outside the fit {ttft_outside_fit}. What is left at low load is the
   70B's larger gap (up to 17 ms), which one constant per engine does not follow.
 - **vLLM's per-step host work.** Each vLLM step carries its output processing after the kernels
   (vllm issue #6913: 0.2 ms at batch 1, 3.4 ms at batch 32), not fitted here; it moves the
   4090 rows by under 1% (TTFT 49.6% -> 48.9% median, throughput 9.1% -> 9.5%).
 - **ITL, TensorRT-LLM table.** At 2 QPS the simulated ITL is 0-1 ms under the measured on the
   8B and up to 4 ms on the 70B, consistent with a per-token streaming cost of the same path. From 16
-  QPS the measured ITL rises faster than the simulated (70B H100 467/256 at 16 QPS: 66 ms against
-  38.6), which this simulation, with prompts not chunked as TensorRT-LLM's default, does not
-  explain.
+  QPS the measured ITL rises faster than the simulated (70B H100 467/256 at 16 QPS: {q16_itl}),
+  which this simulation, with prompts not chunked as TensorRT-LLM's default, does not explain.
 - **TensorRT-LLM under load (QPS 8-32): the saturation rate, not the scheduler.** The table's
   own INF rows say how fast the served engine prefills: with every request admitted at once
   (KV room for all 500 under GUARANTEED_NO_EVICT, in the table as in gpuplan: the 467/256 and
   467/16 INF rows have the same mean TTFT, 9123 and 9126 ms on the 70B H100), the mean TTFT is
   half the time to prefill all 500 (500 / 28 req/s / 2 = 8.9 s against 9.1 measured). The
-  467/16 INF rows, prompt-bound, serve 28 / 79 / 29 / 81 req/s (70B H100, 8B H100, 70B H200,
-  8B H200); gpuplan's steps serve 32.4 / 94.9 / 33.6 / 99.1: its compute-bound step is 16-22%
+  467/16 INF rows, prompt-bound, serve {short_meas} req/s (70B H100, 8B H100, 70B H200,
+  8B H200); gpuplan's steps serve {short_pred}: its compute-bound step is {short_fast}
   too fast on both models and both cards. At QPS 16 on the 467/256 rows the offered load
   equals the measured INF rate (16 req/s), so the served engine runs at utilisation ~1 where
-  gpuplan's runs at ~0.87, and queueing turns a 16-22% step error into -37% TTFT and -41% ITL.
+  gpuplan's runs at ~{q16_util}, and queueing turns a {short_fast} step error into {q16_errs} (70B H100).
   Checked by hand (not committed): scaling only the prompt part of every step by 1.18 moves
   the 28 QPS-16/32 rows' median TTFT error 22.6% -> 13.0% and ITL 26.2% -> 21.5%. The cause
   to find is in the speed model's prefill (GEMM rate at 8k tokens, TP all-reduce), not in
@@ -396,8 +491,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   14.4 ms). Neither the vLLM version nor the OpenAI server's per-request cost is stated by the
   source, and no source measuring that cost was found.
 - **Throughput.** Below saturation it is the arrival rate times the output length, so its small
-  error is by construction. At "INF" gpuplan over-predicts +14% to +25% on the fixed-length
-  467/256 and 467/16 rows (the prefill step being too fast, above) and +89% to +109% on 202/214.
+  error is by construction. At "INF" gpuplan over-predicts {inf_tok_fixed} on the fixed-length
+  467/256 and 467/16 rows (the prefill step being too fast, above) and {inf_tok_varied} on 202/214.
   Little's law on the measured 202/214 INF rows (output tok/s x ITL) gives 173-179 requests
   decoding at once against the simulation's 386-401, which reads like a batch limit; it is not
   one. (1) Nothing in the setup bounds it below the 500 requests: trtllm-build's max_batch_size
@@ -413,8 +508,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   a larger max_tokens than the output) would scale with the pool, which is 2.0x (8B: 446k ->
   893k tokens) and 2.4x (70B TP 4: 521k -> 1.24M) larger on the H200; the measured counts are
   the same on both cards (174 / 175, 173 / 179). (4) The rows' own means (the "All at once"
-  table): a request's mean latency over the makespan is 0.98-0.99 on every fixed-length INF row,
-  measured and simulated alike, but 0.47-0.51 on the four 202/214 rows, whose makespans are
+  table): a request's mean latency over the makespan is {lat_fixed_meas} on every fixed-length INF row
+  measured ({lat_fixed_pred} simulated), but {lat_varied_meas} on the four 202/214 rows, whose makespans are
   4-11 s longer than twice the mean TTFT (the last first token, were the prompts' first tokens
   spread evenly) plus one request's decode (213 x ITL): some requests ended long after the mean
   one. Fixed lengths sent at once cannot do that, and a batch limit does not either: requests
@@ -440,13 +535,13 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   gpt-fast's int8 weight-only share (0.524). TensorRT-LLM's PyTorch backend runs FP8 on Hopper
   as cuBLASLt's FP8 GEMM (no dequantization), which now reads at the FP8 tensor-core share
   (compute/efficiency.py gemv_bw_fp8_tensorcore, 0.625: the 16-bit share times vLLM PR #49363's
-  H100 FP8/BF16 one-row ratio, CUTLASS's kernel's, assumed for cuBLASLt's): C=1 18.9 ms (+1.6%),
-  C=5 +2.5%; NIM medians TTFT 13.1% -> 13.4% (C=150-250 2.2-2.3 points further under, the wrong
+  H100 FP8/BF16 one-row ratio, CUTLASS's kernel's, assumed for cuBLASLt's): C=1 {nim_c1_itl},
+  C=5 {nim_c5_itl_err}; NIM medians TTFT 13.1% -> 13.4% (C=150-250 2.2-2.3 points further under, the wrong
   way), ITL 5.3% -> 2.2%, output tok/s 7.4% -> 2.9%.
 - **NIM at concurrency 25-50: the ramp.** With 5,000-token prompts and no context chunking
   one prompt fits an iteration (max_num_tokens 8192), so the simulated closed loop's first 25
   (50) clients, all sent at t=0, get their first tokens one prefill (~390 ms) apart: the mean
-  over 4 x C requests carries that ramp (C=25: 1,529 ms, +122%; C=50: 2,729 ms, +227%). Any
+  over 4 x C requests carries that ramp ({nim_ramp}). Any
   burst of C such prompts must queue that way, chunked or not (the prefill work is the same),
   so the measured 689 ms (one prefill plus ~300 ms) is not the mean of such a run. Issue 29's
   search for the measurement method (a negative result; nothing modelled, nothing fitted):
@@ -482,24 +577,25 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   392 ms server, M/D/1, wait 41, 187 and 346 ms). What desynchronises the measured clients is
   not stated (the open question of the vLLM 4090 rows below); the rows keep gpuplan's count
   (4 x C, at least 100) and every request.
-- **vLLM on an RTX 4090 (Mistral 7B, 256/128, closed loop).** Throughput is within 3-13%. TTFT
-  is high at concurrency 4-16 (+38% to +197%) and low at 32-48: in the simulated closed loop
+- **vLLM on an RTX 4090 (Mistral 7B, 256/128, closed loop).** Throughput is within {v4090_tok}. TTFT
+  is high {v4090_ttft_high} and low at {v4090_low_conc}: in the simulated closed loop
   with fixed lengths the clients stay in lockstep, so each prompt waits for its whole cohort's
   prefill in one step, while the measured median at concurrency 4-8 (53-55 ms) is about one
-  prompt's prefill -- the measured clients drift apart (the source does not say why). At 32-48
+  prompt's prefill -- the measured clients drift apart (the source does not say why). At {v4090_low_conc}
   the measured queue is longer than the simulated one; not explained here. Not the engine's
   output processing either: the page states no vLLM version, and every version gpuplan models
   (0.8, 0.11) is the V1 engine, which detokenises and streams in the API-server process beside
   the EngineCore loop (engines/profiles.py ``_VLLM_HOST``, overlapped); counting V0's in-loop
   cost instead (issue #6913's line after each step) moves these TTFTs by under 1% (C=4 118 ms
-  either way) and only the throughput (median 6.7% overlapped, 12.4% in-loop).
+  either way) and only the throughput (median 6.7% overlapped, 12.4% in-loop, when checked;
+  {v4090_tok_median} overlapped today).
 - **SGLang on H200 (DataCrunch: Llama 3.3 70B TP 4, Llama 3.1 405B TP 8; random 1024/1024 at
   random_range_ratio 0, 1-4 req/s).** Added out of sample (issue 31); nothing fitted. The source
   quotes medians only, so the simulation's p50 is compared (``_stat``): SGLang's scheduler runs a
   prefill batch alone, the decodes waiting, so every stream has a few long gaps that lift the
   simulated mean ITL 4-30% above its median (405B at 2 req/s: mean 55.4 ms, p50 42.6, measured
-  median 43.3). ITL at the median: 4 of 5 rows within 6%; 70B at 4 req/s (about 52 in flight)
-  reads 23% low (14.9 ms against 19.4), not explained (the overlap scheduler below moves no ITL).
+  median 43.3). ITL at the median: {sgl_itl_within}; 70B at 4 req/s (about 52 in flight)
+  reads {sgl_itl_worst}, not explained (the overlap scheduler below moves no ITL).
   TTFT read 35-47% low at every rate, and not by a constant: the measured median is 2.2x the
   speed model's lone 509-token prefill on the 70B (85.8 ms against P(509) = 39.6) and 1.8x on the
   405B (218.8 against 120.9), gaps of 46 and 98 ms. Ruled out: the statistic (the simulated p50 is
@@ -510,8 +606,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   sglang-v0-4 "runs one batch ahead") forms and launches batch k+1 before it resolves batch k, so
   a batch is formed while the one before it still runs and a request arriving mid-step joins the
   batch after next (capacity/_engines.py ``run_ahead``): about one decode step more per first
-  token. TTFT now reads 17-32% low (70B -29.6 / -21.7 / -32.0% at 1 / 2 / 4 req/s, 405B -16.5 /
-  -18.4%; median 37.7% -> 21.7%); nothing else moves. Also read in that code and ruled out as a
+  token. TTFT then read 17-32% low (70B -29.6 / -21.7 / -32.0% at 1 / 2 / 4 req/s, 405B -16.5 /
+  -18.4%; median 37.7% -> 21.7%, at the served means; today {sgl_ttft_median}, next point); nothing else moved. Also read in that code and ruled out as a
   further delay: the first token is not held for the next step (it is streamed as soon as batch
   k resolves, right after k+1 is launched: tp_worker_overlap_thread.py resolve_batch_result waits
   on k's copy and k+1's launch only); the detokenizer and the HTTP stream run in their own
@@ -522,7 +618,7 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   only where it outlasts the GPU's (the blog's Nsight profile: no GPU idle over five decode
   batches). Still unexplained (at the served means; at the drawn requests, next point): 19-34 ms
   on the 70B, 36-45 ms on the 405B, growing with the model
-  as a too-fast prefill would (the TensorRT-LLM table above reads its compute-bound steps 16-22%
+  as a too-fast prefill would (the TensorRT-LLM table above reads its compute-bound steps {short_fast}
   fast), not as a per-request constant. SGLang runs its prefill (extend) batches outside the CUDA
   graphs it captures for decode while gpuplan times every step of an engine under one runtime,
   yet at 509 tokens a TP shard's kernels take longer than their launches, so eager launches

@@ -79,7 +79,8 @@ SPLIT_ACCOUNTING = {
 
 #: Issue 30's Llama 3.1 405B rows on Blackwell (B200 x128 TP4 PP8 CP2 VP8, GB200 x256 TP4 PP16
 #: VP4/8), FP8-CS and FP8-MX 1.11-1.19 against the H100 405B rows' 1.05-1.08 and the Blackwell
-#: 8B/70B rows' 1.01-1.10: what their recipes run that might cost them time, each read at the
+#: 8B/70B rows' 1.01-1.10 when this was written (the report computes today's, _ratio_spans):
+#: what their recipes run that might cost them time, each read at the
 #: config functions fp8_runs.json names (scripts/performance/configs/llama/llama31_llm_pretrain.py
 #: llama31_405b_pretrain_config_b200 / _gb200, the presets in llama31_workload_base_configs.py,
 #: the recipe src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config,
@@ -119,7 +120,7 @@ BLACKWELL_405B_CHECKED = (
      "ruled out: the Llama recipes leave cp_comm_type unset (Megatron-Core's p2p); a rank's K "
      "and V (4,096 tokens x 2 KV heads x 128 x 2 x 2 B = 4.2 MB) is one ring step on NVLink, "
      "hidden under the attention; TE's P2P merges are timed (te_cp_merge_bytes); the H100 405B "
-     "rows run the same CP 2 and read 1.05-1.08"),
+     "rows run the same CP 2 and read {h100_405b}"),
     ("MXFP8's activations quantized after the TP all-gather",
      "ruled out: Transformer Engine v2.9 quantizes the norm's output on the rank's sequence "
      "shard before the userbuffers all-gather (layernorm_linear.py forward, "
@@ -720,17 +721,41 @@ def blackwell_405b(rows: list[Row]) -> list[Row]:
             and not r.run["hardware"]["gpu"].startswith("H")]
 
 
+def _ratio_spans(rows: list[Row]) -> dict[str, str]:
+    """'lo-hi' of the table's ratios (as its cells print them) for the row sets the Blackwell
+    405B prose compares, so the prose reads as the table does."""
+    def span(sel) -> str:
+        xs = [r.predicted / r.measured for r in rows if r.predicted is not None and sel(r)]
+        return f"{min(xs):.2f}-{max(xs):.2f}"
+
+    def model(r):
+        return r.run["model"]["catalog"]
+
+    def blackwell(r):
+        return not r.run["hardware"]["gpu"].startswith("H")
+
+    return {"blackwell_405b_fp8": span(lambda r: blackwell(r) and model(r) == "llama-3.1-405b"
+                                       and r.run["job"]["precision"] in ("fp8-current", "mxfp8")),
+            "h100_405b": span(lambda r: not blackwell(r) and model(r) == "llama-3.1-405b"),
+            "blackwell_8b_70b": span(lambda r: blackwell(r)
+                                     and model(r) in ("llama-3.1-8b", "llama-3.1-70b"))}
+
+
 def _blackwell_405b_lines(rows: list[Row]) -> list[str]:
     """Issue 30's Blackwell 405B rows: what was checked (:data:`BLACKWELL_405B_CHECKED`), each
     row beside its ratio with every TP collective exposed (:func:`predict`, ``tp_overlap``
     False) -- the size a failing overlap would have, not a prediction."""
+    spans = _ratio_spans(rows)
     out = ["", "## Llama 3.1 405B on Blackwell: what was checked", "",
-           "These rows read more optimistic than the H100 405B rows and the Blackwell 8B / 70B "
-           "rows. Each mechanism their Megatron-Bridge recipes could pay for, with what was "
+           f"These rows' FP8-CS and MXFP8 ratios ({spans['blackwell_405b_fp8']}) read more "
+           f"optimistic than the H100 405B rows ({spans['h100_405b']}) and the Blackwell 8B / "
+           f"70B rows ({spans['blackwell_8b_70b']}). Each mechanism their Megatron-Bridge recipes "
+           "could pay for, with what was "
            "found (sources in `BLACKWELL_405B_CHECKED`); none is charged beyond what the table "
            "above already times, and what these rows pay that gpuplan does not time is still "
            "unknown.", ""]
-    out += [f"- {what}: {found}." for what, found in BLACKWELL_405B_CHECKED]
+    out += [f"- {what}: {found.replace('{h100_405b}', spans['h100_405b'])}."
+            for what, found in BLACKWELL_405B_CHECKED]
     out += ["", "| run | TP overlap (recipe) | ratio | ratio, every TP collective exposed |",
             "|---|---|---|---|"]
     for r in blackwell_405b(rows):

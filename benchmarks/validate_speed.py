@@ -1427,7 +1427,8 @@ def _torch_pp_gap(run: dict, row: Row) -> str:
     schedules run the full backward (no input/weight split); (6) no per-micro-batch all-gather
     (torchtitan's reshard_after_forward False under PP and the stage's
     set_reshard_after_backward(False) until the last backward). What keeps the 405B PP rows
-    ~1.1-1.16 while the 70B TP 8 FSDP 32 AsyncTP row of the same table family reads ~1.03 is
+    ~1.1-1.16 while the 70B TP 8 FSDP 32 AsyncTP row of the same table family reads ~1.03 (as
+    read when this was written; validate_speed.md's holdout table has today's ratios) is
     not identified (no device to profile them)."""
     if "torchtitan 9dec370" not in (run.get("notes") or "") or (run["job"].get("pp") or 1) <= 1:
         return ""

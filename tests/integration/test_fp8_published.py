@@ -387,3 +387,21 @@ def test_blackwell_per_tensor_fp8_runs_plan_without_transposes():
     # 4096 x 4096 + 3 x 4096 x 14336) elements, 1 B each
     own, hopper, _ = by_id["megatron-bridge-25.11-dgx-b200-llama38b-fp8-current-x8"]
     assert hopper - own == 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+
+
+def test_blackwell_405b_prose_ranges_are_the_tables():
+    # the section's opening ranges, read back from the rendered main table's ratio cells (its
+    # last column), by hand: the Blackwell 405B FP8-CS / MXFP8 rows, the H100 405B rows
+    text = V.render(ROWS)
+    cells = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if len(parts) == 8 and parts[0].startswith("`megatron-bridge-") and parts[7][:1].isdigit():
+            cells[parts[0].strip("`")] = (parts[1], parts[2], float(parts[7]))
+    bw = [x for i, (gpu, rec, x) in cells.items() if "llama3.1405b" in i
+          and not gpu.startswith("H") and rec in ("fp8-current", "mxfp8")]
+    h100 = [x for i, (gpu, _, x) in cells.items() if "llama3.1405b" in i and gpu.startswith("H")]
+    assert len(bw) == 5 and len(h100) == 2
+    assert (f"FP8-CS and MXFP8 ratios ({min(bw):.2f}-{max(bw):.2f}) read more optimistic than "
+            f"the H100 405B rows ({min(h100):.2f}-{max(h100):.2f})") in text
+    assert f"rows run the same CP 2 and read {min(h100):.2f}-{max(h100):.2f}." in text

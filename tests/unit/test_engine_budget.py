@@ -450,3 +450,16 @@ def test_rtx_5060_ti_peaks_are_sms_times_rate_times_clock():
     assert g.peak("fp32") / 1e12 == pytest.approx(36 * 256 * 2.572e9 / 1e12, abs=0.05)
     assert g.peak("bf16") / 1e12 == pytest.approx(36 * 512 * 2.572e9 / 1e12, abs=0.05)
     assert g.memory_bandwidth == pytest.approx(28e9 * 128 / 8)
+
+
+def test_exclusion_notes_quote_the_table():
+    # a note's figures of gpuplan's budget are the row's own (benchmarks/engine_budget.py _fill):
+    # the LMCache log's gap is the table's available KV, gpuplan's minus the log's, by hand
+    bench = _benchmark()
+    results = bench.rows()
+    text = bench.report(results)
+    r = next(x for x in results if x["log"]["id"] == "vllm-4xh100-qwen3-235b-fp8")
+    ours = r["budget"].available_kv_bytes / GIB
+    theirs = r["log"]["published"]["available_kv_gib"]
+    assert f"8.11 GiB is {ours - theirs:.2f} GiB below what the rule leaves ({ours:.2f})" in text
+    assert "{" not in "".join(line for line in text.splitlines() if line.startswith("* "))
