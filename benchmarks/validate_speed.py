@@ -581,6 +581,41 @@ def sdpa_repeat_kv(run: dict, job: Job, notes: list[str] | None = None) -> bool 
     return False
 
 
+#: The path of llm-foundry's benchmark tables, whose A100 rows ran a FlashAttention
+#: v1-generation kernel (:func:`train_attention`).
+LLMFOUNDRY_README = "scripts/train/benchmarking/README.md"
+
+
+def train_attention(run: dict, notes: list[str] | None = None) -> str | None:
+    """``fa1`` (FlashAttention v1's rate: compute/efficiency.py ``TRAIN_ATTENTION_KERNELS``) for
+    llm-foundry's A100 benchmark rows, else None (the generation's kernel).
+
+    Their figures were written in 2023 (the A100 80GB table by mosaicml/llm-foundry b2a43a147,
+    2023-10-19, PR #543 "Update_pretrain_benchmarks"; the A100 40GB rows and the 64-GPU 70B row
+    were already there at 300cc5c58, 2023-05-03), while the rows' shapes were read from the
+    yamls of 8c8dd48 (2025), whose ``attn_impl: flash`` is flash-attn 2. At the figures' commits
+    the harness scripts/train/benchmarking/submit_benchmarks.py sets every run's
+    ``attn_impl`` from ``--attn_impl``, default ``triton`` (b2a43a147 line 144, 300cc5c58 line
+    119), on the image ``mosaicml/pytorch:1.13.1_cu117`` (line 50), and the pretrain yamls say
+    ``attn_impl: triton`` too; ``triton`` is llmfoundry/models/layers/flash_attn_triton.py, a
+    copy of HazyResearch flash-attention@eff9fe6b's Triton port of FlashAttention v1 ("Overall
+    Triton forward + backward is slightly slower than CUDA forward + backward"), and the
+    ``flash`` choice then was flash-attn 1.x (setup.py's gpu extra: ``flash-attn==1.0.9`` at
+    b2a43a147, ``v1.0.3.post0`` at 300cc5c58; flash-attn 2 only in the optional gpu-flash2
+    extra, which the harness installs for H100 runs only). Either way a v1-generation kernel,
+    timed at FlashAttention v1's rate, an upper bound for the Triton port. The H100 rows (the
+    2024 tables) are left at the generation's kernel: v1's rate on Hopper is not published."""
+    src = run.get("source") or {}
+    if src.get("repo") != "mosaicml/llm-foundry" or src.get("path") != LLMFOUNDRY_README \
+            or not run["hardware"]["gpu"].startswith("A100"):
+        return None
+    if notes is not None:
+        notes.append("llm-foundry's 2023 A100 tables ran attn_impl triton (submit_benchmarks.py's "
+                     "default at b2a43a147 / 300cc5c58; torch 1.13.1 image), FlashAttention v1's "
+                     "Triton port: timed at FlashAttention v1's rate")
+    return "fa1"
+
+
 #: Megatron-LM overlaps an interleaved pipeline's send/recv with the next chunk's compute since
 #: NVIDIA/Megatron-LM commit f9283c5a8a (2023-05-31, "Add option to overlap p2p communication"),
 #: on by default since 4eeff55d1f (2023-10-12, "Make overlap_p2p_comm the default"): a run
@@ -817,7 +852,8 @@ def predict(run: dict, keep: list | None = None) -> Row:
                              gather_overlap=gather_overlap(run, job, notes),
                              p2p_overlap=p2p_overlap(run, job, notes),
                              sdpa_repeat_kv=sdpa_repeat_kv(run, job, notes),
-                             pp_reduce_after_backward=pp_reduce_after_backward(run, job, notes))
+                             pp_reduce_after_backward=pp_reduce_after_backward(run, job, notes),
+                             train_attention=train_attention(run, notes))
         value = _train_value(est, unit, run)
     if keep is not None:
         keep.append(est)

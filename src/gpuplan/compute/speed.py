@@ -21,7 +21,8 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
-    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, constant,
+    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, FA2_SM8X, TRAIN_ATTENTION_KERNELS,
+    constant,
     quant_kernel, speed_range, speed_residuals,
 )
 from ._args import speed_args
@@ -394,7 +395,8 @@ def estimate_speed(
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None, paged_host_bytes: int = 0,
     decode_attention: str | None = None, sdpa_repeat_kv: bool | None = None,
-    pp_reduce_after_backward: bool | None = None) -> SpeedEstimate:
+    pp_reduce_after_backward: bool | None = None,
+    train_attention: str | None = None) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and ``job.gpus`` data-parallel GPUs).
 
     The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
@@ -433,12 +435,15 @@ def estimate_speed(
     ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
     benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
     ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
+    ``train_attention``: a training step's fused attention kernel not the generation's
+    (``fa1``: FlashAttention v1, :data:`~.efficiency.TRAIN_ATTENTION_KERNELS`; Ampere only).
     ``paged_host_bytes``: a paged optimizer's states over the GPU (:func:`paged_migration_s`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
                        trainable_params)
+    eff = _with_train_attention(eff, train_attention, mode, device, notes)
     if _checks_layout_alone(job, mode):
         check_layout(arch, job, seq)
     if _on_topology(job, mode, topology):
@@ -651,6 +656,28 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
+
+
+def _with_train_attention(eff: Efficiency, kernel: str | None, mode: str, device: Device,
+                          notes: list[str]) -> Efficiency:
+    """``eff`` with a training step's fused attention kernel given by name (``fa1``:
+    FlashAttention v1, timed at ``attn_fa1_over_fa2`` of FlashAttention-2's share), said in
+    ``notes``; ``eff`` itself with none given. InputError in inference, or off Ampere, where
+    the kernel's rate is not published."""
+    if not kernel:
+        return eff
+    if mode != "train":
+        raise InputError(f"{opt('train_attention')} {kernel!r} in inference: it names a training "
+                         "step's attention kernel; leave it unset", field="train_attention",
+                         value=kernel)
+    if device.kind != "gpu" or (device.architecture or "").lower() not in FA2_SM8X:
+        raise InputError(f"{opt('train_attention')} {kernel!r} on {device.name}: its rate is "
+                         "published against FlashAttention-2's on Ampere only; leave it unset",
+                         field="train_attention", value=kernel)
+    notes.append(f"training attention: {TRAIN_ATTENTION_KERNELS[kernel]}, at "
+                 f"{constant('attn_fa1_over_fa2'):g} of FlashAttention-2's rate (arXiv "
+                 "2307.08691, abstract)")
+    return replace(eff, attention_kernel=kernel)
 
 
 def _with_decode_attention(spec: StepSpec, kernel: str | None, device: Device,
