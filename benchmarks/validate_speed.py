@@ -1204,7 +1204,9 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     fsdpbias, main f318d67; a negative result, nothing timed from it).
 
     llmfoundry-mpt1b-a100_80gb-x8-s2048 (1.31e9 parameters, 8 ranks, 4 micro-batches of 14 x
-    2,048 tokens): estimated 4.64 s a step, the figure implies 5.59 s (0.95 s missing).
+    2,048 tokens): estimated 4.64 s a step with FlashAttention-2's rate, 5.12 s with the
+    FlashAttention v1 its 2023 harness ran (:func:`train_attention`: 1.21 -> 1.09), the figure
+    implies 5.59 s (0.95 s, then 0.48 s missing).
     torchtitan-t1-llama31-8b-fsdp8-compile (8.03e9, 8 ranks, one micro-batch of 2 x 8,192):
     2.05 s estimated, 2.46 s implied (0.41 s missing). Per step, at 2.0 / 2.4 TB/s HBM:
     (1) copies on the compute stream, timed (``fsdp_copy_s``: FSDP1's flat-gradient cat 12 ms;
@@ -1217,7 +1219,7 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     bytes written and forwarded, ~2 x 7/8 of the gathered bytes; reduce-scatter ~3 x 7/8 of its
     input, fp32 taken as the bound): ~92 GB / ~140 GB, 46 / 58 ms, if every byte displaced a
     memory-bound kernel's. (3) The SMs NCCL holds: timed (``overlap_sm_share``); the
-    collectives run ~50 ms of each 1.15 s micro-batch (~5%) and ~155 ms of the 2.05 s step
+    collectives run ~50 ms of each 1.28 s micro-batch (~4%) and ~155 ms of the 2.05 s step
     (~8%), so even compute stopped beside them is not 20%. (4) Host: 3,124 / 2,562 kernels
     issued in 40 / 10 ms; FSDP1's rate limiter (limit_all_gathers) ties the host to the device
     a unit at a time, but each block's device work (~16 ms forward) far exceeds its host work,
@@ -1226,16 +1228,17 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     re-read at 9dec370; the clip is foreach norms and a mul). (5) The optimizer over the
     shards: 7 / 38 ms estimated (AdamW over 1/8 of the fp32 states); DTensor's foreach dispatch
     is host work ahead of the device. (6) Clipping's norm all-reduce: one scalar. Sum of the
-    untimed bounds: ~2% / ~5% of these steps against 20%.
+    untimed bounds: ~2% / ~5% of these steps against the 9% / 20% missing.
 
-    Differential: the optimism is not FSDP's. Megatron-Core r0.8.0's own compute-dominated
+    Differential: what is left is not FSDP's. Megatron-Core r0.8.0's own compute-dominated
     rows read as optimistic (megatron-core-gpt1.7b-h100-x48, TP 1 DP 48: 1.37;
     megatron-core-gpt7.1b-h100-x96, TP 2: 1.24; narayanan2021-gpt1.7b-a100-x32: 1.12), while
     the Megatron rows within ~6% carry 9-32% of their estimated step as exposed communication
     and the FSDP rows here under 5%; and a single A100 running Llama 3.2 3B under torchtune at
     an estimated 68% MFU reads 1.00 (torchtune-llama32-3b-compile-throughput), where
-    llm-foundry's 3B on 8 A100 at 73% reads 1.18. What the multi-GPU, compute-dominated steps
-    miss was not identified (no device profile of these runs)."""
+    llm-foundry's 3B on 8 A100 read 1.18 at 73% (FlashAttention-2's rate), 1.08 at 67% (v1's).
+    What the multi-GPU, compute-dominated steps miss beyond that kernel was not identified
+    (no device profile of these runs)."""
     if row.mechanism not in ("single-node ZeRO-3 / FSDP", "multi-node ZeRO-3 / FSDP") \
             or row.comm_share >= 0.05 or not (run["job"].get("runtime") == "composer-fsdp"
                                               or run["engine"] == "torchtitan"):
@@ -1243,8 +1246,8 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     return ("FSDP's machinery sized by hand (_fsdp_machinery_gap's docstring) and ruled out: "
             "the untimed shard casts and gradient divides off the compute stream, NCCL's own "
             "HBM traffic beside the compute, the host's hooks and the sharded optimizer and "
-            "clip add at most ~2-5% of the step against ~20%; Megatron-Core's compute-dominated "
-            "TP 1-2 rows read 1.24-1.37 too, so the miss is not FSDP's; not identified")
+            "clip add at most ~2-5% of the step; Megatron-Core's compute-dominated TP 1-2 rows "
+            "read 1.24-1.37 too, so what is left is not FSDP's; not identified")
 
 
 def _volta_gap(run: dict, row: Row) -> str:

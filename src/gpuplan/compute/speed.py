@@ -432,18 +432,14 @@ def estimate_speed(
     ``sdpa_repeat_kv`` (:func:`~.parallel.sdpa_kv_heads`, :func:`~.step.expands_kv`) and
     ``pp_reduce_after_backward`` (:func:`~.parallel.pipeline_reduce_exposed_s`): True or False as
     the job ran; None: the engine profile's (p2p_overlap, sdpa_repeat_kv, pp_grad_reduce).
-    ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
-    benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
-    ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
-    ``train_attention``: a training step's fused attention kernel not the generation's
-    (``fa1``: FlashAttention v1, :data:`~.efficiency.TRAIN_ATTENTION_KERNELS`; Ampere only).
+    ``host_sync_per_step``: inference waits around every forward (:attr:`Phase.sync_per_step`).
+    ``decode_attention``, ``train_attention``: kernels not the engine's (``ft-mmha``, ``fa1``).
     ``paged_host_bytes``: a paged optimizer's states over the GPU (:func:`paged_migration_s`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
-                       trainable_params)
-    eff = _with_train_attention(eff, train_attention, mode, device, notes)
+                       trainable_params, train_attention)
     if _checks_layout_alone(job, mode):
         check_layout(arch, job, seq)
     if _on_topology(job, mode, topology):
@@ -504,10 +500,11 @@ def _on_topology(job: Job, mode: str, topology: Topology | None) -> bool:
 
 
 def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: bool, tf32: bool,
-             trainable_params: int | None) -> tuple:
+             trainable_params: int | None, train_attention: str | None = None) -> tuple:
     """What every estimate starts from: the job's one mode, the architecture and its name and
     tensors, the job as it runs, the sequence, the stored measurement, the device and its
-    fractions (the quantized kernel's included), the precision, ZeRO-3's gathers, the notes."""
+    fractions (the quantized kernel's and ``train_attention``'s included), the precision, ZeRO-3's
+    gathers, the notes."""
     mode = one_mode(job)
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
@@ -517,7 +514,8 @@ def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: b
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured, job.power_limit_w, notes)
     prec = _precision(job, mode, device, tf32, notes, arch)
-    eff = kernel_efficiency(job, mode, device, eff, prec, arch, notes)
+    eff = _with_train_attention(kernel_efficiency(job, mode, device, eff, prec, arch, notes),
+                                train_attention, mode, device, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
