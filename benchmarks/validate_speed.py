@@ -1200,8 +1200,10 @@ def _fsdp_nodes_gap(run: dict, row: Row) -> str:
 
 def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     """llm-foundry's Composer FSDP1 rows and torchtitan's FSDP2 rows: FSDP's own machinery,
-    sized by hand on one row of each and ruled out as their ~1.15-1.26x (issue 31, helper
-    fsdpbias, main f318d67; a negative result, nothing timed from it).
+    sized by hand on one row of each and ruled out as what is left of their optimism
+    (llm-foundry's A100 rows ~1.05-1.13x once their FlashAttention v1 is timed, 1.15-1.26x
+    before; torchtitan's 8B FSDP rows 1.15-1.24x) (issue 31, helper fsdpbias, main f318d67; a
+    negative result, nothing timed from it).
 
     llmfoundry-mpt1b-a100_80gb-x8-s2048 (1.31e9 parameters, 8 ranks, 4 micro-batches of 14 x
     2,048 tokens): estimated 4.64 s a step with FlashAttention-2's rate, 5.12 s with the
@@ -1213,12 +1215,14 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     FSDP2's copy-out and fp32 chunk-cat 55 ms); off it, untimed: the bf16 cast of the shard
     before each all-gather (FSDP1 pre-unshard stream, FSDP2 ``all_gather_copy_in_stream``:
     6 B a sharded element, 8 GB / 12 GB: 4 / 5 ms), the fp32 cast and pre/post divide of the
-    gradient (FSDP1 post-backward stream; FSDP2's ``_div_if_needed`` beside the reduce-scatter:
-    at most 14 B an unsharded element, 73 GB / 112 GB: 37 / 47 ms, the bound if none ran as
-    NCCL's AVG). (2) NCCL's own HBM traffic beside the compute (ring all-gather: the received
-    bytes written and forwarded, ~2 x 7/8 of the gathered bytes; reduce-scatter ~3 x 7/8 of its
-    input, fp32 taken as the bound): ~92 GB / ~140 GB, 46 / 58 ms, if every byte displaced a
-    memory-bound kernel's. (3) The SMs NCCL holds: timed (``overlap_sm_share``); the
+    gradient (FSDP1 post-backward stream: at most 14 B an unsharded element, 73 GB, 37 ms;
+    FSDP2 none at an fp32 or bf16 reduce dtype: ``_get_gradient_divide_factors`` returns no
+    factors, "use NCCL's built-in division to avoid separate div kernels", and the
+    reduce-scatter runs ``ReduceOp.AVG``, torch/distributed/_composable/fsdp/
+    _fsdp_collectives.py in its 2024 versions, read in an undated stored copy). (2) NCCL's own
+    HBM traffic beside the compute (ring all-gather: the received bytes written and forwarded,
+    ~2 x 7/8 of the gathered bytes; reduce-scatter ~3 x 7/8 of its input, fp32 taken as the
+    bound): ~92 GB / ~140 GB, 46 / 58 ms, if every byte displaced a memory-bound kernel's. (3) The SMs NCCL holds: timed (``overlap_sm_share``); the
     collectives run ~50 ms of each 1.28 s micro-batch (~4%) and ~155 ms of the 2.05 s step
     (~8%), so even compute stopped beside them is not 20%. (4) Host: 3,124 / 2,562 kernels
     issued in 40 / 10 ms; FSDP1's rate limiter (limit_all_gathers) ties the host to the device
@@ -1227,8 +1231,10 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     the host only on logging steps, as read of torchtitan's train.py of that period, not
     re-read at 9dec370; the clip is foreach norms and a mul). (5) The optimizer over the
     shards: 7 / 38 ms estimated (AdamW over 1/8 of the fp32 states); DTensor's foreach dispatch
-    is host work ahead of the device. (6) Clipping's norm all-reduce: one scalar. Sum of the
-    untimed bounds: ~2% / ~5% of these steps against the 9% / 20% missing.
+    is host work ahead of the device. (6) Clipping's norm all-reduce: one scalar. (7) Composer's
+    per-batch console logging (the 2023 yamls' ``console_log_interval: 1ba``): host work after
+    the step, ~ms. Sum of the untimed bounds: ~2% / ~3% of these steps (4 + 37 + 46 ms; 5 + 58
+    ms) against the 9% / 20% missing.
 
     Differential: what is left is not FSDP's. Megatron-Core r0.8.0's own compute-dominated
     rows read as optimistic (megatron-core-gpt1.7b-h100-x48, TP 1 DP 48: 1.37;
@@ -1246,7 +1252,7 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     return ("FSDP's machinery sized by hand (_fsdp_machinery_gap's docstring) and ruled out: "
             "the untimed shard casts and gradient divides off the compute stream, NCCL's own "
             "HBM traffic beside the compute, the host's hooks and the sharded optimizer and "
-            "clip add at most ~2-5% of the step; Megatron-Core's compute-dominated TP 1-2 rows "
+            "clip add at most ~2-3% of the step; Megatron-Core's compute-dominated TP 1-2 rows "
             "read 1.24-1.37 too, so what is left is not FSDP's; not identified")
 
 
