@@ -1222,7 +1222,8 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     _fsdp_collectives.py in its 2024 versions, read in an undated stored copy). (2) NCCL's own
     HBM traffic beside the compute (ring all-gather: the received bytes written and forwarded,
     ~2 x 7/8 of the gathered bytes; reduce-scatter ~3 x 7/8 of its input, fp32 taken as the
-    bound): ~92 GB / ~140 GB, 46 / 58 ms, if every byte displaced a memory-bound kernel's. (3) The SMs NCCL holds: timed (``overlap_sm_share``); the
+    bound): ~92 GB / ~140 GB, 46 / 58 ms, if every byte displaced a memory-bound kernel's.
+    (3) The SMs NCCL holds: timed (``overlap_sm_share``); the
     collectives run ~50 ms of each 1.28 s micro-batch (~4%) and ~155 ms of the 2.05 s step
     (~8%), so even compute stopped beside them is not 20%. (4) Host: 3,124 / 2,562 kernels
     issued in 40 / 10 ms; FSDP1's rate limiter (limit_all_gathers) ties the host to the device
