@@ -1244,8 +1244,11 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     and the FSDP rows here under 5%; and a single A100 running Llama 3.2 3B under torchtune at
     an estimated 68% MFU reads 1.00 (torchtune-llama32-3b-compile-throughput), where
     llm-foundry's 3B on 8 A100 read 1.18 at 73% (FlashAttention-2's rate), 1.08 at 67% (v1's).
-    What the multi-GPU, compute-dominated steps miss beyond that kernel was not identified
-    (no device profile of these runs)."""
+    With that kernel timed the split is by GPU, not by engine: the A100 FSDP rows read
+    0.93-1.13 (llm-foundry 0.99-1.13, IBM's fms-fsdp 0.93-1.06), the H100 ones 1.15-1.31
+    (torchtitan 8B 1.15-1.24 at 500 W, IBM 1.17-1.26, llm-foundry's 512-GPU 70B 1.31) as
+    Megatron-Core's compute-dominated H100 rows do (1.24-1.37). What the H100's
+    compute-dominated steps miss was not identified (no device profile of these runs)."""
     if row.mechanism not in ("single-node ZeRO-3 / FSDP", "multi-node ZeRO-3 / FSDP") \
             or row.comm_share >= 0.05 or not (run["job"].get("runtime") == "composer-fsdp"
                                               or run["engine"] == "torchtitan"):
@@ -1253,8 +1256,9 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     return ("FSDP's machinery sized by hand (_fsdp_machinery_gap's docstring) and ruled out: "
             "the untimed shard casts and gradient divides off the compute stream, NCCL's own "
             "HBM traffic beside the compute, the host's hooks and the sharded optimizer and "
-            "clip add at most ~2-3% of the step; Megatron-Core's compute-dominated TP 1-2 rows "
-            "read 1.24-1.37 too, so what is left is not FSDP's; not identified")
+            "clip add at most ~2-3% of the step; what is left follows the GPU, not FSDP (A100 "
+            "FSDP rows 0.93-1.13, H100 ones 1.15-1.31, as Megatron-Core's compute-dominated "
+            "H100 rows, 1.24-1.37); not identified")
 
 
 def _volta_gap(run: dict, row: Row) -> str:
