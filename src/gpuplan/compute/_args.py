@@ -12,7 +12,7 @@ from ..hardware.topology import Topology
 from ..job import (MAX_NEW_TOKENS, cpu_arg, flag_arg, gpu_arg, int_arg, job_arg,
                    model_arg, number_arg)
 from .device import Efficiency
-from .efficiency import DECODE_ATTENTION_KERNELS
+from .efficiency import DECODE_ATTENTION_KERNELS, TRAIN_ATTENTION_KERNELS
 
 __all__ = ["speed_args", "common_args", "MAX_LINK_GBPS"]
 
@@ -56,6 +56,15 @@ def speed_args(model: object, gpu: object, job: object, kw: dict[str, Any]) -> N
     _of_type(kw["topology"], "topology", Topology)
     _link(kw["link"])
     _decode_attention(kw["decode_attention"])
+    _train_attention(kw["train_attention"])
+
+
+def _train_attention(value: object) -> None:
+    if value is not None and value not in TRAIN_ATTENTION_KERNELS:
+        raise InputError(f"{opt('train_attention')} {shown(value)}: expected one of "
+                         f"{', '.join(TRAIN_ATTENTION_KERNELS)} or None",
+                         field="train_attention", value=value,
+                         accepted=", ".join(TRAIN_ATTENTION_KERNELS))
 
 
 def _decode_attention(value: object) -> None:

@@ -545,6 +545,10 @@ class Efficiency:
     """Thread instructions the quantized kernel issues per weight per row of the batch (its
     unpacking, dequantization and dot product: the kernel's ``issue_per_weight``); 0: not
     counted, the kernel timed by its bytes alone."""
+    attention_kernel: str = ""
+    """A training step's fused attention kernel where it is not the generation's 16-bit one
+    (compute/efficiency.py ``TRAIN_ATTENTION_KERNELS``: ``fa1``, FlashAttention v1); "": the
+    generation's (FlashAttention-2 on Ampere and Hopper)."""
 
     def __post_init__(self) -> None:
         for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):

@@ -32,6 +32,7 @@ __all__ = [
     "te_h200nvl_shares", "DEEPGEMM_H800_TFLOPS", "grouped_gemm_k_share", "grouped_gemm_s",
     "kloop_fixed_blocks", "KLOOP_FIXED_ARCHS",
     "QuantKernel", "QUANT_KERNELS", "AWQ_GEMV_ISSUE_PER_WEIGHT", "quant_kernel", "attention_fraction", "FA2_SM8X",
+    "TRAIN_ATTENTION_KERNELS",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
@@ -372,6 +373,12 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
     "attn_fwd_ampere_d64": Constant(0.60, "fraction of peak",
                                     _FA2 + "; head dim 64 peaks lower (Fig. 4: ~190 of 312 TF)"),
     "attn_bwd_over_fwd": Constant(0.85, "ratio", _FA2 + " (63/73 = 0.86)"),
+    "attn_fa1_over_fa2": Constant(
+        0.5, "ratio", "Dao 2023, FlashAttention-2 (arXiv 2307.08691), abstract: its work "
+        "partitioning 'yield[s] around 2x speedup compared to FlashAttention' on A100 "
+        "(FlashAttention 'reaching only 25-40% of the theoretical maximum FLOPs/s', "
+        "FlashAttention-2 50-73%); FlashAttention v1's rate as a share of FlashAttention-2's at "
+        "the same head dim, sequence and direction (an Ampere figure)"),
     "attn_fwd_hopper_fa2": Constant(0.35, "fraction of peak", _FA3),
     "attn_fwd_hopper_fa3_fp8": Constant(
         0.606, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
@@ -1016,13 +1023,29 @@ def gemv_bandwidth_fraction(weight_bytes: float, kernel: float = 0.0) -> float:
 #: tensor peak (the one FlashAttention-2's MMAs run at).
 FA2_SM8X = frozenset({"ampere", "ada lovelace"})
 
+#: Training attention kernels of the FlashAttention v1 generation, timed at
+#: ``attn_fa1_over_fa2`` of FlashAttention-2's share on Ampere (:func:`attention_fraction`), the
+#: only generation the ratio was published for: name -> what runs. ``fa1``: flash-attn 1.x's CUDA
+#: kernels, or the Triton port of them (HazyResearch flash-attention@eff9fe6b
+#: flash_attn/flash_attn_triton.py, copied into llm-foundry as llmfoundry/models/layers/
+#: flash_attn_triton.py: "Overall Triton forward + backward is slightly slower than CUDA forward
+#: + backward", so FlashAttention v1's rate bounds the port's from above).
+TRAIN_ATTENTION_KERNELS: Mapping[str, str] = MappingProxyType({
+    "fa1": "FlashAttention v1 (flash-attn 1.x, or its Triton port: at most v1's rate)",
+})
+
 
 def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: bool,
                        cap: float, kernel: str = "") -> float:
     """Share of the dense peak a fused (Flash) attention kernel reaches, at most ``cap`` (the
     matmul fraction). ``kernel`` ``fa3-fp8``: FlashAttention-3's FP8 forward on Hopper (its
-    share of the FP8 peak); "" the generation's 16-bit kernel."""
+    share of the FP8 peak); ``fa1``: FlashAttention v1 on Ampere (:data:`TRAIN_ATTENTION_KERNELS`,
+    ``attn_fa1_over_fa2`` of FlashAttention-2's share; ValueError on another generation, whose
+    ratio is not published); "" the generation's 16-bit kernel."""
     arch = (architecture or "").lower()
+    if kernel == "fa1" and arch not in FA2_SM8X:
+        raise ValueError(f"attention kernel fa1 on {architecture!r}: FlashAttention v1's rate "
+                         "is published against FlashAttention-2's on Ampere only")
     if kernel == "fa3-fp8" and arch == "hopper" and not backward:
         top = constant("attn_fwd_hopper_fa3_fp8")
     elif arch == "hopper" or arch == "blackwell":
@@ -1034,6 +1057,8 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
         top = constant("attn_fwd_other")
     if backward:
         top *= constant("attn_bwd_over_fwd")
+    if kernel == "fa1":
+        top *= constant("attn_fa1_over_fa2")
     s = max(1, seq)
     return min(cap, top * s / (s + constant("attn_half_seq")))
 

@@ -21,7 +21,8 @@ from ..models._types import Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
-    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, constant,
+    BLOCK_SCALED_GEMM, CONSTANTS, DECODE_ATTENTION_KERNELS, FA2_SM8X, TRAIN_ATTENTION_KERNELS,
+    constant,
     quant_kernel, speed_range, speed_residuals,
 )
 from ._args import speed_args
@@ -394,7 +395,8 @@ def estimate_speed(
     grad_clip_impl: str | None = None, use_noisy_bench: bool = False,
     host_sync_per_step: bool = False, p2p_overlap: bool | None = None, paged_host_bytes: int = 0,
     decode_attention: str | None = None, sdpa_repeat_kv: bool | None = None,
-    pp_reduce_after_backward: bool | None = None) -> SpeedEstimate:
+    pp_reduce_after_backward: bool | None = None,
+    train_attention: str | None = None) -> SpeedEstimate:
     """Estimate one step of ``job`` with ``model`` on ``gpu`` (and ``job.gpus`` data-parallel GPUs).
 
     The job says what runs (validated once, by :class:`~gpuplan.job.Job`): its one mode (train or
@@ -430,15 +432,14 @@ def estimate_speed(
     ``sdpa_repeat_kv`` (:func:`~.parallel.sdpa_kv_heads`, :func:`~.step.expands_kv`) and
     ``pp_reduce_after_backward`` (:func:`~.parallel.pipeline_reduce_exposed_s`): True or False as
     the job ran; None: the engine profile's (p2p_overlap, sdpa_repeat_kv, pp_grad_reduce).
-    ``host_sync_per_step`` (inference): the loop synchronizes before and after every forward, as
-    benchmark loops do, so each step runs from idle (:attr:`~.step.Phase.sync_per_step`).
-    ``decode_attention``: a decode kernel not the engine's (``ft-mmha``: _with_decode_attention).
+    ``host_sync_per_step``: inference waits around every forward (:attr:`Phase.sync_per_step`).
+    ``decode_attention``, ``train_attention``: kernels not the engine's (``ft-mmha``, ``fa1``).
     ``paged_host_bytes``: a paged optimizer's states over the GPU (:func:`paged_migration_s`).
     """
     speed_args(model, gpu, job, dict(locals()))  # the arguments, by name, before any work
     (mode, arch, name, n_params, tensors, job, seq, measured, device, eff, used, prec, gathers,
      notes) = _prepare(model, gpu, job, efficiency, measured, use_noisy_bench, tf32,
-                       trainable_params)
+                       trainable_params, train_attention)
     if _checks_layout_alone(job, mode):
         check_layout(arch, job, seq)
     if _on_topology(job, mode, topology):
@@ -499,10 +500,11 @@ def _on_topology(job: Job, mode: str, topology: Topology | None) -> bool:
 
 
 def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: bool, tf32: bool,
-             trainable_params: int | None) -> tuple:
+             trainable_params: int | None, train_attention: str | None = None) -> tuple:
     """What every estimate starts from: the job's one mode, the architecture and its name and
     tensors, the job as it runs, the sequence, the stored measurement, the device and its
-    fractions (the quantized kernel's included), the precision, ZeRO-3's gathers, the notes."""
+    fractions (the quantized kernel's and ``train_attention``'s included), the precision, ZeRO-3's
+    gathers, the notes."""
     mode = one_mode(job)
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
@@ -512,7 +514,8 @@ def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: b
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured, job.power_limit_w, notes)
     prec = _precision(job, mode, device, tf32, notes, arch)
-    eff = kernel_efficiency(job, mode, device, eff, prec, arch, notes)
+    eff = _with_train_attention(kernel_efficiency(job, mode, device, eff, prec, arch, notes),
+                                train_attention, mode, device, notes)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     gathers = _weight_gathers(model, job, mode, notes)
@@ -651,6 +654,28 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
         prefill_transfer=prefill_transfer, layout=timed, efficiency=eff,
         **_ridge_points(device, eff, prec.dtype), notes=tuple(notes),
         **_engine_fields(job, mode, attn), **_power_fields(gpu, job))
+
+
+def _with_train_attention(eff: Efficiency, kernel: str | None, mode: str, device: Device,
+                          notes: list[str]) -> Efficiency:
+    """``eff`` with a training step's fused attention kernel given by name (``fa1``:
+    FlashAttention v1, timed at ``attn_fa1_over_fa2`` of FlashAttention-2's share), said in
+    ``notes``; ``eff`` itself with none given. InputError in inference, or off Ampere, where
+    the kernel's rate is not published."""
+    if not kernel:
+        return eff
+    if mode != "train":
+        raise InputError(f"{opt('train_attention')} {kernel!r} in inference: it names a training "
+                         "step's attention kernel; leave it unset", field="train_attention",
+                         value=kernel)
+    if device.kind != "gpu" or (device.architecture or "").lower() not in FA2_SM8X:
+        raise InputError(f"{opt('train_attention')} {kernel!r} on {device.name}: its rate is "
+                         "published against FlashAttention-2's on Ampere only; leave it unset",
+                         field="train_attention", value=kernel)
+    notes.append(f"training attention: {TRAIN_ATTENTION_KERNELS[kernel]}, at "
+                 f"{constant('attn_fa1_over_fa2'):g} of FlashAttention-2's rate (arXiv "
+                 "2307.08691, abstract)")
+    return replace(eff, attention_kernel=kernel)
 
 
 def _with_decode_attention(spec: StepSpec, kernel: str | None, device: Device,

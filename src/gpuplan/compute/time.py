@@ -312,7 +312,8 @@ def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
                     long: bool = False) -> float:
     """FLOP/s of a fused attention kernel: the stated ``eff.attention`` when it was given (or on a
     CPU); by default the kernel's fraction for this generation, head dim, sequence (``long``: at a
-    long sequence) and direction (:func:`~.efficiency.attention_fraction`)."""
+    long sequence) and direction (:func:`~.efficiency.attention_fraction`), of the op's kernel
+    where it names one, else of the step's (``eff.attention_kernel``: a training step's)."""
     if device.kind != "gpu" or not str(eff.basis.get("attention", "")).startswith("default") \
             or not op.shape:
         return peak * eff.attention
@@ -320,7 +321,7 @@ def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
     return peak * attention_fraction(device.architecture, d, 1 << 40 if long else kv,
                                      backward=op.phase == "backward",
                                      cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)),
-                                     kernel=op.attention_kernel)
+                                     kernel=op.attention_kernel or eff.attention_kernel)
 
 
 def op_dtype_hint(device: Device, peak: float, eff: Efficiency) -> str:
