@@ -396,10 +396,94 @@ PIPELINE_CHECKS = (
     "MOE_HOST_SYNCS`) with the batch-level EP overlap: measured x 0.50 (10,494 -> 5,275), "
     "estimated x 1.04 (11,789 -> 12,239; the sync alone 11,789 -> 11,044, the overlap then "
     "11,044 -> 12,239). Not modelled further here: no source measures either mechanism on "
-    "H100. The 25.11 config at its tag (QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG at 7af9601c) "
+    "H100 (each sized in `DROPLESS_OVERLAP_CHECKS`). The 25.11 config at its tag (QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG at 7af9601c) "
     "sets VP 12 and MBS 1 where the table says VP 24 and MBS 2 (fp8_runs.json "
     "differs_from_table; the table's taken); the config's layout would read 10,307 (1.95), "
     "beside the 26.02 row's 1.86 under the same layout.",
+)
+
+
+#: What was checked of what 25.11 changed beside the pipeline for the H100 Qwen3-30B-A3B rows (issue
+#: 30: the 25.09 token-drop control of :data:`PIPELINE_CHECKS` measured x 0.50 from 25.09 to
+#: 25.11, gpuplan x 1.04), each candidate sized on gpuplan's own breakdown of the rows' Jobs.
+#: Printed under :data:`PIPELINE_CHECKS`.
+DROPLESS_OVERLAP_CHECKS = (
+    "The MoE flags each run set. 25.09 (Megatron-Bridge@ea299063: scripts/performance/configs/"
+    "qwen3/qwen3_30b_a3b_llm_pretrain.yaml perf_matrix h100, run_script.py lines 101-107; "
+    "src/megatron/bridge/models/qwen/qwen_provider.py lines 369-375): apply_moe_token_drop "
+    "(moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity True), the alltoall "
+    "dispatcher, moe_permute_fusion and moe_grouped_gemm True, moe_router_fusion True, "
+    "cuda_graphs false, no recompute, no moe_router_force_load_balancing (run_script.py sets it "
+    "for DeepSeek-V3 with DeepEP only), no moe_a2a_overlap nor delay_wgrad_compute; its "
+    "Megatron-Core is not pinned in the repository at that commit (no 3rdparty submodule; "
+    "uv.lock resolves megatron-core 0.15.0rc6). 25.11 (v0.2.0 = 7af9601c, Megatron-LM@0d8e0714: "
+    "QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG, scripts/performance/configs/qwen3/"
+    "workload_base_configs.py lines 233-239): the same provider flags, dropless (no capacity "
+    "factor), moe_router_force_load_balancing True ('required for token dropless', "
+    "qwen3_llm_pretrain.py line 47), moe_a2a_overlap True with delay_wgrad_compute True "
+    "(utils/helpers.py lines 182-186), no CUDA graphs (its BF16 twin graphs moe_router and "
+    "moe_preprocess), no recompute. 26.02 (v0.3.0 = 21b02e0c, @b0cc2706): the same with the "
+    "flex dispatcher over DeepEP. No moe_router_padding_for_fp8 / _for_quantization under src/ "
+    "or scripts/ at any of the three commits.",
+    "The D2H sync inside the overlap: its point is 'before_ep_alltoall' (token_dispatcher.py "
+    "line 572, the wait lines 905-907 at Megatron-LM@0d8e0714), which the merged layer "
+    "reaches in the forward's dispatch node, after the paired backward's expert dgrad is queued "
+    "(model_chunk_schedule_plan.py lines 201-219); router padding, which would move it to "
+    "'before_permutation_1' inside post_attn (lines 523-527), is off. An event simulation of "
+    "the merged layer on gpuplan's own host and kernel times (benchmarks/merged_layer_sync.py: "
+    "two streams, one host, the nodes' event order) gives the sync 0.0% in the table's layout "
+    "(host 6.9 ms, compute stream 10.0 ms a merged layer), the config's (6.9 / 5.2 ms) and "
+    "the 26.02 row's, and at most 5.2% at any host pace 0.5-4x gpuplan's: the queued expert "
+    "dgrad covers the host's wait where the device leads, and where the host leads the device "
+    "has drained already. Ruled out as the x 0.50.",
+    "Routing imbalance: moe_router_force_load_balancing replaces the logits with normal draws "
+    "seeded per rank (moe_utils.py RandomSTE, lines 901-925 at @0d8e0714), so each token's "
+    "top-8 of 128 is a uniform 8-subset and an expert's rows are Binomial(8 ranks x 4096 x "
+    "MBS, 1/16): at MBS 1 mean 2,048, sd 44; the busiest of a rank's 16 experts about +3.8%, "
+    "a rank's 16-expert total 0.5% sd, at most ~1% of the step were the expert GEMMs to run "
+    "at the busiest expert's rows. 25.09's drop-and-pad gives each expert its capacity, 512 "
+    "rows from each rank at MBS 2, the dropless mean. Ruled out.",
+    "FP8 alignment: TEGroupedMLP's Fp8Padding of the dropless splits to 16 rows is charged "
+    "already (fp8.expert_padding: 36.5 ms of kernels a micro-batch at MBS 2 over the 48 layers, "
+    "0.76 ms a layer pass against a 16 ms miss); 25.09's 512-row capacities need none. CUDA "
+    "graphs: neither H100 FP8-CS run has any, so dropless disabled none. The dropless "
+    "preprocess's all-gather of the token counts over the TP x EP group (token_dispatcher.py "
+    "lines 545-552; drop-and-pad returns at line 516 before it): 8 KB over 8 NVLink ranks, "
+    "10.8 us in gpuplan's collective_time, 8 ms a step at MBS 2 (0.1%): not charged. The "
+    "overlap's per-node stream switch, event wait and record and NVTX range "
+    "(pipeline_parallel/utils.py ScheduleNode._forward / _backward): host calls with no "
+    "published cost, 12 nodes a merged layer, under 1 ms a merged layer even at 50 us each: "
+    "not charged. None of these is the x 0.50.",
+    "What is left, read two ways (a layer pass: a stage's layers x its micro-batches, forward "
+    "and backward; measured step time over them). (a) The 25.11 H100 row's layout columns "
+    "(GBS 512, MBS 2, PP 2, VP 24, EP 8, GA 32) are the 25.09 row's column for column, while "
+    "its config at the tag runs MBS 1 (WorkloadBaseConfig's default, scripts/performance/"
+    "utils/utils.py line 45) x VP 12, GA 64; the same tag's GB200 and B200 Qwen3-30B-A3B "
+    "configs (MBS 4, MBS 1, PP 1) agree with their rows. Read with the config, the three H100 "
+    "runs take 12.49 s / (24 x 32) = 16.3 ms (25.09), 24.85 s / (24 x 64) = 16.2 ms (25.11) "
+    "and 51.27 s / (24 x 128) = 16.7 ms (26.02, DeepEP, five host waits a layer) a layer "
+    "pass: what 25.11 changed kept the pass's time and halved its tokens, where gpuplan's goes "
+    "14.5 -> 8.3 ms (host-bound at MBS 1: host 6.9 ms, compute stream 5.2 a merged layer). "
+    "(b) The table is right (32.4 ms a pass at MBS 2): then dropless doubled the pass at the "
+    "same layout, and per token the 25.11 pass (16.2 ms a sequence) matches the 26.02 one "
+    "(16.7). The B200 pair reads x 0.51 too -- 25.09 Qwen3_30B_a3B (tokendrop) on DGX-B200 "
+    "(docs/performance-summary.md at ea299063: 8 GPUs, MBS 1, PP 1, EP 8, GA 64: 18,066 "
+    "tok/s/GPU, 4.72 ms a pass) against the 25.11 row (9,299, 9.18 ms; its config agrees) -- "
+    "but with a cause of its own that H100 lacks: that matrix sets cuda_graphs true for b200 "
+    "(qwen3_30b_a3b_llm_pretrain.yaml at ea299063; h100's false), which "
+    "set_cuda_graph_overrides turns into model.enable_cuda_graph True (scripts/performance/"
+    "utils/helpers.py lines 114-120 there), Megatron-Core's graphs of whole layers "
+    "(cuda_graph_impl 'local', layer-wise: transformer_config.py lines 693-698 and 1496-1498 "
+    "at @0d8e0714), which "
+    "token-drop's static shapes allow and dropless cannot hold (the 25.11 row graphs "
+    "moe_router and moe_preprocess only). gpuplan times that token-drop Job without graphs "
+    "(the 25.11 row's with moe_capacity_factor 1.0, no cuda_graph_scope) at 12,558, "
+    "host-bound at 6.80 ms a pass, above the measured 4.72: what the graphs' host savings "
+    "would have to cover. So the B200 pair is no evidence for (b) on H100, where neither run "
+    "graphed anything. Either way the EP overlap is not the cause and the candidates above "
+    "are too small; not modelled: no source times the host or the kernels of these H100 "
+    "runs' layer passes. The table's layout stays taken (fp8_runs.json "
+    "differs_from_table).",
 )
 
 
@@ -711,6 +795,9 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
     out += ["", "Checked of the pipeline for the H100 Qwen3-30B-A3B rows (PP 2 x VP 24 / 12: one / "
             "two layers a virtual stage; `PIPELINE_CHECKS`):", ""]
     out += [f"- {c}" for c in PIPELINE_CHECKS]
+    out += ["", "Checked of what 25.11 changed beside the pipeline for those rows (dropless routing "
+            "with the EP overlap; `DROPLESS_OVERLAP_CHECKS`):", ""]
+    out += [f"- {c}" for c in DROPLESS_OVERLAP_CHECKS]
     return out
 
 

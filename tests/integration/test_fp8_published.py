@@ -405,3 +405,49 @@ def test_blackwell_405b_prose_ranges_are_the_tables():
     assert (f"FP8-CS and MXFP8 ratios ({min(bw):.2f}-{max(bw):.2f}) read more optimistic than "
             f"the H100 405B rows ({min(h100):.2f}-{max(h100):.2f})") in text
     assert f"rows run the same CP 2 and read {min(h100):.2f}-{max(h100):.2f}." in text
+
+
+def _estimate(run: dict, **over):
+    import dataclasses
+
+    from gpuplan.compute import estimate_speed
+    from gpuplan.hardware import get_gpu
+    from gpuplan.hardware.topology import topology_for
+    from gpuplan.models import load_model
+    job = dataclasses.replace(V.job_of(run, []), **over)
+    gpu = get_gpu(run["hardware"]["gpu"])
+    topo = topology_for(gpu, gpus_per_node=job.gpus_per_node) if job.gpus > 8 else None
+    return estimate_speed(load_model(run["model"]["catalog"]), gpu, job, measured=None,
+                          topology=topo, link="nvlink" if topo is None else None,
+                          tp_overlap=V.tp_overlap_of(run), gather_overlap=V.gather_overlap_of(run))
+
+
+def test_the_dropless_overlap_checks_quote_todays_figures():
+    """DROPLESS_OVERLAP_CHECKS' layer passes: the measured ones by hand from the tables (tokens a
+    GPU a step over tok/s/GPU, over the stage's layers x micro-batches), gpuplan's from the
+    estimate as it reads today (rerun and requote the prose where the model moves)."""
+    text = " ".join(V.DROPLESS_OVERLAP_CHECKS)
+    runs = {r.run["id"]: r.run for r in ROWS}
+    h25 = runs["megatron-bridge-25.11-dgx-h100-qwen330ba3b-fp8-current-x16"]
+    h26 = runs["megatron-bridge-26.02-dgx-h100-qwen330ba3b-fp8-current-x16"]
+    b25 = runs["megatron-bridge-25.11-dgx-b200-qwen330ba3b-mxfp8-x8"]
+    # 512 x 4096 tokens over 16 GPUs at 10,494 (25.09), 5,275 (25.11); 1024 x 4096 at 5,113
+    assert 512 * 4096 / 16 / 10494 / (24 * 32) * 1e3 == pytest.approx(16.3, abs=0.05)
+    assert 512 * 4096 / 16 / h25["measured"]["tokens_per_s_per_gpu"] / (24 * 64) * 1e3 == \
+        pytest.approx(16.2, abs=0.05)
+    assert 1024 * 4096 / 16 / h26["measured"]["tokens_per_s_per_gpu"] / (24 * 128) * 1e3 == \
+        pytest.approx(16.7, abs=0.05)
+    assert 512 * 4096 / 8 / b25["measured"]["tokens_per_s_per_gpu"] / (48 * 64) * 1e3 == \
+        pytest.approx(9.18, abs=0.005)
+    assert 512 * 4096 / 8 / 18066 / (48 * 64) * 1e3 == pytest.approx(4.72, abs=0.005)
+    for quoted in ("16.3 ms", "16.2 ms", "16.7 ms", "9.18 ms", "4.72 ms", "12,558", "6.80 ms",
+                   "14.5 -> 8.3 ms"):
+        assert quoted in text, quoted
+    # gpuplan: the B200 token-drop Job and the H100 row under its table's and config's layouts
+    drop = _estimate(b25, moe_capacity_factor=1.0, cuda_graph_scope=None)
+    assert drop.tokens_per_s / 8 == pytest.approx(12558, abs=1)
+    assert 512 * 4096 / drop.tokens_per_s / (48 * 64) * 1e3 == pytest.approx(6.80, abs=0.005)
+    ctrl = _estimate(h25, moe_capacity_factor=1.0, ep_overlap=False)
+    cfg = _estimate(h25, batch=1, grad_accum=64, pp_schedule="interleaved:12")
+    assert 512 * 4096 / ctrl.tokens_per_s / (24 * 32) * 1e3 == pytest.approx(14.5, abs=0.05)
+    assert 512 * 4096 / cfg.tokens_per_s / (24 * 64) * 1e3 == pytest.approx(8.3, abs=0.05)
