@@ -54,6 +54,11 @@ class Ctx:
             # TE (its shard; gathered again in backward) and torchao's tensorwise up to 0.8 (the
             # gathered FP8 input under TP) save the quantized input for the weight gradient
             x = self.narrow.setdefault(id(x), g.to(x, o.narrow_inputs))
+        elif o.narrow_inputs and not o.frozen and o.narrow_shard:
+            # TE under SP (EngineProfile.narrow_shard): the shard quantized, then gathered; the
+            # quantized shard saved, gathered again for the weight gradient
+            x = self.narrow.setdefault(id(x), g.sp_gather(g.to(x.gathered_from, o.narrow_inputs),
+                                                          x.numel))
         if o.quantized > 2 and o.frozen:
             # bitsandbytes Linear4bit with an fp32 compute dtype: x.to(fp32), the matmul in
             # fp32 against the dequantized weight's fp32 copy, out.to(the input dtype)
@@ -660,7 +665,8 @@ def _moe_body(c: Ctx, x: Tensor) -> Tensor:
         return _llama4_moe(c, x)
     shared = _shared_expert(c, x) if sp.shared_inter and sp.shared_first else None
     logits, top, idx = _router(c, x)
-    out = _grouped_mm_experts(c, x, top, idx)
+    experts = _megatron_experts if c.o.experts == "megatron" else _grouped_mm_experts
+    out = experts(c, x, top, idx)
     if sp.shared_inter:
         if shared is None:
             shared = _shared_expert(c, x)
@@ -834,6 +840,44 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     out = g.to(g.reduce(back, BS * h, name="experts.sum"), x.dt)
     g.touch(sel, ids_g, perm, sw, hist, counts, offsets, down, inv_perm, back)
     return out
+
+
+def _megatron_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
+    """Megatron-Core's routed experts under the megatron engine (``EngineProfile.moe_experts``,
+    at NVIDIA/Megatron-LM@0d8e0714, the Megatron-Bridge v0.2.0 pin): the dispatcher's permute
+    of the ``b*s*k`` (token, expert) rows and their probs (moe_utils.permute, fused or not,
+    saves only its index map), Transformer Engine's GroupedLinear fc1 (saving its input for the
+    weight gradient: quantized under a narrow recipe, else the 16-bit rows), the fused weighted
+    SwiGLU (the probs applied in the activation: WeightedSwiGLUFunction saves its input and the
+    probs; experts.py TEGroupedMLP.forward), fc2 saving its input the same way, and the
+    unpermute, which saves nothing but the map: no copy of the gathered rows and no fc2 output
+    is kept, unlike transformers' (:func:`_grouped_mm_experts`). Under ``moe_act`` recompute
+    (CheckpointWithoutOutput of the activation) fc2's input is discarded and recomputed. The
+    all-to-all buffers are the layout's (:mod:`gpuplan.memory.parallel`)."""
+    g, sp, o = c.g, c.sp, c.o
+    h, k, I = sp.h, sp.top_k, sp.moe_inter
+    E_rank = sp.experts // o.ep
+    cf = o.capacity_factor
+    S = BS * k if cf is None else BS * (k * cf)
+    row_map = _made(g, S, 4, "experts.row_id_map")  # int32, one entry a permuted row
+    rows = g.index(x, S * h, row_map, name="experts.permute")
+    probs = g.index(top, S, row_map, name="experts.permuted_probs")
+    fc1_in = g.to(rows, o.narrow_inputs) if o.narrow_inputs else rows
+    proj = g.linear(fc1_in, c.w(E_rank * 2 * I * h, "experts.linear_fc1"), S * (2 * I),
+                    name="experts.linear_fc1", autocast=False)
+    if proj.dt != rows.dt:
+        proj = g.to(proj, rows.dt)
+    gate, up = g.split(proj, [S * I, S * I])
+    act, y = _experts_act(c, gate, up)
+    g.region = act  # the weighting is part of the fused activation (and of its recompute)
+    y = g.mul(y, probs, out=S * I, name="experts.weighted")
+    g.region = ""
+    fc2_in = g.to(y, o.narrow_inputs) if o.narrow_inputs else y
+    down = g.linear(fc2_in, c.w(E_rank * I * h, "experts.linear_fc2"), S * h,
+                    name="experts.linear_fc2", autocast=False)
+    g.recompute_at_last_op(act)
+    out = g.index(down, BS * h, row_map, name="experts.unpermute")
+    return out if out.dt == x.dt else g.to(out, x.dt)
 
 
 def _experts_act(c: Ctx, gate: Tensor, up: Tensor) -> tuple[str, Tensor]:
