@@ -704,11 +704,18 @@ def _router(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     over the k in their dtype."""
     g, sp = c.g, c.sp
     E, k = sp.experts, sp.top_k
-    xin = g.to(x, 4) if sp.router_fp32 == "input" else x
+    # Megatron-Core's router_gating_linear saves the input as it comes (16-bit) and runs the
+    # GEMM in moe_router_dtype: fp32 logits from a 16-bit saved input (moe/router.py gating,
+    # moe/moe_utils.py RouterGatingLinearFunction.forward, NVIDIA/Megatron-LM@0d8e0714 lines
+    # 945-975; the same at b0cc2706)
+    megatron = c.o.experts == "megatron"
+    xin = g.to(x, 4) if sp.router_fp32 == "input" and not megatron else x
     w = c.w(E * sp.h, "router")
     # (DeepSeek-V2 keeps gate.weight in fp32, _keep_in_fp32_modules_strict: no copy)
-    cast_w = sp.router_fp32 == "input" and sp.router != "softmax_v2"
+    cast_w = sp.router_fp32 == "input" and sp.router != "softmax_v2" and not megatron
     logits = g.linear(xin, g.to(w, 4) if cast_w else w, BS * E, name="router")
+    if megatron and sp.router_fp32 == "input":
+        logits = g.to(logits, 4)
     if sp.router == "topk_softmax":
         idx = _made(g, BS * k, 8, "topk.indices")
         top = g.index(logits, BS * k, idx, name="topk")
@@ -870,7 +877,8 @@ def _megatron_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     gate, up = g.split(proj, [S * I, S * I])
     act, y = _experts_act(c, gate, up)
     g.region = act  # the weighting is part of the fused activation (and of its recompute)
-    y = g.mul(y, probs, out=S * I, name="experts.weighted")
+    # (in fp32 where the probs are, cast back to the activation's dtype: one fused kernel)
+    y = g.to(g.mul(y, probs, out=S * I, name="experts.weighted"), y.dt)
     g.region = ""
     fc2_in = g.to(y, o.narrow_inputs) if o.narrow_inputs else y
     down = g.linear(fc2_in, c.w(E_rank * I * h, "experts.linear_fc2"), S * h,
