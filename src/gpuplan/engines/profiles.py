@@ -173,6 +173,10 @@ class EngineProfile:
     the quantized sequence shard (Transformer Engine: quantized before the all-gather, gathered
     again in backward) rather than the 16-bit shard; the 16-bit norm output is not kept (TE's
     LayerNormLinear takes the norm's weight gradient from its input and rsigma)."""
+    proj_original_input: tuple[str, ...] = ()
+    """Narrow recipes under which the attention's output projection saves its 16-bit input
+    (the core attention's output, which the fused attention keeps anyway) instead of a
+    quantized copy."""
     memory_utilization: float | None = None
     """Serving engines: the share of GPU memory it takes for weights, activations and the KV pool
     (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``, TensorRT-LLM's
@@ -465,6 +469,11 @@ _PROFILES = (
         # output (transformer_engine/pytorch/module/layernorm_linear.py lines 186-269 and
         # 400-458, NVIDIA/TransformerEngine@70f53666, the 25.11 pin)
         moe_experts="megatron", narrow_shard=True,
+        # Megatron-Core's Attention.__init__: under FP8 other than delayed scaling (TE >= 2.6,
+        # which the 25.11 / 26.02 containers' TE 2.9 / 2.12 are) set_save_original_input(
+        # linear_proj) "to avoid the extra memory usage of the quantized tensor"
+        # (megatron/core/transformer/attention.py lines 207-218 @0d8e0714, 370-379 @b0cc2706)
+        proj_original_input=("fp8-current", "fp8-blockwise", "mxfp8"),
         overlap="the distributed optimizer's gradient reduce-scatter and parameter all-gather "
         "overlapped (--overlap-grad-reduce, --overlap-param-gather); TP communication overlap "
         "with --tp-comm-overlap", export="megatron",

@@ -44,17 +44,20 @@ class Ctx:
     def w(self, numel: int, name: str = "w") -> Tensor:
         return self.g.param(numel, name, trainable=not self.o.frozen)
 
-    def linear(self, x: Tensor, fan_in: int, fan_out: int, module: str) -> Tensor:
+    def linear(self, x: Tensor, fan_in: int, fan_out: int, module: str,
+               original: bool = False) -> Tensor:
         """A block linear, with a LoRA adapter when targeted (PEFT's forward: base(x) +
-        lora_B(lora_A(dropout(x))) * scaling)."""
+        lora_B(lora_A(dropout(x))) * scaling). ``original``: it saves its 16-bit input, not a
+        narrow recipe's quantized copy (Megatron-Core's set_save_original_input)."""
         g, o = self.g, self.o
         quant = fan_in * fan_out * o.quantized if (o.quantized and o.frozen) else 0
         x_in = x
-        if o.narrow_inputs and not o.frozen and (x.gathered_from is None or o.narrow_gathered):
+        narrow = bool(o.narrow_inputs) and not o.frozen and not original
+        if narrow and (x.gathered_from is None or o.narrow_gathered):
             # TE (its shard; gathered again in backward) and torchao's tensorwise up to 0.8 (the
             # gathered FP8 input under TP) save the quantized input for the weight gradient
             x = self.narrow.setdefault(id(x), g.to(x, o.narrow_inputs))
-        elif o.narrow_inputs and not o.frozen and o.narrow_shard:
+        elif narrow and o.narrow_shard:
             # TE under SP (EngineProfile.narrow_shard): the shard quantized, then gathered; the
             # quantized shard saved, gathered again for the weight gradient
             x = self.narrow.setdefault(id(x), g.sp_gather(g.to(x.gathered_from, o.narrow_inputs),
@@ -261,7 +264,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
         # its outputs are recomputed when the core attention's output gradient arrives
         # (``discard_output_and_register_recompute(core_attn_out)``)
         g.recompute_at_last_op(qkv.region)
-        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj")
+        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj", original=c.o.proj_original)
         g.touch(qkv.q, qkv.k, qkv.v, out, *qkv.locals)
         return c.scatter(y)
     qkv = _project_qkv(c, c.gather(x), layer)
@@ -271,7 +274,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     oname = {"gpt2": "c_proj", "gpt_bigcode": "c_proj", "gpt_neox": "dense", "falcon": "dense",
              "bert": "dense", "vit": "dense", "opt": "out_proj",
              "bloom": "dense"}.get(sp.family, "o_proj")
-    y = c.linear(out, sp.heads * sp.d, sp.h, oname)
+    y = c.linear(out, sp.heads * sp.d, sp.h, oname, original=c.o.proj_original)
     g.touch(qkv.q, qkv.k, qkv.v)  # the attention forward's locals live until it returns
     return c.scatter(y)
 
@@ -879,8 +882,11 @@ def _megatron_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     g.region = act  # the weighting is part of the fused activation (and of its recompute)
     # (in fp32 where the probs are, cast back to the activation's dtype: one fused kernel)
     y = g.to(g.mul(y, probs, out=S * I, name="experts.weighted"), y.dt)
-    g.region = ""
+    # under moe_act with a narrow recipe fc2 saves the 16-bit input it is given
+    # (set_save_original_input(linear_fc2), experts.py lines 826-833 @0d8e0714), which the
+    # recompute discards: its quantized copy is part of the region, never kept
     fc2_in = g.to(y, o.narrow_inputs) if o.narrow_inputs else y
+    g.region = ""
     down = g.linear(fc2_in, c.w(E_rank * I * h, "experts.linear_fc2"), S * h,
                     name="experts.linear_fc2", autocast=False)
     g.recompute_at_last_op(act)

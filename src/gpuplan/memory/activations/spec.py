@@ -236,6 +236,7 @@ class Opts:
                                     # b*s*top_k*cf padded rows; None: dropless
     experts: str = "transformers"  # whose routed experts (EngineProfile.moe_experts)
     narrow_shard: bool = False  # ... of the sequence shard, quantized before the gather (TE)
+    proj_original: bool = False  # the attention's output projection saves its 16-bit input
 
 
 def _local_layers(arch: Architecture) -> tuple[int, ...]:
