@@ -881,6 +881,48 @@ def _mxfp8_lines(rows: list[Row]) -> list[str]:
     return out
 
 
+#: What was read in Megatron-Core and Transformer Engine for the runs that planned over their
+#: GPU's memory (issue 30), each term beside what gpuplan counted before; printed under the
+#: memory table. The accounting fixes live in the megatron engine profile (engines/profiles.py
+#: moe_experts, narrow_shard, proj_original_input) and memory/activations/blocks.py.
+MEMORY_CHECKED = (
+    ("the routed experts' activations", "counted as transformers' grouped_mm path until this "
+     "note (the gathered rows and the down projection's output kept in 16 bits, the experts' "
+     "GEMM inputs unquantized: 4h + 6 I_moe bytes a routed copy); Megatron-Core's TEGroupedMLP "
+     "keeps fc1's input (quantized under FP8), fc1's output (the fused weighted SwiGLU's "
+     "input) and fc2's input, and its permute and unpermute only index maps (moe/experts.py "
+     "TEGroupedMLP.forward, fusions/fused_bias_swiglu.py WeightedSwiGLUFunction, "
+     "moe/token_dispatcher.py at NVIDIA/Megatron-LM@0d8e0714, the v0.2.0 pin; b0cc2706 for "
+     "v0.3.0): h + 5 I_moe under FP8, 2h + 6 I_moe under BF16 (Qwen3-30B-A3B, MXFP8: "
+     "102,400 -> 47,104 B a token a layer); the router saves its 16-bit input, its GEMM in moe_router_dtype "
+     "(moe_utils.py RouterGatingLinearFunction), not an fp32 copy (DeepSeek-V3: 14 KB)"),
+    ("the column-parallel inputs under sequence parallelism", "the 16-bit norm output shard "
+     "until this note; TE's LayerNormLinear saves the norm's input, rsigma and the quantized "
+     "local shard (module/layernorm_linear.py lines 186-269, 400-458 at "
+     "NVIDIA/TransformerEngine@70f53666): h / TP bytes a token fewer a norm"),
+    ("the attention output projection's input", "a quantized copy until this note; under "
+     "FP8-CS, blockwise and MXFP8 Megatron-Core sets set_save_original_input(linear_proj), so "
+     "it saves the core attention's output the fused attention keeps already "
+     "(transformer/attention.py lines 207-218 @0d8e0714): heads x head_dim / TP bytes a token "
+     "fewer a layer; with moe_act and FP8, linear_fc2 saves its 16-bit input too, which the "
+     "recompute discards"),
+    ("the model states", "as Megatron-Core holds them: BF16 gradients (the Llama 3.1, "
+     "DeepSeek and Qwen3 performance scripts set grad_reduce_in_fp32 False: scripts/"
+     "performance/configs at NVIDIA-NeMo/Megatron-Bridge@7af9601c, 21b02e0c, df0289c1), FP8 / MXFP8 parameters alone under fp8_param_gather, "
+     "the fp32 master and Adam states of the experts sharded over EP x ETP x PP's data "
+     "group (world / (EP x ETP x PP): 1 for the 8-GPU Qwen3-30B-A3B runs); no recipe of these "
+     "rows sets activation offloading, precision-aware optimizer states (but the BF16 "
+     "DeepSeek-V3 row's, recorded, not modelled) or recompute beyond the table's: unchanged"),
+    ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
+     "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "
+     "micro-batches of a stage in flight (the report's Table 2). The report's own memory "
+     "savings (sec. 3.2.3, RMSNorm and MLA up-projection recomputed; sec. 3.3.3, the SwiGLU "
+     "input cached and its output recomputed) are not in the Job: with recompute_modules "
+     "layernorm, mla_up_proj and moe_act it would read 113.2 GB, still over; not taken, as the "
+     "report's framework (HAI-LLM) is not Megatron-Core and its micro-batch is not stated"),
+)
+
+
 def memory_of(run: dict) -> tuple[int, int, int] | None:
     """(gpuplan's per-GPU training total of the run on its GPU, the same with the FP8 weights
     reckoned as Hopper holds them -- the plan of the job with no GPU --, the GPU's memory);
@@ -919,6 +961,9 @@ def _memory_lines(rows: list[Row]) -> list[str]:
                    f"{r.run['job']['precision']} | {own / 1e9:.1f} | "
                    f"{'same' if hopper == own else f'{hopper / 1e9:.1f}'} | {usable / 1e9:.1f} | "
                    f"{'yes' if own <= usable else '**no**'} |")
+    out += ["", "Checked term by term for the runs planned over their GPU (`MEMORY_CHECKED`):",
+            ""]
+    out += [f"- {what}: {found}." for what, found in MEMORY_CHECKED]
     return out
 
 

@@ -160,6 +160,23 @@ class EngineProfile:
     inputs are cast before they are gathered for the column-parallel GEMMs, and the output
     gradients before they are gathered for the row-parallel GEMMs' backward
     (:func:`gpuplan.compute.parallel.tp_collectives_s`)."""
+    moe_experts: str = "transformers"
+    """Whose routed experts its MoE layers run, as the activation accounting replays them
+    (:func:`gpuplan.memory.activations.blocks.transformer_layer`): ``transformers``
+    (transformers' ``grouped_mm_experts_forward``: the gathered rows and the down projection's
+    output saved, the experts' GEMMs in 16 bits) or ``megatron`` (Megatron-Core's MoELayer over
+    Transformer Engine's GroupedLinear: a permute that saves only its index map, the narrow
+    recipe's quantized inputs saved for the experts' weight gradients, the router's weights
+    applied inside the fused SwiGLU, so that nothing saves the second GEMM's output)."""
+    narrow_shard: bool = False
+    """Under sequence parallelism a narrow recipe saves each column-parallel linear's input as
+    the quantized sequence shard (Transformer Engine: quantized before the all-gather, gathered
+    again in backward) rather than the 16-bit shard; the 16-bit norm output is not kept (TE's
+    LayerNormLinear takes the norm's weight gradient from its input and rsigma)."""
+    proj_original_input: tuple[str, ...] = ()
+    """Narrow recipes under which the attention's output projection saves its 16-bit input
+    (the core attention's output, which the fused attention keeps anyway) instead of a
+    quantized copy."""
     memory_utilization: float | None = None
     """Serving engines: the share of GPU memory it takes for weights, activations and the KV pool
     (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``, TensorRT-LLM's
@@ -440,6 +457,23 @@ _PROFILES = (
         # comm_overlap.py lines 453-462, NVIDIA-NeMo/Megatron-Bridge@067f987). Megatron-Core's
         # own ModelParallelConfig.overlap_p2p_comm defaults to False (a library caller's choice)
         p2p_overlap="interleaved",
+        # moe_experts, narrow_shard: Megatron-Core's TEGroupedMLP.forward applies the permuted
+        # probs inside weighted_bias_swiglu_impl, whose WeightedSwiGLUFunction saves only its
+        # input and the probs, and the dispatchers' permute / unpermute save index maps only
+        # (megatron/core/transformer/moe/experts.py lines 862-982, fusions/fused_bias_swiglu.py
+        # lines 191-206, moe/token_dispatcher.py lines 645 and 841, NVIDIA/Megatron-LM@
+        # 0d8e0714cd29c01e164fe6de9f532182bdffa942, the Megatron-Bridge v0.2.0 pin; the same at
+        # the v0.3.0 pin b0cc2706); Transformer Engine's LayerNormLinear quantizes the norm's
+        # output on the local shard and saves that (ln_out, rowwise only under SP for per-tensor
+        # FP8, columnwise only for MXFP8), with the norm's input and rsigma, not the 16-bit
+        # output (transformer_engine/pytorch/module/layernorm_linear.py lines 186-269 and
+        # 400-458, NVIDIA/TransformerEngine@70f53666, the 25.11 pin)
+        moe_experts="megatron", narrow_shard=True,
+        # Megatron-Core's Attention.__init__: under FP8 other than delayed scaling (TE >= 2.6,
+        # which the 25.11 / 26.02 containers' TE 2.9 / 2.12 are) set_save_original_input(
+        # linear_proj) "to avoid the extra memory usage of the quantized tensor"
+        # (megatron/core/transformer/attention.py lines 207-218 @0d8e0714, 370-379 @b0cc2706)
+        proj_original_input=("fp8-current", "fp8-blockwise", "mxfp8"),
         overlap="the distributed optimizer's gradient reduce-scatter and parameter all-gather "
         "overlapped (--overlap-grad-reduce, --overlap-param-gather); TP communication overlap "
         "with --tp-comm-overlap", export="megatron",

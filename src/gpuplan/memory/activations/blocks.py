@@ -44,16 +44,24 @@ class Ctx:
     def w(self, numel: int, name: str = "w") -> Tensor:
         return self.g.param(numel, name, trainable=not self.o.frozen)
 
-    def linear(self, x: Tensor, fan_in: int, fan_out: int, module: str) -> Tensor:
+    def linear(self, x: Tensor, fan_in: int, fan_out: int, module: str,
+               original: bool = False) -> Tensor:
         """A block linear, with a LoRA adapter when targeted (PEFT's forward: base(x) +
-        lora_B(lora_A(dropout(x))) * scaling)."""
+        lora_B(lora_A(dropout(x))) * scaling). ``original``: it saves its 16-bit input, not a
+        narrow recipe's quantized copy (Megatron-Core's set_save_original_input)."""
         g, o = self.g, self.o
         quant = fan_in * fan_out * o.quantized if (o.quantized and o.frozen) else 0
         x_in = x
-        if o.narrow_inputs and not o.frozen and (x.gathered_from is None or o.narrow_gathered):
+        narrow = bool(o.narrow_inputs) and not o.frozen and not original
+        if narrow and (x.gathered_from is None or o.narrow_gathered):
             # TE (its shard; gathered again in backward) and torchao's tensorwise up to 0.8 (the
             # gathered FP8 input under TP) save the quantized input for the weight gradient
             x = self.narrow.setdefault(id(x), g.to(x, o.narrow_inputs))
+        elif narrow and o.narrow_shard:
+            # TE under SP (EngineProfile.narrow_shard): the shard quantized, then gathered; the
+            # quantized shard saved, gathered again for the weight gradient
+            x = self.narrow.setdefault(id(x), g.sp_gather(g.to(x.gathered_from, o.narrow_inputs),
+                                                          x.numel))
         if o.quantized > 2 and o.frozen:
             # bitsandbytes Linear4bit with an fp32 compute dtype: x.to(fp32), the matmul in
             # fp32 against the dequantized weight's fp32 copy, out.to(the input dtype)
@@ -256,7 +264,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
         # its outputs are recomputed when the core attention's output gradient arrives
         # (``discard_output_and_register_recompute(core_attn_out)``)
         g.recompute_at_last_op(qkv.region)
-        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj")
+        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj", original=c.o.proj_original)
         g.touch(qkv.q, qkv.k, qkv.v, out, *qkv.locals)
         return c.scatter(y)
     qkv = _project_qkv(c, c.gather(x), layer)
@@ -266,7 +274,7 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
     oname = {"gpt2": "c_proj", "gpt_bigcode": "c_proj", "gpt_neox": "dense", "falcon": "dense",
              "bert": "dense", "vit": "dense", "opt": "out_proj",
              "bloom": "dense"}.get(sp.family, "o_proj")
-    y = c.linear(out, sp.heads * sp.d, sp.h, oname)
+    y = c.linear(out, sp.heads * sp.d, sp.h, oname, original=c.o.proj_original)
     g.touch(qkv.q, qkv.k, qkv.v)  # the attention forward's locals live until it returns
     return c.scatter(y)
 
@@ -660,7 +668,8 @@ def _moe_body(c: Ctx, x: Tensor) -> Tensor:
         return _llama4_moe(c, x)
     shared = _shared_expert(c, x) if sp.shared_inter and sp.shared_first else None
     logits, top, idx = _router(c, x)
-    out = _grouped_mm_experts(c, x, top, idx)
+    experts = _megatron_experts if c.o.experts == "megatron" else _grouped_mm_experts
+    out = experts(c, x, top, idx)
     if sp.shared_inter:
         if shared is None:
             shared = _shared_expert(c, x)
@@ -698,11 +707,18 @@ def _router(c: Ctx, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     over the k in their dtype."""
     g, sp = c.g, c.sp
     E, k = sp.experts, sp.top_k
-    xin = g.to(x, 4) if sp.router_fp32 == "input" else x
+    # Megatron-Core's router_gating_linear saves the input as it comes (16-bit) and runs the
+    # GEMM in moe_router_dtype: fp32 logits from a 16-bit saved input (moe/router.py gating,
+    # moe/moe_utils.py RouterGatingLinearFunction.forward, NVIDIA/Megatron-LM@0d8e0714 lines
+    # 945-975; the same at b0cc2706)
+    megatron = c.o.experts == "megatron"
+    xin = g.to(x, 4) if sp.router_fp32 == "input" and not megatron else x
     w = c.w(E * sp.h, "router")
     # (DeepSeek-V2 keeps gate.weight in fp32, _keep_in_fp32_modules_strict: no copy)
-    cast_w = sp.router_fp32 == "input" and sp.router != "softmax_v2"
+    cast_w = sp.router_fp32 == "input" and sp.router != "softmax_v2" and not megatron
     logits = g.linear(xin, g.to(w, 4) if cast_w else w, BS * E, name="router")
+    if megatron and sp.router_fp32 == "input":
+        logits = g.to(logits, 4)
     if sp.router == "topk_softmax":
         idx = _made(g, BS * k, 8, "topk.indices")
         top = g.index(logits, BS * k, idx, name="topk")
@@ -834,6 +850,48 @@ def _grouped_mm_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
     out = g.to(g.reduce(back, BS * h, name="experts.sum"), x.dt)
     g.touch(sel, ids_g, perm, sw, hist, counts, offsets, down, inv_perm, back)
     return out
+
+
+def _megatron_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
+    """Megatron-Core's routed experts under the megatron engine (``EngineProfile.moe_experts``,
+    at NVIDIA/Megatron-LM@0d8e0714, the Megatron-Bridge v0.2.0 pin): the dispatcher's permute
+    of the ``b*s*k`` (token, expert) rows and their probs (moe_utils.permute, fused or not,
+    saves only its index map), Transformer Engine's GroupedLinear fc1 (saving its input for the
+    weight gradient: quantized under a narrow recipe, else the 16-bit rows), the fused weighted
+    SwiGLU (the probs applied in the activation: WeightedSwiGLUFunction saves its input and the
+    probs; experts.py TEGroupedMLP.forward), fc2 saving its input the same way, and the
+    unpermute, which saves nothing but the map: no copy of the gathered rows and no fc2 output
+    is kept, unlike transformers' (:func:`_grouped_mm_experts`). Under ``moe_act`` recompute
+    (CheckpointWithoutOutput of the activation) fc2's input is discarded and recomputed. The
+    all-to-all buffers are the layout's (:mod:`gpuplan.memory.parallel`)."""
+    g, sp, o = c.g, c.sp, c.o
+    h, k, I = sp.h, sp.top_k, sp.moe_inter
+    E_rank = sp.experts // o.ep
+    cf = o.capacity_factor
+    S = BS * k if cf is None else BS * (k * cf)
+    row_map = _made(g, S, 4, "experts.row_id_map")  # int32, one entry a permuted row
+    rows = g.index(x, S * h, row_map, name="experts.permute")
+    probs = g.index(top, S, row_map, name="experts.permuted_probs")
+    fc1_in = g.to(rows, o.narrow_inputs) if o.narrow_inputs else rows
+    proj = g.linear(fc1_in, c.w(E_rank * 2 * I * h, "experts.linear_fc1"), S * (2 * I),
+                    name="experts.linear_fc1", autocast=False)
+    if proj.dt != rows.dt:
+        proj = g.to(proj, rows.dt)
+    gate, up = g.split(proj, [S * I, S * I])
+    act, y = _experts_act(c, gate, up)
+    g.region = act  # the weighting is part of the fused activation (and of its recompute)
+    # (in fp32 where the probs are, cast back to the activation's dtype: one fused kernel)
+    y = g.to(g.mul(y, probs, out=S * I, name="experts.weighted"), y.dt)
+    # under moe_act with a narrow recipe fc2 saves the 16-bit input it is given
+    # (set_save_original_input(linear_fc2), experts.py lines 826-833 @0d8e0714), which the
+    # recompute discards: its quantized copy is part of the region, never kept
+    fc2_in = g.to(y, o.narrow_inputs) if o.narrow_inputs else y
+    g.region = ""
+    down = g.linear(fc2_in, c.w(E_rank * I * h, "experts.linear_fc2"), S * h,
+                    name="experts.linear_fc2", autocast=False)
+    g.recompute_at_last_op(act)
+    out = g.index(down, BS * h, row_map, name="experts.unpermute")
+    return out if out.dt == x.dt else g.to(out, x.dt)
 
 
 def _experts_act(c: Ctx, gate: Tensor, up: Tensor) -> tuple[str, Tensor]:

@@ -94,6 +94,10 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                 compiled=runtime_of(job.runtime, "train", job.engine) == "compile", model_code=job.model_code,
                 loss_chunks=job.loss_chunks, narrow_inputs=_narrow_inputs(job),
                 narrow_gathered=_narrow_gathered(job),
+                experts=get_engine(job.engine).moe_experts,
+                narrow_shard=bool(_narrow_inputs(job)) and get_engine(job.engine).narrow_shard,
+                proj_original=(bool(_narrow_inputs(job))
+                               and job.precision in get_engine(job.engine).proj_original_input),
                 capacity_factor=(None if job.moe_capacity_factor is None
                                  else Fraction(str(job.moe_capacity_factor))))
 

@@ -234,6 +234,9 @@ class Opts:
     narrow_gathered: bool = False  # ... of the all-gathered input under SP, saved whole (torchao)
     capacity_factor: object = None  # MoE capacity factor (a Fraction): the experts run
                                     # b*s*top_k*cf padded rows; None: dropless
+    experts: str = "transformers"  # whose routed experts (EngineProfile.moe_experts)
+    narrow_shard: bool = False  # ... of the sequence shard, quantized before the gather (TE)
+    proj_original: bool = False  # the attention's output projection saves its 16-bit input
 
 
 def _local_layers(arch: Architecture) -> tuple[int, ...]:
