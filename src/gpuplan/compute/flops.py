@@ -1454,7 +1454,7 @@ def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
                          "job.with_(mode='train') or job.with_(mode='infer')")
     train = job.mode == "train"
     batch = job.batch
-    job = job._evolve(attention=attention_for(arch.family, job.attention))
+    job = job._evolve(attention=attention_for(arch.family, job.attention, job.engine))
     seq = default_seq(arch) if job.seq is None or arch.kind == "vision" else job.seq
     logits = None if train or job.prefill_logits == "all" else batch
     shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=train, logits_tokens=logits)
