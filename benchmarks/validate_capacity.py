@@ -681,18 +681,27 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   3,000 x 1024/1024, 4,774 against 3,492 at 4,000 x 1024/512 and 9,454 against 6,648 at 6,000 x
   256/512 -- the served engine's large-batch steps are about 1.4x the simulated ones.
 - **vLLM on datacenter GPUs (issue 29's vLLM source; 19 rows, transcribed and committed before
-  any prediction was read; nothing fitted, nothing in the model changed for them).** Medians over
-  the 19: TTFT 36.0%, ITL 22.1%, output tok/s 13.6%. What each group says:
-  (1) *gpt-oss-20b on H100 (vLLM blog, FP8-KV post, Table 5): attention planned eager.*
-  TTFT +519%/+539%, ITL +138%/+70%, tok/s -66%/-58%. gpuplan plans every gpt-oss job with
-  materialized scores (models/_types.py ``EAGER_ONLY``: transformers' GptOssPreTrainedModel has
-  ``_supports_sdpa = False``), whatever the engine: a lone 20k-token prefill reads 2.1 s (an
-  8192-token chunk 956 ms, memory-bound at 6.7% MFU) against Llama-3.1-8B's 0.73 s, and the slow
-  chunked-prefill steps stall the decodes (ITL). vLLM runs gpt-oss's sinks in fused kernels:
-  "vLLM has integrated special GPU kernels from FlashInfer (Blackwell) and FlashAttention 3
-  (Hopper)" (blog.vllm.ai 2025-08-05 gpt-oss, vllm-project.github.io _posts/2025-08-05-gpt-oss.md
-  @c3a01c4). The cause is the engine-independent attention choice; left for the speed model
-  (not changed here, by the brief).
+  any prediction was read; nothing fitted for them; one model change since, gpt-oss's fused
+  attention under vLLM, (1)).** Medians over the 19: TTFT 32.9%, ITL 17.7%, output tok/s 13.3%
+  (36.0%, 22.1%, 13.6% with gpt-oss eager). What each group says:
+  (1) *gpt-oss-20b on H100 (vLLM blog, FP8-KV post, Table 5): attention now fused.* As first
+  read, gpuplan planned every gpt-oss job with materialized scores whatever the engine
+  (models/_types.py ``EAGER_ONLY``: transformers' GptOssPreTrainedModel has ``_supports_sdpa =
+  False``): TTFT +519%/+539%, ITL +138%/+70%, tok/s -66%/-58%, a lone 8192-token chunk 956 ms.
+  vLLM runs the sinks and the 128-token window in its own kernels (vllm gpt_oss.py @0025d69b
+  hands ``sinks`` and ``per_layer_sliding_window`` to its Attention; FlashAttention 3's
+  ``s_aux`` on Hopper, the Triton backend elsewhere: flash_attn.py @0084b783, platforms/cuda.py
+  @002db495), so ``attention_for`` now takes the engine (``FUSED_ATTENTION``: vLLM, SGLang,
+  TensorRT-LLM, torchtitan, Megatron with TE >= 2.8; transformers' model code stays eager) and
+  the sinks are one more softmax element a row inside the kernel (flops.py
+  ``SINKS_IN_KERNEL``). The chunk reads 106 ms; TTFT -9.2%/-32.9%, ITL -6.7%/-13.7%, tok/s
+  +8.3%/+20.3% (kvbf16/kvfp8). Still open: the FP8-KV row reads faster than its BF16 twin
+  (TTFT 303 against 426 ms) where the measured two are within 4% (452 against 469 ms); the
+  chunk's FP8 attention (FlashAttention-3 FP8, selected by the fp8 KV cache) saves 14% of it
+  (91 against 106 ms), and the rest of the gap is the queue's, not examined here. The chunk
+  attention's ``A(n, p) = Aself(n) (1 + 2p/n)`` (capacity/_cost.py) scales the windowed layers'
+  share too, though they see 128 keys whatever p is: at n = 8192 their share of Aself is under
+  6% (2 of 64 key blocks a query block against 32.5 on average), so the overstatement is small.
   (2) *Qwen3-0.6B on H100 (kvcached bench JSONs, vLLM 0.19.0).* TTFT -95% (1.9 against 39.1 ms at
   16 req/s) and ITL -65% (0.85 against 2.40 ms); all at once TTFT -82% and ITL +720%, tok/s -24%,
   and the measured run holds 71 decoding at once by Little's law against the simulation's 444.

@@ -434,10 +434,25 @@ class RunForm:
     one_launch: bool = False
     """With ``split_launches`` False, the fused projection is also counted as the one launch
     that reads its input once (:func:`one_launch_product`; :data:`ONE_LAUNCH_PROJECTIONS`)."""
+    sinks: Literal["op", "kernel", "rescale"] = "op"
+    """How a fused attention applies learned sinks (gpt-oss; eager concatenates them to the
+    scores whatever this says): ``kernel``, an argument of the attention kernel that joins each
+    query row's softmax denominator (one more element a row, no kernel or tensor of its own:
+    :data:`SINKS_IN_KERNEL`); ``rescale``, the kernel's output rescaled afterwards by
+    ``sigmoid(lse - sink)`` (torchtitan: an elementwise pass over the output and the
+    log-sum-exp); ``op``, one small softmax-side kernel over the rows (an engine whose form is
+    unknown)."""
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
 TRANSFORMERS_CODE = ("transformers", "deepspeed", "fsdp2")
+#: Engines whose fused attention kernel takes gpt-oss's sinks as an argument (models/_types.py
+#: FUSED_ATTENTION has each source): vLLM's FlashAttention 3 ``s_aux`` and Triton backend,
+#: SGLang's fa3 / triton / trtllm_mha, TensorRT-LLM's ``attention_sinks``, Transformer Engine's
+#: ``softmax_type="learnable"`` under Megatron. torchtitan rescales the output instead
+#: (torchtitan/models/gpt_oss/model.py @b5bcd76c ``apply_attention_sink_rescale``).
+SINKS_IN_KERNEL = ("vllm", "sglang", "trt-llm", "megatron")
+SINKS_RESCALED = ("torchtitan",)
 #: Engines whose model code keeps Q, K and V (and gate and up) as separate nn.Linear layers:
 #: transformers' models (BertSelfAttention query/key/value, LlamaAttention q_proj/k_proj/v_proj,
 #: LlamaMLP gate_proj/up_proj), under DeepSpeed and FSDP2 too; torchtune (q_proj/k_proj/v_proj,
@@ -520,7 +535,9 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    and engine in ALLTOALL_DISPATCH, dispatcher=dispatcher,
                    capacity_factor=capacity_factor if arch.is_moe and not decode else None,
                    split_launches=engine in SEPARATE_PROJECTIONS,
-                   one_launch=engine in ONE_LAUNCH_PROJECTIONS)
+                   one_launch=engine in ONE_LAUNCH_PROJECTIONS,
+                   sinks="kernel" if engine in SINKS_IN_KERNEL else
+                   "rescale" if engine in SINKS_RESCALED else "op")
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -576,7 +593,7 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
 
     attn = (_mla_attention_ops(arch, shape, nb, attention=attention, form=form.mla)
             if arch.mla is not None else
-            _attention_ops(arch, shape, nb, attention=attention, kind=kind))
+            _attention_ops(arch, shape, nb, attention=attention, kind=kind, sinks=form.sinks))
     ops = [norm("attn.norm"), *attn]
     ops.extend(dropout("attn.dropout"))
     ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
@@ -618,11 +635,15 @@ def _qk_norm_ops(arch: Architecture, T: int, q_el: int, k_el: int, a: int,
                 kernels=2)]
 
 
-def _sink_ops(arch: Architecture, shape: StepShape, a: int, attention: str) -> list[Op]:
-    """gpt-oss's learned sinks: one logit per head joins each query's softmax denominator. A fused
-    kernel folds it in (one more element per query and head); transformers' eager attention
-    concatenates the sink column to the scores and slices it off after the softmax (two copies
-    of the materialized scores: modeling_gpt_oss.eager_attention_forward)."""
+def _sink_ops(arch: Architecture, shape: StepShape, a: int, attention: str,
+              sinks: str = "op") -> list[Op]:
+    """gpt-oss's learned sinks: one logit per head joins each query's softmax denominator.
+    transformers' eager attention concatenates the sink column to the scores and slices it off
+    after the softmax (two copies of the materialized scores: modeling_gpt_oss.
+    eager_attention_forward). A fused kernel that takes them (``sinks`` ``kernel``: one more
+    element a row, inside ``attn.core``, :func:`_attention_ops`) adds no op; torchtitan's
+    rescale (``rescale``) reads the output and the fp32 log-sum-exp and writes the output
+    (``out * sigmoid(lse - sinks)``); otherwise one small kernel over the rows (``op``)."""
     if not arch.attention_sinks:
         return []
     rows = shape.batch * arch.num_heads * shape.q_len
@@ -630,12 +651,18 @@ def _sink_ops(arch: Architecture, shape: StepShape, a: int, attention: str) -> l
         n = rows * (shape.kv_len + 1)
         return [_ew("attn.sinks", "norm_elementwise", elements=n, nbytes=4 * n * a, flops_per=1,
                     kernels=2)]
+    if sinks == "kernel":
+        return []
+    if sinks == "rescale":
+        n = rows * arch.head_dim
+        return [_ew("attn.sinks", "norm_elementwise", elements=n, nbytes=2 * n * a + 4 * rows,
+                    flops_per=1)]
     return [_ew("attn.sinks", "norm_elementwise", elements=rows, nbytes=2 * rows * 4,
                 flops_per=_SOFTMAX_FLOPS)]
 
 
 def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: Attention,
-                   kind: _Kind) -> list[Op]:
+                   kind: _Kind, sinks: str = "op") -> list[Op]:
     """The QKV projection, QK-norm, rotary, the attention core (fused, or eager
     scores/softmax/values) and the output projection."""
     B, T = shape.batch, shape.batch * shape.q_len
@@ -663,6 +690,8 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
     kv_write = B * shape.q_len * 2 * nkv * nb.kv if not shape.train else 0  # inference fills a cache
     if attention == "sdpa":
         f_exec = 4.0 * B * H * executed * d
+        if arch.attention_sinks and sinks == "kernel":  # the sink: one more element a row
+            f_exec += float(B * H * shape.q_len * _SOFTMAX_FLOPS)
         ops.append(Op(name="attn.core", op_class="attention", kind="attention", phase="forward",
                       count=1, flops=f_exec, counted_flops=4.0 * B * H * counted * d,
                       bytes=2 * T * nq * a + kv_read + kv_write + (B * H * shape.q_len * 4
@@ -674,7 +703,7 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
         seen = replace(shape, kv_len=keys)  # a sliding cache holds the window (decode)
         ops.extend(_eager_core_ops(arch, seen, nb, executed=executed, counted=counted,
                                    kv_read=kv_read, kv_write=kv_write))
-    ops.extend(_sink_ops(arch, shape, a, attention))
+    ops.extend(_sink_ops(arch, shape, a, attention, sinks))
     ops.append(_mm("attn.out", "attention", b=1, m=T, k=nq, n=h, act=a, w=w))
     return ops
 
@@ -1454,7 +1483,7 @@ def flops_breakdown(arch: Architecture, job: Job) -> FlopsBreakdown:
                          "job.with_(mode='train') or job.with_(mode='infer')")
     train = job.mode == "train"
     batch = job.batch
-    job = job._evolve(attention=attention_for(arch.family, job.attention))
+    job = job._evolve(attention=attention_for(arch.family, job.attention, job.engine))
     seq = default_seq(arch) if job.seq is None or arch.kind == "vision" else job.seq
     logits = None if train or job.prefill_logits == "all" else batch
     shape = StepShape(batch=batch, q_len=seq, kv_len=seq, train=train, logits_tokens=logits)

@@ -17,7 +17,7 @@ from ..fp8 import NARROW_RECIPES, gathered_bytes_per_element, narrow_elements
 from ..hardware import GPU
 from ..hardware.topology import Topology, parse_inter_node, topology_for
 from ..job import Attention, Checkpointing, Job, check_layout
-from ..models._types import Architecture, Model, attention_for
+from ..models._types import FUSED_ATTENTION, Architecture, Model, attention_for
 from .device import (Device, Efficiency, at_power_limit, default_efficiency, device_from_gpu,
                      measured_apply, power_clock_fraction)
 from .efficiency import (
@@ -567,14 +567,20 @@ def _on_cpu(model: Model | Architecture, cpu: CPU, job: Job, new_tokens: int,
 def _as_run(job: Job, arch: Architecture | None, notes: list[str]) -> Job:
     """The job as the speed model runs it: its ``inter_node`` checked whatever its size (a
     mistyped link fails on one GPU as on many); a family whose attention has one implementation
-    in transformers runs that one (said in ``notes``)."""
+    in transformers runs that one unless the engine runs it fused (said in ``notes``:
+    :func:`gpuplan.models._types.attention_for`)."""
     if job.inter_node is not None:
         parse_inter_node(job.inter_node)
-    runs = attention_for(arch.family, job.attention) if arch is not None else job.attention
+    runs = (attention_for(arch.family, job.attention, job.engine) if arch is not None
+            else job.attention)
     if runs != job.attention:
         job = job._evolve(attention=runs)
         notes.append(f"attention: eager ({arch.family}'s attention has no other "
-                     "implementation in transformers)")
+                     f"implementation in transformers' model code, which "
+                     f"{get_engine(job.engine).name} runs)")
+    elif arch is not None and job.engine in FUSED_ATTENTION.get(arch.family, ()):
+        notes.append(f"attention: fused ({job.engine} runs {arch.family}'s attention in its own "
+                     "flash-style kernels: models.FUSED_ATTENTION)")
     return job
 
 

@@ -18,18 +18,62 @@ from .._record import record
 from ..bounds import check_int, check_number
 
 __all__ = ["COMPONENTS", "ParamTensor", "ParamCounts", "MLA", "Architecture", "Model",
-           "EAGER_ONLY", "attention_for"]
+           "EAGER_ONLY", "FUSED_ATTENTION", "attention_for"]
 
 #: Families whose transformers attention is eager only (BloomAttention: ALiBi in a baddbmm, no
 #: SDPA path; GptOssPreTrainedModel: ``_supports_sdpa = False``, its sinks join the softmax):
-#: planned, timed and counted with materialized scores whatever the job says.
+#: planned, timed and counted with materialized scores unless the engine runs the family's
+#: attention in a fused kernel of its own (:data:`FUSED_ATTENTION`).
 EAGER_ONLY = ("bloom", "gpt_oss")
 
+#: family -> the engines that run the family's attention in a fused kernel of their own (which
+#: the speed and memory models time and count as ``sdpa``: flash-style, no materialized
+#: scores, the causal and sliding-window blocks skipped). gpt-oss's learned sinks and its
+#: alternating 128-token window, engine by engine:
+#:
+#: * transformers (and deepspeed, fsdp2, torchtune, gpt-fast, which run its model code or
+#:   SDPA): eager. transformers 5.25.0 (the version in the project's venv)
+#:   models/gpt_oss/modeling_gpt_oss.py: ``_supports_sdpa = False``, ``_supports_flash_attn``
+#:   and ``_supports_flex_attn`` True; modeling_utils.get_correct_attn_implementation turns an
+#:   unset implementation into ``sdpa``, which for this class falls back to eager. Flash (the
+#:   kernels-hub ``kernels-community/vllm-flash-attn3``, Hopper only, or FA4) and flex run only
+#:   when asked by name, which gpuplan's ``attention`` (eager / sdpa) cannot say. Not listed.
+#: * vllm: fused on every GPU. vllm/model_executor/models/gpt_oss.py @0025d69b passes
+#:   ``sinks=self.sinks`` and ``per_layer_sliding_window`` (even layers) to its ``Attention``;
+#:   vllm/platforms/cuda.py @002db495 ``_get_backend_priorities`` tries FLASH_ATTN,
+#:   FLASHINFER, TRITON_ATTN, FLEX_ATTENTION (FlashInfer first on SM100), each a fused kernel;
+#:   vllm/v1/attention/backends/flash_attn.py @0084b783 hands the sinks to FlashAttention 3's
+#:   varlen kernel (``s_aux=self.sinks``, ``window_size=(sliding_window - 1, 0)``), and the
+#:   Triton backend (``supports_sink`` True) takes them where FA3 does not run.
+#: * sglang: fused. python/sglang/srt/models/gpt_oss.py @009c6808 passes ``sinks=self.sinks``
+#:   and ``sliding_window_size = sliding_window - 1`` to RadixAttention, whose backends
+#:   (fa3, triton, trtllm_mha: the sinks' dtype is chosen for the latter) run it fused.
+#: * trt-llm: fused. tensorrt_llm/_torch/models/modeling_gpt_oss.py @050b6cb9 passes
+#:   ``attention_sinks=self.sinks.data`` and ``attention_window_size`` to its Attention module.
+#: * torchtitan: fused. torchtitan/models/gpt_oss/model.py @b5bcd76c runs FlexAttention or
+#:   varlen attention (a sliding-window mask mod per layer) and applies the sinks after it as
+#:   a rescale of the output by ``sigmoid(lse - sinks)`` (``apply_attention_sink_rescale``).
+#: * megatron: fused with Transformer Engine >= 2.8. NVIDIA-NeMo/Megatron-Bridge
+#:   src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py @355cef45: ``softmax_type
+#:   "learnable"``, ``window_size (128, 0)``, ``window_attn_skip_freq 2``; older TE falls
+#:   back to MCore's local (unfused) sink attention, a version gpuplan does not model.
+#:
+#: None of them depends on the GPU for being fused: vLLM's backends differ by GPU (FA3 on
+#: Hopper, FlashInfer / TRT-LLM-gen on Blackwell, Triton elsewhere) but every one that takes
+#: sinks is a flash-style kernel.
+FUSED_ATTENTION: Mapping[str, frozenset[str]] = MappingProxyType({
+    "gpt_oss": frozenset({"vllm", "sglang", "trt-llm", "torchtitan", "megatron"}),
+})
 
-def attention_for(family: str, attention: str) -> str:
-    """The attention a job of ``family`` runs: ``attention`` (the job's), or ``eager`` for a
-    family with no other implementation (:data:`EAGER_ONLY`)."""
-    return "eager" if family in EAGER_ONLY else attention
+
+def attention_for(family: str, attention: str, engine: str | None = None) -> str:
+    """The attention a job of ``family`` runs under ``engine``: ``attention`` (the job's), or
+    ``eager`` for a family with no other implementation (:data:`EAGER_ONLY`) unless ``engine``
+    runs the family's attention fused (:data:`FUSED_ATTENTION`). ``engine`` None or ``auto``:
+    transformers' model code."""
+    if family in EAGER_ONLY and engine not in FUSED_ATTENTION.get(family, ()):
+        return "eager"
+    return attention
 
 
 #: Components parameters are split into, in display order.

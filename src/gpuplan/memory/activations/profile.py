@@ -85,7 +85,8 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
     # transformers turns the cache off when gradient checkpointing is enabled (full checkpointing)
     cache = job.use_cache and job.checkpointing != "full" and sp.kind == "decoder"
     frozen = job.lora_rank is not None
-    return Opts(attention=attention_for(sp.family, job.attention), cache=cache, lora=lora_targets,
+    return Opts(attention=attention_for(sp.family, job.attention, job.engine), cache=cache,
+                lora=lora_targets,
                 lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
                 # QLoRA computes in the 16-bit dtype: each matmul dequantizes its 4-bit base
                 quantized=2 if (frozen and job.lora_base is not None

@@ -84,7 +84,7 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
     prompt = seq_for(model, job)
     regime = _infer_regime(fmt)
     dequant = fmt.matmul_weight_bytes
-    attention = attention_for(sp.family, job.attention)
+    attention = attention_for(sp.family, job.attention, job.engine)
     layer, emb, head = _prefill_profile(
         sp, regime, attention, dequant, sliding_mask(arch, sp, job.attention, prompt),
         job.prefill_logits == "all" or sp.kind != "decoder")

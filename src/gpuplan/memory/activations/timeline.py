@@ -110,7 +110,7 @@ def train_activations(model: Model, job: Job, *, grad_bytes: int,
         return hit[1]
     out = _train_from_profile(prof, b, s, grad_bytes=grad_bytes,
                               accumulating=_grads_alive(job), tied=arch.tie_word_embeddings,
-                              attention=attention_for(arch.family, job.attention),
+                              attention=attention_for(arch.family, job.attention, job.engine),
                               tied_bytes=arch.vocab_size * arch.hidden_size * prof.regime.param,
                               loop=loop, fsdp=fsdp)
     if len(_TIMELINES) > 8192:
