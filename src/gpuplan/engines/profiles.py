@@ -618,9 +618,11 @@ FP8_ATTENTION: Mapping[str, Fp8Attention] = MappingProxyType({f.engine: f for f 
                  _VLLM_FA_UTILS + ": flash_attn_supports_fp8() is FlashAttention 3 on compute "
                  "capability 9.x only",
                  _FA3_API + ": is_e4m3 kernels for head dims 64-256 on sm90",
-                 "vllm-project/flash-attention#104 (two-level accumulation: the FP8 P.V partial "
-                 "sums promoted to FP32 registers each step, on by default; vLLM #27889, "
-                 "2025-10-31, bumped vLLM to it) and the vLLM blog of 2026-04-22 on v0.19.1: "
+                 "vllm-project/vllm-project.github.io _posts/2026-04-22-fp8-kvcache.md"
+                 "@78672b0ff75843c0a043bcfdb411c0e1eedd0c03 (the vLLM blog on v0.19.1): "
+                 "flash-attention#104's two-level accumulation (the FP8 P.V partial sums "
+                 "promoted to FP32 registers each step) is on by default (vLLM #27889, "
+                 "2025-10-31, bumped vLLM to it); "
                  "the kernel runs at about the 16-bit kernel's prefill rate at head dim 64/128 "
                  "and slower at 256 (compute.efficiency attn_fp8_two_level_vs_16bit_d128/_d256)")),
     Fp8Attention(
