@@ -88,8 +88,12 @@ def test_throughput_meets_the_bar(rows):
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 17.1% (109 rows), ITL 16.0% (104 rows), output tok/s 3.8% (109 rows) median |error|.
+    # TTFT 16.3% (109 rows), ITL 16.0% (104 rows), output tok/s 3.8% (109 rows) median |error|.
     # History, newest first:
+    # - 17.1% / 16.0% / 3.8% before vLLM's FP8 attention on Hopper prefilled at the 16-bit
+    #   kernel's rate (two-level accumulation FA3, efficiency.fp8_attention_vs_16bit): the
+    #   Llama-3.1-8B FP8-KV row's TTFT -17.8% -> +23.4%, its tok/s +21.9% -> +13.8%; the
+    #   median crosses to a row nearer the measured; no other row moves;
     # - 17.8% / 16.4% / 3.8% before gpt-oss ran fused under vLLM (models/_types.py
     #   FUSED_ATTENTION: the sinks in FlashAttention 3's kernel, the 128-token window's blocks
     #   skipped): the two gpt-oss-20b rows TTFT +518.6/+539.0% -> -9.2/-32.9%, ITL +138.4/+70.3%
@@ -129,7 +133,7 @@ def test_errors_reached(rows):
     #   decode GEMMs' rows no longer at it (ITL down ~0.1-1%, the wrong way: TensorRT-LLM 18.7% ->
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
-    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.171, abs=0.005)
+    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.163, abs=0.005)
     assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.038, abs=0.005)
@@ -142,7 +146,7 @@ def test_errors_reached(rows):
     assert vc.summary(rows, "itl_ms", sgl)["median_abs_error"] == pytest.approx(0.016, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 17.1% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 16.3% "
                    "over 109 rows (SGLang on H200 23.6%; TensorRT-LLM online table 12.9% once "
                    "its 8.3 ms per-request cost is counted; "
                    "NIM 13.4%, its C=25-50 rows carrying the closed loop's start-up ramp; "

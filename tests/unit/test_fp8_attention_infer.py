@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.compute import estimate_speed
+from gpuplan.compute.efficiency import fp8_attention_vs_16bit
 from gpuplan.engines.profiles import FP8_ATTENTION
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
@@ -52,20 +53,43 @@ def test_decode_attention_reads_an_fp8_cache_at_one_byte_plus_scales():
 
 
 def test_prefill_attention_runs_at_the_fp8_peak_times_fa3s_share():
+    # SGLang's sgl_kernel FlashAttention-3: FA3's FP8 share (no two-level accumulation read)
     s = 8192
-    est = _est(engine="vllm", fp8_attention=True, seq=s)
+    est = _est(engine="sglang", fp8_attention=True, seq=s)
     core = _core(est.prefill)
     assert core.dtype == "fp8" and core.op.narrow
     rate = FP8_PEAK * FA3_FP8_SHARE * s / (s + 256)
     assert core.compute_s == pytest.approx(core.op.flops / rate, rel=1e-3)
     # the same prompt with 16-bit attention: FlashAttention-2's 0.35 of the bf16 peak
-    wide = _core(_est(engine="vllm", seq=s).prefill)
+    wide = _core(_est(engine="sglang", seq=s).prefill)
     assert wide.op.flops == core.op.flops
     assert wide.compute_s == pytest.approx(core.op.flops / (989.4e12 * 0.35 * s / (s + 256)),
                                            rel=1e-3)
     assert est.attention_precision.fp8 and est.attention_precision.selected_by == "fp8_attention"
     assert any("FP8" in n and "FlashAttention-3" in n for n in est.notes)
     assert est.to_dict()["attention_precision"]["fp8"] is True
+
+
+def test_vllm_two_level_fa3_prefills_at_the_16bit_kernels_rate():
+    # vLLM's FA3 fork with two-level accumulation (vllm-project/flash-attention#104): the vLLM
+    # blog of 2026-04-22 (v0.19.1, Llama-3.1-8B, head dim 128, H100) finds FP8 prefill at
+    # "similar TTFT" to BF16, so the FP8 kernel runs at the 16-bit kernel's rate, 0.35 of the
+    # bf16 peak 989.4 TFLOP/s; at head dim 256 at 6.93e-07 / 1.12e-06 of it (gemma-4-E2B's
+    # TTFT L^2 coefficients, BF16 over FP8)
+    s = 8192
+    rate16 = 989.4e12 * 0.35 * s / (s + 256)
+    for kw in ({"kv_dtype": "fp8"}, {"fp8_attention": True}):
+        est = _est(engine="vllm", seq=s, **kw)
+        core = _core(est.prefill)
+        assert core.op.narrow and core.op.attention_kernel == "fa3-fp8-two-level"
+        assert core.compute_s == pytest.approx(core.op.flops / rate16, rel=1e-3)
+        assert any("two-level" in n for n in est.notes)
+    bf16 = _core(_est(engine="vllm", seq=s).prefill)
+    assert bf16.compute_s == pytest.approx(core.compute_s, rel=1e-9)
+    assert fp8_attention_vs_16bit("fa3-fp8-two-level", 64) == 1.0
+    assert fp8_attention_vs_16bit("fa3-fp8-two-level", 256) == pytest.approx(6.93 / 11.2,
+                                                                              abs=5e-4)
+    assert fp8_attention_vs_16bit("fa3-fp8", 128) == 0.0
 
 
 def test_vllm_fp8_kv_on_hopper_selects_fa3_fp8_and_trt_llm_does_not():

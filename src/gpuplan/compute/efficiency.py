@@ -33,6 +33,7 @@ __all__ = [
     "kloop_fixed_blocks", "KLOOP_FIXED_ARCHS",
     "QuantKernel", "QUANT_KERNELS", "AWQ_GEMV_ISSUE_PER_WEIGHT", "quant_kernel", "attention_fraction", "FA2_SM8X",
     "TRAIN_ATTENTION_KERNELS",
+    "FP8_VS_16BIT_KERNELS", "fp8_attention_vs_16bit",
     "RuntimeOverheads", "runtime_overheads", "GEMM_TILE", "DEFAULT_RUNTIME", "resolve_runtime",
     "eager_chains", "speed_residuals", "speed_range",
     "OPTIMIZER_IMPLS", "OptimizerCost", "optimizer_cost", "multi_tensor_launches",
@@ -53,6 +54,10 @@ _FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), sec. 4.1 and Fig. 4-6: f
         "512 tokens; backward lower (up to ~63%)")
 _FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), sec. 1 and 4.1: FlashAttention-2 "
         "reaches ~35% of H100's peak (PyTorch SDPA's flash backend is FlashAttention-2)")
+
+_VLLM_FP8KV_BLOG = ("vLLM blog 'The State of FP8 KV-Cache and Attention Quantization in vLLM' "
+                    "(2026-04-22, https://blog.vllm.ai/2026/04/22/fp8-kvcache.html; "
+                    "vllm-project/vllm-project.github.io _posts/2026-04-22-fp8-kvcache.md@78672b0)")
 
 _MAMF = ("S. Bekman, ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul "
          "FLOPS comparison table' (stas00/ml-engineering @744d01e1, 2026-08-22): torch.matmul, "
@@ -387,6 +392,24 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "1,978.9 TFLOP/s (gpus.json): 1.2 / 1.979 = 0.606. Its per-head-dim figures (Fig. 7) "
         "are not in the offline index, so one share for every head dim; the FP8 kernel runs "
         "the forward only (no backward)"),
+    "attn_fp8_two_level_vs_16bit_d128": Constant(
+        1.0, "ratio of rates (FP8 kernel / 16-bit kernel)", _VLLM_FP8KV_BLOG + ", Llama-3.1-8B "
+        "(head dim 128) on one H100, concurrency-1 sweep 256-125k input tokens at v0.19.1: FP8 "
+        "'preserving similar TTFT' and 'even with the enabled two-level accumulation we obtain "
+        "slight TTFT speedups of FP8 for long contexts' -- no fitted TTFT coefficient is stated "
+        "for it, so no gain is taken (1.0). The mechanism: vLLM's FA3 fork writes the FP8 P.V "
+        "partial sums into real FP32 registers each step (vllm-project/flash-attention#104, on by "
+        "default; vLLM #27889 'Bump FA version for FP8 two-level accumulation', 2025-10-31), "
+        "whose register pressure takes back the FP8 MMAs' 2x; vllm-project/flash-attention#122 "
+        "(2026-02-27) measures that kernel (hopper/benchmark_flash_attention_fp8.py, its "
+        "'baseline' column before #125's tile tuning) at 684.11 / 684.83 TFLOP/s against BF16's "
+        "737.22 / 695.77 at head dim 128, non-causal, 2 x 8192 / 1 x 16384 (0.93x / 0.98x), "
+        "and causal 172.30 against 331.01 at 32 x 512"),
+    "attn_fp8_two_level_vs_16bit_d256": Constant(
+        round(6.93e-07 / 1.12e-06, 3), "ratio of rates (FP8 kernel / 16-bit kernel)",
+        _VLLM_FP8KV_BLOG + ", gemma-4-E2B (head dim 256) on H100: the fitted TTFT quadratic "
+        "coefficient (the attention's L^2 term) rises from 6.93e-07 (BF16) to 1.12e-06 ms/token^2 "
+        "(FP8, two-level accumulation on): 6.93 / 11.2 = 0.619 of the 16-bit kernel's rate"),
     "attn_fwd_other": Constant(0.50, "fraction of peak",
                                "assumed for other generations (Volta/Turing: "
                                "memory-efficient kernels; no published fraction)"),
@@ -1061,6 +1084,27 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
         top *= constant("attn_fa1_over_fa2")
     s = max(1, seq)
     return min(cap, top * s / (s + constant("attn_half_seq")))
+
+
+#: FP8 attention kernels that run at a measured ratio of the 16-bit kernel's rate rather than at
+#: a share of the FP8 peak: name -> (largest head dim, CONSTANTS entry), by head dim.
+#: ``fa3-fp8-two-level``: vLLM's FlashAttention-3 fork with two-level FP32 accumulation of the
+#: FP8 products (vllm-project/flash-attention#104, the default since vLLM #27889).
+FP8_VS_16BIT_KERNELS: Mapping[str, tuple[tuple[int, str], ...]] = MappingProxyType({
+    "fa3-fp8-two-level": ((128, "attn_fp8_two_level_vs_16bit_d128"),
+                          (256, "attn_fp8_two_level_vs_16bit_d256")),
+})
+
+
+def fp8_attention_vs_16bit(kernel: str, head_dim: int) -> float:
+    """The rate of FP8 attention ``kernel`` over the 16-bit kernel beside it at ``head_dim``
+    (:data:`FP8_VS_16BIT_KERNELS`: the first band at or above it, the last above them all);
+    0.0 where ``kernel`` is timed by its own share of the FP8 peak (``fa3-fp8``) or is 16-bit."""
+    bands = FP8_VS_16BIT_KERNELS.get(kernel)
+    if not bands:
+        return 0.0
+    name = next((c for top, c in bands if head_dim <= top), bands[-1][1])
+    return constant(name)
 
 
 #: Decode attention kernels timed by their own loop rather than the bandwidth alone: name ->

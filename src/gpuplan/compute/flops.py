@@ -184,7 +184,9 @@ class Op:
     rather than at the 16-bit rate beside it."""
     attention_kernel: str = ""
     """The narrow attention kernel whose published share of the FP8 peak times it
-    (``fa3-fp8``: :func:`~.efficiency.attention_fraction`); "": the generation's 16-bit one."""
+    (``fa3-fp8``: :func:`~.efficiency.attention_fraction`; ``fa3-fp8-two-level``: a measured
+    ratio of the 16-bit kernel's rate, :func:`~.efficiency.fp8_attention_vs_16bit`); "": the
+    generation's 16-bit one."""
     wide: bool = False
     """A block's matmul kept 16-bit under a narrow recipe (the first and last blocks in BF16:
     Megatron ``--first-last-layers-bf16``)."""
@@ -1593,6 +1595,17 @@ def _refuse_fp8_attention(engine: str, gpu: str, architecture: str, has_fp8: boo
                          accepted=", ".join(have), fix={"fp8_attention": False})
 
 
+#: How each FP8 attention kernel's products are timed (:func:`inference_attention`'s note).
+_FP8_RATE = {
+    "fa3-fp8": "at the FP8 peak x FlashAttention-3's FP8 share of it (Shah et al. 2024: ~1.2 "
+               "PFLOP/s on H100)",
+    "fa3-fp8-two-level": "at the 16-bit kernel's rate x its measured FP8/16-bit ratio (two-level "
+                         "FP32 accumulation takes back the FP8 MMAs' 2x: 1.0 at head dim <= 128, "
+                         "0.62 at 256)",
+    "": "at the FP8 peak x the 16-bit kernel's share of it (no published figure for it)",
+}
+
+
 def inference_attention(engine: str, kv_dtype: str | None, fp8_attention: bool, *, gpu: str,
                         architecture: str, has_fp8: bool) -> AttentionPrecision:
     """Whether a serving step's attention runs in FP8 on ``gpu`` under ``engine`` (resolved), by
@@ -1612,11 +1625,8 @@ def inference_attention(engine: str, kv_dtype: str | None, fp8_attention: bool, 
     if fp8_attention or selects:
         by = "fp8_attention" if fp8_attention else "kv_dtype"
         why = "asked for" if fp8_attention else f"selected by the fp8 KV cache on {architecture}"
-        share = ("FlashAttention-3's FP8 share of the peak (Shah et al. 2024: ~1.2 PFLOP/s on "
-                 "H100)" if prof.fraction_kernel == "fa3-fp8" else
-                 "the 16-bit kernel's share of the FP8 peak (no published figure for it)")
-        note = (f"attention in FP8 ({why}): {engine}'s {prof.kernel}, QK^T and PV at the FP8 "
-                f"peak x {share}"
+        note = (f"attention in FP8 ({why}): {engine}'s {prof.kernel}, QK^T and PV "
+                f"{_FP8_RATE.get(prof.fraction_kernel, _FP8_RATE[''])}"
                 + (f"; KV cache e4m3 + {prof.scales}" if kv_fp8 else ""))
         return AttentionPrecision(fp8=True, selected_by=by, kernel=prof.kernel,
                                   fraction_kernel=prof.fraction_kernel, kv_fp8=kv_fp8,

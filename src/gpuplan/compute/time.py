@@ -18,7 +18,7 @@ from typing import Any, Literal, Sequence
 from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
-    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant,
+    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, fp8_attention_vs_16bit,
     gemv_bandwidth_fraction, grouped_gemm_s, kloop_fixed_blocks, separate_launches_s,
     single_query_attention_s,
 )
@@ -318,10 +318,17 @@ def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
             or not op.shape:
         return peak * eff.attention
     _, _, d, kv = op.shape
-    return peak * attention_fraction(device.architecture, d, 1 << 40 if long else kv,
-                                     backward=op.phase == "backward",
-                                     cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)),
-                                     kernel=op.attention_kernel or eff.attention_kernel)
+    kernel = op.attention_kernel or eff.attention_kernel
+    vs16 = fp8_attention_vs_16bit(kernel, d)
+    if vs16 > 0 and device.supports("bf16"):
+        # an FP8 kernel measured against the 16-bit one beside it (vLLM's two-level FA3):
+        # the 16-bit kernel's rate at the 16-bit peak, times that ratio
+        peak, kernel = device.peak("bf16"), ""
+    else:
+        vs16 = 1.0
+    return vs16 * peak * attention_fraction(
+        device.architecture, d, 1 << 40 if long else kv, backward=op.phase == "backward",
+        cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)), kernel=kernel)
 
 
 def op_dtype_hint(device: Device, peak: float, eff: Efficiency) -> str:

@@ -610,7 +610,9 @@ class Fp8Attention:
     """The FP8 attention kernel ("" where the engine has none)."""
     fraction_kernel: str
     """Whose published share of the FP8 peak times it (``fa3-fp8``: FlashAttention-3's FP8
-    forward, :data:`gpuplan.compute.efficiency.CONSTANTS` ``attn_fwd_hopper_fa3_fp8``; "": the
+    forward, :data:`gpuplan.compute.efficiency.CONSTANTS` ``attn_fwd_hopper_fa3_fp8``;
+    ``fa3-fp8-two-level``: vLLM's fork with two-level accumulation, a measured ratio of the
+    16-bit kernel's rate, :data:`gpuplan.compute.efficiency.FP8_VS_16BIT_KERNELS`; "": the
     16-bit kernel's share of the generation, none being published for this kernel)."""
     architectures: tuple[str, ...]
     """GPU generations the FP8 kernel runs on (gpus.json ``architecture``)."""
@@ -639,8 +641,8 @@ _PER_TENSOR = "per-tensor fp32 k_scale and v_scale per layer (q_scale too where 
 #: (read 2026-12-06 from the offline index at the commits named).
 FP8_ATTENTION: Mapping[str, Fp8Attention] = MappingProxyType({f.engine: f for f in (
     Fp8Attention(
-        engine="vllm", kernel="FlashAttention-3 FP8 (e4m3) forward", fraction_kernel="fa3-fp8",
-        architectures=("Hopper",), kv_selects=True,
+        engine="vllm", kernel="FlashAttention-3 FP8 (e4m3) forward, two-level accumulation",
+        fraction_kernel="fa3-fp8-two-level", architectures=("Hopper",), kv_selects=True,
         kv_read="FlashInfer / Triton paged attention dequantize the e4m3 cache in the kernel; "
         "the products run 16-bit",
         scales=_PER_TENSOR, scale_bytes_per_layer=8,
@@ -649,7 +651,14 @@ FP8_ATTENTION: Mapping[str, Fp8Attention] = MappingProxyType({f.engine: f for f 
                  "flash_attn_varlen_func called with q/k/v_descale (prefill and decode alike)",
                  _VLLM_FA_UTILS + ": flash_attn_supports_fp8() is FlashAttention 3 on compute "
                  "capability 9.x only",
-                 _FA3_API + ": is_e4m3 kernels for head dims 64-256 on sm90")),
+                 _FA3_API + ": is_e4m3 kernels for head dims 64-256 on sm90",
+                 "vllm-project/vllm-project.github.io _posts/2026-04-22-fp8-kvcache.md"
+                 "@78672b0ff75843c0a043bcfdb411c0e1eedd0c03 (the vLLM blog on v0.19.1): "
+                 "flash-attention#104's two-level accumulation (the FP8 P.V partial sums "
+                 "promoted to FP32 registers each step) is on by default (vLLM #27889, "
+                 "2025-10-31, bumped vLLM to it); "
+                 "the kernel runs at about the 16-bit kernel's prefill rate at head dim 64/128 "
+                 "and slower at 256 (compute.efficiency attn_fp8_two_level_vs_16bit_d128/_d256)")),
     Fp8Attention(
         engine="sglang", kernel="FlashAttention-3 FP8 (e4m3) forward (sgl_kernel)",
         fraction_kernel="fa3-fp8", architectures=("Hopper",), kv_selects=True,
