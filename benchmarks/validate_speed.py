@@ -1248,7 +1248,8 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
     0.93-1.13 (llm-foundry 0.99-1.13, IBM's fms-fsdp 0.93-1.06), the H100 ones 1.15-1.31
     (torchtitan 8B 1.15-1.24 at 500 W, IBM 1.17-1.26, llm-foundry's 512-GPU 70B 1.31) as
     Megatron-Core's compute-dominated H100 rows do (1.24-1.37). What the H100's
-    compute-dominated steps miss was not identified (no device profile of these runs)."""
+    compute-dominated steps miss was not identified (no device profile of these runs; the
+    differential over every H100 row and what it ruled out: above :func:`_hopper_compute_gap`)."""
     if row.mechanism not in ("single-node ZeRO-3 / FSDP", "multi-node ZeRO-3 / FSDP") \
             or row.comm_share >= 0.05 or not (run["job"].get("runtime") == "composer-fsdp"
                                               or run["engine"] == "torchtitan"):
@@ -1286,19 +1287,21 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
 #   it the measured rate falls (K = 1,024: 0.89-0.90; 512: 0.79-0.81), a K-loop share the model
 #   charges only to grouped expert GEMMs; a what-if charging dense Hopper GEMMs
 #   kb / (kb + 2.08) (DeepGEMM's 4.17 FP8 K blocks at the BF16 peak; XLA's table reads ~1.9),
-#   normalised at K = 4,096, moved no torchtitan, IBM or llm-foundry row, Megatron-Core 1.7B
-#   (hidden 2,304) 1.37 -> 1.33 and the TP 8 rows 0.3-0.9% the pessimistic way: not shipped.
+#   normalised at K = 4,096, moved no TP 1 torchtitan, IBM or llm-foundry row, Megatron-Core
+#   1.7B (hidden 2,304) 1.37 -> 1.33 and the TP 8 rows 0-0.9% the pessimistic way: not shipped.
 # - A sustained GEMM clock at 700 W: huggingface/gpu-fryer's README (@2b6fb06a) gives an H100
-#   80GB HBM3 ~730 TFLOP/s in its 60 s cuBLAS BF16 8,192^3 loop, 0.951 of the model's 767.5 at
+#   80GB HBM3 ~730 TFLOP/s in its cuBLAS BF16 8,192^3 burn loop (60 s by default; 'for
+#   reference', no clock or limit stated), 0.951 of the model's 767.5 at
 #   that shape (its FP8 ~1,530, 1.12x the model's 1,361, the other way). A what-if with Hopper's
 #   BF16 fraction x 0.951 moved TP 1's median 1.18 -> 1.17 and TP 8's 1.01 -> 1.00
-#   (Megatron-Core 70B-462B 0.97-1.00 -> 0.94-0.97, Llama 3 405B 0.93 -> 0.91): every row
+#   (Megatron-Core 70B-462B 0.97-1.00 -> 0.94-0.97, Llama 3 405B 0.93-1.01 -> 0.90-1.00): every row
 #   alike, the spread kept, so not the differential's mechanism; not shipped. The GEMM share's
 #   negative r says the same of any tensor-clock factor (device.py's 700 W note: a 0.84 trial).
 # - Attention: Hopper's fused attention is timed at FlashAttention-2's 35% of peak
-#   (attn_fwd_hopper_fa2) for every engine; Megatron's and NeMo's Transformer Engine runs
-#   cuDNN's fused attention, faster on H100 (FlashAttention-3's paper, sec. 4.1), so timing it
-#   would raise their estimates, widening the gap of the 1.7B / 7.1B / NeMo rows.
+#   (attn_fwd_hopper_fa2, FlashAttention-3's paper) for every engine, torchtitan's SDPA
+#   included; Megatron's and NeMo's Transformer Engine runs FlashAttention-2 or cuDNN's fused
+#   kernel, none slower, so a kernel of their own would raise those estimates, widening the
+#   gap of the 1.7B / 7.1B / NeMo rows, not closing it.
 # Not identified: what a TP 1-2 H100 step pays that a TP 4-8 one does not, or what the TP 4-8
 # rows' estimated exposed communication over-counts by as much (either reads the differential);
 # no device profile of these runs, and none was run here (no H100 lent to this task).
