@@ -78,8 +78,9 @@ def _variants(gpu: GPU, job: Job, engine: str, kw: dict) -> list[dict]:
 
 
 def _fewest(base: Deployment, per: int, hi: int, wl, slo, price, prefix_hit, progress):
-    """(result at the fewest replicas in 1..hi meeting ``slo`` or None, the last result)."""
-    lo, best, last = 1, None, None
+    """(result at the fewest replicas in 1..hi meeting ``slo`` or None, the last result); never
+    more replicas than ``wl`` has requests (or clients) to deal out."""
+    lo, best, last, hi = 1, None, None, min(hi, wl.most_replicas)
     while lo <= hi:  # latency falls as replicas grow
         mid = (lo + hi) // 2
         base.replicas, base.gpus = mid, per * mid
@@ -126,7 +127,7 @@ def _try_variants(model, gpu, job, engine, max_gpus, kw, layouts, cands, wl, slo
         for (tp, pp, base), cand in zip(layouts, list(cands)):
             per = tp * pp
             hi = (cand.result.layout["replicas"] - 1 if cand.result.meets_slo
-                  else max_gpus // per)
+                  else min(max_gpus // per, wl.most_replicas))
             if hi < 1:
                 continue
             try:
@@ -160,13 +161,14 @@ def _try_variants(model, gpu, job, engine, max_gpus, kw, layouts, cands, wl, slo
     return out
 
 
-def _most_simulations(layouts, variants: list[dict], max_gpus: int) -> int:
+def _most_simulations(layouts, variants: list[dict], max_gpus: int, most: int) -> int:
     """The most simulations :func:`search` can run: a bisection over 1..m replicas of each
     layout runs at most ``m.bit_length()``; each variant of a layout at most one more (the probe
-    at the most replicas); fp8 KV's extra layouts at most one bisection per TP not held."""
-    first = sum((max_gpus // (tp * pp)).bit_length() for tp, pp, _ in layouts)
+    at the most replicas); fp8 KV's extra layouts at most one bisection per TP not held. ``most``:
+    the most replicas the workload deals requests to."""
+    first = sum(min(max_gpus // (tp * pp), most).bit_length() for tp, pp, _ in layouts)
     held = {tp for tp, _, _ in layouts}
-    extra = sum((max_gpus // tp).bit_length() for tp in TP_CHOICES
+    extra = sum(min(max_gpus // tp, most).bit_length() for tp in TP_CHOICES
                 if tp <= max_gpus and tp not in held)
     return first + sum(first + len(layouts) + (extra if set(v) == {"kv_dtype"} else 0)
                        for v in variants)
@@ -186,7 +188,8 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
     cands: list[Candidate] = []
     layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
     if progress_total:
-        progress_total(_most_simulations(layouts, _variants(gpu, job, engine, kw), max_gpus))
+        progress_total(_most_simulations(layouts, _variants(gpu, job, engine, kw), max_gpus,
+                                         wl.most_replicas))
     for tp, pp, base in layouts:
         best, last = _fewest(base, tp * pp, max_gpus // (tp * pp), wl, slo, price, prefix_hit,
                              progress)

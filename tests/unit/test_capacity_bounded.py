@@ -1,0 +1,111 @@
+"""Bounded work for every capacity input (issue qa42): the requests one simulation serves and
+the steps it runs are capped with a one-line reason, the search never tries more replicas than
+there are requests (or clients), and fit's notes name options as the command line spells them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpuplan import Job, get_gpu, load_model
+from gpuplan.capacity import _sim
+from gpuplan.capacity._plan import Deployment
+from gpuplan.capacity._result import SLO
+from gpuplan.capacity._search import search
+from gpuplan.capacity._workload import Dist, make_workload
+from gpuplan.cli import main
+from gpuplan.errors import InputError
+
+CAP = ["capacity", "llama-3.1-8b", "--gpu", "H100-SXM-80GB"]
+
+
+def _err(capsys, argv) -> str:
+    t0 = time.perf_counter()
+    assert main(argv) == 2
+    assert time.perf_counter() - t0 < 5  # refused up front, not after the simulation
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpuplan: error:") and "\n" not in err
+    return err
+
+
+def test_a_million_requests_is_refused_at_once_naming_the_cap(capsys):
+    # it ran ~290 s and took ~3.5 GB (about 85 us and 1 KB a request on this machine)
+    err = _err(capsys, CAP + ["--rate", "10", "--requests", "1000000"])
+    assert "--requests 1000000" in err and "100000" in err and "or fewer" in err
+    with pytest.raises(InputError, match="requests"):
+        make_workload(input=Dist("fixed", 10), output=Dist("fixed", 2), requests=100_001,
+                      rate=10.0)
+
+
+def test_the_cap_itself_is_accepted():
+    wl = make_workload(input=Dist("fixed", 10), output=Dist("fixed", 2), requests=100_000,
+                       rate=10.0)
+    assert len(wl.requests) == 100_000
+
+
+def test_outputs_too_long_for_the_kv_cache_are_refused_before_simulating(capsys):
+    # 2,000 requests of 130,000 output tokens on one H100 (KV 454,080 tokens: at most 3 such
+    # requests at once) need at least 2000 * 130000 / 3 = 8.7e7 decode steps (~6 minutes)
+    err = _err(capsys, CAP + ["--tp", "1", "--rate", "10", "--input", "100", "--output",
+                              "130000"])
+    assert "--requests" in err and "--output" in err and "steps" in err
+
+
+def test_a_simulation_stops_at_its_step_budget(monkeypatch):
+    # at a vanishing rate each request decodes alone: 40 requests x 64 tokens = 2,560+ steps,
+    # which no lower bound from concurrency foresees; the loop itself stops at the budget
+    model = load_model("llama-3.1-8b")
+    dep = Deployment(model, get_gpu("h100"), Job(model="x", mode="infer"), max_model_len=4096)
+    wl = make_workload(input=Dist("fixed", 100), output=Dist("fixed", 64), requests=40,
+                       rate=0.001)
+    assert dep.run(wl).steps >= 40 * 64
+    monkeypatch.setattr(_sim, "MAX_SIM_STEPS", 1000)
+    with pytest.raises(InputError, match="1000 steps"):
+        dep.run(wl)
+
+
+def test_the_search_never_tries_more_replicas_than_requests(monkeypatch):
+    # 3 requests and an SLO nothing meets: the bisection went up to 64 // TP replicas (the
+    # error named "TP 8 x PP 1 x 8 replicas" for 3 requests)
+    model = load_model("llama-3.1-8b")
+    tried = []
+    run = Deployment.run
+
+    def spy(self, wl, **kw):
+        tried.append(self.replicas)
+        return run(self, wl, **kw)
+
+    monkeypatch.setattr(Deployment, "run", spy)
+    wl = make_workload(input=Dist("fixed", 100), output=Dist("fixed", 4), requests=3,
+                       rate=1.0)
+    with pytest.raises(InputError, match="meets the SLO"):
+        search(model, get_gpu("h100"), Job(model="x", mode="infer"), wl,
+               SLO(ttft_s=1e-6), max_model_len=4096)
+    assert tried and max(tried) == 3
+
+
+def test_the_search_never_tries_more_replicas_than_clients(monkeypatch):
+    model = load_model("llama-3.1-8b")
+    tried = []
+    run = Deployment.run
+
+    def spy(self, wl, **kw):
+        tried.append(self.replicas)
+        return run(self, wl, **kw)
+
+    monkeypatch.setattr(Deployment, "run", spy)
+    wl = make_workload(input=Dist("fixed", 100), output=Dist("fixed", 4), requests=20,
+                       concurrency=2)
+    with pytest.raises(InputError, match="meets the SLO"):
+        search(model, get_gpu("h100"), Job(model="x", mode="infer"), wl,
+               SLO(ttft_s=1e-6), max_model_len=4096)
+    assert tried and max(tried) == 2
+
+
+def test_fit_notes_name_the_cli_option(capsys):
+    # a T4 has no bf16: the speed table's note said "use infer_precision fp16", the library's
+    # keyword, where the command line takes --infer-precision
+    assert main(["fit", "llama-3.1-8b", "--mode", "infer", "--gpu", "t4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "use --infer-precision fp16" in out and "infer_precision" not in out
