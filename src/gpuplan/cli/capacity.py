@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--workload", default=None, metavar="FILE.jsonl",
       help="one request a line: arrival_s, input_tokens, output_tokens[, prefix_id, "
            "prefix_tokens]")
-    a("--requests", default="2000", help="requests simulated (default 2000)")
+    a("--requests", default="2000", help="requests simulated (default 2000; at most 100000, "
+      "docs/capacity.md 'Bounded work')")
     a("--seed", default="0", help="the RNG seed (default 0)")
     a("--replicas", default=None, help="replicas of the layout (default 1, or searched)")
     a("--max-gpus", default="64", help="the search's largest deployment (default 64)")
