@@ -109,3 +109,11 @@ def test_fit_notes_name_the_cli_option(capsys):
     assert main(["fit", "llama-3.1-8b", "--mode", "infer", "--gpu", "t4"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "use --infer-precision fp16" in out and "infer_precision" not in out
+
+
+# -- found as a hostile user (qa42) --------------------------------------------------------------
+
+def test_max_rate_without_an_slo_names_the_options(capsys):
+    # it said "(slo_ttft, slo_tpot or slo_e2e) ... (input, output)": the library's keywords
+    err = _err(capsys, CAP + ["--tp", "1", "--rate", "10", "--max-rate", "--requests", "5"])
+    assert "--slo-ttft" in err and "--max-rate" in err and "slo_ttft" not in err
