@@ -148,11 +148,14 @@ class Bound:
 
 
 def _num(x: float) -> str:
-    for base, name in ((2**31, "2^31"), (2**20, "2^20"), (2**60, "2^60")):
+    for base, name in ((2**31, "2^31"), (2**31 - 1, "2^31 - 1"), (2**20, "2^20"),
+                       (2**60, "2^60")):
         if x == base:
             return name
     if x >= 10**5 and float(x) == 10 ** round(math.log10(x)):
         return f"10^{round(math.log10(x))}"
+    if float(x).is_integer() and abs(x) < 2**53:  # a whole bound shown whole, not 1.23457e+08
+        return str(int(x))
     return f"{x:g}"
 
 

@@ -117,3 +117,20 @@ def test_max_rate_without_an_slo_names_the_options(capsys):
     # it said "(slo_ttft, slo_tpot or slo_e2e) ... (input, output)": the library's keywords
     err = _err(capsys, CAP + ["--tp", "1", "--rate", "10", "--max-rate", "--requests", "5"])
     assert "--slo-ttft" in err and "--max-rate" in err and "slo_ttft" not in err
+
+
+def test_the_web_names_the_largest_seed_as_the_cli_does():
+    # the web said "<= 2.14748e+09" where the CLI says "<= 2^31 - 1"
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError) as e:
+        capacity({"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB", "rate": 1, "requests": 5,
+                  "tp": 1, "seed": -1})
+    assert "2^31 - 1" in str(e.value) and "e+09" not in str(e.value)
+
+
+def test_a_whole_bound_is_shown_whole():
+    from gpuplan.bounds import check_int
+
+    with pytest.raises(InputError, match="<= 123456789"):
+        check_int(123456790, "int", high=123456789)
