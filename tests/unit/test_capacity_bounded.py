@@ -134,3 +134,35 @@ def test_a_whole_bound_is_shown_whole():
 
     with pytest.raises(InputError, match="<= 123456789"):
         check_int(123456790, "int", high=123456789)
+
+
+@pytest.mark.parametrize("line,said", [
+    ('{"arrival_s": 0, "input_tokens": ' + "9" * 5000 + ', "output_tokens": 4}', "digits"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+])
+def test_a_hostile_workload_line_is_one_line_not_a_traceback(capsys, tmp_path, line, said):
+    # a 5,000-digit integer raised AttributeError (a ValueError has no .msg); deep nesting a
+    # RecursionError
+    f = tmp_path / "w.jsonl"
+    f.write_text(line + "\n")
+    err = _err(capsys, CAP + ["--tp", "1", "--workload", str(f)])
+    assert "line 1" in err and said in err
+
+
+def test_a_config_with_a_huge_integer_says_so_in_the_users_terms(capsys, tmp_path):
+    # the message ended "use sys.set_int_max_str_digits() to increase the limit"
+    (tmp_path / "config.json").write_text('{"hidden_size": ' + "9" * 5000 + "}")
+    err = _err(capsys, ["fit", str(tmp_path), "--gpu", "h100"])
+    assert "5000 digits" in err and "sys." not in err
+
+
+@pytest.mark.parametrize("text,said", [("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                                       ('{"hidden_size": ' + "9" * 5000 + "}", "5000 digits")])
+def test_the_trace_reads_a_hostile_config_as_one_line(tmp_path, text, said):
+    # `gpuplan trace DIR` raised RecursionError / ValueError from json.loads (after torch's import)
+    from gpuplan.errors import ModelFileError
+    from gpuplan.trace._spec import _read_config
+
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ModelFileError, match=said):
+        _read_config(tmp_path / "config.json")

@@ -287,10 +287,9 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
     best = None
     if find_max_rate:
         if not slo.given or make is None:
-            raise InputError(f"{opt('max_rate')} needs an SLO ({opt('slo_ttft')}, "
-                             f"{opt('slo_tpot')} or {opt('slo_e2e')}) and a synthetic workload "
-                             f"({opt('input')}, {opt('output')}; not {opt('workload')})",
-                             field="max_rate")
+            raise InputError(f"{opt('max_rate')} needs an SLO ({opt('slo_ttft')}, {opt('slo_tpot')}"
+                             f" or {opt('slo_e2e')}) and a synthetic workload ({opt('input')}, "
+                             f"{opt('output')}; not {opt('workload')})", field="max_rate")
         best, res = max_rate(dep, slo, make=make, progress=progress)
         if best == 0.0:
             raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"

@@ -9,7 +9,7 @@ import math
 import os
 import random
 
-from .._io import read_bounded
+from .._io import json_problem, read_bounded
 from .._record import record
 from ..bounds import MAX_SIM_REQUESTS, check_int, check_number
 from ..errors import InputError, opt, shown
@@ -244,8 +244,8 @@ def _request(line: str, i: int, path) -> Request:
     where = f"workload {shown(str(path))} line {i}"
     try:
         d = json.loads(line)
-    except ValueError as e:
-        raise InputError(f"{where}: not JSON ({e.msg} at column {e.colno})",
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{where}: not JSON ({json_problem(e, lines=False)})",
                          field="workload") from None
     if not isinstance(d, dict):
         raise InputError(f"{where}: expected an object with arrival_s, input_tokens, "
