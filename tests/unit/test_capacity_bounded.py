@@ -166,3 +166,47 @@ def test_the_trace_reads_a_hostile_config_as_one_line(tmp_path, text, said):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(ModelFileError, match=said):
         _read_config(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize("name,said", [("x.txt", ".png"), ("no/such/dir/x.png", "does not exist")])
+def test_capacity_checks_its_plot_before_any_work(capsys, tmp_path, name, said):
+    # fit refuses these at once; capacity simulated, then wrote a PNG into x.txt or failed at the end
+    err = _err(capsys, CAP + ["--tp", "1", "--rate", "1", "--requests", "5", "--plot",
+                              str(tmp_path / name)])
+    assert "--plot" in err and said in err
+    assert not (tmp_path / name).exists()
+
+
+def test_capacity_never_says_it_wrote_a_plot_it_did_not(capsys, tmp_path):
+    # with a trace there is no rate to sweep: it printed "plot written to ..." and wrote nothing
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"arrival_s": 0, "input_tokens": 100, "output_tokens": 4}\n')
+    err = _err(capsys, CAP + ["--tp", "1", "--workload", str(wl), "--plot",
+                              str(tmp_path / "p.png")])
+    assert "--plot" in err and "--workload" in err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_capacity_plots_the_deployment_a_search_chose(capsys, tmp_path):
+    # after a search (an SLO, no layout) it printed "plot written to ..." and wrote nothing
+    pytest.importorskip("matplotlib")
+    p = tmp_path / "s.png"
+    assert main(CAP + ["--rate", "1", "--requests", "20", "--input", "100", "--output", "4",
+                       "--slo-ttft", "1", "--max-model-len", "4096", "--plot", str(p)]) == 0
+    assert f"plot written to {p}" in capsys.readouterr().out
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_capacity_refuses_a_plot_of_a_disaggregated_split(capsys, tmp_path):
+    err = _err(capsys, CAP + ["--rate", "1", "--requests", "20", "--input", "100", "--output",
+                              "4", "--slo-ttft", "1", "--max-model-len", "4096",
+                              "--disaggregated", "--plot", str(tmp_path / "d.png")])
+    assert "--plot" in err and "--disaggregated" in err
+    assert not (tmp_path / "d.png").exists()
+
+
+def test_capacity_refuses_a_rate_plot_of_a_closed_loop(capsys, tmp_path):
+    # its seven "rates" were seven runs of the same C clients: one latency drawn seven times
+    err = _err(capsys, CAP + ["--tp", "1", "--concurrency", "4", "--requests", "20", "--plot",
+                              str(tmp_path / "c.png")])
+    assert "--plot" in err and "--concurrency" in err and "--sweep" in err

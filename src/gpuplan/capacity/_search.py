@@ -251,7 +251,7 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
     ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
     builds the workload); else the given deployment at ``wl``. ``progress`` (and, for a search,
     ``progress_total``): as :func:`search` takes them. Also returns the deployment
-    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers.
+    (``"_deployment"``: after a search the one it chose; None for a disaggregated split) and the result (``"_result"``) for renderers.
     ``sweep``: also the chosen deployment at :data:`SWEEP_FACTORS` times ``sweep_base`` (a rate,
     or with ``closed`` a concurrency; by default the max rate found, else 1 request/s;
     ``sweep_make(load)`` builds each workload) as ``"sweep"`` (:func:`sweep_dict`).
@@ -272,15 +272,9 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
         res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
                             price=price, prefix_hit=prefix_hit, progress=progress,
                             progress_total=progress_total, **kw)
-        out = {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+        dep = _chosen(model, gpu, job, engine, res, cands, kw)
+        out = {"_result": res, "_deployment": dep, "searched": cands, "max_rate": None}
         if sweep:
-            lay = res.layout
-            won = next((c.variant for c in cands if c.result is res), {})
-            knobs = {**kw, **{k: x for k, x in won.items() if k != "kv_dtype"}}
-            dep = Deployment(model, gpu, job.with_(tp=lay["tp"], pp=lay["pp"],
-                                                   gpus=lay["tp"] * lay["pp"],
-                                                   kv_dtype=lay.get("kv_dtype", job.kv_dtype)),
-                             engine=engine, replicas=lay["replicas"], **knobs)
             out["sweep"] = _sweep(dep)
         return out
     dep = Deployment(model, gpu, job, engine=engine, replicas=replicas or 1, **kw)
@@ -300,6 +294,17 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
         res = dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
     return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best,
             **({"sweep": _sweep(dep, best)} if sweep else {})}
+
+
+def _chosen(model, gpu, job, engine, res, cands, kw) -> Deployment:
+    """The deployment a search chose (its layout, replicas, KV dtype and the knobs of its
+    variant), for a sweep or a plot around it."""
+    lay = res.layout
+    won = next((c.variant for c in cands if c.result is res), {})
+    knobs = {**kw, **{k: x for k, x in won.items() if k != "kv_dtype"}}
+    return Deployment(model, gpu, job.with_(tp=lay["tp"], pp=lay["pp"], gpus=lay["tp"] * lay["pp"],
+                                            kv_dtype=lay.get("kv_dtype", job.kv_dtype)),
+                      engine=engine, replicas=lay["replicas"], **knobs)
 
 
 def _solve_disaggregated(model, gpu, job, wl, slo, *, engine, layout_given, max_gpus, price,
