@@ -1770,7 +1770,17 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     compute ``t_mb``, exposed only what outlasts it (carried by the all-to-all's share).
     ``overlapped``: the interleaved schedule's sends beside compute
     (:func:`interleaved_p2p_exposed_s`). ``sm_share``: the SMs the EP overlap's hidden
-    all-to-all kernels hold (:func:`ep_overlap_sm_share`)."""
+    all-to-all kernels hold (:func:`ep_overlap_sm_share`).
+
+    Known gap (qa42, not fixed: it moves published figures): the hop is timed for the first pair
+    of stages (``stride = tp x cp x dp``), so a chain that spans nodes while that pair shares one
+    (TP1 PP4 DP4 on 16 GPUs of 8 a node: 0-4 NVLink, 4-8 the network) pays no network at all --
+    ``gpuplan speed ... --pp 4 --gpus 16 --inter-node 1Gb/s`` equals ib-400 and NVLink. Timing the
+    slowest boundary (stride ``max(s, gpus_per_node)`` when ``pp x s`` exceeds a node) leaves
+    benchmarks/validate_speed.py and the goldens unchanged but moves validate_fp8.py (median
+    |error| 11.2% -> 10.9%; nemo-24.07 llama2-13b fp8 x16 ratio 1.17 -> 1.14; GB200 405B/Qwen3/
+    DeepSeek-V3 rows down 0.01-0.02): left to the coordinator (tests/unit/test_capacity_bounded.py
+    holds the xfail)."""
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
     if lay.sequence_parallel:
         p2p_bytes /= lay.tp
