@@ -228,3 +228,16 @@ def test_a_pipeline_over_two_nodes_pays_the_network_at_its_middle_boundary(capsy
     lay = json.loads(capsys.readouterr().out)["layout"]
     assert lay["pp_comm_exposed_s"] >= 8 * 16_777_216 / 1.25e8
     assert "1 Gb/s" in lay["links"]["pp"]
+
+
+def test_an_astronomical_duration_is_printed_short(capsys):
+    # --link 1e-300 (GB/s) on 2 GPUs: a 2e301 s step printed as a 300-digit number of days
+    from gpuplan.units import format_seconds
+
+    assert format_seconds(2e301) == "2.31e+296 days"  # 2e301 / 86,400 = 2.3148e296
+    assert format_seconds(259200) == "3.0 days"  # below 10^6 days: as before
+    assert main(["speed", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2", "--link", "1e-300",
+                 "--no-measured"]) == 0
+    import re
+
+    assert not re.search(r"[0-9]{30}", capsys.readouterr().out)
