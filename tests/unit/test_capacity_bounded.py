@@ -241,3 +241,19 @@ def test_an_astronomical_duration_is_printed_short(capsys):
     import re
 
     assert not re.search(r"[0-9]{30}", capsys.readouterr().out)
+
+
+def test_serve_names_a_host_or_port_it_cannot_bind(capsys):
+    # uvicorn logged "ERROR: [Errno -2] Name or service not known" (or 98, in use) and exited 3,
+    # after a warning that the unresolvable host exposed the planner
+    import socket
+
+    pytest.importorskip("uvicorn")
+    err = _err(capsys, ["serve", "--host", "a b"])
+    assert "--host 'a b'" in err and "warning" not in err
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        err = _err(capsys, ["serve", "--port", str(port)])
+    assert f"--port {port}" in err and "127.0.0.1" in err
