@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 from .errors import InputError, ModelFileError, field_of, opt, shown
 
-__all__ = ["read_bounded", "write_atomic", "check_writable", "json_text"]
+__all__ = ["read_bounded", "write_atomic", "check_writable", "json_text", "json_problem"]
 
 
 def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "file") -> bytes:
@@ -127,3 +129,17 @@ def _finite(obj: object) -> object:
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
     return obj
+
+
+def json_problem(e: BaseException, *, lines: bool = True) -> str:
+    """Why ``json.loads`` refused a text, in the user's terms: the parser's message and where
+    (``lines``: with the line), "nested too deeply" (a RecursionError), or an integer over
+    Python's digit limit (a plain ValueError, whose text advises ``sys.set_int_max_str_digits``)."""
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at {f'line {e.lineno}, ' if lines else ''}column {e.colno}"
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    m = re.search(r"\(([0-9]+) digits\).*value has ([0-9]+) digits", str(e))
+    if m:
+        return f"an integer of {m.group(2)} digits; at most {m.group(1)} are read"
+    return str(e)  # e.g. a parse_constant hook refusing NaN

@@ -31,7 +31,9 @@ capacity_factor    > 0 .. 10^3                  an MoE expert's capacity over it
 power              > 0 .. 10^5 W                a GPU's power limit (nvidia-smi -pl)
 loss_chunks        1 .. 1024                    the head's graph is built once per chunk (1,024:
                                                 ~1.4 s for gpt2); torchtune's default is 8
-requests           1 .. 10^6                    requests one capacity simulation serves
+requests           1 .. 10^6                    a count of requests or sequences (clients,
+                                                ``max_num_seqs``); one simulation serves at most
+                                                :data:`MAX_SIM_REQUESTS` (10^5)
 rate               > 0 .. 10^6 per second       requests per second into one deployment
 tokens             1 .. 2^31                    a request's prompt or output length
 =================  ===========================  =================================================
@@ -50,6 +52,10 @@ Counts that drive work inside gpuplan, not taken from an option (the ones above 
   periods (issue 32: the fuzzer's slowest plan, 1,440,081 -> 10,675 coordinator steps, the
   same within 1% from 1,000 to 10,000 experts). A plan runs one replay per (TP, PP) stage
   shape its layout search tries, each bounded by this count; building the uses stays linear.
+* :data:`MAX_SIM_REQUESTS`, :data:`MAX_SIM_STEPS` -- the requests one capacity simulation
+  serves (``--requests``, a trace's lines) and the scheduler steps it may run (long outputs at
+  a low rate or on a small KV cache each take one step a token: refused before simulating when
+  even a full batch would need more steps, else stopped at the budget).
 * :data:`MAX_FILE_ITEMS` -- keys, tensors and array items a model file may declare
   (:mod:`gpuplan.models._gguf`); every declared size is also checked against the bytes left.
 """
@@ -63,7 +69,7 @@ from .errors import InputError, opt, shown
 
 __all__ = ["Bound", "BOUNDS", "bound", "check_int", "check_number", "MAX_DIGITS", "MAX_ARG_CHARS",
            "MAX_LOSS_CHUNKS", "MAX_REPLAY_PARAMS", "MAX_FILE_ITEMS", "CAPACITY_BATCH_TOKENS",
-           "MAX_CAPACITY_VARIANTS"]
+           "MAX_CAPACITY_VARIANTS", "MAX_SIM_REQUESTS", "MAX_SIM_STEPS"]
 
 #: Longest decimal text parsed as a number (2^62 has 19 digits; a float with an exponent fits).
 MAX_DIGITS = 40
@@ -100,6 +106,23 @@ CAPACITY_BATCH_TOKENS = (2048, 8192, 16384)
 MAX_CAPACITY_VARIANTS = 8
 
 
+#: Most requests one capacity simulation serves (``--requests``, a workload file's lines). Each
+#: is simulated step by step and its latencies kept for exact percentiles (an SLO's p99 is a tail:
+#: a streaming estimate would move the verdict); measured on this project's 2-core sandbox
+#: (2026-12-07), the default 2,000-in / 256-out workload costs ~85 us and ~1.1 KB a request
+#: (50,000: 4.8 s, 82 MB; 200,000: 17 s, 226 MB; 10^6 was reported at ~290 s and ~3.5 GB), and
+#: a search runs tens of simulations. 10^5 requests keep one simulation near 10 s and 110 MB,
+#: and leave ~1,000 samples above a p99: more requests would not move its estimate.
+MAX_SIM_REQUESTS = 10**5
+
+#: Most scheduler steps one capacity simulation runs. A step makes at least one token, so long
+#: outputs on a small KV cache or at a low rate (each request decoding alone) take a step a
+#: token: 2,000 requests of 130,000 tokens on one H100 needed ~8.7e7 steps (~6 minutes). Measured
+#: as above, a step costs 4-17 us (more with more sequences in the batch): 2 x 10^6 steps is at
+#: most ~35 s; the default workload runs ~5 steps a request (10^5 requests: ~500,000 steps).
+MAX_SIM_STEPS = 2_000_000
+
+
 @record(kw_only=False)
 class Bound:
     """One accepted range: ``low <= value <= high`` (``low`` excluded when ``open_low``)."""
@@ -125,11 +148,14 @@ class Bound:
 
 
 def _num(x: float) -> str:
-    for base, name in ((2**31, "2^31"), (2**20, "2^20"), (2**60, "2^60")):
+    for base, name in ((2**31, "2^31"), (2**31 - 1, "2^31 - 1"), (2**20, "2^20"),
+                       (2**60, "2^60")):
         if x == base:
             return name
     if x >= 10**5 and float(x) == 10 ** round(math.log10(x)):
         return f"10^{round(math.log10(x))}"
+    if float(x).is_integer() and abs(x) < 2**53:  # a whole bound shown whole, not 1.23457e+08
+        return str(int(x))
     return f"{x:g}"
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "opt",
     "field_of",
     "library_spelling",
+    "spell_text",
 ]
 
 #: Around a field name inside a message (:func:`opt`): the unit separator, which no user value
@@ -52,6 +53,12 @@ def field_of(label: object) -> str | None:
 
 def library_spelling(name: str) -> str:
     return name
+
+
+def spell_text(text: str, spell=library_spelling) -> str:
+    """A message kept with its :func:`opt` markers (an error stored as a report's note), with
+    every field named by ``spell``: each front end renders it in its own spelling."""
+    return _render(text, spell)
 
 
 def _render(text: str, spell) -> str:

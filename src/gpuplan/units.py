@@ -253,7 +253,7 @@ def format_per_s(n: float) -> str:
 
 
 def format_seconds(s: float) -> str:
-    """Human duration: ``0.00042 -> '420 µs'``, ``93784 -> '1.1 days'``."""
+    """Human duration: ``0.00042 -> '420 µs'``, ``93784 -> '26.1 h'``, ``259200 -> '3.0 days'``."""
     a = abs(s)
     if a < 1e-6:
         return f"{s * 1e9:.0f} ns"
@@ -267,4 +267,6 @@ def format_seconds(s: float) -> str:
         return f"{s / 60:.1f} min"
     if a < 2 * 86400:
         return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
+    if a < 1e6 * 86400:
+        return f"{s / 86400:.1f} days"
+    return f"{s / 86400:.3g} days"  # 2e301 s (a 1e-300 GB/s link) is not 300 digits

@@ -226,7 +226,7 @@ def _best_prefill(layouts, dec: Deployment, wl: Workload, slo: SLO, max_gpus: in
     best_pre = None
     for _, _, pre in layouts:
         per_p = pre.gpus // pre.replicas
-        lo, hi, got = 1, (max_gpus - per_d) // per_p, None
+        lo, hi, got = 1, min((max_gpus - per_d) // per_p, wl.most_replicas), None
         while lo <= hi:
             mid = (lo + hi) // 2
             ok, _ = _prefill_ok(Disaggregated(pre, dec, prefill_replicas=mid), wl, slo,
@@ -261,7 +261,7 @@ def search_disaggregated(layouts, wl: Workload, slo: SLO, *, max_gpus: int,
         if best_pre is None:
             continue
         pre, P, per_p = best_pre
-        lo, hi, got, last = 1, (max_gpus - P * per_p) // per_d, None, None
+        lo, hi, got, last = 1, min((max_gpus - P * per_p) // per_d, wl.most_replicas), None, None
         while lo <= hi:
             mid = (lo + hi) // 2
             dis = Disaggregated(pre, dec, prefill_replicas=P, decode_replicas=mid)

@@ -78,8 +78,9 @@ def _variants(gpu: GPU, job: Job, engine: str, kw: dict) -> list[dict]:
 
 
 def _fewest(base: Deployment, per: int, hi: int, wl, slo, price, prefix_hit, progress):
-    """(result at the fewest replicas in 1..hi meeting ``slo`` or None, the last result)."""
-    lo, best, last = 1, None, None
+    """(result at the fewest replicas in 1..hi meeting ``slo`` or None, the last result); never
+    more replicas than ``wl`` has requests (or clients) to deal out."""
+    lo, best, last, hi = 1, None, None, min(hi, wl.most_replicas)
     while lo <= hi:  # latency falls as replicas grow
         mid = (lo + hi) // 2
         base.replicas, base.gpus = mid, per * mid
@@ -126,7 +127,7 @@ def _try_variants(model, gpu, job, engine, max_gpus, kw, layouts, cands, wl, slo
         for (tp, pp, base), cand in zip(layouts, list(cands)):
             per = tp * pp
             hi = (cand.result.layout["replicas"] - 1 if cand.result.meets_slo
-                  else max_gpus // per)
+                  else min(max_gpus // per, wl.most_replicas))
             if hi < 1:
                 continue
             try:
@@ -160,13 +161,14 @@ def _try_variants(model, gpu, job, engine, max_gpus, kw, layouts, cands, wl, slo
     return out
 
 
-def _most_simulations(layouts, variants: list[dict], max_gpus: int) -> int:
+def _most_simulations(layouts, variants: list[dict], max_gpus: int, most: int) -> int:
     """The most simulations :func:`search` can run: a bisection over 1..m replicas of each
     layout runs at most ``m.bit_length()``; each variant of a layout at most one more (the probe
-    at the most replicas); fp8 KV's extra layouts at most one bisection per TP not held."""
-    first = sum((max_gpus // (tp * pp)).bit_length() for tp, pp, _ in layouts)
+    at the most replicas); fp8 KV's extra layouts at most one bisection per TP not held. ``most``:
+    the most replicas the workload deals requests to."""
+    first = sum(min(max_gpus // (tp * pp), most).bit_length() for tp, pp, _ in layouts)
     held = {tp for tp, _, _ in layouts}
-    extra = sum((max_gpus // tp).bit_length() for tp in TP_CHOICES
+    extra = sum(min(max_gpus // tp, most).bit_length() for tp in TP_CHOICES
                 if tp <= max_gpus and tp not in held)
     return first + sum(first + len(layouts) + (extra if set(v) == {"kv_dtype"} else 0)
                        for v in variants)
@@ -186,7 +188,8 @@ def search(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "
     cands: list[Candidate] = []
     layouts = _deployments(model, gpu, job, engine, max_gpus, kw)
     if progress_total:
-        progress_total(_most_simulations(layouts, _variants(gpu, job, engine, kw), max_gpus))
+        progress_total(_most_simulations(layouts, _variants(gpu, job, engine, kw), max_gpus,
+                                         wl.most_replicas))
     for tp, pp, base in layouts:
         best, last = _fewest(base, tp * pp, max_gpus // (tp * pp), wl, slo, price, prefix_hit,
                              progress)
@@ -248,7 +251,7 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
     ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
     builds the workload); else the given deployment at ``wl``. ``progress`` (and, for a search,
     ``progress_total``): as :func:`search` takes them. Also returns the deployment
-    (``"_deployment"``, None after a search) and the result (``"_result"``) for renderers.
+    (``"_deployment"``: after a search the one it chose; None for a disaggregated split) and the result (``"_result"``) for renderers.
     ``sweep``: also the chosen deployment at :data:`SWEEP_FACTORS` times ``sweep_base`` (a rate,
     or with ``closed`` a concurrency; by default the max rate found, else 1 request/s;
     ``sweep_make(load)`` builds each workload) as ``"sweep"`` (:func:`sweep_dict`).
@@ -269,23 +272,18 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
         res, cands = search(model, gpu, job, wl, slo, engine=engine, max_gpus=max_gpus,
                             price=price, prefix_hit=prefix_hit, progress=progress,
                             progress_total=progress_total, **kw)
-        out = {"_result": res, "_deployment": None, "searched": cands, "max_rate": None}
+        dep = _chosen(model, gpu, job, engine, res, cands, kw)
+        out = {"_result": res, "_deployment": dep, "searched": cands, "max_rate": None}
         if sweep:
-            lay = res.layout
-            won = next((c.variant for c in cands if c.result is res), {})
-            knobs = {**kw, **{k: x for k, x in won.items() if k != "kv_dtype"}}
-            dep = Deployment(model, gpu, job.with_(tp=lay["tp"], pp=lay["pp"],
-                                                   gpus=lay["tp"] * lay["pp"],
-                                                   kv_dtype=lay.get("kv_dtype", job.kv_dtype)),
-                             engine=engine, replicas=lay["replicas"], **knobs)
             out["sweep"] = _sweep(dep)
         return out
     dep = Deployment(model, gpu, job, engine=engine, replicas=replicas or 1, **kw)
     best = None
     if find_max_rate:
         if not slo.given or make is None:
-            raise InputError("max rate needs an SLO (slo_ttft, slo_tpot or slo_e2e) and a "
-                             "synthetic workload (input, output)", field="max_rate")
+            raise InputError(f"{opt('max_rate')} needs an SLO ({opt('slo_ttft')}, {opt('slo_tpot')}"
+                             f" or {opt('slo_e2e')}) and a synthetic workload ({opt('input')}, "
+                             f"{opt('output')}; not {opt('workload')})", field="max_rate")
         best, res = max_rate(dep, slo, make=make, progress=progress)
         if best == 0.0:
             raise InputError(f"the deployment misses the SLO even at 0.01 req/s (p"
@@ -296,6 +294,17 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
         res = dep.run(wl, slo=slo, price=price, prefix_hit=prefix_hit)
     return {"_result": res, "_deployment": dep, "searched": None, "max_rate": best,
             **({"sweep": _sweep(dep, best)} if sweep else {})}
+
+
+def _chosen(model, gpu, job, engine, res, cands, kw) -> Deployment:
+    """The deployment a search chose (its layout, replicas, KV dtype and the knobs of its
+    variant), for a sweep or a plot around it."""
+    lay = res.layout
+    won = next((c.variant for c in cands if c.result is res), {})
+    knobs = {**kw, **{k: x for k, x in won.items() if k != "kv_dtype"}}
+    return Deployment(model, gpu, job.with_(tp=lay["tp"], pp=lay["pp"], gpus=lay["tp"] * lay["pp"],
+                                            kv_dtype=lay.get("kv_dtype", job.kv_dtype)),
+                      engine=engine, replicas=lay["replicas"], **knobs)
 
 
 def _solve_disaggregated(model, gpu, job, wl, slo, *, engine, layout_given, max_gpus, price,

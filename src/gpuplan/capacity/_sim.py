@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import deque
 
 from .._record import record
+from ..bounds import MAX_SIM_STEPS
+from ..errors import InputError, opt
 from ._engines import SchedulerDefaults
 from ._workload import Workload
 
@@ -83,7 +85,14 @@ def simulate(workload: Workload, cost, sched: SchedulerDefaults, kv_tokens: int,
     # the engine's per-request time (front end, first token's return: StepCost.request_s), once
     # per request: a decode pool's requests had theirs in the prefill pool
     st.request_s = 0.0 if prefilled else getattr(cost, "request_s", 0.0)
+    _check_steps(st, kv_tokens, prefilled)
     while st.completed < st.n:
+        if st.steps >= MAX_SIM_STEPS:
+            raise InputError(f"capacity: the simulation reached {MAX_SIM_STEPS} steps with "
+                             f"{st.completed} of {st.n} requests served on this replica, the "
+                             f"most one simulation runs (a step makes a token; long outputs at "
+                             f"a low rate decode alone); give fewer {opt('requests')} or a "
+                             f"shorter {opt('output')}", field="requests", value=st.n)
         st.arrive()
         if not st.running and not st.waiting:
             st.idle()
@@ -97,6 +106,25 @@ def simulate(workload: Workload, cost, sched: SchedulerDefaults, kv_tokens: int,
         dt = cost.step_s(st.n_dec, st.ctx_sum, [(n, r.ctx) for r, n in chunks])
         st.advance(dt, chunks)
     return st.trace()
+
+
+def _check_steps(st: "_State", kv_tokens: int, prefilled: bool) -> None:
+    """Refuse before simulating a workload whose decode steps alone exceed
+    :data:`~gpuplan.bounds.MAX_SIM_STEPS`. A step decodes at most one token per running request,
+    so the steps are at least the longest output, the outputs over ``max_num_seqs``, and -- a
+    request's k-th decode holds at least k of its own output tokens in the cache, which holds
+    ``kv_tokens`` -- the sum of the outputs' squares over twice the cache."""
+    outs = [r.n_out - (1 if prefilled else 0) for r in st.reqs]
+    total = sum(outs)
+    need = max(max(outs), total / max(1, st.sched.max_num_seqs),
+               sum(n * n for n in outs) / (2 * max(1, kv_tokens)))
+    if need > MAX_SIM_STEPS:
+        raise InputError(f"capacity: {st.n} requests on one replica with outputs of "
+                         f"{total / st.n:.0f} tokens on average (up to {max(outs)}) need at "
+                         f"least {need:.3g} decode steps with a KV cache of {kv_tokens} tokens, "
+                         f"over the {MAX_SIM_STEPS} steps one simulation runs; give fewer "
+                         f"{opt('requests')} or a shorter {opt('output')}", field="requests",
+                         value=st.n)
 
 
 class _State:

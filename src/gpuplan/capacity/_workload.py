@@ -9,9 +9,9 @@ import math
 import os
 import random
 
-from .._io import read_bounded
+from .._io import json_problem, read_bounded
 from .._record import record
-from ..bounds import check_int, check_number
+from ..bounds import MAX_SIM_REQUESTS, check_int, check_number
 from ..errors import InputError, opt, shown
 
 __all__ = ["Request", "Workload", "Dist", "parse_dist", "parse_arrivals", "make_workload",
@@ -19,8 +19,8 @@ __all__ = ["Request", "Workload", "Dist", "parse_dist", "parse_arrivals", "make_
 
 #: A workload file is read whole; larger ones are refused (one line, exit 2).
 MAX_WORKLOAD_BYTES = 64 * 2**20
-#: Requests one simulation serves (a trace's lines, --requests).
-MAX_REQUESTS = 10**6
+#: Requests one simulation serves (a trace's lines, --requests): why, in gpuplan.bounds.
+MAX_REQUESTS = MAX_SIM_REQUESTS
 #: Longest expected arrival span (requests / rate) of a synthetic workload, in seconds. The
 #: simulation's clock is a float: at t = 10^9 s one unit in the last place is 2^-23 s (0.12 us),
 #: well under the ~10 us a step takes, so every step is still timed; at 1e-300 requests/s the
@@ -94,6 +94,13 @@ class Workload:
     def mean_output(self) -> float:
         return sum(r.output_tokens for r in self.requests) / len(self.requests)
 
+    @property
+    def most_replicas(self) -> int:
+        """The most replicas that each get a request (and, closed loop, a client) when the
+        requests are dealt round robin: where a capacity search stops adding replicas."""
+        n = len(self.requests)
+        return n if self.concurrency is None else min(n, self.concurrency)
+
     def to_dict(self) -> dict:
         return {"requests": len(self.requests), "rate": self.rate,
                 "concurrency": self.concurrency, "arrivals": self.arrivals,
@@ -162,6 +169,13 @@ def make_workload(*, input: Dist, output: Dist, requests: int = 2000, rate: floa
     ``output``, arriving at ``rate`` per second (``arrivals``), or sent by ``concurrency``
     clients in a closed loop."""
     check_int(requests, "requests", what="requests")
+    if requests > MAX_REQUESTS:
+        raise InputError(f"{opt('requests')} {requests}: one simulation serves at most "
+                         f"{MAX_REQUESTS} requests (each is simulated step by step and kept for "
+                         f"exact percentiles: ~10 s and ~110 MB at the cap); give "
+                         f"{opt('requests')} {MAX_REQUESTS} or fewer", field="requests",
+                         value=requests, accepted=f"<= {MAX_REQUESTS}",
+                         fix={"requests": MAX_REQUESTS})
     if (rate is None) == (concurrency is None):
         raise InputError("give a request rate or a concurrency (closed loop), not both and not "
                          "neither", field="rate")
@@ -217,8 +231,8 @@ def read_workload(path: str | os.PathLike) -> Workload:
         if not line.strip():
             continue
         if len(out) >= MAX_REQUESTS:
-            raise InputError(f"workload {shown(str(path))}: more than {MAX_REQUESTS} requests; "
-                             "split it", field="workload")
+            raise InputError(f"workload {shown(str(path))}: more than {MAX_REQUESTS} requests, "
+                             "the most one simulation serves; split it", field="workload")
         out.append(_request(line, i, path))
     if not out:
         raise InputError(f"workload {shown(str(path))}: no requests", field="workload")
@@ -230,8 +244,8 @@ def _request(line: str, i: int, path) -> Request:
     where = f"workload {shown(str(path))} line {i}"
     try:
         d = json.loads(line)
-    except ValueError as e:
-        raise InputError(f"{where}: not JSON ({e.msg} at column {e.colno})",
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{where}: not JSON ({json_problem(e, lines=False)})",
                          field="workload") from None
     if not isinstance(d, dict):
         raise InputError(f"{where}: expected an object with arrival_s, input_tokens, "

@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--workload", default=None, metavar="FILE.jsonl",
       help="one request a line: arrival_s, input_tokens, output_tokens[, prefix_id, "
            "prefix_tokens]")
-    a("--requests", default="2000", help="requests simulated (default 2000)")
+    a("--requests", default="2000", help="requests simulated (default 2000; at most 100000, "
+      "docs/capacity.md 'Bounded work')")
     a("--seed", default="0", help="the RNG seed (default 0)")
     a("--replicas", default=None, help="replicas of the layout (default 1, or searched)")
     a("--max-gpus", default="64", help="the search's largest deployment (default 64)")
@@ -134,6 +135,29 @@ def _inputs(args):
     return wl, make, slo, rate, conc, make_at
 
 
+def _check_plot(args, make) -> None:
+    """``--plot`` checked before any simulation: a writable ``.png``, and what it draws -- one
+    aggregated deployment at rates around the one given -- exists (a trace has no rate to vary,
+    a disaggregated split is two pools)."""
+    from .._io import check_plot
+    from ..errors import InputError
+
+    if not args.plot:
+        return
+    check_plot(args.plot)
+    if make is None:
+        raise InputError("--plot draws latency against the rate, and --workload's trace has "
+                         "its own arrivals: give --rate or --concurrency with --input/--output, "
+                         "or drop --plot", field="plot")
+    if args.disaggregated:
+        raise InputError("--plot draws one aggregated deployment: drop --disaggregated or "
+                         "--plot", field="plot")
+    if args.concurrency is not None:
+        raise InputError("--plot draws latency against the request rate, which --concurrency's "
+                         "closed loop does not set: give --rate, or --sweep for latency "
+                         "against the concurrency", field="plot")
+
+
 def _check_sweep(make_at, rate, conc) -> None:
     """A sweep varies a synthetic workload's load up to 2x: refused on a workload file, or
     where its top point would be a load not accepted."""
@@ -193,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
     job = _serving_job(args, model, given)
     engine = job.engine if job.engine in _SERVING else "vllm"
     wl, make, slo, rate, conc, make_at = _inputs(args)
+    _check_plot(args, make)
     if args.sweep:
         _check_sweep(make_at, rate, conc)
     price = _num(args.price, "--price", "price")
@@ -223,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{opt('disaggregated')} or {opt('export')}", field="export")
     # checked before the plot is written: a refused export leaves no file
     command = None if args.export is None else _export(args.export, model, job, res)
-    if args.plot and dep is not None and make is not None:
+    if args.plot:  # _check_plot: a synthetic workload and one aggregated deployment
         from ..report.capacity import plot_rates
 
         base = rate or best_rate or 1.0

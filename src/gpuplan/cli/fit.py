@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..job import DEFAULT_MODEL_PARAMS, Job
 from ..models import from_param_count, load_model
 from ..units import parse_count
-from ._job_options import add_job_options
+from ._job_options import add_job_options, cli_spelling
 from ._job_options import job_from_args as job_options_to_job
 from ._budget_options import add_budget_options, budget_kwargs
 from ._common import add_download_argument
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.model and not args.params:
             print("no model given: planning the source document's example, a 7B model "
                   "(name one, e.g. `gpuplan fit llama-3.1-8b`, or give --params)")
-        render_plan(result, units=args.units, trace=trace)
+        render_plan(result, units=args.units, trace=trace, spell=cli_spelling)
         if per_tensor and not args.no_speed:
             print("speed: not estimated for a GGUF file's per-tensor types (the speed model "
                   "takes one format: give --precision q4_k_m, q8_0 ... for an estimate)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import socket
 import sys
 
 from ..errors import InputError
@@ -40,6 +41,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _check_bind(host: str, port: int) -> None:
+    """The address bound before anything is announced: a host that does not resolve or a port
+    in use is one line (exit 2), not uvicorn's log line and exit 3. The probe socket is closed
+    at once (``SO_REUSEADDR``, as uvicorn binds), so the server can take the port."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise InputError(f"--host {host!r}: not an address this machine can bind "
+                         f"({getattr(e, 'strerror', None) or e}); e.g. --host 127.0.0.1",
+                         field="host", value=host) from None
+    family, kind, proto, _, addr = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(addr)
+    except OSError as e:
+        raise InputError(f"--port {port} on {host}: cannot bind ({e.strerror or e}); give "
+                         "another --port (0: any free one)", field="port", value=port) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..units import parse_number, parse_positive_int
 
@@ -59,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise InputError(f"gpuplan serve needs {e.name}, which is not installed; "
                          "pip install 'gpuplan[web]'") from None
+    _check_bind(args.host, port)
     loopback = is_loopback(args.host)
     if not loopback:
         print(f"gpuplan: warning: serving on {args.host}: anyone who can reach this address "

@@ -1772,7 +1772,12 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     ``overlapped``: the interleaved schedule's sends beside compute
     (:func:`interleaved_p2p_exposed_s`). ``sm_share``: the SMs the EP overlap's hidden
     all-to-all kernels hold (:func:`ep_overlap_sm_share`). ``tail_s``: what a merged
-    iteration of the EP overlap runs after posting its sends (:func:`interleaved_p2p_exposed_s`)."""
+    iteration of the EP overlap runs after posting its sends (:func:`interleaved_p2p_exposed_s`).
+
+    Every boundary is timed as the slowest one: a chain of stages that spans nodes while its
+    first pair shares one (TP1 PP4 DP4 on 16 GPUs of 8 a node: 0-4 NVLink, 4-8 the network) sends
+    every micro-batch across the network at its middle boundary, and the pipeline moves at its
+    slowest hop (qa42 found the first pair's hop timed for all of them)."""
     p2p_bytes = lay.batch * (lay.seq // lay.cp) * arch.hidden_size * act
     if lay.sequence_parallel:
         p2p_bytes /= lay.tp
@@ -1780,7 +1785,7 @@ def _pipeline_sends(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
         ep_c = ep_overlap_exposed_s(ep_c, t_mb, lay, sm_share)
     if lay.pp == 1:
         return ep_c, 0.0
-    hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=lay.tp * lay.cp * lay.dp,
+    hop = collective_time("send-recv", p2p_bytes, 2, topo, stride=_pp_stride(lay, topo),
                           efficiency=eff.comm)
     if lay.dual:
         return max(0.0, ep_c + 2 * hop - t_mb), 0.0
@@ -1958,10 +1963,18 @@ def _optimizer_s(n: int, state_bytes: float, device: Device, eff: Efficiency,
         + op.kernels * eff.launch_s
 
 
+def _pp_stride(lay: Layout, topo: Topology) -> int:
+    """The rank distance of the pipeline's slowest boundary: stages sit ``tp x cp x dp`` ranks
+    apart (Megatron's tp-cp-ep-dp-pp order, PP outermost); a chain that spans nodes crosses them
+    at some boundary, and every micro-batch crosses every boundary, so that hop paces it."""
+    stride = lay.tp * lay.cp * lay.dp
+    return max(stride, topo.gpus_per_node) if lay.pp * stride > topo.gpus_per_node else stride
+
+
 def _links(lay: Layout, topo: Topology) -> dict[str, str]:
     groups = {"tp": (lay.tp, 1), "cp": (lay.cp, lay.tp), "dp": (lay.dp * lay.cp, lay.tp),
-              "ep": (lay.ep, lay.expert_tp if lay.folded else lay.tp * lay.cp), "pp": (2 if lay.pp > 1 else 1,
-                                                      lay.tp * lay.cp * lay.dp)}
+              "ep": (lay.ep, lay.expert_tp if lay.folded else lay.tp * lay.cp),
+              "pp": (2 if lay.pp > 1 else 1, _pp_stride(lay, topo))}
     return {k: topo.link(n, s)[0].name for k, (n, s) in groups.items() if n > 1}
 
 

@@ -1114,6 +1114,9 @@ class SpeedRow:
     infer: SpeedEstimate | None = None
     error: str | None = None
     """The GPU cannot run the job's dtype (e.g. bf16 on a T4): one GPU never sinks the plan."""
+    error_marked: str | None = None
+    """``error`` with its fields still marked (:func:`gpuplan.errors.opt`), for each front end
+    to spell (:func:`gpuplan.errors.spell_text`; the CLI's ``--infer-precision``)."""
     fits: tuple[tuple[str, bool], ...] = ()
     """(mode, whether the job fits this GPU's memory), as the plan judged it (compute never
     imports the memory accounting: the plan says)."""
@@ -1186,7 +1189,8 @@ def speed_section(job: Job, gpus: Sequence[GPU], *, model: Model | Architecture 
                                          measured=measured, **kwargs,
                                          **({"paged_host_bytes": paged} if paged else {}))
         except UnsupportedError as e:
-            rows.append(SpeedRow(gpu=gpu.name, error=str(e)))
+            rows.append(SpeedRow(gpu=gpu.name, error=str(e),
+                                 error_marked=str(e.args[0]) if e.args else str(e)))
             continue
         for e in est.values():
             basis = basis or e.efficiency.to_dict()

@@ -21,7 +21,13 @@ def seq_for(model: Model, job: Job) -> int | None:
 
 
 def check_seq(model: Model, job: Job) -> None:
-    """A sequence (or context) longer than the architecture supports is an error naming the limit."""
+    """A sequence (or context) longer than the architecture supports is an error naming the limit.
+
+    Not shared with ``gpuplan speed`` (qa42): speed answers past the positions on purpose --
+    benchmarks/published/runs.json validates it on torchtitan's Llama 3.1 8B at seq 262,144
+    (docs/performance.md Table 2 at pytorch/torchtitan@eaea6f6a, CP 8; torchtitan's own
+    max_seq_len, not HF's max_position_embeddings of 131,072), so refusing there would move a
+    published row. fit and cluster refuse that same published job: an open inconsistency."""
     arch = model.architecture
     if arch is None:
         return

@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Mapping
 
-from .._io import read_bounded
+from .._io import json_problem, read_bounded
 from ..bounds import BOUNDS
 from ..errors import ModelFileError, shown
 from ..units import MB
@@ -62,13 +62,8 @@ def parse_json_bytes(data: bytes, *, where: str | os.PathLike = "config.json",
         raise ModelFileError(where, f"is not UTF-8 text (byte {e.start})") from None
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as e:
-        raise ModelFileError(where, f"is not valid JSON ({e.msg} at line {e.lineno}, "
-                                    f"column {e.colno})") from None
-    except ValueError as e:
-        raise ModelFileError(where, f"is not valid JSON ({e})") from None
-    except RecursionError:
-        raise ModelFileError(where, "is not valid JSON (nested too deeply)") from None
+    except (ValueError, RecursionError) as e:
+        raise ModelFileError(where, f"is not valid JSON ({json_problem(e)})") from None
     if not isinstance(obj, dict):
         raise ModelFileError(where, f"must hold a JSON object, found a JSON {_json_kind(obj)}")
     check_json_shape(obj, where)

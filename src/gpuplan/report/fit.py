@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import IO
 
 from ..engines.profiles import engine_notes
+from ..errors import library_spelling, spell_text
 from ..fit import Plan
 from ..memory import InferMemory, TrainMemory
 from ..units import ByteUnits, format_bytes, format_count
@@ -185,7 +186,7 @@ def _solver_tables(p: Plan, units: ByteUnits):
     return out
 
 
-def _speed_table(p: Plan):
+def _speed_table(p: Plan, spell=library_spelling):
     """The speed model's headline per GPU (``plan.speed``), when it was asked for."""
     from rich.table import Table
 
@@ -204,12 +205,12 @@ def _speed_table(p: Plan):
         for c in ("prefill tok/s", "decode tok/s"):
             table.add_column(c, justify="right")
     errors = []
-    for row in sec["gpus"]:
+    for row, r in zip(sec["gpus"], p.speed.rows):
         cells = [row["gpu"]]
         if "error" in row:
             n = (4 if p.train is not None else 0) + (2 if p.infer is not None else 0)
             table.add_row(*cells, *["—"] * n)
-            errors.append(f"{row['gpu']}: {row['error']}")
+            errors.append(f"{row['gpu']}: {spell_text(r.error_marked or row['error'], spell)}")
             continue
         if p.train is not None:
             t = row["train"]
@@ -285,7 +286,9 @@ def _print_infer(console, p: Plan, units: ByteUnits) -> None:
 
 
 def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None,
-                trace=None) -> None:
+                trace=None, spell=library_spelling) -> None:
+    """The plan as tables; ``spell`` names the options its notes mention in the front end's
+    spelling (the CLI passes its own)."""
     from ._console import console_for
 
     console = console_for(file, width=160)
@@ -317,7 +320,7 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
     console.print(_verdict_table(p, units))
     if p.engine_budgets:
         console.print(_engine_table(p, units))
-    speed = _speed_table(p)
+    speed = _speed_table(p, spell)
     if speed is not None:
         console.print(speed)
         for run in p.speed.measured_runs:

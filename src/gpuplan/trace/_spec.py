@@ -16,7 +16,7 @@ from unittest import mock
 
 from .._record import record
 from .. import models
-from .._io import read_bounded
+from .._io import json_problem, read_bounded
 from ..errors import InputError, ModelFileError, UnsupportedError, opt
 
 #: config.json files are small; anything larger is not a config.
@@ -100,8 +100,10 @@ def _read_config(path: Path) -> dict:
     data = read_bounded(path, CONFIG_LIMIT, what="config.json")
     try:
         cfg = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise ModelFileError(path, f"not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # a 5,000-digit integer, 10^5 nested brackets
+        raise ModelFileError(path, f"not valid JSON ({json_problem(e)})") from None
     if not isinstance(cfg, dict):
         raise ModelFileError(path, "config.json must hold a JSON object")
     return cfg
