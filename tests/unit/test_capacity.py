@@ -27,9 +27,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def dep(model):
-    # vLLM 0.11: no async scheduling, the engine profile's loop, which the speed model times
-    return Deployment(model, GPU, Job(model="x", mode="infer"), engine_version="0.11",
-                      max_model_len=4096)
+    return Deployment(model, GPU, Job(model="x", mode="infer"), max_model_len=4096)
 
 
 def _wl(rate=None, n=200, i=1000, o=64, seed=0, concurrency=None):
@@ -62,19 +60,20 @@ def test_vanishing_rate_ttft_is_one_prefill_and_tpot_one_decode(model, dep):
     assert r.preemptions == 0
 
 
-def test_vanishing_rate_under_async_scheduling_hides_the_engine_core(model):
-    # vLLM >= 0.14 (the default version): the EngineCore's own work runs beside the step, so a
-    # lone decode is the speed model's step with that work overlapped, not after it
-    dep14 = Deployment(model, GPU, Job(model="x", mode="infer"), max_model_len=4096)
-    assert dep14.sched.async_scheduling
-    r = dep14.run(_wl(rate=0.001, n=20, i=1000, o=64))
+def test_vanishing_rate_without_async_scheduling_adds_the_engine_core(model):
+    # vLLM 0.11 (no async scheduling): the EngineCore's own work runs between the steps, after
+    # the speed model's step (whose vLLM profile, the default version's, runs it beside)
+    dep11 = Deployment(model, GPU, Job(model="x", mode="infer"), engine_version="0.11",
+                       max_model_len=4096)
+    assert not dep11.sched.async_scheduling
+    r = dep11.run(_wl(rate=0.001, n=20, i=1000, o=64))
     est = _speed(model, 1, 1, 1032)
-    beside = replace(est.step, serve_core_overlap=True).time_s
-    assert beside < est.step.time_s  # an 8B step's kernels outlast the loop's 0.43 ms
-    assert r.tpot_s.p50 == pytest.approx(est.tpot_s - est.step.time_s + beside, rel=0.02)
-    # nothing runs when a request arrives: no step-ahead delay, one prefill
+    assert est.step.serve_core_overlap
+    after = replace(est.step, serve_core_overlap=False).time_s
+    assert after == pytest.approx(est.step.time_s + est.step.serve_core_s)  # 8B: kernels longer
+    assert r.tpot_s.p50 == pytest.approx(est.tpot_s - est.step.time_s + after, rel=0.02)
     pre = _speed(model, 1, 1000, 1000)
-    lone = pre.ttft_s - pre.prefill.time_s + replace(pre.prefill, serve_core_overlap=True).time_s
+    lone = pre.ttft_s + pre.prefill.serve_core_s
     assert r.ttft_s.p50 == pytest.approx(lone, rel=0.02)
 
 

@@ -11,10 +11,11 @@ topology, the engine's runtime and its launch cost, the weights read once a step
 
 Both carry the serving engine's host work per step (scheduling, sampling, output processing:
 :class:`gpuplan.engines.profiles.ServingHost`), after the kernels or, under an overlap
-scheduler, beside them. The speed model times the engine profile's loop; a scheduler row with
-async scheduling (:attr:`._engines.SchedulerDefaults.async_scheduling`: vLLM from 0.14) moves
-the loop's own work (``ServingHost.core_fixed_s``) beside the step, which :class:`StepCost`
-applies to each step the speed model returns (``async_scheduling``).
+scheduler, beside them. The speed model times the engine profile's loop (vLLM's: async
+scheduling, as from 0.14); a scheduler row says where the loop's own work
+(``ServingHost.core_fixed_s``) runs for its version
+(:attr:`._engines.SchedulerDefaults.async_scheduling`: between the steps for vLLM 0.8 and 0.11),
+which :class:`StepCost` applies to each step the speed model returns (``async_scheduling``).
 
 A decode step's attention reads each sequence's own keys, so its time is affine in the summed
 context at a given ``b`` (checked: the speed model's D(b, c) is a straight line in c); the mix
@@ -65,7 +66,7 @@ class StepCost:
     lives as long as the object, so a rate search reuses it."""
 
     def __init__(self, model, gpu: GPU, job: Job, *, max_len: int,
-                 async_scheduling: bool = False) -> None:
+                 async_scheduling: bool | None = None) -> None:
         self.model, self.gpu, self.job, self.max_len = model, gpu, job, max_len
         self.async_scheduling = async_scheduling
         self._decode: dict[tuple[int, int], float] = {}
@@ -80,12 +81,15 @@ class StepCost:
         return estimate_speed(self.model, self.gpu, job, new_tokens=1, measured=None)
 
     def _async_shift(self, phase) -> float:
-        """What async scheduling changes in ``phase``'s time: the loop's own host work
-        (:attr:`~gpuplan.compute.step.Phase.serve_core_s`) beside the step instead of after it;
-        0 without async scheduling or without such work."""
-        if not self.async_scheduling or phase is None or not phase.serve_core_s:
+        """What the scheduler row's async scheduling changes in ``phase``'s time: the loop's own
+        host work (:attr:`~gpuplan.compute.step.Phase.serve_core_s`) beside the step (True) or
+        after it (False) where the engine profile says otherwise; 0 for None (the profile's),
+        without such work, or where the two agree."""
+        want = self.async_scheduling
+        if (want is None or phase is None or not phase.serve_core_s
+                or phase.serve_core_overlap == want):
             return 0.0
-        return replace(phase, serve_core_overlap=True).time_s - phase.time_s
+        return replace(phase, serve_core_overlap=want).time_s - phase.time_s
 
     def _decode_at(self, b: int, c: int) -> float:
         """D(b, c) at a grid context."""

@@ -56,7 +56,7 @@ class Deployment:
         self.gpus = per * replicas
         self.kv_tokens, self.block_size = b.kv_tokens, b.block_size
         self.cost = StepCost(model, gpu, self.job, max_len=self.max_len,
-                             async_scheduling=sched.async_scheduling)
+                             async_scheduling=sched.async_scheduling if engine == "vllm" else None)
         self.name = getattr(model, "name", str(model))
 
     @property

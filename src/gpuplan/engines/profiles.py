@@ -281,13 +281,14 @@ class EngineProfile:
 #: #27614; quoted in full by dependabot in OpenBMB/UltraRAG PR #259, 2026-01-21; v0.11.1's
 #: notes: "We expect --async-scheduling to be enabled by default in the next release"), except
 #: under pipeline parallelism, the CPU backend and non-MTP/EAGLE speculative decoding. The
-#: profile is the loop without it (``core_overlap`` False: 0.8-0.13); capacity's scheduler
-#: rows set it by version (capacity/_engines.py, ``async_scheduling`` from 0.14).
+#: profile is the loop of the version vLLM is planned at when none is named (engines/budget.py
+#: DEFAULT_VERSIONS: 0.21), with it (``core_overlap``); capacity's scheduler rows set it by
+#: version (capacity/_engines.py ``async_scheduling``: off for 0.8 and 0.11, on from 0.14).
 _VLLM_SEQ_S = (3.4e-3 - 0.2e-3) / 31
 _VLLM_CORE_SEQ_S = (0.287e-3 - 0.142e-3) / 128
 _VLLM_HOST = ServingHost(
     fixed_s=0.2e-3 - _VLLM_SEQ_S, per_seq_s=_VLLM_SEQ_S, overlap=True,
-    core_fixed_s=0.2e-3 + 0.18e-3 + 0.05e-3, core_per_seq_s=_VLLM_CORE_SEQ_S,
+    core_fixed_s=0.2e-3 + 0.18e-3 + 0.05e-3, core_per_seq_s=_VLLM_CORE_SEQ_S, core_overlap=True,
     basis="vllm-project/vllm issue #6913 (RFC: Asynchronous Output Processor, 2024-07-29): "
     "_process_model_outputs 0.2 ms at batch 1, 3.4 ms at batch 32 (Llama3-70B FP8, 4xH100); "
     "under the V1 engine (the default from vLLM 0.8.0, PR #13726) this output processing runs "
