@@ -108,7 +108,13 @@ _VLLM_CACHE = "vllm/config/cache.py CacheConfig: block_size 16, gpu_memory_utili
 #: is now enabled by default" under its breaking changes (PR #27614; "Excludes some
 #: not-yet-supported configurations: pipeline parallel, CPU backend, non-MTP/Eagle spec
 #: decoding"), quoted by dependabot in OpenBMB/UltraRAG PR #259 (2026-01-21). A schedule formed
-#: one step ahead takes a request that arrives during step k into step k + 2 (``run_ahead``).
+#: one step ahead takes a request that arrives during step k into step k + 2 (``run_ahead``):
+#: under async scheduling the executor takes two batches at once (vllm/v1/executor/
+#: uniproc_executor.py ``max_concurrent_batches = 2 if ... async_scheduling else 1``) and
+#: vllm/v1/engine/core.py ``EngineCore.step_with_batch_queue`` calls ``schedule()`` for the next
+#: batch and submits it before it blocks on the running batch's result, the busy loop reading
+#: new requests from its input queue only between two such calls (read in copies of those files
+#: held in the offline index, 2026-12; no vLLM commit was at hand to pin them).
 _VLLM_ASYNC = ("vLLM v0.14.0 release notes: 'Async scheduling is now enabled by default' (PR "
                "#27614), not under pipeline parallel; PR #19970: the scheduler runs one step "
                "ahead of the execution")
