@@ -180,7 +180,8 @@ class Phase:
     @property
     def time_s(self) -> float:
         """The step: the kernels' pace (:attr:`_issue_time_s`) with the serving engine's host work
-        (:attr:`serve_host_s`) after it, or -- under an overlap scheduler -- beside it."""
+        (:attr:`serve_host_s`) after it, or -- under an overlap scheduler -- beside it, and its
+        scheduling loop's own work (:attr:`serve_core_s`) after that or beside it alike."""
         base = self._issue_time_s
         if ((not self.serve_host_s and not self.serve_core_s) or self.overheads is None
                 or self.sync_before_optimizer):
