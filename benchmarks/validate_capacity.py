@@ -447,9 +447,27 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   85 rows then in the file went 35.1% -> 18.3%, over the 73 outside the fit 36.1% -> 21.6%; today
   over all {n_all} rows it is {ttft_all}, over the {n_outside_fit} outside the fit {ttft_outside_fit}. What is left at low load is the
   70B's larger gap (up to 17 ms), which one constant per engine does not follow.
-- **vLLM's per-step host work.** Each vLLM step carries its output processing after the kernels
-  (vllm issue #6913: 0.2 ms at batch 1, 3.4 ms at batch 32), not fitted here; it moves the
-  4090 rows by under 1% (TTFT 49.6% -> 48.9% median, throughput 9.1% -> 9.5%).
+- **vLLM's per-step host work.** Each vLLM step carries its output processing (vllm issue
+  #6913: 0.2 ms at batch 1, 3.4 ms at batch 32; under V1 in the API-server process, beside the
+  steps) and, since issue 31, the EngineCore's own loop: ``schedule()`` 0.2 ms,
+  ``_update_states`` 0.18 ms and ``_prepare_inputs`` 0.05 ms a step (vllm PR #42131,
+  2026-05-09, B200) and ``update_from_output`` 1.13 us a sequence (PR #46112, 2026-06-18, 0.142
+  / 0.287 ms at batch 128 / 256); nothing fitted. Without async scheduling (vLLM 0.8-0.13:
+  capacity's 0.8 and 0.11 rows) it runs between the steps; from 0.14.0 async scheduling is on
+  by default (its release notes, PR #27614; not under pipeline parallelism), so the 0.14 row
+  runs it beside the step and forms each batch one step ahead, as SGLang's overlap scheduler
+  (``run_ahead``). Before / after: the A100 sweep (0.10.1.1, sync) ITL 18.9% -> 16.3% median
+  (N = 1: 10.41 -> 10.84 ms against 11.75), tok/s 13.3% -> 9.7%, TTFT 34.4% -> 34.2%; the
+  kvcached 0.6B rows (0.19.0, async) ITL unmoved (below), TTFT 88.3% -> 87.4%; the wrong way:
+  the vLLM blog's load rows (the newest row: 0.19 where the post names a version) TTFT
+  269.9% -> 373.8% median (Llama BF16 +21.2% -> +64.4%, FP8 -17.8% -> +11.0%, gpt-oss
+  +518.6/+539.0% -> +683.2/+709.0%; ITL and tok/s unmoved) and the 4090 rows (no version
+  stated: the newest row) TTFT 50.0% -> 86.9% (C=16 +37.4% -> +117.9%, C=32 -28.2% -> +15.2%,
+  C=48 -50.0% -> -25.6%), tok/s 6.3% -> 7.0%: at 8-48 clients a prompt arriving during step k
+  now waits for step k + 2, and k + 1 is often a long prefill chunk (vLLM's
+  ``step_with_batch_queue`` schedules batch k + 1 before it blocks on batch k's result; a
+  request received meanwhile waits for the next ``schedule()``). Every other row reads as
+  before.
 - **ITL, TensorRT-LLM table.** At 2 QPS the simulated ITL is 0-1 ms under the measured on the
   8B and up to 4 ms on the 70B, consistent with a per-token streaming cost of the same path. From 16
   QPS the measured ITL rises faster than the simulated (70B H100 467/256 at 16 QPS: {q16_itl}),
@@ -584,11 +602,14 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   prompt's prefill -- the measured clients drift apart (the source does not say why). At {v4090_low_conc}
   the measured queue is longer than the simulated one; not explained here. Not the engine's
   output processing either: the page states no vLLM version, and every version gpuplan models
-  (0.8, 0.11) is the V1 engine, which detokenises and streams in the API-server process beside
+  (0.8, 0.11, 0.14) is the V1 engine, which detokenises and streams in the API-server process beside
   the EngineCore loop (engines/profiles.py ``_VLLM_HOST``, overlapped); counting V0's in-loop
   cost instead (issue #6913's line after each step) moves these TTFTs by under 1% (C=4 118 ms
   either way) and only the throughput (median 6.7% overlapped, 12.4% in-loop, when checked;
   {v4090_tok_median} overlapped today).
+  The rows run the newest row, 0.14 (async scheduling: the batch formed a step ahead), which
+  lifts C=16-48 (above, "vLLM's per-step host work"); the 0.11 row's loop without it read
+  C=4-48 TTFT +86.9/+195.3/+37.4/-28.2/-50.0%.
 - **SGLang on H200 (DataCrunch: Llama 3.3 70B TP 4, Llama 3.1 405B TP 8; random 1024/1024 at
   random_range_ratio 0, 1-4 req/s).** Added out of sample (issue 31); nothing fitted. The source
   quotes medians only, so the simulation's p50 is compared (``_stat``): SGLang's scheduler runs a
@@ -682,8 +703,9 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   256/512 -- the served engine's large-batch steps are about 1.4x the simulated ones.
 - **vLLM on datacenter GPUs (issue 29's vLLM source; 19 rows, transcribed and committed before
   any prediction was read; nothing fitted for them; one model change since, gpt-oss's fused
-  attention under vLLM, (1)).** Medians over the 19: TTFT 32.9%, ITL 17.7%, output tok/s 13.3%
-  (36.0%, 22.1%, 13.6% with gpt-oss eager). What each group says:
+  attention under vLLM, (1)).** Medians over the 19 once gpt-oss's attention was fused: TTFT 32.9%, ITL
+  17.7%, output tok/s 13.3% (36.0%, 22.1%, 13.6% with gpt-oss eager; today's are the summary
+  table's, after vLLM 0.14's async scheduling, "vLLM's per-step host work" above). What each group says:
   (1) *gpt-oss-20b on H100 (vLLM blog, FP8-KV post, Table 5): attention now fused.* As first
   read, gpuplan planned every gpt-oss job with materialized scores whatever the engine
   (models/_types.py ``EAGER_ONLY``: transformers' GptOssPreTrainedModel has ``_supports_sdpa =
@@ -708,10 +730,27 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   A 0.6B model's GPU step is under a millisecond, so the server's CPU work sets the pace: the
   measured all-at-once run prefills 256k prompt tokens in about 6 s (mean TTFT 3.0 s, 43k tok/s;
   the simulated GPU takes 0.55 s mean TTFT), so what binds is the API server's intake (tokenizing,
-  the request's path to the EngineCore) and the engine's per-step scheduling, which gpuplan's
-  vLLM V1 profile counts as overlapped (``_VLLM_HOST``) and does not time. The 37 ms gap at 16
-  req/s matches the per-request cost the 4090 rows left open (25 ms there); no source measures
-  it, so nothing is added.
+  the request's path to the EngineCore) and the engine's per-step scheduling. The 37 ms gap at
+  16 req/s matches the per-request cost the 4090 rows left open (25 ms there); no source
+  measures it, so nothing is added. *Issue 31, a negative result for these rows:* the
+  EngineCore's published per-step work (0.43 ms + 1.13 us a sequence, "vLLM's per-step host
+  work" above) is now counted, and it does not produce the 2.4 ms. At 16 req/s (about 5.5
+  decoding) it is 0.44 ms a step, under the simulated 0.85 ms GPU step, and vLLM 0.19 runs it
+  beside the step (async scheduling, default from 0.14.0): ITL stays 0.847 ms. Counted between
+  the steps, as without async scheduling, it would read 1.31 ms (checked by hand, not
+  committed), still -45%. The API server's output processing (issue #6913's line, 0.2 ms + 0.10
+  ms a sequence: 0.67 ms at 5.5) also fits under the step, and runs in another process. The one
+  V1 figure of a tiny model's step found is vllm PR #17866 (2025-05-08, Llama-3.2-1B, 0.92 req/s,
+  500 in / 50 out: mean TPOT 2.73 ms at about one request in flight, before async scheduling),
+  the same size as these rows' 2.4 ms; it names no GPU, so it gives no host time to subtract.
+  TTFT moved 1.94 -> 2.60 ms (the batch formed a step ahead), still -93%; no published figure
+  of V1's per-request path (the OpenAI server's tokenization, the ZMQ hop to the EngineCore,
+  detokenization and the SSE stream) was found, so ``request_s`` stays 0. Searched (2026-12):
+  the V1 blog (2025-01-27: "as low as ~5ms" of GPU time for Llama-8B on H100, no CPU figure),
+  PRs #19970 / #23569 / #26866 / #27614 (async scheduling: throughput ratios only, e.g. Qwen3-1.7B
+  103 -> 133 req/s in #26866, no GPU or per-step time), issue #23446 (persistent batch RFC, no
+  figure). The kvcached repository's nsys profile (benchmarks/bench_layout) is of a GB10 and of
+  kvcached's allocator, not of these rows' server.
   (3) *Qwen2-7B on A100 80GB (dennislee22, vLLM 0.10.1.1, all N sent at once).* ITL reads 10-31%
   low at every N (N = 1: 10.4 against 11.75 ms; the SKU is not stated, and on the PCIe card's
   1,935 GB/s the simulated 10.4 would be about 11.0) and more so where the pool binds (0.25
@@ -731,6 +770,8 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   tokens reads 13.8 -> 10.6 ms, the simulated gain. Its slope ratio, 0.54 rather than the bytes'
   0.50 (0.54 on B200 with FlashInfer too), would put the FP8 decode read at ~0.93 of the 16-bit
   kernel's bandwidth share, ~0.3 ms here: not modelled yet.
+  Since vLLM 0.14's batch is formed a step ahead (issue 31, "vLLM's per-step host work"), a
+  prompt arriving mid-step misses the next 8192-token chunk: the rows' TTFT as the table shows.
   Not expressible, not transcribed: the post's "FP8 skip-SW" row (an FP8 cache on the full-
   attention layers only, `--kv-cache-dtype-skip-layers sliding_window`: gpuplan has one KV dtype
   per model); the A100 sweep's N = 1000 (76 and 106 of the requests failed); kvcached's own

@@ -1176,8 +1176,11 @@ def _serving_gap(run: dict, row: Row) -> str:
     return ("gpuplan.capacity's simulation (validate_capacity.md's row of the same measurement): "
             "the serving engine's per-step host cost (scheduling, sampling, detokenization "
             "between steps) is in its engine profile only where a source gives it (vLLM's output "
-            "processing, vllm issue #6913); TensorRT-LLM's has none, nor a per-token streaming "
-            "cost through Triton; its per-request front-end time is fitted (engines/profiles.py, "
+            "processing, vllm issue #6913, and its EngineCore's scheduling and input preparation, "
+            "vllm PRs #42131 and #46112, beside the step from 0.14's async scheduling); "
+            "vLLM's per-request path has no published figure; TensorRT-LLM's has none, nor a "
+            "per-token streaming cost through Triton; its per-request front-end time is fitted "
+            "(engines/profiles.py, "
             "ServingHost) and moves TTFT only")
 
 

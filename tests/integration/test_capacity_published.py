@@ -82,14 +82,24 @@ def test_reading_the_misses_quotes_todays_rows(rows):
 
 
 def test_throughput_meets_the_bar(rows):
-    # reached: 3.8% median over the 109 rows (benchmarks/validate_capacity.md)
+    # reached: 3.3% median over the 109 rows (benchmarks/validate_capacity.md)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] <= vc.BAR
 
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 16.3% (109 rows), ITL 16.0% (104 rows), output tok/s 3.8% (109 rows) median |error|.
+    # TTFT 17.1% (109 rows), ITL 15.7% (104 rows), output tok/s 3.3% (109 rows) median |error|.
     # History, newest first:
+    # - 16.3% / 16.0% / 3.8% (merged onto the FP8-attention and gpt-oss changes) before vLLM's
+    #   EngineCore work per step was counted (0.43 ms + 1.13
+    #   us a sequence: vllm PRs #42131, #46112) and vLLM >= 0.14 ran async scheduling
+    #   (engines/profiles.py _VLLM_HOST, capacity/_engines.py): between the steps for the A100
+    #   sweep (0.10.1.1, the 0.8 row): its ITL 18.9% -> 16.3%, tok/s 13.3% -> 9.7%; beside them
+    #   from 0.14 with each batch formed a step ahead: the kvcached 0.6B rows' ITL unmoved
+    #   (0.847 ms: the loop fits under the step), TTFT 88.3% -> 87.4%; the wrong way, the vLLM
+    #   blog's 0.19 rows' TTFT (269.9% -> 373.8% median; Llama BF16 +21.2% -> +64.4%) and the
+    #   4090 rows' (no version stated: the newest row; 50.0% -> 86.9%), where a prompt arriving
+    #   mid-step now misses the next step (a long prefill chunk there);
     # - 17.1% / 16.0% / 3.8% before vLLM's FP8 attention on Hopper prefilled at the 16-bit
     #   kernel's rate (two-level accumulation FA3, efficiency.fp8_attention_vs_16bit): the
     #   Llama-3.1-8B FP8-KV row's TTFT -17.8% -> +23.4%, its tok/s +21.9% -> +13.8%; the
@@ -133,10 +143,10 @@ def test_errors_reached(rows):
     #   decode GEMMs' rows no longer at it (ITL down ~0.1-1%, the wrong way: TensorRT-LLM 18.7% ->
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
-    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.163, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
+    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.171, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.157, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
-        0.038, abs=0.005)
+        0.033, abs=0.005)
     nim = "nvidia-nim"
     assert vc.summary(rows, "ttft_ms", nim)["median_abs_error"] == pytest.approx(0.134, abs=0.005)
     assert vc.summary(rows, "itl_ms", nim)["median_abs_error"] == pytest.approx(0.022, abs=0.005)
@@ -146,18 +156,18 @@ def test_errors_reached(rows):
     assert vc.summary(rows, "itl_ms", sgl)["median_abs_error"] == pytest.approx(0.016, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 16.3% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 17.1% "
                    "over 109 rows (SGLang on H200 23.6%; TensorRT-LLM online table 12.9% once "
                    "its 8.3 ms per-request cost is counted; "
                    "NIM 13.4%, its C=25-50 rows carrying the closed loop's start-up ramp; "
-                   "vLLM on a 4090 50.0%; vLLM on H100/A100 32.9%)")
+                   "vLLM on a 4090 86.9%; vLLM on H100/A100 38.8%)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.0% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 15.7% "
                    "over 104 rows (TensorRT-LLM online table 17.4%, NIM 2.2%, SGLang 1.6%, "
-                   "vLLM on H100/A100 17.7%)")
+                   "vLLM on H100/A100 16.3%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
 

@@ -60,6 +60,23 @@ def test_vanishing_rate_ttft_is_one_prefill_and_tpot_one_decode(model, dep):
     assert r.preemptions == 0
 
 
+def test_vanishing_rate_without_async_scheduling_adds_the_engine_core(model):
+    # vLLM 0.11 (no async scheduling): the EngineCore's own work runs between the steps, after
+    # the speed model's step (whose vLLM profile, the default version's, runs it beside)
+    dep11 = Deployment(model, GPU, Job(model="x", mode="infer"), engine_version="0.11",
+                       max_model_len=4096)
+    assert not dep11.sched.async_scheduling
+    r = dep11.run(_wl(rate=0.001, n=20, i=1000, o=64))
+    est = _speed(model, 1, 1, 1032)
+    assert est.step.serve_core_overlap
+    after = replace(est.step, serve_core_overlap=False).time_s
+    assert after == pytest.approx(est.step.time_s + est.step.serve_core_s)  # 8B: kernels longer
+    assert r.tpot_s.p50 == pytest.approx(est.tpot_s - est.step.time_s + after, rel=0.02)
+    pre = _speed(model, 1, 1000, 1000)
+    lone = pre.ttft_s + pre.prefill.serve_core_s
+    assert r.ttft_s.p50 == pytest.approx(lone, rel=0.02)
+
+
 def test_littles_law(dep):
     r = dep.run(_wl(rate=8, n=400))
     mean_e2e = r.e2e_s.mean

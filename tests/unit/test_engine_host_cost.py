@@ -26,19 +26,53 @@ def test_vllm_output_processing_is_the_rfc_line():
     assert host.overlap
 
 
+#: vLLM's EngineCore per step, by hand from the PR descriptions: schedule() 0.2 ms,
+#: _update_states 0.18 ms, _prepare_inputs 0.05 ms (vllm PR #42131); update_from_output 0.142 ms
+#: at 128 sequences and 0.287 ms at 256 (PR #46112)
+_CORE_FIXED = 0.2e-3 + 0.18e-3 + 0.05e-3
+_CORE_SEQ = (0.287e-3 - 0.142e-3) / 128
+
+
+def test_vllm_engine_core_is_the_prs_figures():
+    host = ENGINES["vllm"].serving_host
+    assert host.core_step_s(0) == pytest.approx(0.43e-3)
+    # the per-sequence line through PR #46112's two batches
+    assert host.core_step_s(256) - host.core_step_s(128) == pytest.approx(0.287e-3 - 0.142e-3)
+    assert host.core_step_s(8) == pytest.approx(0.43e-3 + 8 * 1.1328e-6, rel=1e-4)
+    # the profile's loop is the default version's (0.21): async scheduling, on from 0.14
+    assert host.core_overlap
+
+
 def test_vllm_decode_step_hides_output_processing_behind_the_kernels():
     vllm, plain = _est("vllm"), _est("gpt-fast")  # the same CUDA-graph step, no host work
     d = vllm.step
     assert d.serve_host_s == pytest.approx(0.2e-3 + 7 * 3.2e-3 / 31)  # 0.92 ms
-    # beside the step: max(kernels, launches + output processing)
-    assert d.time_s == pytest.approx(max(d.device_time_s, d.host_time_s + d.serve_host_s))
+    core = _CORE_FIXED + 8 * _CORE_SEQ
+    assert d.serve_core_s == pytest.approx(core)
+    # output processing beside the step: max(kernels, launches + it); the EngineCore's own work
+    # for the next step beside it too (async scheduling): max(that, launches + its work)
+    assert d.time_s == pytest.approx(max(d.device_time_s, d.host_time_s + d.serve_host_s,
+                                         d.host_time_s + core))
     # an 8B decode step of 8 sequences on an H100 reads ~16 GB of weights (several ms): the
-    # 0.92 ms of output processing hides under it, the step is gpt-fast's
-    assert d.device_time_s > d.host_time_s + d.serve_host_s
+    # 0.92 ms of output processing and the loop's 0.44 ms hide under it, the step is gpt-fast's
+    assert d.device_time_s > d.host_time_s + max(d.serve_host_s, core)
     assert vllm.tpot_s == pytest.approx(plain.tpot_s, rel=1e-9)
     assert d.serve_host_exposed_s == pytest.approx(0.0, abs=1e-12)
     # the breakdown still sums: kernels + launch gaps + the engine's exposed host work
     assert d.kernel_time_s + d.launch_time_s + d.serve_host_exposed_s == pytest.approx(d.time_s)
+
+
+def test_without_async_scheduling_the_engine_core_follows_the_step():
+    vllm, plain = _est("vllm"), _est("gpt-fast")
+    d = replace(vllm.step, serve_core_overlap=False)  # vLLM 0.8-0.13
+    core = _CORE_FIXED + 8 * _CORE_SEQ
+    # schedule, execute, update_from_output in turn: the GPU waits for the loop's work
+    assert d.time_s == pytest.approx(plain.step.time_s + core, rel=1e-9)
+    assert d.serve_host_exposed_s == pytest.approx(core)
+    assert d.kernel_time_s + d.launch_time_s + d.serve_host_exposed_s == pytest.approx(d.time_s)
+    # beside the step, a loop slower than the kernels sets it
+    slow = replace(vllm.step, serve_core_s=3 * d.device_time_s)
+    assert slow.time_s == pytest.approx(d.host_time_s + 3 * d.device_time_s)
 
 
 def test_vllm_output_processing_outlasting_the_kernels_sets_the_step():
@@ -47,14 +81,16 @@ def test_vllm_output_processing_outlasting_the_kernels_sets_the_step():
     vllm = _est("vllm", batch=256)
     d = vllm.step
     host = 0.2e-3 + 255 * 3.2e-3 / 31
+    core = _CORE_FIXED + 256 * _CORE_SEQ
     assert d.serve_host_s == pytest.approx(host)
     assert d.device_time_s < d.host_time_s + host
+    assert core < host  # the loop's 0.72 ms beside the step is under the output processing
     assert d.time_s == pytest.approx(d.host_time_s + host)
     assert d.serve_host_exposed_s == pytest.approx(d.time_s - max(d.device_time_s, d.host_time_s))
 
 
 def test_overlap_hides_host_work_behind_the_device():
-    d = _est("vllm").step
+    d = replace(_est("vllm").step, serve_core_s=0.0)  # the output processing alone
     small = replace(d, serve_overlap=True)  # 0.92 ms of host work beside a multi-ms step
     assert small.time_s == pytest.approx(max(d.device_time_s, d.host_time_s + d.serve_host_s))
     assert small.time_s == pytest.approx(d.device_time_s)
@@ -105,9 +141,56 @@ def test_tensor_parallel_step_carries_the_host_work_once():
     # processing once (not once a rank), longer than the TP2 step's kernels: it sets the step
     d = out["vllm"].step
     assert d.serve_host_s == pytest.approx(0.2e-3 + 255 * 3.2e-3 / 31)
+    assert d.serve_core_s == pytest.approx(_CORE_FIXED + 256 * _CORE_SEQ)
     assert d.time_s == pytest.approx(d.host_time_s + d.serve_host_s, rel=1e-9)
     # the TP all-reduces are added after the step either way (the same for both engines: an
     # upper bound where the output processing, in another process, would also cover them)
     plain = out["gpt-fast"]
     assert out["vllm"].tpot_s - d.time_s == pytest.approx(plain.tpot_s - plain.step.time_s)
     assert out["vllm"].tpot_s > plain.tpot_s
+
+
+def test_async_scheduling_by_vllm_version():
+    from gpuplan.capacity import scheduler_for
+
+    # vLLM 0.14.0's release notes: "Async scheduling is now enabled by default"
+    for v in ("0.14", "0.19.0", "0.21"):
+        s = scheduler_for("vllm", v)
+        assert s.async_scheduling and s.run_ahead
+    for v in ("0.8", "0.10.1", "0.11.2", "0.13"):
+        s = scheduler_for("vllm", v)
+        assert not s.async_scheduling and not s.run_ahead
+
+
+def test_capacity_puts_the_engine_core_beside_the_step_under_async_scheduling():
+    from gpuplan.capacity._cost import StepCost
+
+    gpu, model = get_gpu("H100-SXM-80GB"), load_model("llama-3.1-8b")
+    job = Job(model="llama-3.1-8b", mode="infer", engine="vllm")
+    sync = StepCost(model, gpu, job, max_len=1024, async_scheduling=False)
+    asy = StepCost(model, gpu, job, max_len=1024, async_scheduling=True)
+    profile = StepCost(model, gpu, job, max_len=1024)  # the profile's loop: async
+    plain = StepCost(model, gpu, job.with_(engine="gpt-fast"), max_len=1024)
+    core = _CORE_FIXED + 8 * _CORE_SEQ
+    # 8 decodes at context 512: the 8B step's kernels outlast the loop, so under async
+    # scheduling the step is the kernels' (gpt-fast's); without it the loop's work follows it
+    assert asy.decode_s(8, 8 * 512) == pytest.approx(plain.decode_s(8, 8 * 512), rel=1e-9)
+    assert profile.decode_s(8, 8 * 512) == pytest.approx(asy.decode_s(8, 8 * 512), rel=1e-12)
+    assert sync.decode_s(8, 8 * 512) == pytest.approx(plain.decode_s(8, 8 * 512) + core,
+                                                       rel=1e-9)
+    # a lone prompt: the same, at one sequence
+    assert sync.prefill_s(256) - asy.prefill_s(256) == pytest.approx(_CORE_FIXED + _CORE_SEQ)
+
+
+def test_async_scheduling_off_under_pipeline_parallelism():
+    from gpuplan.capacity._plan import Deployment
+
+    gpu, model = get_gpu("H100-SXM-80GB"), load_model("llama-3.1-8b")
+    # vLLM 0.14.0's notes: async scheduling "Excludes ... pipeline parallel"
+    pp = Deployment(model, gpu, Job(model="x", mode="infer", pp=2, gpus=2),
+                    engine_version="0.19.0", max_model_len=4096)
+    assert not pp.sched.async_scheduling and not pp.sched.run_ahead
+    assert not pp.cost.async_scheduling
+    one = Deployment(model, gpu, Job(model="x", mode="infer"), engine_version="0.19.0",
+                     max_model_len=4096)
+    assert one.sched.async_scheduling and one.sched.run_ahead and one.cost.async_scheduling

@@ -11,7 +11,11 @@ topology, the engine's runtime and its launch cost, the weights read once a step
 
 Both carry the serving engine's host work per step (scheduling, sampling, output processing:
 :class:`gpuplan.engines.profiles.ServingHost`), after the kernels or, under an overlap
-scheduler, beside them.
+scheduler, beside them. The speed model times the engine profile's loop (vLLM's: async
+scheduling, as from 0.14); a scheduler row says where the loop's own work
+(``ServingHost.core_fixed_s``) runs for its version
+(:attr:`._engines.SchedulerDefaults.async_scheduling`: between the steps for vLLM 0.8 and 0.11),
+which :class:`StepCost` applies to each step the speed model returns (``async_scheduling``).
 
 A decode step's attention reads each sequence's own keys, so its time is affine in the summed
 context at a given ``b`` (checked: the speed model's D(b, c) is a straight line in c); the mix
@@ -32,6 +36,7 @@ model's GEMM tiling makes P(n) jagged by a few percent between tile multiples, a
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 
 from ..compute import estimate_speed
 from ..hardware import GPU
@@ -60,8 +65,10 @@ class StepCost:
     """Step times of one replica (``job``'s layout and engine) of ``model`` on ``gpu``; the cache
     lives as long as the object, so a rate search reuses it."""
 
-    def __init__(self, model, gpu: GPU, job: Job, *, max_len: int) -> None:
+    def __init__(self, model, gpu: GPU, job: Job, *, max_len: int,
+                 async_scheduling: bool | None = None) -> None:
         self.model, self.gpu, self.job, self.max_len = model, gpu, job, max_len
+        self.async_scheduling = async_scheduling
         self._decode: dict[tuple[int, int], float] = {}
         self._exact: dict[int, float] = {}
         self._prefill: dict[int, tuple[float, float]] = {}
@@ -73,11 +80,23 @@ class StepCost:
         job = self.job.with_(batch=batch, seq=seq, context=context)
         return estimate_speed(self.model, self.gpu, job, new_tokens=1, measured=None)
 
+    def _async_shift(self, phase) -> float:
+        """What the scheduler row's async scheduling changes in ``phase``'s time: the loop's own
+        host work (:attr:`~gpuplan.compute.step.Phase.serve_core_s`) beside the step (True) or
+        after it (False) where the engine profile says otherwise; 0 for None (the profile's),
+        without such work, or where the two agree."""
+        want = self.async_scheduling
+        if (want is None or phase is None or not phase.serve_core_s
+                or phase.serve_core_overlap == want):
+            return 0.0
+        return replace(phase, serve_core_overlap=want).time_s - phase.time_s
+
     def _decode_at(self, b: int, c: int) -> float:
         """D(b, c) at a grid context."""
         hit = self._decode.get((b, c))
         if hit is None:
-            hit = self._decode[(b, c)] = self._speed(b, 1, c).tpot_s
+            est = self._speed(b, 1, c)
+            hit = self._decode[(b, c)] = est.tpot_s + self._async_shift(est.step)
         return hit
 
     def _prefill_pair(self, n: int) -> tuple[float, float]:
@@ -86,7 +105,8 @@ class StepCost:
         if hit is None:
             est = self._speed(1, n, n)
             attn = sum(t.total_s for t in est.prefill.ops if t.op.name == "attn.core")
-            hit = self._prefill[n] = (est.ttft_s - est.request_host_s, attn)
+            hit = self._prefill[n] = (est.ttft_s - est.request_host_s
+                                      + self._async_shift(est.prefill), attn)
         return hit
 
     def decode_s(self, b: int, context_sum: float) -> float:
@@ -113,7 +133,8 @@ class StepCost:
         hit = self._exact.get(n)
         if hit is None:
             est = self._speed(1, n, n)
-            hit = self._exact[n] = est.ttft_s - est.request_host_s
+            hit = self._exact[n] = (est.ttft_s - est.request_host_s
+                                    + self._async_shift(est.prefill))
         return hit
 
     @property

@@ -58,6 +58,12 @@ class SchedulerDefaults:
     ends was formed when step ``k`` started, so a request that arrives during step ``k`` waits
     for step ``k + 1``'s batch, one step later than under a loop that forms each batch after
     the last one ends. No delay when nothing runs (the idle loop forms a batch at once)."""
+    async_scheduling: bool = False
+    """vLLM's async scheduling (on by default from 0.14.0, unless pipeline parallel): the
+    EngineCore schedules step k+1 and prepares its inputs while the GPU runs step k, so its own
+    host work per step (:attr:`gpuplan.engines.profiles.ServingHost.core_fixed_s`) runs beside
+    the step instead of between steps (:class:`._cost.StepCost`), and the scheduler runs one
+    step ahead (``run_ahead``)."""
     high_memory_seqs: int | None = None
     """vLLM >= 0.9.2: ``max_num_seqs`` on a GPU of >= 70 GiB that is not an A100."""
     high_memory_tokens: int | None = None
@@ -84,6 +90,7 @@ class SchedulerDefaults:
                 "admission": self.admission, "prefix_caching": self.prefix_caching,
                 "memory_utilization": self.memory_utilization,
                 "new_token_ratio": self.new_token_ratio, "run_ahead": self.run_ahead,
+                "async_scheduling": self.async_scheduling,
                 "sources": list(self.sources)}
 
 
@@ -95,6 +102,22 @@ _VLLM_V1 = ("vllm/engine/arg_utils.py _set_default_args_v1: V1 always chunks pre
             "waiting FCFS within the token budget; preempts the last-admitted running request "
             "(recompute) when the KV cache manager cannot allocate")
 _VLLM_CACHE = "vllm/config/cache.py CacheConfig: block_size 16, gpu_memory_utilization 0.9"
+#: vLLM's async scheduling: PR #19970 (2025-06-23) "making the scheduler operate one step ahead of
+#: the current execution" (an output placeholder stands for each token scheduled but not yet
+#: sampled), behind --async-scheduling until v0.14.0, whose release notes list "Async scheduling
+#: is now enabled by default" under its breaking changes (PR #27614; "Excludes some
+#: not-yet-supported configurations: pipeline parallel, CPU backend, non-MTP/Eagle spec
+#: decoding"), quoted by dependabot in OpenBMB/UltraRAG PR #259 (2026-01-21). A schedule formed
+#: one step ahead takes a request that arrives during step k into step k + 2 (``run_ahead``):
+#: under async scheduling the executor takes two batches at once (vllm/v1/executor/
+#: uniproc_executor.py ``max_concurrent_batches = 2 if ... async_scheduling else 1``) and
+#: vllm/v1/engine/core.py ``EngineCore.step_with_batch_queue`` calls ``schedule()`` for the next
+#: batch and submits it before it blocks on the running batch's result, the busy loop reading
+#: new requests from its input queue only between two such calls (read in copies of those files
+#: held in the offline index, 2026-12; no vLLM commit was at hand to pin them).
+_VLLM_ASYNC = ("vLLM v0.14.0 release notes: 'Async scheduling is now enabled by default' (PR "
+               "#27614), not under pipeline parallel; PR #19970: the scheduler runs one step "
+               "ahead of the execution")
 _SGL = ("sglang python/sglang/srt/server_args.py: chunked_prefill_size 8192 on an 80 GB GPU, "
         "page_size 1, radix cache on, enable_mixed_chunk False, mem_fraction_static by GPU "
         "memory and TP (about 0.88 on H100 TP1)")
@@ -156,6 +179,12 @@ SCHEDULERS: tuple[SchedulerDefaults, ...] = (
                       block_size=16, preemption="recompute", admission="incremental",
                       prefix_caching=True, memory_utilization=0.9, high_memory_seqs=1024,
                       high_memory_tokens=8192, sources=(_VLLM_ARGS, _VLLM_V1, _VLLM_CACHE)),
+    SchedulerDefaults(engine="vllm", version="0.14", max_num_seqs=256,
+                      max_num_batched_tokens=2048, chunked_prefill=True, mixed=True,
+                      block_size=16, preemption="recompute", admission="incremental",
+                      prefix_caching=True, memory_utilization=0.9, high_memory_seqs=1024,
+                      high_memory_tokens=8192, run_ahead=True, async_scheduling=True,
+                      sources=(_VLLM_ARGS, _VLLM_V1, _VLLM_CACHE, _VLLM_ASYNC)),
     SchedulerDefaults(engine="sglang", version="0.5", max_num_seqs=4096,
                       max_num_batched_tokens=8192, chunked_prefill=True, mixed=False,
                       block_size=1, preemption="recompute", admission="ratio",
@@ -173,7 +202,7 @@ SCHEDULERS: tuple[SchedulerDefaults, ...] = (
 )
 
 #: The version each engine's scheduler defaults to (the most recent one stated).
-ENGINE_VERSIONS = {"vllm": "0.11", "sglang": "0.5", "trt-llm": "1.0"}
+ENGINE_VERSIONS = {"vllm": "0.14", "sglang": "0.5", "trt-llm": "1.0"}
 
 
 def scheduler_for(engine: str, version: str | None = None) -> SchedulerDefaults:

@@ -49,10 +49,14 @@ class Deployment:
                         max_num_seqs=b.max_num_seqs,
                         max_num_batched_tokens=b.max_num_batched_tokens,
                         memory_utilization=b.fraction)
+        if sched.async_scheduling and job.pp > 1:
+            # vLLM 0.14.0 leaves async scheduling off under pipeline parallelism (its notes)
+            sched = replace(sched, async_scheduling=False, run_ahead=False)
         self.model, self.gpu, self.sched, self.replicas = model, gpu, sched, replicas
         self.gpus = per * replicas
         self.kv_tokens, self.block_size = b.kv_tokens, b.block_size
-        self.cost = StepCost(model, gpu, self.job, max_len=self.max_len)
+        self.cost = StepCost(model, gpu, self.job, max_len=self.max_len,
+                             async_scheduling=sched.async_scheduling if engine == "vllm" else None)
         self.name = getattr(model, "name", str(model))
 
     @property

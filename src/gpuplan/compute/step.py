@@ -112,6 +112,13 @@ class Phase:
     """The engine runs that work for the next step while the device runs this one (an overlap
     scheduler): the step is then max(device, host issue + it) instead of max(device, host
     issue) + it."""
+    serve_core_s: float = 0.0
+    """The serving engine's GPU-driving loop's own host work per step -- scheduling, the model
+    runner's state update and input preparation (:meth:`~gpuplan.engines.profiles.ServingHost.
+    core_step_s`, at this step's batch); 0 outside a serving engine."""
+    serve_core_overlap: bool = False
+    """That loop forms the next step while the device runs this one (vLLM's async scheduling):
+    the step is the longer of the above and host issue + it, not the above + it."""
 
     @property
     def tokens(self) -> int:
@@ -167,18 +174,29 @@ class Phase:
     def serve_host_exposed_s(self) -> float:
         """What the serving engine's host work per step (:attr:`serve_host_s`) adds to the step:
         all of it without overlap, what outlasts the device with it."""
-        return self.time_s - self._issue_time_s if self.serve_host_s else 0.0
+        return (self.time_s - self._issue_time_s if self.serve_host_s or self.serve_core_s
+                else 0.0)
 
     @property
     def time_s(self) -> float:
         """The step: the kernels' pace (:attr:`_issue_time_s`) with the serving engine's host work
-        (:attr:`serve_host_s`) after it, or -- under an overlap scheduler -- beside it."""
+        (:attr:`serve_host_s`) after it, or -- under an overlap scheduler -- beside it, and its
+        scheduling loop's own work (:attr:`serve_core_s`) after that or beside it alike."""
         base = self._issue_time_s
-        if not self.serve_host_s or self.overheads is None or self.sync_before_optimizer:
+        if ((not self.serve_host_s and not self.serve_core_s) or self.overheads is None
+                or self.sync_before_optimizer):
             return base
-        if self.serve_overlap:
-            return max(self.device_time_s, self.host_time_s + self.serve_host_s)
-        return base + self.serve_host_s
+        if not self.serve_host_s:
+            t = base
+        elif self.serve_overlap:
+            t = max(self.device_time_s, self.host_time_s + self.serve_host_s)
+        else:
+            t = base + self.serve_host_s
+        if self.serve_core_overlap:
+            # the loop issues this step's kernels and does its own work for the next one while
+            # the device runs; the output processing (above) runs in another process
+            return max(t, self.host_time_s + self.serve_core_s)
+        return t + self.serve_core_s
 
     @property
     def _issue_time_s(self) -> float:
@@ -352,6 +370,7 @@ class Phase:
              "launch_time_s": self.launch_time_s, "kernels": self.kernels,
              "host_time_s": self.host_time_s, "device_time_s": self.device_time_s,
              "serve_host_s": self.serve_host_s, "serve_overlap": self.serve_overlap,
+             "serve_core_s": self.serve_core_s, "serve_core_overlap": self.serve_core_overlap,
              "serve_host_exposed_s": self.serve_host_exposed_s,
              "host_bound": self.host_bound,
              "runtime": None if self.overheads is None else self.overheads.runtime,
@@ -844,7 +863,9 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
     host = get_engine(spec.engine).serving_host
     if host is not None and device.kind == "gpu":
         # each sequence of the step samples one token, prefill or decode alike
-        prefill, decode = (replace(ph, serve_host_s=host.step_s(b), serve_overlap=host.overlap)
+        prefill, decode = (replace(ph, serve_host_s=host.step_s(b), serve_overlap=host.overlap,
+                                   serve_core_s=host.core_step_s(b),
+                                   serve_core_overlap=host.core_overlap)
                            for ph in (prefill, decode))
     return decode, prefill, n_params, 0
 

@@ -51,14 +51,32 @@ class ServingHost:
     streaming return), added to its TTFT."""
     basis: str = ""
     """Where the figures come from."""
+    core_fixed_s: float = 0.0
+    """Host seconds per step of the loop that drives the GPU itself (vLLM's EngineCore: the
+    scheduler's ``schedule()``, the model runner's state update and input preparation), apart
+    from the output processing above, whatever the batch."""
+    core_per_seq_s: float = 0.0
+    """The same loop's seconds per step for each sequence in it (the scheduler's
+    ``update_from_output``)."""
+    core_overlap: bool = False
+    """That loop forms and issues step k+1 while the GPU runs step k (vLLM's async scheduling):
+    the step is max(device, host issue + its work) rather than the kernels' pace + its work.
+    The profile's default; a scheduler row by version may set it
+    (:attr:`gpuplan.capacity.SchedulerDefaults.async_scheduling`)."""
 
     def step_s(self, batch: int) -> float:
         """Host seconds of one step of ``batch`` sequences."""
         return self.fixed_s + self.per_seq_s * batch
 
+    def core_step_s(self, batch: int) -> float:
+        """The GPU-driving loop's own host seconds in one step of ``batch`` sequences."""
+        return self.core_fixed_s + self.core_per_seq_s * batch
+
     def to_dict(self) -> dict:
         return {"fixed_s": self.fixed_s, "per_seq_s": self.per_seq_s, "overlap": self.overlap,
-                "request_s": self.request_s, "basis": self.basis}
+                "request_s": self.request_s, "core_fixed_s": self.core_fixed_s,
+                "core_per_seq_s": self.core_per_seq_s, "core_overlap": self.core_overlap,
+                "basis": self.basis}
 
 
 @record
@@ -259,18 +277,44 @@ class EngineProfile:
 #: such as tokenization, multimodal input processing, de-tokenization, and request streaming --
 #: with the core execution loop"). So the same work runs beside the steps (``overlap``): a
 #: step is max(device, host), the output processing costing time only where it outlasts the
-#: kernels. V0's figure stays its size (no measurement of V1's OutputProcessor was found);
-#: the EngineCore's own per-step host work (scheduling, input preparation, applying the sampled
-#: tokens) has no published figure and is not counted.
+#: kernels. V0's figure stays its size (no measurement of V1's OutputProcessor was found).
+#:
+#: The EngineCore's own per-step host work (issue 31), measured on V1 and quoted in two PR
+#: descriptions, each on its own setup (neither is a row gpuplan validates against):
+#: vllm-project/vllm PR #42131 ("[Performance] Decode fast path for scheduler and model
+#: runner", 2026-05-09, B200, long-input agentic decode): ``Scheduler.schedule()`` "0.2ms ->
+#: 0.04ms" per step, the model runner's ``_update_states`` fast path "saves ~0.18ms" and
+#: ``_prepare_inputs`` "saves ~0.05ms" -- 0.43 ms a step of the stock loop, a floor (the two
+#: runner figures are what the fast path removes, not the functions' whole time); PR #46112
+#: ("Reduce update_from_output CPU overhead for decode batches", 2026-06-18, a micro-benchmark
+#: at its merge-base 55c98e370): ``Scheduler.update_from_output`` 0.142 ms at batch 128 and
+#: 0.287 ms at 256, 1.13 us per sequence between the two. Without async scheduling that work
+#: runs between the steps while the GPU waits (EngineCore.step: schedule, execute_model,
+#: update_from_output in turn). Async scheduling (PR #19970, 2025-06-23, "the scheduler operate
+#: one step ahead of the current execution", behind ``--async-scheduling``; PR #23569,
+#: 2025-08-25, the model runner's input preparation and sampling beside the forward too) puts it
+#: beside the GPU step; it became the default in v0.14.0 (its release notes, "Breaking Changes:
+#: Async scheduling is now enabled by default ... disable with --no-async-scheduling", PR
+#: #27614; quoted in full by dependabot in OpenBMB/UltraRAG PR #259, 2026-01-21; v0.11.1's
+#: notes: "We expect --async-scheduling to be enabled by default in the next release"), except
+#: under pipeline parallelism, the CPU backend and non-MTP/EAGLE speculative decoding. The
+#: profile is the loop of the version vLLM is planned at when none is named (engines/budget.py
+#: DEFAULT_VERSIONS: 0.21), with it (``core_overlap``); capacity's scheduler rows set it by
+#: version (capacity/_engines.py ``async_scheduling``: off for 0.8 and 0.11, on from 0.14).
 _VLLM_SEQ_S = (3.4e-3 - 0.2e-3) / 31
+_VLLM_CORE_SEQ_S = (0.287e-3 - 0.142e-3) / 128
 _VLLM_HOST = ServingHost(
     fixed_s=0.2e-3 - _VLLM_SEQ_S, per_seq_s=_VLLM_SEQ_S, overlap=True,
+    core_fixed_s=0.2e-3 + 0.18e-3 + 0.05e-3, core_per_seq_s=_VLLM_CORE_SEQ_S, core_overlap=True,
     basis="vllm-project/vllm issue #6913 (RFC: Asynchronous Output Processor, 2024-07-29): "
     "_process_model_outputs 0.2 ms at batch 1, 3.4 ms at batch 32 (Llama3-70B FP8, 4xH100); "
     "under the V1 engine (the default from vLLM 0.8.0, PR #13726) this output processing runs "
     "in the API-server process beside the EngineCore loop (vllm/v1/engine/async_llm.py "
-    "@00080ee1; vLLM V1 blog, 2025-01-27), so it overlaps the steps; the EngineCore's own "
-    "scheduling and input preparation are not counted (no published figure)")
+    "@00080ee1; vLLM V1 blog, 2025-01-27), so it overlaps the steps. The EngineCore's own "
+    "work: schedule() 0.2 ms, _update_states 0.18 ms, _prepare_inputs 0.05 ms a step (PR "
+    "#42131, 2026-05-09, B200) and update_from_output 1.13 us a sequence (PR #46112, "
+    "2026-06-18), between the steps without async scheduling, beside them with it (the "
+    "default from vLLM 0.14.0, PR #27614)")
 
 #: TensorRT-LLM behind Triton: its C++ executor's own per-step host work has no published figure
 #: here (none counted); each request's path through Triton's tensorrtllm_backend (HTTP

@@ -114,8 +114,11 @@ def _step_table(est: SpeedEstimate) -> Any:
     t.add_row("bytes moved per step", format_bytes(est.step.bytes))
     t.add_row("kernel time (sum of max(compute, memory))", format_seconds(est.step.kernel_time_s))
     t.add_row(_launch_label(est.step), format_seconds(est.step.launch_time_s))
-    if est.step.serve_host_s:
+    if est.step.serve_host_s or est.step.serve_core_s:
         how = "beside the step, exposed" if est.step.serve_overlap else "after the kernels"
+        if est.step.serve_core_s:  # the loop that drives the GPU (vLLM's EngineCore)
+            how += ("; its scheduling loop beside the step" if est.step.serve_core_overlap
+                    else "; its scheduling loop between steps")
         t.add_row(f"serving engine host work per step (its profile's; {how})",
                   format_seconds(est.step.serve_host_exposed_s))
     if est.transfer.exposed_s:
