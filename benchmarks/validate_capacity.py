@@ -121,6 +121,14 @@ def _server_flags(run: dict) -> dict:
     return {k: stated[k] for k in SERVER_FLAGS if stated.get(k) is not None}
 
 
+def _prefix_hit(run: dict) -> float:
+    """The share of every prompt the row's source shows its prefix cache served
+    (``prefix_cache.hit_share``: stated only where the server's own hit-rate lines show that
+    every request of the run repeats a prompt already cached), else 0: no hit is assumed."""
+    pc = run.get("prefix_cache") or {}
+    return float(pc.get("hit_share") or 0.0)
+
+
 def bench_serving_workload(run: dict) -> Workload | None:
     """The requests sglang.bench_serving sent for a row that states its draws (``drawn``): its
     random dataset's per-request lengths and its Poisson gaps, drawn as the client draws them
@@ -175,8 +183,10 @@ def predict(run: dict) -> Row:
     out, inp = _output(run), _input(run)
     kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
     flags = _server_flags(run)
+    hit = _prefix_hit(run)
     drawn = bench_serving_workload(run)
     shape = (f"{load_cli} --requests {n} --input {inp} --output {out} --seed {SEED}"
+             + (f" --prefix-hit {hit:g}" if hit else "")
              if drawn is None else
              f"--workload {run['id']}.jsonl (bench_serving_workload: the client's seed-"
              f"{run['drawn']['seed']} requests)")
@@ -194,7 +204,7 @@ def predict(run: dict) -> Row:
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=inp,
                        output=out, requests=n, seed=SEED,
-                       replicas=run.get("replicas") or 1, **flags, **kw)
+                       replicas=run.get("replicas") or 1, prefix_hit=hit, **flags, **kw)
     except InputError as e:
         row.why_not = str(e)
         return row
