@@ -723,13 +723,28 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   req/s matches the per-request cost the 4090 rows left open (25 ms there); no source measures
   it, so nothing is added.
   (3) *Qwen2-7B on A100 80GB (dennislee22, vLLM 0.10.1.1, all N sent at once).* ITL reads 10-31%
-  low at every N (N = 1: 10.4 against 11.75 ms; the SKU is not stated, and on the PCIe card's
-  1,935 GB/s the simulated 10.4 would be about 11.0) and more so where the pool binds (0.25
-  utilization, 93,872 tokens: -19% to -31%); tok/s +3% to +35%. TTFT is confounded: prefix caching
-  was on and every run reused benchmark_serving.py's seed 0 on one server, so the server logs the
-  README quotes show 1-57% prefix-cache hits, and the measured mean TTFT falls from N = 10 to 20
-  and 30 (489, 195, 242 ms) where a cold run's must grow; the rows run no hit (not stated per
-  run), TTFT median 34.4% over the 13.
+  low at every N (N = 1: 10.4 against 11.75 ms) and more so where the pool binds (0.25
+  utilization, 93,872 tokens: -19% to -31%); tok/s +3% to +35%. Ruled out from the source
+  (every file of dennislee22/vLLM-benchmarking @b474d1e and its history, read 2026-12-07; the
+  rows' notes): the card is named only "A100 80GB" (no nvidia-smi, power limit, clocks, MIG,
+  driver or node spec), and on the PCIe card's 1,935 GB/s the ITLs would still read 7-28% low
+  (10.95 ms at N = 1); the server flags are the defaults but for max_model_len and the
+  utilization (chunked prefill at 2,048 tokens, prefix caching, CUDA graphs, FlashAttention, 256
+  running as the N = 500 log shows); the generation config's sampling defaults are overridden by
+  the client's temperature 0 and repetition_penalty 1.0 (greedy, no penalty); Qwen2-7B-Instruct
+  has qwen2.5-7b's shapes. Not explained. TTFT: the README's server log lines show three server
+  processes per sweep, and benchmark_serving.py's seed-0 random prompts are the same prompt i in
+  every run, so a run after a larger one on the same server finds every prompt cached; its
+  logged cumulative hit rates match 1,008 of each 1,024-token prompt (8.9% = 1,008 / (11 x
+  1,024) on a fresh server's N = 10 run, the client's test request hitting once). N = 1, 20 and
+  30 at 0.5 (after N = 50 on that server) run that whole-prompt hit (serving_runs.json
+  prefix_cache): TTFT 12 / 63 / 95 against 36 / 195 / 242 ms, the rest the API server's path,
+  which gpuplan does not time for vLLM; a cold 1,024-token prefill of 7.6B parameters needs
+  at least 50 ms at the A100's 312 TFLOP/s, so the measured 36 ms is itself a hit. Their ITLs
+  move the wrong way (-15.6/-14.7% -> -19.0/-19.8%: fewer prefill chunks share the decode
+  steps). N = 75 (10 of 75 cached), 200 (100 of 200) and 500 at 0.5 and the 0.25 sweep (a pool
+  too small to keep earlier runs' prompts; preemption re-prefills count as hits) hit a share
+  that is not one fraction of every prompt, so they run none. TTFT median 34.4% over the 13.
   (4) *Llama-3.1-8B on H100 (vLLM blog, Table 4, concurrency 8, ~20k in).* BF16 KV: TTFT +21%, ITL
   -4%, tok/s +2%; FP8 KV: TTFT +23%, ITL -17%, tok/s +14%. The FP8 prefill attention runs vLLM's
   two-level FA3 (flash-attention#104) at the 16-bit kernel's rate (the post's own concurrency-1
