@@ -692,8 +692,9 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   256/512 -- the served engine's large-batch steps are about 1.4x the simulated ones.
 - **vLLM on datacenter GPUs (issue 29's vLLM source; 19 rows, transcribed and committed before
   any prediction was read; nothing fitted for them; one model change since, gpt-oss's fused
-  attention under vLLM, (1)).** Medians over the 19: TTFT 32.9%, ITL 17.7%, output tok/s 13.3%
-  (36.0%, 22.1%, 13.6% with gpt-oss eager). What each group says:
+  attention under vLLM, (1)).** Medians over the 19: TTFT 23.4%, ITL 19.0%, output tok/s 13.8%
+  (32.9%, 17.7%, 13.3% before vLLM's FP8 attention prefilled at the 16-bit rate and the A100
+  sweep ran its logged prefix hits; 36.0%, 22.1%, 13.6% with gpt-oss eager). What each group says:
   (1) *gpt-oss-20b on H100 (vLLM blog, FP8-KV post, Table 5): attention now fused.* As first
   read, gpuplan planned every gpt-oss job with materialized scores whatever the engine
   (models/_types.py ``EAGER_ONLY``: transformers' GptOssPreTrainedModel has ``_supports_sdpa =

@@ -88,8 +88,15 @@ def test_throughput_meets_the_bar(rows):
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 16.3% (109 rows), ITL 16.0% (104 rows), output tok/s 3.8% (109 rows) median |error|.
+    # TTFT 16.3% (109 rows), ITL 16.4% (104 rows), output tok/s 3.8% (109 rows) median |error|.
     # History, newest first:
+    # - 16.3% / 16.0% / 3.8% before the A100 sweep's N = 1, 20 and 30 rows (0.5 utilization) ran
+    #   the prefix hits their server logs show (every prompt cached by the runs before on that
+    #   server, serving_runs.json prefix_cache; read from the source, nothing fitted): their TTFT
+    #   +87.9/+279.8/+342.8% -> -66.4/-67.8/-60.5% (the group's median 34.4% either way), ITL
+    #   -11.4/-15.6/-14.7% -> -11.4/-19.0/-19.8% (the wrong way: fewer prefill chunks mixed into
+    #   the decode steps), tok/s +12.5/+13.6/+10.0% -> +13.1/+25.5/+26.4%; the 19 vLLM rows'
+    #   medians TTFT 23.4% either way, ITL 17.7% -> 19.0%, tok/s 13.3% -> 13.8%; no other row moves;
     # - 17.1% / 16.0% / 3.8% before vLLM's FP8 attention on Hopper prefilled at the 16-bit
     #   kernel's rate (two-level accumulation FA3, efficiency.fp8_attention_vs_16bit): the
     #   Llama-3.1-8B FP8-KV row's TTFT -17.8% -> +23.4%, its tok/s +21.9% -> +13.8%; the
@@ -134,7 +141,7 @@ def test_errors_reached(rows):
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.163, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.164, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.038, abs=0.005)
     nim = "nvidia-nim"
@@ -155,9 +162,9 @@ def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.0% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.4% "
                    "over 104 rows (TensorRT-LLM online table 17.4%, NIM 2.2%, SGLang 1.6%, "
-                   "vLLM on H100/A100 17.7%)")
+                   "vLLM on H100/A100 19.0%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
 
