@@ -121,6 +121,14 @@ def _server_flags(run: dict) -> dict:
     return {k: stated[k] for k in SERVER_FLAGS if stated.get(k) is not None}
 
 
+def _prefix_hit(run: dict) -> float:
+    """The share of every prompt the row's source shows its prefix cache served
+    (``prefix_cache.hit_share``: stated only where the server's own hit-rate lines show that
+    every request of the run repeats a prompt already cached), else 0: no hit is assumed."""
+    pc = run.get("prefix_cache") or {}
+    return float(pc.get("hit_share") or 0.0)
+
+
 def bench_serving_workload(run: dict) -> Workload | None:
     """The requests sglang.bench_serving sent for a row that states its draws (``drawn``): its
     random dataset's per-request lengths and its Poisson gaps, drawn as the client draws them
@@ -175,8 +183,10 @@ def predict(run: dict) -> Row:
     out, inp = _output(run), _input(run)
     kv = run.get("kv_dtype")                 # None: gpuplan's default (the weights' dtype)
     flags = _server_flags(run)
+    hit = _prefix_hit(run)
     drawn = bench_serving_workload(run)
     shape = (f"{load_cli} --requests {n} --input {inp} --output {out} --seed {SEED}"
+             + (f" --prefix-hit {hit:g}" if hit else "")
              if drawn is None else
              f"--workload {run['id']}.jsonl (bench_serving_workload: the client's seed-"
              f"{run['drawn']['seed']} requests)")
@@ -194,7 +204,7 @@ def predict(run: dict) -> Row:
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=inp,
                        output=out, requests=n, seed=SEED,
-                       replicas=run.get("replicas") or 1, **flags, **kw)
+                       replicas=run.get("replicas") or 1, prefix_hit=hit, **flags, **kw)
     except InputError as e:
         row.why_not = str(e)
         return row
@@ -402,6 +412,17 @@ def _vllm_4090_figures(rs: list[Row]) -> dict[str, str]:
     }
 
 
+def _vllm19_figures(rs: list[Row]) -> dict[str, str]:
+    """The medians quoted of the 19 vLLM rows on datacenter GPUs (issue 29's vLLM source)."""
+    groups = ("kvcached-vllm-h100", "vllm-blog-fp8-kv", "dennislee22-vllm-a100")
+    vr = [r for r in rs if r.run["source_group"] in groups]
+    out = {}
+    for name, key in (("ttft", "ttft_ms"), ("itl", "itl_ms"), ("tok", "output_tokens_per_s")):
+        errs = [abs(e) for r in vr for e in [r.error(key)] if e is not None]
+        out[f"vllm19_{name}"] = f"{100 * statistics.median(errs):.1f}%" if errs else "-"
+    return out
+
+
 def _nim_sglang_figures(rs: list[Row]) -> dict[str, str]:
     """The figures quoted of the NIM and the SGLang (DataCrunch H200) rows, from ``rs``."""
     nim = {r.run["load"]["concurrency"]: r for r in rs if r.run["source_group"] == "nvidia-nim"}
@@ -426,7 +447,8 @@ def _nim_sglang_figures(rs: list[Row]) -> dict[str, str]:
 def fill_mechanisms(text: str, rs: list[Row]) -> str:
     """``text`` with each ``{name}`` of the figures computed from ``rs`` filled in (a figure
     the prose quotes of today's table is computed, never typed); other braces stay as they are."""
-    figs = _trtllm_figures(rs) | _vllm_4090_figures(rs) | _nim_sglang_figures(rs)
+    figs = (_trtllm_figures(rs) | _vllm_4090_figures(rs) | _nim_sglang_figures(rs)
+            | _vllm19_figures(rs))
     return re.sub(r"\{(\w+)\}", lambda m: figs.get(m.group(1), m.group(0)), text)
 
 
@@ -703,9 +725,10 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   256/512 -- the served engine's large-batch steps are about 1.4x the simulated ones.
 - **vLLM on datacenter GPUs (issue 29's vLLM source; 19 rows, transcribed and committed before
   any prediction was read; nothing fitted for them; one model change since, gpt-oss's fused
-  attention under vLLM, (1)).** Medians over the 19 once gpt-oss's attention was fused: TTFT 32.9%, ITL
-  17.7%, output tok/s 13.3% (36.0%, 22.1%, 13.6% with gpt-oss eager; today's are the summary
-  table's, after vLLM 0.14's async scheduling, "vLLM's per-step host work" above). What each group says:
+  attention under vLLM, (1)).** Medians over the 19 today: TTFT {vllm19_ttft}, ITL {vllm19_itl},
+  output tok/s {vllm19_tok} (23.4%, 19.0%, 13.8% after the A100 sweep ran its logged prefix
+  hits, before vLLM 0.14's async scheduling; 32.9%, 17.7%, 13.3% before vLLM's FP8 attention
+  prefilled at the 16-bit rate; 36.0%, 22.1%, 13.6% with gpt-oss eager). What each group says:
   (1) *gpt-oss-20b on H100 (vLLM blog, FP8-KV post, Table 5): attention now fused.* As first
   read, gpuplan planned every gpt-oss job with materialized scores whatever the engine
   (models/_types.py ``EAGER_ONLY``: transformers' GptOssPreTrainedModel has ``_supports_sdpa =
@@ -752,13 +775,28 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   figure). The kvcached repository's nsys profile (benchmarks/bench_layout) is of a GB10 and of
   kvcached's allocator, not of these rows' server.
   (3) *Qwen2-7B on A100 80GB (dennislee22, vLLM 0.10.1.1, all N sent at once).* ITL reads 10-31%
-  low at every N (N = 1: 10.4 against 11.75 ms; the SKU is not stated, and on the PCIe card's
-  1,935 GB/s the simulated 10.4 would be about 11.0) and more so where the pool binds (0.25
-  utilization, 93,872 tokens: -19% to -31%); tok/s +3% to +35%. TTFT is confounded: prefix caching
-  was on and every run reused benchmark_serving.py's seed 0 on one server, so the server logs the
-  README quotes show 1-57% prefix-cache hits, and the measured mean TTFT falls from N = 10 to 20
-  and 30 (489, 195, 242 ms) where a cold run's must grow; the rows run no hit (not stated per
-  run), TTFT median 34.4% over the 13.
+  low at every N (N = 1: 10.4 against 11.75 ms) and more so where the pool binds (0.25
+  utilization, 93,872 tokens: -19% to -31%); tok/s +3% to +35%. Ruled out from the source
+  (every file of dennislee22/vLLM-benchmarking @b474d1e and its history, read 2026-12-07; the
+  rows' notes): the card is named only "A100 80GB" (no nvidia-smi, power limit, clocks, MIG,
+  driver or node spec), and on the PCIe card's 1,935 GB/s the ITLs would still read 7-28% low
+  (10.95 ms at N = 1); the server flags are the defaults but for max_model_len and the
+  utilization (chunked prefill at 2,048 tokens, prefix caching, CUDA graphs, FlashAttention, 256
+  running as the N = 500 log shows); the generation config's sampling defaults are overridden by
+  the client's temperature 0 and repetition_penalty 1.0 (greedy, no penalty); Qwen2-7B-Instruct
+  has qwen2.5-7b's shapes. Not explained. TTFT: the README's server log lines show three server
+  processes per sweep, and benchmark_serving.py's seed-0 random prompts are the same prompt i in
+  every run, so a run after a larger one on the same server finds every prompt cached; its
+  logged cumulative hit rates match 1,008 of each 1,024-token prompt (8.9% = 1,008 / (11 x
+  1,024) on a fresh server's N = 10 run, the client's test request hitting once). N = 1, 20 and
+  30 at 0.5 (after N = 50 on that server) run that whole-prompt hit (serving_runs.json
+  prefix_cache): TTFT 12 / 63 / 95 against 36 / 195 / 242 ms, the rest the API server's path,
+  which gpuplan does not time for vLLM; a cold 1,024-token prefill of 7.6B parameters needs
+  at least 50 ms at the A100's 312 TFLOP/s, so the measured 36 ms is itself a hit. Their ITLs
+  move the wrong way (-15.6/-14.7% -> -19.0/-19.8%: fewer prefill chunks share the decode
+  steps). N = 75 (10 of 75 cached), 200 (100 of 200) and 500 at 0.5 and the 0.25 sweep (a pool
+  too small to keep earlier runs' prompts; preemption re-prefills count as hits) hit a share
+  that is not one fraction of every prompt, so they run none. TTFT median 34.4% over the 13.
   (4) *Llama-3.1-8B on H100 (vLLM blog, Table 4, concurrency 8, ~20k in).* BF16 KV: TTFT +21%, ITL
   -4%, tok/s +2%; FP8 KV: TTFT +23%, ITL -17%, tok/s +14%. The FP8 prefill attention runs vLLM's
   two-level FA3 (flash-attention#104) at the 16-bit kernel's rate (the post's own concurrency-1

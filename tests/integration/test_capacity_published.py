@@ -88,8 +88,15 @@ def test_throughput_meets_the_bar(rows):
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 17.1% (109 rows), ITL 15.7% (104 rows), output tok/s 3.3% (109 rows) median |error|.
+    # TTFT 17.1% (109 rows), ITL 16.0% (104 rows), output tok/s 3.3% (109 rows) median |error|.
     # History, newest first:
+    # - 17.1% / 15.7% / 3.3% (after vLLM 0.14's async scheduling) before the A100 sweep's N = 1, 20 and 30 rows (0.5 utilization) ran
+    #   the prefix hits their server logs show (every prompt cached by the runs before on that
+    #   server, serving_runs.json prefix_cache; read from the source, nothing fitted): their TTFT
+    #   +87.9/+279.8/+342.8% -> -66.4/-67.8/-60.5% (the group's median 34.4% either way), ITL
+    #   -11.4/-15.6/-14.7% -> -11.4/-19.0/-19.8% (the wrong way: fewer prefill chunks mixed into
+    #   the decode steps), tok/s +12.5/+13.6/+10.0% -> +13.1/+25.5/+26.4%; the 19 vLLM rows'
+    #   medians TTFT 23.4% either way, ITL 17.7% -> 19.0%, tok/s 13.3% -> 13.8%; no other row moves;
     # - 16.3% / 16.0% / 3.8% (merged onto the FP8-attention and gpt-oss changes) before vLLM's
     #   EngineCore work per step was counted (0.43 ms + 1.13
     #   us a sequence: vllm PRs #42131, #46112) and vLLM >= 0.14 ran async scheduling
@@ -144,7 +151,7 @@ def test_errors_reached(rows):
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.171, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.157, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.033, abs=0.005)
     nim = "nvidia-nim"
@@ -165,9 +172,9 @@ def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 15.7% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.0% "
                    "over 104 rows (TensorRT-LLM online table 17.4%, NIM 2.2%, SGLang 1.6%, "
-                   "vLLM on H100/A100 16.3%)")
+                   "vLLM on H100/A100 16.7%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
 
