@@ -55,10 +55,18 @@ class Row:
 
 
 def _not_expressible(run: dict) -> str:
-    j = run["job"]
+    j, rec = run["job"], run.get("recipe") or {}
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
+    if rec.get("cuda_graphs") and (j.get("ep") or 1) > 1:
+        return ("Megatron-Core's whole-layer CUDA graphs (the 25.09 perf_matrix's cuda_graphs "
+                "true: model.enable_cuda_graph): the Job's cuda_graph_scope takes Transformer "
+                "Engine's scoped graphs only, and a token-drop MoE layer's launches, which these "
+                "graphs remove, are what its host time is (DROPLESS_OVERLAP_CHECKS: the B200 "
+                "token-drop Job host-bound at 6.80 ms a layer pass against 4.72 measured)")
+    if rec.get("pipeline_layout_unknown"):
+        return "the pipeline layout it ran is not recorded: " + rec["pipeline_layout_unknown"]
     return ""
 
 
@@ -520,6 +528,15 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("recompute_modules"):
         out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
         notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
+    if r.get("moe_expert_capacity_factor") is not None:
+        # token drop (Megatron-Bridge apply_moe_token_drop: capacity factor 1.0, each expert's
+        # input padded to its capacity), which the experts' GEMMs run at (moe_capacity_factor)
+        out["moe_capacity_factor"] = r["moe_expert_capacity_factor"]
+        notes.append(f"token drop: capacity factor {r['moe_expert_capacity_factor']}, padded to "
+                     f"capacity (moe_expert_capacity_factor, {where})")
+    if r.get("cuda_graphs"):
+        notes.append("Megatron-Core's whole-layer CUDA graphs (cuda_graphs true) not modelled: "
+                     "timed ungraphed, every launch on the host (ASSUMED; no Job field)")
     if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
         notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
     if (run["model"]["catalog"] == "deepseek-v3" and not r.get("moe_a2a_overlap")
