@@ -694,6 +694,27 @@ def speedups(rows: list[Row]) -> list[tuple[Row, Row, float, float | None]]:
     return out
 
 
+#: Where FP8/BF16 twins were looked for (issue 30's speed-up check), and what was found: printed
+#: under the speed-ups table. A negative result for every source but the two pairs recorded.
+PAIR_SEARCH = (
+    "NVIDIA/NeMo docs/source/performance/performance_summary.md: every stored version (4c73f776, "
+    "3a8081fe, 8e3d65dc, 070a0bb1 and their branch copies) is the 24.07 DGX-H100 table 'at FP8 "
+    "precision', no BF16 column or row; the file leaves the repository at d31653f7 "
+    "(2024-12-12, 'perf summary docs link'). The NeMo 24.09-25.07 tables moved to "
+    "docs.nvidia.com/nemo-framework/user-guide (performance-summary.html and archive/"
+    "25.04-performance-summary.html); their opening tables are headed 'pre-training "
+    "performance of various models with the FP8 precision' and only their openings are "
+    "stored here, so no row of them is recorded (the 25.07 GB200 rows' parenthesized figures "
+    "are defined in a footnote the stored text does not reach).",
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md: the 25.09 tables (v0.2.0 = "
+    "7af9601c, first at fa0315ae) print FP8-CS with FP8-MX in parentheses and no BF16; of the "
+    "25.11 and 26.02 tables (df0289c1) and the 26.02.01-26.08 ones (the archive at 4ab94dfa) "
+    "only DeepSeek-V3 on GB200 and GB300 (25.11) publishes BF16 beside FP8 (GB300 at one "
+    "layout, GB200 at two); their other BF16 rows (GPT-OSS 120B everywhere, Qwen3-235B-A22B 25.11 GB200 / GB300) have "
+    "no FP8 twin in the same table.",
+)
+
+
 def summary(rows: list[Row]) -> dict:
     errs = [r.error for r in rows if r.error is not None]
     sp = speedups(rows)
@@ -770,6 +791,8 @@ def render(rows: list[Row]) -> str:
     for r, t, m, p in speedups(rows):
         out.append(f"| `{r.run['id']}` | `{t.run['id']}` | {m:.3f} | "
                    f"{'—' if p is None else f'{p:.3f}'} |")
+    out += ["", "Where twins were looked for (`PAIR_SEARCH`):", ""]
+    out += [f"- {t}" for t in PAIR_SEARCH]
     out += _recipe_lines(rows)
     out += _blackwell_405b_lines(rows)
     out += _mxfp8_lines(rows)
