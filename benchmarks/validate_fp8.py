@@ -56,6 +56,12 @@ class Row:
 
 def _not_expressible(run: dict) -> str:
     j, rec = run["job"], run.get("recipe") or {}
+    if run["model"]["catalog"] is None:
+        return (f"{run['model']['name_as_stated']} is not in gpuplan's catalog (an entry needs its "
+                "config from the NeMo / Megatron-Bridge recipe code, file and commit)")
+    if j.get("finetune_task") == "lora":
+        return ("LoRA fine-tuning: the harness builds full-training Jobs, and the row records "
+                "neither NeMo 24.07's LoRA target modules nor its rank")
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
