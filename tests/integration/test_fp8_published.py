@@ -33,9 +33,10 @@ def test_md_is_current():
 
 
 def test_every_run_predicted_or_explained():
-    # 42 before the 25.09 tables (Megatron-Bridge v0.2.0 docs) and the 25.11 GB300 DeepSeek-V3
-    # pair were recorded: 13 dense + 14 MoE 25.09 rows, 2 GB300 rows
-    assert len(ROWS) == 71
+    # 42 before the 25.09 tables (Megatron-Bridge v0.2.0 docs), the 25.11 GB300 DeepSeek-V3 pair
+    # and the rest of the NeMo 24.07 tables were recorded: 13 dense + 14 MoE 25.09 rows, 2 GB300
+    # rows, 7 NeMo 24.07 pre-training rows of models the catalog lacks, 6 fine-tuning rows
+    assert len(ROWS) == 84
     for r in ROWS:
         assert (r.predicted is None) == bool(r.why_not), r.run["id"]
     # the DeepSeek-V3 figure is the report's 14.8T tokens over 2.664M H800 GPU-hours
@@ -166,8 +167,8 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # MoE median 23.4% unmoved (H100 Qwen3-30B 2.42 -> 2.32 and 1.90 -> 1.86, B200 Qwen3-235B
 # 25.11 1.73 -> 1.71; H100 Qwen3-235B 1,461 -> 1,454 and 1,405 -> 1,399 tok/s, 0.89 both, the
 # wrong way); the pair and dense unmoved
-@pytest.mark.xfail(strict=True, reason="median |error| 11.9% > 10% (11.2% over the 42 runs before "
-                   "the 25.09 and GB300 rows): the MoE rows (16.9% median) hold it above the bar")
+@pytest.mark.xfail(strict=True, reason="median |error| 11.8% > 10% (11.2% over the 42 runs before "
+                   "the 25.09, GB300 and NeMo 24.07 fine-tuning rows): the MoE rows (16.9% median) hold it above the bar")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
@@ -196,8 +197,9 @@ def test_the_recipes_tp_comm_overlap_is_the_rows():
 
 def test_the_dense_llama_subsets_meet_the_bars():
     """Issue 30's bars over the dense Llama rows apart (the MoE rows miss them), Blackwell's worst
-    apart (:func:`test_the_dense_blackwell_worst_within_20_percent`). With the 25.09 rows: Hopper
-    11 rows, median 5.7% / worst 17.0%; Blackwell 20 rows, median 9.7%. Before them:
+    apart (:func:`test_the_dense_blackwell_worst_within_20_percent`). With the 25.09 rows and the
+    NeMo 24.07 SFT rows: Hopper 14 rows, median 6.8% / worst 17.0%; Blackwell 20 rows, median
+    9.7%. Before them:
     Hopper median 7.9% / worst 16.5%, Blackwell 9.8% / 18.7%, since Transformer Engine's
     userbuffers ring exchanges are priced (compute.parallel.ub_split_s: the TP GEMMs in TP chunks
     of tokens / TP rows, the reduce-scatters' reduce kernel and last send) and its P2P CP merges
@@ -207,7 +209,7 @@ def test_the_dense_llama_subsets_meet_the_bars():
     per-micro-batch casts were hiding the missing ring-exchange cost)."""
     for label, test in V.SUBSETS[:2]:
         errs = [r.error for r in ROWS if r.error is not None and test(r)]
-        assert len(errs) in (11, 20), label
+        assert len(errs) in (14, 20), label
         assert statistics.median(errs) <= V.MEDIAN_BAR, (label, sorted(errs))
         if "Hopper" in label:
             assert max(errs) <= V.WORST_BAR, (label, sorted(errs))
