@@ -55,10 +55,24 @@ class Row:
 
 
 def _not_expressible(run: dict) -> str:
-    j = run["job"]
+    j, rec = run["job"], run.get("recipe") or {}
+    if run["model"]["catalog"] is None:
+        return (f"{run['model']['name_as_stated']} is not in gpuplan's catalog (an entry needs its "
+                "config from the NeMo / Megatron-Bridge recipe code, file and commit)")
+    if j.get("finetune_task") == "lora":
+        return ("LoRA fine-tuning: the harness builds full-training Jobs, and the row records "
+                "neither NeMo 24.07's LoRA target modules nor its rank")
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
+    if rec.get("cuda_graphs") and (j.get("ep") or 1) > 1:
+        return ("Megatron-Core's whole-layer CUDA graphs (the 25.09 perf_matrix's cuda_graphs "
+                "true: model.enable_cuda_graph): the Job's cuda_graph_scope takes Transformer "
+                "Engine's scoped graphs only, and a token-drop MoE layer's launches, which these "
+                "graphs remove, are what its host time is (DROPLESS_OVERLAP_CHECKS: the B200 "
+                "token-drop Job host-bound at 6.80 ms a layer pass against 4.72 measured)")
+    if rec.get("pipeline_layout_unknown"):
+        return "the pipeline layout it ran is not recorded: " + rec["pipeline_layout_unknown"]
     return ""
 
 
@@ -520,6 +534,15 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("recompute_modules"):
         out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
         notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
+    if r.get("moe_expert_capacity_factor") is not None:
+        # token drop (Megatron-Bridge apply_moe_token_drop: capacity factor 1.0, each expert's
+        # input padded to its capacity), which the experts' GEMMs run at (moe_capacity_factor)
+        out["moe_capacity_factor"] = r["moe_expert_capacity_factor"]
+        notes.append(f"token drop: capacity factor {r['moe_expert_capacity_factor']}, padded to "
+                     f"capacity (moe_expert_capacity_factor, {where})")
+    if r.get("cuda_graphs"):
+        notes.append("Megatron-Core's whole-layer CUDA graphs (cuda_graphs true) not modelled: "
+                     "timed ungraphed, every launch on the host (ASSUMED; no Job field)")
     if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
         notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
     if (run["model"]["catalog"] == "deepseek-v3" and not r.get("moe_a2a_overlap")
@@ -677,6 +700,27 @@ def speedups(rows: list[Row]) -> list[tuple[Row, Row, float, float | None]]:
     return out
 
 
+#: Where FP8/BF16 twins were looked for (issue 30's speed-up check), and what was found: printed
+#: under the speed-ups table. A negative result for every source but the two pairs recorded.
+PAIR_SEARCH = (
+    "NVIDIA/NeMo docs/source/performance/performance_summary.md: every stored version (4c73f776, "
+    "3a8081fe, 8e3d65dc, 070a0bb1 and their branch copies) is the 24.07 DGX-H100 table 'at FP8 "
+    "precision', no BF16 column or row; the file leaves the repository at d31653f7 "
+    "(2024-12-12, 'perf summary docs link'). The NeMo 24.09-25.07 tables moved to "
+    "docs.nvidia.com/nemo-framework/user-guide (performance-summary.html and archive/"
+    "25.04-performance-summary.html); their opening tables are headed 'pre-training "
+    "performance of various models with the FP8 precision' and only their openings are "
+    "stored here, so no row of them is recorded (the 25.07 GB200 rows' parenthesized figures "
+    "are defined in a footnote the stored text does not reach).",
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md: the 25.09 tables (v0.2.0 = "
+    "7af9601c, first at fa0315ae) print FP8-CS with FP8-MX in parentheses and no BF16; of the "
+    "25.11 and 26.02 tables (df0289c1) and the 26.02.01-26.08 ones (the archive at 4ab94dfa) "
+    "only DeepSeek-V3 on GB200 and GB300 (25.11) publishes BF16 beside FP8 (GB300 at one "
+    "layout, GB200 at two); their other BF16 rows (GPT-OSS 120B everywhere, Qwen3-235B-A22B 25.11 GB200 / GB300) have "
+    "no FP8 twin in the same table.",
+)
+
+
 def summary(rows: list[Row]) -> dict:
     errs = [r.error for r in rows if r.error is not None]
     sp = speedups(rows)
@@ -753,6 +797,8 @@ def render(rows: list[Row]) -> str:
     for r, t, m, p in speedups(rows):
         out.append(f"| `{r.run['id']}` | `{t.run['id']}` | {m:.3f} | "
                    f"{'—' if p is None else f'{p:.3f}'} |")
+    out += ["", "Where twins were looked for (`PAIR_SEARCH`):", ""]
+    out += [f"- {t}" for t in PAIR_SEARCH]
     out += _recipe_lines(rows)
     out += _blackwell_405b_lines(rows)
     out += _mxfp8_lines(rows)
