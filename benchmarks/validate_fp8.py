@@ -59,9 +59,9 @@ def _not_expressible(run: dict) -> str:
     if run["model"]["catalog"] is None:
         return (f"{run['model']['name_as_stated']} is not in gpuplan's catalog (an entry needs its "
                 "config from the NeMo / Megatron-Bridge recipe code, file and commit)")
-    if j.get("finetune_task") == "lora":
-        return ("LoRA fine-tuning: the harness builds full-training Jobs, and the row records "
-                "neither NeMo 24.07's LoRA target modules nor its rank")
+    if j.get("finetune_task") == "lora" and not j.get("lora"):
+        return ("LoRA fine-tuning: the row records neither its LoRA target modules nor its "
+                "rank (job.lora)")
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
@@ -575,6 +575,42 @@ def tp_overlap_of(run: dict) -> bool:
     return bool((run.get("recipe") or {}).get("tp_comm_overlap", True))
 
 
+#: NeMo's LoRA target names (peft_config.py PEFT_MODULE_MAP / LORA_CONFIG_TO_MCORE_MAP) as the
+#: catalog's Llama modules. attention_qkv: NeMo's "nemo" variant puts ONE adapter on the fused
+#: linear_qkv (A: hidden x r, B: r x (heads + 2 query groups) x head_dim); gpuplan's Llama has q,
+#: k and v apart, so it is timed as three adapters of rank r whose B's outputs sum to the fused
+#: one's: two A products (T x hidden x r each, forward and backward) and their launches more than
+#: NeMo ran -- 2r / the fused output, about 0.5% of the QKV GEMM's FLOPs and 0.1-0.2% of a
+#: layer's at r 32 on Llama 2; counted, not removed.
+NEMO_LORA_TARGETS = {"attention_qkv": ("q_proj", "k_proj", "v_proj"),
+                     "attention_dense": ("o_proj",), "mlp_fc1": ("gate_proj", "up_proj"),
+                     "mlp_fc2": ("down_proj",)}
+
+
+def lora_fields(run: dict, notes: list[str]) -> dict:
+    """The Job fields of a LoRA row's ``job.lora`` (NeMo's defaults where the table states none,
+    recorded with their source): rank, the target modules (:data:`NEMO_LORA_TARGETS`), dropout;
+    NeMo's fused_adam without the distributed optimizer (``job.distributed_optimizer`` False:
+    ZeRO 0). The frozen base's linears run FP8 under the row's recipe (Transformer Engine's
+    modules under fp8_autocast), the adapters BF16 (megatron.core.tensor_parallel linears, which
+    fp8_autocast does not reach): the Job's LoRA ops are 16-bit whatever the recipe."""
+    j = run["job"]
+    lo = j.get("lora")
+    if not lo:
+        return {}
+    targets = tuple(m for t in lo["targets"] for m in NEMO_LORA_TARGETS[t])
+    out = dict(lora_rank=lo["rank"], lora_targets=targets, lora_dropout=lo["dropout"])
+    if j.get("distributed_optimizer") is False:
+        out["zero"] = 0
+    notes.append(f"LoRA rank {lo['rank']} on {', '.join(lo['targets'])} as {', '.join(targets)} "
+                 f"(three adapters for NeMo's one fused), dropout {lo['dropout']}; base FP8, "
+                 "adapters BF16" + (", no distributed optimizer" if out.get("zero") == 0 else ""))
+    if j.get("fp8_params"):
+        notes.append("fp8_params (TE fp8_model_init: the frozen base stored FP8) not modelled: "
+                     "the base counted BF16 with the recipe's per-step FP8 weight cast")
+    return out
+
+
 def _pp_schedule(j: dict) -> str:
     vp = j.get("vp")
     return f"interleaved:{vp}" if j["pp"] > 1 and vp and vp > 1 else "1f1b"
@@ -604,6 +640,7 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         fields.update(pp_embedding_part=True, pp_loss_part=True)
         notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
     fields.update(recipe_fields(run, notes))
+    fields.update(lora_fields(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
         layout = (run.get("recipe") or {}).get("pipeline_model_parallel_layout")
         first, last = (layout_split(layout, j["pp"]) if layout
@@ -618,8 +655,8 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         # expert_tensor_parallel_size 1)
         fields["etp"] = 1
         notes.append(f"EP {ep} over TP x DP x CP with expert TP 1 (MoE Parallel Folding)")
-    notes.append("distributed optimizer (ZeRO-1), sequence parallelism under TP, "
-                 f"{fields['pp_schedule']}")
+    notes.append(("distributed optimizer (ZeRO-1), " if fields["zero"] else "")
+                 + f"sequence parallelism under TP, {fields['pp_schedule']}")
     return Job(model=run["model"]["catalog"], mode="train", engine="megatron", **fields)
 
 
