@@ -62,6 +62,9 @@ def _not_expressible(run: dict) -> str:
     if j.get("finetune_task") == "lora" and not j.get("lora"):
         return ("LoRA fine-tuning: the row records neither its LoRA target modules nor its "
                 "rank (job.lora)")
+    unmapped = [t for t in (j.get("lora") or {}).get("targets", ()) if t not in NEMO_LORA_TARGETS]
+    if unmapped:
+        return f"LoRA target {unmapped[0]} has no Job target (NEMO_LORA_TARGETS)"
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
@@ -575,15 +578,14 @@ def tp_overlap_of(run: dict) -> bool:
     return bool((run.get("recipe") or {}).get("tp_comm_overlap", True))
 
 
-#: NeMo's LoRA target names (peft_config.py PEFT_MODULE_MAP / LORA_CONFIG_TO_MCORE_MAP) as the
-#: catalog's Llama modules. attention_qkv: NeMo's "nemo" variant puts ONE adapter on the fused
-#: linear_qkv (A: hidden x r, B: r x (heads + 2 query groups) x head_dim); gpuplan's Llama has q,
-#: k and v apart, so it is timed as three adapters of rank r whose B's outputs sum to the fused
-#: one's: two A products (T x hidden x r each, forward and backward) and their launches more than
-#: NeMo ran -- 2r / the fused output, about 0.5% of the QKV GEMM's FLOPs and 0.1-0.2% of a
-#: layer's at r 32 on Llama 2; counted, not removed.
-NEMO_LORA_TARGETS = {"attention_qkv": ("q_proj", "k_proj", "v_proj"),
-                     "attention_dense": ("o_proj",), "mlp_fc1": ("gate_proj", "up_proj"),
+#: NeMo's LoRA target names (peft_config.py PEFT_MODULE_MAP / LORA_CONFIG_TO_MCORE_MAP at
+#: NVIDIA/NeMo@579983fb) as the Job's targets. attention_qkv: NeMo's "nemo" variant puts ONE
+#: adapter on Megatron-Core's fused linear_qkv (A: hidden x r, B: r x (heads + 2 query groups) x
+#: head_dim), the Job's ``linear_qkv`` target (gpuplan.models FUSED_QKV_TARGET: the catalog's q,
+#: k and v as one linear).
+#: mlp_fc1 is left out: NeMo's one adapter over the fused gate and up projections has no Job
+#: target (a row naming it is listed, not expressed).
+NEMO_LORA_TARGETS = {"attention_qkv": ("linear_qkv",), "attention_dense": ("o_proj",),
                      "mlp_fc2": ("down_proj",)}
 
 
@@ -603,7 +605,7 @@ def lora_fields(run: dict, notes: list[str]) -> dict:
     if j.get("distributed_optimizer") is False:
         out["zero"] = 0
     notes.append(f"LoRA rank {lo['rank']} on {', '.join(lo['targets'])} as {', '.join(targets)} "
-                 f"(three adapters for NeMo's one fused), dropout {lo['dropout']}; base FP8, "
+                 f"(one fused adapter), dropout {lo['dropout']}; base FP8, "
                  "adapters BF16" + (", no distributed optimizer" if out.get("zero") == 0 else ""))
     if j.get("fp8_params"):
         notes.append("fp8_params (TE fp8_model_init: the frozen base stored FP8) not modelled: "
