@@ -488,7 +488,11 @@ DROPLESS_OVERLAP_CHECKS = (
     "(the 25.11 row's with moe_capacity_factor 1.0, no cuda_graph_scope) at 12,558, "
     "host-bound at 6.80 ms a pass, above the measured 4.72: what the graphs' host savings "
     "would have to cover. So the B200 pair is no evidence for (b) on H100, where neither run "
-    "graphed anything. Either way the EP overlap is not the cause and the candidates above "
+    "graphed anything. Since then the whole-layer graphs are a Job option (cuda_graph_scope "
+    "full, compute/graphs.py) and the 25.09 rows that ran them are predicted with it: the "
+    "graphs take the B200 token-drop Job from host-bound under its measured figure to "
+    "device-bound over it, and leave the GB200 Qwen3 and B200 DeepSeek-V3 rows, device-bound "
+    "without them, where they were (the table above). Either way the EP overlap is not the cause and the candidates above "
     "are too small; not modelled: no source times the host or the kernels of these H100 "
     "runs' layer passes. The table's layout stays taken (fp8_runs.json "
     "differs_from_table).",
