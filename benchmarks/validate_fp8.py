@@ -65,12 +65,6 @@ def _not_expressible(run: dict) -> str:
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
-    if rec.get("cuda_graphs") and (j.get("ep") or 1) > 1:
-        return ("Megatron-Core's whole-layer CUDA graphs (the 25.09 perf_matrix's cuda_graphs "
-                "true: model.enable_cuda_graph): the Job's cuda_graph_scope takes Transformer "
-                "Engine's scoped graphs only, and a token-drop MoE layer's launches, which these "
-                "graphs remove, are what its host time is (DROPLESS_OVERLAP_CHECKS: the B200 "
-                "token-drop Job host-bound at 6.80 ms a layer pass against 4.72 measured)")
     if rec.get("pipeline_layout_unknown"):
         return "the pipeline layout it ran is not recorded: " + rec["pipeline_layout_unknown"]
     return ""
@@ -494,7 +488,11 @@ DROPLESS_OVERLAP_CHECKS = (
     "(the 25.11 row's with moe_capacity_factor 1.0, no cuda_graph_scope) at 12,558, "
     "host-bound at 6.80 ms a pass, above the measured 4.72: what the graphs' host savings "
     "would have to cover. So the B200 pair is no evidence for (b) on H100, where neither run "
-    "graphed anything. Either way the EP overlap is not the cause and the candidates above "
+    "graphed anything. Since then the whole-layer graphs are a Job option (cuda_graph_scope "
+    "full, compute/graphs.py) and the 25.09 rows that ran them are predicted with it: the "
+    "graphs take the B200 token-drop Job from host-bound under its measured figure to "
+    "device-bound over it, and leave the GB200 Qwen3 and B200 DeepSeek-V3 rows, device-bound "
+    "without them, where they were (the table above). Either way the EP overlap is not the cause and the candidates above "
     "are too small; not modelled: no source times the host or the kernels of these H100 "
     "runs' layer passes. The table's layout stays taken (fp8_runs.json "
     "differs_from_table).",
@@ -506,7 +504,9 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
     backend (``moe_flex_dispatcher_backend`` -> ``moe_dispatcher``), the MTP depth
     (``mtp_num_layers`` -> ``mtp_layers``), Transformer Engine's scoped CUDA graphs
-    (``cuda_graph_scope`` under ``cuda_graph_impl`` transformer_engine -> ``cuda_graph_scope``)
+    (``cuda_graph_scope`` under ``cuda_graph_impl`` transformer_engine -> ``cuda_graph_scope``),
+    the 25.09 performance matrix's whole-layer graphs (``cuda_graphs`` -> ``cuda_graph_scope``
+    full)
     and selective recompute of named modules
     (``recompute_modules`` -> ``checkpointing`` selective with ``recompute_modules``); what
     gpuplan cannot express goes to ``notes``."""
@@ -541,8 +541,13 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
         notes.append(f"token drop: capacity factor {r['moe_expert_capacity_factor']}, padded to "
                      f"capacity (moe_expert_capacity_factor, {where})")
     if r.get("cuda_graphs"):
-        notes.append("Megatron-Core's whole-layer CUDA graphs (cuda_graphs true) not modelled: "
-                     "timed ungraphed, every launch on the host (ASSUMED; no Job field)")
+        # cuda_graphs true -> set_cuda_graph_overrides: model.enable_cuda_graph True
+        # (Megatron-Bridge@ea299063 scripts/performance/utils/helpers.py lines 114-120):
+        # Megatron-Core's whole-layer graphs, its cuda_graph_scope left at "full"
+        out["cuda_graph_scope"] = ("full",)
+        notes.append("Megatron-Core's whole-layer CUDA graphs (cuda_graphs true -> "
+                     "enable_cuda_graph; cuda_graph_scope full: a layer's forward and its "
+                     "backward one host launch each)")
     if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
         notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
     if (run["model"]["catalog"] == "deepseek-v3" and not r.get("moe_a2a_overlap")
