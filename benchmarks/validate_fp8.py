@@ -799,7 +799,9 @@ def render(rows: list[Row]) -> str:
            "scripts run it; FP8-MX: MXFP8 param gather, which Megatron-Core runs in BF16; "
            "`BRIDGE_PRESETS`), Llama 3.1 405B and "
            "Qwen3 235B with the embedding and "
-           "loss as pipeline parts (`SPLIT_ACCOUNTING`). The recorded rows are the sources' "
+           "loss as pipeline parts (`SPLIT_ACCOUNTING`); the NeMo 24.07 SFT rows as their "
+           "NeMo-Framework-Launcher scripts set them (FP8 parameters, bf16 Adam states, the "
+           "script's VP, marked * in the table: `_launcher_fields`). The recorded rows are the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
            f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
            f"|error| {_pct(s['median'])}, worst {_pct(s['worst'])} (bars: median within "
@@ -814,7 +816,7 @@ def render(rows: list[Row]) -> str:
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         j = r.run["job"]
-        lay = "/".join(str(j.get(k) if j.get(k) is not None else "-") for k in ("tp", "pp", "cp", "vp", "ep"))
+        lay = "/".join(_layout_cell(r.run, k) for k in ("tp", "pp", "cp", "vp", "ep"))
         pred = "—" if r.predicted is None else f"{r.predicted:,.0f}"
         ratio = "—" if r.predicted is None else f"{r.predicted / r.measured:.2f}"
         out.append(f"| `{r.run['id']}` | {r.run['hardware']['gpu']} | {j['precision']} | {lay} | "
@@ -834,6 +836,16 @@ def render(rows: list[Row]) -> str:
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
     return "\n".join(out) + "\n"
+
+
+def _layout_cell(run: dict, key: str) -> str:
+    """One TP/PP/CP/VP/EP cell: the table's value, or for VP the recipe's (marked *) where the
+    table has no VP column and the row's launcher script sets one."""
+    v = run["job"].get(key)
+    if v is None and key == "vp":
+        vp = (run.get("recipe") or {}).get("virtual_pipeline_model_parallel_size")
+        return f"{vp}*" if vp else "-"
+    return "-" if v is None else str(v)
 
 
 def _recipe_lines(rows: list[Row]) -> list[str]:
