@@ -801,7 +801,8 @@ def render(rows: list[Row]) -> str:
            "Qwen3 235B with the embedding and "
            "loss as pipeline parts (`SPLIT_ACCOUNTING`); the NeMo 24.07 SFT rows as their "
            "NeMo-Framework-Launcher scripts set them (FP8 parameters, bf16 Adam states, the "
-           "script's VP, marked * in the table: `_launcher_fields`). The recorded rows are the sources' "
+           "script's VP, marked * in the table: `_launcher_fields`). The recorded rows are "
+           "the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
            f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
            f"|error| {_pct(s['median'])}, worst {_pct(s['worst'])} (bars: median within "

@@ -518,7 +518,8 @@ def test_the_nemo_70b_sft_run_plans_its_launcher_script():
     By hand, the first stage's rank holds 20 of the 80 layers over TP 4: each layer's linear
     weights (8192^2 x 2 for q and o, 2 x 8192 x 1024 for k and v under GQA 8, 3 x 8192 x 28672
     for the MLP) / 4 plus two 8192 norms, and the 32000 x 8192 embedding / 4."""
-    r = next(r for r in ROWS if r.run["id"] == "nemo-24.07-dgx-h100-llama2-70b-sft-fp8-delayed-x16")
+    sft = "nemo-24.07-dgx-h100-llama2-70b-sft-fp8-delayed-x16"
+    r = next(r for r in ROWS if r.run["id"] == sft)
     job = V.job_of(r.run, [])
     assert (job.fp8_param_gather, job.optimizer_states, job.pp_schedule, job.dp) == \
         (True, "bf16", "interleaved:20", 1)
