@@ -641,8 +641,11 @@ def lora_fields(run: dict, notes: list[str]) -> dict:
                  f"(one fused adapter), dropout {lo['dropout']}; base FP8, "
                  "adapters BF16" + (", no distributed optimizer" if out.get("zero") == 0 else ""))
     if j.get("fp8_params"):
-        notes.append("fp8_params (TE fp8_model_init: the frozen base stored FP8) not modelled: "
-                     "the base counted BF16 with the recipe's per-step FP8 weight cast")
+        out["fp8_param_gather"] = True
+        notes.append("fp8_params (TE FP8 parameters: the frozen base stored FP8) taken as "
+                     "fp8_param_gather, which a LoRA Job reads nowhere: the base counted at 2 B "
+                     "a weight with no narrow copy (on H100 the same bytes as the FP8 weight and "
+                     "its transpose), one FP8 weight cast a step still charged (LORA_CHECKED)")
     return out
 
 
@@ -877,6 +880,7 @@ def render(rows: list[Row]) -> str:
     out += _recipe_lines(rows)
     out += _blackwell_405b_lines(rows)
     out += _mxfp8_lines(rows)
+    out += _lora_lines(rows)
     out += _memory_lines(rows)
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
@@ -1085,6 +1089,58 @@ def memory_of(run: dict) -> tuple[int, int, int] | None:
                 train_memory(model, job).total_bytes, gpu.memory_bytes)
     except GpuplanError:
         return None
+
+
+#: The NeMo 24.07 LoRA rows (Llama 2 7B / 13B at TP1 PP1, 70B at TP2 PP4; NeMo's LoRA defaults
+#: and the launcher scripts in their ``job.lora``), what was read for them and what gpuplan
+#: cannot express, sized with gpuplan's own times at the commit that added this (the 7B row: a
+#: step of 16,384 tokens a GPU, 0.746 s predicted). (candidate, finding) pairs.
+LORA_CHECKED = (
+    ("LoRA under the TP/PP layout (the 70B row)",
+     "fixed with these rows: compute.parallel built each rank's micro-batch as full training "
+     "(weight gradients charged, no adapter passes); it now times dX only and the adapters at "
+     "the rank's width (lora_rank_tensors), 2,000 -> 2,518 tok/s/GPU. NeMo's adapters are "
+     "megatron.core.tensor_parallel linears that Transformer Engine's fp8_autocast does not "
+     "reach, so they run BF16 beside the base's FP8 GEMMs (NVIDIA/NeMo@579983fb "
+     "nemo/collections/nlp/modules/common/megatron/adapters/parallel_adapters.py), as timed"),
+    ("the packed SQuAD sequences' attention",
+     "not expressible: NeMo runs a packed micro-batch's attention per sample (PackedSeqParams "
+     "with cu_seqlens, qkv_format 'thd': nemo/collections/nlp/models/language_modeling/"
+     "megatron_gpt_model.py lines 1246-1270 at NVIDIA/NeMo@579983fb), where the Job costs one "
+     "causal 4,096 sequence: 0.22 s of the 7B LoRA step (29%; the SFT step's too). A LoRA step "
+     "drops only the weight gradients, so that fixed attention weighs more in it: the 7B pair "
+     "(same layout, GPUs and batch) measures LoRA over SFT 25,206 / 17,120 = 1.47 (a step 0.307 s "
+     "shorter), gpuplan {pair} -- near the 1.5 of a step that is all linear GEMMs. The Job has "
+     "no per-document attention and the runs file no sample-length distribution of packed "
+     "SQuAD, so nothing is charged for it"),
+    ("fp8_params (the launcher scripts' ++peft.model.fp8_params=true)",
+     "taken as fp8_param_gather, which gpuplan reads for full training only: the frozen base is "
+     "counted at 2 B a block weight with no narrow copy, on H100 the bytes of its FP8 weight and "
+     "transpose; the one FP8 weight cast a step that a frozen FP8 base never runs is still "
+     "charged (9.1 ms of the 7B step, 1.2%)"),
+    ("NeMo's one fused QKV adapter",
+     "expressed: the Job's linear_qkv target is q, k and v as one linear (A hidden x 32, B 32 x "
+     "the fused output), not three adapters; its eager scale and add (two kernels, "
+     "ParallelLinearAdapter.forward and MCoreSelfAttentionMixin) are timed as the megatron "
+     "runtime's one fused kernel (3 accesses an output element, not 5): eager's would add "
+     "about 9 ms (1.2%) to the 7B step; not charged"),
+)
+
+
+def _lora_lines(rows: list[Row]) -> list[str]:
+    """The LoRA rows' notes (:data:`LORA_CHECKED`), the 7B LoRA / SFT pair's predicted ratio
+    computed from the rows."""
+    by = {r.run["id"]: r for r in rows}
+    lo = by.get("nemo-24.07-dgx-h100-llama2-7b-lora-fp8-delayed-x8")
+    sft = by.get("nemo-24.07-dgx-h100-llama2-7b-sft-fp8-delayed-x8")
+    if lo is None or sft is None or lo.predicted is None or sft.predicted is None:
+        return []
+    pair = f"{lo.predicted:,.0f} / {sft.predicted:,.0f} = {lo.predicted / sft.predicted:.2f}"
+    return (["", "## NeMo 24.07 LoRA rows", "",
+             "NeMo's LoRA defaults where the table states none (rank 32, alpha 32, no dropout, "
+             "one adapter on linear_qkv) and the launcher scripts' settings, each row's "
+             "`job.lora` with file and commit. Checked (`LORA_CHECKED`):", ""]
+            + [f"- {what}: {found.format(pair=pair)}." for what, found in LORA_CHECKED])
 
 
 def _memory_lines(rows: list[Row]) -> list[str]:
