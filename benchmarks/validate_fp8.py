@@ -534,6 +534,11 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("recompute_modules"):
         out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
         notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
+    if r.get("expert_tensor_parallel_size") is not None:
+        # the experts' own TP (Megatron-Core expert_tensor_parallel_size): below the row's TP
+        # the MoE layers fold (MoE Parallel Folding), EP's ranks adjacent past the expert TP group
+        out["etp"] = r["expert_tensor_parallel_size"]
+        notes.append(f"expert TP {out['etp']} (expert_tensor_parallel_size, {where})")
     if r.get("moe_expert_capacity_factor") is not None:
         # token drop (Megatron-Bridge apply_moe_token_drop: capacity factor 1.0, each expert's
         # input padded to its capacity), which the experts' GEMMs run at (moe_capacity_factor)
@@ -612,7 +617,8 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         notes.append(f"DeepSeek-V3's uneven pipeline: first stage {first} layers, last {last} "
                      + (f"(the recipe's layout {layout})" if layout else "(DEEPSEEK_SPLIT)"))
     ep = fields["ep"]
-    if tp > 1 and ep > 1 and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep:
+    if ("etp" not in fields and tp > 1 and ep > 1
+            and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep):
         # EP wider than DP x CP: Megatron-Bridge folds the MoE layers, expert TP 1 (MoE
         # Parallel Folding; its Qwen3 MoE and DeepSeek-V3 recipes set
         # expert_tensor_parallel_size 1)
