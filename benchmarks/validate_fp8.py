@@ -825,8 +825,14 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "pipeline split, `layout_split`, with its source in `layout_source`); TE CUDA graphs (`cuda_graph_scope`: one host "
            "launch a graph), the DeepSeek-V3 provider's shared expert overlap under alltoall "
            "(`moe_shared_expert_overlap`), the 25.11 FP8-MX scripts' overlap_param_gather False "
-           "(`gather_overlap`); the rest named, not modelled. Under hybridep inside the NVL72 rack the EP exchange is "
-           "HybridEP's measured one (`hybridep_exchange_s`).", "",
+           "(`gather_overlap`), expert_tensor_parallel_size where recorded (the 25.09 "
+           "DeepSeek-V3 rows, `etp_source`: expert TP 1, the MoE layers folded also where EP "
+           "is not wider than DP x CP); the rest named, not modelled. Under hybridep inside the "
+           "NVL72 rack the EP exchange is HybridEP's measured one (`hybridep_exchange_s`); under "
+           "deepep over whole nodes of 400 Gb/s NICs, DeepEP's measured internode one, a token "
+           "once to each node its experts lie on (`deepep_internode_exchange_s`: the 25.09 H100 "
+           "DeepSeek-V3 row, its node-limited routing reaching at most 4 of its EP group's 8 "
+           "nodes, 0.88 -> 1.08; 0.49 before its expert TP 1 was read).", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
