@@ -1302,6 +1302,9 @@ def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden
 #: BF16 combine's 50 GB/s beside the FP8 dispatch's 51 shows the NIC, not the payload's
 #: format, bounds it. Between the measured EP sizes the rate is interpolated; outside 16-64 or
 #: off 400 Gb/s NICs the exchange stays NCCL's all-to-all (:func:`deepep_internode_applies`).
+#: Taken at any tokens a rank, though measured at 4096 only (NOT measured at the 2048 of the
+#: 25.09 H100 DeepSeek-V3 row's sequence-parallel share, where a smaller exchange may run
+#: below these rates).
 DEEPEP_INTERNODE_H800 = {16: (43e9, 43e9), 32: (58e9, 57e9), 64: (51e9, 50e9)}
 
 #: The NIC rate DEEPEP_INTERNODE_H800 was measured behind: 400 Gb/s a GPU (CX7), bytes/s.
