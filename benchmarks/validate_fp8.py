@@ -537,6 +537,11 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     if r.get("recompute_modules"):
         out.update(checkpointing="selective", recompute_modules=tuple(r["recompute_modules"]))
         notes.append(f"selective recompute of {', '.join(r['recompute_modules'])} ({where})")
+    if r.get("expert_tensor_parallel_size") is not None:
+        # the experts' own TP (Megatron-Core expert_tensor_parallel_size): below the row's TP
+        # the MoE layers fold (MoE Parallel Folding), EP's ranks adjacent past the expert TP group
+        out["etp"] = r["expert_tensor_parallel_size"]
+        notes.append(f"expert TP {out['etp']} (expert_tensor_parallel_size, {where})")
     if r.get("moe_expert_capacity_factor") is not None:
         # token drop (Megatron-Bridge apply_moe_token_drop: capacity factor 1.0, each expert's
         # input padded to its capacity), which the experts' GEMMs run at (moe_capacity_factor)
@@ -687,7 +692,8 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         notes.append(f"DeepSeek-V3's uneven pipeline: first stage {first} layers, last {last} "
                      + (f"(the recipe's layout {layout})" if layout else "(DEEPSEEK_SPLIT)"))
     ep = fields["ep"]
-    if tp > 1 and ep > 1 and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep:
+    if ("etp" not in fields and tp > 1 and ep > 1
+            and (gpus // (tp * j["pp"] * j["cp"]) * j["cp"]) % ep):
         # EP wider than DP x CP: Megatron-Bridge folds the MoE layers, expert TP 1 (MoE
         # Parallel Folding; its Qwen3 MoE and DeepSeek-V3 recipes set
         # expert_tensor_parallel_size 1)
@@ -908,8 +914,14 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "pipeline split, `layout_split`, with its source in `layout_source`); TE CUDA graphs (`cuda_graph_scope`: one host "
            "launch a graph), the DeepSeek-V3 provider's shared expert overlap under alltoall "
            "(`moe_shared_expert_overlap`), the 25.11 FP8-MX scripts' overlap_param_gather False "
-           "(`gather_overlap`); the rest named, not modelled. Under hybridep inside the NVL72 rack the EP exchange is "
-           "HybridEP's measured one (`hybridep_exchange_s`).", "",
+           "(`gather_overlap`), expert_tensor_parallel_size where recorded (the 25.09 "
+           "DeepSeek-V3 rows, `etp_source`: expert TP 1, the MoE layers folded also where EP "
+           "is not wider than DP x CP); the rest named, not modelled. Under hybridep inside the "
+           "NVL72 rack the EP exchange is HybridEP's measured one (`hybridep_exchange_s`); under "
+           "deepep over whole nodes of 400 Gb/s NICs, DeepEP's measured internode one, a token "
+           "once to each node its experts lie on (`deepep_internode_exchange_s`: the 25.09 H100 "
+           "DeepSeek-V3 row, its node-limited routing reaching at most 4 of its EP group's 8 "
+           "nodes, 0.88 -> 1.08; 0.49 before its expert TP 1 was read).", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:

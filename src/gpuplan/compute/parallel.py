@@ -101,7 +101,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
                    narrow_recompute_op, narrow_weights_gathered, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "lora_rank_tensors", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes", "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "lora_rank_tensors", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "deepep_internode_applies", "deepep_nodes_reached", "deepep_internode_exchange_s", "DEEPEP_INTERNODE_H800", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes", "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "nccl_sm_share", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -1246,6 +1246,13 @@ def _ep_exchanges_s(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
         rows = tok / (arch.hidden_size * act * max(1, arch.experts_per_token))
         one = hybridep_exchange_s(rows, arch.num_experts, arch.experts_per_token, lay.ep,
                                   arch.hidden_size)
+    elif deepep_internode_applies(dispatcher, lay, topo):
+        rows = tok / (arch.hidden_size * act * max(1, arch.experts_per_token))
+        nodes = topo.link(lay.ep, stride)[1]
+        one = deepep_internode_exchange_s(
+            rows * deepep_nodes_reached(arch.num_experts, arch.experts_per_token, nodes,
+                                        arch.router_groups),
+            lay.ep, arch.hidden_size)
     else:
         one = collective_time("all-to-all", tok, lay.ep, topo, stride=stride, efficiency=eff.comm)
     return moe / arch.num_layers * n_a2a * one
@@ -1312,6 +1319,84 @@ def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden
         return 0.0
     nbytes = hybridep_rows(tokens, experts, max(1, top_k), ep) * hidden * 2
     dispatch, combine = _hybridep_rates(ep)
+    return 0.5 * (nbytes / dispatch + nbytes / combine)
+
+
+#: DeepEP's normal (training) kernels across nodes, measured: (dispatch, combine) "bottleneck
+#: bandwidth" in bytes/s by EP ranks, the bytes being each token once per node it reaches
+#: (tests/test_internode.py: ``num_rdma_token_sent`` counts a token's distinct destination
+#: nodes, its own included; ``rdma_send_bytes = num_rdma_token_sent x hidden x 2``, the combine
+#: the same bytes back): the kernels send a token over RDMA once to each node holding one of
+#: its experts and forward it over NVLink there. From deepseek-ai/DeepEP README.md "Normal
+#: kernels with NVLink and RDMA forwarding" at 92fe2deaec24bc92ebd9de276daa6ca9ed602ed4
+#: (2025-11-05, the V1 kernels Megatron-Core's flex dispatcher calls; docs/legacy.md at
+#: b306af06 keeps the table): H800, one CX7 InfiniBand 400 Gb/s NIC a GPU, 8 GPUs a node,
+#: 4096 tokens a rank, hidden 7168, top-4 groups, top-8 experts, FP8 dispatch, BF16 combine.
+#: Megatron-Core dispatches BF16 through DeepEP (fused_a2a.py FusedDispatch passes ``x`` as
+#: given, no FP8 cast, at NVIDIA/Megatron-LM@0d8e0714); taken at the same rate, as the
+#: BF16 combine's 50 GB/s beside the FP8 dispatch's 51 shows the NIC, not the payload's
+#: format, bounds it. Between the measured EP sizes the rate is interpolated; outside 16-64 or
+#: off 400 Gb/s NICs the exchange stays NCCL's all-to-all (:func:`deepep_internode_applies`).
+#: Taken at any tokens a rank, though measured at 4096 only (NOT measured at the 2048 of the
+#: 25.09 H100 DeepSeek-V3 row's sequence-parallel share, where a smaller exchange may run
+#: below these rates).
+DEEPEP_INTERNODE_H800 = {16: (43e9, 43e9), 32: (58e9, 57e9), 64: (51e9, 50e9)}
+
+#: The NIC rate DEEPEP_INTERNODE_H800 was measured behind: 400 Gb/s a GPU (CX7), bytes/s.
+DEEPEP_NIC_BPS = 400e9 / 8
+
+
+def deepep_internode_applies(dispatcher: str, lay: Layout, topo: Topology) -> bool:
+    """Whether a layout's EP exchange is DeepEP's measured internode one
+    (:data:`DEEPEP_INTERNODE_H800`): the job's dispatcher is ``deepep``, the EP group whole
+    nodes of adjacent ranks (as DeepEP's benchmark ran: every GPU of each node, its own NIC)
+    across two or more nodes, EP within the measured 16-64, the network 400 Gb/s a GPU."""
+    if dispatcher != "deepep" or lay.ep <= 1:
+        return False
+    stride = lay.expert_tp if lay.folded else lay.tp * lay.cp
+    ranks = sorted(DEEPEP_INTERNODE_H800)
+    per_node = topo.gpus_per_node
+    return (stride == 1 and topo.link(lay.ep, 1)[1] > 1 and lay.ep % per_node == 0
+            and ranks[0] <= lay.ep <= ranks[-1]
+            and abs(topo.inter.bandwidth - DEEPEP_NIC_BPS) <= 0.01 * DEEPEP_NIC_BPS)
+
+
+def deepep_nodes_reached(experts: int, top_k: int, nodes: int,
+                         router_groups: tuple[int, int] = (1, 1)) -> float:
+    """Nodes a token's ``top_k`` experts of ``experts`` lie on, over an EP group of ``nodes``
+    nodes holding the experts in contiguous blocks (Megatron-Core's expert placement), its own
+    node counted (as DeepEP's ``num_rdma_token_sent`` counts it). Node-limited routing --
+    ``router_groups`` (groups, groups a token may pick) with a group a node, Megatron-Core's
+    group_limited_topk (moe_utils.py at NVIDIA/Megatron-LM@0d8e0714; DeepSeek-V3: 8 groups, 4
+    picked, Megatron-Bridge DeepSeekV3ModelProvider moe_router_num_groups 8 /
+    moe_router_group_topk 4) -- reaches at most the picked groups' nodes: taken at that bound
+    (a simulation of the rule on random logits, as moe_router_force_load_balancing routes, gives
+    3.97 of 4 for DeepSeek-V3 on 8 nodes). Otherwise the experts uniform without replacement:
+    ``nodes x (1 - C(E - E/nodes, k) / C(E, k))``."""
+    groups, picked = router_groups
+    if groups == nodes and 1 <= picked < nodes:
+        return float(picked)
+    local = experts // nodes
+    miss = 1.0
+    for i in range(top_k):
+        miss *= (experts - local - i) / (experts - i)
+    return nodes * (1.0 - miss)
+
+
+def deepep_internode_exchange_s(rows: float, ep: int, hidden: int) -> float:
+    """Seconds of one DeepEP internode exchange -- the mean of a dispatch and a combine, so a
+    layer's forward is twice it -- of ``rows`` (a rank's tokens x the nodes each reaches:
+    :func:`deepep_nodes_reached`) of ``hidden`` BF16 elements at
+    :data:`DEEPEP_INTERNODE_H800`'s measured rates for ``ep`` ranks."""
+    if ep <= 1 or rows <= 0:
+        return 0.0
+    ranks = sorted(DEEPEP_INTERNODE_H800)
+    lo = max([r for r in ranks if r <= ep] or ranks[:1])
+    hi = min([r for r in ranks if r >= ep] or ranks[-1:])
+    w = 0.0 if hi == lo else (ep - lo) / (hi - lo)
+    dispatch, combine = ((1 - w) * a + w * b for a, b in zip(DEEPEP_INTERNODE_H800[lo],
+                                                             DEEPEP_INTERNODE_H800[hi]))
+    nbytes = rows * hidden * 2
     return 0.5 * (nbytes / dispatch + nbytes / combine)
 
 
