@@ -650,7 +650,8 @@ def lora_fields(run: dict, notes: list[str]) -> dict:
         notes.append("fp8_params (TE FP8 parameters: the frozen base stored FP8) taken as "
                      "fp8_param_gather, which a LoRA Job reads nowhere: the base counted at 2 B "
                      "a weight with no narrow copy (on H100 the same bytes as the FP8 weight and "
-                     "its transpose), one FP8 weight cast a step still charged (LORA_CHECKED)")
+                     "its transpose), one FP8 weight cast a step charged as for a BF16 base "
+                     "(LORA_CHECKED)")
     return out
 
 
@@ -1122,14 +1123,16 @@ LORA_CHECKED = (
      "causal 4,096 sequence: 0.22 s of the 7B LoRA step (29%; the SFT step's too). A LoRA step "
      "drops only the weight gradients, so that fixed attention weighs more in it: the 7B pair "
      "(same layout, GPUs and batch) measures LoRA over SFT 25,206 / 17,120 = 1.47 (a step 0.307 s "
-     "shorter), gpuplan {pair} -- near the 1.5 of a step that is all linear GEMMs. The Job has "
+     "shorter), near the 1.5 of a step that is all linear GEMMs; gpuplan {pair}. The Job has "
      "no per-document attention and the runs file no sample-length distribution of packed "
      "SQuAD, so nothing is charged for it"),
     ("fp8_params (the launcher scripts' ++peft.model.fp8_params=true)",
      "taken as fp8_param_gather, which gpuplan reads for full training only: the frozen base is "
      "counted at 2 B a block weight with no narrow copy, on H100 the bytes of its FP8 weight and "
-     "transpose; the one FP8 weight cast a step that a frozen FP8 base never runs is still "
-     "charged (9.1 ms of the 7B step, 1.2%)"),
+     "transpose; the one FP8 weight cast a step is charged as for a BF16 base (9.1 ms of the "
+     "7B step, 1.2%), where FP8 parameters are read as stored and at most have their "
+     "transpose refreshed (not checked at the 24.07 container's Transformer Engine): at most "
+     "1.2% pessimistic, not removed"),
     ("NeMo's one fused QKV adapter",
      "expressed: the Job's linear_qkv target is q, k and v as one linear (A hidden x 32, B 32 x "
      "the fused output), not three adapters; its eager scale and add (two kernels, "

@@ -321,7 +321,8 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
 
 
 def _layer_spec(batch: int, seq: int, attention: str, runtime: str, engine: str,
-                model_code: str | None, lora: tuple[int, tuple[str, ...] | None] | None) -> StepSpec:
+                model_code: str | None,
+                lora: tuple[int, tuple[str, ...] | None] | None) -> StepSpec:
     """One TP rank's micro-batch as a single-device training step (LoRA's rank and targets
     where ``lora``)."""
     job = Job(model="layout", mode="train", batch=batch, seq=seq, attention=attention,
