@@ -1133,6 +1133,16 @@ LORA_CHECKED = (
      "7B step, 1.2%), where FP8 parameters are read as stored and at most have their "
      "transpose refreshed (not checked at the 24.07 container's Transformer Engine): at most "
      "1.2% pessimistic, not removed"),
+    ("the 70B adapter's own sequence-parallel exchange",
+     "not charged: under sequence parallelism the adapter gathers its input itself "
+     "(ParallelLinearAdapter.forward gather_from_sequence_parallel_region, a reduce-scatter in "
+     "the backward) unless TE's linear_qkv returns the gathered LayerNorm output, which "
+     "MCoreSelfAttentionMixin asks for only without userbuffers' all-gather overlap "
+     "(return_layernorm_output_gathered, adapters/mcore_mixins.py at NVIDIA/NeMo@579983fb), "
+     "and the 70B script turns ub_tp_comm_overlap on. 4,096 x 8,192 x 2 B = 67 MB each way at TP "
+     "2, 0.086 ms by gpuplan's NCCL times: 20 layers x 32 micro-batches, 0.12 s of the 6.5 s "
+     "step (1.9%), if the run had sequence parallelism on, which neither sft.yaml nor the "
+     "script sets (the base checkpoint's config decides; the Job takes it on under TP)"),
     ("NeMo's one fused QKV adapter",
      "expressed: the Job's linear_qkv target is q, k and v as one linear (A hidden x 32, B 32 x "
      "the fused output), not three adapters; its eager scale and add (two kernels, "
