@@ -59,9 +59,12 @@ def _not_expressible(run: dict) -> str:
     if run["model"]["catalog"] is None:
         return (f"{run['model']['name_as_stated']} is not in gpuplan's catalog (an entry needs its "
                 "config from the NeMo / Megatron-Bridge recipe code, file and commit)")
-    if j.get("finetune_task") == "lora":
-        return ("LoRA fine-tuning: the harness builds full-training Jobs, and the row records "
-                "neither NeMo 24.07's LoRA target modules nor its rank")
+    if j.get("finetune_task") == "lora" and not j.get("lora"):
+        return ("LoRA fine-tuning: the row records neither its LoRA target modules nor its "
+                "rank (job.lora)")
+    unmapped = [t for t in (j.get("lora") or {}).get("targets", ()) if t not in NEMO_LORA_TARGETS]
+    if unmapped:
+        return f"LoRA target {unmapped[0]} has no Job target (NEMO_LORA_TARGETS)"
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
@@ -613,6 +616,45 @@ def tp_overlap_of(run: dict) -> bool:
     return bool((run.get("recipe") or {}).get("tp_comm_overlap", True))
 
 
+#: NeMo's LoRA target names (peft_config.py PEFT_MODULE_MAP / LORA_CONFIG_TO_MCORE_MAP at
+#: NVIDIA/NeMo@579983fb) as the Job's targets. attention_qkv: NeMo's "nemo" variant puts ONE
+#: adapter on Megatron-Core's fused linear_qkv (A: hidden x r, B: r x (heads + 2 query groups) x
+#: head_dim), the Job's ``linear_qkv`` target (gpuplan.models FUSED_QKV_TARGET: the catalog's q,
+#: k and v as one linear).
+#: mlp_fc1 is left out: NeMo's one adapter over the fused gate and up projections has no Job
+#: target (a row naming it is listed, not expressed).
+NEMO_LORA_TARGETS = {"attention_qkv": ("linear_qkv",), "attention_dense": ("o_proj",),
+                     "mlp_fc2": ("down_proj",)}
+
+
+def lora_fields(run: dict, notes: list[str]) -> dict:
+    """The Job fields of a LoRA row's ``job.lora`` (NeMo's defaults where the table states none,
+    recorded with their source): rank, the target modules (:data:`NEMO_LORA_TARGETS`), dropout;
+    NeMo's fused_adam without the distributed optimizer (``job.distributed_optimizer`` False:
+    ZeRO 0). The frozen base's linears run FP8 under the row's recipe (Transformer Engine's
+    modules under fp8_autocast), the adapters BF16 (megatron.core.tensor_parallel linears, which
+    fp8_autocast does not reach): the Job's LoRA ops are 16-bit whatever the recipe."""
+    j = run["job"]
+    lo = j.get("lora")
+    if not lo:
+        return {}
+    targets = tuple(m for t in lo["targets"] for m in NEMO_LORA_TARGETS[t])
+    out = dict(lora_rank=lo["rank"], lora_targets=targets, lora_dropout=lo["dropout"])
+    if j.get("distributed_optimizer") is False:
+        out["zero"] = 0
+    notes.append(f"LoRA rank {lo['rank']} on {', '.join(lo['targets'])} as {', '.join(targets)} "
+                 f"(one fused adapter), dropout {lo['dropout']}; base FP8, "
+                 "adapters BF16" + (", no distributed optimizer" if out.get("zero") == 0 else ""))
+    if j.get("fp8_params"):
+        out["fp8_param_gather"] = True
+        notes.append("fp8_params (TE FP8 parameters: the frozen base stored FP8) taken as "
+                     "fp8_param_gather, which a LoRA Job reads nowhere: the base counted at 2 B "
+                     "a weight with no narrow copy (on H100 the same bytes as the FP8 weight and "
+                     "its transpose), one FP8 weight cast a step charged as for a BF16 base "
+                     "(LORA_CHECKED)")
+    return out
+
+
 def _pp_schedule(j: dict) -> str:
     vp = j.get("vp")
     return f"interleaved:{vp}" if j["pp"] > 1 and vp and vp > 1 else "1f1b"
@@ -642,6 +684,7 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         fields.update(pp_embedding_part=True, pp_loss_part=True)
         notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
     fields.update(recipe_fields(run, notes))
+    fields.update(lora_fields(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
         layout = (run.get("recipe") or {}).get("pipeline_model_parallel_layout")
         first, last = (layout_split(layout, j["pp"]) if layout
@@ -657,8 +700,8 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         # expert_tensor_parallel_size 1)
         fields["etp"] = 1
         notes.append(f"EP {ep} over TP x DP x CP with expert TP 1 (MoE Parallel Folding)")
-    notes.append("distributed optimizer (ZeRO-1), sequence parallelism under TP, "
-                 f"{fields['pp_schedule']}")
+    notes.append(("distributed optimizer (ZeRO-1), " if fields["zero"] else "")
+                 + f"sequence parallelism under TP, {fields['pp_schedule']}")
     return Job(model=run["model"]["catalog"], mode="train", engine="megatron", **fields)
 
 
@@ -844,6 +887,7 @@ def render(rows: list[Row]) -> str:
     out += _recipe_lines(rows)
     out += _blackwell_405b_lines(rows)
     out += _mxfp8_lines(rows)
+    out += _lora_lines(rows)
     out += _memory_lines(rows)
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
@@ -1058,6 +1102,70 @@ def memory_of(run: dict) -> tuple[int, int, int] | None:
                 train_memory(model, job).total_bytes, gpu.memory_bytes)
     except GpuplanError:
         return None
+
+
+#: The NeMo 24.07 LoRA rows (Llama 2 7B / 13B at TP1 PP1, 70B at TP2 PP4; NeMo's LoRA defaults
+#: and the launcher scripts in their ``job.lora``), what was read for them and what gpuplan
+#: cannot express, sized with gpuplan's own times at the commit that added this (the 7B row: a
+#: step of 16,384 tokens a GPU, 0.746 s predicted). (candidate, finding) pairs.
+LORA_CHECKED = (
+    ("LoRA under the TP/PP layout (the 70B row)",
+     "fixed with these rows: compute.parallel built each rank's micro-batch as full training "
+     "(weight gradients charged, no adapter passes); it now times dX only and the adapters at "
+     "the rank's width (lora_rank_tensors), 2,000 -> 2,518 tok/s/GPU. NeMo's adapters are "
+     "megatron.core.tensor_parallel linears that Transformer Engine's fp8_autocast does not "
+     "reach, so they run BF16 beside the base's FP8 GEMMs (NVIDIA/NeMo@579983fb "
+     "nemo/collections/nlp/modules/common/megatron/adapters/parallel_adapters.py), as timed"),
+    ("the packed SQuAD sequences' attention",
+     "not expressible: NeMo runs a packed micro-batch's attention per sample (PackedSeqParams "
+     "with cu_seqlens, qkv_format 'thd': nemo/collections/nlp/models/language_modeling/"
+     "megatron_gpt_model.py lines 1246-1270 at NVIDIA/NeMo@579983fb), where the Job costs one "
+     "causal 4,096 sequence: 0.22 s of the 7B LoRA step (29%; the SFT step's too). A LoRA step "
+     "drops only the weight gradients, so that fixed attention weighs more in it: the 7B pair "
+     "(same layout, GPUs and batch) measures LoRA over SFT 25,206 / 17,120 = 1.47 (a step 0.307 s "
+     "shorter), near the 1.5 of a step that is all linear GEMMs; gpuplan {pair}. The Job has "
+     "no per-document attention and the runs file no sample-length distribution of packed "
+     "SQuAD, so nothing is charged for it"),
+    ("fp8_params (the launcher scripts' ++peft.model.fp8_params=true)",
+     "taken as fp8_param_gather, which gpuplan reads for full training only: the frozen base is "
+     "counted at 2 B a block weight with no narrow copy, on H100 the bytes of its FP8 weight and "
+     "transpose; the one FP8 weight cast a step is charged as for a BF16 base (9.1 ms of the "
+     "7B step, 1.2%), where FP8 parameters are read as stored and at most have their "
+     "transpose refreshed (not checked at the 24.07 container's Transformer Engine): at most "
+     "1.2% pessimistic, not removed"),
+    ("the 70B adapter's own sequence-parallel exchange",
+     "not charged: under sequence parallelism the adapter gathers its input itself "
+     "(ParallelLinearAdapter.forward gather_from_sequence_parallel_region, a reduce-scatter in "
+     "the backward) unless TE's linear_qkv returns the gathered LayerNorm output, which "
+     "MCoreSelfAttentionMixin asks for only without userbuffers' all-gather overlap "
+     "(return_layernorm_output_gathered, adapters/mcore_mixins.py at NVIDIA/NeMo@579983fb), "
+     "and the 70B script turns ub_tp_comm_overlap on. 4,096 x 8,192 x 2 B = 67 MB each way at TP "
+     "2, 0.086 ms by gpuplan's NCCL times: 20 layers x 32 micro-batches, 0.12 s of the 6.5 s "
+     "step (1.9%), if the run had sequence parallelism on, which neither sft.yaml nor the "
+     "script sets (the base checkpoint's config decides; the Job takes it on under TP)"),
+    ("NeMo's one fused QKV adapter",
+     "expressed: the Job's linear_qkv target is q, k and v as one linear (A hidden x 32, B 32 x "
+     "the fused output), not three adapters; its eager scale and add (two kernels, "
+     "ParallelLinearAdapter.forward and MCoreSelfAttentionMixin) are timed as the megatron "
+     "runtime's one fused kernel (3 accesses an output element, not 5): eager's would add "
+     "about 9 ms (1.2%) to the 7B step; not charged"),
+)
+
+
+def _lora_lines(rows: list[Row]) -> list[str]:
+    """The LoRA rows' notes (:data:`LORA_CHECKED`), the 7B LoRA / SFT pair's predicted ratio
+    computed from the rows."""
+    by = {r.run["id"]: r for r in rows}
+    lo = by.get("nemo-24.07-dgx-h100-llama2-7b-lora-fp8-delayed-x8")
+    sft = by.get("nemo-24.07-dgx-h100-llama2-7b-sft-fp8-delayed-x8")
+    if lo is None or sft is None or lo.predicted is None or sft.predicted is None:
+        return []
+    pair = f"{lo.predicted:,.0f} / {sft.predicted:,.0f} = {lo.predicted / sft.predicted:.2f}"
+    return (["", "## NeMo 24.07 LoRA rows", "",
+             "NeMo's LoRA defaults where the table states none (rank 32, alpha 32, no dropout, "
+             "one adapter on linear_qkv) and the launcher scripts' settings, each row's "
+             "`job.lora` with file and commit. Checked (`LORA_CHECKED`):", ""]
+            + [f"- {what}: {found.format(pair=pair)}." for what, found in LORA_CHECKED])
 
 
 def _memory_lines(rows: list[Row]) -> list[str]:

@@ -204,7 +204,8 @@ def test_the_dense_llama_subsets_meet_the_bars():
     """Issue 30's bars over the dense Llama rows apart (the MoE rows miss them), Blackwell's worst
     apart (:func:`test_the_dense_blackwell_worst_within_20_percent`). With the 25.09 rows and the
     NeMo 24.07 SFT rows: Hopper 14 rows, median 6.8% / worst 17.0%; Blackwell 20 rows, median
-    9.7%. Before them:
+    9.7%; with the three NeMo 24.07 LoRA rows Hopper 17 rows, median 5.3% -> 5.7%, worst 14.2%
+    unmoved. Before them:
     Hopper median 7.9% / worst 16.5%, Blackwell 9.8% / 18.7%, since Transformer Engine's
     userbuffers ring exchanges are priced (compute.parallel.ub_split_s: the TP GEMMs in TP chunks
     of tokens / TP rows, the reduce-scatters' reduce kernel and last send) and its P2P CP merges
@@ -214,7 +215,7 @@ def test_the_dense_llama_subsets_meet_the_bars():
     per-micro-batch casts were hiding the missing ring-exchange cost)."""
     for label, test in V.SUBSETS[:2]:
         errs = [r.error for r in ROWS if r.error is not None and test(r)]
-        assert len(errs) in (14, 20), label
+        assert len(errs) in (17, 20), label
         assert statistics.median(errs) <= V.MEDIAN_BAR, (label, sorted(errs))
         if "Hopper" in label:
             assert max(errs) <= V.WORST_BAR, (label, sorted(errs))
@@ -564,3 +565,24 @@ def test_the_nemo_70b_sft_run_plans_its_launcher_script():
     lines = {line.label: line.bytes for line in plan.lines}
     assert lines["weights, 16-bit"] == kept_16bit * 2  # the FP8 weights keep no BF16 copy
     assert plan.total_bytes <= gpu.memory_bytes
+
+
+def test_the_nemo_lora_rows_run_nemos_defaults():
+    """The NeMo 24.07 LoRA rows (issue 30): each records NeMo's LoRA defaults with their source
+    (rank 32, alpha 32, no dropout, one adapter on the fused linear_qkv: NVIDIA/NeMo@579983fb,
+    the launcher's 24.07 scripts at 8325688d), is a LoRA Job on that target without the
+    distributed optimizer, and fits its 8 H100 (the runs ran). Ratios when this was written:
+    7B 0.87, 13B 0.90, 70B 0.98 (0.78 while a TP/PP layout timed LoRA as full training)."""
+    lora = [r for r in ROWS if r.run["job"].get("finetune_task") == "lora"]
+    assert len(lora) == 3
+    for r in lora:
+        lo = r.run["job"]["lora"]
+        assert (lo["rank"], lo["alpha"], lo["dropout"], lo["targets"]) == \
+            (32, 32, 0.0, ["attention_qkv"])
+        assert "579983fbfc85533df0fb53b30b5e9fca1a1159c9" in lo["as_stated"]
+        assert "8325688d8345a5513660f0f8390f0482a721c009" in lo["sources"]["launch"]
+        job = V.job_of(r.run)
+        assert (job.lora_rank, job.lora_targets, job.zero) == (32, ("linear_qkv",), 0)
+        assert r.predicted is not None and 0.8 < r.predicted / r.measured < 1.1, r.run["id"]
+        own, _, usable = V.memory_of(r.run)
+        assert own <= usable, r.run["id"]

@@ -89,7 +89,8 @@ from ..engines.zero3 import (MAX_LIVE, PREFETCH_BUCKET, SERIAL_GATHER_BUS_BPS,
 from ..hardware.topology import Topology, collective_time
 from ..job import Job, part_layers, pp_chunks
 from ..models._types import Architecture, Model
-from ..parallel.layout import Layout, mtp_active_params, mtp_params, mtp_rank_params
+from ..parallel.layout import (Layout, mtp_active_params, mtp_params, mtp_rank_params,
+                               tp_shape)
 from ..parallel.moe_ep import ep_exchange
 from .device import Device, Efficiency
 from .graphs import graphed_ops
@@ -100,7 +101,7 @@ from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, 
                    narrow_recompute_op, narrow_weights_gathered, qkv_shares)
 
 __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "deepep_internode_applies", "deepep_nodes_reached", "deepep_internode_exchange_s", "DEEPEP_INTERNODE_H800", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes", "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
+           "micro_costs", "lora_rank_tensors", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "deepep_internode_applies", "deepep_nodes_reached", "deepep_internode_exchange_s", "DEEPEP_INTERNODE_H800", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes", "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
            "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "nccl_sm_share", "job_micro_options",
            "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
            "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
@@ -122,6 +123,24 @@ def shard_arch(arch: Architecture, tp: int) -> Architecture:
         shared_expert_intermediate_size=math.ceil(arch.shared_expert_intermediate_size / tp),
         vocab_size=math.ceil(arch.vocab_size / tp) if arch.vocab_size else arch.vocab_size,
         tensors=())
+
+
+def lora_rank_tensors(arch: Architecture, tp: int,
+                      lora: tuple[int, tuple[str, ...] | None] | None) -> tuple:
+    """The block tensors one TP rank holds (:func:`~gpuplan.parallel.tp_shape`: a
+    column-parallel linear's output, a row-parallel one's input over TP), from which the step
+    picks the linears LoRA adapts (:func:`~.step.adapted_linears`) and times their adapters at
+    the rank's width; () without LoRA or without the model's tensor list (the adapters then
+    untimed, as before). Megatron-Core's LoRA (NeMo's ParallelLinearAdapter, NVIDIA/NeMo@
+    579983fb nemo/collections/nlp/modules/common/megatron/adapters/parallel_adapters.py) splits
+    the adapter as its base: beside a column-parallel linear, A (hidden x r) column-parallel with
+    its r outputs gathered and B (r x out / TP) column-parallel; beside a row-parallel one, A
+    (in / TP x r) row-parallel and B whole. Timed here with A's r whole on every rank (the
+    gather of T x r not charged): an upper bound of r x (hidden - hidden / TP) x T MACs."""
+    if not lora or not arch.tensors:
+        return ()
+    return tuple(replace(t, shape=tp_shape(t, arch, tp)) for t in arch.tensors
+                 if t.component not in ("embeddings", "head"))
 
 
 @record
@@ -236,7 +255,8 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                recompute_modules: tuple[str, ...] | None = None,
                dispatcher: str = "alltoall", repeat_kv: bool | None = None,
                cuda_graph_scope: tuple[str, ...] | None = None,
-               weights_gathered: bool = False) -> MicroCost:
+               weights_gathered: bool = False,
+               lora: tuple[int, tuple[str, ...] | None] | None = None) -> MicroCost:
     """The roofline time of one micro-batch of ``batch`` sequences (``seq / cp`` tokens each) on
     one TP rank, with the attention work scaled to the whole sequence, as ``runtime`` runs it;
     its experts spread over ``ep`` ranks (each expert's GEMM at the tokens of all of them);
@@ -254,7 +274,7 @@ def micro_cost(arch: Architecture, device: Device, eff: Efficiency, prec: Precis
                        capacity_factor=capacity_factor, model_code=model_code,
                        recompute_modules=recompute_modules, dispatcher=dispatcher,
                        repeat_kv=repeat_kv, cuda_graph_scope=cuda_graph_scope,
-                       weights_gathered=weights_gathered)[checkpointing]
+                       weights_gathered=weights_gathered, lora=lora)[checkpointing]
 
 
 def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
@@ -268,10 +288,13 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
                 dispatcher: str = "alltoall",
                 repeat_kv: bool | None = None,
                 cuda_graph_scope: tuple[str, ...] | None = None,
-                weights_gathered: bool = False) -> dict[str, MicroCost]:
+                weights_gathered: bool = False,
+                lora: tuple[int, tuple[str, ...] | None] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_cost` for every checkpointing level from one build (the levels differ only by
     the recomputed forward ops). ``bf16_edge_layers``: blocks kept BF16 at each end under a
-    narrow recipe, averaged over the layers.
+    narrow recipe, averaged over the layers. ``lora``: (rank, targets) of LoRA adapters on a
+    frozen base (:func:`lora_rank_tensors`): no weight gradients, the adapters' passes on the
+    rank's share of each adapted linear; None: full training.
     ``moe_sync``: each MoE layer's forward is timed from a drained queue
     (:func:`synced_forward_s`) rather than paced with the rest of the step. ``engine``: the
     job's engine, whose code the micro-batch runs (its kernels, its experts' form, its loop);
@@ -282,7 +305,7 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
               selective=selective, moe_sync=moe_sync, engine=engine,
               capacity_factor=capacity_factor, model_code=model_code,
               recompute_modules=recompute_modules, dispatcher=dispatcher, repeat_kv=repeat_kv,
-              cuda_graph_scope=cuda_graph_scope, weights_gathered=weights_gathered)
+              cuda_graph_scope=cuda_graph_scope, weights_gathered=weights_gathered, lora=lora)
     out = _micro_costs(arch, device, eff, prec, bf16_edge_layers=bf16_edge_layers, **kw)
     edge = min(bf16_edge_layers, arch.num_layers // 2)
     if edge <= 0:
@@ -297,22 +320,34 @@ def micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: Preci
             for k, c in out.items()}
 
 
+def _layer_spec(batch: int, seq: int, attention: str, runtime: str, engine: str,
+                model_code: str | None,
+                lora: tuple[int, tuple[str, ...] | None] | None) -> StepSpec:
+    """One TP rank's micro-batch as a single-device training step (LoRA's rank and targets
+    where ``lora``)."""
+    job = Job(model="layout", mode="train", batch=batch, seq=seq, attention=attention,
+              runtime=runtime, engine=engine, model_code=model_code,
+              lora_rank=lora[0] if lora else None, lora_targets=lora[1] if lora else None)
+    return StepSpec.of(job, mode="train", seq=seq, new_tokens=1, trainable=None,
+                       single_device=True)
+
+
 def _micro_costs(arch: Architecture, device: Device, eff: Efficiency, prec: PrecisionLayout, *,
                  tp: int, cp: int, batch: int, seq: int, attention: str, runtime: str, ep: int,
                  selective: str, moe_sync: bool, engine: str, capacity_factor: float | None,
                  model_code: str | None, recompute_modules: tuple[str, ...] | None = None,
                  bf16_edge_layers: int = 0, dispatcher: str = "alltoall",
                  repeat_kv: bool | None = None, weights_gathered: bool = False,
-                 cuda_graph_scope: tuple[str, ...] | None = None) -> dict[str, MicroCost]:
+                 cuda_graph_scope: tuple[str, ...] | None = None,
+                 lora: tuple[int, tuple[str, ...] | None] | None = None) -> dict[str, MicroCost]:
     """:func:`micro_costs` from one build, the edge blocks averaged in; the scoped CUDA
     graphs' host issue (:func:`~.graphs.graphed_ops`) on the layers' ops and their recompute."""
-    job = Job(model="layout", mode="train", batch=batch, seq=seq // cp, attention=attention,
-              runtime=runtime, engine=engine, model_code=model_code)
-    spec = replace(StepSpec.of(job, mode="train", seq=seq // cp, new_tokens=1, trainable=None,
-                               single_device=True), ep=ep, bf16_edge_layers=bf16_edge_layers,
+    spec = replace(_layer_spec(batch, seq // cp, attention, runtime, engine, model_code, lora),
+                   ep=ep, bf16_edge_layers=bf16_edge_layers,
                    moe_capacity_factor=capacity_factor, moe_dispatcher=dispatcher,
                    sdpa_repeat_kv=repeat_kv, narrow_weights_gathered=weights_gathered)
-    step, _, _, _ = build_steps(shard_arch(arch, tp), 0, (), device, eff, prec, spec)
+    step, _, _, _ = build_steps(shard_arch(arch, tp), 0, lora_rank_tensors(arch, tp, lora),
+                                device, eff, prec, spec)
     narrow = NARROW_RECIPES.get(prec.name)
     casts, raw = _step_casts([t for t in step.ops if t.op.group != "optimizer"], narrow)
     ops = graphed_ops(raw, cuda_graph_scope, step.overheads, dispatcher)
@@ -747,7 +782,8 @@ def job_micro_options(job: Job, ep: int) -> dict[str, Any]:
                 engine=job.engine, capacity_factor=job.moe_capacity_factor,
                 model_code=job.model_code, recompute_modules=job.recompute_modules,
                 dispatcher=job.moe_dispatcher, cuda_graph_scope=job.cuda_graph_scope,
-                weights_gathered=narrow_weights_gathered(job))
+                weights_gathered=narrow_weights_gathered(job),
+                lora=None if job.lora_rank is None else (job.lora_rank, job.lora_targets))
 
 
 def engine_layout_options(engine: str, precision: str | None = None) -> dict[str, Any]:

@@ -365,7 +365,9 @@ class LoraConfig:
     lora_rank: int | None = None
     """Train LoRA adapters of this rank instead of the full model."""
     lora_targets: tuple[str, ...] | None = None
-    """Module names the adapters attach to; None = PEFT's default for the family; ``all-linear``."""
+    """Module names the adapters attach to; None = PEFT's default for the family; ``all-linear``;
+    ``linear_qkv``: one adapter over q, k and v fused (Megatron-Core's linear_qkv, NeMo's
+    ``attention_qkv`` default)."""
     lora_base: str | None = None
     """Weight format of the frozen base under LoRA; ``nf4`` makes it QLoRA. None = the recipe's
     weight dtype."""

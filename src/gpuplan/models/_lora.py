@@ -27,10 +27,34 @@ NO_PEFT_DEFAULT = ("deepseek_v2", "deepseek_v3", "qwen3_moe", "glm4_moe", "gpt_o
                    "llama4_text")
 
 
+#: Megatron-Core's fused QKV projection as a LoRA target: NeMo's ``attention_qkv`` (its default
+#: target, and its "nemo" variant: ONE adapter, hidden -> r -> (heads + 2 query groups) x
+#: head_dim, over the fused output; NVIDIA/NeMo@579983fb nemo/collections/nlp/parts/
+#: peft_config.py LoraPEFTConfig, get_target_modules default ('attention_qkv',)). On a model
+#: whose q, k and v projections are apart it is their concatenation: one (q + k + v outputs,
+#: hidden) linear a layer.
+FUSED_QKV_TARGET = "linear_qkv"
+_QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def _fused_qkv(linears: Sequence[ParamTensor]) -> ParamTensor | None:
+    """q, k and v of one layer pattern as Megatron's one fused linear_qkv, or None where the
+    model has no separate (untransposed, same input, same count) q_proj, k_proj and v_proj."""
+    parts = [next((t for t in linears if t.module == m), None) for m in _QKV]
+    if any(t is None or t.transposed for t in parts) or \
+            len({(t.shape[1], t.count) for t in parts}) != 1:
+        return None
+    q = parts[0]
+    return ParamTensor(q.name.replace("q_proj", FUSED_QKV_TARGET),
+                       (sum(t.shape[0] for t in parts), q.shape[1]), q.count, q.component,
+                       FUSED_QKV_TARGET, True)
+
+
 def lora_linears(tensors: Sequence[ParamTensor], family: str, name: str,
                  targets: Sequence[str] | None) -> tuple[ParamTensor, ...]:
     """The linear weights that get adapters: ``targets`` by module name (``all-linear``: every
-    linear but the head and the embeddings), or the family's PEFT default when None."""
+    linear but the head and the embeddings; ``linear_qkv``: q, k and v as one fused linear,
+    :data:`FUSED_QKV_TARGET`), or the family's PEFT default when None."""
     if not tensors:
         raise InputError(
             f"LoRA needs the model's layer shapes, but {name!r} is only a parameter count; "
@@ -45,6 +69,10 @@ def lora_linears(tensors: Sequence[ParamTensor], family: str, name: str,
     linears = [t for t in tensors if t.linear and len(t.shape) == 2]
     if targets == ("all-linear",):
         return tuple(t for t in linears if t.component not in ("head", "embeddings"))
+    if FUSED_QKV_TARGET in targets and all(t.module != FUSED_QKV_TARGET for t in linears):
+        fused = _fused_qkv(linears)
+        if fused is not None:
+            linears.append(fused)
     known = sorted({t.module for t in linears})
     unknown = [m for m in targets if m not in known]
     if unknown:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from .checks import (PP_SCHEDULES, check_layout, divisors, nearest, part_layers, pipeline_fix,
                      pp_chunks, tp_fix)
 from .layout import (VOCAB_PARALLEL, Layout, chunk_forwards, in_flight, layout_notes, layout_of,
-                     mtp_active_params, mtp_params, mtp_rank_params, rank_model, stage_layers)
+                     mtp_active_params, mtp_params, mtp_rank_params, rank_model, stage_layers,
+                     tp_shape)
 
 __all__ = ["Layout", "layout_of", "layout_notes", "rank_model", "stage_layers", "in_flight",
            "chunk_forwards", "VOCAB_PARALLEL", "PP_SCHEDULES", "check_layout", "pp_chunks",
            "part_layers", "pipeline_fix", "tp_fix", "nearest", "divisors", "mtp_params",
-           "mtp_active_params", "mtp_rank_params"]
+           "mtp_active_params", "mtp_rank_params", "tp_shape"]

@@ -49,7 +49,7 @@ from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
            "in_flight", "chunk_forwards", "rank_model", "layout_notes", "mtp_params",
-           "mtp_active_params", "mtp_rank_params"]
+           "mtp_active_params", "mtp_rank_params", "tp_shape"]
 
 #: The token embedding and output head are split over the TP group (Megatron-LM always does).
 VOCAB_PARALLEL = True
@@ -457,6 +457,11 @@ def _tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
     else:
         shape[axis] //= tp
     return tuple(shape)
+
+
+def tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
+    """One TP rank's shape of ``t`` (Megatron's column / row split; the vocabulary padded)."""
+    return _tp_shape(t, arch, tp)
 
 
 def _stage_count(t: ParamTensor, arch: Architecture, layers: tuple[int, ...],
