@@ -736,13 +736,21 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+#: NeMo 24.07's dense GPT-3 and Nemotron rows (catalog entries from the NeMo-Framework-Launcher
+#: 24.07 training configs): dense like the Llama rows, but their own subset so that the Llama
+#: figures stay comparable across the change that mapped them.
+_NEMO_DENSE = ("gpt3-", "nemotron-")
+
 #: Subsets the summary reports apart: (label, test on a predicted row).
 SUBSETS = (
     ("dense (Llama), Hopper", lambda r: r.run["model"]["catalog"].startswith("llama")
      and r.run["hardware"]["gpu"].startswith("H")),
     ("dense (Llama), Blackwell", lambda r: r.run["model"]["catalog"].startswith("llama")
      and not r.run["hardware"]["gpu"].startswith("H")),
-    ("MoE (Qwen3, DeepSeek-V3)", lambda r: not r.run["model"]["catalog"].startswith("llama")),
+    ("dense (GPT-3, Nemotron), Hopper",
+     lambda r: r.run["model"]["catalog"].startswith(_NEMO_DENSE)),
+    ("MoE (Qwen3, DeepSeek-V3)", lambda r: not r.run["model"]["catalog"].startswith(
+        ("llama",) + _NEMO_DENSE)),
 )
 
 
