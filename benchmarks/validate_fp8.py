@@ -65,12 +65,6 @@ def _not_expressible(run: dict) -> str:
     if j.get("fsdp"):
         return ("Megatron-FSDP (FSDP = 1): the megatron profile runs ZeRO stages 0 and 1 only "
                 "(the distributed optimizer)")
-    if rec.get("cuda_graphs") and (j.get("ep") or 1) > 1:
-        return ("Megatron-Core's whole-layer CUDA graphs (the 25.09 perf_matrix's cuda_graphs "
-                "true: model.enable_cuda_graph): the Job's cuda_graph_scope takes Transformer "
-                "Engine's scoped graphs only, and a token-drop MoE layer's launches, which these "
-                "graphs remove, are what its host time is (DROPLESS_OVERLAP_CHECKS: the B200 "
-                "token-drop Job host-bound at 6.80 ms a layer pass against 4.72 measured)")
     if rec.get("pipeline_layout_unknown"):
         return "the pipeline layout it ran is not recorded: " + rec["pipeline_layout_unknown"]
     return ""
@@ -494,7 +488,11 @@ DROPLESS_OVERLAP_CHECKS = (
     "(the 25.11 row's with moe_capacity_factor 1.0, no cuda_graph_scope) at 12,558, "
     "host-bound at 6.80 ms a pass, above the measured 4.72: what the graphs' host savings "
     "would have to cover. So the B200 pair is no evidence for (b) on H100, where neither run "
-    "graphed anything. Either way the EP overlap is not the cause and the candidates above "
+    "graphed anything. Since then the whole-layer graphs are a Job option (cuda_graph_scope "
+    "full, compute/graphs.py) and the 25.09 rows that ran them are predicted with it: the "
+    "graphs take the B200 token-drop Job from host-bound under its measured figure to "
+    "device-bound over it, and leave the GB200 Qwen3 and B200 DeepSeek-V3 rows, device-bound "
+    "without them, where they were (the table above). Either way the EP overlap is not the cause and the candidates above "
     "are too small; not modelled: no source times the host or the kernels of these H100 "
     "runs' layer passes. The table's layout stays taken (fp8_runs.json "
     "differs_from_table).",
@@ -506,7 +504,9 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
     batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
     backend (``moe_flex_dispatcher_backend`` -> ``moe_dispatcher``), the MTP depth
     (``mtp_num_layers`` -> ``mtp_layers``), Transformer Engine's scoped CUDA graphs
-    (``cuda_graph_scope`` under ``cuda_graph_impl`` transformer_engine -> ``cuda_graph_scope``)
+    (``cuda_graph_scope`` under ``cuda_graph_impl`` transformer_engine -> ``cuda_graph_scope``),
+    the 25.09 performance matrix's whole-layer graphs (``cuda_graphs`` -> ``cuda_graph_scope``
+    full)
     and selective recompute of named modules
     (``recompute_modules`` -> ``checkpointing`` selective with ``recompute_modules``); what
     gpuplan cannot express goes to ``notes``."""
@@ -541,8 +541,13 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
         notes.append(f"token drop: capacity factor {r['moe_expert_capacity_factor']}, padded to "
                      f"capacity (moe_expert_capacity_factor, {where})")
     if r.get("cuda_graphs"):
-        notes.append("Megatron-Core's whole-layer CUDA graphs (cuda_graphs true) not modelled: "
-                     "timed ungraphed, every launch on the host (ASSUMED; no Job field)")
+        # cuda_graphs true -> set_cuda_graph_overrides: model.enable_cuda_graph True
+        # (Megatron-Bridge@ea299063 scripts/performance/utils/helpers.py lines 114-120):
+        # Megatron-Core's whole-layer graphs, its cuda_graph_scope left at "full"
+        out["cuda_graph_scope"] = ("full",)
+        notes.append("Megatron-Core's whole-layer CUDA graphs (cuda_graphs true -> "
+                     "enable_cuda_graph; cuda_graph_scope full: a layer's forward and its "
+                     "backward one host launch each)")
     if not r.get("tp_comm_overlap", True) and run["job"]["tp"] > 1:
         notes.append(f"no TP communication overlap (tp_comm_overlap False, {where})")
     if (run["model"]["catalog"] == "deepseek-v3" and not r.get("moe_a2a_overlap")
@@ -555,9 +560,37 @@ def recipe_fields(run: dict, notes: list[str]) -> dict:
         notes.append("the shared expert beside the dispatcher's all-to-alls "
                      "(moe_shared_expert_overlap, the DeepSeek-V3 provider's default under "
                      "alltoall)")
+    out.update(_launcher_fields(run, r, where, notes))
     missing = [say(r[k]) for k, say in RECIPE_UNMODELLED.items() if r.get(k)]
     if missing:
         notes.append("not modelled: " + "; ".join(missing))
+    return out
+
+
+def _launcher_fields(run: dict, r: dict, where: str, notes: list[str]) -> dict:
+    """The Job fields a NeMo 24.07 fine-tuning row's launcher script sets (NeMo-Framework-
+    Launcher examples/peft/llama/h100/*.sh over conf/peft/llama/sft.yaml at the 24.07 tag,
+    8325688d: the scripts' nodes, batches, TP, PP and packed 4096 are the table's rows):
+    ``++peft.model.fp8_params=true`` -> ``fp8_param_gather`` (TE FP8 parameters, no BF16 copy);
+    sft.yaml's ``optim.dtype: bf16`` -> ``optimizer_states`` bf16 (Apex DistributedFusedAdam
+    keeps exp_avg and exp_avg_sq in its ``dtype``: apex/contrib/optimizers/
+    distributed_fused_adam.py lines 464-476 at NVIDIA/apex@f8e60c47, 2024-06-29); the script's
+    ``virtual_pipeline_model_parallel_size`` -> interleaved. Its master copy, which NeMo
+    stores in that bf16 too (fp8_params sets store_params True: megatron_base_model.py lines
+    802-812 at NVIDIA/NeMo@e938df32, r2.0.0 = v2.0.0; Apex's params_shard in ``dtype``, lines
+    449-456), stays counted as 32-bit: the Job has no field for a 16-bit master."""
+    out: dict = {}
+    if r.get("fp8_params"):
+        out["fp8_param_gather"] = True
+        notes.append(f"FP8 parameters, no BF16 weight copy (fp8_params, {where})")
+    if r.get("optim_dtype") == "bf16":
+        out["optimizer_states"] = "bf16"
+        notes.append(f"Adam states in bf16 (distributed_fused_adam dtype bf16, {where}); its "
+                     "bf16 master copy counted as fp32 (no Job field: an upper bound)")
+    vp = r.get("virtual_pipeline_model_parallel_size")
+    if vp and vp > 1 and run["job"]["pp"] > 1:
+        out["pp_schedule"] = f"interleaved:{vp}"
+        notes.append(f"VP {vp} (virtual_pipeline_model_parallel_size, {where})")
     return out
 
 
@@ -779,7 +812,10 @@ def render(rows: list[Row]) -> str:
            "scripts run it; FP8-MX: MXFP8 param gather, which Megatron-Core runs in BF16; "
            "`BRIDGE_PRESETS`), Llama 3.1 405B and "
            "Qwen3 235B with the embedding and "
-           "loss as pipeline parts (`SPLIT_ACCOUNTING`). The recorded rows are the sources' "
+           "loss as pipeline parts (`SPLIT_ACCOUNTING`); the NeMo 24.07 SFT rows as their "
+           "NeMo-Framework-Launcher scripts set them (FP8 parameters, bf16 Adam states, the "
+           "script's VP, marked * in the table: `_launcher_fields`). The recorded rows are "
+           "the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
            f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
            f"|error| {_pct(s['median'])}, worst {_pct(s['worst'])} (bars: median within "
@@ -794,7 +830,7 @@ def render(rows: list[Row]) -> str:
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         j = r.run["job"]
-        lay = "/".join(str(j.get(k) if j.get(k) is not None else "-") for k in ("tp", "pp", "cp", "vp", "ep"))
+        lay = "/".join(_layout_cell(r.run, k) for k in ("tp", "pp", "cp", "vp", "ep"))
         pred = "—" if r.predicted is None else f"{r.predicted:,.0f}"
         ratio = "—" if r.predicted is None else f"{r.predicted / r.measured:.2f}"
         out.append(f"| `{r.run['id']}` | {r.run['hardware']['gpu']} | {j['precision']} | {lay} | "
@@ -814,6 +850,16 @@ def render(rows: list[Row]) -> str:
     out += ["", "## Not expressible", ""]
     out += [f"- `{r.run['id']}`: {r.why_not}" for r in rows if r.predicted is None]
     return "\n".join(out) + "\n"
+
+
+def _layout_cell(run: dict, key: str) -> str:
+    """One TP/PP/CP/VP/EP cell: the table's value, or for VP the recipe's (marked *) where the
+    table has no VP column and the row's launcher script sets one."""
+    v = run["job"].get(key)
+    if v is None and key == "vp":
+        vp = (run.get("recipe") or {}).get("virtual_pipeline_model_parallel_size")
+        return f"{vp}*" if vp else "-"
+    return "-" if v is None else str(v)
 
 
 def _recipe_lines(rows: list[Row]) -> list[str]:
@@ -967,6 +1013,24 @@ MEMORY_CHECKED = (
      "group (world / (EP x ETP x PP): 1 for the 8-GPU Qwen3-30B-A3B runs); no recipe of these "
      "rows sets activation offloading, precision-aware optimizer states (but the BF16 "
      "DeepSeek-V3 row's, recorded, not modelled) or recompute beyond the table's: unchanged"),
+    ("the NeMo 24.07 Llama 2 70B SFT run (16 H100, TP4 x PP4: DP 1, so the distributed "
+     "optimizer shards nothing)", "100.3 GB until its launcher script was read: BF16 weights "
+     "beside the FP8 copy and transpose (2 + 2 B a weight), 16-bit grads (2 B), fp32 master "
+     "and Adam states (4 + 8 B), 4 micro-batches of 1F1B activations: 18 B x 4.34B weights a "
+     "GPU = 78 GB before 19.5 GB of activations. The run's own script (NeMo-Framework-Launcher "
+     "examples/peft/llama/h100/70b_2node.sh over conf/peft/llama/sft.yaml, tag 24.07 "
+     "8325688d: 2 nodes x 8, MBS 1, GBS 32, TP4 PP4, packed 4096, the table's row) sets "
+     "fp8_params (TE FP8 weights, no BF16 copy: fp8_param_gather), distributed_fused_adam "
+     "with dtype bf16 and grad_sync_dtype bf16 (Apex keeps exp_avg, exp_avg_sq and, as "
+     "fp8_params makes NeMo set store_params, the master in that dtype: apex distributed_fused"
+     "_adam.py lines 449-476 @f8e60c47, NeMo megatron_base_model.py 802-812 @e938df32), VP 20, "
+     "sequence parallelism, no recompute: with fp8_param_gather, bf16 Adam states and "
+     "interleaved:20 it plans 75.1 GB (weights 8.7 -> 0.1 GB, Adam 34.8 -> 17.4 GB, "
+     "activations 19.5 -> 20.2 GB under VP). Still counted high: the master at fp32 (17.4 GB; "
+     "bf16 in the run, 8.7 GB: no Job field) and the amax histories at 1024 (the script's "
+     "fp8_amax_history_len 512); the grads' 16-bit buffer is the run's grad_sync_dtype. SFT "
+     "freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
+     "SFT rows' scripts (7b_1node.sh, 13b_1node.sh: VP 10) set the same, recorded too"),
     ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
      "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "
      "micro-batches of a stage in flight (the report's Table 2). The report's own memory "

@@ -826,6 +826,16 @@ def test_megatron_cuda_graph_scope():
     assert megatron_args(export_plan(job(**base), "megatron")).cuda_graph_scope is None
 
 
+def test_megatron_whole_layer_cuda_graphs():
+    # cuda_graph_scope full: Megatron-Core's local whole-layer graphs, cuda_graph_impl "local"
+    # with no scope (transformer_config.py @0d8e0714 lines 1496-1527)
+    base = dict(model="qwen3-30b-a3b", engine="megatron", gpus=8, ep=8, zero=1,
+                moe_capacity_factor=1.0)
+    a = megatron_args(export_plan(job(**base, cuda_graph_scope=("full",)), "megatron"))
+    assert a.cuda_graph_impl == "local"
+    assert a.cuda_graph_scope is None
+
+
 def test_megatron_shared_expert_overlap():
     # Megatron-Bridge's DeepSeek-V3 provider default (deepseek_provider.py:78 @21b02e0c)
     base = dict(model="deepseek-v3", engine="megatron", gpus=64, ep=64, zero=1)

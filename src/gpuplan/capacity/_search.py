@@ -251,7 +251,8 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
     ``find_max_rate``, the highest rate within the SLO (``max_rate_requests_per_s``; ``make(rate)``
     builds the workload); else the given deployment at ``wl``. ``progress`` (and, for a search,
     ``progress_total``): as :func:`search` takes them. Also returns the deployment
-    (``"_deployment"``: after a search the one it chose; None for a disaggregated split) and the result (``"_result"``) for renderers.
+    (``"_deployment"``: after a search the one it chose; None for a disaggregated split) and the
+    result (``"_result"``) for renderers.
     ``sweep``: also the chosen deployment at :data:`SWEEP_FACTORS` times ``sweep_base`` (a rate,
     or with ``closed`` a concurrency; by default the max rate found, else 1 request/s;
     ``sweep_make(load)`` builds each workload) as ``"sweep"`` (:func:`sweep_dict`).

@@ -141,8 +141,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "stream (Megatron-Core's --moe-shared-expert-overlap)"),
     JobOption("--cuda-graph-scope", "cuda_graph_scope", "list", "the parts of each layer "
               "Megatron-Core replays as Transformer Engine CUDA graphs (--cuda-graph-scope: "
-              "attn, moe_router, moe_preprocess): one host launch a graph instead of one a "
-              "kernel; default: none", "S1,S2"),
+              "attn, moe_router, moe_preprocess; or full, Megatron-Core's own whole-layer graphs, "
+              "--cuda-graph-impl local, token-drop MoE only): one host launch a graph instead of "
+              "one a kernel; default: none", "S1,S2"),
     JobOption("--ep-overlap", "ep_overlap", "flag", "run one micro-batch's expert-parallel "
               "all-to-alls beside another's compute (Megatron-Core's "
               "--overlap-moe-expert-parallel-comm --delay-wgrad-compute; Megatron-Bridge's "

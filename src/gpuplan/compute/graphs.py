@@ -23,6 +23,22 @@ pin, alike here):
   (the graphed part's recompute, where a recompute module sits inside the scope, rides with
   the backward's).
 
+``full`` (``--enable-cuda-graph``, whose ``cuda_graph_scope`` default is ``"full"`` at
+NVIDIA/Megatron-LM@core_v0.15.0rc6 -- transformer_config.py lines 604-633, the Megatron-Core the
+25.09 Megatron-Bridge performance scripts resolve -- and ``cuda_graph_impl "local"`` with no
+scope at @0d8e0714, lines 1496-1527): Megatron-Core's own ``CudaGraphManager``
+(transformer/cuda_graphs.py; module.py line 165 gives every TransformerLayer one) captures the
+whole layer's forward, the MoE layer's router, dispatch, experts and combine included, as one
+``torch.cuda.CUDAGraph`` and its backward as another; ``_CudagraphReplayNode`` replays each with
+one ``graph.replay()`` after copying the new input into the graph's static input buffer where it
+is not that buffer already (lines 410-482). A MoE layer holds only under token drop with its
+experts' input padded to capacity (moe/README.md 'CUDA Graph Support' at @core_v0.15.0rc6: without
+``--moe-expert-capacity-factor`` and ``--moe-pad-expert-input-to-capacity`` 'the resulting
+dynamic shapes make MoE layers uncapturable'), and no layer beside activation recompute
+(transformer_config.py @core_v0.15.0rc6 line 1356, 'CUDA graphs not supported with activation
+recomputation'). Timed as the scopes are: every kernel of a layer's ops, forward and backward,
+issued as the layer's two replays.
+
 Modelled: the captured kernels' host issue, replaced by ``graph_replay_s`` per graph launch
 (:data:`~.efficiency.CONSTANTS`); the narrow recipes' activation / gradient casts of the
 captured GEMMs (their share of ``fp8.quantize``) with them. Not modelled: the device gap of a
@@ -38,7 +54,7 @@ from typing import Sequence
 from .efficiency import RuntimeOverheads, constant
 from .time import OpTime
 
-__all__ = ["SCOPE_OPS", "captured_kernels", "graphed_ops"]
+__all__ = ["SCOPE_OPS", "WHOLE_LAYER", "captured_kernels", "graphed_ops"]
 
 #: The op names (or name prefixes, ending in ".") each scope captures whole: every launch of
 #: the op, forward and backward. ``attn``: every op of the attention block (gpuplan names them
@@ -54,6 +70,9 @@ SCOPE_OPS = {
     "moe_preprocess": ("moe.preprocess",),
 }
 
+#: The scope that captures every op of a layer (Megatron-Core's whole-layer graphs).
+WHOLE_LAYER = "full"
+
 #: ``moe.dispatch`` launches ``moe_preprocess`` captures, (forward, backward), by dispatcher:
 #: the alltoall dispatcher's first permute (make_row_id_map's three passes and the permute
 #: kernel; its backward the one unpermute: :func:`~.flops.dispatch_op`); DeepEP's
@@ -67,6 +86,8 @@ def captured_kernels(t: OpTime, scope: Sequence[str], dispatcher: str = "alltoal
     if t.op.group not in ("moe", "dense") or phase not in ("forward", "backward", "recompute"):
         return 0
     moe_layer = t.op.group == "moe"
+    if WHOLE_LAYER in scope:
+        return t.op.kernels
     for part in scope:
         if part != "attn" and not moe_layer:
             continue  # the router scopes exist only in MoE layers

@@ -410,7 +410,11 @@ def _recipe(job: Job) -> list[str]:
     if job.recompute_modules is not None:
         # transformer_config.py @d98e8a64 recompute_modules (a list; default ["core_attn"])
         rec += ["--recompute-modules", *job.recompute_modules]
-    if job.cuda_graph_scope is not None:
+    if job.cuda_graph_scope == ("full",):
+        # whole-layer graphs: transformer_config.py @0d8e0714 lines 1496-1527, cuda_graph_impl
+        # "local" with no scope (enable_cuda_graph, deprecated there, maps to it)
+        rec += ["--cuda-graph-impl", "local"]
+    elif job.cuda_graph_scope is not None:
         # transformer_config.py @b0cc2706 cuda_graph_impl / cuda_graph_scope (a list)
         rec += ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope",
                 *job.cuda_graph_scope]

@@ -84,6 +84,18 @@ def _check_cuda_graph_scope(c: "TrainingLoop") -> None:
                          f"{', '.join(CUDA_GRAPH_SCOPES)} (Megatron-Core's mlp, moe, mamba and "
                          "full_iteration are not modelled)", field="cuda_graph_scope",
                          value=shown, accepted=", ".join(CUDA_GRAPH_SCOPES))
+    if "full" in c.cuda_graph_scope and len(c.cuda_graph_scope) > 1:
+        raise InputError(f"{opt('cuda_graph_scope')} full: the whole-layer graph already holds "
+                         "attn and the router; give full alone", field="cuda_graph_scope",
+                         value=list(c.cuda_graph_scope), fix={"cuda_graph_scope": ["full"]})
+    if "full" in c.cuda_graph_scope and c.checkpointing != "none":
+        # transformer_config.py @core_v0.15.0rc6 line 1356 (enable_cuda_graph): 'CUDA graphs
+        # not supported with activation recomputation'; @0d8e0714: 'Full-layer CUDA graphs ...'
+        raise InputError(f"{opt('cuda_graph_scope')} full with {opt('checkpointing')} "
+                         f"{c.checkpointing}: Megatron-Core graphs whole layers only without "
+                         f"activation recompute; use {opt('checkpointing')} none or scoped graphs "
+                         "(attn, moe_router)", field="cuda_graph_scope",
+                         value=list(c.cuda_graph_scope), fix={"checkpointing": "none"})
     if "moe_preprocess" in c.cuda_graph_scope and "moe_router" not in c.cuda_graph_scope:
         raise InputError(f"{opt('cuda_graph_scope')} moe_preprocess: Megatron-Core captures the "
                          "dispatcher's preprocess only with the router; add moe_router",
@@ -97,8 +109,10 @@ def _check_cuda_graph_scope(c: "TrainingLoop") -> None:
                          fix={"checkpointing": "selective"})
 
 
-#: Megatron-Core's ``--cuda-graph-scope`` choices (Transformer Engine graphs) gpuplan times.
-CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
+#: Megatron-Core's ``--cuda-graph-scope`` choices gpuplan times: Transformer Engine's scoped
+#: graphs, and ``full``, Megatron-Core's own whole-layer graphs (``--enable-cuda-graph``;
+#: ``--cuda-graph-impl local`` from 0.15's release branch on: compute/graphs.py).
+CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess", "full")
 
 
 #: Megatron-Core's ``--recompute-modules`` choices gpuplan times (transformer_config.py).
@@ -239,7 +253,9 @@ class TrainingLoop:
     (``--cuda-graph-impl transformer_engine --cuda-graph-scope``; transformer_config.py at
     NVIDIA/Megatron-LM@b0cc2706, the 26.02 pin): attn, the input norm and the attention block;
     moe_router, the pre-MLP norm and the router; moe_preprocess, the token dispatcher's
-    preprocess and first permute (needs moe_router). Each layer's captured part replays as one
+    preprocess and first permute (needs moe_router); full, alone, Megatron-Core's own graphs of
+    whole layers (``--enable-cuda-graph``, ``--cuda-graph-impl local``: no recompute, and a MoE
+    layer only under token drop). Each layer's captured part replays as one
     graph forward and one backward, its kernels' host issue one launch
     (compute/graphs.py). None: no CUDA graph. Megatron only."""
     use_cache: bool = False

@@ -191,14 +191,15 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
                      dynamic: int, level: OverheadLevel = "expected",
                      training: bool = True, overrides=None,
                      data_parallel: int | None = None,
-                     sharding: str = "deepspeed") -> Overhead:
+                     sharding: str = "deepspeed", graph_buffers: int = 0) -> Overhead:
     """The overhead of one GPU process of a job; ``dynamic`` is the bytes of tensors freed and
     re-allocated each step (the fragmentation basis). ``overrides`` maps names in
     :data:`OVERRIDABLE` to bytes (``fragmentation``: a fraction of the dynamic bytes).
     ``data_parallel``: ranks the gradients are reduced over (default ``gpus``); gradient buckets
     exist only when it is > 1 (a pure TP/PP job reduces no gradients). ``sharding``: the ZeRO
     engine; DeepSpeed's buckets are its own (FSDP2's all-gather and reduce-scatter buffers are
-    placed along the step by the timeline, :mod:`.fsdp`)."""
+    placed along the step by the timeline, :mod:`.fsdp`). ``graph_buffers``: the static
+    buffers of Megatron-Core's whole-layer CUDA graphs (:func:`graph_buffer_bytes`)."""
     check_level(level)
     over = check_overrides(overrides)
     ctx = _CONTEXT if "cuda_context" not in over else _fixed(
@@ -216,6 +217,11 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
             items.append(_ddp_buckets(grad_bytes))
         elif training and reduced and sharding == "deepspeed":
             items.append(_zero_buckets(grad_elem_bytes, zero))
+    if graph_buffers:
+        items.append(OverheadItem(
+            name="CUDA graph static buffers", low=graph_buffers, expected=graph_buffers,
+            high=graph_buffers, basis="Megatron-Core's whole-layer graphs: a chunk's input copy "
+            "and the backward's two alternating gradient buffers, per graphed micro-batch"))
     frag = _fragmentation(dynamic)
     if "fragmentation" in over:
         f = over["fragmentation"]
@@ -223,3 +229,20 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
                                                "re-allocated each step")
     items.append(frag)
     return Overhead(items=tuple(items), level=level)
+
+
+def graph_buffer_bytes(tokens: int, hidden: int, runners: int, act_bytes: int = 2) -> int:
+    """The memory Megatron-Core's whole-layer CUDA graphs hold beyond what the eager step holds
+    (transformer/cuda_graphs.py at NVIDIA/Megatron-LM@core_v0.15.0rc6): the layers' forward
+    graphs alternate one hidden-state input / output buffer, each layer's output the next one's
+    input (lines 215-227, share_cudagraph_io_buffers) -- outputs the eager layer keeps anyway as
+    the next layer's saved input -- so the extra is a model chunk's first input, cloned into a
+    static buffer (create_fwd_graph's zero_out_tensors, line 649), and the backward graphs' two
+    alternating gradient buffers (static_grad_outputs and the input gradient): three
+    ``tokens x hidden`` tensors of ``act_bytes`` per runner. ``runners``: the graphed (chunk,
+    micro-batch) pairs alive at once -- one without a pipeline, where the graphs are reused
+    (lines 1066-1070), else the stage's in-flight model-chunk micro-batches, each with its own
+    forward pool (lines 1089-1095, 1146). The graphs' pool itself holds the captured
+    activations and temporaries the eager step holds (the graphs are captured in execution
+    order into shared pools, lines 189-230): not counted again."""
+    return 3 * max(1, runners) * tokens * hidden * act_bytes

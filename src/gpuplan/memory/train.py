@@ -17,7 +17,8 @@ from ..parallel import check_layout
 from .activations import TrainActivations, train_activations
 from .activations.timeline import fmt_gb
 from .optimizer import optimizer_label
-from .overhead import Overhead, OverheadLevel, memory_args, runtime_overhead
+from .overhead import (Overhead, OverheadLevel, graph_buffer_bytes, memory_args,
+                       runtime_overhead)
 from .parallel import StagePlan, stage_plans
 from .results import Line, TrainMemory
 from .shape import check_seq
@@ -42,7 +43,7 @@ def train_memory(model: Model, job: Job, *, overhead_level: OverheadLevel = "exp
     non_tn = gpu_non_tn_fp8(gpu)
     plans = stage_plans(model, job, non_tn)
     if plans is None:
-        if job.moe_capacity_factor is not None or job.mtp_layers:
+        if job.moe_capacity_factor is not None or job.mtp_layers or job.cuda_graph_scope:
             # a capacity factor needs experts; MTP a layout (and a model with an MTP layer)
             check_layout(model.architecture, job)
         st = train_states(model, job, non_tn)
@@ -86,7 +87,7 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
         grad_bytes=st.trainable * recipe.grad_bytes, grad_elem_bytes=recipe.grad_bytes,
         dynamic=at_peak.gradients + at_peak.activations + at_peak.temporaries,
         level=overhead_level, overrides=overhead_overrides, data_parallel=job.gpus,
-        sharding=job.sharding)
+        sharding=job.sharding, graph_buffers=_graph_buffers(model, job, stage))
     notes = [*st.notes, *act.notes, *(stage.notes if stage else ())]
     if st.host:
         notes.append(f"host memory per GPU process: {st.host:,} bytes")
@@ -109,6 +110,20 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
                             "forward_peak_at": act.forward_detail,
                             "backward_peak_at": act.backward_detail} if act.known else {}),
     )
+
+
+def _graph_buffers(model: Model, job: Job, stage: StagePlan | None) -> int:
+    """The whole-layer CUDA graphs' static buffers on this rank (:func:`~.overhead.
+    graph_buffer_bytes`): hidden states of the rank's tokens, sequence-parallel under TP."""
+    arch = model.architecture
+    if job.cuda_graph_scope != ("full",) or arch is None:
+        return 0
+    if stage is None:
+        return graph_buffer_bytes(job.batch * job.seq, arch.hidden_size, 1)
+    lay = stage.layout
+    seq = stage.seq if stage.seq is not None else job.seq
+    tokens = job.batch * seq // (lay.tp if lay.sequence_parallel else 1)
+    return graph_buffer_bytes(tokens, arch.hidden_size, stage.in_flight if lay.pp > 1 else 1)
 
 
 def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: States,

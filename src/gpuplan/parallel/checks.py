@@ -178,27 +178,7 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
     chunks. The one check behind fit, speed, trace and cluster (memory and compute both call
     it); ``seq``: the sequence the caller resolved (default ``job.seq``; None skips the
     sequence's checks)."""
-    cf = getattr(job, "moe_capacity_factor", None)
-    if cf is not None and arch is not None and not arch.num_experts:
-        raise InputError(f"{opt('moe_capacity_factor')} {cf}: {arch.name} has no experts; drop "
-                         f"{opt('moe_capacity_factor')}", field="moe_capacity_factor", value=cf)
-    disp = getattr(job, "moe_dispatcher", "alltoall")
-    if disp != "alltoall" and arch is not None and not arch.num_experts:
-        raise InputError(f"{opt('moe_dispatcher')} {disp}: {arch.name} has no experts to "
-                         f"dispatch; drop {opt('moe_dispatcher')}", field="moe_dispatcher",
-                         value=disp)
-    scope = getattr(job, "cuda_graph_scope", None) or ()
-    routed = [p for p in scope if p in ("moe_router", "moe_preprocess")]
-    if routed and arch is not None and not arch.num_experts:
-        # transformer_config.py @b0cc2706: 'moe cuda graph is only supported for MoE.'
-        raise InputError(f"{opt('cuda_graph_scope')} {routed[0]}: {arch.name} has no experts to "
-                         f"route; keep attn only or drop {opt('cuda_graph_scope')}",
-                         field="cuda_graph_scope", value=routed[0])
-    if getattr(job, "moe_shared_expert_overlap", False) and arch is not None \
-            and not arch.shared_expert_intermediate_size:
-        raise InputError(f"{opt('moe_shared_expert_overlap')}: {arch.name} has no shared expert; "
-                         f"drop {opt('moe_shared_expert_overlap')}",
-                         field="moe_shared_expert_overlap", value=True)
+    _check_moe_options(arch, job)
     mtp = getattr(job, "mtp_layers", None)
     if mtp and (arch is None or not arch.mtp_params):
         name = arch.name if arch is not None else "the model"
@@ -218,6 +198,43 @@ def check_layout(arch: Architecture | None, job: object, seq: int | None = None)
     _check_tp(arch, job, seq)
     _check_pp(arch, job)
     _check_cp_ep(arch, job, seq)
+
+
+def _check_moe_options(arch: Architecture | None, job: object) -> None:
+    """The MoE options against the model: a capacity factor, a dispatcher, the router graphs
+    and the whole-layer graph, the shared expert overlap."""
+    cf = getattr(job, "moe_capacity_factor", None)
+    if cf is not None and arch is not None and not arch.num_experts:
+        raise InputError(f"{opt('moe_capacity_factor')} {cf}: {arch.name} has no experts; drop "
+                         f"{opt('moe_capacity_factor')}", field="moe_capacity_factor", value=cf)
+    disp = getattr(job, "moe_dispatcher", "alltoall")
+    if disp != "alltoall" and arch is not None and not arch.num_experts:
+        raise InputError(f"{opt('moe_dispatcher')} {disp}: {arch.name} has no experts to "
+                         f"dispatch; drop {opt('moe_dispatcher')}", field="moe_dispatcher",
+                         value=disp)
+    scope = getattr(job, "cuda_graph_scope", None) or ()
+    routed = [p for p in scope if p in ("moe_router", "moe_preprocess")]
+    if routed and arch is not None and not arch.num_experts:
+        # transformer_config.py @b0cc2706: 'moe cuda graph is only supported for MoE.'
+        raise InputError(f"{opt('cuda_graph_scope')} {routed[0]}: {arch.name} has no experts to "
+                         f"route; keep attn only or drop {opt('cuda_graph_scope')}",
+                         field="cuda_graph_scope", value=routed[0])
+    if "full" in scope and arch is not None and arch.num_experts and cf is None:
+        # NVIDIA/Megatron-LM@core_v0.15.0rc6 megatron/core/transformer/moe/README.md 'CUDA Graph
+        # Support': without --moe-expert-capacity-factor and --moe-pad-expert-input-to-capacity
+        # 'the resulting dynamic shapes make MoE layers uncapturable'; @0d8e0714
+        # transformer_config.py: 'moe cuda graph is only supported with drop-padding MoE.'
+        raise InputError(f"{opt('cuda_graph_scope')} full with dropless MoE: {arch.name}'s "
+                         "expert splits change shape every step, which a whole-layer graph "
+                         f"cannot hold; give {opt('moe_capacity_factor')} (token drop, padded "
+                         "to capacity) or graph attn, moe_router only",
+                         field="cuda_graph_scope", value="full",
+                         fix={"moe_capacity_factor": 1.0})
+    if getattr(job, "moe_shared_expert_overlap", False) and arch is not None \
+            and not arch.shared_expert_intermediate_size:
+        raise InputError(f"{opt('moe_shared_expert_overlap')}: {arch.name} has no shared expert; "
+                         f"drop {opt('moe_shared_expert_overlap')}",
+                         field="moe_shared_expert_overlap", value=True)
 
 
 def _check_tp(arch: Architecture, job: object, seq: int | None) -> None:
