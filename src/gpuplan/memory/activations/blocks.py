@@ -143,10 +143,13 @@ def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
     if act == "relu":
         return g.unary_saves_output(x, name)
     if act == "relu2":
-        # ReLUSquaredActivation: relu (saves its output r), then torch.square(r) (saves its
-        # input: the same r); the squared output is the block's
+        # ReLUSquaredActivation: relu (saves its output r), then torch.square(r), which is
+        # aten::pow(r, 2): on autocast's fp32 list, so under autocast an fp32 copy of r is what
+        # it saves and its output is fp32 (down_proj then casts it back)
         r = g.unary_saves_output(x, name + ".relu")
-        return g.unary_saves_input(r, name)
+        y = g.unary_saves_input(r, name, fp32=True)
+        g.touch(x)  # forward's ``input`` argument stays bound until it returns
+        return y
     if act in ("gelu_new", "gelu_fast"):
         # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x.pow(3)))), evaluated left to right:
         # 0.5 * x first, held while the bracket is computed; x is the function's argument
