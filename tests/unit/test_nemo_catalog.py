@@ -7,7 +7,8 @@ the entry's notes), not read from gpuplan's tensor lists.
 
 from __future__ import annotations
 
-import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,27 @@ def test_squared_relu_saves_the_relu_output_besides_its_own(precision, extra):
         job = Job(model=m, precision=precision, batch=b, seq=s, checkpointing="none")
         saved[act] = A.step_profile(m, job).layers[0][1].saved(b, s)
     assert saved["relu2"] - saved["relu"] == extra * b * s * 1024
+
+
+def _nemo_rows(prefix: str) -> list[dict]:
+    path = Path(__file__).resolve().parents[2] / "benchmarks/published/fp8_runs.json"
+    data = json.loads(path.read_text())
+    runs = data if isinstance(data, list) else data["runs"]
+    return [r for r in runs if (r["model"]["catalog"] or "").startswith(prefix)]
+
+
+def test_the_gpt3_rows_model_flops_are_the_entries_counts():
+    # NeMo 24.07's table gives tokens/s/GPU and model TFLOP/s/GPU for each run: their quotient is
+    # the FLOPs NeMo counts per token. For the three GPT-3 sizes it is 6 N (N the catalog count,
+    # the tied embedding included) plus 12 x layers x hidden x seq for the attention scores and
+    # their product with V (forward and backward, the full square), within 0.1%: the catalog's
+    # counts are the models NeMo measured
+    rows = _nemo_rows("gpt3-")
+    assert len(rows) == 4
+    for r in rows:
+        m = load_model(r["model"]["catalog"])
+        a, s = m.architecture, r["job"]["seq"]
+        per_token = r["measured"]["model_tflops_per_gpu"] * 1e12 / r["measured"][
+            "tokens_per_s_per_gpu"]
+        assert per_token == pytest.approx(6 * m.params.total + 12 * a.num_layers
+                                          * a.hidden_size * s, rel=1e-3), r["id"]
