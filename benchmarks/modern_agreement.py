@@ -31,6 +31,8 @@ CASES = {
  "glm4_moe": ("Glm4MoeForCausalLM", dict(S, head_dim=64, moe_intermediate_size=128, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, partial_rotary_factor=0.5, attention_bias=True)),
  "gpt_oss": ("GptOssForCausalLM", dict(S, head_dim=64, intermediate_size=256, num_local_experts=8, num_experts_per_tok=2, sliding_window=128)),
  "llama4_text": ("Llama4ForCausalLM", dict(S, head_dim=64, intermediate_size=256, intermediate_size_mlp=512, num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=128, num_hidden_layers=4)),
+ # Nemotron (NeMo GPT-3 successor): LayerNorm1P, relu2 two-matrix MLP, half-rotary heads, GQA
+ "nemotron": ("NemotronForCausalLM", dict(S, partial_rotary_factor=0.5)),
 }
 
 

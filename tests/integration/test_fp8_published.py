@@ -533,13 +533,23 @@ def test_every_published_megatron_run_fits_where_it_ran():
     .py counts them by hand). The one run that still plans over is the DeepSeek-V3 report's own
     (not Megatron-Core; its micro-batch and split assumed: V.MEMORY_CHECKED says what is open).
     The NeMo 24.07 Llama 2 70B SFT run fits under its launcher script's settings (the row's
-    recipe: FP8 parameters, bf16 Adam states, VP 20; 100.3 -> 75.1 GB on 85.0 GB)."""
+    recipe: FP8 parameters, bf16 Adam states, VP 20; 100.3 -> 75.1 GB on 85.0 GB).
+
+    Open since the NeMo 24.07 GPT-3 / Nemotron rows were mapped (branch nemocat): GPT3-20B (TP 2,
+    MBS 2, no recompute: 85.2 GB planned on 85.0) and Nemotron-4 340B (TP 8 PP 8 VP 12: 95.5 GB)
+    plan over. The launcher's nemotron_340b.yaml at 24.07 (8325688d) sets selective recompute and
+    distributed_fused_adam with grad_sync_dtype and dtype bf16, but with PP 12 x VP 8 where the
+    row ran PP 8 x VP 12: it is not the row's run config, so (unlike the SFT rows' scripts) its
+    optimizer settings are not applied. 20b.yaml is the row's layout (TP 2, MBS 2) and sets
+    neither (Apex distributed_fused_adam at its default dtypes): 0.2 GB over stays open."""
     over = []
     for r in ROWS:
         got = V.memory_of(r.run)
         if got is not None and got[0] > got[2]:
             over.append(r.run["id"])
-    assert over == ["deepseek-v3-h800-x2048-pretrain"]
+    assert over == ["deepseek-v3-h800-x2048-pretrain",
+                    "nemo-24.07-dgx-h100-gpt3-20b-fp8-delayed-x64",
+                    "nemo-24.07-dgx-h100-nemotron-340b-fp8-delayed-x128"]
 
 
 def test_the_nemo_70b_sft_run_plans_its_launcher_script():

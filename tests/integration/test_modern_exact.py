@@ -27,6 +27,9 @@ CASES = [
     ("gemma3_text", "infer"), ("gpt_oss", "infer"), ("llama4_text", "infer"),
     ("deepseek_v2", "train"), ("deepseek_v2", "infer"),
     ("deepseek_v2:lite", "train"), ("deepseek_v2:lite", "infer"),
+    # Nemotron (relu2, LayerNorm1P, half-rotary): train within 2%; prefill is 5.0% under the
+    # trace at 2 x 256 (-5.5% at 1 x 512), as much with relu as with relu2 -- open, not asserted
+    ("nemotron", "train"),
 ]
 SHAPES = [(fam, mode, 2, 256) for fam, mode in CASES] + [
     ("gemma3_text", "infer", 1, 512), ("gpt_oss", "infer", 1, 512),

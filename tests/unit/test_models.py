@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,10 +48,18 @@ def test_catalog_has_the_required_models_and_the_later_ones():
 def test_catalog_entry_is_sourced_and_consistent(name):
     entry = catalog_entry(name)
     cfg = catalog_config(name)
-    assert entry.source.startswith("https://huggingface.co/")
-    assert entry.source.endswith("/blob/main/config.json")
-    repo = entry.source.removeprefix("https://huggingface.co/").removesuffix("/blob/main/config.json")
-    assert repo in entry.aliases  # the Hub id resolves to the entry
+    if entry.source.startswith("https://github.com/NVIDIA/NeMo-Framework-Launcher/"):
+        # NeMo's GPT-3 and Nemotron: no config.json on the Hub; the training yaml the published
+        # NeMo runs used, pinned to a commit (the numbers are in the entry's notes)
+        assert re.fullmatch(r"https://github\.com/NVIDIA/NeMo-Framework-Launcher/blob/[0-9a-f]{40}"
+                            r"/launcher_scripts/conf/training/[a-z0-9_/]+\.yaml", entry.source)
+        assert entry.notes
+    else:
+        assert entry.source.startswith("https://huggingface.co/")
+        assert entry.source.endswith("/blob/main/config.json")
+        repo = entry.source.removeprefix("https://huggingface.co/").removesuffix(
+            "/blob/main/config.json")
+        assert repo in entry.aliases  # the Hub id resolves to the entry
     assert entry.hf_class == HF_CLASSES[cfg["model_type"]]
     assert entry.hf_class in cfg["architectures"]  # the published file names the class we count
     assert "_gpuplan" not in cfg

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(json_text(report.catalog_json(models, aliases), indent=2))
         return 0
     table = report.catalog_table(models, sources=args.sources)
-    console_for(sys.stdout, width=260 if args.sources else 160).print(table)
+    console_for(sys.stdout, width=320 if args.sources else 160).print(table)  # NeMo yaml URLs
     return 0
 
 

@@ -58,7 +58,9 @@ FLASH_BLOCK = 128
 # Executed FLOPs per element of the non-matmul ops (stated approximations; these ops are
 # memory-bound on every device, so the constants only place them on the roofline).
 _NORM_FLOPS = {"layernorm": 7, "rmsnorm": 4}
-_ACT_FLOPS = {"gelu": 8, "relu": 1, "silu": 4}
+#: relu2 (squared ReLU, Nemotron's MLP: transformers' ReLUSquaredActivation, NeMo's squared_relu)
+#: is relu(x) then its square: a max and a multiply per element.
+_ACT_FLOPS = {"gelu": 8, "relu": 1, "relu2": 2, "silu": 4}
 _SOFTMAX_FLOPS = 5
 
 
@@ -359,6 +361,8 @@ def _is_fused_qkv(arch: Architecture) -> bool:
 
 def _mlp_act(arch: Architecture) -> str:
     a = (arch.activation or "").lower()
+    if a in ("relu2", "squared-relu", "squared_relu"):
+        return "relu2"
     if "relu" in a:
         return "relu"
     if "silu" in a or "swish" in a or "swiglu" in a:  # gpt-oss's swiglu_oai: a clamped SiLU

@@ -2,7 +2,10 @@
 
 Each file is the published config.json's numbers (facts, unchanged) plus a ``_gpuplan`` block:
 ``name`` (the catalog key), ``aliases``, ``source`` (the URL of the config.json on the Hugging
-Face Hub), ``hf_class`` (the class whose parameters are counted) and optional ``notes``.
+Face Hub), ``hf_class`` (the class whose parameters are counted) and optional ``notes``. NeMo's
+GPT-3 and Nemotron have no config.json on the Hub: their ``source`` is the
+NeMo-Framework-Launcher training yaml at a commit, its numbers written in the keys of the
+transformers class with the same tensors (the notes map each).
 Lookups are case-insensitive over names and aliases.
 """
 
@@ -34,7 +37,7 @@ class CatalogEntry:
     aliases: tuple[str, ...]
     """Other accepted names, including the Hub repository id."""
     source: str
-    """URL of the config.json the numbers come from."""
+    """URL of the config.json the numbers come from (for NeMo's models: the training yaml)."""
     hf_class: str
     """The transformers class whose parameters are counted."""
     family: str

@@ -24,6 +24,9 @@ gemma3_text     Gemma3ForCausalLM       Gemma-2's four norms, QK-norm, 5 local :
 llama4_text     Llama4ForCausalLM       MoE every ``interleave_moe_layer_step`` layers (fused
                                         experts + a shared expert), chunked local attention,
                                         NoPE global layers with an unweighted L2 QK-norm
+nemotron        NemotronForCausalLM     Nemotron-3/4 (NeMo): biased LayerNorm1P, a two-matrix
+                                        squared-ReLU MLP (``relu2``, no gate), partial rotary
+                                        (0.5), unbiased linears, untied head
 ==============  ======================  ====================================================
 
 The multi-token-prediction layers DeepSeek-V3 and GLM-4.5 checkpoints hold are not built by
@@ -49,11 +52,13 @@ MODERN_CLASSES: dict[str, str] = {
     "gpt_oss": "GptOssForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "llama4_text": "Llama4ForCausalLM",
+    "nemotron": "NemotronForCausalLM",
 }
 
 #: Each configuration class's defaults for the keys a config.json may leave out.
 _MAX_POS = {"qwen3": 32768, "qwen3_moe": 32768, "deepseek_v3": 4096, "deepseek_v2": 2048,
-            "glm4_moe": 131072, "gpt_oss": 131072, "gemma3_text": 131072, "llama4_text": 131072}
+            "glm4_moe": 131072, "gpt_oss": 131072, "gemma3_text": 131072, "llama4_text": 131072,
+            "nemotron": 4096}
 _KV_DEFAULT = {"qwen3": 32, "qwen3_moe": 4, "glm4_moe": 8, "gpt_oss": 8, "gemma3_text": 4,
                "llama4_text": 8}
 _HEAD_DIM = {"qwen3": 128, "gpt_oss": 64, "gemma3_text": 256, "llama4_text": 128}
@@ -458,8 +463,49 @@ def _llama4(r: ConfigReader, family: str) -> dict:
                 nope_layers=nope, tensors=T.items, **moe)
 
 
+# --------------------------------------------------------------------------------------------
+# Nemotron (NeMo's Nemotron-3 / Nemotron-4 GPT)
+# --------------------------------------------------------------------------------------------
+
+def _nemotron(r: ConfigReader, family: str) -> dict:
+    """transformers' NemotronConfig / modeling_nemotron.py (5.25): NemotronLayerNorm1P (an
+    nn.LayerNorm, weight and bias, applied as weight + 1) before attention and MLP and at the
+    end; q/k/v/o projections (``attention_bias``, default false); NemotronMLP is up_proj ->
+    ACT2FN[hidden_act] (default ``relu2``, relu(x)^2) -> down_proj, no gate (``mlp_bias``,
+    default false); rotary on ``partial_rotary_factor`` (default 0.5) of each head; the head
+    untied by default. It is Megatron GPT with NeMo's Nemotron options (normalization
+    layernorm1p, activation squared-relu, bias false, rope 0.5)."""
+    H, L, NH, V = _sizes(r, family)
+    KV = _kv(r, family, NH)
+    hd = head_dim_of(r, H, NH)
+    I = r.integer("intermediate_size")
+    attn_bias = r.boolean("attention_bias", default=False)
+    mlp_bias = r.boolean("mlp_bias", default=False)
+    tie = r.boolean("tie_word_embeddings", default=False)
+    frac = r.number("partial_rotary_factor", default=0.5, minimum=0.0, maximum=1.0)
+    T = Tensors()
+    T.embedding("model.embed_tokens.weight", V, H, "embed_tokens")
+    _gqa_tensors(T, H, L, NH, KV, hd, qkv_bias=attn_bias, o_bias=attn_bias, qk_norm=False)
+    T.linear(f"{_L}.mlp.up_proj", I, H, L, "mlp", bias=mlp_bias)
+    T.linear(f"{_L}.mlp.down_proj", H, I, L, "mlp", bias=mlp_bias)
+    T.norm(f"{_L}.input_layernorm", H, L, bias=True)
+    T.norm(f"{_L}.post_attention_layernorm", H, L, bias=True)
+    T.norm("model.norm", H, 1, bias=True)
+    if not tie:
+        T.linear("lm_head", V, H, 1, "head", bias=False)
+    return dict(kind="decoder", hidden_size=H, num_layers=L, num_heads=NH, num_kv_heads=KV,
+                head_dim=hd, intermediate_size=I, vocab_size=V,
+                max_position_embeddings=r.integer("max_position_embeddings",
+                                                  default=_MAX_POS[family]),
+                tie_word_embeddings=tie, mlp="gelu", activation=r.string("hidden_act",
+                                                                         default="relu2"),
+                norm="layernorm", position="rotary", rotary_fraction=frac,
+                attention_bias=attn_bias, mlp_bias=mlp_bias,
+                attention_dropout=dropout_of(r, "attention_dropout"), tensors=T.items)
+
+
 MODERN_BUILDERS: dict[str, Callable[[ConfigReader, str], dict]] = {
     "qwen3": _qwen3, "qwen3_moe": _qwen3, "gemma3_text": _gemma3,
     "deepseek_v3": _deepseek, "deepseek_v2": _deepseek, "glm4_moe": _glm4_moe,
-    "gpt_oss": _gpt_oss, "llama4_text": _llama4,
+    "gpt_oss": _gpt_oss, "llama4_text": _llama4, "nemotron": _nemotron,
 }

@@ -142,6 +142,14 @@ def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
         return g.unary_saves_input(x, name)
     if act == "relu":
         return g.unary_saves_output(x, name)
+    if act == "relu2":
+        # ReLUSquaredActivation: relu (saves its output r), then torch.square(r), which is
+        # aten::pow(r, 2): on autocast's fp32 list, so under autocast an fp32 copy of r is what
+        # it saves and its output is fp32 (down_proj then casts it back)
+        r = g.unary_saves_output(x, name + ".relu")
+        y = g.unary_saves_input(r, name, fp32=True)
+        g.touch(x)  # forward's ``input`` argument stays bound until it returns
+        return y
     if act in ("gelu_new", "gelu_fast"):
         # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x.pow(3)))), evaluated left to right:
         # 0.5 * x first, held while the bracket is computed; x is the function's argument
@@ -164,7 +172,7 @@ def activation(c: Ctx, x: Tensor, name: str) -> Tensor:
         s = g.unary_saves_output(g.scale(x), name + ".sigmoid")
         return g.mul(x, s, name=name)
     raise InputError(f"activation function {act!r} is not modeled (silu, gelu, gelu_new, "
-                     "gelu_pytorch_tanh, relu, quick_gelu are)")
+                     "gelu_pytorch_tanh, relu, relu2, quick_gelu are)")
 
 
 def _eager_core(c: Ctx, q: Tensor, k: Tensor, v: Tensor, *, q_contig: bool, kv_contig: bool,
@@ -342,6 +350,11 @@ def _project_qkv(c: Ctx, x: Tensor, layer: int = 0) -> _QKV:
     elif fam in DECODER_ROPE:
         q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
         k = g.add(g.scale(k), g.scale(k), "k.rope")
+    elif fam == "nemotron":
+        # NemotronAttention: rotary on the first partial_rotary_factor of each head, then
+        # torch.cat((q_embed, q_pass)): a new tensor, as gpt_neox's partial rotary
+        q = g.cat([g.add(g.scale(q), g.scale(q), "q.rope")], "q.rope_cat")
+        k = g.cat([g.add(g.scale(k), g.scale(k), "k.rope")], "k.rope_cat")
     return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
 
 
@@ -609,7 +622,8 @@ def _mlp_body(c: Ctx, x: Tensor) -> Tensor:
              "falcon": ("dense_h_to_4h", "dense_4h_to_h"), "opt": ("fc1", "fc2"),
              "bloom": ("dense_h_to_4h", "dense_4h_to_h"),
              "bert": ("intermediate.dense", "output.dense"),
-             "vit": ("intermediate.dense", "output.dense")}[fam]
+             "vit": ("intermediate.dense", "output.dense"),
+             "nemotron": ("up_proj", "down_proj")}[fam]
     y = activation(c, c.linear(x, h, inter, names[0]), "act")
     return c.linear(y, inter, h, names[1])
 

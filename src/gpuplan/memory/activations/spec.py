@@ -19,7 +19,8 @@ MODERN = ("qwen3", "qwen3_moe", "gemma3_text", "deepseek_v3", "deepseek_v2", "gl
 
 #: Families whose forward is modeled op by op.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt2",
-            "gpt_bigcode", "gpt_neox", "opt", "falcon", "bloom", "bert", "vit") + MODERN
+            "gpt_bigcode", "gpt_neox", "opt", "falcon", "bloom", "bert", "vit",
+            "nemotron") + MODERN
 
 #: Families whose norms are Gemma's (``(1 + weight)`` in fp32).
 GEMMA = ("gemma2", "gemma3_text")
