@@ -809,9 +809,8 @@ def render(rows: list[Row]) -> str:
            "Qwen3 235B with the embedding and "
            "loss as pipeline parts (`SPLIT_ACCOUNTING`); the NeMo 24.07 SFT rows as their "
            "NeMo-Framework-Launcher scripts set them (FP8 parameters, bf16 Adam states and "
-           "master, the "
-           "script's VP, marked * in the table: `_launcher_fields`). The recorded rows are "
-           "the sources' "
+           "master, the script's VP, marked * in the table: `_launcher_fields`). The "
+           "recorded rows are the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
            f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
            f"|error| {_pct(s['median'])}, worst {_pct(s['worst'])} (bars: median within "
@@ -1024,8 +1023,8 @@ MEMORY_CHECKED = (
      "interleaved:20 it plans 75.1 GB (weights 8.7 -> 0.1 GB, Adam 34.8 -> 17.4 GB, "
      "activations 19.5 -> 20.2 GB under VP), and with the master in that bf16 too "
      "(master_weights bf16) 66.4 GB (master 17.4 -> 8.7 GB). Still counted high: the amax "
-     "histories at 1024 (the script's fp8_amax_history_len 512); the grads' 16-bit buffer is the run's grad_sync_dtype. SFT "
-     "freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
+     "histories at 1024 (the script's fp8_amax_history_len 512); the grads' 16-bit buffer "
+     "is the run's grad_sync_dtype. SFT freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
      "SFT rows' scripts (7b_1node.sh, 13b_1node.sh: VP 10) set the same, recorded too"),
     ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
      "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "

@@ -13,8 +13,8 @@ from ..fp8 import NARROW_RECIPES
 from ._fields import check_fields
 from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
-                     MasterWeights, ModelCode, MoeDispatcher, OptimizerStates, PrefillLogits, Runtime,
-                     Sharding)
+                     MasterWeights, ModelCode, MoeDispatcher, OptimizerStates, PrefillLogits,
+                     Runtime, Sharding)
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
            "ServingConfig", "ParallelLayout", "CONFIGS"]

@@ -373,8 +373,7 @@ def _check_across(job: Job) -> None:
     if job.dp_shard is not None:
         _check_dp_shard(job)
     _check_megatron_recipe(job)
-    if job.master_weights != "auto" and job.trains:
-        _check_master(job)
+    _check_master(job)
     if job.recompute_modules is not None and job.engine != "megatron":
         raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
                          "Megatron-Core's module list; use "
@@ -455,6 +454,8 @@ def _check_master(job: Job) -> None:
     lines 137-138 at NVIDIA/TransformerEngine@d0067d0d); FSDP2's fp32 shard is the master."""
     mw, recipe = job.master_weights, TRAINING_RECIPES[job.precision]
     why, fix = None, {"master_weights": "auto"}
+    if mw == "auto" or not job.trains:
+        return
     if not recipe.master_bytes:
         why = (f"with {opt('precision')} {job.precision} the optimizer steps the "
                f"{recipe.weight_bytes * 8}-bit weights, no separate master copy; use a mixed "

@@ -156,7 +156,7 @@ def _narrow_tn_only(job: Job) -> bool:
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
-    recipe = get_recipe(job.precision)
+    recipe = with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights)
     opt = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trained = _what_is_trained(model, job, recipe)
@@ -168,8 +168,7 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.lora_rank is None:  # an fp32 parameter's 16-bit copy and grad are fp32
         weights_trainable += _fp32_extra(model, job, recipe.weight_bytes)
         grads += _fp32_extra(model, job, recipe.grad_bytes)
-    master_b = with_job_dtypes(recipe, master_weights=job.master_weights).master_bytes
-    master = trainable * master_b
+    master = trainable * recipe.master_bytes
     opt_bytes, opt_note = optimizer_state_bytes(opt, trained.tensors, trainable, state_b)
     if opt_note:
         notes.append(opt_note)
@@ -209,12 +208,11 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
         job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
     return States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
-                  host=host, gathered=gathered.bytes, step_tmp=step_tmp,
-                  step_detail=step_detail, notes=tuple(notes), paged=paged,
+                  host=host, gathered=gathered.bytes, step_tmp=step_tmp, paged=paged,
+                  step_detail=step_detail, notes=tuple(notes), master_b=recipe.master_bytes or 4,
                   gathered_note=gathered.note, gathered_kept=gathered.kept,
                   gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label,
-                  fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "",
-                  master_b=master_b or 4)
+                  fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
 
 
 def _fp8_note(job: Job, non_tn_fp8: bool) -> str:
