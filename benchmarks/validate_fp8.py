@@ -586,15 +586,18 @@ def _launcher_fields(run: dict, r: dict, where: str, notes: list[str]) -> dict:
     ``virtual_pipeline_model_parallel_size`` -> interleaved. Its master copy, which NeMo
     stores in that bf16 too (fp8_params sets store_params True: megatron_base_model.py lines
     802-812 at NVIDIA/NeMo@e938df32, r2.0.0 = v2.0.0; Apex's params_shard in ``dtype``, lines
-    449-456), stays counted as 32-bit: the Job has no field for a 16-bit master."""
+    449-456) -> ``master_weights`` bf16."""
     out: dict = {}
     if r.get("fp8_params"):
         out["fp8_param_gather"] = True
         notes.append(f"FP8 parameters, no BF16 weight copy (fp8_params, {where})")
     if r.get("optim_dtype") == "bf16":
         out["optimizer_states"] = "bf16"
-        notes.append(f"Adam states in bf16 (distributed_fused_adam dtype bf16, {where}); its "
-                     "bf16 master copy counted as fp32 (no Job field: an upper bound)")
+        notes.append(f"Adam states in bf16 (distributed_fused_adam dtype bf16, {where})")
+        if r.get("fp8_params"):  # store_params: Apex's parameter shards in that dtype
+            out["master_weights"] = "bf16"
+            notes.append(f"master copy in bf16 (fp8_params sets store_params: Apex keeps the "
+                         f"parameter shards in its dtype bf16, {where})")
     vp = r.get("virtual_pipeline_model_parallel_size")
     if vp and vp > 1 and run["job"]["pp"] > 1:
         out["pp_schedule"] = f"interleaved:{vp}"
@@ -876,9 +879,9 @@ def render(rows: list[Row]) -> str:
            "`BRIDGE_PRESETS`), Llama 3.1 405B and "
            "Qwen3 235B with the embedding and "
            "loss as pipeline parts (`SPLIT_ACCOUNTING`); the NeMo 24.07 SFT rows as their "
-           "NeMo-Framework-Launcher scripts set them (FP8 parameters, bf16 Adam states, the "
-           "script's VP, marked * in the table: `_launcher_fields`). The recorded rows are "
-           "the sources' "
+           "NeMo-Framework-Launcher scripts set them (FP8 parameters, bf16 Adam states and "
+           "master, the script's VP, marked * in the table: `_launcher_fields`). The "
+           "recorded rows are the sources' "
            "(benchmarks/published/fp8_runs.json, written before any prediction was read).", "",
            f"{s['predicted']} runs predicted, {s['listed']} listed as not expressible: median "
            f"|error| {_pct(s['median'])}, worst {_pct(s['worst'])} (bars: median within "
@@ -1096,10 +1099,10 @@ MEMORY_CHECKED = (
      "_adam.py lines 449-476 @f8e60c47, NeMo megatron_base_model.py 802-812 @e938df32), VP 20, "
      "sequence parallelism, no recompute: with fp8_param_gather, bf16 Adam states and "
      "interleaved:20 it plans 75.1 GB (weights 8.7 -> 0.1 GB, Adam 34.8 -> 17.4 GB, "
-     "activations 19.5 -> 20.2 GB under VP). Still counted high: the master at fp32 (17.4 GB; "
-     "bf16 in the run, 8.7 GB: no Job field) and the amax histories at 1024 (the script's "
-     "fp8_amax_history_len 512); the grads' 16-bit buffer is the run's grad_sync_dtype. SFT "
-     "freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
+     "activations 19.5 -> 20.2 GB under VP), and with the master in that bf16 too "
+     "(master_weights bf16) 66.4 GB (master 17.4 -> 8.7 GB). Still counted high: the amax "
+     "histories at 1024 (the script's fp8_amax_history_len 512); the grads' 16-bit buffer "
+     "is the run's grad_sync_dtype. SFT freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
      "SFT rows' scripts (7b_1node.sh, 13b_1node.sh: VP 10) set the same, recorded too"),
     ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
      "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "

@@ -33,7 +33,7 @@ from .compute.speed import kernel_efficiency, narrow_gather_bytes
 from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
                            param_tensor_count, train_precision)
 from .errors import GpuplanError, InputError, opt, shown
-from .formats import TRAINING_RECIPES, get_optimizer, optimizer_state_bytes
+from .formats import TRAINING_RECIPES, get_optimizer, optimizer_state_bytes, with_job_dtypes
 from .hardware import GPU
 from .hardware.topology import Topology, topology_for
 from .job import Job, check_layout, default_seq, job_flags
@@ -48,9 +48,9 @@ __all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CH
 #: The Job fields the search honours; the layout fields (tp, pp ...) are what it searches. The
 #: command line and ``POST /api/cluster`` refuse any other job option in one line.
 SEARCH_JOB_FIELDS = frozenset({"mode", "precision", "infer_precision", "optimizer",
-                               "optimizer_states", "fused_optimizer", "seq", "gpus", "attention",
-                               "kv_dtype", "context", "gpus_per_node", "inter_node", "runtime",
-                               "engine", "power_limit_w"})
+                               "optimizer_states", "master_weights", "fused_optimizer", "seq",
+                               "gpus", "attention", "kv_dtype", "context", "gpus_per_node",
+                               "inter_node", "runtime", "engine", "power_limit_w"})
 
 
 def search_options(*, global_batch: Any = None, concurrency: Any = None, top: Any = 3,
@@ -250,7 +250,9 @@ def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx
     device = at_power_limit(device_from_gpu(gpu), gpu, base.power_limit_w)[0]
     if mode == "infer":  # training plans no inference format (its commands must not name one)
         base = base.resolve_infer(model.architecture, gpu.architecture)
-    prec = (train_precision(base.precision, device, False) if mode == "train"
+    prec = (train_precision(base.precision, device, False,
+                            optimizer_states=base.optimizer_states,
+                            master_weights=base.master_weights) if mode == "train"
             else infer_precision(base.infer_precision, device, False,
                                  shipped=getattr(model.architecture, "checkpoint_format", None),
                                  engine=base.engine))
@@ -297,7 +299,8 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
 
 def _states_floor(c: _Ctx, lay: Layout) -> float:
     """A lower bound of one GPU's model states (weights, gradients, master, optimizer)."""
-    r = TRAINING_RECIPES[c.base.precision]
+    r = with_job_dtypes(TRAINING_RECIPES[c.base.precision], c.base.optimizer_states,
+                        c.base.master_weights)
     n = stage_params(c.model.architecture, c.model.params.total, lay)
     per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, r.state_bytes)
     group = lay.dp * lay.cp
@@ -513,7 +516,8 @@ def _counts(model: Model, gpu: GPU, job: Job, mode: str) -> list[int]:
     fewest whose memory holds the model's states (training: 16-bit weights and gradients, the
     fp32 master and Adam's two states; serving: the weights) up to :data:`COUNT_SPAN` times as
     many (at most :data:`MAX_SEARCH_GPUS`)."""
-    r = TRAINING_RECIPES[job.precision]
+    r = with_job_dtypes(TRAINING_RECIPES[job.precision], job.optimizer_states,
+                        job.master_weights)
     per = (r.weight_bytes + r.grad_bytes + r.master_bytes + 2 * r.state_bytes) \
         if mode == "train" else 2
     lo = max(1, -(-model.params.total * per // gpu.memory_bytes))

@@ -7,6 +7,7 @@ seed document's table (bytes per parameter per line item) and every figure can b
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Callable, Literal
@@ -20,7 +21,7 @@ from .models._types import Architecture, ParamTensor
 __all__ = [
     "TrainingRecipe", "OptimizerSpec", "WeightFormat",
     "TRAINING_RECIPES", "OPTIMIZERS", "WEIGHT_FORMATS", "STORED_FORMATS",
-    "get_recipe", "get_optimizer", "get_weight_format",
+    "get_recipe", "with_job_dtypes", "get_optimizer", "get_weight_format",
     "optimizer_state_bytes", "weights_bytes_in_format", "gemm_dtype", "FP32_KEPT_STRICT",
     "HF_LOADED_ENGINES", "fp32_kept", "fp32_kept_params",
     "INFER_AUTO", "resolve_infer_precision", "loads_shipped", "FP8_GEMM_ARCHS",
@@ -41,7 +42,8 @@ class TrainingRecipe:
     grad_bytes: int
     """Bytes of each gradient element (same dtype as the parameters)."""
     master_bytes: int
-    """Bytes of a separate fp32 master copy held for the optimizer (0 when the weights are fp32)."""
+    """Bytes of a separate master copy held for the optimizer (0 when the weights are fp32): 4,
+    fp32, in every recipe; a Job's ``master_weights`` may name bf16 (:func:`with_job_dtypes`)."""
     state_bytes: int
     """Default bytes of one optimizer-state element (fp32 = 4; pure bf16 keeps states in bf16)."""
     compute_dtype: Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
@@ -112,6 +114,25 @@ def get_recipe(name: str) -> TrainingRecipe:
     except KeyError:
         raise UnknownNameError("training precision", name, TRAINING_RECIPES,
                                hint="training recipes: " + ", ".join(TRAINING_RECIPES)) from None
+
+
+#: Bytes of an element of the optimizer states or of the master copy a Job names
+#: (``optimizer_states``, ``master_weights``); ``auto`` keeps the recipe's.
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+
+
+def with_job_dtypes(recipe: TrainingRecipe, optimizer_states: str = "auto",
+                    master_weights: str = "auto") -> TrainingRecipe:
+    """``recipe`` with the optimizer-state and master-copy dtypes a Job names: what the memory
+    plan, the speed model's optimizer step and the layout search all read. A master dtype
+    applies only where the recipe keeps a master copy (the Job refuses it elsewhere)."""
+    state = recipe.state_bytes if optimizer_states == "auto" else _DTYPE_BYTES[optimizer_states]
+    master = recipe.master_bytes
+    if master and master_weights != "auto":
+        master = _DTYPE_BYTES[master_weights]
+    if (state, master) == (recipe.state_bytes, recipe.master_bytes):
+        return recipe
+    return replace(recipe, state_bytes=state, master_bytes=master)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -533,7 +533,8 @@ def test_every_published_megatron_run_fits_where_it_ran():
     .py counts them by hand). The one run that still plans over is the DeepSeek-V3 report's own
     (not Megatron-Core; its micro-batch and split assumed: V.MEMORY_CHECKED says what is open).
     The NeMo 24.07 Llama 2 70B SFT run fits under its launcher script's settings (the row's
-    recipe: FP8 parameters, bf16 Adam states, VP 20; 100.3 -> 75.1 GB on 85.0 GB).
+    recipe: FP8 parameters, bf16 Adam states, VP 20; 100.3 -> 75.1 GB on 85.0 GB; with its bf16
+    master, 66.4 GB).
 
     Open since the NeMo 24.07 GPT-3 / Nemotron rows were mapped (branch nemocat): GPT3-20B (TP 2,
     MBS 2, no recompute: 85.2 GB planned on 85.0) and Nemotron-4 340B (TP 8 PP 8 VP 12: 95.5 GB)
@@ -555,15 +556,15 @@ def test_every_published_megatron_run_fits_where_it_ran():
 def test_the_nemo_70b_sft_run_plans_its_launcher_script():
     """The NeMo 24.07 Llama 2 70B SFT row (16 H100, TP4 x PP4: DP 1) as its launcher script
     runs it (the row's recipe: NeMo-Framework-Launcher 24.07 examples/peft/llama/h100/
-    70b_2node.sh over conf/peft/llama/sft.yaml): FP8 parameters, Adam states in bf16, VP 20.
-    By hand, the first stage's rank holds 20 of the 80 layers over TP 4: each layer's linear
+    70b_2node.sh over conf/peft/llama/sft.yaml): FP8 parameters, Adam states and (fp8_params:
+    NeMo's store_params, Apex's params_shard in its dtype) the master in bf16, VP 20. By hand, the first stage's rank holds 20 of the 80 layers over TP 4: each layer's linear
     weights (8192^2 x 2 for q and o, 2 x 8192 x 1024 for k and v under GQA 8, 3 x 8192 x 28672
     for the MLP) / 4 plus two 8192 norms, and the 32000 x 8192 embedding / 4."""
     sft = "nemo-24.07-dgx-h100-llama2-70b-sft-fp8-delayed-x16"
     r = next(r for r in ROWS if r.run["id"] == sft)
     job = V.job_of(r.run, [])
-    assert (job.fp8_param_gather, job.optimizer_states, job.pp_schedule, job.dp) == \
-        (True, "bf16", "interleaved:20", 1)
+    assert (job.fp8_param_gather, job.optimizer_states, job.master_weights, job.pp_schedule,
+            job.dp) == (True, "bf16", "bf16", "interleaved:20", 1)
     linear = 2 * 8192 ** 2 + 2 * 8192 * 1024 + 3 * 8192 * 28672
     kept_16bit = 20 * 2 * 8192 + 32000 * 8192 // 4
     per_rank = 20 * linear // 4 + kept_16bit
@@ -572,6 +573,7 @@ def test_the_nemo_70b_sft_run_plans_its_launcher_script():
     assert plan.trainable_params == per_rank == 4_344_053_760
     assert plan.optimizer_bytes == per_rank * 2 * 2  # exp_avg, exp_avg_sq in bf16
     assert plan.gradients_bytes == per_rank * 2
+    assert plan.master_weights_bytes == per_rank * 2  # 8.7 GB (17.4 GB counted at fp32)
     lines = {line.label: line.bytes for line in plan.lines}
     assert lines["weights, 16-bit"] == kept_16bit * 2  # the FP8 weights keep no BF16 copy
     assert plan.total_bytes <= gpu.memory_bytes

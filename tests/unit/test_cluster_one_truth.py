@@ -18,6 +18,9 @@ CASES = [
      "--global-batch", "128", "--engine", "megatron"],
     ["mixtral-8x7b", "--gpu", "A100-SXM-80GB", "--gpus", "16", "--seq", "2048",
      "--global-batch", "32", "--engine", "torchtitan"],
+    # a 16-bit master and states: the search's memory and the optimizer step read them too
+    ["llama-3.1-8b", "--gpu", "H100-SXM-80GB", "--gpus", "8", "--seq", "4096",
+     "--global-batch", "32", "--master-weights", "bf16", "--optimizer-states", "bf16"],
     ["llama-3.1-70b", "--gpu", "H100-SXM-80GB", "--gpus", "8", "--mode", "infer",
      "--concurrency", "32", "--context", "4096", "--engine", "vllm"],
     ["llama-3.1-8b", "--gpu", "L4", "--gpus", "4", "--mode", "infer", "--concurrency", "8",

@@ -56,6 +56,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--optimizer", "optimizer", "str", "{choices} (default {default})", "NAME"),
     JobOption("--optimizer-states", "optimizer_states", "str", "optimizer state dtype: "
               "{choices} (default auto: fp32, or bf16 with the pure bf16 recipe)", "DTYPE"),
+    JobOption("--master-weights", "master_weights", "str", "dtype of the master copy of the "
+              "weights a mixed or FP8 recipe keeps: {choices} (default auto: fp32; bf16 as "
+              "NeMo's fp8_params over Apex's distributed Adam)", "DTYPE"),
     JobOption("--fused-optimizer", "fused_optimizer", "flag", "AdamW(fused=True): no full-size "
               "temporary in the optimizer step"),
     JobOption("--batch", "batch", "int", "micro-batch per GPU: sequences, or images (default 1)",

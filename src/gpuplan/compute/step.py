@@ -16,7 +16,7 @@ from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import (FP8_GEMM_ARCHS, TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
-                       optimizer_state_bytes)
+                       optimizer_state_bytes, with_job_dtypes)
 from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, check_narrow_on,
                    columnwise_bytes_per_element, narrow_blocks, weight_cast_bytes_per_element)
 from ..hardware import all_gpus, custom_spec
@@ -464,11 +464,14 @@ def _refuse_fp8_infer(device: Device, weight_format: str) -> None:
                            value=weight_format, fix={"infer_precision": alt})
 
 
-def train_precision(recipe: str, device: Device, tf32: bool) -> PrecisionLayout:
-    """The layout of a training recipe (a name the Job accepted) on ``device``; a narrow recipe
-    (:mod:`gpuplan.fp8`) is refused on an architecture without its tensor cores, naming the
-    catalog GPUs that have them."""
-    r = TRAINING_RECIPES[recipe]
+def train_precision(recipe: str, device: Device, tf32: bool, *, optimizer_states: str = "auto",
+                    master_weights: str = "auto") -> PrecisionLayout:
+    """The layout of a training recipe (a name the Job accepted) on ``device``, its optimizer
+    states and master copy in the dtypes the Job names (``optimizer_states``,
+    ``master_weights``: what the optimizer step moves); a narrow recipe (:mod:`gpuplan.fp8`) is
+    refused on an architecture without its tensor cores, naming the catalog GPUs that have
+    them."""
+    r = with_job_dtypes(TRAINING_RECIPES[recipe], optimizer_states, master_weights)
     narrow = NARROW_RECIPES.get(recipe)
     if narrow is not None and device.kind == "gpu":
         # the GPUs named are those that can be timed: the right architecture and a rate on record
@@ -1548,7 +1551,7 @@ def _grad_clip_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
     impl = spec.grad_clip_impl or ("foreach" if device.kind == "gpu" else "per-tensor")
     n = max(1, trainable // _optimizer_shard(spec))
     cost = grad_clip_cost(impl, tensors=n_tensors, elements=n)
-    grad = 4 if prec.master else prec.grad
+    grad = max(prec.master, prec.grad)
     host = _optimizer_host_s(spec, device, eff, python_loop=cost.python_loop)
     op = Op(name="optimizer.clip_grad_norm", op_class="optimizer", kind="elementwise",
             phase="optimizer", count=1, flops=2.0 * n, counted_flops=0.0,
@@ -1602,7 +1605,7 @@ def _loss_scaling_op(spec: StepSpec, prec: PrecisionLayout, trainable: int,
     ``fp16_master_extra_accesses``). Multi-tensor launches, one per group and pass."""
     n = max(1, trainable // _optimizer_shard(spec))
     if prec.master:
-        nbytes, passes = constant("fp16_master_extra_accesses") * 4.0 * n, 2
+        nbytes, passes = constant("fp16_master_extra_accesses") * float(prec.master) * n, 2
     else:
         nbytes, passes = constant("gradscaler_unscale_accesses") * prec.grad * n, 1
     groups = multi_tensor_launches(n_tensors, n)

@@ -23,7 +23,7 @@ from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines,
 
 ENGINE = "megatron"
 _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
-                        "max_grad_norm",
+                        "max_grad_norm", "master_weights",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
@@ -400,6 +400,14 @@ def _recipe(job: Job) -> list[str]:
     opts = {"adamw": ["--optimizer", "adam"], "adam": ["--optimizer", "adam"],
             "sgd": ["--optimizer", "sgd", "--sgd-momentum", "0.0"],
             "sgd-momentum": ["--optimizer", "sgd", "--sgd-momentum", "0.9"]}
+    if job.master_weights == "bf16":
+        # --main-params-dtype: choices fp32, fp16 (megatron/training/arguments.py @d98e8a64dd);
+        # TE's FusedAdam refuses a bf16 master (fused_adam.py 137-138 @d0067d0d). fp32 is
+        # Megatron's own default: nothing to write.
+        raise refuse(ENGINE, f"{opt('master_weights')} bf16: Megatron-LM's main_params_dtype "
+                     "takes fp32 or fp16 and Transformer Engine's FusedAdam refuses a bf16 "
+                     "master (NeMo's Apex distributed Adam keeps one); drop it",
+                     field="master_weights", value="bf16", fix={"master_weights": "auto"})
     if job.optimizer not in opts or job.optimizer_states != "auto":
         raise refuse(ENGINE, f"{opt('optimizer')} {job.optimizer} (states "
                      f"{job.optimizer_states}): Megatron-LM steps adam (decoupled weight decay) or "

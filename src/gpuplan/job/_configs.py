@@ -13,8 +13,8 @@ from ..fp8 import NARROW_RECIPES
 from ._fields import check_fields
 from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
-                     ModelCode, MoeDispatcher, OptimizerStates, PrefillLogits, Runtime,
-                     Sharding)
+                     MasterWeights, ModelCode, MoeDispatcher, OptimizerStates, PrefillLogits,
+                     Runtime, Sharding)
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
            "ServingConfig", "ParallelLayout", "CONFIGS"]
@@ -297,6 +297,12 @@ class OptimizerConfig:
     optimizer: str = "adamw"
     optimizer_states: OptimizerStates = "auto"
     """Dtype of optimizer states; ``auto`` follows the recipe (fp32, or bf16 for pure bf16)."""
+    master_weights: MasterWeights = "auto"
+    """Dtype of the master copy of the weights the optimizer steps, under a recipe that keeps
+    one (mixed-*, the FP8/MXFP8/NVFP4 recipes); ``auto`` follows the recipe (fp32). bf16: NeMo
+    with ``fp8_params`` over Apex's DistributedFusedAdam, which stores its parameter shards in
+    its ``dtype`` (NVIDIA/NeMo@e938df32 megatron_base_model.py lines 802-812, store_params;
+    NVIDIA/apex@f8e60c47 contrib/optimizers/distributed_fused_adam.py lines 449-476)."""
     fused_optimizer: bool | None = None
     """None: the engine's (megatron, deepspeed and torchtitan fuse their Adam; auto does not).
     AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""

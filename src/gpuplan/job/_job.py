@@ -219,7 +219,8 @@ FLAT_FIELDS: tuple[str, ...] = (
     "pp_last_stage_layers", "etp", "moe_capacity_factor", "mtp_layers", "ep_overlap", "moe_dispatcher", "micro_batches", "gpus_per_node",
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
-    "recompute_modules", "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap")
+    "recompute_modules", "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap",
+    "master_weights")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -372,6 +373,7 @@ def _check_across(job: Job) -> None:
     if job.dp_shard is not None:
         _check_dp_shard(job)
     _check_megatron_recipe(job)
+    _check_master(job)
     if job.recompute_modules is not None and job.engine != "megatron":
         raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
                          "Megatron-Core's module list; use "
@@ -441,6 +443,33 @@ def _check_dp_shard(job: Job) -> None:
                          f"data-parallel degree ({job.dp}); use a divisor of it, e.g. "
                          f"{opt('dp_shard')} {near}", field="dp_shard", value=job.dp_shard,
                          fix={"dp_shard": near})
+
+
+def _check_master(job: Job) -> None:
+    """A master dtype needs a recipe that keeps a master copy apart from the weights; a bf16
+    master is what Apex's DistributedFusedAdam holds in its one ``dtype`` beside its states
+    (NVIDIA/apex@f8e60c47 contrib/optimizers/distributed_fused_adam.py lines 449-476), and
+    Transformer Engine's FusedAdam, Megatron-Core's other Adam, refuses it ("FusedAdam only
+    supports fp32/fp16 master weights": transformer_engine/pytorch/optimizers/fused_adam.py
+    lines 137-138 at NVIDIA/TransformerEngine@d0067d0d); FSDP2's fp32 shard is the master."""
+    mw, recipe = job.master_weights, TRAINING_RECIPES[job.precision]
+    why, fix = None, {"master_weights": "auto"}
+    if mw == "auto" or not job.trains:
+        return
+    if not recipe.master_bytes:
+        why = (f"with {opt('precision')} {job.precision} the optimizer steps the "
+               f"{recipe.weight_bytes * 8}-bit weights, no separate master copy; use a mixed "
+               "or FP8 recipe")
+    elif job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
+        why = (f"under {opt('sharding')} fsdp2 the fp32 parameter shard is the master; use "
+               f"{opt('precision')} bf16 for 16-bit shards")
+    elif mw == "bf16" and job.engine == "megatron" and job.optimizer_states != "bf16":
+        why, fix = ("Megatron-Core's Adams keep a bf16 master only as Apex's distributed Adam "
+                    f"does, beside bf16 states (TE's FusedAdam refuses one); add "
+                    f"{opt('optimizer_states')} bf16"), {"optimizer_states": "bf16"}
+    if why:
+        raise InputError(f"{opt('master_weights')} {mw}: {why}, or drop "
+                         f"{opt('master_weights')}", field="master_weights", value=mw, fix=fix)
 
 
 def _check_ep_overlap(job: Job) -> None:

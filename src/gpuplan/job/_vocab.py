@@ -11,7 +11,7 @@ from ..parallel.checks import PP_SCHEDULES
 __all__ = ["Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding",
            "PP_SCHEDULES", "KV_DTYPES", "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "DEFAULT_MODEL_PARAMS", "DEFAULT_SEQ", "seq_limit", "default_seq", "ZERO_STAGES",
-           "OptimizerStates", "PrefillLogits", "MoeDispatcher"]
+           "OptimizerStates", "MasterWeights", "PrefillLogits", "MoeDispatcher"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -63,4 +63,5 @@ def default_seq(arch: Architecture | None) -> int:
 #: ZeRO stages.
 ZERO_STAGES = (0, 1, 2, 3)
 OptimizerStates = Literal["auto", "fp32", "bf16"]
+MasterWeights = Literal["auto", "fp32", "bf16"]
 PrefillLogits = Literal["all", "last"]

@@ -3,7 +3,7 @@ allocates on top of the states (foreach temporaries, the fp32 gradient copy of a
 
 from __future__ import annotations
 
-from ..formats import OptimizerSpec, TrainingRecipe
+from ..formats import OptimizerSpec, TrainingRecipe, with_job_dtypes
 from ..job import Job
 from ..models import Model
 
@@ -12,9 +12,7 @@ __all__ = ["state_bytes", "optimizer_label", "optimizer_step_temporaries"]
 
 def state_bytes(recipe: TrainingRecipe, job: Job) -> int:
     """Bytes of one optimizer-state element: the recipe's, unless the job names fp32 or 16-bit."""
-    if job.optimizer_states == "auto":
-        return recipe.state_bytes
-    return 4 if job.optimizer_states == "fp32" else 2
+    return with_job_dtypes(recipe, job.optimizer_states).state_bytes
 
 
 def optimizer_label(opt: OptimizerSpec, state_b: int) -> str:
@@ -38,13 +36,16 @@ def optimizer_step_temporaries(job: Job, recipe: TrainingRecipe, opt: OptimizerS
     (``_foreach_sqrt`` of their running sums). ``fused=True`` and bitsandbytes' 8-bit kernels
     update in place. Mixed-precision recipes step an fp32 master copy, which needs the gradients in
     fp32: a 4-byte copy per trainable parameter exists during the step (DeepSpeed/Megatron style).
+    A 16-bit master (``master_weights`` bf16: Apex's DistributedFusedAdam, whose step reads the
+    gradients in their 16-bit sync dtype) steps on the 16-bit gradients: no copy.
     """
     n = -(-trainable // shard)
     parts = []
     total = 0
     state_b = state_bytes(recipe, job)
-    if recipe.master_bytes and not job.offload_optimizer:
-        total += 4 * n
+    master_b = with_job_dtypes(recipe, master_weights=job.master_weights).master_bytes
+    if master_b > recipe.grad_bytes and not job.offload_optimizer:
+        total += master_b * n
         parts.append("fp32 gradient copy for the master step")
     if job.offload_optimizer:
         return total, "; ".join(parts) or "optimizer step runs on the host"

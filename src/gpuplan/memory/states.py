@@ -15,7 +15,7 @@ from ..errors import UnsupportedError, opt
 from ..formats import (
     BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
     fp32_kept_params,
-    weights_bytes_in_format,
+    weights_bytes_in_format, with_job_dtypes,
 )
 from ..fp8 import NARROW_RECIPES, amax_history_bytes, fp8_weight_bytes, narrow_blocks
 from ..job import Job
@@ -65,6 +65,8 @@ class States:
     fp8_note: str = ""
     """Where the copies were reckoned: per-tensor FP8's transposes kept (a TN-only GPU, or none
     known) or not (a GPU whose FP8 GEMMs take any layout)."""
+    master_b: int = 4
+    """Bytes of one element of the master copy (``master_weights``: 4, or 2 for bf16)."""
     fsdp: FsdpUnits | None = None
     """FSDP2's unit sizes (``sharding="fsdp2"``, ZeRO-2/3): the gathered parameters then vary
     along the step (the timeline places them) and ``gathered`` is 0."""
@@ -86,7 +88,8 @@ def train_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     sm_100/sm_103), so per-tensor FP8 weights keep no transpose; False (no GPU known, Hopper,
     Ada, sm_120): they do."""
     non_tn_fp8 = bool(non_tn_fp8) and _narrow_tn_only(job)
-    key = (id(model), non_tn_fp8, job.precision, job.optimizer, job.optimizer_states, job.lora_rank,
+    key = (id(model), non_tn_fp8, job.precision, job.optimizer, job.optimizer_states,
+           job.master_weights, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer, job.sharding, job.checkpointing,
            job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size,
@@ -153,7 +156,7 @@ def _narrow_tn_only(job: Job) -> bool:
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
-    recipe = get_recipe(job.precision)
+    recipe = with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights)
     opt = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trained = _what_is_trained(model, job, recipe)
@@ -205,8 +208,8 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
         job, recipe, opt, trainable, model, shard=g if z >= 1 else 1)
     return States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
-                  host=host, gathered=gathered.bytes, step_tmp=step_tmp,
-                  step_detail=step_detail, notes=tuple(notes), paged=paged,
+                  host=host, gathered=gathered.bytes, step_tmp=step_tmp, paged=paged,
+                  step_detail=step_detail, notes=tuple(notes), master_b=recipe.master_bytes or 4,
                   gathered_note=gathered.note, gathered_kept=gathered.kept,
                   gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label,
                   fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")

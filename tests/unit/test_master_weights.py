@@ -1,0 +1,120 @@
+"""``master_weights``: the dtype of the master copy the optimizer steps (NeMo's fp8_params over
+Apex's DistributedFusedAdam keeps it in that optimizer's bf16: NVIDIA/NeMo@e938df32
+megatron_base_model.py 802-812, NVIDIA/apex@f8e60c47 distributed_fused_adam.py 449-476), in the
+memory plan, the optimizer step's traffic, the layout search and the exports; and the speed
+model's optimizer step reading the Job's ``optimizer_states`` (it read the recipe's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.cli import build_parser
+from gpuplan.cli.fit import job_from_args
+from gpuplan.compute import estimate_speed
+from gpuplan.errors import InputError
+from gpuplan.export import export_plan
+from gpuplan.hardware import get_gpu
+from gpuplan.job import Job
+from gpuplan.memory import train_memory
+from gpuplan.memory.states import train_states
+from gpuplan.models import load_model
+
+from test_export import megatron_args
+
+A100 = get_gpu("A100-SXM4-80GB")
+MODEL = "llama-3.2-1b"
+
+
+def _job(**kw) -> Job:
+    return Job(model=MODEL, mode="train", batch=1, seq=256, precision="mixed-bf16", **kw)
+
+
+def test_master_bytes_by_hand():
+    """The master line is 4 B a weight at fp32 (the default) and 2 B at bf16; ZeRO-1 over 4
+    ranks holds a quarter of it (padded up); the label names the bits."""
+    m = load_model(MODEL)
+    n = m.params.total
+    auto, fp32, bf16 = (train_memory(m, _job(**kw)) for kw in
+                        ({}, {"master_weights": "fp32"}, {"master_weights": "bf16"}))
+    assert auto.master_weights_bytes == fp32.master_weights_bytes == 4 * n
+    assert bf16.master_weights_bytes == 2 * n
+    # every other state line is the same: weights 2 B, grads 2 B, Adam's two fp32 states 8 B
+    assert bf16.weights_bytes == auto.weights_bytes and bf16.optimizer_bytes == 8 * n
+    line = next(x for x in bf16.lines if x.key == "master_weights")
+    assert line.label.startswith("16-bit master")
+    sharded = train_memory(m, _job(master_weights="bf16", gpus=4, zero=1))
+    assert sharded.master_weights_bytes == -(-2 * n // 4)
+
+
+def test_the_master_step_copies_gradients_only_into_fp32():
+    """torch's foreach AdamW with an fp32 master: an fp32 copy of the bf16 gradients (4 B) and
+    the sqrt of the second moment (state-sized, 4 B) during the step; a bf16 master steps on the
+    bf16 gradients (no copy), and bf16 states make the sqrt 2 B."""
+    m = load_model(MODEL)
+    n = m.params.total
+    assert train_states(m, _job()).step_tmp == 8 * n
+    assert train_states(m, _job(master_weights="bf16")).step_tmp == 4 * n
+    both = _job(master_weights="bf16", optimizer_states="bf16")
+    assert train_states(m, both).step_tmp == 2 * n
+
+
+def _step_bytes(job: Job) -> float:
+    m = load_model(MODEL)
+    est = estimate_speed(m, A100, job, measured=None, optimizer_impl="fused")
+    return next(t for t in est.step.ops if t.op.name == "optimizer.step").op.bytes
+
+
+@pytest.mark.parametrize("kw,per_param", [
+    # fused Adam reads master, grad, two states and writes master, states, the bf16 weights:
+    ({}, 4 + 2 + 8 + 4 + 8 + 2),
+    ({"optimizer_states": "bf16"}, 4 + 2 + 4 + 4 + 4 + 2),
+    ({"master_weights": "bf16"}, 2 + 2 + 8 + 2 + 8 + 2),
+    ({"master_weights": "bf16", "optimizer_states": "bf16"}, 2 + 2 + 4 + 2 + 4 + 2),
+])
+def test_optimizer_traffic_by_hand(kw, per_param):
+    n = load_model(MODEL).params.total
+    assert _step_bytes(_job(**kw)) == pytest.approx(per_param * n)
+
+
+def test_cli_and_json_spell_it_like_optimizer_states():
+    args = build_parser("fit").parse_args(["fit", MODEL, "--master-weights", "bf16",
+                                           "--precision", "fp8-delayed"])
+    j = job_from_args(args)
+    assert j.master_weights == "bf16"
+    assert Job.from_dict(j.to_dict()).master_weights == "bf16"
+    assert Job(model=MODEL).to_dict()["master_weights"] == "auto"
+
+
+@pytest.mark.parametrize("kw,match,fix", [
+    ({"precision": "bf16", "master_weights": "bf16"}, "no separate master copy",
+     {"master_weights": "auto"}),
+    ({"precision": "fp32", "master_weights": "fp32"}, "no separate master copy",
+     {"master_weights": "auto"}),
+    ({"engine": "megatron", "master_weights": "bf16"}, "optimizer_states bf16",
+     {"optimizer_states": "bf16"}),
+    ({"engine": "torchtitan", "zero": 3, "gpus": 2, "master_weights": "bf16"},
+     "fp32 parameter shard is the master", {"master_weights": "auto"}),
+])
+def test_refusals_name_the_fix(kw, match, fix):
+    kw = {"precision": "mixed-bf16", **kw}
+    with pytest.raises(InputError, match=match) as e:
+        Job(model=MODEL, mode="train", **kw)
+    assert e.value.fix == fix and "\n" not in str(e.value)
+
+
+def test_megatron_export_writes_fp32_and_refuses_bf16():
+    """Megatron-LM's --main-params-dtype takes fp32 or fp16 (arguments.py @d98e8a64), fp32 its
+    default: an fp32 master exports as the default does; a bf16 one is refused."""
+    j = Job(model="llama-3.1-8b", mode="train", gpus=8, engine="megatron", precision="mixed-bf16")
+    plain = export_plan(j, "megatron")
+    assert export_plan(j.with_(master_weights="fp32"), "megatron") == plain
+    assert megatron_args(plain).bf16
+    with pytest.raises(InputError, match="main_params_dtype"):
+        export_plan(j.with_(master_weights="bf16", optimizer_states="bf16"), "megatron")
+
+
+def test_other_exports_refuse_a_16bit_master():
+    j = Job(model="llama-3.1-8b", mode="train", gpus=8, zero=1, precision="mixed-bf16",
+            master_weights="bf16")
+    with pytest.raises(InputError, match="master_weights"):
+        export_plan(j, "deepspeed")
