@@ -1,0 +1,81 @@
+"""The grouped expert GEMMs' rate on a B200 against the published FP8 / MXFP8 GEMM figures at or
+near the MoE rows' shapes (issue 30; benchmarks/validate_fp8.py MOE_LOCAL_EXPERT_CHECKS, the
+entry 'Nor the experts' GEMM rate'). The published rates are worked out here from the sources'
+own times or TFLOP/s; the model's rates by hand from its constants, tiles and waves."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.compute.device import default_efficiency, device_from_gpu
+from gpuplan.compute.efficiency import constant, grouped_gemm_s, kloop_fixed_blocks
+from gpuplan.hardware import get_gpu
+
+DEVICE = device_from_gpu(get_gpu("B200-SXM-180GB"))
+PEAK = DEVICE.peak("fp8")
+FP8_CS = PEAK * default_efficiency(DEVICE).matmul_fraction("fp8")
+MXFP8 = FP8_CS * constant("gemm_mxfp8_vs_fp8")  # as speed.block_scaled_efficiency scales it
+FIXED = kloop_fixed_blocks(DEVICE.architecture, PEAK, PEAK)
+
+# pytorch/ao torchao/prototype/moe_training/README.md at 0b1bb117, "MXFP8 Kernel Breakdown by
+# Pass" (NVIDIA B200, torch 2.11.0.dev20251216+cu128, torchao 0.15.0+gitd1305bc78):
+# DeepSeek-V3's experts, 131,072 rows over 8 groups, dim 7,168, hidden 2,048;
+# torch._scaled_grouped_mm 2D-3D forward and dgrad 1,838.1 us each, 2D-2D wgrad 2,412.4 us
+TORCHAO_ROWS, TORCHAO_GROUPS, DIM, HIDDEN = 131072, 8, 7168, 2048
+TORCHAO_US = {"forward": 1838.1, "dgrad": 1838.1, "wgrad": 2412.4}
+# vllm-project/vllm pull request #19566 (SM100 FP8 CUTLASS tunings; the series' B200, #18778),
+# benchmarks/kernels/bench_fp8_gemm.py, N = K = 4,096, CUDA-graphed, no quantize:
+# M -> (per-tensor, per-channel) TFLOP/s
+VLLM_N_K_4096 = {512: (1832.046345, 1906.160681), 1024: (2076.664305, 2354.263940)}
+
+
+def _rate(flops: float, seconds: float) -> float:
+    return flops / seconds / 1e12
+
+
+def test_the_b200_rate_chain_by_hand():
+    # 4,500 TFLOP/s x MAMF's 0.763 x the training-shape ratio 0.8797 = 3,020.4 (FP8-CS);
+    # x TE's MXFP8 / FP8-CS kernel-only ratio 0.951 = 2,872.4
+    assert FP8_CS / 1e12 == pytest.approx(4500 * 0.763 * 0.8797, rel=1e-4)
+    assert MXFP8 / 1e12 == pytest.approx(4500 * 0.763 * 0.8797 * 0.951, rel=1e-4)
+    assert FIXED == pytest.approx(4.17)
+
+
+@pytest.mark.parametrize("m", sorted(VLLM_N_K_4096))
+def test_one_expert_gemm_beside_vllms_sm100_fp8_rows(m):
+    # one 4,096 x 4,096 expert of M rows, FP8-CS: 128 x 128 tiles -- M = 1,024: 256 tiles, 2
+    # waves of 148 SMs, 256 / 296 = 0.86486; M = 512: 128 tiles, no second split-K slice
+    # (148 // 128 = 1), 128 / 148 = 0.86486 -- times the K share 32 / 36.17 = 0.88471:
+    # 3,020.4 x 0.86486 x 0.88471 = 2,311.1 TFLOP/s
+    flops = 2.0 * m * 4096 * 4096
+    model = _rate(flops, grouped_gemm_s(flops, (1, m, 4096, 4096), 1, FP8_CS, DEVICE.sm_count,
+                                        backward=False, fixed_blocks=FIXED))
+    assert model == pytest.approx(2311.1, rel=1e-3)
+    # the published per-tensor and per-channel rates: 0.79-1.02 of the model, no shape
+    # collapse at these rows
+    ratios = [p / model for p in VLLM_N_K_4096[m]]
+    assert min(ratios) > 0.79 and max(ratios) < 1.02
+
+
+def test_torchao_grouped_mxfp8_at_deepseek_v3s_expert_shape():
+    fwd = 2.0 * TORCHAO_ROWS * DIM * HIDDEN
+    measured = {k: _rate(fwd, us * 1e-6) for k, us in TORCHAO_US.items()}
+    assert measured["forward"] == pytest.approx(2093.6, rel=1e-4)
+    assert measured["wgrad"] == pytest.approx(1595.2, rel=1e-4)
+    shape, sms = (1, TORCHAO_ROWS, DIM, HIDDEN), DEVICE.sm_count
+    t_fwd = grouped_gemm_s(fwd, shape, TORCHAO_GROUPS, MXFP8, sms, backward=False,
+                           fixed_blocks=FIXED)
+    t_dgrad = grouped_gemm_s(fwd, shape, TORCHAO_GROUPS, MXFP8, sms, backward=True,
+                             fixed_blocks=FIXED)
+    t_both = grouped_gemm_s(2 * fwd, shape, TORCHAO_GROUPS, MXFP8, sms, backward=True,
+                            fixed_blocks=FIXED)
+    model = {"forward": _rate(fwd, t_fwd), "dgrad": _rate(fwd, t_dgrad),
+             "wgrad": _rate(fwd, t_both - t_dgrad)}
+    # by hand, 16,384 rows a group: forward 8 x 128 x 16 tiles in 111 waves (0.99732) x K
+    # share 56 / 60.17; dgrad 8 x 128 x 56 tiles in 388 waves (0.99861) x 16 / 20.17; wgrad
+    # 8 x 56 x 16 tiles in 49 waves (0.98842) x 128 / 132.17
+    assert model["forward"] == pytest.approx(2872.45 * 0.99732 * 56 / 60.17, rel=1e-3)
+    assert model["dgrad"] == pytest.approx(2872.45 * 0.99861 * 16 / 20.17, rel=1e-3)
+    assert model["wgrad"] == pytest.approx(2872.45 * 0.98842 * 128 / 132.17, rel=1e-3)
+    ratio = {k: measured[k] / model[k] for k in model}
+    assert ratio == pytest.approx({"forward": 0.785, "dgrad": 0.920, "wgrad": 0.580}, abs=0.005)
