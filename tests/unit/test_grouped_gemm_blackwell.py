@@ -79,3 +79,34 @@ def test_torchao_grouped_mxfp8_at_deepseek_v3s_expert_shape():
     assert model["wgrad"] == pytest.approx(2872.45 * 0.98842 * 128 / 132.17, rel=1e-3)
     ratio = {k: measured[k] / model[k] for k in model}
     assert ratio == pytest.approx({"forward": 0.785, "dgrad": 0.920, "wgrad": 0.580}, abs=0.005)
+
+
+# NVIDIA/TransformerEngine pull request #2045 (merged for TE 2.8), the update's table: TE 2.7,
+# CUDA 12.9, general_grouped_gemm over multi-stream cuBLAS (tests/pytorch/test_group_gemm.py at
+# 4ac7be85: FP16, 1,000 eager iterations under a wall clock) on an H100: (groups, rows each,
+# N, K) -> TFLOP/s
+TE_2045_H100 = {(8, 4096, 768, 2048): 627.903, (16, 2048, 768, 2048): 553.945}
+
+
+@pytest.mark.parametrize("shape", sorted(TE_2045_H100))
+def test_tes_multi_stream_grouped_gemm_on_hopper(shape):
+    g, m, n, k = shape
+    h100 = device_from_gpu(get_gpu("H100-SXM-80GB"))
+    peak = h100.peak("fp16")
+    rate = peak * default_efficiency(h100).matmul_fraction("fp16")
+    fixed = kloop_fixed_blocks(h100.architecture, peak, h100.peak("fp8"))
+    flops = 2.0 * g * m * n * k
+    t = grouped_gemm_s(flops, (1, g * m, k, n), g, rate, h100.sm_count, backward=False,
+                       fixed_blocks=fixed, concurrent=4)
+    model = _rate(flops, t)
+    # by hand: 989.4 x 0.80 = 791.5; four experts at a time, 4 x 32 x 6 (or 4 x 16 x 6) tiles
+    # in 6 (3) waves of 132 SMs: 0.9697; the 16-bit K share 16 / (16 + 4.17 / 2) = 0.8847
+    assert model == pytest.approx(791.5 * 0.9697 * 16 / (16 + 4.17 / 2), rel=2e-3)
+    # the wall-clocked rates: 0.92 (8 experts) and 0.82 (16) of the model
+    assert TE_2045_H100[shape] / model == pytest.approx(
+        {8: 0.925, 16: 0.816}[g], abs=0.005)
+    # the drop between the two, one shape's work in 8 more GEMMs: 2.7 us a GEMM
+    work = 2.0 * 8 * 4096 * 768 * 2048
+    extra = work / (TE_2045_H100[(16, 2048, 768, 2048)] * 1e12) - work / (
+        TE_2045_H100[(8, 4096, 768, 2048)] * 1e12)
+    assert extra / 8 == pytest.approx(2.74e-6, rel=0.01)
