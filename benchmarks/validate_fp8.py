@@ -145,6 +145,38 @@ BLACKWELL_405B_CHECKED = (
      "TE's fused cross entropy "
      "(scripts/performance/utils/overrides.py _set_common_perf_overrides), no FSDP, nccl_ub "
      "unset, a manual GC every 100 steps"),
+    ("the 25.09 GB200 MXFP8 row (x128) against what ran",
+     "the Job is what ran, and its B200 twin's; the gap is not found. The 25.09 scripts "
+     "(Megatron-Bridge@ea299063: scripts/performance/configs/llama31/"
+     "llama31_405b_llm_pretrain.yaml perf_matrix gb200 num_gpus_128) give fp8_mx tp 4, pp 8, "
+     "cp 2, vp 8, ep 1, mbs 1, gbs 64 (GA 32 over DP 2), use_megatron_fsdp false, "
+     "cuda_graphs false, no recompute_num_layers and no cpu_offloading_num_layers (only the "
+     "fp8_ds / fp8_cs entries set FSDP, TP 2 and 95 offloaded layers: the table's columns "
+     "outside the parentheses, which the FP8-CS row records; the columns in parentheses are "
+     "this config's, none copied); the b200 block is the same but 8 GPUs a node. run_script.py "
+     "takes llama31_405b_pretrain_config (recipes/llama/llama3.py: account_for_embedding/"
+     "loss_in_pipeline_split True, overlap_grad_reduce and overlap_param_gather True, "
+     "grad_reduce_in_fp32 False from the yaml) with bf16_with_mxfp8_mixed, the same "
+     "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 for gb200 and b200 "
+     "(utils/helpers.py COMM_OVERLAP_CONFIG_MAP), sequence parallelism under TP, no "
+     "recompute_modules, fp8_param_gather with reuse_grad_buf_for_mxfp8_param_ag (the preset, "
+     "timed), no nccl_ub; NCCL_NVLS_ENABLE 0 "
+     "on both (utils/executors.py PERF_ENV_VARS). What the scripts set for GB200 alone: 4 GPUs "
+     "a node, sbatch --segment 16 (the largest of 18..1 dividing 32 nodes: two NVLink domains "
+     "of 64 GPUs), NCCL_NET_GDR_LEVEL PHB and NCCL_NET_GDR_C2C 1, numactl over 2 ranks a "
+     "NUMA node. Under Megatron-Core's tp-cp-ep-dp-pp order (training/initialize.py line 400, "
+     "use_tp_pp_dp_mapping unset) the TP, CP and DP 2 groups lie in "
+     "16 consecutive ranks, inside one domain; PP strides 16 ranks, so 2 of its 8 ring hops "
+     "(3 -> 4 and 7 -> 0) cross on InfiniBand, where gpuplan times every PP hop on it (as on "
+     "B200, all 8 across nodes); the Job at 64 GPUs a domain predicts as at 72 (820), as "
+     "every GB200 / GB300 row over 64 GPUs here does (the x256 ones, were they placed so too). "
+     "gpuplan's step (GB200 / B200 at this note's commit): compute 4.57 / 4.83 s (GB200's "
+     "clock), DP exposed 0.01 / 0.39 s (DP 2 on NVLink in the rack against InfiniBand across "
+     "B200 nodes), bubble 0.13 / 0.14, TP exposed 0.15 / 0.16, PP exposed 0.12 / 0.12 s: "
+     "5.00 / 5.64 s, GB200 predicted 1.13x B200; measured 7.09 / 6.59 s, 0.93x, where the same "
+     "releases' single-node 8B pairs measure GB200 1.01-1.05x B200 (predicted 1.06x). The "
+     "26.02 GB200 MXFP8 row (TP 4 PP 16 VP 8, x256) reads 1.11, so the 25.09 run's miss "
+     "(2.1 s a step) is this run's, in no term its config names; not charged"),
 )
 
 #: Issue 30, MXFP8 beside FP8 current scaling on the same model, GPU and table: the 25.11 pairs
