@@ -580,7 +580,6 @@ def test_the_nemo_70b_sft_run_plans_its_launcher_script():
     assert plan.total_bytes <= gpu.memory_bytes
 
 
-<<<<<<< HEAD
 def test_the_nemo_lora_rows_run_nemos_defaults():
     """The NeMo 24.07 LoRA rows (issue 30): each records NeMo's LoRA defaults with their source
     (rank 32, alpha 32, no dropout, one adapter on the fused linear_qkv: NVIDIA/NeMo@579983fb,
@@ -600,7 +599,8 @@ def test_the_nemo_lora_rows_run_nemos_defaults():
         assert r.predicted is not None and 0.8 < r.predicted / r.measured < 1.1, r.run["id"]
         own, _, usable = V.memory_of(r.run)
         assert own <= usable, r.run["id"]
-=======
+
+
 def test_the_25_09_gb200_405b_mxfp8_job_is_its_b200_twins(monkeypatch):
     """Issue 30, the 25.09 GB200 Llama 3.1 405B MXFP8 row (1.42), a negative result
     (BLACKWELL_405B_CHECKED): its 25.09 perf_matrix (Megatron-Bridge@ea299063
@@ -619,4 +619,3 @@ def test_the_25_09_gb200_405b_mxfp8_job_is_its_b200_twins(monkeypatch):
     monkeypatch.setattr(V, "nvlink_domain", lambda gpu: 64)
     assert V.job_of(gb.run).gpus_per_node == 64
     assert V.predict(gb.run).predicted == pytest.approx(at_72, rel=1e-9)
->>>>>>> gb405
