@@ -170,7 +170,8 @@ def test_the_trace_reads_a_hostile_config_as_one_line(tmp_path, text, said):
 
 @pytest.mark.parametrize("name,said", [("x.txt", ".png"), ("no/such/dir/x.png", "does not exist")])
 def test_capacity_checks_its_plot_before_any_work(capsys, tmp_path, name, said):
-    # fit refuses these at once; capacity simulated, then wrote a PNG into x.txt or failed at the end
+    # fit refuses these at once; capacity simulated, then wrote a PNG into x.txt or failed at the
+    # end
     err = _err(capsys, CAP + ["--tp", "1", "--rate", "1", "--requests", "5", "--plot",
                               str(tmp_path / name)])
     assert "--plot" in err and said in err
