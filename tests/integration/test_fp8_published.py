@@ -223,8 +223,8 @@ def test_the_dense_llama_subsets_meet_the_bars():
 
 @pytest.mark.xfail(strict=True, reason="worst |error| 41.8% > 20%: the 25.09 GB200 Llama 3.1 405B "
                    "MXFP8 row (1.42; 578 tok/s/GPU measured against 622 for the same layout on "
-                   "B200 in the same release), out of sample; its Job is its 25.09 config's, the cause not "
-                   "found (BLACKWELL_405B_CHECKED); 16.3% before the 25.09 rows")
+                   "B200 in the same release), out of sample; its Job is its 25.09 config's, the "
+                   "cause not found (BLACKWELL_405B_CHECKED); 16.3% before the 25.09 rows")
 def test_the_dense_blackwell_worst_within_20_percent():
     errs = [r.error for r in ROWS if r.error is not None and V.SUBSETS[1][1](r)]
     assert max(errs) <= V.WORST_BAR, sorted(errs)
