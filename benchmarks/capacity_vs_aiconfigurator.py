@@ -210,8 +210,9 @@ def moe_now(rs: list[dict]) -> str:
     """Case 3's figures after the grouped-expert fix, as the table gives them today."""
     r = next(r for r in rs if _is_moe(r["case"]))
     g, a = r["gpuplan"], r["aic"]
+    per_gpu = g["output_tokens_per_s_per_gpu"] / a["output_tokens_per_s_per_gpu"]
     return (f"TPOT now {_fmt(g['tpot_ms'])} ms, ratio {g['tpot_ms'] / a['tpot_ms']:.2f}, "
-            f"tokens/s/GPU {g['output_tokens_per_s_per_gpu'] / a['output_tokens_per_s_per_gpu']:.2f}")
+            f"tokens/s/GPU {per_gpu:.2f}")
 
 
 def _replace(text: str, marks: tuple[str, str], body: str, sep: str = "\n") -> str:

@@ -6,8 +6,8 @@ layer, the forward of one micro-batch (F) beside the backward of another (B), is
 thread in TransformerLayerSchedulePlan.run's order (megatron/core/models/common/
 model_chunk_schedule_plan.py lines 176-239 at NVIDIA/Megatron-LM@0d8e0714, the 25.11 pin):
 
-    comm: B combine bwd        | F dispatch, B dispatch bwd              | F combine
-    comp: F attn, F post_attn  | B mlp bwd, B mlp wgrad, F mlp           | B post_attn, B attn, B attn wgrad
+    comm: B combine bwd       | F dispatch, B dispatch bwd    | F combine
+    comp: F attn, F post_attn | B mlp bwd, B mlp wgrad, F mlp | B post_attn, B attn, B attn wgrad
 
 Each node's kernels run on its stream after the stream's previous node and after the same
 micro-batch's previous node (the node's shared event, ScheduleNode / stream_acquire_context in
@@ -56,9 +56,10 @@ WGRAD = ("attn.qkv", "attn.out", "moe.up", "moe.down")
 #: (label, run id, Job overrides): the table's layout, the 25.11 config's (MBS 1, VP 12, GA 64)
 #: and the 26.02 row.
 CASES = (
-    ("25.11, the table's MBS 2 x VP 24", "megatron-bridge-25.11-dgx-h100-qwen330ba3b-fp8-current-x16",
-     {}),
-    ("25.11, its config's MBS 1 x VP 12", "megatron-bridge-25.11-dgx-h100-qwen330ba3b-fp8-current-x16",
+    ("25.11, the table's MBS 2 x VP 24",
+     "megatron-bridge-25.11-dgx-h100-qwen330ba3b-fp8-current-x16", {}),
+    ("25.11, its config's MBS 1 x VP 12",
+     "megatron-bridge-25.11-dgx-h100-qwen330ba3b-fp8-current-x16",
      {"batch": 1, "grad_accum": 64, "pp_schedule": "interleaved:12"}),
     ("26.02, MBS 1 x VP 12 (its DeepEP syncs not simulated)",
      "megatron-bridge-26.02-dgx-h100-qwen330ba3b-fp8-current-x16", {}),
@@ -105,15 +106,18 @@ def nodes(est, a2a: float, layers: int) -> list[tuple[str, str, str, float, floa
     return [
         ("B combine bwd", "comm", "B", *comm(hd(("moe.combine",), "backward", 0.5))),
         ("F attn", "comp", "F", *add(hd(ATTN, "forward"), cast)),
-        ("F post_attn", "comp", "F", *add(hd(ROUTER, "forward"), hd(("moe.dispatch",), "forward", 0.5))),
+        ("F post_attn", "comp", "F", *add(hd(ROUTER, "forward"),
+                                          hd(("moe.dispatch",), "forward", 0.5))),
         ("B mlp", "comp", "B", *add(wgrad_split(EXPERTS, "backward", False), cast,
                                     hd(("moe.combine",), "backward", 0.5))),
         ("F dispatch", "comm", "F", *comm(hd(("moe.dispatch",), "forward", 0.5))),
         ("B mlp wgrad", "comp", "-", *wgrad_split(EXPERTS, "backward", True)),
         ("B dispatch bwd", "comm", "B", *comm(hd(("moe.dispatch",), "backward", 0.5))),
-        ("F mlp", "comp", "F", *add(hd(EXPERTS, "forward"), cast, hd(("moe.combine",), "forward", 0.5))),
+        ("F mlp", "comp", "F", *add(hd(EXPERTS, "forward"), cast,
+                                    hd(("moe.combine",), "forward", 0.5))),
         ("F combine", "comm", "F", *comm(hd(("moe.combine",), "forward", 0.5))),
-        ("B post_attn", "comp", "B", *add(hd(ROUTER, "backward"), hd(("moe.dispatch",), "backward", 0.5))),
+        ("B post_attn", "comp", "B", *add(hd(ROUTER, "backward"),
+                                          hd(("moe.dispatch",), "backward", 0.5))),
         ("B attn", "comp", "B", *add(wgrad_split(ATTN, "backward", False), cast, grad)),
         ("B attn wgrad", "comp", "-", *wgrad_split(ATTN, "backward", True)),
     ]

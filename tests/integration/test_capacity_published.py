@@ -90,13 +90,14 @@ def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
     # TTFT 17.1% (109 rows), ITL 16.0% (104 rows), output tok/s 3.3% (109 rows) median |error|.
     # History, newest first:
-    # - 17.1% / 15.7% / 3.3% (after vLLM 0.14's async scheduling) before the A100 sweep's N = 1, 20 and 30 rows (0.5 utilization) ran
-    #   the prefix hits their server logs show (every prompt cached by the runs before on that
-    #   server, serving_runs.json prefix_cache; read from the source, nothing fitted): their TTFT
-    #   +87.9/+279.8/+342.8% -> -66.4/-67.8/-60.5% (the group's median 34.4% either way), ITL
-    #   -11.4/-15.6/-14.7% -> -11.4/-19.0/-19.8% (the wrong way: fewer prefill chunks mixed into
-    #   the decode steps), tok/s +12.5/+13.6/+10.0% -> +13.1/+25.5/+26.4%; the 19 vLLM rows'
-    #   medians TTFT 23.4% either way, ITL 17.7% -> 19.0%, tok/s 13.3% -> 13.8%; no other row moves;
+    # - 17.1% / 15.7% / 3.3% (after vLLM 0.14's async scheduling) before the A100 sweep's N = 1, 20
+    #   and 30 rows (0.5 utilization) ran the prefix hits their server logs show (every prompt
+    #   cached by the runs before on that server, serving_runs.json prefix_cache; read from the
+    #   source, nothing fitted): their TTFT +87.9/+279.8/+342.8% -> -66.4/-67.8/-60.5% (the group's
+    #   median 34.4% either way), ITL -11.4/-15.6/-14.7% -> -11.4/-19.0/-19.8% (the wrong way: fewer
+    #   prefill chunks mixed into the decode steps), tok/s +12.5/+13.6/+10.0% -> +13.1/+25.5/+26.4%;
+    #   the 19 vLLM rows' medians TTFT 23.4% either way, ITL 17.7% -> 19.0%, tok/s 13.3% -> 13.8%;
+    #   no other row moves;
     # - 16.3% / 16.0% / 3.8% (merged onto the FP8-attention and gpt-oss changes) before vLLM's
     #   EngineCore work per step was counted (0.43 ms + 1.13
     #   us a sequence: vllm PRs #42131, #46112) and vLLM >= 0.14 ran async scheduling
@@ -116,18 +117,18 @@ def test_errors_reached(rows):
     #   skipped): the two gpt-oss-20b rows TTFT +518.6/+539.0% -> -9.2/-32.9%, ITL +138.4/+70.3%
     #   -> -6.7/-13.7%, tok/s -66.1/-58.4% -> +8.3/+20.3%; the 19 vLLM rows' medians TTFT 36.0% ->
     #   32.9%, ITL 22.1% -> 17.7%, tok/s 13.6% -> 13.3%; no other row moves;
-    # - 18.1% / 16.4% / 3.8% over 109 / 104 / 109 rows before the five SGLang rows ran the
-    #   requests sglang.bench_serving drew (seed 1: lengths uniform in 1..1024 / 0..1024 and its
-    #   own Poisson gaps, validate_capacity.py bench_serving_workload) instead of their served
-    #   means at gpuplan's seed-0 arrivals: their TTFT 21.7% -> 23.6% median (70B -29.6/-21.7/-32.0% ->
-    #   -23.6/-24.0/-32.7%, 405B -16.5/-18.4% -> -13.6/-15.8%), ITL 1.6% either way (70B at
-    #   4 req/s -23.4% -> -22.2%), tok/s 3.5% -> 0.2%; no other row moves;
-    # - 16.4% / 15.5% / 2.8% over 90 / 85 / 90 rows (TTFT 15.6% had the SGLang rows run their
-    #   draws then) before issue 29's 19 vLLM rows joined (kvcached H100, the vLLM blog's FP8-KV
-    #   tables, dennislee22's A100 sweep; transcribed before any prediction was read, nothing fitted, no model change): their own medians TTFT 36.0%, ITL
-    #   22.1%, tok/s 13.6% (gpt-oss planned with eager attention, a 0.6B model's host-bound
-    #   server, prefix-cache hits in the A100 sweep; validate_capacity.py MECHANISMS); every
-    #   earlier row reads as before;
+    # - 18.1% / 16.4% / 3.8% over 109 / 104 / 109 rows before the five SGLang rows ran the requests
+    #   sglang.bench_serving drew (seed 1: lengths uniform in 1..1024 / 0..1024 and its own Poisson
+    #   gaps, validate_capacity.py bench_serving_workload) instead of their served means at
+    #   gpuplan's seed-0 arrivals: their TTFT 21.7% -> 23.6% median (70B -29.6/-21.7/-32.0% ->
+    #   -23.6/-24.0/-32.7%, 405B -16.5/-18.4% -> -13.6/-15.8%), ITL 1.6% either way (70B at 4 req/s
+    #   -23.4% -> -22.2%), tok/s 3.5% -> 0.2%; no other row moves;
+    # - 16.4% / 15.5% / 2.8% over 90 / 85 / 90 rows (TTFT 15.6% had the SGLang rows run their draws
+    #   then) before issue 29's 19 vLLM rows joined (kvcached H100, the vLLM blog's FP8-KV tables,
+    #   dennislee22's A100 sweep; transcribed before any prediction was read, nothing fitted, no
+    #   model change): their own medians TTFT 36.0%, ITL 22.1%, tok/s 13.6% (gpt-oss planned with
+    #   eager attention, a 0.6B model's host-bound server, prefix-cache hits in the A100 sweep;
+    #   validate_capacity.py MECHANISMS); every earlier row reads as before;
     # - 16.6% / 15.5% / 2.8% before SGLang's overlap scheduler formed each batch one step ahead
     #   (capacity/_engines.py SchedulerDefaults.run_ahead; sglang scheduler.py
     #   event_loop_overlap): the five SGLang TTFTs 37.7% -> 21.7% median (70B -45.5/-37.7/-46.8%

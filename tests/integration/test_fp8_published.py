@@ -223,8 +223,8 @@ def test_the_dense_llama_subsets_meet_the_bars():
 
 @pytest.mark.xfail(strict=True, reason="worst |error| 41.8% > 20%: the 25.09 GB200 Llama 3.1 405B "
                    "MXFP8 row (1.42; 578 tok/s/GPU measured against 622 for the same layout on "
-                   "B200 in the same release), out of sample; its Job is its 25.09 config's, the cause not "
-                   "found (BLACKWELL_405B_CHECKED); 16.3% before the 25.09 rows")
+                   "B200 in the same release), out of sample; its Job is its 25.09 config's, the "
+                   "cause not found (BLACKWELL_405B_CHECKED); 16.3% before the 25.09 rows")
 def test_the_dense_blackwell_worst_within_20_percent():
     errs = [r.error for r in ROWS if r.error is not None and V.SUBSETS[1][1](r)]
     assert max(errs) <= V.WORST_BAR, sorted(errs)
@@ -253,19 +253,22 @@ def test_the_uneven_and_folded_rows_are_predicted():
 
 def test_fp8_over_bf16_speedup_within_10_percent():
     """The published pairs: DeepSeek-V3 on GB300, 25.11 (recorded out of sample: 1.195x predicted
-    against 1.132x, 5.6%); DeepSeek-V3 on GB200, 25.11: 1.227x against 1.280x (4.2%); before:
-    1.241x predicted against 1.280x
-    (3.0%, with the MoE layer's launches counted from the code (the router GEMM 16-bit, DDP's
-    main_grad adds); 1.240x, 3.2%, with the weight casts charged once a step; 1.210x, 5.5%, before them: each row's pipeline split from the layout string it ran, the MXFP8 row's PP 8 VP 4
-    'Et|(tt|)*30L' of Megatron-LM's GB200 guide -- stages 7/8/6, not the 9/6 guessed before --
-    and both on HybridEP's measured GB200 exchange; 1.222x, 4.5%, on NCCL's all-to-all model;
-    1.086x, 15.2%, before the layouts, both on HybridEP, which pads in its dispatch; 1.040x, 18.7%, with the alltoall
-    dispatcher's expert row padding, four full copies of the experts' rows a layer that the
-    BF16 twin does not make; 1.078x, 15.8%, before it; the dispatcher's copies cost the MXFP8 run, PP 8 with EP 32, a larger share than
-    its BF16 twin's; 1.087x, 15.1%, before them; 1.089x, 14.9%, before the MXFP8 run's
-    per-expert split-quantize launches, which its BF16 twin has none of; 1.127x, 12.0%, before Megatron's interleaved p2p overlap; 1.124x, 12.2%, before both ran their recipe's mla_up_proj recompute; 1.139x, 11.0%, before Blackwell's GEMMs took their training-shape shares; 1.157x,
-    9.6%, before MXFP8's GEMMs took their measured share of per-tensor FP8's; 1.141x, 10.9%,
-    before GB200's FP8 and BF16 matmuls took their own measured shares)."""
+    against 1.132x, 5.6%); DeepSeek-V3 on GB200, 25.11: 1.227x against 1.280x (4.2%); before: 1.241x
+    predicted against 1.280x (3.0%, with the MoE layer's launches counted from the code (the router
+    GEMM 16-bit, DDP's main_grad adds); 1.240x, 3.2%, with the weight casts charged once a step;
+    1.210x, 5.5%, before them: each row's pipeline split from the layout string it ran, the MXFP8
+    row's PP 8 VP 4 'Et|(tt|)*30L' of Megatron-LM's GB200 guide -- stages 7/8/6, not the 9/6 guessed
+    before -- and both on HybridEP's measured GB200 exchange; 1.222x, 4.5%, on NCCL's all-to-all
+    model; 1.086x, 15.2%, before the layouts, both on HybridEP, which pads in its dispatch; 1.040x,
+    18.7%, with the alltoall dispatcher's expert row padding, four full copies of the experts' rows
+    a layer that the BF16 twin does not make; 1.078x, 15.8%, before it; the dispatcher's copies cost
+    the MXFP8 run, PP 8 with EP 32, a larger share than its BF16 twin's; 1.087x, 15.1%, before them;
+    1.089x, 14.9%, before the MXFP8 run's per-expert split-quantize launches, which its BF16 twin
+    has none of; 1.127x, 12.0%, before Megatron's interleaved p2p overlap; 1.124x, 12.2%, before
+    both ran their recipe's mla_up_proj recompute; 1.139x, 11.0%, before Blackwell's GEMMs took
+    their training-shape shares; 1.157x, 9.6%, before MXFP8's GEMMs took their measured share of
+    per-tensor FP8's; 1.141x, 10.9%, before GB200's FP8 and BF16 matmuls took their own measured
+    shares)."""
     checked = [(m, p) for _, _, m, p in V.speedups(ROWS) if p is not None]
     assert checked and all(abs(p / m - 1) <= V.SPEEDUP_BAR for m, p in checked), checked
 
@@ -422,12 +425,12 @@ def test_the_blackwell_405b_rows_keep_their_tp_overlap_and_its_bound():
 
 
 def test_mxfp8_pairs_are_one_table_and_model():
-    # issue 30's MXFP8 / FP8-CS twins: the tables that publish both recipes for one model
-    # (25.11 GB200 and B200 Llama 3 8B, 25.11 B200 and 26.02 GB200 Llama 3.1 405B; 25.09 GB200
-    # and B200 Llama 3 8B, B200 Llama 3.1 405B and Qwen3-235B-A22B -- 25.09 GB200 405B's FP8-CS
-    # ran FSDP; with their whole-layer CUDA graphs, the 25.09 GB200 Qwen3-30B-A3B and
-    # Qwen3-235B-A22B and B200 DeepSeek-V3 pairs); the measured quotient is the two published figures' (25.11 GB200 8B: 29,789 /
-    # 31,508 tok/s/GPU; 25.09 B200 Qwen3-235B: 4,275 / 4,104)
+    # issue 30's MXFP8 / FP8-CS twins: the tables that publish both recipes for one model (25.11
+    # GB200 and B200 Llama 3 8B, 25.11 B200 and 26.02 GB200 Llama 3.1 405B; 25.09 GB200 and B200
+    # Llama 3 8B, B200 Llama 3.1 405B and Qwen3-235B-A22B -- 25.09 GB200 405B's FP8-CS ran FSDP;
+    # with their whole-layer CUDA graphs, the 25.09 GB200 Qwen3-30B-A3B and Qwen3-235B-A22B and B200
+    # DeepSeek-V3 pairs); the measured quotient is the two published figures' (25.11 GB200 8B:
+    # 29,789 / 31,508 tok/s/GPU; 25.09 B200 Qwen3-235B: 4,275 / 4,104)
     pairs = {mx.run["id"]: (mx, cs) for mx, cs in V.mxfp8_pairs(ROWS)}
     assert len(pairs) == 11
     for mx, cs in pairs.values():
@@ -557,10 +560,11 @@ def test_every_published_megatron_run_fits_where_it_ran():
 def test_the_nemo_70b_sft_run_plans_its_launcher_script():
     """The NeMo 24.07 Llama 2 70B SFT row (16 H100, TP4 x PP4: DP 1) as its launcher script
     runs it (the row's recipe: NeMo-Framework-Launcher 24.07 examples/peft/llama/h100/
-    70b_2node.sh over conf/peft/llama/sft.yaml): FP8 parameters, Adam states and (fp8_params:
-    NeMo's store_params, Apex's params_shard in its dtype) the master in bf16, VP 20. By hand, the first stage's rank holds 20 of the 80 layers over TP 4: each layer's linear
-    weights (8192^2 x 2 for q and o, 2 x 8192 x 1024 for k and v under GQA 8, 3 x 8192 x 28672
-    for the MLP) / 4 plus two 8192 norms, and the 32000 x 8192 embedding / 4."""
+    70b_2node.sh over conf/peft/llama/sft.yaml): FP8 parameters, Adam states and (fp8_params: NeMo's
+    store_params, Apex's params_shard in its dtype) the master in bf16, VP 20. By hand, the first
+    stage's rank holds 20 of the 80 layers over TP 4: each layer's linear weights (8192^2 x 2 for q
+    and o, 2 x 8192 x 1024 for k and v under GQA 8, 3 x 8192 x 28672 for the MLP) / 4 plus two 8192
+    norms, and the 32000 x 8192 embedding / 4."""
     sft = "nemo-24.07-dgx-h100-llama2-70b-sft-fp8-delayed-x16"
     r = next(r for r in ROWS if r.run["id"] == sft)
     job = V.job_of(r.run, [])

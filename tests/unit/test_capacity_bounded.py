@@ -65,9 +65,9 @@ def test_a_simulation_stops_at_its_step_budget(monkeypatch):
         dep.run(wl)
 
 
-def test_the_search_never_tries_more_replicas_than_requests(monkeypatch):
-    # 3 requests and an SLO nothing meets: the bisection went up to 64 // TP replicas (the
-    # error named "TP 8 x PP 1 x 8 replicas" for 3 requests)
+def _replicas_tried(monkeypatch, requests: int, **load) -> list[int]:
+    """The replica counts the search runs for ``requests`` requests at ``load`` (a rate or a
+    concurrency), under an SLO nothing meets."""
     model = load_model("llama-3.1-8b")
     tried = []
     run = Deployment.run
@@ -77,29 +77,23 @@ def test_the_search_never_tries_more_replicas_than_requests(monkeypatch):
         return run(self, wl, **kw)
 
     monkeypatch.setattr(Deployment, "run", spy)
-    wl = make_workload(input=Dist("fixed", 100), output=Dist("fixed", 4), requests=3,
-                       rate=1.0)
+    wl = make_workload(input=Dist("fixed", 100), output=Dist("fixed", 4), requests=requests,
+                       **load)
     with pytest.raises(InputError, match="meets the SLO"):
         search(model, get_gpu("h100"), Job(model="x", mode="infer"), wl,
                SLO(ttft_s=1e-6), max_model_len=4096)
+    return tried
+
+
+def test_the_search_never_tries_more_replicas_than_requests(monkeypatch):
+    # 3 requests and an SLO nothing meets: the bisection went up to 64 // TP replicas (the
+    # error named "TP 8 x PP 1 x 8 replicas" for 3 requests)
+    tried = _replicas_tried(monkeypatch, 3, rate=1.0)
     assert tried and max(tried) == 3
 
 
 def test_the_search_never_tries_more_replicas_than_clients(monkeypatch):
-    model = load_model("llama-3.1-8b")
-    tried = []
-    run = Deployment.run
-
-    def spy(self, wl, **kw):
-        tried.append(self.replicas)
-        return run(self, wl, **kw)
-
-    monkeypatch.setattr(Deployment, "run", spy)
-    wl = make_workload(input=Dist("fixed", 100), output=Dist("fixed", 4), requests=20,
-                       concurrency=2)
-    with pytest.raises(InputError, match="meets the SLO"):
-        search(model, get_gpu("h100"), Job(model="x", mode="infer"), wl,
-               SLO(ttft_s=1e-6), max_model_len=4096)
+    tried = _replicas_tried(monkeypatch, 20, concurrency=2)
     assert tried and max(tried) == 2
 
 
@@ -170,7 +164,8 @@ def test_the_trace_reads_a_hostile_config_as_one_line(tmp_path, text, said):
 
 @pytest.mark.parametrize("name,said", [("x.txt", ".png"), ("no/such/dir/x.png", "does not exist")])
 def test_capacity_checks_its_plot_before_any_work(capsys, tmp_path, name, said):
-    # fit refuses these at once; capacity simulated, then wrote a PNG into x.txt or failed at the end
+    # fit refuses these at once; capacity simulated, then wrote a PNG into x.txt or failed at the
+    # end
     err = _err(capsys, CAP + ["--tp", "1", "--rate", "1", "--requests", "5", "--plot",
                               str(tmp_path / name)])
     assert "--plot" in err and said in err

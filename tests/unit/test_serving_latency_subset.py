@@ -50,7 +50,8 @@ RUNS_MEMBERS = {"trtllm-online-llama31-8b-h100-bf16-qps2-467-256":
 @pytest.fixture(scope="module")
 def vs():
     sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("validate_speed_subset", BENCH / "validate_speed.py")
+    spec = importlib.util.spec_from_file_location("validate_speed_subset",
+                                                  BENCH / "validate_speed.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # its dataclasses look their module up there
     spec.loader.exec_module(mod)
@@ -80,15 +81,15 @@ def test_runs_json_members(vs):
 
 
 def test_serving_runs_members_each_figure_once(vs):
-    """serving_runs.json's 109 rows: 35 outside (21 INF rows of more than 64 requests: TensorRT-LLM's
-    12, kvcached's 500 and the A100 sweep's 8 of 75-500; NIM at C = 100/150/200/250; 14 rate rows
-    over 64 in flight) -- the other 74 give TTFT and ITL (the vLLM 4090 rows TTFT only: no ITL
-    published), less the three ITLs runs.json holds: 46 x 2 - 3 + 8 + 5 = 102 figures from
+    """serving_runs.json's 109 rows: 35 outside (21 INF rows of more than 64 requests:
+    TensorRT-LLM's 12, kvcached's 500 and the A100 sweep's 8 of 75-500; NIM at C = 100/150/200/250;
+    14 rate rows over 64 in flight) -- the other 74 give TTFT and ITL (the vLLM 4090 rows TTFT only:
+    no ITL published), less the three ITLs runs.json holds: 46 x 2 - 3 + 8 + 5 = 102 figures from
     TensorRT-LLM, NIM and vLLM's 4090 rows, plus 5 x 2 from DataCrunch's SGLang rows (all at most
-    45-52 in flight) = 112, plus 10 x 2 from the vLLM rows of issue 29 (kvcached at 16 req/s,
-    5.5 in flight; the vLLM blog's four at concurrency 8; the A100 sweep's N = 1-50 sent at
-    once) = 132, and 135 with runs.json's three. Five of those A100 rows differ only in N and
-    the blog's BF16- and FP8-KV rows only in the KV dtype: each is its own measurement."""
+    45-52 in flight) = 112, plus 10 x 2 from the vLLM rows of issue 29 (kvcached at 16 req/s, 5.5 in
+    flight; the vLLM blog's four at concurrency 8; the A100 sweep's N = 1-50 sent at once) = 132,
+    and 135 with runs.json's three. Five of those A100 rows differ only in N and the blog's BF16-
+    and FP8-KV rows only in the KV dtype: each is its own measurement."""
     outside = {s["id"] for s in _serving()
                if s["load"].get("request_rate") is None and not s["load"].get("concurrency")
                and s["num_requests"] > 64}

@@ -42,6 +42,7 @@ def test_logged_rate_is_its_stated_quotient(run):
 @pytest.mark.parametrize("run", [r for r in CACHED if "hit_share" in r["prefix_cache"]],
                          ids=lambda r: r["id"])
 def test_whole_prompt_hit_follows_a_run_at_least_as_large(run):
-    before = [int(n) for n in re.findall(r"\b(\d+) \(", run["prefix_cache"]["runs_before_on_server"])]
+    runs_before = run["prefix_cache"]["runs_before_on_server"]
+    before = [int(n) for n in re.findall(r"\b(\d+) \(", runs_before)]
     assert run["prefix_cache"]["hit_share"] == 1.0
     assert max(before) >= run["num_requests"]

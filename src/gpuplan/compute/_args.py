@@ -5,6 +5,7 @@ so an estimate is finite or refused (``input_bytes=10**309`` overflowed a float,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputError, opt, shown
@@ -55,24 +56,16 @@ def speed_args(model: object, gpu: object, job: object, kw: dict[str, Any]) -> N
     _of_type(kw["efficiency"], "efficiency", Efficiency)
     _of_type(kw["topology"], "topology", Topology)
     _link(kw["link"])
-    _decode_attention(kw["decode_attention"])
-    _train_attention(kw["train_attention"])
+    _kernel(kw["decode_attention"], "decode_attention", DECODE_ATTENTION_KERNELS)
+    _kernel(kw["train_attention"], "train_attention", TRAIN_ATTENTION_KERNELS)
 
 
-def _train_attention(value: object) -> None:
-    if value is not None and value not in TRAIN_ATTENTION_KERNELS:
-        raise InputError(f"{opt('train_attention')} {shown(value)}: expected one of "
-                         f"{', '.join(TRAIN_ATTENTION_KERNELS)} or None",
-                         field="train_attention", value=value,
-                         accepted=", ".join(TRAIN_ATTENTION_KERNELS))
-
-
-def _decode_attention(value: object) -> None:
-    if value is not None and value not in DECODE_ATTENTION_KERNELS:
-        raise InputError(f"{opt('decode_attention')} {shown(value)}: expected one of "
-                         f"{', '.join(DECODE_ATTENTION_KERNELS)} or None",
-                         field="decode_attention", value=value,
-                         accepted=", ".join(DECODE_ATTENTION_KERNELS))
+def _kernel(value: object, field: str, kernels: Mapping[str, str]) -> None:
+    """None or one of ``kernels`` (an attention kernel's name, .efficiency's table)."""
+    if value is not None and value not in kernels:
+        raise InputError(f"{opt(field)} {shown(value)}: expected one of "
+                         f"{', '.join(kernels)} or None",
+                         field=field, value=value, accepted=", ".join(kernels))
 
 
 def _of_type(value: object, field: str, cls: type) -> None:

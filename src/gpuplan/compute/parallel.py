@@ -100,11 +100,20 @@ from .time import time_ops
 from .step import (NORM_FED_LINEARS, STEP_LEVEL_OPS, PrecisionLayout, StepSpec, build_steps,
                    narrow_recompute_op, narrow_weights_gathered, qkv_shares)
 
-__all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost",
-           "micro_costs", "lora_rank_tensors", "layout_time", "zero1_sync_gather_exposed_s", "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies", "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "deepep_internode_applies", "deepep_nodes_reached", "deepep_internode_exchange_s", "DEEPEP_INTERNODE_H800", "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced", "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes", "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s", "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token", "zero3_gathers", "BUCKET_BYTES",
-           "mtp_flops_per_token", "dualpipe_bubble_s", "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "nccl_sm_share", "job_micro_options",
-           "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width", "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes",
-           "UB_RING_DGRAD", "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
+__all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost", "micro_costs",
+           "lora_rank_tensors", "layout_time", "zero1_sync_gather_exposed_s",
+           "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies",
+           "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "deepep_internode_applies",
+           "deepep_nodes_reached", "deepep_internode_exchange_s", "DEEPEP_INTERNODE_H800",
+           "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced",
+           "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes",
+           "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s",
+           "DELAYED_AMAXES", "moe_host_sync", "synced_forward_s", "model_flops_per_token",
+           "zero3_gathers", "BUCKET_BYTES", "mtp_flops_per_token", "dualpipe_bubble_s",
+           "ep_overlap_exposed_s", "ep_overlap_sm_share", "EP_DISPATCHER_SMS", "nccl_sm_share",
+           "job_micro_options", "engine_layout_options", "tp_collectives_s", "fsdp2_reduce_width",
+           "ub_split_s", "ub_overlap_price_s", "te_cp_merge_bytes", "UB_RING_DGRAD",
+           "UB_RING_RS_RECIPES", "UB_PIPELINE_SPLITS", "UB_PIPELINE_SMS"]
 
 #: Gradient bucket whose reduction cannot overlap anything (PyTorch DDP's 25 MiB).
 BUCKET_BYTES = 25 * 1024 * 1024

@@ -228,8 +228,8 @@ def _bandwidth(op: Op, device: Device, eff: Efficiency, rereads: float = 0.0) ->
     the end-to-end share, is the longer at every one of those rows but that 30 MB one at 128
     (benchmarks/trtllm_load_breakdown.py). The GEMV share itself (gpt-fast's batch-1 step,
     ``gemv_bw_16bit``) is an end-to-end figure: it folds each kernel's ramp and tail and the gaps
-    between kernels into the weights' share, costs a step pays at every batch, as the kernels per step do not
-    change with it."""
+    between kernels into the weights' share, costs a step pays at every batch, as the kernels per
+    step do not change with it."""
     bw = device.memory_bandwidth * eff.memory
     if device.kind != "gpu" or op.kind != "matmul" or op.weight_bytes <= 0 \
             or not op.weight_elements or not op.shape:
