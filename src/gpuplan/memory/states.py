@@ -213,10 +213,9 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
                   host=host, gathered=gathered.bytes, step_tmp=step_tmp, paged=paged,
                   step_detail=step_detail, notes=tuple(notes), master_b=recipe.master_bytes or 4,
-                  master_remainder=recipe.master_remainder,
-                  gathered_note=gathered.note, gathered_kept=gathered.kept,
-                  gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label,
-                  fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
+                  master_remainder=recipe.master_remainder, gathered_note=gathered.note,
+                  gathered_kept=gathered.kept, gathered_label=gathered.label, fp8=fp8,
+                  fp8_label=fp8_label, fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
 
 
 def _fp8_note(job: Job, non_tn_fp8: bool) -> str:
