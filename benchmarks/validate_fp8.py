@@ -703,6 +703,36 @@ def _launcher_fields(run: dict, r: dict, where: str, notes: list[str]) -> dict:
     return out
 
 
+def master_fields(run: dict, notes: list[str]) -> dict:
+    """The master copy a NeMo 24.07 pre-training row's launcher config implies (``run
+    ['launcher']``: NeMo-Framework-Launcher conf/training/*/*.yaml at tag 24.07, 8325688d, and
+    the row's examples/training/*/h100/*_fp8.sh). NeMo's rule (megatron_base_model.py lines
+    790-812 at NVIDIA/NeMo@e938df32, the same at r2.0.0rc1): under distributed_fused_adam its
+    model dtype is the precision's under megatron_amp_O2 (bf16), the optimizer's ``dtype``
+    fp32 unless set; no ``store_params`` in the config, so fp8_params -> store_params; dtype ==
+    model dtype -> neither (no master); fp32 over bf16 -> ``store_param_remainders``: Apex
+    keeps an int16 remainder shard beside fp32 exp_avg / exp_avg_sq (apex distributed_fused_
+    adam.py lines 458-476, 659-671 @f8e60c47) -> ``master_weights`` remainder. The no-master
+    case (dtype bf16: the Nemotron-4 340B yaml) has no Job value: named, not modelled."""
+    la = run.get("launcher")
+    if not la or la.get("optim_name") != "distributed_fused_adam":
+        return {}
+    where = f"{la['config']} @{la['tag']}"
+    o2_bf16 = la.get("megatron_amp_O2") and la.get("precision") == "bf16"
+    dtype = la.get("optim_dtype") or "fp32"
+    if not o2_bf16 or la.get("fp8_params"):
+        return {}
+    if dtype == "fp32":
+        notes.append("fp32 master as the bf16 weights plus 16-bit remainders (distributed_fused_"
+                     f"adam at its default fp32 dtype over a bf16 O2 model: NeMo sets "
+                     f"store_param_remainders, {where})")
+        return {"master_weights": "remainder"}
+    notes.append(f"not modelled: distributed_fused_adam dtype {dtype} over the {dtype} O2 model "
+                 f"({where}): NeMo sets store_params False, Apex steps the {dtype} weights in "
+                 "place with its states in that dtype (no master copy)")
+    return {}
+
+
 def gather_overlap_of(run: dict) -> bool:
     """Megatron-Bridge's ``overlap_param_gather`` as the row's recipe sets it: the 25.11
     performance scripts turn it off for FP8-MX ("keeping this eanbled causes NaN grad norm"),
@@ -786,6 +816,7 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
         notes.append(SPLIT_ACCOUNTING[run["model"]["catalog"]])
     fields.update(recipe_fields(run, notes))
     fields.update(lora_fields(run, notes))
+    fields.update(master_fields(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
         layout = (run.get("recipe") or {}).get("pipeline_model_parallel_layout")
         first, last = (layout_split(layout, j["pp"]) if layout
@@ -1202,6 +1233,32 @@ MEMORY_CHECKED = (
      "histories at 1024 (the script's fp8_amax_history_len 512); the grads' 16-bit buffer "
      "is the run's grad_sync_dtype. SFT freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
      "SFT rows' scripts (7b_1node.sh, 13b_1node.sh: VP 10) set the same, recorded too"),
+    ("the NeMo 24.07 pre-training rows' master copy (GPT3-20B: 85.2 GB planned on 85.0 until "
+     "this note)", "counted as a 4 B fp32 copy a weight. Their launcher configs "
+     "(NeMo-Framework-Launcher conf/training/{gpt3,llama,nemotron}/*.yaml at 24.07, 8325688d; "
+     "each row's `launcher`, lines cited) state precision bf16, megatron_amp_O2 true and optim "
+     "distributed_fused_adam with no dtype, and their H100 FP8 scripts add fp8=true (and "
+     "grad_sync_dtype bf16, not the Nemotron 8B/22B ones) and no fp8_params: NeMo then sets "
+     "store_params False and store_param_remainders True (megatron_base_model.py lines 790-812 "
+     "@e938df32, the same at r2.0.0rc1), and Apex keeps an int16 remainder shard, the low 16 "
+     "bits of each fp32 master whose top 16 are the bf16 weight (distributed_fused_adam.py "
+     "lines 458-464, 659-671 @f8e60c47): master_weights remainder, 2 B a weight beside it "
+     "(`master_fields`). GPT3-20B (DP 32) 85.2 -> 84.6 GB, now within its 85.0; GPT3-175B "
+     "74.6 -> 71.8 / 83.4 -> 82.7, Llama 2 7B 69.8 -> 68.1, 13B 59.5 -> 57.8, 70B 63.0 -> "
+     "60.8, Llama 3 8B 81.2 -> 79.2, 70B 66.7 -> 64.4, GPT3-5B 60.3 -> 60.2, Nemotron 8B "
+     "68.4 -> 68.2, 22B 62.8 -> 62.1; their optimizer step reads the weight and its remainder "
+     "(26 B a parameter, 28 with the fp32 copy): speed +0-1 tok/s/GPU. Nemotron-4 340B stays "
+     "at 95.5 GB: nemotron_340b.yaml sets dtype bf16 (and grad_sync_dtype bf16), which "
+     "triggers no remainder: NeMo sets store_params False (optim dtype = model dtype) and Apex "
+     "steps the bf16 weights in place, Adam's states bf16 and no master at all. With its "
+     "states bf16 (optimizer_states bf16) it would plan 84.0 GB (Adam 23.1 -> 11.5 GB), and "
+     "without the 11.5 GB master ~72.5 GB; neither is applied: the Job has no master_weights "
+     "value for no master, and the yaml's layout (PP 12 x VP 8) is not the row's (PP 8 x VP "
+     "12), the reason its optimizer block was not read before (as the 175B, Nemotron 8B/22B "
+     "and Llama 3 70B yamls' VP or MBS also differ from their rows, whose optimizer blocks are "
+     "read here, that reason is open). Also open: the Nemotron 8B/22B scripts set no "
+     "grad_sync_dtype, so Apex's grad buffer is its dtype, fp32 (distributed_fused_adam.py "
+     "lines 586-587), where the plan counts 16-bit grads"),
     ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
      "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "
      "micro-batches of a stage in flight (the report's Table 2). The report's own memory "

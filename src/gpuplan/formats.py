@@ -53,6 +53,10 @@ class TrainingRecipe:
     """torch.autocast over fp32 parameters: a 16-bit copy of each weight is cached for the step."""
     description: str
     source: str
+    master_remainder: bool = False
+    """The master is the 16-bit weights plus a 16-bit remainder of each fp32 value (``master_bytes``
+    2, the remainder; the step reads and writes both halves): a Job's ``master_weights``
+    remainder (:func:`with_job_dtypes`)."""
 
 
 TRAINING_RECIPES: dict[str, TrainingRecipe] = {
@@ -119,6 +123,18 @@ def get_recipe(name: str) -> TrainingRecipe:
 #: Bytes of an element of the optimizer states or of the master copy a Job names
 #: (``optimizer_states``, ``master_weights``); ``auto`` keeps the recipe's.
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+#: ``master_weights`` remainder: the fp32 master split into the bf16 weight (its top 16 bits,
+#: counted with the weights) and an int16 remainder (its low 16 bits), 2 B a parameter beside
+#: the weight instead of a 4 B copy. Apex's DistributedFusedAdam ``store_param_remainders``
+#: (param_remainders_shard, torch.int16, beside fp32 exp_avg / exp_avg_sq: NVIDIA/apex@f8e60c47
+#: apex/contrib/optimizers/distributed_fused_adam.py lines 458-464; it requires dtype fp32 and
+#: param_sync_dtype bf16, lines 659-671), which NeMo turns on for a bf16 O2 model under
+#: distributed_fused_adam with its default fp32 dtype and no fp8_params (NVIDIA/NeMo@e938df32
+#: nemo/collections/nlp/models/language_modeling/megatron_base_model.py lines 790-812, the same
+#: at r2.0.0rc1); Megatron-Core's precision-aware optimizer (use_precision_aware_optimizer, off
+#: by default) with bf16 and store_param_remainders True, its default (NVIDIA/Megatron-LM@d98e8a64
+#: megatron/core/optimizer/optimizer_config.py line 192; distrib_optimizer.py lines 1007-1009).
+_MASTER_BYTES = {**_DTYPE_BYTES, "remainder": 2}
 
 
 def with_job_dtypes(recipe: TrainingRecipe, optimizer_states: str = "auto",
@@ -127,12 +143,12 @@ def with_job_dtypes(recipe: TrainingRecipe, optimizer_states: str = "auto",
     plan, the speed model's optimizer step and the layout search all read. A master dtype
     applies only where the recipe keeps a master copy (the Job refuses it elsewhere)."""
     state = recipe.state_bytes if optimizer_states == "auto" else _DTYPE_BYTES[optimizer_states]
-    master = recipe.master_bytes
+    master, rem = recipe.master_bytes, recipe.master_remainder
     if master and master_weights != "auto":
-        master = _DTYPE_BYTES[master_weights]
-    if (state, master) == (recipe.state_bytes, recipe.master_bytes):
+        master, rem = _MASTER_BYTES[master_weights], master_weights == "remainder"
+    if (state, master, rem) == (recipe.state_bytes, recipe.master_bytes, recipe.master_remainder):
         return recipe
-    return replace(recipe, state_bytes=state, master_bytes=master)
+    return replace(recipe, state_bytes=state, master_bytes=master, master_remainder=rem)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -542,18 +542,21 @@ def test_every_published_megatron_run_fits_where_it_ran():
 
     Open since the NeMo 24.07 GPT-3 / Nemotron rows were mapped (branch nemocat): GPT3-20B (TP 2,
     MBS 2, no recompute: 85.2 GB planned on 85.0) and Nemotron-4 340B (TP 8 PP 8 VP 12: 95.5 GB)
-    plan over. The launcher's nemotron_340b.yaml at 24.07 (8325688d) sets selective recompute and
+    planned over. GPT3-20B fits since its yaml's optimizer was read (branch remainder):
+    distributed_fused_adam at its default fp32 dtype over a bf16 O2 model stores the master as
+    16-bit remainders beside the bf16 weights (master_weights remainder, V.master_fields):
+    84.6 GB. The launcher's nemotron_340b.yaml at 24.07 (8325688d) sets selective recompute and
     distributed_fused_adam with grad_sync_dtype and dtype bf16, but with PP 12 x VP 8 where the
     row ran PP 8 x VP 12: it is not the row's run config, so (unlike the SFT rows' scripts) its
     optimizer settings are not applied. 20b.yaml is the row's layout (TP 2, MBS 2) and sets
-    neither (Apex distributed_fused_adam at its default dtypes): 0.2 GB over stays open."""
+    neither (Apex distributed_fused_adam at its default dtypes), which is what makes NeMo keep
+    remainders. The 340B yaml's dtype bf16 would mean no master at all (V.MEMORY_CHECKED)."""
     over = []
     for r in ROWS:
         got = V.memory_of(r.run)
         if got is not None and got[0] > got[2]:
             over.append(r.run["id"])
     assert over == ["deepseek-v3-h800-x2048-pretrain",
-                    "nemo-24.07-dgx-h100-gpt3-20b-fp8-delayed-x64",
                     "nemo-24.07-dgx-h100-nemotron-340b-fp8-delayed-x128"]
 
 
@@ -623,3 +626,35 @@ def test_the_25_09_gb200_405b_mxfp8_job_is_its_b200_twins(monkeypatch):
     monkeypatch.setattr(V, "nvlink_domain", lambda gpu: 64)
     assert V.job_of(gb.run).gpus_per_node == 64
     assert V.predict(gb.run).predicted == pytest.approx(at_72, rel=1e-9)
+
+
+#: The NeMo 24.07 pre-training rows whose launcher yaml states precision bf16, megatron_amp_O2
+#: and distributed_fused_adam with no dtype (and whose script sets no fp8_params): NeMo sets
+#: store_param_remainders (each row's ``launcher`` cites the lines).
+REMAINDER_ROWS = {f"nemo-24.07-dgx-h100-{t}-fp8-delayed-x{n}" for t, n in (
+    ("llama2-7b", 8), ("llama2-13b", 16), ("llama2-70b", 64), ("llama3-8b", 8),
+    ("llama3-70b", 64), ("gpt3-5b", 64), ("gpt3-20b", 64), ("gpt3-175b", 128),
+    ("gpt3-175b", 512), ("nemotron-8b", 64), ("nemotron-22b", 64))}
+
+
+def test_the_nemo_pretraining_rows_keep_master_remainders():
+    """Each row whose launcher config triggers NeMo's store_param_remainders plans its master as
+    2 B remainders a weight, half the fp32 copy it planned before, and nothing else moves; the
+    Nemotron-4 340B yaml (dtype bf16: no remainder, no master) keeps the default."""
+    got = set()
+    for r in ROWS:
+        if not r.run.get("launcher"):
+            continue
+        job = V.job_of(r.run)
+        if job.master_weights == "remainder":
+            got.add(r.run["id"])
+            model = load_model(r.run["model"]["catalog"])
+            rem, fp32 = (train_memory(model, j) for j in (job, job.with_(master_weights="auto")))
+            assert rem.master_weights_bytes * 2 == pytest.approx(fp32.master_weights_bytes,
+                                                                 abs=64), r.run["id"]
+            assert rem.weights_bytes == fp32.weights_bytes, r.run["id"]
+            assert rem.optimizer_bytes == fp32.optimizer_bytes, r.run["id"]
+        else:
+            assert job.master_weights == "auto", r.run["id"]
+    assert got == REMAINDER_ROWS
+

@@ -46,6 +46,26 @@ def test_master_bytes_by_hand():
     assert sharded.master_weights_bytes == -(-2 * n // 4)
 
 
+def test_remainder_master_by_hand():
+    """master_weights remainder (Apex DistributedFusedAdam store_param_remainders: an int16
+    shard, the fp32 master's low 16 bits, its top 16 the bf16 weight): 2 B a weight on the
+    master line beside the 2 B weight (weights, grads and Adam's fp32 states unchanged: 2 + 2 +
+    2 + 8 = 14 B a weight where the fp32 copy makes 16); ZeRO-1 over 8 ranks holds an eighth (padded up); foreach AdamW's step keeps
+    only the state-sized sqrt (4 B): the 16-bit grads are not copied into fp32."""
+    m = load_model(MODEL)
+    n = m.params.total
+    fp32, rem = (train_memory(m, _job(**kw)) for kw in ({}, {"master_weights": "remainder"}))
+    assert rem.master_weights_bytes == 2 * n
+    assert fp32.master_weights_bytes - rem.master_weights_bytes == 2 * n
+    assert rem.weights_bytes == fp32.weights_bytes and rem.optimizer_bytes == 8 * n
+    assert rem.gradients_bytes == fp32.gradients_bytes
+    line = next(x for x in rem.lines if x.key == "master_weights")
+    assert "remainders" in line.label
+    assert train_memory(m, _job(master_weights="remainder", gpus=8, zero=1)) \
+        .master_weights_bytes == -(-2 * n // 8)
+    assert train_states(m, _job(master_weights="remainder")).step_tmp == 4 * n
+
+
 def test_the_master_step_copies_gradients_only_into_fp32():
     """torch's foreach AdamW with an fp32 master: an fp32 copy of the bf16 gradients (4 B) and
     the sqrt of the second moment (state-sized, 4 B) during the step; a bf16 master steps on the
@@ -70,6 +90,9 @@ def _step_bytes(job: Job) -> float:
     ({"optimizer_states": "bf16"}, 4 + 2 + 4 + 4 + 4 + 2),
     ({"master_weights": "bf16"}, 2 + 2 + 8 + 2 + 8 + 2),
     ({"master_weights": "bf16", "optimizer_states": "bf16"}, 2 + 2 + 4 + 2 + 4 + 2),
+    # remainders (Apex's multi_tensor_fused_adam_with_param_remainders): read the bf16 weight
+    # and its remainder, the grad and two states; write the weight, remainder and states
+    ({"master_weights": "remainder"}, (2 + 2) + 2 + 8 + (2 + 2) + 8),
 ])
 def test_optimizer_traffic_by_hand(kw, per_param):
     n = load_model(MODEL).params.total
@@ -83,6 +106,8 @@ def test_cli_and_json_spell_it_like_optimizer_states():
     assert j.master_weights == "bf16"
     assert Job.from_dict(j.to_dict()).master_weights == "bf16"
     assert Job(model=MODEL).to_dict()["master_weights"] == "auto"
+    args = build_parser("fit").parse_args(["fit", MODEL, "--master-weights", "remainder"])
+    assert Job.from_dict(job_from_args(args).to_dict()).master_weights == "remainder"
 
 
 @pytest.mark.parametrize("kw,match,fix", [
@@ -94,6 +119,10 @@ def test_cli_and_json_spell_it_like_optimizer_states():
      {"optimizer_states": "bf16"}),
     ({"engine": "torchtitan", "zero": 3, "gpus": 2, "master_weights": "bf16"},
      "fp32 parameter shard is the master", {"master_weights": "auto"}),
+    ({"precision": "mixed-fp16", "master_weights": "remainder"}, "keeps fp16 weights",
+     {"master_weights": "auto"}),
+    ({"precision": "bf16", "master_weights": "remainder"}, "no separate master copy",
+     {"master_weights": "auto"}),
 ])
 def test_refusals_name_the_fix(kw, match, fix):
     kw = {"precision": "mixed-bf16", **kw}
@@ -111,6 +140,8 @@ def test_megatron_export_writes_fp32_and_refuses_bf16():
     assert megatron_args(plain).bf16
     with pytest.raises(InputError, match="main_params_dtype"):
         export_plan(j.with_(master_weights="bf16", optimizer_states="bf16"), "megatron")
+    with pytest.raises(InputError, match="precision-aware optimizer"):
+        export_plan(j.with_(master_weights="remainder"), "megatron")
 
 
 def test_other_exports_refuse_a_16bit_master():

@@ -58,7 +58,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "{choices} (default auto: fp32, or bf16 with the pure bf16 recipe)", "DTYPE"),
     JobOption("--master-weights", "master_weights", "str", "dtype of the master copy of the "
               "weights a mixed or FP8 recipe keeps: {choices} (default auto: fp32; bf16 as "
-              "NeMo's fp8_params over Apex's distributed Adam)", "DTYPE"),
+              "NeMo's fp8_params over Apex's distributed Adam; remainder: the bf16 weights "
+              "plus 16-bit remainders, as NeMo's O2 bf16 over it)", "DTYPE"),
     JobOption("--fused-optimizer", "fused_optimizer", "flag", "AdamW(fused=True): no full-size "
               "temporary in the optimizer step"),
     JobOption("--batch", "batch", "int", "micro-batch per GPU: sequences, or images (default 1)",

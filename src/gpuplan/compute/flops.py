@@ -1397,15 +1397,19 @@ def lora_adapter_ops(linears: Sequence[tuple[int, int, int, int]], *, rank: int,
 def optimizer_op(n_params: int, *, state_bytes_total: float, grad_bytes: int, weight_bytes: int,
                  master_bytes: int, tensors: int = 1, param_accesses: float = 2.0,
                  grad_reads: float = 1.0, state_accesses: float = 2.0, scratch_bytes: float = 0.0,
-                 kernels: int | None = None, host_s: float | None = None) -> Op:
+                 kernels: int | None = None, host_s: float | None = None,
+                 weight_reads: float = 0.0) -> Op:
     """The optimizer step: read the gradients, update master (or weights) and states in place, and
-    write the working 16-bit copy when a master copy exists. By default one fused pass (each
+    write the working 16-bit copy when a master copy exists; ``weight_reads``: reads of that
+    16-bit copy too (a master kept as remainders: the fp32 value is the weight and its remainder,
+    Apex's multi_tensor_fused_adam_with_param_remainders). By default one fused pass (each
     operand once); an unfused implementation gives its accesses per element (see
     :func:`~.efficiency.optimizer_cost`), ``scratch_bytes`` of temporaries per element, its
     ``kernels`` and the host time of each (``host_s``)."""
     upd = master_bytes or weight_bytes
     nbytes = n_params * (grad_reads * grad_bytes + param_accesses * upd
-                         + (weight_bytes if master_bytes else 0) + scratch_bytes) \
+                         + (weight_bytes if master_bytes else 0) + weight_reads * weight_bytes
+                         + scratch_bytes) \
         + state_accesses * state_bytes_total
     k = kernels if kernels is not None else max(12, 12 * math.ceil(tensors / 256))
     return Op(name="optimizer.step", op_class="optimizer", kind="elementwise", phase="optimizer",

@@ -2087,7 +2087,8 @@ def _optimizer_s(n: int, state_bytes: float, device: Device, eff: Efficiency,
     """The optimizer step on ``n`` parameters: memory-bound, its launches added (the roofline
     of :func:`~.time.time_ops` for an op that fills the device)."""
     op = optimizer_op(n, state_bytes_total=state_bytes * n, grad_bytes=prec.grad,
-                      weight_bytes=prec.weight_store, master_bytes=prec.master)
+                      weight_bytes=prec.weight_store, master_bytes=prec.master,
+                      weight_reads=1.0 if prec.master_remainder else 0.0)
     compute = op.flops / (device.vector_flops * eff.matmul_fraction("fp32"))
     return max(compute, op.bytes / (device.memory_bandwidth * eff.memory)) \
         + op.kernels * eff.launch_s

@@ -402,6 +402,9 @@ class PrecisionLayout:
     master: int
     state: int
     autocast: bool
+    master_remainder: bool = False
+    """The master is the 16-bit weight plus a 16-bit remainder (``master`` 2): the step reads the
+    weight too (:data:`gpuplan.formats.TrainingRecipe.master_remainder`)."""
 
 
 def _check_dtype(device: Device, dtype: str, mode: str) -> None:
@@ -494,7 +497,8 @@ def train_precision(recipe: str, device: Device, tf32: bool, *, optimizer_states
     w = 2 if r.autocast else r.weight_bytes
     return PrecisionLayout(name=recipe, dtype=dtype, act=_ACT_BYTES[dtype], weight=w, head=w,
                            embed=r.weight_bytes, grad=r.grad_bytes, weight_store=r.weight_bytes,
-                           master=r.master_bytes, state=r.state_bytes, autocast=r.autocast)
+                           master=r.master_bytes, state=r.state_bytes, autocast=r.autocast,
+                           master_remainder=r.master_remainder)
 
 
 def infer_precision(weight_format: str, device: Device, tf32: bool, *,
@@ -1647,6 +1651,7 @@ def _optimizer_op(spec: StepSpec, prec: PrecisionLayout, device: Device, eff: Ef
     host = _optimizer_host_s(spec, device, eff, python_loop=cost.python_loop)
     return optimizer_op(n, state_bytes_total=states / shard, grad_bytes=prec.grad,
                         weight_bytes=prec.weight_store, master_bytes=prec.master,
+                        weight_reads=1.0 if prec.master_remainder else 0.0,
                         param_accesses=cost.param_accesses, grad_reads=cost.grad_reads,
                         state_accesses=cost.state_accesses,
                         scratch_bytes=4.0 * cost.scratch_accesses, kernels=cost.kernels,

@@ -400,6 +400,14 @@ def _recipe(job: Job) -> list[str]:
     opts = {"adamw": ["--optimizer", "adam"], "adam": ["--optimizer", "adam"],
             "sgd": ["--optimizer", "sgd", "--sgd-momentum", "0.0"],
             "sgd-momentum": ["--optimizer", "sgd", "--sgd-momentum", "0.9"]}
+    if job.master_weights == "remainder":
+        # Megatron-LM keeps remainders only under its precision-aware optimizer
+        # (optimizer_config.py store_param_remainders, default True @d98e8a64), which also
+        # moves its grads' and states' dtypes: not written by this export
+        raise refuse(ENGINE, f"{opt('master_weights')} remainder: Megatron-LM stores fp32 "
+                     "master remainders only under its precision-aware optimizer, which this "
+                     "export does not write; drop it", field="master_weights",
+                     value="remainder", fix={"master_weights": "auto"})
     if job.master_weights == "bf16":
         # --main-params-dtype: choices fp32, fp16 (megatron/training/arguments.py @d98e8a64dd);
         # TE's FusedAdam refuses a bf16 master (fused_adam.py 137-138 @d0067d0d). fp32 is

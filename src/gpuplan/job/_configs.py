@@ -302,7 +302,11 @@ class OptimizerConfig:
     one (mixed-*, the FP8/MXFP8/NVFP4 recipes); ``auto`` follows the recipe (fp32). bf16: NeMo
     with ``fp8_params`` over Apex's DistributedFusedAdam, which stores its parameter shards in
     its ``dtype`` (NVIDIA/NeMo@e938df32 megatron_base_model.py lines 802-812, store_params;
-    NVIDIA/apex@f8e60c47 contrib/optimizers/distributed_fused_adam.py lines 449-476)."""
+    NVIDIA/apex@f8e60c47 contrib/optimizers/distributed_fused_adam.py lines 449-476).
+    remainder: the fp32 master as the bf16 weights plus a 16-bit remainder each (2 B a weight):
+    NeMo's store_param_remainders for a bf16 O2 model over that optimizer at its fp32 dtype
+    (megatron_base_model.py lines 802-810, same commit), Megatron-Core's precision-aware
+    optimizer under bf16 (:data:`gpuplan.formats._MASTER_BYTES` has the sources)."""
     fused_optimizer: bool | None = None
     """None: the engine's (megatron, deepspeed and torchtitan fuse their Adam; auto does not).
     AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""

@@ -451,7 +451,10 @@ def _check_master(job: Job) -> None:
     (NVIDIA/apex@f8e60c47 contrib/optimizers/distributed_fused_adam.py lines 449-476), and
     Transformer Engine's FusedAdam, Megatron-Core's other Adam, refuses it ("FusedAdam only
     supports fp32/fp16 master weights": transformer_engine/pytorch/optimizers/fused_adam.py
-    lines 137-138 at NVIDIA/TransformerEngine@d0067d0d); FSDP2's fp32 shard is the master."""
+    lines 137-138 at NVIDIA/TransformerEngine@d0067d0d); FSDP2's fp32 shard is the master. A
+    remainder completes a bf16 weight to its fp32 master (Apex requires param_sync_dtype bf16:
+    distributed_fused_adam.py lines 659-671 @f8e60c47; Megatron-Core stores remainders only
+    under bf16: distrib_optimizer.py line 1008 @d98e8a64), so fp16 weights have none."""
     mw, recipe = job.master_weights, TRAINING_RECIPES[job.precision]
     why, fix = None, {"master_weights": "auto"}
     if mw == "auto" or not job.trains:
@@ -463,6 +466,9 @@ def _check_master(job: Job) -> None:
     elif job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         why = (f"under {opt('sharding')} fsdp2 the fp32 parameter shard is the master; use "
                f"{opt('precision')} bf16 for 16-bit shards")
+    elif mw == "remainder" and recipe.compute_dtype == "fp16":
+        why = (f"a 16-bit remainder completes a bf16 weight's fp32 value, and "
+               f"{opt('precision')} {job.precision} keeps fp16 weights; use mixed-bf16")
     elif mw == "bf16" and job.engine == "megatron" and job.optimizer_states != "bf16":
         why, fix = ("Megatron-Core's Adams keep a bf16 master only as Apex's distributed Adam "
                     f"does, beside bf16 states (TE's FusedAdam refuses one); add "

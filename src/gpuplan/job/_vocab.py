@@ -63,5 +63,5 @@ def default_seq(arch: Architecture | None) -> int:
 #: ZeRO stages.
 ZERO_STAGES = (0, 1, 2, 3)
 OptimizerStates = Literal["auto", "fp32", "bf16"]
-MasterWeights = Literal["auto", "fp32", "bf16"]
+MasterWeights = Literal["auto", "fp32", "bf16", "remainder"]
 PrefillLogits = Literal["all", "last"]

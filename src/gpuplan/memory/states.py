@@ -67,6 +67,9 @@ class States:
     known) or not (a GPU whose FP8 GEMMs take any layout)."""
     master_b: int = 4
     """Bytes of one element of the master copy (``master_weights``: 4, or 2 for bf16)."""
+    master_remainder: bool = False
+    """The master line holds 16-bit remainders of the fp32 master, its top half the 16-bit
+    weights (``master_weights`` remainder)."""
     fsdp: FsdpUnits | None = None
     """FSDP2's unit sizes (``sharding="fsdp2"``, ZeRO-2/3): the gathered parameters then vary
     along the step (the timeline places them) and ``gathered`` is 0."""
@@ -210,9 +213,9 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
                   host=host, gathered=gathered.bytes, step_tmp=step_tmp, paged=paged,
                   step_detail=step_detail, notes=tuple(notes), master_b=recipe.master_bytes or 4,
-                  gathered_note=gathered.note, gathered_kept=gathered.kept,
-                  gathered_label=gathered.label, fp8=fp8, fp8_label=fp8_label,
-                  fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
+                  master_remainder=recipe.master_remainder, gathered_note=gathered.note,
+                  gathered_kept=gathered.kept, gathered_label=gathered.label, fp8=fp8,
+                  fp8_label=fp8_label, fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
 
 
 def _fp8_note(job: Job, non_tn_fp8: bool) -> str:

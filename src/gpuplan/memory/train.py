@@ -154,7 +154,9 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
         Line(key="gradients", label=f"gradients, {g_bits}-bit",
              bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
              at_peak=_gradients_at_peak(at_peak, st.grads, in_backward)),
-        Line(key="master_weights", label=f"{st.master_b * 8}-bit master copy of the weights",
+        Line(key="master_weights", label=("16-bit remainders of the fp32 master (its top half "
+                                          "the bf16 weights)" if st.master_remainder else
+                                          f"{st.master_b * 8}-bit master copy of the weights"),
              bytes=st.master,
              bytes_per_param=per_param(st.master),
              at_peak=_HOST if st.host and not st.master and recipe.master_bytes else ""),
