@@ -114,3 +114,18 @@ def test_static_buffers_are_counted():
     assert items["CUDA graph static buffers"] == 3 * 4096 * 2048 * 2 == 50_331_648
     assert full.total_bytes - plain.total_bytes == 50_331_648
 
+
+
+def test_static_buffers_without_a_given_seq():
+    # no seq: the model's default (min(context, 2048) = 2048 for Llama 3.1 8B, job.default_seq),
+    # as the rest of the plan reads it (it was a TypeError, a 500 from POST /api/fit); one GPU,
+    # hidden 4096 (its config.json): 3 buffers x 2048 x 4096 x 2 bytes = 50,331,648 bytes
+    m = load_model("llama-3.1-8b")
+    assert m.architecture.hidden_size == 4096
+    job = Job(model="llama-3.1-8b", mode="train", engine="megatron", cuda_graph_scope=("full",))
+    assert job.seq is None
+    items = {i.name: i.expected for i in train_memory(m, job).overhead.items}
+    assert items["CUDA graph static buffers"] == 3 * 2048 * 4096 * 2
+    # the same as the sequence given
+    given = train_memory(m, replace(job, seq=2048))
+    assert train_memory(m, job).total_bytes == given.total_bytes

@@ -147,6 +147,12 @@ def test_pick_model_and_gpu_change_batch(page, live_server, cli_json):
     ("model=llama-3.1-8b&gpu=H100-SXM-80GB&engine=megatron&mode=train&tp=2&gpus=8",
      ["llama-3.1-8b", "--engine", "megatron", "--mode", "train", "--tp", "2", "--gpus", "8",
       "--gpu", "H100-SXM-80GB"]),
+    # the master's dtype and the whole-layer CUDA graphs (webmaster) in the link and the command
+    ("model=llama-3.2-1b&gpu=H100-SXM-80GB&mode=train&master_weights=bf16",
+     ["llama-3.2-1b", "--mode", "train", "--master-weights", "bf16", "--gpu", "H100-SXM-80GB"]),
+    ("model=llama-3.2-1b&gpu=H100-SXM-80GB&engine=megatron&mode=train&cuda_graph_scope=full",
+     ["llama-3.2-1b", "--engine", "megatron", "--mode", "train", "--cuda-graph-scope", "full",
+      "--gpu", "H100-SXM-80GB"]),
 ])
 def test_linked_plans_show_the_cli_numbers(page, live_server, cli_json, query, argv):
     page.goto(f"{live_server}/?{query}")
@@ -162,6 +168,39 @@ def test_the_engine_selector_states_auto(page, live_server):
     assert page.locator("#engine option[value=auto]").inner_text() == "auto (transformers)"
     names = page.locator("#engine option").all_inner_texts()
     assert "megatron" in names and "vllm" in names
+
+
+def test_master_and_graph_selects_offer_the_options_and_plan_as_the_cli(page, live_server,
+                                                                       cli_json):
+    page.goto(f"{live_server}/?model=qwen1.5-moe-a2.7b&gpu=H100-SXM-80GB&mode=train"
+              "&engine=megatron&seq=2048")
+    settle(page)
+    values = lambda sel: page.locator(f"{sel} option").evaluate_all(  # noqa: E731
+        "os => os.map(o => o.value)")
+    assert values("#master_weights") == ["auto", "fp32", "bf16"]
+    assert page.input_value("#master_weights") == "auto"
+    assert values("#cuda_graph_scope") == ["", "attn", "moe_router", "full", "attn,moe_router",
+                                           "moe_router,moe_preprocess",
+                                           "attn,moe_router,moe_preprocess"]
+    page.select_option("#cuda_graph_scope", "attn,moe_router")
+    page.select_option("#optimizer_states", "bf16")
+    page.select_option("#master_weights", "bf16")
+    page.wait_for_function("location.search.includes('master_weights=bf16') && "
+                           "location.search.includes('cuda_graph_scope=attn%2Cmoe_router')")
+    settle(page)
+    command = page.inner_text("#cli-text")
+    assert "--cuda-graph-scope attn,moe_router" in command
+    assert "--master-weights bf16" in command
+    want = run_cli(cli_json, command)
+    assert want["job"]["cuda_graph_scope"] == ["attn", "moe_router"]
+    assert check_page_against(page, want) > 5
+    # a refused pair is the server's one line on the page: whole-layer graphs beside recompute
+    page.select_option("#cuda_graph_scope", "full")
+    page.select_option("#checkpointing", "selective")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.inner_text("#error").startswith("cuda_graph_scope full with checkpointing "
+                                                "selective: Megatron-Core graphs whole layers")
+    page.problems[:] = [m for m in page.problems if "status of 422" not in m]
 
 
 def test_suggestion_applies_by_keyboard(page, live_server, cli_json):

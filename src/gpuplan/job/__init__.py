@@ -4,8 +4,9 @@ annotations (:mod:`._fields`) and the layout-vs-architecture check (:mod:`._layo
 
 from __future__ import annotations
 
-from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
-                       ServingConfig, ShardingConfig, TrainingLoop)
+from ._configs import (CONFIGS, CUDA_GRAPH_SCOPES, ExecutionConfig, LoraConfig, OptimizerConfig,
+                       ParallelLayout, ServingConfig, ShardingConfig, TrainingLoop,
+                       cuda_graph_scope_sets)
 from ._args import (MAX_CHANGES, MAX_NEW_TOKENS, MAX_TOP, choice_arg, cpu_arg, flag_arg,
                     gpu_arg, int_arg, job_arg, model_arg, number_arg)
 from ._job import (FLAT_FIELDS, Job, choices_of, field_group, flat_defaults, flat_docs,
@@ -25,4 +26,4 @@ __all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", 
            "ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
            "ServingConfig", "ParallelLayout", "model_arg", "gpu_arg", "cpu_arg", "job_arg",
            "int_arg", "number_arg", "flag_arg", "choice_arg", "MAX_TOP", "MAX_CHANGES",
-           "MAX_NEW_TOKENS"]
+           "MAX_NEW_TOKENS", "CUDA_GRAPH_SCOPES", "cuda_graph_scope_sets"]

@@ -4,6 +4,8 @@ its annotations (:func:`._fields.check_fields`), then its own consistency -- and
 
 from __future__ import annotations
 
+from itertools import combinations
+
 from .._record import record
 from ..engines.profiles import get_engine
 from ..errors import InputError, opt, shown
@@ -17,7 +19,8 @@ from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES
                      Runtime, Sharding)
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
-           "ServingConfig", "ParallelLayout", "CONFIGS"]
+           "ServingConfig", "ParallelLayout", "CONFIGS", "CUDA_GRAPH_SCOPES",
+           "cuda_graph_scope_sets"]
 
 
 def _check_execution(c: "ExecutionConfig") -> None:
@@ -113,6 +116,21 @@ def _check_cuda_graph_scope(c: "TrainingLoop") -> None:
 #: graphs, and ``full``, Megatron-Core's own whole-layer graphs (``--enable-cuda-graph``;
 #: ``--cuda-graph-impl local`` from 0.15's release branch on: compute/graphs.py).
 CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess", "full")
+
+
+def cuda_graph_scope_sets() -> tuple[tuple[str, ...], ...]:
+    """Every ``cuda_graph_scope`` a training loop without recompute accepts, by its own checks
+    (:func:`_check_cuda_graph_scope`), the names in :data:`CUDA_GRAPH_SCOPES`' order: what a
+    menu of the choices offers (the web page's), ``full`` among them."""
+    sets = []
+    for n in range(1, len(CUDA_GRAPH_SCOPES) + 1):
+        for scope in combinations(CUDA_GRAPH_SCOPES, n):
+            try:
+                TrainingLoop(cuda_graph_scope=scope)
+            except InputError:
+                continue
+            sets.append(scope)
+    return tuple(sets)
 
 
 #: Megatron-Core's ``--recompute-modules`` choices gpuplan times (transformer_config.py).

@@ -21,7 +21,7 @@ from .overhead import (Overhead, OverheadLevel, graph_buffer_bytes, memory_args,
                        runtime_overhead)
 from .parallel import StagePlan, stage_plans
 from .results import Line, TrainMemory
-from .shape import check_seq
+from .shape import check_seq, seq_for
 from .states import States, train_states
 
 __all__ = ["train_memory"]
@@ -118,10 +118,10 @@ def _graph_buffers(model: Model, job: Job, stage: StagePlan | None) -> int:
     arch = model.architecture
     if job.cuda_graph_scope != ("full",) or arch is None:
         return 0
-    if stage is None:
-        return graph_buffer_bytes(job.batch * job.seq, arch.hidden_size, 1)
+    if stage is None:  # seq_for: the model's default where the job gives none (it was a crash)
+        return graph_buffer_bytes(job.batch * seq_for(model, job), arch.hidden_size, 1)
     lay = stage.layout
-    seq = stage.seq if stage.seq is not None else job.seq
+    seq = stage.seq if stage.seq is not None else seq_for(model, job)
     tokens = job.batch * seq // (lay.tp if lay.sequence_parallel else 1)
     return graph_buffer_bytes(tokens, arch.hidden_size, stage.in_flight if lay.pp > 1 else 1)
 

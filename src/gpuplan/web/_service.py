@@ -27,7 +27,7 @@ from ..errors import InputError, shown
 from ..fit import OverheadLevel, plan
 from ..formats import INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS
 from ..hardware import DEFAULT_SHORTLIST, all_gpus, resolve_gpu
-from ..job import KV_DTYPES, Job, flat_defaults, flat_hints
+from ..job import KV_DTYPES, Job, cuda_graph_scope_sets, flat_defaults, flat_hints
 from ..memory import train_memory
 from ..models import (SUPPORTED_FAMILIES, catalog_entry, catalog_names, from_param_count,
                       load_model, model_from_config_bytes)
@@ -270,7 +270,7 @@ def options() -> dict:
         "defaults": Job.from_dict({}).to_dict() | left_to_engine | {"model": None},
         "default_gpus": list(DEFAULT_SHORTLIST),
         # every Job field typed as a Literal (or an optional one): mode, optimizer_states,
-        # checkpointing, attention, model_code, sharding ...
+        # master_weights, checkpointing, attention, model_code, sharding ...
         **{name: list(_literal(t)) for name, t in flat_hints().items() if _literal(t)},
         "engine": list(ENGINE_NAMES),
         "engine_auto": AUTO_ENGINE,
@@ -278,6 +278,8 @@ def options() -> dict:
         "infer_precision": [INFER_AUTO, *WEIGHT_FORMATS],  # auto: the checkpoint's own format
         "optimizer": list(OPTIMIZERS),
         "kv_dtype": list(KV_DTYPES),
+        # a list field: the scope sets the training loop accepts (full alone among them)
+        "cuda_graph_scope": [list(s) for s in cuda_graph_scope_sets()],
         "zero": [0, 1, 2, 3],  # the ZeRO stages
         "lora_base": list(WEIGHT_FORMATS),
         "overhead": list(get_args(OverheadLevel)),

@@ -53,6 +53,10 @@ function svg(tag, attrs = {}, text = null) {
 // ---- state: the form <-> a job body <-> the URL ---------------------------------------------
 function fields() { return document.querySelectorAll("#job [data-key]"); }
 
+// A list field (cuda_graph_scope) is its comma text on the page, in the URL and on the command
+// line (the CLI's S1,S2), and a JSON list in the body.
+function listOf(raw) { return raw.split(",").map((t) => t.trim()).filter(Boolean); }
+
 function readForm() {
   const job = {};
   for (const f of fields()) {
@@ -61,6 +65,7 @@ function readForm() {
     const raw = f.value.trim();
     if (raw === "") continue;
     if (type === "int") job[key] = /^\d+$/.test(raw) ? Number(raw) : raw;  // the server names a bad value
+    else if (type === "list") job[key] = listOf(raw);
     else job[key] = raw;
   }
   const config = $("config").value.trim();
@@ -108,6 +113,7 @@ function fromURL() {
     if (!(k in types)) continue;
     if (types[k] === "bool") job[k] = v === "true";
     else if (types[k] === "int") job[k] = /^\d+$/.test(v) ? Number(v) : v;
+    else if (types[k] === "list") job[k] = listOf(v);
     else job[k] = v;
   }
   if (!("model" in job)) job.model = "llama-3.1-8b";
@@ -563,8 +569,8 @@ function fillSelect(sel, values, none) {
 async function start() {
   [OPTIONS, { gpus: GPUS }] = await Promise.all([api("/api/options"), api("/api/gpus")]);
   for (const key of ["mode", "engine", "precision", "infer_precision", "optimizer",
-    "optimizer_states", "checkpointing", "attention", "kv_dtype", "lora_base", "zero",
-    "overhead"]) {
+    "optimizer_states", "master_weights", "checkpointing", "cuda_graph_scope", "attention",
+    "kv_dtype", "lora_base", "zero", "overhead"]) {
     const sel = $(key);
     fillSelect(sel, OPTIONS[key], sel.dataset.none);
   }
