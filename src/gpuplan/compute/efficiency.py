@@ -393,7 +393,8 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "BF16 737.22 / 695.77 TFLOP/s non-causal at 2 x 8192 / 1 x 16384 "
         "(vllm-project/flash-attention#122, 2026-02-27, hopper/benchmark_flash_attention_fp8.py), "
         "0.745 / 0.703 of H100-SXM's 989.4, the share x seq / (seq + attn_half_seq) reading "
-        "0.727 / 0.738 there; forward only"),
+        "0.727 / 0.738 there; forward only, one share for every head dim (as attn_fwd_hopper_fa3_fp8: "
+        "no per-head-dim H100 figure in the offline index; gpt-oss's head dim 64 may run lower)"),
     "attn_fwd_hopper_fa3_fp8": Constant(
         0.606, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
         "abstract: 'with FP8 reaching close to 1.2 PFLOPs/s' on H100 SXM5 (FP16: 'up to 740 "
