@@ -91,10 +91,11 @@ def test_errors_reached(rows):
     # TTFT 16.0% (109 rows), ITL 16.0% (104 rows), output tok/s 3.8% (109 rows) median |error|.
     # History, newest first:
     # - 17.1% / 16.0% / 3.3% before vLLM's 16-bit attention on Hopper ran at FlashAttention-3's
-    #   share, 0.75 (efficiency attn_fwd_hopper_fa3; vllm fa_utils.py picks FA3 on SM90), not
-    #   FlashAttention-2's 0.35: an 8192-token chunk's attention 53 -> 24.5 ms on Llama-3.1-8B;
-    #   the vLLM blog's four H100 rows TTFT +64.4/+67.4/+22.6/+26.8% -> +23.2/+25.1/-4.1/-1.1%,
-    #   their tok/s the wrong way +1.8/+13.7/+8.3/+15.0% -> +5.9/+19.7/+11.7/+19.0% (the blog's
+    #   share, 0.75 at head dim 128 and 0.50 at 64 (efficiency attn_fwd_hopper_fa3 / _d64; vllm
+    #   fa_utils.py picks FA3 on SM90), not FlashAttention-2's 0.35: an 8192-token chunk's
+    #   attention 53 -> 24.5 ms on Llama-3.1-8B; the vLLM blog's four H100 rows TTFT
+    #   +64.4/+67.4/+22.6/+26.8% -> +23.2/+25.1/+7.4/+10.9%, their tok/s the wrong way
+    #   +1.8/+13.7/+8.3/+15.0% -> +5.9/+19.7/+10.2/+17.3% (the blog's
     #   own concurrency-1 sweep: the prefill's quadratic term now reads as measured, its linear
     #   term ~1.4x short, not explained); kvcached 0.6B TTFT 87.4% -> 87.9% median; the 19 vLLM
     #   rows' TTFT median 38.8% -> 25.1%; no other row moves;

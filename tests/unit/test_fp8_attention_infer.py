@@ -112,6 +112,15 @@ def test_vllm_prefills_with_fa3_on_hopper_only():
                                           rel=1e-3)
     assert any("FlashAttention-3" in n for n in _est(engine="vllm", seq=s).notes)
     a100 = _core(_est(gpu=A100, engine="vllm", seq=s).prefill)
+    # head dim 64 (gpt-oss): the FA3 paper's Figure 5 bar, 497 of 989.4 TFLOP/s -> 0.50
+    oss = load_model("gpt-oss-20b")
+    est = estimate_speed(oss, H100, Job(model="gpt-oss-20b", mode="infer", engine="vllm",
+                                        infer_precision="mxfp4", seq=s), measured=None)
+    full = [t for t in est.prefill.ops if t.op.name == "attn.core" and t.op.shape[3] == s]
+    assert full
+    for t in full:
+        assert t.compute_s == pytest.approx(t.op.flops / (989.4e12 * 0.50 * s / (s + 256)),
+                                            rel=1e-3)
     # FA2 on Ampere: 0.73 of A100's 312 TFLOP/s (head dim 128), not FA3's share
     assert a100.compute_s == pytest.approx(a100.op.flops / (312e12 * 0.73 * s / (s + 256)),
                                            rel=1e-3)

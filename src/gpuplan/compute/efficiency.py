@@ -393,8 +393,16 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "BF16 737.22 / 695.77 TFLOP/s non-causal at 2 x 8192 / 1 x 16384 "
         "(vllm-project/flash-attention#122, 2026-02-27, hopper/benchmark_flash_attention_fp8.py), "
         "0.745 / 0.703 of H100-SXM's 989.4, the share x seq / (seq + attn_half_seq) reading "
-        "0.727 / 0.738 there; forward only, one share for every head dim (as attn_fwd_hopper_fa3_fp8: "
-        "no per-head-dim H100 figure in the offline index; gpt-oss's head dim 64 may run lower)"),
+        "0.727 / 0.738 there; forward only, at head dim >= 128 (head dim 64: "
+        "attn_fwd_hopper_fa3_d64)"),
+    "attn_fwd_hopper_fa3_d64": Constant(
+        0.50, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
+        "Figure 5, 'Attention forward speed, head dim 64 (H100 80GB SXM5)': FlashAttention-3 "
+        "497 TFLOP/s at 16k without the causal mask (473 with it), the bars' labels as "
+        "transcribed at https://subtext.edge.nugit.net/image/66c4bb4bf8b186164a0b56ce0a52fbff577"
+        "da65721f65d33cf9e975d7d70b39e and .../9b7cf01f91715dc46b5b50a018fdf4cd6872c4448f44d9c74a"
+        "60aa61e56ec6f2 (read 2026-12-07); 497 / 989.4 = 0.502; no figure of vLLM's fork at "
+        "head dim 64 was found"),
     "attn_fwd_hopper_fa3_fp8": Constant(
         0.606, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
         "abstract: 'with FP8 reaching close to 1.2 PFLOPs/s' on H100 SXM5 (FP16: 'up to 740 "
@@ -1083,7 +1091,8 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
     if kernel == "fa3-fp8" and arch == "hopper" and not backward:
         top = constant("attn_fwd_hopper_fa3_fp8")
     elif kernel == "fa3" and arch == "hopper" and not backward:
-        top = constant("attn_fwd_hopper_fa3")
+        top = constant("attn_fwd_hopper_fa3") if head_dim >= 128 else \
+            constant("attn_fwd_hopper_fa3_d64")
     elif arch == "hopper" or arch == "blackwell":
         top = constant("attn_fwd_hopper_fa2")
     elif arch in FA2_SM8X:
