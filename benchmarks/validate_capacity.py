@@ -845,7 +845,7 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   L 32,768: ~790 (markers overlapped) measured, 679 before (-14%), 577 after (-27%); 65,536:
   1,995, 2,035 (+2%), 1,628 (-18%); 98,304: 3,641, 4,068 (+12%), 3,154 (-13%); 130,944: 5,651,
   6,769 (+20%), 5,146 (-9%). Its two-term fit over 49k-131k reads the causal attention at 513
-  TFLOP/s (the model now 489 at 16k, FA3's head-dim-64 bar) and 18.2 us a token linear: the
+  TFLOP/s (the model now 480 at a chunk's 8,192, FA3's head-dim-64 bar) and 18.2 us a token: the
   same picture, the growth with L gone and a linear term short; at 0.75 for every head dim
   (tried first) it read -31% to -37%.
   At concurrency 8 (Table 4/5) the same change takes the rows' TTFT +64.4/+67.4% ->
