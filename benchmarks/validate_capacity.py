@@ -810,6 +810,49 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   kernel's bandwidth share, ~0.3 ms here: not modelled yet.
   Since vLLM 0.14's batch is formed a step ahead (issue 31, "vLLM's per-step host work"), a
   prompt arriving mid-step misses the next 8192-token chunk: the rows' TTFT as the table shows.
+  (5) *The post's concurrency-1 sweep as a check of one request's chunked prefill (Llama-3.1-8B,
+  H100, v0.19.1, Figure 2; not a row, nothing fitted to it).* The post states no TTFT
+  coefficients for Llama, so its BF16 medians were read off Figure 2 by pixel position
+  (fig2_llama_8b.png at vllm-project.github.io@c3a01c4; gridlines 2,000 ms / 172.6 px, markers
+  18 px, so +-15 ms where a marker is whole, more where the FP8 square covers it) against
+  ``gpuplan capacity llama-3.1-8b --gpu H100-SXM-80GB --engine vllm --engine-version 0.19
+  --concurrency 1 --requests 20 --input L --output 2`` (chunks of 8192, TTFT in ms):
+  L 32,768: 1,270 measured, 1,511 before (+19%), 1,057 after (-17%); 49,152: 2,376, 2,905
+  (+22%), 1,884 (-21%); 65,536: 3,569, 4,725 (+32%), 2,909 (-18%); 81,920: 5,075, 6,971 (+37%),
+  4,133 (-19%); 98,304: 6,756, 9,642 (+43%), 5,556 (-18%); 114,688: 8,749, 12,739 (+46%), 7,177
+  (-18%); 130,944: 10,116, 16,234 (+60%), 8,983 (-11%). The points at 16k and below read
+  60-180 ms, under the dense peak's floor for the linear layers alone (2 x 6.98e9 x 16,384 FLOPs
+  at 989.4 TFLOP/s: 231 ms), so they are not cold prefills (prefix hits, not examined) and are
+  left out. Before, the error grew with L: the 16-bit attention ran at FlashAttention-2's 0.35
+  of the peak on every Hopper engine (efficiency ``attn_fwd_hopper_fa2``), an 8192-token chunk's
+  attention 53 ms. vLLM runs FlashAttention 3 there (vllm fa_utils.py ``get_flash_attn_version``
+  @00bd1493: "Hopper (SM90): prefer FA3"; the post: "using FlashAttention-3 (via the vLLM
+  fork)"), now at the FA3 paper's 0.75 at head dim 128 (``attn_fwd_hopper_fa3``,
+  engines/profiles.py ``ATTENTION_16BIT``; the fork's own BF16 737 / 696 TFLOP/s at head dim
+  128, 2 x 8192 / 1 x 16384, flash-attention#122) and its Figure 5's 0.50 at head dim 64
+  (``attn_fwd_hopper_fa3_d64``, 497 TFLOP/s; gpt-oss): 24.5 ms a Llama chunk. A least-squares TTFT = a L^2 + b L over the seven
+  points (done by hand, not committed) gives a = 3.63e-07 ms/token^2, i.e. the causal attention's
+  2 x 4096 x 32 FLOPs per token^2 at 723 TFLOP/s, where the model now runs 719: the quadratic
+  term reads as measured. Its b, 31.9 us a token (261 ms per 8192), is ~1.6x the model's 20.1
+  (the chunk's linear layers at 779 TFLOP/s, 147 of its 165 ms), and the constant -18% left is
+  that term. Checked and not the cause: the lone request waits for no step (its TTFT is the sum
+  of its chunks' steps, to the millisecond: async scheduling's step-ahead only delays a prompt
+  arriving mid-step), the LM head runs once a chunk (0.46 ms), the sampler once. Not identified:
+  the API server's tokenization of an L-token prompt is linear in L but no vLLM figure was found
+  for it (``request_s`` stays 0); a sustained-clock GEMM rate (gpu-fryer's 730 against the
+  model's 767.5 TFLOP/s at 8192^3, validate_speed.py ``_hopper_compute_gap``) is 5%, not 60%.
+  gpt-oss-20b (Figure 3, BF16 KV, read the same way; 12 full-attention layers of 64 x 64):
+  L 32,768: ~790 (markers overlapped) measured, 679 before (-14%), 577 after (-27%); 65,536:
+  1,995, 2,035 (+2%), 1,628 (-18%); 98,304: 3,641, 4,068 (+12%), 3,154 (-13%); 130,944: 5,651,
+  6,769 (+20%), 5,146 (-9%). Its two-term fit over 49k-131k reads the causal attention at 513
+  TFLOP/s (the model now 480 at a chunk's 8,192, FA3's head-dim-64 bar) and 18.2 us a token: the
+  same picture, the growth with L gone and a linear term short; at 0.75 for every head dim
+  (tried first) it read -31% to -37%.
+  At concurrency 8 (Table 4/5) the same change takes the rows' TTFT +64.4/+67.4% ->
+  +23.2/+25.1% (Llama BF16/FP8 KV) and -- the chunks shorter -- gpt-oss's +22.6/+26.8% ->
+  +7.4/+10.9%; tok/s moves the wrong way (+1.8/+13.7/+8.3/+15.0% -> +5.9/+19.7/+10.2/+17.3%),
+  consistent with the linear term the sweep says is short; ITL unmoved. The kvcached 0.6B rows' TTFT -93.4/-81.5% ->
+  -93.6/-82.2%.
   Not expressible, not transcribed: the post's "FP8 skip-SW" row (an FP8 cache on the full-
   attention layers only, `--kv-cache-dtype-skip-layers sliding_window`: gpuplan has one KV dtype
   per model); the A100 sweep's N = 1000 (76 and 106 of the requests failed); kvcached's own

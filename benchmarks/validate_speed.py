@@ -1301,8 +1301,8 @@ def _fsdp_machinery_gap(run: dict, row: Row) -> str:
 #   alike, the spread kept, so not the differential's mechanism; not shipped. The GEMM share's
 #   negative r says the same of any tensor-clock factor (device.py's 700 W note: a 0.84 trial).
 # - Attention: Hopper's fused attention is timed at FlashAttention-2's 35% of peak
-#   (attn_fwd_hopper_fa2, FlashAttention-3's paper) for every engine, torchtitan's SDPA
-#   included; Megatron's and NeMo's Transformer Engine runs FlashAttention-2 or cuDNN's fused
+#   (attn_fwd_hopper_fa2, FlashAttention-3's paper) for every training engine, torchtitan's SDPA
+#   included (only vLLM's serving steps run FA3's 0.75: engines/profiles.py ATTENTION_16BIT); Megatron's and NeMo's Transformer Engine runs FlashAttention-2 or cuDNN's fused
 #   kernel, none slower, so a kernel of their own would raise those estimates, widening the
 #   gap of the 1.7B / 7.1B / NeMo rows, not closing it.
 # Not identified: what a TP 1-2 H100 step pays that a TP 4-8 one does not, or what the TP 4-8

@@ -82,14 +82,23 @@ def test_reading_the_misses_quotes_todays_rows(rows):
 
 
 def test_throughput_meets_the_bar(rows):
-    # reached: 3.3% median over the 109 rows (benchmarks/validate_capacity.md)
+    # reached: 3.8% median over the 109 rows (benchmarks/validate_capacity.md)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] <= vc.BAR
 
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 17.1% (109 rows), ITL 16.0% (104 rows), output tok/s 3.3% (109 rows) median |error|.
+    # TTFT 16.0% (109 rows), ITL 16.0% (104 rows), output tok/s 3.8% (109 rows) median |error|.
     # History, newest first:
+    # - 17.1% / 16.0% / 3.3% before vLLM's 16-bit attention on Hopper ran at FlashAttention-3's
+    #   share, 0.75 at head dim 128 and 0.50 at 64 (efficiency attn_fwd_hopper_fa3 / _d64; vllm
+    #   fa_utils.py picks FA3 on SM90), not FlashAttention-2's 0.35: an 8192-token chunk's
+    #   attention 53 -> 24.5 ms on Llama-3.1-8B; the vLLM blog's four H100 rows TTFT
+    #   +64.4/+67.4/+22.6/+26.8% -> +23.2/+25.1/+7.4/+10.9%, their tok/s the wrong way
+    #   +1.8/+13.7/+8.3/+15.0% -> +5.9/+19.7/+10.2/+17.3% (the blog's
+    #   own concurrency-1 sweep: the prefill's quadratic term now reads as measured, its linear
+    #   term ~1.4x short, not explained); kvcached 0.6B TTFT 87.4% -> 87.9% median; the 19 vLLM
+    #   rows' TTFT median 38.8% -> 25.1%; no other row moves;
     # - 17.1% / 15.7% / 3.3% (after vLLM 0.14's async scheduling) before the A100 sweep's N = 1, 20
     #   and 30 rows (0.5 utilization) ran the prefix hits their server logs show (every prompt
     #   cached by the runs before on that server, serving_runs.json prefix_cache; read from the
@@ -151,10 +160,10 @@ def test_errors_reached(rows):
     #   decode GEMMs' rows no longer at it (ITL down ~0.1-1%, the wrong way: TensorRT-LLM 18.7% ->
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
-    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.171, abs=0.005)
+    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
     assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
-        0.033, abs=0.005)
+        0.038, abs=0.005)
     nim = "nvidia-nim"
     assert vc.summary(rows, "ttft_ms", nim)["median_abs_error"] == pytest.approx(0.134, abs=0.005)
     assert vc.summary(rows, "itl_ms", nim)["median_abs_error"] == pytest.approx(0.022, abs=0.005)
@@ -164,11 +173,11 @@ def test_errors_reached(rows):
     assert vc.summary(rows, "itl_ms", sgl)["median_abs_error"] == pytest.approx(0.016, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 17.1% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 16.0% "
                    "over 109 rows (SGLang on H200 23.6%; TensorRT-LLM online table 12.9% once "
                    "its 8.3 ms per-request cost is counted; "
                    "NIM 13.4%, its C=25-50 rows carrying the closed loop's start-up ramp; "
-                   "vLLM on a 4090 86.9%; vLLM on H100/A100 38.8%)")
+                   "vLLM on a 4090 86.9%; vLLM on H100/A100 25.1%)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 

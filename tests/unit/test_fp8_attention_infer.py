@@ -3,6 +3,7 @@
 Figures used (independent of the code): H100-SXM-80GB's datasheet, 3,350 GB/s and 1,978.9 dense
 FP8 TFLOP/s; the streaming share 0.85 (efficiency ``memory_default``); FlashAttention-3's FP8
 forward "close to 1.2 PFLOPs/s" on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608, abstract);
+FlashAttention-3's FP16 forward "up to 740 TFLOPs/s (75% utilization)" (the same abstract);
 FlashAttention-2's short-sequence roll-off seq / (seq + 256); Llama-3.1-8B: 32 layers, 32 query
 heads, 8 KV heads, head dim 128."""
 
@@ -73,11 +74,12 @@ def test_prefill_attention_runs_at_the_fp8_peak_times_fa3s_share():
 def test_vllm_two_level_fa3_prefills_at_the_16bit_kernels_rate():
     # vLLM's FA3 fork with two-level accumulation (vllm-project/flash-attention#104): the vLLM
     # blog of 2026-04-22 (v0.19.1, Llama-3.1-8B, head dim 128, H100) finds FP8 prefill at
-    # "similar TTFT" to BF16, so the FP8 kernel runs at the 16-bit kernel's rate, 0.35 of the
-    # bf16 peak 989.4 TFLOP/s; at head dim 256 at 6.93e-07 / 1.12e-06 of it (gemma-4-E2B's
-    # TTFT L^2 coefficients, BF16 over FP8)
+    # "similar TTFT" to BF16, so the FP8 kernel runs at the 16-bit kernel's rate -- vLLM's own
+    # on Hopper, FlashAttention-3 (fa_utils.py get_flash_attn_version), 0.75 of the bf16 peak
+    # 989.4 TFLOP/s (the FA3 paper's "75% utilization") -- and at head dim 256 at 6.93e-07 /
+    # 1.12e-06 of it (gemma-4-E2B's TTFT L^2 coefficients, BF16 over FP8)
     s = 8192
-    rate16 = 989.4e12 * 0.35 * s / (s + 256)
+    rate16 = 989.4e12 * 0.75 * s / (s + 256)
     for kw in ({"kv_dtype": "fp8"}, {"fp8_attention": True}):
         est = _est(engine="vllm", seq=s, **kw)
         core = _core(est.prefill)
@@ -90,6 +92,38 @@ def test_vllm_two_level_fa3_prefills_at_the_16bit_kernels_rate():
     assert fp8_attention_vs_16bit("fa3-fp8-two-level", 256) == pytest.approx(6.93 / 11.2,
                                                                               abs=5e-4)
     assert fp8_attention_vs_16bit("fa3-fp8", 128) == 0.0
+
+
+def test_vllm_prefills_with_fa3_on_hopper_only():
+    # vLLM picks FlashAttention 3 on compute capability 9.x (vllm fa_utils.py
+    # get_flash_attn_version: "Hopper (SM90): prefer FA3"): its 16-bit prefill attention at the
+    # FA3 paper's 75% of the bf16 peak (989.4 TFLOP/s), x s / (s + 256) at s tokens; TensorRT-LLM
+    # (no kernel entered) keeps FlashAttention-2's 35%; an 8192-token prompt of Llama-3.1-8B:
+    # about 2 x 8192^2 x 4096 causal FLOPs a layer (5.5e11), 32 layers: 1.76e13 -> 24.5 ms at
+    # 0.75 x 8192 / 8448 x 989.4 TFLOP/s (FA2's share: 52.5 ms)
+    s = 8192
+    vllm = _core(_est(engine="vllm", seq=s).prefill)
+    assert vllm.op.flops == pytest.approx(2 * s * s * 4096, rel=0.02)
+    assert vllm.compute_s == pytest.approx(vllm.op.flops / (989.4e12 * 0.75 * s / (s + 256)),
+                                           rel=1e-3)
+    assert vllm.total_s == pytest.approx(0.0245, rel=0.03)
+    trt = _core(_est(engine="trt-llm", seq=s).prefill)
+    assert trt.compute_s == pytest.approx(trt.op.flops / (989.4e12 * 0.35 * s / (s + 256)),
+                                          rel=1e-3)
+    assert any("FlashAttention-3" in n for n in _est(engine="vllm", seq=s).notes)
+    a100 = _core(_est(gpu=A100, engine="vllm", seq=s).prefill)
+    # head dim 64 (gpt-oss): the FA3 paper's Figure 5 bar, 497 of 989.4 TFLOP/s -> 0.50
+    oss = load_model("gpt-oss-20b")
+    est = estimate_speed(oss, H100, Job(model="gpt-oss-20b", mode="infer", engine="vllm",
+                                        infer_precision="mxfp4", seq=s), measured=None)
+    full = [t for t in est.prefill.ops if t.op.name == "attn.core" and t.op.shape[3] == s]
+    assert full
+    for t in full:
+        assert t.compute_s == pytest.approx(t.op.flops / (989.4e12 * 0.50 * s / (s + 256)),
+                                            rel=1e-3)
+    # FA2 on Ampere: 0.73 of A100's 312 TFLOP/s (head dim 128), not FA3's share
+    assert a100.compute_s == pytest.approx(a100.op.flops / (312e12 * 0.73 * s / (s + 256)),
+                                           rel=1e-3)
 
 
 def test_vllm_fp8_kv_on_hopper_selects_fa3_fp8_and_trt_llm_does_not():

@@ -546,9 +546,10 @@ class Efficiency:
     unpacking, dequantization and dot product: the kernel's ``issue_per_weight``); 0: not
     counted, the kernel timed by its bytes alone."""
     attention_kernel: str = ""
-    """A training step's fused attention kernel where it is not the generation's 16-bit one
-    (compute/efficiency.py ``TRAIN_ATTENTION_KERNELS``: ``fa1``, FlashAttention v1); "": the
-    generation's (FlashAttention-2 on Ampere and Hopper)."""
+    """A step's fused 16-bit attention kernel where it is not the generation's: a training
+    step's (compute/efficiency.py ``TRAIN_ATTENTION_KERNELS``: ``fa1``, FlashAttention v1) or a
+    serving engine's (engines/profiles.py ``ATTENTION_16BIT``: ``fa3``, FlashAttention-3 on
+    Hopper under vLLM); "": the generation's (FlashAttention-2 on Ampere and Hopper)."""
 
     def __post_init__(self) -> None:
         for name in ("matmul", "attention", "memory", "pcie_pinned", "pcie_pageable", "comm"):

@@ -385,6 +385,24 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType({
         "FlashAttention-2 50-73%); FlashAttention v1's rate as a share of FlashAttention-2's at "
         "the same head dim, sequence and direction (an Ampere figure)"),
     "attn_fwd_hopper_fa2": Constant(0.35, "fraction of peak", _FA3),
+    "attn_fwd_hopper_fa3": Constant(
+        0.75, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
+        "abstract: FP16 forward 'reaching up to 740 TFLOPs/s (75% utilization)' on H100 SXM5; "
+        "the kernel a serving engine runs on Hopper where it picks FlashAttention 3 "
+        "(engines.profiles ATTENTION_16BIT). At Llama's head dim 128 vLLM's own fork measures "
+        "BF16 737.22 / 695.77 TFLOP/s non-causal at 2 x 8192 / 1 x 16384 "
+        "(vllm-project/flash-attention#122, 2026-02-27, hopper/benchmark_flash_attention_fp8.py), "
+        "0.745 / 0.703 of H100-SXM's 989.4, the share x seq / (seq + attn_half_seq) reading "
+        "0.727 / 0.738 there; forward only, at head dim >= 128 (head dim 64: "
+        "attn_fwd_hopper_fa3_d64)"),
+    "attn_fwd_hopper_fa3_d64": Constant(
+        0.50, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
+        "Figure 5, 'Attention forward speed, head dim 64 (H100 80GB SXM5)': FlashAttention-3 "
+        "497 TFLOP/s at 16k without the causal mask (473 with it), the bars' labels as "
+        "transcribed at https://subtext.edge.nugit.net/image/66c4bb4bf8b186164a0b56ce0a52fbff577"
+        "da65721f65d33cf9e975d7d70b39e and .../9b7cf01f91715dc46b5b50a018fdf4cd6872c4448f44d9c74a"
+        "60aa61e56ec6f2 (read 2026-12-07); 497 / 989.4 = 0.502; no figure of vLLM's fork at "
+        "head dim 64 was found"),
     "attn_fwd_hopper_fa3_fp8": Constant(
         0.606, "fraction of peak", "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), "
         "abstract: 'with FP8 reaching close to 1.2 PFLOPs/s' on H100 SXM5 (FP16: 'up to 740 "
@@ -1062,7 +1080,8 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
                        cap: float, kernel: str = "") -> float:
     """Share of the dense peak a fused (Flash) attention kernel reaches, at most ``cap`` (the
     matmul fraction). ``kernel`` ``fa3-fp8``: FlashAttention-3's FP8 forward on Hopper (its
-    share of the FP8 peak); ``fa1``: FlashAttention v1 on Ampere (:data:`TRAIN_ATTENTION_KERNELS`,
+    share of the FP8 peak); ``fa3``: its 16-bit forward on Hopper (a serving engine's,
+    :data:`gpuplan.engines.profiles.ATTENTION_16BIT`); ``fa1``: FlashAttention v1 on Ampere (:data:`TRAIN_ATTENTION_KERNELS`,
     ``attn_fa1_over_fa2`` of FlashAttention-2's share; ValueError on another generation, whose
     ratio is not published); "" the generation's 16-bit kernel."""
     arch = (architecture or "").lower()
@@ -1071,6 +1090,9 @@ def attention_fraction(architecture: str, head_dim: int, seq: int, *, backward: 
                          "is published against FlashAttention-2's on Ampere only")
     if kernel == "fa3-fp8" and arch == "hopper" and not backward:
         top = constant("attn_fwd_hopper_fa3_fp8")
+    elif kernel == "fa3" and arch == "hopper" and not backward:
+        top = constant("attn_fwd_hopper_fa3") if head_dim >= 128 else \
+            constant("attn_fwd_hopper_fa3_d64")
     elif arch == "hopper" or arch == "blackwell":
         top = constant("attn_fwd_hopper_fa2")
     elif arch in FA2_SM8X:

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from .._record import record
-from ..engines.profiles import engine_notes, get_engine, resolve_engine
+from ..engines.profiles import attention_16bit_of, engine_notes, get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
 from ..formats import WEIGHT_FORMATS, get_optimizer, optimizer_state_bytes
 from ..fp8 import NARROW_RECIPES, gathered_bytes_per_element, narrow_elements
@@ -774,7 +774,23 @@ def kernel_efficiency(job: Job, mode: StepMode, device: Device, eff: Efficiency,
     and the cluster search read alike."""
     eff = _quant_kernel_efficiency(job, mode, device, eff, prec, notes,
                                    arch.checkpoint_kernel if arch is not None else None)
-    return block_scaled_efficiency(eff, prec.name, notes)
+    return block_scaled_efficiency(_serving_attention(job, mode, device, eff, notes), prec.name,
+                                   notes)
+
+
+def _serving_attention(job: Job, mode: StepMode, device: Device, eff: Efficiency,
+                       notes: list[str]) -> Efficiency:
+    """``eff`` with the serving engine's own 16-bit attention kernel on this generation
+    (:data:`~gpuplan.engines.profiles.ATTENTION_16BIT`: FlashAttention-3 under vLLM on Hopper),
+    stated in ``notes``; else ``eff``."""
+    if mode != "infer" or device.kind != "gpu" or eff.attention_kernel:
+        return eff
+    kernel = attention_16bit_of(resolve_engine(job.engine), device.architecture)
+    if not kernel:
+        return eff
+    notes.append(f"attention: {job.engine} runs FlashAttention-3 on {device.architecture} "
+                 "(its 16-bit forward's share of the peak: efficiency attn_fwd_hopper_fa3)")
+    return replace(eff, attention_kernel=kernel)
 
 
 def block_scaled_efficiency(eff: Efficiency, recipe: str, notes: list[str]) -> Efficiency:

@@ -322,8 +322,9 @@ def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
     vs16 = fp8_attention_vs_16bit(kernel, d)
     if vs16 > 0 and device.supports("bf16"):
         # an FP8 kernel measured against the 16-bit one beside it (vLLM's two-level FA3):
-        # the 16-bit kernel's rate at the 16-bit peak, times that ratio
-        peak, kernel = device.peak("bf16"), ""
+        # the 16-bit kernel's rate at the 16-bit peak (the engine's own where it names one:
+        # eff.attention_kernel, FA3 on Hopper under vLLM), times that ratio
+        peak, kernel = device.peak("bf16"), eff.attention_kernel
     else:
         vs16 = 1.0
     return vs16 * peak * attention_fraction(

@@ -29,7 +29,8 @@ __all__ = ["EngineProfile", "ServingHost", "ENGINES", "ENGINE_NAMES", "AUTO_ENGI
            "MLA_ABSORBING",
            "resolve_engine", "runtime_of", "check_engine_job", "check_engine_split", "even_split_fix", "runs_layout",
            "engine_notes", "LayoutLimits", "layout_limits", "SEARCH_SCHEDULES",
-           "Fp8Attention", "FP8_ATTENTION", "fp8_attention_of"]
+           "Fp8Attention", "FP8_ATTENTION", "fp8_attention_of", "ATTENTION_16BIT",
+           "attention_16bit_of"]
 
 
 @record
@@ -727,6 +728,32 @@ def fp8_attention_of(engine: str) -> Fp8Attention | None:
     """The FP8 attention of ``engine`` (resolved name), None where it has none (transformers'
     ``generate``, gpt-fast: SDPA over a 16-bit cache)."""
     return FP8_ATTENTION.get(engine)
+
+
+_VLLM_FA_VERSION = ("vllm-project/vllm vllm/v1/attention/backends/fa_utils.py"
+                    "@00bd1493b3e82d6c13c68ee8a0e1c5a96707e190")
+
+#: engine -> {GPU generation (gpus.json ``architecture``): the 16-bit fused attention kernel its
+#: serving steps run there, where it is not the generation's default share
+#: (:func:`gpuplan.compute.efficiency.attention_fraction`: FlashAttention-2's on Ampere and
+#: Hopper)}. ``fa3``: FlashAttention-3's 16-bit forward (efficiency ``attn_fwd_hopper_fa3``).
+#: vLLM: ``get_flash_attn_version`` (vllm/v1/attention/backends/fa_utils.py@00bd1493) picks 3 on compute
+#: capability 9.x ("Hopper (SM90): prefer FA3"), the FLASH_ATTN backend running vLLM's fork
+#: (vllm_flash_attn) since vllm PR #12093 (2025-01, "Flash Attention 3 Support"; issue #12429,
+#: 2025-01-25: "Flash Attention 3 is now supported in vLLM for Hopper GPUs (SM 9.0)"); the vLLM
+#: FP8-KV blog (2026-04-22, v0.19.1) ran its H100 sweeps on it ("All Hopper experiments run on a
+#: single H100 GPU using FlashAttention-3 (via the vLLM fork)"). SGLang's Hopper default (fa3) is
+#: not entered here yet: its rows were not checked against it.
+ATTENTION_16BIT: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "vllm": MappingProxyType({"Hopper": "fa3"}),
+})
+
+
+def attention_16bit_of(engine: str, architecture: str) -> str:
+    """The 16-bit fused attention kernel ``engine`` (resolved name) serves with on
+    ``architecture`` (:data:`ATTENTION_16BIT`), "" where it is the generation's default."""
+    return ATTENTION_16BIT.get(engine, {}).get(architecture, "")
+
 
 #: The pipeline schedules a layout search tries when PP > 1 (GPipe has 1F1B's bubble and more
 #: memory: never better), with the model chunks per rank of the interleaved one.
