@@ -591,7 +591,7 @@ def search_layouts(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
         raise InputError(f"{model.name}: the cluster search needs the architecture (layers, "
                          "heads); name a catalog model or a config.json")
     # past the model's positions: one line before any search where it cannot run, else a note
-    seq_notes = check_seq(model, job)
+    seq_notes = check_seq(model, job, serving=job.mode == "infer")
     mode = "infer" if job.mode == "infer" else "train"
     c = _ctx(model, gpu, job, mode, tp_overlap)
     seq = job.seq or default_seq(model.architecture)  # fit's and speed's default, not the context

@@ -142,3 +142,21 @@ def test_the_web_api_answers_as_the_cli(tmp_path, monkeypatch):
         r = c.post("/api/fit", json={"model": "llama-3.1-8b", "seq": 262144, "mode": "train"})
         assert r.status_code == 200, r.text
         assert _has_note(r.json()["train"]["notes"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["fit", "llama-3.1-8b", "--gpu", "h200", "--mode", "infer"],
+    ["speed", "llama-3.1-8b", "--gpu", "h200", "--mode", "infer"],
+    ["cluster", "llama-3.1-8b", "--gpu", "h200", "--gpus", "8", "--mode", "infer",
+     "--concurrency", "4"],
+], ids=lambda a: a[0])
+def test_serving_on_vllm_past_the_context_is_refused_as_vllm_refuses_it(cli, argv):
+    """The same rotary context that plans with a note on plain transformers is one line on vLLM,
+    whose start-up check refuses a max_model_len past the config's (a request longer than it is
+    never admitted)."""
+    rc, _, err = cli(*argv, "--engine", "vllm", "--context", "262144")
+    err = err.strip()
+    assert rc == 2 and "\n" not in err
+    assert err == ("gpuplan: error: --context 262,144 is longer than the model's context "
+                   "(131,072), which vllm refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set; "
+                   "give at most that")

@@ -12,7 +12,7 @@ from ..parallel.checks import PP_SCHEDULES
 __all__ = ["Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding",
            "PP_SCHEDULES", "KV_DTYPES", "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "DEFAULT_MODEL_PARAMS", "DEFAULT_SEQ", "seq_limit", "default_seq", "check_positions",
-           "ENGINE_LONG_CONTEXT_OVERRIDE", "ZERO_STAGES",
+           "ENGINE_LONG_CONTEXT_OVERRIDE", "serving_engine", "ZERO_STAGES",
            "OptimizerStates", "MasterWeights", "PrefillLogits", "MoeDispatcher"]
 
 Mode = Literal["train", "infer", "both"]
@@ -63,6 +63,13 @@ def seq_limit(arch: Architecture) -> int:
 #: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1).
 ENGINE_LONG_CONTEXT_OVERRIDE = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
                                 "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
+
+
+def serving_engine(engine: str | None) -> str | None:
+    """``engine`` where it is a serving engine whose start-up check refuses a context past the
+    model's (:data:`ENGINE_LONG_CONTEXT_OVERRIDE`), else None: the engine to pass
+    :func:`check_positions` for a serving job."""
+    return engine if engine in ENGINE_LONG_CONTEXT_OVERRIDE else None
 
 
 def check_positions(arch: Architecture, value: int | None, name: str = "seq", *,

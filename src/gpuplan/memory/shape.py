@@ -3,7 +3,7 @@ the architecture supports it."""
 
 from __future__ import annotations
 
-from ..job import Job, check_positions, default_seq
+from ..job import Job, check_positions, default_seq, serving_engine
 from ..models import Model
 
 __all__ = ["seq_for", "check_seq"]
@@ -19,14 +19,16 @@ def seq_for(model: Model, job: Job) -> int | None:
     return default_seq(model.architecture)
 
 
-def check_seq(model: Model, job: Job) -> tuple[str, ...]:
+def check_seq(model: Model, job: Job, *, serving: bool = False) -> tuple[str, ...]:
     """The job's sequence and context against the model's positions, by the one rule every
     command shares (:func:`gpuplan.job.check_positions`): an InputError where the model cannot run
-    that long (a learned position table, a vision model's patches), else the notes to show where
-    the length is past the trained context (empty within it)."""
+    that long (a learned position table, a vision model's patches; ``serving`` on vLLM or
+    SGLang, whose start-up check refuses it), else the notes to show where the length is past
+    the trained context (empty within it)."""
     arch = model.architecture
     if arch is None:
         return ()
-    notes = (check_positions(arch, v, name, model=model.name)
+    engine = serving_engine(job.engine) if serving else None
+    notes = (check_positions(arch, v, name, model=model.name, engine=engine)
              for name, v in (("seq", job.seq), ("context", job.context)))
     return tuple(n for n in notes if n)
