@@ -87,7 +87,9 @@ def check_positions(arch: Architecture, value: int | None, name: str = "seq", *,
       have no row past the limit: the lookup fails, so it is refused.
     - ``engine`` (vllm, sglang): the serving engine's own start-up check, which refuses any
       ``max_model_len`` past the config's context unless its override variable is set
-      (:data:`ENGINE_LONG_CONTEXT_OVERRIDE`); refused, naming it."""
+      (:data:`ENGINE_LONG_CONTEXT_OVERRIDE`); refused, naming it. Another ``engine`` (capacity's
+      trt-llm, whose rule past the context has no source here) is refused as before, without a
+      claim about that engine; :func:`serving_engine` passes only vLLM and SGLang for a job."""
     limit = seq_limit(arch)
     if value is None or value <= limit:
         return None
