@@ -590,7 +590,8 @@ def search_layouts(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
     if model.architecture is None:
         raise InputError(f"{model.name}: the cluster search needs the architecture (layers, "
                          "heads); name a catalog model or a config.json")
-    check_seq(model, job)  # a sequence or context past the model's positions: one line, first
+    # past the model's positions: one line before any search where it cannot run, else a note
+    seq_notes = check_seq(model, job, serving=job.mode == "infer")
     mode = "infer" if job.mode == "infer" else "train"
     c = _ctx(model, gpu, job, mode, tp_overlap)
     seq = job.seq or default_seq(model.architecture)  # fit's and speed's default, not the context
@@ -616,7 +617,7 @@ def search_layouts(model: Model, gpu: GPU, job: Job, *, global_batch: int | None
                             if max_decode_s is not None else "; give more GPUs"))
     best, tried = _rank(c, timed, mode, top, max_memory_checks)
     best = [_with_command(c, cand, mode) for cand in best]
-    notes = [f"topology: {c.topo.stated}"]
+    notes = [*seq_notes, f"topology: {c.topo.stated}"]
     notes += [n for n in (power_clock_fraction(gpu, job.power_limit_w)[1],) if n]
     notes += engine_notes(job, mode)
     notes += [

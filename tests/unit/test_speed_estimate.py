@@ -158,9 +158,12 @@ def test_decode_throughput_grows_with_batch_and_never_exceeds_the_compute_bound(
 @given(b=st.integers(1, 64), db=st.integers(0, 64), s=st.integers(1, 4096), ds=st.integers(0, 512),
        mode=st.sampled_from(["train", "infer"]), attention=st.sampled_from(["sdpa", "eager"]))
 def test_more_work_never_takes_less_time(b, db, s, ds, mode, attention):
-    small = estimate_speed(GPT2, H100, J(mode=mode, attention=attention, batch=b, seq=s),
+    # GPT-2's block with a position table long enough for every drawn length (GPT-2's own 1,024
+    # rows refuse a longer sequence: gpuplan.job.check_positions)
+    gpt2 = dataclasses.replace(GPT2, max_position_embeddings=4096 + 512)
+    small = estimate_speed(gpt2, H100, J(mode=mode, attention=attention, batch=b, seq=s),
                            measured=None)
-    big = estimate_speed(GPT2, H100, J(mode=mode, attention=attention, batch=b + db, seq=s + ds),
+    big = estimate_speed(gpt2, H100, J(mode=mode, attention=attention, batch=b + db, seq=s + ds),
                          measured=None)
     assert big.step.flops >= small.step.flops
     t_small = small.request_time_s if mode == "infer" else small.step_time_s
@@ -191,8 +194,11 @@ def test_encoder_and_vision_inference_is_one_forward():
         max_position_embeddings=197, tie_word_embeddings=False, mlp="gelu", activation="gelu",
         norm="layernorm", position="learned", image_size=224, patch_size=16, num_channels=3,
         num_labels=1000, hf_class="ViTForImageClassification")
-    e = estimate_speed(vit, H100, J(mode="train", batch=64, seq=999), measured=None)
+    e = estimate_speed(vit, H100, J(mode="train", batch=64, seq=100), measured=None)
     assert e.seq == 197 and any("patches" in n for n in e.notes)
+    # past the patch table (196 patches + [CLS]): refused, as fit and cluster refuse it
+    with pytest.raises(InputError, match="at most 197 tokens per image"):
+        estimate_speed(vit, H100, J(mode="train", batch=64, seq=999), measured=None)
     # a batch of 64 fp32 224x224 images + labels crosses PCIe each step
     assert e.transfer.bytes_per_step == 64 * (3 * 224 * 224 * 4 + 8)
 

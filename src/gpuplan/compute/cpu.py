@@ -106,7 +106,7 @@ def estimate_cpu_speed(
     mode = one_mode(job)
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
-    seq = resolve_seq(arch, job.seq, notes)
+    seq = resolve_seq(arch, job.seq, notes, job.context)
     if job.lora_rank is not None and trainable_params is None and mode == "train":
         notes.extend(filter(None, [lora_note(job.lora_rank, arch, tensors, job.lora_targets)]))
     dev = device_from_cpu(cpu)

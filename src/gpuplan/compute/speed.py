@@ -509,7 +509,8 @@ def _prepare(model, gpu: GPU, job: Job, efficiency, measured, use_noisy_bench: b
     arch, name, n_params, tensors = arch_and_name(model)
     notes: list[str] = []
     job = _as_run(job, arch, notes)
-    seq = resolve_seq(arch, job.seq, notes)
+    seq = resolve_seq(arch, job.seq, notes, job.context,
+                      engine=resolve_engine(job.engine) if mode == "infer" else None)
     measured = resolve_measured(None if efficiency is not None and measured == "auto"
                                 else measured, use_noisy=use_noisy_bench)
     device, eff, used = _gpu_and_efficiency(gpu, efficiency, measured, job.power_limit_w, notes)

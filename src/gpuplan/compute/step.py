@@ -20,7 +20,7 @@ from ..formats import (FP8_GEMM_ARCHS, TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dt
 from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, check_narrow_on,
                    columnwise_bytes_per_element, narrow_blocks, weight_cast_bytes_per_element)
 from ..hardware import all_gpus, custom_spec
-from ..job import KV_DTYPES, Attention, Checkpointing, Job
+from ..job import KV_DTYPES, Attention, Checkpointing, Job, check_positions, serving_engine
 from ..models import DEFAULT_LORA_TARGETS, lora_linears
 from ..models._types import Architecture, Model
 from .device import Device, Efficiency
@@ -563,23 +563,28 @@ def one_mode(job: Job) -> StepMode:
     return job.mode
 
 
-def resolve_seq(arch: Architecture | None, seq: int | None, notes: list[str]) -> int:
+def resolve_seq(arch: Architecture | None, seq: int | None, notes: list[str],
+                context: int | None = None, engine: str | None = None) -> int:
     """The sequence length the step uses (a vision model's: its patches), with a note where it is
-    not what was asked or not what the model was built for."""
+    not what was asked or not what the model was built for. The sequence and the decode
+    ``context`` are checked against the positions by the rule fit and cluster share
+    (:func:`gpuplan.job.check_positions`): refused where the model cannot run that long (or the
+    serving ``engine`` refuses it), a note where it is past the trained context."""
     if arch is None:
         seq = default_seq(None) if seq is None else seq
         notes.append("architecture unknown (parameter count only): 2N FLOPs per token forward, "
                      "no attention term, no per-op roofline, no small-work occupancy")
     elif arch.kind == "vision":
         want = default_seq(arch)
+        check_positions(arch, seq, "seq")  # past the patch table: refused, as fit refuses it
         if seq is not None and seq != want:
             notes.append(f"a vision model's sequence is its patches + [CLS]: {want}, not {seq}")
         seq = want
     else:
         seq = default_seq(arch) if seq is None else seq
-        if arch.max_position_embeddings and seq > arch.max_position_embeddings:
-            notes.append(f"seq {seq} exceeds the model's max_position_embeddings "
-                         f"({arch.max_position_embeddings})")
+        engine = serving_engine(engine)
+        notes.extend(n for n in (check_positions(arch, seq, "seq", engine=engine),
+                                 check_positions(arch, context, "context", engine=engine)) if n)
     return seq
 
 

@@ -15,12 +15,14 @@ from ..parallel.checks import (check_layout, divisors, nearest, part_layers, pip
                                pp_chunks, tp_fix)
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_MODEL_PARAMS, DEFAULT_SEQ,
                      DEFAULT_TRAIN_PRECISION, KV_DTYPES, PP_SCHEDULES, Attention, Checkpointing,
-                     ModelCode, Mode, Runtime, Sharding, default_seq, seq_limit)
+                     ModelCode, Mode, Runtime, Sharding, check_positions, default_seq,
+                     seq_limit, serving_engine)
 
 __all__ = ["Job", "Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Sharding",
            "PP_SCHEDULES", "pp_chunks", "part_layers", "check_layout", "pipeline_fix", "tp_fix",
            "nearest", "divisors", "KV_DTYPES", "DEFAULT_SEQ", "default_seq",
            "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION", "seq_limit",
+           "check_positions", "serving_engine",
            "DEFAULT_MODEL_PARAMS", "FLAT_FIELDS", "flat_hints", "flat_defaults", "flat_docs", "choices_of", "job_flags", "default_job",
            "field_group", "CONFIGS",
            "ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",

@@ -25,7 +25,7 @@ from ..engines.profiles import runtime_of
 from ..errors import InputError, UnsupportedError, opt
 from ..formats import get_weight_format
 from ..hardware import GPU
-from ..job import Job
+from ..job import Job, check_positions
 from ..models import Architecture, Model
 from ..parallel import layout_of, rank_model
 from .infer import infer_memory
@@ -101,7 +101,7 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
         raise UnsupportedError(f"{model.name}: a serving engine's KV budget needs a decoder "
                                "with a known architecture")
     fraction = _fraction(rule, gpu, job, gpu_memory_utilization, mem_fraction_static)
-    L = _max_model_len(arch, max_model_len)
+    L = _max_model_len(arch, max_model_len, rule.engine)
     total = gpu.memory_bytes
     lay = layout_of(job)
     mnbt, seqs = _batch_budgets(rule, gpu, L, max_num_batched_tokens, max_num_seqs, lay.tp)
@@ -163,15 +163,13 @@ def _fraction(rule: BudgetRule, gpu: GPU, job: Job, util: float | None,
     return sglang_default_fraction(rule, gpu.memory_bytes, lay.tp, lay.pp)
 
 
-def _max_model_len(arch: Architecture, given: int | None) -> int:
+def _max_model_len(arch: Architecture, given: int | None, engine: str) -> int:
     if given is None:
         return arch.max_position_embeddings
     L = check_int(given, "context", field="max_model_len")
-    if L > arch.max_position_embeddings:
-        raise InputError(f"{opt('max_model_len')} {L:,} is longer than the model's context "
-                         f"({arch.max_position_embeddings:,}); give at most that",
-                         field="max_model_len", value=given,
-                         fix={"max_model_len": arch.max_position_embeddings})
+    # the engine's own start-up check, not the model's: vLLM and SGLang refuse a max_model_len
+    # past the config's context even for a RoPE model (gpuplan.job.ENGINE_LONG_CONTEXT_OVERRIDE)
+    check_positions(arch, L, "max_model_len", engine=engine)
     return L
 
 

@@ -81,7 +81,7 @@ def _infer_rank(model: Model, job: Job, *, tensor_parallel: int = 1, gpus: int |
         notes.append(f"layer shapes unknown: every parameter assumed stored as {fmt.name} "
                      f"({fmt.bits:g} bits)")
     kv_dtype = job.kv_dtype or ("fp32" if fmt.compute_dtype == "fp32" else "bf16")
-    check_seq(model, job)
+    notes.extend(check_seq(model, job, serving=True))
     act = infer_activations(model, job, fmt)
     notes.extend(act.notes)
     ph = _phases(model, job, act, kv_dtype, tensor_parallel)

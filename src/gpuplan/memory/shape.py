@@ -3,8 +3,7 @@ the architecture supports it."""
 
 from __future__ import annotations
 
-from ..errors import InputError, opt
-from ..job import Job, default_seq, seq_limit
+from ..job import Job, check_positions, default_seq, serving_engine
 from ..models import Model
 
 __all__ = ["seq_for", "check_seq"]
@@ -20,23 +19,16 @@ def seq_for(model: Model, job: Job) -> int | None:
     return default_seq(model.architecture)
 
 
-def check_seq(model: Model, job: Job) -> None:
-    """A sequence (or context) longer than the architecture supports is an error naming the limit.
-
-    Not shared with ``gpuplan speed`` (qa42): speed answers past the positions on purpose --
-    benchmarks/published/runs.json validates it on torchtitan's Llama 3.1 8B at seq 262,144
-    (docs/performance.md Table 2 at pytorch/torchtitan@eaea6f6a, CP 8; torchtitan's own
-    max_seq_len, not HF's max_position_embeddings of 131,072), so refusing there would move a
-    published row. fit and cluster refuse that same published job: an open inconsistency."""
+def check_seq(model: Model, job: Job, *, serving: bool = False) -> tuple[str, ...]:
+    """The job's sequence and context against the model's positions, by the one rule every
+    command shares (:func:`gpuplan.job.check_positions`): an InputError where the model cannot run
+    that long (a learned position table, a vision model's patches; ``serving`` on vLLM or
+    SGLang, whose start-up check refuses it), else the notes to show where the length is past
+    the trained context (empty within it)."""
     arch = model.architecture
     if arch is None:
-        return
-    limit = seq_limit(arch)
-    for name, v in (("seq", job.seq), ("context", job.context)):
-        if v is not None and v > limit:
-            what = ("tokens per image (patches + class token)" if arch.kind == "vision"
-                    else "positions (max_position_embeddings)")
-            raise InputError(f"{opt(name)} {v}: {model.name} supports at most {limit} {what}; "
-                             f"use {opt(name)} {limit} or less", field=name, value=v,
-                             accepted=f"at most {limit}", fix={name: limit})
-
+        return ()
+    engine = serving_engine(job.engine) if serving else None
+    notes = (check_positions(arch, v, name, model=model.name, engine=engine)
+             for name, v in (("seq", job.seq), ("context", job.context)))
+    return tuple(n for n in notes if n)

@@ -18,6 +18,7 @@ from .._record import record
 from .. import models
 from .._io import json_problem, read_bounded
 from ..errors import InputError, ModelFileError, UnsupportedError, opt
+from ..job import check_positions
 
 #: config.json files are small; anything larger is not a config.
 CONFIG_LIMIT = 4 * 1024 * 1024
@@ -277,7 +278,10 @@ def _token_batches(source: ModelSource, model, task: Task, *, batch: int, seq: i
 
     cfg = model.config
     vocab = int(getattr(cfg, "vocab_size", 0) or 0)
-    limit = _max_positions(cfg)
+    arch = _planned_architecture(source)
+    notes = [n for n in (check_positions(arch, seq, "seq", model=source.name),) if n] \
+        if arch is not None else []
+    limit = _max_positions(cfg) if arch is None else None
     if limit is not None and seq > limit:
         raise InputError(f"{opt('seq')} {seq}: longer than {source.name}'s {limit} positions "
                          f"(max_position_embeddings); use {opt('seq')} {limit} or less")
@@ -290,7 +294,19 @@ def _token_batches(source: ModelSource, model, task: Task, *, batch: int, seq: i
             return {"input_ids": ids, "labels": labels}
         return {"input_ids": ids, "labels": ids}
 
-    return Built(model=model, task=task, make_batch=make_batch, notes=[])
+    return Built(model=model, task=task, make_batch=make_batch, notes=notes)
+
+
+def _planned_architecture(source: ModelSource):
+    """The architecture gpuplan's planner reads from the config, so the trace refuses or notes a
+    sequence by the rule fit, speed and cluster share (:func:`gpuplan.job.check_positions`);
+    None for a model_type the planner does not know (then :func:`_max_positions` decides)."""
+    if source.config is None:
+        return None
+    try:
+        return models.architecture_from_config(source.config, name=source.name)
+    except InputError:
+        return None
 
 
 def _image_batches(model, task: Task, *, batch: int, dtype, device: str) -> Built:
