@@ -179,9 +179,16 @@ def test_tensor_parallel_splits_kv_heads_but_never_below_one_head():
 
 
 def test_context_longer_than_the_model_supports():
+    # one rule (job.check_positions): a learned position table (GPT-2's 1,024 rows) has no row
+    # past its limit, so the context is refused; a rotary model (Llama 2, 4,096 trained
+    # positions) runs past them and is planned, its KV cache the longer context's
+    m = load_model("gpt2")
+    with pytest.raises(InputError, match="1024"):
+        infer_memory(m, Job(model=m, mode="infer", context=2048))
     m = load_model("llama-2-7b")
-    with pytest.raises(InputError, match="at most 4096"):
-        infer_memory(m, Job(model=m, mode="infer", context=8192))
+    long = infer_memory(m, Job(model=m, mode="infer", context=8192))
+    short = infer_memory(m, Job(model=m, mode="infer", context=4096))
+    assert long.kv_cache_full_bytes == 2 * short.kv_cache_full_bytes
 
 
 def _tiny_mistral(sliding_window):
