@@ -10,6 +10,7 @@ import pytest
 
 from gpuplan.cli import build_parser
 from gpuplan.cli.fit import job_from_args
+from gpuplan.cluster import cluster_search
 from gpuplan.compute import estimate_speed
 from gpuplan.errors import InputError
 from gpuplan.export import export_plan
@@ -205,3 +206,20 @@ def test_other_exports_refuse_a_16bit_master():
             master_weights="bf16")
     with pytest.raises(InputError, match="master_weights"):
         export_plan(j, "deepspeed")
+
+
+def test_megatron_cluster_proposals_export():
+    """The cluster search under Megatron with a remainder master and bf16 states proposes the
+    distributed optimizer only (ZeRO-1, or ZeRO-0 over one data-parallel rank, where it is
+    the same), and each proposal exports with the precision-aware optimizer."""
+    m = load_model(MODEL)
+    j = Job(model=MODEL, mode="train", gpus=8, seq=2048, engine="megatron",
+            precision="mixed-bf16", master_weights="remainder", optimizer_states="bf16")
+    plan = cluster_search(m, get_gpu("H100-SXM-80GB"), j, global_batch=32, top=3)
+    assert plan.best
+    for cand in plan.best:
+        lay = cand.layout
+        assert lay.zero == 1 or lay.dp * lay.cp == 1
+        a = megatron_args(export_plan(cand.job, "megatron", model=m))
+        assert a.use_distributed_optimizer and a.use_precision_aware_optimizer
+        assert a.exp_avg_dtype == a.exp_avg_sq_dtype == "bf16"

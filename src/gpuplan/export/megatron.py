@@ -428,7 +428,8 @@ def _precision_aware(job: Job) -> list[str]:
         return []
     field, value = ("optimizer_states", "bf16") if bf16_states else ("master_weights", mw)
     what, why, fix = f"{opt(field)} {value}", None, {field: "auto"}
-    if job.zero != 1:
+    alone = job.zero == 0 and job.dp * job.cp == 1  # ZeRO-1 over one rank is ZeRO-0
+    if job.zero != 1 and not alone:
         # optimizer/__init__.py lines 1057-1060 @d98e8a64: only with the distributed optimizer;
         # Megatron-FSDP (ZeRO-2/3) keeps its own main-parameter buffer
         # (--megatron-fsdp-main-params-dtype), not FusedAdam's remainders
@@ -457,7 +458,7 @@ def _precision_aware(job: Job) -> list[str]:
             {"master_weights": "remainder"}
     if why:
         raise refuse(ENGINE, f"{what}: {why}", field=field, value=value, fix=fix)
-    out = ["--use-precision-aware-optimizer"]
+    out = ["--use-distributed-optimizer"] * alone + ["--use-precision-aware-optimizer"]
     if bf16_states:
         out += ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     return out
