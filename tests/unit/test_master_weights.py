@@ -145,6 +145,9 @@ def test_megatron_export_writes_fp32_and_refuses_bf16():
         export_plan(j.with_(master_weights="bf16", optimizer_states="bf16"), "megatron")
     with pytest.raises(InputError, match="precision-aware optimizer"):
         export_plan(j.with_(master_weights="remainder"), "megatron")
+    # one data-parallel rank: ZeRO-0 is the distributed optimizer over one rank, written so
+    one = megatron_args(export_plan(j.with_(gpus=1, master_weights="remainder"), "megatron"))
+    assert one.use_distributed_optimizer and one.use_precision_aware_optimizer
 
 
 #: (job fields, the state dtype Megatron is told: None = its fp32 default). Megatron-Core's

@@ -402,7 +402,8 @@ def _narrow(job: Job) -> list[str]:
 #: NVIDIA/TransformerEngine@d0067d0d). No option of pretrain_gpt.py sets
 #: store_param_remainders (arguments.py @d98e8a64 has none; training.py
 #: get_megatron_optimizer_config copies only the fields args has), so under these recipes the
-#: precision-aware master is the remainder one.
+#: precision-aware master is the remainder one (with Transformer Engine 2.1 or newer: before,
+#: optimizer_config.py line 437-438 turns the remainders off).
 _REMAINDER_RECIPES = frozenset({"mixed-bf16", "fp8-delayed", "nvfp4"})
 #: Recipes where it keeps a whole fp32 master: fp16 weights (FusedAdam stores no remainder of
 #: them) and the FP8 recipes other than delayed, whose fp32 main params Megatron-Core's
