@@ -326,6 +326,9 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--ckpt-format": ["torch", "torch_dist", "zarr", "fsdp_dtensor"],
             "--no-gradient-accumulation-fusion": None, "--optimizer-cpu-offload": None,
             "--use-precision-aware-optimizer": None,
+            # arguments.py lines 3675-3684 @d98e8a64 (precision-aware optimizer state dtypes)
+            "--exp-avg-dtype": ["fp32", "fp16", "bf16", "fp8"],
+            "--exp-avg-sq-dtype": ["fp32", "fp16", "bf16", "fp8"],
             "--num-virtual-stages-per-pipeline-rank": int,
             "--account-for-embedding-in-pipeline-split": None,
             "--account-for-loss-in-pipeline-split": None,

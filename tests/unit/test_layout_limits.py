@@ -25,6 +25,13 @@ ALL = frozenset({"tp", "sp", "pp", "cp", "ep"})
     ({"sharding": "fsdp2"}, ALL, (0, 2, 3), SEARCH_SCHEDULES, (False, True)),
     ({"engine": "torchtitan"}, ALL, (0, 2, 3), SEARCH_SCHEDULES, (True,)),
     ({"engine": "megatron"}, ALL, (0, 1), SEARCH_SCHEDULES, (False, True)),
+    # the precision-aware optimizer (bf16 states, a remainder master) runs only over the
+    # distributed optimizer (Megatron-LM@d98e8a64 megatron/core/optimizer/__init__.py 1057-1060)
+    ({"engine": "megatron", "master_weights": "remainder"}, ALL, (1,), SEARCH_SCHEDULES,
+     (False, True)),
+    ({"engine": "megatron", "optimizer_states": "bf16", "master_weights": "remainder"}, ALL,
+     (1,), SEARCH_SCHEDULES, (False, True)),
+    ({"master_weights": "remainder"}, ALL, (0, 1, 2, 3), SEARCH_SCHEDULES, (False, True)),
     ({"engine": "deepspeed"}, frozenset({"pp"}), (0, 1, 2, 3), ("1f1b",), (False, True)),
     ({"engine": "fsdp2"}, frozenset(), (0, 2, 3), ("1f1b",), (False, True)),
     ({"engine": "transformers", "sharding": "fsdp2"}, frozenset({"tp"}), (0, 2, 3), ("1f1b",),

@@ -10,6 +10,7 @@ import pytest
 
 from gpuplan.cli import build_parser
 from gpuplan.cli.fit import job_from_args
+from gpuplan.cluster import cluster_search
 from gpuplan.compute import estimate_speed
 from gpuplan.errors import InputError
 from gpuplan.export import export_plan
@@ -133,15 +134,75 @@ def test_refusals_name_the_fix(kw, match, fix):
 
 def test_megatron_export_writes_fp32_and_refuses_bf16():
     """Megatron-LM's --main-params-dtype takes fp32 or fp16 (arguments.py @d98e8a64), fp32 its
-    default: an fp32 master exports as the default does; a bf16 one is refused."""
+    default: an fp32 master exports as the default does; a bf16 one is refused; a remainder
+    master needs the distributed optimizer the precision-aware optimizer runs over."""
     j = Job(model="llama-3.1-8b", mode="train", gpus=8, engine="megatron", precision="mixed-bf16")
     plain = export_plan(j, "megatron")
     assert export_plan(j.with_(master_weights="fp32"), "megatron") == plain
+    assert export_plan(j.with_(optimizer_states="fp32"), "megatron") == plain
     assert megatron_args(plain).bf16
     with pytest.raises(InputError, match="main_params_dtype"):
         export_plan(j.with_(master_weights="bf16", optimizer_states="bf16"), "megatron")
     with pytest.raises(InputError, match="precision-aware optimizer"):
         export_plan(j.with_(master_weights="remainder"), "megatron")
+    # one data-parallel rank: ZeRO-0 is the distributed optimizer over one rank, written so
+    one = megatron_args(export_plan(j.with_(gpus=1, master_weights="remainder"), "megatron"))
+    assert one.use_distributed_optimizer and one.use_precision_aware_optimizer
+
+
+#: (job fields, the state dtype Megatron is told: None = its fp32 default). Megatron-Core's
+#: precision-aware optimizer keeps FusedAdam's remainder master under bf16 weights and a
+#: delayed (or no) FP8 recipe, a whole fp32 one under fp16 weights and the other FP8 recipes
+#: (optimizer_config.py 407-413, distrib_optimizer.py 421-423 and 1007-1012 @d98e8a64;
+#: TE fused_adam.py 626 @d0067d0d): each plan names the master Megatron then keeps.
+_PRECISION_AWARE = [
+    ({"master_weights": "remainder"}, None),
+    ({"master_weights": "remainder", "optimizer_states": "bf16"}, "bf16"),
+    ({"master_weights": "remainder", "precision": "fp8-delayed"}, None),
+    ({"master_weights": "remainder", "optimizer_states": "bf16", "precision": "nvfp4"}, "bf16"),
+    ({"optimizer_states": "bf16", "precision": "mixed-fp16"}, "bf16"),
+    ({"optimizer_states": "bf16", "precision": "fp8-current"}, "bf16"),
+    ({"optimizer_states": "bf16", "master_weights": "fp32", "precision": "mxfp8"}, "bf16"),
+]
+
+
+@pytest.mark.parametrize("kw,states", _PRECISION_AWARE)
+def test_megatron_exports_the_precision_aware_optimizer(kw, states):
+    j = Job(model="llama-3.1-8b", mode="train", gpus=8, **{"precision": "mixed-bf16", "zero": 1,
+                                                            **kw})
+    a = megatron_args(export_plan(j, "megatron"))
+    assert a.use_precision_aware_optimizer and a.use_distributed_optimizer
+    assert a.exp_avg_dtype == a.exp_avg_sq_dtype == states
+    assert a.bf16 != (j.precision == "mixed-fp16") and a.optimizer == "adam"
+    # the plan counts the master Megatron keeps: 2 B a weight beside it, or a 4 B copy
+    rem = j.master_weights == "remainder"
+    m = load_model("llama-3.1-8b")
+    assert train_memory(m, j).master_weights_bytes == (2 if rem else 4) * 8_030_261_248 // 8
+
+
+@pytest.mark.parametrize("kw,match,fix", [
+    ({"optimizer_states": "bf16"}, "no option turns that off", {"master_weights": "remainder"}),
+    ({"optimizer_states": "bf16", "master_weights": "fp32", "precision": "fp8-delayed"},
+     "16-bit remainders", {"master_weights": "remainder"}),
+    ({"master_weights": "remainder", "precision": "fp8-blockwise"}, "whole fp32 master",
+     {"master_weights": "auto"}),
+    ({"master_weights": "remainder", "zero": 0}, "distributed optimizer", {"zero": 1}),
+    ({"optimizer_states": "bf16", "offload_optimizer": True}, "torch's Adam",
+     {"optimizer_states": "auto"}),
+    ({"master_weights": "remainder", "precision": "fp8-delayed", "fp8_param_gather": True},
+     "FP8 tensors", {"master_weights": "auto"}),
+    ({"optimizer_states": "bf16", "precision": "fp32"}, "16-bit weights",
+     {"precision": "mixed-bf16", "master_weights": "remainder"}),
+])
+def test_megatron_refuses_the_master_it_does_not_keep(kw, match, fix):
+    """Each refusal is one line naming a fix that exports (for bf16 states under bf16 weights:
+    the remainder master Megatron keeps)."""
+    j = Job(model="llama-3.1-8b", mode="train", gpus=8, **{"precision": "mixed-bf16", "zero": 1,
+                                                            **kw})
+    with pytest.raises(InputError, match=match) as e:
+        export_plan(j, "megatron")
+    assert e.value.fix == fix and "\n" not in str(e.value)
+    assert megatron_args(export_plan(j.with_(**fix), "megatron")).use_distributed_optimizer
 
 
 def test_other_exports_refuse_a_16bit_master():
@@ -149,3 +210,20 @@ def test_other_exports_refuse_a_16bit_master():
             master_weights="bf16")
     with pytest.raises(InputError, match="master_weights"):
         export_plan(j, "deepspeed")
+
+
+def test_megatron_cluster_proposals_export():
+    """The cluster search under Megatron with a remainder master and bf16 states proposes the
+    distributed optimizer only (ZeRO-1, or ZeRO-0 over one data-parallel rank, where it is
+    the same), and each proposal exports with the precision-aware optimizer."""
+    m = load_model(MODEL)
+    j = Job(model=MODEL, mode="train", gpus=8, seq=2048, engine="megatron",
+            precision="mixed-bf16", master_weights="remainder", optimizer_states="bf16")
+    plan = cluster_search(m, get_gpu("H100-SXM-80GB"), j, global_batch=32, top=3)
+    assert plan.best
+    for cand in plan.best:
+        lay = cand.layout
+        assert lay.zero == 1 or lay.dp * lay.cp == 1
+        a = megatron_args(export_plan(cand.job, "megatron", model=m))
+        assert a.use_distributed_optimizer and a.use_precision_aware_optimizer
+        assert a.exp_avg_dtype == a.exp_avg_sq_dtype == "bf16"

@@ -792,8 +792,14 @@ def layout_limits(job: object) -> LayoutLimits:
                             schedules=SEARCH_SCHEDULES, parts=(False, True))
     prof = get_engine(job.engine)
     scheds = tuple(s for s in SEARCH_SCHEDULES if s.partition(":")[0] in prof.pp_schedules)
-    return LayoutLimits(dims=prof.parallel,
-                        zero=tuple(z for z in prof.zero_stages if not (fsdp and z == 1)),
+    zeros = tuple(z for z in prof.zero_stages if not (fsdp and z == 1))
+    if job.engine == "megatron" and (getattr(job, "optimizer_states", "auto") == "bf16"
+                                     or getattr(job, "master_weights", "auto") == "remainder"):
+        # Megatron-Core's precision-aware optimizer, which bf16 states and a remainder master
+        # are, runs only over its distributed optimizer (NVIDIA/Megatron-LM@d98e8a64
+        # megatron/core/optimizer/__init__.py lines 1057-1060): ZeRO-1 (export.megatron)
+        zeros = (1,)
+    return LayoutLimits(dims=prof.parallel, zero=zeros,
                         schedules=scheds or ("1f1b",),
                         parts=(True,) if prof.pp_parts == "always" else (False, True))
 

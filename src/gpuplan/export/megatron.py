@@ -7,7 +7,9 @@ micro x micro-batches x data-parallel ranks), the model's shape, precision (``--
 ``--fp16``: fp32 main weights and gradients, the ``mixed-*`` recipes), recomputation
 (``--recompute-granularity full|selective``) and the data-parallel sharding: ZeRO-1 is the
 distributed optimizer; ZeRO-2/3 are Megatron-FSDP's ``--data-parallel-sharding-strategy
-optim_grads`` / ``optim_grads_params``.
+optim_grads`` / ``optim_grads_params``. bf16 Adam states and a remainder master are
+Megatron-Core's precision-aware optimizer (``--use-precision-aware-optimizer``, ``--exp-avg-dtype``
+/ ``--exp-avg-sq-dtype``), whose master follows the recipe (:func:`_precision_aware`).
 """
 
 from __future__ import annotations
@@ -389,6 +391,80 @@ def _narrow(job: Job) -> list[str]:
     return out
 
 
+#: Recipes under which Megatron-Core's precision-aware optimizer hands the master to Transformer
+#: Engine's FusedAdam (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``: main params fp32 and
+#: fp8_recipe delayed, which is also TransformerConfig's default when no FP8 recipe is named:
+#: optimizer_config.py lines 407-413, transformer_config.py line 594, NVIDIA/Megatron-LM
+#: @d98e8a64), FusedAdam keeping it as int16 remainders beside bf16 weights
+#: (``store_param_remainders``, OptimizerConfig default True, line 192, passed at
+#: optimizer/__init__.py line 588; FusedAdam stores remainders for bf16 parameters only:
+#: transformer_engine/pytorch/optimizers/fused_adam.py lines 213-214 and 626,
+#: NVIDIA/TransformerEngine@d0067d0d). No option of pretrain_gpt.py sets
+#: store_param_remainders (arguments.py @d98e8a64 has none; training.py
+#: get_megatron_optimizer_config copies only the fields args has), so under these recipes the
+#: precision-aware master is the remainder one (with Transformer Engine 2.1 or newer: before,
+#: optimizer_config.py line 437-438 turns the remainders off).
+_REMAINDER_RECIPES = frozenset({"mixed-bf16", "fp8-delayed", "nvfp4"})
+#: Recipes where it keeps a whole fp32 master: fp16 weights (FusedAdam stores no remainder of
+#: them) and the FP8 recipes other than delayed, whose fp32 main params Megatron-Core's
+#: distributed optimizer holds itself (distrib_optimizer.py lines 421-423 @d98e8a64).
+_FP32_MASTER_RECIPES = frozenset({"mixed-fp16", "fp8-current", "fp8-blockwise", "mxfp8"})
+
+
+def _precision_aware(job: Job) -> list[str]:
+    """Megatron-Core's precision-aware optimizer for bf16 Adam states and/or a remainder master
+    (``--use-precision-aware-optimizer``, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` bf16:
+    arguments.py lines 3667-3684 @d98e8a64); nothing for fp32 states and an fp32 master. The
+    master it keeps follows the recipe (:data:`_REMAINDER_RECIPES`): a plan that names the other
+    one is refused, naming the master Megatron keeps."""
+    bf16_states, mw = job.optimizer_states == "bf16", job.master_weights
+    if mw == "bf16":
+        # --main-params-dtype: choices fp32, fp16 (megatron/training/arguments.py @d98e8a64dd);
+        # TE's FusedAdam refuses a bf16 master (fused_adam.py 137-138 @d0067d0d)
+        raise refuse(ENGINE, f"{opt('master_weights')} bf16: Megatron-LM's main_params_dtype "
+                     "takes fp32 or fp16 and Transformer Engine's FusedAdam refuses a bf16 "
+                     "master (NeMo's Apex distributed Adam keeps one); drop it",
+                     field="master_weights", value="bf16", fix={"master_weights": "auto"})
+    if not bf16_states and mw != "remainder":
+        return []
+    field, value = ("optimizer_states", "bf16") if bf16_states else ("master_weights", mw)
+    what, why, fix = f"{opt(field)} {value}", None, {field: "auto"}
+    alone = job.zero == 0 and job.dp * job.cp == 1  # ZeRO-1 over one rank is ZeRO-0
+    if job.zero != 1 and not alone:
+        # optimizer/__init__.py lines 1057-1060 @d98e8a64: only with the distributed optimizer;
+        # Megatron-FSDP (ZeRO-2/3) keeps its own main-parameter buffer
+        # (--megatron-fsdp-main-params-dtype), not FusedAdam's remainders
+        why, fix = (f"Megatron-LM's precision-aware optimizer runs only over its distributed "
+                    f"optimizer (not Megatron-FSDP); use {opt('zero')} 1"), {"zero": 1}
+    elif job.offload_optimizer:
+        # optimizer/__init__.py lines 504-546 @d98e8a64: HybridDeviceOptimizer, torch's Adam
+        # with param_update_in_fp32, no state dtypes and no remainders
+        why = (f"with {opt('offload_optimizer')} Megatron-LM steps on the host with torch's "
+               "Adam, fp32 states and master; drop it")
+    elif job.fp8_param_gather:
+        why = (f"with {opt('fp8_param_gather')} the weights are FP8 tensors, which the export "
+               "does not know FusedAdam to keep remainders of")
+    elif job.precision not in _REMAINDER_RECIPES | _FP32_MASTER_RECIPES:
+        why, fix = (f"Megatron-LM's precision-aware optimizer steps 16-bit weights; use "
+                    f"{opt('precision')} mixed-bf16 with {opt('master_weights')} remainder"), \
+            {"precision": "mixed-bf16", "master_weights": "remainder"}
+    elif mw == "remainder" and job.precision not in _REMAINDER_RECIPES:
+        why, fix = (f"under {opt('precision')} {job.precision} Megatron-Core keeps a whole fp32 "
+                    f"master; drop {opt('master_weights')}"), {"master_weights": "auto"}
+        field, value, what = "master_weights", mw, f"{opt('master_weights')} remainder"
+    elif mw != "remainder" and job.precision in _REMAINDER_RECIPES:
+        why, fix = (f"Megatron-LM's precision-aware optimizer, which bf16 states need, keeps the "
+                    f"fp32 master as 16-bit remainders beside the bf16 weights and no option "
+                    f"turns that off; add {opt('master_weights')} remainder"), \
+            {"master_weights": "remainder"}
+    if why:
+        raise refuse(ENGINE, f"{what}: {why}", field=field, value=value, fix=fix)
+    out = ["--use-distributed-optimizer"] * alone + ["--use-precision-aware-optimizer"]
+    if bf16_states:
+        out += ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    return out
+
+
 def _recipe(job: Job) -> list[str]:
     flags = {"mixed-bf16": ["--bf16"], "mixed-fp16": ["--fp16"], "fp32": []}
     flags.update({name: _narrow(job) for name in _NARROW})
@@ -400,23 +476,8 @@ def _recipe(job: Job) -> list[str]:
     opts = {"adamw": ["--optimizer", "adam"], "adam": ["--optimizer", "adam"],
             "sgd": ["--optimizer", "sgd", "--sgd-momentum", "0.0"],
             "sgd-momentum": ["--optimizer", "sgd", "--sgd-momentum", "0.9"]}
-    if job.master_weights == "remainder":
-        # Megatron-LM keeps remainders only under its precision-aware optimizer
-        # (optimizer_config.py store_param_remainders, default True @d98e8a64), which also
-        # moves its grads' and states' dtypes: not written by this export
-        raise refuse(ENGINE, f"{opt('master_weights')} remainder: Megatron-LM stores fp32 "
-                     "master remainders only under its precision-aware optimizer, which this "
-                     "export does not write; drop it", field="master_weights",
-                     value="remainder", fix={"master_weights": "auto"})
-    if job.master_weights == "bf16":
-        # --main-params-dtype: choices fp32, fp16 (megatron/training/arguments.py @d98e8a64dd);
-        # TE's FusedAdam refuses a bf16 master (fused_adam.py 137-138 @d0067d0d). fp32 is
-        # Megatron's own default: nothing to write.
-        raise refuse(ENGINE, f"{opt('master_weights')} bf16: Megatron-LM's main_params_dtype "
-                     "takes fp32 or fp16 and Transformer Engine's FusedAdam refuses a bf16 "
-                     "master (NeMo's Apex distributed Adam keeps one); drop it",
-                     field="master_weights", value="bf16", fix={"master_weights": "auto"})
-    if job.optimizer not in opts or job.optimizer_states != "auto":
+    if job.optimizer not in opts or (job.optimizer_states == "bf16"
+                                     and job.optimizer not in ("adam", "adamw")):
         raise refuse(ENGINE, f"{opt('optimizer')} {job.optimizer} (states "
                      f"{job.optimizer_states}): Megatron-LM steps adam (decoupled weight decay) or "
                      "sgd with fp32 states", field="optimizer", value=job.optimizer)
@@ -436,7 +497,7 @@ def _recipe(job: Job) -> list[str]:
                 *job.cuda_graph_scope]
     if job.distribute_checkpoints:
         rec.append("--distribute-saved-activations")
-    return flags[job.precision] + opts[job.optimizer] + rec
+    return flags[job.precision] + opts[job.optimizer] + _precision_aware(job) + rec
 
 
 def export(job: Job, model: Model) -> str:
