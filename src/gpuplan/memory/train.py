@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .._record import record
 from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
-from ..fp8 import NARROW_RECIPES, non_tn_fp8_gemm
+from ..fp8 import non_tn_fp8_gemm
 from ..hardware import GPU
 from ..job import Job
 from ..models import Model
@@ -22,7 +22,7 @@ from .overhead import (Overhead, OverheadLevel, graph_buffer_bytes, memory_args,
 from .parallel import StagePlan, stage_plans
 from .results import Line, TrainMemory
 from .shape import check_seq, seq_for
-from .states import States, train_states
+from .states import States, _narrow_tn_only, train_states
 
 __all__ = ["train_memory"]
 
@@ -64,10 +64,8 @@ def gpu_non_tn_fp8(gpu: GPU | None, job: Job | None = None) -> bool:
     where that moves its training memory -- a recipe whose weights keep a transpose on TN-only
     GPUs alone (per-tensor FP8, ``columnwise_copy`` "tn-only") -- so that caches keyed on it
     split no other job."""
-    if job is not None:
-        recipe = NARROW_RECIPES.get(job.precision)
-        if not job.trains or recipe is None or recipe.columnwise_copy != "tn-only":
-            return False
+    if job is not None and not (job.trains and _narrow_tn_only(job)):
+        return False
     return gpu is not None and non_tn_fp8_gemm(gpu.architecture, gpu.compute_capability)
 
 

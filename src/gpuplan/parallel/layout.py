@@ -423,8 +423,8 @@ def chunk_forwards(schedule: str, pp: int, stage: int, micro_batches: int, chunk
     return min(micro_batches, full * pp + min(pp, max(0, rest - chunk * pp)))
 
 
-def _tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
-    """One TP rank's shape of a parameter tensor (Megatron's column/row split)."""
+def tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
+    """One TP rank's shape of ``t`` (Megatron's column / row split; the vocabulary padded)."""
     shape = list(t.shape)
     if tp == 1:
         return t.shape
@@ -457,11 +457,6 @@ def _tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
     else:
         shape[axis] //= tp
     return tuple(shape)
-
-
-def tp_shape(t: ParamTensor, arch: Architecture, tp: int) -> tuple[int, ...]:
-    """One TP rank's shape of ``t`` (Megatron's column / row split; the vocabulary padded)."""
-    return _tp_shape(t, arch, tp)
 
 
 def _stage_count(t: ParamTensor, arch: Architecture, layers: tuple[int, ...],
@@ -553,7 +548,7 @@ def _build_rank_model(model: Model, lay: Layout, stage: int, experts_only: bool)
             n //= lay.ep
         if n:
             split = lay.expert_tp if t.component == "experts" else lay.tp
-            tensors.append(replace(t, shape=_tp_shape(t, arch, split), count=n))
+            tensors.append(replace(t, shape=tp_shape(t, arch, split), count=n))
     by: dict[str, int] = {}
     for t in tensors:
         by[t.component] = by.get(t.component, 0) + t.total

@@ -85,6 +85,7 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
     # transformers turns the cache off when gradient checkpointing is enabled (full checkpointing)
     cache = job.use_cache and job.checkpointing != "full" and sp.kind == "decoder"
     frozen = job.lora_rank is not None
+    engine, narrow = get_engine(job.engine), _narrow_inputs(job)
     return Opts(attention=attention_for(sp.family, job.attention, job.engine), cache=cache,
                 lora=lora_targets,
                 lora_rank=job.lora_rank or 0, lora_dropout=job.lora_dropout if frozen else 0.0,
@@ -93,12 +94,10 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                                 and job.lora_base.startswith(("nf4", "fp4"))) else 0,
                 frozen=frozen, sdpa_mask=sdpa_mask, sp=shard.sp, ep=shard.ep,
                 compiled=runtime_of(job.runtime, "train", job.engine) == "compile", model_code=job.model_code,
-                loss_chunks=job.loss_chunks, narrow_inputs=_narrow_inputs(job),
-                narrow_gathered=_narrow_gathered(job),
-                experts=get_engine(job.engine).moe_experts,
-                narrow_shard=bool(_narrow_inputs(job)) and get_engine(job.engine).narrow_shard,
-                proj_original=(bool(_narrow_inputs(job))
-                               and job.precision in get_engine(job.engine).proj_original_input),
+                loss_chunks=job.loss_chunks, narrow_inputs=narrow,
+                narrow_gathered=_narrow_gathered(job), experts=engine.moe_experts,
+                narrow_shard=bool(narrow) and engine.narrow_shard,
+                proj_original=bool(narrow) and job.precision in engine.proj_original_input,
                 capacity_factor=(None if job.moe_capacity_factor is None
                                  else Fraction(str(job.moe_capacity_factor))))
 
