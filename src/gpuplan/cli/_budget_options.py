@@ -11,7 +11,7 @@ import argparse
 from ..errors import InputError, shown
 from ..units import parse_positive_int
 
-__all__ = ["add_budget_options", "budget_kwargs"]
+__all__ = ["add_budget_options", "budget_kwargs", "positive_int"]
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
@@ -47,8 +47,10 @@ def _number(text: str | None, flag: str, kind=float):
         raise InputError(f"{flag} {shown(text)}: expected {what}") from None
 
 
-def _whole(text: str | None, flag: str, maximum: int) -> int | None:
-    return None if text is None else parse_positive_int(text, what=flag, maximum=maximum)
+def positive_int(text: str | None, what: str, maximum: int = 10**6) -> int | None:
+    """A whole-number option of at least 1 and at most ``maximum`` (None when not given): the
+    rule ``fit``'s engine-budget options and ``capacity``'s share."""
+    return None if text is None else parse_positive_int(text, what=what, maximum=maximum)
 
 
 def budget_kwargs(args: argparse.Namespace) -> dict:
@@ -59,7 +61,7 @@ def budget_kwargs(args: argparse.Namespace) -> dict:
            "max_model_len": _number(args.max_model_len, "--max-model-len", int),
            "engine_version": args.engine_version,
            # the bounds capacity's options take (cli/capacity.py)
-           "max_num_seqs": _whole(args.max_num_seqs, "--max-num-seqs", 10**6),
-           "max_num_batched_tokens": _whole(args.max_num_batched_tokens,
-                                            "--max-num-batched-tokens", 2**31)}
+           "max_num_seqs": positive_int(args.max_num_seqs, "--max-num-seqs", 10**6),
+           "max_num_batched_tokens": positive_int(args.max_num_batched_tokens,
+                                                  "--max-num-batched-tokens", 2**31)}
     return {k: v for k, v in out.items() if v is not None}

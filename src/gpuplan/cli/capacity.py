@@ -10,6 +10,7 @@ import sys
 
 from .._io import json_text
 from ..engines.budget import SERVING_ENGINES
+from ._budget_options import positive_int
 from ._common import add_model_on_gpu
 from ._job_options import add_job_options, given_job_options, job_from_args
 
@@ -80,12 +81,6 @@ def _num(text, what, bound):
     return None if text is None else parse_number(text, what=what, bound=bound)
 
 
-def _int(text, what, maximum=10**6):
-    from ..units import parse_positive_int
-
-    return None if text is None else parse_positive_int(text, what=what, maximum=maximum)
-
-
 def _seed(text: str) -> int:
     """``--seed``: a whole number 0 .. 2^31 - 1 (the default 0), named as given when not."""
     from ..errors import InputError, shown
@@ -109,7 +104,7 @@ def _inputs(args):
               tpot_s=_num(args.slo_tpot, "--slo-tpot", "seconds"),
               e2e_s=_num(args.slo_e2e, "--slo-e2e", "seconds"), percentile=pct)
     rate = _num(args.rate, "--rate", "rate")
-    conc = _int(args.concurrency, "--concurrency")
+    conc = positive_int(args.concurrency, "--concurrency")
     if args.workload is not None:
         if rate is not None or conc is not None:
             raise InputError("--workload carries its own arrivals; drop --rate/--concurrency")
@@ -122,7 +117,7 @@ def _inputs(args):
                                    what="--input-dist" if args.input_dist else "--input"),
                   output=parse_dist(args.output_dist or args.output,
                                     what="--output-dist" if args.output_dist else "--output"),
-                  requests=_int(args.requests, "--requests"), arrivals=args.arrivals,
+                  requests=positive_int(args.requests, "--requests"), arrivals=args.arrivals,
                   seed=_seed(args.seed))
 
         def make(r, conc=conc, kw=kw):
@@ -223,10 +218,10 @@ def run(args: argparse.Namespace) -> int:
     price = _num(args.price, "--price", "price")
     hit = _num(args.prefix_hit, "--prefix-hit", "fraction")
     kw = dict(engine_version=args.engine_version,
-              max_num_seqs=_int(args.max_num_seqs, "--max-num-seqs"),
-              max_num_batched_tokens=_int(args.max_num_batched_tokens,
+              max_num_seqs=positive_int(args.max_num_seqs, "--max-num-seqs"),
+              max_num_batched_tokens=positive_int(args.max_num_batched_tokens,
                                           "--max-num-batched-tokens", 2**31),
-              max_model_len=_int(args.max_model_len, "--max-model-len", 2**31),
+              max_model_len=positive_int(args.max_model_len, "--max-model-len", 2**31),
               gpu_memory_utilization=_num(args.gpu_memory_utilization,
                                           "--gpu-memory-utilization", "memory_fraction"),
               mem_fraction_static=_num(args.mem_fraction_static, "--mem-fraction-static",
@@ -235,8 +230,8 @@ def run(args: argparse.Namespace) -> int:
     laid_out = "tp" in given or (args.disaggregated and "pp" in given)
     with _progress(args) as (step, total):
         out = solve(model, gpu, job, wl, slo, engine=engine, layout_given=laid_out,
-                    replicas=_int(args.replicas, "--replicas"),
-                    max_gpus=_int(args.max_gpus, "--max-gpus", 2**20), price=price,
+                    replicas=positive_int(args.replicas, "--replicas"),
+                    max_gpus=positive_int(args.max_gpus, "--max-gpus", 2**20), price=price,
                     prefix_hit=hit, find_max_rate=args.max_rate, make=make, progress=step,
                     progress_total=total, sweep=args.sweep,
                     sweep_base=conc if conc is not None else rate, closed=conc is not None,
