@@ -1301,11 +1301,18 @@ def hybridep_rows(tokens: float, experts: int, top_k: int, ep: int) -> float:
     rank: a token goes once to each rank holding one of its experts, so a rank receives
     ``tokens x ep x (1 - C(E - E/ep, k) / C(E, k))`` rows (DeepSeek-V3, E 256, k 8: 7.27 ranks a
     token at EP 32, 7.68 at EP 64, against the 8 copies of a plain all-to-all)."""
-    local = experts // ep
+    return tokens * ep * (1.0 - _miss_share(experts, top_k, ep))
+
+
+def _miss_share(experts: int, top_k: int, holders: int) -> float:
+    """``C(E - E/holders, k) / C(E, k)``: the chance that none of a token's ``top_k`` experts,
+    drawn uniformly without replacement from ``experts`` held in ``holders`` equal blocks, lies
+    in a given block (:func:`hybridep_rows`' ranks, :func:`deepep_nodes_reached`' nodes)."""
+    local = experts // holders
     miss = 1.0
     for i in range(top_k):
         miss *= (experts - local - i) / (experts - i)
-    return tokens * ep * (1.0 - miss)
+    return miss
 
 
 def _hybridep_rates(ep: int) -> tuple[float, float]:
@@ -1386,11 +1393,7 @@ def deepep_nodes_reached(experts: int, top_k: int, nodes: int,
     groups, picked = router_groups
     if groups == nodes and 1 <= picked < nodes:
         return float(picked)
-    local = experts // nodes
-    miss = 1.0
-    for i in range(top_k):
-        miss *= (experts - local - i) / (experts - i)
-    return nodes * (1.0 - miss)
+    return nodes * (1.0 - _miss_share(experts, top_k, nodes))
 
 
 def deepep_internode_exchange_s(rows: float, ep: int, hidden: int) -> float:
