@@ -1315,16 +1315,19 @@ def _miss_share(experts: int, top_k: int, holders: int) -> float:
     return miss
 
 
-def _hybridep_rates(ep: int) -> tuple[float, float]:
-    ranks = sorted(HYBRIDEP_GB200)
+def _rates_at(table: dict[int, tuple[float, float]], ep: int) -> tuple[float, float]:
+    """A measured (dispatch, combine) rate ``table`` by EP ranks (:data:`HYBRIDEP_GB200`,
+    :data:`DEEPEP_INTERNODE_H800`) read at ``ep``: linear between two measured sizes, the end
+    one held outside them."""
+    ranks = sorted(table)
     if ep <= ranks[0] or ep >= ranks[-1]:
-        return HYBRIDEP_GB200[ranks[0] if ep <= ranks[0] else ranks[-1]]
+        return table[ranks[0] if ep <= ranks[0] else ranks[-1]]
     lo = max(r for r in ranks if r <= ep)
     hi = min(r for r in ranks if r >= ep)
     if lo == hi:
-        return HYBRIDEP_GB200[lo]
+        return table[lo]
     w = (ep - lo) / (hi - lo)
-    return tuple((1 - w) * a + w * b for a, b in zip(HYBRIDEP_GB200[lo], HYBRIDEP_GB200[hi]))
+    return tuple((1 - w) * a + w * b for a, b in zip(table[lo], table[hi]))
 
 
 def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden: int) -> float:
@@ -1335,7 +1338,7 @@ def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden
     if ep <= 1 or tokens <= 0:
         return 0.0
     nbytes = hybridep_rows(tokens, experts, max(1, top_k), ep) * hidden * 2
-    dispatch, combine = _hybridep_rates(ep)
+    dispatch, combine = _rates_at(HYBRIDEP_GB200, ep)
     return 0.5 * (nbytes / dispatch + nbytes / combine)
 
 
@@ -1403,12 +1406,7 @@ def deepep_internode_exchange_s(rows: float, ep: int, hidden: int) -> float:
     :data:`DEEPEP_INTERNODE_H800`'s measured rates for ``ep`` ranks."""
     if ep <= 1 or rows <= 0:
         return 0.0
-    ranks = sorted(DEEPEP_INTERNODE_H800)
-    lo = max([r for r in ranks if r <= ep] or ranks[:1])
-    hi = min([r for r in ranks if r >= ep] or ranks[-1:])
-    w = 0.0 if hi == lo else (ep - lo) / (hi - lo)
-    dispatch, combine = ((1 - w) * a + w * b for a, b in zip(DEEPEP_INTERNODE_H800[lo],
-                                                             DEEPEP_INTERNODE_H800[hi]))
+    dispatch, combine = _rates_at(DEEPEP_INTERNODE_H800, ep)
     nbytes = rows * hidden * 2
     return 0.5 * (nbytes / dispatch + nbytes / combine)
 
