@@ -1285,14 +1285,19 @@ HYBRIDEP_GB200 = {8: (545.71e9, 568.94e9), 16: (523.48e9, 521.55e9), 24: (507.32
                   32: (484.22e9, 464.54e9), 36: (479.02e9, 447.89e9)}
 
 
+def _ep_stride(lay: Layout) -> int:
+    """The rank distance between neighbours of the EP group: the expert TP group's size when
+    folded (Megatron-Core's expert rank order tp-ep-dp), else TP x CP (tp-cp-ep-dp)."""
+    return lay.expert_tp if lay.folded else lay.tp * lay.cp
+
+
 def hybridep_applies(dispatcher: str, lay: Layout, topo: Topology) -> bool:
     """Whether a layout's EP exchange is HybridEP's measured one (:data:`HYBRIDEP_GB200`): the
     job's dispatcher is ``hybridep``, the topology an NVL72 rack's NVLink domain, and the EP
     group inside one such domain."""
     if dispatcher != "hybridep" or lay.ep <= 1 or topo.nvlink_domain != 72:
         return False
-    stride = lay.expert_tp if lay.folded else lay.tp * lay.cp
-    return topo.link(lay.ep, stride)[1] == 1
+    return topo.link(lay.ep, _ep_stride(lay))[1] == 1
 
 
 def hybridep_rows(tokens: float, experts: int, top_k: int, ep: int) -> float:
@@ -1373,10 +1378,9 @@ def deepep_internode_applies(dispatcher: str, lay: Layout, topo: Topology) -> bo
     across two or more nodes, EP within the measured 16-64, the network 400 Gb/s a GPU."""
     if dispatcher != "deepep" or lay.ep <= 1:
         return False
-    stride = lay.expert_tp if lay.folded else lay.tp * lay.cp
     ranks = sorted(DEEPEP_INTERNODE_H800)
     per_node = topo.gpus_per_node
-    return (stride == 1 and topo.link(lay.ep, 1)[1] > 1 and lay.ep % per_node == 0
+    return (_ep_stride(lay) == 1 and topo.link(lay.ep, 1)[1] > 1 and lay.ep % per_node == 0
             and ranks[0] <= lay.ep <= ranks[-1]
             and abs(topo.inter.bandwidth - DEEPEP_NIC_BPS) <= 0.01 * DEEPEP_NIC_BPS)
 
@@ -2105,7 +2109,7 @@ def _pp_stride(lay: Layout, topo: Topology) -> int:
 
 def _links(lay: Layout, topo: Topology) -> dict[str, str]:
     groups = {"tp": (lay.tp, 1), "cp": (lay.cp, lay.tp), "dp": (lay.dp * lay.cp, lay.tp),
-              "ep": (lay.ep, lay.expert_tp if lay.folded else lay.tp * lay.cp),
+              "ep": (lay.ep, _ep_stride(lay)),
               "pp": (2 if lay.pp > 1 else 1, _pp_stride(lay, topo))}
     return {k: topo.link(n, s)[0].name for k, (n, s) in groups.items() if n > 1}
 
