@@ -1285,14 +1285,19 @@ HYBRIDEP_GB200 = {8: (545.71e9, 568.94e9), 16: (523.48e9, 521.55e9), 24: (507.32
                   32: (484.22e9, 464.54e9), 36: (479.02e9, 447.89e9)}
 
 
+def _ep_stride(lay: Layout) -> int:
+    """The rank distance between neighbours of the EP group: the expert TP group's size when
+    folded (Megatron-Core's expert rank order tp-ep-dp), else TP x CP (tp-cp-ep-dp)."""
+    return lay.expert_tp if lay.folded else lay.tp * lay.cp
+
+
 def hybridep_applies(dispatcher: str, lay: Layout, topo: Topology) -> bool:
     """Whether a layout's EP exchange is HybridEP's measured one (:data:`HYBRIDEP_GB200`): the
     job's dispatcher is ``hybridep``, the topology an NVL72 rack's NVLink domain, and the EP
     group inside one such domain."""
     if dispatcher != "hybridep" or lay.ep <= 1 or topo.nvlink_domain != 72:
         return False
-    stride = lay.expert_tp if lay.folded else lay.tp * lay.cp
-    return topo.link(lay.ep, stride)[1] == 1
+    return topo.link(lay.ep, _ep_stride(lay))[1] == 1
 
 
 def hybridep_rows(tokens: float, experts: int, top_k: int, ep: int) -> float:
@@ -1301,23 +1306,33 @@ def hybridep_rows(tokens: float, experts: int, top_k: int, ep: int) -> float:
     rank: a token goes once to each rank holding one of its experts, so a rank receives
     ``tokens x ep x (1 - C(E - E/ep, k) / C(E, k))`` rows (DeepSeek-V3, E 256, k 8: 7.27 ranks a
     token at EP 32, 7.68 at EP 64, against the 8 copies of a plain all-to-all)."""
-    local = experts // ep
+    return tokens * ep * (1.0 - _miss_share(experts, top_k, ep))
+
+
+def _miss_share(experts: int, top_k: int, holders: int) -> float:
+    """``C(E - E/holders, k) / C(E, k)``: the chance that none of a token's ``top_k`` experts,
+    drawn uniformly without replacement from ``experts`` held in ``holders`` equal blocks, lies
+    in a given block (:func:`hybridep_rows`' ranks, :func:`deepep_nodes_reached`' nodes)."""
+    local = experts // holders
     miss = 1.0
     for i in range(top_k):
         miss *= (experts - local - i) / (experts - i)
-    return tokens * ep * (1.0 - miss)
+    return miss
 
 
-def _hybridep_rates(ep: int) -> tuple[float, float]:
-    ranks = sorted(HYBRIDEP_GB200)
+def _rates_at(table: dict[int, tuple[float, float]], ep: int) -> tuple[float, float]:
+    """A measured (dispatch, combine) rate ``table`` by EP ranks (:data:`HYBRIDEP_GB200`,
+    :data:`DEEPEP_INTERNODE_H800`) read at ``ep``: linear between two measured sizes, the end
+    one held outside them."""
+    ranks = sorted(table)
     if ep <= ranks[0] or ep >= ranks[-1]:
-        return HYBRIDEP_GB200[ranks[0] if ep <= ranks[0] else ranks[-1]]
+        return table[ranks[0] if ep <= ranks[0] else ranks[-1]]
     lo = max(r for r in ranks if r <= ep)
     hi = min(r for r in ranks if r >= ep)
     if lo == hi:
-        return HYBRIDEP_GB200[lo]
+        return table[lo]
     w = (ep - lo) / (hi - lo)
-    return tuple((1 - w) * a + w * b for a, b in zip(HYBRIDEP_GB200[lo], HYBRIDEP_GB200[hi]))
+    return tuple((1 - w) * a + w * b for a, b in zip(table[lo], table[hi]))
 
 
 def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden: int) -> float:
@@ -1328,7 +1343,7 @@ def hybridep_exchange_s(tokens: float, experts: int, top_k: int, ep: int, hidden
     if ep <= 1 or tokens <= 0:
         return 0.0
     nbytes = hybridep_rows(tokens, experts, max(1, top_k), ep) * hidden * 2
-    dispatch, combine = _hybridep_rates(ep)
+    dispatch, combine = _rates_at(HYBRIDEP_GB200, ep)
     return 0.5 * (nbytes / dispatch + nbytes / combine)
 
 
@@ -1363,10 +1378,9 @@ def deepep_internode_applies(dispatcher: str, lay: Layout, topo: Topology) -> bo
     across two or more nodes, EP within the measured 16-64, the network 400 Gb/s a GPU."""
     if dispatcher != "deepep" or lay.ep <= 1:
         return False
-    stride = lay.expert_tp if lay.folded else lay.tp * lay.cp
     ranks = sorted(DEEPEP_INTERNODE_H800)
     per_node = topo.gpus_per_node
-    return (stride == 1 and topo.link(lay.ep, 1)[1] > 1 and lay.ep % per_node == 0
+    return (_ep_stride(lay) == 1 and topo.link(lay.ep, 1)[1] > 1 and lay.ep % per_node == 0
             and ranks[0] <= lay.ep <= ranks[-1]
             and abs(topo.inter.bandwidth - DEEPEP_NIC_BPS) <= 0.01 * DEEPEP_NIC_BPS)
 
@@ -1386,11 +1400,7 @@ def deepep_nodes_reached(experts: int, top_k: int, nodes: int,
     groups, picked = router_groups
     if groups == nodes and 1 <= picked < nodes:
         return float(picked)
-    local = experts // nodes
-    miss = 1.0
-    for i in range(top_k):
-        miss *= (experts - local - i) / (experts - i)
-    return nodes * (1.0 - miss)
+    return nodes * (1.0 - _miss_share(experts, top_k, nodes))
 
 
 def deepep_internode_exchange_s(rows: float, ep: int, hidden: int) -> float:
@@ -1400,12 +1410,7 @@ def deepep_internode_exchange_s(rows: float, ep: int, hidden: int) -> float:
     :data:`DEEPEP_INTERNODE_H800`'s measured rates for ``ep`` ranks."""
     if ep <= 1 or rows <= 0:
         return 0.0
-    ranks = sorted(DEEPEP_INTERNODE_H800)
-    lo = max([r for r in ranks if r <= ep] or ranks[:1])
-    hi = min([r for r in ranks if r >= ep] or ranks[-1:])
-    w = 0.0 if hi == lo else (ep - lo) / (hi - lo)
-    dispatch, combine = ((1 - w) * a + w * b for a, b in zip(DEEPEP_INTERNODE_H800[lo],
-                                                             DEEPEP_INTERNODE_H800[hi]))
+    dispatch, combine = _rates_at(DEEPEP_INTERNODE_H800, ep)
     nbytes = rows * hidden * 2
     return 0.5 * (nbytes / dispatch + nbytes / combine)
 
@@ -2104,7 +2109,7 @@ def _pp_stride(lay: Layout, topo: Topology) -> int:
 
 def _links(lay: Layout, topo: Topology) -> dict[str, str]:
     groups = {"tp": (lay.tp, 1), "cp": (lay.cp, lay.tp), "dp": (lay.dp * lay.cp, lay.tp),
-              "ep": (lay.ep, lay.expert_tp if lay.folded else lay.tp * lay.cp),
+              "ep": (lay.ep, _ep_stride(lay)),
               "pp": (2 if lay.pp > 1 else 1, _pp_stride(lay, topo))}
     return {k: topo.link(n, s)[0].name for k, (n, s) in groups.items() if n > 1}
 
