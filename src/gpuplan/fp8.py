@@ -317,6 +317,12 @@ def _block_scale(elements: int, block: int, scale_bytes: int) -> float:
     return 0.0 if block == 0 else elements * scale_bytes / block
 
 
+def _narrow_bytes(recipe: NarrowRecipe, block: int) -> float:
+    """Bytes of one narrow element (1, 0.5 for FP4) plus its share of the scales of ``block``
+    elements (the recipe's ``act_block`` or ``weight_block``)."""
+    return (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, block, recipe.scale_bytes)
+
+
 def weight_copies(recipe: NarrowRecipe, non_tn: bool, *, backward: bool = True) -> int:
     """How many narrow copies of each linear weight Transformer Engine keeps (1 or 2): the
     rowwise one the forward GEMM reads, and beside it the columnwise one the backward's dgrad
@@ -401,8 +407,7 @@ def gathered_bytes_per_element(recipe: NarrowRecipe, elements: int, narrow: int)
     (4 bytes a tensor) is left out: a few bytes per million elements."""
     if elements <= 0:
         return 2.0
-    elem = 0.5 if recipe.dtype == "fp4" else 1.0
-    per = elem + _block_scale(1, recipe.weight_block, recipe.scale_bytes)
+    per = _narrow_bytes(recipe, recipe.weight_block)
     narrow = min(narrow, elements)
     return (narrow * per + (elements - narrow) * 2.0) / elements
 
@@ -433,9 +438,7 @@ def cast_bytes_per_element(recipe: NarrowRecipe) -> float:
     Hadamard transform at once where RHT is on -- before the one kernel that writes the rowwise
     and the columnwise copies). MX block scales come from each block's own amax, in the
     quantize kernel itself."""
-    out = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.act_block,
-                                                                 recipe.scale_bytes)
-    return 2.0 + out + _amax_pass_bytes(recipe)
+    return 2.0 + _narrow_bytes(recipe, recipe.act_block) + _amax_pass_bytes(recipe)
 
 
 def _sm_arch(compute_capability: str | None) -> int | None:
@@ -504,8 +507,7 @@ def columnwise_bytes_per_element(recipe: NarrowRecipe, architecture: str | None,
     share as the rowwise copy's."""
     if not keeps_columnwise(recipe, architecture, compute_capability):
         return 0.0
-    return (1.0 if recipe.dtype == "fp8" else 0.5) + _block_scale(1, recipe.act_block,
-                                                                  recipe.scale_bytes)
+    return _narrow_bytes(recipe, recipe.act_block)
 
 
 def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None,
@@ -523,8 +525,7 @@ def weight_cast_bytes_per_element(recipe: NarrowRecipe, architecture: str | None
     0.5-byte columnwise copy with an e4m3 byte per 16 values (``NVFP4Quantizer::create_tensor``
     and ``get_scale_shape``: roundup(columns, 128) x roundup(rows / 16, 4) scale bytes) and MXFP8
     a 1-byte one with an e8m0 byte per 32 (``MXFP8Quantizer::get_scale_shape``)."""
-    row = (0.5 if recipe.dtype == "fp4" else 1.0) + _block_scale(1, recipe.weight_block,
-                                                                 recipe.scale_bytes)
+    row = _narrow_bytes(recipe, recipe.weight_block)
     return 2.0 + _amax_pass_bytes(recipe) + row * weight_copies(
         recipe, non_tn_fp8_gemm(architecture, compute_capability))
 
