@@ -600,6 +600,133 @@ DROPLESS_OVERLAP_CHECKS = (
 )
 
 
+#: What was checked of the Qwen3-30B-A3B rows (128 experts, 8 active, hidden 2,048, expert FFN
+#: 768; EP 8, 16 local experts a rank) against their sources and of what their estimate might
+#: lack (issue 30), beside :data:`MOE_LOCAL_EXPERT_CHECKS`, :data:`PIPELINE_CHECKS` and
+#: :data:`DROPLESS_OVERLAP_CHECKS`. Printed under :data:`LATER_QWEN3_30B`'s table.
+QWEN3_30B_CHECKS = (
+    "The ten rows against their tables (Megatron-Bridge docs/performance-summary.md: 25.09 at "
+    "fa0315ae and 7af9601c, 25.11 at 5776a6d9 and df0289c1, 26.02 at c0b9a000 and df0289c1, "
+    "each re-read at cfeddcd9 and in the archive at 4ab94dfa): every column (GPUs, precision, "
+    "GBS, MBS, sequence 4,096, FSDP 0, TP / PP / CP / VP / EP, GA, tokens/s/GPU, model "
+    "TFLOP/s/GPU) as recorded; no row carries a footnote mark or a note of its own (no 'CUDA "
+    "graphs', 'HybridEP' or recompute marks in these tables: what each ran is its config's, "
+    "the row's recipe); the 25.09 footnotes (force-balanced, the parentheses' quantization) "
+    "are in the rows' notes already. The two throughput columns agree on every row: model "
+    "TFLOP/s over tokens/s is 22.9-23.1 GFLOP a token (the 26.02 H100 row's 118 / 5,113 = "
+    "23.1 once 5,113 is read for df0289c1's 2,557), so no figure is a slip of one column. "
+    "No row changed.",
+    "The 25.09 B200 FP8-CS row (18,066 tok/s/GPU, 1.94x / 1.86x the 25.11 / 26.02 MXFP8 rows "
+    "at the same columns) is the table's as printed; what set it apart is its run, not its record: "
+    "token-drop with padded capacity (its name's '(tokendrop)') and the 25.09 matrix's "
+    "cuda_graphs true for b200, whole-layer graphs that dropless routing cannot hold "
+    "(`DROPLESS_OVERLAP_CHECKS`; the Job runs both).",
+    "The next table re-ran the H100 row's columns at x 1.77 (5,113 -> 9,058, the table above) "
+    "and the GB200 row's config at x 1.01 (26,084 -> 26,373); the B200 config moved to MBS 4 "
+    "(and HybridEP, attention graphed) at x 2.75 (9,691 -> 26,695). So the 26.02 H100 miss, "
+    "like the 25.11 one's x 0.50 from 25.09 (`PIPELINE_CHECKS`), is a run the next container "
+    "did not repeat rather than a per-token cost the estimate lacks, and no constant is moved "
+    "for it. The B200 pair is a lead on the host: a layer pass (48 layers x the micro-batches, "
+    "forward and backward) takes 8.81 ms at MBS 1 (26.02) and 12.79 ms at MBS 4 (26.02.01), "
+    "a quarter of the tokens in 69% of the time, where the estimate reads 6.51 and 11.68 ms "
+    "(host-bound at MBS 1): its miss shrinks from 2.30 to 1.10 ms a pass as the micro-batches "
+    "go from 64 to 16, so it goes by micro-batches, not tokens. Not modelled: the two runs "
+    "differ in three settings (MBS, dispatcher, graphs) and no source times their host.",
+    "The router's aux loss and forced balance (router.py TopKRouter.routing / forward and "
+    "moe_utils.py at NVIDIA/Megatron-LM@b0cc2706, the 26.02 pin; the Qwen3 provider's "
+    "moe_router_load_balancing_type 'aux_loss', moe_aux_loss_coeff 1e-3: Megatron-Bridge "
+    "src/megatron/bridge/models/qwen/qwen_provider.py at v0.3.0 lines 391-392): RandomSTE's "
+    "clone and normal_, the fused TE score kernel for the aux loss, routing_map.sum, the fused "
+    "aux loss, and the tracker's division and indexed add -- 7 launches a forward; "
+    "MoEAuxLossAutoScaler's ones_like x scale, the two fused kernels' backward and autograd's "
+    "sum of the logits' two gradients -- 5 a backward; get_tokens_per_expert_and_token_count's all-reduce is over the TP x CP group, "
+    "of one rank here, which mappings.py _reduce skips. None is in the estimate's ops (the "
+    "recipe's moe_router graph covers them on every Blackwell Qwen3-30B-A3B row since "
+    "25.11); on the ungraphed H100 rows 12 launches at the megatron runtime's 32 us are "
+    "0.38 ms a layer pass against a 7.7 ms (26.02) and 18.4 ms (25.11, the table's MBS 2) "
+    "miss: 5% and 2% of it, named, not charged (`RECIPE_UNMODELLED` names the random logits).",
+)
+
+
+#: Later Megatron-Bridge tables that ran Qwen3-30B-A3B again (issue 30: the EP 8 rows above,
+#: 1.18-2.32): each a recorded row's Job with what the later run changed, timed by the same
+#: estimate and printed beside the later table's figure; not counted in the bars (the H100 and
+#: GB200 Jobs are the recorded rows' own, whose predictions were read before these figures
+#: were). Source: docs/performance-summary.md at NVIDIA-NeMo/Megatron-Bridge@
+#: cfeddcd9445817a85ff58549d407fa700b1f8ace (2026-03-21, '2602_perf_table_reorder and patch
+#: container data', #2872), section '26.02.01 NeMo Container', table 'Model: Qwen3_30B_a3B';
+#: the same rows in the archive at 4ab94dfad36641cabdeb96452b21bf676aac4772. The configs: the
+#: r0.3.0 branch's v0.3.1 tag (9c9dd848966322fc3ed7706747ec13219ef49dda, 2026-03-20),
+#: scripts/performance/configs/qwen/qwen3_workload_base_configs.py and qwen3_llm_pretrain.py.
+#: Each: (the recorded row the Job starts from, job changes, recipe changes, the later row as
+#: printed, its tok/s/GPU, what the config at v0.3.1 says).
+LATER_QWEN3_30B = (
+    ("megatron-bridge-26.02-dgx-h100-qwen330ba3b-fp8-current-x16", {}, {},
+     "DGX-H100 | 16 | FP8 | 1024 | 1 | 4096 | 0 | 1 | 2 | 1 | 12 | 8 | 9058 | 208", 9058,
+     "the row's columns are the 26.02 row's, so its Job is that row's (DeepEP, the EP overlap); "
+     "the config at v0.3.1 reads otherwise -- QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 "
+     "expert_model_parallel_size 16, no PP / VP, moe_a2a_overlap False, the flex dispatcher "
+     "over hybridep (f29a269f, 'Update Qwen3 30B H100 Base Configs with HybridEP', #2477), "
+     "the layout the 26.04 / 26.04.01 / 26.06 tables print (EP 16, PP 1: 8,901 / 8,960 / "
+     "8,826) -- which gpuplan cannot time as run: HybridEP's measured exchange is the NVL72 "
+     "rack's, and over two H100 nodes NCCL's all-to-all stands in (0.52 of 8,901; DeepEP's "
+     "internode exchange in its place reads 0.96)"),
+    ("megatron-bridge-26.02-dgx-gb200-qwen330ba3b-mxfp8-x8", {}, {},
+     "DGX-GB200 | 8 | MXFP8 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 26373 | 607", 26373,
+     "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 is v0.3.0's (MBS 4, flex over hybridep, "
+     "graphs of moe_router and moe_preprocess): the 26.02 row's Job"),
+    ("megatron-bridge-26.02-dgx-b200-qwen330ba3b-mxfp8-x8", {"micro_batch": 4, "grad_accum": 16},
+     {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+      "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]},
+     "DGX-B200 | 8 | MXFP8 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 26695 | 614", 26695,
+     "QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1 = B200_BF16_V1: micro_batch_size 4, the "
+     "flex dispatcher (qwen3_30b_a3b_pretrain_config_b200 sets moe_token_dispatcher_type "
+     "'flex') over hybridep, TE graphs of attn, moe_router and moe_preprocess; GA 512 / (4 x "
+     "8) = 16. One DGX-B200's 8 GPUs are no NVL72 rack: NCCL's all-to-all times the exchange"),
+)
+
+
+def later_run(base: dict, job: dict, recipe: dict, measured: float) -> dict:
+    """``base`` (a recorded run) as a later table ran it: its job and recipe with ``job`` and
+    ``recipe`` laid over them, the later figure as measured."""
+    run = json.loads(json.dumps(base))
+    run["id"] = base["id"].replace("26.02", "26.02.01", 1)
+    run["job"].update(job)
+    run["recipe"].update(recipe, tag="v0.3.1", commit="9c9dd848966322fc3ed7706747ec13219ef49dda")
+    run["measured"] = {"tokens_per_s_per_gpu": measured}
+    return run
+
+
+def later_rows(rows: list[Row]) -> list[tuple[Row, Row, str, str]]:
+    """(the recorded row, its later run's Row, the later row as printed, the config's word) for
+    each of :data:`LATER_QWEN3_30B`."""
+    by_id = {r.run["id"]: r for r in rows}
+    out = []
+    for base_id, job, recipe, printed, measured, config in LATER_QWEN3_30B:
+        base = by_id[base_id]
+        out.append((base, predict(later_run(base.run, job, recipe, measured)), printed, config))
+    return out
+
+
+def _later_lines(rows: list[Row]) -> list[str]:
+    out = ["", "Qwen3-30B-A3B in the next table (`LATER_QWEN3_30B`: Megatron-Bridge "
+           "docs/performance-summary.md at cfeddcd9, '26.02.01 NeMo Container', the configs at "
+           "v0.3.1 = 9c9dd848; not counted in the bars, the H100 and GB200 Jobs being the 26.02 "
+           "rows' own):", "",
+           "| 26.02 row | its ratio | 26.02.01 row as printed | measured | predicted | ratio |",
+           "|---|---|---|---|---|---|"]
+    notes = []
+    for base, later, printed, config in later_rows(rows):
+        out.append(f"| `{base.run['id']}` | {base.predicted / base.measured:.2f} | "
+                   f"{printed.replace(' | ', ', ')} | "
+                   f"{later.measured:,.0f} | {later.predicted:,.0f} | "
+                   f"{later.predicted / later.measured:.2f} |")
+        notes.append(f"- `{later.run['id']}`: {config}.")
+    return out + [""] + notes + ["", "Checked of the Qwen3-30B-A3B rows and their sources "
+                                 "(`QWEN3_30B_CHECKS`):", ""] + [f"- {c}" for c in
+                                                                  QWEN3_30B_CHECKS]
+
+
 def recipe_fields(run: dict, notes: list[str]) -> dict:
     """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
     batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
@@ -1039,6 +1166,7 @@ def render(rows: list[Row]) -> str:
     out += ["", "Where twins were looked for (`PAIR_SEARCH`):", ""]
     out += [f"- {t}" for t in PAIR_SEARCH]
     out += _recipe_lines(rows)
+    out += _later_lines(rows)
     out += _blackwell_405b_lines(rows)
     out += _mxfp8_lines(rows)
     out += _lora_lines(rows)

@@ -658,3 +658,67 @@ def test_the_nemo_pretraining_rows_keep_master_remainders():
             assert job.master_weights == "auto", r.run["id"]
     assert got == REMAINDER_ROWS
 
+
+
+def _qwen30b_runs() -> dict:
+    return {r.run["id"]: r for r in ROWS if r.run["model"]["catalog"] == "qwen3-30b-a3b"}
+
+
+def test_the_qwen3_30b_checks_quote_the_tables():
+    """QWEN3_30B_CHECKS' figures: the per-token FLOPs of every Qwen3-30B-A3B row (its model
+    TFLOP/s over its tokens/s, both as the table prints them), the later table's ratios and
+    the B200 layer passes by hand (tokens a GPU a step over tok/s/GPU, over 48 layers x the
+    micro-batches), the estimate's passes as it reads today."""
+    text = " ".join(V.QWEN3_30B_CHECKS)
+    rows = _qwen30b_runs()
+    assert len(rows) == 10
+    per_token = [r.run["measured"]["model_tflops_per_gpu"] * 1e3
+                 / r.run["measured"]["tokens_per_s_per_gpu"] for r in rows.values()]
+    assert 22.9 <= min(per_token) and max(per_token) <= 23.1 + 0.005
+    assert "22.9-23.1 GFLOP a token" in text
+    b26 = rows["megatron-bridge-26.02-dgx-b200-qwen330ba3b-mxfp8-x8"]
+    b25 = rows["megatron-bridge-25.11-dgx-b200-qwen330ba3b-mxfp8-x8"]
+    assert f"{18066 / b25.measured:.2f}x / {18066 / b26.measured:.2f}x" in text
+    later = {b.run["id"]: (b, l) for b, l, _, _ in V.later_rows(ROWS)}
+    for rid, quoted in (("megatron-bridge-26.02-dgx-h100-qwen330ba3b-fp8-current-x16", "x 1.77"),
+                        ("megatron-bridge-26.02-dgx-gb200-qwen330ba3b-mxfp8-x8", "x 1.01"),
+                        ("megatron-bridge-26.02-dgx-b200-qwen330ba3b-mxfp8-x8", "x 2.75")):
+        base, late = later[rid]
+        assert f"x {late.measured / base.measured:.2f}" == quoted
+        assert quoted in text
+    _, b4 = later["megatron-bridge-26.02-dgx-b200-qwen330ba3b-mxfp8-x8"]
+    tokens = 512 * 4096 / 8
+    passes = {"measured 1": tokens / b26.measured / (48 * 64), "measured 4": tokens / b4.measured
+              / (48 * 16), "estimate 1": tokens / b26.predicted / (48 * 64),
+              "estimate 4": tokens / b4.predicted / (48 * 16)}
+    assert [f"{v * 1e3:.2f}" for v in passes.values()] == ["8.81", "12.79", "6.51", "11.68"]
+    for quoted in ("8.81 ms at MBS 1", "12.79 ms at MBS 4", "6.51 and 11.68 ms"):
+        assert quoted in text
+    miss = [(passes["measured 1"] - passes["estimate 1"]) * 1e3,
+            (passes["measured 4"] - passes["estimate 4"]) * 1e3]
+    assert f"from {miss[0]:.2f} to {miss[1]:.2f} ms" in text
+    # the aux loss's launches: 7 forward + 5 backward at the megatron runtime's 32 us
+    assert f"{(7 + 5) * 32e-3:.2f} ms a layer pass" in text
+
+
+def test_the_later_qwen3_30b_runs_are_their_configs():
+    """LATER_QWEN3_30B's Jobs: the H100 and GB200 26.02.01 runs are the 26.02 rows' Jobs (the
+    same prediction), the B200 one runs v0.3.1's config (MBS 4, GA 16, HybridEP, attention
+    graphed); the H100 note's EP 16 readings as the estimate gives them today."""
+    later = {b.run["id"]: (b, l) for b, l, _, _ in V.later_rows(ROWS)}
+    for rid in ("megatron-bridge-26.02-dgx-h100-qwen330ba3b-fp8-current-x16",
+                "megatron-bridge-26.02-dgx-gb200-qwen330ba3b-mxfp8-x8"):
+        base, late = later[rid]
+        assert late.predicted == pytest.approx(base.predicted, rel=1e-12)
+    base, late = later["megatron-bridge-26.02-dgx-b200-qwen330ba3b-mxfp8-x8"]
+    job = V.job_of(late.run, [])
+    assert (job.batch, job.loop.grad_accum, job.parallel.moe_dispatcher) == (4, 16, "hybridep")
+    assert job.loop.cuda_graph_scope == ("attn", "moe_router", "moe_preprocess")
+    assert job.batch * job.loop.grad_accum * job.gpus == 512  # MBS x GA x DP 8 = GBS
+    h100 = later["megatron-bridge-26.02-dgx-h100-qwen330ba3b-fp8-current-x16"][0].run
+    note = V.LATER_QWEN3_30B[0][5]
+    for backend, quoted in (("hybridep", "0.52 of 8,901"), ("deepep", "reads 0.96")):
+        run = V.later_run(h100, {"pp": 1, "vp": None, "ep": 16},
+                          {"moe_flex_dispatcher_backend": backend, "moe_a2a_overlap": False}, 8901)
+        ratio = V.predict(run).predicted / 8901
+        assert f"{ratio:.2f}" in quoted and quoted in note
