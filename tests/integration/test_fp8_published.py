@@ -697,6 +697,9 @@ def test_the_qwen3_30b_checks_quote_the_tables():
     miss = [(passes["measured 1"] - passes["estimate 1"]) * 1e3,
             (passes["measured 4"] - passes["estimate 4"]) * 1e3]
     assert f"from {miss[0]:.2f} to {miss[1]:.2f} ms" in text
+    h_base, h_late = later["megatron-bridge-26.02-dgx-h100-qwen330ba3b-fp8-current-x16"]
+    assert f"{h_late.predicted / h_late.measured:.2f} on the columns" == "1.05 on the columns"
+    assert "1.05 on the columns, 0.96 on the config" in text
     # the aux loss's launches: 7 forward + 5 backward at the megatron runtime's 32 us
     assert f"{(7 + 5) * 32e-3:.2f} ms a layer pass" in text
 
