@@ -1405,7 +1405,10 @@ def _zero3_2021_gap(run: dict, row: Row) -> str:
 # (2) HSDP's replica all-reduce runs after each reduce-scatter on its own stream
 #     (``_all_reduce_stream``, a second stream under hybrid sharding; the reduce-scatter
 #     stream does not wait for it): 9.50 ms a 7B block (its 50.6 MB shard over 12 nodes at 100
-#     Gb/s) beside 15.46 ms of backward, hidden but for the last units' (timed).
+#     Gb/s) beside 15.46 ms of backward, hidden but for the last units' (timed). Were it on the
+#     reduce-scatter's stream, as in the 2023 code (pytorch/pytorch@00ae0bc9 _runtime_utils.py
+#     _post_backward_hook: default_hooks.allreduce_hook on the post-backward stream), the two
+#     in series (10.5 ms) would still fit a block's backward.
 # (3) Sharding: scripts/train.sh --sharding_strategy=hsdp (HYBRID_SHARD, get_policies) for the
 #     7B, the README's FSDP (FULL_SHARD) for 34B / 70B: as timed. (4) AC: the 7B none
 #     (--fsdp_activation_checkpointing=False); 34B / 70B 'Full AC' is apply_fsdp_checkpointing
