@@ -742,6 +742,17 @@ def _grad_clip(run: dict, precision: str, notes: list[str]) -> tuple[float | Non
         # clip_grads_with_norm_'s _foreach_mul_
         notes.append("torchtitan 9dec370 clips at max_norm 1.0 each step (foreach norm and mul)")
         return 1.0, "foreach"
+    if run.get("source_group") == "ibm-fsdp-blog":
+        # fms-fsdp @5e522b4 fms_fsdp/utils/train_utils.py train(): every step
+        # ``model.clip_grad_norm_(cfg.grad_clip_thresh).item()`` after ``loss.backward()``,
+        # grad_clip_thresh 1.0 (fms_fsdp/config/training.py); torch FSDP1's
+        # FullyShardedDataParallel.clip_grad_norm_ takes torch.linalg.vector_norm of each
+        # gradient in a Python loop (_get_grad_norm), all-reduces the norm over the shard group
+        # and runs ``grad.detach().mul_(clip_coef_clamped)`` for each gradient: a norm and a mul
+        # per tensor over the fp32 sharded gradients
+        notes.append("fms-fsdp 5e522b4 clips at 1.0 each step (FSDP1 clip_grad_norm_: a norm "
+                     "and a mul per tensor)")
+        return 1.0, "per-tensor"
     return None, None
 
 
@@ -1373,6 +1384,58 @@ def _zero3_2021_gap(run: dict, row: Row) -> str:
             "order and bucket sizes are not in the job")
 
 
+# The IBM rows' FSDP1 as their code ran it (issue 31, helper ibmfsdp, 2026-12-07): each fact read
+# at foundation-model-stack/fms-fsdp@5e522b4 (main_training.py, fms_fsdp/utils/train_utils.py,
+# fms_fsdp/config/training.py, scripts/train.sh) and in torch's FSDP1 of early 2024
+# (torch/distributed/fsdp/_runtime_utils.py, fully_sharded_data_parallel.py); the per-unit
+# figures are the estimate's own (benchmarks/speed_breakdown.py, compute.parallel's collectives).
+# One mechanism was missing and is timed: the loop's clip (below, (8)); the rest, checked:
+# (1) limit_all_gathers: ``_unshard`` calls ``state._free_event_queue.dequeue_if_needed()`` and
+#     ``event.synchronize()`` before each all-gather; ``_reshard`` records a free event per
+#     unit; with two un-freed gathers allowed the host issues unit k+1's gather once unit k-1
+#     is freed, so it runs beside unit k: one unit ahead (forward_prefetch False, and
+#     backward_prefetch BACKWARD_PRE, FSDP1's defaults; fms-fsdp sets neither). Per unit no
+#     gather outlasts the compute it hides behind: 7B H100 (HSDP 8) a block's all-gather 1.02
+#     ms (405 MB on NVLink 4) beside a block's 7.33 ms forward, its 15.46 ms backward beside
+#     the gather and reduce-scatter (2.04 ms); 34B / 70B H100 (FSDP over 96, 100 Gb/s a GPU)
+#     17.5 / 21.6 ms beside 19.9 / 23.5 ms forward, 35.0 / 43.1 ms beside 61.4 / 72.2 ms
+#     backward with recompute; the A100 rows wider (7B 1.5 vs 18.2 ms, 34B 34.9 vs 54.1, 70B
+#     43.0 vs 65.2), llm-foundry's MPT-70B on 512 H100 6.6 vs 37.2 ms. So the limiter exposes
+#     no gather per unit here, only the edge units' (timed, fsdp_edge_share).
+# (2) HSDP's replica all-reduce runs after each reduce-scatter on its own stream
+#     (``_all_reduce_stream``, a second stream under hybrid sharding; the reduce-scatter
+#     stream does not wait for it): 9.50 ms a 7B block (its 50.6 MB shard over 12 nodes at 100
+#     Gb/s) beside 15.46 ms of backward, hidden but for the last units' (timed). Were it on the
+#     reduce-scatter's stream, as in the 2023 code (pytorch/pytorch@00ae0bc9 _runtime_utils.py
+#     _post_backward_hook: default_hooks.allreduce_hook on the post-backward stream), the two
+#     in series (10.5 ms) would still fit a block's backward.
+# (3) Sharding: scripts/train.sh --sharding_strategy=hsdp (HYBRID_SHARD, get_policies) for the
+#     7B, the README's FSDP (FULL_SHARD) for 34B / 70B: as timed. (4) AC: the 7B none
+#     (--fsdp_activation_checkpointing=False); 34B / 70B 'Full AC' is apply_fsdp_checkpointing
+#     with selective_checkpointing 1 (every LLaMABlock: ``_count % every_xth_item == 0``,
+#     NO_REENTRANT): full, as timed. (5) No torch.compile (use_torch_compile False), hence
+#     use_orig_params False: the optimizer and the clip see one FlatParameter a unit (33 for
+#     the 7B) where the estimate counts 291 tensors: 27.4 vs 27.0 ms of optimizer stretch,
+#     ratio 1.2494 vs 1.2501; not shipped. (6) Batch 2 x 4,096, no accumulation: as timed.
+# (7) NCCL: scripts/train.sh sets FI_EFA_SET_CUDA_SYNC_MEMOPS=0 and aws-ofi-nccl's library
+#     path ("On AWS, the EFA and OFI paths enable NCCL to use optimized networking"),
+#     setup_environ_flags NCCL_ASYNC_ERROR_HANDLING=1: no algorithm, protocol or channel
+#     setting; the network is the README's 400 / 800 Gbps a node.
+# (8) The loop: ``model.clip_grad_norm_(cfg.grad_clip_thresh).item()`` every step at 1.0 --
+#     timed now (_grad_clip: 4.1 / 6.4 ms on the 7B H100 / A100 step; 7B 1.255 -> 1.249, 1.062
+#     -> 1.058). Its ``.item()`` and ``loss.item()`` make the host wait twice a step, and the
+#     next batch then comes from a DataLoader with num_workers=0 (dataloader_utils
+#     get_data_loader) while the device idles: its Python after the arrow read (4,097-token
+#     lines packed from lists, the 10,000-line shuffle buffer's pop, causal_lm's IntTensor and
+#     clone, default_collate) replayed at 3.1 ms a step of 2 lines on this repository's shared
+#     2-core CPU (torch 2.13), 0.3% of the 7B H100's 1.09 s step; the run's host not stated:
+#     not timed. What is left untimed is under 1% of that step, against the 20% (218 ms of
+#     1,092) its figure implies missing.
+# Differential (README @5e522b4: "we use the exact same scripts and configurations for these
+# GPUs"): measured H100 / A100 tokens a GPU 7500 / 3700 = 2.03 (7B), 1550 / 700 = 2.21 (34B),
+# 800 / 370 = 2.16 (70B); estimated 2.39, 2.64, 2.70. Same code, same FSDP1, the faster network
+# on the H100s: what the H100 rows miss scales with the GPU (the comment above
+# _hopper_compute_gap), not with FSDP1's machinery or the loop.
 def _fms_fsdp1_gap(run: dict, row: Row) -> str:
     """The IBM FSDP blog's rows, as their code ran them (foundation-model-stack/fms-fsdp @5e522b4,
     2024-03-13, the post's date): torch FSDP1 (``FullyShardedDataParallel``, flat parameters,
@@ -1401,7 +1464,11 @@ def _fms_fsdp1_gap(run: dict, row: Row) -> str:
             "limit_all_gathers) over IBM FMS's Llama: timed as FSDP2's per-block units with "
             "FSDP1's flat-gradient cat"
             + (" under HSDP (dp_shard 8)" if run["job"].get("zero", "").startswith("HSDP")
-               else "") + " (FMS's fp32 eager rotary timed, model_code fms)"
+               else "") + " (FMS's fp32 eager rotary timed, model_code fms); its loop's clip at "
+            "1.0 timed; checked at 5e522b4 and ruled out (the comment above _fms_fsdp1_gap): "
+            "FSDP1's rate limiter (no unit's gather outlasts the compute beside it), the "
+            "replicas' all-reduce on its own stream, the flat parameters' count, the loop's two "
+            "host reads and its num_workers=0 loader, under 1% of the step together"
             + ("; not the network: the same no-compile MFU on 464 H100s over 3.2 Tbps a node "
                "(pytorch.org/blog/maximizing-training-throughput, Table 2)" if h100 else ""))
 
