@@ -1544,23 +1544,53 @@ def _predicted_of(run_id: str) -> float | None:
     return predict(run).predicted
 
 
-def ring_base_run(run: dict) -> dict | None:
-    """The CP 1 run of ``run``'s series: same source table, model, GPU and layout but for CP,
-    holding as many tokens a rank (its ``seq`` = ``run``'s / CP); None when ``run`` is not a
-    CP run or its table has no such row."""
+def ring_series_run(run: dict, cp: int) -> dict | None:
+    """The run of ``run``'s series at CP ``cp``: same source table, model, GPU and layout but
+    for CP, holding as many tokens a rank (its ``seq`` = ``run``'s x ``cp`` / ``run``'s CP);
+    None when ``cp`` is not below ``run``'s CP or its table has no such row."""
     job = run["job"]
-    cp = job.get("cp") or 1
-    if cp <= 1:
+    own = job.get("cp") or 1
+    if not 1 <= cp < own:
         return None
     same = ("tp", "pp", "micro_batch", "checkpointing", "float8", "runtime")
     for other in json.loads(RUNS.read_text())["runs"]:
         o = other["job"]
         if (other["source"] == {**run["source"], "row": other["source"].get("row")}
                 and other["model"] == run["model"] and other["hardware"] == run["hardware"]
-                and (o.get("cp") or 1) == 1 and o.get("seq") * cp == job.get("seq")
+                and (o.get("cp") or 1) == cp and o.get("seq") * own == job.get("seq") * cp
                 and all(o.get(k) == job.get(k) for k in same)):
             return other
     return None
+
+
+def ring_base_run(run: dict) -> dict | None:
+    """The CP 1 run of ``run``'s series (:func:`ring_series_run`); None when ``run`` is not a
+    CP run or its table has no such row."""
+    return ring_series_run(run, 1)
+
+
+def ring_previous_run(run: dict) -> dict | None:
+    """The run of ``run``'s series at the largest CP below ``run``'s (:func:`ring_series_run`):
+    the row whose ring ``run``'s adds the fewest steps to; None where there is none."""
+    for cp in range((run["job"].get("cp") or 1) - 1, 0, -1):
+        other = ring_series_run(run, cp)
+        if other is not None:
+            return other
+    return None
+
+
+def _ring_ratio(run: dict, row: Row, other: dict | None) -> float | None:
+    """``(1/measured - 1/measured_o) / (1/predicted - 1/predicted_o)`` in the rows' tokens/s
+    per GPU, ``other`` (a run of ``run``'s series at a lower CP) the ``o``; None without
+    ``other`` or where the figures are not a rate of tokens."""
+    if other is None or row.predicted is None or not row.unit.startswith("tokens/s") \
+            or other["measured"]["unit"] != run["measured"]["unit"]:
+        return None
+    p1 = _predicted_of(other["id"])
+    m1 = other["measured"]["value"]
+    if p1 is None:
+        return None
+    return (1 / row.measured - 1 / m1) / (1 / row.predicted - 1 / p1)
 
 
 def ring_step_ratio(run: dict, row: Row) -> float | None:
@@ -1570,15 +1600,62 @@ def ring_step_ratio(run: dict, row: Row) -> float | None:
     GPU. Both runs hold the same tokens a rank, so the difference is the CP - 1 later ring
     steps (each the same sub-SDPA work) and the ring's machinery; None without a base run
     or where the figures are not a rate of tokens."""
-    base = ring_base_run(run)
-    if base is None or row.predicted is None or not row.unit.startswith("tokens/s") \
-            or base["measured"]["unit"] != run["measured"]["unit"]:
-        return None
-    p1 = _predicted_of(base["id"])
-    m1 = base["measured"]["value"]
-    if p1 is None:
-        return None
-    return (1 / row.measured - 1 / m1) / (1 / row.predicted - 1 / p1)
+    return _ring_ratio(run, row, ring_base_run(run))
+
+
+def ring_marginal_ratio(run: dict, row: Row) -> float | None:
+    """:func:`ring_step_ratio` against the series' run at the next lower CP
+    (:func:`ring_previous_run`) instead of its CP 1 run: what only the ring steps ``run``
+    adds to that row cost, measured over estimated. Equal to :func:`ring_step_ratio` at
+    CP 2 (its previous row is the CP 1 one). Per-step costs (a kernel's rate, an exchange's
+    bandwidth, a merge's traffic) give every CP the same marginal ratio.
+
+    Read on torchtitan's CP rows (issue 31, helper ttcp; main 4063f1e), each against its
+    series' next lower CP: the 8B's ring steps cost 0.85x (CP 1 to 2), 1.77x
+    (2 to 4) and 1.46x (4 to 8) the estimate's, the 405B's 1.12x, 0.87x, 1.20x. A cost that
+    each ring step carries (a kernel's rate, a link's bandwidth, a merge's traffic) reads the
+    same at every CP; the 8B's does not, and its jump lies between CP 2 and CP 4, where the
+    sub-SDPA shapes (32,768 queries against 16,384 keys, or 16,384 against 32,768) do not
+    change. A layer and ring step of the 8B (32 query heads after repeat_kv, head dim 128,
+    H100-SXM-96GB at 500 W) is estimated at 164 ms (CP 1 to 2) and 156 ms (2 to 4, 4 to 8),
+    144 ms of it the sub-SDPA forward, recompute and backward (8.8 TFLOP forward: 29, 29 and
+    86 ms); measured, 140, 277 and 228 ms: -24, +121 and +72 ms. Checked against that, each
+    as timed here (:func:`_torch_cp_gap`; torch's ``_templated_ring_attention`` and its
+    backward read at pytorch/pytorch@0123248a (2025): the runs' torch 1963fc8 is not in the
+    source index, and ttcp2 found the late-2024 ring the same):
+
+    - the rotate method: torchtitan@9dec370's default "allgather" (one all-gather of every
+      rank's K and V a ring, ``_AllGatherRotater.exchange_buffers`` "only need to perform the
+      allgather once"), three a layer (forward, recompute, backward), each waited for where
+      issued (:func:`torch_cp_traced`): 1.5, 4.5 and 10.5 ms a layer at CP 2, 4, 8
+      (``collective_time`` over NVLink at 0.8), so at most 4.5 ms a layer and added step.
+    - repeat_kv: torchtitan's Llama repeats K and V to the 32 query heads before SDPA and
+      the engine profile times it (``sdpa_repeat_kv``): 537 MB of K and V a rank and layer
+      gathered, 4x the GQA's 134 MB; already the larger figure.
+    - the fp32 merges (``_SDPAMerger``, ``convert_to_f32`` True): traced, 1.3 GB forward and
+      5.6 GB backward a layer and added step (:func:`~gpuplan.compute.parallel.
+      torch_cp_merge_bytes`, the CP 4 to 8 difference over 4 steps) at 2.04 TB/s: 0.7 ms,
+      the recompute's 0.7 ms and 2.8 ms.
+    - the backward's ring: the fp32 dK/dV of 32 heads (1.07 GB) sent each step by the
+      all-to-all rotater (``dkv_rotater``, ``_RotateMethod.ALL_TO_ALL``), each exposed:
+      3.0 ms a step. With the three above, about 12 ms a layer and added step: the +72 to
+      +121 ms missing would need six to ten times all of it.
+    - a slower link than NVLink's 0.8: the exchanges ten times slower would add ~95 ms a
+      layer at CP 2 (10.5 ms a layer there), whose added step is 24 ms under the estimate;
+      the 405B's ring, over InfiniBand, reads 0.87x-1.20x.
+    - float8: torchao's Float8Linear sees the rank's local tokens (``context_parallel``
+      shards the buffers to local tensors, ``_context_parallel_buffers``' ``to_local()``;
+      only the SDPA's inputs become DTensors, ``sdpa_input_fn``), 32,768 a rank at every CP
+      of the series: nothing of it grows with the ring steps.
+    - load balancing: ``_ContextParallelOptions.enable_load_balance`` True by default
+      (``context_parallel`` then shards by ``_generate_round_robin_indices``); were it off,
+      the last rank would run its causal block and CP - 1 unmasked full blocks, each added
+      step twice the balanced one: 2x at CP 2, which reads 0.85x.
+
+    What is missing is not identified (no device to profile the rows: a per-rank trace of
+    the CP 2 and CP 4 steps would show whether the sub-SDPA kernels or the waits between
+    them take the +121 ms)."""
+    return _ring_ratio(run, row, ring_previous_run(run))
 
 
 def _torch_cp_gap(run: dict, row: Row) -> str:
@@ -1612,11 +1689,12 @@ def _torch_cp_gap(run: dict, row: Row) -> str:
     1.46x (CP 8) the estimate's, the 405B series' (TP 8 PP 8; the same 32,768 tokens and
     head dim a rank, the same sub-SDPA shapes at half the heads) 1.12x, 0.96x, 1.09x
     (validate_speed at ttcp2's base, main 80427c6): a slower attention kernel would slow
-    both series' steps alike, and the 8B's own CP 2 steps too. The 8B's CP 4 and CP 8 steps
-    run over the estimate by the same factor, so what is missing costs the same each ring
-    step rather than growing with CP; what it is was not identified (no device to profile
-    them; torchtitan's TPS/GPU divides by cp x tp x pp, train.py ``non_data_parallel_size``
-    @9dec370, as gpuplan's per-GPU rate does, so the figure's unit is not it)."""
+    both series' steps alike, and the 8B's own CP 2 steps too. torchtitan's TPS/GPU divides
+    by cp x tp x pp (train.py ``non_data_parallel_size`` @9dec370), as gpuplan's per-GPU
+    rate does, so the figure's unit is not it.
+
+    Step by step, and what each ring step's machinery costs as timed (issue 31, helper ttcp):
+    :func:`ring_marginal_ratio`'s docstring; not identified."""
     if "torchtitan 9dec370" not in (run.get("notes") or "") or (run["job"].get("cp") or 1) <= 1:
         return ""
     ratio = ring_step_ratio(run, row)
@@ -1624,11 +1702,20 @@ def _torch_cp_gap(run: dict, row: Row) -> str:
     if ratio is not None:
         head += (f": the ring steps added to the series' CP 1 row cost {ratio:.2f}x the "
                  "estimate's")
+    prev = ring_previous_run(run)
+    marginal = ring_marginal_ratio(run, row)
+    if marginal is not None and (prev["job"].get("cp") or 1) > 1:
+        head += f", those added to its CP {prev['job']['cp']} row {marginal:.2f}x"
     return (head + "; checked and timed as run: FlashAttention-2 sub-SDPA calls "
             "(torchtitan 9dec370 sdpa_kernel FLASH/EFFICIENT under CP), the round-robin "
-            "halves unmasked (s^2/2CP scores a rank), one flash backward a step; the 8B "
-            "series' excess at CP 4-8 against the 405B series' ~1x at the same per-rank "
-            "shapes rules out the kernel's rate; cause not identified")
+            "halves unmasked (s^2/2CP scores a rank), one flash backward a step, the "
+            "all-gather rotater, K and V repeated to the query heads, the fp32 merges and "
+            "dK/dV ring (together ~12 ms a layer and ring step, against the 8B's +72 to +121 "
+            "ms missing); float8 (the same tokens a rank at every CP) and load balancing "
+            "(off, CP 2's added step would read 2x) ruled out; the 8B series' excess at CP 4-8 "
+            "against the 405B series' ~1x at the same per-rank shapes rules out the kernel's "
+            "rate; a per-step cost would read the same at every CP, the 8B's jumps between "
+            "CP 2 and CP 4; cause not identified")
 
 
 def _torch_pp_gap(run: dict, row: Row) -> str:

@@ -654,6 +654,31 @@ def test_torch_cp_rows_name_what_their_ring_was_checked_for(rows):
     assert vs.ring_step_ratio(llama3.run, llama3) is None
 
 
+def test_torch_cp_rows_read_the_ring_steps_each_row_adds_to_the_one_before(rows):
+    # issue 31, ttcp: the ring steps a row adds to its series' next lower CP row, measured
+    # over estimated, by hand from the two rows' published (performance.md Table 2, TPS/GPU)
+    # and predicted figures
+    cp1, cp2, cp4, cp8 = (_tt(rows, f"2-llama31-8b-{x}-float8") for x in (
+        "fsdp8-cp1-s32768", "fsdp4-cp2-s65536", "fsdp2-cp4-s131072", "fsdp1-cp8-s262144"))
+    assert (cp2.measured, cp4.measured, cp8.measured) == (2540, 1071, 548)
+    assert vs.ring_previous_run(cp8.run)["id"] == cp4.run["id"]
+    assert vs.ring_previous_run(cp4.run)["id"] == cp2.run["id"]
+    assert vs.ring_previous_run(cp2.run)["id"] == cp1.run["id"]
+    assert vs.ring_series_run(cp8.run, 2)["id"] == cp2.run["id"]
+    assert vs.ring_previous_run(cp1.run) is None and vs.ring_series_run(cp4.run, 8) is None
+    by_hand = (1 / 1071 - 1 / 2540) / (1 / cp4.predicted - 1 / cp2.predicted)
+    assert vs.ring_marginal_ratio(cp4.run, cp4) == pytest.approx(by_hand, rel=1e-9)
+    # at CP 2 the row before is the CP 1 one: the two readings agree
+    assert vs.ring_marginal_ratio(cp2.run, cp2) == pytest.approx(
+        vs.ring_step_ratio(cp2.run, cp2), rel=1e-12)
+    gap = vs._torch_cp_gap(cp4.run, cp4)
+    assert f"those added to its CP 2 row {by_hand:.2f}x" in gap
+    assert "those added to its CP" not in vs._torch_cp_gap(cp2.run, cp2)
+    # the reading the note rests on: the 8B's CP 2 to 4 steps cost more over the estimate
+    # than its CP 1 to 2 step, at the same sub-SDPA shapes a rank
+    assert vs.ring_marginal_ratio(cp4.run, cp4) > vs.ring_marginal_ratio(cp2.run, cp2)
+
+
 
 def test_fsdp_machinery_gap_names_the_fsdp_rows_and_not_megatron(rows):
     """The FSDP machinery note (issue 31, fsdpbias: a negative result) reads on llm-foundry's
