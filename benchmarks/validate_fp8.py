@@ -638,8 +638,12 @@ B200_EP8_CHECKS = (
     "graphs: host 0.24 s a step), Qwen3-235B-A22B 1.71 -> 1.87, 1.24 -> 1.32, 1.17 -> 1.35, "
     "1.29 -> 1.40 (host-bound in the estimate: host over device 1.04-1.18 against DeepSeek-V3's "
     "0.76-0.79). And the graphed 25.09 DeepSeek-V3 runs miss as much as the eager 25.11 one "
-    "(1.59 / 1.51 against 1.53): the miss is the device's, not the host's. The 32 us stands "
-    "(it holds the Python of TE's modules too); not the miss.",
+    "(1.59 / 1.51 against 1.53): the miss is the device's, not the host's. For the expert GEMMs "
+    "the 32 us is likely high (TE issues them and each split quantize from a C++ loop: the "
+    "11.6 us bound, and TE issue #2897's ~10 us an expert of Python loops), so the host-bound "
+    "Qwen3-235B-A22B estimates rest on it and their device side is further off; not changed "
+    "here: no measurement of the whole per-expert host path on a DGX B200's host, and the "
+    "Qwen3-30B-A3B rows ride the same charge. Not the miss.",
     "The EP exchange inside the DGX B200 node: deepseek-ai/DeepEP branch hybrid-ep, "
     "docs/README_Hybrid-EP.md 'B200 Platform' at 94a9f8f6 (B200, 8 ranks, 4,096 tokens, hidden "
     "7,168, top-8, random uniform router): HybridEP (Torch API, 16 SMs) 535.94 GB/s BF16 "
@@ -649,8 +653,11 @@ B200_EP8_CHECKS = (
     "rank) at 0.8 of NVLink 5's 900 GB/s, 0.603 ms. The 26.02 DeepSeek-V3 row, the only B200 "
     "row under HybridEP, timed with the measured exchange: 1.3155 -> 1.3185. Not the miss for "
     "that row. Left open: the rows under the alltoall dispatcher miss about twice as much a layer "
-    "pass (9.6-11.0 ms) as the HybridEP one (5.7) while the two exchanges are charged alike; no "
-    "NCCL all-to-all measurement on a DGX B200 was found, and the 26.02 run differs also in "
+    "pass (9.6-11.0 ms) as the HybridEP one (5.7) while the two exchanges are charged alike (the "
+    "estimate's alltoall path adds only its permutation copies, moe.dispatch 0.71 ms a layer "
+    "pass, which HybridEP does inside its kernel): for the 4.7 ms difference to be that "
+    "path's, its four NCCL exchanges and those copies (3.1 ms charged) would take 2.5x their "
+    "charge. No NCCL all-to-all measurement on a DGX B200 was found, and the 26.02 run differs also in "
     "Megatron-Core (b0cc2706 against 0d8e0714), TE and the global batch: not modelled.",
     "The experts' gradients: Megatron-Core reduces them over the expert data-parallel group, "
     "TP x DP / EP ranks 8 apart -- 2 for DeepSeek-V3 (one GPU of each of two nodes, one NIC), 4 "
