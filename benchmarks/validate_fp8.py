@@ -731,6 +731,90 @@ def _later_lines(rows: list[Row]) -> list[str]:
                                                                   QWEN3_30B_CHECKS]
 
 
+#: What was checked for the B200 rows of the large MoE models (issue 30: DeepSeek-V3 at PP 16 x
+#: EP 8, 32 local experts; Qwen3-235B-A22B at PP 8 x EP 8, 16; ratios 1.17-1.71, against
+#: 1.04-1.12 for the same models on GB200 at EP 32-64), sized on gpuplan's own breakdown of the
+#: rows' Jobs. Printed under :data:`DROPLESS_OVERLAP_CHECKS`; nothing here is taken into the Job.
+B200_EP8_CHECKS = (
+    "The rows against their sources: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at "
+    "df0289c1 (the 26.02 and 25.11 DGX-B200 tables: DeepSeekV3 256 GPUs FP8-MX GBS 4096 MBS 1 "
+    "PP 16 VP n/a EP 8 GA 256, 2,689; DeepSeekV3 (w/ MTP) GBS 2048 PP 16 VP 1 EP 8 GA 128, "
+    "2,139; Qwen3_235B_a22B 256 GPUs GBS 8192 PP 8 VP n/a EP 8 GA 256, 3,805; 64 GPUs GBS 1024 "
+    "PP 8 VP 2 EP 8 GA 128, 3,269) and at 7af9601c (25.09: DeepSeekV3 (tokendrop) PP 16 EP 8 GA "
+    "128, 2,265 (2,159); Qwen3_235B_a22B (tokendrop) 64 GPUs PP 8 VP 2 EP 8, 4,104 (4,275)), "
+    "sequence 4096, TP 1, CP 1 throughout; the configs at the tags (DEEPSEEK_V3_B200_BASE_CONFIG "
+    "in scripts/performance/configs/deepseek/workload_base_configs.py at 7af9601c, "
+    "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _V2 in deepseek_workload_base_configs.py at 21b02e0c, "
+    "recompute_modules mla_up_proj, the V1 hybridep, V2 GBS 4096; "
+    "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_CS_V1 / _V2 in qwen3_workload_base_configs.py at "
+    "21b02e0c, no recompute, no flex backend, 256 GPUs and GBS 8192 in V2) agree with the "
+    "recorded recipes; no row changed. The DeepSeek-V3 common configs set grad_reduce_in_fp32 "
+    "False (deepseek_llm_pretrain.py set_deepseek_v3_common_configs at 7af9601c): the Job's "
+    "2-byte gradients (15.85 GB a 25.11 rank).",
+    "Where the step goes (estimate against measured, s): DeepSeek-V3 25.11 10.01 against 15.32 "
+    "-- the busiest stage's compute 8.06, bubble 1.00, EP exchanges 0.48, pipeline sends 0.38, "
+    "data-parallel 0.08; 26.02 18.53 against 24.37 (15.53 / 0.98 / 1.17 / 0.76 / 0.08); "
+    "Qwen3-235B-A22B 26.02 26.71 against 34.45 (21.52 / 0.70 / 4.04 / 0.44 / 0.02). The miss "
+    "over the micro-batches and a middle stage's MoE layers is 10.4 ms a DeepSeek-V3 layer pass "
+    "at 25.11, 11.0 / 9.6 at 25.09 (MXFP8 / FP8-CS), 5.7 at 26.02, against the estimate's own "
+    "16.8 (14.55 of kernels, 2.29 of exchanges, 25.11); Qwen3-235B-A22B 5.4 (25.11), 2.0 / 1.5 "
+    "(25.09), 2.5 (26.02) ms.",
+    "The host's charge per TE GEMM: every kernel Megatron-Core issues, each expert GEMM of TE's "
+    "multi-stream grouped GEMM and each split quantize's launch included, is charged "
+    "eager_host_fwd_s (32 us, compute/efficiency.py; the megatron profile's host_issue eager "
+    "and python_backward, engines/profiles.py), where TE pull request #2045's H100 run bounds "
+    "the C++ issue of one cuBLASLt GEMM at 11.6 us (`MOE_LOCAL_EXPERT_CHECKS`). Lowering it can "
+    "only raise these estimates: at 11.6 us on every kernel (a bound on the move) DeepSeek-V3 "
+    "1.53 -> 1.57 (25.11), 1.32 -> 1.35 (26.02), the 25.09 rows unmoved (whole-layer CUDA "
+    "graphs: host 0.24 s a step), Qwen3-235B-A22B 1.71 -> 1.87, 1.24 -> 1.32, 1.17 -> 1.35, "
+    "1.29 -> 1.40 (host-bound in the estimate: host over device 1.04-1.18 against DeepSeek-V3's "
+    "0.76-0.79). And the graphed 25.09 DeepSeek-V3 runs miss as much as the eager 25.11 one "
+    "(1.59 / 1.51 against 1.53): the miss is the device's, not the host's. For the expert GEMMs "
+    "the 32 us is likely high (TE issues them and each split quantize from a C++ loop: the "
+    "11.6 us bound, and TE issue #2897's ~10 us an expert of Python loops), so the host-bound "
+    "Qwen3-235B-A22B estimates rest on it and their device side is further off; not changed "
+    "here: no measurement of the whole per-expert host path on a DGX B200's host, and the "
+    "Qwen3-30B-A3B rows ride the same charge. Not the miss.",
+    "The EP exchange inside the DGX B200 node: deepseek-ai/DeepEP branch hybrid-ep, "
+    "docs/README_Hybrid-EP.md 'B200 Platform' at 94a9f8f6 (B200, 8 ranks, 4,096 tokens, hidden "
+    "7,168, top-8, random uniform router): HybridEP (Torch API, 16 SMs) 535.94 GB/s BF16 "
+    "dispatch, 530.86 combine, on the rows a rank receives. At DeepSeek-V3's 256 experts over 8 "
+    "ranks a token reaches 5.29 of them (hybridep_rows: 21,687 rows a rank, 311 MB): 0.583 ms an "
+    "exchange, where gpuplan charges NCCL's all-to-all of the 8 copies (470 MB, 7/8 leaving the "
+    "rank) at 0.8 of NVLink 5's 900 GB/s, 0.603 ms. The 26.02 DeepSeek-V3 row, the only B200 "
+    "row under HybridEP, timed with the measured exchange: 1.3155 -> 1.3185. Not the miss for "
+    "that row. Left open: the rows under the alltoall dispatcher miss about twice as much a layer "
+    "pass (9.6-11.0 ms) as the HybridEP one (5.7) while the two exchanges are charged alike (the "
+    "estimate's alltoall path adds only its permutation copies, moe.dispatch 0.71 ms a layer "
+    "pass, which HybridEP does inside its kernel): for the 4.7 ms difference to be that "
+    "path's, its four NCCL exchanges and those copies (3.1 ms charged) would take 2.5x their "
+    "charge. No NCCL all-to-all measurement on a DGX B200 was found, and the 26.02 run differs also in "
+    "Megatron-Core (b0cc2706 against 0d8e0714), TE and the global batch: not modelled.",
+    "The experts' gradients: Megatron-Core reduces them over the expert data-parallel group, "
+    "TP x DP / EP ranks 8 apart -- 2 for DeepSeek-V3 (one GPU of each of two nodes, one NIC), 4 "
+    "for the 26.02 Qwen3-235B-A22B row -- where gpuplan charges a stage's whole gradient as an "
+    "all-reduce over its 16 / 32-rank data-parallel group over every NIC of the nodes (0.093 s "
+    "full, 0.079 exposed, DeepSeek-V3 25.11). gpuplan's own reduce-scatter of all 15.85 GB over "
+    "the 2-rank group takes 0.198 s, its all-gather as much (9.10 GB over 4 ranks, 0.171 s each, "
+    "for Qwen3-235B-A22B 26.02): at most 0.4 s more a step, and less where the stage's last "
+    "backward and its 1F1B cool-down hide it -- DeepSeek-V3 1.53 -> 1.48 at the most, "
+    "Qwen3-235B-A22B 1.29 -> 1.27. Not the miss; not modelled.",
+    "The pipeline at PP 16 over the nodes' NICs: Megatron-Core's rank order (tp-cp-ep-dp-pp) "
+    "fills a node with the EP group, so every stage-to-stage send crosses InfiniBand on its "
+    "GPU's own 400 Gb/s NIC; each is charged exposed (1F1B's paired blocking sends: 2 a "
+    "micro-batch, 58.7 MB each at 1.48 ms: 0.38 s a 25.11 DeepSeek-V3 step), and the bubble in "
+    "full (15 slots of the busiest stage's 67 ms: 1.00 s). Together 1.4 s of a 15.3 s step "
+    "whose miss is 5.3 s: doubled they would not hold it. The stages are even in the estimate "
+    "(a middle stage's 4 MoE layers 58.2 ms + 9.2 ms of exchanges against the last stage's "
+    "layer, MTP layer and two heads 63.0 + 4.6 ms: DEEPSEEK_SPLIT (16, 1), the recipe's "
+    "layout_map at 7af9601c).",
+    "Memory-driven recompute: none beyond the recorded one. gpuplan's memory puts the rows at "
+    "93-164 GB of the B200's 178 GB (DeepSeek-V3 121 GB with mla_up_proj at 25.11 / 26.02, "
+    "157-164 GB at 25.09 without; Qwen3-235B-A22B 93-151 GB), so the configs' recompute is all the "
+    "Jobs need, and all they run.",
+)
+
+
 def recipe_fields(run: dict, notes: list[str]) -> dict:
     """The Job fields a row's recorded Megatron-Bridge recipe sets (``run['recipe']``): the
     batch-level EP overlap (``moe_a2a_overlap`` -> ``ep_overlap``), the flex dispatcher's
@@ -1232,6 +1316,9 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
     out += ["", "Checked of what 25.11 changed beside the pipeline for those rows (dropless routing "
             "with the EP overlap; `DROPLESS_OVERLAP_CHECKS`):", ""]
     out += [f"- {c}" for c in DROPLESS_OVERLAP_CHECKS]
+    out += ["", "Checked for the B200 rows of DeepSeek-V3 and Qwen3-235B-A22B (PP 8-16 across "
+            "the nodes, EP 8 inside one; `B200_EP8_CHECKS`):", ""]
+    out += [f"- {c}" for c in B200_EP8_CHECKS]
     return out
 
 
