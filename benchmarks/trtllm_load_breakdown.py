@@ -15,8 +15,13 @@ Three sections, all from the model and the published figures, nothing fitted:
 * **A GEMM at 1-256 rows on an H100** (published/hopper_small_m_gemm.json: cuBLAS bf16, CUTLASS
   and DeepGEMM FP8, as vLLM pull requests printed them): each time against its one-row time,
   beside the speed model's time for the same M x N x K (reading 2 of the conclusion).
-* **Per-request work** of TensorRT-LLM's executor loop, sized from first principles at 64
-  sequences where it can be.
+* **When the rated runs ended**: each online row's makespan against its arrivals' span plus
+  one mean request, the test of fixed lengths at a stated rate.
+* **An engine batch other than 0.14's default** (the four 202/214 "INF" rows simulated at a
+  max_batch_size of 256 and 128 beside trtllm-build 0.14's 2048): what an unstated batch limit
+  would do to the rows' TTFT, ITL and throughput.
+* **Per-request work** of TensorRT-LLM's executor loop and of Triton's streaming path at the
+  0.14 release, sized from first principles at 64 sequences where it can be.
 
     PYTHONPATH=src python benchmarks/trtllm_load_breakdown.py [--write]
 """
@@ -95,6 +100,71 @@ def short_of_rate(rows: list[dict], share: float = 0.9, queue: float = 1.5) -> l
             base[key] = r
     return [r for r in rows if r["achieved"] < share * r["qps"]
             and r["ttft"] <= queue * base[r["id"].rsplit("-qps", 1)[0]]["ttft"]]
+
+
+
+
+def makespan_excess(srow: dict) -> tuple[float, float]:
+    """How much later a rated row's run ended than fixed lengths allow, and the Poisson spread of
+    that end: the makespan the server's completed rate gives (n over the completed rate) less
+    the arrivals' span (n / rate) plus one request's mean latency (TTFT + (o - 1) x ITL), and
+    the standard deviation of n exponential gaps at the rate (sqrt(n) / rate), in seconds. With
+    fixed lengths and no queue the last request ends one mean latency after it arrives."""
+    m, n, o = srow["measured"], srow["num_requests"], srow["output_len"]
+    rate = srow["load"]["request_rate"]
+    latency_s = (m["ttft_ms"]["value"] + (o - 1) * m["itl_ms"]["value"]) / 1e3
+    return n / achieved_rate(srow) - (n / rate + latency_s), n ** 0.5 / rate
+
+
+def makespan_rows(queue: float = 1.5) -> list[dict]:
+    """Every rated online row with no queue (TTFT within ``queue`` x its configuration's TTFT
+    at the lowest rate, as :func:`short_of_rate`), with its :func:`makespan_excess`."""
+    rows = [r for r in json.loads(SERVING.read_text())["runs"]
+            if r["source_group"] == "tensorrt-llm-online" and r["load"]["request_rate"]]
+    base: dict[str, float] = {}
+    for r in sorted(rows, key=lambda r: -r["load"]["request_rate"]):
+        base[r["id"].rsplit("-qps", 1)[0]] = r["measured"]["ttft_ms"]["value"]
+    out = []
+    for r in rows:
+        if r["measured"]["ttft_ms"]["value"] <= queue * base[r["id"].rsplit("-qps", 1)[0]]:
+            excess, sd = makespan_excess(r)
+            out.append({"id": r["id"], "qps": r["load"]["request_rate"], "excess_s": excess,
+                        "sd_s": sd, "varied": r["id"].rsplit("-qps", 1)[0].endswith("202-214")})
+    return out
+
+#: max_batch_size values an engine might have been built with instead of trtllm-build 0.14's
+#: 2048 (release-notes.md @b47198a2; 256 was the default from 0.11.0 to 0.13): the page states
+#: none for its online table
+BATCH_LIMITS = (256, 128)
+#: the figures the online table quotes per row and the simulation predicts
+FIGURES = ("ttft_ms", "itl_ms", "output_tokens_per_s")
+
+
+def batch_limited(srow: dict, max_num_seqs: int) -> dict:
+    """``srow`` simulated as validate_capacity.py does, but with the engine's max_batch_size at
+    ``max_num_seqs`` (gpuplan capacity's ``--max-num-seqs``); the row itself is not changed."""
+    flags = dict(srow.get("server_flags") or {}, max_num_seqs=max_num_seqs)
+    return validate_capacity.predict(dict(srow, server_flags=flags)).predicted
+
+
+def toward(measured: float, before: float, after: float) -> bool:
+    """Whether ``after`` is nearer ``measured`` than ``before`` is."""
+    return abs(after - measured) < abs(before - measured)
+
+
+def batch_limit_rows(limits: tuple[int, ...] = BATCH_LIMITS) -> list[dict]:
+    """The 202/214 "INF" rows (every request at once), simulated at the 0.14 default and at
+    each of ``limits``."""
+    out = []
+    for srow in json.loads(SERVING.read_text())["runs"]:
+        if (srow["source_group"] != "tensorrt-llm-online" or srow["load"]["request_rate"]
+                is not None or not srow["id"].endswith("-202-214-qpsinf")):
+            continue
+        meas = {k: srow["measured"][k]["value"] for k in FIGURES}
+        sims = {None: validate_capacity.predict(srow).predicted}
+        sims.update({b: batch_limited(srow, b) for b in limits})
+        out.append({"id": srow["id"], "meas": meas, "sims": sims})
+    return out
 
 
 def _logged(fn):
@@ -409,6 +479,110 @@ static library; these are the first open-sourced versions of the same loop):
 """
 
 
+
+def _batch_limit_section(rows: list[dict]) -> list[str]:
+    lines = ["## An engine batch other than 0.14's default", "",
+             "The online table states nothing of its build or server beyond version 0.14.0, 500 "
+             "requests and BF16: perf-overview.md @258c754 has no method section for it, and its "
+             "build commands (`trtllm-bench build` with a dataset's tuning heuristics, or "
+             "`--max_batch_size` / `--max_num_tokens` given) are the throughput table's, at "
+             "v0.17. gpuplan runs trtllm-build 0.14's defaults (max_batch_size 2048, "
+             "max_num_tokens 8192; tensorrtllm_backend v0.14.0 passes the engine's own to the "
+             "executor). The four 202/214 \"INF\" rows, whose throughput is simulated about 2x "
+             "the measured, at a smaller engine batch (256 was trtllm-build's default from 0.11.0 "
+             "to 0.13.0; release-notes.md @b47198a2):", "",
+             "| row | max_batch_size | TTFT ms sim / meas | ITL ms sim / meas | output tok/s sim / "
+             "meas |", "|---|---:|---|---|---|"]
+    for r in rows:
+        m = r["meas"]
+        for b, p in r["sims"].items():
+            lines.append(f"| {r['id'].removeprefix('trtllm-online-')} | {b or 2048} | "
+                         f"{p['ttft_ms']:,.0f} / {m['ttft_ms']:,.0f} | {p['itl_ms']:.1f} / "
+                         f"{m['itl_ms']:.0f} | {p['output_tokens_per_s']:,.0f} / "
+                         f"{m['output_tokens_per_s']:,.0f} |")
+    moves = {b: sum(all(toward(r["meas"][k], r["sims"][None][k], r["sims"][b][k])
+                        for k in FIGURES) for r in rows) for b in BATCH_LIMITS}
+    tok = [r["sims"][b]["output_tokens_per_s"] / r["meas"]["output_tokens_per_s"]
+           for r in rows for b in BATCH_LIMITS]
+    lines += ["", "A smaller batch lengthens TTFT (prompts wait for a free slot) and shortens ITL "
+              "(fewer sequences a step); rows on which it moves all three figures toward the "
+              "measured ones: " + ", ".join(f"{n} of {len(rows)} at {b}" for b, n in moves.items())
+              + f". The throughput stays {min(tok):.2f}-{max(tok):.2f}x the measured at every "
+              "limit, so no unstated batch limit makes these rows' figures together; the "
+              "measured ones are the rows' own (see validate_capacity.md's \"All at once\" table "
+              "for what their means say about the lengths). The default stays.", ""]
+    return lines
+
+
+
+def _makespan_section(rows: list[dict]) -> list[str]:
+    lines = ["## When the rated runs ended", "",
+             "With fixed lengths and no queue, a run at a stated rate ends one mean request "
+             "(TTFT + (output - 1) x ITL) after its last arrival, and the arrivals take n / rate "
+             "give or take sqrt(n) / rate (Poisson; the page does not state the process). The "
+             "makespan the completed rate gives (n x output / output tok/s), less that, on every "
+             "rated row with no queue (TTFT within 1.5x its lowest rate's):", "",
+             "| row | QPS | makespan - (n / rate + mean request) | in Poisson sd |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {r['id'].removeprefix('trtllm-online-')} | {r['qps']:g} | "
+              f"{r['excess_s']:+.1f} s | {r['excess_s'] / r['sd_s']:+.1f} |" for r in rows]
+    var = [r for r in rows if r["varied"]]
+    fixed = [r for r in rows if not r["varied"]]
+    z = sorted(r["excess_s"] / r["sd_s"] for r in fixed)
+    lines += ["", f"The 202/214 rows ended {min(r['excess_s'] for r in var):.1f}-"
+              f"{max(r['excess_s'] for r in var):.1f} s late at every rate "
+              f"({min(r['excess_s'] / r['sd_s'] for r in var):+.1f} to "
+              f"{max(r['excess_s'] / r['sd_s'] for r in var):+.1f} sd, growing with the rate as "
+              "the spread narrows), about the same seconds at each rate of one model and GPU: a "
+              "last request that decodes a few hundred steps longer than the mean one, as the "
+              "\"INF\" rows' means say (validate_capacity.md, \"All at once\"). The 467/256 and "
+              f"467/16 rows with no queue ended within {z[0]:+.1f} to {z[-1]:+.1f} sd "
+              f"({sum(abs(x) <= 2 for x in z)} of {len(z)} within 2 sd). So the 202/214 rows read "
+              "as varied lengths at the stated rates too; the page states no distribution, and "
+              "gpuplan runs them fixed. A cost on the server would lengthen every request, not the "
+              "last one only.", ""]
+    return lines
+
+TRITON_PATH = """## Triton's streaming path at the 0.14 release
+
+Read in triton-inference-server/tensorrtllm_backend at tag v0.14.0 (9958c21), the release the
+online table ran, for a cost that a streamed token pays per request in flight:
+
+* **Detokenisation per token.** `all_models/inflight_batcher_llm/postprocessing/1/model.py`:
+  `execute` batch-decodes the new tokens of every request Triton's dynamic batcher gave it
+  (`self.tokenizer.batch_decode`), first skipping ids at or above `self.tokenizer.vocab_size`.
+  0.13.0 read `len(self.tokenizer.vocab)` there, which tensorrtllm_backend #622 (2024-10-18)
+  timed at about 40 ms an `execute()` and called critical under streaming; 0.14.0 reads the
+  attribute again, so that cost is not in the release that ran.
+* **Its instances.** `postprocessing/config.pbtxt`: `dynamic_batching {}`, `KIND_CPU`, `count:
+  ${postprocessing_instance_count}`. The README's example fills `INSTANCE_COUNT=1`, as do
+  docs/llama.md and ci/L0_backend_trtllm/test.sh; perf-overview.md states no count, so neither
+  how many Python processes detokenised nor what one execute costs is known.
+* **The client's `accumulate_tokens`.** vLLM's `async_request_trt_llm` posts
+  `"accumulate_tokens": True` with every request. At v0.14.0 only `tensorrt_llm_bls` reads an
+  `accumulate_tokens`, and as its model-config parameter (docs/model_config.md: "call the
+  postprocessing model with all accumulated tokens, instead of only one token"), not as a
+  request input; the ensemble has no such input. Which model the table's client called is not
+  stated, so a re-detokenisation of the whole output per token is not assumed.
+* **Off the loop.** `inflight_batcher_llm/src/model_instance_state.cc` `WaitForResponse`: its
+  own thread calls `awaitResponses` (1 ms wait), then `fillTritonResponse` and
+  `TRITONBACKEND_ResponseSend` for each response, taking `mRequestIdToRequestDataMutex` (shared
+  with request entry, not with the executor loop) to look the request up. The executor config
+  (`getExecutorConfigFromParams`) passes `maxBatchSize` / `maxNumTokens` as `std::nullopt`
+  (the engine's).
+* **Published figures.** Searched 2026-12-08 (GitHub issues and pull requests on
+  NVIDIA/TensorRT-LLM, tensorrtllm_backend and triton-inference-server/server): TensorRT-LLM
+  #2613 (streamed slower than not, v0.13.0 through `ensemble/generate_stream`, the
+  postprocessing #622 timed; no per-token figure); server #7548 (0.11.0 on an A100 PCIe, 73.36,
+  193.30 and 193.81 tok/s at 1, 50 and 100 concurrent requests against vLLM's 64.13, 984.55 and
+  1,246.50; no breakdown); tensorrtllm_backend #293 (2024-01: gptSessionBenchmark's static batch of 64 at
+  1,421 tok/s against the Triton server's 43.65, a configuration of that era); TensorRT-LLM PR
+  #6332 (2025-07-28, the PyTorch backend's trtllm-bench: "The overhead of streaming is only
+  revealed when the concurrency gets high enough", no figure). None sizes a cost per streamed
+  response, or per request in flight, of 0.14 behind Triton, so the online ITL gap keeps no
+  term in the model.
+"""
+
 def _conclusion(online: list[dict], offline: list[dict], steps: list[tuple]) -> list[str]:
     small = [r for r in online if 2 <= r["in_flight"] <= 64]
     ratios = [r["sim"] / r["meas"] for r in offline]
@@ -486,7 +660,8 @@ def decode_steps(batches=(1, 2, 8, 32, 64, 127, 128, 256)) -> list[tuple]:
     return out
 
 
-def render(online: list[dict], offline: list[dict], steps: list[tuple]) -> str:
+def render(online: list[dict], offline: list[dict], steps: list[tuple],
+           limited: list[dict] | None = None) -> str:
     s = logits_pass_s(64, 128256, 4, 3.35e12)
     step64_ms = dict(steps[0][1])[64]
     lines = ["Recorded by `PYTHONPATH=src python benchmarks/trtllm_load_breakdown.py --write` "
@@ -504,13 +679,17 @@ def render(online: list[dict], offline: list[dict], steps: list[tuple]) -> str:
     lines += _offline_table(offline) + [""]
     lines += _conclusion(online, offline, steps)
     lines += _gemm_section(gemm_rows(), online)
+    lines += _makespan_section(makespan_rows())
+    if limited:
+        lines += _batch_limit_section(limited)
     lines += [MECHANISMS.format(sampler_mb=2 * 64 * 128256 * 4 / 1e6, sampler_us=s * 1e6,
-                                sampler_pct=100 * s / (step64_ms / 1e3), step64=step64_ms)]
+                                sampler_pct=100 * s / (step64_ms / 1e3), step64=step64_ms),
+              TRITON_PATH]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:
-    text = render(online_rows(), offline_rows(), decode_steps())
+    text = render(online_rows(), offline_rows(), decode_steps(), batch_limit_rows())
     if "--write" in argv:
         OUT_MD.write_text(text)
     else:

@@ -106,3 +106,63 @@ def test_host_cost_contradicted(bd):
     assert not bd.host_cost_contradicted(h100, h200, margin_ms=1.0)
     # more requests in flight on the H200 explains a larger gap there: not a contradiction
     assert not bd.host_cost_contradicted(_row("a", 2.0, 7.0, 8), _row("b", 3.0, 5.0, 7))
+
+
+def test_toward(bd):
+    # 8B H100 202/214 INF (perf-overview.md @258c754): TTFT 1,657 ms measured; 1,171 simulated
+    # at the default batch, 2,286 at 256 -- 629 ms off against 486 ms off, so not nearer
+    assert not bd.toward(1657, 1171, 2286)
+    assert bd.toward(1657, 1171, 1500)
+    assert not bd.toward(21, 23.1, 18.9)      # 2.1 off either way: not strictly nearer
+    assert bd.toward(8291, 17340, 11108)
+
+
+def test_batch_limited_passes_the_limit_and_leaves_the_row(bd, monkeypatch):
+    seen = []
+
+    class _Row:
+        predicted = {"ttft_ms": 1.0}
+
+    def predict(run):
+        seen.append(run)
+        return _Row()
+
+    monkeypatch.setattr(bd.validate_capacity, "predict", predict)
+    row = _serving("trtllm-online-llama-3.1-8b-h100-tp1-202-214-qpsinf")
+    before = json.dumps(row, sort_keys=True)
+    assert bd.batch_limited(row, 256) == {"ttft_ms": 1.0}
+    assert seen[0]["server_flags"] == {"max_num_seqs": 256}
+    assert seen[0]["id"] == row["id"] and json.dumps(row, sort_keys=True) == before
+
+
+def test_batch_limit_section_counts_rows_moved_toward_the_measured(bd):
+    # one row whose limit moves all three figures nearer the measured ones, one that moves TTFT
+    # away: 1 of 2 at each limit
+    meas = {"ttft_ms": 100.0, "itl_ms": 20.0, "output_tokens_per_s": 1000.0}
+    good = {"ttft_ms": 110.0, "itl_ms": 21.0, "output_tokens_per_s": 1500.0}
+    bad = {"ttft_ms": 300.0, "itl_ms": 21.0, "output_tokens_per_s": 1500.0}
+    base = {"ttft_ms": 50.0, "itl_ms": 30.0, "output_tokens_per_s": 2000.0}
+    rows = [{"id": "a", "meas": meas, "sims": {None: base, 256: good, 128: good}},
+            {"id": "b", "meas": meas, "sims": {None: base, 256: bad, 128: bad}}]
+    text = "\n".join(bd._batch_limit_section(rows))
+    assert "1 of 2 at 256, 1 of 2 at 128" in text
+    assert "1.50-1.50x the measured" in text
+
+
+def test_makespan_excess(bd):
+    # perf-overview.md @258c754, 8B H100 202/214 at QPS 32: 4825 output tok/s -> 22.547 req/s
+    # completed, a makespan of 500 / 22.547 = 22.176 s; the arrivals take 500 / 32 = 15.625 s and
+    # a mean request 27 + 213 x 11 = 2370 ms, so it ended 22.176 - 17.995 = 4.18 s late; the
+    # Poisson spread of 500 gaps at 32/s is sqrt(500) / 32 = 0.699 s (5.98 sd)
+    excess, sd = bd.makespan_excess(_serving("trtllm-online-llama-3.1-8b-h100-tp1-202-214-qps32"))
+    assert excess == pytest.approx(500 * 214 / 4825 - 500 / 32 - 2.370, abs=1e-9)
+    assert excess == pytest.approx(4.181, abs=1e-3)
+    assert sd == pytest.approx(0.6988, abs=1e-4)
+
+
+def test_makespan_rows_leave_out_queued_rows(bd):
+    ids = {r["id"] for r in bd.makespan_rows()}
+    # 70B H100 202/214 at QPS 16: TTFT 74 ms against 48 at QPS 2, over 1.5x -- a queue
+    assert "trtllm-online-llama-3.1-70b-h100-tp4-202-214-qps16" not in ids
+    # 8B H100 202/214 at QPS 32: 27 against 19 ms, within 1.5x
+    assert "trtllm-online-llama-3.1-8b-h100-tp1-202-214-qps32" in ids

@@ -344,6 +344,17 @@ _VLLM_HOST = ServingHost(
 #: fewer requests in flight (8 of 22 pairs by more than the 1 ms of the table's whole-millisecond
 #: rounding, before the H200's measured streaming share, compute/device.py MEASURED_STREAM; 3 of
 #: 22 after), which a host cost per request in flight cannot produce; none is fitted.
+#: Checked again at the release that ran (searched 2026-12-08; benchmarks/trtllm_load_breakdown.py,
+#: "Triton's streaming path at the 0.14 release"): tensorrtllm_backend v0.14.0's postprocessing
+#: model reads tokenizer.vocab_size again (0.13.0's len(tokenizer.vocab), #622's ~40 ms an
+#: execute(), is gone); its instance count is a template value every v0.14.0 doc and CI run fills
+#: with 1 and perf-overview.md does not state; the client's "accumulate_tokens": True (vLLM's
+#: async_request_trt_llm) is read only by tensorrt_llm_bls, as a model-config parameter, not by
+#: the ensemble. perf-overview.md @258c754 states no build or server settings for its online
+#: table, and an engine batch of 256 or 128 instead of 2048 moves TTFT, ITL and throughput
+#: together toward the measured on none of the four 202/214 "INF" rows. No issue sizes a cost
+#: per streamed response for 0.14 behind Triton (#2613 ran 0.13.0's postprocessing; server
+#: #7548, 0.11.0, and tensorrtllm_backend #293, 2024-01, give no breakdown).
 _TRTLLM_HOST = ServingHost(
     request_s=8.3e-3, basis="per-request cost fitted, not published: 8.3 ms, the median gap of "
     "measured over simulated TTFT on the QPS-2 rows of TensorRT-LLM 0.14's online serving "
