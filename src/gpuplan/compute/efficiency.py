@@ -27,7 +27,8 @@ from ..engines.profiles import get_engine, runtime_of
 from .flops import Op
 
 __all__ = [
-    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
+    "Constant", "CONSTANTS", "constant", "ATTENTION_CLOCK_SKUS", "attention_clock_share",
+    "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
     "TE_TRAINING_LAYERS", "TE_H200NVL_BARS_MS", "te_training_gemms", "te_training_waves",
     "te_h200nvl_shares", "DEEPGEMM_H800_TFLOPS", "grouped_gemm_k_share", "grouped_gemm_s",
     "kloop_fixed_blocks", "KLOOP_FIXED_ARCHS",
@@ -794,6 +795,34 @@ MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     ("GB200-NVL72", "bf16"): "matmul_gb200_bf16",
     ("GB200-NVL72", "fp8"): "matmul_gb200_fp8",
 })
+
+#: SKUs whose fused attention is timed at a Hopper share (``attn_fwd_hopper_fa2``, its backward:
+#: FlashAttention-2 on an H100 SXM5, a share of *that* chip's datasheet peak) scaled by their own
+#: best-shape BF16 matmul share over the H100 SXM's in the same table
+#: (:func:`attention_clock_share`): SKU -> its MAMF BF16 entry. The attention kernel runs on the same tensor cores at the same
+#: sustained clock as the chip's GEMMs, and the MAMF table reads that clock below the datasheet's
+#: on these parts: GB200 over B200 1.044 (BF16, 1,822.0 / 1,745.0 TFLOP/s), as the device-reported
+#: maximum SM clocks (2,062 / 1,965 MHz = 1.049, the same README's 'Clock speed' table), where
+#: their datasheet peaks differ by 1.111 (2,500 / 2,250). Without this the fused attention alone
+#: took the datasheet's ratio: GB200's attention 1.111x B200's, its GEMMs 1.044-1.053x. The H200
+#: NVL's sustained share (matmul_h200nvl_bf16) comes from another tool (TE's GEMM guide, over
+#: gpuplan's waves) and is left out: not the same measurement as the H100 row it would be
+#: divided by.
+ATTENTION_CLOCK_SKUS: Mapping[str, str] = MappingProxyType({
+    "B200-SXM-180GB": "matmul_b200_bf16",
+    "GB200-NVL72": "matmul_gb200_bf16",
+})
+
+
+def attention_clock_share(gpu_name: str) -> float:
+    """Factor on the fused attention's share of ``gpu_name``'s peak
+    (:data:`ATTENTION_CLOCK_SKUS`):
+    its MAMF best-shape BF16 share over the H100 SXM's 80.3% (794.5 of 989 TFLOP/s, the row
+    ``attn_fwd_hopper_fa2``'s chip reads in the same table); 1.0 for any other SKU. B200 0.776 /
+    0.803 = 0.966, GB200 0.729 / 0.803 = 0.908."""
+    name = ATTENTION_CLOCK_SKUS.get(gpu_name)
+    return 1.0 if name is None else constant(name) / _MAMF_SHARE[("hopper", "bf16")]
+
 
 #: Recipes whose block-scaled GEMMs run at a measured share of the per-tensor-scaled GEMM rate
 #: the dtype's fraction stands for (the MAMF table's FP8 rows are per-tensor torch._scaled_mm):
