@@ -796,32 +796,29 @@ MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     ("GB200-NVL72", "fp8"): "matmul_gb200_fp8",
 })
 
-#: SKUs whose fused attention is timed at a Hopper share (``attn_fwd_hopper_fa2``, its backward:
-#: FlashAttention-2 on an H100 SXM5, a share of *that* chip's datasheet peak) scaled by their own
-#: best-shape BF16 matmul share over the H100 SXM's in the same table
-#: (:func:`attention_clock_share`): SKU -> its MAMF BF16 entry. The attention kernel runs on the same tensor cores at the same
-#: sustained clock as the chip's GEMMs, and the MAMF table reads that clock below the datasheet's
-#: on these parts: GB200 over B200 1.044 (BF16, 1,822.0 / 1,745.0 TFLOP/s), as the device-reported
-#: maximum SM clocks (2,062 / 1,965 MHz = 1.049, the same README's 'Clock speed' table), where
-#: their datasheet peaks differ by 1.111 (2,500 / 2,250). Without this the fused attention alone
-#: took the datasheet's ratio: GB200's attention 1.111x B200's, its GEMMs 1.044-1.053x. The H200
-#: NVL's sustained share (matmul_h200nvl_bf16) comes from another tool (TE's GEMM guide, over
-#: gpuplan's waves) and is left out: not the same measurement as the H100 row it would be
-#: divided by.
-ATTENTION_CLOCK_SKUS: Mapping[str, str] = MappingProxyType({
-    "B200-SXM-180GB": "matmul_b200_bf16",
-    "GB200-NVL72": "matmul_gb200_bf16",
+#: SKUs whose fused attention is the same kernel on the same tensor cores as a sibling SKU's,
+#: at another clock: SKU -> (its MAMF best-shape BF16 entry, the sibling's). GB200 is B200's
+#: die (148 SMs, the same Blackwell tensor cores) at 1,200 W against 1,000 W; its datasheet
+#: peaks are B200's x 1.111 (2,500 / 2,250 BF16), but the MAMF table measures its tensor cores
+#: 1.044x B200's (BF16, 1,822.0 / 1,745.0 TFLOP/s; FP8 1.053), as the device-reported maximum SM
+#: clocks (2,062 / 1,965 MHz = 1.049, the same README's 'Clock speed' table). The GEMMs take
+#: each SKU's own MAMF share (MEASURED_MATMUL); the fused attention took a share of the
+#: datasheet peak, so GB200's ran 1.111x B200's. With this its share is scaled by 0.729 / 0.776
+#: (:func:`attention_clock_share`): GB200's attention runs B200's x the measured 1.044. B200's
+#: own attention share (FlashAttention-2's on an H100, ``attn_fwd_hopper_fa2``, carried to
+#: Blackwell's peak) is left as it is: a question of the kernel, not of the clock.
+ATTENTION_CLOCK_SKUS: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "GB200-NVL72": ("matmul_gb200_bf16", "matmul_b200_bf16"),
 })
 
 
 def attention_clock_share(gpu_name: str) -> float:
     """Factor on the fused attention's share of ``gpu_name``'s peak
-    (:data:`ATTENTION_CLOCK_SKUS`):
-    its MAMF best-shape BF16 share over the H100 SXM's 80.3% (794.5 of 989 TFLOP/s, the row
-    ``attn_fwd_hopper_fa2``'s chip reads in the same table); 1.0 for any other SKU. B200 0.776 /
-    0.803 = 0.966, GB200 0.729 / 0.803 = 0.908."""
-    name = ATTENTION_CLOCK_SKUS.get(gpu_name)
-    return 1.0 if name is None else constant(name) / _MAMF_SHARE[("hopper", "bf16")]
+    (:data:`ATTENTION_CLOCK_SKUS`): its MAMF best-shape BF16 share over its sibling's, so that
+    the two SKUs' attention rates differ by their measured tensor-core rates, not by their
+    datasheet peaks; 1.0 for any other SKU. GB200: 0.729 / 0.776 = 0.939."""
+    pair = ATTENTION_CLOCK_SKUS.get(gpu_name)
+    return 1.0 if pair is None else constant(pair[0]) / constant(pair[1])
 
 
 #: Recipes whose block-scaled GEMMs run at a measured share of the per-tensor-scaled GEMM rate

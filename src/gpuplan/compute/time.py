@@ -327,8 +327,8 @@ def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
         peak, kernel = device.peak("bf16"), eff.attention_kernel
     else:
         vs16 = 1.0
-    # the share was measured on an H100 SXM: on a SKU whose tensor cores sustain a lower share
-    # of their datasheet peak than the H100's (the MAMF table), the kernel runs that much slower
+    # a SKU that is a sibling's die at another clock (GB200: B200's) runs the sibling's kernel
+    # at their measured tensor-core ratio, not their datasheet peaks' (attention_clock_share)
     return vs16 * peak * attention_clock_share(device.name) * attention_fraction(
         device.architecture, d, 1 << 40 if long else kv, backward=op.phase == "backward",
         cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)), kernel=kernel)
