@@ -9,10 +9,13 @@ import pytest
 
 from gpuplan.compute import estimate_speed
 from gpuplan.compute import step as step_mod
+from gpuplan.compute.device import default_efficiency, device_from_gpu
 from gpuplan.compute.efficiency import (
-    CONSTANTS, DEFAULT_RUNTIME, attention_fraction, constant, gemm_wave_efficiency,
-    resolve_runtime,
+    CONSTANTS, DEFAULT_RUNTIME, attention_clock_share, attention_fraction, constant,
+    gemm_wave_efficiency, resolve_runtime,
 )
+from gpuplan.compute.flops import Op
+from gpuplan.compute.time import time_ops
 from gpuplan.errors import InputError
 from gpuplan.hardware import get_gpu
 from gpuplan.job import Job
@@ -619,3 +622,24 @@ def test_float8_all_gathered_weights_are_not_cast_on_the_compute_stream():
     assert wide[0].bytes == n * 5  # dynamic tensorwise: amax read 2 + read 2 + write 1
     single, _ = casts(gpus=1, zero=3, fp8_param_gather=True)
     assert len(single) == 1
+
+
+def test_gb200_attention_runs_at_the_measured_clock_not_the_datasheet_ratio():
+    # GB200 is B200's die at a higher clock: ml-engineering's MAMF table measures its BF16
+    # tensor cores at 1,822.0 against B200's 1,745.0 TFLOP/s (1.044), where the datasheet peaks
+    # read 2,500 / 2,250 (1.111); the fused attention's GB200 / B200 time ratio is the measured one
+    assert attention_clock_share("GB200-NVL72") == \
+        pytest.approx((1822.0 / 2500) / (1745.0 / 2250), rel=2e-3)
+    assert attention_clock_share("B200-SXM-180GB") == 1.0
+    assert attention_clock_share("H100-SXM-80GB") == 1.0
+    # one causal forward attention at 8,192 tokens, 32 heads of 128 (Llama 3 8B's), bf16
+    flops = 2.0 * 32 * 8192 * 8192 * 256 / 2
+    op = Op(name="attn.core", op_class="attention", kind="attention", phase="forward", count=1,
+            flops=flops, counted_flops=flops, bytes=4 * 8192 * 4096 * 2,
+            parallel_work=32 * 8192 * 8192 // 2, kernels=1, shape=(32, 8192, 128, 8192))
+    t = {}
+    for name in ("B200-SXM-180GB", "GB200-NVL72"):
+        dev = device_from_gpu(get_gpu(name))
+        (ot,) = time_ops([op], dev, default_efficiency(dev), "bf16")
+        t[name] = ot.total_s
+    assert t["B200-SXM-180GB"] / t["GB200-NVL72"] == pytest.approx(1822.0 / 1745.0, rel=3e-3)

@@ -27,7 +27,8 @@ from ..engines.profiles import get_engine, runtime_of
 from .flops import Op
 
 __all__ = [
-    "Constant", "CONSTANTS", "constant", "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
+    "Constant", "CONSTANTS", "constant", "ATTENTION_CLOCK_SKUS", "attention_clock_share",
+    "gemm_wave_efficiency", "splitk_fixed_s", "OLDER_TENSOR_CORES", "MEASURED_MATMUL", "gemv_bandwidth_fraction",
     "TE_TRAINING_LAYERS", "TE_H200NVL_BARS_MS", "te_training_gemms", "te_training_waves",
     "te_h200nvl_shares", "DEEPGEMM_H800_TFLOPS", "grouped_gemm_k_share", "grouped_gemm_s",
     "kloop_fixed_blocks", "KLOOP_FIXED_ARCHS",
@@ -794,6 +795,31 @@ MEASURED_MATMUL: Mapping[tuple[str, str], str] = MappingProxyType({
     ("GB200-NVL72", "bf16"): "matmul_gb200_bf16",
     ("GB200-NVL72", "fp8"): "matmul_gb200_fp8",
 })
+
+#: SKUs whose fused attention is the same kernel on the same tensor cores as a sibling SKU's,
+#: at another clock: SKU -> (its MAMF best-shape BF16 entry, the sibling's). GB200 is B200's
+#: die (148 SMs, the same Blackwell tensor cores) at 1,200 W against 1,000 W; its datasheet
+#: peaks are B200's x 1.111 (2,500 / 2,250 BF16), but the MAMF table measures its tensor cores
+#: 1.044x B200's (BF16, 1,822.0 / 1,745.0 TFLOP/s; FP8 1.053), as the device-reported maximum SM
+#: clocks (2,062 / 1,965 MHz = 1.049, the same README's 'Clock speed' table). The GEMMs take
+#: each SKU's own MAMF share (MEASURED_MATMUL); the fused attention took a share of the
+#: datasheet peak, so GB200's ran 1.111x B200's. With this its share is scaled by 0.729 / 0.776
+#: (:func:`attention_clock_share`): GB200's attention runs B200's x the measured 1.044. B200's
+#: own attention share (FlashAttention-2's on an H100, ``attn_fwd_hopper_fa2``, carried to
+#: Blackwell's peak) is left as it is: a question of the kernel, not of the clock.
+ATTENTION_CLOCK_SKUS: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "GB200-NVL72": ("matmul_gb200_bf16", "matmul_b200_bf16"),
+})
+
+
+def attention_clock_share(gpu_name: str) -> float:
+    """Factor on the fused attention's share of ``gpu_name``'s peak
+    (:data:`ATTENTION_CLOCK_SKUS`): its MAMF best-shape BF16 share over its sibling's, so that
+    the two SKUs' attention rates differ by their measured tensor-core rates, not by their
+    datasheet peaks; 1.0 for any other SKU. GB200: 0.729 / 0.776 = 0.939."""
+    pair = ATTENTION_CLOCK_SKUS.get(gpu_name)
+    return 1.0 if pair is None else constant(pair[0]) / constant(pair[1])
+
 
 #: Recipes whose block-scaled GEMMs run at a measured share of the per-tensor-scaled GEMM rate
 #: the dtype's fraction stands for (the MAMF table's FP8 rows are per-tensor torch._scaled_mm):

@@ -18,8 +18,8 @@ from typing import Any, Literal, Sequence
 from .._record import record
 from .device import Device, Efficiency
 from .efficiency import (
-    GEMM_TILE, GROUPED_TILE_MIN, attention_fraction, constant, fp8_attention_vs_16bit,
-    gemv_bandwidth_fraction, grouped_gemm_s, kloop_fixed_blocks, separate_launches_s,
+    GEMM_TILE, GROUPED_TILE_MIN, attention_clock_share, attention_fraction, constant,
+    fp8_attention_vs_16bit, gemv_bandwidth_fraction, grouped_gemm_s, kloop_fixed_blocks, separate_launches_s,
     single_query_attention_s,
 )
 from .flops import OP_CLASSES, MatmulCount, Op, positive_int
@@ -327,7 +327,9 @@ def _attention_rate(op: Op, device: Device, eff: Efficiency, peak: float, *,
         peak, kernel = device.peak("bf16"), eff.attention_kernel
     else:
         vs16 = 1.0
-    return vs16 * peak * attention_fraction(
+    # a SKU that is a sibling's die at another clock (GB200: B200's) runs the sibling's kernel
+    # at their measured tensor-core ratio, not their datasheet peaks' (attention_clock_share)
+    return vs16 * peak * attention_clock_share(device.name) * attention_fraction(
         device.architecture, d, 1 << 40 if long else kv, backward=op.phase == "backward",
         cap=eff.matmul_fraction(op_dtype_hint(device, peak, eff)), kernel=kernel)
 
