@@ -1334,8 +1334,8 @@ def _blackwell_405b_lines(rows: list[Row]) -> list[str]:
 
 def mxfp8_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
     """(MXFP8 row, FP8-CS row) pairs of one table, GPU and model, both predicted."""
-    def key(r: Row) -> tuple:
-        return (r.run["source"]["table"], r.run["model"]["catalog"])
+    def key(r: Row) -> tuple:  # the GPU too: from 26.02.01 a table holds every system
+        return (r.run["source"]["table"], r.run["model"]["catalog"], r.run["hardware"]["gpu"])
     cs = {key(r): r for r in rows if r.predicted is not None
           and r.run["job"]["precision"] == "fp8-current"}
     return [(r, cs[key(r)]) for r in rows if r.predicted is not None
