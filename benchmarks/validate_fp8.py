@@ -70,6 +70,44 @@ def _not_expressible(run: dict) -> str:
                 "(the distributed optimizer)")
     if rec.get("pipeline_layout_unknown"):
         return "the pipeline layout it ran is not recorded: " + rec["pipeline_layout_unknown"]
+    return _later_recipe_not_expressible(run)
+
+
+def _later_recipe_not_expressible(run: dict) -> str:
+    """What the 26.02.01-26.08 tables' performance configs run that no Job field says (each
+    row's ``recipe``: the config at its tag), else ""."""
+    j, rec = run["job"], run.get("recipe") or {}
+    scope = rec.get("cuda_graph_scope") or ()
+    scope = (scope,) if isinstance(scope, str) else tuple(scope)
+    impl = rec.get("cuda_graph_impl")
+    # impl "none" captures nothing whatever the scope (scripts/performance/utils/overrides.py
+    # _set_cuda_graph_overrides, Megatron-Bridge v0.4.2)
+    if impl == "full_iteration" or impl == "local" and "full_iteration" in scope:
+        return (f"one CUDA graph over the whole iteration (cuda_graph_impl "
+                f"{impl}, cuda_graph_scope {list(scope)}, {rec['config']} "
+                f"@{rec['tag']}): the Job's graphs are per layer or per TE scope "
+                "(CUDA_GRAPH_SCOPES); a captured step's launches, and the MoE rows' expert padding "
+                "to a fixed capacity it needs (moe_expert_rank_capacity_factor 1.5, "
+                "set_full_iter_cg_configs), have no Job field")
+    if rec.get("recompute_num_layers"):
+        return (f"full recompute of {rec['recompute_num_layers']} layers a stage "
+                f"(recompute_num_layers, {rec['config']} @{rec['tag']}): the Job recomputes every "
+                "layer or named modules, not a count")
+    if rec.get("cpu_offloading_num_layers"):
+        return (f"activations of {rec['cpu_offloading_num_layers']} layers offloaded to the host "
+                f"(cpu_offloading_num_layers, {rec['config']} @{rec['tag']}): the Job offloads "
+                "only under full checkpointing")
+    if run["model"]["catalog"] == "kimi-k2" and j["pp"] > 1:
+        return ("Kimi-K2's uneven pipeline (kimi_llm_pretrain.py builds its layout over the 61 "
+                "layers): job_of reads an uneven split for DeepSeek-V3's entry only")
+    if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
+        layout = rec.get("pipeline_model_parallel_layout")
+        if not layout and (j["pp"], j.get("vp") or 1) not in DEEPSEEK_SPLIT:
+            return f"DeepSeek-V3 at PP {j['pp']} VP {j.get('vp')}: no layout recorded or mapped"
+        try:
+            layout and layout_split(layout, j["pp"])
+        except ValueError as e:
+            return f"DeepSeek-V3's layout as the Job's first / last / even split: {e}"
     return ""
 
 
@@ -1134,7 +1172,9 @@ def predict(run: dict, tp_overlap: bool | None = None) -> Row:
 
 def _twin_key(run: dict) -> tuple:
     s = run["source"]
-    return (s.get("commit"), s.get("table"), run["model"]["catalog"])
+    # the GPU and count too: from 26.02.01 a table is one model's, every system in it
+    return (s.get("commit"), s.get("table"), run["model"]["catalog"], run["hardware"]["gpu"],
+            run["hardware"]["count"])
 
 
 def speedups(rows: list[Row]) -> list[tuple[Row, Row, float, float | None]]:
@@ -1250,6 +1290,10 @@ GPT3_5B_CHECKED = (
      "weights take 63 ms, 12 ms of it exposed; all of it exposed would be 2.7% of the step"),
 )
 
+#: Megatron-Bridge's tables after 26.02 (docs/performance-summary.md and -archive.md at
+#: 4ab94dfa), whose rows fp8_runs.json records since 2026-12-07: a subset of their own.
+LATER_RELEASES = ("26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08")
+
 #: Subsets the summary reports apart: (label, test on a predicted row).
 SUBSETS = (
     ("dense (Llama), Hopper", lambda r: r.run["model"]["catalog"].startswith("llama")
@@ -1260,6 +1304,8 @@ SUBSETS = (
      lambda r: r.run["model"]["catalog"].startswith(_NEMO_DENSE)),
     ("MoE (Qwen3, DeepSeek-V3)", lambda r: not r.run["model"]["catalog"].startswith(
         ("llama",) + _NEMO_DENSE)),
+    ("the 26.02.01-26.08 tables (recorded 2026-12-07, out of sample), every model",
+     lambda r: r.run["source"].get("table", "").split(" NeMo ")[0] in LATER_RELEASES),
 )
 
 
@@ -1444,8 +1490,8 @@ def _blackwell_405b_lines(rows: list[Row]) -> list[str]:
 
 def mxfp8_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
     """(MXFP8 row, FP8-CS row) pairs of one table, GPU and model, both predicted."""
-    def key(r: Row) -> tuple:
-        return (r.run["source"]["table"], r.run["model"]["catalog"])
+    def key(r: Row) -> tuple:  # the GPU too: from 26.02.01 a table holds every system
+        return (r.run["source"]["table"], r.run["model"]["catalog"], r.run["hardware"]["gpu"])
     cs = {key(r): r for r in rows if r.predicted is not None
           and r.run["job"]["precision"] == "fp8-current"}
     return [(r, cs[key(r)]) for r in rows if r.predicted is not None

@@ -32,6 +32,16 @@ ROWS = V.rows()
 S = V.summary(ROWS)
 
 
+def _later(r) -> bool:
+    """A row of Megatron-Bridge's 26.02.01-26.08 tables (recorded 2026-12-07, branch fp8new)."""
+    return r.run["source"].get("table", "").split(" NeMo ")[0] in V.LATER_RELEASES
+
+
+#: The rows recorded before the later tables: the tests that pin one mechanism's rows by name
+#: or count read these; the bars read every row.
+OLD_ROWS = [r for r in ROWS if not _later(r)]
+
+
 def test_md_is_current():
     assert V.OUT_MD.read_text() == V.render(ROWS), f"rerun: {V.COMMAND}"
 
@@ -40,7 +50,9 @@ def test_every_run_predicted_or_explained():
     # 42 before the 25.09 tables (Megatron-Bridge v0.2.0 docs), the 25.11 GB300 DeepSeek-V3 pair
     # and the rest of the NeMo 24.07 tables were recorded: 13 dense + 14 MoE 25.09 rows, 2 GB300
     # rows, 7 NeMo 24.07 pre-training rows of models the catalog lacks, 6 fine-tuning rows
-    assert len(ROWS) == 84
+    # + 200 rows of Megatron-Bridge's 26.02.01, 26.04, 26.04.01, 26.06, 26.06.01 and 26.08
+    # tables (docs at 4ab94dfa, recorded 2026-12-07); 84 before them
+    assert len(ROWS) == 284 and len(OLD_ROWS) == 84
     for r in ROWS:
         assert (r.predicted is None) == bool(r.why_not), r.run["id"]
     # the DeepSeek-V3 figure is the report's 14.8T tokens over 2.664M H800 GPU-hours
@@ -176,9 +188,15 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
 # datasheet peaks' 1.111): every GB200 row 1-2% slower, B200 and Hopper unmoved; median 11.1% ->
 # 10.7%, worst 132.0% unmoved, dense Blackwell median 9.7% -> 7.6% (median ratio 1.10 -> 1.08;
 # worst 41.8% -> 40.5%, the 25.09 GB200 405B MXFP8 1.42 -> 1.41), MoE median 17.3% -> 16.4%
-@pytest.mark.xfail(strict=True, reason="median |error| 10.7% > 10% over 76 predicted runs (11.2% "
-                   "over the 39 before the 25.09, GB300 and NeMo 24.07 rows, before GB200's "
-                   "attention clock): the MoE rows (16.4% median) hold it above the bar")
+# + the 26.02.01-26.08 tables' 200 rows (recorded 2026-12-07 before any prediction was read,
+# branch fp8new; 97 predicted, 103 listed): their own median 9.4%, worst 125.1% (26.04 B200
+# GPT-OSS 120B BF16, 2.25x; the report's subset line); over all rows 11.1% -> 10.3%, worst
+# 132.0% unmoved; no model constant changed, the 76 older rows' predictions bit-identical;
+# both together (merge 2026-12-08): 10.0009% over 173 (the newer 97 at 9.0%), MoE 15.8%
+@pytest.mark.xfail(strict=True, reason="median |error| 10.0009% > 10% over 173 predicted "
+                   "runs (10.7% over the 76 older rows after GB200's attention clock; the "
+                   "26.02.01-26.08 tables' 97 read 9.0%): the MoE rows (15.8% median) hold it "
+                   "above the bar")
 def test_median_within_10_percent():
     assert S["median"] <= V.MEDIAN_BAR, S
 
@@ -194,12 +212,15 @@ def test_the_recipes_tp_comm_overlap_is_the_rows():
     dense TP rows carry it, and an NVFP4 row's TP collectives are exposed -- it predicts less
     than the same Job with them hidden."""
     tp_rows = [r for r in ROWS if r.run["source_group"] == "megatron-bridge"
-               and r.run["model"]["catalog"].startswith("llama") and r.run["job"]["tp"] > 1
-               and r.predicted is not None]
-    assert len(tp_rows) == 18  # 12 + the 25.09 rows' six (their scripts at ea299063)
+               and (r.run["model"]["catalog"] or "").startswith("llama")
+               and r.run["job"]["tp"] > 1 and r.predicted is not None]
+    # 12 + the 25.09 rows' six (their scripts at ea299063), + 35 of the 26.02.01-26.08 tables
+    # (their presets at v0.3.1-v0.5.1: recipe.commit)
+    assert len(tp_rows) == 53 and sum(map(_later, tp_rows)) == 35
     for r in tp_rows:
         assert V.tp_overlap_of(r.run) == (r.run["job"]["precision"] != "nvfp4"), r.run["id"]
-        assert r.run["recipe"]["source"]["commit"] in r.run["recipe"]["source"]["url"]
+        src = r.run["recipe"].get("source")
+        assert (src["commit"] in src["url"]) if src else len(r.run["recipe"]["commit"]) == 40
     nv = next(r for r in tp_rows if r.run["id"].endswith("llama3.1405b-nvfp4-x256"))
     hidden = V.predict({**nv.run, "recipe": {**nv.run["recipe"], "tp_comm_overlap": True}})
     assert nv.predicted < 0.9 * hidden.predicted
@@ -220,7 +241,8 @@ def test_the_dense_llama_subsets_meet_the_bars():
     per-micro-batch casts were hiding the missing ring-exchange cost)."""
     for label, test in V.SUBSETS[:2]:
         errs = [r.error for r in ROWS if r.error is not None and test(r)]
-        assert len(errs) in (17, 20), label
+        # 17 / 20 before the 26.02.01-26.08 tables' 5 Hopper and 34 Blackwell rows
+        assert len(errs) in (22, 54), label
         assert statistics.median(errs) <= V.MEDIAN_BAR, (label, sorted(errs))
         if "Hopper" in label:
             assert max(errs) <= V.WORST_BAR, (label, sorted(errs))
@@ -242,7 +264,7 @@ def test_the_uneven_and_folded_rows_are_predicted():
     but for the 25.09 GB200 DeepSeek-V3 pair, listed for a layout no record holds; both
     FP8/BF16 pairs (25.11 GB200 and GB300) are predicted."""
     listed = []
-    for r in ROWS:
+    for r in OLD_ROWS:  # the later tables' DeepSeek-V3 rows: test_the_later_tables_listed_rows
         j = r.run["job"]
         if r.run["source_group"] == "megatron-bridge" and (
                 r.run["model"]["catalog"] == "deepseek-v3" or j["ep"] and j["tp"] > 1
@@ -288,11 +310,15 @@ def test_every_moe_bridge_row_records_its_recipe():
     moe_a2a_overlap as ep_overlap, mtp_num_layers as mtp_layers, and the rest named in the
     notes."""
     moe = [r for r in ROWS if r.run["source_group"] == "megatron-bridge"
-           and not r.run["model"]["catalog"].startswith("llama")]
-    assert len(moe) == 33  # 17 + the 25.09 tables' 14 + the 25.11 GB300 pair
+           and r.run["model"]["catalog"] and not r.run["model"]["catalog"].startswith("llama")]
+    # 17 + the 25.09 tables' 14 + the 25.11 GB300 pair, + 88 of the 26.02.01-26.08 tables
+    # (DeepSeek-V3, GPT-OSS 120B, Kimi-K2, Qwen3; the Nemotron 3 / DeepSeek-V4 rows have no entry)
+    assert len(moe) == 121 and sum(map(_later, moe)) == 88
     for r in moe:
         rec = r.run["recipe"]
-        assert len(rec["commit"]) == 40 and rec["config"].isupper(), r.run["id"]
+        # a preset's name, or (26.08, v0.6.0) the flat perf recipe's function
+        named = rec["config"].isupper() or rec["config"].endswith("_config")
+        assert len(rec["commit"]) == 40 and named, r.run["id"]
         if r.predicted is None:
             continue  # listed for its recipe (_not_expressible): no Job to read
         job = V.job_of(r.run)
@@ -328,7 +354,11 @@ def test_the_25_11_mxfp8_scripts_that_turned_param_gather_overlap_off():
     assert off == ["megatron-bridge-25.11-dgx-b200-llama3.1405b-mxfp8-x128",
                    "megatron-bridge-25.11-dgx-b200-qwen3235ba22b-mxfp8-x64",
                    "megatron-bridge-25.11-dgx-gb200-deepseekv3-mxfp8-x256",
-                   "megatron-bridge-25.11-dgx-gb300-deepseekv3-mxfp8-x256"]
+                   "megatron-bridge-25.11-dgx-gb300-deepseekv3-mxfp8-x256",
+                   # the 26.04.01 / 26.06 GB200 405B NVFP4 V2 configs (v0.4.2, v0.5.0:
+                   # disable_param_gather_overlap, Megatron-Bridge issue 3714)
+                   "megatron-bridge-26.04.01-dgx-gb200-llama3.1405b-nvfp4-x256",
+                   "megatron-bridge-26.06-dgx-gb200-llama3.1405b-nvfp4-x256"]
     for r in ROWS:
         if r.run["id"] in off:
             assert any("overlap_param_gather False" in n for n in r.notes), r.run["id"]
@@ -412,9 +442,10 @@ def test_the_blackwell_405b_rows_keep_their_tp_overlap_and_its_bound():
     overlaps' SMs could cost ((0.16 ms x 10 + 0.30 ms x 40 SMs) / 148 SMs / 17 ms), and the NVFP4
     row, already exposed, does not move."""
     rows = V.blackwell_405b(ROWS)
-    # with the 25.09 rows: B200 FP8-CS / MXFP8 and GB200 MXFP8 (its FP8-CS ran FSDP)
+    # with the 25.09 rows: B200 FP8-CS / MXFP8 and GB200 MXFP8 (its FP8-CS ran FSDP); + 12
+    # GB200 and 12 GB300 rows of the 26.02.01-26.06 tables (9 before them)
     assert sorted(r.run["hardware"]["gpu"] for r in rows) == ["B200-SXM-180GB"] * 4 + [
-        "GB200-NVL72"] * 5
+        "GB200-NVL72"] * 17 + ["GB300-NVL72"] * 12
     for r in rows:
         on = r.run["job"]["precision"] != "nvfp4"
         assert V.tp_overlap_of(r.run) == on, r.run["id"]
@@ -437,10 +468,13 @@ def test_mxfp8_pairs_are_one_table_and_model():
     # DeepSeek-V3 pairs); the measured quotient is the two published figures' (25.11 GB200 8B:
     # 29,789 / 31,508 tok/s/GPU; 25.09 B200 Qwen3-235B: 4,275 / 4,104)
     pairs = {mx.run["id"]: (mx, cs) for mx, cs in V.mxfp8_pairs(ROWS)}
-    assert len(pairs) == 11
+    # 11 before the 26.02.01-26.06 tables' 8 Llama 405B / 70B pairs (a table there is one
+    # model's, so the pair is one table, model and GPU)
+    assert len(pairs) == 19
     for mx, cs in pairs.values():
         assert mx.run["source"]["table"] == cs.run["source"]["table"]
         assert mx.run["model"]["catalog"] == cs.run["model"]["catalog"]
+        assert mx.run["hardware"]["gpu"] == cs.run["hardware"]["gpu"]
         assert (mx.run["job"]["precision"], cs.run["job"]["precision"]) == ("mxfp8", "fp8-current")
     mx, cs = pairs["megatron-bridge-25.11-dgx-gb200-llama38b-mxfp8-x8"]
     assert mx.measured / cs.measured == pytest.approx(29_789 / 31_508)
@@ -483,7 +517,9 @@ def test_blackwell_405b_prose_ranges_are_the_tables():
     bw = [x for i, (gpu, rec, x) in cells.items() if "llama3.1405b" in i
           and not gpu.startswith("H") and rec in ("fp8-current", "mxfp8")]
     h100 = [x for i, (gpu, _, x) in cells.items() if "llama3.1405b" in i and gpu.startswith("H")]
-    assert len(bw) == 8 and len(h100) == 3  # with the 25.09 rows (5 and 2 before)
+    # with the 25.09 rows (5 and 2 before), then the 26.02.01-26.06 tables' 16 GB200 / GB300
+    # and 2 H100 rows (8 and 3 before them)
+    assert len(bw) == 24 and len(h100) == 5
     assert (f"FP8-CS and MXFP8 ratios ({min(bw):.2f}-{max(bw):.2f}) read more optimistic than "
             f"the H100 405B rows ({min(h100):.2f}-{max(h100):.2f})") in text
     assert f"rows run the same CP 2 and read {min(h100):.2f}-{max(h100):.2f}." in text
@@ -557,7 +593,7 @@ def test_every_published_megatron_run_fits_where_it_ran():
     neither (Apex distributed_fused_adam at its default dtypes), which is what makes NeMo keep
     remainders. The 340B yaml's dtype bf16 would mean no master at all (V.MEMORY_CHECKED)."""
     over = []
-    for r in ROWS:
+    for r in ROWS:  # the 26.02.01 GB300 70B rows whose printed layouts cannot fit are listed
         got = V.memory_of(r.run)
         if got is not None and got[0] > got[2]:
             over.append(r.run["id"])
@@ -598,7 +634,8 @@ def test_the_nemo_lora_rows_run_nemos_defaults():
     the launcher's 24.07 scripts at 8325688d), is a LoRA Job on that target without the
     distributed optimizer, and fits its 8 H100 (the runs ran). Ratios when this was written:
     7B 0.87, 13B 0.90, 70B 0.98 (0.78 while a TP/PP layout timed LoRA as full training)."""
-    lora = [r for r in ROWS if r.run["job"].get("finetune_task") == "lora"]
+    lora = [r for r in ROWS if r.run["job"].get("finetune_task") == "lora"
+            and r.run["source_group"] == "nemo"]  # the 26.06 LoRA rows record no job.lora
     assert len(lora) == 3
     for r in lora:
         lo = r.run["job"]["lora"]
@@ -666,7 +703,8 @@ def test_the_nemo_pretraining_rows_keep_master_remainders():
 
 
 def _qwen30b_runs() -> dict:
-    return {r.run["id"]: r for r in ROWS if r.run["model"]["catalog"] == "qwen3-30b-a3b"}
+    # the rows QWEN3_30B_CHECKS was written against (the later tables' own are in ROWS)
+    return {r.run["id"]: r for r in OLD_ROWS if r.run["model"]["catalog"] == "qwen3-30b-a3b"}
 
 
 def test_the_qwen3_30b_checks_quote_the_tables():
@@ -730,3 +768,31 @@ def test_the_later_qwen3_30b_runs_are_their_configs():
                           {"moe_flex_dispatcher_backend": backend, "moe_a2a_overlap": False}, 8901)
         ratio = V.predict(run).predicted / 8901
         assert f"{ratio:.2f}" in quoted and quoted in note
+
+
+def test_the_later_tables_listed_rows():
+    """The 200 rows of Megatron-Bridge's 26.02.01-26.08 tables (docs at 4ab94dfa; each row's
+    config at its release's tag): 97 predicted; the rest listed, each for what its config runs
+    that no Job says -- no catalog entry (Nemotron 3 Nano / Super / Ultra / 3.5 Lightning,
+    DeepSeek-V4 Flash), one CUDA graph over the whole iteration (the v0.5.x MoE presets and every
+    26.08 flat recipe), Megatron-FSDP (the Llama 3 70B FP8-CS rows), TE graphs over 'mlp' (the
+    26.06 SFT / LoRA configs), LoRA without its targets recorded, Kimi-K2's uneven pipeline, and
+    the two 26.02.01 GB300 Llama 3 70B rows whose printed layout cannot have run."""
+    later = [r for r in ROWS if _later(r)]
+    assert len(later) == 200 and sum(r.predicted is not None for r in later) == 97
+    kinds = {"not in gpuplan's catalog": 55, "one CUDA graph over the whole iteration": 26,
+             "Megatron-FSDP": 6, "cuda_graph_scope 'mlp'": 5, "LoRA fine-tuning": 5,
+             "Kimi-K2's uneven pipeline": 4, "cannot have run": 2}
+    got = dict.fromkeys(kinds, 0)
+    for r in later:
+        if r.predicted is None:
+            hit = [k for k in kinds if k in r.why_not]
+            assert len(hit) == 1, (r.run["id"], r.why_not)
+            got[hit[0]] += 1
+    assert got == kinds
+    # every 26.08 row of a catalog model runs its flat recipe's whole-iteration graph
+    for r in later:
+        if r.run["id"].startswith("megatron-bridge-26.08-") and r.run["model"]["catalog"]:
+            assert r.run["recipe"]["cuda_graph_impl"] == "full_iteration", r.run["id"]
+    assert "| the 26.02.01-26.08 tables (recorded 2026-12-07, out of sample), every model | 97 |" \
+        in V.render(ROWS)
