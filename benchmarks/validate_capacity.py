@@ -896,10 +896,16 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   (the chunk's linear layers at 779 TFLOP/s, 147 of its 165 ms), and the constant -18% left is
   that term. Checked and not the cause: the lone request waits for no step (its TTFT is the sum
   of its chunks' steps, to the millisecond: async scheduling's step-ahead only delays a prompt
-  arriving mid-step), the LM head runs once a chunk (0.46 ms), the sampler once. Not identified:
-  the API server's tokenization of an L-token prompt is linear in L but no vLLM figure was found
-  for it (``request_s`` stays 0); a sustained-clock GEMM rate (gpu-fryer's 730 against the
-  model's 767.5 TFLOP/s at 8192^3, validate_speed.py ``_hopper_compute_gap``) is 5%, not 60%.
+  arriving mid-step), the LM head runs once a chunk (0.46 ms), the sampler once; the API
+  server's tokenization, linear in L, is too small (issue 29's vLLM pass): vllm PR #19334
+  (2025-06-08, RTX 3090, Qwen1.5-1.8B, ``vllm serve`` with prefix caching) times 100 concurrent
+  completions of ``"hello " * 10000`` at max_tokens 1 at 1.338 s on average over 10 runs before
+  its change, so everything serial in the server (tokenizing included; the identical prompts
+  hit the cache after the first) takes at most 13.4 ms a 10,000-token request, 1.34 us a
+  token, against the 11.8 us a token (31.9 - 20.1) the sweep's linear term leaves: at most about
+  a ninth of it, on a repeated word's text rather than the post's prompts (and --enforce-eager).
+  Not identified; a sustained-clock GEMM rate (gpu-fryer's 730 against the model's 767.5 TFLOP/s
+  at 8192^3, validate_speed.py ``_hopper_compute_gap``) is 5%, not 60%.
   gpt-oss-20b (Figure 3, BF16 KV, read the same way; 12 full-attention layers of 64 x 64):
   L 32,768: ~790 (markers overlapped) measured, 679 before (-14%), 577 after (-27%); 65,536:
   1,995, 2,035 (+2%), 1,628 (-18%); 98,304: 3,641, 4,068 (+12%), 3,154 (-13%); 130,944: 5,651,
