@@ -166,6 +166,25 @@ def bench_serving_workload(run: dict) -> Workload | None:
                     source=f"{d['client']} {d['dataset']} seed {d['seed']}")
 
 
+def warm_cache_workload(run: dict, n: int, inp: int, out: int) -> Workload | None:
+    """The requests of an "INF" row whose server's prefix cache held its first prompts when the
+    run began (``prefix_cache.cached_prompts``: k, read from the server's log lines): vllm
+    benchmark_serving.py's seed-0 random prompts are the same prompt i in every run, its initial
+    test request sends prompt 0 just before the run, and the runs before on that server left
+    prompts 0..k-1 in a pool that holds them (serving_runs.json ``prefix_cache.reading``). So
+    requests 0..k-1 hit their prompts' whole blocks (:class:`Workload` ``cached_prefixes``),
+    the others none; every request is sent at once (a closed loop as wide as the run). None for
+    a row without ``cached_prompts``."""
+    k = (run.get("prefix_cache") or {}).get("cached_prompts")
+    if not k:
+        return None
+    ids = tuple(f"prompt-{i}" for i in range(k))
+    reqs = tuple(Request(0.0, inp, out, ids[i] if i < k else None, inp if i < k else 0)
+                 for i in range(n))
+    return Workload(requests=reqs, concurrency=n, arrivals="poisson", cached_prefixes=ids,
+                    source=f"{n} at once, prompts 0-{k - 1} cached")
+
+
 def _stat(stats, run: dict, key: str) -> float:
     """The simulated statistic the row's figure is: its median (p50) where the source quotes
     one (``measured[key]["stat"] == "median"``: sglang.bench_serving's JSON line holds only
@@ -185,8 +204,12 @@ def predict(run: dict) -> Row:
     flags = _server_flags(run)
     hit = _prefix_hit(run)
     drawn = bench_serving_workload(run)
+    warm = warm_cache_workload(run, n, inp, out) if drawn is None else None
     shape = (f"{load_cli} --requests {n} --input {inp} --output {out} --seed {SEED}"
              + (f" --prefix-hit {hit:g}" if hit else "")
+             if drawn is None and warm is None else
+             f"--workload {run['id']}.jsonl (warm_cache_workload: prompts 0-"
+             f"{run['prefix_cache']['cached_prompts'] - 1} of {n} cached, {inp} in, {out} out)"
              if drawn is None else
              f"--workload {run['id']}.jsonl (bench_serving_workload: the client's seed-"
              f"{run['drawn']['seed']} requests)")
@@ -199,8 +222,8 @@ def predict(run: dict) -> Row:
     try:
         job = Job(model=run["model"], mode="infer", engine=run["engine"], tp=tp, gpus=tp,
                   infer_precision=run["precision"], kv_dtype=kv)
-        if drawn is not None:
-            kw = {"workload": drawn}
+        if drawn is not None or warm is not None:
+            kw = {"workload": drawn or warm}
         res = capacity(load_model(run["model"]), get_gpu(run["gpu"]), job=job,
                        engine=run["engine"], engine_version=version, input=inp,
                        output=out, requests=n, seed=SEED,
@@ -726,7 +749,9 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
 - **vLLM on datacenter GPUs (issue 29's vLLM source; 19 rows, transcribed and committed before
   any prediction was read; nothing fitted for them; one model change since, gpt-oss's fused
   attention under vLLM, (1)).** Medians over the 19 today: TTFT {vllm19_ttft}, ITL {vllm19_itl},
-  output tok/s {vllm19_tok} (23.4%, 19.0%, 13.8% after the A100 sweep ran its logged prefix
+  output tok/s {vllm19_tok} (25.1%, 16.7%, 12.6% before the A100 sweep ran the prompts cached
+  before each run, preempted requests kept their cache and short chunks' attention was timed by
+  its query-key pairs, (3); 23.4%, 19.0%, 13.8% after the A100 sweep ran its logged prefix
   hits, before vLLM 0.14's async scheduling; 32.9%, 17.7%, 13.3% before vLLM's FP8 attention
   prefilled at the 16-bit rate; 36.0%, 22.1%, 13.6% with gpt-oss eager). What each group says:
   (1) *gpt-oss-20b on H100 (vLLM blog, FP8-KV post, Table 5): attention now fused.* As first
@@ -796,7 +821,37 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   move the wrong way (-15.6/-14.7% -> -19.0/-19.8%: fewer prefill chunks share the decode
   steps). N = 75 (10 of 75 cached), 200 (100 of 200) and 500 at 0.5 and the 0.25 sweep (a pool
   too small to keep earlier runs' prompts; preemption re-prefills count as hits) hit a share
-  that is not one fraction of every prompt, so they run none. TTFT median 34.4% over the 13.
+  that is not one fraction of every prompt, so they ran none; TTFT median 34.4% over the 13.
+  *Issue 29, the vLLM rows taken one group at a time (three changes, nothing fitted):* (a) the
+  rows now run the prompts their server held when they began (``prefix_cache.cached_prompts``,
+  :func:`warm_cache_workload`): prompts 0-9 at N = 75, 0-99 at N = 200 and 0-199 at N = 500
+  (0.5; the runs before on that server, whose tokens the 464,848-token pool holds whole), and
+  prompt 0 everywhere else (benchmark_serving.py's test request sends input_requests[0] just
+  before each run). N = 200's own figures show it: median TTFT 1,179 ms against a mean of
+  3,159, the cached half first. (b) vLLM V1 keeps a preempted request's blocks in the prefix
+  cache (capacity/_engines.py ``preempt_keeps_cache``; kv_cache_manager.py ``free``: "the tail
+  blocks are evicted first"), so a re-prefill recomputes only its evicted tail: on the 0.25
+  pool's N = 500 run 122,752 of 1,072,792 prefilled tokens now hit (11.4%; the log's 43.3% is not
+  comparable: vLLM counts a query each time a blocked waiting request is retried). (c) A chunk's
+  attention after a cached prefix is that of the lone prompt with as many query-key pairs
+  (capacity/_cost.py ``_attn_s``): the 16-token tail of a 1,008-token hit read 1.77 ms, 127
+  times a 16-token prompt's kernel floor, now 0.11 ms. TTFT before -> after: N = 1 / 20 / 30
+  -65.2/-67.6/-60.3% -> -69.8/-85.8/-82.4% (12.6 / 63.3 / 95.9 -> 10.9 / 27.7 / 42.5 ms
+  against 36 / 195 / 242: the 20 chunks' attention had been 35 of the 63 ms), N = 10 / 75 /
+  200 / 500 at 0.5 -11.4/-3.1/+114.8/-0.5% -> -24.5/-25.6/-38.9/-27.6%, the 0.25 sweep
+  +253.1/+38.8/+2.2/-5.5% -> +247.3/+37.4/+1.0/-7.0%; the group's median 34.2% -> 36.5%, ITL
+  16.7% -> 19.6%, tok/s 12.6% -> 18.3%. The rows that read well before (N = 75 and 500 at 0.5)
+  did so because their cold prefills made up for a step too fast: with the hits the log shows,
+  the 0.5 sweep reads TTFT -18% to -39% wherever prompts are prefilled cold, as its ITL (-8% to
+  -24%) and tok/s (+9% to +32%) do. What is left is the A100 step, not the scheduler: N = 10
+  (9 cold prompts in 2,048-token steps, 128 ms each simulated) reads its TTFT median and p99
+  at 512 / 724 ms against 380 / 578 simulated, 1.35x / 1.25x. The PCIe card (inferred SXM; its 300 W cap
+  is not modelled as a clock) moves ITL 3-5 points and TTFT under 1. And the full-hit rows'
+  TTFT is a delay common to every request (N = 20: median 200, p99 239 ms; N = 30: 240 and
+  274), ~8-10 ms a request, which a serial tokenizer does not give: vllm PR #19334 (2025-06-08,
+  RTX 3090, Qwen1.5-1.8B) times 100 concurrent 10,000-token completions of max_tokens 1 at
+  1.338 s before the change (10 runs), at most 13.4 ms of serial server work a request, so
+  at most ~1.4 ms for a 1,024-token prompt. Not identified; ``request_s`` stays 0.
   (4) *Llama-3.1-8B on H100 (vLLM blog, Table 4, concurrency 8, ~20k in).* BF16 KV: TTFT +21%, ITL
   -4%, tok/s +2%; FP8 KV: TTFT +23%, ITL -17%, tok/s +14%. The FP8 prefill attention runs vLLM's
   two-level FA3 (flash-attention#104) at the 16-bit kernel's rate (the post's own concurrency-1
@@ -810,6 +865,10 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   kernel's bandwidth share, ~0.3 ms here: not modelled yet.
   Since vLLM 0.14's batch is formed a step ahead (issue 31, "vLLM's per-step host work"), a
   prompt arriving mid-step misses the next 8192-token chunk: the rows' TTFT as the table shows.
+  Since a chunk's attention after a cached prefix is timed as the lone prompt with as many
+  query-key pairs (issue 29, (3) above), a later chunk reads the speed model's attention at that
+  longer prompt, a few percent more efficient (Llama, 3,630 tokens after 16,370: 51.7 -> 48.2
+  ms): TTFT +23.2/+25.1/+7.4/+10.9% -> +22.2/+24.0/+5.1/+8.6%, tok/s up 0.1-0.3 points.
   (5) *The post's concurrency-1 sweep as a check of one request's chunked prefill (Llama-3.1-8B,
   H100, v0.19.1, Figure 2; not a row, nothing fitted to it).* The post states no TTFT
   coefficients for Llama, so its BF16 medians were read off Figure 2 by pixel position
@@ -837,10 +896,16 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   (the chunk's linear layers at 779 TFLOP/s, 147 of its 165 ms), and the constant -18% left is
   that term. Checked and not the cause: the lone request waits for no step (its TTFT is the sum
   of its chunks' steps, to the millisecond: async scheduling's step-ahead only delays a prompt
-  arriving mid-step), the LM head runs once a chunk (0.46 ms), the sampler once. Not identified:
-  the API server's tokenization of an L-token prompt is linear in L but no vLLM figure was found
-  for it (``request_s`` stays 0); a sustained-clock GEMM rate (gpu-fryer's 730 against the
-  model's 767.5 TFLOP/s at 8192^3, validate_speed.py ``_hopper_compute_gap``) is 5%, not 60%.
+  arriving mid-step), the LM head runs once a chunk (0.46 ms), the sampler once; the API
+  server's tokenization, linear in L, is too small (issue 29's vLLM pass): vllm PR #19334
+  (2025-06-08, RTX 3090, Qwen1.5-1.8B, ``vllm serve`` with prefix caching) times 100 concurrent
+  completions of ``"hello " * 10000`` at max_tokens 1 at 1.338 s on average over 10 runs before
+  its change, so everything serial in the server (tokenizing included; the identical prompts
+  hit the cache after the first) takes at most 13.4 ms a 10,000-token request, 1.34 us a
+  token, against the 11.8 us a token (31.9 - 20.1) the sweep's linear term leaves: at most about
+  a ninth of it, on a repeated word's text rather than the post's prompts (and --enforce-eager).
+  Not identified; a sustained-clock GEMM rate (gpu-fryer's 730 against the model's 767.5 TFLOP/s
+  at 8192^3, validate_speed.py ``_hopper_compute_gap``) is 5%, not 60%.
   gpt-oss-20b (Figure 3, BF16 KV, read the same way; 12 full-attention layers of 64 x 64):
   L 32,768: ~790 (markers overlapped) measured, 679 before (-14%), 577 after (-27%); 65,536:
   1,995, 2,035 (+2%), 1,628 (-18%); 98,304: 3,641, 4,068 (+12%), 3,154 (-13%); 130,944: 5,651,

@@ -88,8 +88,24 @@ def test_throughput_meets_the_bar(rows):
 
 def test_errors_reached(rows):
     # what the model reads today, so a change that moves it is seen (validate_capacity.md):
-    # TTFT 16.0% (109 rows), ITL 16.0% (104 rows), output tok/s 3.8% (109 rows) median |error|.
+    # TTFT 18.1% (109 rows), ITL 16.1% (104 rows), output tok/s 3.8% (109 rows) median |error|.
     # History, newest first:
+    # - 16.0% / 16.0% / 3.8% before issue 29's vLLM pass (validate_capacity.py MECHANISMS, vLLM
+    #   (3)): the A100 sweep ran the prompts its server held when each run began
+    #   (serving_runs.json prefix_cache.cached_prompts, from the server logs: 0-9 / 0-99 / 0-199
+    #   at N = 75 / 200 / 500 on the 0.5 pool, prompt 0, the client's test request, elsewhere),
+    #   vLLM V1 kept a preempted request's blocks in the prefix cache (capacity/_engines.py
+    #   preempt_keeps_cache; kv_cache_manager.py free, "tail blocks are evicted first"), and a
+    #   chunk's attention after a cached prefix was timed by its query-key pairs (capacity/
+    #   _cost.py _attn_s; a 16-token tail after 1,008 cached read 1.77 ms, 127 x a 16-token
+    #   prompt's kernel floor, now 0.11): the A100 TTFTs N = 1/10/20/30/50/75/100/200/500 at 0.5
+    #   -65.2/-11.4/-67.6/-60.3/-34.2/-3.1/-16.0/+114.8/-0.5% -> -69.8/-24.5/-85.8/-82.4/-36.5/
+    #   -25.6/-17.6/-38.9/-27.6%, at 0.25 +253.1/+38.8/+2.2/-5.5% -> +247.3/+37.4/+1.0/-7.0%
+    #   (the group 34.2% -> 36.5%, ITL 16.7% -> 19.6%, tok/s 12.6% -> 18.3%: rows that read well
+    #   had cold prefills making up for an A100 step the model runs ~1.3x too fast); the vLLM
+    #   blog's TTFT +23.2/+25.1/+7.4/+10.9% -> +22.2/+24.0/+5.1/+8.6%; the 4090 and kvcached rows
+    #   by under 0.3 points; no other row moves. The overall TTFT median moves the wrong way
+    #   because rows near it (N = 75 and 500 at 0.5) had read well by that compensation;
     # - 17.1% / 16.0% / 3.3% before vLLM's 16-bit attention on Hopper ran at FlashAttention-3's
     #   share, 0.75 at head dim 128 and 0.50 at 64 (efficiency attn_fwd_hopper_fa3 / _d64; vllm
     #   fa_utils.py picks FA3 on SM90), not FlashAttention-2's 0.35: an 8192-token chunk's
@@ -160,8 +176,8 @@ def test_errors_reached(rows):
     #   decode GEMMs' rows no longer at it (ITL down ~0.1-1%, the wrong way: TensorRT-LLM 18.7% ->
     #   18.8%); tok/s 4.6% -> 3.8% once vLLM V1's output processing ran beside the steps (the 4090
     #   rows 12.4% -> 6.3%).
-    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
-    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.160, abs=0.005)
+    assert vc.summary(rows, "ttft_ms")["median_abs_error"] == pytest.approx(0.181, abs=0.005)
+    assert vc.summary(rows, "itl_ms")["median_abs_error"] == pytest.approx(0.161, abs=0.005)
     assert vc.summary(rows, "output_tokens_per_s")["median_abs_error"] == pytest.approx(
         0.038, abs=0.005)
     nim = "nvidia-nim"
@@ -173,18 +189,19 @@ def test_errors_reached(rows):
     assert vc.summary(rows, "itl_ms", sgl)["median_abs_error"] == pytest.approx(0.016, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 16.0% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for TTFT: median |error| 18.1% "
                    "over 109 rows (SGLang on H200 23.6%; TensorRT-LLM online table 12.9% once "
                    "its 8.3 ms per-request cost is counted; "
                    "NIM 13.4%, its C=25-50 rows carrying the closed loop's start-up ramp; "
-                   "vLLM on a 4090 86.9%; vLLM on H100/A100 25.1%)")
+                   "vLLM on a 4090 86.9%; vLLM on H100/A100 27.6%, the A100 sweep "
+                   "36.5% once its rows run the prompts cached before them)")
 def test_ttft_meets_the_bar(rows):
     assert vc.summary(rows, "ttft_ms")["median_abs_error"] <= vc.BAR
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.0% "
+@pytest.mark.xfail(strict=True, reason="issue 29's bar not met for ITL: median |error| 16.1% "
                    "over 104 rows (TensorRT-LLM online table 17.4%, NIM 2.2%, SGLang 1.6%, "
-                   "vLLM on H100/A100 16.7%)")
+                   "vLLM on H100/A100 17.4%)")
 def test_itl_meets_the_bar(rows):
     assert vc.summary(rows, "itl_ms")["median_abs_error"] <= vc.BAR
 

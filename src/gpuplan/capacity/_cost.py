@@ -36,6 +36,7 @@ model's GEMM tiling makes P(n) jagged by a few percent between tile multiples, a
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import replace
 
 from ..compute import estimate_speed
@@ -150,7 +151,17 @@ class StepCost:
         return p - a
 
     def _attn_s(self, n: int, prior: int) -> float:
-        return self._pair(n)[1] * (1.0 + 2.0 * prior / n)
+        """A chunk of ``n`` new tokens after ``prior`` cached ones: the attention of the lone
+        prompt with as many query-key pairs, ``m = sqrt(n^2 + 2 n p)`` tokens (``m^2 / 2 =
+        n^2 / 2 + n p``), scaled by the rounding of ``m``. Where the kernel is compute-bound
+        this is ``Aself(n) (1 + 2p/n)``; a short chunk after a long prefix (a prefix-cache hit's
+        last block: 16 tokens after 1,008) is not ``1 + 2p/n`` = 127 times a 16-token
+        prompt's attention, which is its kernels' fixed floor, but one floor and its FLOPs."""
+        if not prior:
+            return self._pair(n)[1]
+        work = n * n + 2 * n * prior
+        m = max(1, round(math.sqrt(work)))
+        return self._pair(m)[1] * work / (m * m)
 
     def step_s(self, decodes: int, context_sum: float, chunks: list[tuple[int, int]]) -> float:
         """One step: ``decodes`` sequences decoding at contexts summing to ``context_sum``, and

@@ -64,6 +64,12 @@ class SchedulerDefaults:
     host work per step (:attr:`gpuplan.engines.profiles.ServingHost.core_fixed_s`) runs beside
     the step instead of between steps (:class:`._cost.StepCost`), and the scheduler runs one
     step ahead (``run_ahead``)."""
+    preempt_keeps_cache: bool = False
+    """A request preempted by recompute leaves its full blocks in the prefix cache (vLLM V1:
+    ``KVCacheManager.free`` returns them to the free queue's tail, the request's last block
+    first, and ``get_computed_blocks`` finds them again by hash when the request is next
+    scheduled), so it re-prefills only what was evicted from the queue's head meanwhile, its
+    tail blocks first (:data:`_VLLM_PREEMPT`). False: every preempted token is recomputed."""
     high_memory_seqs: int | None = None
     """vLLM >= 0.9.2: ``max_num_seqs`` on a GPU of >= 70 GiB that is not an A100."""
     high_memory_tokens: int | None = None
@@ -91,6 +97,7 @@ class SchedulerDefaults:
                 "memory_utilization": self.memory_utilization,
                 "new_token_ratio": self.new_token_ratio, "run_ahead": self.run_ahead,
                 "async_scheduling": self.async_scheduling,
+                "preempt_keeps_cache": self.preempt_keeps_cache,
                 "sources": list(self.sources)}
 
 
@@ -101,6 +108,19 @@ _VLLM_V1 = ("vllm/engine/arg_utils.py _set_default_args_v1: V1 always chunks pre
             "prefix caching; vllm/v1/core/sched/scheduler.py: running requests first, then "
             "waiting FCFS within the token budget; preempts the last-admitted running request "
             "(recompute) when the KV cache manager cannot allocate")
+#: vLLM V1's preemption keeps the prefix cache: vllm/v1/core/sched/scheduler.py ``schedule()``
+#: preempts with ``kv_cache_manager.free(preempted_req)``, ``num_computed_tokens = 0`` and
+#: ``waiting.appendleft`` (the same lines in every V1 scheduler copy read in the offline index,
+#: 2026-12, from the 2025 ones on; no vLLM commit was at hand to pin them); kv_cache_manager.py
+#: ``free``: "When caching is enabled, we free the blocks in reverse order so that the tail blocks are
+#: evicted first", each appended to the free block queue (``free_block_queue.append``), whose
+#: head ``get_new_blocks`` pops and evicts (LRU); a waiting request with no computed tokens is
+#: matched by ``get_computed_blocks`` (its full blocks' hashes over prompt and output, at most
+#: ``num_tokens - 1`` tokens), so a preempted request re-prefills only its evicted tail.
+_VLLM_PREEMPT = ("vllm/v1/core/sched/scheduler.py: a preempted request is freed and put first in "
+                 "the waiting queue; kv_cache_manager.py free: blocks returned in reverse order "
+                 "('tail blocks are evicted first') to the free queue's tail, evicted from its "
+                 "head; get_computed_blocks finds the survivors when it is scheduled again")
 _VLLM_CACHE = "vllm/config/cache.py CacheConfig: block_size 16, gpu_memory_utilization 0.9"
 #: vLLM's async scheduling: PR #19970 (2025-06-23) "making the scheduler operate one step ahead of
 #: the current execution" (an output placeholder stands for each token scheduled but not yet
@@ -172,19 +192,21 @@ SCHEDULERS: tuple[SchedulerDefaults, ...] = (
     SchedulerDefaults(engine="vllm", version="0.8", max_num_seqs=256,
                       max_num_batched_tokens=2048, chunked_prefill=True, mixed=True,
                       block_size=16, preemption="recompute", admission="incremental",
-                      prefix_caching=True, memory_utilization=0.9,
-                      sources=(_VLLM_V1, _VLLM_CACHE)),
+                      prefix_caching=True, memory_utilization=0.9, preempt_keeps_cache=True,
+                      sources=(_VLLM_V1, _VLLM_CACHE, _VLLM_PREEMPT)),
     SchedulerDefaults(engine="vllm", version="0.11", max_num_seqs=256,
                       max_num_batched_tokens=2048, chunked_prefill=True, mixed=True,
                       block_size=16, preemption="recompute", admission="incremental",
                       prefix_caching=True, memory_utilization=0.9, high_memory_seqs=1024,
-                      high_memory_tokens=8192, sources=(_VLLM_ARGS, _VLLM_V1, _VLLM_CACHE)),
+                      high_memory_tokens=8192, preempt_keeps_cache=True,
+                      sources=(_VLLM_ARGS, _VLLM_V1, _VLLM_CACHE, _VLLM_PREEMPT)),
     SchedulerDefaults(engine="vllm", version="0.14", max_num_seqs=256,
                       max_num_batched_tokens=2048, chunked_prefill=True, mixed=True,
                       block_size=16, preemption="recompute", admission="incremental",
                       prefix_caching=True, memory_utilization=0.9, high_memory_seqs=1024,
                       high_memory_tokens=8192, run_ahead=True, async_scheduling=True,
-                      sources=(_VLLM_ARGS, _VLLM_V1, _VLLM_CACHE, _VLLM_ASYNC)),
+                      preempt_keeps_cache=True,
+                      sources=(_VLLM_ARGS, _VLLM_V1, _VLLM_CACHE, _VLLM_PREEMPT, _VLLM_ASYNC)),
     SchedulerDefaults(engine="sglang", version="0.5", max_num_seqs=4096,
                       max_num_batched_tokens=8192, chunked_prefill=True, mixed=False,
                       block_size=1, preemption="recompute", admission="ratio",

@@ -29,7 +29,7 @@ __all__ = ["SimTrace", "simulate"]
 
 class _Req:
     __slots__ = ("i", "arrival", "n_in", "n_out", "prompt", "ctx", "gen", "blocks", "first",
-                 "done", "sched", "last_step", "cached", "preempted")
+                 "done", "sched", "last_step", "cached", "preempted", "seg", "full")
 
     def __init__(self, i: int, arrival: float, n_in: int, n_out: int, cached: int) -> None:
         self.i, self.arrival, self.n_in, self.n_out = i, arrival, n_in, n_out
@@ -41,6 +41,8 @@ class _Req:
         self.last_step = -2           # the step that made its last token
         self.cached = cached        # prompt tokens the prefix cache serves
         self.preempted = 0
+        self.seg: list | None = None  # preempted, its blocks in the free queue: [self, how many]
+        self.full = 0               # its full blocks when preempted (the cache keeps only those)
 
 
 @record
@@ -133,7 +135,7 @@ class _State:
         self.sched, self.total_blocks, self.free = sched, blocks, blocks
         self.request_s = 0.0
         self.bs = sched.block_size
-        seen: set[str] = set()
+        seen: set[str] = set(workload.cached_prefixes)
         reqs = []
         for i, r in enumerate(workload.requests):
             cached = 0
@@ -162,6 +164,10 @@ class _State:
         self.n_dec = self.ctx_sum = 0
         self.irregular: list[tuple[_Req, int]] = []
         self.finished: list[_Req] = []
+        # the free block queue, head first, as [owner, blocks] runs (owner: a preempted request
+        # whose blocks the prefix cache still holds, else None), where a preempted request keeps
+        # its cache (SchedulerDefaults.preempt_keeps_cache); None: not tracked
+        self.fq: deque | None = deque([[None, blocks]]) if sched.preempt_keeps_cache else None
         self.last_start: float | None = None  # when the step that just ended began
         self.cutoff: float | None = None      # the latest arrival this step's batch can admit
 
@@ -211,9 +217,44 @@ class _State:
             return False
         self.free -= need
         r.blocks += need
+        if self.fq is not None:
+            revive = 0
+            if r.seg is not None:  # its surviving full blocks leave the queue where they are
+                seg, r.seg = r.seg, None
+                revive = r.cached // self.bs
+                seg[0], seg[1] = None, seg[1] - revive
+            self._take(need - revive)
         return True
 
+    def _take(self, k: int) -> None:
+        """``k`` blocks off the free queue's head (vLLM's ``get_new_blocks``: the least recently
+        freed first, evicting what the prefix cache held there)."""
+        fq = self.fq
+        while k > 0:
+            seg = fq[0]
+            if seg[1] > k:
+                seg[1] -= k
+                return
+            k -= seg[1]
+            seg[1] = 0
+            fq.popleft()
+
+    def _release(self, r: _Req, keep: bool) -> None:
+        """``r``'s blocks back to the free queue's tail; ``keep``: as a preempted request's, which
+        the prefix cache holds until they reach the head (its last block first)."""
+        if self.fq is None or not r.blocks:
+            return
+        if keep:
+            r.full = min(r.ctx, r.n_in + r.gen - 1) // self.bs
+            r.seg = [r, r.blocks]
+            self.fq.append(r.seg)
+        elif self.fq and self.fq[-1][0] is None:
+            self.fq[-1][1] += r.blocks
+        else:
+            self.fq.append([None, r.blocks])
+
     def _preempt(self, r: _Req) -> None:
+        self._release(r, True)
         self.free += r.blocks
         r.blocks = 0
         r.prompt = r.n_in + r.gen
@@ -241,6 +282,8 @@ class _State:
             r = self.waiting[0]
             if self.cutoff is not None and r.sched < 0 and r.arrival > self.cutoff:
                 break  # received after this batch was formed (run_ahead)
+            if r.seg is not None:  # preempted: what the cache still holds of it
+                r.cached = r.ctx = min(r.seg[1], r.full) * self.bs
             if r.ctx == 0 and r.cached:
                 r.ctx = r.cached
             left = r.prompt - r.ctx
@@ -394,6 +437,7 @@ class _State:
 
     def _finish(self, r: _Req) -> None:
         r.done = self.t + self.request_s
+        self._release(r, False)
         self.free += r.blocks
         r.blocks = 0
         self.running.remove(r)

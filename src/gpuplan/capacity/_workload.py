@@ -85,6 +85,10 @@ class Workload:
     concurrency: int | None = None
     arrivals: str = "poisson"
     source: str = ""
+    cached_prefixes: tuple[str, ...] = ()
+    """Prefix ids (:attr:`Request.prefix_id`) the engine's prefix cache already holds when the
+    run starts (left by earlier traffic on the same server): the first request naming one hits
+    it, as a later one does."""
 
     @property
     def mean_input(self) -> float:
