@@ -109,6 +109,8 @@ def test_mistral_small_3_1_is_its_text_model():
     assert "vision tower" in entry.notes and "text_config" in entry.notes
 
 
+# The Llama 3.2 Instruct files have the base models' architecture (docs/models.md cites the copies
+# read) and differ in eos_token_id only: an alias, not an entry of its own.
 @pytest.mark.parametrize("alias,name", [
     ("llama-3.2-1b-instruct", "llama-3.2-1b"), ("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b"),
     ("llama-3.2-3b-instruct", "llama-3.2-3b"), ("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"),
