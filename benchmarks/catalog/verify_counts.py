@@ -60,6 +60,21 @@ CARD: dict[str, tuple[float, float | None, int, str]] = {
     "llama-4-scout": (109, 17, 0, "Llama 4 card, vision included"),
     "llama-4-maverick": (400, 17, 0, "Llama 4 card, vision included"),
     "glm-4.5-air": (106, 12, 0, "GLM-4.5 card"),
+    # catalog43 (December 2026). glm-4.5 is not here: its 355B is the report's accounting (no
+    # embedding or head, the MTP layer included), checked by hand in
+    # tests/unit/test_models_catalog43.py; transformers builds 352.8B.
+    "mixtral-8x22b": (141, 39, 0, "Mixtral 8x22B announcement (mistral.ai)"),
+    "qwen3-coder-480b-a35b": (480, 35, 0, "Qwen3-Coder-480B-A35B card"),
+    "deepseek-v2-lite": (15.7, 2.4, 1, "DeepSeek-V2 report, appendix B"),
+    "gemma-2-2b": (2.6, None, 1, "Gemma 2 report (2.6B)"),
+    "gemma-2-27b": (27.2, None, 1, "Gemma 2 report (27.2B)"),
+    "phi-4": (14, None, 0, "name (phi-4 report: 14B)"),
+    "mistral-nemo-12b": (12, None, 0, "name"),
+    "mistral-small-3.1-24b": (24, None, 0, "name (text part only; the card's 24B has the vision tower)"),
+    # the Qwen2.5 cards state 14.7B and 32.5B; the counts are 14.77B and 32.76B
+    "qwen2.5-14b": (14, None, 0, "name (card 14.7B: the count 14.77B truncated)"),
+    "qwen2.5-32b": (32, None, 0, "name (card 32.5B: 0.8% below the count 32.76B)"),
+    "qwen2.5-coder-32b": (32, None, 0, "name (card 32.5B, as Qwen2.5-32B's)"),
 }
 
 

@@ -5,7 +5,7 @@ output is what the command prints now.
   gpuplan`` or ``... && gpuplan``; a trailing ``# comment`` is dropped), run in-process through
   :func:`gpuplan.cli.main` once each (duplicates skipped), in a temporary folder that holds the
   files the docs name (``./my-model-dir``, ``./model.Q4_K_M.gguf``, ``train.py``, a Hugging Face
-  cache holding ``Qwen/Qwen2.5-14B``), with an empty bench database.
+  cache holding ``Qwen/Qwen2.5-3B``), with an empty bench database.
 - Exit status 0, or the documented error exit (:data:`EXPECTED_EXIT`).
 - Commands that need a GPU, the network, a server that runs until stopped, or minutes of CPU
   (fake-tensor traces: 10-40 s of CPU each) are listed in :data:`SKIP` with the reason;
@@ -41,7 +41,7 @@ SLOW = os.environ.get("GPUPLAN_DOCS_SLOW") == "1"
 _TRACE = "a fake-tensor trace takes 10-40 s of CPU; tests/test_trace*.py and the golden trace test run them"
 #: Command (as written, comment dropped) -> why it is not run here.
 SKIP: dict[str, str] = {
-    "gpuplan fit Qwen/Qwen2.5-14B --download": "needs the network (the Hugging Face hub)",
+    "gpuplan fit Qwen/Qwen2.5-3B --download": "needs the network (the Hugging Face hub)",
     "gpuplan serve --open": "starts a server that runs until stopped (tests/web covers it)",
     "gpuplan serve [--host 127.0.0.1] [--port 8000] [--open]": "a synopsis, not a command",
     "gpuplan profile [--steps N] [--warmup K] [--then stop|continue] [--json] [--plot FILE.png]":
@@ -266,7 +266,7 @@ def workdir(tmp_path_factory):
     _model_dir(d / "my-model-dir")
     (d / "train.py").write_text(_train_script())
     files = {"gguf": lambda: _gguf(d / "model.Q4_K_M.gguf"),
-             "hub": lambda: _hub_cache(d / "hub", "Qwen/Qwen2.5-14B")}
+             "hub": lambda: _hub_cache(d / "hub", "Qwen/Qwen2.5-3B")}
     for make in files.values():
         with contextlib.suppress(pytest.skip.Exception):
             make()

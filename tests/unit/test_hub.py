@@ -118,8 +118,10 @@ def test_case_of_a_cached_hub_id_is_forgiven(cache):
 
 
 def test_unknown_hub_id_says_how_to_get_it_and_suggests_no_other_size(cache):
+    # Qwen2.5-3B, not Qwen2.5-14B: Qwen/Qwen2.5-14B is a catalog alias since the catalog
+    # gained qwen2.5-14b (a catalog name resolves before the hub cache)
     with pytest.raises(InputError) as e:
-        load_model("Qwen/Qwen2.5-14B")
+        load_model("Qwen/Qwen2.5-3B")
     msg = str(e.value)
     assert "not a local path, in gpuplan's catalog or in the Hugging Face cache" in msg
     assert str(cache) in msg and "download" in msg
@@ -137,7 +139,7 @@ def test_catalog_typos_still_suggest_but_never_another_size():
         load_model("lama-3.1-8b")
     assert "llama-3.1-8b" in e.value.suggestions
     with pytest.raises(UnknownNameError) as e:
-        load_model("qwen2.5-14b")
+        load_model("qwen2.5-3b")  # not qwen2.5-14b: that is a catalog entry now
     assert e.value.suggestions == []
 
 
