@@ -1611,7 +1611,12 @@ MEMORY_CHECKED = (
      "69.5 GB (grads 6.1 -> 12.2 GB, overhead +1.3 GB); speed 15,073 -> "
      "14,816 and 5,024 -> 4,967 tok/s/GPU (the wgrad accumulation, the optimizer's read and the "
      "data-parallel reduce-scatter in fp32). The other NeMo pre-training rows' scripts set "
-     "grad_sync_dtype bf16: unchanged"),
+     "grad_sync_dtype bf16: unchanged. Not modelled: Apex's reduce-scatter outputs "
+     "(sync_grads_shard, distributed_fused_adam.py lines 1853-1860, kept as grads_shard until "
+     "zero_grad, line 1498), the grads / DP in the sync dtype (340B 5.8 GB, 22B 1.5 GB, 8B "
+     "0.5 GB), live from each chunk's grad sync in the cool-down, as the activations drain, "
+     "to the step; the Llama 2 13B and 70B yamls' fp8_amax_history_len 1 (line 133), counted "
+     "at 1024 (3 x 1026 x 4 B a linear: under 4 MB a GPU)"),
     ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
      "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "
      "micro-batches of a stage in flight (the report's Table 2). The report's own memory "
