@@ -987,8 +987,10 @@ def master_fields(run: dict, notes: list[str]) -> dict:
     fp32 unless set; no ``store_params`` in the config, so fp8_params -> store_params; dtype ==
     model dtype -> neither (no master); fp32 over bf16 -> ``store_param_remainders``: Apex
     keeps an int16 remainder shard beside fp32 exp_avg / exp_avg_sq (apex distributed_fused_
-    adam.py lines 458-476, 659-671 @f8e60c47) -> ``master_weights`` remainder. The no-master
-    case (dtype bf16: the Nemotron-4 340B yaml) has no Job value: named, not modelled."""
+    adam.py lines 458-476, 659-671 @f8e60c47) -> ``master_weights`` remainder; dtype bf16 (the
+    Nemotron-4 340B yaml, lines 158-162) -> store_params False: Apex keeps no params_shard and
+    steps the bf16 weights in place, exp_avg / exp_avg_sq in its dtype bf16 (lines 449-476) ->
+    ``master_weights`` none, ``optimizer_states`` bf16."""
     la = run.get("launcher")
     if not la or la.get("optim_name") != "distributed_fused_adam":
         return {}
@@ -1002,10 +1004,49 @@ def master_fields(run: dict, notes: list[str]) -> dict:
                      f"adam at its default fp32 dtype over a bf16 O2 model: NeMo sets "
                      f"store_param_remainders, {where})")
         return {"master_weights": "remainder"}
-    notes.append(f"not modelled: distributed_fused_adam dtype {dtype} over the {dtype} O2 model "
-                 f"({where}): NeMo sets store_params False, Apex steps the {dtype} weights in "
-                 "place with its states in that dtype (no master copy)")
-    return {}
+    if dtype != "bf16":
+        notes.append(f"not modelled: distributed_fused_adam dtype {dtype} ({where})")
+        return {}
+    notes.append(f"no master: distributed_fused_adam dtype bf16 over the bf16 O2 model ({where}): "
+                 "NeMo sets store_params False, Apex steps the bf16 weights in place, its Adam "
+                 "states bf16")
+    return {"master_weights": "none", "optimizer_states": "bf16"}
+
+
+def grad_fields(run: dict, notes: list[str]) -> dict:
+    """The gradient buffer a NeMo 24.07 pre-training row's launcher config implies: Apex's
+    DistributedFusedAdam takes ``grad_sync_dtype`` from its ``dtype`` where none is given
+    (distributed_fused_adam.py lines 586-587 @f8e60c47; NeMo passes the config's optim keys
+    through: nemo/core/optim/distributed_adam.py lines 148-150 @e938df32), fp32 unless set, and
+    allocates its contiguous grad buffer (the yamls' contiguous_grad_buffer True) in that dtype
+    (lines 1099-1118), NeMo's ``main_grad`` a view of it that the wgrad GEMMs accumulate into
+    (distributed_adam.py line 496) -> ``grad_dtype`` fp32. The Nemotron 8B and 22B rows alone
+    set none (their yamls and scripts); the others' scripts (or the 340B yaml) set bf16."""
+    la = run.get("launcher")
+    if not la or la.get("optim_name") != "distributed_fused_adam":
+        return {}
+    sync = la.get("grad_sync_dtype") or la.get("optim_dtype") or "fp32"
+    if sync != "fp32":
+        return {}
+    notes.append(f"fp32 gradient buffer (distributed_fused_adam with no grad_sync_dtype: its "
+                 f"dtype fp32, {la['config']} @{la['tag']})")
+    return {"grad_dtype": "fp32"}
+
+
+def launcher_recompute(run: dict, notes: list[str]) -> dict:
+    """The recompute a NeMo 24.07 pre-training row's launcher config sets (``run['launcher']
+    ['activations_checkpoint_granularity']``): NeMo passes it to Megatron-Core as
+    ``recompute_granularity`` (megatron_base_model.py lines 533 and 553 at NVIDIA/NeMo@e938df32),
+    and ``selective`` checkpoints the core attention (``checkpoint_core_attention``:
+    megatron/core/transformer/attention.py line 95 at core_r0.9.0, 1afee592, the tag NeMo's
+    Dockerfile.ci names at e938df32; line 103 at core_r0.8.0) -> ``checkpointing`` selective,
+    whose default module is core_attn. Only the Nemotron-4 340B yaml sets it (line 122)."""
+    la = run.get("launcher") or {}
+    if la.get("activations_checkpoint_granularity") != "selective":
+        return {}
+    notes.append(f"selective recompute of the core attention (activations_checkpoint_"
+                 f"granularity selective, {la['config']} @{la['tag']})")
+    return {"checkpointing": "selective"}
 
 
 def gather_overlap_of(run: dict) -> bool:
@@ -1092,6 +1133,8 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     fields.update(recipe_fields(run, notes))
     fields.update(lora_fields(run, notes))
     fields.update(master_fields(run, notes))
+    fields.update(launcher_recompute(run, notes))
+    fields.update(grad_fields(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
         layout = (run.get("recipe") or {}).get("pipeline_model_parallel_layout")
         first, last = (layout_split(layout, j["pp"]) if layout
@@ -1242,8 +1285,9 @@ NEMO_DENSE_NOTE = (
     "are the table's layouts with the harness defaults (no recipe recorded: the 24.07 yaml's "
     "layouts match the GPT3-5B and 20B rows' (TP, MBS) but not the 175B's (VP 12 against 6) nor "
     "the Nemotron rows' -- nemotron_340b.yaml is PP 12 x VP 8 against the row's PP 8 x VP 12 -- "
-    "so no yaml's optimizer or recompute settings are applied; 5b.yaml and 20b.yaml set none "
-    "beyond the defaults). Every one plans faster than measured; the largest gap is GPT3-5B "
+    "so their layouts and batches stay the table's; each row's yaml (and H100 script) is read "
+    "for its optimizer, its gradient buffer and its recompute (`master_fields`, `grad_fields`, "
+    "`launcher_recompute`; 5b.yaml and 20b.yaml set none beyond the defaults). Every one plans faster than measured; the largest gap is GPT3-5B "
     "at TP 1 (no model parallelism, 1.24), open: what was checked for it (`GPT3_5B_CHECKED`, "
     "sized with gpuplan's own step, 2.35 s against the 2.91 s the measured rate implies):")
 
@@ -1581,18 +1625,44 @@ MEMORY_CHECKED = (
      "74.6 -> 71.8 / 83.4 -> 82.7, Llama 2 7B 69.8 -> 68.1, 13B 59.5 -> 57.8, 70B 63.0 -> "
      "60.8, Llama 3 8B 81.2 -> 79.2, 70B 66.7 -> 64.4, GPT3-5B 60.3 -> 60.2, Nemotron 8B "
      "68.4 -> 68.2, 22B 62.8 -> 62.1; their optimizer step reads the weight and its remainder "
-     "(26 B a parameter, 28 with the fp32 copy): speed +0-1 tok/s/GPU. Nemotron-4 340B stays "
-     "at 95.5 GB: nemotron_340b.yaml sets dtype bf16 (and grad_sync_dtype bf16), which "
-     "triggers no remainder: NeMo sets store_params False (optim dtype = model dtype) and Apex "
-     "steps the bf16 weights in place, Adam's states bf16 and no master at all. With its "
-     "states bf16 (optimizer_states bf16) it would plan 84.0 GB (Adam 23.1 -> 11.5 GB), and "
-     "without the 11.5 GB master ~72.5 GB; neither is applied: the Job has no master_weights "
-     "value for no master, and the yaml's layout (PP 12 x VP 8) is not the row's (PP 8 x VP "
-     "12), the reason its optimizer block was not read before (as the 175B, Nemotron 8B/22B "
-     "and Llama 3 70B yamls' VP or MBS also differ from their rows, whose optimizer blocks are "
-     "read here, that reason is open). Also open: the Nemotron 8B/22B scripts set no "
-     "grad_sync_dtype, so Apex's grad buffer is its dtype, fp32 (distributed_fused_adam.py "
-     "lines 586-587), where the plan counts 16-bit grads"),
+     "(26 B a parameter, 28 with the fp32 copy): speed +0-1 tok/s/GPU. Nemotron-4 340B (95.5 GB "
+     "on 85.0 until branch nemo340mem): nemotron_340b.yaml (lines 122, 153, 158-162) sets "
+     "distributed_fused_adam dtype bf16 and grad_sync_dtype bf16, no fp8_params, "
+     "fp8_amax_history_len 1024 and activations_checkpoint_granularity selective; its layout "
+     "(PP 12 x VP 8, 768 nodes) is not the row's (PP 8 x VP 12), as the 175B, Nemotron 8B/22B "
+     "and Llama 3 70B yamls' VP or MBS differ from their rows, whose optimizer blocks are read: "
+     "so the 340B's is read too, the layout and batch the table's. dtype bf16 = the bf16 O2 "
+     "model's: NeMo sets store_params False (megatron_base_model.py lines 802-807) and Apex "
+     "keeps no params_shard, steps the bf16 weights in place and keeps exp_avg / exp_avg_sq in "
+     "bf16 (distributed_fused_adam.py lines 449-476): master_weights none, optimizer_states "
+     "bf16, master 11.5 -> 0 GB, Adam 23.1 -> 11.5 GB. Selective granularity is Megatron-Core's "
+     "recompute_granularity (megatron_base_model.py lines 533, 553), the core attention "
+     "checkpointed (megatron/core/transformer/attention.py line 95 at core_r0.9.0, the tag "
+     "NeMo's Dockerfile.ci names at e938df32): each layer's attention output (4096 x 96 x 192 "
+     "/ TP 8 x 2 B) and softmax statistics (4096 x 12 heads x 4 B) dropped, 19.1 MB a layer, "
+     "the worst stage's 12 layers x 7.42 micro-batches in flight: activations 21.8 -> 20.1 GB. "
+     "Unchanged: the grads (grad_sync_dtype bf16: 2 B), the BF16 weights beside the FP8 copy "
+     "and transpose (no fp8_params), the amax histories (1024, as counted), sequence "
+     "parallelism and MBS 1. 95.5 -> 70.7 GB; 328 -> 330 tok/s/GPU (the step reads no fp32 "
+     "master; the speed model times no re-run of the fused core under selective, "
+     "compute/flops.py recompute_ops: by hand a causal attention forward, 0.15 of 6.9 GFLOP a "
+     "token a layer, ~0.7% of the step, not charged). The Nemotron 8B and 22B yamls and "
+     "scripts set no grad_sync_dtype (nemotron_8b.yaml lines 170-186, nemotron_22b.yaml "
+     "172-188, *_fp8.sh): Apex takes its dtype, fp32 (distributed_fused_adam.py lines 586-587), "
+     "and allocates its contiguous grad buffer (contiguous_grad_buffer True) in it (lines "
+     "1099-1118), NeMo's main_grad a view of it (nemo/core/optim/distributed_adam.py line 496): "
+     "grad_dtype fp32 (`grad_fields`), 4 B a weight unsharded where 2 were counted. Nemotron "
+     "8B 68.2 -> 78.1 GB (grads 8.5 -> 17.1 GB; the overhead's ZeRO bucket, 5e8 elements, "
+     "1.0 -> 2.0 GB at 4 B, and its fragmentation, 5% of the grads, +0.4 GB), 22B 62.1 -> "
+     "69.5 GB (grads 6.1 -> 12.2 GB, overhead +1.3 GB); speed 15,073 -> "
+     "14,816 and 5,024 -> 4,967 tok/s/GPU (the wgrad accumulation, the optimizer's read and the "
+     "data-parallel reduce-scatter in fp32). The other NeMo pre-training rows' scripts set "
+     "grad_sync_dtype bf16: unchanged. Not modelled: Apex's reduce-scatter outputs "
+     "(sync_grads_shard, distributed_fused_adam.py lines 1853-1860, kept as grads_shard until "
+     "zero_grad, line 1498), the grads / DP in the sync dtype (340B 5.8 GB, 22B 1.5 GB, 8B "
+     "0.5 GB), live from each chunk's grad sync in the cool-down, as the activations drain, "
+     "to the step; the Llama 2 13B and 70B yamls' fp8_amax_history_len 1 (line 133), counted "
+     "at 1024 (3 x 1026 x 4 B a linear: under 4 MB a GPU)"),
     ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
      "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "
      "micro-batches of a stage in flight (the report's Table 2). The report's own memory "

@@ -48,7 +48,8 @@ __all__ = ["ClusterCandidate", "ClusterPlan", "cluster_search", "SCHEDULES", "CH
 #: The Job fields the search honours; the layout fields (tp, pp ...) are what it searches. The
 #: command line and ``POST /api/cluster`` refuse any other job option in one line.
 SEARCH_JOB_FIELDS = frozenset({"mode", "precision", "infer_precision", "optimizer",
-                               "optimizer_states", "master_weights", "fused_optimizer", "seq",
+                               "optimizer_states", "master_weights", "grad_dtype",
+                               "fused_optimizer", "seq",
                                "gpus", "attention", "kv_dtype", "context", "gpus_per_node",
                                "inter_node", "runtime", "engine", "power_limit_w"})
 
@@ -252,7 +253,8 @@ def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx
         base = base.resolve_infer(model.architecture, gpu.architecture)
     prec = (train_precision(base.precision, device, False,
                             optimizer_states=base.optimizer_states,
-                            master_weights=base.master_weights) if mode == "train"
+                            master_weights=base.master_weights,
+                            grad_dtype=base.grad_dtype) if mode == "train"
             else infer_precision(base.infer_precision, device, False,
                                  shipped=getattr(model.architecture, "checkpoint_format", None),
                                  engine=base.engine))
@@ -300,7 +302,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
 def _states_floor(c: _Ctx, lay: Layout) -> float:
     """A lower bound of one GPU's model states (weights, gradients, master, optimizer)."""
     r = with_job_dtypes(TRAINING_RECIPES[c.base.precision], c.base.optimizer_states,
-                        c.base.master_weights)
+                        c.base.master_weights, c.base.grad_dtype)
     n = stage_params(c.model.architecture, c.model.params.total, lay)
     per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, r.state_bytes)
     group = lay.dp * lay.cp
@@ -517,7 +519,7 @@ def _counts(model: Model, gpu: GPU, job: Job, mode: str) -> list[int]:
     fp32 master and Adam's two states; serving: the weights) up to :data:`COUNT_SPAN` times as
     many (at most :data:`MAX_SEARCH_GPUS`)."""
     r = with_job_dtypes(TRAINING_RECIPES[job.precision], job.optimizer_states,
-                        job.master_weights)
+                        job.master_weights, job.grad_dtype)
     per = (r.weight_bytes + r.grad_bytes + r.master_bytes + 2 * r.state_bytes) \
         if mode == "train" else 2
     lo = max(1, -(-model.params.total * per // gpu.memory_bytes))

@@ -72,6 +72,8 @@ def untraceable_reason(model: Model, job: Job, mode: str) -> str | None:
             return "an optimizer-state dtype other than the recipe's is not traced"
         if job.master_weights != "auto":
             return "a master-copy dtype other than the recipe's is not traced"
+        if job.grad_dtype != "auto":
+            return "a gradient dtype other than the recipe's is not traced"
     else:
         job = job.resolve_infer(model.architecture)
         if job.infer_precision not in _TRACEABLE_INFER:

@@ -43,7 +43,8 @@ class TrainingRecipe:
     """Bytes of each gradient element (same dtype as the parameters)."""
     master_bytes: int
     """Bytes of a separate master copy held for the optimizer (0 when the weights are fp32): 4,
-    fp32, in every recipe; a Job's ``master_weights`` may name bf16 (:func:`with_job_dtypes`)."""
+    fp32, in every recipe; a Job's ``master_weights`` may name bf16, a remainder or none
+    (:func:`with_job_dtypes`)."""
     state_bytes: int
     """Default bytes of one optimizer-state element (fp32 = 4; pure bf16 keeps states in bf16)."""
     compute_dtype: Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
@@ -134,21 +135,32 @@ _DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 #: at r2.0.0rc1); Megatron-Core's precision-aware optimizer (use_precision_aware_optimizer, off
 #: by default) with bf16 and store_param_remainders True, its default (NVIDIA/Megatron-LM@d98e8a64
 #: megatron/core/optimizer/optimizer_config.py line 192; distrib_optimizer.py lines 1007-1009).
-_MASTER_BYTES = {**_DTYPE_BYTES, "remainder": 2}
+#: ``master_weights`` none: no master at all, the optimizer steps the 16-bit weights in place
+#: beside its states in the same dtype. Apex's DistributedFusedAdam with ``store_params`` False
+#: (params_shard None: distributed_fused_adam.py lines 449-456 @f8e60c47, ``dtype`` its states'
+#: lines 464-476), which NeMo sets when the optimizer's ``dtype`` is the model's, bf16 under
+#: megatron_amp_O2 (megatron_base_model.py lines 790-807 @e938df32: ``optim_dtype ==
+#: model_dtype`` -> store_params False), as NeMo-Framework-Launcher 24.07's
+#: conf/training/nemotron/nemotron_340b.yaml lines 158-162 set (8325688d: dtype bf16).
+_MASTER_BYTES = {**_DTYPE_BYTES, "remainder": 2, "none": 0}
 
 
 def with_job_dtypes(recipe: TrainingRecipe, optimizer_states: str = "auto",
-                    master_weights: str = "auto") -> TrainingRecipe:
-    """``recipe`` with the optimizer-state and master-copy dtypes a Job names: what the memory
-    plan, the speed model's optimizer step and the layout search all read. A master dtype
-    applies only where the recipe keeps a master copy (the Job refuses it elsewhere)."""
+                    master_weights: str = "auto", grad_dtype: str = "auto") -> TrainingRecipe:
+    """``recipe`` with the optimizer-state, master-copy and gradient dtypes a Job names: what
+    the memory plan, the speed model's passes and the layout search all read. A master dtype
+    applies only where the recipe keeps a master copy, a gradient dtype only beside 16-bit
+    weights (the Job refuses them elsewhere)."""
     state = recipe.state_bytes if optimizer_states == "auto" else _DTYPE_BYTES[optimizer_states]
     master, rem = recipe.master_bytes, recipe.master_remainder
     if master and master_weights != "auto":
         master, rem = _MASTER_BYTES[master_weights], master_weights == "remainder"
-    if (state, master, rem) == (recipe.state_bytes, recipe.master_bytes, recipe.master_remainder):
+    grad = recipe.grad_bytes if grad_dtype == "auto" else _DTYPE_BYTES[grad_dtype]
+    if (state, master, rem, grad) == (recipe.state_bytes, recipe.master_bytes,
+                                      recipe.master_remainder, recipe.grad_bytes):
         return recipe
-    return replace(recipe, state_bytes=state, master_bytes=master, master_remainder=rem)
+    return replace(recipe, state_bytes=state, master_bytes=master, master_remainder=rem,
+                   grad_bytes=grad)
 
 
 # --------------------------------------------------------------------------------------------------

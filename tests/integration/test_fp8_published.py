@@ -591,14 +591,48 @@ def test_every_published_megatron_run_fits_where_it_ran():
     row ran PP 8 x VP 12: it is not the row's run config, so (unlike the SFT rows' scripts) its
     optimizer settings are not applied. 20b.yaml is the row's layout (TP 2, MBS 2) and sets
     neither (Apex distributed_fused_adam at its default dtypes), which is what makes NeMo keep
-    remainders. The 340B yaml's dtype bf16 would mean no master at all (V.MEMORY_CHECKED)."""
+    remainders. The 340B yaml's dtype bf16 would mean no master at all (V.MEMORY_CHECKED).
+    History (branch nemo340mem): the 340B yaml's optimizer and recompute are applied as the
+    other NeMo pre-training rows' yamls are (their VP or MBS differ from the rows' too; the
+    layout and batch stay the table's): dtype bf16 is no master (master_weights none) and bf16
+    Adam states, activations_checkpoint_granularity selective checkpoints the core attention:
+    95.5 -> 70.7 GB (test_the_nemotron_340b_row_plans_its_yaml has the terms)."""
     over = []
     for r in ROWS:  # the 26.02.01 GB300 70B rows whose printed layouts cannot fit are listed
         got = V.memory_of(r.run)
         if got is not None and got[0] > got[2]:
             over.append(r.run["id"])
-    assert over == ["deepseek-v3-h800-x2048-pretrain",
-                    "nemo-24.07-dgx-h100-nemotron-340b-fp8-delayed-x128"]
+    assert over == ["deepseek-v3-h800-x2048-pretrain"]
+
+
+def test_the_nemotron_340b_row_plans_its_yaml():
+    """The NeMo 24.07 Nemotron-4 340B row (128 H100, TP 8 PP 8 VP 12: DP 2) under its launcher
+    yaml (nemotron_340b.yaml at 8325688d, lines 122 and 158-162): distributed_fused_adam dtype
+    bf16 over the bf16 O2 model, so NeMo sets store_params False and Apex keeps no master and its
+    exp_avg / exp_avg_sq in bf16 (2 x 2 B a weight over DP 2: 2 B, where fp32 made 4 and the
+    fp32 master 2 more); selective recompute drops each layer's attention output (4096 tokens x
+    96 heads x 192 / TP 8 x 2 B) and the fused kernel's fp32 softmax statistics (4096 x 12 heads
+    x 4 B) for the worst stage's 12 layers (one a chunk under VP 12) and its 7 5/12 micro-batches
+    in flight; the grads stay 16-bit (grad_sync_dtype bf16)."""
+    rid = "nemo-24.07-dgx-h100-nemotron-340b-fp8-delayed-x128"
+    run = next(r.run for r in ROWS if r.run["id"] == rid)
+    job = V.job_of(run, [])
+    assert (job.master_weights, job.optimizer_states, job.checkpointing, job.dp) == \
+        ("none", "bf16", "selective", 2)
+    gpu, model = get_gpu("H100-SXM-80GB"), load_model("nemotron-4-340b")
+    plan = train_memory(model, job, gpu=gpu)
+    before = train_memory(model, job.with_(master_weights="auto", optimizer_states="auto",
+                                           checkpointing="none"), gpu=gpu)
+    n = plan.trainable_params
+    assert plan.master_weights_bytes == 0 and before.master_weights_bytes == n * 4 // 2
+    assert plan.optimizer_bytes == n * 2 * 2 // 2 and before.optimizer_bytes == n * 2 * 4 // 2
+    assert plan.gradients_bytes == before.gradients_bytes == n * 2
+    per_layer = 4096 * 96 * 192 // 8 * 2 + 4096 * 12 * 4
+    saved = before.activation_detail["saved_bytes"] - plan.activation_detail["saved_bytes"]
+    assert saved == 12 * per_layer
+    assert before.activations_bytes - plan.activations_bytes == \
+        pytest.approx(12 * per_layer * (7 + 5 / 12), abs=1)
+    assert plan.total_bytes <= gpu.memory_bytes < before.total_bytes
 
 
 def test_the_nemo_70b_sft_run_plans_its_launcher_script():
@@ -682,7 +716,8 @@ REMAINDER_ROWS = {f"nemo-24.07-dgx-h100-{t}-fp8-delayed-x{n}" for t, n in (
 def test_the_nemo_pretraining_rows_keep_master_remainders():
     """Each row whose launcher config triggers NeMo's store_param_remainders plans its master as
     2 B remainders a weight, half the fp32 copy it planned before, and nothing else moves; the
-    Nemotron-4 340B yaml (dtype bf16: no remainder, no master) keeps the default."""
+    Nemotron-4 340B yaml (dtype bf16: no remainder) keeps no master (none; the default until
+    branch nemo340mem)."""
     got = set()
     for r in ROWS:
         if not r.run.get("launcher"):
@@ -696,9 +731,38 @@ def test_the_nemo_pretraining_rows_keep_master_remainders():
                                                                  abs=64), r.run["id"]
             assert rem.weights_bytes == fp32.weights_bytes, r.run["id"]
             assert rem.optimizer_bytes == fp32.optimizer_bytes, r.run["id"]
+        elif r.run["launcher"].get("optim_dtype") == "bf16" and \
+                not r.run["launcher"].get("fp8_params"):
+            assert job.master_weights == "none", r.run["id"]
         else:
             assert job.master_weights == "auto", r.run["id"]
     assert got == REMAINDER_ROWS
+
+
+def test_the_nemotron_8b_22b_rows_count_apex_fp32_grad_buffer():
+    """The Nemotron 8B and 22B rows' yamls and scripts set no grad_sync_dtype (each row's
+    ``launcher``): Apex's DistributedFusedAdam then syncs in its dtype, fp32 (apex
+    distributed_fused_adam.py lines 586-587 @f8e60c47), its contiguous grad buffer in that
+    dtype (lines 1099-1118): 4 B a weight, unsharded by the distributed optimizer, where the
+    16-bit grads made 2; every other NeMo pre-training row's grad_sync_dtype is bf16 (2 B).
+    History (branch nemo340mem): Nemotron 8B 68.2 -> 78.1 GB, 22B 62.1 -> 69.5 GB, both
+    within their 85.0 GB."""
+    fp32 = {"nemo-24.07-dgx-h100-nemotron-8b-fp8-delayed-x64",
+            "nemo-24.07-dgx-h100-nemotron-22b-fp8-delayed-x64"}
+    got = set()
+    gpu = get_gpu("H100-SXM-80GB")
+    for r in ROWS:
+        if not r.run.get("launcher"):
+            continue
+        job = V.job_of(r.run)
+        plan = train_memory(load_model(r.run["model"]["catalog"]), job, gpu=gpu)
+        wide = job.grad_dtype == "fp32"
+        assert plan.gradients_bytes == plan.trainable_params * (4 if wide else 2), r.run["id"]
+        if wide:
+            got.add(r.run["id"])
+            assert r.run["launcher"]["grad_sync_dtype"] is None
+            assert plan.total_bytes <= gpu.memory_bytes, r.run["id"]
+    assert got == fp32
 
 
 

@@ -67,6 +67,24 @@ def test_remainder_master_by_hand():
     assert train_states(m, _job(master_weights="remainder")).step_tmp == 4 * n
 
 
+def test_no_master_by_hand():
+    """master_weights none (Apex DistributedFusedAdam with store_params False, as NeMo sets it
+    when the optimizer's dtype is the model's bf16): no master line bytes, bf16 Adam states
+    (2 x 2 B), the bf16 weights and grads as before: 2 + 2 + 4 = 8 B a weight where the fp32
+    master and states make 16; the step copies nothing and fused Adam keeps no sqrt."""
+    m = load_model(MODEL)
+    n = m.params.total
+    none = train_memory(m, _job(master_weights="none", optimizer_states="bf16"))
+    auto = train_memory(m, _job())
+    assert none.master_weights_bytes == 0 and auto.master_weights_bytes == 4 * n
+    assert none.optimizer_bytes == 4 * n
+    assert none.weights_bytes == auto.weights_bytes and none.gradients_bytes == 2 * n
+    line = next(x for x in none.lines if x.key == "master_weights")
+    assert line.label.startswith("no master copy")
+    fused = _job(master_weights="none", optimizer_states="bf16", fused_optimizer=True)
+    assert train_states(m, fused).step_tmp == 0
+
+
 def test_the_master_step_copies_gradients_only_into_fp32():
     """torch's foreach AdamW with an fp32 master: an fp32 copy of the bf16 gradients (4 B) and
     the sqrt of the second moment (state-sized, 4 B) during the step; a bf16 master steps on the
@@ -94,6 +112,9 @@ def _step_bytes(job: Job) -> float:
     # remainders (Apex's multi_tensor_fused_adam_with_param_remainders): read the bf16 weight
     # and its remainder, the grad and two states; write the weight, remainder and states
     ({"master_weights": "remainder"}, (2 + 2) + 2 + 8 + (2 + 2) + 8),
+    # no master (Apex at dtype bf16, store_params False): read the bf16 weight, the grad and two
+    # bf16 states; write the weight and the states, no 16-bit copy to write
+    ({"master_weights": "none", "optimizer_states": "bf16"}, 2 + 2 + 4 + 2 + 4),
 ])
 def test_optimizer_traffic_by_hand(kw, per_param):
     n = load_model(MODEL).params.total
@@ -109,6 +130,9 @@ def test_cli_and_json_spell_it_like_optimizer_states():
     assert Job(model=MODEL).to_dict()["master_weights"] == "auto"
     args = build_parser("fit").parse_args(["fit", MODEL, "--master-weights", "remainder"])
     assert Job.from_dict(job_from_args(args).to_dict()).master_weights == "remainder"
+    args = build_parser("fit").parse_args(["fit", MODEL, "--master-weights", "none",
+                                           "--optimizer-states", "bf16"])
+    assert Job.from_dict(job_from_args(args).to_dict()).master_weights == "none"
 
 
 @pytest.mark.parametrize("kw,match,fix", [
@@ -123,6 +147,11 @@ def test_cli_and_json_spell_it_like_optimizer_states():
     ({"precision": "mixed-fp16", "master_weights": "remainder"}, "keeps fp16 weights",
      {"master_weights": "auto"}),
     ({"precision": "bf16", "master_weights": "remainder"}, "no separate master copy",
+     {"master_weights": "auto"}),
+    ({"master_weights": "none"}, "optimizer_states bf16", {"optimizer_states": "bf16"}),
+    ({"precision": "mixed-fp16", "master_weights": "none", "optimizer_states": "bf16"},
+     "fp16 weights", {"master_weights": "auto"}),
+    ({"precision": "bf16", "master_weights": "none"}, "no separate master copy",
      {"master_weights": "auto"}),
 ])
 def test_refusals_name_the_fix(kw, match, fix):
@@ -143,6 +172,9 @@ def test_megatron_export_writes_fp32_and_refuses_bf16():
     assert megatron_args(plain).bf16
     with pytest.raises(InputError, match="main_params_dtype"):
         export_plan(j.with_(master_weights="bf16", optimizer_states="bf16"), "megatron")
+    with pytest.raises(InputError, match="keeps none") as e:
+        export_plan(j.with_(master_weights="none", optimizer_states="bf16"), "megatron")
+    assert e.value.fix == {"master_weights": "auto"}
     with pytest.raises(InputError, match="precision-aware optimizer"):
         export_plan(j.with_(master_weights="remainder"), "megatron")
     # one data-parallel rank: ZeRO-0 is the distributed optimizer over one rank, written so
@@ -227,3 +259,41 @@ def test_megatron_cluster_proposals_export():
         a = megatron_args(export_plan(cand.job, "megatron", model=m))
         assert a.use_distributed_optimizer and a.use_precision_aware_optimizer
         assert a.exp_avg_dtype == a.exp_avg_sq_dtype == "bf16"
+
+
+def test_fp32_grad_buffer_by_hand():
+    """grad_dtype fp32 (Apex DistributedFusedAdam with no grad_sync_dtype: its fp32 dtype, the
+    contiguous grad buffer in it; NVIDIA/apex@f8e60c47 distributed_fused_adam.py lines 586-587,
+    1099-1118): 4 B a weight's gradient where the mixed recipe's are 2, unsharded under ZeRO-1;
+    the weights, master and states as before; the fused step reads 4 B gradients; an fp32
+    master needs no fp32 copy of them."""
+    m = load_model(MODEL)
+    n = m.params.total
+    auto, fp32 = (train_memory(m, _job(**kw)) for kw in ({}, {"grad_dtype": "fp32"}))
+    assert fp32.gradients_bytes == 4 * n and auto.gradients_bytes == 2 * n
+    assert (fp32.weights_bytes, fp32.master_weights_bytes, fp32.optimizer_bytes) == \
+        (auto.weights_bytes, auto.master_weights_bytes, auto.optimizer_bytes)
+    assert any(x.label == "gradients, 32-bit" for x in fp32.lines)
+    assert train_memory(m, _job(grad_dtype="fp32", gpus=4, zero=1)).gradients_bytes == 4 * n
+    assert train_states(m, _job(grad_dtype="fp32")).step_tmp == 4 * n  # the sqrt alone
+    assert _step_bytes(_job(grad_dtype="fp32")) - _step_bytes(_job()) == pytest.approx(2 * n)
+    args = build_parser("fit").parse_args(["fit", MODEL, "--grad-dtype", "fp32"])
+    assert Job.from_dict(job_from_args(args).to_dict()).grad_dtype == "fp32"
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"precision": "fp32"}, "fp32 parameters' own"),
+    ({"precision": "amp-bf16"}, "fp32 parameters' own"),
+    ({"engine": "torchtitan", "zero": 3, "gpus": 2}, "FSDP2's reduce dtype"),
+])
+def test_grad_dtype_refusals_name_the_fix(kw, match):
+    with pytest.raises(InputError, match=match) as e:
+        Job(model=MODEL, mode="train", grad_dtype="fp32", **{"precision": "mixed-bf16", **kw})
+    assert e.value.fix == {"grad_dtype": "auto"} and "\n" not in str(e.value)
+
+
+def test_exports_refuse_a_grad_dtype():
+    j = Job(model="llama-3.1-8b", mode="train", gpus=8, engine="megatron", precision="mixed-bf16",
+            grad_dtype="fp32")
+    with pytest.raises(InputError, match="grad"):
+        export_plan(j, "megatron")

@@ -1,5 +1,5 @@
 """The two Job options the page offers beside their siblings (webmaster): ``master_weights``
-(auto|fp32|bf16|remainder, ``--master-weights``) beside the optimizer states, and ``cuda_graph_scope``
+(auto|fp32|bf16|remainder|none, ``--master-weights``) beside the optimizer states, and ``cuda_graph_scope``
 (``--cuda-graph-scope``, ``full`` among its sets) beside checkpointing. Through the JSON API each
 plans as the command line does, and each bad value is refused in the CLI's words, one line,
 its keys spelt as JSON keys."""
@@ -153,8 +153,8 @@ def test_a_refused_value_is_the_cli_line_in_json_keys(client, route, extra, fiel
 
 
 @pytest.mark.parametrize("value,needle", [
-    (16, "master_weights 16: expected one of auto, fp32, bf16, remainder"),
-    (None, "master_weights None: expected one of auto, fp32, bf16, remainder"),
+    (16, "master_weights 16: expected one of auto, fp32, bf16, remainder, none"),
+    (None, "master_weights None: expected one of auto, fp32, bf16, remainder, none"),
 ])
 def test_a_master_of_the_wrong_json_type_is_one_line(client, value, needle):
     r = client.post("/api/fit", json={**TRAIN, "master_weights": value})
@@ -175,7 +175,7 @@ def test_a_scope_that_is_not_a_list_of_names_is_one_line(client, value, needle):
 
 def test_options_offer_both_with_the_jobs_defaults(client):
     o = client.get("/api/options").json()
-    assert o["master_weights"] == ["auto", "fp32", "bf16", "remainder"]
+    assert o["master_weights"] == ["auto", "fp32", "bf16", "remainder", "none"]
     assert o["defaults"]["master_weights"] == "auto"
     assert o["cuda_graph_scope"] == SCOPE_SETS
     assert o["defaults"]["cuda_graph_scope"] is None

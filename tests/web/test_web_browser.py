@@ -177,7 +177,7 @@ def test_master_and_graph_selects_offer_the_options_and_plan_as_the_cli(page, li
     settle(page)
     values = lambda sel: page.locator(f"{sel} option").evaluate_all(  # noqa: E731
         "os => os.map(o => o.value)")
-    assert values("#master_weights") == ["auto", "fp32", "bf16", "remainder"]
+    assert values("#master_weights") == ["auto", "fp32", "bf16", "remainder", "none"]
     assert page.input_value("#master_weights") == "auto"
     assert values("#cuda_graph_scope") == ["", "attn", "moe_router", "full", "attn,moe_router",
                                            "moe_router,moe_preprocess",

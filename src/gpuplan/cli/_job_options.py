@@ -59,7 +59,12 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--master-weights", "master_weights", "str", "dtype of the master copy of the "
               "weights a mixed or FP8 recipe keeps: {choices} (default auto: fp32; bf16 as "
               "NeMo's fp8_params over Apex's distributed Adam; remainder: the bf16 weights "
-              "plus 16-bit remainders, as NeMo's O2 bf16 over it)", "DTYPE"),
+              "plus 16-bit remainders, as NeMo's O2 bf16 over it; none: the bf16 weights stepped in "
+              "place, as NeMo's optim dtype bf16 over it)", "DTYPE"),
+    JobOption("--grad-dtype", "grad_dtype", "str", "dtype of the gradient buffer: {choices} "
+              "(default auto: the recipe's, 16-bit under a mixed or FP8 recipe; fp32 as Apex's "
+              "distributed Adam with no grad_sync_dtype, Megatron's grad_reduce_in_fp32)",
+              "DTYPE"),
     JobOption("--fused-optimizer", "fused_optimizer", "flag", "AdamW(fused=True): no full-size "
               "temporary in the optimizer step"),
     JobOption("--batch", "batch", "int", "micro-batch per GPU: sequences, or images (default 1)",

@@ -468,13 +468,14 @@ def _refuse_fp8_infer(device: Device, weight_format: str) -> None:
 
 
 def train_precision(recipe: str, device: Device, tf32: bool, *, optimizer_states: str = "auto",
-                    master_weights: str = "auto") -> PrecisionLayout:
+                    master_weights: str = "auto", grad_dtype: str = "auto") -> PrecisionLayout:
     """The layout of a training recipe (a name the Job accepted) on ``device``, its optimizer
     states and master copy in the dtypes the Job names (``optimizer_states``,
-    ``master_weights``: what the optimizer step moves); a narrow recipe (:mod:`gpuplan.fp8`) is
+    ``master_weights``: what the optimizer step moves) and its gradients in ``grad_dtype`` (the
+    weight-gradient writes, the optimizer's reads, the data-parallel reduction); a narrow recipe (:mod:`gpuplan.fp8`) is
     refused on an architecture without its tensor cores, naming the catalog GPUs that have
     them."""
-    r = with_job_dtypes(TRAINING_RECIPES[recipe], optimizer_states, master_weights)
+    r = with_job_dtypes(TRAINING_RECIPES[recipe], optimizer_states, master_weights, grad_dtype)
     narrow = NARROW_RECIPES.get(recipe)
     if narrow is not None and device.kind == "gpu":
         # the GPUs named are those that can be timed: the right architecture and a rate on record

@@ -411,13 +411,8 @@ _REMAINDER_RECIPES = frozenset({"mixed-bf16", "fp8-delayed", "nvfp4"})
 _FP32_MASTER_RECIPES = frozenset({"mixed-fp16", "fp8-current", "fp8-blockwise", "mxfp8"})
 
 
-def _precision_aware(job: Job) -> list[str]:
-    """Megatron-Core's precision-aware optimizer for bf16 Adam states and/or a remainder master
-    (``--use-precision-aware-optimizer``, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` bf16:
-    arguments.py lines 3667-3684 @d98e8a64); nothing for fp32 states and an fp32 master. The
-    master it keeps follows the recipe (:data:`_REMAINDER_RECIPES`): a plan that names the other
-    one is refused, naming the master Megatron keeps."""
-    bf16_states, mw = job.optimizer_states == "bf16", job.master_weights
+def _refuse_master(mw: str) -> None:
+    """The masters Megatron-LM cannot keep: a bf16 one, and none."""
     if mw == "bf16":
         # --main-params-dtype: choices fp32, fp16 (megatron/training/arguments.py @d98e8a64dd);
         # TE's FusedAdam refuses a bf16 master (fused_adam.py 137-138 @d0067d0d)
@@ -425,6 +420,24 @@ def _precision_aware(job: Job) -> list[str]:
                      "takes fp32 or fp16 and Transformer Engine's FusedAdam refuses a bf16 "
                      "master (NeMo's Apex distributed Adam keeps one); drop it",
                      field="master_weights", value="bf16", fix={"master_weights": "auto"})
+    if mw == "none":
+        # Megatron-Core's optimizers keep fp32 (or fp16) main params, or remainders of them
+        # (optimizer_config.py main_params_dtype, store_param_remainders @d98e8a64): none steps
+        # the bf16 weights, as NeMo's Apex distributed Adam at dtype bf16 does
+        raise refuse(ENGINE, f"{opt('master_weights')} none: Megatron-LM keeps an fp32 or "
+                     "fp16 master, or its remainders (NeMo's Apex distributed Adam at dtype "
+                     "bf16 keeps none); drop it", field="master_weights", value="none",
+                     fix={"master_weights": "auto"})
+
+
+def _precision_aware(job: Job) -> list[str]:
+    """Megatron-Core's precision-aware optimizer for bf16 Adam states and/or a remainder master
+    (``--use-precision-aware-optimizer``, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` bf16:
+    arguments.py lines 3667-3684 @d98e8a64); nothing for fp32 states and an fp32 master. The
+    master it keeps follows the recipe (:data:`_REMAINDER_RECIPES`): a plan that names the other
+    one is refused, naming the master Megatron keeps."""
+    bf16_states, mw = job.optimizer_states == "bf16", job.master_weights
+    _refuse_master(mw)
     if not bf16_states and mw != "remainder":
         return []
     field, value = ("optimizer_states", "bf16") if bf16_states else ("master_weights", mw)

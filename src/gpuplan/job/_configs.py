@@ -15,7 +15,8 @@ from ..fp8 import NARROW_RECIPES
 from ._fields import check_fields
 from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
-                     MasterWeights, ModelCode, MoeDispatcher, OptimizerStates, PrefillLogits,
+                     GradDtype, MasterWeights, ModelCode, MoeDispatcher, OptimizerStates,
+                     PrefillLogits,
                      Runtime, Sharding)
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
@@ -324,7 +325,19 @@ class OptimizerConfig:
     remainder: the fp32 master as the bf16 weights plus a 16-bit remainder each (2 B a weight):
     NeMo's store_param_remainders for a bf16 O2 model over that optimizer at its fp32 dtype
     (megatron_base_model.py lines 802-810, same commit), Megatron-Core's precision-aware
-    optimizer under bf16 (:data:`gpuplan.formats._MASTER_BYTES` has the sources)."""
+    optimizer under bf16. none: no master, the optimizer steps the bf16 weights in place beside
+    bf16 states: NeMo over that optimizer with its ``dtype`` the model's bf16 (store_params
+    False; megatron_base_model.py lines 802-807, same commit). :data:`gpuplan.formats.
+    _MASTER_BYTES` has the sources."""
+    grad_dtype: GradDtype = "auto"
+    """Dtype of the gradient buffer the backward accumulates the weight gradients into, the
+    optimizer reads and the data-parallel reduction moves; ``auto`` follows the recipe (the
+    weights' 16 bits under a mixed or FP8 recipe). fp32 under 16-bit weights: Apex's
+    DistributedFusedAdam with no ``grad_sync_dtype``, which takes its ``dtype`` (fp32 by
+    default: NVIDIA/apex@f8e60c47 contrib/optimizers/distributed_fused_adam.py lines 586-587)
+    and allocates its contiguous grad buffer in it (lines 1099-1118), NeMo's ``main_grad`` a
+    view of it (NVIDIA/NeMo@e938df32 nemo/core/optim/distributed_adam.py line 496);
+    Megatron-Core's ``grad_reduce_in_fp32``."""
     fused_optimizer: bool | None = None
     """None: the engine's (megatron, deepspeed and torchtitan fuse their Adam; auto does not).
     AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""

@@ -220,7 +220,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
     "recompute_modules", "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap",
-    "master_weights")
+    "master_weights", "grad_dtype")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -373,7 +373,7 @@ def _check_across(job: Job) -> None:
     if job.dp_shard is not None:
         _check_dp_shard(job)
     _check_megatron_recipe(job)
-    _check_master(job)
+    _check_optimizer_dtypes(job)
     if job.recompute_modules is not None and job.engine != "megatron":
         raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
                          "Megatron-Core's module list; use "
@@ -454,7 +454,9 @@ def _check_master(job: Job) -> None:
     lines 137-138 at NVIDIA/TransformerEngine@d0067d0d); FSDP2's fp32 shard is the master. A
     remainder completes a bf16 weight to its fp32 master (Apex requires param_sync_dtype bf16:
     distributed_fused_adam.py lines 659-671 @f8e60c47; Megatron-Core stores remainders only
-    under bf16: distrib_optimizer.py line 1008 @d98e8a64), so fp16 weights have none."""
+    under bf16: distrib_optimizer.py line 1008 @d98e8a64), so fp16 weights have none. No master
+    (none) is that optimizer stepping the bf16 weights in place, its states in the same bf16
+    (store_params False: lines 449-476)."""
     mw, recipe = job.master_weights, TRAINING_RECIPES[job.precision]
     why, fix = None, {"master_weights": "auto"}
     if mw == "auto" or not job.trains:
@@ -469,13 +471,47 @@ def _check_master(job: Job) -> None:
     elif mw == "remainder" and recipe.compute_dtype == "fp16":
         why = (f"a 16-bit remainder completes a bf16 weight's fp32 value, and "
                f"{opt('precision')} {job.precision} keeps fp16 weights; use mixed-bf16")
+    elif mw == "none" and recipe.compute_dtype == "fp16":
+        why = (f"the optimizer would step fp16 weights beside fp16 states, which "
+               f"{opt('optimizer_states')} cannot name; use mixed-bf16")
     elif mw == "bf16" and job.engine == "megatron" and job.optimizer_states != "bf16":
         why, fix = ("Megatron-Core's Adams keep a bf16 master only as Apex's distributed Adam "
                     f"does, beside bf16 states (TE's FusedAdam refuses one); add "
                     f"{opt('optimizer_states')} bf16"), {"optimizer_states": "bf16"}
+    elif mw == "none" and job.optimizer_states != "bf16":
+        # Apex's DistributedFusedAdam steps the weights in place only in its one dtype, its
+        # states' (store_params False: distributed_fused_adam.py lines 449-476 @f8e60c47)
+        why, fix = ("with no master the optimizer steps the bf16 weights in place, its states "
+                    f"in that dtype (Apex's distributed Adam, dtype bf16); add "
+                    f"{opt('optimizer_states')} bf16"), {"optimizer_states": "bf16"}
     if why:
         raise InputError(f"{opt('master_weights')} {mw}: {why}, or drop "
                          f"{opt('master_weights')}", field="master_weights", value=mw, fix=fix)
+
+
+def _check_optimizer_dtypes(job: Job) -> None:
+    """The master copy's and the gradients' dtypes (:func:`_check_master`,
+    :func:`_check_grad_dtype`)."""
+    _check_master(job)
+    _check_grad_dtype(job)
+
+
+def _check_grad_dtype(job: Job) -> None:
+    """A gradient dtype apart from the recipe's is a buffer beside 16-bit weights (Apex's
+    grad_sync_dtype, Megatron-Core's grad_reduce_in_fp32); fp32 weights' gradients are their
+    own dtype, and FSDP2's reduce dtype is its engine's."""
+    if job.grad_dtype == "auto" or not job.trains:
+        return
+    why = None
+    if TRAINING_RECIPES[job.precision].weight_bytes != 2:
+        why = (f"with {opt('precision')} {job.precision} the gradients are the fp32 "
+               "parameters' own; use a mixed, bf16 or FP8 recipe")
+    elif job.sharding == "fsdp2":
+        why = f"under {opt('sharding')} fsdp2 the gradients' dtype is FSDP2's reduce dtype"
+    if why:
+        raise InputError(f"{opt('grad_dtype')} {job.grad_dtype}: {why}, or drop "
+                         f"{opt('grad_dtype')}", field="grad_dtype", value=job.grad_dtype,
+                         fix={"grad_dtype": "auto"})
 
 
 def _check_ep_overlap(job: Job) -> None:

@@ -13,7 +13,7 @@ __all__ = ["Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Shardi
            "PP_SCHEDULES", "KV_DTYPES", "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "DEFAULT_MODEL_PARAMS", "DEFAULT_SEQ", "seq_limit", "default_seq", "check_positions",
            "ENGINE_LONG_CONTEXT_OVERRIDE", "serving_engine", "ZERO_STAGES",
-           "OptimizerStates", "MasterWeights", "PrefillLogits", "MoeDispatcher"]
+           "OptimizerStates", "MasterWeights", "GradDtype", "PrefillLogits", "MoeDispatcher"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -126,5 +126,6 @@ def default_seq(arch: Architecture | None) -> int:
 #: ZeRO stages.
 ZERO_STAGES = (0, 1, 2, 3)
 OptimizerStates = Literal["auto", "fp32", "bf16"]
-MasterWeights = Literal["auto", "fp32", "bf16", "remainder"]
+MasterWeights = Literal["auto", "fp32", "bf16", "remainder", "none"]
 PrefillLogits = Literal["all", "last"]
+GradDtype = Literal["auto", "fp32", "bf16"]

@@ -66,7 +66,8 @@ class States:
     """Where the copies were reckoned: per-tensor FP8's transposes kept (a TN-only GPU, or none
     known) or not (a GPU whose FP8 GEMMs take any layout)."""
     master_b: int = 4
-    """Bytes of one element of the master copy (``master_weights``: 4, or 2 for bf16)."""
+    """Bytes of one element of the master copy (``master_weights``: 4, or 2 for bf16; 0 for
+    none, the optimizer stepping the 16-bit weights)."""
     master_remainder: bool = False
     """The master line holds 16-bit remainders of the fp32 master, its top half the 16-bit
     weights (``master_weights`` remainder)."""
@@ -92,7 +93,7 @@ def train_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     Ada, sm_120): they do."""
     non_tn_fp8 = bool(non_tn_fp8) and _narrow_tn_only(job)
     key = (id(model), non_tn_fp8, job.precision, job.optimizer, job.optimizer_states,
-           job.master_weights, job.lora_rank,
+           job.master_weights, job.grad_dtype, job.lora_rank,
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer, job.sharding, job.checkpointing,
            job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size,
@@ -159,7 +160,7 @@ def _narrow_tn_only(job: Job) -> bool:
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
-    recipe = with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights)
+    recipe = _job_recipe(job)
     opt = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trained = _what_is_trained(model, job, recipe)
@@ -212,10 +213,22 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     return States(state_b=state_b, trainable=trainable, base=base_bytes, base_label=base_label,
                   weights_trainable=weights_trainable, grads=grads, master=master, opt=opt_bytes,
                   host=host, gathered=gathered.bytes, step_tmp=step_tmp, paged=paged,
-                  step_detail=step_detail, notes=tuple(notes), master_b=recipe.master_bytes or 4,
+                  step_detail=step_detail, notes=tuple(notes), master_b=_master_b(job, recipe),
                   master_remainder=recipe.master_remainder, gathered_note=gathered.note,
                   gathered_kept=gathered.kept, gathered_label=gathered.label, fp8=fp8,
                   fp8_label=fp8_label, fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
+
+
+def _job_recipe(job: Job) -> TrainingRecipe:
+    """The job's recipe with the optimizer-state, master and gradient dtypes it names."""
+    return with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
+                           job.grad_dtype)
+
+
+def _master_b(job: Job, recipe: TrainingRecipe) -> int:
+    """Bytes of a master element for the line's label: 0 with no master (``master_weights``
+    none), else the recipe's (4 where it keeps none: the label of an empty line)."""
+    return 0 if job.master_weights == "none" else recipe.master_bytes or 4
 
 
 def _fp8_note(job: Job, non_tn_fp8: bool) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from .._record import record
-from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe
+from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe, with_job_dtypes
 from ..fp8 import non_tn_fp8_gemm
 from ..hardware import GPU
 from ..job import Job
@@ -74,7 +74,7 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
                 stage: StagePlan | None = None) -> TrainMemory:
     """One rank's memory at the peak of its step (the whole model, or a pipeline stage's
     rank under a parallel layout: ``stage``)."""
-    recipe = get_recipe(job.precision)
+    recipe = with_job_dtypes(get_recipe(job.precision), grad_dtype=job.grad_dtype)
     opt = get_optimizer(job.optimizer)
     buffers = model.architecture.buffer_bytes if model.architecture else 0
     phases = _train_phases(job, st, act, buffers)
@@ -124,6 +124,15 @@ def _graph_buffers(model: Model, job: Job, stage: StagePlan | None) -> int:
     return graph_buffer_bytes(tokens, arch.hidden_size, stage.in_flight if lay.pp > 1 else 1)
 
 
+def _master_label(st: States) -> str:
+    """The master line's label: remainders, none (``master_weights`` none), or a copy."""
+    if st.master_remainder:
+        return "16-bit remainders of the fp32 master (its top half the bf16 weights)"
+    if not st.master_b:
+        return "no master copy (the optimizer steps the 16-bit weights)"
+    return f"{st.master_b * 8}-bit master copy of the weights"
+
+
 def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: States,
                  act: TrainActivations, at_peak: _Phase, overhead: Overhead,
                  overhead_level: OverheadLevel, buffers: int = 0,
@@ -152,9 +161,7 @@ def _train_lines(model: Model, recipe: TrainingRecipe, opt: OptimizerSpec, st: S
         Line(key="gradients", label=f"gradients, {g_bits}-bit",
              bytes=at_peak.gradients, bytes_per_param=per_param(st.grads),
              at_peak=_gradients_at_peak(at_peak, st.grads, in_backward)),
-        Line(key="master_weights", label=("16-bit remainders of the fp32 master (its top half "
-                                          "the bf16 weights)" if st.master_remainder else
-                                          f"{st.master_b * 8}-bit master copy of the weights"),
+        Line(key="master_weights", label=_master_label(st),
              bytes=st.master,
              bytes_per_param=per_param(st.master),
              at_peak=_HOST if st.host and not st.master and recipe.master_bytes else ""),
