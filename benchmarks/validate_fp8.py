@@ -1083,7 +1083,33 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
 #: (DEEPSEEK_SPLIT[(16, 1)]: first stage 4, last 1 and the MTP module). Not modelled: the
 #: node-limited routing (each token to at most 4 nodes) and the IB -> NVLink forwarding that
 #: trim the all-to-all's IB volume (sec. 3.2.2), and the ramp's smaller early batches.
+#: Its memory, each setting from the report's own sentence (:data:`DEEPSEEK_V3_MEMORY`).
 DEEPSEEK_V3_REPORT = dict(batch=1, global_batch=15360, split=DEEPSEEK_SPLIT[(16, 1)])
+
+#: The report's memory savings and states as Job settings, each with its sentence (arXiv
+#: 2412.19437 v2). Not set, the report saying nothing against the plan's: the 16-bit weights
+#: beside their FP8 copies (sec. 3.3.2 quantizes "the activation or weight online" but says
+#: nothing of caching either), ZeRO-1 over DP alone (sec. 3.2; the two DualPipe copies of a
+#: stage's states are not said to share one shard group), the EMA (sec. 3.2.3: "stored in CPU
+#: memory": nothing on the GPU, as planned).
+DEEPSEEK_V3_MEMORY = (
+    ("checkpointing", "selective"),
+    # sec. 3.2.3 "Recomputation of RMSNorm and MLA Up-Projection": "We recompute all RMSNorm
+    # operations and MLA up-projections during back-propagation, thereby eliminating the need
+    # to persistently store their output activations"; sec. 3.3.3 (2): "we cache the inputs of
+    # the SwiGLU operator and recompute its output in the backward pass" (the MoE's: moe_act)
+    ("recompute_modules", ("layernorm", "mla_up_proj", "moe_act")),
+    # sec. 3.3.3 "Low-Precision Activation": the attention output in E5M6 ("We adopt a
+    # customized E5M6 data format exclusively for these activations"), the MoE SwiGLU inputs
+    # "also stored in FP8 with our fine-grained quantization method"
+    ("activation_storage", "deepseek-v3"),
+    # sec. 3.3.3 "Low-Precision Optimizer States": "We adopt the BF16 data format instead of
+    # FP32 to track the first and second moments in the AdamW optimizer"
+    ("optimizer_states", "bf16"),
+    # ibid.: "the master weights (stored by the optimizer) and gradients (used for batch size
+    # accumulation) are still retained in FP32" (the master is the recipe's fp32 already)
+    ("grad_dtype", "fp32"),
+)
 
 
 def deepseek_job(run: dict, notes: list[str]) -> Job:
@@ -1098,11 +1124,14 @@ def deepseek_job(run: dict, notes: list[str]) -> Job:
                  f"global batch {gb} (the ramp's end) as {gb // (mbs * dp)} micro-batches of "
                  f"{mbs} (assumed) over DP {dp}; stages first {first} / last {last} layers "
                  "(assumed: Megatron-Bridge's PP16 split)")
+    notes.append("its memory savings (sec. 3.2.3, 3.3.3): RMSNorm, MLA up-projections and the "
+                 "MoE SwiGLU output recomputed, the attention output cached in E5M6 and the "
+                 "SwiGLU inputs in FP8, BF16 AdamW moments, FP32 gradients")
     return Job(model=run["model"]["catalog"], mode="train", engine="megatron",
                precision=j["precision"], batch=mbs, grad_accum=gb // (mbs * dp), seq=j["seq"],
                gpus=gpus, tp=j["tp"], pp=pp, ep=j["ep"], zero=j["zero"], pp_schedule="dualpipe",
                mtp_layers=1, pp_first_stage_layers=first, pp_last_stage_layers=last,
-               gpus_per_node=h["gpus_per_node"])
+               gpus_per_node=h["gpus_per_node"], **dict(DEEPSEEK_V3_MEMORY))
 
 
 def predict(run: dict, tp_overlap: bool | None = None) -> Row:

@@ -138,17 +138,20 @@ _MASTER_BYTES = {**_DTYPE_BYTES, "remainder": 2}
 
 
 def with_job_dtypes(recipe: TrainingRecipe, optimizer_states: str = "auto",
-                    master_weights: str = "auto") -> TrainingRecipe:
-    """``recipe`` with the optimizer-state and master-copy dtypes a Job names: what the memory
-    plan, the speed model's optimizer step and the layout search all read. A master dtype
-    applies only where the recipe keeps a master copy (the Job refuses it elsewhere)."""
+                    master_weights: str = "auto", grad_dtype: str = "auto") -> TrainingRecipe:
+    """``recipe`` with the optimizer-state, master-copy and gradient dtypes a Job names: what
+    the memory plan, the speed model's optimizer step and the layout search all read. A master
+    dtype applies only where the recipe keeps a master copy (the Job refuses it elsewhere)."""
     state = recipe.state_bytes if optimizer_states == "auto" else _DTYPE_BYTES[optimizer_states]
     master, rem = recipe.master_bytes, recipe.master_remainder
     if master and master_weights != "auto":
         master, rem = _MASTER_BYTES[master_weights], master_weights == "remainder"
-    if (state, master, rem) == (recipe.state_bytes, recipe.master_bytes, recipe.master_remainder):
+    grad = recipe.grad_bytes if grad_dtype == "auto" else _DTYPE_BYTES[grad_dtype]
+    if (state, master, rem, grad) == (recipe.state_bytes, recipe.master_bytes,
+                                      recipe.master_remainder, recipe.grad_bytes):
         return recipe
-    return replace(recipe, state_bytes=state, master_bytes=master, master_remainder=rem)
+    return replace(recipe, state_bytes=state, master_bytes=master, master_remainder=rem,
+                   grad_bytes=grad)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -60,6 +60,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "weights a mixed or FP8 recipe keeps: {choices} (default auto: fp32; bf16 as "
               "NeMo's fp8_params over Apex's distributed Adam; remainder: the bf16 weights "
               "plus 16-bit remainders, as NeMo's O2 bf16 over it)", "DTYPE"),
+    JobOption("--grad-dtype", "grad_dtype", "str", "dtype of the gradients accumulated over the "
+              "micro-batches: {choices} (default auto: the recipe's, 16-bit under mixed and "
+              "FP8 recipes; fp32 as Megatron's --accumulate-allreduce-grads-in-fp32)", "DTYPE"),
     JobOption("--fused-optimizer", "fused_optimizer", "flag", "AdamW(fused=True): no full-size "
               "temporary in the optimizer step"),
     JobOption("--batch", "batch", "int", "micro-batch per GPU: sequences, or images (default 1)",
@@ -165,6 +168,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "Megatron --fp8-param-gather)"),
     JobOption("--fp8-attention", "fp8_attention", "flag", "under an FP8 recipe run the "
               "attention core in FP8 too (TE fp8_dpa; default BF16)"),
+    JobOption("--activation-storage", "activation_storage", "str", "what a narrow recipe "
+              "caches for backward: {choices} (default engine; deepseek-v3: its report's "
+              "E5M6 attention output, FP8 MoE SwiGLU inputs, no norm outputs when recomputed)",
+              "NAME"),
     JobOption("--first-last-layers-bf16", "first_last_layers_bf16", "count", "under a narrow "
               "recipe keep this many blocks at each end of the stack in BF16 (Megatron "
               "--first-last-layers-bf16 with --num-layers-at-start/end-in-bf16 N)", "N"),

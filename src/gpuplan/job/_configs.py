@@ -16,6 +16,7 @@ from ._fields import check_fields
 from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
                      MasterWeights, ModelCode, MoeDispatcher, OptimizerStates, PrefillLogits,
+                     GradDtype, ActivationStorage,
                      Runtime, Sharding)
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
@@ -302,6 +303,15 @@ class TrainingLoop:
     N) stay BF16: their linear layers run 16-bit GEMMs and keep no narrow copies (Megatron
     ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16 N``
     ``--num-layers-at-end-in-bf16 N``; 0: every block narrow)."""
+    activation_storage: ActivationStorage = "engine"
+    """What a narrow recipe caches for backward. ``engine``: what the engine's own modules save
+    (Megatron-Core over Transformer Engine: each block linear's quantized input, the MoE
+    activation's 16-bit input). ``deepseek-v3``: DeepSeek-V3's own framework (arXiv 2412.19437
+    sec. 3.3.3, "Low-Precision Activation"): the attention output, the output projection's input
+    the attention backward reads too, in E5M6 (1.5 B); the MoE SwiGLU inputs (routed and shared
+    experts) in FP8 with their outputs recomputed; and, with the norms recomputed (sec. 3.2.3,
+    ``recompute_modules`` layernorm), no copy of a norm's output, quantized or not. Megatron
+    only, under an FP8 recipe."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -325,6 +335,12 @@ class OptimizerConfig:
     NeMo's store_param_remainders for a bf16 O2 model over that optimizer at its fp32 dtype
     (megatron_base_model.py lines 802-810, same commit), Megatron-Core's precision-aware
     optimizer under bf16 (:data:`gpuplan.formats._MASTER_BYTES` has the sources)."""
+    grad_dtype: GradDtype = "auto"
+    """Dtype of the gradients the backward accumulates over the micro-batches; ``auto`` follows
+    the recipe (16-bit under the mixed and narrow recipes). fp32: Megatron-Core's fp32
+    ``main_grad`` buffer (``--accumulate-allreduce-grads-in-fp32``), DeepSeek-V3's gradients
+    (arXiv 2412.19437 sec. 3.3.3: "gradients (used for batch size accumulation) are still
+    retained in FP32"). The memory plan reads it; the speed model's gradient reduce does not."""
     fused_optimizer: bool | None = None
     """None: the engine's (megatron, deepspeed and torchtitan fuse their Adam; auto does not).
     AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""

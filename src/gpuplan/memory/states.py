@@ -96,7 +96,7 @@ def train_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer, job.sharding, job.checkpointing,
            job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size,
-           job.fp8_param_gather, job.first_last_layers_bf16, job.dp_shard)
+           job.fp8_param_gather, job.first_last_layers_bf16, job.dp_shard, job.grad_dtype)
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -159,7 +159,8 @@ def _narrow_tn_only(job: Job) -> bool:
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
-    recipe = with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights)
+    recipe = with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
+                             job.grad_dtype)
     opt = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trained = _what_is_trained(model, job, recipe)
