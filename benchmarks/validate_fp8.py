@@ -1576,13 +1576,26 @@ MEMORY_CHECKED = (
      "read here, that reason is open). Also open: the Nemotron 8B/22B scripts set no "
      "grad_sync_dtype, so Apex's grad buffer is its dtype, fp32 (distributed_fused_adam.py "
      "lines 586-587), where the plan counts 16-bit grads"),
-    ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
-     "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "
-     "micro-batches of a stage in flight (the report's Table 2). The report's own memory "
-     "savings (sec. 3.2.3, RMSNorm and MLA up-projection recomputed; sec. 3.3.3, the SwiGLU "
-     "input cached and its output recomputed) are not in the Job: with recompute_modules "
-     "layernorm, mla_up_proj and moe_act it would read 113.2 GB, still over; not taken, as the "
-     "report's framework (HAI-LLM) is not Megatron-Core and its micro-batch is not stated"),
+    ("the DeepSeek-V3 report's own run (H800)", "162.6 GB (stage 0) until its Job took the "
+     "report's memory sentences (DEEPSEEK_V3_MEMORY: sec. 3.2.3 RMSNorm and MLA up-projections "
+     "recomputed; sec. 3.3.3 the MoE SwiGLU output recomputed from its FP8-cached input, the "
+     "attention output in E5M6, BF16 AdamW moments, FP32 gradients) and DualPipe's rank was "
+     "planned as deepseek-ai/DualPipe@3da1bbe's step runs it (rank i keeps 16 - i micro-batches "
+     "of stage i and i + 1 of stage 15 - i, PP + 1 in all; the MTP module's one in flight, not "
+     "17; the twin stage's FP8 weight copies and the MTP states at the last stage's bytes, not "
+     "the pair's): 90.7 GB on the worst rank (stage 15 with stage 0: weights 12.23 -> 9.87 GB "
+     "with 0.82 -> 5.14 GB of FP8 copies, 16-bit -> FP32 gradients 12.23 -> 19.74 GB, master "
+     "1.15 -> 0.98, Adam 2.30 -> 0.98, activations 101.2 -> 43.5 GB; stage 0's rank 162.6 -> "
+     "88.8, the middle ranks 149.3 -> 83.3, within the 85.9 GB). Still over by 4.8 GB, and not "
+     "closed: what the report does not say is not taken. Its split of the 61 layers "
+     "(Megatron-Bridge's PP16 first 4 / last 1, assumed) puts stage 0's three dense layers on "
+     "the end ranks, whose SwiGLU inputs the report caches in FP8 only 'in MoE' (3.3.3 (2)): in "
+     "FP8 too they would hold 16 x 3 x 4096 x 36,864 B = 7.2 GB less (~83.4 GB); sec. 3.3.1's "
+     "'efficient sharding across multiple DP ranks' of the master, weight gradients and optimizer "
+     "states would shard the 19.7 GB of FP32 gradients too, but sec. 3.2 names ZeRO-1; the two "
+     "DualPipe copies of a stage's states may share one ZeRO group (unstated); the expected "
+     "overhead (5% allocator fragmentation, 4.3 GB; 1 GB of ZeRO buckets) is PyTorch's and "
+     "DeepSpeed's, not HAI-LLM's, whose allocator the report does not describe"),
 )
 
 

@@ -374,7 +374,6 @@ def _check_across(job: Job) -> None:
         _check_dp_shard(job)
     _check_megatron_recipe(job)
     _check_master(job)
-    _check_activation_storage(job)
     if job.recompute_modules is not None and job.engine != "megatron":
         raise InputError(f"{opt('recompute_modules')} under {opt('engine')} {job.engine}: "
                          "Megatron-Core's module list; use "
@@ -400,11 +399,12 @@ def _check_activation_storage(job: Job) -> None:
 
 def _check_megatron_recipe(job: Job) -> None:
     """The Megatron-Core recipe settings' own checks: scoped CUDA graphs, the shared expert
-    overlap."""
+    overlap, DeepSeek-V3's activation storage."""
     if job.cuda_graph_scope is not None:
         _check_cuda_graph_job(job)
     if job.moe_shared_expert_overlap:
         _check_shared_overlap(job)
+    _check_activation_storage(job)
 
 
 def _check_cuda_graph_job(job: Job) -> None:

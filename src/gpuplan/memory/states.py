@@ -156,11 +156,16 @@ def _narrow_tn_only(job: Job) -> bool:
     return recipe is not None and recipe.columnwise_copy == "tn-only"
 
 
+def _job_recipe(job: Job) -> TrainingRecipe:
+    """The job's recipe with the state, master and gradient dtypes it names."""
+    return with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
+                           job.grad_dtype)
+
+
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
-    recipe = with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
-                             job.grad_dtype)
+    recipe = _job_recipe(job)
     opt = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trained = _what_is_trained(model, job, recipe)
