@@ -300,7 +300,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
 def _states_floor(c: _Ctx, lay: Layout) -> float:
     """A lower bound of one GPU's model states (weights, gradients, master, optimizer)."""
     r = with_job_dtypes(TRAINING_RECIPES[c.base.precision], c.base.optimizer_states,
-                        c.base.master_weights)
+                        c.base.master_weights, c.base.grad_dtype)
     n = stage_params(c.model.architecture, c.model.params.total, lay)
     per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, r.state_bytes)
     group = lay.dp * lay.cp
@@ -517,7 +517,7 @@ def _counts(model: Model, gpu: GPU, job: Job, mode: str) -> list[int]:
     fp32 master and Adam's two states; serving: the weights) up to :data:`COUNT_SPAN` times as
     many (at most :data:`MAX_SEARCH_GPUS`)."""
     r = with_job_dtypes(TRAINING_RECIPES[job.precision], job.optimizer_states,
-                        job.master_weights)
+                        job.master_weights, job.grad_dtype)
     per = (r.weight_bytes + r.grad_bytes + r.master_bytes + 2 * r.state_bytes) \
         if mode == "train" else 2
     lo = max(1, -(-model.params.total * per // gpu.memory_bytes))
