@@ -308,10 +308,11 @@ class TrainingLoop:
     (Megatron-Core over Transformer Engine: each block linear's quantized input, the MoE
     activation's 16-bit input). ``deepseek-v3``: DeepSeek-V3's own framework (arXiv 2412.19437
     sec. 3.3.3, "Low-Precision Activation"): the attention output, the output projection's input
-    the attention backward reads too, in E5M6 (1.5 B); the MoE SwiGLU inputs (routed and shared
-    experts) in FP8 with their outputs recomputed; and, with the norms recomputed (sec. 3.2.3,
-    ``recompute_modules`` layernorm), no copy of a norm's output, quantized or not. Megatron
-    only, under an FP8 recipe."""
+    the attention backward reads too, in E5M6 (1.5 B; MLA's attention, the report's model); the
+    MoE SwiGLU inputs (routed and shared experts) in FP8, the routed experts' output recomputed
+    under ``recompute_modules`` moe_act (the shared expert's FP8 down-projection input is kept);
+    and, with the norms recomputed (sec. 3.2.3, ``recompute_modules`` layernorm), no copy of a
+    norm's output, quantized or not. Megatron only, under an FP8 recipe."""
 
     def __post_init__(self) -> None:
         check_fields(self)
