@@ -70,6 +70,10 @@ def test_the_deepseek_v3_report_run_is_a_dualpipe_mtp_job():
     assert (job.pp_schedule, job.mtp_layers, job.pp, job.ep, job.tp, job.zero) == \
         ("dualpipe", 1, 16, 64, 1, 1)
     assert job.dp * job.batch * job.grad_accum == 15360
+    # the report's memory settings (secs. 3.2.3, 3.3.3), each from its sentence
+    assert (job.checkpointing, job.recompute_modules, job.activation_storage,
+            job.optimizer_states, job.grad_dtype) == (
+        "selective", ("layernorm", "mla_up_proj", "moe_act"), "deepseek-v3", "bf16", "fp32")
     from gpuplan.compute import estimate_speed
     from gpuplan.hardware import get_gpu
     from gpuplan.hardware.topology import topology_for
@@ -576,7 +580,10 @@ def test_every_published_megatron_run_fits_where_it_ran():
     NeMo's tables) plans within its GPU's memory, the megatron engine's layers kept as
     Megatron-Core and Transformer Engine keep them (tests/unit/test_megatron_activations_memory
     .py counts them by hand). The one run that still plans over is the DeepSeek-V3 report's own
-    (not Megatron-Core; its micro-batch and split assumed: V.MEMORY_CHECKED says what is open).
+    (not Megatron-Core; its micro-batch and split assumed: V.MEMORY_CHECKED says what is open):
+    162.6 -> 90.7 GB on its 85.9 GB since its Job took the report's memory sentences
+    (V.DEEPSEEK_V3_MEMORY) and DualPipe's ranks are planned as its schedule runs
+    (tests/unit/test_deepseek_v3_memory.py holds each term to a hand count).
     The NeMo 24.07 Llama 2 70B SFT run fits under its launcher script's settings (the row's
     recipe: FP8 parameters, bf16 Adam states, VP 20; 100.3 -> 75.1 GB on 85.0 GB; with its bf16
     master, 66.4 GB).

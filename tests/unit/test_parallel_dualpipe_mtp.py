@@ -176,4 +176,7 @@ def test_mtp_states_and_activations_sit_on_the_last_stage():
     # flight on 1F1B's last stage: all of it again
     assert mtp[15].in_flight == 1 and mtp[15].mtp_kept(1000) == 1000
     dual = stage_plans(m, Job(**base, mtp_layers=1, pp_schedule="dualpipe"))
-    assert dual[0].mtp_kept(4000) == 17 * 4000 // 4  # 17 in flight over stage 0's 4 layers
+    # DualPipe: the last stage's micro-batches in flight are 1 on either rank that holds it
+    # (dual_in_flight); rank 0 holds its one in the twin's share, not as its own stage's
+    assert dual[15].mtp_kept(1000) == 1000 and dual[0].mtp_kept(4000) == 0
+    assert dual[0].twin_kept == dual[15].kept_per_micro_batch()

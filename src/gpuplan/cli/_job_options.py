@@ -170,6 +170,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "Megatron --fp8-param-gather)"),
     JobOption("--fp8-attention", "fp8_attention", "flag", "under an FP8 recipe run the "
               "attention core in FP8 too (TE fp8_dpa; default BF16)"),
+    JobOption("--activation-storage", "activation_storage", "str", "what a narrow recipe "
+              "caches for backward: {choices} (default engine; deepseek-v3: its report's "
+              "E5M6 attention output, FP8 MoE SwiGLU inputs, no norm outputs when recomputed)",
+              "NAME"),
     JobOption("--first-last-layers-bf16", "first_last_layers_bf16", "count", "under a narrow "
               "recipe keep this many blocks at each end of the stack in BF16 (Megatron "
               "--first-last-layers-bf16 with --num-layers-at-start/end-in-bf16 N)", "N"),

@@ -16,7 +16,7 @@ from ._fields import check_fields
 from ..parallel.checks import pp_chunks
 from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES, Checkpointing,
                      GradDtype, MasterWeights, ModelCode, MoeDispatcher, OptimizerStates,
-                     PrefillLogits,
+                     PrefillLogits, ActivationStorage,
                      Runtime, Sharding)
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
@@ -303,6 +303,16 @@ class TrainingLoop:
     N) stay BF16: their linear layers run 16-bit GEMMs and keep no narrow copies (Megatron
     ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16 N``
     ``--num-layers-at-end-in-bf16 N``; 0: every block narrow)."""
+    activation_storage: ActivationStorage = "engine"
+    """What a narrow recipe caches for backward. ``engine``: what the engine's own modules save
+    (Megatron-Core over Transformer Engine: each block linear's quantized input, the MoE
+    activation's 16-bit input). ``deepseek-v3``: DeepSeek-V3's own framework (arXiv 2412.19437
+    sec. 3.3.3, "Low-Precision Activation"): the attention output, the output projection's input
+    the attention backward reads too, in E5M6 (1.5 B; MLA's attention, the report's model); the
+    MoE SwiGLU inputs (routed and shared experts) in FP8, the routed experts' output recomputed
+    under ``recompute_modules`` moe_act (the shared expert's FP8 down-projection input is kept);
+    and, with the norms recomputed (sec. 3.2.3, ``recompute_modules`` layernorm), no copy of a
+    norm's output, quantized or not. Megatron only, under an FP8 recipe."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -337,7 +347,9 @@ class OptimizerConfig:
     default: NVIDIA/apex@f8e60c47 contrib/optimizers/distributed_fused_adam.py lines 586-587)
     and allocates its contiguous grad buffer in it (lines 1099-1118), NeMo's ``main_grad`` a
     view of it (NVIDIA/NeMo@e938df32 nemo/core/optim/distributed_adam.py line 496);
-    Megatron-Core's ``grad_reduce_in_fp32``."""
+    Megatron-Core's ``grad_reduce_in_fp32`` (``--accumulate-allreduce-grads-in-fp32``);
+    DeepSeek-V3's gradients (arXiv 2412.19437 sec. 3.3.3: "gradients (used for batch size
+    accumulation) are still retained in FP32")."""
     fused_optimizer: bool | None = None
     """None: the engine's (megatron, deepspeed and torchtitan fuse their Adam; auto does not).
     AdamW(fused=True): no full-size temporary in the step (DESIGN.md)."""

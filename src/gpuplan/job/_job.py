@@ -220,7 +220,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
     "recompute_modules", "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap",
-    "master_weights", "grad_dtype")
+    "master_weights", "grad_dtype", "activation_storage")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)
@@ -382,13 +382,29 @@ def _check_across(job: Job) -> None:
                          fix={"engine": "megatron"})
 
 
+def _check_activation_storage(job: Job) -> None:
+    """DeepSeek-V3's activation storage is an FP8 framework's (its report, sec. 3.3.3) over the
+    Megatron-Core accounting of the MoE layer and its recompute modules: a narrow recipe under
+    the megatron engine."""
+    if job.activation_storage == "engine" or not job.trains:
+        return
+    if job.engine != "megatron" or job.precision not in NARROW_RECIPES:
+        raise InputError(f"{opt('activation_storage')} {job.activation_storage}: the FP8 "
+                         "activations DeepSeek-V3's framework caches, planned over Megatron-Core's "
+                         f"layers; use {opt('engine')} megatron with an FP8 {opt('precision')} "
+                         f"(e.g. fp8-blockwise), or drop {opt('activation_storage')}",
+                         field="activation_storage", value=job.activation_storage,
+                         fix={"activation_storage": "engine"})
+
+
 def _check_megatron_recipe(job: Job) -> None:
     """The Megatron-Core recipe settings' own checks: scoped CUDA graphs, the shared expert
-    overlap."""
+    overlap, DeepSeek-V3's activation storage."""
     if job.cuda_graph_scope is not None:
         _check_cuda_graph_job(job)
     if job.moe_shared_expert_overlap:
         _check_shared_overlap(job)
+    _check_activation_storage(job)
 
 
 def _check_cuda_graph_job(job: Job) -> None:

@@ -13,7 +13,8 @@ __all__ = ["Mode", "Checkpointing", "Attention", "Runtime", "ModelCode", "Shardi
            "PP_SCHEDULES", "KV_DTYPES", "DEFAULT_TRAIN_PRECISION", "DEFAULT_INFER_PRECISION",
            "DEFAULT_MODEL_PARAMS", "DEFAULT_SEQ", "seq_limit", "default_seq", "check_positions",
            "ENGINE_LONG_CONTEXT_OVERRIDE", "serving_engine", "ZERO_STAGES",
-           "OptimizerStates", "MasterWeights", "GradDtype", "PrefillLogits", "MoeDispatcher"]
+           "OptimizerStates", "MasterWeights", "GradDtype", "PrefillLogits", "MoeDispatcher",
+           "ActivationStorage"]
 
 Mode = Literal["train", "infer", "both"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -127,5 +128,6 @@ def default_seq(arch: Architecture | None) -> int:
 ZERO_STAGES = (0, 1, 2, 3)
 OptimizerStates = Literal["auto", "fp32", "bf16"]
 MasterWeights = Literal["auto", "fp32", "bf16", "remainder", "none"]
+ActivationStorage = Literal["engine", "deepseek-v3"]
 PrefillLogits = Literal["all", "last"]
 GradDtype = Literal["auto", "fp32", "bf16"]

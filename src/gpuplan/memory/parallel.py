@@ -35,7 +35,7 @@ from .results import TrainMemory
 from .shape import seq_for
 from .states import States, train_states
 
-__all__ = ["StagePlan", "stage_plans", "rank_job"]
+__all__ = ["StagePlan", "stage_plans", "rank_job", "dual_in_flight"]
 
 
 @record(kw_only=False)
@@ -62,6 +62,9 @@ class StagePlan:
     full_layers: int
     """Transformer layers of the whole model."""
     notes: tuple[str, ...]
+    twin_kept: int = 0
+    """DualPipe: what one micro-batch keeps for backward on the rank's other stage ``pp - 1 -
+    index`` (its layers, embedding or head, and MTP modules); 0 otherwise."""
 
     def buffers(self, backward: bool, in_layers: bool = True) -> int:
         """Communication buffers alive at the forward (or backward) peak, bytes. ``in_layers``
@@ -106,7 +109,11 @@ class StagePlan:
             return act
         v = self.layout.chunks
         live, idle = self.layer_chunks()
-        held = max(0, self.in_flight - idle - live) * act.kept_bytes // live
+        if self.layout.dual:
+            own, twin = dual_in_flight(self.layout.pp, self.index)
+            held = (own - 1) * act.kept_bytes + twin * self.twin_kept
+        else:
+            held = max(0, self.in_flight - idle - live) * act.kept_bytes // live
         held += self.mtp_kept(act.kept_bytes)
         fwd = self.buffers(False)
         bwd = self.buffers(True, in_layers=not act.backward_detail.startswith("end of backward"))
@@ -121,14 +128,28 @@ class StagePlan:
 
     def mtp_kept(self, kept: int) -> int:
         """What the MTP modules keep for backward on this stage: each depth one layer's share of
-        the stage's kept activations (``kept`` over its layers) for every micro-batch in flight
-        (the last stage; rank 0 too under DualPipe). Its head's logits are not added."""
+        the stage's kept activations (``kept`` over its layers) for every micro-batch of the last
+        stage in flight on this rank. Its head's logits are not added. Under DualPipe the last
+        stage's micro-batches in flight are :func:`dual_in_flight`'s (1 on either rank that
+        holds it); rank 0 counts its share in :attr:`twin_kept`."""
         lay = self.layout
-        holds = self.index == lay.pp - 1 or (lay.dual and self.index == 0)
-        if not (lay.mtp_layers and holds and self.layers):
+        if not (lay.mtp_layers and self.index == lay.pp - 1 and self.layers):
             return 0
-        whole = max(1, self.in_flight // lay.chunks)
+        whole = (dual_in_flight(lay.pp, self.index)[0] if lay.dual
+                 else max(1, self.in_flight // lay.chunks))
         return lay.mtp_layers * whole * kept // len(self.layers)
+
+    def kept_per_micro_batch(self) -> int:
+        """What one micro-batch keeps for backward on this stage, its MTP modules' share
+        included (what the DualPipe twin rank holds of it: :attr:`twin_kept`)."""
+        act = train_activations(self.model, self.job, grad_bytes=self.states.grads,
+                                seq=self.seq, shard=self.shard, fsdp=self.states.fsdp)
+        if not act.known:
+            return 0
+        lay = self.layout
+        mtp = (lay.mtp_layers * act.kept_bytes // len(self.layers)
+               if lay.mtp_layers and self.index == lay.pp - 1 and self.layers else 0)
+        return act.kept_bytes + mtp
 
     def layer_chunks(self) -> tuple[int, int]:
         """(this stage's chunks that hold transformer layers, in-flight micro-batches of its
@@ -222,21 +243,40 @@ def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: 
 _STATE_FIELDS = ("trainable", "weights_trainable", "grads", "master", "opt", "host", "step_tmp")
 
 
+def dual_in_flight(pp: int, stage: int) -> tuple[int, int]:
+    """DualPipe: (micro-batches of stage ``stage``, of its twin ``pp - 1 - stage``) whose
+    activations that rank holds at its peak, ``pp - stage`` and ``stage + 1`` (``pp + 1`` in
+    all: the report's Table 2). Each direction runs as 1F1B: deepseek-ai/DualPipe@3da1bbe
+    dualpipe/dualpipe.py ``step``, rank ``r``, ``h = min(r, pp - 1 - r)``: steps 1-2 run
+    ``2 (pp/2 - h - 1) + h + 1`` forwards of phase 0 and ``h + 1`` of phase 1 before the first
+    backward; later steps free one for each forward. Phase 0 is the forward direction on the
+    first half of the ranks (stage ``r``) and the reverse one on the second (stage ``pp - 1 -
+    r``), so rank ``r`` holds ``pp - r`` of stage ``r`` and ``r + 1`` of stage ``pp - 1 - r``
+    (rank 0: 16 of stage 0 and 1 of stage 15 at PP 16)."""
+    return pp - stage, stage + 1
+
+
 def _rank_states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout,
                  stage: int, non_tn_fp8: bool = False) -> States:
     """The states of stage ``stage``'s rank: DualPipe's rank also holds stage ``pp - 1 - stage``
     (parameters 2x: DeepSeek-V3 report Table 2), and the last stage's the MTP modules
     (:func:`gpuplan.parallel.mtp_rank_params`, at the stage's bytes per parameter)."""
     st = _states(model, job, rank, rjob, lay, stage, non_tn_fp8)
+    last, last_params = st, rank.params.total  # the last stage's states, which hold the MTP
     if lay.dual:
         twin = lay.pp - 1 - stage
-        other = _states(model, job, rank_model(model, job, twin), rjob, lay, twin, non_tn_fp8)
-        st = replace(st, **{f: getattr(st, f) + getattr(other, f) for f in _STATE_FIELDS})
+        twin_rank = rank_model(model, job, twin)
+        other = _states(model, job, twin_rank, rjob, lay, twin, non_tn_fp8)
+        if twin == lay.pp - 1:
+            last, last_params = other, twin_rank.params.total
+        st = replace(st, **{f: getattr(st, f) + getattr(other, f)
+                            for f in (*_STATE_FIELDS, "fp8")})
     holds_mtp = stage == lay.pp - 1 or (lay.dual and stage == 0)
     extra = mtp_rank_params(model.architecture, lay) if holds_mtp else 0
-    if extra and rank.params.total:
-        share = extra / rank.params.total
-        st = replace(st, **{f: getattr(st, f) + round(getattr(st, f) * share)
+    if extra and last_params:
+        # at the last stage's own bytes per parameter (not the DualPipe pair's sum)
+        share = extra / last_params
+        st = replace(st, **{f: getattr(st, f) + round(getattr(last, f) * share)
                             for f in _STATE_FIELDS if f != "trainable"},
                      trainable=st.trainable + extra)
     return st
@@ -267,4 +307,7 @@ def stage_plans(model: Model, job: Job, non_tn_fp8: bool = False) -> list[StageP
             in_flight=in_flight(lay.schedule, lay.pp, i, lay.micro_batches, lay.chunks),
             layers=layers, gpus=job.gpus, params=model.params.total,
             full_layers=arch.num_layers, notes=notes))
+    if lay.dual:
+        kept = [p.kept_per_micro_batch() for p in plans]
+        plans = [replace(p, twin_kept=kept[lay.pp - 1 - p.index]) for p in plans]
     return plans

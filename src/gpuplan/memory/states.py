@@ -157,6 +157,12 @@ def _narrow_tn_only(job: Job) -> bool:
     return recipe is not None and recipe.columnwise_copy == "tn-only"
 
 
+def _job_recipe(job: Job) -> TrainingRecipe:
+    """The job's recipe with the state, master and gradient dtypes it names."""
+    return with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
+                           job.grad_dtype)
+
+
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
@@ -217,12 +223,6 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
                   master_remainder=recipe.master_remainder, gathered_note=gathered.note,
                   gathered_kept=gathered.kept, gathered_label=gathered.label, fp8=fp8,
                   fp8_label=fp8_label, fp8_note=_fp8_note(job, non_tn_fp8) if fp8 else "")
-
-
-def _job_recipe(job: Job) -> TrainingRecipe:
-    """The job's recipe with the optimizer-state, master and gradient dtypes it names."""
-    return with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
-                           job.grad_dtype)
 
 
 def _master_b(job: Job, recipe: TrainingRecipe) -> int:

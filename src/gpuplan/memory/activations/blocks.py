@@ -272,7 +272,8 @@ def _attention(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Tensor:
         # its outputs are recomputed when the core attention's output gradient arrives
         # (``discard_output_and_register_recompute(core_attn_out)``)
         g.recompute_at_last_op(qkv.region)
-        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj", original=c.o.proj_original)
+        y = c.linear(out, sp.heads * sp.mla[4], sp.h, "o_proj",
+                     original=c.o.proj_original or bool(c.o.attn_out_bytes))
         g.touch(qkv.q, qkv.k, qkv.v, out, *qkv.locals)
         return c.scatter(y)
     qkv = _project_qkv(c, c.gather(x), layer)
@@ -441,7 +442,7 @@ def _mla_core(c: Ctx, t: _QKV, mask: Tensor | None) -> Tensor:
                            dropout=sp.attn_dropout, mask=mask)
     g.region = "attn_core"
     if vd != nope + rope:
-        out = g.sdpa_efficient(t.q, t.k, t.v, sp.heads, vd)
+        out = g.sdpa_efficient(t.q, t.k, t.v, sp.heads, vd, out_dt=c.o.attn_out_bytes)
         g.region = ""
         return out
     out = g.sdpa_flash(t.q, t.k, t.v, sp.heads, vd, kv_heads=sp.heads, out_copy_layout=True)
@@ -891,6 +892,8 @@ def _megatron_experts(c: Ctx, x: Tensor, top: Tensor, idx: Tensor) -> Tensor:
                     name="experts.linear_fc1", autocast=False)
     if proj.dt != rows.dt:
         proj = g.to(proj, rows.dt)
+    if o.moe_act_narrow:  # DeepSeek-V3's storage: the SwiGLU input cached narrow (sec. 3.3.3)
+        proj = g.quantize(proj, o.moe_act_narrow)
     gate, up = g.split(proj, [S * I, S * I])
     act, y = _experts_act(c, gate, up)
     g.region = act  # the weighting is part of the fused activation (and of its recompute)
@@ -947,6 +950,8 @@ def _shared_expert(c: Ctx, x: Tensor) -> Tensor:
     _begin(g, "shared_experts")
     sg = c.linear(x, h, si, "shared_expert.gate_proj")
     su = c.linear(x, h, si, "shared_expert.up_proj")
+    if c.o.moe_act_narrow:  # DeepSeek-V3's storage: the MoE's SwiGLU inputs cached narrow
+        sg, su = g.quantize(sg, c.o.moe_act_narrow), g.quantize(su, c.o.moe_act_narrow)
     sy = g.mul(activation(c, sg, "shared.act"), su, name="shared.act*up")
     out = c.linear(sy, si, h, "shared_expert.down_proj")
     g.region = ""
@@ -996,6 +1001,17 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
     return _pre_norm_layer(c, x, mask, layer, moe)
 
 
+def _norm_narrow(c: Ctx, n: Tensor) -> Tensor:
+    """DeepSeek-V3's storage with the norms recomputed (:attr:`Opts.norm_out_narrow`): the
+    norm's quantized copy, which the next linears save for their weight gradient, is made
+    inside the norm's recompute region, so it is recomputed with the norm, not kept (report
+    sec. 3.2.3: the norms recomputed, "eliminating the need to persistently store their output
+    activations"). ``n`` unchanged otherwise."""
+    if c.o.norm_out_narrow and c.o.narrow_inputs and c.o.sp == 1:
+        c.narrow[id(n)] = c.g.to(n, c.o.narrow_inputs)
+    return n
+
+
 def _pre_norm_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int, moe: bool) -> Tensor:
     """The pre-norm block: llama family, gpt2, opt, vit, phi3, neox (sequential)."""
     g, fam, p = c.g, c.sp.family, c.sp.hidden_dropout
@@ -1004,7 +1020,7 @@ def _pre_norm_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int, moe: boo
     # under ``CheckpointWithoutOutput``, its output discarded and recomputed when the
     # attention's (the MLP's) output gradient arrives
     ln1 = _begin(g, "layernorm")
-    n1 = norm(c, x, "input_layernorm")
+    n1 = _norm_narrow(c, norm(c, x, "input_layernorm"))
     g.region = ""
     a = _attention(c, n1, mask, layer)
     g.recompute_at_last_op(ln1)
@@ -1012,7 +1028,7 @@ def _pre_norm_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int, moe: boo
     a = g.dropout(a, p, "attn.dropout")
     x1 = g.add(a, x, "residual1")
     ln2 = _begin(g, "layernorm")
-    n2 = norm(c, x1, "post_attention_layernorm")
+    n2 = _norm_narrow(c, norm(c, x1, "post_attention_layernorm"))
     g.region = ""
     if fam in GPT2_LIKE:
         g.keep(a)   # GPT2Block / GPTBigCodeBlock: attn_output and the ln_2 output stay bound

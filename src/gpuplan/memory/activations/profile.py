@@ -98,6 +98,7 @@ def _opts(job: Job, sp: Spec, lora_targets: frozenset, sdpa_mask: bool = False,
                 narrow_gathered=_narrow_gathered(job), experts=engine.moe_experts,
                 narrow_shard=bool(narrow) and engine.narrow_shard,
                 proj_original=bool(narrow) and job.precision in engine.proj_original_input,
+                **_deepseek_storage(job, narrow),
                 capacity_factor=(None if job.moe_capacity_factor is None
                                  else Fraction(str(job.moe_capacity_factor))))
 
@@ -124,6 +125,26 @@ def _narrow_inputs(job: Job) -> float:
     if job.checkpointing == "selective" and get_engine(job.engine).selective == "op":
         return 0
     return 0.5 if r.dtype == "fp4" else 1
+
+
+#: DeepSeek-V3's E5M6 (1 sign, 5 exponent, 6 mantissa bits: 12 bits, 1.5 B) for the attention
+#: output, the output projection's input (arXiv 2412.19437 sec. 3.3.3, "Low-Precision
+#: Activation" (1): "We adopt a customized E5M6 data format exclusively for these activations").
+E5M6_BYTES = Fraction(3, 2)
+
+
+def _deepseek_storage(job: Job, narrow: float) -> dict:
+    """The :class:`Opts` of ``job.activation_storage`` "deepseek-v3" under a narrow recipe
+    (arXiv 2412.19437 sec. 3.3.3 (1) and (2), sec. 3.2.3): the attention output in E5M6, kept
+    once for the attention backward and the output projection; the MoE SwiGLU inputs in the
+    recipe's narrow dtype ("we cache the inputs of the SwiGLU operator and recompute its output
+    in the backward pass. These activations are also stored in FP8"); the norms' quantized
+    copies recomputed with them where ``recompute_modules`` names layernorm. {} otherwise."""
+    if job.activation_storage != "deepseek-v3" or not narrow:
+        return {}
+    return dict(attn_out_bytes=E5M6_BYTES, moe_act_narrow=narrow,
+                norm_out_narrow=job.checkpointing == "selective"
+                and "layernorm" in (job.recompute_modules or ()))
 
 
 def _narrow_gathered(job: Job) -> bool:

@@ -238,6 +238,10 @@ class Opts:
     experts: str = "transformers"  # whose routed experts (EngineProfile.moe_experts)
     narrow_shard: bool = False  # ... of the sequence shard, quantized before the gather (TE)
     proj_original: bool = False  # the attention's output projection saves its 16-bit input
+    attn_out_bytes: object = None  # DeepSeek-V3's storage (Job.activation_storage): MLA's
+                                   # attention output, shared with o_proj, at this many bytes
+    moe_act_narrow: float = 0  # ... the MoE SwiGLU inputs cached at this many bytes
+    norm_out_narrow: bool = False  # ... a recomputed norm's quantized copy recomputed with it
 
 
 def _local_layers(arch: Architecture) -> tuple[int, ...]:

@@ -290,6 +290,16 @@ class Graph:
                  kind="extern")
         return y
 
+    def quantize(self, x: Tensor, dt: object) -> Tensor:
+        """A quantize kernel's narrow copy of ``x`` (DeepSeek-V3's cached FP8 SwiGLU inputs): an
+        extern kernel, so a compiled layer keeps the copy it saves rather than recomputing it
+        from ``x`` as it would a cast."""
+        if x.dt == dt:
+            return x
+        y = self._new(x.numel, dt, x.grad, "act", x.name + ".quantized")
+        self._op("quantize", [x], [y], kind="extern")
+        return y
+
     def sp_gather(self, x: Tensor, full: Form, name: str = "sp.all_gather") -> Tensor:
         """Sequence parallelism: all-gather the sequence shard ``x`` into the full sequence (a
         buffer alive until its last reader; backward reduce-scatters its gradient)."""
@@ -466,7 +476,7 @@ class Graph:
         return out
 
     def sdpa_efficient(self, q: Tensor, k: Tensor, v: Tensor, heads: int, v_dim: int, *,
-                       name: str = "sdpa") -> Tensor:
+                       name: str = "sdpa", out_dt: object = None) -> Tensor:
         """CUDA's memory-efficient kernel (xformers' cutlass FMHA), which SDPA runs when flash
         cannot (here: the value's head size differs from the query's, ``sdp_utils.cpp``
         check_head_dim_size_flash): saves q, k, v, the output and an fp32 logsumexp of
@@ -475,10 +485,11 @@ class Graph:
         .contiguous()`` copies nothing. Its backward allocates dq, dk, dv and an fp32 ``delta``
         of b*heads*s, no dq accumulator (``_efficient_attention_backward`` in PyTorch's
         ``attention_backward.cu``; its workspace for fp32 gradient accumulators is not modelled,
-        as gpuplan's trace does not emulate it: trace/_attention.py)."""
+        as gpuplan's trace does not emulate it: trace/_attention.py). ``out_dt``: the output
+        stored at that many bytes an element (DeepSeek-V3's E5M6, 3/2); None: q's dtype."""
         if self.r.autocast:
             q, k, v = (self._cast(t, self.r.autocast) for t in (q, k, v))
-        out = self._new(BS * (heads * v_dim), q.dt, True, "act", name)
+        out = self._new(BS * (heads * v_dim), out_dt or q.dt, True, "act", name)
         lse = self._new(BS * heads, 4, False, "act", name + ".lse")
         self._op(name, [q, k, v], [out, lse], saved=[q, k, v, out, lse],
                  bwd_temp=BS * (4 * heads), kind="extern")
