@@ -330,8 +330,12 @@ def capacity(body: Mapping) -> dict:
     body = dict(body)
     body.setdefault("mode", "infer")
     body.setdefault("engine", "vllm")
-    if body.get("gpus") is None and (body.get("tp") or body.get("pp")):
-        body["gpus"] = int(body.get("tp") or 1) * int(body.get("pp") or 1)
+    if body.get("gpus") is None and (body.get("tp") is not None or body.get("pp") is not None):
+        # each checked where it enters, so a "x", [1], NaN or 10**300 is the key's own one-line
+        # error (a 422), not a ValueError from int() or an error about a gpus never sent
+        tp, pp = (1 if body.get(k) is None else check_int(body[k], "gpus", field=k)
+                  for k in ("tp", "pp"))
+        body["gpus"] = tp * pp
     job = _job(body, CAPACITY_OPTIONS)
     names = _gpu_names(body.get("gpu"))
     if not names or len(names) != 1:
