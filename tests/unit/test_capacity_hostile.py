@@ -47,7 +47,7 @@ def test_version_spelled_as_fit_takes_it(capsys, engine, version):
     assert json.loads(capsys.readouterr().out)["kv"]["kv_tokens"] == fit_kv
 
 @pytest.mark.parametrize("cmd", ["fit", "capacity"])
-@pytest.mark.parametrize("version", ["-1", "0..5", "0.5.x"])
+@pytest.mark.parametrize("version", ["-1", "0..5", "0.5.x", "", " "])  # qa43: "" was the default
 def test_malformed_version_is_named_so(capsys, cmd, version):
     argv = (["fit", "llama-3.1-8b", "--gpu", "h100", "--mode", "infer"] if cmd == "fit" else
             BASE + ["--rate", "1", "--requests", "5"])
@@ -65,6 +65,30 @@ def test_bad_input_dist_names_input_dist(capsys):
     assert "--input-dist" in err
     err = _err(capsys, BASE + ["--rate", "1", "--output-dist", "normal:-3:1"])
     assert "--output-dist" in err
+
+
+@pytest.mark.parametrize("flag", ["--input-dist", "--output-dist"])
+def test_an_empty_dist_is_refused_not_replaced_by_the_default_length(capsys, flag):
+    # qa43: `--input-dist ''` was falsy, so the simulation silently ran --input's 2000 tokens
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", flag, ""])
+    assert err.startswith(f"gpuplan: error: {flag} '': expected a token count or uniform")
+
+
+@pytest.mark.parametrize("text", ["uniform:1:1e300", "normal:100:1e10", "uniform:1:nan"])
+def test_a_second_parameter_past_the_bound_says_the_bound(capsys, text):
+    # qa43: 1e300 was told to be ">= 0 and finite", which it is; a NaN HI "needs LO <= HI"
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", "--input-dist", text])
+    assert f"--input-dist {text!r}: the second parameter must be a number >= 0 and <= 2^31" \
+        in err
+
+
+@pytest.mark.parametrize("key", ["input_dist", "output_dist"])
+def test_the_web_api_refuses_an_empty_dist(key):
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError, match=f"^{key} '': expected a token count"):
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 5,
+                  key: "", "max_model_len": 4096})
 
 
 def test_a_training_engine_is_named_not_a_mode_never_given(capsys):

@@ -29,7 +29,8 @@ class Deployment:
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
                  mem_fraction_static: float | None = None) -> None:
-        version = engine_version or DEFAULT_VERSIONS.get(engine)
+        # only a version left out takes the default: an empty one is refused as malformed
+        version = DEFAULT_VERSIONS.get(engine) if engine_version is None else engine_version
         sched = scheduler_for(engine, version)
         arch = getattr(model, "architecture", None)
         ctx = getattr(arch, "max_position_embeddings", None) or 8192

@@ -113,10 +113,12 @@ def _inputs(args):
     else:
         if rate is None and conc is None and not args.max_rate:
             raise InputError("give --rate R (requests/s), --concurrency C or --workload FILE")
-        kw = dict(input=parse_dist(args.input_dist or args.input,
-                                   what="--input-dist" if args.input_dist else "--input"),
-                  output=parse_dist(args.output_dist or args.output,
-                                    what="--output-dist" if args.output_dist else "--output"),
+        # a distribution given empty is refused as such, not replaced by --input's length
+        ind, outd = args.input_dist is not None, args.output_dist is not None
+        kw = dict(input=parse_dist(args.input_dist if ind else args.input,
+                                   what="--input-dist" if ind else "--input"),
+                  output=parse_dist(args.output_dist if outd else args.output,
+                                    what="--output-dist" if outd else "--output"),
                   requests=positive_int(args.requests, "--requests"), arrivals=args.arrivals,
                   seed=_seed(args.seed))
 

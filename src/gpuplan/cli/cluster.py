@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _export_engine(args: argparse.Namespace) -> str | None:
     """``--export ENGINE``'s writer, checked before the search (with its file and ``--pick``);
     under ``--engine auto`` the search runs under the engine whose config is written."""
+    if args.export_file is not None and not str(args.export_file).strip():
+        raise InputError(f"--export-file {args.export_file!r}: give the file's name, e.g. "
+                         "--export-file megatron_args.txt (or drop it to print the config)")
     if args.export is None:
         for given, flag in ((args.pick, "--pick"), (args.export_file, "--export-file")):
             if given is not None:

@@ -347,10 +347,12 @@ def capacity(body: Mapping) -> dict:
     find = _bool(body, "max_rate", False)
     if rate is None and conc is None and not find:
         raise InputError("give rate (requests/s) or concurrency (closed loop)", field="rate")
-    kw = dict(input=parse_dist(str(body.get("input_dist") or body.get("input", 2000)),
-                               what="input"),
-              output=parse_dist(str(body.get("output_dist") or body.get("output", 256)),
-                                what="output"),
+    def dist(key: str, default: int):  # an empty input_dist is refused, not skipped
+        d = body.get(f"{key}_dist")
+        return parse_dist(str(body.get(key, default) if d is None else d),
+                          what=key if d is None else f"{key}_dist")
+
+    kw = dict(input=dist("input", 2000), output=dist("output", 256),
               requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS) or 2000,
               arrivals=str(body.get("arrivals", "poisson")),
               seed=check_int(body.get("seed", 0), "int", field="seed", low=0,
