@@ -321,6 +321,21 @@ def _slo(body: Mapping) -> SLO:
                e2e_s=_opt(body, "slo_e2e", "num", "seconds"), percentile=pct)
 
 
+def _layout_gpus(body: Mapping) -> int:
+    """tp x pp, each checked where it enters: a "x", [1], NaN or 10**300 is the key's own one-line
+    error (a 422), not a ValueError from int() or an error about a gpus never sent."""
+    tp, pp = (1 if body.get(k) is None else check_int(body[k], "gpus", field=k)
+              for k in ("tp", "pp"))
+    return tp * pp
+
+
+def _dist(body: Mapping, key: str, default: int):
+    """``{key}_dist`` when given (an empty one refused, not skipped), else ``key``'s length."""
+    d = body.get(f"{key}_dist")
+    return parse_dist(str(body.get(key, default) if d is None else d),
+                      what=key if d is None else f"{key}_dist")
+
+
 def capacity(body: Mapping) -> dict:
     """``POST /api/capacity``: what ``gpuplan capacity --json`` prints for the same model, GPU,
     layout and workload (a synthetic one: ``rate`` or ``concurrency``, ``input``/``output`` or
@@ -331,11 +346,7 @@ def capacity(body: Mapping) -> dict:
     body.setdefault("mode", "infer")
     body.setdefault("engine", "vllm")
     if body.get("gpus") is None and (body.get("tp") is not None or body.get("pp") is not None):
-        # each checked where it enters, so a "x", [1], NaN or 10**300 is the key's own one-line
-        # error (a 422), not a ValueError from int() or an error about a gpus never sent
-        tp, pp = (1 if body.get(k) is None else check_int(body[k], "gpus", field=k)
-                  for k in ("tp", "pp"))
-        body["gpus"] = tp * pp
+        body["gpus"] = _layout_gpus(body)
     job = _job(body, CAPACITY_OPTIONS)
     names = _gpu_names(body.get("gpu"))
     if not names or len(names) != 1:
@@ -347,12 +358,7 @@ def capacity(body: Mapping) -> dict:
     find = _bool(body, "max_rate", False)
     if rate is None and conc is None and not find:
         raise InputError("give rate (requests/s) or concurrency (closed loop)", field="rate")
-    def dist(key: str, default: int):  # an empty input_dist is refused, not skipped
-        d = body.get(f"{key}_dist")
-        return parse_dist(str(body.get(key, default) if d is None else d),
-                          what=key if d is None else f"{key}_dist")
-
-    kw = dict(input=dist("input", 2000), output=dist("output", 256),
+    kw = dict(input=_dist(body, "input", 2000), output=_dist(body, "output", 256),
               requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS) or 2000,
               arrivals=str(body.get("arrivals", "poisson")),
               seed=check_int(body.get("seed", 0), "int", field="seed", low=0,
