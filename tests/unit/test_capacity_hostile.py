@@ -217,3 +217,17 @@ def test_the_web_api_names_a_bad_seed_as_given(seed):
         capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 5,
                   "seed": seed, "input": 100, "output": 4, "max_model_len": 4096})
     assert e.value.value is seed
+
+
+@pytest.mark.parametrize("version", [0.1, 21, True, [0, 21]])
+def test_the_web_api_refuses_a_version_that_is_not_text(version):
+    """qa43: a JSON number was str()-ed: 0.10 (vLLM 0.10) arrived as 0.1 and was refused as older
+    than 0.8, and 21 ran as a vLLM "21" (the newest rules); now the version must be text."""
+    from gpuplan.engines.budget import version_key
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError, match="expected the version as text") as e:
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 5,
+                  "engine_version": version, "input": 100, "output": 4, "max_model_len": 4096})
+    assert e.value.field == "engine_version" and "\n" not in str(e.value)
+    assert version_key("0.10", "vllm") == (0, 10)  # the text spelling is read as written
