@@ -873,3 +873,15 @@ def test_megatron_recompute_modules():
     a = megatron_args(text)
     assert a.recompute_granularity == "selective"
     assert a.recompute_modules == ["mla_up_proj", "moe_act"]
+
+
+def test_cluster_exports_every_writer_under_engine_auto(capsys):
+    """qa43: ``cluster --export sglang`` (the sglang writer, added after the cluster's table of the
+    engine each writer's search runs under) raised KeyError: 'sglang'. Every writer is in the
+    table, and the sglang export of a serving search is its launch command."""
+    from gpuplan.cli.cluster import _ENGINE_OF_WRITER
+
+    assert set(_ENGINE_OF_WRITER) == set(ENGINES)
+    assert main(["cluster", "llama-3.1-8b", "--gpu", "h100", "--gpus", "8", "--mode", "infer",
+                 "--concurrency", "4", "--export", "sglang"]) == 0
+    assert capsys.readouterr().out.startswith("python -m sglang.launch_server ")

@@ -84,7 +84,8 @@ def _export_engine(args: argparse.Namespace) -> str | None:
 #: The engine whose search an export runs under, by its writer (under --engine auto).
 _ENGINE_OF_WRITER = {"megatron": "megatron", "torchtitan": "torchtitan",
                      "deepspeed": "deepspeed", "fsdp": "fsdp2", "accelerate": "transformers",
-                     "vllm": "vllm"}
+                     "vllm": "vllm", "sglang": "sglang"}  # every export writer (qa43: sglang's
+# was missing, a KeyError under --engine auto; tests/unit/test_export.py holds them equal)
 
 
 def run(args: argparse.Namespace) -> int:
