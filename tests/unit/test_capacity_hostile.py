@@ -231,3 +231,22 @@ def test_the_web_api_refuses_a_version_that_is_not_text(version):
                   "engine_version": version, "input": 100, "output": 4, "max_model_len": 4096})
     assert e.value.field == "engine_version" and "\n" not in str(e.value)
     assert version_key("0.10", "vllm") == (0, 10)  # the text spelling is read as written
+
+
+def test_max_rate_with_a_sweep_and_no_rate_is_not_a_traceback(capsys):
+    """qa43: ``--max-rate --sweep`` with neither --rate nor --concurrency raised TypeError (None *
+    2.0) in the sweep's pre-check. The sweep then runs around the rate the search finds; where
+    that is past 10^6 / 2 (a handful of short requests meets the SLO at any rate the search
+    tries), it is one line naming --sweep and the fix, not a "rate 1342177: out of range" about
+    a rate never given (the web API said that)."""
+    from gpuplan.web._service import capacity
+
+    argv = ["capacity", "qwen2.5-0.5b", "--gpu", "h100", "--requests", "8", "--input", "200",
+            "--output", "8", "--max-rate", "--sweep", "--slo-ttft", "1"]
+    err = _err(capsys, argv)
+    assert "--sweep runs up to 2x the highest rate found" in err and "give --rate R" in err
+    with pytest.raises(InputError, match="^sweep runs up to 2x") as e:
+        capacity({"model": "qwen2.5-0.5b", "gpu": "h100", "requests": 8, "input": 200,
+                  "output": 8, "max_rate": True, "sweep": True, "slo_ttft": 1})
+    assert e.value.field == "sweep"
+    assert main(argv + ["--rate", "1"]) == 0  # the given rate is the sweep's load

@@ -15,7 +15,7 @@ from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
 from ._disagg import search_disaggregated
-from ._plan import Deployment, max_rate, sweep_dict
+from ._plan import SWEEP_FACTORS, Deployment, max_rate, sweep_dict
 from ._plan import sweep as run_sweep
 from ._result import SLO, CapacityResult
 from ._workload import Workload
@@ -266,6 +266,12 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
 
     def _sweep(dep, found=None):
         base = sweep_base or found or 1.0
+        top = max(SWEEP_FACTORS)
+        if not closed and base * top > 1e6:  # the rate a --max-rate search found (qa43)
+            raise InputError(f"{opt('sweep')} runs up to {top:g}x the highest rate found, "
+                             f"{base:g} req/s, past the 10^6 a rate may be; give "
+                             f"{opt('rate')} R as the sweep's load, or drop {opt('sweep')}",
+                             field="sweep")
         rows = run_sweep(dep, sweep_make, base, slo=slo, closed=closed, prefix_hit=prefix_hit)
         return sweep_dict(rows, closed=closed)
 

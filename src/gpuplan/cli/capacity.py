@@ -166,6 +166,8 @@ def _check_sweep(make_at, rate, conc) -> None:
                          "--concurrency instead of --workload")
     top = max(SWEEP_FACTORS)
     load, name = (conc, "--concurrency") if conc is not None else (rate, "--rate")
+    if load is None:  # --max-rate alone: the sweep runs around the rate found (checked there)
+        return
     if load * top > 10**6:
         raise InputError(f"--sweep runs up to {top:g}x the load: {name} {load:g} would "
                          f"reach {load * top:g}, over the 10^6 accepted; give {name} "
