@@ -24,6 +24,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+import fuzz_features as ff
 import fuzz_targets as ft
 
 # ------------------------------------------------------------------------------------------------
@@ -510,8 +511,8 @@ def _wide_experts() -> dict:
 
 
 def reproducers() -> dict[str, list]:
-    """Issue 32's inputs, by target."""
-    return {
+    """Issue 32's inputs, by target (and qa43's, of the recent features' targets)."""
+    return {**ff.reproducers(),
         "cli": [["fit", "gpt2", "--mode", "train", "--loss-chunks", "100000"],
                 ["fit", "gpt2", "--mode", "train", "--loss-chunks", str(2**31)],
                 ["speed", "gpt2", "--gpu", "h100", "--mode", "infer", "--precision", "gguf"],
@@ -556,4 +557,5 @@ TARGETS = {
     "hf_cache": (hf_cache_input, run_hf_cache),
     "bench_store": (bench_store_input, run_bench_store),
     "api_args": (api_args_input, run_api_args),
+    **ff.TARGETS,  # qa43: the recent features (fuzz_features.py)
 }
