@@ -240,6 +240,16 @@ def check_replicas(replicas: int | None, wl: Workload) -> None:
                          field="replicas", value=replicas, fix={"replicas": c})
 
 
+def _check_sweep_rate(base: float, closed: bool) -> None:
+    """A sweep's top rate within the 10^6 a rate may be; only the rate a --max-rate search found
+    can be past it here (a given one is checked where it enters) (qa43)."""
+    top = max(SWEEP_FACTORS)
+    if not closed and base * top > 1e6:
+        raise InputError(f"{opt('sweep')} runs up to {top:g}x the highest rate found, "
+                         f"{base:g} req/s, past the 10^6 a rate may be; give {opt('rate')} R "
+                         f"as the sweep's load, or drop {opt('sweep')}", field="sweep")
+
+
 def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
           layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
           price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
@@ -266,12 +276,7 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
 
     def _sweep(dep, found=None):
         base = sweep_base or found or 1.0
-        top = max(SWEEP_FACTORS)
-        if not closed and base * top > 1e6:  # the rate a --max-rate search found (qa43)
-            raise InputError(f"{opt('sweep')} runs up to {top:g}x the highest rate found, "
-                             f"{base:g} req/s, past the 10^6 a rate may be; give "
-                             f"{opt('rate')} R as the sweep's load, or drop {opt('sweep')}",
-                             field="sweep")
+        _check_sweep_rate(base, closed)
         rows = run_sweep(dep, sweep_make, base, slo=slo, closed=closed, prefix_hit=prefix_hit)
         return sweep_dict(rows, closed=closed)
 
