@@ -226,7 +226,8 @@ def web_input(rng: random.Random) -> dict:
 
 
 _PLAUSIBLE = {
-    "capacity": [{"tp": 1}, {"concurrency": 2, "rate": None}, {"input_dist": "uniform:10:200"},
+    "capacity": [{"tp": 1}, {"concurrency": 2, "rate": None},
+                 {"input_dist": "uniform:10:200", "input": None},
                  {"arrivals": "gamma:2"}, {"engine_version": "0.10"}, {"engine": "sglang"},
                  {"slo_ttft": 1.0, "max_rate": True}, {"prefix_hit": 0.5}, {"price": 2.5}],
     "fit": [{"master_weights": "bf16", "optimizer_states": "bf16"}, {"fp8_param_gather": True},

@@ -250,3 +250,46 @@ def test_max_rate_with_a_sweep_and_no_rate_is_not_a_traceback(capsys):
                   "output": 8, "max_rate": True, "sweep": True, "slo_ttft": 1})
     assert e.value.field == "sweep"
     assert main(argv + ["--rate", "1"]) == 0  # the given rate is the sweep's load
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--rate", "1"], "drop --rate"), (["--requests", "50"], "drop --requests"),
+    (["--input-dist", "uniform:1:10"], "drop --input-dist"), (["--input", "500"], "drop --input"),
+    (["--arrivals", "gamma:2", "--seed", "3"], "drop --seed, --arrivals"),
+])
+def test_a_workload_file_refuses_the_synthetic_options_it_would_ignore(capsys, tmp_path, extra,
+                                                                       named):
+    """qa43: with --workload, --input-dist, --arrivals, --input, --requests and --seed were
+    ignored without a word (only --rate/--concurrency were refused)."""
+    w = tmp_path / "w.jsonl"
+    w.write_text('{"arrival_s": 0, "input_tokens": 100, "output_tokens": 4}\n')
+    err = _err(capsys, BASE + ["--workload", str(w), *extra])
+    assert "--workload carries its own requests and arrivals" in err and named in err
+    assert main(BASE + ["--workload", str(w), "--json"]) == 0
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--rate", "1", "--concurrency", "2"], "two loads"),
+    (["--concurrency", "2", "--arrivals", "gamma:2"], "--arrivals 'gamma:2'"),
+    (["--rate", "1", "--input", "100", "--input-dist", "uniform:1:10"], "--input-dist draws"),
+    (["--rate", "1", "--output", "8", "--output-dist", "uniform:1:10"], "--output-dist draws"),
+])
+def test_two_loads_or_two_lengths_are_refused_not_one_dropped(capsys, extra, named):
+    """qa43: --rate with --concurrency ran the closed loop (the rate dropped), a closed loop's
+    --arrivals did nothing, and a distribution silently replaced the --input/--output given."""
+    err = _err(capsys, BASE + ["--requests", "5", *extra])
+    assert named in err
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"rate": 1, "concurrency": 2}, "concurrency"),
+    ({"concurrency": 2, "arrivals": "gamma:2"}, "arrivals"),
+    ({"rate": 1, "input": 100, "input_dist": "uniform:1:10"}, "input_dist"),
+])
+def test_the_web_api_refuses_two_loads_or_two_lengths(body, field):
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError) as e:
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "requests": 5,
+                  "max_model_len": 4096, **body})
+    assert e.value.field == field and "\n" not in str(e.value)
