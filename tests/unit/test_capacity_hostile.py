@@ -293,3 +293,10 @@ def test_the_web_api_refuses_two_loads_or_two_lengths(body, field):
         capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "requests": 5,
                   "max_model_len": 4096, **body})
     assert e.value.field == field and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["", " "])
+def test_an_empty_plot_name_is_refused_not_taken_as_no_plot(capsys, name):
+    # qa43: `--plot ''` was falsy: the run went ahead and drew nothing, exit 0
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", "--plot", name])
+    assert err.startswith("gpuplan: error: --plot ")

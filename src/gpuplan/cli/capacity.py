@@ -174,7 +174,7 @@ def _check_plot(args, make) -> None:
     from .._io import check_plot
     from ..errors import InputError
 
-    if not args.plot:
+    if args.plot is None:  # an empty --plot is check_plot's error, not "no plot" (qa43)
         return
     check_plot(args.plot)
     if make is None:
