@@ -120,7 +120,7 @@ def test_job_dict_round_trip_plans_again():
 @pytest.mark.parametrize("field,kw", [
     ("model", {"model": "qwen2.5-0.5b"}), ("gpu", {"gpu": "h100"}), ("job", {"job": "x"}),
     ("replicas", {"replicas": 1.5}), ("replicas", {"replicas": "2"}),
-    ("prefix_hit", {"prefix_hit": 1}), ("prefix_hit", {"prefix_hit": math.inf}),
+    ("prefix_hit", {"prefix_hit": 1.5}), ("prefix_hit", {"prefix_hit": math.nan}),
     ("price", {"price": "x"}), ("price", {"price": math.nan}), ("seed", {"seed": [1]}),
     ("seed", {"seed": -1}), ("slo", {"slo": "x"}), ("workload", {"workload": [1]}),
 ])
@@ -136,3 +136,6 @@ def test_capacity_checks_its_arguments(h100, field, kw):
              output=4, **rest)
     r = g.capacity(model, h100, rate=1, requests=5, input=100, output=4, seed=0, replicas=1)
     assert r.ttft_s.at(50) > 0  # the same call with every argument valid answers
+    # a whole prompt from the cache is a share too (a published row's): 1.0 is accepted
+    assert g.capacity(model, h100, rate=1, requests=5, input=100, output=4,
+                      prefix_hit=1.0).ttft_s.at(50) > 0

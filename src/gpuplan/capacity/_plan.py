@@ -94,7 +94,12 @@ class Deployment:
             raise InputError(f"slo {slo!r:.60}: expected a gpuplan SLO or None",
                              field="slo")
         price = number_arg(price, "price", "price", optional=True)
-        prefix_hit = number_arg(prefix_hit, "prefix_hit", "fraction")
+        # [0, 1]: a published row's every prompt served from the cache is 1.0 (the CLI's
+        # --prefix-hit stops below 1)
+        if isinstance(prefix_hit, bool) or not isinstance(prefix_hit, (int, float)) or \
+                not 0 <= prefix_hit <= 1:
+            raise InputError(f"prefix_hit {prefix_hit!r:.40}: expected the share of each prompt "
+                             "the prefix cache serves, a number in [0, 1]", field="prefix_hit")
         self._check(wl)
         one = _share(wl, self.replicas)
         tr = simulate(one, self.cost, self.sched, self.kv_tokens, prefix_hit=prefix_hit)
