@@ -3,7 +3,8 @@
 TARGET is ``config`` (config.json reader), ``safetensors`` (safetensors header reader), ``cli``
 (command lines), ``api`` (Job + plan, and the web API's fit), one of issue 32's structure-aware
 targets of ``tests/fuzz/fuzz_surfaces.py`` (``gguf``, ``safetensors_struct``, ``config_plan``,
-``hf_cache``, ``bench_store``, ``api_args``), ``all`` (each of those in its own interpreter, N
+``hf_cache``, ``bench_store``, ``api_args``), qa43's targets of the recent features
+(``tests/fuzz/fuzz_features.py``: ``features``, ``workload``, ``export``, ``web``), ``all`` (each of those in its own interpreter, N
 inputs each), or ``kill`` (N SIGKILLs during bench writes, :func:`fuzz_targets.kill_writers`).
 Each target first runs issue 32's reproducers for it; every input runs under a 3 GB address-space
 limit (a MemoryError is counted as over 3 GB) and a 10 s alarm. The web server's raw requests

@@ -21,19 +21,23 @@ import sys
 import time
 from pathlib import Path
 
+import fuzz_features as ff
 import fuzz_surfaces as fs
 import fuzz_targets as ft
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-_PATHS = ["/api/fit", "/api/speed", "/api/cluster", "/api/flops", "/api/models?q=llama",
+_PATHS = ["/api/fit", "/api/speed", "/api/cluster", "/api/flops", "/api/capacity",
+          "/api/models?q=llama",
           "/api/gpus", "/api/options", "/", "/static/../../../etc/passwd", "/%ff%fe",
           "/api/fit?x=" + "a" * 9000, "/api/models?q=%00%1b", "/api/../api/fit", "*"]
 _METHODS = ["POST", "POST", "GET", "PUT", "DELETE", "OPTIONS", "G\x00T", "", "P" * 300]
 
 
 def _body(rng: random.Random) -> bytes:
-    how = rng.choice(["job", "job", "config", "junk", "deep", "empty"])
+    how = rng.choice(["job", "job", "config", "junk", "deep", "empty", "features"])
+    if how == "features":  # qa43: a capacity or fit body over the recent features' keys
+        return json.dumps(ff.web_input(rng)["body"], allow_nan=True).encode()
     if how == "job":
         kw = {f: rng.choice(ft._JOB_VALUES) for f in rng.sample(ft._JOB_FIELDS,
                                                               k=rng.randint(0, 3))}
@@ -56,7 +60,7 @@ def _body(rng: random.Random) -> bytes:
 def request(rng: random.Random, port: int) -> dict:
     """One hostile request: its bytes, how it is sent (whole, cut, slowly) and whether whole."""
     method = rng.choice(_METHODS) if rng.random() < 0.1 else "POST"
-    path = rng.choice(_PATHS) if rng.random() < 0.3 else rng.choice(_PATHS[:4])
+    path = rng.choice(_PATHS) if rng.random() < 0.3 else rng.choice(_PATHS[:5])
     version = "HTTP/1.1" if rng.random() < 0.9 else rng.choice(["HTTP/1.0", "HTTP/9.9",
                                                                  "HTTX/1.1", ""])
     body = _body(rng)

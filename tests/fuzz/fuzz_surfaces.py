@@ -24,6 +24,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+import fuzz_features as ff
 import fuzz_targets as ft
 
 # ------------------------------------------------------------------------------------------------
@@ -388,6 +389,9 @@ _CALLS = {
                      "vocab_size", "intermediate_size", "hidden_dropout"),
     "GPU": ("memory_bytes", "memory_bandwidth", "pcie_gen", "peak_flops"),
     "from_dict": ("batch", "seq", "mode", "model", "gpus"),
+    # qa43: the serving simulation's own arguments
+    "capacity": ("replicas", "prefix_hit", "price", "seed", "slo", "workload", "requests",
+                 "rate", "input_dist", "engine_version"),
 }
 
 
@@ -427,6 +431,9 @@ def _call_api(fn: str, kw: dict, model, gpu, cpu, job):
         return g.plan(g.Job.from_dict(j.to_dict()), ["h100"], speed=False)
     if fn == "plan":
         return g.plan(job, [gpu], **kw)
+    if fn == "capacity":
+        kw = {"rate": 1, "requests": 5, **kw}
+        return g.capacity(model, gpu, input=100, output=4, **kw).ttft_s.at(50)
     if fn == "estimate_cpu_speed":
         kw.pop("cpu", None)
         return g.estimate_cpu_speed(model, cpu, job, **kw)
@@ -446,8 +453,8 @@ def _as_outcome(r) -> dict:
 
 
 _TAKES = {"model": ("suggest", "infer_memory", "train_memory", "estimate_speed", "max_batch",
-                    "max_seq", "estimate_cpu_speed"),
-          "gpu": ("suggest", "estimate_speed", "max_batch", "max_seq", "plan"),
+                    "max_seq", "estimate_cpu_speed", "capacity"),
+          "gpu": ("suggest", "estimate_speed", "max_batch", "max_seq", "plan", "capacity"),
           "cpu": ("estimate_speed", "estimate_cpu_speed"),
           "job": ("suggest", "infer_memory", "train_memory", "estimate_speed", "max_batch",
                   "max_seq", "estimate_cpu_speed", "plan")}
@@ -510,8 +517,8 @@ def _wide_experts() -> dict:
 
 
 def reproducers() -> dict[str, list]:
-    """Issue 32's inputs, by target."""
-    return {
+    """Issue 32's inputs, by target (and qa43's, of the recent features' targets)."""
+    return {**ff.reproducers(),
         "cli": [["fit", "gpt2", "--mode", "train", "--loss-chunks", "100000"],
                 ["fit", "gpt2", "--mode", "train", "--loss-chunks", str(2**31)],
                 ["speed", "gpt2", "--gpu", "h100", "--mode", "infer", "--precision", "gguf"],
@@ -556,4 +563,5 @@ TARGETS = {
     "hf_cache": (hf_cache_input, run_hf_cache),
     "bench_store": (bench_store_input, run_bench_store),
     "api_args": (api_args_input, run_api_args),
+    **ff.TARGETS,  # qa43: the recent features (fuzz_features.py)
 }

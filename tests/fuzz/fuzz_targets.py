@@ -82,11 +82,15 @@ def run_cli(argv: list[str]) -> dict:
 
 _JOB_VALUES = [None, True, False, 0, 1, -1, 2, 2**31, 2**31 + 1, 10**300, 1.5, math.nan,
                math.inf, "", "no", "train", "infer", "bf16", "fp16", "adamw", "sgd", "full",
-               "eager", ["q_proj"], [1], ("v_proj",), {}, "x" * 5000, "\x1b[2J"]
+               "eager", ["q_proj"], [1], ("v_proj",), {}, "x" * 5000, "\x1b[2J",
+               "remainder", ("attn",), ["moe_router", "moe_preprocess"], "megatron"]
 _JOB_FIELDS = ["mode", "precision", "infer_precision", "optimizer", "batch", "seq", "grad_accum",
                "gpus", "zero", "offload_optimizer", "lora_rank", "lora_targets", "lora_base",
                "checkpointing", "attention", "kv_dtype", "context", "fused_optimizer",
-               "use_cache", "lora_dropout", "prefill_logits", "optimizer_states"]
+               "use_cache", "lora_dropout", "prefill_logits", "optimizer_states",
+               # qa43: the recent features' fields
+               "master_weights", "cuda_graph_scope", "fp8_param_gather", "fp8_attention",
+               "first_last_layers_bf16", "engine", "tp", "pp"]
 
 
 def api_call(rng: random.Random) -> dict:
@@ -233,6 +237,8 @@ def _negative_bytes(obj: object, path: str = "$") -> str | None:
 
 def check_outcome(o: dict) -> str | None:
     """Why the outcome breaks the promise, or None when it keeps it."""
+    if o.get("problem"):  # what the target itself saw (a file left partial, a store changed)
+        return o["problem"]
     if o["rc"] not in (0, 2):
         return f"exit {o['rc']}"
     if o["rc"] == 2:

@@ -115,3 +115,27 @@ def test_job_dict_round_trip_plans_again():
     assert g.plan(again).train.total_bytes == g.plan(first).train.total_bytes
     # a catalog name is still a name
     assert g.Job.from_dict({"model": "gpt2"}).model == "gpt2"
+
+
+@pytest.mark.parametrize("field,kw", [
+    ("model", {"model": "qwen2.5-0.5b"}), ("gpu", {"gpu": "h100"}), ("job", {"job": "x"}),
+    ("replicas", {"replicas": 1.5}), ("replicas", {"replicas": "2"}),
+    ("prefix_hit", {"prefix_hit": 1.5}), ("prefix_hit", {"prefix_hit": math.nan}),
+    ("price", {"price": "x"}), ("price", {"price": math.nan}), ("seed", {"seed": [1]}),
+    ("seed", {"seed": -1}), ("slo", {"slo": "x"}), ("workload", {"workload": [1]}),
+])
+def test_capacity_checks_its_arguments(h100, field, kw):
+    """qa43: ``gpuplan.capacity(...)`` and its Deployment checked none of their own arguments: a
+    str model or GPU, a float replica count, a str price or an SLO that is not one raised
+    AttributeError/TypeError from deep inside the simulation."""
+    model = g.load_model("qwen2.5-0.5b")
+    args = {"model": model, "gpu": h100, **{k: v for k, v in kw.items() if k in ("model",
+                                                                             "gpu")}}
+    rest = {k: v for k, v in kw.items() if k not in ("model", "gpu")}
+    _refused(field, g.capacity, args["model"], args["gpu"], rate=1, requests=5, input=100,
+             output=4, **rest)
+    r = g.capacity(model, h100, rate=1, requests=5, input=100, output=4, seed=0, replicas=1)
+    assert r.ttft_s.at(50) > 0  # the same call with every argument valid answers
+    # a whole prompt from the cache is a share too (a published row's): 1.0 is accepted
+    assert g.capacity(model, h100, rate=1, requests=5, input=100, output=4,
+                      prefix_hit=1.0).ttft_s.at(50) > 0

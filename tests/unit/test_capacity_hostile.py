@@ -47,7 +47,7 @@ def test_version_spelled_as_fit_takes_it(capsys, engine, version):
     assert json.loads(capsys.readouterr().out)["kv"]["kv_tokens"] == fit_kv
 
 @pytest.mark.parametrize("cmd", ["fit", "capacity"])
-@pytest.mark.parametrize("version", ["-1", "0..5", "0.5.x"])
+@pytest.mark.parametrize("version", ["-1", "0..5", "0.5.x", "", " "])  # qa43: "" was the default
 def test_malformed_version_is_named_so(capsys, cmd, version):
     argv = (["fit", "llama-3.1-8b", "--gpu", "h100", "--mode", "infer"] if cmd == "fit" else
             BASE + ["--rate", "1", "--requests", "5"])
@@ -65,6 +65,30 @@ def test_bad_input_dist_names_input_dist(capsys):
     assert "--input-dist" in err
     err = _err(capsys, BASE + ["--rate", "1", "--output-dist", "normal:-3:1"])
     assert "--output-dist" in err
+
+
+@pytest.mark.parametrize("flag", ["--input-dist", "--output-dist"])
+def test_an_empty_dist_is_refused_not_replaced_by_the_default_length(capsys, flag):
+    # qa43: `--input-dist ''` was falsy, so the simulation silently ran --input's 2000 tokens
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", flag, ""])
+    assert err.startswith(f"gpuplan: error: {flag} '': expected a token count or uniform")
+
+
+@pytest.mark.parametrize("text", ["uniform:1:1e300", "normal:100:1e10", "uniform:1:nan"])
+def test_a_second_parameter_past_the_bound_says_the_bound(capsys, text):
+    # qa43: 1e300 was told to be ">= 0 and finite", which it is; a NaN HI "needs LO <= HI"
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", "--input-dist", text])
+    assert f"--input-dist {text!r}: the second parameter must be a number >= 0 and <= 2^31" \
+        in err
+
+
+@pytest.mark.parametrize("key", ["input_dist", "output_dist"])
+def test_the_web_api_refuses_an_empty_dist(key):
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError, match=f"^{key} '': expected a token count"):
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 5,
+                  key: "", "max_model_len": 4096})
 
 
 def test_a_training_engine_is_named_not_a_mode_never_given(capsys):
@@ -193,3 +217,86 @@ def test_the_web_api_names_a_bad_seed_as_given(seed):
         capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 5,
                   "seed": seed, "input": 100, "output": 4, "max_model_len": 4096})
     assert e.value.value is seed
+
+
+@pytest.mark.parametrize("version", [0.1, 21, True, [0, 21]])
+def test_the_web_api_refuses_a_version_that_is_not_text(version):
+    """qa43: a JSON number was str()-ed: 0.10 (vLLM 0.10) arrived as 0.1 and was refused as older
+    than 0.8, and 21 ran as a vLLM "21" (the newest rules); now the version must be text."""
+    from gpuplan.engines.budget import version_key
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError, match="expected the version as text") as e:
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "rate": 4, "requests": 5,
+                  "engine_version": version, "input": 100, "output": 4, "max_model_len": 4096})
+    assert e.value.field == "engine_version" and "\n" not in str(e.value)
+    assert version_key("0.10", "vllm") == (0, 10)  # the text spelling is read as written
+
+
+def test_max_rate_with_a_sweep_and_no_rate_is_not_a_traceback(capsys):
+    """qa43: ``--max-rate --sweep`` with neither --rate nor --concurrency raised TypeError (None *
+    2.0) in the sweep's pre-check. The sweep then runs around the rate the search finds; where
+    that is past 10^6 / 2 (a handful of short requests meets the SLO at any rate the search
+    tries), it is one line naming --sweep and the fix, not a "rate 1342177: out of range" about
+    a rate never given (the web API said that)."""
+    from gpuplan.web._service import capacity
+
+    argv = ["capacity", "qwen2.5-0.5b", "--gpu", "h100", "--requests", "8", "--input", "200",
+            "--output", "8", "--max-rate", "--sweep", "--slo-ttft", "1"]
+    err = _err(capsys, argv)
+    assert "--sweep runs up to 2x the highest rate found" in err and "give --rate R" in err
+    with pytest.raises(InputError, match="^sweep runs up to 2x") as e:
+        capacity({"model": "qwen2.5-0.5b", "gpu": "h100", "requests": 8, "input": 200,
+                  "output": 8, "max_rate": True, "sweep": True, "slo_ttft": 1})
+    assert e.value.field == "sweep"
+    assert main(argv + ["--rate", "1"]) == 0  # the given rate is the sweep's load
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--rate", "1"], "drop --rate"), (["--requests", "50"], "drop --requests"),
+    (["--input-dist", "uniform:1:10"], "drop --input-dist"), (["--input", "500"], "drop --input"),
+    (["--arrivals", "gamma:2", "--seed", "3"], "drop --seed, --arrivals"),
+])
+def test_a_workload_file_refuses_the_synthetic_options_it_would_ignore(capsys, tmp_path, extra,
+                                                                       named):
+    """qa43: with --workload, --input-dist, --arrivals, --input, --requests and --seed were
+    ignored without a word (only --rate/--concurrency were refused)."""
+    w = tmp_path / "w.jsonl"
+    w.write_text('{"arrival_s": 0, "input_tokens": 100, "output_tokens": 4}\n')
+    err = _err(capsys, BASE + ["--workload", str(w), *extra])
+    assert "--workload carries its own requests and arrivals" in err and named in err
+    assert main(BASE + ["--workload", str(w), "--json"]) == 0
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--rate", "1", "--concurrency", "2"], "two loads"),
+    (["--concurrency", "2", "--arrivals", "gamma:2"], "--arrivals 'gamma:2'"),
+    (["--rate", "1", "--input", "100", "--input-dist", "uniform:1:10"], "--input-dist draws"),
+    (["--rate", "1", "--output", "8", "--output-dist", "uniform:1:10"], "--output-dist draws"),
+])
+def test_two_loads_or_two_lengths_are_refused_not_one_dropped(capsys, extra, named):
+    """qa43: --rate with --concurrency ran the closed loop (the rate dropped), a closed loop's
+    --arrivals did nothing, and a distribution silently replaced the --input/--output given."""
+    err = _err(capsys, BASE + ["--requests", "5", *extra])
+    assert named in err
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"rate": 1, "concurrency": 2}, "concurrency"),
+    ({"concurrency": 2, "arrivals": "gamma:2"}, "arrivals"),
+    ({"rate": 1, "input": 100, "input_dist": "uniform:1:10"}, "input_dist"),
+])
+def test_the_web_api_refuses_two_loads_or_two_lengths(body, field):
+    from gpuplan.web._service import capacity
+
+    with pytest.raises(InputError) as e:
+        capacity({"model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "requests": 5,
+                  "max_model_len": 4096, **body})
+    assert e.value.field == field and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["", " "])
+def test_an_empty_plot_name_is_refused_not_taken_as_no_plot(capsys, name):
+    # qa43: `--plot ''` was falsy: the run went ahead and drew nothing, exit 0
+    err = _err(capsys, BASE + ["--rate", "1", "--requests", "5", "--plot", name])
+    assert err.startswith("gpuplan: error: --plot ")

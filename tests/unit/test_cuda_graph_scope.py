@@ -143,3 +143,21 @@ def test_router_graphs_need_experts():
     with pytest.raises(InputError) as e:
         estimate_speed(load_model("llama-3.1-8b"), get_gpu("B200-SXM-180GB"), job, measured=None)
     assert e.value.field == "cuda_graph_scope"
+
+
+@pytest.mark.parametrize("flag, example", [("--cuda-graph-scope", "attn"),
+                                           ("--recompute-modules", "core_attn"),
+                                           ("--lora-targets", "q_proj")])
+@pytest.mark.parametrize("value", ["", ",,", " , "])
+def test_an_empty_list_option_is_refused_with_its_own_example(capsys, flag, example, value):
+    """qa43: an empty --cuda-graph-scope (or --recompute-modules) was told to give "module names
+    such as q_proj,v_proj", --lora-targets' example; each list now names its own."""
+    from gpuplan.cli import main
+    from gpuplan.cli._job_options import _LIST_EXAMPLES, JOB_OPTIONS
+
+    assert {o.flag for o in JOB_OPTIONS if o.kind == "list"} == set(_LIST_EXAMPLES)
+    assert main(["fit", "llama-3.1-8b", "--gpu", "h100", "--engine", "megatron", flag,
+                 value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"gpuplan: error: {flag} ")
+    assert f"such as {example}" in err and (example == "q_proj") == ("q_proj" in err)

@@ -593,6 +593,24 @@ def test_cli_export_file_is_written_only_when_everything_else_passes(capsys, tmp
     assert "name the engine" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("cmd", [
+    ["fit", "llama-3.1-8b", "--mode", "train", "--gpus", "8", "--zero", "3", "--export",
+     "deepspeed"],
+    ["fit", "llama-3.1-8b", "--mode", "train"],
+    ["cluster", "llama-3.1-8b", "--gpu", "h100", "--gpus", "8", "--global-batch", "64",
+     "--export", "megatron"],
+])
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_export_file_is_refused_not_read_as_stdout(capsys, cmd, name):
+    """qa43: ``--export-file ''`` was taken as no file: the config went to stdout (or, without
+    --export, nothing was said) and exit 0. Now a one-line error naming the option, nothing
+    printed."""
+    assert main([*cmd, "--export-file", name]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.count("\n") == 1
+    assert got.err.startswith(f"gpuplan: error: --export-file {name!r}: give the file's name")
+
+
 def test_megatron_says_which_rope_scaling_it_cannot_write(tmp_path):
     """A YaRN-scaled RoPE (Qwen's long-context recipe) has no pretrain_gpt.py flag among the
     ones the export writes: the export says so rather than silently planning plain RoPE; a
@@ -855,3 +873,15 @@ def test_megatron_recompute_modules():
     a = megatron_args(text)
     assert a.recompute_granularity == "selective"
     assert a.recompute_modules == ["mla_up_proj", "moe_act"]
+
+
+def test_cluster_exports_every_writer_under_engine_auto(capsys):
+    """qa43: ``cluster --export sglang`` (the sglang writer, added after the cluster's table of the
+    engine each writer's search runs under) raised KeyError: 'sglang'. Every writer is in the
+    table, and the sglang export of a serving search is its launch command."""
+    from gpuplan.cli.cluster import _ENGINE_OF_WRITER
+
+    assert set(_ENGINE_OF_WRITER) == set(ENGINES)
+    assert main(["cluster", "llama-3.1-8b", "--gpu", "h100", "--gpus", "8", "--mode", "infer",
+                 "--concurrency", "4", "--export", "sglang"]) == 0
+    assert capsys.readouterr().out.startswith("python -m sglang.launch_server ")

@@ -40,6 +40,14 @@ def test_capacity_is_the_cli_json(client, cli_json, argv, body):
     ({"rate": 1, "requests": 100000}, "requests"),
     ({"rate": 1, "slo_percentile": 95}, "slo_percentile"),
     ({}, "rate"),
+    # qa43: tp/pp were multiplied through int() before any check: "x", [2] and a NaN/inf (which
+    # JSON cannot carry, but the Python handler can) raised from int() (a 500), and pp -1 was
+    # blamed on a gpus the request never sent
+    ({"rate": 1, "tp": "x"}, "tp"),
+    ({"rate": 1, "tp": [2]}, "tp"),
+    ({"rate": 1, "pp": 1.5}, "pp"),
+    ({"rate": 1, "pp": -1}, "pp"),
+    ({"rate": 1, "tp": 10**300}, "tp"),
 ])
 def test_bad_capacity_input_is_one_json_line(client, body, field):
     r = client.post("/api/capacity", json={"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB",
@@ -47,6 +55,19 @@ def test_bad_capacity_input_is_one_json_line(client, body, field):
     assert r.status_code == 422
     d = r.json()
     assert "\n" not in d["error"] and d.get("field") == field
+
+
+@pytest.mark.parametrize("key,value", [("tp", "x"), ("pp", [1]), ("tp", float("nan")),
+                                       ("pp", float("inf"))])
+def test_a_hostile_tp_or_pp_is_an_input_error_naming_it(key, value):
+    """The handler itself (values JSON cannot carry, NaN and inf, included): an InputError naming
+    the key, never int()'s ValueError/OverflowError."""
+    from gpuplan.errors import InputError
+    from gpuplan.web import _service
+
+    with pytest.raises(InputError, match=f"^{key} "):
+        _service.capacity({"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB", "rate": 1,
+                           key: value})
 
 
 def test_openapi_describes_capacity(client):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import types
 
-from ..job import Job
+from ..job import Job, int_arg
 from ._disagg import Disaggregated
 from ._engines import SCHEDULERS, SchedulerDefaults, scheduler_for
 from ._plan import Deployment, max_rate
@@ -34,11 +34,12 @@ def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str 
     their distributions, or a ``workload``."""
     if job is None:
         job = Job(model="x", mode="infer", engine=engine)
-    if workload is None:
-        wl_in = parse_dist(input_dist or str(input), what="input")
-        wl_out = parse_dist(output_dist or str(output), what="output")
+    if workload is None:  # a dist given empty is refused, not replaced by the length (qa43)
+        wl_in = parse_dist(str(input) if input_dist is None else input_dist, what="input")
+        wl_out = parse_dist(str(output) if output_dist is None else output_dist, what="output")
         workload = make_workload(input=wl_in, output=wl_out, requests=requests, rate=rate,
-                                 concurrency=concurrency, arrivals=arrivals, seed=seed)
+                                 concurrency=concurrency, arrivals=arrivals,
+                                 seed=int_arg(seed, "seed", "int", low=0, high=2**31 - 1))
     dep = Deployment(model, gpu, job, engine=engine, engine_version=engine_version,
                      replicas=replicas, max_num_seqs=max_num_seqs,
                      max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,

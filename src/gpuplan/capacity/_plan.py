@@ -10,7 +10,7 @@ from ..compute.device import power_clock_fraction
 from ..engines.budget import DEFAULT_VERSIONS
 from ..errors import InputError, opt
 from ..hardware import GPU
-from ..job import Job
+from ..job import Job, gpu_arg, int_arg, job_arg, model_arg, number_arg
 from ._cost import StepCost
 from ._engines import SchedulerDefaults, scheduler_for
 from ._kv import kv_capacity
@@ -29,7 +29,12 @@ class Deployment:
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
                  mem_fraction_static: float | None = None) -> None:
-        version = engine_version or DEFAULT_VERSIONS.get(engine)
+        # the library's own arguments checked where they enter, as every public function's are
+        # (docs/bounds.md "The API"): a str model or GPU, a float replica count (qa43)
+        model, gpu, job = model_arg(model), gpu_arg(gpu), job_arg(job)
+        replicas = int_arg(replicas, "replicas", "gpus")
+        # only a version left out takes the default: an empty one is refused as malformed
+        version = DEFAULT_VERSIONS.get(engine) if engine_version is None else engine_version
         sched = scheduler_for(engine, version)
         arch = getattr(model, "architecture", None)
         ctx = getattr(arch, "max_position_embeddings", None) or 8192
@@ -82,6 +87,19 @@ class Deployment:
             prefix_hit: float = 0.0) -> CapacityResult:
         """Simulate ``wl`` arriving at the whole deployment: each replica gets every
         ``replicas``-th request (round robin)."""
+        if not isinstance(wl, Workload):
+            raise InputError(f"workload {wl!r:.60}: expected a gpuplan Workload (make_workload or "
+                             "read_workload builds one)", field="workload")
+        if slo is not None and not isinstance(slo, SLO):
+            raise InputError(f"slo {slo!r:.60}: expected a gpuplan SLO or None",
+                             field="slo")
+        price = number_arg(price, "price", "price", optional=True)
+        # [0, 1]: a published row's every prompt served from the cache is 1.0 (the CLI's
+        # --prefix-hit stops below 1)
+        if isinstance(prefix_hit, bool) or not isinstance(prefix_hit, (int, float)) or \
+                not 0 <= prefix_hit <= 1:
+            raise InputError(f"prefix_hit {prefix_hit!r:.40}: expected the share of each prompt "
+                             "the prefix cache serves, a number in [0, 1]", field="prefix_hit")
         self._check(wl)
         one = _share(wl, self.replicas)
         tr = simulate(one, self.cost, self.sched, self.kv_tokens, prefix_hit=prefix_hit)

@@ -15,7 +15,7 @@ from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
 from ._disagg import search_disaggregated
-from ._plan import Deployment, max_rate, sweep_dict
+from ._plan import SWEEP_FACTORS, Deployment, max_rate, sweep_dict
 from ._plan import sweep as run_sweep
 from ._result import SLO, CapacityResult
 from ._workload import Workload
@@ -240,6 +240,16 @@ def check_replicas(replicas: int | None, wl: Workload) -> None:
                          field="replicas", value=replicas, fix={"replicas": c})
 
 
+def _check_sweep_rate(base: float, closed: bool) -> None:
+    """A sweep's top rate within the 10^6 a rate may be; only the rate a --max-rate search found
+    can be past it here (a given one is checked where it enters) (qa43)."""
+    top = max(SWEEP_FACTORS)
+    if not closed and base * top > 1e6:
+        raise InputError(f"{opt('sweep')} runs up to {top:g}x the highest rate found, "
+                         f"{base:g} req/s, past the 10^6 a rate may be; give {opt('rate')} R "
+                         f"as the sweep's load, or drop {opt('sweep')}", field="sweep")
+
+
 def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "vllm",
           layout_given: bool = False, replicas: int | None = None, max_gpus: int = 64,
           price: float | None = None, prefix_hit: float = 0.0, find_max_rate: bool = False,
@@ -266,6 +276,7 @@ def solve(model, gpu: GPU, job: Job, wl: Workload, slo: SLO, *, engine: str = "v
 
     def _sweep(dep, found=None):
         base = sweep_base or found or 1.0
+        _check_sweep_rate(base, closed)
         rows = run_sweep(dep, sweep_make, base, slo=slo, closed=closed, prefix_hit=prefix_hit)
         return sweep_dict(rows, closed=closed)
 

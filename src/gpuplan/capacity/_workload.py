@@ -132,10 +132,11 @@ def parse_dist(text: str, *, what: str) -> Dist:
     except ValueError:
         raise InputError(f"{what} {shown(text)}: its parameters must be numbers") from None
     check_number(a, "tokens", what=f"{what} {parts[0]} first parameter")
+    if not math.isfinite(b) or b < 0 or b > 2**31:  # before LO <= HI: a NaN HI is this error
+        raise InputError(f"{what} {shown(text)}: the second parameter must be a number >= 0 "
+                         "and <= 2^31")
     if parts[0] == "uniform" and not a <= b:
         raise InputError(f"{what} {shown(text)}: uniform needs LO <= HI")
-    if not math.isfinite(b) or b < 0 or b > 2**31:
-        raise InputError(f"{what} {shown(text)}: the second parameter must be >= 0 and finite")
     if parts[0] == "lognormal" and b > 5:
         raise InputError(f"{what} {shown(text)}: a sigma above 5 draws lengths over e^5 times "
                          "the median; give a smaller sigma")

@@ -41,6 +41,10 @@ class JobOption:
     metavar: str | None = None
 
 
+#: An example for each comma-list option, for the error an empty list gets.
+_LIST_EXAMPLES = {"--lora-targets": "q_proj,v_proj", "--recompute-modules": "core_attn,mlp",
+                  "--cuda-graph-scope": "attn,moe_router"}
+
 JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("--mode", "mode", "str", "{choices} (fit's default: both; speed, trace, flops "
               "model and profile: train; a serving engine: infer)", "MODE"),
@@ -297,9 +301,9 @@ def given_job_options(args: argparse.Namespace) -> dict[str, object]:
             v = int(v)
         elif o.kind == "list":
             v = tuple(t.strip() for t in str(v).split(",") if t.strip())
-            if not v:
-                raise InputError(f"{o.flag} {getattr(args, o.field)!r}: expected module names "
-                                 "such as q_proj,v_proj")
+            if not v:  # each list its own example: q_proj is no graph scope (qa43)
+                raise InputError(f"{o.flag} {getattr(args, o.field)!r}: expected names such "
+                                 f"as {_LIST_EXAMPLES[o.flag]}, or drop {o.flag}")
         out[o.field] = v
     return _old_spellings(args, out)
 

@@ -31,18 +31,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--engine-version", default=None, help="the engine release whose scheduler and budget rules "
       "apply (default: vllm 0.21, sglang 0.5, trt-llm 1.0; docs/engine_budget.md)")
     a("--rate", default=None, help="requests per second (open loop)")
-    a("--arrivals", default="poisson", help="poisson (default), constant, gamma:CV")
+    a("--arrivals", default=None, help="poisson (default), constant, gamma:CV")
     a("--concurrency", default=None, help="clients in a closed loop (instead of --rate)")
-    a("--input", default="2000", help="prompt tokens (default 2000)")
-    a("--output", default="256", help="output tokens (default 256)")
+    a("--input", default=None, help="prompt tokens (default 2000)")
+    a("--output", default=None, help="output tokens (default 256)")
     a("--input-dist", default=None, help="uniform:LO:HI, normal:MEAN:STD, lognormal:MEDIAN:SIGMA")
     a("--output-dist", default=None, help="as --input-dist, for the output length")
     a("--workload", default=None, metavar="FILE.jsonl",
       help="one request a line: arrival_s, input_tokens, output_tokens[, prefix_id, "
            "prefix_tokens]")
-    a("--requests", default="2000", help="requests simulated (default 2000; at most 100000, "
+    a("--requests", default=None, help="requests simulated (default 2000; at most 100000, "
       "docs/capacity.md 'Bounded work')")
-    a("--seed", default="0", help="the RNG seed (default 0)")
+    a("--seed", default=None, help="the RNG seed (default 0)")
     a("--replicas", default=None, help="replicas of the layout (default 1, or searched)")
     a("--max-gpus", default="64", help="the search's largest deployment (default 64)")
     a("--max-num-seqs", default=None, help="the engine's running-request budget")
@@ -92,6 +92,42 @@ def _seed(text: str) -> int:
     return int(t)
 
 
+def _or(given, default: str):
+    """An option left out (None) takes its default; one given, even empty, is parsed as given."""
+    return default if given is None else given
+
+
+def _check_workload_options(args, rate, conc) -> None:
+    """Options the workload would silently ignore are refused (qa43): a --workload file's
+    requests carry their own lengths, count and arrivals; --rate and --concurrency are two
+    loads; a closed loop sends a request as one ends, so it has no --arrivals; a length
+    distribution replaces the fixed length."""
+    from ..errors import InputError
+
+    if args.workload is not None:
+        extra = [f for f, v in (("--rate", rate), ("--concurrency", conc),
+                                ("--input", args.input), ("--output", args.output),
+                                ("--input-dist", args.input_dist),
+                                ("--output-dist", args.output_dist),
+                                ("--requests", args.requests), ("--seed", args.seed),
+                                ("--arrivals", args.arrivals)) if v is not None]
+        if extra:
+            raise InputError(f"--workload carries its own requests and arrivals; drop "
+                             f"{', '.join(extra)}")
+        return
+    if rate is not None and conc is not None:
+        raise InputError("--rate (an open loop) and --concurrency (a closed loop) are two "
+                         "loads; give one of them")
+    if conc is not None and args.arrivals is not None:
+        raise InputError(f"--arrivals {args.arrivals!r:.40}: --concurrency's closed loop sends "
+                         "a request as one ends, with no arrival gaps; drop --arrivals or give "
+                         "--rate")
+    for fixed, dist in (("--input", "--input-dist"), ("--output", "--output-dist")):
+        if getattr(args, fixed[2:]) is not None and getattr(args, dist[2:].replace("-", "_")) \
+                is not None:
+            raise InputError(f"{dist} draws the lengths {fixed} fixes; give one of them")
+
+
 def _inputs(args):
     """The workload, SLO and deployment options, parsed (errors name the option)."""
     from ..capacity import SLO, make_workload, parse_dist, read_workload
@@ -105,20 +141,21 @@ def _inputs(args):
               e2e_s=_num(args.slo_e2e, "--slo-e2e", "seconds"), percentile=pct)
     rate = _num(args.rate, "--rate", "rate")
     conc = positive_int(args.concurrency, "--concurrency")
+    _check_workload_options(args, rate, conc)
     if args.workload is not None:
-        if rate is not None or conc is not None:
-            raise InputError("--workload carries its own arrivals; drop --rate/--concurrency")
         make = make_at = None
         wl = read_workload(args.workload)
     else:
         if rate is None and conc is None and not args.max_rate:
             raise InputError("give --rate R (requests/s), --concurrency C or --workload FILE")
-        kw = dict(input=parse_dist(args.input_dist or args.input,
-                                   what="--input-dist" if args.input_dist else "--input"),
-                  output=parse_dist(args.output_dist or args.output,
-                                    what="--output-dist" if args.output_dist else "--output"),
-                  requests=positive_int(args.requests, "--requests"), arrivals=args.arrivals,
-                  seed=_seed(args.seed))
+        # a distribution given empty is refused as such, not replaced by --input's length
+        ind, outd = args.input_dist is not None, args.output_dist is not None
+        kw = dict(input=parse_dist(args.input_dist if ind else _or(args.input, "2000"),
+                                   what="--input-dist" if ind else "--input"),
+                  output=parse_dist(args.output_dist if outd else _or(args.output, "256"),
+                                    what="--output-dist" if outd else "--output"),
+                  requests=positive_int(_or(args.requests, "2000"), "--requests"),
+                  arrivals=_or(args.arrivals, "poisson"), seed=_seed(_or(args.seed, "0")))
 
         def make(r, conc=conc, kw=kw):
             return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)
@@ -137,7 +174,7 @@ def _check_plot(args, make) -> None:
     from .._io import check_plot
     from ..errors import InputError
 
-    if not args.plot:
+    if args.plot is None:  # an empty --plot is check_plot's error, not "no plot" (qa43)
         return
     check_plot(args.plot)
     if make is None:
@@ -164,6 +201,8 @@ def _check_sweep(make_at, rate, conc) -> None:
                          "--concurrency instead of --workload")
     top = max(SWEEP_FACTORS)
     load, name = (conc, "--concurrency") if conc is not None else (rate, "--rate")
+    if load is None:  # --max-rate alone: the sweep runs around the rate found (checked there)
+        return
     if load * top > 10**6:
         raise InputError(f"--sweep runs up to {top:g}x the load: {name} {load:g} would "
                          f"reach {load * top:g}, over the 10^6 accepted; give {name} "

@@ -124,6 +124,9 @@ def overrides_from_args(args: argparse.Namespace) -> dict | None:
 def export_text(args: argparse.Namespace, job: Job) -> str | None:
     """``--export ENGINE [--export-file PATH]``: the engine's config, its options checked (and
     the file's path), nothing written yet; None without ``--export``."""
+    if args.export_file is not None and not str(args.export_file).strip():
+        raise InputError(f"--export-file {args.export_file!r}: give the file's name, e.g. "
+                         "--export-file ds_config.json (or drop it to print the config)")
     if args.export_file and not args.export:
         raise InputError("--export-file without --export: name the engine, e.g. "
                          "--export deepspeed")

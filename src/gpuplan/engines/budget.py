@@ -333,8 +333,14 @@ def version_key(version: object, engine: str, *, known: str = "") -> tuple[int, 
     """``version`` as whole numbers to compare (``'0.21'``, ``'v0.21'``, ``' 0.10.1 '`` ->
     (0, 21), (0, 21), (0, 10, 1)): the one spelling `gpuplan fit` and `gpuplan capacity` both
     accept. Anything else ('-1', '0..5', '0.21rc1', a 10^4-digit text) is an InputError
-    (naming ``known``, the versions whose rules are known, when given)."""
-    v = str(version).strip().lstrip("v")
+    (naming ``known``, the versions whose rules are known, when given), and so is a version
+    that is not text: a JSON number 0.10 arrives as 0.1 and 21 as "21" (qa43)."""
+    if not isinstance(version, str):
+        raise InputError(f"{opt('engine_version')} {shown(version)}: expected the version as "
+                         f"text, e.g. \"{DEFAULT_VERSIONS.get(engine, '0.5')}\" (a number loses "
+                         "its trailing zeros: 0.10 reads as 0.1)", field="engine_version",
+                         value=version, accepted=known or None)
+    v = version.strip().lstrip("v")
     parts = v.split(".")
     # no release is named with more than 32 characters; and int() of a huge text is slow
     if len(v) > 32 or not all(p.isascii() and p.isdigit() for p in parts):

@@ -321,6 +321,39 @@ def _slo(body: Mapping) -> SLO:
                e2e_s=_opt(body, "slo_e2e", "num", "seconds"), percentile=pct)
 
 
+def _layout_gpus(body: Mapping) -> int:
+    """tp x pp, each checked where it enters: a "x", [1], NaN or 10**300 is the key's own one-line
+    error (a 422), not a ValueError from int() or an error about a gpus never sent."""
+    tp, pp = (1 if body.get(k) is None else check_int(body[k], "gpus", field=k)
+              for k in ("tp", "pp"))
+    return tp * pp
+
+
+def _check_load_keys(body: Mapping) -> None:
+    """Keys the workload would silently ignore are refused, as the command line refuses them
+    (qa43): rate and concurrency are two loads, a closed loop has no arrivals, a length
+    distribution replaces the fixed length."""
+    given = {k for k in ("rate", "concurrency", "arrivals", "input", "input_dist", "output",
+                         "output_dist") if body.get(k) is not None}
+    if {"rate", "concurrency"} <= given:
+        raise InputError("rate (an open loop) and concurrency (a closed loop) are two loads; "
+                         "give one of them", field="concurrency")
+    if {"concurrency", "arrivals"} <= given:
+        raise InputError("arrivals: concurrency's closed loop sends a request as one ends, "
+                         "with no arrival gaps; drop arrivals or give rate", field="arrivals")
+    for key in ("input", "output"):
+        if {key, f"{key}_dist"} <= given:
+            raise InputError(f"{key}_dist draws the lengths {key} fixes; give one of them",
+                             field=f"{key}_dist")
+
+
+def _dist(body: Mapping, key: str, default: int):
+    """``{key}_dist`` when given (an empty one refused, not skipped), else ``key``'s length."""
+    d = body.get(f"{key}_dist")
+    return parse_dist(str(body.get(key, default) if d is None else d),
+                      what=key if d is None else f"{key}_dist")
+
+
 def capacity(body: Mapping) -> dict:
     """``POST /api/capacity``: what ``gpuplan capacity --json`` prints for the same model, GPU,
     layout and workload (a synthetic one: ``rate`` or ``concurrency``, ``input``/``output`` or
@@ -330,8 +363,8 @@ def capacity(body: Mapping) -> dict:
     body = dict(body)
     body.setdefault("mode", "infer")
     body.setdefault("engine", "vllm")
-    if body.get("gpus") is None and (body.get("tp") or body.get("pp")):
-        body["gpus"] = int(body.get("tp") or 1) * int(body.get("pp") or 1)
+    if body.get("gpus") is None and (body.get("tp") is not None or body.get("pp") is not None):
+        body["gpus"] = _layout_gpus(body)
     job = _job(body, CAPACITY_OPTIONS)
     names = _gpu_names(body.get("gpu"))
     if not names or len(names) != 1:
@@ -343,10 +376,8 @@ def capacity(body: Mapping) -> dict:
     find = _bool(body, "max_rate", False)
     if rate is None and conc is None and not find:
         raise InputError("give rate (requests/s) or concurrency (closed loop)", field="rate")
-    kw = dict(input=parse_dist(str(body.get("input_dist") or body.get("input", 2000)),
-                               what="input"),
-              output=parse_dist(str(body.get("output_dist") or body.get("output", 256)),
-                                what="output"),
+    _check_load_keys(body)
+    kw = dict(input=_dist(body, "input", 2000), output=_dist(body, "output", 256),
               requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS) or 2000,
               arrivals=str(body.get("arrivals", "poisson")),
               seed=check_int(body.get("seed", 0), "int", field="seed", low=0,
