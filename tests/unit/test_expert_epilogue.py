@@ -89,3 +89,24 @@ def test_the_flex_dispatchers_hand_float32_probabilities(oss):
 def test_moe_act_recompute_reruns_the_clamps():
     # bias_act_func, which selective moe_act recompute checkpoints, holds the clamps
     assert MODULE_OPS["moe_act"] == ("moe.clamp", "moe.act")
+
+
+def test_megatron_runs_gpt_oss_rope_unfused(oss):
+    """Megatron-Bridge turns apply_rope_fusion off for position_embedding_type 'yarn'
+    (fusions.validate_rope_fusion_compatibility), which its GPT-OSS bridge sets: Megatron-Core's
+    _apply_rotary_pos_emb_bshd, by hand over Q's 64 and K's 8 heads of 64."""
+    def rope(arch, engine):
+        form = run_form(arch, engine, decode=False)
+        ops = build_forward_ops(arch, StepShape(batch=1, q_len=4096, kv_len=4096), act_bytes=2,
+                                weight_bytes=2, attention="sdpa", form=form)
+        return next(o for o in ops if o.name == "attn.rotary")
+
+    n = 4096 * (64 + 8) * 64
+    fused, mcore = rope(oss, "vllm"), rope(oss, "megatron")
+    assert fused.bytes == 2 * n * 2  # one read, one write
+    # t*cos 2, -x2 1, cat 2, *sin 2, add 3, cat with the empty t_pass 2 passes
+    assert mcore.bytes == (2 + 1 + 2 + 2 + 3 + 2) * n * 2 and mcore.kernels == 24
+    (back,) = backward_ops((mcore,), act_bytes=2, grad_bytes=2)
+    assert back.bytes == (2 + 1 + 2 + 2 + 3) * n * 2 and back.kernels == 10
+    llama = load_model("llama-3.1-8b").architecture  # position_embedding_type 'rope': fused
+    assert rope(llama, "megatron").bytes == rope(llama, "vllm").bytes

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal, Sequence, get_args
+from types import MappingProxyType
+from typing import Literal, Mapping, Sequence, get_args
 
 from .._record import record
 from ..bounds import BOUNDS
@@ -451,6 +452,9 @@ class RunForm:
     ``sigmoid(lse - sink)`` (torchtitan: an elementwise pass over the output and the
     log-sum-exp); ``op``, one small softmax-side kernel over the rows (an engine whose form is
     unknown)."""
+    unfused_rope: bool = False
+    """Megatron-Core's unfused rotary embedding (:data:`MCORE_UNFUSED_ROPE`,
+    :func:`mcore_unfused_rope`)."""
     expert_epilogue: bool = False
     """Megatron-Core's unfused expert epilogue (:data:`MCORE_EXPERT_EPILOGUE`): a clamped GLU's
     clamps and concatenation before its fused activation, and a biased fc2's per-expert bias
@@ -534,6 +538,14 @@ ALLTOALL_DISPATCH = ("megatron",)
 #: TE 2.16) replaces both; the rows that set it run whole-iteration CUDA graphs, which no Job
 #: expresses, so it is not modelled.
 MCORE_EXPERT_EPILOGUE = ("megatron",)
+#: engine -> the families whose rotary embedding it runs unfused. Megatron-Bridge's performance
+#: scripts set ``apply_rope_fusion = True`` for every config (scripts/performance/utils/
+#: overrides.py at v0.4.0), but ``GPTModelProvider.provide`` turns it off where
+#: ``fusions.validate_rope_fusion_compatibility`` fails, which it does for any
+#: ``position_embedding_type`` other than ``"rope"`` (src/megatron/bridge/utils/fusions.py at
+#: v0.3.1-v0.5.0) -- and GPTOSSBridge sets ``"yarn"`` (models/gpt_oss/gpt_oss_bridge.py).
+#: DeepSeek-V3's MLA and Qwen3 keep ``"rope"`` (DeepSeek's YaRN is MLA's ``rope_type``).
+MCORE_UNFUSED_ROPE: Mapping[str, tuple[str, ...]] = MappingProxyType({"megatron": ("gpt_oss",)})
 
 
 def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bool:
@@ -569,7 +581,8 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    one_launch=engine in ONE_LAUNCH_PROJECTIONS,
                    sinks="kernel" if engine in SINKS_IN_KERNEL else
                    "rescale" if engine in SINKS_RESCALED else "op",
-                   expert_epilogue=arch.is_moe and engine in MCORE_EXPERT_EPILOGUE)
+                   expert_epilogue=arch.is_moe and engine in MCORE_EXPERT_EPILOGUE,
+                   unfused_rope=arch.family in MCORE_UNFUSED_ROPE.get(engine, ()))
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -625,7 +638,8 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
 
     attn = (_mla_attention_ops(arch, shape, nb, attention=attention, form=form.mla)
             if arch.mla is not None else
-            _attention_ops(arch, shape, nb, attention=attention, kind=kind, sinks=form.sinks))
+            _attention_ops(arch, shape, nb, attention=attention, kind=kind, sinks=form.sinks,
+                           unfused_rope=form.unfused_rope))
     ops = [norm("attn.norm"), *attn]
     ops.extend(dropout("attn.dropout"))
     ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
@@ -694,8 +708,9 @@ def _sink_ops(arch: Architecture, shape: StepShape, a: int, attention: str,
 
 
 def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: Attention,
-                   kind: _Kind, sinks: str = "op") -> list[Op]:
-    """The QKV projection, QK-norm, rotary, the attention core (fused, or eager
+                   kind: _Kind, sinks: str = "op", unfused_rope: bool = False) -> list[Op]:
+    """The QKV projection, QK-norm, rotary (Megatron-Core's unfused form where
+    ``unfused_rope``: :func:`mcore_unfused_rope`), the attention core (fused, or eager
     scores/softmax/values) and the output projection."""
     B, T = shape.batch, shape.batch * shape.q_len
     h, d = arch.hidden_size, arch.head_dim
@@ -711,8 +726,9 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
     ops.extend(_qk_norm_ops(arch, T, nq, nkv, a, kind.rotary))
     if arch.position == "rotary" and kind.rotary:
         rot = max(1, round(T * (nq + nkv) * arch.rotary_fraction))  # GLM-4.5 rotates half
-        ops.append(_ew("attn.rotary", "norm_elementwise", elements=rot, nbytes=2 * rot * a,
-                       flops_per=3, kernels=2))
+        rope = _ew("attn.rotary", "norm_elementwise", elements=rot, nbytes=2 * rot * a,
+                   flops_per=3, kernels=2)
+        ops.append(mcore_unfused_rope(rope, a) if unfused_rope else rope)
     executed, counted = _attention_counts(shape, kind.window, arch.kind == "decoder", attention,
                                           kind.chunk)
     kv_src = nb.kv if shape.decode else a  # decode reads the cache; prefill the fresh K and V
@@ -961,6 +977,22 @@ def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int
     back = 1 + (3 if exchange else 0) + (2 if sort else 0)
     return replace(_ew("moe.dispatch", "norm_elementwise", elements=(T + R) * h, nbytes=nbytes,
                        flops_per=0, kernels=kernels), backward_kernels=back)
+
+
+def mcore_unfused_rope(rope: Op, a: float) -> Op:
+    """``rope`` (the fused rotary op over Q and K's ``rope.parallel_work`` elements of ``a``
+    bytes) as Megatron-Core's unfused ``_apply_rotary_pos_emb_bshd`` runs it
+    (megatron/core/models/common/embeddings/rope_utils.py at NVIDIA/Megatron-LM@d7288711, for
+    Q and for K): ``t * cos_`` (2 passes), ``_rotate_half``'s ``-x2`` (1) and ``torch.cat``
+    (2), ``* sin_`` (2), the add (3) and ``torch.cat((t, t_pass))`` with an empty ``t_pass``
+    (2): 12 passes, 6 large launches each, and 6 small ones over the ``[s, 1, 1, d]``
+    frequencies (cos, sin, their ``* mscale`` and ``.to``). Its backward: ``grad * sin_`` (2),
+    the negation's (1), the chunk's halves joined (2), ``grad * cos_`` (2) and the two paths'
+    gradients summed (3): 10 passes, 5 launches each (the slice ``t[..., :rot_dim]``'s
+    backward, a copy into zeros unless autograd elides a full slice, not counted)."""
+    n = rope.parallel_work
+    return replace(rope, bytes=12 * n * a, kernels=2 * (6 + 6), backward_bytes=10 * n * a,
+                   backward_kernels=2 * 5)
 
 
 #: Megatron-Core's flex dispatchers hand the experts float32 probabilities
