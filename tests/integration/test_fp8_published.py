@@ -837,3 +837,12 @@ def test_the_expert_epilogue_and_rope_move_the_gpt_oss_rows_only(monkeypatch):
         assert round(min(ratios), 2) == lo and round(max(ratios), 2) == hi, (key, ratios)
     for r in oss:
         assert 1.0 < r.predicted / r.measured and r.predicted < 0.95 * before[r.run["id"]]
+    lo, hi = GPT_OSS_RATIOS["with"]
+    assert f"{lo:.2f}-{hi:.2f}x" in V.GPT_OSS_NOTE  # the report's prose quotes today's range
+    by_gpu = {}
+    for r in oss:
+        by_gpu.setdefault(r.run["hardware"]["gpu"].split("-")[0], []).append(
+            r.predicted / r.measured)
+    assert f"({min(by_gpu['H100']):.2f}-{max(by_gpu['H100']):.2f})" in V.GPT_OSS_NOTE
+    blackwell = by_gpu["B200"] + by_gpu["B300"]
+    assert f"({min(blackwell):.2f}-{max(blackwell):.2f})" in V.GPT_OSS_NOTE
