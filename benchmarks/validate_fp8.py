@@ -1394,6 +1394,60 @@ def _subsets(rows: list[Row]) -> list[str]:
     return out
 
 
+GPT_OSS_NOTE = (
+    "The 16 predicted GPT-OSS 120B rows (BF16 26.02.01-26.04.01 on every GPU, the 26.06 B300 "
+    "MXFP8 row, which runs the B300 BF16 preset) plan faster than measured, 1.30-1.82x after "
+    "Megatron-Core's eager expert epilogue and its unfused YaRN rotary are charged "
+    "(compute/flops.py `MCORE_EXPERT_EPILOGUE`, `MCORE_UNFUSED_ROPE`; 1.60-2.25x before): "
+    "B200 and B300 furthest (1.62-1.82), H100 nearest (1.30-1.34); the rest is open. What was "
+    "checked (`GPT_OSS_CHECKED`):")
+
+#: Issue 30, the GPT-OSS 120B rows: what Megatron-Bridge's gpt_oss recipe and its
+#: performance presets (v0.3.1-v0.5.0) run, each read at its source. (candidate, finding) pairs.
+GPT_OSS_CHECKED = (
+    ("attention (learnable sinks, a 128-token window on every other layer, head dim 64)",
+     "fused: Megatron-Core passes softmax_type 'learnable' and window_size (127, 0) to TE's "
+     "DotProductAttention (extensions/transformer_engine.py at d7288711); at the pinned TE "
+     "(2.12.0 5671fd36 to 2.16.0 4220403e) a learnable softmax rules out FlashAttention only, "
+     "and cuDNN's F16_arbitrary_seqlen takes it with the window from cuDNN 9.13.1 "
+     "(fused_attn.cpp); determinism (NVTE_ALLOW_NONDETERMINISTIC_ALGO 0: DeepSeek only, "
+     "perf_plugins.py) and fp8_dpa, the two ways back to UnfusedDotProductAttention, are unset "
+     "in every predicted row. "
+     "Unfused could not have run: its saved probabilities, 4 x 64 x 4096^2 x 2 B = 8.6 GB a "
+     "layer, are 309 GB over 36 layers (B200: 180 GB)"),
+    ("the sequence and the vocabulary",
+     "as modelled: 4096 in every row and in gpt_oss_120b_pretrain_config (seq_length 4096); "
+     "the recipe's NullTokenizer (vocab 32,000) is below the model's 201,088, which "
+     "Megatron-Bridge keeps (training/setup.py _validate_and_set_vocab_size)"),
+    ("the experts' activation (quick-GeGLU, alpha 1.702, limit 7, linear offset 1)",
+     "one kernel each way as modelled: weighted_bias_quick_geglu under jit_fuser = "
+     "torch.compile (megatron/core/jit.py, fusions/fused_bias_geglu.py); its clamps and "
+     "torch.cat run eagerly before it: charged (moe.clamp, re-run by moe_act recompute)"),
+    ("the experts' biases",
+     "fc1's in TE GroupedLinear's GEMM epilogue and its gradient in the wgrad GEMM "
+     "(skip_bias_add False; pytorch/module/grouped_linear.py at 71bbefbf), no kernel of its "
+     "own; fc2's (skip_bias_add True) in TEGroupedMLP._apply_bias's loop over the local "
+     "experts, float32 under the flex dispatchers' probabilities: charged (moe.bias)"),
+    ("the rotary embedding (YaRN)",
+     "unfused: the presets set apply_rope_fusion, GPTModelProvider drops it for "
+     "position_embedding_type 'yarn' (utils/fusions.py validate_rope_fusion_compatibility): "
+     "charged (Megatron-Core's _apply_rotary_pos_emb_bshd, 12 passes forward, 10 backward)"),
+    ("the 26.06 / 26.06.01 GB300 MXFP8 rows (33,166 and 20,288 tok/s/GPU)",
+     "not predicted (one CUDA graph over the iteration); they set cutedsl_fused_grouped_mlp "
+     "(NVTE_CUTEDSL_FUSED_GROUPED_MLP: TE 2.16's cuDNN-frontend grouped GEMM + GLU, "
+     "ops/fused/forward_grouped_mlp.py), which replaces the epilogue; the footnote's "
+     "cudnn-frontend#256 is its backward, grouped_gemm_dglu_wrapper_sm100, 10x slower from "
+     "cudnn-frontend 1.24.0 (the dbias reduction under CUTLASS DSL 4.5: 1,362.8 us against "
+     "155.6 us after the fix, cudnn-frontend#322)"),
+)
+
+
+def _checked_lines() -> list[str]:
+    """The GPT3-5B and GPT-OSS checks, as the report lists them."""
+    return [*[f"- {what}: {found}." for what, found in GPT3_5B_CHECKED], "", GPT_OSS_NOTE, "",
+            *[f"- {what}: {found}." for what, found in GPT_OSS_CHECKED]]
+
+
 def render(rows: list[Row]) -> str:
     s = summary(rows)
     out = ["# FP8 training speed: gpuplan against published runs", "",
@@ -1421,7 +1475,7 @@ def render(rows: list[Row]) -> str:
            "| subset | runs | median \\|error\\| | worst \\|error\\| | median ratio |",
            "|---|---|---|---|---|",
            *_subsets(rows), "", NEMO_DENSE_NOTE, "",
-           *[f"- {what}: {found}." for what, found in GPT3_5B_CHECKED], "",
+           *_checked_lines(), "",
            "| run | GPU | recipe | TP/PP/CP/VP/EP | MBS x GA | measured tok/s/GPU | predicted | ratio |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:

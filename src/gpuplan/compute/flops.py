@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal, Sequence, get_args
+from types import MappingProxyType
+from typing import Literal, Mapping, Sequence, get_args
 
 from .._record import record
 from ..bounds import BOUNDS
@@ -210,6 +211,9 @@ class Op:
     K/V expansion (``attn.kv_expand`` of compute/step.py ``_kv_expand``), whose backward is
     autograd's ``sum_to`` over the repeats (derivatives.yaml ``expand``: ``at::sum_to(grad,
     self.sym_sizes())``), at the forward's bytes."""
+    backward_bytes: float | None = None
+    """Bytes of this op's backward where they are not :func:`backward_ops`' rule (None: the
+    rule): Megatron-Core's eager expert epilogue (:func:`expert_epilogue_ops`)."""
 
     @property
     def intensity(self) -> float:
@@ -448,6 +452,13 @@ class RunForm:
     ``sigmoid(lse - sink)`` (torchtitan: an elementwise pass over the output and the
     log-sum-exp); ``op``, one small softmax-side kernel over the rows (an engine whose form is
     unknown)."""
+    unfused_rope: bool = False
+    """Megatron-Core's unfused rotary embedding (:data:`MCORE_UNFUSED_ROPE`,
+    :func:`mcore_unfused_rope`)."""
+    expert_epilogue: bool = False
+    """Megatron-Core's unfused expert epilogue (:data:`MCORE_EXPERT_EPILOGUE`): a clamped GLU's
+    clamps and concatenation before its fused activation, and a biased fc2's per-expert bias
+    loop (:func:`expert_epilogue_ops`)."""
 
 
 #: Engines that run transformers' own model code (Llama4TextMoe computes every expert).
@@ -509,6 +520,32 @@ TE_GEMM_STREAMS = 4
 #: published Qwen3 and DeepSeek-V3 recipes set it (Megatron-Bridge qwen_provider.py
 #: Qwen3MoEModelProvider moe_permute_fusion True @v0.3.0): :func:`dispatch_op`.
 ALLTOALL_DISPATCH = ("megatron",)
+#: Engines whose MoE experts run Megatron-Core's TEGroupedMLP epilogue in eager PyTorch
+#: (megatron/core/transformer/moe/experts.py and fusions/fused_bias_geglu.py, read at
+#: NVIDIA/Megatron-LM@55ac7082, d7288711, 2edffadb and d0b3b775: the Megatron-Bridge
+#: v0.3.1, v0.4.0, v0.4.2 and v0.5.0 submodules, the 26.02.01-26.06 containers):
+#:
+#: * ``weighted_bias_quick_geglu_impl`` with ``activation_func_clamp_value`` set (gpt-oss:
+#:   Megatron-Bridge's GPTOSSBridge sets 7.0, its swiglu_limit) clamps the two halves of the
+#:   fc1 output and ``torch.cat``\ s them back *before* the torch.compile'd fused activation:
+#:   three eager kernels over ``R x 2 ie``; inside ``bias_act_func``, so ``moe_act`` recompute
+#:   re-runs them.
+#: * ``linear_fc2`` is built with ``skip_bias_add=True`` and its bias (``add_bias_linear``:
+#:   gpt-oss's expert biases) is added by ``TEGroupedMLP._apply_bias``: a Python loop over the
+#:   local experts of ``t + b * p`` on each expert's rows, then ``torch.cat`` and ``.to``.
+#:
+#: TE's fused CuTe-DSL grouped MLP (``NVTE_CUTEDSL_FUSED_GROUPED_MLP``, MXFP8 on SM100, from
+#: TE 2.16) replaces both; the rows that set it run whole-iteration CUDA graphs, which no Job
+#: expresses, so it is not modelled.
+MCORE_EXPERT_EPILOGUE = ("megatron",)
+#: engine -> the families whose rotary embedding it runs unfused. Megatron-Bridge's performance
+#: scripts set ``apply_rope_fusion = True`` for every config (scripts/performance/utils/
+#: overrides.py at v0.4.0), but ``GPTModelProvider.provide`` turns it off where
+#: ``fusions.validate_rope_fusion_compatibility`` fails, which it does for any
+#: ``position_embedding_type`` other than ``"rope"`` (src/megatron/bridge/utils/fusions.py at
+#: v0.3.1-v0.5.0) -- and GPTOSSBridge sets ``"yarn"`` (models/gpt_oss/gpt_oss_bridge.py).
+#: DeepSeek-V3's MLA and Qwen3 keep ``"rope"`` (DeepSeek's YaRN is MLA's ``rope_type``).
+MCORE_UNFUSED_ROPE: Mapping[str, tuple[str, ...]] = MappingProxyType({"megatron": ("gpt_oss",)})
 
 
 def grouped_experts(engine: str, gpu_arch: str = "", act_bytes: float = 2) -> bool:
@@ -543,7 +580,9 @@ def run_form(arch: Architecture | None, engine: str, *, decode: bool, ep: int = 
                    split_launches=engine in SEPARATE_PROJECTIONS,
                    one_launch=engine in ONE_LAUNCH_PROJECTIONS,
                    sinks="kernel" if engine in SINKS_IN_KERNEL else
-                   "rescale" if engine in SINKS_RESCALED else "op")
+                   "rescale" if engine in SINKS_RESCALED else "op",
+                   expert_epilogue=arch.is_moe and engine in MCORE_EXPERT_EPILOGUE,
+                   unfused_rope=arch.family in MCORE_UNFUSED_ROPE.get(engine, ()))
 
 
 def form_notes(arch: Architecture | None, form: RunForm, engine: str) -> tuple[str, ...]:
@@ -599,7 +638,8 @@ def _layer_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: A
 
     attn = (_mla_attention_ops(arch, shape, nb, attention=attention, form=form.mla)
             if arch.mla is not None else
-            _attention_ops(arch, shape, nb, attention=attention, kind=kind, sinks=form.sinks))
+            _attention_ops(arch, shape, nb, attention=attention, kind=kind, sinks=form.sinks,
+                           unfused_rope=form.unfused_rope))
     ops = [norm("attn.norm"), *attn]
     ops.extend(dropout("attn.dropout"))
     ops.append(_ew("attn.residual", "norm_elementwise", elements=T * h, nbytes=3 * T * h * a,
@@ -668,8 +708,9 @@ def _sink_ops(arch: Architecture, shape: StepShape, a: int, attention: str,
 
 
 def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attention: Attention,
-                   kind: _Kind, sinks: str = "op") -> list[Op]:
-    """The QKV projection, QK-norm, rotary, the attention core (fused, or eager
+                   kind: _Kind, sinks: str = "op", unfused_rope: bool = False) -> list[Op]:
+    """The QKV projection, QK-norm, rotary (Megatron-Core's unfused form where
+    ``unfused_rope``: :func:`mcore_unfused_rope`), the attention core (fused, or eager
     scores/softmax/values) and the output projection."""
     B, T = shape.batch, shape.batch * shape.q_len
     h, d = arch.hidden_size, arch.head_dim
@@ -685,8 +726,9 @@ def _attention_ops(arch: Architecture, shape: StepShape, nb: _Bytes, *, attentio
     ops.extend(_qk_norm_ops(arch, T, nq, nkv, a, kind.rotary))
     if arch.position == "rotary" and kind.rotary:
         rot = max(1, round(T * (nq + nkv) * arch.rotary_fraction))  # GLM-4.5 rotates half
-        ops.append(_ew("attn.rotary", "norm_elementwise", elements=rot, nbytes=2 * rot * a,
-                       flops_per=3, kernels=2))
+        rope = _ew("attn.rotary", "norm_elementwise", elements=rot, nbytes=2 * rot * a,
+                   flops_per=3, kernels=2)
+        ops.append(mcore_unfused_rope(rope, a) if unfused_rope else rope)
     executed, counted = _attention_counts(shape, kind.window, arch.kind == "decoder", attention,
                                           kind.chunk)
     kv_src = nb.kv if shape.decode else a  # decode reads the cache; prefill the fresh K and V
@@ -937,6 +979,83 @@ def dispatch_op(T: int, R: int, h: int, E: int, act: int, *, ep: int, local: int
                        flops_per=0, kernels=kernels), backward_kernels=back)
 
 
+def mcore_unfused_rope(rope: Op, a: float) -> Op:
+    """``rope`` (the fused rotary op over Q and K's ``rope.parallel_work`` elements of ``a``
+    bytes) as Megatron-Core's unfused ``_apply_rotary_pos_emb_bshd`` runs it
+    (megatron/core/models/common/embeddings/rope_utils.py at NVIDIA/Megatron-LM@d7288711, for
+    Q and for K): ``t * cos_`` (2 passes), ``_rotate_half``'s ``-x2`` (1) and ``torch.cat``
+    (2), ``* sin_`` (2), the add (3) and ``torch.cat((t, t_pass))`` with an empty ``t_pass``
+    (2): 12 passes, 6 large launches each, and 6 small ones over the ``[s, 1, 1, d]``
+    frequencies (cos, sin, their ``* mscale`` and ``.to``). Its backward: ``grad * sin_`` (2),
+    the negation's (1), the chunk's halves joined (2), ``grad * cos_`` (2) and the two paths'
+    gradients summed (3): 10 passes, 5 launches each (the slice ``t[..., :rot_dim]``'s
+    backward, a copy into zeros unless autograd elides a full slice, not counted)."""
+    n = rope.parallel_work
+    return replace(rope, bytes=12 * n * a, kernels=2 * (6 + 6), backward_bytes=10 * n * a,
+                   backward_kernels=2 * 5)
+
+
+#: Megatron-Core's flex dispatchers hand the experts float32 probabilities
+#: (token_dispatcher.py at NVIDIA/Megatron-LM@d7288711, lines 1033-1039 and 1178-1180:
+#: "HybridEP only supports float32 probs", "DeepEP only supports float32 probs", the probs
+#: cast with ``.float()``); the alltoall dispatcher keeps the router's dtype (the router's
+#: softmax ``.type_as(logits)``, bf16 without ``moe_router_dtype``).
+FP32_PROB_DISPATCHERS = ("hybridep", "deepep")
+
+
+def expert_epilogue_ops(arch: Architecture, R: int, local: int, a: float, *,
+                        fp32_probs: bool = False) -> tuple[list[Op], list[Op]]:
+    """Megatron-Core's eager expert epilogue over one rank's ``R`` token-expert rows on
+    ``local`` experts with ``a``-byte activations (:data:`MCORE_EXPERT_EPILOGUE`): (the clamps
+    before the activation, the fc2 bias loop after fc2), each empty where the model has no
+    clamp (``swiglu_limit``) or no expert biases.
+
+    * ``moe.clamp``: ``x_glu.clamp(max=L)`` and ``x_linear.clamp(-L, L)`` (each reads and
+      writes its half of the ``R x 2 ie`` fc1 output) and ``torch.cat`` of the two (reads and
+      writes all of it): 4 passes of ``a`` bytes over ``R x 2 ie``, 3 launches. Its backward
+      (:func:`backward_ops`): the two ``clamp_backward`` (``where``: the gradient and the
+      saved input read, the gradient written, 3 passes over each half) and the chunk's
+      gradient concatenated (2 passes): 5 passes, 3 launches.
+    * ``moe.bias``: per local expert ``b * p`` (writes the rows, ``q`` bytes: the promoted
+      dtype, 4 with float32 probabilities) and ``t + b * p`` (reads ``t`` at ``a`` and the
+      product, writes ``q``), then ``torch.cat`` (reads and writes ``q``) and, where ``q`` is
+      not ``a``, ``.to`` (reads ``q``, writes ``a``): ``5q + a (+ q + a)`` bytes per element
+      of ``R x h``, ``2 local + 1 (+1)`` launches. Its backward: per expert the product's two
+      gradients (``grad * p`` and ``grad * b``, each written then summed to the bias's and the
+      probabilities' shape: 3 passes of ``q`` each, 4 launches), with the casts of the
+      gradient back (``a + q`` each way, 2 launches) where ``q`` is not ``a``."""
+    h, ie = arch.hidden_size, arch.moe_intermediate_size or arch.intermediate_size
+    clamp, bias = [], []
+    if (arch.config or {}).get("swiglu_limit") and arch.mlp == "gated":
+        n = R * 2 * ie
+        clamp.append(replace(_ew("moe.clamp", "norm_elementwise", elements=n,
+                                 nbytes=4 * n * a, flops_per=1, kernels=3),
+                             backward_bytes=5 * n * a, backward_kernels=3))
+    if arch.expert_bias:
+        q = 4.0 if fp32_probs else a
+        cast = q != a
+        n, k = R * h, max(1, local)
+        bias.append(replace(_ew("moe.bias", "norm_elementwise", elements=n,
+                                nbytes=n * (5 * q + a + ((q + a) if cast else 0)), flops_per=2,
+                                kernels=2 * k + 1 + (1 if cast else 0)),
+                            backward_bytes=n * (6 * q + (2 * (a + q) if cast else 0)),
+                            backward_kernels=4 * k + (2 if cast else 0)))
+    return clamp, bias
+
+
+def _with_expert_epilogue(ops: list[Op], arch: Architecture, R: int, local: int, a: float,
+                          form: RunForm) -> list[Op]:
+    """``ops`` (the MoE layer's, up to fc2) with the engine's eager expert epilogue where it
+    runs one (:attr:`RunForm.expert_epilogue`): the clamps before the activation, the fc2
+    bias after fc2 (:func:`expert_epilogue_ops`)."""
+    if not form.expert_epilogue:
+        return ops
+    clamp, bias = expert_epilogue_ops(arch, R, local, a, fp32_probs=(
+        form.ep > 1 and form.dispatcher in FP32_PROB_DISPATCHERS))
+    at = next(i for i, op in enumerate(ops) if op.name == "moe.act")
+    return ops[:at] + clamp + ops[at:] + bias
+
+
 def _expert_launches(form: RunForm, local: int) -> tuple[int, int]:
     """(launches, experts in flight at once) of a grouped expert GEMM: one launch over
     :data:`TE_GEMM_STREAMS` streams per local expert where the engine loops
@@ -959,8 +1078,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
     R = T * E if form.all_experts else T * k_top  # token-expert rows this rank computes
     useful = 1.0  # share of the rows that are routed tokens (model FLOPs), not padding
     if form.capacity_factor is not None and not form.all_experts:  # padded to the capacity
-        routed = R
-        R = E * expert_capacity(T, E, k_top, form.capacity_factor)
+        routed, R = R, E * expert_capacity(T, E, k_top, form.capacity_factor)
         useful = min(routed, R) / R
     n_up = (2 if gated else 1) * ie
     ops = [_mm("moe.router", "mlp", b=1, m=T, k=h, n=E, act=a, w=nb.weight),
@@ -994,6 +1112,7 @@ def _moe_ops(arch: Architecture, T: int, nb: _Bytes, form: RunForm = RunForm()) 
                        kernels=grouped_launches if form.grouped_experts else launches,
                        groups=groups, concurrent=streams,
                        weight_width=w, weight_bytes=touched * ie * h * w))
+    ops = _with_expert_epilogue(ops, arch, R, local, a, form)
     ops.append(_ew("moe.combine", "norm_elementwise", elements=R * h, nbytes=3 * R * h * a,
                    flops_per=2, kernels=launches * 2))
     si = arch.shared_expert_intermediate_size
@@ -1209,6 +1328,9 @@ def backward_ops(fwd: tuple[Op, ...], *, act_bytes: int, grad_bytes: int,
             out.append(replace(op, phase="backward", flops=2.5 * op.flops,
                                counted_flops=2 * op.counted_flops, bytes=2 * op.bytes,
                                kernels=3))
+        elif op.backward_bytes is not None:  # counted with the forward (expert_epilogue_ops)
+            out.append(replace(op, phase="backward", flops=op.flops, bytes=op.backward_bytes,
+                               kernels=op.backward_kernels, backward_bytes=None))
         elif op.name == "moe.dispatch" or (op.name == "attn.kv_expand" and op.backward_kernels):
             # the inverse copies, at the forward's bytes (its routing-map share, T x E x 9 B --
             # a few MB against the rows' hundreds -- taken again rather than split off)
@@ -1249,7 +1371,7 @@ MODULE_OPS = {
     "mla_up_proj": ("attn.q_a_norm", "attn.q_b", "attn.q", "attn.kv_a_norm", "attn.kv_b",
                     "attn.kv_expand", "attn.rotary"),
     "layernorm": ("attn.norm", "mlp.norm"),
-    "moe_act": ("moe.act",),
+    "moe_act": ("moe.clamp", "moe.act"),  # the clamps run inside bias_act_func
     "mlp": ("mlp.gate_up", "mlp.up", "mlp.act", "mlp.down"),
     "shared_experts": ("moe.shared_up", "moe.shared_act", "moe.shared_down", "moe.shared_gate"),
 }

@@ -57,6 +57,22 @@ EAGER_ONLY = ("bloom", "gpt_oss")
 #:   src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py @355cef45: ``softmax_type
 #:   "learnable"``, ``window_size (128, 0)``, ``window_attn_skip_freq 2``; older TE falls
 #:   back to MCore's local (unfused) sink attention, a version gpuplan does not model.
+#:   Checked for the Megatron-Bridge 26.02.01-26.06 performance rows (issue 30): their TE pins
+#:   (pyproject.toml at v0.3.1 / v0.4.0 / v0.4.2 / v0.5.0: TE 5671fd36 2.12.0, 71bbefbf
+#:   2.14.0, 366798ef 2.14.1, 4220403e 2.16.0) filter the backends alike
+#:   (pytorch/attention/dot_product_attention/utils.py get_attention_backend): a learnable
+#:   softmax disables FlashAttention and keeps FusedAttention, and cuDNN's
+#:   F16_arbitrary_seqlen takes it with a (left, 0) window from cuDNN 9.13.1
+#:   (common/fused_attn/fused_attn.cpp nvte_get_fused_attn_backend: "9.13.1+: vanilla,
+#:   off-by-one, learnable"; head dim 64 and sbhd within its limits on sm90 and sm100). Two
+#:   things would still drop it to UnfusedDotProductAttention -- determinism
+#:   (NVTE_ALLOW_NONDETERMINISTIC_ALGO 0, which the performance scripts set for DeepSeek only:
+#:   scripts/performance/perf_plugins.py) and FP8 attention (``fp8_dpa``, set only by the
+#:   whole-iteration-graph GB rows, which no Job expresses) -- and neither applies to a
+#:   predicted row. Nor could it have run unfused: its saved probabilities, 4 x 64 heads x
+#:   4096^2 x 2 B = 8.6 GB a layer at MBS 4, are 309 GB over the 36 layers (B200: 180 GB);
+#:   2.1 GB a layer at H100's MBS 1, 77 GB for the 9 layers of a PP-4 stage x 4 micro-batches
+#:   in flight under 1F1B.
 #:
 #: None of them depends on the GPU for being fused: vLLM's backends differ by GPU (FA3 on
 #: Hopper, FlashInfer / TRT-LLM-gen on Blackwell, Triton elsewhere) but every one that takes
