@@ -141,7 +141,10 @@ def export_text(args: argparse.Namespace, job: Job) -> str | None:
                          "--export-file PATH")
     from ..export import export_plan  # the exporters load only when --export is given
 
-    return export_plan(job, args.export, repo=args.export_repo)
+    budget = budget_kwargs(args)  # the knobs the plan's KV budget reads, in the command too
+    return export_plan(job, args.export, repo=args.export_repo,
+                       gpu_memory_utilization=budget.get("gpu_memory_utilization"),
+                       engine_version=budget.get("engine_version"))
 
 
 def run(args: argparse.Namespace) -> int:

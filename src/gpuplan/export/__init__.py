@@ -26,10 +26,13 @@ ENGINES = tuple(_WRITERS)
 
 
 def export_plan(job: Job, engine: str, *, model: Model | None = None,
-                repo: str | None = None) -> str:
+                repo: str | None = None, gpu_memory_utilization: float | None = None,
+                engine_version: str | None = None) -> str:
     """The config text ``engine`` reads for ``job`` (``model``: the job's model, loaded, if the
     caller has it already; ``repo``: the repository ``vllm serve`` loads when it is not the
-    model's own, e.g. an AWQ checkpoint of it -- ``gpuplan fit --export-repo``)."""
+    model's own, e.g. an AWQ checkpoint of it -- ``gpuplan fit --export-repo``;
+    ``gpu_memory_utilization`` / ``engine_version``: the serving budget's knobs the plan was sized
+    with, written into ``vllm serve`` as the plan read them)."""
     name = str(engine).strip().lower()
     writer = _WRITERS.get(name)
     if writer is None:
@@ -47,7 +50,10 @@ def export_plan(job: Job, engine: str, *, model: Model | None = None,
         model = job.model if isinstance(job.model, Model) else load_model(job.model)
     if job.ep > 1:  # the layout the plan refuses is not written either
         check_layout(model.architecture, job)
-    return vllm.export(job, model, repo=repo) if name == "vllm" else writer(job, model)
+    if name == "vllm":
+        return vllm.export(job, model, repo=repo, gpu_memory_utilization=gpu_memory_utilization,
+                           engine_version=engine_version)
+    return writer(job, model)
 
 
 #: Writers an engine launches from beyond its own (HF Trainer / accelerate takes a DeepSpeed
