@@ -22,7 +22,9 @@ __all__ = ["Deployment", "max_rate", "sweep", "knee", "SWEEP_FACTORS"]
 
 
 class Deployment:
-    """``replicas`` copies of ``job``'s layout (tp x pp x ep GPUs each) under ``engine``."""
+    """``replicas`` copies of ``job``'s layout (tp x pp GPUs each, its experts spread over
+    them: vLLM's --enable-expert-parallel and SGLang's --ep-size place experts on a replica's
+    own ranks) under ``engine``."""
 
     def __init__(self, model, gpu: GPU, job: Job, *, engine: str = "vllm",
                  engine_version: str | None = None, replicas: int = 1,
@@ -34,7 +36,10 @@ class Deployment:
         arch = getattr(model, "architecture", None)
         ctx = getattr(arch, "max_position_embeddings", None) or 8192
         self.max_len = max_model_len or ctx
-        per = job.tp * job.pp * job.ep
+        # a replica is one engine instance, one scheduler: its GPUs are tp x pp, the layout
+        # `fit --gpus tp*pp` plans and the export launches (tp x pp x ep counted a data-parallel
+        # pair of ranks for --tp 2 --ep 2 and simulated only one of them; onetruth43)
+        per = job.tp * job.pp
         self.job = job.with_(mode="infer", engine=engine, gpus=per)
         knobs = {k: v for k, v in dict(
             engine_version=version, max_num_seqs=max_num_seqs,
