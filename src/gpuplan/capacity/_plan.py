@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..compute.device import power_clock_fraction
-from ..engines.budget import DEFAULT_VERSIONS
+from ..engines.budget import DEFAULT_VERSIONS, SERVING_ENGINES
 from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
@@ -18,7 +18,20 @@ from ._result import SLO, CapacityResult, summarize
 from ._sim import simulate
 from ._workload import Request, Workload, make_workload
 
-__all__ = ["Deployment", "max_rate", "sweep", "knee", "SWEEP_FACTORS"]
+__all__ = ["Deployment", "max_rate", "sweep", "knee", "SWEEP_FACTORS", "serving_engine"]
+
+
+def serving_engine(job: Job, engine: str | None = None) -> str:
+    """The engine a deployment of ``job`` runs: ``engine`` when given, else the job's own where
+    it is a serving engine, else vLLM (the CLI's and the web's rule, one home). A job naming one
+    serving engine and ``engine`` another is refused: it asked for two deployments."""
+    own = job.engine if job.engine in SERVING_ENGINES else None
+    if engine is None:
+        return own or "vllm"
+    if own is not None and own != engine:
+        raise InputError(f"{opt('engine')} {engine} for a job of engine {own}: name one "
+                         f"(the job's is {own})", field="engine", value=engine)
+    return engine
 
 
 class Deployment:
@@ -26,11 +39,12 @@ class Deployment:
     them: vLLM's --enable-expert-parallel and SGLang's --ep-size place experts on a replica's
     own ranks) under ``engine``."""
 
-    def __init__(self, model, gpu: GPU, job: Job, *, engine: str = "vllm",
+    def __init__(self, model, gpu: GPU, job: Job, *, engine: str | None = None,
                  engine_version: str | None = None, replicas: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
                  mem_fraction_static: float | None = None) -> None:
+        engine = serving_engine(job, engine)
         version = engine_version or DEFAULT_VERSIONS.get(engine)
         sched = scheduler_for(engine, version)
         arch = getattr(model, "architecture", None)
