@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ..compute.device import power_clock_fraction
 from ..engines.budget import DEFAULT_VERSIONS, SERVING_ENGINES
+from ..engines.profiles import get_engine
 from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job
@@ -68,8 +69,10 @@ class Deployment:
                         max_num_seqs=b.max_num_seqs,
                         max_num_batched_tokens=b.max_num_batched_tokens,
                         memory_utilization=b.fraction)
-        if sched.async_scheduling and job.pp > 1:
-            # vLLM 0.14.0 leaves async scheduling off under pipeline parallelism (its notes)
+        host = get_engine(engine).serving_host
+        if sched.async_scheduling and job.pp > 1 and host is not None and not host.core_overlap_pp:
+            # vLLM 0.14.0 leaves async scheduling off under pipeline parallelism (its notes):
+            # the profile's rule, which speed's step reads too (ServingHost.overlaps_core)
             sched = replace(sched, async_scheduling=False, run_ahead=False)
         self.model, self.gpu, self.sched, self.replicas = model, gpu, sched, replicas
         self.gpus = per * replicas
