@@ -20,7 +20,10 @@ is ``--quantization bitsandbytes``; GPTQ/AWQ/FP8-block/MXFP4 need a checkpoint p
 Every knob is written, so the command states what the plan assumed: without the plan's own
 scheduler numbers (``gpuplan capacity --export sglang`` passes those it simulated) the plan's
 batch is ``--max-running-requests`` and SGLang's own defaults for an 80 GB card are written for
-the rest (chunked_prefill_size 8192, page_size 1; docs/engine_budget.md).
+the rest (chunked_prefill_size 8192, page_size 1; docs/engine_budget.md). The memory fraction is
+the plan's (:func:`~gpuplan.memory.budget.planned_fraction`; it was a constant 0.88, 0.4's TP-1
+default, beside the 0.5 rule the plan sized the cache by), left out only where that default is a
+card's and no single card is named.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from __future__ import annotations
 import shlex
 
 from ..errors import opt
+from ..hardware import GPU
 from ..job import Job, default_seq
+from ..memory.budget import planned_fraction
 from ..models import Model
 from ._common import (INFER_FIELDS, check_expressed, fp8_attention_by_kv, hub_repo,
                       infer_only, refuse)
@@ -88,11 +93,16 @@ def _kv(job: Job, dtype: str) -> str:
 def export(job: Job, model: Model, *, replicas: int | None = None,
            mem_fraction_static: float | None = None, max_running_requests: int | None = None,
            chunked_prefill_size: int | None = None, page_size: int | None = None,
-           context: int | None = None) -> str:
+           context: int | None = None, gpu: GPU | None = None,
+           engine_version: str | None = None) -> str:
     """One ``sglang.launch_server`` line per replica (``replicas``, default the plan's data
     parallel size) on ports 30000, 30001, ..., and with more than one a ``sglang_router`` line
     over them. The keyword knobs are the scheduler's (``gpuplan capacity`` passes those it
-    simulated); unset, the plan's batch and SGLang's defaults are written."""
+    simulated); unset, the plan's batch and SGLang's defaults are written. The memory fraction
+    is the one the plan's KV budget was sized at (:func:`~gpuplan.memory.budget.planned_fraction`:
+    the given one, else ``engine_version``'s default on ``gpu``); with neither a fraction nor a
+    ``gpu`` it is left out, so SGLang computes its default on the card it runs on -- the rule the
+    plan applies per card."""
     infer_only(job, ENGINE)
     check_expressed(job, ENGINE, INFER_FIELDS, _EXPRESSED)
     fp8_attention_by_kv(job, ENGINE)
@@ -111,7 +121,8 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
                      f"use at most {job.gpus_per_node} GPUs per replica", field="tp", value=job.tp)
     n = replicas if replicas is not None else job.dp
     ctx = context or job.context or job.seq or default_seq(model.architecture)
-    fraction = 0.88 if mem_fraction_static is None else mem_fraction_static
+    fraction = planned_fraction(ENGINE, job, gpu, engine_version=engine_version,
+                                mem_fraction_static=mem_fraction_static)
     per_node = max(1, job.gpus_per_node // per)
     lines, urls = [], []
     for i in range(n):
@@ -124,7 +135,7 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
         if quant:
             args += ["--quantization", quant]
         args += ["--kv-cache-dtype", _kv(job, dtype), "--context-length", str(ctx),
-                 "--mem-fraction-static", f"{fraction:g}",
+                 *(() if fraction is None else ("--mem-fraction-static", f"{fraction:g}")),
                  "--max-running-requests", str(max_running_requests or job.batch),
                  "--chunked-prefill-size", str(chunked_prefill_size or DEFAULT_CHUNK),
                  "--page-size", str(page_size or DEFAULT_PAGE),

@@ -58,9 +58,9 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..engines.budget import budget_rule
 from ..errors import InputError, opt, shown
 from ..job import Job, default_seq
+from ..memory.budget import planned_fraction
 from ..models import Model
 from ._common import (INFER_FIELDS, check_expressed, fp8_attention_by_kv, hub_repo,
                       infer_only, refuse)
@@ -161,9 +161,9 @@ def export(job: Job, model: Model, *, repo: str | None = None,
     fp8_attention_by_kv(job, ENGINE)
     served, dtype, quant = _weights(job, model, check_repo(repo))
     context = job.context or job.seq or default_seq(model.architecture)
-    fraction = gpu_memory_utilization
-    if fraction is None:  # the one home of the version's default: the budget rule fit sizes by
-        fraction = budget_rule(ENGINE, engine_version).default_fraction
+    # the share fit's KV budget is sized at (memory/budget.py, the one home)
+    fraction = planned_fraction(ENGINE, job, engine_version=engine_version,
+                                gpu_memory_utilization=gpu_memory_utilization)
     args = ["vllm", "serve", served, "--tensor-parallel-size", str(job.tp),
             "--pipeline-parallel-size", str(job.pp), "--max-model-len", str(context),
             "--max-num-seqs", str(job.batch), "--dtype", dtype,
