@@ -142,10 +142,13 @@ def test_fits_export_states_the_fraction_fits_kv_budget_used(capsys):
                        ("H100-SXM-80GB", ["--mem-fraction-static", "0.8"]),
                        ("H100-SXM-80GB", ["--engine-version", "0.4"])):
         assert main([*base, "--gpu", gpu, *extra, "--json"]) == 0
-        planned = json.loads(capsys.readouterr().out)["infer"]["engine"]["fraction"]
+        eng = json.loads(capsys.readouterr().out)["infer"]["engine"]
+        planned = eng["fraction"]
         assert main([*base, "--gpu", gpu, *extra, "--export", "sglang"]) == 0
         (a,), _ = parse(capsys.readouterr().out)
         assert a.mem_fraction_static == pytest.approx(planned), (gpu, extra)
+        # the card's chunk too (4096 on a 40 GB A100, where 8192 was written)
+        assert a.chunked_prefill_size == eng["max_num_batched_tokens"], (gpu, extra)
     assert main([*base, "--gpu", "H100-SXM-80GB", "--gpu", "A100-SXM-40GB", "--export",
                  "sglang"]) == 0  # two cards, two defaults: SGLang's own on each
     (a,), _ = parse(capsys.readouterr().out)

@@ -20,7 +20,8 @@ is ``--quantization bitsandbytes``; GPTQ/AWQ/FP8-block/MXFP4 need a checkpoint p
 Every knob is written, so the command states what the plan assumed: without the plan's own
 scheduler numbers (``gpuplan capacity --export sglang`` passes those it simulated) the plan's
 batch is ``--max-running-requests`` and SGLang's own defaults for an 80 GB card are written for
-the rest (chunked_prefill_size 8192, page_size 1; docs/engine_budget.md). The memory fraction is
+the rest (chunked_prefill_size 8192 -- the named card's own when ``gpuplan fit`` names one --,
+page_size 1; docs/engine_budget.md). The memory fraction is
 the plan's (:func:`~gpuplan.memory.budget.planned_fraction`; it was a constant 0.88, 0.4's TP-1
 default, beside the 0.5 rule the plan sized the cache by), left out only where that default is a
 card's and no single card is named.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import shlex
 
 from ..errors import opt
+from ..engines.budget import sglang_settings
 from ..hardware import GPU
 from ..job import Job, default_seq
 from ..memory.budget import planned_fraction
@@ -124,6 +126,10 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
     fraction = planned_fraction(ENGINE, job, gpu, engine_version=engine_version,
                                 mem_fraction_static=mem_fraction_static)
     per_node = max(1, job.gpus_per_node // per)
+    # the plan's chunk: the card's default where one is named (engines/budget.py's buckets, the
+    # budget's profile run), else an 80 GB card's
+    chunk = chunked_prefill_size or (sglang_settings(gpu.memory_bytes, job.tp)[0]
+                                     if gpu is not None else DEFAULT_CHUNK)
     lines, urls = [], []
     for i in range(n):
         port = BASE_PORT + i
@@ -137,7 +143,7 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
         args += ["--kv-cache-dtype", _kv(job, dtype), "--context-length", str(ctx),
                  *(() if fraction is None else ("--mem-fraction-static", f"{fraction:g}")),
                  "--max-running-requests", str(max_running_requests or job.batch),
-                 "--chunked-prefill-size", str(chunked_prefill_size or DEFAULT_CHUNK),
+                 "--chunked-prefill-size", str(chunk),
                  "--page-size", str(page_size or DEFAULT_PAGE),
                  "--host", "0.0.0.0", "--port", str(port),
                  "--base-gpu-id", str((i % per_node) * per)]
