@@ -92,6 +92,18 @@ def _kv(job: Job, dtype: str) -> str:
                  "or fp8; use one of them", field="kv_dtype", value=kv, fix={"kv_dtype": "fp8"})
 
 
+def _budget(job: Job, gpu: GPU | None, version: str | None, fraction: float | None,
+            chunk: int | None) -> tuple[float | None, int]:
+    """(--mem-fraction-static, --chunked-prefill-size) as the plan's KV budget read them: the
+    given ones, else the version's defaults on ``gpu`` (engines/budget.py's buckets, the
+    budget's profile run); without a card, no fraction (SGLang's own) and an 80 GB card's chunk."""
+    fraction = planned_fraction(ENGINE, job, gpu, engine_version=version,
+                                mem_fraction_static=fraction)
+    if chunk is None:
+        chunk = sglang_settings(gpu.memory_bytes, job.tp)[0] if gpu is not None else DEFAULT_CHUNK
+    return fraction, chunk
+
+
 def export(job: Job, model: Model, *, replicas: int | None = None,
            mem_fraction_static: float | None = None, max_running_requests: int | None = None,
            chunked_prefill_size: int | None = None, page_size: int | None = None,
@@ -123,13 +135,9 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
                      f"use at most {job.gpus_per_node} GPUs per replica", field="tp", value=job.tp)
     n = replicas if replicas is not None else job.dp
     ctx = context or job.context or job.seq or default_seq(model.architecture)
-    fraction = planned_fraction(ENGINE, job, gpu, engine_version=engine_version,
-                                mem_fraction_static=mem_fraction_static)
+    fraction, chunk = _budget(job, gpu, engine_version, mem_fraction_static,
+                              chunked_prefill_size)
     per_node = max(1, job.gpus_per_node // per)
-    # the plan's chunk: the card's default where one is named (engines/budget.py's buckets, the
-    # budget's profile run), else an 80 GB card's
-    chunk = chunked_prefill_size or (sglang_settings(gpu.memory_bytes, job.tp)[0]
-                                     if gpu is not None else DEFAULT_CHUNK)
     lines, urls = [], []
     for i in range(n):
         port = BASE_PORT + i
