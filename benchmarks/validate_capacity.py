@@ -871,29 +871,36 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   scheduling in 0.10.1.1). An independent batch-1 figure agrees with the measured one: Qwen's
   speed benchmark (QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst @010c37c, "7B
   (vLLM)": Qwen2.5-7B-Instruct, BF16, input length 1, 2,048 tokens generated, vLLM 0.6.3, "NVIDIA
-  A100 80GB", batch 1, enforce_eager False) 84.28 tok/s = 11.87 ms a token. The pure-decode rows'
-  ITL gap then grows with the batch (N = 1 / 20 / 30: +0.9 / +2.2 / +2.5 ms on means 11.75 /
-  14.12 / 14.93), the simulated step's slope (0.055 ms a sequence, its KV reads) under the
-  measured one (0.125 ms from 1 to 20, 0.081 from 20 to 30). Checked against what 0.10.1.1 ran
-  (its startup log, log/vllm-7B-1gpuA10080GB-0.5GRAM.log): the card is named "NVIDIA A100 80GB"
-  only, no nvidia-smi, clocks, power or form factor anywhere in the repository, so SXM is kept
-  (inferred) and both are read: on the catalog's A100-PCIe-80GB (300 W, 1,935 GB/s; its datasheet
-  peaks at its own TDP, the Perseus power curve gpuplan holds for it reading only below 300 W)
-  the group read TTFT / ITL / tok/s medians 36.2 / 15.9 / 15.3% at this writing against SXM's
-  36.5 / 19.6 / 18.3% (today's SXM table: {a100_medians}; N = 1 ITL 11.4 ms, -3.1%; N = 10 TTFT
-  370 ms: the prefill barely moves, compute-bound at the same peak). "Using Flash Attention
-  backend on V1 engine": FlashAttention-2's sm80 kernels (vllm-flash-attn; FA3 needs sm90), timed
-  at FA2's A100 share (``attn_fwd_ampere_d128``). "cudagraph_mode":1, capture sizes 1-512,
-  splitting_ops unified_attention: piecewise graphs, the 28 attention calls issued eagerly
-  between 29 replayed pieces -- host issue that runs ahead of a 10.4 ms device step (even at 0.1
-  ms a layer, 2.8 ms), so hidden; the 2,048-token chunked steps are above 512 and run the
-  compiled model uncaptured, GPU-bound at ~128 ms. "Using FlashInfer for top-p & top-k sampling"
-  is loaded, but the client's temperature 0 makes every request greedy (vllm sampling_params.py:
-  temperature < _SAMPLING_EPS sets top_p 1, top_k off), so V1's Sampler casts the logits to fp32
-  and takes the argmax: b x 152,064 x ~10 bytes, 1.5 MB at b = 1 and 46 MB at b = 30 (0.03 ms),
-  no sort. So the step's kernels, graphs and sampler leave 7-9% at batch 1 and a steeper slope in
-  b unexplained; no source times vLLM 0.10's batch-1 decode GEMVs on sm80 apart from the
-  end-to-end figures above, and none is fitted. And the full-hit rows'
+  A100 80GB", batch 1, enforce_eager False) 84.28 tok/s = 11.87 ms a token, against 10.39 ms of
+  simulated device time at a 1,024-token context (96 tok/s) and 10.82 ms with V1's 0.43 ms
+  between the steps (V0's loop, which 0.6.3 ran, has no figure here). The pure-decode rows' ITL
+  gap then grows with the batch (N = 1 / 20 / 30: +0.9 / +2.2 / +2.5 ms on means 11.75 / 14.12 /
+  14.93), the simulated step's slope (0.055 ms a sequence, its KV reads) under the measured one
+  (0.125 ms from 1 to 20, 0.081 from 20 to 30). The EngineCore figures gpuplan counts
+  (engines/profiles.py _VLLM_HOST: PR #42131's 0.43 ms a step, PR #46112's 1.13 us a sequence)
+  are 2026 code's, on other hosts; the 0.03-0.07 ms a sequence left between the slopes would be
+  20-60 times the latter, and no figure of 0.10's per-sequence loop on this pod's CPU (not
+  stated) was found (searched 2026-12: vllm issues #26114, update_from_output on the critical
+  path, no figure; #18760, CPU overhead growing with the batch, a profile image only). Checked
+  against what 0.10.1.1 ran (its startup log, log/vllm-7B-1gpuA10080GB-0.5GRAM.log): the card is
+  named "NVIDIA A100 80GB" only, no nvidia-smi, clocks, power or form factor anywhere in the
+  repository, so SXM is kept (inferred) and both are read: on the catalog's A100-PCIe-80GB (300
+  W, 1,935 GB/s; its datasheet peaks at its own TDP, the Perseus power curve gpuplan holds for it
+  reading only below 300 W) the group read TTFT / ITL / tok/s medians 36.2 / 15.9 / 15.3% at this
+  writing against SXM's 36.5 / 19.6 / 18.3% (today's SXM table: {a100_medians}; N = 1 ITL 11.4
+  ms, -3.1%; N = 10 TTFT 370 ms: the prefill barely moves, compute-bound at the same peak).
+  "Using Flash Attention backend on V1 engine": FlashAttention-2's sm80 kernels (vllm-flash-attn;
+  FA3 needs sm90), timed at FA2's A100 share (``attn_fwd_ampere_d128``). "cudagraph_mode":1,
+  capture sizes 1-512, splitting_ops unified_attention: piecewise graphs, the 28 attention calls
+  issued eagerly between 29 replayed pieces -- host issue that runs ahead of a 10.4 ms device
+  step (even at 0.1 ms a layer, 2.8 ms), so hidden; the 2,048-token chunked steps are above 512
+  and run the compiled model uncaptured, GPU-bound at ~128 ms. "Using FlashInfer for top-p &
+  top-k sampling" is loaded, but the client's temperature 0 makes every request greedy (vllm
+  sampling_params.py: temperature < _SAMPLING_EPS sets top_p 1, top_k off), so V1's Sampler casts
+  the logits to fp32 and takes the argmax: b x 152,064 x ~10 bytes, 1.5 MB at b = 1 and 46 MB at
+  b = 30 (0.03 ms), no sort. So the step's kernels, graphs and sampler leave 7-9% at batch 1 and
+  a steeper slope in b unexplained; no source times vLLM 0.10's batch-1 decode GEMVs on sm80
+  apart from the end-to-end figures above, and none is fitted. And the full-hit rows'
   TTFT is a delay common to every request (N = 20: median 200, p99 239 ms; N = 30: 240 and
   274), ~8-10 ms a request, which a serial tokenizer does not give: vllm PR #19334 (2025-06-08,
   RTX 3090, Qwen1.5-1.8B) times 100 concurrent 10,000-token completions of max_tokens 1 at

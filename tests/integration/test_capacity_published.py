@@ -324,3 +324,14 @@ def test_a100_cold_prefill_gap_is_before_the_last_steps(rows):
     assert measured == pytest.approx(212.02)
     assert measured / simulated == pytest.approx(1.074, abs=0.03)
     assert sp["ttft_median_ms"] / r.ttft_pct_ms["p50"] - measured / simulated > 0.2
+
+
+def test_a100_prose_quotes_todays_group_medians(rows):
+    # the A100 paragraph's SXM medians and N = 1 ITL are today's rows', by hand here
+    g = [r for r in rows if r.run["source_group"] == "dennislee22-vllm-a100"]
+    assert len(g) == 13
+    med = [100 * statistics.median(abs(r.error(k)) for r in g) for k, _ in vc.FIGURES]
+    text = vc.fill_mechanisms(vc.MECHANISMS, rows)
+    assert f"today's SXM table: {med[0]:.1f} / {med[1]:.1f} / {med[2]:.1f}%;" in text
+    n1 = next(r for r in g if r.run["id"].endswith("util05-1024-1024-n1"))
+    assert f"({n1.predicted['itl_ms']:.2f} ms today;" in text
