@@ -1176,6 +1176,9 @@ def _main_grad_add_op(fwd: Sequence[Op], arch: Architecture) -> Op | None:
             continue
         width = (arch.head_dim if o.name == "attn.qk_norm" else arch.hidden_size) * (
             arch.num_experts if o.name == "moe.router" else 1)
+        if o.name == "attn.qk_norm" and arch.qk_norm == "rmsnorm_full":
+            # OLMo 2: q_norm of heads x head_dim, k_norm of kv_heads x head_dim (n = 2 here)
+            width = (arch.num_heads + arch.num_kv_heads) * arch.head_dim / n
         kernels += n * o.count
         nbytes += 10.0 * n * o.count * width
     if not kernels:
