@@ -170,6 +170,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "Megatron --fp8-param-gather)"),
     JobOption("--fp8-attention", "fp8_attention", "flag", "under an FP8 recipe run the "
               "attention core in FP8 too (TE fp8_dpa; default BF16)"),
+    JobOption("--fp8-amax-history", "fp8_amax_history", "count", "under delayed scaling the "
+              "amaxes kept per quantized tensor (TE amax_history_len; NeMo "
+              "fp8_amax_history_len; default the recipe's 1024)", "N"),
     JobOption("--first-last-layers-bf16", "first_last_layers_bf16", "count", "under a narrow "
               "recipe keep this many blocks at each end of the stack in BF16 (Megatron "
               "--first-last-layers-bf16 with --num-layers-at-start/end-in-bf16 N)", "N"),
