@@ -1642,9 +1642,9 @@ MEMORY_CHECKED = (
      "sequence parallelism, no recompute: with fp8_param_gather, bf16 Adam states and "
      "interleaved:20 it plans 75.1 GB (weights 8.7 -> 0.1 GB, Adam 34.8 -> 17.4 GB, "
      "activations 19.5 -> 20.2 GB under VP), and with the master in that bf16 too "
-     "(master_weights bf16) 66.4 GB (master 17.4 -> 8.7 GB). Still counted high: the amax "
-     "histories at 1024 (the script's fp8_amax_history_len 512, counted since branch megamem: "
-     "under 1 MB); the grads' 16-bit buffer "
+     "(master_weights bf16) 66.4 GB (master 17.4 -> 8.7 GB). The amax histories at the "
+     "script's fp8_amax_history_len 512 (counted at 1024 until branch megamem: under 1 MB "
+     "less); the grads' 16-bit buffer "
      "is the run's grad_sync_dtype. SFT freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
      "SFT rows' scripts (7b_1node.sh, 13b_1node.sh: VP 10) set the same, recorded too"),
     ("the NeMo 24.07 pre-training rows' master copy (GPT3-20B: 85.2 GB planned on 85.0 until "
@@ -1694,7 +1694,7 @@ MEMORY_CHECKED = (
      "14,816 and 5,024 -> 4,967 tok/s/GPU (the wgrad accumulation, the optimizer's read and the "
      "data-parallel reduce-scatter in fp32). The other NeMo pre-training rows' scripts set "
      "grad_sync_dtype bf16: unchanged. (The ZeRO bucket went with branch megamem, next entry: "
-     "Nemotron 8B 78.1 -> 76.1, 22B 69.5 -> 67.5 GB.)"),
+     "Nemotron 8B 78.1 -> 76.1, 22B 69.5 -> 67.5 GB)"),
     ("a DeepSpeed ZeRO bucket on every Megatron row (issue 30, branch megamem)",
      "the megatron Jobs' overhead carried DeepSpeed's reduce_bucket_size, 5e8 elements (1 GB "
      "at 2 B, 2 GB under an fp32 grad buffer), as the engine's sharding fell back to deepspeed. "
@@ -1730,8 +1730,8 @@ MEMORY_CHECKED = (
      "layouts unchanged (`sequence_parallel_of`). fp8_amax_history_len 1 (fp8_amax_compute_"
      "algo most_recent) in the Llama 2 13B and 70B yamls (line 133), 1024 elsewhere, 512 in "
      "the SFT rows' sft.yaml, now the Job's fp8_amax_history (`amax_history_of`): 3 x 1023 x "
-     "4 B a linear less at 1, 3.4 MB a GPU for 13B (40 layers x 7 linears), under 0.1 GB: no "
-     "row moves"),
+     "4 B a linear less at 1: 0.9 MB a GPU on the 13B row's stage (10 layers x 7 "
+     "linears as the model lists them), 1.7 MB on the 70B's (20): no row moves"),
     ("the DeepSeek-V3 report's own run (H800)", "still over its 80 GB: its Job assumes "
      "micro-batch 1 and Megatron-Bridge's PP16 split, and holds DualPipe's PP + 1 = 17 "
      "micro-batches of a stage in flight (the report's Table 2). The report's own memory "
