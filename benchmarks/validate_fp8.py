@@ -1109,6 +1109,39 @@ def _pp_schedule(j: dict) -> str:
     return f"interleaved:{vp}" if j["pp"] > 1 and vp and vp > 1 else "1f1b"
 
 
+def sequence_parallel_of(run: dict, notes: list[str]) -> bool:
+    """Sequence parallelism as the row's NeMo config sets it: the pre-training rows' launcher
+    yaml (``run['launcher']['sequence_parallel']``: conf/training/*/*.yaml at NeMo-Framework-
+    Launcher 24.07, 8325688d, the line in ``as_written_sp_amax``; no H100 script overrides it),
+    the SFT rows' recipe (sft.yaml with the script's ``sequence_parallel=true``); elsewhere on
+    under TP (the Megatron-Bridge recipes; the LoRA rows, whose base checkpoint decides,
+    LORA_CHECKED); a TP-1 row has none to turn on (sequence parallelism splits the TP group's
+    sequence)."""
+    tp = run["job"]["tp"]
+    for key in ("launcher", "recipe"):
+        rec = run.get(key) or {}
+        if run["source_group"] == "nemo" and rec.get("sequence_parallel") is not None:
+            if tp > 1 and not rec["sequence_parallel"]:
+                notes.append(f"no sequence parallelism (sequence_parallel false, {rec['config']} "
+                             f"@{rec['tag']})")
+            return bool(rec["sequence_parallel"]) and tp > 1
+    return tp > 1
+
+
+def amax_history_of(run: dict, notes: list[str]) -> dict:
+    """Delayed scaling's amax history as the row's NeMo config sets it (``fp8_amax_history_len``
+    -> ``fp8_amax_history``): the pre-training rows' launcher yaml (Llama 2 13B and 70B: 1, with
+    fp8_amax_compute_algo most_recent; the others 1024, TE's default; the line in
+    ``as_written_sp_amax``), the SFT rows' sft.yaml (512); none recorded elsewhere."""
+    for key in ("launcher", "recipe"):
+        rec = run.get(key) or {}
+        h = rec.get("fp8_amax_history_len")
+        if run["source_group"] == "nemo" and h is not None:
+            notes.append(f"amax history {h} (fp8_amax_history_len, {rec['config']} @{rec['tag']})")
+            return {"fp8_amax_history": h}
+    return {}
+
+
 def job_of(run: dict, notes: list[str] | None = None) -> Job:
     """The run as one gpuplan Job under the megatron engine."""
     notes = [] if notes is None else notes
@@ -1121,7 +1154,8 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     tp = j["tp"]
     fields = dict(precision=j["precision"], batch=j["micro_batch"], grad_accum=j["grad_accum"],
                   seq=j["seq"], gpus=gpus, tp=tp, pp=j["pp"], cp=j["cp"], ep=j.get("ep") or 1,
-                  sequence_parallel=tp > 1, pp_schedule=_pp_schedule(j), zero=1,
+                  sequence_parallel=sequence_parallel_of(run, notes),
+                  pp_schedule=_pp_schedule(j), zero=1,
                   gpus_per_node=per_node)
     if run["source_group"] == "megatron-bridge":
         preset = BRIDGE_PRESETS[j["precision"]]
@@ -1137,6 +1171,7 @@ def job_of(run: dict, notes: list[str] | None = None) -> Job:
     fields.update(master_fields(run, notes))
     fields.update(launcher_recompute(run, notes))
     fields.update(grad_fields(run, notes))
+    fields.update(amax_history_of(run, notes))
     if run["model"]["catalog"] == "deepseek-v3" and j["pp"] > 1:
         layout = (run.get("recipe") or {}).get("pipeline_model_parallel_layout")
         first, last = (layout_split(layout, j["pp"]) if layout
@@ -1696,8 +1731,9 @@ MEMORY_CHECKED = (
      "sequence parallelism, no recompute: with fp8_param_gather, bf16 Adam states and "
      "interleaved:20 it plans 75.1 GB (weights 8.7 -> 0.1 GB, Adam 34.8 -> 17.4 GB, "
      "activations 19.5 -> 20.2 GB under VP), and with the master in that bf16 too "
-     "(master_weights bf16) 66.4 GB (master 17.4 -> 8.7 GB). Still counted high: the amax "
-     "histories at 1024 (the script's fp8_amax_history_len 512); the grads' 16-bit buffer "
+     "(master_weights bf16) 66.4 GB (master 17.4 -> 8.7 GB). The amax histories at the "
+     "script's fp8_amax_history_len 512 (counted at 1024 until branch megamem: under 1 MB "
+     "less); the grads' 16-bit buffer "
      "is the run's grad_sync_dtype. SFT freezes nothing (peft_scheme null): every weight has grads and states. The 7B and 13B "
      "SFT rows' scripts (7b_1node.sh, 13b_1node.sh: VP 10) set the same, recorded too"),
     ("the NeMo 24.07 pre-training rows' master copy (GPT3-20B: 85.2 GB planned on 85.0 until "
@@ -1746,12 +1782,45 @@ MEMORY_CHECKED = (
      "69.5 GB (grads 6.1 -> 12.2 GB, overhead +1.3 GB); speed 15,073 -> "
      "14,816 and 5,024 -> 4,967 tok/s/GPU (the wgrad accumulation, the optimizer's read and the "
      "data-parallel reduce-scatter in fp32). The other NeMo pre-training rows' scripts set "
-     "grad_sync_dtype bf16: unchanged. Not modelled: Apex's reduce-scatter outputs "
-     "(sync_grads_shard, distributed_fused_adam.py lines 1853-1860, kept as grads_shard until "
-     "zero_grad, line 1498), the grads / DP in the sync dtype (340B 5.8 GB, 22B 1.5 GB, 8B "
-     "0.5 GB), live from each chunk's grad sync in the cool-down, as the activations drain, "
-     "to the step; the Llama 2 13B and 70B yamls' fp8_amax_history_len 1 (line 133), counted "
-     "at 1024 (3 x 1026 x 4 B a linear: under 4 MB a GPU)"),
+     "grad_sync_dtype bf16: unchanged. (The ZeRO bucket went with branch megamem, next entry: "
+     "Nemotron 8B 78.1 -> 76.1, 22B 69.5 -> 67.5 GB)"),
+    ("a DeepSpeed ZeRO bucket on every Megatron row (issue 30, branch megamem)",
+     "the megatron Jobs' overhead carried DeepSpeed's reduce_bucket_size, 5e8 elements (1 GB "
+     "at 2 B, 2 GB under an fp32 grad buffer), as the engine's sharding fell back to deepspeed. "
+     "Megatron-Core allocates none: its _ParamAndGradBuffer holds one contiguous grad_data "
+     "that each main_grad views and, under the distributed optimizer, one param_data that the "
+     "weights themselves are re-pointed into; the reduce-scatter writes the rank's shard of "
+     "the bucket in place and the param all-gather fills the bucket from its own shard "
+     "(megatron/core/distributed/param_and_grad_buffer.py lines 173-181, 256-264, 496-534 at "
+     "core_r0.9.0 1afee592; lines 779-810 at b0cc2706, MXFP8 params sharing the grad buffer); "
+     "its one step allocation, the fp32 grad shard (distrib_optimizer.py line 1691, "
+     "shard_model_grad.float()), is the step temporary already counted. Apex's contiguous "
+     "grad buffer is the gradients too (memory/overhead.py, the note on Megatron's buffers). "
+     "Gone: -1.0 GB on 167 rows, -2.0 GB on Nemotron 8B / 22B, -0.1 GB on the Llama 2 7B / 13B "
+     "LoRA rows (ZeRO 0: torch DDP's bucket copy of the adapter grads), the DP-1 rows (70B SFT, "
+     "70B LoRA) unchanged; speed unchanged"),
+    ("Apex's reduce-scatter outputs (NeMo's distributed_fused_adam, issue 30)",
+     "not at the peak, not counted: _start_bucket_grad_sync allocates each bucket's "
+     "sync_grads_shard (torch.empty(bucket_size // distributed_size), distributed_fused_adam.py "
+     "lines 1853-1860 @f8e60c47), kept as grads_shard (lines 1916-1918) until zero_grad clears "
+     "the buckets (line 1498), which NeMo's training_step calls first (megatron_gpt_model.py: "
+     "self._optimizer.zero_grad() before fwd_bwd_step). A bucket syncs once its grads are "
+     "generated in the last micro-batch (overlap_grad_sync: no_sync / grad_sync_func), i.e. "
+     "after the backward peak, as the activations drain, each layer freeing its saved "
+     "activations before its shard appears; then to the step. The shards, grads / DP in the "
+     "sync dtype, on the optimizer phase: at most Llama 3 8B's 56.1 + 4.0 = 60.1 GB against "
+     "its backward peak 78.2 GB; Nemotron-4 340B 45.0 + 5.8 = 50.8 against 69.7 GB; every NeMo "
+     "row 17 GB or more under its peak"),
+    ("the NeMo yamls' sequence parallelism and amax history (issue 30, branch megamem)",
+     "read per row (each `launcher`'s as_written_sp_amax: conf/training/*/*.yaml at 24.07, "
+     "8325688d; no H100 script overrides either): sequence_parallel false in the Llama 2 7B / "
+     "13B, Llama 3 8B and GPT3-5B yamls, all TP 1, where it has nothing to split; true in every "
+     "TP > 1 row's (Llama 2 / 3 70B, GPT3-20B / 175B, Nemotron 8B / 22B / 340B): the Jobs' "
+     "layouts unchanged (`sequence_parallel_of`). fp8_amax_history_len 1 (fp8_amax_compute_"
+     "algo most_recent) in the Llama 2 13B and 70B yamls (line 133), 1024 elsewhere, 512 in "
+     "the SFT rows' sft.yaml, now the Job's fp8_amax_history (`amax_history_of`): 3 x 1023 x "
+     "4 B a linear less at 1: 0.9 MB a GPU on the 13B row's stage (10 layers x 7 "
+     "linears as the model lists them), 1.7 MB on the 70B's (20): no row moves"),
     ("the DeepSeek-V3 report's own run (H800)", "162.6 GB (stage 0) until its Job took the "
      "report's memory sentences (DEEPSEEK_V3_MEMORY: sec. 3.2.3 RMSNorm and MLA up-projections "
      "recomputed; sec. 3.3.3 the MoE SwiGLU output recomputed from its FP8-cached input, the "
@@ -1762,16 +1831,16 @@ MEMORY_CHECKED = (
      "the pair's): 90.7 GB on the worst rank (stage 15 with stage 0: weights 12.23 -> 9.87 GB "
      "with 0.82 -> 5.14 GB of FP8 copies, 16-bit -> FP32 gradients 12.23 -> 19.74 GB, master "
      "1.15 -> 0.98, Adam 2.30 -> 0.98, activations 101.2 -> 43.5 GB; stage 0's rank 162.6 -> "
-     "88.8, the middle ranks 149.3 -> 83.3, within the 85.9 GB). Still over by 4.8 GB, and not "
-     "closed: what the report does not say is not taken. Its split of the 61 layers "
+     "88.8, the middle ranks 149.3 -> 83.3, within the 85.9 GB); 88.7 GB since the megatron "
+     "overhead lost DeepSpeed's ZeRO bucket (2 GB at the fp32 gradients' 4 B; branch megamem). "
+     "Still over by 2.8 GB, and not closed: what the report does not say is not taken. Its split of the 61 layers "
      "(Megatron-Bridge's PP16 first 4 / last 1, assumed) puts stage 0's three dense layers on "
      "the end ranks, whose SwiGLU inputs the report caches in FP8 only 'in MoE' (3.3.3 (2)): in "
      "FP8 too they would hold 16 x 3 x 4096 x 36,864 B = 7.2 GB less (~83.4 GB); sec. 3.3.1's "
      "'efficient sharding across multiple DP ranks' of the master, weight gradients and optimizer "
      "states would shard the 19.7 GB of FP32 gradients too, but sec. 3.2 names ZeRO-1; the two "
      "DualPipe copies of a stage's states may share one ZeRO group (unstated); the expected "
-     "overhead (5% allocator fragmentation, 4.3 GB; 1 GB of ZeRO buckets) is PyTorch's and "
-     "DeepSpeed's, not HAI-LLM's, whose allocator the report does not describe"),
+     "overhead (5% allocator fragmentation, 4.3 GB) is PyTorch's, not HAI-LLM's, whose allocator the report does not describe"),
 )
 
 

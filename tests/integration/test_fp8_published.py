@@ -766,7 +766,8 @@ def test_the_nemotron_8b_22b_rows_count_apex_fp32_grad_buffer():
     dtype (lines 1099-1118): 4 B a weight, unsharded by the distributed optimizer, where the
     16-bit grads made 2; every other NeMo pre-training row's grad_sync_dtype is bf16 (2 B).
     History (branch nemo340mem): Nemotron 8B 68.2 -> 78.1 GB, 22B 62.1 -> 69.5 GB, both
-    within their 85.0 GB."""
+    within their 85.0 GB; branch megamem (no DeepSpeed ZeRO bucket under Megatron, 2 GB at
+    4 B): 76.1 and 67.5 GB."""
     fp32 = {"nemo-24.07-dgx-h100-nemotron-8b-fp8-delayed-x64",
             "nemo-24.07-dgx-h100-nemotron-22b-fp8-delayed-x64"}
     got = set()
@@ -929,3 +930,30 @@ def test_the_expert_epilogue_and_rope_move_the_gpt_oss_rows_only(monkeypatch):
     assert f"({min(by_gpu['H100']):.2f}-{max(by_gpu['H100']):.2f})" in V.GPT_OSS_NOTE
     blackwell = by_gpu["B200"] + by_gpu["B300"]
     assert f"({min(blackwell):.2f}-{max(blackwell):.2f})" in V.GPT_OSS_NOTE
+
+
+def test_the_nemo_rows_take_sequence_parallelism_and_amax_history_from_their_yaml():
+    """Each NeMo 24.07 pre-training row's Job takes sequence_parallel and fp8_amax_history_len
+    from its launcher yaml (``as_written_sp_amax`` cites the lines; conf/training/*/*.yaml at
+    NeMo-Framework-Launcher 24.07, 8325688d): the Llama 2 13B and 70B yamls keep one amax
+    (3 x 1023 x 4 B a linear tensor less than TE's 1024), the TP-1 rows' yamls turn sequence
+    parallelism off (none to split), every TP > 1 row's on."""
+    gpu = get_gpu("H100-SXM-80GB")
+    ones = set()
+    for r in ROWS:
+        la = r.run.get("launcher")
+        if not la:
+            continue
+        job = V.job_of(r.run)
+        assert job.sequence_parallel == (la["sequence_parallel"] and job.tp > 1), r.run["id"]
+        assert job.fp8_amax_history == la["fp8_amax_history_len"], r.run["id"]
+        if la["fp8_amax_history_len"] == 1:
+            ones.add(r.run["model"]["catalog"])
+            model = load_model(r.run["model"]["catalog"])
+            one, full = (train_memory(model, j, gpu=gpu).weights_bytes
+                         for j in (job, job.with_(fp8_amax_history=1024)))
+            layers = model.architecture.num_layers // job.pp
+            # the block's linears as the model lists them (q, k, v, o, gate, up, down: 7; TE's
+            # fused linear_qkv and fc1 make 4), 3 quantized tensors each, on this stage
+            assert full - one == layers * 7 * 3 * 1023 * 4, r.run["id"]
+    assert ones == {"llama-2-13b", "llama-2-70b"}

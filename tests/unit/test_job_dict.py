@@ -27,7 +27,7 @@ FIELDS = ["model", "mode", "engine", "precision", "infer_precision", "optimizer"
           "stage3_max_live_parameters", "stage3_prefetch_bucket_size", "fp8_param_gather",
           "fp8_attention", "first_last_layers_bf16", "power_limit_w", "recompute_modules",
           "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap",
-          "master_weights", "grad_dtype", "activation_storage"]
+          "master_weights", "grad_dtype", "activation_storage", "fp8_amax_history"]
 
 
 def cli_job(*argv: str) -> Job:

@@ -51,6 +51,33 @@ def test_nccl_and_buckets_only_with_more_than_one_gpu():
     assert z2["ZeRO communication buckets"].expected == 500_000_000 * 2  # reduce_bucket_size 5e8
 
 
+def test_megatron_keeps_no_bucket_beyond_its_gradient_buffer():
+    # Megatron-Core's _ParamAndGradBuffer: param.main_grad views one contiguous grad_data, the
+    # reduce-scatter writes the rank's shard of it in place (local_data_view, param_and_grad_
+    # buffer.py lines 256-264 at core_r0.9.0) and the DDP all-reduce runs on bucket.grad_data:
+    # neither torch DDP's bucket copy nor DeepSpeed's 5e8-element ZeRO bucket
+    for zero in (0, 1):
+        o, items = _items(gpus=8, zero=zero, grad_bytes=10**9, engine="megatron")
+        assert "DDP gradient buckets" not in items and "ZeRO communication buckets" not in items
+        assert "NCCL buffers" in items
+        _, ds = _items(gpus=8, zero=zero, grad_bytes=10**9)
+        assert o.bytes == sum(i.expected for n, i in ds.items()
+                              if n not in ("DDP gradient buckets", "ZeRO communication buckets"))
+
+
+def test_a_megatron_job_plans_without_deepspeeds_bucket():
+    # the same ZeRO-1 job under DeepSpeed and under Megatron-Core: the totals differ by exactly
+    # DeepSpeed's reduce_bucket_size 5e8 elements x 2 B (bf16 gradients)
+    model = load_model("llama-2-7b")
+    common = dict(model="llama-2-7b", mode="train", precision="bf16", gpus=8, zero=1, batch=1,
+                  seq=2048)
+    ds = train_memory(model, Job(engine="deepspeed", **common))
+    mg = train_memory(model, Job(engine="megatron", **common))
+    assert "ZeRO communication buckets" not in {i.name for i in mg.overhead.items}
+    assert ds.overhead.bytes - mg.overhead.bytes == 500_000_000 * 2 + (
+        ds.overhead.items[-1].expected - mg.overhead.items[-1].expected)
+
+
 def test_overrides_replace_an_item_exactly():
     o, items = _items(overrides={"cuda_context": 500 * 10**6, "fragmentation": 0.1})
     assert items["CUDA context"].low == items["CUDA context"].high == 500 * 10**6

@@ -178,6 +178,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "caches for backward: {choices} (default engine; deepseek-v3: its report's "
               "E5M6 attention output, FP8 MoE SwiGLU inputs, no norm outputs when recomputed)",
               "NAME"),
+    JobOption("--fp8-amax-history", "fp8_amax_history", "count", "under delayed scaling the "
+              "amaxes kept per quantized tensor (TE amax_history_len; NeMo "
+              "fp8_amax_history_len; default the recipe's 1024)", "N"),
     JobOption("--first-last-layers-bf16", "first_last_layers_bf16", "count", "under a narrow "
               "recipe keep this many blocks at each end of the stack in BF16 (Megatron "
               "--first-last-layers-bf16 with --num-layers-at-start/end-in-bf16 N)", "N"),

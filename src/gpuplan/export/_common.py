@@ -31,7 +31,7 @@ TRAIN_FIELDS = ("optimizer_states", "fused_optimizer", "zero", "offload_optimize
                 "first_last_layers_bf16", "pp_first_stage_layers", "pp_last_stage_layers",
                 "etp", "mtp_layers", "ep_overlap", "recompute_modules", "moe_dispatcher",
                 "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap", "master_weights",
-                "grad_dtype", "activation_storage")
+                "grad_dtype", "activation_storage", "fp8_amax_history")
 #: The same for a serving engine (the training-only fields of a ``--mode both`` job are the
 #: training side's).
 INFER_FIELDS = ("kv_dtype", "attention", "tp", "pp", "cp", "ep", "sequence_parallel",

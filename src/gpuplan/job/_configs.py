@@ -53,6 +53,13 @@ def _check_loop(c: "TrainingLoop") -> None:
                          f"keep in BF16; give one ({', '.join(NARROW_RECIPES)}) or drop it",
                          field="first_last_layers_bf16", value=c.first_last_layers_bf16,
                          fix={"first_last_layers_bf16": 0})
+    if c.fp8_amax_history is not None and c.precision != "fp8" and not (
+            narrow is not None and narrow.amax_history):
+        delayed = [n for n, r in NARROW_RECIPES.items() if r.amax_history]
+        raise InputError(f"{opt('fp8_amax_history')} {c.fp8_amax_history} with "
+                         f"{opt('precision')} {c.precision}: only delayed scaling keeps an amax "
+                         f"history ({', '.join(delayed)})", field="fp8_amax_history",
+                         value=c.fp8_amax_history, fix={"fp8_amax_history": None})
     if c.recompute_modules is not None:
         _check_recompute_modules(c)
     if c.cuda_graph_scope is not None:
@@ -298,6 +305,10 @@ class TrainingLoop:
     """Under an FP8 recipe the attention core (QK^T, softmax-V) runs in FP8 too (TE
     ``fp8_dpa``); in inference the serving engine's FP8 attention kernel (vLLM's and SGLang's
     FlashAttention-3 FP8, TensorRT-LLM's FP8 context FMHA; Hopper); default: BF16."""
+    fp8_amax_history: int | None = None
+    """Under delayed scaling, the amaxes each quantized tensor keeps (Transformer Engine's
+    ``DelayedScaling(amax_history_len=...)``; NeMo's ``fp8_amax_history_len``, Megatron's
+    ``--fp8-amax-history-len``); None: the recipe's (TE's default 1024)."""
     first_last_layers_bf16: int = 0
     """Under a narrow recipe this many blocks at each end of the stack (the first N and the last
     N) stay BF16: their linear layers run 16-bit GEMMs and keep no narrow copies (Megatron

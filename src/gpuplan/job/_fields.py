@@ -28,7 +28,7 @@ BOUNDS_OF = {
     "first_last_layers_bf16": "edge_layers", "pp_first_stage_layers": "grad_accum",
     "pp_last_stage_layers": "grad_accum", "etp": "gpus",
     "moe_capacity_factor": "capacity_factor", "mtp_layers": "edge_layers",
-    "power_limit_w": "power", "dp_shard": "gpus",
+    "power_limit_w": "power", "dp_shard": "gpus", "fp8_amax_history": "count",
 }
 
 #: Longest string a name field takes.

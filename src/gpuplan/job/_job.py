@@ -220,7 +220,7 @@ FLAT_FIELDS: tuple[str, ...] = (
     "inter_node", "sharding", "stage3_max_live_parameters", "stage3_prefetch_bucket_size",
     "fp8_param_gather", "fp8_attention", "first_last_layers_bf16", "power_limit_w",
     "recompute_modules", "dp_shard", "cuda_graph_scope", "moe_shared_expert_overlap",
-    "master_weights", "grad_dtype", "activation_storage")
+    "master_weights", "grad_dtype", "activation_storage", "fp8_amax_history")
 assert set(FLAT_FIELDS) == set(_GROUP_OF), "a config field is missing from FLAT_FIELDS"
 
 _JOB_INIT = compiled_init(Job)  # the generated __init__ (a record compiles it on first use)

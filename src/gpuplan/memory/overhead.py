@@ -128,6 +128,31 @@ def _zero_buckets(elem_bytes: int, stage: int) -> OverheadItem:
     )
 
 
+# Megatron's buffers. Megatron-Core keeps no gradient-communication buffer beyond the gradients:
+# ``_ParamAndGradBuffer.__init__`` allocates one contiguous ``grad_data``
+# (``torch.zeros(self.numel, dtype=self.grad_dtype)``) that each ``param.main_grad`` is a view of,
+# and under the distributed optimizer one ``param_data`` in the param dtype that every
+# ``param.data`` is re-pointed into (``param.data = new_param_data``; the old storage deleted) --
+# the 16-bit weights themselves, not a gather buffer beside them (megatron/core/distributed/
+# param_and_grad_buffer.py lines 496-534 at NVIDIA/Megatron-LM core_r0.9.0, 1afee592, NeMo
+# 24.07's; lines 795-810 at b0cc2706, the Megatron-Bridge v0.3.0 pin, and lines 1184-1195 at
+# d98e8a64, where MXFP8 parameters with the distributed optimizer share one buffer with the
+# gradients, ``self.param_data = self.shared_buffer``, lines 779-793 @b0cc2706). The buckets are
+# views into it: the grad reduce-scatter writes the rank's shard in place (``local_data_view =
+# shard_buffer(bucket.grad_data, ...)[rank]; _reduce_scatter_base(local_data_view, bucket.
+# grad_data)``, lines 256-264 @1afee592), the DDP all-reduce (no distributed optimizer) runs on
+# ``bucket.grad_data`` itself, and the parameter all-gather fills ``bucket.param_data`` from its
+# own shard (lines 173-181). The one allocation beyond is the distributed optimizer's fp32 copy of
+# the gradient shard for the step (distrib_optimizer.py line 1691 @1afee592,
+# ``shard_main_param.grad = shard_model_grad.float()``), already a step temporary
+# (:func:`gpuplan.memory.optimizer.optimizer_step_temporaries`). Apex's DistributedFusedAdam
+# (NeMo's ``distributed_fused_adam``) likewise keeps its contiguous grad buffer as the gradients
+# (``_init_grad_buffer``; apex/contrib/optimizers/distributed_fused_adam.py @f8e60c47); its
+# reduce-scatter outputs (``sync_grads_shard``, lines 1853-1860) are allocated from each bucket's
+# grad sync, after the activations the bucket's layers kept are freed, and held to the next step's
+# ``zero_grad`` (line 1498): not at the step's peak.
+
+
 def _fragmentation(dynamic: int) -> OverheadItem:
     return OverheadItem(
         name="allocator fragmentation",
@@ -191,7 +216,8 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
                      dynamic: int, level: OverheadLevel = "expected",
                      training: bool = True, overrides=None,
                      data_parallel: int | None = None,
-                     sharding: str = "deepspeed", graph_buffers: int = 0) -> Overhead:
+                     sharding: str = "deepspeed", graph_buffers: int = 0,
+                     engine: str = "auto") -> Overhead:
     """The overhead of one GPU process of a job; ``dynamic`` is the bytes of tensors freed and
     re-allocated each step (the fragmentation basis). ``overrides`` maps names in
     :data:`OVERRIDABLE` to bytes (``fragmentation``: a fraction of the dynamic bytes).
@@ -199,7 +225,10 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
     exist only when it is > 1 (a pure TP/PP job reduces no gradients). ``sharding``: the ZeRO
     engine; DeepSpeed's buckets are its own (FSDP2's all-gather and reduce-scatter buffers are
     placed along the step by the timeline, :mod:`.fsdp`). ``graph_buffers``: the static
-    buffers of Megatron-Core's whole-layer CUDA graphs (:func:`graph_buffer_bytes`)."""
+    buffers of Megatron-Core's whole-layer CUDA graphs (:func:`graph_buffer_bytes`).
+    ``engine`` ``megatron``: Megatron-Core's own gradient buffers, which are the gradients
+    (the note on Megatron's buffers above :func:`_fragmentation`): neither torch DDP's bucket
+    copies nor DeepSpeed's ZeRO buckets."""
     check_level(level)
     over = check_overrides(overrides)
     ctx = _CONTEXT if "cuda_context" not in over else _fixed(
@@ -212,7 +241,7 @@ def runtime_overhead(*, gpus: int, zero: int, grad_bytes: int, grad_elem_bytes: 
         if "nccl" in over:
             nccl = _fixed(nccl, int(over["nccl"]), f"{int(over['nccl']):,} B")
         items.append(nccl)
-        reduced = (data_parallel or gpus) > 1
+        reduced = (data_parallel or gpus) > 1 and engine != "megatron"
         if training and reduced and zero == 0:
             items.append(_ddp_buckets(grad_bytes))
         elif training and reduced and sharding == "deepspeed":

@@ -97,7 +97,7 @@ def train_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
            job.lora_targets, job.lora_base, job.gpus, job.zero, job.offload_optimizer,
            job.fused_optimizer, job.sharding, job.checkpointing,
            job.stage3_max_live_parameters, job.stage3_prefetch_bucket_size,
-           job.fp8_param_gather, job.first_last_layers_bf16, job.dp_shard)
+           job.fp8_param_gather, job.first_last_layers_bf16, job.dp_shard, job.fp8_amax_history)
     hit = _STATES.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -266,9 +266,10 @@ def _narrow_states(job: Job, trained: _Trained, layers: int = 0,
     tensors = sum(t.count for t in lin)
     if job.first_last_layers_bf16 and layers:
         tensors = tensors * keep // layers
-    amax = amax_history_bytes(recipe, tensors)
+    history = job.fp8_amax_history or recipe.amax_history
+    amax = amax_history_bytes(recipe, tensors, history)
     if amax:
-        label += (" + " if label else "") + f"amax histories ({recipe.amax_history} x fp32)"
+        label += (" + " if label else "") + f"amax histories ({history} x fp32)"
     return copies + amax, label + ("" if lin else " (all parameters taken as linear weights)"), \
         dropped
 

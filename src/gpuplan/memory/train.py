@@ -85,7 +85,8 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
         grad_bytes=st.trainable * recipe.grad_bytes, grad_elem_bytes=recipe.grad_bytes,
         dynamic=at_peak.gradients + at_peak.activations + at_peak.temporaries,
         level=overhead_level, overrides=overhead_overrides, data_parallel=job.gpus,
-        sharding=job.sharding, graph_buffers=_graph_buffers(model, job, stage))
+        sharding=job.sharding, graph_buffers=_graph_buffers(model, job, stage),
+        engine=job.engine)
     notes = [*check_seq(model, job), *st.notes, *act.notes, *(stage.notes if stage else ())]
     if st.host:
         notes.append(f"host memory per GPU process: {st.host:,} bytes")
