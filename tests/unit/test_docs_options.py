@@ -59,3 +59,52 @@ def test_the_engine_list_is_the_engines_table():
     engines = text[text.index("`--engine`"):text.index('"The engine" below')]
     missing = [e for e in choices_of("engine") if f"`{e}`" not in engines]
     assert not missing, missing
+
+
+def test_every_doc_names_only_choices_the_job_accepts():
+    """Anywhere in the README and docs/, ``--flag a|b`` names only accepted values (a subset may
+    stand for a context: ``--engine vllm|sglang|trt-llm`` under ``--mode infer``); a renamed or
+    removed choice would leave a stale name here."""
+    checked = 0
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        for o in JOB_OPTIONS:
+            choices = choices_of(o.field)
+            for m in re.finditer(re.escape(o.flag) + r" ([\w:.-]+(?:\|[\w:.-]+)+)`", text):
+                stale = [w for w in m.group(1).split("|") if w not in (choices or ())]
+                assert not stale, (path.name, o.flag, stale)
+                checked += 1
+    assert checked >= 19
+
+
+def test_fp8_training_md_names_every_narrow_recipe():
+    from gpuplan.fp8 import NARROW_RECIPES
+
+    text = (ROOT / "docs" / "fp8_training.md").read_text()
+    words = {5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+    assert f"takes {words[len(NARROW_RECIPES)]} narrow recipes" in text
+    missing = [r for r in NARROW_RECIPES if f"`{r}`" not in text]
+    assert not missing, missing
+
+
+def _own_options(command: str) -> list[str]:
+    """A command's options beyond the job-option group (its parser, as --help lists them)."""
+    import argparse
+
+    from gpuplan.cli import build_parser
+    from gpuplan.cli._job_options import GROUP_TITLE
+
+    sub = next(a for a in build_parser(command)._actions
+               if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return [s for g in sub._action_groups if g.title != GROUP_TITLE for a in g._group_actions
+            for s in a.option_strings if s.startswith("--") and s != "--help"]
+
+
+def test_capacity_md_usage_names_every_capacity_option():
+    text = (ROOT / "docs" / "capacity.md").read_text()
+    usage = text[text.index("    gpuplan capacity MODEL"):text.index("\n\n", text.index(
+        "    gpuplan capacity MODEL"))]
+    # --download: the model loader's own, as in fit (README)
+    missing = [f for f in _own_options("capacity") if f != "--download"
+               and not re.search(re.escape(f) + r"(?![-\w])", usage)]
+    assert not missing, f"docs/capacity.md's usage lacks {missing}"

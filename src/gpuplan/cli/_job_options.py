@@ -24,7 +24,8 @@ from ..units import parse_count, parse_positive_int
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
            "flag_of", "cli_spelling"]
 
-GROUP_TITLE = "job options (the same in fit, speed, trace, flops model and profile)"
+GROUP_TITLE = ("job options (the same in fit, speed, trace, flops model, profile, cluster and "
+               "capacity)")
 
 
 @record(kw_only=False)
