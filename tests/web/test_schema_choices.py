@@ -79,3 +79,23 @@ def test_serve_md_names_the_keys_each_route_reads():
     cluster = _route_row("/api/cluster")
     missing = sorted(k for k in SEARCH_JOB_FIELDS if f"`{k}`" not in cluster)
     assert not missing, f"docs/serve.md's /api/cluster row lacks {missing}"
+
+
+def test_the_pages_fixed_choices_are_the_codes():
+    """The page's few choices written in its HTML (not filled from /api/options): the pipeline
+    schedules' suggestions name every schedule (dualpipe was missing), the capacity panel's
+    engines are the serving engines capacity simulates, its SLO percentiles the ones it takes."""
+    from gpuplan.engines.budget import SERVING_ENGINES
+    from gpuplan.parallel.checks import PP_SCHEDULES
+
+    html = (Path(__file__).resolve().parents[2] / "src" / "gpuplan" / "web" / "static"
+            / "index.html").read_text()
+
+    def options_of(start: str, end: str) -> list[str]:
+        i = html.index(start)
+        return re.findall(r'<option value="([^"]+)"', html[i:html.index(end, i)])
+
+    schedules = {v.split(":")[0] for v in options_of('<datalist id="pp-schedules">', "</datalist>")}
+    assert schedules == set(PP_SCHEDULES)
+    assert options_of('id="cap-engine"', "</select>") == list(SERVING_ENGINES)
+    assert sorted(map(int, options_of('id="cap-slo-percentile"', "</select>"))) == [50, 90, 99]

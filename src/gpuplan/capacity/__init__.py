@@ -31,7 +31,11 @@ def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str 
     """Simulate ``model`` served on ``gpu`` (a :class:`~gpuplan.GPU`) by ``engine`` under
     ``job``'s layout (tp, pp, ep, weight format, kv_dtype; default one GPU) times ``replicas``,
     at ``rate`` requests/s or ``concurrency`` clients, with fixed ``input``/``output`` lengths,
-    their distributions, or a ``workload``."""
+    their distributions, or a ``workload``: a workload carries its own requests, lengths and
+    arrivals, and ``rate``, ``concurrency``, the lengths, ``requests``, ``seed`` and
+    ``arrivals`` are then not read (``gpuplan capacity`` refuses them beside ``--workload``).
+    ``prefix_hit``: the share of each prompt the prefix cache serves, in [0, 1] (1: every
+    prompt, as a published run whose server cached them all)."""
     if job is None:
         job = Job(model="x", mode="infer", engine=engine)
     if workload is None:  # a dist given empty is refused, not replaced by the length (qa43)
