@@ -33,6 +33,8 @@ CASES = {
  "llama4_text": ("Llama4ForCausalLM", dict(S, head_dim=64, intermediate_size=256, intermediate_size_mlp=512, num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=128, num_hidden_layers=4)),
  # Nemotron (NeMo GPT-3 successor): LayerNorm1P, relu2 two-matrix MLP, half-rotary heads, GQA
  "nemotron": ("NemotronForCausalLM", dict(S, partial_rotary_factor=0.5)),
+ # OLMo 2: post-norm (no input norm), QK-norm over the whole q / k projections, GQA here
+ "olmo2": ("Olmo2ForCausalLM", dict(S)),
 }
 
 

@@ -54,6 +54,8 @@ class Row:
     command: str
     predicted: dict = field(default_factory=dict)
     why_not: str = ""
+    ttft_pct_ms: dict = field(default_factory=dict)
+    """The simulated TTFT's p50 and p99 in ms (a row's ``spread`` is read against them)."""
 
     def error(self, key: str) -> float | None:
         m = self.run["measured"].get(key)
@@ -234,6 +236,7 @@ def predict(run: dict) -> Row:
     row.predicted = {"ttft_ms": _stat(res.ttft_s, run, "ttft_ms") * 1e3,
                      "itl_ms": _stat(res.itl_s, run, "itl_ms") * 1e3,
                      "output_tokens_per_s": res.throughput["output_tokens_per_s"]}
+    row.ttft_pct_ms = {"p50": res.ttft_s.p50 * 1e3, "p99": res.ttft_s.p99 * 1e3}
     return row
 
 
@@ -446,6 +449,16 @@ def _vllm19_figures(rs: list[Row]) -> dict[str, str]:
     return out
 
 
+def _a100_figures(rs: list[Row]) -> dict[str, str]:
+    """The figures quoted of dennislee22's A100 sweep (issue 29's A100 step), from ``rs``."""
+    g = "dennislee22-vllm-a100"
+    med = [100 * (summary(rs, k, g)["median_abs_error"] or 0.0) for k, _ in FIGURES]
+    n1 = [r for r in rs if r.run["source_group"] == g and r.run["num_requests"] == 1
+          and r.run["server_flags"].get("gpu_memory_utilization") == 0.5]
+    itl = (f"{n1[0].predicted['itl_ms']:.2f} ms" if n1 and n1[0].predicted else "-")
+    return {"a100_medians": " / ".join(f"{m:.1f}" for m in med) + "%", "a100_n1_itl": itl}
+
+
 def _nim_sglang_figures(rs: list[Row]) -> dict[str, str]:
     """The figures quoted of the NIM and the SGLang (DataCrunch H200) rows, from ``rs``."""
     nim = {r.run["load"]["concurrency"]: r for r in rs if r.run["source_group"] == "nvidia-nim"}
@@ -471,7 +484,7 @@ def fill_mechanisms(text: str, rs: list[Row]) -> str:
     """``text`` with each ``{name}`` of the figures computed from ``rs`` filled in (a figure
     the prose quotes of today's table is computed, never typed); other braces stay as they are."""
     figs = (_trtllm_figures(rs) | _vllm_4090_figures(rs) | _nim_sglang_figures(rs)
-            | _vllm19_figures(rs))
+            | _vllm19_figures(rs) | _a100_figures(rs))
     return re.sub(r"\{(\w+)\}", lambda m: figs.get(m.group(1), m.group(0)), text)
 
 
@@ -843,10 +856,51 @@ here: TensorRT-LLM's per-request time outside the steps (engines/profiles.py, ``
   16.7% -> 19.6%, tok/s 12.6% -> 18.3%. The rows that read well before (N = 75 and 500 at 0.5)
   did so because their cold prefills made up for a step too fast: with the hits the log shows,
   the 0.5 sweep reads TTFT -18% to -39% wherever prompts are prefilled cold, as its ITL (-8% to
-  -24%) and tok/s (+9% to +32%) do. What is left is the A100 step, not the scheduler: N = 10
-  (9 cold prompts in 2,048-token steps, 128 ms each simulated) reads its TTFT median and p99
-  at 512 / 724 ms against 380 / 578 simulated, 1.35x / 1.25x. The PCIe card (inferred SXM; its 300 W cap
-  is not modelled as a clock) moves ITL 3-5 points and TTFT under 1. And the full-hit rows'
+  -24%) and tok/s (+9% to +32%) do. *Issue 29, the A100 step (a negative result; nothing changed,
+  nothing fitted):* N = 10's cold prefills do not read as a step ~1.3x too fast. Simulated, its
+  10 first tokens come in pairs at the end of five 2,048-token steps (126.7, 253.4, 380.2, 507.1,
+  577.6 ms: mean 369, median 380, p99 578); measured (README @b474d1e, Test 5) mean 488.5, median
+  512.0, p99 724.0. The stretch from the median to the p99 (the last two steps) is 212 ms against
+  197 simulated, 1.07x, where a uniformly slower step would give 1.35 x 197 = 266; the ~130 ms is
+  before the third step ends, the size of the delay the full-hit rows show with no prefill at all
+  (measured - simulated mean TTFT: +25 ms at N = 1, +168 at N = 20, +199 at N = 30, +120 at N =
+  10), so it is read as that delay, below. The decode step is 7-9% slow, not 30%: at N = 1 the
+  measured mean / median ITL 11.75 / 11.64 ms against 10.84 simulated at this writing
+  ({a100_n1_itl} today; 10.39 ms on the device, 7.6B bf16 weights at the GEMV share of gpt-fast's
+  A100 SXM, 0.685 of 2,039 GB/s, + the EngineCore's 0.43 ms between the steps, no async
+  scheduling in 0.10.1.1). An independent batch-1 figure agrees with the measured one: Qwen's
+  speed benchmark (QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst @010c37c, "7B
+  (vLLM)": Qwen2.5-7B-Instruct, BF16, input length 1, 2,048 tokens generated, vLLM 0.6.3, "NVIDIA
+  A100 80GB", batch 1, enforce_eager False) 84.28 tok/s = 11.87 ms a token, against 10.39 ms of
+  simulated device time at a 1,024-token context (96 tok/s) and 10.82 ms with V1's 0.43 ms
+  between the steps (V0's loop, which 0.6.3 ran, has no figure here). The pure-decode rows' ITL
+  gap then grows with the batch (N = 1 / 20 / 30: +0.9 / +2.2 / +2.5 ms on means 11.75 / 14.12 /
+  14.93), the simulated step's slope (0.055 ms a sequence, its KV reads) under the measured one
+  (0.125 ms from 1 to 20, 0.081 from 20 to 30). The EngineCore figures gpuplan counts
+  (engines/profiles.py _VLLM_HOST: PR #42131's 0.43 ms a step, PR #46112's 1.13 us a sequence)
+  are 2026 code's, on other hosts; the 0.03-0.07 ms a sequence left between the slopes would be
+  20-60 times the latter, and no figure of 0.10's per-sequence loop on this pod's CPU (not
+  stated) was found (searched 2026-12: vllm issues #26114, update_from_output on the critical
+  path, no figure; #18760, CPU overhead growing with the batch, a profile image only). Checked
+  against what 0.10.1.1 ran (its startup log, log/vllm-7B-1gpuA10080GB-0.5GRAM.log): the card is
+  named "NVIDIA A100 80GB" only, no nvidia-smi, clocks, power or form factor anywhere in the
+  repository, so SXM is kept (inferred) and both are read: on the catalog's A100-PCIe-80GB (300
+  W, 1,935 GB/s; its datasheet peaks at its own TDP, the Perseus power curve gpuplan holds for it
+  reading only below 300 W) the group read TTFT / ITL / tok/s medians 36.2 / 15.9 / 15.3% at this
+  writing against SXM's 36.5 / 19.6 / 18.3% (today's SXM table: {a100_medians}; N = 1 ITL 11.4
+  ms, -3.1%; N = 10 TTFT 370 ms: the prefill barely moves, compute-bound at the same peak).
+  "Using Flash Attention backend on V1 engine": FlashAttention-2's sm80 kernels (vllm-flash-attn;
+  FA3 needs sm90), timed at FA2's A100 share (``attn_fwd_ampere_d128``). "cudagraph_mode":1,
+  capture sizes 1-512, splitting_ops unified_attention: piecewise graphs, the 28 attention calls
+  issued eagerly between 29 replayed pieces -- host issue that runs ahead of a 10.4 ms device
+  step (even at 0.1 ms a layer, 2.8 ms), so hidden; the 2,048-token chunked steps are above 512
+  and run the compiled model uncaptured, GPU-bound at ~128 ms. "Using FlashInfer for top-p &
+  top-k sampling" is loaded, but the client's temperature 0 makes every request greedy (vllm
+  sampling_params.py: temperature < _SAMPLING_EPS sets top_p 1, top_k off), so V1's Sampler casts
+  the logits to fp32 and takes the argmax: b x 152,064 x ~10 bytes, 1.5 MB at b = 1 and 46 MB at
+  b = 30 (0.03 ms), no sort. So the step's kernels, graphs and sampler leave 7-9% at batch 1 and
+  a steeper slope in b unexplained; no source times vLLM 0.10's batch-1 decode GEMVs on sm80
+  apart from the end-to-end figures above, and none is fitted. And the full-hit rows'
   TTFT is a delay common to every request (N = 20: median 200, p99 239 ms; N = 30: 240 and
   274), ~8-10 ms a request, which a serial tokenizer does not give: vllm PR #19334 (2025-06-08,
   RTX 3090, Qwen1.5-1.8B) times 100 concurrent 10,000-token completions of max_tokens 1 at

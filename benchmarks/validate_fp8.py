@@ -684,9 +684,11 @@ QWEN3_30B_CHECKS = (
     "The next table re-ran the H100 row's columns at x 1.77 (5,113 -> 9,058, the table above) "
     "and the GB200 row's config at x 1.01 (26,084 -> 26,373); the B200 config moved to MBS 4 "
     "(and HybridEP, attention graphed) at x 2.75 (9,691 -> 26,695). The H100 row reads two ways (the "
-    "table's columns or the config's EP 16: its note below), and either way the estimate "
-    "meets the re-run within 5% (1.05 on the columns, 0.96 on the config with DeepEP's "
-    "exchange): the 26.02 H100 miss, like the 25.11 one's x 0.50 from 25.09 "
+    "table's columns or the config's EP 16: its note below): the estimate meets the re-run "
+    "within 5% on the columns (1.05) and on the config with DeepEP's exchange (0.96); with the "
+    "HybridEP exchange the config ran, at HybridEP's README H100 rates (measured at hidden "
+    "7,168, not Qwen3's 2,048), it reads 1.21, over by a fifth. Either way the 26.02 H100 "
+    "miss, like the 25.11 one's x 0.50 from 25.09 "
     "(`PIPELINE_CHECKS`), is no per-token cost of this model the estimate lacks, but what that "
     "run did -- at the same layout the next container's (first reading), or the PP 2 x VP 12 "
     "DeepEP layout with the EP overlap that the next config dropped (second) -- and no "
@@ -732,9 +734,9 @@ LATER_QWEN3_30B = (
      "expert_model_parallel_size 16, no PP / VP, moe_a2a_overlap False, the flex dispatcher "
      "over hybridep (f29a269f, 'Update Qwen3 30B H100 Base Configs with HybridEP', #2477), "
      "the layout the 26.04 / 26.04.01 / 26.06 tables print (EP 16, PP 1: 8,901 / 8,960 / "
-     "8,826) -- which gpuplan cannot time as run: HybridEP's measured exchange is the NVL72 "
-     "rack's, and over two H100 nodes NCCL's all-to-all stands in (0.52 of 8,901; DeepEP's "
-     "internode exchange in its place reads 0.96)"),
+     "8,826) -- timed as run there: over two H100 nodes HybridEP's measured internode "
+     "exchange (RDMA between peer GPUs, NVLink inside, as DeepEP's: 1.21 of 8,901; 0.52 under "
+     "NCCL's all-to-all before it, DeepEP's internode exchange in its place reads 0.96)"),
     ("megatron-bridge-26.02-dgx-gb200-qwen330ba3b-mxfp8-x8", {}, {},
      "DGX-GB200 | 8 | MXFP8 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 26373 | 607", 26373,
      "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 is v0.3.0's (MBS 4, flex over hybridep, "
@@ -1532,7 +1534,11 @@ def _recipe_lines(rows: list[Row]) -> list[str]:
            "deepep over whole nodes of 400 Gb/s NICs, DeepEP's measured internode one, a token "
            "once to each node its experts lie on (`deepep_internode_exchange_s`: the 25.09 H100 "
            "DeepSeek-V3 row, its node-limited routing reaching at most 4 of its EP group's 8 "
-           "nodes, 0.88 -> 1.08; 0.49 before its expert TP 1 was read).", "",
+           "nodes, 0.88 -> 1.08; 0.49 before its expert TP 1 was read); under hybridep over "
+           "whole nodes, HybridEP's internode one at its README's H100 rates, the same "
+           "RDMA-then-NVLink path (`HYBRIDEP_INTERNODE_H100`: the 26.04 / 26.04.01 / 26.06 H100 "
+           "Qwen3-30B-A3B rows at EP 16, 0.52 -> 1.21 / 1.20 / 1.22, NOT measured at their "
+           "hidden 2048 or the recipe's 32 SMs).", "",
            "| run | config @ tag | dispatcher | EP overlap | recompute | CUDA graphs | MTP |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:

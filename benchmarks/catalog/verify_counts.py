@@ -75,6 +75,9 @@ CARD: dict[str, tuple[float, float | None, int, str]] = {
     "qwen2.5-14b": (14, None, 0, "name (card 14.7B: the count 14.77B truncated)"),
     "qwen2.5-32b": (32, None, 0, "name (card 32.5B: 0.8% below the count 32.76B)"),
     "qwen2.5-coder-32b": (32, None, 0, "name (card 32.5B, as Qwen2.5-32B's)"),
+    # families43: the OLMo 2 card's table names them 7B and 13B
+    "olmo-2-1124-7b": (7, None, 0, "OLMo 2 card (7B)"),
+    "olmo-2-1124-13b": (13, None, 0, "OLMo 2 card (13B)"),
 }
 
 

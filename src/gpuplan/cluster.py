@@ -464,6 +464,7 @@ def _serve_candidates(c: _Ctx, concurrency: int, context: int,
                                                          c.base.engine))
             spec = StepSpec.of(job, mode="infer", seq=context, new_tokens=1, trainable=None,
                                single_device=True)
+            spec = replace(spec, pp=pp)  # the stages, as speed's layout path times them
             dec, pre, _, _ = build_steps(shard_arch(arch, tp), 0, (), c.device, c.eff, c.prec,
                                          spec)
             st = serve_time(arch, dec.time_s, pre.time_s if pre else dec.time_s, lay, c.topo,

@@ -348,6 +348,8 @@ _MODERN = {
     "gemma3_text": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(
         intermediate_size=96, num_key_value_heads=2, head_dim=16, sliding_window=16,
         sliding_window_pattern=2)),
+    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", dict(
+        intermediate_size=96, num_key_value_heads=2, head_dim=16)),
     "llama4_text": ("Llama4ForCausalLM", "Llama4TextConfig", dict(
         intermediate_size=32, intermediate_size_mlp=96, num_local_experts=4,
         num_experts_per_tok=1, num_key_value_heads=2, head_dim=16, attention_chunk_size=16,

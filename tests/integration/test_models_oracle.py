@@ -213,6 +213,13 @@ VARIANTS = {
     "gemma3-text-untied": ("gemma3_text", "Gemma3ForCausalLM",
                            dict(_SMALL, intermediate_size=96, num_key_value_heads=2,
                                 head_dim=16, tie_word_embeddings=False)),
+    # OLMo 2: q_norm / k_norm over the whole projections (heads x head_dim, kv x head_dim),
+    # post-attention and post-feedforward norms, no input norm
+    "olmo2-gqa-bias-head-dim": ("olmo2", "Olmo2ForCausalLM",
+                                dict(_SMALL, intermediate_size=96, num_key_value_heads=2,
+                                     head_dim=24, attention_bias=True)),
+    "olmo2-tied": ("olmo2", "Olmo2ForCausalLM",
+                   dict(_SMALL, intermediate_size=96, tie_word_embeddings=True)),
     "llama4-interleaved": ("llama4_text", "Llama4ForCausalLM",
                            dict(_SMALL, num_hidden_layers=4, intermediate_size=48,
                                 intermediate_size_mlp=96, num_key_value_heads=2, head_dim=16,

@@ -21,11 +21,6 @@ transformers = pytest.importorskip("transformers")
 from gpuplan.models import build_architecture, load_model  # noqa: E402
 
 # Published config.json shapes (the Hub repository named), as dicts.
-OLMO2_7B = dict(  # allenai/OLMo-2-1124-7B
-    hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
-    intermediate_size=11008, vocab_size=100352, max_position_embeddings=4096,
-    tie_word_embeddings=False, rms_norm_eps=1e-6, rope_theta=500000, attention_bias=False,
-    hidden_act="silu")
 GRANITE_3_2B = dict(  # ibm-granite/granite-3.0-2b-base
     hidden_size=2048, num_hidden_layers=40, num_attention_heads=32, num_key_value_heads=8,
     intermediate_size=8192, vocab_size=49155, max_position_embeddings=4096,
@@ -85,9 +80,10 @@ ERNIE45_21B = dict(  # baidu/ERNIE-4.5-21B-A3B-PT: its own expert key names
     vocab_size=103424, tie_word_embeddings=True, use_bias=False, max_position_embeddings=131072)
 
 #: model_type -> (config, nearest family, gpuplan - transformers as measured, what it is)
+#: (olmo2 left these cases when it got its own reader, families43: planned as llama it was
+#: -32 x (4096 + 4096) for OLMo-2-7B, llama lacking its q_norm / k_norm; the mystery_olmo2
+#: checkpoints below still take the nearest-family path)
 CASES = {
-    "olmo2": (OLMO2_7B, "llama", -32 * (4096 + 4096),
-              "q_norm / k_norm over all heads, which llama lacks"),
     "granite": (GRANITE_3_2B, "llama", 0, "the multipliers hold no parameter"),
     "cohere": (COMMAND_R, "llama", 40 * 8192,
                "llama's second norm per layer: Cohere has one (parallel attention and MLP)"),

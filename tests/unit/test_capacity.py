@@ -225,3 +225,30 @@ def test_fit_and_capacity_give_one_kv_budget():
         assert dep.sched.max_num_seqs == b.max_num_seqs
         assert dep.sched.max_num_batched_tokens == b.max_num_batched_tokens
         assert dep.sched.version == b.version
+
+
+def test_the_library_serves_the_jobs_engine_as_the_cli_and_the_web_do(cli):
+    """One truth (onetruth43): ``gpuplan.capacity(model, gpu, job=Job(engine="sglang"))`` ran
+    vLLM (its ``engine`` keyword's default "vllm" replaced the job's engine: 144,768 KV tokens
+    and vLLM's TTFT for qwen3-30b-a3b on an H100 where `gpuplan capacity --engine sglang` and
+    ``POST /api/capacity`` give SGLang's 96,340). The job's serving engine is the default now;
+    a conflicting keyword is refused."""
+    import json
+
+    import gpuplan
+
+    m, gpu = load_model("qwen3-30b-a3b"), get_gpu("H100-SXM-80GB")
+    work = dict(rate=0.001, requests=4, input=2048, output=128)
+    lib = gpuplan.capacity(m, gpu, job=Job(model=m, mode="infer", engine="sglang"), **work)
+    code, out, err = cli("capacity", "qwen3-30b-a3b", "--gpu", "H100-SXM-80GB", "--engine",
+                         "sglang", *(f"--{k}={v}" for k, v in work.items()), "--json")
+    assert code == 0, err
+    want = json.loads(out)
+    got = lib.to_dict()
+    assert got["engine"] == want["engine"] == "sglang"
+    assert got["kv"]["kv_tokens"] == want["kv"]["kv_tokens"]
+    assert got["ttft_s"]["mean"] == pytest.approx(want["ttft_s"]["mean"], rel=1e-9)
+    assert got["tpot_s"]["mean"] == pytest.approx(want["tpot_s"]["mean"], rel=1e-9)
+    with pytest.raises(InputError, match="engine vllm for a job of engine sglang"):
+        gpuplan.capacity(m, gpu, job=Job(model=m, mode="infer", engine="sglang"),
+                         engine="vllm", **work)

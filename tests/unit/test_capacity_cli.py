@@ -115,3 +115,30 @@ def test_a_whole_prompt_from_the_cache_is_accepted_as_the_library_accepts_it(cap
     assert full["ttft_s"]["p50"] < cold["ttft_s"]["p50"]
     assert "expected a share of each prompt >= 0 and <= 1" in _err(capsys, argv + ["--prefix-hit",
                                                                                    "1.01"])
+
+
+def test_an_expert_parallel_replica_is_the_layout_fit_plans(cli):
+    """One truth (onetruth43): capacity counted a replica as tp x pp x ep GPUs, so `--tp 2 --ep 2`
+    became a data-parallel pair of TP-2 ranks (4 GPUs, each rank's KV cache and step) of which
+    one scheduler was simulated, while fit refused the 2-GPU layout and the vllm export wrote a
+    2-GPU TP-2 engine. A replica is tp x pp GPUs: capacity refuses what fit refuses, in the same
+    words, and a folded EP (--etp 1) replica has fit's GPUs, KV cache and batch-1 latencies."""
+    lay = ["qwen3-30b-a3b", "--gpu", "H100-SXM-80GB", "--engine", "vllm", "--tp", "2",
+           "--ep", "2"]
+    work = ["--rate", "0.001", "--requests", "4", "--input", "2048", "--output", "128"]
+    code_c, _, err_c = cli("capacity", *lay, *work)
+    code_f, _, err_f = cli("fit", *lay, "--gpus", "2", "--mode", "infer", "--seq", "2048")
+    assert code_c == code_f == 2 and err_c == err_f and "--etp 1" in err_c
+    code, out, err = cli("capacity", *lay, "--etp", "1", *work, "--json")
+    assert code == 0, err
+    cap = json.loads(out)
+    code, out, err = cli("fit", *lay, "--etp", "1", "--gpus", "2", "--mode", "infer", "--seq",
+                         "2048", "--json")
+    assert code == 0, err
+    fit = json.loads(out)
+    assert cap["layout"]["gpus"] == cap["gpus"] == fit["job"]["gpus"] == 2
+    assert cap["kv"]["kv_tokens"] == fit["infer"]["engine"]["kv_tokens"]
+    assert cap["kv"]["available_kv_bytes"] == fit["infer"]["engine"]["available_kv_bytes"]
+    speed = fit["speed"]["gpus"][0]["infer"]
+    assert cap["ttft_s"]["mean"] == pytest.approx(speed["ttft_s"], rel=1e-6)
+    assert cap["tpot_s"]["mean"] == pytest.approx(speed["tpot_s"], rel=1e-6)

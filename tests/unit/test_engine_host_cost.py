@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from gpuplan import Job, estimate_speed, get_gpu, load_model
-from gpuplan.engines.profiles import ENGINES, ServingHost
+from gpuplan.engines.profiles import ENGINES, ServingHost, get_engine
 
 
 def _est(engine: str, batch: int = 8):
@@ -194,3 +194,32 @@ def test_async_scheduling_off_under_pipeline_parallelism():
     one = Deployment(model, gpu, Job(model="x", mode="infer"), engine_version="0.19.0",
                      max_model_len=4096)
     assert one.sched.async_scheduling and one.sched.run_ahead and one.cost.async_scheduling
+
+
+def test_speed_and_capacity_agree_that_pipeline_parallelism_serializes_the_loop(cli):
+    """One truth (onetruth43): capacity turned vLLM's async scheduling off under PP (above) but
+    `gpuplan speed` kept the profile's overlap, so a vLLM TP4 PP2 job's batch-1 TPOT read
+    17.52 ms in speed and fit and 17.95 ms in capacity at a vanishing rate -- the loop's own
+    0.43 ms (schedule 0.2 + update_states 0.18 + prepare_inputs 0.05). The profile's rule
+    (ServingHost.overlaps_core) is read by both now; at PP 1 the loop stays beside the step."""
+    import json
+
+    job = ["llama-3.1-70b", "--gpu", "H100-SXM-80GB", "--engine", "vllm", "--tp", "4"]
+    for pp, overlapped in ((2, False), (1, True)):
+        lay = [*job, "--pp", str(pp)]
+        code, out, err = cli("speed", *lay, "--gpus", str(4 * pp), "--mode", "infer", "--seq",
+                             "2048", "--json")
+        assert code == 0, err
+        speed = json.loads(out)
+        assert speed["step"]["serve_core_overlap"] is overlapped
+        code, out, err = cli("capacity", *lay, "--max-model-len", "16384", "--rate", "0.001",
+                             "--requests", "4", "--input", "2048", "--output", "128", "--json")
+        assert code == 0, err
+        cap = json.loads(out)
+        assert cap["scheduler"]["async_scheduling"] is overlapped
+        assert cap["tpot_s"]["mean"] == pytest.approx(speed["tpot_s"], rel=1e-6), pp
+        assert cap["ttft_s"]["mean"] == pytest.approx(speed["ttft_s"], rel=1e-6), pp
+    serial = get_engine("vllm").serving_host
+    assert serial.overlaps_core(1) and not serial.overlaps_core(2)
+    # the loop serialized costs its own work, at batch 1
+    assert serial.core_step_s(1) == pytest.approx(_CORE_FIXED + _CORE_SEQ)

@@ -305,6 +305,14 @@ def test_torchtitan_refuses_families_it_lacks(model, why):
     assert why in str(e.value) and "\n" not in str(e.value)
 
 
+def test_megatron_refuses_olmo2_rather_than_write_a_pre_norm_llama():
+    # pretrain_gpt.py has no flags for OLMo 2's post-norms and whole-projection QK-norm; without
+    # the refusal the command would train Llama's pre-norm block with no QK-norm
+    with pytest.raises(InputError, match="OLMo 2's norms after attention and MLP") as e:
+        export_plan(job(model="olmo-2-1124-7b", gpus=8, engine="megatron"), "megatron")
+    assert "\n" not in str(e.value)
+
+
 # ------------------------------------------------------------------ Megatron-LM (documented)
 
 #: Options of NVIDIA/Megatron-LM megatron/training/arguments.py used by the export, with their

@@ -93,7 +93,31 @@ def test_a_model_directory_with_a_matching_quantization_config_is_its_own_reposi
 def test_gpu_memory_utilization_is_always_stated():
     for kw in ({}, {"tp": 2, "gpus": 2}, {"infer_precision": "fp8", "kv_dtype": "fp8"}):
         _, a = vllm_args(export_plan(infer(**kw), "vllm"))
-        assert a.gpu_memory_utilization == 0.9  # vLLM's default (engine args)
+        assert a.gpu_memory_utilization is not None
+
+
+def test_the_exported_utilization_is_the_one_the_plans_kv_budget_used(cli):
+    """One truth (onetruth43): `fit --engine vllm`'s KV budget is sized at the version's default
+    (0.92 from vLLM 0.21, PR #38284) or the user's --gpu-memory-utilization; `fit --export vllm`
+    and `capacity --export vllm` wrote a constant 0.9, so the launched engine held less KV cache
+    than the plan counted. Each door's command now states the fraction its plan read."""
+    job = ["llama-3.1-8b", "--mode", "infer", "--engine", "vllm", "--gpu", "H100-SXM-80GB"]
+    for extra in ([], ["--gpu-memory-utilization", "0.8"], ["--engine-version", "0.10"]):
+        code, out, err = cli("fit", *job, *extra, "--json")
+        assert code == 0, err
+        planned = json.loads(out)["infer"]["engine"]["fraction"]
+        code, cmd, err = cli("fit", *job, *extra, "--export", "vllm")
+        assert code == 0, err
+        _, a = vllm_args(cmd)
+        assert a.gpu_memory_utilization == pytest.approx(planned), extra
+        code, out, err = cli("capacity", *job[:1], *job[5:], "--engine", "vllm", *extra,
+                             "--rate", "1", "--requests", "20", "--input", "512", "--output",
+                             "64", "--export", "vllm", "--json")
+        assert code == 0, err
+        res = json.loads(out)
+        _, a = vllm_args(res["export"].split(" --max-num-batched-tokens")[0])  # its scheduler knobs
+        assert a.gpu_memory_utilization == pytest.approx(res["scheduler"]["memory_utilization"])
+        assert res["scheduler"]["memory_utilization"] == pytest.approx(planned), extra
 
 
 def test_export_repo_is_checked(cli):

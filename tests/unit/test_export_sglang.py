@@ -129,3 +129,27 @@ def test_what_sglang_cannot_launch_is_refused_in_one_line(kw, field):
         export_plan(Job(model="llama-3.1-8b", **kw), "sglang")
     assert e.value.field == field and "\n" not in str(e.value)
     assert str(e.value).startswith("export sglang:")
+
+
+def test_fits_export_states_the_fraction_fits_kv_budget_used(capsys):
+    """One truth (onetruth43): `fit --engine sglang` sizes the KV cache at SGLang 0.5's
+    mem_fraction_static for the card (0.834 on an H100-SXM-80GB: memory/budget.py), but
+    `fit --export sglang` wrote 0.88 (0.4's TP-1 default), so the launched server held another
+    cache than the plan. The export now writes the plan's fraction: the user's, else the card's
+    default when one --gpu is named, else none (SGLang then computes its own per card)."""
+    base = ["fit", "qwen3-30b-a3b", "--mode", "infer", "--engine", "sglang"]
+    for gpu, extra in (("H100-SXM-80GB", []), ("A100-SXM-40GB", []),
+                       ("H100-SXM-80GB", ["--mem-fraction-static", "0.8"]),
+                       ("H100-SXM-80GB", ["--engine-version", "0.4"])):
+        assert main([*base, "--gpu", gpu, *extra, "--json"]) == 0
+        eng = json.loads(capsys.readouterr().out)["infer"]["engine"]
+        planned = eng["fraction"]
+        assert main([*base, "--gpu", gpu, *extra, "--export", "sglang"]) == 0
+        (a,), _ = parse(capsys.readouterr().out)
+        assert a.mem_fraction_static == pytest.approx(planned), (gpu, extra)
+        # the card's chunk too (4096 on a 40 GB A100, where 8192 was written)
+        assert a.chunked_prefill_size == eng["max_num_batched_tokens"], (gpu, extra)
+    assert main([*base, "--gpu", "H100-SXM-80GB", "--gpu", "A100-SXM-40GB", "--export",
+                 "sglang"]) == 0  # two cards, two defaults: SGLang's own on each
+    (a,), _ = parse(capsys.readouterr().out)
+    assert a.mem_fraction_static is None

@@ -7,10 +7,10 @@ from __future__ import annotations
 import sys
 import types
 
-from ..job import Job, int_arg
+from ..job import Job, int_arg, job_arg
 from ._disagg import Disaggregated
 from ._engines import SCHEDULERS, SchedulerDefaults, scheduler_for
-from ._plan import Deployment, max_rate
+from ._plan import Deployment, max_rate, serving_engine
 from ._result import SLO, CapacityResult, Stats
 from ._workload import Dist, Workload, make_workload, parse_dist, read_workload
 
@@ -19,7 +19,7 @@ __all__ = ["capacity", "CapacityResult", "Stats", "SLO", "Deployment", "max_rate
            "SCHEDULERS", "scheduler_for", "Disaggregated"]
 
 
-def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str | None = None,
+def capacity(model, gpu, *, job=None, engine: str | None = None, engine_version: str | None = None,
              rate: float | None = None, concurrency: int | None = None, input: int = 2000,
              output: int = 256, input_dist: str | None = None, output_dist: str | None = None,
              arrivals: str = "poisson", requests: int = 2000, seed: int = 0,
@@ -34,10 +34,13 @@ def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str 
     their distributions, or a ``workload``: a workload carries its own requests, lengths and
     arrivals, and ``rate``, ``concurrency``, the lengths, ``requests``, ``seed`` and
     ``arrivals`` are then not read (``gpuplan capacity`` refuses them beside ``--workload``).
-    ``prefix_hit``: the share of each prompt the prefix cache serves, in [0, 1] (1: every
-    prompt, as a published run whose server cached them all)."""
+    ``engine``: default the job's serving engine, else vLLM (as ``gpuplan capacity`` and
+    ``POST /api/capacity`` choose it). ``prefix_hit``: the share of each prompt the prefix
+    cache serves, in [0, 1] (1: every prompt, as a published run whose server cached them
+    all)."""
     if job is None:
-        job = Job(model="x", mode="infer", engine=engine)
+        job = Job(model="x", mode="infer", engine=engine or "vllm")
+    engine = serving_engine(job_arg(job), engine)
     if workload is None:  # a dist given empty is refused, not replaced by the length (qa43)
         wl_in = parse_dist(str(input) if input_dist is None else input_dist, what="input")
         wl_out = parse_dist(str(output) if output_dist is None else output_dist, what="output")

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..compute.device import power_clock_fraction
-from ..engines.budget import DEFAULT_VERSIONS
+from ..engines.budget import DEFAULT_VERSIONS, SERVING_ENGINES
+from ..engines.profiles import get_engine
 from ..errors import InputError, opt
 from ..hardware import GPU
 from ..job import Job, gpu_arg, int_arg, job_arg, model_arg, number_arg
@@ -18,13 +19,28 @@ from ._result import SLO, CapacityResult, summarize
 from ._sim import simulate
 from ._workload import Request, Workload, make_workload
 
-__all__ = ["Deployment", "max_rate", "sweep", "knee", "SWEEP_FACTORS"]
+__all__ = ["Deployment", "max_rate", "sweep", "knee", "SWEEP_FACTORS", "serving_engine"]
+
+
+def serving_engine(job: Job, engine: str | None = None) -> str:
+    """The engine a deployment of ``job`` runs: ``engine`` when given, else the job's own where
+    it is a serving engine, else vLLM (the CLI's and the web's rule, one home). A job naming one
+    serving engine and ``engine`` another is refused: it asked for two deployments."""
+    own = job.engine if job.engine in SERVING_ENGINES else None
+    if engine is None:
+        return own or "vllm"
+    if own is not None and own != engine:
+        raise InputError(f"{opt('engine')} {engine} for a job of engine {own}: name one "
+                         f"(the job's is {own})", field="engine", value=engine)
+    return engine
 
 
 class Deployment:
-    """``replicas`` copies of ``job``'s layout (tp x pp x ep GPUs each) under ``engine``."""
+    """``replicas`` copies of ``job``'s layout (tp x pp GPUs each, its experts spread over
+    them: vLLM's --enable-expert-parallel and SGLang's --ep-size place experts on a replica's
+    own ranks) under ``engine``."""
 
-    def __init__(self, model, gpu: GPU, job: Job, *, engine: str = "vllm",
+    def __init__(self, model, gpu: GPU, job: Job, *, engine: str | None = None,
                  engine_version: str | None = None, replicas: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
@@ -33,13 +49,17 @@ class Deployment:
         # (docs/bounds.md "The API"): a str model or GPU, a float replica count (qa43)
         model, gpu, job = model_arg(model), gpu_arg(gpu), job_arg(job)
         replicas = int_arg(replicas, "replicas", "gpus")
+        engine = serving_engine(job, engine)
         # only a version left out takes the default: an empty one is refused as malformed
         version = DEFAULT_VERSIONS.get(engine) if engine_version is None else engine_version
         sched = scheduler_for(engine, version)
         arch = getattr(model, "architecture", None)
         ctx = getattr(arch, "max_position_embeddings", None) or 8192
         self.max_len = max_model_len or ctx
-        per = job.tp * job.pp * job.ep
+        # a replica is one engine instance, one scheduler: its GPUs are tp x pp, the layout
+        # `fit --gpus tp*pp` plans and the export launches (tp x pp x ep counted a data-parallel
+        # pair of ranks for --tp 2 --ep 2 and simulated only one of them; onetruth43)
+        per = job.tp * job.pp
         self.job = job.with_(mode="infer", engine=engine, gpus=per)
         knobs = {k: v for k, v in dict(
             engine_version=version, max_num_seqs=max_num_seqs,
@@ -54,8 +74,10 @@ class Deployment:
                         max_num_seqs=b.max_num_seqs,
                         max_num_batched_tokens=b.max_num_batched_tokens,
                         memory_utilization=b.fraction)
-        if sched.async_scheduling and job.pp > 1:
-            # vLLM 0.14.0 leaves async scheduling off under pipeline parallelism (its notes)
+        host = get_engine(engine).serving_host
+        if sched.async_scheduling and job.pp > 1 and host is not None and not host.core_overlap_pp:
+            # vLLM 0.14.0 leaves async scheduling off under pipeline parallelism (its notes):
+            # the profile's rule, which speed's step reads too (ServingHost.overlaps_core)
             sched = replace(sched, async_scheduling=False, run_ahead=False)
         self.model, self.gpu, self.sched, self.replicas = model, gpu, sched, replicas
         self.gpus = per * replicas

@@ -344,7 +344,7 @@ def _export(engine: str, model, job, res) -> str:
                              page_size=sch["block_size"], context=max_len)
     from ..export.vllm import export
 
-    cmd = export(served, model).rstrip("\n")
+    cmd = export(served, model, gpu_memory_utilization=sch["memory_utilization"]).rstrip("\n")
     return (f"{cmd} --max-num-batched-tokens {sch['max_num_batched_tokens']} --block-size "
             f"{sch['block_size']}\n")
 

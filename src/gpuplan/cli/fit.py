@@ -121,7 +121,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict | None:
     return out or None
 
 
-def export_text(args: argparse.Namespace, job: Job) -> str | None:
+def export_text(args: argparse.Namespace, job: Job, gpu=None) -> str | None:
     """``--export ENGINE [--export-file PATH]``: the engine's config, its options checked (and
     the file's path), nothing written yet; None without ``--export``."""
     if args.export_file is not None and not str(args.export_file).strip():
@@ -144,7 +144,12 @@ def export_text(args: argparse.Namespace, job: Job) -> str | None:
                          "--export-file PATH")
     from ..export import export_plan  # the exporters load only when --export is given
 
-    return export_plan(job, args.export, repo=args.export_repo)
+    budget = budget_kwargs(args)  # the knobs the plan's KV budget reads, in the command too
+    return export_plan(job, args.export, repo=args.export_repo,
+                       gpu_memory_utilization=budget.get("gpu_memory_utilization"),
+                       mem_fraction_static=budget.get("mem_fraction_static"),
+                       engine_version=budget.get("engine_version"),
+                       gpu=gpu)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
         check_plot(args.plot)
     job = job_from_args(args)
     overrides = overrides_from_args(args)
-    config = export_text(args, job)
+    gpus = resolve_gpus(args.gpu)  # one card: an export's fraction where its default is the card's
+    config = export_text(args, job, gpus[0][0] if len(gpus) == 1 else None)
     if config is not None and not args.export_file:  # the config alone, on stdout
         check_overrides(overrides)
         resolve_gpus(args.gpu)  # a mistyped --gpu fails here as it would with the plan

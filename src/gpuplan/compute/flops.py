@@ -671,8 +671,9 @@ def one_launch_product(op: Op, act: int) -> Op:
 def _qk_norm_ops(arch: Architecture, T: int, q_el: int, k_el: int, a: int,
                  rotary: bool) -> list[Op]:
     """QK-norm, elementwise over every query and key head (Qwen3, Gemma 3, GLM-4.5's weighted
-    RMSNorm; Llama 4's unweighted L2 norm, on its rotary layers only: Llama4TextAttention builds
-    qk_norm when ``use_qk_norm and use_rope``)."""
+    RMSNorm; OLMo 2's over the whole projections, the same elements; Llama 4's unweighted L2
+    norm, on its rotary layers only: Llama4TextAttention builds qk_norm when ``use_qk_norm and
+    use_rope``)."""
     if arch.qk_norm == "none" or (arch.qk_norm == "l2" and not rotary):
         return []
     n = T * (q_el + k_el)

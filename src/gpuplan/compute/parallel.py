@@ -105,6 +105,7 @@ __all__ = ["Layout", "MicroCost", "LayoutTime", "shard_arch", "micro_cost", "mic
            "shared_overlap_hidden_s", "fsdp_edge_share", "ep_all_to_all_s", "hybridep_applies",
            "hybridep_rows", "hybridep_exchange_s", "HYBRIDEP_GB200", "deepep_internode_applies",
            "deepep_nodes_reached", "deepep_internode_exchange_s", "DEEPEP_INTERNODE_H800",
+           "HYBRIDEP_INTERNODE_H100", "hybridep_internode_applies", "internode_exchange_s",
            "async_tp_exposed_s", "torch_cp_exposed_s", "torch_cp_merge_bytes", "torch_cp_traced",
            "sdpa_kv_heads", "fsdp2_copy_bytes", "fsdp1_grad_cat_bytes", "pipeline_accumulate_bytes",
            "pipeline_reduce_exposed_s", "sharded_copy_bytes", "TP_GEMMS", "delayed_amax_reduce_s",
@@ -1238,7 +1239,9 @@ def _ep_exchanges_s(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
     """One layer's exposed EP exchanges of one micro-batch (the MoE layers' share of a layer):
     a dispatch and a combine forward, the same pair backward (the dispatch's gradient is a
     combine, the combine's a dispatch), once more for a full recompute; HybridEP's measured
-    exchange where it applies (:func:`hybridep_applies`), NCCL's all-to-all otherwise."""
+    exchange where it applies (:func:`hybridep_applies`: an NVL72 rack), DeepEP's or
+    HybridEP's measured internode one over whole nodes (:func:`deepep_internode_applies`,
+    :func:`hybridep_internode_applies`), NCCL's all-to-all otherwise."""
     moe = _moe_layers(arch)
     if lay.ep <= 1 or not moe:
         return 0.0
@@ -1256,13 +1259,14 @@ def _ep_exchanges_s(arch: Architecture, lay: Layout, topo: Topology, eff: Effici
         rows = tok / (arch.hidden_size * act * max(1, arch.experts_per_token))
         one = hybridep_exchange_s(rows, arch.num_experts, arch.experts_per_token, lay.ep,
                                   arch.hidden_size)
-    elif deepep_internode_applies(dispatcher, lay, topo):
+    elif deepep_internode_applies(dispatcher, lay, topo) \
+            or hybridep_internode_applies(dispatcher, lay, topo):
         rows = tok / (arch.hidden_size * act * max(1, arch.experts_per_token))
         nodes = topo.link(lay.ep, stride)[1]
-        one = deepep_internode_exchange_s(
-            rows * deepep_nodes_reached(arch.num_experts, arch.experts_per_token, nodes,
-                                        arch.router_groups),
-            lay.ep, arch.hidden_size)
+        rows *= deepep_nodes_reached(arch.num_experts, arch.experts_per_token, nodes,
+                                     arch.router_groups)
+        table = DEEPEP_INTERNODE_H800 if dispatcher == "deepep" else HYBRIDEP_INTERNODE_H100
+        one = internode_exchange_s(rows, lay.ep, arch.hidden_size, table)
     else:
         one = collective_time("all-to-all", tok, lay.ep, topo, stride=stride, efficiency=eff.comm)
     return moe / arch.num_layers * n_a2a * one
@@ -1376,12 +1380,18 @@ def deepep_internode_applies(dispatcher: str, lay: Layout, topo: Topology) -> bo
     (:data:`DEEPEP_INTERNODE_H800`): the job's dispatcher is ``deepep``, the EP group whole
     nodes of adjacent ranks (as DeepEP's benchmark ran: every GPU of each node, its own NIC)
     across two or more nodes, EP within the measured 16-64, the network 400 Gb/s a GPU."""
-    if dispatcher != "deepep" or lay.ep <= 1:
+    return dispatcher == "deepep" and _whole_nodes_within(lay, topo, DEEPEP_INTERNODE_H800)
+
+
+def _whole_nodes_within(lay: Layout, topo: Topology, table: dict) -> bool:
+    """Whether the EP group is whole nodes of adjacent ranks (every GPU of each node, its own
+    NIC: as DeepEP's and HybridEP's internode benchmarks ran) across two or more nodes, EP
+    within ``table``'s measured sizes, the network 400 Gb/s a GPU (:data:`DEEPEP_NIC_BPS`)."""
+    if lay.ep <= 1:
         return False
-    ranks = sorted(DEEPEP_INTERNODE_H800)
-    per_node = topo.gpus_per_node
-    return (_ep_stride(lay) == 1 and topo.link(lay.ep, 1)[1] > 1 and lay.ep % per_node == 0
-            and ranks[0] <= lay.ep <= ranks[-1]
+    ranks = sorted(table)
+    return (_ep_stride(lay) == 1 and topo.link(lay.ep, 1)[1] > 1
+            and lay.ep % topo.gpus_per_node == 0 and ranks[0] <= lay.ep <= ranks[-1]
             and abs(topo.inter.bandwidth - DEEPEP_NIC_BPS) <= 0.01 * DEEPEP_NIC_BPS)
 
 
@@ -1408,11 +1418,66 @@ def deepep_internode_exchange_s(rows: float, ep: int, hidden: int) -> float:
     layer's forward is twice it -- of ``rows`` (a rank's tokens x the nodes each reaches:
     :func:`deepep_nodes_reached`) of ``hidden`` BF16 elements at
     :data:`DEEPEP_INTERNODE_H800`'s measured rates for ``ep`` ranks."""
+    return internode_exchange_s(rows, ep, hidden, DEEPEP_INTERNODE_H800)
+
+
+def internode_exchange_s(rows: float, ep: int, hidden: int,
+                         table: dict[int, tuple[float, float]]) -> float:
+    """Seconds of one internode exchange -- the mean of a dispatch and a combine -- of ``rows``
+    (a rank's tokens x the nodes each reaches, its own counted: :func:`deepep_nodes_reached`)
+    of ``hidden`` BF16 elements at ``table``'s measured (dispatch, combine) rates for ``ep``
+    ranks (:data:`DEEPEP_INTERNODE_H800`, :data:`HYBRIDEP_INTERNODE_H100`: both count the
+    bytes so, a token once per node reached)."""
     if ep <= 1 or rows <= 0:
         return 0.0
-    dispatch, combine = _rates_at(DEEPEP_INTERNODE_H800, ep)
+    dispatch, combine = _rates_at(table, ep)
     nbytes = rows * hidden * 2
     return 0.5 * (nbytes / dispatch + nbytes / combine)
+
+
+#: HybridEP's normal kernels across nodes, measured on H100: (dispatch, combine) "IB bandwidth"
+#: in bytes/s by EP ranks. HybridEP crosses nodes as DeepEP's internode kernels do: "Similar to
+#: DeepEP, Hybrid-EP first performs IB communication between peer GPUs [the same local rank on
+#: each node], then each rank distributes the received inter-node data locally" over NVLink,
+#: and its combine pre-reduces inside the node before the RDMA send (docs/
+#: Hybrid-EP_Implementation.md, "RDMA communication pattern", 8.1, 8.2); the dispatch sends a
+#: token once to each remote node holding one of its experts (hybrid_ep_backend.cuh: one
+#: ``attn_to_rdma_map`` flag a token a remote node). Its bytes are DeepEP's: tests/
+#: test_hybrid_ep.py's ``rdma_send_bytes = num_rdma x HIDDEN_DIM x 2``, ``num_rdma`` each
+#: token's distinct destination nodes, its own included (tests/utils.py
+#: count_rdma_send_from_routing_map: "To align with the implementation in the DeepEP, we do
+#: not set the local node map to zeros"), the combine the same bytes back. From deepseek-ai/
+#: DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md "H100 Platform" (added at 7febc6e2,
+#: 2026-02-09; the same at 94a9f8f6b146c07d97ec58f67cd6d303296d6098, 2026-07-10): 4096 tokens,
+#: hidden 7168, top-8, a random uniform router, 8 local experts, Torch API, Dispatch (BF16)
+#: and Combine at SM count 16 -- 16 ranks 54.47 / 53.35 GB/s, 32 ranks 47.36 / 52.53, 64 ranks
+#: 41.24 / 46.57 (at 8 SMs 57.74 / 56.96, 46.54 / 50.68, 41.46 / 47.68: no faster at 16, so
+#: the network bounds it). Megatron-Core dispatches BF16 through HybridEP ("HybridEP
+#: dispatcher does not support fp8 dispatch now": fused_a2a.py init_hybrid_ep_buffer at
+#: NVIDIA/Megatron-LM@d7288711, the 26.04 Megatron-Bridge v0.4.0 pin) with
+#: num_sms_dispatch_api = num_sms_combine_api = moe_hybridep_num_sms, which Megatron-Bridge's
+#: performance scripts set to 32 (scripts/performance/utils/overrides.py at v0.4.0 / v0.5.0):
+#: NOT measured at 32 SMs; the largest measured, 16, taken. The README names no NIC: taken
+#: as 400 Gb/s a GPU (DGX H100's CX7, DeepEP's H800 benchmark's), so it applies where
+#: DEEPEP_INTERNODE_H800 would (:func:`hybridep_internode_applies`). Measured at 4096 tokens a
+#: rank and hidden 7168 only: taken at any size, NOT measured at Qwen3-30B-A3B's hidden 2048
+#: (a token 4 KB against 14 KB, the exchange under a third of the bytes, where the Torch API's
+#: fixed costs weigh more: the README's kernel-only 71.71 GB/s against its Torch API 54.47 at
+#: 16 ranks puts 0.52 of the 2.15 ms outside the kernel there); the Torch API was timed with
+#: a cached handle (tests/test_hybrid_ep.py at 7febc6e2: ``buffer.dispatch(..., handle)``).
+#: Between the measured EP sizes interpolated; outside 16-64, NCCL's all-to-all.
+HYBRIDEP_INTERNODE_H100 = {16: (54.47e9, 53.35e9), 32: (47.36e9, 52.53e9),
+                           64: (41.24e9, 46.57e9)}
+
+
+def hybridep_internode_applies(dispatcher: str, lay: Layout, topo: Topology) -> bool:
+    """Whether a layout's EP exchange is HybridEP's measured internode one
+    (:data:`HYBRIDEP_INTERNODE_H100`): the job's dispatcher is ``hybridep``, outside an NVL72
+    rack's one NVLink domain (there :func:`hybridep_applies`), the EP group whole nodes of
+    adjacent ranks across two or more nodes, EP within the measured 16-64, the network
+    400 Gb/s a GPU."""
+    return (dispatcher == "hybridep" and not hybridep_applies(dispatcher, lay, topo)
+            and _whole_nodes_within(lay, topo, HYBRIDEP_INTERNODE_H100))
 
 
 def _padded_share(arch: Architecture, lay: Layout, tokens: int | None = None) -> float:

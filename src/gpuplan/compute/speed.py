@@ -611,7 +611,8 @@ def _layout_estimate(arch: Architecture | None, name: str, n_params: int, gpu: G
                                  dp_shard=None),
                        mode=mode, seq=seq // lay.cp, new_tokens=new_tokens, trainable=None,
                        single_device=True, optimizer_impl=impls[0], grad_clip_impl=impls[1])
-    spec = replace(spec, ep=lay.ep, sdpa_repeat_kv=repeat_kv)
+    # the stages too: a serving engine's loop may not overlap under them (ServingHost)
+    spec = replace(spec, ep=lay.ep, pp=lay.pp, sdpa_repeat_kv=repeat_kv)
     step, prefill, _, _ = build_steps(shard, 0, (), device, eff, prec, spec)
     step, prefill = _synced(step, prefill, synced and mode == "infer", notes)
     attn = _attention_precision(spec, device, notes)

@@ -779,6 +779,9 @@ class StepSpec:
     narrow_weights_gathered: bool = False
     """The narrow weights arrive cast (:func:`narrow_weights_gathered`): the compute stream
     casts none of them."""
+    pp: int = 1
+    """Pipeline stages (an engine's async scheduling may be off under them:
+    :meth:`~gpuplan.engines.profiles.ServingHost.overlaps_core`)."""
     sdpa_repeat_kv: bool | None = None
     """The model code expands K and V to every query head before its SDPA call (a copy:
     :func:`_kv_expand`); None: as the engine's profile says
@@ -817,7 +820,8 @@ class StepSpec:
                    moe_dispatcher=job.moe_dispatcher,
                    cuda_graph_scope=job.cuda_graph_scope if train else None,
                    narrow_weights_gathered=(train and not single_device and job.gpus > 1
-                                            and narrow_weights_gathered(job)))
+                                            and narrow_weights_gathered(job)),
+                   pp=job.pp)
 
 
 def attention_plan(spec: StepSpec, device: Device) -> AttentionPrecision:
@@ -878,7 +882,7 @@ def build_steps(arch: Architecture | None, n_params: int, tensors: tuple, device
         # each sequence of the step samples one token, prefill or decode alike
         prefill, decode = (replace(ph, serve_host_s=host.step_s(b), serve_overlap=host.overlap,
                                    serve_core_s=host.core_step_s(b),
-                                   serve_core_overlap=host.core_overlap)
+                                   serve_core_overlap=host.overlaps_core(spec.pp))
                            for ph in (prefill, decode))
     return decode, prefill, n_params, 0
 
@@ -1172,6 +1176,9 @@ def _main_grad_add_op(fwd: Sequence[Op], arch: Architecture) -> Op | None:
             continue
         width = (arch.head_dim if o.name == "attn.qk_norm" else arch.hidden_size) * (
             arch.num_experts if o.name == "moe.router" else 1)
+        if o.name == "attn.qk_norm" and arch.qk_norm == "rmsnorm_full":
+            # OLMo 2: q_norm of heads x head_dim, k_norm of kv_heads x head_dim (n = 2 here)
+            width = (arch.num_heads + arch.num_kv_heads) * arch.head_dim / n
         kernels += n * o.count
         nbytes += 10.0 * n * o.count * width
     if not kernels:

@@ -64,6 +64,15 @@ class ServingHost:
     the step is max(device, host issue + its work) rather than the kernels' pace + its work.
     The profile's default; a scheduler row by version may set it
     (:attr:`gpuplan.capacity.SchedulerDefaults.async_scheduling`)."""
+    core_overlap_pp: bool = True
+    """``core_overlap`` holds under pipeline parallelism too. vLLM's does not: v0.14.0 made async
+    scheduling the default "except under pipeline parallelism" (its release notes, PR #27614),
+    which capacity's scheduler applied (capacity/_plan.py) and speed did not (onetruth43: the
+    same vLLM TP4 PP2 job's TPOT read 0.43 ms apart, the loop's own work)."""
+
+    def overlaps_core(self, pp: int) -> bool:
+        """Whether the GPU-driving loop runs beside the step at ``pp`` pipeline stages."""
+        return self.core_overlap and (pp == 1 or self.core_overlap_pp)
 
     def step_s(self, batch: int) -> float:
         """Host seconds of one step of ``batch`` sequences."""
@@ -77,7 +86,7 @@ class ServingHost:
         return {"fixed_s": self.fixed_s, "per_seq_s": self.per_seq_s, "overlap": self.overlap,
                 "request_s": self.request_s, "core_fixed_s": self.core_fixed_s,
                 "core_per_seq_s": self.core_per_seq_s, "core_overlap": self.core_overlap,
-                "basis": self.basis}
+                "core_overlap_pp": self.core_overlap_pp, "basis": self.basis}
 
 
 @record
@@ -307,6 +316,7 @@ _VLLM_CORE_SEQ_S = (0.287e-3 - 0.142e-3) / 128
 _VLLM_HOST = ServingHost(
     fixed_s=0.2e-3 - _VLLM_SEQ_S, per_seq_s=_VLLM_SEQ_S, overlap=True,
     core_fixed_s=0.2e-3 + 0.18e-3 + 0.05e-3, core_per_seq_s=_VLLM_CORE_SEQ_S, core_overlap=True,
+    core_overlap_pp=False,
     basis="vllm-project/vllm issue #6913 (RFC: Asynchronous Output Processor, 2024-07-29): "
     "_process_model_outputs 0.2 ms at batch 1, 3.4 ms at batch 32 (Llama3-70B FP8, 4xH100); "
     "under the V1 engine (the default from vLLM 0.8.0, PR #13726) this output processing runs "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..engines.profiles import get_engine
 from ..errors import InputError, closest, opt
+from ..hardware import GPU
 from ..job import Job, check_layout
 from ..models import Model, load_model
 from . import accelerate, deepspeed, fsdp, megatron, sglang, torchtitan, vllm
@@ -26,10 +27,15 @@ ENGINES = tuple(_WRITERS)
 
 
 def export_plan(job: Job, engine: str, *, model: Model | None = None,
-                repo: str | None = None) -> str:
+                repo: str | None = None, gpu_memory_utilization: float | None = None,
+                mem_fraction_static: float | None = None, engine_version: str | None = None,
+                gpu: GPU | None = None) -> str:
     """The config text ``engine`` reads for ``job`` (``model``: the job's model, loaded, if the
     caller has it already; ``repo``: the repository ``vllm serve`` loads when it is not the
-    model's own, e.g. an AWQ checkpoint of it -- ``gpuplan fit --export-repo``)."""
+    model's own, e.g. an AWQ checkpoint of it -- ``gpuplan fit --export-repo``;
+    ``gpu_memory_utilization`` / ``mem_fraction_static`` / ``engine_version`` / ``gpu``: what the
+    serving budget was sized with, written into ``vllm serve`` / ``sglang.launch_server`` as the
+    plan read them)."""
     name = str(engine).strip().lower()
     writer = _WRITERS.get(name)
     if writer is None:
@@ -47,7 +53,13 @@ def export_plan(job: Job, engine: str, *, model: Model | None = None,
         model = job.model if isinstance(job.model, Model) else load_model(job.model)
     if job.ep > 1:  # the layout the plan refuses is not written either
         check_layout(model.architecture, job)
-    return vllm.export(job, model, repo=repo) if name == "vllm" else writer(job, model)
+    if name == "vllm":
+        return vllm.export(job, model, repo=repo, gpu_memory_utilization=gpu_memory_utilization,
+                           engine_version=engine_version)
+    if name == "sglang":
+        return sglang.export(job, model, mem_fraction_static=mem_fraction_static, gpu=gpu,
+                             engine_version=engine_version)
+    return writer(job, model)
 
 
 #: Writers an engine launches from beyond its own (HF Trainer / accelerate takes a DeepSpeed

@@ -64,6 +64,14 @@ def _attention_args(a) -> list[object]:
     TransformerConfig's fields (megatron/core/transformer/transformer_config.py, NVIDIA/Megatron-LM
     @d98e8a64dd), which ``ArgumentGroupFactory`` turns into options."""
     out: list[object] = []
+    if a.qk_norm == "rmsnorm_full":
+        # OLMo 2: Megatron-Bridge builds it from its own layer spec (olmo2_layer_spec: identity
+        # input norms, TERowParallelLinearPostLN after attention and MLP; NVIDIA-NeMo/
+        # Megatron-Bridge@57852623b64a tests/unit_tests/models/olmo2/test_olmo2_bridge.py)
+        raise refuse(ENGINE, "OLMo 2's norms after attention and MLP (no input norm) and its "
+                     "QK-norm over the whole q / k projections have no pretrain_gpt.py "
+                     "arguments (Megatron-Bridge builds them from its own layer spec); gpuplan "
+                     "writes no Megatron-LM command for it")
     if a.mla is not None:
         m = a.mla
         out.append("--multi-latent-attention")

@@ -20,7 +20,11 @@ is ``--quantization bitsandbytes``; GPTQ/AWQ/FP8-block/MXFP4 need a checkpoint p
 Every knob is written, so the command states what the plan assumed: without the plan's own
 scheduler numbers (``gpuplan capacity --export sglang`` passes those it simulated) the plan's
 batch is ``--max-running-requests`` and SGLang's own defaults for an 80 GB card are written for
-the rest (chunked_prefill_size 8192, page_size 1; docs/engine_budget.md).
+the rest (chunked_prefill_size 8192 -- the named card's own when ``gpuplan fit`` names one --,
+page_size 1; docs/engine_budget.md). The memory fraction is
+the plan's (:func:`~gpuplan.memory.budget.planned_fraction`; it was a constant 0.88, 0.4's TP-1
+default, beside the 0.5 rule the plan sized the cache by), left out only where that default is a
+card's and no single card is named.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ from __future__ import annotations
 import shlex
 
 from ..errors import opt
+from ..engines.budget import sglang_settings
+from ..hardware import GPU
 from ..job import Job, default_seq
+from ..memory.budget import planned_fraction
 from ..models import Model
 from ._common import (INFER_FIELDS, check_expressed, fp8_attention_by_kv, hub_repo,
                       infer_only, refuse)
@@ -85,14 +92,31 @@ def _kv(job: Job, dtype: str) -> str:
                  "or fp8; use one of them", field="kv_dtype", value=kv, fix={"kv_dtype": "fp8"})
 
 
+def _budget(job: Job, gpu: GPU | None, version: str | None, fraction: float | None,
+            chunk: int | None) -> tuple[float | None, int]:
+    """(--mem-fraction-static, --chunked-prefill-size) as the plan's KV budget read them: the
+    given ones, else the version's defaults on ``gpu`` (engines/budget.py's buckets, the
+    budget's profile run); without a card, no fraction (SGLang's own) and an 80 GB card's chunk."""
+    fraction = planned_fraction(ENGINE, job, gpu, engine_version=version,
+                                mem_fraction_static=fraction)
+    if chunk is None:
+        chunk = sglang_settings(gpu.memory_bytes, job.tp)[0] if gpu is not None else DEFAULT_CHUNK
+    return fraction, chunk
+
+
 def export(job: Job, model: Model, *, replicas: int | None = None,
            mem_fraction_static: float | None = None, max_running_requests: int | None = None,
            chunked_prefill_size: int | None = None, page_size: int | None = None,
-           context: int | None = None) -> str:
+           context: int | None = None, gpu: GPU | None = None,
+           engine_version: str | None = None) -> str:
     """One ``sglang.launch_server`` line per replica (``replicas``, default the plan's data
     parallel size) on ports 30000, 30001, ..., and with more than one a ``sglang_router`` line
     over them. The keyword knobs are the scheduler's (``gpuplan capacity`` passes those it
-    simulated); unset, the plan's batch and SGLang's defaults are written."""
+    simulated); unset, the plan's batch and SGLang's defaults are written. The memory fraction
+    is the one the plan's KV budget was sized at (:func:`~gpuplan.memory.budget.planned_fraction`:
+    the given one, else ``engine_version``'s default on ``gpu``); with neither a fraction nor a
+    ``gpu`` it is left out, so SGLang computes its default on the card it runs on -- the rule the
+    plan applies per card."""
     infer_only(job, ENGINE)
     check_expressed(job, ENGINE, INFER_FIELDS, _EXPRESSED)
     fp8_attention_by_kv(job, ENGINE)
@@ -111,7 +135,8 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
                      f"use at most {job.gpus_per_node} GPUs per replica", field="tp", value=job.tp)
     n = replicas if replicas is not None else job.dp
     ctx = context or job.context or job.seq or default_seq(model.architecture)
-    fraction = 0.88 if mem_fraction_static is None else mem_fraction_static
+    fraction, chunk = _budget(job, gpu, engine_version, mem_fraction_static,
+                              chunked_prefill_size)
     per_node = max(1, job.gpus_per_node // per)
     lines, urls = [], []
     for i in range(n):
@@ -124,9 +149,9 @@ def export(job: Job, model: Model, *, replicas: int | None = None,
         if quant:
             args += ["--quantization", quant]
         args += ["--kv-cache-dtype", _kv(job, dtype), "--context-length", str(ctx),
-                 "--mem-fraction-static", f"{fraction:g}",
+                 *(() if fraction is None else ("--mem-fraction-static", f"{fraction:g}")),
                  "--max-running-requests", str(max_running_requests or job.batch),
-                 "--chunked-prefill-size", str(chunked_prefill_size or DEFAULT_CHUNK),
+                 "--chunked-prefill-size", str(chunk),
                  "--page-size", str(page_size or DEFAULT_PAGE),
                  "--host", "0.0.0.0", "--port", str(port),
                  "--base-gpu-id", str((i % per_node) * per)]

@@ -44,12 +44,13 @@ __init__.py`` at vllm-project/vllm@05d909563e1d1ada39a13b67e7b9a4cbca1d6a8e) and
 ``CacheDType`` (``vllm/config/cache.py`` at c1d86421174a87056edc90a41dc9942391509e84: ``fp8``
 is e4m3).
 
-Memory. ``--gpu-memory-utilization 0.9`` is vLLM's default, written so that the command states
-it: vLLM takes that fraction of each GPU's memory at start-up and fills what the weights and the
-profiled activations leave with KV-cache blocks, so the plan's KV cache for ``--max-num-seqs``
-sequences of ``--max-model-len`` tokens must fit inside 90% of the card. The export does not know
-the plan's GPU (an export is of the job), which is why it writes the default rather than the
-plan's own share of the card.
+Memory. ``--gpu-memory-utilization`` is written so that the command states the share of each
+GPU the plan's KV budget was sized at: the user's (``--gpu-memory-utilization``, or the one
+``gpuplan capacity`` simulated), else the default of the vLLM version the plan ran
+(:func:`gpuplan.engines.budget.budget_rule`: 0.9 up to 0.20, 0.92 from 0.21, PR
+vllm-project/vllm#38284). vLLM takes that fraction of each GPU's memory at start-up and fills what
+the weights and the profiled activations leave with KV-cache blocks. (This was a constant 0.9
+beside the budget rule's own default: a plan sized at 0.21's 0.92 was exported at 0.9.)
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import shlex
 
 from ..errors import InputError, opt, shown
 from ..job import Job, default_seq
+from ..memory.budget import planned_fraction
 from ..models import Model
 from ._common import (INFER_FIELDS, check_expressed, fp8_attention_by_kv, hub_repo,
                       infer_only, refuse)
@@ -85,8 +87,6 @@ _QUANTIZER = {"nvfp4": "TensorRT Model Optimizer (NVFP4)", "w4a16": "llm-compres
 #: What a given repository of each format keeps of the --quantization above (None: vLLM reads
 #: the method from the repository's own config.json).
 _GIVEN = {"fp8": None, "nf4": "bitsandbytes", "mxfp8": None}
-#: vLLM's default share of each GPU's memory (engine args: --gpu-memory-utilization, 0.9).
-GPU_MEMORY_UTILIZATION = 0.9
 
 
 def _kv(job: Job, dtype: str) -> list[str]:
@@ -150,18 +150,24 @@ def _weights(job: Job, model: Model, repo: str | None) -> tuple[str, str, str | 
     return own, dtype, quant
 
 
-def export(job: Job, model: Model, *, repo: str | None = None) -> str:
+def export(job: Job, model: Model, *, repo: str | None = None,
+           gpu_memory_utilization: float | None = None, engine_version: str | None = None) -> str:
     """The ``vllm serve`` command of ``job``'s inference; ``repo``: the repository to serve when
-    it is not the model's own (a quantized checkpoint of it)."""
+    it is not the model's own (a quantized checkpoint of it); ``gpu_memory_utilization``: the
+    share the plan's KV budget was sized at (default: ``engine_version``'s default, the budget
+    rule's)."""
     infer_only(job, ENGINE)
     check_expressed(job, ENGINE, INFER_FIELDS, _EXPRESSED)
     fp8_attention_by_kv(job, ENGINE)
     served, dtype, quant = _weights(job, model, check_repo(repo))
     context = job.context or job.seq or default_seq(model.architecture)
+    # the share fit's KV budget is sized at (memory/budget.py, the one home)
+    fraction = planned_fraction(ENGINE, job, engine_version=engine_version,
+                                gpu_memory_utilization=gpu_memory_utilization)
     args = ["vllm", "serve", served, "--tensor-parallel-size", str(job.tp),
             "--pipeline-parallel-size", str(job.pp), "--max-model-len", str(context),
             "--max-num-seqs", str(job.batch), "--dtype", dtype,
-            "--gpu-memory-utilization", str(GPU_MEMORY_UTILIZATION)]
+            "--gpu-memory-utilization", f"{fraction:g}"]
     if job.dp > 1:
         args += ["--data-parallel-size", str(job.dp)]
     if job.tp * job.pp > job.gpus_per_node:

@@ -31,7 +31,7 @@ from ..parallel import layout_of, rank_model
 from .infer import infer_memory
 from .kv import kv_elem_bytes
 
-__all__ = ["KVBudget", "kv_budget", "sglang_running_requests", "rope_cache_bytes",
+__all__ = ["KVBudget", "kv_budget", "planned_fraction", "sglang_running_requests", "rope_cache_bytes",
            "SAMPLER_COPIES", "FUSED_MOE_CHUNK", "GGUF_FORMATS"]
 
 #: The profile run's sampler holds the logits of every sequence in fp32 and one more copy of
@@ -142,6 +142,21 @@ def sglang_running_requests(kv_tokens: int, context_len: int) -> int:
     code: 444,500 tokens at 131,072 -> 2,048 (printed 2049, one dummy slot); 298,447 at 40,960
     -> 3,730; 38,141 at 131,072 -> 2,048."""
     return min(4096, max(2048, int(kv_tokens / context_len * 512)))
+
+
+def planned_fraction(engine: str, job: Job, gpu: GPU | None = None, *,
+                     engine_version: str | None = None,
+                     gpu_memory_utilization: float | None = None,
+                     mem_fraction_static: float | None = None) -> float | None:
+    """The memory-fraction knob ``engine`` sizes ``job``'s KV budget at -- `fit`'s
+    ``infer.engine.fraction``, what an export writes (vLLM's ``--gpu-memory-utilization``,
+    SGLang's ``--mem-fraction-static``): the user's, else the version's default; None where that
+    default depends on the card (SGLang 0.5) and no ``gpu`` is given."""
+    rule = budget_rule(engine, engine_version)
+    own = mem_fraction_static if engine == "sglang" else gpu_memory_utilization
+    if gpu is None and own is None and rule.default_fraction is None:
+        return None
+    return _fraction(rule, gpu, job, gpu_memory_utilization, mem_fraction_static)
 
 
 def _fraction(rule: BudgetRule, gpu: GPU, job: Job, util: float | None,

@@ -22,11 +22,11 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
 }
 
 #: Families PEFT 0.21 has no default for (get_peft_model asks for target_modules): deepseek_v2/v3,
-#: qwen3_moe, glm4_moe, gpt_oss, llama4_text (PEFT's mapping keys the multimodal "llama4"), and
-#: nemotron (not in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING either, huggingface/peft
-#: src/peft/utils/constants.py @00073fe8).
+#: qwen3_moe, glm4_moe, gpt_oss, llama4_text (PEFT's mapping keys the multimodal "llama4"),
+#: nemotron and olmo2 (not in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING either,
+#: huggingface/peft src/peft/utils/constants.py @00073fe8).
 NO_PEFT_DEFAULT = ("deepseek_v2", "deepseek_v3", "qwen3_moe", "glm4_moe", "gpt_oss",
-                   "llama4_text", "nemotron")
+                   "llama4_text", "nemotron", "olmo2")
 
 
 #: Megatron-Core's fused QKV projection as a LoRA target: NeMo's ``attention_qkv`` (its default

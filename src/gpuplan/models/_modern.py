@@ -27,6 +27,10 @@ llama4_text     Llama4ForCausalLM       MoE every ``interleave_moe_layer_step`` 
 nemotron        NemotronForCausalLM     Nemotron-3/4 (NeMo): biased LayerNorm1P, a two-matrix
                                         squared-ReLU MLP (``relu2``, no gate), partial rotary
                                         (0.5), unbiased linears, untied head
+olmo2           Olmo2ForCausalLM        post-norm: no input norm, an RMSNorm on the
+                                        attention's and the MLP's outputs before each
+                                        residual add; q_norm / k_norm over the whole q (k)
+                                        projection (heads x head_dim), untied head
 ==============  ======================  ====================================================
 
 The multi-token-prediction layers DeepSeek-V3 and GLM-4.5 checkpoints hold are not built by
@@ -53,12 +57,13 @@ MODERN_CLASSES: dict[str, str] = {
     "gemma3_text": "Gemma3ForCausalLM",
     "llama4_text": "Llama4ForCausalLM",
     "nemotron": "NemotronForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
 }
 
 #: Each configuration class's defaults for the keys a config.json may leave out.
 _MAX_POS = {"qwen3": 32768, "qwen3_moe": 32768, "deepseek_v3": 4096, "deepseek_v2": 2048,
             "glm4_moe": 131072, "gpt_oss": 131072, "gemma3_text": 131072, "llama4_text": 131072,
-            "nemotron": 4096}
+            "nemotron": 4096, "olmo2": 2048}
 _KV_DEFAULT = {"qwen3": 32, "qwen3_moe": 4, "glm4_moe": 8, "gpt_oss": 8, "gemma3_text": 4,
                "llama4_text": 8}
 _HEAD_DIM = {"qwen3": 128, "gpt_oss": 64, "gemma3_text": 256, "llama4_text": 128}
@@ -504,8 +509,39 @@ def _nemotron(r: ConfigReader, family: str) -> dict:
                 attention_dropout=dropout_of(r, "attention_dropout"), tensors=T.items)
 
 
+# --------------------------------------------------------------------------------------------
+# OLMo 2 (AI2): post-norm, QK-norm over the whole projection
+# --------------------------------------------------------------------------------------------
+
+def _olmo2(r: ConfigReader, family: str) -> dict:
+    """transformers' Olmo2Config / modeling_olmo2.py (5.x): Olmo2Attention's q/k/v/o
+    (``attention_bias``, default false) with ``q_norm`` = Olmo2RMSNorm(heads x head_dim) and
+    ``k_norm`` = Olmo2RMSNorm(kv_heads x head_dim) applied to the projections before they are
+    split into heads; Olmo2DecoderLayer has no input norm: ``post_attention_layernorm`` normalizes
+    the attention's output and ``post_feedforward_layernorm`` the MLP's, each before its residual
+    add; a Llama MLP (gate, up, down; no bias); ``num_key_value_heads`` defaults to the heads;
+    the head untied by default."""
+    H, L, NH, V = _sizes(r, family)
+    KV = _kv(r, family, NH)
+    hd = head_dim_of(r, H, NH)
+    I = r.integer("intermediate_size")
+    out = _common(r, family, H, L, NH, V)
+    bias = r.boolean("attention_bias", default=False)
+    T = Tensors()
+    T.embedding("model.embed_tokens.weight", V, H, "embed_tokens")
+    _gqa_tensors(T, H, L, NH, KV, hd, qkv_bias=bias, o_bias=bias, qk_norm=False)
+    T.norm(f"{_L}.self_attn.q_norm", NH * hd, L, bias=False)
+    T.norm(f"{_L}.self_attn.k_norm", KV * hd, L, bias=False)
+    _gated(T, f"{_L}.mlp", H, I, L, "mlp")
+    T.norm(f"{_L}.post_attention_layernorm", H, L, bias=False)
+    T.norm(f"{_L}.post_feedforward_layernorm", H, L, bias=False)
+    _head(T, H, V, out["tie_word_embeddings"])
+    return dict(out, num_kv_heads=KV, head_dim=hd, intermediate_size=I, attention_bias=bias,
+                qk_norm="rmsnorm_full", tensors=T.items)
+
+
 MODERN_BUILDERS: dict[str, Callable[[ConfigReader, str], dict]] = {
     "qwen3": _qwen3, "qwen3_moe": _qwen3, "gemma3_text": _gemma3,
     "deepseek_v3": _deepseek, "deepseek_v2": _deepseek, "glm4_moe": _glm4_moe,
-    "gpt_oss": _gpt_oss, "llama4_text": _llama4, "nemotron": _nemotron,
+    "gpt_oss": _gpt_oss, "llama4_text": _llama4, "nemotron": _nemotron, "olmo2": _olmo2,
 }

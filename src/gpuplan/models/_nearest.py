@@ -40,7 +40,7 @@ __all__ = ["nearest_config"]
 
 _MISSING = object()
 
-#: What an unlisted model_type must look like to be planned (transformers' names: olmo2,
+#: What an unlisted model_type must look like to be planned (transformers' names: granite,
 #: granitemoe, ernie4_5_moe, mistral3 ...).
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 

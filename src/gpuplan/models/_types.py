@@ -252,10 +252,11 @@ class Architecture:
     """Multi-head Latent Attention's ranks (DeepSeek-V2/V3); None for the other families, whose
     cache holds ``num_kv_heads`` K and V heads of ``head_dim``. With MLA ``head_dim`` is the
     query/key head (nope + rope) and ``num_kv_heads`` equals ``num_heads``."""
-    qk_norm: Literal["none", "rmsnorm", "l2"] = "none"
+    qk_norm: Literal["none", "rmsnorm", "rmsnorm_full", "l2"] = "none"
     """A norm over each query and key head before the rotary embedding: Qwen3, Gemma 3 and
     GLM-4.5 weight an RMSNorm of ``head_dim`` (q_norm, k_norm); Llama 4 an unweighted L2 norm on
-    its rotary layers."""
+    its rotary layers; OLMo 2 (``rmsnorm_full``) one weighted RMSNorm over the whole query
+    (heads x head_dim) and the whole key projection, before the split into heads."""
     attention_sinks: bool = False
     """gpt-oss: a learned logit per head joins the softmax's denominator (a parameter, nothing
     cached)."""

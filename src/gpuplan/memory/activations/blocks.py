@@ -116,6 +116,21 @@ def _gemma_rmsnorm(c: Ctx, x: Tensor, name: str) -> Tensor:
     return g.to(y, x.dt)
 
 
+def _olmo2_rmsnorm(c: Ctx, x: Tensor, rows, width: int, name: str) -> Tensor:
+    """Olmo2RMSNorm (modeling_olmo2.py, transformers 5.x): x.to(fp32); x * rsqrt(x.pow(2)
+    .mean(-1) + eps); (weight * x).to(input dtype) -- the weight multiplies the fp32 normalized
+    values (LlamaRMSNorm casts them back first), so the product saves them in fp32. Over ``width``
+    values per row: the hidden size for the layer norms, heads x head_dim for ``q_norm`` and
+    kv_heads x head_dim for ``k_norm``."""
+    g = c.g
+    xf = g.to(x, 4)
+    p = g.unary_saves_input(xf, name + ".pow", fp32=True)
+    m = g.reduce(p, rows, name + ".mean")
+    r = g.unary_saves_output(g.scale(m, name + ".eps"), name + ".rsqrt", fp32=True)
+    n = g.mul(xf, r, out=rows * width, name=name + ".normed")
+    return g.to(g.mul(c.w(width, name), n, out=rows * width, name=name), x.dt)
+
+
 def layernorm(c: Ctx, x: Tensor, name: str) -> Tensor:
     """nn.LayerNorm (native_layer_norm)."""
     return c.g.layer_norm(x, c.rows, c.w(c.sp.h, name), name=name)
@@ -125,6 +140,8 @@ def norm(c: Ctx, x: Tensor, name: str) -> Tensor:
     """The family's norm: Gemma-2's RMSNorm, LlamaRMSNorm, or LayerNorm."""
     if c.sp.family in GEMMA:
         return _gemma_rmsnorm(c, x, name)
+    if c.sp.family == "olmo2":
+        return _olmo2_rmsnorm(c, x, c.rows, c.sp.h, name)
     if c.sp.norm == "rmsnorm":
         return _rmsnorm(c, x, name)
     return layernorm(c, x, name)
@@ -337,6 +354,9 @@ def _project_qkv(c: Ctx, x: Tensor, layer: int = 0) -> _QKV:
     if sp.qk_norm == "rmsnorm":  # Qwen3 / Gemma 3 / GLM-4.5: q_norm, k_norm per head
         q = _head_norm(c, q, sp.heads, "q_norm")
         k = _head_norm(c, k, sp.kv, "k_norm")
+    elif sp.qk_norm == "rmsnorm_full":  # OLMo 2: q_norm(q_proj(x)), k_norm(k_proj(x)), whole
+        q = _olmo2_rmsnorm(c, q, BS, qd, "q_norm")
+        k = _olmo2_rmsnorm(c, k, BS, kvd, "k_norm")
     rope = layer not in sp.nope_layers
     if fam == "llama4_text":
         if rope:  # Llama 4's complex RoPE, then Llama4TextL2Norm (both on RoPE layers only)
@@ -348,6 +368,8 @@ def _project_qkv(c: Ctx, x: Tensor, layer: int = 0) -> _QKV:
             # attn_temperature_tuning on NoPE layers: (q * fp32 scales).to(q.dtype)
             scales = g.constant(S, 4, "attn_scales")
             q = g.to(g.mul(q, scales, out=q.numel, name="q.attn_temp"), q.dt)
+    elif fam == "olmo2":
+        q, k = _fp32_rope(g, q, "q.rope"), _fp32_rope(g, k, "k.rope")
     elif fam in DECODER_ROPE:
         q = g.add(g.scale(q), g.scale(q), "q.rope")   # (q * cos) + (rotate_half(q) * sin)
         k = g.add(g.scale(k), g.scale(k), "k.rope")
@@ -357,6 +379,17 @@ def _project_qkv(c: Ctx, x: Tensor, layer: int = 0) -> _QKV:
         q = g.cat([g.add(g.scale(q), g.scale(q), "q.rope")], "q.rope_cat")
         k = g.cat([g.add(g.scale(k), g.scale(k), "k.rope")], "k.rope_cat")
     return _QKV(q, k, v, q_contig=False, k_contig=False, v_contig=False)
+
+
+def _fp32_rope(g: Graph, x: Tensor, name: str) -> Tensor:
+    """OLMo 2's rotary embedding (modeling_olmo2.py, transformers 5.x): Olmo2RotaryEmbedding
+    returns cos and sin in fp32 (LlamaRotaryEmbedding casts them to the input's dtype), so
+    ``(x * cos) + (rotate_half(x) * sin)`` promotes to fp32 -- two fp32 products (each saves
+    only its table), the 16-bit ``rotate_half`` copy between them -- and
+    ``apply_rotary_pos_emb`` casts the sum back (``.to(q_type)``)."""
+    xc = g.to(x, 4)                       # x * cos: fp32
+    xs = g.to(g.scale(x, name + ".rotate_half"), 4)  # rotate_half(x) * sin: fp32
+    return g.to(g.add(xc, xs, name), x.dt)
 
 
 def _rms_width(c: Ctx, x: Tensor, width: int, name: str) -> Tensor:
@@ -998,6 +1031,13 @@ def transformer_layer(c: Ctx, x: Tensor, mask: Tensor | None, layer: int) -> Ten
         m = _mlp(c, n2)
         g.touch(n2)
         return g.add(x1, norm(c, m, "post_feedforward_layernorm"), "residual2")
+    if fam == "olmo2":
+        # Olmo2DecoderLayer: no norm before the attention or the MLP; each output normed, then
+        # residual + normed output
+        x1 = g.add(x, norm(c, _attention(c, x, mask, layer), "post_attention_layernorm"),
+                   "residual1")
+        g.keep(x1)  # bound to ``residual`` while the MLP runs
+        return g.add(x1, norm(c, _mlp(c, x1), "post_feedforward_layernorm"), "residual2")
     return _pre_norm_layer(c, x, mask, layer, moe)
 
 

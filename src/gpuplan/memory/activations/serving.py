@@ -99,7 +99,9 @@ def infer_activations(model: Model, job: Job, fmt) -> InferActivations:
         prev += b * prompt * sp.h * regime.param
         # and the rotary table, (cos, sin) of (1, s, rotary dim) in the model dtype: MLA rotates
         # only qk_rope_head_dim of each head (DeepseekV3RotaryEmbedding's dim)
-        prev += 2 * prompt * (sp.mla[2] if sp.mla else sp.d) * regime.param
+        # (OLMo 2's in fp32: Olmo2RotaryEmbedding returns them uncast)
+        table_dt = 4 if sp.family == "olmo2" else regime.param
+        prev += 2 * prompt * (sp.mla[2] if sp.mla else sp.d) * table_dt
     if sp.window_mask and attention == "sdpa":
         prev += prompt * prompt  # the unused (s, s) boolean window mask (Spec.window_mask)
     pre = max([a(b, prompt) + t(b, prompt) + prev for a, t in layer.fwd_points]

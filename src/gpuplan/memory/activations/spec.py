@@ -15,7 +15,7 @@ __all__ = ["FAMILIES", "MODERN", "GEMMA", "DECODER_ROPE", "TORCHTUNE_FAMILIES", 
 #: The families of 2025-2026 (issue 28): llama-style decoders with QK-norm, MLA, sinks,
 #: chunked/NoPE layers and new routers.
 MODERN = ("qwen3", "qwen3_moe", "gemma3_text", "deepseek_v3", "deepseek_v2", "glm4_moe",
-          "gpt_oss", "llama4_text")
+          "gpt_oss", "llama4_text", "olmo2")
 
 #: Families whose forward is modeled op by op.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt2",
@@ -69,7 +69,8 @@ class Spec:
     """BLOOM's ``apply_residual_connection_post_layernorm``: the residual is the LayerNorm's
     output, not its input."""
     qk_norm: str = "none"
-    """none, rmsnorm (a weighted norm per head: Qwen3, Gemma 3, GLM-4.5) or l2 (Llama 4)."""
+    """none, rmsnorm (a weighted norm per head: Qwen3, Gemma 3, GLM-4.5), rmsnorm_full (one over
+    the whole q and k projections: OLMo 2) or l2 (Llama 4)."""
     mla: tuple[int, int, int, int, int] = ()
     """MLA's (q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim)."""
     sinks: bool = False
