@@ -189,6 +189,9 @@ BOUNDS: dict[str, Bound] = {
     "requests": Bound(1, 10**6, "a number of requests"),
     "rate": Bound(0, 10**6, "a request rate per second", open_low=True),
     "tokens": Bound(1, 2**31, "a token count"),
+    # a prompt's share served by the prefix cache: 1 is a run whose every prompt is cached (a
+    # published vLLM row; Deployment.run accepts [0, 1], the command line and the web the same)
+    "prefix_share": Bound(0, 1, "a share of each prompt"),
 }
 
 

@@ -103,6 +103,20 @@ def test_export_vllm_sets_the_simulated_knobs(capsys):
     assert "sglang" in _err(capsys, BASE + ["--tp", "1", "--rate", "1", "--export", "sglang"])
 
 
+def test_a_whole_prompt_from_the_cache_is_accepted_as_the_library_accepts_it(capsys):
+    """--prefix-hit takes [0, 1] as Deployment.run does (a published row serves every prompt
+    from the cache: 1.0); the command line had kept the open [0, 1) fraction and refused 1."""
+    argv = BASE + ["--tp", "1", "--rate", "1", "--requests", "10", "--input", "512",
+                   "--output", "4", "--json"]
+    assert main(argv + ["--prefix-hit", "1"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--prefix-hit", "0"]) == 0
+    cold = json.loads(capsys.readouterr().out)
+    assert full["ttft_s"]["p50"] < cold["ttft_s"]["p50"]
+    assert "expected a share of each prompt >= 0 and <= 1" in _err(capsys, argv + ["--prefix-hit",
+                                                                                   "1.01"])
+
+
 def test_an_expert_parallel_replica_is_the_layout_fit_plans(cli):
     """One truth (onetruth43): capacity counted a replica as tp x pp x ep GPUs, so `--tp 2 --ep 2`
     became a data-parallel pair of TP-2 ranks (4 GPUs, each rank's KV cache and step) of which

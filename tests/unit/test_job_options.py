@@ -11,7 +11,8 @@ from gpuplan.cli import build_parser, main
 from gpuplan.cli._job_options import GROUP_TITLE, JOB_OPTIONS
 from gpuplan.job import FLAT_FIELDS, Job
 
-COMMANDS = [["fit"], ["speed"], ["trace"], ["flops", "model"], ["profile"]]
+COMMANDS = [["fit"], ["speed"], ["trace"], ["flops", "model"], ["profile"], ["cluster"],
+            ["capacity"]]
 
 
 def _group_help(argv: list[str], capsys) -> str:

@@ -24,6 +24,10 @@ import pytest
       "--slo-tpot", "0.1", "--max-gpus", "4", "--sweep"],
      {"rate": 4, "requests": 40, "input": 500, "output": 32, "slo_ttft": 1, "slo_tpot": 0.1,
       "max_gpus": 4, "sweep": True}),
+    # every prompt from the cache (a published row's 1.0): both front ends take [0, 1]
+    (["--tp", "1", "--rate", "2", "--requests", "20", "--input", "500", "--output", "8",
+      "--prefix-hit", "1"],
+     {"tp": 1, "rate": 2, "requests": 20, "input": 500, "output": 8, "prefix_hit": 1}),
 ])
 def test_capacity_is_the_cli_json(client, cli_json, argv, body):
     base = {"model": "llama-3.1-8b", "gpu": "H100-SXM-80GB", "max_model_len": 4096}

@@ -31,8 +31,13 @@ def capacity(model, gpu, *, job=None, engine: str | None = None, engine_version:
     """Simulate ``model`` served on ``gpu`` (a :class:`~gpuplan.GPU`) by ``engine`` under
     ``job``'s layout (tp, pp, ep, weight format, kv_dtype; default one GPU) times ``replicas``,
     at ``rate`` requests/s or ``concurrency`` clients, with fixed ``input``/``output`` lengths,
-    their distributions, or a ``workload``. ``engine``: default the job's serving engine, else
-    vLLM (as ``gpuplan capacity`` and ``POST /api/capacity`` choose it)."""
+    their distributions, or a ``workload``: a workload carries its own requests, lengths and
+    arrivals, and ``rate``, ``concurrency``, the lengths, ``requests``, ``seed`` and
+    ``arrivals`` are then not read (``gpuplan capacity`` refuses them beside ``--workload``).
+    ``engine``: default the job's serving engine, else vLLM (as ``gpuplan capacity`` and
+    ``POST /api/capacity`` choose it). ``prefix_hit``: the share of each prompt the prefix
+    cache serves, in [0, 1] (1: every prompt, as a published run whose server cached them
+    all)."""
     if job is None:
         job = Job(model="x", mode="infer", engine=engine or "vllm")
     engine = serving_engine(job_arg(job), engine)

@@ -24,7 +24,8 @@ from ..units import parse_count, parse_positive_int
 __all__ = ["JOB_OPTIONS", "GROUP_TITLE", "add_job_options", "job_from_args", "given_job_options",
            "flag_of", "cli_spelling"]
 
-GROUP_TITLE = "job options (the same in fit, speed, trace, flops model and profile)"
+GROUP_TITLE = ("job options (the same in fit, speed, trace, flops model, profile, cluster and "
+               "capacity)")
 
 
 @record(kw_only=False)
@@ -147,14 +148,13 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
               "transformer block, projection and head pass per depth; default: none", "N"),
     JobOption("--recompute-modules", "recompute_modules", "list", "under --checkpointing "
               "selective the submodules recomputed in backward (Megatron-Core's "
-              "--recompute-modules: core_attn, mla_up_proj, layernorm, moe_act, mlp, "
-              "shared_experts; default core_attn)", "M1,M2"),
+              "--recompute-modules: {choices}; default core_attn)", "M1,M2"),
     JobOption("--moe-shared-expert-overlap", "moe_shared_expert_overlap", "flag", "run the "
               "MoE layer's shared expert beside the alltoall dispatcher's all-to-alls on its own "
               "stream (Megatron-Core's --moe-shared-expert-overlap)"),
     JobOption("--cuda-graph-scope", "cuda_graph_scope", "list", "the parts of each layer "
               "Megatron-Core replays as Transformer Engine CUDA graphs (--cuda-graph-scope: "
-              "attn, moe_router, moe_preprocess; or full, Megatron-Core's own whole-layer graphs, "
+              "{choices}; full alone: Megatron-Core's own whole-layer graphs, "
               "--cuda-graph-impl local, token-drop MoE only): one host launch a graph instead of "
               "one a kernel; default: none", "S1,S2"),
     JobOption("--ep-overlap", "ep_overlap", "flag", "run one micro-batch's expert-parallel "

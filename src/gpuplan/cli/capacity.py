@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a("--output-dist", default=None, help="as --input-dist, for the output length")
     a("--workload", default=None, metavar="FILE.jsonl",
       help="one request a line: arrival_s, input_tokens, output_tokens[, prefix_id, "
-           "prefix_tokens]")
+           "prefix_tokens]; the file is the load and the lengths (--rate, --concurrency, "
+           "--input/--output, their -dist, --requests, --seed, --arrivals refused beside it)")
     a("--requests", default=None, help="requests simulated (default 2000; at most 100000, "
       "docs/capacity.md 'Bounded work')")
     a("--seed", default=None, help="the RNG seed (default 0)")
@@ -54,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
       help="SGLang's share for the weights and the KV pool; default: computed as SGLang does")
     a("--max-model-len", default=None, help="tokens per request the KV plan allows (default: "
                                             "the model's context)")
-    a("--prefix-hit", default="0", help="share of each prompt served by the prefix cache")
+    a("--prefix-hit", default="0", help="share of each prompt served by the prefix cache, 0 to 1 (1: "
+      "every prompt from the cache; default 0)")
     a("--slo-ttft", default=None, help="TTFT target, seconds")
     a("--slo-tpot", default=None, help="TPOT target, seconds")
     a("--slo-e2e", default=None, help="end-to-end target, seconds")
@@ -255,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         _check_sweep(make_at, rate, conc)
     price = _num(args.price, "--price", "price")
-    hit = _num(args.prefix_hit, "--prefix-hit", "fraction")
+    hit = _num(args.prefix_hit, "--prefix-hit", "prefix_share")
     kw = dict(engine_version=args.engine_version,
               max_num_seqs=positive_int(args.max_num_seqs, "--max-num-seqs"),
               max_num_batched_tokens=positive_int(args.max_num_batched_tokens,

@@ -21,7 +21,7 @@ from ._vocab import (DEFAULT_INFER_PRECISION, DEFAULT_TRAIN_PRECISION, KV_DTYPES
 
 __all__ = ["ExecutionConfig", "TrainingLoop", "OptimizerConfig", "ShardingConfig", "LoraConfig",
            "ServingConfig", "ParallelLayout", "CONFIGS", "CUDA_GRAPH_SCOPES",
-           "cuda_graph_scope_sets"]
+           "RECOMPUTE_MODULES", "cuda_graph_scope_sets"]
 
 
 def _check_execution(c: "ExecutionConfig") -> None:

@@ -25,8 +25,8 @@ from ..errors import InputError, UnsupportedError, closest, opt, shown
 from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS,
                        resolve_infer_precision)
 from ..models import Model, from_param_count
-from ._configs import (CONFIGS, ExecutionConfig, LoraConfig, OptimizerConfig, ParallelLayout,
-                       check_fp8_attention,
+from ._configs import (CONFIGS, CUDA_GRAPH_SCOPES, RECOMPUTE_MODULES, ExecutionConfig,
+                       LoraConfig, OptimizerConfig, ParallelLayout, check_fp8_attention,
                        ServingConfig, ShardingConfig, TrainingLoop)
 from ._fields import alternatives, check_value, from_json, hints_of
 from ._vocab import DEFAULT_MODEL_PARAMS, KV_DTYPES, PP_SCHEDULES, ZERO_STAGES, Attention, Mode
@@ -589,12 +589,14 @@ def flat_docs() -> dict[str, str]:
 
 def choices_of(name: str) -> tuple[str, ...] | None:
     """The accepted values of a flat field, defined once where they live (a Literal of the
-    vocabulary, the engines' table, the formats' tables); None for a free value (a number, a
-    name of the user's). The CLI's help and the OpenAPI schema list these."""
+    vocabulary, the engines' table, the formats' tables; for a list field, the names each item
+    may be); None for a free value (a number, a name of the user's). The CLI's help and the
+    OpenAPI schema list these."""
     tables = {"engine": ENGINE_NAMES, "precision": tuple(TRAINING_RECIPES),
               "infer_precision": (INFER_AUTO, *WEIGHT_FORMATS), "lora_base": tuple(WEIGHT_FORMATS),
               "optimizer": tuple(OPTIMIZERS), "kv_dtype": tuple(KV_DTYPES),
               "zero": tuple(map(str, ZERO_STAGES)),
+              "cuda_graph_scope": CUDA_GRAPH_SCOPES, "recompute_modules": RECOMPUTE_MODULES,
               "pp_schedule": tuple(s + (":V" if s == "interleaved" else "")
                                    for s in PP_SCHEDULES)}
     if name in tables:

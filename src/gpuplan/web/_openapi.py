@@ -41,14 +41,23 @@ def _describe(doc: str) -> str | None:
 
 
 def _with_choices(s: dict, choices: tuple[str, ...] | None) -> dict:
-    """The string alternative of a field's schema holds its choices (defined once: the Job's
-    vocabulary, the engines' and formats' tables)."""
-    if not choices or any(":" in c for c in choices):
+    """The schema of a field with its choices (defined once: the Job's vocabulary, the engines'
+    and formats' tables): a string's ``enum``, a list's items' ``enum``, a ZeRO stage's integers;
+    a spelled parameter (``interleaved:V``) as a ``pattern`` with V a number."""
+    if not choices:
         return s
-    if s.get("type") == "string" and "enum" not in s:
-        return {**{k: v for k, v in s.items() if k != "maxLength"}, "enum": list(choices)}
     if "anyOf" in s:
         return {**s, "anyOf": [_with_choices(a, choices) for a in s["anyOf"]]}
+    if s.get("type") == "string" and "enum" not in s:
+        rest = {k: v for k, v in s.items() if k != "maxLength"}
+        if any(":" in c for c in choices):
+            alts = "|".join(c.split(":")[0] + (":[0-9]+" if ":" in c else "") for c in choices)
+            return {**rest, "pattern": f"^({alts})$"}
+        return {**rest, "enum": list(choices)}
+    if s.get("type") == "array" and s["items"].get("type") == "string":
+        return {**s, "items": {"type": "string", "enum": list(choices)}}
+    if s.get("type") == "integer" and all(c.isdigit() for c in choices):
+        return {**s, "enum": [int(c) for c in choices]}
     return s
 
 
@@ -175,6 +184,9 @@ def openapi_schema() -> dict:
         "sweep": {"type": "boolean", "default": False,
                   "description": "also the chosen deployment at 0.25x to 2x the load (rate or "
                                  "concurrency): latency stats per point and the knee"},
+        "disaggregated": {"type": "boolean", "default": False,
+                          "description": "also search disaggregated prefill and decode "
+                                         "pools (gpuplan capacity --disaggregated)"},
     }
     return {
         "openapi": "3.0.3",

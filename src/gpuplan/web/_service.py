@@ -395,7 +395,7 @@ def capacity(body: Mapping) -> dict:
                 replicas=_opt(body, "replicas", "int", "gpus"),
                 max_gpus=_opt(body, "max_gpus", "int", "gpus", high=MAX_WEB_GPUS) or
                 MAX_WEB_GPUS, price=_opt(body, "price", "num", "price"),
-                prefix_hit=_opt(body, "prefix_hit", "num", "fraction") or 0.0,
+                prefix_hit=_opt(body, "prefix_hit", "num", "prefix_share") or 0.0,
                 find_max_rate=find, make=make, disaggregated=_bool(body, "disaggregated", False),
                 engine_version=body.get("engine_version"),
                 max_num_seqs=_opt(body, "max_num_seqs", "int", "requests"),
