@@ -31,7 +31,8 @@ from ..parallel import layout_of, rank_model
 from .infer import infer_memory
 from .kv import kv_elem_bytes
 
-__all__ = ["KVBudget", "kv_budget", "deployed_max_model_len", "planned_fraction", "sglang_running_requests", "rope_cache_bytes",
+__all__ = ["KVBudget", "kv_budget", "deployed_max_model_len", "planned_fraction",
+           "sglang_running_requests", "rope_cache_bytes",
            "SAMPLER_COPIES", "FUSED_MOE_CHUNK", "GGUF_FORMATS"]
 
 #: The profile run's sampler holds the logits of every sequence in fp32 and one more copy of
