@@ -8,11 +8,11 @@ seed's ratio of training to inference memory).
 from __future__ import annotations
 
 import itertools
-from dataclasses import field
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Iterable, Literal
 
 from ._record import record
-from .errors import InputError, opt, shown
+from .errors import InputError, opt, shown, spell_text
 from .formats import INFER_AUTO, loads_shipped
 from .hardware import DEFAULT_SHORTLIST, GPU, resolve_gpu
 from .job import MAX_TOP, Job, flag_arg, int_arg, job_arg
@@ -54,6 +54,11 @@ class ModeVerdict:
     of this GPU (0: not even 1)."""
     max_seq: int | None = None
     """``--max-seq``: the longest training sequence / serving context that fits (0: not even 1)."""
+    engine_refusal: str | None = None
+    """Serving: why the job's engine refuses to start on this GPU although the memory fits
+    (:attr:`gpuplan.memory.KVBudget.refusal`, e.g. vLLM's KV cache holding less than one request
+    of ``max_model_len``), with :func:`gpuplan.errors.opt` markers; the verdict is then "does
+    not fit". None: it starts, or no serving engine's budget was planned."""
 
 
 #: The JSON key of each mode's count (kept as it was before the verdict was typed).
@@ -122,6 +127,8 @@ class GpuVerdict:
             for m, v in modes.items():
                 if v is not None and getattr(v, key) is not None:
                     d[f"{m}_{key}"] = getattr(v, key)
+        if self.infer is not None and self.infer.engine_refusal is not None:
+            d["infer_engine_refusal"] = spell_text(self.infer.engine_refusal)
         if self.infer_precision is not None:
             d["infer_precision"] = self.infer_precision
             d["infer_total_bytes"] = self.infer_total_bytes
@@ -355,7 +362,7 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
     mems, _ = planned.of(job, _plan_gpu(job, gpu_list))
     verdicts = []
     reports = []
-    for (gpu, note), gjob in zip(resolved, gpu_jobs):
+    for i, ((gpu, note), gjob) in enumerate(zip(resolved, gpu_jobs)):
         gmems, memo = planned.of(gjob, gpu)
         v: dict = {}
         for mode, mem in gmems.items():
@@ -365,6 +372,8 @@ def plan(job: Job, gpus: Iterable[str | GPU] | None = None, *,
             if run:
                 reports.append(_solver().suggest(model, gjob.with_(mode=mode), gpu, mode=mode,
                                                  top=top, as_asked=asked.with_(mode=mode), **kw))
+        if "infer" in v:
+            v["infer"] = _engine_verdict(v["infer"], budgets[i][1] if budgets else None)
         inf, own = gmems.get("infer"), gmems.get("train")
         verdicts.append(GpuVerdict(name=gpu.name, gpu=gpu, alias_note=note,
                                    usable_bytes=gpu.memory_bytes, **v,
@@ -475,6 +484,14 @@ def _mode_verdict(model: Model, job: Job, gpu: GPU, mode: str, mem, memo: dict, 
     if max_seq and model.architecture is not None and model.architecture.kind != "vision":
         mv["max_seq"] = _query(_solver().max_seq, model, mjob, gpu, mode=mode, **kw)
     return ModeVerdict(**mv)
+
+
+def _engine_verdict(mv: ModeVerdict, budget: "KVBudget | None") -> ModeVerdict:
+    """The serving verdict with the engine's start-up check: memory that fits on a GPU where
+    the engine refuses to start (:attr:`KVBudget.engine_starts`) does not fit the engine."""
+    if budget is None or budget.engine_starts:
+        return mv
+    return replace(mv, fits=False, verdict="does not fit", engine_refusal=budget.refusal)
 
 
 def _gpu_jobs(model: Model, asked: Job, job: Job, gpus: list[GPU]) -> list[Job]:

@@ -19,6 +19,9 @@ def kv_capacity(model, gpu: GPU, job: Job, max_len: int, **knobs) -> KVBudget:
     user set (utilization, fraction, version, batch budgets). Raises when the weights and the
     profile run leave no room for one request."""
     b = kv_budget(model, gpu, job, max_model_len=max_len, **knobs)
+    if not b.engine_starts:  # the engine's own start-up check: fit's line (KVBudget.refusal)
+        raise InputError(f"{job.tp * job.pp} GPU(s) of {gpu.name}: {b.refusal}", field="tp",
+                         value=job.tp)
     if b.kv_tokens < max_len:
         raise InputError(
             f"the KV cache of {job.tp * job.pp} GPU(s) of {gpu.name} holds {max(b.kv_tokens, 0)}"

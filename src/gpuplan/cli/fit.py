@@ -149,7 +149,8 @@ def export_text(args: argparse.Namespace, job: Job, gpu=None) -> str | None:
                        gpu_memory_utilization=budget.get("gpu_memory_utilization"),
                        mem_fraction_static=budget.get("mem_fraction_static"),
                        engine_version=budget.get("engine_version"),
-                       gpu=gpu)
+                       gpu=gpu, budget={k: budget.get(k) for k in (
+                           "max_model_len", "max_num_batched_tokens", "max_num_seqs")})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from ..engines.profiles import runtime_of
 from ..errors import InputError, opt
 from ..models import is_hub_id, load_model
 from ..report.trace import plot_timeline, render_trace, trace_json
-from ..trace import trace_step
+from ..trace import check_sequence, trace_step
 from ..trace.distributed import trace_sharded, trace_tensor_parallel
 from ._common import add_download_argument
 from ._job_options import add_job_options
@@ -71,29 +71,27 @@ def check_traced_engine(job) -> None:
                      f"(`gpuplan fit` plans {prof.name})", field="engine", value=prof.name)
 
 
-def _sharded(job, model, kw: dict, args: argparse.Namespace):
-    """``--gpus N --zero 2|3``: rank 0 of an FSDP2 step over N ranks (docs/trace.md)."""
-    if job.mode != "train" or args.device not in (None, "cpu") or args.real:
-        raise InputError("--gpus/--zero trace an FSDP2 training step under fake tensors; drop "
-                         "--mode infer, --device cuda and --real")
-    kw = {k: v for k, v in kw.items() if k not in ("real", "mode", "device")}
-    return trace_sharded(model, gpus=job.gpus, zero=job.zero, **kw)
+def _check_layout(job, args: argparse.Namespace) -> None:
+    """``--tp T`` traces rank 0 of a tensor-parallel training step over T ranks, ``--gpus N
+    --zero 2|3`` rank 0 of an FSDP2 step over N ranks (docs/trace.md); both under fake tensors."""
+    if job.tp > 1:
+        if (job.mode != "train" or args.device not in (None, "cpu") or args.real or job.zero
+                or job.gpus != job.tp):
+            raise InputError(f"--tp {job.tp} traces a tensor-parallel training step over "
+                             f"{job.tp} ranks under fake tensors; drop --zero, --gpus other "
+                             "than the TP degree, --mode infer, --device cuda and --real")
+    elif job.gpus > 1 or job.zero:
+        if job.mode != "train" or args.device not in (None, "cpu") or args.real:
+            raise InputError("--gpus/--zero trace an FSDP2 training step under fake tensors; "
+                             "drop --mode infer, --device cuda and --real")
 
 
-def _tensor_parallel(job, model, kw: dict, args: argparse.Namespace):
-    """``--tp T``: rank 0 of a tensor-parallel step over T ranks (docs/trace.md)."""
-    if (job.mode != "train" or args.device not in (None, "cpu") or args.real or job.zero
-            or job.gpus != job.tp):
-        raise InputError(f"--tp {job.tp} traces a tensor-parallel training step over {job.tp} "
-                         "ranks under fake tensors; drop --zero, --gpus other than the TP "
-                         "degree, --mode infer, --device cuda and --real")
-    kw = {k: v for k, v in kw.items() if k not in ("real", "mode", "device")}
-    return trace_tensor_parallel(model, tp=job.tp, **kw)
-
-
-def run(args: argparse.Namespace) -> int:
-    # torch first (the one-line install command when it is missing), before any argument work.
-    require("torch", "transformers", feature="gpuplan trace")
+def _checked_job(args: argparse.Namespace):
+    """Every check that needs no torch, before torch and transformers are imported (seconds,
+    tens of them on a loaded machine): the options, the plot's path, the engine, the layout,
+    and the sequence against the model's positions. What needs torch or runs the user's code
+    (a factory, a download) comes after the import, so a missing torch is still reported
+    before any of it (docs/bounds.md)."""
     if args.plot is not None:
         check_plot(args.plot)
     if args.real and args.device not in (None, "cpu"):
@@ -104,6 +102,16 @@ def run(args: argparse.Namespace) -> int:
     job = job_options_to_job(args, args.model, command="trace", default_mode="train",
                              modes=("train", "infer"), supported=TRACED_FIELDS)
     check_traced_engine(job)
+    _check_layout(job, args)
+    if job.seq is not None and not args.download and not is_hub_id(args.model):
+        check_sequence(args.model, job.seq)
+    return job
+
+
+def run(args: argparse.Namespace) -> int:
+    job = _checked_job(args)
+    # then torch (the one-line install command when it is missing), before the model is built
+    require("torch", "transformers", feature="gpuplan trace")
     impl = args.optimizer_impl or ("fused" if job.fused_optimizer else None)
     kw: dict = {"real": args.real, "mode": job.mode, "batch": job.batch, "seq": job.seq,
                 "precision": job.precision if job.mode == "train" else job.infer_precision,
@@ -116,10 +124,11 @@ def run(args: argparse.Namespace) -> int:
     model = args.model
     if args.download or is_hub_id(model):  # org/name: the Hugging Face cache (or --download)
         model = load_model(model, download=args.download)
+    sharded = {k: v for k, v in kw.items() if k not in ("real", "mode", "device")}
     if job.tp > 1:
-        result = _tensor_parallel(job, model, kw, args)
+        result = trace_tensor_parallel(model, tp=job.tp, **sharded)
     elif job.gpus > 1 or job.zero:
-        result = _sharded(job, model, kw, args)
+        result = trace_sharded(model, gpus=job.gpus, zero=job.zero, **sharded)
     else:
         result = trace_step(model, **kw)
     if args.plot:

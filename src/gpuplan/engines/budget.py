@@ -36,6 +36,25 @@ Sources (read through the project's code search and issue threads):
 * vLLM ``vllm/v1/core/kv_cache_utils.py``: "GPU KV cache size: N tokens" and "Maximum
   concurrency for L tokens per request: X" (PR #13596; since the hybrid allocator
   N = max_concurrency x L, issue #54662), block size 16 (``CacheConfig.block_size``).
+* vLLM's start-up check that one request of ``max_model_len`` tokens fits
+  (:attr:`BudgetRule.startup_check` ``one_request``): V1 ``vllm/v1/core/kv_cache_utils.py``
+  ``check_enough_kv_cache_memory`` (vllm-project/vllm@001cabc1be16; PR #16168 added the
+  estimate) sums every layer's ``max_memory_usage_bytes`` -- a full-attention layer
+  cdiv(max_model_len, block_size) pages -- and raises when that exceeds the available bytes:
+  "To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is
+  needed, which is larger than the available KV cache memory (4.21 GiB). Based on the available
+  memory, the estimated maximum model length is 34480. Try increasing `gpu_memory_utilization`
+  or decreasing `max_model_len` when initializing the engine."; nothing available at all is
+  "No available memory for the cache blocks". V0's ``raise_if_cache_size_invalid`` (PR #2163)
+  said "The model's max seq len (29000) is larger than the maximum number of tokens that can be
+  stored in KV cache (23648)" (vllm-project/vllm#10517, 0.6.4, RTX 3090). The null block that
+  PR #47272 (merged 2026-07-01, after 0.22.1) holds back from the check is not in the 0.21 rule.
+* SGLang has no such check (``startup_check`` ``pool``): ``model_runner`` raises only when
+  ``max_total_num_tokens <= 0`` ("Not enough memory. Please try to increase
+  --mem-fraction-static."), and ``TpModelWorker`` then serves requests of at most
+  ``max_req_len = min(context_len - 1, max_total_num_tokens - 1)`` tokens
+  (python/sglang/srt/managers/tp_worker.py @0045f98eb3b1): it starts, and refuses the longer
+  requests one by one. TensorRT-LLM's check is not read here: ``pool`` too.
 * SGLang ``python/sglang/srt/server_args.py`` ``_handle_gpu_memory_settings`` (PR
   sgl-project/sglang#10975, 0.5.x): mem_fraction_static = (gpu_mem - reserved) / gpu_mem with
   reserved (MiB) = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs +
@@ -212,6 +231,10 @@ class BudgetRule:
     tokens_reported: str
     """``blocks`` (N = blocks x block_size) or ``concurrency`` (N = max_concurrency x
     max_model_len, vLLM 0.10+)."""
+    startup_check: str = "pool"
+    """What the engine checks of its KV cache before it serves: ``one_request`` (vLLM: it
+    refuses to start unless one request of ``max_model_len`` tokens fits) or ``pool`` (it
+    refuses only an empty pool: SGLang; TensorRT-LLM, whose check is not read here)."""
     non_torch: str = "device"
     """What the profiler counts outside PyTorch: ``device`` (everything, the CUDA context
     included: :data:`NON_TORCH_BYTES`) or ``growth`` (only what grew since the instance's
@@ -237,6 +260,7 @@ _VLLM_V0 = _rule(
     fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
     max_num_batched_tokens="max_model_len", max_num_seqs="256", hybrid_groups=False,
     tokens_reported="blocks", non_torch="device", sampler="v0_sort",
+    startup_check="one_request",
     sources=("vllm/worker/worker.py determine_num_available_blocks (0.6.x)",
              "vllm/worker/model_runner.py profile_run: SamplingParams(top_p=0.99, "
              "top_k=vocab_size - 1)",
@@ -257,6 +281,7 @@ _VLLM_V1 = _rule(
     fraction_of="total", block_size=16, profile_activations=True, cuda_graph_deducted=False,
     max_num_batched_tokens="serve", max_num_seqs="serve", hybrid_groups=True,
     tokens_reported="blocks", non_torch="device", sampler="in_sort",
+    startup_check="one_request",
     sources=("vllm/v1/worker/gpu_worker.py determine_available_memory @ 0012cf691b7e "
              "(mem_get_info used - torch allocated: the context counted)",
              "https://github.com/vllm-project/vllm/pull/17122 (that worker's diff)",

@@ -29,13 +29,15 @@ ENGINES = tuple(_WRITERS)
 def export_plan(job: Job, engine: str, *, model: Model | None = None,
                 repo: str | None = None, gpu_memory_utilization: float | None = None,
                 mem_fraction_static: float | None = None, engine_version: str | None = None,
-                gpu: GPU | None = None) -> str:
+                gpu: GPU | None = None, budget: dict | None = None) -> str:
     """The config text ``engine`` reads for ``job`` (``model``: the job's model, loaded, if the
     caller has it already; ``repo``: the repository ``vllm serve`` loads when it is not the
     model's own, e.g. an AWQ checkpoint of it -- ``gpuplan fit --export-repo``;
     ``gpu_memory_utilization`` / ``mem_fraction_static`` / ``engine_version`` / ``gpu``: what the
     serving budget was sized with, written into ``vllm serve`` / ``sglang.launch_server`` as the
-    plan read them)."""
+    plan read them; ``budget``: the KV budget's other knobs -- ``max_model_len``,
+    ``max_num_batched_tokens``, ``max_num_seqs`` -- with which ``vllm serve`` on a known
+    ``gpu`` is checked to start)."""
     name = str(engine).strip().lower()
     writer = _WRITERS.get(name)
     if writer is None:
@@ -55,7 +57,7 @@ def export_plan(job: Job, engine: str, *, model: Model | None = None,
         check_layout(model.architecture, job)
     if name == "vllm":
         return vllm.export(job, model, repo=repo, gpu_memory_utilization=gpu_memory_utilization,
-                           engine_version=engine_version)
+                           engine_version=engine_version, gpu=gpu, budget=budget)
     if name == "sglang":
         return sglang.export(job, model, mem_fraction_static=mem_fraction_static, gpu=gpu,
                              engine_version=engine_version)

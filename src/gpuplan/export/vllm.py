@@ -60,7 +60,8 @@ import shlex
 
 from ..errors import InputError, opt, shown
 from ..job import Job, default_seq
-from ..memory.budget import planned_fraction
+from ..hardware import GPU
+from ..memory.budget import deployed_max_model_len, kv_budget, planned_fraction
 from ..models import Model
 from ._common import (INFER_FIELDS, check_expressed, fp8_attention_by_kv, hub_repo,
                       infer_only, refuse)
@@ -151,16 +152,28 @@ def _weights(job: Job, model: Model, repo: str | None) -> tuple[str, str, str | 
 
 
 def export(job: Job, model: Model, *, repo: str | None = None,
-           gpu_memory_utilization: float | None = None, engine_version: str | None = None) -> str:
+           gpu_memory_utilization: float | None = None, engine_version: str | None = None,
+           gpu: GPU | None = None, budget: dict | None = None) -> str:
     """The ``vllm serve`` command of ``job``'s inference; ``repo``: the repository to serve when
     it is not the model's own (a quantized checkpoint of it); ``gpu_memory_utilization``: the
     share the plan's KV budget was sized at (default: ``engine_version``'s default, the budget
-    rule's)."""
+    rule's); ``budget``: the budget's other knobs (``max_model_len``, ``max_num_batched_tokens``,
+    ``max_num_seqs``). ``--max-model-len`` is the one the plan's budget was sized at
+    (:func:`gpuplan.memory.budget.deployed_max_model_len`); with the ``gpu`` known, a command
+    vLLM would refuse to start with (its KV cache short of one such request) is not written:
+    the refusal is the plan's own line (:attr:`gpuplan.memory.KVBudget.refusal`)."""
     infer_only(job, ENGINE)
     check_expressed(job, ENGINE, INFER_FIELDS, _EXPRESSED)
     fp8_attention_by_kv(job, ENGINE)
     served, dtype, quant = _weights(job, model, check_repo(repo))
-    context = job.context or job.seq or default_seq(model.architecture)
+    knobs = {k: v for k, v in (budget or {}).items() if v is not None}
+    arch = model.architecture
+    context = deployed_max_model_len(arch, job, knobs.get("max_model_len")) \
+        or getattr(arch, "max_position_embeddings", None) or default_seq(arch)
+    if gpu is not None and arch is not None and arch.kind == "decoder":
+        _check_starts(job, model, gpu, {**knobs, "max_model_len": context,
+                                        "gpu_memory_utilization": gpu_memory_utilization,
+                                        "engine_version": engine_version})
     # the share fit's KV budget is sized at (memory/budget.py, the one home)
     fraction = planned_fraction(ENGINE, job, engine_version=engine_version,
                                 gpu_memory_utilization=gpu_memory_utilization)
@@ -190,3 +203,13 @@ def export(job: Job, model: Model, *, repo: str | None = None,
                      f"by default (auto); {opt('runtime')} eager is --enforce-eager",
                      field="runtime", value="compile", fix={"runtime": "auto"})
     return " ".join(shlex.quote(a) for a in args) + "\n"
+
+
+def _check_starts(job: Job, model: Model, gpu: GPU, knobs: dict) -> None:
+    """Refuse a command vLLM would not start with on ``gpu``: the plan's budget says so."""
+    b = kv_budget(model, gpu, job, **{k: v for k, v in knobs.items() if v is not None})
+    if not b.engine_starts:
+        raise refuse(ENGINE, f"{gpu.name}: {b.refusal}", field="max_model_len",
+                     value=b.max_model_len,
+                     fix={"max_model_len": b.longest_max_model_len}
+                     if b.longest_max_model_len else None)

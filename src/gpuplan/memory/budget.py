@@ -22,7 +22,7 @@ from ..engines.budget import (CUDA_GRAPH_POOL_BYTES, GIB, NON_TORCH_BYTES,
                               V0_SORT_SAMPLER_BYTES, BudgetRule, budget_rule,
                               sglang_default_fraction, sglang_settings)
 from ..engines.profiles import runtime_of
-from ..errors import InputError, UnsupportedError, opt
+from ..errors import InputError, UnsupportedError, opt, spell_text
 from ..formats import get_weight_format
 from ..hardware import GPU
 from ..job import Job, check_positions
@@ -31,7 +31,8 @@ from ..parallel import layout_of, rank_model
 from .infer import infer_memory
 from .kv import kv_elem_bytes
 
-__all__ = ["KVBudget", "kv_budget", "planned_fraction", "sglang_running_requests", "rope_cache_bytes",
+__all__ = ["KVBudget", "kv_budget", "deployed_max_model_len", "planned_fraction",
+           "sglang_running_requests", "rope_cache_bytes",
            "SAMPLER_COPIES", "FUSED_MOE_CHUNK", "GGUF_FORMATS"]
 
 #: The profile run's sampler holds the logits of every sequence in fp32 and one more copy of
@@ -73,6 +74,16 @@ class KVBudget:
     ``cuda_graph_pool``, ``non_torch``, ``reserved`` (what the fraction leaves outside the
     budget)."""
     notes: tuple[str, ...] = ()
+    engine_starts: bool = True
+    """False where the engine refuses to start with this cache (:attr:`gpuplan.engines.budget.
+    BudgetRule.startup_check`): vLLM, unless one request of ``max_model_len`` tokens fits; any
+    engine, when nothing is left for the cache."""
+    longest_max_model_len: int = 0
+    """The longest ``max_model_len`` one request of which the cache holds (vLLM's "estimated
+    maximum model length"; at most ``max_model_len``; 0: not one block)."""
+    refusal: str = ""
+    """Why the engine refuses to start, and the way out: one line, fields named with
+    :func:`gpuplan.errors.opt` markers (``""`` where it starts)."""
 
     def to_dict(self) -> dict:
         return {"engine": self.engine, "version": self.version,
@@ -82,7 +93,9 @@ class KVBudget:
                 "max_num_batched_tokens": self.max_num_batched_tokens,
                 "max_num_seqs": self.max_num_seqs, "fraction": self.fraction,
                 "kv_bytes_per_token": self.kv_bytes_per_token, "parts": dict(self.parts),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "engine_starts": self.engine_starts,
+                "longest_max_model_len": self.longest_max_model_len,
+                "refusal": spell_text(self.refusal) or None}
 
 
 def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float | None = None,
@@ -101,7 +114,8 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
         raise UnsupportedError(f"{model.name}: a serving engine's KV budget needs a decoder "
                                "with a known architecture")
     fraction = _fraction(rule, gpu, job, gpu_memory_utilization, mem_fraction_static)
-    L = _max_model_len(arch, max_model_len, rule.engine)
+    L = _max_model_len(arch, deployed_max_model_len(arch, job, max_model_len), rule.engine,
+                       "max_model_len" if max_model_len is not None else "context")
     total = gpu.memory_bytes
     lay = layout_of(job)
     mnbt, seqs = _batch_budgets(rule, gpu, L, max_num_batched_tokens, max_num_seqs, lay.tp)
@@ -128,12 +142,64 @@ def kv_budget(model: Model, gpu: GPU, job: Job, *, gpu_memory_utilization: float
     if rule.engine == "sglang" and max_num_seqs is None:
         seqs = sglang_running_requests(tokens, L)
     notes = [*notes, *_budget_notes(rule, fraction, mnbt, seqs, graphs, avail)]
+    longest = _longest_len(rule, rarch, blocks, L, mnbt)
+    refusal = _refusal(rule, job, fraction, L, blocks, tokens, conc, longest)
+    if rule.startup_check == "pool" and 0 < tokens < L:
+        notes.append(f"{rule.engine} starts, but serves requests of at most {tokens - 1:,} "
+                     f"tokens, fewer than max_model_len {L:,}")
     return KVBudget(engine=rule.engine, version=rule.version, available_kv_bytes=max(avail, 0),
                     block_size=rule.block_size, kv_blocks=blocks, kv_tokens=tokens,
                     max_concurrency=conc, max_model_len=L, max_num_batched_tokens=mnbt,
                     max_num_seqs=seqs, fraction=fraction,
                     kv_bytes_per_token=int(rarch.num_layers * rarch.kv_elements_per_layer * eb),
-                    parts=parts, notes=tuple(notes))
+                    parts=parts, notes=tuple(notes), engine_starts=not refusal,
+                    longest_max_model_len=longest, refusal=refusal)
+
+
+def deployed_max_model_len(arch: Architecture, job: Job, given: int | None) -> int | None:
+    """The ``max_model_len`` a deployment of ``job`` runs at -- the one `fit`'s KV budget is
+    sized at and `fit --export vllm` writes: the one given (``--max-model-len``), else the
+    job's serving ``context``, else None (the engine's default: the model's context)."""
+    if given is not None:
+        return given
+    return job.context
+
+
+def _longest_len(rule: BudgetRule, a: Architecture, blocks: int, L: int, mnbt: int) -> int:
+    """The longest max_model_len (at most ``L``) one request of which fits ``blocks`` blocks:
+    vLLM's ``estimate_max_model_len`` (a binary search over its per-request bytes); one type of
+    layer: every block of every layer, ``blocks x block_size``."""
+    bs = rule.block_size
+    groups = _layer_groups(a, rule)
+    if len(groups) == 1:
+        return min(L, blocks * bs)
+    lo, hi = 0, L
+    while lo < hi:  # the largest n with _per_request(n) <= blocks
+        mid = (lo + hi + 1) // 2
+        if _per_request(groups, bs, mid, mnbt) <= blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _refusal(rule: BudgetRule, job: Job, f: float, L: int, blocks: int, tokens: int,
+             conc: float, longest: int) -> str:
+    """The line an engine's start-up refusal is reported in (the value and the ways out), or
+    ``""`` where it starts."""
+    knob = opt("mem_fraction_static" if rule.engine == "sglang" else "gpu_memory_utilization")
+    if blocks <= 0:
+        return (f"{rule.engine} {rule.version} refuses to start: nothing is left for the KV "
+                f"cache; raise {knob} (now {f:g}), use lower-bit weights or more {opt('tp')}")
+    if rule.startup_check != "one_request" or conc >= 1:
+        return ""
+    ways = [f"lower {opt('max_model_len')} to {longest:,}" if longest else None,
+            f"raise {knob} (now {f:g})",
+            f"{opt('kv_dtype')} fp8" if job.kv_dtype in (None, "fp32", "bf16", "fp16")
+            else None, f"more {opt('tp')}"]
+    return (f"{rule.engine} {rule.version} refuses to start: one request of "
+            f"{opt('max_model_len')} {L:,} needs more KV cache than its {tokens:,} tokens "
+            f"({conc:.2f}x); " + ", ".join(w for w in ways if w))
 
 
 def sglang_running_requests(kv_tokens: int, context_len: int) -> int:
@@ -178,13 +244,15 @@ def _fraction(rule: BudgetRule, gpu: GPU, job: Job, util: float | None,
     return sglang_default_fraction(rule, gpu.memory_bytes, lay.tp, lay.pp)
 
 
-def _max_model_len(arch: Architecture, given: int | None, engine: str) -> int:
+def _max_model_len(arch: Architecture, given: int | None, engine: str,
+                   field: str = "max_model_len") -> int:
+    """``given`` checked (``field``: the option it came from), else the model's context."""
     if given is None:
         return arch.max_position_embeddings
-    L = check_int(given, "context", field="max_model_len")
+    L = check_int(given, "context", field=field)
     # the engine's own start-up check, not the model's: vLLM and SGLang refuse a max_model_len
     # past the config's context even for a RoPE model (gpuplan.job.ENGINE_LONG_CONTEXT_OVERRIDE)
-    check_positions(arch, L, "max_model_len", engine=engine)
+    check_positions(arch, L, field, engine=engine)
     return L
 
 
@@ -379,16 +447,24 @@ def _blocks(rule: BudgetRule, a: Architecture, page: int, avail: int, L: int,
         return blocks, tokens / L, tokens, []
     size = min(n for n, _ in groups)
     blocks = avail // (page * size)
+    conc = blocks / _per_request(groups, bs, L, mnbt)
+    tokens = int(conc * L) if rule.tokens_reported == "concurrency" else blocks * bs
+    note = (f"hybrid KV groups of {size} layers ({', '.join(f'{n} x ' + ('full' if w is None else f'window {w}') for n, w in groups)}): "
+            "windowed layers keep only their window")
+    return blocks, conc, tokens, [note]
+
+
+def _per_request(groups: list[tuple[int, int | None]], bs: int, L: int, mnbt: int) -> int:
+    """Blocks of the shared pool one request of ``L`` tokens needs (the hybrid allocator's
+    groups of the smallest type's size): cdiv(L, block) in a full group, its window's in a
+    windowed one."""
+    size = min(n for n, _ in groups)
     per_request = 0
     for n, window in groups:
         need = -(-L // bs) if window is None else min(-(-L // bs),
                                                        -(-(window - 1 + mnbt) // bs) + 1)
         per_request += -(-n // size) * need
-    conc = blocks / per_request
-    tokens = int(conc * L) if rule.tokens_reported == "concurrency" else blocks * bs
-    note = (f"hybrid KV groups of {size} layers ({', '.join(f'{n} x ' + ('full' if w is None else f'window {w}') for n, w in groups)}): "
-            "windowed layers keep only their window")
-    return blocks, conc, tokens, [note]
+    return per_request
 
 
 def _kv_elem(job: Job, a: Architecture) -> float:

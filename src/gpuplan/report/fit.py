@@ -105,6 +105,14 @@ def _engine_table(p: Plan, units: ByteUnits):
     return table
 
 
+def _print_refusals(console, p: Plan, spell) -> None:
+    """The engine's start-up check: one line per GPU where it refuses to start."""
+    for name, b in p.engine_budgets:
+        if b.refusal:
+            console.print(f"{name}: {spell_text(b.refusal, spell)}", style="bold red",
+                          highlight=False, markup=False, soft_wrap=True)
+
+
 def _verdict_table(p: Plan, units: ByteUnits):
     from rich.table import Table
 
@@ -320,6 +328,7 @@ def render_plan(p: Plan, *, units: ByteUnits = "GB", file: IO[str] | None = None
     console.print(_verdict_table(p, units))
     if p.engine_budgets:
         console.print(_engine_table(p, units))
+        _print_refusals(console, p, spell)
     speed = _speed_table(p, spell)
     if speed is not None:
         console.print(speed)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from ._api import trace_step
 from ._limits import REAL_MAX_PARAMS
 from ._result import TIMELINE_CATEGORIES, Emulation, Measurement, TraceResult
+from ._spec import check_sequence
 from .distributed import trace_sharded, trace_tensor_parallel
 
 __all__ = ["trace_step", "trace_sharded", "trace_tensor_parallel", "TraceResult", "Measurement", "Emulation", "TIMELINE_CATEGORIES",
-           "REAL_MAX_PARAMS"]
+           "REAL_MAX_PARAMS", "check_sequence"]

@@ -89,6 +89,21 @@ def resolve(spec: str | dict) -> ModelSource:
     return ModelSource(name=spec, config=_catalog(spec), origin="catalog")
 
 
+def check_sequence(spec: str | dict, seq: int) -> None:
+    """The trace's refusal of a sequence past a text model's positions
+    (:func:`gpuplan.job.check_positions`, the rule :func:`_token_batches` applies), checked
+    before torch is imported: ``gpuplan trace`` calls it first, so a mistyped ``--seq`` costs no
+    torch import. A factory's code is not run (its model is known only once built), a vision
+    model ignores ``--seq``, and a config the planner cannot read is left to the trace."""
+    if isinstance(spec, str):
+        head, sep, _ = spec.rpartition(":")
+        if sep and head.endswith(".py"):
+            return
+    arch = _planned_architecture(resolve(spec))
+    if arch is not None and arch.kind != "vision":
+        check_positions(arch, seq, "seq", model=arch.name if isinstance(spec, dict) else spec)
+
+
 def _catalog(name: str) -> dict:
     try:
         return dict(models.catalog_config(name))
