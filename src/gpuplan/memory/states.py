@@ -15,7 +15,7 @@ from ..errors import UnsupportedError, opt
 from ..formats import (
     BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
     fp32_kept_params,
-    weights_bytes_in_format, with_job_dtypes,
+    weights_bytes_in_format,
 )
 from ..fp8 import NARROW_RECIPES, amax_history_bytes, fp8_weight_bytes, narrow_blocks
 from ..job import Job
@@ -157,16 +157,10 @@ def _narrow_tn_only(job: Job) -> bool:
     return recipe is not None and recipe.columnwise_copy == "tn-only"
 
 
-def _job_recipe(job: Job) -> TrainingRecipe:
-    """The job's recipe with the state, master and gradient dtypes it names."""
-    return with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
-                           job.grad_dtype)
-
-
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
-    recipe = _job_recipe(job)
+    recipe = job.train_recipe
     opt = get_optimizer(job.optimizer)
     state_b = state_bytes(recipe, job)
     trained = _what_is_trained(model, job, recipe)
