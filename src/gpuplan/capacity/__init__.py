@@ -12,11 +12,13 @@ from ._disagg import Disaggregated
 from ._engines import SCHEDULERS, SchedulerDefaults, scheduler_for
 from ._plan import Deployment, max_rate
 from ._result import SLO, CapacityResult, Stats
-from ._workload import Dist, Workload, make_workload, parse_dist, read_workload
+from ._workload import (SYNTHETIC_OPTIONS, Dist, Workload, check_load_options, make_workload,
+                        parse_dist, read_workload)
 
 __all__ = ["capacity", "CapacityResult", "Stats", "SLO", "Deployment", "max_rate", "Workload",
-           "Dist", "make_workload", "read_workload", "parse_dist", "SchedulerDefaults",
-           "SCHEDULERS", "scheduler_for", "Disaggregated"]
+           "Dist", "make_workload", "read_workload", "parse_dist", "check_load_options",
+           "SYNTHETIC_OPTIONS", "SchedulerDefaults", "SCHEDULERS", "scheduler_for",
+           "Disaggregated"]
 
 
 def capacity(model, gpu, *, job=None, engine: str = "vllm", engine_version: str | None = None,
