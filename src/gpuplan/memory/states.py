@@ -13,7 +13,7 @@ from .._record import record
 from ..errors import UnsupportedError, opt
 
 from ..formats import (
-    BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
+    BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_weight_format, optimizer_state_bytes,
     fp32_kept_params,
     weights_bytes_in_format,
 )
@@ -22,7 +22,7 @@ from ..job import Job
 from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
 from .lora import lora_tensors
-from .optimizer import optimizer_step_temporaries, state_bytes
+from .optimizer import optimizer_step_temporaries
 from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, count_text, deepspeed_gathered
 
 __all__ = ["shard", "States", "train_states"]
@@ -162,7 +162,7 @@ def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
         return _fsdp2_states(model, job)
     recipe = job.train_recipe
     opt = get_optimizer(job.optimizer)
-    state_b = state_bytes(recipe, job)
+    state_b = recipe.state_bytes
     trained = _what_is_trained(model, job, recipe)
     notes = list(trained.notes)
     trainable, base_bytes, base_label = trained.count, trained.base, trained.base_label
@@ -348,9 +348,9 @@ def _fsdp2_states(model: Model, job: Job) -> States:
                                f"{opt('offload_optimizer')}, {opt('optimizer_in_backward')} and "
                                f"paged optimizers are planned with {opt('sharding')} deepspeed",
                                field="sharding", value="fsdp2", fix={"sharding": "deepspeed"})
-    recipe = get_recipe(job.precision)
+    recipe = job.train_recipe  # its state dtype (the Job refuses a master or gradient dtype here)
     optim = get_optimizer(job.optimizer)
-    state_b = state_bytes(recipe, job)
+    state_b = recipe.state_bytes
     trainable = model.params.total
     g = zero_shards(job)
     units = fsdp_units(model, recipe, gpus=g, zero=job.zero)
