@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+from types import MappingProxyType
 
 from .._io import json_problem, read_bounded
 from .._record import record
@@ -15,7 +16,8 @@ from ..bounds import MAX_SIM_REQUESTS, check_int, check_number
 from ..errors import InputError, opt, shown
 
 __all__ = ["Request", "Workload", "Dist", "parse_dist", "parse_arrivals", "make_workload",
-           "check_load_options", "read_workload", "MAX_WORKLOAD_BYTES", "MAX_REQUESTS", "MAX_ARRIVAL_SPAN_S"]
+           "check_load_options", "SYNTHETIC_OPTIONS", "WORKLOAD_DEFAULTS", "read_workload",
+           "MAX_WORKLOAD_BYTES", "MAX_REQUESTS", "MAX_ARRIVAL_SPAN_S"]
 
 #: A workload file is read whole; larger ones are refused (one line, exit 2).
 MAX_WORKLOAD_BYTES = 64 * 2**20
@@ -167,6 +169,10 @@ def parse_arrivals(text: str) -> tuple[str, float]:
                      field="arrivals", value=text, accepted="poisson, constant, gamma:CV")
 
 
+#: The synthetic workload's defaults where a caller gives none: :func:`gpuplan.capacity.capacity`,
+#: :func:`make_workload`, ``gpuplan capacity`` and ``POST /api/capacity`` all read these.
+WORKLOAD_DEFAULTS = MappingProxyType({"input": 2000, "output": 256, "requests": 2000,
+                                      "arrivals": "poisson", "seed": 0})
 #: The synthetic workload's options (and web keys), in the order a refusal names them.
 SYNTHETIC_OPTIONS = ("rate", "concurrency", "input", "output", "input_dist", "output_dist",
                      "requests", "seed", "arrivals")
@@ -200,9 +206,10 @@ def check_load_options(given: dict[str, object]) -> None:
                              "one of them", field=f"{key}_dist")
 
 
-def make_workload(*, input: Dist, output: Dist, requests: int = 2000, rate: float | None = None,
-                  concurrency: int | None = None, arrivals: str = "poisson",
-                  seed: int = 0) -> Workload:
+def make_workload(*, input: Dist, output: Dist, requests: int = WORKLOAD_DEFAULTS["requests"],
+                  rate: float | None = None, concurrency: int | None = None,
+                  arrivals: str = WORKLOAD_DEFAULTS["arrivals"],
+                  seed: int = WORKLOAD_DEFAULTS["seed"]) -> Workload:
     """A synthetic workload: ``requests`` requests with lengths drawn from ``input`` and
     ``output``, arriving at ``rate`` per second (``arrivals``), or sent by ``concurrency``
     clients in a closed loop."""

@@ -99,8 +99,8 @@ def _or(given, default: str):
 
 def _inputs(args):
     """The workload, SLO and deployment options, parsed (errors name the option)."""
-    from ..capacity import (SLO, SYNTHETIC_OPTIONS, check_load_options, make_workload, parse_dist,
-                            read_workload)
+    from ..capacity import (SLO, SYNTHETIC_OPTIONS, WORKLOAD_DEFAULTS, check_load_options,
+                            make_workload, parse_dist, read_workload)
     from ..errors import InputError
 
     pct = _num(args.slo_percentile, "--slo-percentile", "duration")
@@ -121,12 +121,13 @@ def _inputs(args):
             raise InputError("give --rate R (requests/s), --concurrency C or --workload FILE")
         # a distribution given empty is refused as such, not replaced by --input's length
         ind, outd = args.input_dist is not None, args.output_dist is not None
-        kw = dict(input=parse_dist(args.input_dist if ind else _or(args.input, "2000"),
+        d = {k: str(v) for k, v in WORKLOAD_DEFAULTS.items()}  # as if typed
+        kw = dict(input=parse_dist(args.input_dist if ind else _or(args.input, d["input"]),
                                    what="--input-dist" if ind else "--input"),
-                  output=parse_dist(args.output_dist if outd else _or(args.output, "256"),
+                  output=parse_dist(args.output_dist if outd else _or(args.output, d["output"]),
                                     what="--output-dist" if outd else "--output"),
-                  requests=positive_int(_or(args.requests, "2000"), "--requests"),
-                  arrivals=_or(args.arrivals, "poisson"), seed=_seed(_or(args.seed, "0")))
+                  requests=positive_int(_or(args.requests, d["requests"]), "--requests"),
+                  arrivals=_or(args.arrivals, d["arrivals"]), seed=_seed(_or(args.seed, d["seed"])))
 
         def make(r, conc=conc, kw=kw):
             return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Literal, get_args, get_origin, get_type_hints
 
 from ..bounds import check_int, check_number
-from ..capacity import SLO, SYNTHETIC_OPTIONS, check_load_options, make_workload, parse_dist
+from ..capacity import (SLO, SYNTHETIC_OPTIONS, WORKLOAD_DEFAULTS, check_load_options,
+                        make_workload, parse_dist)
 from ..capacity._search import answer_dict, solve
 from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
@@ -359,10 +360,11 @@ def capacity(body: Mapping) -> dict:
     if rate is None and conc is None and not find:
         raise InputError("give rate (requests/s) or concurrency (closed loop)", field="rate")
     check_load_options({k: body.get(k) for k in SYNTHETIC_OPTIONS})
-    kw = dict(input=_dist(body, "input", 2000), output=_dist(body, "output", 256),
-              requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS) or 2000,
-              arrivals=str(body.get("arrivals", "poisson")),
-              seed=check_int(body.get("seed", 0), "int", field="seed", low=0,
+    d = WORKLOAD_DEFAULTS
+    kw = dict(input=_dist(body, "input", d["input"]), output=_dist(body, "output", d["output"]),
+              requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS)
+              or d["requests"], arrivals=str(body.get("arrivals", d["arrivals"])),
+              seed=check_int(body.get("seed", d["seed"]), "int", field="seed", low=0,
                              high=2**31 - 1))
 
     def make(r):
