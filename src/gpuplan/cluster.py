@@ -33,7 +33,7 @@ from .compute.speed import kernel_efficiency, narrow_gather_bytes
 from .compute.step import (StepSpec, build_steps, infer_precision, optimizer_stretch_s,
                            param_tensor_count, train_precision)
 from .errors import GpuplanError, InputError, opt, shown
-from .formats import TRAINING_RECIPES, get_optimizer, optimizer_state_bytes, with_job_dtypes
+from .formats import get_optimizer, optimizer_state_bytes
 from .hardware import GPU
 from .hardware.topology import Topology, topology_for
 from .job import Job, check_layout, default_seq, job_flags
@@ -251,10 +251,7 @@ def _ctx(model: Model, gpu: GPU, base: Job, mode: str, tp_overlap: bool) -> _Ctx
     device = at_power_limit(device_from_gpu(gpu), gpu, base.power_limit_w)[0]
     if mode == "infer":  # training plans no inference format (its commands must not name one)
         base = base.resolve_infer(model.architecture, gpu.architecture)
-    prec = (train_precision(base.precision, device, False,
-                            optimizer_states=base.optimizer_states,
-                            master_weights=base.master_weights,
-                            grad_dtype=base.grad_dtype) if mode == "train"
+    prec = (train_precision(base.train_recipe, device, False) if mode == "train"
             else infer_precision(base.infer_precision, device, False,
                                  shipped=getattr(model.architecture, "checkpoint_format", None),
                                  engine=base.engine))
@@ -301,8 +298,7 @@ def _time_train(c: _Ctx, lay: Layout, flops_per_token: float, per_param: float) 
 
 def _states_floor(c: _Ctx, lay: Layout) -> float:
     """A lower bound of one GPU's model states (weights, gradients, master, optimizer)."""
-    r = with_job_dtypes(TRAINING_RECIPES[c.base.precision], c.base.optimizer_states,
-                        c.base.master_weights, c.base.grad_dtype)
+    r = c.base.train_recipe
     n = stage_params(c.model.architecture, c.model.params.total, lay)
     per, _ = optimizer_state_bytes(get_optimizer(c.base.optimizer), None, 1, r.state_bytes)
     group = lay.dp * lay.cp
@@ -519,8 +515,7 @@ def _counts(model: Model, gpu: GPU, job: Job, mode: str) -> list[int]:
     fewest whose memory holds the model's states (training: 16-bit weights and gradients, the
     fp32 master and Adam's two states; serving: the weights) up to :data:`COUNT_SPAN` times as
     many (at most :data:`MAX_SEARCH_GPUS`)."""
-    r = with_job_dtypes(TRAINING_RECIPES[job.precision], job.optimizer_states,
-                        job.master_weights, job.grad_dtype)
+    r = job.train_recipe
     per = (r.weight_bytes + r.grad_bytes + r.master_bytes + 2 * r.state_bytes) \
         if mode == "train" else 2
     lo = max(1, -(-model.params.total * per // gpu.memory_bytes))

@@ -148,7 +148,8 @@ _MASTER_BYTES = {**_DTYPE_BYTES, "remainder": 2, "none": 0}
 def with_job_dtypes(recipe: TrainingRecipe, optimizer_states: str = "auto",
                     master_weights: str = "auto", grad_dtype: str = "auto") -> TrainingRecipe:
     """``recipe`` with the optimizer-state, master-copy and gradient dtypes a Job names: what
-    the memory plan, the speed model's passes and the layout search all read. A master dtype
+    the memory plan, the speed model's passes and the layout search all read, through
+    :attr:`gpuplan.job.Job.train_recipe`. A master dtype
     applies only where the recipe keeps a master copy, a gradient dtype only beside 16-bit
     weights (the Job refuses them elsewhere)."""
     state = recipe.state_bytes if optimizer_states == "auto" else _DTYPE_BYTES[optimizer_states]

@@ -12,7 +12,8 @@ from gpuplan.errors import InputError
 from gpuplan.job import Job
 from gpuplan.memory import train_memory
 from gpuplan.memory.activations.profile import step_profile
-from gpuplan.memory.parallel import dual_in_flight, stage_plans
+from gpuplan.memory.parallel import stage_plans
+from gpuplan.parallel import dual_in_flight
 from gpuplan.models import load_model
 
 M = load_model("deepseek-v3")

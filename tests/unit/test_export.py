@@ -326,6 +326,8 @@ MEGATRON = {"--num-layers": int, "--hidden-size": int, "--num-attention-heads": 
             "--expert-model-parallel-size": int, "--num-layers-per-virtual-pipeline-stage": int,
             "--sequence-parallel": None, "--micro-batch-size": int, "--global-batch-size": int,
             "--bf16": None, "--fp16": None, "--optimizer": ["adam", "sgd"],
+            # arguments.py lines 3053 and 3069 @d98e8a64 (the gradient buffer's dtype)
+            "--grad-reduce-in-bf16": None, "--accumulate-allreduce-grads-in-fp32": None,
             "--sgd-momentum": float, "--recompute-granularity": ["full", "selective"],
             "--recompute-method": ["uniform", "block"], "--recompute-num-layers": int,
             "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,

@@ -292,8 +292,30 @@ def test_grad_dtype_refusals_name_the_fix(kw, match):
     assert e.value.fix == {"grad_dtype": "auto"} and "\n" not in str(e.value)
 
 
-def test_exports_refuse_a_grad_dtype():
-    j = Job(model="llama-3.1-8b", mode="train", gpus=8, engine="megatron", precision="mixed-bf16",
-            grad_dtype="fp32")
-    with pytest.raises(InputError, match="grad"):
-        export_plan(j, "megatron")
+def _grad_job(**kw) -> Job:
+    return Job(model="llama-3.1-8b", mode="train", gpus=8,
+               **{"engine": "megatron", "precision": "mixed-bf16", **kw})
+
+
+def test_megatron_writes_the_gradient_dtype():
+    """Megatron-LM@d98e8a64 arguments.py: --accumulate-allreduce-grads-in-fp32 (line 3069)
+    becomes DDPConfig grad_reduce_in_fp32 (training.py line 2635), the buffer allocated in
+    torch.float (param_and_grad_buffer.py line 924); --grad-reduce-in-bf16 (line 3053) keeps it
+    in the bf16 parameters' dtype (lines 1213-1214). It was refused as having no setting."""
+    fp32 = megatron_args(export_plan(_grad_job(grad_dtype="fp32", zero=1), "megatron"))
+    assert fp32.accumulate_allreduce_grads_in_fp32 and not fp32.grad_reduce_in_bf16
+    bf16 = megatron_args(export_plan(_grad_job(grad_dtype="bf16"), "megatron"))
+    assert bf16.grad_reduce_in_bf16 and not bf16.accumulate_allreduce_grads_in_fp32
+    auto = megatron_args(export_plan(_grad_job(), "megatron"))
+    assert not auto.grad_reduce_in_bf16 and not auto.accumulate_allreduce_grads_in_fp32
+
+
+@pytest.mark.parametrize("kw,match", [
+    # a ZeRO-2 plan under engine auto, exported to Megatron-FSDP
+    ({"grad_dtype": "fp32", "zero": 2, "engine": "auto"}, "--megatron-fsdp-main-grads-dtype"),
+    ({"grad_dtype": "bf16", "precision": "mixed-fp16"}, "fp16 or fp32 gradients"),
+])
+def test_megatron_refuses_a_gradient_dtype_it_cannot_write(kw, match):
+    with pytest.raises(InputError, match=match) as e:
+        export_plan(_grad_job(**kw), "megatron")
+    assert e.value.fix == {"grad_dtype": "auto"} and "\n" not in str(e.value)

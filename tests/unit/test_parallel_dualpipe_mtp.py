@@ -82,7 +82,9 @@ def test_dualpipe_holds_two_stages_params_and_pp_plus_one_micro_batches():
 
 
 @pytest.mark.parametrize("kw,field", [(dict(pp=3, gpus=3, grad_accum=8), "pp"),
-                                      (dict(pp=4, gpus=4, grad_accum=7), "micro_batches")])
+                                      (dict(pp=4, gpus=4, grad_accum=7), "micro_batches"),
+                                      # DualPipe@3da1bbe line 333: num_chunks >= num_ranks * 2
+                                      (dict(pp=4, gpus=4, grad_accum=6), "micro_batches")])
 def test_dualpipe_needs_even_stages_and_micro_batches(kw, field):
     m = load_model("llama-3.2-1b")
     with pytest.raises(InputError) as e:

@@ -12,17 +12,21 @@ from ._disagg import Disaggregated
 from ._engines import SCHEDULERS, SchedulerDefaults, scheduler_for
 from ._plan import Deployment, max_rate, serving_engine
 from ._result import SLO, CapacityResult, Stats
-from ._workload import Dist, Workload, make_workload, parse_dist, read_workload
+from ._workload import (SYNTHETIC_OPTIONS, WORKLOAD_DEFAULTS, Dist, Workload, check_load_options,
+                        make_workload, parse_dist, read_workload)
 
 __all__ = ["capacity", "CapacityResult", "Stats", "SLO", "Deployment", "max_rate", "Workload",
-           "Dist", "make_workload", "read_workload", "parse_dist", "SchedulerDefaults",
-           "SCHEDULERS", "scheduler_for", "Disaggregated"]
+           "Dist", "make_workload", "read_workload", "parse_dist", "check_load_options",
+           "SYNTHETIC_OPTIONS", "WORKLOAD_DEFAULTS", "SchedulerDefaults", "SCHEDULERS",
+           "scheduler_for", "Disaggregated"]
 
 
 def capacity(model, gpu, *, job=None, engine: str | None = None, engine_version: str | None = None,
-             rate: float | None = None, concurrency: int | None = None, input: int = 2000,
-             output: int = 256, input_dist: str | None = None, output_dist: str | None = None,
-             arrivals: str = "poisson", requests: int = 2000, seed: int = 0,
+             rate: float | None = None, concurrency: int | None = None,
+             input: int = WORKLOAD_DEFAULTS["input"], output: int = WORKLOAD_DEFAULTS["output"],
+             input_dist: str | None = None, output_dist: str | None = None,
+             arrivals: str = WORKLOAD_DEFAULTS["arrivals"],
+             requests: int = WORKLOAD_DEFAULTS["requests"], seed: int = WORKLOAD_DEFAULTS["seed"],
              workload: Workload | None = None, replicas: int = 1,
              max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
              max_model_len: int | None = None, gpu_memory_utilization: float | None = None,

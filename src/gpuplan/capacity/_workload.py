@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+from types import MappingProxyType
 
 from .._io import json_problem, read_bounded
 from .._record import record
@@ -15,7 +16,8 @@ from ..bounds import MAX_SIM_REQUESTS, check_int, check_number
 from ..errors import InputError, opt, shown
 
 __all__ = ["Request", "Workload", "Dist", "parse_dist", "parse_arrivals", "make_workload",
-           "read_workload", "MAX_WORKLOAD_BYTES", "MAX_REQUESTS", "MAX_ARRIVAL_SPAN_S"]
+           "check_load_options", "SYNTHETIC_OPTIONS", "WORKLOAD_DEFAULTS", "read_workload",
+           "MAX_WORKLOAD_BYTES", "MAX_REQUESTS", "MAX_ARRIVAL_SPAN_S"]
 
 #: A workload file is read whole; larger ones are refused (one line, exit 2).
 MAX_WORKLOAD_BYTES = 64 * 2**20
@@ -167,9 +169,47 @@ def parse_arrivals(text: str) -> tuple[str, float]:
                      field="arrivals", value=text, accepted="poisson, constant, gamma:CV")
 
 
-def make_workload(*, input: Dist, output: Dist, requests: int = 2000, rate: float | None = None,
-                  concurrency: int | None = None, arrivals: str = "poisson",
-                  seed: int = 0) -> Workload:
+#: The synthetic workload's defaults where a caller gives none: :func:`gpuplan.capacity.capacity`,
+#: :func:`make_workload`, ``gpuplan capacity`` and ``POST /api/capacity`` all read these.
+WORKLOAD_DEFAULTS = MappingProxyType({"input": 2000, "output": 256, "requests": 2000,
+                                      "arrivals": "poisson", "seed": 0})
+#: The synthetic workload's options (and web keys), in the order a refusal names them.
+SYNTHETIC_OPTIONS = ("rate", "concurrency", "input", "output", "input_dist", "output_dist",
+                     "requests", "seed", "arrivals")
+
+
+def check_load_options(given: dict[str, object]) -> None:
+    """Refuse, in one line, load options the workload would silently ignore (qa43); ``given``
+    maps ``workload`` and :data:`SYNTHETIC_OPTIONS` to what was given (None: left out). A
+    workload file's requests carry their own lengths, count and arrivals; rate and concurrency
+    are two loads; a closed loop sends a request as one ends, so it has no arrivals; a length
+    distribution replaces the fixed length. The command line and ``POST /api/capacity`` both
+    apply it, each naming the fields its own way (:func:`gpuplan.errors.opt`)."""
+    g = {k: v for k, v in given.items() if v is not None}
+    if "workload" in g:
+        extra = [k for k in SYNTHETIC_OPTIONS if k in g]
+        if extra:
+            raise InputError(f"{opt('workload')} carries its own requests and arrivals; drop "
+                             f"{', '.join(opt(k) for k in extra)}", field=extra[0])
+        return
+    if "rate" in g and "concurrency" in g:
+        raise InputError(f"{opt('rate')} (an open loop) and {opt('concurrency')} (a closed "
+                         "loop) are two loads; give one of them", field="concurrency")
+    if "concurrency" in g and "arrivals" in g:
+        raise InputError(f"{opt('arrivals')} {str(g['arrivals'])!r:.40}: {opt('concurrency')}'s "
+                         "closed loop sends a request as one ends, with no arrival gaps; drop "
+                         f"{opt('arrivals')} or give {opt('rate')}", field="arrivals",
+                         value=g["arrivals"])
+    for key in ("input", "output"):
+        if key in g and f"{key}_dist" in g:
+            raise InputError(f"{opt(key + '_dist')} draws the lengths {opt(key)} fixes; give "
+                             "one of them", field=f"{key}_dist")
+
+
+def make_workload(*, input: Dist, output: Dist, requests: int = WORKLOAD_DEFAULTS["requests"],
+                  rate: float | None = None, concurrency: int | None = None,
+                  arrivals: str = WORKLOAD_DEFAULTS["arrivals"],
+                  seed: int = WORKLOAD_DEFAULTS["seed"]) -> Workload:
     """A synthetic workload: ``requests`` requests with lengths drawn from ``input`` and
     ``output``, arriving at ``rate`` per second (``arrivals``), or sent by ``concurrency``
     clients in a closed loop."""

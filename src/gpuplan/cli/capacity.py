@@ -99,40 +99,10 @@ def _or(given, default: str):
     return default if given is None else given
 
 
-def _check_workload_options(args, rate, conc) -> None:
-    """Options the workload would silently ignore are refused (qa43): a --workload file's
-    requests carry their own lengths, count and arrivals; --rate and --concurrency are two
-    loads; a closed loop sends a request as one ends, so it has no --arrivals; a length
-    distribution replaces the fixed length."""
-    from ..errors import InputError
-
-    if args.workload is not None:
-        extra = [f for f, v in (("--rate", rate), ("--concurrency", conc),
-                                ("--input", args.input), ("--output", args.output),
-                                ("--input-dist", args.input_dist),
-                                ("--output-dist", args.output_dist),
-                                ("--requests", args.requests), ("--seed", args.seed),
-                                ("--arrivals", args.arrivals)) if v is not None]
-        if extra:
-            raise InputError(f"--workload carries its own requests and arrivals; drop "
-                             f"{', '.join(extra)}")
-        return
-    if rate is not None and conc is not None:
-        raise InputError("--rate (an open loop) and --concurrency (a closed loop) are two "
-                         "loads; give one of them")
-    if conc is not None and args.arrivals is not None:
-        raise InputError(f"--arrivals {args.arrivals!r:.40}: --concurrency's closed loop sends "
-                         "a request as one ends, with no arrival gaps; drop --arrivals or give "
-                         "--rate")
-    for fixed, dist in (("--input", "--input-dist"), ("--output", "--output-dist")):
-        if getattr(args, fixed[2:]) is not None and getattr(args, dist[2:].replace("-", "_")) \
-                is not None:
-            raise InputError(f"{dist} draws the lengths {fixed} fixes; give one of them")
-
-
 def _inputs(args):
     """The workload, SLO and deployment options, parsed (errors name the option)."""
-    from ..capacity import SLO, make_workload, parse_dist, read_workload
+    from ..capacity import (SLO, SYNTHETIC_OPTIONS, WORKLOAD_DEFAULTS, check_load_options,
+                            make_workload, parse_dist, read_workload)
     from ..errors import InputError
 
     pct = _num(args.slo_percentile, "--slo-percentile", "duration")
@@ -143,7 +113,8 @@ def _inputs(args):
               e2e_s=_num(args.slo_e2e, "--slo-e2e", "seconds"), percentile=pct)
     rate = _num(args.rate, "--rate", "rate")
     conc = positive_int(args.concurrency, "--concurrency")
-    _check_workload_options(args, rate, conc)
+    check_load_options({**{k: getattr(args, k) for k in SYNTHETIC_OPTIONS},
+                        "workload": args.workload, "rate": rate, "concurrency": conc})
     if args.workload is not None:
         make = make_at = None
         wl = read_workload(args.workload)
@@ -152,12 +123,13 @@ def _inputs(args):
             raise InputError("give --rate R (requests/s), --concurrency C or --workload FILE")
         # a distribution given empty is refused as such, not replaced by --input's length
         ind, outd = args.input_dist is not None, args.output_dist is not None
-        kw = dict(input=parse_dist(args.input_dist if ind else _or(args.input, "2000"),
+        d = {k: str(v) for k, v in WORKLOAD_DEFAULTS.items()}  # as if typed
+        kw = dict(input=parse_dist(args.input_dist if ind else _or(args.input, d["input"]),
                                    what="--input-dist" if ind else "--input"),
-                  output=parse_dist(args.output_dist if outd else _or(args.output, "256"),
+                  output=parse_dist(args.output_dist if outd else _or(args.output, d["output"]),
                                     what="--output-dist" if outd else "--output"),
-                  requests=positive_int(_or(args.requests, "2000"), "--requests"),
-                  arrivals=_or(args.arrivals, "poisson"), seed=_seed(_or(args.seed, "0")))
+                  requests=positive_int(_or(args.requests, d["requests"]), "--requests"),
+                  arrivals=_or(args.arrivals, d["arrivals"]), seed=_seed(_or(args.seed, d["seed"])))
 
         def make(r, conc=conc, kw=kw):
             return make_workload(rate=r if conc is None else None, concurrency=conc, **kw)

@@ -841,9 +841,7 @@ def _precision(job: Job, mode: StepMode, device: Device, tf32: bool, notes: list
     """The job's precision layout for ``mode`` on ``device`` (a LoRA base read in its own format),
     with the notes on what is not modeled."""
     if mode == "train":
-        prec = train_precision(job.precision, device, tf32,
-                               optimizer_states=job.optimizer_states,
-                               master_weights=job.master_weights, grad_dtype=job.grad_dtype)
+        prec = train_precision(job.train_recipe, device, tf32)
         if job.lora_base is not None:
             fmt = WEIGHT_FORMATS[job.lora_base]
             # the frozen base is read in its storage format (QLoRA: nf4)

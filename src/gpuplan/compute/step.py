@@ -15,8 +15,8 @@ from typing import Literal, Sequence
 from .._record import record
 from ..engines.profiles import get_engine, resolve_engine
 from ..errors import InputError, UnsupportedError, opt, shown
-from ..formats import (FP8_GEMM_ARCHS, TRAINING_RECIPES, WEIGHT_FORMATS, gemm_dtype, get_optimizer,
-                       optimizer_state_bytes, with_job_dtypes)
+from ..formats import (FP8_GEMM_ARCHS, TRAINING_RECIPES, WEIGHT_FORMATS, TrainingRecipe,
+                       gemm_dtype, get_optimizer, optimizer_state_bytes)
 from ..fp8 import (NARROW_RECIPES, cast_bytes_per_element, check_narrow_on,
                    columnwise_bytes_per_element, narrow_blocks, weight_cast_bytes_per_element)
 from ..hardware import all_gpus, custom_spec
@@ -467,15 +467,15 @@ def _refuse_fp8_infer(device: Device, weight_format: str) -> None:
                            value=weight_format, fix={"infer_precision": alt})
 
 
-def train_precision(recipe: str, device: Device, tf32: bool, *, optimizer_states: str = "auto",
-                    master_weights: str = "auto", grad_dtype: str = "auto") -> PrecisionLayout:
-    """The layout of a training recipe (a name the Job accepted) on ``device``, its optimizer
-    states and master copy in the dtypes the Job names (``optimizer_states``,
-    ``master_weights``: what the optimizer step moves) and its gradients in ``grad_dtype`` (the
-    weight-gradient writes, the optimizer's reads, the data-parallel reduction); a narrow recipe (:mod:`gpuplan.fp8`) is
-    refused on an architecture without its tensor cores, naming the catalog GPUs that have
-    them."""
-    r = with_job_dtypes(TRAINING_RECIPES[recipe], optimizer_states, master_weights, grad_dtype)
+def train_precision(recipe: str | TrainingRecipe, device: Device, tf32: bool) -> PrecisionLayout:
+    """The layout of a training recipe on ``device``: a name the Job accepted, or the recipe as
+    a job runs it (:attr:`gpuplan.job.Job.train_recipe`: its optimizer states and master copy
+    in the dtypes the job names, what the optimizer step moves, and its gradients in
+    ``grad_dtype``, what the weight-gradient writes, the optimizer's reads and the
+    data-parallel reduction move); a narrow recipe (:mod:`gpuplan.fp8`) is refused on an
+    architecture without its tensor cores, naming the catalog GPUs that have them."""
+    r = recipe if isinstance(recipe, TrainingRecipe) else TRAINING_RECIPES[recipe]
+    recipe = r.name
     narrow = NARROW_RECIPES.get(recipe)
     if narrow is not None and device.kind == "gpu":
         # the GPUs named are those that can be timed: the right architecture and a rate on record

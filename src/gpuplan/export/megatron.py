@@ -25,7 +25,7 @@ from ._common import (TRAIN_FIELDS, accumulation, check_expressed, num_machines,
 
 ENGINE = "megatron"
 _EXPRESSED = frozenset({"zero", "offload_optimizer", "checkpointing", "tp", "pp", "cp", "ep",
-                        "max_grad_norm", "master_weights",
+                        "max_grad_norm", "master_weights", "grad_dtype",
                         "sequence_parallel", "pp_schedule", "micro_batches", "fused_optimizer",
                         "pp_embedding_part", "pp_loss_part", "distribute_checkpoints",
                         "fp8_param_gather", "fp8_attention", "first_last_layers_bf16",
@@ -486,6 +486,30 @@ def _precision_aware(job: Job) -> list[str]:
     return out
 
 
+def _grads(job: Job) -> list[str]:
+    """The gradient buffer in ``grad_dtype`` (NVIDIA/Megatron-LM@d98e8a64): fp32 is
+    ``--accumulate-allreduce-grads-in-fp32`` (megatron/training/arguments.py line 3069; passed
+    as DDPConfig ``grad_reduce_in_fp32``, training.py line 2635, which allocates the buffer in
+    ``torch.float``: core/distributed/param_and_grad_buffer.py line 924); bf16 beside bf16
+    weights is ``--grad-reduce-in-bf16`` (arguments.py lines 1213-1214 and 3053). Nothing for
+    auto. Megatron-FSDP (ZeRO-2/3) keeps its own ``--megatron-fsdp-main-grads-dtype``, and fp16
+    weights (``--fp16``) have fp16 or fp32 gradients: the rest is refused."""
+    g = job.grad_dtype
+    if g == "auto":
+        return []
+    why = None
+    if job.zero >= 2:
+        why = (f"under Megatron-FSDP ({opt('zero')} {job.zero}) the gradient buffer is "
+               "--megatron-fsdp-main-grads-dtype's, which this export does not write; plan "
+               f"{opt('zero')} 1")
+    elif g == "bf16" and job.precision == "mixed-fp16":
+        why = "Megatron-LM's --fp16 keeps fp16 or fp32 gradients; use fp32"
+    if why:
+        raise refuse(ENGINE, f"{opt('grad_dtype')} {g}: {why}, or drop {opt('grad_dtype')}",
+                     field="grad_dtype", value=g, fix={"grad_dtype": "auto"})
+    return ["--accumulate-allreduce-grads-in-fp32"] if g == "fp32" else ["--grad-reduce-in-bf16"]
+
+
 def _recipe(job: Job) -> list[str]:
     flags = {"mixed-bf16": ["--bf16"], "mixed-fp16": ["--fp16"], "fp32": []}
     flags.update({name: _narrow(job) for name in _NARROW})
@@ -518,7 +542,7 @@ def _recipe(job: Job) -> list[str]:
                 *job.cuda_graph_scope]
     if job.distribute_checkpoints:
         rec.append("--distribute-saved-activations")
-    return flags[job.precision] + opts[job.optimizer] + _precision_aware(job) + rec
+    return flags[job.precision] + _grads(job) + opts[job.optimizer] + _precision_aware(job) + rec
 
 
 def export(job: Job, model: Model) -> str:

@@ -22,8 +22,8 @@ from ..bounds import MAX_ARG_CHARS
 from ..engines.profiles import ENGINE_NAMES, check_engine_job, get_engine
 from ..fp8 import NARROW_RECIPES, resolve_plain_fp8
 from ..errors import InputError, UnsupportedError, closest, opt, shown
-from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS,
-                       resolve_infer_precision)
+from ..formats import (INFER_AUTO, OPTIMIZERS, TRAINING_RECIPES, WEIGHT_FORMATS, TrainingRecipe,
+                       resolve_infer_precision, with_job_dtypes)
 from ..models import Model, from_param_count
 from ._configs import (CONFIGS, CUDA_GRAPH_SCOPES, RECOMPUTE_MODULES, ExecutionConfig,
                        LoraConfig, OptimizerConfig, ParallelLayout, check_fp8_attention,
@@ -113,6 +113,15 @@ class Job:
         """Data-parallel degree: all GPUs over tensor x pipeline x context parallel."""
         p = self.parallel
         return p.gpus // (p.tp * p.pp * p.cp)
+
+    @property
+    def train_recipe(self) -> TrainingRecipe:
+        """The training recipe as this job runs it: ``precision``'s, with the optimizer-state,
+        master-copy and gradient dtypes it names (``optimizer_states``, ``master_weights``,
+        ``grad_dtype``: :func:`gpuplan.formats.with_job_dtypes`). The one reading of those
+        three fields that the memory plan, the speed model and the layout search share."""
+        return with_job_dtypes(TRAINING_RECIPES[self.precision], self.optimizer_states,
+                               self.master_weights, self.grad_dtype)
 
     @property
     def trains(self) -> bool:

@@ -3,16 +3,11 @@ allocates on top of the states (foreach temporaries, the fp32 gradient copy of a
 
 from __future__ import annotations
 
-from ..formats import OptimizerSpec, TrainingRecipe, with_job_dtypes
+from ..formats import OptimizerSpec, TrainingRecipe
 from ..job import Job
 from ..models import Model
 
-__all__ = ["state_bytes", "optimizer_label", "optimizer_step_temporaries"]
-
-
-def state_bytes(recipe: TrainingRecipe, job: Job) -> int:
-    """Bytes of one optimizer-state element: the recipe's, unless the job names fp32 or 16-bit."""
-    return with_job_dtypes(recipe, job.optimizer_states).state_bytes
+__all__ = ["optimizer_label", "optimizer_step_temporaries"]
 
 
 def optimizer_label(opt: OptimizerSpec, state_b: int) -> str:
@@ -37,13 +32,14 @@ def optimizer_step_temporaries(job: Job, recipe: TrainingRecipe, opt: OptimizerS
     update in place. Mixed-precision recipes step an fp32 master copy, which needs the gradients in
     fp32: a 4-byte copy per trainable parameter exists during the step (DeepSpeed/Megatron style).
     A 16-bit master (``master_weights`` bf16: Apex's DistributedFusedAdam, whose step reads the
-    gradients in their 16-bit sync dtype) steps on the 16-bit gradients: no copy.
+    gradients in their 16-bit sync dtype) steps on the 16-bit gradients: no copy. ``recipe`` is
+    the one the job runs (:attr:`gpuplan.job.Job.train_recipe`: its state, master and gradient
+    dtypes).
     """
     n = -(-trainable // shard)
     parts = []
     total = 0
-    state_b = state_bytes(recipe, job)
-    master_b = with_job_dtypes(recipe, master_weights=job.master_weights).master_bytes
+    state_b, master_b = recipe.state_bytes, recipe.master_bytes
     if master_b > recipe.grad_bytes and not job.offload_optimizer:
         total += master_b * n
         parts.append("fp32 gradient copy for the master step")

@@ -28,14 +28,14 @@ from ..job import Job
 from ..models import Model
 from .activations import TrainActivations, regime_for, train_activations
 from .activations.profile import Shard
-from ..parallel import (Layout, check_layout, chunk_forwards, in_flight, layout_notes, layout_of,
-                     mtp_rank_params, rank_model)
+from ..parallel import (Layout, check_layout, chunk_forwards, dual_in_flight, in_flight,
+                        layout_notes, layout_of, mtp_rank_params, rank_model)
 from .moe_ep import EpExchange, ep_exchange
 from .results import TrainMemory
 from .shape import seq_for
 from .states import States, train_states
 
-__all__ = ["StagePlan", "stage_plans", "rank_job", "dual_in_flight"]
+__all__ = ["StagePlan", "stage_plans", "rank_job"]
 
 
 @record(kw_only=False)
@@ -241,19 +241,6 @@ def _states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout, stage: 
 
 #: The model states that scale with the parameters a rank holds.
 _STATE_FIELDS = ("trainable", "weights_trainable", "grads", "master", "opt", "host", "step_tmp")
-
-
-def dual_in_flight(pp: int, stage: int) -> tuple[int, int]:
-    """DualPipe: (micro-batches of stage ``stage``, of its twin ``pp - 1 - stage``) whose
-    activations that rank holds at its peak, ``pp - stage`` and ``stage + 1`` (``pp + 1`` in
-    all: the report's Table 2). Each direction runs as 1F1B: deepseek-ai/DualPipe@3da1bbe
-    dualpipe/dualpipe.py ``step``, rank ``r``, ``h = min(r, pp - 1 - r)``: steps 1-2 run
-    ``2 (pp/2 - h - 1) + h + 1`` forwards of phase 0 and ``h + 1`` of phase 1 before the first
-    backward; later steps free one for each forward. Phase 0 is the forward direction on the
-    first half of the ranks (stage ``r``) and the reverse one on the second (stage ``pp - 1 -
-    r``), so rank ``r`` holds ``pp - r`` of stage ``r`` and ``r + 1`` of stage ``pp - 1 - r``
-    (rank 0: 16 of stage 0 and 1 of stage 15 at PP 16)."""
-    return pp - stage, stage + 1
 
 
 def _rank_states(model: Model, job: Job, rank: Model, rjob: Job, lay: Layout,

@@ -13,16 +13,16 @@ from .._record import record
 from ..errors import UnsupportedError, opt
 
 from ..formats import (
-    BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_recipe, get_weight_format, optimizer_state_bytes,
+    BNB_MIN_PAGED_SIZE, TrainingRecipe, get_optimizer, get_weight_format, optimizer_state_bytes,
     fp32_kept_params,
-    weights_bytes_in_format, with_job_dtypes,
+    weights_bytes_in_format,
 )
 from ..fp8 import NARROW_RECIPES, amax_history_bytes, fp8_weight_bytes, narrow_blocks
 from ..job import Job
 from ..models import Model, ParamTensor
 from .fsdp import FsdpUnits, fsdp_units, shard_elements
 from .lora import lora_tensors
-from .optimizer import optimizer_step_temporaries, state_bytes
+from .optimizer import optimizer_step_temporaries
 from ..engines.zero3 import MAX_LIVE, PREFETCH_BUCKET, count_text, deepspeed_gathered
 
 __all__ = ["shard", "States", "train_states"]
@@ -157,18 +157,12 @@ def _narrow_tn_only(job: Job) -> bool:
     return recipe is not None and recipe.columnwise_copy == "tn-only"
 
 
-def _job_recipe(job: Job) -> TrainingRecipe:
-    """The job's recipe with the state, master and gradient dtypes it names."""
-    return with_job_dtypes(get_recipe(job.precision), job.optimizer_states, job.master_weights,
-                           job.grad_dtype)
-
-
 def _compute_states(model: Model, job: Job, non_tn_fp8: bool = False) -> States:
     if job.sharding == "fsdp2" and job.zero >= 2 and job.lora_rank is None:
         return _fsdp2_states(model, job)
-    recipe = _job_recipe(job)
+    recipe = job.train_recipe
     opt = get_optimizer(job.optimizer)
-    state_b = state_bytes(recipe, job)
+    state_b = recipe.state_bytes
     trained = _what_is_trained(model, job, recipe)
     notes = list(trained.notes)
     trainable, base_bytes, base_label = trained.count, trained.base, trained.base_label
@@ -355,9 +349,9 @@ def _fsdp2_states(model: Model, job: Job) -> States:
                                f"{opt('offload_optimizer')}, {opt('optimizer_in_backward')} and "
                                f"paged optimizers are planned with {opt('sharding')} deepspeed",
                                field="sharding", value="fsdp2", fix={"sharding": "deepspeed"})
-    recipe = get_recipe(job.precision)
+    recipe = job.train_recipe  # its state dtype (the Job refuses a master or gradient dtype here)
     optim = get_optimizer(job.optimizer)
-    state_b = state_bytes(recipe, job)
+    state_b = recipe.state_bytes
     trainable = model.params.total
     g = zero_shards(job)
     units = fsdp_units(model, recipe, gpus=g, zero=job.zero)

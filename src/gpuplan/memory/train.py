@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from .._record import record
-from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer, get_recipe, with_job_dtypes
+from ..formats import OptimizerSpec, TrainingRecipe, get_optimizer
 from ..fp8 import non_tn_fp8_gemm
 from ..hardware import GPU
 from ..job import Job
@@ -74,7 +74,7 @@ def _train_rank(model: Model, job: Job, st: States, act: TrainActivations, *,
                 stage: StagePlan | None = None) -> TrainMemory:
     """One rank's memory at the peak of its step (the whole model, or a pipeline stage's
     rank under a parallel layout: ``stage``)."""
-    recipe = with_job_dtypes(get_recipe(job.precision), grad_dtype=job.grad_dtype)
+    recipe = job.train_recipe
     opt = get_optimizer(job.optimizer)
     buffers = model.architecture.buffer_bytes if model.architecture else 0
     phases = _train_phases(job, st, act, buffers)

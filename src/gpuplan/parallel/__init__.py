@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from .checks import (PP_SCHEDULES, check_layout, divisors, nearest, part_layers, pipeline_fix,
                      pp_chunks, tp_fix)
-from .layout import (VOCAB_PARALLEL, Layout, chunk_forwards, in_flight, layout_notes, layout_of,
-                     mtp_active_params, mtp_params, mtp_rank_params, rank_model, stage_layers,
-                     tp_shape)
+from .layout import (VOCAB_PARALLEL, Layout, chunk_forwards, dual_in_flight, in_flight,
+                     layout_notes, layout_of, mtp_active_params, mtp_params, mtp_rank_params,
+                     rank_model, stage_layers, tp_shape)
 
 __all__ = ["Layout", "layout_of", "layout_notes", "rank_model", "stage_layers", "in_flight",
-           "chunk_forwards", "VOCAB_PARALLEL", "PP_SCHEDULES", "check_layout", "pp_chunks",
+           "dual_in_flight", "chunk_forwards", "VOCAB_PARALLEL", "PP_SCHEDULES", "check_layout", "pp_chunks",
            "part_layers", "pipeline_fix", "tp_fix", "nearest", "divisors", "mtp_params",
            "mtp_active_params", "mtp_rank_params", "tp_shape"]

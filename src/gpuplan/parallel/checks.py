@@ -298,7 +298,9 @@ def _check_dualpipe(job: object) -> None:
     """DualPipe feeds micro-batches from both ends of the pipeline, half each way: the stages
     pair up (``i`` with ``pp - 1 - i``) and the micro-batches split in two (DeepSeek-V3 report
     sec. 3.2.1: "both the pipeline stages and micro-batches be divisible by 2";
-    deepseek-ai/DualPipe README)."""
+    deepseek-ai/DualPipe README), and there are at least two a rank (deepseek-ai/DualPipe@3da1bbe
+    dualpipe/dualpipe.py line 333: ``num_chunks >= num_ranks * 2``), which the per-rank counts
+    of :func:`gpuplan.parallel.dual_in_flight` (``pp + 1`` in all) take."""
     if job.pp % 2:
         raise InputError(f"{opt('pp')} {job.pp}: dualpipe pairs stage i with stage pp-1-i; use "
                          f"an even {opt('pp')} ({job.pp - 1} or {job.pp + 1})", field="pp",
@@ -308,6 +310,10 @@ def _check_dualpipe(job: object) -> None:
         raise InputError(f"{opt('micro_batches')} {m}: dualpipe feeds half the micro-batches "
                          f"from each end; use an even count ({m + 1})", field="micro_batches",
                          value=m)
+    if m < 2 * job.pp:
+        raise InputError(f"{opt('micro_batches')} {m}: dualpipe runs at least two micro-batches "
+                         f"a stage (DualPipe asserts num_chunks >= 2 x {job.pp} ranks); use "
+                         f"{2 * job.pp} or more", field="micro_batches", value=m)
 
 
 def _check_cp_ep(arch: Architecture, job: object, seq: int | None) -> None:

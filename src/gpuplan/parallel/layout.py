@@ -48,7 +48,7 @@ from ..errors import InputError, opt
 from ..models import Architecture, Model, ParamCounts, ParamTensor
 
 __all__ = ["VOCAB_PARALLEL", "Layout", "layout_of", "check_layout", "part_layers", "stage_layers",
-           "in_flight", "chunk_forwards", "rank_model", "layout_notes", "mtp_params",
+           "in_flight", "dual_in_flight", "chunk_forwards", "rank_model", "layout_notes", "mtp_params",
            "mtp_active_params", "mtp_rank_params", "tp_shape"]
 
 #: The token embedding and output head are split over the TP group (Megatron-LM always does).
@@ -397,15 +397,29 @@ def in_flight(schedule: str, pp: int, stage: int, micro_batches: int, chunks: in
     ``m v`` -- on the first stage ``pp v + pp - 1`` chunks, i.e. activations of ``L (1 + (pp - 1)
     / (pp v))`` layers (Korthikanti et al. 2022, sec. 4.2.3). DualPipe (DeepSeek-V3 report,
     arXiv 2412.19437, Table 2; deepseek-ai/DualPipe README's table): ``pp + 1`` micro-batches of
-    a stage's activations on every rank, at most ``m``."""
+    a stage's activations on every rank (:func:`dual_in_flight`: the rank's two stages'), at most
+    ``m``."""
     m = micro_batches
     if schedule == "gpipe":
         return m * chunks
     if schedule == "dualpipe":
-        return min(m, pp + 1)
+        return min(m, sum(dual_in_flight(pp, stage)))
     if schedule == "interleaved":
         return min(m * chunks, 2 * (pp - stage - 1) + (chunks - 1) * pp + 1)
     return min(m, pp - stage)
+
+
+def dual_in_flight(pp: int, stage: int) -> tuple[int, int]:
+    """DualPipe: (micro-batches of stage ``stage``, of its twin ``pp - 1 - stage``) whose
+    activations that rank holds at its peak, ``pp - stage`` and ``stage + 1`` (``pp + 1`` in
+    all: the report's Table 2). Each direction runs as 1F1B: deepseek-ai/DualPipe@3da1bbe
+    dualpipe/dualpipe.py ``step``, rank ``r``, ``h = min(r, pp - 1 - r)``: steps 1-2 run
+    ``2 (pp/2 - h - 1) + h + 1`` forwards of phase 0 and ``h + 1`` of phase 1 before the first
+    backward; later steps free one for each forward. Phase 0 is the forward direction on the
+    first half of the ranks (stage ``r``) and the reverse one on the second (stage ``pp - 1 -
+    r``), so rank ``r`` holds ``pp - r`` of stage ``r`` and ``r + 1`` of stage ``pp - 1 - r``
+    (rank 0: 16 of stage 0 and 1 of stage 15 at PP 16)."""
+    return pp - stage, stage + 1
 
 
 def chunk_forwards(schedule: str, pp: int, stage: int, micro_batches: int, chunks: int,

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Literal, get_args, get_origin, get_type_hints
 
 from ..bounds import check_int, check_number
-from ..capacity import SLO, make_workload, parse_dist
+from ..capacity import (SLO, SYNTHETIC_OPTIONS, WORKLOAD_DEFAULTS, check_load_options,
+                        make_workload, parse_dist)
 from ..capacity._search import answer_dict, solve
 from ..cluster import SEARCH_JOB_FIELDS, cluster_search, search_options
 from ..compute import Efficiency, estimate_speed_for_job, flops_breakdown
@@ -329,24 +330,6 @@ def _layout_gpus(body: Mapping) -> int:
     return tp * pp
 
 
-def _check_load_keys(body: Mapping) -> None:
-    """Keys the workload would silently ignore are refused, as the command line refuses them
-    (qa43): rate and concurrency are two loads, a closed loop has no arrivals, a length
-    distribution replaces the fixed length."""
-    given = {k for k in ("rate", "concurrency", "arrivals", "input", "input_dist", "output",
-                         "output_dist") if body.get(k) is not None}
-    if {"rate", "concurrency"} <= given:
-        raise InputError("rate (an open loop) and concurrency (a closed loop) are two loads; "
-                         "give one of them", field="concurrency")
-    if {"concurrency", "arrivals"} <= given:
-        raise InputError("arrivals: concurrency's closed loop sends a request as one ends, "
-                         "with no arrival gaps; drop arrivals or give rate", field="arrivals")
-    for key in ("input", "output"):
-        if {key, f"{key}_dist"} <= given:
-            raise InputError(f"{key}_dist draws the lengths {key} fixes; give one of them",
-                             field=f"{key}_dist")
-
-
 def _dist(body: Mapping, key: str, default: int):
     """``{key}_dist`` when given (an empty one refused, not skipped), else ``key``'s length."""
     d = body.get(f"{key}_dist")
@@ -376,11 +359,12 @@ def capacity(body: Mapping) -> dict:
     find = _bool(body, "max_rate", False)
     if rate is None and conc is None and not find:
         raise InputError("give rate (requests/s) or concurrency (closed loop)", field="rate")
-    _check_load_keys(body)
-    kw = dict(input=_dist(body, "input", 2000), output=_dist(body, "output", 256),
-              requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS) or 2000,
-              arrivals=str(body.get("arrivals", "poisson")),
-              seed=check_int(body.get("seed", 0), "int", field="seed", low=0,
+    check_load_options({k: body.get(k) for k in SYNTHETIC_OPTIONS})
+    d = WORKLOAD_DEFAULTS
+    kw = dict(input=_dist(body, "input", d["input"]), output=_dist(body, "output", d["output"]),
+              requests=_opt(body, "requests", "int", "requests", high=MAX_WEB_REQUESTS)
+              or d["requests"], arrivals=str(body.get("arrivals", d["arrivals"])),
+              seed=check_int(body.get("seed", d["seed"]), "int", field="seed", low=0,
                              high=2**31 - 1))
 
     def make(r):
