@@ -153,6 +153,10 @@ def test_cli_and_json_spell_it_like_optimizer_states():
      "fp16 weights", {"master_weights": "auto"}),
     ({"precision": "bf16", "master_weights": "none"}, "no separate master copy",
      {"master_weights": "auto"}),
+    # ZeRO-Offload's CPU Adam steps an fp32 master on the host: no master is not what it runs
+    ({"master_weights": "none", "optimizer_states": "bf16", "zero": 2, "gpus": 2,
+      "offload_optimizer": True}, "fp32 master of every weight on the host",
+     {"master_weights": "auto"}),
 ])
 def test_refusals_name_the_fix(kw, match, fix):
     kw = {"precision": "mixed-bf16", **kw}

@@ -503,6 +503,12 @@ def _check_master(job: Job) -> None:
         why, fix = ("Megatron-Core's Adams keep a bf16 master only as Apex's distributed Adam "
                     f"does, beside bf16 states (TE's FusedAdam refuses one); add "
                     f"{opt('optimizer_states')} bf16"), {"optimizer_states": "bf16"}
+    elif mw == "none" and job.offload_optimizer:
+        # ZeRO-Offload steps an fp32 copy of each parameter on the host (Ren et al., arXiv
+        # 2101.06840 sec. 4.1: "fp32 parameters ... and optimizer states" on the CPU; DeepSpeed's
+        # stage_1_and_2.py single_partition_of_fp32_groups, kept on the CPU under offload)
+        why = (f"{opt('offload_optimizer')} steps an fp32 master of every weight on the host; "
+               f"drop {opt('offload_optimizer')}")
     elif mw == "none" and job.optimizer_states != "bf16":
         # Apex's DistributedFusedAdam steps the weights in place only in its one dtype, its
         # states' (store_params False: distributed_fused_adam.py lines 449-476 @f8e60c47)
